@@ -1,0 +1,76 @@
+# taskfleet — every entry point a developer, a user or CI needs.
+# Targets delegate to scripts so that logic lives in one place and is testable.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help install lint test check crds crds-check bench demo demo-local local-demo \
+        k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-up kind-down clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+install: $(BIN)/python ## create .venv and install taskfleet with all extras
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[operator,metrics,dev]'
+
+lint: ## ruff + mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: ## fast tests: real redis-server, real processes and signals, real kube-apiserver
+	$(BIN)/pytest tests
+
+check: install lint crds-check test e2e-local ## everything CI runs (README's test command)
+
+crds: ## regenerate crds/ from the pydantic models
+	$(BIN)/python -m taskfleet_operator.crdgen --write crds/
+
+crds-check: ## fail if crds/ drifted from the models
+	$(BIN)/python -m taskfleet_operator.crdgen --check crds/
+
+bench: ## throughput and latency figures (see bench/README.md)
+	$(BIN)/python -m bench.run
+
+local-demo: ## a local worker fleet against a local redis-server (no Kubernetes)
+	examples/local-demo.sh
+
+k8s-bins: ## build the pinned Kubernetes components from their Go modules (cached)
+	e2e/cluster/build-k8s.sh
+
+cluster-up: ## bring up the local single-node cluster (idempotent)
+	e2e/cluster/up.sh
+
+cluster-down: ## tear the local cluster down (idempotent)
+	e2e/cluster/down.sh
+
+images-local: ## build the project's images with buildah and import them into containerd
+	e2e/cluster/build-images.sh
+
+e2e-local: ## the e2e suite on the local cluster
+	e2e/run-local.sh
+
+demo-local: ## the demo on the local cluster
+	e2e/demo.sh local
+
+kind-up: ## create a kind cluster for the e2e suite
+	e2e/kind/up.sh
+
+kind-down:
+	kind delete cluster --name taskfleet
+
+e2e: ## the e2e suite on kind (needs Docker and kind)
+	e2e/kind/run.sh
+
+demo: ## the demo on kind (needs Docker and kind)
+	e2e/demo.sh kind
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

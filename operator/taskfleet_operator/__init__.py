@@ -1,0 +1,1 @@
+"""The taskfleet operator: reconciles TaskQueue resources into worker fleets."""
