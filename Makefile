@@ -7,11 +7,24 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install lint test check crds crds-check bench demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-up kind-down clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
+
+# Debian packages the tests and the local cluster need (idempotent; root on Debian bookworm).
+DEB_PACKAGES := redis-server etcd-server containerd runc containernetworking-plugins buildah \
+	debootstrap iptables conntrack socat ebtables ethtool iproute2 gcc libc6-dev psmisc procps \
+	openssl python3-venv util-linux
+
+deps: ## install the Debian packages (skips what is installed)
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+		| grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +41,7 @@ lint: ## ruff + mypy --strict
 test: ## fast tests: real redis-server, real processes and signals, real kube-apiserver
 	$(BIN)/pytest tests
 
-check: install lint crds-check test e2e-local ## everything CI runs (README's test command)
+check: deps install lint crds-check test e2e-local ## everything CI runs (README's test command)
 
 crds: ## regenerate crds/ from the pydantic models
 	$(BIN)/python -m taskfleet_operator.crdgen --write crds/
