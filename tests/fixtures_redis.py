@@ -1,0 +1,179 @@
+"""Real redis-server processes for tests.
+
+A session-wide server (no persistence) backs most tests and is flushed per test; a
+factory starts separate servers with persistence that a test may stop, start and
+restart to exercise outages. Servers run in temp dirs on free ports, so parallel
+engineers and CI runs never collide.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+START_DEADLINE_S = 10.0
+
+
+def free_port() -> int:
+    """A TCP port free right now (the server binds it a moment later; collisions are rare)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """One redis-server subprocess that can be stopped and started again on the same port.
+
+    With ``persistent=True`` the server writes an append-only file in its directory, so
+    data survives ``restart()`` the way it does for a Redis with a volume in a cluster.
+    """
+
+    def __init__(self, directory: Path, *, port: int | None = None, persistent: bool = False):
+        self.directory = directory
+        self.port = port or free_port()
+        self.persistent = persistent
+        self.process: subprocess.Popen[bytes] | None = None
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _argv(self) -> list[str]:
+        argv = [
+            REDIS_SERVER,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.directory),
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.directory / "redis.log"),
+            "--save",
+            "",
+        ]
+        if self.persistent:
+            argv += ["--appendonly", "yes", "--appendfsync", "always"]
+        else:
+            argv += ["--appendonly", "no"]
+        return argv
+
+    def start(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            return
+        self.process = subprocess.Popen(
+            self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + START_DEADLINE_S
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0)
+        try:
+            while True:
+                if self.process.poll() is not None:
+                    log = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"redis-server exited at start: {log}")
+                try:
+                    if client.ping():
+                        return
+                except redis.ConnectionError:  # includes BusyLoadingError while loading the AOF
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on port {self.port} did not answer")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after a bound); idempotent."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=START_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def kill(self) -> None:
+        """Kill the server without letting it save (an abrupt outage)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """The session's shared redis-server (no persistence)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """URL of the shared server, flushed before each test so tests never see each other."""
+    if not redis_server.running:
+        redis_server.start()
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+    yield redis_server.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+class RedisServerFactory:
+    """Starts separate, persistent servers; every one is stopped at the end of the test."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.servers: list[RedisServer] = []
+
+    def __call__(self, *, persistent: bool = True, start: bool = True) -> RedisServer:
+        server = RedisServer(self.base / f"redis-{len(self.servers)}", persistent=persistent)
+        self.servers.append(server)
+        if start:
+            server.start()
+        return server
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
+@pytest.fixture
+def redis_server_factory(tmp_path: Path) -> Iterator[RedisServerFactory]:
+    """``redis_server_factory()`` -> a RedisServer with ``.url .stop() .start() .restart()``."""
+    factory = RedisServerFactory(tmp_path)
+    yield factory
+    factory.close()
