@@ -1,0 +1,243 @@
+"""Generate the TaskQueue CRD from the pydantic models.
+
+pydantic emits JSON Schema; a CRD needs a *structural* OpenAPI v3 schema: no ``$ref``,
+no ``anyOf`` carrying types, ``nullable`` instead of a ``null`` type, no
+``additionalProperties: false`` (the apiserver prunes unknown fields instead). This
+module rewrites the one into the other and adds what JSON Schema cannot say: CEL rules,
+subresources and printer columns.
+
+    python -m taskfleet_operator.crdgen --write crds/
+    python -m taskfleet_operator.crdgen --check crds/   # exit 1 when the file drifted
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from taskfleet_operator.models import (
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+    TaskQueueSpec,
+    TaskQueueStatus,
+)
+
+CRD_NAME = f"{PLURAL}.{GROUP}"
+FILENAME = f"{CRD_NAME}.yaml"
+HEADER = "# Generated from taskfleet_operator/models.py by `make crds`; do not edit.\n"
+
+# Keys of JSON Schema that have no place (or no meaning) in a CRD schema.
+_DROPPED_KEYS = {"title", "$defs", "examples"}
+
+# A spec object field whose children carry defaults gets `default: {}` so the apiserver
+# fills those children in even when the user leaves the whole object out.
+_DEFAULTED_OBJECTS = {"backoff", "heartbeat", "retention"}
+
+
+class SchemaError(ValueError):
+    """The models produced a schema this generator cannot make structural."""
+
+
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_resolve(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _resolve(merged, defs)
+    return {key: _resolve(value, defs) for key, value in node.items()}
+
+
+def _structural(node: Any) -> Any:
+    """Rewrite one resolved JSON Schema node (recursively) into a structural one."""
+    if isinstance(node, list):
+        return [_structural(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    if "anyOf" in node:
+        variants = node.pop("anyOf")
+        typed = [v for v in variants if v.get("type") != "null"]
+        if len(typed) != 1 or len(typed) == len(variants):
+            raise SchemaError(f"cannot express anyOf {variants!r} structurally")
+        node = {**typed[0], **node, "nullable": True}
+    if node.get("default", 0) is None:
+        del node["default"]
+    for key in _DROPPED_KEYS:
+        node.pop(key, None)
+    extra = node.get("additionalProperties")
+    if extra is False or extra is True or node.get("x-kubernetes-preserve-unknown-fields"):
+        # False: pruning does that job; True/preserve: spelled as preserve-unknown-fields.
+        if extra is True:
+            node["x-kubernetes-preserve-unknown-fields"] = True
+        node.pop("additionalProperties", None)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            out[key] = {name: _structural(child) for name, child in value.items()}
+        elif key in ("items", "additionalProperties"):
+            out[key] = _structural(value)
+        else:
+            out[key] = value
+    return _ordered(out)
+
+
+# A stable, readable key order for the YAML (type first, rules last).
+_ORDER = [
+    "description",
+    "type",
+    "format",
+    "nullable",
+    "default",
+    "enum",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "maxProperties",
+    "required",
+    "properties",
+    "additionalProperties",
+    "items",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-validations",
+]
+
+
+def _ordered(node: dict[str, Any]) -> dict[str, Any]:
+    rank = {key: index for index, key in enumerate(_ORDER)}
+    return dict(sorted(node.items(), key=lambda item: (rank.get(item[0], len(_ORDER)), item[0])))
+
+
+def model_schema(model: type[TaskQueueSpec] | type[TaskQueueStatus]) -> dict[str, Any]:
+    """The structural OpenAPI schema of one model (spec or status)."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    schema: dict[str, Any] = _structural(_resolve(raw, defs))
+    return schema
+
+
+def spec_schema() -> dict[str, Any]:
+    schema = model_schema(TaskQueueSpec)
+    for name in _DEFAULTED_OBJECTS:
+        schema["properties"][name]["default"] = {}
+        schema["properties"][name] = _ordered(schema["properties"][name])
+    return schema
+
+
+def status_schema() -> dict[str, Any]:
+    schema = model_schema(TaskQueueStatus)
+    conditions = schema["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    conditions["items"]["required"] = ["type", "status"]
+    return schema
+
+
+def _column(name: str, path: str, kind: str = "integer", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "type": kind, "jsonPath": path, **extra}
+
+
+def build_crd() -> dict[str, Any]:
+    """The whole CustomResourceDefinition as a dict."""
+    root = {
+        "description": "A Redis task queue and the fleet of workers that serves it.",
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema(),
+            "status": status_schema(),
+        },
+        "x-kubernetes-validations": [
+            {
+                # The name becomes the label value `taskfleet.dev/queue`, at most 63 chars.
+                "rule": "size(self.metadata.name) <= 63",
+                "message": "TaskQueue names are at most 63 characters "
+                "(the name is the worker pods' taskfleet.dev/queue label value)",
+            }
+        ],
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": CRD_NAME},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "categories": ["taskfleet"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": root},
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        _column("Replicas", ".spec.replicas"),
+                        _column("Ready", ".status.readyReplicas"),
+                        _column("Pending", ".status.pending"),
+                        _column("Running", ".status.running"),
+                        _column("Dead", ".status.dead"),
+                        _column("Age", ".metadata.creationTimestamp", "date"),
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def render() -> str:
+    """The CRD file's exact text."""
+    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m taskfleet_operator.crdgen")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", metavar="DIR", type=Path, help="write the CRD into DIR")
+    mode.add_argument("--check", metavar="DIR", type=Path, help="fail if DIR's CRD drifted")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.write is not None:
+        args.write.mkdir(parents=True, exist_ok=True)
+        (args.write / FILENAME).write_text(text)
+        return 0
+    target: Path = args.check / FILENAME
+    if not target.is_file() or target.read_text() != text:
+        print(f"{target} is out of date with the models: run `make crds`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""The TaskQueue resource as pydantic v2 models: the single source of the CRD schema.
+
+`crdgen` turns these models into the committed CRD; the handlers read every spec into
+`TaskQueueSpec` before acting, so the apiserver and the operator enforce the same rules.
+Cross-field rules appear twice on purpose: as CEL (``x-kubernetes-validations``, so
+``kubectl apply`` rejects a bad manifest with a message saying what to fix) and as
+pydantic validators (so a spec that slipped past an older CRD still fails clearly).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "taskfleet.dev"
+VERSION = "v1alpha1"
+KIND = "TaskQueue"
+PLURAL = "taskqueues"
+SINGULAR = "taskqueue"
+SHORT_NAMES = ["tq"]
+QUEUE_LABEL = f"{GROUP}/queue"
+
+# Environment variables the operator sets on the worker container itself; a user env
+# entry with one of these names would silently fight the operator, so it is refused.
+RESERVED_ENV = (
+    "TASKFLEET_QUEUE",
+    "TASKFLEET_HANDLER",
+    "TASKFLEET_CONCURRENCY",
+    "TASKFLEET_DRAIN_TIMEOUT",
+    "TASKFLEET_HEARTBEAT_INTERVAL",
+    "TASKFLEET_LEASE_TTL",
+    "TASKFLEET_REDIS_URL",
+    "TASKFLEET_POD_NAME",
+    "TASKFLEET_RUNTIME_DIR",
+)
+
+HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+REDIS_URL_PATTERN = r"^(redis|rediss|unix)://"
+# A userinfo part with a colon ("user:pass@" or ":pass@") carries a password.
+_PASSWORD_IN_URL = re.compile(r"^[a-z]+://[^@/]*:[^@/]*@")
+
+# Pass-through Kubernetes types: kept as opaque objects so the CRD stays structural
+# without copying the core/v1 schemas; the apiserver validates them on the Deployment.
+K8S_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+def cel(rule: str, message: str, *, field_path: str | None = None) -> dict[str, str]:
+    """One ``x-kubernetes-validations`` entry."""
+    entry = {"rule": rule, "message": message}
+    if field_path is not None:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+class CamelModel(BaseModel):
+    """Base for CRD models: camelCase names in YAML, snake_case in Python."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class RateLimit(CamelModel):
+    """At most `tasks` claims and `cost` units per `periodSeconds`, across the whole fleet."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.periodSeconds)",
+                    "rateLimit.periodSeconds is required when rateLimit is set",
+                ),
+                cel(
+                    "has(self.tasks) || has(self.cost)",
+                    "rateLimit needs tasks or cost (or both); remove rateLimit for no limit",
+                ),
+            ]
+        }
+    )
+
+    tasks: int | None = Field(None, ge=1, le=1_000_000, description="Tasks per period.")
+    cost: int | None = Field(None, ge=1, le=1_000_000_000, description="Cost units per period.")
+    period_seconds: int | None = Field(None, ge=1, le=86_400, description="Length of a period.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> RateLimit:
+        if self.period_seconds is None:
+            raise ValueError("rateLimit.periodSeconds is required when rateLimit is set")
+        if self.tasks is None and self.cost is None:
+            raise ValueError("rateLimit needs tasks or cost (or both); remove rateLimit for no limit")
+        return self
+
+
+class Backoff(CamelModel):
+    """Retry delay after a failed attempt: exponential from base, capped at max."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.maxSeconds >= self.baseSeconds",
+                    "backoff.maxSeconds must be >= backoff.baseSeconds",
+                )
+            ]
+        }
+    )
+
+    base_seconds: float = Field(1.0, ge=0, le=3600, description="First retry delay.")
+    max_seconds: float = Field(300.0, ge=0, le=86_400, description="Longest retry delay.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Backoff:
+        if self.max_seconds < self.base_seconds:
+            raise ValueError("backoff.maxSeconds must be >= backoff.baseSeconds")
+        return self
+
+
+class Heartbeat(CamelModel):
+    """Workers beat every interval; a lease not extended within ttl is taken back."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.ttlSeconds >= 2 * self.intervalSeconds",
+                    "heartbeat.ttlSeconds must be at least 2x heartbeat.intervalSeconds "
+                    "(one missed beat must not lose a lease)",
+                )
+            ]
+        }
+    )
+
+    interval_seconds: int = Field(5, ge=1, le=300, description="Heartbeat period.")
+    ttl_seconds: int = Field(30, ge=2, le=3600, description="Lease time-to-live.")
+
+    @model_validator(mode="after")
+    def _ttl_covers_two_beats(self) -> Heartbeat:
+        if self.ttl_seconds < 2 * self.interval_seconds:
+            raise ValueError(
+                "heartbeat.ttlSeconds must be at least 2x heartbeat.intervalSeconds "
+                "(one missed beat must not lose a lease)"
+            )
+        return self
+
+
+class Retention(CamelModel):
+    """How long finished tasks stay readable before the sweeper prunes them."""
+
+    done_seconds: int = Field(3600, ge=0, le=31_536_000, description="Keep done tasks.")
+    dead_seconds: int = Field(259_200, ge=0, le=31_536_000, description="Keep dead tasks.")
+
+
+class Schedule(CamelModel):
+    """A cron schedule: the sweeper enqueues `payload` once per cron slot."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=NAME_PATTERN)
+    cron: str = Field(
+        min_length=9,
+        max_length=128,
+        description="Five-field cron expression (minute hour day month weekday), UTC.",
+    )
+    payload: Annotated[Any, Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = (
+        None
+    )
+    priority: int = Field(0, ge=-1000, le=1000)
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        from croniter import croniter  # the operator extra; models import without it
+
+        if len(value.split()) != 5 or not croniter.is_valid(value):
+            raise ValueError(f"schedule cron {value!r} is not a valid five-field cron expression")
+        return value
+
+
+class SecretKeyRef(CamelModel):
+    """A key of a Secret in the TaskQueue's namespace holding the full Redis URL."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    key: str = Field("url", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+
+
+class RedisRef(CamelModel):
+    """Where the queue lives: a URL without a password, or a Secret holding the URL."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.url) != has(self.secretRef)",
+                    "set exactly one of redis.url or redis.secretRef",
+                ),
+                cel(
+                    "!has(self.url) || !self.url.matches('^[a-z]+://[^@/]*:[^@/]*@')",
+                    "redis.url must not contain a password: put the URL in a Secret "
+                    "and use redis.secretRef",
+                ),
+            ]
+        }
+    )
+
+    url: str | None = Field(None, max_length=2048, pattern=REDIS_URL_PATTERN)
+    secret_ref: SecretKeyRef | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> RedisRef:
+        if (self.url is None) == (self.secret_ref is None):
+            raise ValueError("set exactly one of redis.url or redis.secretRef")
+        if self.url is not None and _PASSWORD_IN_URL.match(self.url):
+            raise ValueError(
+                "redis.url must not contain a password: put the URL in a Secret "
+                "and use redis.secretRef"
+            )
+        return self
+
+
+class EnvVar(CamelModel):
+    """A container env entry; `valueFrom` passes through to the Deployment unchanged."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=ENV_NAME_PATTERN)
+    value: str | None = Field(None, max_length=32_768)
+    value_from: Annotated[dict[str, Any] | None, Field(json_schema_extra=K8S_OBJECT)] = None
+
+
+def _reserved_env_rule() -> str:
+    names = ", ".join(f"'{name}'" for name in RESERVED_ENV)
+    return f"self.env.all(e, !(e.name in [{names}]))"
+
+
+class TaskQueueSpec(CamelModel):
+    """What the user asks for: a queue, its shared limits, and the workers that serve it."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.schedules) || self.schedules.all(s, "
+                    "self.schedules.exists_one(t, t.name == s.name))",
+                    "schedule names must be unique",
+                    field_path=".schedules",
+                ),
+                cel(
+                    "!has(self.env) || " + _reserved_env_rule(),
+                    "env must not set " + ", ".join(RESERVED_ENV) + ": the operator sets them",
+                    field_path=".env",
+                ),
+            ]
+        }
+    )
+
+    image: str = Field(min_length=1, max_length=512, description="Worker image.")
+    handler: str = Field(
+        max_length=256,
+        pattern=HANDLER_PATTERN,
+        description="Task handler as module:function, importable in the image.",
+    )
+    redis: RedisRef
+    replicas: int = Field(1, ge=0, le=1000, description="Worker pods.")
+    concurrency: int = Field(4, ge=1, le=1000, description="Tasks run at once per pod.")
+    max_concurrency: int = Field(
+        0, ge=0, le=1_000_000, description="Tasks run at once across the fleet; 0 = unlimited."
+    )
+    rate_limit: RateLimit | None = None
+    max_task_duration_seconds: int = Field(
+        300,
+        ge=1,
+        le=86_400,
+        description="A task running longer is cancelled; also the drain deadline on shutdown "
+        "(bounded, see terminationGracePeriodSeconds).",
+    )
+    max_attempts: int = Field(3, ge=1, le=100, description="Attempts before a task goes dead.")
+    backoff: Backoff = Field(default_factory=Backoff)
+    heartbeat: Heartbeat = Field(default_factory=Heartbeat)
+    retention: Retention = Field(default_factory=Retention)
+    max_lost: int = Field(
+        3, ge=1, le=100, description="Times a task may lose its worker before it goes dead."
+    )
+    schedules: list[Schedule] = Field(default_factory=list, max_length=50)
+    resources: Annotated[dict[str, Any] | None, Field(json_schema_extra=K8S_OBJECT)] = None
+    env: list[EnvVar] = Field(default_factory=list, max_length=100)
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(
+        None, max_length=64
+    )
+    tolerations: (
+        list[Annotated[dict[str, Any], Field(json_schema_extra=K8S_OBJECT)]] | None
+    ) = Field(None, max_length=64)
+    affinity: Annotated[dict[str, Any] | None, Field(json_schema_extra=K8S_OBJECT)] = None
+    service_account_name: str | None = Field(None, max_length=253, pattern=NAME_PATTERN)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    on_delete: Literal["Retain", "Purge"] = Field(
+        "Retain", description="Purge deletes the queue's Redis data with the TaskQueue."
+    )
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> TaskQueueSpec:
+        names = [s.name for s in self.schedules]
+        if len(names) != len(set(names)):
+            raise ValueError("schedule names must be unique")
+        reserved = sorted({e.name for e in self.env} & set(RESERVED_ENV))
+        if reserved:
+            raise ValueError(f"env must not set {', '.join(reserved)}: the operator sets them")
+        return self
+
+
+class Condition(CamelModel):
+    """A Kubernetes-style condition."""
+
+    type: str = Field(max_length=64)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field("", max_length=128)
+    message: str = Field("", max_length=1024)
+    last_transition_time: str | None = Field(None, max_length=64)
+
+
+class TaskQueueStatus(CamelModel):
+    """What the operator observed; every field is optional because it fills in stages."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    selector: str | None = Field(None, max_length=1024)
+    pending: int | None = None
+    delayed: int | None = None
+    running: int | None = None
+    dead: int | None = None
+    live_pods: int | None = None
+    requeued_total: int | None = None
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+    observed_generation: int | None = None
