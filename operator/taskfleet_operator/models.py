@@ -12,8 +12,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+JsonDict = dict[str, JsonValue]
 
 GROUP = "taskfleet.dev"
 VERSION = "v1alpha1"
@@ -47,11 +49,12 @@ _PASSWORD_IN_URL = re.compile(r"^[a-z]+://[^@/]*:[^@/]*@")
 # Pass-through Kubernetes types: kept as opaque objects so the CRD stays structural
 # without copying the core/v1 schemas; the apiserver validates them on the Deployment.
 K8S_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+ANY_JSON: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
 
 
-def cel(rule: str, message: str, *, field_path: str | None = None) -> dict[str, str]:
+def cel(rule: str, message: str, *, field_path: str | None = None) -> JsonDict:
     """One ``x-kubernetes-validations`` entry."""
-    entry = {"rule": rule, "message": message}
+    entry: JsonDict = {"rule": rule, "message": message}
     if field_path is not None:
         entry["fieldPath"] = field_path
     return entry
@@ -86,16 +89,22 @@ class RateLimit(CamelModel):
         }
     )
 
-    tasks: int | None = Field(None, ge=1, le=1_000_000, description="Tasks per period.")
-    cost: int | None = Field(None, ge=1, le=1_000_000_000, description="Cost units per period.")
-    period_seconds: int | None = Field(None, ge=1, le=86_400, description="Length of a period.")
+    tasks: int | None = Field(default=None, ge=1, le=1_000_000, description="Tasks per period.")
+    cost: int | None = Field(
+        default=None, ge=1, le=1_000_000_000, description="Cost units per period."
+    )
+    period_seconds: int | None = Field(
+        default=None, ge=1, le=86_400, description="Length of a period."
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> RateLimit:
         if self.period_seconds is None:
             raise ValueError("rateLimit.periodSeconds is required when rateLimit is set")
         if self.tasks is None and self.cost is None:
-            raise ValueError("rateLimit needs tasks or cost (or both); remove rateLimit for no limit")
+            raise ValueError(
+                "rateLimit needs tasks or cost (or both); remove rateLimit for no limit"
+            )
         return self
 
 
@@ -113,8 +122,8 @@ class Backoff(CamelModel):
         }
     )
 
-    base_seconds: float = Field(1.0, ge=0, le=3600, description="First retry delay.")
-    max_seconds: float = Field(300.0, ge=0, le=86_400, description="Longest retry delay.")
+    base_seconds: float = Field(default=1.0, ge=0, le=3600, description="First retry delay.")
+    max_seconds: float = Field(default=300.0, ge=0, le=86_400, description="Longest retry delay.")
 
     @model_validator(mode="after")
     def _ordered(self) -> Backoff:
@@ -138,8 +147,8 @@ class Heartbeat(CamelModel):
         }
     )
 
-    interval_seconds: int = Field(5, ge=1, le=300, description="Heartbeat period.")
-    ttl_seconds: int = Field(30, ge=2, le=3600, description="Lease time-to-live.")
+    interval_seconds: int = Field(default=5, ge=1, le=300, description="Heartbeat period.")
+    ttl_seconds: int = Field(default=30, ge=2, le=3600, description="Lease time-to-live.")
 
     @model_validator(mode="after")
     def _ttl_covers_two_beats(self) -> Heartbeat:
@@ -154,8 +163,8 @@ class Heartbeat(CamelModel):
 class Retention(CamelModel):
     """How long finished tasks stay readable before the sweeper prunes them."""
 
-    done_seconds: int = Field(3600, ge=0, le=31_536_000, description="Keep done tasks.")
-    dead_seconds: int = Field(259_200, ge=0, le=31_536_000, description="Keep dead tasks.")
+    done_seconds: int = Field(default=3600, ge=0, le=31_536_000, description="Keep done tasks.")
+    dead_seconds: int = Field(default=259_200, ge=0, le=31_536_000, description="Keep dead tasks.")
 
 
 class Schedule(CamelModel):
@@ -167,10 +176,8 @@ class Schedule(CamelModel):
         max_length=128,
         description="Five-field cron expression (minute hour day month weekday), UTC.",
     )
-    payload: Annotated[Any, Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})] = (
-        None
-    )
-    priority: int = Field(0, ge=-1000, le=1000)
+    payload: Annotated[Any, Field(json_schema_extra=ANY_JSON)] = None
+    priority: int = Field(default=0, ge=-1000, le=1000)
 
     @field_validator("cron")
     @classmethod
@@ -186,7 +193,7 @@ class SecretKeyRef(CamelModel):
     """A key of a Secret in the TaskQueue's namespace holding the full Redis URL."""
 
     name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-    key: str = Field("url", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    key: str = Field(default="url", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
 
 
 class RedisRef(CamelModel):
@@ -208,7 +215,7 @@ class RedisRef(CamelModel):
         }
     )
 
-    url: str | None = Field(None, max_length=2048, pattern=REDIS_URL_PATTERN)
+    url: str | None = Field(default=None, max_length=2048, pattern=REDIS_URL_PATTERN)
     secret_ref: SecretKeyRef | None = None
 
     @model_validator(mode="after")
@@ -227,7 +234,7 @@ class EnvVar(CamelModel):
     """A container env entry; `valueFrom` passes through to the Deployment unchanged."""
 
     name: str = Field(min_length=1, max_length=253, pattern=ENV_NAME_PATTERN)
-    value: str | None = Field(None, max_length=32_768)
+    value: str | None = Field(default=None, max_length=32_768)
     value_from: Annotated[dict[str, Any] | None, Field(json_schema_extra=K8S_OBJECT)] = None
 
 
@@ -264,40 +271,45 @@ class TaskQueueSpec(CamelModel):
         description="Task handler as module:function, importable in the image.",
     )
     redis: RedisRef
-    replicas: int = Field(1, ge=0, le=1000, description="Worker pods.")
-    concurrency: int = Field(4, ge=1, le=1000, description="Tasks run at once per pod.")
+    replicas: int = Field(default=1, ge=0, le=1000, description="Worker pods.")
+    concurrency: int = Field(default=4, ge=1, le=1000, description="Tasks run at once per pod.")
     max_concurrency: int = Field(
-        0, ge=0, le=1_000_000, description="Tasks run at once across the fleet; 0 = unlimited."
+        default=0,
+        ge=0,
+        le=1_000_000,
+        description="Tasks run at once across the fleet; 0 = unlimited.",
     )
     rate_limit: RateLimit | None = None
     max_task_duration_seconds: int = Field(
-        300,
+        default=300,
         ge=1,
         le=86_400,
         description="A task running longer is cancelled; also the drain deadline on shutdown "
         "(bounded, see terminationGracePeriodSeconds).",
     )
-    max_attempts: int = Field(3, ge=1, le=100, description="Attempts before a task goes dead.")
-    backoff: Backoff = Field(default_factory=Backoff)
-    heartbeat: Heartbeat = Field(default_factory=Heartbeat)
-    retention: Retention = Field(default_factory=Retention)
+    max_attempts: int = Field(
+        default=3, ge=1, le=100, description="Attempts before a task goes dead."
+    )
+    backoff: Backoff = Backoff()
+    heartbeat: Heartbeat = Heartbeat()
+    retention: Retention = Retention()
     max_lost: int = Field(
-        3, ge=1, le=100, description="Times a task may lose its worker before it goes dead."
+        default=3, ge=1, le=100, description="Times a task may lose its worker before it goes dead."
     )
     schedules: list[Schedule] = Field(default_factory=list, max_length=50)
     resources: Annotated[dict[str, Any] | None, Field(json_schema_extra=K8S_OBJECT)] = None
     env: list[EnvVar] = Field(default_factory=list, max_length=100)
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(
-        None, max_length=64
+        default=None, max_length=64
     )
-    tolerations: (
-        list[Annotated[dict[str, Any], Field(json_schema_extra=K8S_OBJECT)]] | None
-    ) = Field(None, max_length=64)
+    tolerations: list[Annotated[dict[str, Any], Field(json_schema_extra=K8S_OBJECT)]] | None = (
+        Field(default=None, max_length=64)
+    )
     affinity: Annotated[dict[str, Any] | None, Field(json_schema_extra=K8S_OBJECT)] = None
-    service_account_name: str | None = Field(None, max_length=253, pattern=NAME_PATTERN)
+    service_account_name: str | None = Field(default=None, max_length=253, pattern=NAME_PATTERN)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     on_delete: Literal["Retain", "Purge"] = Field(
-        "Retain", description="Purge deletes the queue's Redis data with the TaskQueue."
+        default="Retain", description="Purge deletes the queue's Redis data with the TaskQueue."
     )
 
     @model_validator(mode="after")
@@ -318,7 +330,7 @@ class Condition(CamelModel):
     status: Literal["True", "False", "Unknown"]
     reason: str = Field("", max_length=128)
     message: str = Field("", max_length=1024)
-    last_transition_time: str | None = Field(None, max_length=64)
+    last_transition_time: str | None = Field(default=None, max_length=64)
 
 
 class TaskQueueStatus(CamelModel):
@@ -328,7 +340,7 @@ class TaskQueueStatus(CamelModel):
 
     replicas: int | None = None
     ready_replicas: int | None = None
-    selector: str | None = Field(None, max_length=1024)
+    selector: str | None = Field(default=None, max_length=1024)
     pending: int | None = None
     delayed: int | None = None
     running: int | None = None
