@@ -1,0 +1,126 @@
+"""Loading the user's task handler from a ``module:function`` reference.
+
+The worker resolves the handler once, before it touches Redis, so a typo in a manifest
+fails the pod at start with one clear line instead of failing every task later.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import inspect
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Handler",
+    "HandlerLoadError",
+    "TaskContext",
+    "context_for",
+    "current_task",
+    "encode_result",
+    "format_error",
+    "load_handler",
+]
+
+#: How much of an exception's text is kept on the task; a traceback dump would bloat the hash.
+MAX_ERROR_CHARS = 2000
+
+
+class HandlerLoadError(ValueError):
+    """The handler reference cannot be resolved to a callable (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Handler:
+    """A resolved handler and how it must be run."""
+
+    ref: str
+    func: Callable[[dict[str, Any]], Any]
+    is_async: bool
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a handler may want to know besides its payload (for logs, idempotency keys)."""
+
+    queue: str
+    task_id: str
+    attempt: int
+    pod: str
+    incarnation: str
+    redis_url: str = field(repr=False)  # may hold a password: kept out of repr and logs
+
+
+_current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("taskfleet_task")
+
+
+def current_task() -> TaskContext:
+    """The task the calling handler is running (sync or async); LookupError outside one."""
+    return _current.get()
+
+
+def context_for(task: TaskContext) -> contextvars.Context:
+    """A fresh context in which ``current_task()`` is ``task``: run the handler inside it."""
+    context = contextvars.copy_context()
+    context.run(_current.set, task)
+    return context
+
+
+def _is_async_callable(obj: Any) -> bool:
+    if inspect.iscoroutinefunction(obj):
+        return True
+    # Instances with an ``async def __call__`` are handlers too.
+    call = getattr(obj, "__call__", None)  # noqa: B004 - we need the bound method itself
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def load_handler(ref: str) -> Handler:
+    """Import ``module:function`` (the function part may be dotted: ``mod:Class.method``)."""
+    module_name, sep, attr_path = ref.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise HandlerLoadError(f"handler {ref!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise HandlerLoadError(
+                f"handler module {module_name!r} not found (sys.path: {sys.path[0] or '.'} ...)"
+            ) from None
+        raise HandlerLoadError(
+            f"handler module {module_name!r} failed to import: {format_error(exc)}"
+        ) from None
+    except Exception as exc:  # a broken user module must not produce a traceback
+        raise HandlerLoadError(
+            f"handler module {module_name!r} failed to import: {format_error(exc)}"
+        ) from None
+    obj: Any = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise HandlerLoadError(
+                f"handler {ref!r}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from None
+    if not callable(obj):
+        raise HandlerLoadError(f"handler {ref!r} is a {type(obj).__name__}, not callable")
+    return Handler(ref=ref, func=obj, is_async=_is_async_callable(obj))
+
+
+def format_error(exc: BaseException) -> str:
+    """``Type: message`` on one line, truncated: what a task records about a failed attempt."""
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ").strip()
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 3] + "..."
+    return text
+
+
+def encode_result(value: Any) -> str:
+    """The handler's return value as JSON; raises TypeError/ValueError if it is not JSON data."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"handler result is not JSON-serialisable: {exc}") from None
