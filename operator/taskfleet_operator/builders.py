@@ -1,0 +1,248 @@
+"""Pure functions from a TaskQueue spec to the objects the operator applies.
+
+No I/O here: every function takes the validated model and returns plain dicts, so the
+whole shape of a worker fleet is unit-tested without a cluster, and the handlers only
+apply what these return.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from taskfleet_operator.models import GROUP, QUEUE_LABEL, TaskQueueSpec
+
+WORKER_CONTAINER = "worker"
+WORKER_UID = 10001
+RUNTIME_DIR = "/tmp/taskfleet"
+SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
+DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+
+# The drain deadline follows maxTaskDurationSeconds so a task that may legally run that
+# long can finish on shutdown; it is capped because kubelet keeps a Terminating pod (and
+# its node's drain) waiting for the whole grace period. Tasks still running at the cap
+# are released, not lost: another pod runs them again.
+MAX_DRAIN_SECONDS = 3600
+# Time after the drain deadline for releasing leftovers, closing connections and exiting.
+GRACE_MARGIN_SECONDS = 15
+
+
+def queue_name(namespace: str, name: str) -> str:
+    """The queue's name in Redis.
+
+    Namespaced so two namespaces can share one Redis; a namespace is a DNS label (no
+    dots), so the first dot separates the two parts unambiguously.
+    """
+    return f"{namespace}.{name}"
+
+
+def drain_seconds(spec: TaskQueueSpec) -> int:
+    return min(spec.max_task_duration_seconds, MAX_DRAIN_SECONDS)
+
+
+def grace_period_seconds(spec: TaskQueueSpec) -> int:
+    """terminationGracePeriodSeconds: the drain deadline plus a margin to exit cleanly."""
+    return drain_seconds(spec) + GRACE_MARGIN_SECONDS
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    """The Deployment's (immutable) selector: only the queue label."""
+    return {QUEUE_LABEL: name}
+
+
+def labels(name: str) -> dict[str, str]:
+    return {
+        **selector_labels(name),
+        "app.kubernetes.io/name": "taskfleet-worker",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "worker",
+        "app.kubernetes.io/managed-by": "taskfleet-operator",
+    }
+
+
+def selector_string(name: str) -> str:
+    """The label selector in the string form the scale subresource reports."""
+    return ",".join(f"{key}={value}" for key, value in selector_labels(name).items())
+
+
+def redis_url_env(spec: TaskQueueSpec) -> dict[str, Any]:
+    """TASKFLEET_REDIS_URL; from the Secret when there is one, so no password is in the pod spec."""
+    ref = spec.redis.secret_ref
+    if ref is not None:
+        return {
+            "name": "TASKFLEET_REDIS_URL",
+            "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
+        }
+    return {"name": "TASKFLEET_REDIS_URL", "value": spec.redis.url}
+
+
+def worker_env(spec: TaskQueueSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        redis_url_env(spec),
+        {
+            "name": "TASKFLEET_POD_NAME",
+            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+        },
+        {"name": "TASKFLEET_RUNTIME_DIR", "value": RUNTIME_DIR},
+    ]
+    env += [var.model_dump(by_alias=True, exclude_none=True) for var in spec.env]
+    return env
+
+
+def worker_args(namespace: str, name: str, spec: TaskQueueSpec) -> list[str]:
+    return [
+        "--queue",
+        queue_name(namespace, name),
+        "--handler",
+        spec.handler,
+        "--concurrency",
+        str(spec.concurrency),
+        "--drain-timeout",
+        str(drain_seconds(spec)),
+        "--heartbeat-interval",
+        str(spec.heartbeat.interval_seconds),
+        "--lease-ttl",
+        str(spec.heartbeat.ttl_seconds),
+    ]
+
+
+def worker_container(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": WORKER_CONTAINER,
+        "image": spec.image,
+        # Exec form, no shell: the worker is PID 1 and receives SIGTERM itself.
+        "command": ["taskfleet", "worker"],
+        "args": worker_args(namespace, name, spec),
+        "env": worker_env(spec),
+        "lifecycle": {
+            "preStop": {
+                "exec": {
+                    "command": [
+                        "taskfleet",
+                        "drain",
+                        "--wait",
+                        "--timeout",
+                        str(drain_seconds(spec)),
+                    ]
+                }
+            }
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": WORKER_UID,
+            "runAsGroup": WORKER_UID,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        # The worker's runtime file (read by `taskfleet drain`) needs a writable /tmp.
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    if spec.image_pull_policy is not None:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    if spec.resources is not None:
+        container["resources"] = spec.resources
+    return container
+
+
+def pod_spec(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "containers": [worker_container(namespace, name, spec)],
+        "terminationGracePeriodSeconds": grace_period_seconds(spec),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": WORKER_UID,
+            "runAsGroup": WORKER_UID,
+            "fsGroup": WORKER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+        # Workers talk to Redis only: no service-link env noise, no API token unless the
+        # user picked a service account (which may need one).
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": spec.service_account_name is not None,
+    }
+    if spec.service_account_name is not None:
+        pod["serviceAccountName"] = spec.service_account_name
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = list(spec.tolerations)
+    if spec.affinity:
+        pod["affinity"] = spec.affinity
+    return pod
+
+
+def spec_hash(template: dict[str, Any]) -> str:
+    """A short stable hash of a pod template: equal templates, equal hashes."""
+    blob = json.dumps(template, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def pod_template(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str, Any]:
+    """The pod template, annotated with a hash of everything that must roll the pods.
+
+    Fields that only change Redis-side settings (maxConcurrency, rateLimit, retention,
+    ...) or the replica count do not appear in the template, so they never roll pods.
+    """
+    template: dict[str, Any] = {
+        "metadata": {"labels": labels(name)},
+        "spec": pod_spec(namespace, name, spec),
+    }
+    template["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: spec_hash(template)}
+    return template
+
+
+def build_deployment(name: str, namespace: str, spec: TaskQueueSpec) -> dict[str, Any]:
+    """The worker Deployment of one TaskQueue (the owner reference is added by the caller)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels(name)},
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector_labels(name)},
+            # Never below the requested capacity during a rollout; old pods drain while
+            # new ones already work. 25% surge rounds up, so at least one extra pod.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"},
+            },
+            "revisionHistoryLimit": 5,
+            "template": pod_template(namespace, name, spec),
+        },
+    }
+
+
+def deletion_cost(inflight: int | None) -> str:
+    """pod-deletion-cost for a pod: its in-flight task count, so idle pods go first.
+
+    A pod that has not registered as a worker yet (None) runs nothing: cost 0.
+    """
+    return str(max(0, inflight or 0))
+
+
+def queue_config_fields(spec: TaskQueueSpec) -> dict[str, Any]:
+    """The queue's shared settings (`taskfleet.QueueConfig` fields) from the spec.
+
+    Kept as a dict so this module stays free of the Redis library; the sweeper turns it
+    into a `QueueConfig`. maxTaskDurationSeconds is also the default task timeout: a
+    task may not outlive the drain deadline it was promised.
+    """
+    limit = spec.rate_limit
+    return {
+        "max_concurrency": spec.max_concurrency,
+        "rate_limit_tasks": limit.tasks if limit else None,
+        "rate_limit_cost": limit.cost if limit else None,
+        "rate_limit_period_s": limit.period_seconds if limit else None,
+        "max_attempts": spec.max_attempts,
+        "backoff_base_s": spec.backoff.base_seconds,
+        "backoff_max_s": spec.backoff.max_seconds,
+        "max_lost": spec.max_lost,
+        "lease_ttl_s": spec.heartbeat.ttl_seconds,
+        "done_retention_s": spec.retention.done_seconds,
+        "dead_retention_s": spec.retention.dead_seconds,
+        "default_timeout_s": spec.max_task_duration_seconds,
+    }

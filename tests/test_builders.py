@@ -1,0 +1,285 @@
+"""The worker Deployment is a pure function of the TaskQueue spec: checked without a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from taskfleet_operator import builders
+from taskfleet_operator.models import TaskQueueSpec
+
+
+def make_spec(**overrides: Any) -> TaskQueueSpec:
+    raw: dict[str, Any] = {
+        "image": "localhost/worker:dev",
+        "handler": "app.tasks:handle",
+        "redis": {"url": "redis://redis.taskfleet-system:6379/0"},
+    }
+    raw.update(overrides)
+    return TaskQueueSpec.model_validate(raw)
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def env_by_name(deployment: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {var["name"]: var for var in container(deployment)["env"]}
+
+
+def test_worker_runs_as_restricted_non_root_with_a_read_only_root_and_writable_tmp() -> None:
+    deployment = builders.build_deployment("emails", "shop", make_spec())
+    pod = deployment["spec"]["template"]["spec"]
+    worker = container(deployment)
+
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert worker["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert {"name": "tmp", "mountPath": "/tmp"} in worker["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in pod["volumes"]
+
+
+def test_worker_is_started_in_exec_form_with_its_options_as_arguments() -> None:
+    spec = make_spec(concurrency=8, heartbeat={"intervalSeconds": 2, "ttlSeconds": 10})
+    worker = container(builders.build_deployment("emails", "shop", spec))
+
+    assert worker["command"] == ["taskfleet", "worker"]
+    args = worker["args"]
+    assert all(isinstance(arg, str) for arg in args)
+    options = dict(zip(args[::2], args[1::2], strict=True))
+    assert options == {
+        "--queue": "shop.emails",
+        "--handler": "app.tasks:handle",
+        "--concurrency": "8",
+        "--drain-timeout": "300",
+        "--heartbeat-interval": "2",
+        "--lease-ttl": "10",
+    }
+
+
+@pytest.mark.parametrize(
+    ("max_duration", "drain", "grace"),
+    [(1, 1, 16), (300, 300, 315), (3600, 3600, 3615), (86_400, 3600, 3615)],
+)
+def test_grace_period_is_the_bounded_drain_deadline_plus_a_margin(
+    max_duration: int, drain: int, grace: int
+) -> None:
+    spec = make_spec(maxTaskDurationSeconds=max_duration)
+    deployment = builders.build_deployment("q", "ns", spec)
+    worker = container(deployment)
+
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace
+    assert worker["lifecycle"]["preStop"]["exec"]["command"] == [
+        "taskfleet",
+        "drain",
+        "--wait",
+        "--timeout",
+        str(drain),
+    ]
+    assert worker["args"][worker["args"].index("--drain-timeout") + 1] == str(drain)
+
+
+def test_pod_name_comes_from_the_downward_api() -> None:
+    env = env_by_name(builders.build_deployment("q", "ns", make_spec()))
+
+    assert env["TASKFLEET_POD_NAME"]["valueFrom"] == {
+        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}
+    }
+    assert env["TASKFLEET_RUNTIME_DIR"]["value"] == "/tmp/taskfleet"
+
+
+def test_redis_url_from_a_secret_is_referenced_never_copied() -> None:
+    spec = make_spec(redis={"secretRef": {"name": "redis-auth", "key": "uri"}})
+    deployment = builders.build_deployment("q", "ns", spec)
+    env = env_by_name(deployment)
+
+    assert env["TASKFLEET_REDIS_URL"] == {
+        "name": "TASKFLEET_REDIS_URL",
+        "valueFrom": {"secretKeyRef": {"name": "redis-auth", "key": "uri"}},
+    }
+    assert "value" not in env["TASKFLEET_REDIS_URL"]
+
+
+def test_plain_redis_url_is_passed_as_a_value() -> None:
+    env = env_by_name(builders.build_deployment("q", "ns", make_spec()))
+
+    assert env["TASKFLEET_REDIS_URL"]["value"] == "redis://redis.taskfleet-system:6379/0"
+
+
+def test_user_env_follows_the_operator_env_unchanged() -> None:
+    spec = make_spec(
+        env=[
+            {"name": "LOG_LEVEL", "value": "debug"},
+            {"name": "API_KEY", "valueFrom": {"secretKeyRef": {"name": "api", "key": "k"}}},
+        ]
+    )
+    names = [var["name"] for var in container(builders.build_deployment("q", "ns", spec))["env"]]
+
+    assert names == [
+        "TASKFLEET_REDIS_URL",
+        "TASKFLEET_POD_NAME",
+        "TASKFLEET_RUNTIME_DIR",
+        "LOG_LEVEL",
+        "API_KEY",
+    ]
+    env = env_by_name(builders.build_deployment("q", "ns", spec))
+    assert env["API_KEY"] == {
+        "name": "API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "api", "key": "k"}},
+    }
+
+
+def test_labels_and_selector_tie_pods_to_their_queue() -> None:
+    deployment = builders.build_deployment("emails", "shop", make_spec(replicas=3))
+
+    assert deployment["metadata"] == {
+        "name": "emails",
+        "namespace": "shop",
+        "labels": builders.labels("emails"),
+    }
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["selector"] == {"matchLabels": {"taskfleet.dev/queue": "emails"}}
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["taskfleet.dev/queue"] == "emails"
+    assert pod_labels["app.kubernetes.io/instance"] == "emails"
+    assert builders.selector_string("emails") == "taskfleet.dev/queue=emails"
+
+
+def test_rollout_never_drops_below_the_requested_capacity() -> None:
+    strategy = builders.build_deployment("q", "ns", make_spec())["spec"]["strategy"]
+
+    assert strategy == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"},
+    }
+
+
+def spec_hash_of(spec: TaskQueueSpec) -> str:
+    template = builders.build_deployment("q", "ns", spec)["spec"]["template"]
+    value: str = template["metadata"]["annotations"][builders.SPEC_HASH_ANNOTATION]
+    return value
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"image": "localhost/worker:v2"},
+        {"handler": "app.tasks:other"},
+        {"concurrency": 16},
+        {"maxTaskDurationSeconds": 60},
+        {"env": [{"name": "X", "value": "1"}]},
+        {"redis": {"secretRef": {"name": "r"}}},
+        {"resources": {"limits": {"memory": "256Mi"}}},
+    ],
+)
+def test_spec_hash_changes_when_a_pod_affecting_field_changes(change: dict[str, Any]) -> None:
+    assert spec_hash_of(make_spec(**change)) != spec_hash_of(make_spec())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"replicas": 7}, {"maxConcurrency": 10}, {"retention": {"doneSeconds": 60}}],
+)
+def test_spec_hash_stays_when_only_replicas_or_redis_settings_change(
+    change: dict[str, Any],
+) -> None:
+    assert spec_hash_of(make_spec(**change)) == spec_hash_of(make_spec())
+
+
+def test_scheduling_and_image_options_pass_through() -> None:
+    spec = make_spec(
+        nodeSelector={"pool": "workers"},
+        tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        affinity={"nodeAffinity": {}},
+        serviceAccountName="workers",
+        imagePullPolicy="IfNotPresent",
+        resources={"requests": {"cpu": "100m"}},
+    )
+    deployment = builders.build_deployment("q", "ns", spec)
+    pod = deployment["spec"]["template"]["spec"]
+
+    assert pod["nodeSelector"] == {"pool": "workers"}
+    assert pod["tolerations"][0]["key"] == "dedicated"
+    assert pod["affinity"] == {"nodeAffinity": {}}
+    assert pod["serviceAccountName"] == "workers"
+    assert pod["automountServiceAccountToken"] is True
+    assert container(deployment)["imagePullPolicy"] == "IfNotPresent"
+    assert container(deployment)["resources"] == {"requests": {"cpu": "100m"}}
+
+
+def test_defaults_leave_scheduling_to_the_cluster_and_mount_no_api_token() -> None:
+    deployment = builders.build_deployment("q", "ns", make_spec())
+    pod = deployment["spec"]["template"]["spec"]
+
+    assert not {"nodeSelector", "tolerations", "affinity", "serviceAccountName"} & set(pod)
+    assert pod["automountServiceAccountToken"] is False
+    assert "imagePullPolicy" not in container(deployment)
+
+
+def test_queue_name_is_namespaced_so_namespaces_can_share_a_redis() -> None:
+    assert builders.queue_name("shop", "emails") == "shop.emails"
+    assert builders.queue_name("blog", "emails") != builders.queue_name("shop", "emails")
+
+
+def test_deletion_cost_ranks_idle_pods_first() -> None:
+    assert builders.deletion_cost(None) == "0"
+    assert builders.deletion_cost(0) == "0"
+    assert builders.deletion_cost(5) == "5"
+
+
+def test_queue_config_carries_the_shared_limits() -> None:
+    spec = make_spec(
+        maxConcurrency=20,
+        rateLimit={"tasks": 100, "periodSeconds": 60},
+        maxAttempts=5,
+        backoff={"baseSeconds": 2, "maxSeconds": 60},
+        heartbeat={"intervalSeconds": 3, "ttlSeconds": 9},
+        maxLost=2,
+        maxTaskDurationSeconds=120,
+    )
+    fields = builders.queue_config_fields(spec)
+
+    assert fields["max_concurrency"] == 20
+    assert (fields["rate_limit_tasks"], fields["rate_limit_cost"]) == (100, None)
+    assert fields["rate_limit_period_s"] == 60
+    assert (fields["max_attempts"], fields["max_lost"]) == (5, 2)
+    assert (fields["backoff_base_s"], fields["backoff_max_s"]) == (2, 60)
+    assert fields["lease_ttl_s"] == 9
+    assert fields["default_timeout_s"] == 120
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"handler": "no-colon"}, "String should match pattern"),
+        ({"redis": {}}, "exactly one of redis.url or redis.secretRef"),
+        (
+            {"redis": {"url": "redis://:hunter2@redis:6379/0"}},
+            "must not contain a password",
+        ),
+        ({"heartbeat": {"intervalSeconds": 10, "ttlSeconds": 15}}, "at least 2x"),
+        ({"rateLimit": {"tasks": 5}}, "periodSeconds is required"),
+        ({"schedules": [{"name": "a", "cron": "* * * * *"}] * 2}, "names must be unique"),
+        ({"schedules": [{"name": "a", "cron": "every minute ok"}]}, "not a valid five-field cron"),
+        ({"env": [{"name": "TASKFLEET_QUEUE", "value": "x"}]}, "the operator sets them"),
+        ({"replicas": 1001}, "less than or equal to 1000"),
+    ],
+)
+def test_invalid_specs_fail_with_a_message_saying_what_to_fix(
+    change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message):
+        make_spec(**change)

@@ -1,0 +1,106 @@
+"""The committed CRD is exactly what the models generate, and it is structural."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from taskfleet_operator import crdgen
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = REPO / "crds" / crdgen.FILENAME
+
+
+def walk(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema node with its path."""
+    if not isinstance(node, dict):
+        return
+    yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from walk(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from walk(node["additionalProperties"], f"{path}{{}}")
+
+
+def openapi_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = crdgen.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_committed_crd_matches_the_models() -> None:
+    assert COMMITTED.read_text() == crdgen.render(), "crds/ drifted: run `make crds`"
+
+
+def test_check_mode_fails_on_drift_and_passes_when_current(tmp_path: Path) -> None:
+    assert crdgen.main(["--write", str(tmp_path)]) == 0
+    assert crdgen.main(["--check", str(tmp_path)]) == 0
+
+    (tmp_path / crdgen.FILENAME).write_text(crdgen.render().replace("maxItems: 50", "maxItems: 5"))
+    assert crdgen.main(["--check", str(tmp_path)]) == 1
+
+
+def test_schema_is_structural() -> None:
+    for path, node in walk(openapi_schema()):
+        assert "$ref" not in node, path
+        assert "anyOf" not in node and "oneOf" not in node, path
+        assert node.get("additionalProperties") is not False, path
+        assert "title" not in node, path
+        if path:
+            typed = "type" in node or node.get("x-kubernetes-preserve-unknown-fields")
+            assert typed, f"{path} has no type"
+
+
+def test_optional_fields_are_nullable_and_names_are_camel_case() -> None:
+    spec = openapi_schema()["properties"]["spec"]["properties"]
+
+    assert spec["rateLimit"]["nullable"] is True
+    assert spec["redis"]["properties"]["secretRef"]["nullable"] is True
+    for path, _node in walk(openapi_schema()):
+        assert "_" not in path.rsplit(".", 1)[-1], path
+
+
+def test_every_string_and_list_is_bounded() -> None:
+    for path, node in walk(openapi_schema()):
+        if path.startswith((".status", ".apiVersion", ".kind")):
+            continue
+        if node.get("type") == "string" and "enum" not in node:
+            assert "maxLength" in node, path
+        if node.get("type") == "array":
+            assert "maxItems" in node, path
+        if node.get("type") == "integer" or node.get("type") == "number":
+            assert "minimum" in node and "maximum" in node, path
+
+
+def test_scale_subresource_and_printer_columns_serve_kubectl() -> None:
+    version = crdgen.build_crd()["spec"]["versions"][0]
+
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    assert version["subresources"]["status"] == {}
+    columns = [column["name"] for column in version["additionalPrinterColumns"]]
+    assert columns == ["Replicas", "Ready", "Pending", "Running", "Dead", "Age"]
+
+
+def test_nested_objects_default_so_their_children_default_too() -> None:
+    spec = openapi_schema()["properties"]["spec"]["properties"]
+
+    for name in ("backoff", "heartbeat", "retention"):
+        assert spec[name]["default"] == {}
+    assert spec["heartbeat"]["properties"]["ttlSeconds"]["default"] == 30
+    assert spec["replicas"]["default"] == 1
+    assert spec["onDelete"]["enum"] == ["Retain", "Purge"]
+
+
+def test_crd_file_is_one_valid_yaml_document() -> None:
+    documents = list(yaml.safe_load_all(COMMITTED.read_text()))
+
+    assert len(documents) == 1
+    assert documents[0]["metadata"]["name"] == "taskqueues.taskfleet.dev"
