@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-
 from taskfleet_operator import builders
 from taskfleet_operator.models import TaskQueueSpec
 

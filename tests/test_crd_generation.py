@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from taskfleet_operator import crdgen
 
 REPO = Path(__file__).resolve().parents[1]
