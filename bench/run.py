@@ -1,0 +1,283 @@
+"""`make bench`: taskfleet's throughput and latency, optionally with peers side by side.
+
+Starts one fresh redis-server (free port, temp dir, persistence off), then runs each
+system's bench (bench/systems/harness.py with that system's adapter) one after another
+against it, flushing Redis between systems. taskfleet runs in the project venv; each peer
+runs in its own venv under bench/.peers/<name>, created from the pins below on first use
+(their Redis client pins clash). Prints one table, writes bench/results/<stamp>.json and
+the results section of bench/README.md.
+
+    python -m bench.run                          # taskfleet only (about a minute)
+    python -m bench.run --peers rq,arq,celery,dramatiq
+    PEERS=1 make bench                           # the same, every peer
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+
+BENCH_DIR = Path(__file__).resolve().parent
+SYSTEMS_DIR = BENCH_DIR / "systems"
+PEERS_DIR = BENCH_DIR / ".peers"
+RESULTS_DIR = BENCH_DIR / "results"
+README = BENCH_DIR / "README.md"
+README_START = "<!-- results:start -->"
+README_END = "<!-- results:end -->"
+
+# One venv per peer: rq and celery want redis-py 6+, arq pins redis<6.
+PEER_PINS: dict[str, str] = {
+    "rq": "rq==2.12.0",
+    "arq": "arq==0.28.0",
+    "celery": "celery[redis]==5.7.0",
+    "dramatiq": "dramatiq[redis]==2.2.1",
+}
+SYSTEM_TIMEOUT_S = 600.0
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[tuple[str, str]]:
+    """A fresh redis-server for this run: yields (url, version)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server not found: install it (make deps)")
+    with tempfile.TemporaryDirectory(prefix="bench-redis-") as tmp:
+        port = free_port()
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
+             "--save", "", "--appendonly", "no", "--logfile", f"{tmp}/redis.log"],
+        )  # fmt: skip
+        url = f"redis://127.0.0.1:{port}/0"
+        client = redis.Redis.from_url(url)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit(f"redis-server did not start on port {port}") from None
+                    time.sleep(0.02)
+            yield url, str(client.info("server")["redis_version"])
+        finally:
+            client.close()
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def peer_python(name: str) -> Path:
+    """The peer's venv interpreter, (re)created when missing or its pin changed."""
+    venv = PEERS_DIR / name
+    python = venv / "bin" / "python"
+    stamp = venv / ".bench-req"
+    pin = PEER_PINS[name]
+    if python.exists() and stamp.exists() and stamp.read_text().strip() == pin:
+        return python
+    log(f"creating {venv} with {pin}")
+    if venv.exists():
+        shutil.rmtree(venv)
+    base = shutil.which("python3") or sys.executable
+    subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", pin], check=True)
+    stamp.write_text(pin + "\n")
+    return python
+
+
+def machine() -> dict[str, Any]:
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg_before": [float(x) for x in load],
+    }
+
+
+def run_system(
+    name: str, python: Path, url: str, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
+    out = tmp / f"{name}.json"
+    argv = [
+        str(python), str(SYSTEMS_DIR / "harness.py"), "--system", name,
+        "--redis-url", url, "--out", str(out), "--n", str(args.n), "--batch", str(args.batch),
+        "--workers", str(args.workers), "--latency-samples", str(args.latency_samples),
+    ]  # fmt: skip
+    log(f"{name}: {python}")
+    started = time.monotonic()
+    subprocess.run(argv, check=True, timeout=SYSTEM_TIMEOUT_S)
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    return result
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    header = (
+        "| system | enqueue 1-by-1 /s | enqueue batched /s | drain /s (2 procs) | p50 ms | p99 ms |"
+    )
+    rows = [header, "|---|--:|--:|--:|--:|--:|"]
+    for r in results:
+        rows.append(
+            f"| {r['system']} {r['version']} | {fmt(r['enqueue_single_per_s'])} "
+            f"| {fmt(r['enqueue_batch_per_s'])} | {fmt(r['drain_per_s'])} "
+            f"| {fmt(r['latency_p50_ms'], 2)} | {fmt(r['latency_p99_ms'], 2)} |"
+        )
+    return "\n".join(rows)
+
+
+def summary(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    load = m["loadavg_before"]
+    busy = load[0] > 0.5 * (m["nproc"] or 1)
+    results = report["results"]
+    lines = [
+        f"Run {report['started']} on {m['nproc']} cores ({m['cpu']}), Linux {m['kernel']}, "
+        f"Redis {report['redis_version']} (fresh server, persistence off).",
+        f"Load average before the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        + (" - the machine was busy, figures are pessimistic." if busy else "."),
+        f"N = {report['n']} no-op tasks per measurement (batches of {report['batch']}), "
+        f"{report['workers']} worker processes, latency over {report['latency_samples']} "
+        "sequential tasks after a warm-up.",
+        "",
+        table(results),
+        "",
+    ]
+    for r in results:
+        share = "/".join(str(x) for x in r["drain_share"])
+        batch = r["batch_method"] or "no batch API"
+        lines.append(
+            f"- {r['system']}: {r['worker_config']}; batches: {batch}; "
+            f"drain share per process {share}."
+        )
+        lines.extend(f"  - note: {note}" for note in r["notes"])
+    return "\n".join(lines)
+
+
+def write_readme(text: str) -> None:
+    if not README.exists():
+        return
+    content = README.read_text()
+    start, end = content.find(README_START), content.find(README_END)
+    if start < 0 or end < start:
+        log(f"{README} has no results markers; not updated")
+        return
+    new = content[: start + len(README_START)] + "\n" + text + "\n" + content[end:]
+    README.write_text(new)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="taskfleet throughput and latency, optionally next to its peers."
+    )
+    parser.add_argument(
+        "--peers",
+        default=os.environ.get("PEERS", ""),
+        help="comma-separated peers to run too (rq,arq,celery,dramatiq), or 1/all for "
+        "every one; default from $PEERS, else none",
+    )
+    parser.add_argument("--no-taskfleet", action="store_true", help="run only the peers")
+    parser.add_argument("--n", type=int, default=20_000, help="tasks per measurement")
+    parser.add_argument("--batch", type=int, default=1_000, help="tasks per enqueue batch")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--latency-samples", type=int, default=300)
+    parser.add_argument(
+        "--no-write", action="store_true", help="print only; no results file, no README"
+    )
+    args = parser.parse_args(argv)
+    raw = args.peers.strip().lower()
+    if raw in ("", "0", "no", "none"):
+        args.peer_list = []
+    elif raw in ("1", "yes", "all"):
+        args.peer_list = list(PEER_PINS)
+    else:
+        args.peer_list = [p.strip() for p in raw.split(",") if p.strip()]
+        unknown = [p for p in args.peer_list if p not in PEER_PINS]
+        if unknown:
+            parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEER_PINS)}")
+    if args.no_taskfleet and not args.peer_list:
+        parser.error("--no-taskfleet needs --peers")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    systems: list[tuple[str, Path]] = []
+    if not args.no_taskfleet:
+        systems.append(("taskfleet", Path(sys.executable)))
+    systems += [(name, peer_python(name)) for name in args.peer_list]
+
+    started = datetime.now(UTC)
+    report: dict[str, Any] = {
+        "started": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "n": args.n,
+        "batch": args.batch,
+        "workers": args.workers,
+        "latency_samples": args.latency_samples,
+        "results": [],
+    }
+    with redis_server() as (url, version), tempfile.TemporaryDirectory() as tmp:
+        report["redis_version"] = version
+        client = redis.Redis.from_url(url)
+        for name, python in systems:
+            client.flushall()
+            report["results"].append(run_system(name, python, url, args, Path(tmp)))
+        client.close()
+    report["loadavg_after"] = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+    text = summary(report)
+    print(text)
+    if not args.no_write:
+        RESULTS_DIR.mkdir(exist_ok=True)
+        path = RESULTS_DIR / f"{started.strftime('%Y-%m-%dT%H%MZ')}.json"
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        write_readme(text)
+        log(f"wrote {path} and {README}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
