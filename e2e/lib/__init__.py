@@ -1,0 +1,1 @@
+"""Helpers for the end-to-end suite: kubectl, Redis through a port-forward, task accounting."""

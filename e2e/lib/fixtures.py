@@ -1,0 +1,191 @@
+"""Fixtures of the e2e suite: a namespace per test, its own Redis, TaskQueues, figures.
+
+Loaded as a plugin (``pytest_plugins`` in the test modules) so its hooks can see test
+outcomes: a failed test leaves its diagnostics (pods, events, logs) in the report.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.lib.fleet import OPERATOR_IMAGE_HINT, Fleet, taskqueue_manifest
+from e2e.lib.kube import VERSIONS, Kube, KubectlError, is_ready, wait_for
+from e2e.lib.portforward import PortForward
+
+MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
+REDIS_IMAGE = os.environ.get("TASKFLEET_REDIS_IMAGE") or VERSIONS.get(
+    "REDIS_IMAGE", "localhost/taskfleet-redis:7.0"
+)
+_OUTCOME = pytest.StashKey[pytest.TestReport]()
+_FIGURES: list[str] = []
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call" or (report.when == "setup" and report.failed):
+        item.stash[_OUTCOME] = report
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _FIGURES:
+        terminalreporter.section("taskfleet e2e figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)
+
+
+class Operator:
+    """The operator's Deployment, found by its image wherever it was installed."""
+
+    def __init__(self, namespace: str, name: str):
+        self.kube = Kube(namespace)
+        self.name = name
+
+    @classmethod
+    def find(cls) -> Operator:
+        for dep in Kube().json("get", "deployments", "--all-namespaces")["items"]:
+            images = [c["image"] for c in dep["spec"]["template"]["spec"]["containers"]]
+            if any(OPERATOR_IMAGE_HINT in image for image in images):
+                return cls(dep["metadata"]["namespace"], dep["metadata"]["name"])
+        raise LookupError(
+            "no operator Deployment (an image containing 'taskfleet-operator') in the cluster: "
+            "deploy it with `kubectl apply -k manifests/` first"
+        )
+
+    def deployment(self) -> dict[str, Any]:
+        obj = self.kube.get("deployment", self.name)
+        assert obj is not None
+        return obj
+
+    @property
+    def selector(self) -> str:
+        labels = self.deployment()["spec"]["selector"]["matchLabels"]
+        return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+    def ready_pods(self) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in self.kube.pods(self.selector) if is_ready(p))
+
+    def logs(self) -> str:
+        return self.kube.logs(f"deployment/{self.name}")
+
+
+@pytest.fixture(scope="session")
+def operator() -> Operator:
+    """The deployed operator, ready; the suite cannot say anything without it."""
+    Kube().run("get", "crd", "taskqueues.taskfleet.dev", namespaced=False)
+    found = Operator.find()
+    wait_for("a ready operator pod", found.ready_pods, timeout=120)
+    return found
+
+
+@pytest.fixture
+def figures() -> Callable[[str], None]:
+    """Record a measured figure: printed now and repeated in the run's summary."""
+
+    def record(line: str) -> None:
+        print(line)
+        _FIGURES.append(line)
+
+    return record
+
+
+def _slug(name: str) -> str:
+    words = re.sub(r"[^a-z0-9]+", "-", name.lower().removeprefix("test_")).strip("-")
+    return words[:40].strip("-")
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, operator: Operator) -> Iterator[Kube]:
+    """A fresh namespace enforcing restricted pod security; deleted after the test."""
+    name = f"e2e-{_slug(request.node.name)}-{secrets.token_hex(2)}"
+    Kube().apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "app.kubernetes.io/part-of": "taskfleet-e2e",
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                },
+            },
+        }
+    )
+    kube = Kube(name)
+    yield kube
+    report = request.node.stash.get(_OUTCOME, None)
+    if report is not None and report.failed:
+        _dump_diagnostics(kube, operator)
+    if os.environ.get("TASKFLEET_E2E_KEEP") == "1":
+        return
+    # TaskQueues first, while their Redis still runs, so a finalizer never waits on a
+    # vanished Redis; then the namespace, without waiting (the next test does not need it).
+    kube.run(
+        "delete", "taskqueues", "--all", "--wait=true", "--timeout=60s", check=False, timeout=90
+    )
+    Kube().run("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _dump_diagnostics(kube: Kube, operator: Operator) -> None:
+    print(f"\n==== diagnostics for namespace {kube.namespace} ====")
+    for args in (
+        ("get", "taskqueues,deployments,replicasets,pods", "-o", "wide"),
+        ("get", "events", "--sort-by=.lastTimestamp"),
+        ("get", "taskqueues", "-o", "yaml"),
+    ):
+        proc = kube.run(*args, check=False)
+        print(f"--- kubectl {' '.join(args)}\n{proc.stdout}{proc.stderr}")
+    for pod in kube.items("pods"):
+        name = pod["metadata"]["name"]
+        print(f"--- logs {name}\n{kube.logs(name, '--all-containers')}")
+    print(f"--- operator logs\n{operator.logs()}")
+
+
+@pytest.fixture
+def redis_forward(namespace: Kube) -> Iterator[PortForward]:
+    """The test's own Redis (append-only, restartable) and a port-forward to it."""
+    text = (
+        (MANIFESTS / "redis.yaml").read_text().replace("localhost/taskfleet-redis:7.0", REDIS_IMAGE)
+    )
+    namespace.apply_yaml(text)
+    wait_for(
+        "the test Redis to be ready",
+        lambda: is_ready(namespace.get("pod", "redis") or {"metadata": {}}),
+        timeout=90,
+    )
+    assert namespace.namespace is not None
+    forward = PortForward(namespace.namespace, "svc/redis")
+    forward.start()
+    yield forward
+    forward.stop()
+
+
+@pytest.fixture
+def make_fleet(namespace: Kube, redis_forward: PortForward) -> Callable[..., Fleet]:
+    """``make_fleet(name, **spec)``: apply a TaskQueue for the sample handler, return its Fleet."""
+
+    def make(name: str = "work", **spec: Any) -> Fleet:
+        assert namespace.namespace is not None
+        namespace.apply(taskqueue_manifest(name, namespace.namespace, **spec))
+        return Fleet(namespace, name, redis_forward)
+
+    return make
+
+
+__all__ = [
+    "KubectlError",
+    "Operator",
+    "figures",
+    "make_fleet",
+    "namespace",
+    "operator",
+    "redis_forward",
+]

@@ -1,0 +1,227 @@
+"""kubectl as the suite's only way into the cluster, so the suite runs against any cluster.
+
+Everything goes through the kubectl binary with the caller's KUBECONFIG and context (the
+suite's conftest refuses foreign contexts); no client library state can drift from what a
+user typing the same commands would see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+__all__ = [
+    "KUBECTL",
+    "VERSIONS",
+    "Kube",
+    "KubectlError",
+    "NodeShell",
+    "wait_for",
+]
+
+KUBECTL = os.environ.get("KUBECTL", "kubectl")
+#: containerd's socket on the local cluster's node (e2e/cluster/lib.sh); kind uses the default.
+LOCAL_CONTAINERD = "/run/taskfleet/containerd/containerd.sock"
+
+
+def _read_versions() -> dict[str, str]:
+    """The pinned image names of the local cluster (e2e/cluster/versions.env), if present."""
+    path = Path(__file__).resolve().parent.parent / "cluster" / "versions.env"
+    if not path.exists():
+        return {}
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    return {k.strip(): v.strip() for k, v in pairs if not k.lstrip().startswith("#")}
+
+
+VERSIONS = _read_versions()
+T = TypeVar("T")
+
+
+class KubectlError(RuntimeError):
+    """kubectl exited non-zero; the message carries its stderr (what the user would read)."""
+
+    def __init__(self, argv: list[str], returncode: int, stdout: str, stderr: str):
+        self.argv = argv
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        super().__init__(f"{shlex.join(argv)} exited {returncode}: {stderr.strip()[-2000:]}")
+
+
+def wait_for(
+    what: str,
+    probe: Callable[[], T | None],
+    *,
+    timeout: float,
+    interval: float = 0.5,
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` at the deadline.
+
+    The last exception the probe raised is kept in the failure message: a condition that
+    never came true because of a broken probe must say so.
+    """
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        try:
+            value = probe()
+            if value:
+                return value
+        except (KubectlError, OSError, ValueError, KeyError) as exc:
+            last_error = exc
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_error})" if last_error else ""
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+class Kube:
+    """kubectl bound to one namespace (or none, for cluster-scoped calls)."""
+
+    def __init__(self, namespace: str | None = None):
+        self.namespace = namespace
+
+    def in_namespace(self, namespace: str) -> Kube:
+        return Kube(namespace)
+
+    def argv(self, *args: str, namespaced: bool = True) -> list[str]:
+        argv = [KUBECTL]
+        if namespaced and self.namespace:
+            argv += ["-n", self.namespace]
+        return [*argv, *args]
+
+    def run(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 60,
+        namespaced: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
+        argv = self.argv(*args, namespaced=namespaced)
+        proc = subprocess.run(
+            argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and proc.returncode != 0:
+            raise KubectlError(argv, proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+    def json(self, *args: str, namespaced: bool = True) -> Any:
+        return json.loads(self.run(*args, "-o", "json", namespaced=namespaced).stdout)
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        proc = self.run("get", kind, name, "-o", "json", "--ignore-not-found", check=True)
+        if not proc.stdout.strip():
+            return None
+        obj: dict[str, Any] = json.loads(proc.stdout)
+        return obj
+
+    def items(self, kind: str, selector: str | None = None) -> list[dict[str, Any]]:
+        args = ["get", kind]
+        if selector:
+            args += ["-l", selector]
+        items: list[dict[str, Any]] = self.json(*args)["items"]
+        return items
+
+    def apply(self, *docs: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``kubectl apply -f -`` of the given objects (server-side validation applies)."""
+        text = yaml.safe_dump_all(docs, sort_keys=False)
+        return self.run("apply", "-f", "-", input=text, check=check)
+
+    def apply_yaml(self, text: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run("apply", "-f", "-", input=text, check=check)
+
+    def patch_merge(self, kind: str, name: str, patch: dict[str, Any]) -> None:
+        self.run("patch", kind, name, "--type=merge", "-p", json.dumps(patch))
+
+    def delete(self, kind: str, name: str, *extra: str, wait: bool = False) -> None:
+        self.run("delete", kind, name, "--ignore-not-found", f"--wait={str(wait).lower()}", *extra)
+
+    def events(self, involved_name: str | None = None) -> list[dict[str, Any]]:
+        items = self.items("events")
+        if involved_name is None:
+            return items
+        return [e for e in items if e.get("involvedObject", {}).get("name") == involved_name]
+
+    def logs(self, target: str, *extra: str) -> str:
+        proc = self.run("logs", target, "--tail=200", *extra, check=False, timeout=30)
+        return proc.stdout + proc.stderr
+
+    def exec(
+        self, pod: str, *command: str, container: str | None = None, timeout: float = 60
+    ) -> str:
+        args = ["exec", pod]
+        if container:
+            args += ["-c", container]
+        return self.run(*args, "--", *command, timeout=timeout).stdout
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        return self.items("pods", selector)
+
+    def running_pods(self, selector: str) -> list[dict[str, Any]]:
+        """Pods that are Running, Ready and not terminating."""
+        return [p for p in self.pods(selector) if is_ready(p)]
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    if pod.get("status", {}).get("phase") != "Running":
+        return False
+    conditions = pod["status"].get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def names(objs: Iterable[dict[str, Any]]) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in objs)
+
+
+class NodeShell:
+    """Commands on the node that runs a pod: for what only the node can do (SIGKILL a PID 1).
+
+    A container's PID 1 ignores SIGKILL sent from inside its own PID namespace, so an abrupt
+    death has to come from the host. Locally the node is this machine; on kind it is a
+    container reached with ``docker exec``. ``TASKFLEET_E2E_NODE_EXEC`` overrides the prefix
+    (e.g. ``"docker exec taskfleet-control-plane"``); empty means "run here".
+    """
+
+    def __init__(self, prefix: list[str]):
+        self.prefix = prefix
+
+    @classmethod
+    def for_node(cls, node_name: str) -> NodeShell:
+        override = os.environ.get("TASKFLEET_E2E_NODE_EXEC")
+        if override is not None:
+            return cls(shlex.split(override))
+        context = subprocess.run(
+            [KUBECTL, "config", "current-context"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        if context.startswith("kind-"):
+            return cls(["docker", "exec", node_name])
+        return cls([])
+
+    def run(self, *argv: str, timeout: float = 30) -> str:
+        proc = subprocess.run(
+            [*self.prefix, *argv], capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"{shlex.join([*self.prefix, *argv])}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def kill_container(self, container_id: str, signal: str = "SIGKILL") -> None:
+        """Signal a container's init process from the node (containerd's k8s.io namespace)."""
+        cid = container_id.split("://", 1)[-1]
+        address = os.environ.get("TASKFLEET_E2E_CTR_ADDRESS")
+        if address is None and not self.prefix and Path(LOCAL_CONTAINERD).exists():
+            address = LOCAL_CONTAINERD
+        ctr = ["ctr", "-a", address] if address else ["ctr"]
+        self.run(*ctr, "-n", "k8s.io", "task", "kill", "--signal", signal, cid)
