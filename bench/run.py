@@ -142,8 +142,13 @@ def run_system(
     ]  # fmt: skip
     log(f"{name}: {python}")
     started = time.monotonic()
-    subprocess.run(argv, check=True, timeout=SYSTEM_TIMEOUT_S)
-    result: dict[str, Any] = json.loads(out.read_text())
+    try:
+        subprocess.run(argv, check=True, timeout=SYSTEM_TIMEOUT_S)
+        result: dict[str, Any] = json.loads(out.read_text())
+    except (subprocess.SubprocessError, OSError, ValueError) as exc:
+        # One system failing must not cost the others' figures; the row says it failed.
+        log(f"{name}: failed: {exc}")
+        result = {"system": name, "version": "?", "failed": str(exc)}
     result["wall_s"] = round(time.monotonic() - started, 1)
     return result
 
@@ -160,6 +165,9 @@ def table(results: list[dict[str, Any]]) -> str:
     )
     rows = [header, "|---|--:|--:|--:|--:|--:|"]
     for r in results:
+        if "failed" in r:
+            rows.append(f"| {r['system']} | failed | | | | |")
+            continue
         rows.append(
             f"| {r['system']} {r['version']} | {fmt(r['enqueue_single_per_s'])} "
             f"| {fmt(r['enqueue_batch_per_s'])} | {fmt(r['drain_per_s'])} "
@@ -186,6 +194,9 @@ def summary(report: dict[str, Any]) -> str:
         "",
     ]
     for r in results:
+        if "failed" in r:
+            lines.append(f"- {r['system']}: failed ({r['failed']}); see the log above.")
+            continue
         share = "/".join(str(x) for x in r["drain_share"])
         batch = r["batch_method"] or "no batch API"
         lines.append(
@@ -268,15 +279,18 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
     report["loadavg_after"] = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
+    failed = any("failed" in r for r in report["results"])
     text = summary(report)
     print(text)
     if not args.no_write:
         RESULTS_DIR.mkdir(exist_ok=True)
         path = RESULTS_DIR / f"{started.strftime('%Y-%m-%dT%H%MZ')}.json"
         path.write_text(json.dumps(report, indent=2) + "\n")
-        write_readme(text)
-        log(f"wrote {path} and {README}")
-    return 0
+        log(f"wrote {path}")
+        if not failed:  # the README shows complete tables only
+            write_readme(text)
+            log(f"updated {README}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""taskfleet: the adapter and the reference no-op task (runs in the project venv)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+import taskfleet
+from harness import record_done
+from taskfleet import Queue
+
+QUEUE = "bench"
+# Slots per worker process: sync handlers run in a thread pool of this size; it is also
+# the largest batch one claim takes. dramatiq's default is 8 threads, arq's 10 jobs.
+CONCURRENCY = int(os.environ.get("BENCH_TASKFLEET_CONCURRENCY", "8"))
+
+
+def noop(payload: dict[str, Any]) -> None:
+    record_done()
+
+
+class TaskfleetAdapter:
+    name = "taskfleet"
+    version = taskfleet.__version__
+    batch_method = "Queue.enqueue_many (one script call per batch)"
+    worker_config = f"2 x `taskfleet worker --concurrency {CONCURRENCY}` (sync handler, threads)"
+
+    def __init__(self, redis_url: str):
+        self.redis_url = redis_url
+        self.queue = Queue(QUEUE, redis_url)
+        self.runtime = tempfile.mkdtemp(prefix="bench-taskfleet-")
+
+    def enqueue_single(self, n: int) -> None:
+        enqueue = self.queue.enqueue
+        for _ in range(n):
+            enqueue({})
+
+    def enqueue_batches(self, n: int, batch: int) -> None:
+        for start in range(0, n, batch):
+            size = min(batch, n - start)
+            self.queue.enqueue_many([{"payload": {}} for _ in range(size)])
+
+    def enqueue_one(self) -> None:
+        self.queue.enqueue({})
+
+    def purge(self) -> None:
+        self.queue.purge()
+
+    def worker_argvs(self, processes: int) -> list[list[str]]:
+        # Distinct pod names and runtime dirs: each process is its own worker identity.
+        return [
+            [
+                *(sys.executable, "-m", "taskfleet", "worker", "--queue", QUEUE),
+                *("--handler", "taskfleet_bench:noop", "--concurrency", str(CONCURRENCY)),
+                *("--pod", f"bench-{i}", "--runtime-dir", os.path.join(self.runtime, str(i))),
+                *("--log-level", "warning", "--redis-url", self.redis_url),
+            ]
+            for i in range(processes)
+        ]
+
+    def close(self) -> None:
+        self.queue.close()
+        shutil.rmtree(self.runtime, ignore_errors=True)
+
+
+def make_adapter(redis_url: str) -> TaskfleetAdapter:
+    return TaskfleetAdapter(redis_url)
