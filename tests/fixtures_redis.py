@@ -8,15 +8,18 @@ engineers and CI runs never collide.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 START_DEADLINE_S = 10.0
@@ -177,3 +180,53 @@ def redis_server_factory(tmp_path: Path) -> Iterator[RedisServerFactory]:
     factory = RedisServerFactory(tmp_path)
     yield factory
     factory.close()
+
+
+class BlockingBroker:
+    """A ``taskfleet.Broker`` driven from sync test code on an event loop of its own.
+
+    Protocol tests read top to bottom like the scenario they check; the worker's own
+    tests use the async Broker directly.
+    """
+
+    def __init__(self, runner: asyncio.Runner, url: str, queue: str, pod: str, incarnation: str):
+        from taskfleet.broker import Broker
+
+        self._runner = runner
+        self.client = runner.run(_async_client(url))
+        self.broker = Broker(queue, self.client, pod, incarnation)
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.broker, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._runner.run(method(*args, **kwargs))
+
+        return call
+
+    def close(self) -> None:
+        self._runner.run(self.broker.close())
+        self._runner.run(self.client.aclose())
+
+
+async def _async_client(url: str) -> redis.asyncio.Redis:
+    return redis.asyncio.Redis.from_url(url)
+
+
+@pytest.fixture
+def make_broker(redis_url: str) -> Iterator[Callable[..., BlockingBroker]]:
+    """``make_broker(queue, pod="pod-a", incarnation="1")`` -> a BlockingBroker."""
+    runner = asyncio.Runner()
+    brokers: list[BlockingBroker] = []
+
+    def make(queue: str, pod: str = "pod-a", incarnation: str = "1") -> BlockingBroker:
+        broker = BlockingBroker(runner, redis_url, queue, pod, incarnation)
+        brokers.append(broker)
+        return broker
+
+    yield make
+    for broker in brokers:
+        broker.close()
+    runner.close()

@@ -1,0 +1,140 @@
+"""A task's life through the protocol, against a real redis-server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from taskfleet import Queue, QueueConfig, TaskState
+
+from tests.fixtures_redis import BlockingBroker
+
+MakeBroker = Callable[..., BlockingBroker]
+
+
+@pytest.fixture
+def queue(redis_url: str) -> Iterator[Queue]:
+    q = Queue("jobs", redis_url=redis_url)
+    yield q
+    q.close()
+
+
+def test_enqueued_task_is_pending_with_its_payload(queue: Queue) -> None:
+    task_id = queue.enqueue({"n": 1}, priority=2)
+    task = queue.get(task_id)
+    assert task is not None
+    assert task.state is TaskState.PENDING
+    assert task.payload == {"n": 1}
+    assert task.priority == 2
+    assert task.attempts == 0
+    assert task.max_attempts == 3
+    assert queue.stats()["pending"] == 1
+
+
+def test_claimed_task_runs_under_the_pod_with_a_token(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    task_id = queue.enqueue({"n": 1})
+    broker = make_broker("jobs", "pod-a", "inc-1")
+    result = broker.claim(10)
+    assert [t.id for t in result.tasks] == [task_id]
+    claimed = result.tasks[0]
+    assert claimed.payload == {"n": 1}
+    assert claimed.attempts == 1
+    task = queue.get(task_id)
+    assert task is not None
+    assert task.state is TaskState.RUNNING
+    assert task.pod == "pod-a"
+    assert task.incarnation == "inc-1"
+    assert task.token == claimed.token
+    assert task.lease_until is not None
+
+
+def test_completed_task_is_done_with_its_result(queue: Queue, make_broker: MakeBroker) -> None:
+    task_id = queue.enqueue({"n": 1})
+    broker = make_broker("jobs")
+    [claimed] = broker.claim(1).tasks
+    assert broker.complete_many([(claimed.id, claimed.token, '{"ok": true}')]) == [True]
+    task = queue.get(task_id)
+    assert task is not None
+    assert task.state is TaskState.DONE
+    assert task.result == {"ok": True}
+    stats = queue.stats()
+    assert (stats["running"], stats["done"], stats["completed"]) == (0, 1, 1)
+
+
+def test_completion_with_a_stale_token_is_refused_and_counted(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    task_id = queue.enqueue({"n": 1})
+    broker = make_broker("jobs")
+    assert len(broker.claim(1).tasks) == 1
+    assert broker.complete_many([(task_id, "not-the-token", None)]) == [False]
+    assert queue.get(task_id).state is TaskState.RUNNING  # type: ignore[union-attr]
+    assert queue.stats()["stale"] == 1
+    assert broker.fail(task_id, "not-the-token", "boom") is None
+    assert queue.stats()["stale"] == 2
+
+
+def test_failed_task_is_retried_later_then_dead_after_max_attempts(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(backoff_base_s=0, backoff_max_s=0, max_attempts=2))
+    task_id = queue.enqueue({"n": 1})
+    broker = make_broker("jobs")
+    [first] = broker.claim(1).tasks
+    assert broker.fail(first.id, first.token, "boom") is TaskState.DELAYED
+    [second] = broker.claim(1).tasks  # backoff 0: promoted at the next claim
+    assert second.attempts == 2
+    assert broker.fail(second.id, second.token, "boom again") is TaskState.DEAD
+    task = queue.get(task_id)
+    assert task is not None
+    assert (task.state, task.reason, task.error) == (TaskState.DEAD, "failed", "boom again")
+
+
+def test_permanent_failure_goes_dead_at_once(queue: Queue, make_broker: MakeBroker) -> None:
+    task_id = queue.enqueue({"n": 1})
+    broker = make_broker("jobs")
+    [claimed] = broker.claim(1).tasks
+    assert broker.fail(claimed.id, claimed.token, "bad input", retryable=False) is TaskState.DEAD
+    assert queue.get(task_id).reason == "failed"  # type: ignore[union-attr]
+
+
+def test_heartbeat_reports_tasks_whose_token_no_longer_matches(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    a, b = queue.enqueue({"n": 1}), queue.enqueue({"n": 2})
+    broker = make_broker("jobs")
+    tasks = {t.id: t.token for t in broker.claim(2).tasks}
+    assert broker.heartbeat(tasks, inflight=2, draining=False) == set()
+    queue.requeue_pod("pod-a")
+    assert broker.heartbeat(tasks) == {a, b}
+
+
+def test_released_task_returns_to_the_front_without_counting_an_attempt(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    first = queue.enqueue({"n": 1})
+    second = queue.enqueue({"n": 2})
+    broker = make_broker("jobs")
+    [claimed] = broker.claim(1).tasks
+    assert claimed.id == first
+    assert broker.release([(claimed.id, claimed.token)]) == 1
+    task = queue.get(first)
+    assert task is not None
+    assert (task.state, task.attempts, task.lost) == (TaskState.PENDING, 0, 0)
+    assert [t.id for t in broker.claim(2).tasks] == [first, second]
+
+
+def test_requeue_pod_takes_back_every_task_it_holds_once(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    ids = [queue.enqueue({"n": i}) for i in range(3)]
+    make_broker("jobs", "pod-a").claim(3)
+    assert queue.requeue_pod("pod-a") == 3
+    assert queue.requeue_pod("pod-a") == 0
+    for task_id in ids:
+        task = queue.get(task_id)
+        assert task is not None
+        assert (task.state, task.lost) == (TaskState.PENDING, 1)
+    assert queue.stats()["requeued"] == 3

@@ -1,0 +1,230 @@
+"""The worker's side of the protocol (asyncio): register, claim, heartbeat, finish, drain.
+
+Built for throughput: a claim takes up to ``n`` tasks in one call, completions are
+batched into one call, and tasks are parsed into slotted dataclasses (no pydantic on the
+hot path). Every call is one Lua script, so a worker killed at any instant leaves the
+queue consistent; what it held comes back through lease expiry or ``requeue``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio
+
+from taskfleet.keys import QueueKeys
+from taskfleet.queue import Queue, TaskState
+from taskfleet.scripts import CLAIM_HOUSEKEEPING_BOUND, AsyncScripts, Ops, SweepResult, text
+
+#: Bound on the stored error text of a failed attempt.
+MAX_ERROR_CHARS = 8192
+
+
+@dataclass(slots=True)
+class ClaimedTask:
+    """A task handed to this worker. ``token`` fences every later write about it."""
+
+    id: str
+    token: str
+    payload: dict[str, Any]
+    attempts: int  # starts of this task, this one included (1 on the first run)
+    max_attempts: int
+    timeout: float | None  # seconds; None = no limit
+    lost: int
+    priority: int
+    cost: int
+
+
+@dataclass(slots=True)
+class ClaimResult:
+    tasks: list[ClaimedTask]
+    #: >0: a rate limit held tasks back; ms until capacity returns
+    retry_after_ms: int = 0
+    #: ms until the earliest delayed task is due (None: nothing delayed); bounds idle waits
+    next_due_ms: int | None = None
+
+
+class Broker:
+    """One worker process's connection to one queue.
+
+    ``pod`` names the worker (the pod name in Kubernetes); ``incarnation`` tells apart
+    successive processes of one pod (a restarted container keeps its pod name).
+    """
+
+    def __init__(
+        self,
+        queue: str | Queue,
+        client: redis.asyncio.Redis,
+        pod: str,
+        incarnation: str,
+    ) -> None:
+        name = queue.name if isinstance(queue, Queue) else queue
+        if not pod or not incarnation:
+            raise ValueError("Broker needs a pod name and an incarnation")
+        self.keys = QueueKeys(name)
+        self.queue = name
+        self.client = client
+        self.pod = pod
+        self.incarnation = incarnation
+        self.concurrency = 0
+        self.ops = Ops(self.keys)
+        self._scripts = AsyncScripts(client)
+        self._blocking: redis.asyncio.Redis | None = None
+
+    async def register(self, concurrency: int) -> int:
+        """Record this worker; take back what earlier incarnations of the pod held.
+
+        Returns how many tasks were taken back (requeued or gone dead after max_lost).
+        """
+        self.concurrency = concurrency
+        requeued, dead = await self._scripts.run(
+            self.ops.register(self.pod, self.incarnation, concurrency)
+        )
+        return requeued + dead
+
+    async def deregister(self) -> int:
+        """Remove this worker's record, releasing anything it still holds; returns that count."""
+        released = await self._scripts.run(self.ops.deregister(self.pod, self.incarnation))
+        await self.close()
+        return released
+
+    async def claim(self, n: int) -> ClaimResult:
+        """Take up to ``n`` tasks (fewer under limits or when the queue is short).
+
+        A task whose stored payload is not a JSON object (a foreign producer wrote it)
+        is failed permanently here, reason ``bad payload``, and not returned.
+        """
+        if n <= 0:
+            return ClaimResult([])
+        raw = await self._scripts.run(
+            self.ops.claim(
+                self.pod, self.incarnation, n, secrets.token_hex(8), CLAIM_HOUSEKEEPING_BOUND
+            )
+        )
+        tasks: list[ClaimedTask] = []
+        bad: list[tuple[str, str, str]] = []
+        f = raw.fields
+        w = raw.width
+        for i in range(0, len(f), w):
+            task_id = text(f[i])
+            token = text(f[i + 1])
+            try:
+                payload = json.loads(f[i + 2])
+            except ValueError as exc:
+                bad.append((task_id, token, f"payload is not valid JSON: {exc}"))
+                continue
+            if not isinstance(payload, dict):
+                bad.append((task_id, token, "payload is not a JSON object"))
+                continue
+            timeout = f[i + 5]
+            tasks.append(
+                ClaimedTask(
+                    task_id,
+                    token,
+                    payload,
+                    int(f[i + 3]),
+                    int(f[i + 4]),
+                    float(timeout) if timeout not in (b"", "") else None,
+                    int(f[i + 6]),
+                    int(f[i + 7]),
+                    int(f[i + 8]),
+                )
+            )
+        for task_id, token, error in bad:
+            await self.fail(task_id, token, error, retryable=False, reason="bad payload")
+        return ClaimResult(tasks, raw.retry_after_ms, raw.next_due_ms)
+
+    async def heartbeat(
+        self, tokens: Mapping[str, str], inflight: int | None = None, draining: bool = False
+    ) -> set[str]:
+        """Extend every lease in ``tokens`` and refresh this worker's record.
+
+        Returns the ids whose token no longer matches: they were taken back (this worker
+        was presumed dead) and the worker must abandon them without writing anything.
+        """
+        count = len(tokens) if inflight is None else inflight
+        return await self._scripts.run(
+            self.ops.extend(
+                self.pod,
+                self.incarnation,
+                tokens.items(),
+                inflight=count,
+                draining=draining,
+                concurrency=self.concurrency,
+            )
+        )
+
+    async def complete_many(self, items: Sequence[tuple[str, str, str | None]]) -> list[bool]:
+        """Finish tasks in one call: ``(id, token, result JSON or None)`` each.
+
+        Returns, per item, True if applied, False if refused for a stale token (the task
+        was taken back; counted in stats ``stale``).
+        """
+        if not items:
+            return []
+        return await self._scripts.run(self.ops.complete(items))
+
+    async def fail(
+        self,
+        task_id: str,
+        token: str,
+        error: str,
+        retryable: bool = True,
+        *,
+        reason: str = "",
+    ) -> TaskState | None:
+        """Record a failed attempt; returns the new state, ``delayed`` (retried after
+        backoff) or ``dead``, or None when refused for a stale token (taken back)."""
+        jitter = random.uniform(-1.0, 1.0)  # spreads retries; not a secret
+        state = await self._scripts.run(
+            self.ops.fail(
+                task_id,
+                token,
+                error[:MAX_ERROR_CHARS],
+                retryable=retryable,
+                jitter=jitter,
+                reason=reason,
+            )
+        )
+        return None if state == "stale" else TaskState(state)
+
+    async def release(self, items: Iterable[tuple[str, str]]) -> int:
+        """Give back unfinished tasks while draining (not an attempt, not lost)."""
+        items = list(items)
+        if not items:
+            return 0
+        return await self._scripts.run(self.ops.release(self.pod, items))
+
+    async def sweep(self) -> SweepResult:
+        """The operator's housekeeping pass; workers may run it too (it is idempotent)."""
+        return await self._scripts.run(self.ops.sweep())
+
+    async def wait_for_work(self, timeout_s: float) -> bool:
+        """Block until a producer signals new work or ``timeout_s`` passes.
+
+        Uses BLPOP on a connection of its own (with no socket timeout shorter than the
+        wait), so idle workers wake within a fraction of a millisecond of an enqueue.
+        """
+        if self._blocking is None:
+            pool = self.client.connection_pool
+            kwargs = dict(pool.connection_kwargs)
+            kwargs["socket_timeout"] = None
+            self._blocking = redis.asyncio.Redis(
+                connection_pool=redis.asyncio.ConnectionPool(
+                    connection_class=pool.connection_class, max_connections=2, **kwargs
+                )
+            )
+        timeout = max(0.001, timeout_s)
+        popped = await self._blocking.blpop([self.keys.notify], timeout=timeout)
+        return popped is not None
+
+    async def close(self) -> None:
+        """Close the wake-up connection (the caller owns ``client``)."""
+        if self._blocking is not None:
+            blocking, self._blocking = self._blocking, None
+            await blocking.aclose()

@@ -1,0 +1,116 @@
+"""Every Redis key name of a queue, in one place.
+
+All keys of one queue share the hash tag ``{<queue>}``, so a queue lives on one Redis
+Cluster slot and every Lua script touches one slot only. Scripts receive the queue's key
+set as KEYS in the order of :data:`SCRIPT_KEYS`; the generated Lua prelude binds them to
+``K_<NAME>`` locals, so Lua never spells a key name itself.
+"""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "tf"
+
+#: The order in which every script receives the queue's keys (KEYS[1], KEYS[2], ...).
+#: ``task``, ``pod`` and ``sched`` are prefixes: the script appends the id, pod or name.
+SCRIPT_KEYS: tuple[str, ...] = (
+    "task",
+    "pending",
+    "delayed",
+    "running",
+    "done",
+    "dead",
+    "deadlines",
+    "pod",
+    "workers",
+    "config",
+    "seq",
+    "stats",
+    "bucket_tasks",
+    "bucket_cost",
+    "notify",
+    "sched",
+)
+
+# Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def validate_queue_name(name: str) -> str:
+    if not isinstance(name, str) or not _QUEUE_NAME.match(name):
+        raise ValueError(
+            f"invalid queue name {name!r}: use 1-200 characters of letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit"
+        )
+    return name
+
+
+class QueueKeys:
+    """Key names of one queue: ``tf:{<queue>}:<part>``."""
+
+    __slots__ = (
+        "bucket_cost",
+        "bucket_tasks",
+        "config",
+        "dead",
+        "deadlines",
+        "delayed",
+        "done",
+        "notify",
+        "pending",
+        "pod_prefix",
+        "prefix",
+        "queue",
+        "running",
+        "sched_prefix",
+        "script_keys",
+        "seq",
+        "stats",
+        "task_prefix",
+        "workers",
+    )
+
+    def __init__(self, queue: str) -> None:
+        self.queue = validate_queue_name(queue)
+        self.prefix = f"{PREFIX}:{{{queue}}}:"
+        p = self.prefix
+        self.task_prefix = p + "task:"
+        self.pending = p + "pending"
+        self.delayed = p + "delayed"
+        self.running = p + "running"
+        self.done = p + "done"
+        self.dead = p + "dead"
+        # ids of tasks with a start deadline, score = deadline (ms): expiry without a scan
+        self.deadlines = p + "deadlines"
+        self.pod_prefix = p + "pod:"
+        self.workers = p + "workers"
+        self.config = p + "config"
+        self.seq = p + "seq"
+        self.stats = p + "stats"
+        self.bucket_tasks = p + "bucket:tasks"
+        self.bucket_cost = p + "bucket:cost"
+        self.notify = p + "notify"
+        self.sched_prefix = p + "sched:"
+        by_name = {
+            "task": self.task_prefix,
+            "pod": self.pod_prefix,
+            "sched": self.sched_prefix,
+        }
+        self.script_keys: tuple[str, ...] = tuple(
+            by_name.get(name) or getattr(self, name) for name in SCRIPT_KEYS
+        )
+
+    def task(self, task_id: str) -> str:
+        return self.task_prefix + task_id
+
+    def pod(self, pod: str) -> str:
+        return self.pod_prefix + pod
+
+    def sched(self, name: str) -> str:
+        return self.sched_prefix + name
+
+    @property
+    def pattern(self) -> str:
+        """SCAN pattern matching every key of the queue (the braces are literal in globs)."""
+        return f"{PREFIX}:\\{{{self.queue}\\}}:*"

@@ -1,0 +1,114 @@
+-- claim: hand up to n tasks to a worker, after the housekeeping that lets the fleet run
+-- without the operator (promote due, expire deadlines, take back expired leases).
+-- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS); all are used.
+-- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] n (max tasks), ARGV[4] token base (random,
+--   from Python: Lua has no good randomness; task i gets token base .. ':' .. i),
+--   ARGV[5] housekeeping bound (max tasks promoted / expired / taken back per call)
+-- Returns: {retry_after_ms, next_due_ms, F, fields of task 1 (F values), task 2, ...}
+--   retry_after_ms: >0 when a rate limit held tasks back: ms until capacity returns
+--   next_due_ms: ms until the earliest delayed task is due, -1 if none
+--   task fields: id, token, payload, attempts, max_attempts, timeout_s ('' = none),
+--                lost, priority, cost
+local F = 9
+local pod, incarnation, token_base = ARGV[1], ARGV[2], ARGV[4]
+local want = tonumber(ARGV[3])
+local bound = tonumber(ARGV[5])
+local now = now_ms()
+
+promote_due(now, bound)
+expire_deadlines(now, bound)
+take_back_expired(now, bound)
+
+local max_conc = cfg_num('max_concurrency', 0)
+if max_conc > 0 then
+  local free = max_conc - redis.call('ZCARD', K_RUNNING)
+  if free < want then want = free end
+end
+
+-- Token buckets: capacity = limit, refilled continuously at limit / period.
+local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+local buckets = {}
+local function load_bucket(key, limit)
+  if limit == nil or limit <= 0 then return nil end
+  local v = redis.call('HMGET', key, 'tokens', 'ts')
+  local tokens, ts = tonumber(v[1]), tonumber(v[2])
+  if tokens == nil or ts == nil then tokens, ts = limit, now end
+  local rate = limit / period_ms
+  tokens = math.min(limit, tokens + math.max(0, now - ts) * rate)
+  local b = {key = key, limit = limit, rate = rate, tokens = tokens}
+  buckets[#buckets + 1] = b
+  return b
+end
+local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks', 0))
+local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost', 0))
+
+local retry_after = 0
+local lease_until = now + cfg_num('lease_ttl_s', 30) * 1000
+local default_timeout = cfg('default_timeout_s') or ''
+local out = {0, -1, F}
+local claimed = 0
+local blocked = false
+local pod_key = K_POD .. pod
+
+while claimed < want and not blocked do
+  local ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local key = K_TASK .. id
+    local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
+      'priority', 'cost', 'deadline', 'state')
+    if v[9] ~= 'pending' then
+      redis.call('ZREM', K_PENDING, id)  -- a leftover of a deleted task: drop it
+    elseif v[8] and tonumber(v[8]) < now then
+      redis.call('ZREM', K_PENDING, id)
+      redis.call('ZREM', K_DEADLINES, id)
+      to_dead(id, key, now, 'expired', 'not started before its deadline')
+      bump('expired')
+    else
+      local cost = tonumber(v[7]) or 1
+      -- a task costing more than a bucket holds runs when the bucket is full
+      local need_cost = b_cost and math.min(cost, b_cost.limit) or 0
+      if b_tasks and b_tasks.tokens < 1 then
+        retry_after = math.max(retry_after, math.ceil((1 - b_tasks.tokens) / b_tasks.rate))
+        blocked = true
+      end
+      if b_cost and b_cost.tokens < need_cost then
+        retry_after = math.max(retry_after, math.ceil((need_cost - b_cost.tokens) / b_cost.rate))
+        blocked = true
+      end
+      if blocked then break end
+      if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end
+      if b_cost then b_cost.tokens = b_cost.tokens - need_cost end
+      claimed = claimed + 1
+      local token = token_base .. ':' .. claimed
+      redis.call('ZREM', K_PENDING, id)
+      if v[8] then redis.call('ZREM', K_DEADLINES, id) end
+      redis.call('ZADD', K_RUNNING, lease_until, id)
+      redis.call('SADD', pod_key, id)
+      local attempts = (tonumber(v[2]) or 0) + 1
+      redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
+        'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
+        'attempts', attempts)
+      local n = #out
+      out[n + 1] = id
+      out[n + 2] = token
+      out[n + 3] = v[1]
+      out[n + 4] = attempts
+      out[n + 5] = v[3] or cfg('max_attempts')
+      out[n + 6] = v[4] or default_timeout
+      out[n + 7] = v[5] or 0
+      out[n + 8] = v[6] or 0
+      out[n + 9] = cost
+    end
+  end
+end
+
+for _, b in ipairs(buckets) do
+  redis.call('HSET', b.key, 'tokens', tostring(b.tokens), 'ts', now)
+end
+
+local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
+if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
+out[1] = retry_after
+flush_counts()
+return out

@@ -1,0 +1,40 @@
+-- complete: finish tasks with their results (a batch is one round trip).
+-- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
+--   K_DONE, K_POD, K_CONFIG, K_STATS, K_PENDING, K_NOTIFY.
+-- ARGV[1]: number of tasks N; then triples: task id, claim token, result JSON ('' = none)
+-- Returns: {applied_1, ..., applied_N}: 1 = completed; 0 = stale token (the task was taken
+--   back): refused, counted in stats "stale", nothing changed.
+local n = tonumber(ARGV[1])
+local now = now_ms()
+local max_bytes = cfg_num('max_payload_bytes', 1048576)
+local out = {}
+local completed = 0
+for i = 0, n - 1 do
+  local id, token, result = ARGV[2 + i * 3], ARGV[3 + i * 3], ARGV[4 + i * 3]
+  local key = K_TASK .. id
+  local ok, pod = holds(key, token)
+  if ok then
+    leave_running(id, key, pod)
+    redis.call('ZADD', K_DONE, now, id)
+    if string.len(result) > max_bytes then
+      redis.call('HSET', key, 'state', 'done', 'finished_at', now, 'error',
+        'result of ' .. string.len(result) .. ' bytes exceeds max_payload_bytes; dropped')
+    elseif result ~= '' then
+      redis.call('HSET', key, 'state', 'done', 'finished_at', now, 'result', result)
+    else
+      redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+    end
+    completed = completed + 1
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+    bump('stale')
+  end
+end
+bump('completed', completed)
+-- a freed slot under a global concurrency limit is work for an idle worker
+if cfg_num('max_concurrency', 0) > 0 and completed > 0 and redis.call('ZCARD', K_PENDING) > 0 then
+  notify(completed)
+end
+flush_counts()
+return out

@@ -1,0 +1,26 @@
+-- deregister: a worker exits. Whatever this incarnation still holds is released (given
+-- back gracefully, not an attempt), and its worker record is removed.
+-- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
+--   K_RUNNING, K_POD, K_WORKERS, K_SEQ, K_STATS, K_NOTIFY.
+-- ARGV[1] pod, ARGV[2] incarnation
+-- Returns: how many tasks were released
+local pod, incarnation = ARGV[1], ARGV[2]
+local released = 0
+for _, id in ipairs(redis.call('SMEMBERS', K_POD .. pod)) do
+  local key = K_TASK .. id
+  local v = redis.call('HMGET', key, 'state', 'pod', 'incarnation')
+  if v[1] == 'running' and v[2] == pod and v[3] == incarnation then
+    release_task(id, key, pod)
+    released = released + 1
+  end
+end
+local rec = redis.call('HGET', K_WORKERS, pod)
+if rec then
+  local ok, w = pcall(cjson.decode, rec)
+  if not ok or type(w) ~= 'table' or w.incarnation == incarnation then
+    redis.call('HDEL', K_WORKERS, pod)
+  end
+end
+notify(released)
+flush_counts()
+return released

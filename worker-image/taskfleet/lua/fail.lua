@@ -1,0 +1,39 @@
+-- fail: an attempt failed. Retry later (delayed, exponential backoff with jitter, capped)
+-- or go dead with the error once attempts reach max_attempts or the error is permanent.
+-- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
+--   K_DELAYED, K_DEAD, K_DEADLINES, K_POD, K_CONFIG, K_STATS.
+-- ARGV[1] id, ARGV[2] token, ARGV[3] error text, ARGV[4] retryable ('1'|'0'),
+--   ARGV[5] jitter draw in [-1, 1] (from Python), ARGV[6] dead reason ('' = 'failed')
+-- Returns: the new state, 'delayed' or 'dead'; or 'stale' (refused, counted).
+local id, token, err = ARGV[1], ARGV[2], ARGV[3]
+local key = K_TASK .. id
+local ok, pod = holds(key, token)
+if not ok then
+  bump('stale')
+  flush_counts()
+  return 'stale'
+end
+local now = now_ms()
+leave_running(id, key, pod)
+bump('failed')
+local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
+local attempts = tonumber(v[1]) or 1
+local max_attempts = tonumber(v[2]) or cfg_num('max_attempts', 3)
+if ARGV[4] ~= '1' or attempts >= max_attempts then
+  local reason = ARGV[6]
+  if reason == '' then reason = 'failed' end
+  to_dead(id, key, now, reason, err)
+  flush_counts()
+  return 'dead'
+end
+local base = cfg_num('backoff_base_s', 1) * 1000
+local cap = cfg_num('backoff_max_s', 300) * 1000
+local delay = math.min(cap, base * 2 ^ (attempts - 1))
+delay = delay * (1 + (tonumber(ARGV[5]) or 0) * cfg_num('backoff_jitter', 0.2))
+delay = math.floor(math.max(0, math.min(cap, delay)))
+local run_at = now + delay
+redis.call('ZADD', K_DELAYED, run_at, id)
+redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at, 'error', err)
+bump('retried')
+flush_counts()
+return 'delayed'

@@ -1,0 +1,18 @@
+-- fire_schedule: enqueue a cron schedule's task at most once per (name, slot), however
+-- many sweepers call it: the last fired slot only moves forward, inside this script.
+-- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS), used here: K_SCHED, K_TASK,
+--   K_PENDING, K_DELAYED, K_DEADLINES, K_CONFIG, K_SEQ, K_STATS, K_NOTIFY.
+-- ARGV[1] schedule name, ARGV[2] slot (integer, e.g. epoch seconds of the cron tick),
+--   ARGV[3] task id, ARGV[4] payload JSON, ARGV[5] priority
+-- Returns: the task id if this call fired the slot, false (nil) otherwise.
+local sched_key = K_SCHED .. ARGV[1]
+local slot = tonumber(ARGV[2])
+local last = tonumber(redis.call('GET', sched_key))
+if last ~= nil and last >= slot then return false end
+redis.call('SET', sched_key, ARGV[2])
+local now = now_ms()
+local created, immediate = enqueue_task(now, ARGV[3], ARGV[4], ARGV[5], 0, '', '', 1, '')
+if created == 1 and immediate then notify(1) end
+flush_counts()
+if created == 1 then return ARGV[3] end
+return false

@@ -1,0 +1,190 @@
+-- core: server time, the queue's config, statistics counters and task-state moves that
+-- every script shares. scripts.py prepends this (after a generated prelude that binds
+-- K_<NAME> = KEYS[n] in keys.SCRIPT_KEYS order and DEFAULTS from config.QueueConfig).
+--
+-- Task states: pending | delayed | running | done | dead. A task id is in exactly one of
+-- the zsets pending/delayed/running/done/dead; a running task is also in pod:<pod>.
+
+-- Server time in ms: every pod agrees on it whatever its own clock says.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local CONFIG = nil
+local function cfg(name)
+  if CONFIG == nil then
+    CONFIG = {}
+    local flat = redis.call('HGETALL', K_CONFIG)
+    for i = 1, #flat, 2 do CONFIG[flat[i]] = flat[i + 1] end
+  end
+  local v = CONFIG[name]
+  if v == nil or v == '' then v = DEFAULTS[name] end
+  return v
+end
+
+local function cfg_num(name, fallback)
+  local v = tonumber(cfg(name))
+  if v == nil then return fallback end
+  return v
+end
+
+-- Counters are summed locally and written once per call (flush_counts) to keep batch
+-- scripts cheap. Every script calls flush_counts() before it returns.
+local COUNTS = {}
+local function bump(field, n)
+  COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
+end
+local function flush_counts()
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
+end
+
+-- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
+-- "front" entries (released / taken back: they already waited) before the FIFO ones.
+-- Priority is bounded to +-1000 so scores stay exact doubles.
+local BAND = 1e12
+local HALF = 5e11
+local function pending_score(priority, front)
+  local seq = redis.call('INCR', K_SEQ)
+  if front then return -priority * BAND + HALF - seq end
+  return -priority * BAND + HALF + seq
+end
+
+local NOTIFY_MAX = 16
+-- Wake up to n idle workers blocked on BLPOP notify.
+local function notify(n)
+  if n <= 0 then return end
+  if n > NOTIFY_MAX then n = NOTIFY_MAX end
+  local tokens = {}
+  for i = 1, n do tokens[i] = '1' end
+  redis.call('LPUSH', K_NOTIFY, unpack(tokens))
+  redis.call('LTRIM', K_NOTIFY, 0, NOTIFY_MAX - 1)
+end
+
+local function to_pending(id, key, front)
+  local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
+  redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
+  redis.call('HSET', key, 'state', 'pending')
+end
+
+local function to_dead(id, key, now, reason, err)
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  if err ~= nil then
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
+  else
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
+  end
+  bump('dead')
+end
+
+-- Leave running: drop the lease, keep pod/incarnation as "last ran on".
+local function leave_running(id, key, pod)
+  redis.call('ZREM', K_RUNNING, id)
+  if pod then redis.call('SREM', K_POD .. pod, id) end
+  redis.call('HDEL', key, 'token', 'lease_until')
+end
+
+-- A running task whose worker is gone (lease expired, pod deleted, new incarnation):
+-- back to the front of pending, or dead with reason "worker lost" after max_lost losses,
+-- so a task that kills its worker cannot crash-loop the fleet. Returns 'pending'|'dead'.
+local function take_back(id, key, pod, now)
+  leave_running(id, key, pod)
+  local lost = redis.call('HINCRBY', key, 'lost', 1)
+  bump('lost')
+  if lost >= cfg_num('max_lost', 3) then
+    to_dead(id, key, now, 'worker lost', 'its worker was lost ' .. lost .. ' times')
+    return 'dead'
+  end
+  to_pending(id, key, true)
+  bump('requeued')
+  return 'pending'
+end
+
+-- Is the task running under this claim token? Returns (holds, pod).
+local function holds(key, token)
+  local v = redis.call('HMGET', key, 'state', 'token', 'pod')
+  return v[1] == 'running' and v[2] == token, v[3]
+end
+
+-- Delayed tasks whose run_at has come -> pending (at most limit per call).
+local function promote_due(now, limit)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    redis.call('ZREM', K_DELAYED, id)
+    local key = K_TASK .. id
+    if redis.call('EXISTS', key) == 1 then to_pending(id, key, false) end
+  end
+  return #due
+end
+
+-- Tasks not started by their deadline -> dead, reason "expired".
+local function expire_deadlines(now, limit)
+  local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. now, 'LIMIT', 0, limit)
+  local n = 0
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', K_DEADLINES, id)
+    local key = K_TASK .. id
+    local state = redis.call('HGET', key, 'state')
+    if state == 'pending' or state == 'delayed' then
+      redis.call('ZREM', K_PENDING, id)
+      redis.call('ZREM', K_DELAYED, id)
+      to_dead(id, key, now, 'expired', 'not started before its deadline')
+      bump('expired')
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- Running tasks whose lease ran out: their worker stopped heartbeating. Returns
+-- (taken back to pending, gone dead).
+local function take_back_expired(now, limit)
+  local ids = redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', '(' .. now, 'LIMIT', 0, limit)
+  local requeued, dead = 0, 0
+  for _, id in ipairs(ids) do
+    local key = K_TASK .. id
+    local pod = redis.call('HGET', key, 'pod')
+    if take_back(id, key, pod, now) == 'dead' then dead = dead + 1 else requeued = requeued + 1 end
+  end
+  notify(requeued)
+  return requeued, dead
+end
+
+-- Every task a pod holds, except those of incarnation keep (if given), is taken back.
+local function requeue_pod(pod, keep, now)
+  local ids = redis.call('SMEMBERS', K_POD .. pod)
+  local requeued, dead = 0, 0
+  for _, id in ipairs(ids) do
+    local key = K_TASK .. id
+    local v = redis.call('HMGET', key, 'state', 'pod', 'incarnation')
+    if v[1] ~= 'running' or v[2] ~= pod then
+      redis.call('SREM', K_POD .. pod, id)  -- a leftover: not held by this pod any more
+    elseif keep == '' or v[3] ~= keep then
+      if take_back(id, key, pod, now) == 'dead' then dead = dead + 1 else requeued = requeued + 1 end
+    end
+  end
+  notify(requeued)
+  return requeued, dead
+end
+
+-- Graceful give-back: front of its priority, the start is not counted as an attempt.
+local function release_task(id, key, pod)
+  leave_running(id, key, pod)
+  redis.call('HINCRBY', key, 'attempts', -1)
+  to_pending(id, key, true)
+  bump('released')
+end
+
+local function worker_record(incarnation, now, inflight, concurrency, draining)
+  return cjson.encode({
+    incarnation = incarnation,
+    heartbeat_ms = now,
+    inflight = tonumber(inflight) or 0,
+    concurrency = tonumber(concurrency) or 0,
+    draining = draining == '1',
+  })
+end

@@ -1,0 +1,47 @@
+-- enqueue_task: create one task (shared by enqueue.lua and fire_schedule.lua).
+--   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
+--   max_attempts / timeout: '' = the queue's config at the time it matters.
+-- Returns 1 if created, 0 if a task with this id exists (idempotent enqueue), and
+-- whether it went straight to pending (for wake-ups).
+local function enqueue_task(now, id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout)
+  local key = K_TASK .. id
+  if redis.call('EXISTS', key) == 1 then return 0, false end
+  if max_attempts == '' then max_attempts = cfg('max_attempts') end
+  delay_ms = tonumber(delay_ms) or 0
+  local fields = {
+    'id', id, 'payload', payload, 'priority', priority, 'attempts', 0,
+    'max_attempts', max_attempts, 'lost', 0, 'created_at', now, 'cost', cost,
+  }
+  if timeout ~= '' then
+    fields[#fields + 1] = 'timeout'
+    fields[#fields + 1] = timeout
+  end
+  if deadline ~= '' then
+    local at
+    if string.sub(deadline, 1, 1) == '@' then
+      at = tonumber(string.sub(deadline, 2))
+    else
+      at = now + tonumber(deadline)
+    end
+    fields[#fields + 1] = 'deadline'
+    fields[#fields + 1] = at
+    redis.call('ZADD', K_DEADLINES, at, id)
+  end
+  local immediate = delay_ms <= 0
+  local run_at = now
+  if immediate then
+    fields[#fields + 1] = 'state'
+    fields[#fields + 1] = 'pending'
+    redis.call('ZADD', K_PENDING, pending_score(tonumber(priority), false), id)
+  else
+    run_at = now + delay_ms
+    fields[#fields + 1] = 'state'
+    fields[#fields + 1] = 'delayed'
+    redis.call('ZADD', K_DELAYED, run_at, id)
+  end
+  fields[#fields + 1] = 'run_at'
+  fields[#fields + 1] = run_at
+  redis.call('HSET', key, unpack(fields))
+  bump('enqueued')
+  return 1, immediate
+end

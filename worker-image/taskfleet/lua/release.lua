@@ -1,0 +1,21 @@
+-- release: a draining worker gives back tasks it could not finish. They go to the front
+-- of their priority (they already waited) and the start does not count as an attempt.
+-- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
+--   K_RUNNING, K_POD, K_SEQ, K_STATS, K_NOTIFY.
+-- ARGV[1] pod (unused but logged for symmetry), then pairs: task id, claim token
+-- Returns: how many were released (stale tokens are skipped and counted).
+local released = 0
+for i = 2, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local key = K_TASK .. id
+  local ok, pod = holds(key, token)
+  if ok then
+    release_task(id, key, pod)
+    released = released + 1
+  else
+    bump('stale')
+  end
+end
+notify(released)
+flush_counts()
+return released

@@ -1,0 +1,36 @@
+-- sweep: the housekeeping pass of the operator (workers do the first three in claim).
+-- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS); all but the buckets are used.
+-- ARGV[1] bound: max tasks handled per step and call (call again while counts are at it)
+-- Returns: {promoted, expired, requeued, lost_dead, pruned_done, pruned_dead,
+--   workers_dropped}
+local bound = tonumber(ARGV[1])
+local now = now_ms()
+local promoted = promote_due(now, bound)
+local expired = expire_deadlines(now, bound)
+local requeued, lost_dead = take_back_expired(now, bound)
+
+local function prune(zkey, retention_s)
+  local cutoff = now - retention_s * 1000
+  local ids = redis.call('ZRANGEBYSCORE', zkey, '-inf', cutoff, 'LIMIT', 0, bound)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', zkey, id)
+    redis.call('DEL', K_TASK .. id)
+  end
+  return #ids
+end
+local pruned_done = prune(K_DONE, cfg_num('done_retention_s', 3600))
+local pruned_dead = prune(K_DEAD, cfg_num('dead_retention_s', 259200))
+
+-- A worker silent for 3 lease TTLs is gone; its leases expired long ago.
+local stale_before = now - 3 * cfg_num('lease_ttl_s', 30) * 1000
+local dropped = 0
+local flat = redis.call('HGETALL', K_WORKERS)
+for i = 1, #flat, 2 do
+  local ok, w = pcall(cjson.decode, flat[i + 1])
+  if not ok or type(w) ~= 'table' or (tonumber(w.heartbeat_ms) or 0) < stale_before then
+    redis.call('HDEL', K_WORKERS, flat[i])
+    dropped = dropped + 1
+  end
+end
+flush_counts()
+return {promoted, expired, requeued, lost_dead, pruned_done, pruned_dead, dropped}
