@@ -132,6 +132,11 @@ class Fleet:
         result = wait_for(f"{replicas} ready worker pods of {self.name}", probe, timeout=timeout)
         return [] if result == ["<none>"] else result
 
+    def wait_pod_gone(self, pod: str, timeout: float) -> None:
+        wait_for(
+            f"pod {pod} to be gone", lambda: self.kube.get("pod", pod) is None, timeout=timeout
+        )
+
     def wait_status(self, what: str, check: Any, timeout: float = 60) -> dict[str, Any]:
         """Wait until ``check(status)`` holds for the TaskQueue's status."""
 

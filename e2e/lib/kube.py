@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,6 +25,7 @@ __all__ = [
     "Kube",
     "KubectlError",
     "NodeShell",
+    "PodWatch",
     "wait_for",
 ]
 
@@ -225,3 +227,52 @@ class NodeShell:
             address = LOCAL_CONTAINERD
         ctr = ["ctr", "-a", address] if address else ["ctr"]
         self.run(*ctr, "-n", "k8s.io", "task", "kill", "--signal", signal, cid)
+
+
+class PodWatch:
+    """Every version of one pod the API shows while it lives: ``kubectl get -w -o json``.
+
+    The pod object vanishes once deleted, taking its containers' exit codes with it; the
+    kubelet writes them just before, and the watch keeps that last word.
+    """
+
+    def __init__(self, kube: Kube, pod: str):
+        self.versions: list[dict[str, Any]] = []
+        self._process = subprocess.Popen(
+            kube.argv("get", "pod", pod, "--watch", "-o", "json"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        decoder = json.JSONDecoder()
+        buffer = ""
+        for line in self._process.stdout:
+            buffer += line
+            while buffer.strip():
+                try:
+                    obj, end = decoder.raw_decode(buffer.lstrip())
+                except ValueError:
+                    break
+                self.versions.append(obj)
+                buffer = buffer.lstrip()[end:]
+
+    def terminated(self) -> dict[str, Any] | None:
+        """The worker container's last ``terminated`` state seen, if any."""
+        for version in reversed(self.versions):
+            for status in version.get("status", {}).get("containerStatuses", []):
+                state = status.get("state", {}).get("terminated")
+                if state:
+                    result: dict[str, Any] = state
+                    return result
+        return None
+
+    def stop(self) -> None:
+        if self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
+        self._thread.join(timeout=5)

@@ -1,0 +1,105 @@
+"""Redis and the operator restarted mid-load: workers and sweeper pick up where they were."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from e2e.lib.fixtures import Operator
+from e2e.lib.fleet import Fleet
+from e2e.lib.kube import NodeShell, is_ready, wait_for
+
+pytest_plugins = ["e2e.lib.fixtures"]
+
+
+def test_workers_ride_out_a_redis_restart_mid_load_and_nothing_is_lost(
+    make_fleet: Callable[..., Fleet], figures: Callable[[str], None]
+) -> None:
+    fleet = make_fleet("redis-restart", replicas=2, concurrency=2)
+    pods = fleet.wait_ready(2)
+    ids = fleet.queue.enqueue_sleepers(20, seconds=2)
+    wait_for(
+        "some tasks done and some running",
+        lambda: (s := fleet.queue.stats())["done"] >= 4 and s["running"] > 0,
+        timeout=60,
+    )
+
+    redis_pod = fleet.kube.get("pod", "redis")
+    assert redis_pod is not None
+    status = redis_pod["status"]["containerStatuses"][0]
+    # SIGKILL from the node: an abrupt crash; the append-only file in the pod's emptyDir
+    # holds every acknowledged write, and the container restarts in the same pod.
+    NodeShell.for_node(redis_pod["spec"]["nodeName"]).kill_container(status["containerID"])
+    killed = time.monotonic()
+
+    def redis_back() -> bool:
+        current = fleet.kube.get("pod", "redis") or {"metadata": {}}
+        restarts = (
+            current.get("status", {}).get("containerStatuses", [{}])[0].get("restartCount", 0)
+        )
+        return restarts > status.get("restartCount", 0) and is_ready(current)
+
+    wait_for("the Redis container to restart", redis_back, timeout=90)
+    figures(f"Redis killed mid-load: back after {time.monotonic() - killed:.1f}s")
+
+    accounting = fleet.queue.wait_settled(ids, timeout=180)
+    figures(
+        f"Redis restart: all {len(ids)} tasks settled {time.monotonic() - killed:.1f}s after it"
+    )
+    accounting.assert_nothing_lost()
+    # The workers reconnected rather than crash-looping.
+    for pod in fleet.pods():
+        restarts = pod["status"]["containerStatuses"][0].get("restartCount", 0)
+        assert restarts == 0, f"worker {pod['metadata']['name']} restarted {restarts} times"
+    assert set(pods) <= set(fleet.queue.workers()), "a worker did not register again"
+
+
+def test_an_operator_restarted_mid_load_requeues_a_dead_pods_tasks_exactly_once(
+    make_fleet: Callable[..., Fleet], operator: Operator, figures: Callable[[str], None]
+) -> None:
+    fleet = make_fleet("operator-restart", replicas=2, concurrency=2)
+    fleet.wait_ready(2)
+    # Long tasks: none of the victim's can finish in the moments its container outlives
+    # the force delete, so each one must come back exactly once.
+    ids = fleet.queue.enqueue_sleepers(4, seconds=30)
+
+    def busy() -> tuple[str, set[str]] | None:
+        for pod, count in fleet.queue.holders().most_common(1):
+            if count >= 2:
+                return pod, fleet.queue.held_by(pod)
+        return None
+
+    victim, held = wait_for("a pod holding 2 tasks", busy, timeout=45)
+    before = fleet.queue.stats()
+    replicas = operator.deployment()["spec"]["replicas"]
+    operator.kube.run("scale", f"deployment/{operator.name}", "--replicas=0")
+    try:
+        wait_for(
+            "the operator to stop", lambda: not operator.kube.pods(operator.selector), timeout=120
+        )
+        # A pod dies while nobody watches: its tasks wait for the operator's return.
+        fleet.kube.run("delete", "pod", victim, "--grace-period=0", "--force")
+    finally:
+        operator.kube.run("scale", f"deployment/{operator.name}", f"--replicas={replicas}")
+    wait_for("a ready operator pod", operator.ready_pods, timeout=120)
+    back = time.monotonic()
+    wait_for(
+        f"the tasks of {victim} to be taken back after the operator's restart",
+        lambda: not fleet.queue.held_by(victim),
+        timeout=40,
+        interval=0.5,
+    )
+    figures(
+        f"operator restart: dead pod's tasks requeued {time.monotonic() - back:.1f}s after "
+        "the new operator pod became ready"
+    )
+
+    accounting = fleet.queue.wait_settled(ids, timeout=150)
+    accounting.assert_nothing_lost()
+    requeued = accounting.stats.get("requeued", 0) - before.get("requeued", 0)
+    assert requeued == len(held), (
+        f"requeued {requeued} tasks for {len(held)} held ({accounting.summary()})"
+    )
+    for task_id in held:
+        lost = int(fleet.queue.task(task_id).get("lost") or 0)
+        assert lost <= 1, f"task {task_id} counted lost {lost} times: requeued twice"
