@@ -230,3 +230,19 @@ def make_broker(redis_url: str) -> Iterator[Callable[..., BlockingBroker]]:
     for broker in brokers:
         broker.close()
     runner.close()
+
+
+def eventually(condition: Callable[[], Any], timeout: float = 5.0, interval: float = 0.01) -> Any:
+    """Poll ``condition`` until it returns something truthy (returned), or fail at the deadline.
+
+    For conditions that become true through real time passing (leases, delays), so tests
+    wait exactly as long as needed and fail loudly instead of racing a fixed sleep.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout:g} s: {condition.__doc__ or condition}")
+        time.sleep(interval)
