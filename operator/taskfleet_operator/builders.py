@@ -232,7 +232,7 @@ def queue_config_fields(spec: TaskQueueSpec) -> dict[str, Any]:
     task may not outlive the drain deadline it was promised.
     """
     limit = spec.rate_limit
-    return {
+    fields = {
         "max_concurrency": spec.max_concurrency,
         "rate_limit_tasks": limit.tasks if limit else None,
         "rate_limit_cost": limit.cost if limit else None,
@@ -246,3 +246,5 @@ def queue_config_fields(spec: TaskQueueSpec) -> dict[str, Any]:
         "dead_retention_s": spec.retention.dead_seconds,
         "default_timeout_s": spec.max_task_duration_seconds,
     }
+    # Unset optional limits are left out: QueueConfig's own defaults apply.
+    return {key: value for key, value in fields.items() if value is not None}

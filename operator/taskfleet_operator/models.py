@@ -49,7 +49,6 @@ _PASSWORD_IN_URL = re.compile(r"^[a-z]+://[^@/]*:[^@/]*@")
 # Pass-through Kubernetes types: kept as opaque objects so the CRD stays structural
 # without copying the core/v1 schemas; the apiserver validates them on the Deployment.
 K8S_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-ANY_JSON: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
 
 
 def cel(rule: str, message: str, *, field_path: str | None = None) -> JsonDict:
@@ -176,7 +175,9 @@ class Schedule(CamelModel):
         max_length=128,
         description="Five-field cron expression (minute hour day month weekday), UTC.",
     )
-    payload: Annotated[Any, Field(json_schema_extra=ANY_JSON)] = None
+    payload: Annotated[dict[str, Any], Field(json_schema_extra=K8S_OBJECT)] = Field(
+        default_factory=dict, description="The task payload, a JSON object."
+    )
     priority: int = Field(default=0, ge=-1000, le=1000)
 
     @field_validator("cron")

@@ -1,0 +1,61 @@
+"""``python -m taskfleet_operator``: run the operator (the container's ENTRYPOINT).
+
+Equivalent to ``kopf run -m taskfleet_operator.handlers --standalone -A
+--liveness=http://0.0.0.0:8080/healthz``, with the options also read from the
+environment so the Deployment can set them without a shell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import kopf
+
+DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m taskfleet_operator", description="Run the taskfleet operator."
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        help="Watch only this namespace (repeatable; env TASKFLEET_WATCH_NAMESPACES, "
+        "comma-separated) [default: all namespaces].",
+    )
+    parser.add_argument(
+        "--liveness",
+        default=os.environ.get("TASKFLEET_LIVENESS", DEFAULT_LIVENESS),
+        help="Liveness endpoint URL; empty to disable (env TASKFLEET_LIVENESS) "
+        f"[default: {DEFAULT_LIVENESS}].",
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="Debug logging.")
+    args = parser.parse_args(argv)
+    if not args.namespace:
+        env = os.environ.get("TASKFLEET_WATCH_NAMESPACES", "")
+        args.namespace = [ns.strip() for ns in env.split(",") if ns.strip()]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.FULL)
+    # Importing registers the handlers with kopf's default registry.
+    import taskfleet_operator.handlers  # noqa: F401
+
+    kopf.run(
+        standalone=True,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness or None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The few Kubernetes API calls the handlers make, through the official client.
+
+kopf watches and patches the TaskQueues itself; this module covers what kopf does not:
+applying the Deployment, reading a Secret, annotating pods. A 404 on something that
+vanished meanwhile is not an error: it is logged at debug and reported as "absent".
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import logging
+import os
+import threading
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+FIELD_MANAGER = "taskfleet-operator"
+
+_log = logging.getLogger(__name__)
+_lock = threading.Lock()
+
+
+class SecretUnavailable(Exception):  # noqa: N818 - a condition reason, not a crash
+    """The Redis Secret (or its key) is missing; the message says which and what to do."""
+
+
+@functools.cache
+def _api_client() -> client.ApiClient:
+    """One API client for the process: in-cluster credentials, else the kubeconfig."""
+    with _lock:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        else:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+
+
+def core() -> client.CoreV1Api:
+    return client.CoreV1Api(_api_client())
+
+
+def apps() -> client.AppsV1Api:
+    return client.AppsV1Api(_api_client())
+
+
+def read_deployment(name: str, namespace: str) -> dict[str, Any] | None:
+    try:
+        response = apps().read_namespaced_deployment(name, namespace, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    body: dict[str, Any] = _json(response)
+    return body
+
+
+def apply_deployment(body: dict[str, Any]) -> dict[str, Any]:
+    """Server-side apply: fields the operator stopped setting are removed, others' kept."""
+    response = apps().patch_namespaced_deployment(
+        body["metadata"]["name"],
+        body["metadata"]["namespace"],
+        body,
+        field_manager=FIELD_MANAGER,
+        force=True,
+        _content_type="application/apply-patch+yaml",
+        _preload_content=False,
+    )
+    applied: dict[str, Any] = _json(response)
+    return applied
+
+
+def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
+    response = core().list_namespaced_pod(
+        namespace, label_selector=selector, _preload_content=False
+    )
+    items: list[dict[str, Any]] = _json(response).get("items", [])
+    return items
+
+
+def annotate_pod(name: str, namespace: str, annotations: dict[str, str]) -> bool:
+    """Merge annotations into a pod; False if the pod is gone."""
+    try:
+        core().patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+    except ApiException as exc:
+        if exc.status == 404:
+            _log.debug("pod %s/%s vanished before it was annotated", namespace, name)
+            return False
+        raise
+    return True
+
+
+def read_secret_value(namespace: str, name: str, key: str) -> str:
+    """One key of a Secret, decoded. The value is never logged."""
+    try:
+        secret = core().read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        if exc.status in (403, 404):
+            raise SecretUnavailable(
+                f"Secret {namespace}/{name} for redis.secretRef is missing or unreadable: "
+                f"create it with key {key!r} holding the Redis URL"
+            ) from None
+        raise
+    data = secret.data or {}
+    if key not in data:
+        raise SecretUnavailable(
+            f"Secret {namespace}/{name} has no key {key!r}: add it (the Redis URL) "
+            "or set redis.secretRef.key"
+        )
+    return base64.b64decode(data[key]).decode()
+
+
+def _json(response: Any) -> Any:
+    return json.loads(response.data)

@@ -1,0 +1,155 @@
+"""What the handlers do, as plain typed functions (handlers.py only registers them).
+
+Each function takes the TaskQueue body and the validated spec, talks to the API or
+Redis, and returns what the handler should write to status; kopf specifics (events,
+errors with retry delays, the patch object) stay in handlers.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import kopf
+import redis
+from pydantic import ValidationError
+
+from taskfleet_operator import builders, kube, status, sweeper
+from taskfleet_operator.models import TaskQueueSpec
+
+
+class InvalidSpec(Exception):  # noqa: N818 - reported as the condition reason
+    """The spec cannot be turned into a fleet; the message says what to fix."""
+
+
+class NotOwned(Exception):  # noqa: N818 - reported as the condition reason
+    """A Deployment of the same name exists and belongs to something else."""
+
+
+def parse_spec(raw: Mapping[str, Any]) -> TaskQueueSpec:
+    try:
+        return TaskQueueSpec.model_validate(dict(raw))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'spec'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise InvalidSpec(f"invalid spec: {problems}") from None
+
+
+def resolve_redis_url(namespace: str, spec: TaskQueueSpec) -> str:
+    """The Redis URL: from the spec, or read from the Secret (never logged)."""
+    if spec.redis.url is not None:
+        return spec.redis.url
+    ref = spec.redis.secret_ref
+    assert ref is not None  # the model guarantees exactly one of url / secretRef
+    return kube.read_secret_value(namespace, ref.name, ref.key)
+
+
+def owner_ref(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The few fields of a TaskQueue kopf needs to post an event about it."""
+    meta = body["metadata"]
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+    }
+
+
+def _owned_by(deployment: Mapping[str, Any], uid: str) -> bool:
+    refs = deployment.get("metadata", {}).get("ownerReferences") or []
+    return any(ref.get("uid") == uid for ref in refs)
+
+
+def set_deletion_costs(
+    namespace: str, name: str, queue: Any, logger: logging.Logger | logging.LoggerAdapter[Any]
+) -> int:
+    """Annotate every worker pod with its in-flight count as pod-deletion-cost.
+
+    The ReplicaSet controller removes the cheapest pods first on scale-down, so idle
+    workers go and busy ones keep running (drain would save their tasks anyway, but
+    finishing beats re-running).
+    """
+    inflight = {worker.pod: worker.inflight for worker in queue.workers()}
+    annotated = 0
+    for pod in kube.list_pods(namespace, builders.selector_string(name)):
+        pod_name = pod["metadata"]["name"]
+        cost = builders.deletion_cost(inflight.get(pod_name))
+        current = (pod["metadata"].get("annotations") or {}).get(builders.DELETION_COST_ANNOTATION)
+        if current == cost:
+            continue
+        if kube.annotate_pod(pod_name, namespace, {builders.DELETION_COST_ANNOTATION: cost}):
+            annotated += 1
+    logger.debug("pod-deletion-cost set on %d pods", annotated)
+    return annotated
+
+
+def apply_fleet(
+    body: Mapping[str, Any],
+    spec: TaskQueueSpec,
+    connections: sweeper.Connections,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> dict[str, Any]:
+    """Create or update the worker Deployment; on scale-down set deletion costs first."""
+    meta = body["metadata"]
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    existing = kube.read_deployment(name, namespace)
+    if existing is not None and not _owned_by(existing, uid):
+        raise NotOwned(
+            f"Deployment {namespace}/{name} exists and is not owned by this TaskQueue: "
+            "delete or rename that Deployment"
+        )
+    if existing is not None and (existing.get("spec", {}).get("replicas") or 0) > spec.replicas:
+        try:
+            set_deletion_costs(namespace, name, connections.get(namespace, name, spec), logger)
+        except (redis.RedisError, kube.SecretUnavailable) as exc:
+            # Scaling down still proceeds: draining keeps every task safe either way.
+            logger.warning("scale-down without deletion costs: %s", sweeper.describe_error(exc))
+    deployment = builders.build_deployment(name, namespace, spec)
+    kopf.adopt(deployment, owner=dict(body))  # type: ignore[arg-type]
+    return kube.apply_deployment(deployment)
+
+
+def configure_queue(
+    namespace: str, name: str, spec: TaskQueueSpec, connections: sweeper.Connections
+) -> None:
+    sweeper.configure(connections.get(namespace, name, spec), spec)
+
+
+def deployment_status(spec: TaskQueueSpec, deployment: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(replicas, readyReplicas) as the Deployment reports them (0 before it reports)."""
+    reported = (deployment or {}).get("status") or {}
+    return int(reported.get("replicas") or 0), int(reported.get("readyReplicas") or 0)
+
+
+def ready_condition(
+    conditions: list[dict[str, Any]], spec: TaskQueueSpec, ready_replicas: int
+) -> list[dict[str, Any]]:
+    if status.is_false(conditions, status.REDIS_REACHABLE):
+        return status.set_condition(
+            conditions, status.READY, False, "RedisUnreachable", "the queue's Redis is unreachable"
+        )
+    if ready_replicas < spec.replicas:
+        return status.set_condition(
+            conditions,
+            status.READY,
+            False,
+            "WorkersNotReady",
+            f"{ready_replicas} of {spec.replicas} worker pods ready",
+        )
+    return status.set_condition(
+        conditions, status.READY, True, "WorkersReady", f"{ready_replicas} worker pods ready"
+    )
+
+
+def creation_time(body: Mapping[str, Any]) -> datetime:
+    stamp = str(body["metadata"]["creationTimestamp"]).replace("Z", "+00:00")
+    return datetime.fromisoformat(stamp)
+
+
+def first(values: Iterable[Any] | None) -> Any:
+    for value in values or ():
+        return value
+    return None

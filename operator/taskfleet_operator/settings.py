@@ -1,0 +1,90 @@
+"""Operator settings: ours from the environment, kopf's in one startup function.
+
+Every knob has a comment saying why it has its value; tests shorten intervals through
+the same environment variables the Deployment would use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import kopf
+
+from taskfleet_operator.models import GROUP
+
+FINALIZER = f"{GROUP}/finalizer"
+
+
+class SettingsError(ValueError):
+    """An operator environment variable has a value the operator cannot use."""
+
+
+def _float(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number") from None
+    if not low <= value <= high:
+        raise SettingsError(f"{name}={raw!r} must be between {low} and {high}")
+    return value
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What the taskfleet handlers need to know, read once at import of the handlers."""
+
+    # How often each TaskQueue is swept: the slow path for orphaned tasks (a pod deleted
+    # while the operator was down), expired leases, cron schedules and status.
+    sweep_interval_s: float = 2.0
+    # Redis socket connect/read timeout: a dead Redis must not stall a sweep for long.
+    redis_timeout_s: float = 2.0
+    # How far back a missed cron slot is still fired (operator down across a tick).
+    schedule_catchup_s: float = 600.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
+        env = os.environ if env is None else env
+        return cls(
+            sweep_interval_s=_float(env, "TASKFLEET_SWEEP_INTERVAL", 2.0, 0.1, 3600),
+            redis_timeout_s=_float(env, "TASKFLEET_REDIS_TIMEOUT", 2.0, 0.1, 60),
+            schedule_catchup_s=_float(env, "TASKFLEET_SCHEDULE_CATCHUP", 600.0, 0, 86_400),
+        )
+
+
+def configure_kopf(settings: kopf.OperatorSettings) -> None:
+    """kopf's settings, one comment per choice."""
+    # Our finalizer lives under the project's group; it is only added to TaskQueues with
+    # onDelete: Purge (the delete handler's filter), so Retain queues delete instantly.
+    settings.persistence.finalizer = FINALIZER
+    # Handler progress and the last-handled spec go to annotations under our group, not to
+    # status: the status schema is strict and would prune kopf's fields.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    # One operator replica (Deployment strategy Recreate) without peering objects: the
+    # sweeper's Redis operations are atomic and idempotent and cron slots fire at most
+    # once, so a brief overlap of two operators is safe, just redundant.
+    settings.peering.standalone = True
+    settings.peering.mandatory = False
+    # The apiserver closes each watch after server_timeout; the client gives up slightly
+    # later, so a silently dead connection (no events, no close) is noticed and reopened.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    # A single API request never hangs a handler for long.
+    settings.networking.request_timeout = 30
+    settings.networking.connect_timeout = 10
+    # Only warnings and errors from handler loggers become Kubernetes events; the
+    # requeue/outage events are posted explicitly with clear reasons.
+    settings.posting.level = logging.WARNING
+    # Retry delays after an API error while processing an event: quick first, then calm.
+    settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
+    # Sync handlers run in threads; one sweep per TaskQueue plus pod events in parallel.
+    settings.execution.max_workers = 16

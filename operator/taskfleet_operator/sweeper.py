@@ -1,0 +1,186 @@
+"""The per-TaskQueue sweep: orphaned tasks back to pending, Redis housekeeping, cron.
+
+Every Redis operation it uses is one atomic, idempotent Lua script, so two sweepers
+(an operator restart overlapping its predecessor) cannot double anything: a requeue
+finds the pod's set already empty, a cron slot fires at most once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from croniter import croniter
+from taskfleet.config import QueueConfig
+from taskfleet.queue import Queue
+from taskfleet.scripts import SWEEP_BOUND
+
+from taskfleet_operator import builders
+from taskfleet_operator.models import TaskQueueSpec
+
+UrlResolver = Callable[[str, TaskQueueSpec], str]
+
+
+def mask_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``: the only form of a URL we log."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    except ValueError:
+        return "<unparseable url>"
+
+
+def describe_error(exc: BaseException, url: str | None = None) -> str:
+    """A one-line error text with any password of ``url`` masked out."""
+    message = f"{type(exc).__name__}: {exc}"
+    if url:
+        password = urlsplit(url).password
+        if password:
+            message = message.replace(password, "***")
+    return message
+
+
+class Connections:
+    """One `Queue` per TaskQueue, rebuilt when its Redis URL changes (e.g. a rotated Secret).
+
+    Clients get short socket timeouts so an unreachable Redis fails a sweep quickly
+    instead of stalling a handler thread.
+    """
+
+    def __init__(self, resolve_url: UrlResolver, timeout_s: float) -> None:
+        self._resolve_url = resolve_url
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._queues: dict[tuple[str, str], tuple[str, Queue]] = {}
+
+    def get(self, namespace: str, name: str, spec: TaskQueueSpec) -> Queue:
+        url = self._resolve_url(namespace, spec)
+        digest = hashlib.sha256(url.encode()).hexdigest()
+        key = (namespace, name)
+        with self._lock:
+            cached = self._queues.get(key)
+            if cached is not None and cached[0] == digest:
+                return cached[1]
+            client = redis.Redis.from_url(
+                url,
+                socket_timeout=self._timeout_s,
+                socket_connect_timeout=self._timeout_s,
+                health_check_interval=30,
+            )
+            queue = Queue(builders.queue_name(namespace, name), client=client)
+            self._queues[key] = (digest, queue)
+        if cached is not None:
+            cached[1].client.close()
+        return queue
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            cached = self._queues.pop((namespace, name), None)
+        if cached is not None:
+            cached[1].client.close()
+
+    def close(self) -> None:
+        with self._lock:
+            queues, self._queues = list(self._queues.values()), {}
+        for _, queue in queues:
+            queue.client.close()
+
+
+def configure(queue: Queue, spec: TaskQueueSpec) -> None:
+    """Write the spec's shared settings to the queue's config hash."""
+    queue.configure(QueueConfig(**builders.queue_config_fields(spec)))
+
+
+def due_slot(cron: str, now: datetime, not_before: datetime) -> int | None:
+    """The latest cron slot at or before ``now`` (epoch seconds), if not before the bound.
+
+    Only the latest slot is considered: after an outage a schedule fires once, not once
+    per missed tick.
+    """
+    slot: datetime = croniter(cron, now + timedelta(microseconds=1)).get_prev(datetime)
+    if slot < not_before:
+        return None
+    return int(slot.timestamp())
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did and saw, for status and events."""
+
+    requeued: dict[str, int] = field(default_factory=dict)
+    fired: list[str] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    suspects: set[str] = field(default_factory=set)
+
+
+def requeue_orphans(
+    queue: Queue, live_pods: Iterable[str], suspects: set[str], report: SweepReport
+) -> None:
+    """Take back the tasks of registered workers whose pod is gone from the API.
+
+    A pod is requeued the second sweep in a row it is missing: a worker that registered
+    a moment before the pod watch delivered its pod must not lose its fresh claims. The
+    pod-deletion event is the fast path; this covers missed events and operator restarts.
+    A Terminating pod is still in the API, so it counts as live and keeps its tasks.
+    """
+    live = set(live_pods)
+    for worker in queue.workers():
+        if worker.pod in live:
+            continue
+        if worker.pod not in suspects:
+            report.suspects.add(worker.pod)
+            continue
+        count = queue.requeue_pod(worker.pod)
+        if count:
+            report.requeued[worker.pod] = count
+
+
+def fire_schedules(
+    queue: Queue, spec: TaskQueueSpec, now: datetime, not_before: datetime, report: SweepReport
+) -> None:
+    for schedule in spec.schedules:
+        slot = due_slot(schedule.cron, now, not_before)
+        if slot is None:
+            continue
+        task_id = queue.fire_schedule(
+            schedule.name, slot, dict(schedule.payload), priority=schedule.priority
+        )
+        if task_id is not None:
+            report.fired.append(task_id)
+
+
+def sweep_queue(
+    queue: Queue,
+    spec: TaskQueueSpec,
+    *,
+    live_pods: Iterable[str],
+    suspects: set[str],
+    created_at: datetime,
+    catchup_s: float,
+    now: datetime | None = None,
+) -> SweepReport:
+    """One sweep of one queue. Raises `redis.RedisError` when Redis is unreachable."""
+    now = now or datetime.now(UTC)
+    report = SweepReport()
+    configure(queue, spec)
+    requeue_orphans(queue, live_pods, suspects, report)
+    # The sweep script is bounded per call; a few calls catch up after a backlog.
+    for _ in range(10):
+        result = queue.sweep()
+        counts = (result.promoted, result.expired, result.requeued, result.pruned_done)
+        if max(*counts, result.pruned_dead) < SWEEP_BOUND:
+            break
+    not_before = max(created_at, now - timedelta(seconds=catchup_s))
+    fire_schedules(queue, spec, now, not_before, report)
+    report.stats = queue.stats()
+    return report
