@@ -1,0 +1,115 @@
+"""Bad input to the ``taskfleet`` command: one clear line on stderr, non-zero exit, no harm."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from taskfleet.config import QueueConfig
+from taskfleet.queue import Queue
+
+from tests.workers.harness import REPO, env_for, taskfleet, wait_until
+
+H = "tests.workers.handlers"
+
+
+def assert_one_line_error(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line, got:\n{stderr}"
+    assert lines[0].startswith("taskfleet: error: "), stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["enqueue", "q", "--payload", "{not json"], "not valid JSON"),
+        (["enqueue", "q", "--payload", "[1, 2]"], "must be a JSON object"),
+        (["enqueue", "q", "--priority", "high"], "'high' is not a valid integer"),
+        (["enqueue", "q", "--id", "x", "--count", "2"], "can't be combined"),
+        (["enqueue", "q", "--count", "0"], "--count"),
+        (["worker", "--queue", "q", "--handler", "no_such_module_xyz:f"], "not found"),
+        (["worker", "--queue", "q", "--handler", f"{H}:no_such_function"], "no attribute"),
+        (["worker", "--queue", "q", "--handler", f"{H}:NOT_CALLABLE"], "not callable"),
+        (["worker", "--queue", "q", "--handler", "tests.workers.handlers"], "must look like"),
+        (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--concurrency", "-1"], "at least"),
+        (
+            [
+                "worker",
+                "--queue",
+                "q",
+                "--handler",
+                f"{H}:sleep",
+                "--heartbeat-interval",
+                "20",
+                "--lease-ttl",
+                "30",
+            ],
+            "at most half the lease TTL",
+        ),
+        (["worker", "--queue", "q"], "Missing option '--handler'"),
+        (["worker", "--queue", "bad queue!", "--handler", f"{H}:sleep"], "queue"),
+        (["stats", "bad queue!"], "invalid queue name"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_enqueues_nothing(
+    args: list[str], expected: str, redis_url: str, tmp_path: Path
+) -> None:
+    result = taskfleet(*args, env=env_for(redis_url, tmp_path))
+    assert result.returncode == 2, result.stderr
+    line = assert_one_line_error(result.stderr)
+    assert expected in line
+    assert result.stdout == ""
+    with Queue("q", redis_url=redis_url) as queue:
+        assert queue.stats()["pending"] == 0
+
+
+def test_oversize_payload_is_refused_with_the_queue_limit_in_the_message(
+    redis_url: str, tmp_path: Path
+) -> None:
+    with Queue("q", redis_url=redis_url) as queue:
+        queue.configure(QueueConfig(max_payload_bytes=1000))
+    payload = '{"blob": "' + "x" * 2000 + '"}'
+    result = taskfleet("enqueue", "q", "--payload", payload, env=env_for(redis_url, tmp_path))
+    assert result.returncode == 2
+    assert "1000" in assert_one_line_error(result.stderr)
+    with Queue("q", redis_url=redis_url) as queue:
+        assert queue.stats()["pending"] == 0
+
+
+def test_unreachable_redis_is_one_line_and_never_shows_the_password(
+    redis_url: str, tmp_path: Path
+) -> None:
+    secret_url = "redis://user:s3cr3t-pw@127.0.0.1:1/0"
+    env = env_for(secret_url, tmp_path)
+    for args in (["stats", "q"], ["enqueue", "q"], ["task", "q", "x"]):
+        result = taskfleet(*args, env=env)
+        assert result.returncode == 1, result.stderr
+        line = assert_one_line_error(result.stderr)
+        assert "s3cr3t-pw" not in result.stderr + result.stdout
+        assert "user:***@127.0.0.1:1" in line
+
+
+def test_worker_with_unreachable_redis_keeps_the_password_out_of_its_log(
+    tmp_path: Path,
+) -> None:
+    secret_url = "redis://:hunter2-secret@127.0.0.1:1/0"
+    env = env_for(secret_url, tmp_path)
+    args = ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--drain-timeout", "0"]
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "taskfleet", *args], env=env, cwd=REPO, stdout=out, stderr=out
+        )
+    try:
+        wait_until(lambda: "redis_unreachable" in log.read_text(), 10, "an outage log line")
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+    text = log.read_text()
+    assert "hunter2-secret" not in text
+    assert text.count("redis_unreachable") == 1, text

@@ -1,0 +1,1 @@
+"""Handler modules the worker tests run, and helpers to drive worker processes."""

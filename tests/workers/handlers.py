@@ -1,0 +1,77 @@
+"""Handlers for worker tests: each records what it did in Redis so tests can check it.
+
+Records go to the list ``test:events`` as ``<what>:<task id>:<pod>`` strings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from typing import Any
+
+import redis
+from taskfleet.handlers import current_task
+
+EVENTS = "test:events"
+_clients: dict[str, redis.Redis] = {}
+
+
+def _record(what: str) -> None:
+    task = current_task()
+    client = _clients.get(task.redis_url)
+    if client is None:
+        client = _clients[task.redis_url] = redis.Redis.from_url(task.redis_url)
+    client.rpush(EVENTS, f"{what}:{task.task_id}:{task.pod}")
+
+
+def sleep(payload: dict[str, Any]) -> dict[str, Any]:
+    """Record the start, sleep ``seconds``, record the end."""
+    _record("start")
+    time.sleep(float(payload.get("seconds", 0)))
+    _record("end")
+    return {"slept": payload.get("seconds", 0)}
+
+
+async def async_sleep(payload: dict[str, Any]) -> dict[str, Any]:
+    await asyncio.to_thread(_record, "start")
+    await asyncio.sleep(float(payload.get("seconds", 0)))
+    await asyncio.to_thread(_record, "end")
+    return {"slept": payload.get("seconds", 0)}
+
+
+def spin(payload: dict[str, Any]) -> int:
+    """Burn CPU in pure Python (holding the GIL between switches) for ``seconds``."""
+    _record("start")
+    deadline = time.monotonic() + float(payload["seconds"])
+    count = 0
+    while time.monotonic() < deadline:
+        count += 1
+    _record("end")
+    return count
+
+
+def fail_first(payload: dict[str, Any]) -> str:
+    """Raise on the first attempt, succeed on the next ones."""
+    _record("start")
+    if current_task().attempt <= 1:
+        raise ValueError("first attempt fails on purpose")
+    _record("end")
+    return "ok"
+
+
+def unserialisable(payload: dict[str, Any]) -> object:
+    return object()
+
+
+def orphan(payload: dict[str, Any]) -> int:
+    """Start a shell that backgrounds a grandchild and exits: the grandchild is orphaned,
+    reparented to PID 1, and becomes a zombie there when it ends unless PID 1 reaps it.
+    The shell itself is our child and ``subprocess`` must still see its real exit status."""
+    seconds = float(payload.get("seconds", 0.2))
+    code = subprocess.run(["sh", "-c", f"sleep {seconds} & exit 3"], check=False).returncode
+    _record(f"end-{code}")
+    return code
+
+
+NOT_CALLABLE = 42

@@ -1,0 +1,181 @@
+"""Driving real worker processes from tests: start, signal, wait on conditions, read logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+#: Short intervals so tests run in seconds; heartbeat <= lease / 2 as the worker demands.
+FAST = ["--heartbeat-interval", "0.2", "--lease-ttl", "1"]
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, message: str = "condition") -> T:
+    """Poll ``predicate`` until it returns something truthy; fail with ``message`` otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {message}")
+        time.sleep(0.02)
+
+
+def env_for(redis_url: str, runtime_dir: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "PYTHONPATH": str(REPO),
+            "TASKFLEET_REDIS_URL": redis_url,
+            "TASKFLEET_RUNTIME_DIR": str(runtime_dir),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def taskfleet(
+    *args: str, env: dict[str, str], timeout: float = 30.0, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run one ``python -m taskfleet`` command to completion."""
+    return subprocess.run(
+        [sys.executable, "-m", "taskfleet", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+    )
+
+
+class WorkerProcess:
+    """``taskfleet worker`` as a subprocess with its log in a file (no pipe to fill up)."""
+
+    def __init__(
+        self,
+        *,
+        redis_url: str,
+        queue: str,
+        handler: str,
+        workdir: Path,
+        pod: str = "pod-a",
+        args: list[str] | None = None,
+        prefix: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.pod = pod
+        self.runtime_dir = workdir / f"runtime-{pod}"
+        self.log_path = workdir / f"worker-{pod}.log"
+        self.env = env_for(redis_url, self.runtime_dir, TASKFLEET_POD_NAME=pod, **(env or {}))
+        self.argv = [
+            *(prefix or []),
+            sys.executable,
+            "-m",
+            "taskfleet",
+            "worker",
+            "--queue",
+            queue,
+            "--handler",
+            handler,
+            "--log-format",
+            "json",
+            *(FAST if args is None else args),
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> WorkerProcess:
+        self.starts += 1
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv, env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def events(self) -> list[dict[str, Any]]:
+        """The worker's JSON log lines (other lines, e.g. from a dying interpreter, skipped)."""
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def has_event(self, event: str, **fields: Any) -> bool:
+        return any(
+            e.get("event") == event and all(e.get(k) == v for k, v in fields.items())
+            for e in self.events()
+        )
+
+    def wait_event(self, event: str, timeout: float = 10.0, **fields: Any) -> None:
+        wait_until(
+            lambda: self.has_event(event, **fields),
+            timeout,
+            f"{event} {fields or ''} in {self.pod}'s log:\n{self.log_text()}",
+        )
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def signal(self, signum: int = signal.SIGTERM) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker {self.pod} still running:\n{self.log_text()}") from None
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class Fleet:
+    """The worker processes of one test; ``close()`` kills whatever is still running."""
+
+    def __init__(self, redis_url: str, queue: str, workdir: Path) -> None:
+        self.redis_url = redis_url
+        self.queue = queue
+        self.workdir = workdir
+        self.workers: list[WorkerProcess] = []
+
+    def add(self, handler: str, *, pod: str = "pod-a", **kwargs: Any) -> WorkerProcess:
+        worker = WorkerProcess(
+            redis_url=self.redis_url,
+            queue=self.queue,
+            handler=handler,
+            workdir=self.workdir,
+            pod=pod,
+            **kwargs,
+        )
+        self.workers.append(worker)
+        return worker
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.kill()

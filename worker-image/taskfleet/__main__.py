@@ -1,0 +1,5 @@
+"""``python -m taskfleet``: the same as the ``taskfleet`` command."""
+
+from taskfleet.cli import main
+
+main()

@@ -1,0 +1,439 @@
+"""The ``taskfleet`` command: enqueue, worker, drain, stats, task.
+
+Every option can also come from the environment (``TASKFLEET_<OPTION>``, e.g.
+``TASKFLEET_REDIS_URL``, ``TASKFLEET_CONCURRENCY``), which is how the operator configures
+worker pods. Bad input ends with one ``taskfleet: error: ...`` line on stderr and exit
+code 2; an unreachable Redis or a missing task with exit code 1; no tracebacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from taskfleet.errors import TaskfleetError
+
+__all__ = ["main", "mask_url"]
+
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+ENV_PREFIX = "TASKFLEET_"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class BadInput(click.ClickException):
+    """Input the command can't use; exit code 2 like click's own usage errors."""
+
+    exit_code = 2
+
+
+def mask_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, safe for logs and error messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _env(name: str) -> str:
+    return ENV_PREFIX + name
+
+
+def redis_option(func: F) -> F:
+    return click.option(
+        "--redis-url",
+        envvar=_env("REDIS_URL"),
+        default=DEFAULT_REDIS_URL,
+        show_default=True,
+        show_envvar=True,
+        help="Redis to use; a password in it is never printed.",
+    )(func)
+
+
+# ----------------------------------------------------------------------------- logging
+
+
+class _KeyValueFormatter(logging.Formatter):
+    """``ts=... level=info event=task_done task=... ms=12.3``: one greppable line per event."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = _record_fields(record)
+        return " ".join(f"{key}={_kv(value)}" for key, value in fields.items())
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(_record_fields(record), default=str)
+
+
+def _record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+        "level": record.levelname.lower(),
+        "event": record.getMessage(),
+    }
+    fields.update(getattr(record, "fields", {}))
+    if record.exc_info and record.exc_info[1] is not None:
+        exc = record.exc_info[1]
+        fields["error"] = f"{type(exc).__name__}: {exc}"
+    return fields
+
+
+def _kv(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value)
+    if text == "" or any(c in text for c in ' "=\n\t'):
+        return json.dumps(text)
+    return text
+
+
+def configure_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else _KeyValueFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="taskfleet")
+def cli() -> None:
+    """taskfleet: a Redis task queue whose workers drain gracefully and never lose a task."""
+
+
+def _queue(name: str, redis_url: str) -> Any:
+    from taskfleet.queue import Queue
+
+    try:
+        return Queue(name, redis_url=redis_url)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _parse_payload(text: str) -> dict[str, Any]:
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"--payload is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise BadInput(f"--payload must be a JSON object, got {type(payload).__name__}")
+    return payload
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--payload", default="{}", show_default=True, help="Task payload, a JSON object.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option(
+    "--delay", type=click.FloatRange(min=0), default=None, help="Seconds before it may run."
+)
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Starts allowed.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option("--id", "task_id", default=None, help="Task id (idempotent enqueue).")
+@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True)
+@redis_option
+def enqueue(
+    *,
+    queue: str,
+    payload: str,
+    priority: int,
+    delay: float | None,
+    max_attempts: int | None,
+    timeout: float | None,
+    task_id: str | None,
+    count: int,
+    redis_url: str,
+) -> None:
+    """Add tasks to QUEUE; prints one task id per line."""
+    data = _parse_payload(payload)
+    if task_id is not None and count > 1:
+        raise BadInput("--id names one task; it can't be combined with --count > 1")
+    q = _queue(queue, redis_url)
+    options: dict[str, Any] = {
+        "priority": priority,
+        "delay": delay,
+        "max_attempts": max_attempts,
+        "timeout": timeout,
+    }
+    if count == 1:
+        ids = [q.enqueue(data, task_id=task_id, **options)]
+    else:
+        ids = q.enqueue_many([{"payload": data, **options} for _ in range(count)])
+    click.echo("\n".join(ids))
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@redis_option
+def stats(queue: str, as_json: bool, redis_url: str) -> None:
+    """Counts of QUEUE's tasks by state, its workers and its counters."""
+    data = _queue(queue, redis_url).stats()
+    if as_json:
+        click.echo(json.dumps(data, sort_keys=True, default=str))
+        return
+    width = max((len(str(key)) for key in data), default=0)
+    for key, value in data.items():
+        click.echo(f"{key:<{width}}  {value}")
+
+
+@cli.command()
+@click.argument("queue")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@redis_option
+def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
+    """Show one task of QUEUE."""
+    found = _queue(queue, redis_url).get(task_id)
+    if found is None:
+        raise click.ClickException(f"task {task_id!r} not found in queue {queue!r}")
+    data = found.model_dump(mode="json")
+    if as_json:
+        click.echo(json.dumps(data, sort_keys=True))
+        return
+    width = max(len(key) for key in data)
+    for key, value in data.items():
+        if value is None or value == "":
+            continue
+        shown = json.dumps(value) if isinstance(value, dict | list) else value
+        click.echo(f"{key:<{width}}  {shown}")
+
+
+@cli.command()
+@click.option("--wait", is_flag=True, help="Return only when the worker holds no task.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="With --wait: give up after this many seconds (exit 1).",
+)
+@click.option(
+    "--runtime-dir",
+    envvar=_env("RUNTIME_DIR"),
+    default=None,
+    show_envvar=True,
+    help="Where the worker keeps worker.json [default: /tmp/taskfleet].",
+)
+def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
+    """Tell the worker in this container to drain (the Kubernetes preStop hook)."""
+    from taskfleet.runtime import DrainError, request_drain, runtime_path
+
+    path = runtime_path(runtime_dir)
+    try:
+        drained = request_drain(path, wait=wait, timeout=timeout)
+    except DrainError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not drained:
+        raise click.ClickException(f"worker still holds tasks after {timeout:g}s")
+
+
+@cli.command()
+@click.option("--queue", envvar=_env("QUEUE"), required=True, show_envvar=True)
+@click.option(
+    "--handler",
+    envvar=_env("HANDLER"),
+    required=True,
+    show_envvar=True,
+    help="The task function, 'package.module:function' (sync or async).",
+)
+@click.option(
+    "--concurrency",
+    envvar=_env("CONCURRENCY"),
+    type=int,
+    default=1,
+    show_default=True,
+    show_envvar=True,
+    help="Tasks this process runs at once.",
+)
+@click.option(
+    "--drain-timeout",
+    envvar=_env("DRAIN_TIMEOUT"),
+    type=float,
+    default=30.0,
+    show_default=True,
+    show_envvar=True,
+    help="Seconds in-flight tasks may finish after SIGTERM before they are released; "
+    "keep it below the pod's terminationGracePeriodSeconds.",
+)
+@click.option(
+    "--heartbeat-interval",
+    envvar=_env("HEARTBEAT_INTERVAL"),
+    type=float,
+    default=5.0,
+    show_default=True,
+    show_envvar=True,
+)
+@click.option(
+    "--lease-ttl",
+    envvar=_env("LEASE_TTL"),
+    type=float,
+    default=None,
+    show_envvar=True,
+    help="A lease not extended for this long expires and its task is taken back. Shared "
+    "by the queue's workers: setting it sets the queue's lease_ttl_s [default: the "
+    "queue's setting, 30].",
+)
+@click.option(
+    "--timeout",
+    "task_timeout",
+    envvar=_env("TASK_TIMEOUT"),
+    type=float,
+    default=None,
+    show_envvar=True,
+    help="Seconds a task may run unless it sets its own timeout [default: none].",
+)
+@click.option(
+    "--pod",
+    envvar=_env("POD_NAME"),
+    default=None,
+    show_envvar=True,
+    help="Pod identity; a restart with the same name takes back its earlier tasks "
+    "[default: hostname].",
+)
+@click.option("--runtime-dir", envvar=_env("RUNTIME_DIR"), default=None, show_envvar=True)
+@click.option(
+    "--log-format",
+    envvar=_env("LOG_FORMAT"),
+    type=click.Choice(["kv", "json"]),
+    default="kv",
+    show_default=True,
+    show_envvar=True,
+)
+@click.option(
+    "--log-level",
+    envvar=_env("LOG_LEVEL"),
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+    show_envvar=True,
+)
+@redis_option
+def worker(
+    *,
+    queue: str,
+    handler: str,
+    concurrency: int,
+    drain_timeout: float,
+    heartbeat_interval: float,
+    lease_ttl: float | None,
+    task_timeout: float | None,
+    pod: str | None,
+    runtime_dir: str | None,
+    log_format: str,
+    log_level: str,
+    redis_url: str,
+) -> None:
+    """Run tasks of a queue until SIGTERM/SIGINT or `taskfleet drain`, then drain and exit 0.
+
+    A second signal releases the tasks still running at once and exits (also 0: nothing
+    is lost, the released tasks run elsewhere).
+    """
+    from taskfleet.handlers import HandlerLoadError, load_handler
+    from taskfleet.reaper import run_as_init
+    from taskfleet.worker import WorkerSettings
+
+    settings = WorkerSettings(
+        queue=queue,
+        redis_url=redis_url,
+        pod=pod or socket.gethostname(),
+        # Fresh per process start: tells this run's claims from an earlier container's.
+        incarnation=secrets.token_hex(6),
+        concurrency=concurrency,
+        drain_timeout=drain_timeout,
+        heartbeat_interval=heartbeat_interval,
+        lease_ttl=lease_ttl,
+        default_timeout=task_timeout,
+        runtime_dir=runtime_dir,
+    )
+    try:
+        settings.validate()
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    # Before anything can start a thread: as PID 1 we fork into init + worker here.
+    run_as_init()
+    try:
+        resolved = load_handler(handler)
+    except HandlerLoadError as exc:
+        raise BadInput(str(exc)) from None
+    configure_logging(log_format, log_level)
+    code = asyncio.run(_serve(settings, resolved))
+    _exit_now(code)
+
+
+async def _serve(settings: Any, handler: Any) -> int:
+    from taskfleet.worker import Worker
+
+    worker = Worker(settings, handler)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, worker.request_drain)
+    return await worker.run()
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit without joining handler threads: a timed-out sync handler may never return."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console-script entry: one line per error, exit 2 for bad input, 1 for failures."""
+    try:
+        rv = cli.main(args=argv, prog_name="taskfleet", standalone_mode=False)
+    except click.UsageError as exc:
+        _fail(exc.format_message(), 2)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        _fail("aborted", 1)
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        url = os.environ.get(_env("REDIS_URL"), "")
+        where = f" at {mask_url(url)}" if url else ""
+        _fail(f"cannot reach Redis{where}: {_scrub(str(exc))}", 1)
+    except TaskfleetError as exc:
+        code = 2 if isinstance(exc, ValueError) else 1
+        _fail(_scrub(str(exc)), code)
+    except RedisError as exc:
+        _fail(f"redis error: {_scrub(str(exc))}", 1)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _scrub(text: str) -> str:
+    """Drop anything that looks like a URL with a password from a message."""
+    return " ".join(mask_url(word) if "://" in word else word for word in text.split())
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"taskfleet: error: {message}", err=True)
+    sys.exit(code)

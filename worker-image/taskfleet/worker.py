@@ -1,0 +1,688 @@
+"""The worker: claim loop, concurrency slots, heartbeats, timeouts and graceful drain.
+
+One asyncio loop runs four activities that share ``Worker`` state:
+
+- the claim loop fills free slots with one batched ``claim`` and, when the queue is
+  empty, blocks on the broker's ``wait_for_work`` (BLPOP) so an idle fleet picks a new
+  task up within a millisecond or so;
+- each claimed task runs as an asyncio task: async handlers on the loop, sync handlers
+  in a thread pool (threads release the GIL every few ms, so the loop keeps beating even
+  while a handler burns CPU);
+- the flusher writes finished tasks' outcomes; completions that finish in the same
+  loop turn go out in one ``complete_many`` round trip. A task keeps its slot and its
+  lease until its outcome is written, so nothing finished is ever forgotten;
+- the heartbeat extends every held lease in one call, reports in-flight count and the
+  draining flag, abandons tasks whose lease was lost, and sweeps the queue now and then
+  so the library loses nothing even without the operator.
+
+Redis errors never escape these loops: the first one starts an outage (logged once),
+every loop waits for a single probe to reconnect with capped, jittered exponential
+backoff, then carries on. Leases that expire meanwhile are taken back by sweeps; claim
+tokens make any late write from this worker harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from taskfleet.broker import Broker, ClaimedTask
+from taskfleet.config import QueueConfig
+from taskfleet.errors import StaleToken
+from taskfleet.handlers import (
+    Handler,
+    TaskContext,
+    context_for,
+    encode_result,
+    format_error,
+)
+from taskfleet.keys import QueueKeys, validate_queue_name
+from taskfleet.runtime import RuntimeState, remove_state, runtime_path, write_state
+from taskfleet.scripts import AsyncScripts
+
+__all__ = ["Worker", "WorkerSettings", "log_event"]
+
+log = logging.getLogger("taskfleet.worker")
+
+#: Errors that mean "Redis is unreachable right now", not "the request was wrong".
+REDIS_DOWN: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ConnectionError,
+    TimeoutError,
+    OSError,
+)
+REDIS_DOWN_OR_SLOW: tuple[type[BaseException], ...] = (*REDIS_DOWN, TimeoutError)
+DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
+
+
+def log_event(level: int, event: str, **fields: Any) -> None:
+    """One structured line per event; the CLI's formatter renders key=value or JSON."""
+    log.log(level, event, extra={"fields": fields})
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything ``taskfleet worker`` takes; validated by the CLI before it gets here."""
+
+    queue: str
+    redis_url: str
+    pod: str
+    incarnation: str
+    concurrency: int = 1
+    drain_timeout: float = 30.0
+    heartbeat_interval: float = 5.0
+    lease_ttl: float | None = None  # None: the queue's setting (QueueConfig.lease_ttl_s)
+    default_timeout: float | None = None
+    sweep_every: int = 3  # heartbeats between queue sweeps
+    idle_wait: float = 1.0  # longest BLPOP; also bounds how long a missed wake-up costs
+    backoff_base: float = 0.1
+    backoff_max: float = 5.0
+    runtime_dir: str | None = None
+
+    def validate(self) -> None:
+        """Raise ValueError with one line saying what to fix."""
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.heartbeat_interval <= 0:
+            raise ValueError("heartbeat interval must be positive")
+        if self.lease_ttl is not None and self.lease_ttl <= 0:
+            raise ValueError("lease TTL must be positive")
+        if self.lease_ttl is not None and self.heartbeat_interval * 2 > self.lease_ttl:
+            raise ValueError(
+                f"heartbeat interval ({self.heartbeat_interval:g}s) must be at most half the "
+                f"lease TTL ({self.lease_ttl:g}s), or one late beat loses every lease"
+            )
+        if self.drain_timeout < 0:
+            raise ValueError("drain timeout must not be negative")
+        if self.default_timeout is not None and self.default_timeout <= 0:
+            raise ValueError("task timeout must be positive")
+        validate_queue_name(self.queue)
+        if not self.pod:
+            raise ValueError("pod name must not be empty")
+
+
+@dataclass
+class _Running:
+    """One task this worker holds: from claim until its outcome is written."""
+
+    task: ClaimedTask
+    started: float
+    job: asyncio.Task[None] | None = None
+    thread: asyncio.Future[Any] | None = None  # a sync handler's call in the pool
+    finished: bool = False  # its outcome is queued or being written: never release it
+    abandoned: bool = False  # lease lost or released: whatever it produces is dropped
+
+
+@dataclass
+class _Outcome:
+    run: _Running
+    result: str | None = None  # JSON text on success
+    error: str | None = None  # "Type: message" on failure
+
+
+@dataclass
+class _Counters:
+    completed: int = 0
+    failed: int = 0
+    released: int = 0
+    lost: int = 0
+    stale: int = 0
+
+
+class Worker:
+    """Runs one queue's tasks with ``concurrency`` slots until drained."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        handler: Handler,
+        *,
+        client: aioredis.Redis | None = None,
+    ) -> None:
+        settings.validate()
+        self.settings = settings
+        self.handler = handler
+        self._client = client
+        self._own_client = client is None
+        self._running: dict[str, _Running] = {}
+        self._outbox: list[_Outcome] = []
+        self._outbox_ready = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._beat_now = asyncio.Event()
+        self._drain_requested = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        self._idle = asyncio.Event()  # set while nothing is in flight or waiting to be written
+        self._idle.set()
+        self._connected = asyncio.Event()
+        self._connected.set()
+        self._probe: asyncio.Task[None] | None = None
+        self._stuck_threads = 0  # timed-out sync handlers still running in their threads
+        self._pool = ThreadPoolExecutor(
+            max_workers=settings.concurrency, thread_name_prefix="taskfleet-handler"
+        )
+        self._runtime_path = runtime_path(settings.runtime_dir)
+        self._runtime_dirty = False
+        self._state = "starting"
+        self.counters = _Counters()
+        self._broker: Broker | None = None
+        self._heartbeat_interval = settings.heartbeat_interval
+
+    # ---------------------------------------------------------------- public control
+
+    @property
+    def draining(self) -> bool:
+        return self._drain_requested.is_set()
+
+    def request_drain(self) -> None:
+        """First SIGTERM/SIGINT (or ``taskfleet drain``): stop claiming, finish, then exit.
+
+        A second request while draining releases everything at once and exits.
+        """
+        if self._drain_requested.is_set():
+            if not self._stop_requested.is_set():
+                log_event(logging.WARNING, "drain_forced", inflight=len(self._running))
+                self._stop_requested.set()
+            return
+        log_event(
+            logging.INFO,
+            "drain_started",
+            inflight=len(self._running),
+            drain_timeout_s=self.settings.drain_timeout,
+        )
+        self._drain_requested.set()
+        self._beat_now.set()
+        self._slot_freed.set()  # wake the claim loop so it notices
+        self._set_state("draining")
+
+    async def run(self) -> int:
+        """Serve until drained; returns the process exit code (0 after a drain)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None:
+            self._client = aioredis.Redis.from_url(
+                self.settings.redis_url,
+                socket_connect_timeout=2.0,
+                # Longer than the BLPOP wait, short enough to notice a dead server quickly.
+                socket_timeout=max(2.0, self.settings.idle_wait + 2.0),
+                health_check_interval=0,
+            )
+        self._broker = Broker(
+            self.settings.queue,
+            self._client,
+            self.settings.pod,
+            self.settings.incarnation,
+        )
+        self._scripts = AsyncScripts(self._client)
+        self._set_state("starting")
+        try:
+            await self._register()
+            await self._settle_lease_ttl()
+            if self.draining:
+                return await self._shutdown([])
+            self._set_state("running")
+            log_event(
+                logging.INFO,
+                "worker_started",
+                queue=self.settings.queue,
+                pod=self.settings.pod,
+                incarnation=self.settings.incarnation,
+                concurrency=self.settings.concurrency,
+                handler=self.handler.ref,
+                pid=os.getpid(),
+            )
+            background = [
+                loop.create_task(self._heartbeat_loop(), name="heartbeat"),
+                loop.create_task(self._flush_loop(), name="flush"),
+            ]
+            claimer = loop.create_task(self._claim_loop(), name="claim")
+            await self._drain_requested.wait()
+            await claimer
+            return await self._shutdown(background)
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            if self._own_client and self._client is not None:
+                with contextlib.suppress(Exception):
+                    await self._client.aclose()
+            self._set_state("stopped")
+            self._write_runtime()
+            remove_state(self._runtime_path, os.getpid())
+
+    # ---------------------------------------------------------------- start and stop
+
+    async def _register(self) -> None:
+        assert self._broker is not None
+        while not self.draining:
+            try:
+                taken = await self._broker.register(self.settings.concurrency)
+            except REDIS_DOWN as exc:
+                await self._outage(exc, until_drain=True)
+                continue
+            if taken:
+                log_event(logging.INFO, "earlier_incarnation_requeued", tasks=taken)
+            return
+
+    async def _settle_lease_ttl(self) -> None:
+        """Agree with the queue on the lease TTL, which every worker of a queue shares.
+
+        ``--lease-ttl`` sets the queue's ``lease_ttl_s`` (the operator gives every pod the
+        same value); without it the queue's setting stands. A heartbeat too slow for that
+        TTL is shortened rather than left to lose every lease.
+        """
+        assert self._client is not None
+        field = "lease_ttl_s"
+        config_key = QueueKeys(self.settings.queue).config
+        while not self.draining:
+            try:
+                if self.settings.lease_ttl is not None:
+                    await self._client.hset(config_key, field, repr(self.settings.lease_ttl))
+                    ttl = self.settings.lease_ttl
+                else:
+                    raw = await self._client.hget(config_key, field)
+                    ttl = float(raw) if raw is not None else DEFAULT_LEASE_TTL_S
+            except REDIS_DOWN as exc:
+                await self._outage(exc, until_drain=True)
+                continue
+            if self._heartbeat_interval * 2 > ttl:
+                self._heartbeat_interval = ttl / 3
+                log_event(
+                    logging.WARNING,
+                    "heartbeat_shortened",
+                    lease_ttl_s=ttl,
+                    heartbeat_interval_s=round(self._heartbeat_interval, 3),
+                )
+            return
+
+    async def _shutdown(self, background: list[asyncio.Task[None]]) -> int:
+        """Wait for in-flight tasks up to the drain deadline, release the rest, deregister."""
+        assert self._broker is not None
+        deadline = self.settings.drain_timeout
+        idle = asyncio.ensure_future(self._idle.wait())
+        stop = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            await asyncio.wait({idle, stop}, timeout=deadline, return_when="FIRST_COMPLETED")
+        finally:
+            idle.cancel()
+            stop.cancel()
+        leftover = [run for run in self._running.values() if not run.finished]
+        for run in leftover:
+            run.abandoned = True
+            if run.job is not None:
+                run.job.cancel()
+        # Outcomes already produced are written, not released: that work is done.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._flush_all(), timeout=max(1.0, self.settings.idle_wait))
+        if leftover:
+            await self._release(leftover)
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        try:
+            await asyncio.wait_for(self._broker.deregister(), timeout=2.0)
+        except REDIS_DOWN_OR_SLOW as exc:
+            # Not fatal: the operator and sweeps notice a silent pod by its heartbeat.
+            log_event(logging.WARNING, "deregister_failed", error=format_error(exc))
+        finally:
+            await self._broker.close()
+        log_event(
+            logging.INFO,
+            "worker_stopped",
+            completed=self.counters.completed,
+            failed=self.counters.failed,
+            released=self.counters.released,
+            lost=self.counters.lost,
+        )
+        return 0
+
+    async def _release(self, runs: list[_Running]) -> None:
+        """Give unfinished tasks back (not an attempt); if Redis is down, leases expire instead."""
+        assert self._broker is not None
+        items = [(run.task.id, run.task.token) for run in runs]
+        try:
+            released = await asyncio.wait_for(self._broker.release(items), timeout=3.0)
+        except REDIS_DOWN_OR_SLOW as exc:
+            log_event(
+                logging.WARNING,
+                "release_failed",
+                tasks=len(items),
+                error=format_error(exc),
+                note="leases expire and the tasks are taken back",
+            )
+            return
+        self.counters.released += int(released)
+        for run in runs:
+            self._running.pop(run.task.id, None)
+            log_event(logging.INFO, "task_released", task=run.task.id)
+        self._update_idle()
+
+    # ---------------------------------------------------------------- claiming
+
+    def _free_slots(self) -> int:
+        return self.settings.concurrency - len(self._running) - self._stuck_threads
+
+    async def _claim_loop(self) -> None:
+        assert self._broker is not None
+        while not self.draining:
+            free = self._free_slots()
+            if free <= 0:
+                self._slot_freed.clear()
+                if self._free_slots() <= 0 and not self.draining:
+                    await self._slot_freed.wait()
+                continue
+            try:
+                claimed = await self._broker.claim(free)
+            except REDIS_DOWN as exc:
+                await self._outage(exc, until_drain=True)
+                continue
+            for task in claimed.tasks:
+                self._start(task)
+            if claimed.tasks or self.draining:
+                continue
+            if claimed.retry_after_ms:
+                # Rate or concurrency limit: nothing to gain by asking again sooner.
+                await self._until_drain(asyncio.sleep(claimed.retry_after_ms / 1000))
+                continue
+            try:
+                await self._until_drain(self._broker.wait_for_work(self.settings.idle_wait))
+            except REDIS_DOWN as exc:
+                await self._outage(exc, until_drain=True)
+
+    async def _until_drain(self, awaitable: Awaitable[Any]) -> None:
+        """Await ``awaitable`` but give up (cancelling it) as soon as a drain starts."""
+        waiter = asyncio.ensure_future(awaitable)
+        drain = asyncio.ensure_future(self._drain_requested.wait())
+        try:
+            await asyncio.wait({waiter, drain}, return_when="FIRST_COMPLETED")
+        finally:
+            drain.cancel()
+            if not waiter.done():
+                waiter.cancel()
+                with contextlib.suppress(asyncio.CancelledError, *REDIS_DOWN):
+                    await waiter
+        if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
+            raise waiter.exception()  # type: ignore[misc]
+
+    # ---------------------------------------------------------------- running tasks
+
+    def _start(self, task: ClaimedTask) -> None:
+        run = _Running(task=task, started=time.monotonic())
+        self._running[task.id] = run
+        self._idle.clear()
+        run.job = asyncio.get_running_loop().create_task(self._execute(run), name=task.id)
+        self._mark_runtime_dirty()
+        log_event(logging.DEBUG, "task_started", task=task.id, attempt=task.attempts)
+
+    def _timeout_for(self, task: ClaimedTask) -> float | None:
+        return task.timeout if task.timeout else self.settings.default_timeout
+
+    async def _execute(self, run: _Running) -> None:
+        task = run.task
+        context = context_for(
+            TaskContext(
+                queue=self.settings.queue,
+                task_id=task.id,
+                attempt=task.attempts,
+                pod=self.settings.pod,
+                incarnation=self.settings.incarnation,
+                redis_url=self.settings.redis_url,
+            )
+        )
+        timeout = self._timeout_for(task)
+        outcome = _Outcome(run=run)
+        try:
+            if self.handler.is_async:
+                value = await asyncio.wait_for(
+                    asyncio.create_task(self._call_async(task.payload), context=context),
+                    timeout,
+                )
+            else:
+                value = await self._call_sync(run, context, timeout)
+            outcome.result = encode_result(value)
+        except asyncio.CancelledError:
+            return  # drain deadline or lost lease: the task goes back, nothing is written
+        except TimeoutError:
+            outcome.error = f"TimeoutError: task exceeded its timeout of {timeout:g}s"
+        except Exception as exc:  # the handler's failure is the attempt's failure
+            outcome.error = format_error(exc)
+        if run.abandoned:
+            log_event(logging.INFO, "task_result_dropped", task=task.id, reason="lease lost")
+            return
+        run.finished = True
+        self._outbox.append(outcome)
+        self._outbox_ready.set()
+
+    async def _call_async(self, payload: dict[str, Any]) -> Any:
+        return await self.handler.func(payload)
+
+    async def _call_sync(self, run: _Running, context: Any, limit: float | None) -> Any:
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._pool, context.run, self.handler.func, run.task.payload)
+        run.thread = future
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), limit)
+        except (TimeoutError, asyncio.CancelledError):
+            self._keep_slot_until_return(run)
+            raise
+
+    def _keep_slot_until_return(self, run: _Running) -> None:
+        """A thread can't be killed: its slot stays taken until the call returns.
+
+        So a hung sync handler can't make this worker oversubscribe its CPU or its pool;
+        whatever the call eventually returns is dropped.
+        """
+        future, run.thread = run.thread, None
+        if future is not None and not future.done():
+            self._stuck_threads += 1
+            future.add_done_callback(self._thread_returned)
+
+    def _thread_returned(self, future: asyncio.Future[Any]) -> None:
+        self._stuck_threads -= 1
+        if not future.cancelled():
+            future.exception()  # mark retrieved: a late failure is expected, not an error
+        self._slot_freed.set()
+
+    # ---------------------------------------------------------------- writing outcomes
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            await asyncio.sleep(0)  # let outcomes finishing in this loop turn join the batch
+            await self._flush_all()
+
+    async def _flush_all(self) -> None:
+        assert self._broker is not None
+        while self._outbox:
+            batch, self._outbox = self._outbox, []
+            try:
+                await self._write(batch)
+            except REDIS_DOWN as exc:
+                self._outbox = batch + self._outbox
+                if self._stop_requested.is_set():
+                    return  # forced exit: unwritten outcomes' leases expire; tasks rerun
+                await self._outage(exc)
+
+    async def _write(self, batch: list[_Outcome]) -> None:
+        """Write ``batch``, removing each outcome once written (so a retry never repeats it)."""
+        assert self._broker is not None
+        done = [o for o in batch if o.error is None]
+        if done:
+            items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
+            applied = await self._broker.complete_many(items)
+            for outcome, ok in zip(done, applied, strict=True):
+                batch.remove(outcome)
+                self._finish(outcome, ok, "task_done")
+        while batch:
+            outcome = batch[0]
+            try:
+                await self._broker.fail(
+                    outcome.run.task.id, outcome.run.task.token, outcome.error or ""
+                )
+                ok = True
+            except StaleToken:
+                ok = False
+            batch.pop(0)
+            self._finish(outcome, ok, "task_failed")
+
+    def _finish(self, outcome: _Outcome, accepted: bool, event: str) -> None:
+        run = outcome.run
+        self._running.pop(run.task.id, None)
+        elapsed_ms = round((time.monotonic() - run.started) * 1000, 1)
+        if not accepted:
+            self.counters.stale += 1
+            log_event(logging.WARNING, "task_write_refused", task=run.task.id, reason="stale")
+        elif outcome.error is None:
+            self.counters.completed += 1
+            log_event(logging.INFO, event, task=run.task.id, ms=elapsed_ms)
+        else:
+            self.counters.failed += 1
+            log_event(
+                logging.WARNING,
+                event,
+                task=run.task.id,
+                attempt=run.task.attempts,
+                ms=elapsed_ms,
+                error=outcome.error,
+            )
+        self._slot_freed.set()
+        self._update_idle()
+        self._mark_runtime_dirty()
+
+    def _update_idle(self) -> None:
+        if not self._running and not self._outbox:
+            self._idle.set()
+
+    # ---------------------------------------------------------------- heartbeats
+
+    async def _heartbeat_loop(self) -> None:
+        assert self._broker is not None
+        beats = 0
+        while True:
+            self._beat_now.clear()
+            tokens = {
+                run.task.id: run.task.token for run in self._running.values() if not run.abandoned
+            }
+            try:
+                lost = await self._broker.heartbeat(
+                    tokens, inflight=len(self._running), draining=self.draining
+                )
+                self._abandon(lost)
+                beats += 1
+                if beats % self.settings.sweep_every == 0 and not self.draining:
+                    # Claims already take back expired leases; this also prunes retention.
+                    await self._scripts.run(self._broker.ops.sweep())
+            except REDIS_DOWN as exc:
+                if self._stop_requested.is_set():
+                    return
+                await self._outage(exc)
+                continue
+            beat_now = asyncio.ensure_future(self._beat_now.wait())
+            try:
+                await asyncio.wait({beat_now}, timeout=self._heartbeat_interval)
+            finally:
+                beat_now.cancel()
+
+    def _abandon(self, lost: set[str]) -> None:
+        """Leases we no longer hold: someone else may run the task; drop our result."""
+        for task_id in lost:
+            run = self._running.pop(task_id, None)
+            if run is None:
+                continue
+            run.abandoned = True
+            self.counters.lost += 1
+            log_event(logging.WARNING, "lease_lost", task=task_id)
+            if run.job is not None and self.handler.is_async:
+                run.job.cancel()
+            else:
+                self._keep_slot_until_return(run)
+            self._slot_freed.set()
+        self._update_idle()
+        self._mark_runtime_dirty()
+
+    # ---------------------------------------------------------------- Redis outages
+
+    async def _outage(self, exc: BaseException, *, until_drain: bool = False) -> None:
+        """Wait until Redis answers again (or a stop; or a drain if ``until_drain``).
+
+        The first caller starts the one probe; the others just wait for it.
+        """
+        if self._connected.is_set():
+            self._connected.clear()
+            log_event(logging.WARNING, "redis_unreachable", error=format_error(exc))
+            self._probe = asyncio.get_running_loop().create_task(self._reconnect())
+        stop_event = self._drain_requested if until_drain else self._stop_requested
+        waiter = asyncio.ensure_future(self._connected.wait())
+        stop = asyncio.ensure_future(stop_event.wait())
+        try:
+            await asyncio.wait({waiter, stop}, return_when="FIRST_COMPLETED")
+        finally:
+            waiter.cancel()
+            stop.cancel()
+
+    async def _reconnect(self) -> None:
+        assert self._client is not None
+        started = time.monotonic()
+        delay = self.settings.backoff_base
+        attempts = 0
+        while True:
+            # Full jitter: a fleet that lost Redis together must not reconnect in lockstep.
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            attempts += 1
+            try:
+                await self._client.ping()
+            except REDIS_DOWN:
+                delay = min(delay * 2, self.settings.backoff_max)
+                continue
+            log_event(
+                logging.INFO,
+                "redis_reachable",
+                outage_s=round(time.monotonic() - started, 2),
+                attempts=attempts,
+            )
+            self._connected.set()
+            self._beat_now.set()
+            return
+
+    # ---------------------------------------------------------------- runtime file
+
+    def _set_state(self, state: str) -> None:
+        self._state = state
+        self._mark_runtime_dirty()
+
+    def _mark_runtime_dirty(self) -> None:
+        # Coalesced: one write per loop turn however many tasks started or finished in it.
+        if self._runtime_dirty:
+            return
+        self._runtime_dirty = True
+        try:
+            asyncio.get_running_loop().call_soon(self._write_runtime)
+        except RuntimeError:
+            self._write_runtime()
+
+    def _write_runtime(self) -> None:
+        self._runtime_dirty = False
+        state = RuntimeState(
+            pid=os.getpid(),
+            pod=self.settings.pod,
+            queue=self.settings.queue,
+            inflight=len(self._running) + len(self._outbox),
+            draining=self.draining,
+            state=self._state,
+        )
+        try:
+            write_state(state, self._runtime_path)
+        except OSError as exc:
+            log_event(logging.WARNING, "runtime_file_failed", error=format_error(exc))
