@@ -1,0 +1,198 @@
+"""Leases, lost workers, incarnations and the sweeper: how nothing is lost."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from taskfleet import Queue, QueueConfig, TaskState
+
+from tests.fixtures_redis import BlockingBroker, eventually
+
+MakeBroker = Callable[..., BlockingBroker]
+SHORT_LEASE = QueueConfig(lease_ttl_s=0.05)
+
+
+@pytest.fixture
+def queue(redis_url: str) -> Iterator[Queue]:
+    q = Queue("jobs", redis_url=redis_url)
+    yield q
+    q.close()
+
+
+def lease_expired(queue: Queue, task_id: str) -> bool:
+    """The task's lease is in the past by server time."""
+    sec, usec = queue.client.time()
+    score = queue.client.zscore(queue.keys.running, task_id)
+    return score is not None and score < int(sec) * 1000 + int(usec) // 1000
+
+
+def test_a_worker_takes_back_an_expired_lease_without_the_operator(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(SHORT_LEASE)
+    task_id = queue.enqueue({"x": 1})
+    dead_worker = make_broker("jobs", "pod-a")
+    [first] = dead_worker.claim(1).tasks
+    eventually(lambda: lease_expired(queue, task_id))
+    [again] = make_broker("jobs", "pod-b").claim(1).tasks
+    assert again.id == task_id
+    assert again.token != first.token
+    assert again.lost == 1
+    task = queue.get(task_id)
+    assert task is not None
+    assert (task.pod, task.lost) == ("pod-b", 1)
+    # the late worker's writes are fenced off
+    assert dead_worker.complete_many([(first.id, first.token, None)]) == [False]
+    assert queue.client.sismember(queue.keys.pod("pod-a"), task_id) == 0
+
+
+def test_heartbeat_keeps_a_lease_alive_past_its_ttl(queue: Queue, make_broker: MakeBroker) -> None:
+    queue.configure(QueueConfig(lease_ttl_s=0.2))
+    task_id = queue.enqueue({"x": 1})
+    worker = make_broker("jobs", "pod-a")
+    [task] = worker.claim(1).tasks
+    first_lease = queue.client.zscore(queue.keys.running, task_id)
+    assert first_lease is not None
+    eventually(
+        lambda: (
+            worker.heartbeat({task.id: task.token}) == set()
+            and ((queue.client.zscore(queue.keys.running, task_id) or 0) > first_lease)
+        )
+    )
+    assert make_broker("jobs", "pod-b").claim(1).tasks == []
+
+
+def test_a_task_whose_worker_is_lost_max_lost_times_goes_dead(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(max_lost=2))
+    task_id = queue.enqueue({"x": 1})
+    for pod in ("pod-a", "pod-b"):
+        assert [t.id for t in make_broker("jobs", pod).claim(1).tasks] == [task_id]
+        assert queue.requeue_pod(pod) == 1
+    task = queue.get(task_id)
+    assert task is not None
+    assert (task.state, task.reason, task.lost) == (TaskState.DEAD, "worker lost", 2)
+    stats = queue.stats()
+    assert (stats["pending"], stats["dead"], stats["lost"], stats["requeued"]) == (0, 1, 2, 1)
+
+
+def test_requeue_pod_keeps_the_tasks_of_the_current_incarnation(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    old, new = queue.enqueue({"x": 1}), queue.enqueue({"x": 2})
+    make_broker("jobs", "pod-a", "1").claim(1)
+    make_broker("jobs", "pod-a", "2").claim(1)
+    assert queue.requeue_pod("pod-a", except_incarnation="2") == 1
+    assert queue.get(old).state is TaskState.PENDING  # type: ignore[union-attr]
+    assert queue.get(new).state is TaskState.RUNNING  # type: ignore[union-attr]
+
+
+def test_register_takes_back_what_an_earlier_incarnation_of_the_pod_held(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    ids = [queue.enqueue({"i": i}) for i in range(2)]
+    before = make_broker("jobs", "pod-a", "boot-1")
+    before.register(4)
+    before.claim(2)
+    after = make_broker("jobs", "pod-a", "boot-2")
+    assert after.register(4) == 2
+    assert all(queue.get(i).state is TaskState.PENDING for i in ids)  # type: ignore[union-attr]
+    [worker] = queue.workers()
+    assert (worker.pod, worker.incarnation, worker.concurrency, worker.alive) == (
+        "pod-a",
+        "boot-2",
+        4,
+        True,
+    )
+
+
+def test_two_concurrent_requeues_of_one_pod_take_each_task_back_once(
+    queue: Queue, make_broker: MakeBroker, redis_url: str
+) -> None:
+    ids = [queue.enqueue({"i": i}) for i in range(50)]
+    make_broker("jobs", "pod-a").claim(50)
+    counts: list[int] = []
+    barrier = threading.Barrier(2)
+
+    def operator() -> None:
+        q = Queue("jobs", redis_url=redis_url)
+        barrier.wait()
+        counts.append(q.requeue_pod("pod-a"))
+        q.close()
+
+    threads = [threading.Thread(target=operator) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(counts) == [0, 50]
+    assert all(queue.get(i).lost == 1 for i in ids)  # type: ignore[union-attr]
+    assert queue.stats()["pending"] == 50
+
+
+def test_deregister_releases_what_the_worker_still_holds_and_removes_it(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    task_id = queue.enqueue({"x": 1})
+    worker = make_broker("jobs", "pod-a")
+    worker.register(1)
+    worker.claim(1)
+    assert worker.deregister() == 1
+    task = queue.get(task_id)
+    assert task is not None
+    assert (task.state, task.attempts, task.lost) == (TaskState.PENDING, 0, 0)
+    assert queue.workers() == []
+
+
+def test_sweep_takes_back_expired_leases_and_drops_silent_workers(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(SHORT_LEASE)
+    task_id = queue.enqueue({"x": 1})
+    worker = make_broker("jobs", "pod-a")
+    worker.register(1)
+    worker.claim(1)
+
+    eventually(lambda: lease_expired(queue, task_id))
+    result = queue.sweep()
+    assert (result.requeued, result.lost_dead) == (1, 0)
+    assert queue.get(task_id).state is TaskState.PENDING  # type: ignore[union-attr]
+    eventually(lambda: queue.sweep().workers_dropped == 1)
+    assert queue.workers() == []
+
+
+def test_sweep_prunes_done_and_dead_tasks_past_retention(
+    queue: Queue, make_broker: MakeBroker, redis_client: redis.Redis
+) -> None:
+    queue.configure(QueueConfig(done_retention_s=0, dead_retention_s=3600))
+    done_id, dead_id = queue.enqueue({"x": 1}), queue.enqueue({"x": 2})
+    worker = make_broker("jobs")
+    done, dead = worker.claim(2).tasks
+    worker.complete_many([(done.id, done.token, None)])
+    worker.fail(dead.id, dead.token, "no", retryable=False)
+    eventually(lambda: queue.sweep().pruned_done == 1)
+    assert queue.get(done_id) is None
+    assert queue.get(dead_id) is not None
+    stats = queue.stats()
+    assert (stats["done"], stats["dead"]) == (0, 1)
+    assert redis_client.zscore(queue.keys.done, done_id) is None
+
+
+def test_workers_lists_heartbeats_inflight_and_draining(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    worker = make_broker("jobs", "pod-a", "7")
+    worker.register(8)
+    worker.heartbeat({}, inflight=3, draining=True)
+    [info] = queue.workers()
+    assert (info.pod, info.incarnation, info.inflight, info.draining, info.alive) == (
+        "pod-a",
+        "7",
+        3,
+        True,
+        True,
+    )
