@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Build the images the local cluster runs, with buildah and without any registry, and
+# import them into the cluster's containerd (when it runs).
+#
+#   build-images.sh           every image: cluster ones, then the project's
+#   build-images.sh cluster   pause + CoreDNS only (what up.sh needs before pods run)
+#   build-images.sh project   base, Redis, worker (and operator, once operator/Dockerfile exists)
+#
+# Cache-aware: an image is rebuilt only when a hash of its inputs changes, and imported
+# only when containerd lacks that build. The debootstrap rootfs is built once and kept.
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+what=${1:-all}
+case $what in all|cluster|project) ;; *) die "usage: build-images.sh [all|cluster|project]" ;; esac
+[ "$(id -u)" = 0 ] || die "build-images.sh runs as root (buildah, containerd)"
+ensure_packages buildah debootstrap gcc libc6-dev containerd
+mkdir -p "$images"
+
+# Hash of files (paths relative to a directory), skipping caches and virtualenvs.
+inputs_hash() {
+  local dir=$1; shift
+  (cd "$dir" && find "$@" -type f ! -path '*/__pycache__/*' ! -path '*/.venv/*' \
+      ! -path '*.egg-info/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16
+}
+
+# build NAME REF CONTAINERFILE CONTEXT HASH [buildah bud args...]
+build() {
+  local name=$1 ref=$2 file=$3 ctx=$4 sum=$5; shift 5
+  local archive=$images/$name.tar stamp=$images/$name.sum
+  sum=$(printf '%s %s\n' "$sum" "$*" | cat - "$file" | sha256sum | cut -c1-16)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ] || [ ! -f "$archive" ] ||
+     ! buildah inspect --type image "$ref" >/dev/null 2>&1; then
+    log "building $ref"
+    local old; old=$(buildah inspect --type image --format '{{.FromImageID}}' "$ref" 2>/dev/null || true)
+    buildah bud --quiet --network host --pull=false -f "$file" -t "$ref" "$@" "$ctx" >/dev/null
+    # The previous build of this tag is now unnamed: drop it so rebuilds do not fill the disk.
+    [ -n "$old" ] && buildah rmi "$old" >/dev/null 2>&1 || true
+    rm -f "$archive"
+    buildah push --quiet "$ref" "docker-archive:$archive:$ref"
+    echo "$sum" >"$stamp"
+  else
+    log "$ref up to date"
+  fi
+  if [ "$name" = base ]; then
+    return 0  # only other images build FROM it; pods never run it
+  elif [ -S "$ctrd_sock" ]; then
+    if [ "$(cat "$state/imported/$name" 2>/dev/null)" != "$sum" ] ||
+       ! ctr_ images ls -q | grep -qx "$ref"; then
+      log "importing $ref into containerd"
+      ctr_ images import --no-unpack=false "$archive" >/dev/null
+      mkdir -p "$state/imported" && echo "$sum" >"$state/imported/$name"
+    fi
+  else
+    log "containerd not running: $ref not imported (make cluster-up imports it)"
+  fi
+}
+
+cluster_images() {
+# pause: static C, so the image is one file.
+pause_dir=$images/pause-ctx
+mkdir -p "$pause_dir"
+if [ ! -x "$pause_dir/pause" ] || [ "$here/images/pause.c" -nt "$pause_dir/pause" ]; then
+  gcc -Os -static -Wall -Werror -o "$pause_dir/pause" "$here/images/pause.c"
+  strip "$pause_dir/pause"
+fi
+build pause "$PAUSE_IMAGE" "$here/images/pause.Containerfile" "$pause_dir" \
+  "$(inputs_hash "$here/images" pause.c)"
+
+# CoreDNS: the binary build-k8s.sh built.
+[ -x "$k8s_bin/coredns" ] || "$here/build-k8s.sh" coredns
+coredns_dir=$images/coredns-ctx
+mkdir -p "$coredns_dir"
+cp -u "$k8s_bin/coredns" "$coredns_dir/coredns"
+build coredns "localhost/coredns:$COREDNS_VERSION" "$here/images/coredns.Containerfile" \
+  "$coredns_dir" "$(inputs_hash "$coredns_dir" coredns)"
+}
+[ "$what" = project ] || cluster_images
+[ "$what" = cluster ] && exit 0
+
+# Base: debootstrap'd bookworm with python3, the local stand-in for python:3.11-slim.
+rootfs_tar=$images/rootfs-$DEBIAN_SUITE.tar
+if [ ! -f "$rootfs_tar" ]; then
+  tmp=$images/rootfs.tmp
+  rm -rf "$tmp"
+  log "debootstrap $DEBIAN_SUITE (once; cached in $rootfs_tar)"
+  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+    "$DEBIAN_SUITE" "$tmp" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$images/debootstrap.log"
+  chroot "$tmp" apt-get clean
+  rm -rf "$tmp"/var/lib/apt/lists/* "$tmp"/var/cache/apt/*.bin "$tmp"/var/log/*.log
+  tar -C "$tmp" --numeric-owner -cf "$rootfs_tar.tmp" . && mv "$rootfs_tar.tmp" "$rootfs_tar"
+  rm -rf "$tmp"
+fi
+base_dir=$images/base-ctx
+mkdir -p "$base_dir"
+ln -f "$rootfs_tar" "$base_dir/rootfs.tar"
+rm -rf "$base_dir/ca" && mkdir -p "$base_dir/ca"
+find /usr/local/share/ca-certificates -name '*.crt' -exec cp {} "$base_dir/ca/" \; 2>/dev/null || true
+build base "$BASE_IMAGE_LOCAL" "$here/images/base.Containerfile" "$base_dir" \
+  "$(stat -c '%s %Y' "$rootfs_tar") $(inputs_hash "$base_dir" ca)"
+
+base_arg=(--build-arg "BASE_IMAGE=$BASE_IMAGE_LOCAL")
+base_sum=$(cat "$images/base.sum")
+build redis "$REDIS_IMAGE" "$here/images/redis.Containerfile" "$here/images" "$base_sum" "${base_arg[@]}"
+
+project_inputs=(pyproject.toml README.md worker-image operator)
+build worker "$WORKER_IMAGE" "$repo/worker-image/Dockerfile" "$repo" \
+  "$base_sum $(inputs_hash "$repo" "${project_inputs[@]}")" "${base_arg[@]}"
+if [ -f "$repo/operator/Dockerfile" ]; then
+  build operator "$OPERATOR_IMAGE" "$repo/operator/Dockerfile" "$repo" \
+    "$base_sum $(inputs_hash "$repo" "${project_inputs[@]}")" "${base_arg[@]}"
+fi
+log "images ready"

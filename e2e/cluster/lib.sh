@@ -1,0 +1,47 @@
+# Shared settings of the local cluster scripts (sourced, not run).
+# shellcheck shell=bash
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+cache=${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}
+state=$cache/cluster                       # logs, pids, certs, kubeconfigs, etcd data
+k8s_bin=${TASKFLEET_K8S_BIN:-$cache/k8s/$K8S_VERSION/bin}
+images=$cache/images                       # base rootfs and image archives
+ctrd_root=/var/lib/taskfleet/containerd    # containerd's snapshots must be on a real fs
+ctrd_run=/run/taskfleet/containerd
+ctrd_sock=$ctrd_run/containerd.sock
+kubelet_root=/var/lib/kubelet
+cni_conf_dir=$state/cni/net.d
+cni_data_dir=/var/lib/taskfleet/cni
+node_name=taskfleet-node
+pod_cidr=10.244.0.0/24
+service_cidr=10.96.0.0/16
+apiserver_service_ip=10.96.0.1
+dns_ip=10.96.0.10
+etcd_port=12379
+etcd_peer_port=12380
+apiserver_port=6443
+context=taskfleet-local
+
+log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# The Debian packages the local cluster needs; installs only what is missing.
+ensure_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+ctr_() { ctr -a "$ctrd_sock" -n k8s.io "$@"; }
+
+# The node's address: the source address of the default route (eth0 here).
+node_ip() {
+  ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1
+}
