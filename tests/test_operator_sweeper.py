@@ -1,0 +1,197 @@
+"""The sweeper against a real redis-server: orphans, cron slots, settings, outages."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+from taskfleet.queue import Queue
+from taskfleet_operator import builders, sweeper
+from taskfleet_operator.models import TaskQueueSpec
+
+from tests.fixtures_redis import RedisServerFactory
+
+CREATED = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def make_spec(**overrides: Any) -> TaskQueueSpec:
+    raw: dict[str, Any] = {
+        "image": "localhost/worker:dev",
+        "handler": "app.tasks:handle",
+        "redis": {"url": "redis://127.0.0.1:1/0"},
+    }
+    raw.update(overrides)
+    return TaskQueueSpec.model_validate(raw)
+
+
+@pytest.fixture
+def queue(redis_url: str) -> Iterator[Queue]:
+    with Queue(builders.queue_name("ns", "emails"), redis_url) as q:
+        yield q
+
+
+def sweep(queue: Queue, spec: TaskQueueSpec, **kwargs: Any) -> sweeper.SweepReport:
+    options: dict[str, Any] = {
+        "live_pods": [],
+        "suspects": set(),
+        "created_at": CREATED,
+        "catchup_s": 600.0,
+    }
+    options.update(kwargs)
+    return sweeper.sweep_queue(queue, spec, **options)
+
+
+def hold_tasks(make_broker: Callable[..., Any], queue: Queue, pod: str, n: int) -> list[str]:
+    ids = [queue.enqueue({"n": i}) for i in range(n)]
+    broker = make_broker(queue.name, pod=pod)
+    broker.register(4)
+    claimed = broker.claim(n)
+    assert sorted(task.id for task in claimed.tasks) == sorted(ids)
+    return ids
+
+
+def test_a_worker_whose_pod_is_gone_gets_its_tasks_back_on_the_second_sweep(
+    queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    hold_tasks(make_broker, queue, "emails-abc", 3)
+    spec = make_spec()
+
+    first = sweep(queue, spec, live_pods=["emails-other"])
+    assert first.requeued == {}
+    assert first.suspects == {"emails-abc"}
+    assert first.stats["running"] == 3
+
+    second = sweep(queue, spec, live_pods=["emails-other"], suspects=first.suspects)
+    assert second.requeued == {"emails-abc": 3}
+    assert second.stats["pending"] == 3
+    assert second.stats["running"] == 0
+    assert second.stats["requeued"] == 3
+
+
+def test_a_live_pod_keeps_its_tasks_however_often_the_sweep_runs(
+    queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    hold_tasks(make_broker, queue, "emails-abc", 2)
+    spec = make_spec()
+    suspects: set[str] = set()
+
+    for _ in range(3):
+        report = sweep(queue, spec, live_pods=["emails-abc"], suspects=suspects)
+        suspects = report.suspects
+        assert report.requeued == {}
+        assert report.stats["running"] == 2
+
+
+def test_a_pod_that_reappears_in_the_api_is_no_longer_suspect(
+    queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    hold_tasks(make_broker, queue, "emails-abc", 1)
+    spec = make_spec()
+
+    first = sweep(queue, spec, live_pods=[])
+    second = sweep(queue, spec, live_pods=["emails-abc"], suspects=first.suspects)
+    third = sweep(queue, spec, live_pods=[], suspects=second.suspects)
+
+    assert first.suspects == {"emails-abc"}
+    assert second.suspects == set()
+    assert third.requeued == {}
+    assert third.stats["running"] == 1
+
+
+def test_a_cron_slot_fires_exactly_once_however_many_sweeps_see_it(queue: Queue) -> None:
+    spec = make_spec(
+        schedules=[{"name": "nightly", "cron": "0 3 * * *", "payload": {"job": "report"}}]
+    )
+    now = datetime(2026, 3, 4, 3, 0, 30, tzinfo=UTC)
+
+    first = sweep(queue, spec, now=now)
+    again = sweep(queue, spec, now=now + timedelta(seconds=20))
+    next_day = sweep(queue, spec, now=now + timedelta(days=1))
+
+    slot = int(datetime(2026, 3, 4, 3, 0, tzinfo=UTC).timestamp())
+    assert first.fired == [f"sched:nightly:{slot}"]
+    assert again.fired == []
+    assert len(next_day.fired) == 1
+    task = queue.get(first.fired[0])
+    assert task is not None
+    assert task.payload == {"job": "report"}
+
+
+def test_a_slot_older_than_the_catchup_window_or_the_taskqueue_is_not_fired(
+    queue: Queue,
+) -> None:
+    spec = make_spec(schedules=[{"name": "hourly", "cron": "0 * * * *"}])
+    now = datetime(2026, 3, 4, 5, 30, tzinfo=UTC)
+
+    late = sweep(queue, spec, now=now, catchup_s=600.0)
+    before_creation = sweep(
+        queue, spec, now=now, catchup_s=7200.0, created_at=now - timedelta(minutes=5)
+    )
+
+    assert late.fired == []
+    assert before_creation.fired == []
+
+
+def test_due_slot_is_the_latest_tick_at_or_before_now() -> None:
+    at_tick = datetime(2026, 3, 4, 5, 0, tzinfo=UTC)
+
+    assert sweeper.due_slot("0 * * * *", at_tick, CREATED) == int(at_tick.timestamp())
+    assert sweeper.due_slot("0 * * * *", at_tick + timedelta(minutes=59), CREATED) == int(
+        at_tick.timestamp()
+    )
+    assert sweeper.due_slot("0 * * * *", at_tick, at_tick + timedelta(seconds=1)) is None
+
+
+def test_sweep_writes_the_spec_settings_into_the_queue_config(queue: Queue) -> None:
+    spec = make_spec(maxConcurrency=7, maxLost=2, heartbeat={"intervalSeconds": 2, "ttlSeconds": 8})
+
+    sweep(queue, spec)
+
+    config = queue.config()
+    assert config.max_concurrency == 7
+    assert config.max_lost == 2
+    assert config.lease_ttl_s == 8
+    assert config.default_timeout_s == 300
+
+
+def test_connections_reconnect_when_the_url_changes_and_reuse_otherwise(redis_url: str) -> None:
+    urls = {"current": redis_url}
+    connections = sweeper.Connections(lambda _ns, _spec: urls["current"], timeout_s=1.0)
+    spec = make_spec()
+    try:
+        first = connections.get("ns", "q", spec)
+        assert connections.get("ns", "q", spec) is first
+        urls["current"] = redis_url.replace("/0", "/1")
+        second = connections.get("ns", "q", spec)
+        assert second is not first
+        assert second.client.ping()
+        assert second.name == "ns.q"
+    finally:
+        connections.close()
+
+
+def test_an_unreachable_redis_fails_the_sweep_quickly_with_a_redis_error(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    server = redis_server_factory(persistent=False)
+    url = server.url
+    server.stop()
+    connections = sweeper.Connections(lambda _ns, _spec: url, timeout_s=0.5)
+    try:
+        with pytest.raises(redis.RedisError):
+            sweep(connections.get("ns", "q", make_spec()), make_spec())
+    finally:
+        connections.close()
+
+
+def test_passwords_are_masked_in_urls_and_error_texts() -> None:
+    url = "redis://worker:s3cret@redis.example:6380/2"
+
+    assert sweeper.mask_url(url) == "redis://worker:***@redis.example:6380/2"
+    assert sweeper.mask_url("redis://redis:6379/0") == "redis://redis:6379/0"
+    error = redis.ConnectionError(f"cannot connect to {url}")
+    assert "s3cret" not in sweeper.describe_error(error, url)
+    assert "ConnectionError" in sweeper.describe_error(error, url)
