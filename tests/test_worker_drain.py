@@ -1,0 +1,130 @@
+"""Graceful drain: SIGTERM, the drain deadline, a second signal, and ``taskfleet drain``."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from taskfleet.queue import Queue
+
+from tests.workers.harness import FAST, REPO, Fleet, taskfleet, wait_until
+
+SLEEP = "tests.workers.handlers:sleep"
+
+
+@pytest.fixture
+def fleet(redis_url: str, tmp_path: Path) -> Iterator[Fleet]:
+    fleet = Fleet(redis_url, "jobs", tmp_path)
+    yield fleet
+    fleet.close()
+
+
+@pytest.fixture
+def queue(redis_url: str) -> Iterator[Queue]:
+    with Queue("jobs", redis_url=redis_url) as queue:
+        yield queue
+
+
+def events(client: redis.Redis, what: str) -> list[str]:
+    return [e.decode() for e in client.lrange("test:events", 0, -1) if e.startswith(what.encode())]
+
+
+def test_sigterm_lets_in_flight_tasks_finish_and_claims_nothing_more(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    running = [queue.enqueue({"seconds": 1.0}) for _ in range(2)]
+    worker = fleet.add(SLEEP, args=[*FAST, "--concurrency", "2"]).start()
+    wait_until(lambda: len(events(redis_client, "start")) == 2, message="two tasks started")
+    waiting = queue.enqueue({"seconds": 0})
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    for task_id in running:
+        task = queue.get(task_id)
+        assert task is not None and task.state == "done", task
+    waiting_task = queue.get(waiting)
+    assert waiting_task is not None and waiting_task.state == "pending"
+    assert worker.has_event("drain_started", inflight=2)
+    assert queue.stats()["workers"] == 0
+
+
+def test_drain_deadline_releases_the_unfinished_task_and_another_worker_completes_it(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    task_id = queue.enqueue({"seconds": 2.0})
+    first = fleet.add(SLEEP, pod="pod-a", args=[*FAST, "--drain-timeout", "0.3"]).start()
+    wait_until(lambda: events(redis_client, "start"), message="the task started")
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+    assert first.has_event("task_released", task=task_id)
+    released = queue.get(task_id)
+    assert released is not None and released.state == "pending"
+    assert released.attempts == 0  # a release is not an attempt
+
+    second = fleet.add(SLEEP, pod="pod-b").start()
+    wait_until(lambda: (t := queue.get(task_id)) is not None and t.state == "done", timeout=15)
+    done = queue.get(task_id)
+    assert done is not None and done.attempts == 1 and done.pod == "pod-b"
+    assert queue.stats()["released"] == 1
+    second.signal(signal.SIGTERM)
+    assert second.wait() == 0
+
+
+def test_second_signal_releases_at_once_and_exits_zero(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    task_id = queue.enqueue({"seconds": 60})
+    worker = fleet.add(SLEEP, args=[*FAST, "--drain-timeout", "60"]).start()
+    wait_until(lambda: events(redis_client, "start"), message="the task started")
+    worker.signal(signal.SIGTERM)
+    worker.wait_event("drain_started")
+    worker.signal(signal.SIGINT)
+    assert worker.wait(timeout=10) == 0
+    assert worker.has_event("drain_forced")
+    task = queue.get(task_id)
+    assert task is not None and task.state == "pending" and task.attempts == 0
+
+
+def test_drain_command_waits_until_the_worker_holds_no_task(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    task_id = queue.enqueue({"seconds": 1.0})
+    worker = fleet.add(SLEEP).start()
+    wait_until(lambda: events(redis_client, "start"), message="the task started")
+    result = taskfleet("drain", "--wait", "--timeout", "20", env=worker.env)
+    assert result.returncode == 0, result.stderr
+    # --wait returned: the task is finished and written, before the worker even exits.
+    task = queue.get(task_id)
+    assert task is not None and task.state == "done"
+    assert worker.wait() == 0
+
+
+def test_drain_command_gives_up_with_exit_1_while_a_task_still_runs(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    queue.enqueue({"seconds": 60})
+    worker = fleet.add(SLEEP, args=[*FAST, "--drain-timeout", "60"]).start()
+    wait_until(lambda: events(redis_client, "start"), message="the task started")
+    result = taskfleet("drain", "--wait", "--timeout", "0.5", env=worker.env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "taskfleet: error: worker still holds tasks after 0.5s"
+    assert worker.alive()
+
+
+def test_drain_command_without_a_worker_says_so_in_one_line(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": str(REPO), "TASKFLEET_RUNTIME_DIR": str(tmp_path / "none")}
+    result = subprocess.run(
+        [sys.executable, "-m", "taskfleet", "drain", "--wait"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("taskfleet: error: no worker runtime file at ")
+    assert len(result.stderr.splitlines()) == 1
