@@ -75,3 +75,20 @@ def orphan(payload: dict[str, Any]) -> int:
 
 
 NOT_CALLABLE = 42
+
+
+def slow_first(payload: dict[str, Any]) -> str:
+    """Hang for ``seconds`` on the first attempt only (a stuck call that a timeout must end)."""
+    _record(f"start{current_task().attempt}")
+    if current_task().attempt <= 1:
+        time.sleep(float(payload.get("seconds", 30)))
+    _record(f"end{current_task().attempt}")
+    return "ok"
+
+
+async def async_slow_first(payload: dict[str, Any]) -> str:
+    await asyncio.to_thread(_record, f"start{current_task().attempt}")
+    if current_task().attempt <= 1:
+        await asyncio.sleep(float(payload.get("seconds", 30)))
+    await asyncio.to_thread(_record, f"end{current_task().attempt}")
+    return "ok"

@@ -1,0 +1,117 @@
+"""Running tasks: results, failures, timeouts, heartbeats under CPU load, restarts."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from taskfleet.config import QueueConfig
+from taskfleet.queue import Queue, Task
+
+from tests.workers.harness import FAST, Fleet, wait_until
+
+H = "tests.workers.handlers"
+
+
+@pytest.fixture
+def fleet(redis_url: str, tmp_path: Path) -> Iterator[Fleet]:
+    fleet = Fleet(redis_url, "jobs", tmp_path)
+    yield fleet
+    fleet.close()
+
+
+@pytest.fixture
+def queue(redis_url: str) -> Iterator[Queue]:
+    with Queue("jobs", redis_url=redis_url) as queue:
+        queue.configure(QueueConfig(backoff_base_s=0, backoff_max_s=0, lease_ttl_s=1))
+        yield queue
+
+
+def events(client: redis.Redis) -> list[str]:
+    return [e.decode() for e in client.lrange("test:events", 0, -1)]
+
+
+def finished(queue: Queue, task_id: str, timeout: float = 15.0) -> Task:
+    def check() -> Task | None:
+        task = queue.get(task_id)
+        return task if task is not None and task.state in ("done", "dead") else None
+
+    return wait_until(check, timeout, f"task {task_id} to finish")
+
+
+def test_sync_and_async_handlers_store_their_json_result(fleet: Fleet, queue: Queue) -> None:
+    for handler in ("sleep", "async_sleep"):
+        task_id = queue.enqueue({"seconds": 0.01})
+        worker = fleet.add(f"{H}:{handler}", pod=handler).start()
+        task = finished(queue, task_id)
+        assert task.state == "done" and task.result == {"slept": 0.01}
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+
+
+def test_an_exception_fails_the_attempt_with_its_type_and_message_then_the_retry_succeeds(
+    fleet: Fleet, queue: Queue
+) -> None:
+    task_id = queue.enqueue({}, max_attempts=3)
+    fleet.add(f"{H}:fail_first").start()
+    task = finished(queue, task_id)
+    assert task.state == "done" and task.attempts == 2
+    assert task.error == "ValueError: first attempt fails on purpose"
+    assert queue.stats()["retried"] == 1
+
+
+def test_a_result_that_is_not_json_fails_the_attempt_with_a_clear_error(
+    fleet: Fleet, queue: Queue
+) -> None:
+    task_id = queue.enqueue({}, max_attempts=1)
+    fleet.add(f"{H}:unserialisable").start()
+    task = finished(queue, task_id)
+    assert task.state == "dead"
+    assert task.error is not None and "not JSON-serialisable" in task.error
+
+
+@pytest.mark.parametrize("handler", ["slow_first", "async_slow_first"])
+def test_a_task_over_its_timeout_fails_that_attempt_and_the_retry_runs(
+    handler: str, fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    task_id = queue.enqueue({"seconds": 30}, timeout=0.5, max_attempts=2)
+    worker = fleet.add(f"{H}:{handler}", args=[*FAST, "--concurrency", "2"]).start()
+    task = finished(queue, task_id)
+    assert task.state == "done" and task.attempts == 2
+    assert task.error == "TimeoutError: task exceeded its timeout of 0.5s"
+    assert "end1:" not in " ".join(events(redis_client))  # the hung call never finished
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0  # a hung sync thread does not keep the worker alive
+
+
+def test_heartbeats_keep_the_lease_while_a_sync_handler_burns_cpu(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    # Lease TTL 1 s, heartbeat 0.2 s: a handler spinning 3.5 s outlives 3 TTLs.
+    task_id = queue.enqueue({"seconds": 3.5})
+    worker = fleet.add(f"{H}:spin").start()
+    task = finished(queue, task_id)
+    assert task.state == "done" and task.attempts == 1 and task.lost == 0
+    assert [e.split(":")[0] for e in events(redis_client)] == ["start", "end"]
+    stats = queue.stats()
+    assert stats["requeued"] == 0 and stats["stale"] == 0
+    assert not worker.has_event("lease_lost")
+
+
+def test_a_restarted_pod_takes_back_what_its_earlier_incarnation_held(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    # A long lease: without the takeback at start the task would wait 60 s.
+    queue.configure(QueueConfig(lease_ttl_s=60))
+    task_id = queue.enqueue({"seconds": 60})
+    worker = fleet.add(f"{H}:slow_first", pod="pod-x", args=["--heartbeat-interval", "0.2"])
+    worker.start()
+    wait_until(lambda: any(e.startswith("start1:") for e in events(redis_client)))
+    worker.kill()
+    worker.start()  # same pod name, new incarnation
+    task = finished(queue, task_id, timeout=10)
+    assert task.state == "done" and task.attempts == 2 and task.pod == "pod-x"
+    worker.wait_event("earlier_incarnation_requeued", tasks=1)
