@@ -28,6 +28,12 @@ def test_scaling_down_removes_the_idle_pod_and_lets_busy_pods_finish_their_tasks
 
     busy = wait_for("two pods holding one task each", two_holders, timeout=30)
     (idle,) = pods - busy
+    # The operator ranks pods by the in-flight counts workers report with each heartbeat.
+    wait_for(
+        "the busy pods to report their task",
+        lambda: all(fleet.queue.workers().get(p, {}).get("inflight") for p in busy),
+        timeout=15,
+    )
 
     fleet.scale(2)
     assert fleet.taskqueue()["spec"]["replicas"] == 2

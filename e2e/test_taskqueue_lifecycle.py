@@ -146,11 +146,16 @@ def test_a_taskqueue_whose_redis_secret_is_missing_says_so_and_recovers_once_it_
     )
     fleet = Fleet(namespace, "needs-secret", redis_forward)
 
-    def not_ready_for_secret(status: dict[str, Any]) -> bool:
-        ready = _condition(status, "Ready")
-        return bool(ready and ready["status"] == "False" and secret_name in ready["message"])
+    def blocked_on_secret(status: dict[str, Any]) -> bool:
+        ready = _condition(status, "Ready") or {}
+        naming = [
+            c
+            for c in status.get("conditions", [])
+            if c.get("status") == "False" and secret_name in c.get("message", "")
+        ]
+        return ready.get("status") == "False" and bool(naming)
 
-    fleet.wait_status(f"a Ready=False condition naming Secret {secret_name}", not_ready_for_secret)
+    fleet.wait_status(f"Ready=False and a condition naming Secret {secret_name}", blocked_on_secret)
     wait_for(
         f"an event on the TaskQueue naming Secret {secret_name}",
         lambda: [

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The taskfleet demo: a cluster, Redis and the operator from manifests/, the sample
+# TaskQueue, a few hundred tasks processed while the fleet scales up and back down, and
+# a summary that accounts for every task.
+#
+#   e2e/demo.sh local    the local single-node cluster (make cluster-up images-local)
+#   e2e/demo.sh kind     a kind cluster (make kind-up; needs Docker and kind)
+#
+# Knobs: DEMO_TASKS (300), DEMO_TASK_SECONDS (1), DEMO_SCALE_UP (4), DEMO_SCALE_DOWN (2),
+# DEMO_TIMEOUT seconds (900).
+set -euo pipefail
+
+mode=${1:-local}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+tasks=${DEMO_TASKS:-300}
+task_seconds=${DEMO_TASK_SECONDS:-1}
+scale_up=${DEMO_SCALE_UP:-4}
+scale_down=${DEMO_SCALE_DOWN:-2}
+timeout=${DEMO_TIMEOUT:-900}
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
+
+case $mode in
+  local)
+    make -C "$repo" --no-print-directory cluster-up images-local
+    export KUBECONFIG=${KUBECONFIG:-${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}/cluster/kubeconfig}
+    context=taskfleet-local
+    ;;
+  kind)
+    command -v kind >/dev/null || die "kind is not installed (https://kind.sigs.k8s.io/)"
+    make -C "$repo" --no-print-directory kind-up
+    context=kind-taskfleet
+    ;;
+  *) die "usage: demo.sh local|kind" ;;
+esac
+
+k() { kubectl --context "$context" "$@"; }
+
+# "kind/namespace/name" of every object an apply touched (one object or a List).
+applied() {
+  k apply "$@" -o json | python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+for o in doc.get("items", [doc]) if doc.get("kind") == "List" else [doc]:
+    m = o["metadata"]
+    print("/".join((o["kind"], m.get("namespace", ""), m["name"])))'
+}
+
+wait_rollouts() { # waits for every Deployment/StatefulSet in the "kind/ns/name" lines on stdin
+  local kind ns name
+  while IFS=/ read -r kind ns name; do
+    case $kind in
+      Deployment|StatefulSet) k -n "$ns" rollout status "$kind/$name" --timeout=300s ;;
+    esac
+  done
+}
+
+started=$SECONDS
+say "deploying Redis and the operator (kubectl apply -k manifests/)"
+objects=$(applied -k "$repo/manifests")
+k wait --for=condition=Established crd/taskqueues.taskfleet.dev --timeout=60s >/dev/null
+wait_rollouts <<<"$objects"
+
+say "applying the sample TaskQueue (manifests/samples/)"
+if [ -f "$repo/manifests/samples/kustomization.yaml" ]; then
+  samples=$(applied -k "$repo/manifests/samples")
+else
+  samples=$(applied -f "$repo/manifests/samples")
+fi
+tq=$(grep -m1 '^TaskQueue/' <<<"$samples") || die "manifests/samples/ holds no TaskQueue"
+IFS=/ read -r _ ns name <<<"$tq"
+kq() { k -n "$ns" "$@"; }
+
+deadline=$((SECONDS + 120))
+until kq get deployment "$name" >/dev/null 2>&1; do
+  [ $SECONDS -lt $deadline ] || die "the operator made no Deployment for TaskQueue $ns/$name"
+  sleep 1
+done
+kq rollout status "deployment/$name" --timeout=300s
+# The queue's name in Redis, as the operator passes it to the workers.
+queue=$(kq get deployment "$name" -o jsonpath='{.spec.template.spec.containers[0].args}' |
+  python3 -c 'import json,sys; a=json.load(sys.stdin); print(a[a.index("--queue")+1])')
+selector="taskfleet.dev/queue=$name"
+
+# The CLI inside a worker pod: it has the queue's Redis URL in its environment.
+tf() {
+  local pod
+  pod=$(kq get pods -l "$selector" -o json | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["items"]:
+    ready = any(c["type"] == "Ready" and c["status"] == "True"
+                for c in p.get("status", {}).get("conditions", []))
+    if ready and not p["metadata"].get("deletionTimestamp"):
+        print(p["metadata"]["name"])
+        break')
+  [ -n "$pod" ] || return 1
+  kq exec "$pod" -c worker -- taskfleet "$@"
+}
+stat_of() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d.get(sys.argv[2], 0))' "$1" "$2"; }
+
+initial_replicas=$(kq get taskqueue "$name" -o jsonpath='{.spec.replicas}')
+before=$(tf stats "$queue" --json)
+say "enqueueing $tasks tasks of ${task_seconds}s on queue $queue"
+enqueued=$(tf enqueue "$queue" --count "$tasks" --payload "{\"seconds\": $task_seconds}" | wc -l)
+[ "$enqueued" -eq "$tasks" ] || die "enqueued $enqueued of $tasks tasks"
+work_started=$SECONDS
+
+done0=$(stat_of "$before" done); dead0=$(stat_of "$before" dead)
+requeued0=$(stat_of "$before" requeued); released0=$(stat_of "$before" released)
+scaled_up=0; scaled_down=0
+while :; do
+  now=$(tf stats "$queue" --json 2>/dev/null) || { sleep 1; continue; }
+  done_n=$(( $(stat_of "$now" done) - done0 )); dead_n=$(( $(stat_of "$now" dead) - dead0 ))
+  open=$(( $(stat_of "$now" pending) + $(stat_of "$now" delayed) + $(stat_of "$now" running) ))
+  printf '\n[%3ds] done %d/%d  dead %d  pending %s  running %s  workers %s\n' \
+    $((SECONDS - work_started)) "$done_n" "$tasks" "$dead_n" "$(stat_of "$now" pending)" \
+    "$(stat_of "$now" running)" "$(stat_of "$now" workers)"
+  kq get taskqueue "$name"
+  kq get pods -l "$selector" --no-headers 2>/dev/null | awk '{print "  pod " $1 "  " $2 "  " $3}'
+  if [ $scaled_up = 0 ] && [ $((done_n * 4)) -ge "$tasks" ]; then
+    say "kubectl scale tq/$name --replicas=$scale_up"
+    kq scale "tq/$name" --replicas="$scale_up"
+    scaled_up=1
+  elif [ $scaled_up = 1 ] && [ $scaled_down = 0 ] && [ $((done_n * 3)) -ge $((tasks * 2)) ]; then
+    say "kubectl scale tq/$name --replicas=$scale_down (idle pods go first; busy ones drain)"
+    kq scale "tq/$name" --replicas="$scale_down"
+    scaled_down=1
+  fi
+  if [ "$open" -eq 0 ] && [ $((done_n + dead_n)) -ge "$tasks" ]; then break; fi
+  [ $((SECONDS - work_started)) -lt "$timeout" ] || die "not finished after ${timeout}s"
+  sleep 2
+done
+
+after=$(tf stats "$queue" --json)
+lost=$((tasks - done_n - dead_n))
+say "summary"
+printf '  tasks enqueued   %d (%ss each)\n' "$tasks" "$task_seconds"
+printf '  done             %d\n' "$done_n"
+printf '  dead             %d\n' "$dead_n"
+printf '  lost             %d\n' "$lost"
+printf '  requeued         %d (tasks taken back from pods that vanished)\n' \
+  $(( $(stat_of "$after" requeued) - requeued0 ))
+printf '  released         %d (tasks handed back by draining pods)\n' \
+  $(( $(stat_of "$after" released) - released0 ))
+printf '  scaled           %s -> %d -> %d replicas\n' "$initial_replicas" "$scale_up" "$scale_down"
+printf '  processing time  %ds (whole demo %ds)\n' $((SECONDS - work_started)) $((SECONDS - started))
+[ "$lost" -eq 0 ] || die "$lost tasks unaccounted for"
