@@ -214,8 +214,9 @@ class Broker:
             pool = self.client.connection_pool
             kwargs = dict(pool.connection_kwargs)
             kwargs["socket_timeout"] = None
-            self._blocking = redis.asyncio.Redis(
-                connection_pool=redis.asyncio.ConnectionPool(
+            # from_pool: the client owns the pool, so close() disconnects it too
+            self._blocking = redis.asyncio.Redis.from_pool(
+                redis.asyncio.ConnectionPool(
                     connection_class=pool.connection_class, max_connections=2, **kwargs
                 )
             )

@@ -1,0 +1,166 @@
+"""What each failure does to a task: backoff, bad payloads, oversized results, schedules."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from taskfleet import Queue, QueueConfig, TaskState
+
+from tests.fixtures_redis import BlockingBroker
+
+MakeBroker = Callable[..., BlockingBroker]
+
+
+@pytest.fixture
+def queue(redis_url: str) -> Iterator[Queue]:
+    q = Queue("jobs", redis_url=redis_url)
+    yield q
+    q.close()
+
+
+def server_ms(client: redis.Redis) -> int:
+    sec, usec = client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+@pytest.mark.parametrize(("attempt", "expected_s"), [(1, 10), (2, 20), (3, 40), (4, 50)])
+def test_retry_backoff_doubles_per_attempt_within_jitter_and_is_capped(
+    queue: Queue, make_broker: MakeBroker, attempt: int, expected_s: float
+) -> None:
+    queue.configure(
+        QueueConfig(backoff_base_s=10, backoff_max_s=50, backoff_jitter=0.2, max_attempts=10)
+    )
+    task_id = queue.enqueue({"x": 1})
+    queue.client.hset(queue.keys.task(task_id), "attempts", attempt - 1)
+    worker = make_broker("jobs")
+    [task] = worker.claim(1).tasks
+    assert task.attempts == attempt
+    before = server_ms(queue.client)
+    assert worker.fail(task.id, task.token, "boom") is TaskState.DELAYED
+    after = server_ms(queue.client)
+    run_at = queue.client.zscore(queue.keys.delayed, task_id)
+    assert run_at is not None
+    low = min(expected_s * 0.8, 50) * 1000
+    high = min(expected_s * 1.2, 50) * 1000
+    assert before + low - 1 <= run_at <= after + high + 1
+    stored = queue.get(task_id)
+    assert stored is not None
+    assert (stored.state, stored.error) == (TaskState.DELAYED, "boom")
+
+
+def test_a_stored_payload_that_is_not_json_goes_dead_as_bad_payload_at_claim(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    good = queue.enqueue({"x": 1})
+    foreign = queue.enqueue({"x": 2})
+    queue.client.hset(queue.keys.task(foreign), "payload", "{not json")
+    array = queue.enqueue({"x": 3})
+    queue.client.hset(queue.keys.task(array), "payload", "[1, 2]")
+    result = make_broker("jobs").claim(3)
+    assert [t.id for t in result.tasks] == [good]
+    for task_id in (foreign, array):
+        task = queue.get(task_id)
+        assert task is not None
+        assert (task.state, task.reason) == (TaskState.DEAD, "bad payload")
+        assert task.error is not None
+
+
+def test_a_result_over_max_payload_bytes_is_dropped_with_a_note(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(max_payload_bytes=64))
+    task_id = queue.enqueue({"x": 1})
+    worker = make_broker("jobs")
+    [task] = worker.claim(1).tasks
+    assert worker.complete_many([(task.id, task.token, '"' + "x" * 100 + '"')]) == [True]
+    stored = queue.get(task_id)
+    assert stored is not None
+    assert stored.state is TaskState.DONE
+    assert stored.result is None
+    assert "exceeds max_payload_bytes" in (stored.error or "")
+
+
+def test_max_attempts_of_the_task_overrides_the_queue_default(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    task_id = queue.enqueue({"x": 1}, max_attempts=1)
+    worker = make_broker("jobs")
+    [task] = worker.claim(1).tasks
+    assert task.max_attempts == 1
+    assert worker.fail(task.id, task.token, "boom") is TaskState.DEAD
+    assert queue.get(task_id).reason == "failed"  # type: ignore[union-attr]
+
+
+def test_task_timeout_falls_back_to_the_queue_default(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(default_timeout_s=7.5))
+    own = queue.enqueue({"x": 1}, timeout=2)
+    default = queue.enqueue({"x": 2})
+    timeouts = {t.id: t.timeout for t in make_broker("jobs").claim(2).tasks}
+    assert timeouts == {own: 2.0, default: 7.5}
+
+
+def test_a_schedule_fires_at_most_once_per_slot_even_with_two_callers(
+    queue: Queue, redis_url: str
+) -> None:
+    fired: list[str | None] = []
+    barrier = threading.Barrier(4)
+
+    def sweeper() -> None:
+        q = Queue("jobs", redis_url=redis_url)
+        barrier.wait()
+        fired.append(q.fire_schedule("nightly", 1000, {"job": "report"}))
+        q.close()
+
+    threads = [threading.Thread(target=sweeper) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [f for f in fired if f is not None]
+    assert len(winners) == 1
+    assert queue.get(winners[0]).payload == {"job": "report"}  # type: ignore[union-attr]
+    assert queue.fire_schedule("nightly", 999, {"job": "report"}) is None
+    assert queue.fire_schedule("nightly", 1001, {"job": "report"}) is not None
+    assert queue.stats()["pending"] == 2
+
+
+def test_wait_for_work_wakes_an_idle_worker_when_a_task_is_enqueued(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    worker = make_broker("jobs")
+    assert worker.wait_for_work(0.01) is False
+    timer = threading.Timer(0.05, lambda: queue.enqueue({"x": 1}))
+    timer.start()
+    try:
+        assert worker.wait_for_work(10.0) is True
+    finally:
+        timer.join()
+    assert len(worker.claim(1).tasks) == 1
+
+
+def test_notify_list_stays_short_however_many_tasks_are_enqueued(queue: Queue) -> None:
+    for _ in range(5):
+        queue.enqueue_many([{"payload": {"i": i}} for i in range(100)])
+    assert 0 < queue.client.llen(queue.keys.notify) <= 16
+
+
+def test_purge_deletes_every_key_of_the_queue_and_only_those(
+    queue: Queue, make_broker: MakeBroker, redis_url: str
+) -> None:
+    other = Queue("other", redis_url=redis_url)
+    other.enqueue({"keep": True})
+    queue.configure(QueueConfig(max_attempts=5))
+    queue.enqueue_many([{"payload": {"i": i}} for i in range(3)])
+    make_broker("jobs").claim(1)
+    queue.purge()
+    everything = {bytes(k) for k in queue.client.keys("*")}
+    assert everything
+    assert everything == {bytes(k) for k in queue.client.keys("tf:{other}:*")}
+    assert queue.stats()["pending"] == 0
+    assert other.stats()["pending"] == 1
+    other.close()

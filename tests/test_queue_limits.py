@@ -1,0 +1,87 @@
+"""Global concurrency and rate limits hold across every worker of a queue."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from taskfleet import Queue, QueueConfig
+
+from tests.fixtures_redis import BlockingBroker
+
+MakeBroker = Callable[..., BlockingBroker]
+
+
+@pytest.fixture
+def queue(redis_url: str) -> Iterator[Queue]:
+    q = Queue("jobs", redis_url=redis_url)
+    yield q
+    q.close()
+
+
+def test_max_concurrency_caps_running_tasks_across_pods(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(max_concurrency=3))
+    queue.enqueue_many([{"payload": {"i": i}} for i in range(10)])
+    a, b = make_broker("jobs", "pod-a"), make_broker("jobs", "pod-b")
+    got_a = a.claim(2).tasks
+    got_b = b.claim(5).tasks
+    assert (len(got_a), len(got_b)) == (2, 1)
+    assert b.claim(5).tasks == []
+    a.complete_many([(t.id, t.token, None) for t in got_a])
+    assert len(b.claim(5).tasks) == 2
+    assert queue.stats()["running"] == 3
+
+
+def test_a_freed_slot_under_max_concurrency_wakes_an_idle_worker(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(max_concurrency=1))
+    queue.enqueue_many([{"payload": {"i": i}} for i in range(2)])
+    busy, idle = make_broker("jobs", "pod-a"), make_broker("jobs", "pod-b")
+    [task] = busy.claim(1).tasks
+    assert idle.claim(1).tasks == []
+    queue.client.delete(queue.keys.notify)  # the enqueue's wake-ups were consumed
+    busy.complete_many([(task.id, task.token, None)])
+    assert idle.wait_for_work(5.0) is True
+    assert len(idle.claim(1).tasks) == 1
+
+
+def test_task_rate_limit_holds_tasks_back_and_says_when_to_retry(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(rate_limit_tasks=2, rate_limit_period_s=60))
+    queue.enqueue_many([{"payload": {"i": i}} for i in range(5)])
+    worker = make_broker("jobs")
+    result = worker.claim(5)
+    assert len(result.tasks) == 2
+    assert result.retry_after_ms > 0
+    held = worker.claim(5)
+    assert held.tasks == []
+    # one token back takes period / limit = 30 s
+    assert 0 < held.retry_after_ms <= 30_000
+    assert make_broker("jobs", "pod-b").claim(5).tasks == []
+
+
+def test_cost_rate_limit_makes_a_costly_task_wait_for_capacity(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(rate_limit_cost=10, rate_limit_period_s=60))
+    cheap = queue.enqueue({"x": 1}, cost=6)
+    costly = queue.enqueue({"x": 2}, cost=6)
+    worker = make_broker("jobs")
+    result = worker.claim(2)
+    assert [t.id for t in result.tasks] == [cheap]
+    assert result.retry_after_ms > 0
+    # 2 of 6 units missing at 10 units / 60 s: about 12 s
+    assert result.retry_after_ms <= 12_000
+    assert queue.get(costly).state == "pending"  # type: ignore[union-attr]
+
+
+def test_a_task_costing_more_than_the_whole_bucket_still_runs_when_it_is_full(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(rate_limit_cost=5, rate_limit_period_s=60))
+    huge = queue.enqueue({"x": 1}, cost=50)
+    assert [t.id for t in make_broker("jobs").claim(1).tasks] == [huge]
