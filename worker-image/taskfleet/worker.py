@@ -642,6 +642,11 @@ class Worker:
             await asyncio.sleep(random.uniform(delay / 2, delay))
             attempts += 1
             try:
+                # Pooled connections to the old server are dead too: drop them all, so the
+                # first error is the only one this outage produces.
+                await self._client.connection_pool.disconnect()
+                if self._broker is not None:
+                    await self._broker.close()
                 await self._client.ping()
             except REDIS_DOWN:
                 delay = min(delay * 2, self.settings.backoff_max)
