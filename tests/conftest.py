@@ -1,3 +1,3 @@
 """Shared fixtures live in topic modules; this file only wires them in."""
 
-pytest_plugins = ["tests.fixtures_redis", "tests.fixtures_kube"]
+pytest_plugins = ["tests.fixtures_redis", "tests.fixtures_kube", "tests.fixtures_operator"]

@@ -91,8 +91,9 @@ def test_scale_subresource_and_printer_columns_serve_kubectl() -> None:
 def test_nested_objects_default_so_their_children_default_too() -> None:
     spec = openapi_schema()["properties"]["spec"]["properties"]
 
-    for name in ("backoff", "heartbeat", "retention"):
-        assert spec[name]["default"] == {}
+    assert spec["heartbeat"]["default"] == {"intervalSeconds": 5, "ttlSeconds": 30}
+    assert spec["backoff"]["default"] == {"baseSeconds": 1.0, "maxSeconds": 300.0}
+    assert spec["retention"]["default"] == {"doneSeconds": 3600, "deadSeconds": 259200}
     assert spec["heartbeat"]["properties"]["ttlSeconds"]["default"] == 30
     assert spec["replicas"]["default"] == 1
     assert spec["onDelete"]["enum"] == ["Retain", "Purge"]

@@ -37,9 +37,9 @@ HEADER = "# Generated from taskfleet_operator/models.py by `make crds`; do not e
 # Keys of JSON Schema that have no place (or no meaning) in a CRD schema.
 _DROPPED_KEYS = {"title", "$defs", "examples"}
 
-# A spec object field whose children carry defaults gets `default: {}` so the apiserver
-# fills those children in even when the user leaves the whole object out.
-_DEFAULTED_OBJECTS = {"backoff", "heartbeat", "retention"}
+# Spec object fields whose children all have defaults: the object itself gets a default,
+# so it is filled in even when the user leaves it out.
+_DEFAULTED_OBJECTS = ("backoff", "heartbeat", "retention")
 
 
 class SchemaError(ValueError):
@@ -133,7 +133,10 @@ def model_schema(model: type[TaskQueueSpec] | type[TaskQueueStatus]) -> dict[str
 def spec_schema() -> dict[str, Any]:
     schema = model_schema(TaskQueueSpec)
     for name in _DEFAULTED_OBJECTS:
-        schema["properties"][name]["default"] = {}
+        # The full default object, not {}: the apiserver checks CEL rules against the
+        # default itself, before nested defaults would fill it in.
+        default = TaskQueueSpec.model_fields[name].default
+        schema["properties"][name]["default"] = default.model_dump(by_alias=True, mode="json")
         schema["properties"][name] = _ordered(schema["properties"][name])
     return schema
 

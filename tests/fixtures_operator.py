@@ -1,0 +1,189 @@
+"""The TaskQueue CRD installed in the test apiserver, and the operator as a real process.
+
+One operator process serves the session (it watches all namespaces, each test has its
+own), with short sweep intervals from the same environment variables its Deployment
+uses. Its log is printed when a test fails, so a failure says what the operator saw.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures_kube import KubeApiserver
+from tests.fixtures_redis import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+CRD_FILE = REPO / "crds" / "taskqueues.taskfleet.dev.yaml"
+GROUP, VERSION, PLURAL = "taskfleet.dev", "v1alpha1", "taskqueues"
+START_DEADLINE_S = 60.0
+
+
+def kubectl(
+    server: KubeApiserver, *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run kubectl against the test apiserver (and nothing else: KUBECONFIG is the fixture's)."""
+    result = subprocess.run(
+        ["kubectl", *args],
+        input=stdin,
+        env=server.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if check and result.returncode != 0:
+        pytest.fail(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 15.0, interval: float = 0.1, what: str = ""
+) -> Any:
+    """Poll until ``condition`` returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout:g} s: {what or condition.__doc__ or condition}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def taskqueue_crd(kube_apiserver: KubeApiserver) -> str:
+    """The generated CRD applied with kubectl and Established."""
+    kubectl(kube_apiserver, "apply", "--server-side", "-f", str(CRD_FILE))
+    kubectl(
+        kube_apiserver,
+        "wait",
+        "--for=condition=Established",
+        "--timeout=30s",
+        f"crd/{PLURAL}.{GROUP}",
+    )
+    return f"{PLURAL}.{GROUP}"
+
+
+@dataclass
+class OperatorProcess:
+    process: subprocess.Popen[bytes]
+    log: Path
+    liveness: str
+
+    def tail(self, n: int = 6000) -> str:
+        return self.log.read_text(errors="replace")[-n:]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.liveness, timeout=2) as response:
+                return bool(response.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
+
+
+@pytest.fixture(scope="session")
+def operator_process(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """``python -m taskfleet_operator`` against the test apiserver."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    env = {
+        **kube_apiserver.env(),
+        "TASKFLEET_SWEEP_INTERVAL": "0.5",
+        "TASKFLEET_REDIS_TIMEOUT": "0.5",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "taskfleet_operator", "--liveness", liveness, "--verbose"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    operator = OperatorProcess(process, log, liveness)
+    try:
+        deadline = time.monotonic() + START_DEADLINE_S
+        while not operator.healthy():
+            if not operator.alive() or time.monotonic() > deadline:
+                pytest.fail(f"operator did not become healthy:\n{operator.tail()}")
+            time.sleep(0.1)
+        yield operator
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Any:
+    """Attach the operator's log to a failing test that used it."""
+    report = yield
+    if report.failed and "operator_process" in getattr(item, "funcargs", {}):
+        operator: OperatorProcess = item.funcargs["operator_process"]  # type: ignore[attr-defined]
+        report.sections.append(("operator log (tail)", operator.tail()))
+    return report
+
+
+@pytest.fixture
+def tq_namespace(kube_apiserver: KubeApiserver, kube_namespace: str) -> Iterator[str]:
+    """A test namespace whose TaskQueues are deleted afterwards.
+
+    No namespace controller runs in this tier, so deleting the namespace leaves its
+    objects behind; deleting the TaskQueues stops the operator from sweeping them.
+    """
+    yield kube_namespace
+    with kube_apiserver.api_client() as api:
+        from kubernetes import client
+
+        custom = client.CustomObjectsApi(api)
+        listed = custom.list_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL)
+        for item in listed.get("items", []):
+            name = item["metadata"]["name"]
+            if item["metadata"].get("finalizers"):
+                custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, kube_namespace, PLURAL, name, {"metadata": {"finalizers": []}}
+                )
+            custom.delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, name)
+
+
+def manifest(name: str, spec: dict[str, Any]) -> str:
+    """A TaskQueue manifest as JSON (valid YAML) for kubectl."""
+    return json.dumps(
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TaskQueue",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
+
+
+def base_spec(redis_url: str, **overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "image": "localhost/taskfleet-worker:dev",
+        "handler": "taskfleet.samples:echo",
+        "redis": {"url": redis_url},
+        "heartbeat": {"intervalSeconds": 1, "ttlSeconds": 3},
+    }
+    spec.update(overrides)
+    return spec

@@ -1,0 +1,120 @@
+"""The generated CRD in a real kube-apiserver: defaults, rejections with fix-it messages, scale."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.fixtures_kube import KubeApiserver
+from tests.fixtures_operator import base_spec, kubectl, manifest
+
+URL = "redis://redis.taskfleet-system:6379/0"
+
+
+def apply(server: KubeApiserver, namespace: str, name: str, spec: dict[str, Any]) -> Any:
+    return kubectl(
+        server, "-n", namespace, "apply", "-f", "-", stdin=manifest(name, spec), check=False
+    )
+
+
+def get_tq(server: KubeApiserver, namespace: str, name: str) -> dict[str, Any]:
+    result = kubectl(server, "-n", namespace, "get", "tq", name, "-o", "json")
+    body: dict[str, Any] = json.loads(result.stdout)
+    return body
+
+
+def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    spec = {"image": "w:1", "handler": "app:run", "redis": {"url": URL}}
+    assert apply(kube_apiserver, tq_namespace, "minimal", spec).returncode == 0
+
+    stored = get_tq(kube_apiserver, tq_namespace, "minimal")["spec"]
+    assert stored["replicas"] == 1
+    assert stored["concurrency"] == 4
+    assert stored["maxTaskDurationSeconds"] == 300
+    assert stored["heartbeat"] == {"intervalSeconds": 5, "ttlSeconds": 30}
+    assert stored["retention"] == {"doneSeconds": 3600, "deadSeconds": 259200}
+    assert stored["backoff"] == {"baseSeconds": 1, "maxSeconds": 300}
+    assert stored["onDelete"] == "Retain"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"heartbeat": {"intervalSeconds": 10, "ttlSeconds": 15}},
+            "heartbeat.ttlSeconds must be at least 2x heartbeat.intervalSeconds",
+        ),
+        (
+            {"redis": {"url": URL, "secretRef": {"name": "r"}}},
+            "set exactly one of redis.url or redis.secretRef",
+        ),
+        ({"redis": {}}, "set exactly one of redis.url or redis.secretRef"),
+        (
+            {"redis": {"url": "redis://:hunter2@redis:6379/0"}},
+            "redis.url must not contain a password: put the URL in a Secret",
+        ),
+        ({"rateLimit": {"tasks": 10}}, "rateLimit.periodSeconds is required"),
+        (
+            {"schedules": [{"name": "a", "cron": "0 * * * *"}, {"name": "a", "cron": "5 * * * *"}]},
+            "schedule names must be unique",
+        ),
+        ({"env": [{"name": "TASKFLEET_REDIS_URL", "value": "x"}]}, "the operator sets them"),
+        ({"handler": "not a handler"}, "spec.handler"),
+        ({"replicas": 1001}, "spec.replicas"),
+        ({"onDelete": "Keep"}, 'supported values: "Retain", "Purge"'),
+    ],
+)
+def test_an_invalid_taskqueue_is_rejected_with_a_message_saying_what_to_fix(
+    kube_apiserver: KubeApiserver,
+    taskqueue_crd: str,
+    tq_namespace: str,
+    change: dict[str, Any],
+    message: str,
+) -> None:
+    result = apply(kube_apiserver, tq_namespace, "bad", base_spec(URL, **change))
+
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_a_name_longer_than_a_label_value_is_rejected(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    result = apply(kube_apiserver, tq_namespace, "q" * 64, base_spec(URL))
+
+    assert result.returncode != 0
+    assert "TaskQueue names are at most 63 characters" in result.stderr
+
+
+def test_kubectl_scale_changes_spec_replicas_through_the_scale_subresource(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    assert apply(kube_apiserver, tq_namespace, "scaled", base_spec(URL)).returncode == 0
+
+    kubectl(kube_apiserver, "-n", tq_namespace, "scale", "tq/scaled", "--replicas=5")
+
+    assert get_tq(kube_apiserver, tq_namespace, "scaled")["spec"]["replicas"] == 5
+    scale = json.loads(
+        kubectl(
+            kube_apiserver,
+            "get",
+            "--raw",
+            f"/apis/taskfleet.dev/v1alpha1/namespaces/{tq_namespace}/taskqueues/scaled/scale",
+        ).stdout
+    )
+    assert scale["kind"] == "Scale"
+    assert scale["spec"]["replicas"] == 5
+
+
+def test_kubectl_get_shows_the_printer_columns_and_the_short_name_works(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    assert apply(kube_apiserver, tq_namespace, "cols", base_spec(URL)).returncode == 0
+
+    header = kubectl(kube_apiserver, "-n", tq_namespace, "get", "tq").stdout.splitlines()[0]
+
+    assert header.split() == ["NAME", "REPLICAS", "READY", "PENDING", "RUNNING", "DEAD", "AGE"]
