@@ -156,9 +156,7 @@ def tq_namespace(kube_apiserver: KubeApiserver, kube_namespace: str) -> Iterator
         from kubernetes import client
 
         custom = client.CustomObjectsApi(api)
-        listed: dict[str, Any] = custom.list_namespaced_custom_object(
-            GROUP, VERSION, kube_namespace, PLURAL
-        )
+        listed: Any = custom.list_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL)
         for item in listed.get("items", []):
             name = item["metadata"]["name"]
             if item["metadata"].get("finalizers"):
