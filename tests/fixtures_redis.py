@@ -13,7 +13,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,18 @@ class RedisServer:
     data survives ``restart()`` the way it does for a Redis with a volume in a cluster.
     """
 
-    def __init__(self, directory: Path, *, port: int | None = None, persistent: bool = False):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        port: int | None = None,
+        persistent: bool = False,
+        extra_args: Sequence[str] = (),
+    ):
         self.directory = directory
         self.port = port or free_port()
         self.persistent = persistent
+        self.extra_args = tuple(extra_args)
         self.process: subprocess.Popen[bytes] | None = None
         self.directory.mkdir(parents=True, exist_ok=True)
 
@@ -71,7 +79,7 @@ class RedisServer:
             argv += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             argv += ["--appendonly", "no"]
-        return argv
+        return argv + list(self.extra_args)
 
     def start(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -162,8 +170,12 @@ class RedisServerFactory:
         self.base = base
         self.servers: list[RedisServer] = []
 
-    def __call__(self, *, persistent: bool = True, start: bool = True) -> RedisServer:
-        server = RedisServer(self.base / f"redis-{len(self.servers)}", persistent=persistent)
+    def __call__(
+        self, *, persistent: bool = True, start: bool = True, extra_args: Sequence[str] = ()
+    ) -> RedisServer:
+        server = RedisServer(
+            self.base / f"redis-{len(self.servers)}", persistent=persistent, extra_args=extra_args
+        )
         self.servers.append(server)
         if start:
             server.start()
@@ -217,12 +229,15 @@ async def _async_client(url: str) -> redis.asyncio.Redis:
 
 @pytest.fixture
 def make_broker(redis_url: str) -> Iterator[Callable[..., BlockingBroker]]:
-    """``make_broker(queue, pod="pod-a", incarnation="1")`` -> a BlockingBroker."""
+    """``make_broker(queue, pod="pod-a", incarnation="1", url=None)`` -> a BlockingBroker
+    (on the shared server unless ``url`` names another)."""
     runner = asyncio.Runner()
     brokers: list[BlockingBroker] = []
 
-    def make(queue: str, pod: str = "pod-a", incarnation: str = "1") -> BlockingBroker:
-        broker = BlockingBroker(runner, redis_url, queue, pod, incarnation)
+    def make(
+        queue: str, pod: str = "pod-a", incarnation: str = "1", *, url: str | None = None
+    ) -> BlockingBroker:
+        broker = BlockingBroker(runner, url or redis_url, queue, pod, incarnation)
         brokers.append(broker)
         return broker
 

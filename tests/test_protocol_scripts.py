@@ -1,0 +1,177 @@
+"""The Lua scripts as a protocol: layout, one cluster slot, server restarts, config."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from importlib import resources
+
+import pytest
+import redis
+from pydantic import ValidationError
+from taskfleet import Queue, QueueConfig, TaskState
+from taskfleet.keys import SCRIPT_KEYS, QueueKeys
+from taskfleet.scripts import LIB, NAMES, source, text
+
+from tests.fixtures_redis import BlockingBroker, RedisServerFactory, eventually
+
+MakeBroker = Callable[..., BlockingBroker]
+LUA = resources.files("taskfleet").joinpath("lua")
+
+
+def lua_files() -> list[str]:
+    return sorted(p.name.removesuffix(".lua") for p in LUA.iterdir() if p.name.endswith(".lua"))
+
+
+def test_every_script_file_is_registered_and_every_registered_script_exists() -> None:
+    assert lua_files() == sorted(NAMES)
+    assert sorted(LIB) == sorted(p.name.removesuffix(".lua") for p in LUA.joinpath("lib").iterdir())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_script_opens_with_a_block_mapping_keys_argv_and_the_reply(name: str) -> None:
+    text = LUA.joinpath(f"{name}.lua").read_text()
+    header = []
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        header.append(line)
+    block = "\n".join(header)
+    assert block.startswith(f"-- {name}:")
+    assert "KEYS[" in block
+    assert "ARGV[" in block
+    assert "Returns:" in block
+
+
+def test_scripts_never_spell_a_key_name_themselves() -> None:
+    # key names live in keys.py; Lua only uses the K_* names bound from KEYS
+    for path in [*LUA.iterdir(), *LUA.joinpath("lib").iterdir()]:
+        if path.name.endswith(".lua"):
+            code = "\n".join(
+                line for line in path.read_text().splitlines() if not line.lstrip().startswith("--")
+            )
+            assert "tf:" not in code, path.name
+            assert not re.search(r"KEYS\[", code), path.name
+
+
+def test_prelude_binds_every_key_in_script_keys_order() -> None:
+    text = source("claim")
+    for i, name in enumerate(SCRIPT_KEYS, start=1):
+        assert f"local K_{name.upper()} = KEYS[{i}]" in text
+
+
+def test_every_key_of_a_queue_shares_its_hash_tag() -> None:
+    keys = QueueKeys("jobs")
+    assert all(k.startswith("tf:{jobs}:") for k in keys.script_keys)
+    assert keys.task("x") == "tf:{jobs}:task:x"
+
+
+@pytest.mark.parametrize("name", ["", "a{b}", "a:b", "with space", "-lead", "x" * 201])
+def test_a_queue_name_that_would_break_key_layout_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="invalid queue name"):
+        QueueKeys(name)
+
+
+def run_every_operation(queue: Queue, make: Callable[[str, str], BlockingBroker]) -> None:
+    queue.configure(QueueConfig(lease_ttl_s=5, max_attempts=2, backoff_base_s=0))
+    ids = queue.enqueue_many([{"payload": {"i": i}, "deadline": 60} for i in range(4)])
+    queue.enqueue({"later": True}, delay=60)
+    worker = make("pod-a", "1")
+    assert worker.register(4) == 0
+    tasks = worker.claim(4).tasks
+    assert len(tasks) == 4
+    assert worker.heartbeat({t.id: t.token for t in tasks}) == set()
+    assert worker.complete_many([(tasks[0].id, tasks[0].token, "1")]) == [True]
+    assert worker.fail(tasks[1].id, tasks[1].token, "boom") is TaskState.DELAYED
+    assert worker.release([(tasks[2].id, tasks[2].token)]) == 1
+    assert queue.requeue_pod("pod-a") == 1
+    assert queue.fire_schedule("hourly", 1, {"s": 1}) is not None
+    queue.sweep()
+    assert worker.deregister() == 0
+    assert queue.get(ids[0]).state is TaskState.DONE  # type: ignore[union-attr]
+    names = [text(k) for k in queue.client.keys("*")]
+    assert len(names) > 10
+    assert all(name.startswith("tf:{jobs}:") for name in names), names
+    queue.purge()
+    assert queue.client.dbsize() == 0
+
+
+def test_every_operation_runs_on_a_redis_cluster_node_in_one_slot(
+    redis_server_factory: RedisServerFactory, make_broker: MakeBroker
+) -> None:
+    # A cluster node refuses a script whose declared keys span slots (CROSSSLOT); keys a
+    # script builds itself (task:<id>, pod:<pod>) are checked by their names afterwards.
+    server = redis_server_factory(persistent=False, extra_args=["--cluster-enabled", "yes"])
+    client = redis.Redis.from_url(server.url)
+    client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)  # type: ignore[no-untyped-call]
+    eventually(lambda: b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO"))  # type: ignore[no-untyped-call]
+    queue = Queue("jobs", client=client)
+
+    def make(pod: str, incarnation: str) -> BlockingBroker:
+        return make_broker("jobs", pod, incarnation, url=server.url)
+
+    run_every_operation(queue, make)
+    client.close()
+
+
+def test_scripts_are_loaded_again_after_redis_restarts_and_state_survives(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    server = redis_server_factory()
+    queue = Queue("jobs", redis_url=server.url)
+    first = queue.enqueue({"x": 1})
+    server.restart()
+    eventually(lambda: _answers(queue.client))
+    second = queue.enqueue({"x": 2})
+    assert queue.stats()["pending"] == 2
+    assert queue.get(first) is not None
+    assert queue.get(second) is not None
+    queue.close()
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def test_scripts_use_the_config_defaults_when_the_queue_has_no_config(
+    redis_url: str, make_broker: MakeBroker
+) -> None:
+    queue = Queue("jobs", redis_url=redis_url)
+    task_id = queue.enqueue({"x": 1})
+    assert queue.get(task_id).max_attempts == QueueConfig().max_attempts  # type: ignore[union-attr]
+    worker = make_broker("jobs")
+    [task] = worker.claim(1).tasks
+    lease = queue.client.zscore(queue.keys.running, task_id)
+    sec, usec = queue.client.time()
+    now = int(sec) * 1000 + int(usec) // 1000
+    assert lease is not None
+    assert now < lease <= now + QueueConfig().lease_ttl_s * 1000
+    assert task.timeout is None
+    queue.close()
+
+
+def test_configure_round_trips_and_replaces_the_whole_config(redis_url: str) -> None:
+    queue = Queue("jobs", redis_url=redis_url)
+    assert queue.config() == QueueConfig()
+    wanted = QueueConfig(max_concurrency=4, rate_limit_tasks=10, default_timeout_s=2.5)
+    queue.configure(wanted)
+    assert queue.config() == wanted
+    queue.configure(QueueConfig(max_attempts=9))
+    assert queue.config() == QueueConfig(max_attempts=9)
+    queue.close()
+
+
+def test_bad_config_values_are_refused_with_the_field_named() -> None:
+    with pytest.raises(ValidationError, match="backoff_jitter"):
+        QueueConfig(backoff_jitter=2)
+    with pytest.raises(ValidationError, match="backoff_max_s must be >= backoff_base_s"):
+        QueueConfig(backoff_base_s=10, backoff_max_s=1)
+
+
+def test_queue_repr_never_shows_the_redis_url(redis_url: str) -> None:
+    queue = Queue("jobs", redis_url=redis_url.replace("redis://", "redis://:s3cret@"))
+    assert "s3cret" not in repr(queue)
+    queue.close()
