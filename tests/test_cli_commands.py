@@ -1,0 +1,64 @@
+"""The ``taskfleet`` producer and inspection commands against a real Redis."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from taskfleet.queue import Queue
+
+from tests.workers.harness import env_for, taskfleet
+
+
+def test_enqueue_prints_one_id_per_task_and_stores_the_options(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    one = taskfleet(
+        "enqueue", "q", "--payload", '{"n": 1}', "--priority", "5", "--max-attempts", "7",
+        "--id", "task-1", env=env,
+    )  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == "task-1\n"
+    many = taskfleet("enqueue", "q", "--payload", '{"n": 2}', "--count", "3", env=env)
+    ids = many.stdout.split()
+    assert many.returncode == 0 and len(set(ids)) == 3
+    delayed = taskfleet("enqueue", "q", "--delay", "60", env=env)
+    assert delayed.returncode == 0
+    with Queue("q", redis_url=redis_url) as queue:
+        task = queue.get("task-1")
+        assert task is not None
+        assert (task.payload, task.priority, task.max_attempts) == ({"n": 1}, 5, 7)
+        assert all((t := queue.get(i)) is not None and t.payload == {"n": 2} for i in ids)
+        stats = queue.stats()
+    assert (stats["pending"], stats["delayed"]) == (4, 1)
+
+
+def test_stats_shows_counts_as_text_and_as_json(redis_url: str, tmp_path: Path) -> None:
+    with Queue("q", redis_url=redis_url) as queue:
+        queue.enqueue_many([{"payload": {}} for _ in range(2)])
+    env = env_for(redis_url, tmp_path)
+    as_json = taskfleet("stats", "q", "--json", env=env)
+    assert as_json.returncode == 0, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert data["pending"] == 2 and data["enqueued"] == 2
+    for key in ("pending", "delayed", "running", "dead", "workers"):
+        assert key in data
+    text = taskfleet("stats", "q", env=env)
+    assert text.returncode == 0
+    assert any(line.split() == ["pending", "2"] for line in text.stdout.splitlines())
+
+
+def test_task_shows_one_task_and_a_missing_one_is_exit_1(redis_url: str, tmp_path: Path) -> None:
+    with Queue("q", redis_url=redis_url) as queue:
+        queue.enqueue({"k": "v"}, task_id="t1")
+    env = env_for(redis_url, tmp_path)
+    shown = taskfleet("task", "q", "t1", "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert (data["id"], data["state"], data["payload"]) == ("t1", "pending", {"k": "v"})
+    text = taskfleet("task", "q", "t1", env=env)
+    assert "pending" in text.stdout and '{"k": "v"}' in text.stdout
+    missing = taskfleet("task", "q", "nope", env=env)
+    assert missing.returncode == 1
+    assert missing.stderr == "taskfleet: error: task 'nope' not found in queue 'q'\n"
