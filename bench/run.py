@@ -132,23 +132,27 @@ def machine() -> dict[str, Any]:
 
 
 def run_system(
-    name: str, python: Path, url: str, args: argparse.Namespace, tmp: Path
+    name: str, variant: str | None, python: Path, *, url: str, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
-    out = tmp / f"{name}.json"
+    label = f"{name}-{variant}" if variant else name
+    out = tmp / f"{label}.json"
     argv = [
         str(python), str(SYSTEMS_DIR / "harness.py"), "--system", name,
         "--redis-url", url, "--out", str(out), "--n", str(args.n), "--batch", str(args.batch),
         "--workers", str(args.workers), "--latency-samples", str(args.latency_samples),
     ]  # fmt: skip
-    log(f"{name}: {python}")
+    if variant:
+        argv += ["--variant", variant]
+    env = dict(os.environ, BENCH_TASKFLEET_CONCURRENCY=str(args.taskfleet_concurrency))
+    log(f"{label}: {python}")
     started = time.monotonic()
     try:
-        subprocess.run(argv, check=True, timeout=SYSTEM_TIMEOUT_S)
+        subprocess.run(argv, check=True, timeout=SYSTEM_TIMEOUT_S, env=env)
         result: dict[str, Any] = json.loads(out.read_text())
     except (subprocess.SubprocessError, OSError, ValueError) as exc:
         # One system failing must not cost the others' figures; the row says it failed.
-        log(f"{name}: failed: {exc}")
-        result = {"system": name, "version": "?", "failed": str(exc)}
+        log(f"{label}: failed: {exc}")
+        result = {"system": label, "version": "?", "failed": str(exc)}
     result["wall_s"] = round(time.monotonic() - started, 1)
     return result
 
@@ -235,6 +239,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument(
+        "--taskfleet-concurrency", type=int, default=8, help="slots per taskfleet worker process"
+    )
+    parser.add_argument(
         "--no-write", action="store_true", help="print only; no results file, no README"
     )
     args = parser.parse_args(argv)
@@ -255,10 +262,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    systems: list[tuple[str, Path]] = []
+    # taskfleet twice: the sync handler most users write, and the async one.
+    systems: list[tuple[str, str | None, Path]] = []
     if not args.no_taskfleet:
-        systems.append(("taskfleet", Path(sys.executable)))
-    systems += [(name, peer_python(name)) for name in args.peer_list]
+        systems += [("taskfleet", None, Path(sys.executable))]
+        systems += [("taskfleet", "async", Path(sys.executable))]
+    systems += [(name, None, peer_python(name)) for name in args.peer_list]
 
     started = datetime.now(UTC)
     report: dict[str, Any] = {
@@ -268,14 +277,16 @@ def main(argv: list[str] | None = None) -> int:
         "batch": args.batch,
         "workers": args.workers,
         "latency_samples": args.latency_samples,
+        "taskfleet_concurrency": args.taskfleet_concurrency,
         "results": [],
     }
     with redis_server() as (url, version), tempfile.TemporaryDirectory() as tmp:
         report["redis_version"] = version
         client = redis.Redis.from_url(url)
-        for name, python in systems:
+        for name, variant, python in systems:
             client.flushall()
-            report["results"].append(run_system(name, python, url, args, Path(tmp)))
+            result = run_system(name, variant, python, url=url, args=args, tmp=Path(tmp))
+            report["results"].append(result)
         client.close()
     report["loadavg_after"] = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 

@@ -15,7 +15,7 @@ driver does the timing, so every system is measured by the same code:
 The reference task does exactly one Redis write: ``RPUSH bench:done <pid>``. The pids let
 the driver report how the work was shared between the worker processes.
 
-Usage: ``python harness.py --system NAME --redis-url URL --out FILE [--n ...]``; the
+Usage: ``python harness.py --system NAME [--variant V] --redis-url URL --out FILE``; the
 result is one JSON object (see ``Result``), progress goes to stderr.
 """
 
@@ -281,6 +281,7 @@ def measure_latency(
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--system", required=True)
+    parser.add_argument("--variant", default=None, help="a system's variant (taskfleet: async)")
     parser.add_argument("--redis-url", required=True)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--n", type=int, default=20_000)
@@ -306,7 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["BENCH_REDIS_URL"] = args.redis_url
     sys.path.insert(0, str(SYSTEMS_DIR))
     module: Any = importlib.import_module(f"{args.system}_bench")
-    adapter: Adapter = module.make_adapter(args.redis_url)
+    adapter: Adapter = (
+        module.make_adapter(args.redis_url, args.variant)
+        if args.variant
+        else module.make_adapter(args.redis_url)
+    )
     result = Result(
         system=adapter.name,
         version=adapter.version,

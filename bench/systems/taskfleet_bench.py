@@ -8,8 +8,9 @@ import sys
 import tempfile
 from typing import Any
 
+import redis.asyncio as aioredis
 import taskfleet
-from harness import record_done
+from harness import DONE_KEY, record_done
 from taskfleet import Queue
 
 QUEUE = "bench"
@@ -19,16 +20,34 @@ CONCURRENCY = int(os.environ.get("BENCH_TASKFLEET_CONCURRENCY", "8"))
 
 
 def noop(payload: dict[str, Any]) -> None:
+    """The reference task as most users write it: sync, run in the worker's threads."""
     record_done()
 
 
+_async_clients: dict[int, aioredis.Redis] = {}
+
+
+async def anoop(payload: dict[str, Any]) -> None:
+    """The same single write from an async handler, on the worker's event loop."""
+    client = _async_clients.get(os.getpid())
+    if client is None:
+        url = os.environ["BENCH_REDIS_URL"]
+        client = _async_clients[os.getpid()] = aioredis.Redis.from_url(url)
+    await client.rpush(DONE_KEY, os.getpid())
+
+
 class TaskfleetAdapter:
-    name = "taskfleet"
     version = taskfleet.__version__
     batch_method = "Queue.enqueue_many (one script call per batch)"
-    worker_config = f"2 x `taskfleet worker --concurrency {CONCURRENCY}` (sync handler, threads)"
 
-    def __init__(self, redis_url: str):
+    def __init__(self, redis_url: str, variant: str | None):
+        if variant not in (None, "sync", "async"):
+            raise ValueError(f"taskfleet variant must be sync or async, not {variant!r}")
+        self.is_async = variant == "async"
+        self.name = "taskfleet (async handler)" if self.is_async else "taskfleet"
+        self.handler = "taskfleet_bench:anoop" if self.is_async else "taskfleet_bench:noop"
+        kind = "async handler on the loop" if self.is_async else "sync handler in threads"
+        self.worker_config = f"2 x `taskfleet worker --concurrency {CONCURRENCY}` ({kind})"
         self.redis_url = redis_url
         self.queue = Queue(QUEUE, redis_url)
         self.runtime = tempfile.mkdtemp(prefix="bench-taskfleet-")
@@ -54,7 +73,7 @@ class TaskfleetAdapter:
         return [
             [
                 *(sys.executable, "-m", "taskfleet", "worker", "--queue", QUEUE),
-                *("--handler", "taskfleet_bench:noop", "--concurrency", str(CONCURRENCY)),
+                *("--handler", self.handler, "--concurrency", str(CONCURRENCY)),
                 *("--pod", f"bench-{i}", "--runtime-dir", os.path.join(self.runtime, str(i))),
                 *("--log-level", "warning", "--redis-url", self.redis_url),
             ]
@@ -66,5 +85,5 @@ class TaskfleetAdapter:
         shutil.rmtree(self.runtime, ignore_errors=True)
 
 
-def make_adapter(redis_url: str) -> TaskfleetAdapter:
-    return TaskfleetAdapter(redis_url)
+def make_adapter(redis_url: str, variant: str | None = None) -> TaskfleetAdapter:
+    return TaskfleetAdapter(redis_url, variant)
