@@ -16,10 +16,22 @@ out=$cache/k8s/$K8S_VERSION/bin
 mod=$here/k8s-build
 mkdir -p "$out"
 
-if ! command -v go >/dev/null; then
-  [ -x /usr/local/go/bin/go ] && export PATH=/usr/local/go/bin:$PATH
+# A Go toolchain >= 1.24: the one on PATH, /usr/local/go, or the official toolchain fetched
+# once from the Go module proxy (it publishes toolchains as golang.org/toolchain modules).
+go_ok() { command -v go >/dev/null && go version | grep -Eq 'go1\.(2[4-9]|[3-9][0-9])'; }
+go_ok || export PATH=/usr/local/go/bin:$cache/go/bin:$PATH
+if ! go_ok; then
+  gov=${GO_TOOLCHAIN_VERSION:-1.24.9}
+  proxy=${GOPROXY:-https://proxy.golang.org}; proxy=${proxy%%,*}
+  echo "build-k8s: fetching Go $gov from $proxy"
+  tmp=$(mktemp -d)
+  curl -fsSL -o "$tmp/go.zip" "$proxy/golang.org/toolchain/@v/v0.0.1-go$gov.linux-amd64.zip"
+  (cd "$tmp" && python3 -m zipfile -e go.zip .)
+  rm -rf "$cache/go" && mkdir -p "$cache"
+  mv "$tmp/golang.org/toolchain@v0.0.1-go$gov.linux-amd64" "$cache/go" && rm -rf "$tmp"
+  chmod +x "$cache"/go/bin/* "$cache"/go/pkg/tool/*/*
 fi
-command -v go >/dev/null || { echo "build-k8s: Go toolchain not found (need go >= 1.24 on PATH)" >&2; exit 1; }
+go_ok || { echo "build-k8s: no Go toolchain >= 1.24" >&2; exit 1; }
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 components=("$@")
