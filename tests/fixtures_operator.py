@@ -154,16 +154,38 @@ def tq_namespace(kube_apiserver: KubeApiserver, kube_namespace: str) -> Iterator
     yield kube_namespace
     with kube_apiserver.api_client() as api:
         from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
 
         custom = client.CustomObjectsApi(api)
-        listed: Any = custom.list_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL)
-        for item in listed.get("items", []):
-            name = item["metadata"]["name"]
-            if item["metadata"].get("finalizers"):
+
+        def remaining() -> list[Any]:
+            listed: Any = custom.list_namespaced_custom_object(
+                GROUP, VERSION, kube_namespace, PLURAL
+            )
+            items: list[Any] = listed.get("items", [])
+            return items
+
+        for item in remaining():
+            custom.delete_namespaced_custom_object(
+                GROUP, VERSION, kube_namespace, PLURAL, item["metadata"]["name"]
+            )
+        # The operator (when running) removes its finalizer; without it, nobody will.
+        deadline = time.monotonic() + 15
+        while remaining() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for item in remaining():
+            try:
                 custom.patch_namespaced_custom_object(
-                    GROUP, VERSION, kube_namespace, PLURAL, name, {"metadata": {"finalizers": []}}
+                    GROUP,
+                    VERSION,
+                    kube_namespace,
+                    PLURAL,
+                    item["metadata"]["name"],
+                    {"metadata": {"finalizers": None}},
                 )
-            custom.delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
 
 
 def manifest(name: str, spec: dict[str, Any]) -> str:

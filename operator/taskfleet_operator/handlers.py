@@ -146,6 +146,9 @@ def forget_deleted_taskqueue(*, type: str, name: str, namespace: str | None, **_
         SUSPECTS.pop((_ns(namespace), name), None)
 
 
+# kopf puts its finalizer (ours, see settings) on every TaskQueue because of this timer:
+# the timer must be stopped before the object goes. Deleting a Retain queue is still
+# immediate while the operator runs; only Purge waits for the Redis cleanup.
 @kopf.timer(*TASKQUEUES, interval=SETTINGS.sweep_interval_s)
 def sweep_taskqueue(
     *,
@@ -162,6 +165,12 @@ def sweep_taskqueue(
     namespace = _ns(namespace)
     worker_pods: kopf.Index[tuple[str, str], str] = kwargs["worker_pods"]
     worker_deployments: kopf.Index[tuple[str, str], Any] = kwargs["worker_deployments"]
+    taskqueue_specs: kopf.Index[tuple[str, str], Any] = kwargs["taskqueue_specs"]
+    known = reconcile.first(taskqueue_specs.get((namespace, name)))
+    if known is None or known["ref"]["metadata"]["uid"] != body["metadata"]["uid"]:
+        # The TaskQueue is gone (its finalizer was removed by hand, so kopf could not stop
+        # this timer): never sweep a queue nobody declares any more.
+        return
     try:
         model = reconcile.parse_spec(spec)
     except reconcile.InvalidSpec:
@@ -188,11 +197,18 @@ def sweep_taskqueue(
     else:
         SUSPECTS[key] = report.suspects
         for pod, count in report.requeued.items():
-            kopf.info(body, reason="Requeued", message=f"requeued {count} tasks of pod {pod}")
+            kopf.event(
+                body,
+                type="Normal",
+                reason="Requeued",
+                message=f"requeued {count} tasks of pod {pod}",
+            )
         for task_id in report.fired:
             logger.info("schedule fired: task %s", task_id)
         if tqstatus.is_false(conditions, tqstatus.REDIS_REACHABLE):
-            kopf.info(body, reason="RedisReachable", message="Redis is reachable again")
+            kopf.event(
+                body, type="Normal", reason="RedisReachable", message="Redis is reachable again"
+            )
         conditions = tqstatus.set_condition(
             conditions, tqstatus.REDIS_REACHABLE, True, "Connected", "Redis answers"
         )
@@ -247,4 +263,6 @@ def worker_pod_event(
         logger.warning("requeue of pod %s deferred: %s", name, sweeper.describe_error(error))
         return
     if count:
-        kopf.info(entry["ref"], reason="Requeued", message=f"requeued {count} tasks of pod {name}")
+        message = f"requeued {count} tasks of pod {name}"
+        logger.info(message)
+        kopf.event(entry["ref"], type="Normal", reason="Requeued", message=message)

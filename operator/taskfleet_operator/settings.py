@@ -59,8 +59,9 @@ class OperatorSettings:
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
     """kopf's settings, one comment per choice."""
-    # Our finalizer lives under the project's group; it is only added to TaskQueues with
-    # onDelete: Purge (the delete handler's filter), so Retain queues delete instantly.
+    # Our finalizer lives under the project's group. kopf adds it to every TaskQueue (the
+    # per-queue sweep timer must stop before the object goes) and removes it on deletion
+    # once the Purge handler, when onDelete is Purge, has cleaned Redis.
     settings.persistence.finalizer = FINALIZER
     # Handler progress and the last-handled spec go to annotations under our group, not to
     # status: the status schema is strict and would prune kopf's fields.
@@ -82,7 +83,8 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.networking.request_timeout = 30
     settings.networking.connect_timeout = 10
     # Only warnings and errors from handler loggers become Kubernetes events; the
-    # requeue/outage events are posted explicitly with clear reasons.
+    # requeue/recovery events are posted explicitly with kopf.event (which, unlike
+    # kopf.info, is not filtered by this level).
     settings.posting.level = logging.WARNING
     # Retry delays after an API error while processing an event: quick first, then calm.
     settings.batching.error_delays = (1, 2, 5, 10, 30, 60)

@@ -1,0 +1,390 @@
+"""The operator as a real process against a real kube-apiserver and a real redis-server.
+
+No kubelet or controller-manager runs in this tier: Deployments get no pods, so worker
+pods are created by hand (they stay Pending) and act in Redis through the Broker API
+under their pod names. Garbage collection does not run either: ownership is checked
+through ownerReferences, not cascades.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from taskfleet.queue import Queue
+
+from tests.fixtures_kube import KubeApiserver
+from tests.fixtures_operator import GROUP, PLURAL, VERSION, OperatorProcess, base_spec, wait_for
+
+pytestmark = pytest.mark.apiserver
+HOLD_FINALIZER = "taskfleet.dev/test-hold"
+
+
+class Cluster:
+    """Typed shortcuts over the API for one test namespace."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.namespace = namespace
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def create_tq(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TaskQueue",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        created: Any = self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, body
+        )
+        return dict(created)
+
+    def tq(self, name: str) -> dict[str, Any]:
+        body: Any = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name
+        )
+        return dict(body)
+
+    def patch_tq(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec}
+        )
+
+    def condition(self, name: str, kind: str) -> dict[str, Any] | None:
+        for condition in self.tq(name).get("status", {}).get("conditions", []):
+            if condition["type"] == kind:
+                found: dict[str, Any] = condition
+                return found
+        return None
+
+    def deployment(self, name: str) -> Any:
+        try:
+            return self.apps.read_namespaced_deployment(name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_pod(self, pod: str, queue: str, *, finalizers: list[str] | None = None) -> Any:
+        body = client.V1Pod(
+            metadata=client.V1ObjectMeta(
+                name=pod, labels={"taskfleet.dev/queue": queue}, finalizers=finalizers
+            ),
+            spec=client.V1PodSpec(
+                containers=[client.V1Container(name="worker", image="localhost/none:dev")]
+            ),
+        )
+        return self.core.create_namespaced_pod(self.namespace, body)
+
+    def pod(self, name: str) -> Any:
+        return self.core.read_namespaced_pod(name, self.namespace)
+
+    def event_messages(self, reason: str) -> list[str]:
+        events = self.core.list_namespaced_event(self.namespace).items
+        return [str(event.message) for event in events if event.reason == reason]
+
+
+@pytest.fixture
+def cluster(
+    kube_apiserver: KubeApiserver, operator_process: OperatorProcess, tq_namespace: str
+) -> Iterator[Cluster]:
+    with kube_apiserver.api_client() as api:
+        yield Cluster(api, tq_namespace)
+
+
+@pytest.fixture
+def queue_of(redis_url: str) -> Iterator[Callable[[str, str], Queue]]:
+    queues: list[Queue] = []
+
+    def make(namespace: str, name: str) -> Queue:
+        queue = Queue(f"{namespace}.{name}", redis_url)
+        queues.append(queue)
+        return queue
+
+    yield make
+    for queue in queues:
+        queue.close()
+
+
+def hold_tasks(make_broker: Callable[..., Any], queue: Queue, pod: str, n: int) -> Any:
+    """Enqueue n tasks and claim them as worker ``pod``; returns the broker."""
+    for i in range(n):
+        queue.enqueue({"i": i})
+    broker = make_broker(queue.name, pod=pod)
+    broker.register(4)
+    assert len(broker.claim(n).tasks) == n
+    return broker
+
+
+def test_a_new_taskqueue_gets_an_owned_worker_deployment_and_a_status(
+    cluster: Cluster, redis_url: str, queue_of: Callable[[str, str], Queue]
+) -> None:
+    tq = cluster.create_tq("emails", base_spec(redis_url, replicas=2, maxConcurrency=9))
+
+    deployment = wait_for(lambda: cluster.deployment("emails"), what="Deployment created")
+    owner = deployment.metadata.owner_references[0]
+    assert (owner.kind, owner.name, owner.uid) == ("TaskQueue", "emails", tq["metadata"]["uid"])
+    assert owner.controller is True
+    assert deployment.spec.replicas == 2
+    pod = deployment.spec.template.spec
+    assert pod.containers[0].command == ["taskfleet", "worker"]
+    assert pod.containers[0].args[:2] == ["--queue", f"{cluster.namespace}.emails"]
+    assert pod.termination_grace_period_seconds == 315
+    assert pod.security_context.run_as_non_root is True
+
+    def reported() -> Any:
+        """status with selector, counts and RedisReachable=True"""
+        status = cluster.tq("emails").get("status", {})
+        reachable = cluster.condition("emails", "RedisReachable")
+        return status if reachable and reachable["status"] == "True" else None
+
+    status = wait_for(reported)
+    assert status["selector"] == "taskfleet.dev/queue=emails"
+    assert status["observedGeneration"] == tq["metadata"]["generation"]
+    assert status["pending"] == 0
+    assert status["livePods"] == 0
+    ready = cluster.condition("emails", "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "WorkersNotReady")
+    assert queue_of(cluster.namespace, "emails").config().max_concurrency == 9
+
+
+def test_updating_the_spec_updates_the_deployment_and_the_queue_settings(
+    cluster: Cluster, redis_url: str, queue_of: Callable[[str, str], Queue]
+) -> None:
+    cluster.create_tq("resize", base_spec(redis_url))
+    first = wait_for(lambda: cluster.deployment("resize"), what="Deployment created")
+    first_hash = first.spec.template.metadata.annotations["taskfleet.dev/spec-hash"]
+
+    cluster.patch_tq("resize", {"image": "localhost/taskfleet-worker:v2", "maxLost": 5})
+
+    def updated() -> Any:
+        """Deployment runs the new image"""
+        deployment = cluster.deployment("resize")
+        image = deployment.spec.template.spec.containers[0].image
+        return deployment if image == "localhost/taskfleet-worker:v2" else None
+
+    deployment = wait_for(updated)
+    assert deployment.spec.template.metadata.annotations["taskfleet.dev/spec-hash"] != first_hash
+    queue = queue_of(cluster.namespace, "resize")
+    wait_for(lambda: queue.config().max_lost == 5, what="max_lost written to Redis")
+
+
+def test_new_pods_are_counted_and_enqueued_tasks_show_in_status(
+    cluster: Cluster, redis_url: str, queue_of: Callable[[str, str], Queue]
+) -> None:
+    cluster.create_tq("counts", base_spec(redis_url))
+    cluster.create_pod("counts-a", "counts")
+    queue = queue_of(cluster.namespace, "counts")
+    for i in range(3):
+        queue.enqueue({"i": i})
+
+    def counted() -> Any:
+        """status shows 3 pending tasks and 1 live pod"""
+        status = cluster.tq("counts").get("status", {})
+        return status.get("pending") == 3 and status.get("livePods") == 1
+
+    wait_for(counted)
+
+
+def test_scaling_down_sets_deletion_costs_from_in_flight_counts_before_the_replicas(
+    cluster: Cluster,
+    redis_url: str,
+    queue_of: Callable[[str, str], Queue],
+    make_broker: Callable[..., Any],
+) -> None:
+    cluster.create_tq("scale", base_spec(redis_url, replicas=3))
+    wait_for(lambda: cluster.deployment("scale"), what="Deployment created")
+    for pod in ("scale-busy", "scale-idle", "scale-new"):
+        cluster.create_pod(pod, "scale")
+    queue = queue_of(cluster.namespace, "scale")
+    busy = hold_tasks(make_broker, queue, "scale-busy", 2)
+    busy.heartbeat({}, 2, False)
+    make_broker(queue.name, pod="scale-idle").register(4)
+
+    cluster.custom.patch_namespaced_custom_object_scale(
+        GROUP, VERSION, cluster.namespace, PLURAL, "scale", {"spec": {"replicas": 1}}
+    )
+
+    def scaled() -> Any:
+        """Deployment scaled to 1"""
+        deployment = cluster.deployment("scale")
+        return deployment if deployment.spec.replicas == 1 else None
+
+    deployment = scaled_deployment = wait_for(scaled)
+    costs = {}
+    for pod in ("scale-busy", "scale-idle", "scale-new"):
+        read = cluster.pod(pod)
+        costs[pod] = read.metadata.annotations["controller.kubernetes.io/pod-deletion-cost"]
+        # etcd revisions order every write of this single-member store: each annotation
+        # was written before the Deployment's replicas were lowered.
+        assert int(read.metadata.resource_version) < int(deployment.metadata.resource_version)
+    assert costs == {"scale-busy": "2", "scale-idle": "0", "scale-new": "0"}
+    assert scaled_deployment.spec.replicas == 1
+
+
+def test_deleting_a_worker_pod_puts_its_tasks_back_in_pending_within_seconds(
+    cluster: Cluster,
+    redis_url: str,
+    queue_of: Callable[[str, str], Queue],
+    make_broker: Callable[..., Any],
+) -> None:
+    cluster.create_tq("orphans", base_spec(redis_url))
+    cluster.create_pod("orphans-a", "orphans")
+    queue = queue_of(cluster.namespace, "orphans")
+    hold_tasks(make_broker, queue, "orphans-a", 3)
+    assert queue.stats()["running"] == 3
+
+    cluster.core.delete_namespaced_pod("orphans-a", cluster.namespace)
+
+    wait_for(lambda: queue.stats()["pending"] == 3, timeout=10, what="tasks back in pending")
+    assert queue.stats()["running"] == 0
+    wait_for(
+        lambda: "requeued 3 tasks of pod orphans-a" in cluster.event_messages("Requeued"),
+        what="Requeued event on the TaskQueue",
+    )
+
+
+def test_a_terminating_pod_keeps_its_tasks_until_it_is_gone(
+    cluster: Cluster,
+    redis_url: str,
+    queue_of: Callable[[str, str], Queue],
+    make_broker: Callable[..., Any],
+) -> None:
+    cluster.create_tq("linger", base_spec(redis_url))
+    cluster.create_pod("linger-a", "linger", finalizers=[HOLD_FINALIZER])
+    queue = queue_of(cluster.namespace, "linger")
+    hold_tasks(make_broker, queue, "linger-a", 2)
+    cluster.core.delete_namespaced_pod("linger-a", cluster.namespace)
+    assert cluster.pod("linger-a").metadata.deletion_timestamp is not None
+    # A worker registered with no pod in the API at all: the slow path takes its task
+    # back after two sweeps, which proves sweeps ran while linger-a was Terminating.
+    hold_tasks(make_broker, queue, "linger-ghost", 1)
+
+    wait_for(
+        lambda: queue.stats()["pending"] == 1,
+        timeout=10,
+        what="the ghost worker's task requeued by the sweep",
+    )
+    assert queue.stats()["running"] == 2
+
+    cluster.core.patch_namespaced_pod(
+        "linger-a", cluster.namespace, {"metadata": {"finalizers": None}}
+    )
+    wait_for(lambda: queue.stats()["pending"] == 3, timeout=10, what="linger-a's tasks requeued")
+
+
+def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears(
+    cluster: Cluster, redis_url: str
+) -> None:
+    spec = base_spec(redis_url)
+    spec["redis"] = {"secretRef": {"name": "redis-auth"}}
+    cluster.create_tq("secret", spec)
+
+    def reported() -> Any:
+        """RedisReachable=False with reason SecretUnavailable"""
+        condition = cluster.condition("secret", "RedisReachable")
+        return condition if condition and condition["reason"] == "SecretUnavailable" else None
+
+    condition = wait_for(reported)
+    assert condition["status"] == "False"
+    assert "redis-auth" in condition["message"]
+    assert any("redis-auth" in m for m in cluster.event_messages("SecretUnavailable"))
+    deployment = wait_for(lambda: cluster.deployment("secret"), what="Deployment created")
+    env = {var.name: var for var in deployment.spec.template.spec.containers[0].env}
+    assert env["TASKFLEET_REDIS_URL"].value is None
+    assert env["TASKFLEET_REDIS_URL"].value_from.secret_key_ref.name == "redis-auth"
+
+    cluster.core.create_namespaced_secret(
+        cluster.namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="redis-auth"),
+            data={"url": base64.b64encode(redis_url.encode()).decode()},
+        ),
+    )
+
+    def recovered() -> Any:
+        """RedisReachable=True"""
+        condition = cluster.condition("secret", "RedisReachable")
+        return condition is not None and condition["status"] == "True"
+
+    wait_for(recovered)
+    assert any("reachable again" in m for m in cluster.event_messages("RedisReachable"))
+
+
+def test_an_unreachable_redis_is_reported_without_crashing_the_operator(
+    cluster: Cluster, operator_process: OperatorProcess
+) -> None:
+    cluster.create_tq("down", base_spec("redis://127.0.0.1:1/0"))
+
+    def reported() -> Any:
+        """RedisReachable=False with reason RedisUnreachable"""
+        condition = cluster.condition("down", "RedisReachable")
+        return condition if condition and condition["reason"] == "RedisUnreachable" else None
+
+    condition = wait_for(reported)
+    assert condition["status"] == "False"
+    assert cluster.event_messages("RedisUnreachable")
+    ready = cluster.condition("down", "Ready")
+    assert ready is not None and ready["status"] == "False"
+    assert operator_process.alive() and operator_process.healthy()
+
+
+def test_a_spec_the_crd_cannot_check_is_reported_as_invalid(
+    cluster: Cluster, redis_url: str
+) -> None:
+    spec = base_spec(redis_url, schedules=[{"name": "bad", "cron": "61 * * * *"}])
+    cluster.create_tq("invalid", spec)
+
+    def reported() -> Any:
+        """Ready=False with reason InvalidSpec"""
+        condition = cluster.condition("invalid", "Ready")
+        return condition if condition and condition["reason"] == "InvalidSpec" else None
+
+    condition = wait_for(reported)
+    assert "cron" in condition["message"]
+    assert cluster.event_messages("InvalidSpec")
+    assert cluster.deployment("invalid") is None
+
+
+def test_on_delete_purge_removes_the_queue_data_and_retain_keeps_it(
+    cluster: Cluster, redis_url: str, queue_of: Callable[[str, str], Queue]
+) -> None:
+    cluster.create_tq("purged", base_spec(redis_url, onDelete="Purge"))
+    cluster.create_tq("kept", base_spec(redis_url))
+    purged, kept = queue_of(cluster.namespace, "purged"), queue_of(cluster.namespace, "kept")
+    purged.enqueue({"x": 1})
+    kept.enqueue({"x": 1})
+    for name in ("purged", "kept"):
+        wait_for(
+            lambda name=name: (
+                "taskfleet.dev/finalizer"  # type: ignore[misc]
+                in cluster.tq(name)["metadata"].get("finalizers", [])
+            ),
+            what=f"{name} carries the operator's finalizer",
+        )
+        cluster.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, cluster.namespace, PLURAL, name
+        )
+
+    def gone(name: str) -> bool:
+        try:
+            cluster.tq(name)
+        except ApiException as exc:
+            return bool(exc.status == 404)
+        return False
+
+    wait_for(lambda: gone("purged") and gone("kept"), what="both TaskQueues deleted")
+    client_ = redis.Redis.from_url(redis_url)
+    try:
+        assert list(client_.scan_iter(match=purged.keys.pattern)) == []
+    finally:
+        client_.close()
+    assert kept.stats()["pending"] == 1
