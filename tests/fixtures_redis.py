@@ -9,6 +9,7 @@ engineers and CI runs never collide.
 from __future__ import annotations
 
 import asyncio
+import random
 import shutil
 import socket
 import subprocess
@@ -31,6 +32,25 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_cluster_port() -> int:
+    """A free port for a cluster-enabled server: its bus port (+10000) must be free too."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 55535)
+        if _bindable(port) and _bindable(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a cluster-enabled redis-server")
 
 
 class RedisServer:
@@ -171,10 +191,18 @@ class RedisServerFactory:
         self.servers: list[RedisServer] = []
 
     def __call__(
-        self, *, persistent: bool = True, start: bool = True, extra_args: Sequence[str] = ()
+        self,
+        *,
+        persistent: bool = True,
+        start: bool = True,
+        port: int | None = None,
+        extra_args: Sequence[str] = (),
     ) -> RedisServer:
         server = RedisServer(
-            self.base / f"redis-{len(self.servers)}", persistent=persistent, extra_args=extra_args
+            self.base / f"redis-{len(self.servers)}",
+            port=port,
+            persistent=persistent,
+            extra_args=extra_args,
         )
         self.servers.append(server)
         if start:

@@ -13,7 +13,12 @@ from taskfleet import Queue, QueueConfig, TaskState
 from taskfleet.keys import SCRIPT_KEYS, QueueKeys
 from taskfleet.scripts import LIB, NAMES, source, text
 
-from tests.fixtures_redis import BlockingBroker, RedisServerFactory, eventually
+from tests.fixtures_redis import (
+    BlockingBroker,
+    RedisServerFactory,
+    eventually,
+    free_cluster_port,
+)
 
 MakeBroker = Callable[..., BlockingBroker]
 LUA = resources.files("taskfleet").joinpath("lua")
@@ -101,7 +106,9 @@ def test_every_operation_runs_on_a_redis_cluster_node_in_one_slot(
 ) -> None:
     # A cluster node refuses a script whose declared keys span slots (CROSSSLOT); keys a
     # script builds itself (task:<id>, pod:<pod>) are checked by their names afterwards.
-    server = redis_server_factory(persistent=False, extra_args=["--cluster-enabled", "yes"])
+    server = redis_server_factory(
+        persistent=False, port=free_cluster_port(), extra_args=["--cluster-enabled", "yes"]
+    )
     client = redis.Redis.from_url(server.url)
     client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)  # type: ignore[no-untyped-call]
     eventually(lambda: b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO"))  # type: ignore[no-untyped-call]

@@ -53,7 +53,7 @@ class CountingConnection(redis.Connection):
 
     def send_packed_command(self, command: object, check_health: bool = True) -> None:
         type(self).sends += 1
-        super().send_packed_command(command, check_health)  # type: ignore[arg-type]
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
 
 
 def test_enqueue_many_is_one_round_trip_and_returns_ids_in_order(redis_url: str) -> None:
@@ -111,7 +111,8 @@ def test_payload_over_max_payload_bytes_is_refused_and_no_task_of_the_batch_stor
         ({"cost": -1}, "cost must be >= 0"),
         ({"max_attempts": 0}, "max_attempts must be >= 1"),
         ({"timeout": 0}, "timeout must be > 0"),
-        ({"task_id": ""}, "task_id must be a non-empty string"),
+        ({"task_id": ""}, "task_id must be a non-empty printable string"),
+        ({"task_id": "a\x00b"}, "task_id must be a non-empty printable string"),
     ],
 )
 def test_out_of_range_arguments_get_one_clear_error(
@@ -181,7 +182,7 @@ def test_task_not_started_by_its_deadline_goes_dead_as_expired(
 def test_deadline_does_not_apply_once_the_task_started(
     queue: Queue, make_broker: MakeBroker
 ) -> None:
-    task_id = queue.enqueue({"x": 1}, deadline=0.05)
+    task_id = queue.enqueue({"x": 1}, deadline=0.5)
     broker = make_broker("jobs")
     [claimed] = broker.claim(1).tasks
     eventually(lambda: queue.get(task_id).deadline < datetime.now(UTC))  # type: ignore[union-attr,operator]

@@ -49,8 +49,8 @@ def test_a_worker_takes_back_an_expired_lease_without_the_operator(
     assert queue.client.sismember(queue.keys.pod("pod-a"), task_id) == 0
 
 
-def test_heartbeat_keeps_a_lease_alive_past_its_ttl(queue: Queue, make_broker: MakeBroker) -> None:
-    queue.configure(QueueConfig(lease_ttl_s=0.2))
+def test_heartbeat_moves_the_lease_forward(queue: Queue, make_broker: MakeBroker) -> None:
+    queue.configure(QueueConfig(lease_ttl_s=30))
     task_id = queue.enqueue({"x": 1})
     worker = make_broker("jobs", "pod-a")
     [task] = worker.claim(1).tasks

@@ -17,9 +17,10 @@ from typing import Any
 
 import redis.asyncio
 
+from taskfleet.errors import ProtocolError
 from taskfleet.keys import QueueKeys
 from taskfleet.queue import Queue, TaskState
-from taskfleet.scripts import CLAIM_HOUSEKEEPING_BOUND, AsyncScripts, Ops, SweepResult, text
+from taskfleet.scripts import CLAIM_HOUSEKEEPING_BOUND, AsyncScripts, Ops, SweepResult
 
 #: Bound on the stored error text of a failed attempt.
 MAX_ERROR_CHARS = 8192
@@ -108,31 +109,32 @@ class Broker:
         )
         tasks: list[ClaimedTask] = []
         bad: list[tuple[str, str, str]] = []
-        f = raw.fields
-        w = raw.width
-        for i in range(0, len(f), w):
-            task_id = text(f[i])
-            token = text(f[i + 1])
+        for record in raw.records:
+            packed = record.encode() if isinstance(record, str) else record
+            fields = packed.split(b"\0", 8)
+            if len(fields) != 9:
+                raise ProtocolError(f"claim: unexpected task record {packed[:200]!r}")
+            raw_id, raw_token, attempts, max_attempts, timeout, lost, priority, cost, data = fields
+            tid, tok = raw_id.decode(), raw_token.decode()
             try:
-                payload = json.loads(f[i + 2])
+                payload = json.loads(data)
             except ValueError as exc:
-                bad.append((task_id, token, f"payload is not valid JSON: {exc}"))
+                bad.append((tid, tok, f"payload is not valid JSON: {exc}"))
                 continue
             if not isinstance(payload, dict):
-                bad.append((task_id, token, "payload is not a JSON object"))
+                bad.append((tid, tok, "payload is not a JSON object"))
                 continue
-            timeout = f[i + 5]
             tasks.append(
                 ClaimedTask(
-                    task_id,
-                    token,
+                    tid,
+                    tok,
                     payload,
-                    int(f[i + 3]),
-                    int(f[i + 4]),
-                    float(timeout) if timeout not in (b"", "") else None,
-                    int(f[i + 6]),
-                    int(f[i + 7]),
-                    int(f[i + 8]),
+                    int(attempts),
+                    int(max_attempts),
+                    float(timeout) if timeout else None,
+                    int(lost),
+                    int(priority),
+                    int(cost),
                 )
             )
         for task_id, token, error in bad:

@@ -215,8 +215,16 @@ def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
     task_id = fields.get("task_id")
     if task_id is None:
         task_id = uuid.uuid4().hex
-    elif not isinstance(task_id, str) or not task_id or len(task_id) > _MAX_ID_LEN:
-        raise InvalidArgument(f"task_id must be a non-empty string of <= {_MAX_ID_LEN} chars")
+    elif (
+        not isinstance(task_id, str)
+        or not task_id
+        or len(task_id) > _MAX_ID_LEN
+        or not task_id.isprintable()
+    ):
+        # printable: ids travel NUL-separated in claim replies and show up in logs
+        raise InvalidArgument(
+            f"task_id must be a non-empty printable string of <= {_MAX_ID_LEN} chars"
+        )
     return EnqueueArgs(
         task_id=task_id,
         payload=payload,

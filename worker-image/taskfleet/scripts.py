@@ -135,12 +135,15 @@ def _ints(raw: Any, n: int, script: str) -> list[int]:
 
 @dataclass(frozen=True, slots=True)
 class RawClaim:
-    """The claim reply, not yet parsed into tasks (the broker does that cheaply)."""
+    """The claim reply, not yet parsed into tasks (the broker does that cheaply).
+
+    Each record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
+    payload`` joined by NUL, payload last: split it with ``maxsplit=8``.
+    """
 
     retry_after_ms: int
     next_due_ms: int | None
-    width: int
-    fields: list[Any]
+    records: list[bytes | str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,10 +209,10 @@ class Ops:
         self, pod: str, incarnation: str, n: int, token_base: str, bound: int
     ) -> Op[RawClaim]:
         def decode(raw: Any) -> RawClaim:
-            if not isinstance(raw, list) or len(raw) < 3:
+            if not isinstance(raw, list) or len(raw) < 2:
                 raise ProtocolError(f"claim: unexpected reply {raw!r}")
             due = int(raw[1])
-            return RawClaim(int(raw[0]), None if due < 0 else due, int(raw[2]), raw[3:])
+            return RawClaim(int(raw[0]), None if due < 0 else due, raw[2:])
 
         return Op("claim", self._k, (pod, incarnation, n, token_base, bound), decode)
 
@@ -233,7 +236,7 @@ class Ops:
         args: list[Arg] = [len(items)]
         for task_id, token, result in items:
             args += [task_id, token, result or ""]
-        return Op("complete", self._k, args, lambda raw: [int(x) == 1 for x in raw])
+        return Op("complete", self._k, args, lambda raw: [c == "1" for c in text(raw)])
 
     def fail(
         self, task_id: str, token: str, error: str, *, retryable: bool, jitter: float, reason: str

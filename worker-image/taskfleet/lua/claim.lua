@@ -4,12 +4,12 @@
 -- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] n (max tasks), ARGV[4] token base (random,
 --   from Python: Lua has no good randomness; task i gets token base .. ':' .. i),
 --   ARGV[5] housekeeping bound (max tasks promoted / expired / taken back per call)
--- Returns: {retry_after_ms, next_due_ms, F, fields of task 1 (F values), task 2, ...}
+-- Returns: {retry_after_ms, next_due_ms, task 1, task 2, ...}
 --   retry_after_ms: >0 when a rate limit held tasks back: ms until capacity returns
 --   next_due_ms: ms until the earliest delayed task is due, -1 if none
---   task fields: id, token, payload, attempts, max_attempts, timeout_s ('' = none),
---                lost, priority, cost
-local F = 9
+--   task: one string, fields joined by NUL, the payload last (so it may hold anything):
+--     id, token, attempts, max_attempts, timeout_s ('' = none), lost, priority, cost, payload
+--   (one string per task, not nine: reply parsing is most of a worker's per-task cost)
 local pod, incarnation, token_base = ARGV[1], ARGV[2], ARGV[4]
 local want = tonumber(ARGV[3])
 local bound = tonumber(ARGV[5])
@@ -45,7 +45,7 @@ local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost', 0))
 local retry_after = 0
 local lease_until = now + cfg_num('lease_ttl_s', 30) * 1000
 local default_timeout = cfg('default_timeout_s') or ''
-local out = {0, -1, F}
+local out = {0, -1}
 local claimed = 0
 local blocked = false
 local pod_key = K_POD .. pod
@@ -89,16 +89,8 @@ while claimed < want and not blocked do
       redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
         'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
         'attempts', attempts)
-      local n = #out
-      out[n + 1] = id
-      out[n + 2] = token
-      out[n + 3] = v[1]
-      out[n + 4] = attempts
-      out[n + 5] = v[3] or cfg('max_attempts')
-      out[n + 6] = v[4] or default_timeout
-      out[n + 7] = v[5] or 0
-      out[n + 8] = v[6] or 0
-      out[n + 9] = cost
+      out[#out + 1] = table.concat({id, token, attempts, v[3] or cfg('max_attempts'),
+        v[4] or default_timeout, v[5] or 0, v[6] or 0, cost, v[1] or ''}, '\0')
     end
   end
 end

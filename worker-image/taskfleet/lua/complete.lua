@@ -2,8 +2,8 @@
 -- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
 --   K_DONE, K_POD, K_CONFIG, K_STATS, K_PENDING, K_NOTIFY.
 -- ARGV[1]: number of tasks N; then triples: task id, claim token, result JSON ('' = none)
--- Returns: {applied_1, ..., applied_N}: 1 = completed; 0 = stale token (the task was taken
---   back): refused, counted in stats "stale", nothing changed.
+-- Returns: a string of N characters, one per task: '1' = completed; '0' = stale token (the
+--   task was taken back): refused, counted in stats "stale", nothing changed.
 local n = tonumber(ARGV[1])
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
@@ -25,9 +25,9 @@ for i = 0, n - 1 do
       redis.call('HSET', key, 'state', 'done', 'finished_at', now)
     end
     completed = completed + 1
-    out[#out + 1] = 1
+    out[#out + 1] = '1'
   else
-    out[#out + 1] = 0
+    out[#out + 1] = '0'
     bump('stale')
   end
 end
@@ -37,4 +37,4 @@ if cfg_num('max_concurrency', 0) > 0 and completed > 0 and redis.call('ZCARD', K
   notify(completed)
 end
 flush_counts()
-return out
+return table.concat(out)
