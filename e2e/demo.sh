@@ -6,7 +6,7 @@
 #   e2e/demo.sh local    the local single-node cluster (make cluster-up images-local)
 #   e2e/demo.sh kind     a kind cluster (make kind-up; needs Docker and kind)
 #
-# Knobs: DEMO_TASKS (300), DEMO_TASK_SECONDS (1), DEMO_SCALE_UP (4), DEMO_SCALE_DOWN (2),
+# Knobs: DEMO_SAMPLE (manifests/samples/sleeper.yaml), DEMO_TASKS (300), DEMO_TASK_SECONDS (1), DEMO_SCALE_UP (4), DEMO_SCALE_DOWN (2),
 # DEMO_TIMEOUT seconds (900).
 set -euo pipefail
 
@@ -17,6 +17,7 @@ task_seconds=${DEMO_TASK_SECONDS:-1}
 scale_up=${DEMO_SCALE_UP:-4}
 scale_down=${DEMO_SCALE_DOWN:-2}
 timeout=${DEMO_TIMEOUT:-900}
+sample=${DEMO_SAMPLE:-manifests/samples/sleeper.yaml}
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
@@ -62,13 +63,9 @@ objects=$(applied -k "$repo/manifests")
 k wait --for=condition=Established crd/taskqueues.taskfleet.dev --timeout=60s >/dev/null
 wait_rollouts <<<"$objects"
 
-say "applying the sample TaskQueue (manifests/samples/)"
-if [ -f "$repo/manifests/samples/kustomization.yaml" ]; then
-  samples=$(applied -k "$repo/manifests/samples")
-else
-  samples=$(applied -f "$repo/manifests/samples")
-fi
-tq=$(grep -m1 '^TaskQueue/' <<<"$samples") || die "manifests/samples/ holds no TaskQueue"
+say "applying the sample TaskQueue ($sample)"
+samples=$(applied -f "$repo/$sample")
+tq=$(grep -m1 '^TaskQueue/' <<<"$samples") || die "$sample holds no TaskQueue"
 IFS=/ read -r _ ns name <<<"$tq"
 kq() { k -n "$ns" "$@"; }
 
