@@ -57,7 +57,7 @@ def test_drain_deadline_releases_the_unfinished_task_and_another_worker_complete
 ) -> None:
     task_id = queue.enqueue({"seconds": 2.0})
     first = fleet.add(SLEEP, pod="pod-a", args=[*FAST, "--drain-timeout", "0.3"]).start()
-    wait_until(lambda: events(redis_client, "start"), message="the task started")
+    wait_until(lambda: events(redis_client, "start"), message=lambda: f"start: {fleet.logs()}")
     first.signal(signal.SIGTERM)
     assert first.wait() == 0
     assert first.has_event("task_released", task=task_id)
@@ -66,7 +66,11 @@ def test_drain_deadline_releases_the_unfinished_task_and_another_worker_complete
     assert released.attempts == 0  # a release is not an attempt
 
     second = fleet.add(SLEEP, pod="pod-b").start()
-    wait_until(lambda: (t := queue.get(task_id)) is not None and t.state == "done", timeout=15)
+    wait_until(
+        lambda: (t := queue.get(task_id)) is not None and t.state == "done",
+        timeout=15,
+        message=lambda: f"{queue.get(task_id)}\n{fleet.logs()}",
+    )
     done = queue.get(task_id)
     assert done is not None and done.attempts == 1 and done.pod == "pod-b"
     assert queue.stats()["released"] == 1
@@ -79,7 +83,7 @@ def test_second_signal_releases_at_once_and_exits_zero(
 ) -> None:
     task_id = queue.enqueue({"seconds": 60})
     worker = fleet.add(SLEEP, args=[*FAST, "--drain-timeout", "60"]).start()
-    wait_until(lambda: events(redis_client, "start"), message="the task started")
+    wait_until(lambda: events(redis_client, "start"), message=lambda: f"start: {fleet.logs()}")
     worker.signal(signal.SIGTERM)
     worker.wait_event("drain_started")
     worker.signal(signal.SIGINT)
@@ -94,7 +98,7 @@ def test_drain_command_waits_until_the_worker_holds_no_task(
 ) -> None:
     task_id = queue.enqueue({"seconds": 1.0})
     worker = fleet.add(SLEEP).start()
-    wait_until(lambda: events(redis_client, "start"), message="the task started")
+    wait_until(lambda: events(redis_client, "start"), message=lambda: f"start: {fleet.logs()}")
     result = taskfleet("drain", "--wait", "--timeout", "20", env=worker.env)
     assert result.returncode == 0, result.stderr
     # --wait returned: the task is finished and written, before the worker even exits.
@@ -108,7 +112,7 @@ def test_drain_command_gives_up_with_exit_1_while_a_task_still_runs(
 ) -> None:
     queue.enqueue({"seconds": 60})
     worker = fleet.add(SLEEP, args=[*FAST, "--drain-timeout", "60"]).start()
-    wait_until(lambda: events(redis_client, "start"), message="the task started")
+    wait_until(lambda: events(redis_client, "start"), message=lambda: f"start: {fleet.logs()}")
     result = taskfleet("drain", "--wait", "--timeout", "0.5", env=worker.env)
     assert result.returncode == 1
     assert result.stderr.strip() == "taskfleet: error: worker still holds tasks after 0.5s"

@@ -104,7 +104,9 @@ def test_pid_1_reaps_orphaned_grandchildren_and_handlers_still_see_exit_codes(
         return not any(cmd == "sleep" or state == "Z" for _, cmd, state in procs)
 
     # Each orphaned `sleep` ends after 0.2 s; unreaped, it would stay a zombie forever.
-    wait_until(orphans_gone, timeout=10, message=f"no zombies: {processes_in_namespace(init)}")
+    wait_until(
+        orphans_gone, timeout=10, message=lambda: f"no zombies: {processes_in_namespace(init)}"
+    )
     with Queue("jobs", redis_url=redis_url) as queue:
         assert all((t := queue.get(i)) is not None and t.state == "done" for i in ids)
     os.kill(init, signal.SIGTERM)

@@ -19,15 +19,23 @@ T = TypeVar("T")
 FAST = ["--heartbeat-interval", "0.2", "--lease-ttl", "1"]
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, message: str = "condition") -> T:
-    """Poll ``predicate`` until it returns something truthy; fail with ``message`` otherwise."""
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float = 10.0,
+    message: str | Callable[[], str] = "condition",
+) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail with ``message`` otherwise.
+
+    ``message`` may be a callable, evaluated at the failure, to show the state then.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {message}")
+            text = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {text}")
         time.sleep(0.02)
 
 
@@ -129,7 +137,7 @@ class WorkerProcess:
         wait_until(
             lambda: self.has_event(event, **fields),
             timeout,
-            f"{event} {fields or ''} in {self.pod}'s log:\n{self.log_text()}",
+            lambda: f"{event} {fields or ''} in {self.pod}'s log:\n{self.log_text()}",
         )
 
     def log_text(self) -> str:
@@ -175,6 +183,9 @@ class Fleet:
         )
         self.workers.append(worker)
         return worker
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {w.pod}\n{w.log_text()}" for w in self.workers)
 
     def close(self) -> None:
         for worker in self.workers:

@@ -395,8 +395,12 @@ class Worker:
                 # Rate or concurrency limit: nothing to gain by asking again sooner.
                 await self._until_drain(asyncio.sleep(claimed.retry_after_ms / 1000))
                 continue
+            idle_wait = self.settings.idle_wait
+            if claimed.next_due_ms is not None:
+                # A delayed task falls due before the next wake-up: claim it on time.
+                idle_wait = min(idle_wait, max(claimed.next_due_ms, 1) / 1000)
             try:
-                await self._until_drain(self._broker.wait_for_work(self.settings.idle_wait))
+                await self._until_drain(self._broker.wait_for_work(idle_wait))
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
 
@@ -683,7 +687,7 @@ class Worker:
             pid=os.getpid(),
             pod=self.settings.pod,
             queue=self.settings.queue,
-            inflight=len(self._running) + len(self._outbox),
+            inflight=len(self._running),  # includes outcomes not yet written
             draining=self.draining,
             state=self._state,
         )
