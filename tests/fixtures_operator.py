@@ -75,6 +75,34 @@ def taskqueue_crd(kube_apiserver: KubeApiserver) -> str:
     return f"{PLURAL}.{GROUP}"
 
 
+@pytest.fixture(scope="session")
+def operator_kubeconfig(
+    kube_apiserver: KubeApiserver, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A kubeconfig for the operator's ServiceAccount, bound by manifests/rbac only.
+
+    The operator runs with exactly the RBAC the manifests grant, so a missing rule fails
+    these tests instead of a user's install.
+    """
+    kubectl(kube_apiserver, "apply", "-f", str(REPO / "manifests" / "namespace.yaml"))
+    kubectl(kube_apiserver, "apply", "-k", str(REPO / "manifests" / "rbac"))
+    token = kubectl(
+        kube_apiserver,
+        "-n",
+        "taskfleet-system",
+        "create",
+        "token",
+        "taskfleet-operator",
+        "--duration=2h",
+    ).stdout.strip()
+    config = json.loads(kube_apiserver.kubeconfig.read_text())
+    config["users"] = [{"name": "admin", "user": {"token": token}}]
+    path = tmp_path_factory.mktemp("operator-kubeconfig") / "kubeconfig"
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
 @dataclass
 class OperatorProcess:
     process: subprocess.Popen[bytes]
@@ -97,13 +125,17 @@ class OperatorProcess:
 
 @pytest.fixture(scope="session")
 def operator_process(
-    kube_apiserver: KubeApiserver, taskqueue_crd: str, tmp_path_factory: pytest.TempPathFactory
+    kube_apiserver: KubeApiserver,
+    taskqueue_crd: str,
+    operator_kubeconfig: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    """``python -m taskfleet_operator`` against the test apiserver."""
+    """``python -m taskfleet_operator`` against the test apiserver, as its ServiceAccount."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
     env = {
         **kube_apiserver.env(),
+        "KUBECONFIG": str(operator_kubeconfig),
         "TASKFLEET_SWEEP_INTERVAL": "0.5",
         "TASKFLEET_REDIS_TIMEOUT": "0.5",
         "PYTHONUNBUFFERED": "1",
