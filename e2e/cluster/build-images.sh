@@ -45,8 +45,9 @@ build() {
   if [ "$name" = base ]; then
     return 0  # only other images build FROM it; pods never run it
   elif [ -S "$ctrd_sock" ]; then
+    local present; present=$(ctr_ images ls -q)  # not piped into grep -q: pipefail + SIGPIPE
     if [ "$(cat "$state/imported/$name" 2>/dev/null)" != "$sum" ] ||
-       ! ctr_ images ls -q | grep -qx "$ref"; then
+       ! grep -qx "$ref" <<<"$present"; then
       log "importing $ref into containerd"
       ctr_ images import --no-unpack=false "$archive" >/dev/null
       mkdir -p "$state/imported" && echo "$sum" >"$state/imported/$name"

@@ -60,9 +60,10 @@ ip link delete tfbr0 2>/dev/null
 iptables -t nat -S POSTROUTING 2>/dev/null | grep -F 'name: \"taskfleet\"' | while read -r rule; do
   eval "iptables -t nat ${rule/-A/-D}" 2>/dev/null
 done
-iptables -t nat -S 2>/dev/null | sed -n 's/^-N \(CNI-[0-9a-f]*\)$/\1/p' | while read -r chain; do
+rules=$(iptables -t nat -S 2>/dev/null)
+sed -n 's/^-N \(CNI-[0-9a-f]*\)$/\1/p' <<<"$rules" | while read -r chain; do
   # Only chains no rule references any more: other CNI users keep theirs.
-  if ! iptables -t nat -S 2>/dev/null | grep -q -- "-j $chain\b"; then
+  if ! grep -q -- "-j $chain\b" <<<"$rules"; then
     iptables -t nat -F "$chain" 2>/dev/null && iptables -t nat -X "$chain" 2>/dev/null
   fi
 done

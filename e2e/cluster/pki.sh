@@ -29,8 +29,8 @@ make_pki() {
   local sans="IP:127.0.0.1,IP:$apiserver_service_ip,IP:$ip,DNS:localhost,DNS:kubernetes"
   sans+=",DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   # A changed node address invalidates the serving certificates.
-  if [ -f "$pki/apiserver.crt" ] && ! openssl x509 -in "$pki/apiserver.crt" -noout -text |
-       grep -q "IP Address:$ip\b"; then
+  if [ -f "$pki/apiserver.crt" ] &&
+     ! grep -q "IP Address:$ip\b" <<<"$(openssl x509 -in "$pki/apiserver.crt" -noout -text)"; then
     rm -f "$pki/apiserver.crt" "$pki/kubelet-serving.crt"
   fi
   cert apiserver kube-apiserver "" "subjectAltName=$sans

@@ -23,9 +23,8 @@ mkdir -p "$state/logs" "$state/pids" "$cni_conf_dir" "$ctrd_root" "$ctrd_run"
 ip=$(node_ip)
 [ -n "$ip" ] || die "no default route: cannot pick the node address"
 for cidr in "$pod_cidr" "$service_cidr"; do
-  if ip -4 route show to match "${cidr%/*}" | grep -v -e '^default' -e 'dev tfbr0' | grep -q .; then
-    die "$cidr overlaps a host route: $(ip -4 route show to match "${cidr%/*}")"
-  fi
+  overlap=$(ip -4 route show to match "${cidr%/*}" | grep -v -e '^default' -e 'dev tfbr0' || true)
+  [ -z "$overlap" ] || die "$cidr overlaps a host route: $overlap"
 done
 
 # Forwarding and bridge netfilter, without modprobe: these modules are built in here, and a

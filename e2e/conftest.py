@@ -1,0 +1,39 @@
+"""The e2e suite acts on whatever cluster the kubeconfig's current context names, so it
+refuses every context but the project's own: a slip of KUBECONFIG must never point it at
+a cluster that matters."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+ALLOWED_CONTEXTS = ("kind-taskfleet", "taskfleet-local")
+
+
+def current_context() -> str:
+    kubectl = os.environ.get("KUBECTL", "kubectl")
+    try:
+        proc = subprocess.run(
+            [kubectl, "config", "current-context"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise pytest.UsageError(
+            f"e2e: {kubectl} not found; the suite drives the cluster with it"
+        ) from exc
+    return proc.stdout.strip()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    context = current_context()
+    if context not in ALLOWED_CONTEXTS:
+        raise pytest.UsageError(
+            f"e2e: refusing kube context {context or '(none)'!r}; the suite runs only against "
+            f"{' or '.join(ALLOWED_CONTEXTS)} (make cluster-up, or make kind-up, then "
+            "export the KUBECONFIG they print)"
+        )

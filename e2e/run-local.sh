@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The e2e suite on the local cluster: bring the cluster up (idempotent), build and import the
+# images, deploy the operator from manifests/ (when present), then run pytest on e2e/.
+# Extra arguments go to pytest (e.g. `e2e/run-local.sh -k scale`).
+set -euo pipefail
+# shellcheck source=cluster/lib.sh
+. "$(dirname "$0")/cluster/lib.sh"
+"$here/up.sh" >/dev/null
+"$here/build-images.sh"
+export KUBECONFIG=$state/kubeconfig
+cd "$repo"
+if [ -f manifests/kustomization.yaml ]; then
+  kubectl apply -k manifests/ >/dev/null
+fi
+exec "${PYTHON:-$repo/.venv/bin/python}" -m pytest e2e "$@"
