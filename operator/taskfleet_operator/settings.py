@@ -87,6 +87,6 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     # kopf.info, is not filtered by this level).
     settings.posting.level = logging.WARNING
     # Retry delays after an API error while processing an event: quick first, then calm.
-    settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
+    settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
     # Sync handlers run in threads; one sweep per TaskQueue plus pod events in parallel.
     settings.execution.max_workers = 16

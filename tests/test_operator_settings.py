@@ -1,0 +1,77 @@
+"""Operator settings from the environment, kopf settings, and the entry point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import kopf
+import pytest
+from taskfleet_operator import __main__ as entry
+from taskfleet_operator.settings import (
+    FINALIZER,
+    OperatorSettings,
+    SettingsError,
+    configure_kopf,
+)
+
+
+def test_defaults_apply_when_the_environment_is_silent() -> None:
+    settings = OperatorSettings.from_env({})
+
+    assert settings == OperatorSettings(
+        sweep_interval_s=2.0, redis_timeout_s=2.0, schedule_catchup_s=600.0
+    )
+
+
+def test_environment_overrides_are_read() -> None:
+    settings = OperatorSettings.from_env(
+        {"TASKFLEET_SWEEP_INTERVAL": "0.5", "TASKFLEET_REDIS_TIMEOUT": "1"}
+    )
+
+    assert (settings.sweep_interval_s, settings.redis_timeout_s) == (0.5, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("fast", "is not a number"), ("0", "must be between"), ("-1", "must be between")],
+)
+def test_a_bad_value_gets_one_clear_error_naming_the_variable(value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=f"TASKFLEET_SWEEP_INTERVAL=.*{message}"):
+        OperatorSettings.from_env({"TASKFLEET_SWEEP_INTERVAL": value})
+
+
+def test_kopf_runs_standalone_with_the_project_finalizer_and_annotation_storage() -> None:
+    settings = kopf.OperatorSettings()
+
+    configure_kopf(settings)
+
+    assert settings.persistence.finalizer == FINALIZER == "taskfleet.dev/finalizer"
+    assert settings.peering.standalone is True
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert settings.watching.client_timeout > settings.watching.server_timeout
+
+
+def test_watched_namespaces_come_from_flags_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TASKFLEET_WATCH_NAMESPACES", "team-a, team-b")
+
+    assert entry.parse_args([]).namespace == ["team-a", "team-b"]
+    assert entry.parse_args(["-n", "only"]).namespace == ["only"]
+    monkeypatch.delenv("TASKFLEET_WATCH_NAMESPACES")
+    assert entry.parse_args([]).namespace == []
+    assert entry.parse_args([]).liveness == "http://0.0.0.0:8080/healthz"
+
+
+def test_the_module_entry_point_runs_and_explains_itself() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "taskfleet_operator", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0
+    assert "--liveness" in result.stdout
