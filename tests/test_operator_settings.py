@@ -49,7 +49,7 @@ def test_kopf_runs_standalone_with_the_project_finalizer_and_annotation_storage(
     assert settings.persistence.finalizer == FINALIZER == "taskfleet.dev/finalizer"
     assert settings.peering.standalone is True
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
-    assert settings.watching.client_timeout > settings.watching.server_timeout
+    assert (settings.watching.server_timeout, settings.watching.client_timeout) == (300, 330)
 
 
 def test_watched_namespaces_come_from_flags_or_the_environment(
