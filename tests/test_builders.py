@@ -285,3 +285,23 @@ def test_invalid_specs_fail_with_a_message_saying_what_to_fix(
 ) -> None:
     with pytest.raises(ValidationError, match=message):
         make_spec(**change)
+
+
+def test_the_worker_cli_accepts_the_command_lines_the_deployment_runs() -> None:
+    from taskfleet.cli import cli
+
+    spec = make_spec(concurrency=3, heartbeat={"intervalSeconds": 2, "ttlSeconds": 9})
+    worker = container(builders.build_deployment("emails", "shop", spec))
+    commands = cli.commands
+
+    run = commands["worker"].make_context("worker", list(worker["args"]))
+    assert run.params["queue"] == "shop.emails"
+    assert run.params["handler"] == "app.tasks:handle"
+    assert run.params["concurrency"] == 3
+    assert run.params["drain_timeout"] == 300
+    assert (run.params["heartbeat_interval"], run.params["lease_ttl"]) == (2, 9)
+
+    pre_stop = worker["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[:2] == ["taskfleet", "drain"]
+    drain = commands["drain"].make_context("drain", pre_stop[2:])
+    assert (drain.params["wait"], drain.params["timeout"]) == (True, 300)
