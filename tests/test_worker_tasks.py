@@ -115,3 +115,22 @@ def test_a_restarted_pod_takes_back_what_its_earlier_incarnation_held(
     task = finished(queue, task_id, timeout=10)
     assert task.state == "done" and task.attempts == 2 and task.pod == "pod-x"
     worker.wait_event("earlier_incarnation_requeued", tasks=1)
+
+
+def test_a_worker_whose_lease_was_taken_back_abandons_the_task_and_writes_nothing(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    task_id = queue.enqueue({"seconds": 1.5})
+    first = fleet.add(f"{H}:sleep", pod="pod-a").start()
+    wait_until(lambda: events(redis_client), message="the task started")
+    # What the operator does when it believes pod-a is gone.
+    assert queue.requeue_pod("pod-a") == 1
+    second = fleet.add(f"{H}:sleep", pod="pod-b").start()
+    task = finished(queue, task_id)
+    assert task.state == "done" and task.lost == 1
+    first.wait_event("lease_lost", task=task_id)
+    wait_until(lambda: first.has_event("task_result_dropped", task=task_id))
+    assert queue.stats()["stale"] == 0  # it never even tried to write
+    for worker in (first, second):
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0

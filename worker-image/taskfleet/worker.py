@@ -40,7 +40,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from taskfleet.broker import Broker, ClaimedTask
 from taskfleet.config import QueueConfig
-from taskfleet.errors import StaleToken
 from taskfleet.handlers import (
     Handler,
     TaskContext,
@@ -50,7 +49,6 @@ from taskfleet.handlers import (
 )
 from taskfleet.keys import QueueKeys, validate_queue_name
 from taskfleet.runtime import RuntimeState, remove_state, runtime_path, write_state
-from taskfleet.scripts import AsyncScripts
 
 __all__ = ["Worker", "WorkerSettings", "log_event"]
 
@@ -224,7 +222,6 @@ class Worker:
             self.settings.pod,
             self.settings.incarnation,
         )
-        self._scripts = AsyncScripts(self._client)
         self._set_state("starting")
         try:
             await self._register()
@@ -531,14 +528,11 @@ class Worker:
                 self._finish(outcome, ok, "task_done")
         while batch:
             outcome = batch[0]
-            try:
-                await self._broker.fail(
-                    outcome.run.task.id, outcome.run.task.token, outcome.error or ""
-                )
-                ok = True
-            except StaleToken:
-                ok = False
+            state = await self._broker.fail(
+                outcome.run.task.id, outcome.run.task.token, outcome.error or ""
+            )
             batch.pop(0)
+            ok = state is not None  # None: stale token, the task was taken back
             self._finish(outcome, ok, "task_failed")
 
     def _finish(self, outcome: _Outcome, accepted: bool, event: str) -> None:
@@ -587,7 +581,7 @@ class Worker:
                 beats += 1
                 if beats % self.settings.sweep_every == 0 and not self.draining:
                     # Claims already take back expired leases; this also prunes retention.
-                    await self._scripts.run(self._broker.ops.sweep())
+                    await self._broker.sweep()
             except REDIS_DOWN as exc:
                 if self._stop_requested.is_set():
                     return
