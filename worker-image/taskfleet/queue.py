@@ -32,7 +32,7 @@ COUNTERS = (
     "completed",
     "failed",
     "retried",
-    "dead",
+    "dead_total",  # tasks that ever went dead ("dead" is how many are dead now)
     "requeued",
     "lost",
     "released",

@@ -78,7 +78,7 @@ local function to_dead(id, key, now, reason, err)
   else
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
-  bump('dead')
+  bump('dead_total')
 end
 
 -- Leave running: drop the lease, keep pod/incarnation as "last ran on".

@@ -1,0 +1,259 @@
+"""Invariants of the protocol under random interleavings (hypothesis state machine).
+
+Random producers, two worker pods and an operator drive every operation against a real
+redis-server, with a tiny lease TTL and a rule that lets real time pass, so leases
+expire and are taken back in between. After every step the stored structures must
+agree: each task in exactly one state, running tasks fenced by a token and held by
+exactly one pod, counters adding up, and no task ever lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from taskfleet import Queue, QueueConfig, TaskState
+from taskfleet.scripts import text
+
+from tests.fixtures_redis import BlockingBroker
+
+PODS = ("pod-a", "pod-b")
+LEASE_TTL_S = 0.05
+STATES = ("pending", "delayed", "running", "done", "dead")
+
+
+class ProtocolMachine(RuleBasedStateMachine):
+    url: str = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw = redis.Redis.from_url(self.url)
+        self.raw.flushall()
+        self.queue = Queue("props", client=self.raw)
+        self.queue.configure(
+            QueueConfig(
+                lease_ttl_s=LEASE_TTL_S,
+                max_attempts=2,
+                max_lost=2,
+                backoff_base_s=0.01,
+                backoff_max_s=0.02,
+            )
+        )
+        self.runner = asyncio.Runner()
+        self.brokers = {
+            pod: BlockingBroker(self.runner, self.url, "props", pod, "1") for pod in PODS
+        }
+        self.enqueued: set[str] = set()
+        self.completed: set[str] = set()  # accepted completions: must stay done
+        self.failed_dead: set[str] = set()  # fail() answered dead: must stay dead
+        self.held: dict[str, dict[str, str]] = {pod: {} for pod in PODS}
+
+    def teardown(self) -> None:
+        for broker in self.brokers.values():
+            broker.close()
+        self.runner.close()
+        self.raw.close()
+
+    # -- producers -------------------------------------------------------------------
+
+    @rule(
+        n=st.integers(1, 3),
+        priority=st.sampled_from([-1, 0, 5]),
+        delay=st.sampled_from([None, 0.01]),
+        deadline=st.sampled_from([None, 0.03, 60]),
+    )
+    def enqueue(self, n: int, priority: int, delay: float | None, deadline: float | None) -> None:
+        ids = self.queue.enqueue_many(
+            [
+                {"payload": {"i": i}, "priority": priority, "delay": delay, "deadline": deadline}
+                for i in range(n)
+            ]
+        )
+        self.enqueued.update(ids)
+
+    @precondition(lambda self: bool(self.enqueued))
+    @rule(data=st.data())
+    def enqueue_an_existing_id_again(self, data: st.DataObject) -> None:
+        task_id = data.draw(st.sampled_from(sorted(self.enqueued)))
+        before = self.raw.hgetall(self.queue.keys.task(task_id))
+        assert self.queue.enqueue({"again": True}, task_id=task_id) == task_id
+        assert self.raw.hgetall(self.queue.keys.task(task_id)) == before
+
+    # -- workers ---------------------------------------------------------------------
+
+    @rule(pod=st.sampled_from(PODS), n=st.integers(1, 4))
+    def claim(self, pod: str, n: int) -> None:
+        result = self.brokers[pod].claim(n)
+        assert len(result.tasks) <= n
+        for task in result.tasks:
+            assert task.id in self.enqueued
+            assert task.id not in self.completed
+            assert task.id not in self.failed_dead
+            for other in PODS:
+                self.held[other].pop(task.id, None)  # any older claim is stale now
+            self.held[pod][task.id] = task.token
+
+    @precondition(lambda self: any(self.held.values()))
+    @rule(data=st.data())
+    def complete(self, data: st.DataObject) -> None:
+        pod = data.draw(st.sampled_from([p for p in PODS if self.held[p]]))
+        ids = data.draw(st.lists(st.sampled_from(sorted(self.held[pod])), min_size=1, unique=True))
+        items = [(i, self.held[pod].pop(i), '{"ok": true}') for i in ids]
+        for (task_id, _, _), applied in zip(
+            items, self.brokers[pod].complete_many(items), strict=True
+        ):
+            if applied:
+                self.completed.add(task_id)
+
+    @precondition(lambda self: any(self.held.values()))
+    @rule(data=st.data(), retryable=st.booleans())
+    def fail(self, data: st.DataObject, retryable: bool) -> None:
+        pod = data.draw(st.sampled_from([p for p in PODS if self.held[p]]))
+        task_id = data.draw(st.sampled_from(sorted(self.held[pod])))
+        state = self.brokers[pod].fail(task_id, self.held[pod].pop(task_id), "boom", retryable)
+        assert state in (None, TaskState.DELAYED, TaskState.DEAD)
+        if state is TaskState.DEAD:
+            self.failed_dead.add(task_id)
+
+    @rule(pod=st.sampled_from(PODS))
+    def heartbeat(self, pod: str) -> None:
+        lost = self.brokers[pod].heartbeat(dict(self.held[pod]))
+        assert lost <= set(self.held[pod])
+        for task_id in lost:
+            del self.held[pod][task_id]
+
+    @precondition(lambda self: any(self.held.values()))
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        pod = data.draw(st.sampled_from([p for p in PODS if self.held[p]]))
+        items = list(self.held[pod].items())
+        released = self.brokers[pod].release(items)
+        assert 0 <= released <= len(items)
+        self.held[pod].clear()
+
+    # -- operator and time -----------------------------------------------------------
+
+    @rule(pod=st.sampled_from(PODS))
+    def requeue_pod(self, pod: str) -> None:
+        self.queue.requeue_pod(pod)
+        self.held[pod].clear()
+
+    @rule()
+    def sweep(self) -> None:
+        self.queue.sweep()
+
+    @rule()
+    def let_leases_expire(self) -> None:
+        time.sleep(LEASE_TTL_S * 1.2)  # advancing real time is the point of this rule
+
+    # -- invariants ------------------------------------------------------------------
+
+    def members(self) -> dict[str, dict[str, float]]:
+        pipe = self.raw.pipeline(transaction=True)
+        for state in STATES:
+            pipe.zrange(getattr(self.queue.keys, state), 0, -1, withscores=True)
+        pipe.zrange(self.queue.keys.deadlines, 0, -1)
+        replies = pipe.execute()
+        out = {
+            state: {text(m): score for m, score in reply}
+            for state, reply in zip(STATES, replies[:-1], strict=True)
+        }
+        out["deadlines"] = {text(m): 0.0 for m in replies[-1]}
+        return out
+
+    @invariant()
+    def every_task_is_in_exactly_one_state_and_none_is_lost(self) -> None:
+        members = self.members()
+        seen: dict[str, str] = {}
+        for state in STATES:
+            for task_id in members[state]:
+                assert task_id not in seen, f"{task_id} in {seen.get(task_id)} and {state}"
+                seen[task_id] = state
+        assert set(seen) == self.enqueued
+        hashes = self._hashes(sorted(seen))
+        for task_id, state in seen.items():
+            assert hashes[task_id]["state"] == state
+        for task_id in members["deadlines"]:
+            assert seen[task_id] in ("pending", "delayed")
+        assert self.completed <= set(members["done"])
+        assert self.failed_dead <= set(members["dead"])
+
+    @invariant()
+    def running_tasks_have_a_live_token_and_exactly_one_pod(self) -> None:
+        members = self.members()
+        running = members["running"]
+        hashes = self._hashes(sorted(running))
+        pod_sets = {
+            text(key).removeprefix(self.queue.keys.pod_prefix): {
+                text(m) for m in self.raw.smembers(key)
+            }
+            for key in self.raw.scan_iter(match=self.queue.keys.pod_prefix + "*")
+        }
+        holders: dict[str, list[str]] = {}
+        for pod, ids in pod_sets.items():
+            for task_id in ids:
+                holders.setdefault(task_id, []).append(pod)
+        assert set(holders) == set(running)
+        for task_id, lease in running.items():
+            h = hashes[task_id]
+            assert h.get("token")
+            assert holders[task_id] == [h["pod"]]
+            assert float(h["lease_until"]) == lease
+        # a token a worker still holds is either current (task running on that pod) or stale
+        for pod, held in self.held.items():
+            for task_id, token in held.items():
+                h = self._hashes([task_id])[task_id]
+                if h.get("token") == token:
+                    assert (h["state"], h["pod"]) == ("running", pod)
+
+    @invariant()
+    def counters_add_up(self) -> None:
+        stats = self.queue.stats()
+        members = self.members()
+        for state in STATES:
+            assert stats[state] == len(members[state])
+        assert stats["enqueued"] == len(self.enqueued)
+        assert stats["completed"] == stats["done"]  # nothing is pruned within a run
+        assert stats["dead_total"] == len(members["dead"])
+        assert stats["lost"] == stats["requeued"] + self._dead_with("worker lost")
+        assert stats["failed"] == stats["retried"] + self._dead_with("failed")
+        assert stats["expired"] == self._dead_with("expired")
+
+    def _dead_with(self, reason: str) -> int:
+        ids = list(self.members()["dead"])
+        return sum(1 for h in self._hashes(ids).values() if h.get("reason") == reason)
+
+    def _hashes(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        pipe = self.raw.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hgetall(self.queue.keys.task(task_id))
+        return {
+            task_id: {text(k): text(v) for k, v in raw.items()}
+            for task_id, raw in zip(ids, pipe.execute(), strict=True)
+        }
+
+
+@pytest.mark.slow
+def test_protocol_invariants_hold_under_random_interleavings(redis_url: str) -> None:
+    ProtocolMachine.url = redis_url
+    run_state_machine_as_test(
+        ProtocolMachine,
+        settings=settings(
+            max_examples=12,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
