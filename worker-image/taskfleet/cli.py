@@ -382,7 +382,9 @@ def worker(
     except HandlerLoadError as exc:
         raise BadInput(str(exc)) from None
     configure_logging(log_format, log_level)
-    code = asyncio.run(_serve(settings, resolved))
+    # Not asyncio.run(): closing the loop would join the default executor, and a handler's
+    # hung asyncio.to_thread() call must not keep a drained worker from exiting.
+    code = asyncio.Runner().run(_serve(settings, resolved))
     _exit_now(code)
 
 
