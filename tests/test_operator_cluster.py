@@ -9,6 +9,8 @@ through ownerReferences, not cascades.
 from __future__ import annotations
 
 import base64
+import json
+import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -282,8 +284,17 @@ def test_a_terminating_pod_keeps_its_tasks_until_it_is_gone(
 
 
 def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears(
-    cluster: Cluster, redis_url: str
+    cluster: Cluster,
+    redis_url: str,
+    redis_client: redis.Redis,
+    operator_process: OperatorProcess,
 ) -> None:
+    password = f"pw-{secrets.token_hex(8)}"
+    # A user with a password on the shared server; the default user stays open.
+    redis_client.execute_command(
+        "ACL", "SETUSER", "tq-op", "on", f">{password}", "~*", "&*", "+@all"
+    )
+    secret_url = redis_url.replace("redis://", f"redis://tq-op:{password}@")
     spec = base_spec(redis_url)
     spec["redis"] = {"secretRef": {"name": "redis-auth"}}
     cluster.create_tq("secret", spec)
@@ -306,7 +317,7 @@ def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears
         cluster.namespace,
         client.V1Secret(
             metadata=client.V1ObjectMeta(name="redis-auth"),
-            data={"url": base64.b64encode(redis_url.encode()).decode()},
+            data={"url": base64.b64encode(secret_url.encode()).decode()},
         ),
     )
 
@@ -317,6 +328,16 @@ def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears
 
     wait_for(recovered)
     assert any("reachable again" in m for m in cluster.event_messages("RedisReachable"))
+    everything = [
+        operator_process.log.read_text(errors="replace"),
+        json.dumps(cluster.tq("secret")),
+        json.dumps(
+            [e.to_dict() for e in cluster.core.list_namespaced_event(cluster.namespace).items],
+            default=str,
+        ),
+        json.dumps(cluster.deployment("secret").to_dict(), default=str),
+    ]
+    assert not [text for text in everything if password in text]
 
 
 def test_an_unreachable_redis_is_reported_without_crashing_the_operator(
