@@ -136,6 +136,28 @@ def test_scripts_are_loaded_again_after_redis_restarts_and_state_survives(
     queue.close()
 
 
+def test_a_worker_claims_again_after_redis_restarts_with_its_tasks_kept(
+    redis_server_factory: RedisServerFactory, make_broker: MakeBroker
+) -> None:
+    server = redis_server_factory()
+    queue = Queue("jobs", redis_url=server.url)
+    ids = queue.enqueue_many([{"payload": {"i": i}} for i in range(2)])
+    worker = make_broker("jobs", url=server.url)
+    [first] = worker.claim(1).tasks
+    server.restart()  # the server forgets its scripts; the AOF keeps the data
+    eventually(lambda: _answers(queue.client))
+
+    def claims_again() -> list[str]:
+        try:
+            return [t.id for t in worker.claim(1).tasks]
+        except redis.ConnectionError:
+            return []  # the first use of a dropped connection may fail once
+
+    assert eventually(claims_again) == [ids[1]]
+    assert worker.complete_many([(first.id, first.token, None)]) == [True]
+    queue.close()
+
+
 def _answers(client: redis.Redis) -> bool:
     try:
         return bool(client.ping())

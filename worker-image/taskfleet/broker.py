@@ -74,7 +74,7 @@ class Broker:
         self.incarnation = incarnation
         self.concurrency = 0
         self.ops = Ops(self.keys)
-        self._scripts = AsyncScripts(client)
+        self._scripts = AsyncScripts.for_client(client)
         self._blocking: redis.asyncio.Redis | None = None
 
     async def register(self, concurrency: int) -> int:

@@ -252,7 +252,7 @@ class Queue:
         self.client: redis.Redis = client if client is not None else redis.Redis.from_url(redis_url)
         self._owns_client = client is None
         self.ops = Ops(self.keys)
-        self._scripts = SyncScripts(self.client)
+        self._scripts = SyncScripts.for_client(self.client)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"  # never the URL: it may hold a password
@@ -388,10 +388,13 @@ class Queue:
             done_ids = [
                 i for i, s in zip(remaining, states, strict=True) if s and text(s) in FINISHED
             ]
-            for task_id in done_ids:
-                task = self.get(task_id)
-                if task is not None:
-                    finished[task_id] = task
+            if done_ids:
+                pipe = self.client.pipeline(transaction=False)
+                for task_id in done_ids:
+                    pipe.hgetall(self.keys.task(task_id))
+                for task_id, raw in zip(done_ids, pipe.execute(), strict=True):
+                    if raw:  # else pruned meanwhile: no Task to return, it counts as unfinished
+                        finished[task_id] = Task.from_hash(raw)
             remaining = [i for i in remaining if i not in finished]
             if not remaining:
                 return finished

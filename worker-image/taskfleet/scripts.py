@@ -16,6 +16,7 @@ again when the server lost it (a restarted Redis).
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -92,11 +93,18 @@ class Op(Generic[T]):
 
 
 class SyncScripts:
-    """The scripts registered on one sync client."""
+    """The scripts registered on one sync client (``for_client``: once per client)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+
+    @classmethod
+    def for_client(cls, client: redis.Redis) -> SyncScripts:
+        scripts = _SYNC.get(client)
+        if scripts is None:
+            scripts = _SYNC[client] = cls(client)
+        return scripts
 
     def run(self, op: Op[T]) -> T:
         return op.decode(self._scripts[op.script](keys=op.keys, args=op.args))
@@ -110,14 +118,26 @@ class SyncScripts:
 
 
 class AsyncScripts:
-    """The scripts registered on one asyncio client."""
+    """The scripts registered on one asyncio client (``for_client``: once per client)."""
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self.client = client
         self._scripts = {name: client.register_script(source(name)) for name in NAMES}
 
+    @classmethod
+    def for_client(cls, client: redis.asyncio.Redis) -> AsyncScripts:
+        scripts = _ASYNC.get(client)
+        if scripts is None:
+            scripts = _ASYNC[client] = cls(client)
+        return scripts
+
     async def run(self, op: Op[T]) -> T:
         return op.decode(await self._scripts[op.script](keys=op.keys, args=op.args))
+
+
+# Weak: a registry must not keep closed clients alive.
+_SYNC: weakref.WeakKeyDictionary[redis.Redis, SyncScripts] = weakref.WeakKeyDictionary()
+_ASYNC: weakref.WeakKeyDictionary[redis.asyncio.Redis, AsyncScripts] = weakref.WeakKeyDictionary()
 
 
 def text(value: Any) -> str:
