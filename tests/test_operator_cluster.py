@@ -291,8 +291,14 @@ def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears
 ) -> None:
     password = f"pw-{secrets.token_hex(8)}"
     # A user with a password on the shared server; the default user stays open.
-    redis_client.execute_command(
-        "ACL", "SETUSER", "tq-op", "on", f">{password}", "~*", "&*", "+@all"
+    redis_client.acl_setuser(
+        "tq-op",
+        enabled=True,
+        passwords=[f"+{password}"],
+        categories=["+@all"],
+        keys=["*"],
+        channels=["*"],
+        reset=True,
     )
     secret_url = redis_url.replace("redis://", f"redis://tq-op:{password}@")
     spec = base_spec(redis_url)
