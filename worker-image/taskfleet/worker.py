@@ -317,16 +317,16 @@ class Worker:
             run.abandoned = True
             if run.job is not None:
                 run.job.cancel()
-        # Outcomes already produced are written, not released: that work is done.
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._flush_all(), timeout=max(1.0, self.settings.idle_wait))
-        if leftover:
-            await self._release(leftover)
         for task in background:
             task.cancel()
         for task in background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        # Outcomes already produced are written, not released: that work is done.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._flush_all(), timeout=3.0)
+        if leftover:
+            await self._release(leftover)
         try:
             await asyncio.wait_for(self._broker.deregister(), timeout=2.0)
         except REDIS_DOWN_OR_SLOW as exc:
@@ -515,6 +515,10 @@ class Worker:
                 if self._stop_requested.is_set():
                     return  # forced exit: unwritten outcomes' leases expire; tasks rerun
                 await self._outage(exc)
+            except BaseException:
+                # Cancelled mid-write (shutdown): keep what is unwritten for the final flush.
+                self._outbox = batch + self._outbox
+                raise
 
     async def _write(self, batch: list[_Outcome]) -> None:
         """Write ``batch``, removing each outcome once written (so a retry never repeats it)."""
