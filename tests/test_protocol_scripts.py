@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from importlib import resources
 
 import pytest
 import redis
+import redis.asyncio
 from pydantic import ValidationError
-from taskfleet import Queue, QueueConfig, TaskState
+from taskfleet import Broker, Queue, QueueConfig, TaskState
 from taskfleet.keys import SCRIPT_KEYS, QueueKeys
 from taskfleet.scripts import LIB, NAMES, source, text
 
@@ -204,3 +206,32 @@ def test_queue_repr_never_shows_the_redis_url(redis_url: str) -> None:
     queue = Queue("jobs", redis_url=redis_url.replace("redis://", "redis://:s3cret@"))
     assert "s3cret" not in repr(queue)
     queue.close()
+
+
+def test_queue_and_broker_work_on_clients_that_decode_responses(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    queue = Queue("jobs", client=client)
+    task_id = queue.enqueue({"x": "é"})
+    runner = asyncio.Runner()
+    aclient = runner.run(_decoding_async_client(redis_url))
+    broker = Broker("jobs", aclient, "pod-a", "1")
+    try:
+        runner.run(broker.register(1))
+        [task] = runner.run(broker.claim(1)).tasks
+        assert (task.id, task.payload) == (task_id, {"x": "é"})
+        assert runner.run(broker.heartbeat({task.id: task.token})) == set()
+        assert runner.run(broker.complete_many([(task.id, task.token, '"ok"')])) == [True]
+        stored = queue.get(task_id)
+        assert stored is not None
+        assert (stored.state, stored.result) == (TaskState.DONE, "ok")
+        assert queue.stats()["done"] == 1
+        assert [w.pod for w in queue.workers()] == ["pod-a"]
+    finally:
+        runner.run(broker.close())
+        runner.run(aclient.aclose())
+        runner.close()
+        client.close()
+
+
+async def _decoding_async_client(url: str) -> redis.asyncio.Redis:
+    return redis.asyncio.Redis.from_url(url, decode_responses=True)

@@ -122,7 +122,7 @@ class Task(BaseModel):
 class EnqueueSpec(BaseModel):
     """One task for ``enqueue_many`` (the keyword arguments of ``enqueue``)."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True)
 
     payload: dict[str, Any]
     priority: int = 0
