@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from taskfleet import Queue, QueueConfig, TaskState
+import redis.asyncio
+from taskfleet import Broker, Queue, QueueConfig, StaleToken, TaskState
 
 from tests.fixtures_redis import BlockingBroker
 
@@ -138,3 +141,51 @@ def test_requeue_pod_takes_back_every_task_it_holds_once(
         assert task is not None
         assert (task.state, task.lost) == (TaskState.PENDING, 1)
     assert queue.stats()["requeued"] == 3
+
+
+def test_completing_one_task_with_a_stale_token_raises_stale_token(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    task_id = queue.enqueue({"n": 1})
+    broker = make_broker("jobs")
+    [claimed] = broker.claim(1).tasks
+    queue.requeue_pod("pod-a")
+    with pytest.raises(StaleToken, match=task_id):
+        broker.complete(claimed.id, claimed.token, None)
+    assert queue.get(task_id).state is TaskState.PENDING  # type: ignore[union-attr]
+
+
+class CountingConnection(redis.asyncio.Connection):
+    """Counts requests sent (a pipeline or a script call is one)."""
+
+    sends = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).sends += 1
+        await super().send_packed_command(command, check_health)
+
+
+def test_claiming_and_completing_a_batch_are_one_round_trip_each(
+    queue: Queue, redis_url: str
+) -> None:
+    queue.enqueue_many([{"payload": {"i": i}} for i in range(50)])
+    runner = asyncio.Runner()
+
+    async def counting_client() -> redis.asyncio.Redis:
+        pool = redis.asyncio.ConnectionPool.from_url(redis_url, connection_class=CountingConnection)
+        return redis.asyncio.Redis.from_pool(pool)
+
+    client = runner.run(counting_client())
+    broker = Broker("jobs", client, "pod-a", "1")
+    try:
+        runner.run(broker.claim(1))  # loads the script and connects
+        CountingConnection.sends = 0
+        tasks = runner.run(broker.claim(49)).tasks
+        assert (len(tasks), CountingConnection.sends) == (49, 1)
+        applied = runner.run(broker.complete_many([(t.id, t.token, None) for t in tasks]))
+        assert (applied, CountingConnection.sends) == ([True] * 49, 2)
+        heartbeat = runner.run(broker.heartbeat({}))
+        assert (heartbeat, CountingConnection.sends) == (set(), 3)
+    finally:
+        runner.run(client.aclose())
+        runner.close()

@@ -17,7 +17,7 @@ from typing import Any
 
 import redis.asyncio
 
-from taskfleet.errors import ProtocolError
+from taskfleet.errors import ProtocolError, StaleToken
 from taskfleet.keys import QueueKeys
 from taskfleet.queue import Queue, TaskState
 from taskfleet.scripts import CLAIM_HOUSEKEEPING_BOUND, AsyncScripts, Ops, SweepResult
@@ -170,6 +170,12 @@ class Broker:
         if not items:
             return []
         return await self._scripts.run(self.ops.complete(items))
+
+    async def complete(self, task_id: str, token: str, result_json: str | None = None) -> None:
+        """Finish one task; raises ``StaleToken`` if it was taken back (nothing written)."""
+        [applied] = await self.complete_many([(task_id, token, result_json)])
+        if not applied:
+            raise StaleToken(task_id)
 
     async def fail(
         self,
