@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from e2e.lib.fixtures import Operator
-from e2e.lib.fleet import Fleet
+from e2e.lib.fleet import Fleet, Operator
 from e2e.lib.kube import NodeShell, is_ready, wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from e2e.lib.fleet import Fleet, taskqueue_manifest
+from e2e.lib.fleet import Fleet, Operator, taskqueue_manifest
 from e2e.lib.kube import Kube, KubectlError, wait_for
 from e2e.lib.portforward import PortForward
 
@@ -122,6 +122,7 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
 def test_kubectl_apply_rejects_an_invalid_taskqueue_with_a_message_saying_what_to_fix(
     namespace: Kube, spec: dict[str, Any], message: str
 ) -> None:
+    # The apiserver alone refuses these (CRD schema and CEL): no operator involved.
     assert namespace.namespace is not None
     manifest = taskqueue_manifest("invalid", namespace.namespace, **spec)
     with pytest.raises(KubectlError) as failure:
@@ -132,7 +133,7 @@ def test_kubectl_apply_rejects_an_invalid_taskqueue_with_a_message_saying_what_t
 
 
 def test_a_taskqueue_whose_redis_secret_is_missing_says_so_and_recovers_once_it_exists(
-    namespace: Kube, redis_forward: PortForward
+    namespace: Kube, redis_forward: PortForward, operator: Operator
 ) -> None:
     assert namespace.namespace is not None
     secret_name = "queue-redis"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from e2e.lib.fleet import OPERATOR_IMAGE_HINT, Fleet, taskqueue_manifest
+from e2e.lib.fleet import Fleet, Operator, taskqueue_manifest
 from e2e.lib.kube import VERSIONS, Kube, KubectlError, is_ready, wait_for
 from e2e.lib.portforward import PortForward
 
@@ -40,41 +40,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("taskfleet e2e figures")
         for line in _FIGURES:
             terminalreporter.write_line(line)
-
-
-class Operator:
-    """The operator's Deployment, found by its image wherever it was installed."""
-
-    def __init__(self, namespace: str, name: str):
-        self.kube = Kube(namespace)
-        self.name = name
-
-    @classmethod
-    def find(cls) -> Operator:
-        for dep in Kube().json("get", "deployments", "--all-namespaces")["items"]:
-            images = [c["image"] for c in dep["spec"]["template"]["spec"]["containers"]]
-            if any(OPERATOR_IMAGE_HINT in image for image in images):
-                return cls(dep["metadata"]["namespace"], dep["metadata"]["name"])
-        raise LookupError(
-            "no operator Deployment (an image containing 'taskfleet-operator') in the cluster: "
-            "deploy it with `kubectl apply -k manifests/` first"
-        )
-
-    def deployment(self) -> dict[str, Any]:
-        obj = self.kube.get("deployment", self.name)
-        assert obj is not None
-        return obj
-
-    @property
-    def selector(self) -> str:
-        labels = self.deployment()["spec"]["selector"]["matchLabels"]
-        return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-
-    def ready_pods(self) -> list[str]:
-        return sorted(p["metadata"]["name"] for p in self.kube.pods(self.selector) if is_ready(p))
-
-    def logs(self) -> str:
-        return self.kube.logs(f"deployment/{self.name}")
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +68,7 @@ def _slug(name: str) -> str:
 
 
 @pytest.fixture
-def namespace(request: pytest.FixtureRequest, operator: Operator) -> Iterator[Kube]:
+def namespace(request: pytest.FixtureRequest) -> Iterator[Kube]:
     """A fresh namespace enforcing restricted pod security; deleted after the test."""
     name = f"e2e-{_slug(request.node.name)}-{secrets.token_hex(2)}"
     Kube().apply(
@@ -123,7 +88,7 @@ def namespace(request: pytest.FixtureRequest, operator: Operator) -> Iterator[Ku
     yield kube
     report = request.node.stash.get(_OUTCOME, None)
     if report is not None and report.failed:
-        _dump_diagnostics(kube, operator)
+        _dump_diagnostics(kube)
     if os.environ.get("TASKFLEET_E2E_KEEP") == "1":
         return
     # TaskQueues first, while their Redis still runs, so a finalizer never waits on a
@@ -134,7 +99,7 @@ def namespace(request: pytest.FixtureRequest, operator: Operator) -> Iterator[Ku
     Kube().run("delete", "namespace", name, "--wait=false", check=False)
 
 
-def _dump_diagnostics(kube: Kube, operator: Operator) -> None:
+def _dump_diagnostics(kube: Kube) -> None:
     print(f"\n==== diagnostics for namespace {kube.namespace} ====")
     for args in (
         ("get", "taskqueues,deployments,replicasets,pods", "-o", "wide"),
@@ -146,7 +111,10 @@ def _dump_diagnostics(kube: Kube, operator: Operator) -> None:
     for pod in kube.items("pods"):
         name = pod["metadata"]["name"]
         print(f"--- logs {name}\n{kube.logs(name, '--all-containers')}")
-    print(f"--- operator logs\n{operator.logs()}")
+    try:
+        print(f"--- operator logs\n{Operator.find().logs()}")
+    except (LookupError, KubectlError) as exc:
+        print(f"--- no operator logs: {exc}")
 
 
 @pytest.fixture
@@ -169,7 +137,9 @@ def redis_forward(namespace: Kube) -> Iterator[PortForward]:
 
 
 @pytest.fixture
-def make_fleet(namespace: Kube, redis_forward: PortForward) -> Callable[..., Fleet]:
+def make_fleet(
+    namespace: Kube, redis_forward: PortForward, operator: Operator
+) -> Callable[..., Fleet]:
     """``make_fleet(name, **spec)``: apply a TaskQueue for the sample handler, return its Fleet."""
 
     def make(name: str = "work", **spec: Any) -> Fleet:
@@ -181,8 +151,6 @@ def make_fleet(namespace: Kube, redis_forward: PortForward) -> Callable[..., Fle
 
 
 __all__ = [
-    "KubectlError",
-    "Operator",
     "figures",
     "make_fleet",
     "namespace",

@@ -12,7 +12,13 @@ from e2e.lib.kube import VERSIONS, Kube, is_ready, names, wait_for
 from e2e.lib.ledger import SAMPLE_HANDLER, QueueView
 from e2e.lib.portforward import PortForward
 
-__all__ = ["OPERATOR_IMAGE_HINT", "WORKER_IMAGE", "Fleet", "taskqueue_manifest"]
+__all__ = [
+    "OPERATOR_IMAGE_HINT",
+    "WORKER_IMAGE",
+    "Fleet",
+    "Operator",
+    "taskqueue_manifest",
+]
 
 WORKER_IMAGE = os.environ.get("TASKFLEET_WORKER_IMAGE") or VERSIONS.get(
     "WORKER_IMAGE", "localhost/taskfleet-worker:dev"
@@ -161,3 +167,38 @@ class Fleet:
         start = time.monotonic()
         yield
         print(f"[{self.name}] {label}: {time.monotonic() - start:.1f}s")
+
+
+class Operator:
+    """The operator's Deployment, found by its image wherever it was installed."""
+
+    def __init__(self, namespace: str, name: str):
+        self.kube = Kube(namespace)
+        self.name = name
+
+    @classmethod
+    def find(cls) -> Operator:
+        for dep in Kube().json("get", "deployments", "--all-namespaces")["items"]:
+            images = [c["image"] for c in dep["spec"]["template"]["spec"]["containers"]]
+            if any(OPERATOR_IMAGE_HINT in image for image in images):
+                return cls(dep["metadata"]["namespace"], dep["metadata"]["name"])
+        raise LookupError(
+            "no operator Deployment (an image containing 'taskfleet-operator') in the cluster: "
+            "deploy it with `kubectl apply -k manifests/` first"
+        )
+
+    def deployment(self) -> dict[str, Any]:
+        obj = self.kube.get("deployment", self.name)
+        assert obj is not None
+        return obj
+
+    @property
+    def selector(self) -> str:
+        labels = self.deployment()["spec"]["selector"]["matchLabels"]
+        return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+    def ready_pods(self) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in self.kube.pods(self.selector) if is_ready(p))
+
+    def logs(self) -> str:
+        return self.kube.logs(f"deployment/{self.name}")
