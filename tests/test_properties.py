@@ -31,6 +31,7 @@ from tests.fixtures_redis import BlockingBroker
 
 PODS = ("pod-a", "pod-b")
 LEASE_TTL_S = 0.05
+MAX_CONCURRENCY = 5  # below what two pods claiming up to 4 each would take
 STATES = ("pending", "delayed", "running", "done", "dead")
 
 
@@ -45,6 +46,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.queue.configure(
             QueueConfig(
                 lease_ttl_s=LEASE_TTL_S,
+                max_concurrency=MAX_CONCURRENCY,
                 max_attempts=2,
                 max_lost=2,
                 backoff_base_s=0.01,
@@ -206,6 +208,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             for task_id in ids:
                 holders.setdefault(task_id, []).append(pod)
         assert set(holders) == set(running)
+        assert len(running) <= MAX_CONCURRENCY
         for task_id, lease in running.items():
             h = hashes[task_id]
             assert h.get("token")

@@ -46,10 +46,10 @@ fi
 stop containerd
 
 # 3. Mounts: container rootfs, shm, kubelet volumes, pod network namespaces.
+# The kubelet also bind-mounts its root dir onto itself (to make it rshared): deepest first.
 for root in "$kubelet_root" "$ctrd_run" "$ctrd_root" /run/netns; do
-  grep -o " $root/[^ ]*" /proc/self/mounts 2>/dev/null | sort -r | while read -r m; do
-    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
-  done
+  awk -v r="$root" '$2 == r || index($2, r "/") == 1 {print $2}' /proc/self/mounts | sort -r -u |
+    while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
 done
 rm -f /run/netns/cni-* 2>/dev/null
 rm -rf "${kubelet_root:?}/pods" "$cni_data_dir" "$ctrd_run"
@@ -66,6 +66,18 @@ sed -n 's/^-N \(CNI-[0-9a-f]*\)$/\1/p' <<<"$rules" | while read -r chain; do
   if ! grep -q -- "-j $chain\b" <<<"$rules"; then
     iptables -t nat -F "$chain" 2>/dev/null && iptables -t nat -X "$chain" 2>/dev/null
   fi
+done
+
+# The kubelet's own chains (canaries, and KUBE-FIREWALL guarding 127.0.0.0/8 from outside).
+for cmd in iptables ip6tables; do
+  for table in filter nat mangle; do
+    for hook in INPUT OUTPUT; do
+      while $cmd -t "$table" -D "$hook" -j KUBE-FIREWALL 2>/dev/null; do :; done
+    done
+    for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do
+      $cmd -t "$table" -F "$chain" 2>/dev/null && $cmd -t "$table" -X "$chain" 2>/dev/null
+    done
+  done
 done
 
 # 5. Control plane and its data.
