@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
-from taskfleet import Queue, QueueConfig, TaskState
+from taskfleet import InvalidArgument, Queue, QueueConfig, TaskState
 
 from tests.fixtures_redis import BlockingBroker
 
@@ -164,3 +164,13 @@ def test_purge_deletes_every_key_of_the_queue_and_only_those(
     assert queue.stats()["pending"] == 0
     assert other.stats()["pending"] == 1
     other.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "slot"), [("", 1), ("nightly", "1"), ("nightly", True), ("nightly", 1.5)]
+)
+def test_fire_schedule_refuses_a_missing_name_or_a_non_integer_slot(
+    queue: Queue, name: str, slot: object
+) -> None:
+    with pytest.raises(InvalidArgument, match="schedule name and an integer slot"):
+        queue.fire_schedule(name, slot, {"x": 1})  # type: ignore[arg-type]

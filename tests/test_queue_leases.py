@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
-from taskfleet import Queue, QueueConfig, TaskState
+from taskfleet import Queue, QueueConfig, SweepResult, TaskState
 
 from tests.fixtures_redis import BlockingBroker, eventually
 
@@ -196,3 +196,17 @@ def test_workers_lists_heartbeats_inflight_and_draining(
         True,
         True,
     )
+
+
+def test_sweep_promotes_due_tasks_and_expires_missed_deadlines(queue: Queue) -> None:
+    due = queue.enqueue({"x": 1}, delay=0.01)
+    missed = queue.enqueue({"x": 2}, deadline=0.01)
+
+    def swept_both() -> bool:
+        queue.sweep()
+        states = (queue.get(due).state, queue.get(missed).state)  # type: ignore[union-attr]
+        return states == (TaskState.PENDING, TaskState.DEAD)
+
+    eventually(swept_both)
+    assert queue.get(missed).reason == "expired"  # type: ignore[union-attr]
+    assert queue.sweep() == SweepResult(0, 0, 0, 0, 0, 0, 0)
