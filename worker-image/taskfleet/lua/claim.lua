@@ -43,7 +43,7 @@ local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks', 0))
 local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost', 0))
 
 local retry_after = 0
-local lease_until = now + cfg_num('lease_ttl_s', 30) * 1000
+local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
 local default_timeout = cfg('default_timeout_s') or ''
 local out = {0, -1}
 local claimed = 0

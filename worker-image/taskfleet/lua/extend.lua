@@ -7,7 +7,7 @@
 -- Returns: ids whose token no longer matches (taken back: the worker must abandon them).
 local pod, incarnation = ARGV[1], ARGV[2]
 local now = now_ms()
-local lease_until = now + cfg_num('lease_ttl_s', 30) * 1000
+local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
 local lost = {}
 for i = 6, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
