@@ -134,3 +134,20 @@ def test_a_worker_whose_lease_was_taken_back_abandons_the_task_and_writes_nothin
     for worker in (first, second):
         worker.signal(signal.SIGTERM)
         assert worker.wait() == 0
+
+
+def test_an_unexpected_redis_error_releases_the_tasks_and_exits_1_with_one_line(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    task_id = queue.enqueue({"seconds": 30})
+    worker = fleet.add(f"{H}:sleep").start()
+    wait_until(lambda: events(redis_client), message="the task started")
+    # Something clobbers a key of the queue: heartbeats now fail with WRONGTYPE.
+    redis_client.delete("tf:{jobs}:workers")
+    redis_client.set("tf:{jobs}:workers", "not a hash")
+    assert worker.wait() == 1
+    failures = [e for e in worker.events() if e["event"] == "worker_failed"]
+    assert len(failures) == 1 and "WRONGTYPE" in failures[0]["error"], worker.log_text()
+    assert "Traceback" not in worker.log_text()
+    task = queue.get(task_id)
+    assert task is not None and task.state == "pending" and task.attempts == 0

@@ -389,13 +389,18 @@ def worker(
 
 
 async def _serve(settings: Any, handler: Any) -> int:
-    from taskfleet.worker import Worker
+    from taskfleet.handlers import format_error
+    from taskfleet.worker import Worker, log_event
 
     worker = Worker(settings, handler)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.request_drain)
-    return await worker.run()
+    try:
+        return await worker.run()
+    except Exception as exc:  # one log line, not a traceback, and a restartable exit
+        log_event(logging.ERROR, "worker_failed", error=format_error(exc))
+        return 1
 
 
 def _exit_now(code: int) -> NoReturn:

@@ -62,13 +62,21 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
     TimeoutError,
     OSError,
 )
-REDIS_DOWN_OR_SLOW: tuple[type[BaseException], ...] = (*REDIS_DOWN, TimeoutError)
 DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
 
 
 def log_event(level: int, event: str, **fields: Any) -> None:
     """One structured line per event; the CLI's formatter renders key=value or JSON."""
     log.log(level, event, extra={"fields": fields})
+
+
+def _number(raw: Any, default: float) -> float:
+    """A config value as the Lua scripts read it: unset or not a number -> the default."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return default
+    return value if value > 0 else default
 
 
 @dataclass(frozen=True)
@@ -244,9 +252,24 @@ class Worker:
                 loop.create_task(self._flush_loop(), name="flush"),
             ]
             claimer = loop.create_task(self._claim_loop(), name="claim")
-            await self._drain_requested.wait()
-            await claimer
-            return await self._shutdown(background)
+            drain = loop.create_task(self._drain_requested.wait())
+            await asyncio.wait({drain, claimer, *background}, return_when="FIRST_COMPLETED")
+            drain.cancel()
+            crashed = [t for t in (claimer, *background) if t.done() and not t.cancelled()]
+            failure = next((t.exception() for t in crashed if t.exception()), None)
+            if failure is None:
+                await claimer
+                return await self._shutdown(background)
+            # A bug, not an outage (those are handled in the loops): give everything back
+            # at once and exit 1 so the container restarts rather than idling half-alive.
+            log_event(logging.ERROR, "worker_failed", error=format_error(failure))
+            self._drain_requested.set()
+            self._stop_requested.set()
+            self._slot_freed.set()  # the claim loop may be waiting for a slot
+            with contextlib.suppress(Exception):
+                await claimer
+            await self._shutdown([t for t in background if not t.done()])
+            return 1
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
             if self._own_client and self._client is not None:
@@ -287,7 +310,7 @@ class Worker:
                     ttl = self.settings.lease_ttl
                 else:
                     raw = await self._client.hget(config_key, field)
-                    ttl = float(raw) if raw is not None else DEFAULT_LEASE_TTL_S
+                    ttl = _number(raw, DEFAULT_LEASE_TTL_S)
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
                 continue
@@ -329,7 +352,7 @@ class Worker:
             await self._release(leftover)
         try:
             await asyncio.wait_for(self._broker.deregister(), timeout=2.0)
-        except REDIS_DOWN_OR_SLOW as exc:
+        except Exception as exc:
             # Not fatal: the operator and sweeps notice a silent pod by its heartbeat.
             log_event(logging.WARNING, "deregister_failed", error=format_error(exc))
         finally:
@@ -350,7 +373,7 @@ class Worker:
         items = [(run.task.id, run.task.token) for run in runs]
         try:
             released = await asyncio.wait_for(self._broker.release(items), timeout=3.0)
-        except REDIS_DOWN_OR_SLOW as exc:
+        except Exception as exc:  # whatever went wrong, exiting must go on
             log_event(
                 logging.WARNING,
                 "release_failed",
