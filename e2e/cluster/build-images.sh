@@ -14,6 +14,7 @@ set -euo pipefail
 what=${1:-all}
 case $what in all|cluster|project) ;; *) die "usage: build-images.sh [all|cluster|project]" ;; esac
 [ "$(id -u)" = 0 ] || die "build-images.sh runs as root (buildah, containerd)"
+hold_lock images
 ensure_packages buildah debootstrap gcc libc6-dev containerd
 mkdir -p "$images"
 

@@ -6,6 +6,7 @@ set -uo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || die "down.sh runs as root"
+hold_lock cluster
 export KUBECONFIG=$state/kubeconfig
 [ -x "$k8s_bin/kubectl" ] && ! command -v kubectl >/dev/null && export PATH=$k8s_bin:$PATH
 

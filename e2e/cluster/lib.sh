@@ -45,3 +45,12 @@ ctr_() { ctr -a "$ctrd_sock" -n k8s.io "$@"; }
 node_ip() {
   ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1
 }
+
+# Serialise scripts that change the same state (two `make cluster-up` at once, say): the
+# lock is held until the script exits. NAME: cluster or images.
+hold_lock() {
+  local file=$cache/.$1.lock
+  mkdir -p "$cache"
+  exec {lock_fd}>"$file"
+  flock -w 900 "$lock_fd" || die "another run holds $file for 15 minutes; giving up"
+}

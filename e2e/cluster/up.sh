@@ -9,6 +9,7 @@ set -euo pipefail
 # shellcheck source=pki.sh
 . "$here/pki.sh"
 [ "$(id -u)" = 0 ] || die "up.sh runs as root (kubelet, containerd, iptables)"
+hold_lock cluster
 
 ensure_packages etcd-server containerd runc containernetworking-plugins iptables conntrack \
   socat ebtables ethtool iproute2 util-linux mount openssl ca-certificates curl
@@ -45,6 +46,12 @@ start() { # NAME ARGV...: start a daemon in its own session, unless it runs alre
   log "starting $name"
   setsid "$@" >>"$state/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$state/pids/$name.pid"
+}
+
+write_if_changed() { # FILE: stdin into FILE, leaving FILE alone when the content is the same
+  local tmp; tmp=$(mktemp "$1.XXXX")
+  cat >"$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
 }
 
 wait_for() { # SECONDS DESCRIPTION COMMAND...: poll until COMMAND succeeds
@@ -110,7 +117,7 @@ start kube-scheduler "$k8s_bin/kube-scheduler" \
 
 # --- containerd + CNI ---------------------------------------------------------------------
 mkdir -p "$state/containerd"
-cat >"$state/containerd/config.toml" <<TOML
+write_if_changed "$state/containerd/config.toml" <<TOML
 # Written by e2e/cluster/up.sh. A private containerd: own root, state and socket.
 version = 2
 root = "$ctrd_root"
@@ -134,7 +141,7 @@ state = "$ctrd_run"
     conf_dir = "$cni_conf_dir"
 TOML
 # MTU 1400 like eth0, so pod packets are not dropped for being too big on the way out.
-cat >"$cni_conf_dir/10-taskfleet.conflist" <<JSON
+write_if_changed "$cni_conf_dir/10-taskfleet.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
   "name": "taskfleet",
@@ -157,7 +164,7 @@ alive containerd
 "$here/build-images.sh" cluster
 
 # --- kubelet + kube-proxy -----------------------------------------------------------------
-cat >"$state/kubelet.yaml" <<YAML
+write_if_changed "$state/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://$ctrd_sock
@@ -187,7 +194,8 @@ start kubelet "$k8s_bin/kubelet" --config="$state/kubelet.yaml" \
   --kubeconfig="$state/kubelet.kubeconfig" --hostname-override="$node_name" \
   --node-ip="$ip" --root-dir="$kubelet_root" --v=1
 
-cat >"$state/kube-proxy.yaml" <<YAML
+# kube-proxy exits when its config file changes; it is rewritten only when it must.
+write_if_changed "$state/kube-proxy.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: iptables
