@@ -15,6 +15,9 @@ cache=${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}
 out=$cache/k8s/$K8S_VERSION/bin
 mod=$here/k8s-build
 mkdir -p "$out"
+# One build at a time: two runs would write the same binaries.
+exec {lock_fd}>"$cache/.k8s-build.lock"
+flock -w 3600 "$lock_fd" || { echo "build-k8s: another build holds the lock" >&2; exit 1; }
 
 # A Go toolchain >= 1.24: the one on PATH, /usr/local/go, or the official toolchain fetched
 # once from the Go module proxy (it publishes toolchains as golang.org/toolchain modules).
