@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The e2e suite on the local cluster: bring the cluster up (idempotent), build and import the
 # images, deploy the operator from manifests/ (when present), then run pytest on e2e/.
-# Extra arguments go to pytest (e.g. `e2e/run-local.sh -k scale`).
+# Extra arguments go to pytest: options (`-k scale`) apply to all of e2e/, a path as the first
+# argument (`e2e/run-local.sh e2e/test_cluster.py`) narrows the run to it.
 set -euo pipefail
 # shellcheck source=cluster/lib.sh
 . "$(dirname "$0")/cluster/lib.sh"
@@ -12,4 +13,5 @@ cd "$repo"
 if [ -f manifests/kustomization.yaml ]; then
   kubectl apply -k manifests/ >/dev/null
 fi
-exec "${PYTHON:-$repo/.venv/bin/python}" -m pytest e2e "$@"
+[ $# -gt 0 ] && [ -e "$1" ] || set -- e2e "$@"
+exec "${PYTHON:-$repo/.venv/bin/python}" -m pytest "$@"
