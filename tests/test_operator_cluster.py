@@ -142,10 +142,11 @@ def test_a_new_taskqueue_gets_an_owned_worker_deployment_and_a_status(
     assert pod.security_context.run_as_non_root is True
 
     def reported() -> Any:
-        """status with selector, counts and RedisReachable=True"""
+        """status from both the reconcile handler (observedGeneration) and a sweep"""
         status = cluster.tq("emails").get("status", {})
         reachable = cluster.condition("emails", "RedisReachable")
-        return status if reachable and reachable["status"] == "True" else None
+        swept = reachable is not None and reachable["status"] == "True"
+        return status if swept and "observedGeneration" in status else None
 
     status = wait_for(reported)
     assert status["selector"] == "taskfleet.dev/queue=emails"
@@ -177,6 +178,21 @@ def test_updating_the_spec_updates_the_deployment_and_the_queue_settings(
     assert deployment.spec.template.metadata.annotations["taskfleet.dev/spec-hash"] != first_hash
     queue = queue_of(cluster.namespace, "resize")
     wait_for(lambda: queue.config().max_lost == 5, what="max_lost written to Redis")
+
+
+def test_a_deleted_worker_deployment_is_created_again(cluster: Cluster, redis_url: str) -> None:
+    cluster.create_tq("restore", base_spec(redis_url))
+    first = wait_for(lambda: cluster.deployment("restore"), what="Deployment created")
+
+    cluster.apps.delete_namespaced_deployment("restore", cluster.namespace)
+
+    def recreated() -> Any:
+        """a new Deployment (another uid) exists"""
+        deployment = cluster.deployment("restore")
+        return deployment if deployment and deployment.metadata.uid != first.metadata.uid else None
+
+    again = wait_for(recreated)
+    assert again.metadata.owner_references[0].name == "restore"
 
 
 def test_new_pods_are_counted_and_enqueued_tasks_show_in_status(

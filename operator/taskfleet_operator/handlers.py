@@ -13,6 +13,7 @@ from typing import Any
 
 import kopf
 import redis
+from kubernetes.client.exceptions import ApiException
 
 from taskfleet_operator import builders, kube, reconcile, sweeper
 from taskfleet_operator import status as tqstatus
@@ -58,7 +59,8 @@ def worker_pods(*, name: str, namespace: str | None, labels: Mapping[str, str], 
 
 @kopf.index("deployments", labels={QUEUE_LABEL: kopf.PRESENT})
 def worker_deployments(*, name: str, namespace: str | None, body: kopf.Body, **_: Any) -> Any:
-    """Worker Deployments' status by (namespace, name), for readyReplicas without polling."""
+    """Worker Deployments' status by (namespace, name), for readyReplicas without polling
+    and to notice a Deployment deleted behind the operator's back."""
     return {(namespace, name): {"status": dict(body.get("status") or {})}}
 
 
@@ -177,6 +179,11 @@ def sweep_taskqueue(
         return  # reported by the create/update handler
     key = (namespace, name)
     live = list(worker_pods.get(key, []))
+    deployment = reconcile.first(worker_deployments.get(key))
+    if deployment is None:
+        # Only a missing Deployment is restored here: re-applying on any difference could
+        # race a spec update with this tick's older body and roll the pods back and forth.
+        _restore_fleet(body, model, logger)
     conditions = list(status.get("conditions") or [])
     desired: dict[str, Any] = {}
     try:
@@ -213,7 +220,6 @@ def sweep_taskqueue(
             conditions, tqstatus.REDIS_REACHABLE, True, "Connected", "Redis answers"
         )
         desired.update(tqstatus.queue_counts(report.stats, len(live)))
-    deployment = reconcile.first(worker_deployments.get(key))
     replicas, ready = reconcile.deployment_status(model, deployment)
     desired["replicas"] = replicas
     desired["readyReplicas"] = ready
@@ -221,6 +227,17 @@ def sweep_taskqueue(
     desired["conditions"] = reconcile.ready_condition(conditions, model, ready)
     for field, value in tqstatus.changes(status, desired).items():
         patch.status[field] = value
+
+
+def _restore_fleet(body: kopf.Body, model: Any, logger: Logger) -> None:
+    """Re-apply a worker Deployment that was deleted by someone else."""
+    logger.info("worker Deployment missing: applying it again")
+    try:
+        reconcile.apply_fleet(body, model, CONNECTIONS, logger)
+    except reconcile.NotOwned:
+        pass  # reported by the create/update handler, which retries
+    except ApiException as error:
+        logger.warning("worker Deployment not restored yet: %s", error.reason)
 
 
 def _redis_down(
