@@ -44,6 +44,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # kopf names itself with getpass.getuser(), which fails for a numeric uid that has no
+    # passwd entry (the image runs as 10001 without one); the environment is asked first.
+    if not any(os.environ.get(name) for name in ("LOGNAME", "USER", "LNAME", "USERNAME")):
+        os.environ["USER"] = "taskfleet"
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.FULL)
     # Importing registers the handlers with kopf's default registry.
     import taskfleet_operator.handlers  # noqa: F401
