@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from taskfleet import Queue, QueueConfig, SweepResult, TaskState
+from taskfleet.scripts import CLAIM_HOUSEKEEPING_BOUND
 
 from tests.fixtures_redis import BlockingBroker, eventually
 
@@ -210,3 +211,22 @@ def test_sweep_promotes_due_tasks_and_expires_missed_deadlines(queue: Queue) -> 
     eventually(swept_both)
     assert queue.get(missed).reason == "expired"  # type: ignore[union-attr]
     assert queue.sweep() == SweepResult(0, 0, 0, 0, 0, 0, 0)
+
+
+def test_a_claim_promotes_a_bounded_number_of_due_tasks_so_it_stays_short(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.enqueue_many([{"payload": {"i": i}, "delay": 0.01} for i in range(250)])
+    eventually(lambda: _all_due(queue))
+    assert len(make_broker("jobs").claim(1).tasks) == 1
+    stats = queue.stats()
+    assert (stats["pending"] + stats["running"], stats["delayed"]) == (
+        CLAIM_HOUSEKEEPING_BOUND,
+        250 - CLAIM_HOUSEKEEPING_BOUND,
+    )
+
+
+def _all_due(queue: Queue) -> bool:
+    sec, usec = queue.client.time()
+    now = int(sec) * 1000 + int(usec) // 1000
+    return queue.client.zcount(queue.keys.delayed, now + 1, "+inf") == 0
