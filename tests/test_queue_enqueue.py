@@ -79,6 +79,7 @@ def test_enqueue_many_is_one_round_trip_and_returns_ids_in_order(redis_url: str)
         ("text", "must be a JSON object"),
         ({"x": float("nan")}, "not JSON-serialisable"),
         ({"x": {1, 2}}, "not JSON-serialisable"),
+        ({"x": "\ud800"}, "not JSON-serialisable"),
     ],
 )
 def test_payload_that_is_not_a_json_object_is_refused_and_nothing_stored(

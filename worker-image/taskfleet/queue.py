@@ -151,9 +151,12 @@ def encode_payload(payload: object) -> str:
     if not isinstance(payload, dict):
         raise InvalidPayload(f"payload must be a JSON object (dict), not {type(payload).__name__}")
     try:
-        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
+        # compact, UTF-8 as is (ensure_ascii would inflate non-ASCII text up to 6x)
+        text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text.encode()  # a lone surrogate cannot be sent as UTF-8: refuse it here, clearly
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from None
+    return text
 
 
 def _seconds(value: float | timedelta | None, what: str) -> float | None:
