@@ -70,6 +70,16 @@ def log_event(level: int, event: str, **fields: Any) -> None:
     log.log(level, event, extra={"fields": fields})
 
 
+async def _wait_any(*events: asyncio.Event, limit: float | None = None) -> None:
+    """Return when any of ``events`` is set (or after ``limit`` seconds)."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=limit, return_when="FIRST_COMPLETED")
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
 def _number(raw: Any, default: float) -> float:
     """A config value as the Lua scripts read it: unset or not a number -> the default."""
     try:
@@ -170,6 +180,9 @@ class Worker:
         self._beat_now = asyncio.Event()
         self._drain_requested = asyncio.Event()
         self._stop_requested = asyncio.Event()
+        # Ends the background loops. Not task.cancel(): a cancellation that lands while a
+        # redis-py call completes can be swallowed (Python 3.11), leaving a loop running.
+        self._closing = asyncio.Event()
         self._idle = asyncio.Event()  # set while nothing is in flight or waiting to be written
         self._idle.set()
         self._connected = asyncio.Event()
@@ -328,23 +341,17 @@ class Worker:
         """Wait for in-flight tasks up to the drain deadline, release the rest, deregister."""
         assert self._broker is not None
         deadline = self.settings.drain_timeout
-        idle = asyncio.ensure_future(self._idle.wait())
-        stop = asyncio.ensure_future(self._stop_requested.wait())
-        try:
-            await asyncio.wait({idle, stop}, timeout=deadline, return_when="FIRST_COMPLETED")
-        finally:
-            idle.cancel()
-            stop.cancel()
+        await _wait_any(self._idle, self._stop_requested, limit=deadline)
         leftover = [run for run in self._running.values() if not run.finished]
         for run in leftover:
             run.abandoned = True
             if run.job is not None:
                 run.job.cancel()
-        for task in background:
-            task.cancel()
-        for task in background:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._closing.set()
+        if background:
+            _, pending = await asyncio.wait(background, timeout=5.0)
+            for task in pending:
+                task.cancel()  # a write stuck on a dead server; its batch stays in the outbox
         # Outcomes already produced are written, not released: that work is done.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._flush_all(), timeout=3.0)
@@ -434,9 +441,11 @@ class Worker:
             drain.cancel()
             if not waiter.done():
                 waiter.cancel()
-                with contextlib.suppress(asyncio.CancelledError, *REDIS_DOWN):
-                    await waiter
-        if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
+                # Bounded: the wait being cancelled is at most one idle wait long anyway.
+                await asyncio.wait({waiter}, timeout=self.settings.idle_wait + 1.0)
+        if self.draining or not waiter.done() or waiter.cancelled():
+            return  # an error of a wait cut short by the drain is no outage
+        if waiter.exception() is not None:
             raise waiter.exception()  # type: ignore[misc]
 
     # ---------------------------------------------------------------- running tasks
@@ -522,7 +531,9 @@ class Worker:
 
     async def _flush_loop(self) -> None:
         while True:
-            await self._outbox_ready.wait()
+            await _wait_any(self._outbox_ready, self._closing)
+            if self._closing.is_set():
+                return  # the shutdown flushes what is left itself
             self._outbox_ready.clear()
             await asyncio.sleep(0)  # let outcomes finishing in this loop turn join the batch
             await self._flush_all()
@@ -595,7 +606,7 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         assert self._broker is not None
         beats = 0
-        while True:
+        while not self._closing.is_set():
             self._beat_now.clear()
             tokens = {
                 run.task.id: run.task.token for run in self._running.values() if not run.abandoned
@@ -614,11 +625,7 @@ class Worker:
                     return
                 await self._outage(exc)
                 continue
-            beat_now = asyncio.ensure_future(self._beat_now.wait())
-            try:
-                await asyncio.wait({beat_now}, timeout=self._heartbeat_interval)
-            finally:
-                beat_now.cancel()
+            await _wait_any(self._beat_now, self._closing, limit=self._heartbeat_interval)
 
     def _abandon(self, lost: set[str]) -> None:
         """Leases we no longer hold: someone else may run the task; drop our result."""
@@ -649,13 +656,7 @@ class Worker:
             log_event(logging.WARNING, "redis_unreachable", error=format_error(exc))
             self._probe = asyncio.get_running_loop().create_task(self._reconnect())
         stop_event = self._drain_requested if until_drain else self._stop_requested
-        waiter = asyncio.ensure_future(self._connected.wait())
-        stop = asyncio.ensure_future(stop_event.wait())
-        try:
-            await asyncio.wait({waiter, stop}, return_when="FIRST_COMPLETED")
-        finally:
-            waiter.cancel()
-            stop.cancel()
+        await _wait_any(self._connected, stop_event, self._closing)
 
     async def _reconnect(self) -> None:
         assert self._client is not None
