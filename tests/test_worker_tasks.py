@@ -151,3 +151,24 @@ def test_an_unexpected_redis_error_releases_the_tasks_and_exits_1_with_one_line(
     assert "Traceback" not in worker.log_text()
     task = queue.get(task_id)
     assert task is not None and task.state == "pending" and task.attempts == 0
+
+
+def test_every_worker_option_can_come_from_the_environment(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    env = {
+        "TASKFLEET_QUEUE": "jobs",
+        "TASKFLEET_HANDLER": f"{H}:sleep",
+        "TASKFLEET_CONCURRENCY": "3",
+        "TASKFLEET_HEARTBEAT_INTERVAL": "0.2",
+        "TASKFLEET_LEASE_TTL": "1",
+        "TASKFLEET_DRAIN_TIMEOUT": "7",
+        "TASKFLEET_LOG_FORMAT": "json",
+    }
+    worker = fleet.add("unused:unused", pod="from-env", env=env)
+    worker.argv = worker.argv[: worker.argv.index("worker") + 1]  # no options at all
+    worker.start()
+    worker.wait_event("worker_started", concurrency=3, pod="from-env", queue="jobs")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert worker.has_event("drain_started", drain_timeout_s=7.0)
