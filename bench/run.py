@@ -239,7 +239,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument(
-        "--taskfleet-concurrency", type=int, default=8, help="slots per taskfleet worker process"
+        "--taskfleet-concurrency", type=int, default=32, help="slots per taskfleet worker process"
     )
     parser.add_argument(
         "--no-write", action="store_true", help="print only; no results file, no README"

@@ -14,9 +14,9 @@ from harness import DONE_KEY, record_done
 from taskfleet import Queue
 
 QUEUE = "bench"
-# Slots per worker process: sync handlers run in a thread pool of this size; it is also
-# the largest batch one claim takes. dramatiq's default is 8 threads, arq's 10 jobs.
-CONCURRENCY = int(os.environ.get("BENCH_TASKFLEET_CONCURRENCY", "8"))
+# Slots per worker process (run.py --taskfleet-concurrency): sync handlers run in a thread
+# pool of this size, and it bounds the batch one claim takes.
+CONCURRENCY = int(os.environ.get("BENCH_TASKFLEET_CONCURRENCY", "32"))
 
 
 def noop(payload: dict[str, Any]) -> None:
