@@ -276,3 +276,5 @@ class PodWatch:
             self._process.terminate()
             self._process.wait(timeout=10)
         self._thread.join(timeout=5)
+        if self._process.stdout is not None:
+            self._process.stdout.close()

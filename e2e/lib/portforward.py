@@ -35,6 +35,7 @@ class PortForward:
         self.process: subprocess.Popen[str] | None = None
         self.local_port: int | None = None
         self._client: redis.Redis | None = None
+        self._drainer: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def start(self, timeout: float = 30) -> None:
@@ -53,7 +54,8 @@ class PortForward:
         self.process = process
         self.local_port = port
         # Drain kubectl's output so a chatty tunnel never blocks on a full pipe.
-        threading.Thread(target=_drain, args=(process.stdout,), daemon=True).start()
+        self._drainer = threading.Thread(target=_drain, args=(process.stdout,), daemon=True)
+        self._drainer.start()
         self._client = redis.Redis(
             host="127.0.0.1",
             port=port,
@@ -74,6 +76,12 @@ class PortForward:
                 except subprocess.TimeoutExpired:
                     self.process.kill()
                     self.process.wait()
+            # kubectl is gone: the drainer reads to EOF, then the pipe can be closed.
+            if self._drainer is not None:
+                self._drainer.join(timeout=5)
+                self._drainer = None
+            if self.process.stdout is not None:
+                self.process.stdout.close()
             self.process = None
 
     @property
