@@ -13,5 +13,5 @@ cd "$repo"
 if [ -f manifests/kustomization.yaml ]; then
   kubectl apply -k manifests/ >/dev/null
 fi
-[ $# -gt 0 ] && [ -e "$1" ] || set -- e2e "$@"
+if [ $# -eq 0 ] || [ ! -e "$1" ]; then set -- e2e "$@"; fi
 exec "${PYTHON:-$repo/.venv/bin/python}" -m pytest "$@"

@@ -36,7 +36,7 @@ build() {
     local old; old=$(buildah inspect --type image --format '{{.FromImageID}}' "$ref" 2>/dev/null || true)
     buildah bud --quiet --network host --pull=false -f "$file" -t "$ref" "$@" "$ctx" >/dev/null
     # The previous build of this tag is now unnamed: drop it so rebuilds do not fill the disk.
-    [ -n "$old" ] && buildah rmi "$old" >/dev/null 2>&1 || true
+    if [ -n "$old" ]; then buildah rmi "$old" >/dev/null 2>&1 || true; fi
     rm -f "$archive"
     buildah push --quiet "$ref" "docker-archive:$archive:$ref"
     echo "$sum" >"$stamp"
