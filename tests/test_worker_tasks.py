@@ -172,3 +172,12 @@ def test_every_worker_option_can_come_from_the_environment(
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
     assert worker.has_event("drain_started", drain_timeout_s=7.0)
+
+
+def test_a_handlers_own_timeout_error_is_recorded_as_it_is_not_as_a_task_timeout(
+    fleet: Fleet, queue: Queue
+) -> None:
+    task_id = queue.enqueue({}, max_attempts=1, timeout=30)
+    fleet.add(f"{H}:raise_timeout").start()
+    task = finished(queue, task_id)
+    assert task.state == "dead" and task.error == "TimeoutError: upstream took too long"

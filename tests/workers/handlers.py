@@ -92,3 +92,8 @@ async def async_slow_first(payload: dict[str, Any]) -> str:
         await asyncio.sleep(float(payload.get("seconds", 30)))
     await asyncio.to_thread(_record, f"end{current_task().attempt}")
     return "ok"
+
+
+def raise_timeout(payload: dict[str, Any]) -> None:
+    """A handler whose own upstream call timed out (not the task's timeout)."""
+    raise TimeoutError("upstream took too long")

@@ -473,21 +473,26 @@ class Worker:
                 redis_url=self.settings.redis_url,
             )
         )
-        timeout = self._timeout_for(task)
+        limit = self._timeout_for(task)
+        scope = asyncio.timeout(limit)
         outcome = _Outcome(run=run)
         try:
-            if self.handler.is_async:
-                value = await asyncio.wait_for(
-                    asyncio.create_task(self._call_async(task.payload), context=context),
-                    timeout,
-                )
-            else:
-                value = await self._call_sync(run, context, timeout)
+            async with scope:
+                if self.handler.is_async:
+                    # Awaiting the task from a cancelled scope cancels the handler too.
+                    value = await asyncio.create_task(
+                        self._call_async(task.payload), context=context
+                    )
+                else:
+                    value = await self._call_sync(run, context)
             outcome.result = encode_result(value)
         except asyncio.CancelledError:
             return  # drain deadline or lost lease: the task goes back, nothing is written
-        except TimeoutError:
-            outcome.error = f"TimeoutError: task exceeded its timeout of {timeout:g}s"
+        except TimeoutError as exc:
+            if scope.expired():
+                outcome.error = f"TimeoutError: task exceeded its timeout of {limit:g}s"
+            else:  # the handler's own TimeoutError (an upstream call) is just a failure
+                outcome.error = format_error(exc)
         except Exception as exc:  # the handler's failure is the attempt's failure
             outcome.error = format_error(exc)
         if run.abandoned:
@@ -500,13 +505,13 @@ class Worker:
     async def _call_async(self, payload: dict[str, Any]) -> Any:
         return await self.handler.func(payload)
 
-    async def _call_sync(self, run: _Running, context: Any, limit: float | None) -> Any:
+    async def _call_sync(self, run: _Running, context: Any) -> Any:
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._pool, context.run, self.handler.func, run.task.payload)
         run.thread = future
         try:
-            return await asyncio.wait_for(asyncio.shield(future), limit)
-        except (TimeoutError, asyncio.CancelledError):
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:  # timeout, drain deadline: the thread runs on
             self._keep_slot_until_return(run)
             raise
 
