@@ -10,11 +10,9 @@ hold_lock cluster
 export KUBECONFIG=$state/kubeconfig
 [ -x "$k8s_bin/kubectl" ] && ! command -v kubectl >/dev/null && export PATH=$k8s_bin:$PATH
 
-pid_of() { cat "$state/pids/$1.pid" 2>/dev/null; }
-
 stop() { # NAME: SIGTERM, then SIGKILL after 15 s
-  local pid; pid=$(pid_of "$1") || return 0
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+  local pid
+  if pid=$(daemon_pid "$1"); then
     log "stopping $1"
     kill -TERM "$pid" 2>/dev/null
     for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -26,7 +24,7 @@ stop() { # NAME: SIGTERM, then SIGKILL after 15 s
 tasks() { ctr_ tasks ls -q 2>/dev/null; }
 
 # 1. Pods first, through the kubelet, so CNI releases their addresses and rules.
-if pid=$(pid_of kubelet) && kill -0 "$pid" 2>/dev/null && kubectl get --raw /readyz >/dev/null 2>&1; then
+if daemon_pid kubelet >/dev/null && kubectl get --raw /readyz >/dev/null 2>&1; then
   log "deleting pods"
   kubectl cordon "$node_name" >/dev/null 2>&1
   kubectl delete pods --all --all-namespaces --force --grace-period=0 --wait=false >/dev/null 2>&1

@@ -54,3 +54,13 @@ hold_lock() {
   exec {lock_fd}>"$file"
   flock -w 900 "$lock_fd" || die "another run holds $file for 15 minutes; giving up"
 }
+
+# PID of a daemon the scripts started, if it still runs: the pid file must name a live
+# process whose command line is that daemon's (after a reboot the pid may be another's).
+daemon_pid() {
+  local pid
+  pid=$(cat "$state/pids/$1.pid" 2>/dev/null) || return 1
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  grep -q -- "$1" <<<"$(tr '\0' ' ' <"/proc/$pid/cmdline")" || return 1
+  echo "$pid"
+}

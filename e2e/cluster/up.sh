@@ -34,11 +34,7 @@ sysctl -qw net.ipv4.ip_forward=1
 sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null ||
   log "warning: net.bridge.bridge-nf-call-iptables unavailable (br_netfilter missing?)"
 
-running() { # NAME: is the daemon from our pid file alive?
-  local pid
-  pid=$(cat "$state/pids/$1.pid" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
-}
+running() { daemon_pid "$1" >/dev/null; }
 
 start() { # NAME ARGV...: start a daemon in its own session, unless it runs already
   local name=$1; shift
