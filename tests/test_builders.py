@@ -278,6 +278,7 @@ def test_queue_config_carries_the_shared_limits() -> None:
         ({"schedules": [{"name": "a", "cron": "every minute ok"}]}, "not a valid five-field cron"),
         ({"env": [{"name": "TASKFLEET_QUEUE", "value": "x"}]}, "the operator sets them"),
         ({"replicas": 1001}, "less than or equal to 1000"),
+        ({"resources": {"limits": {"cpu": "lots"}}}, "not a Kubernetes quantity"),
     ],
 )
 def test_invalid_specs_fail_with_a_message_saying_what_to_fix(

@@ -32,6 +32,15 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
     assert apply(kube_apiserver, tq_namespace, "minimal", spec).returncode == 0
 
     stored = get_tq(kube_apiserver, tq_namespace, "minimal")["spec"]
+    assert (
+        apply(
+            kube_apiserver,
+            tq_namespace,
+            "quantities",
+            {**spec, "resources": {"limits": {"cpu": 1, "memory": "256Mi"}}},
+        ).returncode
+        == 0
+    )
     assert stored["replicas"] == 1
     assert stored["concurrency"] == 4
     assert stored["maxTaskDurationSeconds"] == 300

@@ -50,7 +50,11 @@ def test_schema_is_structural() -> None:
         assert node.get("additionalProperties") is not False, path
         assert "title" not in node, path
         if path:
-            typed = "type" in node or node.get("x-kubernetes-preserve-unknown-fields")
+            typed = (
+                "type" in node
+                or node.get("x-kubernetes-preserve-unknown-fields")
+                or node.get("x-kubernetes-int-or-string")
+            )
             assert typed, f"{path} has no type"
 
 

@@ -397,6 +397,23 @@ def test_a_spec_the_crd_cannot_check_is_reported_as_invalid(
     assert cluster.deployment("invalid") is None
 
 
+def test_a_deployment_the_apiserver_rejects_is_reported_on_the_taskqueue(
+    cluster: Cluster, redis_url: str
+) -> None:
+    # The CRD passes tolerations through; only the Deployment's schema knows the operators.
+    tolerations = [{"key": "k", "operator": "Maybe", "effect": "NoSchedule"}]
+    cluster.create_tq("rejected", base_spec(redis_url, tolerations=tolerations))
+
+    def reported() -> Any:
+        """Ready=False with reason DeploymentRejected"""
+        condition = cluster.condition("rejected", "Ready")
+        return condition if condition and condition["reason"] == "DeploymentRejected" else None
+
+    condition = wait_for(reported)
+    assert "Maybe" in condition["message"]
+    assert cluster.event_messages("DeploymentRejected")
+
+
 def test_on_delete_purge_removes_the_queue_data_and_retain_keeps_it(
     cluster: Cluster, redis_url: str, queue_of: Callable[[str, str], Queue]
 ) -> None:

@@ -143,7 +143,7 @@ def worker_container(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str
     if spec.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.image_pull_policy
     if spec.resources is not None:
-        container["resources"] = spec.resources
+        container["resources"] = spec.resources.model_dump(by_alias=True, exclude_none=True)
     return container
 
 

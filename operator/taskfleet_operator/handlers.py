@@ -24,6 +24,9 @@ SETTINGS = OperatorSettings.from_env()
 CONNECTIONS = sweeper.Connections(reconcile.resolve_redis_url, SETTINGS.redis_timeout_s)
 # Pods seen registered in Redis but missing from the API at the previous sweep, per queue.
 SUSPECTS: dict[tuple[str, str], set[str]] = {}
+# Generations the create/update handler could not apply, with the Ready reason/message:
+# the sweep keeps that condition (and leaves the Deployment alone) until one applies.
+FAILED: dict[tuple[str, str], tuple[int | None, str, str]] = {}
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 TASKQUEUES = (GROUP, VERSION, PLURAL)
@@ -75,6 +78,9 @@ def taskqueue_specs(*, name: str, namespace: str | None, body: kopf.Body, **_: A
 
 def _report_invalid(body: kopf.Body, patch: kopf.Patch, error: Exception) -> None:
     message = str(error)
+    meta = body["metadata"]
+    key = (meta["namespace"], meta["name"])
+    FAILED[key] = (meta.get("generation"), type(error).__name__, message)
     conditions = body.get("status", {}).get("conditions")
     patch.status["conditions"] = tqstatus.set_condition(
         conditions, tqstatus.READY, False, type(error).__name__, message
@@ -105,9 +111,13 @@ def reconcile_taskqueue(
         raise kopf.PermanentError(str(error)) from None
     try:
         reconcile.apply_fleet(body, model, CONNECTIONS, logger)
+    except reconcile.DeploymentRejected as error:
+        _report_invalid(body, patch, error)
+        raise kopf.PermanentError(str(error)) from None
     except reconcile.NotOwned as error:
         _report_invalid(body, patch, error)
         raise kopf.TemporaryError(str(error), delay=30) from None
+    FAILED.pop((namespace, name), None)
     try:
         reconcile.configure_queue(namespace, name, model, CONNECTIONS)
     except (redis.RedisError, kube.SecretUnavailable) as error:
@@ -146,6 +156,7 @@ def forget_deleted_taskqueue(*, type: str, name: str, namespace: str | None, **_
     if type == "DELETED":
         CONNECTIONS.forget(_ns(namespace), name)
         SUSPECTS.pop((_ns(namespace), name), None)
+        FAILED.pop((_ns(namespace), name), None)
 
 
 # kopf puts its finalizer (ours, see settings) on every TaskQueue because of this timer:
@@ -180,7 +191,9 @@ def sweep_taskqueue(
     key = (namespace, name)
     live = list(worker_pods.get(key, []))
     deployment = reconcile.first(worker_deployments.get(key))
-    if deployment is None:
+    failure = FAILED.get(key)
+    held = failure is not None and failure[0] == body["metadata"].get("generation")
+    if deployment is None and not held:
         # Only a missing Deployment is restored here: re-applying on any difference could
         # race a spec update with this tick's older body and roll the pods back and forth.
         _restore_fleet(body, model, logger)
@@ -224,7 +237,12 @@ def sweep_taskqueue(
     desired["replicas"] = replicas
     desired["readyReplicas"] = ready
     desired["selector"] = builders.selector_string(name)
-    desired["conditions"] = reconcile.ready_condition(conditions, model, ready)
+    if failure is not None and held:
+        _, reason, message = failure
+        conditions = tqstatus.set_condition(conditions, tqstatus.READY, False, reason, message)
+    else:
+        conditions = reconcile.ready_condition(conditions, model, ready)
+    desired["conditions"] = conditions
     for field, value in tqstatus.changes(status, desired).items():
         patch.status[field] = value
 
@@ -234,8 +252,8 @@ def _restore_fleet(body: kopf.Body, model: Any, logger: Logger) -> None:
     logger.info("worker Deployment missing: applying it again")
     try:
         reconcile.apply_fleet(body, model, CONNECTIONS, logger)
-    except reconcile.NotOwned:
-        pass  # reported by the create/update handler, which retries
+    except (reconcile.NotOwned, reconcile.DeploymentRejected):
+        pass  # reported by the create/update handler
     except ApiException as error:
         logger.warning("worker Deployment not restored yet: %s", error.reason)
 

@@ -12,7 +12,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 JsonDict = dict[str, JsonValue]
@@ -231,6 +240,34 @@ class RedisRef(CamelModel):
         return self
 
 
+QUANTITY_PATTERN = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
+
+
+def _quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and not QUANTITY_PATTERN.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 256Mi)")
+    return value
+
+
+# An int or a string like the core API's Quantity; the pattern is checked by the operator
+# (a CRD pattern would reject the integers people write, like `cpu: 1`).
+Quantity = Annotated[
+    int | str,
+    AfterValidator(_quantity),
+    WithJsonSchema({"x-kubernetes-int-or-string": True}),
+]
+
+
+class Resources(CamelModel):
+    """Container resources, as in a pod spec."""
+
+    limits: dict[str, Quantity] | None = Field(default=None, max_length=16)
+    requests: dict[str, Quantity] | None = Field(default=None, max_length=16)
+    claims: list[Annotated[dict[str, Any], Field(json_schema_extra=K8S_OBJECT)]] | None = Field(
+        default=None, max_length=16
+    )
+
+
 class EnvVar(CamelModel):
     """A container env entry; `valueFrom` passes through to the Deployment unchanged."""
 
@@ -298,7 +335,7 @@ class TaskQueueSpec(CamelModel):
         default=3, ge=1, le=100, description="Times a task may lose its worker before it goes dead."
     )
     schedules: list[Schedule] = Field(default_factory=list, max_length=50)
-    resources: Annotated[dict[str, Any] | None, Field(json_schema_extra=K8S_OBJECT)] = None
+    resources: Resources | None = None
     env: list[EnvVar] = Field(default_factory=list, max_length=100)
     node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(
         default=None, max_length=64

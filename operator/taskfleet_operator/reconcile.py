@@ -7,6 +7,7 @@ errors with retry delays, the patch object) stay in handlers.py.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -14,6 +15,7 @@ from typing import Any
 
 import kopf
 import redis
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from taskfleet_operator import builders, kube, status, sweeper
@@ -22,6 +24,10 @@ from taskfleet_operator.models import TaskQueueSpec
 
 class InvalidSpec(Exception):  # noqa: N818 - reported as the condition reason
     """The spec cannot be turned into a fleet; the message says what to fix."""
+
+
+class DeploymentRejected(Exception):  # noqa: N818 - reported as the condition reason
+    """The apiserver refused the Deployment built from the spec (e.g. bad resources)."""
 
 
 class NotOwned(Exception):  # noqa: N818 - reported as the condition reason
@@ -109,7 +115,24 @@ def apply_fleet(
             logger.warning("scale-down without deletion costs: %s", sweeper.describe_error(exc))
     deployment = builders.build_deployment(name, namespace, spec)
     kopf.adopt(deployment, owner=dict(body))  # type: ignore[arg-type]
-    return kube.apply_deployment(deployment)
+    try:
+        return kube.apply_deployment(deployment)
+    except ApiException as exc:
+        # 400/422: invalid. 500 "failed to convert": a value the typed Deployment cannot
+        # even hold (the apiserver answers server-side apply of such a value that way).
+        if exc.status in (400, 422) or "failed to convert" in _api_message(exc):
+            # Pass-through fields (resources, env, scheduling) are only checked here.
+            raise DeploymentRejected(
+                f"the worker Deployment was rejected: {_api_message(exc)}"
+            ) from None
+        raise
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "")["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(exc.reason)
 
 
 def configure_queue(
