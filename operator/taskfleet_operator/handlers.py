@@ -88,9 +88,11 @@ def _report_invalid(body: kopf.Body, patch: kopf.Patch, error: Exception) -> Non
     kopf.warn(body, reason=type(error).__name__, message=message)
 
 
-@kopf.on.resume(*TASKQUEUES)
-@kopf.on.create(*TASKQUEUES)
-@kopf.on.update(*TASKQUEUES)
+# An unexpected error (API hiccup, Redis library error) is retried after 10 s, not kopf's
+# default 60 s: a fleet waiting for its Deployment should not wait a minute.
+@kopf.on.resume(*TASKQUEUES, backoff=10)
+@kopf.on.create(*TASKQUEUES, backoff=10)
+@kopf.on.update(*TASKQUEUES, backoff=10)
 def reconcile_taskqueue(
     *,
     body: kopf.Body,
@@ -162,7 +164,7 @@ def forget_deleted_taskqueue(*, type: str, name: str, namespace: str | None, **_
 # kopf puts its finalizer (ours, see settings) on every TaskQueue because of this timer:
 # the timer must be stopped before the object goes. Deleting a Retain queue is still
 # immediate while the operator runs; only Purge waits for the Redis cleanup.
-@kopf.timer(*TASKQUEUES, interval=SETTINGS.sweep_interval_s)
+@kopf.timer(*TASKQUEUES, interval=SETTINGS.sweep_interval_s, backoff=5)
 def sweep_taskqueue(
     *,
     body: kopf.Body,
