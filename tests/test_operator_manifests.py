@@ -12,6 +12,9 @@ import yaml
 from taskfleet_operator import crdgen
 from taskfleet_operator.models import TaskQueueSpec
 
+from tests.fixtures_kube import KubeApiserver
+from tests.fixtures_operator import kubectl
+
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO / "manifests"
 
@@ -100,3 +103,16 @@ def test_every_sample_taskqueue_is_a_valid_spec() -> None:
     assert queues
     for queue in queues:
         TaskQueueSpec.model_validate(queue["spec"])
+
+
+def test_the_whole_install_passes_server_side_validation(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str
+) -> None:
+    kubectl(kube_apiserver, "apply", "-f", str(MANIFESTS / "namespace.yaml"))
+
+    result = kubectl(kube_apiserver, "apply", "-k", str(MANIFESTS), "--dry-run=server")
+
+    assert "deployment.apps/taskfleet-operator" in result.stdout
+    assert "clusterrole.rbac.authorization.k8s.io/taskfleet-operator" in result.stdout
+    samples = kubectl(kube_apiserver, "apply", "-k", str(MANIFESTS / "samples"), "--dry-run=server")
+    assert "taskqueue.taskfleet.dev/" in samples.stdout
