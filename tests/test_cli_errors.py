@@ -48,7 +48,7 @@ def assert_one_line_error(stderr: str) -> str:
                 "--lease-ttl",
                 "30",
             ],
-            "less than half the lease TTL",
+            "at most half the lease TTL",
         ),
         (["worker", "--queue", "q"], "Missing option '--handler'"),
         (["worker", "--queue", "bad queue!", "--handler", f"{H}:sleep"], "queue"),

@@ -10,6 +10,7 @@ import pytest
 from taskfleet.cli import mask_url
 from taskfleet.handlers import HandlerLoadError, encode_result, format_error, load_handler
 from taskfleet.runtime import RuntimeState, pid_alive, read_state, remove_state, write_state
+from taskfleet.worker import WorkerSettings
 
 from tests.workers.harness import wait_until
 
@@ -64,3 +65,22 @@ def test_a_zombie_counts_as_gone_for_drain() -> None:
     finally:
         child.wait()
     assert pid_alive(os.getpid())
+
+
+@pytest.mark.parametrize(("interval", "ttl", "ok"), [(15.0, 30.0, True), (15.5, 30.0, False)])
+def test_a_heartbeat_of_exactly_half_the_lease_ttl_is_accepted_like_the_crd_accepts_it(
+    interval: float, ttl: float, ok: bool
+) -> None:
+    settings = WorkerSettings(
+        queue="q",
+        redis_url="redis://localhost:6379/0",
+        pod="p",
+        incarnation="i",
+        heartbeat_interval=interval,
+        lease_ttl=ttl,
+    )
+    if ok:
+        settings.validate()
+    else:
+        with pytest.raises(ValueError, match="at most half the lease TTL"):
+            settings.validate()

@@ -116,9 +116,9 @@ class WorkerSettings:
             raise ValueError("heartbeat interval must be positive")
         if self.lease_ttl is not None and self.lease_ttl <= 0:
             raise ValueError("lease TTL must be positive")
-        if self.lease_ttl is not None and self.heartbeat_interval * 2 >= self.lease_ttl:
+        if self.lease_ttl is not None and self.heartbeat_interval * 2 > self.lease_ttl:
             raise ValueError(
-                f"heartbeat interval ({self.heartbeat_interval:g}s) must be less than half the "
+                f"heartbeat interval ({self.heartbeat_interval:g}s) must be at most half the "
                 f"lease TTL ({self.lease_ttl:g}s), or one late beat loses every lease"
             )
         if self.drain_timeout < 0:
@@ -327,7 +327,7 @@ class Worker:
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
                 continue
-            if self._heartbeat_interval * 2 >= ttl:
+            if self._heartbeat_interval * 2 > ttl:
                 self._heartbeat_interval = ttl / 3
                 log_event(
                     logging.WARNING,
