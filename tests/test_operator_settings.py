@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -75,3 +76,16 @@ def test_the_module_entry_point_runs_and_explains_itself() -> None:
 
     assert result.returncode == 0
     assert "--liveness" in result.stdout
+
+
+def test_routine_success_lines_are_filtered_and_everything_else_kept() -> None:
+    quiet = entry._QuietRoutine()
+
+    def passes(message: str) -> bool:
+        record = logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, message, (), None)
+        return quiet.filter(record)
+
+    assert not passes("Timer 'sweep_taskqueue' succeeded.")
+    assert not passes("Handler 'worker_pod_event' succeeded.")
+    assert passes("Handler 'reconcile_taskqueue' succeeded.")
+    assert passes("requeued 3 tasks of pod emails-abc")

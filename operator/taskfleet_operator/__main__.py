@@ -8,12 +8,26 @@ environment so the Deployment can set them without a shell.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 import sys
 
 import kopf
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
+
+# Handlers that run on every pod event or every sweep tick: kopf's "succeeded" line for
+# each would drown the log (and real messages) at INFO; --verbose keeps them.
+_ROUTINE = re.compile(
+    r"^(Handler|Timer|Indexer) '(worker_pod_event|forget_deleted_taskqueue|sweep_taskqueue"
+    r"|worker_pods|worker_deployments|taskqueue_specs)' succeeded\.$"
+)
+
+
+class _QuietRoutine(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _ROUTINE.match(record.getMessage())
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     if not any(os.environ.get(name) for name in ("LOGNAME", "USER", "LNAME", "USERNAME")):
         os.environ["USER"] = "taskfleet"
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.FULL)
+    if not args.verbose:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_QuietRoutine())
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per probe
     # Importing registers the handlers with kopf's default registry.
     import taskfleet_operator.handlers  # noqa: F401
 
