@@ -159,7 +159,9 @@ def test_sweep_writes_the_spec_settings_into_the_queue_config(queue: Queue) -> N
 
 def test_connections_reconnect_when_the_url_changes_and_reuse_otherwise(redis_url: str) -> None:
     urls = {"current": redis_url}
-    connections = sweeper.Connections(lambda _ns, _spec: urls["current"], timeout_s=1.0)
+    connections = sweeper.Connections(
+        lambda _ns, _spec: urls["current"], timeout_s=1.0, url_ttl_s=0.0
+    )
     spec = make_spec()
     try:
         first = connections.get("ns", "q", spec)
@@ -169,6 +171,28 @@ def test_connections_reconnect_when_the_url_changes_and_reuse_otherwise(redis_ur
         assert second is not first
         assert second.client.ping()
         assert second.name == "ns.q"
+    finally:
+        connections.close()
+
+
+def test_a_resolved_url_is_reused_until_invalidated_or_the_spec_changes(redis_url: str) -> None:
+    reads: list[str] = []
+
+    def resolve(_namespace: str, spec: TaskQueueSpec) -> str:
+        reads.append(spec.redis.model_dump_json())
+        return redis_url
+
+    connections = sweeper.Connections(resolve, timeout_s=1.0, url_ttl_s=60.0)
+    secret_spec = make_spec(redis={"secretRef": {"name": "a"}})
+    try:
+        for _ in range(3):
+            connections.get("ns", "q", secret_spec)
+        assert len(reads) == 1
+        connections.invalidate("ns", "q")
+        connections.get("ns", "q", secret_spec)
+        assert len(reads) == 2
+        connections.get("ns", "q", make_spec(redis={"secretRef": {"name": "b"}}))
+        assert len(reads) == 3
     finally:
         connections.close()
 

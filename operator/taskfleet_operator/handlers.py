@@ -214,6 +214,7 @@ def sweep_taskqueue(
     except kube.SecretUnavailable as error:
         conditions = _redis_down(body, conditions, "SecretUnavailable", str(error))
     except redis.RedisError as error:
+        CONNECTIONS.invalidate(namespace, name)  # a rotated Secret is read again next tick
         message = f"cannot reach Redis: {sweeper.describe_error(error)}"
         conditions = _redis_down(body, conditions, "RedisUnreachable", message)
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -54,19 +55,40 @@ class Connections:
     """One `Queue` per TaskQueue, rebuilt when its Redis URL changes (e.g. a rotated Secret).
 
     Clients get short socket timeouts so an unreachable Redis fails a sweep quickly
-    instead of stalling a handler thread.
+    instead of stalling a handler thread. A resolved URL (a Secret read) is reused for
+    ``url_ttl_s``, so sweeping does not GET every Secret every few seconds; `invalidate`
+    drops it at once when Redis refuses (a rotated password).
     """
 
-    def __init__(self, resolve_url: UrlResolver, timeout_s: float) -> None:
+    def __init__(self, resolve_url: UrlResolver, timeout_s: float, url_ttl_s: float = 30.0):
         self._resolve_url = resolve_url
         self._timeout_s = timeout_s
+        self._url_ttl_s = url_ttl_s
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, str], tuple[str, Queue]] = {}
+        self._urls: dict[tuple[str, str], tuple[float, str, str]] = {}
+
+    def _url(self, key: tuple[str, str], spec: TaskQueueSpec) -> str:
+        source = spec.redis.model_dump_json()
+        now = time.monotonic()
+        with self._lock:
+            cached = self._urls.get(key)
+        if cached is not None and cached[0] > now and cached[1] == source:
+            return cached[2]
+        url = self._resolve_url(key[0], spec)
+        with self._lock:
+            self._urls[key] = (now + self._url_ttl_s, source, url)
+        return url
+
+    def invalidate(self, namespace: str, name: str) -> None:
+        """Forget the resolved URL: the next `get` reads the Secret again."""
+        with self._lock:
+            self._urls.pop((namespace, name), None)
 
     def get(self, namespace: str, name: str, spec: TaskQueueSpec) -> Queue:
-        url = self._resolve_url(namespace, spec)
-        digest = hashlib.sha256(url.encode()).hexdigest()
         key = (namespace, name)
+        url = self._url(key, spec)
+        digest = hashlib.sha256(url.encode()).hexdigest()
         with self._lock:
             cached = self._queues.get(key)
             if cached is not None and cached[0] == digest:
@@ -85,6 +107,7 @@ class Connections:
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
+            self._urls.pop((namespace, name), None)
             cached = self._queues.pop((namespace, name), None)
         if cached is not None:
             cached[1].client.close()
