@@ -48,6 +48,12 @@ PEER_PINS: dict[str, str] = {
     "dramatiq": "dramatiq[redis]==2.2.1",
 }
 SYSTEM_TIMEOUT_S = 600.0
+# The project's goals for taskfleet: (result field, label, goal, higher is better).
+TARGETS = [
+    ("drain_per_s", "drain", 10_000, True),
+    ("enqueue_batch_per_s", "batched enqueue", 20_000, True),
+    ("latency_p50_ms", "idle p50 ms", 1.5, False),
+]
 
 
 def log(message: str) -> None:
@@ -188,7 +194,8 @@ def summary(report: dict[str, Any]) -> str:
     lines = [
         f"Run {report['started']} on {m['nproc']} cores ({m['cpu']}), Linux {m['kernel']}, "
         f"Redis {report['redis_version']} (fresh server, persistence off).",
-        f"Load average before the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        f"Load average before the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after: "
+        + " ".join(f"{x:.2f}" for x in report["loadavg_after"])
         + (" - the machine was busy, figures are pessimistic." if busy else "."),
         f"N = {report['n']} no-op tasks per measurement (batches of {report['batch']}), "
         f"{report['workers']} worker processes, latency over {report['latency_samples']} "
@@ -208,7 +215,25 @@ def summary(report: dict[str, Any]) -> str:
             f"drain share per process {share}."
         )
         lines.extend(f"  - note: {note}" for note in r["notes"])
+    lines += ["", *targets(results)]
     return "\n".join(lines)
+
+
+def targets(results: list[dict[str, Any]]) -> list[str]:
+    """One line per taskfleet row: each figure next to the project's goal for it."""
+    out = []
+    for r in results:
+        if not r["system"].startswith("taskfleet") or "failed" in r:
+            continue
+        parts = []
+        for key, label, goal, higher in TARGETS:
+            value = r.get(key)
+            met = value is not None and (value >= goal if higher else value < goal)
+            shown = fmt(value, 2 if not higher else 0)
+            bound = f">= {goal:,}" if higher else f"< {goal}"
+            parts.append(f"{label} {shown} (goal {bound}: {'met' if met else 'missed'})")
+        out.append(f"Goals, {r['system']}: " + "; ".join(parts) + ".")
+    return out
 
 
 def write_readme(text: str) -> None:
