@@ -12,7 +12,7 @@ set -euo pipefail
 hold_lock cluster
 
 ensure_packages etcd-server containerd runc containernetworking-plugins iptables conntrack \
-  socat ebtables ethtool iproute2 util-linux mount openssl ca-certificates curl
+  socat ebtables ethtool iproute2 util-linux mount procps openssl ca-certificates curl
 "$here/build-k8s.sh" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns
 if ! command -v kubectl >/dev/null; then
   "$here/build-k8s.sh" kubectl
