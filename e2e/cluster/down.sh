@@ -84,5 +84,5 @@ stop kube-scheduler
 stop kube-controller-manager
 stop kube-apiserver
 stop etcd
-rm -rf "$state/etcd" "$state/imported"
+rm -rf "$state/etcd"
 log "cluster $context is down (caches kept in $cache)"
