@@ -195,9 +195,10 @@ def sweep_taskqueue(
     deployment = reconcile.first(worker_deployments.get(key))
     failure = FAILED.get(key)
     held = failure is not None and failure[0] == body["metadata"].get("generation")
-    if deployment is None and not held:
-        # Only a missing Deployment is restored here: re-applying on any difference could
-        # race a spec update with this tick's older body and roll the pods back and forth.
+    if deployment is None and not held and status.get("observedGeneration") is not None:
+        # Only a Deployment that went missing after the handler applied one is restored
+        # here: re-applying on any difference could race a spec update with this tick's
+        # older body and roll the pods back and forth.
         _restore_fleet(body, model, logger)
     conditions = list(status.get("conditions") or [])
     desired: dict[str, Any] = {}
