@@ -6,14 +6,14 @@
 #   e2e/demo.sh local    the local single-node cluster (make cluster-up images-local)
 #   e2e/demo.sh kind     a kind cluster (make kind-up; needs Docker and kind)
 #
-# Knobs: DEMO_SAMPLE (manifests/samples/sleeper.yaml), DEMO_TASKS (300), DEMO_TASK_SECONDS (1), DEMO_SCALE_UP (4), DEMO_SCALE_DOWN (2),
+# Knobs: DEMO_SAMPLE (manifests/samples/sleeper.yaml), DEMO_TASKS (300), DEMO_TASK_SECONDS (2), DEMO_SCALE_UP (4), DEMO_SCALE_DOWN (2),
 # DEMO_TIMEOUT seconds (900).
 set -euo pipefail
 
 mode=${1:-local}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 tasks=${DEMO_TASKS:-300}
-task_seconds=${DEMO_TASK_SECONDS:-1}
+task_seconds=${DEMO_TASK_SECONDS:-2}
 scale_up=${DEMO_SCALE_UP:-4}
 scale_down=${DEMO_SCALE_DOWN:-2}
 timeout=${DEMO_TIMEOUT:-900}
@@ -38,6 +38,24 @@ esac
 
 k() { kubectl --context "$context" "$@"; }
 
+# Images keep their tag when rebuilt, so a pod started before the last build runs old code:
+# delete such pods (their controller starts fresh ones). Local cluster only, where the
+# image archives' times say when each image was last built.
+refresh_stale_pods() { # IMAGE-ARCHIVE NAMESPACE SELECTOR
+  local archive=$1 ns=$2 selector=$3 built pod started
+  [ "$mode" = local ] && [ -f "$archive" ] || return 0
+  built=$(stat -c %Y "$archive")
+  while read -r pod started; do
+    [ -n "$pod" ] || continue
+    if [ "$(date -d "$started" +%s)" -lt "$built" ]; then
+      echo "restarting $ns/$pod: its image was rebuilt after it started"
+      k -n "$ns" delete pod "$pod" --wait=false >/dev/null
+    fi
+  done < <(k -n "$ns" get pods -l "$selector" \
+             -o jsonpath='{range .items[*]}{.metadata.name} {.status.startTime}{"\n"}{end}')
+}
+images_dir=${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}/images
+
 # "kind/namespace/name" of every object an apply touched (one object or a List).
 applied() {
   k apply "$@" -o json | python3 -c '
@@ -61,6 +79,7 @@ started=$SECONDS
 say "deploying Redis and the operator (kubectl apply -k manifests/)"
 objects=$(applied -k "$repo/manifests")
 k wait --for=condition=Established crd/taskqueues.taskfleet.dev --timeout=60s >/dev/null
+refresh_stale_pods "$images_dir/operator.tar" taskfleet-system app.kubernetes.io/name=taskfleet-operator
 wait_rollouts <<<"$objects"
 
 say "applying the sample TaskQueue ($sample)"
@@ -74,6 +93,7 @@ until kq get deployment "$name" >/dev/null 2>&1; do
   [ $SECONDS -lt $deadline ] || die "the operator made no Deployment for TaskQueue $ns/$name"
   sleep 1
 done
+refresh_stale_pods "$images_dir/worker.tar" "$ns" "taskfleet.dev/queue=$name"
 kq rollout status "deployment/$name" --timeout=300s
 # The queue's name in Redis, as the operator passes it to the workers.
 queue=$(kq get deployment "$name" -o jsonpath='{.spec.template.spec.containers[0].args}' |
@@ -126,7 +146,7 @@ while :; do
   fi
   if [ "$open" -eq 0 ] && [ $((done_n + dead_n)) -ge "$tasks" ]; then break; fi
   [ $((SECONDS - work_started)) -lt "$timeout" ] || die "not finished after ${timeout}s"
-  sleep 2
+  sleep 1  # plus the time the reads take: a fresh view every second or two
 done
 
 after=$(tf stats "$queue" --json)
