@@ -6,8 +6,8 @@
 #   e2e/demo.sh local    the local single-node cluster (make cluster-up images-local)
 #   e2e/demo.sh kind     a kind cluster (make kind-up; needs Docker and kind)
 #
-# Knobs: DEMO_SAMPLE (manifests/samples/sleeper.yaml), DEMO_TASKS (300), DEMO_TASK_SECONDS (2), DEMO_SCALE_UP (4), DEMO_SCALE_DOWN (2),
-# DEMO_TIMEOUT seconds (900).
+# Knobs: DEMO_SAMPLE (manifests/samples/sleeper.yaml), DEMO_TASKS (300),
+# DEMO_TASK_SECONDS (2), DEMO_SCALE_UP (4), DEMO_SCALE_DOWN (2), DEMO_TIMEOUT (900 s).
 set -euo pipefail
 
 mode=${1:-local}
