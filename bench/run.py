@@ -171,16 +171,18 @@ def fmt(value: float | None, digits: int = 0) -> str:
 
 def table(results: list[dict[str, Any]]) -> str:
     header = (
-        "| system | enqueue 1-by-1 /s | enqueue batched /s | drain /s (2 procs) | p50 ms | p99 ms |"
+        "| system | enqueue 1-by-1 /s | enqueue batched /s | drain /s (2 procs) "
+        "| worker CPU µs/task | Redis CPU µs/task | p50 ms | p99 ms |"
     )
-    rows = [header, "|---|--:|--:|--:|--:|--:|"]
+    rows = [header, "|---|--:|--:|--:|--:|--:|--:|--:|"]
     for r in results:
         if "failed" in r:
-            rows.append(f"| {r['system']} | failed | | | | |")
+            rows.append(f"| {r['system']} | failed | | | | | | |")
             continue
         rows.append(
             f"| {r['system']} {r['version']} | {fmt(r['enqueue_single_per_s'])} "
             f"| {fmt(r['enqueue_batch_per_s'])} | {fmt(r['drain_per_s'])} "
+            f"| {fmt(r.get('drain_worker_cpu_us'))} | {fmt(r.get('drain_redis_cpu_us'))} "
             f"| {fmt(r['latency_p50_ms'], 2)} | {fmt(r['latency_p99_ms'], 2)} |"
         )
     return "\n".join(rows)

@@ -44,6 +44,7 @@ import redis
 DONE_KEY = "bench:done"
 SYSTEMS_DIR = Path(__file__).resolve().parent
 DRAIN_WARMUP_FRACTION = 0.10
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 POLL_S = 0.002
 STOP_GRACE_S = 15.0
 
@@ -92,6 +93,10 @@ class Result:
     drain_per_s: float | None = None
     drain_done: int | None = None
     drain_share: list[int] = field(default_factory=list)
+    # CPU spent per task over the same window as drain_per_s: all worker processes
+    # (children included) and the Redis server. Less sensitive to a busy machine than rates.
+    drain_worker_cpu_us: float | None = None
+    drain_redis_cpu_us: float | None = None
     latency_samples: int = 0
     latency_warmup: int = 0
     latency_p50_ms: float | None = None
@@ -169,6 +174,27 @@ class WorkerFleet:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
+def sessions_cpu_s(sessions: set[int]) -> float:
+    """User + system CPU seconds of every live process in these sessions (from /proc)."""
+    ticks = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        if int(fields[3]) in sessions:  # field 6: session id
+            ticks += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
+    return ticks / CLK_TCK
+
+
+def redis_cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def wait_done(client: redis.Redis, target: int, deadline: float) -> Iterator[tuple[int, float]]:
     """Yield (done count, monotonic time) every poll until target is reached or deadline."""
     while True:
@@ -226,16 +252,22 @@ def measure_drain(
     n = args.n
     warm = math.ceil(n * DRAIN_WARMUP_FRACTION)
     deadline = time.monotonic() + args.drain_timeout
+    sessions = {proc.pid for proc in fleet.processes}  # each started a session of its own
     t_warm: float | None = None
     done_warm = 0
+    cpu_warm = redis_warm = 0.0
     done, now = 0, time.perf_counter()
     for polls, (done, now) in enumerate(wait_done(client, n, deadline), 1):
         if t_warm is None and done >= warm:
             t_warm, done_warm = now, done
+            cpu_warm, redis_warm = sessions_cpu_s(sessions), redis_cpu_s(client)
         if polls % 250 == 0:
             fleet.check_alive()
     if t_warm is not None and done > done_warm and now > t_warm:
         result.drain_per_s = (done - done_warm) / (now - t_warm)
+        tasks = done - done_warm
+        result.drain_worker_cpu_us = (sessions_cpu_s(sessions) - cpu_warm) / tasks * 1e6
+        result.drain_redis_cpu_us = (redis_cpu_s(client) - redis_warm) / tasks * 1e6
     if done < n:
         result.notes.append(f"drain stopped at the {args.drain_timeout:.0f} s bound: {done}/{n}")
     # Give duplicates (at-least-once redelivery) a moment to show up before counting.
