@@ -272,6 +272,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-write", action="store_true", help="print only; no results file, no README"
     )
     args = parser.parse_args(argv)
+    for name in ("n", "batch", "workers", "latency_samples", "taskfleet_concurrency"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.n < args.batch:
+        parser.error("--n must be at least --batch")
     raw = args.peers.strip().lower()
     if raw in ("", "0", "no", "none"):
         args.peer_list = []
