@@ -8,7 +8,6 @@ set -uo pipefail
 [ "$(id -u)" = 0 ] || die "down.sh runs as root"
 hold_lock cluster
 export KUBECONFIG=$state/kubeconfig
-[ -x "$k8s_bin/kubectl" ] && ! command -v kubectl >/dev/null && export PATH=$k8s_bin:$PATH
 
 stop() { # NAME: SIGTERM, then SIGKILL after 15 s
   local pid

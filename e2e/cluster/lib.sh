@@ -7,6 +7,8 @@ repo=$(cd "$here/../.." && pwd)
 cache=${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}
 state=$cache/cluster                       # logs, pids, certs, kubeconfigs, etcd data
 k8s_bin=${TASKFLEET_K8S_BIN:-$cache/k8s/$K8S_VERSION/bin}
+# The pinned kubectl first (client and server within the supported skew), once built.
+[ -x "$k8s_bin/kubectl" ] && export PATH=$k8s_bin:$PATH
 images=$cache/images                       # base rootfs and image archives
 ctrd_root=/var/lib/taskfleet/containerd    # containerd's snapshots must be on a real fs
 ctrd_run=/run/taskfleet/containerd

@@ -13,11 +13,9 @@ hold_lock cluster
 
 ensure_packages etcd-server containerd runc containernetworking-plugins iptables conntrack \
   socat ebtables ethtool iproute2 util-linux mount procps openssl ca-certificates curl
-"$here/build-k8s.sh" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns
-if ! command -v kubectl >/dev/null; then
-  "$here/build-k8s.sh" kubectl
-  export PATH=$k8s_bin:$PATH
-fi
+"$here/build-k8s.sh" kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy \
+  coredns kubectl
+export PATH=$k8s_bin:$PATH
 
 pki=$state/pki
 mkdir -p "$state/logs" "$state/pids" "$cni_conf_dir" "$ctrd_root" "$ctrd_run"
