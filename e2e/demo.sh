@@ -163,3 +163,6 @@ printf '  released         %d (tasks handed back by draining pods)\n' \
 printf '  scaled           %s -> %d -> %d replicas\n' "$initial_replicas" "$scale_up" "$scale_down"
 printf '  processing time  %ds (whole demo %ds)\n' $((SECONDS - work_started)) $((SECONDS - started))
 [ "$lost" -eq 0 ] || die "$lost tasks unaccounted for"
+printf '\n  The fleet keeps running: kubectl --context %s -n %s get tq,pods; remove it with\n' \
+  "$context" "$ns"
+printf '  kubectl --context %s delete -f %s\n' "$context" "$sample"
