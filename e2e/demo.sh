@@ -125,7 +125,7 @@ work_started=$SECONDS
 
 done0=$(stat_of "$before" done); dead0=$(stat_of "$before" dead)
 requeued0=$(stat_of "$before" requeued); released0=$(stat_of "$before" released)
-scaled_up=0; scaled_down=0
+scaled_up=0; scaled_down=0; replicas_seen=$initial_replicas
 while :; do
   now=$(tf stats "$queue" --json 2>/dev/null) || { sleep 1; continue; }
   done_n=$(( $(stat_of "$now" done) - done0 )); dead_n=$(( $(stat_of "$now" dead) - dead0 ))
@@ -138,11 +138,11 @@ while :; do
   if [ $scaled_up = 0 ] && [ $((done_n * 4)) -ge "$tasks" ]; then
     say "kubectl scale tq/$name --replicas=$scale_up"
     kq scale "tq/$name" --replicas="$scale_up"
-    scaled_up=1
+    scaled_up=1; replicas_seen="$replicas_seen -> $scale_up"
   elif [ $scaled_up = 1 ] && [ $scaled_down = 0 ] && [ $((done_n * 3)) -ge $((tasks * 2)) ]; then
     say "kubectl scale tq/$name --replicas=$scale_down (idle pods go first; busy ones drain)"
     kq scale "tq/$name" --replicas="$scale_down"
-    scaled_down=1
+    scaled_down=1; replicas_seen="$replicas_seen -> $scale_down"
   fi
   if [ "$open" -eq 0 ] && [ $((done_n + dead_n)) -ge "$tasks" ]; then break; fi
   [ $((SECONDS - work_started)) -lt "$timeout" ] || die "not finished after ${timeout}s"
@@ -160,7 +160,7 @@ printf '  requeued         %d (tasks taken back from pods that vanished)\n' \
   $(( $(stat_of "$after" requeued) - requeued0 ))
 printf '  released         %d (tasks handed back by draining pods)\n' \
   $(( $(stat_of "$after" released) - released0 ))
-printf '  scaled           %s -> %d -> %d replicas\n' "$initial_replicas" "$scale_up" "$scale_down"
+printf '  replicas         %s\n' "$replicas_seen"
 printf '  processing time  %ds (whole demo %ds)\n' $((SECONDS - work_started)) $((SECONDS - started))
 [ "$lost" -eq 0 ] || die "$lost tasks unaccounted for"
 printf '\n  The fleet keeps running: kubectl --context %s -n %s get tq,pods; remove it with\n' \
