@@ -25,36 +25,22 @@ die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 case $mode in
   local)
     make -C "$repo" --no-print-directory cluster-up images-local
-    export KUBECONFIG=${KUBECONFIG:-${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}/cluster/kubeconfig}
+    # shellcheck source=cluster/lib.sh
+    . "$repo/e2e/cluster/lib.sh"   # refresh_stale_pods, the pinned kubectl
+    export KUBECONFIG=${KUBECONFIG:-$state/kubeconfig}
     context=taskfleet-local
     ;;
   kind)
     command -v kind >/dev/null || die "kind is not installed (https://kind.sigs.k8s.io/)"
     make -C "$repo" --no-print-directory kind-up
     context=kind-taskfleet
+    refresh_stale_pods() { :; }    # kind loads images anew with each `make e2e`
     ;;
   *) die "usage: demo.sh local|kind" ;;
 esac
 
 k() { kubectl --context "$context" "$@"; }
 
-# Images keep their tag when rebuilt, so a pod started before the last build runs old code:
-# delete such pods (their controller starts fresh ones). Local cluster only, where the
-# image archives' times say when each image was last built.
-refresh_stale_pods() { # IMAGE-ARCHIVE NAMESPACE SELECTOR
-  local archive=$1 ns=$2 selector=$3 built pod started
-  [ "$mode" = local ] && [ -f "$archive" ] || return 0
-  built=$(stat -c %Y "$archive")
-  while read -r pod started; do
-    [ -n "$pod" ] || continue
-    if [ "$(date -d "$started" +%s)" -lt "$built" ]; then
-      echo "restarting $ns/$pod: its image was rebuilt after it started"
-      k -n "$ns" delete pod "$pod" --wait=false >/dev/null
-    fi
-  done < <(k -n "$ns" get pods -l "$selector" \
-             -o jsonpath='{range .items[*]}{.metadata.name} {.status.startTime}{"\n"}{end}')
-}
-images_dir=${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}/images
 
 # "kind/namespace/name" of every object an apply touched (one object or a List).
 applied() {
@@ -79,7 +65,7 @@ started=$SECONDS
 say "deploying Redis and the operator (kubectl apply -k manifests/)"
 objects=$(applied -k "$repo/manifests")
 k wait --for=condition=Established crd/taskqueues.taskfleet.dev --timeout=60s >/dev/null
-refresh_stale_pods "$images_dir/operator.tar" taskfleet-system app.kubernetes.io/name=taskfleet-operator
+refresh_stale_pods operator taskfleet-system app.kubernetes.io/name=taskfleet-operator
 wait_rollouts <<<"$objects"
 
 say "applying the sample TaskQueue ($sample)"
@@ -93,7 +79,7 @@ until kq get deployment "$name" >/dev/null 2>&1; do
   [ $SECONDS -lt $deadline ] || die "the operator made no Deployment for TaskQueue $ns/$name"
   sleep 1
 done
-refresh_stale_pods "$images_dir/worker.tar" "$ns" "taskfleet.dev/queue=$name"
+refresh_stale_pods worker "$ns" "taskfleet.dev/queue=$name"
 kq rollout status "deployment/$name" --timeout=300s
 # The queue's name in Redis, as the operator passes it to the workers.
 queue=$(kq get deployment "$name" -o jsonpath='{.spec.template.spec.containers[0].args}' |

@@ -66,3 +66,20 @@ daemon_pid() {
   grep -q -- "$1" <<<"$(tr '\0' ' ' <"/proc/$pid/cmdline")" || return 1
   echo "$pid"
 }
+
+# Images keep their tag when rebuilt, so a pod started before the last build runs old code:
+# delete such pods (their controller starts fresh ones); the archives' times say when each
+# image was last built. IMAGE (worker, operator, ...) NAMESPACE SELECTOR; uses $KUBECONFIG.
+refresh_stale_pods() {
+  local archive=$images/$1.tar ns=$2 selector=$3 built pod started
+  [ -f "$archive" ] || return 0
+  built=$(stat -c %Y "$archive")
+  while read -r pod started; do
+    if [ -z "$pod" ] || [ -z "$started" ]; then continue; fi
+    if [ "$(date -d "$started" +%s)" -lt "$built" ]; then
+      log "restarting $ns/$pod: its image was rebuilt after it started"
+      kubectl -n "$ns" delete pod "$pod" --wait=false >/dev/null
+    fi
+  done < <(kubectl -n "$ns" get pods -l "$selector" \
+             -o jsonpath='{range .items[*]}{.metadata.name} {.status.startTime}{"\n"}{end}')
+}
