@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 from taskfleet.queue import Queue
+from taskfleet.runtime import live_waiters, register_waiter
 
 from tests.workers.harness import FAST, REPO, Fleet, taskfleet, wait_until
 
@@ -132,3 +135,20 @@ def test_drain_command_without_a_worker_says_so_in_one_line(tmp_path: Path) -> N
     assert result.returncode == 1
     assert result.stderr.startswith("taskfleet: error: no worker runtime file at ")
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_drain_waiters_count_only_while_their_process_lives(tmp_path: Path) -> None:
+    own = register_waiter(tmp_path)
+    assert own is not None
+    assert live_waiters(tmp_path) == [os.getpid()]
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    gone = tmp_path / f"drain-waiter.{child.pid}"
+    gone.write_text(json.dumps({"pidns": None, "start": None}))
+    # Our own pid, but recorded with another start time: the pid was reused.
+    reused = json.loads(own.read_text()) | {"start": "0"}
+    own.write_text(json.dumps(reused))
+
+    assert live_waiters(tmp_path) == []
+    assert not gone.exists() and not own.exists()

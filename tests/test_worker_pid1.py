@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 import redis
 from taskfleet.queue import Queue
 
-from tests.workers.harness import FAST, Fleet, WorkerProcess, wait_until
+from tests.workers.harness import FAST, REPO, Fleet, WorkerProcess, wait_until
 
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
@@ -74,7 +76,11 @@ def test_sigterm_to_pid_1_drains_the_in_flight_task_and_exits_zero(
         task_id = queue.enqueue({"seconds": 1.0})
     worker = fleet.add("tests.workers.handlers:sleep", prefix=UNSHARE).start()
     init = namespace_init(worker)
-    assert b"taskfleet" in Path(f"/proc/{init}/cmdline").read_bytes()
+    # unshare's child runs unshare's code until it execs the worker.
+    wait_until(
+        lambda: b"taskfleet" in Path(f"/proc/{init}/cmdline").read_bytes(),
+        message="PID 1 exec'd the worker",
+    )
     wait_until(lambda: any(e.startswith("start:") for e in events(redis_client)))
 
     os.kill(init, signal.SIGTERM)
@@ -111,3 +117,50 @@ def test_pid_1_reaps_orphaned_grandchildren_and_handlers_still_see_exit_codes(
         assert all((t := queue.get(i)) is not None and t.state == "done" for i in ids)
     os.kill(init, signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_drain_command_inside_the_namespace_outlives_the_worker_it_drains(
+    fleet: Fleet, redis_url: str, redis_client: redis.Redis
+) -> None:
+    # The preStop hook runs in the container's PID namespace; when the worker's PID 1
+    # exits the kernel SIGKILLs everything left there, so the worker must let the hook
+    # finish first or the kubelet reports FailedPreStopHook (exit 137).
+    nsenter = shutil.which("nsenter")
+    if nsenter is None:
+        pytest.skip("needs nsenter(1)")
+    with Queue("jobs", redis_url=redis_url) as queue:
+        task_id = queue.enqueue({"seconds": 0.5})
+    worker = fleet.add("tests.workers.handlers:sleep", prefix=UNSHARE).start()
+    init = namespace_init(worker)
+    wait_until(lambda: any(e.startswith("start:") for e in events(redis_client)))
+
+    hook = subprocess.run(
+        [
+            nsenter,
+            "--target",
+            str(init),
+            "--pid",
+            "--mount",
+            "--",
+            sys.executable,
+            "-m",
+            "taskfleet",
+            "drain",
+            "--wait",
+            "--timeout",
+            "20",
+        ],
+        env=worker.env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert hook.returncode == 0, (hook.returncode, hook.stderr, worker.log_text())
+    assert worker.wait() == 0
+    assert f"end:{task_id}:pod-a" in events(redis_client)
+    with Queue("jobs", redis_url=redis_url) as queue:
+        task = queue.get(task_id)
+    assert task is not None and task.state == "done" and task.attempts == 1

@@ -48,7 +48,15 @@ from taskfleet.handlers import (
     format_error,
 )
 from taskfleet.keys import QueueKeys, validate_queue_name
-from taskfleet.runtime import RuntimeState, remove_state, runtime_path, write_state
+from taskfleet.runtime import (
+    POLL_INTERVAL_S,
+    WAITER_GRACE_S,
+    RuntimeState,
+    live_waiters,
+    remove_state,
+    runtime_path,
+    write_state,
+)
 
 __all__ = ["Worker", "WorkerSettings", "log_event"]
 
@@ -372,7 +380,25 @@ class Worker:
             released=self.counters.released,
             lost=self.counters.lost,
         )
+        self._state = "drained"
+        self._write_runtime()  # now, not next loop turn: the waiters are polling for it
+        await self._outlive_drain_waiters()
         return 0
+
+    async def _outlive_drain_waiters(self) -> None:
+        """Let ``taskfleet drain`` processes see ``drained`` and exit before we do.
+
+        As the init's child (or PID 1 itself) our exit ends the PID namespace and the
+        kernel SIGKILLs whatever is left in it, which the kubelet reports as a failed
+        preStop hook. Bounded: a waiter that hangs does not keep a drained worker alive.
+        """
+        directory = self._runtime_path.parent
+        deadline = time.monotonic() + WAITER_GRACE_S
+        while live_waiters(directory):
+            if time.monotonic() >= deadline:
+                log_event(logging.WARNING, "drain_waiters_left", waited_s=WAITER_GRACE_S)
+                return
+            await asyncio.sleep(POLL_INTERVAL_S)
 
     async def _release(self, runs: list[_Running]) -> None:
         """Give unfinished tasks back (not an attempt); if Redis is down, leases expire instead."""
