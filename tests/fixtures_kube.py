@@ -57,6 +57,13 @@ def kube_bin_dir() -> Path:
     return Path(explicit) if explicit else _cache_dir() / "k8s" / "current" / "bin"
 
 
+def kubectl_path() -> str:
+    """The pinned kubectl built beside the apiserver (within the supported version skew),
+    else whatever ``kubectl`` is on PATH."""
+    pinned = kube_bin_dir() / "kubectl"
+    return str(pinned) if pinned.is_file() else "kubectl"
+
+
 def _missing_binaries() -> list[str]:
     missing = []
     if not (kube_bin_dir() / "kube-apiserver").is_file():

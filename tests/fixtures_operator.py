@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures_kube import KubeApiserver
+from tests.fixtures_kube import KubeApiserver, kubectl_path
 from tests.fixtures_redis import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def kubectl(
 ) -> subprocess.CompletedProcess[str]:
     """Run kubectl against the test apiserver (and nothing else: KUBECONFIG is the fixture's)."""
     result = subprocess.run(
-        ["kubectl", *args],
+        [kubectl_path(), *args],
         input=stdin,
         env=server.env(),
         capture_output=True,

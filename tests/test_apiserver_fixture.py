@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.fixtures_kube import KubeApiserver
+from tests.fixtures_kube import KubeApiserver, kubectl_path
 
 pytestmark = pytest.mark.apiserver
 
@@ -30,7 +30,7 @@ def test_kubectl_with_the_fixture_kubeconfig_reaches_the_same_apiserver(
     kube_apiserver: KubeApiserver, kube_namespace: str
 ) -> None:
     result = subprocess.run(
-        ["kubectl", "get", "namespace", kube_namespace, "-o", "jsonpath={.status.phase}"],
+        [kubectl_path(), "get", "namespace", kube_namespace, "-o", "jsonpath={.status.phase}"],
         env=kube_apiserver.env(),
         capture_output=True,
         text=True,

@@ -36,7 +36,7 @@ if ! go_ok; then
 fi
 go_ok || { echo "build-k8s: no Go toolchain >= 1.24" >&2; exit 1; }
 
-export CGO_ENABLED=0 GOFLAGS=-mod=mod
+export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
 components=("$@")
 [ ${#components[@]} -gt 0 ] || components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns kubectl)
 
