@@ -66,6 +66,14 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
             {"redis": {"url": "redis://:hunter2@redis:6379/0"}},
             "redis.url must not contain a password: put the URL in a Secret",
         ),
+        (
+            {"redis": {"url": "redis://redis:6379/0?password=hunter2"}},
+            "must not contain a password query parameter (?password=): put the URL in a Secret",
+        ),
+        (
+            {"redis": {"url": "redis://redis:6379/0?db=1&password=hunter2"}},
+            "use redis.secretRef",
+        ),
         ({"rateLimit": {"tasks": 10}}, "rateLimit.periodSeconds is required"),
         (
             {"schedules": [{"name": "a", "cron": "0 * * * *"}, {"name": "a", "cron": "5 * * * *"}]},

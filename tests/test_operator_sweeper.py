@@ -219,3 +219,12 @@ def test_passwords_are_masked_in_urls_and_error_texts() -> None:
     error = redis.ConnectionError(f"cannot connect to {url}")
     assert "s3cret" not in sweeper.describe_error(error, url)
     assert "ConnectionError" in sweeper.describe_error(error, url)
+
+
+def test_a_password_in_the_url_query_is_masked_too() -> None:
+    url = "redis://redis:6379/0?db=1&password=hunter2"
+
+    assert sweeper.mask_url(url) == "redis://redis:6379/0?db=1&password=***"
+    assert sweeper.mask_url("redis://h/0?mypassword=x") == "redis://h/0?mypassword=x"
+    error = redis.AuthenticationError(f"invalid password hunter2 for {url}")
+    assert "hunter2" not in sweeper.describe_error(error, url)

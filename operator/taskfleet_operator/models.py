@@ -54,6 +54,16 @@ ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 REDIS_URL_PATTERN = r"^(redis|rediss|unix)://"
 # A userinfo part with a colon ("user:pass@" or ":pass@") carries a password.
 _PASSWORD_IN_URL = re.compile(r"^[a-z]+://[^@/]*:[^@/]*@")
+# redis-py also reads a password from the query (?password=...); RE2 and re agree on it.
+PASSWORD_IN_QUERY = r"[?]([^#]*&)?password="
+_PASSWORD_IN_QUERY = re.compile(PASSWORD_IN_QUERY)
+PASSWORD_MESSAGE = (
+    "redis.url must not contain a password: put the URL in a Secret and use redis.secretRef"
+)
+QUERY_PASSWORD_MESSAGE = (
+    "redis.url must not contain a password query parameter (?password=): put the URL in "
+    "a Secret and use redis.secretRef"
+)
 
 # Pass-through Kubernetes types: kept as opaque objects so the CRD stays structural
 # without copying the core/v1 schemas; the apiserver validates them on the Deployment.
@@ -218,8 +228,11 @@ class RedisRef(CamelModel):
                 ),
                 cel(
                     "!has(self.url) || !self.url.matches('^[a-z]+://[^@/]*:[^@/]*@')",
-                    "redis.url must not contain a password: put the URL in a Secret "
-                    "and use redis.secretRef",
+                    PASSWORD_MESSAGE,
+                ),
+                cel(
+                    f"!has(self.url) || !self.url.matches('{PASSWORD_IN_QUERY}')",
+                    QUERY_PASSWORD_MESSAGE,
                 ),
             ]
         }
@@ -233,10 +246,9 @@ class RedisRef(CamelModel):
         if (self.url is None) == (self.secret_ref is None):
             raise ValueError("set exactly one of redis.url or redis.secretRef")
         if self.url is not None and _PASSWORD_IN_URL.match(self.url):
-            raise ValueError(
-                "redis.url must not contain a password: put the URL in a Secret "
-                "and use redis.secretRef"
-            )
+            raise ValueError(PASSWORD_MESSAGE)
+        if self.url is not None and _PASSWORD_IN_QUERY.search(self.url):
+            raise ValueError(QUERY_PASSWORD_MESSAGE)
         return self
 
 

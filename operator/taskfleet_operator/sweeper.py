@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
 import redis
 from croniter import croniter
+from taskfleet.cli import mask_url
 from taskfleet.config import QueueConfig
 from taskfleet.queue import Queue
 from taskfleet.scripts import SWEEP_BOUND
@@ -26,27 +27,19 @@ from taskfleet_operator.models import TaskQueueSpec
 
 UrlResolver = Callable[[str, TaskQueueSpec], str]
 
-
-def mask_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``: the only form of a URL we log."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-    except ValueError:
-        return "<unparseable url>"
+__all__ = ["Connections", "SweepReport", "describe_error", "mask_url", "sweep_queue"]
 
 
 def describe_error(exc: BaseException, url: str | None = None) -> str:
-    """A one-line error text with any password of ``url`` masked out."""
+    """A one-line error text with any password of ``url`` (userinfo or query) masked out."""
     message = f"{type(exc).__name__}: {exc}"
     if url:
-        password = urlsplit(url).password
-        if password:
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            return message
+        passwords = [parts.password or "", *parse_qs(parts.query).get("password", [])]
+        for password in filter(None, passwords):
             message = message.replace(password, "***")
     return message
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
@@ -34,6 +35,8 @@ DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 ENV_PREFIX = "TASKFLEET_"
 
 F = TypeVar("F", bound=Callable[..., Any])
+# The value of a password query parameter, which redis-py reads like the userinfo one.
+_QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*")
 
 
 class BadInput(click.ClickException):
@@ -43,18 +46,26 @@ class BadInput(click.ClickException):
 
 
 def mask_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, safe for logs and error messages."""
+    """``url`` with any password (userinfo or ``?password=``) replaced by ``***``.
+
+    redis-py honours a ``password`` query parameter too, so masking only the userinfo
+    would leak it. The form safe for logs and error messages.
+    """
     try:
         parts = urlsplit(url)
+        port = parts.port  # a bad port raises only here
     except ValueError:
         return "<unparseable url>"
-    if parts.password is None:
+    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
+    if parts.password is None and query == parts.query:
         return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if port is not None:
+            host = f"{host}:{port}"
+        netloc = f"{parts.username or ''}:***@{host}"
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def _env(name: str) -> str:
