@@ -51,6 +51,17 @@ def assert_one_line_error(stderr: str) -> str:
             "at most half the lease TTL",
         ),
         (["worker", "--queue", "q"], "Missing option '--handler'"),
+        (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "nan"], "finite"),
+        (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "inf"], "finite"),
+        (
+            ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--heartbeat-interval", "nan"],
+            "finite",
+        ),
+        (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--drain-timeout", "nan"], "finite"),
+        (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--timeout", "inf"], "finite"),
+        (["enqueue", "q", "--delay", "nan"], "'nan' is not a finite number"),
+        (["enqueue", "q", "--timeout", "inf"], "'inf' is not a finite number"),
+        (["drain", "--wait", "--timeout", "nan"], "finite"),
         (["worker", "--queue", "bad queue!", "--handler", f"{H}:sleep"], "queue"),
         (["stats", "bad queue!"], "invalid queue name"),
     ],
@@ -113,3 +124,15 @@ def test_worker_with_unreachable_redis_keeps_the_password_out_of_its_log(
     text = log.read_text()
     assert "hunter2-secret" not in text
     assert text.count("redis_unreachable") == 1, text
+
+
+def test_a_nan_lease_ttl_is_refused_before_it_reaches_the_queues_shared_config(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    env["TASKFLEET_LEASE_TTL"] = "nan"
+    result = taskfleet("worker", "--queue", "q", "--handler", f"{H}:sleep", env=env)
+    assert result.returncode == 2, result.stderr
+    assert "finite" in assert_one_line_error(result.stderr)
+    with Queue("q", redis_url=redis_url) as queue:
+        assert queue.client.hget(queue.keys.config, "lease_ttl_s") is None

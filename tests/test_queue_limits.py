@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from pydantic import ValidationError
 from taskfleet import Queue, QueueConfig
 
 from tests.fixtures_redis import BlockingBroker
@@ -85,3 +86,30 @@ def test_a_task_costing_more_than_the_whole_bucket_still_runs_when_it_is_full(
     queue.configure(QueueConfig(rate_limit_cost=5, rate_limit_period_s=60))
     huge = queue.enqueue({"x": 1}, cost=50)
     assert [t.id for t in make_broker("jobs").claim(1).tasks] == [huge]
+
+
+@pytest.mark.parametrize(
+    "field", ["rate_limit_period_s", "lease_ttl_s", "backoff_max_s", "default_timeout_s"]
+)
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_queue_config_refuses_nan_and_inf(field: str, value: float) -> None:
+    with pytest.raises(ValidationError, match="finite"):
+        QueueConfig.model_validate({field: value})
+
+
+def test_non_finite_settings_written_by_a_foreign_client_fall_back_to_the_defaults(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.client.hset(
+        queue.keys.config,
+        mapping={"lease_ttl_s": "nan", "rate_limit_tasks": "1", "rate_limit_period_s": "inf"},
+    )
+    queue.enqueue_many([{"payload": {"i": i}} for i in range(2)])
+    result = make_broker("jobs").claim(2)
+    [task] = result.tasks
+    # the default period (1 s) refills the one-task bucket, the default TTL (30 s) leases
+    assert 0 < result.retry_after_ms <= 1000
+    sec, _ = queue.client.time()
+    lease = queue.client.zscore(queue.keys.running, task.id)
+    assert lease is not None
+    assert 29_000 <= lease - int(sec) * 1000 <= 31_000

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -66,6 +67,19 @@ def mask_url(url: str) -> str:
             host = f"{host}:{port}"
         netloc = f"{parts.username or ''}:***@{host}"
     return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+class FiniteFloat(click.FloatRange):
+    """A FloatRange that refuses nan and inf: nan slips past every bound (it compares
+    false) and inf means "never", neither of which any option here can use."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
 
 
 def _env(name: str) -> str:
@@ -161,11 +175,9 @@ def _parse_payload(text: str) -> dict[str, Any]:
 @click.argument("queue")
 @click.option("--payload", default="{}", show_default=True, help="Task payload, a JSON object.")
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
-@click.option(
-    "--delay", type=click.FloatRange(min=0), default=None, help="Seconds before it may run."
-)
+@click.option("--delay", type=FiniteFloat(min=0), default=None, help="Seconds before it may run.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Starts allowed.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option("--timeout", type=FiniteFloat(min=0, min_open=True), default=None)
 @click.option("--id", "task_id", default=None, help="Task id (idempotent enqueue).")
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True)
 @redis_option
@@ -240,7 +252,7 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
 @click.option("--wait", is_flag=True, help="Return only when the worker holds no task.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="With --wait: give up after this many seconds (exit 1).",
 )
@@ -285,7 +297,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--drain-timeout",
     envvar=_env("DRAIN_TIMEOUT"),
-    type=float,
+    type=FiniteFloat(),
     default=30.0,
     show_default=True,
     show_envvar=True,
@@ -295,7 +307,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--heartbeat-interval",
     envvar=_env("HEARTBEAT_INTERVAL"),
-    type=float,
+    type=FiniteFloat(),
     default=5.0,
     show_default=True,
     show_envvar=True,
@@ -303,7 +315,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--lease-ttl",
     envvar=_env("LEASE_TTL"),
-    type=float,
+    type=FiniteFloat(),
     default=None,
     show_envvar=True,
     help="A lease not extended for this long expires and its task is taken back. Shared "
@@ -314,7 +326,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     "--timeout",
     "task_timeout",
     envvar=_env("TASK_TIMEOUT"),
-    type=float,
+    type=FiniteFloat(),
     default=None,
     show_envvar=True,
     help="Seconds a task may run unless it sets its own timeout [default: none].",

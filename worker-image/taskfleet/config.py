@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class QueueConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # nan / inf would pass the bounds below (nan compares false) and poison the whole
+    # fleet: a lease that never expires, a rate limit that never refills.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_concurrency: int = Field(
         default=0, ge=0, description="tasks running at once, fleet-wide; 0 = no limit"

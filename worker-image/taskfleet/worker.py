@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import random
 import time
@@ -94,7 +95,7 @@ def _number(raw: Any, default: float) -> float:
         value = float(raw)
     except (TypeError, ValueError):
         return default
-    return value if value > 0 else default
+    return value if value > 0 and math.isfinite(value) else default
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,16 @@ class WorkerSettings:
         """Raise ValueError with one line saying what to fix."""
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        # nan passes every comparison below and inf means "never": both would be written
+        # into the queue's shared config or spin the heartbeat, so refuse them first.
+        for what, value in (
+            ("heartbeat interval", self.heartbeat_interval),
+            ("lease TTL", self.lease_ttl),
+            ("drain timeout", self.drain_timeout),
+            ("task timeout", self.default_timeout),
+        ):
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{what} must be a finite number of seconds, got {value}")
         if self.heartbeat_interval <= 0:
             raise ValueError("heartbeat interval must be positive")
         if self.lease_ttl is not None and self.lease_ttl <= 0:

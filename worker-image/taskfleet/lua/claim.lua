@@ -44,7 +44,8 @@ local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost', 0))
 
 local retry_after = 0
 local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
-local default_timeout = cfg('default_timeout_s') or ''
+local default_timeout = cfg_num('default_timeout_s', nil)
+default_timeout = default_timeout and tostring(default_timeout) or ''
 local out = {0, -1}
 local claimed = 0
 local blocked = false
