@@ -234,6 +234,13 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert stats["failed"] == stats["retried"] + self._dead_with("failed")
         assert stats["expired"] == self._dead_with("expired")
 
+    @invariant()
+    def a_task_dead_as_expired_never_started(self) -> None:
+        hashes = self._hashes(list(self.members()["dead"]))
+        for task_id, h in hashes.items():
+            if h.get("reason") == "expired":
+                assert "started_at" not in h, f"{task_id} started, then expired"
+
     def _dead_with(self, reason: str) -> int:
         ids = list(self.members()["dead"])
         return sum(1 for h in self._hashes(ids).values() if h.get("reason") == reason)

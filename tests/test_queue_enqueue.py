@@ -192,6 +192,27 @@ def test_deadline_does_not_apply_once_the_task_started(
     assert queue.get(task_id).state is TaskState.DONE  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("give_back", ["release", "retry", "lost"])
+def test_a_task_that_started_still_runs_after_its_deadline_when_it_comes_back(
+    queue: Queue, make_broker: MakeBroker, give_back: str
+) -> None:
+    queue.configure(QueueConfig(backoff_base_s=0, backoff_max_s=0))
+    task_id = queue.enqueue({"x": 1}, deadline=0.3)
+    broker = make_broker("jobs")
+    [claimed] = broker.claim(1).tasks
+    eventually(lambda: queue.get(task_id).deadline < datetime.now(UTC))  # type: ignore[union-attr,operator]
+    if give_back == "release":  # a drain gives it back
+        assert broker.release([(claimed.id, claimed.token)]) == 1
+    elif give_back == "retry":
+        assert broker.fail(claimed.id, claimed.token, "boom") is TaskState.DELAYED
+    else:
+        assert queue.requeue_pod("pod-a") == 1
+    [again] = eventually(lambda: broker.claim(1).tasks)
+    assert again.id == task_id
+    assert broker.complete_many([(again.id, again.token, None)]) == [True]
+    assert queue.stats()["expired"] == 0
+
+
 def test_wait_returns_every_task_once_finished(queue: Queue, make_broker: MakeBroker) -> None:
     ids = [queue.enqueue({"i": i}) for i in range(3)]
     broker = make_broker("jobs")

@@ -57,10 +57,12 @@ while claimed < want and not blocked do
   for _, id in ipairs(ids) do
     local key = K_TASK .. id
     local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-      'priority', 'cost', 'deadline', 'state')
+      'priority', 'cost', 'deadline', 'state', 'started_at')
     if v[9] ~= 'pending' then
       redis.call('ZREM', K_PENDING, id)  -- a leftover of a deleted task: drop it
-    elseif v[8] and tonumber(v[8]) < now then
+    elseif v[8] and not v[10] and tonumber(v[8]) < now then
+      -- only a task that never started expires: a retried, released or taken-back one
+      -- already began its work, and a drain's release must not turn it dead
       redis.call('ZREM', K_PENDING, id)
       redis.call('ZREM', K_DEADLINES, id)
       to_dead(id, key, now, 'expired', 'not started before its deadline')
