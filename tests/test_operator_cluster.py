@@ -25,6 +25,9 @@ from tests.fixtures_operator import GROUP, PLURAL, VERSION, OperatorProcess, bas
 
 pytestmark = pytest.mark.apiserver
 HOLD_FINALIZER = "taskfleet.dev/test-hold"
+# Leases that cannot expire within any deadline here, so lease expiry never takes
+# tasks back in place of the path under test.
+LONG_LEASE = {"intervalSeconds": 1, "ttlSeconds": 60}
 
 
 class Cluster:
@@ -254,7 +257,8 @@ def test_deleting_a_worker_pod_puts_its_tasks_back_in_pending_within_seconds(
     queue_of: Callable[[str, str], Queue],
     make_broker: Callable[..., Any],
 ) -> None:
-    cluster.create_tq("orphans", base_spec(redis_url))
+    # A lease TTL far beyond the deadline: only the operator can take the tasks back.
+    cluster.create_tq("orphans", base_spec(redis_url, heartbeat=LONG_LEASE))
     cluster.create_pod("orphans-a", "orphans")
     queue = queue_of(cluster.namespace, "orphans")
     hold_tasks(make_broker, queue, "orphans-a", 3)
@@ -264,9 +268,18 @@ def test_deleting_a_worker_pod_puts_its_tasks_back_in_pending_within_seconds(
 
     wait_for(lambda: queue.stats()["pending"] == 3, timeout=10, what="tasks back in pending")
     assert queue.stats()["running"] == 0
+    # The sweep's slow path would requeue too (two sweeps later) with its own message;
+    # this one comes only from the pod-deletion handler.
     wait_for(
-        lambda: "requeued 3 tasks of pod orphans-a" in cluster.event_messages("Requeued"),
-        what="Requeued event on the TaskQueue",
+        lambda: (
+            "requeued 3 tasks of pod orphans-a: pod orphans-a was deleted"
+            in cluster.event_messages("Requeued")
+        ),
+        what="the pod-deletion handler's Requeued event on the TaskQueue",
+    )
+    wait_for(
+        lambda: cluster.tq("orphans").get("status", {}).get("requeuedTotal") == 3,
+        what="status.requeuedTotal == 3",
     )
 
 

@@ -225,7 +225,7 @@ def sweep_taskqueue(
                 body,
                 type="Normal",
                 reason="Requeued",
-                message=f"requeued {count} tasks of pod {pod}",
+                message=f"requeued {count} tasks of pod {pod}: pod {pod} is gone from the API",
             )
         for task_id in report.fired:
             logger.info("schedule fired: task %s", task_id)
@@ -302,6 +302,7 @@ def worker_pod_event(
         logger.warning("requeue of pod %s deferred: %s", name, sweeper.describe_error(error))
         return
     if count:
-        message = f"requeued {count} tasks of pod {name}"
+        # A message of its own, so the fast path is told apart from the sweep's requeue.
+        message = f"requeued {count} tasks of pod {name}: pod {name} was deleted"
         logger.info(message)
         kopf.event(entry["ref"], type="Normal", reason="Requeued", message=message)
