@@ -34,6 +34,21 @@ def test_enqueue_prints_one_id_per_task_and_stores_the_options(
     assert (stats["pending"], stats["delayed"]) == (4, 1)
 
 
+def test_a_large_count_is_enqueued_in_chunks_so_no_one_script_call_blocks_redis_long(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    with Queue("q", redis_url=redis_url) as queue:
+        queue.client.config_resetstat()
+        result = taskfleet("enqueue", "q", "--count", "2500", env=env)
+        assert result.returncode == 0, result.stderr
+        assert len(set(result.stdout.split())) == 2500
+        assert queue.stats()["pending"] == 2500
+        calls = queue.client.info("commandstats")
+    scripts = sum(calls.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+    assert scripts >= 3  # 1000 + 1000 + 500 (a first NOSCRIPT reply may add one)
+
+
 def test_stats_shows_counts_as_text_and_as_json(redis_url: str, tmp_path: Path) -> None:
     with Queue("q", redis_url=redis_url) as queue:
         queue.enqueue_many([{"payload": {}} for _ in range(2)])

@@ -31,6 +31,7 @@ def assert_one_line_error(stderr: str) -> str:
         (["enqueue", "q", "--priority", "high"], "'high' is not a valid integer"),
         (["enqueue", "q", "--id", "x", "--count", "2"], "can't be combined"),
         (["enqueue", "q", "--count", "0"], "--count"),
+        (["enqueue", "q", "--count", "1000001"], "1<=x<=1000000"),
         (["worker", "--queue", "q", "--handler", "no_such_module_xyz:f"], "not found"),
         (["worker", "--queue", "q", "--handler", f"{H}:no_such_function"], "no attribute"),
         (["worker", "--queue", "q", "--handler", f"{H}:NOT_CALLABLE"], "not callable"),

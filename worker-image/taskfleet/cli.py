@@ -33,6 +33,10 @@ from taskfleet.errors import TaskfleetError
 __all__ = ["main", "mask_url"]
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+#: Tasks per enqueue script call for --count: one call is atomic but blocks Redis for
+#: everyone while it runs, so a big --count goes in calls of this size.
+ENQUEUE_CHUNK = 1000
+MAX_COUNT = 1_000_000
 ENV_PREFIX = "TASKFLEET_"
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -179,7 +183,13 @@ def _parse_payload(text: str) -> dict[str, Any]:
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Starts allowed.")
 @click.option("--timeout", type=FiniteFloat(min=0, min_open=True), default=None)
 @click.option("--id", "task_id", default=None, help="Task id (idempotent enqueue).")
-@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1, max=MAX_COUNT),
+    default=1,
+    show_default=True,
+    help=f"Tasks to add; each {ENQUEUE_CHUNK} go in one atomic call, not all of them at once.",
+)
 @redis_option
 def enqueue(
     *,
@@ -205,10 +215,12 @@ def enqueue(
         "timeout": timeout,
     }
     if count == 1:
-        ids = [q.enqueue(data, task_id=task_id, **options)]
-    else:
-        ids = q.enqueue_many([{"payload": data, **options} for _ in range(count)])
-    click.echo("\n".join(ids))
+        click.echo(q.enqueue(data, task_id=task_id, **options))
+        return
+    for start in range(0, count, ENQUEUE_CHUNK):
+        size = min(ENQUEUE_CHUNK, count - start)
+        ids = q.enqueue_many([{"payload": data, **options} for _ in range(size)])
+        click.echo("\n".join(ids))
 
 
 @cli.command()
