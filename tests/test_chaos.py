@@ -1,4 +1,8 @@
-"""Chaos: worker processes SIGKILLed and restarted at random while a few hundred tasks run.
+"""Chaos: worker processes SIGKILLed and restarted while a few hundred tasks run.
+
+The kills follow the work, not the clock: kill i comes once i/(KILLS+2) of the tasks are
+done, so every kill lands while tasks are still pending however fast the machine is, and
+which worker dies is random.
 
 At the end every task is done, none lost and none dead. A task may have run more than
 once (at-least-once delivery): only when its holder died, which the queue counts in the
@@ -13,8 +17,8 @@ from __future__ import annotations
 import json
 import os
 import random
-import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,9 +30,15 @@ from tests.workers.harness import Fleet, wait_until
 
 TASKS = 400
 WORKERS = 4
-CHAOS_SECONDS = 8.0
+KILLS = 8
 RECORDS = "chaos:executions"
 ARGS = ["--heartbeat-interval", "0.3", "--concurrency", "4", "--log-level", "warning"]
+
+
+def _done_once(queue: Queue, threshold: int) -> int:
+    """How many tasks are done once at least ``threshold`` are (0 until then)."""
+    done = int(queue.stats()["done"])
+    return done if done >= threshold else 0
 
 
 @pytest.mark.slow
@@ -59,9 +69,17 @@ def test_random_sigkills_and_restarts_lose_nothing_and_duplicate_only_lost_tasks
         # One pod dies for good: its tasks come back only through lease expiry.
         gone = rng.randrange(WORKERS)
         kills = 0
-        started = time.monotonic()
-        while time.monotonic() - started < CHAOS_SECONDS and queue.stats()["done"] < TASKS:
-            time.sleep(rng.uniform(0.2, 0.8))  # pacing of the chaos, not a wait on a condition
+        done_at_kill: list[int] = []
+        for i in range(1, KILLS + 1):
+            # The last kill comes with KILLS+2 - KILLS = 2/(KILLS+2) of the work still left.
+            threshold = TASKS * i // (KILLS + 2)
+            done_at_kill.append(
+                wait_until(
+                    partial(_done_once, queue, threshold),
+                    timeout=30,
+                    message=f"{threshold} tasks done {why}",
+                )
+            )
             victim = workers[rng.randrange(WORKERS)]
             victim.kill()
             kills += 1
@@ -89,10 +107,11 @@ def test_random_sigkills_and_restarts_lose_nothing_and_duplicate_only_lost_tasks
             assert runs[task_id] <= task.lost + 1, f"unexplained re-run {why}: {task}"
             duplicates += runs[task_id] - 1
         print(
-            f"chaos: {kills} kills, {stats['requeued']} requeued, {stats['lost']} lost, "
+            f"chaos: {kills} kills at {done_at_kill} done, {stats['requeued']} requeued, "
+            f"{stats['lost']} lost, "
             f"{duplicates} duplicate runs of {TASKS} tasks, {stats['stale']} stale writes"
         )
-        assert kills >= 5, why
+        assert kills == KILLS, why
     finally:
         fleet.close()
         queue.close()
