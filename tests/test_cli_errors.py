@@ -79,6 +79,28 @@ def test_bad_input_exits_2_with_one_line_and_enqueues_nothing(
         assert queue.stats()["pending"] == 0
 
 
+@pytest.mark.parametrize(
+    "url", ["foo://", "redis://:s3cret-pw@localhost:notaport/0", "redis://:s3cret-pw@h:99999/0"]
+)
+@pytest.mark.parametrize("command", ["worker", "enqueue", "stats"])
+def test_a_malformed_redis_url_is_bad_input_before_the_worker_starts(
+    url: str, command: str, redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    env["TASKFLEET_REDIS_URL"] = url
+    args = {
+        "worker": ["worker", "--queue", "q", "--handler", f"{H}:sleep"],
+        "enqueue": ["enqueue", "q"],
+        "stats": ["stats", "q"],
+    }[command]
+    result = taskfleet(*args, env=env)
+    assert result.returncode == 2, result.stderr
+    line = assert_one_line_error(result.stderr)
+    assert "--redis-url" in line and "not a Redis URL" in line
+    assert "s3cret-pw" not in result.stderr + result.stdout
+    assert "worker_failed" not in result.stderr
+
+
 def test_oversize_payload_is_refused_with_the_queue_limit_in_the_message(
     redis_url: str, tmp_path: Path
 ) -> None:

@@ -90,6 +90,24 @@ def _env(name: str) -> str:
     return ENV_PREFIX + name
 
 
+def _check_redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse a malformed URL while parsing options: before the worker forks, loads its
+    handler or retries a connection that can never work. The URL itself is not echoed
+    (it may hold a password)."""
+    from redis.connection import parse_url
+
+    try:
+        parse_url(value)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"not a Redis URL ({_scrub(str(exc))}); expected "
+            "redis://[:password@]host[:port][/db], rediss://... or unix:///path",
+            ctx,
+            param,
+        ) from None
+    return value
+
+
 def redis_option(func: F) -> F:
     return click.option(
         "--redis-url",
@@ -97,6 +115,7 @@ def redis_option(func: F) -> F:
         default=DEFAULT_REDIS_URL,
         show_default=True,
         show_envvar=True,
+        callback=_check_redis_url,
         help="Redis to use; a password in it is never printed.",
     )(func)
 
