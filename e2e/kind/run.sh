@@ -4,5 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 e2e/kind/up.sh
 kubectl config use-context kind-taskfleet >/dev/null
-[ -f manifests/kustomization.yaml ] && kubectl apply -k manifests/ >/dev/null
+if [ -f manifests/kustomization.yaml ]; then
+  kubectl apply -k manifests/ >/dev/null
+  # kind load keeps the image's name: a running operator pod would test the old code.
+  kubectl -n taskfleet-system rollout restart deployment/taskfleet-operator >/dev/null
+  kubectl -n taskfleet-system rollout status deployment/taskfleet-operator --timeout=300s
+fi
 exec "${PYTHON:-.venv/bin/python}" -m pytest e2e "$@"
