@@ -283,6 +283,45 @@ def test_deleting_a_worker_pod_puts_its_tasks_back_in_pending_within_seconds(
     )
 
 
+def test_a_pod_the_index_has_not_seen_keeps_its_tasks_while_the_api_has_it(
+    cluster: Cluster,
+    redis_url: str,
+    queue_of: Callable[[str, str], Queue],
+    make_broker: Callable[..., Any],
+) -> None:
+    cluster.create_tq("lagging", base_spec(redis_url, heartbeat=LONG_LEASE))
+    # Without the queue label the operator's pod index never lists this pod: the same
+    # view a lagging index gives of a pod created a moment ago.
+    cluster.core.create_namespaced_pod(
+        cluster.namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="lagging-a"),
+            spec=client.V1PodSpec(
+                containers=[client.V1Container(name="worker", image="localhost/none:dev")]
+            ),
+        ),
+    )
+    queue = queue_of(cluster.namespace, "lagging")
+    hold_tasks(make_broker, queue, "lagging-a", 2)
+    # A worker with no pod in the API, registered after lagging-a: the sweep that takes
+    # its task back had lagging-a suspect too.
+    hold_tasks(make_broker, queue, "lagging-ghost", 1)
+
+    wait_for(
+        lambda: queue.stats()["pending"] >= 1,
+        timeout=10,
+        what="the ghost worker's task requeued by the sweep",
+    )
+    wait_for(
+        lambda: "is gone from the API" in " ".join(cluster.event_messages("Requeued")),
+        what="the sweep's Requeued event for the ghost",
+    )
+
+    stats = queue.stats()
+    assert (stats["pending"], stats["running"]) == (1, 2)
+    assert not [m for m in cluster.event_messages("Requeued") if "lagging-a" in m]
+
+
 def test_a_terminating_pod_keeps_its_tasks_until_it_is_gone(
     cluster: Cluster,
     redis_url: str,

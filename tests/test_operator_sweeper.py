@@ -37,6 +37,7 @@ def sweep(queue: Queue, spec: TaskQueueSpec, **kwargs: Any) -> sweeper.SweepRepo
     options: dict[str, Any] = {
         "live_pods": [],
         "suspects": set(),
+        "pod_gone": lambda _pod: True,
         "created_at": CREATED,
         "catchup_s": 600.0,
     }
@@ -99,6 +100,50 @@ def test_a_pod_that_reappears_in_the_api_is_no_longer_suspect(
     assert second.suspects == set()
     assert third.requeued == {}
     assert third.stats["running"] == 1
+
+
+def test_a_pod_the_index_has_not_seen_but_the_api_has_keeps_its_tasks(
+    queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    hold_tasks(make_broker, queue, "emails-new", 2)
+    spec = make_spec()
+    asked: list[str] = []
+
+    def api_has_it(pod: str) -> bool:
+        asked.append(pod)
+        return False
+
+    suspects: set[str] = set()
+    for _ in range(3):
+        report = sweep(queue, spec, live_pods=[], suspects=suspects, pod_gone=api_has_it)
+        suspects = report.suspects
+        assert report.requeued == {}
+        assert report.stats["running"] == 2
+    assert suspects == {"emails-new"}
+    assert asked == ["emails-new", "emails-new"]
+
+
+@pytest.mark.parametrize(
+    ("live", "suspects", "gone", "requeue", "suspect"),
+    [
+        ({"a"}, set(), set(), [], set()),
+        (set(), set(), {"a"}, [], {"a"}),
+        (set(), {"a"}, {"a"}, ["a"], set()),
+        (set(), {"a"}, set(), [], {"a"}),
+        ({"a"}, {"a"}, {"a"}, [], set()),
+    ],
+    ids=[
+        "live in the index",
+        "first miss only suspected",
+        "second miss and 404 requeued",
+        "second miss but in the API kept",
+        "back in the index cleared",
+    ],
+)
+def test_a_pod_is_requeued_only_when_missing_twice_from_the_index_and_gone_from_the_api(
+    live: set[str], suspects: set[str], gone: set[str], requeue: list[str], suspect: set[str]
+) -> None:
+    assert sweeper.orphaned_pods(["a"], live, suspects, gone.__contains__) == (requeue, suspect)
 
 
 def test_a_cron_slot_fires_exactly_once_however_many_sweeps_see_it(queue: Queue) -> None:

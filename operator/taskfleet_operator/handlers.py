@@ -8,7 +8,7 @@ blocking Redis and Kubernetes clients belong.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -209,6 +209,7 @@ def sweep_taskqueue(
             model,
             live_pods=live,
             suspects=SUSPECTS.get(key, set()),
+            pod_gone=_pod_gone_checker(namespace, logger),
             created_at=reconcile.creation_time(body),
             catchup_s=SETTINGS.schedule_catchup_s,
         )
@@ -249,6 +250,20 @@ def sweep_taskqueue(
     desired["conditions"] = conditions
     for field, value in tqstatus.changes(status, desired).items():
         patch.status[field] = value
+
+
+def _pod_gone_checker(namespace: str, logger: Logger) -> Callable[[str], bool]:
+    """`kube.pod_gone` for the sweep, where an API error means "not known to be gone"."""
+
+    def gone(pod: str) -> bool:
+        try:
+            return kube.pod_gone(pod, namespace)
+        except ApiException as error:
+            # The pod stays suspect and is asked about again at the next sweep.
+            logger.warning("cannot tell whether pod %s is gone: %s", pod, error.reason)
+            return False
+
+    return gone
 
 
 def _restore_fleet(body: kopf.Body, model: Any, logger: Logger) -> None:

@@ -81,6 +81,17 @@ def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
     return items
 
 
+def pod_gone(name: str, namespace: str) -> bool:
+    """True only if the API answers 404 for the pod: the index may lag, the API does not."""
+    try:
+        core().read_namespaced_pod(name, namespace, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
 def annotate_pod(name: str, namespace: str, annotations: dict[str, str]) -> bool:
     """Merge annotations into a pod; False if the pod is gone."""
     try:

@@ -139,26 +139,51 @@ class SweepReport:
     suspects: set[str] = field(default_factory=set)
 
 
-def requeue_orphans(
-    queue: Queue, live_pods: Iterable[str], suspects: set[str], report: SweepReport
-) -> None:
-    """Take back the tasks of registered workers whose pod is gone from the API.
+def orphaned_pods(
+    registered: Iterable[str],
+    live_pods: Iterable[str],
+    suspects: set[str],
+    pod_gone: Callable[[str], bool],
+) -> tuple[list[str], set[str]]:
+    """Which registered workers' pods to requeue now, and which to suspect next sweep.
 
-    A pod is requeued the second sweep in a row it is missing: a worker that registered
-    a moment before the pod watch delivered its pod must not lose its fresh claims. The
-    pod-deletion event is the fast path; this covers missed events and operator restarts.
-    A Terminating pod is still in the API, so it counts as live and keeps its tasks.
+    A pod missing from the live set (the operator's pod index) is suspected first and
+    requeued only if it is still missing a sweep later *and* the API itself answers that
+    it is gone: the index can lag behind a pod that was just created, and requeueing a
+    live worker's fresh claims would run them twice. A pod the API still has stays
+    suspect, so it is checked again next sweep. A Terminating pod is still in the API,
+    so it counts as live and keeps its tasks.
     """
     live = set(live_pods)
-    for worker in queue.workers():
-        if worker.pod in live:
+    requeue: list[str] = []
+    suspect: set[str] = set()
+    for pod in registered:
+        if pod in live:
             continue
-        if worker.pod not in suspects:
-            report.suspects.add(worker.pod)
-            continue
-        count = queue.requeue_pod(worker.pod)
+        if pod in suspects and pod_gone(pod):
+            requeue.append(pod)
+        else:
+            suspect.add(pod)
+    return requeue, suspect
+
+
+def requeue_orphans(
+    queue: Queue,
+    live_pods: Iterable[str],
+    suspects: set[str],
+    report: SweepReport,
+    pod_gone: Callable[[str], bool],
+) -> None:
+    """Take back the tasks of registered workers whose pod is gone (see `orphaned_pods`).
+
+    The pod-deletion event is the fast path; this covers missed events and restarts.
+    """
+    registered = [worker.pod for worker in queue.workers()]
+    requeue, report.suspects = orphaned_pods(registered, live_pods, suspects, pod_gone)
+    for pod in requeue:
+        count = queue.requeue_pod(pod)
         if count:
-            report.requeued[worker.pod] = count
+            report.requeued[pod] = count
 
 
 def fire_schedules(
@@ -181,15 +206,20 @@ def sweep_queue(
     *,
     live_pods: Iterable[str],
     suspects: set[str],
+    pod_gone: Callable[[str], bool],
     created_at: datetime,
     catchup_s: float,
     now: datetime | None = None,
 ) -> SweepReport:
-    """One sweep of one queue. Raises `redis.RedisError` when Redis is unreachable."""
+    """One sweep of one queue. Raises `redis.RedisError` when Redis is unreachable.
+
+    ``pod_gone(pod)`` asks the API whether a suspect pod is really gone (see
+    `orphaned_pods`).
+    """
     now = now or datetime.now(UTC)
     report = SweepReport()
     configure(queue, spec)
-    requeue_orphans(queue, live_pods, suspects, report)
+    requeue_orphans(queue, live_pods, suspects, report, pod_gone)
     # The sweep script is bounded per call; a few calls catch up after a backlog.
     for _ in range(10):
         result = queue.sweep()
