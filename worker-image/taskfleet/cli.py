@@ -97,7 +97,7 @@ def _check_redis_url(ctx: click.Context, param: click.Parameter, value: str) -> 
     from redis.connection import parse_url
 
     try:
-        parse_url(value)
+        parse_url(value)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise click.BadParameter(
             f"not a Redis URL ({_scrub(str(exc))}); expected "
