@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from taskfleet.cli import mask_url
 from taskfleet.handlers import HandlerLoadError, encode_result, format_error, load_handler
-from taskfleet.runtime import RuntimeState, pid_alive, read_state, remove_state, write_state
+from taskfleet.runtime import (
+    RuntimeState,
+    pid_alive,
+    process_start,
+    read_state,
+    remove_state,
+    write_state,
+)
 from taskfleet.worker import WorkerSettings
 
-from tests.workers.harness import wait_until
+from tests.workers.harness import env_for, taskfleet, wait_until
 
 
 @pytest.mark.parametrize(
@@ -47,7 +57,9 @@ def test_errors_and_results_are_encoded_for_the_task_hash() -> None:
 
 def test_runtime_file_round_trips_and_is_only_removed_by_its_owner(tmp_path: Path) -> None:
     path = tmp_path / "worker.json"
-    state = RuntimeState(pid=os.getpid(), pod="p", queue="q", inflight=2, draining=True)
+    state = RuntimeState(
+        pid=os.getpid(), pod="p", queue="q", inflight=2, draining=True, start="123"
+    )
     write_state(state, path)
     assert read_state(path) == state
     remove_state(path, pid=os.getpid() + 1)
@@ -84,3 +96,43 @@ def test_a_heartbeat_of_exactly_half_the_lease_ttl_is_accepted_like_the_crd_acce
     else:
         with pytest.raises(ValueError, match="at most half the lease TTL"):
             settings.validate()
+
+
+def _sigterm_pending(pid: int) -> bool:
+    """SIGTERM is pending (sent, not yet delivered) for ``pid``, per /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("ShdPnd:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    raise AssertionError("no ShdPnd in /proc status")
+
+
+@pytest.fixture
+def sigterm_blocker() -> Iterator[subprocess.Popen[bytes]]:
+    """A process that blocks SIGTERM, so a SIGTERM sent to it stays visible as pending."""
+    code = (
+        "import signal, sys\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    with proc:  # closes its pipes
+        yield proc
+        proc.kill()
+
+
+@pytest.mark.parametrize("same_process", [True, False])
+def test_drain_signals_the_pid_only_while_it_is_still_the_worker_that_wrote_the_file(
+    same_process: bool, sigterm_blocker: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    pid = sigterm_blocker.pid
+    start = process_start(pid)
+    assert start is not None
+    recorded = start if same_process else str(int(start) - 1)  # else: a reused pid
+    write_state(RuntimeState(pid=pid, pod="p", queue="q", start=recorded), tmp_path / "worker.json")
+    result = taskfleet("drain", env=env_for("redis://localhost:1/0", tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert _sigterm_pending(pid) is same_process

@@ -2,8 +2,10 @@
 
 The worker and the preStop hook run in the same container but share nothing but the
 filesystem and the PID namespace. The worker keeps ``$TASKFLEET_RUNTIME_DIR/worker.json``
-(``{pid, pod, queue, inflight, draining, state}``) current; ``taskfleet drain`` reads it,
-sends SIGTERM to that pid and, with ``--wait``, polls the file until nothing is in flight.
+(``{pid, start, pod, queue, inflight, draining, state}``) current; ``taskfleet drain``
+reads it, sends SIGTERM to that pid (only while the process there has the recorded
+``/proc`` start time: a pid may be reused) and, with ``--wait``, polls the file until
+nothing is in flight.
 The file is replaced atomically (write + rename), so a reader never sees half of it.
 
 When the worker's init is PID 1 of the PID namespace, its exit makes the kernel SIGKILL
@@ -31,6 +33,7 @@ __all__ = [
     "RuntimeState",
     "live_waiters",
     "pid_alive",
+    "process_start",
     "read_state",
     "register_waiter",
     "remove_state",
@@ -59,6 +62,7 @@ class RuntimeState:
     inflight: int = 0
     draining: bool = False
     state: str = "starting"  # starting | running | draining | drained | stopped
+    start: str | None = None  # /proc start time of pid: tells the worker from a reused pid
 
 
 def runtime_path(directory: str | os.PathLike[str] | None = None) -> Path:
@@ -83,6 +87,7 @@ def read_state(path: Path) -> RuntimeState | None:
             inflight=int(data.get("inflight", 0)),
             draining=bool(data.get("draining", False)),
             state=str(data.get("state", "")),
+            start=None if data.get("start") is None else str(data["start"]),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -105,6 +110,18 @@ def _proc_identity(pid: int | str) -> dict[str, str | None]:
         stat = Path(f"/proc/{pid}/stat").read_text()
         identity["start"] = stat.rpartition(")")[2].split()[19]  # field 22: starttime
     return identity
+
+
+def process_start(pid: int | str) -> str | None:
+    """``/proc`` start time of ``pid`` (None without procfs or when it is gone)."""
+    return _proc_identity(pid)["start"]
+
+
+def _is_worker(state: RuntimeState) -> bool:
+    """Is ``state.pid`` still the process that wrote ``state``? (A pid may be reused.)"""
+    if not pid_alive(state.pid):
+        return False
+    return state.start is None or process_start(state.pid) in (None, state.start)
 
 
 def register_waiter(directory: Path) -> Path | None:
@@ -178,6 +195,8 @@ def request_drain(path: Path, *, wait: bool, timeout: float | None) -> bool:
     state = read_state(path)
     if state is None:
         raise DrainError(f"no worker runtime file at {path}")
+    if not _is_worker(state):
+        return True  # gone (its pid may name another process now): it holds nothing
     # Before the signal, so the worker can't finish draining without knowing of us.
     register_waiter(path.parent)
     try:
@@ -188,7 +207,7 @@ def request_drain(path: Path, *, wait: bool, timeout: float | None) -> bool:
         return True
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        if not pid_alive(state.pid):
+        if not _is_worker(state):
             return True
         current = read_state(path)
         if current is None or current.pid != state.pid:

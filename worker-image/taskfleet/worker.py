@@ -54,6 +54,7 @@ from taskfleet.runtime import (
     WAITER_GRACE_S,
     RuntimeState,
     live_waiters,
+    process_start,
     remove_state,
     runtime_path,
     write_state,
@@ -212,6 +213,7 @@ class Worker:
             max_workers=settings.concurrency, thread_name_prefix="taskfleet-handler"
         )
         self._runtime_path = runtime_path(settings.runtime_dir)
+        self._process_start = process_start(os.getpid())
         self._runtime_dirty = False
         self._state = "starting"
         self.counters = _Counters()
@@ -754,6 +756,7 @@ class Worker:
             inflight=len(self._running),  # includes outcomes not yet written
             draining=self.draining,
             state=self._state,
+            start=self._process_start,
         )
         try:
             write_state(state, self._runtime_path)
