@@ -276,6 +276,7 @@ def test_queue_config_carries_the_shared_limits() -> None:
             {"redis": {"url": "redis://redis:6379/0?password=hunter2"}},
             "password query parameter",
         ),
+        ({"redis": {"url": "redis://redis:port/0"}}, "not a usable Redis URL"),
         ({"heartbeat": {"intervalSeconds": 10, "ttlSeconds": 15}}, "at least 2x"),
         ({"rateLimit": {"tasks": 5}}, "periodSeconds is required"),
         ({"schedules": [{"name": "a", "cron": "* * * * *"}] * 2}, "names must be unique"),

@@ -414,6 +414,43 @@ def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears
     assert not [text for text in everything if password in text]
 
 
+def test_a_secret_that_holds_no_redis_url_is_reported_without_its_value(
+    cluster: Cluster, redis_url: str, operator_process: OperatorProcess
+) -> None:
+    password = f"pw-{secrets.token_hex(8)}"
+    value = f"http://tq:{password}@redis:6379/0"
+    cluster.core.create_namespaced_secret(
+        cluster.namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="redis-bad"),
+            data={"url": base64.b64encode(value.encode()).decode()},
+        ),
+    )
+    spec = base_spec(redis_url)
+    spec["redis"] = {"secretRef": {"name": "redis-bad"}}
+    cluster.create_tq("badsecret", spec)
+
+    def reported() -> Any:
+        """RedisReachable=False with reason SecretUnavailable"""
+        condition = cluster.condition("badsecret", "RedisReachable")
+        return condition if condition and condition["reason"] == "SecretUnavailable" else None
+
+    condition = wait_for(reported)
+    expected = f"key 'url' of Secret {cluster.namespace}/redis-bad is not a redis:// URL"
+    assert condition["message"].startswith(expected)
+    assert any(m.startswith(expected) for m in cluster.event_messages("SecretUnavailable"))
+    assert operator_process.alive()
+    everything = [
+        operator_process.log.read_text(errors="replace"),
+        json.dumps(cluster.tq("badsecret")),
+        json.dumps(
+            [e.to_dict() for e in cluster.core.list_namespaced_event(cluster.namespace).items],
+            default=str,
+        ),
+    ]
+    assert not [text for text in everything if password in text]
+
+
 def test_an_unreachable_redis_is_reported_without_crashing_the_operator(
     cluster: Cluster, operator_process: OperatorProcess
 ) -> None:

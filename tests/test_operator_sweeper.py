@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 from taskfleet.queue import Queue
-from taskfleet_operator import builders, sweeper
+from taskfleet_operator import builders, kube, sweeper
 from taskfleet_operator.models import TaskQueueSpec
 
 from tests.fixtures_redis import RedisServerFactory
@@ -254,6 +254,22 @@ def test_an_unreachable_redis_fails_the_sweep_quickly_with_a_redis_error(
             sweep(connections.get("ns", "q", make_spec()), make_spec())
     finally:
         connections.close()
+
+
+def test_a_secret_holding_no_redis_url_is_reported_without_its_value() -> None:
+    value = "http://user:hunter2@redis:6379/0"
+    spec = make_spec(redis={"secretRef": {"name": "redis-auth", "key": "url"}})
+    connections = sweeper.Connections(lambda _ns, _spec: value, timeout_s=0.5)
+    try:
+        with pytest.raises(kube.SecretUnavailable) as raised:
+            connections.get("ns", "q", spec)
+    finally:
+        connections.close()
+
+    message = str(raised.value)
+    assert message.startswith("key 'url' of Secret ns/redis-auth is not a redis:// URL")
+    assert "hunter2" not in message
+    assert "http" not in message
 
 
 def test_passwords_are_masked_in_urls_and_error_texts() -> None:

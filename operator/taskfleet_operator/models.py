@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from redis.connection import parse_url
 
 JsonDict = dict[str, JsonValue]
 
@@ -249,6 +250,14 @@ class RedisRef(CamelModel):
             raise ValueError(PASSWORD_MESSAGE)
         if self.url is not None and _PASSWORD_IN_QUERY.search(self.url):
             raise ValueError(QUERY_PASSWORD_MESSAGE)
+        if self.url is not None:
+            try:
+                parse_url(self.url)  # type: ignore[no-untyped-call]
+            except ValueError:
+                raise ValueError(
+                    "redis.url is not a usable Redis URL (check the port, database and "
+                    "query parameters)"
+                ) from None
         return self
 
 

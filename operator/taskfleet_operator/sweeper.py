@@ -22,7 +22,7 @@ from taskfleet.config import QueueConfig
 from taskfleet.queue import Queue
 from taskfleet.scripts import SWEEP_BOUND
 
-from taskfleet_operator import builders
+from taskfleet_operator import builders, kube
 from taskfleet_operator.models import TaskQueueSpec
 
 UrlResolver = Callable[[str, TaskQueueSpec], str]
@@ -42,6 +42,17 @@ def describe_error(exc: BaseException, url: str | None = None) -> str:
         for password in filter(None, passwords):
             message = message.replace(password, "***")
     return message
+
+
+def _unusable_url(namespace: str, spec: TaskQueueSpec) -> Exception:
+    """The error for a URL redis-py refuses; it never quotes the URL (it may hold a password)."""
+    ref = spec.redis.secret_ref
+    if ref is None:  # the model refuses such a redis.url; kept for a spec from an older CRD
+        return ValueError("redis.url is not a usable Redis URL")
+    return kube.SecretUnavailable(
+        f"key {ref.key!r} of Secret {namespace}/{ref.name} is not a redis:// URL: set it to "
+        "a redis://, rediss:// or unix:// URL"
+    )
 
 
 class Connections:
@@ -86,12 +97,16 @@ class Connections:
             cached = self._queues.get(key)
             if cached is not None and cached[0] == digest:
                 return cached[1]
-            client = redis.Redis.from_url(
-                url,
-                socket_timeout=self._timeout_s,
-                socket_connect_timeout=self._timeout_s,
-                health_check_interval=30,
-            )
+            try:
+                client = redis.Redis.from_url(
+                    url,
+                    socket_timeout=self._timeout_s,
+                    socket_connect_timeout=self._timeout_s,
+                    health_check_interval=30,
+                )
+            except ValueError:
+                self._urls.pop(key, None)  # read the Secret again once it is fixed
+                raise _unusable_url(namespace, spec) from None
             queue = Queue(builders.queue_name(namespace, name), client=client)
             self._queues[key] = (digest, queue)
         if cached is not None:
