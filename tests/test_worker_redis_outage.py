@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import signal
 import time
 from pathlib import Path
 
+import redis.asyncio
+from taskfleet.broker import Broker, ClaimedTask
 from taskfleet.queue import Queue
+from taskfleet.worker import Worker, WorkerSettings, _Outcome, _Running
 
-from tests.fixtures_redis import RedisServerFactory
+from tests.fixtures_redis import RedisServerFactory, free_port
 from tests.workers.harness import FAST, Fleet, wait_until
 
 
@@ -93,3 +98,48 @@ def test_an_outage_longer_than_the_lease_loses_nothing_and_logs_once(
         assert sum(e["event"] == "redis_unreachable" for e in worker.events()) == 1
     finally:
         fleet.close()
+
+
+def test_outcomes_left_at_shutdown_with_redis_down_are_retried_with_backoff_not_in_a_loop(
+    tmp_path: Path,
+) -> None:
+    settings = WorkerSettings(
+        queue="q",
+        redis_url=f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
+        pod="p",
+        incarnation="i",
+        runtime_dir=str(tmp_path),
+        backoff_base=0.1,
+        backoff_max=0.2,
+    )
+
+    async def writes_while_flushing_at_shutdown(window_s: float) -> int:
+        worker = Worker(settings, lambda payload: None)  # type: ignore[arg-type]
+        client = redis.asyncio.Redis.from_url(settings.redis_url)
+        worker._client = client
+        worker._broker = Broker("q", client, "p", "i")
+        task = ClaimedTask("t", "tok", {}, 1, 3, None, 0, 0, 1)
+        worker._outbox.append(_Outcome(_Running(task, started=0.0), result="{}"))
+        worker._closing.set()  # as in _shutdown: the background loops are done
+        calls = 0
+        write = worker._write
+
+        async def counted(batch: list[_Outcome]) -> None:
+            nonlocal calls
+            calls += 1
+            await write(batch)
+
+        worker._write = counted  # type: ignore[method-assign]
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(worker._flush_all(), timeout=window_s)
+        if worker._probe is not None:
+            worker._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker._probe
+        await client.aclose()
+        assert worker._outbox, "nothing can have been written"
+        return calls
+
+    calls = asyncio.run(writes_while_flushing_at_shutdown(1.0))
+    # Backoff 0.05-0.2 s between probes: a handful of writes in a second, not thousands.
+    assert 1 <= calls <= 20, calls

@@ -592,7 +592,9 @@ class Worker:
                 self._outbox = batch + self._outbox
                 if self._stop_requested.is_set():
                     return  # forced exit: unwritten outcomes' leases expire; tasks rerun
-                await self._outage(exc)
+                # At shutdown _closing is already set: waiting for it would return at once
+                # and retry in a tight loop; wait for the probe's backoff instead.
+                await self._outage(exc, at_shutdown=self._closing.is_set())
             except BaseException:
                 # Cancelled mid-write (shutdown): keep what is unwritten for the final flush.
                 self._outbox = batch + self._outbox
@@ -690,8 +692,11 @@ class Worker:
 
     # ---------------------------------------------------------------- Redis outages
 
-    async def _outage(self, exc: BaseException, *, until_drain: bool = False) -> None:
-        """Wait until Redis answers again (or a stop; or a drain if ``until_drain``).
+    async def _outage(
+        self, exc: BaseException, *, until_drain: bool = False, at_shutdown: bool = False
+    ) -> None:
+        """Wait until Redis answers again (or a stop; or a drain if ``until_drain``; or
+        the close of the loops unless ``at_shutdown``, when they are closed already).
 
         The first caller starts the one probe; the others just wait for it.
         """
@@ -700,7 +705,10 @@ class Worker:
             log_event(logging.WARNING, "redis_unreachable", error=format_error(exc))
             self._probe = asyncio.get_running_loop().create_task(self._reconnect())
         stop_event = self._drain_requested if until_drain else self._stop_requested
-        await _wait_any(self._connected, stop_event, self._closing)
+        if at_shutdown:
+            await _wait_any(self._connected, stop_event)
+        else:
+            await _wait_any(self._connected, stop_event, self._closing)
 
     async def _reconnect(self) -> None:
         assert self._client is not None
