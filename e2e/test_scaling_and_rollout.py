@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 from e2e.lib.fleet import Fleet
-from e2e.lib.kube import wait_for
+from e2e.lib.kube import PodWatch, wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
 
@@ -19,8 +19,9 @@ def test_scaling_down_removes_the_idle_pod_and_lets_busy_pods_finish_their_tasks
     fleet = make_fleet("scale", replicas=3, concurrency=1)
     pods = set(fleet.wait_ready(3))
 
-    # Two long tasks on a fleet of three single-slot pods: exactly one pod stays idle.
-    long_ids = fleet.queue.enqueue_sleepers(2, seconds=15)
+    # Two long tasks on a fleet of three single-slot pods: exactly one pod stays idle, and
+    # the tasks outlast the operator's ranking and the ReplicaSet's pick.
+    long_ids = fleet.queue.enqueue_sleepers(2, seconds=20)
 
     def two_holders() -> set[str] | None:
         holders = fleet.queue.holders()
@@ -35,6 +36,9 @@ def test_scaling_down_removes_the_idle_pod_and_lets_busy_pods_finish_their_tasks
         timeout=15,
     )
 
+    # Every version of every pod from before the scale-down: the costs the ReplicaSet saw.
+    watch = PodWatch(fleet.kube, selector=fleet.selector)
+    wait_for("the pod watch to list the fleet", lambda: len(watch.versions) >= 3, timeout=15)
     fleet.scale(2)
     assert fleet.taskqueue()["spec"]["replicas"] == 2
 
@@ -49,27 +53,47 @@ def test_scaling_down_removes_the_idle_pod_and_lets_busy_pods_finish_their_tasks
         return leaving
 
     wait_for(f"the idle pod {idle} to be the one removed", idle_pod_went_alone, timeout=60)
-    # The operator ranked the pods by in-flight tasks before lowering replicas.
-    for pod in fleet.pods():
-        name = pod["metadata"]["name"]
-        if name in busy:
-            cost = pod["metadata"].get("annotations", {}).get(DELETION_COST)
-            assert cost is not None and int(cost) > 0, f"busy pod {name} has deletion cost {cost}"
+    wait_for("the watch to see the removal", watch.deleted, timeout=15)
+    watch.stop()
+    seen = watch.annotations_before_deletion(DELETION_COST)
+    assert set(seen) == pods, f"the watch saw {sorted(seen)} before the removal, not {pods}"
+    # The operator ranked the pods by in-flight tasks before lowering replicas: an unset
+    # cost on a busy pod means the ReplicaSet picked by something else.
+    unset = sorted(p for p in busy if seen[p] is None)
+    assert not unset, f"busy pods without a deletion cost at scale-down: {unset} ({seen})"
+    costs = {pod: int(cost or 0) for pod, cost in seen.items()}
+    removed = set(watch.deleted())
+    assert removed == {idle}, f"removed {sorted(removed)}, expected the idle {idle} ({costs})"
+    kept = pods - removed
+    assert max(costs[p] for p in removed) < min(costs[p] for p in kept), (
+        f"the removed pods were not the cheapest: {costs}"
+    )
+    assert all(costs[idle] < costs[p] for p in busy), f"idle not cheaper than busy: {costs}"
+    figures(
+        f"scale 3->2: deletion costs before the pick idle={costs[idle]} "
+        f"busy={sorted(costs[p] for p in busy)}; removed the idle pod"
+    )
 
     accounting = fleet.queue.wait_settled(long_ids, timeout=60)
     accounting.assert_nothing_lost()
-    ran_on = {r["id"]: r["pod"] for r in fleet.queue.executions()}
-    assert {ran_on[t] for t in long_ids} == busy, "a busy task was moved instead of finished"
+    # Every execution record, not the last per task: a task that ran twice shows up.
+    long_runs = [(r["id"], r["pod"]) for r in fleet.queue.executions() if r["id"] in long_ids]
+    assert sorted(t for t, _ in long_runs) == sorted(long_ids), f"re-run: {long_runs}"
+    assert {p for _, p in long_runs} == busy, f"a busy task was moved, not finished: {long_runs}"
 
     # Up and down again under a steady load: still nothing lost, nothing run twice.
-    ids = fleet.queue.enqueue_sleepers(30, seconds=2)
+    count = 40
+    ids = fleet.queue.enqueue_sleepers(count, seconds=2)
     start = time.monotonic()
     fleet.scale(3)
-    fleet.wait_ready(3)
-    wait_for("work on every pod", lambda: len(fleet.queue.holders()) >= 2, timeout=30)
+    three = set(fleet.wait_ready(3))
+    wait_for(
+        "work on every pod", lambda: three <= set(fleet.queue.holders()), timeout=30, interval=0.2
+    )
     fleet.scale(1)
     accounting = fleet.queue.wait_settled(ids, timeout=150)
-    figures(f"scale 2->3->1 under load: 30 tasks x 2 s settled in {time.monotonic() - start:.1f}s")
+    elapsed = time.monotonic() - start
+    figures(f"scale 2->3->1 under load: {count} tasks x 2 s settled in {elapsed:.1f}s")
     accounting.assert_nothing_lost()
     assert accounting.stats.get("requeued", 0) == 0, accounting.summary()
     assert accounting.stats.get("stale", 0) == 0, accounting.summary()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import threading
@@ -24,8 +25,10 @@ __all__ = [
     "VERSIONS",
     "Kube",
     "KubectlError",
+    "LogStream",
     "NodeShell",
     "PodWatch",
+    "log_events",
     "wait_for",
 ]
 
@@ -230,16 +233,20 @@ class NodeShell:
 
 
 class PodWatch:
-    """Every version of one pod the API shows while it lives: ``kubectl get -w -o json``.
+    """Every version of a pod the API shows while it lives: ``kubectl get -w -o json``.
 
     The pod object vanishes once deleted, taking its containers' exit codes with it; the
-    kubelet writes them just before, and the watch keeps that last word.
+    kubelet writes them just before, and the watch keeps that last word. With a
+    ``selector`` it follows every matching pod, in the order the API changed them.
     """
 
-    def __init__(self, kube: Kube, pod: str):
+    def __init__(self, kube: Kube, pod: str | None = None, *, selector: str | None = None):
+        if (pod is None) == (selector is None):
+            raise ValueError("PodWatch needs a pod name or a selector, not both")
+        target = [pod] if pod is not None else ["-l", str(selector)]
         self.versions: list[dict[str, Any]] = []
         self._process = subprocess.Popen(
-            kube.argv("get", "pod", pod, "--watch", "-o", "json"),
+            kube.argv("get", "pod", *target, "--watch", "-o", "json"),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -271,6 +278,29 @@ class PodWatch:
                     return result
         return None
 
+    def annotations_before_deletion(self, key: str) -> dict[str, str | None]:
+        """pod -> its ``key`` annotation as last seen before any pod got a deletionTimestamp.
+
+        What the ReplicaSet controller saw when it picked pods to remove; a pod without
+        the annotation maps to None.
+        """
+        seen: dict[str, str | None] = {}
+        for version in list(self.versions):
+            meta = version.get("metadata", {})
+            if meta.get("deletionTimestamp"):
+                break
+            seen[meta["name"]] = (meta.get("annotations") or {}).get(key)
+        return seen
+
+    def deleted(self) -> list[str]:
+        """Pods seen with a deletionTimestamp, in the order they got one."""
+        order: list[str] = []
+        for version in list(self.versions):
+            meta = version.get("metadata", {})
+            if meta.get("deletionTimestamp") and meta["name"] not in order:
+                order.append(meta["name"])
+        return order
+
     def stop(self) -> None:
         if self._process.poll() is None:
             self._process.terminate()
@@ -278,3 +308,63 @@ class PodWatch:
         self._thread.join(timeout=5)
         if self._process.stdout is not None:
             self._process.stdout.close()
+
+
+_KV = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def log_events(lines: Iterable[str]) -> list[dict[str, str]]:
+    """The worker's structured log lines (key=value or JSON) as dicts; other lines skipped."""
+    events: list[dict[str, str]] = []
+    for line in lines:
+        text = line.strip()
+        if text.startswith("{"):
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and "event" in obj:
+                events.append({str(k): str(v) for k, v in obj.items()})
+            continue
+        fields = {k: v[1:-1] if v.startswith('"') else v for k, v in _KV.findall(text)}
+        if "event" in fields:
+            events.append(fields)
+    return events
+
+
+class LogStream:
+    """``kubectl logs -f`` of one container, kept line by line from the moment it starts.
+
+    A deleted pod's logs go with it; a stream opened while it runs keeps every line up to
+    the container's exit. ``stop`` waits for the stream to end on its own first (it does
+    when the container exits), so the last lines are not cut off.
+    """
+
+    def __init__(self, kube: Kube, pod: str, container: str | None = None):
+        extra = ["-c", container] if container else []
+        self.lines: list[str] = []
+        self._process = subprocess.Popen(
+            kube.argv("logs", "-f", pod, *extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def stop(self, timeout: float = 10) -> list[str]:
+        """The lines read; waits up to ``timeout`` for the stream to end by itself."""
+        try:
+            self._process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._process.terminate()
+            self._process.wait(timeout=10)
+        self._thread.join(timeout=5)
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+        return list(self.lines)
