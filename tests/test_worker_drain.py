@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -12,8 +13,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from taskfleet.queue import Queue
+from taskfleet.broker import Broker, ClaimResult
+from taskfleet.handlers import load_handler
+from taskfleet.queue import Queue, TaskState
 from taskfleet.runtime import live_waiters, register_waiter
+from taskfleet.worker import Worker, WorkerSettings
 
 from tests.workers.harness import FAST, REPO, Fleet, taskfleet, wait_until
 
@@ -152,3 +156,30 @@ def test_drain_waiters_count_only_while_their_process_lives(tmp_path: Path) -> N
 
     assert live_waiters(tmp_path) == []
     assert not gone.exists() and not own.exists()
+
+
+def test_tasks_of_a_claim_in_flight_when_the_drain_starts_are_released_not_run(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Queue("q", redis_url=redis_url) as queue:
+        task_id = queue.enqueue({"seconds": 0})
+    settings = WorkerSettings(
+        queue="q", redis_url=redis_url, pod="p", incarnation="i", runtime_dir=str(tmp_path)
+    )
+    worker = Worker(settings, load_handler("tests.workers.handlers:async_sleep"))
+    real_claim = Broker.claim
+
+    async def claim_then_drain(self: Broker, n: int) -> ClaimResult:
+        result = await real_claim(self, n)
+        if result.tasks:
+            worker.request_drain()  # the SIGTERM lands while the reply is on its way
+        return result
+
+    monkeypatch.setattr(Broker, "claim", claim_then_drain)
+    assert asyncio.run(worker.run()) == 0
+    assert worker.counters.released == 1
+    with Queue("q", redis_url=redis_url) as queue:
+        task = queue.get(task_id)
+        assert task is not None
+        assert (task.state, task.attempts, task.lost) == (TaskState.PENDING, 0, 0)
+        assert queue.client.lrange("test:events", 0, -1) == []  # the handler never ran

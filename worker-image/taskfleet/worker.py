@@ -453,6 +453,12 @@ class Worker:
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
                 continue
+            if self.draining and claimed.tasks:
+                # The drain began while this claim was in flight: hand its tasks straight
+                # back (not an attempt) for a worker that stays, rather than start them now.
+                now = time.monotonic()
+                await self._release([_Running(task=task, started=now) for task in claimed.tasks])
+                return
             for task in claimed.tasks:
                 self._start(task)
             if claimed.tasks or self.draining:
