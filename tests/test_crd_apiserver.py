@@ -79,6 +79,14 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
             {"schedules": [{"name": "a", "cron": "0 * * * *"}, {"name": "a", "cron": "5 * * * *"}]},
             "schedule names must be unique",
         ),
+        (
+            {"schedules": [{"name": "a", "cron": "0 3 * * * *"}]},
+            "spec.schedules[0].cron in body should match",
+        ),
+        (
+            {"schedules": [{"name": "a", "cron": "0 3 * * *; reboot"}]},
+            "spec.schedules[0].cron in body should match",
+        ),
         ({"env": [{"name": "TASKFLEET_REDIS_URL", "value": "x"}]}, "the operator sets them"),
         ({"handler": "not a handler"}, "spec.handler"),
         ({"replicas": 1001}, "spec.replicas"),

@@ -53,6 +53,10 @@ HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_]
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 REDIS_URL_PATTERN = r"^(redis|rediss|unix)://"
+# Five space-separated fields of cron characters, so `kubectl apply` refuses the shape
+# (six fields, a stray shell word); the operator's croniter check catches the rest.
+_CRON_FIELD = r"[-0-9*/,A-Za-z?#]+"
+CRON_PATTERN = rf"^{_CRON_FIELD}(\s+{_CRON_FIELD}){{4}}$"
 # A userinfo part with a colon ("user:pass@" or ":pass@") carries a password.
 _PASSWORD_IN_URL = re.compile(r"^[a-z]+://[^@/]*:[^@/]*@")
 # redis-py also reads a password from the query (?password=...); RE2 and re agree on it.
@@ -193,6 +197,7 @@ class Schedule(CamelModel):
     cron: str = Field(
         min_length=9,
         max_length=128,
+        pattern=CRON_PATTERN,
         description="Five-field cron expression (minute hour day month weekday), UTC.",
     )
     payload: Annotated[dict[str, Any], Field(json_schema_extra=K8S_OBJECT)] = Field(
