@@ -136,3 +136,11 @@ def test_drain_signals_the_pid_only_while_it_is_still_the_worker_that_wrote_the_
     result = taskfleet("drain", env=env_for("redis://localhost:1/0", tmp_path))
     assert result.returncode == 0, result.stderr
     assert _sigterm_pending(pid) is same_process
+
+
+def test_worker_settings_repr_never_shows_the_redis_url() -> None:
+    settings = WorkerSettings(
+        queue="q", redis_url="redis://:s3cret-pw@h:6379/0", pod="p", incarnation="i"
+    )
+    assert "s3cret-pw" not in repr(settings)
+    assert "queue='q'" in repr(settings)

@@ -32,7 +32,7 @@ import random
 import time
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -104,7 +104,7 @@ class WorkerSettings:
     """Everything ``taskfleet worker`` takes; validated by the CLI before it gets here."""
 
     queue: str
-    redis_url: str
+    redis_url: str = field(repr=False)  # may hold a password: never in a repr or a log
     pod: str
     incarnation: str
     concurrency: int = 1
@@ -335,15 +335,15 @@ class Worker:
         TTL is shortened rather than left to lose every lease.
         """
         assert self._client is not None
-        field = "lease_ttl_s"
+        ttl_field = "lease_ttl_s"
         config_key = QueueKeys(self.settings.queue).config
         while not self.draining:
             try:
                 if self.settings.lease_ttl is not None:
-                    await self._client.hset(config_key, field, repr(self.settings.lease_ttl))
+                    await self._client.hset(config_key, ttl_field, repr(self.settings.lease_ttl))
                     ttl = self.settings.lease_ttl
                 else:
-                    raw = await self._client.hget(config_key, field)
+                    raw = await self._client.hget(config_key, ttl_field)
                     ttl = _number(raw, DEFAULT_LEASE_TTL_S)
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
