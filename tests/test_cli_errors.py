@@ -28,6 +28,8 @@ def assert_one_line_error(stderr: str) -> str:
     [
         (["enqueue", "q", "--payload", "{not json"], "not valid JSON"),
         (["enqueue", "q", "--payload", "[1, 2]"], "must be a JSON object"),
+        (["enqueue", "q", "--payload", '{"a": NaN}'], "--payload is not valid JSON: NaN"),
+        (["enqueue", "q", "--payload", '{"a": -Infinity}'], "--payload is not valid JSON"),
         (["enqueue", "q", "--priority", "high"], "'high' is not a valid integer"),
         (["enqueue", "q", "--id", "x", "--count", "2"], "can't be combined"),
         (["enqueue", "q", "--count", "0"], "--count"),

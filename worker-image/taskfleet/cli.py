@@ -1,9 +1,10 @@
 """The ``taskfleet`` command: enqueue, worker, drain, stats, task.
 
 Every option can also come from the environment (``TASKFLEET_<OPTION>``, e.g.
-``TASKFLEET_REDIS_URL``, ``TASKFLEET_CONCURRENCY``), which is how the operator configures
-worker pods. Bad input ends with one ``taskfleet: error: ...`` line on stderr and exit
-code 2; an unreachable Redis or a missing task with exit code 1; no tracebacks.
+``TASKFLEET_REDIS_URL``, ``TASKFLEET_CONCURRENCY``; the worker's ``--timeout`` is
+``TASKFLEET_TASK_TIMEOUT``), which is how the operator configures worker pods. Bad input
+ends with one ``taskfleet: error: ...`` line on stderr and exit code 2; an unreachable
+Redis or a missing task with exit code 1; no tracebacks.
 """
 
 from __future__ import annotations
@@ -184,10 +185,15 @@ def _queue(name: str, redis_url: str) -> Any:
         raise BadInput(str(exc)) from None
 
 
+def _no_constant(name: str) -> NoReturn:
+    # Python's json reads NaN / Infinity, which are not JSON and could never be stored.
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _parse_payload(text: str) -> dict[str, Any]:
     try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as exc:
+        payload = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:  # JSONDecodeError is one
         raise BadInput(f"--payload is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise BadInput(f"--payload must be a JSON object, got {type(payload).__name__}")
