@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from e2e.lib.fleet import Fleet
-from e2e.lib.kube import NodeShell, PodWatch, wait_for
+from e2e.lib.kube import LogStream, NodeShell, PodWatch, log_events, wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
 
@@ -53,20 +53,36 @@ def test_deleting_a_busy_pod_drains_it_and_its_tasks_finish_there_before_the_gra
     victim, held = busy_pod(fleet, 2)
 
     watch = PodWatch(fleet.kube, victim)
+    # The worker's own log, followed to its exit: a deleted pod takes its logs with it.
+    stream = LogStream(fleet.kube, victim, "worker")
+    wait_for(
+        f"the log stream of {victim} to attach",
+        lambda: any(e["event"] == "worker_started" for e in log_events(stream.lines)),
+        timeout=15,
+        interval=0.2,
+    )
     start = time.monotonic()
     fleet.kube.delete("pod", victim)
-    # preStop runs `taskfleet drain`, SIGTERM reaches PID 1: the worker says it drains.
+    # The kubelet runs the preStop hook first and sends SIGTERM only once it returns, which
+    # `taskfleet drain --wait` does when nothing is in flight: a draining worker with its
+    # tasks still running, while the hook's process is alive, was drained by the hook.
     wait_for(
         f"{victim} to report draining",
         lambda: fleet.queue.workers().get(victim, {}).get("draining"),
         timeout=15,
         interval=0.2,
     )
+    runtime = fleet.kube.exec(victim, "ls", "/tmp/taskfleet", container="worker").split()
+    still_held = fleet.queue.held_by(victim)
+    assert any(name.startswith("drain-waiter.") for name in runtime), (
+        f"no `taskfleet drain` hook registered in {victim} while it drains: {runtime}"
+    )
     wait_for(
         f"{victim} to be gone", lambda: fleet.kube.get("pod", victim) is None, timeout=grace + 30
     )
     elapsed = time.monotonic() - start
     watch.stop()
+    events = log_events(stream.stop())
     terminated = watch.terminated()
     figures(
         f"graceful delete of a pod with 2 x 5 s tasks: gone after {elapsed:.1f}s "
@@ -75,12 +91,49 @@ def test_deleting_a_busy_pod_drains_it_and_its_tasks_finish_there_before_the_gra
     assert terminated is not None, "the pod's last status never showed its container terminated"
     assert terminated["exitCode"] == 0, f"worker did not exit cleanly in time: {terminated}"
 
+    # The order in the worker's log: the hook's drain while the tasks ran, the tasks
+    # finished, then the kubelet's SIGTERM (a second drain request) finds nothing in
+    # flight, and the worker stops. A SIGTERM after the worker has gone leaves no line.
+    names = [e["event"] for e in events]
+    trail = [e for e in events if e["event"].startswith(("drain_", "worker_stopped", "task_"))]
+    assert names.count("drain_started") == 1, f"expected one drain: {trail}"
+    drain_at = names.index("drain_started")
+    assert int(events[drain_at]["inflight"]) >= 1 and still_held, (
+        f"the drain did not start while tasks were in flight: {trail}"
+    )
+    done_at = [i for i, e in enumerate(events) if e["event"] == "task_done" and e["task"] in held]
+    assert len(done_at) == len(held) and min(done_at) > drain_at, (
+        f"the held tasks did not finish after the drain started: {trail}"
+    )
+    assert "worker_stopped" in names and names.index("worker_stopped") > max(done_at), trail
+    for i, event in enumerate(events):
+        if event["event"] == "drain_forced":
+            assert i > max(done_at) and int(event["inflight"]) == 0, (
+                f"a second SIGTERM arrived before the hook's drain was done: {trail}"
+            )
+    assert "drain_waiters_left" not in names, f"the hook outlived the worker's wait: {trail}"
+    sigterm_seen = "drain_forced" in names
+
     accounting = fleet.queue.wait_settled(ids, timeout=90)
     accounting.assert_nothing_lost()
-    ran_on = {r["id"]: r["pod"] for r in fleet.queue.executions()}
-    assert all(ran_on[t] == victim for t in held), "in-flight tasks did not finish on their pod"
+    # Every execution record, not the last per task: each in-flight task ran once, there.
+    held_runs = [(r["id"], r["pod"]) for r in fleet.queue.executions() if r["id"] in held]
+    assert sorted(held_runs) == sorted((t, victim) for t in held), (
+        f"in-flight tasks of {victim} did not finish there exactly once: {held_runs}"
+    )
     assert accounting.stats.get("requeued", 0) == 0, accounting.summary()
     assert accounting.stats.get("stale", 0) == 0, accounting.summary()
+    # The hook exits before the worker does, so the kubelet never reports it as killed.
+    failed_hooks = [
+        e.get("message", "")
+        for e in fleet.kube.events(victim)
+        if e.get("reason") == "FailedPreStopHook"
+    ]
+    assert not failed_hooks, f"preStop hook reported failed: {failed_hooks}"
+    figures(
+        "graceful delete: hook drain, tasks done, "
+        + ("kubelet SIGTERM seen by the drained worker" if sigterm_seen else "worker gone first")
+    )
 
 
 def test_force_deleting_a_busy_pod_gets_its_tasks_requeued_within_seconds(
@@ -95,6 +148,7 @@ def test_force_deleting_a_busy_pod_gets_its_tasks_requeued_within_seconds(
 
     fleet.kube.run("delete", "pod", victim, "--grace-period=0", "--force")
     gone = time.monotonic()
+    deleted_at = time.time()  # the handler stamps its records with the node's wall clock
     assert fleet.kube.get("pod", victim) is None
     wait_for(
         f"the tasks of {victim} to be taken back",
@@ -104,16 +158,26 @@ def test_force_deleting_a_busy_pod_gets_its_tasks_requeued_within_seconds(
     )
     elapsed = time.monotonic() - gone
     after = fleet.queue.stats()
+    requeued = after.get("requeued", 0) - before.get("requeued", 0)
+    released = after.get("released", 0) - before.get("released", 0)
     figures(
         f"force delete: {len(held)} tasks back in the queue {elapsed:.1f}s after the pod object "
-        f"was deleted (requeued +{after.get('requeued', 0) - before.get('requeued', 0)}, "
-        f"released +{after.get('released', 0) - before.get('released', 0)}; lease TTL 60 s)"
+        f"was deleted (requeued +{requeued}, released +{released}; lease TTL 60 s)"
     )
+    # Taken back by the operator's pod-gone path, well inside the lease TTL, and not handed
+    # back by the worker: a force delete gives it no drain.
+    assert (requeued, released) == (len(held), 0), after
 
     accounting = fleet.queue.wait_settled(ids, timeout=120)
     accounting.assert_nothing_lost()
-    ran_on = {r["id"]: r["pod"] for r in fleet.queue.executions()}
-    assert all(ran_on[t] != victim for t in held), "a task finished on the force-deleted pod"
+    # Every execution record: none of the held tasks finished on the victim once it was
+    # deleted (its container may linger for the kubelet's short kill window).
+    late = [
+        r
+        for r in fleet.queue.executions()
+        if r["id"] in held and r["pod"] == victim and r["at"] >= deleted_at
+    ]
+    assert not late, f"tasks finished on the force-deleted pod: {late}"
 
 
 def test_a_sigkilled_worker_restarts_and_its_tasks_come_back(
