@@ -86,3 +86,20 @@ def test_an_invalid_spec_names_every_field_at_fault_in_one_message() -> None:
     assert message.startswith("invalid spec: ")
     assert "replicas:" in message
     assert "schedules.0.cron:" in message
+
+
+def test_a_refused_schedule_sets_ready_false_with_an_event_only_when_the_message_changes() -> None:
+    errors = {"huge": "payload is 2000000 bytes; the queue allows 1048576 (max_payload_bytes)"}
+
+    conditions, event = reconcile.schedules_refused([], errors)
+    again, repeat = reconcile.schedules_refused(conditions, errors)
+    other, changed = reconcile.schedules_refused(again, {**errors, "b": "bad"})
+
+    ready = status.find(conditions, status.READY)
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert ready["message"] == f"schedule huge: {errors['huge']}"
+    assert event == ready["message"]
+    assert repeat is None
+    assert changed is not None and changed.startswith("schedule b: bad; schedule huge:")
+    assert status.find(other, status.READY) is not None

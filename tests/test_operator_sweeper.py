@@ -165,6 +165,27 @@ def test_a_cron_slot_fires_exactly_once_however_many_sweeps_see_it(queue: Queue)
     assert task.payload == {"job": "report"}
 
 
+def test_a_schedule_the_queue_refuses_is_reported_and_the_others_still_fire(
+    queue: Queue,
+) -> None:
+    huge = {"blob": "x" * (1024 * 1024 + 1)}  # over the queue's default payload bound
+    spec = make_spec(
+        schedules=[
+            {"name": "huge", "cron": "0 3 * * *", "payload": huge},
+            {"name": "nightly", "cron": "0 3 * * *", "payload": {"job": "report"}},
+        ]
+    )
+    now = datetime(2026, 3, 4, 3, 0, 30, tzinfo=UTC)
+
+    report = sweep(queue, spec, now=now)
+
+    slot = int(datetime(2026, 3, 4, 3, 0, tzinfo=UTC).timestamp())
+    assert report.fired == [f"sched:nightly:{slot}"]
+    assert list(report.schedule_errors) == ["huge"]
+    assert "payload" in report.schedule_errors["huge"]
+    assert report.stats["pending"] == 1
+
+
 def test_a_slot_older_than_the_catchup_window_or_the_taskqueue_is_not_fired(
     queue: Queue,
 ) -> None:

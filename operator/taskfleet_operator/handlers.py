@@ -202,6 +202,7 @@ def sweep_taskqueue(
         _restore_fleet(body, model, logger)
     conditions = list(status.get("conditions") or [])
     desired: dict[str, Any] = {}
+    schedule_errors: dict[str, str] = {}
     try:
         queue = CONNECTIONS.get(namespace, name, model)
         report = sweeper.sweep_queue(
@@ -221,6 +222,7 @@ def sweep_taskqueue(
         conditions = _redis_down(body, conditions, "RedisUnreachable", message)
     else:
         SUSPECTS[key] = report.suspects
+        schedule_errors = report.schedule_errors
         for pod, count in report.requeued.items():
             kopf.event(
                 body,
@@ -245,6 +247,10 @@ def sweep_taskqueue(
     if failure is not None and held:
         _, reason, message = failure
         conditions = tqstatus.set_condition(conditions, tqstatus.READY, False, reason, message)
+    elif schedule_errors:
+        conditions, news = reconcile.schedules_refused(conditions, schedule_errors)
+        if news:
+            kopf.warn(body, reason="InvalidSpec", message=news)
     else:
         conditions = reconcile.ready_condition(conditions, model, ready)
     desired["conditions"] = conditions

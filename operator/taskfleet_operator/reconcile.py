@@ -167,6 +167,22 @@ def ready_condition(
     )
 
 
+def schedules_refused(
+    conditions: list[dict[str, Any]], errors: Mapping[str, str]
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Ready=False/InvalidSpec naming the schedules the queue refused, and the message to
+    post as an event: only when it changes, not at every sweep."""
+    message = "; ".join(f"schedule {name}: {error}" for name, error in sorted(errors.items()))
+    message = message[:1024]  # the condition's bound, so the comparison holds next sweep
+    previous = status.find(conditions, status.READY) or {}
+    news = (
+        None
+        if (previous.get("reason"), previous.get("message")) == ("InvalidSpec", message)
+        else message
+    )
+    return status.set_condition(conditions, status.READY, False, "InvalidSpec", message), news
+
+
 def creation_time(body: Mapping[str, Any]) -> datetime:
     stamp = str(body["metadata"]["creationTimestamp"]).replace("Z", "+00:00")
     return datetime.fromisoformat(stamp)

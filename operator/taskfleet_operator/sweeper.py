@@ -19,7 +19,8 @@ import redis
 from croniter import croniter
 from taskfleet.cli import mask_url
 from taskfleet.config import QueueConfig
-from taskfleet.queue import Queue
+from taskfleet.errors import InvalidPayload, TaskfleetError
+from taskfleet.queue import Queue, encode_payload
 from taskfleet.scripts import SWEEP_BOUND
 
 from taskfleet_operator import builders, kube
@@ -152,6 +153,8 @@ class SweepReport:
     fired: list[str] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
     suspects: set[str] = field(default_factory=set)
+    # Schedules the queue refused this sweep, by name: the error says what to fix.
+    schedule_errors: dict[str, str] = field(default_factory=dict)
 
 
 def orphaned_pods(
@@ -204,13 +207,26 @@ def requeue_orphans(
 def fire_schedules(
     queue: Queue, spec: TaskQueueSpec, now: datetime, not_before: datetime, report: SweepReport
 ) -> None:
+    """Fire every due schedule; one the queue refuses (e.g. a payload over the queue's
+    bound) is reported and skipped, so it cannot stop the others or the sweep."""
+    max_bytes = QueueConfig(**builders.queue_config_fields(spec)).max_payload_bytes
     for schedule in spec.schedules:
         slot = due_slot(schedule.cron, now, not_before)
         if slot is None:
             continue
-        task_id = queue.fire_schedule(
-            schedule.name, slot, dict(schedule.payload), priority=schedule.priority
-        )
+        try:
+            # The fire script does not bound payloads as enqueue does: check here.
+            size = len(encode_payload(dict(schedule.payload)).encode())
+            if size > max_bytes:
+                raise InvalidPayload(
+                    f"payload is {size} bytes; the queue allows {max_bytes} (max_payload_bytes)"
+                )
+            task_id = queue.fire_schedule(
+                schedule.name, slot, dict(schedule.payload), priority=schedule.priority
+            )
+        except TaskfleetError as error:
+            report.schedule_errors[schedule.name] = str(error)
+            continue
         if task_id is not None:
             report.fired.append(task_id)
 
