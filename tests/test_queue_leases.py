@@ -66,19 +66,21 @@ def test_heartbeat_moves_the_lease_forward(queue: Queue, make_broker: MakeBroker
     assert make_broker("jobs", "pod-b").claim(1).tasks == []
 
 
-def test_a_task_whose_worker_is_lost_max_lost_times_goes_dead(
+def test_a_task_whose_worker_is_lost_more_than_max_lost_times_goes_dead(
     queue: Queue, make_broker: MakeBroker
 ) -> None:
     queue.configure(QueueConfig(max_lost=2))
     task_id = queue.enqueue({"x": 1})
-    for pod in ("pod-a", "pod-b"):
+    for loss, pod in enumerate(("pod-a", "pod-b", "pod-c"), start=1):
         assert [t.id for t in make_broker("jobs", pod).claim(1).tasks] == [task_id]
         assert queue.requeue_pod(pod) == 1
-    task = queue.get(task_id)
-    assert task is not None
-    assert (task.state, task.reason, task.lost) == (TaskState.DEAD, "worker lost", 2)
+        task = queue.get(task_id)
+        assert task is not None
+        expected = TaskState.DEAD if loss > 2 else TaskState.PENDING
+        assert (task.state, task.lost) == (expected, loss)
+    assert task.reason == "worker lost"
     stats = queue.stats()
-    assert (stats["pending"], stats["dead"], stats["lost"], stats["requeued"]) == (0, 1, 2, 1)
+    assert (stats["pending"], stats["dead"], stats["lost"], stats["requeued"]) == (0, 1, 3, 2)
 
 
 def test_requeue_pod_keeps_the_tasks_of_the_current_incarnation(

@@ -80,7 +80,8 @@ class Broker:
     async def register(self, concurrency: int) -> int:
         """Record this worker; take back what earlier incarnations of the pod held.
 
-        Returns how many tasks were taken back (requeued or gone dead after max_lost).
+        Returns how many tasks were taken back (requeued, or gone dead when lost more
+        than max_lost times).
         """
         self.concurrency = concurrency
         requeued, dead = await self._scripts.run(

@@ -33,7 +33,9 @@ class QueueConfig(BaseModel):
     backoff_jitter: float = Field(
         default=0.2, ge=0, le=1, description="+- fraction of each backoff"
     )
-    max_lost: int = Field(default=3, ge=1, description="lost workers before a task goes dead")
+    max_lost: int = Field(
+        default=3, ge=1, description="lost workers a task survives; one more and it goes dead"
+    )
     lease_ttl_s: float = Field(
         default=30.0, gt=0, description="a lease not extended for this long expires"
     )

@@ -5,7 +5,7 @@
 -- ARGV[1] pod, ARGV[2] incarnation to keep ('' = none: take back everything and drop the
 --   worker record; otherwise only tasks of other incarnations, and the record is kept if
 --   it belongs to the kept incarnation)
--- Returns: {requeued to pending, gone dead (worker lost max_lost times)}
+-- Returns: {requeued to pending, gone dead (worker lost more than max_lost times)}
 local pod, keep = ARGV[1], ARGV[2]
 local now = now_ms()
 local requeued, dead = requeue_pod(pod, keep, now)

@@ -91,13 +91,14 @@ local function leave_running(id, key, pod)
 end
 
 -- A running task whose worker is gone (lease expired, pod deleted, new incarnation):
--- back to the front of pending, or dead with reason "worker lost" after max_lost losses,
+-- back to the front of pending, or dead with reason "worker lost" once lost more than
+-- max_lost times (on loss max_lost + 1),
 -- so a task that kills its worker cannot crash-loop the fleet. Returns 'pending'|'dead'.
 local function take_back(id, key, pod, now)
   leave_running(id, key, pod)
   local lost = redis.call('HINCRBY', key, 'lost', 1)
   bump('lost')
-  if lost >= cfg_num('max_lost', 3) then
+  if lost > cfg_num('max_lost', 3) then
     to_dead(id, key, now, 'worker lost', 'its worker was lost ' .. lost .. ' times')
     return 'dead'
   end
