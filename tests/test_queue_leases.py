@@ -185,6 +185,33 @@ def test_sweep_prunes_done_and_dead_tasks_past_retention(
     assert redis_client.zscore(queue.keys.done, done_id) is None
 
 
+def test_retention_defaults_keep_done_tasks_one_hour_and_dead_ones_three_days(
+    queue: Queue, make_broker: MakeBroker, redis_client: redis.Redis
+) -> None:
+    assert (QueueConfig().done_retention_s, QueueConfig().dead_retention_s) == (3600, 259200)
+    ids = [queue.enqueue({"i": i}) for i in range(4)]
+    worker = make_broker("jobs")
+    done_old, done_new, dead_old, dead_new = worker.claim(4).tasks
+    worker.complete_many([(t.id, t.token, None) for t in (done_old, done_new)])
+    for t in (dead_old, dead_new):
+        worker.fail(t.id, t.token, "no", retryable=False)
+    sec, _ = redis_client.time()
+    now_ms = int(sec) * 1000
+    # Age the finish times (the zset score is what retention reads), a minute each side
+    # of the default, with no config written: the scripts' own defaults apply.
+    aged = {
+        (queue.keys.done, done_old.id): now_ms - 3660_000,
+        (queue.keys.done, done_new.id): now_ms - 3540_000,
+        (queue.keys.dead, dead_old.id): now_ms - 259260_000,
+        (queue.keys.dead, dead_new.id): now_ms - 259140_000,
+    }
+    for (zset, task_id), score in aged.items():
+        redis_client.zadd(zset, {task_id: score}, xx=True)
+    result = queue.sweep()
+    assert (result.pruned_done, result.pruned_dead) == (1, 1)
+    assert [queue.get(i) is not None for i in ids] == [False, True, False, True]
+
+
 def test_workers_lists_heartbeats_inflight_and_draining(
     queue: Queue, make_broker: MakeBroker
 ) -> None:

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 from taskfleet import Queue, QueueConfig
 
-from tests.fixtures_redis import BlockingBroker
+from tests.fixtures_redis import BlockingBroker, eventually
 
 MakeBroker = Callable[..., BlockingBroker]
 
@@ -113,3 +113,21 @@ def test_non_finite_settings_written_by_a_foreign_client_fall_back_to_the_defaul
     lease = queue.client.zscore(queue.keys.running, task.id)
     assert lease is not None
     assert 29_000 <= lease - int(sec) * 1000 <= 31_000
+
+
+def test_an_emptied_task_bucket_refills_at_the_limit_per_period(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(rate_limit_tasks=2, rate_limit_period_s=0.4))
+    queue.enqueue_many([{"payload": {"i": i}} for i in range(4)])
+    worker = make_broker("jobs")
+    assert len(worker.claim(4).tasks) == 2
+    held = worker.claim(4)
+    assert held.tasks == []
+    assert 0 < held.retry_after_ms <= 200  # one token back takes period / limit
+    claimed = 2
+    while claimed < 4:  # each refilled token lets one more task start
+        got = eventually(lambda: worker.claim(4).tasks)
+        assert len(got) <= 2
+        claimed += len(got)
+    assert claimed == 4

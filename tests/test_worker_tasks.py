@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+import redis.asyncio
+from taskfleet.broker import Broker, ClaimResult
 from taskfleet.config import QueueConfig
+from taskfleet.handlers import load_handler
+from taskfleet.keys import QueueKeys
 from taskfleet.queue import Queue, Task
+from taskfleet.worker import Worker, WorkerSettings
 
 from tests.workers.harness import FAST, Fleet, wait_until
 
@@ -181,3 +188,48 @@ def test_a_handlers_own_timeout_error_is_recorded_as_it_is_not_as_a_task_timeout
     fleet.add(f"{H}:raise_timeout").start()
     task = finished(queue, task_id)
     assert task.state == "dead" and task.error == "TimeoutError: upstream took too long"
+
+
+def test_a_rate_limited_worker_waits_retry_after_ms_instead_of_asking_again_at_once(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Queue("jobs", redis_url=redis_url) as queue:
+        queue.configure(QueueConfig(rate_limit_tasks=1, rate_limit_period_s=0.3))
+        queue.enqueue_many([{"payload": {}} for _ in range(3)])
+    settings = WorkerSettings(
+        queue="jobs",
+        redis_url=redis_url,
+        pod="p",
+        incarnation="i",
+        runtime_dir=str(tmp_path),
+        idle_wait=30,  # so a worker that ignored retry_after_ms and idled would miss the deadline
+    )
+    worker = Worker(settings, load_handler(f"{H}:async_sleep"))
+    replies: list[ClaimResult] = []
+    real_claim = Broker.claim
+
+    async def recorded_claim(self: Broker, n: int) -> ClaimResult:
+        result = await real_claim(self, n)
+        replies.append(result)
+        return result
+
+    monkeypatch.setattr(Broker, "claim", recorded_claim)
+
+    async def run_until_done() -> int:
+        run = asyncio.create_task(worker.run())
+        client = redis.asyncio.Redis.from_url(redis_url)
+        deadline = time.monotonic() + 10
+        while await client.zcard(QueueKeys("jobs").done) < 3:
+            assert time.monotonic() < deadline and not run.done(), "3 tasks done in time"
+            await asyncio.sleep(0.02)
+        await client.aclose()
+        worker.request_drain()
+        return await run
+
+    assert asyncio.run(run_until_done()) == 0
+    held_back = [r.retry_after_ms for r in replies if r.retry_after_ms > 0]
+    assert held_back, "the rate limit held tasks back"
+    # One token per 0.3 s for 3 tasks: two refills to wait for, each waited out in about
+    # one claim (a spinning worker would make hundreds). Bounded loosely: a busy machine
+    # may wake a little early.
+    assert len(held_back) <= 6, held_back
