@@ -328,27 +328,30 @@ def test_a_terminating_pod_keeps_its_tasks_until_it_is_gone(
     queue_of: Callable[[str, str], Queue],
     make_broker: Callable[..., Any],
 ) -> None:
-    cluster.create_tq("linger", base_spec(redis_url))
+    # Leases outlive the test: only the operator could take linger-a's tasks back.
+    cluster.create_tq("linger", base_spec(redis_url, heartbeat=LONG_LEASE))
     cluster.create_pod("linger-a", "linger", finalizers=[HOLD_FINALIZER])
     queue = queue_of(cluster.namespace, "linger")
     hold_tasks(make_broker, queue, "linger-a", 2)
     cluster.core.delete_namespaced_pod("linger-a", cluster.namespace)
     assert cluster.pod("linger-a").metadata.deletion_timestamp is not None
-    # A worker registered with no pod in the API at all: the slow path takes its task
-    # back after two sweeps, which proves sweeps ran while linger-a was Terminating.
-    hold_tasks(make_broker, queue, "linger-ghost", 1)
 
-    wait_for(
-        lambda: queue.stats()["pending"] == 1,
-        timeout=10,
-        what="the ghost worker's task requeued by the sweep",
-    )
-    assert queue.stats()["running"] == 2
+    # Each round registers a worker with no pod in the API at all; the sweep takes its task
+    # back after two sweeps, so every round proves two more sweeps saw linger-a Terminating.
+    for round_ in range(1, 4):
+        hold_tasks(make_broker, queue, f"linger-ghost-{round_}", 1)
+        wait_for(
+            lambda round_=round_: queue.stats()["pending"] >= round_,  # type: ignore[misc]
+            timeout=10,
+            what=f"ghost worker {round_}'s task requeued by the sweep",
+        )
+        stats = queue.stats()
+        assert (stats["pending"], stats["running"]) == (round_, 2)
 
     cluster.core.patch_namespaced_pod(
         "linger-a", cluster.namespace, {"metadata": {"finalizers": None}}
     )
-    wait_for(lambda: queue.stats()["pending"] == 3, timeout=10, what="linger-a's tasks requeued")
+    wait_for(lambda: queue.stats()["pending"] == 5, timeout=10, what="linger-a's tasks requeued")
 
 
 def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears(
