@@ -75,6 +75,11 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
             "use redis.secretRef",
         ),
         ({"rateLimit": {"tasks": 10}}, "rateLimit.periodSeconds is required"),
+        ({"rateLimit": {"periodSeconds": 60}}, "rateLimit needs tasks or cost (or both)"),
+        (
+            {"backoff": {"baseSeconds": 10, "maxSeconds": 5}},
+            "backoff.maxSeconds must be >= backoff.baseSeconds",
+        ),
         (
             {"schedules": [{"name": "a", "cron": "0 * * * *"}, {"name": "a", "cron": "5 * * * *"}]},
             "schedule names must be unique",
