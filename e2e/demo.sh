@@ -34,7 +34,25 @@ case $mode in
     command -v kind >/dev/null || die "kind is not installed (https://kind.sigs.k8s.io/)"
     make -C "$repo" --no-print-directory kind-up
     context=kind-taskfleet
-    refresh_stale_pods() { :; }    # kind loads images anew with each `make e2e`
+    loaded=$(date +%s)
+    # kind-up just loaded the images under the names they had: a pod started before keeps
+    # the old code. The operator is restarted (and waited for); workers started before the
+    # load are deleted, and their Deployment starts new ones. IMAGE NAMESPACE SELECTOR.
+    refresh_stale_pods() {
+      local pod started
+      if [ "$1" = operator ]; then
+        k -n "$2" rollout restart deployment/taskfleet-operator >/dev/null
+        k -n "$2" rollout status deployment/taskfleet-operator --timeout=300s
+        return
+      fi
+      while read -r pod started; do
+        if [ -z "$pod" ] || [ -z "$started" ]; then continue; fi
+        if [ "$(date -d "$started" +%s)" -lt "$loaded" ]; then
+          k -n "$2" delete pod "$pod" --wait=false >/dev/null
+        fi
+      done < <(k -n "$2" get pods -l "$3" \
+                 -o jsonpath='{range .items[*]}{.metadata.name} {.status.startTime}{"\n"}{end}')
+    }
     ;;
   *) die "usage: demo.sh local|kind" ;;
 esac
@@ -86,26 +104,49 @@ queue=$(kq get deployment "$name" -o jsonpath='{.spec.template.spec.containers[0
   python3 -c 'import json,sys; a=json.load(sys.stdin); print(a[a.index("--queue")+1])')
 selector="taskfleet.dev/queue=$name"
 
-# The CLI inside a worker pod: it has the queue's Redis URL in its environment.
-tf() {
-  local pod
-  pod=$(kq get pods -l "$selector" -o json | python3 -c '
+# A ready worker pod: it has the library and the queue's Redis URL in its environment.
+ready_pod() {
+  kq get pods -l "$selector" -o json | python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["items"]:
     ready = any(c["type"] == "Ready" and c["status"] == "True"
                 for c in p.get("status", {}).get("conditions", []))
     if ready and not p["metadata"].get("deletionTimestamp"):
         print(p["metadata"]["name"])
-        break')
+        break'
+}
+# The CLI inside a worker pod.
+tf() {
+  local pod
+  pod=$(ready_pod)
   [ -n "$pod" ] || return 1
   kq exec "$pod" -c worker -- taskfleet "$@"
+}
+# Task ids on stdin -> "DONE DEAD MISSING UNFINISHED": where each of them is now, read in
+# the pod (one exec, not one per task). Missing means no trace of it: lost.
+account() {
+  local pod
+  pod=$(ready_pod)
+  [ -n "$pod" ] || return 1
+  kq exec -i "$pod" -c worker -- /opt/taskfleet/bin/python -c '
+import os, sys
+from taskfleet.queue import Queue
+counts = {"done": 0, "dead": 0, "missing": 0, "unfinished": 0}
+with Queue(sys.argv[1], os.environ["TASKFLEET_REDIS_URL"]) as queue:
+    for task_id in sys.stdin.read().split():
+        task = queue.get(task_id)
+        state = "missing" if task is None else str(getattr(task.state, "value", task.state))
+        counts[state if state in counts else "unfinished"] += 1
+print(counts["done"], counts["dead"], counts["missing"], counts["unfinished"])' "$queue"
 }
 stat_of() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d.get(sys.argv[2], 0))' "$1" "$2"; }
 
 initial_replicas=$(kq get taskqueue "$name" -o jsonpath='{.spec.replicas}')
 before=$(tf stats "$queue" --json)
 say "enqueueing $tasks tasks of ${task_seconds}s on queue $queue"
-enqueued=$(tf enqueue "$queue" --count "$tasks" --payload "{\"seconds\": $task_seconds}" | wc -l)
+# The ids `taskfleet enqueue` prints: the summary accounts for these tasks, one by one.
+ids=$(tf enqueue "$queue" --count "$tasks" --payload "{\"seconds\": $task_seconds}")
+enqueued=$(grep -c . <<<"$ids") || true
 [ "$enqueued" -eq "$tasks" ] || die "enqueued $enqueued of $tasks tasks"
 work_started=$SECONDS
 
@@ -136,12 +177,17 @@ while :; do
 done
 
 after=$(tf stats "$queue" --json)
-lost=$((tasks - done_n - dead_n))
+# By the demo's own ids, not counter deltas: tasks left over from an earlier run would
+# otherwise make up for one of ours that vanished.
+read -r own_done own_dead own_missing own_open < <(account <<<"$ids") ||
+  die "could not read the state of the demo's tasks"
+lost=$((own_missing + own_open))
 say "summary"
 printf '  tasks enqueued   %d (%ss each)\n' "$tasks" "$task_seconds"
-printf '  done             %d\n' "$done_n"
-printf '  dead             %d\n' "$dead_n"
-printf '  lost             %d\n' "$lost"
+printf '  done             %d\n' "$own_done"
+printf '  dead             %d\n' "$own_dead"
+printf '  lost             %d (%d without a trace, %d not finished)\n' \
+  "$lost" "$own_missing" "$own_open"
 printf '  requeued         %d (tasks taken back from pods that vanished)\n' \
   $(( $(stat_of "$after" requeued) - requeued0 ))
 printf '  released         %d (tasks handed back by draining pods)\n' \
