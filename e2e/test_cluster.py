@@ -337,3 +337,28 @@ def test_a_pod_reaches_redis_through_its_service_name_via_cluster_dns(kube: Kube
     service = kube.get("service", "redis")
     assert service is not None
     assert answer == {"ip": service["spec"]["clusterIP"], "value": "hello"}
+
+
+def test_the_local_cluster_daemons_do_not_hold_the_cluster_lock() -> None:
+    """up.sh holds a lock while it works; a daemon that inherited it would hold it for the
+    cluster's whole life, and every later `make cluster-up` would wait on it and fail."""
+    from e2e.conftest import current_context
+
+    if current_context() != "taskfleet-local":
+        pytest.skip("the lock and the daemons exist only on the local cluster")
+    cache = Path(os.environ.get("TASKFLEET_CACHE") or Path.home() / ".cache" / "taskfleet")
+    lock = str((cache / ".cluster.lock").resolve())
+    checked, holders = [], []
+    for pidfile in sorted((cache / "cluster" / "pids").glob("*.pid")):
+        fd_dir = Path("/proc") / pidfile.read_text().strip() / "fd"
+        if not fd_dir.is_dir():
+            continue
+        checked.append(pidfile.stem)
+        for fd in fd_dir.iterdir():
+            try:
+                if os.readlink(fd) == lock:
+                    holders.append(pidfile.stem)
+            except OSError:
+                continue
+    assert "kube-apiserver" in checked and "kubelet" in checked, checked
+    assert holders == [], f"daemons holding {lock}: {holders}"

@@ -38,7 +38,8 @@ start() { # NAME ARGV...: start a daemon in its own session, unless it runs alre
   local name=$1; shift
   if running "$name"; then log "$name running"; return 0; fi
   log "starting $name"
-  setsid "$@" >>"$state/logs/$name.log" 2>&1 </dev/null &
+  # The daemon must not inherit the cluster lock, or the next run would wait for it forever.
+  setsid "$@" >>"$state/logs/$name.log" 2>&1 </dev/null {lock_fd}>&- &
   echo $! >"$state/pids/$name.pid"
 }
 
