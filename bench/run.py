@@ -4,8 +4,8 @@ Starts one fresh redis-server (free port, temp dir, persistence off), then runs 
 system's bench (bench/systems/harness.py with that system's adapter) one after another
 against it, flushing Redis between systems. taskfleet runs in the project venv; each peer
 runs in its own venv under bench/.peers/<name>, created from the pins below on first use
-(their Redis client pins clash). Prints one table, writes bench/results/<stamp>.json and
-the results section of bench/README.md.
+(their Redis client pins clash). Prints one table, writes bench/results/<stamp>.json and,
+for a complete run with peers, the results section of bench/README.md.
 
     python -m bench.run                          # taskfleet only (about a minute)
     python -m bench.run --peers rq,arq,celery,dramatiq
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         path = RESULTS_DIR / f"{started.strftime('%Y-%m-%dT%H%MZ')}.json"
         path.write_text(json.dumps(report, indent=2) + "\n")
         log(f"wrote {path}")
-        if not failed:  # the README shows complete tables only
+        if not failed and args.peer_list:  # the README shows complete side-by-side tables
             write_readme(text)
             log(f"updated {README}")
     return 1 if failed else 0
