@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from taskfleet.broker import ClaimedTask
 from taskfleet.cli import mask_url
 from taskfleet.handlers import HandlerLoadError, encode_result, format_error, load_handler
 from taskfleet.runtime import (
@@ -20,7 +23,7 @@ from taskfleet.runtime import (
     remove_state,
     write_state,
 )
-from taskfleet.worker import WorkerSettings
+from taskfleet.worker import Worker, WorkerSettings, _Running
 
 from tests.workers.harness import env_for, taskfleet, wait_until
 
@@ -144,3 +147,79 @@ def test_worker_settings_repr_never_shows_the_redis_url() -> None:
     )
     assert "s3cret-pw" not in repr(settings)
     assert "queue='q'" in repr(settings)
+
+
+def _idle_worker(tmp_path: Path) -> Worker:
+    settings = WorkerSettings(
+        queue="q",
+        redis_url="redis://127.0.0.1:1/0",
+        pod="p",
+        incarnation="i",
+        runtime_dir=str(tmp_path),
+    )
+    return Worker(settings, load_handler("tests.workers.handlers:async_sleep"))
+
+
+def _hold(worker: Worker, task_id: str) -> _Running:
+    run = _Running(ClaimedTask(task_id, "tok", {}, 1, 3, None, 0, 0, 1), started=0.0)
+    worker._running[task_id] = run
+    return run
+
+
+def test_a_finished_run_is_neither_heartbeaten_nor_counted_as_a_lost_lease(
+    tmp_path: Path,
+) -> None:
+    worker = _idle_worker(tmp_path)
+    try:
+        working = _hold(worker, "working")
+        done = _hold(worker, "done")
+        done.finished = True  # its outcome is queued: the write ends its lease
+        assert worker._lease_tokens() == {"working": "tok"}
+        # It may finish between the heartbeat's snapshot and the reply naming it lost.
+        worker._abandon({"working", "done"})
+        assert worker.counters.lost == 1
+        assert working.abandoned and not done.abandoned
+        assert list(worker._running) == ["done"]  # left for its outcome write to settle
+    finally:
+        worker._pool.shutdown()
+
+
+def test_the_runtime_file_is_throttled_except_for_what_drain_waits_on(tmp_path: Path) -> None:
+    path = tmp_path / "worker.json"
+
+    def on_disk() -> tuple[str, bool, int]:
+        state = read_state(path)
+        assert state is not None
+        return state.state, state.draining, state.inflight
+
+    async def scenario() -> None:
+        worker = _idle_worker(tmp_path)
+        try:
+            worker._set_state("running")
+            await asyncio.sleep(0)
+            assert on_disk() == ("running", False, 0)
+            _hold(worker, "a")
+            worker._mark_runtime_dirty()  # nothing in flight -> something: at once
+            await asyncio.sleep(0)
+            assert on_disk() == ("running", False, 1)
+            _hold(worker, "b")
+            worker._mark_runtime_dirty()  # only the count changed: held back...
+            await asyncio.sleep(0)
+            assert on_disk() == ("running", False, 1)
+            deadline = time.monotonic() + 5.0
+            while on_disk() != ("running", False, 2):  # ...but not lost
+                assert time.monotonic() < deadline, "the held-back write never came"
+                await asyncio.sleep(0.01)
+            _hold(worker, "c")
+            worker._mark_runtime_dirty()
+            worker.request_drain()  # draining: at once, with the latest count
+            await asyncio.sleep(0)
+            assert on_disk() == ("draining", True, 3)
+            worker._running.clear()
+            worker._mark_runtime_dirty()  # nothing left in flight: at once
+            await asyncio.sleep(0)
+            assert on_disk() == ("draining", True, 0)
+        finally:
+            worker._pool.shutdown()
+
+    asyncio.run(scenario())

@@ -71,9 +71,13 @@ def runtime_path(directory: str | os.PathLike[str] | None = None) -> Path:
 
 
 def write_state(state: RuntimeState, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(state)))
+    text = json.dumps(asdict(state))
+    try:
+        tmp.write_text(text)
+    except FileNotFoundError:  # the directory, made on first use only: this runs often
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
     os.replace(tmp, path)
 
 

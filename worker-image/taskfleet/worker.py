@@ -73,6 +73,8 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
     OSError,
 )
 DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
+#: Least time between two rewrites of the runtime file that ``taskfleet drain`` does not wait on.
+RUNTIME_WRITE_INTERVAL_S = 0.1
 
 
 def log_event(level: int, event: str, **fields: Any) -> None:
@@ -214,8 +216,13 @@ class Worker:
         )
         self._runtime_path = runtime_path(settings.runtime_dir)
         self._process_start = process_start(os.getpid())
-        self._runtime_dirty = False
         self._state = "starting"
+        # The runtime file is rewritten at most every RUNTIME_WRITE_INTERVAL_S, except when
+        # something ``taskfleet drain --wait`` reads changes: then within the loop turn.
+        self._runtime_written: RuntimeState | None = None
+        self._runtime_written_at = -RUNTIME_WRITE_INTERVAL_S
+        self._runtime_write: asyncio.Handle | None = None
+        self._runtime_write_soon = False
         self.counters = _Counters()
         self._broker: Broker | None = None
         self._heartbeat_interval = settings.heartbeat_interval
@@ -660,9 +667,7 @@ class Worker:
         beats = 0
         while not self._closing.is_set():
             self._beat_now.clear()
-            tokens = {
-                run.task.id: run.task.token for run in self._running.values() if not run.abandoned
-            }
+            tokens = self._lease_tokens()
             try:
                 lost = await self._broker.heartbeat(
                     tokens, inflight=len(self._running), draining=self.draining
@@ -679,12 +684,26 @@ class Worker:
                 continue
             await _wait_any(self._beat_now, self._closing, limit=self._heartbeat_interval)
 
+    def _lease_tokens(self) -> dict[str, str]:
+        """Leases to extend: not those of finished runs, whose outcome write ends the lease
+        (a completion landing before the extension would make them look lost)."""
+        return {
+            run.task.id: run.task.token
+            for run in self._running.values()
+            if not run.abandoned and not run.finished
+        }
+
     def _abandon(self, lost: set[str]) -> None:
-        """Leases we no longer hold: someone else may run the task; drop our result."""
+        """Leases we no longer hold: someone else may run the task; drop our result.
+
+        A run that finished after the heartbeat's snapshot is left to its outcome write,
+        which settles it (written, or refused as stale): its lease ended by design.
+        """
         for task_id in lost:
-            run = self._running.pop(task_id, None)
-            if run is None:
+            run = self._running.get(task_id)
+            if run is None or run.finished:
                 continue
+            del self._running[task_id]
             run.abandoned = True
             self.counters.lost += 1
             log_event(logging.WARNING, "lease_lost", task=task_id)
@@ -752,17 +771,45 @@ class Worker:
         self._mark_runtime_dirty()
 
     def _mark_runtime_dirty(self) -> None:
-        # Coalesced: one write per loop turn however many tasks started or finished in it.
-        if self._runtime_dirty:
+        """Schedule a write of the runtime file: throttled, but never late for a drain.
+
+        What ``taskfleet drain --wait`` reads (``state``, ``draining``, whether anything
+        is in flight) is written within the loop turn; a mere change of the count waits
+        for the throttle window, and a write is always scheduled for its end.
+        """
+        if self._runtime_write_soon:
             return
-        self._runtime_dirty = True
         try:
-            asyncio.get_running_loop().call_soon(self._write_runtime)
+            loop = asyncio.get_running_loop()
         except RuntimeError:
             self._write_runtime()
+            return
+        due = self._runtime_written_at + RUNTIME_WRITE_INTERVAL_S
+        if self._runtime_urgent() or loop.time() >= due:
+            if self._runtime_write is not None:
+                self._runtime_write.cancel()
+            self._runtime_write_soon = True
+            # Coalesced: one write per loop turn however many tasks started or finished.
+            self._runtime_write = loop.call_soon(self._write_runtime)
+        elif self._runtime_write is None:
+            self._runtime_write = loop.call_at(due, self._write_runtime)
+
+    def _runtime_urgent(self) -> bool:
+        written = self._runtime_written
+        return (
+            written is None
+            or written.state != self._state
+            or written.draining != self.draining
+            or (written.inflight == 0) != (not self._running)
+        )
 
     def _write_runtime(self) -> None:
-        self._runtime_dirty = False
+        # Also called directly (drained, stopped): a scheduled write would only repeat it,
+        # or recreate the file after its removal at exit.
+        if self._runtime_write is not None:
+            self._runtime_write.cancel()
+            self._runtime_write = None
+        self._runtime_write_soon = False
         state = RuntimeState(
             pid=os.getpid(),
             pod=self.settings.pod,
@@ -772,7 +819,11 @@ class Worker:
             state=self._state,
             start=self._process_start,
         )
+        with contextlib.suppress(RuntimeError):  # no loop: the final write at exit
+            self._runtime_written_at = asyncio.get_running_loop().time()
+        self._runtime_written = state
         try:
             write_state(state, self._runtime_path)
         except OSError as exc:
+            self._runtime_written = None  # the next change is written at once
             log_event(logging.WARNING, "runtime_file_failed", error=format_error(exc))
