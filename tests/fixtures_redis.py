@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+from taskfleet import Queue
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 START_DEADLINE_S = 10.0
@@ -255,8 +256,25 @@ async def _async_client(url: str) -> redis.asyncio.Redis:
     return redis.asyncio.Redis.from_url(url)
 
 
+MakeBroker = Callable[..., BlockingBroker]
+
+
 @pytest.fixture
-def make_broker(redis_url: str) -> Iterator[Callable[..., BlockingBroker]]:
+def queue(redis_url: str) -> Iterator[Queue]:
+    """The queue "jobs" on the per-test server; modules that need other settings override it."""
+    q = Queue("jobs", redis_url=redis_url)
+    yield q
+    q.close()
+
+
+def server_ms(client: redis.Redis) -> int:
+    """The server's clock in milliseconds, the clock every score and deadline uses."""
+    sec, usec = client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+@pytest.fixture
+def make_broker(redis_url: str) -> Iterator[MakeBroker]:
     """``make_broker(queue, pod="pod-a", incarnation="1", url=None)`` -> a BlockingBroker
     (on the shared server unless ``url`` names another)."""
     runner = asyncio.Runner()

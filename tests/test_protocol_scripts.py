@@ -17,12 +17,12 @@ from taskfleet.scripts import LIB, NAMES, source, text
 
 from tests.fixtures_redis import (
     BlockingBroker,
+    MakeBroker,
     RedisServerFactory,
     eventually,
     free_cluster_port,
 )
 
-MakeBroker = Callable[..., BlockingBroker]
 LUA = resources.files("taskfleet").joinpath("lua")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,21 +17,7 @@ from taskfleet import (
     WaitTimeout,
 )
 
-from tests.fixtures_redis import BlockingBroker, eventually
-
-MakeBroker = Callable[..., BlockingBroker]
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("jobs", redis_url=redis_url)
-    yield q
-    q.close()
-
-
-def server_ms(client: redis.Redis) -> int:
-    sec, usec = client.time()
-    return int(sec) * 1000 + int(usec) // 1000
+from tests.fixtures_redis import MakeBroker, eventually, server_ms
 
 
 def test_enqueue_with_the_same_task_id_returns_it_and_changes_nothing(queue: Queue) -> None:

@@ -3,27 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 
 import pytest
-import redis
 from taskfleet import InvalidArgument, Queue, QueueConfig, TaskState
 
-from tests.fixtures_redis import BlockingBroker
-
-MakeBroker = Callable[..., BlockingBroker]
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("jobs", redis_url=redis_url)
-    yield q
-    q.close()
-
-
-def server_ms(client: redis.Redis) -> int:
-    sec, usec = client.time()
-    return int(sec) * 1000 + int(usec) // 1000
+from tests.fixtures_redis import MakeBroker, server_ms
 
 
 @pytest.mark.parametrize(("attempt", "expected_s"), [(1, 10), (2, 20), (3, 40), (4, 50)])

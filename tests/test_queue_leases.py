@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 
-import pytest
 import redis
 from taskfleet import Queue, QueueConfig, SweepResult, TaskState
 from taskfleet.scripts import CLAIM_HOUSEKEEPING_BOUND
 
-from tests.fixtures_redis import BlockingBroker, eventually
+from tests.fixtures_redis import MakeBroker, eventually
 
-MakeBroker = Callable[..., BlockingBroker]
 SHORT_LEASE = QueueConfig(lease_ttl_s=0.05)
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("jobs", redis_url=redis_url)
-    yield q
-    q.close()
 
 
 def lease_expired(queue: Queue, task_id: str) -> bool:

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis.asyncio
 from taskfleet import Broker, Queue, QueueConfig, StaleToken, TaskState
 
-from tests.fixtures_redis import BlockingBroker
-
-MakeBroker = Callable[..., BlockingBroker]
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("jobs", redis_url=redis_url)
-    yield q
-    q.close()
+from tests.fixtures_redis import MakeBroker
 
 
 def test_enqueued_task_is_pending_with_its_payload(queue: Queue) -> None:

@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import pytest
 from pydantic import ValidationError
 from taskfleet import Queue, QueueConfig
 
-from tests.fixtures_redis import BlockingBroker, eventually
-
-MakeBroker = Callable[..., BlockingBroker]
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("jobs", redis_url=redis_url)
-    yield q
-    q.close()
+from tests.fixtures_redis import MakeBroker, eventually
 
 
 def test_max_concurrency_caps_running_tasks_across_pods(
