@@ -1,3 +1,8 @@
 """Shared fixtures live in topic modules; this file only wires them in."""
 
-pytest_plugins = ["tests.fixtures_redis", "tests.fixtures_kube", "tests.fixtures_operator"]
+pytest_plugins = [
+    "tests.fixtures_redis",
+    "tests.fixtures_kube",
+    "tests.fixtures_operator",
+    "tests.workers.harness",
+]

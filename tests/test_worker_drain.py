@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,19 +21,6 @@ from taskfleet.worker import Worker, WorkerSettings
 from tests.workers.harness import FAST, REPO, Fleet, taskfleet, wait_until
 
 SLEEP = "tests.workers.handlers:sleep"
-
-
-@pytest.fixture
-def fleet(redis_url: str, tmp_path: Path) -> Iterator[Fleet]:
-    fleet = Fleet(redis_url, "jobs", tmp_path)
-    yield fleet
-    fleet.close()
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    with Queue("jobs", redis_url=redis_url) as queue:
-        yield queue
 
 
 def events(client: redis.Redis, what: str) -> list[str]:

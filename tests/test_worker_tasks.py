@@ -24,13 +24,6 @@ H = "tests.workers.handlers"
 
 
 @pytest.fixture
-def fleet(redis_url: str, tmp_path: Path) -> Iterator[Fleet]:
-    fleet = Fleet(redis_url, "jobs", tmp_path)
-    yield fleet
-    fleet.close()
-
-
-@pytest.fixture
 def queue(redis_url: str) -> Iterator[Queue]:
     with Queue("jobs", redis_url=redis_url) as queue:
         queue.configure(QueueConfig(backoff_base_s=0, backoff_max_s=0, lease_ttl_s=1))

@@ -8,9 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -190,3 +192,11 @@ class Fleet:
     def close(self) -> None:
         for worker in self.workers:
             worker.kill()
+
+
+@pytest.fixture
+def fleet(redis_url: str, tmp_path: Path) -> Iterator[Fleet]:
+    """Workers on the queue "jobs" of the per-test server, killed at teardown if still running."""
+    fleet = Fleet(redis_url, "jobs", tmp_path)
+    yield fleet
+    fleet.close()
