@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures_kube import KubeApiserver, kubectl_path
-from tests.fixtures_redis import free_port
+from tests.fixtures_redis import eventually, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_FILE = REPO / "crds" / "taskqueues.taskfleet.dev.yaml"
@@ -50,15 +50,8 @@ def kubectl(
 def wait_for(
     condition: Callable[[], Any], timeout: float = 15.0, interval: float = 0.1, what: str = ""
 ) -> Any:
-    """Poll until ``condition`` returns something truthy; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout:g} s: {what or condition.__doc__ or condition}")
-        time.sleep(interval)
+    """``eventually`` with the longer timeout and interval an apiserver round trip needs."""
+    return eventually(condition, timeout, interval, what)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -25,6 +25,7 @@ from taskfleet import Queue
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 START_DEADLINE_S = 10.0
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -293,11 +294,18 @@ def make_broker(redis_url: str) -> Iterator[MakeBroker]:
     runner.close()
 
 
-def eventually(condition: Callable[[], Any], timeout: float = 5.0, interval: float = 0.01) -> Any:
+def eventually(
+    condition: Callable[[], T],
+    timeout: float = 5.0,
+    interval: float = 0.01,
+    what: str | Callable[[], str] = "",
+) -> T:
     """Poll ``condition`` until it returns something truthy (returned), or fail at the deadline.
 
     For conditions that become true through real time passing (leases, delays), so tests
     wait exactly as long as needed and fail loudly instead of racing a fixed sleep.
+    ``what`` names the condition in the failure; a callable is evaluated then, to show
+    the state at the deadline.
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -305,5 +313,8 @@ def eventually(condition: Callable[[], Any], timeout: float = 5.0, interval: flo
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout:g} s: {condition.__doc__ or condition}")
+            text = what() if callable(what) else what
+            pytest.fail(
+                f"condition not met within {timeout:g} s: {text or condition.__doc__ or condition}"
+            )
         time.sleep(interval)

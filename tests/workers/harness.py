@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
+from tests.fixtures_redis import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -26,19 +27,11 @@ def wait_until(
     timeout: float = 10.0,
     message: str | Callable[[], str] = "condition",
 ) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail with ``message`` otherwise.
+    """``eventually`` with the timeout and interval that worker processes need.
 
     ``message`` may be a callable, evaluated at the failure, to show the state then.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            text = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {text}")
-        time.sleep(0.02)
+    return eventually(predicate, timeout, 0.02, message)
 
 
 def env_for(redis_url: str, runtime_dir: Path, **extra: str) -> dict[str, str]:
