@@ -10,6 +10,7 @@ from pathlib import Path
 
 import redis.asyncio
 from taskfleet.broker import Broker, ClaimedTask
+from taskfleet.handlers import load_handler
 from taskfleet.queue import Queue
 from taskfleet.worker import Worker, WorkerSettings, _Outcome, _Running
 
@@ -114,7 +115,7 @@ def test_outcomes_left_at_shutdown_with_redis_down_are_retried_with_backoff_not_
     )
 
     async def writes_while_flushing_at_shutdown(window_s: float) -> int:
-        worker = Worker(settings, lambda payload: None)  # type: ignore[arg-type]
+        worker = Worker(settings, load_handler("tests.workers.handlers:sleep"))
         client = redis.asyncio.Redis.from_url(settings.redis_url)
         worker._client = client
         worker._broker = Broker("q", client, "p", "i")

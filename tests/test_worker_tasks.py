@@ -87,6 +87,21 @@ def test_a_task_over_its_timeout_fails_that_attempt_and_the_retry_runs(
     assert worker.wait() == 0  # a hung sync thread does not keep the worker alive
 
 
+def test_a_timed_out_sync_handler_keeps_its_slot_until_its_call_returns(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    # One slot: the retry can only start once the hung first call has returned.
+    task_id = queue.enqueue({"seconds": 2}, timeout=0.5, max_attempts=2)
+    worker = fleet.add(f"{H}:slow_first", args=[*FAST, "--concurrency", "1"]).start()
+    task = finished(queue, task_id)
+    assert task.state == "done" and task.attempts == 2
+    assert task.error == "TimeoutError: task exceeded its timeout of 0.5s"
+    what = [e.split(":")[0] for e in events(redis_client)]
+    assert what == ["start1", "end1", "start2", "end2"], what
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
 def test_heartbeats_keep_the_lease_while_a_sync_handler_burns_cpu(
     fleet: Fleet, queue: Queue, redis_client: redis.Redis
 ) -> None:

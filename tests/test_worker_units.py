@@ -181,7 +181,7 @@ def test_a_finished_run_is_neither_heartbeaten_nor_counted_as_a_lost_lease(
         assert working.abandoned and not done.abandoned
         assert list(worker._running) == ["done"]  # left for its outcome write to settle
     finally:
-        worker._pool.shutdown()
+        worker._threads.close()
 
 
 def test_the_runtime_file_is_throttled_except_for_what_drain_waits_on(tmp_path: Path) -> None:
@@ -199,27 +199,28 @@ def test_the_runtime_file_is_throttled_except_for_what_drain_waits_on(tmp_path: 
             await asyncio.sleep(0)
             assert on_disk() == ("running", False, 0)
             _hold(worker, "a")
-            worker._mark_runtime_dirty()  # nothing in flight -> something: at once
-            await asyncio.sleep(0)
-            assert on_disk() == ("running", False, 1)
-            _hold(worker, "b")
             worker._mark_runtime_dirty()  # only the count changed: held back...
             await asyncio.sleep(0)
-            assert on_disk() == ("running", False, 1)
+            assert on_disk() == ("running", False, 0)
             deadline = time.monotonic() + 5.0
-            while on_disk() != ("running", False, 2):  # ...but not lost
+            while on_disk() != ("running", False, 1):  # ...but not lost
                 assert time.monotonic() < deadline, "the held-back write never came"
                 await asyncio.sleep(0.01)
+            _hold(worker, "b")
             _hold(worker, "c")
             worker._mark_runtime_dirty()
             worker.request_drain()  # draining: at once, with the latest count
             await asyncio.sleep(0)
             assert on_disk() == ("draining", True, 3)
+            del worker._running["a"]
+            worker._mark_runtime_dirty()  # fewer in flight, but not none: held back
+            await asyncio.sleep(0)
+            assert on_disk() == ("draining", True, 3)
             worker._running.clear()
-            worker._mark_runtime_dirty()  # nothing left in flight: at once
+            worker._mark_runtime_dirty()  # nothing left in flight while draining: at once
             await asyncio.sleep(0)
             assert on_disk() == ("draining", True, 0)
         finally:
-            worker._pool.shutdown()
+            worker._threads.close()
 
     asyncio.run(scenario())

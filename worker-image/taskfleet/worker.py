@@ -5,9 +5,10 @@ One asyncio loop runs four activities that share ``Worker`` state:
 - the claim loop fills free slots with one batched ``claim`` and, when the queue is
   empty, blocks on the broker's ``wait_for_work`` (BLPOP) so an idle fleet picks a new
   task up within a millisecond or so;
-- each claimed task runs as an asyncio task: async handlers on the loop, sync handlers
-  in a thread pool (threads release the GIL every few ms, so the loop keeps beating even
-  while a handler burns CPU);
+- each claimed task runs at once: an async handler as an asyncio task on the loop, a sync
+  handler on one of ``concurrency`` handler threads (threads release the GIL every few
+  ms, so the loop keeps beating even while a handler burns CPU). Threads hand their
+  outcomes back in batches, with one loop wake-up for all that finish together;
 - the flusher writes finished tasks' outcomes; completions that finish in the same
   loop turn go out in one ``complete_many`` round trip. A task keeps its slot and its
   lease until its outcome is written, so nothing finished is ever forgotten;
@@ -25,13 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import os
+import queue
 import random
+import threading
 import time
-from collections.abc import Awaitable
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,16 +156,94 @@ class WorkerSettings:
             raise ValueError("pod name must not be empty")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Running:
     """One task this worker holds: from claim until its outcome is written."""
 
     task: ClaimedTask
     started: float
-    job: asyncio.Task[None] | None = None
-    thread: asyncio.Future[Any] | None = None  # a sync handler's call in the pool
+    context: contextvars.Context | None = None  # where current_task() names this task
+    job: asyncio.Task[None] | None = None  # an async handler's run on the loop
+    in_thread: bool = False  # a sync handler's call is queued or running on a thread
+    timer: asyncio.TimerHandle | None = None  # a sync handler's timeout
+    stuck: bool = False  # given up on while its thread runs on: it keeps its slot
     finished: bool = False  # its outcome is queued or being written: never release it
     abandoned: bool = False  # lease lost or released: whatever it produces is dropped
+    lease_lost: bool = False  # abandoned because another worker may run it now
+
+
+def _timeout_error(limit: float | None) -> str:
+    return f"TimeoutError: task exceeded its timeout of {limit:g}s"
+
+
+class _HandlerThreads:
+    """``size`` daemon threads that run a sync handler, one task each at a time.
+
+    Each submitted run comes back exactly once through ``deliver``, on the loop, as
+    ``(run, result JSON, error)``; outcomes of calls that end together share one
+    wake-up of the loop. Daemon threads: a handler that never returns can't hold the
+    process at exit (the CLI exits without joining them anyway).
+    """
+
+    def __init__(
+        self,
+        size: int,
+        func: Callable[[dict[str, Any]], Any],
+        deliver: Callable[[list[tuple[_Running, str | None, str | None]]], None],
+    ) -> None:
+        self._size = size
+        self._func = func
+        self._deliver = deliver
+        self._jobs: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
+        self._done: deque[tuple[_Running, str | None, str | None]] = deque()
+        self._wake_armed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, run: _Running) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        if not self._threads:
+            for i in range(self._size):
+                thread = threading.Thread(
+                    target=self._serve, name=f"taskfleet-handler-{i}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        run.in_thread = True
+        self._jobs.put(run)
+
+    def close(self) -> None:
+        """Let idle threads end; busy ones end when their call returns."""
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def _serve(self) -> None:
+        func, jobs, done = self._func, self._jobs, self._done
+        while (run := jobs.get()) is not None:
+            result = error = None
+            if not run.abandoned:  # released or lost while queued: don't start it
+                try:
+                    assert run.context is not None
+                    result = encode_result(run.context.run(func, run.task.payload))
+                except BaseException as exc:  # the attempt failed; the thread serves on
+                    error = format_error(exc)
+            done.append((run, result, error))
+            # Append first, then check: the loop clears the flag before it empties the
+            # deque, so an outcome is never left behind without a wake-up on its way.
+            if not self._wake_armed:
+                self._wake_armed = True
+                with contextlib.suppress(RuntimeError):  # the loop is gone: exiting
+                    assert self._loop is not None
+                    self._loop.call_soon_threadsafe(self._collect)
+
+    def _collect(self) -> None:
+        self._wake_armed = False
+        batch = []
+        while self._done:
+            batch.append(self._done.popleft())
+        if batch:
+            self._deliver(batch)
 
 
 @dataclass
@@ -210,10 +292,8 @@ class Worker:
         self._connected = asyncio.Event()
         self._connected.set()
         self._probe: asyncio.Task[None] | None = None
-        self._stuck_threads = 0  # timed-out sync handlers still running in their threads
-        self._pool = ThreadPoolExecutor(
-            max_workers=settings.concurrency, thread_name_prefix="taskfleet-handler"
-        )
+        self._stuck_threads = 0  # sync handlers given up on but still running in their threads
+        self._threads = _HandlerThreads(settings.concurrency, handler.func, self._thread_outcomes)
         self._runtime_path = runtime_path(settings.runtime_dir)
         self._process_start = process_start(os.getpid())
         self._state = "starting"
@@ -312,7 +392,7 @@ class Worker:
             await self._shutdown([t for t in background if not t.done()])
             return 1
         finally:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._threads.close()
             if self._own_client and self._client is not None:
                 with contextlib.suppress(Exception):
                     await self._client.aclose()
@@ -468,7 +548,11 @@ class Worker:
                 return
             for task in claimed.tasks:
                 self._start(task)
-            if claimed.tasks or self.draining:
+            if claimed.tasks:
+                # Let the new tasks' handlers start before this loop claims again.
+                await asyncio.sleep(0)
+                continue
+            if self.draining:
                 continue
             if claimed.retry_after_ms:
                 # Rate or concurrency limit: nothing to gain by asking again sooner.
@@ -504,18 +588,7 @@ class Worker:
 
     def _start(self, task: ClaimedTask) -> None:
         run = _Running(task=task, started=time.monotonic())
-        self._running[task.id] = run
-        self._idle.clear()
-        run.job = asyncio.get_running_loop().create_task(self._execute(run), name=task.id)
-        self._mark_runtime_dirty()
-        log_event(logging.DEBUG, "task_started", task=task.id, attempt=task.attempts)
-
-    def _timeout_for(self, task: ClaimedTask) -> float | None:
-        return task.timeout if task.timeout else self.settings.default_timeout
-
-    async def _execute(self, run: _Running) -> None:
-        task = run.task
-        context = context_for(
+        run.context = context_for(
             TaskContext(
                 queue=self.settings.queue,
                 task_id=task.id,
@@ -525,24 +598,38 @@ class Worker:
                 redis_url=self.settings.redis_url,
             )
         )
+        self._running[task.id] = run
+        self._idle.clear()
+        loop = asyncio.get_running_loop()
+        if self.handler.is_async:
+            run.job = loop.create_task(self._execute(run), name=task.id, context=run.context)
+        else:
+            limit = self._timeout_for(task)
+            if limit is not None:
+                run.timer = loop.call_later(limit, self._thread_timed_out, run, limit)
+            self._threads.submit(run)
+        self._mark_runtime_dirty()
+        if log.isEnabledFor(logging.DEBUG):
+            log_event(logging.DEBUG, "task_started", task=task.id, attempt=task.attempts)
+
+    def _timeout_for(self, task: ClaimedTask) -> float | None:
+        return task.timeout if task.timeout else self.settings.default_timeout
+
+    async def _execute(self, run: _Running) -> None:
+        """An async handler's run, in the task's context (``current_task()``)."""
+        task = run.task
         limit = self._timeout_for(task)
         scope = asyncio.timeout(limit)
         outcome = _Outcome(run=run)
         try:
             async with scope:
-                if self.handler.is_async:
-                    # Awaiting the task from a cancelled scope cancels the handler too.
-                    value = await asyncio.create_task(
-                        self._call_async(task.payload), context=context
-                    )
-                else:
-                    value = await self._call_sync(run, context)
+                value = await self.handler.func(task.payload)
             outcome.result = encode_result(value)
         except asyncio.CancelledError:
             return  # drain deadline or lost lease: the task goes back, nothing is written
         except TimeoutError as exc:
             if scope.expired():
-                outcome.error = f"TimeoutError: task exceeded its timeout of {limit:g}s"
+                outcome.error = _timeout_error(limit)
             else:  # the handler's own TimeoutError (an upstream call) is just a failure
                 outcome.error = format_error(exc)
         except Exception as exc:  # the handler's failure is the attempt's failure
@@ -550,39 +637,54 @@ class Worker:
         if run.abandoned:
             log_event(logging.INFO, "task_result_dropped", task=task.id, reason="lease lost")
             return
-        run.finished = True
+        self._queue_outcome(outcome)
+
+    def _queue_outcome(self, outcome: _Outcome) -> None:
+        outcome.run.finished = True
         self._outbox.append(outcome)
         self._outbox_ready.set()
 
-    async def _call_async(self, payload: dict[str, Any]) -> Any:
-        return await self.handler.func(payload)
+    def _thread_timed_out(self, run: _Running, limit: float) -> None:
+        """A sync handler ran past its timeout: fail the attempt now; the thread runs on."""
+        run.timer = None
+        if run.finished or run.abandoned or not run.in_thread:
+            return
+        self._keep_slot_until_return(run)
+        self._queue_outcome(_Outcome(run=run, error=_timeout_error(limit)))
 
-    async def _call_sync(self, run: _Running, context: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._pool, context.run, self.handler.func, run.task.payload)
-        run.thread = future
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:  # timeout, drain deadline: the thread runs on
-            self._keep_slot_until_return(run)
-            raise
+    def _thread_outcomes(self, batch: list[tuple[_Running, str | None, str | None]]) -> None:
+        """Sync handlers' calls that returned (on the loop, one batch per wake-up)."""
+        for run, result, error in batch:
+            run.in_thread = False
+            if run.timer is not None:
+                run.timer.cancel()
+                run.timer = None
+            if run.stuck:
+                run.stuck = False
+                self._stuck_threads -= 1
+                self._slot_freed.set()
+            if run.abandoned:
+                if run.lease_lost:
+                    log_event(
+                        logging.INFO, "task_result_dropped", task=run.task.id, reason="lease lost"
+                    )
+                continue
+            if run.finished:
+                continue  # timed out: its failure is queued or written already
+            run.finished = True
+            self._outbox.append(_Outcome(run=run, result=result, error=error))
+        if self._outbox:
+            self._outbox_ready.set()
 
     def _keep_slot_until_return(self, run: _Running) -> None:
         """A thread can't be killed: its slot stays taken until the call returns.
 
-        So a hung sync handler can't make this worker oversubscribe its CPU or its pool;
-        whatever the call eventually returns is dropped.
+        So a hung sync handler can't make this worker oversubscribe its CPU or its
+        threads; whatever the call eventually returns is dropped.
         """
-        future, run.thread = run.thread, None
-        if future is not None and not future.done():
+        if run.in_thread and not run.stuck:
+            run.stuck = True
             self._stuck_threads += 1
-            future.add_done_callback(self._thread_returned)
-
-    def _thread_returned(self, future: asyncio.Future[Any]) -> None:
-        self._stuck_threads -= 1
-        if not future.cancelled():
-            future.exception()  # mark retrieved: a late failure is expected, not an error
-        self._slot_freed.set()
 
     # ---------------------------------------------------------------- writing outcomes
 
@@ -704,10 +806,10 @@ class Worker:
             if run is None or run.finished:
                 continue
             del self._running[task_id]
-            run.abandoned = True
+            run.abandoned = run.lease_lost = True
             self.counters.lost += 1
             log_event(logging.WARNING, "lease_lost", task=task_id)
-            if run.job is not None and self.handler.is_async:
+            if run.job is not None:
                 run.job.cancel()
             else:
                 self._keep_slot_until_return(run)
@@ -773,12 +875,14 @@ class Worker:
     def _mark_runtime_dirty(self) -> None:
         """Schedule a write of the runtime file: throttled, but never late for a drain.
 
-        What ``taskfleet drain --wait`` reads (``state``, ``draining``, whether anything
-        is in flight) is written within the loop turn; a mere change of the count waits
-        for the throttle window, and a write is always scheduled for its end.
+        What ``taskfleet drain --wait`` acts on (``state``, ``draining``, and nothing left
+        in flight while draining) is written within the loop turn; other changes of the
+        count wait for the throttle window, and a write is always scheduled for its end.
         """
         if self._runtime_write_soon:
             return
+        if self._runtime_write is not None and not self._runtime_urgent():
+            return  # the throttled write is on its way and will carry this change
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -795,12 +899,13 @@ class Worker:
             self._runtime_write = loop.call_at(due, self._write_runtime)
 
     def _runtime_urgent(self) -> bool:
+        """What ``taskfleet drain --wait`` waits for: the drain seen, then nothing held."""
         written = self._runtime_written
         return (
             written is None
             or written.state != self._state
             or written.draining != self.draining
-            or (written.inflight == 0) != (not self._running)
+            or (self.draining and written.inflight > 0 and not self._running)
         )
 
     def _write_runtime(self) -> None:
