@@ -97,7 +97,9 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(pod=st.sampled_from(PODS), n=st.integers(1, 4))
     def claim(self, pod: str, n: int) -> None:
-        result = self.brokers[pod].claim(n)
+        self._took(pod, n, self.brokers[pod].claim(n))
+
+    def _took(self, pod: str, n: int, result: Any) -> None:
         assert len(result.tasks) <= n
         for task in result.tasks:
             assert task.id in self.enqueued
@@ -118,6 +120,19 @@ class ProtocolMachine(RuleBasedStateMachine):
         ):
             if applied:
                 self.completed.add(task_id)
+
+    @precondition(lambda self: any(self.held.values()))
+    @rule(data=st.data(), n=st.integers(0, 4))
+    def complete_and_claim(self, data: st.DataObject, n: int) -> None:
+        """What a busy worker does: finish some tasks and refill those slots at once."""
+        pod = data.draw(st.sampled_from([p for p in PODS if self.held[p]]))
+        ids = data.draw(st.lists(st.sampled_from(sorted(self.held[pod])), unique=True))
+        items = [(i, self.held[pod].pop(i), None) for i in ids]
+        applied, result = self.brokers[pod].complete_and_claim(items, n)
+        for (task_id, _, _), ok in zip(items, applied, strict=True):
+            if ok:
+                self.completed.add(task_id)
+        self._took(pod, n, result)
 
     @precondition(lambda self: any(self.held.values()))
     @rule(data=st.data(), retryable=st.booleans())

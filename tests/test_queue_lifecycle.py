@@ -69,6 +69,47 @@ def test_completion_with_a_stale_token_is_refused_and_counted(
     assert queue.stats()["stale"] == 2
 
 
+def test_complete_and_claim_finishes_tasks_and_hands_out_the_next_in_one_call(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    first, second, third = (queue.enqueue({"n": n}, priority=3 - n) for n in range(3))
+    broker = make_broker("jobs", "pod-a", "inc-1")
+    [claimed] = broker.claim(1).tasks
+    assert claimed.id == first
+    applied, more = broker.complete_and_claim([(first, claimed.token, '"r"')], 5)
+    assert applied == [True]
+    # Up to n, in priority order, held by the same pod with fresh tokens.
+    assert [t.id for t in more.tasks] == [second, third]
+    assert len({t.token for t in more.tasks} | {claimed.token}) == 3
+    done = queue.get(first)
+    assert done is not None and done.state is TaskState.DONE and done.result == "r"
+    for task in more.tasks:
+        held = queue.get(task.id)
+        assert held is not None and held.state is TaskState.RUNNING
+        assert (held.pod, held.incarnation, held.token) == ("pod-a", "inc-1", task.token)
+    stats = queue.stats()
+    assert (stats["pending"], stats["running"], stats["done"]) == (0, 2, 1)
+
+
+def test_complete_and_claim_refuses_a_stale_token_and_keeps_the_queue_limits(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.configure(QueueConfig(max_concurrency=2))
+    ids = [queue.enqueue({"n": n}) for n in range(4)]
+    broker = make_broker("jobs")
+    a, b = broker.claim(10).tasks  # the global limit: 2 running
+    applied, more = broker.complete_and_claim(
+        [(a.id, a.token, None), (b.id, "not-the-token", None)], 2
+    )
+    assert applied == [True, False]
+    # b still runs: only the slot a freed is there to fill, whatever n asks.
+    assert [t.id for t in more.tasks] == [ids[2]]
+    assert queue.stats()["stale"] == 1
+    assert queue.get(b.id).state is TaskState.RUNNING  # type: ignore[union-attr]
+    applied, more = broker.complete_and_claim([], 3)
+    assert applied == [] and more.tasks == []
+
+
 def test_failed_task_is_retried_later_then_dead_after_max_attempts(
     queue: Queue, make_broker: MakeBroker
 ) -> None:

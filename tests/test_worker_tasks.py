@@ -52,6 +52,14 @@ def test_sync_and_async_handlers_store_their_json_result(fleet: Fleet, queue: Qu
         assert worker.wait() == 0
 
 
+def test_each_sync_call_runs_in_a_fresh_context_on_a_reused_thread(
+    fleet: Fleet, queue: Queue
+) -> None:
+    ids = [queue.enqueue({}) for _ in range(3)]
+    fleet.add(f"{H}:context_leak", args=[*FAST, "--concurrency", "1"]).start()
+    assert [finished(queue, task_id).result for task_id in ids] == ["", "", ""]
+
+
 def test_an_exception_fails_the_attempt_with_its_type_and_message_then_the_retry_succeeds(
     fleet: Fleet, queue: Queue
 ) -> None:

@@ -6,6 +6,7 @@ Records go to the list ``test:events`` as ``<what>:<task id>:<pod>`` strings.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import subprocess
 import time
 from typing import Any
@@ -97,3 +98,13 @@ async def async_slow_first(payload: dict[str, Any]) -> str:
 def raise_timeout(payload: dict[str, Any]) -> None:
     """A handler whose own upstream call timed out (not the task's timeout)."""
     raise TimeoutError("upstream took too long")
+
+
+_leak: contextvars.ContextVar[str] = contextvars.ContextVar("test_leak", default="")
+
+
+def context_leak(payload: dict[str, Any]) -> str:
+    """Return what an earlier call left in a context variable (nothing, if calls are isolated)."""
+    seen = _leak.get()
+    _leak.set(current_task().task_id)
+    return seen

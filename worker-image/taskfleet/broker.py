@@ -9,8 +9,8 @@ queue consistent; what it held comes back through lease expiry or ``requeue``.
 from __future__ import annotations
 
 import json
+import os
 import random
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +20,13 @@ import redis.asyncio
 from taskfleet.errors import ProtocolError, StaleToken
 from taskfleet.keys import QueueKeys
 from taskfleet.queue import Queue, TaskState
-from taskfleet.scripts import CLAIM_HOUSEKEEPING_BOUND, AsyncScripts, Ops, SweepResult
+from taskfleet.scripts import (
+    CLAIM_HOUSEKEEPING_BOUND,
+    AsyncScripts,
+    Ops,
+    RawClaim,
+    SweepResult,
+)
 
 #: Bound on the stored error text of a failed attempt.
 MAX_ERROR_CHARS = 8192
@@ -76,6 +82,13 @@ class Broker:
         self.ops = Ops(self.keys)
         self._scripts = AsyncScripts.for_client(client)
         self._blocking: redis.asyncio.Redis | None = None
+        # Claim tokens must be unique, not secret (anyone who can reach Redis can write
+        # any key): a generator seeded once from the OS, which unlike os.urandom never
+        # lets go of the GIL, and so never waits behind the handler threads to get it back.
+        self._tokens = random.Random(os.urandom(16))
+
+    def _token_base(self) -> str:
+        return f"{self._tokens.getrandbits(64):016x}"
 
     async def register(self, concurrency: int) -> int:
         """Record this worker; take back what earlier incarnations of the pod held.
@@ -105,9 +118,29 @@ class Broker:
             return ClaimResult([])
         raw = await self._scripts.run(
             self.ops.claim(
-                self.pod, self.incarnation, n, secrets.token_hex(8), CLAIM_HOUSEKEEPING_BOUND
+                self.pod, self.incarnation, n, self._token_base(), CLAIM_HOUSEKEEPING_BOUND
             )
         )
+        return await self._claimed(raw)
+
+    async def complete_and_claim(
+        self, items: Sequence[tuple[str, str, str | None]], n: int
+    ) -> tuple[list[bool], ClaimResult]:
+        """``complete_many(items)`` and then ``claim(n)``, in one round trip."""
+        applied, raw = await self._scripts.run(
+            self.ops.complete_and_claim(
+                items,
+                pod=self.pod,
+                incarnation=self.incarnation,
+                n=n,
+                token_base=self._token_base(),
+                bound=CLAIM_HOUSEKEEPING_BOUND,
+            )
+        )
+        return applied, await self._claimed(raw)
+
+    async def _claimed(self, raw: RawClaim) -> ClaimResult:
+        """Parse a claim reply; fail (permanently) tasks whose payload is not a JSON object."""
         tasks: list[ClaimedTask] = []
         bad: list[tuple[str, str, str]] = []
         for record in raw.records:

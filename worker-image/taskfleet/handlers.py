@@ -118,9 +118,15 @@ def format_error(exc: BaseException) -> str:
     return text
 
 
+#: One encoder for every result: ``json.dumps`` with options builds a new one per call.
+_RESULT_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def encode_result(value: Any) -> str:
     """The handler's return value as JSON; raises TypeError/ValueError if it is not JSON data."""
+    if value is None:
+        return "null"
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+        return _RESULT_ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"handler result is not JSON-serialisable: {exc}") from None

@@ -33,7 +33,7 @@ T = TypeVar("T")
 Arg = str | int | float | bytes
 
 #: Shared fragments, in inclusion order.
-LIB = ("core", "enqueue")
+LIB = ("core", "enqueue", "claim")
 #: One file per atomic operation.
 NAMES = (
     "enqueue",
@@ -147,6 +147,24 @@ def text(value: Any) -> str:
     return str(value)
 
 
+def _raw_claim(raw: Any, script: str) -> RawClaim:
+    if not isinstance(raw, list) or len(raw) < 2:
+        raise ProtocolError(f"{script}: unexpected claim reply {raw!r}")
+    due = int(raw[1])
+    return RawClaim(int(raw[0]), None if due < 0 else due, raw[2:])
+
+
+def _complete_args(items: Sequence[tuple[str, str, str | None]]) -> list[Arg]:
+    args: list[Arg] = [len(items)]
+    for task_id, token, result in items:
+        args += [task_id, token, result or ""]
+    return args
+
+
+def _applied(raw: Any) -> list[bool]:
+    return [c == "1" for c in text(raw)]
+
+
 def _ints(raw: Any, n: int, script: str) -> list[int]:
     if not isinstance(raw, list) or len(raw) != n:
         raise ProtocolError(f"{script}: unexpected reply {raw!r}")
@@ -228,13 +246,12 @@ class Ops:
     def claim(
         self, pod: str, incarnation: str, n: int, token_base: str, bound: int
     ) -> Op[RawClaim]:
-        def decode(raw: Any) -> RawClaim:
-            if not isinstance(raw, list) or len(raw) < 2:
-                raise ProtocolError(f"claim: unexpected reply {raw!r}")
-            due = int(raw[1])
-            return RawClaim(int(raw[0]), None if due < 0 else due, raw[2:])
-
-        return Op("claim", self._k, (pod, incarnation, n, token_base, bound), decode)
+        return Op(
+            "claim",
+            self._k,
+            (pod, incarnation, n, token_base, bound),
+            lambda raw: _raw_claim(raw, "claim"),
+        )
 
     def extend(
         self,
@@ -253,10 +270,28 @@ class Ops:
 
     def complete(self, items: Sequence[tuple[str, str, str | None]]) -> Op[list[bool]]:
         """Reply: per item, True if applied, False if its token was stale (refused)."""
-        args: list[Arg] = [len(items)]
-        for task_id, token, result in items:
-            args += [task_id, token, result or ""]
-        return Op("complete", self._k, args, lambda raw: [c == "1" for c in text(raw)])
+        return Op("complete", self._k, _complete_args(items), _applied)
+
+    def complete_and_claim(
+        self,
+        items: Sequence[tuple[str, str, str | None]],
+        *,
+        pod: str,
+        incarnation: str,
+        n: int,
+        token_base: str,
+        bound: int,
+    ) -> Op[tuple[list[bool], RawClaim]]:
+        """``complete`` then ``claim`` for the freed slots, in one call (one round trip)."""
+        args = _complete_args(items)
+        args += [pod, incarnation, n, token_base, bound]
+
+        def decode(raw: Any) -> tuple[list[bool], RawClaim]:
+            if not isinstance(raw, list) or not raw:
+                raise ProtocolError(f"complete: unexpected reply {raw!r}")
+            return _applied(raw[0]), _raw_claim(raw[1:], "complete")
+
+        return Op("complete", self._k, args, decode)
 
     def fail(
         self, task_id: str, token: str, error: str, *, retryable: bool, jitter: float, reason: str

@@ -43,7 +43,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from taskfleet.broker import Broker, ClaimedTask
+from taskfleet.broker import Broker, ClaimedTask, ClaimResult
 from taskfleet.config import QueueConfig
 from taskfleet.handlers import (
     Handler,
@@ -197,6 +197,9 @@ class _HandlerThreads:
         self._jobs: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
         self._done: deque[tuple[_Running, str | None, str | None]] = deque()
         self._wake_armed = False
+        #: Set by the loop while it will call ``collect`` soon anyway (an outcome write is
+        #: in flight): outcomes then wait for it instead of waking the loop themselves.
+        self.loop_will_collect = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
 
@@ -229,15 +232,16 @@ class _HandlerThreads:
                 except BaseException as exc:  # the attempt failed; the thread serves on
                     error = format_error(exc)
             done.append((run, result, error))
-            # Append first, then check: the loop clears the flag before it empties the
-            # deque, so an outcome is never left behind without a wake-up on its way.
-            if not self._wake_armed:
+            # Append first, then check: the loop clears both flags before it empties the
+            # deque, so an outcome is never left behind without a collection on its way.
+            if not self._wake_armed and not self.loop_will_collect:
                 self._wake_armed = True
                 with contextlib.suppress(RuntimeError):  # the loop is gone: exiting
                     assert self._loop is not None
-                    self._loop.call_soon_threadsafe(self._collect)
+                    self._loop.call_soon_threadsafe(self.collect)
 
-    def _collect(self) -> None:
+    def collect(self) -> None:
+        """Deliver the outcomes that are in (on the loop)."""
         self._wake_armed = False
         batch = []
         while self._done:
@@ -305,6 +309,9 @@ class Worker:
         self._runtime_write_soon = False
         self.counters = _Counters()
         self._broker: Broker | None = None
+        # The claim loop waits for a producer's wake-up or a limit: outcome writes then
+        # don't claim (a wake-up will), so an idle worker's completions stay cheap.
+        self._claim_waiting = False
         self._heartbeat_interval = settings.heartbeat_interval
 
     # ---------------------------------------------------------------- public control
@@ -456,6 +463,7 @@ class Worker:
             if run.job is not None:
                 run.job.cancel()
         self._closing.set()
+        self._outbox_ready.set()  # the flusher waits on this alone
         if background:
             _, pending = await asyncio.wait(background, timeout=5.0)
             for task in pending:
@@ -540,32 +548,47 @@ class Worker:
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
                 continue
-            if self.draining and claimed.tasks:
-                # The drain began while this claim was in flight: hand its tasks straight
-                # back (not an attempt) for a worker that stays, rather than start them now.
-                now = time.monotonic()
-                await self._release([_Running(task=task, started=now) for task in claimed.tasks])
-                return
-            for task in claimed.tasks:
-                self._start(task)
             if claimed.tasks:
+                await self._take(claimed.tasks)
+                if self.draining:
+                    return
                 # Let the new tasks' handlers start before this loop claims again.
                 await asyncio.sleep(0)
                 continue
             if self.draining:
                 continue
-            if claimed.retry_after_ms:
-                # Rate or concurrency limit: nothing to gain by asking again sooner.
-                await self._until_drain(asyncio.sleep(claimed.retry_after_ms / 1000))
-                continue
-            idle_wait = self.settings.idle_wait
-            if claimed.next_due_ms is not None:
-                # A delayed task falls due before the next wake-up: claim it on time.
-                idle_wait = min(idle_wait, max(claimed.next_due_ms, 1) / 1000)
+            self._claim_waiting = True
             try:
-                await self._until_drain(self._broker.wait_for_work(idle_wait))
-            except REDIS_DOWN as exc:
-                await self._outage(exc, until_drain=True)
+                await self._wait_for_work(claimed)
+            finally:
+                self._claim_waiting = False
+
+    async def _wait_for_work(self, claimed: ClaimResult) -> None:
+        """After a claim that found nothing: wait for a producer, a due task or a limit."""
+        assert self._broker is not None
+        if claimed.retry_after_ms:
+            # Rate or concurrency limit: nothing to gain by asking again sooner.
+            await self._until_drain(asyncio.sleep(claimed.retry_after_ms / 1000))
+            return
+        idle_wait = self.settings.idle_wait
+        if claimed.next_due_ms is not None:
+            # A delayed task falls due before the next wake-up: claim it on time.
+            idle_wait = min(idle_wait, max(claimed.next_due_ms, 1) / 1000)
+        try:
+            await self._until_drain(self._broker.wait_for_work(idle_wait))
+        except REDIS_DOWN as exc:
+            await self._outage(exc, until_drain=True)
+
+    async def _take(self, tasks: list[ClaimedTask]) -> None:
+        """Start claimed tasks, or hand them straight back if a drain began meanwhile."""
+        if self.draining:
+            # The drain began while the claim was in flight: give its tasks back (not an
+            # attempt) for a worker that stays, rather than start them now.
+            now = time.monotonic()
+            await self._release([_Running(task=task, started=now) for task in tasks])
+            return
+        for task in tasks:
+            self._start(task)
 
     async def _until_drain(self, awaitable: Awaitable[Any]) -> None:
         """Await ``awaitable`` but give up (cancelling it) as soon as a drain starts."""
@@ -690,7 +713,7 @@ class Worker:
 
     async def _flush_loop(self) -> None:
         while True:
-            await _wait_any(self._outbox_ready, self._closing)
+            await self._outbox_ready.wait()  # also set when closing: one waiter per turn
             if self._closing.is_set():
                 return  # the shutdown flushes what is left itself
             self._outbox_ready.clear()
@@ -702,7 +725,13 @@ class Worker:
         while self._outbox:
             batch, self._outbox = self._outbox, []
             try:
-                await self._write(batch)
+                # Threads finishing meanwhile needn't wake the loop: collected right after.
+                self._threads.loop_will_collect = True
+                try:
+                    await self._write(batch)
+                finally:
+                    self._threads.loop_will_collect = False
+                    self._threads.collect()
             except REDIS_DOWN as exc:
                 self._outbox = batch + self._outbox
                 if self._stop_requested.is_set():
@@ -721,10 +750,19 @@ class Worker:
         done = [o for o in batch if o.error is None]
         if done:
             items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
-            applied = await self._broker.complete_many(items)
+            claimed: ClaimResult | None = None
+            if self.draining or self._claim_waiting:
+                applied = await self._broker.complete_many(items)
+            else:
+                # Refill the slots these completions free in the same round trip. Only
+                # those: the claim loop claims the slots that are free already, and it
+                # is woken by a producer when it waits for work.
+                applied, claimed = await self._broker.complete_and_claim(items, len(items))
             for outcome, ok in zip(done, applied, strict=True):
                 batch.remove(outcome)
                 self._finish(outcome, ok, "task_done")
+            if claimed is not None and claimed.tasks:
+                await self._take(claimed.tasks)
         while batch:
             outcome = batch[0]
             state = await self._broker.fail(
@@ -743,7 +781,8 @@ class Worker:
             log_event(logging.WARNING, "task_write_refused", task=run.task.id, reason="stale")
         elif outcome.error is None:
             self.counters.completed += 1
-            log_event(logging.INFO, event, task=run.task.id, ms=elapsed_ms)
+            if log.isEnabledFor(logging.INFO):
+                log_event(logging.INFO, event, task=run.task.id, ms=elapsed_ms)
         else:
             self.counters.failed += 1
             log_event(

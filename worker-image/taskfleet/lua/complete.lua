@@ -1,10 +1,14 @@
 -- complete: finish tasks with their results (a batch is one round trip).
 -- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
 --   K_DONE, K_POD, K_CONFIG, K_STATS, K_PENDING, K_NOTIFY.
--- ARGV[1]: number of tasks N; then triples: task id, claim token, result JSON ('' = none)
+-- ARGV[1]: number of tasks N; then triples: task id, claim token, result JSON ('' = none);
+--   then, optionally, a claim for the slots this frees (saves the worker a round trip):
+--   pod, incarnation, n (max tasks), token base, housekeeping bound, as claim.lua takes them.
 -- Returns: a string of N characters, one per task: '1' = completed; '0' = stale token (the
 --   task was taken back): refused, counted in stats "stale", nothing changed.
+--   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks}.
 local n = tonumber(ARGV[1])
+local claim_at = 2 + n * 3
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local out = {}
@@ -36,5 +40,13 @@ bump('completed', completed)
 if cfg_num('max_concurrency', 0) > 0 and completed > 0 and redis.call('ZCARD', K_PENDING) > 0 then
   notify(completed)
 end
+local flags = table.concat(out)
+if ARGV[claim_at] == nil then
+  flush_counts()
+  return flags
+end
+local claimed = claim_tasks(now, ARGV[claim_at], ARGV[claim_at + 1], tonumber(ARGV[claim_at + 2]),
+  ARGV[claim_at + 3], tonumber(ARGV[claim_at + 4]))
 flush_counts()
-return table.concat(out)
+table.insert(claimed, 1, flags)
+return claimed

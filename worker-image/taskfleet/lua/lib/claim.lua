@@ -1,0 +1,97 @@
+-- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
+-- fleet run without the operator (promote due, expire deadlines, take back expired
+-- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
+-- Returns {retry_after_ms, next_due_ms, task 1, task 2, ...}: see claim.lua.
+local function claim_tasks(now, pod, incarnation, want, token_base, bound)
+  promote_due(now, bound)
+  expire_deadlines(now, bound)
+  take_back_expired(now, bound)
+
+  local max_conc = cfg_num('max_concurrency', 0)
+  if max_conc > 0 then
+    local free = max_conc - redis.call('ZCARD', K_RUNNING)
+    if free < want then want = free end
+  end
+
+  -- Token buckets: capacity = limit, refilled continuously at limit / period.
+  local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+  local buckets = {}
+  local function load_bucket(key, limit)
+    if limit == nil or limit <= 0 then return nil end
+    local v = redis.call('HMGET', key, 'tokens', 'ts')
+    local tokens, ts = tonumber(v[1]), tonumber(v[2])
+    if tokens == nil or ts == nil then tokens, ts = limit, now end
+    local rate = limit / period_ms
+    tokens = math.min(limit, tokens + math.max(0, now - ts) * rate)
+    local b = {key = key, limit = limit, rate = rate, tokens = tokens}
+    buckets[#buckets + 1] = b
+    return b
+  end
+  local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks', 0))
+  local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost', 0))
+
+  local retry_after = 0
+  local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
+  local default_timeout = cfg_num('default_timeout_s', nil)
+  default_timeout = default_timeout and tostring(default_timeout) or ''
+  local out = {0, -1}
+  local claimed = 0
+  local blocked = false
+  local pod_key = K_POD .. pod
+
+  while claimed < want and not blocked do
+    local ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
+    if #ids == 0 then break end
+    for _, id in ipairs(ids) do
+      local key = K_TASK .. id
+      local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
+        'priority', 'cost', 'deadline', 'state', 'started_at')
+      if v[9] ~= 'pending' then
+        redis.call('ZREM', K_PENDING, id)  -- a leftover of a deleted task: drop it
+      elseif v[8] and not v[10] and tonumber(v[8]) < now then
+        -- only a task that never started expires: a retried, released or taken-back one
+        -- already began its work, and a drain's release must not turn it dead
+        redis.call('ZREM', K_PENDING, id)
+        redis.call('ZREM', K_DEADLINES, id)
+        to_dead(id, key, now, 'expired', 'not started before its deadline')
+        bump('expired')
+      else
+        local cost = tonumber(v[7]) or 1
+        -- a task costing more than a bucket holds runs when the bucket is full
+        local need_cost = b_cost and math.min(cost, b_cost.limit) or 0
+        if b_tasks and b_tasks.tokens < 1 then
+          retry_after = math.max(retry_after, math.ceil((1 - b_tasks.tokens) / b_tasks.rate))
+          blocked = true
+        end
+        if b_cost and b_cost.tokens < need_cost then
+          retry_after = math.max(retry_after, math.ceil((need_cost - b_cost.tokens) / b_cost.rate))
+          blocked = true
+        end
+        if blocked then break end
+        if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end
+        if b_cost then b_cost.tokens = b_cost.tokens - need_cost end
+        claimed = claimed + 1
+        local token = token_base .. ':' .. claimed
+        redis.call('ZREM', K_PENDING, id)
+        if v[8] then redis.call('ZREM', K_DEADLINES, id) end
+        redis.call('ZADD', K_RUNNING, lease_until, id)
+        redis.call('SADD', pod_key, id)
+        local attempts = (tonumber(v[2]) or 0) + 1
+        redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
+          'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
+          'attempts', attempts)
+        out[#out + 1] = table.concat({id, token, attempts, v[3] or cfg('max_attempts'),
+          v[4] or default_timeout, v[5] or 0, v[6] or 0, cost, v[1] or ''}, '\0')
+      end
+    end
+  end
+
+  for _, b in ipairs(buckets) do
+    redis.call('HSET', b.key, 'tokens', tostring(b.tokens), 'ts', now)
+  end
+
+  local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
+  if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
+  out[1] = retry_after
+  return out
+end
