@@ -74,12 +74,14 @@ def test_complete_and_claim_finishes_tasks_and_hands_out_the_next_in_one_call(
 ) -> None:
     first, second, third = (queue.enqueue({"n": n}, priority=3 - n) for n in range(3))
     broker = make_broker("jobs", "pod-a", "inc-1")
-    [claimed] = broker.claim(1).tasks
-    assert claimed.id == first
+    result = broker.claim(1)
+    [claimed] = result.tasks
+    assert claimed.id == first and result.more_pending  # two more wait
     applied, more = broker.complete_and_claim([(first, claimed.token, '"r"')], 5)
     assert applied == [True]
     # Up to n, in priority order, held by the same pod with fresh tokens.
     assert [t.id for t in more.tasks] == [second, third]
+    assert not more.more_pending  # the queue gave all it had
     assert len({t.token for t in more.tasks} | {claimed.token}) == 3
     done = queue.get(first)
     assert done is not None and done.state is TaskState.DONE and done.result == "r"

@@ -54,6 +54,8 @@ class ClaimResult:
     retry_after_ms: int = 0
     #: ms until the earliest delayed task is due (None: nothing delayed); bounds idle waits
     next_due_ms: int | None = None
+    #: tasks were still pending after this claim (False: the queue had no more to give)
+    more_pending: bool = False
 
 
 class Broker:
@@ -173,7 +175,7 @@ class Broker:
             )
         for task_id, token, error in bad:
             await self.fail(task_id, token, error, retryable=False, reason="bad payload")
-        return ClaimResult(tasks, raw.retry_after_ms, raw.next_due_ms)
+        return ClaimResult(tasks, raw.retry_after_ms, raw.next_due_ms, raw.more_pending)
 
     async def heartbeat(
         self, tokens: Mapping[str, str], inflight: int | None = None, draining: bool = False

@@ -148,10 +148,10 @@ def text(value: Any) -> str:
 
 
 def _raw_claim(raw: Any, script: str) -> RawClaim:
-    if not isinstance(raw, list) or len(raw) < 2:
+    if not isinstance(raw, list) or len(raw) < 3:
         raise ProtocolError(f"{script}: unexpected claim reply {raw!r}")
     due = int(raw[1])
-    return RawClaim(int(raw[0]), None if due < 0 else due, raw[2:])
+    return RawClaim(int(raw[0]), None if due < 0 else due, int(raw[2]) == 1, raw[3:])
 
 
 def _complete_args(items: Sequence[tuple[str, str, str | None]]) -> list[Arg]:
@@ -181,6 +181,7 @@ class RawClaim:
 
     retry_after_ms: int
     next_due_ms: int | None
+    more_pending: bool
     records: list[bytes | str]
 
 

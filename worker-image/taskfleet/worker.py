@@ -552,9 +552,12 @@ class Worker:
                 await self._take(claimed.tasks)
                 if self.draining:
                     return
-                # Let the new tasks' handlers start before this loop claims again.
-                await asyncio.sleep(0)
-                continue
+                if len(claimed.tasks) == free or claimed.more_pending:
+                    # Let the new tasks' handlers start before this loop claims again.
+                    await asyncio.sleep(0)
+                    continue
+                # The queue gave all it had: asking again would find nothing. A task
+                # enqueued from now on leaves a wake-up token for the wait below.
             if self.draining:
                 continue
             self._claim_waiting = True

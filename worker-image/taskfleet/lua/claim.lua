@@ -5,9 +5,11 @@
 -- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] n (max tasks), ARGV[4] token base (random,
 --   from Python: Lua has no good randomness; task i gets token base .. ':' .. i),
 --   ARGV[5] housekeeping bound (max tasks promoted / expired / taken back per call)
--- Returns: {retry_after_ms, next_due_ms, task 1, task 2, ...}
+-- Returns: {retry_after_ms, next_due_ms, more, task 1, task 2, ...}
 --   retry_after_ms: >0 when a rate limit held tasks back: ms until capacity returns
 --   next_due_ms: ms until the earliest delayed task is due, -1 if none
+--   more: 1 if tasks are still pending after this claim, else 0 (an idle worker that got
+--     fewer than n then waits for a wake-up instead of asking again)
 --   task: one string, fields joined by NUL, the payload last (so it may hold anything):
 --     id, token, attempts, max_attempts, timeout_s ('' = none), lost, priority, cost, payload
 --   (one string per task, not nine: reply parsing is most of a worker's per-task cost)

@@ -13,13 +13,23 @@ local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local out = {}
 local completed = 0
+-- Index updates go out in one call each (per pod for the pod sets), not one per task:
+-- what leave_running does per task, batched.
+local finished, done, by_pod = {}, {}, {}
 for i = 0, n - 1 do
   local id, token, result = ARGV[2 + i * 3], ARGV[3 + i * 3], ARGV[4 + i * 3]
   local key = K_TASK .. id
   local ok, pod = holds(key, token)
   if ok then
-    leave_running(id, key, pod)
-    redis.call('ZADD', K_DONE, now, id)
+    finished[#finished + 1] = id
+    if pod then
+      local ids = by_pod[pod] or {}
+      ids[#ids + 1] = id
+      by_pod[pod] = ids
+    end
+    redis.call('HDEL', key, 'token', 'lease_until')
+    done[#done + 1] = now
+    done[#done + 1] = id
     if string.len(result) > max_bytes then
       redis.call('HSET', key, 'state', 'done', 'finished_at', now, 'error',
         'result of ' .. string.len(result) .. ' bytes exceeds max_payload_bytes; dropped')
@@ -35,6 +45,9 @@ for i = 0, n - 1 do
     bump('stale')
   end
 end
+call_chunked('ZREM', K_RUNNING, finished)
+for pod, ids in pairs(by_pod) do call_chunked('SREM', K_POD .. pod, ids) end
+call_chunked('ZADD', K_DONE, done)
 bump('completed', completed)
 -- a freed slot under a global concurrency limit is work for an idle worker
 if cfg_num('max_concurrency', 0) > 0 and completed > 0 and redis.call('ZCARD', K_PENDING) > 0 then

@@ -1,7 +1,7 @@
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
 -- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
--- Returns {retry_after_ms, next_due_ms, task 1, task 2, ...}: see claim.lua.
+-- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
 local function claim_tasks(now, pod, incarnation, want, token_base, bound)
   promote_due(now, bound)
   expire_deadlines(now, bound)
@@ -34,14 +34,17 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound)
   local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
   local default_timeout = cfg_num('default_timeout_s', nil)
   default_timeout = default_timeout and tostring(default_timeout) or ''
-  local out = {0, -1}
+  local out = {0, -1, 0}
   local claimed = 0
   local blocked = false
   local pod_key = K_POD .. pod
+  -- Index updates of the claimed tasks go out in one call each, not one per task.
+  local running, held = {}, {}
 
   while claimed < want and not blocked do
     local ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
     if #ids == 0 then break end
+    local taken = {}
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
@@ -72,10 +75,11 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound)
         if b_cost then b_cost.tokens = b_cost.tokens - need_cost end
         claimed = claimed + 1
         local token = token_base .. ':' .. claimed
-        redis.call('ZREM', K_PENDING, id)
+        taken[#taken + 1] = id
         if v[8] then redis.call('ZREM', K_DEADLINES, id) end
-        redis.call('ZADD', K_RUNNING, lease_until, id)
-        redis.call('SADD', pod_key, id)
+        running[#running + 1] = lease_until
+        running[#running + 1] = id
+        held[#held + 1] = id
         local attempts = (tonumber(v[2]) or 0) + 1
         redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
           'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
@@ -84,7 +88,11 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound)
           v[4] or default_timeout, v[5] or 0, v[6] or 0, cost, v[1] or ''}, '\0')
       end
     end
+    -- before the next ZRANGE, which must not see this round's tasks again
+    call_chunked('ZREM', K_PENDING, taken)
   end
+  call_chunked('ZADD', K_RUNNING, running)
+  call_chunked('SADD', pod_key, held)
 
   for _, b in ipairs(buckets) do
     redis.call('HSET', b.key, 'tokens', tostring(b.tokens), 'ts', now)
@@ -93,5 +101,6 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound)
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
   out[1] = retry_after
+  if redis.call('ZCARD', K_PENDING) > 0 then out[3] = 1 end
   return out
 end

@@ -31,6 +31,14 @@ local function cfg_num(name, fallback)
   return v
 end
 
+-- redis.call(cmd, key, unpack(args)) for a list built up by a batch, in chunks (unpack
+-- has a stack limit); an even chunk size keeps ZADD's score-member pairs together.
+local function call_chunked(cmd, key, args)
+  for i = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+  end
+end
+
 -- Counters are summed locally and written once per call (flush_counts) to keep batch
 -- scripts cheap. Every script calls flush_counts() before it returns.
 local COUNTS = {}
