@@ -57,6 +57,15 @@ def test_errors_and_results_are_encoded_for_the_task_hash() -> None:
     with pytest.raises(TypeError, match="not JSON-serialisable"):
         encode_result(float("nan"))
 
+    class UnprintableError(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    assert (
+        format_error(UnprintableError())
+        == "UnprintableError: (the exception's message could not be read)"
+    )
+
 
 def test_runtime_file_round_trips_and_is_only_removed_by_its_owner(tmp_path: Path) -> None:
     path = tmp_path / "worker.json"

@@ -112,7 +112,11 @@ def load_handler(ref: str) -> Handler:
 
 def format_error(exc: BaseException) -> str:
     """``Type: message`` on one line, truncated: what a task records about a failed attempt."""
-    text = f"{type(exc).__name__}: {exc}".replace("\n", " ").strip()
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not lose the outcome of the attempt
+        message = "(the exception's message could not be read)"
+    text = f"{type(exc).__name__}: {message}".replace("\n", " ").strip()
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 3] + "..."
     return text
