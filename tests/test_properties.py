@@ -1,7 +1,7 @@
 """Invariants of the protocol under random interleavings (hypothesis state machine).
 
 Random producers, two worker pods and an operator drive every operation against a real
-redis-server, with a tiny lease TTL and a rule that lets real time pass, so leases
+redis-server (hand-offs to idle workers included), with a tiny lease TTL and a rule that lets real time pass, so leases
 expire and are taken back in between. After every step the stored structures must
 agree: each task in exactly one state, running tasks fenced by a token and held by
 exactly one pod, counters adding up, and no task ever lost.
@@ -95,9 +95,16 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     # -- workers ---------------------------------------------------------------------
 
-    @rule(pod=st.sampled_from(PODS), n=st.integers(1, 4))
-    def claim(self, pod: str, n: int) -> None:
-        self._took(pod, n, self.brokers[pod].claim(n))
+    @rule(pod=st.sampled_from(PODS), n=st.integers(1, 4), idle=st.booleans())
+    def claim(self, pod: str, n: int, idle: bool) -> None:
+        # idle: a claim that empties the queue registers the pod for hand-offs by producers
+        self._took(pod, n, self.brokers[pod].claim(n, idle_ms=5000 if idle else 0))
+
+    @rule(pod=st.sampled_from(PODS))
+    def pop_a_hand_off(self, pod: str) -> None:
+        result = self.brokers[pod].wait_for_work(0.001)
+        if result is not None:
+            self._took(pod, 1, result)
 
     def _took(self, pod: str, n: int, result: Any) -> None:
         assert len(result.tasks) <= n
@@ -144,9 +151,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         if state is TaskState.DEAD:
             self.failed_dead.add(task_id)
 
-    @rule(pod=st.sampled_from(PODS))
-    def heartbeat(self, pod: str) -> None:
-        lost = self.brokers[pod].heartbeat(dict(self.held[pod]))
+    @rule(pod=st.sampled_from(PODS), draining=st.booleans())
+    def heartbeat(self, pod: str, draining: bool) -> None:
+        # draining also gives back hand-offs not popped yet
+        lost = self.brokers[pod].heartbeat(dict(self.held[pod]), draining=draining)
         assert lost <= set(self.held[pod])
         for task_id in lost:
             del self.held[pod][task_id]

@@ -7,7 +7,7 @@ import threading
 import pytest
 from taskfleet import InvalidArgument, Queue, QueueConfig, TaskState
 
-from tests.fixtures_redis import MakeBroker, server_ms
+from tests.fixtures_redis import MakeBroker, eventually, server_ms
 
 
 @pytest.mark.parametrize(("attempt", "expected_s"), [(1, 10), (2, 20), (3, 40), (4, 50)])
@@ -117,14 +117,94 @@ def test_wait_for_work_wakes_an_idle_worker_when_a_task_is_enqueued(
     queue: Queue, make_broker: MakeBroker
 ) -> None:
     worker = make_broker("jobs")
-    assert worker.wait_for_work(0.01) is False
+    assert worker.wait_for_work(0.01) is None  # timed out
     timer = threading.Timer(0.05, lambda: queue.enqueue({"x": 1}))
     timer.start()
     try:
-        assert worker.wait_for_work(10.0) is True
+        woken = worker.wait_for_work(10.0)
     finally:
         timer.join()
+    assert woken is not None and woken.tasks == []  # signalled, not registered for hand-offs
     assert len(worker.claim(1).tasks) == 1
+
+
+def test_an_enqueue_hands_its_task_straight_to_a_worker_registered_idle(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    worker = make_broker("jobs", "pod-a", "inc-1")
+    assert worker.claim(4, idle_ms=5000).tasks == []  # nothing to do: registered idle
+    task_id = queue.enqueue({"x": 1})
+    task = queue.get(task_id)
+    assert task is not None and task.state is TaskState.RUNNING
+    assert (task.pod, task.incarnation) == ("pod-a", "inc-1")
+    assert queue.client.llen(queue.keys.notify) == 0  # handed over: nobody else to wake
+    handed = worker.wait_for_work(10.0)
+    assert handed is not None and [t.id for t in handed.tasks] == [task_id]
+    assert handed.tasks[0].token == task.token and handed.tasks[0].attempts == 1
+    # One hand-off per registration: the next task waits in pending for a claim.
+    second = queue.enqueue({"x": 2})
+    assert queue.get(second).state is TaskState.PENDING  # type: ignore[union-attr]
+    worker.complete_many([(task_id, task.token, None)])
+    assert [t.id for t in worker.claim(4).tasks] == [second]
+
+
+def test_a_hand_off_not_yet_popped_comes_with_the_next_claim_or_is_released_at_exit(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    worker = make_broker("jobs", "pod-a", "inc-1")
+    worker.claim(4, idle_ms=5000)
+    first = queue.enqueue({"x": 1})  # handed over while the worker is not blocked
+    later = queue.enqueue({"x": 2})
+    assert [t.id for t in worker.claim(4).tasks] == [first, later]  # hand-off first
+    worker.claim(4, idle_ms=5000)
+    third = queue.enqueue({"x": 3})
+    assert queue.get(third).state is TaskState.RUNNING  # type: ignore[union-attr]
+    assert worker.deregister() == 3  # everything it held, the unpopped hand-off too
+    assert queue.get(third).state is TaskState.PENDING  # type: ignore[union-attr]
+    assert not queue.client.exists(queue.keys.wake("pod-a"))
+
+
+def test_a_draining_worker_gets_no_more_hand_offs_and_gives_back_those_not_popped(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    worker = make_broker("jobs", "pod-a", "inc-1")
+    worker.claim(4, idle_ms=5000)
+    handed = queue.enqueue({"x": 1})
+    assert queue.get(handed).state is TaskState.RUNNING  # type: ignore[union-attr]
+    # The drain starts before the worker popped it: the draining heartbeat gives it back.
+    assert worker.heartbeat({}, inflight=0, draining=True) == set()
+    task = queue.get(handed)
+    assert task is not None and task.state is TaskState.PENDING
+    assert (task.attempts, task.lost) == (0, 0)
+    assert queue.stats()["released"] == 1
+    assert not queue.client.exists(queue.keys.wake("pod-a"))
+    # Registered, then draining: the next enqueue leaves its task for others.
+    assert [t.id for t in worker.claim(4, idle_ms=5000).tasks] == [handed]
+    worker.complete_many([(handed, queue.get(handed).token, None)])  # type: ignore[union-attr]
+    worker.claim(4, idle_ms=5000)
+    worker.heartbeat({}, inflight=0, draining=True)
+    later = queue.enqueue({"x": 2})
+    assert queue.get(later).state is TaskState.PENDING  # type: ignore[union-attr]
+
+
+def test_no_hand_off_to_an_expired_registration_or_an_earlier_incarnation(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    old = make_broker("jobs", "pod-a", "inc-1")
+    old.claim(4, idle_ms=5000)  # then the container restarts
+    new = make_broker("jobs", "pod-a", "inc-2")
+    new.register(4)
+    task_id = queue.enqueue({"x": 1})
+    assert queue.get(task_id).state is TaskState.PENDING  # type: ignore[union-attr]
+    other = make_broker("jobs", "pod-b", "inc-1")
+    assert [t.id for t in other.claim(4, idle_ms=50).tasks] == [task_id]
+    other.claim(4, idle_ms=50)  # empty: registered for 50 ms only
+    until = queue.client.zscore(queue.keys.idle, "pod-b\0inc-1")
+    assert until is not None
+    eventually(lambda: server_ms(queue.client) > until, what="the registration to run out")
+    late = queue.enqueue({"x": 2})
+    assert queue.get(late).state is TaskState.PENDING  # type: ignore[union-attr]
+    assert queue.client.llen(queue.keys.notify) >= 1  # the ordinary wake-up instead
 
 
 def test_notify_list_stays_short_however_many_tasks_are_enqueued(queue: Queue) -> None:

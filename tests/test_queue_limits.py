@@ -34,7 +34,8 @@ def test_a_freed_slot_under_max_concurrency_wakes_an_idle_worker(
     assert idle.claim(1).tasks == []
     queue.client.delete(queue.keys.notify)  # the enqueue's wake-ups were consumed
     busy.complete_many([(task.id, task.token, None)])
-    assert idle.wait_for_work(5.0) is True
+    woken = idle.wait_for_work(5.0)
+    assert woken is not None and woken.tasks == []  # signalled: it claims next
     assert len(idle.claim(1).tasks) == 1
 
 

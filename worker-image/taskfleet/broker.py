@@ -110,17 +110,25 @@ class Broker:
         await self.close()
         return released
 
-    async def claim(self, n: int) -> ClaimResult:
+    async def claim(self, n: int, *, idle_ms: int = 0) -> ClaimResult:
         """Take up to ``n`` tasks (fewer under limits or when the queue is short).
 
         A task whose stored payload is not a JSON object (a foreign producer wrote it)
-        is failed permanently here, reason ``bad payload``, and not returned.
+        is failed permanently here, reason ``bad payload``, and not returned. With
+        ``idle_ms``, a claim that leaves the queue empty registers this worker as idle
+        for that long: producers then hand it new tasks through ``wait_for_work``.
+        Tasks handed over while it was not waiting come first in the result.
         """
         if n <= 0:
             return ClaimResult([])
         raw = await self._scripts.run(
             self.ops.claim(
-                self.pod, self.incarnation, n, self._token_base(), CLAIM_HOUSEKEEPING_BOUND
+                self.pod,
+                self.incarnation,
+                n,
+                self._token_base(),
+                CLAIM_HOUSEKEEPING_BOUND,
+                idle_ms=idle_ms,
             )
         )
         return await self._claimed(raw)
@@ -248,11 +256,15 @@ class Broker:
         """The operator's housekeeping pass; workers may run it too (it is idempotent)."""
         return await self._scripts.run(self.ops.sweep())
 
-    async def wait_for_work(self, timeout_s: float) -> bool:
-        """Block until a producer signals new work or ``timeout_s`` passes.
+    async def wait_for_work(self, timeout_s: float) -> ClaimResult | None:
+        """Block until a producer hands over a task or signals new work, or ``timeout_s``.
 
-        Uses BLPOP on a connection of its own (with no socket timeout shorter than the
-        wait), so idle workers wake within a fraction of a millisecond of an enqueue.
+        Uses BLPOP on this pod's wake list (where producers push tasks they claimed for
+        a worker registered idle by ``claim(idle_ms=...)``) and the queue's ``notify``
+        list, on a connection of its own (with no socket timeout shorter than the wait),
+        so an idle worker gets a new task within a fraction of a millisecond of its
+        enqueue. Returns None on timeout, else the handed-over task (an empty result
+        when only signalled: claim then).
         """
         if self._blocking is None:
             pool = self.client.connection_pool
@@ -265,8 +277,14 @@ class Broker:
                 )
             )
         timeout = max(0.001, timeout_s)
-        popped = await self._blocking.blpop([self.keys.notify], timeout=timeout)
-        return popped is not None
+        wake = self.keys.wake(self.pod)
+        popped = await self._blocking.blpop([wake, self.keys.notify], timeout=timeout)
+        if popped is None:
+            return None
+        key, record = popped
+        if (key.decode() if isinstance(key, bytes) else key) != wake:
+            return ClaimResult([])
+        return await self._claimed(RawClaim(0, None, False, [record]))
 
     async def close(self) -> None:
         """Close the wake-up connection (the caller owns ``client``)."""

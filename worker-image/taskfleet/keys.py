@@ -13,7 +13,8 @@ import re
 PREFIX = "tf"
 
 #: The order in which every script receives the queue's keys (KEYS[1], KEYS[2], ...).
-#: ``task``, ``pod`` and ``sched`` are prefixes: the script appends the id, pod or name.
+#: ``task``, ``pod``, ``sched`` and ``wake`` are prefixes: the script appends the id, pod or
+#: name.
 SCRIPT_KEYS: tuple[str, ...] = (
     "task",
     "pending",
@@ -31,6 +32,8 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "bucket_cost",
     "notify",
     "sched",
+    "idle",
+    "wake",
 )
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -57,6 +60,7 @@ class QueueKeys:
         "deadlines",
         "delayed",
         "done",
+        "idle",
         "notify",
         "pending",
         "pod_prefix",
@@ -68,6 +72,7 @@ class QueueKeys:
         "seq",
         "stats",
         "task_prefix",
+        "wake_prefix",
         "workers",
     )
 
@@ -92,10 +97,16 @@ class QueueKeys:
         self.bucket_cost = p + "bucket:cost"
         self.notify = p + "notify"
         self.sched_prefix = p + "sched:"
+        # idle workers blocked on their wake list, member "<pod>\0<incarnation>", score = ms
+        # until which the registration holds; a producer claims a new task for one of them
+        # and pushes it onto ``wake:<pod>`` (saves the worker its claim round trip)
+        self.idle = p + "idle"
+        self.wake_prefix = p + "wake:"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
             "sched": self.sched_prefix,
+            "wake": self.wake_prefix,
         }
         self.script_keys: tuple[str, ...] = tuple(
             by_name.get(name) or getattr(self, name) for name in SCRIPT_KEYS
@@ -109,6 +120,9 @@ class QueueKeys:
 
     def sched(self, name: str) -> str:
         return self.sched_prefix + name
+
+    def wake(self, pod: str) -> str:
+        return self.wake_prefix + pod
 
     @property
     def pattern(self) -> str:

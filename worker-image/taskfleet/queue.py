@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import secrets
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -144,6 +145,11 @@ class WorkerInfo(BaseModel):
     concurrency: int = 0
     draining: bool = False
     alive: bool = Field(description="heartbeat within one lease TTL")
+
+
+def _token_base() -> str:
+    """Claim tokens for tasks an enqueue hands straight to idle workers (unique per call)."""
+    return secrets.token_hex(8)
 
 
 def encode_payload(payload: object) -> str:
@@ -302,7 +308,7 @@ class Queue:
                 "timeout": timeout,
             }
         )
-        self._scripts.run(self.ops.enqueue([args]))
+        self._scripts.run(self.ops.enqueue([args], _token_base()))
         return args.task_id
 
     def enqueue_many(self, items: Iterable[EnqueueSpec | Mapping[str, Any]]) -> list[str]:
@@ -314,7 +320,7 @@ class Queue:
         batch = [enqueue_args(item) for item in items]
         if not batch:
             return []
-        self._scripts.run(self.ops.enqueue(batch))
+        self._scripts.run(self.ops.enqueue(batch, _token_base()))
         return [a.task_id for a in batch]
 
     # -- reading -----------------------------------------------------------------------

@@ -217,7 +217,10 @@ class Ops:
         self.keys = keys
         self._k = keys.script_keys
 
-    def enqueue(self, tasks: Sequence[EnqueueArgs]) -> Op[list[bool]]:
+    def enqueue(
+        self, tasks: Sequence[EnqueueArgs], token_base: str | None = None
+    ) -> Op[list[bool]]:
+        """With ``token_base``, new tasks go straight to idle workers (see hand_off)."""
         args: list[Arg] = [len(tasks)]
         for t in tasks:
             args += [
@@ -230,6 +233,8 @@ class Ops:
                 t.cost,
                 t.timeout_s,
             ]
+        if token_base is not None:
+            args += [token_base, CLAIM_HOUSEKEEPING_BOUND]
 
         def decode(raw: Any) -> list[bool]:
             if not isinstance(raw, list) or not raw:
@@ -245,14 +250,13 @@ class Ops:
         return Op("enqueue", self._k, args, decode)
 
     def claim(
-        self, pod: str, incarnation: str, n: int, token_base: str, bound: int
+        self, pod: str, incarnation: str, n: int, token_base: str, bound: int, *, idle_ms: int = 0
     ) -> Op[RawClaim]:
-        return Op(
-            "claim",
-            self._k,
-            (pod, incarnation, n, token_base, bound),
-            lambda raw: _raw_claim(raw, "claim"),
-        )
+        """``idle_ms`` > 0: if the queue runs dry, register the worker as idle that long."""
+        args: tuple[Arg, ...] = (pod, incarnation, n, token_base, bound)
+        if idle_ms > 0:
+            args += (idle_ms,)
+        return Op("claim", self._k, args, lambda raw: _raw_claim(raw, "claim"))
 
     def extend(
         self,

@@ -37,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -79,6 +79,10 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
 DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
 #: Least time between two rewrites of the runtime file that ``taskfleet drain`` does not wait on.
 RUNTIME_WRITE_INTERVAL_S = 0.1
+#: How much longer than its longest wait an idle worker stays registered for hand-offs. A
+#: worker killed while idle may be handed a task for that long: its lease brings it back.
+IDLE_MARGIN_S = 1.0
+T = TypeVar("T")
 
 
 def log_event(level: int, event: str, **fields: Any) -> None:
@@ -312,6 +316,9 @@ class Worker:
         # The claim loop waits for a producer's wake-up or a limit: outcome writes then
         # don't claim (a wake-up will), so an idle worker's completions stay cheap.
         self._claim_waiting = False
+        # How long a claim that empties the queue registers this worker for hand-offs: a
+        # little longer than it then waits, so it is never unregistered while waiting.
+        self._idle_ms = int((settings.idle_wait + IDLE_MARGIN_S) * 1000)
         self._heartbeat_interval = settings.heartbeat_interval
 
     # ---------------------------------------------------------------- public control
@@ -544,7 +551,7 @@ class Worker:
                     await self._slot_freed.wait()
                 continue
             try:
-                claimed = await self._broker.claim(free)
+                claimed = await self._broker.claim(free, idle_ms=self._idle_ms)
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
                 continue
@@ -578,9 +585,12 @@ class Worker:
             # A delayed task falls due before the next wake-up: claim it on time.
             idle_wait = min(idle_wait, max(claimed.next_due_ms, 1) / 1000)
         try:
-            await self._until_drain(self._broker.wait_for_work(idle_wait))
+            handed = await self._until_drain(self._broker.wait_for_work(idle_wait))
         except REDIS_DOWN as exc:
             await self._outage(exc, until_drain=True)
+            return
+        if handed is not None and handed.tasks:
+            await self._take(handed.tasks)  # or released, if a drain began meanwhile
 
     async def _take(self, tasks: list[ClaimedTask]) -> None:
         """Start claimed tasks, or hand them straight back if a drain began meanwhile."""
@@ -593,8 +603,12 @@ class Worker:
         for task in tasks:
             self._start(task)
 
-    async def _until_drain(self, awaitable: Awaitable[Any]) -> None:
-        """Await ``awaitable`` but give up (cancelling it) as soon as a drain starts."""
+    async def _until_drain(self, awaitable: Awaitable[T]) -> T | None:
+        """Await ``awaitable`` but give up (cancelling it) as soon as a drain starts.
+
+        Returns its result, or None when the drain cut it short. (A task handed over in
+        a wait cut short stays held by this pod until the exit releases it.)
+        """
         waiter = asyncio.ensure_future(awaitable)
         drain = asyncio.ensure_future(self._drain_requested.wait())
         try:
@@ -606,9 +620,8 @@ class Worker:
                 # Bounded: the wait being cancelled is at most one idle wait long anyway.
                 await asyncio.wait({waiter}, timeout=self.settings.idle_wait + 1.0)
         if self.draining or not waiter.done() or waiter.cancelled():
-            return  # an error of a wait cut short by the drain is no outage
-        if waiter.exception() is not None:
-            raise waiter.exception()  # type: ignore[misc]
+            return None  # an error of a wait cut short by the drain is no outage
+        return waiter.result()
 
     # ---------------------------------------------------------------- running tasks
 

@@ -1,19 +1,22 @@
 -- claim: hand up to n tasks to a worker, after the housekeeping that lets the fleet run
 -- without the operator (promote due, expire deadlines, take back expired leases).
 -- The work is claim_tasks in lib/claim.lua, which complete.lua shares.
--- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS); all are used.
+-- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS); all are used.
 -- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] n (max tasks), ARGV[4] token base (random,
 --   from Python: Lua has no good randomness; task i gets token base .. ':' .. i),
---   ARGV[5] housekeeping bound (max tasks promoted / expired / taken back per call)
+--   ARGV[5] housekeeping bound (max tasks promoted / expired / taken back per call),
+--   ARGV[6] idle ms (optional): if the queue runs dry, register the worker as idle (waiting
+--   on its wake list) for that long, so producers hand it tasks directly
 -- Returns: {retry_after_ms, next_due_ms, more, task 1, task 2, ...}
 --   retry_after_ms: >0 when a rate limit held tasks back: ms until capacity returns
 --   next_due_ms: ms until the earliest delayed task is due, -1 if none
 --   more: 1 if tasks are still pending after this claim, else 0 (an idle worker that got
 --     fewer than n then waits for a wake-up instead of asking again)
+--   (tasks handed to this worker by producers while it was not waiting come first)
 --   task: one string, fields joined by NUL, the payload last (so it may hold anything):
 --     id, token, attempts, max_attempts, timeout_s ('' = none), lost, priority, cost, payload
 --   (one string per task, not nine: reply parsing is most of a worker's per-task cost)
 local out = claim_tasks(now_ms(), ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4],
-  tonumber(ARGV[5]))
+  tonumber(ARGV[5]), tonumber(ARGV[6]))
 flush_counts()
 return out

@@ -1,10 +1,13 @@
 -- extend: the heartbeat. Extends every lease the caller still holds and refreshes the
 -- worker's record, in one call per heartbeat whatever the number of tasks.
--- KEYS[1..16]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
---   K_WORKERS, K_CONFIG.
+-- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
+--   K_WORKERS, K_CONFIG; draining, also K_IDLE, K_WAKE, K_POD, K_PENDING, K_SEQ, K_STATS,
+--   K_NOTIFY.
 -- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] inflight, ARGV[4] draining ('1'|'0'),
 --   ARGV[5] concurrency, then pairs: task id, claim token
 -- Returns: ids whose token no longer matches (taken back: the worker must abandon them).
+-- A draining worker gets no more hand-offs, and those it has not popped go back to the
+-- front of pending at once (released, not an attempt) rather than wait for its exit.
 local pod, incarnation = ARGV[1], ARGV[2]
 local now = now_ms()
 local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
@@ -20,4 +23,21 @@ for i = 6, #ARGV, 2 do
   end
 end
 redis.call('HSET', K_WORKERS, pod, worker_record(incarnation, now, ARGV[3], ARGV[5], ARGV[4]))
+if ARGV[4] == '1' then
+  redis.call('ZREM', K_IDLE, pod .. '\0' .. incarnation)
+  local wake = K_WAKE .. pod
+  local released = 0
+  for _, rec in ipairs(redis.call('LRANGE', wake, 0, -1)) do
+    local id, token = string.match(rec, '^(%Z*)%z(%Z*)%z')
+    local key = K_TASK .. (id or '')
+    local v = redis.call('HMGET', key, 'state', 'token', 'incarnation')
+    if v[1] == 'running' and v[2] == token and v[3] == incarnation then
+      release_task(id, key, pod)
+      released = released + 1
+    end
+  end
+  redis.call('DEL', wake)
+  notify(released)
+  flush_counts()
+end
 return lost

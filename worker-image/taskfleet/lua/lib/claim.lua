@@ -1,8 +1,28 @@
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
 -- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
+-- idle_ms > 0: the worker will block on its wake list if the queue runs dry; it is then
+-- registered in K_IDLE until now + idle_ms, for producers to hand it a task (hand_off).
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
-local function claim_tasks(now, pod, incarnation, want, token_base, bound)
+local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms)
+  local member = pod .. '\0' .. incarnation
+  redis.call('ZREM', K_IDLE, member)
+  -- Tasks a producer handed over while the worker was not blocked on its wake list: they
+  -- are this worker's already (unless taken back meanwhile: then they are dropped here).
+  local wake = K_WAKE .. pod
+  local handed = redis.call('LRANGE', wake, 0, -1)
+  local kept = {}
+  if #handed > 0 then
+    redis.call('DEL', wake)
+    for _, rec in ipairs(handed) do
+      local id, token = string.match(rec, '^(%Z*)%z(%Z*)%z')
+      local v = redis.call('HMGET', K_TASK .. (id or ''), 'state', 'token', 'incarnation')
+      if v[1] == 'running' and v[2] == token and v[3] == incarnation then
+        kept[#kept + 1] = rec
+      end
+    end
+    want = want - #kept
+  end
   promote_due(now, bound)
   expire_deadlines(now, bound)
   take_back_expired(now, bound)
@@ -35,6 +55,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound)
   local default_timeout = cfg_num('default_timeout_s', nil)
   default_timeout = default_timeout and tostring(default_timeout) or ''
   local out = {0, -1, 0}
+  for _, rec in ipairs(kept) do out[#out + 1] = rec end
   local claimed = 0
   local blocked = false
   local pod_key = K_POD .. pod
@@ -101,6 +122,44 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound)
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
   out[1] = retry_after
-  if redis.call('ZCARD', K_PENDING) > 0 then out[3] = 1 end
+  if redis.call('ZCARD', K_PENDING) > 0 then
+    out[3] = 1
+  elseif retry_after == 0 and idle_ms and idle_ms > 0 and claimed < want then
+    -- it got fewer than it has room for and will wait: at most one hand-off comes, so a
+    -- worker never holds more than its free slots
+    redis.call('ZADD', K_IDLE, now + idle_ms, member)
+  end
   return out
+end
+
+-- hand_off: claim up to `count` tasks, one for each of as many idle workers, and push each
+-- onto its worker's wake list: the worker's blocking pop returns the claimed task itself,
+-- one round trip sooner than a wake-up followed by a claim. Workers whose registration
+-- ran out (gone, or busy again) are skipped. Returns how many tasks were handed over.
+local function hand_off(now, count, token_base, bound)
+  redis.call('ZREMRANGEBYSCORE', K_IDLE, '-inf', now)
+  local handed = 0
+  while handed < count do
+    local newest = redis.call('ZRANGE', K_IDLE, -1, -1, 'WITHSCORES')
+    if #newest == 0 then break end
+    local member = newest[1]
+    local cut = string.find(member, '\0', 1, true)
+    if not cut then
+      redis.call('ZREM', K_IDLE, member)  -- not ours: drop it
+    else
+      local pod, incarnation = string.sub(member, 1, cut - 1), string.sub(member, cut + 1)
+      local got = claim_tasks(now, pod, incarnation, 1, token_base .. '.' .. handed, bound, 0)
+      if #got < 4 then
+        -- a limit held it back (or nothing is pending): the worker stays registered
+        redis.call('ZADD', K_IDLE, newest[2], member)
+        break
+      end
+      local wake = K_WAKE .. pod
+      for i = 4, #got do redis.call('RPUSH', wake, got[i]) end
+      -- a worker that died while registered never pops it: its lease ends it anyway
+      redis.call('PEXPIRE', wake, math.floor(cfg_num('lease_ttl_s', 30) * 1000))
+      handed = handed + 1
+    end
+  end
+  return handed
 end
