@@ -26,7 +26,7 @@ for i = 1, n do
   if immediate and created == 1 then woken = woken + 1 end
 end
 local token_base = ARGV[2 + n * 8]
-if token_base and woken > 0 then
+if token_base and woken > 0 and redis.call('EXISTS', K_IDLE) == 1 then
   woken = woken - hand_off(now, woken, token_base, tonumber(ARGV[3 + n * 8]))
 end
 notify(woken)
