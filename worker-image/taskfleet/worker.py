@@ -3,15 +3,16 @@
 One asyncio loop runs four activities that share ``Worker`` state:
 
 - the claim loop fills free slots with one batched ``claim`` and, when the queue is
-  empty, blocks on the broker's ``wait_for_work`` (BLPOP) so an idle fleet picks a new
-  task up within a millisecond or so;
+  empty, blocks on the broker's ``wait_for_work`` (BLPOP), where producers hand it new
+  tasks they claimed for it, so an idle fleet starts a new task within a millisecond;
 - each claimed task runs at once: an async handler as an asyncio task on the loop, a sync
   handler on one of ``concurrency`` handler threads (threads release the GIL every few
   ms, so the loop keeps beating even while a handler burns CPU). Threads hand their
   outcomes back in batches, with one loop wake-up for all that finish together;
-- the flusher writes finished tasks' outcomes; completions that finish in the same
-  loop turn go out in one ``complete_many`` round trip. A task keeps its slot and its
-  lease until its outcome is written, so nothing finished is ever forgotten;
+- the flusher writes finished tasks' outcomes; completions gathered while the previous
+  write was in flight go out in one script call, which also claims tasks for the slots
+  they free (``complete_and_claim``). A task keeps its slot and its lease until its
+  outcome is written, so nothing finished is ever forgotten;
 - the heartbeat extends every held lease in one call, reports in-flight count and the
   draining flag, abandons tasks whose lease was lost, and sweeps the queue now and then
   so the library loses nothing even without the operator.

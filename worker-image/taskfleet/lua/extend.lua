@@ -28,10 +28,8 @@ if ARGV[4] == '1' then
   local wake = K_WAKE .. pod
   local released = 0
   for _, rec in ipairs(redis.call('LRANGE', wake, 0, -1)) do
-    local id, token = string.match(rec, '^(%Z*)%z(%Z*)%z')
-    local key = K_TASK .. (id or '')
-    local v = redis.call('HMGET', key, 'state', 'token', 'incarnation')
-    if v[1] == 'running' and v[2] == token and v[3] == incarnation then
+    local id, key, held = handed_task(rec, incarnation)
+    if held then
       release_task(id, key, pod)
       released = released + 1
     end

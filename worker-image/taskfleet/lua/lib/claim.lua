@@ -15,11 +15,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   if #handed > 0 then
     redis.call('DEL', wake)
     for _, rec in ipairs(handed) do
-      local id, token = string.match(rec, '^(%Z*)%z(%Z*)%z')
-      local v = redis.call('HMGET', K_TASK .. (id or ''), 'state', 'token', 'incarnation')
-      if v[1] == 'running' and v[2] == token and v[3] == incarnation then
-        kept[#kept + 1] = rec
-      end
+      local _, _, held = handed_task(rec, incarnation)
+      if held then kept[#kept + 1] = rec end
     end
     want = want - #kept
   end
