@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import redis.asyncio
+import redis.exceptions
 from taskfleet.broker import Broker, ClaimedTask
 from taskfleet.handlers import load_handler
 from taskfleet.queue import Queue
@@ -144,3 +145,42 @@ def test_outcomes_left_at_shutdown_with_redis_down_are_retried_with_backoff_not_
     calls = asyncio.run(writes_while_flushing_at_shutdown(1.0))
     # Backoff 0.05-0.2 s between probes: a handful of writes in a second, not thousands.
     assert 1 <= calls <= 20, calls
+
+
+def test_a_hung_redis_is_an_outage_once_a_call_goes_unanswered_for_the_reply_timeout(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    """SIGSTOP: the server keeps its connections open but answers nothing (as across a
+    partition without resets). Script calls and the blocking wait both end in a
+    ``redis.exceptions.TimeoutError``, which the worker treats as an outage."""
+    server = redis_server_factory()
+
+    async def scenario() -> tuple[str, str]:
+        client = redis.asyncio.Redis.from_url(server.url)
+        broker = Broker("q", client, "p", "i", reply_timeout=0.5)
+        try:
+            await broker.register(1)  # connections open while the server answers
+            await broker.wait_for_work(0.01)
+            assert server.process is not None
+            server.process.send_signal(signal.SIGSTOP)
+            try:
+                errors = []
+                for call in (broker.claim(1), broker.wait_for_work(0.2)):
+                    try:
+                        await asyncio.wait_for(call, timeout=10.0)  # the test's own bound
+                    except redis.exceptions.TimeoutError as exc:
+                        errors.append(str(exc))
+                    else:
+                        raise AssertionError("a call to a stopped server returned")
+            finally:
+                server.process.send_signal(signal.SIGCONT)
+            # The timed-out connections were dropped: the next call gets its own reply.
+            assert (await broker.claim(1)).tasks == []
+            return errors[0], errors[1]
+        finally:
+            await broker.close()
+            await client.aclose()
+
+    script_error, wait_error = asyncio.run(scenario())
+    assert script_error == "no reply from Redis within 0.5 s"
+    assert wait_error == "no reply from Redis within 0.7 s"  # its own 0.2 s wait + 0.5 s

@@ -8,14 +8,16 @@ queue consistent; what it held comes back through lease expiry or ``requeue``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio
+import redis.exceptions
 
 from taskfleet.errors import ProtocolError, StaleToken
 from taskfleet.keys import QueueKeys
@@ -23,13 +25,18 @@ from taskfleet.queue import Queue, TaskState
 from taskfleet.scripts import (
     CLAIM_HOUSEKEEPING_BOUND,
     AsyncScripts,
+    Op,
     Ops,
     RawClaim,
     SweepResult,
 )
 
+T = TypeVar("T")
+
 #: Bound on the stored error text of a failed attempt.
 MAX_ERROR_CHARS = 8192
+#: How long past its own timeout a blocking pop may take to answer (no reply_timeout set).
+BLOCKING_REPLY_MARGIN_S = 5.0
 
 
 @dataclass(slots=True)
@@ -63,6 +70,12 @@ class Broker:
 
     ``pod`` names the worker (the pod name in Kubernetes); ``incarnation`` tells apart
     successive processes of one pod (a restarted container keeps its pod name).
+
+    ``reply_timeout`` bounds every call (seconds; None: the client's own socket timeout
+    only). A call without a reply in time raises ``redis.exceptions.TimeoutError`` and
+    its connection is dropped, as a socket timeout would. Bounding calls here lets the
+    client run without a socket timeout, which makes redis-py send each command from a
+    task of its own (``asyncio.wait_for``): two more event-loop turns per call.
     """
 
     def __init__(
@@ -71,6 +84,8 @@ class Broker:
         client: redis.asyncio.Redis,
         pod: str,
         incarnation: str,
+        *,
+        reply_timeout: float | None = None,
     ) -> None:
         name = queue.name if isinstance(queue, Queue) else queue
         if not pod or not incarnation:
@@ -83,6 +98,7 @@ class Broker:
         self.concurrency = 0
         self.ops = Ops(self.keys)
         self._scripts = AsyncScripts.for_client(client)
+        self.reply_timeout = reply_timeout
         self._blocking: redis.asyncio.Redis | None = None
         # Claim tokens must be unique, not secret (anyone who can reach Redis can write
         # any key): a generator seeded once from the OS, which unlike os.urandom never
@@ -92,6 +108,19 @@ class Broker:
     def _token_base(self) -> str:
         return f"{self._tokens.getrandbits(64):016x}"
 
+    async def _bounded(self, call: Awaitable[T], limit: float | None) -> T:
+        """``call``'s result, or ``redis.exceptions.TimeoutError`` after ``limit`` seconds."""
+        if limit is None:
+            return await call
+        try:
+            async with asyncio.timeout(limit):
+                return await call
+        except TimeoutError as exc:  # the builtin one, raised by asyncio.timeout
+            raise redis.exceptions.TimeoutError(f"no reply from Redis within {limit:g} s") from exc
+
+    async def _run(self, op: Op[T]) -> T:
+        return await self._bounded(self._scripts.run(op), self.reply_timeout)
+
     async def register(self, concurrency: int) -> int:
         """Record this worker; take back what earlier incarnations of the pod held.
 
@@ -99,14 +128,12 @@ class Broker:
         than max_lost times).
         """
         self.concurrency = concurrency
-        requeued, dead = await self._scripts.run(
-            self.ops.register(self.pod, self.incarnation, concurrency)
-        )
+        requeued, dead = await self._run(self.ops.register(self.pod, self.incarnation, concurrency))
         return requeued + dead
 
     async def deregister(self) -> int:
         """Remove this worker's record, releasing anything it still holds; returns that count."""
-        released = await self._scripts.run(self.ops.deregister(self.pod, self.incarnation))
+        released = await self._run(self.ops.deregister(self.pod, self.incarnation))
         await self.close()
         return released
 
@@ -121,7 +148,7 @@ class Broker:
         """
         if n <= 0:
             return ClaimResult([])
-        raw = await self._scripts.run(
+        raw = await self._run(
             self.ops.claim(
                 self.pod,
                 self.incarnation,
@@ -137,7 +164,7 @@ class Broker:
         self, items: Sequence[tuple[str, str, str | None]], n: int
     ) -> tuple[list[bool], ClaimResult]:
         """``complete_many(items)`` and then ``claim(n)``, in one round trip."""
-        applied, raw = await self._scripts.run(
+        applied, raw = await self._run(
             self.ops.complete_and_claim(
                 items,
                 pod=self.pod,
@@ -194,7 +221,7 @@ class Broker:
         was presumed dead) and the worker must abandon them without writing anything.
         """
         count = len(tokens) if inflight is None else inflight
-        return await self._scripts.run(
+        return await self._run(
             self.ops.extend(
                 self.pod,
                 self.incarnation,
@@ -213,7 +240,7 @@ class Broker:
         """
         if not items:
             return []
-        return await self._scripts.run(self.ops.complete(items))
+        return await self._run(self.ops.complete(items))
 
     async def complete(self, task_id: str, token: str, result_json: str | None = None) -> None:
         """Finish one task; raises ``StaleToken`` if it was taken back (nothing written)."""
@@ -233,7 +260,7 @@ class Broker:
         """Record a failed attempt; returns the new state, ``delayed`` (retried after
         backoff) or ``dead``, or None when refused for a stale token (taken back)."""
         jitter = random.uniform(-1.0, 1.0)  # spreads retries; not a secret
-        state = await self._scripts.run(
+        state = await self._run(
             self.ops.fail(
                 task_id,
                 token,
@@ -250,11 +277,11 @@ class Broker:
         items = list(items)
         if not items:
             return 0
-        return await self._scripts.run(self.ops.release(self.pod, items))
+        return await self._run(self.ops.release(self.pod, items))
 
     async def sweep(self) -> SweepResult:
         """The operator's housekeeping pass; workers may run it too (it is idempotent)."""
-        return await self._scripts.run(self.ops.sweep())
+        return await self._run(self.ops.sweep())
 
     async def wait_for_work(self, timeout_s: float) -> ClaimResult | None:
         """Block until a producer hands over a task or signals new work, or ``timeout_s``.
@@ -278,7 +305,12 @@ class Broker:
             )
         timeout = max(0.001, timeout_s)
         wake = self.keys.wake(self.pod)
-        popped = await self._blocking.blpop([wake, self.keys.notify], timeout=timeout)
+        # Bounded on the client side too: a server that hangs or a connection that died
+        # without a reset would otherwise keep the worker waiting here for good.
+        popped = await self._bounded(
+            self._blocking.blpop([wake, self.keys.notify], timeout=timeout),
+            timeout + (self.reply_timeout or BLOCKING_REPLY_MARGIN_S),
+        )
         if popped is None:
             return None
         key, record = popped

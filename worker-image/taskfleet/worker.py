@@ -78,8 +78,11 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
     OSError,
 )
 DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
-#: Least time between two rewrites of the runtime file that ``taskfleet drain`` does not wait on.
-RUNTIME_WRITE_INTERVAL_S = 0.1
+#: Least time between two rewrites of the runtime file that ``taskfleet drain`` does not wait
+#: on: its in-flight count matters to ``drain --wait`` only once draining (and the start of a
+#: drain is written at once); before, it is for a person's look at the file.
+RUNTIME_WRITE_INTERVAL_S = 1.0
+RUNTIME_WRITE_INTERVAL_DRAINING_S = 0.1
 #: How much longer than its longest wait an idle worker stays registered for hand-offs. A
 #: worker killed while idle may be handed a task for that long: its lease brings it back.
 IDLE_MARGIN_S = 1.0
@@ -306,8 +309,9 @@ class Worker:
         self._runtime_path = runtime_path(settings.runtime_dir)
         self._process_start = process_start(os.getpid())
         self._state = "starting"
-        # The runtime file is rewritten at most every RUNTIME_WRITE_INTERVAL_S, except when
-        # something ``taskfleet drain --wait`` reads changes: then within the loop turn.
+        # The runtime file is rewritten at most every RUNTIME_WRITE_INTERVAL_S (_DRAINING_S
+        # while draining), except when what ``taskfleet drain --wait`` acts on changes:
+        # then within the loop turn.
         self._runtime_written: RuntimeState | None = None
         self._runtime_written_at = -RUNTIME_WRITE_INTERVAL_S
         self._runtime_write: asyncio.Handle | None = None
@@ -321,6 +325,9 @@ class Worker:
         # little longer than it then waits, so it is never unregistered while waiting.
         self._idle_ms = int((settings.idle_wait + IDLE_MARGIN_S) * 1000)
         self._heartbeat_interval = settings.heartbeat_interval
+        # How long any one Redis call may go without a reply before it counts as an
+        # outage: long enough for a slow script, short enough to notice a dead server.
+        self._reply_timeout = max(2.0, settings.idle_wait + 2.0)
 
     # ---------------------------------------------------------------- public control
 
@@ -356,8 +363,9 @@ class Worker:
             self._client = aioredis.Redis.from_url(
                 self.settings.redis_url,
                 socket_connect_timeout=2.0,
-                # Longer than the BLPOP wait, short enough to notice a dead server quickly.
-                socket_timeout=max(2.0, self.settings.idle_wait + 2.0),
+                # No socket timeout: the broker bounds each call itself (reply_timeout),
+                # which saves redis-py's per-command send task (see Broker).
+                socket_timeout=None,
                 health_check_interval=0,
             )
         self._broker = Broker(
@@ -365,6 +373,7 @@ class Worker:
             self._client,
             self.settings.pod,
             self.settings.incarnation,
+            reply_timeout=self._reply_timeout,
         )
         self._set_state("starting")
         try:
@@ -441,12 +450,13 @@ class Worker:
         config_key = QueueKeys(self.settings.queue).config
         while not self.draining:
             try:
-                if self.settings.lease_ttl is not None:
-                    await self._client.hset(config_key, ttl_field, repr(self.settings.lease_ttl))
-                    ttl = self.settings.lease_ttl
-                else:
-                    raw = await self._client.hget(config_key, ttl_field)
-                    ttl = _number(raw, DEFAULT_LEASE_TTL_S)
+                async with asyncio.timeout(self._reply_timeout):
+                    if self.settings.lease_ttl is not None:
+                        ttl = self.settings.lease_ttl
+                        await self._client.hset(config_key, ttl_field, repr(ttl))
+                    else:
+                        raw = await self._client.hget(config_key, ttl_field)
+                        ttl = _number(raw, DEFAULT_LEASE_TTL_S)
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
                 continue
@@ -764,30 +774,36 @@ class Worker:
     async def _write(self, batch: list[_Outcome]) -> None:
         """Write ``batch``, removing each outcome once written (so a retry never repeats it)."""
         assert self._broker is not None
-        done = [o for o in batch if o.error is None]
-        if done:
-            items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
-            claimed: ClaimResult | None = None
-            if self.draining or self._claim_waiting:
-                applied = await self._broker.complete_many(items)
-            else:
-                # Refill the slots these completions free in the same round trip. Only
-                # those: the claim loop claims the slots that are free already, and it
-                # is woken by a producer when it waits for work.
-                applied, claimed = await self._broker.complete_and_claim(items, len(items))
-            for outcome, ok in zip(done, applied, strict=True):
-                batch.remove(outcome)
-                self._finish(outcome, ok, "task_done")
-            if claimed is not None and claimed.tasks:
-                await self._take(claimed.tasks)
-        while batch:
-            outcome = batch[0]
-            state = await self._broker.fail(
-                outcome.run.task.id, outcome.run.task.token, outcome.error or ""
-            )
-            batch.pop(0)
-            ok = state is not None  # None: stale token, the task was taken back
-            self._finish(outcome, ok, "task_failed")
+        try:
+            done = [o for o in batch if o.error is None]
+            if done:
+                items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
+                claimed: ClaimResult | None = None
+                if self.draining or self._claim_waiting:
+                    applied = await self._broker.complete_many(items)
+                else:
+                    # Refill the slots these completions free in the same round trip. Only
+                    # those: the claim loop claims the slots that are free already, and it
+                    # is woken by a producer when it waits for work.
+                    applied, claimed = await self._broker.complete_and_claim(items, len(items))
+                for outcome, ok in zip(done, applied, strict=True):
+                    batch.remove(outcome)
+                    self._finish(outcome, ok, "task_done")
+                if claimed is not None and claimed.tasks:
+                    await self._take(claimed.tasks)
+            while batch:
+                outcome = batch[0]
+                state = await self._broker.fail(
+                    outcome.run.task.id, outcome.run.task.token, outcome.error or ""
+                )
+                batch.pop(0)
+                ok = state is not None  # None: stale token, the task was taken back
+                self._finish(outcome, ok, "task_failed")
+        finally:
+            # Wake the claim loop only for slots this write left free: completions that
+            # claimed their own replacements need no second look.
+            if self._free_slots() > 0:
+                self._slot_freed.set()
 
     def _finish(self, outcome: _Outcome, accepted: bool, event: str) -> None:
         run = outcome.run
@@ -810,7 +826,6 @@ class Worker:
                 ms=elapsed_ms,
                 error=outcome.error,
             )
-        self._slot_freed.set()
         self._update_idle()
         self._mark_runtime_dirty()
 
@@ -908,7 +923,8 @@ class Worker:
                 await self._client.connection_pool.disconnect()
                 if self._broker is not None:
                     await self._broker.close()
-                await self._client.ping()
+                async with asyncio.timeout(self._reply_timeout):
+                    await self._client.ping()
             except REDIS_DOWN:
                 delay = min(delay * 2, self.settings.backoff_max)
                 continue
@@ -944,7 +960,8 @@ class Worker:
         except RuntimeError:
             self._write_runtime()
             return
-        due = self._runtime_written_at + RUNTIME_WRITE_INTERVAL_S
+        interval = RUNTIME_WRITE_INTERVAL_DRAINING_S if self.draining else RUNTIME_WRITE_INTERVAL_S
+        due = self._runtime_written_at + interval
         if self._runtime_urgent() or loop.time() >= due:
             if self._runtime_write is not None:
                 self._runtime_write.cancel()
