@@ -313,13 +313,24 @@ def test_a_pod_reaches_redis_through_its_service_name_via_cluster_dns(kube: Kube
         REDIS_MANIFEST.read_text().replace("localhost/taskfleet-redis:7.0", REDIS_IMAGE)
     )
     wait_for("Redis to be ready", lambda: _pod_ready(kube, "redis"), timeout=READY_TIMEOUT)
-    host = f"redis.{kube.namespace}.svc.cluster.local"
+    # Absolute (trailing dot): a name the cluster DNS does not know yet must fail, not be
+    # tried in the node's search domains, where a wildcard record may answer (it did:
+    # an HTTP server replied). CoreDNS may learn a new Service a moment late: the client
+    # waits for the name, with a deadline, before it connects.
+    host = f"redis.{kube.namespace}.svc.cluster.local."
     client = (
-        "import json, socket, redis\n"
+        "import json, socket, time, redis\n"
+        "deadline = time.monotonic() + 60\n"
+        "while True:\n"
+        "    try:\n"
+        f"        ip = socket.gethostbyname({host!r})\n"
+        "        break\n"
+        "    except OSError:\n"
+        "        if time.monotonic() > deadline: raise\n"
+        "        time.sleep(0.5)\n"
         f"r = redis.Redis(host={host!r}, port=6379, socket_timeout=5)\n"
         "r.set('greeting', 'hello')\n"
-        f"print(json.dumps({{'ip': socket.gethostbyname({host!r}),"
-        " 'value': r.get('greeting').decode()}))\n"
+        "print(json.dumps({'ip': ip, 'value': r.get('greeting').decode()}))\n"
     )
     spec = probe_pod_spec("drain")
     spec["restartPolicy"] = "Never"
