@@ -39,6 +39,17 @@ MAX_ERROR_CHARS = 8192
 BLOCKING_REPLY_MARGIN_S = 5.0
 
 
+async def bounded(call: Awaitable[T], limit: float | None) -> T:
+    """``call``'s result, or ``redis.exceptions.TimeoutError`` after ``limit`` seconds."""
+    if limit is None:
+        return await call
+    try:
+        async with asyncio.timeout(limit):
+            return await call
+    except TimeoutError as exc:  # the builtin one, raised by asyncio.timeout
+        raise redis.exceptions.TimeoutError(f"no reply from Redis within {limit:g} s") from exc
+
+
 @dataclass(slots=True)
 class ClaimedTask:
     """A task handed to this worker. ``token`` fences every later write about it."""
@@ -108,18 +119,8 @@ class Broker:
     def _token_base(self) -> str:
         return f"{self._tokens.getrandbits(64):016x}"
 
-    async def _bounded(self, call: Awaitable[T], limit: float | None) -> T:
-        """``call``'s result, or ``redis.exceptions.TimeoutError`` after ``limit`` seconds."""
-        if limit is None:
-            return await call
-        try:
-            async with asyncio.timeout(limit):
-                return await call
-        except TimeoutError as exc:  # the builtin one, raised by asyncio.timeout
-            raise redis.exceptions.TimeoutError(f"no reply from Redis within {limit:g} s") from exc
-
     async def _run(self, op: Op[T]) -> T:
-        return await self._bounded(self._scripts.run(op), self.reply_timeout)
+        return await bounded(self._scripts.run(op), self.reply_timeout)
 
     async def register(self, concurrency: int) -> int:
         """Record this worker; take back what earlier incarnations of the pod held.
@@ -307,7 +308,7 @@ class Broker:
         wake = self.keys.wake(self.pod)
         # Bounded on the client side too: a server that hangs or a connection that died
         # without a reset would otherwise keep the worker waiting here for good.
-        popped = await self._bounded(
+        popped = await bounded(
             self._blocking.blpop([wake, self.keys.notify], timeout=timeout),
             timeout + (self.reply_timeout or BLOCKING_REPLY_MARGIN_S),
         )

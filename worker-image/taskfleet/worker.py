@@ -44,7 +44,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from taskfleet.broker import Broker, ClaimedTask, ClaimResult
+from taskfleet.broker import Broker, ClaimedTask, ClaimResult, bounded
 from taskfleet.config import QueueConfig
 from taskfleet.handlers import (
     Handler,
@@ -450,13 +450,14 @@ class Worker:
         config_key = QueueKeys(self.settings.queue).config
         while not self.draining:
             try:
-                async with asyncio.timeout(self._reply_timeout):
-                    if self.settings.lease_ttl is not None:
-                        ttl = self.settings.lease_ttl
-                        await self._client.hset(config_key, ttl_field, repr(ttl))
-                    else:
-                        raw = await self._client.hget(config_key, ttl_field)
-                        ttl = _number(raw, DEFAULT_LEASE_TTL_S)
+                if self.settings.lease_ttl is not None:
+                    ttl = self.settings.lease_ttl
+                    write = self._client.hset(config_key, ttl_field, repr(ttl))
+                    await bounded(write, self._reply_timeout)
+                else:
+                    read = self._client.hget(config_key, ttl_field)
+                    raw = await bounded(read, self._reply_timeout)
+                    ttl = _number(raw, DEFAULT_LEASE_TTL_S)
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
                 continue
@@ -923,8 +924,7 @@ class Worker:
                 await self._client.connection_pool.disconnect()
                 if self._broker is not None:
                     await self._broker.close()
-                async with asyncio.timeout(self._reply_timeout):
-                    await self._client.ping()
+                await bounded(self._client.ping(), self._reply_timeout)
             except REDIS_DOWN:
                 delay = min(delay * 2, self.settings.backoff_max)
                 continue
