@@ -42,8 +42,20 @@ def _done_once(queue: Queue, threshold: int) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("tasks", "seconds"),
+    [
+        pytest.param(TASKS, (0.01, 0.2), id="tasks-of-10-to-200ms"),
+        # Short enough for the workers to prefetch: kills also hit tasks waiting for a thread.
+        pytest.param(2000, (0.0, 0.004), id="prefetched-tasks-under-4ms"),
+    ],
+)
 def test_random_sigkills_and_restarts_lose_nothing_and_duplicate_only_lost_tasks(
-    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+    redis_url: str,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+    tasks: int,
+    seconds: tuple[float, float],
 ) -> None:
     seed = int(os.environ.get("TASKFLEET_CHAOS_SEED") or random.randrange(2**32))
     print(f"chaos seed: {seed} (replay with TASKFLEET_CHAOS_SEED={seed})")
@@ -56,8 +68,8 @@ def test_random_sigkills_and_restarts_lose_nothing_and_duplicate_only_lost_tasks
     queue.configure(QueueConfig(lease_ttl_s=2, max_lost=50, backoff_base_s=0, backoff_max_s=0))
     ids = queue.enqueue_many(
         [
-            {"payload": {"seconds": round(rng.uniform(0.01, 0.2), 3), "record_key": RECORDS}}
-            for _ in range(TASKS)
+            {"payload": {"seconds": round(rng.uniform(*seconds), 3), "record_key": RECORDS}}
+            for _ in range(tasks)
         ]
     )
     fleet = Fleet(redis_url, "chaos", tmp_path)
@@ -72,7 +84,7 @@ def test_random_sigkills_and_restarts_lose_nothing_and_duplicate_only_lost_tasks
         done_at_kill: list[int] = []
         for i in range(1, KILLS + 1):
             # The last kill comes with KILLS+2 - KILLS = 2/(KILLS+2) of the work still left.
-            threshold = TASKS * i // (KILLS + 2)
+            threshold = tasks * i // (KILLS + 2)
             done_at_kill.append(
                 wait_until(
                     partial(_done_once, queue, threshold),
@@ -91,9 +103,9 @@ def test_random_sigkills_and_restarts_lose_nothing_and_duplicate_only_lost_tasks
                 worker.start()
 
         wait_until(
-            lambda: queue.stats()["done"] == TASKS,
+            lambda: queue.stats()["done"] == tasks,
             timeout=45,
-            message=f"all {TASKS} tasks done {why}: {queue.stats()}",
+            message=f"all {tasks} tasks done {why}: {queue.stats()}",
         )
         stats = queue.stats()
         assert stats["dead"] == 0 and stats["pending"] == 0 and stats["delayed"] == 0, why
@@ -109,7 +121,7 @@ def test_random_sigkills_and_restarts_lose_nothing_and_duplicate_only_lost_tasks
         print(
             f"chaos: {kills} kills at {done_at_kill} done, {stats['requeued']} requeued, "
             f"{stats['lost']} lost, "
-            f"{duplicates} duplicate runs of {TASKS} tasks, {stats['stale']} stale writes"
+            f"{duplicates} duplicate runs of {tasks} tasks, {stats['stale']} stale writes"
         )
         assert kills == KILLS, why
     finally:

@@ -40,6 +40,10 @@ def assert_one_line_error(stderr: str) -> str:
         (["worker", "--queue", "q", "--handler", "tests.workers.handlers"], "must look like"),
         (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--concurrency", "-1"], "at least"),
         (
+            ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--prefetch", "-1"],
+            "prefetch must be within 0..10000, got -1",
+        ),
+        (
             [
                 "worker",
                 "--queue",

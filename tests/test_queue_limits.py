@@ -24,6 +24,21 @@ def test_max_concurrency_caps_running_tasks_across_pods(
     assert queue.stats()["running"] == 3
 
 
+def test_prefetch_is_not_claimed_under_max_concurrency_but_is_without_it(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    # A task held waiting for a slot would keep a slot of the fleet-wide limit from a
+    # worker that could run it: under a limit only the tasks to run at once are claimed.
+    queue.enqueue_many([{"payload": {"i": i}} for i in range(20)])
+    worker = make_broker("jobs", "pod-a")
+    assert len(worker.claim(5, prefetch=3).tasks) == 5
+    queue.configure(QueueConfig(max_concurrency=10))
+    assert len(worker.claim(5, prefetch=3).tasks) == 2
+    got, claimed = worker.complete_and_claim([], 4, prefetch=4)
+    assert (got, claimed.tasks) == ([], [])
+    assert queue.stats()["running"] == 7
+
+
 def test_a_freed_slot_under_max_concurrency_wakes_an_idle_worker(
     queue: Queue, make_broker: MakeBroker
 ) -> None:

@@ -155,8 +155,8 @@ def test_tasks_of_a_claim_in_flight_when_the_drain_starts_are_released_not_run(
     worker = Worker(settings, load_handler("tests.workers.handlers:async_sleep"))
     real_claim = Broker.claim
 
-    async def claim_then_drain(self: Broker, n: int, *, idle_ms: int = 0) -> ClaimResult:
-        result = await real_claim(self, n, idle_ms=idle_ms)
+    async def claim_then_drain(self: Broker, n: int, **options: int) -> ClaimResult:
+        result = await real_claim(self, n, **options)
         if result.tasks:
             worker.request_drain()  # the SIGTERM lands while the reply is on its way
         return result

@@ -224,8 +224,8 @@ def test_a_rate_limited_worker_waits_retry_after_ms_instead_of_asking_again_at_o
     replies: list[ClaimResult] = []
     real_claim = Broker.claim
 
-    async def recorded_claim(self: Broker, n: int, *, idle_ms: int = 0) -> ClaimResult:
-        result = await real_claim(self, n, idle_ms=idle_ms)
+    async def recorded_claim(self: Broker, n: int, **options: int) -> ClaimResult:
+        result = await real_claim(self, n, **options)
         replies.append(result)
         return result
 

@@ -46,7 +46,11 @@ class TaskfleetAdapter:
         self.is_async = variant == "async"
         self.name = "taskfleet (async handler)" if self.is_async else "taskfleet"
         self.handler = "taskfleet_bench:anoop" if self.is_async else "taskfleet_bench:noop"
-        kind = "async handler on the loop" if self.is_async else "sync handler in threads"
+        kind = (
+            "async handler on the loop"
+            if self.is_async
+            else f"sync handler in threads, default --prefetch {2 * CONCURRENCY}"
+        )
         self.worker_config = f"2 x `taskfleet worker --concurrency {CONCURRENCY}` ({kind})"
         self.redis_url = redis_url
         self.queue = Queue(QUEUE, redis_url)

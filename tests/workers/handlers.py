@@ -41,6 +41,21 @@ async def async_sleep(payload: dict[str, Any]) -> dict[str, Any]:
     return {"slept": payload.get("seconds", 0)}
 
 
+def gate(payload: dict[str, Any]) -> str:
+    """Record the start, wait until the test pushes to ``test:gate`` (at most 30 s), record
+    the end: holds a handler thread for exactly as long as the test wants."""
+    _record("start")
+    task = current_task()
+    popped = _clients[task.redis_url].blpop(["test:gate"], timeout=30)
+    _record("end" if popped else "gate-timeout")
+    return "opened" if popped else "timed out"
+
+
+def route(payload: dict[str, Any]) -> Any:
+    """``gate`` for a payload with ``"gate": true``, else ``sleep``."""
+    return gate(payload) if payload.get("gate") else sleep(payload)
+
+
 def spin(payload: dict[str, Any]) -> int:
     """Burn CPU in pure Python (holding the GIL between switches) for ``seconds``."""
     _record("start")

@@ -138,7 +138,7 @@ class Broker:
         await self.close()
         return released
 
-    async def claim(self, n: int, *, idle_ms: int = 0) -> ClaimResult:
+    async def claim(self, n: int, *, idle_ms: int = 0, prefetch: int = 0) -> ClaimResult:
         """Take up to ``n`` tasks (fewer under limits or when the queue is short).
 
         A task whose stored payload is not a JSON object (a foreign producer wrote it)
@@ -146,6 +146,8 @@ class Broker:
         ``idle_ms``, a claim that leaves the queue empty registers this worker as idle
         for that long: producers then hand it new tasks through ``wait_for_work``.
         Tasks handed over while it was not waiting come first in the result.
+        ``prefetch``: how many of the ``n`` are to wait in this worker for a free slot;
+        none are claimed under a fleet-wide concurrency limit.
         """
         if n <= 0:
             return ClaimResult([])
@@ -157,14 +159,15 @@ class Broker:
                 self._token_base(),
                 CLAIM_HOUSEKEEPING_BOUND,
                 idle_ms=idle_ms,
+                prefetch=prefetch,
             )
         )
         return await self._claimed(raw)
 
     async def complete_and_claim(
-        self, items: Sequence[tuple[str, str, str | None]], n: int
+        self, items: Sequence[tuple[str, str, str | None]], n: int, *, prefetch: int = 0
     ) -> tuple[list[bool], ClaimResult]:
-        """``complete_many(items)`` and then ``claim(n)``, in one round trip."""
+        """``complete_many(items)`` and then ``claim(n, prefetch=prefetch)``, in one round trip."""
         applied, raw = await self._run(
             self.ops.complete_and_claim(
                 items,
@@ -173,6 +176,7 @@ class Broker:
                 n=n,
                 token_base=self._token_base(),
                 bound=CLAIM_HOUSEKEEPING_BOUND,
+                prefetch=prefetch,
             )
         )
         return applied, await self._claimed(raw)

@@ -250,12 +250,24 @@ class Ops:
         return Op("enqueue", self._k, args, decode)
 
     def claim(
-        self, pod: str, incarnation: str, n: int, token_base: str, bound: int, *, idle_ms: int = 0
+        self,
+        pod: str,
+        incarnation: str,
+        n: int,
+        token_base: str,
+        bound: int,
+        *,
+        idle_ms: int = 0,
+        prefetch: int = 0,
     ) -> Op[RawClaim]:
-        """``idle_ms`` > 0: if the queue runs dry, register the worker as idle that long."""
+        """``idle_ms`` > 0: if the queue runs dry, register the worker as idle that long.
+
+        ``prefetch``: how many of the ``n`` would wait in the worker for a free slot; the
+        script leaves them out under a fleet-wide concurrency limit.
+        """
         args: tuple[Arg, ...] = (pod, incarnation, n, token_base, bound)
-        if idle_ms > 0:
-            args += (idle_ms,)
+        if idle_ms > 0 or prefetch > 0:
+            args += (idle_ms, prefetch)
         return Op("claim", self._k, args, lambda raw: _raw_claim(raw, "claim"))
 
     def extend(
@@ -286,10 +298,11 @@ class Ops:
         n: int,
         token_base: str,
         bound: int,
+        prefetch: int = 0,
     ) -> Op[tuple[list[bool], RawClaim]]:
         """``complete`` then ``claim`` for the freed slots, in one call (one round trip)."""
         args = _complete_args(items)
-        args += [pod, incarnation, n, token_base, bound]
+        args += [pod, incarnation, n, token_base, bound, 0, prefetch]
 
         def decode(raw: Any) -> tuple[list[bool], RawClaim]:
             if not isinstance(raw, list) or not raw:

@@ -36,7 +36,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -86,6 +86,18 @@ RUNTIME_WRITE_INTERVAL_DRAINING_S = 0.1
 #: How much longer than its longest wait an idle worker stays registered for hand-offs. A
 #: worker killed while idle may be handed a task for that long: its lease brings it back.
 IDLE_MARGIN_S = 1.0
+#: Prefetch (sync handlers): claimed tasks wait in the worker for a handler thread, so a
+#: thread that finishes takes its next task without waiting for a round trip to Redis.
+#: Only while a typical run (moving average) is shorter than this: a task never waits
+#: long behind others in one worker while another worker could run it.
+PREFETCH_RUN_LIMIT_S = 0.01
+#: A prefetched task that waited this long for a thread (they are all busy with long
+#: runs) is given back to the queue, and prefetch stops until runs are short again.
+PREFETCH_MAX_WAIT_S = 1.0
+#: Weight of the newest run in that moving average.
+RUN_TIME_WEIGHT = 0.1
+#: Upper bound of --prefetch.
+MAX_PREFETCH = 10_000
 T = TypeVar("T")
 
 
@@ -122,6 +134,7 @@ class WorkerSettings:
     pod: str
     incarnation: str
     concurrency: int = 1
+    prefetch: int | None = None  # None: twice the concurrency (see prefetch_depth)
     drain_timeout: float = 30.0
     heartbeat_interval: float = 5.0
     lease_ttl: float | None = None  # None: the queue's setting (QueueConfig.lease_ttl_s)
@@ -132,10 +145,19 @@ class WorkerSettings:
     backoff_max: float = 5.0
     runtime_dir: str | None = None
 
+    @property
+    def prefetch_depth(self) -> int:
+        """Most claimed tasks held waiting for a slot (sync handlers, short tasks only)."""
+        if self.prefetch is None:
+            return min(2 * self.concurrency, MAX_PREFETCH)
+        return self.prefetch
+
     def validate(self) -> None:
         """Raise ValueError with one line saying what to fix."""
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.prefetch is not None and not 0 <= self.prefetch <= MAX_PREFETCH:
+            raise ValueError(f"prefetch must be within 0..{MAX_PREFETCH}, got {self.prefetch}")
         # nan passes every comparison below and inf means "never": both would be written
         # into the queue's shared config or spin the heartbeat, so refuse them first.
         for what, value in (
@@ -173,6 +195,8 @@ class _Running:
     context: contextvars.Context | None = None  # where current_task() names this task
     job: asyncio.Task[None] | None = None  # an async handler's run on the loop
     in_thread: bool = False  # a sync handler's call is queued or running on a thread
+    began: float | None = None  # when a thread began the call (None: still queued)
+    ran_s: float = 0.0  # how long the thread's call took
     timer: asyncio.TimerHandle | None = None  # a sync handler's timeout
     stuck: bool = False  # given up on while its thread runs on: it keeps its slot
     finished: bool = False  # its outcome is queued or being written: never release it
@@ -203,6 +227,9 @@ class _HandlerThreads:
         self._func = func
         self._deliver = deliver
         self._jobs: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
+        # Orders a thread's start of a queued run against withdraw(): a run is either
+        # begun or withdrawn, never both.
+        self._begin = threading.Lock()
         self._done: deque[tuple[_Running, str | None, str | None]] = deque()
         self._wake_armed = False
         #: Set by the loop while it will call ``collect`` soon anyway (an outcome write is
@@ -229,16 +256,31 @@ class _HandlerThreads:
         for _ in self._threads:
             self._jobs.put(None)
 
+    def withdraw(self, runs: Iterable[_Running]) -> list[_Running]:
+        """Of ``runs``, those no thread has begun: abandoned now, so none ever will."""
+        withdrawn = []
+        with self._begin:
+            for run in runs:
+                if run.in_thread and run.began is None and not run.abandoned:
+                    run.abandoned = True
+                    withdrawn.append(run)
+        return withdrawn
+
     def _serve(self) -> None:
-        func, jobs, done = self._func, self._jobs, self._done
+        func, jobs, done, begin = self._func, self._jobs, self._done, self._begin
+        clock = time.monotonic
         while (run := jobs.get()) is not None:
             result = error = None
-            if not run.abandoned:  # released or lost while queued: don't start it
+            with begin:
+                if not run.abandoned:  # released or lost while queued: don't start it
+                    run.began = clock()
+            if run.began is not None:
                 try:
                     assert run.context is not None
                     result = encode_result(run.context.run(func, run.task.payload))
                 except BaseException as exc:  # the attempt failed; the thread serves on
                     error = format_error(exc)
+                run.ran_s = clock() - run.began
             done.append((run, result, error))
             # Append first, then check: the loop clears both flags before it empties the
             # deque, so an outcome is never left behind without a collection on its way.
@@ -306,6 +348,9 @@ class Worker:
         self._probe: asyncio.Task[None] | None = None
         self._stuck_threads = 0  # sync handlers given up on but still running in their threads
         self._threads = _HandlerThreads(settings.concurrency, handler.func, self._thread_outcomes)
+        # An async handler's claimed tasks all run at once: prefetch is for threads only.
+        self._prefetch = 0 if handler.is_async else settings.prefetch_depth
+        self._typical_run_s: float | None = None  # moving average of threads' run times
         self._runtime_path = runtime_path(settings.runtime_dir)
         self._process_start = process_start(os.getpid())
         self._state = "starting"
@@ -389,6 +434,7 @@ class Worker:
                 pod=self.settings.pod,
                 incarnation=self.settings.incarnation,
                 concurrency=self.settings.concurrency,
+                prefetch=self._prefetch,
                 handler=self.handler.ref,
                 pid=os.getpid(),
             )
@@ -396,6 +442,8 @@ class Worker:
                 loop.create_task(self._heartbeat_loop(), name="heartbeat"),
                 loop.create_task(self._flush_loop(), name="flush"),
             ]
+            if self._prefetch:
+                background.append(loop.create_task(self._prefetch_guard_loop(), name="prefetch"))
             claimer = loop.create_task(self._claim_loop(), name="claim")
             drain = loop.create_task(self._drain_requested.wait())
             await asyncio.wait({drain, claimer, *background}, return_when="FIRST_COMPLETED")
@@ -475,6 +523,8 @@ class Worker:
         """Wait for in-flight tasks up to the drain deadline, release the rest, deregister."""
         assert self._broker is not None
         deadline = self.settings.drain_timeout
+        # Prefetched tasks no thread has begun go back now, for a worker that stays.
+        await self._withdraw(list(self._running.values()))
         await _wait_any(self._idle, self._stop_requested, limit=deadline)
         leftover = [run for run in self._running.values() if not run.finished]
         for run in leftover:
@@ -548,10 +598,64 @@ class Worker:
             log_event(logging.INFO, "task_released", task=run.task.id)
         self._update_idle()
 
+    async def _withdraw(self, runs: list[_Running], *, waited: bool = False) -> None:
+        """Release the prefetched ``runs`` no thread has begun (never started here).
+
+        ``waited``: they waited too long for a thread; prefetch stops until runs are short.
+        """
+        withdrawn = self._threads.withdraw(runs)
+        if not withdrawn:
+            return
+        if waited:
+            self._typical_run_s = max(self._typical_run_s or 0.0, PREFETCH_MAX_WAIT_S)
+            log_event(
+                logging.INFO,
+                "prefetch_withdrawn",
+                tasks=len(withdrawn),
+                waited_s=PREFETCH_MAX_WAIT_S,
+                note="every handler thread is busy with long runs",
+            )
+        await self._release(withdrawn)
+        # Released, or (Redis down) left to their leases: either way not this worker's now.
+        for run in withdrawn:
+            self._running.pop(run.task.id, None)
+        self._update_idle()
+        self._mark_runtime_dirty()
+
+    async def _prefetch_guard_loop(self) -> None:
+        """Give back prefetched tasks that waited ``PREFETCH_MAX_WAIT_S`` for a thread."""
+        while True:
+            await _wait_any(self._closing, self._drain_requested, limit=PREFETCH_MAX_WAIT_S / 2)
+            if self._closing.is_set() or self.draining:
+                return  # the drain withdraws what is still waiting itself
+            cutoff = time.monotonic() - PREFETCH_MAX_WAIT_S
+            late = [
+                run
+                for run in self._running.values()
+                if run.in_thread and run.began is None and run.started <= cutoff
+            ]
+            if late:
+                await self._withdraw(late, waited=True)
+
     # ---------------------------------------------------------------- claiming
 
     def _free_slots(self) -> int:
+        """Tasks to claim now: free slots, plus room for prefetch while it applies."""
+        return self._free_to_run() + self._prefetch_room()
+
+    def _free_to_run(self) -> int:
+        """Slots that would start a task at once (negative: prefetched tasks wait)."""
         return self.settings.concurrency - len(self._running) - self._stuck_threads
+
+    def _prefetch_room(self) -> int:
+        typical = self._typical_run_s
+        if self._prefetch and typical is not None and typical < PREFETCH_RUN_LIMIT_S:
+            return self._prefetch
+        return 0
+
+    def _prefetch_part(self, n: int, free_to_run: int) -> int:
+        """Of ``n`` tasks claimed, how many would wait for a slot (the claim's prefetch)."""
+        return max(0, n - max(0, free_to_run))
 
     async def _claim_loop(self) -> None:
         assert self._broker is not None
@@ -563,7 +667,11 @@ class Worker:
                     await self._slot_freed.wait()
                 continue
             try:
-                claimed = await self._broker.claim(free, idle_ms=self._idle_ms)
+                claimed = await self._broker.claim(
+                    free,
+                    idle_ms=self._idle_ms,
+                    prefetch=self._prefetch_part(free, self._free_to_run()),
+                )
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
                 continue
@@ -696,17 +804,31 @@ class Worker:
         self._outbox_ready.set()
 
     def _thread_timed_out(self, run: _Running, limit: float) -> None:
-        """A sync handler ran past its timeout: fail the attempt now; the thread runs on."""
+        """A sync handler ran past its timeout: fail the attempt now; the thread runs on.
+
+        The timeout counts from the start of the call: a prefetched run that waited for a
+        thread gets the rest of its time.
+        """
         run.timer = None
         if run.finished or run.abandoned or not run.in_thread:
+            return
+        began = run.began
+        left = limit if began is None else began + limit - time.monotonic()
+        if left > 0:
+            loop = asyncio.get_running_loop()
+            run.timer = loop.call_later(left, self._thread_timed_out, run, limit)
             return
         self._keep_slot_until_return(run)
         self._queue_outcome(_Outcome(run=run, error=_timeout_error(limit)))
 
     def _thread_outcomes(self, batch: list[tuple[_Running, str | None, str | None]]) -> None:
         """Sync handlers' calls that returned (on the loop, one batch per wake-up)."""
+        typical = self._typical_run_s
         for run, result, error in batch:
             run.in_thread = False
+            if run.began is not None:
+                ran = run.ran_s
+                typical = ran if typical is None else typical + RUN_TIME_WEIGHT * (ran - typical)
             if run.timer is not None:
                 run.timer.cancel()
                 run.timer = None
@@ -724,6 +846,7 @@ class Worker:
                 continue  # timed out: its failure is queued or written already
             run.finished = True
             self._outbox.append(_Outcome(run=run, result=result, error=error))
+        self._typical_run_s = typical
         if self._outbox:
             self._outbox_ready.set()
 
@@ -780,13 +903,17 @@ class Worker:
             if done:
                 items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
                 claimed: ClaimResult | None = None
-                if self.draining or self._claim_waiting:
+                # Refill the slots these completions free in the same round trip. Only
+                # those: the claim loop claims the slots that are free already, and it is
+                # woken by a producer when it waits for work.
+                free_to_run = self._free_to_run() + len(done)
+                refill = min(len(done), free_to_run + self._prefetch_room())
+                if self.draining or self._claim_waiting or refill <= 0:
                     applied = await self._broker.complete_many(items)
                 else:
-                    # Refill the slots these completions free in the same round trip. Only
-                    # those: the claim loop claims the slots that are free already, and it
-                    # is woken by a producer when it waits for work.
-                    applied, claimed = await self._broker.complete_and_claim(items, len(items))
+                    applied, claimed = await self._broker.complete_and_claim(
+                        items, refill, prefetch=self._prefetch_part(refill, free_to_run)
+                    )
                 for outcome, ok in zip(done, applied, strict=True):
                     batch.remove(outcome)
                     self._finish(outcome, ok, "task_done")

@@ -7,6 +7,8 @@
 --   ARGV[5] housekeeping bound (max tasks promoted / expired / taken back per call),
 --   ARGV[6] idle ms (optional): if the queue runs dry, register the worker as idle (waiting
 --   on its wake list) for that long, so producers hand it tasks directly
+--   ARGV[7] prefetch (optional): how many of the n are to wait in the worker for a slot;
+--   not claimed under a fleet-wide concurrency limit (see claim_tasks)
 -- Returns: {retry_after_ms, next_due_ms, more, task 1, task 2, ...}
 --   retry_after_ms: >0 when a rate limit held tasks back: ms until capacity returns
 --   next_due_ms: ms until the earliest delayed task is due, -1 if none
@@ -17,6 +19,6 @@
 --     id, token, attempts, max_attempts, timeout_s ('' = none), lost, priority, cost, payload
 --   (one string per task, not nine: reply parsing is most of a worker's per-task cost)
 local out = claim_tasks(now_ms(), ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4],
-  tonumber(ARGV[5]), tonumber(ARGV[6]))
+  tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
 flush_counts()
 return out

@@ -3,7 +3,8 @@
 --   K_DONE, K_POD, K_CONFIG, K_STATS, K_PENDING, K_NOTIFY.
 -- ARGV[1]: number of tasks N; then triples: task id, claim token, result JSON ('' = none);
 --   then, optionally, a claim for the slots this frees (saves the worker a round trip):
---   pod, incarnation, n (max tasks), token base, housekeeping bound, as claim.lua takes them.
+--   pod, incarnation, n (max tasks), token base, housekeeping bound, idle ms, prefetch, as
+--   claim.lua takes them.
 -- Returns: a string of N characters, one per task: '1' = completed; '0' = stale token (the
 --   task was taken back): refused, counted in stats "stale", nothing changed.
 --   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks}.
@@ -59,7 +60,8 @@ if ARGV[claim_at] == nil then
   return flags
 end
 local claimed = claim_tasks(now, ARGV[claim_at], ARGV[claim_at + 1], tonumber(ARGV[claim_at + 2]),
-  ARGV[claim_at + 3], tonumber(ARGV[claim_at + 4]))
+  ARGV[claim_at + 3], tonumber(ARGV[claim_at + 4]), tonumber(ARGV[claim_at + 5]),
+  tonumber(ARGV[claim_at + 6]))
 flush_counts()
 table.insert(claimed, 1, flags)
 return claimed

@@ -3,8 +3,11 @@
 -- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
 -- idle_ms > 0: the worker will block on its wake list if the queue runs dry; it is then
 -- registered in K_IDLE until now + idle_ms, for producers to hand it a task (hand_off).
+-- extra: how many of `want` are prefetch (tasks to wait in the worker for a free slot):
+-- dropped under a fleet-wide concurrency limit, where a task held but not running would
+-- keep a slot of the limit from a worker that could run it.
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
-local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms)
+local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
   -- Tasks a producer handed over while the worker was not blocked on its wake list: they
@@ -26,6 +29,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
 
   local max_conc = cfg_num('max_concurrency', 0)
   if max_conc > 0 then
+    if extra and extra > 0 then want = want - extra end
     local free = max_conc - redis.call('ZCARD', K_RUNNING)
     if free < want then want = free end
   end
