@@ -522,10 +522,11 @@ class Worker:
     async def _shutdown(self, background: list[asyncio.Task[None]]) -> int:
         """Wait for in-flight tasks up to the drain deadline, release the rest, deregister."""
         assert self._broker is not None
-        deadline = self.settings.drain_timeout
+        deadline = time.monotonic() + self.settings.drain_timeout
         # Prefetched tasks no thread has begun go back now, for a worker that stays.
         await self._withdraw(list(self._running.values()))
-        await _wait_any(self._idle, self._stop_requested, limit=deadline)
+        left = max(0.0, deadline - time.monotonic())
+        await _wait_any(self._idle, self._stop_requested, limit=left)
         leftover = [run for run in self._running.values() if not run.finished]
         for run in leftover:
             run.abandoned = True
