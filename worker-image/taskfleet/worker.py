@@ -630,11 +630,8 @@ class Worker:
             if self._closing.is_set() or self.draining:
                 return  # the drain withdraws what is still waiting itself
             cutoff = time.monotonic() - PREFETCH_MAX_WAIT_S
-            late = [
-                run
-                for run in self._running.values()
-                if run.in_thread and run.began is None and run.started <= cutoff
-            ]
+            # Claimed that long ago; withdraw() keeps those no thread has begun.
+            late = [run for run in self._running.values() if run.started <= cutoff]
             if late:
                 await self._withdraw(late, waited=True)
 
