@@ -6,6 +6,7 @@ import threading
 
 import pytest
 from taskfleet import InvalidArgument, Queue, QueueConfig, TaskState
+from taskfleet.scripts import RESULT_TOO_LARGE
 
 from tests.fixtures_redis import MakeBroker, eventually, server_ms
 
@@ -52,19 +53,24 @@ def test_a_stored_payload_that_is_not_json_goes_dead_as_bad_payload_at_claim(
         assert task.error is not None
 
 
-def test_a_result_over_max_payload_bytes_is_dropped_with_a_note(
+def test_a_result_over_max_payload_bytes_makes_the_task_dead_with_a_reason_the_producer_sees(
     queue: Queue, make_broker: MakeBroker
 ) -> None:
     queue.configure(QueueConfig(max_payload_bytes=64))
-    task_id = queue.enqueue({"x": 1})
+    task_id = queue.enqueue({"x": 1}, max_attempts=5)
     worker = make_broker("jobs")
     [task] = worker.claim(1).tasks
-    assert worker.complete_many([(task.id, task.token, '"' + "x" * 100 + '"')]) == [True]
+    assert worker.complete_many([(task.id, task.token, '"' + "x" * 100 + '"')]) == [
+        RESULT_TOO_LARGE
+    ]
     stored = queue.get(task_id)
     assert stored is not None
-    assert stored.state is TaskState.DONE
-    assert stored.result is None
-    assert "exceeds max_payload_bytes" in (stored.error or "")
+    # Not done without its result, and not retried (the handler would return it again).
+    assert stored.state is TaskState.DEAD and stored.reason == "result too large"
+    assert stored.result is None and stored.attempts == 1
+    assert "102 bytes exceeds max_payload_bytes (64)" in (stored.error or "")
+    stats = queue.stats()
+    assert (stats["dead"], stats["done"], stats["completed"], stats["failed"]) == (1, 0, 0, 1)
 
 
 def test_max_attempts_of_the_task_overrides_the_queue_default(

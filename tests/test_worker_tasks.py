@@ -159,7 +159,7 @@ def test_a_worker_whose_lease_was_taken_back_abandons_the_task_and_writes_nothin
         assert worker.wait() == 0
 
 
-def test_an_unexpected_redis_error_releases_the_tasks_and_exits_1_with_one_line(
+def test_an_unexpected_redis_error_gives_the_tasks_back_as_lost_and_exits_1_with_one_line(
     fleet: Fleet, queue: Queue, redis_client: redis.Redis
 ) -> None:
     task_id = queue.enqueue({"seconds": 30})
@@ -172,8 +172,9 @@ def test_an_unexpected_redis_error_releases_the_tasks_and_exits_1_with_one_line(
     failures = [e for e in worker.events() if e["event"] == "worker_failed"]
     assert len(failures) == 1 and "WRONGTYPE" in failures[0]["error"], worker.log_text()
     assert "Traceback" not in worker.log_text()
+    # Counted as a loss, not released: a task that makes workers fail must end (max_lost).
     task = queue.get(task_id)
-    assert task is not None and task.state == "pending" and task.attempts == 0
+    assert task is not None and task.state == "pending" and task.lost == 1, task
 
 
 def test_every_worker_option_can_come_from_the_environment(

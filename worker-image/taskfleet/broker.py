@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import os
 import random
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, TypeVar
 
 import redis.asyncio
 import redis.exceptions
 
-from taskfleet.errors import ProtocolError, StaleToken
+from taskfleet.errors import StaleToken
 from taskfleet.keys import QueueKeys
 from taskfleet.queue import Queue, TaskState
 from taskfleet.scripts import (
@@ -32,9 +34,12 @@ from taskfleet.scripts import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger("taskfleet.worker")
 
 #: Bound on the stored error text of a failed attempt.
 MAX_ERROR_CHARS = 8192
+#: Unanswered claim calls remembered for undoing (the oldest are left to their leases).
+MAX_UNANSWERED = 64
 #: How long past its own timeout a blocking pop may take to answer (no reply_timeout set).
 BLOCKING_REPLY_MARGIN_S = 5.0
 
@@ -48,6 +53,38 @@ async def bounded(call: Awaitable[T], limit: float | None) -> T:
             return await call
     except TimeoutError as exc:  # the builtin one, raised by asyncio.timeout
         raise redis.exceptions.TimeoutError(f"no reply from Redis within {limit:g} s") from exc
+
+
+def _dropped(record: bytes) -> None:
+    log.warning(
+        "claim_record_dropped",
+        extra={"fields": {"record": repr(record[:200]), "note": "names no task"}},
+    )
+
+
+def _whole(raw: bytes, what: str) -> int:
+    """An integer field of a claim record; ValueError naming it if it is not one."""
+    try:
+        return int(raw)
+    except ValueError:
+        pass
+    try:  # a foreign writer's "3.0" or "1e+14": whole numbers only
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value.is_integer():
+        raise ValueError(f"{what} {raw[:40]!r} is not an integer")
+    return int(value)
+
+
+def _seconds(raw: bytes) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"timeout {raw[:40]!r} is not a positive number of seconds")
+    return value
 
 
 @dataclass(slots=True)
@@ -115,12 +152,40 @@ class Broker:
         # any key): a generator seeded once from the OS, which unlike os.urandom never
         # lets go of the GIL, and so never waits behind the handler threads to get it back.
         self._tokens = random.Random(os.urandom(16))
+        # Token bases of claim calls whose reply never came: they may still run on Redis
+        # (a server that hung, then went on) and are undone before the next call.
+        self._unanswered: list[str] = []
 
     def _token_base(self) -> str:
         return f"{self._tokens.getrandbits(64):016x}"
 
     async def _run(self, op: Op[T]) -> T:
+        if self._unanswered:
+            await self._disown()
         return await bounded(self._scripts.run(op), self.reply_timeout)
+
+    async def _claiming(self, op: Op[T], token_base: str) -> T:
+        """Run a call that claims tasks under ``token_base``; remember it if unanswered."""
+        try:
+            return await self._run(op)
+        except BaseException:
+            # No reply: it may have claimed nothing, or may yet claim (Redis runs what it
+            # read when it can). Either way its tasks are none of this worker's.
+            self._unanswered.append(token_base)
+            del self._unanswered[:-MAX_UNANSWERED]
+            raise
+
+    async def _disown(self) -> None:
+        """Release what the unanswered claims took (not an attempt, not lost)."""
+        bases = list(self._unanswered)
+        op = self.ops.disown(self.pod, self.incarnation, bases)
+        released = await bounded(self._scripts.run(op), self.reply_timeout)
+        self._unanswered = [b for b in self._unanswered if b not in bases]
+        if released:
+            log.info(
+                "unanswered_claims_released",
+                extra={"fields": {"tasks": released, "claims": len(bases)}},
+            )
 
     async def register(self, concurrency: int) -> int:
         """Record this worker; take back what earlier incarnations of the pod held.
@@ -132,9 +197,14 @@ class Broker:
         requeued, dead = await self._run(self.ops.register(self.pod, self.incarnation, concurrency))
         return requeued + dead
 
-    async def deregister(self) -> int:
-        """Remove this worker's record, releasing anything it still holds; returns that count."""
-        released = await self._run(self.ops.deregister(self.pod, self.incarnation))
+    async def deregister(self, *, failed: bool = False) -> int:
+        """Remove this worker's record, releasing anything it still holds; returns that count.
+
+        ``failed``: the worker exits because it failed; what it holds is taken back as
+        lost (counted against ``max_lost``), not released, so a task that makes workers
+        fail cannot make them fail for ever.
+        """
+        released = await self._run(self.ops.deregister(self.pod, self.incarnation, failed=failed))
         await self.close()
         return released
 
@@ -151,70 +221,90 @@ class Broker:
         """
         if n <= 0:
             return ClaimResult([])
-        raw = await self._run(
+        base = self._token_base()
+        raw = await self._claiming(
             self.ops.claim(
                 self.pod,
                 self.incarnation,
                 n,
-                self._token_base(),
+                base,
                 CLAIM_HOUSEKEEPING_BOUND,
                 idle_ms=idle_ms,
                 prefetch=prefetch,
-            )
+            ),
+            base,
         )
         return await self._claimed(raw)
 
     async def complete_and_claim(
         self, items: Sequence[tuple[str, str, str | None]], n: int, *, prefetch: int = 0
-    ) -> tuple[list[bool], ClaimResult]:
+    ) -> tuple[list[int], ClaimResult]:
         """``complete_many(items)`` and then ``claim(n, prefetch=prefetch)``, in one round trip."""
-        applied, raw = await self._run(
+        base = self._token_base()
+        applied, raw = await self._claiming(
             self.ops.complete_and_claim(
                 items,
                 pod=self.pod,
                 incarnation=self.incarnation,
                 n=n,
-                token_base=self._token_base(),
+                token_base=base,
                 bound=CLAIM_HOUSEKEEPING_BOUND,
                 prefetch=prefetch,
-            )
+            ),
+            base,
         )
         return applied, await self._claimed(raw)
 
     async def _claimed(self, raw: RawClaim) -> ClaimResult:
-        """Parse a claim reply; fail (permanently) tasks whose payload is not a JSON object."""
+        """Parse a claim reply; fail (permanently) tasks that can't be run as stored.
+
+        Nothing in a record may crash the worker: a crash would release the task
+        uncounted and the next worker would claim it and crash too. A payload that is not
+        a JSON object goes dead as ``bad payload``; any other field that can't be read (a
+        hash edited by a foreign writer) as ``bad task``. A record that names no task is
+        dropped with a log line (only a foreign write to a wake list makes one).
+        """
         tasks: list[ClaimedTask] = []
-        bad: list[tuple[str, str, str]] = []
+        bad: list[tuple[str, str, str, str]] = []
         for record in raw.records:
             packed = record.encode() if isinstance(record, str) else record
             fields = packed.split(b"\0", 8)
             if len(fields) != 9:
-                raise ProtocolError(f"claim: unexpected task record {packed[:200]!r}")
+                _dropped(packed)
+                continue
             raw_id, raw_token, attempts, max_attempts, timeout, lost, priority, cost, data = fields
-            tid, tok = raw_id.decode(), raw_token.decode()
             try:
-                payload = json.loads(data)
-            except ValueError as exc:
-                bad.append((tid, tok, f"payload is not valid JSON: {exc}"))
+                tid, tok = raw_id.decode(), raw_token.decode()
+            except UnicodeDecodeError:
+                _dropped(packed)
                 continue
-            if not isinstance(payload, dict):
-                bad.append((tid, tok, "payload is not a JSON object"))
-                continue
-            tasks.append(
-                ClaimedTask(
+            try:
+                task = ClaimedTask(
                     tid,
                     tok,
-                    payload,
-                    int(attempts),
-                    int(max_attempts),
-                    float(timeout) if timeout else None,
-                    int(lost),
-                    int(priority),
-                    int(cost),
+                    {},
+                    _whole(attempts, "attempts"),
+                    _whole(max_attempts, "max_attempts"),
+                    _seconds(timeout) if timeout else None,
+                    _whole(lost, "lost"),
+                    _whole(priority, "priority"),
+                    _whole(cost, "cost"),
                 )
-            )
-        for task_id, token, error in bad:
-            await self.fail(task_id, token, error, retryable=False, reason="bad payload")
+            except ValueError as exc:
+                bad.append((tid, tok, f"task unreadable: {exc}", "bad task"))
+                continue
+            try:
+                payload = json.loads(data)
+            except (ValueError, RecursionError) as exc:  # nesting too deep: RecursionError
+                bad.append((tid, tok, f"payload is not valid JSON: {exc}", "bad payload"))
+                continue
+            if not isinstance(payload, dict):
+                bad.append((tid, tok, "payload is not a JSON object", "bad payload"))
+                continue
+            task.payload = payload
+            tasks.append(task)
+        for task_id, token, error, reason in bad:
+            await self.fail(task_id, token, error, retryable=False, reason=reason)
         return ClaimResult(tasks, raw.retry_after_ms, raw.next_due_ms, raw.more_pending)
 
     async def heartbeat(
@@ -237,11 +327,14 @@ class Broker:
             )
         )
 
-    async def complete_many(self, items: Sequence[tuple[str, str, str | None]]) -> list[bool]:
+    async def complete_many(self, items: Sequence[tuple[str, str, str | None]]) -> list[int]:
         """Finish tasks in one call: ``(id, token, result JSON or None)`` each.
 
-        Returns, per item, True if applied, False if refused for a stale token (the task
-        was taken back; counted in stats ``stale``).
+        Returns, per item, ``COMPLETED`` (1, equal to True) if applied, ``STALE`` (0,
+        equal to False) if refused for a stale token (the task was taken back; counted in
+        stats ``stale``), or ``RESULT_TOO_LARGE`` (2): the result exceeds the queue's
+        ``max_payload_bytes``, so the task went dead (reason ``result too large``). A
+        retry of a write that was applied but whose reply was lost answers the same.
         """
         if not items:
             return []
@@ -284,9 +377,23 @@ class Broker:
             return 0
         return await self._run(self.ops.release(self.pod, items))
 
-    async def sweep(self) -> SweepResult:
-        """The operator's housekeeping pass; workers may run it too (it is idempotent)."""
-        return await self._run(self.ops.sweep())
+    async def sweep(self, *, max_calls: int = 1) -> SweepResult:
+        """The operator's housekeeping pass; workers may run it too (it is idempotent).
+
+        Each call does bounded work; up to ``max_calls`` calls are made while one is
+        saturated, so a backlog of housekeeping is worked off without one long call.
+        """
+        total = await self._run(self.ops.sweep())
+        for _ in range(max_calls - 1):
+            if not total.saturated():
+                break
+            more = await self._run(self.ops.sweep())
+            total = SweepResult(
+                *(a + b for a, b in zip(astuple(total), astuple(more), strict=True))
+            )
+            if not more.saturated():
+                break
+        return total
 
     async def wait_for_work(self, timeout_s: float) -> ClaimResult | None:
         """Block until a producer hands over a task or signals new work, or ``timeout_s``.

@@ -45,6 +45,7 @@ NAMES = (
     "requeue",
     "register",
     "deregister",
+    "disown",
     "sweep",
     "fire_schedule",
 )
@@ -161,8 +162,13 @@ def _complete_args(items: Sequence[tuple[str, str, str | None]]) -> list[Arg]:
     return args
 
 
-def _applied(raw: Any) -> list[bool]:
-    return [c == "1" for c in text(raw)]
+#: Per-task codes of a completion: refused (stale token), done, dead (result too large).
+#: 0 and 1 compare equal to False and True.
+STALE, COMPLETED, RESULT_TOO_LARGE = 0, 1, 2
+
+
+def _applied(raw: Any) -> list[int]:
+    return [int(c) for c in text(raw)]
 
 
 def _ints(raw: Any, n: int, script: str) -> list[int]:
@@ -208,6 +214,19 @@ class SweepResult:
     pruned_done: int
     pruned_dead: int
     workers_dropped: int
+
+    def saturated(self, bound: int = SWEEP_BOUND) -> bool:
+        """A step hit the bound: there may be more to do, call again."""
+        return (
+            max(
+                self.promoted,
+                self.expired,
+                self.requeued + self.lost_dead,
+                self.pruned_done,
+                self.pruned_dead,
+            )
+            >= bound
+        )
 
 
 class Ops:
@@ -285,7 +304,7 @@ class Ops:
             args += [task_id, token]
         return Op("extend", self._k, args, lambda raw: {text(x) for x in raw})
 
-    def complete(self, items: Sequence[tuple[str, str, str | None]]) -> Op[list[bool]]:
+    def complete(self, items: Sequence[tuple[str, str, str | None]]) -> Op[list[int]]:
         """Reply: per item, True if applied, False if its token was stale (refused)."""
         return Op("complete", self._k, _complete_args(items), _applied)
 
@@ -299,12 +318,12 @@ class Ops:
         token_base: str,
         bound: int,
         prefetch: int = 0,
-    ) -> Op[tuple[list[bool], RawClaim]]:
+    ) -> Op[tuple[list[int], RawClaim]]:
         """``complete`` then ``claim`` for the freed slots, in one call (one round trip)."""
         args = _complete_args(items)
         args += [pod, incarnation, n, token_base, bound, 0, prefetch]
 
-        def decode(raw: Any) -> tuple[list[bool], RawClaim]:
+        def decode(raw: Any) -> tuple[list[int], RawClaim]:
             if not isinstance(raw, list) or not raw:
                 raise ProtocolError(f"complete: unexpected reply {raw!r}")
             return _applied(raw[0]), _raw_claim(raw[1:], "complete")
@@ -337,8 +356,11 @@ class Ops:
 
         return Op("register", self._k, (pod, incarnation, concurrency), decode)
 
-    def deregister(self, pod: str, incarnation: str) -> Op[int]:
-        return Op("deregister", self._k, (pod, incarnation), int)
+    def deregister(self, pod: str, incarnation: str, *, failed: bool = False) -> Op[int]:
+        return Op("deregister", self._k, (pod, incarnation, "1" if failed else "0"), int)
+
+    def disown(self, pod: str, incarnation: str, token_bases: Sequence[str]) -> Op[int]:
+        return Op("disown", self._k, (pod, incarnation, *token_bases), int)
 
     def sweep(self, bound: int = SWEEP_BOUND) -> Op[SweepResult]:
         return Op("sweep", self._k, (bound,), lambda raw: SweepResult(*_ints(raw, 7, "sweep")))

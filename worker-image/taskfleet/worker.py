@@ -64,6 +64,7 @@ from taskfleet.runtime import (
     runtime_path,
     write_state,
 )
+from taskfleet.scripts import RESULT_TOO_LARGE
 
 __all__ = ["Worker", "WorkerSettings", "log_event"]
 
@@ -96,6 +97,8 @@ PREFETCH_RUN_LIMIT_S = 0.01
 PREFETCH_MAX_WAIT_S = 1.0
 #: Weight of the newest run in that moving average.
 RUN_TIME_WEIGHT = 0.1
+#: Sweep calls a heartbeat may make in a row while each finds a full step of work.
+SWEEP_MAX_CALLS = 10
 #: Upper bound of --prefetch.
 MAX_PREFETCH = 10_000
 T = TypeVar("T")
@@ -198,7 +201,8 @@ class _Running:
     began: float | None = None  # when a thread began the call (None: still queued)
     ran_s: float = 0.0  # how long the thread's call took
     timer: asyncio.TimerHandle | None = None  # a sync handler's timeout
-    stuck: bool = False  # given up on while its thread runs on: it keeps its slot
+    stuck: bool = False  # given up on while its call runs on: it keeps its slot
+    timed_out: bool = False  # its timeout passed: the failure is written, its result dropped
     finished: bool = False  # its outcome is queued or being written: never release it
     abandoned: bool = False  # lease lost or released: whatever it produces is dropped
     lease_lost: bool = False  # abandoned because another worker may run it now
@@ -346,7 +350,7 @@ class Worker:
         self._connected = asyncio.Event()
         self._connected.set()
         self._probe: asyncio.Task[None] | None = None
-        self._stuck_threads = 0  # sync handlers given up on but still running in their threads
+        self._stuck_runs = 0  # handler calls given up on but still running: they keep their slots
         self._threads = _HandlerThreads(settings.concurrency, handler.func, self._thread_outcomes)
         # An async handler's claimed tasks all run at once: prefetch is for threads only.
         self._prefetch = 0 if handler.is_async else settings.prefetch_depth
@@ -455,13 +459,15 @@ class Worker:
                 return await self._shutdown(background)
             # A bug, not an outage (those are handled in the loops): give everything back
             # at once and exit 1 so the container restarts rather than idling half-alive.
+            # Given back as lost, not released: if a task caused it, the next worker that
+            # claims it fails too, and only a counted loss ends that (max_lost).
             log_event(logging.ERROR, "worker_failed", error=format_error(failure))
             self._drain_requested.set()
             self._stop_requested.set()
             self._slot_freed.set()  # the claim loop may be waiting for a slot
             with contextlib.suppress(Exception):
                 await claimer
-            await self._shutdown([t for t in background if not t.done()])
+            await self._shutdown([t for t in background if not t.done()], failed=True)
             return 1
         finally:
             self._threads.close()
@@ -519,8 +525,12 @@ class Worker:
                 )
             return
 
-    async def _shutdown(self, background: list[asyncio.Task[None]]) -> int:
-        """Wait for in-flight tasks up to the drain deadline, release the rest, deregister."""
+    async def _shutdown(self, background: list[asyncio.Task[None]], *, failed: bool = False) -> int:
+        """Wait for in-flight tasks up to the drain deadline, release the rest, deregister.
+
+        ``failed``: the worker is stopping on an error; what it still holds is given back
+        as lost by the deregistration (see ``Broker.deregister``), not released.
+        """
         assert self._broker is not None
         deadline = time.monotonic() + self.settings.drain_timeout
         # Prefetched tasks no thread has begun go back now, for a worker that stays.
@@ -541,10 +551,12 @@ class Worker:
         # Outcomes already produced are written, not released: that work is done.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._flush_all(), timeout=3.0)
-        if leftover:
+        if leftover and not failed:
             await self._release(leftover)
         try:
-            await asyncio.wait_for(self._broker.deregister(), timeout=2.0)
+            given_back = await asyncio.wait_for(self._broker.deregister(failed=failed), timeout=2.0)
+            if failed:
+                self.counters.lost += given_back
         except Exception as exc:
             # Not fatal: the operator and sweeps notice a silent pod by its heartbeat.
             log_event(logging.WARNING, "deregister_failed", error=format_error(exc))
@@ -643,7 +655,7 @@ class Worker:
 
     def _free_to_run(self) -> int:
         """Slots that would start a task at once (negative: prefetched tasks wait)."""
-        return self.settings.concurrency - len(self._running) - self._stuck_threads
+        return self.settings.concurrency - len(self._running) - self._stuck_runs
 
     def _prefetch_room(self) -> int:
         typical = self._typical_run_s
@@ -719,7 +731,23 @@ class Worker:
             await self._release([_Running(task=task, started=now) for task in tasks])
             return
         for task in tasks:
-            self._start(task)
+            try:
+                self._start(task)
+            except Exception as exc:
+                # Not the task's fault as far as we know, but failing its attempt is what
+                # bounds it: a task that can't be started must not stop the worker.
+                self._cannot_start(task, exc)
+
+    def _cannot_start(self, task: ClaimedTask, exc: Exception) -> None:
+        run = self._running.get(task.id)
+        if run is None or run.task is not task:
+            run = _Running(task=task, started=time.monotonic())
+            self._running[task.id] = run
+        if run.job is not None:
+            run.job.cancel()
+        run.abandoned = True  # whatever began of it produces nothing
+        self._idle.clear()
+        self._queue_outcome(_Outcome(run=run, error=f"task could not start: {format_error(exc)}"))
 
     async def _until_drain(self, awaitable: Awaitable[T]) -> T | None:
         """Await ``awaitable`` but give up (cancelling it) as soon as a drain starts.
@@ -758,10 +786,12 @@ class Worker:
         self._running[task.id] = run
         self._idle.clear()
         loop = asyncio.get_running_loop()
+        limit = self._timeout_for(task)
         if self.handler.is_async:
             run.job = loop.create_task(self._execute(run), name=task.id, context=run.context)
+            if limit is not None:
+                run.timer = loop.call_later(limit, self._async_timed_out, run, limit)
         else:
-            limit = self._timeout_for(task)
             if limit is not None:
                 run.timer = loop.call_later(limit, self._thread_timed_out, run, limit)
             self._threads.submit(run)
@@ -773,28 +803,51 @@ class Worker:
         return task.timeout if task.timeout else self.settings.default_timeout
 
     async def _execute(self, run: _Running) -> None:
-        """An async handler's run, in the task's context (``current_task()``)."""
+        """An async handler's run, in the task's context (``current_task()``).
+
+        Only the worker's own cancellations (timeout, drain deadline, lost lease) are
+        taken as such: a ``CancelledError`` the handler raises itself (``sub.cancel();
+        await sub``) fails the attempt like any other exception, as do ``SystemExit``
+        and ``KeyboardInterrupt``; none of them may stop the worker or hold the slot.
+        """
         task = run.task
-        limit = self._timeout_for(task)
-        scope = asyncio.timeout(limit)
         outcome = _Outcome(run=run)
         try:
-            async with scope:
-                value = await self.handler.func(task.payload)
+            value = await self.handler.func(task.payload)
             outcome.result = encode_result(value)
-        except asyncio.CancelledError:
-            return  # drain deadline or lost lease: the task goes back, nothing is written
-        except TimeoutError as exc:
-            if scope.expired():
-                outcome.error = _timeout_error(limit)
-            else:  # the handler's own TimeoutError (an upstream call) is just a failure
-                outcome.error = format_error(exc)
-        except Exception as exc:  # the handler's failure is the attempt's failure
+        except asyncio.CancelledError as exc:
+            job = asyncio.current_task()
+            if run.abandoned or run.timed_out or (job is not None and job.cancelling()):
+                return  # ours: the failure is written, or the task goes back
+            outcome.error = format_error(exc) + " (raised by the handler itself)"
+        except BaseException as exc:  # the handler's failure is the attempt's failure
             outcome.error = format_error(exc)
+        finally:
+            if run.timer is not None:
+                run.timer.cancel()
+                run.timer = None
+            self._unstick(run)
+        if run.timed_out:
+            return  # failed when its time ran out; what it returned since is dropped
         if run.abandoned:
             log_event(logging.INFO, "task_result_dropped", task=task.id, reason="lease lost")
             return
         self._queue_outcome(outcome)
+
+    def _async_timed_out(self, run: _Running, limit: float) -> None:
+        """An async handler ran past its timeout: fail the attempt now and cancel it.
+
+        A coroutine that swallows the cancellation runs on, but its result is dropped
+        and it keeps its slot until it returns, as a sync handler's thread does.
+        """
+        run.timer = None
+        if run.finished or run.abandoned:
+            return
+        run.timed_out = True
+        self._queue_outcome(_Outcome(run=run, error=_timeout_error(limit)))
+        if run.job is not None and not run.job.done():
+            run.job.cancel()
+            self._keep_slot_until_return(run)
 
     def _queue_outcome(self, outcome: _Outcome) -> None:
         outcome.run.finished = True
@@ -830,10 +883,7 @@ class Worker:
             if run.timer is not None:
                 run.timer.cancel()
                 run.timer = None
-            if run.stuck:
-                run.stuck = False
-                self._stuck_threads -= 1
-                self._slot_freed.set()
+            self._unstick(run)
             if run.abandoned:
                 if run.lease_lost:
                     log_event(
@@ -849,14 +899,23 @@ class Worker:
             self._outbox_ready.set()
 
     def _keep_slot_until_return(self, run: _Running) -> None:
-        """A thread can't be killed: its slot stays taken until the call returns.
+        """A thread can't be killed, nor a coroutine that ignores its cancellation: the
+        run's slot stays taken until the call returns.
 
-        So a hung sync handler can't make this worker oversubscribe its CPU or its
-        threads; whatever the call eventually returns is dropped.
+        So a hung handler can't make this worker oversubscribe its CPU or its threads;
+        whatever the call eventually returns is dropped.
         """
-        if run.in_thread and not run.stuck:
+        running = run.in_thread or (run.job is not None and not run.job.done())
+        if running and not run.stuck:
             run.stuck = True
-            self._stuck_threads += 1
+            self._stuck_runs += 1
+
+    def _unstick(self, run: _Running) -> None:
+        """The call of a run given up on returned: its slot is free."""
+        if run.stuck:
+            run.stuck = False
+            self._stuck_runs -= 1
+            self._slot_freed.set()
 
     # ---------------------------------------------------------------- writing outcomes
 
@@ -912,9 +971,14 @@ class Worker:
                     applied, claimed = await self._broker.complete_and_claim(
                         items, refill, prefetch=self._prefetch_part(refill, free_to_run)
                     )
-                for outcome, ok in zip(done, applied, strict=True):
+                for outcome, code in zip(done, applied, strict=True):
                     batch.remove(outcome)
-                    self._finish(outcome, ok, "task_done")
+                    if code == RESULT_TOO_LARGE:
+                        outcome.result = None
+                        outcome.error = "result too large for the queue's max_payload_bytes"
+                        self._finish(outcome, True, "task_failed", reason="result too large")
+                    else:
+                        self._finish(outcome, bool(code), "task_done")
                 if claimed is not None and claimed.tasks:
                     await self._take(claimed.tasks)
             while batch:
@@ -931,7 +995,7 @@ class Worker:
             if self._free_slots() > 0:
                 self._slot_freed.set()
 
-    def _finish(self, outcome: _Outcome, accepted: bool, event: str) -> None:
+    def _finish(self, outcome: _Outcome, accepted: bool, event: str, **extra: Any) -> None:
         run = outcome.run
         self._running.pop(run.task.id, None)
         elapsed_ms = round((time.monotonic() - run.started) * 1000, 1)
@@ -951,6 +1015,7 @@ class Worker:
                 attempt=run.task.attempts,
                 ms=elapsed_ms,
                 error=outcome.error,
+                **extra,
             )
         self._update_idle()
         self._mark_runtime_dirty()
@@ -975,7 +1040,7 @@ class Worker:
                 beats += 1
                 if beats % self.settings.sweep_every == 0 and not self.draining:
                     # Claims already take back expired leases; this also prunes retention.
-                    await self._broker.sweep()
+                    await self._broker.sweep(max_calls=SWEEP_MAX_CALLS)
             except REDIS_DOWN as exc:
                 if self._stop_requested.is_set():
                     return
@@ -1008,8 +1073,7 @@ class Worker:
             log_event(logging.WARNING, "lease_lost", task=task_id)
             if run.job is not None:
                 run.job.cancel()
-            else:
-                self._keep_slot_until_return(run)
+            self._keep_slot_until_return(run)
             self._slot_freed.set()
         self._update_idle()
         self._mark_runtime_dirty()

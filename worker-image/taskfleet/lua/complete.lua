@@ -5,42 +5,62 @@
 --   then, optionally, a claim for the slots this frees (saves the worker a round trip):
 --   pod, incarnation, n (max tasks), token base, housekeeping bound, idle ms, prefetch, as
 --   claim.lua takes them.
--- Returns: a string of N characters, one per task: '1' = completed; '0' = stale token (the
---   task was taken back): refused, counted in stats "stale", nothing changed.
+-- Returns: a string of N characters, one per task: '1' = completed; '2' = the result is
+--   larger than max_payload_bytes: the task is dead (reason 'result too large') with the
+--   sizes in its error, no retry (the handler would return the same again); '0' = stale
+--   token (the task was taken back): refused, counted in stats "stale", nothing changed.
+--   A completion this same token already applied (a retry after a reply that never came)
+--   answers as it did then and changes nothing.
 --   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks}.
+-- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once); each
+-- call prunes as many expired ones as it completes, and more, so retention keeps up with
+-- any completion rate without waiting for a sweep.
 local n = tonumber(ARGV[1])
 local claim_at = 2 + n * 3
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
+local retention_ms = cfg_num('done_retention_s', 3600) * 1000
 local out = {}
 local completed = 0
 -- Index updates go out in one call each (per pod for the pod sets), not one per task:
 -- what leave_running does per task, batched.
-local finished, done, by_pod = {}, {}, {}
+local finished, done, gone, by_pod = {}, {}, {}, {}
 for i = 0, n - 1 do
   local id, token, result = ARGV[2 + i * 3], ARGV[3 + i * 3], ARGV[4 + i * 3]
   local key = K_TASK .. id
-  local ok, pod = holds(key, token)
-  if ok then
+  local v = redis.call('HMGET', key, 'state', 'token', 'pod')
+  if v[1] == 'running' and v[2] == token then
+    local pod = v[3]
     finished[#finished + 1] = id
     if pod then
       local ids = by_pod[pod] or {}
       ids[#ids + 1] = id
       by_pod[pod] = ids
     end
-    redis.call('HDEL', key, 'token', 'lease_until')
-    done[#done + 1] = now
-    done[#done + 1] = id
+    -- the token stays: it tells a retry of this write from a stale one
+    redis.call('HDEL', key, 'lease_until')
     if string.len(result) > max_bytes then
-      redis.call('HSET', key, 'state', 'done', 'finished_at', now, 'error',
-        'result of ' .. string.len(result) .. ' bytes exceeds max_payload_bytes; dropped')
-    elseif result ~= '' then
-      redis.call('HSET', key, 'state', 'done', 'finished_at', now, 'result', result)
+      to_dead(id, key, now, 'result too large', 'the result of ' .. string.len(result) ..
+        ' bytes exceeds max_payload_bytes (' .. max_bytes .. '); not stored')
+      bump('failed')
+      out[#out + 1] = '2'
     else
-      redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+      if retention_ms <= 0 then
+        gone[#gone + 1] = key
+      else
+        done[#done + 1] = now
+        done[#done + 1] = id
+        if result ~= '' then
+          redis.call('HSET', key, 'state', 'done', 'finished_at', now, 'result', result)
+        else
+          redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+        end
+      end
+      completed = completed + 1
+      out[#out + 1] = '1'
     end
-    completed = completed + 1
-    out[#out + 1] = '1'
+  elseif v[2] == token and (v[1] == 'done' or v[1] == 'dead') then
+    out[#out + 1] = v[1] == 'done' and '1' or '2'  -- applied already by this very write
   else
     out[#out + 1] = '0'
     bump('stale')
@@ -48,8 +68,23 @@ for i = 0, n - 1 do
 end
 call_chunked('ZREM', K_RUNNING, finished)
 for pod, ids in pairs(by_pod) do call_chunked('SREM', K_POD .. pod, ids) end
-call_chunked('ZADD', K_DONE, done)
+if #done > 0 then
+  call_chunked('ZADD', K_DONE, done)
+end
+if #gone > 0 then
+  call_chunked('DEL', gone[1], gone)
+end
 bump('completed', completed)
+-- Retention as it goes: up to twice this call's completions (and at least 10), so the
+-- done set shrinks back to its retention window after any burst.
+local cutoff = now - retention_ms
+local expired = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', cutoff, 'LIMIT', 0, 2 * n + 10)
+if #expired > 0 then
+  local keys = {}
+  for i, id in ipairs(expired) do keys[i] = K_TASK .. id end
+  call_chunked('ZREM', K_DONE, expired)
+  call_chunked('DEL', keys[1], keys)
+end
 -- a freed slot under a global concurrency limit is work for an idle worker
 if cfg_num('max_concurrency', 0) > 0 and completed > 0 and redis.call('ZCARD', K_PENDING) > 0 then
   notify(completed)

@@ -1,10 +1,15 @@
 -- deregister: a worker exits. Whatever this incarnation still holds is released (given
--- back gracefully, not an attempt), and its worker record is removed.
+-- back gracefully, not an attempt), and its worker record is removed. A worker that
+-- exits because it failed (a bug, a task it could not start) gives its tasks back as
+-- lost instead: a task that crashes every worker that claims it then goes dead after
+-- max_lost crashes rather than crash the fleet for ever.
 -- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
 --   K_RUNNING, K_POD, K_WORKERS, K_SEQ, K_STATS, K_NOTIFY, K_IDLE, K_WAKE.
--- ARGV[1] pod, ARGV[2] incarnation
--- Returns: how many tasks were released
+-- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] '1' if the worker failed (optional)
+-- Returns: how many tasks were given back
 local pod, incarnation = ARGV[1], ARGV[2]
+local failed = ARGV[3] == '1'
+local now = failed and now_ms() or 0
 local released = 0
 -- no more hand-offs; what was handed over and not yet popped is released below
 redis.call('ZREM', K_IDLE, pod .. '\0' .. incarnation)
@@ -13,7 +18,11 @@ for _, id in ipairs(redis.call('SMEMBERS', K_POD .. pod)) do
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'pod', 'incarnation')
   if v[1] == 'running' and v[2] == pod and v[3] == incarnation then
-    release_task(id, key, pod)
+    if failed then
+      take_back(id, key, pod, now)
+    else
+      release_task(id, key, pod)
+    end
     released = released + 1
   end
 end

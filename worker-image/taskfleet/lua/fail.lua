@@ -4,17 +4,20 @@
 --   K_DELAYED, K_DEAD, K_DEADLINES, K_POD, K_CONFIG, K_STATS.
 -- ARGV[1] id, ARGV[2] token, ARGV[3] error text, ARGV[4] retryable ('1'|'0'),
 --   ARGV[5] jitter draw in [-1, 1] (from Python), ARGV[6] dead reason ('' = 'failed')
--- Returns: the new state, 'delayed' or 'dead'; or 'stale' (refused, counted).
+-- Returns: the new state, 'delayed' or 'dead'; or 'stale' (refused, counted). A retry of
+--   a failure this token already wrote (its reply was lost) returns the state it left.
 local id, token, err = ARGV[1], ARGV[2], ARGV[3]
 local key = K_TASK .. id
-local ok, pod = holds(key, token)
-if not ok then
+local v = redis.call('HMGET', key, 'state', 'token', 'pod')
+if v[1] ~= 'running' or v[2] ~= token then
+  if v[2] == token and (v[1] == 'delayed' or v[1] == 'dead') then return v[1] end
   bump('stale')
   flush_counts()
   return 'stale'
 end
+local pod = v[3]
 local now = now_ms()
-leave_running(id, key, pod)
+leave_running(id, key, pod, true)
 bump('failed')
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
 local attempts = tonumber(v[1]) or 1

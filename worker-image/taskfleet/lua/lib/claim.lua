@@ -59,11 +59,15 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   for _, rec in ipairs(kept) do out[#out + 1] = rec end
   local claimed = 0
   local blocked = false
+  -- Entries dropped on the way (expired, leftovers) count against the housekeeping bound:
+  -- a million expired tasks at the head of pending take many short calls, never one long
+  -- one (Redis answers nobody else while a script runs).
+  local skipped = 0
   local pod_key = K_POD .. pod
   -- Index updates of the claimed tasks go out in one call each, not one per task.
   local running, held = {}, {}
 
-  while claimed < want and not blocked do
+  while claimed < want and not blocked and skipped < bound do
     local ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
     if #ids == 0 then break end
     local taken = {}
@@ -73,6 +77,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
         'priority', 'cost', 'deadline', 'state', 'started_at')
       if v[9] ~= 'pending' then
         redis.call('ZREM', K_PENDING, id)  -- a leftover of a deleted task: drop it
+        skipped = skipped + 1
       elseif v[8] and not v[10] and tonumber(v[8]) < now then
         -- only a task that never started expires: a retried, released or taken-back one
         -- already began its work, and a drain's release must not turn it dead
@@ -80,8 +85,12 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
         redis.call('ZREM', K_DEADLINES, id)
         to_dead(id, key, now, 'expired', 'not started before its deadline')
         bump('expired')
+        skipped = skipped + 1
       else
-        local cost = tonumber(v[7]) or 1
+        -- not a usable number (a foreign writer): 1 here; the worker fails the task as
+        -- unreadable when it parses the record, which carries the stored text as is
+        local cost = tonumber(v[7])
+        if cost == nil or cost ~= cost or cost < 0 then cost = 1 end
         -- a task costing more than a bucket holds runs when the bucket is full
         local need_cost = b_cost and math.min(cost, b_cost.limit) or 0
         if b_tasks and b_tasks.tokens < 1 then
@@ -107,7 +116,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
           'attempts', attempts)
         out[#out + 1] = table.concat({id, token, attempts, v[3] or cfg('max_attempts'),
-          v[4] or default_timeout, v[5] or 0, v[6] or 0, cost, v[1] or ''}, '\0')
+          v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1, v[1] or ''}, '\0')
       end
     end
     -- before the next ZRANGE, which must not see this round's tasks again

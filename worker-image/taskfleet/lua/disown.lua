@@ -1,0 +1,28 @@
+-- disown: undo claims whose reply never reached the worker. A claim the worker gave up
+-- waiting for (no reply in time, connection lost) may still run on Redis later; the
+-- tasks it took are held under tokens the worker never saw, so nothing would run them
+-- until their lease expired, and that would count a loss and an attempt for a task
+-- that never started. The worker names the token bases of such calls; their tasks go
+-- back to the front of pending as a graceful release does (not an attempt, not lost).
+-- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
+--   K_RUNNING, K_POD, K_SEQ, K_STATS, K_NOTIFY.
+-- ARGV[1] pod, ARGV[2] incarnation, then the token bases of the unanswered claim calls
+-- Returns: how many tasks were released
+local pod, incarnation = ARGV[1], ARGV[2]
+local bases = {}
+for i = 3, #ARGV do bases[ARGV[i] .. ':'] = true end
+local released = 0
+for _, id in ipairs(redis.call('SMEMBERS', K_POD .. pod)) do
+  local key = K_TASK .. id
+  local v = redis.call('HMGET', key, 'state', 'token', 'incarnation')
+  if v[1] == 'running' and v[3] == incarnation and v[2] then
+    local cut = string.find(v[2], ':', 1, true)
+    if cut and bases[string.sub(v[2], 1, cut)] then
+      release_task(id, key, pod)
+      released = released + 1
+    end
+  end
+end
+notify(released)
+flush_counts()
+return released
