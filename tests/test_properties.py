@@ -185,8 +185,14 @@ class ProtocolMachine(RuleBasedStateMachine):
             return
         pod, _ = picked
         items = list(self.held[pod].items())
+        # What the pod still holds by the store (a lease taken back meanwhile is not): a
+        # release gives back exactly those.
+        still_held = 0
+        for task_id, token in items:
+            state, held_token = self.raw.hmget(self.queue.keys.task(task_id), "state", "token")
+            still_held += state == b"running" and held_token == token.encode()
         released = self.brokers[pod].release(items)
-        assert 0 <= released <= len(items)
+        assert released == still_held
         self.held[pod].clear()
 
     # -- operator and time -----------------------------------------------------------
