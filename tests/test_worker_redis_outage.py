@@ -184,3 +184,50 @@ def test_a_hung_redis_is_an_outage_once_a_call_goes_unanswered_for_the_reply_tim
     script_error, wait_error = asyncio.run(scenario())
     assert script_error == "no reply from Redis within 0.5 s"
     assert wait_error == "no reply from Redis within 0.7 s"  # its own 0.2 s wait + 0.5 s
+
+
+def test_calls_a_hung_redis_runs_late_cost_no_task_an_attempt_a_loss_or_a_stale_write(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    """SIGSTOP Redis while workers are busy, past their reply timeout, then SIGCONT:
+    Redis runs the claims and completions they gave up on. The workers undo those claims
+    and their retried completions are recognised: every task runs once, none is lost."""
+    server = redis_server_factory(persistent=True)
+    fleet = Fleet(server.url, "jobs", tmp_path)
+    try:
+        with Queue("jobs", redis_url=server.url) as queue:
+            ids = queue.enqueue_many([{"payload": {"seconds": 0.01}} for _ in range(3000)])
+        # A lease far longer than the stop: nothing may expire, so any loss is a phantom's.
+        args = ["--heartbeat-interval", "1", "--lease-ttl", "60", "--concurrency", "4"]
+        workers = [
+            fleet.add("tests.workers.handlers:sleep", pod=f"pod-{i}", args=args).start()
+            for i in range(2)
+        ]
+        client = redis.Redis.from_url(server.url)
+
+        def done() -> int:
+            return int(client.zcard("tf:{jobs}:done"))
+
+        wait_until(lambda: done() >= 100, message="tasks flowing before the stop")
+        assert server.process is not None
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            # past the workers' reply timeout (idle wait 1 s + 2 s): every call in flight
+            # is given up on
+            for worker in workers:
+                worker.wait_event("redis_unreachable", timeout=15)
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        wait_until(lambda: done() == len(ids), timeout=60, message="every task done")
+        with Queue("jobs", redis_url=server.url) as queue:
+            stats = queue.stats()
+        assert (stats["lost"], stats["stale"], stats["dead"]) == (0, 0, 0), stats
+        ran = [e.decode().split(":")[1] for e in client.lrange("test:events", 0, -1)]
+        starts = [e for e in ran if e]  # start and end per run
+        assert len(starts) == 2 * len(ids), "a task ran twice, or not at all"
+        for worker in workers:
+            worker.signal(signal.SIGTERM)
+            assert worker.wait() == 0, worker.log_text()
+        client.close()
+    finally:
+        fleet.close()
