@@ -11,9 +11,10 @@ from pathlib import Path
 import redis.asyncio
 import redis.exceptions
 from taskfleet.broker import Broker, ClaimedTask
-from taskfleet.handlers import load_handler
 from taskfleet.queue import Queue
-from taskfleet.worker import Worker, WorkerSettings, _Outcome, _Running
+from taskfleet.worker.gate import RedisGate
+from taskfleet.worker.outbox import Outbox
+from taskfleet.worker.runs import Outcome, Run
 
 from tests.fixtures_redis import RedisServerFactory, free_port
 from tests.workers.harness import FAST, Fleet, wait_until
@@ -102,47 +103,41 @@ def test_an_outage_longer_than_the_lease_loses_nothing_and_logs_once(
         fleet.close()
 
 
-def test_outcomes_left_at_shutdown_with_redis_down_are_retried_with_backoff_not_in_a_loop(
-    tmp_path: Path,
-) -> None:
-    settings = WorkerSettings(
-        queue="q",
-        redis_url=f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
-        pod="p",
-        incarnation="i",
-        runtime_dir=str(tmp_path),
-        backoff_base=0.1,
-        backoff_max=0.2,
-    )
+def test_outcomes_left_at_shutdown_with_redis_down_are_retried_with_backoff_not_in_a_loop() -> None:
+    """At shutdown the loops are closed, so only the gate paces the retries of the last
+    flush: a handful of writes per second against a server that is gone, not thousands."""
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
 
-    async def writes_while_flushing_at_shutdown(window_s: float) -> int:
-        worker = Worker(settings, load_handler("tests.workers.handlers:sleep"))
-        client = redis.asyncio.Redis.from_url(settings.redis_url)
-        worker._client = client
-        worker._broker = Broker("q", client, "p", "i")
-        task = ClaimedTask("t", "tok", {}, 1, 3, None, 0, 0, 1)
-        worker._outbox.append(_Outcome(_Running(task, started=0.0), result="{}"))
-        worker._closing.set()  # as in _shutdown: the background loops are done
+    async def writes_while_flushing_at_shutdown(window_s: float) -> tuple[int, int]:
+        client = redis.asyncio.Redis.from_url(url)
+        broker = Broker("q", client, "p", "i")
         calls = 0
-        write = worker._write
 
-        async def counted(batch: list[_Outcome]) -> None:
+        async def write(batch: list[Outcome]) -> None:
             nonlocal calls
             calls += 1
-            await write(batch)
+            items = [(o.run.task.id, o.run.task.token, o.result) for o in batch]
+            await broker.complete_many(items)
+            batch.clear()
 
-        worker._write = counted  # type: ignore[method-assign]
+        async def reconnect() -> None:
+            await client.connection_pool.disconnect()
+            await client.ping()
+
+        gate = RedisGate(reconnect, lambda: None, backoff_base=0.1, backoff_max=0.2)
+        closing, stop = asyncio.Event(), asyncio.Event()
+        closing.set()  # as at shutdown: the background loops are done
+        outbox = Outbox(write, gate, give_up=stop)
+        task = ClaimedTask("t", "tok", {}, 1, 3, None, 0, 0, 1)
+        outbox.add(Outcome(Run(task, claimed_at=0.0), result="{}"))
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(worker._flush_all(), timeout=window_s)
-        if worker._probe is not None:
-            worker._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker._probe
+            await asyncio.wait_for(outbox.flush(until=closing), timeout=window_s)
+        await gate.close()
         await client.aclose()
-        assert worker._outbox, "nothing can have been written"
-        return calls
+        return calls, len(outbox)
 
-    calls = asyncio.run(writes_while_flushing_at_shutdown(1.0))
+    calls, unwritten = asyncio.run(writes_while_flushing_at_shutdown(1.0))
+    assert unwritten == 1, "nothing can have been written"
     # Backoff 0.05-0.2 s between probes: a handful of writes in a second, not thousands.
     assert 1 <= calls <= 20, calls
 

@@ -23,7 +23,13 @@ from taskfleet.runtime import (
     remove_state,
     write_state,
 )
-from taskfleet.worker import Worker, WorkerSettings, _Running
+from taskfleet.worker import WorkerSettings
+from taskfleet.worker.execution import Execution
+from taskfleet.worker.gate import RedisGate
+from taskfleet.worker.outbox import Outbox
+from taskfleet.worker.runs import Outcome, Run
+from taskfleet.worker.runtime_file import RuntimeFile
+from taskfleet.worker.slots import PREFETCH_RUN_LIMIT_S, Slots
 
 from tests.workers.harness import env_for, taskfleet, wait_until
 
@@ -158,43 +164,95 @@ def test_worker_settings_repr_never_shows_the_redis_url() -> None:
     assert "queue='q'" in repr(settings)
 
 
-def _idle_worker(tmp_path: Path) -> Worker:
+def _execution() -> tuple[Execution, Slots]:
     settings = WorkerSettings(
-        queue="q",
-        redis_url="redis://127.0.0.1:1/0",
-        pod="p",
-        incarnation="i",
-        runtime_dir=str(tmp_path),
+        queue="q", redis_url="redis://127.0.0.1:1/0", pod="p", incarnation="i"
     )
-    return Worker(settings, load_handler("tests.workers.handlers:async_sleep"))
+
+    async def write(batch: list[Outcome]) -> None:
+        raise AssertionError("nothing is written here")
+
+    async def reconnect() -> None:
+        raise AssertionError("no outage here")
+
+    gate = RedisGate(reconnect, lambda: None, backoff_base=0.1, backoff_max=0.2)
+    outbox = Outbox(write, gate, give_up=asyncio.Event())
+    slots = Slots(settings.concurrency, 0)
+    handler = load_handler("tests.workers.handlers:async_sleep")
+    execution = Execution(
+        settings, handler, slots, outbox, slot_freed=asyncio.Event(), changed=lambda: None
+    )
+    return execution, slots
 
 
-def _hold(worker: Worker, task_id: str) -> _Running:
-    run = _Running(ClaimedTask(task_id, "tok", {}, 1, 3, None, 0, 0, 1), started=0.0)
-    worker._running[task_id] = run
+def _hold(execution: Execution, task_id: str) -> Run:
+    run = Run(ClaimedTask(task_id, "tok", {}, 1, 3, None, 0, 0, 1), claimed_at=0.0)
+    execution.held[task_id] = run
     return run
 
 
-def test_a_finished_run_is_neither_heartbeaten_nor_counted_as_a_lost_lease(
-    tmp_path: Path,
-) -> None:
-    worker = _idle_worker(tmp_path)
-    try:
-        working = _hold(worker, "working")
-        done = _hold(worker, "done")
+def test_a_finished_run_is_neither_heartbeaten_nor_counted_as_a_lost_lease() -> None:
+    async def scenario() -> None:
+        execution, _ = _execution()
+        working = _hold(execution, "working")
+        done = _hold(execution, "done")
         done.finished = True  # its outcome is queued: the write ends its lease
-        assert worker._lease_tokens() == {"working": "tok"}
+        assert execution.leases() == {"working": "tok"}
         # It may finish between the heartbeat's snapshot and the reply naming it lost.
-        worker._abandon({"working", "done"})
-        assert worker.counters.lost == 1
+        execution.abandon({"working", "done"})
+        assert execution.counters.lost == 1
         assert working.abandoned and not done.abandoned
-        assert list(worker._running) == ["done"]  # left for its outcome write to settle
-    finally:
-        worker._threads.close()
+        assert list(execution.held) == ["done"]  # left for its outcome write to settle
+        execution.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("held", "stuck", "typical", "room", "free"),
+    [
+        (0, 0, None, 4, 4),  # no run seen yet: no prefetch
+        (0, 0, 0.001, 12, 4),  # short runs: the prefetch room comes on top
+        (3, 1, 0.001, 8, 0),  # a stuck call keeps its slot
+        (6, 0, 0.001, 6, -2),  # prefetched tasks wait for slots
+        (2, 0, 0.5, 2, 2),  # long runs: no prefetch
+    ],
+)
+def test_slots_give_the_room_a_claim_may_take(
+    held: int, stuck: int, typical: float | None, room: int, free: int
+) -> None:
+    slots = Slots(4, 8)
+    slots.typical_run_s = typical
+    assert (slots.room(held, stuck), slots.free(held, stuck)) == (room, free)
+
+
+def test_prefetch_stops_after_a_long_wait_and_resumes_when_runs_are_short_again() -> None:
+    slots = Slots(2, 4)
+    for _ in range(3):
+        slots.record_run(0.001)
+    assert slots.prefetch_room() == 4
+    slots.prefetch_waited_too_long()
+    assert slots.prefetch_room() == 0
+    while slots.prefetch_room() == 0:  # a moving average: short runs bring it back down
+        slots.record_run(0.001)
+    assert slots.typical_run_s is not None and slots.typical_run_s < PREFETCH_RUN_LIMIT_S
+
+
+def test_completions_refill_only_the_slots_they_free_and_say_which_are_prefetch() -> None:
+    slots = Slots(4, 4)
+    slots.typical_run_s = 0.001
+    # 4 held in 4 slots, 2 complete: their 2 slots are refilled, nothing more
+    assert slots.refill(2, held=4, stuck=0) == (2, 0)
+    # 8 held (4 prefetched), 3 complete: 3 claimed, all of them to wait for a slot
+    assert slots.refill(3, held=8, stuck=0) == (3, 3)
+    slots.typical_run_s = 1.0  # long runs: no prefetch, only free slots
+    assert slots.refill(3, held=8, stuck=0) == (0, 0)
+    assert slots.refill(2, held=4, stuck=1) == (1, 0)
 
 
 def test_the_runtime_file_is_throttled_except_for_what_drain_waits_on(tmp_path: Path) -> None:
     path = tmp_path / "worker.json"
+    status: list[tuple[str, bool, int]] = [("running", False, 0)]
 
     def on_disk() -> tuple[str, bool, int]:
         state = read_state(path)
@@ -202,34 +260,31 @@ def test_the_runtime_file_is_throttled_except_for_what_drain_waits_on(tmp_path: 
         return state.state, state.draining, state.inflight
 
     async def scenario() -> None:
-        worker = _idle_worker(tmp_path)
-        try:
-            worker._set_state("running")
-            await asyncio.sleep(0)
-            assert on_disk() == ("running", False, 0)
-            _hold(worker, "a")
-            worker._mark_runtime_dirty()  # only the count changed: held back...
-            await asyncio.sleep(0)
-            assert on_disk() == ("running", False, 0)
-            deadline = time.monotonic() + 5.0
-            while on_disk() != ("running", False, 1):  # ...but not lost
-                assert time.monotonic() < deadline, "the held-back write never came"
-                await asyncio.sleep(0.01)
-            _hold(worker, "b")
-            _hold(worker, "c")
-            worker._mark_runtime_dirty()
-            worker.request_drain()  # draining: at once, with the latest count
-            await asyncio.sleep(0)
-            assert on_disk() == ("draining", True, 3)
-            del worker._running["a"]
-            worker._mark_runtime_dirty()  # fewer in flight, but not none: held back
-            await asyncio.sleep(0)
-            assert on_disk() == ("draining", True, 3)
-            worker._running.clear()
-            worker._mark_runtime_dirty()  # nothing left in flight while draining: at once
-            await asyncio.sleep(0)
-            assert on_disk() == ("draining", True, 0)
-        finally:
-            worker._threads.close()
+        file = RuntimeFile(path, lambda: status[0], pid=os.getpid(), start=None, pod="p", queue="q")
+
+        def change(now: tuple[str, bool, int]) -> None:
+            status[0] = now
+            file.changed()
+
+        change(("running", False, 0))
+        await asyncio.sleep(0)
+        assert on_disk() == ("running", False, 0)
+        change(("running", False, 1))  # only the count changed: held back...
+        await asyncio.sleep(0)
+        assert on_disk() == ("running", False, 0)
+        deadline = time.monotonic() + 5.0
+        while on_disk() != ("running", False, 1):  # ...but not lost
+            assert time.monotonic() < deadline, "the held-back write never came"
+            await asyncio.sleep(0.01)
+        change(("running", False, 3))
+        change(("draining", True, 3))  # draining: at once, with the latest count
+        await asyncio.sleep(0)
+        assert on_disk() == ("draining", True, 3)
+        change(("draining", True, 2))  # fewer in flight, but not none: held back
+        await asyncio.sleep(0)
+        assert on_disk() == ("draining", True, 3)
+        change(("draining", True, 0))  # nothing left in flight while draining: at once
+        await asyncio.sleep(0)
+        assert on_disk() == ("draining", True, 0)
 
     asyncio.run(scenario())

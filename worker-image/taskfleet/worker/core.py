@@ -1,0 +1,612 @@
+"""``Worker``: the loops that tie the worker's parts together, and its start and stop.
+
+One asyncio loop runs four activities:
+
+- the claim loop fills free slots with one batched ``claim`` and, when the queue is
+  empty, blocks on the broker's ``wait_for_work`` (BLPOP), where producers hand it new
+  tasks they claimed for it, so an idle fleet starts a new task within a millisecond;
+- each claimed task runs at once (``Execution``): an async handler on the loop, a sync
+  handler on a handler thread;
+- the flusher writes finished tasks' outcomes (``Outbox``); completions gathered while
+  the previous write was in flight go out in one script call, which also claims tasks
+  for the slots they free (``complete_and_claim``). A task keeps its slot and its lease
+  until its outcome is written, so nothing finished is ever forgotten;
+- the heartbeat extends every held lease in one call, reports in-flight count and the
+  draining flag, abandons tasks whose lease was lost, and sweeps the queue now and then
+  so the library loses nothing even without the operator.
+
+Redis errors never escape these loops: they wait on the ``RedisGate`` instead. Leases
+that expire meanwhile are taken back by sweeps; claim tokens make any late write from
+this worker harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import math
+import os
+import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+
+from taskfleet.broker import Broker, ClaimedTask, ClaimResult, bounded
+from taskfleet.config import QueueConfig
+from taskfleet.handlers import Handler, format_error
+from taskfleet.keys import QueueKeys
+from taskfleet.runtime import (
+    POLL_INTERVAL_S,
+    WAITER_GRACE_S,
+    live_waiters,
+    process_start,
+    remove_state,
+    runtime_path,
+)
+from taskfleet.scripts import RESULT_TOO_LARGE
+from taskfleet.worker.events import log_event
+from taskfleet.worker.execution import Execution
+from taskfleet.worker.gate import REDIS_DOWN, RedisGate, wait_any
+from taskfleet.worker.outbox import Outbox
+from taskfleet.worker.runs import Counters, Outcome, Run
+from taskfleet.worker.runtime_file import RuntimeFile
+from taskfleet.worker.settings import WorkerSettings
+from taskfleet.worker.slots import PREFETCH_MAX_WAIT_S, Slots
+
+__all__ = ["ClaimLoopState", "Worker"]
+
+DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
+#: How much longer than its longest wait an idle worker stays registered for hand-offs. A
+#: worker killed while idle may be handed a task for that long: its lease brings it back.
+IDLE_MARGIN_S = 1.0
+#: Sweep calls a heartbeat may make in a row while each finds a full step of work.
+SWEEP_MAX_CALLS = 10
+T = TypeVar("T")
+
+
+class ClaimLoopState(enum.Enum):
+    CLAIMING = "claiming"
+    WAITING_FOR_SLOT = "waiting for a slot"
+    #: For a producer's wake-up or a limit: outcome writes then don't claim (the wake-up
+    #: will), so an idle worker's completions stay cheap.
+    WAITING_FOR_WORK = "waiting for work"
+    STOPPED = "stopped"
+
+
+def _number(raw: Any, default: float) -> float:
+    """A config value as the Lua scripts read it: unset or not a number -> the default."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return default
+    return value if value > 0 and math.isfinite(value) else default
+
+
+class Worker:
+    """Runs one queue's tasks with ``concurrency`` slots until drained."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        handler: Handler,
+        *,
+        client: aioredis.Redis | None = None,
+    ) -> None:
+        settings.validate()
+        self.settings = settings
+        self.handler = handler
+        self._client = client
+        self._own_client = client is None
+        self._broker: Broker | None = None
+        self._slot_freed = asyncio.Event()
+        self._beat_now = asyncio.Event()
+        self._drain_requested = asyncio.Event()
+        self._stop_requested = asyncio.Event()
+        # Ends the background loops. Not task.cancel(): a cancellation that lands while a
+        # redis-py call completes can be swallowed (Python 3.11), leaving a loop running.
+        self._closing = asyncio.Event()
+        self.gate = RedisGate(
+            self._reconnect,
+            self._beat_now.set,
+            backoff_base=settings.backoff_base,
+            backoff_max=settings.backoff_max,
+        )
+        self.outbox = Outbox(self._write, self.gate, give_up=self._stop_requested)
+        # An async handler's claimed tasks all run at once: prefetch is for threads only.
+        self.slots = Slots(settings.concurrency, 0 if handler.is_async else settings.prefetch_depth)
+        self.execution = Execution(
+            settings,
+            handler,
+            self.slots,
+            self.outbox,
+            slot_freed=self._slot_freed,
+            changed=self._held_changed,
+        )
+        self._state = "starting"
+        self.runtime_file = RuntimeFile(
+            runtime_path(settings.runtime_dir),
+            self._runtime_status,
+            pid=os.getpid(),
+            start=process_start(os.getpid()),
+            pod=settings.pod,
+            queue=settings.queue,
+        )
+        self.claim_loop_state = ClaimLoopState.CLAIMING
+        # How long a claim that empties the queue registers this worker for hand-offs: a
+        # little longer than it then waits, so it is never unregistered while waiting.
+        self._idle_ms = int((settings.idle_wait + IDLE_MARGIN_S) * 1000)
+        self._heartbeat_interval = settings.heartbeat_interval
+
+    # ---------------------------------------------------------------- public control
+
+    @property
+    def draining(self) -> bool:
+        return self._drain_requested.is_set()
+
+    @property
+    def counters(self) -> Counters:
+        return self.execution.counters
+
+    def request_drain(self) -> None:
+        """First SIGTERM/SIGINT (or ``taskfleet drain``): stop claiming, finish, then exit.
+
+        A second request while draining releases everything at once and exits.
+        """
+        held = len(self.execution.held)
+        if self._drain_requested.is_set():
+            if not self._stop_requested.is_set():
+                log_event(logging.WARNING, "drain_forced", inflight=held)
+                self._stop_requested.set()
+            return
+        log_event(
+            logging.INFO,
+            "drain_started",
+            inflight=held,
+            drain_timeout_s=self.settings.drain_timeout,
+        )
+        self._drain_requested.set()
+        self._beat_now.set()
+        self._slot_freed.set()  # wake the claim loop so it notices
+        self._set_state("draining")
+
+    async def run(self) -> int:
+        """Serve until drained; returns the process exit code (0 after a drain)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None:
+            self._client = aioredis.Redis.from_url(
+                self.settings.redis_url,
+                socket_connect_timeout=2.0,
+                # No socket timeout: the broker bounds each call itself (reply_timeout),
+                # which saves redis-py's per-command send task (see Broker).
+                socket_timeout=None,
+                health_check_interval=0,
+            )
+        self._broker = Broker(
+            self.settings.queue,
+            self._client,
+            self.settings.pod,
+            self.settings.incarnation,
+            reply_timeout=self.settings.reply_timeout,
+        )
+        self._set_state("starting")
+        try:
+            await self._register()
+            await self._settle_lease_ttl()
+            if self.draining:
+                return await self._shutdown([])
+            self._set_state("running")
+            log_event(
+                logging.INFO,
+                "worker_started",
+                queue=self.settings.queue,
+                pod=self.settings.pod,
+                incarnation=self.settings.incarnation,
+                concurrency=self.settings.concurrency,
+                prefetch=self.slots.prefetch,
+                handler=self.handler.ref,
+                pid=os.getpid(),
+            )
+            background = [
+                loop.create_task(self._heartbeat_loop(), name="heartbeat"),
+                loop.create_task(self._flush_loop(), name="flush"),
+            ]
+            if self.slots.prefetch:
+                background.append(loop.create_task(self._prefetch_guard_loop(), name="prefetch"))
+            claimer = loop.create_task(self._claim_loop(), name="claim")
+            drain = loop.create_task(self._drain_requested.wait())
+            await asyncio.wait({drain, claimer, *background}, return_when="FIRST_COMPLETED")
+            drain.cancel()
+            crashed = [t for t in (claimer, *background) if t.done() and not t.cancelled()]
+            failure = next((t.exception() for t in crashed if t.exception()), None)
+            if failure is None:
+                await claimer
+                return await self._shutdown(background)
+            # A bug, not an outage (those are handled in the loops): give everything back
+            # at once and exit 1 so the container restarts rather than idling half-alive.
+            # Given back as lost, not released: if a task caused it, the next worker that
+            # claims it fails too, and only a counted loss ends that (max_lost).
+            log_event(logging.ERROR, "worker_failed", error=format_error(failure))
+            self._drain_requested.set()
+            self._stop_requested.set()
+            self._slot_freed.set()  # the claim loop may be waiting for a slot
+            with contextlib.suppress(Exception):
+                await claimer
+            await self._shutdown([t for t in background if not t.done()], failed=True)
+            return 1
+        finally:
+            self.execution.close()
+            await self.gate.close()
+            if self._own_client and self._client is not None:
+                with contextlib.suppress(Exception):
+                    await self._client.aclose()
+            self._set_state("stopped")
+            self.runtime_file.write()
+            remove_state(self.runtime_file.path, os.getpid())
+
+    # ---------------------------------------------------------------- start and stop
+
+    async def _register(self) -> None:
+        assert self._broker is not None
+        while not self.draining:
+            try:
+                taken = await self._broker.register(self.settings.concurrency)
+            except REDIS_DOWN as exc:
+                await self.gate.wait_out(exc, self._drain_requested, self._closing)
+                continue
+            if taken:
+                log_event(logging.INFO, "earlier_incarnation_requeued", tasks=taken)
+            return
+
+    async def _settle_lease_ttl(self) -> None:
+        """Agree with the queue on the lease TTL, which every worker of a queue shares.
+
+        ``--lease-ttl`` sets the queue's ``lease_ttl_s`` (the operator gives every pod the
+        same value); without it the queue's setting stands. A heartbeat too slow for that
+        TTL is shortened rather than left to lose every lease.
+        """
+        assert self._client is not None
+        ttl_field = "lease_ttl_s"
+        config_key = QueueKeys(self.settings.queue).config
+        reply_timeout = self.settings.reply_timeout
+        while not self.draining:
+            try:
+                if self.settings.lease_ttl is not None:
+                    ttl = self.settings.lease_ttl
+                    write = self._client.hset(config_key, ttl_field, repr(ttl))
+                    await bounded(write, reply_timeout)
+                else:
+                    raw = await bounded(self._client.hget(config_key, ttl_field), reply_timeout)
+                    ttl = _number(raw, DEFAULT_LEASE_TTL_S)
+            except REDIS_DOWN as exc:
+                await self.gate.wait_out(exc, self._drain_requested, self._closing)
+                continue
+            if self._heartbeat_interval * 2 > ttl:
+                self._heartbeat_interval = ttl / 3
+                log_event(
+                    logging.WARNING,
+                    "heartbeat_shortened",
+                    lease_ttl_s=ttl,
+                    heartbeat_interval_s=round(self._heartbeat_interval, 3),
+                )
+            return
+
+    async def _reconnect(self) -> None:
+        """The gate's probe: drop every connection to the old server, then ask once."""
+        assert self._client is not None
+        # Pooled connections to the old server are dead too: drop them all, so the first
+        # error is the only one this outage produces.
+        await self._client.connection_pool.disconnect()
+        if self._broker is not None:
+            await self._broker.close()
+        await bounded(self._client.ping(), self.settings.reply_timeout)
+
+    async def _shutdown(self, background: list[asyncio.Task[None]], *, failed: bool = False) -> int:
+        """Wait for in-flight tasks up to the drain deadline, release the rest, deregister.
+
+        ``failed``: the worker is stopping on an error; what it still holds is given back
+        as lost by the deregistration (see ``Broker.deregister``), not released.
+        """
+        assert self._broker is not None
+        execution = self.execution
+        deadline = time.monotonic() + self.settings.drain_timeout
+        # Prefetched tasks no thread has begun go back now, for a worker that stays.
+        await self._withdraw(list(execution.held.values()))
+        left = max(0.0, deadline - time.monotonic())
+        await wait_any(execution.idle, self._stop_requested, limit=left)
+        leftover = [run for run in execution.held.values() if not run.finished]
+        for run in leftover:
+            run.abandoned = True
+            if run.job is not None:
+                run.job.cancel()
+        self.claim_loop_state = ClaimLoopState.STOPPED
+        self._closing.set()
+        self.outbox.ready.set()  # the flusher waits on this alone
+        if background:
+            _, pending = await asyncio.wait(background, timeout=5.0)
+            for task in pending:
+                task.cancel()  # a write stuck on a dead server; its batch stays in the outbox
+        # Outcomes already produced are written, not released: that work is done.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.outbox.flush(until=self._closing), timeout=3.0)
+        if leftover and not failed:
+            await self._release(leftover)
+        try:
+            given_back = await asyncio.wait_for(self._broker.deregister(failed=failed), timeout=2.0)
+            if failed:
+                self.counters.lost += given_back
+        except Exception as exc:
+            # Not fatal: the operator and sweeps notice a silent pod by its heartbeat.
+            log_event(logging.WARNING, "deregister_failed", error=format_error(exc))
+        finally:
+            await self._broker.close()
+        counters = self.counters
+        log_event(
+            logging.INFO,
+            "worker_stopped",
+            completed=counters.completed,
+            failed=counters.failed,
+            released=counters.released,
+            lost=counters.lost,
+        )
+        self._state = "drained"
+        self.runtime_file.write()  # now, not next loop turn: the waiters are polling for it
+        await self._outlive_drain_waiters()
+        return 0
+
+    async def _outlive_drain_waiters(self) -> None:
+        """Let ``taskfleet drain`` processes see ``drained`` and exit before we do.
+
+        As the init's child (or PID 1 itself) our exit ends the PID namespace and the
+        kernel SIGKILLs whatever is left in it, which the kubelet reports as a failed
+        preStop hook. Bounded: a waiter that hangs does not keep a drained worker alive.
+        """
+        directory = self.runtime_file.path.parent
+        deadline = time.monotonic() + WAITER_GRACE_S
+        while live_waiters(directory):
+            if time.monotonic() >= deadline:
+                log_event(logging.WARNING, "drain_waiters_left", waited_s=WAITER_GRACE_S)
+                return
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+    async def _release(self, runs: list[Run]) -> None:
+        """Give unfinished tasks back (not an attempt); if Redis is down, leases expire instead."""
+        assert self._broker is not None
+        items = [(run.task.id, run.task.token) for run in runs]
+        try:
+            released = await asyncio.wait_for(self._broker.release(items), timeout=3.0)
+        except Exception as exc:  # whatever went wrong, exiting must go on
+            log_event(
+                logging.WARNING,
+                "release_failed",
+                tasks=len(items),
+                error=format_error(exc),
+                note="leases expire and the tasks are taken back",
+            )
+            return
+        self.counters.released += int(released)
+        for run in runs:
+            log_event(logging.INFO, "task_released", task=run.task.id)
+        self.execution.forget(runs)
+
+    async def _withdraw(self, runs: list[Run], *, waited: bool = False) -> None:
+        """Release the prefetched ``runs`` no thread has begun (never started here).
+
+        ``waited``: they waited too long for a thread; prefetch stops until runs are short.
+        """
+        withdrawn = self.execution.withdraw(runs)
+        if not withdrawn:
+            return
+        if waited:
+            self.slots.prefetch_waited_too_long()
+            log_event(
+                logging.INFO,
+                "prefetch_withdrawn",
+                tasks=len(withdrawn),
+                waited_s=PREFETCH_MAX_WAIT_S,
+                note="every handler thread is busy with long runs",
+            )
+        await self._release(withdrawn)
+        # Released, or (Redis down) left to their leases: either way not this worker's now.
+        self.execution.forget(withdrawn)
+
+    async def _prefetch_guard_loop(self) -> None:
+        """Give back prefetched tasks that waited ``PREFETCH_MAX_WAIT_S`` for a thread."""
+        while True:
+            await wait_any(self._closing, self._drain_requested, limit=PREFETCH_MAX_WAIT_S / 2)
+            if self._closing.is_set() or self.draining:
+                return  # the drain withdraws what is still waiting itself
+            cutoff = time.monotonic() - PREFETCH_MAX_WAIT_S
+            # Claimed that long ago; withdraw() keeps those no thread has begun.
+            late = [run for run in self.execution.held.values() if run.claimed_at <= cutoff]
+            if late:
+                await self._withdraw(late, waited=True)
+
+    # ---------------------------------------------------------------- claiming
+
+    def _room(self) -> int:
+        execution = self.execution
+        return self.slots.room(len(execution.held), execution.stuck)
+
+    async def _claim_loop(self) -> None:
+        assert self._broker is not None
+        execution, slots = self.execution, self.slots
+        while not self.draining:
+            self.claim_loop_state = ClaimLoopState.CLAIMING
+            room = self._room()
+            if room <= 0:
+                self.claim_loop_state = ClaimLoopState.WAITING_FOR_SLOT
+                self._slot_freed.clear()
+                if self._room() <= 0 and not self.draining:
+                    await self._slot_freed.wait()
+                continue
+            free = slots.free(len(execution.held), execution.stuck)
+            try:
+                claimed = await self._broker.claim(
+                    room, idle_ms=self._idle_ms, prefetch=slots.prefetch_part(room, free)
+                )
+            except REDIS_DOWN as exc:
+                await self.gate.wait_out(exc, self._drain_requested, self._closing)
+                continue
+            if claimed.tasks:
+                await self._take(claimed.tasks)
+                if self.draining:
+                    break
+                if len(claimed.tasks) == room or claimed.more_pending:
+                    # Let the new tasks' handlers start before this loop claims again.
+                    await asyncio.sleep(0)
+                    continue
+                # The queue gave all it had: asking again would find nothing. A task
+                # enqueued from now on leaves a wake-up token for the wait below.
+            if self.draining:
+                continue
+            self.claim_loop_state = ClaimLoopState.WAITING_FOR_WORK
+            await self._wait_for_work(claimed)
+        self.claim_loop_state = ClaimLoopState.STOPPED
+
+    async def _wait_for_work(self, claimed: ClaimResult) -> None:
+        """After a claim that found nothing: wait for a producer, a due task or a limit."""
+        assert self._broker is not None
+        if claimed.retry_after_ms:
+            # Rate or concurrency limit: nothing to gain by asking again sooner.
+            await self._until_drain(asyncio.sleep(claimed.retry_after_ms / 1000))
+            return
+        idle_wait = self.settings.idle_wait
+        if claimed.next_due_ms is not None:
+            # A delayed task falls due before the next wake-up: claim it on time.
+            idle_wait = min(idle_wait, max(claimed.next_due_ms, 1) / 1000)
+        try:
+            handed = await self._until_drain(self._broker.wait_for_work(idle_wait))
+        except REDIS_DOWN as exc:
+            await self.gate.wait_out(exc, self._drain_requested, self._closing)
+            return
+        if handed is not None and handed.tasks:
+            await self._take(handed.tasks)  # or released, if a drain began meanwhile
+
+    async def _take(self, tasks: list[ClaimedTask]) -> None:
+        """Start claimed tasks, or hand them straight back if a drain began meanwhile."""
+        if self.draining:
+            # The drain began while the claim was in flight: give its tasks back (not an
+            # attempt) for a worker that stays, rather than start them now.
+            now = time.monotonic()
+            await self._release([Run(task=task, claimed_at=now) for task in tasks])
+            return
+        self.execution.start_all(tasks)
+
+    async def _until_drain(self, awaitable: Awaitable[T]) -> T | None:
+        """Await ``awaitable`` but give up (cancelling it) as soon as a drain starts.
+
+        Returns its result, or None when the drain cut it short. (A task handed over in
+        a wait cut short stays held by this pod until the exit releases it.)
+        """
+        waiter = asyncio.ensure_future(awaitable)
+        drain = asyncio.ensure_future(self._drain_requested.wait())
+        try:
+            await asyncio.wait({waiter, drain}, return_when="FIRST_COMPLETED")
+        finally:
+            drain.cancel()
+            if not waiter.done():
+                waiter.cancel()
+                # Bounded: the wait being cancelled is at most one idle wait long anyway.
+                await asyncio.wait({waiter}, timeout=self.settings.idle_wait + 1.0)
+        if self.draining or not waiter.done() or waiter.cancelled():
+            return None  # an error of a wait cut short by the drain is no outage
+        return waiter.result()
+
+    # ---------------------------------------------------------------- writing outcomes
+
+    async def _flush_loop(self) -> None:
+        ready = self.outbox.ready
+        while True:
+            await ready.wait()  # also set when closing: one waiter per turn
+            if self._closing.is_set():
+                return  # the shutdown flushes what is left itself
+            ready.clear()
+            await asyncio.sleep(0)  # let outcomes finishing in this loop turn join the batch
+            await self.outbox.flush(until=self._closing)
+
+    async def _write(self, batch: list[Outcome]) -> None:
+        """Write ``batch``, removing each outcome once written (so a retry never repeats it)."""
+        assert self._broker is not None
+        execution = self.execution
+        try:
+            # Threads finishing meanwhile needn't wake the loop: collected right after.
+            with execution.collected_after():
+                done = [o for o in batch if o.error is None]
+                if done:
+                    await self._complete(batch, done)
+                while batch:
+                    outcome = batch[0]
+                    state = await self._broker.fail(
+                        outcome.run.task.id, outcome.run.task.token, outcome.error or ""
+                    )
+                    batch.pop(0)
+                    ok = state is not None  # None: stale token, the task was taken back
+                    execution.finish(outcome, ok, "task_failed")
+        finally:
+            # Wake the claim loop only for slots this write left free: completions that
+            # claimed their own replacements need no second look.
+            if self._room() > 0:
+                self._slot_freed.set()
+
+    async def _complete(self, batch: list[Outcome], done: list[Outcome]) -> None:
+        """Completions, and a claim for the slots they free, in one script call (unless
+        draining, or the claim loop waits for a producer's wake-up: it will claim)."""
+        assert self._broker is not None
+        execution = self.execution
+        items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
+        claimed: ClaimResult | None = None
+        n, prefetch = self.slots.refill(len(done), len(execution.held), execution.stuck)
+        if self.draining or self.claim_loop_state is ClaimLoopState.WAITING_FOR_WORK or n <= 0:
+            applied = await self._broker.complete_many(items)
+        else:
+            applied, claimed = await self._broker.complete_and_claim(items, n, prefetch=prefetch)
+        for outcome, code in zip(done, applied, strict=True):
+            batch.remove(outcome)
+            if code == RESULT_TOO_LARGE:
+                outcome.result = None
+                outcome.error = "result too large for the queue's max_payload_bytes"
+                execution.finish(outcome, True, "task_failed", reason="result too large")
+            else:
+                execution.finish(outcome, bool(code), "task_done")
+        if claimed is not None and claimed.tasks:
+            await self._take(claimed.tasks)
+
+    # ---------------------------------------------------------------- heartbeats
+
+    async def _heartbeat_loop(self) -> None:
+        assert self._broker is not None
+        execution = self.execution
+        beats = 0
+        while not self._closing.is_set():
+            self._beat_now.clear()
+            try:
+                lost = await self._broker.heartbeat(
+                    execution.leases(), inflight=len(execution.held), draining=self.draining
+                )
+                execution.abandon(lost)
+                beats += 1
+                if beats % self.settings.sweep_every == 0 and not self.draining:
+                    # Claims already take back expired leases; this also prunes retention.
+                    await self._broker.sweep(max_calls=SWEEP_MAX_CALLS)
+            except REDIS_DOWN as exc:
+                if self._stop_requested.is_set():
+                    return
+                await self.gate.wait_out(exc, self._stop_requested, self._closing)
+                continue
+            await wait_any(self._beat_now, self._closing, limit=self._heartbeat_interval)
+
+    # ---------------------------------------------------------------- runtime file
+
+    def _set_state(self, state: str) -> None:
+        self._state = state
+        self.runtime_file.changed()
+
+    def _held_changed(self) -> None:
+        self.runtime_file.changed()
+
+    def _runtime_status(self) -> tuple[str, bool, int]:
+        # held includes outcomes not yet written
+        return self._state, self._drain_requested.is_set(), len(self.execution.held)

@@ -1,0 +1,296 @@
+"""The runs a worker holds and how each one runs.
+
+An async handler runs as an asyncio task on the loop; a sync one on one of the handler
+threads. Either way a run ends exactly once in an ``Outcome`` for the outbox, or is
+abandoned (lease lost, released) and produces nothing. A call the worker gave up on (its
+timeout passed, its lease was lost) but that is still running keeps its slot ("stuck")
+until it returns, so a hung handler can't make the worker oversubscribe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from taskfleet.broker import ClaimedTask
+from taskfleet.handlers import Handler, TaskContext, context_for, encode_result, format_error
+from taskfleet.worker.events import log, log_event
+from taskfleet.worker.outbox import Outbox
+from taskfleet.worker.runs import Counters, Outcome, Run, timeout_error
+from taskfleet.worker.settings import WorkerSettings
+from taskfleet.worker.slots import Slots
+from taskfleet.worker.threads import Delivered, HandlerThreads
+
+
+class Execution:
+    """``held``: every task from its claim until its outcome is written (or given back).
+
+    ``slot_freed`` is set whenever a slot frees that a claim may fill; ``changed`` is
+    called when the number held changes (the runtime file follows it).
+    """
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        handler: Handler,
+        slots: Slots,
+        outbox: Outbox,
+        *,
+        slot_freed: asyncio.Event,
+        changed: Callable[[], None],
+    ) -> None:
+        self.held: dict[str, Run] = {}
+        self.stuck = 0  # calls given up on but still running: they keep their slots
+        self.idle = asyncio.Event()  # set while nothing is held
+        self.idle.set()
+        self.counters = Counters()
+        self._settings = settings
+        self._handler = handler
+        self._slots = slots
+        self._outbox = outbox
+        self._slot_freed = slot_freed
+        self._changed = changed
+        self._threads = HandlerThreads(settings.concurrency, handler.func, self._delivered)
+
+    # ------------------------------------------------------------------ starting
+
+    def start(self, task: ClaimedTask) -> None:
+        run = Run(task=task, claimed_at=time.monotonic())
+        settings = self._settings
+        run.context = context_for(
+            TaskContext(
+                queue=settings.queue,
+                task_id=task.id,
+                attempt=task.attempts,
+                pod=settings.pod,
+                incarnation=settings.incarnation,
+                redis_url=settings.redis_url,
+            )
+        )
+        self.held[task.id] = run
+        self.idle.clear()
+        loop = asyncio.get_running_loop()
+        limit = task.timeout if task.timeout else settings.default_timeout
+        if self._handler.is_async:
+            run.job = loop.create_task(self._execute(run), name=task.id, context=run.context)
+            if limit is not None:
+                run.timer = loop.call_later(limit, self._async_timed_out, run, limit)
+        else:
+            if limit is not None:
+                run.timer = loop.call_later(limit, self._thread_timed_out, run, limit)
+            self._threads.submit(run)
+        self._changed()
+        if log.isEnabledFor(logging.DEBUG):
+            log_event(logging.DEBUG, "task_started", task=task.id, attempt=task.attempts)
+
+    def start_all(self, tasks: Iterable[ClaimedTask]) -> None:
+        for task in tasks:
+            try:
+                self.start(task)
+            except Exception as exc:
+                # Not the task's fault as far as we know, but failing its attempt is what
+                # bounds it: a task that can't be started must not stop the worker.
+                self._cannot_start(task, exc)
+
+    def _cannot_start(self, task: ClaimedTask, exc: Exception) -> None:
+        run = self.held.get(task.id)
+        if run is None or run.task is not task:
+            run = Run(task=task, claimed_at=time.monotonic())
+            self.held[task.id] = run
+        if run.job is not None:
+            run.job.cancel()
+        run.abandoned = True  # whatever began of it produces nothing
+        self.idle.clear()
+        self._queue(Outcome(run=run, error=f"task could not start: {format_error(exc)}"))
+
+    # ------------------------------------------------------------------ async handlers
+
+    async def _execute(self, run: Run) -> None:
+        """An async handler's run, in the task's context (``current_task()``).
+
+        Only the worker's own cancellations (timeout, drain deadline, lost lease) are
+        taken as such: a ``CancelledError`` the handler raises itself (``sub.cancel();
+        await sub``) fails the attempt like any other exception, as do ``SystemExit``
+        and ``KeyboardInterrupt``; none of them may stop the worker or hold the slot.
+        """
+        task = run.task
+        outcome = Outcome(run=run)
+        try:
+            value = await self._handler.func(task.payload)
+            outcome.result = encode_result(value)
+        except asyncio.CancelledError as exc:
+            job = asyncio.current_task()
+            if run.abandoned or run.timed_out or (job is not None and job.cancelling()):
+                return  # ours: the failure is written, or the task goes back
+            outcome.error = format_error(exc) + " (raised by the handler itself)"
+        except BaseException as exc:  # the handler's failure is the attempt's failure
+            outcome.error = format_error(exc)
+        finally:
+            if run.timer is not None:
+                run.timer.cancel()
+                run.timer = None
+            self._unstick(run)
+        if run.timed_out:
+            return  # failed when its time ran out; what it returned since is dropped
+        if run.abandoned:
+            log_event(logging.INFO, "task_result_dropped", task=task.id, reason="lease lost")
+            return
+        self._queue(outcome)
+
+    def _async_timed_out(self, run: Run, limit: float) -> None:
+        """An async handler ran past its timeout: fail the attempt now and cancel it.
+
+        A coroutine that swallows the cancellation runs on, but its result is dropped
+        and it keeps its slot until it returns, as a sync handler's thread does.
+        """
+        run.timer = None
+        if run.finished or run.abandoned:
+            return
+        run.timed_out = True
+        self._queue(Outcome(run=run, error=timeout_error(limit)))
+        if run.job is not None and not run.job.done():
+            run.job.cancel()
+            self._keep_slot_until_return(run)
+
+    # ------------------------------------------------------------------ sync handlers
+
+    def _thread_timed_out(self, run: Run, limit: float) -> None:
+        """A sync handler ran past its timeout: fail the attempt now; the thread runs on.
+
+        The timeout counts from the start of the call: a prefetched run that waited for a
+        thread gets the rest of its time.
+        """
+        run.timer = None
+        if run.finished or run.abandoned or not run.in_thread:
+            return
+        began_at = run.began_at
+        left = limit if began_at is None else began_at + limit - time.monotonic()
+        if left > 0:
+            loop = asyncio.get_running_loop()
+            run.timer = loop.call_later(left, self._thread_timed_out, run, limit)
+            return
+        self._keep_slot_until_return(run)
+        self._queue(Outcome(run=run, error=timeout_error(limit)))
+
+    def _delivered(self, batch: list[Delivered]) -> None:
+        """Sync handlers' calls that returned (on the loop, one batch per wake-up)."""
+        slots = self._slots
+        outcomes = []
+        for run, result, error in batch:
+            run.in_thread = False
+            if run.began_at is not None:
+                slots.record_run(run.ran_s)
+            if run.timer is not None:
+                run.timer.cancel()
+                run.timer = None
+            self._unstick(run)
+            if run.abandoned:
+                if run.lease_lost:
+                    log_event(
+                        logging.INFO, "task_result_dropped", task=run.task.id, reason="lease lost"
+                    )
+                continue
+            if run.finished:
+                continue  # timed out: its failure is queued or written already
+            run.finished = True
+            outcomes.append(Outcome(run=run, result=result, error=error))
+        self._outbox.add_many(outcomes)
+
+    def collected_after(self) -> contextlib.AbstractContextManager[None]:
+        """Calls that end during the block are collected at its end, with no wake-up."""
+        return self._threads.collected_after()
+
+    def withdraw(self, runs: Iterable[Run]) -> list[Run]:
+        """Of ``runs``, the prefetched ones no thread has begun: abandoned now."""
+        return self._threads.withdraw(runs)
+
+    def close(self) -> None:
+        self._threads.close()
+
+    # ------------------------------------------------------------------ slots and ends
+
+    def _queue(self, outcome: Outcome) -> None:
+        outcome.run.finished = True
+        self._outbox.add(outcome)
+
+    def _keep_slot_until_return(self, run: Run) -> None:
+        """A thread can't be killed, nor a coroutine that ignores its cancellation: the
+        run's slot stays taken until the call returns, and whatever it returns is dropped."""
+        running = run.in_thread or (run.job is not None and not run.job.done())
+        if running and not run.stuck:
+            run.stuck = True
+            self.stuck += 1
+
+    def _unstick(self, run: Run) -> None:
+        """The call of a run given up on returned: its slot is free."""
+        if run.stuck:
+            run.stuck = False
+            self.stuck -= 1
+            self._slot_freed.set()
+
+    def leases(self) -> dict[str, str]:
+        """Leases to extend: not those of finished runs, whose outcome write ends the lease
+        (a completion landing before the extension would make them look lost)."""
+        return {
+            run.task.id: run.task.token
+            for run in self.held.values()
+            if not run.abandoned and not run.finished
+        }
+
+    def abandon(self, lost: Iterable[str]) -> None:
+        """Leases we no longer hold: someone else may run the task; drop our result.
+
+        A run that finished after the heartbeat's snapshot is left to its outcome write,
+        which settles it (written, or refused as stale): its lease ended by design.
+        """
+        for task_id in lost:
+            run = self.held.get(task_id)
+            if run is None or run.finished:
+                continue
+            del self.held[task_id]
+            run.abandoned = run.lease_lost = True
+            self.counters.lost += 1
+            log_event(logging.WARNING, "lease_lost", task=task_id)
+            if run.job is not None:
+                run.job.cancel()
+            self._keep_slot_until_return(run)
+            self._slot_freed.set()
+        self.forget([])
+
+    def forget(self, runs: Iterable[Run]) -> None:
+        """These runs are not this worker's any more (released, or left to their leases)."""
+        for run in runs:
+            self.held.pop(run.task.id, None)
+        if not self.held and not len(self._outbox):
+            self.idle.set()
+        self._changed()
+
+    def finish(self, outcome: Outcome, accepted: bool, event: str, **extra: object) -> None:
+        """An outcome was written (``accepted``) or refused as stale."""
+        run = outcome.run
+        self.held.pop(run.task.id, None)
+        elapsed_ms = round((time.monotonic() - run.claimed_at) * 1000, 1)
+        if not accepted:
+            self.counters.stale += 1
+            log_event(logging.WARNING, "task_write_refused", task=run.task.id, reason="stale")
+        elif outcome.error is None:
+            self.counters.completed += 1
+            if log.isEnabledFor(logging.INFO):
+                log_event(logging.INFO, event, task=run.task.id, ms=elapsed_ms)
+        else:
+            self.counters.failed += 1
+            log_event(
+                logging.WARNING,
+                event,
+                task=run.task.id,
+                attempt=run.task.attempts,
+                ms=elapsed_ms,
+                error=outcome.error,
+                **extra,
+            )
+        if not self.held and not len(self._outbox):
+            self.idle.set()
+        self._changed()

@@ -1,0 +1,103 @@
+"""The Redis outage gate: the first failing call starts one probe; every loop waits on it.
+
+Redis errors never escape the worker's loops: a loop whose call fails hands the error to
+``RedisGate.wait_out``, which logs the outage once, starts the one probe that reconnects
+with capped, jittered exponential backoff, and returns when Redis answers again (or when
+one of the events the caller gives up on is set).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from taskfleet.handlers import format_error
+from taskfleet.worker.events import log_event
+
+#: Errors that mean "Redis is unreachable right now", not "the request was wrong".
+REDIS_DOWN: tuple[type[BaseException], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ConnectionError,
+    TimeoutError,
+    OSError,
+)
+
+
+async def wait_any(*events: asyncio.Event, limit: float | None = None) -> None:
+    """Return when any of ``events`` is set (or after ``limit`` seconds)."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=limit, return_when="FIRST_COMPLETED")
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+class RedisGate:
+    """Open while Redis answers; closed from a failed call until the probe gets a reply.
+
+    ``reconnect`` drops the dead connections and makes one call that must succeed
+    (raising one of ``REDIS_DOWN`` if Redis is still away); ``reachable`` runs once it
+    does (e.g. to heartbeat at once).
+    """
+
+    def __init__(
+        self,
+        reconnect: Callable[[], Awaitable[None]],
+        reachable: Callable[[], None],
+        *,
+        backoff_base: float,
+        backoff_max: float,
+    ) -> None:
+        self.open = asyncio.Event()
+        self.open.set()
+        self._reconnect = reconnect
+        self._reachable = reachable
+        self._backoff_base = backoff_base
+        self._backoff_max = backoff_max
+        self._probe: asyncio.Task[None] | None = None
+
+    async def wait_out(self, exc: BaseException, *give_up: asyncio.Event) -> None:
+        """Wait until Redis answers again, or until one of ``give_up`` is set."""
+        if self.open.is_set():
+            self.open.clear()
+            log_event(logging.WARNING, "redis_unreachable", error=format_error(exc))
+            self._probe = asyncio.get_running_loop().create_task(self._probe_until_up())
+        await wait_any(self.open, *give_up)
+
+    async def _probe_until_up(self) -> None:
+        started = time.monotonic()
+        delay = self._backoff_base
+        attempts = 0
+        while True:
+            # Full jitter: a fleet that lost Redis together must not reconnect in lockstep.
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            attempts += 1
+            try:
+                await self._reconnect()
+            except REDIS_DOWN:
+                delay = min(delay * 2, self._backoff_max)
+                continue
+            log_event(
+                logging.INFO,
+                "redis_reachable",
+                outage_s=round(time.monotonic() - started, 2),
+                attempts=attempts,
+            )
+            self.open.set()
+            self._reachable()
+            return
+
+    async def close(self) -> None:
+        """Stop a probe still running (the worker is exiting)."""
+        probe, self._probe = self._probe, None
+        if probe is not None and not probe.done():
+            probe.cancel()
+            await asyncio.gather(probe, return_exceptions=True)

@@ -1,0 +1,52 @@
+"""A task the worker holds (``Run``), from its claim until its outcome is written.
+
+Times, one word each: ``claimed_at`` when the worker got the task, ``began_at`` when a
+handler thread began the call (a prefetched run waits in between).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from dataclasses import dataclass
+
+from taskfleet.broker import ClaimedTask
+
+
+@dataclass(eq=False)
+class Run:
+    """One task this worker holds: from claim until its outcome is written."""
+
+    task: ClaimedTask
+    claimed_at: float  # monotonic
+    context: contextvars.Context | None = None  # where current_task() names this task
+    job: asyncio.Task[None] | None = None  # an async handler's run on the loop
+    in_thread: bool = False  # a sync handler's call is queued or running on a thread
+    began_at: float | None = None  # when a thread began the call (None: still queued)
+    ran_s: float = 0.0  # how long the thread's call took
+    timer: asyncio.TimerHandle | None = None  # the task's timeout
+    stuck: bool = False  # given up on while its call runs on: it keeps its slot
+    timed_out: bool = False  # its timeout passed: the failure is written, its result dropped
+    finished: bool = False  # its outcome is queued or being written: never release it
+    abandoned: bool = False  # lease lost or released: whatever it produces is dropped
+    lease_lost: bool = False  # abandoned because another worker may run it now
+
+
+@dataclass
+class Outcome:
+    run: Run
+    result: str | None = None  # JSON text on success
+    error: str | None = None  # "Type: message" on failure
+
+
+@dataclass
+class Counters:
+    completed: int = 0
+    failed: int = 0
+    released: int = 0
+    lost: int = 0
+    stale: int = 0
+
+
+def timeout_error(limit: float | None) -> str:
+    return f"TimeoutError: task exceeded its timeout of {limit:g}s"

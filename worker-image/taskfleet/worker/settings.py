@@ -1,0 +1,78 @@
+"""``WorkerSettings``: everything ``taskfleet worker`` takes, validated in one place."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from taskfleet.keys import validate_queue_name
+
+#: Upper bound of --prefetch.
+MAX_PREFETCH = 10_000
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything ``taskfleet worker`` takes; validated by the CLI before it gets here."""
+
+    queue: str
+    redis_url: str = field(repr=False)  # may hold a password: never in a repr or a log
+    pod: str
+    incarnation: str
+    concurrency: int = 1
+    prefetch: int | None = None  # None: twice the concurrency (see prefetch_depth)
+    drain_timeout: float = 30.0
+    heartbeat_interval: float = 5.0
+    lease_ttl: float | None = None  # None: the queue's setting (QueueConfig.lease_ttl_s)
+    default_timeout: float | None = None
+    sweep_every: int = 3  # heartbeats between queue sweeps
+    idle_wait: float = 1.0  # longest BLPOP; also bounds how long a missed wake-up costs
+    backoff_base: float = 0.1
+    backoff_max: float = 5.0
+    runtime_dir: str | None = None
+
+    @property
+    def prefetch_depth(self) -> int:
+        """Most claimed tasks held waiting for a slot (sync handlers, short tasks only)."""
+        if self.prefetch is None:
+            return min(2 * self.concurrency, MAX_PREFETCH)
+        return self.prefetch
+
+    @property
+    def reply_timeout(self) -> float:
+        """How long any one Redis call may go without a reply before it counts as an
+        outage: long enough for a slow script, short enough to notice a dead server."""
+        return max(2.0, self.idle_wait + 2.0)
+
+    def validate(self) -> None:
+        """Raise ValueError with one line saying what to fix."""
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.prefetch is not None and not 0 <= self.prefetch <= MAX_PREFETCH:
+            raise ValueError(f"prefetch must be within 0..{MAX_PREFETCH}, got {self.prefetch}")
+        # nan passes every comparison below and inf means "never": both would be written
+        # into the queue's shared config or spin the heartbeat, so refuse them first.
+        for what, value in (
+            ("heartbeat interval", self.heartbeat_interval),
+            ("lease TTL", self.lease_ttl),
+            ("drain timeout", self.drain_timeout),
+            ("task timeout", self.default_timeout),
+        ):
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{what} must be a finite number of seconds, got {value}")
+        if self.heartbeat_interval <= 0:
+            raise ValueError("heartbeat interval must be positive")
+        if self.lease_ttl is not None and self.lease_ttl <= 0:
+            raise ValueError("lease TTL must be positive")
+        if self.lease_ttl is not None and self.heartbeat_interval * 2 > self.lease_ttl:
+            raise ValueError(
+                f"heartbeat interval ({self.heartbeat_interval:g}s) must be at most half the "
+                f"lease TTL ({self.lease_ttl:g}s), or one late beat loses every lease"
+            )
+        if self.drain_timeout < 0:
+            raise ValueError("drain timeout must not be negative")
+        if self.default_timeout is not None and self.default_timeout <= 0:
+            raise ValueError("task timeout must be positive")
+        validate_queue_name(self.queue)
+        if not self.pod:
+            raise ValueError("pod name must not be empty")

@@ -1,0 +1,120 @@
+"""The handler threads of a sync handler, which hand outcomes back to the loop in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from taskfleet.handlers import encode_result, format_error
+from taskfleet.worker.runs import Run
+
+#: What a thread hands back per call: the run, its result JSON or its error.
+Delivered = tuple[Run, str | None, str | None]
+
+
+class HandlerThreads:
+    """``size`` daemon threads that run a sync handler, one task each at a time.
+
+    Each submitted run comes back exactly once through ``deliver``, on the loop, as
+    ``(run, result JSON, error)``; outcomes of calls that end together share one
+    wake-up of the loop. Daemon threads: a handler that never returns can't hold the
+    process at exit (the CLI exits without joining them anyway).
+    """
+
+    def __init__(
+        self,
+        size: int,
+        func: Callable[[dict[str, Any]], Any],
+        deliver: Callable[[list[Delivered]], None],
+    ) -> None:
+        self._size = size
+        self._func = func
+        self._deliver = deliver
+        self._jobs: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
+        # Orders a thread's start of a queued run against withdraw(): a run is either
+        # begun or withdrawn, never both.
+        self._begin = threading.Lock()
+        self._done: deque[Delivered] = deque()
+        self._wake_armed = False
+        # True while the loop will collect anyway (see collected_after).
+        self._loop_collects = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, run: Run) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        if not self._threads:
+            for i in range(self._size):
+                thread = threading.Thread(
+                    target=self._serve, name=f"taskfleet-handler-{i}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        run.in_thread = True
+        self._jobs.put(run)
+
+    def close(self) -> None:
+        """Let idle threads end; busy ones end when their call returns."""
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def withdraw(self, runs: Iterable[Run]) -> list[Run]:
+        """Of ``runs``, those no thread has begun: abandoned now, so none ever will."""
+        withdrawn = []
+        with self._begin:
+            for run in runs:
+                if run.in_thread and run.began_at is None and not run.abandoned:
+                    run.abandoned = True
+                    withdrawn.append(run)
+        return withdrawn
+
+    @contextlib.contextmanager
+    def collected_after(self) -> Iterator[None]:
+        """While the loop is busy with something it awaits (an outcome write), calls
+        that end don't wake it: their outcomes are collected when the block ends."""
+        self._loop_collects = True
+        try:
+            yield
+        finally:
+            self._loop_collects = False
+            self.collect()
+
+    def _serve(self) -> None:
+        func, jobs, done, begin = self._func, self._jobs, self._done, self._begin
+        clock = time.monotonic
+        while (run := jobs.get()) is not None:
+            result = error = None
+            with begin:
+                if not run.abandoned:  # released or lost while queued: don't start it
+                    run.began_at = clock()
+            if run.began_at is not None:
+                try:
+                    assert run.context is not None
+                    result = encode_result(run.context.run(func, run.task.payload))
+                except BaseException as exc:  # the attempt failed; the thread serves on
+                    error = format_error(exc)
+                run.ran_s = clock() - run.began_at
+            done.append((run, result, error))
+            # Append first, then check: the loop clears both flags before it empties the
+            # deque, so an outcome is never left behind without a collection on its way.
+            if not self._wake_armed and not self._loop_collects:
+                self._wake_armed = True
+                with contextlib.suppress(RuntimeError):  # the loop is gone: exiting
+                    assert self._loop is not None
+                    self._loop.call_soon_threadsafe(self.collect)
+
+    def collect(self) -> None:
+        """Deliver the outcomes that are in (on the loop)."""
+        self._wake_armed = False
+        batch = []
+        while self._done:
+            batch.append(self._done.popleft())
+        if batch:
+            self._deliver(batch)
