@@ -13,6 +13,7 @@ from taskfleet import (
     InvalidPayload,
     Queue,
     QueueConfig,
+    TaskExists,
     TaskState,
     WaitTimeout,
 )
@@ -20,10 +21,14 @@ from taskfleet import (
 from tests.fixtures_redis import MakeBroker, eventually, server_ms
 
 
-def test_enqueue_with_the_same_task_id_returns_it_and_changes_nothing(queue: Queue) -> None:
+def test_enqueue_with_the_same_task_id_and_payload_returns_it_and_changes_nothing(
+    queue: Queue,
+) -> None:
     first = queue.enqueue({"v": 1}, task_id="order-42", priority=5)
-    again = queue.enqueue({"v": 2}, task_id="order-42", priority=0)
+    again = queue.enqueue({"v": 1}, task_id="order-42", priority=5)
     assert first == again == "order-42"
+    with pytest.raises(TaskExists):  # another payload under its id (test_queue_idempotency)
+        queue.enqueue({"v": 2}, task_id="order-42", priority=5)
     task = queue.get("order-42")
     assert task is not None
     assert (task.payload, task.priority) == ({"v": 1}, 5)
