@@ -24,7 +24,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from taskfleet import Queue, QueueConfig, TaskState
+from taskfleet import Queue, QueueConfig, Task, TaskExists, TaskState
 from taskfleet.scripts import text
 
 from tests.fixtures_redis import BlockingBroker
@@ -88,9 +88,18 @@ class ProtocolMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.enqueued))
     @rule(data=st.data())
     def enqueue_an_existing_id_again(self, data: st.DataObject) -> None:
+        """The same task again changes nothing; another payload under its id is refused."""
         task_id = data.draw(st.sampled_from(sorted(self.enqueued)))
         before = self.raw.hgetall(self.queue.keys.task(task_id))
-        assert self.queue.enqueue({"again": True}, task_id=task_id) == task_id
+        task = Task.from_hash(before, task_id)
+        same = data.draw(st.booleans())
+        if same:
+            assert self.queue.enqueue(task.payload, task_id=task_id, priority=task.priority) == (
+                task_id
+            )
+        else:
+            with pytest.raises(TaskExists):
+                self.queue.enqueue({"again": True}, task_id=task_id)
         assert self.raw.hgetall(self.queue.keys.task(task_id)) == before
 
     # -- workers ---------------------------------------------------------------------

@@ -13,6 +13,7 @@ from taskfleet import (
     InvalidPayload,
     Queue,
     QueueConfig,
+    TaskExists,
     TaskState,
     WaitTimeout,
 )
@@ -20,10 +21,14 @@ from taskfleet import (
 from tests.fixtures_redis import MakeBroker, eventually, server_ms
 
 
-def test_enqueue_with_the_same_task_id_returns_it_and_changes_nothing(queue: Queue) -> None:
+def test_enqueue_with_the_same_task_id_and_payload_returns_it_and_changes_nothing(
+    queue: Queue,
+) -> None:
     first = queue.enqueue({"v": 1}, task_id="order-42", priority=5)
-    again = queue.enqueue({"v": 2}, task_id="order-42", priority=0)
+    again = queue.enqueue({"v": 1}, task_id="order-42", priority=5)
     assert first == again == "order-42"
+    with pytest.raises(TaskExists):  # another payload under its id (test_queue_idempotency)
+        queue.enqueue({"v": 2}, task_id="order-42", priority=5)
     task = queue.get("order-42")
     assert task is not None
     assert (task.payload, task.priority) == ({"v": 1}, 5)
@@ -94,8 +99,8 @@ def test_payload_over_max_payload_bytes_is_refused_and_no_task_of_the_batch_stor
         ({"delay": math.inf}, "delay must be seconds"),
         ({"deadline": 0}, "deadline must be > 0"),
         ({"deadline": datetime(2030, 1, 1)}, "timezone-aware"),
-        ({"cost": -1}, "cost must be >= 0"),
-        ({"max_attempts": 0}, "max_attempts must be >= 1"),
+        ({"cost": -1}, "cost must be between 0 and 1000000000"),
+        ({"max_attempts": 0}, "max_attempts must be between 1 and 10000"),
         ({"timeout": 0}, "timeout must be > 0"),
         ({"task_id": ""}, "task_id must be a non-empty printable string"),
         ({"task_id": "a\x00b"}, "task_id must be a non-empty printable string"),

@@ -7,16 +7,18 @@ from taskfleet.errors import (
     InvalidPayload,
     ProtocolError,
     StaleToken,
+    TaskExists,
     TaskfleetError,
     WaitTimeout,
 )
-from taskfleet.queue import EnqueueSpec, Queue, Task, TaskState, WorkerInfo
+from taskfleet.queue import EnqueueResult, EnqueueSpec, Queue, Task, TaskState, WorkerInfo
 from taskfleet.scripts import SweepResult
 
 __all__ = [
     "Broker",
     "ClaimResult",
     "ClaimedTask",
+    "EnqueueResult",
     "EnqueueSpec",
     "InvalidArgument",
     "InvalidPayload",
@@ -26,6 +28,7 @@ __all__ = [
     "StaleToken",
     "SweepResult",
     "Task",
+    "TaskExists",
     "TaskState",
     "TaskfleetError",
     "WaitTimeout",

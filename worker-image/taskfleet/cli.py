@@ -29,6 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from taskfleet import bounds
 from taskfleet.errors import TaskfleetError
 
 __all__ = ["main", "mask_url"]
@@ -81,10 +82,10 @@ class FiniteFloat(click.FloatRange):
     name = "finite float"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):  # before the range: "inf is not in 0<x<=1" misleads
             self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
+        return super().convert(number, param, ctx)
 
 
 def _env(name: str) -> str:
@@ -203,11 +204,51 @@ def _parse_payload(text: str) -> dict[str, Any]:
 @cli.command()
 @click.argument("queue")
 @click.option("--payload", default="{}", show_default=True, help="Task payload, a JSON object.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
-@click.option("--delay", type=FiniteFloat(min=0), default=None, help="Seconds before it may run.")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Starts allowed.")
-@click.option("--timeout", type=FiniteFloat(min=0, min_open=True), default=None)
-@click.option("--id", "task_id", default=None, help="Task id (idempotent enqueue).")
+@click.option(
+    "--priority",
+    type=click.IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
+    default=0,
+    show_default=True,
+    help="Higher runs first.",
+)
+@click.option(
+    "--delay",
+    type=FiniteFloat(min=0, max=bounds.MAX_DELAY_S),
+    default=None,
+    help="Seconds before it may run (at most 100 years).",
+)
+@click.option(
+    "--deadline",
+    type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_DEADLINE_S),
+    default=None,
+    help="Seconds from now by which it must have started, else it goes dead as expired.",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS),
+    default=None,
+    help="Starts allowed [default: the queue's].",
+)
+@click.option(
+    "--timeout",
+    type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_TIMEOUT_S),
+    default=None,
+    help="Seconds a run may take (at most a year) [default: the queue's].",
+)
+@click.option(
+    "--cost",
+    type=click.IntRange(bounds.MIN_COST, bounds.MAX_COST),
+    default=1,
+    show_default=True,
+    help="Units it takes from the queue's cost rate limit.",
+)
+@click.option(
+    "--id",
+    "task_id",
+    default=None,
+    help="Task id: enqueueing the same task again changes nothing (said on stderr); "
+    "another payload or option under an existing id is an error (exit 1).",
+)
 @click.option(
     "--count",
     type=click.IntRange(min=1, max=MAX_COUNT),
@@ -222,8 +263,10 @@ def enqueue(
     payload: str,
     priority: int,
     delay: float | None,
+    deadline: float | None,
     max_attempts: int | None,
     timeout: float | None,
+    cost: int,
     task_id: str | None,
     count: int,
     redis_url: str,
@@ -236,16 +279,24 @@ def enqueue(
     options: dict[str, Any] = {
         "priority": priority,
         "delay": delay,
+        "deadline": deadline,
         "max_attempts": max_attempts,
         "timeout": timeout,
+        "cost": cost,
     }
-    if count == 1:
-        click.echo(q.enqueue(data, task_id=task_id, **options))
-        return
-    for start in range(0, count, ENQUEUE_CHUNK):
-        size = min(ENQUEUE_CHUNK, count - start)
-        ids = q.enqueue_many([{"payload": data, **options} for _ in range(size)])
-        click.echo("\n".join(ids))
+    try:
+        if count == 1:
+            result = q.enqueue_result(data, task_id=task_id, **options)
+            click.echo(result.task_id)
+            if not result.created:
+                click.echo(f"taskfleet: task {result.task_id!r} exists (unchanged)", err=True)
+            return
+        for start in range(0, count, ENQUEUE_CHUNK):
+            size = min(ENQUEUE_CHUNK, count - start)
+            ids = q.enqueue_many([{"payload": data, **options} for _ in range(size)])
+            click.echo("\n".join(ids))
+    finally:
+        q.close()
 
 
 @cli.command()
@@ -270,7 +321,11 @@ def stats(queue: str, as_json: bool, redis_url: str) -> None:
 @redis_option
 def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
     """Show one task of QUEUE."""
-    found = _queue(queue, redis_url).get(task_id)
+    q = _queue(queue, redis_url)
+    try:
+        found = q.get(task_id)
+    finally:
+        q.close()
     if found is None:
         raise click.ClickException(f"task {task_id!r} not found in queue {queue!r}")
     data = found.model_dump(mode="json")
@@ -281,8 +336,18 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
     for key, value in data.items():
         if value is None or value == "":
             continue
-        shown = json.dumps(value) if isinstance(value, dict | list) else value
+        # JSON for structures and for text a terminal can't take (a lone surrogate)
+        plain = not isinstance(value, dict | list) and _printable(str(value))
+        shown = value if plain else json.dumps(value)
         click.echo(f"{key:<{width}}  {shown}")
+
+
+def _printable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @cli.command()

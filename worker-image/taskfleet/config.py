@@ -13,38 +13,62 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from taskfleet.bounds import (
+    MAX_ATTEMPTS,
+    MAX_COUNT,
+    MAX_DURATION_S,
+    MAX_LOST,
+    MAX_PAYLOAD_BYTES,
+    MAX_TIMEOUT_S,
+)
+
 
 class QueueConfig(BaseModel):
     # nan / inf would pass the bounds below (nan compares false) and poison the whole
-    # fleet: a lease that never expires, a rate limit that never refills.
+    # fleet: a lease that never expires, a rate limit that never refills. The upper
+    # bounds (taskfleet.bounds) keep the scripts' ms arithmetic exact: now + a duration
+    # in ms prints as an integer in Lua, and counts stay exact doubles.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_concurrency: int = Field(
-        default=0, ge=0, description="tasks running at once, fleet-wide; 0 = no limit"
+        default=0, ge=0, le=MAX_COUNT, description="tasks running at once, fleet-wide; 0 = no limit"
     )
-    rate_limit_tasks: int | None = Field(default=None, gt=0, description="tasks started per period")
+    rate_limit_tasks: int | None = Field(
+        default=None, gt=0, le=MAX_COUNT, description="tasks started per period"
+    )
     rate_limit_cost: int | None = Field(
-        default=None, gt=0, description="cost units started per period"
+        default=None, gt=0, le=MAX_COUNT, description="cost units started per period"
     )
-    rate_limit_period_s: float = Field(default=1.0, gt=0)
-    max_attempts: int = Field(default=3, ge=1, description="starts before a failing task goes dead")
-    backoff_base_s: float = Field(default=1.0, ge=0)
-    backoff_max_s: float = Field(default=300.0, ge=0)
+    rate_limit_period_s: float = Field(default=1.0, gt=0, le=MAX_DURATION_S)
+    max_attempts: int = Field(
+        default=3, ge=1, le=MAX_ATTEMPTS, description="starts before a failing task goes dead"
+    )
+    backoff_base_s: float = Field(default=1.0, ge=0, le=MAX_DURATION_S)
+    backoff_max_s: float = Field(default=300.0, ge=0, le=MAX_DURATION_S)
     backoff_jitter: float = Field(
         default=0.2, ge=0, le=1, description="+- fraction of each backoff"
     )
     max_lost: int = Field(
-        default=3, ge=1, description="lost workers a task survives; one more and it goes dead"
+        default=3,
+        ge=1,
+        le=MAX_LOST,
+        description="lost workers a task survives; one more and it goes dead",
     )
     lease_ttl_s: float = Field(
-        default=30.0, gt=0, description="a lease not extended for this long expires"
+        default=30.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="a lease not extended for this long expires",
     )
-    done_retention_s: float = Field(default=3600.0, ge=0)
-    dead_retention_s: float = Field(default=259200.0, ge=0)
+    done_retention_s: float = Field(default=3600.0, ge=0, le=MAX_DURATION_S)
+    dead_retention_s: float = Field(default=259200.0, ge=0, le=MAX_DURATION_S)
     max_payload_bytes: int = Field(
-        default=1024 * 1024, gt=0, description="bound on payloads and results"
+        default=1024 * 1024,
+        gt=0,
+        le=MAX_PAYLOAD_BYTES,
+        description="bound on payloads and results",
     )
-    default_timeout_s: float | None = Field(default=None, gt=0)
+    default_timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
 
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> QueueConfig:

@@ -37,3 +37,21 @@ class WaitTimeout(TaskfleetError, TimeoutError):  # noqa: N818
 
 class ProtocolError(TaskfleetError):
     """A script answered something this version does not understand (version skew?)."""
+
+
+class TaskExists(TaskfleetError):  # noqa: N818
+    """An enqueue named an existing task id with a different payload or options.
+
+    An id names one task: enqueueing it again with the same payload and options is
+    idempotent (the id comes back, nothing changes); anything else is this conflict, and
+    nothing of the call is stored. ``field`` says what differs (``payload``, ``priority``,
+    ``cost``, ``timeout`` or ``max_attempts``).
+    """
+
+    def __init__(self, task_id: str, field: str) -> None:
+        super().__init__(
+            f"task {task_id!r} exists with a different {field}; an id names one task, "
+            "enqueue it again only with the same payload and options"
+        )
+        self.task_id = task_id
+        self.field = field

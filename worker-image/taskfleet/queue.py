@@ -14,19 +14,20 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
+from taskfleet import bounds
+from taskfleet.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.config import QueueConfig
-from taskfleet.errors import InvalidArgument, InvalidPayload, WaitTimeout
+from taskfleet.errors import InvalidArgument, InvalidPayload, ProtocolError, WaitTimeout
 from taskfleet.keys import QueueKeys
 from taskfleet.scripts import EnqueueArgs, Ops, SweepResult, SyncScripts, text
 
-#: Scores of the pending zset stay exact doubles within this priority range.
-PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 #: Counters of the ``stats`` hash; stats() reports each, 0 when never bumped.
 COUNTERS = (
     "enqueued",
@@ -40,8 +41,8 @@ COUNTERS = (
     "stale",
     "expired",
 )
-_MAX_ID_LEN = 200
 _TIME_FIELDS = ("created_at", "run_at", "deadline", "started_at", "finished_at", "lease_until")
+_INT_FIELDS = ("priority", "attempts", "max_attempts", "lost", "cost")
 
 
 class TaskState(enum.StrEnum):
@@ -86,38 +87,91 @@ class Task(BaseModel):
     progress: Any = None
 
     @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any]) -> Task:
-        h = {text(k): text(v) for k, v in raw.items()}
+    def from_hash(cls, raw: Mapping[Any, Any], task_id: str | None = None) -> Task:
+        """The task of a stored hash; ``task_id`` (its key's id) when the hash has none.
+
+        Never fails on a field it cannot read, whoever wrote it (a hash edited by hand, a
+        foreign producer): a time no ``datetime`` can hold, or that is not a number, reads
+        as None; a count that is not a finite number reads as the field's default (None
+        for ``max_attempts``); a timeout that is not a positive finite number as None;
+        text that is not UTF-8 with replacement characters. Only a hash without a state
+        this version knows raises ``ProtocolError``.
+        """
+        h = {_lenient_text(k): _lenient_text(v) for k, v in raw.items()}
         data: dict[str, Any] = {}
-        for name in ("id", "state", "pod", "incarnation", "token", "error", "reason"):
+        for name in ("id", "pod", "incarnation", "token", "error", "reason"):
             if name in h:
                 data[name] = h[name]
-        for name in ("priority", "attempts", "max_attempts", "lost", "cost"):
-            if h.get(name):
-                data[name] = int(float(h[name]))
-        if h.get("timeout"):
-            data["timeout"] = float(h["timeout"])
-        for name in (
-            "created_at",
-            "run_at",
-            "deadline",
-            "started_at",
-            "finished_at",
-            "lease_until",
-        ):
-            if h.get(name):
-                data[name] = datetime.fromtimestamp(int(float(h[name])) / 1000, tz=UTC)
+        if task_id is not None:
+            data.setdefault("id", task_id)
+        state = h.get("state")
+        if state not in TaskState.__members__.values():
+            shown = data.get("id", "?")
+            raise ProtocolError(f"task {shown!r} has no state this version knows: {state!r}")
+        data["state"] = state
+        for name in _INT_FIELDS:
+            number = _stored_int(h.get(name))
+            if number is not None:
+                data[name] = number
+        timeout = _stored_float(h.get("timeout"))
+        if timeout is not None and timeout > 0:
+            data["timeout"] = timeout
+        for name in _TIME_FIELDS:
+            data[name] = _stored_time(h.get(name))
         for name in ("payload", "result", "progress"):
             if name in h:
                 try:
                     data[name] = json.loads(h[name])
-                except ValueError:
+                except (ValueError, RecursionError):
                     data[name] = h[name]  # written by a foreign producer: keep it as text
         return cls.model_validate(data)
 
     @property
     def finished(self) -> bool:
         return self.state in FINISHED
+
+
+def _lenient_text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _stored_float(value: str | None) -> float | None:
+    """A stored number, or None when absent, not a number, or not finite."""
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _stored_int(value: str | None) -> int | None:
+    """A stored integer (exact when written as digits), or None when it is not a number."""
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        number = _stored_float(value)
+        return None if number is None else int(number)
+
+
+def _stored_time(value: str | None) -> datetime | None:
+    """Epoch ms as a UTC datetime, or None when absent, unreadable or out of its range."""
+    ms = _stored_float(value)
+    if ms is None or not bounds.MIN_EPOCH_MS <= ms <= bounds.MAX_EPOCH_MS:
+        return None
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=int(ms))
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What ``Queue.enqueue_result`` did: ``created`` is False when the same task (same
+    id, payload and options) existed already and nothing changed."""
+
+    task_id: str
+    created: bool
 
 
 class EnqueueSpec(BaseModel):
@@ -147,35 +201,83 @@ class WorkerInfo(BaseModel):
     alive: bool = Field(description="heartbeat within one lease TTL")
 
 
+def _encodable(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _token_base() -> str:
     """Claim tokens for tasks an enqueue hands straight to idle workers (unique per call)."""
     return secrets.token_hex(8)
 
 
 def encode_payload(payload: object) -> str:
-    """JSON text of a payload; one clear error for anything else."""
+    """JSON text of a payload (compact, keys sorted); one clear error for anything else.
+
+    Keys are sorted so that the same object is the same text however its dict was built:
+    enqueueing an existing id compares payloads by their text (see ``Queue.enqueue``).
+    """
     if not isinstance(payload, dict):
         raise InvalidPayload(f"payload must be a JSON object (dict), not {type(payload).__name__}")
     try:
-        # compact, UTF-8 as is (ensure_ascii would inflate non-ASCII text up to 6x)
-        text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        try:
+            # compact, UTF-8 as is (ensure_ascii would inflate non-ASCII text up to 6x)
+            text = json.dumps(
+                payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"), sort_keys=True
+            )
+        except TypeError:
+            # keys of mixed types (e.g. 1 and "a") cannot be sorted; JSON makes them text
+            text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
         text.encode()  # a lone surrogate cannot be sent as UTF-8: refuse it here, clearly
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from None
+        raise InvalidPayload(f"payload is not JSON-serialisable: {_short(exc)}") from None
+    except RecursionError:
+        raise InvalidPayload("payload is nested too deeply to be JSON") from None
     return text
 
 
-def _seconds(value: float | timedelta | None, what: str) -> float | None:
+def _short(value: object) -> str:
+    """A value or message for an error line: bounded, never failing (a 5000-digit int)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        shown = str(value)
+    except ValueError:
+        return type(value).__name__
+    return shown if len(shown) <= 200 else shown[:200] + "..."
+
+
+def _seconds(value: object, what: str, high: float) -> float | None:
+    """Seconds as a finite float at most ``high`` (callers check their lower bound)."""
     if value is None:
         return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or not math.isfinite(seconds)
-    ):
+    if isinstance(value, timedelta):
+        seconds: object = value.total_seconds()
+    else:
+        seconds = value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise InvalidArgument(f"{what} must be seconds (a finite number) or a timedelta")
-    return float(seconds)
+    bound = f"{high:.0f} s ({_span(high)})"
+    try:
+        number = float(seconds)
+    except OverflowError:  # an int too large for a float
+        if seconds > 0:
+            shown = _short(seconds)
+            raise InvalidArgument(f"{what} must be at most {bound}, not {shown}") from None
+        number = -math.inf
+    if not math.isfinite(number):
+        raise InvalidArgument(f"{what} must be seconds (a finite number) or a timedelta")
+    if number > high:
+        raise InvalidArgument(f"{what} must be at most {bound}, not {number:g}")
+    return number
+
+
+def _span(seconds: float) -> str:
+    years = seconds / (365 * 24 * 3600)
+    return f"{years:g} years" if years >= 1 else f"{seconds / 86400:g} days"
 
 
 def _int(value: object, what: str, low: int, high: int | None = None) -> int:
@@ -183,57 +285,75 @@ def _int(value: object, what: str, low: int, high: int | None = None) -> int:
         raise InvalidArgument(f"{what} must be an integer, not {type(value).__name__}")
     if value < low or (high is not None and value > high):
         bound = f"between {low} and {high}" if high is not None else f">= {low}"
-        raise InvalidArgument(f"{what} must be {bound}, not {value}")
+        raise InvalidArgument(f"{what} must be {bound}, not {_short(value)}")
     return value
 
 
+def _deadline_ms(value: datetime) -> int:
+    """An aware datetime as epoch ms, within 1970 .. now + MAX_DEADLINE_S."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgument("deadline datetime must be timezone-aware")
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    try:
+        ahead = (value - datetime.now(UTC)).total_seconds()
+        ms = (value - epoch) // timedelta(milliseconds=1)
+    except OverflowError:
+        ahead, ms = math.inf, -1
+    if ahead > bounds.MAX_DEADLINE_S:
+        raise InvalidArgument(
+            f"deadline must be at most {bounds.MAX_DEADLINE_S} s "
+            f"({_span(bounds.MAX_DEADLINE_S)}) from now, not {value.isoformat()}"
+        )
+    if ms < 0:
+        raise InvalidArgument(f"deadline must be after 1970-01-01, not {value.isoformat()}")
+    return ms
+
+
 def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
-    """Validate one task and encode it for the enqueue script."""
+    """Validate one task and encode it for the enqueue script.
+
+    Every number is bounded by ``taskfleet.bounds`` so that each reader (Lua, the
+    worker, ``Task``) can represent what is stored; out of range is ``InvalidArgument``
+    naming the bound.
+    """
     if isinstance(spec, EnqueueSpec):
         fields: Mapping[str, Any] = spec.__dict__
     else:
+        if not isinstance(spec, Mapping):
+            raise InvalidArgument(f"enqueue item must be a dict or EnqueueSpec, not {spec!r:.100}")
         fields = spec
         unknown = set(fields) - set(EnqueueSpec.model_fields)
         if unknown:
-            raise InvalidArgument(f"unknown enqueue field(s): {', '.join(sorted(unknown))}")
+            names = ", ".join(sorted(_short(k) for k in unknown))
+            raise InvalidArgument(f"unknown enqueue field(s): {names}")
         if "payload" not in fields:
             raise InvalidArgument("enqueue item needs a 'payload'")
     payload = encode_payload(fields["payload"])
     priority = _int(fields.get("priority", 0), "priority", PRIORITY_MIN, PRIORITY_MAX)
-    cost = _int(fields.get("cost", 1), "cost", 0)
+    cost = _int(fields.get("cost", 1), "cost", bounds.MIN_COST, bounds.MAX_COST)
     max_attempts = fields.get("max_attempts")
     if max_attempts is not None:
-        _int(max_attempts, "max_attempts", 1)
-    delay = _seconds(fields.get("delay"), "delay") or 0.0
+        _int(max_attempts, "max_attempts", bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS)
+    delay = _seconds(fields.get("delay"), "delay", bounds.MAX_DELAY_S) or 0.0
     if delay < 0:
         raise InvalidArgument(f"delay must be >= 0, not {delay:g}")
-    timeout = _seconds(fields.get("timeout"), "timeout")
+    timeout = _seconds(fields.get("timeout"), "timeout", bounds.MAX_TIMEOUT_S)
     if timeout is not None and timeout <= 0:
         raise InvalidArgument(f"timeout must be > 0, not {timeout:g}")
     deadline_raw = fields.get("deadline")
     deadline = ""
     if isinstance(deadline_raw, datetime):
-        if deadline_raw.tzinfo is None:
-            raise InvalidArgument("deadline datetime must be timezone-aware")
-        deadline = f"@{int(deadline_raw.timestamp() * 1000)}"
+        deadline = f"@{_deadline_ms(deadline_raw)}"
     elif deadline_raw is not None:
-        seconds = _seconds(deadline_raw, "deadline")
+        seconds = _seconds(deadline_raw, "deadline", bounds.MAX_DEADLINE_S)
         if seconds is None or seconds <= 0:
             raise InvalidArgument("deadline must be > 0 seconds from now")
         deadline = str(math.ceil(seconds * 1000))
     task_id = fields.get("task_id")
     if task_id is None:
         task_id = uuid.uuid4().hex
-    elif (
-        not isinstance(task_id, str)
-        or not task_id
-        or len(task_id) > _MAX_ID_LEN
-        or not task_id.isprintable()
-    ):
-        # printable: ids travel NUL-separated in claim replies and show up in logs
-        raise InvalidArgument(
-            f"task_id must be a non-empty printable string of <= {_MAX_ID_LEN} chars"
-        )
+    else:
+        _check_task_id(task_id)
     return EnqueueArgs(
         task_id=task_id,
         payload=payload,
@@ -244,6 +364,21 @@ def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
         cost=cost,
         timeout_s="" if timeout is None else repr(timeout),
     )
+
+
+def _check_task_id(task_id: object) -> str:
+    # printable: ids travel NUL-separated in claim replies and show up in logs (a lone
+    # surrogate is not printable, so every accepted id is valid UTF-8)
+    if (
+        not isinstance(task_id, str)
+        or not task_id
+        or len(task_id) > bounds.MAX_TASK_ID_LEN
+        or not task_id.isprintable()
+    ):
+        raise InvalidArgument(
+            f"task_id must be a non-empty printable string of <= {bounds.MAX_TASK_ID_LEN} chars"
+        )
+    return task_id
 
 
 class Queue:
@@ -290,12 +425,43 @@ class Queue:
         cost: int = 1,
         timeout: float | timedelta | None = None,
     ) -> str:
-        """Add a task; returns its id. With ``task_id``, enqueueing it again is a no-op.
+        """Add a task; returns its id.
 
         ``delay``: seconds (or timedelta) before it may run. ``deadline``: seconds from
         now (or an aware datetime) by which it must have started, else it goes dead
         with reason ``expired``. ``cost``: units it takes from the cost rate limit.
+        Bounds (``taskfleet.bounds``): delay and deadline at most 100 years, timeout at
+        most one year, cost 0..1e9, max_attempts 1..10,000, priority -1000..1000.
+
+        With ``task_id``, enqueueing the same task again (same payload, priority, cost,
+        timeout and, if given, max_attempts) returns the id and changes nothing; another
+        payload or option under an existing id raises ``TaskExists``. ``enqueue_result``
+        also says whether the task was created.
         """
+        return self.enqueue_result(
+            payload,
+            priority=priority,
+            delay=delay,
+            deadline=deadline,
+            max_attempts=max_attempts,
+            task_id=task_id,
+            cost=cost,
+            timeout=timeout,
+        ).task_id
+
+    def enqueue_result(
+        self,
+        payload: dict[str, Any],
+        *,
+        priority: int = 0,
+        delay: float | timedelta | None = None,
+        deadline: float | timedelta | datetime | None = None,
+        max_attempts: int | None = None,
+        task_id: str | None = None,
+        cost: int = 1,
+        timeout: float | timedelta | None = None,
+    ) -> EnqueueResult:
+        """``enqueue``, returning the id and whether this call created the task."""
         args = enqueue_args(
             {
                 "payload": payload,
@@ -308,26 +474,35 @@ class Queue:
                 "timeout": timeout,
             }
         )
-        self._scripts.run(self.ops.enqueue([args], _token_base()))
-        return args.task_id
+        [created] = self._scripts.run(self.ops.enqueue([args], _token_base()))
+        return EnqueueResult(args.task_id, created)
 
     def enqueue_many(self, items: Iterable[EnqueueSpec | Mapping[str, Any]]) -> list[str]:
         """Add many tasks atomically in one round trip; returns their ids in order.
 
         Each item is an ``EnqueueSpec`` or a dict of ``enqueue``'s arguments. If any
-        item is invalid (or too large), nothing is stored.
+        item is invalid (or too large), names an id twice, or names an existing task
+        with another payload or options (``TaskExists``), nothing is stored.
         """
         batch = [enqueue_args(item) for item in items]
         if not batch:
             return []
+        seen: set[str] = set()
+        for args in batch:
+            if args.task_id in seen:
+                raise InvalidArgument(f"task id {args.task_id!r} appears twice in one enqueue")
+            seen.add(args.task_id)
         self._scripts.run(self.ops.enqueue(batch, _token_base()))
         return [a.task_id for a in batch]
 
     # -- reading -----------------------------------------------------------------------
 
     def get(self, task_id: str) -> Task | None:
+        """The task, or None when there is none (never stored, or pruned by retention)."""
+        if not isinstance(task_id, str) or not _encodable(task_id):
+            raise InvalidArgument("task_id must be a string UTF-8 can encode")
         raw = self.client.hgetall(self.keys.task(task_id))
-        return Task.from_hash(raw) if raw else None
+        return Task.from_hash(raw, task_id) if raw else None
 
     def stats(self) -> dict[str, int]:
         """Sizes of every state, live workers and the monotonic counters."""
@@ -346,9 +521,9 @@ class Queue:
             "dead": int(dead),
             "workers": int(workers),
         }
-        raw = {text(key): int(value) for key, value in counters.items()}
+        raw = {_lenient_text(key): _stored_int(_lenient_text(v)) for key, v in counters.items()}
         for name in COUNTERS:
-            out[name] = raw.get(name, 0)
+            out[name] = raw.get(name) or 0  # a counter a foreign client garbled reads as 0
         return out
 
     def workers(self) -> list[WorkerInfo]:
@@ -385,9 +560,20 @@ class Queue:
         Raises ``WaitTimeout`` (a ``TimeoutError``) listing the unfinished ids. A task id
         that does not exist counts as unfinished (it may not be enqueued yet).
         """
-        deadline = time.monotonic() + timeout
+        ids = [] if isinstance(task_ids, str) else list(task_ids)
+        if isinstance(task_ids, str) or not all(isinstance(i, str) and _encodable(i) for i in ids):
+            raise InvalidArgument("wait needs a list of task ids (strings), not one string")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise InvalidArgument(f"wait timeout must be a number of seconds, not {timeout!r}")
+        try:
+            limit = float(timeout)
+        except OverflowError:  # an int too large for a float: as good as forever
+            limit = math.inf if timeout > 0 else -math.inf
+        if math.isnan(limit):
+            raise InvalidArgument("wait timeout must be a number of seconds, not nan")
+        deadline = time.monotonic() + limit
         finished: dict[str, Task] = {}
-        remaining = list(dict.fromkeys(task_ids))
+        remaining = list(dict.fromkeys(ids))
         interval = 0.005
         while True:
             pipe = self.client.pipeline(transaction=False)
@@ -395,7 +581,9 @@ class Queue:
                 pipe.hget(self.keys.task(task_id), "state")
             states = pipe.execute()
             done_ids = [
-                i for i, s in zip(remaining, states, strict=True) if s and text(s) in FINISHED
+                i
+                for i, s in zip(remaining, states, strict=True)
+                if s and _lenient_text(s) in FINISHED
             ]
             if done_ids:
                 pipe = self.client.pipeline(transaction=False)
@@ -403,13 +591,13 @@ class Queue:
                     pipe.hgetall(self.keys.task(task_id))
                 for task_id, raw in zip(done_ids, pipe.execute(), strict=True):
                     if raw:  # else pruned meanwhile: no Task to return, it counts as unfinished
-                        finished[task_id] = Task.from_hash(raw)
+                        finished[task_id] = Task.from_hash(raw, task_id)
             remaining = [i for i in remaining if i not in finished]
             if not remaining:
                 return finished
             left = deadline - time.monotonic()
             if left <= 0:
-                raise WaitTimeout(remaining, timeout)
+                raise WaitTimeout(remaining, limit)
             time.sleep(min(interval, left))
             interval = min(interval * 2, 0.2)
 

@@ -26,7 +26,7 @@ import redis
 import redis.asyncio
 
 from taskfleet.config import lua_defaults
-from taskfleet.errors import InvalidPayload, ProtocolError
+from taskfleet.errors import InvalidArgument, InvalidPayload, ProtocolError, TaskExists
 from taskfleet.keys import SCRIPT_KEYS, QueueKeys
 
 T = TypeVar("T")
@@ -239,7 +239,11 @@ class Ops:
     def enqueue(
         self, tasks: Sequence[EnqueueArgs], token_base: str | None = None
     ) -> Op[list[bool]]:
-        """With ``token_base``, new tasks go straight to idle workers (see hand_off)."""
+        """Reply: per task, True if created, False if the same task existed (unchanged).
+
+        Raises ``TaskExists`` when an id names an existing task with another payload or
+        options, ``InvalidPayload`` for a payload over the queue's limit (nothing stored
+        then). With ``token_base``, new tasks go straight to idle workers (see hand_off)."""
         args: list[Arg] = [len(tasks)]
         for t in tasks:
             args += [
@@ -258,12 +262,20 @@ class Ops:
         def decode(raw: Any) -> list[bool]:
             if not isinstance(raw, list) or not raw:
                 raise ProtocolError(f"enqueue: unexpected reply {raw!r}")
-            if int(raw[0]) == -1:
+            code = int(raw[0])
+            if code == -1:
                 index, size, limit = (int(x) for x in raw[1:4])
                 raise InvalidPayload(
                     f"payload of task {tasks[index - 1].task_id} is {size} bytes; "
                     f"the queue allows {limit} (max_payload_bytes)"
                 )
+            if code == -2:
+                raise TaskExists(tasks[int(raw[1]) - 1].task_id, text(raw[2]))
+            if code == -3:
+                task_id = tasks[int(raw[1]) - 1].task_id
+                raise InvalidArgument(f"task id {task_id!r} appears twice in one enqueue")
+            if code != 1:
+                raise ProtocolError(f"enqueue: unexpected reply {raw!r}")
             return [int(x) == 1 for x in raw[1:]]
 
         return Op("enqueue", self._k, args, decode)

@@ -7,23 +7,47 @@
 --   max_attempts (''=config), cost, timeout_s (''=config);
 --   then, optionally, a token base and a housekeeping bound: new tasks are then handed
 --   straight to idle workers (claimed for them and pushed onto their wake lists)
--- Returns: {1, created_1, ..., created_N} (1 = new, 0 = the id existed, nothing changed)
---   or {-1, index, size, max} when payload #index exceeds max_payload_bytes (nothing stored).
+-- An id that exists is the same task enqueued again when its payload, priority, cost,
+-- timeout and (if given) max_attempts are the same: nothing changes. Otherwise it is a
+-- conflict, checked for every task before anything is written.
+-- Returns: {1, created_1, ..., created_N} (1 = new, 0 = the same task existed, unchanged)
+--   or {-1, index, size, max} when payload #index exceeds max_payload_bytes,
+--   or {-2, index, field} when task #index names an existing task that differs in field,
+--   or {-3, index} when task #index repeats an id of an earlier task of the call;
+--   in those three cases nothing is stored.
 local n = tonumber(ARGV[1])
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
+local exists = {}
+local seen = {}
 for i = 1, n do
-  local size = string.len(ARGV[2 + (i - 1) * 8 + 1])
+  local b = 1 + (i - 1) * 8
+  local id, payload = ARGV[b + 1], ARGV[b + 2]
+  local size = string.len(payload)
   if size > max_bytes then return {-1, i, size, max_bytes} end
+  if seen[id] then return {-3, i} end
+  seen[id] = true
+  local key = K_TASK .. id
+  if redis.call('EXISTS', key) == 1 then
+    local field = task_differs(key, payload, ARGV[b + 3], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8])
+    if field then return {-2, i, field} end
+    exists[i] = true
+  end
 end
 local now = now_ms()
 local out = {1}
 local woken = 0
 for i = 1, n do
   local b = 1 + (i - 1) * 8
-  local created, immediate = enqueue_task(now, ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4],
-    ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8])
-  out[#out + 1] = created
-  if immediate and created == 1 then woken = woken + 1 end
+  if exists[i] then
+    out[#out + 1] = 0
+  else
+    local id = ARGV[b + 1]
+    if create_task(now, K_TASK .. id, id, ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5],
+        ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]) then
+      woken = woken + 1
+    end
+    out[#out + 1] = 1
+  end
 end
 local token_base = ARGV[2 + n * 8]
 if token_base and woken > 0 and redis.call('EXISTS', K_IDLE) == 1 then

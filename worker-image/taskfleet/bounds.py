@@ -1,0 +1,49 @@
+"""Bounds on every time and number a task or a queue's config can carry, in one place.
+
+A value enters at the door (``Queue.enqueue``, ``taskfleet enqueue``, ``QueueConfig``)
+and is read back by every part of the system: Lua scripts (Lua 5.1 numbers are doubles,
+and ``tostring`` formats them with ``%.14g``), the worker (``int()`` / ``float()`` of what
+a claim returns), and ``Task`` (Python ``datetime``, years 1 to 9999). The door refuses
+anything outside these bounds, so whatever is stored can be read by all of them:
+
+- times: server epoch ms plus a delay, deadline or retention stays below 1e14 ms, so Lua
+  prints it as an exact integer (``%.14g``), and below year 9999 for ``datetime``
+  (``MAX_DURATION_S`` is 100 years; epoch ms are about 1.8e12 today, 1e14 is year 5138);
+- integers the scripts do arithmetic on or hand to the worker (cost, counts, limits) stay
+  at or below ``MAX_COUNT`` = 1e9: exact in a double and printed as digits by ``%.14g``
+  (which would print 1e14 as ``1e+14``, a text ``int()`` cannot read);
+- priorities stay within +-1000, so pending scores (priority * 1e12 + sequence) stay exact.
+
+This module imports nothing of taskfleet: the queue, the CLI, the config model and the
+worker all read their bounds from here.
+"""
+
+from __future__ import annotations
+
+#: A delay, a deadline (seconds from now) and every duration of a queue's config: 100 years.
+MAX_DURATION_S = 100 * 365 * 24 * 3600
+MAX_DELAY_S = MAX_DURATION_S
+MAX_DEADLINE_S = MAX_DURATION_S
+#: A task's timeout (and the queue's default_timeout_s): one year. None means "no timeout".
+MAX_TIMEOUT_S = 365 * 24 * 3600
+#: Integers the scripts compute with or pass to workers (cost, limits, counts).
+MAX_COUNT = 10**9
+#: A task's cost in rate-limit units (0 = takes nothing from the cost limit).
+MIN_COST, MAX_COST = 0, MAX_COUNT
+#: Starts a task may have (per task or the queue's default), and losses it may survive.
+MIN_ATTEMPTS, MAX_ATTEMPTS = 1, 10_000
+MAX_LOST = MAX_ATTEMPTS
+#: Scores of the pending zset stay exact doubles within this priority range.
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+#: A task id: 1 to 200 printable characters (ids travel NUL-separated in claim replies).
+MAX_TASK_ID_LEN = 200
+#: Payloads and results: Redis refuses strings over 512 MiB.
+MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
+#: Latest epoch ms a ``datetime`` can hold (9999-12-31T23:59:59.999Z); readers map a
+#: stored time beyond it (or before year 1) to None.
+MAX_EPOCH_MS = 253_402_300_799_999
+MIN_EPOCH_MS = -62_135_596_800_000
+
+# What the door promises, checked once at import: the largest stored time is exact in
+# Lua's %.14g and a datetime can hold it (until year ~5000 of the server's clock).
+assert (MAX_DURATION_S * 1000) < 1e13 and MAX_COUNT < 1e14 and MAX_ATTEMPTS <= MAX_COUNT
