@@ -274,7 +274,7 @@ def test_queue_config_carries_the_shared_limits() -> None:
         ),
         (
             {"redis": {"url": "redis://redis:6379/0?password=hunter2"}},
-            "password query parameter",
+            "credential in its query",
         ),
         ({"redis": {"url": "redis://redis:port/0"}}, "not a usable Redis URL"),
         ({"heartbeat": {"intervalSeconds": 10, "ttlSeconds": 15}}, "at least 2x"),

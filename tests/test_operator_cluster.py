@@ -439,7 +439,7 @@ def test_a_secret_that_holds_no_redis_url_is_reported_without_its_value(
         return condition if condition and condition["reason"] == "SecretUnavailable" else None
 
     condition = wait_for(reported)
-    expected = f"key 'url' of Secret {cluster.namespace}/redis-bad is not a redis:// URL"
+    expected = f"key 'url' of Secret {cluster.namespace}/redis-bad is not a usable Redis URL"
     assert condition["message"].startswith(expected)
     assert any(m.startswith(expected) for m in cluster.event_messages("SecretUnavailable"))
     assert operator_process.alive()
