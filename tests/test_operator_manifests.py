@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -11,11 +12,12 @@ from typing import Any
 
 import pytest
 import yaml
-from taskfleet_operator import crdgen
+from taskfleet.redisurl import parse_redis_url
+from taskfleet_operator import builders, crdgen
 from taskfleet_operator.models import TaskQueueSpec
 
 from tests.fixtures_kube import KubeApiserver, kubectl_path
-from tests.fixtures_operator import kubectl
+from tests.fixtures_operator import kubectl, wait_for
 
 QUEUE = "taskfleet.dev/queue"
 
@@ -54,10 +56,13 @@ def test_the_install_holds_the_crd_rbac_operator_and_redis_in_taskfleet_system()
         ("Deployment", "taskfleet-operator"),
         ("Deployment", "redis"),
         ("Service", "redis"),
+        ("Secret", "redis-auth"),
+        ("NetworkPolicy", "redis"),
+        ("ValidatingAdmissionPolicy", "taskfleet-operator-writes"),
     ]:
         assert key in docs, key
     for doc in docs.values():
-        if doc["kind"] in ("ServiceAccount", "Deployment", "Service"):
+        if doc["kind"] in ("ServiceAccount", "Deployment", "Service", "Secret", "NetworkPolicy"):
             assert doc["metadata"]["namespace"] == "taskfleet-system", doc["metadata"]["name"]
 
 
@@ -292,6 +297,12 @@ def test_the_operator_account_may_set_only_the_deletion_cost_of_worker_pods(
     kubectl(kube_apiserver, *ns, "apply", "-f", "-", stdin=pod("worker", {QUEUE: "q"}))
     kubectl(kube_apiserver, *ns, "apply", "-f", "-", stdin=pod("other", {"app": "x"}))
     cost = '{"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "3"}}}'
+    probe = ["patch", "pod", "other", "--type=merge", "-p", cost, "--dry-run=server"]
+    # The apiserver enforces a policy a moment after it is created (its informer).
+    wait_for(
+        lambda: as_operator(kube_apiserver, operator_kubeconfig, *ns, *probe).returncode != 0,
+        what="the admission policy in force",
+    )
 
     allowed = as_operator(
         kube_apiserver,
@@ -378,6 +389,15 @@ def test_the_operator_account_may_write_only_deployments_a_taskqueue_controls(
         }
     ]
     create = ["-n", kube_namespace, "create", "--dry-run=server", "-f", "-"]
+    wait_for(
+        lambda: (
+            as_operator(
+                kube_apiserver, operator_kubeconfig, *create, stdin=deployment([])
+            ).returncode
+            != 0
+        ),
+        what="the admission policy in force",
+    )
 
     ours = as_operator(kube_apiserver, operator_kubeconfig, *create, stdin=deployment(owned))
     bare = as_operator(kube_apiserver, operator_kubeconfig, *create, stdin=deployment([]))
@@ -388,3 +408,99 @@ def test_the_operator_account_may_write_only_deployments_a_taskqueue_controls(
     for refused in (bare, other):
         assert refused.returncode != 0
         assert "only Deployments controlled by the TaskQueue of the same name" in refused.stderr
+
+
+# ----------------------------------------------------------------------------- sample Redis
+
+
+def secret_value(secret: dict[str, Any], key: str) -> str:
+    return base64.b64decode(secret["data"][key]).decode()
+
+
+def test_the_sample_redis_requires_the_password_of_its_secret() -> None:
+    docs = by_kind(kustomize(MANIFESTS))
+    container = docs[("Deployment", "redis")]["spec"]["template"]["spec"]["containers"][0]
+    password = secret_value(docs[("Secret", "redis-auth")], "password")
+
+    args = container["args"]
+    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
+    assert {
+        "name": "REDIS_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "redis-auth", "key": "password"}},
+    } in container["env"]
+    assert password not in json.dumps(docs[("Deployment", "redis")])
+    assert len(password) >= 16
+
+
+def test_the_sample_taskqueues_reach_the_sample_redis_through_a_secret_with_its_password() -> None:
+    install = by_kind(kustomize(MANIFESTS))
+    samples = kustomize(MANIFESTS / "samples")
+    queues = [doc for doc in samples if doc["kind"] == "TaskQueue"]
+    secrets = {doc["metadata"]["name"]: doc for doc in samples if doc["kind"] == "Secret"}
+
+    assert queues
+    for queue in queues:
+        ref = queue["spec"]["redis"]["secretRef"]
+        assert "url" not in queue["spec"]["redis"]
+        secret = secrets[ref["name"]]
+        assert secret["metadata"]["namespace"] == queue["metadata"]["namespace"]
+        url = parse_redis_url(secret_value(secret, ref["key"]))
+        assert (url.host, url.port, url.db) == ("redis.taskfleet-system.svc", 6379, 0)
+        assert url.password == secret_value(install[("Secret", "redis-auth")], "password")
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels, matchExpressions) applied to labels."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator = expression["key"], expression["operator"]
+        values = expression.get("values") or []
+        ok = {
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+            "In": labels.get(key) in values,
+            "NotIn": labels.get(key) not in values,
+        }[operator]
+        if not ok:
+            return False
+    return True
+
+
+def admitted(policy: dict[str, Any], labels: dict[str, str], namespace: str) -> bool:
+    """Whether an ingress rule of ``policy`` (in taskfleet-system) admits such a pod."""
+    for rule in policy["spec"]["ingress"]:
+        for peer in rule["from"]:
+            if "ipBlock" in peer:
+                return True  # an address range admits pods regardless of labels
+            same_namespace = "namespaceSelector" not in peer
+            if same_namespace and namespace != "taskfleet-system":
+                continue
+            if selects(peer.get("podSelector", {}), labels):
+                return True
+    return False
+
+
+def test_only_taskqueue_workers_and_the_operator_may_connect_to_the_sample_redis() -> None:
+    docs = by_kind(kustomize(MANIFESTS))
+    policy = docs[("NetworkPolicy", "redis")]
+    redis_pod = docs[("Deployment", "redis")]["spec"]["template"]["metadata"]["labels"]
+    operator_pod = docs[("Deployment", "taskfleet-operator")]["spec"]["template"]["metadata"][
+        "labels"
+    ]
+    sample = next(d for d in kustomize(MANIFESTS / "samples") if d["kind"] == "TaskQueue")
+    spec = TaskQueueSpec.model_validate(sample["spec"])
+    worker_pod = builders.pod_template("default", sample["metadata"]["name"], spec)["metadata"][
+        "labels"
+    ]
+
+    assert selects(policy["spec"]["podSelector"], redis_pod)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert admitted(policy, worker_pod, "default")
+    assert admitted(policy, operator_pod, "taskfleet-system")
+    assert not admitted(policy, {"app": "curious"}, "default")
+    assert not admitted(policy, {"app.kubernetes.io/name": "redis"}, "default")
+    assert not admitted(policy, operator_pod, "default")  # the operator's labels elsewhere
+    for rule in policy["spec"]["ingress"]:
+        assert rule["ports"] == [{"protocol": "TCP", "port": 6379}]
