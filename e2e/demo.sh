@@ -87,6 +87,9 @@ refresh_stale_pods operator taskfleet-system app.kubernetes.io/name=taskfleet-op
 wait_rollouts <<<"$objects"
 
 say "applying the sample TaskQueue ($sample)"
+# The Secret with the sample Redis's URL (its password included) that the samples name in
+# redis.secretRef; never printed.
+applied -k "$repo/manifests/samples/redis-auth" >/dev/null
 samples=$(applied -f "$repo/$sample")
 tq=$(grep -m1 '^TaskQueue/' <<<"$samples") || die "$sample holds no TaskQueue"
 IFS=/ read -r _ ns name <<<"$tq"

@@ -240,6 +240,38 @@ def test_deletion_cost_ranks_idle_pods_first() -> None:
     assert builders.deletion_cost(5) == "5"
 
 
+def worker_pod(queue: str = "q", **meta: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "name": f"{queue}-5d8f7c9b4-abcde",
+        "labels": {"taskfleet.dev/queue": queue, "pod-template-hash": "5d8f7c9b4"},
+        "ownerReferences": [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": f"{queue}-5d8f7c9b4",
+                "uid": "u",
+                "controller": True,
+            }
+        ],
+    }
+    base.update(meta)
+    return {"metadata": base}
+
+
+def test_only_pods_of_the_queues_own_replica_sets_count_as_its_workers() -> None:
+    foreign_owner = worker_pod()
+    foreign_owner["metadata"]["ownerReferences"][0]["name"] = "other-5d8f7c9b4"
+
+    assert builders.owns_worker_pod(worker_pod(), "q")
+    assert not builders.owns_worker_pod(worker_pod(), "other")  # another queue's label
+    assert not builders.owns_worker_pod(worker_pod(ownerReferences=[]), "q")  # a bare pod
+    assert not builders.owns_worker_pod(foreign_owner, "q")  # labelled, someone else's
+    assert not builders.owns_worker_pod(worker_pod(labels={"taskfleet.dev/queue": "q"}), "q")
+    not_controller = worker_pod()
+    not_controller["metadata"]["ownerReferences"][0]["controller"] = False
+    assert not builders.owns_worker_pod(not_controller, "q")
+
+
 def test_queue_config_carries_the_shared_limits() -> None:
     spec = make_spec(
         maxConcurrency=20,
@@ -274,7 +306,7 @@ def test_queue_config_carries_the_shared_limits() -> None:
         ),
         (
             {"redis": {"url": "redis://redis:6379/0?password=hunter2"}},
-            "password query parameter",
+            "credential in its query",
         ),
         ({"redis": {"url": "redis://redis:port/0"}}, "not a usable Redis URL"),
         ({"heartbeat": {"intervalSeconds": 10, "ttlSeconds": 15}}, "at least 2x"),

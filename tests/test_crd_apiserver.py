@@ -68,7 +68,8 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
         ),
         (
             {"redis": {"url": "redis://redis:6379/0?password=hunter2"}},
-            "must not contain a password query parameter (?password=): put the URL in a Secret",
+            "must not carry a credential in its query (a key like password, token or secret, "
+            "in any case): put the URL in a Secret and use redis.secretRef",
         ),
         (
             {"redis": {"url": "redis://redis:6379/0?db=1&password=hunter2"}},
@@ -148,3 +149,48 @@ def test_kubectl_get_shows_the_printer_columns_and_the_short_name_works(
     header = kubectl(kube_apiserver, "-n", tq_namespace, "get", "tq").stdout.splitlines()[0]
 
     assert header.split() == ["NAME", "REPLICAS", "READY", "PENDING", "RUNNING", "DEAD", "AGE"]
+
+
+SECRET = "Zq7-sEcReT-9x"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (f"redis://redis:6379/0?pass%77ord={SECRET}", "must not percent-encode its query"),
+        (f"redis://redis:6379/0?p%61ssword={SECRET}", "must not percent-encode its query"),
+        (f"redis://redis:6379/0?PASSWORD={SECRET}", "must not carry a credential in its query"),
+        (f"redis://redis:6379/0?auth_token={SECRET}", "must not carry a credential in its query"),
+        (f"redis://u%3Ax:{SECRET}@redis:6379/0", "must not contain a password"),
+        (f"redis://:{SECRET}@redis:6379/0", "must not contain a password"),
+        (f"unix:///run/redis.sock?password={SECRET}", "must not carry a credential in its query"),
+        ("redis://redis:6379/abc", "must be a whole number, as in redis://host:6379/0"),
+        ("redis://redis:6379/0?foo=bar", "query parameter taskfleet does not accept; allowed: db,"),
+        ("redis://redis:6379/0?cluster=true", "query parameter taskfleet does not accept"),
+    ],
+)
+def test_a_redis_url_with_a_hidden_credential_or_that_redis_py_would_misread_is_rejected(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str, url: str, message: str
+) -> None:
+    result = apply(kube_apiserver, tq_namespace, "bad", base_spec(url))
+
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert SECRET not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://redis.taskfleet-system.svc:6379/3?socket_timeout=2.5&client_name=tq",
+        "rediss://redis.example:6380/0?ssl_cert_reqs=none",
+        "unix:///run/redis/redis.sock?db=2",
+        "redis://worker@redis:6379",
+    ],
+)
+def test_a_usable_redis_url_with_options_is_accepted(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str, url: str
+) -> None:
+    result = apply(kube_apiserver, tq_namespace, "good", base_spec(url))
+
+    assert result.returncode == 0, result.stderr

@@ -78,9 +78,22 @@ class Cluster:
             raise
 
     def create_pod(self, pod: str, queue: str, *, finalizers: list[str] | None = None) -> Any:
+        """A worker pod as the Deployment's ReplicaSet would make it (no controller-manager
+        here: the ReplicaSet is named, not created; nothing collects the pod for that)."""
+        owner = client.V1OwnerReference(
+            api_version="apps/v1",
+            kind="ReplicaSet",
+            name=f"{queue}-5d8f7c9b4",
+            uid="00000000-0000-4000-8000-000000000001",
+            controller=True,
+        )
         body = client.V1Pod(
             metadata=client.V1ObjectMeta(
-                name=pod, labels={"taskfleet.dev/queue": queue}, finalizers=finalizers
+                name=pod,
+                labels={"taskfleet.dev/queue": queue, "pod-template-hash": "5d8f7c9b4"},
+                annotations={"taskfleet.dev/spec-hash": "0"},
+                owner_references=[owner],
+                finalizers=finalizers,
             ),
             spec=client.V1PodSpec(
                 containers=[client.V1Container(name="worker", image="localhost/none:dev")]
@@ -439,7 +452,7 @@ def test_a_secret_that_holds_no_redis_url_is_reported_without_its_value(
         return condition if condition and condition["reason"] == "SecretUnavailable" else None
 
     condition = wait_for(reported)
-    expected = f"key 'url' of Secret {cluster.namespace}/redis-bad is not a redis:// URL"
+    expected = f"key 'url' of Secret {cluster.namespace}/redis-bad is not a usable Redis URL"
     assert condition["message"].startswith(expected)
     assert any(m.startswith(expected) for m in cluster.event_messages("SecretUnavailable"))
     assert operator_process.alive()

@@ -288,7 +288,7 @@ def test_a_secret_holding_no_redis_url_is_reported_without_its_value() -> None:
         connections.close()
 
     message = str(raised.value)
-    assert message.startswith("key 'url' of Secret ns/redis-auth is not a redis:// URL")
+    assert message.startswith("key 'url' of Secret ns/redis-auth is not a usable Redis URL")
     assert "hunter2" not in message
     assert "http" not in message
 
@@ -296,17 +296,17 @@ def test_a_secret_holding_no_redis_url_is_reported_without_its_value() -> None:
 def test_passwords_are_masked_in_urls_and_error_texts() -> None:
     url = "redis://worker:s3cret@redis.example:6380/2"
 
-    assert sweeper.mask_url(url) == "redis://worker:***@redis.example:6380/2"
-    assert sweeper.mask_url("redis://redis:6379/0") == "redis://redis:6379/0"
+    assert sweeper.redact_redis_url(url) == "redis://worker:***@redis.example:6380/2"
+    assert sweeper.redact_redis_url("redis://redis:6379/0") == "redis://redis:6379/0"
     error = redis.ConnectionError(f"cannot connect to {url}")
     assert "s3cret" not in sweeper.describe_error(error, url)
     assert "ConnectionError" in sweeper.describe_error(error, url)
 
 
-def test_a_password_in_the_url_query_is_masked_too() -> None:
-    url = "redis://redis:6379/0?db=1&password=hunter2"
+def test_a_password_in_the_url_query_is_masked_in_every_encoding() -> None:
+    url = "redis://redis:6379/0?pass%77ord=hunter2"
 
-    assert sweeper.mask_url(url) == "redis://redis:6379/0?db=1&password=***"
-    assert sweeper.mask_url("redis://h/0?mypassword=x") == "redis://h/0?mypassword=x"
+    assert sweeper.redact_redis_url(url) == "redis://redis:6379/0?password=***"
+    assert sweeper.redact_redis_url("redis://h/0?mypassword=x") == "redis://h/0?mypassword=***"
     error = redis.AuthenticationError(f"invalid password hunter2 for {url}")
     assert "hunter2" not in sweeper.describe_error(error, url)

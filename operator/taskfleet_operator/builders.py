@@ -224,6 +224,26 @@ def deletion_cost(inflight: int | None) -> str:
     return str(max(0, inflight or 0))
 
 
+def owns_worker_pod(pod: dict[str, Any], name: str) -> bool:
+    """Whether ``pod`` is a worker of TaskQueue ``name``'s Deployment, by its labels and
+    owner chain: the queue's label, and a controlling ReplicaSet named as the Deployment
+    ``name`` names its ReplicaSets (``<name>-<pod-template-hash>``, the hash also a label
+    of the pod). The ReplicaSet controller is the only reader of pod-deletion-cost, and
+    only for the pods it controls, so no other pod needs (or gets) one."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(QUEUE_LABEL) != name or not labels.get("pod-template-hash"):
+        return False
+    replica_set = f"{name}-{labels['pod-template-hash']}"
+    return any(
+        ref.get("controller") is True
+        and ref.get("kind") == "ReplicaSet"
+        and ref.get("apiVersion") == "apps/v1"
+        and ref.get("name") == replica_set
+        for ref in meta.get("ownerReferences") or []
+    )
+
+
 def queue_config_fields(spec: TaskQueueSpec) -> dict[str, Any]:
     """The queue's shared settings (`taskfleet.QueueConfig` fields) from the spec.
 

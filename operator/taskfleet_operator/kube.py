@@ -18,6 +18,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from taskfleet_operator.models import QUEUE_LABEL
+
 FIELD_MANAGER = "taskfleet-operator"
 
 _log = logging.getLogger(__name__)
@@ -92,16 +94,41 @@ def pod_gone(name: str, namespace: str) -> bool:
     return False
 
 
-def annotate_pod(name: str, namespace: str, annotations: dict[str, str]) -> bool:
-    """Merge annotations into a pod; False if the pod is gone."""
+def set_pod_deletion_cost(
+    name: str, namespace: str, *, uid: str, queue: str, annotation: str, cost: str
+) -> bool:
+    """Set one annotation of one worker pod, and nothing else; False if the pod is gone or
+    is no longer that worker pod.
+
+    A JSON patch whose ``test`` operations make the apiserver apply it only to the pod
+    listed (same uid) while it still carries the queue's label: the ``pods: patch`` the
+    operator holds is only ever used for the deletion-cost annotation of its own workers
+    (the admission policy in manifests/rbac/ enforces the same for the whole account).
+    Worker pods always have annotations (the spec hash), so ``add`` sets just this key.
+    """
+    body = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": f"/metadata/labels/{_pointer(QUEUE_LABEL)}", "value": queue},
+        {"op": "add", "path": f"/metadata/annotations/{_pointer(annotation)}", "value": cost},
+    ]
     try:
-        core().patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
+        core().patch_namespaced_pod(
+            name, namespace, body, _content_type="application/json-patch+json"
+        )
     except ApiException as exc:
         if exc.status == 404:
             _log.debug("pod %s/%s vanished before it was annotated", namespace, name)
             return False
+        if exc.status == 422:  # a test failed: another pod of that name, or relabelled
+            _log.debug("pod %s/%s is no longer worker %s of %s", namespace, name, uid, queue)
+            return False
         raise
     return True
+
+
+def _pointer(key: str) -> str:
+    """A map key as one JSON-pointer segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def read_secret_value(namespace: str, name: str, key: str) -> str:

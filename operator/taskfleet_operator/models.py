@@ -23,7 +23,13 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
-from redis.connection import parse_url
+from taskfleet.redisurl import (
+    CREDENTIAL_KEY_PATTERN,
+    OPTIONS,
+    TLS_OPTIONS,
+    InvalidRedisURL,
+    parse_redis_url,
+)
 
 JsonDict = dict[str, JsonValue]
 
@@ -59,15 +65,35 @@ _CRON_FIELD = r"[-0-9*/,A-Za-z?#]+"
 CRON_PATTERN = rf"^{_CRON_FIELD}(\s+{_CRON_FIELD}){{4}}$"
 # A userinfo part with a colon ("user:pass@" or ":pass@") carries a password.
 _PASSWORD_IN_URL = re.compile(r"^[a-z]+://[^@/]*:[^@/]*@")
-# redis-py also reads a password from the query (?password=...); RE2 and re agree on it.
-PASSWORD_IN_QUERY = r"[?]([^#]*&)?password="
-_PASSWORD_IN_QUERY = re.compile(PASSWORD_IN_QUERY)
+# redis-py percent-decodes query keys and values (?pass%77ord= is a password): no % at all
+# in redis.url's query, and no key that looks like a credential, in any case.
+PERCENT_IN_QUERY = r"[?].*%"
+CREDENTIAL_IN_QUERY = r"[?&][^=&#]*" + CREDENTIAL_KEY_PATTERN
+_CREDENTIAL_IN_QUERY = re.compile(CREDENTIAL_IN_QUERY)
+# The query may only hold parameters taskfleet's URL parser accepts (RE2 and re agree).
+_QUERY_KEYS = "|".join([*OPTIONS, *TLS_OPTIONS])
+KNOWN_QUERY = rf"^[^?#]*([?]({_QUERY_KEYS})=[^&#]*(&({_QUERY_KEYS})=[^&#]*)*)?$"
+# A redis:// or rediss:// URL's path is the database number, nothing else.
+DB_PATH = r"^rediss?://[^/?#]*(/[0-9]*)?([?#].*)?$"
 PASSWORD_MESSAGE = (
     "redis.url must not contain a password: put the URL in a Secret and use redis.secretRef"
 )
-QUERY_PASSWORD_MESSAGE = (
-    "redis.url must not contain a password query parameter (?password=): put the URL in "
-    "a Secret and use redis.secretRef"
+QUERY_CREDENTIAL_MESSAGE = (
+    "redis.url must not carry a credential in its query (a key like password, token or "
+    "secret, in any case): put the URL in a Secret and use redis.secretRef"
+)
+PERCENT_MESSAGE = (
+    "redis.url must not percent-encode its query (no %): write the options plainly, and "
+    "put credentials in a Secret (redis.secretRef)"
+)
+KNOWN_QUERY_MESSAGE = (
+    "redis.url has a query parameter taskfleet does not accept; allowed: "
+    + ", ".join([*OPTIONS, *TLS_OPTIONS])
+    + " (key=value pairs joined by &)"
+)
+DB_PATH_MESSAGE = (
+    "the database in redis.url (the path after the host) must be a whole number, as in "
+    "redis://host:6379/0"
 )
 
 # Pass-through Kubernetes types: kept as opaque objects so the CRD stays structural
@@ -236,9 +262,16 @@ class RedisRef(CamelModel):
                     "!has(self.url) || !self.url.matches('^[a-z]+://[^@/]*:[^@/]*@')",
                     PASSWORD_MESSAGE,
                 ),
+                cel(f"!has(self.url) || !self.url.matches('{PERCENT_IN_QUERY}')", PERCENT_MESSAGE),
                 cel(
-                    f"!has(self.url) || !self.url.matches('{PASSWORD_IN_QUERY}')",
-                    QUERY_PASSWORD_MESSAGE,
+                    f"!has(self.url) || !self.url.matches('{CREDENTIAL_IN_QUERY}')",
+                    QUERY_CREDENTIAL_MESSAGE,
+                ),
+                cel(f"!has(self.url) || self.url.matches('{KNOWN_QUERY}')", KNOWN_QUERY_MESSAGE),
+                cel(
+                    f"!has(self.url) || !self.url.startsWith('redis') || "
+                    f"self.url.matches('{DB_PATH}')",
+                    DB_PATH_MESSAGE,
                 ),
             ]
         }
@@ -251,19 +284,28 @@ class RedisRef(CamelModel):
     def _exactly_one(self) -> RedisRef:
         if (self.url is None) == (self.secret_ref is None):
             raise ValueError("set exactly one of redis.url or redis.secretRef")
-        if self.url is not None and _PASSWORD_IN_URL.match(self.url):
-            raise ValueError(PASSWORD_MESSAGE)
-        if self.url is not None and _PASSWORD_IN_QUERY.search(self.url):
-            raise ValueError(QUERY_PASSWORD_MESSAGE)
         if self.url is not None:
-            try:
-                parse_url(self.url)  # type: ignore[no-untyped-call]
-            except ValueError:
-                raise ValueError(
-                    "redis.url is not a usable Redis URL (check the port, database and "
-                    "query parameters)"
-                ) from None
+            _check_url(self.url)
         return self
+
+
+def _check_url(url: str) -> None:
+    """The CRD's rules on redis.url, then taskfleet's URL parser (the one the CLI and the
+    worker use): a spec that slipped past an older CRD still fails, and never with the
+    URL in the message."""
+    query = url.partition("?")[2]
+    if _PASSWORD_IN_URL.match(url):
+        raise ValueError(PASSWORD_MESSAGE)
+    if _CREDENTIAL_IN_QUERY.search(url):
+        raise ValueError(QUERY_CREDENTIAL_MESSAGE)
+    if "%" in query:
+        raise ValueError(PERCENT_MESSAGE)
+    try:
+        parsed = parse_redis_url(url)
+    except InvalidRedisURL as exc:
+        raise ValueError(f"redis.url is not a usable Redis URL: {exc}") from None
+    if parsed.has_credentials:
+        raise ValueError(PASSWORD_MESSAGE)
 
 
 QUANTITY_PATTERN = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")

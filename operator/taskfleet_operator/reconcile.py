@@ -81,12 +81,21 @@ def set_deletion_costs(
     inflight = {worker.pod: worker.inflight for worker in queue.workers()}
     annotated = 0
     for pod in kube.list_pods(namespace, builders.selector_string(name)):
+        if not builders.owns_worker_pod(pod, name):
+            continue  # labelled like a worker, but no ReplicaSet of ours decides its fate
         pod_name = pod["metadata"]["name"]
         cost = builders.deletion_cost(inflight.get(pod_name))
         current = (pod["metadata"].get("annotations") or {}).get(builders.DELETION_COST_ANNOTATION)
         if current == cost:
             continue
-        if kube.annotate_pod(pod_name, namespace, {builders.DELETION_COST_ANNOTATION: cost}):
+        if kube.set_pod_deletion_cost(
+            pod_name,
+            namespace,
+            uid=pod["metadata"]["uid"],
+            queue=name,
+            annotation=builders.DELETION_COST_ANNOTATION,
+            cost=cost,
+        ):
             annotated += 1
     logger.debug("pod-deletion-cost set on %d pods", annotated)
     return annotated

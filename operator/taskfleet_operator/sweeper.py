@@ -13,14 +13,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from urllib.parse import parse_qs, urlsplit
 
 import redis
 from croniter import croniter
-from taskfleet.cli import mask_url
 from taskfleet.config import QueueConfig
 from taskfleet.errors import InvalidPayload, TaskfleetError
 from taskfleet.queue import Queue, encode_payload
+from taskfleet.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
 from taskfleet.scripts import SWEEP_BOUND
 
 from taskfleet_operator import builders, kube
@@ -28,31 +27,23 @@ from taskfleet_operator.models import TaskQueueSpec
 
 UrlResolver = Callable[[str, TaskQueueSpec], str]
 
-__all__ = ["Connections", "SweepReport", "describe_error", "mask_url", "sweep_queue"]
+__all__ = ["Connections", "SweepReport", "describe_error", "redact_redis_url", "sweep_queue"]
 
 
 def describe_error(exc: BaseException, url: str | None = None) -> str:
-    """A one-line error text with any password of ``url`` (userinfo or query) masked out."""
-    message = f"{type(exc).__name__}: {exc}"
-    if url:
-        try:
-            parts = urlsplit(url)
-        except ValueError:
-            return message
-        passwords = [parts.password or "", *parse_qs(parts.query).get("password", [])]
-        for password in filter(None, passwords):
-            message = message.replace(password, "***")
-    return message
+    """A one-line error text with every secret of ``url`` (userinfo or query, in any
+    encoding) and any URL in it masked (`taskfleet.redisurl.scrub`)."""
+    return scrub(f"{type(exc).__name__}: {exc}", url)
 
 
-def _unusable_url(namespace: str, spec: TaskQueueSpec) -> Exception:
-    """The error for a URL redis-py refuses; it never quotes the URL (it may hold a password)."""
+def _unusable_url(namespace: str, spec: TaskQueueSpec, problem: str) -> Exception:
+    """The error for a URL taskfleet refuses; it never quotes the URL (it may hold a
+    password), only what is wrong with it."""
     ref = spec.redis.secret_ref
     if ref is None:  # the model refuses such a redis.url; kept for a spec from an older CRD
-        return ValueError("redis.url is not a usable Redis URL")
+        return ValueError(f"redis.url is not a usable Redis URL: {problem}")
     return kube.SecretUnavailable(
-        f"key {ref.key!r} of Secret {namespace}/{ref.name} is not a redis:// URL: set it to "
-        "a redis://, rediss:// or unix:// URL"
+        f"key {ref.key!r} of Secret {namespace}/{ref.name} is not a usable Redis URL: {problem}"
     )
 
 
@@ -99,15 +90,19 @@ class Connections:
             if cached is not None and cached[0] == digest:
                 return cached[1]
             try:
+                parse_redis_url(url)  # what redis-py would misread or refuse only later
                 client = redis.Redis.from_url(
                     url,
                     socket_timeout=self._timeout_s,
                     socket_connect_timeout=self._timeout_s,
                     health_check_interval=30,
                 )
-            except ValueError:
+            except InvalidRedisURL as exc:
                 self._urls.pop(key, None)  # read the Secret again once it is fixed
-                raise _unusable_url(namespace, spec) from None
+                raise _unusable_url(namespace, spec, str(exc)) from None
+            except ValueError:
+                self._urls.pop(key, None)
+                raise _unusable_url(namespace, spec, "redis-py refuses it") from None
             queue = Queue(builders.queue_name(namespace, name), client=client)
             self._queues[key] = (digest, queue)
         if cached is not None:

@@ -14,7 +14,6 @@ import json
 import logging
 import math
 import os
-import re
 import secrets
 import signal
 import socket
@@ -22,7 +21,6 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -31,6 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from taskfleet import bounds
 from taskfleet.errors import TaskfleetError
+from taskfleet.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
 
 __all__ = ["main", "mask_url"]
 
@@ -42,8 +41,6 @@ MAX_COUNT = 1_000_000
 ENV_PREFIX = "TASKFLEET_"
 
 F = TypeVar("F", bound=Callable[..., Any])
-# The value of a password query parameter, which redis-py reads like the userinfo one.
-_QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*")
 
 
 class BadInput(click.ClickException):
@@ -52,27 +49,10 @@ class BadInput(click.ClickException):
     exit_code = 2
 
 
-def mask_url(url: str) -> str:
-    """``url`` with any password (userinfo or ``?password=``) replaced by ``***``.
-
-    redis-py honours a ``password`` query parameter too, so masking only the userinfo
-    would leak it. The form safe for logs and error messages.
-    """
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # a bad port raises only here
-    except ValueError:
-        return "<unparseable url>"
-    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
-    if parts.password is None and query == parts.query:
-        return url
-    netloc = parts.netloc
-    if parts.password is not None:
-        host = parts.hostname or ""
-        if port is not None:
-            host = f"{host}:{port}"
-        netloc = f"{parts.username or ''}:***@{host}"
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
+# The former name of `redact_redis_url`, kept for callers that import it from here.
+mask_url = redact_redis_url
+# The Redis URL the command was given (for error messages, redacted), once options parsed.
+_redis_url_in_use: str | None = None
 
 
 class FiniteFloat(click.FloatRange):
@@ -93,17 +73,18 @@ def _env(name: str) -> str:
 
 
 def _check_redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """Refuse a malformed URL while parsing options: before the worker forks, loads its
-    handler or retries a connection that can never work. The URL itself is not echoed
-    (it may hold a password)."""
-    from redis.connection import parse_url
-
+    """Refuse a URL redis-py would misread or reject late, while parsing options: before
+    the worker forks, loads its handler or retries a connection that can never work. The
+    message says what is wrong and never quotes the URL (it may hold a password)."""
+    global _redis_url_in_use  # noqa: PLW0603 - one command per process
+    _redis_url_in_use = value
     try:
-        parse_url(value)  # type: ignore[no-untyped-call]
-    except ValueError as exc:
+        parse_redis_url(value)
+    except InvalidRedisURL as exc:
         raise click.BadParameter(
-            f"not a Redis URL ({_scrub(str(exc))}); expected "
-            "redis://[:password@]host[:port][/db], rediss://... or unix:///path",
+            f"not a Redis URL taskfleet can use: {exc}; expected "
+            "redis://[[user]:password@]host[:port][/db], rediss://... "
+            "or unix:///path",
             ctx,
             param,
         ) from None
@@ -183,7 +164,7 @@ def _queue(name: str, redis_url: str) -> Any:
     try:
         return Queue(name, redis_url=redis_url)
     except ValueError as exc:
-        raise BadInput(str(exc)) from None
+        raise BadInput(_scrub(str(exc))) from None
 
 
 def _no_constant(name: str) -> NoReturn:
@@ -562,8 +543,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.Abort:
         _fail("aborted", 1)
     except (RedisConnectionError, RedisTimeoutError) as exc:
-        url = os.environ.get(_env("REDIS_URL"), "")
-        where = f" at {mask_url(url)}" if url else ""
+        url = _redis_url_in_use or os.environ.get(_env("REDIS_URL"), "")
+        where = f" at {redact_redis_url(url)}" if url else ""
         _fail(f"cannot reach Redis{where}: {_scrub(str(exc))}", 1)
     except TaskfleetError as exc:
         code = 2 if isinstance(exc, ValueError) else 1
@@ -574,8 +555,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
 
 def _scrub(text: str) -> str:
-    """Drop anything that looks like a URL with a password from a message."""
-    return " ".join(mask_url(word) if "://" in word else word for word in text.split())
+    """The message with the Redis URL's secrets and any URL in it masked."""
+    return scrub(text, _redis_url_in_use or os.environ.get(_env("REDIS_URL")))
 
 
 def _fail(message: str, code: int) -> NoReturn:
