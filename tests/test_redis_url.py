@@ -289,3 +289,21 @@ def test_stats_authenticates_with_a_percent_encoded_password_key_and_never_print
         assert "password=***" in line
     for result in (good, wrong, in_env):
         assert SECRET not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://localhost:6379/0?foo=bar", "redis://localhost/abc", "redis://:s3cret@h/0?x=1"]
+)
+def test_the_library_refuses_a_url_redis_py_would_misread_before_it_connects(url: str) -> None:
+    """``Queue`` and the worker's settings parse a URL first: a clear error, not a
+    ``TypeError`` from deep inside redis-py at the first call."""
+    from taskfleet import Queue
+    from taskfleet.worker import WorkerSettings
+
+    with pytest.raises(InvalidRedisURL) as queue_error:
+        Queue("q", redis_url=url)
+    settings = WorkerSettings(queue="q", redis_url=url, pod="p", incarnation="i")
+    with pytest.raises(InvalidRedisURL) as worker_error:
+        settings.validate()
+    for error in (queue_error, worker_error):
+        assert "s3cret" not in str(error.value)

@@ -26,6 +26,7 @@ from taskfleet.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.config import QueueConfig
 from taskfleet.errors import InvalidArgument, InvalidPayload, ProtocolError, WaitTimeout
 from taskfleet.keys import QueueKeys
+from taskfleet.redisurl import parse_redis_url
 from taskfleet.scripts import EnqueueArgs, Ops, SweepResult, SyncScripts, text
 
 #: Counters of the ``stats`` hash; stats() reports each, 0 when never bumped.
@@ -393,6 +394,8 @@ class Queue:
     ) -> None:
         self.keys = QueueKeys(name)
         self.name = name
+        if client is None:
+            parse_redis_url(redis_url)  # InvalidRedisURL, one line, never the URL itself
         self.client: redis.Redis = client if client is not None else redis.Redis.from_url(redis_url)
         self._owns_client = client is None
         self.ops = Ops(self.keys)

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from taskfleet.keys import validate_queue_name
+from taskfleet.redisurl import parse_redis_url
 
 #: Upper bound of --prefetch.
 MAX_PREFETCH = 10_000
@@ -74,5 +75,6 @@ class WorkerSettings:
         if self.default_timeout is not None and self.default_timeout <= 0:
             raise ValueError("task timeout must be positive")
         validate_queue_name(self.queue)
+        parse_redis_url(self.redis_url)  # InvalidRedisURL (a ValueError), never the URL
         if not self.pod:
             raise ValueError("pod name must not be empty")
