@@ -17,7 +17,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from taskfleet.errors import TaskfleetError
+from taskfleet.errors import NameInUse, TaskfleetError
 
 __all__ = ["main", "mask_url"]
 
@@ -383,8 +382,10 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     envvar=_env("POD_NAME"),
     default=None,
     show_envvar=True,
-    help="Pod identity; a restart with the same name takes back its earlier tasks "
-    "[default: hostname].",
+    help="Worker name, unique among the queue's live workers (in Kubernetes: the pod's "
+    "name). A restart under the same name takes back its earlier tasks; a start under "
+    "the name of a live worker is refused [default: <hostname>-<pid>-<random>, new per "
+    "process].",
 )
 @click.option("--runtime-dir", envvar=_env("RUNTIME_DIR"), default=None, show_envvar=True)
 @click.option(
@@ -426,13 +427,14 @@ def worker(
     is lost, the released tasks run elsewhere).
     """
     from taskfleet.handlers import HandlerLoadError, load_handler
+    from taskfleet.identity import default_pod_name
     from taskfleet.reaper import run_as_init
     from taskfleet.worker import WorkerSettings
 
     settings = WorkerSettings(
         queue=queue,
         redis_url=redis_url,
-        pod=pod or socket.gethostname(),
+        pod=pod or default_pod_name(),
         # Fresh per process start: tells this run's claims from an earlier container's.
         incarnation=secrets.token_hex(6),
         concurrency=concurrency,
@@ -470,6 +472,9 @@ async def _serve(settings: Any, handler: Any) -> int:
         loop.add_signal_handler(signum, worker.request_drain)
     try:
         return await worker.run()
+    except NameInUse as exc:  # refused at start: bad configuration, like a bad option
+        click.echo(f"taskfleet: error: {exc}", err=True)
+        return 2
     except Exception as exc:  # one log line, not a traceback, and a restartable exit
         log_event(logging.ERROR, "worker_failed", error=format_error(exc))
         return 1

@@ -37,3 +37,27 @@ class WaitTimeout(TaskfleetError, TimeoutError):  # noqa: N818
 
 class ProtocolError(TaskfleetError):
     """A script answered something this version does not understand (version skew?)."""
+
+
+class NameInUse(TaskfleetError, ValueError):  # noqa: N818
+    """A worker may not start under a name a live worker holds (two would take each
+    other's tasks). ``holder`` describes that worker."""
+
+    def __init__(self, pod: str, holder: str) -> None:
+        super().__init__(
+            f'worker name "{pod}" is in use by a live worker ({holder}); '
+            "give each worker its own --pod"
+        )
+        self.pod = pod
+        self.holder = holder
+
+
+class IdentityTaken(TaskfleetError):  # noqa: N818
+    """Another incarnation registered under this worker's name while it ran: the tasks
+    it held were taken back, and it must stop. ``holder`` describes the newcomer."""
+
+    def __init__(self, pod: str, incarnation: str, holder: str) -> None:
+        super().__init__(f'worker name "{pod}" was taken over by another worker ({holder})')
+        self.pod = pod
+        self.incarnation = incarnation
+        self.holder = holder

@@ -44,8 +44,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from taskfleet.broker import Broker, ClaimedTask, ClaimResult, bounded
+from taskfleet.broker import Broker, ClaimedTask, ClaimResult, WorkerRecord, bounded
 from taskfleet.config import QueueConfig
+from taskfleet.errors import IdentityTaken
 from taskfleet.handlers import (
     Handler,
     TaskContext,
@@ -53,6 +54,7 @@ from taskfleet.handlers import (
     encode_result,
     format_error,
 )
+from taskfleet.identity import Whereabouts, holder_alive
 from taskfleet.keys import QueueKeys, validate_queue_name
 from taskfleet.runtime import (
     POLL_INTERVAL_S,
@@ -77,6 +79,9 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
     TimeoutError,
     OSError,
 )
+#: Exit code of a worker stopped by bad configuration found while running: another
+#: worker took its name.
+EXIT_BAD_CONFIG = 2
 DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
 #: Least time between two rewrites of the runtime file that ``taskfleet drain`` does not wait
 #: on: its in-flight count matters to ``drain --wait`` only once draining (and the start of a
@@ -99,6 +104,14 @@ RUN_TIME_WEIGHT = 0.1
 #: Upper bound of --prefetch.
 MAX_PREFETCH = 10_000
 T = TypeVar("T")
+
+
+class _FatalStop(Exception):  # noqa: N818 - internal signal, not an error of the API
+    """Stop now with ``code``: our name was taken over."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def log_event(level: int, event: str, **fields: Any) -> None:
@@ -370,6 +383,9 @@ class Worker:
         # little longer than it then waits, so it is never unregistered while waiting.
         self._idle_ms = int((settings.idle_wait + IDLE_MARGIN_S) * 1000)
         self._heartbeat_interval = settings.heartbeat_interval
+        # Recorded with the worker: a worker starting under our name judges us by it.
+        self._whereabouts = Whereabouts.local(settings.heartbeat_interval)
+        self._fatal: _FatalStop | None = None
         # How long any one Redis call may go without a reply before it counts as an
         # outage: long enough for a slow script, short enough to notice a dead server.
         self._reply_timeout = max(2.0, settings.idle_wait + 2.0)
@@ -419,6 +435,7 @@ class Worker:
             self.settings.pod,
             self.settings.incarnation,
             reply_timeout=self._reply_timeout,
+            host=self._whereabouts.encode(),
         )
         self._set_state("starting")
         try:
@@ -453,6 +470,8 @@ class Worker:
             if failure is None:
                 await claimer
                 return await self._shutdown(background)
+            if isinstance(failure, _FatalStop):
+                return await self._stop_at_once(failure, [claimer, *background])
             # A bug, not an outage (those are handled in the loops): give everything back
             # at once and exit 1 so the container restarts rather than idling half-alive.
             log_event(logging.ERROR, "worker_failed", error=format_error(failure))
@@ -475,16 +494,29 @@ class Worker:
     # ---------------------------------------------------------------- start and stop
 
     async def _register(self) -> None:
+        """Register, taking over from an earlier incarnation of our name unless that one
+        is alive (then ``NameInUse``: the CLI refuses to start, exit 2)."""
         assert self._broker is not None
         while not self.draining:
             try:
-                taken = await self._broker.register(self.settings.concurrency)
+                taken = await self._broker.register(
+                    self.settings.concurrency, in_use=self._holder_in_use
+                )
             except REDIS_DOWN as exc:
                 await self._outage(exc, until_drain=True)
                 continue
             if taken:
                 log_event(logging.INFO, "earlier_incarnation_requeued", tasks=taken)
             return
+
+    def _holder_in_use(self, holder: WorkerRecord) -> str | None:
+        """How a live worker holding our name is described, or None if it is gone."""
+        where = Whereabouts.parse(holder.host)
+        if not holder_alive(
+            where, holder.heartbeat_age_ms, self._whereabouts, self.settings.heartbeat_interval
+        ):
+            return None
+        return f"{holder.describe()}, heartbeat {holder.heartbeat_age_ms / 1000:.1f} s ago"
 
     async def _settle_lease_ttl(self) -> None:
         """Agree with the queue on the lease TTL, which every worker of a queue shares.
@@ -561,7 +593,46 @@ class Worker:
         self._state = "drained"
         self._write_runtime()  # now, not next loop turn: the waiters are polling for it
         await self._outlive_drain_waiters()
-        return 0
+        return 0 if self._fatal is None else self._fatal.code
+
+    async def _stop_at_once(self, stop: _FatalStop, tasks: list[asyncio.Task[None]]) -> int:
+        """Stop without a drain: our name was taken over.
+
+        In-flight runs are abandoned (async handlers cancelled; a thread's result is
+        dropped) and nothing is written: the newcomer took back what we held (a task
+        claimed after that comes back when its lease expires). No deregistration either:
+        the name's record is someone else's.
+        """
+        assert self._broker is not None
+        self._fatal = stop
+        self._drain_requested.set()
+        self._stop_requested.set()
+        self._closing.set()
+        self._slot_freed.set()
+        self._outbox_ready.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=5.0)
+        for task in tasks:  # seen: their errors are this stop
+            if task.done() and not task.cancelled():
+                task.exception()
+        leftover = [run for run in self._running.values() if not run.finished]
+        for run in leftover:
+            run.abandoned = True
+            if run.job is not None:
+                run.job.cancel()
+        with contextlib.suppress(Exception):
+            await self._broker.close()
+        log_event(
+            logging.INFO,
+            "worker_stopped",
+            completed=self.counters.completed,
+            failed=self.counters.failed,
+            released=self.counters.released,
+            lost=self.counters.lost,
+            exit_code=stop.code,
+        )
+        return stop.code
 
     async def _outlive_drain_waiters(self) -> None:
         """Let ``taskfleet drain`` processes see ``drained`` and exit before we do.
@@ -981,6 +1052,20 @@ class Worker:
                     return
                 await self._outage(exc)
                 continue
+            except IdentityTaken as exc:
+                # Someone registered under our name: it took back every task we held.
+                # Running on would run them twice and fight over the name; stop instead.
+                log_event(
+                    logging.ERROR,
+                    "identity_taken",
+                    pod=self.settings.pod,
+                    incarnation=self.settings.incarnation,
+                    by=exc.holder,
+                    note="another worker started under this name and took back its tasks; "
+                    "give each worker its own --pod",
+                )
+                self._fatal = _FatalStop(EXIT_BAD_CONFIG)
+                raise self._fatal from None
             await _wait_any(self._beat_now, self._closing, limit=self._heartbeat_interval)
 
     def _lease_tokens(self) -> dict[str, str]:

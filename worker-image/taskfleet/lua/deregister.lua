@@ -6,9 +6,12 @@
 -- Returns: how many tasks were released
 local pod, incarnation = ARGV[1], ARGV[2]
 local released = 0
+-- another incarnation registered under the name since: the wake list and the record are
+-- that one's now
+local taken_by = other_holder(pod, incarnation)
 -- no more hand-offs; what was handed over and not yet popped is released below
 redis.call('ZREM', K_IDLE, pod .. '\0' .. incarnation)
-redis.call('DEL', K_WAKE .. pod)
+if not taken_by then redis.call('DEL', K_WAKE .. pod) end
 for _, id in ipairs(redis.call('SMEMBERS', K_POD .. pod)) do
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'pod', 'incarnation')
@@ -17,13 +20,7 @@ for _, id in ipairs(redis.call('SMEMBERS', K_POD .. pod)) do
     released = released + 1
   end
 end
-local rec = redis.call('HGET', K_WORKERS, pod)
-if rec then
-  local ok, w = pcall(cjson.decode, rec)
-  if not ok or type(w) ~= 'table' or w.incarnation == incarnation then
-    redis.call('HDEL', K_WORKERS, pod)
-  end
-end
+if not taken_by then redis.call('HDEL', K_WORKERS, pod) end
 notify(released)
 flush_counts()
 return released
