@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import redis.asyncio
 import redis.exceptions
 
-from taskfleet.errors import IdentityTaken, NameInUse, ProtocolError, StaleToken
+from taskfleet.errors import IdentityTaken, NameInUse, ProtocolError, StaleToken, auth_failure
 from taskfleet.identity import Whereabouts
 from taskfleet.keys import QueueKeys
 from taskfleet.queue import Queue, TaskState
@@ -41,14 +41,22 @@ BLOCKING_REPLY_MARGIN_S = 5.0
 
 
 async def bounded(call: Awaitable[T], limit: float | None) -> T:
-    """``call``'s result, or ``redis.exceptions.TimeoutError`` after ``limit`` seconds."""
-    if limit is None:
-        return await call
+    """``call``'s result, or ``redis.exceptions.TimeoutError`` after ``limit`` seconds.
+
+    An ACL denial that Redis reports as a plain error (a command a script runs that the
+    user may not run) is raised as ``redis.exceptions.NoPermissionError``, like the others.
+    """
     try:
+        if limit is None:
+            return await call
         async with asyncio.timeout(limit):
             return await call
     except TimeoutError as exc:  # the builtin one, raised by asyncio.timeout
         raise redis.exceptions.TimeoutError(f"no reply from Redis within {limit:g} s") from exc
+    except redis.exceptions.ResponseError as exc:
+        if type(exc) is redis.exceptions.ResponseError and auth_failure(exc) == "permission":
+            raise redis.exceptions.NoPermissionError(str(exc)) from exc
+        raise
 
 
 @dataclass(frozen=True, slots=True)

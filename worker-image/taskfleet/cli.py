@@ -3,8 +3,9 @@
 Every option can also come from the environment (``TASKFLEET_<OPTION>``, e.g.
 ``TASKFLEET_REDIS_URL``, ``TASKFLEET_CONCURRENCY``; the worker's ``--timeout`` is
 ``TASKFLEET_TASK_TIMEOUT``), which is how the operator configures worker pods. Bad input
-ends with one ``taskfleet: error: ...`` line on stderr and exit code 2; an unreachable
-Redis or a missing task with exit code 1; no tracebacks.
+(Redis refusing the credentials or the user's rights included) ends with one
+``taskfleet: error: ...`` line on stderr and exit code 2; an unreachable Redis or a
+missing task with exit code 1; no tracebacks.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from taskfleet.errors import NameInUse, TaskfleetError
+from taskfleet.errors import NameInUse, TaskfleetError, auth_failure
 
 __all__ = ["main", "mask_url"]
 
@@ -501,14 +502,28 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _fail(exc.format_message(), exc.exit_code)
     except click.Abort:
         _fail("aborted", 1)
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        url = os.environ.get(_env("REDIS_URL"), "")
-        where = f" at {mask_url(url)}" if url else ""
-        _fail(f"cannot reach Redis{where}: {_scrub(str(exc))}", 1)
     except TaskfleetError as exc:
         code = 2 if isinstance(exc, ValueError) else 1
         _fail(_scrub(str(exc)), code)
     except RedisError as exc:
+        url = os.environ.get(_env("REDIS_URL"), "")
+        where = f" at {mask_url(url)}" if url else ""
+        kind = auth_failure(exc)
+        if kind == "authentication":
+            _fail(
+                f"Redis{where} refused the credentials ({_scrub(str(exc))}); check the user "
+                "and password of --redis-url (TASKFLEET_REDIS_URL)",
+                2,
+            )
+        if kind == "permission":
+            _fail(
+                f"Redis{where} refused a command for this user ({_scrub(str(exc))}); the "
+                "user needs the queue's keys (~tf:{<queue>}:*) and scripting (EVALSHA, "
+                "SCRIPT LOAD) besides the commands used",
+                2,
+            )
+        if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+            _fail(f"cannot reach Redis{where}: {_scrub(str(exc))}", 1)
         _fail(f"redis error: {_scrub(str(exc))}", 1)
     sys.exit(rv if isinstance(rv, int) else 0)
 

@@ -61,3 +61,26 @@ class IdentityTaken(TaskfleetError):  # noqa: N818
         self.pod = pod
         self.incarnation = incarnation
         self.holder = holder
+
+
+def auth_failure(exc: BaseException) -> str | None:
+    """Why Redis refused these credentials or this user's rights, else None.
+
+    ``"authentication"``: a wrong or missing password or user (``WRONGPASS``, ``NOAUTH``,
+    an AUTH that can't work); ``"permission"``: the user may not run a command or touch
+    a key (``NOPERM``, also an ACL denial inside a script, which Redis 7.0 reports as a
+    plain error). Neither goes away by retrying, unlike an outage.
+    """
+    import redis.exceptions as rx
+
+    if isinstance(exc, rx.AuthenticationError | rx.AuthenticationWrongNumberOfArgsError):
+        return "authentication"
+    if isinstance(exc, rx.AuthorizationError | rx.NoPermissionError):
+        return "permission"
+    if isinstance(exc, rx.ResponseError):
+        message = str(exc)
+        if message.startswith(("WRONGPASS", "NOAUTH")):
+            return "authentication"
+        if message.startswith("NOPERM") or "can't run this command" in message:
+            return "permission"
+    return None

@@ -41,12 +41,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from redis.exceptions import AuthenticationWrongNumberOfArgsError, NoPermissionError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from taskfleet.broker import Broker, ClaimedTask, ClaimResult, WorkerRecord, bounded
 from taskfleet.config import QueueConfig
-from taskfleet.errors import IdentityTaken
+from taskfleet.errors import IdentityTaken, auth_failure
 from taskfleet.handlers import (
     Handler,
     TaskContext,
@@ -71,16 +72,21 @@ __all__ = ["Worker", "WorkerSettings", "log_event"]
 
 log = logging.getLogger("taskfleet.worker")
 
-#: Errors that mean "Redis is unreachable right now", not "the request was wrong".
+#: Errors that mean "Redis is unreachable right now", not "the request was wrong"; and
+#: Redis refusing our credentials or rights (redis-py's AuthenticationError is a
+#: ConnectionError), which no retry mends: ``_outage`` tells them apart (``auth_failure``)
+#: and stops the worker instead (exit 2).
 REDIS_DOWN: tuple[type[BaseException], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     ConnectionError,
     TimeoutError,
     OSError,
+    NoPermissionError,
+    AuthenticationWrongNumberOfArgsError,
 )
-#: Exit code of a worker stopped by bad configuration found while running: another
-#: worker took its name.
+#: Exit code of a worker stopped by bad configuration found while running: Redis refused
+#: its credentials, or another worker took its name.
 EXIT_BAD_CONFIG = 2
 DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
 #: Least time between two rewrites of the runtime file that ``taskfleet drain`` does not wait
@@ -107,7 +113,7 @@ T = TypeVar("T")
 
 
 class _FatalStop(Exception):  # noqa: N818 - internal signal, not an error of the API
-    """Stop now with ``code``: our name was taken over."""
+    """Stop now with ``code``: Redis refused our credentials, or our name was taken over."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
@@ -439,8 +445,11 @@ class Worker:
         )
         self._set_state("starting")
         try:
-            await self._register()
-            await self._settle_lease_ttl()
+            try:
+                await self._register()
+                await self._settle_lease_ttl()
+            except _FatalStop as stop:
+                return stop.code
             if self.draining:
                 return await self._shutdown([])
             self._set_state("running")
@@ -596,12 +605,12 @@ class Worker:
         return 0 if self._fatal is None else self._fatal.code
 
     async def _stop_at_once(self, stop: _FatalStop, tasks: list[asyncio.Task[None]]) -> int:
-        """Stop without a drain: our name was taken over.
+        """Stop without a drain: Redis refused us, or our name was taken over.
 
         In-flight runs are abandoned (async handlers cancelled; a thread's result is
-        dropped) and nothing is written: the newcomer took back what we held (a task
-        claimed after that comes back when its lease expires). No deregistration either:
-        the name's record is someone else's.
+        dropped) and nothing is written: Redis refuses us, or the newcomer took back what
+        we held (a task claimed after that comes back when its lease expires). No
+        deregistration either: the name's record is someone else's, or unreachable.
         """
         assert self._broker is not None
         self._fatal = stop
@@ -1107,8 +1116,10 @@ class Worker:
         """Wait until Redis answers again (or a stop; or a drain if ``until_drain``; or
         the close of the loops unless ``at_shutdown``, when they are closed already).
 
-        The first caller starts the one probe; the others just wait for it.
+        The first caller starts the one probe; the others just wait for it. Redis refusing
+        our credentials or rights is no outage: it raises ``_FatalStop`` (exit 2) at once.
         """
+        self._check_auth(exc)
         if self._connected.is_set():
             self._connected.clear()
             log_event(logging.WARNING, "redis_unreachable", error=format_error(exc))
@@ -1118,6 +1129,30 @@ class Worker:
             await _wait_any(self._connected, stop_event)
         else:
             await _wait_any(self._connected, stop_event, self._closing)
+        if self._fatal is not None:  # the probe found the credentials refused
+            raise self._fatal
+
+    def _check_auth(self, exc: BaseException) -> None:
+        """Raise ``_FatalStop`` if ``exc`` is Redis refusing our credentials or rights.
+
+        Logged once (never the URL or password). Retrying can't help, and releasing or
+        deregistering is impossible: leases bring the tasks back. A worker of a pod
+        restarts with the Secret's current value.
+        """
+        if self._fatal is None:
+            kind = auth_failure(exc)
+            if kind is None:
+                return
+            self._fatal = _FatalStop(EXIT_BAD_CONFIG)
+            log_event(
+                logging.ERROR,
+                "redis_auth_failed",
+                kind=kind,
+                error=format_error(exc),
+                note="check the user and password of TASKFLEET_REDIS_URL (--redis-url) and "
+                "the user's ACL; tasks held come back when their leases expire",
+            )
+        raise self._fatal
 
     async def _reconnect(self) -> None:
         assert self._client is not None
@@ -1135,7 +1170,12 @@ class Worker:
                 if self._broker is not None:
                     await self._broker.close()
                 await bounded(self._client.ping(), self._reply_timeout)
-            except REDIS_DOWN:
+            except REDIS_DOWN as exc:
+                if auth_failure(exc) is not None:
+                    with contextlib.suppress(_FatalStop):
+                        self._check_auth(exc)
+                    self._connected.set()  # wakes the waiters, which raise it
+                    return
                 delay = min(delay * 2, self.settings.backoff_max)
                 continue
             log_event(
