@@ -298,16 +298,23 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
     envvar=_env("RUNTIME_DIR"),
     default=None,
     show_envvar=True,
-    help="Where the worker keeps worker.json [default: /tmp/taskfleet].",
+    help="Where the worker keeps worker.json [default: $XDG_RUNTIME_DIR/taskfleet, else "
+    "/tmp/taskfleet-<uid>].",
 )
 def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     """Tell the worker in this container to drain (the Kubernetes preStop hook)."""
-    from taskfleet.runtime import DrainError, request_drain, runtime_path
+    from taskfleet.runtime import (
+        FILE_NAME,
+        DrainError,
+        UnsafeRuntimeDir,
+        prepare_runtime_dir,
+        request_drain,
+    )
 
-    path = runtime_path(runtime_dir)
     try:
+        path = prepare_runtime_dir(runtime_dir, create=False) / FILE_NAME
         drained = request_drain(path, wait=wait, timeout=timeout)
-    except DrainError as exc:
+    except (DrainError, UnsafeRuntimeDir) as exc:
         raise click.ClickException(str(exc)) from None
     if not drained:
         raise click.ClickException(f"worker still holds tasks after {timeout:g}s")
@@ -388,7 +395,15 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     "the name of a live worker is refused [default: <hostname>-<pid>-<random>, new per "
     "process].",
 )
-@click.option("--runtime-dir", envvar=_env("RUNTIME_DIR"), default=None, show_envvar=True)
+@click.option(
+    "--runtime-dir",
+    envvar=_env("RUNTIME_DIR"),
+    default=None,
+    show_envvar=True,
+    help="Where worker.json lives, for `taskfleet drain` (made with mode 0700 if missing) "
+    "[default: $XDG_RUNTIME_DIR/taskfleet, else /tmp/taskfleet-<uid>; refused unless "
+    "private].",
+)
 @click.option(
     "--log-format",
     envvar=_env("LOG_FORMAT"),
@@ -430,7 +445,15 @@ def worker(
     from taskfleet.handlers import HandlerLoadError, load_handler
     from taskfleet.identity import default_pod_name
     from taskfleet.reaper import run_as_init
+    from taskfleet.runtime import UnsafeRuntimeDir, prepare_runtime_dir
     from taskfleet.worker import WorkerSettings
+
+    try:
+        runtime_dir = str(prepare_runtime_dir(runtime_dir, create=True))
+    except UnsafeRuntimeDir as exc:
+        raise BadInput(str(exc)) from None
+    except OSError as exc:
+        raise BadInput(f"runtime directory: {exc}") from None
 
     settings = WorkerSettings(
         queue=queue,
