@@ -60,6 +60,8 @@ class RedisServer:
 
     With ``persistent=True`` the server writes an append-only file in its directory, so
     data survives ``restart()`` the way it does for a Redis with a volume in a cluster.
+    With ``password`` it requires that password (``requirepass``) of the default user;
+    ``admin()`` is a client that has it, ``url_as()`` a URL with any credentials.
     """
 
     def __init__(
@@ -69,17 +71,29 @@ class RedisServer:
         port: int | None = None,
         persistent: bool = False,
         extra_args: Sequence[str] = (),
+        password: str | None = None,
     ):
         self.directory = directory
         self.port = port or free_port()
         self.persistent = persistent
         self.extra_args = tuple(extra_args)
+        self.password = password
         self.process: subprocess.Popen[bytes] | None = None
         self.directory.mkdir(parents=True, exist_ok=True)
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def url_as(self, user: str | None = None, password: str | None = None) -> str:
+        """The server's URL with these credentials (none: as ``url``)."""
+        if user is None and password is None:
+            return self.url
+        return f"redis://{user or ''}:{password or ''}@127.0.0.1:{self.port}/0"
+
+    def admin(self) -> redis.Redis:
+        """A client with the default user's password (the caller closes it)."""
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
 
     def _argv(self) -> list[str]:
         argv = [
@@ -101,6 +115,8 @@ class RedisServer:
             argv += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             argv += ["--appendonly", "no"]
+        if self.password is not None:
+            argv += ["--requirepass", self.password]
         return argv + list(self.extra_args)
 
     def start(self) -> None:
@@ -110,7 +126,9 @@ class RedisServer:
             self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         deadline = time.monotonic() + START_DEADLINE_S
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0)
+        client = redis.Redis(
+            host="127.0.0.1", port=self.port, socket_timeout=1.0, password=self.password
+        )
         try:
             while True:
                 if self.process.poll() is not None:
@@ -199,12 +217,14 @@ class RedisServerFactory:
         start: bool = True,
         port: int | None = None,
         extra_args: Sequence[str] = (),
+        password: str | None = None,
     ) -> RedisServer:
         server = RedisServer(
             self.base / f"redis-{len(self.servers)}",
             port=port,
             persistent=persistent,
             extra_args=extra_args,
+            password=password,
         )
         self.servers.append(server)
         if start:
@@ -218,7 +238,8 @@ class RedisServerFactory:
 
 @pytest.fixture
 def redis_server_factory(tmp_path: Path) -> Iterator[RedisServerFactory]:
-    """``redis_server_factory()`` -> a RedisServer with ``.url .stop() .start() .restart()``."""
+    """``redis_server_factory()`` -> a RedisServer with ``.url .stop() .start() .restart()``
+    (``password=...``: one that requires it)."""
     factory = RedisServerFactory(tmp_path)
     yield factory
     factory.close()

@@ -284,7 +284,7 @@ def test_stats_authenticates_with_a_percent_encoded_password_key_and_never_print
     assert good.returncode == 0, good.stderr
     assert "pending" in good.stdout
     for result in (wrong, in_env):
-        assert result.returncode == 1, result.stderr
+        assert result.returncode == 2, result.stderr  # refused credentials: bad configuration
         line = assert_one_line_error(result.stderr)
         assert "password=***" in line
     for result in (good, wrong, in_env):

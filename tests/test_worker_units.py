@@ -126,7 +126,10 @@ def _sigterm_pending(pid: int) -> bool:
 
 @pytest.fixture
 def sigterm_blocker() -> Iterator[subprocess.Popen[bytes]]:
-    """A process that blocks SIGTERM, so a SIGTERM sent to it stays visible as pending."""
+    """A process that blocks SIGTERM, so a SIGTERM sent to it stays visible as pending.
+
+    Its command line names ``taskfleet`` and ``worker``, as ``taskfleet drain`` checks.
+    """
     code = (
         "import signal, sys\n"
         "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
@@ -134,7 +137,9 @@ def sigterm_blocker() -> Iterator[subprocess.Popen[bytes]]:
         "sys.stdin.read()\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [sys.executable, "-c", code, "taskfleet", "worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
     with proc:  # closes its pipes

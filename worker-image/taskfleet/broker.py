@@ -14,14 +14,15 @@ import logging
 import math
 import os
 import random
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from typing import Any, TypeVar
 
 import redis.asyncio
 import redis.exceptions
 
-from taskfleet.errors import StaleToken
+from taskfleet.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
+from taskfleet.identity import Whereabouts
 from taskfleet.keys import QueueKeys
 from taskfleet.queue import Queue, TaskState
 from taskfleet.scripts import (
@@ -45,14 +46,58 @@ BLOCKING_REPLY_MARGIN_S = 5.0
 
 
 async def bounded(call: Awaitable[T], limit: float | None) -> T:
-    """``call``'s result, or ``redis.exceptions.TimeoutError`` after ``limit`` seconds."""
-    if limit is None:
-        return await call
+    """``call``'s result, or ``redis.exceptions.TimeoutError`` after ``limit`` seconds.
+
+    An ACL denial that Redis reports as a plain error (a command a script runs that the
+    user may not run) is raised as ``redis.exceptions.NoPermissionError``, like the others.
+    """
     try:
+        if limit is None:
+            return await call
         async with asyncio.timeout(limit):
             return await call
     except TimeoutError as exc:  # the builtin one, raised by asyncio.timeout
         raise redis.exceptions.TimeoutError(f"no reply from Redis within {limit:g} s") from exc
+    except redis.exceptions.ResponseError as exc:
+        if type(exc) is redis.exceptions.ResponseError and auth_failure(exc) == "permission":
+            raise redis.exceptions.NoPermissionError(str(exc)) from exc
+        raise
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """Another incarnation's record in ``workers``, as ``register`` found it."""
+
+    incarnation: str
+    heartbeat_age_ms: int  # 0 when not known
+    host: str  # its whereabouts ('' = none recorded)
+    draining: bool = False
+
+    @classmethod
+    def parse(cls, raw: str, now_ms: int | None = None) -> WorkerRecord:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            return cls("", 0, "")
+        heartbeat = data.get("heartbeat_ms")
+        age = 0
+        if now_ms is not None and isinstance(heartbeat, int | float):
+            age = max(0, now_ms - int(heartbeat))
+        return cls(
+            str(data.get("incarnation", "")),
+            age,
+            str(data.get("host") or ""),
+            bool(data.get("draining", False)),
+        )
+
+    def describe(self) -> str:
+        """``pid N on host H`` (or ``incarnation X`` when no whereabouts were recorded)."""
+        where = Whereabouts.parse(self.host)
+        if where is not None and where.pid is not None:
+            return f"pid {where.pid} on host {where.host}"
+        return f"incarnation {self.incarnation}"
 
 
 def _dropped(record: bytes) -> None:
@@ -124,6 +169,9 @@ class Broker:
     its connection is dropped, as a socket timeout would. Bounding calls here lets the
     client run without a socket timeout, which makes redis-py send each command from a
     task of its own (``asyncio.wait_for``): two more event-loop turns per call.
+
+    ``host``: this process's whereabouts (``identity.Whereabouts.encode()``), recorded
+    with the worker so another one starting under the same name can judge it.
     """
 
     def __init__(
@@ -134,6 +182,7 @@ class Broker:
         incarnation: str,
         *,
         reply_timeout: float | None = None,
+        host: str = "",
     ) -> None:
         name = queue.name if isinstance(queue, Queue) else queue
         if not pod or not incarnation:
@@ -147,6 +196,9 @@ class Broker:
         self.ops = Ops(self.keys)
         self._scripts = AsyncScripts.for_client(client)
         self.reply_timeout = reply_timeout
+        #: This process's whereabouts (``identity.Whereabouts``), kept in the worker record
+        #: so a worker starting under the same name can tell whether this one is alive.
+        self.host = host
         self._blocking: redis.asyncio.Redis | None = None
         # Claim tokens must be unique, not secret (anyone who can reach Redis can write
         # any key): a generator seeded once from the OS, which unlike os.urandom never
@@ -187,15 +239,34 @@ class Broker:
                 extra={"fields": {"tasks": released, "claims": len(bases)}},
             )
 
-    async def register(self, concurrency: int) -> int:
+    async def register(
+        self, concurrency: int, *, in_use: Callable[[WorkerRecord], str | None] | None = None
+    ) -> int:
         """Record this worker; take back what earlier incarnations of the pod held.
 
         Returns how many tasks were taken back (requeued, or gone dead when lost more
-        than max_lost times).
+        than max_lost times). With ``in_use``, another incarnation's record is judged
+        first: ``in_use(record)`` describes it if it is a live worker, and then nothing
+        is changed and ``NameInUse`` is raised; otherwise (gone) this one takes over, as
+        without ``in_use``. The judgement holds atomically: a record that changed
+        meanwhile is judged again.
         """
         self.concurrency = concurrency
-        requeued, dead = await self._run(self.ops.register(self.pod, self.incarnation, concurrency))
-        return requeued + dead
+        expected = "*" if in_use is None else ""
+        while True:
+            reply = await self._run(
+                self.ops.register(
+                    self.pod, self.incarnation, concurrency, host=self.host, expected=expected
+                )
+            )
+            if reply.holder is None:
+                return reply.requeued + reply.dead
+            assert in_use is not None
+            record = WorkerRecord.parse(reply.holder, reply.now_ms)
+            live = in_use(record)
+            if live is not None:
+                raise NameInUse(self.pod, live)
+            expected = record.incarnation
 
     async def deregister(self, *, failed: bool = False) -> int:
         """Remove this worker's record, releasing anything it still holds; returns that count.
@@ -314,9 +385,11 @@ class Broker:
 
         Returns the ids whose token no longer matches: they were taken back (this worker
         was presumed dead) and the worker must abandon them without writing anything.
+        Raises ``IdentityTaken`` (nothing extended or written) when another incarnation
+        registered under this pod's name since: it took back everything this one held.
         """
         count = len(tokens) if inflight is None else inflight
-        return await self._run(
+        reply = await self._run(
             self.ops.extend(
                 self.pod,
                 self.incarnation,
@@ -324,8 +397,13 @@ class Broker:
                 inflight=count,
                 draining=draining,
                 concurrency=self.concurrency,
+                host=self.host,
             )
         )
+        if reply.holder is not None:
+            record = WorkerRecord.parse(reply.holder)
+            raise IdentityTaken(self.pod, self.incarnation, record.describe())
+        return reply.lost
 
     async def complete_many(self, items: Sequence[tuple[str, str, str | None]]) -> list[int]:
         """Finish tasks in one call: ``(id, token, result JSON or None)`` each.

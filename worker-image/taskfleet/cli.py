@@ -3,8 +3,9 @@
 Every option can also come from the environment (``TASKFLEET_<OPTION>``, e.g.
 ``TASKFLEET_REDIS_URL``, ``TASKFLEET_CONCURRENCY``; the worker's ``--timeout`` is
 ``TASKFLEET_TASK_TIMEOUT``), which is how the operator configures worker pods. Bad input
-ends with one ``taskfleet: error: ...`` line on stderr and exit code 2; an unreachable
-Redis or a missing task with exit code 1; no tracebacks.
+(Redis refusing the credentials or the user's rights included) ends with one
+``taskfleet: error: ...`` line on stderr and exit code 2; an unreachable Redis or a
+missing task with exit code 1; no tracebacks.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import math
 import os
 import secrets
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from taskfleet import bounds
-from taskfleet.errors import TaskfleetError
+from taskfleet.errors import NameInUse, TaskfleetError, auth_failure
 from taskfleet.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
 
 __all__ = ["main", "mask_url"]
@@ -344,16 +344,23 @@ def _printable(text: str) -> bool:
     envvar=_env("RUNTIME_DIR"),
     default=None,
     show_envvar=True,
-    help="Where the worker keeps worker.json [default: /tmp/taskfleet].",
+    help="Where the worker keeps worker.json [default: $XDG_RUNTIME_DIR/taskfleet, else "
+    "/tmp/taskfleet-<uid>].",
 )
 def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     """Tell the worker in this container to drain (the Kubernetes preStop hook)."""
-    from taskfleet.runtime import DrainError, request_drain, runtime_path
+    from taskfleet.runtime import (
+        FILE_NAME,
+        DrainError,
+        UnsafeRuntimeDir,
+        prepare_runtime_dir,
+        request_drain,
+    )
 
-    path = runtime_path(runtime_dir)
     try:
+        path = prepare_runtime_dir(runtime_dir, create=False) / FILE_NAME
         drained = request_drain(path, wait=wait, timeout=timeout)
-    except DrainError as exc:
+    except (DrainError, UnsafeRuntimeDir) as exc:
         raise click.ClickException(str(exc)) from None
     if not drained:
         raise click.ClickException(f"worker still holds tasks after {timeout:g}s")
@@ -429,10 +436,20 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     envvar=_env("POD_NAME"),
     default=None,
     show_envvar=True,
-    help="Pod identity; a restart with the same name takes back its earlier tasks "
-    "[default: hostname].",
+    help="Worker name, unique among the queue's live workers (in Kubernetes: the pod's "
+    "name). A restart under the same name takes back its earlier tasks; a start under "
+    "the name of a live worker is refused [default: <hostname>-<pid>-<random>, new per "
+    "process].",
 )
-@click.option("--runtime-dir", envvar=_env("RUNTIME_DIR"), default=None, show_envvar=True)
+@click.option(
+    "--runtime-dir",
+    envvar=_env("RUNTIME_DIR"),
+    default=None,
+    show_envvar=True,
+    help="Where worker.json lives, for `taskfleet drain` (made with mode 0700 if missing) "
+    "[default: $XDG_RUNTIME_DIR/taskfleet, else /tmp/taskfleet-<uid>; refused unless "
+    "private].",
+)
 @click.option(
     "--log-format",
     envvar=_env("LOG_FORMAT"),
@@ -472,13 +489,22 @@ def worker(
     is lost, the released tasks run elsewhere).
     """
     from taskfleet.handlers import HandlerLoadError, load_handler
+    from taskfleet.identity import default_pod_name
     from taskfleet.reaper import run_as_init
+    from taskfleet.runtime import UnsafeRuntimeDir, prepare_runtime_dir
     from taskfleet.worker import WorkerSettings
+
+    try:
+        runtime_dir = str(prepare_runtime_dir(runtime_dir, create=True))
+    except UnsafeRuntimeDir as exc:
+        raise BadInput(str(exc)) from None
+    except OSError as exc:
+        raise BadInput(f"runtime directory: {exc}") from None
 
     settings = WorkerSettings(
         queue=queue,
         redis_url=redis_url,
-        pod=pod or socket.gethostname(),
+        pod=pod or default_pod_name(),
         # Fresh per process start: tells this run's claims from an earlier container's.
         incarnation=secrets.token_hex(6),
         concurrency=concurrency,
@@ -516,6 +542,9 @@ async def _serve(settings: Any, handler: Any) -> int:
         loop.add_signal_handler(signum, worker.request_drain)
     try:
         return await worker.run()
+    except NameInUse as exc:  # refused at start: bad configuration, like a bad option
+        click.echo(f"taskfleet: error: {exc}", err=True)
+        return 2
     except Exception as exc:  # one log line, not a traceback, and a restartable exit
         log_event(logging.ERROR, "worker_failed", error=format_error(exc))
         return 1
@@ -542,14 +571,28 @@ def main(argv: list[str] | None = None) -> NoReturn:
         _fail(exc.format_message(), exc.exit_code)
     except click.Abort:
         _fail("aborted", 1)
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        url = _redis_url_in_use or os.environ.get(_env("REDIS_URL"), "")
-        where = f" at {redact_redis_url(url)}" if url else ""
-        _fail(f"cannot reach Redis{where}: {_scrub(str(exc))}", 1)
     except TaskfleetError as exc:
         code = 2 if isinstance(exc, ValueError) else 1
         _fail(_scrub(str(exc)), code)
     except RedisError as exc:
+        url = _redis_url_in_use or os.environ.get(_env("REDIS_URL"), "")
+        where = f" at {redact_redis_url(url)}" if url else ""
+        kind = auth_failure(exc)
+        if kind == "authentication":
+            _fail(
+                f"Redis{where} refused the credentials ({_scrub(str(exc))}); check the user "
+                "and password of --redis-url (TASKFLEET_REDIS_URL)",
+                2,
+            )
+        if kind == "permission":
+            _fail(
+                f"Redis{where} refused a command for this user ({_scrub(str(exc))}); the "
+                "user needs the queue's keys (~tf:{<queue>}:*) and scripting (EVALSHA, "
+                "SCRIPT LOAD) besides the commands used",
+                2,
+            )
+        if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+            _fail(f"cannot reach Redis{where}: {_scrub(str(exc))}", 1)
         _fail(f"redis error: {_scrub(str(exc))}", 1)
     sys.exit(rv if isinstance(rv, int) else 0)
 

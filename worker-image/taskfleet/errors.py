@@ -55,3 +55,50 @@ class TaskExists(TaskfleetError):  # noqa: N818
         )
         self.task_id = task_id
         self.field = field
+
+
+class NameInUse(TaskfleetError, ValueError):  # noqa: N818
+    """A worker may not start under a name a live worker holds (two would take each
+    other's tasks). ``holder`` describes that worker."""
+
+    def __init__(self, pod: str, holder: str) -> None:
+        super().__init__(
+            f'worker name "{pod}" is in use by a live worker ({holder}); '
+            "give each worker its own --pod"
+        )
+        self.pod = pod
+        self.holder = holder
+
+
+class IdentityTaken(TaskfleetError):  # noqa: N818
+    """Another incarnation registered under this worker's name while it ran: the tasks
+    it held were taken back, and it must stop. ``holder`` describes the newcomer."""
+
+    def __init__(self, pod: str, incarnation: str, holder: str) -> None:
+        super().__init__(f'worker name "{pod}" was taken over by another worker ({holder})')
+        self.pod = pod
+        self.incarnation = incarnation
+        self.holder = holder
+
+
+def auth_failure(exc: BaseException) -> str | None:
+    """Why Redis refused these credentials or this user's rights, else None.
+
+    ``"authentication"``: a wrong or missing password or user (``WRONGPASS``, ``NOAUTH``,
+    an AUTH that can't work); ``"permission"``: the user may not run a command or touch
+    a key (``NOPERM``, also an ACL denial inside a script, which Redis 7.0 reports as a
+    plain error). Neither goes away by retrying, unlike an outage.
+    """
+    import redis.exceptions as rx
+
+    if isinstance(exc, rx.AuthenticationError | rx.AuthenticationWrongNumberOfArgsError):
+        return "authentication"
+    if isinstance(exc, rx.AuthorizationError | rx.NoPermissionError):
+        return "permission"
+    if isinstance(exc, rx.ResponseError):
+        message = str(exc)
+        if message.startswith(("WRONGPASS", "NOAUTH")):
+            return "authentication"
+        if message.startswith("NOPERM") or "can't run this command" in message:
+            return "permission"
+    return None

@@ -8,6 +8,16 @@ reads it, sends SIGTERM to that pid (only while the process there has the record
 nothing is in flight.
 The file is replaced atomically (write + rename), so a reader never sees half of it.
 
+Nothing in the directory is trusted blindly. The default directory is private
+(``$XDG_RUNTIME_DIR/taskfleet``, else ``/tmp/taskfleet-<uid>``, made with mode 0700; one
+that is a symlink, not ours, or group/world-writable is refused). An explicitly configured
+one (``--runtime-dir``, ``TASKFLEET_RUNTIME_DIR``: in a pod, a directory the worker makes
+on the pod's emptyDir) is trusted for its location, and made with mode 0700 when missing.
+In either, files are written through a fresh temp file (``O_EXCL | O_NOFOLLOW``, 0600)
+renamed into place, read with ``O_NOFOLLOW`` and only when they are ours; and ``taskfleet
+drain`` signals a pid only if that process is ours, is a ``taskfleet worker`` by its
+command line and has the recorded start time.
+
 When the worker's init is PID 1 of the PID namespace, its exit makes the kernel SIGKILL
 every other process there, ``taskfleet drain`` included: the kubelet would then report
 the preStop hook as failed (exit 137) on every shutdown. So ``taskfleet drain`` first
@@ -20,19 +30,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
+import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "DEFAULT_RUNTIME_DIR",
     "WAITER_GRACE_S",
     "DrainError",
     "RuntimeState",
+    "UnsafeRuntimeDir",
+    "default_runtime_dir",
     "live_waiters",
     "pid_alive",
+    "prepare_runtime_dir",
     "process_start",
     "read_state",
     "register_waiter",
@@ -42,7 +56,6 @@ __all__ = [
     "write_state",
 ]
 
-DEFAULT_RUNTIME_DIR = "/tmp/taskfleet"  # an emptyDir in the pod; the root filesystem is read-only
 FILE_NAME = "worker.json"
 POLL_INTERVAL_S = 0.05
 WAITER_PREFIX = "drain-waiter."
@@ -51,7 +64,12 @@ WAITER_GRACE_S = 5.0
 
 
 class DrainError(RuntimeError):
-    """No worker to drain (no runtime file, or its pid is gone before the signal)."""
+    """No worker to drain (no runtime file, or its pid is gone before the signal), or a
+    runtime file that can't be trusted."""
+
+
+class UnsafeRuntimeDir(ValueError):  # noqa: N818 - says what is wrong, like ValueError
+    """The runtime directory could be written by someone else: not used."""
 
 
 @dataclass
@@ -65,25 +83,103 @@ class RuntimeState:
     start: str | None = None  # /proc start time of pid: tells the worker from a reused pid
 
 
+def default_runtime_dir() -> Path:
+    """``$XDG_RUNTIME_DIR/taskfleet`` if set, else ``/tmp/taskfleet-<uid>``: private."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / "taskfleet"
+    return Path(f"/tmp/taskfleet-{os.geteuid()}")
+
+
+def _configured(directory: str | os.PathLike[str] | None) -> str | None:
+    return str(directory) if directory else os.environ.get("TASKFLEET_RUNTIME_DIR") or None
+
+
 def runtime_path(directory: str | os.PathLike[str] | None = None) -> Path:
-    base = directory or os.environ.get("TASKFLEET_RUNTIME_DIR") or DEFAULT_RUNTIME_DIR
-    return Path(base) / FILE_NAME
+    return Path(_configured(directory) or default_runtime_dir()) / FILE_NAME
+
+
+def prepare_runtime_dir(directory: str | os.PathLike[str] | None = None, *, create: bool) -> Path:
+    """The runtime directory to use (made with mode 0700 if missing and ``create``).
+
+    The default one must be a real directory (no symlink) of ours that no one else can
+    write; ``UnsafeRuntimeDir`` says what is wrong otherwise. A configured one is trusted
+    for its location (the files in it are still written and read safely).
+    """
+    configured = _configured(directory)
+    path = Path(configured) if configured else default_runtime_dir()
+    if create:
+        if configured:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+    if configured:
+        return path
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return path  # nothing there to trust or distrust (drain then finds no file)
+    fix = "remove it or pass --runtime-dir (TASKFLEET_RUNTIME_DIR)"
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafeRuntimeDir(f"runtime directory {path} is a symlink; {fix}")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeRuntimeDir(f"runtime directory {path} is not a directory; {fix}")
+    if info.st_uid != os.geteuid():
+        raise UnsafeRuntimeDir(
+            f"runtime directory {path} belongs to uid {info.st_uid}, not to us "
+            f"(uid {os.geteuid()}); {fix}"
+        )
+    if info.st_mode & 0o022:
+        raise UnsafeRuntimeDir(
+            f"runtime directory {path} is group- or world-writable "
+            f"(mode {stat.S_IMODE(info.st_mode):04o}); {fix}"
+        )
+    return path
+
+
+def _write_new(directory: Path, name: str, text: str) -> None:
+    """Write ``directory/name`` through a fresh temp file renamed over it: never through a
+    symlink planted at either name (the rename replaces a symlink, not its target)."""
+    while True:
+        tmp = directory / f".{name}.{secrets.token_hex(8)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            continue  # someone's file (or symlink) by that name: pick another
+        break
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, directory / name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _read_own(path: Path) -> str:
+    """The text of ``path``, a regular file of ours, not through a symlink (else OSError)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd) as src:
+        info = os.fstat(src.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            raise PermissionError(f"{path} is not a file of ours")
+        return src.read()
 
 
 def write_state(state: RuntimeState, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     text = json.dumps(asdict(state))
     try:
-        tmp.write_text(text)
+        _write_new(path.parent, path.name, text)
     except FileNotFoundError:  # the directory, made on first use only: this runs often
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
-    os.replace(tmp, path)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _write_new(path.parent, path.name, text)
 
 
 def read_state(path: Path) -> RuntimeState | None:
+    """The state in ``path``; None when missing, unreadable, a symlink or not ours."""
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
+        data: dict[str, Any] = json.loads(_read_own(path))
         return RuntimeState(
             pid=int(data["pid"]),
             pod=str(data.get("pod", "")),
@@ -128,6 +224,28 @@ def _is_worker(state: RuntimeState) -> bool:
     return state.start is None or process_start(state.pid) in (None, state.start)
 
 
+def _not_a_worker(pid: int) -> str | None:
+    """Why ``pid`` is not a ``taskfleet worker`` process of ours (None: it is one).
+
+    Without procfs nothing can be checked (None).
+    """
+    proc = Path(f"/proc/{pid}")
+    try:
+        owner = os.stat(proc).st_uid
+        args = (proc / "cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return None if not Path("/proc/self").exists() else "it is gone"
+    except OSError as exc:
+        return f"its /proc entry can't be read ({exc.strerror})"
+    if owner != os.geteuid():
+        return f"it belongs to uid {owner}, not to us"
+    names = [os.path.basename(arg) for arg in args]
+    if b"worker" in args and any(name.startswith(b"taskfleet") for name in names):
+        return None
+    shown = b" ".join(arg for arg in args if arg).decode(errors="replace")[:120]
+    return f"its command line is not a taskfleet worker's ({shown!r})"
+
+
 def register_waiter(directory: Path) -> Path | None:
     """Record this process as one the worker must outlive (done before it is signalled).
 
@@ -136,10 +254,8 @@ def register_waiter(directory: Path) -> Path | None:
     we can't write to only costs that courtesy, not the drain: None then.
     """
     path = directory / f"{WAITER_PREFIX}{os.getpid()}"
-    tmp = directory / f".{path.name}.tmp"
     try:
-        tmp.write_text(json.dumps(_proc_identity("self")))
-        os.replace(tmp, path)
+        _write_new(directory, path.name, json.dumps(_proc_identity("self")))
     except OSError:
         return None
     return path
@@ -160,7 +276,7 @@ def live_waiters(directory: Path) -> list[int]:
     for entry in entries:
         try:
             pid = int(entry.name.removeprefix(WAITER_PREFIX))
-            recorded: dict[str, Any] = json.loads(entry.read_text())
+            recorded: dict[str, Any] = json.loads(_read_own(entry))
         except (OSError, ValueError):
             continue  # not ours to judge (or removed meanwhile)
         if own_ns is not None and recorded.get("pidns") not in (None, own_ns):
@@ -196,11 +312,20 @@ def request_drain(path: Path, *, wait: bool, timeout: float | None) -> bool:
     Returns True when the worker holds no task (or is gone), False on timeout. It
     never waits for the worker to exit: a drained worker waits for us instead.
     """
+    with contextlib.suppress(FileNotFoundError):
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
+            raise DrainError(
+                f"runtime file {path} is a symlink or not ours; not trusting it (no signal sent)"
+            )
     state = read_state(path)
     if state is None:
         raise DrainError(f"no worker runtime file at {path}")
     if not _is_worker(state):
         return True  # gone (its pid may name another process now): it holds nothing
+    why = _not_a_worker(state.pid)
+    if why is not None:
+        raise DrainError(f"runtime file {path} names pid {state.pid}, but {why}; no signal sent")
     # Before the signal, so the worker can't finish draining without knowing of us.
     register_waiter(path.parent)
     try:

@@ -178,6 +178,27 @@ def _ints(raw: Any, n: int, script: str) -> list[int]:
 
 
 @dataclass(frozen=True, slots=True)
+class Extended:
+    """The heartbeat's reply: ids whose token no longer matches, or (``holder`` set, the
+    pod's worker record as JSON) another incarnation holds the pod's name now."""
+
+    lost: set[str]
+    holder: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """The register reply: tasks taken back from earlier incarnations; or, ``holder``
+    set, the record of another incarnation than the expected one (nothing changed), with
+    the server's time ``now_ms`` to judge its heartbeat by."""
+
+    requeued: int
+    dead: int
+    holder: str | None = None
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RawClaim:
     """The claim reply, not yet parsed into tasks (the broker does that cheaply).
 
@@ -310,11 +331,23 @@ class Ops:
         inflight: int,
         draining: bool,
         concurrency: int,
-    ) -> Op[set[str]]:
-        args: list[Arg] = [pod, incarnation, inflight, "1" if draining else "0", concurrency]
+        host: str = "",
+    ) -> Op[Extended]:
+        """Reply: the lost ids, or (nothing extended) the record of the incarnation that
+        registered under ``pod`` since."""
+        args: list[Arg] = [pod, incarnation, inflight, "1" if draining else "0", concurrency, host]
         for task_id, token in tokens:
             args += [task_id, token]
-        return Op("extend", self._k, args, lambda raw: {text(x) for x in raw})
+
+        def decode(raw: Any) -> Extended:
+            if not isinstance(raw, list) or not raw:
+                raise ProtocolError(f"extend: unexpected reply {raw!r}")
+            first = text(raw[0])
+            if first:
+                return Extended(set(), first)
+            return Extended({text(x) for x in raw[1:]})
+
+        return Op("extend", self._k, args, decode)
 
     def complete(self, items: Sequence[tuple[str, str, str | None]]) -> Op[list[int]]:
         """Reply: per item, True if applied, False if its token was stale (refused)."""
@@ -361,12 +394,27 @@ class Ops:
 
         return Op("requeue", self._k, (pod, keep_incarnation or ""), decode)
 
-    def register(self, pod: str, incarnation: str, concurrency: int) -> Op[tuple[int, int]]:
-        def decode(raw: Any) -> tuple[int, int]:
-            requeued, dead = _ints(raw, 2, "register")
-            return requeued, dead
+    def register(
+        self,
+        pod: str,
+        incarnation: str,
+        concurrency: int,
+        *,
+        host: str = "",
+        expected: str = "*",
+    ) -> Op[Registered]:
+        """``expected``: the incarnation whose record the caller judged gone ('' = none
+        expected, '*' = take over whatever is there). Another one answers with its record
+        and changes nothing."""
 
-        return Op("register", self._k, (pod, incarnation, concurrency), decode)
+        def decode(raw: Any) -> Registered:
+            if isinstance(raw, list) and len(raw) == 3 and int(raw[0]) == -1:
+                return Registered(0, 0, text(raw[1]), int(raw[2]))
+            requeued, dead = _ints(raw, 2, "register")
+            return Registered(requeued, dead)
+
+        args = (pod, incarnation, concurrency, host, expected)
+        return Op("register", self._k, args, decode)
 
     def deregister(self, pod: str, incarnation: str, *, failed: bool = False) -> Op[int]:
         return Op("deregister", self._k, (pod, incarnation, "1" if failed else "0"), int)

@@ -13,7 +13,7 @@ local now = failed and now_ms() or 0
 local released = 0
 -- no more hand-offs; what was handed over and not yet popped is released below
 redis.call('ZREM', K_IDLE, pod .. '\0' .. incarnation)
-redis.call('DEL', K_WAKE .. pod)
+-- the tasks first: they go back even if the worker record can't be read (a clobbered key)
 for _, id in ipairs(redis.call('SMEMBERS', K_POD .. pod)) do
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'pod', 'incarnation')
@@ -26,12 +26,11 @@ for _, id in ipairs(redis.call('SMEMBERS', K_POD .. pod)) do
     released = released + 1
   end
 end
-local rec = redis.call('HGET', K_WORKERS, pod)
-if rec then
-  local ok, w = pcall(cjson.decode, rec)
-  if not ok or type(w) ~= 'table' or w.incarnation == incarnation then
-    redis.call('HDEL', K_WORKERS, pod)
-  end
+-- another incarnation registered under the name since: the wake list and the record are
+-- that one's now
+if not other_holder(pod, incarnation) then
+  redis.call('DEL', K_WAKE .. pod)
+  redis.call('HDEL', K_WORKERS, pod)
 end
 notify(released)
 flush_counts()

@@ -4,15 +4,21 @@
 --   K_WORKERS, K_CONFIG; draining, also K_IDLE, K_WAKE, K_POD, K_PENDING, K_SEQ, K_STATS,
 --   K_NOTIFY.
 -- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] inflight, ARGV[4] draining ('1'|'0'),
---   ARGV[5] concurrency, then pairs: task id, claim token
--- Returns: ids whose token no longer matches (taken back: the worker must abandon them).
+--   ARGV[5] concurrency, ARGV[6] the worker's whereabouts (opaque; '' = none), then pairs:
+--   task id, claim token
+-- Returns: {'', ids whose token no longer matches (taken back: the worker must abandon
+--   them)...}; or {the pod's record} when another incarnation registered under the pod's
+--   name since (it took back what this one held): nothing is extended or written, and
+--   the caller must stop.
 -- A draining worker gets no more hand-offs, and those it has not popped go back to the
 -- front of pending at once (released, not an attempt) rather than wait for its exit.
 local pod, incarnation = ARGV[1], ARGV[2]
+local taken_by = other_holder(pod, incarnation)
+if taken_by then return {taken_by} end
 local now = now_ms()
 local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
-local lost = {}
-for i = 6, #ARGV, 2 do
+local lost = {''}
+for i = 7, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local key = K_TASK .. id
   if holds(key, token) then
@@ -22,7 +28,8 @@ for i = 6, #ARGV, 2 do
     lost[#lost + 1] = id
   end
 end
-redis.call('HSET', K_WORKERS, pod, worker_record(incarnation, now, ARGV[3], ARGV[5], ARGV[4]))
+local record = worker_record(incarnation, now, ARGV[3], ARGV[5], ARGV[4], ARGV[6])
+redis.call('HSET', K_WORKERS, pod, record)
 if ARGV[4] == '1' then
   redis.call('ZREM', K_IDLE, pod .. '\0' .. incarnation)
   local wake = K_WAKE .. pod

@@ -34,9 +34,11 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
-from taskfleet.broker import Broker, ClaimedTask, ClaimResult, bounded
+from taskfleet.broker import Broker, ClaimedTask, ClaimResult, WorkerRecord, bounded
 from taskfleet.config import QueueConfig
+from taskfleet.errors import IdentityTaken
 from taskfleet.handlers import Handler, format_error
+from taskfleet.identity import Whereabouts, holder_alive
 from taskfleet.keys import QueueKeys
 from taskfleet.runtime import (
     POLL_INTERVAL_S,
@@ -49,7 +51,7 @@ from taskfleet.runtime import (
 from taskfleet.scripts import RESULT_TOO_LARGE
 from taskfleet.worker.events import log_event
 from taskfleet.worker.execution import Execution
-from taskfleet.worker.gate import REDIS_DOWN, RedisGate, wait_any
+from taskfleet.worker.gate import EXIT_BAD_CONFIG, REDIS_DOWN, FatalStop, RedisGate, wait_any
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.runs import Counters, Outcome, Run
 from taskfleet.worker.runtime_file import RuntimeFile
@@ -139,6 +141,9 @@ class Worker:
         # little longer than it then waits, so it is never unregistered while waiting.
         self._idle_ms = int((settings.idle_wait + IDLE_MARGIN_S) * 1000)
         self._heartbeat_interval = settings.heartbeat_interval
+        # Recorded with the worker: a worker starting under our name judges us by it.
+        self._whereabouts = Whereabouts.local(settings.heartbeat_interval)
+        self._fatal: FatalStop | None = None
 
     # ---------------------------------------------------------------- public control
 
@@ -190,11 +195,15 @@ class Worker:
             self.settings.pod,
             self.settings.incarnation,
             reply_timeout=self.settings.reply_timeout,
+            host=self._whereabouts.encode(),
         )
         self._set_state("starting")
         try:
-            await self._register()
-            await self._settle_lease_ttl()
+            try:
+                await self._register()
+                await self._settle_lease_ttl()
+            except FatalStop as stop:
+                return stop.code
             if self.draining:
                 return await self._shutdown([])
             self._set_state("running")
@@ -224,6 +233,8 @@ class Worker:
             if failure is None:
                 await claimer
                 return await self._shutdown(background)
+            if isinstance(failure, FatalStop):
+                return await self._stop_at_once(failure, [claimer, *background])
             # A bug, not an outage (those are handled in the loops): give everything back
             # at once and exit 1 so the container restarts rather than idling half-alive.
             # Given back as lost, not released: if a task caused it, the next worker that
@@ -249,16 +260,29 @@ class Worker:
     # ---------------------------------------------------------------- start and stop
 
     async def _register(self) -> None:
+        """Register, taking over from an earlier incarnation of our name unless that one
+        is alive (then ``NameInUse``: the CLI refuses to start, exit 2)."""
         assert self._broker is not None
         while not self.draining:
             try:
-                taken = await self._broker.register(self.settings.concurrency)
+                taken = await self._broker.register(
+                    self.settings.concurrency, in_use=self._holder_in_use
+                )
             except REDIS_DOWN as exc:
                 await self.gate.wait_out(exc, self._drain_requested, self._closing)
                 continue
             if taken:
                 log_event(logging.INFO, "earlier_incarnation_requeued", tasks=taken)
             return
+
+    def _holder_in_use(self, holder: WorkerRecord) -> str | None:
+        """How a live worker holding our name is described, or None if it is gone."""
+        where = Whereabouts.parse(holder.host)
+        if not holder_alive(
+            where, holder.heartbeat_age_ms, self._whereabouts, self.settings.heartbeat_interval
+        ):
+            return None
+        return f"{holder.describe()}, heartbeat {holder.heartbeat_age_ms / 1000:.1f} s ago"
 
     async def _settle_lease_ttl(self) -> None:
         """Agree with the queue on the lease TTL, which every worker of a queue shares.
@@ -329,7 +353,7 @@ class Worker:
             for task in pending:
                 task.cancel()  # a write stuck on a dead server; its batch stays in the outbox
         # Outcomes already produced are written, not released: that work is done.
-        with contextlib.suppress(asyncio.TimeoutError):
+        with contextlib.suppress(asyncio.TimeoutError, FatalStop):
             await asyncio.wait_for(self.outbox.flush(until=self._closing), timeout=3.0)
         if leftover and not failed:
             await self._release(leftover)
@@ -354,7 +378,48 @@ class Worker:
         self._state = "drained"
         self.runtime_file.write()  # now, not next loop turn: the waiters are polling for it
         await self._outlive_drain_waiters()
-        return 0
+        fatal = self._fatal or self.gate.fatal
+        return 0 if fatal is None else fatal.code
+
+    async def _stop_at_once(self, stop: FatalStop, tasks: list[asyncio.Task[None]]) -> int:
+        """Stop without a drain: Redis refused us, or our name was taken over.
+
+        In-flight runs are abandoned (async handlers cancelled; a thread's result is
+        dropped) and nothing is written: Redis refuses us, or the newcomer took back what
+        we held (a task claimed after that comes back when its lease expires). No
+        deregistration either: the name's record is someone else's, or unreachable.
+        """
+        assert self._broker is not None
+        self._fatal = stop
+        self._drain_requested.set()
+        self._stop_requested.set()
+        self._closing.set()
+        self._slot_freed.set()
+        self.outbox.ready.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=5.0)
+        for task in tasks:  # seen: their errors are this stop
+            if task.done() and not task.cancelled():
+                task.exception()
+        for run in self.execution.held.values():
+            if not run.finished:
+                run.abandoned = True
+                if run.job is not None:
+                    run.job.cancel()
+        with contextlib.suppress(Exception):
+            await self._broker.close()
+        counters = self.counters
+        log_event(
+            logging.INFO,
+            "worker_stopped",
+            completed=counters.completed,
+            failed=counters.failed,
+            released=counters.released,
+            lost=counters.lost,
+            exit_code=stop.code,
+        )
+        return stop.code
 
     async def _outlive_drain_waiters(self) -> None:
         """Let ``taskfleet drain`` processes see ``drained`` and exit before we do.
@@ -596,6 +661,20 @@ class Worker:
                     return
                 await self.gate.wait_out(exc, self._stop_requested, self._closing)
                 continue
+            except IdentityTaken as exc:
+                # Someone registered under our name: it took back every task we held.
+                # Running on would run them twice and fight over the name; stop instead.
+                log_event(
+                    logging.ERROR,
+                    "identity_taken",
+                    pod=self.settings.pod,
+                    incarnation=self.settings.incarnation,
+                    by=exc.holder,
+                    note="another worker started under this name and took back its tasks; "
+                    "give each worker its own --pod",
+                )
+                self._fatal = FatalStop(EXIT_BAD_CONFIG)
+                raise self._fatal from None
             await wait_any(self._beat_now, self._closing, limit=self._heartbeat_interval)
 
     # ---------------------------------------------------------------- runtime file

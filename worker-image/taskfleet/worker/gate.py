@@ -9,25 +9,44 @@ one of the events the caller gives up on is set).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 
+from redis.exceptions import AuthenticationWrongNumberOfArgsError, NoPermissionError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from taskfleet.errors import auth_failure
 from taskfleet.handlers import format_error
 from taskfleet.worker.events import log_event
 
-#: Errors that mean "Redis is unreachable right now", not "the request was wrong".
+#: Errors that mean "Redis is unreachable right now", not "the request was wrong"; and
+#: Redis refusing our credentials or rights (redis-py's AuthenticationError is a
+#: ConnectionError), which no retry mends: the gate tells them apart (``auth_failure``)
+#: and stops the worker instead (``FatalStop``, exit 2).
 REDIS_DOWN: tuple[type[BaseException], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
     ConnectionError,
     TimeoutError,
     OSError,
+    NoPermissionError,
+    AuthenticationWrongNumberOfArgsError,
 )
+#: Exit code of a worker stopped by bad configuration found while running: Redis refused
+#: its credentials, or another worker took its name.
+EXIT_BAD_CONFIG = 2
+
+
+class FatalStop(Exception):  # noqa: N818 - internal signal, not an error of the API
+    """Stop now with ``code``: Redis refused our credentials, or our name was taken over."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 async def wait_any(*events: asyncio.Event, limit: float | None = None) -> None:
@@ -63,14 +82,44 @@ class RedisGate:
         self._backoff_base = backoff_base
         self._backoff_max = backoff_max
         self._probe: asyncio.Task[None] | None = None
+        #: Set once Redis refused our credentials or rights: every waiter raises it.
+        self.fatal: FatalStop | None = None
 
     async def wait_out(self, exc: BaseException, *give_up: asyncio.Event) -> None:
-        """Wait until Redis answers again, or until one of ``give_up`` is set."""
+        """Wait until Redis answers again, or until one of ``give_up`` is set.
+
+        Redis refusing our credentials or rights is no outage: ``FatalStop`` at once.
+        """
+        self._check_auth(exc)
         if self.open.is_set():
             self.open.clear()
             log_event(logging.WARNING, "redis_unreachable", error=format_error(exc))
             self._probe = asyncio.get_running_loop().create_task(self._probe_until_up())
         await wait_any(self.open, *give_up)
+        if self.fatal is not None:  # the probe found the credentials refused
+            raise self.fatal
+
+    def _check_auth(self, exc: BaseException) -> None:
+        """Raise ``FatalStop`` if ``exc`` is Redis refusing our credentials or rights.
+
+        Logged once (never the URL or password). Retrying can't help, and releasing or
+        deregistering is impossible: leases bring the tasks back. A worker of a pod
+        restarts with the Secret's current value.
+        """
+        if self.fatal is None:
+            kind = auth_failure(exc)
+            if kind is None:
+                return
+            self.fatal = FatalStop(EXIT_BAD_CONFIG)
+            log_event(
+                logging.ERROR,
+                "redis_auth_failed",
+                kind=kind,
+                error=format_error(exc),
+                note="check the user and password of TASKFLEET_REDIS_URL (--redis-url) and "
+                "the user's ACL; tasks held come back when their leases expire",
+            )
+        raise self.fatal
 
     async def _probe_until_up(self) -> None:
         started = time.monotonic()
@@ -82,7 +131,12 @@ class RedisGate:
             attempts += 1
             try:
                 await self._reconnect()
-            except REDIS_DOWN:
+            except REDIS_DOWN as exc:
+                if auth_failure(exc) is not None:
+                    with contextlib.suppress(FatalStop):
+                        self._check_auth(exc)
+                    self.open.set()  # wakes the waiters, which raise it
+                    return
                 delay = min(delay * 2, self._backoff_max)
                 continue
             log_event(

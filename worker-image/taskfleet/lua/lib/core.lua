@@ -220,12 +220,27 @@ local function release_task(id, key, pod)
   bump('released')
 end
 
-local function worker_record(incarnation, now, inflight, concurrency, draining)
-  return cjson.encode({
+-- host: the worker's whereabouts (identity.py), opaque here; '' records none.
+local function worker_record(incarnation, now, inflight, concurrency, draining, host)
+  local record = {
     incarnation = incarnation,
     heartbeat_ms = now,
     inflight = tonumber(inflight) or 0,
     concurrency = tonumber(concurrency) or 0,
     draining = draining == '1',
-  })
+  }
+  if host ~= nil and host ~= '' then record.host = host end
+  return cjson.encode(record)
+end
+
+-- The pod's worker record if another incarnation than `incarnation` holds it (an
+-- unreadable record counts as nobody's), else nil.
+local function other_holder(pod, incarnation)
+  local rec = redis.call('HGET', K_WORKERS, pod)
+  if not rec then return nil end
+  local ok, w = pcall(cjson.decode, rec)
+  if not ok or type(w) ~= 'table' or w.incarnation == nil or w.incarnation == incarnation then
+    return nil
+  end
+  return rec, w.incarnation
 end
