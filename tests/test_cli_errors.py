@@ -165,3 +165,31 @@ def test_a_nan_lease_ttl_is_refused_before_it_reaches_the_queues_shared_config(
     assert "finite" in assert_one_line_error(result.stderr)
     with Queue("q", redis_url=redis_url) as queue:
         assert queue.client.hget(queue.keys.config, "lease_ttl_s") is None
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--timeout", "3e11"),
+        ("--lease-ttl", "1e12"),
+        ("--drain-timeout", "1e10"),
+        ("--heartbeat-interval", "1e12"),
+    ],
+)
+def test_worker_times_past_what_every_reader_can_hold_are_refused_with_one_line(
+    flag: str, value: str, tmp_path: Path
+) -> None:
+    result = taskfleet(
+        "worker",
+        "--queue",
+        "q",
+        "--handler",
+        "tests.workers.handlers:sleep",
+        flag,
+        value,
+        env=env_for("redis://127.0.0.1:1/0", tmp_path),
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("taskfleet: error:"), result.stderr
+    assert "at most" in lines[0]

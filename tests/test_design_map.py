@@ -34,9 +34,7 @@ def _mapped_paths() -> set[Path]:
 
 def test_every_module_the_design_map_names_exists() -> None:
     missing = [
-        str(p.relative_to(REPO))
-        for p in _mapped_paths()
-        if "*" not in p.name and not p.exists()
+        str(p.relative_to(REPO)) for p in _mapped_paths() if "*" not in p.name and not p.exists()
     ]
     assert missing == []
 

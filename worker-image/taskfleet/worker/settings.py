@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from taskfleet import bounds
 from taskfleet.keys import validate_queue_name
 from taskfleet.redisurl import parse_redis_url
 
@@ -61,6 +62,14 @@ class WorkerSettings:
         ):
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{what} must be a finite number of seconds, got {value}")
+        for what, value, bound in (
+            ("heartbeat interval", self.heartbeat_interval, bounds.MAX_DURATION_S),
+            ("lease TTL", self.lease_ttl, bounds.MAX_DURATION_S),
+            ("drain timeout", self.drain_timeout, bounds.MAX_TIMEOUT_S),
+            ("task timeout", self.default_timeout, bounds.MAX_TIMEOUT_S),
+        ):
+            if value is not None and value > bound:
+                raise ValueError(f"{what} must be at most {bound:g} seconds, got {value:g}")
         if self.heartbeat_interval <= 0:
             raise ValueError("heartbeat interval must be positive")
         if self.lease_ttl is not None and self.lease_ttl <= 0:
