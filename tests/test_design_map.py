@@ -51,3 +51,18 @@ def test_every_module_of_the_library_and_the_operator_is_on_the_map() -> None:
         if m not in mapped and m.name != "__init__.py" and "__pycache__" not in m.parts
     ]
     assert unmapped == []
+
+
+def test_every_package_of_the_tree_is_in_the_distribution() -> None:
+    """A package missing from pyproject's list installs fine in editable mode and is
+    absent from the image, where ``pip install`` copies only the packages named."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    found = set()
+    for name, root in config["package-dir"].items():
+        for init in (REPO / root).rglob("__init__.py"):
+            parts = init.parent.relative_to(REPO / root).parts
+            found.add(".".join((name, *parts)))
+    assert found == listed
