@@ -133,7 +133,7 @@ account() {
   [ -n "$pod" ] || return 1
   kq exec -i "$pod" -c worker -- /opt/taskfleet/bin/python -c '
 import os, sys
-from taskfleet.queue import Queue
+from taskfleet import Queue
 counts = {"done": 0, "dead": 0, "missing": 0, "unfinished": 0}
 with Queue(sys.argv[1], os.environ["TASKFLEET_REDIS_URL"]) as queue:
     for task_id in sys.stdin.read().split():

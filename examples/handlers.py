@@ -16,7 +16,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from taskfleet.handlers import current_task
+from taskfleet import current_task
 
 OUT = Path("/tmp/taskfleet-example-out")
 

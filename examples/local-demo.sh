@@ -28,7 +28,7 @@ cleanup() {
         "$PY" - "$QUEUE" "$RECORDS" <<'PY' || true
 import os, sys
 import redis
-from taskfleet.queue import Queue
+from taskfleet import Queue
 Queue(sys.argv[1], redis_url=os.environ["TASKFLEET_REDIS_URL"]).purge()
 redis.Redis.from_url(os.environ["TASKFLEET_REDIS_URL"]).delete(sys.argv[2])
 PY

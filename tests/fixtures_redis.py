@@ -253,7 +253,7 @@ class BlockingBroker:
     """
 
     def __init__(self, runner: asyncio.Runner, url: str, queue: str, pod: str, incarnation: str):
-        from taskfleet.broker import Broker
+        from taskfleet.worker.broker import Broker
 
         self._runner = runner
         self.client = runner.run(_async_client(url))

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from taskfleet.config import QueueConfig
+from taskfleet.protocol.config import QueueConfig
 from taskfleet_operator import builders
 from taskfleet_operator.models import TaskQueueSpec
 

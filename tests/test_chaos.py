@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from taskfleet.config import QueueConfig
-from taskfleet.queue import Queue
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.config import QueueConfig
 
 from tests.workers.harness import Fleet, wait_until
 

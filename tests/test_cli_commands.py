@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from taskfleet.queue import Queue
+from taskfleet.producer.queue import Queue
 
 from tests.workers.harness import env_for, taskfleet
 

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from taskfleet.config import QueueConfig
-from taskfleet.queue import Queue
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.config import QueueConfig
 
 from tests.workers.harness import REPO, env_for, taskfleet, wait_until
 

@@ -34,8 +34,9 @@ import redis
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
-from taskfleet import InvalidPayload, Queue, QueueConfig, TaskfleetError, TaskState, bounds
+from taskfleet import InvalidPayload, Queue, QueueConfig, TaskfleetError, TaskState
 from taskfleet.cli import main as cli_main
+from taskfleet.protocol import bounds
 
 from tests.fixtures_redis import MakeBroker, RedisServer
 from tests.workers.harness import FAST, WorkerProcess
@@ -213,7 +214,8 @@ def assert_readable(queue: Queue, url: str, task_id: str) -> None:
     json.dumps(task.model_dump(mode="json"))
     queue.stats()
     for extra in ((), ("--json",)):
-        shown = run_cli("task", queue.name, task_id, "--redis-url", url, *extra)
+        # "--": an id may start with a dash, like an option
+        shown = run_cli("task", "--redis-url", url, *extra, "--", queue.name, task_id)
         assert shown.code == 0, shown.stderr
         assert "Traceback" not in shown.stderr
 

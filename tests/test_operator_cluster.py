@@ -18,7 +18,7 @@ import pytest
 import redis
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from taskfleet.queue import Queue
+from taskfleet.producer.queue import Queue
 
 from tests.fixtures_kube import KubeApiserver
 from tests.fixtures_operator import GROUP, PLURAL, VERSION, OperatorProcess, base_spec, wait_for

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from taskfleet.redisurl import parse_redis_url
+from taskfleet.protocol.redisurl import parse_redis_url
 from taskfleet_operator import builders, crdgen
 from taskfleet_operator.models import TaskQueueSpec
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import redis
-from taskfleet.queue import Queue
+from taskfleet.producer.queue import Queue
 from taskfleet_operator import builders, kube, sweeper
 from taskfleet_operator.models import TaskQueueSpec
 

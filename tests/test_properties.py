@@ -25,7 +25,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from taskfleet import Queue, QueueConfig, Task, TaskExists, TaskState
-from taskfleet.scripts import text
+from taskfleet.protocol.scripts import text
 
 from tests.fixtures_redis import BlockingBroker
 

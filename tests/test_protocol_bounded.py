@@ -10,10 +10,11 @@ import signal
 import redis
 import redis.asyncio
 import redis.exceptions
-from taskfleet.broker import Broker
-from taskfleet.config import QueueConfig
-from taskfleet.queue import Queue, TaskState
-from taskfleet.scripts import CLAIM_HOUSEKEEPING_BOUND
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND
+from taskfleet.protocol.tasks import TaskState
+from taskfleet.worker.broker import Broker
 
 from tests.fixtures_redis import MakeBroker, RedisServerFactory, eventually, server_ms
 

@@ -12,8 +12,8 @@ import redis
 import redis.asyncio
 from pydantic import ValidationError
 from taskfleet import Broker, Queue, QueueConfig, TaskState
-from taskfleet.keys import SCRIPT_KEYS, QueueKeys
-from taskfleet.scripts import LIB, NAMES, source, text
+from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
+from taskfleet.protocol.scripts import LIB, NAMES, source, text
 
 from tests.fixtures_redis import (
     BlockingBroker,
@@ -23,7 +23,7 @@ from tests.fixtures_redis import (
     free_cluster_port,
 )
 
-LUA = resources.files("taskfleet").joinpath("lua")
+LUA = resources.files("taskfleet.protocol").joinpath("lua")
 
 
 def lua_files() -> list[str]:

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import redis
 from pydantic import ValidationError
-from taskfleet import InvalidArgument, InvalidPayload, ProtocolError, Queue, QueueConfig, bounds
-from taskfleet.queue import Task, TaskState
+from taskfleet import InvalidArgument, InvalidPayload, ProtocolError, Queue, QueueConfig
+from taskfleet.protocol import bounds
+from taskfleet.protocol.tasks import Task, TaskState
 
 from tests.fixtures_redis import MakeBroker
 from tests.workers.harness import env_for, taskfleet

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 from taskfleet import InvalidArgument, Queue, QueueConfig, TaskState
-from taskfleet.scripts import RESULT_TOO_LARGE
+from taskfleet.protocol.scripts import RESULT_TOO_LARGE
 
 from tests.fixtures_redis import MakeBroker, eventually, server_ms
 

@@ -6,7 +6,7 @@ import threading
 
 import redis
 from taskfleet import Queue, QueueConfig, SweepResult, TaskState
-from taskfleet.scripts import CLAIM_HOUSEKEEPING_BOUND
+from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND
 
 from tests.fixtures_redis import MakeBroker, eventually
 

@@ -14,7 +14,7 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.connection import parse_url
-from taskfleet.redisurl import (
+from taskfleet.protocol.redisurl import (
     UNPARSEABLE,
     InvalidRedisURL,
     parse_redis_url,

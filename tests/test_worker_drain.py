@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import redis
-from taskfleet.broker import Broker, ClaimResult
-from taskfleet.handlers import load_handler
-from taskfleet.queue import Queue, TaskState
-from taskfleet.runtime import live_waiters, register_waiter
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.tasks import TaskState
 from taskfleet.worker import Worker, WorkerSettings
+from taskfleet.worker.broker import Broker, ClaimResult
+from taskfleet.worker.handlers import load_handler
+from taskfleet.worker.runtime import live_waiters, register_waiter
 
 from tests.workers.harness import FAST, REPO, Fleet, taskfleet, wait_until
 

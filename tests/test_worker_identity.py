@@ -14,7 +14,8 @@ import socket
 
 import pytest
 import redis
-from taskfleet.queue import Queue, TaskState
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import MakeBroker
 from tests.workers.harness import Fleet, WorkerProcess, wait_until

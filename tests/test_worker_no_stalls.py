@@ -11,8 +11,9 @@ from __future__ import annotations
 import signal
 
 import redis
-from taskfleet.config import QueueConfig
-from taskfleet.queue import Queue, Task
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.tasks import Task
 
 from tests.workers.harness import FAST, Fleet, wait_until
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from taskfleet.queue import Queue
+from taskfleet.producer.queue import Queue
 
 from tests.workers.harness import FAST, REPO, Fleet, WorkerProcess, wait_until
 

@@ -11,7 +11,8 @@ import signal
 import time
 
 import redis
-from taskfleet.queue import Queue, TaskState
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.tasks import TaskState
 
 from tests.workers.harness import FAST, Fleet, WorkerProcess, wait_until
 

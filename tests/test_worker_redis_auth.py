@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from taskfleet.queue import Queue, TaskState
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import RedisServer, RedisServerFactory
 from tests.workers.harness import FAST, Fleet, env_for, taskfleet, wait_until

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import redis.asyncio
 import redis.exceptions
-from taskfleet.broker import Broker, ClaimedTask
-from taskfleet.queue import Queue
+from taskfleet.producer.queue import Queue
+from taskfleet.worker.broker import Broker, ClaimedTask
 from taskfleet.worker.gate import RedisGate
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.runs import Outcome, Run

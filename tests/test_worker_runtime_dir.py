@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from taskfleet.runtime import process_start
+from taskfleet.worker.runtime import process_start
 
 from tests.workers.harness import Fleet, env_for, taskfleet, wait_until
 

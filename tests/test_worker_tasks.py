@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import redis
 import redis.asyncio
-from taskfleet.broker import Broker, ClaimResult
-from taskfleet.config import QueueConfig
-from taskfleet.handlers import load_handler
-from taskfleet.keys import QueueKeys
-from taskfleet.queue import Queue, Task
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.tasks import Task
 from taskfleet.worker import Worker, WorkerSettings
+from taskfleet.worker.broker import Broker, ClaimResult
+from taskfleet.worker.handlers import load_handler
 
 from tests.workers.harness import FAST, Fleet, wait_until
 

@@ -12,10 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from taskfleet.broker import ClaimedTask
 from taskfleet.cli import mask_url
-from taskfleet.handlers import HandlerLoadError, encode_result, format_error, load_handler
-from taskfleet.runtime import (
+from taskfleet.worker import WorkerSettings
+from taskfleet.worker.broker import ClaimedTask
+from taskfleet.worker.execution import Execution
+from taskfleet.worker.gate import RedisGate
+from taskfleet.worker.handlers import HandlerLoadError, encode_result, format_error, load_handler
+from taskfleet.worker.outbox import Outbox
+from taskfleet.worker.runs import Outcome, Run
+from taskfleet.worker.runtime import (
     RuntimeState,
     pid_alive,
     process_start,
@@ -23,11 +28,6 @@ from taskfleet.runtime import (
     remove_state,
     write_state,
 )
-from taskfleet.worker import WorkerSettings
-from taskfleet.worker.execution import Execution
-from taskfleet.worker.gate import RedisGate
-from taskfleet.worker.outbox import Outbox
-from taskfleet.worker.runs import Outcome, Run
 from taskfleet.worker.runtime_file import RuntimeFile
 from taskfleet.worker.slots import PREFETCH_RUN_LIMIT_S, Slots
 

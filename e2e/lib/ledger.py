@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from taskfleet.keys import QueueKeys
+from taskfleet.protocol.keys import QueueKeys
 
 from e2e.lib.kube import wait_for
 from e2e.lib.portforward import PortForward
@@ -79,7 +79,7 @@ class QueueView:
 
     def enqueue_sleepers(self, count: int, seconds: float, **options: Any) -> list[str]:
         """``count`` tasks that sleep ``seconds`` and record each finished execution."""
-        from taskfleet.queue import Queue
+        from taskfleet.producer.queue import Queue
 
         payload = {"seconds": seconds, "record_key": self.record_key}
 

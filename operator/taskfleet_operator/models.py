@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
-from taskfleet.redisurl import (
+from taskfleet.protocol.redisurl import (
     CREDENTIAL_KEY_PATTERN,
     OPTIONS,
     TLS_OPTIONS,

@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 from croniter import croniter
-from taskfleet.config import QueueConfig
-from taskfleet.errors import InvalidPayload, TaskfleetError
-from taskfleet.queue import Queue, encode_payload
-from taskfleet.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
-from taskfleet.scripts import SWEEP_BOUND
+from taskfleet.producer.queue import Queue, encode_payload
+from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.errors import InvalidPayload, TaskfleetError
+from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
+from taskfleet.protocol.scripts import SWEEP_BOUND
 
 from taskfleet_operator import builders, kube
 from taskfleet_operator.models import TaskQueueSpec
@@ -32,7 +32,7 @@ __all__ = ["Connections", "SweepReport", "describe_error", "redact_redis_url", "
 
 def describe_error(exc: BaseException, url: str | None = None) -> str:
     """A one-line error text with every secret of ``url`` (userinfo or query, in any
-    encoding) and any URL in it masked (`taskfleet.redisurl.scrub`)."""
+    encoding) and any URL in it masked (`taskfleet.protocol.redisurl.scrub`)."""
     return scrub(f"{type(exc).__name__}: {exc}", url)
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskfleet import broker
-from taskfleet.scripts import RawClaim
+from taskfleet.protocol.scripts import RawClaim
+from taskfleet.worker import broker
 
 from tests.workers.handlers import _record
 

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import redis
-from taskfleet.handlers import current_task
+from taskfleet.worker.handlers import current_task
 
 EVENTS = "test:events"
 _clients: dict[str, redis.Redis] = {}

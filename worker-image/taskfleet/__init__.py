@@ -1,8 +1,24 @@
-"""taskfleet: a Redis task queue whose workers drain gracefully and never lose a task."""
+"""taskfleet: a Redis task queue whose workers drain gracefully and never lose a task.
 
-from taskfleet.broker import Broker, ClaimedTask, ClaimResult
-from taskfleet.config import QueueConfig
-from taskfleet.errors import (
+The package is layered; each layer imports only those below it:
+
+- ``taskfleet.protocol``: what every part shares: Redis key names, the queue's config,
+  the Lua scripts and their typed calls, the task model, bounds, errors, Redis URLs;
+- ``taskfleet.producer``: the producer API (``Queue``), on the protocol;
+- ``taskfleet.worker``: the worker (``taskfleet worker``) and its side of the protocol
+  (``Broker``), on the protocol;
+- ``taskfleet.cli`` on top of both; the operator (``taskfleet_operator``) uses the
+  protocol and the producer API, never the worker or the CLI.
+
+This module re-exports the public API. The worker side (``Broker``, ``current_task``)
+is imported on first use, so a producer never loads the worker's modules.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from taskfleet.producer.queue import EnqueueResult, EnqueueSpec, Queue, WorkerInfo
+from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.errors import (
     InvalidArgument,
     InvalidPayload,
     ProtocolError,
@@ -11,8 +27,29 @@ from taskfleet.errors import (
     TaskfleetError,
     WaitTimeout,
 )
-from taskfleet.queue import EnqueueResult, EnqueueSpec, Queue, Task, TaskState, WorkerInfo
-from taskfleet.scripts import SweepResult
+from taskfleet.protocol.scripts import SweepResult
+from taskfleet.protocol.tasks import Task, TaskState
+
+if TYPE_CHECKING:
+    from taskfleet.worker.broker import Broker, ClaimedTask, ClaimResult
+    from taskfleet.worker.handlers import current_task
+
+_WORKER_SIDE = {
+    "Broker": "taskfleet.worker.broker",
+    "ClaimedTask": "taskfleet.worker.broker",
+    "ClaimResult": "taskfleet.worker.broker",
+    "current_task": "taskfleet.worker.handlers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WORKER_SIDE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'taskfleet' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "Broker",
@@ -33,5 +70,6 @@ __all__ = [
     "TaskfleetError",
     "WaitTimeout",
     "WorkerInfo",
+    "current_task",
 ]
 __version__ = "0.1.0"

@@ -27,9 +27,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from taskfleet import bounds
-from taskfleet.errors import NameInUse, TaskfleetError, auth_failure
-from taskfleet.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
+from taskfleet.protocol import bounds
+from taskfleet.protocol.errors import NameInUse, TaskfleetError, auth_failure
+from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
 
 __all__ = ["main", "mask_url"]
 
@@ -159,7 +159,7 @@ def cli() -> None:
 
 
 def _queue(name: str, redis_url: str) -> Any:
-    from taskfleet.queue import Queue
+    from taskfleet.producer.queue import Queue
 
     try:
         return Queue(name, redis_url=redis_url)
@@ -349,7 +349,7 @@ def _printable(text: str) -> bool:
 )
 def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     """Tell the worker in this container to drain (the Kubernetes preStop hook)."""
-    from taskfleet.runtime import (
+    from taskfleet.worker.runtime import (
         FILE_NAME,
         DrainError,
         UnsafeRuntimeDir,
@@ -488,11 +488,11 @@ def worker(
     A second signal releases the tasks still running at once and exits (also 0: nothing
     is lost, the released tasks run elsewhere).
     """
-    from taskfleet.handlers import HandlerLoadError, load_handler
-    from taskfleet.identity import default_pod_name
-    from taskfleet.reaper import run_as_init
-    from taskfleet.runtime import UnsafeRuntimeDir, prepare_runtime_dir
     from taskfleet.worker import WorkerSettings
+    from taskfleet.worker.handlers import HandlerLoadError, load_handler
+    from taskfleet.worker.identity import default_pod_name
+    from taskfleet.worker.reaper import run_as_init
+    from taskfleet.worker.runtime import UnsafeRuntimeDir, prepare_runtime_dir
 
     try:
         runtime_dir = str(prepare_runtime_dir(runtime_dir, create=True))
@@ -533,8 +533,8 @@ def worker(
 
 
 async def _serve(settings: Any, handler: Any) -> int:
-    from taskfleet.handlers import format_error
     from taskfleet.worker import Worker, log_event
+    from taskfleet.worker.handlers import format_error
 
     worker = Worker(settings, handler)
     loop = asyncio.get_running_loop()

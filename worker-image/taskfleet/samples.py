@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from taskfleet.handlers import current_task
+from taskfleet.worker.handlers import current_task
 
 __all__ = ["EXECUTIONS_KEY", "async_sleep_and_record", "echo", "fail", "sleep_and_record"]
 

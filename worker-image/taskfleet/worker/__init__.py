@@ -13,12 +13,40 @@ One idea per module:
 - ``core``: ``Worker``, the claim, flush and heartbeat loops, start and drain;
 - ``events``: one structured log line per event.
 
-Imports go one way: this package uses the protocol modules (keys, config, scripts), the
-broker, the runtime file format and handler loading; only the CLI (and tests) import it.
+and the worker's side of the protocol and of its container:
+
+- ``broker``: register, claim, heartbeat and finish tasks (asyncio, one script call each);
+- ``handlers``: loading a handler, ``current_task()``, results and errors as stored;
+- ``runtime``: ``worker.json`` and the ``taskfleet drain`` side that reads it;
+- ``identity``: a worker's whereabouts, and whether a worker holding a name is alive;
+- ``reaper``: PID 1, a tiny init that forwards signals and reaps orphans.
+
+Imports go one way: this package uses the protocol (never the producer API); only the
+CLI (and tests) import it. ``Worker`` and friends load on first use, so ``taskfleet
+drain`` (the preStop hook) reads the runtime file without importing the worker's loops.
 """
 
-from taskfleet.worker.core import Worker
-from taskfleet.worker.events import log_event
-from taskfleet.worker.settings import WorkerSettings
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from taskfleet.worker.core import Worker
+    from taskfleet.worker.events import log_event
+    from taskfleet.worker.settings import WorkerSettings
+
+_LAZY = {
+    "Worker": "taskfleet.worker.core",
+    "WorkerSettings": "taskfleet.worker.settings",
+    "log_event": "taskfleet.worker.events",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'taskfleet.worker' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = ["Worker", "WorkerSettings", "log_event"]

@@ -34,13 +34,19 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
-from taskfleet.broker import Broker, ClaimedTask, ClaimResult, WorkerRecord, bounded
-from taskfleet.config import QueueConfig
-from taskfleet.errors import IdentityTaken
-from taskfleet.handlers import Handler, format_error
-from taskfleet.identity import Whereabouts, holder_alive
-from taskfleet.keys import QueueKeys
-from taskfleet.runtime import (
+from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.errors import IdentityTaken
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.scripts import RESULT_TOO_LARGE
+from taskfleet.worker.broker import Broker, ClaimedTask, ClaimResult, WorkerRecord, bounded
+from taskfleet.worker.events import log_event
+from taskfleet.worker.execution import Execution
+from taskfleet.worker.gate import EXIT_BAD_CONFIG, REDIS_DOWN, FatalStop, RedisGate, wait_any
+from taskfleet.worker.handlers import Handler, format_error
+from taskfleet.worker.identity import Whereabouts, holder_alive
+from taskfleet.worker.outbox import Outbox
+from taskfleet.worker.runs import Counters, Outcome, Run
+from taskfleet.worker.runtime import (
     POLL_INTERVAL_S,
     WAITER_GRACE_S,
     live_waiters,
@@ -48,12 +54,6 @@ from taskfleet.runtime import (
     remove_state,
     runtime_path,
 )
-from taskfleet.scripts import RESULT_TOO_LARGE
-from taskfleet.worker.events import log_event
-from taskfleet.worker.execution import Execution
-from taskfleet.worker.gate import EXIT_BAD_CONFIG, REDIS_DOWN, FatalStop, RedisGate, wait_any
-from taskfleet.worker.outbox import Outbox
-from taskfleet.worker.runs import Counters, Outcome, Run
 from taskfleet.worker.runtime_file import RuntimeFile
 from taskfleet.worker.settings import WorkerSettings
 from taskfleet.worker.slots import PREFETCH_MAX_WAIT_S, Slots

@@ -15,9 +15,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from taskfleet.broker import ClaimedTask
-from taskfleet.handlers import Handler, TaskContext, context_for, encode_result, format_error
+from taskfleet.worker.broker import ClaimedTask
 from taskfleet.worker.events import log, log_event
+from taskfleet.worker.handlers import Handler, TaskContext, context_for, encode_result, format_error
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.runs import Counters, Outcome, Run, timeout_error
 from taskfleet.worker.settings import WorkerSettings

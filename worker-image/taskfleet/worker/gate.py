@@ -19,9 +19,9 @@ from redis.exceptions import AuthenticationWrongNumberOfArgsError, NoPermissionE
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from taskfleet.errors import auth_failure
-from taskfleet.handlers import format_error
+from taskfleet.protocol.errors import auth_failure
 from taskfleet.worker.events import log_event
+from taskfleet.worker.handlers import format_error
 
 #: Errors that mean "Redis is unreachable right now", not "the request was wrong"; and
 #: Redis refusing our credentials or rights (redis-py's AuthenticationError is a

@@ -10,7 +10,7 @@ import asyncio
 import contextvars
 from dataclasses import dataclass
 
-from taskfleet.broker import ClaimedTask
+from taskfleet.worker.broker import ClaimedTask
 
 
 @dataclass(eq=False)

@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from taskfleet.handlers import format_error
-from taskfleet.runtime import RuntimeState, write_state
 from taskfleet.worker.events import log_event
+from taskfleet.worker.handlers import format_error
+from taskfleet.worker.runtime import RuntimeState, write_state
 
 #: Least time between two rewrites that ``taskfleet drain`` does not wait on: the count
 #: matters to ``drain --wait`` only once draining (and the start of a drain is written at

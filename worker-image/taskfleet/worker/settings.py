@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from taskfleet import bounds
-from taskfleet.keys import validate_queue_name
-from taskfleet.redisurl import parse_redis_url
+from taskfleet.protocol import bounds
+from taskfleet.protocol.keys import validate_queue_name
+from taskfleet.protocol.redisurl import parse_redis_url
 
 #: Upper bound of --prefetch.
 MAX_PREFETCH = 10_000

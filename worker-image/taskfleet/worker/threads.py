@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from taskfleet.handlers import encode_result, format_error
+from taskfleet.worker.handlers import encode_result, format_error
 from taskfleet.worker.runs import Run
 
 #: What a thread hands back per call: the run, its result JSON or its error.

@@ -26,7 +26,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskfleet.runtime import pid_alive, process_start
+from taskfleet.worker.runtime import pid_alive, process_start
 
 __all__ = ["Whereabouts", "default_pod_name", "holder_alive"]
 

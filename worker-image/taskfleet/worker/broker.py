@@ -21,11 +21,9 @@ from typing import Any, TypeVar
 import redis.asyncio
 import redis.exceptions
 
-from taskfleet.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
-from taskfleet.identity import Whereabouts
-from taskfleet.keys import QueueKeys
-from taskfleet.queue import Queue, TaskState
-from taskfleet.scripts import (
+from taskfleet.protocol.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.scripts import (
     CLAIM_HOUSEKEEPING_BOUND,
     AsyncScripts,
     Op,
@@ -33,6 +31,8 @@ from taskfleet.scripts import (
     RawClaim,
     SweepResult,
 )
+from taskfleet.protocol.tasks import TaskState
+from taskfleet.worker.identity import Whereabouts
 
 T = TypeVar("T")
 log = logging.getLogger("taskfleet.worker")
@@ -176,7 +176,7 @@ class Broker:
 
     def __init__(
         self,
-        queue: str | Queue,
+        queue: str,
         client: redis.asyncio.Redis,
         pod: str,
         incarnation: str,
@@ -184,7 +184,7 @@ class Broker:
         reply_timeout: float | None = None,
         host: str = "",
     ) -> None:
-        name = queue.name if isinstance(queue, Queue) else queue
+        name = queue
         if not pod or not incarnation:
             raise ValueError("Broker needs a pod name and an incarnation")
         self.keys = QueueKeys(name)

@@ -7,7 +7,6 @@ commands, pipelined.
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 import secrets
@@ -21,149 +20,14 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
-from taskfleet import bounds
-from taskfleet.bounds import PRIORITY_MAX, PRIORITY_MIN
-from taskfleet.config import QueueConfig
-from taskfleet.errors import InvalidArgument, InvalidPayload, ProtocolError, WaitTimeout
-from taskfleet.keys import QueueKeys
-from taskfleet.redisurl import parse_redis_url
-from taskfleet.scripts import EnqueueArgs, Ops, SweepResult, SyncScripts, text
-
-#: Counters of the ``stats`` hash; stats() reports each, 0 when never bumped.
-COUNTERS = (
-    "enqueued",
-    "completed",
-    "failed",
-    "retried",
-    "dead_total",  # tasks that ever went dead ("dead" is how many are dead now)
-    "requeued",
-    "lost",
-    "released",
-    "stale",
-    "expired",
-)
-_TIME_FIELDS = ("created_at", "run_at", "deadline", "started_at", "finished_at", "lease_until")
-_INT_FIELDS = ("priority", "attempts", "max_attempts", "lost", "cost")
-
-
-class TaskState(enum.StrEnum):
-    PENDING = "pending"
-    DELAYED = "delayed"
-    RUNNING = "running"
-    DONE = "done"
-    DEAD = "dead"
-
-
-FINISHED = frozenset({TaskState.DONE, TaskState.DEAD})
-
-
-class Task(BaseModel):
-    """A task as stored in its hash, with proper types (times are UTC datetimes)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    state: TaskState
-    payload: Any = None
-    priority: int = 0
-    attempts: int = 0
-    max_attempts: int | None = None
-    lost: int = 0
-    cost: int = 1
-    timeout: float | None = Field(default=None, description="seconds; None = the queue's default")
-    created_at: datetime | None = None
-    run_at: datetime | None = None
-    deadline: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    lease_until: datetime | None = None
-    pod: str | None = None
-    incarnation: str | None = None
-    token: str | None = None
-    error: str | None = None
-    reason: str | None = Field(
-        default=None, description="why it is dead: expired | worker lost | bad payload | failed"
-    )
-    result: Any = None
-    progress: Any = None
-
-    @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any], task_id: str | None = None) -> Task:
-        """The task of a stored hash; ``task_id`` (its key's id) when the hash has none.
-
-        Never fails on a field it cannot read, whoever wrote it (a hash edited by hand, a
-        foreign producer): a time no ``datetime`` can hold, or that is not a number, reads
-        as None; a count that is not a finite number reads as the field's default (None
-        for ``max_attempts``); a timeout that is not a positive finite number as None;
-        text that is not UTF-8 with replacement characters. Only a hash without a state
-        this version knows raises ``ProtocolError``.
-        """
-        h = {_lenient_text(k): _lenient_text(v) for k, v in raw.items()}
-        data: dict[str, Any] = {}
-        for name in ("id", "pod", "incarnation", "token", "error", "reason"):
-            if name in h:
-                data[name] = h[name]
-        if task_id is not None:
-            data.setdefault("id", task_id)
-        state = h.get("state")
-        if state not in TaskState.__members__.values():
-            shown = data.get("id", "?")
-            raise ProtocolError(f"task {shown!r} has no state this version knows: {state!r}")
-        data["state"] = state
-        for name in _INT_FIELDS:
-            number = _stored_int(h.get(name))
-            if number is not None:
-                data[name] = number
-        timeout = _stored_float(h.get("timeout"))
-        if timeout is not None and timeout > 0:
-            data["timeout"] = timeout
-        for name in _TIME_FIELDS:
-            data[name] = _stored_time(h.get(name))
-        for name in ("payload", "result", "progress"):
-            if name in h:
-                try:
-                    data[name] = json.loads(h[name])
-                except (ValueError, RecursionError):
-                    data[name] = h[name]  # written by a foreign producer: keep it as text
-        return cls.model_validate(data)
-
-    @property
-    def finished(self) -> bool:
-        return self.state in FINISHED
-
-
-def _lenient_text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _stored_float(value: str | None) -> float | None:
-    """A stored number, or None when absent, not a number, or not finite."""
-    if not value:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _stored_int(value: str | None) -> int | None:
-    """A stored integer (exact when written as digits), or None when it is not a number."""
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        number = _stored_float(value)
-        return None if number is None else int(number)
-
-
-def _stored_time(value: str | None) -> datetime | None:
-    """Epoch ms as a UTC datetime, or None when absent, unreadable or out of its range."""
-    ms = _stored_float(value)
-    if ms is None or not bounds.MIN_EPOCH_MS <= ms <= bounds.MAX_EPOCH_MS:
-        return None
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=int(ms))
+from taskfleet.protocol import bounds
+from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
+from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.errors import InvalidArgument, InvalidPayload, WaitTimeout
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.redisurl import parse_redis_url
+from taskfleet.protocol.scripts import EnqueueArgs, Ops, SweepResult, SyncScripts, text
+from taskfleet.protocol.tasks import COUNTERS, FINISHED, Task, stored_int, stored_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +177,7 @@ def _deadline_ms(value: datetime) -> int:
 def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
     """Validate one task and encode it for the enqueue script.
 
-    Every number is bounded by ``taskfleet.bounds`` so that each reader (Lua, the
+    Every number is bounded by ``taskfleet.protocol.bounds`` so that each reader (Lua, the
     worker, ``Task``) can represent what is stored; out of range is ``InvalidArgument``
     naming the bound.
     """
@@ -433,7 +297,7 @@ class Queue:
         ``delay``: seconds (or timedelta) before it may run. ``deadline``: seconds from
         now (or an aware datetime) by which it must have started, else it goes dead
         with reason ``expired``. ``cost``: units it takes from the cost rate limit.
-        Bounds (``taskfleet.bounds``): delay and deadline at most 100 years, timeout at
+        Bounds (``taskfleet.protocol.bounds``): delay and deadline at most 100 years, timeout at
         most one year, cost 0..1e9, max_attempts 1..10,000, priority -1000..1000.
 
         With ``task_id``, enqueueing the same task again (same payload, priority, cost,
@@ -524,7 +388,7 @@ class Queue:
             "dead": int(dead),
             "workers": int(workers),
         }
-        raw = {_lenient_text(key): _stored_int(_lenient_text(v)) for key, v in counters.items()}
+        raw = {stored_text(key): stored_int(stored_text(v)) for key, v in counters.items()}
         for name in COUNTERS:
             out[name] = raw.get(name) or 0  # a counter a foreign client garbled reads as 0
         return out
@@ -586,7 +450,7 @@ class Queue:
             done_ids = [
                 i
                 for i, s in zip(remaining, states, strict=True)
-                if s and _lenient_text(s) in FINISHED
+                if s and stored_text(s) in FINISHED
             ]
             if done_ids:
                 pipe = self.client.pipeline(transaction=False)

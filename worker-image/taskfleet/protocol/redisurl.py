@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from taskfleet.errors import TaskfleetError
+from taskfleet.protocol.errors import TaskfleetError
 
 __all__ = [
     "CREDENTIAL_KEY_PATTERN",

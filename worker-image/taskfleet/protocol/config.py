@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from taskfleet.bounds import (
+from taskfleet.protocol.bounds import (
     MAX_ATTEMPTS,
     MAX_COUNT,
     MAX_DURATION_S,
@@ -26,7 +26,7 @@ from taskfleet.bounds import (
 class QueueConfig(BaseModel):
     # nan / inf would pass the bounds below (nan compares false) and poison the whole
     # fleet: a lease that never expires, a rate limit that never refills. The upper
-    # bounds (taskfleet.bounds) keep the scripts' ms arithmetic exact: now + a duration
+    # bounds (taskfleet.protocol.bounds) keep the scripts' ms arithmetic exact: now + a duration
     # in ms prints as an integer in Lua, and counts stay exact doubles.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

@@ -1,0 +1,165 @@
+"""The task model: a task's states and its stored hash read into typed fields.
+
+Protocol layer: the producer API and the worker both read tasks through it.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from taskfleet.protocol import bounds
+from taskfleet.protocol.errors import ProtocolError
+
+__all__ = [
+    "COUNTERS",
+    "FINISHED",
+    "Task",
+    "TaskState",
+    "stored_float",
+    "stored_int",
+    "stored_text",
+    "stored_time",
+]
+
+#: Counters of the ``stats`` hash; stats() reports each, 0 when never bumped.
+COUNTERS = (
+    "enqueued",
+    "completed",
+    "failed",
+    "retried",
+    "dead_total",  # tasks that ever went dead ("dead" is how many are dead now)
+    "requeued",
+    "lost",
+    "released",
+    "stale",
+    "expired",
+)
+_TIME_FIELDS = ("created_at", "run_at", "deadline", "started_at", "finished_at", "lease_until")
+_INT_FIELDS = ("priority", "attempts", "max_attempts", "lost", "cost")
+
+
+class TaskState(enum.StrEnum):
+    PENDING = "pending"
+    DELAYED = "delayed"
+    RUNNING = "running"
+    DONE = "done"
+    DEAD = "dead"
+
+
+FINISHED = frozenset({TaskState.DONE, TaskState.DEAD})
+
+
+class Task(BaseModel):
+    """A task as stored in its hash, with proper types (times are UTC datetimes)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    state: TaskState
+    payload: Any = None
+    priority: int = 0
+    attempts: int = 0
+    max_attempts: int | None = None
+    lost: int = 0
+    cost: int = 1
+    timeout: float | None = Field(default=None, description="seconds; None = the queue's default")
+    created_at: datetime | None = None
+    run_at: datetime | None = None
+    deadline: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    lease_until: datetime | None = None
+    pod: str | None = None
+    incarnation: str | None = None
+    token: str | None = None
+    error: str | None = None
+    reason: str | None = Field(
+        default=None, description="why it is dead: expired | worker lost | bad payload | failed"
+    )
+    result: Any = None
+    progress: Any = None
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any], task_id: str | None = None) -> Task:
+        """The task of a stored hash; ``task_id`` (its key's id) when the hash has none.
+
+        Never fails on a field it cannot read, whoever wrote it (a hash edited by hand, a
+        foreign producer): a time no ``datetime`` can hold, or that is not a number, reads
+        as None; a count that is not a finite number reads as the field's default (None
+        for ``max_attempts``); a timeout that is not a positive finite number as None;
+        text that is not UTF-8 with replacement characters. Only a hash without a state
+        this version knows raises ``ProtocolError``.
+        """
+        h = {stored_text(k): stored_text(v) for k, v in raw.items()}
+        data: dict[str, Any] = {}
+        for name in ("id", "pod", "incarnation", "token", "error", "reason"):
+            if name in h:
+                data[name] = h[name]
+        if task_id is not None:
+            data.setdefault("id", task_id)
+        state = h.get("state")
+        if state not in TaskState.__members__.values():
+            shown = data.get("id", "?")
+            raise ProtocolError(f"task {shown!r} has no state this version knows: {state!r}")
+        data["state"] = state
+        for name in _INT_FIELDS:
+            number = stored_int(h.get(name))
+            if number is not None:
+                data[name] = number
+        timeout = stored_float(h.get("timeout"))
+        if timeout is not None and timeout > 0:
+            data["timeout"] = timeout
+        for name in _TIME_FIELDS:
+            data[name] = stored_time(h.get(name))
+        for name in ("payload", "result", "progress"):
+            if name in h:
+                try:
+                    data[name] = json.loads(h[name])
+                except (ValueError, RecursionError):
+                    data[name] = h[name]  # written by a foreign producer: keep it as text
+        return cls.model_validate(data)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED
+
+
+def stored_text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def stored_float(value: str | None) -> float | None:
+    """A stored number, or None when absent, not a number, or not finite."""
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def stored_int(value: str | None) -> int | None:
+    """A stored integer (exact when written as digits), or None when it is not a number."""
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        number = stored_float(value)
+        return None if number is None else int(number)
+
+
+def stored_time(value: str | None) -> datetime | None:
+    """Epoch ms as a UTC datetime, or None when absent, unreadable or out of its range."""
+    ms = stored_float(value)
+    if ms is None or not bounds.MIN_EPOCH_MS <= ms <= bounds.MAX_EPOCH_MS:
+        return None
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=int(ms))
