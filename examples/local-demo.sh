@@ -65,6 +65,7 @@ print(" ".join(f"{k}={data[k]}" for k in sys.argv[1:]))' "$@"
 count() { "$TF" stats "$QUEUE" --json | "$PY" -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 
 say "starting $WORKERS workers (concurrency 4 each) on queue $QUEUE"
+"$TF" configure "$QUEUE" --lease-ttl 5 >/dev/null  # the queue's config, which workers read
 for i in $(seq 1 "$WORKERS"); do
     TASKFLEET_RUNTIME_DIR="$WORK/runtime-$i" "$TF" worker --queue "$QUEUE" \
         --handler taskfleet.samples:sleep_and_record --concurrency 4 --pod "demo-$i" \

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.config import QueueConfig
 
-from tests.workers.harness import env_for, taskfleet
+from tests.workers.harness import REPO, env_for, taskfleet, wait_until
 
 
 def test_enqueue_prints_one_id_per_task_and_stores_the_options(
@@ -77,3 +80,47 @@ def test_task_shows_one_task_and_a_missing_one_is_exit_1(redis_url: str, tmp_pat
     missing = taskfleet("task", "q", "nope", env=env)
     assert missing.returncode == 1
     assert missing.stderr == "taskfleet: error: task 'nope' not found in queue 'q'\n"
+
+
+def test_configure_sets_the_queue_settings_workers_only_read(
+    queue: Queue, redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    done = taskfleet("configure", "jobs", "--lease-ttl", "12", "--set", "max_attempts=7", env=env)
+    assert done.returncode == 0, done.stderr
+    config = queue.config()
+    assert (config.lease_ttl_s, config.max_attempts) == (12.0, 7)
+    shown = taskfleet("configure", "jobs", "--json", env=env)
+    assert json.loads(shown.stdout)["lease_ttl_s"] == 12.0
+    back = taskfleet("configure", "jobs", "--set", "max_attempts=", env=env)
+    assert back.returncode == 0 and queue.config().max_attempts == 3  # the default again
+    for bad in ("nope=1", "lease_ttl_s=-1", "max_attempts"):
+        refused = taskfleet("configure", "jobs", "--set", bad, env=env)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("taskfleet: error:")
+
+
+def test_a_worker_reads_the_queue_lease_ttl_and_never_writes_it(
+    queue: Queue, redis_url: str, tmp_path: Path
+) -> None:
+    """One writer per value: --lease-ttl is what the worker expects, the queue's config
+    (written here as the operator would) is what holds."""
+    queue.configure(QueueConfig(lease_ttl_s=40))
+    log = tmp_path / "worker.log"
+    argv = [sys.executable, "-m", "taskfleet", "worker", "--queue", "jobs", "--handler"]
+    argv += ["tests.workers.handlers:sleep", "--log-format", "json", "--lease-ttl", "20"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            argv, env=env_for(redis_url, tmp_path), cwd=REPO, stdout=out, stderr=out
+        )
+    try:
+
+        def events() -> list[str]:
+            return [json.loads(line)["event"] for line in log.read_text().splitlines()]
+
+        wait_until(lambda: "worker_started" in events(), message=log.read_text)
+        assert "lease_ttl_differs" in events()
+        assert queue.config().lease_ttl_s == 40.0
+    finally:
+        process.kill()
+        process.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import redis
 
 from tests.fixtures_redis import eventually
 
@@ -101,11 +103,26 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         self.starts += 1
+        self._configure_lease_ttl()
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.argv, env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
             )
         return self
+
+    def _configure_lease_ttl(self) -> None:
+        """A worker only reads the queue's lease TTL: with ``--lease-ttl`` among the
+        arguments, set it in the queue's config first, as the operator does for its pods."""
+        if "--lease-ttl" not in self.argv:
+            return
+        ttl = self.argv[self.argv.index("--lease-ttl") + 1]
+        queue = self.argv[self.argv.index("--queue") + 1]
+        # a test of a refused or unreachable Redis: the worker meets that itself
+        with (
+            contextlib.suppress(redis.RedisError),
+            redis.Redis.from_url(self.env["TASKFLEET_REDIS_URL"]) as client,
+        ):
+            client.hset(f"tf:{{{queue}}}:config", "lease_ttl_s", ttl)
 
     @property
     def pid(self) -> int:

@@ -282,6 +282,63 @@ def enqueue(
 
 @cli.command()
 @click.argument("queue")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    help="A QueueConfig field to set (repeatable), e.g. --set lease_ttl_s=60; "
+    "FIELD= (empty) returns it to its default.",
+)
+@click.option("--lease-ttl", type=FiniteFloat(), default=None, help="Same as --set lease_ttl_s=S.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@redis_option
+def configure(
+    queue: str, settings: tuple[str, ...], lease_ttl: float | None, as_json: bool, redis_url: str
+) -> None:
+    """Show or change the queue's shared settings (what the operator writes from a
+    TaskQueue; outside Kubernetes, this is how they are set)."""
+    from taskfleet.protocol.config import QueueConfig
+
+    changes: dict[str, str | None] = {}
+    for item in settings:
+        field, sep, value = item.partition("=")
+        if not sep or field not in QueueConfig.model_fields:
+            known = ", ".join(QueueConfig.model_fields)
+            raise BadInput(f"--set takes FIELD=VALUE with FIELD one of: {known}; got {item!r}")
+        changes[field] = value or None
+    if lease_ttl is not None:
+        changes["lease_ttl_s"] = repr(lease_ttl)
+    q = _queue(queue, redis_url)
+    try:
+        current = q.config()
+        if changes:
+            data: dict[str, object] = {
+                k: v for k, v in current.model_dump().items() if v is not None
+            }
+            for name, text in changes.items():
+                if text is None:
+                    data.pop(name, None)
+                else:
+                    data[name] = text
+            try:
+                current = QueueConfig.model_validate(data, strict=False)
+            except ValueError as exc:
+                first = str(exc).splitlines()
+                raise BadInput(f"invalid queue config: {' '.join(first[1:3]).strip()}") from None
+            q.configure(current)
+        shown = current.model_dump()
+        if as_json:
+            click.echo(json.dumps(shown))
+        else:
+            for field, value in shown.items():
+                click.echo(f"{field}: {'' if value is None else value}")
+    finally:
+        q.close()
+
+
+@cli.command()
+@click.argument("queue")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @redis_option
 def stats(queue: str, as_json: bool, redis_url: str) -> None:
@@ -418,8 +475,9 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     type=FiniteFloat(),
     default=None,
     show_envvar=True,
-    help="A lease not extended for this long expires and its task is taken back. Shared "
-    "by the queue's workers: setting it sets the queue's lease_ttl_s [default: the "
+    help="The lease TTL this worker expects. The queue's config sets it for all its "
+    "workers (taskfleet configure QUEUE --lease-ttl S, or the TaskQueue); the worker only "
+    "reads it and logs lease_ttl_differs when the queue says otherwise [default: the "
     "queue's setting, 30].",
 )
 @click.option(

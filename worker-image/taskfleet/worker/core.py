@@ -285,28 +285,35 @@ class Worker:
         return f"{holder.describe()}, heartbeat {holder.heartbeat_age_ms / 1000:.1f} s ago"
 
     async def _settle_lease_ttl(self) -> None:
-        """Agree with the queue on the lease TTL, which every worker of a queue shares.
+        """Read the queue's lease TTL, which every worker of a queue shares.
 
-        ``--lease-ttl`` sets the queue's ``lease_ttl_s`` (the operator gives every pod the
-        same value); without it the queue's setting stands. A heartbeat too slow for that
-        TTL is shortened rather than left to lose every lease.
+        The queue's config has one writer (the operator, or ``taskfleet configure`` /
+        ``Queue.configure`` outside Kubernetes); a worker only reads it. ``--lease-ttl``
+        says what this worker expects: a queue set otherwise is logged
+        (``lease_ttl_differs``) and the queue's value holds, since the scripts and sweeps
+        use it. A heartbeat too slow for that TTL is shortened rather than left to lose
+        every lease.
         """
         assert self._client is not None
-        ttl_field = "lease_ttl_s"
         config_key = QueueKeys(self.settings.queue).config
-        reply_timeout = self.settings.reply_timeout
         while not self.draining:
             try:
-                if self.settings.lease_ttl is not None:
-                    ttl = self.settings.lease_ttl
-                    write = self._client.hset(config_key, ttl_field, repr(ttl))
-                    await bounded(write, reply_timeout)
-                else:
-                    raw = await bounded(self._client.hget(config_key, ttl_field), reply_timeout)
-                    ttl = _number(raw, DEFAULT_LEASE_TTL_S)
+                raw = await bounded(
+                    self._client.hget(config_key, "lease_ttl_s"), self.settings.reply_timeout
+                )
             except REDIS_DOWN as exc:
                 await self.gate.wait_out(exc, self._drain_requested, self._closing)
                 continue
+            ttl = _number(raw, DEFAULT_LEASE_TTL_S)
+            expected = self.settings.lease_ttl
+            if expected is not None and not math.isclose(expected, ttl):
+                log_event(
+                    logging.WARNING,
+                    "lease_ttl_differs",
+                    lease_ttl_s=ttl,
+                    expected_s=expected,
+                    note="the queue's config sets it: taskfleet configure QUEUE --lease-ttl S",
+                )
             if self._heartbeat_interval * 2 > ttl:
                 self._heartbeat_interval = ttl / 3
                 log_event(
