@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from taskfleet.protocol import bounds
+from taskfleet.protocol import bounds, environment
 from taskfleet.protocol.errors import NameInUse, TaskfleetError, auth_failure
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
 
@@ -38,7 +38,6 @@ DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 #: everyone while it runs, so a big --count goes in calls of this size.
 ENQUEUE_CHUNK = 1000
 MAX_COUNT = 1_000_000
-ENV_PREFIX = "TASKFLEET_"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,10 +67,6 @@ class FiniteFloat(click.FloatRange):
         return super().convert(number, param, ctx)
 
 
-def _env(name: str) -> str:
-    return ENV_PREFIX + name
-
-
 def _check_redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """Refuse a URL redis-py would misread or reject late, while parsing options: before
     the worker forks, loads its handler or retries a connection that can never work. The
@@ -94,7 +89,7 @@ def _check_redis_url(ctx: click.Context, param: click.Parameter, value: str) -> 
 def redis_option(func: F) -> F:
     return click.option(
         "--redis-url",
-        envvar=_env("REDIS_URL"),
+        envvar=environment.REDIS_URL,
         default=DEFAULT_REDIS_URL,
         show_default=True,
         show_envvar=True,
@@ -398,7 +393,7 @@ def _printable(text: str) -> bool:
 )
 @click.option(
     "--runtime-dir",
-    envvar=_env("RUNTIME_DIR"),
+    envvar=environment.RUNTIME_DIR,
     default=None,
     show_envvar=True,
     help="Where the worker keeps worker.json [default: $XDG_RUNTIME_DIR/taskfleet, else "
@@ -424,17 +419,17 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 
 
 @cli.command()
-@click.option("--queue", envvar=_env("QUEUE"), required=True, show_envvar=True)
+@click.option("--queue", envvar=environment.QUEUE, required=True, show_envvar=True)
 @click.option(
     "--handler",
-    envvar=_env("HANDLER"),
+    envvar=environment.HANDLER,
     required=True,
     show_envvar=True,
     help="The task function, 'package.module:function' (sync or async).",
 )
 @click.option(
     "--concurrency",
-    envvar=_env("CONCURRENCY"),
+    envvar=environment.CONCURRENCY,
     type=int,
     default=1,
     show_default=True,
@@ -443,7 +438,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 )
 @click.option(
     "--prefetch",
-    envvar=_env("PREFETCH"),
+    envvar=environment.PREFETCH,
     type=int,
     default=None,
     show_envvar=True,
@@ -453,7 +448,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 )
 @click.option(
     "--drain-timeout",
-    envvar=_env("DRAIN_TIMEOUT"),
+    envvar=environment.DRAIN_TIMEOUT,
     type=FiniteFloat(),
     default=30.0,
     show_default=True,
@@ -463,7 +458,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 )
 @click.option(
     "--heartbeat-interval",
-    envvar=_env("HEARTBEAT_INTERVAL"),
+    envvar=environment.HEARTBEAT_INTERVAL,
     type=FiniteFloat(),
     default=5.0,
     show_default=True,
@@ -471,7 +466,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 )
 @click.option(
     "--lease-ttl",
-    envvar=_env("LEASE_TTL"),
+    envvar=environment.LEASE_TTL,
     type=FiniteFloat(),
     default=None,
     show_envvar=True,
@@ -483,7 +478,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--timeout",
     "task_timeout",
-    envvar=_env("TASK_TIMEOUT"),
+    envvar=environment.TASK_TIMEOUT,
     type=FiniteFloat(),
     default=None,
     show_envvar=True,
@@ -491,7 +486,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 )
 @click.option(
     "--pod",
-    envvar=_env("POD_NAME"),
+    envvar=environment.POD_NAME,
     default=None,
     show_envvar=True,
     help="Worker name, unique among the queue's live workers (in Kubernetes: the pod's "
@@ -501,7 +496,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 )
 @click.option(
     "--runtime-dir",
-    envvar=_env("RUNTIME_DIR"),
+    envvar=environment.RUNTIME_DIR,
     default=None,
     show_envvar=True,
     help="Where worker.json lives, for `taskfleet drain` (made with mode 0700 if missing) "
@@ -510,7 +505,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 )
 @click.option(
     "--log-format",
-    envvar=_env("LOG_FORMAT"),
+    envvar=environment.LOG_FORMAT,
     type=click.Choice(["kv", "json"]),
     default="kv",
     show_default=True,
@@ -518,7 +513,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 )
 @click.option(
     "--log-level",
-    envvar=_env("LOG_LEVEL"),
+    envvar=environment.LOG_LEVEL,
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
     show_default=True,
@@ -633,7 +628,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         code = 2 if isinstance(exc, ValueError) else 1
         _fail(_scrub(str(exc)), code)
     except RedisError as exc:
-        url = _redis_url_in_use or os.environ.get(_env("REDIS_URL"), "")
+        url = _redis_url_in_use or os.environ.get(environment.REDIS_URL, "")
         where = f" at {redact_redis_url(url)}" if url else ""
         kind = auth_failure(exc)
         if kind == "authentication":
@@ -657,7 +652,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
 def _scrub(text: str) -> str:
     """The message with the Redis URL's secrets and any URL in it masked."""
-    return scrub(text, _redis_url_in_use or os.environ.get(_env("REDIS_URL")))
+    return scrub(text, _redis_url_in_use or os.environ.get(environment.REDIS_URL))
 
 
 def _fail(message: str, code: int) -> NoReturn:

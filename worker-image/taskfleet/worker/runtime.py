@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from taskfleet.protocol import environment
+
 __all__ = [
     "WAITER_GRACE_S",
     "DrainError",
@@ -92,7 +94,7 @@ def default_runtime_dir() -> Path:
 
 
 def _configured(directory: str | os.PathLike[str] | None) -> str | None:
-    return str(directory) if directory else os.environ.get("TASKFLEET_RUNTIME_DIR") or None
+    return str(directory) if directory else os.environ.get(environment.RUNTIME_DIR) or None
 
 
 def runtime_path(directory: str | os.PathLike[str] | None = None) -> Path:

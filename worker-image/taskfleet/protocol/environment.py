@@ -1,0 +1,37 @@
+"""Environment variable names: the contract between the operator's pods and the worker.
+
+Every ``taskfleet`` option can come from ``TASKFLEET_<OPTION>``; the operator sets these
+on the worker pods it builds (and refuses them in a TaskQueue's ``env``, where they would
+fight its own). Defined here once: the CLI reads them, the operator writes them.
+"""
+
+from __future__ import annotations
+
+PREFIX = "TASKFLEET_"
+
+QUEUE = "TASKFLEET_QUEUE"
+HANDLER = "TASKFLEET_HANDLER"
+CONCURRENCY = "TASKFLEET_CONCURRENCY"
+PREFETCH = "TASKFLEET_PREFETCH"
+DRAIN_TIMEOUT = "TASKFLEET_DRAIN_TIMEOUT"
+HEARTBEAT_INTERVAL = "TASKFLEET_HEARTBEAT_INTERVAL"
+LEASE_TTL = "TASKFLEET_LEASE_TTL"
+TASK_TIMEOUT = "TASKFLEET_TASK_TIMEOUT"
+POD_NAME = "TASKFLEET_POD_NAME"
+RUNTIME_DIR = "TASKFLEET_RUNTIME_DIR"
+REDIS_URL = "TASKFLEET_REDIS_URL"
+LOG_FORMAT = "TASKFLEET_LOG_FORMAT"
+LOG_LEVEL = "TASKFLEET_LOG_LEVEL"
+
+#: What the operator sets on every worker pod (a TaskQueue's ``env`` may not).
+SET_BY_OPERATOR = (
+    QUEUE,
+    HANDLER,
+    CONCURRENCY,
+    DRAIN_TIMEOUT,
+    HEARTBEAT_INTERVAL,
+    LEASE_TTL,
+    REDIS_URL,
+    POD_NAME,
+    RUNTIME_DIR,
+)
