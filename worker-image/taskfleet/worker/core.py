@@ -24,26 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
-import math
 import os
 import time
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 
-from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import IdentityTaken
-from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.scripts import RESULT_TOO_LARGE
-from taskfleet.worker.broker import Broker, ClaimedTask, ClaimResult, WorkerRecord, bounded
+from taskfleet.worker import start
+from taskfleet.worker.broker import Broker, ClaimedTask, ClaimResult, bounded
+from taskfleet.worker.claiming import ClaimLoop, ClaimLoopState
 from taskfleet.worker.events import log_event
 from taskfleet.worker.execution import Execution
 from taskfleet.worker.gate import EXIT_BAD_CONFIG, REDIS_DOWN, FatalStop, RedisGate, wait_any
 from taskfleet.worker.handlers import Handler, format_error
-from taskfleet.worker.identity import Whereabouts, holder_alive
+from taskfleet.worker.identity import Whereabouts
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.runs import Counters, Outcome, Run
 from taskfleet.worker.runtime import (
@@ -58,33 +55,11 @@ from taskfleet.worker.runtime_file import RuntimeFile
 from taskfleet.worker.settings import WorkerSettings
 from taskfleet.worker.slots import PREFETCH_MAX_WAIT_S, Slots
 
-__all__ = ["ClaimLoopState", "Worker"]
+__all__ = ["Worker"]
 
-DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
-#: How much longer than its longest wait an idle worker stays registered for hand-offs. A
-#: worker killed while idle may be handed a task for that long: its lease brings it back.
-IDLE_MARGIN_S = 1.0
 #: Sweep calls a heartbeat may make in a row while each finds a full step of work.
 SWEEP_MAX_CALLS = 10
 T = TypeVar("T")
-
-
-class ClaimLoopState(enum.Enum):
-    CLAIMING = "claiming"
-    WAITING_FOR_SLOT = "waiting for a slot"
-    #: For a producer's wake-up or a limit: outcome writes then don't claim (the wake-up
-    #: will), so an idle worker's completions stay cheap.
-    WAITING_FOR_WORK = "waiting for work"
-    STOPPED = "stopped"
-
-
-def _number(raw: Any, default: float) -> float:
-    """A config value as the Lua scripts read it: unset or not a number -> the default."""
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        return default
-    return value if value > 0 and math.isfinite(value) else default
 
 
 class Worker:
@@ -136,10 +111,7 @@ class Worker:
             pod=settings.pod,
             queue=settings.queue,
         )
-        self.claim_loop_state = ClaimLoopState.CLAIMING
-        # How long a claim that empties the queue registers this worker for hand-offs: a
-        # little longer than it then waits, so it is never unregistered while waiting.
-        self._idle_ms = int((settings.idle_wait + IDLE_MARGIN_S) * 1000)
+        self.claims: ClaimLoop | None = None  # once registered
         self._heartbeat_interval = settings.heartbeat_interval
         # Recorded with the worker: a worker starting under our name judges us by it.
         self._whereabouts = Whereabouts.local(settings.heartbeat_interval)
@@ -200,8 +172,21 @@ class Worker:
         self._set_state("starting")
         try:
             try:
-                await self._register()
-                await self._settle_lease_ttl()
+                await start.register(
+                    self._broker,
+                    self.settings,
+                    self._whereabouts,
+                    self.gate,
+                    drain=self._drain_requested,
+                    closing=self._closing,
+                )
+                self._heartbeat_interval = await start.heartbeat_interval(
+                    self._client,
+                    self.settings,
+                    self.gate,
+                    drain=self._drain_requested,
+                    closing=self._closing,
+                )
             except FatalStop as stop:
                 return stop.code
             if self.draining:
@@ -224,7 +209,18 @@ class Worker:
             ]
             if self.slots.prefetch:
                 background.append(loop.create_task(self._prefetch_guard_loop(), name="prefetch"))
-            claimer = loop.create_task(self._claim_loop(), name="claim")
+            self.claims = ClaimLoop(
+                self.settings,
+                self._broker,
+                self.execution,
+                self.slots,
+                self.gate,
+                take=self._take,
+                slot_freed=self._slot_freed,
+                drain_requested=self._drain_requested,
+                closing=self._closing,
+            )
+            claimer = loop.create_task(self.claims.run(), name="claim")
             drain = loop.create_task(self._drain_requested.wait())
             await asyncio.wait({drain, claimer, *background}, return_when="FIRST_COMPLETED")
             drain.cancel()
@@ -259,71 +255,6 @@ class Worker:
 
     # ---------------------------------------------------------------- start and stop
 
-    async def _register(self) -> None:
-        """Register, taking over from an earlier incarnation of our name unless that one
-        is alive (then ``NameInUse``: the CLI refuses to start, exit 2)."""
-        assert self._broker is not None
-        while not self.draining:
-            try:
-                taken = await self._broker.register(
-                    self.settings.concurrency, in_use=self._holder_in_use
-                )
-            except REDIS_DOWN as exc:
-                await self.gate.wait_out(exc, self._drain_requested, self._closing)
-                continue
-            if taken:
-                log_event(logging.INFO, "earlier_incarnation_requeued", tasks=taken)
-            return
-
-    def _holder_in_use(self, holder: WorkerRecord) -> str | None:
-        """How a live worker holding our name is described, or None if it is gone."""
-        where = Whereabouts.parse(holder.host)
-        if not holder_alive(
-            where, holder.heartbeat_age_ms, self._whereabouts, self.settings.heartbeat_interval
-        ):
-            return None
-        return f"{holder.describe()}, heartbeat {holder.heartbeat_age_ms / 1000:.1f} s ago"
-
-    async def _settle_lease_ttl(self) -> None:
-        """Read the queue's lease TTL, which every worker of a queue shares.
-
-        The queue's config has one writer (the operator, or ``taskfleet configure`` /
-        ``Queue.configure`` outside Kubernetes); a worker only reads it. ``--lease-ttl``
-        says what this worker expects: a queue set otherwise is logged
-        (``lease_ttl_differs``) and the queue's value holds, since the scripts and sweeps
-        use it. A heartbeat too slow for that TTL is shortened rather than left to lose
-        every lease.
-        """
-        assert self._client is not None
-        config_key = QueueKeys(self.settings.queue).config
-        while not self.draining:
-            try:
-                raw = await bounded(
-                    self._client.hget(config_key, "lease_ttl_s"), self.settings.reply_timeout
-                )
-            except REDIS_DOWN as exc:
-                await self.gate.wait_out(exc, self._drain_requested, self._closing)
-                continue
-            ttl = _number(raw, DEFAULT_LEASE_TTL_S)
-            expected = self.settings.lease_ttl
-            if expected is not None and not math.isclose(expected, ttl):
-                log_event(
-                    logging.WARNING,
-                    "lease_ttl_differs",
-                    lease_ttl_s=ttl,
-                    expected_s=expected,
-                    note="the queue's config sets it: taskfleet configure QUEUE --lease-ttl S",
-                )
-            if self._heartbeat_interval * 2 > ttl:
-                self._heartbeat_interval = ttl / 3
-                log_event(
-                    logging.WARNING,
-                    "heartbeat_shortened",
-                    lease_ttl_s=ttl,
-                    heartbeat_interval_s=round(self._heartbeat_interval, 3),
-                )
-            return
-
     async def _reconnect(self) -> None:
         """The gate's probe: drop every connection to the old server, then ask once."""
         assert self._client is not None
@@ -352,7 +283,6 @@ class Worker:
             run.abandoned = True
             if run.job is not None:
                 run.job.cancel()
-        self.claim_loop_state = ClaimLoopState.STOPPED
         self._closing.set()
         self.outbox.ready.set()  # the flusher waits on this alone
         if background:
@@ -502,61 +432,6 @@ class Worker:
         execution = self.execution
         return self.slots.room(len(execution.held), execution.stuck)
 
-    async def _claim_loop(self) -> None:
-        assert self._broker is not None
-        execution, slots = self.execution, self.slots
-        while not self.draining:
-            self.claim_loop_state = ClaimLoopState.CLAIMING
-            room = self._room()
-            if room <= 0:
-                self.claim_loop_state = ClaimLoopState.WAITING_FOR_SLOT
-                self._slot_freed.clear()
-                if self._room() <= 0 and not self.draining:
-                    await self._slot_freed.wait()
-                continue
-            free = slots.free(len(execution.held), execution.stuck)
-            try:
-                claimed = await self._broker.claim(
-                    room, idle_ms=self._idle_ms, prefetch=slots.prefetch_part(room, free)
-                )
-            except REDIS_DOWN as exc:
-                await self.gate.wait_out(exc, self._drain_requested, self._closing)
-                continue
-            if claimed.tasks:
-                await self._take(claimed.tasks)
-                if self.draining:
-                    break
-                if len(claimed.tasks) == room or claimed.more_pending:
-                    # Let the new tasks' handlers start before this loop claims again.
-                    await asyncio.sleep(0)
-                    continue
-                # The queue gave all it had: asking again would find nothing. A task
-                # enqueued from now on leaves a wake-up token for the wait below.
-            if self.draining:
-                continue
-            self.claim_loop_state = ClaimLoopState.WAITING_FOR_WORK
-            await self._wait_for_work(claimed)
-        self.claim_loop_state = ClaimLoopState.STOPPED
-
-    async def _wait_for_work(self, claimed: ClaimResult) -> None:
-        """After a claim that found nothing: wait for a producer, a due task or a limit."""
-        assert self._broker is not None
-        if claimed.retry_after_ms:
-            # Rate or concurrency limit: nothing to gain by asking again sooner.
-            await self._until_drain(asyncio.sleep(claimed.retry_after_ms / 1000))
-            return
-        idle_wait = self.settings.idle_wait
-        if claimed.next_due_ms is not None:
-            # A delayed task falls due before the next wake-up: claim it on time.
-            idle_wait = min(idle_wait, max(claimed.next_due_ms, 1) / 1000)
-        try:
-            handed = await self._until_drain(self._broker.wait_for_work(idle_wait))
-        except REDIS_DOWN as exc:
-            await self.gate.wait_out(exc, self._drain_requested, self._closing)
-            return
-        if handed is not None and handed.tasks:
-            await self._take(handed.tasks)  # or released, if a drain began meanwhile
-
     async def _take(self, tasks: list[ClaimedTask]) -> None:
         """Start claimed tasks, or hand them straight back if a drain began meanwhile."""
         if self.draining:
@@ -566,26 +441,6 @@ class Worker:
             await self._release([Run(task=task, claimed_at=now) for task in tasks])
             return
         self.execution.start_all(tasks)
-
-    async def _until_drain(self, awaitable: Awaitable[T]) -> T | None:
-        """Await ``awaitable`` but give up (cancelling it) as soon as a drain starts.
-
-        Returns its result, or None when the drain cut it short. (A task handed over in
-        a wait cut short stays held by this pod until the exit releases it.)
-        """
-        waiter = asyncio.ensure_future(awaitable)
-        drain = asyncio.ensure_future(self._drain_requested.wait())
-        try:
-            await asyncio.wait({waiter, drain}, return_when="FIRST_COMPLETED")
-        finally:
-            drain.cancel()
-            if not waiter.done():
-                waiter.cancel()
-                # Bounded: the wait being cancelled is at most one idle wait long anyway.
-                await asyncio.wait({waiter}, timeout=self.settings.idle_wait + 1.0)
-        if self.draining or not waiter.done() or waiter.cancelled():
-            return None  # an error of a wait cut short by the drain is no outage
-        return waiter.result()
 
     # ---------------------------------------------------------------- writing outcomes
 
@@ -631,7 +486,8 @@ class Worker:
         items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
         claimed: ClaimResult | None = None
         n, prefetch = self.slots.refill(len(done), len(execution.held), execution.stuck)
-        if self.draining or self.claim_loop_state is ClaimLoopState.WAITING_FOR_WORK or n <= 0:
+        waiting = self.claims is not None and self.claims.state is ClaimLoopState.WAITING_FOR_WORK
+        if self.draining or waiting or n <= 0:
             applied = await self._broker.complete_many(items)
         else:
             applied, claimed = await self._broker.complete_and_claim(items, n, prefetch=prefetch)

@@ -1,0 +1,110 @@
+"""A worker's start: register under its name, and read the queue's lease TTL.
+
+Both wait out Redis outages through the gate and give up when the worker is asked to
+drain before it ever ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.worker.broker import Broker, WorkerRecord, bounded
+from taskfleet.worker.events import log_event
+from taskfleet.worker.gate import REDIS_DOWN, RedisGate
+from taskfleet.worker.identity import Whereabouts, holder_alive
+from taskfleet.worker.settings import WorkerSettings
+
+DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
+
+
+def _number(raw: Any, default: float) -> float:
+    """A config value as the Lua scripts read it: unset or not a number -> the default."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return default
+    return value if value > 0 and math.isfinite(value) else default
+
+
+async def register(
+    broker: Broker,
+    settings: WorkerSettings,
+    whereabouts: Whereabouts,
+    gate: RedisGate,
+    *,
+    drain: asyncio.Event,
+    closing: asyncio.Event,
+) -> None:
+    """Register, taking over from an earlier incarnation of our name unless that one is
+    alive (then ``NameInUse``: the CLI refuses to start, exit 2)."""
+
+    def in_use(holder: WorkerRecord) -> str | None:
+        """How a live worker holding our name is described, or None if it is gone."""
+        where = Whereabouts.parse(holder.host)
+        age_ms = holder.heartbeat_age_ms
+        if not holder_alive(where, age_ms, whereabouts, settings.heartbeat_interval):
+            return None
+        return f"{holder.describe()}, heartbeat {age_ms / 1000:.1f} s ago"
+
+    while not drain.is_set():
+        try:
+            taken = await broker.register(settings.concurrency, in_use=in_use)
+        except REDIS_DOWN as exc:
+            await gate.wait_out(exc, drain, closing)
+            continue
+        if taken:
+            log_event(logging.INFO, "earlier_incarnation_requeued", tasks=taken)
+        return
+
+
+async def heartbeat_interval(
+    client: aioredis.Redis,
+    settings: WorkerSettings,
+    gate: RedisGate,
+    *,
+    drain: asyncio.Event,
+    closing: asyncio.Event,
+) -> float:
+    """The heartbeat interval that fits the queue's lease TTL (read, never written).
+
+    The queue's config has one writer (the operator, or ``taskfleet configure`` /
+    ``Queue.configure`` outside Kubernetes). ``--lease-ttl`` says what this worker
+    expects: a queue set otherwise is logged (``lease_ttl_differs``) and the queue's value
+    holds, since the scripts and sweeps use it. A heartbeat too slow for that TTL is
+    shortened to a third of it rather than left to lose every lease.
+    """
+    config_key = QueueKeys(settings.queue).config
+    interval = settings.heartbeat_interval
+    while not drain.is_set():
+        try:
+            raw = await bounded(client.hget(config_key, "lease_ttl_s"), settings.reply_timeout)
+        except REDIS_DOWN as exc:
+            await gate.wait_out(exc, drain, closing)
+            continue
+        ttl = _number(raw, DEFAULT_LEASE_TTL_S)
+        expected = settings.lease_ttl
+        if expected is not None and not math.isclose(expected, ttl):
+            log_event(
+                logging.WARNING,
+                "lease_ttl_differs",
+                lease_ttl_s=ttl,
+                expected_s=expected,
+                note="the queue's config sets it: taskfleet configure QUEUE --lease-ttl S",
+            )
+        if interval * 2 > ttl:
+            interval = ttl / 3
+            log_event(
+                logging.WARNING,
+                "heartbeat_shortened",
+                lease_ttl_s=ttl,
+                heartbeat_interval_s=round(interval, 3),
+            )
+        break
+    return interval
