@@ -97,6 +97,25 @@ def test_the_load_sets_the_pods_and_the_reason_shows_the_arithmetic(
     assert decision.surplus is None
 
 
+def test_the_worked_example_of_the_operator_docs() -> None:
+    """docs/operator.md, Autoscaling: concurrency 8 at 75%, maxConcurrency 20, 600 tasks a
+    minute of 1.5 s each; 40 pending, 6 running, 3 due soon."""
+    load, policy = Load(40, 6, due=3), Policy(0, 30, target_percent=75, stabilization_s=60)
+
+    full = Limits(
+        8, max_concurrency=20, rate_limit_tasks=600, rate_limit_period_s=60, mean_task_s=1.5
+    )
+    decision = decide(load, full, policy, current=0, surplus=None, now=0.0)
+    assert decision.replicas == 2
+    assert decision.reason == (
+        "40 pending, 6 running, 3 due soon, 8 slots/pod at 75%: 9 pods; "
+        "capped by rateLimit 600/60s at 1.5s per task: 2"
+    )
+    no_rate = Limits(8, max_concurrency=20)
+    assert decide(load, no_rate, policy, current=0, surplus=None, now=0.0).replicas == 3
+    assert decide(load, Limits(8), policy, current=0, surplus=None, now=0.0).replicas == 9
+
+
 def test_scale_down_waits_for_the_window_then_keeps_the_most_the_load_needed_in_it() -> None:
     limits, policy = Limits(4), Policy(0, 10, stabilization_s=MINUTE)
 
