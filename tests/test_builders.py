@@ -191,7 +191,12 @@ def test_spec_hash_changes_when_a_pod_affecting_field_changes(change: dict[str, 
 
 @pytest.mark.parametrize(
     "change",
-    [{"replicas": 7}, {"maxConcurrency": 10}, {"retention": {"doneSeconds": 60}}],
+    [
+        {"replicas": 7},
+        {"autoscale": {"minReplicas": 0, "maxReplicas": 9}},
+        {"maxConcurrency": 10},
+        {"retention": {"doneSeconds": 60}},
+    ],
 )
 def test_spec_hash_stays_when_only_replicas_or_redis_settings_change(
     change: dict[str, Any],
@@ -316,6 +321,12 @@ def test_queue_config_carries_the_shared_limits() -> None:
         ({"schedules": [{"name": "a", "cron": "0 3 * * * *"}]}, "String should match pattern"),
         ({"env": [{"name": "TASKFLEET_QUEUE", "value": "x"}]}, "the operator sets them"),
         ({"replicas": 1001}, "less than or equal to 1000"),
+        (
+            {"autoscale": {"minReplicas": 5, "maxReplicas": 3}},
+            "autoscale.minReplicas must be <= autoscale.maxReplicas",
+        ),
+        ({"autoscale": {"minReplicas": 1}}, "maxReplicas\n  Field required"),
+        ({"autoscale": {"maxReplicas": 2, "targetUtilizationPercent": 101}}, "less than or equal"),
         ({"resources": {"limits": {"cpu": "lots"}}}, "not a Kubernetes quantity"),
     ],
 )
