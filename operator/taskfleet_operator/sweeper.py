@@ -17,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 import redis
 from croniter import croniter
 from taskfleet.producer.queue import Queue, encode_payload
-from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidPayload, TaskfleetError
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
 from taskfleet.protocol.scripts import SWEEP_BOUND
@@ -125,7 +124,7 @@ class Connections:
 
 def configure(queue: Queue, spec: TaskQueueSpec) -> None:
     """Write the spec's shared settings to the queue's config hash."""
-    queue.configure(QueueConfig(**builders.queue_config_fields(spec)))
+    queue.configure(builders.queue_config(spec))
 
 
 def due_slot(cron: str, now: datetime, not_before: datetime) -> int | None:
@@ -204,7 +203,7 @@ def fire_schedules(
 ) -> None:
     """Fire every due schedule; one the queue refuses (e.g. a payload over the queue's
     bound) is reported and skipped, so it cannot stop the others or the sweep."""
-    max_bytes = QueueConfig(**builders.queue_config_fields(spec)).max_payload_bytes
+    max_bytes = builders.queue_config(spec).max_payload_bytes
     for schedule in spec.schedules:
         slot = due_slot(schedule.cron, now, not_before)
         if slot is None:
