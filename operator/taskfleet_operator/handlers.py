@@ -17,11 +17,12 @@ from kubernetes.client.exceptions import ApiException
 
 from taskfleet_operator import builders, kube, reconcile, sweeper
 from taskfleet_operator import status as tqstatus
+from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
 from taskfleet_operator.settings import OperatorSettings, configure_kopf
 
 SETTINGS = OperatorSettings.from_env()
-CONNECTIONS = sweeper.Connections(reconcile.resolve_redis_url, SETTINGS.redis_timeout_s)
+CONNECTIONS = Connections(SETTINGS.redis_timeout_s)
 # Pods seen registered in Redis but missing from the API at the previous sweep, per queue.
 SUSPECTS: dict[tuple[str, str], set[str]] = {}
 # Generations the create/update handler could not apply, with the Ready reason/message:
@@ -124,7 +125,7 @@ def reconcile_taskqueue(
         reconcile.configure_queue(namespace, name, model, CONNECTIONS)
     except (redis.RedisError, kube.SecretUnavailable) as error:
         # The sweep retries every few seconds and reports the outage in status.
-        logger.info("queue settings not written yet: %s", sweeper.describe_error(error))
+        logger.info("queue settings not written yet: %s", describe_error(error))
     patch.status["selector"] = builders.selector_string(name)
     patch.status["observedGeneration"] = meta.get("generation")
 
@@ -148,7 +149,7 @@ def purge_queue(
         CONNECTIONS.get(namespace, name, model).purge()
     except (redis.RedisError, kube.SecretUnavailable) as error:
         raise kopf.TemporaryError(
-            f"cannot purge the queue yet: {sweeper.describe_error(error)}", delay=10
+            f"cannot purge the queue yet: {describe_error(error)}", delay=10
         ) from None
     logger.info("purged queue %s", builders.queue_name(namespace, name))
 
@@ -218,7 +219,7 @@ def sweep_taskqueue(
         conditions = _redis_down(body, conditions, "SecretUnavailable", str(error))
     except redis.RedisError as error:
         CONNECTIONS.invalidate(namespace, name)  # a rotated Secret is read again next tick
-        message = f"cannot reach Redis: {sweeper.describe_error(error)}"
+        message = f"cannot reach Redis: {describe_error(error)}"
         conditions = _redis_down(body, conditions, "RedisUnreachable", message)
     else:
         SUSPECTS[key] = report.suspects
@@ -320,7 +321,7 @@ def worker_pod_event(
         count = CONNECTIONS.get(namespace, queue_name, model).requeue_pod(name)
     except (reconcile.InvalidSpec, kube.SecretUnavailable, redis.RedisError) as error:
         # The sweep takes them back once Redis answers: the worker record stays until then.
-        logger.warning("requeue of pod %s deferred: %s", name, sweeper.describe_error(error))
+        logger.warning("requeue of pod %s deferred: %s", name, describe_error(error))
         return
     if count:
         # A message of its own, so the fast path is told apart from the sweep's requeue.

@@ -18,7 +18,8 @@ import redis
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from taskfleet_operator import builders, kube, status, sweeper
+from taskfleet_operator import builders, kube, status
+from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import TaskQueueSpec
 
 
@@ -43,15 +44,6 @@ def parse_spec(raw: Mapping[str, Any]) -> TaskQueueSpec:
             for error in exc.errors()
         )
         raise InvalidSpec(f"invalid spec: {problems}") from None
-
-
-def resolve_redis_url(namespace: str, spec: TaskQueueSpec) -> str:
-    """The Redis URL: from the spec, or read from the Secret (never logged)."""
-    if spec.redis.url is not None:
-        return spec.redis.url
-    ref = spec.redis.secret_ref
-    assert ref is not None  # the model guarantees exactly one of url / secretRef
-    return kube.read_secret_value(namespace, ref.name, ref.key)
 
 
 def owner_ref(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,7 +96,7 @@ def set_deletion_costs(
 def apply_fleet(
     body: Mapping[str, Any],
     spec: TaskQueueSpec,
-    connections: sweeper.Connections,
+    connections: Connections,
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> dict[str, Any]:
     """Create or update the worker Deployment; on scale-down set deletion costs first."""
@@ -121,7 +113,7 @@ def apply_fleet(
             set_deletion_costs(namespace, name, connections.get(namespace, name, spec), logger)
         except (redis.RedisError, kube.SecretUnavailable) as exc:
             # Scaling down still proceeds: draining keeps every task safe either way.
-            logger.warning("scale-down without deletion costs: %s", sweeper.describe_error(exc))
+            logger.warning("scale-down without deletion costs: %s", describe_error(exc))
     deployment = builders.build_deployment(name, namespace, spec)
     kopf.adopt(deployment, owner=dict(body))  # type: ignore[arg-type]
     try:
@@ -145,9 +137,9 @@ def _api_message(exc: ApiException) -> str:
 
 
 def configure_queue(
-    namespace: str, name: str, spec: TaskQueueSpec, connections: sweeper.Connections
+    namespace: str, name: str, spec: TaskQueueSpec, connections: Connections
 ) -> None:
-    sweeper.configure(connections.get(namespace, name, spec), spec)
+    connections.get(namespace, name, spec).configure(builders.queue_config(spec))
 
 
 def deployment_status(spec: TaskQueueSpec, deployment: Mapping[str, Any] | None) -> tuple[int, int]:

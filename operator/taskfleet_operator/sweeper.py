@@ -7,119 +7,19 @@ finds the pod's set already empty, a cron slot fires at most once.
 
 from __future__ import annotations
 
-import hashlib
-import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-import redis
 from croniter import croniter
 from taskfleet.producer.queue import Queue, encode_payload
 from taskfleet.protocol.errors import InvalidPayload, TaskfleetError
-from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
 from taskfleet.protocol.scripts import SWEEP_BOUND
 
-from taskfleet_operator import builders, kube
+from taskfleet_operator import builders
 from taskfleet_operator.models import TaskQueueSpec
 
-UrlResolver = Callable[[str, TaskQueueSpec], str]
-
-__all__ = ["Connections", "SweepReport", "describe_error", "redact_redis_url", "sweep_queue"]
-
-
-def describe_error(exc: BaseException, url: str | None = None) -> str:
-    """A one-line error text with every secret of ``url`` (userinfo or query, in any
-    encoding) and any URL in it masked (`taskfleet.protocol.redisurl.scrub`)."""
-    return scrub(f"{type(exc).__name__}: {exc}", url)
-
-
-def _unusable_url(namespace: str, spec: TaskQueueSpec, problem: str) -> Exception:
-    """The error for a URL taskfleet refuses; it never quotes the URL (it may hold a
-    password), only what is wrong with it."""
-    ref = spec.redis.secret_ref
-    if ref is None:  # the model refuses such a redis.url; kept for a spec from an older CRD
-        return ValueError(f"redis.url is not a usable Redis URL: {problem}")
-    return kube.SecretUnavailable(
-        f"key {ref.key!r} of Secret {namespace}/{ref.name} is not a usable Redis URL: {problem}"
-    )
-
-
-class Connections:
-    """One `Queue` per TaskQueue, rebuilt when its Redis URL changes (e.g. a rotated Secret).
-
-    Clients get short socket timeouts so an unreachable Redis fails a sweep quickly
-    instead of stalling a handler thread. A resolved URL (a Secret read) is reused for
-    ``url_ttl_s``, so sweeping does not GET every Secret every few seconds; `invalidate`
-    drops it at once when Redis refuses (a rotated password).
-    """
-
-    def __init__(self, resolve_url: UrlResolver, timeout_s: float, url_ttl_s: float = 30.0):
-        self._resolve_url = resolve_url
-        self._timeout_s = timeout_s
-        self._url_ttl_s = url_ttl_s
-        self._lock = threading.Lock()
-        self._queues: dict[tuple[str, str], tuple[str, Queue]] = {}
-        self._urls: dict[tuple[str, str], tuple[float, str, str]] = {}
-
-    def _url(self, key: tuple[str, str], spec: TaskQueueSpec) -> str:
-        source = spec.redis.model_dump_json()
-        now = time.monotonic()
-        with self._lock:
-            cached = self._urls.get(key)
-        if cached is not None and cached[0] > now and cached[1] == source:
-            return cached[2]
-        url = self._resolve_url(key[0], spec)
-        with self._lock:
-            self._urls[key] = (now + self._url_ttl_s, source, url)
-        return url
-
-    def invalidate(self, namespace: str, name: str) -> None:
-        """Forget the resolved URL: the next `get` reads the Secret again."""
-        with self._lock:
-            self._urls.pop((namespace, name), None)
-
-    def get(self, namespace: str, name: str, spec: TaskQueueSpec) -> Queue:
-        key = (namespace, name)
-        url = self._url(key, spec)
-        digest = hashlib.sha256(url.encode()).hexdigest()
-        with self._lock:
-            cached = self._queues.get(key)
-            if cached is not None and cached[0] == digest:
-                return cached[1]
-            try:
-                parse_redis_url(url)  # what redis-py would misread or refuse only later
-                client = redis.Redis.from_url(
-                    url,
-                    socket_timeout=self._timeout_s,
-                    socket_connect_timeout=self._timeout_s,
-                    health_check_interval=30,
-                )
-            except InvalidRedisURL as exc:
-                self._urls.pop(key, None)  # read the Secret again once it is fixed
-                raise _unusable_url(namespace, spec, str(exc)) from None
-            except ValueError:
-                self._urls.pop(key, None)
-                raise _unusable_url(namespace, spec, "redis-py refuses it") from None
-            queue = Queue(builders.queue_name(namespace, name), client=client)
-            self._queues[key] = (digest, queue)
-        if cached is not None:
-            cached[1].client.close()
-        return queue
-
-    def forget(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._urls.pop((namespace, name), None)
-            cached = self._queues.pop((namespace, name), None)
-        if cached is not None:
-            cached[1].client.close()
-
-    def close(self) -> None:
-        with self._lock:
-            queues, self._queues = list(self._queues.values()), {}
-        for _, queue in queues:
-            queue.client.close()
+__all__ = ["SweepReport", "sweep_queue"]
 
 
 def configure(queue: Queue, spec: TaskQueueSpec) -> None:
