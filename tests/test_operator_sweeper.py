@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,6 +13,7 @@ from taskfleet.producer.queue import Queue
 from taskfleet_operator import builders, sweeper
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.status import Outage
 
 from tests.fixtures_redis import RedisServerFactory
 
@@ -237,3 +239,83 @@ def test_an_unreachable_redis_fails_the_sweep_quickly_with_a_redis_error(
             sweep(connections.get("ns", "q", make_spec()), make_spec())
     finally:
         connections.close()
+
+
+BODY = {"metadata": {"namespace": "ns", "name": "q", "creationTimestamp": "2026-01-01T00:00:00Z"}}
+
+
+def test_a_redis_the_sweep_cannot_reach_is_an_outage_and_its_url_is_resolved_again(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    server = redis_server_factory(persistent=False)
+    url = server.url
+    server.stop()
+    resolved: list[str] = []
+
+    def resolve(_namespace: str, _spec: TaskQueueSpec) -> str:
+        resolved.append(url)
+        return url
+
+    connections = Connections(0.5, resolve_url=resolve, url_ttl_s=60.0)
+    logger = logging.getLogger(__name__)
+    try:
+        outcomes = [
+            sweeper.sweep_taskqueue(
+                connections,
+                BODY,
+                make_spec(),
+                live_pods=[],
+                suspects=set(),
+                catchup_s=600.0,
+                logger=logger,
+            )
+            for _ in range(2)
+        ]
+    finally:
+        connections.close()
+
+    for outcome in outcomes:
+        assert isinstance(outcome, Outage)
+        assert outcome.reason == "RedisUnreachable"
+        assert outcome.message.startswith("cannot reach Redis: ")
+    assert len(resolved) == 2  # a rotated Secret would be read again at once
+
+
+def test_a_secret_with_no_usable_url_is_an_outage_naming_the_secret() -> None:
+    spec = make_spec(redis={"secretRef": {"name": "redis-auth", "key": "url"}})
+    connections = Connections(0.5, resolve_url=lambda _ns, _spec: "http://redis:6379/0")
+    try:
+        outcome = sweeper.sweep_taskqueue(
+            connections,
+            BODY,
+            spec,
+            live_pods=[],
+            suspects=set(),
+            catchup_s=600.0,
+            logger=logging.getLogger(__name__),
+        )
+    finally:
+        connections.close()
+
+    assert isinstance(outcome, Outage)
+    assert outcome.reason == "SecretUnavailable"
+    assert outcome.message.startswith("key 'url' of Secret ns/redis-auth is not a usable")
+
+
+def test_a_sweep_that_reaches_redis_reports_what_it_did(redis_url: str) -> None:
+    connections = Connections(1.0, resolve_url=lambda _ns, _spec: redis_url)
+    try:
+        outcome = sweeper.sweep_taskqueue(
+            connections,
+            BODY,
+            make_spec(),
+            live_pods=[],
+            suspects=set(),
+            catchup_s=600.0,
+            logger=logging.getLogger(__name__),
+        )
+    finally:
+        connections.close()
+
+    assert isinstance(outcome, sweeper.SweepReport)
+    assert outcome.stats["pending"] == 0

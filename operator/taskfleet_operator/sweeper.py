@@ -7,24 +7,27 @@ finds the pod's set already empty, a cron slot fires at most once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import redis
 from croniter import croniter
+from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.queue import Queue, encode_payload
 from taskfleet.protocol.errors import InvalidPayload, TaskfleetError
 from taskfleet.protocol.scripts import SWEEP_BOUND
 
-from taskfleet_operator import builders
+from taskfleet_operator import builders, kube
+from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.status import Outage
 
-__all__ = ["SweepReport", "sweep_queue"]
+Logger = logging.Logger | logging.LoggerAdapter[Any]
 
-
-def configure(queue: Queue, spec: TaskQueueSpec) -> None:
-    """Write the spec's shared settings to the queue's config hash."""
-    queue.configure(builders.queue_config(spec))
+__all__ = ["SweepReport", "sweep_queue", "sweep_taskqueue"]
 
 
 def due_slot(cron: str, now: datetime, not_before: datetime) -> int | None:
@@ -143,7 +146,7 @@ def sweep_queue(
     """
     now = now or datetime.now(UTC)
     report = SweepReport()
-    configure(queue, spec)
+    queue.configure(builders.queue_config(spec))  # the TaskQueue is the source of truth
     requeue_orphans(queue, live_pods, suspects, report, pod_gone)
     # The sweep script is bounded per call; a few calls catch up after a backlog.
     for _ in range(10):
@@ -154,4 +157,59 @@ def sweep_queue(
     not_before = max(created_at, now - timedelta(seconds=catchup_s))
     fire_schedules(queue, spec, now, not_before, report)
     report.stats = queue.stats()
+    return report
+
+
+def pod_gone_asking_api(namespace: str, logger: Logger) -> Callable[[str], bool]:
+    """`kube.pod_gone` for the sweep, where an API error means "not known to be gone"."""
+
+    def gone(pod: str) -> bool:
+        try:
+            return kube.pod_gone(pod, namespace)
+        except ApiException as error:
+            # The pod stays suspect and is asked about again at the next sweep.
+            logger.warning("cannot tell whether pod %s is gone: %s", pod, error.reason)
+            return False
+
+    return gone
+
+
+def creation_time(body: Mapping[str, Any]) -> datetime:
+    stamp = str(body["metadata"]["creationTimestamp"]).replace("Z", "+00:00")
+    return datetime.fromisoformat(stamp)
+
+
+def sweep_taskqueue(
+    connections: Connections,
+    body: Mapping[str, Any],
+    spec: TaskQueueSpec,
+    *,
+    live_pods: Iterable[str],
+    suspects: set[str],
+    catchup_s: float,
+    logger: Logger,
+) -> SweepReport | Outage:
+    """`sweep_queue` on a TaskQueue's queue, or the outage that kept it from Redis.
+
+    A Redis error also drops the resolved URL, so a rotated Secret is read again at the
+    next sweep.
+    """
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    try:
+        report = sweep_queue(
+            connections.get(namespace, name, spec),
+            spec,
+            live_pods=live_pods,
+            suspects=suspects,
+            pod_gone=pod_gone_asking_api(namespace, logger),
+            created_at=creation_time(body),
+            catchup_s=catchup_s,
+        )
+    except kube.SecretUnavailable as error:
+        return Outage("SecretUnavailable", str(error))
+    except redis.RedisError as error:
+        connections.invalidate(namespace, name)
+        return Outage("RedisUnreachable", f"cannot reach Redis: {describe_error(error)}")
+    for task_id in report.fired:
+        logger.info("schedule fired: task %s", task_id)
     return report
