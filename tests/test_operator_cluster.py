@@ -561,8 +561,8 @@ def test_a_spec_the_crd_cannot_check_is_reported_as_invalid(
     assert cluster.deployment("invalid") is None
 
 
-def test_a_deployment_the_apiserver_rejects_is_reported_on_the_taskqueue(
-    cluster: Cluster, redis_url: str
+def test_a_deployment_the_apiserver_rejects_is_reported_on_the_taskqueue_and_sweeps_keep_it(
+    cluster: Cluster, redis_url: str, queue_of: Callable[[str, str], Queue]
 ) -> None:
     # The CRD passes tolerations through; only the Deployment's schema knows the operators.
     tolerations = [{"key": "k", "operator": "Maybe", "effect": "NoSchedule"}]
@@ -576,6 +576,17 @@ def test_a_deployment_the_apiserver_rejects_is_reported_on_the_taskqueue(
     condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert "Maybe" in condition["message"]
     assert cluster.event_messages("DeploymentRejected")
+
+    # Only a sweep writes the counts: one that sees this task ran after the rejection.
+    queue_of(cluster.namespace, "rejected").enqueue({"x": 1})
+    wait_for(
+        lambda: cluster.tq("rejected").get("status", {}).get("pending") == 1,
+        what="a sweep after the rejection counted the task",
+    )
+    ready = cluster.condition("rejected", "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "DeploymentRejected")
+    assert cluster.deployment("rejected") is None  # and the sweep did not try to restore it
 
 
 def test_on_delete_purge_removes_the_queue_data_and_retain_keeps_it(

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from taskfleet.protocol import environment
 from taskfleet.protocol.redisurl import (
     CREDENTIAL_KEY_PATTERN,
     OPTIONS,
@@ -41,19 +42,10 @@ SINGULAR = "taskqueue"
 SHORT_NAMES = ["tq"]
 QUEUE_LABEL = f"{GROUP}/queue"
 
-# Environment variables the operator sets on the worker container itself; a user env
-# entry with one of these names would silently fight the operator, so it is refused.
-RESERVED_ENV = (
-    "TASKFLEET_QUEUE",
-    "TASKFLEET_HANDLER",
-    "TASKFLEET_CONCURRENCY",
-    "TASKFLEET_DRAIN_TIMEOUT",
-    "TASKFLEET_HEARTBEAT_INTERVAL",
-    "TASKFLEET_LEASE_TTL",
-    "TASKFLEET_REDIS_URL",
-    "TASKFLEET_POD_NAME",
-    "TASKFLEET_RUNTIME_DIR",
-)
+# What the operator decides for the worker container (its options, its env; the lease TTL
+# through the queue's config): a user env entry with one of these names would silently
+# fight the operator, so it is refused.
+RESERVED_ENV = environment.SET_BY_OPERATOR
 
 HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
