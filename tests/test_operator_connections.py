@@ -13,7 +13,7 @@ from taskfleet_operator import kube
 from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import TaskQueueSpec
 
-from tests.fixtures_redis import eventually
+from tests.polling import wait_for
 
 
 def make_spec(**overrides: Any) -> TaskQueueSpec:
@@ -122,7 +122,7 @@ def test_a_taskqueue_gone_has_its_connection_closed_and_its_url_forgotten(
 
         connections.forget("ns", "q")
 
-        eventually(lambda: connected() == 0, what="the server saw the connection close")
+        wait_for(lambda: connected() == 0, what="the server saw the connection close")
         again = connections.get("ns", "q", spec)
         assert again is not first
         assert len(reads) == 2
