@@ -87,6 +87,7 @@ def test_an_applied_taskqueue_becomes_a_draining_deployment_that_works_and_repor
 
     columns = fleet.printer_columns()
     assert columns.get("REPLICAS") == "2", columns
+    assert columns.get("DESIRED") == "2", columns
     assert columns.get("READY") == "2", columns
     assert columns.get("PENDING") == "0", columns
     assert columns.get("RUNNING") == "0", columns

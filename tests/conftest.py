@@ -4,5 +4,6 @@ pytest_plugins = [
     "tests.fixtures_redis",
     "tests.fixtures_kube",
     "tests.fixtures_operator",
+    "tests.fixtures_cluster",
     "tests.workers.harness",
 ]

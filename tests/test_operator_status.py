@@ -54,7 +54,7 @@ def test_ready_needs_redis_and_every_requested_worker(
     reason = "Connected" if redis_ok else "RedisUnreachable"
     conditions = status.set_condition(None, "RedisReachable", redis_ok, reason, "")
 
-    ready = status.find(status.ready_condition(conditions, spec, ready_replicas), "Ready")
+    ready = status.find(status.ready_condition(conditions, spec.replicas, ready_replicas), "Ready")
 
     assert ready is not None
     assert (ready["status"], ready["reason"]) == expected

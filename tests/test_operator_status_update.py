@@ -13,9 +13,13 @@ from taskfleet_operator.status import Event, Failure, Outage, Swept
 
 NOW = "2026-03-04T05:06:07Z"
 BEFORE = "2026-01-01T00:00:00Z"
-SPEC = TaskQueueSpec.model_validate(
-    {"image": "w:1", "handler": "app:run", "redis": {"url": "redis://r:6379/0"}, "replicas": 2}
-)
+SPEC_FIELDS = {
+    "image": "w:1",
+    "handler": "app:run",
+    "redis": {"url": "redis://r:6379/0"},
+    "replicas": 2,
+}
+SPEC = TaskQueueSpec.model_validate(SPEC_FIELDS)
 STATS = {"pending": 4, "delayed": 1, "running": 2, "dead": 0, "requeued": 7}
 UNREACHABLE = Outage("RedisUnreachable", "cannot reach Redis: ConnectionError: refused")
 NO_SECRET = Outage("SecretUnavailable", "Secret ns/redis-auth is missing or unreadable")
@@ -189,7 +193,38 @@ def test_a_sweep_that_reached_redis_writes_the_counts_replicas_and_selector() ->
         "replicas": 2,
         "readyReplicas": 1,
         "selector": "taskfleet.dev/queue=emails",
+        "desiredReplicas": 2,
+        "scalingReason": "spec.replicas",
     }
+
+
+AUTOSCALED = TaskQueueSpec.model_validate(
+    {**SPEC_FIELDS, "autoscale": {"minReplicas": 0, "maxReplicas": 5}}
+)
+
+
+@pytest.mark.parametrize(
+    ("asked", "ready", "expected"),
+    [
+        (0, 0, ("True", "WorkersReady")),  # scaled to zero on purpose
+        (3, 2, ("False", "WorkersNotReady")),
+        (3, 3, ("True", "WorkersReady")),
+        (None, 0, ("True", "WorkersReady")),  # no Deployment yet: minReplicas 0
+    ],
+)
+def test_an_autoscaled_queue_is_ready_when_the_pods_the_autoscaler_asked_for_are(
+    asked: int | None, ready: int, expected: tuple[str, str]
+) -> None:
+    found = {"status": {"replicas": asked or 0, "readyReplicas": ready}}
+    if asked is not None:
+        found["spec"] = {"replicas": asked}
+    swept_ = Swept("emails", AUTOSCALED, {"conditions": [REACHABLE]}, found, ready, Report())
+
+    update = status.after_sweep(swept_, now=NOW)
+
+    assert conditions_of(update, {})["Ready"] == expected
+    # desiredReplicas and scalingReason are the autoscaler's to write, not the sweep's
+    assert not {"desiredReplicas", "scalingReason"} & set(update.patch)
 
 
 def test_an_outage_keeps_the_last_counts_and_still_reports_the_deployment() -> None:

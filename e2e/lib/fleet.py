@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -175,8 +176,7 @@ class Fleet:
         """``kubectl get tq NAME`` as the user sees it: header -> value."""
         out = self.kube.run("get", "taskqueue", self.name).stdout.splitlines()
         assert len(out) == 2, out
-        header, row = out[0].split(), out[1].split()
-        return dict(zip(header, row, strict=False))
+        return table_row(out[0], out[1])
 
     def scale(self, replicas: int) -> None:
         self.kube.run("scale", f"taskqueue/{self.name}", f"--replicas={replicas}")
@@ -186,6 +186,17 @@ class Fleet:
         start = time.monotonic()
         yield
         print(f"[{self.name}] {label}: {time.monotonic() - start:.1f}s")
+
+
+def table_row(header: str, row: str) -> dict[str, str]:
+    """One row of kubectl's aligned table by the header's column positions, so an empty
+    cell reads as "" instead of shifting the cells after it."""
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    names = header.split()
+    ends = [*starts[1:], None]
+    return {
+        name: row[start:end].strip() for name, start, end in zip(names, starts, ends, strict=True)
+    }
 
 
 class Operator:

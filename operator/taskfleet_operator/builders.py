@@ -199,14 +199,19 @@ def pod_template(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str, An
     return template
 
 
-def build_deployment(name: str, namespace: str, spec: TaskQueueSpec) -> dict[str, Any]:
-    """The worker Deployment of one TaskQueue (the owner reference is added by the caller)."""
+def build_deployment(
+    name: str, namespace: str, spec: TaskQueueSpec, *, replicas: int | None = None
+) -> dict[str, Any]:
+    """The worker Deployment of one TaskQueue (the owner reference is added by the caller).
+
+    ``replicas``: what the autoscaler keeps for an autoscaled queue (default ``spec.replicas``).
+    """
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": namespace, "labels": labels(name)},
         "spec": {
-            "replicas": spec.replicas,
+            "replicas": spec.replicas if replicas is None else replicas,
             "selector": {"matchLabels": selector_labels(name)},
             # Never below the requested capacity during a rollout; old pods drain while
             # new ones already work. 25% surge rounds up, so at least one extra pod.
@@ -218,6 +223,18 @@ def build_deployment(name: str, namespace: str, spec: TaskQueueSpec) -> dict[str
             "template": pod_template(namespace, name, spec),
         },
     }
+
+
+def fleet_replicas(spec: TaskQueueSpec, deployed: int | None) -> int:
+    """The replicas to apply: ``spec.replicas``, or for an autoscaled queue what the
+    autoscaler set (``deployed``) kept within [minReplicas, maxReplicas], minReplicas for
+    a new Deployment (the autoscaler raises it at its first turn)."""
+    autoscale = spec.autoscale
+    if autoscale is None:
+        return spec.replicas
+    if deployed is None:
+        return autoscale.min_replicas
+    return min(max(deployed, autoscale.min_replicas), autoscale.max_replicas)
 
 
 def deletion_cost(inflight: int | None) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import kopf
 import redis
 
-from taskfleet_operator import builders, kube, memos, reconcile, sweeper
+from taskfleet_operator import builders, kube, memos, reconcile, scaler, sweeper
 from taskfleet_operator import status as tqstatus
 from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
@@ -98,6 +98,7 @@ def reconcile_taskqueue(
     patch: kopf.Patch,
     memo: kopf.Memo,
     logger: Logger,
+    diff: kopf.Diff,
     **_: Any,
 ) -> None:
     """Validate, apply the Deployment, write the queue's settings to Redis."""
@@ -113,6 +114,9 @@ def reconcile_taskqueue(
             raise kopf.TemporaryError(str(error), delay=30) from None
         raise kopf.PermanentError(str(error)) from None
     memory.failure = None
+    ignored = reconcile.replicas_ignored(diff, model)
+    if ignored is not None:
+        kopf.event(body, type="Normal", reason="ReplicasIgnored", message=ignored)
     try:
         reconcile.configure_queue(namespace, name, model, connections)
     except (redis.RedisError, kube.SecretUnavailable) as error:
@@ -120,6 +124,31 @@ def reconcile_taskqueue(
         logger.info("queue settings not written yet: %s", describe_error(error))
     patch.status["selector"] = builders.selector_string(name)
     patch.status["observedGeneration"] = meta.get("generation")
+
+
+def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
+    return bool(spec.get("autoscale"))
+
+
+@kopf.daemon(*TASKQUEUES, when=_autoscaled, cancellation_timeout=5)
+def autoscale_taskqueue(
+    *,
+    body: kopf.Body,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: Logger,
+    stopped: kopf.DaemonStopped,
+    **_: Any,
+) -> None:
+    """Size the worker fleet to the queue's load (`scaler`): at once when an enqueue finds
+    no idle worker, else every second; kopf stops it when autoscale is removed."""
+    _ns(namespace)
+
+    def event(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message)
+
+    state = memos.taskqueue(memo).scaler
+    scaler.serve(body, memos.connections(memo), state, logger, stopped, event=event)
 
 
 def _purge_requested(spec: kopf.Spec, **_: Any) -> bool:

@@ -18,9 +18,10 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from taskfleet_operator.models import QUEUE_LABEL
+from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
 
 FIELD_MANAGER = "taskfleet-operator"
+AUTOSCALER_FIELD_MANAGER = "taskfleet-autoscaler"
 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -73,6 +74,24 @@ def apply_deployment(body: dict[str, Any]) -> dict[str, Any]:
     )
     applied: dict[str, Any] = _json(response)
     return applied
+
+
+def scale_deployment(name: str, namespace: str, replicas: int) -> None:
+    """Set a worker Deployment's replicas (the autoscaler's one write to it)."""
+    apps().patch_namespaced_deployment(
+        name,
+        namespace,
+        {"spec": {"replicas": replicas}},
+        field_manager=AUTOSCALER_FIELD_MANAGER,
+        _preload_content=False,
+    )
+
+
+def patch_taskqueue_status(name: str, namespace: str, status: dict[str, Any]) -> None:
+    """Merge ``status`` into a TaskQueue's status (the autoscaler's decision)."""
+    client.CustomObjectsApi(_api_client()).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _preload_content=False
+    )
 
 
 def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from taskfleet_operator.connections import Connections
+from taskfleet_operator.scaler import ScalerState
 from taskfleet_operator.status import Failure
 
 _CONNECTIONS = "connections"
@@ -32,6 +33,8 @@ class TaskQueueMemory:
     # reason and message: the sweep keeps that condition (and leaves the Deployment
     # alone) until a generation applies.
     failure: Failure | None = None
+    # The autoscaler's surplus spell and what it last wrote to status.
+    scaler: ScalerState = field(default_factory=ScalerState)
 
 
 def keep_connections(memo: kopf.Memo, connections: Connections) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -109,13 +109,15 @@ def apply_fleet(
             f"Deployment {namespace}/{name} exists and is not owned by this TaskQueue: "
             "delete or rename that Deployment"
         )
-    if existing is not None and (existing.get("spec", {}).get("replicas") or 0) > spec.replicas:
+    deployed = None if existing is None else int(existing.get("spec", {}).get("replicas") or 0)
+    replicas = builders.fleet_replicas(spec, deployed)
+    if deployed is not None and deployed > replicas:
         try:
             set_deletion_costs(namespace, name, connections.get(namespace, name, spec), logger)
         except (redis.RedisError, kube.SecretUnavailable) as exc:
             # Scaling down still proceeds: draining keeps every task safe either way.
             logger.warning("scale-down without deletion costs: %s", describe_error(exc))
-    deployment = builders.build_deployment(name, namespace, spec)
+    deployment = builders.build_deployment(name, namespace, spec, replicas=replicas)
     kopf.adopt(deployment, owner=dict(body))  # type: ignore[arg-type]
     try:
         return kube.apply_deployment(deployment)
@@ -186,4 +188,20 @@ def still_declared(entries: Iterable[Any] | None, body: Mapping[str, Any]) -> bo
 def first(values: Iterable[Any] | None) -> Any:
     for value in values or ():
         return value
+    return None
+
+
+def replicas_ignored(diff: Iterable[Sequence[Any]], spec: TaskQueueSpec) -> str | None:
+    """What to tell a user who changed ``spec.replicas`` (``kubectl scale``) of an
+    autoscaled queue, whose pod count is the autoscaler's; None otherwise."""
+    if spec.autoscale is None:
+        return None
+    for change in diff:
+        if len(change) > 1 and tuple(change[1]) == ("spec", "replicas"):
+            return (
+                f"spec.replicas ({spec.replicas}) is ignored while spec.autoscale is set: "
+                f"the autoscaler keeps {spec.autoscale.min_replicas}.."
+                f"{spec.autoscale.max_replicas} pods; change autoscale.minReplicas or "
+                "maxReplicas instead"
+            )
     return None

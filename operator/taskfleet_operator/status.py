@@ -19,6 +19,8 @@ from taskfleet_operator.models import TaskQueueSpec
 
 READY = "Ready"
 REDIS_REACHABLE = "RedisReachable"
+#: status.scalingReason of a queue without autoscale.
+FIXED_REASON = "spec.replicas"
 # The condition message's bound in the CRD; longer messages are cut to it.
 MESSAGE_BOUND = 1024
 
@@ -152,9 +154,18 @@ def deployment_status(deployment: Mapping[str, Any] | None) -> tuple[int, int]:
     return int(reported.get("replicas") or 0), int(reported.get("readyReplicas") or 0)
 
 
+def wanted_replicas(spec: TaskQueueSpec, deployment: Mapping[str, Any] | None) -> int:
+    """The pods the fleet should have ready: ``spec.replicas``, or for an autoscaled queue
+    what the autoscaler last asked of the Deployment (``minReplicas`` before it exists)."""
+    if spec.autoscale is None:
+        return spec.replicas
+    asked = ((deployment or {}).get("spec") or {}).get("replicas")
+    return spec.autoscale.min_replicas if asked is None else int(asked)
+
+
 def ready_condition(
     conditions: list[dict[str, Any]],
-    spec: TaskQueueSpec,
+    wanted: int,
     ready_replicas: int,
     *,
     now: str | None = None,
@@ -168,13 +179,13 @@ def ready_condition(
             "the queue's Redis is unreachable",
             now=now,
         )
-    if ready_replicas < spec.replicas:
+    if ready_replicas < wanted:
         return set_condition(
             conditions,
             READY,
             False,
             "WorkersNotReady",
-            f"{ready_replicas} of {spec.replicas} worker pods ready",
+            f"{ready_replicas} of {wanted} worker pods ready",
             now=now,
         )
     return set_condition(
@@ -245,6 +256,9 @@ def after_sweep(swept: Swept, *, now: str) -> StatusUpdate:
     desired["replicas"] = replicas
     desired["readyReplicas"] = ready
     desired["selector"] = selector_string(swept.name)
+    if swept.spec.autoscale is None:  # an autoscaled queue's are the autoscaler's to write
+        desired["desiredReplicas"] = swept.spec.replicas
+        desired["scalingReason"] = FIXED_REASON
     refused = {} if isinstance(outcome, Outage) else outcome.schedule_errors
     if swept.failure is not None:
         failure = swept.failure
@@ -256,7 +270,8 @@ def after_sweep(swept: Swept, *, now: str) -> StatusUpdate:
         if news:
             events.append(Event("Warning", "InvalidSpec", news))
     else:
-        conditions = ready_condition(conditions, swept.spec, ready, now=now)
+        wanted = wanted_replicas(swept.spec, swept.deployment)
+        conditions = ready_condition(conditions, wanted, ready, now=now)
     desired["conditions"] = conditions
     return StatusUpdate(changes(swept.previous, desired), events)
 

@@ -1,0 +1,255 @@
+"""The autoscaler: one loop per autoscaled TaskQueue around the pure decision.
+
+Each turn reads the queue's load from Redis, asks ``autoscale.decide`` how many pods it
+calls for, lets no busy pod go while an idle one could go instead, and applies the
+result to the worker Deployment (pod-deletion-cost first, so the ReplicaSet picks idle
+pods), with an event per change and the decision in ``status``.
+
+A turn comes at least every ``DECIDE_EVERY_S`` (scale-down windows, delayed tasks coming
+due), and at once when the queue's ``demand`` list is pushed: an enqueue that found no
+idle worker pushes it, so a queue at zero wakes within a round trip of its first task.
+Turns are at least ``MIN_GAP_S`` apart, however fast demand comes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from kubernetes.client.exceptions import ApiException
+from taskfleet import Queue
+from taskfleet.protocol.tasks import stored_int, stored_text
+
+from taskfleet_operator import builders, kube
+from taskfleet_operator.autoscale import Decision, Limits, Load, Policy, Surplus, decide
+from taskfleet_operator.connections import Connections, describe_error
+from taskfleet_operator.models import Autoscale, TaskQueueSpec
+from taskfleet_operator.reconcile import InvalidSpec, parse_spec, set_deletion_costs
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+#: Longest wait between two decisions (scale-down windows, delayed tasks coming due).
+DECIDE_EVERY_S = 1.0
+#: Shortest gap between two decisions, however fast enqueues signal demand.
+MIN_GAP_S = 0.5
+#: Recently finished tasks whose run time makes the mean task duration.
+DURATION_SAMPLE = 20
+#: A decision's reason is written to status at once when the replicas change, else at
+#: most this often (the reason counts seconds: it changes every turn).
+STATUS_EVERY_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What one turn read from Redis: the load, in-flight tasks per live worker, and the
+    mean run time of recently finished tasks (None when none finished yet)."""
+
+    load: Load
+    inflight: Mapping[str, int]
+    mean_task_s: float | None
+
+
+def read_queue(queue: Queue, due_horizon_s: float) -> Reading:
+    """The load as the decision counts it, in two pipelined round trips."""
+    keys, client = queue.keys, queue.client
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    pipe.zcard(keys.pending)
+    pipe.zcard(keys.running)
+    pipe.zrevrange(keys.done, 0, DURATION_SAMPLE - 1)
+    (sec, usec), pending, running, recent = pipe.execute()
+    now_ms = int(sec) * 1000 + int(usec) // 1000
+    pipe = client.pipeline(transaction=False)
+    pipe.zcount(keys.delayed, "-inf", now_ms + int(due_horizon_s * 1000))
+    for task_id in recent:
+        pipe.hmget(keys.task_prefix + stored_text(task_id), "started_at", "finished_at")
+    due, *times = pipe.execute()
+    inflight = {w.pod: w.inflight for w in queue.workers() if w.alive}
+    return Reading(
+        Load(pending=int(pending), running=int(running), due=int(due)),
+        inflight,
+        mean_duration(times),
+    )
+
+
+def mean_duration(times: Iterable[list[Any]]) -> float | None:
+    """Mean run time (s) of finished tasks from their (started_at, finished_at) in ms;
+    fields a foreign client garbled are skipped."""
+    spans = []
+    for started, finished in times:
+        begin = stored_int(stored_text(started)) if started is not None else None
+        end = stored_int(stored_text(finished)) if finished is not None else None
+        if begin is not None and end is not None and end >= begin:
+            spans.append((end - begin) / 1000)
+    return sum(spans) / len(spans) if spans else None
+
+
+def busy_pods(pods: Iterable[Mapping[str, Any]], inflight: Mapping[str, int]) -> int:
+    """Worker pods holding a task and not being removed already."""
+    return sum(
+        1
+        for pod in pods
+        if not pod["metadata"].get("deletionTimestamp") and inflight.get(pod["metadata"]["name"])
+    )
+
+
+def spare_busy_pods(target: int, current: int, busy: int) -> int:
+    """Replicas to set for a decision of ``target`` when ``current`` are asked for and
+    ``busy`` pods hold tasks: going down, only idle pods may go (a busy pod's tasks would
+    be released and run again), so the busy ones stay until they are idle too. The
+    deletion costs make the ReplicaSet pick idle pods first."""
+    if target >= current:
+        return target
+    return max(target, min(busy, current))
+
+
+@dataclass
+class ScalerState:
+    """What one queue's autoscaler remembers between turns (kept in kopf's memo)."""
+
+    surplus: Surplus | None = None
+    last_turn: float = -math.inf
+    status_at: float = -math.inf
+    status: tuple[int, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn's outcome: the Deployment's replicas before and after, and why."""
+
+    before: int
+    replicas: int
+    reason: str
+    decision: Decision
+
+
+def turn(
+    state: ScalerState,
+    autoscale: Autoscale,
+    limits_of: Callable[[float | None], Limits],
+    reading: Reading,
+    *,
+    current: int,
+    pods: Callable[[], list[dict[str, Any]]],
+    now: float,
+) -> Turn:
+    """Decide; never let a busy pod go while the Deployment could lose an idle one."""
+    decision = decide(
+        reading.load,
+        limits_of(reading.mean_task_s),
+        Policy.of(autoscale),
+        current=current,
+        surplus=state.surplus,
+        now=now,
+    )
+    state.surplus = decision.surplus
+    replicas, reason = decision.replicas, decision.reason
+    if replicas < current:
+        allowed = spare_busy_pods(replicas, current, busy_pods(pods(), reading.inflight))
+        if allowed > replicas:
+            reason += f"; {allowed - replicas} busy pod(s) stay until idle"
+            replicas = allowed
+    return Turn(current, replicas, reason, decision)
+
+
+def status_due(state: ScalerState, result: Turn, now: float) -> dict[str, Any] | None:
+    """The status patch for a turn: at once when the replicas change, else now and then."""
+    shown = (result.replicas, result.reason)
+    if state.status == shown:
+        return None
+    same_replicas = state.status is not None and state.status[0] == result.replicas
+    if same_replicas and now - state.status_at < STATUS_EVERY_S:
+        return None
+    state.status, state.status_at = shown, now
+    return {"desiredReplicas": result.replicas, "scalingReason": result.reason}
+
+
+def wait_for_demand(queue: Queue, state: ScalerState, stopped: Any) -> None:
+    """Block until the queue signals demand or ``DECIDE_EVERY_S`` passed, then keep the
+    gap since the last turn at least ``MIN_GAP_S``."""
+    gap = state.last_turn + MIN_GAP_S - time.monotonic()
+    if gap > 0 and stopped.wait(gap):
+        return
+    # Within the connection's socket timeout: a BLPOP outliving it reads as an outage.
+    socket_timeout = queue.client.connection_pool.connection_kwargs.get("socket_timeout")
+    block = DECIDE_EVERY_S if not socket_timeout else min(DECIDE_EVERY_S, socket_timeout / 2)
+    queue.client.blpop([queue.keys.demand], timeout=block)
+
+
+def apply_turn(
+    body: Mapping[str, Any],
+    spec: TaskQueueSpec,
+    queue: Queue,
+    state: ScalerState,
+    logger: Logger,
+    *,
+    event: Callable[[str, str, str], None],
+) -> Turn | None:
+    """One turn: read, decide, set deletion costs before going down, scale, report."""
+    autoscale = spec.autoscale
+    if autoscale is None:
+        return None
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    deployment = kube.read_deployment(name, namespace)
+    if deployment is None:
+        return None  # the create/update handler (or the sweep) applies it
+    current = int(deployment.get("spec", {}).get("replicas") or 0)
+    reading = read_queue(queue, autoscale.due_horizon_seconds)
+
+    def pods() -> list[dict[str, Any]]:
+        found = kube.list_pods(namespace, builders.selector_string(name))
+        return [pod for pod in found if builders.owns_worker_pod(pod, name)]
+
+    now = time.monotonic()
+    result = turn(
+        state,
+        autoscale,
+        lambda mean: Limits.of(spec, mean),
+        reading,
+        current=current,
+        pods=pods,
+        now=now,
+    )
+    if result.replicas < current:
+        try:  # the ReplicaSet removes the cheapest pods: idle ones first
+            set_deletion_costs(namespace, name, queue, logger)
+        except (redis.RedisError, ApiException) as exc:
+            logger.warning("scale-down without deletion costs: %s", describe_error(exc))
+    if result.replicas != current:
+        kube.scale_deployment(name, namespace, result.replicas)
+        message = f"{current} -> {result.replicas}: {result.reason}"
+        logger.info("scaled %s", message)
+        event("Normal", "Scaled", message)
+    patch = status_due(state, result, now)
+    if patch is not None:
+        kube.patch_taskqueue_status(name, namespace, patch)
+    return result
+
+
+def serve(
+    body: Mapping[str, Any],
+    connections: Connections,
+    state: ScalerState,
+    logger: Logger,
+    stopped: Any,
+    *,
+    event: Callable[[str, str, str], None],
+) -> None:
+    """Turn after turn until ``stopped`` (kopf's daemon flag): at once on demand."""
+    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+    while not stopped:
+        try:
+            spec = parse_spec(body["spec"])
+            queue = connections.get(namespace, name, spec)
+            apply_turn(body, spec, queue, state, logger, event=event)
+            state.last_turn = time.monotonic()
+            wait_for_demand(queue, state, stopped)
+        except (InvalidSpec, redis.RedisError, kube.SecretUnavailable, ApiException) as exc:
+            # Reported by the sweep (Redis, Secret) or the create/update handler (spec).
+            logger.debug("autoscaler waits: %s", describe_error(exc))
+            stopped.wait(DECIDE_EVERY_S)
