@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 from kubernetes.client.exceptions import ApiException
-from taskfleet import Queue
+from taskfleet.producer.queue import Queue
 from taskfleet.protocol.tasks import stored_int, stored_text
 
 from taskfleet_operator import builders, kube
