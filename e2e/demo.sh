@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The taskfleet demo: a cluster, Redis and the operator from manifests/, the sample
-# TaskQueue, a few hundred tasks processed while the fleet scales up and back down, and
-# a summary that accounts for every task.
+# TaskQueue, a few hundred tasks processed while the fleet scales up and back down (by
+# itself when the sample has spec.autoscale, as sleeper.yaml does: a line per scaling
+# decision; else by kubectl scale), and a summary that accounts for every task.
 #
 #   e2e/demo.sh local    the local single-node cluster (make cluster-up images-local)
 #   e2e/demo.sh kind     a kind cluster (make kind-up; needs Docker and kind)
 #
 # Knobs: DEMO_SAMPLE (manifests/samples/sleeper.yaml), DEMO_TASKS (300),
-# DEMO_TASK_SECONDS (2), DEMO_SCALE_UP (4), DEMO_SCALE_DOWN (2), DEMO_TIMEOUT (900 s).
+# DEMO_TASK_SECONDS (2), DEMO_TIMEOUT (900 s); for a sample without autoscale, the
+# kubectl scale steps DEMO_SCALE_UP (4) and DEMO_SCALE_DOWN (2).
 set -euo pipefail
 
 mode=${1:-local}
@@ -144,7 +146,21 @@ print(counts["done"], counts["dead"], counts["missing"], counts["unfinished"])' 
 }
 stat_of() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d.get(sys.argv[2], 0))' "$1" "$2"; }
 
-initial_replicas=$(kq get taskqueue "$name" -o jsonpath='{.spec.replicas}')
+autoscale=$(kq get taskqueue "$name" -o jsonpath='{.spec.autoscale}')
+min_replicas=$(kq get taskqueue "$name" -o jsonpath='{.spec.autoscale.minReplicas}')
+deployed() { kq get deployment "$name" -o jsonpath='{.spec.replicas}'; }
+if [ -n "$autoscale" ]; then initial_replicas=$(deployed); else
+  initial_replicas=$(kq get taskqueue "$name" -o jsonpath='{.spec.replicas}'); fi
+# The autoscaler's decisions as they land: one line per change of the Deployment's replicas.
+follow_autoscaler() {
+  local now reason
+  now=$(deployed) || return 0
+  if [ -n "$now" ] && [ "$now" != "$last_replicas" ]; then
+    reason=$(kq get taskqueue "$name" -o jsonpath='{.status.scalingReason}')
+    say "autoscaler: $last_replicas -> $now pods ($reason)"
+    replicas_seen="$replicas_seen -> $now"; last_replicas=$now
+  fi
+}
 before=$(tf stats "$queue" --json)
 say "enqueueing $tasks tasks of ${task_seconds}s on queue $queue"
 # The ids `taskfleet enqueue` prints: the summary accounts for these tasks, one by one.
@@ -155,7 +171,7 @@ work_started=$SECONDS
 
 done0=$(stat_of "$before" done); dead0=$(stat_of "$before" dead)
 requeued0=$(stat_of "$before" requeued); released0=$(stat_of "$before" released)
-scaled_up=0; scaled_down=0; replicas_seen=$initial_replicas
+scaled_up=0; scaled_down=0; replicas_seen=$initial_replicas; last_replicas=$initial_replicas
 while :; do
   now=$(tf stats "$queue" --json 2>/dev/null) || { sleep 1; continue; }
   done_n=$(( $(stat_of "$now" done) - done0 )); dead_n=$(( $(stat_of "$now" dead) - dead0 ))
@@ -165,7 +181,9 @@ while :; do
     "$(stat_of "$now" running)" "$(stat_of "$now" workers)"
   kq get taskqueue "$name"
   kq get pods -l "$selector" --no-headers 2>/dev/null | awk '{print "  pod " $1 "  " $2 "  " $3}'
-  if [ $scaled_up = 0 ] && [ $((done_n * 4)) -ge "$tasks" ]; then
+  if [ -n "$autoscale" ]; then
+    follow_autoscaler
+  elif [ $scaled_up = 0 ] && [ $((done_n * 4)) -ge "$tasks" ]; then
     say "kubectl scale tq/$name --replicas=$scale_up"
     kq scale "tq/$name" --replicas="$scale_up"
     scaled_up=1; replicas_seen="$replicas_seen -> $scale_up"
@@ -178,6 +196,15 @@ while :; do
   [ $((SECONDS - work_started)) -lt "$timeout" ] || die "not finished after ${timeout}s"
   sleep 1  # plus the time the reads take: a fresh view every second or two
 done
+
+if [ -n "$autoscale" ]; then
+  say "work done: the autoscaler brings the fleet back to minReplicas ($min_replicas) after its window"
+  back_by=$((SECONDS + 300))
+  while [ "$(deployed)" != "${min_replicas:-1}" ] && [ $SECONDS -lt $back_by ]; do
+    follow_autoscaler; sleep 1
+  done
+  follow_autoscaler
+fi
 
 after=$(tf stats "$queue" --json)
 # By the demo's own ids, not counter deltas: tasks left over from an earlier run would

@@ -6,15 +6,8 @@
 set -euo pipefail
 # shellcheck source=cluster/lib.sh
 . "$(dirname "$0")/cluster/lib.sh"
-"$here/up.sh" >/dev/null
-"$here/build-images.sh"
+"$here/prepare.sh"
 export KUBECONFIG=$state/kubeconfig
 cd "$repo"
-if [ -f manifests/kustomization.yaml ]; then
-  kubectl apply -k manifests/ >/dev/null
-  # An operator pod from before the last image build would test yesterday's code.
-  refresh_stale_pods operator taskfleet-system app.kubernetes.io/name=taskfleet-operator
-  kubectl -n taskfleet-system rollout status deployment/taskfleet-operator --timeout=300s >/dev/null
-fi
 if [ $# -eq 0 ] || [ ! -e "$1" ]; then set -- e2e "$@"; fi
 exec "${PYTHON:-$repo/.venv/bin/python}" -m pytest "$@"
