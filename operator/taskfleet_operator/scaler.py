@@ -39,6 +39,8 @@ DECIDE_EVERY_S = 1.0
 MIN_GAP_S = 0.5
 #: Recently finished tasks whose run time makes the mean task duration.
 DURATION_SAMPLE = 20
+#: Wait after a turn failed unexpectedly (logged with its traceback) before the next.
+RETRY_AFTER_BUG_S = 10.0
 #: A decision's reason is written to status at once when the replicas change, else at
 #: most this often (the reason counts seconds: it changes every turn).
 STATUS_EVERY_S = 10.0
@@ -253,3 +255,6 @@ def serve(
             # Reported by the sweep (Redis, Secret) or the create/update handler (spec).
             logger.debug("autoscaler waits: %s", describe_error(exc))
             stopped.wait(DECIDE_EVERY_S)
+        except Exception:  # a bug must not stop the fleet's sizing for good: say it, go on
+            logger.exception("autoscaler turn failed; trying again in %.0f s", RETRY_AFTER_BUG_S)
+            stopped.wait(RETRY_AFTER_BUG_S)
