@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 from croniter import croniter
-from taskfleet.producer.queue import Queue, encode_payload
+from taskfleet.producer.encoding import encode_payload
+from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidPayload, TaskfleetError
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
