@@ -34,7 +34,8 @@ import redis.asyncio as aioredis
 from taskfleet.protocol.errors import IdentityTaken
 from taskfleet.protocol.scripts import RESULT_TOO_LARGE
 from taskfleet.worker import start
-from taskfleet.worker.broker import Broker, ClaimedTask, ClaimResult, bounded
+from taskfleet.worker.broker import Broker, bounded
+from taskfleet.worker.claimed import ClaimedTask, ClaimResult
 from taskfleet.worker.claiming import ClaimLoop, ClaimLoopState
 from taskfleet.worker.events import log_event
 from taskfleet.worker.execution import Execution
