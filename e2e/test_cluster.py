@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from e2e.lib.kube import VERSIONS, Kube, is_ready, wait_for
+from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, VERSIONS, Kube, is_ready
+from tests.polling import wait_for
 
 WORKER_IMAGE = os.environ.get("TASKFLEET_WORKER_IMAGE") or VERSIONS.get(
     "WORKER_IMAGE", "localhost/taskfleet-worker:dev"
@@ -181,9 +182,11 @@ def kube(request: pytest.FixtureRequest) -> Iterator[Kube]:
         }
     )
     wait_for(
-        "the namespace's default ServiceAccount",
         lambda: Kube(name).get("serviceaccount", "default"),
         timeout=30,
+        interval=CLUSTER_INTERVAL_S,
+        what="the namespace's default ServiceAccount",
+        ignoring=CLUSTER_ERRORS,
     )
     yield Kube(name)
     Kube().run("delete", "namespace", name, "--wait=false", check=False)
@@ -224,16 +227,30 @@ def test_a_worker_image_deployment_becomes_available_and_follows_kubectl_scale(
         conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
         return conditions.get("Available") == "True" and status.get("readyReplicas") == 1
 
-    wait_for("the Deployment to be Available", available, timeout=READY_TIMEOUT)
+    wait_for(
+        available,
+        timeout=READY_TIMEOUT,
+        interval=CLUSTER_INTERVAL_S,
+        what="the Deployment to be Available",
+        ignoring=CLUSTER_ERRORS,
+    )
 
     kube.run("scale", "deployment/probe", "--replicas=3")
-    wait_for("3 ready pods", lambda: ready_count() == 3, timeout=READY_TIMEOUT)
+    wait_for(
+        lambda: ready_count() == 3,
+        timeout=READY_TIMEOUT,
+        interval=CLUSTER_INTERVAL_S,
+        what="3 ready pods",
+        ignoring=CLUSTER_ERRORS,
+    )
 
     kube.run("scale", "deployment/probe", "--replicas=1")
     wait_for(
-        "the pod count to go back to 1",
         lambda: len(kube.pods("app=probe")) == 1 and ready_count() == 1,
         timeout=READY_TIMEOUT,
+        interval=CLUSTER_INTERVAL_S,
+        what="the pod count to go back to 1",
+        ignoring=CLUSTER_ERRORS,
     )
 
 
@@ -241,12 +258,20 @@ def test_kubectl_logs_and_exec_reach_the_container_whose_pid_1_is_the_program(
     kube: Kube,
 ) -> None:
     kube.apply(probe_pod("probe", "drain", grace_seconds=5))
-    wait_for("the pod to be ready", lambda: _pod_ready(kube, "probe"), timeout=READY_TIMEOUT)
+    wait_for(
+        lambda: _pod_ready(kube, "probe"),
+        timeout=READY_TIMEOUT,
+        interval=CLUSTER_INTERVAL_S,
+        what="the pod to be ready",
+        ignoring=CLUSTER_ERRORS,
+    )
 
     started = wait_for(
-        "the program's first log line",
         lambda: [json.loads(line) for line in _json_lines(kube.logs("probe"))],
         timeout=30,
+        interval=CLUSTER_INTERVAL_S,
+        what="the program's first log line",
+        ignoring=CLUSTER_ERRORS,
     )
     assert started[0]["event"] == "started"
     assert started[0]["pid"] == 1
@@ -262,10 +287,28 @@ def delete_and_follow(kube: Kube, pod: str) -> tuple[list[dict[str, Any]], int |
     logs = Stream(kube, "logs", "-f", pod)
     watch = _exit_code_watch(kube, pod)
     try:
-        wait_for("the program's first line in the log stream", logs.events, timeout=30)
+        wait_for(
+            logs.events,
+            timeout=30,
+            interval=CLUSTER_INTERVAL_S,
+            what="the program's first line in the log stream",
+            ignoring=CLUSTER_ERRORS,
+        )
         kube.delete("pod", pod)
-        wait_for("the container to end", logs.ended, timeout=90)
-        wait_for("its exit code", lambda: _exit_code(watch) is not None, timeout=30)
+        wait_for(
+            logs.ended,
+            timeout=90,
+            interval=CLUSTER_INTERVAL_S,
+            what="the container to end",
+            ignoring=CLUSTER_ERRORS,
+        )
+        wait_for(
+            lambda: _exit_code(watch) is not None,
+            timeout=30,
+            interval=CLUSTER_INTERVAL_S,
+            what="its exit code",
+            ignoring=CLUSTER_ERRORS,
+        )
     finally:
         logs.close()
         watch.close()
@@ -276,7 +319,13 @@ def test_deleting_a_pod_runs_its_prestop_hook_to_the_end_and_then_sigterms_pid_1
     kube: Kube,
 ) -> None:
     kube.apply(probe_pod("probe", "drain", grace_seconds=30, prestop=True))
-    wait_for("the pod to be ready", lambda: _pod_ready(kube, "probe"), timeout=READY_TIMEOUT)
+    wait_for(
+        lambda: _pod_ready(kube, "probe"),
+        timeout=READY_TIMEOUT,
+        interval=CLUSTER_INTERVAL_S,
+        what="the pod to be ready",
+        ignoring=CLUSTER_ERRORS,
+    )
 
     events, exit_code = delete_and_follow(kube, "probe")
 
@@ -294,7 +343,13 @@ def test_a_pid_1_that_ignores_sigterm_is_killed_only_after_the_grace_period(
 ) -> None:
     grace = 4
     kube.apply(probe_pod("probe", "ignore", grace_seconds=grace))
-    wait_for("the pod to be ready", lambda: _pod_ready(kube, "probe"), timeout=READY_TIMEOUT)
+    wait_for(
+        lambda: _pod_ready(kube, "probe"),
+        timeout=READY_TIMEOUT,
+        interval=CLUSTER_INTERVAL_S,
+        what="the pod to be ready",
+        ignoring=CLUSTER_ERRORS,
+    )
 
     events, exit_code = delete_and_follow(kube, "probe")  # the program never ends by itself
 
@@ -312,7 +367,13 @@ def test_a_pod_reaches_redis_through_its_service_name_via_cluster_dns(kube: Kube
     kube.apply_yaml(
         REDIS_MANIFEST.read_text().replace("localhost/taskfleet-redis:7.0", REDIS_IMAGE)
     )
-    wait_for("Redis to be ready", lambda: _pod_ready(kube, "redis"), timeout=READY_TIMEOUT)
+    wait_for(
+        lambda: _pod_ready(kube, "redis"),
+        timeout=READY_TIMEOUT,
+        interval=CLUSTER_INTERVAL_S,
+        what="Redis to be ready",
+        ignoring=CLUSTER_ERRORS,
+    )
     # Absolute (trailing dot): a name the cluster DNS does not know yet must fail, not be
     # tried in the node's search domains, where a wildcard record may answer (it did:
     # an HTTP server replied). CoreDNS may learn a new Service a moment late: the client
@@ -341,7 +402,13 @@ def test_a_pod_reaches_redis_through_its_service_name_via_cluster_dns(kube: Kube
         phase = (kube.get("pod", "client") or {}).get("status", {}).get("phase")
         return phase if phase in ("Succeeded", "Failed") else None
 
-    phase = wait_for("the client pod to finish", finished, timeout=READY_TIMEOUT)
+    phase = wait_for(
+        finished,
+        timeout=READY_TIMEOUT,
+        interval=CLUSTER_INTERVAL_S,
+        what="the client pod to finish",
+        ignoring=CLUSTER_ERRORS,
+    )
     output = kube.logs("client")
     assert phase == "Succeeded", output
     answer = json.loads(_json_lines(output)[-1])

@@ -11,7 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from e2e.lib.fleet import Fleet
-from e2e.lib.kube import LogStream, NodeShell, PodWatch, log_events, wait_for
+from e2e.lib.kube import (
+    CLUSTER_ERRORS,
+    CLUSTER_INTERVAL_S,
+    LogStream,
+    NodeShell,
+    PodWatch,
+    log_events,
+)
+from tests.polling import wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
 
@@ -25,7 +33,13 @@ def busy_pod(fleet: Fleet, tasks: int, timeout: float = 45) -> tuple[str, set[st
                 return pod, fleet.queue.held_by(pod)
         return None
 
-    return wait_for(f"a pod holding {tasks} tasks", probe, timeout=timeout)
+    return wait_for(
+        probe,
+        timeout=timeout,
+        interval=CLUSTER_INTERVAL_S,
+        what=f"a pod holding {tasks} tasks",
+        ignoring=CLUSTER_ERRORS,
+    )
 
 
 def exit_code(terminated: dict[str, Any] | None) -> str:
@@ -56,10 +70,11 @@ def test_deleting_a_busy_pod_drains_it_and_its_tasks_finish_there_before_the_gra
     # The worker's own log, followed to its exit: a deleted pod takes its logs with it.
     stream = LogStream(fleet.kube, victim, "worker")
     wait_for(
-        f"the log stream of {victim} to attach",
         lambda: any(e["event"] == "worker_started" for e in log_events(stream.lines)),
         timeout=15,
         interval=0.2,
+        what=f"the log stream of {victim} to attach",
+        ignoring=CLUSTER_ERRORS,
     )
     start = time.monotonic()
     fleet.kube.delete("pod", victim)
@@ -67,10 +82,11 @@ def test_deleting_a_busy_pod_drains_it_and_its_tasks_finish_there_before_the_gra
     # `taskfleet drain --wait` does when nothing is in flight: a draining worker with its
     # tasks still running, while the hook's process is alive, was drained by the hook.
     wait_for(
-        f"{victim} to report draining",
         lambda: fleet.queue.workers().get(victim, {}).get("draining"),
         timeout=15,
         interval=0.2,
+        what=f"{victim} to report draining",
+        ignoring=CLUSTER_ERRORS,
     )
     runtime = fleet.kube.exec(victim, "ls", "/tmp/taskfleet", container="worker").split()
     still_held = fleet.queue.held_by(victim)
@@ -78,7 +94,11 @@ def test_deleting_a_busy_pod_drains_it_and_its_tasks_finish_there_before_the_gra
         f"no `taskfleet drain` hook registered in {victim} while it drains: {runtime}"
     )
     wait_for(
-        f"{victim} to be gone", lambda: fleet.kube.get("pod", victim) is None, timeout=grace + 30
+        lambda: fleet.kube.get("pod", victim) is None,
+        timeout=grace + 30,
+        interval=CLUSTER_INTERVAL_S,
+        what=f"{victim} to be gone",
+        ignoring=CLUSTER_ERRORS,
     )
     elapsed = time.monotonic() - start
     watch.stop()
@@ -151,10 +171,11 @@ def test_force_deleting_a_busy_pod_gets_its_tasks_requeued_within_seconds(
     deleted_at = time.time()  # the handler stamps its records with the node's wall clock
     assert fleet.kube.get("pod", victim) is None
     wait_for(
-        f"the tasks of {victim} to be taken back",
         lambda: not fleet.queue.held_by(victim) and taken_back_from(fleet, held, victim),
         timeout=30,
         interval=0.2,
+        what=f"the tasks of {victim} to be taken back",
+        ignoring=CLUSTER_ERRORS,
     )
     elapsed = time.monotonic() - gone
     after = fleet.queue.stats()
@@ -196,10 +217,11 @@ def test_a_sigkilled_worker_restarts_and_its_tasks_come_back(
     NodeShell.for_node(pod["spec"]["nodeName"]).kill_container(status["containerID"])
     killed = time.monotonic()
     wait_for(
-        f"the tasks of {victim}'s killed incarnation to be taken back",
         lambda: taken_back_from(fleet, held, victim, incarnation),
         timeout=45,
         interval=0.2,
+        what=f"the tasks of {victim}'s killed incarnation to be taken back",
+        ignoring=CLUSTER_ERRORS,
     )
     elapsed = time.monotonic() - killed
     figures(f"SIGKILLed worker: {len(held)} tasks back {elapsed:.1f}s after the kill")
@@ -209,7 +231,13 @@ def test_a_sigkilled_worker_restarts_and_its_tasks_come_back(
         statuses = (current or {}).get("status", {}).get("containerStatuses", [{}])
         return bool(statuses[0].get("restartCount", 0) > status.get("restartCount", 0))
 
-    wait_for(f"{victim}'s container to restart", restarted, timeout=60)
+    wait_for(
+        restarted,
+        timeout=60,
+        interval=CLUSTER_INTERVAL_S,
+        what=f"{victim}'s container to restart",
+        ignoring=CLUSTER_ERRORS,
+    )
     accounting = fleet.queue.wait_settled(ids, timeout=120)
     accounting.assert_nothing_lost()
     for task_id in held:
@@ -235,10 +263,20 @@ def test_a_task_longer_than_the_drain_deadline_is_released_and_finished_by_anoth
         task = fleet.queue.task(task_id)
         return task.get("state") == "running" and task.get("pod") not in (None, victim)
 
-    wait_for("the long task to run on another pod", running_elsewhere, timeout=grace + 15)
+    wait_for(
+        running_elsewhere,
+        timeout=grace + 15,
+        interval=CLUSTER_INTERVAL_S,
+        what="the long task to run on another pod",
+        ignoring=CLUSTER_ERRORS,
+    )
     released_after = time.monotonic() - start
     wait_for(
-        f"{victim} to be gone", lambda: fleet.kube.get("pod", victim) is None, timeout=grace + 30
+        lambda: fleet.kube.get("pod", victim) is None,
+        timeout=grace + 30,
+        interval=CLUSTER_INTERVAL_S,
+        what=f"{victim} to be gone",
+        ignoring=CLUSTER_ERRORS,
     )
     watch.stop()
     terminated = watch.terminated()

@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable
 
 from e2e.lib.fleet import Fleet, Operator
-from e2e.lib.kube import NodeShell, is_ready, wait_for
+from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, NodeShell, is_ready
+from tests.polling import wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
 
@@ -18,9 +19,11 @@ def test_workers_ride_out_a_redis_restart_mid_load_and_nothing_is_lost(
     pods = fleet.wait_ready(2)
     ids = fleet.queue.enqueue_sleepers(20, seconds=2)
     wait_for(
-        "some tasks done and some running",
         lambda: (s := fleet.queue.stats())["done"] >= 4 and s["running"] > 0,
         timeout=60,
+        interval=CLUSTER_INTERVAL_S,
+        what="some tasks done and some running",
+        ignoring=CLUSTER_ERRORS,
     )
 
     redis_pod = fleet.kube.get("pod", "redis")
@@ -38,7 +41,13 @@ def test_workers_ride_out_a_redis_restart_mid_load_and_nothing_is_lost(
         )
         return restarts > status.get("restartCount", 0) and is_ready(current)
 
-    wait_for("the Redis container to restart", redis_back, timeout=90)
+    wait_for(
+        redis_back,
+        timeout=90,
+        interval=CLUSTER_INTERVAL_S,
+        what="the Redis container to restart",
+        ignoring=CLUSTER_ERRORS,
+    )
     figures(f"Redis killed mid-load: back after {time.monotonic() - killed:.1f}s")
 
     accounting = fleet.queue.wait_settled(ids, timeout=180)
@@ -67,7 +76,13 @@ def test_an_operator_restarted_mid_load_requeues_a_dead_pods_tasks_exactly_once(
                 return pod, fleet.queue.held_by(pod)
         return None
 
-    victim, held = wait_for("a pod holding 2 tasks", busy, timeout=45)
+    victim, held = wait_for(
+        busy,
+        timeout=45,
+        interval=CLUSTER_INTERVAL_S,
+        what="a pod holding 2 tasks",
+        ignoring=CLUSTER_ERRORS,
+    )
     pod = fleet.kube.get("pod", victim)
     assert pod is not None
     node = NodeShell.for_node(pod["spec"]["nodeName"])
@@ -77,7 +92,11 @@ def test_an_operator_restarted_mid_load_requeues_a_dead_pods_tasks_exactly_once(
     operator.kube.run("scale", f"deployment/{operator.name}", "--replicas=0")
     try:
         wait_for(
-            "the operator to stop", lambda: not operator.kube.pods(operator.selector), timeout=120
+            lambda: not operator.kube.pods(operator.selector),
+            timeout=120,
+            interval=CLUSTER_INTERVAL_S,
+            what="the operator to stop",
+            ignoring=CLUSTER_ERRORS,
         )
         # The worker dies first, then its pod vanishes: no SIGTERM from the kubelet can make
         # it hand its tasks back. Like a lost node, while nobody watches.
@@ -90,13 +109,20 @@ def test_an_operator_restarted_mid_load_requeues_a_dead_pods_tasks_exactly_once(
         assert fleet.queue.held_by(victim) == held, "tasks moved while the operator was down"
     finally:
         operator.kube.run("scale", f"deployment/{operator.name}", f"--replicas={replicas}")
-    wait_for("a ready operator pod", operator.ready_pods, timeout=120)
+    wait_for(
+        operator.ready_pods,
+        timeout=120,
+        interval=CLUSTER_INTERVAL_S,
+        what="a ready operator pod",
+        ignoring=CLUSTER_ERRORS,
+    )
     back = time.monotonic()
     wait_for(
-        f"the tasks of {victim} to be taken back after the operator's restart",
         lambda: not fleet.queue.held_by(victim),
         timeout=40,
         interval=0.2,
+        what=f"the tasks of {victim} to be taken back after the operator's restart",
+        ignoring=CLUSTER_ERRORS,
     )
     elapsed = time.monotonic() - back
     figures(

@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable
 
 from e2e.lib.fleet import Fleet
-from e2e.lib.kube import PodWatch, wait_for
+from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, PodWatch
+from tests.polling import wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
 
@@ -27,18 +28,32 @@ def test_scaling_down_removes_the_idle_pod_and_lets_busy_pods_finish_their_tasks
         holders = fleet.queue.holders()
         return set(holders) if len(holders) == 2 else None
 
-    busy = wait_for("two pods holding one task each", two_holders, timeout=30)
+    busy = wait_for(
+        two_holders,
+        timeout=30,
+        interval=CLUSTER_INTERVAL_S,
+        what="two pods holding one task each",
+        ignoring=CLUSTER_ERRORS,
+    )
     (idle,) = pods - busy
     # The operator ranks pods by the in-flight counts workers report with each heartbeat.
     wait_for(
-        "the busy pods to report their task",
         lambda: all(fleet.queue.workers().get(p, {}).get("inflight") for p in busy),
         timeout=15,
+        interval=CLUSTER_INTERVAL_S,
+        what="the busy pods to report their task",
+        ignoring=CLUSTER_ERRORS,
     )
 
     # Every version of every pod from before the scale-down: the costs the ReplicaSet saw.
     watch = PodWatch(fleet.kube, selector=fleet.selector)
-    wait_for("the pod watch to list the fleet", lambda: len(watch.versions) >= 3, timeout=15)
+    wait_for(
+        lambda: len(watch.versions) >= 3,
+        timeout=15,
+        interval=CLUSTER_INTERVAL_S,
+        what="the pod watch to list the fleet",
+        ignoring=CLUSTER_ERRORS,
+    )
     fleet.scale(2)
     assert fleet.taskqueue()["spec"]["replicas"] == 2
 
@@ -52,8 +67,20 @@ def test_scaling_down_removes_the_idle_pod_and_lets_busy_pods_finish_their_tasks
         assert busy_stay, f"a busy pod is being removed while {idle} idles: {sorted(current)}"
         return leaving
 
-    wait_for(f"the idle pod {idle} to be the one removed", idle_pod_went_alone, timeout=60)
-    wait_for("the watch to see the removal", watch.deleted, timeout=15)
+    wait_for(
+        idle_pod_went_alone,
+        timeout=60,
+        interval=CLUSTER_INTERVAL_S,
+        what=f"the idle pod {idle} to be the one removed",
+        ignoring=CLUSTER_ERRORS,
+    )
+    wait_for(
+        watch.deleted,
+        timeout=15,
+        interval=CLUSTER_INTERVAL_S,
+        what="the watch to see the removal",
+        ignoring=CLUSTER_ERRORS,
+    )
     watch.stop()
     seen = watch.annotations_before_deletion(DELETION_COST)
     assert set(seen) == pods, f"the watch saw {sorted(seen)} before the removal, not {pods}"
@@ -88,7 +115,11 @@ def test_scaling_down_removes_the_idle_pod_and_lets_busy_pods_finish_their_tasks
     fleet.scale(3)
     three = set(fleet.wait_ready(3))
     wait_for(
-        "work on every pod", lambda: three <= set(fleet.queue.holders()), timeout=30, interval=0.2
+        lambda: three <= set(fleet.queue.holders()),
+        timeout=30,
+        interval=0.2,
+        what="work on every pod",
+        ignoring=CLUSTER_ERRORS,
     )
     fleet.scale(1)
     accounting = fleet.queue.wait_settled(ids, timeout=150)
@@ -110,16 +141,24 @@ def test_a_rollout_under_load_drains_old_pods_and_runs_every_task_exactly_once(
     old_template = fleet.deployment()["spec"]["template"]["metadata"]["annotations"]
 
     ids = fleet.queue.enqueue_sleepers(24, seconds=3)
-    wait_for("tasks running on the old pods", fleet.queue.holders, timeout=30)
+    wait_for(
+        fleet.queue.holders,
+        timeout=30,
+        interval=CLUSTER_INTERVAL_S,
+        what="tasks running on the old pods",
+        ignoring=CLUSTER_ERRORS,
+    )
 
     start = time.monotonic()
     fleet.kube.patch_merge(
         "taskqueue", fleet.name, {"spec": {"env": [{"name": "E2E_REVISION", "value": "2"}]}}
     )
     wait_for(
-        "a new pod template",
         lambda: fleet.deployment()["spec"]["template"]["metadata"]["annotations"] != old_template,
         timeout=30,
+        interval=CLUSTER_INTERVAL_S,
+        what="a new pod template",
+        ignoring=CLUSTER_ERRORS,
     )
     fleet.kube.run(
         "rollout",

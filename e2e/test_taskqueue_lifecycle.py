@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from e2e.lib.fleet import Fleet, Operator, taskqueue_manifest
-from e2e.lib.kube import Kube, KubectlError, wait_for
+from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, Kube, KubectlError
 from e2e.lib.portforward import PortForward
+from tests.polling import wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
 
@@ -158,11 +159,13 @@ def test_a_taskqueue_whose_redis_secret_is_missing_says_so_and_recovers_once_it_
 
     fleet.wait_status(f"Ready=False and a condition naming Secret {secret_name}", blocked_on_secret)
     wait_for(
-        f"an event on the TaskQueue naming Secret {secret_name}",
         lambda: [
             e for e in namespace.events("needs-secret") if secret_name in e.get("message", "")
         ],
         timeout=60,
+        interval=CLUSTER_INTERVAL_S,
+        what=f"an event on the TaskQueue naming Secret {secret_name}",
+        ignoring=CLUSTER_ERRORS,
     )
 
     url = f"redis://redis.{namespace.namespace}.svc:6379/0"

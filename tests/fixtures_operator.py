@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +21,15 @@ from typing import Any
 import pytest
 
 from tests.fixtures_kube import KubeApiserver, kubectl_path
-from tests.fixtures_redis import eventually, free_port
+from tests.fixtures_redis import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_FILE = REPO / "crds" / "taskqueues.taskfleet.dev.yaml"
 GROUP, VERSION, PLURAL = "taskfleet.dev", "v1alpha1", "taskqueues"
 START_DEADLINE_S = 60.0
+#: What waiting on the operator through the apiserver takes: a round trip, then a reconcile.
+APISERVER_TIMEOUT_S = 15.0
+APISERVER_INTERVAL_S = 0.1
 
 
 def kubectl(
@@ -45,13 +48,6 @@ def kubectl(
     if check and result.returncode != 0:
         pytest.fail(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
     return result
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float = 15.0, interval: float = 0.1, what: str = ""
-) -> Any:
-    """``eventually`` with the longer timeout and interval an apiserver round trip needs."""
-    return eventually(condition, timeout, interval, what)
 
 
 @pytest.fixture(scope="session")

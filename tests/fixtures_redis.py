@@ -16,7 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import redis
@@ -25,7 +25,6 @@ from taskfleet import Queue
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 START_DEADLINE_S = 10.0
-T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -313,29 +312,3 @@ def make_broker(redis_url: str) -> Iterator[MakeBroker]:
     for broker in brokers:
         broker.close()
     runner.close()
-
-
-def eventually(
-    condition: Callable[[], T],
-    timeout: float = 5.0,
-    interval: float = 0.01,
-    what: str | Callable[[], str] = "",
-) -> T:
-    """Poll ``condition`` until it returns something truthy (returned), or fail at the deadline.
-
-    For conditions that become true through real time passing (leases, delays), so tests
-    wait exactly as long as needed and fail loudly instead of racing a fixed sleep.
-    ``what`` names the condition in the failure; a callable is evaluated then, to show
-    the state at the deadline.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            text = what() if callable(what) else what
-            pytest.fail(
-                f"condition not met within {timeout:g} s: {text or condition.__doc__ or condition}"
-            )
-        time.sleep(interval)

@@ -52,7 +52,8 @@ def test_worker_runs_as_restricted_non_root_with_a_read_only_root_and_writable_t
     assert {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in pod["volumes"]
 
 
-def test_worker_is_started_in_exec_form_with_its_options_as_arguments() -> None:
+def test_worker_is_started_in_exec_form_with_its_options_as_arguments_but_no_lease_ttl() -> None:
+    # The lease TTL is the queue's setting, written by the operator; workers only read it.
     spec = make_spec(concurrency=8, heartbeat={"intervalSeconds": 2, "ttlSeconds": 10})
     worker = container(builders.build_deployment("emails", "shop", spec))
 
@@ -66,7 +67,6 @@ def test_worker_is_started_in_exec_form_with_its_options_as_arguments() -> None:
         "--concurrency": "8",
         "--drain-timeout": "300",
         "--heartbeat-interval": "2",
-        "--lease-ttl": "10",
     }
 
 
@@ -191,7 +191,12 @@ def test_spec_hash_changes_when_a_pod_affecting_field_changes(change: dict[str, 
 
 @pytest.mark.parametrize(
     "change",
-    [{"replicas": 7}, {"maxConcurrency": 10}, {"retention": {"doneSeconds": 60}}],
+    [
+        {"replicas": 7},
+        {"autoscale": {"minReplicas": 0, "maxReplicas": 9}},
+        {"maxConcurrency": 10},
+        {"retention": {"doneSeconds": 60}},
+    ],
 )
 def test_spec_hash_stays_when_only_replicas_or_redis_settings_change(
     change: dict[str, Any],
@@ -282,17 +287,22 @@ def test_queue_config_carries_the_shared_limits() -> None:
         maxLost=2,
         maxTaskDurationSeconds=120,
     )
-    fields = builders.queue_config_fields(spec)
+    config = builders.queue_config(spec)
 
-    assert fields["max_concurrency"] == 20
-    assert fields["rate_limit_tasks"] == 100
-    assert "rate_limit_cost" not in fields
-    assert fields["rate_limit_period_s"] == 60
-    assert (fields["max_attempts"], fields["max_lost"]) == (5, 2)
-    assert (fields["backoff_base_s"], fields["backoff_max_s"]) == (2, 60)
-    assert fields["lease_ttl_s"] == 9
-    assert fields["default_timeout_s"] == 120
-    QueueConfig(**fields)  # the library accepts every field
+    assert config == QueueConfig(
+        max_concurrency=20,
+        rate_limit_tasks=100,
+        rate_limit_period_s=60,
+        max_attempts=5,
+        backoff_base_s=2,
+        backoff_max_s=60,
+        max_lost=2,
+        lease_ttl_s=9,
+        done_retention_s=3600,
+        dead_retention_s=259200,
+        default_timeout_s=120,
+    )
+    assert config.rate_limit_cost is None  # unset limits keep the library's defaults
 
 
 @pytest.mark.parametrize(
@@ -316,6 +326,12 @@ def test_queue_config_carries_the_shared_limits() -> None:
         ({"schedules": [{"name": "a", "cron": "0 3 * * * *"}]}, "String should match pattern"),
         ({"env": [{"name": "TASKFLEET_QUEUE", "value": "x"}]}, "the operator sets them"),
         ({"replicas": 1001}, "less than or equal to 1000"),
+        (
+            {"autoscale": {"minReplicas": 5, "maxReplicas": 3}},
+            "autoscale.minReplicas must be <= autoscale.maxReplicas",
+        ),
+        ({"autoscale": {"minReplicas": 1}}, "maxReplicas\n  Field required"),
+        ({"autoscale": {"maxReplicas": 2, "targetUtilizationPercent": 101}}, "less than or equal"),
         ({"resources": {"limits": {"cpu": "lots"}}}, "not a Kubernetes quantity"),
     ],
 )
@@ -338,7 +354,8 @@ def test_the_worker_cli_accepts_the_command_lines_the_deployment_runs() -> None:
     assert run.params["handler"] == "app.tasks:handle"
     assert run.params["concurrency"] == 3
     assert run.params["drain_timeout"] == 300
-    assert (run.params["heartbeat_interval"], run.params["lease_ttl"]) == (2, 9)
+    assert run.params["heartbeat_interval"] == 2
+    assert run.params["lease_ttl"] is None  # the worker reads the queue's
 
     pre_stop = worker["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[:2] == ["taskfleet", "drain"]

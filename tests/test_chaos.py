@@ -26,7 +26,8 @@ import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
 
-from tests.workers.harness import Fleet, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import WORKER_INTERVAL_S, Fleet
 
 TASKS = 400
 WORKERS = 4
@@ -86,10 +87,11 @@ def test_random_sigkills_and_restarts_lose_nothing_and_duplicate_only_lost_tasks
             # The last kill comes with KILLS+2 - KILLS = 2/(KILLS+2) of the work still left.
             threshold = tasks * i // (KILLS + 2)
             done_at_kill.append(
-                wait_until(
+                wait_for(
                     partial(_done_once, queue, threshold),
                     timeout=30,
-                    message=f"{threshold} tasks done {why}",
+                    interval=WORKER_INTERVAL_S,
+                    what=f"{threshold} tasks done {why}",
                 )
             )
             victim = workers[rng.randrange(WORKERS)]
@@ -102,10 +104,11 @@ def test_random_sigkills_and_restarts_lose_nothing_and_duplicate_only_lost_tasks
             if not worker.alive() and worker is not workers[gone]:
                 worker.start()
 
-        wait_until(
+        wait_for(
             lambda: queue.stats()["done"] == tasks,
             timeout=45,
-            message=f"all {tasks} tasks done {why}: {queue.stats()}",
+            interval=WORKER_INTERVAL_S,
+            what=lambda: f"all {tasks} tasks done {why}: {queue.stats()}",
         )
         stats = queue.stats()
         assert stats["dead"] == 0 and stats["pending"] == 0 and stats["delayed"] == 0, why

@@ -10,7 +10,8 @@ from pathlib import Path
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
 
-from tests.workers.harness import REPO, env_for, taskfleet, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import REPO, WORKER_INTERVAL_S, WORKER_TIMEOUT_S, env_for, taskfleet
 
 
 def test_enqueue_prints_one_id_per_task_and_stores_the_options(
@@ -118,7 +119,12 @@ def test_a_worker_reads_the_queue_lease_ttl_and_never_writes_it(
         def events() -> list[str]:
             return [json.loads(line)["event"] for line in log.read_text().splitlines()]
 
-        wait_until(lambda: "worker_started" in events(), message=log.read_text)
+        wait_for(
+            lambda: "worker_started" in events(),
+            timeout=WORKER_TIMEOUT_S,
+            interval=WORKER_INTERVAL_S,
+            what=log.read_text,
+        )
         assert "lease_ttl_differs" in events()
         assert queue.config().lease_ttl_s == 40.0
     finally:

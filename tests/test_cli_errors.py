@@ -10,7 +10,8 @@ import pytest
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
 
-from tests.workers.harness import REPO, env_for, taskfleet, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import REPO, WORKER_INTERVAL_S, env_for, taskfleet
 
 H = "tests.workers.handlers"
 
@@ -145,7 +146,12 @@ def test_worker_with_unreachable_redis_keeps_the_password_out_of_its_log(
             [sys.executable, "-m", "taskfleet", *args], env=env, cwd=REPO, stdout=out, stderr=out
         )
     try:
-        wait_until(lambda: "redis_unreachable" in log.read_text(), 10, "an outage log line")
+        wait_for(
+            lambda: "redis_unreachable" in log.read_text(),
+            timeout=10,
+            interval=WORKER_INTERVAL_S,
+            what="an outage log line",
+        )
         proc.terminate()
         assert proc.wait(timeout=10) == 0
     finally:

@@ -48,6 +48,7 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
     assert stored["retention"] == {"doneSeconds": 3600, "deadSeconds": 259200}
     assert stored["backoff"] == {"baseSeconds": 1, "maxSeconds": 300}
     assert stored["onDelete"] == "Retain"
+    assert "autoscale" not in stored  # fixed replicas unless autoscale is asked for
 
 
 @pytest.mark.parametrize(
@@ -96,6 +97,21 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
         ({"env": [{"name": "TASKFLEET_REDIS_URL", "value": "x"}]}, "the operator sets them"),
         ({"handler": "not a handler"}, "spec.handler"),
         ({"replicas": 1001}, "spec.replicas"),
+        (
+            {"autoscale": {"minReplicas": 5, "maxReplicas": 3}},
+            "autoscale.minReplicas must be <= autoscale.maxReplicas",
+        ),
+        ({"autoscale": {"minReplicas": 2}}, "spec.autoscale.maxReplicas: Required value"),
+        ({"autoscale": {"maxReplicas": 1001}}, "spec.autoscale.maxReplicas"),
+        ({"autoscale": {"maxReplicas": 0}}, "spec.autoscale.maxReplicas"),
+        (
+            {"autoscale": {"maxReplicas": 5, "targetUtilizationPercent": 0}},
+            "spec.autoscale.targetUtilizationPercent",
+        ),
+        (
+            {"autoscale": {"maxReplicas": 5, "scaleDownStabilizationSeconds": -1}},
+            "spec.autoscale.scaleDownStabilizationSeconds",
+        ),
         ({"onDelete": "Keep"}, 'supported values: "Retain", "Purge"'),
     ],
 )
@@ -110,6 +126,26 @@ def test_an_invalid_taskqueue_is_rejected_with_a_message_saying_what_to_fix(
 
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_an_autoscaled_taskqueue_is_stored_with_the_autoscale_defaults(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    spec = base_spec(URL, autoscale={"maxReplicas": 20})
+    assert apply(kube_apiserver, tq_namespace, "auto", spec).returncode == 0
+    scale_to_zero = base_spec(URL, autoscale={"minReplicas": 0, "maxReplicas": 1})
+    assert apply(kube_apiserver, tq_namespace, "to-zero", scale_to_zero).returncode == 0
+
+    stored = get_tq(kube_apiserver, tq_namespace, "auto")["spec"]
+
+    assert stored["autoscale"] == {
+        "minReplicas": 1,
+        "maxReplicas": 20,
+        "targetUtilizationPercent": 100,
+        "scaleDownStabilizationSeconds": 60,
+        "dueHorizonSeconds": 5,
+    }
+    assert get_tq(kube_apiserver, tq_namespace, "to-zero")["spec"]["autoscale"]["minReplicas"] == 0
 
 
 def test_a_name_longer_than_a_label_value_is_rejected(
@@ -141,6 +177,21 @@ def test_kubectl_scale_changes_spec_replicas_through_the_scale_subresource(
     assert scale["spec"]["replicas"] == 5
 
 
+def test_kubectl_scale_of_an_autoscaled_taskqueue_writes_spec_replicas_and_keeps_autoscale(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    """The scale subresource is not refused (an HPA or a script would break on an error);
+    spec.replicas changes and autoscale, which then owns the pods, stays as it was."""
+    spec = base_spec(URL, autoscale={"minReplicas": 0, "maxReplicas": 8})
+    assert apply(kube_apiserver, tq_namespace, "auto-scaled", spec).returncode == 0
+
+    kubectl(kube_apiserver, "-n", tq_namespace, "scale", "tq/auto-scaled", "--replicas=5")
+
+    stored = get_tq(kube_apiserver, tq_namespace, "auto-scaled")["spec"]
+    assert stored["replicas"] == 5
+    assert (stored["autoscale"]["minReplicas"], stored["autoscale"]["maxReplicas"]) == (0, 8)
+
+
 def test_kubectl_get_shows_the_printer_columns_and_the_short_name_works(
     kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
 ) -> None:
@@ -148,7 +199,16 @@ def test_kubectl_get_shows_the_printer_columns_and_the_short_name_works(
 
     header = kubectl(kube_apiserver, "-n", tq_namespace, "get", "tq").stdout.splitlines()[0]
 
-    assert header.split() == ["NAME", "REPLICAS", "READY", "PENDING", "RUNNING", "DEAD", "AGE"]
+    assert header.split() == [
+        "NAME",
+        "REPLICAS",
+        "DESIRED",
+        "READY",
+        "PENDING",
+        "RUNNING",
+        "DEAD",
+        "AGE",
+    ]
 
 
 SECRET = "Zq7-sEcReT-9x"

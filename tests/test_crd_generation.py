@@ -62,6 +62,7 @@ def test_optional_fields_are_nullable_and_names_are_camel_case() -> None:
     spec = openapi_schema()["properties"]["spec"]["properties"]
 
     assert spec["rateLimit"]["nullable"] is True
+    assert spec["autoscale"]["nullable"] is True
     assert spec["redis"]["properties"]["secretRef"]["nullable"] is True
     for path, _node in walk(openapi_schema()):
         assert "_" not in path.rsplit(".", 1)[-1], path
@@ -89,7 +90,7 @@ def test_scale_subresource_and_printer_columns_serve_kubectl() -> None:
     }
     assert version["subresources"]["status"] == {}
     columns = [column["name"] for column in version["additionalPrinterColumns"]]
-    assert columns == ["Replicas", "Ready", "Pending", "Running", "Dead", "Age"]
+    assert columns == ["Replicas", "Desired", "Ready", "Pending", "Running", "Dead", "Age"]
 
 
 def test_nested_objects_default_so_their_children_default_too() -> None:
@@ -108,3 +109,24 @@ def test_crd_file_is_one_valid_yaml_document() -> None:
 
     assert len(documents) == 1
     assert documents[0]["metadata"]["name"] == "taskqueues.taskfleet.dev"
+
+
+def test_autoscale_says_it_owns_the_replicas_and_requires_only_max_replicas() -> None:
+    spec = openapi_schema()["properties"]["spec"]["properties"]
+    autoscale = spec["autoscale"]
+
+    assert "spec.replicas (what kubectl scale writes) is ignored" in autoscale["description"]
+    assert "ignored when autoscale is set" in spec["replicas"]["description"]
+    assert autoscale["required"] == ["maxReplicas"]
+    assert "default" not in autoscale  # no autoscale unless asked for
+    defaults = {name: node.get("default") for name, node in autoscale["properties"].items()}
+    assert defaults == {
+        "minReplicas": 1,
+        "maxReplicas": None,
+        "targetUtilizationPercent": 100,
+        "scaleDownStabilizationSeconds": 60,
+        "dueHorizonSeconds": 5,
+    }
+    status = openapi_schema()["properties"]["status"]["properties"]
+    assert status["desiredReplicas"]["type"] == "integer"
+    assert status["scalingReason"]["type"] == "string"

@@ -21,7 +21,16 @@ from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.queue import Queue
 
 from tests.fixtures_kube import KubeApiserver
-from tests.fixtures_operator import GROUP, PLURAL, VERSION, OperatorProcess, base_spec, wait_for
+from tests.fixtures_operator import (
+    APISERVER_INTERVAL_S,
+    APISERVER_TIMEOUT_S,
+    GROUP,
+    PLURAL,
+    VERSION,
+    OperatorProcess,
+    base_spec,
+)
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.apiserver
 HOLD_FINALIZER = "taskfleet.dev/test-hold"
@@ -146,7 +155,12 @@ def test_a_new_taskqueue_gets_an_owned_worker_deployment_and_a_status(
 ) -> None:
     tq = cluster.create_tq("emails", base_spec(redis_url, replicas=2, maxConcurrency=9))
 
-    deployment = wait_for(lambda: cluster.deployment("emails"), what="Deployment created")
+    deployment = wait_for(
+        lambda: cluster.deployment("emails"),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="Deployment created",
+    )
     owner = deployment.metadata.owner_references[0]
     assert (owner.kind, owner.name, owner.uid) == ("TaskQueue", "emails", tq["metadata"]["uid"])
     assert owner.controller is True
@@ -164,7 +178,7 @@ def test_a_new_taskqueue_gets_an_owned_worker_deployment_and_a_status(
         swept = reachable is not None and reachable["status"] == "True"
         return status if swept and "observedGeneration" in status else None
 
-    status = wait_for(reported)
+    status = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert status["selector"] == "taskfleet.dev/queue=emails"
     assert status["observedGeneration"] == tq["metadata"]["generation"]
     assert status["pending"] == 0
@@ -179,7 +193,12 @@ def test_updating_the_spec_updates_the_deployment_and_the_queue_settings(
     cluster: Cluster, redis_url: str, queue_of: Callable[[str, str], Queue]
 ) -> None:
     cluster.create_tq("resize", base_spec(redis_url))
-    first = wait_for(lambda: cluster.deployment("resize"), what="Deployment created")
+    first = wait_for(
+        lambda: cluster.deployment("resize"),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="Deployment created",
+    )
     first_hash = first.spec.template.metadata.annotations["taskfleet.dev/spec-hash"]
 
     cluster.patch_tq("resize", {"image": "localhost/taskfleet-worker:v2", "maxLost": 5})
@@ -190,15 +209,25 @@ def test_updating_the_spec_updates_the_deployment_and_the_queue_settings(
         image = deployment.spec.template.spec.containers[0].image
         return deployment if image == "localhost/taskfleet-worker:v2" else None
 
-    deployment = wait_for(updated)
+    deployment = wait_for(updated, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert deployment.spec.template.metadata.annotations["taskfleet.dev/spec-hash"] != first_hash
     queue = queue_of(cluster.namespace, "resize")
-    wait_for(lambda: queue.config().max_lost == 5, what="max_lost written to Redis")
+    wait_for(
+        lambda: queue.config().max_lost == 5,
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="max_lost written to Redis",
+    )
 
 
 def test_a_deleted_worker_deployment_is_created_again(cluster: Cluster, redis_url: str) -> None:
     cluster.create_tq("restore", base_spec(redis_url))
-    first = wait_for(lambda: cluster.deployment("restore"), what="Deployment created")
+    first = wait_for(
+        lambda: cluster.deployment("restore"),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="Deployment created",
+    )
 
     cluster.apps.delete_namespaced_deployment("restore", cluster.namespace)
 
@@ -207,7 +236,7 @@ def test_a_deleted_worker_deployment_is_created_again(cluster: Cluster, redis_ur
         deployment = cluster.deployment("restore")
         return deployment if deployment and deployment.metadata.uid != first.metadata.uid else None
 
-    again = wait_for(recreated)
+    again = wait_for(recreated, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert again.metadata.owner_references[0].name == "restore"
 
 
@@ -225,7 +254,7 @@ def test_new_pods_are_counted_and_enqueued_tasks_show_in_status(
         status = cluster.tq("counts").get("status", {})
         return status.get("pending") == 3 and status.get("livePods") == 1
 
-    wait_for(counted)
+    wait_for(counted, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
 
 
 def test_scaling_down_sets_deletion_costs_from_in_flight_counts_before_the_replicas(
@@ -235,7 +264,12 @@ def test_scaling_down_sets_deletion_costs_from_in_flight_counts_before_the_repli
     make_broker: Callable[..., Any],
 ) -> None:
     cluster.create_tq("scale", base_spec(redis_url, replicas=3))
-    wait_for(lambda: cluster.deployment("scale"), what="Deployment created")
+    wait_for(
+        lambda: cluster.deployment("scale"),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="Deployment created",
+    )
     for pod in ("scale-busy", "scale-idle", "scale-new"):
         cluster.create_pod(pod, "scale")
     queue = queue_of(cluster.namespace, "scale")
@@ -252,7 +286,9 @@ def test_scaling_down_sets_deletion_costs_from_in_flight_counts_before_the_repli
         deployment = cluster.deployment("scale")
         return deployment if deployment.spec.replicas == 1 else None
 
-    deployment = scaled_deployment = wait_for(scaled)
+    deployment = scaled_deployment = wait_for(
+        scaled, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S
+    )
     costs = {}
     for pod in ("scale-busy", "scale-idle", "scale-new"):
         read = cluster.pod(pod)
@@ -279,7 +315,12 @@ def test_deleting_a_worker_pod_puts_its_tasks_back_in_pending_within_seconds(
 
     cluster.core.delete_namespaced_pod("orphans-a", cluster.namespace)
 
-    wait_for(lambda: queue.stats()["pending"] == 3, timeout=10, what="tasks back in pending")
+    wait_for(
+        lambda: queue.stats()["pending"] == 3,
+        timeout=10,
+        interval=APISERVER_INTERVAL_S,
+        what="tasks back in pending",
+    )
     assert queue.stats()["running"] == 0
     # The sweep's slow path would requeue too (two sweeps later) with its own message;
     # this one comes only from the pod-deletion handler.
@@ -288,10 +329,14 @@ def test_deleting_a_worker_pod_puts_its_tasks_back_in_pending_within_seconds(
             "requeued 3 tasks of pod orphans-a: pod orphans-a was deleted"
             in cluster.event_messages("Requeued")
         ),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
         what="the pod-deletion handler's Requeued event on the TaskQueue",
     )
     wait_for(
         lambda: cluster.tq("orphans").get("status", {}).get("requeuedTotal") == 3,
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
         what="status.requeuedTotal == 3",
     )
 
@@ -323,10 +368,13 @@ def test_a_pod_the_index_has_not_seen_keeps_its_tasks_while_the_api_has_it(
     wait_for(
         lambda: queue.stats()["pending"] >= 1,
         timeout=10,
+        interval=APISERVER_INTERVAL_S,
         what="the ghost worker's task requeued by the sweep",
     )
     wait_for(
         lambda: "is gone from the API" in " ".join(cluster.event_messages("Requeued")),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
         what="the sweep's Requeued event for the ghost",
     )
 
@@ -356,6 +404,7 @@ def test_a_terminating_pod_keeps_its_tasks_until_it_is_gone(
         wait_for(
             lambda round_=round_: queue.stats()["pending"] >= round_,  # type: ignore[misc]
             timeout=10,
+            interval=APISERVER_INTERVAL_S,
             what=f"ghost worker {round_}'s task requeued by the sweep",
         )
         stats = queue.stats()
@@ -364,7 +413,12 @@ def test_a_terminating_pod_keeps_its_tasks_until_it_is_gone(
     cluster.core.patch_namespaced_pod(
         "linger-a", cluster.namespace, {"metadata": {"finalizers": None}}
     )
-    wait_for(lambda: queue.stats()["pending"] == 5, timeout=10, what="linger-a's tasks requeued")
+    wait_for(
+        lambda: queue.stats()["pending"] == 5,
+        timeout=10,
+        interval=APISERVER_INTERVAL_S,
+        what="linger-a's tasks requeued",
+    )
 
 
 def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears(
@@ -394,11 +448,16 @@ def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears
         condition = cluster.condition("secret", "RedisReachable")
         return condition if condition and condition["reason"] == "SecretUnavailable" else None
 
-    condition = wait_for(reported)
+    condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert condition["status"] == "False"
     assert "redis-auth" in condition["message"]
     assert any("redis-auth" in m for m in cluster.event_messages("SecretUnavailable"))
-    deployment = wait_for(lambda: cluster.deployment("secret"), what="Deployment created")
+    deployment = wait_for(
+        lambda: cluster.deployment("secret"),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="Deployment created",
+    )
     env = {var.name: var for var in deployment.spec.template.spec.containers[0].env}
     assert env["TASKFLEET_REDIS_URL"].value is None
     assert env["TASKFLEET_REDIS_URL"].value_from.secret_key_ref.name == "redis-auth"
@@ -416,7 +475,7 @@ def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears
         condition = cluster.condition("secret", "RedisReachable")
         return condition is not None and condition["status"] == "True"
 
-    wait_for(recovered)
+    wait_for(recovered, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert any("reachable again" in m for m in cluster.event_messages("RedisReachable"))
     everything = [
         operator_process.log.read_text(errors="replace"),
@@ -451,7 +510,7 @@ def test_a_secret_that_holds_no_redis_url_is_reported_without_its_value(
         condition = cluster.condition("badsecret", "RedisReachable")
         return condition if condition and condition["reason"] == "SecretUnavailable" else None
 
-    condition = wait_for(reported)
+    condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     expected = f"key 'url' of Secret {cluster.namespace}/redis-bad is not a usable Redis URL"
     assert condition["message"].startswith(expected)
     assert any(m.startswith(expected) for m in cluster.event_messages("SecretUnavailable"))
@@ -477,7 +536,7 @@ def test_an_unreachable_redis_is_reported_without_crashing_the_operator(
         condition = cluster.condition("down", "RedisReachable")
         return condition if condition and condition["reason"] == "RedisUnreachable" else None
 
-    condition = wait_for(reported)
+    condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert condition["status"] == "False"
     assert cluster.event_messages("RedisUnreachable")
     ready = cluster.condition("down", "Ready")
@@ -496,14 +555,14 @@ def test_a_spec_the_crd_cannot_check_is_reported_as_invalid(
         condition = cluster.condition("invalid", "Ready")
         return condition if condition and condition["reason"] == "InvalidSpec" else None
 
-    condition = wait_for(reported)
+    condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert "cron" in condition["message"]
     assert cluster.event_messages("InvalidSpec")
     assert cluster.deployment("invalid") is None
 
 
-def test_a_deployment_the_apiserver_rejects_is_reported_on_the_taskqueue(
-    cluster: Cluster, redis_url: str
+def test_a_deployment_the_apiserver_rejects_is_reported_on_the_taskqueue_and_sweeps_keep_it(
+    cluster: Cluster, redis_url: str, queue_of: Callable[[str, str], Queue]
 ) -> None:
     # The CRD passes tolerations through; only the Deployment's schema knows the operators.
     tolerations = [{"key": "k", "operator": "Maybe", "effect": "NoSchedule"}]
@@ -514,9 +573,20 @@ def test_a_deployment_the_apiserver_rejects_is_reported_on_the_taskqueue(
         condition = cluster.condition("rejected", "Ready")
         return condition if condition and condition["reason"] == "DeploymentRejected" else None
 
-    condition = wait_for(reported)
+    condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert "Maybe" in condition["message"]
     assert cluster.event_messages("DeploymentRejected")
+
+    # Only a sweep writes the counts: one that sees this task ran after the rejection.
+    queue_of(cluster.namespace, "rejected").enqueue({"x": 1})
+    wait_for(
+        lambda: cluster.tq("rejected").get("status", {}).get("pending") == 1,
+        what="a sweep after the rejection counted the task",
+    )
+    ready = cluster.condition("rejected", "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "DeploymentRejected")
+    assert cluster.deployment("rejected") is None  # and the sweep did not try to restore it
 
 
 def test_on_delete_purge_removes_the_queue_data_and_retain_keeps_it(
@@ -533,6 +603,8 @@ def test_on_delete_purge_removes_the_queue_data_and_retain_keeps_it(
                 "taskfleet.dev/finalizer"  # type: ignore[misc]
                 in cluster.tq(name)["metadata"].get("finalizers", [])
             ),
+            timeout=APISERVER_TIMEOUT_S,
+            interval=APISERVER_INTERVAL_S,
             what=f"{name} carries the operator's finalizer",
         )
         cluster.custom.delete_namespaced_custom_object(
@@ -546,7 +618,12 @@ def test_on_delete_purge_removes_the_queue_data_and_retain_keeps_it(
             return bool(exc.status == 404)
         return False
 
-    wait_for(lambda: gone("purged") and gone("kept"), what="both TaskQueues deleted")
+    wait_for(
+        lambda: gone("purged") and gone("kept"),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="both TaskQueues deleted",
+    )
     client_ = redis.Redis.from_url(redis_url)
     try:
         assert list(client_.scan_iter(match=purged.keys.pattern)) == []

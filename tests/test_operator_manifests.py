@@ -17,7 +17,8 @@ from taskfleet_operator import builders, crdgen
 from taskfleet_operator.models import TaskQueueSpec
 
 from tests.fixtures_kube import KubeApiserver, kubectl_path
-from tests.fixtures_operator import kubectl, wait_for
+from tests.fixtures_operator import APISERVER_INTERVAL_S, APISERVER_TIMEOUT_S, kubectl
+from tests.polling import wait_for
 
 QUEUE = "taskfleet.dev/queue"
 
@@ -301,6 +302,8 @@ def test_the_operator_account_may_set_only_the_deletion_cost_of_worker_pods(
     # The apiserver enforces a policy a moment after it is created (its informer).
     wait_for(
         lambda: as_operator(kube_apiserver, operator_kubeconfig, *ns, *probe).returncode != 0,
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
         what="the admission policy in force",
     )
 
@@ -396,6 +399,8 @@ def test_the_operator_account_may_write_only_deployments_a_taskqueue_controls(
             ).returncode
             != 0
         ),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
         what="the admission policy in force",
     )
 

@@ -54,7 +54,7 @@ def test_ready_needs_redis_and_every_requested_worker(
     reason = "Connected" if redis_ok else "RedisUnreachable"
     conditions = status.set_condition(None, "RedisReachable", redis_ok, reason, "")
 
-    ready = status.find(reconcile.ready_condition(conditions, spec, ready_replicas), "Ready")
+    ready = status.find(status.ready_condition(conditions, spec, ready_replicas), "Ready")
 
     assert ready is not None
     assert (ready["status"], ready["reason"]) == expected
@@ -91,9 +91,9 @@ def test_an_invalid_spec_names_every_field_at_fault_in_one_message() -> None:
 def test_a_refused_schedule_sets_ready_false_with_an_event_only_when_the_message_changes() -> None:
     errors = {"huge": "payload is 2000000 bytes; the queue allows 1048576 (max_payload_bytes)"}
 
-    conditions, event = reconcile.schedules_refused([], errors)
-    again, repeat = reconcile.schedules_refused(conditions, errors)
-    other, changed = reconcile.schedules_refused(again, {**errors, "b": "bad"})
+    conditions, event = status.schedules_refused([], errors)
+    again, repeat = status.schedules_refused(conditions, errors)
+    other, changed = status.schedules_refused(again, {**errors, "b": "bad"})
 
     ready = status.find(conditions, status.READY)
     assert ready is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -9,8 +10,10 @@ from typing import Any
 import pytest
 import redis
 from taskfleet.producer.queue import Queue
-from taskfleet_operator import builders, kube, sweeper
+from taskfleet_operator import builders, sweeper
+from taskfleet_operator.connections import Connections
 from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.status import Outage
 
 from tests.fixtures_redis import RedisServerFactory
 
@@ -217,50 +220,11 @@ def test_sweep_writes_the_spec_settings_into_the_queue_config(queue: Queue) -> N
     sweep(queue, spec)
 
     config = queue.config()
+    assert config == builders.queue_config(spec)
     assert config.max_concurrency == 7
     assert config.max_lost == 2
     assert config.lease_ttl_s == 8
     assert config.default_timeout_s == 300
-
-
-def test_connections_reconnect_when_the_url_changes_and_reuse_otherwise(redis_url: str) -> None:
-    urls = {"current": redis_url}
-    connections = sweeper.Connections(
-        lambda _ns, _spec: urls["current"], timeout_s=1.0, url_ttl_s=0.0
-    )
-    spec = make_spec()
-    try:
-        first = connections.get("ns", "q", spec)
-        assert connections.get("ns", "q", spec) is first
-        urls["current"] = redis_url.replace("/0", "/1")
-        second = connections.get("ns", "q", spec)
-        assert second is not first
-        assert second.client.ping()
-        assert second.name == "ns.q"
-    finally:
-        connections.close()
-
-
-def test_a_resolved_url_is_reused_until_invalidated_or_the_spec_changes(redis_url: str) -> None:
-    reads: list[str] = []
-
-    def resolve(_namespace: str, spec: TaskQueueSpec) -> str:
-        reads.append(spec.redis.model_dump_json())
-        return redis_url
-
-    connections = sweeper.Connections(resolve, timeout_s=1.0, url_ttl_s=60.0)
-    secret_spec = make_spec(redis={"secretRef": {"name": "a"}})
-    try:
-        for _ in range(3):
-            connections.get("ns", "q", secret_spec)
-        assert len(reads) == 1
-        connections.invalidate("ns", "q")
-        connections.get("ns", "q", secret_spec)
-        assert len(reads) == 2
-        connections.get("ns", "q", make_spec(redis={"secretRef": {"name": "b"}}))
-        assert len(reads) == 3
-    finally:
-        connections.close()
 
 
 def test_an_unreachable_redis_fails_the_sweep_quickly_with_a_redis_error(
@@ -269,7 +233,7 @@ def test_an_unreachable_redis_fails_the_sweep_quickly_with_a_redis_error(
     server = redis_server_factory(persistent=False)
     url = server.url
     server.stop()
-    connections = sweeper.Connections(lambda _ns, _spec: url, timeout_s=0.5)
+    connections = Connections(0.5, resolve_url=lambda _ns, _spec: url)
     try:
         with pytest.raises(redis.RedisError):
             sweep(connections.get("ns", "q", make_spec()), make_spec())
@@ -277,36 +241,81 @@ def test_an_unreachable_redis_fails_the_sweep_quickly_with_a_redis_error(
         connections.close()
 
 
-def test_a_secret_holding_no_redis_url_is_reported_without_its_value() -> None:
-    value = "http://user:hunter2@redis:6379/0"
-    spec = make_spec(redis={"secretRef": {"name": "redis-auth", "key": "url"}})
-    connections = sweeper.Connections(lambda _ns, _spec: value, timeout_s=0.5)
+BODY = {"metadata": {"namespace": "ns", "name": "q", "creationTimestamp": "2026-01-01T00:00:00Z"}}
+
+
+def test_a_redis_the_sweep_cannot_reach_is_an_outage_and_its_url_is_resolved_again(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    server = redis_server_factory(persistent=False)
+    url = server.url
+    server.stop()
+    resolved: list[str] = []
+
+    def resolve(_namespace: str, _spec: TaskQueueSpec) -> str:
+        resolved.append(url)
+        return url
+
+    connections = Connections(0.5, resolve_url=resolve, url_ttl_s=60.0)
+    logger = logging.getLogger(__name__)
     try:
-        with pytest.raises(kube.SecretUnavailable) as raised:
-            connections.get("ns", "q", spec)
+        outcomes = [
+            sweeper.sweep_taskqueue(
+                connections,
+                BODY,
+                make_spec(),
+                live_pods=[],
+                suspects=set(),
+                catchup_s=600.0,
+                logger=logger,
+            )
+            for _ in range(2)
+        ]
     finally:
         connections.close()
 
-    message = str(raised.value)
-    assert message.startswith("key 'url' of Secret ns/redis-auth is not a usable Redis URL")
-    assert "hunter2" not in message
-    assert "http" not in message
+    for outcome in outcomes:
+        assert isinstance(outcome, Outage)
+        assert outcome.reason == "RedisUnreachable"
+        assert outcome.message.startswith("cannot reach Redis: ")
+    assert len(resolved) == 2  # a rotated Secret would be read again at once
 
 
-def test_passwords_are_masked_in_urls_and_error_texts() -> None:
-    url = "redis://worker:s3cret@redis.example:6380/2"
+def test_a_secret_with_no_usable_url_is_an_outage_naming_the_secret() -> None:
+    spec = make_spec(redis={"secretRef": {"name": "redis-auth", "key": "url"}})
+    connections = Connections(0.5, resolve_url=lambda _ns, _spec: "http://redis:6379/0")
+    try:
+        outcome = sweeper.sweep_taskqueue(
+            connections,
+            BODY,
+            spec,
+            live_pods=[],
+            suspects=set(),
+            catchup_s=600.0,
+            logger=logging.getLogger(__name__),
+        )
+    finally:
+        connections.close()
 
-    assert sweeper.redact_redis_url(url) == "redis://worker:***@redis.example:6380/2"
-    assert sweeper.redact_redis_url("redis://redis:6379/0") == "redis://redis:6379/0"
-    error = redis.ConnectionError(f"cannot connect to {url}")
-    assert "s3cret" not in sweeper.describe_error(error, url)
-    assert "ConnectionError" in sweeper.describe_error(error, url)
+    assert isinstance(outcome, Outage)
+    assert outcome.reason == "SecretUnavailable"
+    assert outcome.message.startswith("key 'url' of Secret ns/redis-auth is not a usable")
 
 
-def test_a_password_in_the_url_query_is_masked_in_every_encoding() -> None:
-    url = "redis://redis:6379/0?pass%77ord=hunter2"
+def test_a_sweep_that_reaches_redis_reports_what_it_did(redis_url: str) -> None:
+    connections = Connections(1.0, resolve_url=lambda _ns, _spec: redis_url)
+    try:
+        outcome = sweeper.sweep_taskqueue(
+            connections,
+            BODY,
+            make_spec(),
+            live_pods=[],
+            suspects=set(),
+            catchup_s=600.0,
+            logger=logging.getLogger(__name__),
+        )
+    finally:
+        connections.close()
 
-    assert sweeper.redact_redis_url(url) == "redis://redis:6379/0?password=***"
-    assert sweeper.redact_redis_url("redis://h/0?mypassword=x") == "redis://h/0?mypassword=***"
-    error = redis.AuthenticationError(f"invalid password hunter2 for {url}")
-    assert "hunter2" not in sweeper.describe_error(error, url)
+    assert isinstance(outcome, sweeper.SweepReport)
+    assert outcome.stats["pending"] == 0

@@ -16,7 +16,8 @@ from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND
 from taskfleet.protocol.tasks import TaskState
 from taskfleet.worker.broker import Broker
 
-from tests.fixtures_redis import MakeBroker, RedisServerFactory, eventually, server_ms
+from tests.fixtures_redis import MakeBroker, RedisServerFactory, server_ms
+from tests.polling import wait_for
 
 
 def _expired_backlog(queue: Queue, client: redis.Redis, n: int) -> None:
@@ -27,7 +28,7 @@ def _expired_backlog(queue: Queue, client: redis.Redis, n: int) -> None:
         ]
         queue.enqueue_many(items)
     now = server_ms(client)
-    eventually(lambda: server_ms(client) > now + 5, what="the deadlines to pass")
+    wait_for(lambda: server_ms(client) > now + 5, what="the deadlines to pass")
 
 
 def test_a_claim_behind_any_number_of_expired_tasks_does_bounded_work_per_call(
@@ -123,7 +124,7 @@ def test_a_claim_that_redis_runs_after_the_worker_gave_up_on_it_is_undone_uncoun
             finally:
                 server.process.send_signal(signal.SIGCONT)
             # Redis ran the late claim: the tasks are running under tokens nobody knows.
-            eventually(lambda: queue.stats()["running"] == 3, what="the late claim to run")
+            wait_for(lambda: queue.stats()["running"] == 3, what="the late claim to run")
             got = await broker.claim(3)
             return [t.id for t in got.tasks]
         finally:

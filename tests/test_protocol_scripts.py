@@ -15,13 +15,8 @@ from taskfleet import Broker, Queue, QueueConfig, TaskState
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
 from taskfleet.protocol.scripts import LIB, NAMES, source, text
 
-from tests.fixtures_redis import (
-    BlockingBroker,
-    MakeBroker,
-    RedisServerFactory,
-    eventually,
-    free_cluster_port,
-)
+from tests.fixtures_redis import BlockingBroker, MakeBroker, RedisServerFactory, free_cluster_port
+from tests.polling import wait_for
 
 LUA = resources.files("taskfleet.protocol").joinpath("lua")
 
@@ -113,7 +108,7 @@ def test_every_operation_runs_on_a_redis_cluster_node_in_one_slot(
     )
     client = redis.Redis.from_url(server.url)
     client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)  # type: ignore[no-untyped-call]
-    eventually(lambda: b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO"))  # type: ignore[no-untyped-call]
+    wait_for(lambda: b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO"))  # type: ignore[no-untyped-call]
     queue = Queue("jobs", client=client)
 
     def make(pod: str, incarnation: str) -> BlockingBroker:
@@ -130,7 +125,7 @@ def test_scripts_are_loaded_again_after_redis_restarts_and_state_survives(
     queue = Queue("jobs", redis_url=server.url)
     first = queue.enqueue({"x": 1})
     server.restart()
-    eventually(lambda: _answers(queue.client))
+    wait_for(lambda: _answers(queue.client))
     second = queue.enqueue({"x": 2})
     assert queue.stats()["pending"] == 2
     assert queue.get(first) is not None
@@ -147,15 +142,11 @@ def test_a_worker_claims_again_after_redis_restarts_with_its_tasks_kept(
     worker = make_broker("jobs", url=server.url)
     [first] = worker.claim(1).tasks
     server.restart()  # the server forgets its scripts; the AOF keeps the data
-    eventually(lambda: _answers(queue.client))
+    wait_for(lambda: _answers(queue.client))
 
-    def claims_again() -> list[str]:
-        try:
-            return [t.id for t in worker.claim(1).tasks]
-        except redis.ConnectionError:
-            return []  # the first use of a dropped connection may fail once
-
-    assert eventually(claims_again) == [ids[1]]
+    # the first use of a dropped connection may fail once
+    claimed = wait_for(lambda: worker.claim(1).tasks, ignoring=(redis.ConnectionError,))
+    assert [t.id for t in claimed] == [ids[1]]
     assert worker.complete_many([(first.id, first.token, None)]) == [True]
     queue.close()
 

@@ -18,7 +18,8 @@ from taskfleet import (
     WaitTimeout,
 )
 
-from tests.fixtures_redis import MakeBroker, eventually, server_ms
+from tests.fixtures_redis import MakeBroker, server_ms
+from tests.polling import wait_for
 
 
 def test_enqueue_with_the_same_task_id_and_payload_returns_it_and_changes_nothing(
@@ -147,7 +148,7 @@ def test_delayed_task_waits_in_delayed_until_its_run_at(
 def test_short_delay_is_promoted_by_a_claim_once_due(queue: Queue, make_broker: MakeBroker) -> None:
     task_id = queue.enqueue({"x": 1}, delay=0.05)
     broker = make_broker("jobs")
-    tasks = eventually(lambda: broker.claim(1).tasks)
+    tasks = wait_for(lambda: broker.claim(1).tasks)
     assert [t.id for t in tasks] == [task_id]
 
 
@@ -162,7 +163,7 @@ def test_task_not_started_by_its_deadline_goes_dead_as_expired(
         task = queue.get(expires)
         return task is not None and task.state is TaskState.DEAD
 
-    eventually(expired)
+    wait_for(expired)
     task = queue.get(expires)
     assert task is not None
     assert task.reason == "expired"
@@ -176,7 +177,7 @@ def test_deadline_does_not_apply_once_the_task_started(
     task_id = queue.enqueue({"x": 1}, deadline=0.5)
     broker = make_broker("jobs")
     [claimed] = broker.claim(1).tasks
-    eventually(lambda: queue.get(task_id).deadline < datetime.now(UTC))  # type: ignore[union-attr,operator]
+    wait_for(lambda: queue.get(task_id).deadline < datetime.now(UTC))  # type: ignore[union-attr,operator]
     queue.sweep()
     assert broker.complete_many([(claimed.id, claimed.token, None)]) == [True]
     assert queue.get(task_id).state is TaskState.DONE  # type: ignore[union-attr]
@@ -190,14 +191,14 @@ def test_a_task_that_started_still_runs_after_its_deadline_when_it_comes_back(
     task_id = queue.enqueue({"x": 1}, deadline=0.3)
     broker = make_broker("jobs")
     [claimed] = broker.claim(1).tasks
-    eventually(lambda: queue.get(task_id).deadline < datetime.now(UTC))  # type: ignore[union-attr,operator]
+    wait_for(lambda: queue.get(task_id).deadline < datetime.now(UTC))  # type: ignore[union-attr,operator]
     if give_back == "release":  # a drain gives it back
         assert broker.release([(claimed.id, claimed.token)]) == 1
     elif give_back == "retry":
         assert broker.fail(claimed.id, claimed.token, "boom") is TaskState.DELAYED
     else:
         assert queue.requeue_pod("pod-a") == 1
-    [again] = eventually(lambda: broker.claim(1).tasks)
+    [again] = wait_for(lambda: broker.claim(1).tasks)
     assert again.id == task_id
     assert broker.complete_many([(again.id, again.token, None)]) == [True]
     assert queue.stats()["expired"] == 0

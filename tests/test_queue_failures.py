@@ -8,7 +8,8 @@ import pytest
 from taskfleet import InvalidArgument, Queue, QueueConfig, TaskState
 from taskfleet.protocol.scripts import RESULT_TOO_LARGE
 
-from tests.fixtures_redis import MakeBroker, eventually, server_ms
+from tests.fixtures_redis import MakeBroker, server_ms
+from tests.polling import wait_for
 
 
 @pytest.mark.parametrize(("attempt", "expected_s"), [(1, 10), (2, 20), (3, 40), (4, 50)])
@@ -207,7 +208,7 @@ def test_no_hand_off_to_an_expired_registration_or_an_earlier_incarnation(
     other.claim(4, idle_ms=50)  # empty: registered for 50 ms only
     until = queue.client.zscore(queue.keys.idle, "pod-b\0inc-1")
     assert until is not None
-    eventually(lambda: server_ms(queue.client) > until, what="the registration to run out")
+    wait_for(lambda: server_ms(queue.client) > until, what="the registration to run out")
     late = queue.enqueue({"x": 2})
     assert queue.get(late).state is TaskState.PENDING  # type: ignore[union-attr]
     assert queue.client.llen(queue.keys.notify) >= 1  # the ordinary wake-up instead

@@ -8,7 +8,8 @@ import redis
 from taskfleet import Queue, QueueConfig, SweepResult, TaskState
 from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND
 
-from tests.fixtures_redis import MakeBroker, eventually
+from tests.fixtures_redis import MakeBroker
+from tests.polling import wait_for
 
 SHORT_LEASE = QueueConfig(lease_ttl_s=0.05)
 
@@ -27,7 +28,7 @@ def test_a_worker_takes_back_an_expired_lease_without_the_operator(
     task_id = queue.enqueue({"x": 1})
     dead_worker = make_broker("jobs", "pod-a")
     [first] = dead_worker.claim(1).tasks
-    eventually(lambda: lease_expired(queue, task_id))
+    wait_for(lambda: lease_expired(queue, task_id))
     [again] = make_broker("jobs", "pod-b").claim(1).tasks
     assert again.id == task_id
     assert again.token != first.token
@@ -47,7 +48,7 @@ def test_heartbeat_moves_the_lease_forward(queue: Queue, make_broker: MakeBroker
     [task] = worker.claim(1).tasks
     first_lease = queue.client.zscore(queue.keys.running, task_id)
     assert first_lease is not None
-    eventually(
+    wait_for(
         lambda: (
             worker.heartbeat({task.id: task.token}) == set()
             and ((queue.client.zscore(queue.keys.running, task_id) or 0) > first_lease)
@@ -150,11 +151,11 @@ def test_sweep_takes_back_expired_leases_and_drops_silent_workers(
     worker.register(1)
     worker.claim(1)
 
-    eventually(lambda: lease_expired(queue, task_id))
+    wait_for(lambda: lease_expired(queue, task_id))
     result = queue.sweep()
     assert (result.requeued, result.lost_dead) == (1, 0)
     assert queue.get(task_id).state is TaskState.PENDING  # type: ignore[union-attr]
-    eventually(lambda: queue.sweep().workers_dropped == 1)
+    wait_for(lambda: queue.sweep().workers_dropped == 1)
     assert queue.workers() == []
 
 
@@ -227,7 +228,7 @@ def test_sweep_promotes_due_tasks_and_expires_missed_deadlines(queue: Queue) -> 
         states = (queue.get(due).state, queue.get(missed).state)  # type: ignore[union-attr]
         return states == (TaskState.PENDING, TaskState.DEAD)
 
-    eventually(swept_both)
+    wait_for(swept_both)
     assert queue.get(missed).reason == "expired"  # type: ignore[union-attr]
     assert queue.sweep() == SweepResult(0, 0, 0, 0, 0, 0, 0)
 
@@ -236,7 +237,7 @@ def test_a_claim_promotes_a_bounded_number_of_due_tasks_so_it_stays_short(
     queue: Queue, make_broker: MakeBroker
 ) -> None:
     queue.enqueue_many([{"payload": {"i": i}, "delay": 0.01} for i in range(250)])
-    eventually(lambda: _all_due(queue))
+    wait_for(lambda: _all_due(queue))
     assert len(make_broker("jobs").claim(1).tasks) == 1
     stats = queue.stats()
     assert (stats["pending"] + stats["running"], stats["delayed"]) == (

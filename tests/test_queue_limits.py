@@ -6,7 +6,8 @@ import pytest
 from pydantic import ValidationError
 from taskfleet import Queue, QueueConfig
 
-from tests.fixtures_redis import MakeBroker, eventually, server_ms
+from tests.fixtures_redis import MakeBroker, server_ms
+from tests.polling import wait_for
 
 
 def test_max_concurrency_caps_running_tasks_across_pods(
@@ -133,7 +134,7 @@ def test_an_emptied_task_bucket_refills_at_the_limit_per_period(
     assert 0 < held.retry_after_ms <= 200  # one token back takes period / limit
     claimed = 2
     while claimed < 4:  # each refilled token lets one more task start
-        got = eventually(lambda: worker.claim(4).tasks)
+        got = wait_for(lambda: worker.claim(4).tasks)
         claimed += len(got)
         # never more than the tokens refilled since the bucket was emptied: one per 200 ms
         refilled = (server_ms(queue.client) - emptied_at) / 200

@@ -19,7 +19,8 @@ from taskfleet.worker.broker import Broker, ClaimResult
 from taskfleet.worker.handlers import load_handler
 from taskfleet.worker.runtime import live_waiters, register_waiter
 
-from tests.workers.harness import FAST, REPO, Fleet, taskfleet, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import FAST, REPO, WORKER_INTERVAL_S, WORKER_TIMEOUT_S, Fleet, taskfleet
 
 SLEEP = "tests.workers.handlers:sleep"
 
@@ -33,7 +34,12 @@ def test_sigterm_lets_in_flight_tasks_finish_and_claims_nothing_more(
 ) -> None:
     running = [queue.enqueue({"seconds": 1.0}) for _ in range(2)]
     worker = fleet.add(SLEEP, args=[*FAST, "--concurrency", "2"]).start()
-    wait_until(lambda: len(events(redis_client, "start")) == 2, message="two tasks started")
+    wait_for(
+        lambda: len(events(redis_client, "start")) == 2,
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what="two tasks started",
+    )
     waiting = queue.enqueue({"seconds": 0})
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
@@ -51,7 +57,12 @@ def test_drain_deadline_releases_the_unfinished_task_and_another_worker_complete
 ) -> None:
     task_id = queue.enqueue({"seconds": 2.0})
     first = fleet.add(SLEEP, pod="pod-a", args=[*FAST, "--drain-timeout", "0.3"]).start()
-    wait_until(lambda: events(redis_client, "start"), message=lambda: f"start: {fleet.logs()}")
+    wait_for(
+        lambda: events(redis_client, "start"),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"start: {fleet.logs()}",
+    )
     first.signal(signal.SIGTERM)
     assert first.wait() == 0
     assert first.has_event("task_released", task=task_id)
@@ -60,10 +71,11 @@ def test_drain_deadline_releases_the_unfinished_task_and_another_worker_complete
     assert released.attempts == 0  # a release is not an attempt
 
     second = fleet.add(SLEEP, pod="pod-b").start()
-    wait_until(
+    wait_for(
         lambda: (t := queue.get(task_id)) is not None and t.state == "done",
         timeout=15,
-        message=lambda: f"{queue.get(task_id)}\n{fleet.logs()}",
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"{queue.get(task_id)}\n{fleet.logs()}",
     )
     done = queue.get(task_id)
     assert done is not None and done.attempts == 1 and done.pod == "pod-b"
@@ -77,7 +89,12 @@ def test_second_signal_releases_at_once_and_exits_zero(
 ) -> None:
     task_id = queue.enqueue({"seconds": 60})
     worker = fleet.add(SLEEP, args=[*FAST, "--drain-timeout", "60"]).start()
-    wait_until(lambda: events(redis_client, "start"), message=lambda: f"start: {fleet.logs()}")
+    wait_for(
+        lambda: events(redis_client, "start"),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"start: {fleet.logs()}",
+    )
     worker.signal(signal.SIGTERM)
     worker.wait_event("drain_started")
     worker.signal(signal.SIGINT)
@@ -92,7 +109,12 @@ def test_drain_command_waits_until_the_worker_holds_no_task(
 ) -> None:
     task_id = queue.enqueue({"seconds": 1.0})
     worker = fleet.add(SLEEP).start()
-    wait_until(lambda: events(redis_client, "start"), message=lambda: f"start: {fleet.logs()}")
+    wait_for(
+        lambda: events(redis_client, "start"),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"start: {fleet.logs()}",
+    )
     result = taskfleet("drain", "--wait", "--timeout", "20", env=worker.env)
     assert result.returncode == 0, result.stderr
     # --wait returned: the task is finished and written, before the worker even exits.
@@ -106,7 +128,12 @@ def test_drain_command_gives_up_with_exit_1_while_a_task_still_runs(
 ) -> None:
     queue.enqueue({"seconds": 60})
     worker = fleet.add(SLEEP, args=[*FAST, "--drain-timeout", "60"]).start()
-    wait_until(lambda: events(redis_client, "start"), message=lambda: f"start: {fleet.logs()}")
+    wait_for(
+        lambda: events(redis_client, "start"),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"start: {fleet.logs()}",
+    )
     result = taskfleet("drain", "--wait", "--timeout", "0.5", env=worker.env)
     assert result.returncode == 1
     assert result.stderr.strip() == "taskfleet: error: worker still holds tasks after 0.5s"

@@ -18,7 +18,8 @@ from taskfleet.producer.queue import Queue
 from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import MakeBroker
-from tests.workers.harness import Fleet, WorkerProcess, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import WORKER_INTERVAL_S, WORKER_TIMEOUT_S, Fleet, WorkerProcess
 
 SLEEP = "tests.workers.handlers:sleep"
 GATE = "tests.workers.handlers:gate"
@@ -56,7 +57,12 @@ def test_workers_started_without_a_name_on_one_host_get_their_own_and_take_no_ta
     first = fleet.add(SLEEP, pod="unnamed-1", args=SLOW_BEATS)
     del first.env["TASKFLEET_POD_NAME"]
     first.start()
-    wait_until(lambda: events(redis_client, "start"), message=fleet.logs)
+    wait_for(
+        lambda: events(redis_client, "start"),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
     second = fleet.add(SLEEP, pod="unnamed-2", args=SLOW_BEATS)
     del second.env["TASKFLEET_POD_NAME"]
     second.start()
@@ -70,7 +76,11 @@ def test_workers_started_without_a_name_on_one_host_get_their_own_and_take_no_ta
         [name] = [n for n in names if re.fullmatch(pattern, n)]
         worker.wait_event("worker_started", pod=name)
     assert not second.has_event("earlier_incarnation_requeued")
-    wait_until(lambda: queue.get(held).state is TaskState.DONE)  # type: ignore[union-attr]
+    wait_for(
+        lambda: queue.get(held).state is TaskState.DONE,  # type: ignore[union-attr]
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+    )
     task = queue.get(held)
     assert task is not None and (task.attempts, task.lost) == (1, 0)
     assert queue.stats()["lost"] == 0
@@ -81,7 +91,12 @@ def test_a_worker_started_under_a_live_workers_name_is_refused_and_changes_nothi
 ) -> None:
     held = queue.enqueue({})
     first = another(fleet, GATE, pod="pod-a", label="first", args=SLOW_BEATS).start()
-    wait_until(lambda: events(redis_client, "start"), message=fleet.logs)
+    wait_for(
+        lambda: events(redis_client, "start"),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
     before = record(redis_client, "pod-a")
 
     second = another(fleet, GATE, pod="pod-a", label="second", args=SLOW_BEATS).start()
@@ -100,7 +115,11 @@ def test_a_worker_started_under_a_live_workers_name_is_refused_and_changes_nothi
     task = queue.get(held)
     assert task is not None and task.state is TaskState.RUNNING and task.lost == 0
     redis_client.rpush("test:gate", "open")
-    wait_until(lambda: queue.get(held).state is TaskState.DONE)  # type: ignore[union-attr]
+    wait_for(
+        lambda: queue.get(held).state is TaskState.DONE,  # type: ignore[union-attr]
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+    )
     assert queue.stats()["lost"] == 0
 
 
@@ -109,14 +128,28 @@ def test_a_worker_restarted_after_a_crash_takes_over_its_name_and_tasks_at_once(
 ) -> None:
     held = queue.enqueue({})
     first = another(fleet, GATE, pod="pod-a", label="first", args=SLOW_BEATS).start()
-    wait_until(lambda: events(redis_client, "start"), message=fleet.logs)
+    wait_for(
+        lambda: events(redis_client, "start"),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
     first.kill()  # SIGKILL: its record's heartbeat is fresh, its lease has 30 s to go
 
     second = another(fleet, GATE, pod="pod-a", label="second", args=SLOW_BEATS).start()
     second.wait_event("earlier_incarnation_requeued", tasks=1)
-    wait_until(lambda: len(events(redis_client, "start")) == 2, message=fleet.logs)
+    wait_for(
+        lambda: len(events(redis_client, "start")) == 2,
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
     redis_client.rpush("test:gate", "open")
-    wait_until(lambda: queue.get(held).state is TaskState.DONE)  # type: ignore[union-attr]
+    wait_for(
+        lambda: queue.get(held).state is TaskState.DONE,  # type: ignore[union-attr]
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+    )
     task = queue.get(held)
     assert task is not None and task.lost == 1 and task.pod == "pod-a"
 
@@ -133,14 +166,23 @@ def test_a_container_restarted_in_a_new_pid_namespace_takes_over_its_name_at_onc
     held = queue.enqueue({})
     first = another(fleet, GATE, pod="pod-a", label="first", args=SLOW_BEATS, prefix=UNSHARE)
     first.start()
-    wait_until(lambda: events(redis_client, "start"), message=fleet.logs)
+    wait_for(
+        lambda: events(redis_client, "start"),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
     first.kill()  # unshare --kill-child: the namespace dies with it
 
     second = another(fleet, GATE, pod="pod-a", label="second", args=SLOW_BEATS, prefix=UNSHARE)
     second.start()
     second.wait_event("earlier_incarnation_requeued", tasks=1)
     redis_client.rpush("test:gate", "open")
-    wait_until(lambda: queue.get(held).state is TaskState.DONE)  # type: ignore[union-attr]
+    wait_for(
+        lambda: queue.get(held).state is TaskState.DONE,  # type: ignore[union-attr]
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+    )
 
 
 def test_a_worker_whose_name_is_taken_over_while_it_runs_stops_and_gives_back_nothing_taken(
@@ -148,7 +190,12 @@ def test_a_worker_whose_name_is_taken_over_while_it_runs_stops_and_gives_back_no
 ) -> None:
     held = queue.enqueue({})
     worker = another(fleet, GATE, pod="pod-a", label="first", args=FAST_BEATS).start()
-    wait_until(lambda: events(redis_client, "start"), message=fleet.logs)
+    wait_for(
+        lambda: events(redis_client, "start"),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
 
     # Another process registers under the same name (from a host it can't be judged on).
     newcomer = make_broker("jobs", pod="pod-a", incarnation="newcomer")

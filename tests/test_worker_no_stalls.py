@@ -15,7 +15,8 @@ from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.tasks import Task
 
-from tests.workers.harness import FAST, Fleet, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import FAST, WORKER_INTERVAL_S, Fleet
 
 H = "tests.workers.handlers"
 HOSTILE = "tests.workers.hostile:hostile"
@@ -26,7 +27,9 @@ def finished(queue: Queue, task_id: str, timeout: float = 15.0) -> Task:
         task = queue.get(task_id)
         return task if task is not None and task.state in ("done", "dead") else None
 
-    return wait_until(check, timeout, f"task {task_id} to finish")
+    return wait_for(
+        check, timeout=timeout, interval=WORKER_INTERVAL_S, what=f"task {task_id} to finish"
+    )
 
 
 def ended(client: redis.Redis, queue: Queue, task_id: str) -> dict[str, str]:
@@ -38,7 +41,9 @@ def ended(client: redis.Redis, queue: Queue, task_id: str) -> dict[str, str]:
         got = {k: v.decode() for k, v in zip(fields, raw, strict=True) if v is not None}
         return got if got.get("state") in ("done", "dead") else None
 
-    return wait_until(check, 15.0, f"task {task_id} to finish")
+    return wait_for(
+        check, timeout=15.0, interval=WORKER_INTERVAL_S, what=f"task {task_id} to finish"
+    )
 
 
 def test_tasks_the_worker_cannot_read_go_dead_with_a_reason_and_the_others_run(

@@ -17,7 +17,15 @@ import pytest
 import redis
 from taskfleet.producer.queue import Queue
 
-from tests.workers.harness import FAST, REPO, Fleet, WorkerProcess, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import (
+    FAST,
+    REPO,
+    WORKER_INTERVAL_S,
+    WORKER_TIMEOUT_S,
+    Fleet,
+    WorkerProcess,
+)
 
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
@@ -35,7 +43,9 @@ def namespace_init(worker: WorkerProcess) -> int:
         pids = path.read_text().split() if path.exists() else []
         return int(pids[0]) if pids else None
 
-    return wait_until(child, message="unshare's child")
+    return wait_for(
+        child, timeout=WORKER_TIMEOUT_S, interval=WORKER_INTERVAL_S, what="unshare's child"
+    )
 
 
 def processes_in_namespace(init_pid: int) -> list[tuple[int, str, str]]:
@@ -69,11 +79,17 @@ def test_sigterm_to_pid_1_drains_the_in_flight_task_and_exits_zero(
     worker = fleet.add("tests.workers.handlers:sleep", prefix=UNSHARE).start()
     init = namespace_init(worker)
     # unshare's child runs unshare's code until it execs the worker.
-    wait_until(
+    wait_for(
         lambda: b"taskfleet" in Path(f"/proc/{init}/cmdline").read_bytes(),
-        message="PID 1 exec'd the worker",
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what="PID 1 exec'd the worker",
     )
-    wait_until(lambda: any(e.startswith("start:") for e in events(redis_client)))
+    wait_for(
+        lambda: any(e.startswith("start:") for e in events(redis_client)),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+    )
 
     os.kill(init, signal.SIGTERM)
 
@@ -93,7 +109,12 @@ def test_pid_1_reaps_orphaned_grandchildren_and_handlers_still_see_exit_codes(
         "tests.workers.handlers:orphan", prefix=UNSHARE, args=[*FAST, "--concurrency", "3"]
     ).start()
     init = namespace_init(worker)
-    wait_until(lambda: len(events(redis_client)) == 3, message="three handlers finished")
+    wait_for(
+        lambda: len(events(redis_client)) == 3,
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what="three handlers finished",
+    )
     # subprocess.run inside the handler got the shell's real status, not a stolen 0.
     assert all(e.startswith("end-3:") for e in events(redis_client)), events(redis_client)
 
@@ -102,8 +123,11 @@ def test_pid_1_reaps_orphaned_grandchildren_and_handlers_still_see_exit_codes(
         return not any(cmd == "sleep" or state == "Z" for _, cmd, state in procs)
 
     # Each orphaned `sleep` ends after 0.2 s; unreaped, it would stay a zombie forever.
-    wait_until(
-        orphans_gone, timeout=10, message=lambda: f"no zombies: {processes_in_namespace(init)}"
+    wait_for(
+        orphans_gone,
+        timeout=10,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"no zombies: {processes_in_namespace(init)}",
     )
     with Queue("jobs", redis_url=redis_url) as queue:
         assert all((t := queue.get(i)) is not None and t.state == "done" for i in ids)
@@ -124,7 +148,11 @@ def test_drain_command_inside_the_namespace_outlives_the_worker_it_drains(
         task_id = queue.enqueue({"seconds": 0.5})
     worker = fleet.add("tests.workers.handlers:sleep", prefix=UNSHARE).start()
     init = namespace_init(worker)
-    wait_until(lambda: any(e.startswith("start:") for e in events(redis_client)))
+    wait_for(
+        lambda: any(e.startswith("start:") for e in events(redis_client)),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+    )
 
     hook = subprocess.run(
         [

@@ -14,7 +14,8 @@ import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.tasks import TaskState
 
-from tests.workers.harness import FAST, Fleet, WorkerProcess, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import FAST, WORKER_INTERVAL_S, Fleet, WorkerProcess
 
 ROUTE = "tests.workers.handlers:route"  # the gate for {"gate": true}, else sleep
 ONE_THREAD = [*FAST, "--concurrency", "1", "--prefetch", "3"]
@@ -38,13 +39,18 @@ def hold_the_thread_with_tasks_waiting(
     """A worker whose one thread runs a gate task while three tasks wait behind it."""
     worker = fleet.add(ROUTE, args=ONE_THREAD).start()
     warmups = queue.enqueue_many([{"payload": {"seconds": 0}} for _ in range(5)])
-    wait_until(lambda: all(state(queue, t) == TaskState.DONE for t in warmups), 15)
+    wait_for(
+        lambda: all(state(queue, t) == TaskState.DONE for t in warmups),
+        timeout=15,
+        interval=WORKER_INTERVAL_S,
+    )
     gate = queue.enqueue({"gate": True})
     waiting = [queue.enqueue({"seconds": 0}) for _ in range(3)]
-    wait_until(
+    wait_for(
         lambda: all(state(queue, t) == TaskState.RUNNING for t in [gate, *waiting]),
-        10,
-        lambda: f"all four held by the worker:\n{fleet.logs()}",
+        timeout=10,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"all four held by the worker:\n{fleet.logs()}",
     )
     return worker, gate, waiting
 
@@ -55,7 +61,11 @@ def test_a_drain_gives_prefetched_tasks_back_at_once_and_finishes_the_running_on
     worker, gate, waiting = hold_the_thread_with_tasks_waiting(fleet, queue)
     worker.signal(signal.SIGTERM)
     # Released while the gate task still runs: not after the drain deadline.
-    wait_until(lambda: all(state(queue, t) == TaskState.PENDING for t in waiting), 10)
+    wait_for(
+        lambda: all(state(queue, t) == TaskState.PENDING for t in waiting),
+        timeout=10,
+        interval=WORKER_INTERVAL_S,
+    )
     assert state(queue, gate) == TaskState.RUNNING
     redis_client.rpush("test:gate", "open")
     assert worker.wait() == 0
@@ -73,17 +83,25 @@ def test_tasks_waiting_a_second_for_a_busy_thread_go_back_for_another_worker(
 ) -> None:
     worker, gate, waiting = hold_the_thread_with_tasks_waiting(fleet, queue)
     worker.wait_event("prefetch_withdrawn", tasks=3)
-    wait_until(lambda: all(state(queue, t) == TaskState.PENDING for t in waiting), 10)
+    wait_for(
+        lambda: all(state(queue, t) == TaskState.PENDING for t in waiting),
+        timeout=10,
+        interval=WORKER_INTERVAL_S,
+    )
     # The busy worker does not claim them again: prefetch is off until runs are short.
     other = fleet.add(ROUTE, pod="pod-b").start()
-    wait_until(lambda: all(state(queue, t) == TaskState.DONE for t in waiting), 15)
+    wait_for(
+        lambda: all(state(queue, t) == TaskState.DONE for t in waiting),
+        timeout=15,
+        interval=WORKER_INTERVAL_S,
+    )
     for task_id in waiting:
         task = queue.get(task_id)
         assert task is not None
         assert (task.pod, task.attempts, task.lost) == ("pod-b", 1, 0)
     assert state(queue, gate) == TaskState.RUNNING
     redis_client.rpush("test:gate", "open")
-    wait_until(lambda: state(queue, gate) == TaskState.DONE, 10)
+    wait_for(lambda: state(queue, gate) == TaskState.DONE, timeout=10, interval=WORKER_INTERVAL_S)
     for process in (worker, other):
         process.signal(signal.SIGTERM)
         assert process.wait() == 0
@@ -95,16 +113,22 @@ def test_a_prefetched_tasks_timeout_counts_from_its_start_not_from_its_claim(
 ) -> None:
     worker = fleet.add(ROUTE, args=ONE_THREAD).start()
     warmups = queue.enqueue_many([{"payload": {"seconds": 0}} for _ in range(5)])
-    wait_until(lambda: all(state(queue, t) == TaskState.DONE for t in warmups), 15)
+    wait_for(
+        lambda: all(state(queue, t) == TaskState.DONE for t in warmups),
+        timeout=15,
+        interval=WORKER_INTERVAL_S,
+    )
     gate = queue.enqueue({"gate": True})
     quick = queue.enqueue({"seconds": 0}, timeout=0.3)
-    wait_until(lambda: state(queue, quick) == TaskState.RUNNING, 10)
+    wait_for(
+        lambda: state(queue, quick) == TaskState.RUNNING, timeout=10, interval=WORKER_INTERVAL_S
+    )
     held_since = time.monotonic()
     # Hold it waiting well past its timeout (but under the 1 s prefetch wait) ...
-    wait_until(lambda: time.monotonic() - held_since > 0.6, 5)
+    wait_for(lambda: time.monotonic() - held_since > 0.6, timeout=5, interval=WORKER_INTERVAL_S)
     redis_client.rpush("test:gate", "open")
     # ... then it runs in no time: done on its first attempt, no timeout recorded.
-    wait_until(lambda: state(queue, quick) == TaskState.DONE, 10)
+    wait_for(lambda: state(queue, quick) == TaskState.DONE, timeout=10, interval=WORKER_INTERVAL_S)
     task = queue.get(quick)
     assert task is not None
     assert (task.attempts, task.error) == (1, None), task
@@ -121,10 +145,11 @@ def test_prefetched_tasks_of_a_sigkilled_worker_come_back_and_run_once(
     # The pod's next incarnation takes back what the killed one held, prefetched or not.
     worker.start()
     redis_client.rpush("test:gate", "open")
-    wait_until(
+    wait_for(
         lambda: all(state(queue, t) == TaskState.DONE for t in [gate, *waiting]),
-        15,
-        lambda: f"all done:\n{fleet.logs()}",
+        timeout=15,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"all done:\n{fleet.logs()}",
     )
     starts = [e.decode().split(":")[1] for e in redis_client.lrange("test:events", 0, -1)]
     for task_id in waiting:

@@ -15,7 +15,15 @@ from taskfleet.producer.queue import Queue
 from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import RedisServer, RedisServerFactory
-from tests.workers.harness import FAST, Fleet, env_for, taskfleet, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import (
+    FAST,
+    WORKER_INTERVAL_S,
+    WORKER_TIMEOUT_S,
+    Fleet,
+    env_for,
+    taskfleet,
+)
 
 SLEEP = "tests.workers.handlers:sleep"
 PASSWORD = "s3cret-admin-pw"
@@ -103,7 +111,11 @@ def test_a_running_worker_refused_later_logs_one_line_and_exits_2(
             SLEEP, args=FAST, env={"TASKFLEET_REDIS_URL": secured.url_as("full", USER_PASSWORD)}
         ).start()
         first = queue.enqueue({})
-        wait_until(lambda: queue.get(first).state is TaskState.DONE)  # type: ignore[union-attr]
+        wait_for(
+            lambda: queue.get(first).state is TaskState.DONE,  # type: ignore[union-attr]
+            timeout=WORKER_TIMEOUT_S,
+            interval=WORKER_INTERVAL_S,
+        )
         if change == "password rotated":
             admin.execute_command("ACL", "SETUSER", "full", "resetpass", ">rotated-pw")
             admin.execute_command("CLIENT", "KILL", "USER", "full")

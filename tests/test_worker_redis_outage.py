@@ -17,7 +17,8 @@ from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.runs import Outcome, Run
 
 from tests.fixtures_redis import RedisServerFactory, free_port
-from tests.workers.harness import FAST, Fleet, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import FAST, WORKER_INTERVAL_S, WORKER_TIMEOUT_S, Fleet
 
 
 def test_workers_ride_out_a_redis_restart_and_every_task_gets_done(
@@ -39,9 +40,19 @@ def test_workers_ride_out_a_redis_restart_and_every_task_gets_done(
             with Queue("jobs", redis_url=server.url) as queue:
                 return queue.stats()["done"]
 
-        wait_until(lambda: done() >= 10, message="some tasks done before the restart")
+        wait_for(
+            lambda: done() >= 10,
+            timeout=WORKER_TIMEOUT_S,
+            interval=WORKER_INTERVAL_S,
+            what="some tasks done before the restart",
+        )
         server.restart()
-        wait_until(lambda: done() == len(ids), timeout=30, message="every task done")
+        wait_for(
+            lambda: done() == len(ids),
+            timeout=30,
+            interval=WORKER_INTERVAL_S,
+            what="every task done",
+        )
 
         with Queue("jobs", redis_url=server.url) as queue:
             stats = queue.stats()
@@ -79,7 +90,12 @@ def test_an_outage_longer_than_the_lease_loses_nothing_and_logs_once(
             with Queue("jobs", redis_url=server.url) as queue:
                 return queue.stats()["running"]
 
-        wait_until(lambda: running() > 0, message="tasks running before the outage")
+        wait_for(
+            lambda: running() > 0,
+            timeout=WORKER_TIMEOUT_S,
+            interval=WORKER_INTERVAL_S,
+            what="tasks running before the outage",
+        )
         server.stop()
         worker.wait_event("redis_unreachable")
         # The scenario, not a wait on a condition: stay down past several lease TTLs (1 s),
@@ -92,7 +108,9 @@ def test_an_outage_longer_than_the_lease_loses_nothing_and_logs_once(
             with Queue("jobs", redis_url=server.url) as queue:
                 return queue.stats()["done"]
 
-        wait_until(lambda: done() == len(ids), timeout=30, message=worker.log_text)
+        wait_for(
+            lambda: done() == len(ids), timeout=30, interval=WORKER_INTERVAL_S, what=worker.log_text
+        )
         with Queue("jobs", redis_url=server.url) as queue:
             stats = queue.stats()
         assert stats["dead"] == 0 and stats["pending"] == 0 and stats["running"] == 0
@@ -203,7 +221,12 @@ def test_calls_a_hung_redis_runs_late_cost_no_task_an_attempt_a_loss_or_a_stale_
         def done() -> int:
             return int(client.zcard("tf:{jobs}:done"))
 
-        wait_until(lambda: done() >= 100, message="tasks flowing before the stop")
+        wait_for(
+            lambda: done() >= 100,
+            timeout=WORKER_TIMEOUT_S,
+            interval=WORKER_INTERVAL_S,
+            what="tasks flowing before the stop",
+        )
         assert server.process is not None
         server.process.send_signal(signal.SIGSTOP)
         try:
@@ -213,7 +236,12 @@ def test_calls_a_hung_redis_runs_late_cost_no_task_an_attempt_a_loss_or_a_stale_
                 worker.wait_event("redis_unreachable", timeout=15)
         finally:
             server.process.send_signal(signal.SIGCONT)
-        wait_until(lambda: done() == len(ids), timeout=60, message="every task done")
+        wait_for(
+            lambda: done() == len(ids),
+            timeout=60,
+            interval=WORKER_INTERVAL_S,
+            what="every task done",
+        )
         with Queue("jobs", redis_url=server.url) as queue:
             stats = queue.stats()
         assert (stats["lost"], stats["stale"], stats["dead"]) == (0, 0, 0), stats

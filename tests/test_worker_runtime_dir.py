@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from taskfleet.worker.runtime import process_start
 
-from tests.workers.harness import Fleet, env_for, taskfleet, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import WORKER_INTERVAL_S, WORKER_TIMEOUT_S, Fleet, env_for, taskfleet
 
 SLEEP = "tests.workers.handlers:sleep"
 
@@ -87,7 +88,12 @@ def test_the_worker_never_writes_its_runtime_file_through_a_planted_symlink(
     worker = fleet.add(SLEEP).start()
     worker.wait_event("worker_started")
     runtime = worker.runtime_dir
-    wait_until((runtime / "worker.json").exists, message="the runtime file")
+    wait_for(
+        (runtime / "worker.json").exists,
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what="the runtime file",
+    )
     # Symlinks at the file's own name and at the temp name the writer used to use.
     planted = tmp_path / "planted"
     planted.symlink_to(victim)
@@ -111,7 +117,12 @@ def test_the_default_runtime_directory_is_private_and_an_unsafe_one_is_refused(
     worker.start()
     worker.wait_event("worker_started")
     private = xdg / "taskfleet"
-    wait_until((private / "worker.json").exists, message="the runtime file")
+    wait_for(
+        (private / "worker.json").exists,
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what="the runtime file",
+    )
     assert private.stat().st_mode & 0o777 == 0o700
     assert (private / "worker.json").stat().st_mode & 0o777 == 0o600
     # `taskfleet drain` finds it there too.

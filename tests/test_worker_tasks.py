@@ -19,7 +19,8 @@ from taskfleet.worker import Worker, WorkerSettings
 from taskfleet.worker.broker import Broker, ClaimResult
 from taskfleet.worker.handlers import load_handler
 
-from tests.workers.harness import FAST, Fleet, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import FAST, WORKER_INTERVAL_S, WORKER_TIMEOUT_S, Fleet
 
 H = "tests.workers.handlers"
 
@@ -40,7 +41,9 @@ def finished(queue: Queue, task_id: str, timeout: float = 15.0) -> Task:
         task = queue.get(task_id)
         return task if task is not None and task.state in ("done", "dead") else None
 
-    return wait_until(check, timeout, f"task {task_id} to finish")
+    return wait_for(
+        check, timeout=timeout, interval=WORKER_INTERVAL_S, what=f"task {task_id} to finish"
+    )
 
 
 def test_sync_and_async_handlers_store_their_json_result(fleet: Fleet, queue: Queue) -> None:
@@ -133,7 +136,11 @@ def test_a_restarted_pod_takes_back_what_its_earlier_incarnation_held(
     task_id = queue.enqueue({"seconds": 60})
     worker = fleet.add(f"{H}:slow_first", pod="pod-x", args=["--heartbeat-interval", "0.2"])
     worker.start()
-    wait_until(lambda: any(e.startswith("start1:") for e in events(redis_client)))
+    wait_for(
+        lambda: any(e.startswith("start1:") for e in events(redis_client)),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+    )
     worker.kill()
     worker.start()  # same pod name, new incarnation
     task = finished(queue, task_id, timeout=10)
@@ -146,14 +153,23 @@ def test_a_worker_whose_lease_was_taken_back_abandons_the_task_and_writes_nothin
 ) -> None:
     task_id = queue.enqueue({"seconds": 1.5})
     first = fleet.add(f"{H}:sleep", pod="pod-a").start()
-    wait_until(lambda: events(redis_client), message="the task started")
+    wait_for(
+        lambda: events(redis_client),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what="the task started",
+    )
     # What the operator does when it believes pod-a is gone.
     assert queue.requeue_pod("pod-a") == 1
     second = fleet.add(f"{H}:sleep", pod="pod-b").start()
     task = finished(queue, task_id)
     assert task.state == "done" and task.lost == 1
     first.wait_event("lease_lost", task=task_id)
-    wait_until(lambda: first.has_event("task_result_dropped", task=task_id))
+    wait_for(
+        lambda: first.has_event("task_result_dropped", task=task_id),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+    )
     assert queue.stats()["stale"] == 0  # it never even tried to write
     for worker in (first, second):
         worker.signal(signal.SIGTERM)
@@ -165,7 +181,12 @@ def test_an_unexpected_redis_error_gives_the_tasks_back_as_lost_and_exits_1_with
 ) -> None:
     task_id = queue.enqueue({"seconds": 30})
     worker = fleet.add(f"{H}:sleep").start()
-    wait_until(lambda: events(redis_client), message="the task started")
+    wait_for(
+        lambda: events(redis_client),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what="the task started",
+    )
     # Something clobbers a key of the queue: heartbeats now fail with WRONGTYPE.
     redis_client.delete("tf:{jobs}:workers")
     redis_client.set("tf:{jobs}:workers", "not a hash")

@@ -31,7 +31,8 @@ from taskfleet.worker.runtime import (
 from taskfleet.worker.runtime_file import RuntimeFile
 from taskfleet.worker.slots import PREFETCH_RUN_LIMIT_S, Slots
 
-from tests.workers.harness import env_for, taskfleet, wait_until
+from tests.polling import wait_for
+from tests.workers.harness import WORKER_INTERVAL_S, WORKER_TIMEOUT_S, env_for, taskfleet
 
 
 @pytest.mark.parametrize(
@@ -91,7 +92,12 @@ def test_a_zombie_counts_as_gone_for_drain() -> None:
     child = subprocess.Popen(["true"])
     try:
         # Not reaped yet: a zombie once it exits; kill(pid, 0) would still succeed.
-        wait_until(lambda: not pid_alive(child.pid), message="the exited child to count as gone")
+        wait_for(
+            lambda: not pid_alive(child.pid),
+            timeout=WORKER_TIMEOUT_S,
+            interval=WORKER_INTERVAL_S,
+            what="the exited child to count as gone",
+        )
     finally:
         child.wait()
     assert pid_alive(os.getpid())

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from e2e.lib.fleet import Fleet, Operator, taskqueue_manifest
-from e2e.lib.kube import VERSIONS, Kube, KubectlError, is_ready, wait_for
+from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, VERSIONS, Kube, KubectlError, is_ready
 from e2e.lib.portforward import PortForward
+from tests.polling import wait_for
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 REDIS_IMAGE = os.environ.get("TASKFLEET_REDIS_IMAGE") or VERSIONS.get(
@@ -47,7 +48,13 @@ def operator() -> Operator:
     """The deployed operator, ready; the suite cannot say anything without it."""
     Kube().run("get", "crd", "taskqueues.taskfleet.dev", namespaced=False)
     found = Operator.find()
-    wait_for("a ready operator pod", found.ready_pods, timeout=120)
+    wait_for(
+        found.ready_pods,
+        timeout=120,
+        interval=CLUSTER_INTERVAL_S,
+        what="a ready operator pod",
+        ignoring=CLUSTER_ERRORS,
+    )
     return found
 
 
@@ -125,9 +132,11 @@ def redis_forward(namespace: Kube) -> Iterator[PortForward]:
     )
     namespace.apply_yaml(text)
     wait_for(
-        "the test Redis to be ready",
         lambda: is_ready(namespace.get("pod", "redis") or {"metadata": {}}),
         timeout=90,
+        interval=CLUSTER_INTERVAL_S,
+        what="the test Redis to be ready",
+        ignoring=CLUSTER_ERRORS,
     )
     assert namespace.namespace is not None
     forward = PortForward(namespace.namespace, "svc/redis")

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from e2e.lib.kube import VERSIONS, Kube, is_ready, names, wait_for
+from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, VERSIONS, Kube, is_ready, names
 from e2e.lib.ledger import SAMPLE_HANDLER, QueueView
 from e2e.lib.portforward import PortForward
+from tests.polling import wait_for
 
 __all__ = [
     "OPERATOR_IMAGE_HINT",
@@ -74,9 +75,11 @@ class Fleet:
     def deployment(self) -> dict[str, Any]:
         if self._deployment_name is None:
             self._deployment_name = wait_for(
-                f"the Deployment of TaskQueue {self.name}",
                 self._find_deployment,
                 timeout=60,
+                interval=CLUSTER_INTERVAL_S,
+                what=f"the Deployment of TaskQueue {self.name}",
+                ignoring=CLUSTER_ERRORS,
             )
         obj = self.kube.get("deployment", self._deployment_name)
         assert obj is not None, f"Deployment {self._deployment_name} is gone"
@@ -135,12 +138,22 @@ class Fleet:
                 return None
             return pod_names or ["<none>"]
 
-        result = wait_for(f"{replicas} ready worker pods of {self.name}", probe, timeout=timeout)
+        result = wait_for(
+            probe,
+            timeout=timeout,
+            interval=CLUSTER_INTERVAL_S,
+            what=f"{replicas} ready worker pods of {self.name}",
+            ignoring=CLUSTER_ERRORS,
+        )
         return [] if result == ["<none>"] else result
 
     def wait_pod_gone(self, pod: str, timeout: float) -> None:
         wait_for(
-            f"pod {pod} to be gone", lambda: self.kube.get("pod", pod) is None, timeout=timeout
+            lambda: self.kube.get("pod", pod) is None,
+            timeout=timeout,
+            interval=CLUSTER_INTERVAL_S,
+            what=f"pod {pod} to be gone",
+            ignoring=CLUSTER_ERRORS,
         )
 
     def wait_status(self, what: str, check: Any, timeout: float = 60) -> dict[str, Any]:
@@ -150,7 +163,13 @@ class Fleet:
             status: dict[str, Any] = self.taskqueue().get("status") or {}
             return status if check(status) else None
 
-        return wait_for(f"TaskQueue {self.name} status: {what}", probe, timeout=timeout)
+        return wait_for(
+            probe,
+            timeout=timeout,
+            interval=CLUSTER_INTERVAL_S,
+            what=f"TaskQueue {self.name} status: {what}",
+            ignoring=CLUSTER_ERRORS,
+        )
 
     def printer_columns(self) -> dict[str, str]:
         """``kubectl get tq NAME`` as the user sees it: header -> value."""

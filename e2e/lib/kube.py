@@ -13,14 +13,15 @@ import re
 import shlex
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
 __all__ = [
+    "CLUSTER_ERRORS",
+    "CLUSTER_INTERVAL_S",
     "KUBECTL",
     "VERSIONS",
     "Kube",
@@ -29,7 +30,6 @@ __all__ = [
     "NodeShell",
     "PodWatch",
     "log_events",
-    "wait_for",
 ]
 
 KUBECTL = os.environ.get("KUBECTL", "kubectl")
@@ -47,7 +47,6 @@ def _read_versions() -> dict[str, str]:
 
 
 VERSIONS = _read_versions()
-T = TypeVar("T")
 
 
 class KubectlError(RuntimeError):
@@ -61,31 +60,11 @@ class KubectlError(RuntimeError):
         super().__init__(f"{shlex.join(argv)} exited {returncode}: {stderr.strip()[-2000:]}")
 
 
-def wait_for(
-    what: str,
-    probe: Callable[[], T | None],
-    *,
-    timeout: float,
-    interval: float = 0.5,
-) -> T:
-    """Poll ``probe`` until it returns something truthy; fail with ``what`` at the deadline.
-
-    The last exception the probe raised is kept in the failure message: a condition that
-    never came true because of a broken probe must say so.
-    """
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = probe()
-            if value:
-                return value
-        except (KubectlError, OSError, ValueError, KeyError) as exc:
-            last_error = exc
-        if time.monotonic() >= deadline:
-            detail = f" (last error: {last_error})" if last_error else ""
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-        time.sleep(interval)
+#: A poll of the cluster costs a kubectl process or a round trip through a port-forward.
+CLUSTER_INTERVAL_S = 0.5
+#: What a probe of the cluster raises while what it reads is not there yet (kubectl
+#: failing, a tunnel being restarted, an object or a field not written yet): not yet.
+CLUSTER_ERRORS = (KubectlError, OSError, ValueError, KeyError)
 
 
 class Kube:

@@ -16,8 +16,9 @@ from typing import Any
 import redis
 from taskfleet.protocol.keys import QueueKeys
 
-from e2e.lib.kube import wait_for
+from e2e.lib.kube import CLUSTER_ERRORS
 from e2e.lib.portforward import PortForward
+from tests.polling import wait_for
 
 __all__ = ["Accounting", "QueueView"]
 
@@ -173,8 +174,12 @@ class QueueView:
             last[:] = [result]
             return result if not result.unfinished else None
 
-        try:
-            return wait_for(f"{len(task_ids)} tasks to finish", probe, timeout=timeout, interval=1)
-        except TimeoutError as exc:
-            detail = last[0].summary() if last else "no reading"
-            raise TimeoutError(f"{exc}: {detail}") from None
+        return wait_for(
+            probe,
+            timeout=timeout,
+            interval=1,
+            what=lambda: (
+                f"{len(task_ids)} tasks to finish: {last[0].summary() if last else 'no reading'}"
+            ),
+            ignoring=CLUSTER_ERRORS,
+        )

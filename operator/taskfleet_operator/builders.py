@@ -1,8 +1,9 @@
 """Pure functions from a TaskQueue spec to the objects the operator applies.
 
-No I/O here: every function takes the validated model and returns plain dicts, so the
-whole shape of a worker fleet is unit-tested without a cluster, and the handlers only
-apply what these return.
+No I/O here: every function takes the validated model and returns plain dicts (or, for
+the queue's shared settings, the library's own `QueueConfig`), so the whole shape of a
+worker fleet is unit-tested without a cluster, and the handlers only apply what these
+return.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
+
+from taskfleet.protocol import environment
+from taskfleet.protocol.config import QueueConfig
 
 from taskfleet_operator.models import GROUP, QUEUE_LABEL, TaskQueueSpec
 
@@ -71,26 +75,28 @@ def redis_url_env(spec: TaskQueueSpec) -> dict[str, Any]:
     ref = spec.redis.secret_ref
     if ref is not None:
         return {
-            "name": "TASKFLEET_REDIS_URL",
+            "name": environment.REDIS_URL,
             "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}},
         }
-    return {"name": "TASKFLEET_REDIS_URL", "value": spec.redis.url}
+    return {"name": environment.REDIS_URL, "value": spec.redis.url}
 
 
 def worker_env(spec: TaskQueueSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         redis_url_env(spec),
         {
-            "name": "TASKFLEET_POD_NAME",
+            "name": environment.POD_NAME,
             "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
         },
-        {"name": "TASKFLEET_RUNTIME_DIR", "value": RUNTIME_DIR},
+        {"name": environment.RUNTIME_DIR, "value": RUNTIME_DIR},
     ]
     env += [var.model_dump(by_alias=True, exclude_none=True) for var in spec.env]
     return env
 
 
 def worker_args(namespace: str, name: str, spec: TaskQueueSpec) -> list[str]:
+    """The worker's options. No ``--lease-ttl``: the lease TTL is the queue's setting,
+    which the operator writes (`queue_config`) and every worker reads at start."""
     return [
         "--queue",
         queue_name(namespace, name),
@@ -102,8 +108,6 @@ def worker_args(namespace: str, name: str, spec: TaskQueueSpec) -> list[str]:
         str(drain_seconds(spec)),
         "--heartbeat-interval",
         str(spec.heartbeat.interval_seconds),
-        "--lease-ttl",
-        str(spec.heartbeat.ttl_seconds),
     ]
 
 
@@ -244,12 +248,13 @@ def owns_worker_pod(pod: dict[str, Any], name: str) -> bool:
     )
 
 
-def queue_config_fields(spec: TaskQueueSpec) -> dict[str, Any]:
-    """The queue's shared settings (`taskfleet.QueueConfig` fields) from the spec.
+def queue_config(spec: TaskQueueSpec) -> QueueConfig:
+    """The queue's shared settings from the spec, as the library stores them.
 
-    Kept as a dict so this module stays free of the Redis library; the sweeper turns it
-    into a `QueueConfig`. maxTaskDurationSeconds is also the default task timeout: a
-    task may not outlive the drain deadline it was promised.
+    The operator is their one writer (workers only read them, the lease TTL included).
+    maxTaskDurationSeconds is also the default task timeout: a task may not outlive the
+    drain deadline it was promised. Unset optional limits are left out, so
+    `QueueConfig`'s own defaults apply.
     """
     limit = spec.rate_limit
     fields = {
@@ -266,5 +271,6 @@ def queue_config_fields(spec: TaskQueueSpec) -> dict[str, Any]:
         "dead_retention_s": spec.retention.dead_seconds,
         "default_timeout_s": spec.max_task_duration_seconds,
     }
-    # Unset optional limits are left out: QueueConfig's own defaults apply.
-    return {key: value for key, value in fields.items() if value is not None}
+    return QueueConfig.model_validate(
+        {key: value for key, value in fields.items() if value is not None}
+    )

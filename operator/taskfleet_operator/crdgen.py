@@ -207,6 +207,7 @@ def build_crd() -> dict[str, Any]:
                     },
                     "additionalPrinterColumns": [
                         _column("Replicas", ".spec.replicas"),
+                        _column("Desired", ".status.desiredReplicas"),
                         _column("Ready", ".status.readyReplicas"),
                         _column("Pending", ".status.pending"),
                         _column("Running", ".status.running"),

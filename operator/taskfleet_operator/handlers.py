@@ -1,32 +1,29 @@
-"""kopf registrations: thin wrappers that delegate to `reconcile` and `sweeper`.
+"""kopf registrations, and nothing else: each handler reads what kopf hands it, calls
+`reconcile`, `sweeper` and the pure functions of `status`, and applies what they return.
 
 Run with ``python -m taskfleet_operator`` (or ``kopf run -m taskfleet_operator.handlers
 --standalone -A``). Handlers are sync: kopf runs them in its thread pool, where the
-blocking Redis and Kubernetes clients belong.
+blocking Redis and Kubernetes clients belong. What they remember between calls is in
+kopf's memos (`memos`), not in this module.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 import redis
-from kubernetes.client.exceptions import ApiException
 
-from taskfleet_operator import builders, kube, reconcile, sweeper
+from taskfleet_operator import builders, kube, memos, reconcile, sweeper
 from taskfleet_operator import status as tqstatus
+from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
 from taskfleet_operator.settings import OperatorSettings, configure_kopf
 
+# Read at import: the sweep timer's interval is fixed when it is registered.
 SETTINGS = OperatorSettings.from_env()
-CONNECTIONS = sweeper.Connections(reconcile.resolve_redis_url, SETTINGS.redis_timeout_s)
-# Pods seen registered in Redis but missing from the API at the previous sweep, per queue.
-SUSPECTS: dict[tuple[str, str], set[str]] = {}
-# Generations the create/update handler could not apply, with the Ready reason/message:
-# the sweep keeps that condition (and leaves the Deployment alone) until one applies.
-FAILED: dict[tuple[str, str], tuple[int | None, str, str]] = {}
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 TASKQUEUES = (GROUP, VERSION, PLURAL)
@@ -39,14 +36,23 @@ def _ns(namespace: str | None) -> str:
     return namespace
 
 
+def _apply(body: kopf.Body, patch: kopf.Patch, update: tqstatus.StatusUpdate) -> None:
+    """Write a computed status update: its fields to the status patch, its events."""
+    for field, value in update.patch.items():
+        patch.status[field] = value
+    for event in update.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
 @kopf.on.startup()
-def startup(*, settings: kopf.OperatorSettings, **_: Any) -> None:
+def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure_kopf(settings)
+    memos.keep_connections(memo, Connections(SETTINGS.redis_timeout_s))
 
 
 @kopf.on.cleanup()
-def cleanup(**_: Any) -> None:
-    CONNECTIONS.close()
+def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
+    memos.connections(memo).close()
 
 
 # ----------------------------------------------------------------------------- indexes
@@ -76,18 +82,6 @@ def taskqueue_specs(*, name: str, namespace: str | None, body: kopf.Body, **_: A
 # ----------------------------------------------------------------------------- TaskQueue
 
 
-def _report_invalid(body: kopf.Body, patch: kopf.Patch, error: Exception) -> None:
-    message = str(error)
-    meta = body["metadata"]
-    key = (meta["namespace"], meta["name"])
-    FAILED[key] = (meta.get("generation"), type(error).__name__, message)
-    conditions = body.get("status", {}).get("conditions")
-    patch.status["conditions"] = tqstatus.set_condition(
-        conditions, tqstatus.READY, False, type(error).__name__, message
-    )
-    kopf.warn(body, reason=type(error).__name__, message=message)
-
-
 # An unexpected error (API hiccup, Redis library error) is retried after 10 s, not kopf's
 # default 60 s: a fleet waiting for its Deployment should not wait a minute.
 @kopf.on.resume(*TASKQUEUES, backoff=10)
@@ -100,31 +94,30 @@ def reconcile_taskqueue(
     name: str,
     namespace: str | None,
     meta: kopf.Meta,
+    status: kopf.Status,
     patch: kopf.Patch,
+    memo: kopf.Memo,
     logger: Logger,
     **_: Any,
 ) -> None:
     """Validate, apply the Deployment, write the queue's settings to Redis."""
-    namespace = _ns(namespace)
+    namespace, memory, connections = _ns(namespace), memos.taskqueue(memo), memos.connections(memo)
     try:
         model = reconcile.parse_spec(spec)
-    except reconcile.InvalidSpec as error:
-        _report_invalid(body, patch, error)
+        reconcile.apply_fleet(body, model, connections, logger)
+    except (reconcile.InvalidSpec, reconcile.DeploymentRejected, reconcile.NotOwned) as error:
+        failure = tqstatus.Failure(meta.get("generation"), type(error).__name__, str(error))
+        memory.failure = failure
+        _apply(body, patch, tqstatus.after_rejection(status, failure, now=tqstatus.now_iso()))
+        if isinstance(error, reconcile.NotOwned):  # may be deleted or renamed: try again
+            raise kopf.TemporaryError(str(error), delay=30) from None
         raise kopf.PermanentError(str(error)) from None
+    memory.failure = None
     try:
-        reconcile.apply_fleet(body, model, CONNECTIONS, logger)
-    except reconcile.DeploymentRejected as error:
-        _report_invalid(body, patch, error)
-        raise kopf.PermanentError(str(error)) from None
-    except reconcile.NotOwned as error:
-        _report_invalid(body, patch, error)
-        raise kopf.TemporaryError(str(error), delay=30) from None
-    FAILED.pop((namespace, name), None)
-    try:
-        reconcile.configure_queue(namespace, name, model, CONNECTIONS)
+        reconcile.configure_queue(namespace, name, model, connections)
     except (redis.RedisError, kube.SecretUnavailable) as error:
         # The sweep retries every few seconds and reports the outage in status.
-        logger.info("queue settings not written yet: %s", sweeper.describe_error(error))
+        logger.info("queue settings not written yet: %s", describe_error(error))
     patch.status["selector"] = builders.selector_string(name)
     patch.status["observedGeneration"] = meta.get("generation")
 
@@ -135,7 +128,13 @@ def _purge_requested(spec: kopf.Spec, **_: Any) -> bool:
 
 @kopf.on.delete(*TASKQUEUES, when=_purge_requested, retries=30, backoff=10)
 def purge_queue(
-    *, spec: kopf.Spec, name: str, namespace: str | None, logger: Logger, **_: Any
+    *,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: Logger,
+    **_: Any,
 ) -> None:
     """onDelete: Purge: delete the queue's Redis keys (the finalizer holds until done)."""
     namespace = _ns(namespace)
@@ -145,20 +144,21 @@ def purge_queue(
         logger.warning("spec is invalid: nothing to purge")
         return
     try:
-        CONNECTIONS.get(namespace, name, model).purge()
+        memos.connections(memo).get(namespace, name, model).purge()
     except (redis.RedisError, kube.SecretUnavailable) as error:
         raise kopf.TemporaryError(
-            f"cannot purge the queue yet: {sweeper.describe_error(error)}", delay=10
+            f"cannot purge the queue yet: {describe_error(error)}", delay=10
         ) from None
     logger.info("purged queue %s", builders.queue_name(namespace, name))
 
 
 @kopf.on.event(*TASKQUEUES)
-def forget_deleted_taskqueue(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
+def forget_deleted_taskqueue(
+    *, type: str, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    """A TaskQueue gone: close its connection (kopf drops its memo itself)."""
     if type == "DELETED":
-        CONNECTIONS.forget(_ns(namespace), name)
-        SUSPECTS.pop((_ns(namespace), name), None)
-        FAILED.pop((_ns(namespace), name), None)
+        memos.connections(memo).forget(_ns(namespace), name)
 
 
 # kopf puts its finalizer (ours, see settings) on every TaskQueue because of this timer:
@@ -173,124 +173,37 @@ def sweep_taskqueue(
     namespace: str | None,
     status: kopf.Status,
     patch: kopf.Patch,
+    memo: kopf.Memo,
     logger: Logger,
     **kwargs: Any,
 ) -> None:
     """Requeue orphans, run Redis housekeeping and cron, and write status."""
-    namespace = _ns(namespace)
-    worker_pods: kopf.Index[tuple[str, str], str] = kwargs["worker_pods"]
-    worker_deployments: kopf.Index[tuple[str, str], Any] = kwargs["worker_deployments"]
-    taskqueue_specs: kopf.Index[tuple[str, str], Any] = kwargs["taskqueue_specs"]
-    known = reconcile.first(taskqueue_specs.get((namespace, name)))
-    if known is None or known["ref"]["metadata"]["uid"] != body["metadata"]["uid"]:
-        # The TaskQueue is gone (its finalizer was removed by hand, so kopf could not stop
-        # this timer): never sweep a queue nobody declares any more.
-        return
+    key = (_ns(namespace), name)
+    if not reconcile.still_declared(kwargs["taskqueue_specs"].get(key), body):
+        return  # its finalizer was removed by hand: never sweep a queue nobody declares
     try:
         model = reconcile.parse_spec(spec)
     except reconcile.InvalidSpec:
         return  # reported by the create/update handler
-    key = (namespace, name)
-    live = list(worker_pods.get(key, []))
-    deployment = reconcile.first(worker_deployments.get(key))
-    failure = FAILED.get(key)
-    held = failure is not None and failure[0] == body["metadata"].get("generation")
-    if deployment is None and not held and status.get("observedGeneration") is not None:
-        # Only a Deployment that went missing after the handler applied one is restored
-        # here: re-applying on any difference could race a spec update with this tick's
-        # older body and roll the pods back and forth.
-        _restore_fleet(body, model, logger)
-    conditions = list(status.get("conditions") or [])
-    desired: dict[str, Any] = {}
-    schedule_errors: dict[str, str] = {}
-    try:
-        queue = CONNECTIONS.get(namespace, name, model)
-        report = sweeper.sweep_queue(
-            queue,
-            model,
-            live_pods=live,
-            suspects=SUSPECTS.get(key, set()),
-            pod_gone=_pod_gone_checker(namespace, logger),
-            created_at=reconcile.creation_time(body),
-            catchup_s=SETTINGS.schedule_catchup_s,
-        )
-    except kube.SecretUnavailable as error:
-        conditions = _redis_down(body, conditions, "SecretUnavailable", str(error))
-    except redis.RedisError as error:
-        CONNECTIONS.invalidate(namespace, name)  # a rotated Secret is read again next tick
-        message = f"cannot reach Redis: {sweeper.describe_error(error)}"
-        conditions = _redis_down(body, conditions, "RedisUnreachable", message)
-    else:
-        SUSPECTS[key] = report.suspects
-        schedule_errors = report.schedule_errors
-        for pod, count in report.requeued.items():
-            kopf.event(
-                body,
-                type="Normal",
-                reason="Requeued",
-                message=f"requeued {count} tasks of pod {pod}: pod {pod} is gone from the API",
-            )
-        for task_id in report.fired:
-            logger.info("schedule fired: task %s", task_id)
-        if tqstatus.is_false(conditions, tqstatus.REDIS_REACHABLE):
-            kopf.event(
-                body, type="Normal", reason="RedisReachable", message="Redis is reachable again"
-            )
-        conditions = tqstatus.set_condition(
-            conditions, tqstatus.REDIS_REACHABLE, True, "Connected", "Redis answers"
-        )
-        desired.update(tqstatus.queue_counts(report.stats, len(live)))
-    replicas, ready = reconcile.deployment_status(model, deployment)
-    desired["replicas"] = replicas
-    desired["readyReplicas"] = ready
-    desired["selector"] = builders.selector_string(name)
-    if failure is not None and held:
-        _, reason, message = failure
-        conditions = tqstatus.set_condition(conditions, tqstatus.READY, False, reason, message)
-    elif schedule_errors:
-        conditions, news = reconcile.schedules_refused(conditions, schedule_errors)
-        if news:
-            kopf.warn(body, reason="InvalidSpec", message=news)
-    else:
-        conditions = reconcile.ready_condition(conditions, model, ready)
-    desired["conditions"] = conditions
-    for field, value in tqstatus.changes(status, desired).items():
-        patch.status[field] = value
-
-
-def _pod_gone_checker(namespace: str, logger: Logger) -> Callable[[str], bool]:
-    """`kube.pod_gone` for the sweep, where an API error means "not known to be gone"."""
-
-    def gone(pod: str) -> bool:
-        try:
-            return kube.pod_gone(pod, namespace)
-        except ApiException as error:
-            # The pod stays suspect and is asked about again at the next sweep.
-            logger.warning("cannot tell whether pod %s is gone: %s", pod, error.reason)
-            return False
-
-    return gone
-
-
-def _restore_fleet(body: kopf.Body, model: Any, logger: Logger) -> None:
-    """Re-apply a worker Deployment that was deleted by someone else."""
-    logger.info("worker Deployment missing: applying it again")
-    try:
-        reconcile.apply_fleet(body, model, CONNECTIONS, logger)
-    except (reconcile.NotOwned, reconcile.DeploymentRejected):
-        pass  # reported by the create/update handler
-    except ApiException as error:
-        logger.warning("worker Deployment not restored yet: %s", error.reason)
-
-
-def _redis_down(
-    body: kopf.Body, conditions: list[dict[str, Any]], reason: str, message: str
-) -> list[dict[str, Any]]:
-    """RedisReachable=False; an event only when the outage starts or changes kind."""
-    previous = tqstatus.find(conditions, tqstatus.REDIS_REACHABLE)
-    if previous is None or previous.get("status") != "False" or previous.get("reason") != reason:
-        kopf.warn(body, reason=reason, message=message)
-    return tqstatus.set_condition(conditions, tqstatus.REDIS_REACHABLE, False, reason, message)
+    memory, connections = memos.taskqueue(memo), memos.connections(memo)
+    failure = tqstatus.failure_of(memory.failure, body["metadata"].get("generation"))
+    deployment = reconcile.first(kwargs["worker_deployments"].get(key))
+    if reconcile.deployment_lost(deployment, failure, status):
+        reconcile.restore_fleet(body, model, connections, logger)
+    live = list(kwargs["worker_pods"].get(key, []))
+    outcome = sweeper.sweep_taskqueue(
+        connections,
+        body,
+        model,
+        live_pods=live,
+        suspects=memory.suspects,
+        catchup_s=SETTINGS.schedule_catchup_s,
+        logger=logger,
+    )
+    if isinstance(outcome, sweeper.SweepReport):
+        memory.suspects = outcome.suspects
+    swept = tqstatus.Swept(name, model, status, deployment, len(live), outcome, failure)
+    _apply(body, patch, tqstatus.after_sweep(swept, now=tqstatus.now_iso()))
 
 
 # ----------------------------------------------------------------------------- pods
@@ -303,24 +216,23 @@ def worker_pod_event(
     name: str,
     namespace: str | None,
     labels: Mapping[str, str],
+    memo: kopf.Memo,
     logger: Logger,
     **kwargs: Any,
 ) -> None:
     """Fast path: a worker pod deleted from the API gets its tasks requeued at once."""
     if type != "DELETED":
         return
-    namespace = _ns(namespace)
-    taskqueue_specs: kopf.Index[tuple[str, str], Any] = kwargs["taskqueue_specs"]
-    queue_name = labels[QUEUE_LABEL]
-    entry = reconcile.first(taskqueue_specs.get((namespace, queue_name)))
+    namespace, queue_name = _ns(namespace), labels[QUEUE_LABEL]
+    entry = reconcile.first(kwargs["taskqueue_specs"].get((namespace, queue_name)))
     if entry is None:
         return  # not a TaskQueue's pod (any more)
     try:
         model = reconcile.parse_spec(entry["spec"])
-        count = CONNECTIONS.get(namespace, queue_name, model).requeue_pod(name)
+        count = memos.connections(memo).get(namespace, queue_name, model).requeue_pod(name)
     except (reconcile.InvalidSpec, kube.SecretUnavailable, redis.RedisError) as error:
         # The sweep takes them back once Redis answers: the worker record stays until then.
-        logger.warning("requeue of pod %s deferred: %s", name, sweeper.describe_error(error))
+        logger.warning("requeue of pod %s deferred: %s", name, describe_error(error))
         return
     if count:
         # A message of its own, so the fast path is told apart from the sweep's requeue.

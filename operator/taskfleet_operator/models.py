@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from taskfleet.protocol import environment
 from taskfleet.protocol.redisurl import (
     CREDENTIAL_KEY_PATTERN,
     OPTIONS,
@@ -41,19 +42,10 @@ SINGULAR = "taskqueue"
 SHORT_NAMES = ["tq"]
 QUEUE_LABEL = f"{GROUP}/queue"
 
-# Environment variables the operator sets on the worker container itself; a user env
-# entry with one of these names would silently fight the operator, so it is refused.
-RESERVED_ENV = (
-    "TASKFLEET_QUEUE",
-    "TASKFLEET_HANDLER",
-    "TASKFLEET_CONCURRENCY",
-    "TASKFLEET_DRAIN_TIMEOUT",
-    "TASKFLEET_HEARTBEAT_INTERVAL",
-    "TASKFLEET_LEASE_TTL",
-    "TASKFLEET_REDIS_URL",
-    "TASKFLEET_POD_NAME",
-    "TASKFLEET_RUNTIME_DIR",
-)
+# What the operator decides for the worker container (its options, its env; the lease TTL
+# through the queue's config): a user env entry with one of these names would silently
+# fight the operator, so it is refused.
+RESERVED_ENV = environment.SET_BY_OPERATOR
 
 HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -154,6 +146,62 @@ class RateLimit(CamelModel):
             raise ValueError(
                 "rateLimit needs tasks or cost (or both); remove rateLimit for no limit"
             )
+        return self
+
+
+AUTOSCALE_ORDER_MESSAGE = "autoscale.minReplicas must be <= autoscale.maxReplicas"
+
+
+class Autoscale(CamelModel):
+    """Worker pods sized from the queue's load, between minReplicas and maxReplicas."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self.minReplicas <= self.maxReplicas", AUTOSCALE_ORDER_MESSAGE),
+            ]
+        }
+    )
+
+    # 1, not 0: at zero the first task waits for a pod to start; that is a choice to make.
+    min_replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Fewest worker pods; 0 scales to zero when the queue has had no work for "
+        "scaleDownStabilizationSeconds (the first task then waits for a pod to start).",
+    )
+    max_replicas: int = Field(ge=1, le=1000, description="Most worker pods.")
+    target_utilization_percent: int = Field(
+        default=100,
+        ge=1,
+        le=100,
+        description="Share of each pod's concurrency slots the load should keep busy; below "
+        "100 keeps spare slots for bursts.",
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3600,
+        description="How long the fleet must be larger than the load needs before pods are "
+        "removed (down to the most the load needed in that time); also how long a queue must "
+        "be without work before it scales to zero.",
+    )
+    # 5 s: about what a pod takes to start with its image cached, and it spans the first
+    # retries of the default backoff (1, 2, 4 s), so a failing burst keeps its pods between
+    # attempts; a delay minutes away is not paid for in idle pods.
+    due_horizon_seconds: int = Field(
+        default=5,
+        ge=0,
+        le=3600,
+        description="Delayed tasks (retries, delays) due within this many seconds count as "
+        "load, so their pods are starting when they become due.",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Autoscale:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(AUTOSCALE_ORDER_MESSAGE)
         return self
 
 
@@ -377,7 +425,21 @@ class TaskQueueSpec(CamelModel):
         description="Task handler as module:function, importable in the image.",
     )
     redis: RedisRef
-    replicas: int = Field(default=1, ge=0, le=1000, description="Worker pods.")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Worker pods (kubectl scale sets it); ignored when autoscale is set.",
+    )
+    autoscale: Autoscale | None = Field(
+        default=None,
+        description="Size the fleet from the queue. When set, the operator owns the worker "
+        "Deployment's replicas and spec.replicas (what kubectl scale writes) is ignored, with "
+        "an event saying so. Pods = ceil((pending + running + delayed due within "
+        "dueHorizonSeconds) / (concurrency x targetUtilizationPercent / 100)), at most what "
+        "maxConcurrency and rateLimit can keep busy, within [minReplicas, maxReplicas]; "
+        "scale-up at once, scale-down after scaleDownStabilizationSeconds.",
+    )
     concurrency: int = Field(default=4, ge=1, le=1000, description="Tasks run at once per pod.")
     max_concurrency: int = Field(
         default=0,
@@ -455,3 +517,12 @@ class TaskQueueStatus(CamelModel):
     requeued_total: int | None = None
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
     observed_generation: int | None = None
+    desired_replicas: int | None = Field(
+        default=None, description="Worker pods the operator asks the Deployment for."
+    )
+    scaling_reason: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Why desiredReplicas is what it is (the autoscaler's arithmetic, or "
+        "spec.replicas).",
+    )

@@ -1,8 +1,9 @@
-"""What the handlers do, as plain typed functions (handlers.py only registers them).
+"""Turning a TaskQueue into its fleet: the spec read into the model, the worker
+Deployment applied, the queue's settings written to Redis.
 
-Each function takes the TaskQueue body and the validated spec, talks to the API or
-Redis, and returns what the handler should write to status; kopf specifics (events,
-errors with retry delays, the patch object) stay in handlers.py.
+Plain typed functions that take the TaskQueue body and the validated spec and talk to
+the API or Redis; kopf specifics (events, errors with retry delays, the patch object)
+stay in handlers.py, what to write to status in `status`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 import kopf
@@ -18,8 +18,12 @@ import redis
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from taskfleet_operator import builders, kube, status, sweeper
+from taskfleet_operator import builders, kube
+from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.status import Failure
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
 class InvalidSpec(Exception):  # noqa: N818 - reported as the condition reason
@@ -45,15 +49,6 @@ def parse_spec(raw: Mapping[str, Any]) -> TaskQueueSpec:
         raise InvalidSpec(f"invalid spec: {problems}") from None
 
 
-def resolve_redis_url(namespace: str, spec: TaskQueueSpec) -> str:
-    """The Redis URL: from the spec, or read from the Secret (never logged)."""
-    if spec.redis.url is not None:
-        return spec.redis.url
-    ref = spec.redis.secret_ref
-    assert ref is not None  # the model guarantees exactly one of url / secretRef
-    return kube.read_secret_value(namespace, ref.name, ref.key)
-
-
 def owner_ref(body: Mapping[str, Any]) -> dict[str, Any]:
     """The few fields of a TaskQueue kopf needs to post an event about it."""
     meta = body["metadata"]
@@ -69,9 +64,7 @@ def _owned_by(deployment: Mapping[str, Any], uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in refs)
 
 
-def set_deletion_costs(
-    namespace: str, name: str, queue: Any, logger: logging.Logger | logging.LoggerAdapter[Any]
-) -> int:
+def set_deletion_costs(namespace: str, name: str, queue: Any, logger: Logger) -> int:
     """Annotate every worker pod with its in-flight count as pod-deletion-cost.
 
     The ReplicaSet controller removes the cheapest pods first on scale-down, so idle
@@ -104,8 +97,8 @@ def set_deletion_costs(
 def apply_fleet(
     body: Mapping[str, Any],
     spec: TaskQueueSpec,
-    connections: sweeper.Connections,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
+    connections: Connections,
+    logger: Logger,
 ) -> dict[str, Any]:
     """Create or update the worker Deployment; on scale-down set deletion costs first."""
     meta = body["metadata"]
@@ -121,7 +114,7 @@ def apply_fleet(
             set_deletion_costs(namespace, name, connections.get(namespace, name, spec), logger)
         except (redis.RedisError, kube.SecretUnavailable) as exc:
             # Scaling down still proceeds: draining keeps every task safe either way.
-            logger.warning("scale-down without deletion costs: %s", sweeper.describe_error(exc))
+            logger.warning("scale-down without deletion costs: %s", describe_error(exc))
     deployment = builders.build_deployment(name, namespace, spec)
     kopf.adopt(deployment, owner=dict(body))  # type: ignore[arg-type]
     try:
@@ -144,57 +137,50 @@ def _api_message(exc: ApiException) -> str:
         return str(exc.reason)
 
 
-def configure_queue(
-    namespace: str, name: str, spec: TaskQueueSpec, connections: sweeper.Connections
+def restore_fleet(
+    body: Mapping[str, Any], spec: TaskQueueSpec, connections: Connections, logger: Logger
 ) -> None:
-    sweeper.configure(connections.get(namespace, name, spec), spec)
+    """Re-apply a worker Deployment that was deleted by someone else."""
+    logger.info("worker Deployment missing: applying it again")
+    try:
+        apply_fleet(body, spec, connections, logger)
+    except (NotOwned, DeploymentRejected):
+        pass  # reported by the create/update handler
+    except ApiException as error:
+        logger.warning("worker Deployment not restored yet: %s", error.reason)
 
 
-def deployment_status(spec: TaskQueueSpec, deployment: Mapping[str, Any] | None) -> tuple[int, int]:
-    """(replicas, readyReplicas) as the Deployment reports them (0 before it reports)."""
-    reported = (deployment or {}).get("status") or {}
-    return int(reported.get("replicas") or 0), int(reported.get("readyReplicas") or 0)
+def deployment_lost(
+    deployment: Mapping[str, Any] | None,
+    failure: Failure | None,
+    status: Mapping[str, Any],
+) -> bool:
+    """Whether the sweep should apply the Deployment again.
+
+    Only a Deployment that went missing after the handler applied one (and not one the
+    handler failed to apply for this generation) is restored by the sweep: re-applying on
+    any difference could race a spec update with the sweep's older body and roll the
+    pods back and forth.
+    """
+    return deployment is None and failure is None and status.get("observedGeneration") is not None
 
 
-def ready_condition(
-    conditions: list[dict[str, Any]], spec: TaskQueueSpec, ready_replicas: int
-) -> list[dict[str, Any]]:
-    if status.is_false(conditions, status.REDIS_REACHABLE):
-        return status.set_condition(
-            conditions, status.READY, False, "RedisUnreachable", "the queue's Redis is unreachable"
-        )
-    if ready_replicas < spec.replicas:
-        return status.set_condition(
-            conditions,
-            status.READY,
-            False,
-            "WorkersNotReady",
-            f"{ready_replicas} of {spec.replicas} worker pods ready",
-        )
-    return status.set_condition(
-        conditions, status.READY, True, "WorkersReady", f"{ready_replicas} worker pods ready"
-    )
+def configure_queue(
+    namespace: str, name: str, spec: TaskQueueSpec, connections: Connections
+) -> None:
+    """Write the spec's shared settings to the queue's config hash (the operator is their
+    one writer)."""
+    connections.get(namespace, name, spec).configure(builders.queue_config(spec))
 
 
-def schedules_refused(
-    conditions: list[dict[str, Any]], errors: Mapping[str, str]
-) -> tuple[list[dict[str, Any]], str | None]:
-    """Ready=False/InvalidSpec naming the schedules the queue refused, and the message to
-    post as an event: only when it changes, not at every sweep."""
-    message = "; ".join(f"schedule {name}: {error}" for name, error in sorted(errors.items()))
-    message = message[:1024]  # the condition's bound, so the comparison holds next sweep
-    previous = status.find(conditions, status.READY) or {}
-    news = (
-        None
-        if (previous.get("reason"), previous.get("message")) == ("InvalidSpec", message)
-        else message
-    )
-    return status.set_condition(conditions, status.READY, False, "InvalidSpec", message), news
+def still_declared(entries: Iterable[Any] | None, body: Mapping[str, Any]) -> bool:
+    """Whether the TaskQueue index still holds this very object (same uid).
 
-
-def creation_time(body: Mapping[str, Any]) -> datetime:
-    stamp = str(body["metadata"]["creationTimestamp"]).replace("Z", "+00:00")
-    return datetime.fromisoformat(stamp)
+    A TaskQueue whose finalizer was removed by hand is gone before kopf can stop its
+    timer: a queue nobody declares any more is never swept.
+    """
+    known = first(entries)
+    return known is not None and bool(known["ref"]["metadata"]["uid"] == body["metadata"]["uid"])
 
 
 def first(values: Iterable[Any] | None) -> Any:

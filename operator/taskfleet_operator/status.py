@@ -1,18 +1,90 @@
-"""TaskQueue status: conditions and the counts the printer columns show.
+"""TaskQueue status: what to write to it and which events to post, from what was read.
 
-Pure functions over plain dicts, so the handlers can compute the new status, compare it
-with the current one, and patch only when something changed (every status patch is a
-watch event for every client watching TaskQueues).
+Pure functions over plain values: `after_sweep` and `after_rejection` take what a
+handler read (the spec, the Deployment's status, the queue's counts, the previous
+status, the errors it met) and return a `StatusUpdate`, the status fields that changed
+and the events to post; the handlers only apply it. Only changed fields are patched:
+every status patch is a watch event for every client watching TaskQueues.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, NamedTuple, Protocol
+
+from taskfleet_operator.builders import selector_string
+from taskfleet_operator.models import TaskQueueSpec
 
 READY = "Ready"
 REDIS_REACHABLE = "RedisReachable"
+# The condition message's bound in the CRD; longer messages are cut to it.
+MESSAGE_BOUND = 1024
+
+
+class Event(NamedTuple):
+    """A Kubernetes event to post on the TaskQueue."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+class StatusUpdate(NamedTuple):
+    """A merge patch for status (only what changed) and the events to post, in order."""
+
+    patch: dict[str, Any]
+    events: list[Event]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A generation of the spec the create/update handler could not apply, with the Ready
+    reason and message it reported: the sweep keeps reporting it until one applies."""
+
+    generation: int | None
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Outage:
+    """Why the sweep could not reach the queue: `SecretUnavailable` or `RedisUnreachable`."""
+
+    reason: str
+    message: str
+
+
+class Report(Protocol):
+    """What a sweep that reached Redis saw and did (`sweeper.SweepReport`)."""
+
+    @property
+    def stats(self) -> Mapping[str, int]: ...  # the queue's counts (`Queue.stats`)
+
+    @property
+    def requeued(self) -> Mapping[str, int]: ...  # tasks taken back, by gone pod
+
+    @property
+    def schedule_errors(self) -> Mapping[str, str]: ...  # schedules the queue refused
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What one sweep of a TaskQueue read and did: everything its status depends on."""
+
+    name: str
+    spec: TaskQueueSpec
+    previous: Mapping[str, Any]  # the status as read
+    deployment: Mapping[str, Any] | None  # the worker Deployment (its status), if any
+    live_pods: int
+    outcome: Report | Outage  # the sweep's report, or why it could not reach Redis
+    failure: Failure | None = None  # the handler's failure for this generation (`failure_of`)
+
+
+def failure_of(failure: Failure | None, generation: int | None) -> Failure | None:
+    """``failure`` if it is that of ``generation``: a newer spec has not been tried yet."""
+    return failure if failure is not None and failure.generation == generation else None
 
 
 def now_iso() -> str:
@@ -37,18 +109,20 @@ def set_condition(
     status: bool,
     reason: str,
     message: str,
+    *,
+    now: str | None = None,
 ) -> list[dict[str, Any]]:
     """A new conditions list with ``kind`` set; its transition time moves only on a flip."""
     value = "True" if status else "False"
     previous = find(conditions, kind)
-    since = now_iso()
+    since = now or now_iso()
     if previous is not None and previous.get("status") == value:
         since = previous.get("lastTransitionTime") or since
     updated = {
         "type": kind,
         "status": value,
         "reason": reason,
-        "message": message[:1024],
+        "message": message[:MESSAGE_BOUND],
         "lastTransitionTime": since,
     }
     others = [dict(c) for c in conditions or () if c.get("type") != kind]
@@ -70,3 +144,128 @@ def changes(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> di
     """The fields of ``desired`` that differ from ``current`` (a merge patch for status)."""
     current = current or {}
     return {key: value for key, value in desired.items() if current.get(key) != value}
+
+
+def deployment_status(deployment: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(replicas, readyReplicas) as the Deployment reports them (0 before it reports)."""
+    reported = (deployment or {}).get("status") or {}
+    return int(reported.get("replicas") or 0), int(reported.get("readyReplicas") or 0)
+
+
+def ready_condition(
+    conditions: list[dict[str, Any]],
+    spec: TaskQueueSpec,
+    ready_replicas: int,
+    *,
+    now: str | None = None,
+) -> list[dict[str, Any]]:
+    if is_false(conditions, REDIS_REACHABLE):
+        return set_condition(
+            conditions,
+            READY,
+            False,
+            "RedisUnreachable",
+            "the queue's Redis is unreachable",
+            now=now,
+        )
+    if ready_replicas < spec.replicas:
+        return set_condition(
+            conditions,
+            READY,
+            False,
+            "WorkersNotReady",
+            f"{ready_replicas} of {spec.replicas} worker pods ready",
+            now=now,
+        )
+    return set_condition(
+        conditions, READY, True, "WorkersReady", f"{ready_replicas} worker pods ready", now=now
+    )
+
+
+def schedules_refused(
+    conditions: list[dict[str, Any]], errors: Mapping[str, str], *, now: str | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Ready=False/InvalidSpec naming the schedules the queue refused, and the message to
+    post as an event: only when it changes, not at every sweep."""
+    message = "; ".join(f"schedule {name}: {error}" for name, error in sorted(errors.items()))
+    message = message[:MESSAGE_BOUND]  # so the comparison holds next sweep
+    previous = find(conditions, READY) or {}
+    news = (
+        None
+        if (previous.get("reason"), previous.get("message")) == ("InvalidSpec", message)
+        else message
+    )
+    return set_condition(conditions, READY, False, "InvalidSpec", message, now=now), news
+
+
+def _redis_reachability(
+    swept: Swept, conditions: list[dict[str, Any]], now: str
+) -> tuple[list[dict[str, Any]], list[Event]]:
+    """RedisReachable from the sweep, with an event when an outage starts or changes
+    kind, one per pod whose tasks were taken back, and one when Redis answers again."""
+    outcome = swept.outcome
+    if isinstance(outcome, Outage):
+        previous = find(conditions, REDIS_REACHABLE) or {}
+        starts = (previous.get("status"), previous.get("reason")) != ("False", outcome.reason)
+        events = [Event("Warning", outcome.reason, outcome.message)] if starts else []
+        conditions = set_condition(
+            conditions, REDIS_REACHABLE, False, outcome.reason, outcome.message, now=now
+        )
+        return conditions, events
+    events = [
+        Event(
+            "Normal",
+            "Requeued",
+            f"requeued {count} tasks of pod {pod}: pod {pod} is gone from the API",
+        )
+        for pod, count in outcome.requeued.items()
+    ]
+    if is_false(conditions, REDIS_REACHABLE):
+        events.append(Event("Normal", "RedisReachable", "Redis is reachable again"))
+    conditions = set_condition(
+        conditions, REDIS_REACHABLE, True, "Connected", "Redis answers", now=now
+    )
+    return conditions, events
+
+
+def after_sweep(swept: Swept, *, now: str) -> StatusUpdate:
+    """The status a sweep leads to, and the events it posts.
+
+    Ready reports, first, the handler's failure for this generation (the sweep does not
+    hide it), then schedules the queue refused, then Redis and the workers.
+    """
+    outcome = swept.outcome
+    conditions, events = _redis_reachability(
+        swept, list(swept.previous.get("conditions") or []), now
+    )
+    desired: dict[str, Any] = {}
+    if not isinstance(outcome, Outage):
+        desired.update(queue_counts(outcome.stats, swept.live_pods))
+    replicas, ready = deployment_status(swept.deployment)
+    desired["replicas"] = replicas
+    desired["readyReplicas"] = ready
+    desired["selector"] = selector_string(swept.name)
+    refused = {} if isinstance(outcome, Outage) else outcome.schedule_errors
+    if swept.failure is not None:
+        failure = swept.failure
+        conditions = set_condition(
+            conditions, READY, False, failure.reason, failure.message, now=now
+        )
+    elif refused:
+        conditions, news = schedules_refused(conditions, refused, now=now)
+        if news:
+            events.append(Event("Warning", "InvalidSpec", news))
+    else:
+        conditions = ready_condition(conditions, swept.spec, ready, now=now)
+    desired["conditions"] = conditions
+    return StatusUpdate(changes(swept.previous, desired), events)
+
+
+def after_rejection(previous: Mapping[str, Any], failure: Failure, *, now: str) -> StatusUpdate:
+    """Ready=False with the failure's reason and message, and a warning event saying it."""
+    conditions = set_condition(
+        previous.get("conditions"), READY, False, failure.reason, failure.message, now=now
+    )
+    return StatusUpdate(
+        {"conditions": conditions}, [Event("Warning", failure.reason, failure.message)]
+    )

@@ -7,126 +7,28 @@ finds the pod's set already empty, a cron slot fires at most once.
 
 from __future__ import annotations
 
-import hashlib
-import threading
-import time
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import redis
 from croniter import croniter
+from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.encoding import encode_payload
 from taskfleet.producer.queue import Queue
-from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidPayload, TaskfleetError
-from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, redact_redis_url, scrub
 from taskfleet.protocol.scripts import SWEEP_BOUND
 
 from taskfleet_operator import builders, kube
+from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.status import Outage
 
-UrlResolver = Callable[[str, TaskQueueSpec], str]
+Logger = logging.Logger | logging.LoggerAdapter[Any]
 
-__all__ = ["Connections", "SweepReport", "describe_error", "redact_redis_url", "sweep_queue"]
-
-
-def describe_error(exc: BaseException, url: str | None = None) -> str:
-    """A one-line error text with every secret of ``url`` (userinfo or query, in any
-    encoding) and any URL in it masked (`taskfleet.protocol.redisurl.scrub`)."""
-    return scrub(f"{type(exc).__name__}: {exc}", url)
-
-
-def _unusable_url(namespace: str, spec: TaskQueueSpec, problem: str) -> Exception:
-    """The error for a URL taskfleet refuses; it never quotes the URL (it may hold a
-    password), only what is wrong with it."""
-    ref = spec.redis.secret_ref
-    if ref is None:  # the model refuses such a redis.url; kept for a spec from an older CRD
-        return ValueError(f"redis.url is not a usable Redis URL: {problem}")
-    return kube.SecretUnavailable(
-        f"key {ref.key!r} of Secret {namespace}/{ref.name} is not a usable Redis URL: {problem}"
-    )
-
-
-class Connections:
-    """One `Queue` per TaskQueue, rebuilt when its Redis URL changes (e.g. a rotated Secret).
-
-    Clients get short socket timeouts so an unreachable Redis fails a sweep quickly
-    instead of stalling a handler thread. A resolved URL (a Secret read) is reused for
-    ``url_ttl_s``, so sweeping does not GET every Secret every few seconds; `invalidate`
-    drops it at once when Redis refuses (a rotated password).
-    """
-
-    def __init__(self, resolve_url: UrlResolver, timeout_s: float, url_ttl_s: float = 30.0):
-        self._resolve_url = resolve_url
-        self._timeout_s = timeout_s
-        self._url_ttl_s = url_ttl_s
-        self._lock = threading.Lock()
-        self._queues: dict[tuple[str, str], tuple[str, Queue]] = {}
-        self._urls: dict[tuple[str, str], tuple[float, str, str]] = {}
-
-    def _url(self, key: tuple[str, str], spec: TaskQueueSpec) -> str:
-        source = spec.redis.model_dump_json()
-        now = time.monotonic()
-        with self._lock:
-            cached = self._urls.get(key)
-        if cached is not None and cached[0] > now and cached[1] == source:
-            return cached[2]
-        url = self._resolve_url(key[0], spec)
-        with self._lock:
-            self._urls[key] = (now + self._url_ttl_s, source, url)
-        return url
-
-    def invalidate(self, namespace: str, name: str) -> None:
-        """Forget the resolved URL: the next `get` reads the Secret again."""
-        with self._lock:
-            self._urls.pop((namespace, name), None)
-
-    def get(self, namespace: str, name: str, spec: TaskQueueSpec) -> Queue:
-        key = (namespace, name)
-        url = self._url(key, spec)
-        digest = hashlib.sha256(url.encode()).hexdigest()
-        with self._lock:
-            cached = self._queues.get(key)
-            if cached is not None and cached[0] == digest:
-                return cached[1]
-            try:
-                parse_redis_url(url)  # what redis-py would misread or refuse only later
-                client = redis.Redis.from_url(
-                    url,
-                    socket_timeout=self._timeout_s,
-                    socket_connect_timeout=self._timeout_s,
-                    health_check_interval=30,
-                )
-            except InvalidRedisURL as exc:
-                self._urls.pop(key, None)  # read the Secret again once it is fixed
-                raise _unusable_url(namespace, spec, str(exc)) from None
-            except ValueError:
-                self._urls.pop(key, None)
-                raise _unusable_url(namespace, spec, "redis-py refuses it") from None
-            queue = Queue(builders.queue_name(namespace, name), client=client)
-            self._queues[key] = (digest, queue)
-        if cached is not None:
-            cached[1].client.close()
-        return queue
-
-    def forget(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._urls.pop((namespace, name), None)
-            cached = self._queues.pop((namespace, name), None)
-        if cached is not None:
-            cached[1].client.close()
-
-    def close(self) -> None:
-        with self._lock:
-            queues, self._queues = list(self._queues.values()), {}
-        for _, queue in queues:
-            queue.client.close()
-
-
-def configure(queue: Queue, spec: TaskQueueSpec) -> None:
-    """Write the spec's shared settings to the queue's config hash."""
-    queue.configure(QueueConfig(**builders.queue_config_fields(spec)))
+__all__ = ["SweepReport", "sweep_queue", "sweep_taskqueue"]
 
 
 def due_slot(cron: str, now: datetime, not_before: datetime) -> int | None:
@@ -205,7 +107,7 @@ def fire_schedules(
 ) -> None:
     """Fire every due schedule; one the queue refuses (e.g. a payload over the queue's
     bound) is reported and skipped, so it cannot stop the others or the sweep."""
-    max_bytes = QueueConfig(**builders.queue_config_fields(spec)).max_payload_bytes
+    max_bytes = builders.queue_config(spec).max_payload_bytes
     for schedule in spec.schedules:
         slot = due_slot(schedule.cron, now, not_before)
         if slot is None:
@@ -245,7 +147,7 @@ def sweep_queue(
     """
     now = now or datetime.now(UTC)
     report = SweepReport()
-    configure(queue, spec)
+    queue.configure(builders.queue_config(spec))  # the TaskQueue is the source of truth
     requeue_orphans(queue, live_pods, suspects, report, pod_gone)
     # The sweep script is bounded per call; a few calls catch up after a backlog.
     for _ in range(10):
@@ -256,4 +158,59 @@ def sweep_queue(
     not_before = max(created_at, now - timedelta(seconds=catchup_s))
     fire_schedules(queue, spec, now, not_before, report)
     report.stats = queue.stats()
+    return report
+
+
+def pod_gone_asking_api(namespace: str, logger: Logger) -> Callable[[str], bool]:
+    """`kube.pod_gone` for the sweep, where an API error means "not known to be gone"."""
+
+    def gone(pod: str) -> bool:
+        try:
+            return kube.pod_gone(pod, namespace)
+        except ApiException as error:
+            # The pod stays suspect and is asked about again at the next sweep.
+            logger.warning("cannot tell whether pod %s is gone: %s", pod, error.reason)
+            return False
+
+    return gone
+
+
+def creation_time(body: Mapping[str, Any]) -> datetime:
+    stamp = str(body["metadata"]["creationTimestamp"]).replace("Z", "+00:00")
+    return datetime.fromisoformat(stamp)
+
+
+def sweep_taskqueue(
+    connections: Connections,
+    body: Mapping[str, Any],
+    spec: TaskQueueSpec,
+    *,
+    live_pods: Iterable[str],
+    suspects: set[str],
+    catchup_s: float,
+    logger: Logger,
+) -> SweepReport | Outage:
+    """`sweep_queue` on a TaskQueue's queue, or the outage that kept it from Redis.
+
+    A Redis error also drops the resolved URL, so a rotated Secret is read again at the
+    next sweep.
+    """
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    try:
+        report = sweep_queue(
+            connections.get(namespace, name, spec),
+            spec,
+            live_pods=live_pods,
+            suspects=suspects,
+            pod_gone=pod_gone_asking_api(namespace, logger),
+            created_at=creation_time(body),
+            catchup_s=catchup_s,
+        )
+    except kube.SecretUnavailable as error:
+        return Outage("SecretUnavailable", str(error))
+    except redis.RedisError as error:
+        connections.invalidate(namespace, name)
+        return Outage("RedisUnreachable", f"cannot reach Redis: {describe_error(error)}")
+    for task_id in report.fired:
+        logger.info("schedule fired: task %s", task_id)
     return report

@@ -8,32 +8,22 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import redis
 
-from tests.fixtures_redis import eventually
+from tests.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 
 #: Short intervals so tests run in seconds; heartbeat <= lease / 2 as the worker demands.
 FAST = ["--heartbeat-interval", "0.2", "--lease-ttl", "1"]
-
-
-def wait_until(
-    predicate: Callable[[], T],
-    timeout: float = 10.0,
-    message: str | Callable[[], str] = "condition",
-) -> T:
-    """``eventually`` with the timeout and interval that worker processes need.
-
-    ``message`` may be a callable, evaluated at the failure, to show the state then.
-    """
-    return eventually(predicate, timeout, 0.02, message)
+#: What waiting on a worker process takes: an interpreter start, a claim, a log line.
+WORKER_TIMEOUT_S = 10.0
+WORKER_INTERVAL_S = 0.02
 
 
 def env_for(redis_url: str, runtime_dir: Path, **extra: str) -> dict[str, str]:
@@ -145,11 +135,12 @@ class WorkerProcess:
             for e in self.events()
         )
 
-    def wait_event(self, event: str, timeout: float = 10.0, **fields: Any) -> None:
-        wait_until(
+    def wait_event(self, event: str, timeout: float = WORKER_TIMEOUT_S, **fields: Any) -> None:
+        wait_for(
             lambda: self.has_event(event, **fields),
-            timeout,
-            lambda: f"{event} {fields or ''} in {self.pod}'s log:\n{self.log_text()}",
+            timeout=timeout,
+            interval=WORKER_INTERVAL_S,
+            what=lambda: f"{event} {fields or ''} in {self.pod}'s log:\n{self.log_text()}",
         )
 
     def log_text(self) -> str:

@@ -34,6 +34,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "sched",
     "idle",
     "wake",
+    "demand",
 )
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -59,6 +60,7 @@ class QueueKeys:
         "dead",
         "deadlines",
         "delayed",
+        "demand",
         "done",
         "idle",
         "notify",
@@ -102,6 +104,9 @@ class QueueKeys:
         # and pushes it onto ``wake:<pod>`` (saves the worker its claim round trip)
         self.idle = p + "idle"
         self.wake_prefix = p + "wake:"
+        # at most one element: pushed when tasks become pending that no idle worker took,
+        # for whoever sizes the fleet (the operator's autoscaler blocks on it)
+        self.demand = p + "demand"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,

@@ -12,6 +12,11 @@ One idea per module:
 - ``runtime_file``: the throttled writer of ``worker.json`` for ``taskfleet drain``;
 - ``claiming``: the claim loop: how many to ask for, when to wait, what it last saw;
 - ``start``: registering a worker and reading the queue's lease TTL;
+- ``writing``: outcomes written (completions, claiming replacements in the same call,
+  and failures);
+- ``heartbeat``: the heartbeat loop: leases extended, lost ones abandoned, sweeps;
+- ``handback``: tasks given back without an attempt (a drain's unfinished runs, late
+  prefetch);
 - ``core``: ``Worker``, the claim, flush and heartbeat loops, start and drain;
 - ``events``: one structured log line per event.
 

@@ -7,13 +7,17 @@ One asyncio loop runs four activities:
   tasks they claimed for it, so an idle fleet starts a new task within a millisecond;
 - each claimed task runs at once (``Execution``): an async handler on the loop, a sync
   handler on a handler thread;
-- the flusher writes finished tasks' outcomes (``Outbox``); completions gathered while
-  the previous write was in flight go out in one script call, which also claims tasks
-  for the slots they free (``complete_and_claim``). A task keeps its slot and its lease
-  until its outcome is written, so nothing finished is ever forgotten;
-- the heartbeat extends every held lease in one call, reports in-flight count and the
-  draining flag, abandons tasks whose lease was lost, and sweeps the queue now and then
-  so the library loses nothing even without the operator.
+- the flusher writes finished tasks' outcomes (``Outbox.serve``, ``OutcomeWriter``);
+  completions gathered while the previous write was in flight go out in one script
+  call, which also claims tasks for the slots they free (``complete_and_claim``). A
+  task keeps its slot and its lease until its outcome is written, so nothing finished
+  is ever forgotten;
+- the heartbeat (``heartbeat_loop``) extends every held lease in one call, reports
+  in-flight count and the draining flag, abandons tasks whose lease was lost, and
+  sweeps the queue now and then so the library loses nothing even without the operator.
+
+What is given back without an attempt (a drain's unfinished runs, prefetched tasks no
+thread has begun) goes through ``HandBack``.
 
 Redis errors never escape these loops: they wait on the ``RedisGate`` instead. Leases
 that expire meanwhile are taken back by sweeps; claim tokens make any late write from
@@ -27,23 +31,21 @@ import contextlib
 import logging
 import os
 import time
-from typing import TypeVar
 
 import redis.asyncio as aioredis
 
-from taskfleet.protocol.errors import IdentityTaken
-from taskfleet.protocol.scripts import RESULT_TOO_LARGE
 from taskfleet.worker import start
 from taskfleet.worker.broker import Broker, bounded
-from taskfleet.worker.claimed import ClaimedTask, ClaimResult
 from taskfleet.worker.claiming import ClaimLoop, ClaimLoopState
 from taskfleet.worker.events import log_event
 from taskfleet.worker.execution import Execution
-from taskfleet.worker.gate import EXIT_BAD_CONFIG, REDIS_DOWN, FatalStop, RedisGate, wait_any
+from taskfleet.worker.gate import FatalStop, RedisGate, wait_any
+from taskfleet.worker.handback import HandBack
 from taskfleet.worker.handlers import Handler, format_error
+from taskfleet.worker.heartbeat import heartbeat_loop
 from taskfleet.worker.identity import Whereabouts
 from taskfleet.worker.outbox import Outbox
-from taskfleet.worker.runs import Counters, Outcome, Run
+from taskfleet.worker.runs import Counters, Outcome
 from taskfleet.worker.runtime import (
     POLL_INTERVAL_S,
     WAITER_GRACE_S,
@@ -54,13 +56,10 @@ from taskfleet.worker.runtime import (
 )
 from taskfleet.worker.runtime_file import RuntimeFile
 from taskfleet.worker.settings import WorkerSettings
-from taskfleet.worker.slots import PREFETCH_MAX_WAIT_S, Slots
+from taskfleet.worker.slots import Slots
+from taskfleet.worker.writing import OutcomeWriter
 
 __all__ = ["Worker"]
-
-#: Sweep calls a heartbeat may make in a row while each finds a full step of work.
-SWEEP_MAX_CALLS = 10
-T = TypeVar("T")
 
 
 class Worker:
@@ -102,6 +101,19 @@ class Worker:
             self.outbox,
             slot_freed=self._slot_freed,
             changed=self._held_changed,
+        )
+        self.handback = HandBack(
+            self.execution,
+            self.slots,
+            drain_requested=self._drain_requested,
+            closing=self._closing,
+        )
+        self.writer = OutcomeWriter(
+            self.execution,
+            self.slots,
+            take=self.handback.take,
+            may_claim=self._may_claim_with_completions,
+            slot_freed=self._slot_freed,
         )
         self._state = "starting"
         self.runtime_file = RuntimeFile(
@@ -170,6 +182,7 @@ class Worker:
             reply_timeout=self.settings.reply_timeout,
             host=self._whereabouts.encode(),
         )
+        self.writer.broker = self.handback.broker = self._broker
         self._set_state("starting")
         try:
             try:
@@ -205,18 +218,31 @@ class Worker:
                 pid=os.getpid(),
             )
             background = [
-                loop.create_task(self._heartbeat_loop(), name="heartbeat"),
-                loop.create_task(self._flush_loop(), name="flush"),
+                loop.create_task(
+                    heartbeat_loop(
+                        self._broker,
+                        self.execution,
+                        self.settings,
+                        self.gate,
+                        interval=self._heartbeat_interval,
+                        beat_now=self._beat_now,
+                        drain_requested=self._drain_requested,
+                        stop_requested=self._stop_requested,
+                        closing=self._closing,
+                    ),
+                    name="heartbeat",
+                ),
+                loop.create_task(self.outbox.serve(until=self._closing), name="flush"),
             ]
             if self.slots.prefetch:
-                background.append(loop.create_task(self._prefetch_guard_loop(), name="prefetch"))
+                background.append(loop.create_task(self.handback.prefetch_guard(), name="prefetch"))
             self.claims = ClaimLoop(
                 self.settings,
                 self._broker,
                 self.execution,
                 self.slots,
                 self.gate,
-                take=self._take,
+                take=self.handback.take,
                 slot_freed=self._slot_freed,
                 drain_requested=self._drain_requested,
                 closing=self._closing,
@@ -276,7 +302,7 @@ class Worker:
         execution = self.execution
         deadline = time.monotonic() + self.settings.drain_timeout
         # Prefetched tasks no thread has begun go back now, for a worker that stays.
-        await self._withdraw(list(execution.held.values()))
+        await self.handback.withdraw(list(execution.held.values()))
         left = max(0.0, deadline - time.monotonic())
         await wait_any(execution.idle, self._stop_requested, limit=left)
         leftover = [run for run in execution.held.values() if not run.finished]
@@ -294,7 +320,7 @@ class Worker:
         with contextlib.suppress(asyncio.TimeoutError, FatalStop):
             await asyncio.wait_for(self.outbox.flush(until=self._closing), timeout=3.0)
         if leftover and not failed:
-            await self._release(leftover)
+            await self.handback.release(leftover)
         try:
             given_back = await asyncio.wait_for(self._broker.deregister(failed=failed), timeout=2.0)
             if failed:
@@ -374,172 +400,17 @@ class Worker:
                 return
             await asyncio.sleep(POLL_INTERVAL_S)
 
-    async def _release(self, runs: list[Run]) -> None:
-        """Give unfinished tasks back (not an attempt); if Redis is down, leases expire instead."""
-        assert self._broker is not None
-        items = [(run.task.id, run.task.token) for run in runs]
-        try:
-            released = await asyncio.wait_for(self._broker.release(items), timeout=3.0)
-        except Exception as exc:  # whatever went wrong, exiting must go on
-            log_event(
-                logging.WARNING,
-                "release_failed",
-                tasks=len(items),
-                error=format_error(exc),
-                note="leases expire and the tasks are taken back",
-            )
-            return
-        self.counters.released += int(released)
-        for run in runs:
-            log_event(logging.INFO, "task_released", task=run.task.id)
-        self.execution.forget(runs)
-
-    async def _withdraw(self, runs: list[Run], *, waited: bool = False) -> None:
-        """Release the prefetched ``runs`` no thread has begun (never started here).
-
-        ``waited``: they waited too long for a thread; prefetch stops until runs are short.
-        """
-        withdrawn = self.execution.withdraw(runs)
-        if not withdrawn:
-            return
-        if waited:
-            self.slots.prefetch_waited_too_long()
-            log_event(
-                logging.INFO,
-                "prefetch_withdrawn",
-                tasks=len(withdrawn),
-                waited_s=PREFETCH_MAX_WAIT_S,
-                note="every handler thread is busy with long runs",
-            )
-        await self._release(withdrawn)
-        # Released, or (Redis down) left to their leases: either way not this worker's now.
-        self.execution.forget(withdrawn)
-
-    async def _prefetch_guard_loop(self) -> None:
-        """Give back prefetched tasks that waited ``PREFETCH_MAX_WAIT_S`` for a thread."""
-        while True:
-            await wait_any(self._closing, self._drain_requested, limit=PREFETCH_MAX_WAIT_S / 2)
-            if self._closing.is_set() or self.draining:
-                return  # the drain withdraws what is still waiting itself
-            cutoff = time.monotonic() - PREFETCH_MAX_WAIT_S
-            # Claimed that long ago; withdraw() keeps those no thread has begun.
-            late = [run for run in self.execution.held.values() if run.claimed_at <= cutoff]
-            if late:
-                await self._withdraw(late, waited=True)
-
-    # ---------------------------------------------------------------- claiming
-
-    def _room(self) -> int:
-        execution = self.execution
-        return self.slots.room(len(execution.held), execution.stuck)
-
-    async def _take(self, tasks: list[ClaimedTask]) -> None:
-        """Start claimed tasks, or hand them straight back if a drain began meanwhile."""
-        if self.draining:
-            # The drain began while the claim was in flight: give its tasks back (not an
-            # attempt) for a worker that stays, rather than start them now.
-            now = time.monotonic()
-            await self._release([Run(task=task, claimed_at=now) for task in tasks])
-            return
-        self.execution.start_all(tasks)
-
-    # ---------------------------------------------------------------- writing outcomes
-
-    async def _flush_loop(self) -> None:
-        ready = self.outbox.ready
-        while True:
-            await ready.wait()  # also set when closing: one waiter per turn
-            if self._closing.is_set():
-                return  # the shutdown flushes what is left itself
-            ready.clear()
-            await asyncio.sleep(0)  # let outcomes finishing in this loop turn join the batch
-            await self.outbox.flush(until=self._closing)
+    # ---------------------------------------------------------------- wiring
 
     async def _write(self, batch: list[Outcome]) -> None:
-        """Write ``batch``, removing each outcome once written (so a retry never repeats it)."""
-        assert self._broker is not None
-        execution = self.execution
-        try:
-            # Threads finishing meanwhile needn't wake the loop: collected right after.
-            with execution.collected_after():
-                done = [o for o in batch if o.error is None]
-                if done:
-                    await self._complete(batch, done)
-                while batch:
-                    outcome = batch[0]
-                    state = await self._broker.fail(
-                        outcome.run.task.id, outcome.run.task.token, outcome.error or ""
-                    )
-                    batch.pop(0)
-                    ok = state is not None  # None: stale token, the task was taken back
-                    execution.finish(outcome, ok, "task_failed")
-        finally:
-            # Wake the claim loop only for slots this write left free: completions that
-            # claimed their own replacements need no second look.
-            if self._room() > 0:
-                self._slot_freed.set()
+        await self.writer.write(batch)
 
-    async def _complete(self, batch: list[Outcome], done: list[Outcome]) -> None:
-        """Completions, and a claim for the slots they free, in one script call (unless
-        draining, or the claim loop waits for a producer's wake-up: it will claim)."""
-        assert self._broker is not None
-        execution = self.execution
-        items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
-        claimed: ClaimResult | None = None
-        n, prefetch = self.slots.refill(len(done), len(execution.held), execution.stuck)
-        waiting = self.claims is not None and self.claims.state is ClaimLoopState.WAITING_FOR_WORK
-        if self.draining or waiting or n <= 0:
-            applied = await self._broker.complete_many(items)
-        else:
-            applied, claimed = await self._broker.complete_and_claim(items, n, prefetch=prefetch)
-        for outcome, code in zip(done, applied, strict=True):
-            batch.remove(outcome)
-            if code == RESULT_TOO_LARGE:
-                outcome.result = None
-                outcome.error = "result too large for the queue's max_payload_bytes"
-                execution.finish(outcome, True, "task_failed", reason="result too large")
-            else:
-                execution.finish(outcome, bool(code), "task_done")
-        if claimed is not None and claimed.tasks:
-            await self._take(claimed.tasks)
-
-    # ---------------------------------------------------------------- heartbeats
-
-    async def _heartbeat_loop(self) -> None:
-        assert self._broker is not None
-        execution = self.execution
-        beats = 0
-        while not self._closing.is_set():
-            self._beat_now.clear()
-            try:
-                lost = await self._broker.heartbeat(
-                    execution.leases(), inflight=len(execution.held), draining=self.draining
-                )
-                execution.abandon(lost)
-                beats += 1
-                if beats % self.settings.sweep_every == 0 and not self.draining:
-                    # Claims already take back expired leases; this also prunes retention.
-                    await self._broker.sweep(max_calls=SWEEP_MAX_CALLS)
-            except REDIS_DOWN as exc:
-                if self._stop_requested.is_set():
-                    return
-                await self.gate.wait_out(exc, self._stop_requested, self._closing)
-                continue
-            except IdentityTaken as exc:
-                # Someone registered under our name: it took back every task we held.
-                # Running on would run them twice and fight over the name; stop instead.
-                log_event(
-                    logging.ERROR,
-                    "identity_taken",
-                    pod=self.settings.pod,
-                    incarnation=self.settings.incarnation,
-                    by=exc.holder,
-                    note="another worker started under this name and took back its tasks; "
-                    "give each worker its own --pod",
-                )
-                self._fatal = FatalStop(EXIT_BAD_CONFIG)
-                raise self._fatal from None
-            await wait_any(self._beat_now, self._closing, limit=self._heartbeat_interval)
+    def _may_claim_with_completions(self) -> bool:
+        """Completions claim replacements unless draining or the claim loop will (it waits
+        for a producer's wake-up)."""
+        if self._drain_requested.is_set():
+            return False
+        return self.claims is None or self.claims.state is not ClaimLoopState.WAITING_FOR_WORK
 
     # ---------------------------------------------------------------- runtime file
 

@@ -43,6 +43,18 @@ class Outbox:
             self._items.extend(outcomes)
             self.ready.set()
 
+    async def serve(self, *, until: asyncio.Event) -> None:
+        """The flush loop: write what gathers until ``until`` is set (the shutdown then
+        flushes what is left itself)."""
+        ready = self.ready
+        while True:
+            await ready.wait()  # also set when closing: one waiter per turn
+            if until.is_set():
+                return
+            ready.clear()
+            await asyncio.sleep(0)  # let outcomes finishing in this loop turn join the batch
+            await self.flush(until=until)
+
     async def flush(self, *, until: asyncio.Event | None = None) -> None:
         """Write everything, waiting out outages; return early on a forced stop.
 

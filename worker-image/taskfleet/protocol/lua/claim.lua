@@ -1,7 +1,7 @@
 -- claim: hand up to n tasks to a worker, after the housekeeping that lets the fleet run
 -- without the operator (promote due, expire deadlines, take back expired leases).
 -- The work is claim_tasks in lib/claim.lua, which complete.lua shares.
--- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS); all are used.
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS); all are used.
 -- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] n (max tasks), ARGV[4] token base (random,
 --   from Python: Lua has no good randomness; task i gets token base .. ':' .. i),
 --   ARGV[5] housekeeping bound (max tasks promoted / expired / taken back per call),

@@ -1,6 +1,6 @@
 -- complete: finish tasks with their results (a batch is one round trip).
--- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
---   K_DONE, K_POD, K_CONFIG, K_STATS, K_PENDING, K_NOTIFY.
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
+--   K_DONE, K_POD, K_CONFIG, K_STATS, K_PENDING, K_NOTIFY, K_DEMAND.
 -- ARGV[1]: number of tasks N; then triples: task id, claim token, result JSON ('' = none);
 --   then, optionally, a claim for the slots this frees (saves the worker a round trip):
 --   pod, incarnation, n (max tasks), token base, housekeeping bound, idle ms, prefetch, as

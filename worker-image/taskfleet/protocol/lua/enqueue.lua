@@ -1,6 +1,6 @@
 -- enqueue: create tasks in one atomic call (a batch is one round trip).
--- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
---   K_DELAYED, K_DEADLINES, K_CONFIG, K_SEQ, K_STATS, K_NOTIFY; handing tasks over, also
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
+--   K_DELAYED, K_DEADLINES, K_CONFIG, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND; handing tasks over, also
 --   K_IDLE, K_WAKE and what claim.lua uses.
 -- ARGV[1]: number of tasks N; then 8 values per task:
 --   id, payload (JSON), priority, delay_ms, deadline ('' | '<ms>' | '@<epoch ms>'),

@@ -1,8 +1,8 @@
 -- extend: the heartbeat. Extends every lease the caller still holds and refreshes the
 -- worker's record, in one call per heartbeat whatever the number of tasks.
--- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
 --   K_WORKERS, K_CONFIG; draining, also K_IDLE, K_WAKE, K_POD, K_PENDING, K_SEQ, K_STATS,
---   K_NOTIFY.
+--   K_NOTIFY, K_DEMAND.
 -- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] inflight, ARGV[4] draining ('1'|'0'),
 --   ARGV[5] concurrency, ARGV[6] the worker's whereabouts (opaque; '' = none), then pairs:
 --   task id, claim token

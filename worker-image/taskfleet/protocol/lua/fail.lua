@@ -1,6 +1,6 @@
 -- fail: an attempt failed. Retry later (delayed, exponential backoff with jitter, capped)
 -- or go dead with the error once attempts reach max_attempts or the error is permanent.
--- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
 --   K_DELAYED, K_DEAD, K_DEADLINES, K_POD, K_CONFIG, K_STATS.
 -- ARGV[1] id, ARGV[2] token, ARGV[3] error text, ARGV[4] retryable ('1'|'0'),
 --   ARGV[5] jitter draw in [-1, 1] (from Python), ARGV[6] dead reason ('' = 'failed')

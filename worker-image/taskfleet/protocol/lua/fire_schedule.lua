@@ -1,7 +1,7 @@
 -- fire_schedule: enqueue a cron schedule's task at most once per (name, slot), however
 -- many sweepers call it: the last fired slot only moves forward, inside this script.
--- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS), used here: K_SCHED, K_TASK,
---   K_PENDING, K_DELAYED, K_DEADLINES, K_CONFIG, K_SEQ, K_STATS, K_NOTIFY.
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_SCHED, K_TASK,
+--   K_PENDING, K_DELAYED, K_DEADLINES, K_CONFIG, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND.
 -- ARGV[1] schedule name, ARGV[2] slot (integer, e.g. epoch seconds of the cron tick),
 --   ARGV[3] task id, ARGV[4] payload JSON, ARGV[5] priority
 -- Returns: the task id if this call fired the slot, false (nil) otherwise.

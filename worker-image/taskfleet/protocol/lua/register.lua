@@ -1,7 +1,7 @@
 -- register: a worker starts. Takes back what earlier incarnations of the same pod held
 -- (a restarted container keeps its pod name) and records the worker.
--- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
---   K_RUNNING, K_DEAD, K_DEADLINES, K_POD, K_WORKERS, K_CONFIG, K_SEQ, K_STATS, K_NOTIFY,
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
+--   K_RUNNING, K_DEAD, K_DEADLINES, K_POD, K_WORKERS, K_CONFIG, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND,
 --   K_IDLE, K_WAKE.
 -- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] concurrency, ARGV[4] the worker's whereabouts
 --   (opaque; '' = none), ARGV[5] the incarnation whose record the caller judged gone ('' =

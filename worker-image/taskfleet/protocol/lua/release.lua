@@ -1,7 +1,7 @@
 -- release: a draining worker gives back tasks it could not finish. They go to the front
 -- of their priority (they already waited) and the start does not count as an attempt.
--- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
---   K_RUNNING, K_POD, K_SEQ, K_STATS, K_NOTIFY.
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
+--   K_RUNNING, K_POD, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND.
 -- ARGV[1] pod (the caller; the token alone decides), then pairs: task id, claim token
 -- Returns: how many were released (stale tokens are skipped and counted).
 local released = 0

@@ -1,5 +1,5 @@
 -- sweep: the housekeeping pass of the operator (workers do the first three in claim).
--- KEYS[1..18]: the queue's key set (keys.SCRIPT_KEYS); all but the buckets are used.
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS); all but the buckets are used.
 -- ARGV[1] bound: max tasks handled per step and call (call again while counts are at it)
 -- Returns: {promoted, expired, requeued, lost_dead, pruned_done, pruned_dead,
 --   workers_dropped}

@@ -1,0 +1,137 @@
+"""The operator's Redis connections: one `Queue` per TaskQueue, from its resolved URL.
+
+Reconciling, sweeping and the pod-deletion fast path all reach a queue through one
+`Connections`, which the startup handler creates and the cleanup handler closes. The
+URL comes from the spec or from the Secret it names; it is never logged, and errors are
+described with every secret masked (`describe_error`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
+
+from taskfleet_operator import builders, kube
+from taskfleet_operator.models import TaskQueueSpec
+
+UrlResolver = Callable[[str, TaskQueueSpec], str]
+
+__all__ = ["Connections", "UrlResolver", "describe_error", "resolve_redis_url"]
+
+
+def describe_error(exc: BaseException, url: str | None = None) -> str:
+    """A one-line error text with every secret of ``url`` (userinfo or query, in any
+    encoding) and any URL in it masked (`taskfleet.protocol.redisurl.scrub`)."""
+    return scrub(f"{type(exc).__name__}: {exc}", url)
+
+
+def resolve_redis_url(namespace: str, spec: TaskQueueSpec) -> str:
+    """The Redis URL: from the spec, or read from the Secret (never logged)."""
+    if spec.redis.url is not None:
+        return spec.redis.url
+    ref = spec.redis.secret_ref
+    assert ref is not None  # the model guarantees exactly one of url / secretRef
+    return kube.read_secret_value(namespace, ref.name, ref.key)
+
+
+def _unusable_url(namespace: str, spec: TaskQueueSpec, problem: str) -> Exception:
+    """The error for a URL taskfleet refuses; it never quotes the URL (it may hold a
+    password), only what is wrong with it."""
+    ref = spec.redis.secret_ref
+    if ref is None:  # the model refuses such a redis.url; kept for a spec from an older CRD
+        return ValueError(f"redis.url is not a usable Redis URL: {problem}")
+    return kube.SecretUnavailable(
+        f"key {ref.key!r} of Secret {namespace}/{ref.name} is not a usable Redis URL: {problem}"
+    )
+
+
+class Connections:
+    """One `Queue` per TaskQueue, rebuilt when its Redis URL changes (e.g. a rotated Secret).
+
+    Clients get short socket timeouts so an unreachable Redis fails a sweep quickly
+    instead of stalling a handler thread. A resolved URL (a Secret read) is reused for
+    ``url_ttl_s``, so sweeping does not GET every Secret every few seconds; `invalidate`
+    drops it at once when Redis refuses (a rotated password). Handlers run in kopf's
+    thread pool, hence the lock.
+    """
+
+    def __init__(
+        self,
+        timeout_s: float,
+        *,
+        resolve_url: UrlResolver = resolve_redis_url,
+        url_ttl_s: float = 30.0,
+    ) -> None:
+        self._resolve_url = resolve_url
+        self._timeout_s = timeout_s
+        self._url_ttl_s = url_ttl_s
+        self._lock = threading.Lock()
+        self._queues: dict[tuple[str, str], tuple[str, Queue]] = {}
+        self._urls: dict[tuple[str, str], tuple[float, str, str]] = {}
+
+    def _url(self, key: tuple[str, str], spec: TaskQueueSpec) -> str:
+        source = spec.redis.model_dump_json()
+        now = time.monotonic()
+        with self._lock:
+            cached = self._urls.get(key)
+        if cached is not None and cached[0] > now and cached[1] == source:
+            return cached[2]
+        url = self._resolve_url(key[0], spec)
+        with self._lock:
+            self._urls[key] = (now + self._url_ttl_s, source, url)
+        return url
+
+    def invalidate(self, namespace: str, name: str) -> None:
+        """Forget the resolved URL: the next `get` reads the Secret again."""
+        with self._lock:
+            self._urls.pop((namespace, name), None)
+
+    def get(self, namespace: str, name: str, spec: TaskQueueSpec) -> Queue:
+        """The TaskQueue's queue; raises `kube.SecretUnavailable` when the Secret is
+        missing or holds no usable URL (`redis.RedisError` comes at the first call)."""
+        key = (namespace, name)
+        url = self._url(key, spec)
+        digest = hashlib.sha256(url.encode()).hexdigest()
+        with self._lock:
+            cached = self._queues.get(key)
+            if cached is not None and cached[0] == digest:
+                return cached[1]
+            try:
+                parse_redis_url(url)  # what redis-py would misread or refuse only later
+                client = redis.Redis.from_url(
+                    url,
+                    socket_timeout=self._timeout_s,
+                    socket_connect_timeout=self._timeout_s,
+                    health_check_interval=30,
+                )
+            except InvalidRedisURL as exc:
+                self._urls.pop(key, None)  # read the Secret again once it is fixed
+                raise _unusable_url(namespace, spec, str(exc)) from None
+            except ValueError:
+                self._urls.pop(key, None)
+                raise _unusable_url(namespace, spec, "redis-py refuses it") from None
+            queue = Queue(builders.queue_name(namespace, name), client=client)
+            self._queues[key] = (digest, queue)
+        if cached is not None:
+            cached[1].client.close()
+        return queue
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Close the TaskQueue's connection and drop its URL: the TaskQueue is gone."""
+        with self._lock:
+            self._urls.pop((namespace, name), None)
+            cached = self._queues.pop((namespace, name), None)
+        if cached is not None:
+            cached[1].client.close()
+
+    def close(self) -> None:
+        with self._lock:
+            queues, self._queues = list(self._queues.values()), {}
+        for _, queue in queues:
+            queue.client.close()

@@ -1,0 +1,54 @@
+"""What the operator keeps in memory between handler calls: kopf's memos, typed.
+
+The startup handler puts the Redis `Connections` in the operator's memo; kopf gives
+every object's handlers a shallow copy of it, so each handler reaches the same
+connections through its own ``memo``. The TaskQueue handlers add what they remember
+about that one TaskQueue (`TaskQueueMemory`). kopf keys an object's memo by uid and
+drops it when the object is deleted, so a TaskQueue created again under the same name
+starts afresh, and nothing here needs cleaning up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import kopf
+
+from taskfleet_operator.connections import Connections
+from taskfleet_operator.status import Failure
+
+_CONNECTIONS = "connections"
+_TASKQUEUE = "taskqueue"
+
+
+@dataclass
+class TaskQueueMemory:
+    """One TaskQueue's state between its handler calls (the sweep timer runs beside the
+    create/update handler, in another thread: each field is replaced, never edited)."""
+
+    # Pods seen registered in Redis but missing from the API at the previous sweep.
+    suspects: set[str] = field(default_factory=set)
+    # The last generation the create/update handler could not apply, with the Ready
+    # reason and message: the sweep keeps that condition (and leaves the Deployment
+    # alone) until a generation applies.
+    failure: Failure | None = None
+
+
+def keep_connections(memo: kopf.Memo, connections: Connections) -> None:
+    """At startup, in the operator's memo: every object's memo is copied from it."""
+    memo[_CONNECTIONS] = connections
+
+
+def connections(memo: kopf.Memo) -> Connections:
+    found = memo.get(_CONNECTIONS)
+    if not isinstance(found, Connections):
+        raise RuntimeError("no Redis connections in the memo: the startup handler did not run")
+    return found
+
+
+def taskqueue(memo: kopf.Memo) -> TaskQueueMemory:
+    """The TaskQueue's memory, made on first use (`setdefault`: the timer's thread and a
+    handler's may both ask first, and must get the same one)."""
+    found = memo.setdefault(_TASKQUEUE, TaskQueueMemory())
+    assert isinstance(found, TaskQueueMemory)
+    return found

@@ -1,0 +1,130 @@
+"""The operator's Redis connections: one per TaskQueue, from its resolved URL, and error
+texts with every secret masked."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import pytest
+import redis
+from taskfleet.protocol.redisurl import redact_redis_url
+from taskfleet_operator import kube
+from taskfleet_operator.connections import Connections, describe_error
+from taskfleet_operator.models import TaskQueueSpec
+
+from tests.polling import wait_for
+
+
+def make_spec(**overrides: Any) -> TaskQueueSpec:
+    raw: dict[str, Any] = {
+        "image": "localhost/worker:dev",
+        "handler": "app.tasks:handle",
+        "redis": {"url": "redis://127.0.0.1:1/0"},
+    }
+    raw.update(overrides)
+    return TaskQueueSpec.model_validate(raw)
+
+
+def test_connections_reconnect_when_the_url_changes_and_reuse_otherwise(redis_url: str) -> None:
+    urls = {"current": redis_url}
+    connections = Connections(1.0, resolve_url=lambda _ns, _spec: urls["current"], url_ttl_s=0.0)
+    spec = make_spec()
+    try:
+        first = connections.get("ns", "q", spec)
+        assert connections.get("ns", "q", spec) is first
+        urls["current"] = redis_url.replace("/0", "/1")
+        second = connections.get("ns", "q", spec)
+        assert second is not first
+        assert second.client.ping()
+        assert second.name == "ns.q"
+    finally:
+        connections.close()
+
+
+def test_a_resolved_url_is_reused_until_invalidated_or_the_spec_changes(redis_url: str) -> None:
+    reads: list[str] = []
+
+    def resolve(_namespace: str, spec: TaskQueueSpec) -> str:
+        reads.append(spec.redis.model_dump_json())
+        return redis_url
+
+    connections = Connections(1.0, resolve_url=resolve, url_ttl_s=60.0)
+    secret_spec = make_spec(redis={"secretRef": {"name": "a"}})
+    try:
+        for _ in range(3):
+            connections.get("ns", "q", secret_spec)
+        assert len(reads) == 1
+        connections.invalidate("ns", "q")
+        connections.get("ns", "q", secret_spec)
+        assert len(reads) == 2
+        connections.get("ns", "q", make_spec(redis={"secretRef": {"name": "b"}}))
+        assert len(reads) == 3
+    finally:
+        connections.close()
+
+
+def test_a_secret_holding_no_redis_url_is_reported_without_its_value() -> None:
+    value = "http://user:hunter2@redis:6379/0"
+    spec = make_spec(redis={"secretRef": {"name": "redis-auth", "key": "url"}})
+    connections = Connections(0.5, resolve_url=lambda _ns, _spec: value)
+    try:
+        with pytest.raises(kube.SecretUnavailable) as raised:
+            connections.get("ns", "q", spec)
+    finally:
+        connections.close()
+
+    message = str(raised.value)
+    assert message.startswith("key 'url' of Secret ns/redis-auth is not a usable Redis URL")
+    assert "hunter2" not in message
+    assert "http" not in message
+
+
+def test_passwords_are_masked_in_urls_and_error_texts() -> None:
+    url = "redis://worker:s3cret@redis.example:6380/2"
+
+    assert redact_redis_url(url) == "redis://worker:***@redis.example:6380/2"
+    assert redact_redis_url("redis://redis:6379/0") == "redis://redis:6379/0"
+    error = redis.ConnectionError(f"cannot connect to {url}")
+    assert "s3cret" not in describe_error(error, url)
+    assert "ConnectionError" in describe_error(error, url)
+
+
+def test_a_password_in_the_url_query_is_masked_in_every_encoding() -> None:
+    url = "redis://redis:6379/0?pass%77ord=hunter2"
+
+    assert redact_redis_url(url) == "redis://redis:6379/0?password=***"
+    assert redact_redis_url("redis://h/0?mypassword=x") == "redis://h/0?mypassword=***"
+    error = redis.AuthenticationError(f"invalid password hunter2 for {url}")
+    assert "hunter2" not in describe_error(error, url)
+
+
+def test_a_taskqueue_gone_has_its_connection_closed_and_its_url_forgotten(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    name = f"tq-{secrets.token_hex(4)}"
+    url = f"{redis_url}?client_name={name}"
+    reads: list[str] = []
+
+    def resolve(_namespace: str, _spec: TaskQueueSpec) -> str:
+        reads.append(url)
+        return url
+
+    def connected() -> int:
+        return sum(1 for client in redis_client.client_list() if client["name"] == name)
+
+    connections = Connections(1.0, resolve_url=resolve, url_ttl_s=60.0)
+    spec = make_spec()
+    try:
+        first = connections.get("ns", "q", spec)
+        assert first.client.ping()
+        assert connected() == 1
+
+        connections.forget("ns", "q")
+
+        wait_for(lambda: connected() == 0, what="the server saw the connection close")
+        again = connections.get("ns", "q", spec)
+        assert again is not first
+        assert len(reads) == 2
+    finally:
+        connections.close()

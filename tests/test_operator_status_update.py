@@ -1,0 +1,279 @@
+"""What a sweep or a rejected spec writes to a TaskQueue's status and which events it
+posts: pure functions of what was read, checked in tables without an apiserver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from taskfleet_operator import reconcile, status
+from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.status import Event, Failure, Outage, Swept
+
+NOW = "2026-03-04T05:06:07Z"
+BEFORE = "2026-01-01T00:00:00Z"
+SPEC = TaskQueueSpec.model_validate(
+    {"image": "w:1", "handler": "app:run", "redis": {"url": "redis://r:6379/0"}, "replicas": 2}
+)
+STATS = {"pending": 4, "delayed": 1, "running": 2, "dead": 0, "requeued": 7}
+UNREACHABLE = Outage("RedisUnreachable", "cannot reach Redis: ConnectionError: refused")
+NO_SECRET = Outage("SecretUnavailable", "Secret ns/redis-auth is missing or unreadable")
+REJECTED = Failure(3, "DeploymentRejected", "the worker Deployment was rejected: bad toleration")
+
+
+@dataclass(frozen=True)
+class Report:
+    """The fields of `sweeper.SweepReport` the status reads."""
+
+    stats: dict[str, int] = field(default_factory=lambda: dict(STATS))
+    requeued: dict[str, int] = field(default_factory=dict)
+    schedule_errors: dict[str, str] = field(default_factory=dict)
+
+
+def condition(kind: str, value: bool, reason: str, message: str = "") -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": "True" if value else "False",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": BEFORE,
+    }
+
+
+def deployment(ready: int, replicas: int = 2) -> dict[str, Any]:
+    return {"status": {"replicas": replicas, "readyReplicas": ready}}
+
+
+REACHABLE = condition("RedisReachable", True, "Connected", "Redis answers")
+DOWN = condition("RedisReachable", False, "RedisUnreachable", UNREACHABLE.message)
+READY = condition("Ready", True, "WorkersReady", "2 worker pods ready")
+
+
+def swept(
+    outcome: Report | Outage,
+    *,
+    previous: dict[str, Any] | None = None,
+    ready: int = 2,
+    failure: Failure | None = None,
+) -> Swept:
+    return Swept("emails", SPEC, previous or {}, deployment(ready), 1, outcome, failure)
+
+
+def conditions_of(
+    update: status.StatusUpdate, previous: dict[str, Any]
+) -> dict[str, tuple[str, str]]:
+    """(status, reason) by type, from the patch or, when unchanged, the previous status."""
+    listed = update.patch.get("conditions", previous.get("conditions", []))
+    return {c["type"]: (c["status"], c["reason"]) for c in listed}
+
+
+CASES: list[tuple[str, Swept, dict[str, tuple[str, str]], list[Event]]] = [
+    (
+        "first sweep, workers starting",
+        swept(Report(), ready=1),
+        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "WorkersNotReady")},
+        [],
+    ),
+    (
+        "every worker ready",
+        swept(Report(), previous={"conditions": [REACHABLE]}),
+        {"RedisReachable": ("True", "Connected"), "Ready": ("True", "WorkersReady")},
+        [],
+    ),
+    (
+        "Redis answers again",
+        swept(Report(), previous={"conditions": [DOWN]}),
+        {"RedisReachable": ("True", "Connected"), "Ready": ("True", "WorkersReady")},
+        [Event("Normal", "RedisReachable", "Redis is reachable again")],
+    ),
+    (
+        "tasks of gone pods taken back",
+        swept(
+            Report(requeued={"emails-a": 3, "emails-b": 1}), previous={"conditions": [REACHABLE]}
+        ),
+        {"RedisReachable": ("True", "Connected"), "Ready": ("True", "WorkersReady")},
+        [
+            Event(
+                "Normal",
+                "Requeued",
+                "requeued 3 tasks of pod emails-a: pod emails-a is gone from the API",
+            ),
+            Event(
+                "Normal",
+                "Requeued",
+                "requeued 1 tasks of pod emails-b: pod emails-b is gone from the API",
+            ),
+        ],
+    ),
+    (
+        "an outage starts",
+        swept(UNREACHABLE, previous={"conditions": [REACHABLE, READY]}),
+        {"RedisReachable": ("False", "RedisUnreachable"), "Ready": ("False", "RedisUnreachable")},
+        [Event("Warning", "RedisUnreachable", UNREACHABLE.message)],
+    ),
+    (
+        "an outage goes on",
+        swept(UNREACHABLE, previous={"conditions": [DOWN]}),
+        {"RedisReachable": ("False", "RedisUnreachable"), "Ready": ("False", "RedisUnreachable")},
+        [],
+    ),
+    (
+        "an outage changes kind",
+        swept(NO_SECRET, previous={"conditions": [DOWN]}),
+        {"RedisReachable": ("False", "SecretUnavailable"), "Ready": ("False", "RedisUnreachable")},
+        [Event("Warning", "SecretUnavailable", NO_SECRET.message)],
+    ),
+    (
+        "the handler's failure holds over ready workers",
+        swept(Report(), previous={"conditions": [REACHABLE, READY]}, failure=REJECTED),
+        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "DeploymentRejected")},
+        [],
+    ),
+    (
+        "the handler's failure holds over an outage",
+        swept(UNREACHABLE, previous={"conditions": [DOWN]}, failure=REJECTED),
+        {"RedisReachable": ("False", "RedisUnreachable"), "Ready": ("False", "DeploymentRejected")},
+        [],
+    ),
+    (
+        "a schedule refused",
+        swept(
+            Report(schedule_errors={"huge": "payload too large"}),
+            previous={"conditions": [REACHABLE]},
+        ),
+        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "InvalidSpec")},
+        [Event("Warning", "InvalidSpec", "schedule huge: payload too large")],
+    ),
+    (
+        "a schedule still refused",
+        swept(
+            Report(schedule_errors={"huge": "payload too large"}),
+            previous={
+                "conditions": [
+                    REACHABLE,
+                    condition("Ready", False, "InvalidSpec", "schedule huge: payload too large"),
+                ]
+            },
+        ),
+        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "InvalidSpec")},
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("swept_", "conditions", "events"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_a_sweep_sets_the_conditions_and_posts_the_events_its_outcome_calls_for(
+    swept_: Swept, conditions: dict[str, tuple[str, str]], events: list[Event]
+) -> None:
+    update = status.after_sweep(swept_, now=NOW)
+
+    assert conditions_of(update, dict(swept_.previous)) == conditions
+    assert update.events == events
+
+
+def test_a_sweep_that_reached_redis_writes_the_counts_replicas_and_selector() -> None:
+    update = status.after_sweep(swept(Report(), ready=1), now=NOW)
+
+    patch = dict(update.patch)
+    assert patch.pop("conditions")
+    assert patch == {
+        "pending": 4,
+        "delayed": 1,
+        "running": 2,
+        "dead": 0,
+        "livePods": 1,
+        "requeuedTotal": 7,
+        "replicas": 2,
+        "readyReplicas": 1,
+        "selector": "taskfleet.dev/queue=emails",
+    }
+
+
+def test_an_outage_keeps_the_last_counts_and_still_reports_the_deployment() -> None:
+    previous = {"pending": 9, "replicas": 2, "readyReplicas": 2, "conditions": [REACHABLE]}
+
+    update = status.after_sweep(swept(UNREACHABLE, previous=previous, ready=1), now=NOW)
+
+    assert not {"pending", "delayed", "running", "dead", "livePods", "requeuedTotal"} & set(
+        update.patch
+    )
+    assert update.patch["readyReplicas"] == 1
+    assert "replicas" not in update.patch  # unchanged
+
+
+def test_a_sweep_that_changes_nothing_patches_nothing() -> None:
+    first = status.after_sweep(swept(Report()), now=NOW)
+    previous = dict(first.patch)
+
+    again = status.after_sweep(swept(Report(), previous=previous), now="2026-03-04T05:06:09Z")
+
+    assert again == status.StatusUpdate({}, [])
+
+
+def test_a_condition_flips_at_the_sweeps_time_and_otherwise_keeps_its_own() -> None:
+    update = status.after_sweep(swept(UNREACHABLE, previous={"conditions": [REACHABLE]}), now=NOW)
+
+    times = {c["type"]: c["lastTransitionTime"] for c in update.patch["conditions"]}
+    assert times == {"RedisReachable": NOW, "Ready": NOW}
+    # Conditions are kept sorted by type, as written: the same list is no change.
+    kept = status.after_sweep(swept(Report(), previous={"conditions": [READY, REACHABLE]}), now=NOW)
+    assert "conditions" not in kept.patch
+
+
+def test_a_rejected_spec_sets_ready_false_with_its_reason_and_warns() -> None:
+    previous = {"conditions": [REACHABLE, READY], "pending": 3}
+
+    update = status.after_rejection(previous, REJECTED, now=NOW)
+
+    assert update.patch == {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "DeploymentRejected",
+                "message": REJECTED.message,
+                "lastTransitionTime": NOW,
+            },
+            REACHABLE,
+        ]
+    }
+    assert update.events == [Event("Warning", "DeploymentRejected", REJECTED.message)]
+
+
+@pytest.mark.parametrize(
+    ("failure", "generation", "held"),
+    [(None, 3, False), (REJECTED, 3, True), (REJECTED, 4, False)],
+    ids=["none", "this generation", "a newer generation is not held back"],
+)
+def test_a_failure_holds_only_for_the_generation_that_failed(
+    failure: Failure | None, generation: int, held: bool
+) -> None:
+    assert (status.failure_of(failure, generation) is not None) == held
+
+
+@pytest.mark.parametrize(
+    ("present", "failure", "observed", "restore"),
+    [
+        (False, None, 1, True),
+        (True, None, 1, False),
+        (False, REJECTED, 1, False),
+        (False, None, None, False),
+    ],
+    ids=[
+        "deleted behind the operator's back",
+        "present",
+        "the handler could not apply it",
+        "never applied yet",
+    ],
+)
+def test_the_sweep_restores_only_a_deployment_that_went_missing_after_it_was_applied(
+    present: bool, failure: Failure | None, observed: int | None, restore: bool
+) -> None:
+    status_ = {} if observed is None else {"observedGeneration": observed}
+
+    lost = reconcile.deployment_lost(deployment(2) if present else None, failure, status_)
+
+    assert lost == restore

@@ -1,0 +1,107 @@
+"""Giving tasks back without an attempt: unfinished runs at a drain, prefetched ones no
+thread has begun, and tasks claimed while a drain began.
+
+A release puts a task back at the front of the queue for a worker that stays. If Redis
+is down the release fails and the leases expire instead: sweeps take the tasks back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from taskfleet.worker.broker import Broker
+from taskfleet.worker.claimed import ClaimedTask
+from taskfleet.worker.events import log_event
+from taskfleet.worker.execution import Execution
+from taskfleet.worker.gate import wait_any
+from taskfleet.worker.handlers import format_error
+from taskfleet.worker.runs import Run
+from taskfleet.worker.slots import PREFETCH_MAX_WAIT_S, Slots
+
+__all__ = ["HandBack"]
+
+#: How long a release may take before the worker goes on exiting (leases expire instead).
+RELEASE_TIMEOUT_S = 3.0
+
+
+class HandBack:
+    """Releases one worker's tasks; ``broker`` is set once registered."""
+
+    def __init__(
+        self,
+        execution: Execution,
+        slots: Slots,
+        *,
+        drain_requested: asyncio.Event,
+        closing: asyncio.Event,
+    ) -> None:
+        self.broker: Broker | None = None
+        self._execution = execution
+        self._slots = slots
+        self._drain_requested = drain_requested
+        self._closing = closing
+
+    async def release(self, runs: list[Run]) -> None:
+        """Give unfinished tasks back (not an attempt); if Redis is down, leases expire instead."""
+        assert self.broker is not None
+        items = [(run.task.id, run.task.token) for run in runs]
+        try:
+            released = await asyncio.wait_for(self.broker.release(items), RELEASE_TIMEOUT_S)
+        except Exception as exc:  # whatever went wrong, exiting must go on
+            log_event(
+                logging.WARNING,
+                "release_failed",
+                tasks=len(items),
+                error=format_error(exc),
+                note="leases expire and the tasks are taken back",
+            )
+            return
+        self._execution.counters.released += int(released)
+        for run in runs:
+            log_event(logging.INFO, "task_released", task=run.task.id)
+        self._execution.forget(runs)
+
+    async def take(self, tasks: list[ClaimedTask]) -> None:
+        """Start claimed tasks, or hand them straight back if a drain began meanwhile."""
+        if self._drain_requested.is_set():
+            # The drain began while the claim was in flight: give its tasks back (not an
+            # attempt) for a worker that stays, rather than start them now.
+            now = time.monotonic()
+            await self.release([Run(task=task, claimed_at=now) for task in tasks])
+            return
+        self._execution.start_all(tasks)
+
+    async def withdraw(self, runs: list[Run], *, waited: bool = False) -> None:
+        """Release the prefetched ``runs`` no thread has begun (never started here).
+
+        ``waited``: they waited too long for a thread; prefetch stops until runs are short.
+        """
+        withdrawn = self._execution.withdraw(runs)
+        if not withdrawn:
+            return
+        if waited:
+            self._slots.prefetch_waited_too_long()
+            log_event(
+                logging.INFO,
+                "prefetch_withdrawn",
+                tasks=len(withdrawn),
+                waited_s=PREFETCH_MAX_WAIT_S,
+                note="every handler thread is busy with long runs",
+            )
+        await self.release(withdrawn)
+        # Released, or (Redis down) left to their leases: either way not this worker's now.
+        self._execution.forget(withdrawn)
+
+    async def prefetch_guard(self) -> None:
+        """Loop: give back prefetched tasks that waited ``PREFETCH_MAX_WAIT_S`` for a thread."""
+        while True:
+            await wait_any(self._closing, self._drain_requested, limit=PREFETCH_MAX_WAIT_S / 2)
+            if self._closing.is_set() or self._drain_requested.is_set():
+                return  # the drain withdraws what is still waiting itself
+            cutoff = time.monotonic() - PREFETCH_MAX_WAIT_S
+            # Claimed that long ago; withdraw() keeps those no thread has begun.
+            late = [run for run in self._execution.held.values() if run.claimed_at <= cutoff]
+            if late:
+                await self.withdraw(late, waited=True)

@@ -1,0 +1,72 @@
+"""The heartbeat loop: one call extends every held lease and reports the worker's state.
+
+Each beat also learns which leases were lost (those tasks are abandoned here: someone
+else runs them now) and, every ``sweep_every`` beats, sweeps the queue so the library
+loses nothing even without the operator. A beat comes early when ``beat_now`` is set
+(a drain began, Redis came back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from taskfleet.protocol.errors import IdentityTaken
+from taskfleet.worker.broker import Broker
+from taskfleet.worker.events import log_event
+from taskfleet.worker.execution import Execution
+from taskfleet.worker.gate import EXIT_BAD_CONFIG, REDIS_DOWN, FatalStop, RedisGate, wait_any
+from taskfleet.worker.settings import WorkerSettings
+
+__all__ = ["SWEEP_MAX_CALLS", "heartbeat_loop"]
+
+#: Sweep calls a heartbeat may make in a row while each finds a full step of work.
+SWEEP_MAX_CALLS = 10
+
+
+async def heartbeat_loop(
+    broker: Broker,
+    execution: Execution,
+    settings: WorkerSettings,
+    gate: RedisGate,
+    *,
+    interval: float,
+    beat_now: asyncio.Event,
+    drain_requested: asyncio.Event,
+    stop_requested: asyncio.Event,
+    closing: asyncio.Event,
+) -> None:
+    """Beat until ``closing``; raises ``FatalStop`` if another worker took our name."""
+    beats = 0
+    while not closing.is_set():
+        beat_now.clear()
+        try:
+            lost = await broker.heartbeat(
+                execution.leases(),
+                inflight=len(execution.held),
+                draining=drain_requested.is_set(),
+            )
+            execution.abandon(lost)
+            beats += 1
+            if beats % settings.sweep_every == 0 and not drain_requested.is_set():
+                # Claims already take back expired leases; this also prunes retention.
+                await broker.sweep(max_calls=SWEEP_MAX_CALLS)
+        except REDIS_DOWN as exc:
+            if stop_requested.is_set():
+                return
+            await gate.wait_out(exc, stop_requested, closing)
+            continue
+        except IdentityTaken as exc:
+            # Someone registered under our name: it took back every task we held.
+            # Running on would run them twice and fight over the name; stop instead.
+            log_event(
+                logging.ERROR,
+                "identity_taken",
+                pod=settings.pod,
+                incarnation=settings.incarnation,
+                by=exc.holder,
+                note="another worker started under this name and took back its tasks; "
+                "give each worker its own --pod",
+            )
+            raise FatalStop(EXIT_BAD_CONFIG) from None
+        await wait_any(beat_now, closing, limit=interval)

@@ -1,0 +1,87 @@
+"""Writing outcomes: completions (with a claim for the slots they free) and failures.
+
+The ``Outbox`` hands a batch to ``OutcomeWriter.write``; each outcome leaves the batch
+once written, so a retry after an outage never repeats one. A completion batch also
+claims tasks for the slots it frees in the same script call (``complete_and_claim``),
+unless the worker is draining or its claim loop waits for a producer's wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from taskfleet.protocol.scripts import RESULT_TOO_LARGE
+from taskfleet.worker.broker import Broker
+from taskfleet.worker.claimed import ClaimedTask, ClaimResult
+from taskfleet.worker.execution import Execution
+from taskfleet.worker.runs import Outcome
+from taskfleet.worker.slots import Slots
+
+__all__ = ["OutcomeWriter"]
+
+
+class OutcomeWriter:
+    """Writes batches of outcomes for one worker; ``broker`` is set once registered."""
+
+    def __init__(
+        self,
+        execution: Execution,
+        slots: Slots,
+        *,
+        take: Callable[[list[ClaimedTask]], Awaitable[None]],
+        may_claim: Callable[[], bool],
+        slot_freed: asyncio.Event,
+    ) -> None:
+        self.broker: Broker | None = None
+        self._execution = execution
+        self._slots = slots
+        self._take = take  # start (or hand back) tasks claimed along with completions
+        self._may_claim = may_claim  # False while draining or waiting for a wake-up
+        self._slot_freed = slot_freed
+
+    async def write(self, batch: list[Outcome]) -> None:
+        """Write ``batch``, removing each outcome once written (so a retry never repeats it)."""
+        assert self.broker is not None
+        execution = self._execution
+        try:
+            # Threads finishing meanwhile needn't wake the loop: collected right after.
+            with execution.collected_after():
+                done = [o for o in batch if o.error is None]
+                if done:
+                    await self._complete(batch, done)
+                while batch:
+                    outcome = batch[0]
+                    state = await self.broker.fail(
+                        outcome.run.task.id, outcome.run.task.token, outcome.error or ""
+                    )
+                    batch.pop(0)
+                    ok = state is not None  # None: stale token, the task was taken back
+                    execution.finish(outcome, ok, "task_failed")
+        finally:
+            # Wake the claim loop only for slots this write left free: completions that
+            # claimed their own replacements need no second look.
+            if self._slots.room(len(execution.held), execution.stuck) > 0:
+                self._slot_freed.set()
+
+    async def _complete(self, batch: list[Outcome], done: list[Outcome]) -> None:
+        """Completions, and a claim for the slots they free, in one script call."""
+        assert self.broker is not None
+        execution = self._execution
+        items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
+        claimed: ClaimResult | None = None
+        n, prefetch = self._slots.refill(len(done), len(execution.held), execution.stuck)
+        if n <= 0 or not self._may_claim():
+            applied = await self.broker.complete_many(items)
+        else:
+            applied, claimed = await self.broker.complete_and_claim(items, n, prefetch=prefetch)
+        for outcome, code in zip(done, applied, strict=True):
+            batch.remove(outcome)
+            if code == RESULT_TOO_LARGE:
+                outcome.result = None
+                outcome.error = "result too large for the queue's max_payload_bytes"
+                execution.finish(outcome, True, "task_failed", reason="result too large")
+            else:
+                execution.finish(outcome, bool(code), "task_done")
+        if claimed is not None and claimed.tasks:
+            await self._take(claimed.tasks)
