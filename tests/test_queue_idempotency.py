@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 from taskfleet import EnqueueResult, InvalidArgument, Queue, TaskExists, TaskfleetError
-from taskfleet.producer.queue import enqueue_args
+from taskfleet.producer.encoding import enqueue_args
 from taskfleet.protocol.scripts import SyncScripts
 
 from tests.workers.harness import env_for, taskfleet

@@ -16,7 +16,8 @@ from typing import Any
 import redis
 from croniter import croniter
 from kubernetes.client.exceptions import ApiException
-from taskfleet.producer.queue import Queue, encode_payload
+from taskfleet.producer.encoding import encode_payload
+from taskfleet.producer.queue import Queue
 from taskfleet.protocol.errors import InvalidPayload, TaskfleetError
 from taskfleet.protocol.scripts import SWEEP_BOUND
 

@@ -31,13 +31,14 @@ from taskfleet.protocol.scripts import SweepResult
 from taskfleet.protocol.tasks import Task, TaskState
 
 if TYPE_CHECKING:
-    from taskfleet.worker.broker import Broker, ClaimedTask, ClaimResult
+    from taskfleet.worker.broker import Broker
+    from taskfleet.worker.claimed import ClaimedTask, ClaimResult
     from taskfleet.worker.handlers import current_task
 
 _WORKER_SIDE = {
     "Broker": "taskfleet.worker.broker",
-    "ClaimedTask": "taskfleet.worker.broker",
-    "ClaimResult": "taskfleet.worker.broker",
+    "ClaimedTask": "taskfleet.worker.claimed",
+    "ClaimResult": "taskfleet.worker.claimed",
     "current_task": "taskfleet.worker.handlers",
 }
 

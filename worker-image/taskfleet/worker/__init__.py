@@ -10,15 +10,25 @@ One idea per module:
 - ``outbox``: outcomes waiting to be written, flushed in batches, never twice;
 - ``gate``: the Redis outage gate (one probe reconnects, every loop waits on it);
 - ``runtime_file``: the throttled writer of ``worker.json`` for ``taskfleet drain``;
+- ``claiming``: the claim loop: how many to ask for, when to wait, what it last saw;
+- ``start``: registering a worker and reading the queue's lease TTL;
+- ``writing``: outcomes written (completions, claiming replacements in the same call,
+  and failures);
+- ``heartbeat``: the heartbeat loop: leases extended, lost ones abandoned, sweeps;
+- ``handback``: tasks given back without an attempt (a drain's unfinished runs, late
+  prefetch);
 - ``core``: ``Worker``, the claim, flush and heartbeat loops, start and drain;
 - ``events``: one structured log line per event.
 
 and the worker's side of the protocol and of its container:
 
 - ``broker``: register, claim, heartbeat and finish tasks (asyncio, one script call each);
+- ``claimed``: what a claim hands over (``ClaimedTask``, ``ClaimResult``), read from the
+  claim script's records, and which tasks can't be run as stored: pure, no Redis;
 - ``handlers``: loading a handler, ``current_task()``, results and errors as stored;
 - ``runtime``: ``worker.json`` and the ``taskfleet drain`` side that reads it;
-- ``identity``: a worker's whereabouts, and whether a worker holding a name is alive;
+- ``identity``: a worker's whereabouts, and whether a worker holding a name (its
+  ``WorkerRecord``) is alive;
 - ``reaper``: PID 1, a tiny init that forwards signals and reaps orphans.
 
 Imports go one way: this package uses the protocol (never the producer API); only the

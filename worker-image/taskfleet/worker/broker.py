@@ -9,14 +9,12 @@ queue consistent; what it held comes back through lease expiry or ``requeue``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 import os
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import astuple, dataclass
-from typing import Any, TypeVar
+from dataclasses import astuple
+from typing import TypeVar
 
 import redis.asyncio
 import redis.exceptions
@@ -32,7 +30,10 @@ from taskfleet.protocol.scripts import (
     SweepResult,
 )
 from taskfleet.protocol.tasks import TaskState
-from taskfleet.worker.identity import Whereabouts
+from taskfleet.worker.claimed import ClaimedTask, ClaimResult, parse_claim_records
+from taskfleet.worker.identity import WorkerRecord
+
+__all__ = ["Broker", "ClaimResult", "ClaimedTask", "bounded"]
 
 T = TypeVar("T")
 log = logging.getLogger("taskfleet.worker")
@@ -62,100 +63,6 @@ async def bounded(call: Awaitable[T], limit: float | None) -> T:
         if type(exc) is redis.exceptions.ResponseError and auth_failure(exc) == "permission":
             raise redis.exceptions.NoPermissionError(str(exc)) from exc
         raise
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerRecord:
-    """Another incarnation's record in ``workers``, as ``register`` found it."""
-
-    incarnation: str
-    heartbeat_age_ms: int  # 0 when not known
-    host: str  # its whereabouts ('' = none recorded)
-    draining: bool = False
-
-    @classmethod
-    def parse(cls, raw: str, now_ms: int | None = None) -> WorkerRecord:
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            return cls("", 0, "")
-        heartbeat = data.get("heartbeat_ms")
-        age = 0
-        if now_ms is not None and isinstance(heartbeat, int | float):
-            age = max(0, now_ms - int(heartbeat))
-        return cls(
-            str(data.get("incarnation", "")),
-            age,
-            str(data.get("host") or ""),
-            bool(data.get("draining", False)),
-        )
-
-    def describe(self) -> str:
-        """``pid N on host H`` (or ``incarnation X`` when no whereabouts were recorded)."""
-        where = Whereabouts.parse(self.host)
-        if where is not None and where.pid is not None:
-            return f"pid {where.pid} on host {where.host}"
-        return f"incarnation {self.incarnation}"
-
-
-def _dropped(record: bytes) -> None:
-    log.warning(
-        "claim_record_dropped",
-        extra={"fields": {"record": repr(record[:200]), "note": "names no task"}},
-    )
-
-
-def _whole(raw: bytes, what: str) -> int:
-    """An integer field of a claim record; ValueError naming it if it is not one."""
-    try:
-        return int(raw)
-    except ValueError:
-        pass
-    try:  # a foreign writer's "3.0" or "1e+14": whole numbers only
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not value.is_integer():
-        raise ValueError(f"{what} {raw[:40]!r} is not an integer")
-    return int(value)
-
-
-def _seconds(raw: bytes) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"timeout {raw[:40]!r} is not a positive number of seconds")
-    return value
-
-
-@dataclass(slots=True)
-class ClaimedTask:
-    """A task handed to this worker. ``token`` fences every later write about it."""
-
-    id: str
-    token: str
-    payload: dict[str, Any]
-    attempts: int  # starts of this task, this one included (1 on the first run)
-    max_attempts: int
-    timeout: float | None  # seconds; None = no limit
-    lost: int
-    priority: int
-    cost: int
-
-
-@dataclass(slots=True)
-class ClaimResult:
-    tasks: list[ClaimedTask]
-    #: >0: a rate limit held tasks back; ms until capacity returns
-    retry_after_ms: int = 0
-    #: ms until the earliest delayed task is due (None: nothing delayed); bounds idle waits
-    next_due_ms: int | None = None
-    #: tasks were still pending after this claim (False: the queue had no more to give)
-    more_pending: bool = False
 
 
 class Broker:
@@ -327,53 +234,9 @@ class Broker:
         return applied, await self._claimed(raw)
 
     async def _claimed(self, raw: RawClaim) -> ClaimResult:
-        """Parse a claim reply; fail (permanently) tasks that can't be run as stored.
-
-        Nothing in a record may crash the worker: a crash would release the task
-        uncounted and the next worker would claim it and crash too. A payload that is not
-        a JSON object goes dead as ``bad payload``; any other field that can't be read (a
-        hash edited by a foreign writer) as ``bad task``. A record that names no task is
-        dropped with a log line (only a foreign write to a wake list makes one).
-        """
-        tasks: list[ClaimedTask] = []
-        bad: list[tuple[str, str, str, str]] = []
-        for record in raw.records:
-            packed = record.encode() if isinstance(record, str) else record
-            fields = packed.split(b"\0", 8)
-            if len(fields) != 9:
-                _dropped(packed)
-                continue
-            raw_id, raw_token, attempts, max_attempts, timeout, lost, priority, cost, data = fields
-            try:
-                tid, tok = raw_id.decode(), raw_token.decode()
-            except UnicodeDecodeError:
-                _dropped(packed)
-                continue
-            try:
-                task = ClaimedTask(
-                    tid,
-                    tok,
-                    {},
-                    _whole(attempts, "attempts"),
-                    _whole(max_attempts, "max_attempts"),
-                    _seconds(timeout) if timeout else None,
-                    _whole(lost, "lost"),
-                    _whole(priority, "priority"),
-                    _whole(cost, "cost"),
-                )
-            except ValueError as exc:
-                bad.append((tid, tok, f"task unreadable: {exc}", "bad task"))
-                continue
-            try:
-                payload = json.loads(data)
-            except (ValueError, RecursionError) as exc:  # nesting too deep: RecursionError
-                bad.append((tid, tok, f"payload is not valid JSON: {exc}", "bad payload"))
-                continue
-            if not isinstance(payload, dict):
-                bad.append((tid, tok, "payload is not a JSON object", "bad payload"))
-                continue
-            task.payload = payload
-            tasks.append(task)
+        """Read a claim reply; fail (permanently) the tasks that can't be run as stored
+        (``claimed.parse_claim_records`` says which and why)."""
+        tasks, bad = parse_claim_records(raw.records)
         for task_id, token, error, reason in bad:
             await self.fail(task_id, token, error, retryable=False, reason=reason)
         return ClaimResult(tasks, raw.retry_after_ms, raw.next_due_ms, raw.more_pending)

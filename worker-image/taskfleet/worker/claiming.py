@@ -13,7 +13,8 @@ import enum
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from taskfleet.worker.broker import Broker, ClaimedTask, ClaimResult
+from taskfleet.worker.broker import Broker
+from taskfleet.worker.claimed import ClaimedTask, ClaimResult
 from taskfleet.worker.execution import Execution
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate
 from taskfleet.worker.settings import WorkerSettings

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from taskfleet.worker.broker import ClaimedTask
+from taskfleet.worker.claimed import ClaimedTask
 from taskfleet.worker.events import log, log_event
 from taskfleet.worker.handlers import Handler, TaskContext, context_for, encode_result, format_error
 from taskfleet.worker.outbox import Outbox

@@ -11,7 +11,8 @@ import asyncio
 import logging
 import time
 
-from taskfleet.worker.broker import Broker, ClaimedTask
+from taskfleet.worker.broker import Broker
+from taskfleet.worker.claimed import ClaimedTask
 from taskfleet.worker.events import log_event
 from taskfleet.worker.execution import Execution
 from taskfleet.worker.gate import wait_any

@@ -10,8 +10,8 @@ once. Two live workers under one name would take each other's tasks, so:
   from the pod's name, which a restarted container keeps;
 - every worker record carries the worker's whereabouts (``host boot netns pidns pid start
   beat``, an opaque string to Lua), and a worker that finds its name held by another
-  incarnation judges whether that one is alive (:func:`holder_alive`) before it takes
-  over; a live one makes it refuse to start;
+  incarnation judges whether that one (its ``WorkerRecord``) is alive
+  (:func:`holder_alive`) before it takes over; a live one makes it refuse to start;
 - a worker whose name was taken over while it runs learns it from its next heartbeat
   and stops (see ``Broker.heartbeat``).
 """
@@ -19,6 +19,7 @@ once. Two live workers under one name would take each other's tasks, so:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from taskfleet.worker.runtime import pid_alive, process_start
 
-__all__ = ["Whereabouts", "default_pod_name", "holder_alive"]
+__all__ = ["Whereabouts", "WorkerRecord", "default_pod_name", "holder_alive"]
 
 _NOT_IN_NAME = re.compile(r"[^a-z0-9.-]+")
 #: A holder on a host (or network namespace) we can't look into is taken for alive while
@@ -158,3 +159,39 @@ def holder_alive(
             return False
     beat = holder.beat if holder.beat is not None and holder.beat > 0 else default_beat
     return heartbeat_age_ms < REMOTE_ALIVE_BEATS * beat * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """Another incarnation's record in ``workers``, as ``register`` found it."""
+
+    incarnation: str
+    heartbeat_age_ms: int  # 0 when not known
+    host: str  # its whereabouts ('' = none recorded)
+    draining: bool = False
+
+    @classmethod
+    def parse(cls, raw: str, now_ms: int | None = None) -> WorkerRecord:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            return cls("", 0, "")
+        heartbeat = data.get("heartbeat_ms")
+        age = 0
+        if now_ms is not None and isinstance(heartbeat, int | float):
+            age = max(0, now_ms - int(heartbeat))
+        return cls(
+            str(data.get("incarnation", "")),
+            age,
+            str(data.get("host") or ""),
+            bool(data.get("draining", False)),
+        )
+
+    def describe(self) -> str:
+        """``pid N on host H`` (or ``incarnation X`` when no whereabouts were recorded)."""
+        where = Whereabouts.parse(self.host)
+        if where is not None and where.pid is not None:
+            return f"pid {where.pid} on host {where.host}"
+        return f"incarnation {self.incarnation}"

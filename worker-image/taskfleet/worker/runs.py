@@ -10,7 +10,7 @@ import asyncio
 import contextvars
 from dataclasses import dataclass
 
-from taskfleet.worker.broker import ClaimedTask
+from taskfleet.worker.claimed import ClaimedTask
 
 
 @dataclass(eq=False)

@@ -15,10 +15,10 @@ import redis.asyncio as aioredis
 
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.worker.broker import Broker, WorkerRecord, bounded
+from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.events import log_event
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate
-from taskfleet.worker.identity import Whereabouts, holder_alive
+from taskfleet.worker.identity import Whereabouts, WorkerRecord, holder_alive
 from taskfleet.worker.settings import WorkerSettings
 
 DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)

@@ -12,7 +12,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from taskfleet.protocol.scripts import RESULT_TOO_LARGE
-from taskfleet.worker.broker import Broker, ClaimedTask, ClaimResult
+from taskfleet.worker.broker import Broker
+from taskfleet.worker.claimed import ClaimedTask, ClaimResult
 from taskfleet.worker.execution import Execution
 from taskfleet.worker.runs import Outcome
 from taskfleet.worker.slots import Slots

@@ -1,0 +1,137 @@
+"""Claim records read into tasks, without Redis: every shape a stored task can take ends as
+a task to run, a task to fail for good (and why), or a dropped record; never a crash."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from taskfleet.worker.claimed import ClaimedTask, parse_claim_records
+
+
+def record(
+    task_id: bytes = b"t1",
+    token: bytes = b"tok",
+    *,
+    attempts: bytes = b"1",
+    max_attempts: bytes = b"3",
+    timeout: bytes = b"",
+    lost: bytes = b"0",
+    priority: bytes = b"0",
+    cost: bytes = b"1",
+    payload: bytes = b"{}",
+) -> bytes:
+    fields = (task_id, token, attempts, max_attempts, timeout, lost, priority, cost, payload)
+    return b"\0".join(fields)
+
+
+def test_a_record_becomes_the_task_it_names_with_every_field_read() -> None:
+    # id, token, attempts, max_attempts, timeout_s, lost, priority, cost, payload
+    fields = [b"job-7", b"abc", b"2", b"5", b"1.5", b"1", b"-3", b"4", b'{"n": [1, 2]}']
+    raw = b"\0".join(fields)
+    tasks, bad = parse_claim_records([raw])
+    assert tasks == [ClaimedTask("job-7", "abc", {"n": [1, 2]}, 2, 5, 1.5, 1, -3, 4)]
+    assert bad == []
+
+
+def test_an_empty_timeout_means_no_limit_and_text_records_read_like_bytes() -> None:
+    tasks, _ = parse_claim_records([record().decode()])
+    assert tasks[0].timeout is None
+    assert tasks[0].payload == {}
+
+
+def test_tasks_come_back_in_record_order_with_the_unrunnable_ones_set_apart() -> None:
+    records = [record(b"a"), record(b"b", payload=b"[]"), record(b"c"), record(b"d", cost=b"x")]
+    tasks, bad = parse_claim_records(records)
+    assert [task.id for task in tasks] == ["a", "c"]
+    assert [(task_id, reason) for task_id, _, _, reason in bad] == [
+        ("b", "bad payload"),
+        ("d", "bad task"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "stored", "read"),
+    [
+        ("attempts", b"3.0", 3),
+        ("priority", b"-2", -2),
+        ("cost", b"1e+14", 10**14),
+    ],
+)
+def test_whole_numbers_a_foreign_writer_stored_as_floats_are_read(
+    field: str, stored: bytes, read: int
+) -> None:
+    tasks, bad = parse_claim_records([record(**{field: stored})])
+    assert bad == []
+    assert getattr(tasks[0], field) == read
+
+
+@pytest.mark.parametrize(
+    ("field", "stored", "error"),
+    [
+        ("attempts", b"two", "attempts b'two' is not an integer"),
+        ("max_attempts", b"2.5", "max_attempts b'2.5' is not an integer"),
+        ("lost", b"nan", "lost b'nan' is not an integer"),
+        ("priority", b"inf", "priority b'inf' is not an integer"),
+        ("cost", b"", "cost b'' is not an integer"),
+        ("timeout", b"0", "timeout b'0' is not a positive number of seconds"),
+        ("timeout", b"-inf", "timeout b'-inf' is not a positive number of seconds"),
+        ("timeout", b"soon", "timeout b'soon' is not a positive number of seconds"),
+    ],
+)
+def test_a_field_that_cannot_be_read_makes_a_bad_task_naming_it(
+    field: str, stored: bytes, error: str
+) -> None:
+    tasks, bad = parse_claim_records([record(b"t1", b"tok", **{field: stored})])
+    assert tasks == []
+    assert bad == [("t1", "tok", f"task unreadable: {error}", "bad task")]
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (b"[1, 2]", "payload is not a JSON object"),
+        (b'"text"', "payload is not a JSON object"),
+        (b"{not json", "payload is not valid JSON: "),
+        (b'{"a":' + b"[" * 200_000 + b"]" * 200_000 + b"}", "payload is not valid JSON: "),
+    ],
+    ids=["list", "string", "broken", "nested-too-deep"],
+)
+def test_a_payload_that_is_not_a_json_object_makes_a_bad_payload(
+    payload: bytes, error: str
+) -> None:
+    tasks, bad = parse_claim_records([record(payload=payload)])
+    assert tasks == []
+    [(task_id, token, message, reason)] = bad
+    assert (task_id, token, reason) == ("t1", "tok", "bad payload")
+    assert message.startswith(error)
+
+
+def test_a_nul_byte_inside_a_payload_stays_in_the_payload_and_fields_keep_their_place() -> None:
+    tasks, bad = parse_claim_records([record(b"t1", b"tok", payload=b'{"a": "x\0y"}')])
+    assert tasks == []
+    [(task_id, token, message, reason)] = bad
+    assert (task_id, token, reason) == ("t1", "tok", "bad payload")
+    assert "control character" in message  # JSON refuses it raw; escaped it is fine
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"t1\0tok\0" + b"1\0" * 5,  # a field short
+        b"just-an-id",
+        b"",
+        record(task_id=b"\xff\xfe"),  # an id that is not UTF-8
+        record(token=b"\xc3"),
+    ],
+    ids=["short", "no-fields", "empty", "id-not-utf8", "token-not-utf8"],
+)
+def test_a_record_that_names_no_task_is_dropped_with_a_log_line(
+    raw: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="taskfleet.worker"):
+        tasks, bad = parse_claim_records([raw, record(b"next")])
+    assert [task.id for task in tasks] == ["next"]
+    assert bad == []
+    [line] = [r for r in caplog.records if r.getMessage() == "claim_record_dropped"]
+    assert line.__dict__["fields"]["record"] == repr(raw[:200])

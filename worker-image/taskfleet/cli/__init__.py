@@ -1,0 +1,91 @@
+"""The ``taskfleet`` command: enqueue, configure, stats, task, worker, drain.
+
+Every option can also come from the environment (``TASKFLEET_<OPTION>``, e.g.
+``TASKFLEET_REDIS_URL``, ``TASKFLEET_CONCURRENCY``; the worker's ``--timeout`` is
+``TASKFLEET_TASK_TIMEOUT``), which is how the operator configures worker pods. Bad input
+(Redis refusing the credentials or the user's rights included) ends with one
+``taskfleet: error: ...`` line on stderr and exit code 2; an unreachable Redis or a
+missing task with exit code 1; no tracebacks.
+
+The command group and ``main`` (the console script) live here; the commands by role:
+
+- ``queue_commands``: enqueue, configure, stats, task (a queue, from anywhere);
+- ``worker_commands``: worker, drain (a worker's container);
+- ``options``: what every command shares (``--redis-url``, ``BadInput``, finite floats);
+- ``logs``: the worker's log lines (key=value or JSON).
+
+This package sits on top: it imports the protocol, the producer API and the worker;
+only ``python -m taskfleet`` (``__main__``) and the console script import it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import click
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from taskfleet.cli.options import redis_url_in_use, scrub_message
+from taskfleet.cli.queue_commands import configure, enqueue, stats, task
+from taskfleet.cli.worker_commands import drain, worker
+from taskfleet.protocol.errors import TaskfleetError, auth_failure
+from taskfleet.protocol.redisurl import redact_redis_url
+
+__all__ = ["main", "mask_url"]
+
+# The former name of `redact_redis_url`, kept for callers that import it from here.
+mask_url = redact_redis_url
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="taskfleet")
+def cli() -> None:
+    """taskfleet: a Redis task queue whose workers drain gracefully and never lose a task."""
+
+
+for _command in (enqueue, configure, stats, task, drain, worker):
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console-script entry: one line per error, exit 2 for bad input, 1 for failures."""
+    try:
+        rv = cli.main(args=argv, prog_name="taskfleet", standalone_mode=False)
+    except click.UsageError as exc:
+        _fail(exc.format_message(), 2)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        _fail("aborted", 1)
+    except TaskfleetError as exc:
+        code = 2 if isinstance(exc, ValueError) else 1
+        _fail(scrub_message(str(exc)), code)
+    except RedisError as exc:
+        url = redis_url_in_use()
+        where = f" at {redact_redis_url(url)}" if url else ""
+        kind = auth_failure(exc)
+        if kind == "authentication":
+            _fail(
+                f"Redis{where} refused the credentials ({scrub_message(str(exc))}); check the user "
+                "and password of --redis-url (TASKFLEET_REDIS_URL)",
+                2,
+            )
+        if kind == "permission":
+            _fail(
+                f"Redis{where} refused a command for this user ({scrub_message(str(exc))}); the "
+                "user needs the queue's keys (~tf:{<queue>}:*) and scripting (EVALSHA, "
+                "SCRIPT LOAD) besides the commands used",
+                2,
+            )
+        if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+            _fail(f"cannot reach Redis{where}: {scrub_message(str(exc))}", 1)
+        _fail(f"redis error: {scrub_message(str(exc))}", 1)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"taskfleet: error: {message}", err=True)
+    sys.exit(code)

@@ -1,0 +1,82 @@
+"""What every command shares: ``--redis-url`` (checked while options are parsed), finite
+floats, ``BadInput``, and the Redis URL in use for error messages (redacted)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from taskfleet.protocol import environment
+from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
+
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class BadInput(click.ClickException):
+    """Input the command can't use; exit code 2 like click's own usage errors."""
+
+    exit_code = 2
+
+
+# The Redis URL the command was given (for error messages, redacted), once options parsed.
+_redis_url_in_use: str | None = None
+
+
+def redis_url_in_use() -> str | None:
+    """The Redis URL of this command: the option's once parsed, else the environment's."""
+    return _redis_url_in_use or os.environ.get(environment.REDIS_URL)
+
+
+def scrub_message(text: str) -> str:
+    """The message with the Redis URL's secrets and any URL in it masked."""
+    return scrub(text, redis_url_in_use())
+
+
+class FiniteFloat(click.FloatRange):
+    """A FloatRange that refuses nan and inf: nan slips past every bound (it compares
+    false) and inf means "never", neither of which any option here can use."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):  # before the range: "inf is not in 0<x<=1" misleads
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def _check_redis_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse a URL redis-py would misread or reject late, while parsing options: before
+    the worker forks, loads its handler or retries a connection that can never work. The
+    message says what is wrong and never quotes the URL (it may hold a password)."""
+    global _redis_url_in_use  # noqa: PLW0603 - one command per process
+    _redis_url_in_use = value
+    try:
+        parse_redis_url(value)
+    except InvalidRedisURL as exc:
+        raise click.BadParameter(
+            f"not a Redis URL taskfleet can use: {exc}; expected "
+            "redis://[[user]:password@]host[:port][/db], rediss://... "
+            "or unix:///path",
+            ctx,
+            param,
+        ) from None
+    return value
+
+
+def redis_option(func: F) -> F:
+    return click.option(
+        "--redis-url",
+        envvar=environment.REDIS_URL,
+        default=DEFAULT_REDIS_URL,
+        show_default=True,
+        show_envvar=True,
+        callback=_check_redis_url,
+        help="Redis to use; a password in it is never printed.",
+    )(func)

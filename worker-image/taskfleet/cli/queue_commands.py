@@ -1,0 +1,249 @@
+"""Commands about a queue, run from anywhere: enqueue, configure, stats, task.
+
+Each opens a ``Queue`` (the producer API) for the one call it makes, and closes it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NoReturn
+
+import click
+
+from taskfleet.cli.options import BadInput, FiniteFloat, redis_option, scrub_message
+from taskfleet.protocol import bounds
+
+#: Tasks per enqueue script call for --count: one call is atomic but blocks Redis for
+#: everyone while it runs, so a big --count goes in calls of this size.
+ENQUEUE_CHUNK = 1000
+MAX_COUNT = 1_000_000
+
+
+def _queue(name: str, redis_url: str) -> Any:
+    from taskfleet.producer.queue import Queue
+
+    try:
+        return Queue(name, redis_url=redis_url)
+    except ValueError as exc:
+        raise BadInput(scrub_message(str(exc))) from None
+
+
+def _no_constant(name: str) -> NoReturn:
+    # Python's json reads NaN / Infinity, which are not JSON and could never be stored.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _parse_payload(text: str) -> dict[str, Any]:
+    try:
+        payload = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:  # JSONDecodeError is one
+        raise BadInput(f"--payload is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise BadInput(f"--payload must be a JSON object, got {type(payload).__name__}")
+    return payload
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--payload", default="{}", show_default=True, help="Task payload, a JSON object.")
+@click.option(
+    "--priority",
+    type=click.IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
+    default=0,
+    show_default=True,
+    help="Higher runs first.",
+)
+@click.option(
+    "--delay",
+    type=FiniteFloat(min=0, max=bounds.MAX_DELAY_S),
+    default=None,
+    help="Seconds before it may run (at most 100 years).",
+)
+@click.option(
+    "--deadline",
+    type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_DEADLINE_S),
+    default=None,
+    help="Seconds from now by which it must have started, else it goes dead as expired.",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS),
+    default=None,
+    help="Starts allowed [default: the queue's].",
+)
+@click.option(
+    "--timeout",
+    type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_TIMEOUT_S),
+    default=None,
+    help="Seconds a run may take (at most a year) [default: the queue's].",
+)
+@click.option(
+    "--cost",
+    type=click.IntRange(bounds.MIN_COST, bounds.MAX_COST),
+    default=1,
+    show_default=True,
+    help="Units it takes from the queue's cost rate limit.",
+)
+@click.option(
+    "--id",
+    "task_id",
+    default=None,
+    help="Task id: enqueueing the same task again changes nothing (said on stderr); "
+    "another payload or option under an existing id is an error (exit 1).",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1, max=MAX_COUNT),
+    default=1,
+    show_default=True,
+    help=f"Tasks to add; each {ENQUEUE_CHUNK} go in one atomic call, not all of them at once.",
+)
+@redis_option
+def enqueue(
+    *,
+    queue: str,
+    payload: str,
+    priority: int,
+    delay: float | None,
+    deadline: float | None,
+    max_attempts: int | None,
+    timeout: float | None,
+    cost: int,
+    task_id: str | None,
+    count: int,
+    redis_url: str,
+) -> None:
+    """Add tasks to QUEUE; prints one task id per line."""
+    data = _parse_payload(payload)
+    if task_id is not None and count > 1:
+        raise BadInput("--id names one task; it can't be combined with --count > 1")
+    q = _queue(queue, redis_url)
+    options: dict[str, Any] = {
+        "priority": priority,
+        "delay": delay,
+        "deadline": deadline,
+        "max_attempts": max_attempts,
+        "timeout": timeout,
+        "cost": cost,
+    }
+    try:
+        if count == 1:
+            result = q.enqueue_result(data, task_id=task_id, **options)
+            click.echo(result.task_id)
+            if not result.created:
+                click.echo(f"taskfleet: task {result.task_id!r} exists (unchanged)", err=True)
+            return
+        for start in range(0, count, ENQUEUE_CHUNK):
+            size = min(ENQUEUE_CHUNK, count - start)
+            ids = q.enqueue_many([{"payload": data, **options} for _ in range(size)])
+            click.echo("\n".join(ids))
+    finally:
+        q.close()
+
+
+@click.command()
+@click.argument("queue")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    help="A QueueConfig field to set (repeatable), e.g. --set lease_ttl_s=60; "
+    "FIELD= (empty) returns it to its default.",
+)
+@click.option("--lease-ttl", type=FiniteFloat(), default=None, help="Same as --set lease_ttl_s=S.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@redis_option
+def configure(
+    queue: str, settings: tuple[str, ...], lease_ttl: float | None, as_json: bool, redis_url: str
+) -> None:
+    """Show or change the queue's shared settings (what the operator writes from a
+    TaskQueue; outside Kubernetes, this is how they are set)."""
+    from taskfleet.protocol.config import QueueConfig
+
+    changes: dict[str, str | None] = {}
+    for item in settings:
+        field, sep, value = item.partition("=")
+        if not sep or field not in QueueConfig.model_fields:
+            known = ", ".join(QueueConfig.model_fields)
+            raise BadInput(f"--set takes FIELD=VALUE with FIELD one of: {known}; got {item!r}")
+        changes[field] = value or None
+    if lease_ttl is not None:
+        changes["lease_ttl_s"] = repr(lease_ttl)
+    q = _queue(queue, redis_url)
+    try:
+        current = q.config()
+        if changes:
+            data: dict[str, object] = {
+                k: v for k, v in current.model_dump().items() if v is not None
+            }
+            for name, text in changes.items():
+                if text is None:
+                    data.pop(name, None)
+                else:
+                    data[name] = text
+            try:
+                current = QueueConfig.model_validate(data, strict=False)
+            except ValueError as exc:
+                first = str(exc).splitlines()
+                raise BadInput(f"invalid queue config: {' '.join(first[1:3]).strip()}") from None
+            q.configure(current)
+        shown = current.model_dump()
+        if as_json:
+            click.echo(json.dumps(shown))
+        else:
+            for field, value in shown.items():
+                click.echo(f"{field}: {'' if value is None else value}")
+    finally:
+        q.close()
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@redis_option
+def stats(queue: str, as_json: bool, redis_url: str) -> None:
+    """Counts of QUEUE's tasks by state, its workers and its counters."""
+    data = _queue(queue, redis_url).stats()
+    if as_json:
+        click.echo(json.dumps(data, sort_keys=True, default=str))
+        return
+    width = max((len(str(key)) for key in data), default=0)
+    for key, value in data.items():
+        click.echo(f"{key:<{width}}  {value}")
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@redis_option
+def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
+    """Show one task of QUEUE."""
+    q = _queue(queue, redis_url)
+    try:
+        found = q.get(task_id)
+    finally:
+        q.close()
+    if found is None:
+        raise click.ClickException(f"task {task_id!r} not found in queue {queue!r}")
+    data = found.model_dump(mode="json")
+    if as_json:
+        click.echo(json.dumps(data, sort_keys=True))
+        return
+    width = max(len(key) for key in data)
+    for key, value in data.items():
+        if value is None or value == "":
+            continue
+        # JSON for structures and for text a terminal can't take (a lone surrogate)
+        plain = not isinstance(value, dict | list) and _printable(str(value))
+        shown = value if plain else json.dumps(value)
+        click.echo(f"{key:<{width}}  {shown}")
+
+
+def _printable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

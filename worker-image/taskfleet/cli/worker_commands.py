@@ -1,0 +1,250 @@
+"""Commands of a worker's container: ``worker`` runs the worker, ``drain`` (the
+Kubernetes preStop hook) tells it to drain.
+
+The worker's modules load inside the commands, so ``drain`` starts without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from taskfleet.cli.logs import configure_logging
+from taskfleet.cli.options import BadInput, FiniteFloat, redis_option
+from taskfleet.protocol import environment
+from taskfleet.protocol.errors import NameInUse
+
+
+@click.command()
+@click.option("--wait", is_flag=True, help="Return only when the worker holds no task.")
+@click.option(
+    "--timeout",
+    type=FiniteFloat(min=0),
+    default=None,
+    help="With --wait: give up after this many seconds (exit 1).",
+)
+@click.option(
+    "--runtime-dir",
+    envvar=environment.RUNTIME_DIR,
+    default=None,
+    show_envvar=True,
+    help="Where the worker keeps worker.json [default: $XDG_RUNTIME_DIR/taskfleet, else "
+    "/tmp/taskfleet-<uid>].",
+)
+def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
+    """Tell the worker in this container to drain (the Kubernetes preStop hook)."""
+    from taskfleet.worker.runtime import (
+        FILE_NAME,
+        DrainError,
+        UnsafeRuntimeDir,
+        prepare_runtime_dir,
+        request_drain,
+    )
+
+    try:
+        path = prepare_runtime_dir(runtime_dir, create=False) / FILE_NAME
+        drained = request_drain(path, wait=wait, timeout=timeout)
+    except (DrainError, UnsafeRuntimeDir) as exc:
+        raise click.ClickException(str(exc)) from None
+    if not drained:
+        raise click.ClickException(f"worker still holds tasks after {timeout:g}s")
+
+
+@click.command()
+@click.option("--queue", envvar=environment.QUEUE, required=True, show_envvar=True)
+@click.option(
+    "--handler",
+    envvar=environment.HANDLER,
+    required=True,
+    show_envvar=True,
+    help="The task function, 'package.module:function' (sync or async).",
+)
+@click.option(
+    "--concurrency",
+    envvar=environment.CONCURRENCY,
+    type=int,
+    default=1,
+    show_default=True,
+    show_envvar=True,
+    help="Tasks this process runs at once.",
+)
+@click.option(
+    "--prefetch",
+    envvar=environment.PREFETCH,
+    type=int,
+    default=None,
+    show_envvar=True,
+    help="Claimed tasks a sync handler's worker may hold waiting for a free slot, while "
+    "its tasks are short (a typical run under 10 ms); one that waits 1 s goes back to the "
+    "queue. 0 = none [default: twice --concurrency].",
+)
+@click.option(
+    "--drain-timeout",
+    envvar=environment.DRAIN_TIMEOUT,
+    type=FiniteFloat(),
+    default=30.0,
+    show_default=True,
+    show_envvar=True,
+    help="Seconds in-flight tasks may finish after SIGTERM before they are released; "
+    "keep it below the pod's terminationGracePeriodSeconds.",
+)
+@click.option(
+    "--heartbeat-interval",
+    envvar=environment.HEARTBEAT_INTERVAL,
+    type=FiniteFloat(),
+    default=5.0,
+    show_default=True,
+    show_envvar=True,
+)
+@click.option(
+    "--lease-ttl",
+    envvar=environment.LEASE_TTL,
+    type=FiniteFloat(),
+    default=None,
+    show_envvar=True,
+    help="The lease TTL this worker expects. The queue's config sets it for all its "
+    "workers (taskfleet configure QUEUE --lease-ttl S, or the TaskQueue); the worker only "
+    "reads it and logs lease_ttl_differs when the queue says otherwise [default: the "
+    "queue's setting, 30].",
+)
+@click.option(
+    "--timeout",
+    "task_timeout",
+    envvar=environment.TASK_TIMEOUT,
+    type=FiniteFloat(),
+    default=None,
+    show_envvar=True,
+    help="Seconds a task may run unless it sets its own timeout [default: none].",
+)
+@click.option(
+    "--pod",
+    envvar=environment.POD_NAME,
+    default=None,
+    show_envvar=True,
+    help="Worker name, unique among the queue's live workers (in Kubernetes: the pod's "
+    "name). A restart under the same name takes back its earlier tasks; a start under "
+    "the name of a live worker is refused [default: <hostname>-<pid>-<random>, new per "
+    "process].",
+)
+@click.option(
+    "--runtime-dir",
+    envvar=environment.RUNTIME_DIR,
+    default=None,
+    show_envvar=True,
+    help="Where worker.json lives, for `taskfleet drain` (made with mode 0700 if missing) "
+    "[default: $XDG_RUNTIME_DIR/taskfleet, else /tmp/taskfleet-<uid>; refused unless "
+    "private].",
+)
+@click.option(
+    "--log-format",
+    envvar=environment.LOG_FORMAT,
+    type=click.Choice(["kv", "json"]),
+    default="kv",
+    show_default=True,
+    show_envvar=True,
+)
+@click.option(
+    "--log-level",
+    envvar=environment.LOG_LEVEL,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+    show_envvar=True,
+)
+@redis_option
+def worker(
+    *,
+    queue: str,
+    handler: str,
+    concurrency: int,
+    prefetch: int | None,
+    drain_timeout: float,
+    heartbeat_interval: float,
+    lease_ttl: float | None,
+    task_timeout: float | None,
+    pod: str | None,
+    runtime_dir: str | None,
+    log_format: str,
+    log_level: str,
+    redis_url: str,
+) -> None:
+    """Run tasks of a queue until SIGTERM/SIGINT or `taskfleet drain`, then drain and exit 0.
+
+    A second signal releases the tasks still running at once and exits (also 0: nothing
+    is lost, the released tasks run elsewhere).
+    """
+    from taskfleet.worker import WorkerSettings
+    from taskfleet.worker.handlers import HandlerLoadError, load_handler
+    from taskfleet.worker.identity import default_pod_name
+    from taskfleet.worker.reaper import run_as_init
+    from taskfleet.worker.runtime import UnsafeRuntimeDir, prepare_runtime_dir
+
+    try:
+        runtime_dir = str(prepare_runtime_dir(runtime_dir, create=True))
+    except UnsafeRuntimeDir as exc:
+        raise BadInput(str(exc)) from None
+    except OSError as exc:
+        raise BadInput(f"runtime directory: {exc}") from None
+
+    settings = WorkerSettings(
+        queue=queue,
+        redis_url=redis_url,
+        pod=pod or default_pod_name(),
+        # Fresh per process start: tells this run's claims from an earlier container's.
+        incarnation=secrets.token_hex(6),
+        concurrency=concurrency,
+        prefetch=prefetch,
+        drain_timeout=drain_timeout,
+        heartbeat_interval=heartbeat_interval,
+        lease_ttl=lease_ttl,
+        default_timeout=task_timeout,
+        runtime_dir=runtime_dir,
+    )
+    try:
+        settings.validate()
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    # Before anything can start a thread: as PID 1 we fork into init + worker here.
+    run_as_init()
+    try:
+        resolved = load_handler(handler)
+    except HandlerLoadError as exc:
+        raise BadInput(str(exc)) from None
+    configure_logging(log_format, log_level)
+    # Not asyncio.run(): closing the loop would join the default executor, and a handler's
+    # hung asyncio.to_thread() call must not keep a drained worker from exiting.
+    code = asyncio.Runner().run(_serve(settings, resolved))
+    _exit_now(code)
+
+
+async def _serve(settings: Any, handler: Any) -> int:
+    from taskfleet.worker import Worker, log_event
+    from taskfleet.worker.handlers import format_error
+
+    worker = Worker(settings, handler)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, worker.request_drain)
+    try:
+        return await worker.run()
+    except NameInUse as exc:  # refused at start: bad configuration, like a bad option
+        click.echo(f"taskfleet: error: {exc}", err=True)
+        return 2
+    except Exception as exc:  # one log line, not a traceback, and a restartable exit
+        log_event(logging.ERROR, "worker_failed", error=format_error(exc))
+        return 1
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit without joining handler threads: a timed-out sync handler may never return."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

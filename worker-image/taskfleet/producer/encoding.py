@@ -1,0 +1,205 @@
+"""What an enqueue takes, validated and encoded for the enqueue script (no Redis here).
+
+``enqueue_args`` turns one task (an ``EnqueueSpec`` or a dict of ``Queue.enqueue``'s
+arguments) into the script's ``EnqueueArgs``, every number checked against
+``taskfleet.protocol.bounds``; ``encode_payload`` gives a payload's one JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from taskfleet.protocol import bounds
+from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
+from taskfleet.protocol.errors import InvalidArgument, InvalidPayload
+from taskfleet.protocol.scripts import EnqueueArgs
+
+
+class EnqueueSpec(BaseModel):
+    """One task for ``enqueue_many`` (the keyword arguments of ``enqueue``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    payload: dict[str, Any]
+    priority: int = 0
+    delay: float | timedelta | None = None
+    deadline: float | timedelta | datetime | None = None
+    max_attempts: int | None = None
+    task_id: str | None = None
+    cost: int = 1
+    timeout: float | timedelta | None = None
+
+
+def encode_payload(payload: object) -> str:
+    """JSON text of a payload (compact, keys sorted); one clear error for anything else.
+
+    Keys are sorted so that the same object is the same text however its dict was built:
+    enqueueing an existing id compares payloads by their text (see ``Queue.enqueue``).
+    """
+    if not isinstance(payload, dict):
+        raise InvalidPayload(f"payload must be a JSON object (dict), not {type(payload).__name__}")
+    try:
+        try:
+            # compact, UTF-8 as is (ensure_ascii would inflate non-ASCII text up to 6x)
+            text = json.dumps(
+                payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"), sort_keys=True
+            )
+        except TypeError:
+            # keys of mixed types (e.g. 1 and "a") cannot be sorted; JSON makes them text
+            text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text.encode()  # a lone surrogate cannot be sent as UTF-8: refuse it here, clearly
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        raise InvalidPayload(f"payload is not JSON-serialisable: {_short(exc)}") from None
+    except RecursionError:
+        raise InvalidPayload("payload is nested too deeply to be JSON") from None
+    return text
+
+
+def _short(value: object) -> str:
+    """A value or message for an error line: bounded, never failing (a 5000-digit int)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        shown = str(value)
+    except ValueError:
+        return type(value).__name__
+    return shown if len(shown) <= 200 else shown[:200] + "..."
+
+
+def _seconds(value: object, what: str, high: float) -> float | None:
+    """Seconds as a finite float at most ``high`` (callers check their lower bound)."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        seconds: object = value.total_seconds()
+    else:
+        seconds = value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidArgument(f"{what} must be seconds (a finite number) or a timedelta")
+    bound = f"{high:.0f} s ({_span(high)})"
+    try:
+        number = float(seconds)
+    except OverflowError:  # an int too large for a float
+        if seconds > 0:
+            shown = _short(seconds)
+            raise InvalidArgument(f"{what} must be at most {bound}, not {shown}") from None
+        number = -math.inf
+    if not math.isfinite(number):
+        raise InvalidArgument(f"{what} must be seconds (a finite number) or a timedelta")
+    if number > high:
+        raise InvalidArgument(f"{what} must be at most {bound}, not {number:g}")
+    return number
+
+
+def _span(seconds: float) -> str:
+    years = seconds / (365 * 24 * 3600)
+    return f"{years:g} years" if years >= 1 else f"{seconds / 86400:g} days"
+
+
+def checked_int(value: object, what: str, low: int, high: int | None = None) -> int:
+    """``value`` if an int within ``low`` .. ``high``, else ``InvalidArgument`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{what} must be an integer, not {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise InvalidArgument(f"{what} must be {bound}, not {_short(value)}")
+    return value
+
+
+def _deadline_ms(value: datetime) -> int:
+    """An aware datetime as epoch ms, within 1970 .. now + MAX_DEADLINE_S."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgument("deadline datetime must be timezone-aware")
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    try:
+        ahead = (value - datetime.now(UTC)).total_seconds()
+        ms = (value - epoch) // timedelta(milliseconds=1)
+    except OverflowError:
+        ahead, ms = math.inf, -1
+    if ahead > bounds.MAX_DEADLINE_S:
+        raise InvalidArgument(
+            f"deadline must be at most {bounds.MAX_DEADLINE_S} s "
+            f"({_span(bounds.MAX_DEADLINE_S)}) from now, not {value.isoformat()}"
+        )
+    if ms < 0:
+        raise InvalidArgument(f"deadline must be after 1970-01-01, not {value.isoformat()}")
+    return ms
+
+
+def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
+    """Validate one task and encode it for the enqueue script.
+
+    Every number is bounded by ``taskfleet.protocol.bounds`` so that each reader (Lua, the
+    worker, ``Task``) can represent what is stored; out of range is ``InvalidArgument``
+    naming the bound.
+    """
+    if isinstance(spec, EnqueueSpec):
+        fields: Mapping[str, Any] = spec.__dict__
+    else:
+        if not isinstance(spec, Mapping):
+            raise InvalidArgument(f"enqueue item must be a dict or EnqueueSpec, not {spec!r:.100}")
+        fields = spec
+        unknown = set(fields) - set(EnqueueSpec.model_fields)
+        if unknown:
+            names = ", ".join(sorted(_short(k) for k in unknown))
+            raise InvalidArgument(f"unknown enqueue field(s): {names}")
+        if "payload" not in fields:
+            raise InvalidArgument("enqueue item needs a 'payload'")
+    payload = encode_payload(fields["payload"])
+    priority = checked_int(fields.get("priority", 0), "priority", PRIORITY_MIN, PRIORITY_MAX)
+    cost = checked_int(fields.get("cost", 1), "cost", bounds.MIN_COST, bounds.MAX_COST)
+    max_attempts = fields.get("max_attempts")
+    if max_attempts is not None:
+        checked_int(max_attempts, "max_attempts", bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS)
+    delay = _seconds(fields.get("delay"), "delay", bounds.MAX_DELAY_S) or 0.0
+    if delay < 0:
+        raise InvalidArgument(f"delay must be >= 0, not {delay:g}")
+    timeout = _seconds(fields.get("timeout"), "timeout", bounds.MAX_TIMEOUT_S)
+    if timeout is not None and timeout <= 0:
+        raise InvalidArgument(f"timeout must be > 0, not {timeout:g}")
+    deadline_raw = fields.get("deadline")
+    deadline = ""
+    if isinstance(deadline_raw, datetime):
+        deadline = f"@{_deadline_ms(deadline_raw)}"
+    elif deadline_raw is not None:
+        seconds = _seconds(deadline_raw, "deadline", bounds.MAX_DEADLINE_S)
+        if seconds is None or seconds <= 0:
+            raise InvalidArgument("deadline must be > 0 seconds from now")
+        deadline = str(math.ceil(seconds * 1000))
+    task_id = fields.get("task_id")
+    if task_id is None:
+        task_id = uuid.uuid4().hex
+    else:
+        _check_task_id(task_id)
+    return EnqueueArgs(
+        task_id=task_id,
+        payload=payload,
+        priority=priority,
+        delay_ms=math.ceil(delay * 1000),
+        deadline=deadline,
+        max_attempts="" if max_attempts is None else str(max_attempts),
+        cost=cost,
+        timeout_s="" if timeout is None else repr(timeout),
+    )
+
+
+def _check_task_id(task_id: object) -> str:
+    # printable: ids travel NUL-separated in claim replies and show up in logs (a lone
+    # surrogate is not printable, so every accepted id is valid UTF-8)
+    if (
+        not isinstance(task_id, str)
+        or not task_id
+        or len(task_id) > bounds.MAX_TASK_ID_LEN
+        or not task_id.isprintable()
+    ):
+        raise InvalidArgument(
+            f"task_id must be a non-empty printable string of <= {bounds.MAX_TASK_ID_LEN} chars"
+        )
+    return task_id

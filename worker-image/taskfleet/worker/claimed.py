@@ -1,0 +1,135 @@
+"""What a claim hands this worker (``ClaimedTask``, ``ClaimResult``), read from the claim
+script's records: pure, no Redis, so every shape a record can take is tested directly.
+
+A record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
+payload`` joined by NUL (see ``RawClaim``). Nothing in a record may crash the worker: a
+crash would release the task uncounted and the next worker would claim it and crash too.
+A task that can't be run as stored comes back as ``Unrunnable`` for the broker to fail
+for good; a record that names no task is dropped with a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("taskfleet.worker")
+
+#: A task that can't be run as stored: ``(id, token, error, reason)``, to be failed
+#: permanently (reason ``bad payload`` or ``bad task``).
+Unrunnable = tuple[str, str, str, str]
+
+
+@dataclass(slots=True)
+class ClaimedTask:
+    """A task handed to this worker. ``token`` fences every later write about it."""
+
+    id: str
+    token: str
+    payload: dict[str, Any]
+    attempts: int  # starts of this task, this one included (1 on the first run)
+    max_attempts: int
+    timeout: float | None  # seconds; None = no limit
+    lost: int
+    priority: int
+    cost: int
+
+
+@dataclass(slots=True)
+class ClaimResult:
+    """One claim's tasks, and what the queue said besides."""
+
+    tasks: list[ClaimedTask]
+    #: >0: a rate limit held tasks back; ms until capacity returns
+    retry_after_ms: int = 0
+    #: ms until the earliest delayed task is due (None: nothing delayed); bounds idle waits
+    next_due_ms: int | None = None
+    #: tasks were still pending after this claim (False: the queue had no more to give)
+    more_pending: bool = False
+
+
+def _dropped(record: bytes) -> None:
+    log.warning(
+        "claim_record_dropped",
+        extra={"fields": {"record": repr(record[:200]), "note": "names no task"}},
+    )
+
+
+def _whole(raw: bytes, what: str) -> int:
+    """An integer field of a claim record; ValueError naming it if it is not one."""
+    try:
+        return int(raw)
+    except ValueError:
+        pass
+    try:  # a foreign writer's "3.0" or "1e+14": whole numbers only
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value.is_integer():
+        raise ValueError(f"{what} {raw[:40]!r} is not an integer")
+    return int(value)
+
+
+def _seconds(raw: bytes) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"timeout {raw[:40]!r} is not a positive number of seconds")
+    return value
+
+
+def parse_claim_records(
+    records: Iterable[bytes | str],
+) -> tuple[list[ClaimedTask], list[Unrunnable]]:
+    """The tasks of a claim reply, and those that can't be run as stored.
+
+    A payload that is not a JSON object is ``bad payload``; any other field that can't be
+    read (a hash edited by a foreign writer) is ``bad task``. A record that names no task
+    is dropped with a log line (only a foreign write to a wake list makes one).
+    """
+    tasks: list[ClaimedTask] = []
+    bad: list[Unrunnable] = []
+    for record in records:
+        packed = record.encode() if isinstance(record, str) else record
+        fields = packed.split(b"\0", 8)
+        if len(fields) != 9:
+            _dropped(packed)
+            continue
+        raw_id, raw_token, attempts, max_attempts, timeout, lost, priority, cost, data = fields
+        try:
+            tid, tok = raw_id.decode(), raw_token.decode()
+        except UnicodeDecodeError:
+            _dropped(packed)
+            continue
+        try:
+            task = ClaimedTask(
+                tid,
+                tok,
+                {},
+                _whole(attempts, "attempts"),
+                _whole(max_attempts, "max_attempts"),
+                _seconds(timeout) if timeout else None,
+                _whole(lost, "lost"),
+                _whole(priority, "priority"),
+                _whole(cost, "cost"),
+            )
+        except ValueError as exc:
+            bad.append((tid, tok, f"task unreadable: {exc}", "bad task"))
+            continue
+        try:
+            payload = json.loads(data)
+        except (ValueError, RecursionError) as exc:  # nesting too deep: RecursionError
+            bad.append((tid, tok, f"payload is not valid JSON: {exc}", "bad payload"))
+            continue
+        if not isinstance(payload, dict):
+            bad.append((tid, tok, "payload is not a JSON object", "bad payload"))
+            continue
+        task.payload = payload
+        tasks.append(task)
+    return tasks, bad
