@@ -184,3 +184,25 @@ def test_scaling_an_autoscaled_queue_by_hand_is_answered_and_removing_autoscale_
         "desiredReplicas back to spec.replicas",
         lambda s: s.get("desiredReplicas") == 5 and s.get("scalingReason") == "spec.replicas",
     )
+
+
+def test_many_autoscaled_queues_leave_the_operator_free_to_reconcile_others(
+    cluster: Cluster, redis_url: str
+) -> None:
+    # More autoscaled queues than the operator has handler threads (settings: 16): their
+    # loops wait on the event loop, so a new queue is still reconciled at once.
+    many = 20
+    for i in range(many):
+        cluster.create_tq(f"many-{i}", autoscaled(redis_url))
+    for i in range(many):
+        wait_replicas(cluster, f"many-{i}", 0)
+
+    cluster.create_tq("fixed", base_spec(redis_url, replicas=2))
+
+    wait_replicas(cluster, "fixed", 2)
+    wait_status(
+        cluster,
+        "fixed",
+        "the fixed queue swept while the others are autoscaled",
+        lambda s: s.get("desiredReplicas") == 2,
+    )

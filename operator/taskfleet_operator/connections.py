@@ -87,6 +87,11 @@ class Connections:
             self._urls[key] = (now + self._url_ttl_s, source, url)
         return url
 
+    def url(self, namespace: str, name: str, spec: TaskQueueSpec) -> str:
+        """The TaskQueue's Redis URL, resolved as `get` resolves it (cached the same way);
+        never to be logged: it may hold a password."""
+        return self._url((namespace, name), spec)
+
     def invalidate(self, namespace: str, name: str) -> None:
         """Forget the resolved URL: the next `get` reads the Secret again."""
         with self._lock:

@@ -131,7 +131,7 @@ def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
 
 
 @kopf.daemon(*TASKQUEUES, when=_autoscaled, cancellation_timeout=5)
-def autoscale_taskqueue(
+async def autoscale_taskqueue(
     *,
     body: kopf.Body,
     namespace: str | None,
@@ -148,7 +148,7 @@ def autoscale_taskqueue(
         kopf.event(body, type=type_, reason=reason, message=message)
 
     state = memos.taskqueue(memo).scaler
-    scaler.serve(body, memos.connections(memo), state, logger, stopped, event=event)
+    await scaler.serve(body, memos.connections(memo), state, logger, stopped, event=event)
 
 
 def _purge_requested(spec: kopf.Spec, **_: Any) -> bool:

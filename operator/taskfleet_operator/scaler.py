@@ -13,6 +13,7 @@ Turns are at least ``MIN_GAP_S`` apart, however fast demand comes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.tasks import stored_int, stored_text
@@ -39,6 +41,8 @@ DECIDE_EVERY_S = 1.0
 MIN_GAP_S = 0.5
 #: Recently finished tasks whose run time makes the mean task duration.
 DURATION_SAMPLE = 20
+#: How much longer than its BLPOP a demand wait may take before Redis counts as gone.
+WAIT_SLACK_S = 2.0
 #: Wait after a turn failed unexpectedly (logged with its traceback) before the next.
 RETRY_AFTER_BUG_S = 10.0
 #: A decision's reason is written to status at once when the replicas change, else at
@@ -171,16 +175,30 @@ def status_due(state: ScalerState, result: Turn, now: float) -> dict[str, Any] |
     return {"desiredReplicas": result.replicas, "scalingReason": result.reason}
 
 
-def wait_for_demand(queue: Queue, state: ScalerState, stopped: Any) -> None:
-    """Block until the queue signals demand or ``DECIDE_EVERY_S`` passed, then keep the
-    gap since the last turn at least ``MIN_GAP_S``."""
-    gap = state.last_turn + MIN_GAP_S - time.monotonic()
-    if gap > 0 and stopped.wait(gap):
-        return
-    # Within the connection's socket timeout: a BLPOP outliving it reads as an outage.
-    socket_timeout = queue.client.connection_pool.connection_kwargs.get("socket_timeout")
-    block = DECIDE_EVERY_S if not socket_timeout else min(DECIDE_EVERY_S, socket_timeout / 2)
-    queue.client.blpop([queue.keys.demand], timeout=block)
+class DemandWaiter:
+    """Blocks on one queue's demand list on the event loop (an asyncio connection of its
+    own, made from the queue's resolved URL): waiting holds no thread, however many
+    queues are autoscaled."""
+
+    def __init__(self) -> None:
+        self._url: str | None = None
+        self._client: aioredis.Redis | None = None
+
+    async def wait(self, url: str, key: str, block_s: float) -> None:
+        """Return when the list has an element (it is popped) or after ``block_s``."""
+        if url != self._url or self._client is None:
+            await self.close()
+            self._client = aioredis.Redis.from_url(url, socket_connect_timeout=block_s + 1)
+            self._url = url
+        # No socket timeout shorter than the BLPOP; a Redis that stops answering is cut
+        # off here instead.
+        async with asyncio.timeout(block_s + WAIT_SLACK_S):
+            await self._client.blpop([key], timeout=block_s)
+
+    async def close(self) -> None:
+        client, self._client, self._url = self._client, None, None
+        if client is not None:
+            await client.aclose()
 
 
 def apply_turn(
@@ -233,7 +251,7 @@ def apply_turn(
     return result
 
 
-def serve(
+async def serve(
     body: Mapping[str, Any],
     connections: Connections,
     state: ScalerState,
@@ -242,19 +260,39 @@ def serve(
     *,
     event: Callable[[str, str, str], None],
 ) -> None:
-    """Turn after turn until ``stopped`` (kopf's daemon flag): at once on demand."""
+    """Turn after turn until ``stopped`` (kopf's daemon flag): at once on demand, else
+    every ``DECIDE_EVERY_S``, at least ``MIN_GAP_S`` apart. A turn's calls (Redis, the
+    Kubernetes API) run in a thread for their few round trips; the waits run on the
+    event loop, so an autoscaled queue holds none of kopf's handler threads."""
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
-    while not stopped:
-        try:
-            spec = parse_spec(body["spec"])
-            queue = connections.get(namespace, name, spec)
-            apply_turn(body, spec, queue, state, logger, event=event)
-            state.last_turn = time.monotonic()
-            wait_for_demand(queue, state, stopped)
-        except (InvalidSpec, redis.RedisError, kube.SecretUnavailable, ApiException) as exc:
-            # Reported by the sweep (Redis, Secret) or the create/update handler (spec).
-            logger.debug("autoscaler waits: %s", describe_error(exc))
-            stopped.wait(DECIDE_EVERY_S)
-        except Exception:  # a bug must not stop the fleet's sizing for good: say it, go on
-            logger.exception("autoscaler turn failed; trying again in %.0f s", RETRY_AFTER_BUG_S)
-            stopped.wait(RETRY_AFTER_BUG_S)
+    waiter = DemandWaiter()
+    try:
+        while not stopped:
+            try:
+                spec = parse_spec(body["spec"])
+                queue = await asyncio.to_thread(connections.get, namespace, name, spec)
+                url = await asyncio.to_thread(connections.url, namespace, name, spec)
+                await asyncio.to_thread(apply_turn, body, spec, queue, state, logger, event=event)
+                state.last_turn = time.monotonic()
+                await stopped.wait(MIN_GAP_S)
+                if not stopped:
+                    await waiter.wait(url, queue.keys.demand, DECIDE_EVERY_S)
+            except (
+                InvalidSpec,
+                redis.RedisError,
+                kube.SecretUnavailable,
+                ApiException,
+                TimeoutError,
+            ) as exc:
+                # Reported by the sweep (Redis, Secret) or the create/update handler (spec).
+                logger.debug("autoscaler waits: %s", describe_error(exc))
+                await waiter.close()
+                await stopped.wait(DECIDE_EVERY_S)
+            except Exception:  # a bug must not stop the fleet's sizing for good: say it, go on
+                logger.exception(
+                    "autoscaler turn failed; trying again in %.0f s", RETRY_AFTER_BUG_S
+                )
+                await waiter.close()
+                await stopped.wait(RETRY_AFTER_BUG_S)
+    finally:
+        await waiter.close()
