@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-autoscale soak demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench bench-autoscale bench-operator soak demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-up kind-down clean
 
 help: ## list targets
@@ -55,6 +55,10 @@ bench: ## throughput and latency figures (see bench/README.md)
 bench-autoscale: ## autoscaled vs fixed fleet on the local cluster: wake from zero, drain, pod-seconds
 	e2e/cluster/prepare.sh
 	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.autoscale
+
+bench-operator: ## the operator with 50, 200, 1000 TaskQueues on the local cluster: idle CPU, memory, latencies
+	e2e/cluster/prepare.sh
+	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.operator_scale
 
 soak: ## 1,000,000 tasks through a small fleet: Redis memory, slowest scripts, accounting (SOAK_TASKS=...)
 	$(BIN)/python -m bench.soak

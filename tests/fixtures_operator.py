@@ -126,6 +126,9 @@ def operator_process(
         **kube_apiserver.env(),
         "KUBECONFIG": str(operator_kubeconfig),
         "TASKFLEET_SWEEP_INTERVAL": "0.5",
+        # Longer than any test: an idle queue is swept again only when something wakes it,
+        # so a missing wake-up fails a test instead of hiding behind a periodic sweep.
+        "TASKFLEET_IDLE_SWEEP_INTERVAL": "600",
         "TASKFLEET_REDIS_TIMEOUT": "0.5",
         "PYTHONUNBUFFERED": "1",
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import redis
 from taskfleet.producer.queue import Queue
@@ -134,6 +134,28 @@ class Connections:
             cached = self._queues.pop((namespace, name), None)
         if cached is not None:
             cached[1].client.close()
+
+    def pop_demand(self, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The TaskQueues among ``keys`` whose `demand` list had an element (popped): one
+        pipelined round trip per Redis server, however many queues it holds. Queues not
+        connected yet, and servers that fail to answer, are left out."""
+        groups: dict[str, list[tuple[tuple[str, str], Queue]]] = {}
+        with self._lock:
+            for key in keys:
+                cached = self._queues.get(key)
+                if cached is not None:
+                    groups.setdefault(cached[0], []).append((key, cached[1]))
+        woken: list[tuple[str, str]] = []
+        for members in groups.values():
+            pipe = members[0][1].client.pipeline(transaction=False)
+            for _, queue in members:
+                pipe.lpop(queue.keys.demand)
+            try:
+                popped = pipe.execute()
+            except redis.RedisError:
+                continue  # the sweeps report the outage
+            woken.extend(key for (key, _), value in zip(members, popped, strict=True) if value)
+        return woken
 
     def close(self) -> None:
         with self._lock:

@@ -9,6 +9,7 @@ kopf's memos (`memos`), not in this module.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import kopf
 import redis
 
-from taskfleet_operator import builders, kube, memos, reconcile, scaler, sweeper
+from taskfleet_operator import builders, kube, memos, reconcile, scaler, sweeper, wakeups
 from taskfleet_operator import status as tqstatus
 from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
@@ -27,6 +28,7 @@ SETTINGS = OperatorSettings.from_env()
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 TASKQUEUES = (GROUP, VERSION, PLURAL)
+_POLL = "demand-poll"
 
 
 def _ns(namespace: str | None) -> str:
@@ -45,14 +47,22 @@ def _apply(body: kopf.Body, patch: kopf.Patch, update: tqstatus.StatusUpdate) ->
 
 
 @kopf.on.startup()
-def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure_kopf(settings)
-    memos.keep_connections(memo, Connections(SETTINGS.redis_timeout_s))
+    connections, wakers = Connections(SETTINGS.redis_timeout_s), wakeups.Wakers()
+    memos.keep_connections(memo, connections)
+    memos.keep_wakers(memo, wakers)
+    memo[_POLL] = asyncio.create_task(
+        wakeups.poll_demand(wakers, connections, SETTINGS.demand_poll_interval_s)
+    )
 
 
 @kopf.on.cleanup()
-def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
-    memos.connections(memo).close()
+async def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
+    poll = memo.get(_POLL)
+    if isinstance(poll, asyncio.Task):
+        poll.cancel()
+    await asyncio.to_thread(memos.connections(memo).close)
 
 
 # ----------------------------------------------------------------------------- indexes
@@ -68,9 +78,20 @@ def worker_pods(*, name: str, namespace: str | None, labels: Mapping[str, str], 
 
 @kopf.index("deployments", labels={QUEUE_LABEL: kopf.PRESENT})
 def worker_deployments(*, name: str, namespace: str | None, body: kopf.Body, **_: Any) -> Any:
-    """Worker Deployments' status by (namespace, name), for readyReplicas without polling
-    and to notice a Deployment deleted behind the operator's back."""
-    return {(namespace, name): {"status": dict(body.get("status") or {})}}
+    """Worker Deployments' spec.replicas and status by (namespace, name), for readiness
+    without polling and to notice a Deployment deleted behind the operator's back."""
+    return {
+        (namespace, name): {
+            "spec": {"replicas": (body.get("spec") or {}).get("replicas")},
+            "status": dict(body.get("status") or {}),
+        }
+    }
+
+
+@kopf.on.event("deployments", labels={QUEUE_LABEL: kopf.PRESENT})
+def worker_deployment_event(*, name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """A worker Deployment changed (scaled, rolled, pods ready): sweep its queue now."""
+    memos.wakers(memo).wake((_ns(namespace), name))
 
 
 @kopf.index(*TASKQUEUES)
@@ -124,6 +145,7 @@ def reconcile_taskqueue(
         logger.info("queue settings not written yet: %s", describe_error(error))
     patch.status["selector"] = builders.selector_string(name)
     patch.status["observedGeneration"] = meta.get("generation")
+    memos.wakers(memo).wake((namespace, name))
 
 
 def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
@@ -142,13 +164,21 @@ async def autoscale_taskqueue(
 ) -> None:
     """Size the worker fleet to the queue's load (`scaler`): at once when an enqueue finds
     no idle worker, else every second; kopf stops it when autoscale is removed."""
-    _ns(namespace)
+    key = (_ns(namespace), body["metadata"]["name"])
 
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
 
-    state = memos.taskqueue(memo).scaler
-    await scaler.serve(body, memos.connections(memo), state, logger, stopped, event=event)
+    state, wakers = memos.taskqueue(memo).scaler, memos.wakers(memo)
+    await scaler.serve(
+        body,
+        memos.connections(memo),
+        state,
+        logger,
+        stopped,
+        event=event,
+        on_demand=lambda: wakers.wake(key),
+    )
 
 
 def _purge_requested(spec: kopf.Spec, **_: Any) -> bool:
@@ -190,36 +220,71 @@ def forget_deleted_taskqueue(
         memos.connections(memo).forget(_ns(namespace), name)
 
 
-# kopf puts its finalizer (ours, see settings) on every TaskQueue because of this timer:
-# the timer must be stopped before the object goes. Deleting a Retain queue is still
+# kopf puts its finalizer (ours, see settings) on every TaskQueue because of this daemon:
+# the loop must be stopped before the object goes. Deleting a Retain queue is still
 # immediate while the operator runs; only Purge waits for the Redis cleanup.
-@kopf.timer(*TASKQUEUES, interval=SETTINGS.sweep_interval_s, backoff=5)
-def sweep_taskqueue(
+@kopf.daemon(*TASKQUEUES, cancellation_timeout=10, backoff=5)
+async def sweep_taskqueue(
     *,
     body: kopf.Body,
-    spec: kopf.Spec,
     name: str,
     namespace: str | None,
-    status: kopf.Status,
-    patch: kopf.Patch,
     memo: kopf.Memo,
     logger: Logger,
+    stopped: kopf.DaemonStopped,
     **kwargs: Any,
 ) -> None:
-    """Requeue orphans, run Redis housekeeping and cron, and write status."""
+    """Requeue orphans, run Redis housekeeping and cron, and write status: every sweep
+    interval while the queue has work, every idle interval while it has none, and at once
+    when something wakes it (`wakeups`). The sweep's round trips run in a thread; the
+    waits between sweeps hold none."""
     key = (_ns(namespace), name)
-    if not reconcile.still_declared(kwargs["taskqueue_specs"].get(key), body):
-        return  # its finalizer was removed by hand: never sweep a queue nobody declares
+    wakers = memos.wakers(memo)
+    woken = wakers.register(key)
+    was_idle = False
     try:
-        model = reconcile.parse_spec(spec)
+        while not stopped:
+            woken.clear()
+            try:
+                quiet = await asyncio.to_thread(_sweep_once, body, key, memo, logger, kwargs)
+            except Exception:  # a failed sweep must not end the sweeping: say it, go on
+                logger.exception("sweep failed")
+                quiet = None
+            idle = quiet is not None and quiet.idle
+            if quiet is not None and idle != was_idle:
+                state = "idle, until woken" if idle else "busy"
+                logger.debug("sweeps of %s/%s %s: %s", *key, state, quiet.why)
+            was_idle = idle
+            # An autoscaled queue's demand is read by its autoscaler, which wakes this loop.
+            wakers.set_idle(key, idle and not body.get("spec", {}).get("autoscale"))
+            interval = SETTINGS.idle_sweep_interval_s if idle else SETTINGS.sweep_interval_s
+            await wakeups.wait(woken, stopped, interval)
+    finally:
+        wakers.unregister(key)
+
+
+def _sweep_once(
+    body: kopf.Body,
+    key: tuple[str, str],
+    memo: kopf.Memo,
+    logger: Logger,
+    indexes: Mapping[str, Any],
+) -> wakeups.Quiet | None:
+    """One sweep and its status update (in a thread); None when there was none to do."""
+    namespace, name = key
+    if not reconcile.still_declared(indexes["taskqueue_specs"].get(key), body):
+        return None  # its finalizer was removed by hand: never sweep a queue nobody declares
+    try:
+        model = reconcile.parse_spec(body["spec"])
     except reconcile.InvalidSpec:
-        return  # reported by the create/update handler
+        return None  # reported by the create/update handler
+    status = dict(body.get("status") or {})
     memory, connections = memos.taskqueue(memo), memos.connections(memo)
     failure = tqstatus.failure_of(memory.failure, body["metadata"].get("generation"))
-    deployment = reconcile.first(kwargs["worker_deployments"].get(key))
+    deployment = reconcile.first(indexes["worker_deployments"].get(key))
     if reconcile.deployment_lost(deployment, failure, status):
         reconcile.restore_fleet(body, model, connections, logger)
-    live = list(kwargs["worker_pods"].get(key, []))
+    live = list(indexes["worker_pods"].get(key, []))
     outcome = sweeper.sweep_taskqueue(
         connections,
         body,
@@ -232,7 +297,12 @@ def sweep_taskqueue(
     if isinstance(outcome, sweeper.SweepReport):
         memory.suspects = outcome.suspects
     swept = tqstatus.Swept(name, model, status, deployment, len(live), outcome, failure)
-    _apply(body, patch, tqstatus.after_sweep(swept, now=tqstatus.now_iso()))
+    update = tqstatus.after_sweep(swept, now=tqstatus.now_iso())
+    if update.patch:
+        kube.patch_taskqueue_status(name, namespace, dict(update.patch))
+    for event in update.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    return wakeups.after_sweep(model, outcome, deployment, len(live))
 
 
 # ----------------------------------------------------------------------------- pods
@@ -249,10 +319,12 @@ def worker_pod_event(
     logger: Logger,
     **kwargs: Any,
 ) -> None:
-    """Fast path: a worker pod deleted from the API gets its tasks requeued at once."""
+    """Fast path: a worker pod deleted from the API gets its tasks requeued at once.
+    Any change of a worker pod wakes its queue's sweep (live pods, readiness)."""
+    namespace, queue_name = _ns(namespace), labels[QUEUE_LABEL]
+    memos.wakers(memo).wake((namespace, queue_name))
     if type != "DELETED":
         return
-    namespace, queue_name = _ns(namespace), labels[QUEUE_LABEL]
     entry = reconcile.first(kwargs["taskqueue_specs"].get((namespace, queue_name)))
     if entry is None:
         return  # not a TaskQueue's pod (any more)

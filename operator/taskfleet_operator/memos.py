@@ -17,8 +17,10 @@ import kopf
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.scaler import ScalerState
 from taskfleet_operator.status import Failure
+from taskfleet_operator.wakeups import Wakers
 
 _CONNECTIONS = "connections"
+_WAKERS = "wakers"
 _TASKQUEUE = "taskqueue"
 
 
@@ -46,6 +48,18 @@ def connections(memo: kopf.Memo) -> Connections:
     found = memo.get(_CONNECTIONS)
     if not isinstance(found, Connections):
         raise RuntimeError("no Redis connections in the memo: the startup handler did not run")
+    return found
+
+
+def keep_wakers(memo: kopf.Memo, wakers: Wakers) -> None:
+    """At startup, in the operator's memo, beside the connections."""
+    memo[_WAKERS] = wakers
+
+
+def wakers(memo: kopf.Memo) -> Wakers:
+    found = memo.get(_WAKERS)
+    if not isinstance(found, Wakers):
+        raise RuntimeError("no sweep wake-ups in the memo: the startup handler did not run")
     return found
 
 

@@ -184,8 +184,8 @@ class DemandWaiter:
         self._url: str | None = None
         self._client: aioredis.Redis | None = None
 
-    async def wait(self, url: str, key: str, block_s: float) -> None:
-        """Return when the list has an element (it is popped) or after ``block_s``."""
+    async def wait(self, url: str, key: str, block_s: float) -> bool:
+        """True when the list had an element (popped), False after ``block_s``."""
         if url != self._url or self._client is None:
             await self.close()
             self._client = aioredis.Redis.from_url(url, socket_connect_timeout=block_s + 1)
@@ -193,7 +193,7 @@ class DemandWaiter:
         # No socket timeout shorter than the BLPOP; a Redis that stops answering is cut
         # off here instead.
         async with asyncio.timeout(block_s + WAIT_SLACK_S):
-            await self._client.blpop([key], timeout=block_s)
+            return await self._client.blpop([key], timeout=block_s) is not None
 
     async def close(self) -> None:
         client, self._client, self._url = self._client, None, None
@@ -259,6 +259,7 @@ async def serve(
     stopped: Any,
     *,
     event: Callable[[str, str, str], None],
+    on_demand: Callable[[], None] = lambda: None,
 ) -> None:
     """Turn after turn until ``stopped`` (kopf's daemon flag): at once on demand, else
     every ``DECIDE_EVERY_S``, at least ``MIN_GAP_S`` apart. A turn's calls (Redis, the
@@ -275,8 +276,8 @@ async def serve(
                 await asyncio.to_thread(apply_turn, body, spec, queue, state, logger, event=event)
                 state.last_turn = time.monotonic()
                 await stopped.wait(MIN_GAP_S)
-                if not stopped:
-                    await waiter.wait(url, queue.keys.demand, DECIDE_EVERY_S)
+                if not stopped and await waiter.wait(url, queue.keys.demand, DECIDE_EVERY_S):
+                    on_demand()  # this queue's demand is read here, not by the sweeps' poll
             except (
                 InvalidSpec,
                 redis.RedisError,

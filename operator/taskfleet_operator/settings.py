@@ -42,6 +42,12 @@ class OperatorSettings:
     # How often each TaskQueue is swept: the slow path for orphaned tasks (a pod deleted
     # while the operator was down), expired leases, cron schedules and status.
     sweep_interval_s: float = 2.0
+    # How often a TaskQueue with nothing to do is swept (no task pending, delayed or
+    # running, no schedules, its fleet as asked); pod, Deployment and spec events and an
+    # enqueue (the demand poll) wake it at once.
+    idle_sweep_interval_s: float = 30.0
+    # How often the idle queues' demand lists are read (one round trip per Redis).
+    demand_poll_interval_s: float = 1.0
     # Redis socket connect/read timeout: a dead Redis must not stall a sweep for long.
     redis_timeout_s: float = 2.0
     # How far back a missed cron slot is still fired (operator down across a tick).
@@ -52,6 +58,8 @@ class OperatorSettings:
         env = os.environ if env is None else env
         return cls(
             sweep_interval_s=_float(env, "TASKFLEET_SWEEP_INTERVAL", 2.0, 0.1, 3600),
+            idle_sweep_interval_s=_float(env, "TASKFLEET_IDLE_SWEEP_INTERVAL", 30.0, 0.1, 3600),
+            demand_poll_interval_s=_float(env, "TASKFLEET_DEMAND_POLL_INTERVAL", 1.0, 0.05, 60),
             redis_timeout_s=_float(env, "TASKFLEET_REDIS_TIMEOUT", 2.0, 0.1, 60),
             schedule_catchup_s=_float(env, "TASKFLEET_SCHEDULE_CATCHUP", 600.0, 0, 86_400),
         )
@@ -88,5 +96,6 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = logging.WARNING
     # Retry delays after an API error while processing an event: quick first, then calm.
     settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
-    # Sync handlers run in threads; one sweep per TaskQueue plus pod events in parallel.
+    # Sync handlers and the sweeps' and autoscaler's round trips run in threads; the
+    # per-TaskQueue loops themselves wait on the event loop and hold none.
     settings.execution.max_workers = 16

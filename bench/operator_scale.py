@@ -1,0 +1,285 @@
+"""The operator at scale on the local cluster, as figures: N TaskQueues (replicas 0, one
+Redis) created in one apply, then the operator's idle CPU and memory, how fast a new
+TaskQueue gets its Deployment while the N exist, and how fast a force-deleted worker
+pod's tasks come back.
+
+    make bench-operator                     # N = 50, 200, 1000
+    BENCH_OPERATOR_QUEUES=200 make bench-operator
+
+What is measured:
+- Deployment after apply: from `kubectl apply` of the N TaskQueues returning to each
+  Deployment first seen (listed every 0.2 s): p50 and max;
+- idle CPU: the operator process's user + system CPU over BENCH_OPERATOR_IDLE_S (30 s)
+  once every Deployment exists and the queues have been quiet for 20 s, as % of one core;
+  RSS at the end (the process is found on the node by its command line);
+- a new TaskQueue while the N exist: create -> its Deployment read back (every 20 ms),
+  for BENCH_OPERATOR_PROBES (20) TaskQueues created one at a time: p50, p99, max;
+- pod gone: a TaskQueue with one worker holding 4 long tasks; `kubectl delete pod
+  --force --grace-period=0` -> every task out of that pod (pending again), read every
+  20 ms through a port-forward.
+Figures, never pass/fail; everything it made is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from e2e.lib.fixtures import MANIFESTS, REDIS_IMAGE
+from e2e.lib.fleet import Fleet, taskqueue_manifest
+from e2e.lib.kube import CLUSTER_ERRORS, Kube, is_ready
+from e2e.lib.portforward import PortForward
+from tests.polling import wait_for
+
+SIZES = [int(n) for n in os.environ.get("BENCH_OPERATOR_QUEUES", "50,200,1000").split(",")]
+IDLE_S = float(os.environ.get("BENCH_OPERATOR_IDLE_S", "30"))
+PROBES = int(os.environ.get("BENCH_OPERATOR_PROBES", "20"))
+RESULTS = Path(__file__).resolve().parent / "results"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def operator_pid() -> int:
+    """The operator's process on this node (it runs in a pod of the local cluster)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            b"taskfleet_operator" in argv
+            and b"-m" in argv
+            and not any(b"pytest" in a for a in argv)
+        ):
+            found.append(int(entry.name))
+    if len(found) != 1:
+        raise RuntimeError(f"expected one operator process on this node, found {found}")
+    return found[0]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def queue_spec(**extra: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "replicas": 0,
+        "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "256Mi"}},
+    }
+    spec.update(extra)
+    return spec
+
+
+def deployments_seen(
+    apps: client.AppsV1Api, namespace: str, names: set[str], since: float
+) -> list[float]:
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + 600
+    while len(seen) < len(names):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(names) - len(seen)} Deployments still missing after 600 s")
+        listed = apps.list_namespaced_deployment(namespace, _preload_content=False)
+        now = time.monotonic()
+        for item in json.loads(listed.data)["items"]:
+            name = item["metadata"]["name"]
+            if name in names and name not in seen:
+                seen[name] = now - since
+        time.sleep(0.2)
+    return list(seen.values())
+
+
+def new_queue_latency(kube: Kube, apps: client.AppsV1Api, namespace: str) -> list[float]:
+    custom = client.CustomObjectsApi()
+    latencies = []
+    for i in range(PROBES):
+        name = f"probe-{i}"
+        body = taskqueue_manifest(name, namespace, **queue_spec())
+        start = time.monotonic()
+        custom.create_namespaced_custom_object(
+            "taskfleet.dev", "v1alpha1", namespace, "taskqueues", body
+        )
+        while True:
+            try:
+                apps.read_namespaced_deployment(name, namespace, _preload_content=False)
+                break
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+            if time.monotonic() - start > 120:
+                raise TimeoutError(f"no Deployment for {name} after 120 s")
+            time.sleep(0.02)
+        latencies.append(time.monotonic() - start)
+        time.sleep(0.5)
+    return latencies
+
+
+def pod_gone_requeue(kube: Kube, forward: PortForward) -> float:
+    assert kube.namespace is not None
+    kube.apply(
+        taskqueue_manifest(
+            "victim",
+            kube.namespace,
+            **queue_spec(
+                replicas=1, concurrency=4, heartbeat={"intervalSeconds": 2, "ttlSeconds": 60}
+            ),
+        )
+    )
+    fleet = Fleet(kube, "victim", forward)
+    (pod,) = fleet.wait_ready(1, timeout=180)
+    ids = fleet.queue.enqueue_sleepers(4, seconds=120)
+    wait_for(
+        lambda: len(fleet.queue.held_by(pod)) == 4,
+        timeout=60,
+        interval=0.1,
+        what="the worker holding its 4 tasks",
+        ignoring=CLUSTER_ERRORS,
+    )
+    start = time.monotonic()
+    kube.run("delete", "pod", pod, "--force", "--grace-period=0", check=False)
+    wait_for(
+        lambda: (
+            not fleet.queue.held_by(pod)
+            and all(fleet.queue.task(t).get("state") in ("pending", "running") for t in ids)
+        ),
+        timeout=120,
+        interval=0.02,
+        what="the force-deleted pod's tasks back",
+        ignoring=CLUSTER_ERRORS,
+    )
+    took = time.monotonic() - start
+    kube.patch_merge("taskqueue", "victim", {"spec": {"replicas": 0}})
+    return took
+
+
+def measure(size: int) -> dict[str, Any]:
+    namespace = f"bench-operator-{size}-{secrets.token_hex(2)}"
+    Kube().apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": namespace,
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+            },
+        }
+    )
+    kube = Kube(namespace)
+    kube.apply_yaml(
+        (MANIFESTS / "redis.yaml").read_text().replace("localhost/taskfleet-redis:7.0", REDIS_IMAGE)
+    )
+    wait_for(
+        lambda: is_ready(kube.get("pod", "redis") or {"metadata": {}}),
+        timeout=90,
+        interval=0.5,
+        what="the benchmark's Redis",
+        ignoring=CLUSTER_ERRORS,
+    )
+    forward = PortForward(namespace, "svc/redis")
+    forward.start()
+    apps = client.AppsV1Api()
+    pid = operator_pid()
+    try:
+        names = {f"q{i:04d}" for i in range(size)}
+        docs = [taskqueue_manifest(n, namespace, **queue_spec()) for n in sorted(names)]
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+        subprocess.run(
+            ["kubectl", "-n", namespace, "apply", "-f", "-"],
+            input=text,
+            text=True,
+            check=True,
+            capture_output=True,
+        )
+        applied = time.monotonic()
+        created = deployments_seen(apps, namespace, names, applied)
+        time.sleep(20)  # the first sweeps and status writes settle
+        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        time.sleep(IDLE_S)
+        idle_cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0) * 100
+        rss = rss_mb(pid)
+        probes = new_queue_latency(kube, apps, namespace)
+        requeue_s = pod_gone_requeue(kube, forward)
+        return {
+            "queues": size,
+            "deployment_after_apply_p50_s": statistics.median(created),
+            "deployment_after_apply_max_s": max(created),
+            "idle_cpu_percent": idle_cpu,
+            "rss_mb": rss,
+            "new_queue_p50_s": statistics.median(probes),
+            "new_queue_p99_s": percentile(probes, 0.99),
+            "new_queue_max_s": max(probes),
+            "pod_gone_requeue_s": requeue_s,
+        }
+    finally:
+        forward.stop()
+        kube.run(
+            "delete",
+            "taskqueues",
+            "--all",
+            "--wait=true",
+            "--timeout=600s",
+            check=False,
+            timeout=700,
+        )
+        Kube().run("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def main() -> int:
+    config.load_kube_config()
+    rows = []
+    for size in SIZES:
+        print(f"[{datetime.now(UTC):%H:%M:%S}] {size} TaskQueues ...", flush=True)
+        rows.append(measure(size))
+        print(json.dumps(rows[-1]), flush=True)
+    print(
+        "\n| TaskQueues | operator CPU, all idle | Deployment after apply p50 / max "
+        "| new TaskQueue's Deployment p50 / p99 / max | force-deleted pod's tasks back | RSS |"
+    )
+    print("|--:|--:|--:|--:|--:|--:|")
+    for r in rows:
+        cells = [
+            f"{r['queues']}",
+            f"{r['idle_cpu_percent']:.1f} %",
+            "{:.1f} s / {:.1f} s".format(
+                r["deployment_after_apply_p50_s"], r["deployment_after_apply_max_s"]
+            ),
+            "{:.2f} / {:.2f} / {:.2f} s".format(
+                r["new_queue_p50_s"], r["new_queue_p99_s"], r["new_queue_max_s"]
+            ),
+            f"{r['pod_gone_requeue_s']:.2f} s",
+            f"{r['rss_mb']:.0f} MB",
+        ]
+        print("| " + " | ".join(cells) + " |")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"operator-{datetime.now(UTC):%Y-%m-%dT%H%MZ}.json"
+    out.write_text(json.dumps(rows, indent=2))
+    print(f"\nwritten {out.relative_to(RESULTS.parent.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

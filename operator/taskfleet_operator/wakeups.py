@@ -1,0 +1,134 @@
+"""When each TaskQueue is swept: often while it has work, rarely while it is idle, and at
+once when something happens to it.
+
+Each TaskQueue's sweep loop (an async kopf daemon) registers here and waits on its own
+event between sweeps. Anything that learns of a change wakes it, from any thread: a
+worker pod's or Deployment's event, a spec change, the autoscaler's demand wait, and
+the demand poll, which reads every idle queue's `demand` list in one pipelined round
+trip per Redis (an enqueue that woke workers pushes it). So an idle queue costs one
+sweep per idle interval and one pipelined command per poll, not a sweep every 2 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from taskfleet_operator.connections import Connections
+from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.status import Outage, deployment_status, wanted_replicas
+
+Key = tuple[str, str]  # (namespace, name)
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Quiet:
+    """What a sweep saw that decides its next one: whether the queue is idle."""
+
+    idle: bool
+    why: str
+
+
+def after_sweep(
+    spec: TaskQueueSpec,
+    outcome: Any,
+    deployment: Any,
+    live_pods: int,
+) -> Quiet:
+    """Idle means nothing for a sweep to do until something wakes it: no task pending,
+    delayed or running (leases to watch, tasks coming due), no schedules (slots to fire),
+    Redis reachable, and the fleet as asked (no pods coming or going whose status the
+    TaskQueue should show)."""
+    if isinstance(outcome, Outage):
+        return Quiet(False, outcome.reason)
+    stats = outcome.stats
+    for state in ("pending", "delayed", "running"):
+        if stats.get(state):
+            return Quiet(False, f"{stats[state]} {state}")
+    if outcome.requeued or outcome.suspects or outcome.schedule_errors:
+        return Quiet(False, "pods gone or suspected")
+    if spec.schedules:
+        return Quiet(False, "schedules")
+    asked = wanted_replicas(spec, deployment)
+    replicas, ready = deployment_status(deployment)
+    if not (asked == replicas == ready == live_pods):
+        return Quiet(False, f"fleet moving: {ready}/{replicas} ready of {asked}, {live_pods} pods")
+    return Quiet(True, "idle")
+
+
+class Wakers:
+    """Each sweep loop's wake-up event, by TaskQueue; `wake` is safe from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[Key, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
+        self._idle: dict[Key, bool] = {}
+
+    def register(self, key: Key) -> asyncio.Event:
+        """Called by the sweep loop, on the event loop."""
+        event = asyncio.Event()
+        with self._lock:
+            self._events[key] = (asyncio.get_running_loop(), event)
+            self._idle[key] = False
+        return event
+
+    def unregister(self, key: Key) -> None:
+        with self._lock:
+            self._events.pop(key, None)
+            self._idle.pop(key, None)
+
+    def wake(self, key: Key) -> None:
+        with self._lock:
+            entry = self._events.get(key)
+        if entry is None:
+            return
+        loop, event = entry
+        with contextlib.suppress(RuntimeError):  # the loop closed: the operator is stopping
+            loop.call_soon_threadsafe(event.set)
+
+    def set_idle(self, key: Key, idle: bool) -> None:
+        with self._lock:
+            if key in self._events:
+                self._idle[key] = idle
+
+    def idle(self) -> list[Key]:
+        with self._lock:
+            return [key for key, idle in self._idle.items() if idle]
+
+    def wake_all(self, keys: Iterable[Key]) -> None:
+        for key in keys:
+            self.wake(key)
+
+
+async def wait(event: asyncio.Event, stopped: Any, within_s: float) -> None:
+    """Until ``event`` is set, kopf's ``stopped`` flag is raised, or ``within_s`` passed."""
+    woken = asyncio.ensure_future(event.wait())
+    halted = asyncio.ensure_future(stopped.wait())
+    try:
+        await asyncio.wait({woken, halted}, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        woken.cancel()
+        halted.cancel()
+
+
+async def poll_demand(wakers: Wakers, connections: Connections, every_s: float) -> None:
+    """Forever: every ``every_s``, wake the idle queues whose `demand` list was pushed
+    (read for all of them in one round trip per Redis). Runs for the operator's life."""
+    while True:
+        await asyncio.sleep(every_s)
+        idle = wakers.idle()
+        if not idle:
+            continue
+        try:
+            woken = await asyncio.to_thread(connections.pop_demand, idle)
+        except Exception:  # never let one bad poll end the polling
+            _log.exception("demand poll failed")
+            continue
+        wakers.wake_all(woken)
