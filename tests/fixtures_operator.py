@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,25 +113,23 @@ class OperatorProcess:
             return False
 
 
-@pytest.fixture(scope="session")
-def operator_process(
-    kube_apiserver: KubeApiserver,
-    taskqueue_crd: str,
-    operator_kubeconfig: Path,
-    tmp_path_factory: pytest.TempPathFactory,
+@contextmanager
+def running_operator(
+    kube_apiserver: KubeApiserver, kubeconfig: Path, log: Path, **env_extra: str
 ) -> Iterator[OperatorProcess]:
-    """``python -m taskfleet_operator`` against the test apiserver, as its ServiceAccount."""
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    """``python -m taskfleet_operator`` against the test apiserver, as its ServiceAccount,
+    healthy, and stopped at the end (``env_extra``: more of its environment)."""
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
     env = {
         **kube_apiserver.env(),
-        "KUBECONFIG": str(operator_kubeconfig),
+        "KUBECONFIG": str(kubeconfig),
         "TASKFLEET_SWEEP_INTERVAL": "0.5",
         # Longer than any test: an idle queue is swept again only when something wakes it,
         # so a missing wake-up fails a test instead of hiding behind a periodic sweep.
         "TASKFLEET_IDLE_SWEEP_INTERVAL": "600",
         "TASKFLEET_REDIS_TIMEOUT": "0.5",
         "PYTHONUNBUFFERED": "1",
+        **env_extra,
     }
     env.pop("KUBERNETES_SERVICE_HOST", None)
     with log.open("wb") as out:
@@ -156,6 +155,19 @@ def operator_process(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="session")
+def operator_process(
+    kube_apiserver: KubeApiserver,
+    taskqueue_crd: str,
+    operator_kubeconfig: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    """The session's operator, watching all namespaces."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with running_operator(kube_apiserver, operator_kubeconfig, log) as operator:
+        yield operator
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -14,6 +14,8 @@ from taskfleet_operator.settings import (
     OperatorSettings,
     SettingsError,
     configure_kopf,
+    exact_names,
+    watched_namespaces,
 )
 
 
@@ -89,3 +91,30 @@ def test_routine_success_lines_are_filtered_and_everything_else_kept() -> None:
     assert not passes("Handler 'worker_pod_event' succeeded.")
     assert passes("Handler 'reconcile_taskqueue' succeeded.")
     assert passes("requeued 3 tasks of pod emails-abc")
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "exact"),
+    [
+        (["media", "billing"], True),
+        (["team-*"], False),
+        (["media", "!kube-system"], False),
+        (["q?"], False),
+        (["[ab]-jobs"], False),
+    ],
+)
+def test_only_exact_namespace_names_let_the_operator_skip_listing_namespaces(
+    namespaces: list[str], exact: bool
+) -> None:
+    settings = kopf.OperatorSettings()
+
+    configure_kopf(settings, namespaces)
+
+    assert exact_names(namespaces) is exact
+    assert settings.scanning.disabled is exact  # a pattern needs the namespace watch
+
+
+def test_the_watched_namespaces_come_from_one_variable() -> None:
+    env = {"TASKFLEET_WATCH_NAMESPACES": " media, ,billing "}
+    assert watched_namespaces(env) == ["media", "billing"]
+    assert watched_namespaces({}) == []

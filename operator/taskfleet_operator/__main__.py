@@ -15,6 +15,8 @@ import sys
 
 import kopf
 
+from taskfleet_operator.settings import watched_namespaces
+
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 
 # Handlers that run on every pod event or every sweep tick: kopf's "succeeded" line for
@@ -51,13 +53,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--verbose", "-v", action="store_true", help="Debug logging.")
     args = parser.parse_args(argv)
     if not args.namespace:
-        env = os.environ.get("TASKFLEET_WATCH_NAMESPACES", "")
-        args.namespace = [ns.strip() for ns in env.split(",") if ns.strip()]
+        args.namespace = watched_namespaces()
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # The startup handler reads them from there (`settings.configure_kopf`).
+    os.environ["TASKFLEET_WATCH_NAMESPACES"] = ",".join(args.namespace)
     # kopf names itself with getpass.getuser(), which fails for a numeric uid that has no
     # passwd entry (the image runs as 10001 without one); the environment is asked first.
     if not any(os.environ.get(name) for name in ("LOGNAME", "USER", "LNAME", "USERNAME")):

@@ -21,7 +21,7 @@ from taskfleet_operator import builders, kube, memos, reconcile, scaler, sweeper
 from taskfleet_operator import status as tqstatus
 from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
-from taskfleet_operator.settings import OperatorSettings, configure_kopf
+from taskfleet_operator.settings import OperatorSettings, configure_kopf, watched_namespaces
 
 # Read at import: the sweep timer's interval is fixed when it is registered.
 SETTINGS = OperatorSettings.from_env()
@@ -48,7 +48,7 @@ def _apply(body: kopf.Body, patch: kopf.Patch, update: tqstatus.StatusUpdate) ->
 
 @kopf.on.startup()
 async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    configure_kopf(settings)
+    configure_kopf(settings, watched_namespaces())
     connections, wakers = Connections(SETTINGS.redis_timeout_s), wakeups.Wakers()
     memos.keep_connections(memo, connections)
     memos.keep_wakers(memo, wakers)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import kopf
@@ -65,7 +65,19 @@ class OperatorSettings:
         )
 
 
-def configure_kopf(settings: kopf.OperatorSettings) -> None:
+def watched_namespaces(env: Mapping[str, str] | None = None) -> list[str]:
+    """The namespaces the operator serves (TASKFLEET_WATCH_NAMESPACES; `__main__` puts
+    its --namespace options there); empty: all namespaces."""
+    raw = (os.environ if env is None else env).get("TASKFLEET_WATCH_NAMESPACES", "")
+    return [ns.strip() for ns in raw.split(",") if ns.strip()]
+
+
+def exact_names(namespaces: Iterable[str]) -> bool:
+    """Whether every namespace is a name, not a pattern (`team-*`, `!kube-*`)."""
+    return all(not set(ns) & set("*?[]!") for ns in namespaces)
+
+
+def configure_kopf(settings: kopf.OperatorSettings, namespaces: Sequence[str] = ()) -> None:
     """kopf's settings, one comment per choice."""
     # Our finalizer lives under the project's group. kopf adds it to every TaskQueue (the
     # per-queue sweep timer must stop before the object goes) and removes it on deletion
@@ -96,6 +108,11 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = logging.WARNING
     # Retry delays after an API error while processing an event: quick first, then calm.
     settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
+    # Exact namespace names need no list or watch of namespaces (the RBAC grants none):
+    # without this kopf would first retry a forbidden list for half a minute. The CRD is
+    # still discovered at start; a CRD installed later needs an operator restart.
+    if namespaces and exact_names(namespaces):
+        settings.scanning.disabled = True
     # Sync handlers and the sweeps' and autoscaler's round trips run in threads; the
     # per-TaskQueue loops themselves wait on the event loop and hold none.
     settings.execution.max_workers = 16
