@@ -23,16 +23,28 @@ def test_defaults_apply_when_the_environment_is_silent() -> None:
     settings = OperatorSettings.from_env({})
 
     assert settings == OperatorSettings(
-        sweep_interval_s=2.0, redis_timeout_s=2.0, schedule_catchup_s=600.0
+        sweep_interval_s=2.0,
+        idle_sweep_interval_s=60.0,
+        demand_poll_interval_s=1.0,
+        redis_timeout_s=2.0,
+        schedule_catchup_s=600.0,
     )
 
 
 def test_environment_overrides_are_read() -> None:
     settings = OperatorSettings.from_env(
-        {"TASKFLEET_SWEEP_INTERVAL": "0.5", "TASKFLEET_REDIS_TIMEOUT": "1"}
+        {
+            "TASKFLEET_SWEEP_INTERVAL": "0.5",
+            "TASKFLEET_IDLE_SWEEP_INTERVAL": "120",
+            "TASKFLEET_DEMAND_POLL_INTERVAL": "0.25",
+            "TASKFLEET_REDIS_TIMEOUT": "1",
+        }
     )
 
-    assert (settings.sweep_interval_s, settings.redis_timeout_s) == (0.5, 1.0)
+    assert settings.sweep_interval_s == 0.5
+    assert settings.idle_sweep_interval_s == 120.0
+    assert settings.demand_poll_interval_s == 0.25
+    assert settings.redis_timeout_s == 1.0
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ class OperatorSettings:
     # How often a TaskQueue with nothing to do is swept (no task pending, delayed or
     # running, no schedules, its fleet as asked); pod, Deployment and spec events and an
     # enqueue (the demand poll) wake it at once.
-    idle_sweep_interval_s: float = 30.0
+    idle_sweep_interval_s: float = 60.0
     # How often the idle queues' demand lists are read (one round trip per Redis).
     demand_poll_interval_s: float = 1.0
     # Redis socket connect/read timeout: a dead Redis must not stall a sweep for long.
@@ -58,7 +58,7 @@ class OperatorSettings:
         env = os.environ if env is None else env
         return cls(
             sweep_interval_s=_float(env, "TASKFLEET_SWEEP_INTERVAL", 2.0, 0.1, 3600),
-            idle_sweep_interval_s=_float(env, "TASKFLEET_IDLE_SWEEP_INTERVAL", 30.0, 0.1, 3600),
+            idle_sweep_interval_s=_float(env, "TASKFLEET_IDLE_SWEEP_INTERVAL", 60.0, 0.1, 3600),
             demand_poll_interval_s=_float(env, "TASKFLEET_DEMAND_POLL_INTERVAL", 1.0, 0.05, 60),
             redis_timeout_s=_float(env, "TASKFLEET_REDIS_TIMEOUT", 2.0, 0.1, 60),
             schedule_catchup_s=_float(env, "TASKFLEET_SCHEDULE_CATCHUP", 600.0, 0, 86_400),
