@@ -12,6 +12,7 @@ import redis
 import redis.asyncio
 from pydantic import ValidationError
 from taskfleet import Broker, Queue, QueueConfig, TaskState
+from taskfleet.protocol.errors import InvalidPayload
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
 from taskfleet.protocol.scripts import LIB, NAMES, source, text
 
@@ -226,3 +227,13 @@ def test_queue_and_broker_work_on_clients_that_decode_responses(redis_url: str) 
 
 async def _decoding_async_client(url: str) -> redis.asyncio.Redis:
     return redis.asyncio.Redis.from_url(url, decode_responses=True)
+
+
+def test_a_scheduled_payload_is_bounded_in_the_script_like_an_enqueued_one(queue: Queue) -> None:
+    queue.configure(QueueConfig(max_payload_bytes=100))
+
+    with pytest.raises(InvalidPayload, match="the queue allows 100 \\(max_payload_bytes\\)"):
+        queue.fire_schedule("big", 1, {"blob": "x" * 200})
+    # Nothing stored, the slot not taken: a smaller payload fires it.
+    assert queue.fire_schedule("big", 1, {"blob": "small"}) == "sched:big:1"
+    assert queue.fire_schedule("big", 1, {"blob": "small"}) is None

@@ -16,9 +16,8 @@ from typing import Any
 import redis
 from croniter import croniter
 from kubernetes.client.exceptions import ApiException
-from taskfleet.producer.encoding import encode_payload
 from taskfleet.producer.queue import Queue
-from taskfleet.protocol.errors import InvalidPayload, TaskfleetError
+from taskfleet.protocol.errors import TaskfleetError
 from taskfleet.protocol.scripts import SWEEP_BOUND
 
 from taskfleet_operator import builders, kube
@@ -107,18 +106,11 @@ def fire_schedules(
 ) -> None:
     """Fire every due schedule; one the queue refuses (e.g. a payload over the queue's
     bound) is reported and skipped, so it cannot stop the others or the sweep."""
-    max_bytes = builders.queue_config(spec).max_payload_bytes
     for schedule in spec.schedules:
         slot = due_slot(schedule.cron, now, not_before)
         if slot is None:
             continue
-        try:
-            # The fire script does not bound payloads as enqueue does: check here.
-            size = len(encode_payload(dict(schedule.payload)).encode())
-            if size > max_bytes:
-                raise InvalidPayload(
-                    f"payload is {size} bytes; the queue allows {max_bytes} (max_payload_bytes)"
-                )
+        try:  # the fire script bounds the payload as enqueue does
             task_id = queue.fire_schedule(
                 schedule.name, slot, dict(schedule.payload), priority=schedule.priority
             )

@@ -429,6 +429,13 @@ class Ops:
         self, name: str, slot: int, task_id: str, payload: str, priority: int
     ) -> Op[str | None]:
         def decode(raw: Any) -> str | None:
+            if isinstance(raw, list):
+                if len(raw) == 3 and int(raw[0]) == -1:
+                    size, limit = int(raw[1]), int(raw[2])
+                    raise InvalidPayload(
+                        f"payload is {size} bytes; the queue allows {limit} (max_payload_bytes)"
+                    )
+                raise ProtocolError(f"fire_schedule: unexpected reply {raw!r}")
             return None if raw is None else text(raw)
 
         return Op("fire_schedule", self._k, (name, slot, task_id, payload, priority), decode)
