@@ -74,6 +74,7 @@ def test_watched_namespaces_come_from_flags_or_the_environment(
 
     assert entry.parse_args([]).namespace == ["team-a", "team-b"]
     assert entry.parse_args(["-n", "only"]).namespace == ["only"]
+    assert entry.parse_args(["-n", "a,b", "-n", "c"]).namespace == ["a", "b", "c"]
     monkeypatch.delenv("TASKFLEET_WATCH_NAMESPACES")
     assert entry.parse_args([]).namespace == []
     assert entry.parse_args([]).liveness == "http://0.0.0.0:8080/healthz"

@@ -1,8 +1,9 @@
-"""The demand signal: whoever sizes the fleet learns at once that work waits for a worker.
+"""The demand signal: whoever watches the queue from outside (the autoscaler, the
+operator's sweep) learns at once that it has new work.
 
-Tasks that become pending with no idle worker to take them push one element onto the
-queue's ``demand`` list (never more than one), which an autoscaler blocks on; tasks handed
-straight to an idle worker push nothing.
+Every enqueue that creates a task, pending, delayed or handed straight to an idle worker,
+and every task put back in pending, leaves one element on the queue's ``demand`` list
+(never more than one); the autoscaler blocks on it and the operator polls it.
 """
 
 from __future__ import annotations
@@ -29,25 +30,31 @@ def test_an_enqueue_with_no_idle_worker_signals_demand_once_per_burst(
     assert redis_client.llen(demand) == 1
 
 
-def test_delayed_tasks_signal_no_demand_until_they_are_due(
-    queue: Queue, redis_client: redis.Redis
-) -> None:
+def test_a_delayed_task_is_work_too(queue: Queue, redis_client: redis.Redis) -> None:
     queue.enqueue({"later": True}, delay=3600)
-    assert redis_client.llen(queue.keys.demand) == 0
+    assert redis_client.llen(queue.keys.demand) == 1
     assert queue.stats()["delayed"] == 1
 
 
-def test_a_task_handed_to_an_idle_worker_signals_no_demand(
+def test_a_task_handed_to_an_idle_worker_still_signals_work(
     queue: Queue, make_broker: MakeBroker, redis_client: redis.Redis
 ) -> None:
+    # The queue now holds a running task: the operator must sweep it (its lease can
+    # expire) even though no worker needed waking.
     worker = make_broker(queue.name, "pod-a", "inc-1")
     assert worker.claim(4, idle_ms=5000).tasks == []  # registered idle
     handed = queue.enqueue({"x": 1})
     assert queue.get(handed).state is TaskState.RUNNING  # type: ignore[union-attr]
-    assert redis_client.llen(queue.keys.demand) == 0
-    # Only one hand-off per registration: the next task waits, and that is demand.
-    queue.enqueue({"x": 2})
     assert redis_client.llen(queue.keys.demand) == 1
+
+
+def test_an_enqueue_that_creates_nothing_signals_nothing(
+    queue: Queue, redis_client: redis.Redis
+) -> None:
+    task_id = queue.enqueue({"x": 1}, task_id="once")
+    assert redis_client.blpop([queue.keys.demand], timeout=1) is not None
+    assert queue.enqueue({"x": 1}, task_id="once") == task_id  # the same task: no change
+    assert redis_client.llen(queue.keys.demand) == 0
 
 
 def test_purge_removes_the_demand_signal(queue: Queue, redis_client: redis.Redis) -> None:

@@ -52,7 +52,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="Debug logging.")
     args = parser.parse_args(argv)
-    if not args.namespace:
+    if args.namespace:  # `-n a,b` means two namespaces, as the variable does
+        args.namespace = watched_namespaces(
+            {"TASKFLEET_WATCH_NAMESPACES": ",".join(args.namespace)}
+        )
+    else:
         args.namespace = watched_namespaces()
     return args
 

@@ -153,7 +153,10 @@ class Connections:
             try:
                 popped = pipe.execute()
             except redis.RedisError:
-                continue  # the sweeps report the outage
+                # Pops may have run before the error: wake them all; their sweeps report
+                # the outage and stop counting as idle.
+                woken.extend(key for key, _ in members)
+                continue
             woken.extend(key for (key, _), value in zip(members, popped, strict=True) if value)
         return woken
 

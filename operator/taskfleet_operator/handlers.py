@@ -2,9 +2,10 @@
 `reconcile`, `sweeper` and the pure functions of `status`, and applies what they return.
 
 Run with ``python -m taskfleet_operator`` (or ``kopf run -m taskfleet_operator.handlers
---standalone -A``). Handlers are sync: kopf runs them in its thread pool, where the
-blocking Redis and Kubernetes clients belong. What they remember between calls is in
-kopf's memos (`memos`), not in this module.
+--standalone -A``). Event handlers are sync: kopf runs them in its thread pool, where the
+blocking Redis and Kubernetes clients belong. The per-TaskQueue loops (sweep, autoscaler)
+are async daemons that wait on the event loop and run their round trips in the
+operator's own pool. What they remember between calls is in kopf's memos (`memos`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -23,12 +25,13 @@ from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
 from taskfleet_operator.settings import OperatorSettings, configure_kopf, watched_namespaces
 
-# Read at import: the sweep timer's interval is fixed when it is registered.
+# Read at import: the sweep intervals and thread count are fixed for the process.
 SETTINGS = OperatorSettings.from_env()
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 TASKQUEUES = (GROUP, VERSION, PLURAL)
 _POLL = "demand-poll"
+_EXECUTOR = "executor"
 
 
 def _ns(namespace: str | None) -> str:
@@ -50,10 +53,14 @@ def _apply(body: kopf.Body, patch: kopf.Patch, update: tqstatus.StatusUpdate) ->
 async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure_kopf(settings, watched_namespaces())
     connections, wakers = Connections(SETTINGS.redis_timeout_s), wakeups.Wakers()
+    executor = ThreadPoolExecutor(SETTINGS.sweep_threads, thread_name_prefix="taskfleet")
+    run = wakeups.in_threads(executor)
     memos.keep_connections(memo, connections)
     memos.keep_wakers(memo, wakers)
+    memos.keep_blocking(memo, run)
+    memo[_EXECUTOR] = executor
     memo[_POLL] = asyncio.create_task(
-        wakeups.poll_demand(wakers, connections, SETTINGS.demand_poll_interval_s)
+        wakeups.poll_demand(wakers, connections, SETTINGS.demand_poll_interval_s, run)
     )
 
 
@@ -62,7 +69,10 @@ async def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
     poll = memo.get(_POLL)
     if isinstance(poll, asyncio.Task):
         poll.cancel()
-    await asyncio.to_thread(memos.connections(memo).close)
+    await memos.blocking(memo)(memos.connections(memo).close)
+    executor = memo.get(_EXECUTOR)
+    if isinstance(executor, ThreadPoolExecutor):
+        executor.shutdown(wait=False, cancel_futures=True)
 
 
 # ----------------------------------------------------------------------------- indexes
@@ -152,7 +162,7 @@ def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
     return bool(spec.get("autoscale"))
 
 
-@kopf.daemon(*TASKQUEUES, when=_autoscaled, cancellation_timeout=5)
+@kopf.daemon(*TASKQUEUES, when=_autoscaled, cancellation_backoff=15, cancellation_timeout=5)
 async def autoscale_taskqueue(
     *,
     body: kopf.Body,
@@ -169,7 +179,10 @@ async def autoscale_taskqueue(
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
 
-    state, wakers = memos.taskqueue(memo).scaler, memos.wakers(memo)
+    # A new spell of autoscaling starts afresh: no window or status from an earlier one.
+    memory = memos.taskqueue(memo)
+    memory.scaler = state = scaler.ScalerState()
+    wakers = memos.wakers(memo)
     await scaler.serve(
         body,
         memos.connections(memo),
@@ -178,6 +191,7 @@ async def autoscale_taskqueue(
         stopped,
         event=event,
         on_demand=lambda: wakers.wake(key),
+        run=memos.blocking(memo),
     )
 
 
@@ -223,7 +237,9 @@ def forget_deleted_taskqueue(
 # kopf puts its finalizer (ours, see settings) on every TaskQueue because of this daemon:
 # the loop must be stopped before the object goes. Deleting a Retain queue is still
 # immediate while the operator runs; only Purge waits for the Redis cleanup.
-@kopf.daemon(*TASKQUEUES, cancellation_timeout=10, backoff=5)
+# kopf raises `stopped` first and cancels only after the backoff: a sweep in its thread
+# finishes, and nothing of it runs after the finalizer is gone.
+@kopf.daemon(*TASKQUEUES, cancellation_backoff=15, cancellation_timeout=5, backoff=5)
 async def sweep_taskqueue(
     *,
     body: kopf.Body,
@@ -239,14 +255,14 @@ async def sweep_taskqueue(
     when something wakes it (`wakeups`). The sweep's round trips run in a thread; the
     waits between sweeps hold none."""
     key = (_ns(namespace), name)
-    wakers = memos.wakers(memo)
+    wakers, run = memos.wakers(memo), memos.blocking(memo)
     woken = wakers.register(key)
     was_idle = False
     try:
         while not stopped:
             woken.clear()
             try:
-                quiet = await asyncio.to_thread(_sweep_once, body, key, memo, logger, kwargs)
+                quiet = await run(_sweep_once, body, key, memo, logger, kwargs)
             except Exception:  # a failed sweep must not end the sweeping: say it, go on
                 logger.exception("sweep failed")
                 quiet = None
@@ -260,7 +276,7 @@ async def sweep_taskqueue(
             interval = SETTINGS.idle_sweep_interval_s if idle else SETTINGS.sweep_interval_s
             await wakeups.wait(woken, stopped, interval)
     finally:
-        wakers.unregister(key)
+        wakers.unregister(key, woken)
 
 
 def _sweep_once(

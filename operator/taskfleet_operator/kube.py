@@ -21,6 +21,9 @@ from kubernetes.client.exceptions import ApiException
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
 
 FIELD_MANAGER = "taskfleet-operator"
+#: (connect, read) seconds for every call: the client has no default, and a half-open
+#: connection must not hang a sweep or an autoscaler turn for good.
+REQUEST_TIMEOUT = (10.0, 30.0)
 AUTOSCALER_FIELD_MANAGER = "taskfleet-autoscaler"
 
 _log = logging.getLogger(__name__)
@@ -52,7 +55,9 @@ def apps() -> client.AppsV1Api:
 
 def read_deployment(name: str, namespace: str) -> dict[str, Any] | None:
     try:
-        response = apps().read_namespaced_deployment(name, namespace, _preload_content=False)
+        response = apps().read_namespaced_deployment(
+            name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+        )
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -71,6 +76,7 @@ def apply_deployment(body: dict[str, Any]) -> dict[str, Any]:
         force=True,
         _content_type="application/apply-patch+yaml",
         _preload_content=False,
+        _request_timeout=REQUEST_TIMEOUT,
     )
     applied: dict[str, Any] = _json(response)
     return applied
@@ -84,19 +90,27 @@ def scale_deployment(name: str, namespace: str, replicas: int) -> None:
         {"spec": {"replicas": replicas}},
         field_manager=AUTOSCALER_FIELD_MANAGER,
         _preload_content=False,
+        _request_timeout=REQUEST_TIMEOUT,
     )
 
 
 def patch_taskqueue_status(name: str, namespace: str, status: dict[str, Any]) -> None:
     """Merge ``status`` into a TaskQueue's status (the autoscaler's decision)."""
     client.CustomObjectsApi(_api_client()).patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _preload_content=False
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+        {"status": status},
+        _preload_content=False,
+        _request_timeout=REQUEST_TIMEOUT,
     )
 
 
 def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
     response = core().list_namespaced_pod(
-        namespace, label_selector=selector, _preload_content=False
+        namespace, label_selector=selector, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
     )
     items: list[dict[str, Any]] = _json(response).get("items", [])
     return items
@@ -105,7 +119,9 @@ def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
 def pod_gone(name: str, namespace: str) -> bool:
     """True only if the API answers 404 for the pod: the index may lag, the API does not."""
     try:
-        core().read_namespaced_pod(name, namespace, _preload_content=False)
+        core().read_namespaced_pod(
+            name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+        )
     except ApiException as exc:
         if exc.status == 404:
             return True
@@ -153,7 +169,7 @@ def _pointer(key: str) -> str:
 def read_secret_value(namespace: str, name: str, key: str) -> str:
     """One key of a Secret, decoded. The value is never logged."""
     try:
-        secret = core().read_namespaced_secret(name, namespace)
+        secret = core().read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
     except ApiException as exc:
         if exc.status in (403, 404):
             raise SecretUnavailable(

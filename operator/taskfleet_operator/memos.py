@@ -17,16 +17,17 @@ import kopf
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.scaler import ScalerState
 from taskfleet_operator.status import Failure
-from taskfleet_operator.wakeups import Wakers
+from taskfleet_operator.wakeups import Blocking, Wakers
 
 _CONNECTIONS = "connections"
 _WAKERS = "wakers"
+_BLOCKING = "blocking"
 _TASKQUEUE = "taskqueue"
 
 
 @dataclass
 class TaskQueueMemory:
-    """One TaskQueue's state between its handler calls (the sweep timer runs beside the
+    """One TaskQueue's state between its handler calls (the sweep loop runs beside the
     create/update handler, in another thread: each field is replaced, never edited)."""
 
     # Pods seen registered in Redis but missing from the API at the previous sweep.
@@ -63,8 +64,21 @@ def wakers(memo: kopf.Memo) -> Wakers:
     return found
 
 
+def keep_blocking(memo: kopf.Memo, run: Blocking) -> None:
+    """At startup: how the sweeps and autoscalers run their blocking calls."""
+    memo[_BLOCKING] = run
+
+
+def blocking(memo: kopf.Memo) -> Blocking:
+    found = memo.get(_BLOCKING)
+    if not callable(found):
+        raise RuntimeError("no thread pool in the memo: the startup handler did not run")
+    run: Blocking = found
+    return run
+
+
 def taskqueue(memo: kopf.Memo) -> TaskQueueMemory:
-    """The TaskQueue's memory, made on first use (`setdefault`: the timer's thread and a
+    """The TaskQueue's memory, made on first use (`setdefault`: the sweep's thread and a
     handler's may both ask first, and must get the same one)."""
     found = memo.setdefault(_TASKQUEUE, TaskQueueMemory())
     assert isinstance(found, TaskQueueMemory)

@@ -179,7 +179,7 @@ def still_declared(entries: Iterable[Any] | None, body: Mapping[str, Any]) -> bo
     """Whether the TaskQueue index still holds this very object (same uid).
 
     A TaskQueue whose finalizer was removed by hand is gone before kopf can stop its
-    timer: a queue nobody declares any more is never swept.
+    loop: a queue nobody declares any more is never swept.
     """
     known = first(entries)
     return known is not None and bool(known["ref"]["metadata"]["uid"] == body["metadata"]["uid"])

@@ -32,6 +32,7 @@ from taskfleet_operator.autoscale import Decision, Limits, Load, Policy, Surplus
 from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import Autoscale, TaskQueueSpec
 from taskfleet_operator.reconcile import InvalidSpec, parse_spec, set_deletion_costs
+from taskfleet_operator.wakeups import Blocking
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -239,7 +240,11 @@ def apply_turn(
         try:  # the ReplicaSet removes the cheapest pods: idle ones first
             set_deletion_costs(namespace, name, queue, logger)
         except (redis.RedisError, ApiException) as exc:
-            logger.warning("scale-down without deletion costs: %s", describe_error(exc))
+            # Without costs the ReplicaSet could pick a busy pod: wait for a turn that can.
+            logger.warning("scale-down postponed, no deletion costs: %s", describe_error(exc))
+            return result
+    if not (body.get("spec") or {}).get("autoscale"):
+        return None  # autoscale was removed meanwhile: the count is spec.replicas again
     if result.replicas != current:
         kube.scale_deployment(name, namespace, result.replicas)
         message = f"{current} -> {result.replicas}: {result.reason}"
@@ -247,7 +252,11 @@ def apply_turn(
         event("Normal", "Scaled", message)
     patch = status_due(state, result, now)
     if patch is not None:
-        kube.patch_taskqueue_status(name, namespace, patch)
+        try:
+            kube.patch_taskqueue_status(name, namespace, patch)
+        except ApiException:
+            state.status = None  # written at the next turn instead
+            raise
     return result
 
 
@@ -260,6 +269,7 @@ async def serve(
     *,
     event: Callable[[str, str, str], None],
     on_demand: Callable[[], None] = lambda: None,
+    run: Blocking = asyncio.to_thread,
 ) -> None:
     """Turn after turn until ``stopped`` (kopf's daemon flag): at once on demand, else
     every ``DECIDE_EVERY_S``, at least ``MIN_GAP_S`` apart. A turn's calls (Redis, the
@@ -271,9 +281,9 @@ async def serve(
         while not stopped:
             try:
                 spec = parse_spec(body["spec"])
-                queue = await asyncio.to_thread(connections.get, namespace, name, spec)
-                url = await asyncio.to_thread(connections.url, namespace, name, spec)
-                await asyncio.to_thread(apply_turn, body, spec, queue, state, logger, event=event)
+                queue = await run(connections.get, namespace, name, spec)
+                url = await run(connections.url, namespace, name, spec)
+                await run(apply_turn, body, spec, queue, state, logger, event=event)
                 state.last_turn = time.monotonic()
                 await stopped.wait(MIN_GAP_S)
                 if not stopped and await waiter.wait(url, queue.keys.demand, DECIDE_EVERY_S):

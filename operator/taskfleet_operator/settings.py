@@ -48,6 +48,8 @@ class OperatorSettings:
     idle_sweep_interval_s: float = 60.0
     # How often the idle queues' demand lists are read (one round trip per Redis).
     demand_poll_interval_s: float = 1.0
+    # Threads for the sweeps' and autoscalers' round trips (the loops wait without one).
+    sweep_threads: int = 16
     # Redis socket connect/read timeout: a dead Redis must not stall a sweep for long.
     redis_timeout_s: float = 2.0
     # How far back a missed cron slot is still fired (operator down across a tick).
@@ -60,6 +62,7 @@ class OperatorSettings:
             sweep_interval_s=_float(env, "TASKFLEET_SWEEP_INTERVAL", 2.0, 0.1, 3600),
             idle_sweep_interval_s=_float(env, "TASKFLEET_IDLE_SWEEP_INTERVAL", 60.0, 0.1, 3600),
             demand_poll_interval_s=_float(env, "TASKFLEET_DEMAND_POLL_INTERVAL", 1.0, 0.05, 60),
+            sweep_threads=int(_float(env, "TASKFLEET_SWEEP_THREADS", 16, 1, 256)),
             redis_timeout_s=_float(env, "TASKFLEET_REDIS_TIMEOUT", 2.0, 0.1, 60),
             schedule_catchup_s=_float(env, "TASKFLEET_SCHEDULE_CATCHUP", 600.0, 0, 86_400),
         )
@@ -80,7 +83,7 @@ def exact_names(namespaces: Iterable[str]) -> bool:
 def configure_kopf(settings: kopf.OperatorSettings, namespaces: Sequence[str] = ()) -> None:
     """kopf's settings, one comment per choice."""
     # Our finalizer lives under the project's group. kopf adds it to every TaskQueue (the
-    # per-queue sweep timer must stop before the object goes) and removes it on deletion
+    # per-queue sweep loop must stop before the object goes) and removes it on deletion
     # once the Purge handler, when onDelete is Purge, has cleaned Redis.
     settings.persistence.finalizer = FINALIZER
     # Handler progress and the last-handled spec go to annotations under our group, not to
@@ -113,6 +116,6 @@ def configure_kopf(settings: kopf.OperatorSettings, namespaces: Sequence[str] = 
     # still discovered at start; a CRD installed later needs an operator restart.
     if namespaces and exact_names(namespaces):
         settings.scanning.disabled = True
-    # Sync handlers and the sweeps' and autoscaler's round trips run in threads; the
-    # per-TaskQueue loops themselves wait on the event loop and hold none.
+    # Sync handlers run in these threads; the sweeps' and autoscalers' round trips in the
+    # operator's own pool (TASKFLEET_SWEEP_THREADS), their waits on the event loop.
     settings.execution.max_workers = 16

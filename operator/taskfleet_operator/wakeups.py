@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +27,8 @@ from taskfleet_operator.models import TaskQueueSpec
 from taskfleet_operator.status import Outage, deployment_status, wanted_replicas
 
 Key = tuple[str, str]  # (namespace, name)
+#: Runs a blocking call in the operator's threads: ``await run(fn, *args, **kwargs)``.
+Blocking = Callable[..., Awaitable[Any]]
 
 _log = logging.getLogger(__name__)
 
@@ -79,10 +84,13 @@ class Wakers:
             self._idle[key] = False
         return event
 
-    def unregister(self, key: Key) -> None:
+    def unregister(self, key: Key, event: asyncio.Event) -> None:
+        """Drop ``key`` if ``event`` is still its own (a successor may have registered)."""
         with self._lock:
-            self._events.pop(key, None)
-            self._idle.pop(key, None)
+            entry = self._events.get(key)
+            if entry is not None and entry[1] is event:
+                del self._events[key]
+                self._idle.pop(key, None)
 
     def wake(self, key: Key) -> None:
         with self._lock:
@@ -107,6 +115,18 @@ class Wakers:
             self.wake(key)
 
 
+def in_threads(executor: ThreadPoolExecutor) -> Blocking:
+    """Blocking calls of the sweeps and the autoscaler, in the operator's own pool (not
+    kopf's handler threads, not asyncio's default pool of cpu+4), with the caller's
+    context (kopf.event needs it)."""
+
+    async def run(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+    return run
+
+
 async def wait(event: asyncio.Event, stopped: Any, within_s: float) -> None:
     """Until ``event`` is set, kopf's ``stopped`` flag is raised, or ``within_s`` passed."""
     woken = asyncio.ensure_future(event.wait())
@@ -118,7 +138,9 @@ async def wait(event: asyncio.Event, stopped: Any, within_s: float) -> None:
         halted.cancel()
 
 
-async def poll_demand(wakers: Wakers, connections: Connections, every_s: float) -> None:
+async def poll_demand(
+    wakers: Wakers, connections: Connections, every_s: float, run: Blocking
+) -> None:
     """Forever: every ``every_s``, wake the idle queues whose `demand` list was pushed
     (read for all of them in one round trip per Redis). Runs for the operator's life."""
     while True:
@@ -127,7 +149,7 @@ async def poll_demand(wakers: Wakers, connections: Connections, every_s: float) 
         if not idle:
             continue
         try:
-            woken = await asyncio.to_thread(connections.pop_demand, idle)
+            woken = await run(connections.pop_demand, idle)
         except Exception:  # never let one bad poll end the polling
             _log.exception("demand poll failed")
             continue

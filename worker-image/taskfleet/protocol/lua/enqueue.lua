@@ -49,10 +49,14 @@ for i = 1, n do
     out[#out + 1] = 1
   end
 end
+local created = 0
+for i = 2, #out do created = created + out[i] end
 local token_base = ARGV[2 + n * 8]
 if token_base and woken > 0 and redis.call('EXISTS', K_IDLE) == 1 then
   woken = woken - hand_off(now, woken, token_base, tonumber(ARGV[3 + n * 8]))
 end
 notify(woken)
+-- Handed off or delayed, new tasks are still work the queue's watchers must see.
+if created > 0 and woken <= 0 then demand() end
 flush_counts()
 return out

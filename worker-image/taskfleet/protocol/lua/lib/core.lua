@@ -87,8 +87,13 @@ local function pending_score(priority, front)
 end
 
 local NOTIFY_MAX = 16
--- Wake up to n idle workers blocked on BLPOP notify, and whoever sizes the fleet
--- (demand: one element at most, so a burst wakes the autoscaler once).
+-- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
+-- it has new work: one element at most, so a burst signals once.
+local function demand()
+  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+end
+
+-- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
 local function notify(n)
   if n <= 0 then return end
   if n > NOTIFY_MAX then n = NOTIFY_MAX end
@@ -96,7 +101,7 @@ local function notify(n)
   for i = 1, n do tokens[i] = '1' end
   redis.call('LPUSH', K_NOTIFY, unpack(tokens))
   redis.call('LTRIM', K_NOTIFY, 0, NOTIFY_MAX - 1)
-  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+  demand()
 end
 
 local function to_pending(id, key, front)
