@@ -250,3 +250,16 @@ def _all_due(queue: Queue) -> bool:
     sec, usec = queue.client.time()
     now = int(sec) * 1000 + int(usec) // 1000
     return queue.client.zcount(queue.keys.delayed, now + 1, "+inf") == 0
+
+
+def test_held_by_counts_what_each_pod_holds_from_the_queues_records(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    for i in range(3):
+        queue.enqueue({"i": i})
+    broker = make_broker(queue.name, "pod-a", "inc-1")
+    broker.register(4)
+    assert len(broker.claim(2).tasks) == 2
+
+    assert queue.held_by(["pod-a", "pod-b"]) == {"pod-a": 2, "pod-b": 0}
+    assert queue.held_by([]) == {}

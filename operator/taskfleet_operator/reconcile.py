@@ -71,11 +71,17 @@ def set_deletion_costs(namespace: str, name: str, queue: Any, logger: Logger) ->
     workers go and busy ones keep running (drain would save their tasks anyway, but
     finishing beats re-running).
     """
-    inflight = {worker.pod: worker.inflight for worker in queue.workers()}
+    # Labelled like a worker but owned by no ReplicaSet of ours: not ours to rank.
+    pods = [
+        pod
+        for pod in kube.list_pods(namespace, builders.selector_string(name))
+        if builders.owns_worker_pod(pod, name)
+    ]
+    # From the queue's records, not the heartbeats: a task claimed since a pod's last
+    # beat must already make it costly.
+    inflight = queue.held_by(pod["metadata"]["name"] for pod in pods)
     annotated = 0
-    for pod in kube.list_pods(namespace, builders.selector_string(name)):
-        if not builders.owns_worker_pod(pod, name):
-            continue  # labelled like a worker, but no ReplicaSet of ours decides its fate
+    for pod in pods:
         pod_name = pod["metadata"]["name"]
         cost = builders.deletion_cost(inflight.get(pod_name))
         current = (pod["metadata"].get("annotations") or {}).get(builders.DELETION_COST_ANNOTATION)

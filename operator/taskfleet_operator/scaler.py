@@ -62,7 +62,7 @@ class Reading:
 
 
 def read_queue(queue: Queue, due_horizon_s: float) -> Reading:
-    """The load as the decision counts it, in two pipelined round trips."""
+    """The load as the decision counts it, in four pipelined round trips."""
     keys, client = queue.keys, queue.client
     pipe = client.pipeline(transaction=False)
     pipe.time()
@@ -76,7 +76,8 @@ def read_queue(queue: Queue, due_horizon_s: float) -> Reading:
     for task_id in recent:
         pipe.hmget(keys.task_prefix + stored_text(task_id), "started_at", "finished_at")
     due, *times = pipe.execute()
-    inflight = {w.pod: w.inflight for w in queue.workers() if w.alive}
+    # Exact, from the queue's records: a heartbeat's count can be an interval old.
+    inflight = queue.held_by(w.pod for w in queue.workers() if w.alive)
     return Reading(
         Load(pending=int(pending), running=int(running), due=int(due)),
         inflight,

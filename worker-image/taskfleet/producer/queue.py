@@ -173,6 +173,15 @@ class Queue:
     def workers(self) -> list[WorkerInfo]:
         return reading.workers(self.client, self.keys)
 
+    def held_by(self, pods: Iterable[str]) -> dict[str, int]:
+        """Tasks each pod holds right now, from the queue's own records (exact; a
+        worker's heartbeat reports its count only every interval), in one round trip."""
+        names = list(pods)
+        pipe = self.client.pipeline(transaction=False)
+        for pod in names:
+            pipe.scard(self.keys.pod(pod))
+        return {pod: int(count) for pod, count in zip(names, pipe.execute(), strict=True)}
+
     def wait(self, task_ids: Sequence[str], timeout: float) -> dict[str, Task]:
         """Block until every task is done or dead; returns them by id.
 
