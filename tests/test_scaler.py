@@ -190,7 +190,7 @@ def test_the_reading_counts_pending_running_due_work_and_live_workers(
     broker = make_broker(queue.name, pod="pod-a")
     broker.register(4)
     claimed_at = server_ms(queue.client)
-    done, held = broker.claim(2).tasks
+    done, _held = broker.claim(2).tasks
     broker.complete(done.id, done.token)
     finished_by = server_ms(queue.client)
     # No heartbeat since the claim: the worker's record still says 0 in flight, the
