@@ -230,6 +230,43 @@ def test_deleting_a_worker_pod_puts_its_tasks_back_in_pending_within_seconds(
     )
 
 
+def test_a_failed_worker_pod_still_in_the_api_gets_its_tasks_back_at_once(
+    cluster: Cluster,
+    redis_url: str,
+    queue_of: Callable[[str, str], Queue],
+    make_broker: Callable[..., Any],
+) -> None:
+    # An evicted pod stays in the API with phase Failed: its containers will not run
+    # again, so its tasks must not wait for their leases (60 s here) to expire.
+    cluster.create_tq("evicted", base_spec(redis_url, heartbeat=LONG_LEASE))
+    cluster.create_pod("evicted-a", "evicted")
+    queue = queue_of(cluster.namespace, "evicted")
+    hold_tasks(make_broker, queue, "evicted-a", 2)
+
+    cluster.core.patch_namespaced_pod_status(
+        "evicted-a",
+        cluster.namespace,
+        {"status": {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}},
+    )
+
+    wait_for(
+        lambda: queue.stats()["pending"] == 2,
+        timeout=10,
+        interval=APISERVER_INTERVAL_S,
+        what="the failed pod's tasks back in pending",
+    )
+    assert cluster.pod("evicted-a").status.phase == "Failed"  # still in the API
+    wait_for(
+        lambda: (
+            "requeued 2 tasks of pod evicted-a: pod evicted-a has stopped (phase Failed)"
+            in cluster.event_messages("Requeued")
+        ),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="the Requeued event naming the failed pod",
+    )
+
+
 def test_a_pod_the_index_has_not_seen_keeps_its_tasks_while_the_api_has_it(
     cluster: Cluster,
     redis_url: str,

@@ -80,9 +80,14 @@ async def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
 # after an operator restart already knows which worker pods exist.
 
 
-@kopf.index("pods", labels={QUEUE_LABEL: kopf.PRESENT})
+def _not_finished(status: kopf.Status, **_: Any) -> bool:
+    return not kube.pod_finished(status)
+
+
+# A pod that stops matching `when` (it failed, e.g. evicted) leaves the index at once.
+@kopf.index("pods", labels={QUEUE_LABEL: kopf.PRESENT}, when=_not_finished)
 def worker_pods(*, name: str, namespace: str | None, labels: Mapping[str, str], **_: Any) -> Any:
-    """Live worker pods (Terminating ones included) by (namespace, queue)."""
+    """Live worker pods (Terminating ones included, finished ones not) by (namespace, queue)."""
     return {(namespace, labels[QUEUE_LABEL]): name}
 
 
@@ -335,11 +340,13 @@ def worker_pod_event(
     logger: Logger,
     **kwargs: Any,
 ) -> None:
-    """Fast path: a worker pod deleted from the API gets its tasks requeued at once.
+    """Fast path: a worker pod deleted from the API, or finished while still in it (a
+    failed pod: evicted, its containers stopped for good), gets its tasks requeued at once.
     Any change of a worker pod wakes its queue's sweep (live pods, readiness)."""
     namespace, queue_name = _ns(namespace), labels[QUEUE_LABEL]
     memos.wakers(memo).wake((namespace, queue_name))
-    if type != "DELETED":
+    finished = kube.pod_finished(kwargs.get("status") or {})
+    if type != "DELETED" and not finished:
         return
     entry = reconcile.first(kwargs["taskqueue_specs"].get((namespace, queue_name)))
     if entry is None:
@@ -353,6 +360,7 @@ def worker_pod_event(
         return
     if count:
         # A message of its own, so the fast path is told apart from the sweep's requeue.
-        message = f"requeued {count} tasks of pod {name}: pod {name} was deleted"
+        why = "was deleted" if type == "DELETED" else "has stopped (phase Failed)"
+        message = f"requeued {count} tasks of pod {name}: pod {name} {why}"
         logger.info(message)
         kopf.event(entry["ref"], type="Normal", reason="Requeued", message=message)

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client, config
@@ -116,17 +117,28 @@ def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
     return items
 
 
+#: Phases after which none of a pod's containers runs again (restartPolicy aside).
+FINISHED_PHASES = frozenset({"Failed", "Succeeded"})
+
+
+def pod_finished(status: Mapping[str, Any]) -> bool:
+    """Whether a pod's status says it has stopped for good (e.g. evicted: Failed)."""
+    return status.get("phase") in FINISHED_PHASES
+
+
 def pod_gone(name: str, namespace: str) -> bool:
-    """True only if the API answers 404 for the pod: the index may lag, the API does not."""
+    """True only if the API answers 404 for the pod, or shows it finished: the index may
+    lag, the API does not."""
     try:
-        core().read_namespaced_pod(
+        response = core().read_namespaced_pod(
             name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
         )
     except ApiException as exc:
         if exc.status == 404:
             return True
         raise
-    return False
+    read: dict[str, Any] = _json(response)
+    return pod_finished(read.get("status") or {})
 
 
 def set_pod_deletion_cost(
