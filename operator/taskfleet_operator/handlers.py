@@ -30,8 +30,6 @@ SETTINGS = OperatorSettings.from_env()
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 TASKQUEUES = (GROUP, VERSION, PLURAL)
-_POLL = "demand-poll"
-_EXECUTOR = "executor"
 
 
 def _ns(namespace: str | None) -> str:
@@ -55,24 +53,18 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
     connections, wakers = Connections(SETTINGS.redis_timeout_s), wakeups.Wakers()
     executor = ThreadPoolExecutor(SETTINGS.sweep_threads, thread_name_prefix="taskfleet")
     run = wakeups.in_threads(executor)
-    memos.keep_connections(memo, connections)
-    memos.keep_wakers(memo, wakers)
-    memos.keep_blocking(memo, run)
-    memo[_EXECUTOR] = executor
-    memo[_POLL] = asyncio.create_task(
+    poll = asyncio.create_task(
         wakeups.poll_demand(wakers, connections, SETTINGS.demand_poll_interval_s, run)
     )
+    memos.keep_shared(memo, memos.Shared(connections, wakers, executor, run, poll))
 
 
 @kopf.on.cleanup()
 async def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
-    poll = memo.get(_POLL)
-    if isinstance(poll, asyncio.Task):
-        poll.cancel()
-    await memos.blocking(memo)(memos.connections(memo).close)
-    executor = memo.get(_EXECUTOR)
-    if isinstance(executor, ThreadPoolExecutor):
-        executor.shutdown(wait=False, cancel_futures=True)
+    shared = memos.shared(memo)
+    shared.poll.cancel()
+    await shared.run(shared.connections.close)
+    shared.executor.shutdown(wait=False, cancel_futures=True)
 
 
 # ----------------------------------------------------------------------------- indexes

@@ -10,6 +10,8 @@ starts afresh, and nothing here needs cleaning up.
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import kopf
@@ -19,9 +21,7 @@ from taskfleet_operator.scaler import ScalerState
 from taskfleet_operator.status import Failure
 from taskfleet_operator.wakeups import Blocking, Wakers
 
-_CONNECTIONS = "connections"
-_WAKERS = "wakers"
-_BLOCKING = "blocking"
+_SHARED = "shared"
 _TASKQUEUE = "taskqueue"
 
 
@@ -40,41 +40,40 @@ class TaskQueueMemory:
     scaler: ScalerState = field(default_factory=ScalerState)
 
 
-def keep_connections(memo: kopf.Memo, connections: Connections) -> None:
-    """At startup, in the operator's memo: every object's memo is copied from it."""
-    memo[_CONNECTIONS] = connections
+@dataclass(frozen=True)
+class Shared:
+    """What every handler shares, made once at startup and kept in the operator's memo
+    (every object's memo is copied from it): the Redis connections, the sweeps' wake-ups,
+    the pool that runs the loops' blocking calls, and the demand poll's task."""
+
+    connections: Connections
+    wakers: Wakers
+    executor: ThreadPoolExecutor
+    run: Blocking
+    poll: asyncio.Task[None]
+
+
+def keep_shared(memo: kopf.Memo, shared: Shared) -> None:
+    memo[_SHARED] = shared
+
+
+def shared(memo: kopf.Memo) -> Shared:
+    found = memo.get(_SHARED)
+    if not isinstance(found, Shared):
+        raise RuntimeError("no shared state in the memo: the startup handler did not run")
+    return found
 
 
 def connections(memo: kopf.Memo) -> Connections:
-    found = memo.get(_CONNECTIONS)
-    if not isinstance(found, Connections):
-        raise RuntimeError("no Redis connections in the memo: the startup handler did not run")
-    return found
-
-
-def keep_wakers(memo: kopf.Memo, wakers: Wakers) -> None:
-    """At startup, in the operator's memo, beside the connections."""
-    memo[_WAKERS] = wakers
+    return shared(memo).connections
 
 
 def wakers(memo: kopf.Memo) -> Wakers:
-    found = memo.get(_WAKERS)
-    if not isinstance(found, Wakers):
-        raise RuntimeError("no sweep wake-ups in the memo: the startup handler did not run")
-    return found
-
-
-def keep_blocking(memo: kopf.Memo, run: Blocking) -> None:
-    """At startup: how the sweeps and autoscalers run their blocking calls."""
-    memo[_BLOCKING] = run
+    return shared(memo).wakers
 
 
 def blocking(memo: kopf.Memo) -> Blocking:
-    found = memo.get(_BLOCKING)
-    if not callable(found):
-        raise RuntimeError("no thread pool in the memo: the startup handler did not run")
-    run: Blocking = found
-    return run
+    return shared(memo).run
 
 
 def taskqueue(memo: kopf.Memo) -> TaskQueueMemory:
