@@ -36,9 +36,9 @@ from typing import Any
 
 from kubernetes import client, config
 
-from e2e.lib.fixtures import MANIFESTS, REDIS_IMAGE
+from e2e.lib.fixtures import deploy_redis
 from e2e.lib.fleet import Fleet, taskqueue_manifest
-from e2e.lib.kube import CLUSTER_ERRORS, Kube, is_ready
+from e2e.lib.kube import CLUSTER_ERRORS, Kube
 from e2e.lib.portforward import PortForward
 from tests.polling import wait_for
 
@@ -109,24 +109,6 @@ class Run:
     pod_start_s: float | None = None
     first_start_s: float | None = None
     back_to_zero_s: float | None = None
-
-
-def _redis(kube: Kube) -> PortForward:
-    text = (
-        (MANIFESTS / "redis.yaml").read_text().replace("localhost/taskfleet-redis:7.0", REDIS_IMAGE)
-    )
-    kube.apply_yaml(text)
-    wait_for(
-        lambda: is_ready(kube.get("pod", "redis") or {"metadata": {}}),
-        timeout=90,
-        interval=0.5,
-        what="the benchmark's Redis",
-        ignoring=CLUSTER_ERRORS,
-    )
-    assert kube.namespace is not None
-    forward = PortForward(kube.namespace, "svc/redis")
-    forward.start()
-    return forward
 
 
 def _times(fleet: Fleet, ids: list[str]) -> tuple[int, int, int]:
@@ -236,7 +218,7 @@ def main() -> int:
         }
     )
     kube = Kube(namespace)
-    forward = _redis(kube)
+    forward = deploy_redis(kube)
     try:
         auto = measure(kube, forward, autoscaled=True)
         fixed = measure(kube, forward, autoscaled=False)

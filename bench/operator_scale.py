@@ -35,9 +35,9 @@ from typing import Any
 
 from kubernetes import client, config
 
-from e2e.lib.fixtures import MANIFESTS, REDIS_IMAGE
+from e2e.lib.fixtures import deploy_redis
 from e2e.lib.fleet import Fleet, taskqueue_manifest
-from e2e.lib.kube import CLUSTER_ERRORS, Kube, is_ready
+from e2e.lib.kube import CLUSTER_ERRORS, Kube
 from e2e.lib.portforward import PortForward
 from tests.polling import wait_for
 
@@ -189,18 +189,7 @@ def measure(size: int) -> dict[str, Any]:
         }
     )
     kube = Kube(namespace)
-    kube.apply_yaml(
-        (MANIFESTS / "redis.yaml").read_text().replace("localhost/taskfleet-redis:7.0", REDIS_IMAGE)
-    )
-    wait_for(
-        lambda: is_ready(kube.get("pod", "redis") or {"metadata": {}}),
-        timeout=90,
-        interval=0.5,
-        what="the benchmark's Redis",
-        ignoring=CLUSTER_ERRORS,
-    )
-    forward = PortForward(namespace, "svc/redis")
-    forward.start()
+    forward = deploy_redis(kube)
     apps = client.AppsV1Api()
     pid = operator_pid()
     try:

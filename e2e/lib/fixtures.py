@@ -124,23 +124,30 @@ def _dump_diagnostics(kube: Kube) -> None:
         print(f"--- no operator logs: {exc}")
 
 
-@pytest.fixture
-def redis_forward(namespace: Kube) -> Iterator[PortForward]:
-    """The test's own Redis (append-only, restartable) and a port-forward to it."""
+def deploy_redis(kube: Kube) -> PortForward:
+    """A throwaway Redis in ``kube``'s namespace (append-only, restartable), ready, and a
+    started port-forward to it (the e2e tests' and the cluster benchmarks')."""
     text = (
         (MANIFESTS / "redis.yaml").read_text().replace("localhost/taskfleet-redis:7.0", REDIS_IMAGE)
     )
-    namespace.apply_yaml(text)
+    kube.apply_yaml(text)
     wait_for(
-        lambda: is_ready(namespace.get("pod", "redis") or {"metadata": {}}),
+        lambda: is_ready(kube.get("pod", "redis") or {"metadata": {}}),
         timeout=90,
         interval=CLUSTER_INTERVAL_S,
-        what="the test Redis to be ready",
+        what=f"the Redis of namespace {kube.namespace} to be ready",
         ignoring=CLUSTER_ERRORS,
     )
-    assert namespace.namespace is not None
-    forward = PortForward(namespace.namespace, "svc/redis")
+    assert kube.namespace is not None
+    forward = PortForward(kube.namespace, "svc/redis")
     forward.start()
+    return forward
+
+
+@pytest.fixture
+def redis_forward(namespace: Kube) -> Iterator[PortForward]:
+    """The test's own Redis and a port-forward to it."""
+    forward = deploy_redis(namespace)
     yield forward
     forward.stop()
 
@@ -160,6 +167,7 @@ def make_fleet(
 
 
 __all__ = [
+    "deploy_redis",
     "figures",
     "make_fleet",
     "namespace",
