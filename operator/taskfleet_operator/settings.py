@@ -116,6 +116,11 @@ def configure_kopf(settings: kopf.OperatorSettings, namespaces: Sequence[str] = 
     # still discovered at start; a CRD installed later needs an operator restart.
     if namespaces and exact_names(namespaces):
         settings.scanning.disabled = True
+    # A deleted TaskQueue waits for its daemons to stop. The sweep may be mid-round-trip in
+    # its thread when `stopped` is raised; give it this long to finish and exit, else kopf
+    # looks again only once the cancellation backoff (15 s) has passed, and the deletion
+    # waits that long for a sweep that ended a moment later.
+    settings.background.instant_exit_timeout = 3.0
     # Sync handlers run in these threads; the sweeps' and autoscalers' round trips in the
     # operator's own pool (TASKFLEET_SWEEP_THREADS), their waits on the event loop.
     settings.execution.max_workers = 16
