@@ -100,13 +100,40 @@ def set_deletion_costs(namespace: str, name: str, queue: Any, logger: Logger) ->
     return annotated
 
 
+#: Attempts at applying the Deployment when another writer (the autoscaler) changed it
+#: between our read and our apply.
+APPLY_ATTEMPTS = 5
+
+
 def apply_fleet(
     body: Mapping[str, Any],
     spec: TaskQueueSpec,
     connections: Connections,
     logger: Logger,
 ) -> dict[str, Any]:
-    """Create or update the worker Deployment; on scale-down set deletion costs first."""
+    """Create or update the worker Deployment; on scale-down set deletion costs first.
+
+    The replicas applied depend on the Deployment read (an autoscaled queue keeps what
+    the autoscaler set), so the apply carries that read's resourceVersion: if the
+    autoscaler scaled in between, the apiserver answers 409 and we read and apply again,
+    instead of setting back the replicas it just changed.
+    """
+    for attempt in range(1, APPLY_ATTEMPTS + 1):
+        try:
+            return _apply_fleet_once(body, spec, connections, logger)
+        except ApiException as exc:
+            if exc.status != 409 or attempt == APPLY_ATTEMPTS:
+                raise
+            logger.debug("worker Deployment changed while applying; reading it again")
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def _apply_fleet_once(
+    body: Mapping[str, Any],
+    spec: TaskQueueSpec,
+    connections: Connections,
+    logger: Logger,
+) -> dict[str, Any]:
     meta = body["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     existing = kube.read_deployment(name, namespace)
@@ -124,6 +151,8 @@ def apply_fleet(
             # Scaling down still proceeds: draining keeps every task safe either way.
             logger.warning("scale-down without deletion costs: %s", describe_error(exc))
     deployment = builders.build_deployment(name, namespace, spec, replicas=replicas)
+    if existing is not None:  # a precondition: 409 if anyone wrote it since our read
+        deployment["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
     kopf.adopt(deployment, owner=dict(body))  # type: ignore[arg-type]
     try:
         return kube.apply_deployment(deployment)
