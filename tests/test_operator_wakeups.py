@@ -7,21 +7,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from taskfleet.producer.queue import Queue
-from taskfleet_operator import wakeups
+from taskfleet_operator import builders, wakeups
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.models import TaskQueueSpec
 from taskfleet_operator.status import Outage
 
 from tests.fixtures_cluster import Cluster
+from tests.fixtures_kube import KubeApiserver
 from tests.fixtures_operator import (
     APISERVER_INTERVAL_S,
     APISERVER_TIMEOUT_S,
     OperatorProcess,
     base_spec,
+    running_operator,
 )
 from tests.polling import wait_for
 
@@ -36,6 +39,7 @@ SCHEDULED = TaskQueueSpec.model_validate(
     {**FIELDS, "schedules": [{"name": "nightly", "cron": "0 3 * * *", "payload": {}}]}
 )
 WAIT_S = 10.0
+DEAD_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 QUIET = {"pending": 0, "delayed": 0, "running": 0, "dead": 4, "done": 100}
 
 
@@ -97,6 +101,47 @@ def test_the_demand_poll_reads_every_queue_of_a_server_in_one_round_trip(
         connections.close()
 
 
+def test_idle_housekeeping_sweeps_every_idle_queue_in_pipelines_and_wakes_only_those_with_work(
+    redis_url: str, make_broker: Callable[..., Any]
+) -> None:
+    connections = Connections(2.0)
+    keys = [("ns", f"q{i}") for i in range(6)]
+    spec = TaskQueueSpec.model_validate({**FIELDS, "redis": {"url": redis_url}})
+    queues = {key: connections.get(*key, spec) for key in keys}
+    down = ("other", "down")  # a TaskQueue whose Redis does not answer
+    connections.get(*down, TaskQueueSpec.model_validate({**FIELDS, "redis": {"url": DEAD_URL}}))
+    try:
+        for queue in queues.values():
+            queue.configure(builders.queue_config(spec))
+        done_id = queues[keys[0]].enqueue({"x": 0})  # q0: its task done, nothing left
+        broker = make_broker(queues[keys[0]].name)
+        broker.register(1)
+        task = broker.claim(1).tasks[0]
+        broker.complete(task.id, task.token)
+        assert queues[keys[0]].get(done_id).state == "done"
+        queues[keys[1]].enqueue({"x": 1})  # q1: pending
+        queues[keys[2]].enqueue({"x": 2}, delay=600)  # q2: delayed
+        queues[keys[3]].enqueue({"x": 3})  # q3: running
+        runner = make_broker(queues[keys[3]].name)
+        runner.register(1)
+        assert runner.claim(1).tasks
+        queues[keys[4]].client.delete(queues[keys[4]].keys.config)  # q4: settings lost
+        client = queues[keys[0]].client
+        client.config_resetstat()
+
+        woken = connections.housekeep([*keys, down, ("ns", "never-connected")], per_pipeline=4)
+
+        assert sorted(woken) == sorted([down, keys[1], keys[2], keys[3], keys[4]])
+        # One sweep script a queue, in 2 pipelines of at most 4 queues (redis-py checks
+        # the script is loaded once per pipeline).
+        calls = client.info("commandstats")
+        assert calls["cmdstat_evalsha"]["calls"] == len(keys)
+        assert calls["cmdstat_script|exists"]["calls"] == 2
+        assert connections.housekeep([keys[0], keys[5]]) == []  # idle stays idle
+    finally:
+        connections.close()
+
+
 def test_a_wake_from_another_thread_ends_the_wait_and_a_stop_ends_it_too() -> None:
     class Stopped:
         def __init__(self) -> None:
@@ -146,18 +191,89 @@ def test_an_idle_queue_is_swept_when_a_task_is_enqueued(
     )
     queue = queue_of(cluster.namespace, "quiet")
 
-    for i in range(3):
-        queue.enqueue({"i": i})
-
-    def woken() -> bool:
-        # The poll took the enqueue's signal (nothing else reads a fixed queue's demand)
-        # and the sweep it woke shows the tasks.
-        polled = queue.client.llen(queue.keys.demand) == 0
-        return polled and cluster.tq("quiet").get("status", {}).get("pending") == 3
+    def enqueue_woke_it() -> bool:
+        """Enqueue into the idle queue and see the demand poll wake it. A sweep already
+        under way (woken by the create) may see the tasks first: the queue is then busy and
+        its demand list unread, so that round proves nothing; empty the queue, wait until
+        it is idle again, and try again."""
+        idle_before = operator_process.tail(200_000).count(idle_line)
+        for i in range(3):
+            queue.enqueue({"i": i})
+        wait_for(
+            lambda: cluster.tq("quiet").get("status", {}).get("pending") == 3,
+            timeout=APISERVER_TIMEOUT_S,
+            interval=APISERVER_INTERVAL_S,
+            what="the enqueued tasks in status",
+        )
+        if queue.client.llen(queue.keys.demand) == 0:
+            return True  # the poll took the enqueue's signal: nothing else reads it
+        queue.client.delete(queue.keys.pending, queue.keys.demand)
+        wait_for(
+            lambda: operator_process.tail(200_000).count(idle_line) > idle_before,
+            timeout=APISERVER_TIMEOUT_S,
+            interval=APISERVER_INTERVAL_S,
+            what="the emptied queue idle again",
+        )
+        return False
 
     wait_for(
-        woken,
-        timeout=APISERVER_TIMEOUT_S,
+        enqueue_woke_it,
+        timeout=3 * APISERVER_TIMEOUT_S,
         interval=APISERVER_INTERVAL_S,
         what="the enqueue to wake the idle queue's sweep",
     )
+
+
+@pytest.mark.apiserver
+def test_the_idle_housekeeping_pass_wakes_an_idle_queue_that_needs_a_sweep(  # noqa: PLR0917
+    kube_apiserver: KubeApiserver,
+    taskqueue_crd: str,
+    operator_kubeconfig: Path,
+    kube_namespace: str,
+    redis_url: str,
+    queue_of: Callable[[str, str], Queue],
+    tmp_path: Path,
+) -> None:
+    """An operator whose housekeeping pass runs every second and whose full idle sweeps
+    (every ten seconds) are slower than the waits here: the pass finds an idle queue whose
+    settings are gone and wakes it for a full sweep, which writes them again."""
+    with (
+        running_operator(
+            kube_apiserver,
+            operator_kubeconfig,
+            tmp_path / "operator.log",
+            TASKFLEET_WATCH_NAMESPACES=kube_namespace,
+            TASKFLEET_IDLE_SWEEP_INTERVAL="1",
+        ) as operator,
+        kube_apiserver.api_client() as api,
+    ):
+        cluster = Cluster(api, kube_namespace)
+        cluster.create_tq("kept", base_spec(redis_url, replicas=0))
+        wait_for(
+            lambda: f"sweeps of {kube_namespace}/kept idle" in operator.tail(200_000),
+            timeout=APISERVER_TIMEOUT_S,
+            interval=APISERVER_INTERVAL_S,
+            what=lambda: f"the queue found idle:\n{operator.tail(3000)}",
+        )
+        queue = queue_of(kube_namespace, "kept")
+        woke = f"woke {kube_namespace}/kept"
+
+        def lost_settings_woke_it() -> bool:
+            """Delete the queue's settings (a Redis that came back empty) and see whether
+            the pass wakes it for them. A sweep already under way (woken by the create)
+            may restore them first: then that round proves nothing, try again."""
+            queue.client.delete(queue.keys.config)
+            wait_for(
+                lambda: queue.client.exists(queue.keys.config),
+                timeout=8.0,  # under the full idle sweep's 10 s
+                interval=APISERVER_INTERVAL_S,
+                what=lambda: f"the queue's settings restored:\n{operator.tail(3000)}",
+            )
+            return woke in operator.tail(200_000)
+
+        wait_for(
+            lost_settings_woke_it,
+            timeout=APISERVER_TIMEOUT_S,
+            interval=APISERVER_INTERVAL_S,
+            what=lambda: f"the pass to wake the idle queue:\n{operator.tail(3000)}",
+        )

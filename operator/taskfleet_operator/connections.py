@@ -16,11 +16,15 @@ from collections.abc import Callable, Iterable
 import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
+from taskfleet.protocol.scripts import SyncScripts
 
 from taskfleet_operator import builders, kube
 from taskfleet_operator.models import TaskQueueSpec
 
 UrlResolver = Callable[[str, TaskQueueSpec], str]
+Key = tuple[str, str]  # (namespace, name)
+#: Idle queues whose housekeeping shares one pipeline (bounds Redis's busy spell).
+HOUSEKEEPING_BATCH = 200
 
 __all__ = ["Connections", "UrlResolver", "describe_error", "resolve_redis_url"]
 
@@ -135,18 +139,22 @@ class Connections:
         if cached is not None:
             cached[1].client.close()
 
-    def pop_demand(self, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-        """The TaskQueues among ``keys`` whose `demand` list had an element (popped): one
-        pipelined round trip per Redis server, however many queues it holds. Queues not
-        connected yet, and servers that fail to answer, are left out."""
-        groups: dict[str, list[tuple[tuple[str, str], Queue]]] = {}
+    def _by_server(self, keys: Iterable[Key]) -> list[list[tuple[Key, Queue]]]:
+        """The connected queues among ``keys``, grouped by Redis server (resolved URL)."""
+        groups: dict[str, list[tuple[Key, Queue]]] = {}
         with self._lock:
             for key in keys:
                 cached = self._queues.get(key)
                 if cached is not None:
                     groups.setdefault(cached[0], []).append((key, cached[1]))
-        woken: list[tuple[str, str]] = []
-        for members in groups.values():
+        return list(groups.values())
+
+    def pop_demand(self, keys: Iterable[Key]) -> list[Key]:
+        """The TaskQueues among ``keys`` whose `demand` list had an element (popped): one
+        pipelined round trip per Redis server, however many queues it holds. Queues not
+        connected yet, and servers that fail to answer, are left out."""
+        woken: list[Key] = []
+        for members in self._by_server(keys):
             pipe = members[0][1].client.pipeline(transaction=False)
             for _, queue in members:
                 pipe.lpop(queue.keys.demand)
@@ -160,8 +168,57 @@ class Connections:
             woken.extend(key for (key, _), value in zip(members, popped, strict=True) if value)
         return woken
 
+    def housekeep(self, keys: Iterable[Key], per_pipeline: int = HOUSEKEEPING_BATCH) -> list[Key]:
+        """The idle queues' housekeeping, batched: for each of ``keys`` the sweep script
+        (bounded: promote, expire, take back leases, prune, drop silent workers) and the
+        reads that tell whether it is still idle, for up to ``per_pipeline`` queues per
+        round trip to each Redis server (each script call touches one queue's keys: one
+        hash slot). Returns the queues a full sweep must look at now: the script found
+        something to do, a task is pending, delayed or running, or the queue's settings
+        are missing (a Redis restarted without its data). A server that fails to answer
+        wakes all of its queues: their sweeps report the outage."""
+        woken: list[Key] = []
+        for members in self._by_server(keys):
+            for start in range(0, len(members), per_pipeline):
+                chunk = members[start : start + per_pipeline]
+                try:
+                    woken.extend(_housekeep_chunk(chunk))
+                except redis.RedisError:
+                    woken.extend(key for key, _ in chunk)
+        return woken
+
     def close(self) -> None:
         with self._lock:
             queues, self._queues = list(self._queues.values()), {}
         for _, queue in queues:
             queue.client.close()
+
+
+def _housekeep_chunk(members: list[tuple[Key, Queue]]) -> list[Key]:
+    """One pipeline of `Connections.housekeep` over queues of one Redis server."""
+    client = members[0][1].client
+    scripts = SyncScripts.for_client(client)
+    pipe = client.pipeline(transaction=False)
+    ops = []
+    for _, queue in members:
+        op = queue.ops.sweep()
+        ops.append(op)
+        scripts.add_to(pipe, op)
+        for zset in (queue.keys.pending, queue.keys.delayed, queue.keys.running):
+            pipe.zcard(zset)
+        pipe.exists(queue.keys.config)
+    replies = pipe.execute()
+    woken = []
+    for i, ((key, _), op) in enumerate(zip(members, ops, strict=True)):
+        swept, pending, delayed, running, configured = replies[i * 5 : i * 5 + 5]
+        result = op.decode(swept)
+        moved = (
+            result.promoted,
+            result.expired,
+            result.requeued,
+            result.lost_dead,
+            result.pruned_dead,  # the dead count in status changes
+        )
+        if any(moved) or pending or delayed or running or not configured:
+            woken.append(key)
+    return woken

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -52,18 +53,27 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
     configure_kopf(settings, watched_namespaces())
     connections, wakers = Connections(SETTINGS.redis_timeout_s), wakeups.Wakers()
     executor = ThreadPoolExecutor(SETTINGS.sweep_threads, thread_name_prefix="taskfleet")
-    run = wakeups.in_threads(executor)
-    poll = asyncio.create_task(
-        wakeups.poll_demand(wakers, connections, SETTINGS.demand_poll_interval_s, run)
+    closing = threading.Event()
+    run = wakeups.in_threads(executor, closing)
+    loops = (
+        asyncio.create_task(
+            wakeups.poll_demand(wakers, connections, SETTINGS.demand_poll_interval_s, run)
+        ),
+        asyncio.create_task(
+            wakeups.housekeep_idle(wakers, connections, SETTINGS.idle_sweep_interval_s, run)
+        ),
     )
-    memos.keep_shared(memo, memos.Shared(connections, wakers, executor, run, poll))
+    memos.keep_shared(memo, memos.Shared(connections, wakers, executor, run, loops, closing))
 
 
 @kopf.on.cleanup()
 async def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
     shared = memos.shared(memo)
-    shared.poll.cancel()
-    await shared.run(shared.connections.close)
+    shared.closing.set()
+    for task in shared.loops:
+        task.cancel()
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(shared.executor, shared.connections.close)
     shared.executor.shutdown(wait=False, cancel_futures=True)
 
 
@@ -260,6 +270,8 @@ async def sweep_taskqueue(
             woken.clear()
             try:
                 quiet = await run(_sweep_once, body, key, memo, logger, kwargs)
+            except wakeups.Stopping:
+                return
             except Exception:  # a failed sweep must not end the sweeping: say it, go on
                 logger.exception("sweep failed")
                 quiet = None
@@ -269,8 +281,12 @@ async def sweep_taskqueue(
                 logger.debug("sweeps of %s/%s %s: %s", *key, state, quiet.why)
             was_idle = idle
             # An autoscaled queue's demand is read by its autoscaler, which wakes this loop.
-            wakers.set_idle(key, idle and not body.get("spec", {}).get("autoscale"))
-            interval = SETTINGS.idle_sweep_interval_s if idle else SETTINGS.sweep_interval_s
+            wakers.set_idle(key, idle, poll_demand=not body.get("spec", {}).get("autoscale"))
+            interval = (
+                SETTINGS.idle_sweep_interval_s * wakeups.IDLE_FULL_SWEEP_FACTOR
+                if idle
+                else SETTINGS.sweep_interval_s
+            )
             await wakeups.wait(woken, stopped, interval)
     finally:
         wakers.unregister(key, woken)

@@ -11,6 +11,7 @@ starts afresh, and nothing here needs cleaning up.
 from __future__ import annotations
 
 import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -44,13 +45,17 @@ class TaskQueueMemory:
 class Shared:
     """What every handler shares, made once at startup and kept in the operator's memo
     (every object's memo is copied from it): the Redis connections, the sweeps' wake-ups,
-    the pool that runs the loops' blocking calls, and the demand poll's task."""
+    the pool that runs the loops' blocking calls, and the tasks of the loops over all idle
+    queues (the demand poll, the idle housekeeping)."""
 
     connections: Connections
     wakers: Wakers
     executor: ThreadPoolExecutor
     run: Blocking
-    poll: asyncio.Task[None]
+    loops: tuple[asyncio.Task[None], ...]
+    # Set by the cleanup handler before it shuts the pool down: ``run`` raises
+    # `wakeups.Stopping` from then on, and the loops end.
+    closing: threading.Event
 
 
 def keep_shared(memo: kopf.Memo, shared: Shared) -> None:

@@ -32,7 +32,7 @@ from taskfleet_operator.autoscale import Decision, Limits, Load, Policy, Surplus
 from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import Autoscale, TaskQueueSpec
 from taskfleet_operator.reconcile import InvalidSpec, parse_spec, set_deletion_costs
-from taskfleet_operator.wakeups import Blocking
+from taskfleet_operator.wakeups import Blocking, Stopping
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
@@ -300,6 +300,8 @@ async def serve(
                 logger.debug("autoscaler waits: %s", describe_error(exc))
                 await waiter.close()
                 await stopped.wait(DECIDE_EVERY_S)
+            except Stopping:
+                return  # the operator is stopping
             except Exception:  # a bug must not stop the fleet's sizing for good: say it, go on
                 logger.exception(
                     "autoscaler turn failed; trying again in %.0f s", RETRY_AFTER_BUG_S

@@ -7,6 +7,9 @@ worker pod's or Deployment's event, a spec change, the autoscaler's demand wait,
 the demand poll, which reads every idle queue's `demand` list in one pipelined round
 trip per Redis (an enqueue that woke workers pushes it). So an idle queue costs one
 sweep per idle interval and one pipelined command per poll, not a sweep every 2 s.
+And that idle sweep is batched too: `housekeep_idle` runs the sweep script of every
+idle queue on a Redis in a few pipelines, and wakes for a full sweep only the queues
+where it found something to do.
 """
 
 from __future__ import annotations
@@ -74,14 +77,16 @@ class Wakers:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._events: dict[Key, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
-        self._idle: dict[Key, bool] = {}
+        # Idle queues, each with whether the demand poll reads its demand list (not for an
+        # autoscaled queue, whose autoscaler waits on that list itself).
+        self._idle: dict[Key, tuple[bool, bool]] = {}
 
     def register(self, key: Key) -> asyncio.Event:
         """Called by the sweep loop, on the event loop."""
         event = asyncio.Event()
         with self._lock:
             self._events[key] = (asyncio.get_running_loop(), event)
-            self._idle[key] = False
+            self._idle[key] = (False, False)
         return event
 
     def unregister(self, key: Key, event: asyncio.Event) -> None:
@@ -101,26 +106,39 @@ class Wakers:
         with contextlib.suppress(RuntimeError):  # the loop closed: the operator is stopping
             loop.call_soon_threadsafe(event.set)
 
-    def set_idle(self, key: Key, idle: bool) -> None:
+    def set_idle(self, key: Key, idle: bool, *, poll_demand: bool = True) -> None:
         with self._lock:
             if key in self._events:
-                self._idle[key] = idle
+                self._idle[key] = (idle, poll_demand)
 
-    def idle(self) -> list[Key]:
+    def idle(self, *, demand_polled: bool = False) -> list[Key]:
+        """The idle queues; with ``demand_polled``, only those whose demand list the
+        demand poll reads."""
         with self._lock:
-            return [key for key, idle in self._idle.items() if idle]
+            return [
+                key
+                for key, (idle, polled) in self._idle.items()
+                if idle and (polled or not demand_polled)
+            ]
 
     def wake_all(self, keys: Iterable[Key]) -> None:
         for key in keys:
             self.wake(key)
 
 
-def in_threads(executor: ThreadPoolExecutor) -> Blocking:
+class Stopping(Exception):  # noqa: N818 - a state, not a failure
+    """The operator is stopping: its thread pool takes no more work; loops end quietly."""
+
+
+def in_threads(executor: ThreadPoolExecutor, closing: threading.Event) -> Blocking:
     """Blocking calls of the sweeps and the autoscaler, in the operator's own pool (not
     kopf's handler threads, not asyncio's default pool of cpu+4), with the caller's
-    context (kopf.event needs it)."""
+    context (kopf.event needs it). Once ``closing`` is set (the cleanup handler, before it
+    shuts the pool down) every call raises `Stopping`."""
 
     async def run(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        if closing.is_set():
+            raise Stopping
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(executor, call)
 
@@ -145,7 +163,7 @@ async def poll_demand(
     (read for all of them in one round trip per Redis). Runs for the operator's life."""
     while True:
         await asyncio.sleep(every_s)
-        idle = wakers.idle()
+        idle = wakers.idle(demand_polled=True)
         if not idle:
             continue
         try:
@@ -154,3 +172,31 @@ async def poll_demand(
             _log.exception("demand poll failed")
             continue
         wakers.wake_all(woken)
+
+
+async def housekeep_idle(
+    wakers: Wakers, connections: Connections, every_s: float, run: Blocking
+) -> None:
+    """Forever: every ``every_s``, the idle queues' housekeeping in a few pipelines per
+    Redis (`Connections.housekeep`), waking those a full sweep must look at. An idle
+    queue's own full sweep runs only when woken, or every `IDLE_FULL_SWEEP_FACTOR` times
+    ``every_s`` as a safety net. Runs for the operator's life."""
+    while True:
+        await asyncio.sleep(every_s)
+        idle = wakers.idle()
+        if not idle:
+            continue
+        try:
+            woken = await run(connections.housekeep, idle)
+        except Exception:  # never let one bad pass end the housekeeping
+            _log.exception("idle housekeeping failed")
+            continue
+        if woken:
+            named = ", ".join(f"{namespace}/{name}" for namespace, name in woken)
+            _log.debug("idle housekeeping of %d queues woke %s", len(idle), named)
+        wakers.wake_all(woken)
+
+
+#: An idle queue's full sweep (settings written, workers checked, status) runs this many
+#: idle intervals apart when nothing wakes it; `housekeep_idle` covers it in between.
+IDLE_FULL_SWEEP_FACTOR = 10

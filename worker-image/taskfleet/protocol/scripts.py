@@ -114,8 +114,12 @@ class SyncScripts:
         """Several calls in one round trip (a pipeline, not a transaction)."""
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
-            self._scripts[op.script](keys=op.keys, args=op.args, client=pipe)
+            self.add_to(pipe, op)
         return [op.decode(raw) for op, raw in zip(ops, pipe.execute(), strict=True)]
+
+    def add_to(self, pipe: redis.client.Pipeline, op: Op[Any]) -> None:
+        """Queue ``op`` on a pipeline of this client; its reply is ``op.decode``'s input."""
+        self._scripts[op.script](keys=op.keys, args=op.args, client=pipe)
 
 
 class AsyncScripts:
