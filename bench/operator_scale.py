@@ -9,8 +9,10 @@ pod's tasks come back.
 What is measured:
 - Deployment after apply: from `kubectl apply` of the N TaskQueues returning to each
   Deployment first seen (listed every 0.2 s): p50 and max;
-- idle CPU: the operator process's user + system CPU over BENCH_OPERATOR_IDLE_S (30 s)
-  once every Deployment exists and the queues have been quiet for 20 s, as % of one core;
+- idle CPU: the operator process's user + system CPU over BENCH_OPERATOR_IDLE_S (60 s,
+  one idle housekeeping pass)
+  once every Deployment exists and the Deployment controller has written every one's
+  status (each such write wakes its queue), then 20 s of quiet; as % of one core;
   RSS at the end (the process is found on the node by its command line);
 - a new TaskQueue while the N exist: create -> its Deployment read back (every 20 ms),
   for BENCH_OPERATOR_PROBES (20) TaskQueues created one at a time: p50, p99, max;
@@ -42,7 +44,9 @@ from e2e.lib.portforward import PortForward
 from tests.polling import wait_for
 
 SIZES = [int(n) for n in os.environ.get("BENCH_OPERATOR_QUEUES", "50,200,1000").split(",")]
-IDLE_S = float(os.environ.get("BENCH_OPERATOR_IDLE_S", "30"))
+IDLE_S = float(os.environ.get("BENCH_OPERATOR_IDLE_S", "60"))
+# A py-spy profile of the idle operator, taken after the idle CPU figure (not during).
+PROFILE = os.environ.get("BENCH_OPERATOR_PROFILE", "")
 PROBES = int(os.environ.get("BENCH_OPERATOR_PROBES", "20"))
 RESULTS = Path(__file__).resolve().parent / "results"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -111,6 +115,24 @@ def deployments_seen(
                 seen[name] = now - since
         time.sleep(0.2)
     return list(seen.values())
+
+
+def deployments_settled(apps: client.AppsV1Api, namespace: str) -> float:
+    """Wait until the Deployment controller has caught up with every Deployment (its
+    status written for the current generation): until then each status write is an event
+    that wakes its queue's sweep, and the operator is not idle. Returns the seconds waited."""
+    start = time.monotonic()
+
+    def settled() -> bool:
+        listed = apps.list_namespaced_deployment(namespace, _preload_content=False)
+        items = json.loads(listed.data)["items"]
+        return all(
+            d.get("status", {}).get("observedGeneration") == d["metadata"]["generation"]
+            for d in items
+        )
+
+    wait_for(settled, timeout=900, interval=2, what="every Deployment's status current")
+    return time.monotonic() - start
 
 
 def new_queue_latency(kube: Kube, apps: client.AppsV1Api, namespace: str) -> list[float]:
@@ -205,17 +227,36 @@ def measure(size: int) -> dict[str, Any]:
         )
         applied = time.monotonic()
         created = deployments_seen(apps, namespace, names, applied)
-        time.sleep(20)  # the first sweeps and status writes settle
+        settle_s = deployments_settled(apps, namespace)
+        time.sleep(20)  # the last sweeps and status writes settle
         cpu0, t0 = cpu_seconds(pid), time.monotonic()
         time.sleep(IDLE_S)
         idle_cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0) * 100
         rss = rss_mb(pid)
+        if PROFILE:  # BENCH_OPERATOR_PROFILE=out.txt: where the idle operator's CPU goes
+            subprocess.run(
+                [
+                    "py-spy",
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--duration",
+                    "30",
+                    "--format",
+                    "raw",
+                    "--output",
+                    f"{PROFILE}.{size}",
+                    "--nonblocking",
+                ],
+                check=False,
+            )
         probes = new_queue_latency(kube, apps, namespace)
         requeue_s = pod_gone_requeue(kube, forward)
         return {
             "queues": size,
             "deployment_after_apply_p50_s": statistics.median(created),
             "deployment_after_apply_max_s": max(created),
+            "deployments_settled_after_s": settle_s,
             "idle_cpu_percent": idle_cpu,
             "rss_mb": rss,
             "new_queue_p50_s": statistics.median(probes),
