@@ -88,7 +88,7 @@ class CrashPolicy:
             return None
         if quick_exits <= 1:
             return 0.0
-        return min(self.backoff_base * 2 ** (quick_exits - 2), self.backoff_max)
+        return min(self.backoff_base * 2.0 ** (quick_exits - 2), self.backoff_max)
 
 
 def child_runtime_dir(runtime_dir: str, index: int) -> str:
@@ -208,13 +208,13 @@ class Supervisor:
 
     # ------------------------------------------------------------------ children
 
-    def _fork_due(self, old_mask: set[signal.Signals]) -> None:
+    def _fork_due(self, old_mask: set[int | signal.Signals]) -> None:
         now = time.monotonic()
         for slot in self.slots.values():
             if slot.pid is None and slot.fork_at is not None and slot.fork_at <= now:
                 self._fork(slot, old_mask)
 
-    def _fork(self, slot: ProcessSlot, old_mask: set[signal.Signals]) -> None:
+    def _fork(self, slot: ProcessSlot, old_mask: set[int | signal.Signals]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -227,7 +227,7 @@ class Supervisor:
                 self._start_child(slot.index)
             except SystemExit as exc:
                 code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
-            except BaseException:  # noqa: BLE001 - a child must never return into our loop
+            except BaseException:  # a child must never return into the supervisor loop
                 logging.getLogger("taskfleet.worker").exception("worker_process_failed")
             finally:
                 os._exit(code)
