@@ -116,11 +116,12 @@ class SyncScripts:
         # that lost its scripts (restart, SCRIPT FLUSH) gets the script loaded again.
         script = self._scripts[op.script]
         keys = op.keys
+        execute: Callable[..., Any] = self.client.execute_command
         try:
-            raw = self.client.execute_command("EVALSHA", script.sha, len(keys), *keys, *op.args)
+            raw = execute("EVALSHA", script.sha, len(keys), *keys, *op.args)
         except NoScriptError:
             script.sha = self.client.script_load(script.script)
-            raw = self.client.execute_command("EVALSHA", script.sha, len(keys), *keys, *op.args)
+            raw = execute("EVALSHA", script.sha, len(keys), *keys, *op.args)
         return op.decode(raw)
 
     def run_many(self, ops: Sequence[Op[Any]]) -> list[Any]:
