@@ -53,6 +53,7 @@ TARGETS = [
     ("drain_per_s", "drain", 10_000, True),
     ("enqueue_batch_per_s", "batched enqueue", 20_000, True),
     ("latency_p50_ms", "idle p50 ms", 1.5, False),
+    ("cold_start_ms", "cold start ms", 150, False),
 ]
 
 
@@ -171,17 +172,20 @@ def fmt(value: float | None, digits: int = 0) -> str:
 
 def table(results: list[dict[str, Any]]) -> str:
     header = (
-        "| system | enqueue 1-by-1 /s | enqueue batched /s | drain /s (2 procs) "
+        "| system | enqueue 1-by-1 /s | enqueue batched /s | drain /s (2 procs, from 10 %) "
+        "| drain /s from start | first done ms | cold start ms "
         "| worker CPU µs/task | Redis CPU µs/task | p50 ms | p99 ms |"
     )
-    rows = [header, "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    rows = [header, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in results:
         if "failed" in r:
-            rows.append(f"| {r['system']} | failed | | | | | | |")
+            rows.append(f"| {r['system']} | failed | | | | | | | | | |")
             continue
         rows.append(
             f"| {r['system']} {r['version']} | {fmt(r['enqueue_single_per_s'])} "
             f"| {fmt(r['enqueue_batch_per_s'])} | {fmt(r['drain_per_s'])} "
+            f"| {fmt(r.get('drain_from_start_per_s'))} | {fmt(r.get('drain_first_done_ms'))} "
+            f"| {fmt(r.get('cold_start_ms'))} "
             f"| {fmt(r.get('drain_worker_cpu_us'))} | {fmt(r.get('drain_redis_cpu_us'))} "
             f"| {fmt(r['latency_p50_ms'], 2)} | {fmt(r['latency_p99_ms'], 2)} |"
         )

@@ -71,6 +71,29 @@ def test_worker_is_started_in_exec_form_with_its_options_as_arguments_but_no_lea
 
 
 @pytest.mark.parametrize(
+    ("overrides", "processes", "per_process"),
+    [
+        ({}, 1, 8),  # no CPU limit: one process
+        ({"resources": {"limits": {"cpu": "500m"}}}, 1, 8),
+        ({"resources": {"limits": {"cpu": "2500m"}}}, 2, 4),
+        ({"resources": {"limits": {"cpu": 4}}}, 4, 2),
+        ({"resources": {"limits": {"cpu": "16"}}}, 8, 1),  # at most one per slot
+        ({"resources": {"limits": {"cpu": "4"}}, "processes": 3}, 3, 3),  # said outright
+        ({"processes": 1, "resources": {"limits": {"cpu": "4"}}}, 1, 8),
+    ],
+)
+def test_worker_processes_come_from_the_spec_or_the_cpu_limit_and_share_the_pod_slots(
+    overrides: dict[str, Any], processes: int, per_process: int
+) -> None:
+    spec = make_spec(concurrency=8, **overrides)
+    args = container(builders.build_deployment("emails", "shop", spec))["args"]
+    options = dict(zip(args[::2], args[1::2], strict=True))
+    assert options["--concurrency"] == str(per_process)
+    assert options.get("--processes", "1") == str(processes)
+    assert spec.pod_slots() == processes * per_process
+
+
+@pytest.mark.parametrize(
     ("max_duration", "drain", "grace"),
     [(1, 1, 16), (300, 300, 315), (3600, 3600, 3615), (86_400, 3600, 3615)],
 )

@@ -149,6 +149,36 @@ def test_a_pod_is_requeued_only_when_missing_twice_from_the_index_and_gone_from_
     assert sweeper.orphaned_pods(["a"], live, suspects, gone.__contains__) == (requeue, suspect)
 
 
+def test_the_worker_processes_of_a_pod_are_judged_by_their_pod_asking_the_api_once() -> None:
+    asked: list[str] = []
+
+    def gone(pod: str) -> bool:
+        asked.append(pod)
+        return pod == "dead"
+
+    registered = ["live#1", "live#2", "dead#1", "dead#2", "new#1"]
+    suspects = {"dead#1", "dead#2", "live#1"}
+    requeue, suspect = sweeper.orphaned_pods(registered, ["live"], suspects, gone)
+    assert requeue == ["dead#1", "dead#2"]
+    assert suspect == {"new#1"}
+    assert asked == ["dead"]
+
+
+def test_a_pod_gone_gives_back_what_each_of_its_worker_processes_held_and_nothing_else(
+    make_broker: Callable[..., Any], queue: Queue
+) -> None:
+    hold_tasks(make_broker, queue, "emails-abc#1", 2)
+    hold_tasks(make_broker, queue, "emails-abc#2", 1)
+    kept = hold_tasks(make_broker, queue, "emails-abcd#1", 1)
+    assert sweeper.requeue_pod_workers(queue, "emails-abc") == 3
+    assert queue.held_by(["emails-abc#1", "emails-abc#2", "emails-abcd#1"]) == {
+        "emails-abc#1": 0,
+        "emails-abc#2": 0,
+        "emails-abcd#1": 1,
+    }
+    assert [t.state for t in map(queue.get, kept) if t] == ["running"]
+
+
 def test_a_cron_slot_fires_exactly_once_however_many_sweeps_see_it(queue: Queue) -> None:
     spec = make_spec(
         schedules=[{"name": "nightly", "cron": "0 3 * * *", "payload": {"job": "report"}}]

@@ -245,3 +245,23 @@ def test_cli_enqueue_stores_deadline_and_cost(redis_url: str, tmp_path: Path) ->
     assert task is not None and task.deadline is not None and task.created_at is not None
     assert task.cost == 7
     assert math.isclose((task.deadline - task.created_at).total_seconds(), 60)
+
+
+def test_the_config_models_defaults_are_the_plain_defaults_the_scripts_and_worker_use() -> None:
+    from taskfleet.protocol.config import QueueConfig
+    from taskfleet.protocol.defaults import CONFIG_DEFAULTS, lua_defaults
+
+    assert QueueConfig().model_dump() == CONFIG_DEFAULTS
+    assert QueueConfig().to_redis() == lua_defaults()
+
+
+def test_the_worker_starts_without_loading_pydantic_or_the_producer_api() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, taskfleet.cli, taskfleet.worker.core, taskfleet.worker.supervisor;"
+        "print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'taskfleet.producer'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

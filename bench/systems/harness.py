@@ -8,9 +8,12 @@ driver does the timing, so every system is measured by the same code:
 1. enqueue rate, one task per call (warm-up calls first, not timed);
 2. enqueue rate in batches, with the system's own batch API where it has one;
 3. drain rate: the batched tasks are left queued, the worker processes start, and the
-   rate is taken between the first 10 % and the last task done (startup is excluded);
+   rate is taken between the first 10 % and the last task done (startup is excluded),
+   and again from the workers' exec to the last task done (startup and ramp-up included);
 4. end-to-end latency on the idle fleet: one task at a time, from just before the enqueue
-   call to the moment the producer sees the task's Redis write (BLPOP wakes).
+   call to the moment the producer sees the task's Redis write (BLPOP wakes);
+5. cold start: one worker process started on a queue holding one task, exec -> that task
+   done, the median of several starts.
 
 The reference task does exactly one Redis write: ``RPUSH bench:done <pid>``. The pids let
 the driver report how the work was shared between the worker processes.
@@ -91,6 +94,15 @@ class Result:
     enqueue_single_per_s: float | None = None
     enqueue_batch_per_s: float | None = None
     drain_per_s: float | None = None
+    # The same drain counted from the workers' start (exec) to the last task done: what a
+    # user sees of a burst, start-up and ramp-up included.
+    drain_from_start_per_s: float | None = None
+    # Workers' exec -> first task done, within that drain (one sample).
+    drain_first_done_ms: float | None = None
+    # One worker process started on a queue holding one task: exec -> that task done,
+    # the median of cold_start_runs starts (each a fresh interpreter).
+    cold_start_ms: float | None = None
+    cold_start_runs: int = 0
     drain_done: int | None = None
     drain_share: list[int] = field(default_factory=list)
     # CPU spent per task over the same window as drain_per_s: all worker processes
@@ -233,8 +245,9 @@ def measure(adapter: Adapter, args: argparse.Namespace, result: Result) -> None:
         fleet = WorkerFleet(adapter.worker_argvs(args.workers), args.redis_url, Path(tmp))
         try:
             log(f"{adapter.name}: drain {n} queued no-op tasks with {adapter.worker_config}")
+            started = time.perf_counter()
             fleet.start()
-            measure_drain(client, fleet, args, result)
+            measure_drain(client, fleet, args, result, started)
             client.delete(DONE_KEY)
             measure_latency(adapter, client, fleet, args, result)
         except Exception:
@@ -243,11 +256,43 @@ def measure(adapter: Adapter, args: argparse.Namespace, result: Result) -> None:
             raise
         finally:
             fleet.stop()
+    if args.cold_starts:
+        measure_cold_start(adapter, client, args, result)
     client.close()
 
 
+def measure_cold_start(
+    adapter: Adapter, client: redis.Redis, args: argparse.Namespace, result: Result
+) -> None:
+    """Exec of one worker process -> its first task done, on a queue holding one task."""
+    log(f"{adapter.name}: cold start, {args.cold_starts} starts of one worker process")
+    samples = []
+    for _ in range(args.cold_starts):
+        adapter.purge()
+        client.delete(DONE_KEY)
+        adapter.enqueue_one()
+        with tempfile.TemporaryDirectory(prefix=f"bench-{adapter.name}-cold-") as tmp:
+            fleet = WorkerFleet(adapter.worker_argvs(1), args.redis_url, Path(tmp))
+            t0 = time.perf_counter()
+            fleet.start()
+            try:
+                got = client.blpop([DONE_KEY], timeout=args.latency_timeout)
+                if got is None:
+                    raise RuntimeError(f"no task done within {args.latency_timeout} s of a start")
+                samples.append((time.perf_counter() - t0) * 1000)
+            finally:
+                fleet.stop()
+    samples.sort()
+    result.cold_start_ms = samples[len(samples) // 2]
+    result.cold_start_runs = len(samples)
+
+
 def measure_drain(
-    client: redis.Redis, fleet: WorkerFleet, args: argparse.Namespace, result: Result
+    client: redis.Redis,
+    fleet: WorkerFleet,
+    args: argparse.Namespace,
+    result: Result,
+    started: float,
 ) -> None:
     n = args.n
     warm = math.ceil(n * DRAIN_WARMUP_FRACTION)
@@ -258,6 +303,8 @@ def measure_drain(
     cpu_warm = redis_warm = 0.0
     done, now = 0, time.perf_counter()
     for polls, (done, now) in enumerate(wait_done(client, n, deadline), 1):
+        if result.drain_first_done_ms is None and done >= 1:
+            result.drain_first_done_ms = (now - started) * 1000
         if t_warm is None and done >= warm:
             t_warm, done_warm = now, done
             cpu_warm, redis_warm = sessions_cpu_s(sessions), redis_cpu_s(client)
@@ -268,6 +315,8 @@ def measure_drain(
         tasks = done - done_warm
         result.drain_worker_cpu_us = (sessions_cpu_s(sessions) - cpu_warm) / tasks * 1e6
         result.drain_redis_cpu_us = (redis_cpu_s(client) - redis_warm) / tasks * 1e6
+    if done >= n:
+        result.drain_from_start_per_s = n / (now - started)
     if done < n:
         result.notes.append(f"drain stopped at the {args.drain_timeout:.0f} s bound: {done}/{n}")
     # Give duplicates (at-least-once redelivery) a moment to show up before counting.
@@ -325,6 +374,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-gap-ms", type=float, default=5.0)
     parser.add_argument("--latency-timeout", type=float, default=10.0)
     parser.add_argument("--drain-timeout", type=float, default=120.0)
+    parser.add_argument("--cold-starts", type=int, default=5, help="0 to skip")
     args = parser.parse_args(argv)
     for name in ("n", "batch", "workers", "latency_samples"):
         if getattr(args, name) < 1:

@@ -71,7 +71,7 @@ class Limits:
     def of(cls, spec: TaskQueueSpec, mean_task_s: float | None = None) -> Limits:
         rate = spec.rate_limit
         return cls(
-            concurrency=spec.concurrency,
+            concurrency=spec.pod_slots(),
             max_concurrency=spec.max_concurrency,
             rate_limit_tasks=rate.tasks if rate is not None else None,
             rate_limit_period_s=float(rate.period_seconds or 1) if rate is not None else 1.0,

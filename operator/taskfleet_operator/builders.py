@@ -97,13 +97,15 @@ def worker_env(spec: TaskQueueSpec) -> list[dict[str, Any]]:
 def worker_args(namespace: str, name: str, spec: TaskQueueSpec) -> list[str]:
     """The worker's options. No ``--lease-ttl``: the lease TTL is the queue's setting,
     which the operator writes (`queue_config`) and every worker reads at start."""
+    processes = spec.worker_processes()
     return [
         "--queue",
         queue_name(namespace, name),
         "--handler",
         spec.handler,
         "--concurrency",
-        str(spec.concurrency),
+        str(spec.process_concurrency()),
+        *(["--processes", str(processes)] if processes > 1 else []),
         "--drain-timeout",
         str(drain_seconds(spec)),
         "--heartbeat-interval",

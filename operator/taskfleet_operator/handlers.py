@@ -361,7 +361,8 @@ def worker_pod_event(
         return  # not a TaskQueue's pod (any more)
     try:
         model = reconcile.parse_spec(entry["spec"])
-        count = memos.connections(memo).get(namespace, queue_name, model).requeue_pod(name)
+        queue = memos.connections(memo).get(namespace, queue_name, model)
+        count = sweeper.requeue_pod_workers(queue, name)
     except (reconcile.InvalidSpec, kube.SecretUnavailable, redis.RedisError) as error:
         # The sweep takes them back once Redis answers: the worker record stays until then.
         logger.warning("requeue of pod %s deferred: %s", name, describe_error(error))

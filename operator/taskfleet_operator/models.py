@@ -227,6 +227,9 @@ class Schedule(CamelModel):
         return value
 
 
+#: Most worker processes per pod (as the worker's --processes allows).
+MAX_PROCESSES = 256
+
 QUANTITY_PATTERN = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
 
 
@@ -243,6 +246,18 @@ Quantity = Annotated[
     AfterValidator(_quantity),
     WithJsonSchema({"x-kubernetes-int-or-string": True}),
 ]
+
+
+def cpu_cores(quantity: int | str | None) -> float | None:
+    """Cores of a CPU quantity (``2``, ``"1.5"``, ``"1500m"``); None when absent or in a
+    form the operator does not size processes from."""
+    if quantity is None:
+        return None
+    text = str(quantity)
+    try:
+        return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError:
+        return None
 
 
 class Resources(CamelModel):
@@ -311,7 +326,21 @@ class TaskQueueSpec(CamelModel):
         "maxConcurrency and rateLimit can keep busy, within [minReplicas, maxReplicas]; "
         "scale-up at once, scale-down after scaleDownStabilizationSeconds.",
     )
-    concurrency: int = Field(default=4, ge=1, le=1000, description="Tasks run at once per pod.")
+    concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=1000,
+        description="Tasks run at once per pod, shared among its worker processes (each runs "
+        "ceil(concurrency / processes)).",
+    )
+    processes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PROCESSES,
+        description="Worker processes per pod: a CPU-bound sync handler uses one core per "
+        "process. Unset: the whole cores of resources.limits.cpu (at least 1, at most "
+        "concurrency).",
+    )
     max_concurrency: int = Field(
         default=0,
         ge=0,
@@ -350,6 +379,24 @@ class TaskQueueSpec(CamelModel):
     on_delete: Literal["Retain", "Purge"] = Field(
         default="Retain", description="Purge deletes the queue's Redis data with the TaskQueue."
     )
+
+    def worker_processes(self) -> int:
+        """Worker processes per pod: ``processes``, else the CPU limit's whole cores."""
+        if self.processes is not None:
+            return self.processes
+        limits = self.resources.limits if self.resources is not None else None
+        cores = cpu_cores(limits.get("cpu")) if limits else None
+        if cores is None:
+            return 1
+        return max(1, min(int(cores), self.concurrency, MAX_PROCESSES))
+
+    def process_concurrency(self) -> int:
+        """Slots of each worker process (``--concurrency``)."""
+        return -(-self.concurrency // self.worker_processes())
+
+    def pod_slots(self) -> int:
+        """Tasks one pod runs at once: its processes' slots together."""
+        return self.worker_processes() * self.process_concurrency()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TaskQueueSpec:

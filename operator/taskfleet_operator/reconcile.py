@@ -17,6 +17,7 @@ import kopf
 import redis
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
+from taskfleet.protocol.workernames import per_pod
 
 from taskfleet_operator import builders, kube
 from taskfleet_operator.connections import Connections, describe_error
@@ -79,7 +80,8 @@ def set_deletion_costs(namespace: str, name: str, queue: Any, logger: Logger) ->
     ]
     # From the queue's records, not the heartbeats: a task claimed since a pod's last
     # beat must already make it costly.
-    inflight = queue.held_by(pod["metadata"]["name"] for pod in pods)
+    # By worker, summed by pod: a pod's worker processes are workers of their own.
+    inflight = per_pod(queue.held_by(worker.pod for worker in queue.workers()))
     annotated = 0
     for pod in pods:
         pod_name = pod["metadata"]["name"]

@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.tasks import stored_int, stored_text
+from taskfleet.protocol.workernames import per_pod
 
 from taskfleet_operator import builders, kube
 from taskfleet_operator.autoscale import Decision, Limits, Load, Policy, Surplus, decide
@@ -53,7 +54,7 @@ STATUS_EVERY_S = 10.0
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """What one turn read from Redis: the load, in-flight tasks per live worker, and the
+    """What one turn read from Redis: the load, in-flight tasks per pod (its live workers), and the
     mean run time of recently finished tasks (None when none finished yet)."""
 
     load: Load
@@ -77,7 +78,7 @@ def read_queue(queue: Queue, due_horizon_s: float) -> Reading:
         pipe.hmget(keys.task_prefix + stored_text(task_id), "started_at", "finished_at")
     due, *times = pipe.execute()
     # Exact, from the queue's records: a heartbeat's count can be an interval old.
-    inflight = queue.held_by(w.pod for w in queue.workers() if w.alive)
+    inflight = per_pod(queue.held_by(w.pod for w in queue.workers() if w.alive))
     return Reading(
         Load(pending=int(pending), running=int(running), due=int(due)),
         inflight,

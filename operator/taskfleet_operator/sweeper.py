@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.errors import TaskfleetError
 from taskfleet.protocol.scripts import SWEEP_BOUND
+from taskfleet.protocol.workernames import pod_of, workers_of
 
 from taskfleet_operator import builders, kube
 from taskfleet_operator.connections import Connections, describe_error
@@ -60,25 +61,32 @@ def orphaned_pods(
     suspects: set[str],
     pod_gone: Callable[[str], bool],
 ) -> tuple[list[str], set[str]]:
-    """Which registered workers' pods to requeue now, and which to suspect next sweep.
+    """Which registered workers to requeue now (their pod is gone), and which to suspect
+    next sweep. A worker is named after its pod, or ``<pod>#<i>`` for a pod's worker
+    process i (``workernames``): what is judged is always its pod.
 
     A pod missing from the live set (the operator's pod index) is suspected first and
     requeued only if it is still missing a sweep later *and* the API itself answers that
     it is gone: the index can lag behind a pod that was just created, and requeueing a
     live worker's fresh claims would run them twice. A pod the API still has stays
     suspect, so it is checked again next sweep. A Terminating pod is still in the API,
-    so it counts as live and keeps its tasks.
+    so it counts as live and keeps its tasks. The API is asked once per pod.
     """
     live = set(live_pods)
     requeue: list[str] = []
     suspect: set[str] = set()
-    for pod in registered:
+    gone: dict[str, bool] = {}
+    for worker in registered:
+        pod = pod_of(worker)
         if pod in live:
             continue
-        if pod in suspects and pod_gone(pod):
-            requeue.append(pod)
-        else:
-            suspect.add(pod)
+        if worker in suspects:
+            if pod not in gone:
+                gone[pod] = pod_gone(pod)
+            if gone[pod]:
+                requeue.append(worker)
+                continue
+        suspect.add(worker)
     return requeue, suspect
 
 
@@ -95,10 +103,16 @@ def requeue_orphans(
     """
     registered = [worker.pod for worker in queue.workers()]
     requeue, report.suspects = orphaned_pods(registered, live_pods, suspects, pod_gone)
-    for pod in requeue:
-        count = queue.requeue_pod(pod)
+    for worker in requeue:
+        count = queue.requeue_pod(worker)
         if count:
-            report.requeued[pod] = count
+            report.requeued[worker] = count
+
+
+def requeue_pod_workers(queue: Queue, pod: str) -> int:
+    """Take back what every worker of ``pod`` holds (its processes ``<pod>#<i>`` too)."""
+    names = workers_of(pod, [worker.pod for worker in queue.workers()])
+    return sum(queue.requeue_pod(name) for name in dict.fromkeys([pod, *names]))
 
 
 def fire_schedules(

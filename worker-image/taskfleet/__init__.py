@@ -10,46 +10,66 @@ The package is layered; each layer imports only those below it:
 - ``taskfleet.cli`` on top of both; the operator (``taskfleet_operator``) uses the
   protocol and the producer API, never the worker or the CLI.
 
-This module re-exports the public API. The worker side (``Broker``, ``current_task``)
-is imported on first use, so a producer never loads the worker's modules.
+This module re-exports the public API, each name imported on first use: a producer never
+loads the worker's modules, and the worker never the producer's.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from taskfleet.producer.queue import EnqueueResult, EnqueueSpec, Queue, WorkerInfo
-from taskfleet.protocol.config import QueueConfig
-from taskfleet.protocol.errors import (
-    InvalidArgument,
-    InvalidPayload,
-    ProtocolError,
-    StaleToken,
-    TaskExists,
-    TaskfleetError,
-    WaitTimeout,
-)
-from taskfleet.protocol.scripts import SweepResult
-from taskfleet.protocol.tasks import Task, TaskState
-
 if TYPE_CHECKING:
+    from taskfleet.producer.queue import EnqueueResult, EnqueueSpec, Queue, WorkerInfo
+    from taskfleet.protocol.config import QueueConfig
+    from taskfleet.protocol.errors import (
+        InvalidArgument,
+        InvalidPayload,
+        ProtocolError,
+        StaleToken,
+        TaskExists,
+        TaskfleetError,
+        WaitTimeout,
+    )
+    from taskfleet.protocol.scripts import SweepResult
+    from taskfleet.protocol.tasks import Task, TaskState
     from taskfleet.worker.broker import Broker
     from taskfleet.worker.claimed import ClaimedTask, ClaimResult
     from taskfleet.worker.handlers import current_task
 
-_WORKER_SIDE = {
-    "Broker": "taskfleet.worker.broker",
-    "ClaimedTask": "taskfleet.worker.claimed",
-    "ClaimResult": "taskfleet.worker.claimed",
-    "current_task": "taskfleet.worker.handlers",
+# Every name loads on first use: ``taskfleet worker`` (whose start is on the critical path
+# of every scale-up) imports this package but never the producer API or its models.
+_LAZY = {
+    **dict.fromkeys(("EnqueueResult", "EnqueueSpec", "Queue", "WorkerInfo"), "producer.queue"),
+    "QueueConfig": "protocol.config",
+    **dict.fromkeys(
+        (
+            "InvalidArgument",
+            "InvalidPayload",
+            "ProtocolError",
+            "StaleToken",
+            "TaskExists",
+            "TaskfleetError",
+            "WaitTimeout",
+        ),
+        "protocol.errors",
+    ),
+    "SweepResult": "protocol.scripts",
+    "Task": "protocol.tasks",
+    "TaskState": "protocol.tasks",
+    "Broker": "worker.broker",
+    "ClaimedTask": "worker.claimed",
+    "ClaimResult": "worker.claimed",
+    "current_task": "worker.handlers",
 }
 
 
 def __getattr__(name: str) -> Any:
-    module = _WORKER_SIDE.get(name)
+    module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'taskfleet' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(f"taskfleet.{module}"), name)
+    globals()[name] = value  # later look-ups are plain attribute reads
+    return value
 
 
 __all__ = [

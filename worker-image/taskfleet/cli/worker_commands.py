@@ -7,6 +7,7 @@ The worker's modules load inside the commands, so ``drain`` starts without them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -20,6 +21,10 @@ from taskfleet.cli.logs import configure_logging
 from taskfleet.cli.options import BadInput, FiniteFloat, redis_option
 from taskfleet.protocol import environment
 from taskfleet.protocol.errors import NameInUse
+from taskfleet.protocol.workernames import PROCESS_SEPARATOR, process_name
+
+#: Upper bound of --processes.
+MAX_PROCESSES = 256
 
 
 @click.command()
@@ -74,6 +79,17 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     show_default=True,
     show_envvar=True,
     help="Tasks this process runs at once.",
+)
+@click.option(
+    "--processes",
+    envvar=environment.PROCESSES,
+    type=click.IntRange(1, MAX_PROCESSES),
+    default=1,
+    show_default=True,
+    show_envvar=True,
+    help="Worker processes, each with --concurrency slots: a CPU-bound sync handler uses one "
+    "core per process. Above 1 this process stays a supervisor that re-forks a process "
+    "that dies and drains them all on SIGTERM; process i is the worker <pod>#i.",
 )
 @click.option(
     "--prefetch",
@@ -164,6 +180,7 @@ def worker(
     queue: str,
     handler: str,
     concurrency: int,
+    processes: int,
     prefetch: int | None,
     drain_timeout: float,
     heartbeat_interval: float,
@@ -181,11 +198,18 @@ def worker(
     is lost, the released tasks run elsewhere).
     """
     from taskfleet.worker import WorkerSettings
-    from taskfleet.worker.handlers import HandlerLoadError, load_handler
     from taskfleet.worker.identity import default_pod_name
     from taskfleet.worker.reaper import run_as_init
     from taskfleet.worker.runtime import UnsafeRuntimeDir, prepare_runtime_dir
+    from taskfleet.worker.supervisor import EarlyStop
 
+    # Before anything else: a SIGTERM from here on drains the worker once it runs.
+    early = EarlyStop().install()
+    if pod is not None and PROCESS_SEPARATOR in pod:
+        raise BadInput(
+            f"--pod must not contain {PROCESS_SEPARATOR!r}: it separates a pod's name from "
+            "the number of its worker process"
+        )
     try:
         runtime_dir = str(prepare_runtime_dir(runtime_dir, create=True))
     except UnsafeRuntimeDir as exc:
@@ -211,20 +235,62 @@ def worker(
         settings.validate()
     except ValueError as exc:
         raise BadInput(str(exc)) from None
+    configure_logging(log_format, log_level)
+    if processes > 1:
+        _exit_now(_supervise(settings, handler, processes))
     # Before anything can start a thread: as PID 1 we fork into init + worker here.
     run_as_init()
+    _run_worker(settings, handler, early)
+
+
+def _supervise(settings: Any, handler: str, processes: int) -> int:
+    """Fork ``processes`` workers named ``<pod>#<i>`` and watch them (see ``supervisor``)."""
+    import dataclasses
+
+    # Loaded once here, shared by every fork: a re-forked worker starts without imports.
+    import taskfleet.worker.core  # noqa: F401
+    from taskfleet.worker.supervisor import EarlyStop, Supervisor, child_runtime_dir
+
+    def start_child(index: int) -> NoReturn:
+        directory = child_runtime_dir(settings.runtime_dir, index)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+        child = dataclasses.replace(
+            settings,
+            pod=process_name(settings.pod, index),
+            incarnation=secrets.token_hex(6),
+            runtime_dir=directory,
+        )
+        try:
+            _run_worker(child, handler, EarlyStop().install())
+        except BadInput as exc:
+            click.echo(f"taskfleet: error: {exc.format_message()}", err=True)
+            _exit_now(2)
+
+    supervisor = Supervisor(
+        processes,
+        start_child,
+        runtime_dir=settings.runtime_dir,
+        pod=settings.pod,
+        queue=settings.queue,
+    )
+    return supervisor.run()
+
+
+def _run_worker(settings: Any, handler: str, early: Any) -> NoReturn:
+    from taskfleet.worker.handlers import HandlerLoadError, load_handler
+
     try:
         resolved = load_handler(handler)
     except HandlerLoadError as exc:
         raise BadInput(str(exc)) from None
-    configure_logging(log_format, log_level)
     # Not asyncio.run(): closing the loop would join the default executor, and a handler's
     # hung asyncio.to_thread() call must not keep a drained worker from exiting.
-    code = asyncio.Runner().run(_serve(settings, resolved))
+    code = asyncio.Runner().run(_serve(settings, resolved, early))
     _exit_now(code)
 
 
-async def _serve(settings: Any, handler: Any) -> int:
+async def _serve(settings: Any, handler: Any, early: Any) -> int:
     from taskfleet.worker import Worker, log_event
     from taskfleet.worker.handlers import format_error
 
@@ -232,6 +298,8 @@ async def _serve(settings: Any, handler: Any) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.request_drain)
+    if early.requested:  # signalled before the loop could take it: drain at once
+        worker.request_drain()
     try:
         return await worker.run()
     except NameInUse as exc:  # refused at start: bad configuration, like a bad option

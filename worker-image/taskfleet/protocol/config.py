@@ -21,6 +21,9 @@ from taskfleet.protocol.bounds import (
     MAX_PAYLOAD_BYTES,
     MAX_TIMEOUT_S,
 )
+from taskfleet.protocol.defaults import CONFIG_DEFAULTS as _DEFAULTS
+from taskfleet.protocol.defaults import encode as _encode
+from taskfleet.protocol.defaults import lua_defaults
 
 
 class QueueConfig(BaseModel):
@@ -31,44 +34,60 @@ class QueueConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_concurrency: int = Field(
-        default=0, ge=0, le=MAX_COUNT, description="tasks running at once, fleet-wide; 0 = no limit"
+        default=_DEFAULTS["max_concurrency"],
+        ge=0,
+        le=MAX_COUNT,
+        description="tasks running at once, fleet-wide; 0 = no limit",
     )
     rate_limit_tasks: int | None = Field(
-        default=None, gt=0, le=MAX_COUNT, description="tasks started per period"
+        default=_DEFAULTS["rate_limit_tasks"],
+        gt=0,
+        le=MAX_COUNT,
+        description="tasks started per period",
     )
     rate_limit_cost: int | None = Field(
-        default=None, gt=0, le=MAX_COUNT, description="cost units started per period"
+        default=_DEFAULTS["rate_limit_cost"],
+        gt=0,
+        le=MAX_COUNT,
+        description="cost units started per period",
     )
-    rate_limit_period_s: float = Field(default=1.0, gt=0, le=MAX_DURATION_S)
+    rate_limit_period_s: float = Field(
+        default=_DEFAULTS["rate_limit_period_s"], gt=0, le=MAX_DURATION_S
+    )
     max_attempts: int = Field(
-        default=3, ge=1, le=MAX_ATTEMPTS, description="starts before a failing task goes dead"
+        default=_DEFAULTS["max_attempts"],
+        ge=1,
+        le=MAX_ATTEMPTS,
+        description="starts before a failing task goes dead",
     )
-    backoff_base_s: float = Field(default=1.0, ge=0, le=MAX_DURATION_S)
-    backoff_max_s: float = Field(default=300.0, ge=0, le=MAX_DURATION_S)
+    backoff_base_s: float = Field(default=_DEFAULTS["backoff_base_s"], ge=0, le=MAX_DURATION_S)
+    backoff_max_s: float = Field(default=_DEFAULTS["backoff_max_s"], ge=0, le=MAX_DURATION_S)
     backoff_jitter: float = Field(
-        default=0.2, ge=0, le=1, description="+- fraction of each backoff"
+        default=_DEFAULTS["backoff_jitter"], ge=0, le=1, description="+- fraction of each backoff"
     )
     max_lost: int = Field(
-        default=3,
+        default=_DEFAULTS["max_lost"],
         ge=1,
         le=MAX_LOST,
         description="lost workers a task survives; one more and it goes dead",
     )
     lease_ttl_s: float = Field(
-        default=30.0,
+        default=_DEFAULTS["lease_ttl_s"],
         gt=0,
         le=MAX_DURATION_S,
         description="a lease not extended for this long expires",
     )
-    done_retention_s: float = Field(default=3600.0, ge=0, le=MAX_DURATION_S)
-    dead_retention_s: float = Field(default=259200.0, ge=0, le=MAX_DURATION_S)
+    done_retention_s: float = Field(default=_DEFAULTS["done_retention_s"], ge=0, le=MAX_DURATION_S)
+    dead_retention_s: float = Field(default=_DEFAULTS["dead_retention_s"], ge=0, le=MAX_DURATION_S)
     max_payload_bytes: int = Field(
-        default=1024 * 1024,
+        default=_DEFAULTS["max_payload_bytes"],
         gt=0,
         le=MAX_PAYLOAD_BYTES,
         description="bound on payloads and results",
     )
-    default_timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
+    default_timeout_s: float | None = Field(
+        default=_DEFAULTS["default_timeout_s"], gt=0, le=MAX_TIMEOUT_S
+    )
 
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> QueueConfig:
@@ -94,12 +113,4 @@ class QueueConfig(BaseModel):
         return cls.model_validate(data, strict=False)
 
 
-def _encode(value: object) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def lua_defaults() -> dict[str, str]:
-    """Defaults of the Lua scripts for config fields absent from the hash."""
-    return QueueConfig.model_validate({}).to_redis()
+__all__ = ["QueueConfig", "lua_defaults"]

@@ -5,7 +5,6 @@ Protocol layer: the producer API and the worker both read tasks through it.
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 from collections.abc import Mapping
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from taskfleet.protocol import bounds
 from taskfleet.protocol.errors import ProtocolError
+from taskfleet.protocol.states import FINISHED, TaskState
 
 __all__ = [
     "COUNTERS",
@@ -43,17 +43,6 @@ COUNTERS = (
 )
 _TIME_FIELDS = ("created_at", "run_at", "deadline", "started_at", "finished_at", "lease_until")
 _INT_FIELDS = ("priority", "attempts", "max_attempts", "lost", "cost")
-
-
-class TaskState(enum.StrEnum):
-    PENDING = "pending"
-    DELAYED = "delayed"
-    RUNNING = "running"
-    DONE = "done"
-    DEAD = "dead"
-
-
-FINISHED = frozenset({TaskState.DONE, TaskState.DEAD})
 
 
 class Task(BaseModel):

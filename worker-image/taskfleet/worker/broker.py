@@ -29,7 +29,7 @@ from taskfleet.protocol.scripts import (
     RawClaim,
     SweepResult,
 )
-from taskfleet.protocol.tasks import TaskState
+from taskfleet.protocol.states import TaskState
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult, parse_claim_records
 from taskfleet.worker.identity import WorkerRecord
 

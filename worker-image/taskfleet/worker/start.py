@@ -13,7 +13,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.defaults import CONFIG_DEFAULTS
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.events import log_event
@@ -21,7 +21,7 @@ from taskfleet.worker.gate import REDIS_DOWN, RedisGate
 from taskfleet.worker.identity import Whereabouts, WorkerRecord, holder_alive
 from taskfleet.worker.settings import WorkerSettings
 
-DEFAULT_LEASE_TTL_S = float(QueueConfig.model_fields["lease_ttl_s"].default)
+DEFAULT_LEASE_TTL_S = CONFIG_DEFAULTS["lease_ttl_s"]
 
 
 def _number(raw: Any, default: float) -> float:
