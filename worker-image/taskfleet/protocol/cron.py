@@ -52,7 +52,7 @@ def _number(text: str, names: tuple[str, ...], offset: int, what: str) -> int:
 
 
 def _field(
-    text: str, lo: int, hi: int, what: str, names: tuple[str, ...] = (), offset: int = 0
+    text: str, lo: int, hi: int, what: str, *, names: tuple[str, ...] = (), offset: int = 0
 ) -> tuple[int, ...]:
     values: set[int] = set()
     for part in text.split(","):
@@ -177,8 +177,8 @@ def parse_cron(text: str) -> Cron:
         minutes = _field(parts[1], 0, 59, "minute")
         hours = _field(parts[2], 0, 23, "hour")
         days = _field(parts[3], 1, 31, "day-of-month")
-        months = _field(parts[4], 1, 12, "month", _MONTHS, 1)
-        weekdays = _field(parts[5], 0, 7, "day-of-week", _DAYS, 0)
+        months = _field(parts[4], 1, 12, "month", names=_MONTHS, offset=1)
+        weekdays = _field(parts[5], 0, 7, "day-of-week", names=_DAYS)
     except ValueError as error:
         raise InvalidArgument(f"cron {text!r}: {error}") from None
     day_star = parts[3].startswith(("*", "?"))
