@@ -15,6 +15,8 @@ from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import (
+    FIRE_BATCH,
+    FIRE_LEASE_MS,
     MAX_JITTER_S,
     Schedule,
     ScheduleDef,
@@ -25,12 +27,7 @@ from taskfleet.protocol.schedules import (
 )
 from taskfleet.protocol.scripts import SyncScripts
 
-__all__ = ["FIRE_BATCH", "FIRE_LEASE_MS", "fire_due", "read_all", "schedule_def", "server_ms"]
-
-#: Schedules one fire call takes at most: a call stays a few milliseconds of Redis time.
-FIRE_BATCH = 500
-#: How long a firer holds the schedules it claimed before another may take them.
-FIRE_LEASE_MS = 10_000
+__all__ = ["fire_due", "read_all", "schedule_def", "server_ms"]
 
 
 def schedule_def(

@@ -38,6 +38,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "schedule",
     "schedules",
     "schedule_due",
+    "schedules_owned",
 )
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -76,6 +77,7 @@ class QueueKeys:
         "schedule_due",
         "schedule_prefix",
         "schedules",
+        "schedules_owned",
         "script_keys",
         "seq",
         "stats",
@@ -120,6 +122,8 @@ class QueueKeys:
         self.schedule_prefix = p + "schedule:"
         self.schedules = p + "schedules"
         self.schedule_due = p + "schedules:due"
+        # the names a TaskQueue's spec owns (the operator deletes those its spec dropped)
+        self.schedules_owned = p + "schedules:taskqueue"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,

@@ -29,6 +29,8 @@ from taskfleet.protocol.slots import latest_slots, next_slot, slots_between, zon
 
 __all__ = [
     "CATCHUP_POLICIES",
+    "FIRE_BATCH",
+    "FIRE_LEASE_MS",
     "Due",
     "FirePlan",
     "Schedule",
@@ -45,6 +47,10 @@ MAX_CATCHUP_LIMIT = 10_000
 #: Missed slots counted as skipped per catch-up, at most (counting is a scan).
 MAX_SKIPPED_COUNT = 1000
 MAX_JITTER_S = 86_400
+#: Schedules one fire call takes at most: a call stays a few milliseconds of Redis time.
+FIRE_BATCH = 500
+#: How long a firer holds the schedules it claimed before another may take them.
+FIRE_LEASE_MS = 10_000
 OWNER_API = ""
 OWNER_TASKQUEUE = "taskqueue"
 

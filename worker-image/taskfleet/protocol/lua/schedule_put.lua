@@ -1,6 +1,6 @@
 -- schedule_put: create or change one schedule of the store (protocol/schedules.py).
 -- KEYS[1..]: the queue's key set (keys.SCRIPT_KEYS), used here: K_SCHEDULE, K_SCHEDULES,
---   K_SCHEDULE_DUE, K_CONFIG, K_SCHED (a TaskQueue schedule's slot from before the store).
+--   K_SCHEDULE_DUE, K_SCHEDULES_OWNED, K_CONFIG, K_SCHED (a TaskQueue schedule's slot from before the store).
 -- ARGV[1] name, ARGV[2] owner ('' = the API, 'taskqueue' = a TaskQueue's spec),
 --   ARGV[3] '1' when the caller may take over a schedule of the other owner,
 --   ARGV[4] first slot (epoch s, '' = none within the search horizon),
@@ -26,10 +26,18 @@ end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 if string.len(payload) > max_bytes then return {-1, string.len(payload), max_bytes} end
 local now = now_ms()
+local function own()
+  if owner == 'taskqueue' then
+    redis.call('SADD', K_SCHEDULES_OWNED, name)
+  else
+    redis.call('SREM', K_SCHEDULES_OWNED, name)
+  end
+end
 local exists = redis.call('EXISTS', key) == 1
 if exists then
   local stored_owner = redis.call('HGET', key, 'owner') or ''
   if stored_owner ~= owner and ARGV[3] ~= '1' then return {-2, stored_owner} end
+  own()
   local same = stored_owner == owner
   local timing = false
   for i = 1, #def, 2 do
@@ -63,5 +71,6 @@ redis.call('HSET', key, 'name', name, 'owner', owner, 'rev', 1, 'paused', ARGV[6
   'next_slot', ARGV[4], 'last_slot', last, 'fired', 0, 'skipped', 0, 'error', '',
   'created_ms', now, 'updated_ms', now, unpack(def))
 redis.call('SADD', K_SCHEDULES, name)
+own()
 if ARGV[6] ~= '1' and ARGV[4] ~= '' then redis.call('ZADD', K_SCHEDULE_DUE, ARGV[5], name) end
 return {1}
