@@ -45,6 +45,7 @@ class Report:
     requeued: dict[str, int] = field(default_factory=dict)
     suspects: set[str] = field(default_factory=set)
     schedule_errors: dict[str, str] = field(default_factory=dict)
+    active_schedules: int = 0
 
 
 def fleet(asked: int = 2, replicas: int = 2, ready: int = 2) -> dict[str, Any]:
@@ -62,6 +63,7 @@ def fleet(asked: int = 2, replicas: int = 2, ready: int = 2) -> dict[str, Any]:
         (SPEC, Report(suspects={"pod-b"}), fleet(), 2, False),  # a pod to ask about again
         (SPEC, Outage("RedisUnreachable", "down"), fleet(), 2, False),  # report the return
         (SCHEDULED, Report(), fleet(), 2, False),  # slots to fire
+        (SPEC, Report(active_schedules=1), fleet(), 2, False),  # API schedules, fleet at zero
         (SPEC, Report(), fleet(ready=1), 2, False),  # a pod coming up
         (SPEC, Report(), fleet(), 3, False),  # a pod going away
         (SPEC, Report(), None, 0, False),  # the Deployment not seen yet
