@@ -9,14 +9,26 @@ from pathlib import Path
 import pytest
 from taskfleet import InvalidArgument, Queue
 from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.cron import parse_cron
 from taskfleet.protocol.errors import ScheduleNotFound
+from taskfleet.protocol.slots import latest_slots, zone
 
 from tests.workers.harness import env_for, taskfleet
+
+
+YEARLY = "0 0 1 1 *"
 
 
 def make_due(queue: Queue, name: str, slot: int) -> None:
     queue.client.hset(queue.keys.schedule(name), "next_slot", slot)
     queue.client.zadd(queue.keys.schedule_due, {name: 0})
+
+
+def last_new_year(queue: Queue) -> int:
+    """The yearly slot before now: due, and the slot after it is months away."""
+    now = int(queue.client.time()[0])
+    [slot] = latest_slots(parse_cron(YEARLY), zone("UTC"), now, 0, 1)
+    return slot
 
 
 def test_a_schedule_is_stored_with_its_first_slot_after_now(queue: Queue) -> None:
@@ -45,9 +57,9 @@ def test_changing_the_payload_keeps_the_next_slot_and_changing_the_cron_starts_a
 
 
 def test_the_slot_fires_with_the_stored_options_and_exactly_once(queue: Queue) -> None:
-    stored = queue.schedule("s", "0 0 1 1 *", {"v": 1}, priority=7, max_attempts=2, timeout=9)
+    stored = queue.schedule("s", YEARLY, {"v": 1}, priority=7, max_attempts=2, timeout=9)
     assert stored.next_slot is not None
-    slot = stored.next_slot - 86_400
+    slot = last_new_year(queue)
     make_due(queue, "s", slot)
 
     assert queue.fire_due_schedules() == 1
@@ -61,9 +73,9 @@ def test_the_slot_fires_with_the_stored_options_and_exactly_once(queue: Queue) -
 
 
 def test_a_paused_schedule_fires_nothing_and_resumes_from_the_next_slot(queue: Queue) -> None:
-    stored = queue.schedule("s", "0 0 1 1 *", {})
+    stored = queue.schedule("s", YEARLY, {})
     assert stored.next_slot is not None
-    make_due(queue, "s", stored.next_slot - 86_400)
+    make_due(queue, "s", last_new_year(queue))
     assert queue.pause_schedule("s") is True
     assert queue.pause_schedule("s") is False
     queue.client.zadd(queue.keys.schedule_due, {"s": 0})  # even if due by hand
@@ -77,10 +89,10 @@ def test_a_paused_schedule_fires_nothing_and_resumes_from_the_next_slot(queue: Q
 
 
 def test_a_payload_over_a_bound_lowered_later_fires_nothing_and_says_why(queue: Queue) -> None:
-    stored = queue.schedule("s", "0 0 1 1 *", {"blob": "x" * 200})
+    stored = queue.schedule("s", YEARLY, {"blob": "x" * 200})
     assert stored.next_slot is not None
     queue.configure(QueueConfig(max_payload_bytes=100))
-    make_due(queue, "s", stored.next_slot - 86_400)
+    make_due(queue, "s", last_new_year(queue))
 
     assert queue.fire_due_schedules() == 0
 
@@ -91,9 +103,9 @@ def test_a_payload_over_a_bound_lowered_later_fires_nothing_and_says_why(queue: 
 
 
 def test_unschedule_deletes_it_and_keeps_what_it_fired(queue: Queue) -> None:
-    stored = queue.schedule("s", "0 0 1 1 *", {})
+    stored = queue.schedule("s", YEARLY, {})
     assert stored.next_slot is not None
-    make_due(queue, "s", stored.next_slot - 86_400)
+    make_due(queue, "s", last_new_year(queue))
     queue.fire_due_schedules()
 
     assert queue.unschedule("s") is True
