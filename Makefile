@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-autoscale bench-operator soak demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench bench-schedules bench-autoscale bench-operator soak demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-up kind-down clean
 
 help: ## list targets
@@ -51,6 +51,9 @@ crds-check: ## fail if crds/ drifted from the models
 
 bench: ## throughput and latency figures (see bench/README.md)
 	$(BIN)/python -m bench.run
+
+bench-schedules: ## triggers/s with 10,000 and 100,000 schedules due every second, exactly-once counted
+	$(BIN)/python -m bench.schedules
 
 bench-autoscale: ## autoscaled vs fixed fleet on the local cluster: wake from zero, drain, pod-seconds
 	e2e/cluster/prepare.sh
