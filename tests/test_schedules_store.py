@@ -15,7 +15,6 @@ from taskfleet.protocol.slots import latest_slots, zone
 
 from tests.workers.harness import env_for, taskfleet
 
-
 YEARLY = "0 0 1 1 *"
 
 
