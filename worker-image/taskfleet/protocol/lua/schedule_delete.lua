@@ -3,7 +3,7 @@
 --   K_SCHEDULE_DUE, K_SCHEDULES_OWNED.
 -- ARGV[1] name, ARGV[2] owner of the caller ('' = the API, 'taskqueue' = the operator),
 --   ARGV[3] '1' when the caller may remove a schedule of the other owner.
--- Returns {1} deleted, {0} no such schedule, {-2, owner} it belongs to another owner.
+-- Returns: {1} deleted, {0} no such schedule, {-2, owner} it belongs to another owner.
 local key = K_SCHEDULE .. ARGV[1]
 if redis.call('EXISTS', key) == 0 then
   redis.call('SREM', K_SCHEDULES, ARGV[1])

@@ -4,7 +4,7 @@
 -- KEYS[1..]: the queue's key set (keys.SCRIPT_KEYS), used here: K_SCHEDULE, K_SCHEDULE_DUE.
 -- ARGV[1] name, ARGV[2] '1' pause | '0' resume, ARGV[3] owner of the caller,
 --   ARGV[4] next slot (epoch s, '' = none) and ARGV[5] its due time (ms), for a resume.
--- Returns {1} changed, {0} it already was, {-1} no such schedule, {-2, owner} it belongs
+-- Returns: {1} changed, {0} it already was, {-1} no such schedule, {-2, owner} it belongs
 --   to another owner.
 local name = ARGV[1]
 local key = K_SCHEDULE .. name

@@ -10,7 +10,7 @@
 -- A definition equal to the stored one changes nothing. One whose timing (cron, tz,
 -- jitter) changed starts again from the first slot given; otherwise the slot to fire
 -- next is kept, so an edit of the payload neither fires nor skips a slot.
--- Returns {1} created, {2} changed, {0} unchanged, {-1, size, max} payload over the
+-- Returns: {1} created, {2} changed, {0} unchanged, {-1, size, max} payload over the
 --   queue's max_payload_bytes, {-2, owner} the schedule belongs to another owner.
 local name, owner = ARGV[1], ARGV[2]
 local key = K_SCHEDULE .. name
