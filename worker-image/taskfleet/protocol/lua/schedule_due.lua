@@ -4,7 +4,7 @@
 -- come due again after the lease (nothing fired twice: schedule_fire compares the slot).
 -- KEYS[1..]: the queue's key set (keys.SCRIPT_KEYS), used here: K_SCHEDULE, K_SCHEDULE_DUE.
 -- ARGV[1] most schedules to claim, ARGV[2] lease (ms).
--- Returns {now_ms, next_due_ms | -1, then 7 values per schedule: name, rev, next_slot,
+-- Returns: {now_ms, next_due_ms | -1, then 7 values per schedule: name, rev, next_slot,
 --   cron, tz, catchup, catchup_limit, jitter_ms}; next_due_ms: the earliest due time left
 --   in the set after this claim (-1: empty), for the firer's wait.
 local now = now_ms()
