@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from taskfleet import InvalidArgument, Queue
+from taskfleet import InvalidArgument, Queue, ScheduleNotFound
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.cron import parse_cron
-from taskfleet.protocol.errors import ScheduleNotFound
 from taskfleet.protocol.slots import latest_slots, zone
 
 from tests.workers.harness import env_for, taskfleet

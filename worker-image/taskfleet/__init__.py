@@ -3,7 +3,8 @@
 The package is layered; each layer imports only those below it:
 
 - ``taskfleet.protocol``: what every part shares: Redis key names, the queue's config,
-  the Lua scripts and their typed calls, the task model, bounds, errors, Redis URLs;
+  the Lua scripts and their typed calls, the task model, bounds, errors, Redis URLs,
+  cron expressions and schedules;
 - ``taskfleet.producer``: the producer API (``Queue``), on the protocol;
 - ``taskfleet.worker``: the worker (``taskfleet worker``) and its side of the protocol
   (``Broker``), on the protocol;
@@ -22,11 +23,14 @@ from taskfleet.protocol.errors import (
     InvalidArgument,
     InvalidPayload,
     ProtocolError,
+    ScheduleNotFound,
+    ScheduleOwned,
     StaleToken,
     TaskExists,
     TaskfleetError,
     WaitTimeout,
 )
+from taskfleet.protocol.schedules import Schedule
 from taskfleet.protocol.scripts import SweepResult
 from taskfleet.protocol.tasks import Task, TaskState
 
@@ -63,6 +67,9 @@ __all__ = [
     "ProtocolError",
     "Queue",
     "QueueConfig",
+    "Schedule",
+    "ScheduleNotFound",
+    "ScheduleOwned",
     "StaleToken",
     "SweepResult",
     "Task",
