@@ -345,8 +345,12 @@ def test_queue_config_carries_the_shared_limits() -> None:
         ({"heartbeat": {"intervalSeconds": 10, "ttlSeconds": 15}}, "at least 2x"),
         ({"rateLimit": {"tasks": 5}}, "periodSeconds is required"),
         ({"schedules": [{"name": "a", "cron": "* * * * *"}] * 2}, "names must be unique"),
-        ({"schedules": [{"name": "a", "cron": "61 * * * *"}]}, "not a valid five-field cron"),
-        ({"schedules": [{"name": "a", "cron": "0 3 * * * *"}]}, "String should match pattern"),
+        ({"schedules": [{"name": "a", "cron": "61 * * * *"}]}, "minute field: '61' is outside"),
+        ({"schedules": [{"name": "a", "cron": "0 3 * * * * *"}]}, "String should match pattern"),
+        (
+            {"schedules": [{"name": "a", "cron": "@daily", "timeZone": "Mars/Base"}]},
+            "unknown time zone 'Mars/Base'",
+        ),
         ({"env": [{"name": "TASKFLEET_QUEUE", "value": "x"}]}, "the operator sets them"),
         ({"replicas": 1001}, "less than or equal to 1000"),
         (

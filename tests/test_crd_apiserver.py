@@ -87,7 +87,7 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
             "schedule names must be unique",
         ),
         (
-            {"schedules": [{"name": "a", "cron": "0 3 * * * *"}]},
+            {"schedules": [{"name": "a", "cron": "0 3 * * * * *"}]},
             "spec.schedules[0].cron in body should match",
         ),
         (

@@ -27,7 +27,6 @@ def test_defaults_apply_when_the_environment_is_silent() -> None:
         idle_sweep_interval_s=60.0,
         demand_poll_interval_s=1.0,
         redis_timeout_s=2.0,
-        schedule_catchup_s=600.0,
     )
 
 

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import redis
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.errors import ScheduleOwned
 from taskfleet_operator import builders, sweeper
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.models import TaskQueueSpec
 from taskfleet_operator.status import Outage
 
 from tests.fixtures_redis import RedisServerFactory
-
-CREATED = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def make_spec(**overrides: Any) -> TaskQueueSpec:
@@ -41,8 +39,6 @@ def sweep(queue: Queue, spec: TaskQueueSpec, **kwargs: Any) -> sweeper.SweepRepo
         "live_pods": [],
         "suspects": set(),
         "pod_gone": lambda _pod: True,
-        "created_at": CREATED,
-        "catchup_s": 600.0,
     }
     options.update(kwargs)
     return sweeper.sweep_queue(queue, spec, **options)
@@ -179,26 +175,69 @@ def test_a_pod_gone_gives_back_what_each_of_its_worker_processes_held_and_nothin
     assert [t.state for t in map(queue.get, kept) if t] == ["running"]
 
 
-def test_a_cron_slot_fires_exactly_once_however_many_sweeps_see_it(queue: Queue) -> None:
+def make_due(queue: Queue, name: str, slot: int) -> None:
+    """Move a schedule's next slot to ``slot`` and make it due now (the store runs on the
+    server's clock, which a test does not set)."""
+    queue.client.hset(queue.keys.schedule(name), "next_slot", slot)
+    queue.client.zadd(queue.keys.schedule_due, {name: 0})
+
+
+def test_a_taskqueue_schedule_is_synced_into_the_store_and_its_slot_fires_exactly_once(
+    queue: Queue,
+) -> None:
     spec = make_spec(
-        schedules=[{"name": "nightly", "cron": "0 3 * * *", "payload": {"job": "report"}}]
+        schedules=[
+            {
+                "name": "nightly",
+                "cron": "0 3 * * *",
+                "timeZone": "Europe/Paris",
+                "payload": {"job": "report"},
+            }
+        ]
     )
-    now = datetime(2026, 3, 4, 3, 0, 30, tzinfo=UTC)
+    sweep(queue, spec)
+    [stored] = queue.schedules()
+    assert (stored.name, stored.tz, stored.owner, stored.payload) == (
+        "nightly",
+        "Europe/Paris",
+        "taskqueue",
+        {"job": "report"},
+    )
+    assert stored.next_slot is not None
+    slot = stored.next_slot - 86_400  # the 03:00 before (no DST change in between)
+    make_due(queue, "nightly", slot)
 
-    first = sweep(queue, spec, now=now)
-    again = sweep(queue, spec, now=now + timedelta(seconds=20))
-    next_day = sweep(queue, spec, now=now + timedelta(days=1))
+    first = sweep(queue, spec)
+    again = sweep(queue, spec)
 
-    slot = int(datetime(2026, 3, 4, 3, 0, tzinfo=UTC).timestamp())
-    assert first.fired == [f"sched:nightly:{slot}"]
-    assert again.fired == []
-    assert len(next_day.fired) == 1
-    task = queue.get(first.fired[0])
-    assert task is not None
-    assert task.payload == {"job": "report"}
+    assert (first.fired, again.fired) == (1, 0)
+    task = queue.get(f"sched:nightly:{slot}")
+    assert task is not None and task.payload == {"job": "report"}
+    after = queue.get_schedule("nightly")
+    assert after is not None and after.last_slot == slot and after.next_slot == stored.next_slot
 
 
-def test_a_schedule_the_queue_refuses_is_reported_and_the_others_still_fire(
+def test_the_sync_leaves_api_schedules_alone_and_deletes_what_the_spec_dropped(
+    queue: Queue,
+) -> None:
+    queue.schedule("tenant-7", "0 * * * *", {"tenant": 7})
+    two = make_spec(schedules=[{"name": "a", "cron": "@hourly"}, {"name": "b", "cron": "@daily"}])
+    sweep(queue, two)
+    one = make_spec(schedules=[{"name": "b", "cron": "@daily", "suspend": True}])
+
+    sweep(queue, one)
+
+    stored = {s.name: s for s in queue.schedules()}
+    assert sorted(stored) == ["b", "tenant-7"]
+    assert stored["b"].paused and stored["b"].owner == "taskqueue"
+    assert stored["tenant-7"].owner == ""
+    with pytest.raises(ScheduleOwned, match=r"spec\.schedules"):
+        queue.unschedule("b")
+    with pytest.raises(ScheduleOwned):
+        queue.schedule("b", "@hourly", {})
+
+
+def test_a_schedule_the_queue_refuses_is_reported_and_the_others_are_synced(
     queue: Queue,
 ) -> None:
     huge = {"blob": "x" * (1024 * 1024 + 1)}  # over the queue's default payload bound
@@ -208,40 +247,24 @@ def test_a_schedule_the_queue_refuses_is_reported_and_the_others_still_fire(
             {"name": "nightly", "cron": "0 3 * * *", "payload": {"job": "report"}},
         ]
     )
-    now = datetime(2026, 3, 4, 3, 0, 30, tzinfo=UTC)
 
-    report = sweep(queue, spec, now=now)
+    report = sweep(queue, spec)
 
-    slot = int(datetime(2026, 3, 4, 3, 0, tzinfo=UTC).timestamp())
-    assert report.fired == [f"sched:nightly:{slot}"]
     assert list(report.schedule_errors) == ["huge"]
     assert "payload" in report.schedule_errors["huge"]
-    assert report.stats["pending"] == 1
+    assert [s.name for s in queue.schedules()] == ["nightly"]
+    assert report.active_schedules == 1
 
 
-def test_a_slot_older_than_the_catchup_window_or_the_taskqueue_is_not_fired(
-    queue: Queue,
-) -> None:
-    spec = make_spec(schedules=[{"name": "hourly", "cron": "0 * * * *"}])
-    now = datetime(2026, 3, 4, 5, 30, tzinfo=UTC)
+def test_a_schedule_made_through_the_api_fires_in_the_operators_sweep(queue: Queue) -> None:
+    stored = queue.schedule("tenant-7", "*/5 * * * *", {"tenant": 7})
+    assert stored.next_slot is not None
+    make_due(queue, "tenant-7", stored.next_slot - 300)
 
-    late = sweep(queue, spec, now=now, catchup_s=600.0)
-    before_creation = sweep(
-        queue, spec, now=now, catchup_s=7200.0, created_at=now - timedelta(minutes=5)
-    )
+    report = sweep(queue, make_spec())
 
-    assert late.fired == []
-    assert before_creation.fired == []
-
-
-def test_due_slot_is_the_latest_tick_at_or_before_now() -> None:
-    at_tick = datetime(2026, 3, 4, 5, 0, tzinfo=UTC)
-
-    assert sweeper.due_slot("0 * * * *", at_tick, CREATED) == int(at_tick.timestamp())
-    assert sweeper.due_slot("0 * * * *", at_tick + timedelta(minutes=59), CREATED) == int(
-        at_tick.timestamp()
-    )
-    assert sweeper.due_slot("0 * * * *", at_tick, at_tick + timedelta(seconds=1)) is None
+    assert report.fired == 1
+    assert queue.get(f"sched:tenant-7:{stored.next_slot - 300}") is not None
 
 
 def test_sweep_writes_the_spec_settings_into_the_queue_config(queue: Queue) -> None:
@@ -296,7 +319,7 @@ def test_a_redis_the_sweep_cannot_reach_is_an_outage_and_its_url_is_resolved_aga
                 make_spec(),
                 live_pods=[],
                 suspects=set(),
-                catchup_s=600.0,
+                sync=True,
                 logger=logger,
             )
             for _ in range(2)
@@ -321,7 +344,7 @@ def test_a_secret_with_no_usable_url_is_an_outage_naming_the_secret() -> None:
             spec,
             live_pods=[],
             suspects=set(),
-            catchup_s=600.0,
+            sync=True,
             logger=logging.getLogger(__name__),
         )
     finally:
@@ -341,7 +364,7 @@ def test_a_sweep_that_reaches_redis_reports_what_it_did(redis_url: str) -> None:
             make_spec(),
             live_pods=[],
             suspects=set(),
-            catchup_s=600.0,
+            sync=True,
             logger=logging.getLogger(__name__),
         )
     finally:

@@ -49,6 +49,7 @@ class Report:
     requeued: dict[str, int] = field(default_factory=dict)
     suspects: set[str] = field(default_factory=set)
     schedule_errors: dict[str, str] = field(default_factory=dict)
+    active_schedules: int = 0
 
 
 def fleet(asked: int = 2, replicas: int = 2, ready: int = 2) -> dict[str, Any]:
@@ -66,6 +67,7 @@ def fleet(asked: int = 2, replicas: int = 2, ready: int = 2) -> dict[str, Any]:
         (SPEC, Report(suspects={"pod-b"}), fleet(), 2, False),  # a pod to ask about again
         (SPEC, Outage("RedisUnreachable", "down"), fleet(), 2, False),  # report the return
         (SCHEDULED, Report(), fleet(), 2, False),  # slots to fire
+        (SPEC, Report(active_schedules=1), fleet(), 2, False),  # API schedules, fleet at zero
         (SPEC, Report(), fleet(ready=1), 2, False),  # a pod coming up
         (SPEC, Report(), fleet(), 3, False),  # a pod going away
         (SPEC, Report(), None, 0, False),  # the Deployment not seen yet
@@ -126,18 +128,19 @@ def test_idle_housekeeping_sweeps_every_idle_queue_in_pipelines_and_wakes_only_t
         runner.register(1)
         assert runner.claim(1).tasks
         queues[keys[4]].client.delete(queues[keys[4]].keys.config)  # q4: settings lost
+        queues[keys[5]].schedule("hourly", "0 * * * *", {})  # q5: a schedule to fire
         client = queues[keys[0]].client
         client.config_resetstat()
 
         woken = connections.housekeep([*keys, down, ("ns", "never-connected")], per_pipeline=4)
 
-        assert sorted(woken) == sorted([down, keys[1], keys[2], keys[3], keys[4]])
+        assert sorted(woken) == sorted([down, *keys[1:]])
         # One sweep script a queue, in 2 pipelines of at most 4 queues (redis-py checks
         # the script is loaded once per pipeline).
         calls = client.info("commandstats")
         assert calls["cmdstat_evalsha"]["calls"] == len(keys)
         assert calls["cmdstat_script|exists"]["calls"] == 2
-        assert connections.housekeep([keys[0], keys[5]]) == []  # idle stays idle
+        assert connections.housekeep([keys[0]]) == []  # idle stays idle
     finally:
         connections.close()
 

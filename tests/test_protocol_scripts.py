@@ -88,7 +88,8 @@ def run_every_operation(queue: Queue, make: Callable[[str, str], BlockingBroker]
     assert worker.fail(tasks[1].id, tasks[1].token, "boom") is TaskState.DELAYED
     assert worker.release([(tasks[2].id, tasks[2].token)]) == 1
     assert queue.requeue_pod("pod-a") == 1
-    assert queue.fire_schedule("hourly", 1, {"s": 1}) is not None
+    queue.schedule("hourly", "0 * * * *", {"s": 1})
+    assert queue.fire_due_schedules() == 0
     queue.sweep()
     assert worker.deregister() == 0
     assert queue.get(ids[0]).state is TaskState.DONE  # type: ignore[union-attr]
@@ -233,7 +234,7 @@ def test_a_scheduled_payload_is_bounded_in_the_script_like_an_enqueued_one(queue
     queue.configure(QueueConfig(max_payload_bytes=100))
 
     with pytest.raises(InvalidPayload, match="the queue allows 100 \\(max_payload_bytes\\)"):
-        queue.fire_schedule("big", 1, {"blob": "x" * 200})
-    # Nothing stored, the slot not taken: a smaller payload fires it.
-    assert queue.fire_schedule("big", 1, {"blob": "small"}) == "sched:big:1"
-    assert queue.fire_schedule("big", 1, {"blob": "small"}) is None
+        queue.schedule("big", "0 * * * *", {"blob": "x" * 200})
+    # Nothing stored: a smaller payload makes the schedule.
+    assert queue.schedules() == []
+    assert queue.schedule("big", "0 * * * *", {"blob": "small"}).payload == {"blob": "small"}

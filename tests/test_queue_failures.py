@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from taskfleet import InvalidArgument, Queue, QueueConfig, TaskState
+from taskfleet import Queue, QueueConfig, TaskState
 from taskfleet.protocol.scripts import RESULT_TOO_LARGE
 
 from tests.fixtures_redis import MakeBroker, server_ms
@@ -93,31 +93,6 @@ def test_task_timeout_falls_back_to_the_queue_default(
     default = queue.enqueue({"x": 2})
     timeouts = {t.id: t.timeout for t in make_broker("jobs").claim(2).tasks}
     assert timeouts == {own: 2.0, default: 7.5}
-
-
-def test_a_schedule_fires_at_most_once_per_slot_even_with_two_callers(
-    queue: Queue, redis_url: str
-) -> None:
-    fired: list[str | None] = []
-    barrier = threading.Barrier(4)
-
-    def sweeper() -> None:
-        q = Queue("jobs", redis_url=redis_url)
-        barrier.wait()
-        fired.append(q.fire_schedule("nightly", 1000, {"job": "report"}))
-        q.close()
-
-    threads = [threading.Thread(target=sweeper) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    winners = [f for f in fired if f is not None]
-    assert len(winners) == 1
-    assert queue.get(winners[0]).payload == {"job": "report"}  # type: ignore[union-attr]
-    assert queue.fire_schedule("nightly", 999, {"job": "report"}) is None
-    assert queue.fire_schedule("nightly", 1001, {"job": "report"}) is not None
-    assert queue.stats()["pending"] == 2
 
 
 def test_wait_for_work_wakes_an_idle_worker_when_a_task_is_enqueued(
@@ -235,13 +210,3 @@ def test_purge_deletes_every_key_of_the_queue_and_only_those(
     assert queue.stats()["pending"] == 0
     assert other.stats()["pending"] == 1
     other.close()
-
-
-@pytest.mark.parametrize(
-    ("name", "slot"), [("", 1), ("nightly", "1"), ("nightly", True), ("nightly", 1.5)]
-)
-def test_fire_schedule_refuses_a_missing_name_or_a_non_integer_slot(
-    queue: Queue, name: str, slot: object
-) -> None:
-    with pytest.raises(InvalidArgument, match="schedule name and an integer slot"):
-        queue.fire_schedule(name, slot, {"x": 1})  # type: ignore[arg-type]

@@ -106,16 +106,6 @@ def test_enqueue_many_with_the_same_task_again_returns_its_id_and_adds_the_other
     assert queue.stats()["enqueued"] == 2
 
 
-def test_a_schedule_slot_that_already_fired_stays_a_no_op(queue: Queue) -> None:
-    assert queue.fire_schedule("nightly", 100, {"v": 1}) == "sched:nightly:100"
-    assert queue.fire_schedule("nightly", 100, {"v": 2}) is None
-    queue.client.delete(queue.keys.sched("nightly"))  # the slot record lost: the task stays
-    assert queue.fire_schedule("nightly", 100, {"v": 2}) is None
-    task = queue.get("sched:nightly:100")
-    assert task is not None and task.payload == {"v": 1}
-    assert queue.stats()["enqueued"] == 1
-
-
 def test_cli_enqueue_with_an_existing_id_says_so_and_a_conflict_exits_1(
     redis_url: str, tmp_path: Path
 ) -> None:

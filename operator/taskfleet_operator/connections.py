@@ -174,8 +174,8 @@ class Connections:
         reads that tell whether it is still idle, for up to ``per_pipeline`` queues per
         round trip to each Redis server (each script call touches one queue's keys: one
         hash slot). Returns the queues a full sweep must look at now: the script found
-        something to do, a task is pending, delayed or running, or the queue's settings
-        are missing (a Redis restarted without its data). A server that fails to answer
+        something to do, a task is pending, delayed or running, a schedule was made through
+        the API (slots to fire while no worker runs), or the queue's settings are missing (a Redis restarted without its data). A server that fails to answer
         wakes all of its queues: their sweeps report the outage."""
         woken: list[Key] = []
         for members in self._by_server(keys):
@@ -206,11 +206,12 @@ def _housekeep_chunk(members: list[tuple[Key, Queue]]) -> list[Key]:
         scripts.add_to(pipe, op)
         for zset in (queue.keys.pending, queue.keys.delayed, queue.keys.running):
             pipe.zcard(zset)
+        pipe.zcard(queue.keys.schedule_due)
         pipe.exists(queue.keys.config)
     replies = pipe.execute()
     woken = []
     for i, ((key, _), op) in enumerate(zip(members, ops, strict=True)):
-        swept, pending, delayed, running, configured = replies[i * 5 : i * 5 + 5]
+        swept, pending, delayed, running, scheduled, configured = replies[i * 6 : i * 6 + 6]
         result = op.decode(swept)
         moved = (
             result.promoted,
@@ -219,6 +220,6 @@ def _housekeep_chunk(members: list[tuple[Key, Queue]]) -> list[Key]:
             result.lost_dead,
             result.pruned_dead,  # the dead count in status changes
         )
-        if any(moved) or pending or delayed or running or not configured:
+        if any(moved) or pending or delayed or running or scheduled or not configured:
             woken.append(key)
     return woken

@@ -11,8 +11,10 @@ operator's own pool. What they remember between calls is in kopf's memos (`memos
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -25,6 +27,10 @@ from taskfleet_operator import status as tqstatus
 from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
 from taskfleet_operator.settings import OperatorSettings, configure_kopf, watched_namespaces
+
+#: How often a sweep writes a TaskQueue's schedules into the store though they did not
+#: change (a store emptied by hand, a Redis that lost its data).
+SCHEDULE_RESYNC_S = 60.0
 
 # Read at import: the sweep intervals and thread count are fixed for the process.
 SETTINGS = OperatorSettings.from_env()
@@ -314,17 +320,24 @@ def _sweep_once(
     if reconcile.deployment_lost(deployment, failure, status):
         reconcile.restore_fleet(body, model, connections, logger)
     live = list(indexes["worker_pods"].get(key, []))
+    schedules = json.dumps([s.model_dump() for s in model.schedules], sort_keys=True)
+    sync = (
+        schedules != memory.schedules_synced
+        or time.monotonic() - memory.schedules_synced_at > SCHEDULE_RESYNC_S
+    )
     outcome = sweeper.sweep_taskqueue(
         connections,
         body,
         model,
         live_pods=live,
         suspects=memory.suspects,
-        catchup_s=SETTINGS.schedule_catchup_s,
+        sync=sync,
         logger=logger,
     )
     if isinstance(outcome, sweeper.SweepReport):
         memory.suspects = outcome.suspects
+        if sync and not outcome.schedule_errors:
+            memory.schedules_synced, memory.schedules_synced_at = schedules, time.monotonic()
     swept = tqstatus.Swept(name, model, status, deployment, len(live), outcome, failure)
     update = tqstatus.after_sweep(swept, now=tqstatus.now_iso())
     if update.patch:

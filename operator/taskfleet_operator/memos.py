@@ -39,6 +39,10 @@ class TaskQueueMemory:
     failure: Failure | None = None
     # The autoscaler's surplus spell and what it last wrote to status.
     scaler: ScalerState = field(default_factory=ScalerState)
+    # The spec's schedules as last written into the queue's store, and when (monotonic):
+    # a sweep writes them again when they change, and every minute in case keys were lost.
+    schedules_synced: str = ""
+    schedules_synced_at: float = 0.0
 
 
 @dataclass(frozen=True)

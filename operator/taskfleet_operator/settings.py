@@ -52,8 +52,6 @@ class OperatorSettings:
     sweep_threads: int = 16
     # Redis socket connect/read timeout: a dead Redis must not stall a sweep for long.
     redis_timeout_s: float = 2.0
-    # How far back a missed cron slot is still fired (operator down across a tick).
-    schedule_catchup_s: float = 600.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -64,7 +62,6 @@ class OperatorSettings:
             demand_poll_interval_s=_float(env, "TASKFLEET_DEMAND_POLL_INTERVAL", 1.0, 0.05, 60),
             sweep_threads=int(_float(env, "TASKFLEET_SWEEP_THREADS", 16, 1, 256)),
             redis_timeout_s=_float(env, "TASKFLEET_REDIS_TIMEOUT", 2.0, 0.1, 60),
-            schedule_catchup_s=_float(env, "TASKFLEET_SCHEDULE_CATCHUP", 600.0, 0, 86_400),
         )
 
 

@@ -1,8 +1,9 @@
-"""The per-TaskQueue sweep: orphaned tasks back to pending, Redis housekeeping, cron.
+"""The per-TaskQueue sweep: orphaned tasks back to pending, Redis housekeeping, schedules.
 
 Every Redis operation it uses is one atomic, idempotent Lua script, so two sweepers
 (an operator restart overlapping its predecessor) cannot double anything: a requeue
-finds the pod's set already empty, a cron slot fires at most once.
+finds the pod's set already empty, a schedule's slot fires exactly once (the workers
+fire the same store; see taskfleet.protocol.schedules).
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
-from croniter import croniter
 from kubernetes.client.exceptions import ApiException
+from taskfleet.producer.encoding import encode_payload
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.errors import TaskfleetError
+from taskfleet.protocol.schedules import OWNER_TASKQUEUE, ScheduleDef
 from taskfleet.protocol.scripts import SWEEP_BOUND
 from taskfleet.protocol.workernames import pod_of, workers_of
 
@@ -31,24 +32,13 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]
 __all__ = ["SweepReport", "sweep_queue", "sweep_taskqueue"]
 
 
-def due_slot(cron: str, now: datetime, not_before: datetime) -> int | None:
-    """The latest cron slot at or before ``now`` (epoch seconds), if not before the bound.
-
-    Only the latest slot is considered: after an outage a schedule fires once, not once
-    per missed tick.
-    """
-    slot: datetime = croniter(cron, now + timedelta(microseconds=1)).get_prev(datetime)
-    if slot < not_before:
-        return None
-    return int(slot.timestamp())
-
-
 @dataclass
 class SweepReport:
     """What one sweep did and saw, for status and events."""
 
     requeued: dict[str, int] = field(default_factory=dict)
-    fired: list[str] = field(default_factory=list)
+    fired: int = 0  # tasks this sweep's firing enqueued
+    active_schedules: int = 0  # schedules of the store waiting for their next slot
     stats: dict[str, int] = field(default_factory=dict)
     suspects: set[str] = field(default_factory=set)
     # Schedules the queue refused this sweep, by name: the error says what to fix.
@@ -115,24 +105,42 @@ def requeue_pod_workers(queue: Queue, pod: str) -> int:
     return sum(queue.requeue_pod(name) for name in dict.fromkeys([pod, *names]))
 
 
-def fire_schedules(
-    queue: Queue, spec: TaskQueueSpec, now: datetime, not_before: datetime, report: SweepReport
-) -> None:
-    """Fire every due schedule; one the queue refuses (e.g. a payload over the queue's
-    bound) is reported and skipped, so it cannot stop the others or the sweep."""
-    for schedule in spec.schedules:
-        slot = due_slot(schedule.cron, now, not_before)
-        if slot is None:
-            continue
-        try:  # the fire script bounds the payload as enqueue does
-            task_id = queue.fire_schedule(
-                schedule.name, slot, dict(schedule.payload), priority=schedule.priority
-            )
+def schedule_definitions(spec: TaskQueueSpec) -> list[tuple[ScheduleDef, bool]]:
+    """The spec's schedules as the store's definitions, each with its ``suspend``."""
+    return [
+        (
+            ScheduleDef(
+                name=s.name,
+                cron=s.cron,
+                payload=encode_payload(dict(s.payload)),
+                tz=s.time_zone,
+                priority=s.priority,
+                catchup=s.catchup,
+                catchup_limit=s.catchup_limit,
+                jitter_ms=s.jitter_seconds * 1000,
+            ),
+            s.suspend,
+        )
+        for s in spec.schedules
+    ]
+
+
+def sync_schedules(queue: Queue, spec: TaskQueueSpec, report: SweepReport) -> None:
+    """Write the spec's schedules into the queue's store (owned by the TaskQueue: the API
+    cannot change them; a schedule of the same name made through the API is taken over)
+    and delete those the spec no longer names. Schedules made through the API are left
+    alone. One the queue refuses (a payload over its bound) is reported and skipped."""
+    wanted = schedule_definitions(spec)
+    for definition, suspend in wanted:
+        try:
+            queue.put_schedule(definition, paused=suspend, owner=OWNER_TASKQUEUE, take_over=True)
         except TaskfleetError as error:
-            report.schedule_errors[schedule.name] = str(error)
-            continue
-        if task_id is not None:
-            report.fired.append(task_id)
+            report.schedule_errors[definition.name] = str(error)
+    names = {d.name for d, _ in wanted}
+    for raw in queue.client.smembers(queue.keys.schedules_owned):
+        name = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if name not in names:
+            queue.unschedule(name, owner=OWNER_TASKQUEUE)
 
 
 def sweep_queue(
@@ -142,16 +150,14 @@ def sweep_queue(
     live_pods: Iterable[str],
     suspects: set[str],
     pod_gone: Callable[[str], bool],
-    created_at: datetime,
-    catchup_s: float,
-    now: datetime | None = None,
+    sync: bool = True,
 ) -> SweepReport:
     """One sweep of one queue. Raises `redis.RedisError` when Redis is unreachable.
 
     ``pod_gone(pod)`` asks the API whether a suspect pod is really gone (see
-    `orphaned_pods`).
+    `orphaned_pods`). ``sync``: write the spec's schedules into the store (the handler
+    does when the spec's schedules changed, and now and then in case keys were lost).
     """
-    now = now or datetime.now(UTC)
     report = SweepReport()
     queue.configure(builders.queue_config(spec))  # the TaskQueue is the source of truth
     requeue_orphans(queue, live_pods, suspects, report, pod_gone)
@@ -161,8 +167,11 @@ def sweep_queue(
         counts = (result.promoted, result.expired, result.requeued, result.pruned_done)
         if max(*counts, result.pruned_dead) < SWEEP_BOUND:
             break
-    not_before = max(created_at, now - timedelta(seconds=catchup_s))
-    fire_schedules(queue, spec, now, not_before, report)
+    if sync:
+        sync_schedules(queue, spec, report)
+    # A firer like every worker: schedules fire on time while the fleet is at zero.
+    report.fired = queue.fire_due_schedules()
+    report.active_schedules = int(queue.client.zcard(queue.keys.schedule_due))
     report.stats = queue.stats()
     return report
 
@@ -181,11 +190,6 @@ def pod_gone_asking_api(namespace: str, logger: Logger) -> Callable[[str], bool]
     return gone
 
 
-def creation_time(body: Mapping[str, Any]) -> datetime:
-    stamp = str(body["metadata"]["creationTimestamp"]).replace("Z", "+00:00")
-    return datetime.fromisoformat(stamp)
-
-
 def sweep_taskqueue(
     connections: Connections,
     body: Mapping[str, Any],
@@ -193,7 +197,7 @@ def sweep_taskqueue(
     *,
     live_pods: Iterable[str],
     suspects: set[str],
-    catchup_s: float,
+    sync: bool,
     logger: Logger,
 ) -> SweepReport | Outage:
     """`sweep_queue` on a TaskQueue's queue, or the outage that kept it from Redis.
@@ -209,14 +213,13 @@ def sweep_taskqueue(
             live_pods=live_pods,
             suspects=suspects,
             pod_gone=pod_gone_asking_api(namespace, logger),
-            created_at=creation_time(body),
-            catchup_s=catchup_s,
+            sync=sync,
         )
     except kube.SecretUnavailable as error:
         return Outage("SecretUnavailable", str(error))
     except redis.RedisError as error:
         connections.invalidate(namespace, name)
         return Outage("RedisUnreachable", f"cannot reach Redis: {describe_error(error)}")
-    for task_id in report.fired:
-        logger.info("schedule fired: task %s", task_id)
+    if report.fired:
+        logger.info("schedules fired: %d tasks", report.fired)
     return report

@@ -51,7 +51,8 @@ def after_sweep(
     live_pods: int,
 ) -> Quiet:
     """Idle means nothing for a sweep to do until something wakes it: no task pending,
-    delayed or running (leases to watch, tasks coming due), no schedules (slots to fire),
+    delayed or running (leases to watch, tasks coming due), no active schedule in the spec
+    or the queue's store (slots to fire, also while the fleet is at zero),
     Redis reachable, and the fleet as asked (no pods coming or going whose status the
     TaskQueue should show)."""
     if isinstance(outcome, Outage):
@@ -62,7 +63,7 @@ def after_sweep(
             return Quiet(False, f"{stats[state]} {state}")
     if outcome.requeued or outcome.suspects or outcome.schedule_errors:
         return Quiet(False, "pods gone or suspected")
-    if spec.schedules:
+    if spec.schedules or outcome.active_schedules:
         return Quiet(False, "schedules")
     asked = wanted_replicas(spec, deployment)
     replicas, ready = deployment_status(deployment)

@@ -23,11 +23,14 @@ if TYPE_CHECKING:
         InvalidArgument,
         InvalidPayload,
         ProtocolError,
+        ScheduleNotFound,
+        ScheduleOwned,
         StaleToken,
         TaskExists,
         TaskfleetError,
         WaitTimeout,
     )
+    from taskfleet.protocol.schedules import Schedule
     from taskfleet.protocol.scripts import SweepResult
     from taskfleet.protocol.tasks import Task, TaskState
     from taskfleet.worker.broker import Broker
@@ -44,6 +47,8 @@ _LAZY = {
             "InvalidArgument",
             "InvalidPayload",
             "ProtocolError",
+            "ScheduleNotFound",
+            "ScheduleOwned",
             "StaleToken",
             "TaskExists",
             "TaskfleetError",
@@ -51,6 +56,7 @@ _LAZY = {
         ),
         "protocol.errors",
     ),
+    "Schedule": "protocol.schedules",
     "SweepResult": "protocol.scripts",
     "Task": "protocol.tasks",
     "TaskState": "protocol.tasks",
@@ -83,6 +89,9 @@ __all__ = [
     "ProtocolError",
     "Queue",
     "QueueConfig",
+    "Schedule",
+    "ScheduleNotFound",
+    "ScheduleOwned",
     "StaleToken",
     "SweepResult",
     "Task",

@@ -159,6 +159,15 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     "private].",
 )
 @click.option(
+    "--fire-schedules/--no-fire-schedules",
+    envvar=environment.FIRE_SCHEDULES,
+    default=True,
+    show_default=True,
+    show_envvar=True,
+    help="Fire the queue's due schedules in the background (every worker does; each slot "
+    "fires once however many do).",
+)
+@click.option(
     "--log-format",
     envvar=environment.LOG_FORMAT,
     type=click.Choice(["kv", "json"]),
@@ -188,6 +197,7 @@ def worker(
     task_timeout: float | None,
     pod: str | None,
     runtime_dir: str | None,
+    fire_schedules: bool,
     log_format: str,
     log_level: str,
     redis_url: str,
@@ -230,6 +240,7 @@ def worker(
         lease_ttl=lease_ttl,
         default_timeout=task_timeout,
         runtime_dir=runtime_dir,
+        fire_schedules=fire_schedules,
     )
     try:
         settings.validate()

@@ -16,14 +16,22 @@ from typing import Any
 
 import redis
 
-from taskfleet.producer import reading
-from taskfleet.producer.encoding import EnqueueSpec, checked_int, encode_payload, enqueue_args
+from taskfleet.producer import reading, scheduling
+from taskfleet.producer.encoding import EnqueueSpec, enqueue_args
 from taskfleet.producer.reading import WorkerInfo
-from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.protocol.config import QueueConfig
-from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.errors import InvalidArgument, ScheduleNotFound
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.redisurl import parse_redis_url
+from taskfleet.protocol.schedule_ops import ScheduleOps
+from taskfleet.protocol.schedules import (
+    OWNER_API,
+    Schedule,
+    ScheduleDef,
+    due_ms,
+    first_slot,
+    validate_schedule_name,
+)
 from taskfleet.protocol.scripts import Ops, SweepResult, SyncScripts
 from taskfleet.protocol.tasks import Task
 
@@ -61,6 +69,7 @@ class Queue:
         self.client: redis.Redis = client if client is not None else redis.Redis.from_url(redis_url)
         self._owns_client = client is None
         self.ops = Ops(self.keys)
+        self.schedule_ops = ScheduleOps(self.keys)
         self._scripts = SyncScripts.for_client(self.client)
 
     def __repr__(self) -> str:
@@ -212,17 +221,114 @@ class Queue:
         silent workers. Bounded per call; call again while counts are at the bound."""
         return self._scripts.run(self.ops.sweep())
 
-    def fire_schedule(
-        self, name: str, slot: int, payload: dict[str, Any], *, priority: int = 0
-    ) -> str | None:
-        """Enqueue the task of schedule ``name`` for ``slot`` unless that slot (or a later
-        one) already fired; returns the new task id, or None."""
-        if not name or not isinstance(slot, int) or isinstance(slot, bool):
-            raise InvalidArgument("fire_schedule needs a schedule name and an integer slot")
-        checked_int(priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
-        task_id = f"sched:{name}:{slot}"
-        op = self.ops.fire_schedule(name, slot, task_id, encode_payload(payload), priority)
+    # -- schedules (see taskfleet.protocol.schedules) ----------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        payload: dict[str, Any],
+        *,
+        tz: str = "UTC",
+        catchup: str = "latest",
+        catchup_limit: int = 100,
+        jitter: float | timedelta = 0,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        cost: int = 1,
+        timeout: float | timedelta | None = None,
+        deadline: float | timedelta | None = None,
+        paused: bool = False,
+    ) -> Schedule:
+        """Create or change the schedule ``name``: a task with ``payload`` once per slot of
+        ``cron`` (five fields, or six with seconds first) in zone ``tz``; returns it as stored.
+
+        ``catchup`` after downtime: ``latest`` fires the latest missed slot only, ``all``
+        every missed slot, at most ``catchup_limit`` (the latest ones). ``jitter``: each
+        slot fires up to that many seconds late (a fixed draw per slot), to spread
+        schedules that share a time. ``priority``, ``max_attempts``, ``cost``, ``timeout``
+        apply to each task; ``deadline``: seconds after its firing by which it must start.
+        Changing the cron, zone or jitter starts again from the next slot after now;
+        changing anything else keeps the slot to fire next. Raises ``InvalidArgument``
+        (bad cron, unknown zone, a bound), ``InvalidPayload``, ``ScheduleOwned`` (a
+        TaskQueue's spec holds that name).
+        """
+        definition = scheduling.schedule_def(
+            name,
+            cron,
+            payload,
+            tz=tz,
+            catchup=catchup,
+            catchup_limit=catchup_limit,
+            jitter=jitter,
+            priority=priority,
+            max_attempts=max_attempts,
+            cost=cost,
+            timeout=timeout,
+            deadline=deadline,
+        )
+        self.put_schedule(definition, paused=paused)
+        found = self.get_schedule(name)
+        assert found is not None
+        return found
+
+    def put_schedule(
+        self,
+        definition: ScheduleDef,
+        *,
+        paused: bool = False,
+        owner: str = OWNER_API,
+        take_over: bool = False,
+    ) -> int:
+        """Store a validated definition (the operator's sync uses ``owner`` 'taskqueue'
+        and ``take_over``); returns CREATED, UPDATED or UNCHANGED (``schedule_ops``)."""
+        slot, due = scheduling.first_due(definition, scheduling.server_ms(self.client))
+        op = self.schedule_ops.put(
+            definition,
+            owner=owner,
+            take_over=take_over,
+            paused=paused,
+            first_slot=slot,
+            first_due_ms=due,
+        )
         return self._scripts.run(op)
+
+    def unschedule(self, name: str, *, owner: str = OWNER_API, take_over: bool = False) -> bool:
+        """Delete the schedule ``name``; False if there was none. Tasks it fired stay."""
+        validate_schedule_name(name)
+        return self._scripts.run(self.schedule_ops.delete(name, owner=owner, take_over=take_over))
+
+    def get_schedule(self, name: str) -> Schedule | None:
+        validate_schedule_name(name)
+        raw = self.client.hgetall(self.keys.schedule(name))
+        return Schedule.from_hash(raw) if raw else None
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule of the queue, sorted by name."""
+        return scheduling.read_all(self.client, self.keys)
+
+    def pause_schedule(self, name: str) -> bool:
+        """Stop firing ``name`` (False if it was paused); slots that pass are not fired."""
+        validate_schedule_name(name)
+        op = self.schedule_ops.pause(name, True, owner=OWNER_API, next_slot=None, next_due_ms=0)
+        return self._scripts.run(op)
+
+    def resume_schedule(self, name: str) -> bool:
+        """Fire ``name`` again from its first slot after now (False if it was active)."""
+        found = self.get_schedule(name)
+        if found is None:
+            raise ScheduleNotFound(name)
+        definition_tz, cron = found.tz, found.cron
+        now = scheduling.server_ms(self.client)
+        slot = first_slot(cron, definition_tz, now)
+        due = 0 if slot is None else due_ms(name, slot, int(found.jitter_s * 1000))
+        op = self.schedule_ops.pause(name, False, owner=OWNER_API, next_slot=slot, next_due_ms=due)
+        return self._scripts.run(op)
+
+    def fire_due_schedules(self, *, max_calls: int = 10) -> int:
+        """Fire the slots due now (what every worker does in the background); returns
+        the tasks enqueued. Safe to run anywhere, any number of times at once."""
+        return scheduling.fire_due(self._scripts, self.schedule_ops, max_calls=max_calls)
 
     def purge(self) -> None:
         """Delete every key of the queue (tasks, workers, config, counters)."""

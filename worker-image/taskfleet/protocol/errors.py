@@ -102,3 +102,22 @@ def auth_failure(exc: BaseException) -> str | None:
         if message.startswith("NOPERM") or "can't run this command" in message:
             return "permission"
     return None
+
+
+class ScheduleNotFound(TaskfleetError, LookupError):  # noqa: N818
+    """No schedule of that name in the queue's store."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule named {name!r} in this queue")
+        self.name = name
+
+
+class ScheduleOwned(TaskfleetError, ValueError):  # noqa: N818
+    """The schedule belongs to a TaskQueue's spec (or, for the operator, to the API):
+    only its owner changes it."""
+
+    def __init__(self, name: str, owner: str) -> None:
+        where = "its TaskQueue's spec.schedules" if owner == "taskqueue" else "the API / CLI"
+        super().__init__(f"schedule {name!r} is managed through {where}; change it there")
+        self.name = name
+        self.owner = owner

@@ -13,8 +13,8 @@ import re
 PREFIX = "tf"
 
 #: The order in which every script receives the queue's keys (KEYS[1], KEYS[2], ...).
-#: ``task``, ``pod``, ``sched`` and ``wake`` are prefixes: the script appends the id, pod or
-#: name.
+#: ``task``, ``pod``, ``sched``, ``wake`` and ``schedule`` are prefixes: the script appends
+#: the id, pod or name.
 SCRIPT_KEYS: tuple[str, ...] = (
     "task",
     "pending",
@@ -35,6 +35,10 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "idle",
     "wake",
     "demand",
+    "schedule",
+    "schedules",
+    "schedule_due",
+    "schedules_owned",
 )
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -70,6 +74,10 @@ class QueueKeys:
         "queue",
         "running",
         "sched_prefix",
+        "schedule_due",
+        "schedule_prefix",
+        "schedules",
+        "schedules_owned",
         "script_keys",
         "seq",
         "stats",
@@ -98,6 +106,8 @@ class QueueKeys:
         self.bucket_tasks = p + "bucket:tasks"
         self.bucket_cost = p + "bucket:cost"
         self.notify = p + "notify"
+        # the last slot a TaskQueue schedule fired before schedules were stored as data:
+        # read once when the operator first syncs that schedule into the store
         self.sched_prefix = p + "sched:"
         # idle workers blocked on their wake list, member "<pod>\0<incarnation>", score = ms
         # until which the registration holds; a producer claims a new task for one of them
@@ -107,11 +117,19 @@ class QueueKeys:
         # at most one element: pushed when tasks become pending that no idle worker took,
         # for whoever sizes the fleet (the operator's autoscaler blocks on it)
         self.demand = p + "demand"
+        # schedules as data: one hash per schedule, the set of every name, and the names
+        # of active ones scored by when each is next due (ms; see protocol/schedules.py)
+        self.schedule_prefix = p + "schedule:"
+        self.schedules = p + "schedules"
+        self.schedule_due = p + "schedules:due"
+        # the names a TaskQueue's spec owns (the operator deletes those its spec dropped)
+        self.schedules_owned = p + "schedules:taskqueue"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
             "sched": self.sched_prefix,
             "wake": self.wake_prefix,
+            "schedule": self.schedule_prefix,
         }
         self.script_keys: tuple[str, ...] = tuple(
             by_name.get(name) or getattr(self, name) for name in SCRIPT_KEYS
@@ -125,6 +143,9 @@ class QueueKeys:
 
     def sched(self, name: str) -> str:
         return self.sched_prefix + name
+
+    def schedule(self, name: str) -> str:
+        return self.schedule_prefix + name
 
     def wake(self, pod: str) -> str:
         return self.wake_prefix + pod

@@ -49,7 +49,11 @@ NAMES = (
     "deregister",
     "disown",
     "sweep",
-    "fire_schedule",
+    "schedule_put",
+    "schedule_delete",
+    "schedule_pause",
+    "schedule_due",
+    "schedule_fire",
 )
 #: Housekeeping bound per claim: keeps a claim short however large the backlog.
 CLAIM_HOUSEKEEPING_BOUND = 100
@@ -442,18 +446,3 @@ class Ops:
 
     def sweep(self, bound: int = SWEEP_BOUND) -> Op[SweepResult]:
         return Op("sweep", self._k, (bound,), lambda raw: SweepResult(*_ints(raw, 7, "sweep")))
-
-    def fire_schedule(
-        self, name: str, slot: int, task_id: str, payload: str, priority: int
-    ) -> Op[str | None]:
-        def decode(raw: Any) -> str | None:
-            if isinstance(raw, list):
-                if len(raw) == 3 and int(raw[0]) == -1:
-                    size, limit = int(raw[1]), int(raw[2])
-                    raise InvalidPayload(
-                        f"payload is {size} bytes; the queue allows {limit} (max_payload_bytes)"
-                    )
-                raise ProtocolError(f"fire_schedule: unexpected reply {raw!r}")
-            return None if raw is None else text(raw)
-
-        return Op("fire_schedule", self._k, (name, slot, task_id, payload, priority), decode)

@@ -21,6 +21,8 @@ import redis.exceptions
 
 from taskfleet.protocol.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.schedule_ops import DueBatch, Fired, ScheduleOps
+from taskfleet.protocol.schedules import FirePlan
 from taskfleet.protocol.scripts import (
     CLAIM_HOUSEKEEPING_BOUND,
     AsyncScripts,
@@ -101,6 +103,7 @@ class Broker:
         self.incarnation = incarnation
         self.concurrency = 0
         self.ops = Ops(self.keys)
+        self.schedule_ops = ScheduleOps(self.keys)
         self._scripts = AsyncScripts.for_client(client)
         self.reply_timeout = reply_timeout
         #: This process's whereabouts (``identity.Whereabouts``), kept in the worker record
@@ -335,6 +338,14 @@ class Broker:
             if not more.saturated():
                 break
         return total
+
+    async def schedules_due(self, limit: int, lease_ms: int) -> DueBatch:
+        """Claim up to ``limit`` due schedules for ``lease_ms`` (see ``firing``)."""
+        return await self._run(self.schedule_ops.due(limit, lease_ms))
+
+    async def fire_schedules(self, plans: Sequence[FirePlan]) -> Fired:
+        """Fire planned slots; each applies only if its schedule is still as read."""
+        return await self._run(self.schedule_ops.fire(plans))
 
     async def wait_for_work(self, timeout_s: float) -> ClaimResult | None:
         """Block until a producer hands over a task or signals new work, or ``timeout_s``.

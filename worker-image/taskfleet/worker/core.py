@@ -1,6 +1,6 @@
 """``Worker``: the loops that tie the worker's parts together, and its start and stop.
 
-One asyncio loop runs four activities:
+One asyncio loop runs five activities:
 
 - the claim loop fills free slots with one batched ``claim`` and, when the queue is
   empty, blocks on the broker's ``wait_for_work`` (BLPOP), where producers hand it new
@@ -14,7 +14,9 @@ One asyncio loop runs four activities:
   is ever forgotten;
 - the heartbeat (``heartbeat_loop``) extends every held lease in one call, reports
   in-flight count and the draining flag, abandons tasks whose lease was lost, and
-  sweeps the queue now and then so the library loses nothing even without the operator.
+  sweeps the queue now and then so the library loses nothing even without the operator;
+- the schedule loop (``schedule_loop``) fires the queue's due schedules, off the claim
+  path, so schedules fire with or without the operator.
 
 What is given back without an attempt (a drain's unfinished runs, prefetched tasks no
 thread has begun) goes through ``HandBack``.
@@ -39,6 +41,7 @@ from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.claiming import ClaimLoop, ClaimLoopState
 from taskfleet.worker.events import log_event
 from taskfleet.worker.execution import Execution
+from taskfleet.worker.firing import schedule_loop
 from taskfleet.worker.gate import FatalStop, RedisGate, wait_any
 from taskfleet.worker.handback import HandBack
 from taskfleet.worker.handlers import Handler, format_error
@@ -234,6 +237,19 @@ class Worker:
                 ),
                 loop.create_task(self.outbox.serve(until=self._closing), name="flush"),
             ]
+            if self.settings.fire_schedules:
+                background.append(
+                    loop.create_task(
+                        schedule_loop(
+                            self._broker,
+                            self.gate,
+                            drain_requested=self._drain_requested,
+                            stop_requested=self._stop_requested,
+                            closing=self._closing,
+                        ),
+                        name="schedules",
+                    )
+                )
             if self.slots.prefetch:
                 background.append(loop.create_task(self.handback.prefetch_guard(), name="prefetch"))
             self.claims = ClaimLoop(

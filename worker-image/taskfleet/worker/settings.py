@@ -32,6 +32,7 @@ class WorkerSettings:
     backoff_base: float = 0.1
     backoff_max: float = 5.0
     runtime_dir: str | None = None
+    fire_schedules: bool = True  # fire the queue's due schedules in the background
 
     @property
     def prefetch_depth(self) -> int:
