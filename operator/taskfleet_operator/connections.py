@@ -175,8 +175,9 @@ class Connections:
         round trip to each Redis server (each script call touches one queue's keys: one
         hash slot). Returns the queues a full sweep must look at now: the script found
         something to do, a task is pending, delayed or running, a schedule was made through
-        the API (slots to fire while no worker runs), or the queue's settings are missing (a Redis restarted without its data). A server that fails to answer
-        wakes all of its queues: their sweeps report the outage."""
+        the API (slots to fire while no worker runs), or the queue's settings are missing
+        (a Redis restarted without its data). A server that fails to answer wakes all of
+        its queues: their sweeps report the outage."""
         woken: list[Key] = []
         for members in self._by_server(keys):
             for start in range(0, len(members), per_pipeline):
