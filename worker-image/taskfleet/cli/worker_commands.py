@@ -158,6 +158,16 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     show_default=True,
     show_envvar=True,
 )
+@click.option(
+    "--metrics-port",
+    envvar=environment.METRICS_PORT,
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    show_envvar=True,
+    help="Serve Prometheus metrics on this port, all interfaces (needs the 'metrics' "
+    "extra); 0 = off. The operator's pods serve them on 9100 (docs/metrics.md).",
+)
 @redis_option
 def worker(
     *,
@@ -173,6 +183,7 @@ def worker(
     runtime_dir: str | None,
     log_format: str,
     log_level: str,
+    metrics_port: int,
     redis_url: str,
 ) -> None:
     """Run tasks of a queue until SIGTERM/SIGINT or `taskfleet drain`, then drain and exit 0.
@@ -220,15 +231,22 @@ def worker(
     configure_logging(log_format, log_level)
     # Not asyncio.run(): closing the loop would join the default executor, and a handler's
     # hung asyncio.to_thread() call must not keep a drained worker from exiting.
-    code = asyncio.Runner().run(_serve(settings, resolved))
+    code = asyncio.Runner().run(_serve(settings, resolved, metrics_port))
     _exit_now(code)
 
 
-async def _serve(settings: Any, handler: Any) -> int:
+async def _serve(settings: Any, handler: Any, metrics_port: int) -> int:
     from taskfleet.worker import Worker, log_event
     from taskfleet.worker.handlers import format_error
+    from taskfleet.worker.metrics import MetricsUnavailable, serve
 
     worker = Worker(settings, handler)
+    if metrics_port:
+        try:
+            serve(worker, metrics_port)
+        except MetricsUnavailable as exc:  # bad configuration, like a bad option
+            click.echo(f"taskfleet: error: {exc}", err=True)
+            return 2
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.request_drain)
