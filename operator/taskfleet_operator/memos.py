@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from taskfleet_operator.connections import Connections
+from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.scaler import ScalerState
 from taskfleet_operator.status import Failure
 from taskfleet_operator.wakeups import Blocking, Wakers
@@ -44,13 +45,14 @@ class TaskQueueMemory:
 class Shared:
     """What every handler shares, made once at startup and kept in the operator's memo
     (every object's memo is copied from it): the Redis connections, the sweeps' wake-ups,
-    the pool that runs the loops' blocking calls, and the demand poll's task."""
+    the pool that runs the loops' blocking calls, the demand poll's task and the metrics."""
 
     connections: Connections
     wakers: Wakers
     executor: ThreadPoolExecutor
     run: Blocking
     poll: asyncio.Task[None]
+    metrics: OperatorMetrics
 
 
 def keep_shared(memo: kopf.Memo, shared: Shared) -> None:
@@ -66,6 +68,10 @@ def shared(memo: kopf.Memo) -> Shared:
 
 def connections(memo: kopf.Memo) -> Connections:
     return shared(memo).connections
+
+
+def metrics(memo: kopf.Memo) -> OperatorMetrics:
+    return shared(memo).metrics
 
 
 def wakers(memo: kopf.Memo) -> Wakers:

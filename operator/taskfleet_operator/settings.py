@@ -22,6 +22,15 @@ class SettingsError(ValueError):
     """An operator environment variable has a value the operator cannot use."""
 
 
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) > 65535:
+        raise SettingsError(f"{name} must be a port number 0..65535 (0 = off), got {raw!r}")
+    return int(raw)
+
+
 def _float(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
@@ -54,6 +63,8 @@ class OperatorSettings:
     redis_timeout_s: float = 2.0
     # How far back a missed cron slot is still fired (operator down across a tick).
     schedule_catchup_s: float = 600.0
+    # Where Prometheus scrapes the operator (docs/metrics.md); 0 = no metrics endpoint.
+    metrics_port: int = 9101
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -65,6 +76,7 @@ class OperatorSettings:
             sweep_threads=int(_float(env, "TASKFLEET_SWEEP_THREADS", 16, 1, 256)),
             redis_timeout_s=_float(env, "TASKFLEET_REDIS_TIMEOUT", 2.0, 0.1, 60),
             schedule_catchup_s=_float(env, "TASKFLEET_SCHEDULE_CATCHUP", 600.0, 0, 86_400),
+            metrics_port=_port(env, "TASKFLEET_METRICS_PORT", 9101),
         )
 
 

@@ -46,7 +46,8 @@ def due_slot(cron: str, now: datetime, not_before: datetime) -> int | None:
 class SweepReport:
     """What one sweep did and saw, for status and events."""
 
-    requeued: dict[str, int] = field(default_factory=dict)
+    requeued: dict[str, int] = field(default_factory=dict)  # by pod gone
+    lease_expired: int = 0  # tasks the queue's sweep took back from expired leases
     fired: list[str] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
     suspects: set[str] = field(default_factory=set)
@@ -144,6 +145,7 @@ def sweep_queue(
     # The sweep script is bounded per call; a few calls catch up after a backlog.
     for _ in range(10):
         result = queue.sweep()
+        report.lease_expired += result.requeued
         counts = (result.promoted, result.expired, result.requeued, result.pruned_done)
         if max(*counts, result.pruned_dead) < SWEEP_BOUND:
             break
