@@ -5,6 +5,10 @@ server (counts, counters, worker records and the head of pending; then when that
 became ready), however many queues or pods there are. Nothing is cached: the figures are
 Redis's at the moment of the scrape. A server that does not answer gives its queues
 ``taskfleet_queue_redis_up 0`` and no other series (a gap, not a false zero).
+
+Labels: ``queue`` (``<namespace>.<name>``, as the workers label theirs), and the
+TaskQueue's ``taskqueue_namespace`` and ``taskqueue`` (not ``namespace``: Prometheus'
+Kubernetes discovery sets that to the operator's own namespace).
 """
 
 from __future__ import annotations
@@ -149,7 +153,7 @@ class QueueCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         readings = read_queues(self._connections)
-        labels = ["queue", "namespace", "taskqueue"]
+        labels = ["queue", "taskqueue_namespace", "taskqueue"]
 
         def gauge(name: str, doc: str, extra: list[str] | None = None) -> Any:
             return GaugeMetricFamily(name, doc, labels=labels + (extra or []))
