@@ -228,3 +228,10 @@ printf '  processing time  %ds (whole demo %ds)\n' $((SECONDS - work_started)) $
 printf '\n  The fleet keeps running: kubectl --context %s -n %s get tq,pods; remove it with\n' \
   "$context" "$ns"
 printf '  kubectl --context %s delete -f %s\n' "$context" "$sample"
+# Where the fleet's metrics are (docs/metrics.md): the operator's, every queue's included.
+printf '\n  Metrics: the operator serves every queue on :9101/metrics, each worker pod on :9100:\n'
+printf '    kubectl --context %s -n taskfleet-system port-forward deploy/taskfleet-operator 9101 &\n' \
+  "$context"
+printf '    curl -s localhost:9101/metrics | grep ^taskfleet_queue\n'
+printf '  Prometheus: scrape annotations on every pod; manifests/monitoring/ has a PodMonitor,\n'
+printf '  alert rules and a Grafana dashboard.\n'

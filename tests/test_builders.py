@@ -155,6 +155,7 @@ def test_user_env_follows_the_operator_env_unchanged() -> None:
         "TASKFLEET_REDIS_URL",
         "TASKFLEET_POD_NAME",
         "TASKFLEET_RUNTIME_DIR",
+        "TASKFLEET_METRICS_PORT",
         "LOG_LEVEL",
         "API_KEY",
     ]
@@ -388,3 +389,20 @@ def test_the_worker_cli_accepts_the_command_lines_the_deployment_runs() -> None:
     assert pre_stop[:2] == ["taskfleet", "drain"]
     drain = commands["drain"].make_context("drain", pre_stop[2:])
     assert (drain.params["wait"], drain.params["timeout"]) == (True, 300)
+
+
+def test_worker_pods_serve_metrics_on_a_named_port_that_annotations_point_at() -> None:
+    deployment = builders.build_deployment("q", "ns", make_spec())
+    assert container(deployment)["ports"] == [
+        {"name": "metrics", "containerPort": 9100, "protocol": "TCP"}
+    ]
+    assert env_by_name(deployment)["TASKFLEET_METRICS_PORT"] == {
+        "name": "TASKFLEET_METRICS_PORT",
+        "value": "9100",
+    }
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert {k: v for k, v in annotations.items() if k.startswith("prometheus.io/")} == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9100",
+        "prometheus.io/path": "/metrics",
+    }

@@ -19,18 +19,35 @@ def record(
     lost: bytes = b"0",
     priority: bytes = b"0",
     cost: bytes = b"1",
+    waited: bytes = b"",
     payload: bytes = b"{}",
 ) -> bytes:
-    fields = (task_id, token, attempts, max_attempts, timeout, lost, priority, cost, payload)
-    return b"\0".join(fields)
+    fields = (task_id, token, attempts, max_attempts, timeout, lost, priority, cost, waited)
+    return b"\0".join((*fields, payload))
 
 
 def test_a_record_becomes_the_task_it_names_with_every_field_read() -> None:
-    # id, token, attempts, max_attempts, timeout_s, lost, priority, cost, payload
-    fields = [b"job-7", b"abc", b"2", b"5", b"1.5", b"1", b"-3", b"4", b'{"n": [1, 2]}']
+    # id, token, attempts, max_attempts, timeout_s, lost, priority, cost, waited_ms, payload
+    fields = [b"job-7", b"abc", b"2", b"5", b"1.5", b"1", b"-3", b"4", b"250", b'{"n": [1, 2]}']
     raw = b"\0".join(fields)
     tasks, bad = parse_claim_records([raw])
-    assert tasks == [ClaimedTask("job-7", "abc", {"n": [1, 2]}, 2, 5, 1.5, 1, -3, 4)]
+    assert tasks == [ClaimedTask("job-7", "abc", {"n": [1, 2]}, 2, 5, 1.5, 1, -3, 4, 0.25)]
+    assert bad == []
+
+
+def test_a_record_of_an_older_producer_without_its_wait_reads_with_the_wait_unknown() -> None:
+    fields = [b"job-7", b"abc", b"2", b"5", b"", b"1", b"-3", b"4", b'{"n": 1}']
+    tasks, bad = parse_claim_records([b"\0".join(fields)])
+    assert tasks == [ClaimedTask("job-7", "abc", {"n": 1}, 2, 5, None, 1, -3, 4, None)]
+    assert bad == []
+
+
+@pytest.mark.parametrize("waited", [b"", b"x", b"-5", b"nan", b"inf"])
+def test_a_wait_that_is_absent_or_unreadable_is_unknown_and_never_refuses_the_task(
+    waited: bytes,
+) -> None:
+    tasks, bad = parse_claim_records([record(waited=waited)])
+    assert [task.waited for task in tasks] == [None]
     assert bad == []
 
 
@@ -118,7 +135,7 @@ def test_a_nul_byte_inside_a_payload_stays_in_the_payload_and_fields_keep_their_
 @pytest.mark.parametrize(
     "raw",
     [
-        b"t1\0tok\0" + b"1\0" * 5,  # a field short
+        b"t1\0tok\0" + b"1\0" * 5,  # two fields short of a record without its wait
         b"just-an-id",
         b"",
         record(task_id=b"\xff\xfe"),  # an id that is not UTF-8

@@ -20,6 +20,15 @@ from taskfleet_operator.models import GROUP, QUEUE_LABEL, TaskQueueSpec
 WORKER_CONTAINER = "worker"
 WORKER_UID = 10001
 RUNTIME_DIR = "/tmp/taskfleet"
+#: Where each worker pod serves its Prometheus metrics (the container port "metrics").
+METRICS_PORT = 9100
+#: For a Prometheus that discovers pods by annotation (the common kubernetes-pods job);
+#: prometheus-operator users select the "metrics" port with a PodMonitor instead.
+SCRAPE_ANNOTATIONS = {
+    "prometheus.io/scrape": "true",
+    "prometheus.io/port": str(METRICS_PORT),
+    "prometheus.io/path": "/metrics",
+}
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 
@@ -89,6 +98,7 @@ def worker_env(spec: TaskQueueSpec) -> list[dict[str, Any]]:
             "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
         },
         {"name": environment.RUNTIME_DIR, "value": RUNTIME_DIR},
+        {"name": environment.METRICS_PORT, "value": str(METRICS_PORT)},
     ]
     env += [var.model_dump(by_alias=True, exclude_none=True) for var in spec.env]
     return env
@@ -113,6 +123,20 @@ def worker_args(namespace: str, name: str, spec: TaskQueueSpec) -> list[str]:
     ]
 
 
+def metrics_ports(processes: int) -> list[dict[str, Any]]:
+    """The container ports of a worker pod's metrics: process i of ``--processes N``
+    serves on METRICS_PORT + i - 1, named "metrics" for the first and "metrics-<i>" for
+    the others (a PodMonitor selects ports by name)."""
+    return [
+        {
+            "name": "metrics" if i == 1 else f"metrics-{i}",
+            "containerPort": METRICS_PORT + i - 1,
+            "protocol": "TCP",
+        }
+        for i in range(1, processes + 1)
+    ]
+
+
 def worker_container(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": WORKER_CONTAINER,
@@ -121,6 +145,8 @@ def worker_container(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str
         "command": ["taskfleet", "worker"],
         "args": worker_args(namespace, name, spec),
         "env": worker_env(spec),
+        # Named, so a PodMonitor (manifests/monitoring/) selects it by name.
+        "ports": metrics_ports(spec.worker_processes()),
         "lifecycle": {
             "preStop": {
                 "exec": {
@@ -193,11 +219,12 @@ def pod_template(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str, An
     Fields that only change Redis-side settings (maxConcurrency, rateLimit, retention,
     ...) or the replica count do not appear in the template, so they never roll pods.
     """
+    annotations = dict(SCRAPE_ANNOTATIONS)
     template: dict[str, Any] = {
-        "metadata": {"labels": labels(name)},
+        "metadata": {"labels": labels(name), "annotations": annotations},
         "spec": pod_spec(namespace, name, spec),
     }
-    template["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: spec_hash(template)}
+    annotations[SPEC_HASH_ANNOTATION] = spec_hash(template)
     return template
 
 

@@ -139,22 +139,25 @@ class Connections:
         if cached is not None:
             cached[1].client.close()
 
-    def _by_server(self, keys: Iterable[Key]) -> list[list[tuple[Key, Queue]]]:
-        """The connected queues among ``keys``, grouped by Redis server (resolved URL)."""
-        groups: dict[str, list[tuple[Key, Queue]]] = {}
+    def by_server(
+        self, keys: Iterable[tuple[str, str]] | None = None
+    ) -> list[list[tuple[tuple[str, str], Queue]]]:
+        """The connected queues (of ``keys``, or all), grouped by Redis server: each group
+        can be read in one pipelined round trip on its first queue's client."""
+        groups: dict[str, list[tuple[tuple[str, str], Queue]]] = {}
         with self._lock:
-            for key in keys:
+            for key in self._queues if keys is None else keys:
                 cached = self._queues.get(key)
                 if cached is not None:
                     groups.setdefault(cached[0], []).append((key, cached[1]))
         return list(groups.values())
 
-    def pop_demand(self, keys: Iterable[Key]) -> list[Key]:
+    def pop_demand(self, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """The TaskQueues among ``keys`` whose `demand` list had an element (popped): one
         pipelined round trip per Redis server, however many queues it holds. Queues not
         connected yet, and servers that fail to answer, are left out."""
-        woken: list[Key] = []
-        for members in self._by_server(keys):
+        woken: list[tuple[str, str]] = []
+        for members in self.by_server(keys):
             pipe = members[0][1].client.pipeline(transaction=False)
             for _, queue in members:
                 pipe.lpop(queue.keys.demand)
@@ -179,7 +182,7 @@ class Connections:
         (a Redis restarted without its data). A server that fails to answer wakes all of
         its queues: their sweeps report the outage."""
         woken: list[Key] = []
-        for members in self._by_server(keys):
+        for members in self.by_server(keys):
             for start in range(0, len(members), per_pipeline):
                 chunk = members[start : start + per_pipeline]
                 try:

@@ -25,6 +25,7 @@ import redis
 from taskfleet_operator import builders, kube, memos, reconcile, scaler, sweeper, wakeups
 from taskfleet_operator import status as tqstatus
 from taskfleet_operator.connections import Connections, describe_error
+from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
 from taskfleet_operator.settings import OperatorSettings, configure_kopf, watched_namespaces
 
@@ -69,7 +70,17 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
             wakeups.housekeep_idle(wakers, connections, SETTINGS.idle_sweep_interval_s, run)
         ),
     )
-    memos.keep_shared(memo, memos.Shared(connections, wakers, executor, run, loops, closing))
+    metrics = OperatorMetrics()
+    metrics.watch(connections)
+    if SETTINGS.metrics_port:
+        try:
+            metrics.serve(SETTINGS.metrics_port)
+        except OSError as error:  # the operator runs on without its metrics: say so, once
+            logging.getLogger(__name__).error(
+                "no metrics endpoint: port %d: %s", SETTINGS.metrics_port, error
+            )
+    shared = memos.Shared(connections, wakers, executor, run, loops, closing, metrics)
+    memos.keep_shared(memo, shared)
 
 
 @kopf.on.cleanup()
@@ -146,11 +157,48 @@ def reconcile_taskqueue(
     **_: Any,
 ) -> None:
     """Validate, apply the Deployment, write the queue's settings to Redis."""
-    namespace, memory, connections = _ns(namespace), memos.taskqueue(memo), memos.connections(memo)
+    metrics = memos.metrics(memo)
+    with metrics.reconcile_seconds.time():
+        try:
+            _reconcile(
+                body=body,
+                spec=spec,
+                name=name,
+                namespace=_ns(namespace),
+                meta=meta,
+                status=status,
+                patch=patch,
+                memo=memo,
+                logger=logger,
+                diff=diff,
+            )
+        except (kopf.PermanentError, kopf.TemporaryError):
+            raise  # counted by reason already
+        except Exception:  # kopf retries it; counted so an alert sees it
+            metrics.reconcile_errors.labels("error").inc()
+            raise
+
+
+def _reconcile(
+    *,
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: Logger,
+    diff: kopf.Diff,
+) -> None:
+    memory, connections = memos.taskqueue(memo), memos.connections(memo)
+    errors = memos.metrics(memo).reconcile_errors
     try:
         model = reconcile.parse_spec(spec)
         reconcile.apply_fleet(body, model, connections, logger)
     except (reconcile.InvalidSpec, reconcile.DeploymentRejected, reconcile.NotOwned) as error:
+        errors.labels(type(error).__name__).inc()
         failure = tqstatus.Failure(meta.get("generation"), type(error).__name__, str(error))
         memory.failure = failure
         _apply(body, patch, tqstatus.after_rejection(status, failure, now=tqstatus.now_iso()))
@@ -280,6 +328,7 @@ async def sweep_taskqueue(
                 return
             except Exception:  # a failed sweep must not end the sweeping: say it, go on
                 logger.exception("sweep failed")
+                memos.metrics(memo).sweep_errors.labels(builders.queue_name(*key), "error").inc()
                 quiet = None
             idle = quiet is not None and quiet.idle
             if quiet is not None and idle != was_idle:
@@ -325,19 +374,25 @@ def _sweep_once(
         schedules != memory.schedules_synced
         or time.monotonic() - memory.schedules_synced_at > SCHEDULE_RESYNC_S
     )
-    outcome = sweeper.sweep_taskqueue(
-        connections,
-        body,
-        model,
-        live_pods=live,
-        suspects=memory.suspects,
-        sync=sync,
-        logger=logger,
-    )
+    metrics = memos.metrics(memo)
+    with metrics.sweep_seconds.time():
+        outcome = sweeper.sweep_taskqueue(
+            connections,
+            body,
+            model,
+            live_pods=live,
+            suspects=memory.suspects,
+            sync=sync,
+            logger=logger,
+        )
+    queue = builders.queue_name(namespace, name)
     if isinstance(outcome, sweeper.SweepReport):
         memory.suspects = outcome.suspects
         if sync and not outcome.schedule_errors:
             memory.schedules_synced, memory.schedules_synced_at = schedules, time.monotonic()
+        _count_sweep(metrics, queue, outcome)
+    else:
+        metrics.sweep_errors.labels(queue, outcome.reason).inc()
     swept = tqstatus.Swept(name, model, status, deployment, len(live), outcome, failure)
     update = tqstatus.after_sweep(swept, now=tqstatus.now_iso())
     if update.patch:
@@ -345,6 +400,15 @@ def _sweep_once(
     for event in update.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     return wakeups.after_sweep(model, outcome, deployment, len(live))
+
+
+def _count_sweep(metrics: OperatorMetrics, queue: str, report: sweeper.SweepReport) -> None:
+    if report.requeued:
+        metrics.requeued.labels(queue, "pod_gone").inc(sum(report.requeued.values()))
+    if report.lease_expired:
+        metrics.requeued.labels(queue, "lease_expired").inc(report.lease_expired)
+    if report.fired:
+        metrics.schedules_fired.labels(queue).inc(report.fired)
 
 
 # ----------------------------------------------------------------------------- pods
@@ -381,6 +445,9 @@ def worker_pod_event(
         logger.warning("requeue of pod %s deferred: %s", name, describe_error(error))
         return
     if count:
+        memos.metrics(memo).requeued.labels(
+            builders.queue_name(namespace, queue_name), "pod_gone"
+        ).inc(count)
         # A message of its own, so the fast path is told apart from the sweep's requeue.
         why = "was deleted" if type == "DELETED" else "has stopped (phase Failed)"
         message = f"requeued {count} tasks of pod {name}: pod {name} {why}"

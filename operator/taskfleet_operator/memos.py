@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from taskfleet_operator.connections import Connections
+from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.scaler import ScalerState
 from taskfleet_operator.status import Failure
 from taskfleet_operator.wakeups import Blocking, Wakers
@@ -49,8 +50,8 @@ class TaskQueueMemory:
 class Shared:
     """What every handler shares, made once at startup and kept in the operator's memo
     (every object's memo is copied from it): the Redis connections, the sweeps' wake-ups,
-    the pool that runs the loops' blocking calls, and the tasks of the loops over all idle
-    queues (the demand poll, the idle housekeeping)."""
+    the pool that runs the loops' blocking calls, the tasks of the loops over all idle
+    queues (the demand poll, the idle housekeeping) and the metrics."""
 
     connections: Connections
     wakers: Wakers
@@ -60,6 +61,7 @@ class Shared:
     # Set by the cleanup handler before it shuts the pool down: ``run`` raises
     # `wakeups.Stopping` from then on, and the loops end.
     closing: threading.Event
+    metrics: OperatorMetrics
 
 
 def keep_shared(memo: kopf.Memo, shared: Shared) -> None:
@@ -75,6 +77,10 @@ def shared(memo: kopf.Memo) -> Shared:
 
 def connections(memo: kopf.Memo) -> Connections:
     return shared(memo).connections
+
+
+def metrics(memo: kopf.Memo) -> OperatorMetrics:
+    return shared(memo).metrics
 
 
 def wakers(memo: kopf.Memo) -> Wakers:

@@ -22,6 +22,15 @@ class SettingsError(ValueError):
     """An operator environment variable has a value the operator cannot use."""
 
 
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) > 65535:
+        raise SettingsError(f"{name} must be a port number 0..65535 (0 = off), got {raw!r}")
+    return int(raw)
+
+
 def _float(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
@@ -52,6 +61,8 @@ class OperatorSettings:
     sweep_threads: int = 16
     # Redis socket connect/read timeout: a dead Redis must not stall a sweep for long.
     redis_timeout_s: float = 2.0
+    # Where Prometheus scrapes the operator (docs/metrics.md); 0 = no metrics endpoint.
+    metrics_port: int = 9101
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -62,6 +73,7 @@ class OperatorSettings:
             demand_poll_interval_s=_float(env, "TASKFLEET_DEMAND_POLL_INTERVAL", 1.0, 0.05, 60),
             sweep_threads=int(_float(env, "TASKFLEET_SWEEP_THREADS", 16, 1, 256)),
             redis_timeout_s=_float(env, "TASKFLEET_REDIS_TIMEOUT", 2.0, 0.1, 60),
+            metrics_port=_port(env, "TASKFLEET_METRICS_PORT", 9101),
         )
 
 

@@ -36,7 +36,8 @@ __all__ = ["SweepReport", "sweep_queue", "sweep_taskqueue"]
 class SweepReport:
     """What one sweep did and saw, for status and events."""
 
-    requeued: dict[str, int] = field(default_factory=dict)
+    requeued: dict[str, int] = field(default_factory=dict)  # by pod gone
+    lease_expired: int = 0  # tasks the queue's sweep took back from expired leases
     fired: int = 0  # tasks this sweep's firing enqueued
     active_schedules: int = 0  # schedules of the store waiting for their next slot
     stats: dict[str, int] = field(default_factory=dict)
@@ -164,6 +165,7 @@ def sweep_queue(
     # The sweep script is bounded per call; a few calls catch up after a backlog.
     for _ in range(10):
         result = queue.sweep()
+        report.lease_expired += result.requeued
         counts = (result.promoted, result.expired, result.requeued, result.pruned_done)
         if max(*counts, result.pruned_dead) < SWEEP_BOUND:
             break

@@ -123,3 +123,10 @@ def context_leak(payload: dict[str, Any]) -> str:
     seen = _leak.get()
     _leak.set(current_task().task_id)
     return seen
+
+
+def by_payload(payload: dict[str, Any]) -> str:
+    """Raise when the payload says ``"raise": true``, else return at once."""
+    if payload.get("raise"):
+        raise RuntimeError("asked to fail")
+    return "ok"

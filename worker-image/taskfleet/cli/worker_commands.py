@@ -183,6 +183,17 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     show_default=True,
     show_envvar=True,
 )
+@click.option(
+    "--metrics-port",
+    envvar=environment.METRICS_PORT,
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    show_envvar=True,
+    help="Serve Prometheus metrics on this port, all interfaces (needs the 'metrics' "
+    "extra); 0 = off. With --processes N, process i serves on this port + i - 1. The "
+    "operator's pods serve them on 9100 (docs/metrics.md).",
+)
 @redis_option
 def worker(
     *,
@@ -200,6 +211,7 @@ def worker(
     fire_schedules: bool,
     log_format: str,
     log_level: str,
+    metrics_port: int,
     redis_url: str,
 ) -> None:
     """Run tasks of a queue until SIGTERM/SIGINT or `taskfleet drain`, then drain and exit 0.
@@ -248,14 +260,15 @@ def worker(
         raise BadInput(str(exc)) from None
     configure_logging(log_format, log_level)
     if processes > 1:
-        _exit_now(_supervise(settings, handler, processes))
+        _exit_now(_supervise(settings, handler, processes, metrics_port))
     # Before anything can start a thread: as PID 1 we fork into init + worker here.
     run_as_init()
-    _run_worker(settings, handler, early)
+    _run_worker(settings, handler, early, metrics_port)
 
 
-def _supervise(settings: Any, handler: str, processes: int) -> int:
-    """Fork ``processes`` workers named ``<pod>#<i>`` and watch them (see ``supervisor``)."""
+def _supervise(settings: Any, handler: str, processes: int, metrics_port: int) -> int:
+    """Fork ``processes`` workers named ``<pod>#<i>`` and watch them (see ``supervisor``).
+    Process i serves its metrics on ``metrics_port + i - 1``."""
     import dataclasses
 
     # Loaded once here, shared by every fork: a re-forked worker starts without imports.
@@ -273,7 +286,8 @@ def _supervise(settings: Any, handler: str, processes: int) -> int:
             runtime_dir=directory,
         )
         try:
-            _run_worker(child, handler, EarlyStop().install())
+            port = metrics_port + index - 1 if metrics_port else 0
+            _run_worker(child, handler, EarlyStop().install(), port)
         except BadInput as exc:
             click.echo(f"taskfleet: error: {exc.format_message()}", err=True)
             _exit_now(2)
@@ -288,7 +302,7 @@ def _supervise(settings: Any, handler: str, processes: int) -> int:
     return supervisor.run()
 
 
-def _run_worker(settings: Any, handler: str, early: Any) -> NoReturn:
+def _run_worker(settings: Any, handler: str, early: Any, metrics_port: int) -> NoReturn:
     from taskfleet.worker.handlers import HandlerLoadError, load_handler
 
     try:
@@ -297,15 +311,22 @@ def _run_worker(settings: Any, handler: str, early: Any) -> NoReturn:
         raise BadInput(str(exc)) from None
     # Not asyncio.run(): closing the loop would join the default executor, and a handler's
     # hung asyncio.to_thread() call must not keep a drained worker from exiting.
-    code = asyncio.Runner().run(_serve(settings, resolved, early))
+    code = asyncio.Runner().run(_serve(settings, resolved, early, metrics_port))
     _exit_now(code)
 
 
-async def _serve(settings: Any, handler: Any, early: Any) -> int:
+async def _serve(settings: Any, handler: Any, early: Any, metrics_port: int) -> int:
     from taskfleet.worker import Worker, log_event
     from taskfleet.worker.handlers import format_error
+    from taskfleet.worker.metrics import MetricsUnavailable, serve
 
     worker = Worker(settings, handler)
+    if metrics_port:
+        try:
+            serve(worker, metrics_port)
+        except MetricsUnavailable as exc:  # bad configuration, like a bad option
+            click.echo(f"taskfleet: error: {exc}", err=True)
+            return 2
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, worker.request_drain)

@@ -2,10 +2,11 @@
 script's records: pure, no Redis, so every shape a record can take is tested directly.
 
 A record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
-payload`` joined by NUL (see ``RawClaim``). Nothing in a record may crash the worker: a
-crash would release the task uncounted and the next worker would claim it and crash too.
-A task that can't be run as stored comes back as ``Unrunnable`` for the broker to fail
-for good; a record that names no task is dropped with a log line.
+waited_ms, payload`` joined by NUL (see claim.lua); a record without ``waited_ms`` (made
+by an older producer's hand-off) reads as one whose wait is unknown. Nothing in a record
+may crash the worker: a crash would release the task uncounted and the next worker would
+claim it and crash too. A task that can't be run as stored comes back as ``Unrunnable``
+for the broker to fail for good; a record that names no task is dropped with a log line.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class ClaimedTask:
     lost: int
     priority: int
     cost: int
+    #: seconds from when it was ready (enqueued, due, retried) to its claim; None: unknown
+    waited: float | None = None
 
 
 @dataclass(slots=True)
@@ -84,6 +87,18 @@ def _seconds(raw: bytes) -> float:
     return value
 
 
+def _waited(raw: bytes) -> float | None:
+    """The record's wait in seconds; None when absent or unreadable (a metric, never a
+    reason to refuse a task)."""
+    if not raw:
+        return None
+    try:
+        value = float(raw) / 1000
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def parse_claim_records(
     records: Iterable[bytes | str],
 ) -> tuple[list[ClaimedTask], list[Unrunnable]]:
@@ -97,8 +112,12 @@ def parse_claim_records(
     bad: list[Unrunnable] = []
     for record in records:
         packed = record.encode() if isinstance(record, str) else record
-        fields = packed.split(b"\0", 8)
-        if len(fields) != 9:
+        fields = packed.split(b"\0", 9)
+        if len(fields) == 10:
+            waited = fields.pop(8)
+        elif len(fields) == 9:
+            waited = b""
+        else:
             _dropped(packed)
             continue
         raw_id, raw_token, attempts, max_attempts, timeout, lost, priority, cost, data = fields
@@ -118,6 +137,7 @@ def parse_claim_records(
                 _whole(lost, "lost"),
                 _whole(priority, "priority"),
                 _whole(cost, "cost"),
+                _waited(waited),
             )
         except ValueError as exc:
             bad.append((tid, tok, f"task unreadable: {exc}", "bad task"))

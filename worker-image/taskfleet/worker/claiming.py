@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -81,6 +82,7 @@ class ClaimLoop:
                     await self._slot_freed.wait()
                 continue
             free = slots.free(len(execution.held), execution.stuck)
+            asked = time.monotonic()
             try:
                 claimed = await self._broker.claim(
                     room, idle_ms=self._idle_ms, prefetch=slots.prefetch_part(room, free)
@@ -88,6 +90,7 @@ class ClaimLoop:
             except REDIS_DOWN as exc:
                 await self._gate.wait_out(exc, draining, self._closing)
                 continue
+            execution.timings.claim.observe(time.monotonic() - asked)
             if claimed.tasks:
                 await self._take(claimed.tasks)
                 if draining.is_set():

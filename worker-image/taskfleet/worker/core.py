@@ -47,6 +47,7 @@ from taskfleet.worker.handback import HandBack
 from taskfleet.worker.handlers import Handler, format_error
 from taskfleet.worker.heartbeat import heartbeat_loop
 from taskfleet.worker.identity import Whereabouts
+from taskfleet.worker.metrics import Timings
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.runs import Counters, Outcome
 from taskfleet.worker.runtime import (
@@ -142,6 +143,10 @@ class Worker:
     @property
     def counters(self) -> Counters:
         return self.execution.counters
+
+    @property
+    def timings(self) -> Timings:
+        return self.execution.timings
 
     def request_drain(self) -> None:
         """First SIGTERM/SIGINT (or ``taskfleet drain``): stop claiming, finish, then exit.

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from taskfleet.worker.claimed import ClaimedTask
 from taskfleet.worker.events import log, log_event
 from taskfleet.worker.handlers import Handler, TaskContext, context_for, encode_result, format_error
+from taskfleet.worker.metrics import Timings
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.runs import Counters, Outcome, Run, timeout_error
 from taskfleet.worker.settings import WorkerSettings
@@ -47,6 +48,7 @@ class Execution:
         self.idle = asyncio.Event()  # set while nothing is held
         self.idle.set()
         self.counters = Counters()
+        self.timings = Timings()
         self._settings = settings
         self._handler = handler
         self._slots = slots
@@ -72,6 +74,8 @@ class Execution:
         )
         self.held[task.id] = run
         self.idle.clear()
+        if task.waited is not None:
+            self.timings.wait.observe(task.waited)
         loop = asyncio.get_running_loop()
         limit = task.timeout if task.timeout else settings.default_timeout
         if self._handler.is_async:
@@ -129,6 +133,7 @@ class Execution:
         except BaseException as exc:  # the handler's failure is the attempt's failure
             outcome.error = format_error(exc)
         finally:
+            run.ran_s = time.monotonic() - run.claimed_at  # an async run starts at its claim
             if run.timer is not None:
                 run.timer.cancel()
                 run.timer = None
@@ -268,20 +273,31 @@ class Execution:
             self.idle.set()
         self._changed()
 
-    def finish(self, outcome: Outcome, accepted: bool, event: str, **extra: object) -> None:
-        """An outcome was written (``accepted``) or refused as stale."""
+    def finish(
+        self, outcome: Outcome, accepted: bool, event: str, *, dead: bool = False, **extra: object
+    ) -> None:
+        """An outcome was written (``accepted``) or refused as stale; ``dead``: a failure
+        that ended the task (not retried)."""
         run = outcome.run
         self.held.pop(run.task.id, None)
-        elapsed_ms = round((time.monotonic() - run.claimed_at) * 1000, 1)
+        now = time.monotonic()
+        elapsed_ms = round((now - run.claimed_at) * 1000, 1)
+        counters = self.counters
         if not accepted:
-            self.counters.stale += 1
+            counters.stale += 1
             log_event(logging.WARNING, "task_write_refused", task=run.task.id, reason="stale")
         elif outcome.error is None:
-            self.counters.completed += 1
+            counters.completed += 1
+            self.timings.run.observe(run.ran_s or _ran_so_far(run, now))
             if log.isEnabledFor(logging.INFO):
                 log_event(logging.INFO, event, task=run.task.id, ms=elapsed_ms)
         else:
-            self.counters.failed += 1
+            counters.failed += 1
+            if dead:
+                counters.dead += 1
+            else:
+                counters.retried += 1
+            self.timings.run.observe(run.ran_s or _ran_so_far(run, now))
             log_event(
                 logging.WARNING,
                 event,
@@ -294,3 +310,8 @@ class Execution:
         if not self.held and not len(self._outbox):
             self.idle.set()
         self._changed()
+
+
+def _ran_so_far(run: Run, now: float) -> float:
+    """A run's time when its call has not returned (timed out, or never began)."""
+    return now - (run.began_at if run.began_at is not None else run.claimed_at)

@@ -84,6 +84,15 @@ class RedisGate:
         self._probe: asyncio.Task[None] | None = None
         #: Set once Redis refused our credentials or rights: every waiter raises it.
         self.fatal: FatalStop | None = None
+        #: Outages that ended with Redis answering, and how long those lasted (metrics).
+        self.reconnects = 0
+        self._outage_s = 0.0
+        self._down_since: float | None = None  # monotonic start of the outage going on
+
+    def outage_seconds(self, now: float) -> float:
+        """Seconds Redis was unreachable, the outage going on (if any) included."""
+        since = self._down_since
+        return self._outage_s + (now - since if since is not None else 0.0)
 
     async def wait_out(self, exc: BaseException, *give_up: asyncio.Event) -> None:
         """Wait until Redis answers again, or until one of ``give_up`` is set.
@@ -122,7 +131,7 @@ class RedisGate:
         raise self.fatal
 
     async def _probe_until_up(self) -> None:
-        started = time.monotonic()
+        started = self._down_since = time.monotonic()
         delay = self._backoff_base
         attempts = 0
         while True:
@@ -139,10 +148,14 @@ class RedisGate:
                     return
                 delay = min(delay * 2, self._backoff_max)
                 continue
+            outage_s = time.monotonic() - started
+            self._outage_s += outage_s
+            self._down_since = None
+            self.reconnects += 1
             log_event(
                 logging.INFO,
                 "redis_reachable",
-                outage_s=round(time.monotonic() - started, 2),
+                outage_s=round(outage_s, 2),
                 attempts=attempts,
             )
             self.open.set()

@@ -41,11 +41,19 @@ class Outcome:
 
 @dataclass
 class Counters:
+    """What this worker did, for its last log line and its metrics (read when scraped)."""
+
     completed: int = 0
-    failed: int = 0
-    released: int = 0
-    lost: int = 0
-    stale: int = 0
+    failed: int = 0  # retried + dead
+    retried: int = 0  # failed, back in the queue after a backoff
+    dead: int = 0  # failed for good (attempts used up, permanent, result too large)
+    released: int = 0  # given back without an attempt (drain, prefetch withdrawn)
+    lost: int = 0  # lease lost, or given back as lost when the worker failed
+    stale: int = 0  # an outcome refused: the task had been taken back
+
+    @property
+    def done(self) -> int:
+        return self.completed
 
 
 def timeout_error(limit: float | None) -> str:

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from taskfleet.protocol.scripts import RESULT_TOO_LARGE
+from taskfleet.protocol.tasks import TaskState
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult
 from taskfleet.worker.execution import Execution
@@ -57,7 +58,7 @@ class OutcomeWriter:
                     )
                     batch.pop(0)
                     ok = state is not None  # None: stale token, the task was taken back
-                    execution.finish(outcome, ok, "task_failed")
+                    execution.finish(outcome, ok, "task_failed", dead=state is TaskState.DEAD)
         finally:
             # Wake the claim loop only for slots this write left free: completions that
             # claimed their own replacements need no second look.
@@ -80,7 +81,7 @@ class OutcomeWriter:
             if code == RESULT_TOO_LARGE:
                 outcome.result = None
                 outcome.error = "result too large for the queue's max_payload_bytes"
-                execution.finish(outcome, True, "task_failed", reason="result too large")
+                execution.finish(outcome, True, "task_failed", dead=True, reason="result too large")
             else:
                 execution.finish(outcome, bool(code), "task_done")
         if claimed is not None and claimed.tasks:

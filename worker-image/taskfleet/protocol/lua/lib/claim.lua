@@ -74,7 +74,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at')
       if v[9] ~= 'pending' then
         redis.call('ZREM', K_PENDING, id)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -115,8 +115,11 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
         redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
           'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
           'attempts', attempts)
+        -- waited: ms from when the task was ready (enqueued, due, or retried) to now
+        local ready_at = tonumber(v[11])
+        local waited = ready_at and math.max(0, now - ready_at) or ''
         out[#out + 1] = table.concat({id, token, attempts, v[3] or cfg('max_attempts'),
-          v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1, v[1] or ''}, '\0')
+          v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1, waited, v[1] or ''}, '\0')
       end
     end
     -- before the next ZRANGE, which must not see this round's tasks again

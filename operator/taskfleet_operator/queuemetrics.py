@@ -1,0 +1,196 @@
+"""Every queue's state, read from Redis when Prometheus scrapes the operator.
+
+One scrape reads every connected TaskQueue's queue in two pipelined round trips per Redis
+server (counts, counters, worker records and the head of pending; then when that head
+became ready), however many queues or pods there are. Nothing is cached: the figures are
+Redis's at the moment of the scrape. A server that does not answer gives its queues
+``taskfleet_queue_redis_up 0`` and no other series (a gap, not a false zero).
+
+Labels: ``queue`` (``<namespace>.<name>``, as the workers label theirs), and the
+TaskQueue's ``taskqueue_namespace`` and ``taskqueue`` (not ``namespace``: Prometheus'
+Kubernetes discovery sets that to the operator's own namespace).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.tasks import COUNTERS, stored_int, stored_text
+
+from taskfleet_operator.connections import Connections
+
+__all__ = ["QueueCollector", "QueueReading", "read_queues"]
+
+#: Task states counted by ``taskfleet_queue_tasks`` (done and dead: those retained).
+STATES = ("pending", "delayed", "running", "done", "dead")
+#: Counters of the queue's ``stats`` hash -> the metric that exports each.
+COUNTER_METRICS = {
+    "enqueued": "taskfleet_queue_enqueued",
+    "completed": "taskfleet_queue_completed",
+    "failed": "taskfleet_queue_failed",
+    "retried": "taskfleet_queue_retried",
+    "dead_total": "taskfleet_queue_dead",
+    "requeued": "taskfleet_queue_requeued",
+    "lost": "taskfleet_queue_lost",
+    "released": "taskfleet_queue_released",
+    "stale": "taskfleet_queue_stale",
+    "expired": "taskfleet_queue_expired",
+}
+assert set(COUNTER_METRICS) == set(COUNTERS)
+
+
+@dataclass
+class QueueReading:
+    """One queue as one scrape read it (``up`` False: its Redis did not answer)."""
+
+    namespace: str
+    taskqueue: str
+    queue: str
+    up: bool = True
+    tasks: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    workers: int = 0
+    workers_alive: int = 0
+    slots_alive: int = 0  # the concurrency of the live workers, summed
+    oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
+
+
+def _now_ms(reply: Any) -> int:
+    sec, usec = reply
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def _workers(raw: dict[bytes, bytes], now_ms: int, ttl_ms: float) -> tuple[int, int, int]:
+    """Registered workers, the live ones (heartbeat within a lease TTL, as ``Queue.workers``
+    judges) and their slots."""
+    alive = slots = 0
+    for record in raw.values():
+        try:
+            rec = json.loads(record)
+            if now_ms - int(rec["heartbeat_ms"]) <= ttl_ms:
+                alive += 1
+                slots += int(rec.get("concurrency", 0))
+        except (ValueError, KeyError, TypeError):
+            continue  # a record this version cannot read
+    return len(raw), alive, slots
+
+
+def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueReading]:
+    client = members[0][1].client
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    for _, queue in members:
+        keys = queue.keys
+        for zset in (keys.pending, keys.delayed, keys.running, keys.done, keys.dead):
+            pipe.zcard(zset)
+        pipe.hgetall(keys.stats)
+        pipe.hgetall(keys.workers)
+        pipe.hget(keys.config, "lease_ttl_s")
+        pipe.zrange(keys.pending, 0, 0)
+    replies = pipe.execute()
+    now_ms = _now_ms(replies[0])
+    per = 9
+    readings: list[QueueReading] = []
+    heads: list[tuple[QueueReading, Queue, str]] = []
+    for i, ((namespace, name), queue) in enumerate(members):
+        part = replies[1 + i * per : 1 + (i + 1) * per]
+        counts, stats, workers, ttl, head = part[:5], part[5], part[6], part[7], part[8]
+        reading = QueueReading(namespace, name, queue.name)
+        reading.tasks = {state: int(n) for state, n in zip(STATES, counts, strict=True)}
+        raw = {stored_text(k): stored_int(stored_text(v)) for k, v in stats.items()}
+        reading.counters = {name: raw.get(name) or 0 for name in COUNTERS}
+        try:
+            ttl_s = float(ttl) if ttl is not None else QueueConfig().lease_ttl_s
+        except ValueError:
+            ttl_s = QueueConfig().lease_ttl_s
+        reading.workers, reading.workers_alive, reading.slots_alive = _workers(
+            workers, now_ms, ttl_s * 1000
+        )
+        readings.append(reading)
+        if head:
+            heads.append((reading, queue, stored_text(head[0])))
+    if heads:
+        pipe = client.pipeline(transaction=False)
+        for _, queue, task_id in heads:
+            pipe.hget(queue.keys.task(task_id), "run_at")
+        for (reading, _, _), run_at in zip(heads, pipe.execute(), strict=True):
+            ready_ms = stored_int(stored_text(run_at)) if run_at is not None else None
+            if ready_ms is not None:
+                reading.oldest_pending_s = max(0.0, (now_ms - ready_ms) / 1000)
+    return readings
+
+
+def read_queues(connections: Connections) -> list[QueueReading]:
+    """Every connected queue, two round trips per Redis server."""
+    out: list[QueueReading] = []
+    for members in connections.by_server():
+        try:
+            out.extend(_read_server(members))
+        except redis.RedisError:
+            out.extend(
+                QueueReading(namespace, name, queue.name, up=False)
+                for (namespace, name), queue in members
+            )
+    return sorted(out, key=lambda r: r.queue)
+
+
+class QueueCollector:
+    """The ``taskfleet_queue_*`` series, read at each scrape (on the metrics thread)."""
+
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
+
+    def describe(self) -> list[Any]:
+        return []  # nothing to check at registration: collect() reads Redis
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        readings = read_queues(self._connections)
+        labels = ["queue", "taskqueue_namespace", "taskqueue"]
+
+        def gauge(name: str, doc: str, extra: list[str] | None = None) -> Any:
+            return GaugeMetricFamily(name, doc, labels=labels + (extra or []))
+
+        up = gauge("taskfleet_queue_redis_up", "1 when the queue's Redis answered this scrape.")
+        tasks = gauge(
+            "taskfleet_queue_tasks",
+            "Tasks in each state now (done and dead: those still retained).",
+            ["state"],
+        )
+        workers = gauge("taskfleet_queue_workers", "Workers registered with the queue.")
+        alive = gauge(
+            "taskfleet_queue_workers_alive", "Workers whose heartbeat is within a lease TTL."
+        )
+        slots = gauge("taskfleet_queue_worker_slots", "Slots (concurrency) of the live workers.")
+        oldest = gauge(
+            "taskfleet_queue_oldest_pending_age_seconds",
+            "How long the task next in line (head of pending) has been ready: the oldest "
+            "pending task of the highest priority waiting; 0 when nothing is pending.",
+        )
+        counters = {
+            stat: CounterMetricFamily(
+                metric, f"The queue's '{stat}' counter (taskfleet stats).", labels=labels
+            )
+            for stat, metric in COUNTER_METRICS.items()
+        }
+        for reading in readings:
+            values = [reading.queue, reading.namespace, reading.taskqueue]
+            up.add_metric(values, int(reading.up))
+            if not reading.up:
+                continue
+            for state, count in reading.tasks.items():
+                tasks.add_metric([*values, state], count)
+            workers.add_metric(values, reading.workers)
+            alive.add_metric(values, reading.workers_alive)
+            slots.add_metric(values, reading.slots_alive)
+            oldest.add_metric(values, reading.oldest_pending_s)
+            for stat, family in counters.items():
+                family.add_metric(values, reading.counters.get(stat, 0))
+        yield from (up, tasks, workers, alive, slots, oldest, *counters.values())

@@ -1,0 +1,133 @@
+"""The operator's metrics: every queue read from a real Redis at scrape time, in one
+scrape, and the operator's own counters on its real HTTP endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from taskfleet.producer.queue import Queue
+from taskfleet.worker.broker import Broker
+from taskfleet_operator.connections import Connections
+from taskfleet_operator.metrics import OperatorMetrics
+from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.queuemetrics import read_queues
+
+from tests.fixtures_redis import free_port
+from tests.polling import wait_for
+from tests.scrape import scrape, value
+
+
+def make_spec() -> TaskQueueSpec:
+    return TaskQueueSpec.model_validate(
+        {"image": "w:dev", "handler": "app:handle", "redis": {"url": "redis://127.0.0.1:1/0"}}
+    )
+
+
+@pytest.fixture
+def connections(redis_url: str) -> Iterator[Connections]:
+    dead_url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    urls = {"apps": redis_url, "gone": dead_url}
+    made = Connections(0.5, resolve_url=lambda namespace, _spec: urls[namespace])
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def register_worker(redis_url: str, queue: str, pod: str, concurrency: int) -> None:
+    async def go() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            await Broker(queue, client, pod, "inc-1").register(concurrency)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def test_one_scrape_reads_every_queue_its_counts_workers_and_oldest_pending_age(
+    connections: Connections, redis_url: str
+) -> None:
+    spec = make_spec()
+    emails = connections.get("apps", "emails", spec)
+    reports = connections.get("apps", "reports", spec)
+    connections.get("gone", "lost", spec)
+    first = emails.enqueue({"n": 1})
+    emails.enqueue({"n": 2})
+    emails.enqueue({"n": 3}, delay=600)
+    register_worker(redis_url, "apps.emails", "pod-a", 4)
+    register_worker(redis_url, "apps.emails", "pod-b", 2)
+    # the head of pending became ready two minutes ago
+    now_ms = int(time.time() * 1000)
+    emails.client.hset(emails.keys.task(first), "run_at", now_ms - 120_000)
+
+    readings = {r.queue: r for r in read_queues(connections)}
+
+    assert sorted(readings) == ["apps.emails", "apps.reports", "gone.lost"]
+    mails = readings["apps.emails"]
+    assert mails.up
+    assert mails.tasks == {"pending": 2, "delayed": 1, "running": 0, "done": 0, "dead": 0}
+    assert mails.counters["enqueued"] == 3
+    assert (mails.workers, mails.workers_alive, mails.slots_alive) == (2, 2, 6)
+    assert 119 <= mails.oldest_pending_s < 180
+    idle = readings["apps.reports"]
+    assert idle.up and idle.oldest_pending_s == 0 and sum(idle.tasks.values()) == 0
+    assert not readings["gone.lost"].up
+    assert reports.stats()["pending"] == 0
+
+
+def test_the_operator_endpoint_serves_the_queues_and_its_own_work(
+    connections: Connections,
+) -> None:
+    from taskfleet_operator import handlers, sweeper
+
+    spec = make_spec()
+    queue: Queue = connections.get("apps", "emails", spec)
+    for n in range(4):
+        queue.enqueue({"n": n})
+    metrics = OperatorMetrics()
+    metrics.watch(connections)
+    report = sweeper.SweepReport(requeued={"pod-a": 2, "pod-b": 1}, lease_expired=5)
+    report.fired.append("sched-1")
+    handlers._count_sweep(metrics, "apps.emails", report)
+    with metrics.sweep_seconds.time():
+        pass
+    port = free_port()
+    metrics.serve(port, addr="127.0.0.1")
+    samples = wait_for(
+        lambda: scrape(f"http://127.0.0.1:{port}/metrics"),
+        timeout=5,
+        interval=0.02,
+        what="the operator's metrics endpoint",
+        ignoring=(OSError,),
+    )
+
+    def get(name: str, **labels: str) -> Any:
+        return value(samples, name, **labels)
+
+    assert get("taskfleet_queue_tasks", queue="apps.emails", state="pending") == 4
+    assert get("taskfleet_queue_enqueued_total", queue="apps.emails", taskqueue="emails") == 4
+    assert get("taskfleet_queue_redis_up", queue="apps.emails") == 1
+    assert get("taskfleet_queue_redis_up", queue="gone.lost") is None  # never connected
+    requeued = "taskfleet_operator_requeued_tasks_total"
+    assert get(requeued, queue="apps.emails", reason="pod_gone") == 3
+    assert get(requeued, queue="apps.emails", reason="lease_expired") == 5
+    assert get("taskfleet_operator_schedules_fired_total", queue="apps.emails") == 1
+    assert get("taskfleet_operator_sweep_seconds_count") == 1
+
+
+def test_a_queue_whose_redis_stops_answering_reads_as_down_not_as_empty(
+    connections: Connections,
+) -> None:
+    spec = make_spec()
+    connections.get("gone", "lost", spec)
+    [reading] = read_queues(connections)
+    assert reading.queue == "gone.lost" and not reading.up
+    with pytest.raises(redis.RedisError):
+        connections.get("gone", "lost", spec).stats()

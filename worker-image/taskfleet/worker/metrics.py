@@ -1,0 +1,237 @@
+"""The worker's Prometheus metrics: what it did, read when scraped, and two timings per task.
+
+Counts of outcomes are the worker's own ``Counters`` (kept anyway for its log), read at
+scrape time by a collector: nothing is added to a task's path for them. What must be
+recorded per task (run time, queue wait) and per claim (round trip) goes into
+``Histogram``: a list of bucket counts the loop thread alone writes, ~0.1 µs an
+observation, where prometheus-client's locked histogram costs several times that. A
+scrape reads a copy; an observation landing meanwhile shows at the next scrape.
+
+prometheus-client (the ``metrics`` extra) is imported only by ``serve``: a worker without
+a metrics port never loads it.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from taskfleet.worker.core import Worker
+
+__all__ = [
+    "CLAIM_BUCKETS",
+    "DEFAULT_PORT",
+    "TIME_BUCKETS",
+    "Histogram",
+    "MetricsUnavailable",
+    "Timings",
+    "serve",
+]
+
+#: The port the operator gives worker pods (``taskfleet worker`` serves none by default:
+#: several workers on one host would fight over one port).
+DEFAULT_PORT = 9100
+
+#: Run and wait times, seconds: millisecond tasks to hour-long ones.
+TIME_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+)
+#: Claim round trips, seconds: a local Redis answers in well under a millisecond.
+CLAIM_BUCKETS = (
+    0.0002,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+
+#: The outcomes of ``taskfleet_worker_tasks_total``, each a ``Counters`` field.
+OUTCOMES = ("done", "retried", "dead", "released", "stale", "lost")
+
+
+class Timings:
+    """The per-task and per-claim timings (``Execution`` and the claim loop write them)."""
+
+    __slots__ = ("claim", "run", "wait")
+
+    def __init__(self) -> None:
+        self.run = Histogram(TIME_BUCKETS)
+        self.wait = Histogram(TIME_BUCKETS)
+        self.claim = Histogram(CLAIM_BUCKETS)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("taskfleet")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class MetricsUnavailable(Exception):  # noqa: N818 - one clear error for the CLI
+    """A metrics port was asked for but cannot be served (missing extra, port taken)."""
+
+
+class Histogram:
+    """Bucket counts for one series, written by the loop thread only (no lock)."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound (+Inf)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        # bisect_left: a value equal to a bound counts in that bucket (Prometheus' "le")
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> tuple[list[tuple[str, float]], float]:
+        """``(le, cumulative count)`` pairs ending with ``+Inf``, and the sum."""
+        counts, total = list(self.counts), self.total
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
+            running += count
+            out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
+        return out, total
+
+
+class _Collector:
+    """Reads one worker's state when Prometheus scrapes (on the HTTP server's thread:
+    plain reads of ints and a copy of each histogram's list, safe under the GIL)."""
+
+    def __init__(self, worker: Worker, version: str) -> None:
+        self._worker = worker
+        self._version = version
+
+    def describe(self) -> list[Any]:
+        return []  # unchecked: the registry does not call collect() at registration
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        worker = self._worker
+        queue = worker.settings.queue
+        labels = [queue]
+        info = GaugeMetricFamily(
+            "taskfleet_worker_info",
+            "The worker's queue, handler and version (always 1).",
+            labels=["queue", "handler", "version"],
+        )
+        info.add_metric([queue, worker.handler.ref, self._version], 1)
+        yield info
+        counters = worker.counters
+        tasks = CounterMetricFamily(
+            "taskfleet_worker_tasks",
+            "Tasks this worker finished with each outcome (failed = retried + dead).",
+            labels=["queue", "outcome"],
+        )
+        for outcome in OUTCOMES:
+            tasks.add_metric([queue, outcome], getattr(counters, outcome))
+        yield tasks
+        for name, doc, histogram in (
+            (
+                "taskfleet_worker_task_run_seconds",
+                "How long handlers ran, per finished attempt.",
+                worker.timings.run,
+            ),
+            (
+                "taskfleet_worker_task_wait_seconds",
+                "How long tasks waited in the queue: from when they were ready (enqueued, "
+                "due or retried) to their claim.",
+                worker.timings.wait,
+            ),
+            (
+                "taskfleet_worker_claim_seconds",
+                "Round trip of the worker's claim calls.",
+                worker.timings.claim,
+            ),
+        ):
+            buckets, total = histogram.cumulative()
+            family = HistogramMetricFamily(name, doc, labels=["queue"])
+            family.add_metric(labels, buckets, total)
+            yield family
+        held = len(worker.execution.held)
+        for name, doc, value in (
+            ("taskfleet_worker_inflight", "Tasks the worker holds now.", held),
+            ("taskfleet_worker_slots", "Tasks the worker runs at once (--concurrency).",
+             worker.settings.concurrency),
+            ("taskfleet_worker_draining", "1 once the worker drains.", int(worker.draining)),
+            ("taskfleet_worker_redis_up", "1 while Redis answers the worker.",
+             int(worker.gate.open.is_set())),
+        ):  # fmt: skip
+            gauge = GaugeMetricFamily(name, doc, labels=["queue"])
+            gauge.add_metric(labels, value)
+            yield gauge
+        gate = worker.gate
+        for name, doc, count in (
+            (
+                "taskfleet_worker_redis_outage_seconds",
+                "Time Redis was unreachable for this worker, the current outage included.",
+                gate.outage_seconds(time.monotonic()),
+            ),
+            (
+                "taskfleet_worker_redis_reconnects",
+                "Outages that ended with Redis answering again.",
+                gate.reconnects,
+            ),
+        ):
+            counter = CounterMetricFamily(name, doc, labels=["queue"])
+            counter.add_metric(labels, count)
+            yield counter
+
+
+def serve(worker: Worker, port: int, *, addr: str = "0.0.0.0") -> object:
+    """Serve ``worker``'s metrics on ``port`` (all interfaces by default) from a daemon
+    thread; returns the server. ``MetricsUnavailable`` says why it can't."""
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError:
+        raise MetricsUnavailable(
+            "a metrics port needs prometheus-client: pip install 'taskfleet[metrics]'"
+        ) from None
+    from prometheus_client import ProcessCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(worker, _version()))
+    ProcessCollector(registry=registry)  # process_cpu_seconds_total, memory, open fds
+    try:
+        server, _ = start_http_server(port, addr=addr, registry=registry)
+    except OSError as exc:
+        raise MetricsUnavailable(f"metrics port {port}: {exc.strerror or exc}") from None
+    return server
