@@ -93,8 +93,7 @@ def test_the_operator_endpoint_serves_the_queues_and_its_own_work(
         queue.enqueue({"n": n})
     metrics = OperatorMetrics()
     metrics.watch(connections)
-    report = sweeper.SweepReport(requeued={"pod-a": 2, "pod-b": 1}, lease_expired=5)
-    report.fired.append("sched-1")
+    report = sweeper.SweepReport(requeued={"pod-a": 2, "pod-b": 1}, lease_expired=5, fired=1)
     handlers._count_sweep(metrics, "apps.emails", report)
     with metrics.sweep_seconds.time():
         pass

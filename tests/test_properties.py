@@ -107,13 +107,19 @@ class ProtocolMachine(RuleBasedStateMachine):
     @rule(pod=st.sampled_from(PODS), n=st.integers(1, 4), idle=st.booleans())
     def claim(self, pod: str, n: int, idle: bool) -> None:
         # idle: a claim that empties the queue registers the pod for hand-offs by producers
-        self._took(pod, n, self.brokers[pod].claim(n, idle_ms=5000 if idle else 0))
+        handed = self._handed(pod)
+        self._took(pod, n + handed, self.brokers[pod].claim(n, idle_ms=5000 if idle else 0))
 
     @rule(pod=st.sampled_from(PODS))
     def pop_a_hand_off(self, pod: str) -> None:
         result = self.brokers[pod].wait_for_work(0.001)
         if result is not None:
             self._took(pod, 1, result)
+
+    def _handed(self, pod: str) -> int:
+        """Tasks producers handed to ``pod`` while it was not waiting: they are the pod's
+        already, and its next claim returns them on top of what it asks for."""
+        return int(self.raw.llen(self.queue.keys.wake(pod)))
 
     def _took(self, pod: str, n: int, result: Any) -> None:
         assert len(result.tasks) <= n
@@ -162,11 +168,12 @@ class ProtocolMachine(RuleBasedStateMachine):
             return
         pod, ids = picked
         items = [] if none else [(i, self.held[pod].pop(i), None) for i in ids]
+        handed = self._handed(pod)
         applied, result = self.brokers[pod].complete_and_claim(items, n)
         for (task_id, _, _), ok in zip(items, applied, strict=True):
             if ok:
                 self.completed.add(task_id)
-        self._took(pod, n, result)
+        self._took(pod, n + handed, result)
 
     @rule(data=st.data(), retryable=st.booleans())
     def fail(self, data: st.DataObject, retryable: bool) -> None:
