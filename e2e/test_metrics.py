@@ -1,12 +1,15 @@
-"""A real Prometheus on the node scrapes the operator and the workers through Kubernetes
-service discovery (the cluster's kubeconfig, the pods' prometheus.io annotations), and
-PromQL tells the truth: every task enqueued is done, pending drops to 0, and a
-force-deleted pod's tasks show as requeued because their pod was gone."""
+"""A real Prometheus on the node scrapes the operator and the workers, found by their
+pods' prometheus.io annotations (file-based discovery kept current from the API: Debian's
+prometheus is built without Kubernetes discovery), and PromQL tells the truth: every task
+enqueued is done, pending drops to 0, and a force-deleted pod's tasks show as requeued
+because their pod was gone."""
 
 from __future__ import annotations
 
-import os
+import contextlib
+import json
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ from typing import Any
 import pytest
 
 from e2e.lib.fleet import Fleet, Operator
-from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S
+from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, Kube
 from tests.polling import wait_for
 from tests.prometheus import Prometheus
 
@@ -24,40 +27,55 @@ pytest_plugins = ["e2e.lib.fixtures"]
 PROMQL_TIMEOUT_S = 60.0
 
 
-def kubernetes_pods_job(kubeconfig: str, namespaces: list[str]) -> dict[str, Any]:
-    """The common annotation-driven job: pods with prometheus.io/scrape, at their pod IP
-    and prometheus.io/port (pods are reachable from the node)."""
-    return {
-        "job_name": "kubernetes-pods",
-        "kubernetes_sd_configs": [
-            {"role": "pod", "kubeconfig_file": kubeconfig, "namespaces": {"names": namespaces}}
-        ],
-        # the operator's queue series carry their own queue labels
-        "honor_labels": True,
-        "relabel_configs": [
-            {
-                "source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"],
-                "regex": "true",
-                "action": "keep",
-            },
-            {
-                "source_labels": ["__meta_kubernetes_pod_phase"],
-                "regex": "Running",
-                "action": "keep",
-            },
-            {
-                "source_labels": [
-                    "__meta_kubernetes_pod_ip",
-                    "__meta_kubernetes_pod_annotation_prometheus_io_port",
-                ],
-                "regex": "(.+);(.+)",
-                "replacement": "$1:$2",
-                "target_label": "__address__",
-            },
-            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-        ],
-    }
+class PodTargets:
+    """Pod discovery for a Prometheus built without Kubernetes service discovery (Debian's
+    package leaves it out): every second, the pods of ``namespaces`` that carry the
+    prometheus.io/scrape annotation and run are written as a file_sd target file (pod IP
+    and prometheus.io/port, labels pod and namespace), which Prometheus re-reads. The same
+    selection a ``kubernetes_sd_configs`` job with the usual relabelling makes."""
+
+    def __init__(self, path: Path, namespaces: list[str]) -> None:
+        self.path, self.namespaces = path, namespaces
+        self._stop = threading.Event()
+        self.write()
+        self._thread = threading.Thread(target=self._run, name="pod-targets", daemon=True)
+        self._thread.start()
+
+    def job(self) -> dict[str, Any]:
+        return {
+            "job_name": "kubernetes-pods",
+            "file_sd_configs": [{"files": [str(self.path)], "refresh_interval": "1s"}],
+            "honor_labels": True,  # the operator's queue series carry their own labels
+        }
+
+    def write(self) -> None:
+        groups = []
+        for namespace in self.namespaces:
+            for pod in Kube(namespace).items("pods"):
+                notes = pod["metadata"].get("annotations") or {}
+                status = pod.get("status") or {}
+                if notes.get("prometheus.io/scrape") != "true" or status.get("phase") != "Running":
+                    continue
+                if not status.get("podIP") or not notes.get("prometheus.io/port"):
+                    continue
+                groups.append(
+                    {
+                        "targets": [f"{status['podIP']}:{notes['prometheus.io/port']}"],
+                        "labels": {"pod": pod["metadata"]["name"], "namespace": namespace},
+                    }
+                )
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(json.dumps(groups))
+        partial.replace(self.path)  # Prometheus never reads half a file
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            with contextlib.suppress(*CLUSTER_ERRORS):
+                self.write()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 @pytest.fixture
@@ -66,19 +84,20 @@ def prometheus(
 ) -> Iterator[Callable[[Fleet], Prometheus]]:
     if shutil.which("prometheus") is None:
         pytest.fail("the e2e suite needs the prometheus binary (make deps)", pytrace=False)
-    kubeconfig = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    started: list[Prometheus] = []
+    started: list[tuple[PodTargets, Prometheus]] = []
 
     def start(fleet: Fleet) -> Prometheus:
         assert fleet.kube.namespace is not None
-        job = kubernetes_pods_job(kubeconfig, [fleet.kube.namespace, operator.kube.namespace or ""])
-        server = Prometheus(tmp_path, [job], every="1s")
-        started.append(server)
+        namespaces = [fleet.kube.namespace, operator.kube.namespace or ""]
+        targets = PodTargets(tmp_path / "targets.json", namespaces)
+        server = Prometheus(tmp_path, [targets.job()], every="1s")
+        started.append((targets, server))
         return server
 
     yield start
-    for server in started:
+    for targets, server in started:
         server.close()
+        targets.close()
 
 
 def test_prometheus_sees_every_task_done_pending_at_zero_and_a_force_deleted_pods_requeue(
