@@ -162,17 +162,14 @@ async def poll_demand(
 ) -> None:
     """Forever: every ``every_s``, wake the idle queues whose `demand` list was pushed
     (read for all of them in one round trip per Redis). Runs for the operator's life."""
-    while True:
-        await asyncio.sleep(every_s)
-        idle = wakers.idle(demand_polled=True)
-        if not idle:
-            continue
-        try:
-            woken = await run(connections.pop_demand, idle)
-        except Exception:  # never let one bad poll end the polling
-            _log.exception("demand poll failed")
-            continue
-        wakers.wake_all(woken)
+    await _wake_from(
+        "demand poll",
+        every_s,
+        lambda: wakers.idle(demand_polled=True),
+        connections.pop_demand,
+        wakers,
+        run,
+    )
 
 
 async def housekeep_idle(
@@ -182,19 +179,32 @@ async def housekeep_idle(
     Redis (`Connections.housekeep`), waking those a full sweep must look at. An idle
     queue's own full sweep runs only when woken, or every `IDLE_FULL_SWEEP_FACTOR` times
     ``every_s`` as a safety net. Runs for the operator's life."""
+    await _wake_from("idle housekeeping", every_s, wakers.idle, connections.housekeep, wakers, run)
+
+
+async def _wake_from(  # noqa: PLR0917 - the one loop both passes share
+    what: str,
+    every_s: float,
+    select: Callable[[], list[Key]],
+    check: Callable[[list[Key]], list[Key]],
+    wakers: Wakers,
+    run: Blocking,
+) -> None:
+    """Every ``every_s``: ``check`` the ``select``ed idle queues (in a thread) and wake
+    those it returns. A failed pass is logged and the next one runs as planned."""
     while True:
         await asyncio.sleep(every_s)
-        idle = wakers.idle()
+        idle = select()
         if not idle:
             continue
         try:
-            woken = await run(connections.housekeep, idle)
-        except Exception:  # never let one bad pass end the housekeeping
-            _log.exception("idle housekeeping failed")
+            woken = await run(check, idle)
+        except Exception:  # never let one bad pass end the loop
+            _log.exception("%s failed", what)
             continue
         if woken:
             named = ", ".join(f"{namespace}/{name}" for namespace, name in woken)
-            _log.debug("idle housekeeping of %d queues woke %s", len(idle), named)
+            _log.debug("%s of %d queues woke %s", what, len(idle), named)
         wakers.wake_all(woken)
 
 
