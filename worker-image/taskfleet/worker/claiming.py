@@ -90,7 +90,8 @@ class ClaimLoop:
             except REDIS_DOWN as exc:
                 await self._gate.wait_out(exc, draining, self._closing)
                 continue
-            execution.timings.claim.observe(time.monotonic() - asked)
+            if execution.timings.enabled:
+                execution.timings.claim.observe(time.monotonic() - asked)
             if claimed.tasks:
                 await self._take(claimed.tasks)
                 if draining.is_set():

@@ -74,7 +74,7 @@ class Execution:
         )
         self.held[task.id] = run
         self.idle.clear()
-        if task.waited is not None:
+        if task.waited is not None and self.timings.enabled:
             self.timings.wait.observe(task.waited)
         loop = asyncio.get_running_loop()
         limit = task.timeout if task.timeout else settings.default_timeout
@@ -133,7 +133,8 @@ class Execution:
         except BaseException as exc:  # the handler's failure is the attempt's failure
             outcome.error = format_error(exc)
         finally:
-            run.ran_s = time.monotonic() - run.claimed_at  # an async run starts at its claim
+            if self.timings.enabled:  # an async run starts at its claim
+                run.ran_s = time.monotonic() - run.claimed_at
             if run.timer is not None:
                 run.timer.cancel()
                 run.timer = None
@@ -281,29 +282,30 @@ class Execution:
         run = outcome.run
         self.held.pop(run.task.id, None)
         now = time.monotonic()
-        elapsed_ms = round((now - run.claimed_at) * 1000, 1)
         counters = self.counters
         if not accepted:
             counters.stale += 1
             log_event(logging.WARNING, "task_write_refused", task=run.task.id, reason="stale")
         elif outcome.error is None:
             counters.completed += 1
-            self.timings.run.observe(run.ran_s or _ran_so_far(run, now))
+            if self.timings.enabled:
+                self.timings.run.observe(run.ran_s or _ran_so_far(run, now))
             if log.isEnabledFor(logging.INFO):
-                log_event(logging.INFO, event, task=run.task.id, ms=elapsed_ms)
+                log_event(logging.INFO, event, task=run.task.id, ms=_ms(now - run.claimed_at))
         else:
             counters.failed += 1
             if dead:
                 counters.dead += 1
             else:
                 counters.retried += 1
-            self.timings.run.observe(run.ran_s or _ran_so_far(run, now))
+            if self.timings.enabled:
+                self.timings.run.observe(run.ran_s or _ran_so_far(run, now))
             log_event(
                 logging.WARNING,
                 event,
                 task=run.task.id,
                 attempt=run.task.attempts,
-                ms=elapsed_ms,
+                ms=_ms(now - run.claimed_at),
                 error=outcome.error,
                 **extra,
             )
@@ -315,3 +317,7 @@ class Execution:
 def _ran_so_far(run: Run, now: float) -> float:
     """A run's time when its call has not returned (timed out, or never began)."""
     return now - (run.began_at if run.began_at is not None else run.claimed_at)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)

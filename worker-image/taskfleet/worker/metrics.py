@@ -80,9 +80,11 @@ OUTCOMES = ("done", "retried", "dead", "released", "stale", "lost")
 class Timings:
     """The per-task and per-claim timings (``Execution`` and the claim loop write them)."""
 
-    __slots__ = ("claim", "run", "wait")
+    __slots__ = ("claim", "enabled", "run", "wait")
 
     def __init__(self) -> None:
+        # Off until `serve` starts an endpoint: a worker without metrics times nothing.
+        self.enabled = False
         self.run = Histogram(TIME_BUCKETS)
         self.wait = Histogram(TIME_BUCKETS)
         self.claim = Histogram(CLAIM_BUCKETS)
@@ -234,4 +236,5 @@ def serve(worker: Worker, port: int, *, addr: str = "0.0.0.0") -> object:
         server, _ = start_http_server(port, addr=addr, registry=registry)
     except OSError as exc:
         raise MetricsUnavailable(f"metrics port {port}: {exc.strerror or exc}") from None
+    worker.timings.enabled = True
     return server
