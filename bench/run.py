@@ -48,6 +48,8 @@ PEER_PINS: dict[str, str] = {
     "dramatiq": "dramatiq[redis]==2.2.1",
 }
 SYSTEM_TIMEOUT_S = 600.0
+#: Metrics on may cost the drain at most this much, in %.
+METRICS_COST_GOAL = 3
 # The project's goals for taskfleet: (result field, label, goal, higher is better).
 TARGETS = [
     ("drain_per_s", "drain", 10_000, True),
@@ -239,6 +241,16 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
             bound = f">= {goal:,}" if higher else f"< {goal}"
             parts.append(f"{label} {shown} (goal {bound}: {'met' if met else 'missed'})")
         out.append(f"Goals, {r['system']}: " + "; ".join(parts) + ".")
+    by_name = {r["system"]: r for r in results if "failed" not in r}
+    plain, metered = by_name.get("taskfleet"), by_name.get("taskfleet (metrics on)")
+    if plain and metered and plain.get("drain_per_s") and metered.get("drain_per_s"):
+        cost = (1 - metered["drain_per_s"] / plain["drain_per_s"]) * 100
+        verdict = "met" if cost <= METRICS_COST_GOAL else "missed"
+        out.append(
+            f"Metrics on: drain {fmt(metered['drain_per_s'])} vs {fmt(plain['drain_per_s'])} "
+            f"without, {cost:+.1f} % (goal <= {METRICS_COST_GOAL} % lower; one run, noisy: "
+            f"{verdict})."
+        )
     return out
 
 
@@ -298,11 +310,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # taskfleet twice: the sync handler most users write, and the async one.
+    # taskfleet three times: the sync handler most users write, the async one, and the
+    # sync one with metrics on (their cost on the drain: compare with the sync row).
     systems: list[tuple[str, str | None, Path]] = []
     if not args.no_taskfleet:
         systems += [("taskfleet", None, Path(sys.executable))]
         systems += [("taskfleet", "async", Path(sys.executable))]
+        systems += [("taskfleet", "metrics", Path(sys.executable))]
     systems += [(name, None, peer_python(name)) for name in args.peer_list]
 
     started = datetime.now(UTC)

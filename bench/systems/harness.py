@@ -362,7 +362,9 @@ def measure_latency(
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--system", required=True)
-    parser.add_argument("--variant", default=None, help="a system's variant (taskfleet: async)")
+    parser.add_argument(
+        "--variant", default=None, help="a system's variant (taskfleet: async, metrics)"
+    )
     parser.add_argument("--redis-url", required=True)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--n", type=int, default=20_000)

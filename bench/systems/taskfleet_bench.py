@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from typing import Any
@@ -41,16 +42,23 @@ class TaskfleetAdapter:
     batch_method = "Queue.enqueue_many (one script call per batch)"
 
     def __init__(self, redis_url: str, variant: str | None):
-        if variant not in (None, "sync", "async"):
-            raise ValueError(f"taskfleet variant must be sync or async, not {variant!r}")
+        if variant not in (None, "sync", "async", "metrics"):
+            raise ValueError(f"taskfleet variant must be sync, async or metrics, not {variant!r}")
         self.is_async = variant == "async"
-        self.name = "taskfleet (async handler)" if self.is_async else "taskfleet"
+        # metrics: the sync handler with a Prometheus endpoint per worker process, for the
+        # cost of metrics on the drain (compare with the plain sync row of the same run)
+        self.metrics = variant == "metrics"
+        self.name = {"async": "taskfleet (async handler)", "metrics": "taskfleet (metrics on)"}.get(
+            variant or "", "taskfleet"
+        )
         self.handler = "taskfleet_bench:anoop" if self.is_async else "taskfleet_bench:noop"
         kind = (
             "async handler on the loop"
             if self.is_async
             else f"sync handler in threads, default --prefetch {2 * CONCURRENCY}"
         )
+        if self.metrics:
+            kind += ", --metrics-port: each process serves its metrics"
         self.worker_config = f"2 x `taskfleet worker --concurrency {CONCURRENCY}` ({kind})"
         self.redis_url = redis_url
         self.queue = Queue(QUEUE, redis_url)
@@ -80,6 +88,7 @@ class TaskfleetAdapter:
                 *("--handler", self.handler, "--concurrency", str(CONCURRENCY)),
                 *("--pod", f"bench-{i}", "--runtime-dir", os.path.join(self.runtime, str(i))),
                 *("--log-level", "warning", "--redis-url", self.redis_url),
+                *(("--metrics-port", str(_free_port())) if self.metrics else ()),
             ]
             for i in range(processes)
         ]
@@ -91,3 +100,10 @@ class TaskfleetAdapter:
 
 def make_adapter(redis_url: str, variant: str | None = None) -> TaskfleetAdapter:
     return TaskfleetAdapter(redis_url, variant)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
