@@ -32,6 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from taskfleet.cli.options import redis_url_in_use, scrub_message
 from taskfleet.cli.queue_commands import configure, enqueue, stats, task
 from taskfleet.cli.schedule_commands import schedule
+from taskfleet.cli.top import top
 from taskfleet.cli.worker_commands import drain, worker
 from taskfleet.protocol.errors import TaskfleetError, auth_failure
 from taskfleet.protocol.redisurl import redact_redis_url
@@ -48,7 +49,7 @@ def cli() -> None:
     """taskfleet: a Redis task queue whose workers drain gracefully and never lose a task."""
 
 
-for _command in (enqueue, configure, stats, task, schedule, drain, worker):
+for _command in (enqueue, configure, stats, task, schedule, top, drain, worker):
     cli.add_command(_command)
 
 
