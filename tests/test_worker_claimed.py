@@ -3,9 +3,13 @@ a task to run, a task to fail for good (and why), or a dropped record; never a c
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from taskfleet.producer.queue import Queue
 from taskfleet.worker.claimed import ClaimedTask, parse_claim_records
 
 
@@ -152,3 +156,29 @@ def test_a_record_that_names_no_task_is_dropped_with_a_log_line(
     assert bad == []
     [line] = [r for r in caplog.records if r.getMessage() == "claim_record_dropped"]
     assert line.__dict__["fields"]["record"] == repr(raw[:200])
+
+
+def test_a_hand_off_record_keeps_the_form_every_worker_version_reads(
+    queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    """A producer hands a task to an idle worker that may run an older taskfleet: the
+    record it pushes must parse with the nine-field reader of before `waited_ms` (the
+    payload last), while a worker's own claim records carry the wait."""
+    broker = make_broker(queue.name, pod="pod-a")
+    broker.register(2)
+    assert broker.claim(2, idle_ms=30_000).tasks == []  # empty: registered for hand-offs
+    task_id = queue.enqueue({"handed": "over", "nul": "a\u0000b"})
+
+    [raw] = queue.client.lrange(queue.keys.wake("pod-a"), 0, -1)
+
+    older = raw.split(b"\0", 8)  # the reader before waited_ms: the payload is the 9th field
+    assert older[0].decode() == task_id
+    assert json.loads(older[8]) == {"handed": "over", "nul": "a\u0000b"}
+    [handed] = broker.wait_for_work(1.0).tasks  # today's reader takes it too
+    assert handed.id == task_id and handed.waited is None
+
+    queue.enqueue({"claimed": True})
+    own = make_broker(queue.name, pod="pod-b")
+    own.register(1)
+    [claimed] = own.claim(1).tasks
+    assert claimed.waited is not None and claimed.waited >= 0

@@ -6,8 +6,10 @@
 -- extra: how many of `want` are prefetch (tasks to wait in the worker for a free slot):
 -- dropped under a fleet-wide concurrency limit, where a task held but not running would
 -- keep a slot of the limit from a worker that could run it.
+-- for_any: records without waited_ms, the form workers of every version read (hand-offs,
+-- which a producer of any version makes for a worker of any version).
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
-local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra)
+local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
   -- Tasks a producer handed over while the worker was not blocked on its wake list: they
@@ -115,11 +117,15 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
         redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
           'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
           'attempts', attempts)
-        -- waited: ms from when the task was ready (enqueued, due, or retried) to now
-        local ready_at = tonumber(v[11])
-        local waited = ready_at and math.max(0, now - ready_at) or ''
-        out[#out + 1] = table.concat({id, token, attempts, v[3] or cfg('max_attempts'),
-          v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1, waited, v[1] or ''}, '\0')
+        local fields = {id, token, attempts, v[3] or cfg('max_attempts'),
+          v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1}
+        if not for_any then
+          -- waited: ms from when the task was ready (enqueued, due, or retried) to now
+          local ready_at = tonumber(v[11])
+          fields[#fields + 1] = ready_at and math.max(0, now - ready_at) or ''
+        end
+        fields[#fields + 1] = v[1] or ''
+        out[#out + 1] = table.concat(fields, '\0')
       end
     end
     -- before the next ZRANGE, which must not see this round's tasks again
@@ -161,7 +167,10 @@ local function hand_off(now, count, token_base, bound)
       redis.call('ZREM', K_IDLE, member)  -- not ours: drop it
     else
       local pod, incarnation = string.sub(member, 1, cut - 1), string.sub(member, cut + 1)
-      local got = claim_tasks(now, pod, incarnation, 1, token_base .. '.' .. handed, bound, 0)
+      -- for_any: the record in the form every worker version reads (no waited_ms): the
+      -- producer's library may be newer than the worker it hands the task to
+      local got = claim_tasks(now, pod, incarnation, 1, token_base .. '.' .. handed, bound, 0,
+        nil, true)
       if #got < 4 then
         -- a limit held it back (or nothing is pending): the worker stays registered
         redis.call('ZADD', K_IDLE, newest[2], member)
