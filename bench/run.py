@@ -248,8 +248,8 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
         verdict = "met" if cost <= METRICS_COST_GOAL else "missed"
         out.append(
             f"Metrics on: drain {fmt(metered['drain_per_s'])} vs {fmt(plain['drain_per_s'])} "
-            f"without, {cost:+.1f} % (goal <= {METRICS_COST_GOAL} % lower; one run, noisy: "
-            f"{verdict})."
+            f"without: {abs(cost):.1f} % {'lower' if cost >= 0 else 'higher'} (goal: at most "
+            f"{METRICS_COST_GOAL} % lower; one run, noisy: {verdict})."
         )
     return out
 
