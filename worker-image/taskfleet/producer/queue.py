@@ -19,6 +19,7 @@ import redis
 from taskfleet.producer import reading, scheduling
 from taskfleet.producer.encoding import EnqueueSpec, enqueue_args
 from taskfleet.producer.reading import WorkerInfo
+from taskfleet.protocol import tracing
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidArgument, ScheduleNotFound
 from taskfleet.protocol.keys import QueueKeys
@@ -148,7 +149,13 @@ class Queue:
                 "timeout": timeout,
             }
         )
-        [created] = self._scripts.run(self.ops.enqueue([args], _token_base()))
+        if tracing.configured():
+            with tracing.enqueue_span(self.name, 1) as span:
+                span.set_attribute("messaging.message.id", args.task_id)
+                op = self.ops.enqueue([args], _token_base(), tracing.carrier_text())
+                [created] = self._scripts.run(op)
+        else:
+            [created] = self._scripts.run(self.ops.enqueue([args], _token_base()))
         return EnqueueResult(args.task_id, created)
 
     def enqueue_many(self, items: Iterable[EnqueueSpec | Mapping[str, Any]]) -> list[str]:
@@ -166,7 +173,11 @@ class Queue:
             if args.task_id in seen:
                 raise InvalidArgument(f"task id {args.task_id!r} appears twice in one enqueue")
             seen.add(args.task_id)
-        self._scripts.run(self.ops.enqueue(batch, _token_base()))
+        if tracing.configured():
+            with tracing.enqueue_span(self.name, len(batch)):
+                self._scripts.run(self.ops.enqueue(batch, _token_base(), tracing.carrier_text()))
+        else:
+            self._scripts.run(self.ops.enqueue(batch, _token_base()))
         return [a.task_id for a in batch]
 
     # -- reading -----------------------------------------------------------------------

@@ -280,13 +280,15 @@ class Ops:
         self._k = keys.script_keys
 
     def enqueue(
-        self, tasks: Sequence[EnqueueArgs], token_base: str | None = None
+        self, tasks: Sequence[EnqueueArgs], token_base: str | None = None, trace: str = ""
     ) -> Op[list[bool]]:
         """Reply: per task, True if created, False if the same task existed (unchanged).
 
         Raises ``TaskExists`` when an id names an existing task with another payload or
         options, ``InvalidPayload`` for a payload over the queue's limit (nothing stored
-        then). With ``token_base``, new tasks go straight to idle workers (see hand_off)."""
+        then). With ``token_base``, new tasks go straight to idle workers (see hand_off).
+        ``trace``: the producer's trace context (``protocol.tracing``), stored with every
+        new task of the call."""
         args: list[Arg] = [len(tasks)]
         for t in tasks:
             args += [
@@ -301,6 +303,10 @@ class Ops:
             ]
         if token_base is not None:
             args += [token_base, CLAIM_HOUSEKEEPING_BOUND]
+        if trace:
+            if token_base is None:
+                args += ["", 0]
+            args.append(trace)
 
         def decode(raw: Any) -> list[bool]:
             if not isinstance(raw, list) or not raw:

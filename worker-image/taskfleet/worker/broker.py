@@ -32,6 +32,7 @@ from taskfleet.protocol.scripts import (
     SweepResult,
 )
 from taskfleet.protocol.states import TaskState
+from taskfleet.protocol.tracing import TRACE_FIELD
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult, parse_claim_records
 from taskfleet.worker.identity import WorkerRecord
 
@@ -92,6 +93,7 @@ class Broker:
         *,
         reply_timeout: float | None = None,
         host: str = "",
+        traced: bool = False,
     ) -> None:
         name = queue
         if not pod or not incarnation:
@@ -109,6 +111,8 @@ class Broker:
         #: This process's whereabouts (``identity.Whereabouts``), kept in the worker record
         #: so a worker starting under the same name can tell whether this one is alive.
         self.host = host
+        #: read each claimed task's trace context (``protocol.tracing``) for its run's span
+        self.traced = traced
         self._blocking: redis.asyncio.Redis | None = None
         # Claim tokens must be unique, not secret (anyone who can reach Redis can write
         # any key): a generator seeded once from the OS, which unlike os.urandom never
@@ -242,7 +246,23 @@ class Broker:
         tasks, bad = parse_claim_records(raw.records)
         for task_id, token, error, reason in bad:
             await self.fail(task_id, token, error, retryable=False, reason=reason)
+        if self.traced and tasks:
+            await self._read_traces(tasks)
         return ClaimResult(tasks, raw.retry_after_ms, raw.next_due_ms, raw.more_pending)
+
+    async def _read_traces(self, tasks: Sequence[ClaimedTask]) -> None:
+        """Each task's trace context, in one round trip. The tasks are this worker's
+        already: a failure here leaves them untraced, never unrun."""
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for task in tasks:
+                    pipe.hget(self.keys.task(task.id), TRACE_FIELD)
+                found = await bounded(pipe.execute(), self.reply_timeout)
+        except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+            log.warning("trace_context_unread", extra={"fields": {"error": str(exc)[:200]}})
+            return
+        for task, trace in zip(tasks, found, strict=True):
+            task.trace = trace
 
     async def heartbeat(
         self, tokens: Mapping[str, str], inflight: int | None = None, draining: bool = False

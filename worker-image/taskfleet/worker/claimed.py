@@ -40,6 +40,8 @@ class ClaimedTask:
     cost: int
     #: seconds from when it was ready (enqueued, due, retried) to its claim; None: unknown
     waited: float | None = None
+    #: the producer's trace context (read after the claim, only by a traced worker)
+    trace: bytes | None = None
 
 
 @dataclass(slots=True)

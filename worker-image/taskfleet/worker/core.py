@@ -36,6 +36,7 @@ import time
 
 import redis.asyncio as aioredis
 
+from taskfleet.protocol import tracing
 from taskfleet.worker import start
 from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.claiming import ClaimLoop, ClaimLoopState
@@ -61,6 +62,7 @@ from taskfleet.worker.runtime import (
 from taskfleet.worker.runtime_file import RuntimeFile
 from taskfleet.worker.settings import WorkerSettings
 from taskfleet.worker.slots import Slots
+from taskfleet.worker.tracing import traced
 from taskfleet.worker.writing import OutcomeWriter
 
 __all__ = ["Worker"]
@@ -78,6 +80,9 @@ class Worker:
     ) -> None:
         settings.validate()
         self.settings = settings
+        self.traced = tracing.configured()
+        if self.traced:
+            handler = traced(handler, settings.queue)
         self.handler = handler
         self._client = client
         self._own_client = client is None
@@ -189,6 +194,7 @@ class Worker:
             self.settings.incarnation,
             reply_timeout=self.settings.reply_timeout,
             host=self._whereabouts.encode(),
+            traced=self.traced,
         )
         self.writer.broker = self.handback.broker = self._broker
         self._set_state("starting")

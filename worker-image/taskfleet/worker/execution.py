@@ -70,6 +70,7 @@ class Execution:
                 pod=settings.pod,
                 incarnation=settings.incarnation,
                 redis_url=settings.redis_url,
+                trace=task.trace,
             )
         )
         self.held[task.id] = run

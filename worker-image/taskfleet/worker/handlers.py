@@ -53,6 +53,8 @@ class TaskContext:
     pod: str
     incarnation: str
     redis_url: str = field(repr=False)  # may hold a password: kept out of repr and logs
+    #: the producer's trace context as stored (``protocol.tracing``); None when not traced
+    trace: bytes | None = field(default=None, repr=False)
 
 
 _current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("taskfleet_task")

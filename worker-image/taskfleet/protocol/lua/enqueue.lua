@@ -6,7 +6,9 @@
 --   id, payload (JSON), priority, delay_ms, deadline ('' | '<ms>' | '@<epoch ms>'),
 --   max_attempts (''=config), cost, timeout_s (''=config);
 --   then, optionally, a token base and a housekeeping bound: new tasks are then handed
---   straight to idle workers (claimed for them and pushed onto their wake lists)
+--   straight to idle workers (claimed for them and pushed onto their wake lists; a token
+--   base of '' hands nothing over); then, optionally, the producer's trace context,
+--   stored with every new task (field 'trace', see protocol/tracing.py)
 -- An id that exists is the same task enqueued again when its payload, priority, cost,
 -- timeout and (if given) max_attempts are the same: nothing changes. Otherwise it is a
 -- conflict, checked for every task before anything is written.
@@ -34,6 +36,7 @@ for i = 1, n do
   end
 end
 local now = now_ms()
+local trace = ARGV[4 + n * 8]
 local out = {1}
 local woken = 0
 for i = 1, n do
@@ -43,7 +46,7 @@ for i = 1, n do
   else
     local id = ARGV[b + 1]
     if create_task(now, K_TASK .. id, id, ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5],
-        ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]) then
+        ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], trace) then
       woken = woken + 1
     end
     out[#out + 1] = 1
@@ -52,7 +55,7 @@ end
 local created = 0
 for i = 2, #out do created = created + out[i] end
 local token_base = ARGV[2 + n * 8]
-if token_base and woken > 0 and redis.call('EXISTS', K_IDLE) == 1 then
+if token_base and token_base ~= '' and woken > 0 and redis.call('EXISTS', K_IDLE) == 1 then
   woken = woken - hand_off(now, woken, token_base, tonumber(ARGV[3 + n * 8]))
 end
 notify(woken)

@@ -1,9 +1,10 @@
 -- create_task: store one new task (its key must not exist) and index it.
 --   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
 --   max_attempts / timeout: '' = the queue's config at the time it matters.
+--   trace: nil or '' (none), or the producer's trace context, stored as is.
 -- Returns whether it went straight to pending (for wake-ups).
 local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-                           timeout)
+                           timeout, trace)
   if max_attempts == '' then max_attempts = cfg('max_attempts') end
   delay_ms = tonumber(delay_ms) or 0
   local fields = {
@@ -13,6 +14,10 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
   if timeout ~= '' then
     fields[#fields + 1] = 'timeout'
     fields[#fields + 1] = timeout
+  end
+  if trace and trace ~= '' then
+    fields[#fields + 1] = 'trace'
+    fields[#fields + 1] = trace
   end
   if deadline ~= '' then
     local at
