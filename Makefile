@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-processes bench-schedules bench-autoscale bench-operator soak demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench bench-processes bench-schedules bench-autoscale bench-podstart bench-operator soak demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-up kind-down clean
 
 help: ## list targets
@@ -61,6 +61,10 @@ bench-schedules: ## triggers/s with 10,000 and 100,000 schedules due every secon
 bench-autoscale: ## autoscaled vs fixed fleet on the local cluster: wake from zero, drain, pod-seconds
 	e2e/cluster/prepare.sh
 	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.autoscale
+
+bench-podstart: ## a worker pod's start on the local cluster: pod created -> first task claimed, by phase
+	e2e/cluster/prepare.sh
+	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.podstart
 
 bench-operator: ## the operator with 50, 200, 1000 TaskQueues on the local cluster: idle CPU, memory, latencies
 	e2e/cluster/prepare.sh
