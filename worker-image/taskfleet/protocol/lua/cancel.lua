@@ -5,7 +5,7 @@
 -- cancelled, never to run again.
 -- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
 --   K_DELAYED, K_DEADLINES, K_CANCELLED, K_STATS.
--- ARGV: task ids
+-- ARGV[1..]: task ids
 -- Returns: per id, 'cancelled' (it will never run), 'requested' (running: it ends
 --   cancelled when its run returns), 'done' | 'dead' | 'finished' (it had finished:
 --   nothing changed; 'finished' = cancelled before), or 'missing' (no such task).
