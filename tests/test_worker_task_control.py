@@ -125,9 +125,7 @@ def test_a_permanent_failure_goes_dead_at_once_with_its_reason(fleet: Fleet, que
     assert events(queue.client).count(f"start:{task_id}") == 1
 
 
-def test_a_retry_the_handler_asks_for_does_not_spend_an_attempt(
-    fleet: Fleet, queue: Queue
-) -> None:
+def test_a_retry_the_handler_asks_for_does_not_spend_an_attempt(fleet: Fleet, queue: Queue) -> None:
     task_id = queue.enqueue({"times": 3, "delay": 0.05}, max_attempts=1)
     worker = fleet.add(f"{H}:rate_limited").start()
     task = state_of(queue, task_id, TaskState.DONE)

@@ -17,8 +17,10 @@ loads the worker's modules, and the worker never the producer's.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from taskfleet.producer.control import TaskPage
     from taskfleet.producer.queue import EnqueueResult, EnqueueSpec, Queue, WorkerInfo
     from taskfleet.protocol.config import QueueConfig
+    from taskfleet.protocol.control_ops import CancelOutcome
     from taskfleet.protocol.errors import (
         InvalidArgument,
         InvalidPayload,
@@ -33,8 +35,6 @@ if TYPE_CHECKING:
         TaskNotFound,
         WaitTimeout,
     )
-    from taskfleet.producer.control import TaskPage
-    from taskfleet.protocol.control_ops import CancelOutcome
     from taskfleet.protocol.schedules import Schedule
     from taskfleet.protocol.scripts import SweepResult
     from taskfleet.protocol.tasks import Task, TaskState

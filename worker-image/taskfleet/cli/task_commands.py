@@ -77,6 +77,7 @@ def _short(value: Any, width: int = 60) -> str:
 @_json_flag
 @redis_option
 def ls(
+    *,
     queue: str,
     state: str,
     limit: int,
@@ -168,6 +169,7 @@ _CANCEL_WORDS = {
 @_json_flag
 @redis_option
 def retry(
+    *,
     queue: str,
     task_ids: tuple[str, ...],
     every: bool,
@@ -218,6 +220,7 @@ def retry(
 @_json_flag
 @redis_option
 def purge(
+    *,
     queue: str,
     state: str | None,
     reason: str | None,

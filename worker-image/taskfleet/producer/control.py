@@ -84,7 +84,8 @@ def cancel(
     out: dict[str, CancelOutcome] = {}
     for start in range(0, len(ids), ID_BATCH):
         batch = ids[start : start + ID_BATCH]
-        out.update(zip(batch, scripts.run(ops.cancel(batch)), strict=True))
+        outcomes: list[CancelOutcome] = scripts.run(ops.cancel(batch))
+        out.update(zip(batch, outcomes, strict=True))
     return out
 
 
@@ -254,7 +255,7 @@ def follow(
     limit = math.inf if timeout is None else _seconds("timeout", timeout) or 0.0
     deadline = time.monotonic() + limit
     key = keys.task(task_id)
-    seen: list[object] | None = None
+    seen: list[bytes | str | None] | None = None
     while True:
         marks = client.hmget(key, ["state", "progress_at", "progress"])
         if marks[0] is None:

@@ -9,7 +9,7 @@ a task in the state it names, a report only under the reporting run's claim toke
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,7 @@ class Report:
     cost: int | None = None
 
 
-def _swept(script: str) -> Any:
+def _swept(script: str) -> Callable[[Any], Swept]:
     def decode(raw: Any) -> Swept:
         if not isinstance(raw, list) or len(raw) != 2:
             raise ProtocolError(f"{script}: unexpected reply {raw!r}")

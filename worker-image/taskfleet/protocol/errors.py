@@ -134,12 +134,12 @@ class TaskNotFound(TaskfleetError, LookupError):  # noqa: N818
         self.task_id = task_id
 
 
-class PermanentFailure(Exception):
+class PermanentFailure(Exception):  # noqa: N818 - says what the handler decided
     """Raised by a handler: this task can never succeed. It goes dead at once, reason
     ``permanent``, with this message as its error; no attempt is left to retry."""
 
 
-class RetryAfter(Exception):
+class RetryAfter(Exception):  # noqa: N818
     """Raised by a handler: run this task again after ``delay`` seconds (an upstream rate
     limit's Retry-After, a dependency that is down). The cause is outside the task, so the
     attempt is given back, up to ``bounds.MAX_DEFERRALS`` times per task; past that each

@@ -88,8 +88,9 @@ class Task(BaseModel):
     token: str | None = None
     error: str | None = None
     reason: str | None = Field(
-        default=None, description="why it is dead: expired | worker lost | bad payload | bad task | failed | "
-        "permanent | result too large; or cancelled"
+        default=None,
+        description="why it is dead: expired | worker lost | bad payload | bad task | failed | "
+        "permanent | result too large; or cancelled",
     )
     result: Any = None
     progress: Any = Field(

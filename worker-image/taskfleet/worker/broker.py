@@ -19,8 +19,8 @@ from typing import TypeVar
 import redis.asyncio
 import redis.exceptions
 
-from taskfleet.protocol.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
 from taskfleet.protocol.control_ops import ControlOps, Report
+from taskfleet.protocol.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.schedule_ops import DueBatch, Fired, ScheduleOps
 from taskfleet.protocol.schedules import FirePlan

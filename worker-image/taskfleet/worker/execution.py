@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Iterable
 
 from taskfleet.worker.claimed import ClaimedTask
-from taskfleet.worker.events import log, log_event
 from taskfleet.worker.context import TaskContext, TaskControl, context_for, verdict_of
+from taskfleet.worker.events import log, log_event
 from taskfleet.worker.handlers import Handler, encode_result, format_error
 from taskfleet.worker.metrics import Timings
 from taskfleet.worker.outbox import Outbox

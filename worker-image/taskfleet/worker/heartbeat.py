@@ -1,7 +1,8 @@
 """The heartbeat loop: one call extends every held lease and reports the worker's state.
 
 Each beat also learns which leases were lost (those tasks are abandoned here: someone
-else runs them now) and which held tasks producers cancelled (their runs are cancelled) and, every ``sweep_every`` beats, sweeps the queue so the library
+else runs them now) and which held tasks producers cancelled (their runs are cancelled)
+and, every ``sweep_every`` beats, sweeps the queue so the library
 loses nothing even without the operator. A beat comes early when ``beat_now`` is set
 (a drain began, Redis came back).
 """

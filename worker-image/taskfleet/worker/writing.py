@@ -107,6 +107,4 @@ def _deferred(outcome: Outcome, state: TaskState | None) -> bool:
     """Retried later as its handler asked (RetryAfter) with the attempt given back: the
     task is delayed with its attempts as they were before this run."""
     verdict = outcome.verdict
-    return (
-        state is TaskState.DELAYED and verdict is not None and verdict.retry_after_ms is not None
-    )
+    return state is TaskState.DELAYED and verdict is not None and verdict.retry_after_ms is not None

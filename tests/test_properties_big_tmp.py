@@ -1,0 +1,392 @@
+"""Invariants of the protocol under random interleavings (hypothesis state machine).
+
+Random producers, two worker pods and an operator drive every operation against a real
+redis-server (hand-offs to idle workers included), with a tiny lease TTL and a rule that
+lets real time pass, so leases expire and are taken back in between. After every step
+the stored structures must agree: each task in exactly one state, running tasks fenced
+by a token and held by exactly one pod, counters adding up, and no task ever lost.
+Producers also cancel tasks and send dead ones back (retry), racing claims, completions
+and take-backs: a task whose cancel was acknowledged is never claimed again (one running
+then ends cancelled, whatever its run writes), and a retried dead task is pending again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from taskfleet import CancelOutcome, Queue, QueueConfig, Task, TaskExists, TaskState
+from taskfleet.protocol.scripts import text
+
+from tests.fixtures_redis import BlockingBroker
+
+PODS = ("pod-a", "pod-b")
+LEASE_TTL_S = 0.05
+MAX_CONCURRENCY = 5  # below what two pods claiming up to 4 each would take
+STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
+
+
+class ProtocolMachine(RuleBasedStateMachine):
+    url: str = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw = redis.Redis.from_url(self.url)
+        self.raw.flushall()
+        self.queue = Queue("props", client=self.raw)
+        self.queue.configure(
+            QueueConfig(
+                lease_ttl_s=LEASE_TTL_S,
+                max_concurrency=MAX_CONCURRENCY,
+                max_attempts=2,
+                max_lost=2,
+                backoff_base_s=0.01,
+                backoff_max_s=0.02,
+            )
+        )
+        self.runner = asyncio.Runner()
+        self.brokers = {
+            pod: BlockingBroker(self.runner, self.url, "props", pod, "1") for pod in PODS
+        }
+        self.enqueued: set[str] = set()
+        self.completed: set[str] = set()  # accepted completions: must stay done
+        self.failed_dead: set[str] = set()  # fail() answered dead: must stay dead
+        self.held: dict[str, dict[str, str]] = {pod: {} for pod in PODS}
+        self.cancel_acked: set[str] = set()  # cancel answered cancelled or requested
+        self.replayed: Counter[str] = Counter()  # reasons of the dead tasks sent back
+
+    def teardown(self) -> None:
+        for broker in self.brokers.values():
+            broker.close()
+        self.runner.close()
+        self.raw.close()
+
+    # -- producers -------------------------------------------------------------------
+
+    @rule(
+        n=st.integers(1, 3),
+        priority=st.sampled_from([-1, 0, 5]),
+        delay=st.sampled_from([None, 0.01]),
+        deadline=st.sampled_from([None, 0.03, 60]),
+    )
+    def enqueue(self, n: int, priority: int, delay: float | None, deadline: float | None) -> None:
+        ids = self.queue.enqueue_many(
+            [
+                {"payload": {"i": i}, "priority": priority, "delay": delay, "deadline": deadline}
+                for i in range(n)
+            ]
+        )
+        self.enqueued.update(ids)
+
+    @precondition(lambda self: bool(self.enqueued))
+    @rule(data=st.data())
+    def enqueue_an_existing_id_again(self, data: st.DataObject) -> None:
+        """The same task again changes nothing; another payload under its id is refused."""
+        task_id = data.draw(st.sampled_from(sorted(self.enqueued)))
+        before = self.raw.hgetall(self.queue.keys.task(task_id))
+        task = Task.from_hash(before, task_id)
+        same = data.draw(st.booleans())
+        if same:
+            assert self.queue.enqueue(task.payload, task_id=task_id, priority=task.priority) == (
+                task_id
+            )
+        else:
+            with pytest.raises(TaskExists):
+                self.queue.enqueue({"again": True}, task_id=task_id)
+        assert self.raw.hgetall(self.queue.keys.task(task_id)) == before
+
+    # -- workers ---------------------------------------------------------------------
+
+    @rule(pod=st.sampled_from(PODS), n=st.integers(1, 4), idle=st.booleans())
+    def claim(self, pod: str, n: int, idle: bool) -> None:
+        # idle: a claim that empties the queue registers the pod for hand-offs by producers
+        handed = self._handed(pod)
+        self._took(pod, n + handed, self.brokers[pod].claim(n, idle_ms=5000 if idle else 0))
+
+    @rule(pod=st.sampled_from(PODS))
+    def pop_a_hand_off(self, pod: str) -> None:
+        result = self.brokers[pod].wait_for_work(0.001)
+        if result is not None:
+            self._took(pod, 1, result)
+
+    def _handed(self, pod: str) -> int:
+        """Tasks producers handed to ``pod`` while it was not waiting: they are the pod's
+        already, and its next claim returns them on top of what it asks for."""
+        return int(self.raw.llen(self.queue.keys.wake(pod)))
+
+    def _took(self, pod: str, n: int, result: Any) -> None:
+        assert len(result.tasks) <= n
+        for task in result.tasks:
+            assert task.id in self.enqueued
+            assert task.id not in self.completed
+            assert task.id not in self.failed_dead
+            assert task.id not in self.cancel_acked, f"{task.id} claimed after its cancel"
+            for other in PODS:
+                self.held[other].pop(task.id, None)  # any older claim is stale now
+            self.held[pod][task.id] = task.token
+
+    def _pick(self, data: st.DataObject) -> tuple[str, list[str]] | None:
+        """A pod holding tasks and some of them, or None when nobody holds any.
+
+        The draws have the same shape whatever is held (no precondition on held tasks):
+        what a worker holds depends on real time (leases expire), and hypothesis needs a
+        replayed example to draw exactly as the first run did.
+        """
+        start = data.draw(st.integers(0, len(PODS) - 1))
+        picks = data.draw(st.lists(st.integers(0, 7), min_size=1, max_size=4))
+        for k in range(len(PODS)):
+            pod = PODS[(start + k) % len(PODS)]
+            held = sorted(self.held[pod])
+            if held:
+                return pod, sorted({held[i % len(held)] for i in picks})
+        return None
+
+    @rule(data=st.data())
+    def complete(self, data: st.DataObject) -> None:
+        picked = self._pick(data)
+        if picked is None:
+            return
+        pod, ids = picked
+        items = [(i, self.held[pod].pop(i), '{"ok": true}') for i in ids]
+        for (task_id, _, _), applied in zip(
+            items, self.brokers[pod].complete_many(items), strict=True
+        ):
+            self._completed(task_id, applied)
+
+    @rule(data=st.data(), n=st.integers(0, 4), none=st.booleans())
+    def complete_and_claim(self, data: st.DataObject, n: int, none: bool) -> None:
+        """What a busy worker does: finish some tasks and refill those slots at once."""
+        picked = self._pick(data)
+        if picked is None:
+            return
+        pod, ids = picked
+        items = [] if none else [(i, self.held[pod].pop(i), None) for i in ids]
+        handed = self._handed(pod)
+        applied, result = self.brokers[pod].complete_and_claim(items, n)
+        for (task_id, _, _), code in zip(items, applied, strict=True):
+            self._completed(task_id, code)
+        self._took(pod, n + handed, result)
+
+    def _completed(self, task_id: str, code: int) -> None:
+        if code == 1:
+            assert task_id not in self.cancel_acked
+            self.completed.add(task_id)
+        elif code == 3:  # its cancel came while it ran: it ends cancelled
+            assert task_id in self.cancel_acked
+
+    @rule(data=st.data(), retryable=st.booleans(), after=st.sampled_from([None, 10]))
+    def fail(self, data: st.DataObject, retryable: bool, after: int | None) -> None:
+        """A failed attempt; ``after``: the handler asked for a retry after 10 ms."""
+        picked = self._pick(data)
+        if picked is None:
+            return
+        pod, [task_id, *_] = picked
+        token = self.held[pod].pop(task_id)
+        state = self.brokers[pod].fail(task_id, token, "boom", retryable, retry_after_ms=after)
+        assert state in (None, TaskState.DELAYED, TaskState.DEAD, TaskState.CANCELLED)
+        if state is TaskState.DEAD:
+            self.failed_dead.add(task_id)
+        if state is TaskState.CANCELLED:
+            assert task_id in self.cancel_acked
+
+    @rule(pod=st.sampled_from(PODS), draining=st.booleans())
+    def heartbeat(self, pod: str, draining: bool) -> None:
+        # draining also gives back hand-offs not popped yet
+        reply = self.brokers[pod].beat(dict(self.held[pod]), draining=draining)
+        assert reply.lost <= set(self.held[pod])
+        assert reply.cancelled <= self.cancel_acked & set(self.held[pod])
+        for task_id in reply.lost:
+            del self.held[pod][task_id]
+
+    # -- producers' control ------------------------------------------------------------
+
+    @precondition(lambda self: bool(self.enqueued))
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        task_id = data.draw(st.sampled_from(sorted(self.enqueued)))
+        outcome = self.queue.cancel(task_id)
+        if outcome in (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED):
+            self.cancel_acked.add(task_id)
+        state = self._hashes([task_id])[task_id]["state"]
+        if outcome is CancelOutcome.CANCELLED:
+            assert state == "cancelled"
+        elif outcome is CancelOutcome.REQUESTED:
+            assert state == "running"
+        else:  # it had finished
+            assert state in ("done", "dead", "cancelled")
+
+    @rule(data=st.data(), every=st.booleans())
+    def retry_dead(self, data: st.DataObject, every: bool) -> None:
+        dead = sorted(self.members()["dead"])
+        picks = data.draw(st.lists(st.integers(0, 7), max_size=3))
+        ids = sorted({dead[i % len(dead)] for i in picks}) if dead else []
+        chosen = dead if every else ids
+        reasons = {i: h.get("reason", "") for i, h in self._hashes(chosen).items()}
+        retried = self.queue.retry() if every else self.queue.retry(ids)
+        assert retried == len(chosen)
+        hashes = self._hashes(chosen)
+        for task_id in chosen:  # each runs once more: pending with a fresh budget
+            assert (hashes[task_id]["state"], hashes[task_id]["attempts"]) == ("pending", "0")
+            self.failed_dead.discard(task_id)
+            self.replayed[reasons[task_id]] += 1
+
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        picked = self._pick(data)
+        if picked is None:
+            return
+        pod, _ = picked
+        items = list(self.held[pod].items())
+        # What the pod still holds by the store (a lease taken back meanwhile is not): a
+        # release gives back exactly those.
+        still_held = 0
+        for task_id, token in items:
+            state, held_token = self.raw.hmget(self.queue.keys.task(task_id), "state", "token")
+            still_held += state == b"running" and held_token == token.encode()
+        released = self.brokers[pod].release(items)
+        assert released == still_held
+        self.held[pod].clear()
+
+    # -- operator and time -----------------------------------------------------------
+
+    @rule(pod=st.sampled_from(PODS))
+    def requeue_pod(self, pod: str) -> None:
+        self.queue.requeue_pod(pod)
+        self.held[pod].clear()
+
+    @rule()
+    def sweep(self) -> None:
+        self.queue.sweep()
+
+    @rule()
+    def let_leases_expire(self) -> None:
+        time.sleep(LEASE_TTL_S * 1.2)  # advancing real time is the point of this rule
+
+    # -- invariants ------------------------------------------------------------------
+
+    def members(self) -> dict[str, dict[str, float]]:
+        pipe = self.raw.pipeline(transaction=True)
+        for state in STATES:
+            pipe.zrange(getattr(self.queue.keys, state), 0, -1, withscores=True)
+        pipe.zrange(self.queue.keys.deadlines, 0, -1)
+        replies = pipe.execute()
+        out = {
+            state: {text(m): score for m, score in reply}
+            for state, reply in zip(STATES, replies[:-1], strict=True)
+        }
+        out["deadlines"] = {text(m): 0.0 for m in replies[-1]}
+        return out
+
+    @invariant()
+    def every_task_is_in_exactly_one_state_and_none_is_lost(self) -> None:
+        members = self.members()
+        seen: dict[str, str] = {}
+        for state in STATES:
+            for task_id in members[state]:
+                assert task_id not in seen, f"{task_id} in {seen.get(task_id)} and {state}"
+                seen[task_id] = state
+        assert set(seen) == self.enqueued
+        hashes = self._hashes(sorted(seen))
+        for task_id, state in seen.items():
+            assert hashes[task_id]["state"] == state
+        for task_id in members["deadlines"]:
+            assert seen[task_id] in ("pending", "delayed")
+        assert self.completed <= set(members["done"])
+        assert self.failed_dead <= set(members["dead"])
+        for task_id in self.cancel_acked:  # cancelled, or still running its last run
+            assert seen[task_id] in ("cancelled", "running"), (task_id, seen[task_id])
+
+    @invariant()
+    def running_tasks_have_a_live_token_and_exactly_one_pod(self) -> None:
+        members = self.members()
+        running = members["running"]
+        hashes = self._hashes(sorted(running))
+        pod_sets = {
+            text(key).removeprefix(self.queue.keys.pod_prefix): {
+                text(m) for m in self.raw.smembers(key)
+            }
+            for key in self.raw.scan_iter(match=self.queue.keys.pod_prefix + "*")
+        }
+        holders: dict[str, list[str]] = {}
+        for pod, ids in pod_sets.items():
+            for task_id in ids:
+                holders.setdefault(task_id, []).append(pod)
+        assert set(holders) == set(running)
+        assert len(running) <= MAX_CONCURRENCY
+        for task_id, lease in running.items():
+            h = hashes[task_id]
+            assert h.get("token")
+            assert holders[task_id] == [h["pod"]]
+            assert float(h["lease_until"]) == lease
+        # a token a worker still holds is either current (task running on that pod) or stale
+        for pod, held in self.held.items():
+            for task_id, token in held.items():
+                h = self._hashes([task_id])[task_id]
+                if h.get("token") == token:
+                    assert (h["state"], h["pod"]) == ("running", pod)
+
+    @invariant()
+    def counters_add_up(self) -> None:
+        stats = self.queue.stats()
+        members = self.members()
+        for state in STATES:
+            assert stats[state] == len(members[state])
+        assert stats["enqueued"] == len(self.enqueued)
+        assert stats["completed"] == stats["done"]  # nothing is pruned within a run
+        replayed = self.replayed
+        assert stats["dead_total"] == len(members["dead"]) + sum(replayed.values())
+        assert stats["replayed"] == sum(replayed.values())
+        assert stats["cancelled_total"] == len(members["cancelled"])
+        # a cancelled task taken back is lost but not requeued: it ends cancelled
+        lost_ended = stats["requeued"] + self._dead_with("worker lost") + replayed["worker lost"]
+        assert lost_ended <= stats["lost"] <= lost_ended + stats["cancelled_total"]
+        failed_ended = self._dead_with("failed") + replayed["failed"]
+        assert stats["failed"] == stats["retried"] + failed_ended
+        assert stats["expired"] == self._dead_with("expired") + replayed["expired"]
+
+    @invariant()
+    def a_task_dead_as_expired_never_started(self) -> None:
+        hashes = self._hashes(list(self.members()["dead"]))
+        for task_id, h in hashes.items():
+            if h.get("reason") == "expired":
+                assert "started_at" not in h, f"{task_id} started, then expired"
+
+    def _dead_with(self, reason: str) -> int:
+        ids = list(self.members()["dead"])
+        return sum(1 for h in self._hashes(ids).values() if h.get("reason") == reason)
+
+    def _hashes(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        pipe = self.raw.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hgetall(self.queue.keys.task(task_id))
+        return {
+            task_id: {text(k): text(v) for k, v in raw.items()}
+            for task_id, raw in zip(ids, pipe.execute(), strict=True)
+        }
+
+
+@pytest.mark.slow
+def test_protocol_invariants_hold_under_random_interleavings(redis_url: str) -> None:
+    ProtocolMachine.url = redis_url
+    run_state_machine_as_test(
+        ProtocolMachine,
+        settings=settings(
+            max_examples=80,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
