@@ -254,8 +254,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         # release gives back exactly those.
         still_held = 0
         for task_id, token in items:
-            state, held_token = self.raw.hmget(self.queue.keys.task(task_id), "state", "token")
-            still_held += state == b"running" and held_token == token.encode()
+            state, held_token, cancel = self.raw.hmget(
+                self.queue.keys.task(task_id), "state", "token", "cancel_requested"
+            )
+            # one whose cancel was asked for ends cancelled instead: not released
+            still_held += state == b"running" and held_token == token.encode() and not cancel
         released = self.brokers[pod].release(items)
         assert released == still_held
         self.held[pod].clear()

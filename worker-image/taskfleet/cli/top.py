@@ -142,7 +142,7 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
     from rich.text import Text
 
     queues = Table(title="taskfleet top  (q quits)", title_justify="left", expand=False)
-    shown = ("pending", "delayed", "running", "dead", "cancelled")
+    shown = ("pending", "delayed", "running", "dead")
     for column in ("queue", *shown, "done/s", "failed/s"):
         queues.add_column(column, justify="left" if column == "queue" else "right", no_wrap=True)
     queues.add_column("oldest", justify="right", no_wrap=True)
@@ -170,6 +170,8 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
                 age = _age(w.heartbeat_age_s)
                 workers.add_row(w.pod, f"{w.holds}/{w.slots}", f"{age} ago", state)
             parts.append(workers)
+        if view.counts.get("cancelled"):  # a line, not a column: the table stays narrow
+            parts.append(Text(f"{view.name}: {view.counts['cancelled']:,} cancelled (retained)"))
         for dead in view.dead:
             line = f"{view.name}: dead {dead.id} ({dead.reason or '?'}) {dead.error[:80]}"
             parts.append(Text(line, style="red", overflow="ellipsis", no_wrap=True))
