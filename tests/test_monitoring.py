@@ -126,9 +126,12 @@ def test_every_metric_the_rules_and_the_dashboard_use_is_exported(exported: set[
         name for name in ours if re.sub(r"_(bucket|count|sum)$", "", name) not in bases
     )
     assert missing == [
+        "taskfleet_queue_cancelled_total",
+        "taskfleet_queue_deferred_total",
         "taskfleet_queue_expired_total",
         "taskfleet_queue_failed_total",
         "taskfleet_queue_released_total",
+        "taskfleet_queue_replayed_total",
         "taskfleet_queue_requeued_total",
         "taskfleet_queue_stale_total",
         "taskfleet_worker_info",

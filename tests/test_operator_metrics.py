@@ -72,7 +72,14 @@ def test_one_scrape_reads_every_queue_its_counts_workers_and_oldest_pending_age(
     assert sorted(readings) == ["apps.emails", "apps.reports", "gone.lost"]
     mails = readings["apps.emails"]
     assert mails.up
-    assert mails.tasks == {"pending": 2, "delayed": 1, "running": 0, "done": 0, "dead": 0}
+    assert mails.tasks == {
+        "pending": 2,
+        "delayed": 1,
+        "running": 0,
+        "done": 0,
+        "dead": 0,
+        "cancelled": 0,
+    }
     assert mails.counters["enqueued"] == 3
     assert (mails.workers, mails.workers_alive, mails.slots_alive) == (2, 2, 6)
     assert 119 <= mails.oldest_pending_s < 180

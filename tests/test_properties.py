@@ -5,12 +5,16 @@ redis-server (hand-offs to idle workers included), with a tiny lease TTL and a r
 lets real time pass, so leases expire and are taken back in between. After every step
 the stored structures must agree: each task in exactly one state, running tasks fenced
 by a token and held by exactly one pod, counters adding up, and no task ever lost.
+Producers also cancel tasks and send dead ones back (retry), racing claims, completions
+and take-backs: a task whose cancel was acknowledged is never claimed again (one running
+then ends cancelled, whatever its run writes), and a retried dead task is pending again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -24,7 +28,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from taskfleet import Queue, QueueConfig, Task, TaskExists, TaskState
+from taskfleet import CancelOutcome, Queue, QueueConfig, Task, TaskExists, TaskState
 from taskfleet.protocol.scripts import text
 
 from tests.fixtures_redis import BlockingBroker
@@ -32,7 +36,7 @@ from tests.fixtures_redis import BlockingBroker
 PODS = ("pod-a", "pod-b")
 LEASE_TTL_S = 0.05
 MAX_CONCURRENCY = 5  # below what two pods claiming up to 4 each would take
-STATES = ("pending", "delayed", "running", "done", "dead")
+STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
 
 
 class ProtocolMachine(RuleBasedStateMachine):
@@ -61,6 +65,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.completed: set[str] = set()  # accepted completions: must stay done
         self.failed_dead: set[str] = set()  # fail() answered dead: must stay dead
         self.held: dict[str, dict[str, str]] = {pod: {} for pod in PODS}
+        self.cancel_acked: set[str] = set()  # cancel answered cancelled or requested
+        self.replayed: Counter[str] = Counter()  # reasons of the dead tasks sent back
 
     def teardown(self) -> None:
         for broker in self.brokers.values():
@@ -127,6 +133,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert task.id in self.enqueued
             assert task.id not in self.completed
             assert task.id not in self.failed_dead
+            assert task.id not in self.cancel_acked, f"{task.id} claimed after its cancel"
             for other in PODS:
                 self.held[other].pop(task.id, None)  # any older claim is stale now
             self.held[pod][task.id] = task.token
@@ -157,8 +164,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         for (task_id, _, _), applied in zip(
             items, self.brokers[pod].complete_many(items), strict=True
         ):
-            if applied:
-                self.completed.add(task_id)
+            self._completed(task_id, applied)
 
     @rule(data=st.data(), n=st.integers(0, 4), none=st.booleans())
     def complete_and_claim(self, data: st.DataObject, n: int, none: bool) -> None:
@@ -170,29 +176,72 @@ class ProtocolMachine(RuleBasedStateMachine):
         items = [] if none else [(i, self.held[pod].pop(i), None) for i in ids]
         handed = self._handed(pod)
         applied, result = self.brokers[pod].complete_and_claim(items, n)
-        for (task_id, _, _), ok in zip(items, applied, strict=True):
-            if ok:
-                self.completed.add(task_id)
+        for (task_id, _, _), code in zip(items, applied, strict=True):
+            self._completed(task_id, code)
         self._took(pod, n + handed, result)
 
-    @rule(data=st.data(), retryable=st.booleans())
-    def fail(self, data: st.DataObject, retryable: bool) -> None:
+    def _completed(self, task_id: str, code: int) -> None:
+        if code == 1:
+            assert task_id not in self.cancel_acked
+            self.completed.add(task_id)
+        elif code == 3:  # its cancel came while it ran: it ends cancelled
+            assert task_id in self.cancel_acked
+
+    @rule(data=st.data(), retryable=st.booleans(), after=st.sampled_from([None, 10]))
+    def fail(self, data: st.DataObject, retryable: bool, after: int | None) -> None:
+        """A failed attempt; ``after``: the handler asked for a retry after 10 ms."""
         picked = self._pick(data)
         if picked is None:
             return
         pod, [task_id, *_] = picked
-        state = self.brokers[pod].fail(task_id, self.held[pod].pop(task_id), "boom", retryable)
-        assert state in (None, TaskState.DELAYED, TaskState.DEAD)
+        token = self.held[pod].pop(task_id)
+        state = self.brokers[pod].fail(task_id, token, "boom", retryable, retry_after_ms=after)
+        assert state in (None, TaskState.DELAYED, TaskState.DEAD, TaskState.CANCELLED)
         if state is TaskState.DEAD:
             self.failed_dead.add(task_id)
+        if state is TaskState.CANCELLED:
+            assert task_id in self.cancel_acked
 
     @rule(pod=st.sampled_from(PODS), draining=st.booleans())
     def heartbeat(self, pod: str, draining: bool) -> None:
         # draining also gives back hand-offs not popped yet
-        lost = self.brokers[pod].heartbeat(dict(self.held[pod]), draining=draining)
-        assert lost <= set(self.held[pod])
-        for task_id in lost:
+        reply = self.brokers[pod].beat(dict(self.held[pod]), draining=draining)
+        assert reply.lost <= set(self.held[pod])
+        assert reply.cancelled <= self.cancel_acked & set(self.held[pod])
+        for task_id in reply.lost:
             del self.held[pod][task_id]
+
+    # -- producers' control ------------------------------------------------------------
+
+    @precondition(lambda self: bool(self.enqueued))
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        task_id = data.draw(st.sampled_from(sorted(self.enqueued)))
+        outcome = self.queue.cancel(task_id)
+        if outcome in (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED):
+            self.cancel_acked.add(task_id)
+        state = self._hashes([task_id])[task_id]["state"]
+        if outcome is CancelOutcome.CANCELLED:
+            assert state == "cancelled"
+        elif outcome is CancelOutcome.REQUESTED:
+            assert state == "running"
+        else:  # it had finished
+            assert state in ("done", "dead", "cancelled")
+
+    @rule(data=st.data(), every=st.booleans())
+    def retry_dead(self, data: st.DataObject, every: bool) -> None:
+        dead = sorted(self.members()["dead"])
+        picks = data.draw(st.lists(st.integers(0, 7), max_size=3))
+        ids = sorted({dead[i % len(dead)] for i in picks}) if dead else []
+        chosen = dead if every else ids
+        reasons = {i: h.get("reason", "") for i, h in self._hashes(chosen).items()}
+        retried = self.queue.retry() if every else self.queue.retry(ids)
+        assert retried == len(chosen)
+        hashes = self._hashes(chosen)
+        for task_id in chosen:  # each runs once more: pending with a fresh budget
+            assert (hashes[task_id]["state"], hashes[task_id]["attempts"]) == ("pending", "0")
+            self.failed_dead.discard(task_id)
+            self.replayed[reasons[task_id]] += 1
 
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
@@ -205,8 +254,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         # release gives back exactly those.
         still_held = 0
         for task_id, token in items:
-            state, held_token = self.raw.hmget(self.queue.keys.task(task_id), "state", "token")
-            still_held += state == b"running" and held_token == token.encode()
+            state, held_token, cancel = self.raw.hmget(
+                self.queue.keys.task(task_id), "state", "token", "cancel_requested"
+            )
+            # one whose cancel was asked for ends cancelled instead: not released
+            still_held += state == b"running" and held_token == token.encode() and not cancel
         released = self.brokers[pod].release(items)
         assert released == still_held
         self.held[pod].clear()
@@ -257,6 +309,8 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert seen[task_id] in ("pending", "delayed")
         assert self.completed <= set(members["done"])
         assert self.failed_dead <= set(members["dead"])
+        for task_id in self.cancel_acked:  # cancelled, or still running its last run
+            assert seen[task_id] in ("cancelled", "running"), (task_id, seen[task_id])
 
     @invariant()
     def running_tasks_have_a_live_token_and_exactly_one_pod(self) -> None:
@@ -295,10 +349,16 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert stats[state] == len(members[state])
         assert stats["enqueued"] == len(self.enqueued)
         assert stats["completed"] == stats["done"]  # nothing is pruned within a run
-        assert stats["dead_total"] == len(members["dead"])
-        assert stats["lost"] == stats["requeued"] + self._dead_with("worker lost")
-        assert stats["failed"] == stats["retried"] + self._dead_with("failed")
-        assert stats["expired"] == self._dead_with("expired")
+        replayed = self.replayed
+        assert stats["dead_total"] == len(members["dead"]) + sum(replayed.values())
+        assert stats["replayed"] == sum(replayed.values())
+        assert stats["cancelled_total"] == len(members["cancelled"])
+        # a cancelled task taken back is lost but not requeued: it ends cancelled
+        lost_ended = stats["requeued"] + self._dead_with("worker lost") + replayed["worker lost"]
+        assert lost_ended <= stats["lost"] <= lost_ended + stats["cancelled_total"]
+        failed_ended = self._dead_with("failed") + replayed["failed"]
+        assert stats["failed"] == stats["retried"] + failed_ended
+        assert stats["expired"] == self._dead_with("expired") + replayed["expired"]
 
     @invariant()
     def a_task_dead_as_expired_never_started(self) -> None:

@@ -27,8 +27,8 @@ from taskfleet_operator.connections import Connections
 
 __all__ = ["QueueCollector", "QueueReading", "read_queues"]
 
-#: Task states counted by ``taskfleet_queue_tasks`` (done and dead: those retained).
-STATES = ("pending", "delayed", "running", "done", "dead")
+#: Task states counted by ``taskfleet_queue_tasks`` (done, dead, cancelled: those retained).
+STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
 #: Counters of the queue's ``stats`` hash -> the metric that exports each.
 COUNTER_METRICS = {
     "enqueued": "taskfleet_queue_enqueued",
@@ -41,6 +41,9 @@ COUNTER_METRICS = {
     "released": "taskfleet_queue_released",
     "stale": "taskfleet_queue_stale",
     "expired": "taskfleet_queue_expired",
+    "cancelled_total": "taskfleet_queue_cancelled",
+    "deferred": "taskfleet_queue_deferred",
+    "replayed": "taskfleet_queue_replayed",
 }
 assert set(COUNTER_METRICS) == set(COUNTERS)
 
@@ -87,20 +90,21 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
     pipe.time()
     for _, queue in members:
         keys = queue.keys
-        for zset in (keys.pending, keys.delayed, keys.running, keys.done, keys.dead):
-            pipe.zcard(zset)
+        for state in STATES:
+            pipe.zcard(getattr(keys, state))
         pipe.hgetall(keys.stats)
         pipe.hgetall(keys.workers)
         pipe.hget(keys.config, "lease_ttl_s")
         pipe.zrange(keys.pending, 0, 0)
     replies = pipe.execute()
     now_ms = _now_ms(replies[0])
-    per = 9
+    per = len(STATES) + 4
     readings: list[QueueReading] = []
     heads: list[tuple[QueueReading, Queue, str]] = []
     for i, ((namespace, name), queue) in enumerate(members):
         part = replies[1 + i * per : 1 + (i + 1) * per]
-        counts, stats, workers, ttl, head = part[:5], part[5], part[6], part[7], part[8]
+        size = len(STATES)
+        counts, (stats, workers, ttl, head) = part[:size], part[size:]
         reading = QueueReading(namespace, name, queue.name)
         reading.tasks = {state: int(n) for state, n in zip(STATES, counts, strict=True)}
         raw = {stored_text(k): stored_int(stored_text(v)) for k, v in stats.items()}

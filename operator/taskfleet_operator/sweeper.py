@@ -166,8 +166,7 @@ def sweep_queue(
     for _ in range(10):
         result = queue.sweep()
         report.lease_expired += result.requeued
-        counts = (result.promoted, result.expired, result.requeued, result.pruned_done)
-        if max(*counts, result.pruned_dead) < SWEEP_BOUND:
+        if not result.saturated(SWEEP_BOUND):
             break
     if sync:
         sync_schedules(queue, spec, report)

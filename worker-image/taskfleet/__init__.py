@@ -17,17 +17,22 @@ loads the worker's modules, and the worker never the producer's.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from taskfleet.producer.control import TaskPage
     from taskfleet.producer.queue import EnqueueResult, EnqueueSpec, Queue, WorkerInfo
     from taskfleet.protocol.config import QueueConfig
+    from taskfleet.protocol.control_ops import CancelOutcome
     from taskfleet.protocol.errors import (
         InvalidArgument,
         InvalidPayload,
+        PermanentFailure,
         ProtocolError,
+        RetryAfter,
         ScheduleNotFound,
         ScheduleOwned,
         StaleToken,
         TaskExists,
         TaskfleetError,
+        TaskNotFound,
         WaitTimeout,
     )
     from taskfleet.protocol.schedules import Schedule
@@ -35,7 +40,7 @@ if TYPE_CHECKING:
     from taskfleet.protocol.tasks import Task, TaskState
     from taskfleet.worker.broker import Broker
     from taskfleet.worker.claimed import ClaimedTask, ClaimResult
-    from taskfleet.worker.handlers import current_task
+    from taskfleet.worker.context import TaskContext, current_task
 
 # Every name loads on first use: ``taskfleet worker`` (whose start is on the critical path
 # of every scale-up) imports this package but never the producer API or its models.
@@ -46,24 +51,30 @@ _LAZY = {
         (
             "InvalidArgument",
             "InvalidPayload",
+            "PermanentFailure",
             "ProtocolError",
+            "RetryAfter",
             "ScheduleNotFound",
             "ScheduleOwned",
             "StaleToken",
             "TaskExists",
             "TaskfleetError",
+            "TaskNotFound",
             "WaitTimeout",
         ),
         "protocol.errors",
     ),
     "Schedule": "protocol.schedules",
+    "CancelOutcome": "protocol.control_ops",
+    "TaskPage": "producer.control",
     "SweepResult": "protocol.scripts",
     "Task": "protocol.tasks",
     "TaskState": "protocol.tasks",
     "Broker": "worker.broker",
     "ClaimedTask": "worker.claimed",
     "ClaimResult": "worker.claimed",
-    "current_task": "worker.handlers",
+    "current_task": "worker.context",
+    "TaskContext": "worker.context",
 }
 
 
@@ -80,22 +91,28 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Broker",
+    "CancelOutcome",
     "ClaimResult",
     "ClaimedTask",
     "EnqueueResult",
     "EnqueueSpec",
     "InvalidArgument",
     "InvalidPayload",
+    "PermanentFailure",
     "ProtocolError",
     "Queue",
     "QueueConfig",
+    "RetryAfter",
     "Schedule",
     "ScheduleNotFound",
     "ScheduleOwned",
     "StaleToken",
     "SweepResult",
     "Task",
+    "TaskContext",
     "TaskExists",
+    "TaskNotFound",
+    "TaskPage",
     "TaskState",
     "TaskfleetError",
     "WaitTimeout",

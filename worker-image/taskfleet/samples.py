@@ -57,8 +57,21 @@ def _record(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def sleep_and_record(payload: dict[str, Any]) -> dict[str, Any]:
-    """Sleep ``seconds`` (a thread, like most real handlers), then record this execution."""
-    time.sleep(_seconds(payload))
+    """Sleep ``seconds`` (a thread, like most real handlers), then record this execution.
+
+    Reports its progress every second, and stops early when the task is cancelled
+    (``Queue.cancel``): it then records nothing, and the task ends cancelled."""
+    task = current_task()
+    seconds = _seconds(payload)
+    deadline = time.monotonic() + seconds
+    reported = 0
+    while (left := deadline - time.monotonic()) > 0:
+        if task.cancelled:
+            return {"cancelled": True}
+        time.sleep(min(0.1, left))
+        if seconds >= 2 and int(seconds - left) > reported:
+            reported = int(seconds - left)
+            task.progress(done=reported, total=int(seconds), message="sleeping")
     return _record(payload)
 
 

@@ -1,4 +1,5 @@
-"""The ``taskfleet`` command: enqueue, configure, stats, task, schedule, worker, drain.
+"""The ``taskfleet`` command: enqueue, configure, stats, task, ls, cancel, retry, purge,
+workers, schedule, top, worker, drain.
 
 Every option can also come from the environment (``TASKFLEET_<OPTION>``, e.g.
 ``TASKFLEET_REDIS_URL``, ``TASKFLEET_CONCURRENCY``; the worker's ``--timeout`` is
@@ -10,6 +11,7 @@ missing task with exit code 1; no tracebacks.
 The command group and ``main`` (the console script) live here; the commands by role:
 
 - ``queue_commands``: enqueue, configure, stats, task (a queue, from anywhere);
+- ``task_commands``: ls, cancel, retry, purge, workers (a queue's tasks after enqueue);
 - ``schedule_commands``: schedule add|ls|rm|pause|resume (a queue's schedules);
 - ``worker_commands``: worker, drain (a worker's container);
 - ``options``: what every command shares (``--redis-url``, ``BadInput``, finite floats);
@@ -32,6 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from taskfleet.cli.options import redis_url_in_use, scrub_message
 from taskfleet.cli.queue_commands import configure, enqueue, stats, task
 from taskfleet.cli.schedule_commands import schedule
+from taskfleet.cli.task_commands import cancel, ls, purge, retry, workers
 from taskfleet.cli.top import top
 from taskfleet.cli.worker_commands import drain, worker
 from taskfleet.protocol.errors import TaskfleetError, auth_failure
@@ -49,7 +52,9 @@ def cli() -> None:
     """taskfleet: a Redis task queue whose workers drain gracefully and never lose a task."""
 
 
-for _command in (enqueue, configure, stats, task, schedule, top, drain, worker):
+for _command in (enqueue, configure, stats, task, ls, cancel, retry, purge, workers, schedule):
+    cli.add_command(_command)
+for _command in (top, drain, worker):
     cli.add_command(_command)
 
 

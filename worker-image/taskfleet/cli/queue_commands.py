@@ -19,13 +19,17 @@ ENQUEUE_CHUNK = 1000
 MAX_COUNT = 1_000_000
 
 
-def _queue(name: str, redis_url: str) -> Any:
+def open_queue(name: str, redis_url: str) -> Any:
+    """The queue, or ``BadInput`` (exit 2) for a name no queue can have."""
     from taskfleet.producer.queue import Queue
 
     try:
         return Queue(name, redis_url=redis_url)
     except ValueError as exc:
         raise BadInput(scrub_message(str(exc))) from None
+
+
+_queue = open_queue  # the name other command modules import
 
 
 def _no_constant(name: str) -> NoReturn:
@@ -117,7 +121,7 @@ def enqueue(
     data = _parse_payload(payload)
     if task_id is not None and count > 1:
         raise BadInput("--id names one task; it can't be combined with --count > 1")
-    q = _queue(queue, redis_url)
+    q = open_queue(queue, redis_url)
     options: dict[str, Any] = {
         "priority": priority,
         "delay": delay,
@@ -170,7 +174,7 @@ def configure(
         changes[field] = value or None
     if lease_ttl is not None:
         changes["lease_ttl_s"] = repr(lease_ttl)
-    q = _queue(queue, redis_url)
+    q = open_queue(queue, redis_url)
     try:
         current = q.config()
         if changes:
@@ -204,7 +208,7 @@ def configure(
 @redis_option
 def stats(queue: str, as_json: bool, redis_url: str) -> None:
     """Counts of QUEUE's tasks by state, its workers and its counters."""
-    data = _queue(queue, redis_url).stats()
+    data = open_queue(queue, redis_url).stats()
     if as_json:
         click.echo(json.dumps(data, sort_keys=True, default=str))
         return
@@ -220,7 +224,7 @@ def stats(queue: str, as_json: bool, redis_url: str) -> None:
 @redis_option
 def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
     """Show one task of QUEUE."""
-    q = _queue(queue, redis_url)
+    q = open_queue(queue, redis_url)
     try:
         found = q.get(task_id)
     finally:

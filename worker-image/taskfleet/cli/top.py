@@ -60,6 +60,10 @@ class QueueView:
     dead: list[DeadView] = field(default_factory=list)
 
 
+#: The states whose sizes a view shows.
+STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
+
+
 def discover(client: redis.Redis) -> list[str]:
     """Every queue with counters in this Redis (its ``stats`` hash), by name."""
     names = set()
@@ -74,7 +78,7 @@ def read(client: redis.Redis, name: str) -> QueueView:
     keys = QueueKeys(name)
     pipe = client.pipeline(transaction=False)
     pipe.time()
-    for state in ("pending", "delayed", "running", "done", "dead"):
+    for state in STATES:
         pipe.zcard(getattr(keys, state))
     pipe.hgetall(keys.stats)
     pipe.hgetall(keys.workers)
@@ -82,8 +86,7 @@ def read(client: redis.Redis, name: str) -> QueueView:
     pipe.zrevrange(keys.dead, 0, DEAD_SHOWN - 1)
     (sec, usec), *sizes, stats, workers, head, dead_ids = pipe.execute()
     now_ms = int(sec) * 1000 + int(usec) // 1000
-    states = ("pending", "delayed", "running", "done", "dead")
-    counts = dict(zip(states, map(int, sizes), strict=True))
+    counts = dict(zip(STATES, map(int, sizes), strict=True))
     counters = {text(k): _int(v) for k, v in stats.items()}
     ids = [text(i) for i in (*head, *dead_ids)]
     pods = sorted(text(pod) for pod in workers)
@@ -139,7 +142,8 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
     from rich.text import Text
 
     queues = Table(title="taskfleet top  (q quits)", title_justify="left", expand=False)
-    for column in ("queue", "pending", "delayed", "running", "dead", "done/s", "failed/s"):
+    shown = ("pending", "delayed", "running", "dead")
+    for column in ("queue", *shown, "done/s", "failed/s"):
         queues.add_column(column, justify="left" if column == "queue" else "right", no_wrap=True)
     queues.add_column("oldest", justify="right", no_wrap=True)
     queues.add_column("workers", justify="right", no_wrap=True)
@@ -150,7 +154,7 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
         alive = sum(1 for w in view.workers if w.heartbeat_age_s < 60)
         queues.add_row(
             view.name,
-            *(f"{view.counts[s]:,}" for s in ("pending", "delayed", "running", "dead")),
+            *(f"{view.counts[s]:,}" for s in shown),
             "…" if done is None else f"{done:,.1f}",
             "…" if failed is None else f"{failed:,.1f}",
             "-" if view.oldest_pending_s is None else _age(view.oldest_pending_s),
@@ -166,6 +170,8 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
                 age = _age(w.heartbeat_age_s)
                 workers.add_row(w.pod, f"{w.holds}/{w.slots}", f"{age} ago", state)
             parts.append(workers)
+        if view.counts.get("cancelled"):  # a line, not a column: the table stays narrow
+            parts.append(Text(f"{view.name}: {view.counts['cancelled']:,} cancelled (retained)"))
         for dead in view.dead:
             line = f"{view.name}: dead {dead.id} ({dead.reason or '?'}) {dead.error[:80]}"
             parts.append(Text(line, style="red", overflow="ellipsis", no_wrap=True))

@@ -17,10 +17,13 @@ from typing import Any
 import redis
 
 from taskfleet.producer import reading, scheduling
+from taskfleet.producer.control import TaskPage
+from taskfleet.producer.controlling import Controlling
 from taskfleet.producer.encoding import EnqueueSpec, enqueue_args
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.protocol import tracing
 from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
 from taskfleet.protocol.errors import InvalidArgument, ScheduleNotFound
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.redisurl import parse_redis_url
@@ -36,7 +39,7 @@ from taskfleet.protocol.schedules import (
 from taskfleet.protocol.scripts import Ops, SweepResult, SyncScripts
 from taskfleet.protocol.tasks import Task
 
-__all__ = ["EnqueueResult", "EnqueueSpec", "Queue", "WorkerInfo"]
+__all__ = ["CancelOutcome", "EnqueueResult", "EnqueueSpec", "Queue", "TaskPage", "WorkerInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +56,10 @@ def _token_base() -> str:
     return secrets.token_hex(8)
 
 
-class Queue:
-    """One named queue in Redis (sync API for producers, the CLI and the operator)."""
+class Queue(Controlling):
+    """One named queue in Redis (sync API for producers, the CLI and the operator).
+
+    Cancel, retry, list, purge_tasks and follow come from ``Controlling``."""
 
     def __init__(
         self,
@@ -71,6 +76,7 @@ class Queue:
         self._owns_client = client is None
         self.ops = Ops(self.keys)
         self.schedule_ops = ScheduleOps(self.keys)
+        self.control_ops = ControlOps(self.keys)
         self._scripts = SyncScripts.for_client(self.client)
 
     def __repr__(self) -> str:
@@ -211,6 +217,14 @@ class Queue:
         return reading.wait(self.client, self.keys, task_ids, timeout)
 
     # -- operating ---------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """Whether anything of this queue is stored (config, counters or workers)."""
+        return reading.exists(self.client, self.keys)
+
+    def holdings(self, pods: Sequence[str]) -> dict[str, list[str]]:
+        """The ids of the tasks each pod holds now (exact, from the queue's records)."""
+        return reading.holdings(self.client, self.keys, list(pods))
 
     def configure(self, config: QueueConfig) -> None:
         """Store the queue's shared settings; every script reads them at its next call."""

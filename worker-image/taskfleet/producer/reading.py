@@ -52,23 +52,42 @@ def get(client: redis.Redis, keys: QueueKeys, task_id: str) -> Task | None:
 
 def stats(client: redis.Redis, keys: QueueKeys) -> dict[str, int]:
     pipe = client.pipeline(transaction=False)
-    for zset in (keys.pending, keys.delayed, keys.running, keys.done, keys.dead):
+    zsets = (keys.pending, keys.delayed, keys.running, keys.done, keys.dead, keys.cancelled)
+    for zset in zsets:
         pipe.zcard(zset)
     pipe.hlen(keys.workers)
     pipe.hgetall(keys.stats)
-    pending, delayed, running, done, dead, workers, counters = pipe.execute()
+    pending, delayed, running, done, dead, cancelled, workers, counters = pipe.execute()
     out = {
         "pending": int(pending),
         "delayed": int(delayed),
         "running": int(running),
         "done": int(done),
         "dead": int(dead),
+        "cancelled": int(cancelled),
         "workers": int(workers),
     }
     raw = {stored_text(key): stored_int(stored_text(v)) for key, v in counters.items()}
     for name in COUNTERS:
         out[name] = raw.get(name) or 0  # a counter a foreign client garbled reads as 0
     return out
+
+
+def exists(client: redis.Redis, keys: QueueKeys) -> bool:
+    """Whether anything of the queue is stored: its config, counters, sequence or workers
+    (a queue that ever had a task has counters)."""
+    return bool(client.exists(keys.config, keys.stats, keys.seq, keys.workers))
+
+
+def holdings(client: redis.Redis, keys: QueueKeys, pods: Sequence[str]) -> dict[str, list[str]]:
+    """The ids of the tasks each pod holds now, from the queue's records, sorted."""
+    pipe = client.pipeline(transaction=False)
+    for pod in pods:
+        pipe.smembers(keys.pod(pod))
+    return {
+        pod: sorted(stored_text(i) for i in ids)
+        for pod, ids in zip(pods, pipe.execute(), strict=True)
+    }
 
 
 def workers(client: redis.Redis, keys: QueueKeys) -> list[WorkerInfo]:

@@ -47,3 +47,7 @@ MIN_EPOCH_MS = -62_135_596_800_000
 # What the door promises, checked once at import: the largest stored time is exact in
 # Lua's %.14g and a datetime can hold it (until year ~5000 of the server's clock).
 assert (MAX_DURATION_S * 1000) < 1e13 and MAX_COUNT < 1e14 and MAX_ATTEMPTS <= MAX_COUNT
+
+#: Retries a handler may ask for (``RetryAfter``) per task without spending an attempt;
+#: past this, each one counts as a failed attempt (so ``max_attempts`` still ends it).
+MAX_DEFERRALS = 20

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from taskfleet.protocol import bounds
+
 
 class TaskfleetError(Exception):
     """Base of every error taskfleet raises on purpose."""
@@ -121,3 +123,34 @@ class ScheduleOwned(TaskfleetError, ValueError):  # noqa: N818
         super().__init__(f"schedule {name!r} is managed through {where}; change it there")
         self.name = name
         self.owner = owner
+
+
+class TaskNotFound(TaskfleetError, LookupError):  # noqa: N818
+    """No task has that id in the queue (never enqueued, or pruned after retention)."""
+
+    def __init__(self, queue: str, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} not found in queue {queue!r}")
+        self.queue = queue
+        self.task_id = task_id
+
+
+class PermanentFailure(Exception):  # noqa: N818 - says what the handler decided
+    """Raised by a handler: this task can never succeed. It goes dead at once, reason
+    ``permanent``, with this message as its error; no attempt is left to retry."""
+
+
+class RetryAfter(Exception):  # noqa: N818
+    """Raised by a handler: run this task again after ``delay`` seconds (an upstream rate
+    limit's Retry-After, a dependency that is down). The cause is outside the task, so the
+    attempt is given back, up to ``bounds.MAX_DEFERRALS`` times per task; past that each
+    one counts as a failed attempt and ``max_attempts`` ends the task. The retry waits
+    ``delay`` either way, not the queue's backoff."""
+
+    def __init__(self, delay: float, message: str = "") -> None:
+        seconds = delay.total_seconds() if hasattr(delay, "total_seconds") else delay
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError(f"RetryAfter needs a delay in seconds, not {delay!r}")
+        if not 0 <= seconds <= bounds.MAX_DELAY_S:  # also refuses nan
+            raise ValueError(f"RetryAfter delay must be 0..{bounds.MAX_DELAY_S} s, not {delay}")
+        super().__init__(message or f"retry after {seconds:g} s")
+        self.delay = float(seconds)

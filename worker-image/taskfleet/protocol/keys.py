@@ -39,6 +39,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "schedules",
     "schedule_due",
     "schedules_owned",
+    "cancelled",
 )
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -60,6 +61,7 @@ class QueueKeys:
     __slots__ = (
         "bucket_cost",
         "bucket_tasks",
+        "cancelled",
         "config",
         "dead",
         "deadlines",
@@ -96,6 +98,7 @@ class QueueKeys:
         self.running = p + "running"
         self.done = p + "done"
         self.dead = p + "dead"
+        self.cancelled = p + "cancelled"
         # ids of tasks with a start deadline, score = deadline (ms): expiry without a scan
         self.deadlines = p + "deadlines"
         self.pod_prefix = p + "pod:"
@@ -146,6 +149,10 @@ class QueueKeys:
 
     def schedule(self, name: str) -> str:
         return self.schedule_prefix + name
+
+    def finished(self, state: str) -> str:
+        """The zset of finished tasks in ``state`` (done, dead or cancelled)."""
+        return {"done": self.done, "dead": self.dead, "cancelled": self.cancelled}[state]
 
     def wake(self, pod: str) -> str:
         return self.wake_prefix + pod

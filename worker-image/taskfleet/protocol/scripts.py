@@ -27,6 +27,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError
 
+from taskfleet.protocol import bounds
 from taskfleet.protocol.defaults import lua_defaults
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload, ProtocolError, TaskExists
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
@@ -54,6 +55,10 @@ NAMES = (
     "schedule_pause",
     "schedule_due",
     "schedule_fire",
+    "cancel",
+    "retry",
+    "drop",
+    "report",
 )
 #: Housekeeping bound per claim: keeps a claim short however large the backlog.
 CLAIM_HOUSEKEEPING_BOUND = 100
@@ -184,9 +189,9 @@ def _complete_args(items: Sequence[tuple[str, str, str | None]]) -> list[Arg]:
     return args
 
 
-#: Per-task codes of a completion: refused (stale token), done, dead (result too large).
-#: 0 and 1 compare equal to False and True.
-STALE, COMPLETED, RESULT_TOO_LARGE = 0, 1, 2
+#: Per-task codes of a completion: refused (stale token), done, dead (result too large),
+#: cancelled (asked for while it ran). 0 and 1 compare equal to False and True.
+STALE, COMPLETED, RESULT_TOO_LARGE, CANCELLED = 0, 1, 2, 3
 
 
 def _applied(raw: Any) -> list[int]:
@@ -201,11 +206,13 @@ def _ints(raw: Any, n: int, script: str) -> list[int]:
 
 @dataclass(frozen=True, slots=True)
 class Extended:
-    """The heartbeat's reply: ids whose token no longer matches, or (``holder`` set, the
-    pod's worker record as JSON) another incarnation holds the pod's name now."""
+    """The heartbeat's reply: ids whose token no longer matches and ids whose cancellation
+    was asked for, or (``holder`` set, the pod's worker record as JSON) another
+    incarnation holds the pod's name now."""
 
     lost: set[str]
     holder: str | None = None
+    cancelled: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +264,7 @@ class SweepResult:
     pruned_done: int
     pruned_dead: int
     workers_dropped: int
+    pruned_cancelled: int = 0
 
     def saturated(self, bound: int = SWEEP_BOUND) -> bool:
         """A step hit the bound: there may be more to do, call again."""
@@ -267,6 +275,7 @@ class SweepResult:
                 self.requeued + self.lost_dead,
                 self.pruned_done,
                 self.pruned_dead,
+                self.pruned_cancelled,
             )
             >= bound
         )
@@ -373,7 +382,11 @@ class Ops:
             first = text(raw[0])
             if first:
                 return Extended(set(), first)
-            return Extended({text(x) for x in raw[1:]})
+            ids = [text(x) for x in raw[1:]]
+            if "" not in ids:
+                return Extended(set(ids))
+            cut = ids.index("")  # no task id is empty: the cancelled ones follow it
+            return Extended(set(ids[:cut]), cancelled=frozenset(ids[cut + 1 :]))
 
         return Op("extend", self._k, args, decode)
 
@@ -404,9 +417,21 @@ class Ops:
         return Op("complete", self._k, args, decode)
 
     def fail(
-        self, task_id: str, token: str, error: str, *, retryable: bool, jitter: float, reason: str
+        self,
+        task_id: str,
+        token: str,
+        error: str,
+        *,
+        retryable: bool,
+        jitter: float,
+        reason: str,
+        retry_after_ms: int | None = None,
     ) -> Op[str]:
-        args = (task_id, token, error, "1" if retryable else "0", repr(jitter), reason)
+        """``retry_after_ms``: the handler asked for a retry after that long (RetryAfter)."""
+        args: tuple[Arg, ...] = (task_id, token, error, "1" if retryable else "0", repr(jitter))
+        args += (reason,)
+        if retry_after_ms is not None:
+            args += (retry_after_ms, bounds.MAX_DEFERRALS)
         return Op("fail", self._k, args, text)
 
     def release(self, pod: str, items: Iterable[tuple[str, str]]) -> Op[int]:
@@ -451,4 +476,4 @@ class Ops:
         return Op("disown", self._k, (pod, incarnation, *token_bases), int)
 
     def sweep(self, bound: int = SWEEP_BOUND) -> Op[SweepResult]:
-        return Op("sweep", self._k, (bound,), lambda raw: SweepResult(*_ints(raw, 7, "sweep")))
+        return Op("sweep", self._k, (bound,), lambda raw: SweepResult(*_ints(raw, 8, "sweep")))

@@ -13,6 +13,7 @@ class TaskState(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     DEAD = "dead"
+    CANCELLED = "cancelled"
 
 
-FINISHED = frozenset({TaskState.DONE, TaskState.DEAD})
+FINISHED = frozenset({TaskState.DONE, TaskState.DEAD, TaskState.CANCELLED})

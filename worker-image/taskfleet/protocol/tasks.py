@@ -40,9 +40,21 @@ COUNTERS = (
     "released",
     "stale",
     "expired",
+    "cancelled_total",  # tasks that ever ended cancelled ("cancelled": how many are now)
+    "deferred",  # retries a handler asked for (RetryAfter) that gave the attempt back
+    "replayed",  # dead tasks sent back to pending (Queue.retry)
 )
-_TIME_FIELDS = ("created_at", "run_at", "deadline", "started_at", "finished_at", "lease_until")
-_INT_FIELDS = ("priority", "attempts", "max_attempts", "lost", "cost")
+_TIME_FIELDS = (
+    "created_at",
+    "run_at",
+    "deadline",
+    "started_at",
+    "finished_at",
+    "lease_until",
+    "progress_at",
+    "cancel_requested",
+)
+_INT_FIELDS = ("priority", "attempts", "max_attempts", "lost", "cost", "cost_used", "deferred")
 
 
 class Task(BaseModel):
@@ -58,6 +70,8 @@ class Task(BaseModel):
     max_attempts: int | None = None
     lost: int = 0
     cost: int = 1
+    cost_used: int | None = Field(default=None, description="the real cost its handler reported")
+    deferred: int = Field(default=0, description="retries its handler asked for (RetryAfter)")
     timeout: float | None = Field(default=None, description="seconds; None = the queue's default")
     created_at: datetime | None = None
     run_at: datetime | None = None
@@ -65,15 +79,24 @@ class Task(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     lease_until: datetime | None = None
+    progress_at: datetime | None = Field(default=None, description="when progress was stored")
+    cancel_requested: datetime | None = Field(
+        default=None, description="when its cancellation was asked for while it ran"
+    )
     pod: str | None = None
     incarnation: str | None = None
     token: str | None = None
     error: str | None = None
     reason: str | None = Field(
-        default=None, description="why it is dead: expired | worker lost | bad payload | failed"
+        default=None,
+        description="why it is dead: expired | worker lost | bad payload | bad task | failed | "
+        "permanent | result too large; or cancelled",
     )
     result: Any = None
-    progress: Any = None
+    progress: Any = Field(
+        default=None,
+        description="what its handler last reported: {fraction, done, total, message}",
+    )
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any], task_id: str | None = None) -> Task:

@@ -19,6 +19,7 @@ from typing import TypeVar
 import redis.asyncio
 import redis.exceptions
 
+from taskfleet.protocol.control_ops import ControlOps, Report
 from taskfleet.protocol.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.schedule_ops import DueBatch, Fired, ScheduleOps
@@ -26,6 +27,7 @@ from taskfleet.protocol.schedules import FirePlan
 from taskfleet.protocol.scripts import (
     CLAIM_HOUSEKEEPING_BOUND,
     AsyncScripts,
+    Extended,
     Op,
     Ops,
     RawClaim,
@@ -106,6 +108,7 @@ class Broker:
         self.concurrency = 0
         self.ops = Ops(self.keys)
         self.schedule_ops = ScheduleOps(self.keys)
+        self.control_ops = ControlOps(self.keys)
         self._scripts = AsyncScripts.for_client(client)
         self.reply_timeout = reply_timeout
         #: This process's whereabouts (``identity.Whereabouts``), kept in the worker record
@@ -274,6 +277,13 @@ class Broker:
         Raises ``IdentityTaken`` (nothing extended or written) when another incarnation
         registered under this pod's name since: it took back everything this one held.
         """
+        return (await self.beat(tokens, inflight, draining)).lost
+
+    async def beat(
+        self, tokens: Mapping[str, str], inflight: int | None = None, draining: bool = False
+    ) -> Extended:
+        """``heartbeat``, with the whole reply: also the held tasks whose cancellation was
+        asked for (``cancelled``: the worker cancels their runs)."""
         count = len(tokens) if inflight is None else inflight
         reply = await self._run(
             self.ops.extend(
@@ -289,7 +299,7 @@ class Broker:
         if reply.holder is not None:
             record = WorkerRecord.parse(reply.holder)
             raise IdentityTaken(self.pod, self.incarnation, record.describe())
-        return reply.lost
+        return reply
 
     async def complete_many(self, items: Sequence[tuple[str, str, str | None]]) -> list[int]:
         """Finish tasks in one call: ``(id, token, result JSON or None)`` each.
@@ -318,9 +328,11 @@ class Broker:
         retryable: bool = True,
         *,
         reason: str = "",
+        retry_after_ms: int | None = None,
     ) -> TaskState | None:
         """Record a failed attempt; returns the new state, ``delayed`` (retried after
-        backoff) or ``dead``, or None when refused for a stale token (taken back)."""
+        backoff, or after ``retry_after_ms`` as the handler asked), ``dead``, or
+        ``cancelled`` (asked for while it ran), or None when refused for a stale token."""
         jitter = random.uniform(-1.0, 1.0)  # spreads retries; not a secret
         state = await self._run(
             self.ops.fail(
@@ -330,9 +342,17 @@ class Broker:
                 retryable=retryable,
                 jitter=jitter,
                 reason=reason,
+                retry_after_ms=retry_after_ms,
             )
         )
         return None if state == "stale" else TaskState(state)
+
+    async def report(self, reports: Sequence[Report]) -> list[bool]:
+        """Write what handlers reported (progress, real cost), each under its run's token;
+        per report, False when refused (the task was taken back, or is gone)."""
+        if not reports:
+            return []
+        return await self._run(self.control_ops.report(reports))
 
     async def release(self, items: Iterable[tuple[str, str]]) -> int:
         """Give back unfinished tasks while draining (not an attempt, not lost)."""

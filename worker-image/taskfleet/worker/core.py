@@ -1,6 +1,6 @@
 """``Worker``: the loops that tie the worker's parts together, and its start and stop.
 
-One asyncio loop runs five activities:
+One asyncio loop runs six activities:
 
 - the claim loop fills free slots with one batched ``claim`` and, when the queue is
   empty, blocks on the broker's ``wait_for_work`` (BLPOP), where producers hand it new
@@ -15,6 +15,8 @@ One asyncio loop runs five activities:
 - the heartbeat (``heartbeat_loop``) extends every held lease in one call, reports
   in-flight count and the draining flag, abandons tasks whose lease was lost, and
   sweeps the queue now and then so the library loses nothing even without the operator;
+- the report loop (``report_loop``) writes what handlers report (progress, real cost)
+  in one call per interval at most;
 - the schedule loop (``schedule_loop``) fires the queue's due schedules, off the claim
   path, so schedules fire with or without the operator.
 
@@ -50,6 +52,7 @@ from taskfleet.worker.heartbeat import heartbeat_loop
 from taskfleet.worker.identity import Whereabouts
 from taskfleet.worker.metrics import Timings
 from taskfleet.worker.outbox import Outbox
+from taskfleet.worker.reporting import Reports, report_loop
 from taskfleet.worker.runs import Counters, Outcome
 from taskfleet.worker.runtime import (
     POLL_INTERVAL_S,
@@ -101,6 +104,7 @@ class Worker:
             backoff_max=settings.backoff_max,
         )
         self.outbox = Outbox(self._write, self.gate, give_up=self._stop_requested)
+        self.reports = Reports()  # handlers' progress and costs, written in batches
         # An async handler's claimed tasks all run at once: prefetch is for threads only.
         self.slots = Slots(settings.concurrency, 0 if handler.is_async else settings.prefetch_depth)
         self.execution = Execution(
@@ -110,6 +114,7 @@ class Worker:
             self.outbox,
             slot_freed=self._slot_freed,
             changed=self._held_changed,
+            report=self.reports.add,
         )
         self.handback = HandBack(
             self.execution,
@@ -197,6 +202,7 @@ class Worker:
             traced=self.traced,
         )
         self.writer.broker = self.handback.broker = self._broker
+        self.reports.bind()
         self._set_state("starting")
         try:
             try:
@@ -247,6 +253,16 @@ class Worker:
                     name="heartbeat",
                 ),
                 loop.create_task(self.outbox.serve(until=self._closing), name="flush"),
+                loop.create_task(
+                    report_loop(
+                        self._broker,
+                        self.reports,
+                        self.gate,
+                        closing=self._closing,
+                        stop_requested=self._stop_requested,
+                    ),
+                    name="reports",
+                ),
             ]
             if self.settings.fire_schedules:
                 background.append(

@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable, Iterable
 
 from taskfleet.worker.claimed import ClaimedTask
+from taskfleet.worker.context import TaskContext, TaskControl, context_for, verdict_of
 from taskfleet.worker.events import log, log_event
-from taskfleet.worker.handlers import Handler, TaskContext, context_for, encode_result, format_error
+from taskfleet.worker.handlers import Handler, encode_result, format_error
 from taskfleet.worker.metrics import Timings
 from taskfleet.worker.outbox import Outbox
-from taskfleet.worker.runs import Counters, Outcome, Run, timeout_error
+from taskfleet.worker.runs import CANCELLED_ERROR, Counters, Outcome, Run, timeout_error
 from taskfleet.worker.settings import WorkerSettings
 from taskfleet.worker.slots import Slots
 from taskfleet.worker.threads import Delivered, HandlerThreads
@@ -42,6 +43,7 @@ class Execution:
         *,
         slot_freed: asyncio.Event,
         changed: Callable[[], None],
+        report: Callable[[str, str, str | None, int | None], None] | None = None,
     ) -> None:
         self.held: dict[str, Run] = {}
         self.stuck = 0  # calls given up on but still running: they keep their slots
@@ -55,6 +57,7 @@ class Execution:
         self._outbox = outbox
         self._slot_freed = slot_freed
         self._changed = changed
+        self._report = report or _unreported  # where handlers' progress and costs go
         self._threads = HandlerThreads(settings.concurrency, handler.func, self._delivered)
 
     # ------------------------------------------------------------------ starting
@@ -62,6 +65,7 @@ class Execution:
     def start(self, task: ClaimedTask) -> None:
         run = Run(task=task, claimed_at=time.monotonic())
         settings = self._settings
+        run.control = TaskControl(task.token, self._report)
         run.context = context_for(
             TaskContext(
                 queue=settings.queue,
@@ -71,6 +75,7 @@ class Execution:
                 incarnation=settings.incarnation,
                 redis_url=settings.redis_url,
                 trace=task.trace,
+                control=run.control,
             )
         )
         self.held[task.id] = run
@@ -128,11 +133,17 @@ class Execution:
             outcome.result = encode_result(value)
         except asyncio.CancelledError as exc:
             job = asyncio.current_task()
-            if run.abandoned or run.timed_out or (job is not None and job.cancelling()):
+            if run.abandoned or run.timed_out:
                 return  # ours: the failure is written, or the task goes back
-            outcome.error = format_error(exc) + " (raised by the handler itself)"
+            if _cancelled(run):
+                outcome.error = CANCELLED_ERROR  # the task ends cancelled (Queue.cancel)
+            elif job is not None and job.cancelling():
+                return  # ours: a drain's deadline, the task goes back
+            else:
+                outcome.error = format_error(exc) + " (raised by the handler itself)"
         except BaseException as exc:  # the handler's failure is the attempt's failure
             outcome.error = format_error(exc)
+            outcome.verdict = verdict_of(exc)
         finally:
             if self.timings.enabled:  # an async run starts at its claim
                 run.ran_s = time.monotonic() - run.claimed_at
@@ -203,7 +214,7 @@ class Execution:
             if run.finished:
                 continue  # timed out: its failure is queued or written already
             run.finished = True
-            outcomes.append(Outcome(run=run, result=result, error=error))
+            outcomes.append(Outcome(run=run, result=result, error=error, verdict=run.verdict))
         self._outbox.add_many(outcomes)
 
     def collected_after(self) -> contextlib.AbstractContextManager[None]:
@@ -267,6 +278,22 @@ class Execution:
             self._slot_freed.set()
         self.forget([])
 
+    def cancel(self, task_ids: Iterable[str]) -> None:
+        """Producers cancelled these tasks (the heartbeat says so): tell their handlers
+        (``current_task().cancelled``), cancel async runs, and end at once the runs no
+        thread has begun. The outcome each run then writes ends its task cancelled."""
+        for task_id in task_ids:
+            run = self.held.get(task_id)
+            if run is None or run.finished or run.abandoned or _cancelled(run):
+                continue
+            assert run.control is not None
+            run.control.cancelled = True
+            log_event(logging.INFO, "task_cancel_requested", task=task_id)
+            if run.job is not None:
+                run.job.cancel()
+            elif self._threads.withdraw([run]):
+                self._queue(Outcome(run=run, error=CANCELLED_ERROR))
+
     def forget(self, runs: Iterable[Run]) -> None:
         """These runs are not this worker's any more (released, or left to their leases)."""
         for run in runs:
@@ -276,10 +303,19 @@ class Execution:
         self._changed()
 
     def finish(
-        self, outcome: Outcome, accepted: bool, event: str, *, dead: bool = False, **extra: object
+        self,
+        outcome: Outcome,
+        accepted: bool,
+        event: str,
+        *,
+        dead: bool = False,
+        cancelled: bool = False,
+        deferred: bool = False,
+        **extra: object,
     ) -> None:
         """An outcome was written (``accepted``) or refused as stale; ``dead``: a failure
-        that ended the task (not retried)."""
+        that ended the task (not retried); ``cancelled``: the task ended cancelled;
+        ``deferred``: retried later as its handler asked, the attempt given back."""
         run = outcome.run
         self.held.pop(run.task.id, None)
         now = time.monotonic()
@@ -287,6 +323,18 @@ class Execution:
         if not accepted:
             counters.stale += 1
             log_event(logging.WARNING, "task_write_refused", task=run.task.id, reason="stale")
+        elif cancelled or deferred:
+            if cancelled:
+                counters.cancelled += 1
+            else:
+                counters.deferred += 1
+            log_event(
+                logging.INFO,
+                "task_cancelled" if cancelled else "task_deferred",
+                task=run.task.id,
+                attempt=run.task.attempts,
+                ms=_ms(now - run.claimed_at),
+            )
         elif outcome.error is None:
             counters.completed += 1
             if self.timings.enabled:
@@ -313,6 +361,14 @@ class Execution:
         if not self.held and not len(self._outbox):
             self.idle.set()
         self._changed()
+
+
+def _cancelled(run: Run) -> bool:
+    return run.control is not None and run.control.cancelled
+
+
+def _unreported(task_id: str, token: str, progress: str | None, cost: int | None) -> None:
+    """Reports of a worker built without a reporter (unit tests): dropped."""
 
 
 def _ran_so_far(run: Run, now: float) -> float:

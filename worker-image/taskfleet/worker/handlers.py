@@ -6,14 +6,16 @@ fails the pod at start with one clear line instead of failing every task later.
 
 from __future__ import annotations
 
-import contextvars
 import importlib
 import inspect
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+# Where they were defined first: handlers and tests import them from here too.
+from taskfleet.worker.context import TaskContext, context_for, current_task
 
 __all__ = [
     "Handler",
@@ -41,35 +43,6 @@ class Handler:
     ref: str
     func: Callable[[dict[str, Any]], Any]
     is_async: bool
-
-
-@dataclass(frozen=True)
-class TaskContext:
-    """What a handler may want to know besides its payload (for logs, idempotency keys)."""
-
-    queue: str
-    task_id: str
-    attempt: int
-    pod: str
-    incarnation: str
-    redis_url: str = field(repr=False)  # may hold a password: kept out of repr and logs
-    #: the producer's trace context as stored (``protocol.tracing``); None when not traced
-    trace: bytes | None = field(default=None, repr=False)
-
-
-_current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("taskfleet_task")
-
-
-def current_task() -> TaskContext:
-    """The task the calling handler is running (sync or async); LookupError outside one."""
-    return _current.get()
-
-
-def context_for(task: TaskContext) -> contextvars.Context:
-    """A fresh context in which ``current_task()`` is ``task``: run the handler inside it."""
-    context = contextvars.copy_context()
-    context.run(_current.set, task)
-    return context
 
 
 def _is_async_callable(obj: Any) -> bool:

@@ -1,7 +1,8 @@
 """The heartbeat loop: one call extends every held lease and reports the worker's state.
 
 Each beat also learns which leases were lost (those tasks are abandoned here: someone
-else runs them now) and, every ``sweep_every`` beats, sweeps the queue so the library
+else runs them now) and which held tasks producers cancelled (their runs are cancelled)
+and, every ``sweep_every`` beats, sweeps the queue so the library
 loses nothing even without the operator. A beat comes early when ``beat_now`` is set
 (a drain began, Redis came back).
 """
@@ -41,12 +42,14 @@ async def heartbeat_loop(
     while not closing.is_set():
         beat_now.clear()
         try:
-            lost = await broker.heartbeat(
+            reply = await broker.beat(
                 execution.leases(),
                 inflight=len(execution.held),
                 draining=drain_requested.is_set(),
             )
-            execution.abandon(lost)
+            execution.abandon(reply.lost)
+            if reply.cancelled:  # producers cancelled these: the reply says so, no extra call
+                execution.cancel(reply.cancelled)
             beats += 1
             if beats % settings.sweep_every == 0 and not drain_requested.is_set():
                 # Claims already take back expired leases; this also prunes retention.

@@ -11,6 +11,7 @@ import contextvars
 from dataclasses import dataclass
 
 from taskfleet.worker.claimed import ClaimedTask
+from taskfleet.worker.context import TaskControl, Verdict
 
 
 @dataclass(eq=False)
@@ -30,6 +31,8 @@ class Run:
     finished: bool = False  # its outcome is queued or being written: never release it
     abandoned: bool = False  # lease lost or released: whatever it produces is dropped
     lease_lost: bool = False  # abandoned because another worker may run it now
+    control: TaskControl | None = None  # its handler's reports and cancelled flag
+    verdict: Verdict | None = None  # what the handler's exception asked for (set by a thread)
 
 
 @dataclass
@@ -37,6 +40,7 @@ class Outcome:
     run: Run
     result: str | None = None  # JSON text on success
     error: str | None = None  # "Type: message" on failure
+    verdict: Verdict | None = None  # PermanentFailure / RetryAfter: how the failure is written
 
 
 @dataclass
@@ -50,6 +54,8 @@ class Counters:
     released: int = 0  # given back without an attempt (drain, prefetch withdrawn)
     lost: int = 0  # lease lost, or given back as lost when the worker failed
     stale: int = 0  # an outcome refused: the task had been taken back
+    cancelled: int = 0  # ended cancelled (a producer cancelled it while it ran)
+    deferred: int = 0  # retried later as the handler asked (RetryAfter)
 
     @property
     def done(self) -> int:
@@ -58,3 +64,7 @@ class Counters:
 
 def timeout_error(limit: float | None) -> str:
     return f"TimeoutError: task exceeded its timeout of {limit:g}s"
+
+
+#: The error of a run the worker cancelled (the task ends cancelled, the text is not kept).
+CANCELLED_ERROR = "CancelledError: the task was cancelled"

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from taskfleet.worker.context import verdict_of
 from taskfleet.worker.handlers import encode_result, format_error
 from taskfleet.worker.runs import Run
 
@@ -100,6 +101,7 @@ class HandlerThreads:
                     result = encode_result(run.context.run(func, run.task.payload))
                 except BaseException as exc:  # the attempt failed; the thread serves on
                     error = format_error(exc)
+                    run.verdict = verdict_of(exc)
                 run.ran_s = clock() - run.began_at
             done.append((run, result, error))
             # Append first, then check: the loop clears both flags before it empties the

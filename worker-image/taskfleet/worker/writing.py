@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from taskfleet.protocol.scripts import RESULT_TOO_LARGE
+from taskfleet.protocol.scripts import CANCELLED, RESULT_TOO_LARGE
 from taskfleet.protocol.states import TaskState
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult
@@ -53,12 +53,25 @@ class OutcomeWriter:
                     await self._complete(batch, done)
                 while batch:
                     outcome = batch[0]
+                    verdict = outcome.verdict
                     state = await self.broker.fail(
-                        outcome.run.task.id, outcome.run.task.token, outcome.error or ""
+                        outcome.run.task.id,
+                        outcome.run.task.token,
+                        outcome.error or "",
+                        retryable=verdict is None or not verdict.permanent,
+                        reason="permanent" if verdict is not None and verdict.permanent else "",
+                        retry_after_ms=None if verdict is None else verdict.retry_after_ms,
                     )
                     batch.pop(0)
                     ok = state is not None  # None: stale token, the task was taken back
-                    execution.finish(outcome, ok, "task_failed", dead=state is TaskState.DEAD)
+                    execution.finish(
+                        outcome,
+                        ok,
+                        "task_failed",
+                        dead=state is TaskState.DEAD,
+                        cancelled=state is TaskState.CANCELLED,
+                        deferred=_deferred(outcome, state),
+                    )
         finally:
             # Wake the claim loop only for slots this write left free: completions that
             # claimed their own replacements need no second look.
@@ -78,7 +91,9 @@ class OutcomeWriter:
             applied, claimed = await self.broker.complete_and_claim(items, n, prefetch=prefetch)
         for outcome, code in zip(done, applied, strict=True):
             batch.remove(outcome)
-            if code == RESULT_TOO_LARGE:
+            if code == CANCELLED:
+                execution.finish(outcome, True, "task_cancelled", cancelled=True)
+            elif code == RESULT_TOO_LARGE:
                 outcome.result = None
                 outcome.error = "result too large for the queue's max_payload_bytes"
                 execution.finish(outcome, True, "task_failed", dead=True, reason="result too large")
@@ -86,3 +101,10 @@ class OutcomeWriter:
                 execution.finish(outcome, bool(code), "task_done")
         if claimed is not None and claimed.tasks:
             await self._take(claimed.tasks)
+
+
+def _deferred(outcome: Outcome, state: TaskState | None) -> bool:
+    """Retried later as its handler asked (RetryAfter) with the attempt given back: the
+    task is delayed with its attempts as they were before this run."""
+    verdict = outcome.verdict
+    return state is TaskState.DELAYED and verdict is not None and verdict.retry_after_ms is not None

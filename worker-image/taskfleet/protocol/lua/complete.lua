@@ -8,7 +8,9 @@
 -- Returns: a string of N characters, one per task: '1' = completed; '2' = the result is
 --   larger than max_payload_bytes: the task is dead (reason 'result too large') with the
 --   sizes in its error, no retry (the handler would return the same again); '0' = stale
---   token (the task was taken back): refused, counted in stats "stale", nothing changed.
+--   token (the task was taken back): refused, counted in stats "stale", nothing changed;
+--   '3' = its cancellation was asked for while it ran: it ends cancelled, whatever the
+--   handler returned (the result is not stored).
 --   A completion this same token already applied (a retry after a reply that never came)
 --   answers as it did then and changes nothing.
 --   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks}.
@@ -28,7 +30,7 @@ local finished, done, gone, by_pod = {}, {}, {}, {}
 for i = 0, n - 1 do
   local id, token, result = ARGV[2 + i * 3], ARGV[3 + i * 3], ARGV[4 + i * 3]
   local key = K_TASK .. id
-  local v = redis.call('HMGET', key, 'state', 'token', 'pod')
+  local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested')
   if v[1] == 'running' and v[2] == token then
     local pod = v[3]
     finished[#finished + 1] = id
@@ -39,7 +41,10 @@ for i = 0, n - 1 do
     end
     -- the token stays: it tells a retry of this write from a stale one
     redis.call('HDEL', key, 'lease_until')
-    if string.len(result) > max_bytes then
+    if v[4] then
+      to_cancelled(id, key, now)
+      out[#out + 1] = '3'
+    elseif string.len(result) > max_bytes then
       to_dead(id, key, now, 'result too large', 'the result of ' .. string.len(result) ..
         ' bytes exceeds max_payload_bytes (' .. max_bytes .. '); not stored')
       bump('failed')
@@ -59,8 +64,9 @@ for i = 0, n - 1 do
       completed = completed + 1
       out[#out + 1] = '1'
     end
-  elseif v[2] == token and (v[1] == 'done' or v[1] == 'dead') then
-    out[#out + 1] = v[1] == 'done' and '1' or '2'  -- applied already by this very write
+  elseif v[2] == token and (v[1] == 'done' or v[1] == 'dead' or v[1] == 'cancelled') then
+    -- applied already by this very write
+    out[#out + 1] = v[1] == 'done' and '1' or (v[1] == 'dead' and '2' or '3')
   else
     out[#out + 1] = '0'
     bump('stale')

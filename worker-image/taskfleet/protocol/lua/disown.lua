@@ -18,8 +18,7 @@ for _, id in ipairs(redis.call('SMEMBERS', K_POD .. pod)) do
   if v[1] == 'running' and v[3] == incarnation and v[2] then
     local cut = string.find(v[2], ':', 1, true)
     if cut and bases[string.sub(v[2], 1, cut)] then
-      release_task(id, key, pod)
-      released = released + 1
+      if release_task(id, key, pod) then released = released + 1 end
     end
   end
 end

@@ -7,9 +7,11 @@
 --   ARGV[5] concurrency, ARGV[6] the worker's whereabouts (opaque; '' = none), then pairs:
 --   task id, claim token
 -- Returns: {'', ids whose token no longer matches (taken back: the worker must abandon
---   them)...}; or {the pod's record} when another incarnation registered under the pod's
---   name since (it took back what this one held): nothing is extended or written, and
---   the caller must stop.
+--   them)...}, followed, when some held task's cancellation was asked for, by '' and the
+--   ids of those (the worker cancels their runs; '' is no task id, so an older worker
+--   reads them as lost and drops them, and their leases end them cancelled); or {the
+--   pod's record} when another incarnation registered under the pod's name since (it took
+--   back what this one held): nothing is extended or written, and the caller must stop.
 -- A draining worker gets no more hand-offs, and those it has not popped go back to the
 -- front of pending at once (released, not an attempt) rather than wait for its exit.
 local pod, incarnation = ARGV[1], ARGV[2]
@@ -18,12 +20,18 @@ if taken_by then return {taken_by} end
 local now = now_ms()
 local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
 local lost = {''}
+local cancel = nil
 for i = 7, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local key = K_TASK .. id
-  if holds(key, token) then
+  local v = redis.call('HMGET', key, 'state', 'token', 'cancel_requested')
+  if v[1] == 'running' and v[2] == token then
     redis.call('ZADD', K_RUNNING, 'XX', lease_until, id)
     redis.call('HSET', key, 'lease_until', lease_until)
+    if v[3] then
+      cancel = cancel or {}
+      cancel[#cancel + 1] = id
+    end
   else
     lost[#lost + 1] = id
   end
@@ -37,12 +45,15 @@ if ARGV[4] == '1' then
   for _, rec in ipairs(redis.call('LRANGE', wake, 0, -1)) do
     local id, key, held = handed_task(rec, incarnation)
     if held then
-      release_task(id, key, pod)
-      released = released + 1
+      if release_task(id, key, pod) then released = released + 1 end
     end
   end
   redis.call('DEL', wake)
   notify(released)
   flush_counts()
+end
+if cancel then
+  lost[#lost + 1] = ''
+  for _, id in ipairs(cancel) do lost[#lost + 1] = id end
 end
 return lost

@@ -1,16 +1,23 @@
 -- fail: an attempt failed. Retry later (delayed, exponential backoff with jitter, capped)
 -- or go dead with the error once attempts reach max_attempts or the error is permanent.
 -- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
---   K_DELAYED, K_DEAD, K_DEADLINES, K_POD, K_CONFIG, K_STATS.
+--   K_DELAYED, K_DEAD, K_CANCELLED, K_DEADLINES, K_POD, K_CONFIG, K_STATS.
 -- ARGV[1] id, ARGV[2] token, ARGV[3] error text, ARGV[4] retryable ('1'|'0'),
---   ARGV[5] jitter draw in [-1, 1] (from Python), ARGV[6] dead reason ('' = 'failed')
--- Returns: the new state, 'delayed' or 'dead'; or 'stale' (refused, counted). A retry of
---   a failure this token already wrote (its reply was lost) returns the state it left.
+--   ARGV[5] jitter draw in [-1, 1] (from Python), ARGV[6] dead reason ('' = 'failed'),
+--   ARGV[7] (optional) retry after this many ms, as the handler asked (RetryAfter): the
+--   attempt is given back (not counted) up to ARGV[8] times per task (deferrals); past
+--   that it counts like any failure, and the retry still waits the asked delay.
+-- Returns: the new state, 'delayed' or 'dead'; 'cancelled' when the task's cancellation
+--   was asked for while it ran (it ends so, whatever the failure); or 'stale' (refused,
+--   counted). A retry of a failure this token already wrote (its reply was lost) returns
+--   the state it left.
 local id, token, err = ARGV[1], ARGV[2], ARGV[3]
 local key = K_TASK .. id
-local v = redis.call('HMGET', key, 'state', 'token', 'pod')
+local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested')
 if v[1] ~= 'running' or v[2] ~= token then
-  if v[2] == token and (v[1] == 'delayed' or v[1] == 'dead') then return v[1] end
+  if v[2] == token and (v[1] == 'delayed' or v[1] == 'dead' or v[1] == 'cancelled') then
+    return v[1]
+  end
   bump('stale')
   flush_counts()
   return 'stale'
@@ -18,6 +25,24 @@ end
 local pod = v[3]
 local now = now_ms()
 leave_running(id, key, pod, true)
+if v[4] then
+  to_cancelled(id, key, now)
+  flush_counts()
+  return 'cancelled'
+end
+local after = tonumber(ARGV[7] or '')
+if after ~= nil then
+  after = math.max(0, math.floor(after))
+  if redis.call('HINCRBY', key, 'deferred', 1) <= (tonumber(ARGV[8]) or 0) then
+    -- the cause is outside the task (rate limited upstream): its start is given back
+    redis.call('HINCRBY', key, 'attempts', -1)
+    redis.call('ZADD', K_DELAYED, now + after, id)
+    redis.call('HSET', key, 'state', 'delayed', 'run_at', now + after, 'error', err)
+    bump('deferred')
+    flush_counts()
+    return 'delayed'
+  end
+end
 bump('failed')
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
 local attempts = tonumber(v[1]) or 1
@@ -29,11 +54,14 @@ if ARGV[4] ~= '1' or attempts >= max_attempts then
   flush_counts()
   return 'dead'
 end
-local base = cfg_num('backoff_base_s', 1) * 1000
-local cap = cfg_num('backoff_max_s', 300) * 1000
-local delay = math.min(cap, base * 2 ^ (attempts - 1))
-delay = delay * (1 + (tonumber(ARGV[5]) or 0) * cfg_num('backoff_jitter', 0.2))
-delay = math.floor(math.max(0, math.min(cap, delay)))
+local delay = after
+if delay == nil then
+  local base = cfg_num('backoff_base_s', 1) * 1000
+  local cap = cfg_num('backoff_max_s', 300) * 1000
+  delay = math.min(cap, base * 2 ^ (attempts - 1))
+  delay = delay * (1 + (tonumber(ARGV[5]) or 0) * cfg_num('backoff_jitter', 0.2))
+  delay = math.floor(math.max(0, math.min(cap, delay)))
+end
 local run_at = now + delay
 redis.call('ZADD', K_DELAYED, run_at, id)
 redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at, 'error', err)

@@ -2,7 +2,8 @@
 -- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS); all but the buckets are used.
 -- ARGV[1] bound: max tasks handled per step and call (call again while counts are at it)
 -- Returns: {promoted, expired, requeued, lost_dead, pruned_done, pruned_dead,
---   workers_dropped}
+--   workers_dropped, pruned_cancelled}; cancelled tasks are kept dead_retention_s, like
+--   dead ones (someone may want to see what was cancelled and when)
 local bound = tonumber(ARGV[1])
 local now = now_ms()
 local promoted = promote_due(now, bound)
@@ -20,6 +21,7 @@ local function prune(zkey, retention_s)
 end
 local pruned_done = prune(K_DONE, cfg_num('done_retention_s', 3600))
 local pruned_dead = prune(K_DEAD, cfg_num('dead_retention_s', 259200))
+local pruned_cancelled = prune(K_CANCELLED, cfg_num('dead_retention_s', 259200))
 
 -- A worker silent for 3 lease TTLs is gone; its leases expired long ago.
 local stale_before = now - 3 * cfg_num('lease_ttl_s', 30) * 1000
@@ -33,4 +35,5 @@ for i = 1, #flat, 2 do
   end
 end
 flush_counts()
-return {promoted, expired, requeued, lost_dead, pruned_done, pruned_dead, dropped}
+return {promoted, expired, requeued, lost_dead, pruned_done, pruned_dead, dropped,
+  pruned_cancelled}

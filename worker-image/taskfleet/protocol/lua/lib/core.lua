@@ -2,8 +2,10 @@
 -- every script shares. scripts.py prepends this (after a generated prelude that binds
 -- K_<NAME> = KEYS[n] in keys.SCRIPT_KEYS order and DEFAULTS from config.QueueConfig).
 --
--- Task states: pending | delayed | running | done | dead. A task id is in exactly one of
--- the zsets pending/delayed/running/done/dead; a running task is also in pod:<pod>.
+-- Task states: pending | delayed | running | done | dead | cancelled. A task id is in
+-- exactly one of the zsets pending/delayed/running/done/dead/cancelled; a running task is
+-- also in pod:<pod>. A running task whose cancellation was asked for carries the field
+-- 'cancel_requested' (ms): wherever it leaves running, it ends cancelled (to_cancelled).
 
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -121,6 +123,14 @@ local function to_dead(id, key, now, reason, err)
   bump('dead_total')
 end
 
+-- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
+local function to_cancelled(id, key, now)
+  redis.call('ZADD', K_CANCELLED, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
+  bump('cancelled_total')
+end
+
 -- Leave running: drop the lease, keep pod/incarnation as "last ran on". keep_token: the
 -- token stays on the task (an outcome written under it), so a retry of that same write
 -- (its reply was lost) is told apart from a stale one; it never authorises anything
@@ -138,9 +148,14 @@ end
 -- A running task whose worker is gone (lease expired, pod deleted, new incarnation):
 -- back to the front of pending, or dead with reason "worker lost" once lost more than
 -- max_lost times (on loss max_lost + 1),
--- so a task that kills its worker cannot crash-loop the fleet. Returns 'pending'|'dead'.
+-- so a task that kills its worker cannot crash-loop the fleet. Returns 'pending'|'dead', or
+-- 'cancelled' when its cancellation was asked for while it ran.
 local function take_back(id, key, pod, now)
   leave_running(id, key, pod)
+  if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
+    to_cancelled(id, key, now)  -- its cancellation was asked for: it does not run again
+    return 'cancelled'
+  end
   local lost = redis.call('HINCRBY', key, 'lost', 1)
   bump('lost')
   if lost > cfg_num('max_lost', 3) then
@@ -196,7 +211,8 @@ local function take_back_expired(now, limit)
   for _, id in ipairs(ids) do
     local key = K_TASK .. id
     local pod = redis.call('HGET', key, 'pod')
-    if take_back(id, key, pod, now) == 'dead' then dead = dead + 1 else requeued = requeued + 1 end
+    local went = take_back(id, key, pod, now)
+    if went == 'dead' then dead = dead + 1 elseif went == 'pending' then requeued = requeued + 1 end
   end
   notify(requeued)
   return requeued, dead
@@ -212,19 +228,26 @@ local function requeue_pod(pod, keep, now)
     if v[1] ~= 'running' or v[2] ~= pod then
       redis.call('SREM', K_POD .. pod, id)  -- a leftover: not held by this pod any more
     elseif keep == '' or v[3] ~= keep then
-      if take_back(id, key, pod, now) == 'dead' then dead = dead + 1 else requeued = requeued + 1 end
+      local went = take_back(id, key, pod, now)
+      if went == 'dead' then dead = dead + 1 elseif went == 'pending' then requeued = requeued + 1 end
     end
   end
   notify(requeued)
   return requeued, dead
 end
 
--- Graceful give-back: front of its priority, the start is not counted as an attempt.
+-- Graceful give-back: front of its priority, the start is not counted as an attempt; a
+-- task whose cancellation was asked for ends cancelled instead (returns false then).
 local function release_task(id, key, pod)
   leave_running(id, key, pod)
+  if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
+    to_cancelled(id, key, now_ms())
+    return false
+  end
   redis.call('HINCRBY', key, 'attempts', -1)
   to_pending(id, key, true)
   bump('released')
+  return true
 end
 
 -- host: the worker's whereabouts (identity.py), opaque here; '' records none.
@@ -250,4 +273,23 @@ local function other_holder(pod, incarnation)
     return nil
   end
   return rec, w.incarnation
+end
+
+-- Finished tasks (a done, dead or cancelled zset) matching a filter, for retry and purge:
+-- ids with finished_at in [lo, hi] (ms) and, if reason ~= '', that reason. Walks the zset
+-- from `offset` (the entries skipped by earlier calls: those that matched left the set),
+-- at most `bound` entries. Returns the matching ids and the offset to go on from, or -1
+-- when the range is exhausted.
+local function finished_matching(zkey, reason, lo, hi, offset, bound)
+  local ids = redis.call('ZRANGEBYSCORE', zkey, lo, hi, 'LIMIT', offset, bound)
+  local matching = {}
+  for _, id in ipairs(ids) do
+    if reason == '' or redis.call('HGET', K_TASK .. id, 'reason') == reason then
+      matching[#matching + 1] = id
+    else
+      offset = offset + 1
+    end
+  end
+  if #ids < bound then offset = -1 end
+  return matching, offset
 end

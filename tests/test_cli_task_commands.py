@@ -1,0 +1,136 @@
+"""``taskfleet ls / cancel / retry / purge / workers`` against a real Redis: text and
+--json output, and one clear error with its exit code for a wrong queue or id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.states import TaskState
+
+from tests.fixtures_redis import MakeBroker
+from tests.workers.harness import env_for, taskfleet
+
+
+def _dead(queue: Queue, make_broker: MakeBroker, n: int, reason: str = "") -> list[str]:
+    ids = [queue.enqueue({"n": i}) for i in range(n)]
+    broker = make_broker(queue.name)
+    for task in broker.claim(n).tasks:
+        broker.fail(task.id, task.token, "ValueError: bad", retryable=False, reason=reason)
+    return ids
+
+
+def test_ls_lists_a_state_with_filters_and_pages(
+    redis_url: str, tmp_path: Path, make_broker: MakeBroker
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    with Queue("q", redis_url=redis_url) as queue:
+        failed = _dead(queue, make_broker, 2)
+        permanent = _dead(queue, make_broker, 1, reason="permanent")
+        pending = queue.enqueue({"n": 9})
+    text = taskfleet("ls", "q", "dead", env=env)
+    assert text.returncode == 0, text.stderr
+    assert [line.split()[0] for line in text.stdout.splitlines()] == [*permanent, *failed[::-1]]
+    assert "reason=permanent" in text.stdout
+    only = taskfleet("ls", "q", "dead", "--reason", "permanent", "--json", env=env)
+    data = json.loads(only.stdout)
+    assert [t["id"] for t in data["tasks"]] == permanent and data["cursor"] is None
+    paged = taskfleet("ls", "q", "dead", "--limit", "2", "--json", env=env)
+    assert json.loads(paged.stdout)["cursor"] == "2"
+    rest = taskfleet("ls", "q", "dead", "--limit", "2", "--cursor", "2", "--json", env=env)
+    assert [t["id"] for t in json.loads(rest.stdout)["tasks"]] == [failed[0]]
+    assert taskfleet("ls", "q", "pending", env=env).stdout.split()[0] == pending
+
+
+def test_cancel_says_what_it_did_to_each_task_and_fails_for_an_unknown_id(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    with Queue("q", redis_url=redis_url) as queue:
+        task_id = queue.enqueue({})
+        ok = taskfleet("cancel", "q", task_id, "--json", env=env)
+        assert ok.returncode == 0, ok.stderr
+        assert json.loads(ok.stdout) == {task_id: "cancelled"}
+        again = taskfleet("cancel", "q", task_id, env=env)
+        assert again.returncode == 0 and "cancelled already" in again.stdout
+        missing = taskfleet("cancel", "q", "nope", env=env)
+        assert missing.returncode == 1
+        assert missing.stderr == "taskfleet: error: task 'nope' not found in queue 'q'\n"
+        task = queue.get(task_id)
+        assert task is not None and task.state is TaskState.CANCELLED
+
+
+def test_retry_replays_dead_tasks_by_id_filter_or_all(
+    redis_url: str, tmp_path: Path, make_broker: MakeBroker
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    with Queue("q", redis_url=redis_url) as queue:
+        failed = _dead(queue, make_broker, 3)
+        permanent = _dead(queue, make_broker, 1, reason="permanent")
+        one = taskfleet("retry", "q", failed[0], "--max-attempts", "9", env=env)
+        assert one.returncode == 0, one.stderr
+        assert one.stdout == "1 dead task(s) back to pending\n"
+        task = queue.get(failed[0])
+        assert task is not None and (task.state, task.max_attempts) == (TaskState.PENDING, 9)
+        by_reason = taskfleet("retry", "q", "--reason", "permanent", "--json", env=env)
+        assert json.loads(by_reason.stdout) == {"retried": 1, "skipped": {}}
+        assert taskfleet("retry", "q", "--all", env=env).stdout.startswith("2 dead")
+        assert queue.stats()["dead"] == 0 and permanent
+        nothing = taskfleet("retry", "q", env=env)
+        assert nothing.returncode == 2 and "task ids, --all, or a filter" in nothing.stderr
+        unknown = taskfleet("retry", "q", "nope", env=env)
+        assert unknown.returncode == 1 and "'nope' not found" in unknown.stderr
+
+
+def test_purge_deletes_finished_tasks_of_one_state_only(
+    redis_url: str, tmp_path: Path, make_broker: MakeBroker
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    with Queue("q", redis_url=redis_url) as queue:
+        dead = _dead(queue, make_broker, 2)
+        pending = queue.enqueue({})
+        result = taskfleet("purge", "q", "--dead", "--json", env=env)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == {"state": "dead", "deleted": 2}
+        assert all(queue.get(i) is None for i in dead) and queue.get(pending) is not None
+        bare = taskfleet("purge", "q", env=env)
+        assert bare.returncode == 2 and "--done, --dead or --cancelled" in bare.stderr
+
+
+def test_workers_shows_who_holds_what(
+    redis_url: str, tmp_path: Path, make_broker: MakeBroker
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    with Queue("q", redis_url=redis_url) as queue:
+        task_id = queue.enqueue({})
+        broker = make_broker("q", "pod-a", "inc-1")
+        broker.register(4)
+        broker.claim(1)
+        broker.heartbeat({}, inflight=1, draining=True)
+    result = taskfleet("workers", "q", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    [row] = json.loads(result.stdout)
+    assert (row["pod"], row["holds"], row["draining"], row["concurrency"]) == (
+        "pod-a",
+        [task_id],
+        True,
+        4,
+    )
+    assert row["heartbeat_age_s"] >= 0
+    text = taskfleet("workers", "q", env=env)
+    assert text.stdout.startswith("pod-a  draining  beat") and "holds 1/4" in text.stdout
+
+
+def test_a_wrong_queue_is_one_error_line_with_its_exit_code(redis_url: str, tmp_path: Path) -> None:
+    env = env_for(redis_url, tmp_path)
+    for args in (["ls", "nosuch", "dead"], ["cancel", "nosuch", "x"], ["workers", "nosuch"],
+                 ["retry", "nosuch", "--all"], ["purge", "nosuch", "--done"]):  # fmt: skip
+        result = taskfleet(*args, env=env)
+        assert result.returncode == 1, args
+        assert result.stderr.startswith("taskfleet: error: queue 'nosuch' not found at ")
+        assert len(result.stderr.splitlines()) == 1
+    bad = taskfleet("ls", "no{such}", "dead", env=env)
+    assert bad.returncode == 2 and "invalid queue name" in bad.stderr
+    state = taskfleet("ls", "q", "asleep", env=env)
+    assert state.returncode == 2

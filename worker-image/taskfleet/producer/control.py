@@ -1,0 +1,275 @@
+"""Controlling tasks after their enqueue: cancel, retry (replay) dead ones, list, purge
+finished ones, follow one's progress.
+
+What ``Queue.cancel / retry / list / purge_tasks / follow`` do, on the queue's client and
+keys. Changes are scripts (``protocol/control_ops.py``), each call atomic; a change by
+filter goes in calls of at most ``SCAN_BOUND`` tasks, so Redis never blocks long. Reads
+are plain commands, pipelined.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+import redis
+
+from taskfleet.protocol import bounds
+from taskfleet.protocol.control_ops import CancelOutcome, ControlOps, Scan
+from taskfleet.protocol.errors import InvalidArgument, TaskNotFound, WaitTimeout
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.scripts import SyncScripts
+from taskfleet.protocol.states import FINISHED, TaskState
+from taskfleet.protocol.tasks import Task, stored_text
+
+__all__ = ["TaskPage", "cancel", "drop", "follow", "list_tasks", "retry", "server_ms"]
+
+#: Ids per cancel, retry or drop call when the caller names them.
+ID_BATCH = 1000
+#: Hashes read per round trip while listing.
+LIST_CHUNK = 200
+MAX_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of ``Queue.list``: the tasks, and the cursor of the next page (None: the
+    last one). A page may hold fewer than ``limit`` tasks when filters skip many."""
+
+    tasks: list[Task]
+    cursor: str | None
+
+
+def server_ms(client: redis.Redis) -> int:
+    sec, usec = client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def _seconds(name: str, value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidArgument(f"{name} must be seconds or a timedelta, not {value!r}")
+    if not 0 <= seconds <= bounds.MAX_DURATION_S:
+        raise InvalidArgument(f"{name} must be 0..{bounds.MAX_DURATION_S} s, not {value!r}")
+    return float(seconds)
+
+
+def _state(state: str | TaskState, allowed: frozenset[TaskState] | None = None) -> TaskState:
+    try:
+        parsed = TaskState(state)
+    except ValueError:
+        known = ", ".join(s.value for s in TaskState)
+        raise InvalidArgument(f"unknown task state {state!r}; one of: {known}") from None
+    if allowed is not None and parsed not in allowed:
+        names = ", ".join(sorted(s.value for s in allowed))
+        raise InvalidArgument(f"state must be one of {names}, not {parsed.value!r}")
+    return parsed
+
+
+def _ids(task_ids: Sequence[str]) -> list[str]:
+    if isinstance(task_ids, str) or not all(isinstance(i, str) and i for i in task_ids):
+        raise InvalidArgument("task ids must be a list of non-empty strings")
+    return list(dict.fromkeys(task_ids))
+
+
+def cancel(
+    scripts: SyncScripts, ops: ControlOps, task_ids: Sequence[str]
+) -> dict[str, CancelOutcome]:
+    ids = _ids(task_ids)
+    out: dict[str, CancelOutcome] = {}
+    for start in range(0, len(ids), ID_BATCH):
+        batch = ids[start : start + ID_BATCH]
+        outcomes: list[CancelOutcome] = scripts.run(ops.cancel(batch))
+        out.update(zip(batch, outcomes, strict=True))
+    return out
+
+
+def _scan(
+    client: redis.Redis,
+    reason: str | None,
+    older_than: float | timedelta | None,
+    newer_than: float | timedelta | None,
+) -> Scan:
+    """The range a change by filter covers: tasks finished before now (server time), so
+    a task that finishes again meanwhile (a retried one that fails) is not taken twice."""
+    older = _seconds("older_than", older_than) or 0.0
+    newer = _seconds("newer_than", newer_than)
+    now = server_ms(client)
+    oldest = None if newer is None else now - int(newer * 1000)
+    return Scan(reason or "", oldest, now - int(older * 1000))
+
+
+def retry(
+    client: redis.Redis,
+    scripts: SyncScripts,
+    ops: ControlOps,
+    *,
+    task_ids: Sequence[str] | None,
+    reason: str | None,
+    older_than: float | timedelta | None,
+    newer_than: float | timedelta | None,
+    max_attempts: int | None,
+) -> int:
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not bounds.MIN_ATTEMPTS <= max_attempts <= bounds.MAX_ATTEMPTS
+    ):
+        raise InvalidArgument(
+            f"max_attempts must be {bounds.MIN_ATTEMPTS}..{bounds.MAX_ATTEMPTS}, "
+            f"not {max_attempts!r}"
+        )
+    if task_ids is not None:
+        ids = _ids(task_ids)
+        return sum(
+            scripts.run(ops.retry(task_ids=ids[i : i + ID_BATCH], max_attempts=max_attempts)).count
+            for i in range(0, len(ids), ID_BATCH)
+        )
+    scan: Scan | None = _scan(client, reason, older_than, newer_than)
+    total = 0
+    while scan is not None:
+        swept = scripts.run(ops.retry(scan=scan, max_attempts=max_attempts))
+        total += swept.count
+        offset = swept.next_offset
+        scan = None if offset is None else Scan(scan.reason, scan.oldest_ms, scan.newest_ms, offset)
+    return total
+
+
+def drop(
+    client: redis.Redis,
+    scripts: SyncScripts,
+    ops: ControlOps,
+    state: str | TaskState,
+    *,
+    task_ids: Sequence[str] | None,
+    reason: str | None,
+    older_than: float | timedelta | None,
+    newer_than: float | timedelta | None,
+) -> int:
+    name = _state(state, FINISHED).value
+    if task_ids is not None:
+        ids = _ids(task_ids)
+        return sum(
+            scripts.run(ops.drop(name, task_ids=ids[i : i + ID_BATCH])).count
+            for i in range(0, len(ids), ID_BATCH)
+        )
+    scan: Scan | None = _scan(client, reason, older_than, newer_than)
+    total = 0
+    while scan is not None:
+        swept = scripts.run(ops.drop(name, scan=scan))
+        total += swept.count
+        offset = swept.next_offset
+        scan = None if offset is None else Scan(scan.reason, scan.oldest_ms, scan.newest_ms, offset)
+    return total
+
+
+def list_tasks(
+    client: redis.Redis,
+    keys: QueueKeys,
+    state: str | TaskState,
+    *,
+    limit: int,
+    cursor: str | None,
+    reason: str | None,
+    older_than: float | timedelta | None,
+    newer_than: float | timedelta | None,
+) -> TaskPage:
+    """Tasks in ``state``: pending in the order they will run, delayed by when they are
+    due, running by lease expiry, finished ones newest first. Age is from finished_at for
+    finished tasks, created_at for the others; ``cursor`` is the offset of the next page
+    in that order (a page looks at most ``10 * limit + 1000`` entries)."""
+    parsed = _state(state)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidArgument(f"limit must be 1..{MAX_LIMIT}, not {limit!r}")
+    try:
+        offset = int(cursor or 0)
+        if offset < 0:
+            raise ValueError
+    except ValueError:
+        raise InvalidArgument(f"not a cursor of Queue.list: {cursor!r}") from None
+    older, newer = _seconds("older_than", older_than), _seconds("newer_than", newer_than)
+    now = server_ms(client)
+    finished = parsed in FINISHED
+    zkey = keys.finished(parsed.value) if finished else getattr(keys, parsed.value)
+    lo = "-inf" if newer is None else now - int(newer * 1000)
+    hi = "+inf" if older is None else now - int(older * 1000)
+    budget = 10 * limit + 1000
+    found: list[Task] = []
+    while len(found) < limit and budget > 0:
+        chunk = min(LIST_CHUNK, budget)
+        if finished:  # the score is finished_at: the age filter is the range itself
+            ids = client.zrevrangebyscore(zkey, hi, lo, start=offset, num=chunk)
+        else:
+            ids = client.zrange(zkey, offset, offset + chunk - 1)
+        if not ids:
+            return TaskPage(found, None)
+        pipe = client.pipeline(transaction=False)
+        for raw_id in ids:
+            pipe.hgetall(keys.task(stored_text(raw_id)))
+        for raw_id, raw in zip(ids, pipe.execute(), strict=True):
+            offset += 1
+            budget -= 1
+            if not raw:
+                continue  # pruned or deleted meanwhile
+            task = Task.from_hash(raw, stored_text(raw_id))
+            if _matches(task, finished, reason, lo, hi) and len(found) < limit:
+                found.append(task)
+            if len(found) >= limit:
+                break
+        if len(ids) < chunk and len(found) < limit:
+            return TaskPage(found, None)
+    return TaskPage(found, str(offset))
+
+
+def _matches(task: Task, finished: bool, reason: str | None, lo: str | int, hi: str | int) -> bool:
+    if reason and task.reason != reason:
+        return False
+    if finished or (lo == "-inf" and hi == "+inf"):
+        return True
+    if task.created_at is None:
+        return False
+    created = task.created_at.timestamp() * 1000
+    return (lo == "-inf" or created >= float(lo)) and (hi == "+inf" or created <= float(hi))
+
+
+def follow(
+    client: redis.Redis,
+    keys: QueueKeys,
+    task_id: str,
+    *,
+    interval: float,
+    timeout: float | None,
+) -> Iterator[Task]:
+    """The task now, then again each time its state or progress changes, until it has
+    finished (that last snapshot included). Polls every ``interval`` s: one HMGET of a
+    few fields, the whole hash only on a change."""
+    if isinstance(interval, bool) or not isinstance(interval, int | float):
+        raise InvalidArgument(f"interval must be seconds, not {interval!r}")
+    if not 0.01 <= interval <= 3600:
+        raise InvalidArgument(f"interval must be 0.01..3600 s, not {interval!r}")
+    limit = math.inf if timeout is None else _seconds("timeout", timeout) or 0.0
+    deadline = time.monotonic() + limit
+    key = keys.task(task_id)
+    seen: list[bytes | str | None] | None = None
+    while True:
+        marks = client.hmget(key, ["state", "progress_at", "progress"])
+        if marks[0] is None:
+            raise TaskNotFound(keys.queue, task_id)
+        if marks != seen:
+            raw = client.hgetall(key)
+            if not raw:
+                raise TaskNotFound(keys.queue, task_id)
+            seen = marks
+            task = Task.from_hash(raw, task_id)
+            yield task
+            if task.finished:
+                return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeout([task_id], limit)
+        time.sleep(min(interval, left))

@@ -1,0 +1,121 @@
+"""``Queue``'s calls that control tasks after their enqueue: cancel, retry, list,
+purge_tasks, follow (the work is in ``control``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+
+import redis
+
+from taskfleet.producer import control
+from taskfleet.producer.control import TaskPage
+from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.scripts import SyncScripts
+from taskfleet.protocol.states import TaskState
+from taskfleet.protocol.tasks import Task
+
+__all__ = ["Controlling"]
+
+Age = float | timedelta | None
+
+
+class Controlling:
+    """The task-control half of ``Queue`` (which sets these attributes)."""
+
+    client: redis.Redis
+    keys: QueueKeys
+    control_ops: ControlOps
+    _scripts: SyncScripts
+
+    def cancel(self, task_id: str) -> CancelOutcome:
+        """Cancel a task: pending or delayed, it ends ``cancelled`` and never runs
+        (``CANCELLED``); running, its worker learns it at its next heartbeat, cancels the
+        run (``current_task().cancelled``; an async handler's coroutine is cancelled) and
+        the task ends ``cancelled`` whatever the run returns (``REQUESTED``). A finished
+        task is left as it is (``DONE``, ``DEAD``, ``FINISHED``); ``NOT_FOUND``: no such id."""
+        return self.cancel_many([task_id])[task_id]
+
+    def cancel_many(self, task_ids: Sequence[str]) -> dict[str, CancelOutcome]:
+        """``cancel`` for each id, in calls of 1000."""
+        return control.cancel(self._scripts, self.control_ops, task_ids)
+
+    def retry(
+        self,
+        task_ids: Sequence[str] | None = None,
+        *,
+        reason: str | None = None,
+        older_than: Age = None,
+        newer_than: Age = None,
+        max_attempts: int | None = None,
+    ) -> int:
+        """Send dead tasks back to pending with a new attempt budget (attempts, losses and
+        deferrals at 0; ``max_attempts`` replaces the task's own): these ids, or every dead
+        task matching the filters (``reason``; finished more than ``older_than`` / less than
+        ``newer_than`` ago), or with no argument all of them. Returns how many went back;
+        tasks not dead are skipped. Each call of up to 1000 tasks is atomic."""
+        return control.retry(
+            self.client,
+            self._scripts,
+            self.control_ops,
+            task_ids=task_ids,
+            reason=reason,
+            older_than=older_than,
+            newer_than=newer_than,
+            max_attempts=max_attempts,
+        )
+
+    def list(
+        self,
+        state: str | TaskState,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        reason: str | None = None,
+        older_than: Age = None,
+        newer_than: Age = None,
+    ) -> TaskPage:
+        """A page of the tasks in ``state`` (see ``control.list_tasks`` for the order);
+        pass the page's ``cursor`` back for the next one (None: no more)."""
+        return control.list_tasks(
+            self.client,
+            self.keys,
+            state,
+            limit=limit,
+            cursor=cursor,
+            reason=reason,
+            older_than=older_than,
+            newer_than=newer_than,
+        )
+
+    def purge_tasks(
+        self,
+        state: str | TaskState,
+        task_ids: Sequence[str] | None = None,
+        *,
+        reason: str | None = None,
+        older_than: Age = None,
+        newer_than: Age = None,
+    ) -> int:
+        """Delete finished tasks in ``state`` (done, dead or cancelled) now rather than at
+        the end of their retention: these ids, or those matching the filters (all of them
+        without any). Returns how many were deleted; other states are never touched."""
+        return control.drop(
+            self.client,
+            self._scripts,
+            self.control_ops,
+            state,
+            task_ids=task_ids,
+            reason=reason,
+            older_than=older_than,
+            newer_than=newer_than,
+        )
+
+    def follow(
+        self, task_id: str, *, interval: float = 0.5, timeout: float | None = None
+    ) -> Iterator[Task]:
+        """Yield the task now and each time its state or progress changes, until it has
+        finished (polls every ``interval`` s). ``TaskNotFound`` for an unknown id,
+        ``WaitTimeout`` after ``timeout`` s."""
+        return control.follow(self.client, self.keys, task_id, interval=interval, timeout=timeout)

@@ -1,0 +1,142 @@
+"""The control scripts' calls (cancel, retry, drop, report) as ``Op`` values.
+
+Producers and the CLI cancel tasks, send dead ones back (``retry``) and delete finished
+ones (``drop``); workers write what handlers report (``report``: progress and real cost).
+Each is one script in ``lua/``, fenced like the rest: a cancel or a retry applies only to
+a task in the state it names, a report only under the reporting run's claim token.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from taskfleet.protocol.errors import ProtocolError
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.scripts import Arg, Op, text
+
+__all__ = ["CancelOutcome", "ControlOps", "Report", "Scan", "Swept"]
+
+#: Finished tasks a retry or a drop looks at per call when it works by filter.
+SCAN_BOUND = 1000
+
+
+class CancelOutcome(enum.StrEnum):
+    """What ``Queue.cancel`` did to a task."""
+
+    CANCELLED = "cancelled"  # it was pending or delayed: it will never run
+    REQUESTED = "requested"  # it runs: its worker cancels the run, it then ends cancelled
+    DONE = "done"  # it had finished: nothing changed
+    DEAD = "dead"
+    FINISHED = "finished"  # cancelled before
+    NOT_FOUND = "not_found"
+
+
+_CANCEL_CODES = {
+    "cancelled": CancelOutcome.CANCELLED,
+    "requested": CancelOutcome.REQUESTED,
+    "done": CancelOutcome.DONE,
+    "dead": CancelOutcome.DEAD,
+    "finished": CancelOutcome.FINISHED,
+    "missing": CancelOutcome.NOT_FOUND,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Finished tasks by filter: ``reason`` ('' any), finished_at within [``oldest_ms``,
+    ``newest_ms``] (None: unbounded below), from ``offset`` (see ``finished_matching``)."""
+
+    reason: str = ""
+    oldest_ms: int | None = None
+    newest_ms: int = 0
+    offset: int = 0
+    bound: int = SCAN_BOUND
+
+    def args(self) -> list[Arg]:
+        oldest = "-inf" if self.oldest_ms is None else self.oldest_ms
+        return ["scan", self.reason, oldest, self.newest_ms, self.offset, self.bound]
+
+
+@dataclass(frozen=True, slots=True)
+class Swept:
+    """A retry's or a drop's reply: how many tasks it changed, and the offset a scan goes
+    on from (None: it looked at every task of the range)."""
+
+    count: int
+    next_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What one run's handler reported since the last write: progress as JSON, real cost."""
+
+    task_id: str
+    token: str
+    progress: str | None = None
+    cost: int | None = None
+
+
+def _swept(script: str) -> Callable[[Any], Swept]:
+    def decode(raw: Any) -> Swept:
+        if not isinstance(raw, list) or len(raw) != 2:
+            raise ProtocolError(f"{script}: unexpected reply {raw!r}")
+        count, offset = int(raw[0]), int(raw[1])
+        return Swept(count, None if offset < 0 else offset)
+
+    return decode
+
+
+class ControlOps:
+    """Builds the :class:`Op` of each control script for one queue."""
+
+    def __init__(self, keys: QueueKeys) -> None:
+        self.keys = keys
+        self._k = keys.script_keys
+
+    def cancel(self, task_ids: Sequence[str]) -> Op[list[CancelOutcome]]:
+        def decode(raw: Any) -> list[CancelOutcome]:
+            if not isinstance(raw, list) or len(raw) != len(task_ids):
+                raise ProtocolError(f"cancel: unexpected reply {raw!r}")
+            try:
+                return [_CANCEL_CODES[text(code)] for code in raw]
+            except KeyError:
+                raise ProtocolError(f"cancel: unexpected reply {raw!r}") from None
+
+        return Op("cancel", self._k, list(task_ids), decode)
+
+    def retry(
+        self,
+        *,
+        task_ids: Sequence[str] = (),
+        scan: Scan | None = None,
+        max_attempts: int | None = None,
+    ) -> Op[Swept]:
+        """Dead tasks back to pending with a new budget: these ids, or those ``scan`` finds."""
+        args: list[Arg] = ["" if max_attempts is None else max_attempts]
+        args += scan.args() if scan is not None else ["ids", *task_ids]
+        return Op("retry", self._k, args, _swept("retry"))
+
+    def drop(
+        self, state: str, *, task_ids: Sequence[str] = (), scan: Scan | None = None
+    ) -> Op[Swept]:
+        """Delete finished tasks in ``state`` (done, dead, cancelled): these, or ``scan``'s."""
+        args: list[Arg] = [state]
+        args += scan.args() if scan is not None else ["ids", *task_ids]
+        return Op("drop", self._k, args, _swept("drop"))
+
+    def report(self, reports: Sequence[Report]) -> Op[list[bool]]:
+        """Reply: per report, True if applied, False if refused (another run, or gone)."""
+        args: list[Arg] = [len(reports)]
+        for r in reports:
+            args += [r.task_id, r.token, r.progress or "", "" if r.cost is None else r.cost]
+
+        def decode(raw: Any) -> list[bool]:
+            flags = text(raw)
+            if len(flags) != len(reports):
+                raise ProtocolError(f"report: unexpected reply {raw!r}")
+            return [c == "1" for c in flags]
+
+        return Op("report", self._k, args, decode)

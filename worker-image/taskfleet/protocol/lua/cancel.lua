@@ -1,0 +1,35 @@
+-- cancel: tasks that must not run (or run on). A pending or delayed task ends cancelled
+-- at once and never runs. A running one is marked (field 'cancel_requested' = now): its
+-- worker learns it from its next heartbeat (extend's reply) and cancels the run; wherever
+-- the task then leaves running (completed, failed, timed out, released, taken back) it ends
+-- cancelled, never to run again.
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
+--   K_DELAYED, K_DEADLINES, K_CANCELLED, K_STATS.
+-- ARGV[1..]: task ids
+-- Returns: per id, 'cancelled' (it will never run), 'requested' (running: it ends
+--   cancelled when its run returns), 'done' | 'dead' | 'finished' (it had finished:
+--   nothing changed; 'finished' = cancelled before), or 'missing' (no such task).
+local now = now_ms()
+local out = {}
+for i = 1, #ARGV do
+  local id = ARGV[i]
+  local key = K_TASK .. id
+  local state = redis.call('HGET', key, 'state')
+  if not state then
+    out[i] = 'missing'
+  elseif state == 'pending' or state == 'delayed' then
+    redis.call('ZREM', K_PENDING, id)
+    redis.call('ZREM', K_DELAYED, id)
+    to_cancelled(id, key, now)
+    out[i] = 'cancelled'
+  elseif state == 'running' then
+    redis.call('HSETNX', key, 'cancel_requested', now)
+    out[i] = 'requested'
+  elseif state == 'cancelled' then
+    out[i] = 'finished'
+  else
+    out[i] = state
+  end
+end
+flush_counts()
+return out

@@ -1,0 +1,53 @@
+-- report: what running handlers told their worker (current_task().progress / report_cost),
+-- batched: one call per worker per report interval, however chatty the handlers.
+-- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_CONFIG,
+--   K_BUCKET_COST.
+-- ARGV[1] N, then N quads: task id, claim token, progress JSON ('' = none), real cost
+--   ('' = none). Progress is stored only while that run holds the task (state running,
+--   same token). A cost is settled for that run (same token) in any state, since it may
+--   land just after the run's outcome: the difference between it and what the task was
+--   charged so far (its cost, or the cost reported before) goes back into the cost
+--   bucket, or is taken from it (the bucket may go into debt of at most one capacity:
+--   claims then wait until it refills).
+-- Returns: a string of N characters: '1' applied, '0' refused (another run holds the task,
+--   or it is gone).
+local n = tonumber(ARGV[1])
+local now = now_ms()
+local out = {}
+local limit = cfg_num('rate_limit_cost', 0)
+local settle = 0
+for i = 0, n - 1 do
+  local id, token, progress, cost = ARGV[2 + i * 4], ARGV[3 + i * 4], ARGV[4 + i * 4],
+    tonumber(ARGV[5 + i * 4])
+  local key = K_TASK .. id
+  local v = redis.call('HMGET', key, 'state', 'token', 'cost', 'cost_used')
+  if v[2] ~= token then
+    out[#out + 1] = '0'
+  else
+    local ok = true
+    if progress ~= '' then
+      if v[1] == 'running' then
+        redis.call('HSET', key, 'progress', progress, 'progress_at', now)
+      else
+        ok = false  -- it finished: its last progress stands
+      end
+    end
+    if cost ~= nil then
+      local charged = tonumber(v[4]) or tonumber(v[3]) or 1
+      settle = settle + (cost - charged)
+      redis.call('HSET', key, 'cost_used', cost)
+      ok = true
+    end
+    out[#out + 1] = ok and '1' or '0'
+  end
+end
+if limit > 0 and settle ~= 0 then
+  local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+  local b = redis.call('HMGET', K_BUCKET_COST, 'tokens', 'ts')
+  local tokens, ts = tonumber(b[1]), tonumber(b[2])
+  if tokens == nil or ts == nil then tokens, ts = limit, now end
+  tokens = math.min(limit, tokens + math.max(0, now - ts) * limit / period_ms)
+  tokens = math.max(-limit, math.min(limit, tokens - settle))
+  redis.call('HSET', K_BUCKET_COST, 'tokens', tostring(tokens), 'ts', now)
+end
+return table.concat(out)

@@ -1,0 +1,166 @@
+"""What a running handler can know and say about its task: ``current_task()``.
+
+The context names the task (queue, id, attempt, worker) and is how the handler speaks to
+the queue while it runs:
+
+- ``progress(...)``: stored on the task (``Queue.get``, ``Queue.follow``, ``taskfleet
+  task``); the worker writes the latest of each run, every run's at once, at most every
+  ``REPORT_INTERVAL_S`` (``reporting.py``), so a chatty handler costs Redis nothing more;
+- ``report_cost(n)``: the task's real cost (an LLM call's tokens), settled against the
+  queue's cost rate limit by the same write;
+- ``cancelled``: True once a producer cancelled the task (``Queue.cancel``) and the
+  worker learnt it from its heartbeat; an async handler's coroutine is cancelled too.
+
+Each write is fenced by the run's claim token: a run whose task was taken back writes
+nothing. Handlers end a task early by raising ``PermanentFailure`` (dead at once) or
+``RetryAfter(delay)`` (run again later, the attempt given back); ``verdict_of`` reads
+what such an exception asks for.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from taskfleet.protocol import bounds
+from taskfleet.protocol.errors import PermanentFailure, RetryAfter
+
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "TaskContext",
+    "TaskControl",
+    "Verdict",
+    "context_for",
+    "current_task",
+    "progress_json",
+    "verdict_of",
+]
+
+#: A progress message longer than this is cut: progress is for a line in a UI.
+MAX_MESSAGE_CHARS = 500
+
+
+class TaskControl:
+    """One run's line to the worker: where its reports go, and whether it was cancelled.
+
+    ``send(task_id, token, progress JSON | None, cost | None)`` queues a report (thread
+    safe); ``cancelled`` is set on the loop, read from any thread.
+    """
+
+    __slots__ = ("cancelled", "send", "token")
+
+    def __init__(self, token: str, send: Callable[[str, str, str | None, int | None], None]):
+        self.token = token
+        self.send = send
+        self.cancelled = False
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a handler may want to know besides its payload (for logs, idempotency keys),
+    and how it reports progress and real cost."""
+
+    queue: str
+    task_id: str
+    attempt: int
+    pod: str
+    incarnation: str
+    redis_url: str = field(repr=False)  # may hold a password: kept out of repr and logs
+    control: TaskControl | None = field(default=None, repr=False, compare=False)
+    #: the producer's trace context as stored (``protocol.tracing``); None when not traced
+    trace: bytes | None = field(default=None, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the task was cancelled (``Queue.cancel``): stop soon. Whatever the
+        run returns then, the task ends ``cancelled``."""
+        return self.control is not None and self.control.cancelled
+
+    def progress(
+        self,
+        fraction: float | None = None,
+        message: str | None = None,
+        *,
+        done: int | None = None,
+        total: int | None = None,
+    ) -> None:
+        """Report how far the task is: a ``fraction`` in [0, 1], or ``done`` of ``total``
+        counts (the fraction is then computed), and/or a ``message``. Stored on the task
+        within about ``REPORT_INTERVAL_S`` (only the latest of a burst is written)."""
+        text = progress_json(fraction, message, done=done, total=total)
+        if self.control is not None:
+            self.control.send(self.task_id, self.control.token, text, None)
+
+    def report_cost(self, cost: int) -> None:
+        """The task's real cost in the queue's cost units (what ``cost`` at enqueue
+        estimated): the difference goes back into the cost rate limit's bucket, or is
+        taken from it. The last report of a run counts."""
+        if isinstance(cost, bool) or not isinstance(cost, int):
+            raise TypeError(f"report_cost needs an int, not {cost!r}")
+        if not bounds.MIN_COST <= cost <= bounds.MAX_COST:
+            raise ValueError(f"cost must be {bounds.MIN_COST}..{bounds.MAX_COST}, not {cost}")
+        if self.control is not None:
+            self.control.send(self.task_id, self.control.token, None, cost)
+
+
+def progress_json(
+    fraction: float | None, message: str | None, *, done: int | None, total: int | None
+) -> str:
+    """The stored form of a progress report: ``{"fraction", "done", "total", "message"}``
+    (absent keys left out). Raises ValueError/TypeError for values that are not that."""
+    data: dict[str, Any] = {}
+    if done is not None or total is not None:
+        for name, value in (("done", done), ("total", total)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"progress {name} must be an int >= 0, not {value!r}")
+        assert done is not None and total is not None
+        data["done"], data["total"] = done, total
+        if fraction is None and total > 0:
+            fraction = min(1.0, done / total)
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise TypeError(f"progress fraction must be a number, not {fraction!r}")
+        if not (math.isfinite(fraction) and 0 <= fraction <= 1):
+            raise ValueError(f"progress fraction must be within [0, 1], not {fraction!r}")
+        data["fraction"] = round(float(fraction), 6)
+    if message is not None:
+        data["message"] = str(message)[:MAX_MESSAGE_CHARS]
+    if not data:
+        raise ValueError("progress needs a fraction, done and total, or a message")
+    return json.dumps(data, separators=(",", ":"))
+
+
+_current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("taskfleet_task")
+
+
+def current_task() -> TaskContext:
+    """The task the calling handler is running (sync or async); LookupError outside one."""
+    return _current.get()
+
+
+def context_for(task: TaskContext) -> contextvars.Context:
+    """A fresh context in which ``current_task()`` is ``task``: run the handler inside it."""
+    context = contextvars.copy_context()
+    context.run(_current.set, task)
+    return context
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a handler's exception asks for: dead at once, or a retry after a delay."""
+
+    permanent: bool = False
+    retry_after_ms: int | None = None
+
+
+def verdict_of(exc: BaseException) -> Verdict | None:
+    """The verdict a ``PermanentFailure`` or ``RetryAfter`` carries; None for others."""
+    if isinstance(exc, PermanentFailure):
+        return Verdict(permanent=True)
+    if isinstance(exc, RetryAfter):
+        return Verdict(retry_after_ms=int(exc.delay * 1000))
+    return None

@@ -1,0 +1,114 @@
+"""Handlers' reports (progress, real cost) gathered and written in batches.
+
+A handler may report progress thousands of times a second; Redis sees one ``report``
+call per worker process at most every ``REPORT_INTERVAL_S``, carrying the latest
+progress of each run and its last reported cost. Reports come from handler threads and
+the loop alike (``Reports.add`` is thread safe); the loop that writes them is off the
+claim and completion path. A report is fenced by its run's claim token: one from a run
+whose task was taken back is refused by the script, never applied.
+
+What a crash loses: reports not yet written (at most one interval's worth). A cost
+reported just before the run's outcome is still settled when it lands after it (the
+script accepts a cost under the run's token in any state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+
+from taskfleet.protocol.control_ops import Report
+from taskfleet.worker.broker import Broker
+from taskfleet.worker.events import log_event
+from taskfleet.worker.gate import REDIS_DOWN, RedisGate, wait_any
+
+__all__ = ["REPORT_INTERVAL_S", "Reports", "report_loop"]
+
+#: At most one report write per worker process this often.
+REPORT_INTERVAL_S = 0.5
+
+
+class Reports:
+    """The reports not yet written, the latest per run (keyed by task id and token)."""
+
+    def __init__(self) -> None:
+        self.ready = asyncio.Event()
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, str], Report] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None  # bound by report_loop
+        self._loop_thread = 0
+        self._armed = False
+
+    def bind(self) -> None:
+        """Called on the loop that writes the reports, before any run starts."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, task_id: str, token: str, progress: str | None, cost: int | None) -> None:
+        """Queue a report (from any thread): a newer progress or cost replaces the older."""
+        with self._lock:
+            key = (task_id, token)
+            old = self._pending.get(key)
+            if old is not None:
+                progress = progress if progress is not None else old.progress
+                cost = cost if cost is not None else old.cost
+            self._pending[key] = Report(task_id, token, progress, cost)
+            if self._armed:
+                return
+            self._armed = True
+        if self._loop is None or threading.get_ident() == self._loop_thread:
+            self.ready.set()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: exiting
+                self._loop.call_soon_threadsafe(self.ready.set)
+
+    def take(self) -> list[Report]:
+        with self._lock:
+            reports = list(self._pending.values())
+            self._pending.clear()
+            self._armed = False
+            self.ready.clear()
+        return reports
+
+    def put_back(self, reports: list[Report]) -> None:
+        """Reports whose write failed: kept unless a newer one of the run came meanwhile."""
+        for report in reports:
+            with self._lock:
+                if (report.task_id, report.token) in self._pending:
+                    continue
+            self.add(report.task_id, report.token, report.progress, report.cost)
+
+
+async def report_loop(
+    broker: Broker,
+    reports: Reports,
+    gate: RedisGate,
+    *,
+    closing: asyncio.Event,
+    stop_requested: asyncio.Event,
+) -> None:
+    """Write reports as they come, one call per interval at most, until ``closing``
+    (then once more: what the last runs reported)."""
+    while True:
+        await wait_any(reports.ready, closing)
+        batch = reports.take()
+        if batch:
+            try:
+                refused = await broker.report(batch)
+            except REDIS_DOWN as exc:
+                reports.put_back(batch)
+                if closing.is_set() or stop_requested.is_set():
+                    return
+                await gate.wait_out(exc, stop_requested, closing)
+                continue
+            stale = sum(1 for ok in refused if not ok)
+            if stale:
+                log_event(logging.DEBUG, "reports_refused", reports=stale)
+        if closing.is_set():
+            return
+        await wait_any(closing, limit=REPORT_INTERVAL_S)
