@@ -29,9 +29,12 @@ def test_ls_lists_a_state_with_filters_and_pages(
         failed = _dead(queue, make_broker, 2)
         permanent = _dead(queue, make_broker, 1, reason="permanent")
         pending = queue.enqueue({"n": 9})
+        # newest first; tasks that died in the same millisecond by id, highest first
+        finished = {i: queue.get(i).finished_at for i in [*failed, *permanent]}  # type: ignore[union-attr]
+    newest_first = sorted(finished, key=lambda i: (finished[i], i), reverse=True)
     text = taskfleet("ls", "q", "dead", env=env)
     assert text.returncode == 0, text.stderr
-    assert [line.split()[0] for line in text.stdout.splitlines()] == [*permanent, *failed[::-1]]
+    assert [line.split()[0] for line in text.stdout.splitlines()] == newest_first
     assert "reason=permanent" in text.stdout
     only = taskfleet("ls", "q", "dead", "--reason", "permanent", "--json", env=env)
     data = json.loads(only.stdout)
@@ -39,7 +42,7 @@ def test_ls_lists_a_state_with_filters_and_pages(
     paged = taskfleet("ls", "q", "dead", "--limit", "2", "--json", env=env)
     assert json.loads(paged.stdout)["cursor"] == "2"
     rest = taskfleet("ls", "q", "dead", "--limit", "2", "--cursor", "2", "--json", env=env)
-    assert [t["id"] for t in json.loads(rest.stdout)["tasks"]] == [failed[0]]
+    assert [t["id"] for t in json.loads(rest.stdout)["tasks"]] == newest_first[2:]
     assert taskfleet("ls", "q", "pending", env=env).stdout.split()[0] == pending
 
 

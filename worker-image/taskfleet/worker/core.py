@@ -128,6 +128,7 @@ class Worker:
             take=self.handback.take,
             may_claim=self._may_claim_with_completions,
             slot_freed=self._slot_freed,
+            reports=self.reports,
         )
         self._state = "starting"
         self.runtime_file = RuntimeFile(

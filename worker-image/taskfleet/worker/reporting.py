@@ -24,7 +24,7 @@ from taskfleet.worker.broker import Broker
 from taskfleet.worker.events import log_event
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate, wait_any
 
-__all__ = ["REPORT_INTERVAL_S", "Reports", "report_loop"]
+__all__ = ["REPORT_INTERVAL_S", "Reports", "report_loop", "write_reports"]
 
 #: At most one report write per worker process this often.
 REPORT_INTERVAL_S = 0.5
@@ -84,6 +84,22 @@ class Reports:
             self.add(report.task_id, report.token, report.progress, report.cost)
 
 
+async def write_reports(broker: Broker, reports: Reports) -> None:
+    """Write what is pending now, in one call; on an outage the reports are kept (unless
+    newer ones came) and the error goes on to the caller."""
+    batch = reports.take()
+    if not batch:
+        return
+    try:
+        refused = await broker.report(batch)
+    except REDIS_DOWN:
+        reports.put_back(batch)
+        raise
+    stale = sum(1 for ok in refused if not ok)
+    if stale:
+        log_event(logging.DEBUG, "reports_refused", reports=stale)
+
+
 async def report_loop(
     broker: Broker,
     reports: Reports,
@@ -96,19 +112,13 @@ async def report_loop(
     (then once more: what the last runs reported)."""
     while True:
         await wait_any(reports.ready, closing)
-        batch = reports.take()
-        if batch:
-            try:
-                refused = await broker.report(batch)
-            except REDIS_DOWN as exc:
-                reports.put_back(batch)
-                if closing.is_set() or stop_requested.is_set():
-                    return
-                await gate.wait_out(exc, stop_requested, closing)
-                continue
-            stale = sum(1 for ok in refused if not ok)
-            if stale:
-                log_event(logging.DEBUG, "reports_refused", reports=stale)
+        try:
+            await write_reports(broker, reports)
+        except REDIS_DOWN as exc:
+            if closing.is_set() or stop_requested.is_set():
+                return
+            await gate.wait_out(exc, stop_requested, closing)
+            continue
         if closing.is_set():
             return
         await wait_any(closing, limit=REPORT_INTERVAL_S)

@@ -16,6 +16,7 @@ from taskfleet.protocol.states import TaskState
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult
 from taskfleet.worker.execution import Execution
+from taskfleet.worker.reporting import Reports, write_reports
 from taskfleet.worker.runs import Outcome
 from taskfleet.worker.slots import Slots
 
@@ -33,8 +34,12 @@ class OutcomeWriter:
         take: Callable[[list[ClaimedTask]], Awaitable[None]],
         may_claim: Callable[[], bool],
         slot_freed: asyncio.Event,
+        reports: Reports | None = None,
     ) -> None:
         self.broker: Broker | None = None
+        # handlers' reports not yet written go first: a run's last progress lands before
+        # its outcome, so whoever sees the task finished sees its final progress too
+        self._reports = reports
         self._execution = execution
         self._slots = slots
         self._take = take  # start (or hand back) tasks claimed along with completions
@@ -45,6 +50,8 @@ class OutcomeWriter:
         """Write ``batch``, removing each outcome once written (so a retry never repeats it)."""
         assert self.broker is not None
         execution = self._execution
+        if self._reports is not None and len(self._reports):
+            await write_reports(self.broker, self._reports)
         try:
             # Threads finishing meanwhile needn't wake the loop: collected right after.
             with execution.collected_after():

@@ -3,8 +3,9 @@
 -- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_CONFIG,
 --   K_BUCKET_COST.
 -- ARGV[1] N, then N quads: task id, claim token, progress JSON ('' = none), real cost
---   ('' = none). Progress is stored only while that run holds the task (state running,
---   same token). A cost is settled for that run (same token) in any state, since it may
+--   ('' = none). Progress is stored while that run holds the task (state running, same
+--   token), and when it completed the task (state done, same token): a handler's last
+--   report may land just after its outcome, and "step 3 of 3" must not read "step 1". A cost is settled for that run (same token) in any state, since it may
 --   land just after the run's outcome: the difference between it and what the task was
 --   charged so far (its cost, or the cost reported before) goes back into the cost
 --   bucket, or is taken from it (the bucket may go into debt of at most one capacity:
@@ -26,10 +27,10 @@ for i = 0, n - 1 do
   else
     local ok = true
     if progress ~= '' then
-      if v[1] == 'running' then
+      if v[1] == 'running' or v[1] == 'done' then
         redis.call('HSET', key, 'progress', progress, 'progress_at', now)
       else
-        ok = false  -- it finished: its last progress stands
+        ok = false  -- it failed, or was cancelled: its last progress stands
       end
     end
     if cost ~= nil then
