@@ -99,9 +99,9 @@ class LocalRedisCluster:
                 running = [s for s in self.servers if s.running]
                 states = [_text(self._ask(s, "CLUSTER", "INFO")) for s in running]
                 views = {self._masters_view(s) for s in running}
-                if all("cluster_state:ok" in st for st in states) and len(views) == 1:
-                    if self._replicas_synced():
-                        return
+                settled = all("cluster_state:ok" in st for st in states) and len(views) == 1
+                if settled and self._replicas_synced():
+                    return
                 last = f"views={views}"
             except (redis.RedisError, OSError) as exc:
                 last = repr(exc)
