@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from redis.cluster import key_slot
+from redis.crc import key_slot
 
 from tests.fixtures_redis import RedisServer, free_cluster_port
 

@@ -99,7 +99,7 @@ def test_an_enqueue_waits_for_a_replica_and_says_when_none_confirmed(
         assert queue.enqueue_many([{"payload": {"n": 2}}, {"payload": {"n": 3}}])
     replica = redis_cluster.replica_of(redis_cluster.master_of(QueueKeys(name).pending))
     with redis_cluster.client(replica) as client:
-        client.execute_command("READONLY")  # type: ignore[no-untyped-call]
+        client.execute_command("READONLY")
         assert client.hget(QueueKeys(name).task(task_id), "state") == b"pending"
     # Two replicas asked, one exists: the write is on the master, not confirmed on two.
     url = redis_cluster.url_of(redis_cluster.servers[0], "wait_replicas=2&wait_timeout_ms=200")

@@ -153,7 +153,7 @@ def test_a_worker_claims_again_after_redis_restarts_with_its_tasks_kept(
     queue.close()
 
 
-def _answers(client: redis.Redis) -> bool:
+def _answers(client: redis.Redis | redis.RedisCluster) -> bool:
     try:
         return bool(client.ping())
     except redis.ConnectionError:
