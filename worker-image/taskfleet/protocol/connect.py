@@ -35,6 +35,7 @@ import redis
 import redis.asyncio
 import redis.exceptions as rx
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.crc import key_slot
 
 from taskfleet.protocol.redisurl import TASKFLEET_OPTIONS, RedisURL, parse_redis_url
@@ -128,12 +129,17 @@ def connect(url: str, **options: Any) -> SyncClient:
     """A sync client for ``url`` (checked first: ``InvalidRedisURL``, never the URL).
 
     ``options`` go to redis-py (``socket_timeout=...``). A cluster URL gives a
-    ``RedisCluster`` that discovers every node from the one named.
+    ``RedisCluster`` that discovers every node from the one named, at once: a
+    ``redis.ConnectionError`` when it cannot.
     """
     parsed = parse_redis_url(url)
-    if is_cluster(parsed):
+    if not is_cluster(parsed):
+        return redis.Redis.from_url(redis_py_url(url), **options)
+    try:
+        # Reads the cluster's map now: a cluster no node of which answers fails here.
         return RedisCluster.from_url(redis_py_url(url), **options)
-    return redis.Redis.from_url(redis_py_url(url), **options)
+    except RedisClusterException as exc:  # not a RedisError: callers handle those
+        raise rx.ConnectionError(str(exc)) from None
 
 
 def connect_async(url: str, **options: Any) -> redis.asyncio.Redis:
