@@ -54,7 +54,10 @@ REFUSED = [
     ("redis://host/0?cluster_mode=true", "unknown query parameter 'cluster_mode'"),
     ("redis://host/1?cluster=true", "database 0 only"),
     ("unix:///tmp/r.sock?cluster=true", "needs a redis:// or rediss:// URL"),
-    ("redis://host/0?cluster=maybe", "query parameter cluster of the Redis URL must be true or false"),
+    (
+        "redis://host/0?cluster=maybe",
+        "query parameter cluster of the Redis URL must be true or false",
+    ),
     ("redis://host/0?wait_replicas=-1", "wait_replicas of the Redis URL must be at least 0"),
     ("redis://host/0?wait_timeout_ms=10", "wait_timeout_ms needs wait_replicas"),
     (f"redis://host/0?PASSWORD={SECRET}", "only password="),

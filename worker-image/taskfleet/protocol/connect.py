@@ -35,8 +35,8 @@ import redis
 import redis.asyncio
 import redis.exceptions as rx
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisClusterException
 from redis.crc import key_slot
+from redis.exceptions import RedisClusterException
 
 from taskfleet.protocol.redisurl import TASKFLEET_OPTIONS, RedisURL, parse_redis_url
 
