@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-processes bench-schedules bench-autoscale bench-podstart bench-operator soak demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench bench-cluster bench-processes bench-schedules bench-autoscale bench-podstart bench-operator soak demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-up kind-down clean
 
 help: ## list targets
@@ -51,6 +51,9 @@ crds-check: ## fail if crds/ drifted from the models
 
 bench: ## throughput and latency figures (see bench/README.md)
 	$(BIN)/python -m bench.run
+
+bench-cluster: ## drain rate and Redis CPU per task per master: one server, a cluster with 1 and 3 queues
+	$(BIN)/python -m bench.cluster
 
 bench-processes: ## a CPU-bound handler with 1 and N worker processes (see bench/README.md)
 	$(BIN)/python -m bench.processes

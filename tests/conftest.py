@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "tests.fixtures_redis",
+    "tests.fixtures_redis_cluster",
     "tests.fixtures_kube",
     "tests.fixtures_operator",
     "tests.fixtures_cluster",

@@ -22,6 +22,8 @@ import pytest
 import redis
 import redis.asyncio
 from taskfleet import Queue
+from taskfleet.protocol.connect import connect_queue_async
+from taskfleet.protocol.keys import QueueKeys
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 START_DEADLINE_S = 10.0
@@ -255,7 +257,7 @@ class BlockingBroker:
         from taskfleet.worker.broker import Broker
 
         self._runner = runner
-        self.client = runner.run(_async_client(url))
+        self.client = runner.run(_async_client(url, queue))
         self.broker = Broker(queue, self.client, pod, incarnation)
 
     def __getattr__(self, name: str) -> Any:
@@ -273,8 +275,9 @@ class BlockingBroker:
         self._runner.run(self.client.aclose())
 
 
-async def _async_client(url: str) -> redis.asyncio.Redis:
-    return redis.asyncio.Redis.from_url(url)
+async def _async_client(url: str, queue: str) -> redis.asyncio.Redis:
+    # as the worker connects: on a cluster, to the master of the queue's slot
+    return await connect_queue_async(url, QueueKeys(queue).pending)
 
 
 MakeBroker = Callable[..., BlockingBroker]

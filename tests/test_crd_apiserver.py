@@ -226,7 +226,7 @@ SECRET = "Zq7-sEcReT-9x"
         (f"unix:///run/redis.sock?password={SECRET}", "must not carry a credential in its query"),
         ("redis://redis:6379/abc", "must be a whole number, as in redis://host:6379/0"),
         ("redis://redis:6379/0?foo=bar", "query parameter taskfleet does not accept; allowed: db,"),
-        ("redis://redis:6379/0?cluster=true", "query parameter taskfleet does not accept"),
+        ("redis://redis:6379/0?clustered=true", "query parameter taskfleet does not accept"),
     ],
 )
 def test_a_redis_url_with_a_hidden_credential_or_that_redis_py_would_misread_is_rejected(
@@ -246,6 +246,7 @@ def test_a_redis_url_with_a_hidden_credential_or_that_redis_py_would_misread_is_
         "rediss://redis.example:6380/0?ssl_cert_reqs=none",
         "unix:///run/redis/redis.sock?db=2",
         "redis://worker@redis:6379",
+        "redis://redis-cluster:6379/0?cluster=true&wait_replicas=1&wait_timeout_ms=500",
     ],
 )
 def test_a_usable_redis_url_with_options_is_accepted(

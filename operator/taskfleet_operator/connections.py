@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Iterable
 
 import redis
+from redis.cluster import RedisCluster
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.connect import connect, durability
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
 from taskfleet.protocol.scripts import SyncScripts
 
@@ -113,7 +115,7 @@ class Connections:
                 return cached[1]
             try:
                 parse_redis_url(url)  # what redis-py would misread or refuse only later
-                client = redis.Redis.from_url(
+                client = connect(
                     url,
                     socket_timeout=self._timeout_s,
                     socket_connect_timeout=self._timeout_s,
@@ -125,7 +127,9 @@ class Connections:
             except ValueError:
                 self._urls.pop(key, None)
                 raise _unusable_url(namespace, spec, "redis-py refuses it") from None
-            queue = Queue(builders.queue_name(namespace, name), client=client)
+            queue = Queue(
+                builders.queue_name(namespace, name), client=client, durability=durability(url)
+            )
             self._queues[key] = (digest, queue)
         if cached is not None:
             cached[1].client.close()
@@ -143,13 +147,17 @@ class Connections:
         self, keys: Iterable[tuple[str, str]] | None = None
     ) -> list[list[tuple[tuple[str, str], Queue]]]:
         """The connected queues (of ``keys``, or all), grouped by Redis server: each group
-        can be read in one pipelined round trip on its first queue's client."""
-        groups: dict[str, list[tuple[tuple[str, str], Queue]]] = {}
+        can be read in one pipelined round trip on its first queue's client. On a Redis
+        Cluster, by the node that holds each queue's slot (as the client's map says)."""
+        groups: dict[tuple[str, str], list[tuple[tuple[str, str], Queue]]] = {}
         with self._lock:
-            for key in self._queues if keys is None else keys:
-                cached = self._queues.get(key)
-                if cached is not None:
-                    groups.setdefault(cached[0], []).append((key, cached[1]))
+            members = [
+                (key, cached)
+                for key in (self._queues if keys is None else keys)
+                if (cached := self._queues.get(key)) is not None
+            ]
+        for key, (digest, queue) in members:
+            groups.setdefault((digest, _node(queue)), []).append((key, queue))
         return list(groups.values())
 
     def pop_demand(self, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -198,25 +206,49 @@ class Connections:
             queue.client.close()
 
 
+def _node(queue: Queue) -> str:
+    """The cluster node that holds the queue's slot ('' for a single server)."""
+    client = queue.client
+    if not isinstance(client, RedisCluster):
+        return ""
+    try:
+        return str(client.get_node_from_key(queue.keys.pending).name)  # type: ignore[no-untyped-call]
+    except redis.RedisError:
+        return ""  # the map is being refreshed: a group of its own, read as usual
+
+
 def _housekeep_chunk(members: list[tuple[Key, Queue]]) -> list[Key]:
-    """One pipeline of `Connections.housekeep` over queues of one Redis server."""
+    """One pipeline of `Connections.housekeep` over queues of one Redis server.
+
+    On a cluster the sweeps go one call each (the cluster client routes and reloads a
+    script a node lacks; its pipeline does neither), the reads still in one pipeline.
+    """
     client = members[0][1].client
     scripts = SyncScripts.for_client(client)
+    cluster = isinstance(client, RedisCluster)
     pipe = client.pipeline(transaction=False)
     ops = []
     for _, queue in members:
         op = queue.ops.sweep()
         ops.append(op)
-        scripts.add_to(pipe, op)
+        if not cluster:
+            scripts.add_to(pipe, op)
         for zset in (queue.keys.pending, queue.keys.delayed, queue.keys.running):
             pipe.zcard(zset)
         pipe.zcard(queue.keys.schedule_due)
         pipe.exists(queue.keys.config)
+    swept_raw = [scripts.run(op) for op in ops] if cluster else []
     replies = pipe.execute()
+    per = 5 if cluster else 6
     woken = []
     for i, ((key, _), op) in enumerate(zip(members, ops, strict=True)):
-        swept, pending, delayed, running, scheduled, configured = replies[i * 6 : i * 6 + 6]
-        result = op.decode(swept)
+        part = replies[i * per : i * per + per]
+        if cluster:
+            result = swept_raw[i]
+        else:
+            result = op.decode(part[0])
+            part = part[1:]
+        pending, delayed, running, scheduled, configured = part
         moved = (
             result.promoted,
             result.expired,

@@ -21,6 +21,7 @@ from typing import Any
 import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.connect import server_ms
 from taskfleet.protocol.tasks import COUNTERS, stored_int, stored_text
 
 from taskfleet_operator.connections import Connections
@@ -64,11 +65,6 @@ class QueueReading:
     oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
 
 
-def _now_ms(reply: Any) -> int:
-    sec, usec = reply
-    return int(sec) * 1000 + int(usec) // 1000
-
-
 def _workers(raw: dict[bytes, bytes], now_ms: int, ttl_ms: float) -> tuple[int, int, int]:
     """Registered workers, the live ones (heartbeat within a lease TTL, as ``Queue.workers``
     judges) and their slots."""
@@ -86,8 +82,9 @@ def _workers(raw: dict[bytes, bytes], now_ms: int, ttl_ms: float) -> tuple[int, 
 
 def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueReading]:
     client = members[0][1].client
+    # The server's clock on its own: a cluster pipeline refuses TIME (a command of no key).
+    now_ms = server_ms(client, members[0][1].keys.stats)
     pipe = client.pipeline(transaction=False)
-    pipe.time()
     for _, queue in members:
         keys = queue.keys
         for state in STATES:
@@ -97,12 +94,11 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
         pipe.hget(keys.config, "lease_ttl_s")
         pipe.zrange(keys.pending, 0, 0)
     replies = pipe.execute()
-    now_ms = _now_ms(replies[0])
     per = len(STATES) + 4
     readings: list[QueueReading] = []
     heads: list[tuple[QueueReading, Queue, str]] = []
     for i, ((namespace, name), queue) in enumerate(members):
-        part = replies[1 + i * per : 1 + (i + 1) * per]
+        part = replies[i * per : (i + 1) * per]
         size = len(STATES)
         counts, (stats, workers, ttl, head) = part[:size], part[size:]
         reading = QueueReading(namespace, name, queue.name)

@@ -14,6 +14,7 @@ Turns are at least ``MIN_GAP_S`` apart, however fast demand comes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -25,6 +26,12 @@ import redis
 import redis.asyncio as aioredis
 from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.connect import (
+    CLUSTER_EVENTS,
+    connect_queue_async,
+    follow_slot,
+    server_ms,
+)
 from taskfleet.protocol.tasks import stored_int, stored_text
 from taskfleet.protocol.workernames import per_pod
 
@@ -65,13 +72,12 @@ class Reading:
 def read_queue(queue: Queue, due_horizon_s: float) -> Reading:
     """The load as the decision counts it, in four pipelined round trips."""
     keys, client = queue.keys, queue.client
+    now_ms = server_ms(client, keys.pending)  # a cluster pipeline refuses TIME
     pipe = client.pipeline(transaction=False)
-    pipe.time()
     pipe.zcard(keys.pending)
     pipe.zcard(keys.running)
     pipe.zrevrange(keys.done, 0, DURATION_SAMPLE - 1)
-    (sec, usec), pending, running, recent = pipe.execute()
-    now_ms = int(sec) * 1000 + int(usec) // 1000
+    pending, running, recent = pipe.execute()
     pipe = client.pipeline(transaction=False)
     pipe.zcount(keys.delayed, "-inf", now_ms + int(due_horizon_s * 1000))
     for task_id in recent:
@@ -178,6 +184,10 @@ def status_due(state: ScalerState, result: Turn, now: float) -> dict[str, Any] |
     return {"desiredReplicas": result.replicas, "scalingReason": result.reason}
 
 
+#: A blocking wait that failed this way is retried on the slot's (new) master.
+_SLOT_MOVED: tuple[type[BaseException], ...] = (*CLUSTER_EVENTS, redis.ConnectionError)
+
+
 class DemandWaiter:
     """Blocks on one queue's demand list on the event loop (an asyncio connection of its
     own, made from the queue's resolved URL): waiting holds no thread, however many
@@ -191,12 +201,19 @@ class DemandWaiter:
         """True when the list had an element (popped), False after ``block_s``."""
         if url != self._url or self._client is None:
             await self.close()
-            self._client = aioredis.Redis.from_url(url, socket_connect_timeout=block_s + 1)
+            # On a cluster: a client of the master of the queue's slot.
+            self._client = await connect_queue_async(url, key, socket_connect_timeout=block_s + 1)
             self._url = url
         # No socket timeout shorter than the BLPOP; a Redis that stops answering is cut
         # off here instead.
-        async with asyncio.timeout(block_s + WAIT_SLACK_S):
-            return await self._client.blpop([key], timeout=block_s) is not None
+        try:
+            async with asyncio.timeout(block_s + WAIT_SLACK_S):
+                return await self._client.blpop([key], timeout=block_s) is not None
+        except _SLOT_MOVED:
+            # The slot moved (a failover): the next wait goes to its new master.
+            with contextlib.suppress(redis.RedisError, OSError):
+                await follow_slot(self._client)
+            raise
 
     async def close(self) -> None:
         client, self._client, self._url = self._client, None, None

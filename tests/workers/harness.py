@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+from taskfleet.protocol.connect import connect
 
 from tests.polling import wait_for
 
@@ -110,7 +111,7 @@ class WorkerProcess:
         # a test of a refused or unreachable Redis: the worker meets that itself
         with (
             contextlib.suppress(redis.RedisError),
-            redis.Redis.from_url(self.env["TASKFLEET_REDIS_URL"]) as client,
+            connect(self.env["TASKFLEET_REDIS_URL"]) as client,
         ):
             client.hset(f"tf:{{{queue}}}:config", "lease_ttl_s", ttl)
 

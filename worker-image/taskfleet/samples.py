@@ -13,8 +13,7 @@ import threading
 import time
 from typing import Any
 
-import redis
-
+from taskfleet.protocol.connect import SyncClient, connect
 from taskfleet.worker.handlers import current_task
 
 __all__ = ["EXECUTIONS_KEY", "async_sleep_and_record", "echo", "fail", "sleep_and_record"]
@@ -22,16 +21,16 @@ __all__ = ["EXECUTIONS_KEY", "async_sleep_and_record", "echo", "fail", "sleep_an
 #: Default list the sample handlers append to; ``payload["record_key"]`` overrides it.
 EXECUTIONS_KEY = "taskfleet:samples:executions"
 
-_clients: dict[str, redis.Redis] = {}
+_clients: dict[str, SyncClient] = {}
 _clients_lock = threading.Lock()
 
 
-def _client(url: str) -> redis.Redis:
+def _client(url: str) -> SyncClient:
     # One pool per process: handlers run in many threads and a pool is thread-safe.
     with _clients_lock:
         client = _clients.get(url)
         if client is None:
-            client = _clients[url] = redis.Redis.from_url(url)
+            client = _clients[url] = connect(url)
         return client
 
 

@@ -18,6 +18,7 @@ import click
 from taskfleet.cli.options import BadInput, FiniteFloat, redis_option, redis_url_in_use
 from taskfleet.cli.queue_commands import open_queue
 from taskfleet.protocol import bounds
+from taskfleet.protocol.connect import server_ms
 from taskfleet.protocol.redisurl import redact_redis_url
 
 STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
@@ -250,8 +251,7 @@ def workers(queue: str, as_json: bool, redis_url: str) -> None:
     with _existing(queue, redis_url) as q:
         found = q.workers()
         held = q.holdings([w.pod for w in found])
-        sec, usec = q.client.time()
-    now_ms = int(sec) * 1000 + int(usec) // 1000
+        now_ms = server_ms(q.client, q.keys.workers)
     rows = [
         {
             "pod": w.pod,

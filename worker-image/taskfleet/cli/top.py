@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import click
-import redis
 
 from taskfleet.cli.options import BadInput, redis_option
+from taskfleet.protocol.connect import SyncClient, connect, server_ms
 from taskfleet.protocol.keys import PREFIX, QueueKeys
 from taskfleet.protocol.scripts import text
 
@@ -64,7 +64,7 @@ class QueueView:
 STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
 
 
-def discover(client: redis.Redis) -> list[str]:
+def discover(client: SyncClient) -> list[str]:
     """Every queue with counters in this Redis (its ``stats`` hash), by name."""
     names = set()
     for key in client.scan_iter(match=f"{PREFIX}:{{*}}:stats", count=1000):
@@ -73,19 +73,19 @@ def discover(client: redis.Redis) -> list[str]:
     return sorted(names)
 
 
-def read(client: redis.Redis, name: str) -> QueueView:
+def read(client: SyncClient, name: str) -> QueueView:
     """One queue in two round trips: everything, then the hashes of the tasks it named."""
     keys = QueueKeys(name)
+    # The clock of the queue's server, on its own: a cluster pipeline refuses TIME.
+    now_ms = server_ms(client, keys.stats)
     pipe = client.pipeline(transaction=False)
-    pipe.time()
     for state in STATES:
         pipe.zcard(getattr(keys, state))
     pipe.hgetall(keys.stats)
     pipe.hgetall(keys.workers)
     pipe.zrange(keys.pending, 0, 0)
     pipe.zrevrange(keys.dead, 0, DEAD_SHOWN - 1)
-    (sec, usec), *sizes, stats, workers, head, dead_ids = pipe.execute()
-    now_ms = int(sec) * 1000 + int(usec) // 1000
+    *sizes, stats, workers, head, dead_ids = pipe.execute()
     counts = dict(zip(STATES, map(int, sizes), strict=True))
     counters = {text(k): _int(v) for k, v in stats.items()}
     ids = [text(i) for i in (*head, *dead_ids)]
@@ -233,7 +233,7 @@ def top(
     from rich.console import Console
     from rich.live import Live
 
-    client = redis.Redis.from_url(redis_url)
+    client = connect(redis_url)
     try:
         names = list(queues) or discover(client)
         for name in names:

@@ -15,9 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-import redis
-
-from taskfleet.protocol import bounds
+from taskfleet.protocol import bounds, connect
+from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps, Scan
 from taskfleet.protocol.errors import InvalidArgument, TaskNotFound, WaitTimeout
 from taskfleet.protocol.keys import QueueKeys
@@ -43,9 +42,9 @@ class TaskPage:
     cursor: str | None
 
 
-def server_ms(client: redis.Redis) -> int:
-    sec, usec = client.time()
-    return int(sec) * 1000 + int(usec) // 1000
+def server_ms(client: SyncClient, keys: QueueKeys) -> int:
+    """The clock of the queue's server (on a cluster: of the node that holds its slot)."""
+    return connect.server_ms(client, keys.stats)
 
 
 def _seconds(name: str, value: float | timedelta | None) -> float | None:
@@ -90,7 +89,8 @@ def cancel(
 
 
 def _scan(
-    client: redis.Redis,
+    client: SyncClient,
+    keys: QueueKeys,
     reason: str | None,
     older_than: float | timedelta | None,
     newer_than: float | timedelta | None,
@@ -99,13 +99,13 @@ def _scan(
     a task that finishes again meanwhile (a retried one that fails) is not taken twice."""
     older = _seconds("older_than", older_than) or 0.0
     newer = _seconds("newer_than", newer_than)
-    now = server_ms(client)
+    now = server_ms(client, keys)
     oldest = None if newer is None else now - int(newer * 1000)
     return Scan(reason or "", oldest, now - int(older * 1000))
 
 
 def retry(
-    client: redis.Redis,
+    client: SyncClient,
     scripts: SyncScripts,
     ops: ControlOps,
     *,
@@ -130,7 +130,7 @@ def retry(
             scripts.run(ops.retry(task_ids=ids[i : i + ID_BATCH], max_attempts=max_attempts)).count
             for i in range(0, len(ids), ID_BATCH)
         )
-    scan: Scan | None = _scan(client, reason, older_than, newer_than)
+    scan: Scan | None = _scan(client, ops.keys, reason, older_than, newer_than)
     total = 0
     while scan is not None:
         swept = scripts.run(ops.retry(scan=scan, max_attempts=max_attempts))
@@ -141,7 +141,7 @@ def retry(
 
 
 def drop(
-    client: redis.Redis,
+    client: SyncClient,
     scripts: SyncScripts,
     ops: ControlOps,
     state: str | TaskState,
@@ -158,7 +158,7 @@ def drop(
             scripts.run(ops.drop(name, task_ids=ids[i : i + ID_BATCH])).count
             for i in range(0, len(ids), ID_BATCH)
         )
-    scan: Scan | None = _scan(client, reason, older_than, newer_than)
+    scan: Scan | None = _scan(client, ops.keys, reason, older_than, newer_than)
     total = 0
     while scan is not None:
         swept = scripts.run(ops.drop(name, scan=scan))
@@ -169,7 +169,7 @@ def drop(
 
 
 def list_tasks(
-    client: redis.Redis,
+    client: SyncClient,
     keys: QueueKeys,
     state: str | TaskState,
     *,
@@ -193,7 +193,7 @@ def list_tasks(
     except ValueError:
         raise InvalidArgument(f"not a cursor of Queue.list: {cursor!r}") from None
     older, newer = _seconds("older_than", older_than), _seconds("newer_than", newer_than)
-    now = server_ms(client)
+    now = server_ms(client, keys)
     finished = parsed in FINISHED
     zkey = keys.finished(parsed.value) if finished else getattr(keys, parsed.value)
     lo = "-inf" if newer is None else now - int(newer * 1000)
@@ -238,7 +238,7 @@ def _matches(task: Task, finished: bool, reason: str | None, lo: str | int, hi: 
 
 
 def follow(
-    client: redis.Redis,
+    client: SyncClient,
     keys: QueueKeys,
     task_id: str,
     *,

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
-import redis
-
 from taskfleet.producer import control
 from taskfleet.producer.control import TaskPage
+from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.scripts import SyncScripts
@@ -24,7 +23,7 @@ Age = float | timedelta | None
 class Controlling:
     """The task-control half of ``Queue`` (which sets these attributes)."""
 
-    client: redis.Redis
+    client: SyncClient
     keys: QueueKeys
     control_ops: ControlOps
     _scripts: SyncScripts

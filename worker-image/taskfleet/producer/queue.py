@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import redis
-
 from taskfleet.producer import reading, scheduling
 from taskfleet.producer.control import TaskPage
 from taskfleet.producer.controlling import Controlling
@@ -23,10 +21,12 @@ from taskfleet.producer.encoding import EnqueueSpec, enqueue_args
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.protocol import tracing
 from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.connect import Durability, SyncClient, connect
+from taskfleet.protocol.connect import durability as url_durability
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
-from taskfleet.protocol.errors import InvalidArgument, ScheduleNotFound
+from taskfleet.protocol.durable import run_and_wait
+from taskfleet.protocol.errors import InvalidArgument, NotReplicated, ScheduleNotFound
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.redisurl import parse_redis_url
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import (
     OWNER_API,
@@ -36,7 +36,7 @@ from taskfleet.protocol.schedules import (
     first_slot,
     validate_schedule_name,
 )
-from taskfleet.protocol.scripts import Ops, SweepResult, SyncScripts
+from taskfleet.protocol.scripts import Op, Ops, SweepResult, SyncScripts
 from taskfleet.protocol.tasks import Task
 
 __all__ = ["CancelOutcome", "EnqueueResult", "EnqueueSpec", "Queue", "TaskPage", "WorkerInfo"]
@@ -66,13 +66,20 @@ class Queue(Controlling):
         name: str,
         redis_url: str = "redis://localhost:6379/0",
         *,
-        client: redis.Redis | None = None,
+        client: SyncClient | None = None,
+        durability: Durability | None = None,
     ) -> None:
+        """``redis_url``: a server, or with ``?cluster=true`` a node of a Redis Cluster
+        (see ``taskfleet.protocol.connect``); ``?wait_replicas=N`` makes each enqueue
+        wait for N replicas (``durability``, when the queue is given a ``client``).
+        """
         self.keys = QueueKeys(name)
         self.name = name
-        if client is None:
-            parse_redis_url(redis_url)  # InvalidRedisURL, one line, never the URL itself
-        self.client: redis.Redis = client if client is not None else redis.Redis.from_url(redis_url)
+        # InvalidRedisURL, one line, never the URL itself
+        self.client: SyncClient = client if client is not None else connect(redis_url)
+        if durability is None:
+            durability = Durability() if client is not None else url_durability(redis_url)
+        self.durability = durability
         self._owns_client = client is None
         self.ops = Ops(self.keys)
         self.schedule_ops = ScheduleOps(self.keys)
@@ -159,10 +166,19 @@ class Queue(Controlling):
             with tracing.enqueue_span(self.name, 1) as span:
                 span.set_attribute("messaging.message.id", args.task_id)
                 op = self.ops.enqueue([args], _token_base(), tracing.carrier_text())
-                [created] = self._scripts.run(op)
+                [created] = self._enqueue(op, [args.task_id])
         else:
-            [created] = self._scripts.run(self.ops.enqueue([args], _token_base()))
+            [created] = self._enqueue(self.ops.enqueue([args], _token_base()), [args.task_id])
         return EnqueueResult(args.task_id, created)
+
+    def _enqueue(self, op: Op[list[bool]], task_ids: list[str]) -> list[bool]:
+        if not self.durability.waits:
+            return self._scripts.run(op)
+        created, acked = run_and_wait(self._scripts, op, self.durability)
+        if acked < self.durability.replicas:
+            d = self.durability
+            raise NotReplicated(acked, d.replicas, d.timeout_ms, task_ids)
+        return created
 
     def enqueue_many(self, items: Iterable[EnqueueSpec | Mapping[str, Any]]) -> list[str]:
         """Add many tasks atomically in one round trip; returns their ids in order.
@@ -179,12 +195,13 @@ class Queue(Controlling):
             if args.task_id in seen:
                 raise InvalidArgument(f"task id {args.task_id!r} appears twice in one enqueue")
             seen.add(args.task_id)
+        ids = [a.task_id for a in batch]
         if tracing.configured():
             with tracing.enqueue_span(self.name, len(batch)):
-                self._scripts.run(self.ops.enqueue(batch, _token_base(), tracing.carrier_text()))
+                self._enqueue(self.ops.enqueue(batch, _token_base(), tracing.carrier_text()), ids)
         else:
-            self._scripts.run(self.ops.enqueue(batch, _token_base()))
-        return [a.task_id for a in batch]
+            self._enqueue(self.ops.enqueue(batch, _token_base()), ids)
+        return ids
 
     # -- reading -----------------------------------------------------------------------
 
@@ -307,7 +324,7 @@ class Queue(Controlling):
     ) -> int:
         """Store a validated definition (the operator's sync uses ``owner`` 'taskqueue'
         and ``take_over``); returns CREATED, UPDATED or UNCHANGED (``schedule_ops``)."""
-        slot, due = scheduling.first_due(definition, scheduling.server_ms(self.client))
+        slot, due = scheduling.first_due(definition, scheduling.server_ms(self.client, self.keys))
         op = self.schedule_ops.put(
             definition,
             owner=owner,
@@ -344,7 +361,7 @@ class Queue(Controlling):
         if found is None:
             raise ScheduleNotFound(name)
         definition_tz, cron = found.tz, found.cron
-        now = scheduling.server_ms(self.client)
+        now = scheduling.server_ms(self.client, self.keys)
         slot = first_slot(cron, definition_tz, now)
         due = 0 if slot is None else due_ms(name, slot, int(found.jitter_s * 1000))
         op = self.schedule_ops.pause(name, False, owner=OWNER_API, next_slot=slot, next_due_ms=due)

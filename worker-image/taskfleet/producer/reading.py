@@ -11,10 +11,10 @@ import math
 import time
 from collections.abc import Sequence
 
-import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.connect import SyncClient, server_ms
 from taskfleet.protocol.errors import InvalidArgument, WaitTimeout
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.scripts import text
@@ -43,14 +43,14 @@ def _encodable(value: str) -> bool:
     return True
 
 
-def get(client: redis.Redis, keys: QueueKeys, task_id: str) -> Task | None:
+def get(client: SyncClient, keys: QueueKeys, task_id: str) -> Task | None:
     if not isinstance(task_id, str) or not _encodable(task_id):
         raise InvalidArgument("task_id must be a string UTF-8 can encode")
     raw = client.hgetall(keys.task(task_id))
     return Task.from_hash(raw, task_id) if raw else None
 
 
-def stats(client: redis.Redis, keys: QueueKeys) -> dict[str, int]:
+def stats(client: SyncClient, keys: QueueKeys) -> dict[str, int]:
     pipe = client.pipeline(transaction=False)
     zsets = (keys.pending, keys.delayed, keys.running, keys.done, keys.dead, keys.cancelled)
     for zset in zsets:
@@ -73,13 +73,13 @@ def stats(client: redis.Redis, keys: QueueKeys) -> dict[str, int]:
     return out
 
 
-def exists(client: redis.Redis, keys: QueueKeys) -> bool:
+def exists(client: SyncClient, keys: QueueKeys) -> bool:
     """Whether anything of the queue is stored: its config, counters, sequence or workers
     (a queue that ever had a task has counters)."""
     return bool(client.exists(keys.config, keys.stats, keys.seq, keys.workers))
 
 
-def holdings(client: redis.Redis, keys: QueueKeys, pods: Sequence[str]) -> dict[str, list[str]]:
+def holdings(client: SyncClient, keys: QueueKeys, pods: Sequence[str]) -> dict[str, list[str]]:
     """The ids of the tasks each pod holds now, from the queue's records, sorted."""
     pipe = client.pipeline(transaction=False)
     for pod in pods:
@@ -90,13 +90,13 @@ def holdings(client: redis.Redis, keys: QueueKeys, pods: Sequence[str]) -> dict[
     }
 
 
-def workers(client: redis.Redis, keys: QueueKeys) -> list[WorkerInfo]:
+def workers(client: SyncClient, keys: QueueKeys) -> list[WorkerInfo]:
+    # The server's clock first, on its own: a cluster pipeline refuses TIME (no key).
+    now_ms = server_ms(client, keys.workers)
     pipe = client.pipeline(transaction=False)
-    pipe.time()
     pipe.hgetall(keys.workers)
     pipe.hgetall(keys.config)
-    (sec, usec), raw, config_raw = pipe.execute()
-    now_ms = int(sec) * 1000 + int(usec) // 1000
+    raw, config_raw = pipe.execute()
     ttl_ms = QueueConfig.from_redis(config_raw).lease_ttl_s * 1000
     out = []
     for pod, record in raw.items():
@@ -120,7 +120,7 @@ def workers(client: redis.Redis, keys: QueueKeys) -> list[WorkerInfo]:
 
 
 def wait(
-    client: redis.Redis, keys: QueueKeys, task_ids: Sequence[str], timeout: float
+    client: SyncClient, keys: QueueKeys, task_ids: Sequence[str], timeout: float
 ) -> dict[str, Task]:
     ids = [] if isinstance(task_ids, str) else list(task_ids)
     if isinstance(task_ids, str) or not all(isinstance(i, str) and _encodable(i) for i in ids):

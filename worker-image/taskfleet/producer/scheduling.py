@@ -7,10 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-import redis
-
 from taskfleet.producer.encoding import _seconds, checked_int, encode_payload
-from taskfleet.protocol import bounds
+from taskfleet.protocol import bounds, connect
+from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.schedule_ops import ScheduleOps
@@ -81,10 +80,9 @@ def schedule_def(
     )
 
 
-def server_ms(client: redis.Redis) -> int:
-    """The Redis server's clock (every firer and the scripts use it), in ms."""
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+def server_ms(client: SyncClient, keys: QueueKeys) -> int:
+    """The clock of the queue's Redis server (every firer and the scripts use it), in ms."""
+    return connect.server_ms(client, keys.schedules)
 
 
 def first_due(definition: ScheduleDef, now_ms: int) -> tuple[int | None, int]:
@@ -93,7 +91,7 @@ def first_due(definition: ScheduleDef, now_ms: int) -> tuple[int | None, int]:
     return slot, 0 if slot is None else due_ms(definition.name, slot, definition.jitter_ms)
 
 
-def read_all(client: redis.Redis, keys: QueueKeys) -> list[Schedule]:
+def read_all(client: SyncClient, keys: QueueKeys) -> list[Schedule]:
     """Every schedule of the queue, by name, in two round trips."""
     names = sorted(
         n.decode() if isinstance(n, bytes) else str(n) for n in client.smembers(keys.schedules)

@@ -154,3 +154,23 @@ class RetryAfter(Exception):  # noqa: N818
             raise ValueError(f"RetryAfter delay must be 0..{bounds.MAX_DELAY_S} s, not {delay}")
         super().__init__(message or f"retry after {seconds:g} s")
         self.delay = float(seconds)
+
+
+class NotReplicated(TaskfleetError):  # noqa: N818 - public name of the contract
+    """A write the master applied that fewer replicas confirmed than asked (``WAIT``
+    timed out): it is stored, but a failover right now could still lose it.
+
+    ``task_ids``: what the write was about (an enqueue: the tasks, all stored on the
+    master). Enqueueing the same ids again is safe (nothing changes for a task that
+    exists) and waits for the replicas again.
+    """
+
+    def __init__(self, acked: int, wanted: int, timeout_ms: int, task_ids: list[str]) -> None:
+        super().__init__(
+            f"the write is on the master but {acked} of {wanted} replicas confirmed it "
+            f"within {timeout_ms} ms"
+        )
+        self.acked = acked
+        self.wanted = wanted
+        self.timeout_ms = timeout_ms
+        self.task_ids = task_ids

@@ -26,6 +26,7 @@ __all__ = [
     "CREDENTIAL_OPTIONS",
     "OPTIONS",
     "SCHEMES",
+    "TASKFLEET_OPTIONS",
     "TLS_OPTIONS",
     "UNPARSEABLE",
     "InvalidRedisURL",
@@ -100,6 +101,16 @@ OPTIONS: dict[str, Callable[[str], str]] = {
     "client_name": _text,
     "protocol": _protocol,
 }
+# taskfleet's own query parameters (see `connect.py`, which strips them before redis-py
+# reads the URL): ``cluster`` says the server is a Redis Cluster node to discover the
+# cluster from; ``wait_replicas`` and ``wait_timeout_ms`` make enqueues and completions
+# wait (WAIT) until that many replicas confirm the write, or the timeout passes.
+TASKFLEET_OPTIONS: dict[str, Callable[[str], str]] = {
+    "cluster": _boolean,
+    "wait_replicas": _number(0, integer=True),
+    "wait_timeout_ms": _number(0, integer=True),
+}
+OPTIONS.update(TASKFLEET_OPTIONS)
 # Only for rediss:// (redis-py hands them to its TLS connection only).
 TLS_OPTIONS: dict[str, Callable[[str], str]] = {
     "ssl_cert_reqs": _choice("none", "optional", "required"),
@@ -291,6 +302,7 @@ def parse_redis_url(url: str) -> RedisURL:
         except ValueError as exc:
             raise InvalidRedisURL(f"query parameter {key} of the Redis URL {exc}") from None
         options.append((key, value))
+    _check_taskfleet_options(scheme, dict(options), db)
     query_db = dict(options).get("db")
     if query_db is not None and db is not None:
         raise InvalidRedisURL("the Redis URL names the database twice (path and ?db=)")
@@ -309,6 +321,16 @@ def parse_redis_url(url: str) -> RedisURL:
         credential_params=tuple(credential_params),
         _secrets=tuple(dict.fromkeys(secrets)),
     )
+
+
+def _check_taskfleet_options(scheme: str, options: dict[str, str], db: int | None) -> None:
+    cluster = options.get("cluster", "false").lower() in ("true", "yes", "1", "y", "t")
+    if cluster and scheme == "unix":
+        raise InvalidRedisURL("cluster=true needs a redis:// or rediss:// URL, not unix://")
+    if cluster and ((db or 0) != 0 or int(options.get("db", "0")) != 0):
+        raise InvalidRedisURL("a Redis Cluster has database 0 only: drop the database or use /0")
+    if "wait_timeout_ms" in options and "wait_replicas" not in options:
+        raise InvalidRedisURL("query parameter wait_timeout_ms needs wait_replicas")
 
 
 def _secrets_loosely(url: str) -> list[str]:

@@ -25,9 +25,11 @@ from typing import Any, Generic, TypeVar
 
 import redis
 import redis.asyncio
+from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoScriptError
 
 from taskfleet.protocol import bounds
+from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.defaults import lua_defaults
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload, ProtocolError, TaskExists
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
@@ -108,12 +110,12 @@ class Op(Generic[T]):
 class SyncScripts:
     """The scripts registered on one sync client (``for_client``: once per client)."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: SyncClient) -> None:
         self.client = client
         self._scripts = {name: client.register_script(source(name)) for name in NAMES}
 
     @classmethod
-    def for_client(cls, client: redis.Redis) -> SyncScripts:
+    def for_client(cls, client: SyncClient) -> SyncScripts:
         scripts = _SYNC.get(client)
         if scripts is None:
             scripts = _SYNC[client] = cls(client)
@@ -140,6 +142,10 @@ class SyncScripts:
             self.add_to(pipe, op)
         return [op.decode(raw) for op, raw in zip(ops, pipe.execute(), strict=True)]
 
+    def script(self, name: str) -> Script:
+        """The registered script ``name`` (its ``sha`` and ``script`` text)."""
+        return self._scripts[name]
+
     def add_to(self, pipe: redis.client.Pipeline, op: Op[Any]) -> None:
         """Queue ``op`` on a pipeline of this client; its reply is ``op.decode``'s input."""
         self._scripts[op.script](keys=op.keys, args=op.args, client=pipe)
@@ -162,9 +168,13 @@ class AsyncScripts:
     async def run(self, op: Op[T]) -> T:
         return op.decode(await self._scripts[op.script](keys=op.keys, args=op.args))
 
+    def script(self, name: str) -> AsyncScript:
+        """The registered script ``name`` (its ``sha`` and ``script`` text)."""
+        return self._scripts[name]
+
 
 # Weak: a registry must not keep closed clients alive.
-_SYNC: weakref.WeakKeyDictionary[redis.Redis, SyncScripts] = weakref.WeakKeyDictionary()
+_SYNC: weakref.WeakKeyDictionary[SyncClient, SyncScripts] = weakref.WeakKeyDictionary()
 _ASYNC: weakref.WeakKeyDictionary[redis.asyncio.Redis, AsyncScripts] = weakref.WeakKeyDictionary()
 
 

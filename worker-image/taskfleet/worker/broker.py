@@ -19,7 +19,9 @@ from typing import TypeVar
 import redis.asyncio
 import redis.exceptions
 
+from taskfleet.protocol.connect import Durability
 from taskfleet.protocol.control_ops import ControlOps, Report
+from taskfleet.protocol.durable import run_and_wait_async
 from taskfleet.protocol.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.schedule_ops import DueBatch, Fired, ScheduleOps
@@ -96,6 +98,7 @@ class Broker:
         reply_timeout: float | None = None,
         host: str = "",
         traced: bool = False,
+        durability: Durability | None = None,
     ) -> None:
         name = queue
         if not pod or not incarnation:
@@ -111,6 +114,8 @@ class Broker:
         self.control_ops = ControlOps(self.keys)
         self._scripts = AsyncScripts.for_client(client)
         self.reply_timeout = reply_timeout
+        #: Replicas a completion waits for (``WAIT``); none by default.
+        self.durability = durability or Durability()
         #: This process's whereabouts (``identity.Whereabouts``), kept in the worker record
         #: so a worker starting under the same name can tell whether this one is alive.
         self.host = host
@@ -133,10 +138,42 @@ class Broker:
             await self._disown()
         return await bounded(self._scripts.run(op), self.reply_timeout)
 
-    async def _claiming(self, op: Op[T], token_base: str) -> T:
-        """Run a call that claims tasks under ``token_base``; remember it if unanswered."""
-        try:
+    async def _run_waited(self, op: Op[T]) -> T:
+        """``_run``, waiting for the replicas ``durability`` asks for. A wait that times out
+        leaves the write applied on the master, not confirmed replicated: logged."""
+        if not self.durability.waits:
             return await self._run(op)
+        if self._unanswered:
+            await self._disown()
+        reply, acked = await bounded(
+            run_and_wait_async(self._scripts, op, self.durability),
+            None if self.reply_timeout is None else self.reply_timeout + self.durability_s,
+        )
+        if acked < self.durability.replicas:
+            log.warning(
+                "completion_not_replicated",
+                extra={
+                    "fields": {
+                        "replicas": acked,
+                        "wanted": self.durability.replicas,
+                        "timeout_ms": self.durability.timeout_ms,
+                    }
+                },
+            )
+        return reply
+
+    @property
+    def durability_s(self) -> float:
+        """How long a waited write may take beyond its reply (0: unbounded, taken as 60 s)."""
+        return (self.durability.timeout_ms or 60_000) / 1000
+
+    async def _claiming(self, op: Op[T], token_base: str, *, completes: bool = False) -> T:
+        """Run a call that claims tasks under ``token_base``; remember it if unanswered.
+
+        ``completes``: it completes tasks too, so it waits for replicas as completions do.
+        """
+        try:
+            return await (self._run_waited(op) if completes else self._run(op))
         except BaseException:
             # No reply: it may have claimed nothing, or may yet claim (Redis runs what it
             # read when it can). Either way its tasks are none of this worker's.
@@ -240,6 +277,7 @@ class Broker:
                 prefetch=prefetch,
             ),
             base,
+            completes=True,
         )
         return applied, await self._claimed(raw)
 
@@ -312,7 +350,7 @@ class Broker:
         """
         if not items:
             return []
-        return await self._run(self.ops.complete(items))
+        return await self._run_waited(self.ops.complete(items))
 
     async def complete(self, task_id: str, token: str, result_json: str | None = None) -> None:
         """Finish one task; raises ``StaleToken`` if it was taken back (nothing written)."""

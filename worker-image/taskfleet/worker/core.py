@@ -39,6 +39,8 @@ import time
 import redis.asyncio as aioredis
 
 from taskfleet.protocol import tracing
+from taskfleet.protocol.connect import connect_queue_async, durability, follow_slot, pinned
+from taskfleet.protocol.keys import QueueKeys
 from taskfleet.worker import start
 from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.claiming import ClaimLoop, ClaimLoopState
@@ -102,6 +104,7 @@ class Worker:
             self._beat_now.set,
             backoff_base=settings.backoff_base,
             backoff_max=settings.backoff_max,
+            where=self._node,
         )
         self.outbox = Outbox(self._write, self.gate, give_up=self._stop_requested)
         self.reports = Reports()  # handlers' progress and costs, written in batches
@@ -185,8 +188,10 @@ class Worker:
         """Serve until drained; returns the process exit code (0 after a drain)."""
         loop = asyncio.get_running_loop()
         if self._client is None:
-            self._client = aioredis.Redis.from_url(
+            # On a Redis Cluster: a client of the master of the queue's slot (connect.py).
+            self._client = await connect_queue_async(
                 self.settings.redis_url,
+                QueueKeys(self.settings.queue).pending,
                 socket_connect_timeout=2.0,
                 # No socket timeout: the broker bounds each call itself (reply_timeout),
                 # which saves redis-py's per-command send task (see Broker).
@@ -201,6 +206,7 @@ class Worker:
             reply_timeout=self.settings.reply_timeout,
             host=self._whereabouts.encode(),
             traced=self.traced,
+            durability=durability(self.settings.redis_url),
         )
         self.writer.broker = self.handback.broker = self._broker
         self.reports.bind()
@@ -329,12 +335,28 @@ class Worker:
     async def _reconnect(self) -> None:
         """The gate's probe: drop every connection to the old server, then ask once."""
         assert self._client is not None
+        client = self._client
+        # On a cluster: ask the cluster where the queue's slot lives now (a failover or
+        # resharding moved it) and point the client there.
+        await bounded(follow_slot(client), self.settings.reply_timeout)
         # Pooled connections to the old server are dead too: drop them all, so the first
         # error is the only one this outage produces.
-        await self._client.connection_pool.disconnect()
+        await client.connection_pool.disconnect()
         if self._broker is not None:
             await self._broker.close()
-        await bounded(self._client.ping(), self.settings.reply_timeout)
+        if pinned(client):
+            # A keyed read: only the slot's master answers it (another node: MOVED).
+            config = QueueKeys(self.settings.queue).config
+            await bounded(client.hget(config, "lease_ttl_s"), self.settings.reply_timeout)
+        else:
+            await bounded(client.ping(), self.settings.reply_timeout)
+
+    def _node(self) -> str:
+        """host:port (or socket path) of the server this worker's queue lives on now."""
+        if self._client is None:
+            return ""
+        kwargs = self._client.connection_pool.connection_kwargs
+        return str(kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}")
 
     async def _shutdown(self, background: list[asyncio.Task[None]], *, failed: bool = False) -> int:
         """Wait for in-flight tasks up to the drain deadline, release the rest, deregister.

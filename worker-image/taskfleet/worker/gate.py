@@ -19,6 +19,7 @@ from redis.exceptions import AuthenticationWrongNumberOfArgsError, NoPermissionE
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from taskfleet.protocol.connect import CLUSTER_EVENTS
 from taskfleet.protocol.errors import auth_failure
 from taskfleet.worker.events import log_event
 from taskfleet.worker.handlers import format_error
@@ -27,7 +28,11 @@ from taskfleet.worker.handlers import format_error
 #: Redis refusing our credentials or rights (redis-py's AuthenticationError is a
 #: ConnectionError), which no retry mends: the gate tells them apart (``auth_failure``)
 #: and stops the worker instead (``FatalStop``, exit 2).
+#: A Redis Cluster in motion (MOVED/ASK after resharding, CLUSTERDOWN and TRYAGAIN during
+#: a failover, a former master answering as a replica) is an outage of the queue's slot:
+#: waited out the same way, the probe following the slot to its new master.
 REDIS_DOWN: tuple[type[BaseException], ...] = (
+    *CLUSTER_EVENTS,
     RedisConnectionError,
     RedisTimeoutError,
     ConnectionError,
@@ -74,11 +79,14 @@ class RedisGate:
         *,
         backoff_base: float,
         backoff_max: float,
+        where: Callable[[], str] | None = None,
     ) -> None:
         self.open = asyncio.Event()
         self.open.set()
         self._reconnect = reconnect
         self._reachable = reachable
+        #: The node the probe reached (a cluster: the master of the queue's slot), logged.
+        self._where = where
         self._backoff_base = backoff_base
         self._backoff_max = backoff_max
         self._probe: asyncio.Task[None] | None = None
@@ -152,12 +160,10 @@ class RedisGate:
             self._outage_s += outage_s
             self._down_since = None
             self.reconnects += 1
-            log_event(
-                logging.INFO,
-                "redis_reachable",
-                outage_s=round(outage_s, 2),
-                attempts=attempts,
-            )
+            fields: dict[str, object] = {"outage_s": round(outage_s, 2), "attempts": attempts}
+            if self._where is not None:
+                fields["node"] = self._where()
+            log_event(logging.INFO, "redis_reachable", **fields)
             self.open.set()
             self._reachable()
             return

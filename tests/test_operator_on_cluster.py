@@ -1,0 +1,89 @@
+"""The operator's Redis work on a real Redis Cluster: TaskQueues whose queues live on
+every master, swept, housekept, scraped and polled for demand through one
+``?cluster=true`` URL (each TaskQueue's spec as a user writes it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet_operator import builders
+from taskfleet_operator.connections import Connections
+from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.queuemetrics import read_queues
+from taskfleet_operator.sweeper import sweep_queue
+
+from tests.fixtures_redis import MakeBroker
+from tests.fixtures_redis_cluster import LocalRedisCluster
+
+Key = tuple[str, str]
+
+
+def spread(cluster: LocalRedisCluster) -> list[Key]:
+    """One TaskQueue (namespace "apps") per master."""
+    masters = {m.port: None for m in cluster.masters()}
+    found: dict[int, Key] = {}
+    i = 0
+    while len(found) < len(masters):
+        key = ("apps", f"tq{i}")
+        port = cluster.master_of(QueueKeys(builders.queue_name(*key)).pending).port
+        found.setdefault(port, key)
+        i += 1
+    return list(found.values())
+
+
+@pytest.fixture
+def on_cluster(redis_cluster: LocalRedisCluster) -> Iterator[tuple[Connections, TaskQueueSpec]]:
+    spec = TaskQueueSpec.model_validate(
+        {"image": "w:dev", "handler": "app:run", "redis": {"url": redis_cluster.url}}
+    )
+    connections = Connections(2.0)
+    try:
+        yield connections, spec
+    finally:
+        connections.close()
+
+
+def test_the_sweep_takes_back_what_a_gone_pod_held_on_every_master(
+    redis_cluster: LocalRedisCluster,
+    on_cluster: tuple[Connections, TaskQueueSpec],
+    make_broker: MakeBroker,
+) -> None:
+    connections, spec = on_cluster
+    for key in spread(redis_cluster):
+        queue: Queue = connections.get(*key, spec)
+        queue.configure(builders.queue_config(spec))
+        queue.enqueue({"n": 1})
+        broker = make_broker(queue.name, "pod-gone", url=redis_cluster.url)
+        broker.register(1)
+        assert broker.claim(1).tasks
+        report = sweep_queue(
+            queue, spec, live_pods=[], suspects={"pod-gone"}, pod_gone=lambda _pod: True
+        )
+        assert report.requeued == {"pod-gone": 1}, report
+        assert queue.stats()["pending"] == 1
+
+
+def test_housekeeping_scrapes_and_demand_polls_reach_every_master(
+    redis_cluster: LocalRedisCluster,
+    on_cluster: tuple[Connections, TaskQueueSpec],
+    make_broker: MakeBroker,
+) -> None:
+    connections, spec = on_cluster
+    keys = spread(redis_cluster)
+    queues = [connections.get(*key, spec) for key in keys]
+    assert len(connections.by_server()) == 3  # one group per master
+    for queue in queues:
+        queue.configure(builders.queue_config(spec))
+    assert connections.housekeep(keys) == []  # all idle
+    queues[1].enqueue({"n": 1})  # pending: woken, and a demand signal
+    make_broker(queues[2].name, "pod-a", url=redis_cluster.url).register(3)
+
+    assert connections.housekeep(keys) == [keys[1]]
+    assert connections.pop_demand(keys) == [keys[1]]
+    readings = {r.queue: r for r in read_queues(connections)}
+    assert all(r.up for r in readings.values())
+    assert readings[queues[1].name].tasks["pending"] == 1
+    assert readings[queues[2].name].slots_alive == 3
