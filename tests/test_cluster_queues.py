@@ -138,6 +138,15 @@ def test_every_cli_command_works_on_queues_on_every_master(
         ):
             done = taskfleet("schedule", *args, env=env)
             assert done.returncode == 0, (args, done.stderr)
+        for args in (
+            ("ls", name, "pending", "--json"),
+            ("cancel", name, "t1", "--json"),
+            ("retry", name, "--all", "--json"),
+            ("purge", name, "--cancelled", "--json"),
+            ("workers", name, "--json"),
+        ):
+            done = taskfleet(*args, env=env)
+            assert done.returncode == 0, (args, done.stderr)
         with Queue(name, redis_url=redis_cluster.url) as queue:
             assert queue.config().lease_ttl_s == 7
             assert queue.schedules() == []

@@ -12,6 +12,7 @@ import redis
 import redis.asyncio
 from pydantic import ValidationError
 from taskfleet import Broker, Queue, QueueConfig, TaskState
+from taskfleet.protocol.control_ops import CancelOutcome, Report
 from taskfleet.protocol.errors import InvalidPayload
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
 from taskfleet.protocol.scripts import LIB, NAMES, source, text
@@ -91,8 +92,22 @@ def run_every_operation(queue: Queue, make: Callable[[str, str], BlockingBroker]
     queue.schedule("hourly", "0 * * * *", {"s": 1})
     assert queue.fire_due_schedules() == 0
     queue.sweep()
-    assert worker.deregister() == 0
     assert queue.get(ids[0]).state is TaskState.DONE  # type: ignore[union-attr]
+    # task control: reports, cancel (running and waiting), list, retry of a dead task, purge
+    [running] = worker.claim(1).tasks
+    report = Report(running.id, running.token, '{"fraction":0.5}', 2)
+    assert worker.report([report]) == [True]
+    assert queue.cancel(running.id) is CancelOutcome.REQUESTED
+    assert worker.complete_many([(running.id, running.token, None)]) is not None
+    [doomed] = worker.claim(1).tasks
+    assert worker.fail(doomed.id, doomed.token, "no", retryable=False) is TaskState.DEAD
+    assert [t.id for t in queue.list("dead").tasks] == [doomed.id]
+    assert queue.retry([doomed.id]) == 1
+    [later] = queue.list("delayed").tasks
+    assert queue.cancel(later.id) is CancelOutcome.CANCELLED
+    assert queue.purge_tasks("cancelled") >= 1
+    assert queue.purge_tasks("done") == 1
+    assert worker.deregister() == 0
     names = [text(k) for k in queue.client.scan_iter(match="*")]  # every node of a cluster
     assert len(names) > 10
     assert all(name.startswith(queue.keys.prefix) for name in names), names
