@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -157,7 +158,7 @@ def test_the_workers_page_shows_pod_incarnation_heartbeat_slots_and_what_each_ho
     scene = busy_queue(queue, make_broker)
 
     for path in ("/workers", "/queues/jobs/workers"):
-        page = wait_for(lambda p=path: page_with(served, p, "pod-a"), what="pod-a listed")
+        page = wait_for(partial(page_with, served, path, "pod-a"), what="pod-a listed")
         row = page.split('data-label="pod">pod-a<', 1)[1].split("</tr>", 1)[0]
         assert ">inc-7<" in row and ">1/4<" in row and ">running<" in row
         assert f"/tasks/id/{scene.held_id}" in row
@@ -255,12 +256,12 @@ def test_the_command_serves_on_loopback_and_stops_on_sigterm(redis_url: str, que
         wait_for(lambda: "/queues/jobs" in served.get("/").body, what="the queue listed")
         proc.terminate()
         # uvicorn shuts down, then ends by the signal it caught (as the signal's default would)
-        assert proc.wait(timeout=15) in (0, -signal.SIGTERM)
-        stderr = proc.stderr.read() if proc.stderr else ""
+        _, stderr = proc.communicate(timeout=15)
+        assert proc.returncode in (0, -signal.SIGTERM)
         assert "http://127.0.0.1:" in stderr and "Traceback" not in stderr
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()
 
 
 def test_bad_command_input_is_one_line_and_exit_2() -> None:
