@@ -16,7 +16,7 @@ help: ## list targets
 # Debian packages the tests and the local cluster need (idempotent; root on Debian bookworm).
 DEB_PACKAGES := redis-server etcd-server containerd runc containernetworking-plugins buildah \
 	debootstrap iptables conntrack socat ebtables ethtool iproute2 gcc libc6-dev psmisc procps \
-	openssl python3-venv util-linux prometheus tmux
+	openssl python3-venv util-linux prometheus tmux chromium chromium-driver
 
 deps: ## install the Debian packages (skips what is installed)
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
