@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-processes bench-schedules bench-autoscale bench-podstart bench-operator soak demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench bench-processes bench-schedules bench-dashboard bench-autoscale bench-podstart bench-operator soak demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-up kind-down clean
 
 help: ## list targets
@@ -57,6 +57,9 @@ bench-processes: ## a CPU-bound handler with 1 and N worker processes (see bench
 
 bench-schedules: ## triggers/s with 10,000 and 100,000 schedules due every second, exactly-once counted
 	$(BIN)/python -m bench.schedules
+
+bench-dashboard: ## a dashboard page view's Redis time with 1,000 and 1,000,000 tasks (DASHBOARD_TASKS=...)
+	$(BIN)/python -m bench.dashboard
 
 bench-autoscale: ## autoscaled vs fixed fleet on the local cluster: wake from zero, drain, pod-seconds
 	e2e/cluster/prepare.sh
