@@ -18,14 +18,16 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import redis
 
 from taskfleet.cli.options import BadInput, redis_option
-from taskfleet.producer.overview import QueueView, discover, rate, read
 from taskfleet.protocol.keys import QueueKeys
+
+if TYPE_CHECKING:
+    from taskfleet.producer.overview import QueueView
 
 __all__ = ["render", "top"]
 
@@ -34,6 +36,8 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    from taskfleet.producer.overview import rate
 
     queues = Table(title="taskfleet top  (q quits)", title_justify="left", expand=False)
     for column in ("queue", "pending", "delayed", "running", "dead", "done/s", "failed/s"):
@@ -123,6 +127,9 @@ def top(
     oldest ready task, workers and what they hold, the newest dead tasks. q quits."""
     from rich.console import Console
     from rich.live import Live
+
+    # the queue reader loads with the command: the worker's start never imports it
+    from taskfleet.producer.overview import discover, read
 
     client = redis.Redis.from_url(redis_url)
     try:
