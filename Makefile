@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-cluster bench-processes bench-schedules bench-autoscale bench-podstart bench-operator soak demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-podstart bench-operator soak demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-up kind-down clean
 
 help: ## list targets
@@ -16,7 +16,7 @@ help: ## list targets
 # Debian packages the tests and the local cluster need (idempotent; root on Debian bookworm).
 DEB_PACKAGES := redis-server etcd-server containerd runc containernetworking-plugins buildah \
 	debootstrap iptables conntrack socat ebtables ethtool iproute2 gcc libc6-dev psmisc procps \
-	openssl python3-venv util-linux prometheus tmux
+	openssl python3-venv util-linux prometheus tmux chromium chromium-driver
 
 deps: ## install the Debian packages (skips what is installed)
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
@@ -60,6 +60,9 @@ bench-processes: ## a CPU-bound handler with 1 and N worker processes (see bench
 
 bench-schedules: ## triggers/s with 10,000 and 100,000 schedules due every second, exactly-once counted
 	$(BIN)/python -m bench.schedules
+
+bench-dashboard: ## a dashboard page view's Redis time with 1,000 and 1,000,000 tasks (DASHBOARD_TASKS=...)
+	$(BIN)/python -m bench.dashboard
 
 bench-autoscale: ## autoscaled vs fixed fleet on the local cluster: wake from zero, drain, pod-seconds
 	e2e/cluster/prepare.sh

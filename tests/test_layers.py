@@ -21,7 +21,13 @@ ALLOWED = {
     "taskfleet.producer": {"taskfleet.protocol"},
     "taskfleet.worker": {"taskfleet.protocol"},
     "taskfleet.samples": {"taskfleet.protocol", "taskfleet.worker"},
-    "taskfleet.cli": {"taskfleet.protocol", "taskfleet.producer", "taskfleet.worker"},
+    "taskfleet.dashboard": {"taskfleet.protocol", "taskfleet.producer"},
+    "taskfleet.cli": {
+        "taskfleet.protocol",
+        "taskfleet.producer",
+        "taskfleet.worker",
+        "taskfleet.dashboard",
+    },
     "taskfleet_operator": {"taskfleet.protocol", "taskfleet.producer"},
 }
 

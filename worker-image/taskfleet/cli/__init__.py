@@ -14,6 +14,7 @@ The command group and ``main`` (the console script) live here; the commands by r
 - ``task_commands``: ls, cancel, retry, purge, workers (a queue's tasks after enqueue);
 - ``schedule_commands``: schedule add|ls|rm|pause|resume (a queue's schedules);
 - ``worker_commands``: worker, drain (a worker's container);
+- ``dashboard_command``: dashboard (the web UI; its package loads inside the command);
 - ``options``: what every command shares (``--redis-url``, ``BadInput``, finite floats);
 - ``logs``: the worker's log lines (key=value or JSON).
 
@@ -31,6 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from taskfleet.cli.dashboard_command import dashboard
 from taskfleet.cli.options import redis_url_in_use, scrub_message
 from taskfleet.cli.queue_commands import configure, enqueue, stats, task
 from taskfleet.cli.schedule_commands import schedule
@@ -54,7 +56,7 @@ def cli() -> None:
 
 for _command in (enqueue, configure, stats, task, ls, cancel, retry, purge, workers, schedule):
     cli.add_command(_command)
-for _command in (top, drain, worker):
+for _command in (top, dashboard, drain, worker):
     cli.add_command(_command)
 
 

@@ -17,129 +17,27 @@ import select
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from taskfleet.cli.options import BadInput, redis_option
-from taskfleet.protocol.connect import SyncClient, connect, server_ms
-from taskfleet.protocol.keys import PREFIX, QueueKeys
-from taskfleet.protocol.scripts import text
+from taskfleet.protocol.connect import connect
+from taskfleet.protocol.keys import QueueKeys
 
-#: Dead tasks shown per queue, newest first.
-DEAD_SHOWN = 3
+if TYPE_CHECKING:
+    from taskfleet.producer.overview import QueueView
 
-
-@dataclass
-class WorkerView:
-    pod: str
-    holds: int
-    slots: int
-    heartbeat_age_s: float
-    draining: bool
-
-
-@dataclass
-class DeadView:
-    id: str
-    reason: str
-    error: str
-
-
-@dataclass
-class QueueView:
-    """One queue as read at ``at_ms`` (Redis's clock)."""
-
-    name: str
-    at_ms: int
-    counts: dict[str, int]
-    counters: dict[str, int]
-    oldest_pending_s: float | None
-    workers: list[WorkerView] = field(default_factory=list)
-    dead: list[DeadView] = field(default_factory=list)
-
-
-#: The states whose sizes a view shows.
-STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
-
-
-def discover(client: SyncClient) -> list[str]:
-    """Every queue with counters in this Redis (its ``stats`` hash), by name."""
-    names = set()
-    for key in client.scan_iter(match=f"{PREFIX}:{{*}}:stats", count=1000):
-        raw = text(key)
-        names.add(raw[len(PREFIX) + 2 : -len("}:stats")])
-    return sorted(names)
-
-
-def read(client: SyncClient, name: str) -> QueueView:
-    """One queue in two round trips: everything, then the hashes of the tasks it named."""
-    keys = QueueKeys(name)
-    # The clock of the queue's server, on its own: a cluster pipeline refuses TIME.
-    now_ms = server_ms(client, keys.stats)
-    pipe = client.pipeline(transaction=False)
-    for state in STATES:
-        pipe.zcard(getattr(keys, state))
-    pipe.hgetall(keys.stats)
-    pipe.hgetall(keys.workers)
-    pipe.zrange(keys.pending, 0, 0)
-    pipe.zrevrange(keys.dead, 0, DEAD_SHOWN - 1)
-    *sizes, stats, workers, head, dead_ids = pipe.execute()
-    counts = dict(zip(STATES, map(int, sizes), strict=True))
-    counters = {text(k): _int(v) for k, v in stats.items()}
-    ids = [text(i) for i in (*head, *dead_ids)]
-    pods = sorted(text(pod) for pod in workers)
-    pipe = client.pipeline(transaction=False)
-    for task_id in ids:
-        pipe.hmget(keys.task(task_id), "run_at", "reason", "error")
-    for pod in pods:  # what each holds by the queue's own records (exact, unlike heartbeats)
-        pipe.scard(keys.pod(pod))
-    replies = pipe.execute() if ids or pods else []
-    hashes = dict(zip(ids, replies[: len(ids)], strict=True))
-    held = dict(zip(pods, map(int, replies[len(ids) :]), strict=True))
-    oldest = None
-    if head:
-        run_at = _int(hashes[text(head[0])][0])
-        oldest = max(0.0, (now_ms - run_at) / 1000) if run_at else None
-    view = QueueView(name, now_ms, counts, counters, oldest)
-    for pod, record in sorted(workers.items()):
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            rec = json.loads(record)
-            view.workers.append(
-                WorkerView(
-                    text(pod),
-                    held.get(text(pod), 0),
-                    int(rec.get("concurrency", 0)),
-                    max(0.0, (now_ms - int(rec["heartbeat_ms"])) / 1000),
-                    bool(rec.get("draining", False)),
-                )
-            )
-    for task_id in (text(i) for i in dead_ids):
-        _, reason, error = hashes.get(task_id) or (None, None, None)
-        view.dead.append(DeadView(task_id, text(reason or b""), text(error or b"")))
-    return view
-
-
-def _int(raw: Any) -> int:
-    try:
-        return int(float(text(raw)))
-    except (TypeError, ValueError):
-        return 0
-
-
-def rate(now: QueueView, before: QueueView | None, counter: str) -> float | None:
-    """``counter`` per second between two reads of one queue (None before the second)."""
-    if before is None or now.at_ms <= before.at_ms:
-        return None
-    delta = now.counters.get(counter, 0) - before.counters.get(counter, 0)
-    return max(0, delta) / ((now.at_ms - before.at_ms) / 1000)
+__all__ = ["render", "top"]
 
 
 def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    from taskfleet.producer.overview import rate
 
     queues = Table(title="taskfleet top  (q quits)", title_justify="left", expand=False)
     shown = ("pending", "delayed", "running", "dead")
@@ -151,7 +49,7 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
     for view in views:
         old = before.get(view.name)
         done, failed = rate(view, old, "completed"), rate(view, old, "failed")
-        alive = sum(1 for w in view.workers if w.heartbeat_age_s < 60)
+        alive = sum(1 for w in view.workers if w.alive)
         queues.add_row(
             view.name,
             *(f"{view.counts[s]:,}" for s in shown),
@@ -232,6 +130,9 @@ def top(
     oldest ready task, workers and what they hold, the newest dead tasks. q quits."""
     from rich.console import Console
     from rich.live import Live
+
+    # the queue reader loads with the command: the worker's start never imports it
+    from taskfleet.producer.overview import discover, read
 
     client = connect(redis_url)
     try:

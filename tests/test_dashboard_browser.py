@@ -1,0 +1,187 @@
+"""The dashboard in a real browser: headless Chromium (Debian's ``chromium`` and its
+``chromium-driver``, driven by selenium) against the dashboard served for real on a real
+redis-server. The flows an on-call person takes: the queues, a queue, its dead tasks, a
+dead task's error, the workers; the page refreshing itself; a phone's screen; the
+Content-Security-Policy holding (no violation in the console).
+
+Screenshots of each step go to ``test-artifacts/dashboard/`` (``TASKFLEET_ARTIFACTS``
+overrides the directory); CI keeps them. Skipped, saying so, only where chromium or its
+driver is not installed (``make deps`` installs both).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from taskfleet.dashboard.settings import DashboardSettings
+from taskfleet.producer.queue import Queue
+
+from tests.dashboard_fixtures import Scene, busy_queue
+from tests.dashboard_server import Served, serve
+from tests.polling import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+ARTIFACTS = Path(os.environ.get("TASKFLEET_ARTIFACTS", REPO / "test-artifacts")) / "dashboard"
+
+#: A browser starts, loads and runs scripts slower than a Redis round trip.
+BROWSER_TIMEOUT_S = 20.0
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="needs Debian's chromium and chromium-driver (make deps installs them)",
+)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1280,900")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def scene(queue: Queue, make_broker: Callable[..., Any]) -> Scene:
+    return busy_queue(queue, make_broker, pending=12)
+
+
+@pytest.fixture
+def served(redis_url: str, scene: Scene) -> Iterator[Served]:
+    settings = DashboardSettings(
+        redis_url=redis_url, refresh_s=0.5, sample_s=0.2, discover_s=0.2, page_size=10
+    )
+    with serve(settings) as s:
+        yield s
+
+
+def shot(browser: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+
+
+def _find(browser: Any, css: str, text: str) -> Any:
+    from selenium.webdriver.common.by import By
+
+    for element in browser.find_elements(By.CSS_SELECTOR, css):
+        if text in element.text:
+            return element
+    return None
+
+
+def _stale() -> tuple[type[Exception], ...]:
+    # the live refresh swaps the page's content: an element found a moment ago may be gone
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    return (StaleElementReferenceException,)
+
+
+def visible(browser: Any, css: str, text: str = "") -> str:
+    """The text of the first element matching ``css`` and holding ``text``, once shown."""
+
+    def shown() -> str | None:
+        element = _find(browser, css, text)
+        return None if element is None else str(element.text) or " "
+
+    return wait_for(
+        shown, timeout=BROWSER_TIMEOUT_S, what=f"{css!r} holding {text!r}", ignoring=_stale()
+    )
+
+
+def click(browser: Any, css: str, text: str = "") -> None:
+    """Click the first element matching ``css`` and holding ``text``, once shown."""
+
+    def clicked() -> bool:
+        element = _find(browser, css, text)
+        if element is None:
+            return False
+        element.click()
+        return True
+
+    wait_for(
+        clicked, timeout=BROWSER_TIMEOUT_S, what=f"{css!r} holding {text!r}", ignoring=_stale()
+    )
+
+
+def csp_violations(browser: Any) -> list[str]:
+    return [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if "Content Security Policy" in entry["message"] or "Refused to" in entry["message"]
+    ]
+
+
+def test_from_the_queues_to_a_dead_tasks_error_and_on_to_the_workers(
+    browser: Any, served: Served, scene: Scene
+) -> None:
+    browser.get(served.base + "/")
+    click(browser, "table.queues a", "jobs")
+    shot(browser, "1-queues-then-queue")
+
+    click(browser, "a.card.state-dead", "1")
+    visible(browser, "h1", "dead")
+    shot(browser, "2-dead-tasks")
+
+    click(browser, "table.tasks td a", scene.dead_id)
+    error = visible(browser, "#task-error", "FileNotFoundError")
+    assert "no such file: /data/<missing>.csv" in error  # escaped, shown as written
+    assert "failed" in visible(browser, "strong.reason")
+    shot(browser, "3-dead-task")
+
+    click(browser, "header nav a", "workers")
+    row = visible(browser, "table.workers tr", "pod-a")
+    assert "inc-7" in row and "1/4" in row and scene.held_id in row
+    shot(browser, "4-workers")
+    assert csp_violations(browser) == []
+
+
+def test_an_open_page_refreshes_itself_without_reloading(
+    browser: Any, served: Served, queue: Queue
+) -> None:
+    browser.get(served.base + "/queues/jobs")
+    visible(browser, "a.card.state-pending .value", "12")
+    browser.execute_script("window.notReloaded = true;")
+
+    for i in range(5):
+        queue.enqueue({"more": i})
+
+    visible(browser, "a.card.state-pending .value", "17")
+    assert browser.execute_script("return window.notReloaded === true;")
+    assert visible(browser, "#live-status", "live").startswith("live")
+    assert csp_violations(browser) == []
+
+
+def test_pages_fit_a_phone_screen_without_scrolling_sideways(
+    browser: Any, served: Served, scene: Scene
+) -> None:
+    browser.set_window_size(390, 844)
+    for path, name in (
+        ("/", "phone-queues"),
+        ("/queues/jobs/tasks/pending", "phone-pending"),
+        (f"/queues/jobs/tasks/id/{scene.dead_id}", "phone-task"),
+        ("/workers", "phone-workers"),
+    ):
+        browser.get(served.base + path)
+        visible(browser, "main h1")
+        if path == "/":
+            visible(browser, "table.queues a", "jobs")
+        overflow = browser.execute_script(
+            "return document.documentElement.scrollWidth - window.innerWidth;"
+        )
+        shot(browser, name)
+        assert overflow <= 1, f"{path} is {overflow}px wider than the screen"

@@ -1,0 +1,286 @@
+"""The dashboard over HTTP, served for real (uvicorn) against a real redis-server: what each
+page shows of a queue made through its own operations, paging, search, escaping and
+capping, the security headers, secrets never shown, read-only, Redis going away."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import redis
+from taskfleet.dashboard.settings import DashboardSettings
+from taskfleet.producer.queue import Queue
+
+from tests.dashboard_fixtures import busy_queue
+from tests.dashboard_server import Served, serve
+from tests.fixtures_redis import RedisServerFactory, free_port
+from tests.polling import wait_for
+
+
+@pytest.fixture
+def served(redis_url: str) -> Iterator[Served]:
+    settings = DashboardSettings(redis_url=redis_url, sample_s=0.05, discover_s=0.05, page_size=10)
+    with serve(settings) as s:
+        yield s
+
+
+def page_with(served: Served, path: str, needle: str) -> str | None:
+    body = served.get(path).body
+    return body if needle in body else None
+
+
+def text_of(html: str) -> str:
+    """The page's text as a reader sees it (tags dropped, spaces collapsed)."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_the_queues_page_lists_every_queue_with_depths_by_state_and_workers_alive(
+    served: Served, queue: Queue, redis_url: str, make_broker: Callable[..., Any]
+) -> None:
+    busy_queue(queue, make_broker)
+    Queue("other", redis_url=redis_url).enqueue({})
+
+    def listed() -> str | None:
+        body = served.get("/").body
+        return body if "/queues/other" in body and "/queues/jobs" in body else None
+
+    body = wait_for(listed, what="both queues found without naming them")
+    row = body.split('href="/queues/jobs"', 1)[1].split("</tr>", 1)[0]
+    counts = re.findall(r'data-label="(\w+)"><a href="/queues/jobs/tasks/\w+">([\d,]+)<', row)
+    assert dict(counts) == {
+        "pending": "3",
+        "delayed": "0",
+        "running": "1",
+        "done": "1",
+        "dead": "1",
+        "cancelled": "0",
+    }
+    assert ">1/1</a>" in row  # one worker, alive
+
+
+def test_a_queue_page_shows_its_limits_the_newest_dead_and_a_rate_chart_of_its_counters(
+    served: Served, queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    from taskfleet.protocol.config import QueueConfig
+
+    queue.configure(QueueConfig(max_concurrency=7, rate_limit_tasks=50))
+    scene = busy_queue(queue, make_broker)
+
+    page = served.get("/queues/jobs").body
+
+    shown = text_of(page)
+    assert "max_concurrency 7" in shown and "rate_limit_tasks 50" in shown
+    assert f'/queues/jobs/tasks/id/{scene.dead_id}"' in page
+    assert "FileNotFoundError: no such file: /data/&lt;missing&gt;.csv" in page  # last line
+    # samples every 50 ms: a line once two intervals are in
+    wait_for(lambda: "<polyline" in served.get("/queues/jobs").body, what="the rate chart's lines")
+
+
+def test_a_state_is_paged_in_the_order_the_queue_serves_it_and_never_past_its_end(
+    served: Served, queue: Queue
+) -> None:
+    ids = [queue.enqueue({"i": i}, priority=1 if i == 24 else 0) for i in range(25)]
+    expected = [ids[24], *ids[:24]]  # higher priority first, then first in first out
+
+    seen: list[str] = []
+    for number in (1, 2, 3):
+        page = served.get(f"/queues/jobs/tasks/pending?page={number}").body
+        assert f"page {number} of 3" in text_of(page)
+        seen += re.findall(r'data-label="id"><a href="/queues/jobs/tasks/id/(\w+)"', page)
+    assert seen == expected
+    past = served.get("/queues/jobs/tasks/pending?page=4").body
+    assert "No task on this page" in past and 'rel="prev"' in past
+    assert served.get("/queues/jobs/tasks/pending?page=x").status == 400
+    assert served.get("/queues/jobs/tasks/nosuch").status == 404
+
+
+def test_dead_tasks_list_the_newest_first_with_reason_and_the_errors_last_line(
+    served: Served, queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    scene = busy_queue(queue, make_broker)
+
+    page = served.get("/queues/jobs/tasks/dead").body
+
+    row = page.split(f'/tasks/id/{scene.dead_id}"', 1)[1].split("</tr>", 1)[0]
+    assert '<span class="reason">failed</span>' in row
+    assert "FileNotFoundError: no such file" in row and "Traceback" not in row
+
+
+def test_search_by_id_goes_to_the_task_and_an_unknown_id_says_so_escaped(
+    served: Served, queue: Queue
+) -> None:
+    odd = queue.enqueue({}, task_id="a/b?c#d")
+
+    found = served.get(f"/queues/jobs/search?id={quote(odd, safe='')}")
+    assert found.status == 303
+    assert found.headers["location"] == "/queues/jobs/tasks/id/a%2Fb%3Fc%23d"
+    assert "a/b?c#d" in served.get(found.headers["location"]).body
+
+    missing = served.get(f"/queues/jobs/search?id={quote('<img src=x>')}")
+    assert missing.status == 404
+    assert "&lt;img src=x&gt;" in missing.body and "<img src=x>" not in missing.body
+
+
+def test_a_task_page_shows_error_attempts_pod_and_result_escaped_and_capped(
+    served: Served, queue: Queue, make_broker: Callable[..., Any], redis_client: redis.Redis
+) -> None:
+    scene = busy_queue(queue, make_broker)
+
+    dead = served.get(f"/queues/jobs/tasks/id/{scene.dead_id}").body
+    shown = text_of(dead)
+    assert "reason failed" in shown and "attempts 1 of 1" in shown
+    assert "pod-a incarnation inc-7" in shown
+    assert 'File "handler.py", line 3' in dead.replace("&#34;", '"')  # the whole traceback
+    assert "&lt;b&gt;bold&lt;/b&gt;" in dead and "<b>bold</b>" not in dead
+
+    done = served.get(f"/queues/jobs/tasks/id/{scene.done_id}").body
+    assert '"rows": 42' in done.replace("&#34;", '"')
+
+    big = queue.enqueue({"blob": "x" * 200_000})
+    page = served.get(f"/queues/jobs/tasks/id/{big}").body
+    assert len(page) < 80_000 and "more characters not shown" in page
+
+    # a progress the handler stored reads as a bar
+    redis_client.hset(queue.keys.task(scene.held_id), "progress", '{"done": 3, "total": 4}')
+    held = served.get(f"/queues/jobs/tasks/id/{scene.held_id}").body
+    assert '<progress max="1" value="0.75">' in held
+
+
+def test_the_workers_page_shows_pod_incarnation_heartbeat_slots_and_what_each_holds(
+    served: Served, queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    scene = busy_queue(queue, make_broker)
+
+    for path in ("/workers", "/queues/jobs/workers"):
+        page = wait_for(partial(page_with, served, path, "pod-a"), what="pod-a listed")
+        row = page.split('data-label="pod">pod-a<', 1)[1].split("</tr>", 1)[0]
+        assert ">inc-7<" in row and ">1/4<" in row and ">running<" in row
+        assert f"/tasks/id/{scene.held_id}" in row
+        assert re.search(r">\d+\.\ds ago<", row)
+
+
+def test_every_response_carries_the_security_headers_and_nothing_but_get_is_served(
+    served: Served, queue: Queue
+) -> None:
+    queue.enqueue({})
+    for path in ("/", "/queues/jobs", "/static/live.js", "/queues/no%20such", "/nowhere"):
+        reply = served.get(path)
+        csp = reply.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+        assert "frame-ancestors 'none'" in csp
+        assert reply.headers["x-frame-options"] == "DENY"
+        assert reply.headers["x-content-type-options"] == "nosniff"
+    for method in ("POST", "PUT", "DELETE"):
+        assert served.request(method, "/queues/jobs").status == 405
+    # no inline script or style anywhere: the policy holds without exceptions
+    page = served.get("/queues/jobs").body
+    assert "<script>" not in page and "style=" not in page and " on" not in page.split(">", 1)[0]
+
+
+def test_the_live_fragment_is_the_page_without_its_frame(served: Served, queue: Queue) -> None:
+    queue.enqueue({})
+    fragment = served.get("/queues/jobs", {"X-Live": "1"}).body
+    assert fragment.lstrip().startswith("<h1>Queue")
+    assert "<html" not in fragment and "/static/live.js" not in fragment
+
+
+def test_a_password_in_the_redis_url_is_never_rendered(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    server = redis_server_factory(persistent=False, password="hunter2-s3cret")
+    Queue("jobs", redis_url=server.url_as(password="hunter2-s3cret")).enqueue({})
+    good = server.url_as(password="hunter2-s3cret")
+    with serve(DashboardSettings(redis_url=good, queues=("jobs",))) as served:
+        page = served.get("/queues/jobs").body
+        assert "/queues/jobs/tasks/pending" in page and "hunter2" not in page
+    wrong = server.url_as(password="wrong-0ther-s3cret")
+    with serve(DashboardSettings(redis_url=wrong, queues=("jobs",))) as served:
+        refused = served.get("/queues/jobs")
+        assert refused.status == 503 and "Redis unavailable" in refused.body
+        assert "s3cret" not in refused.body
+
+
+def test_redis_going_away_is_a_503_page_and_the_dashboard_recovers_when_it_returns(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    server = redis_server_factory(persistent=True)
+    Queue("jobs", redis_url=server.url).enqueue({})
+    with serve(DashboardSettings(redis_url=server.url, queues=("jobs",))) as served:
+        assert served.get("/queues/jobs").status == 200
+        server.stop()
+        down = served.get("/queues/jobs")
+        assert down.status == 503 and "Redis unavailable" in down.body
+        server.start()
+        wait_for(lambda: served.get("/queues/jobs").status == 200, what="the page back")
+
+
+def test_with_named_queues_another_queue_is_not_found_and_bad_names_are_404(
+    redis_url: str, queue: Queue
+) -> None:
+    queue.enqueue({})
+    Queue("secret-queue", redis_url=redis_url).enqueue({})
+    with serve(DashboardSettings(redis_url=redis_url, queues=("jobs",))) as served:
+        assert "secret-queue" not in served.get("/").body
+        assert served.get("/queues/secret-queue").status == 404
+        assert served.get("/queues/jobs").status == 200
+        assert served.get("/queues/%7Bbad%7D").status == 404
+
+
+def test_the_command_serves_on_loopback_and_stops_on_sigterm(redis_url: str, queue: Queue) -> None:
+    queue.enqueue({})
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "taskfleet",
+            "dashboard",
+            "--redis-url",
+            redis_url,
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        served = Served(port)
+        wait_for(lambda: served.get("/healthz").status == 200, timeout=15, ignoring=(OSError,))
+        wait_for(lambda: "/queues/jobs" in served.get("/").body, what="the queue listed")
+        proc.terminate()
+        # uvicorn shuts down, then ends by the signal it caught (as the signal's default would)
+        _, stderr = proc.communicate(timeout=15)
+        assert proc.returncode in (0, -signal.SIGTERM)
+        assert "http://127.0.0.1:" in stderr and "Traceback" not in stderr
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_bad_command_input_is_one_line_and_exit_2() -> None:
+    for args in (["--queue", "no spaces"], ["--redis-url", "http://x"], ["--port", "0"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "taskfleet", "dashboard", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert result.returncode == 2, args
+        assert "Traceback" not in result.stderr
+
+
+def test_the_command_group_loads_without_the_web_stack() -> None:
+    code = (
+        "import sys; from taskfleet.cli import cli; "
+        "assert not {'starlette', 'jinja2', 'uvicorn', 'taskfleet.dashboard'} & set(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)

@@ -1,0 +1,292 @@
+"""The dashboard's routes: pages rendered on the server from the reads, a fragment of the
+same page for the live refresh, security headers on every response. ``serve`` runs it.
+
+Each page is ``<page>.html`` (the frame) around ``<page>_live.html`` (what refreshes);
+a request with the ``X-Live`` header gets the fragment alone, and ``static/live.js``
+swaps it in. Handlers are plain functions (Starlette runs them on its thread pool) over
+one redis-py client: its connection pool is thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import redis
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import Message, Receive, Scope, Send
+
+from taskfleet.dashboard import charts, display, reads
+from taskfleet.dashboard.sampler import Sampler, rates
+from taskfleet.dashboard.settings import DashboardSettings
+from taskfleet.producer import overview
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.redisurl import redact_redis_url, scrub
+
+log = logging.getLogger("taskfleet.dashboard")
+
+HERE = Path(__file__).parent
+
+#: Every response: scripts and styles from this origin only (none inline), no framing,
+#: no sniffing, no referrer to elsewhere; forms (the actions, later) post here only.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
+
+LIVE_HEADER = "x-live"
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["age"] = display.age
+    env.filters["pretty"] = display.pretty
+    env.filters["capped"] = display.capped
+    env.filters["one_line"] = display.one_line
+    env.filters["url"] = display.url_part
+    env.globals["when"] = display.when
+    env.globals["fraction"] = display.fraction
+    env.globals["states"] = reads.STATES
+    return env
+
+
+class Dashboard:
+    """The app's state: settings, the Redis client, the sampler, the templates."""
+
+    def __init__(self, settings: DashboardSettings, client: redis.Redis | None = None) -> None:
+        self.settings = settings
+        self.client = client or redis.Redis.from_url(
+            settings.redis_url, socket_timeout=5, socket_connect_timeout=5
+        )
+        self.sampler = Sampler(
+            self.client,
+            settings.queues,
+            sample_s=settings.sample_s,
+            history_s=settings.history_s,
+            discover_s=settings.discover_s,
+        )
+        self.templates = _environment()
+        self.redis_shown = redact_redis_url(settings.redis_url)
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def keys(self, name: str) -> QueueKeys:
+        """The queue's keys; 404 for a name no queue can have or one outside ``--queue``."""
+        try:
+            keys = QueueKeys(name)
+        except ValueError:
+            raise HTTPException(404, "no such queue") from None
+        if self.settings.queues and name not in self.settings.queues:
+            raise HTTPException(404, "this dashboard shows other queues")
+        return keys
+
+    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        live = request.headers.get(LIVE_HEADER) == "1"
+        template = self.templates.get_template(f"{name}_live.html" if live else f"{name}.html")
+        body = template.render(
+            redis_url=self.redis_shown,
+            refresh_ms=int(self.settings.refresh_s * 1000),
+            read_only=self.settings.read_only,
+            path=request.url.path,
+            **context,
+        )
+        return HTMLResponse(body, status_code=status)
+
+    def chart(self, queue: str) -> Any:
+        span = int(self.settings.history_s * 1000)
+        return charts.rate_chart(rates(self.sampler.samples(queue)), span)
+
+    # -- pages --------------------------------------------------------------------------
+
+    def queues(self, request: Request) -> Response:
+        names = self.sampler.queues()
+        views = [overview.read(self.client, name) for name in names]
+        rows = [(v, self.chart(v.name), self._rates(v.name)) for v in views]
+        return self.page(request, "queues", rows=rows, discovered=self.sampler.discovered())
+
+    def _rates(self, queue: str) -> dict[str, float | None]:
+        series = rates(self.sampler.samples(queue))
+        return {name: (values[-1][1] if values else None) for name, values in series.items()}
+
+    def queue(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        keys = self.keys(name)
+        view = overview.read(self.client, keys.queue)
+        return self.page(
+            request,
+            "queue",
+            view=view,
+            chart=self.chart(name),
+            rates=self._rates(name),
+            now_ms=view.at_ms,
+        )
+
+    def tasks(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        state = request.path_params["state"]
+        keys = self.keys(name)
+        if state not in reads.STATES:
+            raise HTTPException(404, "no such state")
+        size = self.settings.page_size
+        number = _page_number(request.query_params.get("page", "1"))
+        found = reads.state_page(self.client, keys, state, (number - 1) * size, size)
+        last = max(1, -(-found.total // size))
+        return self.page(
+            request,
+            "tasks",
+            queue=name,
+            found=found,
+            number=number,
+            last=last,
+            now_ms=reads.server_ms(self.client),
+        )
+
+    def search(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        keys = self.keys(name)
+        task_id = request.query_params.get("id", "").strip()
+        if task_id and reads.task(self.client, keys, task_id) is not None:
+            target = f"/queues/{display.url_part(name)}/tasks/id/{display.url_part(task_id)}"
+            return RedirectResponse(target, status_code=303)
+        return self.page(request, "notfound", 404, queue=name, task_id=task_id)
+
+    def task(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        keys = self.keys(name)
+        task_id = request.path_params["task_id"]
+        found = reads.task(self.client, keys, task_id) if task_id else None
+        if found is None:
+            return self.page(request, "notfound", 404, queue=name, task_id=task_id)
+        return self.page(
+            request, "task", queue=name, task=found, now_ms=reads.server_ms(self.client)
+        )
+
+    def workers(self, request: Request) -> Response:
+        name = request.path_params.get("queue")
+        names = [self.keys(name).queue] if name else self.sampler.queues()
+        groups = []
+        for queue in names:
+            view = overview.read(self.client, queue)
+            groups.append((view, reads.held_tasks(self.client, QueueKeys(queue), view)))
+        return self.page(request, "workers", groups=groups, queue=name)
+
+
+def _page_number(raw: str) -> int:
+    try:
+        number = int(raw)
+    except ValueError:
+        raise HTTPException(400, "page must be a whole number") from None
+    if not 1 <= number <= 10**9:
+        raise HTTPException(400, "page must be within 1..1e9")
+    return number
+
+
+class SecurityHeaders:
+    """ASGI middleware: ``SECURITY_HEADERS`` on every response, and no caching of pages
+    (they show live state); static files may be cached."""
+
+    def __init__(self, app: Starlette) -> None:
+        self.app = app
+        self.state = app.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        static = scope["path"].startswith("/static/")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers[name] = value
+                if not static:
+                    headers["Cache-Control"] = "no-store"
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def create_app(
+    settings: DashboardSettings, *, client: redis.Redis | None = None
+) -> SecurityHeaders:
+    """The ASGI app; its sampler runs while the app does (Starlette's lifespan)."""
+    dash = Dashboard(settings, client)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        dash.sampler.start()
+        try:
+            yield
+        finally:
+            dash.sampler.stop()
+
+    def redis_failed(request: Request, exc: Exception) -> Response:
+        message = scrub(str(exc), settings.redis_url)
+        log.warning("redis error on %s: %s", request.url.path, message)
+        return dash.page(request, "error", 503, title="Redis unavailable", message=message)
+
+    def http_failed(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        title = "Not found" if exc.status_code == 404 else "Cannot show this page"
+        return dash.page(request, "error", exc.status_code, title=title, message=exc.detail)
+
+    def health(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    get = ["GET"]
+    routes = [
+        Route("/", dash.queues, methods=get),
+        Route("/healthz", health, methods=get),
+        Route("/workers", dash.workers, methods=get),
+        Route("/queues/{queue}", dash.queue, methods=get),
+        Route("/queues/{queue}/workers", dash.workers, methods=get),
+        Route("/queues/{queue}/search", dash.search, methods=get),
+        Route("/queues/{queue}/tasks/id/{task_id:path}", dash.task, methods=get),
+        Route("/queues/{queue}/tasks/{state}", dash.tasks, methods=get),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={redis.RedisError: redis_failed, HTTPException: http_failed},
+    )
+    app.state.dashboard = dash
+    return SecurityHeaders(app)
+
+
+def serve(settings: DashboardSettings, host: str, port: int) -> None:
+    """Run the app with uvicorn until SIGINT or SIGTERM."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=False,
+        server_header=False,
+        proxy_headers=False,
+    )
+    uvicorn.Server(config).run()

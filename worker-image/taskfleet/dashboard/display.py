@@ -1,0 +1,91 @@
+"""How values are shown: ages, times, JSON pretty-printed and capped, a progress value
+read as a fraction. Pure; Jinja2 escapes whatever these return."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+#: Characters of a payload, result, progress or error shown on a task's page.
+SHOWN_CHARS = 64 * 1024
+#: Characters of an error shown in a row of a list.
+ROW_ERROR_CHARS = 160
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def when(at: datetime | None, now_ms: int | None = None) -> str:
+    """``2024-05-01 12:00:03 UTC``, with how long ago when the server's time is known."""
+    if at is None:
+        return "-"
+    stamp = at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if now_ms is None:
+        return stamp
+    delta = now_ms / 1000 - at.timestamp()
+    return f"{stamp} ({age(abs(delta))} {'ago' if delta >= 0 else 'from now'})"
+
+
+def capped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` cut at ``limit`` characters, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n… ({len(text) - limit:,} more characters not shown)"
+
+
+def pretty(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """A stored JSON value indented (a string a foreign producer stored, as is), capped."""
+    if isinstance(value, str):
+        return capped(value, limit)
+    try:
+        shown = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        shown = repr(value)
+    return capped(shown, limit)
+
+
+def one_line(text: str, limit: int = ROW_ERROR_CHARS) -> str:
+    """The last non-empty line of an error (a traceback ends with the exception), capped."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[-1] if lines else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def fraction(progress: Any) -> float | None:
+    """A progress value as 0..1 when it reads as one: a number in 0..1, a percentage in
+    1..100, or ``{"done": d, "total": t}`` / ``{"current": c, "total": t}``; else None."""
+    if isinstance(progress, dict):
+        done = _number(progress.get("done", progress.get("current")))
+        total = _number(progress.get("total"))
+        if done is None or total is None or total <= 0:
+            return None
+        return min(1.0, max(0.0, done / total))
+    number = _number(progress)
+    if number is None or not 0 <= number <= 100:
+        return None
+    return number if number <= 1 else number / 100
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def url_part(value: str) -> str:
+    """A task id or queue name as one path segment (an id may hold '/', '?' or '#')."""
+    return quote(value, safe="")

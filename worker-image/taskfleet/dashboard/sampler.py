@@ -1,0 +1,133 @@
+"""The queues' counters sampled in the background, and the queues found in the background.
+
+The rate charts need the counters at several past moments; a page view reads only the
+samples kept here. Each step reads every queue's ``completed`` and ``failed`` counters
+with the server's time (one pipelined round trip for all queues). Without named queues,
+the queues of the Redis are found by a SCAN over its keys, here and never in a page
+view: at ``discover_s`` intervals, in steps of 1000 keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+import redis
+
+from taskfleet.producer.overview import discover
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.tasks import stored_int, stored_text
+
+log = logging.getLogger("taskfleet.dashboard")
+
+#: The counters a chart draws, by the name its legend shows.
+CHARTED = {"done": "completed", "failed": "failed"}
+
+
+@dataclass(frozen=True)
+class Sample:
+    at_ms: int
+    counters: dict[str, int]
+
+
+def rates(samples: list[Sample]) -> dict[str, list[tuple[int, float]]]:
+    """Per charted counter: (end of interval ms, per second) between consecutive samples.
+    A counter that went down (the queue was purged) reads as 0 for that interval."""
+    out: dict[str, list[tuple[int, float]]] = {name: [] for name in CHARTED}
+    for before, after in itertools.pairwise(samples):
+        seconds = (after.at_ms - before.at_ms) / 1000
+        if seconds <= 0:
+            continue
+        for name, counter in CHARTED.items():
+            delta = after.counters.get(counter, 0) - before.counters.get(counter, 0)
+            out[name].append((after.at_ms, max(0, delta) / seconds))
+    return out
+
+
+class Sampler:
+    """Keeps the last ``history_s`` of samples per queue; one daemon thread."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        queues: tuple[str, ...],
+        *,
+        sample_s: float,
+        history_s: float,
+        discover_s: float,
+    ) -> None:
+        self._client = client
+        self._fixed = queues
+        self._sample_s = sample_s
+        self._discover_s = discover_s
+        self._keep = max(2, int(history_s / sample_s) + 1)
+        self._lock = threading.Lock()
+        self._samples: dict[str, deque[Sample]] = {}
+        self._names: list[str] = sorted(queues)
+        self._discovered = bool(queues)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def queues(self) -> list[str]:
+        with self._lock:
+            return list(self._names)
+
+    def discovered(self) -> bool:
+        """Whether the queues are known (named, or one discovery has finished)."""
+        with self._lock:
+            return self._discovered
+
+    def samples(self, queue: str) -> list[Sample]:
+        with self._lock:
+            return list(self._samples.get(queue, ()))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="dashboard-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def discover_now(self) -> None:
+        names = discover(self._client)
+        with self._lock:
+            self._names = names
+            self._discovered = True
+
+    def sample_now(self) -> None:
+        names = self.queues()
+        pipe = self._client.pipeline(transaction=False)
+        pipe.time()
+        for name in names:
+            pipe.hmget(QueueKeys(name).stats, *CHARTED.values())
+        (sec, usec), *replies = pipe.execute()
+        at_ms = int(sec) * 1000 + int(usec) // 1000
+        with self._lock:
+            for name, values in zip(names, replies, strict=True):
+                counters = {
+                    counter: stored_int(None if v is None else stored_text(v)) or 0
+                    for counter, v in zip(CHARTED.values(), values, strict=True)
+                }
+                kept = self._samples.setdefault(name, deque(maxlen=self._keep))
+                kept.append(Sample(at_ms, counters))
+            for gone in set(self._samples) - set(names):
+                del self._samples[gone]
+
+    def _run(self) -> None:
+        next_discovery = 0.0
+        elapsed = 0.0
+        while not self._stop.is_set():
+            with contextlib.suppress(redis.RedisError):
+                if not self._fixed and elapsed >= next_discovery:
+                    self.discover_now()
+                    next_discovery = elapsed + self._discover_s
+                self.sample_now()
+            # an unreachable Redis: the pages say so; the chart shows a gap
+            self._stop.wait(self._sample_s)
+            elapsed += self._sample_s

@@ -1,0 +1,40 @@
+// Live refresh without reloading: every data-refresh-ms, fetch this page's live fragment
+// (the X-Live header) and swap it into <main id="live">. Paused while the tab is hidden
+// or while the user types in a form inside it; says when it last updated or failed.
+(function () {
+  "use strict";
+  var main = document.getElementById("live");
+  var status = document.getElementById("live-status");
+  if (!main || !window.fetch) { return; }
+  var every = parseInt(main.getAttribute("data-refresh-ms"), 10) || 2000;
+  var busy = false;
+
+  function say(text) { if (status) { status.textContent = text; } }
+
+  function typing() {
+    var active = document.activeElement;
+    return active && main.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName);
+  }
+
+  function refresh() {
+    if (busy || document.hidden || typing()) { return; }
+    busy = true;
+    fetch(window.location.href, { headers: { "X-Live": "1" }, credentials: "same-origin" })
+      .then(function (response) {
+        if (!response.ok && response.status !== 404 && response.status !== 503) {
+          throw new Error("HTTP " + response.status);
+        }
+        return response.text();
+      })
+      .then(function (html) {
+        main.innerHTML = html;  // the server's own escaped markup
+        say("live · " + new Date().toLocaleTimeString());
+      })
+      .catch(function () { say("offline · retrying"); })
+      .then(function () { busy = false; });
+  }
+
+  say("live");
+  window.setInterval(refresh, every);
+  document.addEventListener("visibilitychange", refresh);
+})();
