@@ -49,8 +49,9 @@ crds: ## regenerate crds/ from the pydantic models
 crds-check: ## fail if crds/ drifted from the models
 	$(BIN)/python -m taskfleet_operator.crdgen --check crds/
 
-bench: ## throughput and latency figures (see bench/README.md)
+bench: ## throughput and latency figures with peers, then the Redis Cluster figure (see bench/README.md)
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.cluster
 
 bench-cluster: ## drain rate and Redis CPU per task per master: one server, a cluster with 1 and 3 queues
 	$(BIN)/python -m bench.cluster
