@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from taskfleet.producer import reading, scheduling
-from taskfleet.producer.encoding import EnqueueSpec, enqueue_args
+from taskfleet.producer.encoding import EnqueueSpec, encode_task, enqueue_args
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidArgument, ScheduleNotFound
@@ -136,17 +136,15 @@ class Queue:
         timeout: float | timedelta | None = None,
     ) -> EnqueueResult:
         """``enqueue``, returning the id and whether this call created the task."""
-        args = enqueue_args(
-            {
-                "payload": payload,
-                "priority": priority,
-                "delay": delay,
-                "deadline": deadline,
-                "max_attempts": max_attempts,
-                "task_id": task_id,
-                "cost": cost,
-                "timeout": timeout,
-            }
+        args = encode_task(
+            payload,
+            priority=priority,
+            delay=delay,
+            deadline=deadline,
+            max_attempts=max_attempts,
+            task_id=task_id,
+            cost=cost,
+            timeout=timeout,
         )
         [created] = self._scripts.run(self.ops.enqueue([args], _token_base()))
         return EnqueueResult(args.task_id, created)

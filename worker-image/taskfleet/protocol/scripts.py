@@ -10,8 +10,8 @@ Calls are described by :class:`Op` values: the script, its keys and arguments, a
 decoder that turns the reply into Python values and return codes into exceptions. The
 same ``Op`` runs on a sync client (:class:`SyncScripts`, producers and the operator) or
 an async one (:class:`AsyncScripts`, the worker), so encoding and decoding exist once.
-Scripts are registered once per client; redis-py sends EVALSHA and loads a script
-again when the server lost it (a restarted Redis).
+Scripts are registered once per client and called with EVALSHA packed by ``wire``;
+a script the server lost (a restarted Redis) is loaded again and the call resent.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import NoScriptError
 
+from taskfleet.protocol import wire
 from taskfleet.protocol.defaults import lua_defaults
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload, ProtocolError, TaskExists
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
@@ -58,6 +59,8 @@ NAMES = (
 #: Housekeeping bound per claim: keeps a claim short however large the backlog.
 CLAIM_HOUSEKEEPING_BOUND = 100
 SWEEP_BOUND = 1000
+#: Packed call heads kept per client (one per script and queue); past it they are rebuilt.
+HEADS_CACHED = 1024
 
 
 def _lua_string(value: str) -> str:
@@ -100,12 +103,31 @@ class Op(Generic[T]):
     decode: Callable[[Any], T]
 
 
+class _Commands:
+    """Script calls packed for the wire (``wire``), the fixed head of each cached."""
+
+    def __init__(self, scripts: dict[str, Any]) -> None:
+        self._scripts = scripts
+        self._heads: dict[tuple[str, tuple[str, ...]], wire.Head] = {}
+
+    def command(self, op: Op[Any]) -> bytes:
+        keys = op.keys if isinstance(op.keys, tuple) else tuple(op.keys)
+        head = self._heads.get((op.script, keys))
+        if head is None:
+            if len(self._heads) >= HEADS_CACHED:  # a client serving very many queues
+                self._heads.clear()
+            head = self._heads[(op.script, keys)] = wire.Head(self._scripts[op.script].sha, keys)
+        return head.command(op.args)
+
+
 class SyncScripts:
     """The scripts registered on one sync client (``for_client``: once per client)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+        self._commands = _Commands(self._scripts)
+        self._pooled = wire.pooled(client)
 
     @classmethod
     def for_client(cls, client: redis.Redis) -> SyncScripts:
@@ -115,9 +137,20 @@ class SyncScripts:
         return scripts
 
     def run(self, op: Op[T]) -> T:
-        # EVALSHA straight through the client: one round trip, without the per-call work
-        # of redis-py's Script wrapper (a single enqueue is mostly this call). A server
-        # that lost its scripts (restart, SCRIPT FLUSH) gets the script loaded again.
+        # One EVALSHA, packed here and sent on a pooled connection (``wire``): a single
+        # enqueue is mostly this call. A server that lost its scripts (restart, SCRIPT
+        # FLUSH) gets the script loaded again and the same call sent once more.
+        if not self._pooled:
+            return self._run_on_client(op)
+        command = self._commands.command(op)
+        try:
+            raw = wire.call(self.client, command)
+        except NoScriptError:
+            self.client.script_load(self._scripts[op.script].script)
+            raw = wire.call(self.client, command)
+        return op.decode(raw)
+
+    def _run_on_client(self, op: Op[T]) -> T:
         script = self._scripts[op.script]
         keys = op.keys
         execute: Callable[..., Any] = self.client.execute_command
@@ -146,6 +179,8 @@ class AsyncScripts:
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self.client = client
         self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+        self._commands = _Commands(self._scripts)
+        self._pooled = wire.pooled(client)
 
     @classmethod
     def for_client(cls, client: redis.asyncio.Redis) -> AsyncScripts:
@@ -155,7 +190,16 @@ class AsyncScripts:
         return scripts
 
     async def run(self, op: Op[T]) -> T:
-        return op.decode(await self._scripts[op.script](keys=op.keys, args=op.args))
+        """``SyncScripts.run`` on the asyncio client: the same packed call, awaited."""
+        if not self._pooled:
+            return op.decode(await self._scripts[op.script](keys=op.keys, args=op.args))
+        command = self._commands.command(op)
+        try:
+            raw = await wire.call_async(self.client, command)
+        except NoScriptError:
+            await self.client.script_load(self._scripts[op.script].script)
+            raw = await wire.call_async(self.client, command)
+        return op.decode(raw)
 
 
 # Weak: a registry must not keep closed clients alive.

@@ -99,8 +99,9 @@ local function notify(n)
   if n > NOTIFY_MAX then n = NOTIFY_MAX end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
-  redis.call('LPUSH', K_NOTIFY, unpack(tokens))
-  redis.call('LTRIM', K_NOTIFY, 0, NOTIFY_MAX - 1)
+  if redis.call('LPUSH', K_NOTIFY, unpack(tokens)) > NOTIFY_MAX then
+    redis.call('LTRIM', K_NOTIFY, 0, NOTIFY_MAX - 1)
+  end
   demand()
 end
 

@@ -1,0 +1,109 @@
+"""Script calls as bytes on the wire: EVALSHA packed once per script, sent on a pooled connection.
+
+redis-py's ``execute_command`` packs every argument of every call and runs a layer of
+per-call machinery (retry wrapper, observability hooks, response callbacks) around one
+socket write and one read; for a single enqueue that was most of the client's time. Here
+the fixed part of a script call (``EVALSHA <sha> <numkeys> <keys...>``) is encoded once per
+script and key set; each call encodes only its arguments and sends the lot in one write on
+a connection of the client's own pool (so URL options, auth, TLS and the database stay
+redis-py's). The reply goes through the connection's parser (hiredis where installed):
+error replies raise redis-py's exceptions, ``NoScriptError`` included, as before.
+
+A connection error is retried with the connection's own ``Retry`` policy, exactly as
+redis-py retries any command; the callers' scripts are safe to send twice (ids and tokens
+make a repeated call a no-op or a refusal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+import redis.asyncio
+
+Arg = str | int | float | bytes
+
+
+def bulk(value: Arg) -> bytes:
+    """One RESP bulk string, encoded as redis-py encodes arguments (str UTF-8, float repr)."""
+    if isinstance(value, str):
+        data = value.encode()
+    elif value.__class__ is int:
+        data = b"%d" % value
+    else:
+        data = _other(value)
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def _other(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bool):  # redis-py refuses bools too: say which
+        raise redis.DataError(f"invalid script argument {value!r}: convert it to int or str")
+    if isinstance(value, int):
+        return b"%d" % value
+    if isinstance(value, float):
+        return repr(value).encode()
+    raise redis.DataError(f"invalid script argument of type {type(value).__name__}")
+
+
+def packed_args(args: Sequence[Arg]) -> bytes:
+    return b"".join([bulk(a) for a in args])
+
+
+class Head:
+    """``EVALSHA <sha> <numkeys> <keys...>`` encoded once; ``command`` adds a call's args."""
+
+    __slots__ = ("_fixed", "_words")
+
+    def __init__(self, sha: str, keys: Sequence[str]) -> None:
+        self._words = 3 + len(keys)
+        self._fixed = bulk("EVALSHA") + bulk(sha) + bulk(len(keys)) + packed_args(keys)
+
+    def command(self, args: Sequence[Arg]) -> bytes:
+        return b"*%d\r\n%b%b" % (self._words + len(args), self._fixed, packed_args(args))
+
+
+def pooled(client: redis.Redis | redis.asyncio.Redis) -> bool:
+    """Whether calls may go straight to a pooled connection: not for a client pinned to one
+    connection (``single_connection_client``), whose lock redis-py keeps."""
+    if isinstance(client, redis.asyncio.Redis):
+        return not client.single_connection_client
+    return client.connection is None
+
+
+def call(client: redis.Redis, command: bytes) -> Any:
+    """Send one packed command on a connection of the client's pool; the parsed reply."""
+    pool: Any = client.connection_pool  # its methods are untyped in some redis-py versions
+    conn: Any = pool.get_connection()
+    try:
+        return conn.retry.call_with_retry(
+            lambda: _send_read(conn, command), lambda _error: conn.disconnect()
+        )
+    finally:
+        pool.release(conn)
+
+
+def _send_read(conn: Any, command: bytes) -> Any:
+    conn.send_packed_command([command])
+    return conn.read_response()
+
+
+async def call_async(client: redis.asyncio.Redis, command: bytes) -> Any:
+    """``call`` for an asyncio client."""
+    pool: Any = client.connection_pool
+    conn: Any = await pool.get_connection()
+    try:
+        return await conn.retry.call_with_retry(
+            lambda: _send_read_async(conn, command), lambda _error: conn.disconnect()
+        )
+    finally:
+        await pool.release(conn)
+
+
+async def _send_read_async(conn: Any, command: bytes) -> Any:
+    await conn.send_packed_command([command])
+    return await conn.read_response()
