@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +22,20 @@ from taskfleet.protocol import bounds
 from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload
 from taskfleet.protocol.scripts import EnqueueArgs
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What ``Queue.enqueue_result`` did: ``created`` is False when the same task (same
+    id, payload and options) existed already and nothing changed."""
+
+    task_id: str
+    created: bool
+
+
+def token_base() -> str:
+    """Claim tokens for tasks an enqueue hands straight to idle workers (unique per call)."""
+    return os.urandom(8).hex()
 
 
 class EnqueueSpec(BaseModel):
@@ -227,6 +242,17 @@ def encode_task(
         cost=cost,
         timeout_s=timeout_s,
     )
+
+
+def batch_args(items: Iterable[EnqueueSpec | Mapping[str, Any]]) -> list[EnqueueArgs]:
+    """``enqueue_many``'s tasks, each checked, and no id twice."""
+    batch = [enqueue_args(item) for item in items]
+    seen: set[str] = set()
+    for args in batch:
+        if args.task_id in seen:
+            raise InvalidArgument(f"task id {args.task_id!r} appears twice in one enqueue")
+        seen.add(args.task_id)
+    return batch
 
 
 def _check_task_id(task_id: object) -> str:

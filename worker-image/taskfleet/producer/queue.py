@@ -8,19 +8,23 @@ commands, pipelined (``reading``). What an enqueue takes is checked and encoded 
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 import redis
 
-from taskfleet.producer import reading, scheduling
-from taskfleet.producer.encoding import EnqueueSpec, encode_task, enqueue_args
+from taskfleet.producer import reading, scheduling, waiting
+from taskfleet.producer.encoding import (
+    EnqueueResult,
+    EnqueueSpec,
+    batch_args,
+    encode_task,
+    token_base,
+)
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.protocol.config import QueueConfig
-from taskfleet.protocol.errors import InvalidArgument, ScheduleNotFound
+from taskfleet.protocol.errors import ScheduleNotFound
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.redisurl import parse_redis_url
 from taskfleet.protocol.schedule_ops import ScheduleOps
@@ -36,20 +40,6 @@ from taskfleet.protocol.scripts import Ops, SweepResult, SyncScripts
 from taskfleet.protocol.tasks import Task
 
 __all__ = ["EnqueueResult", "EnqueueSpec", "Queue", "WorkerInfo"]
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueResult:
-    """What ``Queue.enqueue_result`` did: ``created`` is False when the same task (same
-    id, payload and options) existed already and nothing changed."""
-
-    task_id: str
-    created: bool
-
-
-def _token_base() -> str:
-    """Claim tokens for tasks an enqueue hands straight to idle workers (unique per call)."""
-    return secrets.token_hex(8)
 
 
 class Queue:
@@ -146,7 +136,7 @@ class Queue:
             cost=cost,
             timeout=timeout,
         )
-        [created] = self._scripts.run(self.ops.enqueue([args], _token_base()))
+        [created] = self._scripts.run(self.ops.enqueue([args], token_base()))
         return EnqueueResult(args.task_id, created)
 
     def enqueue_many(self, items: Iterable[EnqueueSpec | Mapping[str, Any]]) -> list[str]:
@@ -156,15 +146,9 @@ class Queue:
         item is invalid (or too large), names an id twice, or names an existing task
         with another payload or options (``TaskExists``), nothing is stored.
         """
-        batch = [enqueue_args(item) for item in items]
-        if not batch:
-            return []
-        seen: set[str] = set()
-        for args in batch:
-            if args.task_id in seen:
-                raise InvalidArgument(f"task id {args.task_id!r} appears twice in one enqueue")
-            seen.add(args.task_id)
-        self._scripts.run(self.ops.enqueue(batch, _token_base()))
+        batch = batch_args(items)
+        if batch:
+            self._scripts.run(self.ops.enqueue(batch, token_base()))
         return [a.task_id for a in batch]
 
     # -- reading -----------------------------------------------------------------------
@@ -189,13 +173,15 @@ class Queue:
             pipe.scard(self.keys.pod(pod))
         return {pod: int(count) for pod, count in zip(names, pipe.execute(), strict=True)}
 
-    def wait(self, task_ids: Sequence[str], timeout: float) -> dict[str, Task]:
+    def wait(self, task_ids: Iterable[str], timeout: float) -> dict[str, Task]:
         """Block until every task is done or dead; returns them by id.
 
+        Woken by the script that finishes each task, not by polling (see ``waiting``).
         Raises ``WaitTimeout`` (a ``TimeoutError``) listing the unfinished ids. A task id
-        that does not exist counts as unfinished (it may not be enqueued yet).
+        that does not exist counts as unfinished (it may not be enqueued yet: it is
+        looked for again every second).
         """
-        return reading.wait(self.client, self.keys, task_ids, timeout)
+        return waiting.wait(self.client, self.keys, task_ids, timeout)
 
     # -- operating ---------------------------------------------------------------------
 

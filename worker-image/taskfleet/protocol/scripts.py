@@ -55,6 +55,7 @@ NAMES = (
     "schedule_pause",
     "schedule_due",
     "schedule_fire",
+    "watch",
 )
 #: Housekeeping bound per claim: keeps a claim short however large the backlog.
 CLAIM_HOUSEKEEPING_BOUND = 100
@@ -487,6 +488,18 @@ class Ops:
 
     def disown(self, pod: str, incarnation: str, token_bases: Sequence[str]) -> Op[int]:
         return Op("disown", self._k, (pod, incarnation, *token_bases), int)
+
+    def watch(self, waiter: str, task_ids: Sequence[str]) -> Op[str]:
+        """Reply: per id, 'F' finished, 'W' watched (pushed to the waiter's list when it
+        finishes), 'A' absent."""
+
+        def decode(raw: Any) -> str:
+            flags = text(raw)
+            if len(flags) != len(task_ids) or flags.strip("FWA"):
+                raise ProtocolError(f"watch: unexpected reply {raw!r}")
+            return flags
+
+        return Op("watch", self._k, (waiter, *task_ids), decode)
 
     def sweep(self, bound: int = SWEEP_BOUND) -> Op[SweepResult]:
         return Op("sweep", self._k, (bound,), lambda raw: SweepResult(*_ints(raw, 7, "sweep")))

@@ -111,6 +111,20 @@ local function to_pending(id, key, front)
   redis.call('HSET', key, 'state', 'pending')
 end
 
+-- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
+-- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
+-- minute after the last push (a waiter that left leaves nothing behind for long). A task
+-- nobody waits on costs nothing: the field is absent.
+local WAITER_TTL_MS = 60000
+local function wake_waiters(id, key, waiters)
+  if not waiters then return end
+  for w in string.gmatch(waiters, '[^ ]+') do
+    redis.call('LPUSH', K_WAITER .. w, id)
+    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
+  end
+  redis.call('HDEL', key, 'waiters')
+end
+
 local function to_dead(id, key, now, reason, err)
   redis.call('ZADD', K_DEAD, now, id)
   redis.call('ZREM', K_DEADLINES, id)
@@ -120,6 +134,7 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
+  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
 end
 
 -- Leave running: drop the lease, keep pod/incarnation as "last ran on". keep_token: the
