@@ -82,6 +82,7 @@ class AsyncQueue:
         task_id: str | None = None,
         cost: int = 1,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109  (the task's, not this call's)
+        task: str | None = None,
     ) -> str:
         """Add a task; returns its id (``Queue.enqueue``: the same arguments and errors)."""
         result = await self.enqueue_result(
@@ -93,6 +94,7 @@ class AsyncQueue:
             task_id=task_id,
             cost=cost,
             timeout=timeout,
+            task=task,
         )
         return result.task_id
 
@@ -107,6 +109,7 @@ class AsyncQueue:
         task_id: str | None = None,
         cost: int = 1,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109  (the task's, not this call's)
+        task: str | None = None,
     ) -> EnqueueResult:
         """``enqueue``, returning the id and whether this call created the task."""
         args = encode_task(
@@ -118,6 +121,7 @@ class AsyncQueue:
             task_id=task_id,
             cost=cost,
             timeout=timeout,
+            task=task,
         )
         [created] = await self._scripts.run(self.ops.enqueue([args], token_base()))
         return EnqueueResult(args.task_id, created)

@@ -22,6 +22,7 @@ from taskfleet.protocol import bounds
 from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload
 from taskfleet.protocol.scripts import EnqueueArgs
+from taskfleet.protocol.tasknames import task_name_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ class EnqueueSpec(BaseModel):
     task_id: str | None = None
     cost: int = 1
     timeout: float | timedelta | None = None
+    task: str | None = None
 
 
 # Built once: json.dumps with options builds an encoder per call. Compact, UTF-8 as is
@@ -187,6 +189,7 @@ def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
         task_id=fields.get("task_id"),
         cost=fields.get("cost", 1),
         timeout=fields.get("timeout"),
+        task=fields.get("task"),
     )
 
 
@@ -200,6 +203,7 @@ def encode_task(
     task_id: str | None = None,
     cost: int = 1,
     timeout: float | timedelta | None = None,
+    task: str | None = None,
 ) -> EnqueueArgs:
     """``enqueue_args`` for ``Queue.enqueue``'s keyword arguments (no mapping to build)."""
     text = encode_payload(payload)
@@ -231,6 +235,12 @@ def encode_task(
         if ahead is None or ahead <= 0:
             raise InvalidArgument("deadline must be > 0 seconds from now")
         deadline_text = str(math.ceil(ahead * 1000))
+    name = ""
+    if task is not None:
+        problem = task_name_problem(task)
+        if problem:
+            raise InvalidArgument(problem)
+        name = task
     return EnqueueArgs(
         # 128 random bits (a UUID4 has 122), 32 hex digits as before, without the UUID object
         task_id=os.urandom(16).hex() if task_id is None else _check_task_id(task_id),
@@ -241,6 +251,7 @@ def encode_task(
         max_attempts=attempts,
         cost=cost,
         timeout_s=timeout_s,
+        name=name,
     )
 
 

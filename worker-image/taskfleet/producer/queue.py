@@ -88,6 +88,7 @@ class Queue:
         task_id: str | None = None,
         cost: int = 1,
         timeout: float | timedelta | None = None,
+        task: str | None = None,
     ) -> str:
         """Add a task; returns its id.
 
@@ -97,8 +98,12 @@ class Queue:
         Bounds (``taskfleet.protocol.bounds``): delay and deadline at most 100 years, timeout at
         most one year, cost 0..1e9, max_attempts 1..10,000, priority -1000..1000.
 
-        With ``task_id``, enqueueing the same task again (same payload, priority, cost,
-        timeout and, if given, max_attempts) returns the id and changes nothing; another
+        ``task``: the name of the handler that runs it, among those its workers serve
+        (``--handler NAME=module:function``); None: the workers' default handler. A name
+        no worker serves makes the task go dead, reason ``unknown task``.
+
+        With ``task_id``, enqueueing the same task again (same payload, task, priority,
+        cost, timeout and, if given, max_attempts) returns the id and changes nothing; another
         payload or option under an existing id raises ``TaskExists``. ``enqueue_result``
         also says whether the task was created.
         """
@@ -111,6 +116,7 @@ class Queue:
             task_id=task_id,
             cost=cost,
             timeout=timeout,
+            task=task,
         ).task_id
 
     def enqueue_result(
@@ -124,6 +130,7 @@ class Queue:
         task_id: str | None = None,
         cost: int = 1,
         timeout: float | timedelta | None = None,
+        task: str | None = None,
     ) -> EnqueueResult:
         """``enqueue``, returning the id and whether this call created the task."""
         args = encode_task(
@@ -135,6 +142,7 @@ class Queue:
             task_id=task_id,
             cost=cost,
             timeout=timeout,
+            task=task,
         )
         [created] = self._scripts.run(self.ops.enqueue([args], token_base()))
         return EnqueueResult(args.task_id, created)

@@ -52,6 +52,7 @@ class Task(BaseModel):
 
     id: str
     state: TaskState
+    name: str | None = Field(default=None, description="its handler's name; None: the default")
     payload: Any = None
     priority: int = 0
     attempts: int = 0
@@ -88,7 +89,7 @@ class Task(BaseModel):
         """
         h = {stored_text(k): stored_text(v) for k, v in raw.items()}
         data: dict[str, Any] = {}
-        for name in ("id", "pod", "incarnation", "token", "error", "reason"):
+        for name in ("id", "name", "pod", "incarnation", "token", "error", "reason"):
             if name in h:
                 data[name] = h[name]
         if task_id is not None:

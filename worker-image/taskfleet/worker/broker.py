@@ -32,7 +32,7 @@ from taskfleet.protocol.scripts import (
     SweepResult,
 )
 from taskfleet.protocol.states import TaskState
-from taskfleet.worker.claimed import ClaimedTask, ClaimResult, parse_claim_records
+from taskfleet.worker.claimed import ClaimedTask, ClaimResult, Served, parse_claim_records
 from taskfleet.worker.identity import WorkerRecord
 
 __all__ = ["Broker", "ClaimResult", "ClaimedTask", "bounded"]
@@ -81,6 +81,8 @@ class Broker:
 
     ``host``: this process's whereabouts (``identity.Whereabouts.encode()``), recorded
     with the worker so another one starting under the same name can judge it.
+
+    ``served``: the task names this worker runs (``claimed.Served``).
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class Broker:
         *,
         reply_timeout: float | None = None,
         host: str = "",
+        served: Served | None = None,
     ) -> None:
         name = queue
         if not pod or not incarnation:
@@ -109,6 +112,9 @@ class Broker:
         #: This process's whereabouts (``identity.Whereabouts``), kept in the worker record
         #: so a worker starting under the same name can tell whether this one is alive.
         self.host = host
+        #: The task names this worker has handlers for; a claimed task of another name
+        #: goes dead at once (reason ``unknown task``). None: every task is returned.
+        self.served = served
         self._blocking: redis.asyncio.Redis | None = None
         # Claim tokens must be unique, not secret (anyone who can reach Redis can write
         # any key): a generator seeded once from the OS, which unlike os.urandom never
@@ -239,7 +245,7 @@ class Broker:
     async def _claimed(self, raw: RawClaim) -> ClaimResult:
         """Read a claim reply; fail (permanently) the tasks that can't be run as stored
         (``claimed.parse_claim_records`` says which and why)."""
-        tasks, bad = parse_claim_records(raw.records)
+        tasks, bad = parse_claim_records(raw.records, self.served)
         for task_id, token, error, reason in bad:
             await self.fail(task_id, token, error, retryable=False, reason=reason)
         return ClaimResult(tasks, raw.retry_after_ms, raw.next_due_ms, raw.more_pending)

@@ -48,6 +48,7 @@ from taskfleet.worker.handlers import Handler, format_error
 from taskfleet.worker.heartbeat import heartbeat_loop
 from taskfleet.worker.identity import Whereabouts
 from taskfleet.worker.metrics import Timings
+from taskfleet.worker.named import HandlerSet
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.runs import Counters, Outcome
 from taskfleet.worker.runtime import (
@@ -72,13 +73,14 @@ class Worker:
     def __init__(
         self,
         settings: WorkerSettings,
-        handler: Handler,
+        handler: Handler | HandlerSet,
         *,
         client: aioredis.Redis | None = None,
     ) -> None:
         settings.validate()
         self.settings = settings
-        self.handler = handler
+        # one handler, or several by task name (``named``)
+        self.handler = HandlerSet.of(handler)
         self._client = client
         self._own_client = client is None
         self._broker: Broker | None = None
@@ -97,10 +99,11 @@ class Worker:
         )
         self.outbox = Outbox(self._write, self.gate, give_up=self._stop_requested)
         # An async handler's claimed tasks all run at once: prefetch is for threads only.
-        self.slots = Slots(settings.concurrency, 0 if handler.is_async else settings.prefetch_depth)
+        prefetch = 0 if self.handler.any_async else settings.prefetch_depth
+        self.slots = Slots(settings.concurrency, prefetch)
         self.execution = Execution(
             settings,
-            handler,
+            self.handler,
             self.slots,
             self.outbox,
             slot_freed=self._slot_freed,
@@ -189,6 +192,7 @@ class Worker:
             self.settings.incarnation,
             reply_timeout=self.settings.reply_timeout,
             host=self._whereabouts.encode(),
+            served=self.handler.served,
         )
         self.writer.broker = self.handback.broker = self._broker
         self._set_state("starting")
