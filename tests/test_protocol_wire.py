@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
@@ -93,3 +95,43 @@ def test_the_asyncio_client_packs_the_same_calls_and_reloads_flushed_scripts(
 
     assert asyncio.run(main()) == [True, True, False]
     assert redis_client.zcard(keys.pending) == 2
+
+
+def test_threads_enqueueing_at_once_each_get_their_own_reply(redis_url: str) -> None:
+    queue = Queue("jobs", redis_url)
+
+    def produce(thread: int) -> list[tuple[str, str]]:
+        pairs = []
+        for i in range(200):
+            wanted = f"t{thread}-{i}"
+            pairs.append((wanted, queue.enqueue({"i": i}, task_id=wanted)))
+        return pairs
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = [pair for pairs in pool.map(produce, range(8)) for pair in pairs]
+    assert all(wanted == got for wanted, got in results)
+    assert queue.stats()["pending"] == 1600
+    queue.close()
+
+
+def test_a_forked_child_enqueues_on_its_own_connections_and_the_parent_goes_on(
+    redis_url: str,
+) -> None:
+    queue = Queue("jobs", redis_url)
+    queue.enqueue({"who": "parent"})  # the parent has a connection kept now
+    pid = os.fork()
+    if pid == 0:  # the child: exit status says whether its enqueue worked
+        try:
+            queue.enqueue({"who": "child"}, task_id="from-child")
+            kept = list(queue._scripts._connections._idle)
+            # never the parent's socket: a reply meant for one could reach the other
+            code = 0 if kept and all(conn.pid == os.getpid() for conn in kept) else 3
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert queue.enqueue({"who": "parent"}, task_id="after-fork") == "after-fork"
+    assert queue.get("from-child") is not None
+    assert queue.stats()["pending"] == 3
+    queue.close()

@@ -129,6 +129,7 @@ class SyncScripts:
         self._scripts = {name: client.register_script(source(name)) for name in NAMES}
         self._commands = _Commands(self._scripts)
         self._pooled = wire.pooled(client)
+        self._connections = wire.Connections(client)
 
     @classmethod
     def for_client(cls, client: redis.Redis) -> SyncScripts:
@@ -145,10 +146,10 @@ class SyncScripts:
             return self._run_on_client(op)
         command = self._commands.command(op)
         try:
-            raw = wire.call(self.client, command)
+            raw = self._connections.call(command)
         except NoScriptError:
             self.client.script_load(self._scripts[op.script].script)
-            raw = wire.call(self.client, command)
+            raw = self._connections.call(command)
         return op.decode(raw)
 
     def _run_on_client(self, op: Op[T]) -> T:

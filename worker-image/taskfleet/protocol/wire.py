@@ -6,8 +6,9 @@ socket write and one read; for a single enqueue that was most of the client's ti
 the fixed part of a script call (``EVALSHA <sha> <numkeys> <keys...>``) is encoded once per
 script and key set; each call encodes only its arguments and sends the lot in one write on
 a connection of the client's own pool (so URL options, auth, TLS and the database stay
-redis-py's). The reply goes through the connection's parser (hiredis where installed):
-error replies raise redis-py's exceptions, ``NoScriptError`` included, as before.
+redis-py's), which a sync client keeps between calls (``Connections``). The reply goes
+through the connection's parser (hiredis where installed): error replies raise redis-py's
+exceptions, ``NoScriptError`` included, as before.
 
 A connection error is retried with the connection's own ``Retry`` policy, exactly as
 redis-py retries any command; the callers' scripts are safe to send twice (ids and tokens
@@ -16,6 +17,8 @@ make a repeated call a no-op or a refusal).
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,16 +78,48 @@ def pooled(client: redis.Redis | redis.asyncio.Redis) -> bool:
     return client.connection is None
 
 
-def call(client: redis.Redis, command: bytes) -> Any:
-    """Send one packed command on a connection of the client's pool; the parsed reply."""
-    pool: Any = client.connection_pool  # its methods are untyped in some redis-py versions
-    conn: Any = pool.get_connection()
-    try:
-        return conn.retry.call_with_retry(
-            lambda: _send_read(conn, command), lambda _error: conn.disconnect()
-        )
-    finally:
-        pool.release(conn)
+class Connections:
+    """Connections of one sync client's pool, kept for script calls between calls.
+
+    Taking a connection from redis-py's pool and giving it back costs more than the rest
+    of a single enqueue's Python work together (locks, a fork check, deprecation and
+    observability wrappers); kept here (a ``deque``: thread-safe without a lock), a call
+    costs a ``pop``, the pool's own check that the server has not closed the connection
+    meanwhile (one ``poll``), and an ``append``. As many are kept as calls ever ran at
+    once; a forked child never uses its parent's. They stay the pool's: closing the
+    client disconnects them, and the next call connects again.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._pool: Any = client.connection_pool  # untyped in some redis-py versions
+        self._idle: deque[Any] = deque()
+        self._pid = os.getpid()
+
+    def call(self, command: bytes) -> Any:
+        """Send one packed command; the parsed reply."""
+        if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours
+            self._idle, self._pid = deque(), os.getpid()
+        conn = self._take()
+        try:
+            return conn.retry.call_with_retry(
+                lambda: _send_read(conn, command), lambda _error: conn.disconnect()
+            )
+        finally:
+            # clean either way: an error reply was read whole, and anything else that
+            # broke off a call (a dropped socket, an interrupt) disconnected it
+            self._idle.append(conn)
+
+    def _take(self) -> Any:
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            return self._pool.get_connection()
+        try:
+            if conn.can_read():  # data or EOF where no reply is due: start afresh
+                conn.disconnect()
+        except (redis.ConnectionError, OSError):
+            conn.disconnect()
+        return conn
 
 
 def _send_read(conn: Any, command: bytes) -> Any:
