@@ -4,6 +4,7 @@ errors and reloads, on the client's own pooled connections."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +13,7 @@ import pytest
 import redis
 import redis.asyncio
 from redis.connection import Encoder
-from taskfleet import Queue
+from taskfleet import AsyncQueue, Queue
 from taskfleet.producer.encoding import encode_task
 from taskfleet.protocol.errors import InvalidPayload, TaskExists
 from taskfleet.protocol.keys import QueueKeys
@@ -135,3 +136,24 @@ def test_a_forked_child_enqueues_on_its_own_connections_and_the_parent_goes_on(
     assert queue.get("from-child") is not None
     assert queue.stats()["pending"] == 3
     queue.close()
+
+
+def test_an_async_call_cancelled_at_any_point_leaves_the_next_call_its_own_reply(
+    redis_url: str,
+) -> None:
+    async def main() -> int:
+        async with AsyncQueue("jobs", redis_url) as queue:
+            await queue.enqueue({})
+            for i in range(24):
+                call = asyncio.ensure_future(queue.enqueue({}, task_id=f"cut-{i}"))
+                for _ in range(i % 6):  # cut before the send, after it, during the read...
+                    await asyncio.sleep(0)
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+                assert await queue.enqueue({"i": i}, task_id=f"next-{i}") == f"next-{i}"
+                task = await queue.get(f"next-{i}")
+                assert task is not None and task.payload == {"i": i}
+            return (await queue.stats())["pending"]
+
+    assert asyncio.run(main()) >= 25

@@ -183,6 +183,7 @@ class AsyncScripts:
         self._scripts = {name: client.register_script(source(name)) for name in NAMES}
         self._commands = _Commands(self._scripts)
         self._pooled = wire.pooled(client)
+        self._connections = wire.AsyncConnections(client)
 
     @classmethod
     def for_client(cls, client: redis.asyncio.Redis) -> AsyncScripts:
@@ -197,10 +198,10 @@ class AsyncScripts:
             return op.decode(await self._scripts[op.script](keys=op.keys, args=op.args))
         command = self._commands.command(op)
         try:
-            raw = await wire.call_async(self.client, command)
+            raw = await self._connections.call(command)
         except NoScriptError:
             await self.client.script_load(self._scripts[op.script].script)
-            raw = await wire.call_async(self.client, command)
+            raw = await self._connections.call(command)
         return op.decode(raw)
 
 

@@ -127,16 +127,36 @@ def _send_read(conn: Any, command: bytes) -> Any:
     return conn.read_response()
 
 
-async def call_async(client: redis.asyncio.Redis, command: bytes) -> Any:
-    """``call`` for an asyncio client."""
-    pool: Any = client.connection_pool
-    conn: Any = await pool.get_connection()
-    try:
-        return await conn.retry.call_with_retry(
-            lambda: _send_read_async(conn, command), lambda _error: conn.disconnect()
-        )
-    finally:
-        await pool.release(conn)
+class AsyncConnections:
+    """``Connections`` for an asyncio client: connections of its pool kept between calls.
+
+    Coroutines of one loop take turns on the ``deque`` (no lock: nothing awaits between
+    the ``pop`` and its use), each on a connection of its own; a new one comes from the
+    pool only when every kept one is busy. Each is checked as the pool checks it.
+    """
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self._pool: Any = client.connection_pool
+        self._idle: deque[Any] = deque()
+
+    async def call(self, command: bytes) -> Any:
+        """Send one packed command; the parsed reply."""
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = await self._pool.get_connection()
+        else:
+            try:
+                if await conn.can_read():  # data or EOF where no reply is due
+                    await conn.disconnect()
+            except (redis.ConnectionError, OSError):
+                await conn.disconnect()
+        try:
+            return await conn.retry.call_with_retry(
+                lambda: _send_read_async(conn, command), lambda _error: conn.disconnect()
+            )
+        finally:
+            self._idle.append(conn)
 
 
 async def _send_read_async(conn: Any, command: bytes) -> Any:
