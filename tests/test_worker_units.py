@@ -222,7 +222,7 @@ def test_a_finished_run_is_neither_heartbeaten_nor_counted_as_a_lost_lease() -> 
 @pytest.mark.parametrize(
     ("held", "stuck", "typical", "room", "free"),
     [
-        (0, 0, None, 4, 4),  # no average: no prefetch
+        (0, 0, None, 4, 4),  # no run seen yet: no prefetch
         (0, 0, 0.001, 12, 4),  # short runs: the prefetch room comes on top
         (3, 1, 0.001, 8, 0),  # a stuck call keeps its slot
         (6, 0, 0.001, 6, -2),  # prefetched tasks wait for slots
@@ -235,16 +235,6 @@ def test_slots_give_the_room_a_claim_may_take(
     slots = Slots(4, 8)
     slots.typical_run_s = typical
     assert (slots.room(held, stuck), slots.free(held, stuck)) == (room, free)
-
-
-def test_a_new_worker_starts_warm_and_long_runs_turn_prefetch_off_within_a_few_runs() -> None:
-    slots = Slots(4, 8)
-    assert slots.room(0, 0) == 12  # no run seen yet: as if runs were short
-    runs = 0
-    while slots.prefetch_room():
-        slots.record_run(1.0)
-        runs += 1
-    assert runs == 1  # one run of a second is enough
 
 
 def test_prefetch_stops_after_a_long_wait_and_resumes_when_runs_are_short_again() -> None:

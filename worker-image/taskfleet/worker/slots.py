@@ -28,12 +28,7 @@ class Slots:
     def __init__(self, concurrency: int, prefetch: int) -> None:
         self.concurrency = concurrency
         self.prefetch = prefetch  # 0: never (async handlers, or --prefetch 0)
-        # Moving average of the runs' durations. It starts warm, as if runs were short:
-        # the first runs of a process are its slowest (a sibling process starting on the
-        # same cores, first calls, threads starting), and an average started from them
-        # kept prefetch off through the first thousand tasks of a burst. Runs that are
-        # long bring it up within a few runs; a prefetched task waits 1 s at most.
-        self.typical_run_s: float | None = 0.0
+        self.typical_run_s: float | None = None  # moving average of the runs' durations
 
     def free(self, held: int, stuck: int) -> int:
         """Slots that would start a task at once (negative: prefetched tasks wait)."""
