@@ -50,7 +50,10 @@ def test_a_name_is_stored_on_the_task_and_a_task_without_one_stores_no_name_fiel
     assert queue.get(named).name == "resize"  # type: ignore[union-attr]
     assert queue.get(many).name == "media/crop.v2"  # type: ignore[union-attr]
     assert queue.get(plain).name is None  # type: ignore[union-attr]
-    assert not redis_client.hexists(KEYS.task(plain), "name")
+    assert queue.get(named).payload == {"w": 1}  # type: ignore[union-attr]
+    # stored ahead of the payload; a task without a name is stored as it always was
+    assert redis_client.hget(KEYS.task(named), "payload") == b'\x01resize\x01{"w":1}'
+    assert redis_client.hget(KEYS.task(plain), "payload") == b'{"w":1}'
 
 
 @pytest.mark.parametrize("bad", ["", "-x", "a b", "a=b", "x" * 101, "\x01", 5])
@@ -97,7 +100,7 @@ def _claim_records(queue: Queue) -> list[bytes]:
     return [r if isinstance(r, bytes) else r.encode() for r in raw.records]
 
 
-def test_a_named_record_carries_its_name_where_an_older_worker_cannot_mistake_it(
+def test_a_named_record_carries_its_name_where_no_older_worker_can_mistake_it(
     queue: Queue,
 ) -> None:
     queue.enqueue({"n": 1}, task_id="named", task="resize")

@@ -22,7 +22,7 @@ from taskfleet.protocol import bounds
 from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload
 from taskfleet.protocol.scripts import EnqueueArgs
-from taskfleet.protocol.tasknames import task_name_problem
+from taskfleet.protocol.tasknames import named_payload, task_name_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,12 +235,11 @@ def encode_task(
         if ahead is None or ahead <= 0:
             raise InvalidArgument("deadline must be > 0 seconds from now")
         deadline_text = str(math.ceil(ahead * 1000))
-    name = ""
     if task is not None:
         problem = task_name_problem(task)
         if problem:
             raise InvalidArgument(problem)
-        name = task
+        text = named_payload(task, text)
     return EnqueueArgs(
         # 128 random bits (a UUID4 has 122), 32 hex digits as before, without the UUID object
         task_id=os.urandom(16).hex() if task_id is None else _check_task_id(task_id),
@@ -251,7 +250,6 @@ def encode_task(
         max_attempts=attempts,
         cost=cost,
         timeout_s=timeout_s,
-        name=name,
     )
 
 

@@ -293,7 +293,6 @@ class EnqueueArgs:
     max_attempts: str  # '' = queue default
     cost: int
     timeout_s: str  # '' = queue default
-    name: str = ""  # '' = none: the worker's default handler runs it
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,7 +345,6 @@ class Ops:
                 t.max_attempts,
                 t.cost,
                 t.timeout_s,
-                t.name,
             ]
         if token_base is not None:
             args += [token_base, CLAIM_HOUSEKEEPING_BOUND]

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from taskfleet.protocol import bounds
 from taskfleet.protocol.errors import ProtocolError
 from taskfleet.protocol.states import FINISHED, TaskState
+from taskfleet.protocol.tasknames import split_named
 
 __all__ = [
     "COUNTERS",
@@ -89,7 +90,7 @@ class Task(BaseModel):
         """
         h = {stored_text(k): stored_text(v) for k, v in raw.items()}
         data: dict[str, Any] = {}
-        for name in ("id", "name", "pod", "incarnation", "token", "error", "reason"):
+        for name in ("id", "pod", "incarnation", "token", "error", "reason"):
             if name in h:
                 data[name] = h[name]
         if task_id is not None:
@@ -108,6 +109,8 @@ class Task(BaseModel):
             data["timeout"] = timeout
         for name in _TIME_FIELDS:
             data[name] = stored_time(h.get(name))
+        if "payload" in h:
+            data["name"], h["payload"] = split_named(h["payload"])
         for name in ("payload", "result", "progress"):
             if name in h:
                 try:

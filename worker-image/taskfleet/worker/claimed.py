@@ -4,8 +4,9 @@ script's records: pure, no Redis, so every shape a record can take is tested dir
 A record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
 waited_ms, payload`` joined by NUL (see claim.lua); a record without ``waited_ms`` (made
 by an older producer's hand-off) reads as one whose wait is unknown. A named task's
-payload field is ``\1<name>\1<payload>``; a task whose name this worker does not serve
-(``Served``) is unrunnable, reason ``unknown task``. Nothing in a record
+payload is stored and claimed as ``\\x01<name>\\x01<payload>`` (``protocol/tasknames.py``); a
+task whose name this worker does not serve (``Served``) is unrunnable, reason ``unknown
+task``. Nothing in a record
 may crash the worker: a crash would release the task uncounted and the next worker would
 claim it and crash too. A task that can't be run as stored comes back as ``Unrunnable``
 for the broker to fail for good; a record that names no task is dropped with a log line.

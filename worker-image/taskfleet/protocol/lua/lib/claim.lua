@@ -76,7 +76,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'name')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at')
       if v[9] ~= 'pending' then
         redis.call('ZREM', K_PENDING, id)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -124,14 +124,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           local ready_at = tonumber(v[11])
           fields[#fields + 1] = ready_at and math.max(0, now - ready_at) or ''
         end
-        if v[12] then
-          -- a named task: its name ahead of the payload, between \1 bytes (JSON never starts
-          -- so: a worker too old to know names fails it as a bad payload, never runs it
-          -- with the wrong handler; a task without a name makes the record it always made)
-          fields[#fields + 1] = '\1' .. v[12] .. '\1' .. (v[1] or '')
-        else
-          fields[#fields + 1] = v[1] or ''
-        end
+        fields[#fields + 1] = v[1] or ''
         out[#out + 1] = table.concat(fields, '\0')
       end
     end

@@ -1,10 +1,9 @@
 -- create_task: store one new task (its key must not exist) and index it.
 --   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
 --   max_attempts / timeout: '' = the queue's config at the time it matters.
---   name: which of a worker's handlers runs it; nil or '' = none (no field stored).
 -- Returns whether it went straight to pending (for wake-ups).
 local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-                           timeout, name)
+                           timeout)
   if max_attempts == '' then max_attempts = cfg('max_attempts') end
   delay_ms = tonumber(delay_ms) or 0
   local fields = {
@@ -14,10 +13,6 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
   if timeout ~= '' then
     fields[#fields + 1] = 'timeout'
     fields[#fields + 1] = timeout
-  end
-  if name and name ~= '' then
-    fields[#fields + 1] = 'name'
-    fields[#fields + 1] = name
   end
   if deadline ~= '' then
     local at
@@ -53,11 +48,11 @@ end
 -- Returns 1 if created, 0 if a task with this id exists (nothing changed), and whether
 -- it went straight to pending.
 local function enqueue_task(now, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-                            timeout, name)
+                            timeout)
   local key = K_TASK .. id
   if redis.call('EXISTS', key) == 1 then return 0, false end
   return 1, create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-    timeout, name)
+    timeout)
 end
 
 -- Two stored values are the same when their texts are, or both are the same number (a
@@ -73,11 +68,14 @@ end
 -- it is the same task (the enqueue is then a no-op), else the first field that differs.
 -- delay and deadline are relative to each call and not compared; max_attempts only when
 -- the enqueue gives one (the stored value is the queue default of the first enqueue).
-local function task_differs(key, payload, priority, max_attempts, cost, timeout, name)
-  local v = redis.call('HMGET', key, 'payload', 'priority', 'cost', 'timeout', 'max_attempts',
-    'name')
-  if v[1] ~= payload then return 'payload' end
-  if not same_value(v[6], name or '') then return 'name' end
+local function task_differs(key, payload, priority, max_attempts, cost, timeout)
+  local v = redis.call('HMGET', key, 'payload', 'priority', 'cost', 'timeout', 'max_attempts')
+  if v[1] ~= payload then
+    -- a named task's payload starts with its name between \1 bytes (tasknames.py)
+    local pattern = '^\1([^\1]*)\1'
+    if string.match(v[1] or '', pattern) ~= string.match(payload, pattern) then return 'name' end
+    return 'payload'
+  end
   if not same_value(v[2], priority) then return 'priority' end
   if not same_value(v[3], cost) then return 'cost' end
   if not same_value(v[4], timeout) then return 'timeout' end
