@@ -242,6 +242,7 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
             parts.append(f"{label} {shown} (goal {bound}: {'met' if met else 'missed'})")
         out.append(f"Goals, {r['system']}: " + "; ".join(parts) + ".")
     by_name = {r["system"]: r for r in results if "failed" not in r}
+    out += peer_ratios(by_name)
     plain, metered = by_name.get("taskfleet"), by_name.get("taskfleet (metrics on)")
     if plain and metered and plain.get("drain_per_s") and metered.get("drain_per_s"):
         cost = (1 - metered["drain_per_s"] / plain["drain_per_s"]) * 100
@@ -251,6 +252,29 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
             f"without: {abs(cost):.1f} % {'lower' if cost >= 0 else 'higher'} (goal: at most "
             f"{METRICS_COST_GOAL} % lower; one run, noisy: {verdict})."
         )
+    return out
+
+
+#: taskfleet's goals against the peers in the same run: (figure, label, at least x peer).
+PEER_GOALS = [("enqueue_single_per_s", "enqueue 1-by-1", 1.5), ("drain_per_s", "drain", 3.5)]
+
+
+def peer_ratios(by_name: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per peer: taskfleet's figures as multiples of the peer's, next to the goal."""
+    plain = by_name.get("taskfleet")
+    out = []
+    for name, peer in by_name.items():
+        if name.startswith("taskfleet") or plain is None:
+            continue
+        parts = []
+        for key, label, goal in PEER_GOALS:
+            ours, theirs = plain.get(key), peer.get(key)
+            if ours and theirs:
+                ratio = ours / theirs
+                verdict = "met" if ratio >= goal else "missed"
+                parts.append(f"{label} {ratio:.2f}x (goal >= {goal}x: {verdict})")
+        if parts:
+            out.append(f"taskfleet vs {name}: " + "; ".join(parts) + ".")
     return out
 
 

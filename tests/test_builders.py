@@ -71,6 +71,28 @@ def test_worker_is_started_in_exec_form_with_its_options_as_arguments_but_no_lea
 
 
 @pytest.mark.parametrize(
+    ("overrides", "handlers"),
+    [
+        ({}, ["app.tasks:handle"]),
+        (
+            {"handlers": {"resize": "app.media:resize", "crop": "app.media:crop"}},
+            ["app.tasks:handle", "crop=app.media:crop", "resize=app.media:resize"],
+        ),
+        (
+            {"handler": None, "handlers": {"resize": "app.media:resize"}},
+            ["resize=app.media:resize"],
+        ),
+        ({"handler": "app.media:HANDLERS"}, ["app.media:HANDLERS"]),
+    ],
+)
+def test_each_handler_of_the_spec_is_one_handler_option_named_ones_as_name_equals_ref(
+    overrides: dict[str, Any], handlers: list[str]
+) -> None:
+    args = container(builders.build_deployment("emails", "shop", make_spec(**overrides)))["args"]
+    assert [args[i + 1] for i, arg in enumerate(args) if arg == "--handler"] == handlers
+
+
+@pytest.mark.parametrize(
     ("overrides", "processes", "per_process"),
     [
         ({}, 1, 8),  # no CPU limit: one process
@@ -361,6 +383,9 @@ def test_queue_config_carries_the_shared_limits() -> None:
         ({"autoscale": {"minReplicas": 1}}, "maxReplicas\n  Field required"),
         ({"autoscale": {"maxReplicas": 2, "targetUtilizationPercent": 101}}, "less than or equal"),
         ({"resources": {"limits": {"cpu": "lots"}}}, "not a Kubernetes quantity"),
+        ({"handler": None}, "give handler .tasks without a name., handlers .by task name., or"),
+        ({"handlers": {"-x": "app.media:resize"}}, "task name '-x' must be 1-100 letters"),
+        ({"handlers": {"resize": "app.media"}}, "String should match pattern"),
     ],
 )
 def test_invalid_specs_fail_with_a_message_saying_what_to_fix(
@@ -379,7 +404,7 @@ def test_the_worker_cli_accepts_the_command_lines_the_deployment_runs() -> None:
 
     run = commands["worker"].make_context("worker", list(worker["args"]))
     assert run.params["queue"] == "shop.emails"
-    assert run.params["handler"] == "app.tasks:handle"
+    assert run.params["handlers"] == ("app.tasks:handle",)
     assert run.params["concurrency"] == 3
     assert run.params["drain_timeout"] == 300
     assert run.params["heartbeat_interval"] == 2

@@ -96,6 +96,13 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
         ),
         ({"env": [{"name": "TASKFLEET_REDIS_URL", "value": "x"}]}, "the operator sets them"),
         ({"handler": "not a handler"}, "spec.handler"),
+        (
+            {"handler": None},
+            "give handler (tasks without a name), handlers (by task name), or both",
+        ),
+        ({"handler": None, "handlers": {}}, "give handler (tasks without a name)"),
+        ({"handlers": {"re size": "app.media:resize"}}, "handlers keys are task names"),
+        ({"handlers": {"resize": "app.media"}}, "spec.handlers.resize"),
         ({"replicas": 1001}, "spec.replicas"),
         (
             {"autoscale": {"minReplicas": 5, "maxReplicas": 3}},

@@ -29,9 +29,9 @@ H = "tests.workers.traced"
 #: The producer's side, in its own process: a request span, enqueues inside it, and the
 #: spans the in-memory exporter holds afterwards.
 PRODUCER = """
-import json, sys
+import asyncio, json, sys
 from opentelemetry import trace
-from taskfleet import Queue
+from taskfleet import AsyncQueue, Queue
 from tests.workers.traced import EXPORTER as exporter, described  # sets the provider
 
 queue = Queue(sys.argv[2], redis_url=sys.argv[1])
@@ -39,8 +39,15 @@ with trace.get_tracer("app").start_as_current_span("request"):
     one = queue.enqueue({"n": 1})
     many = queue.enqueue_many([{"payload": {"n": 2}}, {"payload": {"n": 3}}])
     failing = queue.enqueue({"fail": True}, max_attempts=2)
+
+async def from_asyncio():
+    async with AsyncQueue(sys.argv[2], redis_url=sys.argv[1]) as aq:
+        return await aq.enqueue({"n": 4})
+
+with trace.get_tracer("app").start_as_current_span("async request"):
+    from_async = asyncio.run(from_asyncio())
 print(json.dumps({
-    "one": one, "many": many, "failing": failing,
+    "one": one, "many": many, "failing": failing, "async": from_async,
     "spans": [described(span) for span in exporter.get_finished_spans()],
 }))
 """
@@ -78,8 +85,12 @@ def test_a_handler_span_is_the_child_of_the_enqueue_span_in_the_callers_trace(
     produced = _produce(redis_url)
     [request] = _by_name(produced["spans"], "request")
     sends = _by_name(produced["spans"], "send jobs")
-    assert len(sends) == 3  # one per enqueue call: single, batch, single
-    for send in sends:
+    assert len(sends) == 4  # one per enqueue call: single, batch, single, AsyncQueue's
+    [async_request] = _by_name(produced["spans"], "async request")
+    async_send = sends.pop()
+    assert async_send["parent_span_id"] == async_request["span_id"]
+    assert async_send["attributes"]["messaging.message.id"] == produced["async"]
+    for send in sends:  # the three of Queue
         assert send["kind"] == "PRODUCER"
         assert send["trace_id"] == request["trace_id"]
         assert send["parent_span_id"] == request["span_id"]
@@ -89,18 +100,20 @@ def test_a_handler_span_is_the_child_of_the_enqueue_span_in_the_callers_trace(
     assert batch["attributes"]["messaging.batch.message_count"] == 2
 
     worker = fleet.add(f"{H}:{handler}", args=FAST).start()
-    ids = [produced["one"], *produced["many"], produced["failing"]]
+    ids = [produced["one"], *produced["many"], produced["failing"], produced["async"]]
     tasks = queue.wait(ids, timeout=WORKER_TIMEOUT_S)
 
     expected_parent = {
         produced["one"]: single["span_id"],
         produced["many"][0]: batch["span_id"],
         produced["many"][1]: batch["span_id"],
+        produced["async"]: async_send["span_id"],
     }
     for task_id, parent in expected_parent.items():
         span = tasks[task_id].result
         assert span["name"] == "process jobs" and span["kind"] == "CONSUMER"
-        assert span["trace_id"] == request["trace_id"]
+        trace_of = async_request if task_id == produced["async"] else request
+        assert span["trace_id"] == trace_of["trace_id"]
         assert span["parent_span_id"] == parent
         assert span["attributes"]["messaging.message.id"] == task_id
         assert span["attributes"]["taskfleet.task.attempt"] == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -12,7 +13,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import taskfleet
 from harness import DONE_KEY, record_done
-from taskfleet import Queue
+from taskfleet import AsyncQueue, Queue
 
 QUEUE = "bench"
 # Slots per worker process (run.py --taskfleet-concurrency): sync handlers run in a thread
@@ -53,7 +54,7 @@ class TaskfleetAdapter:
         )
         self.handler = "taskfleet_bench:anoop" if self.is_async else "taskfleet_bench:noop"
         kind = (
-            "async handler on the loop"
+            "async handler on the loop; its 1-by-1 enqueue goes through AsyncQueue"
             if self.is_async
             else f"sync handler in threads, default --prefetch {2 * CONCURRENCY}"
         )
@@ -65,9 +66,18 @@ class TaskfleetAdapter:
         self.runtime = tempfile.mkdtemp(prefix="bench-taskfleet-")
 
     def enqueue_single(self, n: int) -> None:
+        if self.is_async:  # the async row's producer is AsyncQueue, one awaited call each
+            asyncio.run(self._enqueue_single_async(n))
+            return
         enqueue = self.queue.enqueue
         for _ in range(n):
             enqueue({})
+
+    async def _enqueue_single_async(self, n: int) -> None:
+        async with AsyncQueue(QUEUE, self.redis_url) as queue:
+            enqueue = queue.enqueue
+            for _ in range(n):
+                await enqueue({})
 
     def enqueue_batches(self, n: int, batch: int) -> None:
         for start in range(0, n, batch):

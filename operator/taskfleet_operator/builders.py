@@ -104,6 +104,14 @@ def worker_env(spec: TaskQueueSpec) -> list[dict[str, Any]]:
     return env
 
 
+def handler_args(spec: TaskQueueSpec) -> list[str]:
+    """``--handler`` per handler: the default one as is, named ones as ``NAME=REF``."""
+    args = [] if spec.handler is None else ["--handler", spec.handler]
+    for task_name, ref in sorted(spec.handlers.items()):
+        args += ["--handler", f"{task_name}={ref}"]
+    return args
+
+
 def worker_args(namespace: str, name: str, spec: TaskQueueSpec) -> list[str]:
     """The worker's options. No ``--lease-ttl``: the lease TTL is the queue's setting,
     which the operator writes (`queue_config`) and every worker reads at start."""
@@ -111,8 +119,7 @@ def worker_args(namespace: str, name: str, spec: TaskQueueSpec) -> list[str]:
     return [
         "--queue",
         queue_name(namespace, name),
-        "--handler",
-        spec.handler,
+        *handler_args(spec),
         "--concurrency",
         str(spec.process_concurrency()),
         *(["--processes", str(processes)] if processes > 1 else []),

@@ -23,6 +23,8 @@ from pydantic import (
 from taskfleet.protocol import environment
 from taskfleet.protocol.cron import parse_cron
 from taskfleet.protocol.slots import zone
+from taskfleet.protocol.tasknames import PATTERN as TASK_NAME_PATTERN
+from taskfleet.protocol.tasknames import task_name_problem
 
 from taskfleet_operator.modelbase import CamelModel, cel
 from taskfleet_operator.redisspec import RedisRef
@@ -324,6 +326,18 @@ class TaskQueueSpec(CamelModel):
                     field_path=".schedules",
                 ),
                 cel(
+                    "has(self.handler) || (has(self.handlers) && size(self.handlers) > 0)",
+                    "give handler (tasks without a name), handlers (by task name), or both",
+                ),
+                cel(
+                    "!has(self.handlers) || self.handlers.all(k, k.matches('"
+                    + TASK_NAME_PATTERN
+                    + "'))",
+                    "handlers keys are task names: 1-100 letters, digits, '_', '.', '/' or '-', "
+                    "starting with a letter or digit",
+                    field_path=".handlers",
+                ),
+                cel(
                     "!has(self.env) || " + _reserved_env_rule(),
                     "env must not set " + ", ".join(RESERVED_ENV) + ": the operator sets them",
                     field_path=".env",
@@ -333,10 +347,19 @@ class TaskQueueSpec(CamelModel):
     )
 
     image: str = Field(min_length=1, max_length=512, description="Worker image.")
-    handler: str = Field(
+    handler: str | None = Field(
+        default=None,
         max_length=256,
         pattern=HANDLER_PATTERN,
-        description="Task handler as module:function, importable in the image.",
+        description="Task handler as module:function, importable in the image: runs the "
+        "tasks enqueued without a name. module:REGISTRY, a dict of names to functions, "
+        "serves each of its names instead.",
+    )
+    handlers: dict[str, Annotated[str, Field(max_length=256, pattern=HANDLER_PATTERN)]] = Field(
+        default_factory=dict,
+        max_length=100,
+        description="Handlers by task name (enqueue(..., task=NAME)), each module:function. "
+        "A task whose name no handler serves goes dead, reason 'unknown task'.",
     )
     redis: RedisRef
     replicas: int = Field(
@@ -428,6 +451,14 @@ class TaskQueueSpec(CamelModel):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TaskQueueSpec:
+        if self.handler is None and not self.handlers:
+            raise ValueError(
+                "give handler (tasks without a name), handlers (by task name), or both"
+            )
+        for task_name in self.handlers:
+            problem = task_name_problem(task_name)
+            if problem:
+                raise ValueError(f"handlers: {problem}")
         names = [s.name for s in self.schedules]
         if len(names) != len(set(names)):
             raise ValueError("schedule names must be unique")

@@ -130,3 +130,17 @@ def by_payload(payload: dict[str, Any]) -> str:
     if payload.get("raise"):
         raise RuntimeError("asked to fail")
     return "ok"
+
+
+def resize(payload: dict[str, Any]) -> dict[str, Any]:
+    """A named task's handler (sync): says which handler ran and the name it was given."""
+    return {"ran": "resize", "name": current_task().name, "payload": payload}
+
+
+async def crop(payload: dict[str, Any]) -> dict[str, Any]:
+    """A named task's handler (async), to serve beside ``resize`` in one worker."""
+    return {"ran": "crop", "name": current_task().name, "payload": payload}
+
+
+#: A registry: each entry is a named handler (``--handler tests.workers.handlers:MEDIA``).
+MEDIA = {"resize": resize, "crop": crop}

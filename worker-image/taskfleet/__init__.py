@@ -4,7 +4,7 @@ The package is layered; each layer imports only those below it:
 
 - ``taskfleet.protocol``: what every part shares: Redis key names, the queue's config,
   the Lua scripts and their typed calls, the task model, bounds, errors, Redis URLs;
-- ``taskfleet.producer``: the producer API (``Queue``), on the protocol;
+- ``taskfleet.producer``: the producer API (``Queue``, ``AsyncQueue``), on the protocol;
 - ``taskfleet.worker``: the worker (``taskfleet worker``) and its side of the protocol
   (``Broker``), on the protocol;
 - ``taskfleet.cli`` on top of both; the operator (``taskfleet_operator``) uses the
@@ -17,6 +17,7 @@ loads the worker's modules, and the worker never the producer's.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from taskfleet.producer.asyncqueue import AsyncQueue
     from taskfleet.producer.control import TaskPage
     from taskfleet.producer.queue import EnqueueResult, EnqueueSpec, Queue, WorkerInfo
     from taskfleet.protocol.config import QueueConfig
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 # of every scale-up) imports this package but never the producer API or its models.
 _LAZY = {
     **dict.fromkeys(("EnqueueResult", "EnqueueSpec", "Queue", "WorkerInfo"), "producer.queue"),
+    "AsyncQueue": "producer.asyncqueue",
     "QueueConfig": "protocol.config",
     **dict.fromkeys(
         (
@@ -90,6 +92,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AsyncQueue",
     "Broker",
     "CancelOutcome",
     "ClaimResult",

@@ -89,6 +89,14 @@ def _parse_payload(text: str) -> dict[str, Any]:
     help="Units it takes from the queue's cost rate limit.",
 )
 @click.option(
+    "--task",
+    "task_name",
+    default=None,
+    metavar="NAME",
+    help="The name of the handler that runs it (workers' --handler NAME=module:function) "
+    "[default: none, the workers' default handler].",
+)
+@click.option(
     "--id",
     "task_id",
     default=None,
@@ -113,6 +121,7 @@ def enqueue(
     max_attempts: int | None,
     timeout: float | None,
     cost: int,
+    task_name: str | None,
     task_id: str | None,
     count: int,
     redis_url: str,
@@ -129,6 +138,7 @@ def enqueue(
         "max_attempts": max_attempts,
         "timeout": timeout,
         "cost": cost,
+        "task": task_name,
     }
     try:
         if count == 1:

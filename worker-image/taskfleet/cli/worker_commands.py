@@ -66,10 +66,15 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option("--queue", envvar=environment.QUEUE, required=True, show_envvar=True)
 @click.option(
     "--handler",
+    "handlers",
     envvar=environment.HANDLER,
     required=True,
+    multiple=True,
     show_envvar=True,
-    help="The task function, 'package.module:function' (sync or async).",
+    help="The task function, 'package.module:function' (sync or async), for tasks without "
+    "a name; 'NAME=package.module:function' for tasks enqueued with task=NAME; or "
+    "'package.module:REGISTRY', a dict of names to functions. Repeat it to serve several "
+    "(in the variable: separated by spaces).",
 )
 @click.option(
     "--concurrency",
@@ -198,7 +203,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 def worker(
     *,
     queue: str,
-    handler: str,
+    handlers: tuple[str, ...],
     concurrency: int,
     processes: int,
     prefetch: int | None,
@@ -260,13 +265,13 @@ def worker(
         raise BadInput(str(exc)) from None
     configure_logging(log_format, log_level)
     if processes > 1:
-        _exit_now(_supervise(settings, handler, processes, metrics_port))
+        _exit_now(_supervise(settings, handlers, processes, metrics_port))
     # Before anything can start a thread: as PID 1 we fork into init + worker here.
     run_as_init()
-    _run_worker(settings, handler, early, metrics_port)
+    _run_worker(settings, handlers, early, metrics_port)
 
 
-def _supervise(settings: Any, handler: str, processes: int, metrics_port: int) -> int:
+def _supervise(settings: Any, handlers: tuple[str, ...], processes: int, metrics_port: int) -> int:
     """Fork ``processes`` workers named ``<pod>#<i>`` and watch them (see ``supervisor``).
     Process i serves its metrics on ``metrics_port + i - 1``."""
     import dataclasses
@@ -287,7 +292,7 @@ def _supervise(settings: Any, handler: str, processes: int, metrics_port: int) -
         )
         try:
             port = metrics_port + index - 1 if metrics_port else 0
-            _run_worker(child, handler, EarlyStop().install(), port)
+            _run_worker(child, handlers, EarlyStop().install(), port)
         except BadInput as exc:
             click.echo(f"taskfleet: error: {exc.format_message()}", err=True)
             _exit_now(2)
@@ -302,11 +307,14 @@ def _supervise(settings: Any, handler: str, processes: int, metrics_port: int) -
     return supervisor.run()
 
 
-def _run_worker(settings: Any, handler: str, early: Any, metrics_port: int) -> NoReturn:
-    from taskfleet.worker.handlers import HandlerLoadError, load_handler
+def _run_worker(
+    settings: Any, handlers: tuple[str, ...], early: Any, metrics_port: int
+) -> NoReturn:
+    from taskfleet.worker.handlers import HandlerLoadError
+    from taskfleet.worker.named import load_handlers
 
     try:
-        resolved = load_handler(handler)
+        resolved = load_handlers(handlers)
     except HandlerLoadError as exc:
         raise BadInput(str(exc)) from None
     # Not asyncio.run(): closing the loop would join the default executor, and a handler's

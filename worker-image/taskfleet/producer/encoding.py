@@ -1,7 +1,8 @@
 """What an enqueue takes, validated and encoded for the enqueue script (no Redis here).
 
 ``enqueue_args`` turns one task (an ``EnqueueSpec`` or a dict of ``Queue.enqueue``'s
-arguments) into the script's ``EnqueueArgs``, every number checked against
+arguments) into the script's ``EnqueueArgs`` (``encode_task``: the same from keyword
+arguments, what a single enqueue calls), every number checked against
 ``taskfleet.protocol.bounds``; ``encode_payload`` gives a payload's one JSON text.
 """
 
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +22,21 @@ from taskfleet.protocol import bounds
 from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload
 from taskfleet.protocol.scripts import EnqueueArgs
+from taskfleet.protocol.tasknames import named_payload, task_name_problem
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What ``Queue.enqueue_result`` did: ``created`` is False when the same task (same
+    id, payload and options) existed already and nothing changed."""
+
+    task_id: str
+    created: bool
+
+
+def token_base() -> str:
+    """Claim tokens for tasks an enqueue hands straight to idle workers (unique per call)."""
+    return os.urandom(8).hex()
 
 
 class EnqueueSpec(BaseModel):
@@ -35,6 +52,18 @@ class EnqueueSpec(BaseModel):
     task_id: str | None = None
     cost: int = 1
     timeout: float | timedelta | None = None
+    task: str | None = None
+
+
+# Built once: json.dumps with options builds an encoder per call. Compact, UTF-8 as is
+# (ensure_ascii would inflate non-ASCII text up to 6x).
+_SORTED = json.JSONEncoder(
+    allow_nan=False, ensure_ascii=False, separators=(",", ":"), sort_keys=True
+)
+_UNSORTED = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+_FIELDS = frozenset(EnqueueSpec.model_fields)
 
 
 def encode_payload(payload: object) -> str:
@@ -45,15 +74,14 @@ def encode_payload(payload: object) -> str:
     """
     if not isinstance(payload, dict):
         raise InvalidPayload(f"payload must be a JSON object (dict), not {type(payload).__name__}")
+    if not payload:
+        return "{}"
     try:
         try:
-            # compact, UTF-8 as is (ensure_ascii would inflate non-ASCII text up to 6x)
-            text = json.dumps(
-                payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"), sort_keys=True
-            )
+            text = _SORTED.encode(payload)
         except TypeError:
             # keys of mixed types (e.g. 1 and "a") cannot be sorted; JSON makes them text
-            text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+            text = _UNSORTED.encode(payload)
         text.encode()  # a lone surrogate cannot be sent as UTF-8: refuse it here, clearly
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidPayload(f"payload is not JSON-serialisable: {_short(exc)}") from None
@@ -146,48 +174,94 @@ def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
         if not isinstance(spec, Mapping):
             raise InvalidArgument(f"enqueue item must be a dict or EnqueueSpec, not {spec!r:.100}")
         fields = spec
-        unknown = set(fields) - set(EnqueueSpec.model_fields)
+        unknown = fields.keys() - _FIELDS
         if unknown:
             names = ", ".join(sorted(_short(k) for k in unknown))
             raise InvalidArgument(f"unknown enqueue field(s): {names}")
         if "payload" not in fields:
             raise InvalidArgument("enqueue item needs a 'payload'")
-    payload = encode_payload(fields["payload"])
-    priority = checked_int(fields.get("priority", 0), "priority", PRIORITY_MIN, PRIORITY_MAX)
-    cost = checked_int(fields.get("cost", 1), "cost", bounds.MIN_COST, bounds.MAX_COST)
-    max_attempts = fields.get("max_attempts")
+    return encode_task(
+        fields["payload"],
+        priority=fields.get("priority", 0),
+        delay=fields.get("delay"),
+        deadline=fields.get("deadline"),
+        max_attempts=fields.get("max_attempts"),
+        task_id=fields.get("task_id"),
+        cost=fields.get("cost", 1),
+        timeout=fields.get("timeout"),
+        task=fields.get("task"),
+    )
+
+
+def encode_task(
+    payload: object,
+    *,
+    priority: int = 0,
+    delay: float | timedelta | None = None,
+    deadline: float | timedelta | datetime | None = None,
+    max_attempts: int | None = None,
+    task_id: str | None = None,
+    cost: int = 1,
+    timeout: float | timedelta | None = None,
+    task: str | None = None,
+) -> EnqueueArgs:
+    """``enqueue_args`` for ``Queue.enqueue``'s keyword arguments (no mapping to build)."""
+    text = encode_payload(payload)
+    if priority.__class__ is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        priority = checked_int(priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
+    if cost.__class__ is not int or not bounds.MIN_COST <= cost <= bounds.MAX_COST:
+        cost = checked_int(cost, "cost", bounds.MIN_COST, bounds.MAX_COST)
+    attempts = ""
     if max_attempts is not None:
         checked_int(max_attempts, "max_attempts", bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS)
-    delay = _seconds(fields.get("delay"), "delay", bounds.MAX_DELAY_S) or 0.0
-    if delay < 0:
-        raise InvalidArgument(f"delay must be >= 0, not {delay:g}")
-    timeout = _seconds(fields.get("timeout"), "timeout", bounds.MAX_TIMEOUT_S)
-    if timeout is not None and timeout <= 0:
-        raise InvalidArgument(f"timeout must be > 0, not {timeout:g}")
-    deadline_raw = fields.get("deadline")
-    deadline = ""
-    if isinstance(deadline_raw, datetime):
-        deadline = f"@{_deadline_ms(deadline_raw)}"
-    elif deadline_raw is not None:
-        seconds = _seconds(deadline_raw, "deadline", bounds.MAX_DEADLINE_S)
-        if seconds is None or seconds <= 0:
+        attempts = str(max_attempts)
+    delay_ms = 0
+    if delay is not None:
+        seconds = _seconds(delay, "delay", bounds.MAX_DELAY_S) or 0.0
+        if seconds < 0:
+            raise InvalidArgument(f"delay must be >= 0, not {seconds:g}")
+        delay_ms = math.ceil(seconds * 1000)
+    timeout_s = ""
+    if timeout is not None:
+        limit = _seconds(timeout, "timeout", bounds.MAX_TIMEOUT_S) or 0.0
+        if limit <= 0:
+            raise InvalidArgument(f"timeout must be > 0, not {limit:g}")
+        timeout_s = repr(limit)
+    deadline_text = ""
+    if isinstance(deadline, datetime):
+        deadline_text = f"@{_deadline_ms(deadline)}"
+    elif deadline is not None:
+        ahead = _seconds(deadline, "deadline", bounds.MAX_DEADLINE_S)
+        if ahead is None or ahead <= 0:
             raise InvalidArgument("deadline must be > 0 seconds from now")
-        deadline = str(math.ceil(seconds * 1000))
-    task_id = fields.get("task_id")
-    if task_id is None:
-        task_id = uuid.uuid4().hex
-    else:
-        _check_task_id(task_id)
+        deadline_text = str(math.ceil(ahead * 1000))
+    if task is not None:
+        problem = task_name_problem(task)
+        if problem:
+            raise InvalidArgument(problem)
+        text = named_payload(task, text)
     return EnqueueArgs(
-        task_id=task_id,
-        payload=payload,
+        # 128 random bits (a UUID4 has 122), 32 hex digits as before, without the UUID object
+        task_id=os.urandom(16).hex() if task_id is None else _check_task_id(task_id),
+        payload=text,
         priority=priority,
-        delay_ms=math.ceil(delay * 1000),
-        deadline=deadline,
-        max_attempts="" if max_attempts is None else str(max_attempts),
+        delay_ms=delay_ms,
+        deadline=deadline_text,
+        max_attempts=attempts,
         cost=cost,
-        timeout_s="" if timeout is None else repr(timeout),
+        timeout_s=timeout_s,
     )
+
+
+def batch_args(items: Iterable[EnqueueSpec | Mapping[str, Any]]) -> list[EnqueueArgs]:
+    """``enqueue_many``'s tasks, each checked, and no id twice."""
+    batch = [enqueue_args(item) for item in items]
+    seen: set[str] = set()
+    for args in batch:
+        if args.task_id in seen:
+            raise InvalidArgument(f"task id {args.task_id!r} appears twice in one enqueue")
+        seen.add(args.task_id)
+    return batch
 
 
 def _check_task_id(task_id: object) -> str:

@@ -8,16 +8,20 @@ commands, pipelined (``reading``). What an enqueue takes is checked and encoded 
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from taskfleet.producer import reading, scheduling
+from taskfleet.producer import reading, scheduling, waiting
 from taskfleet.producer.control import TaskPage
 from taskfleet.producer.controlling import Controlling
-from taskfleet.producer.encoding import EnqueueSpec, enqueue_args
+from taskfleet.producer.encoding import (
+    EnqueueResult,
+    EnqueueSpec,
+    batch_args,
+    encode_task,
+    token_base,
+)
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.protocol import tracing
 from taskfleet.protocol.config import QueueConfig
@@ -25,7 +29,7 @@ from taskfleet.protocol.connect import Durability, SyncClient, connect
 from taskfleet.protocol.connect import durability as url_durability
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
 from taskfleet.protocol.durable import run_and_wait
-from taskfleet.protocol.errors import InvalidArgument, NotReplicated, ScheduleNotFound
+from taskfleet.protocol.errors import NotReplicated, ScheduleNotFound
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import (
@@ -40,20 +44,6 @@ from taskfleet.protocol.scripts import Op, Ops, SweepResult, SyncScripts
 from taskfleet.protocol.tasks import Task
 
 __all__ = ["CancelOutcome", "EnqueueResult", "EnqueueSpec", "Queue", "TaskPage", "WorkerInfo"]
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueResult:
-    """What ``Queue.enqueue_result`` did: ``created`` is False when the same task (same
-    id, payload and options) existed already and nothing changed."""
-
-    task_id: str
-    created: bool
-
-
-def _token_base() -> str:
-    """Claim tokens for tasks an enqueue hands straight to idle workers (unique per call)."""
-    return secrets.token_hex(8)
 
 
 class Queue(Controlling):
@@ -112,6 +102,7 @@ class Queue(Controlling):
         task_id: str | None = None,
         cost: int = 1,
         timeout: float | timedelta | None = None,
+        task: str | None = None,
     ) -> str:
         """Add a task; returns its id.
 
@@ -121,8 +112,12 @@ class Queue(Controlling):
         Bounds (``taskfleet.protocol.bounds``): delay and deadline at most 100 years, timeout at
         most one year, cost 0..1e9, max_attempts 1..10,000, priority -1000..1000.
 
-        With ``task_id``, enqueueing the same task again (same payload, priority, cost,
-        timeout and, if given, max_attempts) returns the id and changes nothing; another
+        ``task``: the name of the handler that runs it, among those its workers serve
+        (``--handler NAME=module:function``); None: the workers' default handler. A name
+        no worker serves makes the task go dead, reason ``unknown task``.
+
+        With ``task_id``, enqueueing the same task again (same payload, task, priority,
+        cost, timeout and, if given, max_attempts) returns the id and changes nothing; another
         payload or option under an existing id raises ``TaskExists``. ``enqueue_result``
         also says whether the task was created.
         """
@@ -135,6 +130,7 @@ class Queue(Controlling):
             task_id=task_id,
             cost=cost,
             timeout=timeout,
+            task=task,
         ).task_id
 
     def enqueue_result(
@@ -148,27 +144,27 @@ class Queue(Controlling):
         task_id: str | None = None,
         cost: int = 1,
         timeout: float | timedelta | None = None,
+        task: str | None = None,
     ) -> EnqueueResult:
         """``enqueue``, returning the id and whether this call created the task."""
-        args = enqueue_args(
-            {
-                "payload": payload,
-                "priority": priority,
-                "delay": delay,
-                "deadline": deadline,
-                "max_attempts": max_attempts,
-                "task_id": task_id,
-                "cost": cost,
-                "timeout": timeout,
-            }
+        args = encode_task(
+            payload,
+            priority=priority,
+            delay=delay,
+            deadline=deadline,
+            max_attempts=max_attempts,
+            task_id=task_id,
+            cost=cost,
+            timeout=timeout,
+            task=task,
         )
         if tracing.configured():
             with tracing.enqueue_span(self.name, 1) as span:
                 span.set_attribute("messaging.message.id", args.task_id)
-                op = self.ops.enqueue([args], _token_base(), tracing.carrier_text())
+                op = self.ops.enqueue([args], token_base(), tracing.carrier_text())
                 [created] = self._enqueue(op, [args.task_id])
         else:
-            [created] = self._enqueue(self.ops.enqueue([args], _token_base()), [args.task_id])
+            [created] = self._enqueue(self.ops.enqueue([args], token_base()), [args.task_id])
         return EnqueueResult(args.task_id, created)
 
     def _enqueue(self, op: Op[list[bool]], task_ids: list[str]) -> list[bool]:
@@ -187,20 +183,15 @@ class Queue(Controlling):
         item is invalid (or too large), names an id twice, or names an existing task
         with another payload or options (``TaskExists``), nothing is stored.
         """
-        batch = [enqueue_args(item) for item in items]
+        batch = batch_args(items)
         if not batch:
             return []
-        seen: set[str] = set()
-        for args in batch:
-            if args.task_id in seen:
-                raise InvalidArgument(f"task id {args.task_id!r} appears twice in one enqueue")
-            seen.add(args.task_id)
         ids = [a.task_id for a in batch]
         if tracing.configured():
             with tracing.enqueue_span(self.name, len(batch)):
-                self._enqueue(self.ops.enqueue(batch, _token_base(), tracing.carrier_text()), ids)
+                self._enqueue(self.ops.enqueue(batch, token_base(), tracing.carrier_text()), ids)
         else:
-            self._enqueue(self.ops.enqueue(batch, _token_base()), ids)
+            self._enqueue(self.ops.enqueue(batch, token_base()), ids)
         return ids
 
     # -- reading -----------------------------------------------------------------------
@@ -225,13 +216,15 @@ class Queue(Controlling):
             pipe.scard(self.keys.pod(pod))
         return {pod: int(count) for pod, count in zip(names, pipe.execute(), strict=True)}
 
-    def wait(self, task_ids: Sequence[str], timeout: float) -> dict[str, Task]:
+    def wait(self, task_ids: Iterable[str], timeout: float) -> dict[str, Task]:
         """Block until every task is done or dead; returns them by id.
 
+        Woken by the script that finishes each task, not by polling (see ``waiting``).
         Raises ``WaitTimeout`` (a ``TimeoutError``) listing the unfinished ids. A task id
-        that does not exist counts as unfinished (it may not be enqueued yet).
+        that does not exist counts as unfinished (it may not be enqueued yet: it is
+        looked for again every second).
         """
-        return reading.wait(self.client, self.keys, task_ids, timeout)
+        return waiting.wait(self.client, self.keys, task_ids, timeout)
 
     # -- operating ---------------------------------------------------------------------
 

@@ -1,24 +1,25 @@
-"""Reading a queue: a task, the stats, the workers, and waiting for tasks to finish.
+"""Reading a queue: a task, the stats, the workers.
 
-What ``Queue.get / stats / workers / wait`` do, on the queue's client and keys: plain
-commands, pipelined, never a script (reads change nothing).
+What ``Queue.get / stats / workers`` do, on the queue's client and keys: plain commands,
+pipelined, never a script (reads change nothing). Each read is split into the commands
+(queued on any pipeline) and the parsing of their replies, so ``AsyncQueue`` runs the
+same reads on an asyncio client.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.connect import SyncClient, server_ms
-from taskfleet.protocol.errors import InvalidArgument, WaitTimeout
+from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.scripts import text
-from taskfleet.protocol.tasks import COUNTERS, FINISHED, Task, stored_int, stored_text
+from taskfleet.protocol.tasks import COUNTERS, Task, stored_int, stored_text
 
 
 class WorkerInfo(BaseModel):
@@ -35,7 +36,7 @@ class WorkerInfo(BaseModel):
     alive: bool = Field(description="heartbeat within one lease TTL")
 
 
-def _encodable(value: str) -> bool:
+def encodable(value: str) -> bool:
     try:
         value.encode()
     except UnicodeEncodeError:
@@ -43,21 +44,34 @@ def _encodable(value: str) -> bool:
     return True
 
 
-def get(client: SyncClient, keys: QueueKeys, task_id: str) -> Task | None:
-    if not isinstance(task_id, str) or not _encodable(task_id):
+def check_task_id(task_id: object) -> str:
+    if not isinstance(task_id, str) or not encodable(task_id):
         raise InvalidArgument("task_id must be a string UTF-8 can encode")
-    raw = client.hgetall(keys.task(task_id))
+    return task_id
+
+
+def task_of(raw: Mapping[Any, Any], task_id: str) -> Task | None:
     return Task.from_hash(raw, task_id) if raw else None
 
 
-def stats(client: SyncClient, keys: QueueKeys) -> dict[str, int]:
-    pipe = client.pipeline(transaction=False)
+def get(client: SyncClient, keys: QueueKeys, task_id: str) -> Task | None:
+    return task_of(client.hgetall(keys.task(check_task_id(task_id))), task_id)
+
+
+# A read of several keys is two halves any client can run: the commands queued on a
+# pipeline (sync or asyncio: queueing is the same), and the replies parsed.
+
+
+def stats_commands(pipe: Any, keys: QueueKeys) -> None:
     zsets = (keys.pending, keys.delayed, keys.running, keys.done, keys.dead, keys.cancelled)
     for zset in zsets:
         pipe.zcard(zset)
     pipe.hlen(keys.workers)
     pipe.hgetall(keys.stats)
-    pending, delayed, running, done, dead, cancelled, workers, counters = pipe.execute()
+
+
+def stats_of(replies: Sequence[Any]) -> dict[str, int]:
+    pending, delayed, running, done, dead, cancelled, workers, counters = replies
     out = {
         "pending": int(pending),
         "delayed": int(delayed),
@@ -71,6 +85,12 @@ def stats(client: SyncClient, keys: QueueKeys) -> dict[str, int]:
     for name in COUNTERS:
         out[name] = raw.get(name) or 0  # a counter a foreign client garbled reads as 0
     return out
+
+
+def stats(client: SyncClient, keys: QueueKeys) -> dict[str, int]:
+    pipe = client.pipeline(transaction=False)
+    stats_commands(pipe, keys)
+    return stats_of(pipe.execute())
 
 
 def exists(client: SyncClient, keys: QueueKeys) -> bool:
@@ -90,13 +110,17 @@ def holdings(client: SyncClient, keys: QueueKeys, pods: Sequence[str]) -> dict[s
     }
 
 
-def workers(client: SyncClient, keys: QueueKeys) -> list[WorkerInfo]:
-    # The server's clock first, on its own: a cluster pipeline refuses TIME (no key).
-    now_ms = server_ms(client, keys.workers)
-    pipe = client.pipeline(transaction=False)
+# The workers' read takes the server's clock first, on its own: a cluster pipeline
+# refuses TIME (a command of no key).
+
+
+def workers_commands(pipe: Any, keys: QueueKeys) -> None:
     pipe.hgetall(keys.workers)
     pipe.hgetall(keys.config)
-    raw, config_raw = pipe.execute()
+
+
+def workers_of(replies: Sequence[Any], now_ms: int) -> list[WorkerInfo]:
+    raw, config_raw = replies
     ttl_ms = QueueConfig.from_redis(config_raw).lease_ttl_s * 1000
     out = []
     for pod, record in raw.items():
@@ -119,44 +143,8 @@ def workers(client: SyncClient, keys: QueueKeys) -> list[WorkerInfo]:
     return sorted(out, key=lambda w: w.pod)
 
 
-def wait(
-    client: SyncClient, keys: QueueKeys, task_ids: Sequence[str], timeout: float
-) -> dict[str, Task]:
-    ids = [] if isinstance(task_ids, str) else list(task_ids)
-    if isinstance(task_ids, str) or not all(isinstance(i, str) and _encodable(i) for i in ids):
-        raise InvalidArgument("wait needs a list of task ids (strings), not one string")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise InvalidArgument(f"wait timeout must be a number of seconds, not {timeout!r}")
-    try:
-        limit = float(timeout)
-    except OverflowError:  # an int too large for a float: as good as forever
-        limit = math.inf if timeout > 0 else -math.inf
-    if math.isnan(limit):
-        raise InvalidArgument("wait timeout must be a number of seconds, not nan")
-    deadline = time.monotonic() + limit
-    finished: dict[str, Task] = {}
-    remaining = list(dict.fromkeys(ids))
-    interval = 0.005
-    while True:
-        pipe = client.pipeline(transaction=False)
-        for task_id in remaining:
-            pipe.hget(keys.task(task_id), "state")
-        states = pipe.execute()
-        done_ids = [
-            i for i, s in zip(remaining, states, strict=True) if s and stored_text(s) in FINISHED
-        ]
-        if done_ids:
-            pipe = client.pipeline(transaction=False)
-            for task_id in done_ids:
-                pipe.hgetall(keys.task(task_id))
-            for task_id, raw in zip(done_ids, pipe.execute(), strict=True):
-                if raw:  # else pruned meanwhile: no Task to return, it counts as unfinished
-                    finished[task_id] = Task.from_hash(raw, task_id)
-        remaining = [i for i in remaining if i not in finished]
-        if not remaining:
-            return finished
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise WaitTimeout(remaining, limit)
-        time.sleep(min(interval, left))
-        interval = min(interval * 2, 0.2)
+def workers(client: SyncClient, keys: QueueKeys) -> list[WorkerInfo]:
+    now_ms = server_ms(client, keys.workers)
+    pipe = client.pipeline(transaction=False)
+    workers_commands(pipe, keys)
+    return workers_of(pipe.execute(), now_ms)

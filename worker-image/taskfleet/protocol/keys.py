@@ -13,8 +13,8 @@ import re
 PREFIX = "tf"
 
 #: The order in which every script receives the queue's keys (KEYS[1], KEYS[2], ...).
-#: ``task``, ``pod``, ``sched``, ``wake`` and ``schedule`` are prefixes: the script appends
-#: the id, pod or name.
+#: ``task``, ``pod``, ``sched``, ``wake``, ``schedule`` and ``waiter`` are prefixes: the
+#: script appends the id, pod or name.
 SCRIPT_KEYS: tuple[str, ...] = (
     "task",
     "pending",
@@ -40,6 +40,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "schedule_due",
     "schedules_owned",
     "cancelled",
+    "waiter",
 )
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -84,6 +85,7 @@ class QueueKeys:
         "seq",
         "stats",
         "task_prefix",
+        "waiter_prefix",
         "wake_prefix",
         "workers",
     )
@@ -127,12 +129,16 @@ class QueueKeys:
         self.schedule_due = p + "schedules:due"
         # the names a TaskQueue's spec owns (the operator deletes those its spec dropped)
         self.schedules_owned = p + "schedules:taskqueue"
+        # a producer's wait: the ids of watched tasks as they finish (watch.lua), a list
+        # that expires a minute after its last push
+        self.waiter_prefix = p + "waiter:"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
             "sched": self.sched_prefix,
             "wake": self.wake_prefix,
             "schedule": self.schedule_prefix,
+            "waiter": self.waiter_prefix,
         }
         self.script_keys: tuple[str, ...] = tuple(
             by_name.get(name) or getattr(self, name) for name in SCRIPT_KEYS
@@ -156,6 +162,9 @@ class QueueKeys:
 
     def wake(self, pod: str) -> str:
         return self.wake_prefix + pod
+
+    def waiter(self, waiter: str) -> str:
+        return self.waiter_prefix + waiter
 
     @property
     def pattern(self) -> str:

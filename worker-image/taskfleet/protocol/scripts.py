@@ -10,8 +10,8 @@ Calls are described by :class:`Op` values: the script, its keys and arguments, a
 decoder that turns the reply into Python values and return codes into exceptions. The
 same ``Op`` runs on a sync client (:class:`SyncScripts`, producers and the operator) or
 an async one (:class:`AsyncScripts`, the worker), so encoding and decoding exist once.
-Scripts are registered once per client; redis-py sends EVALSHA and loads a script
-again when the server lost it (a restarted Redis).
+Scripts are registered once per client and called with EVALSHA packed by ``wire``;
+a script the server lost (a restarted Redis) is loaded again and the call resent.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import redis.asyncio
 from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoScriptError
 
-from taskfleet.protocol import bounds
+from taskfleet.protocol import bounds, wire
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.defaults import lua_defaults
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload, ProtocolError, TaskExists
@@ -61,10 +61,13 @@ NAMES = (
     "retry",
     "drop",
     "report",
+    "watch",
 )
 #: Housekeeping bound per claim: keeps a claim short however large the backlog.
 CLAIM_HOUSEKEEPING_BOUND = 100
 SWEEP_BOUND = 1000
+#: Packed call heads kept per client (one per script and queue); past it they are rebuilt.
+HEADS_CACHED = 1024
 
 
 def _lua_string(value: str) -> str:
@@ -107,12 +110,34 @@ class Op(Generic[T]):
     decode: Callable[[Any], T]
 
 
+class _Commands:
+    """Script calls packed for the wire (``wire``), the fixed head of each cached."""
+
+    def __init__(self, scripts: dict[str, Any]) -> None:
+        self._scripts = scripts
+        self._heads: dict[tuple[str, tuple[str, ...]], wire.Head] = {}
+
+    def command(self, op: Op[Any]) -> bytes:
+        keys = op.keys if isinstance(op.keys, tuple) else tuple(op.keys)
+        head = self._heads.get((op.script, keys))
+        if head is None:
+            if len(self._heads) >= HEADS_CACHED:  # a client serving very many queues
+                self._heads.clear()
+            head = self._heads[(op.script, keys)] = wire.Head(self._scripts[op.script].sha, keys)
+        return head.command(op.args)
+
+
 class SyncScripts:
     """The scripts registered on one sync client (``for_client``: once per client)."""
 
     def __init__(self, client: SyncClient) -> None:
         self.client = client
         self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+        self._commands = _Commands(self._scripts)
+        self._pooled = wire.pooled(client)
+        self._connections = (
+            wire.Connections(client) if self._pooled and isinstance(client, redis.Redis) else None
+        )
 
     @classmethod
     def for_client(cls, client: SyncClient) -> SyncScripts:
@@ -122,9 +147,20 @@ class SyncScripts:
         return scripts
 
     def run(self, op: Op[T]) -> T:
-        # EVALSHA straight through the client: one round trip, without the per-call work
-        # of redis-py's Script wrapper (a single enqueue is mostly this call). A server
-        # that lost its scripts (restart, SCRIPT FLUSH) gets the script loaded again.
+        # One EVALSHA, packed here and sent on a pooled connection (``wire``): a single
+        # enqueue is mostly this call. A server that lost its scripts (restart, SCRIPT
+        # FLUSH) gets the script loaded again and the same call sent once more.
+        if self._connections is None:
+            return self._run_on_client(op)
+        command = self._commands.command(op)
+        try:
+            raw = self._connections.call(command)
+        except NoScriptError:
+            self.client.script_load(self._scripts[op.script].script)
+            raw = self._connections.call(command)
+        return op.decode(raw)
+
+    def _run_on_client(self, op: Op[T]) -> T:
         script = self._scripts[op.script]
         keys = op.keys
         execute: Callable[..., Any] = self.client.execute_command
@@ -157,6 +193,9 @@ class AsyncScripts:
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self.client = client
         self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+        self._commands = _Commands(self._scripts)
+        self._pooled = wire.pooled(client)
+        self._connections = wire.AsyncConnections(client) if self._pooled else None
 
     @classmethod
     def for_client(cls, client: redis.asyncio.Redis) -> AsyncScripts:
@@ -166,7 +205,16 @@ class AsyncScripts:
         return scripts
 
     async def run(self, op: Op[T]) -> T:
-        return op.decode(await self._scripts[op.script](keys=op.keys, args=op.args))
+        """``SyncScripts.run`` on the asyncio client: the same packed call, awaited."""
+        if self._connections is None:
+            return op.decode(await self._scripts[op.script](keys=op.keys, args=op.args))
+        command = self._commands.command(op)
+        try:
+            raw = await self._connections.call(command)
+        except NoScriptError:
+            await self.client.script_load(self._scripts[op.script].script)
+            raw = await self._connections.call(command)
+        return op.decode(raw)
 
     def script(self, name: str) -> AsyncScript:
         """The registered script ``name`` (its ``sha`` and ``script`` text)."""
@@ -484,6 +532,18 @@ class Ops:
 
     def disown(self, pod: str, incarnation: str, token_bases: Sequence[str]) -> Op[int]:
         return Op("disown", self._k, (pod, incarnation, *token_bases), int)
+
+    def watch(self, waiter: str, task_ids: Sequence[str]) -> Op[str]:
+        """Reply: per id, 'F' finished, 'W' watched (pushed to the waiter's list when it
+        finishes), 'A' absent."""
+
+        def decode(raw: Any) -> str:
+            flags = text(raw)
+            if len(flags) != len(task_ids) or flags.strip("FWA"):
+                raise ProtocolError(f"watch: unexpected reply {raw!r}")
+            return flags
+
+        return Op("watch", self._k, (waiter, *task_ids), decode)
 
     def sweep(self, bound: int = SWEEP_BOUND) -> Op[SweepResult]:
         return Op("sweep", self._k, (bound,), lambda raw: SweepResult(*_ints(raw, 8, "sweep")))

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from taskfleet.protocol import bounds
 from taskfleet.protocol.errors import ProtocolError
 from taskfleet.protocol.states import FINISHED, TaskState
+from taskfleet.protocol.tasknames import split_named
 
 __all__ = [
     "COUNTERS",
@@ -64,6 +65,7 @@ class Task(BaseModel):
 
     id: str
     state: TaskState
+    name: str | None = Field(default=None, description="its handler's name; None: the default")
     payload: Any = None
     priority: int = 0
     attempts: int = 0
@@ -130,6 +132,8 @@ class Task(BaseModel):
             data["timeout"] = timeout
         for name in _TIME_FIELDS:
             data[name] = stored_time(h.get(name))
+        if "payload" in h:
+            data["name"], h["payload"] = split_named(h["payload"])
         for name in ("payload", "result", "progress"):
             if name in h:
                 try:

@@ -37,7 +37,7 @@ from taskfleet.protocol.scripts import (
 )
 from taskfleet.protocol.states import TaskState
 from taskfleet.protocol.tracing import TRACE_FIELD
-from taskfleet.worker.claimed import ClaimedTask, ClaimResult, parse_claim_records
+from taskfleet.worker.claimed import ClaimedTask, ClaimResult, Served, parse_claim_records
 from taskfleet.worker.identity import WorkerRecord
 
 __all__ = ["Broker", "ClaimResult", "ClaimedTask", "bounded"]
@@ -86,6 +86,8 @@ class Broker:
 
     ``host``: this process's whereabouts (``identity.Whereabouts.encode()``), recorded
     with the worker so another one starting under the same name can judge it.
+
+    ``served``: the task names this worker runs (``claimed.Served``).
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class Broker:
         host: str = "",
         traced: bool = False,
         durability: Durability | None = None,
+        served: Served | None = None,
     ) -> None:
         name = queue
         if not pod or not incarnation:
@@ -121,6 +124,9 @@ class Broker:
         self.host = host
         #: read each claimed task's trace context (``protocol.tracing``) for its run's span
         self.traced = traced
+        #: The task names this worker has handlers for; a claimed task of another name
+        #: goes dead at once (reason ``unknown task``). None: every task is returned.
+        self.served = served
         self._blocking: redis.asyncio.Redis | None = None
         # Claim tokens must be unique, not secret (anyone who can reach Redis can write
         # any key): a generator seeded once from the OS, which unlike os.urandom never
@@ -284,7 +290,7 @@ class Broker:
     async def _claimed(self, raw: RawClaim) -> ClaimResult:
         """Read a claim reply; fail (permanently) the tasks that can't be run as stored
         (``claimed.parse_claim_records`` says which and why)."""
-        tasks, bad = parse_claim_records(raw.records)
+        tasks, bad = parse_claim_records(raw.records, self.served)
         for task_id, token, error, reason in bad:
             await self.fail(task_id, token, error, retryable=False, reason=reason)
         if self.traced and tasks:

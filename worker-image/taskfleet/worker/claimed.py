@@ -3,7 +3,10 @@ script's records: pure, no Redis, so every shape a record can take is tested dir
 
 A record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
 waited_ms, payload`` joined by NUL (see claim.lua); a record without ``waited_ms`` (made
-by an older producer's hand-off) reads as one whose wait is unknown. Nothing in a record
+by an older producer's hand-off) reads as one whose wait is unknown. A named task's
+payload is stored and claimed as ``\\x01<name>\\x01<payload>`` (``protocol/tasknames.py``); a
+task whose name this worker does not serve (``Served``) is unrunnable, reason ``unknown
+task``. Nothing in a record
 may crash the worker: a crash would release the task uncounted and the next worker would
 claim it and crash too. A task that can't be run as stored comes back as ``Unrunnable``
 for the broker to fail for good; a record that names no task is dropped with a log line.
@@ -42,6 +45,30 @@ class ClaimedTask:
     waited: float | None = None
     #: the producer's trace context (read after the claim, only by a traced worker)
     trace: bytes | None = None
+    #: which handler runs it (``enqueue(..., task=...)``); None: the default one
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """The task names a worker has handlers for, and whether it runs tasks without one."""
+
+    names: frozenset[str]
+    unnamed: bool = True
+
+    def refusal(self, name: str | None) -> str | None:
+        """Why a task of this name can't run here (its error), or None when it can."""
+        if name is None:
+            if self.unnamed:
+                return None
+            return f"the task has no name and this worker serves only {self._listed()}"
+        if name in self.names:
+            return None
+        return f"no handler for task name {name!r}; this worker serves {self._listed()}"
+
+    def _listed(self) -> str:
+        names = ", ".join(repr(n) for n in sorted(self.names)) or "no named tasks"
+        return names + (" and tasks without a name" if self.unnamed else "")
 
 
 @dataclass(slots=True)
@@ -102,13 +129,14 @@ def _waited(raw: bytes) -> float | None:
 
 
 def parse_claim_records(
-    records: Iterable[bytes | str],
+    records: Iterable[bytes | str], served: Served | None = None
 ) -> tuple[list[ClaimedTask], list[Unrunnable]]:
     """The tasks of a claim reply, and those that can't be run as stored.
 
     A payload that is not a JSON object is ``bad payload``; any other field that can't be
-    read (a hash edited by a foreign writer) is ``bad task``. A record that names no task
-    is dropped with a log line (only a foreign write to a wake list makes one).
+    read (a hash edited by a foreign writer) is ``bad task``; a name ``served`` refuses
+    (None: every name is run) is ``unknown task``. A record that names no task is dropped
+    with a log line (only a foreign write to a wake list makes one).
     """
     tasks: list[ClaimedTask] = []
     bad: list[Unrunnable] = []
@@ -144,6 +172,14 @@ def parse_claim_records(
         except ValueError as exc:
             bad.append((tid, tok, f"task unreadable: {exc}", "bad task"))
             continue
+        if data[:1] == b"\1":
+            raw_name, _, data = data[1:].partition(b"\1")
+            task.name = raw_name.decode(errors="replace")
+        if served is not None:
+            refusal = served.refusal(task.name)
+            if refusal is not None:
+                bad.append((tid, tok, refusal, "unknown task"))
+                continue
         try:
             payload = json.loads(data)
         except (ValueError, RecursionError) as exc:  # nesting too deep: RecursionError

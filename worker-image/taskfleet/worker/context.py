@@ -73,6 +73,7 @@ class TaskContext:
     control: TaskControl | None = field(default=None, repr=False, compare=False)
     #: the producer's trace context as stored (``protocol.tracing``); None when not traced
     trace: bytes | None = field(default=None, repr=False)
+    name: str | None = None  # the task's name (enqueue(..., task=...)); None: it has none
 
     @property
     def cancelled(self) -> bool:

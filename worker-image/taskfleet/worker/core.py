@@ -53,6 +53,7 @@ from taskfleet.worker.handlers import Handler, format_error
 from taskfleet.worker.heartbeat import heartbeat_loop
 from taskfleet.worker.identity import Whereabouts
 from taskfleet.worker.metrics import Timings
+from taskfleet.worker.named import HandlerSet
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.reporting import Reports, report_loop
 from taskfleet.worker.runs import Counters, Outcome
@@ -79,16 +80,18 @@ class Worker:
     def __init__(
         self,
         settings: WorkerSettings,
-        handler: Handler,
+        handler: Handler | HandlerSet,
         *,
         client: aioredis.Redis | None = None,
     ) -> None:
         settings.validate()
         self.settings = settings
+        # one handler, or several by task name (``named``)
+        handlers = HandlerSet.of(handler)
         self.traced = tracing.configured()
         if self.traced:
-            handler = traced(handler, settings.queue)
-        self.handler = handler
+            handlers = traced(handlers, settings.queue)
+        self.handler = handlers
         self._client = client
         self._own_client = client is None
         self._broker: Broker | None = None
@@ -109,10 +112,11 @@ class Worker:
         self.outbox = Outbox(self._write, self.gate, give_up=self._stop_requested)
         self.reports = Reports()  # handlers' progress and costs, written in batches
         # An async handler's claimed tasks all run at once: prefetch is for threads only.
-        self.slots = Slots(settings.concurrency, 0 if handler.is_async else settings.prefetch_depth)
+        prefetch = 0 if self.handler.any_async else settings.prefetch_depth
+        self.slots = Slots(settings.concurrency, prefetch)
         self.execution = Execution(
             settings,
-            handler,
+            self.handler,
             self.slots,
             self.outbox,
             slot_freed=self._slot_freed,
@@ -207,6 +211,7 @@ class Worker:
             host=self._whereabouts.encode(),
             traced=self.traced,
             durability=durability(self.settings.redis_url),
+            served=self.handler.served,
         )
         self.writer.broker = self.handback.broker = self._broker
         self.reports.bind()

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable
 from taskfleet.worker.claimed import ClaimedTask
 from taskfleet.worker.context import TaskContext, TaskControl, context_for, verdict_of
 from taskfleet.worker.events import log, log_event
-from taskfleet.worker.handlers import Handler, encode_result, format_error
+from taskfleet.worker.handlers import encode_result, format_error
 from taskfleet.worker.metrics import Timings
+from taskfleet.worker.named import HandlerSet
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.runs import CANCELLED_ERROR, Counters, Outcome, Run, timeout_error
 from taskfleet.worker.settings import WorkerSettings
@@ -37,7 +38,7 @@ class Execution:
     def __init__(
         self,
         settings: WorkerSettings,
-        handler: Handler,
+        handlers: HandlerSet,
         slots: Slots,
         outbox: Outbox,
         *,
@@ -52,18 +53,21 @@ class Execution:
         self.counters = Counters()
         self.timings = Timings()
         self._settings = settings
-        self._handler = handler
+        self._handlers = handlers
         self._slots = slots
         self._outbox = outbox
         self._slot_freed = slot_freed
         self._changed = changed
         self._report = report or _unreported  # where handlers' progress and costs go
-        self._threads = HandlerThreads(settings.concurrency, handler.func, self._delivered)
+        self._threads = HandlerThreads(settings.concurrency, self._delivered)
 
     # ------------------------------------------------------------------ starting
 
     def start(self, task: ClaimedTask) -> None:
-        run = Run(task=task, claimed_at=time.monotonic())
+        handler = self._handlers.for_task(task.name)
+        if handler is None:  # the broker refuses names this worker does not serve
+            raise LookupError(f"no handler for task name {task.name!r}")
+        run = Run(task=task, claimed_at=time.monotonic(), func=handler.func)
         settings = self._settings
         run.control = TaskControl(task.token, self._report)
         run.context = context_for(
@@ -76,6 +80,7 @@ class Execution:
                 redis_url=settings.redis_url,
                 trace=task.trace,
                 control=run.control,
+                name=task.name,
             )
         )
         self.held[task.id] = run
@@ -84,7 +89,7 @@ class Execution:
             self.timings.wait.observe(task.waited)
         loop = asyncio.get_running_loop()
         limit = task.timeout if task.timeout else settings.default_timeout
-        if self._handler.is_async:
+        if handler.is_async:
             run.job = loop.create_task(self._execute(run), name=task.id, context=run.context)
             if limit is not None:
                 run.timer = loop.call_later(limit, self._async_timed_out, run, limit)
@@ -129,7 +134,8 @@ class Execution:
         task = run.task
         outcome = Outcome(run=run)
         try:
-            value = await self._handler.func(task.payload)
+            assert run.func is not None
+            value = await run.func(task.payload)
             outcome.result = encode_result(value)
         except asyncio.CancelledError as exc:
             job = asyncio.current_task()

@@ -26,6 +26,7 @@ __all__ = [
     "encode_result",
     "format_error",
     "load_handler",
+    "resolve_handler",
 ]
 
 #: How much of an exception's text is kept on the task; a traceback dump would bloat the hash.
@@ -44,6 +45,10 @@ class Handler:
     func: Callable[[dict[str, Any]], Any]
     is_async: bool
 
+    @classmethod
+    def of(cls, ref: str, func: Callable[[dict[str, Any]], Any]) -> Handler:
+        return cls(ref=ref, func=func, is_async=_is_async_callable(func))
+
 
 def _is_async_callable(obj: Any) -> bool:
     if inspect.iscoroutinefunction(obj):
@@ -55,6 +60,14 @@ def _is_async_callable(obj: Any) -> bool:
 
 def load_handler(ref: str) -> Handler:
     """Import ``module:function`` (the function part may be dotted: ``mod:Class.method``)."""
+    obj = resolve_handler(ref)
+    if not callable(obj):
+        raise HandlerLoadError(f"handler {ref!r} is a {type(obj).__name__}, not callable")
+    return Handler.of(ref, obj)
+
+
+def resolve_handler(ref: str) -> Any:
+    """The object ``module:attribute`` names (a function, or a registry of them)."""
     module_name, sep, attr_path = ref.partition(":")
     if not sep or not module_name or not attr_path:
         raise HandlerLoadError(f"handler {ref!r} must look like 'package.module:function'")
@@ -80,9 +93,7 @@ def load_handler(ref: str) -> Handler:
             raise HandlerLoadError(
                 f"handler {ref!r}: module {module_name!r} has no attribute {attr_path!r}"
             ) from None
-    if not callable(obj):
-        raise HandlerLoadError(f"handler {ref!r} is a {type(obj).__name__}, not callable")
-    return Handler(ref=ref, func=obj, is_async=_is_async_callable(obj))
+    return obj
 
 
 def format_error(exc: BaseException) -> str:

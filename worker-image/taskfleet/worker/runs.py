@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from taskfleet.worker.claimed import ClaimedTask
 from taskfleet.worker.context import TaskControl, Verdict
@@ -20,6 +22,7 @@ class Run:
 
     task: ClaimedTask
     claimed_at: float  # monotonic
+    func: Callable[[dict[str, Any]], Any] | None = None  # the handler that runs it
     context: contextvars.Context | None = None  # where current_task() names this task
     job: asyncio.Task[None] | None = None  # an async handler's run on the loop
     in_thread: bool = False  # a sync handler's call is queued or running on a thread

@@ -9,7 +9,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from taskfleet.worker.context import verdict_of
 from taskfleet.worker.handlers import encode_result, format_error
@@ -20,7 +19,7 @@ Delivered = tuple[Run, str | None, str | None]
 
 
 class HandlerThreads:
-    """``size`` daemon threads that run a sync handler, one task each at a time.
+    """``size`` daemon threads that run sync handlers (each run's own), one task each at a time.
 
     Each submitted run comes back exactly once through ``deliver``, on the loop, as
     ``(run, result JSON, error)``; outcomes of calls that end together share one
@@ -28,14 +27,8 @@ class HandlerThreads:
     process at exit (the CLI exits without joining them anyway).
     """
 
-    def __init__(
-        self,
-        size: int,
-        func: Callable[[dict[str, Any]], Any],
-        deliver: Callable[[list[Delivered]], None],
-    ) -> None:
+    def __init__(self, size: int, deliver: Callable[[list[Delivered]], None]) -> None:
         self._size = size
-        self._func = func
         self._deliver = deliver
         self._jobs: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
         # Orders a thread's start of a queued run against withdraw(): a run is either
@@ -88,7 +81,7 @@ class HandlerThreads:
             self.collect()
 
     def _serve(self) -> None:
-        func, jobs, done, begin = self._func, self._jobs, self._done, self._begin
+        jobs, done, begin = self._jobs, self._done, self._begin
         clock = time.monotonic
         while (run := jobs.get()) is not None:
             result = error = None
@@ -97,8 +90,8 @@ class HandlerThreads:
                     run.began_at = clock()
             if run.began_at is not None:
                 try:
-                    assert run.context is not None
-                    result = encode_result(run.context.run(func, run.task.payload))
+                    assert run.context is not None and run.func is not None
+                    result = encode_result(run.context.run(run.func, run.task.payload))
                 except BaseException as exc:  # the attempt failed; the thread serves on
                     error = format_error(exc)
                     run.verdict = verdict_of(exc)

@@ -19,7 +19,8 @@
 --     id, token, attempts, max_attempts, timeout_s ('' = none), lost, priority, cost,
 --     waited_ms (from run_at, when it was enqueued, fell due or was retried, to now; '' if
 --     unknown), payload; a task a producer handed over has no waited_ms field (nine
---     fields, the form every worker version reads)
+--     fields, the form every worker version reads); a named task's payload is stored
+--     as '\1' .. name .. '\1' .. JSON (taskfleet/protocol/tasknames.py) and goes as is
 --   (one string per task, not ten: reply parsing is most of a worker's per-task cost)
 local out = claim_tasks(now_ms(), ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4],
   tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))

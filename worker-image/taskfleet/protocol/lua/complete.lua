@@ -12,7 +12,8 @@
 --   '3' = its cancellation was asked for while it ran: it ends cancelled, whatever the
 --   handler returned (the result is not stored).
 --   A completion this same token already applied (a retry after a reply that never came)
---   answers as it did then and changes nothing.
+--   answers as it did then and changes nothing. Waiters on a finished task are woken
+--   (wake_waiters in lib/core.lua).
 --   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks}.
 -- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
@@ -30,7 +31,7 @@ local finished, done, gone, by_pod = {}, {}, {}, {}
 for i = 0, n - 1 do
   local id, token, result = ARGV[2 + i * 3], ARGV[3 + i * 3], ARGV[4 + i * 3]
   local key = K_TASK .. id
-  local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested')
+  local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters')
   if v[1] == 'running' and v[2] == token then
     local pod = v[3]
     finished[#finished + 1] = id
@@ -61,6 +62,7 @@ for i = 0, n - 1 do
           redis.call('HSET', key, 'state', 'done', 'finished_at', now)
         end
       end
+      wake_waiters(id, key, v[5])
       completed = completed + 1
       out[#out + 1] = '1'
     end

@@ -3,7 +3,8 @@
 --   K_DELAYED, K_DEADLINES, K_CONFIG, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND; handing tasks over, also
 --   K_IDLE, K_WAKE and what claim.lua uses.
 -- ARGV[1]: number of tasks N; then 8 values per task:
---   id, payload (JSON), priority, delay_ms, deadline ('' | '<ms>' | '@<epoch ms>'),
+--   id, payload (JSON; a named task's prefixed with \1 name \1), priority, delay_ms,
+--   deadline ('' | '<ms>' | '@<epoch ms>'),
 --   max_attempts (''=config), cost, timeout_s (''=config);
 --   then, optionally, a token base and a housekeeping bound: new tasks are then handed
 --   straight to idle workers (claimed for them and pushed onto their wake lists; a token
@@ -11,7 +12,8 @@
 --   stored with every new task (field 'trace', see protocol/tracing.py)
 -- An id that exists is the same task enqueued again when its payload, priority, cost,
 -- timeout and (if given) max_attempts are the same: nothing changes. Otherwise it is a
--- conflict, checked for every task before anything is written.
+-- conflict, checked for every task before anything is written (field 'name' when the
+-- payloads differ in their task name).
 -- Returns: {1, created_1, ..., created_N} (1 = new, 0 = the same task existed, unchanged)
 --   or {-1, index, size, max} when payload #index exceeds max_payload_bytes,
 --   or {-2, index, field} when task #index names an existing task that differs in field,

@@ -101,8 +101,9 @@ local function notify(n)
   if n > NOTIFY_MAX then n = NOTIFY_MAX end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
-  redis.call('LPUSH', K_NOTIFY, unpack(tokens))
-  redis.call('LTRIM', K_NOTIFY, 0, NOTIFY_MAX - 1)
+  if redis.call('LPUSH', K_NOTIFY, unpack(tokens)) > NOTIFY_MAX then
+    redis.call('LTRIM', K_NOTIFY, 0, NOTIFY_MAX - 1)
+  end
   demand()
 end
 
@@ -110,6 +111,20 @@ local function to_pending(id, key, front)
   local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
   redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
   redis.call('HSET', key, 'state', 'pending')
+end
+
+-- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
+-- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
+-- minute after the last push (a waiter that left leaves nothing behind for long). A task
+-- nobody waits on costs nothing: the field is absent.
+local WAITER_TTL_MS = 60000
+local function wake_waiters(id, key, waiters)
+  if not waiters then return end
+  for w in string.gmatch(waiters, '[^ ]+') do
+    redis.call('LPUSH', K_WAITER .. w, id)
+    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
+  end
+  redis.call('HDEL', key, 'waiters')
 end
 
 local function to_dead(id, key, now, reason, err)
@@ -121,6 +136,7 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
+  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
 end
 
 -- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
@@ -129,6 +145,7 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
+  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
 end
 
 -- Leave running: drop the lease, keep pod/incarnation as "last ran on". keep_token: the

@@ -75,7 +75,12 @@ end
 -- the enqueue gives one (the stored value is the queue default of the first enqueue).
 local function task_differs(key, payload, priority, max_attempts, cost, timeout)
   local v = redis.call('HMGET', key, 'payload', 'priority', 'cost', 'timeout', 'max_attempts')
-  if v[1] ~= payload then return 'payload' end
+  if v[1] ~= payload then
+    -- a named task's payload starts with its name between \1 bytes (tasknames.py)
+    local pattern = '^\1([^\1]*)\1'
+    if string.match(v[1] or '', pattern) ~= string.match(payload, pattern) then return 'name' end
+    return 'payload'
+  end
   if not same_value(v[2], priority) then return 'priority' end
   if not same_value(v[3], cost) then return 'cost' end
   if not same_value(v[4], timeout) then return 'timeout' end

@@ -1,0 +1,159 @@
+"""Script calls packed for the wire: the same bytes redis-py would send, the same replies,
+errors and reloads, on the client's own pooled connections."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+import redis.asyncio
+from redis.connection import Encoder
+from taskfleet import AsyncQueue, Queue
+from taskfleet.producer.encoding import encode_task
+from taskfleet.protocol.errors import InvalidPayload, TaskExists
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.scripts import AsyncScripts, Ops
+from taskfleet.protocol.wire import Head, bulk, packed_args
+
+
+@pytest.mark.parametrize(
+    "value", ["", "plain", "ünï\0code", 0, -7, 2**70, 0.1, 1e300, -0.0, math.pi, b"\xff\x00raw"]
+)
+def test_an_argument_is_packed_exactly_as_redis_py_encodes_it(value: str | int | float) -> None:
+    encoded = Encoder("utf-8", "strict", False).encode(value)
+    assert bulk(value) == b"$%d\r\n%b\r\n" % (len(encoded), encoded)
+
+
+@pytest.mark.parametrize("value", [True, None, [1], {"a": 1}])
+def test_an_argument_redis_py_would_refuse_is_refused_with_its_type(value: object) -> None:
+    with pytest.raises(redis.DataError, match="invalid script argument"):
+        bulk(value)  # type: ignore[arg-type]
+
+
+def test_a_packed_call_is_the_command_redis_py_packs() -> None:
+    keys = ("k1", "k2")
+    args = (1, "two", 3.5)
+    packed = Head("a" * 40, keys).command(args)
+    words = ["EVALSHA", "a" * 40, 2, *keys, *args]
+    assert packed == b"*%d\r\n" % len(words) + packed_args(words)
+
+
+def test_a_script_call_survives_a_script_flush_and_a_killed_connection(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    queue = Queue("jobs", redis_url)
+    first = queue.enqueue({"n": 1})
+    redis_client.script_flush()  # NOSCRIPT on the next call: loaded again, call resent
+    second = queue.enqueue({"n": 2})
+    redis_client.client_kill_filter(_type="normal", skipme=True)  # the pooled socket dies
+    third = queue.enqueue({"n": 3})
+    assert queue.stats()["pending"] == 3
+    assert all(queue.get(i) is not None for i in (first, second, third))
+    queue.close()
+
+
+def test_script_errors_reach_the_caller_as_the_library_errors(redis_url: str) -> None:
+    queue = Queue("jobs", redis_url)
+    queue.enqueue({"n": 1}, task_id="same")
+    with pytest.raises(TaskExists):
+        queue.enqueue({"n": 2}, task_id="same")
+    with pytest.raises(InvalidPayload, match="max_payload_bytes"):
+        queue.enqueue({"blob": "x" * (1 << 21)})
+    # the connection is clean after an error reply: the next call reads its own reply
+    assert queue.enqueue({"n": 1}, task_id="same") == "same"
+    queue.close()
+
+
+def test_a_client_pinned_to_one_connection_runs_scripts_through_redis_py(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url, single_connection_client=True)
+    queue = Queue("jobs", client=client)
+    client.script_flush()
+    task_id = queue.enqueue({"n": 1})
+    assert queue.get(task_id) is not None
+    client.close()
+
+
+def test_the_asyncio_client_packs_the_same_calls_and_reloads_flushed_scripts(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    keys = QueueKeys("jobs")
+    ops = Ops(keys)
+
+    async def main() -> list[bool]:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        scripts = AsyncScripts.for_client(client)
+        created = await scripts.run(ops.enqueue([encode_task({"n": 1}, task_id="a")]))
+        redis_client.script_flush()
+        created += await scripts.run(ops.enqueue([encode_task({"n": 2}, task_id="b")]))
+        created += await scripts.run(ops.enqueue([encode_task({"n": 2}, task_id="b")]))
+        await client.aclose()
+        return created
+
+    assert asyncio.run(main()) == [True, True, False]
+    assert redis_client.zcard(keys.pending) == 2
+
+
+def test_threads_enqueueing_at_once_each_get_their_own_reply(redis_url: str) -> None:
+    queue = Queue("jobs", redis_url)
+
+    def produce(thread: int) -> list[tuple[str, str]]:
+        pairs = []
+        for i in range(200):
+            wanted = f"t{thread}-{i}"
+            pairs.append((wanted, queue.enqueue({"i": i}, task_id=wanted)))
+        return pairs
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = [pair for pairs in pool.map(produce, range(8)) for pair in pairs]
+    assert all(wanted == got for wanted, got in results)
+    assert queue.stats()["pending"] == 1600
+    queue.close()
+
+
+def test_a_forked_child_enqueues_on_its_own_connections_and_the_parent_goes_on(
+    redis_url: str,
+) -> None:
+    queue = Queue("jobs", redis_url)
+    queue.enqueue({"who": "parent"})  # the parent has a connection kept now
+    pid = os.fork()
+    if pid == 0:  # the child: exit status says whether its enqueue worked
+        try:
+            queue.enqueue({"who": "child"}, task_id="from-child")
+            kept = list(queue._scripts._connections._idle)
+            # never the parent's socket: a reply meant for one could reach the other
+            code = 0 if kept and all(conn.pid == os.getpid() for conn in kept) else 3
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert queue.enqueue({"who": "parent"}, task_id="after-fork") == "after-fork"
+    assert queue.get("from-child") is not None
+    assert queue.stats()["pending"] == 3
+    queue.close()
+
+
+def test_an_async_call_cancelled_at_any_point_leaves_the_next_call_its_own_reply(
+    redis_url: str,
+) -> None:
+    async def main() -> int:
+        async with AsyncQueue("jobs", redis_url) as queue:
+            await queue.enqueue({})
+            for i in range(24):
+                call = asyncio.ensure_future(queue.enqueue({}, task_id=f"cut-{i}"))
+                for _ in range(i % 6):  # cut before the send, after it, during the read...
+                    await asyncio.sleep(0)
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+                assert await queue.enqueue({"i": i}, task_id=f"next-{i}") == f"next-{i}"
+                task = await queue.get(f"next-{i}")
+                assert task is not None and task.payload == {"i": i}
+            return (await queue.stats())["pending"]
+
+    assert asyncio.run(main()) >= 25

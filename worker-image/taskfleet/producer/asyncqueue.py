@@ -1,0 +1,182 @@
+"""``AsyncQueue``: the producer API for asyncio applications, on ``redis.asyncio``.
+
+The same calls and semantics as ``Queue``'s producing and reading side (enqueue,
+enqueue_result, enqueue_many, get, stats, workers, wait), each a coroutine. Nothing is
+written twice: a task is checked and encoded by ``encoding``, the script call and its
+reply are the same ``Op`` values (``scripts``), reads are ``reading``'s commands and
+parsers, and ``waiting`` decides a wait; only the round trips are awaited here.
+Operating a queue (configure, sweep, schedules, purge) stays on the sync ``Queue``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import redis.asyncio
+
+from taskfleet.producer import reading, waiting
+from taskfleet.producer.encoding import (
+    EnqueueResult,
+    EnqueueSpec,
+    batch_args,
+    encode_task,
+    token_base,
+)
+from taskfleet.producer.reading import WorkerInfo
+from taskfleet.protocol import tracing
+from taskfleet.protocol.connect import durability, is_cluster, redis_py_url
+from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.redisurl import parse_redis_url
+from taskfleet.protocol.scripts import AsyncScripts, Ops
+from taskfleet.protocol.tasks import Task
+
+__all__ = ["AsyncQueue"]
+
+
+class AsyncQueue:
+    """One named queue in Redis, for asyncio producers (``Queue``'s calls, awaited).
+
+    Create it anywhere; its connections open on first use, in the running loop. Close it
+    with ``await queue.aclose()`` or ``async with``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        redis_url: str = "redis://localhost:6379/0",
+        *,
+        client: redis.asyncio.Redis | None = None,
+    ) -> None:
+        self.keys = QueueKeys(name)
+        self.name = name
+        if client is None:
+            parsed = parse_redis_url(redis_url)  # InvalidRedisURL: one line, never the URL
+            if is_cluster(parsed) or durability(parsed).waits:
+                raise InvalidArgument(
+                    "AsyncQueue serves one Redis server without WAIT for now; for "
+                    "?cluster=true or ?wait_replicas=N use Queue"
+                )
+            redis_url = redis_py_url(redis_url)
+        self.client: redis.asyncio.Redis = (
+            client if client is not None else redis.asyncio.Redis.from_url(redis_url)
+        )
+        self._owns_client = client is None
+        self.ops = Ops(self.keys)
+        self._scripts = AsyncScripts.for_client(self.client)
+
+    def __repr__(self) -> str:
+        return f"AsyncQueue({self.name!r})"  # never the URL: it may hold a password
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self.client.aclose()
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def enqueue(
+        self,
+        payload: dict[str, Any],
+        *,
+        priority: int = 0,
+        delay: float | timedelta | None = None,
+        deadline: float | timedelta | datetime | None = None,
+        max_attempts: int | None = None,
+        task_id: str | None = None,
+        cost: int = 1,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109  (the task's, not this call's)
+        task: str | None = None,
+    ) -> str:
+        """Add a task; returns its id (``Queue.enqueue``: the same arguments and errors)."""
+        result = await self.enqueue_result(
+            payload,
+            priority=priority,
+            delay=delay,
+            deadline=deadline,
+            max_attempts=max_attempts,
+            task_id=task_id,
+            cost=cost,
+            timeout=timeout,
+            task=task,
+        )
+        return result.task_id
+
+    async def enqueue_result(
+        self,
+        payload: dict[str, Any],
+        *,
+        priority: int = 0,
+        delay: float | timedelta | None = None,
+        deadline: float | timedelta | datetime | None = None,
+        max_attempts: int | None = None,
+        task_id: str | None = None,
+        cost: int = 1,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109  (the task's, not this call's)
+        task: str | None = None,
+    ) -> EnqueueResult:
+        """``enqueue``, returning the id and whether this call created the task."""
+        args = encode_task(
+            payload,
+            priority=priority,
+            delay=delay,
+            deadline=deadline,
+            max_attempts=max_attempts,
+            task_id=task_id,
+            cost=cost,
+            timeout=timeout,
+            task=task,
+        )
+        if tracing.configured():
+            with tracing.enqueue_span(self.name, 1) as span:
+                span.set_attribute("messaging.message.id", args.task_id)
+                op = self.ops.enqueue([args], token_base(), tracing.carrier_text())
+                [created] = await self._scripts.run(op)
+        else:
+            [created] = await self._scripts.run(self.ops.enqueue([args], token_base()))
+        return EnqueueResult(args.task_id, created)
+
+    async def enqueue_many(self, items: Iterable[EnqueueSpec | Mapping[str, Any]]) -> list[str]:
+        """Add many tasks atomically in one round trip (``Queue.enqueue_many``)."""
+        batch = batch_args(items)
+        if not batch:
+            return []
+        if tracing.configured():
+            with tracing.enqueue_span(self.name, len(batch)):
+                await self._scripts.run(
+                    self.ops.enqueue(batch, token_base(), tracing.carrier_text())
+                )
+        else:
+            await self._scripts.run(self.ops.enqueue(batch, token_base()))
+        return [a.task_id for a in batch]
+
+    async def get(self, task_id: str) -> Task | None:
+        """The task, or None when there is none (never stored, or pruned by retention)."""
+        key = self.keys.task(reading.check_task_id(task_id))
+        return reading.task_of(await self.client.hgetall(key), task_id)
+
+    async def stats(self) -> dict[str, int]:
+        """Sizes of every state, live workers and the monotonic counters."""
+        pipe = self.client.pipeline(transaction=False)
+        reading.stats_commands(pipe, self.keys)
+        return reading.stats_of(await pipe.execute())
+
+    async def workers(self) -> list[WorkerInfo]:
+        seconds, micros = await self.client.time()
+        pipe = self.client.pipeline(transaction=False)
+        reading.workers_commands(pipe, self.keys)
+        return reading.workers_of(await pipe.execute(), int(seconds) * 1000 + int(micros) // 1000)
+
+    async def wait(
+        self,
+        task_ids: Iterable[str],
+        timeout: float,  # noqa: ASYNC109  (Queue.wait's argument; see waiting.wait_async)
+    ) -> dict[str, Task]:
+        """Until every task is done or dead; returns them by id (``Queue.wait``). Woken by
+        the script that finishes each task, not by polling. Raises ``WaitTimeout``."""
+        return await waiting.wait_async(self.client, self.keys, task_ids, timeout)
