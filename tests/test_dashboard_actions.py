@@ -180,7 +180,10 @@ def test_a_form_asking_for_what_no_action_does_is_a_400_and_changes_nothing(
     logged_in: Browser, queue: Queue, scene: Scene
 ) -> None:
     for form, why in [
-        ([("action", "drop"), ("state", "dead"), ("id", scene.dead_id)], "no action &#39;drop&#39;"),
+        (
+            [("action", "drop"), ("state", "dead"), ("id", scene.dead_id)],
+            "no action &#39;drop&#39;",
+        ),
         ([("action", "retry"), ("state", "done"), ("id", scene.done_id)], "retry applies to"),
         ([("action", "cancel"), ("state", "pending"), ("every", "1")], "cancel names its"),
         ([("action", "retry"), ("state", "dead")], "no task selected"),
@@ -239,7 +242,9 @@ def test_a_cross_site_request_is_refused_even_with_the_session_and_its_csrf_toke
     ):
         reply = acting.post("/queues/jobs/actions", form, {**cookie, **cross})
         assert reply.status == 403 and "another site" in reply.body
-    assert acting.post("/login", [("token", TOKEN)], {"Origin": "http://evil.example"}).status == 403
+    assert (
+        acting.post("/login", [("token", TOKEN)], {"Origin": "http://evil.example"}).status == 403
+    )
     assert state(queue, scene.dead_id) == "dead"
     own = {**cookie, "Origin": acting.base}
     assert acting.post("/queues/jobs/actions", form, own).status == 200
@@ -250,7 +255,7 @@ def test_read_only_shows_no_form_and_refuses_every_post(
 ) -> None:
     with serve(DashboardSettings(redis_url=redis_url)) as served:
         page = served.get("/queues/jobs/tasks/dead").body
-        assert "<form method=\"post\"" not in page and "read-only" in page
+        assert '<form method="post"' not in page and "read-only" in page
         form = [("action", "retry"), ("state", "dead"), ("id", scene.dead_id), ("confirm", "1")]
         reply = served.post("/queues/jobs/actions", form, SAME_SITE)
         assert reply.status == 403 and "read-only" in reply.body

@@ -28,7 +28,9 @@ MAX_IDS = 1000
 #: The states each action applies to.
 APPLIES = {
     "retry": frozenset({TaskState.DEAD.value}),
-    "cancel": frozenset({TaskState.PENDING.value, TaskState.DELAYED.value, TaskState.RUNNING.value}),
+    "cancel": frozenset(
+        {TaskState.PENDING.value, TaskState.DELAYED.value, TaskState.RUNNING.value}
+    ),
     "purge": frozenset(s.value for s in FINISHED),
 }
 
@@ -70,7 +72,9 @@ def parse(form: Mapping[str, str], ids: Sequence[str]) -> Action:
         raise BadAction(f"no action {kind!r}: one of {', '.join(APPLIES)}")
     state = form.get("state", "")
     if state not in APPLIES[kind]:
-        raise BadAction(f"{kind} applies to {', '.join(sorted(APPLIES[kind]))} tasks, not {state!r}")
+        raise BadAction(
+            f"{kind} applies to {', '.join(sorted(APPLIES[kind]))} tasks, not {state!r}"
+        )
     every = form.get("every") == "1"
     chosen = tuple(dict.fromkeys(i for i in ids if i))
     if every and chosen:

@@ -249,9 +249,7 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(
-    settings: DashboardSettings, *, client: SyncClient | None = None
-) -> SecurityHeaders:
+def create_app(settings: DashboardSettings, *, client: SyncClient | None = None) -> SecurityHeaders:
     """The ASGI app; its sampler runs while the app does (Starlette's lifespan)."""
     dash = Dashboard(settings, client)
 
