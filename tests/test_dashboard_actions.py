@@ -166,10 +166,11 @@ def test_purge_deletes_selected_done_tasks_and_every_dead_one_and_nothing_else(
 ) -> None:
     form = [("action", "purge"), ("state", "done"), ("id", scene.done_id), ("id", scene.dead_id)]
     status, answer = logged_in.act(form, confirm=True)
+    assert status == 200
     assert "1 of 2 deleted" in answer
     assert f"{scene.dead_id} not done (gone or changed meanwhile): left as it was" in answer
     assert state(queue, scene.done_id) is None and state(queue, scene.dead_id) == "dead"
-    status, answer = logged_in.act(
+    _, answer = logged_in.act(
         [("action", "purge"), ("state", "dead"), ("every", "1")], confirm=True
     )
     assert "1 dead tasks deleted" in answer and state(queue, scene.dead_id) is None
@@ -289,6 +290,7 @@ def test_the_command_refuses_actions_without_a_token_and_exit_2(tmp_path: Any) -
             capture_output=True,
             text=True,
             timeout=30,
+            check=False,
             env={"PATH": "/usr/bin:/bin", **(env or {})},
         )
 

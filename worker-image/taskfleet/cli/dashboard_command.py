@@ -76,7 +76,7 @@ def _queue_names(
     show_default=True,
     help="The dashboard's log lines (every action is one): key=value or JSON.",
 )
-def dashboard(
+def dashboard(  # noqa: PLR0917 (click passes every option)
     redis_url: str,
     queues: tuple[str, ...],
     host: str,

@@ -148,7 +148,7 @@ async def act(dash: Dashboard, request: Request) -> Response:
     keys = dash.keys(name)
     try:
         action = actions.parse(form.first(), form.all("id"))
-    except actions.BadAction as exc:
+    except actions.BadActionError as exc:
         raise HTTPException(400, str(exc)) from None
     back = form.get("back") or f"/queues/{display.url_part(name)}/tasks/{action.state}"
     context = {"queue": name, "action": action, "back": _local(back)}

@@ -45,7 +45,7 @@ CANCELLED_AS = {
 }
 
 
-class BadAction(ValueError):
+class BadActionError(ValueError):
     """A form no action can come from (a 400 page, one line)."""
 
 
@@ -69,22 +69,22 @@ def parse(form: Mapping[str, str], ids: Sequence[str]) -> Action:
     """The action a form asks for: ``action``, ``state``, ``every=1`` or ``id`` fields."""
     kind = form.get("action", "")
     if kind not in APPLIES:
-        raise BadAction(f"no action {kind!r}: one of {', '.join(APPLIES)}")
+        raise BadActionError(f"no action {kind!r}: one of {', '.join(APPLIES)}")
     state = form.get("state", "")
     if state not in APPLIES[kind]:
-        raise BadAction(
+        raise BadActionError(
             f"{kind} applies to {', '.join(sorted(APPLIES[kind]))} tasks, not {state!r}"
         )
     every = form.get("every") == "1"
     chosen = tuple(dict.fromkeys(i for i in ids if i))
     if every and chosen:
-        raise BadAction("an action names tasks or says every one, not both")
+        raise BadActionError("an action names tasks or says every one, not both")
     if every and kind == "cancel":
-        raise BadAction("cancel names its tasks")
+        raise BadActionError("cancel names its tasks")
     if not every and not chosen:
-        raise BadAction("no task selected")
+        raise BadActionError("no task selected")
     if len(chosen) > MAX_IDS:
-        raise BadAction(f"at most {MAX_IDS} tasks per action, not {len(chosen)}")
+        raise BadActionError(f"at most {MAX_IDS} tasks per action, not {len(chosen)}")
     return Action(kind, state, chosen, every)
 
 

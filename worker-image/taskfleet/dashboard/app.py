@@ -11,9 +11,9 @@ is thread-safe.
 from __future__ import annotations
 
 import contextlib
-from functools import partial
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
