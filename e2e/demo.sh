@@ -109,6 +109,14 @@ queue=$(kq get deployment "$name" -o jsonpath='{.spec.template.spec.containers[0
   python3 -c 'import json,sys; a=json.load(sys.stdin); print(a[a.index("--queue")+1])')
 selector="taskfleet.dev/queue=$name"
 
+say "deploying the dashboard (kubectl apply -k e2e/manifests/dashboard)"
+# manifests/ with the dashboard component and the Secret of the sample Redis's URL it
+# reads (never printed); read-only, it shows every queue of that Redis, this one included.
+dashboard_objects=$(applied -k "$repo/e2e/manifests/dashboard")
+# its image is the worker's (the [dashboard] extra)
+refresh_stale_pods worker taskfleet-system app.kubernetes.io/name=taskfleet-dashboard
+wait_rollouts <<<"$dashboard_objects"
+
 # A ready worker pod: it has the library and the queue's Redis URL in its environment.
 ready_pod() {
   kq get pods -l "$selector" -o json | python3 -c '
@@ -235,3 +243,8 @@ printf '    kubectl --context %s -n taskfleet-system port-forward deploy/taskfle
 printf '    curl -s localhost:9101/metrics | grep ^taskfleet_queue\n'
 printf '  Prometheus: scrape annotations on every pod; manifests/monitoring/ has a PodMonitor,\n'
 printf '  alert rules and a Grafana dashboard.\n'
+# The web dashboard (docs/dashboard.md), read-only: the queue live in a browser.
+printf '\n  Dashboard: the queue %s live in your browser:\n' "$queue"
+printf '    kubectl --context %s -n taskfleet-system port-forward svc/taskfleet-dashboard 8080:80\n' \
+  "$context"
+printf '    then open http://127.0.0.1:8080/queues/%s\n' "$queue"

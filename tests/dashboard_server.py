@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 import uvicorn
 from taskfleet.dashboard.app import create_app
@@ -42,6 +43,20 @@ class Served:
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> Reply:
         return self.request("GET", path, headers)
+
+    def post(
+        self, path: str, form: list[tuple[str, str]], headers: dict[str, str] | None = None
+    ) -> Reply:
+        """A form posted as a browser posts it (urlencoded); redirects are returned."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        sent = {"Content-Type": "application/x-www-form-urlencoded", **(headers or {})}
+        try:
+            conn.request("POST", path, body=urlencode(form), headers=sent)
+            response = conn.getresponse()
+            body = response.read().decode()
+            return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, body)
+        finally:
+            conn.close()
 
 
 @contextmanager

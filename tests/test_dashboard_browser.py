@@ -185,3 +185,60 @@ def test_pages_fit_a_phone_screen_without_scrolling_sideways(
         )
         shot(browser, name)
         assert overflow <= 1, f"{path} is {overflow}px wider than the screen"
+
+
+TOKEN = "browser-test-token-0123456789abc"
+
+
+@pytest.fixture
+def acting(redis_url: str, scene: Scene) -> Iterator[Served]:
+    settings = DashboardSettings(
+        redis_url=redis_url,
+        refresh_s=0.5,
+        sample_s=0.2,
+        discover_s=0.2,
+        page_size=10,
+        read_only=False,
+        token=TOKEN,
+    )
+    with serve(settings) as s:
+        yield s
+
+
+def test_a_dead_tasks_error_read_then_the_task_retried_after_login_and_confirm_and_seen_done(
+    browser: Any, acting: Served, scene: Scene, queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(acting.base + "/")
+    click(browser, "table.queues a", "jobs")
+    click(browser, "a.card.state-dead", "1")
+    click(browser, "table.tasks td a", scene.dead_id)
+    assert "FileNotFoundError" in visible(browser, "#task-error", "FileNotFoundError")
+
+    # the token, entered once: the login brings the reader back to the task
+    click(browser, "a.badge", "log in to act")
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    shot(browser, "5-login")
+    click(browser, ".login button", "Log in")
+    visible(browser, "h1", scene.dead_id)
+    click(browser, "button.act-retry", "Retry")
+    assert "Retry 1 dead task?" in visible(browser, "h1", "Retry")
+    shot(browser, "6-confirm-retry")
+    assert queue.get(scene.dead_id).state.value == "dead"  # type: ignore[union-attr]
+    click(browser, "button#confirm", "Retry")
+    assert "1 of 1 sent back to pending" in visible(browser, "#result-summary")
+    shot(browser, "7-retried")
+
+    # a worker takes it (it has the highest priority) and completes it
+    broker = make_broker(queue.name, pod="pod-b", incarnation="inc-9")
+    broker.register(1)
+    (retried,) = broker.claim(1).tasks
+    assert retried.id == scene.dead_id
+    broker.complete(retried.id, retried.token, '{"recovered": true}')
+
+    click(browser, "#result-summary ~ .scroll a", scene.dead_id)
+    assert visible(browser, "a.state", "done") == "done"
+    assert '"recovered": true' in visible(browser, "#task-result", "recovered")
+    shot(browser, "8-retried-task-done")
+    assert csp_violations(browser) == []

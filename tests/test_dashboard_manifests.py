@@ -80,3 +80,30 @@ def test_the_component_builds_without_the_sample_redis(tmp_path: Path) -> None:
 def test_the_worker_image_installs_the_dashboard_extra() -> None:
     dockerfile = (REPO / "worker-image" / "Dockerfile").read_text()
     assert '"/src[metrics,dashboard]"' in dockerfile
+
+
+def test_the_actions_token_comes_from_an_optional_secret_and_actions_stay_off_by_default(
+    tmp_path: Path,
+) -> None:
+    docs = overlay(tmp_path, "")
+    [container] = docs[("Deployment", "taskfleet-dashboard")]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    [token] = [e for e in container["env"] if e["name"] == "TASKFLEET_DASHBOARD_TOKEN"]
+    assert token["valueFrom"]["secretKeyRef"] == {
+        "name": "taskfleet-dashboard-token",
+        "key": "token",
+        "optional": True,
+    }
+    assert "--actions" not in container["command"]
+
+
+def test_the_demos_overlay_renders_the_install_the_dashboard_and_its_url_secret() -> None:
+    docs = by_kind(kustomize(REPO / "e2e" / "manifests" / "dashboard"))
+    secret = docs[("Secret", "taskfleet-dashboard-redis")]
+    assert secret["metadata"]["namespace"] == "taskfleet-system"
+    assert ("Deployment", "taskfleet-dashboard") in docs
+    assert ("Deployment", "taskfleet-operator") in docs
+    policy = docs[("NetworkPolicy", "redis")]
+    labels = docs[("Deployment", "taskfleet-dashboard")]["spec"]["template"]["metadata"]["labels"]
+    assert admitted(policy, labels, "taskfleet-system")

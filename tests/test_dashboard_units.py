@@ -61,7 +61,11 @@ def test_shown_values_are_capped_saying_how_much_was_left_out() -> None:
 def test_settings_refuse_what_the_dashboard_cannot_do() -> None:
     with pytest.raises(ValueError, match="invalid queue name"):
         DashboardSettings(redis_url="redis://x", queues=("{bad}",))
-    with pytest.raises(ValueError, match="read-only"):
+    with pytest.raises(ValueError, match="actions need a token"):
         DashboardSettings(redis_url="redis://x", read_only=False)
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        DashboardSettings(redis_url="redis://x", read_only=False, token="short")
+    secret = "s3cret-token-0123456789"
+    assert secret not in repr(DashboardSettings("redis://x", read_only=False, token=secret))
     with pytest.raises(ValueError, match="page_size"):
         DashboardSettings(redis_url="redis://x", page_size=0)

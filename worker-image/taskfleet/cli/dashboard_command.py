@@ -6,10 +6,19 @@ command, so ``taskfleet --help`` and the worker's start never import them.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
+from taskfleet.cli.logs import configure_logging
 from taskfleet.cli.options import BadInput, FiniteFloat, redis_option
 from taskfleet.protocol.keys import validate_queue_name
+
+#: Where ``--actions`` finds its token without ``--token-file``.
+TOKEN_ENV = "TASKFLEET_DASHBOARD_TOKEN"
+#: As ``dashboard.settings.MIN_TOKEN_CHARS`` (that module loads with the web stack only).
+MIN_TOKEN_CHARS = 16
 
 
 def _queue_names(
@@ -46,11 +55,40 @@ def _queue_names(
     show_default=True,
     help="Seconds between two live refreshes of an open page.",
 )
-def dashboard(
-    redis_url: str, queues: tuple[str, ...], host: str, port: int, refresh: float
+@click.option(
+    "--actions",
+    "with_actions",
+    is_flag=True,
+    help="Enable retry, cancel and purge for whoever logs in with the token "
+    "(TASKFLEET_DASHBOARD_TOKEN or --token-file). Without it: read-only.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file holding the actions token (a mounted Secret); overrides "
+    "TASKFLEET_DASHBOARD_TOKEN.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="The dashboard's log lines (every action is one): key=value or JSON.",
+)
+def dashboard(  # noqa: PLR0917 (click passes every option)
+    redis_url: str,
+    queues: tuple[str, ...],
+    host: str,
+    port: int,
+    refresh: float,
+    with_actions: bool,
+    token_file: Path | None,
+    log_format: str,
 ) -> None:
-    """Serve a read-only web dashboard of the queues: depths, rates, tasks by state,
-    a task's payload and error, workers. Listens on 127.0.0.1 unless told otherwise."""
+    """Serve a web dashboard of the queues: depths, rates, tasks by state, a task's
+    payload and error, workers. Read-only unless started with --actions (and a token).
+    Listens on 127.0.0.1 unless told otherwise."""
     try:
         from taskfleet.dashboard.app import serve
         from taskfleet.dashboard.settings import DashboardSettings
@@ -59,6 +97,37 @@ def dashboard(
             f"the dashboard needs the 'dashboard' extra ({exc.name or exc} is missing): "
             "pip install 'taskfleet[dashboard]'"
         ) from None
-    settings = DashboardSettings(redis_url=redis_url, queues=queues, refresh_s=refresh)
-    click.echo(f"taskfleet dashboard on http://{host}:{port}/ (read-only)", err=True)
+    token = _token(token_file) if with_actions else None
+    settings = DashboardSettings(
+        redis_url=redis_url,
+        queues=queues,
+        refresh_s=refresh,
+        read_only=not with_actions,
+        token=token,
+    )
+    configure_logging(log_format, "info")
+    mode = "actions for whoever logs in with the token" if with_actions else "read-only"
+    click.echo(f"taskfleet dashboard on http://{host}:{port}/ ({mode})", err=True)
     serve(settings, host, port)
+
+
+def _token(token_file: Path | None) -> str:
+    """The actions token: the file's content (one trailing newline dropped), else the
+    environment's; one clear error (exit 2) when neither holds one long enough."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text().removesuffix("\n").removesuffix("\r")
+        except OSError as exc:
+            raise BadInput(f"cannot read --token-file {token_file}: {exc.strerror}") from None
+        where = f"--token-file {token_file}"
+    else:
+        token = os.environ.get(TOKEN_ENV, "")
+        where = TOKEN_ENV
+    if not token:
+        raise BadInput(
+            f"--actions needs a token: set {TOKEN_ENV} or pass --token-file "
+            "(a mounted Secret); without --actions the dashboard is read-only"
+        )
+    if len(token) < MIN_TOKEN_CHARS:
+        raise BadInput(f"the token in {where} is shorter than {MIN_TOKEN_CHARS} characters")
+    return token

@@ -4,7 +4,8 @@ same page for the live refresh, security headers on every response. ``serve`` ru
 Each page is ``<page>.html`` (the frame) around ``<page>_live.html`` (what refreshes);
 a request with the ``X-Live`` header gets the fragment alone, and ``static/live.js``
 swaps it in. Handlers are plain functions (Starlette runs them on its thread pool) over
-one redis-py client: its connection pool is thread-safe.
+one client from ``protocol.connect`` (a server's or a cluster's): its connection pool
+is thread-safe.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
-from taskfleet.dashboard import charts, display, reads
+from taskfleet.dashboard import acting, actions, auth, charts, display, reads
 from taskfleet.dashboard.sampler import Sampler, rates
 from taskfleet.dashboard.settings import DashboardSettings
-from taskfleet.producer import overview
+from taskfleet.producer import control, overview
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.connect import SyncClient, connect
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.redisurl import redact_redis_url, scrub
 
@@ -74,11 +78,13 @@ def _environment() -> Environment:
 class Dashboard:
     """The app's state: settings, the Redis client, the sampler, the templates."""
 
-    def __init__(self, settings: DashboardSettings, client: redis.Redis | None = None) -> None:
+    def __init__(self, settings: DashboardSettings, client: SyncClient | None = None) -> None:
         self.settings = settings
-        self.client = client or redis.Redis.from_url(
+        self.client: SyncClient = client or connect(
             settings.redis_url, socket_timeout=5, socket_connect_timeout=5
         )
+        self.sessions = auth.Sessions()
+        self._queues: dict[str, Queue] = {}
         self.sampler = Sampler(
             self.client,
             settings.queues,
@@ -101,13 +107,28 @@ class Dashboard:
             raise HTTPException(404, "this dashboard shows other queues")
         return keys
 
-    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
-        live = request.headers.get(LIVE_HEADER) == "1"
-        template = self.templates.get_template(f"{name}_live.html" if live else f"{name}.html")
+    def queue_of(self, keys: QueueKeys) -> Queue:
+        """The queue's ``Queue`` on the dashboard's client: what every action calls."""
+        found = self._queues.get(keys.queue)
+        if found is None:
+            found = self._queues.setdefault(keys.queue, Queue(keys.queue, client=self.client))
+        return found
+
+    def page(
+        self, request: Request, name: str, status: int = 200, *, live: bool = True, **context: Any
+    ) -> Response:
+        """``name``.html, or its live fragment for a refresh; ``live=False``: a page that is
+        not refreshed (a form's answer: its URL takes POST only)."""
+        fragment = live and request.headers.get(LIVE_HEADER) == "1"
+        template = self.templates.get_template(f"{name}_live.html" if fragment else f"{name}.html")
+        session = None if self.settings.read_only else auth.of(request, self.sessions)
         body = template.render(
             redis_url=self.redis_shown,
-            refresh_ms=int(self.settings.refresh_s * 1000),
+            refresh_ms=int(self.settings.refresh_s * 1000) if live else 0,
             read_only=self.settings.read_only,
+            session=session,
+            csrf=session.csrf if session else "",
+            applies=actions.APPLIES,
             path=request.url.path,
             **context,
         )
@@ -159,7 +180,7 @@ class Dashboard:
             found=found,
             number=number,
             last=last,
-            now_ms=reads.server_ms(self.client),
+            now_ms=control.server_ms(self.client, keys),
         )
 
     def search(self, request: Request) -> Response:
@@ -179,7 +200,7 @@ class Dashboard:
         if found is None:
             return self.page(request, "notfound", 404, queue=name, task_id=task_id)
         return self.page(
-            request, "task", queue=name, task=found, now_ms=reads.server_ms(self.client)
+            request, "task", queue=name, task=found, now_ms=control.server_ms(self.client, keys)
         )
 
     def workers(self, request: Request) -> Response:
@@ -228,9 +249,7 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(
-    settings: DashboardSettings, *, client: redis.Redis | None = None
-) -> SecurityHeaders:
+def create_app(settings: DashboardSettings, *, client: SyncClient | None = None) -> SecurityHeaders:
     """The ASGI app; its sampler runs while the app does (Starlette's lifespan)."""
     dash = Dashboard(settings, client)
 
@@ -265,6 +284,10 @@ def create_app(
         Route("/queues/{queue}/search", dash.search, methods=get),
         Route("/queues/{queue}/tasks/id/{task_id:path}", dash.task, methods=get),
         Route("/queues/{queue}/tasks/{state}", dash.tasks, methods=get),
+        Route("/login", partial(acting.login_page, dash), methods=get),
+        Route("/login", partial(acting.login, dash), methods=["POST"]),
+        Route("/logout", partial(acting.logout, dash), methods=["POST"]),
+        Route("/queues/{queue}/actions", partial(acting.act, dash), methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(

@@ -1,6 +1,6 @@
 """The pages' reads that ``Queue`` and ``producer.overview`` do not already make: one page
 of a state's sorted set, a task with the server's time, the workers with the tasks each
-holds. Plain commands, pipelined, two round trips at most; the cost of each is bounded by
+holds. Plain commands, pipelined, three round trips at most; the cost of each is bounded by
 the page, never by the queue (ZRANGE by rank is O(log N + page) on a skiplist).
 """
 
@@ -9,20 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import redis
-
-from taskfleet.producer import reading
+from taskfleet.producer import control, reading
 from taskfleet.producer.overview import QueueView, WorkerView
+from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.scripts import text
 from taskfleet.protocol.tasks import Task, TaskState, stored_int, stored_text, stored_time
 
 #: The states in the order a page shows them.
 STATES: tuple[str, ...] = tuple(s.value for s in TaskState)
-
-#: Finished states list the newest first; the others in the order the queue serves them
-#: (pending: next to be claimed first; delayed: due first; running: lease ending first).
-NEWEST_FIRST = frozenset({TaskState.DONE.value, TaskState.DEAD.value})
 
 #: The fields of a task a row of a page shows (a task's hash has more).
 ROW_FIELDS = (
@@ -66,20 +61,15 @@ class TaskPage:
 
 
 def state_page(
-    client: redis.Redis, keys: QueueKeys, state: str, offset: int, limit: int
+    client: SyncClient, keys: QueueKeys, state: str, offset: int, limit: int
 ) -> TaskPage:
-    """Rows ``offset .. offset+limit-1`` of ``state``, and the state's size."""
+    """Rows ``offset .. offset+limit-1`` of ``state`` in ``Queue.list``'s order (the same
+    ``control.ordered_ids``), and the state's size; the rows' few fields only."""
     if state not in STATES:
         raise ValueError(f"no task state {state!r}: one of {', '.join(STATES)}")
-    zset = getattr(keys, state)
-    pipe = client.pipeline(transaction=False)
-    pipe.zcard(zset)
-    if state in NEWEST_FIRST:
-        pipe.zrevrange(zset, offset, offset + limit - 1)
-    else:
-        pipe.zrange(zset, offset, offset + limit - 1)
-    total, members = pipe.execute()
-    ids = [text(m) for m in members]
+    parsed = TaskState(state)
+    total = client.zcard(control.state_set(keys, parsed)[0])
+    ids = control.ordered_ids(client, keys, parsed, offset, limit)
     if not ids:
         return TaskPage(state, int(total), offset)
     pipe = client.pipeline(transaction=False)
@@ -107,14 +97,9 @@ def _row(task_id: str, values: list[bytes | None]) -> TaskRow:
     )
 
 
-def task(client: redis.Redis, keys: QueueKeys, task_id: str) -> Task | None:
+def task(client: SyncClient, keys: QueueKeys, task_id: str) -> Task | None:
     """The task (``Queue.get``'s read), or None: never stored, or pruned by retention."""
     return reading.get(client, keys, task_id)
-
-
-def server_ms(client: redis.Redis) -> int:
-    sec, usec = client.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 @dataclass(frozen=True)
@@ -125,7 +110,7 @@ class WorkerDetail:
     held: list[str]
 
 
-def held_tasks(client: redis.Redis, keys: QueueKeys, view: QueueView) -> list[WorkerDetail]:
+def held_tasks(client: SyncClient, keys: QueueKeys, view: QueueView) -> list[WorkerDetail]:
     """The ids each worker of ``view`` holds (up to ``HELD_SHOWN`` each), one round trip."""
     if not view.workers:
         return []

@@ -17,8 +17,10 @@ from collections import deque
 from dataclasses import dataclass
 
 import redis
+from redis.cluster import RedisCluster
 
 from taskfleet.producer.overview import discover
+from taskfleet.protocol.connect import SyncClient, server_ms
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.tasks import stored_int, stored_text
 
@@ -53,7 +55,7 @@ class Sampler:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: SyncClient,
         queues: tuple[str, ...],
         *,
         sample_s: float,
@@ -102,14 +104,19 @@ class Sampler:
 
     def sample_now(self) -> None:
         names = self.queues()
+        stats = [QueueKeys(name).stats for name in names]
         pipe = self._client.pipeline(transaction=False)
-        pipe.time()
-        for name in names:
-            pipe.hmget(QueueKeys(name).stats, *CHARTED.values())
-        (sec, usec), *replies = pipe.execute()
-        at_ms = int(sec) * 1000 + int(usec) // 1000
+        for key in stats:
+            pipe.hmget(key, *CHARTED.values())
+        replies = pipe.execute()
+        # each queue on its own node's clock (a cluster pipeline refuses TIME); a single
+        # server has one clock for all
+        if isinstance(self._client, RedisCluster):
+            clocks = [server_ms(self._client, key) for key in stats]
+        else:
+            clocks = [server_ms(self._client, stats[0]) if stats else 0] * len(stats)
         with self._lock:
-            for name, values in zip(names, replies, strict=True):
+            for name, at_ms, values in zip(names, clocks, replies, strict=True):
                 counters = {
                     counter: stored_int(None if v is None else stored_text(v)) or 0
                     for counter, v in zip(CHARTED.values(), values, strict=True)

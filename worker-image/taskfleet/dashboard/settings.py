@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from taskfleet.protocol.keys import validate_queue_name
 
 #: Rows on one page of a state.
 PAGE_SIZE = 50
+#: The shortest actions token accepted: guessing it over HTTP must be hopeless.
+MIN_TOKEN_CHARS = 16
 
 
 @dataclass(frozen=True)
 class DashboardSettings:
     """``queues`` empty: every queue the background discovery finds in this Redis.
 
-    ``read_only`` is the only mode there is: the app serves GET and HEAD, and the place
-    where actions go (the task and state pages' ``actions`` blocks) stays empty.
+    ``read_only`` (the default): the app changes nothing; it answers GET and HEAD, and
+    every POST with 403. ``read_only=False`` enables the actions (retry, cancel, purge)
+    for whoever logs in with ``token``, which is then required (``repr`` never shows it).
     """
 
     redis_url: str
@@ -30,12 +33,16 @@ class DashboardSettings:
     discover_s: float = 60.0
     page_size: int = PAGE_SIZE
     read_only: bool = True
+    token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in self.queues:
             validate_queue_name(name)
-        if not self.read_only:
-            raise ValueError("the dashboard has no actions yet: it runs read-only")
+        if not self.read_only and (self.token is None or len(self.token) < MIN_TOKEN_CHARS):
+            raise ValueError(
+                f"actions need a token of at least {MIN_TOKEN_CHARS} characters "
+                "(TASKFLEET_DASHBOARD_TOKEN or --token-file)"
+            )
         for what, value in (
             ("refresh_s", self.refresh_s),
             ("sample_s", self.sample_s),

@@ -24,7 +24,17 @@ from taskfleet.protocol.scripts import SyncScripts
 from taskfleet.protocol.states import FINISHED, TaskState
 from taskfleet.protocol.tasks import Task, stored_text
 
-__all__ = ["TaskPage", "cancel", "drop", "follow", "list_tasks", "retry", "server_ms"]
+__all__ = [
+    "TaskPage",
+    "cancel",
+    "drop",
+    "follow",
+    "list_tasks",
+    "ordered_ids",
+    "retry",
+    "server_ms",
+    "state_set",
+]
 
 #: Ids per cancel, retry or drop call when the caller names them.
 ID_BATCH = 1000
@@ -45,6 +55,25 @@ class TaskPage:
 def server_ms(client: SyncClient, keys: QueueKeys) -> int:
     """The clock of the queue's server (on a cluster: of the node that holds its slot)."""
     return connect.server_ms(client, keys.stats)
+
+
+def state_set(keys: QueueKeys, state: TaskState) -> tuple[str, bool]:
+    """The sorted set of ``state`` and whether its order is newest first (finished states:
+    scored by finished_at) rather than the order the queue serves it (pending: next to run
+    first; delayed: due first; running: lease ending first)."""
+    if state in FINISHED:
+        return keys.finished(state.value), True
+    return getattr(keys, state.value), False
+
+
+def ordered_ids(
+    client: SyncClient, keys: QueueKeys, state: TaskState, offset: int, count: int
+) -> list[str]:
+    """Ids ``offset .. offset+count-1`` of ``state`` in ``state_set``'s order: by rank,
+    O(log N + count) whatever the offset (a skiplist counts its spans)."""
+    zkey, newest_first = state_set(keys, state)
+    read = client.zrevrange if newest_first else client.zrange
+    return [stored_text(m) for m in read(zkey, offset, offset + count - 1)]
 
 
 def _seconds(name: str, value: float | timedelta | None) -> float | None:
@@ -195,28 +224,30 @@ def list_tasks(
     older, newer = _seconds("older_than", older_than), _seconds("newer_than", newer_than)
     now = server_ms(client, keys)
     finished = parsed in FINISHED
-    zkey = keys.finished(parsed.value) if finished else getattr(keys, parsed.value)
+    zkey, _ = state_set(keys, parsed)
     lo = "-inf" if newer is None else now - int(newer * 1000)
     hi = "+inf" if older is None else now - int(older * 1000)
+    by_score = finished and (older is not None or newer is not None)
     budget = 10 * limit + 1000
     found: list[Task] = []
     while len(found) < limit and budget > 0:
         chunk = min(LIST_CHUNK, budget)
-        if finished:  # the score is finished_at: the age filter is the range itself
-            ids = client.zrevrangebyscore(zkey, hi, lo, start=offset, num=chunk)
+        if by_score:  # the score is finished_at: the age filter is the range itself
+            raw_ids = client.zrevrangebyscore(zkey, hi, lo, start=offset, num=chunk)
+            ids = [stored_text(i) for i in raw_ids]
         else:
-            ids = client.zrange(zkey, offset, offset + chunk - 1)
+            ids = ordered_ids(client, keys, parsed, offset, chunk)
         if not ids:
             return TaskPage(found, None)
         pipe = client.pipeline(transaction=False)
-        for raw_id in ids:
-            pipe.hgetall(keys.task(stored_text(raw_id)))
-        for raw_id, raw in zip(ids, pipe.execute(), strict=True):
+        for task_id in ids:
+            pipe.hgetall(keys.task(task_id))
+        for task_id, raw in zip(ids, pipe.execute(), strict=True):
             offset += 1
             budget -= 1
             if not raw:
                 continue  # pruned or deleted meanwhile
-            task = Task.from_hash(raw, stored_text(raw_id))
+            task = Task.from_hash(raw, task_id)
             if _matches(task, finished, reason, lo, hi) and len(found) < limit:
                 found.append(task)
             if len(found) >= limit:

@@ -1,11 +1,12 @@
 // Live refresh without reloading: every data-refresh-ms, fetch this page's live fragment
 // (the X-Live header) and swap it into <main id="live">. Paused while the tab is hidden
-// or while the user types in a form inside it; says when it last updated or failed.
+// or while the user types in a form inside it or has tasks selected; says when it last updated or failed.
 (function () {
   "use strict";
   var main = document.getElementById("live");
   var status = document.getElementById("live-status");
-  if (!main || !window.fetch) { return; }
+  // a page without data-refresh-ms (a form's answer) is not refreshed
+  if (!main || !window.fetch || !main.hasAttribute("data-refresh-ms")) { return; }
   var every = parseInt(main.getAttribute("data-refresh-ms"), 10) || 2000;
   var busy = false;
 
@@ -13,6 +14,7 @@
 
   function typing() {
     var active = document.activeElement;
+    if (main.querySelector("input[type=checkbox]:checked")) { return true; }  // a selection
     return active && main.contains(active) && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName);
   }
 

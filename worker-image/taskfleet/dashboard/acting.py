@@ -1,0 +1,161 @@
+"""The routes that change something: log in and out, and the actions (``actions``).
+
+Every POST passes the same gate (``_gate``): the dashboard runs with actions, the
+request comes from one of its own pages (``auth.same_origin``), and, past the login, it
+carries a live session's cookie and that session's CSRF token. A refusal is a 403 page
+and a log line; the token is never logged, nor the CSRF token, nor the cookie.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from taskfleet.dashboard import actions, auth, display
+from taskfleet.producer import control
+from taskfleet.protocol.states import TaskState
+
+if TYPE_CHECKING:
+    from taskfleet.dashboard.app import Dashboard
+
+log = logging.getLogger("taskfleet.dashboard")
+
+#: The largest form read (1000 ids of up to 200 characters, and the rest).
+MAX_FORM_BYTES = 256 * 1024
+
+
+class Form:
+    """A posted urlencoded form: one value per name, or every value of a name."""
+
+    def __init__(self, values: dict[str, list[str]]) -> None:
+        self._values = values
+
+    def get(self, name: str, default: str = "") -> str:
+        found = self._values.get(name)
+        return found[0] if found else default
+
+    def all(self, name: str) -> list[str]:
+        return self._values.get(name, [])
+
+    def first(self) -> dict[str, str]:
+        return {name: values[0] for name, values in self._values.items() if values}
+
+
+async def _form(request: Request) -> Form:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise HTTPException(413, "the form is too large")
+    try:
+        return Form(parse_qs(body.decode(), keep_blank_values=True, max_num_fields=2000))
+    except (UnicodeDecodeError, ValueError):
+        raise HTTPException(400, "not a form") from None
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "-"
+
+
+def _refuse(dash: Dashboard, request: Request, why: str) -> Response:
+    log.warning(
+        "dashboard_refused",
+        extra={"fields": {"client": _client(request), "path": request.url.path, "why": why}},
+    )
+    return dash.page(request, "error", 403, live=False, title="Refused", message=why)
+
+
+def _gate(dash: Dashboard, request: Request) -> str | None:
+    """Why this POST is refused before its session is looked at, or None."""
+    if dash.settings.read_only:
+        return "this dashboard is read-only (start it with --actions and a token to act)"
+    if not auth.same_origin(request):
+        return "a request from another site"
+    return None
+
+
+def _local(target: str) -> str:
+    """Where to go after the login: a path of this dashboard, never another site."""
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+def login_page(dash: Dashboard, request: Request) -> Response:
+    if dash.settings.read_only:
+        raise HTTPException(404, "this dashboard is read-only: there is nothing to log in to")
+    after = _local(request.query_params.get("next", "/"))
+    return dash.page(request, "login", live=False, after=after, wrong=False)
+
+
+async def login(dash: Dashboard, request: Request) -> Response:
+    refused = _gate(dash, request)
+    if refused:
+        return _refuse(dash, request, refused)
+    form = await _form(request)
+    after = _local(form.get("next", "/"))
+    assert dash.settings.token is not None  # not read-only: the settings insist on one
+    if not auth.token_matches(dash.settings.token, form.get("token")):
+        log.warning(
+            "dashboard_login", extra={"fields": {"client": _client(request), "result": "refused"}}
+        )
+        return dash.page(request, "login", 403, live=False, after=after, wrong=True)
+    session = dash.sessions.open()
+    log.info("dashboard_login", extra={"fields": {"client": _client(request), "result": "ok"}})
+    response = RedirectResponse(after, status_code=303)
+    response.set_cookie(
+        auth.COOKIE,
+        session.id,
+        max_age=auth.SESSION_S,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+async def logout(dash: Dashboard, request: Request) -> Response:
+    refused = _gate(dash, request)
+    if refused:
+        return _refuse(dash, request, refused)
+    form = await _form(request)
+    session = auth.of(request, dash.sessions)
+    if session is None or not auth.csrf_matches(session, form.get("csrf")):
+        return _refuse(dash, request, "not logged in, or a form from elsewhere")
+    dash.sessions.close(session.id)
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(auth.COOKIE, path="/")
+    return response
+
+
+async def act(dash: Dashboard, request: Request) -> Response:
+    """An action's form: without ``confirm=1`` the confirmation page, with it the deed."""
+    refused = _gate(dash, request)
+    if refused:
+        return _refuse(dash, request, refused)
+    form = await _form(request)
+    session = auth.of(request, dash.sessions)
+    if session is None:
+        return _refuse(dash, request, "log in first: actions need the dashboard's token")
+    if not auth.csrf_matches(session, form.get("csrf") or None):
+        return _refuse(dash, request, "the form's CSRF token is missing or not this session's")
+    name = request.path_params["queue"]
+    keys = dash.keys(name)
+    try:
+        action = actions.parse(form.first(), form.all("id"))
+    except actions.BadActionError as exc:
+        raise HTTPException(400, str(exc)) from None
+    back = form.get("back") or f"/queues/{display.url_part(name)}/tasks/{action.state}"
+    context = {"queue": name, "action": action, "back": _local(back)}
+    if form.get("confirm") != "1":
+        zset, _ = control.state_set(keys, TaskState(action.state))
+        size = await run_in_threadpool(dash.client.zcard, zset) if action.every else None
+        return dash.page(request, "confirm", live=False, size=size, **context)
+    result = await run_in_threadpool(actions.run, dash.queue_of(keys), action)
+    actions.record(_client(request), name, action, result)
+    return dash.page(request, "result", live=False, result=result, **context)

@@ -1,0 +1,147 @@
+"""The dashboard's actions: retry dead tasks, cancel, purge finished ones; all through the
+queue's own atomic calls (``Queue.retry``, ``cancel_many``, ``purge_tasks``), never a
+write of the dashboard's own.
+
+An action is a form posted twice: first without ``confirm`` (the dashboard shows what it
+is about to do and asks), then with it (it does it and says what happened to each task).
+Tasks named one by one are changed one call each, so the answer says which were changed
+and which were not (a retry of a task no longer dead, a purge of one already gone);
+"every" task of a state is one filter call of the queue (in atomic steps of 1000), which
+answers with a count.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.control_ops import CancelOutcome
+from taskfleet.protocol.states import FINISHED, TaskState
+
+log = logging.getLogger("taskfleet.dashboard")
+
+#: Ids one action may name (a page holds at most 1000 rows).
+MAX_IDS = 1000
+
+#: The states each action applies to.
+APPLIES = {
+    "retry": frozenset({TaskState.DEAD.value}),
+    "cancel": frozenset(
+        {TaskState.PENDING.value, TaskState.DELAYED.value, TaskState.RUNNING.value}
+    ),
+    "purge": frozenset(s.value for s in FINISHED),
+}
+
+#: What a cancel did, in words (``CancelOutcome``).
+CANCELLED_AS = {
+    CancelOutcome.CANCELLED: "cancelled: it will never run",
+    CancelOutcome.REQUESTED: "cancel requested: its worker stops the run at its next heartbeat",
+    CancelOutcome.DONE: "already done: left as it was",
+    CancelOutcome.DEAD: "already dead: left as it was",
+    CancelOutcome.FINISHED: "already cancelled",
+    CancelOutcome.NOT_FOUND: "not found",
+}
+
+
+class BadActionError(ValueError):
+    """A form no action can come from (a 400 page, one line)."""
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str
+    #: the state the tasks are in (what ``every`` and a purge cover)
+    state: str
+    ids: tuple[str, ...] = ()
+    every: bool = False
+
+    def describe(self) -> str:
+        verb = self.kind.capitalize()
+        if self.every:
+            return f"{verb} every {self.state} task"
+        noun = "task" if len(self.ids) == 1 else "tasks"
+        return f"{verb} {len(self.ids)} {self.state} {noun}"
+
+
+def parse(form: Mapping[str, str], ids: Sequence[str]) -> Action:
+    """The action a form asks for: ``action``, ``state``, ``every=1`` or ``id`` fields."""
+    kind = form.get("action", "")
+    if kind not in APPLIES:
+        raise BadActionError(f"no action {kind!r}: one of {', '.join(APPLIES)}")
+    state = form.get("state", "")
+    if state not in APPLIES[kind]:
+        raise BadActionError(
+            f"{kind} applies to {', '.join(sorted(APPLIES[kind]))} tasks, not {state!r}"
+        )
+    every = form.get("every") == "1"
+    chosen = tuple(dict.fromkeys(i for i in ids if i))
+    if every and chosen:
+        raise BadActionError("an action names tasks or says every one, not both")
+    if every and kind == "cancel":
+        raise BadActionError("cancel names its tasks")
+    if not every and not chosen:
+        raise BadActionError("no task selected")
+    if len(chosen) > MAX_IDS:
+        raise BadActionError(f"at most {MAX_IDS} tasks per action, not {len(chosen)}")
+    return Action(kind, state, chosen, every)
+
+
+@dataclass(frozen=True)
+class Result:
+    summary: str
+    #: (task id, what happened to it), for tasks named one by one
+    rows: list[tuple[str, str]]
+    #: how many tasks the action changed
+    changed: int
+
+
+def run(queue: Queue, action: Action) -> Result:
+    if action.kind == "cancel":
+        outcomes = queue.cancel_many(list(action.ids))
+        rows = [(i, CANCELLED_AS[outcomes[i]]) for i in action.ids]
+        changed = sum(
+            o in (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED) for o in outcomes.values()
+        )
+        return Result(f"{changed} of {len(rows)} cancelled or asked to cancel", rows, changed)
+    if action.kind == "retry":
+        if action.every:
+            n = queue.retry()
+            return Result(f"{n} dead tasks sent back to pending", [], n)
+        return _one_by_one(
+            action,
+            lambda i: queue.retry([i]),
+            "sent back to pending",
+            "not dead any more: left as it was",
+        )
+    if action.every:
+        n = queue.purge_tasks(action.state)
+        return Result(f"{n} {action.state} tasks deleted", [], n)
+    return _one_by_one(
+        action,
+        lambda i: queue.purge_tasks(action.state, [i]),
+        "deleted",
+        f"not {action.state} (gone or changed meanwhile): left as it was",
+    )
+
+
+def _one_by_one(action: Action, call: Callable[[str], int], done: str, skipped: str) -> Result:
+    rows = [(i, done if call(i) else skipped) for i in action.ids]
+    changed = sum(1 for _, what in rows if what == done)
+    return Result(f"{changed} of {len(rows)} {done}", rows, changed)
+
+
+def record(client: str, queue: str, action: Action, outcome: Result | str) -> None:
+    """One structured line per action (and per refusal): who, what, which tasks, result."""
+    fields = {
+        "client": client,
+        "queue": queue,
+        "action": action.kind,
+        "state": action.state,
+        "tasks": "every" if action.every else ",".join(action.ids),
+        "result": outcome if isinstance(outcome, str) else outcome.summary,
+    }
+    if isinstance(outcome, Result):
+        fields["changed"] = str(outcome.changed)
+    log.info("dashboard_action", extra={"fields": fields})
