@@ -118,6 +118,14 @@ def _dump_diagnostics(kube: Kube) -> None:
     for pod in kube.items("pods"):
         name = pod["metadata"]["name"]
         print(f"--- logs {name}\n{kube.logs(name, '--all-containers')}")
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        if any(s.get("restartCount", 0) for s in statuses):
+            # the container that ended: its exit code and reason, and its last words
+            for status in statuses:
+                ended = (status.get("lastState") or {}).get("terminated")
+                if ended:
+                    print(f"--- {name}/{status['name']} ended before: {ended}")
+            print(f"--- previous logs {name}\n{kube.logs(name, '--all-containers', '--previous')}")
     try:
         print(f"--- operator logs\n{Operator.find().logs()}")
     except (LookupError, KubectlError) as exc:
