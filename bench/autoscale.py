@@ -207,17 +207,7 @@ def measure(kube: Kube, forward: PortForward, *, autoscaled: bool) -> Run:
 
 def main() -> int:
     namespace = f"bench-autoscale-{secrets.token_hex(2)}"
-    Kube().apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": namespace,
-                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
-            },
-        }
-    )
-    kube = Kube(namespace)
+    kube = Kube().restricted_namespace(namespace)
     forward = deploy_redis(kube)
     try:
         auto = measure(kube, forward, autoscaled=True)

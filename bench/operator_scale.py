@@ -200,17 +200,7 @@ def pod_gone_requeue(kube: Kube, forward: PortForward) -> float:
 
 def measure(size: int) -> dict[str, Any]:
     namespace = f"bench-operator-{size}-{secrets.token_hex(2)}"
-    Kube().apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": namespace,
-                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
-            },
-        }
-    )
-    kube = Kube(namespace)
+    kube = Kube().restricted_namespace(namespace)
     forward = deploy_redis(kube)
     apps = client.AppsV1Api()
     pid = operator_pid()

@@ -158,17 +158,7 @@ def measure_one(kube: Kube, fleet: Fleet, pods: PodWatch) -> Start:
 
 def main() -> int:
     namespace = f"bench-podstart-{secrets.token_hex(2)}"
-    Kube().apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": namespace,
-                "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
-            },
-        }
-    )
-    kube = Kube(namespace)
+    kube = Kube().restricted_namespace(namespace)
     forward = deploy_redis(kube)
     config.load_kube_config()
     starts: list[Start] = []

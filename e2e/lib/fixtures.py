@@ -78,20 +78,7 @@ def _slug(name: str) -> str:
 def namespace(request: pytest.FixtureRequest) -> Iterator[Kube]:
     """A fresh namespace enforcing restricted pod security; deleted after the test."""
     name = f"e2e-{_slug(request.node.name)}-{secrets.token_hex(2)}"
-    Kube().apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "app.kubernetes.io/part-of": "taskfleet-e2e",
-                    "pod-security.kubernetes.io/enforce": "restricted",
-                },
-            },
-        }
-    )
-    kube = Kube(name)
+    kube = Kube().restricted_namespace(name, **{"app.kubernetes.io/part-of": "taskfleet-e2e"})
     yield kube
     report = request.node.stash.get(_OUTCOME, None)
     if report is not None and report.failed:

@@ -136,6 +136,18 @@ class Kube:
             return items
         return [e for e in items if e.get("involvedObject", {}).get("name") == involved_name]
 
+    def restricted_namespace(self, name: str, **labels: str) -> Kube:
+        """Create namespace ``name`` enforcing restricted pod security; a Kube in it."""
+        labels = {**labels, "pod-security.kubernetes.io/enforce": "restricted"}
+        self.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": name, "labels": labels},
+            }
+        )
+        return self.in_namespace(name)
+
     def logs(self, target: str, *extra: str) -> str:
         proc = self.run("logs", target, "--tail=200", *extra, check=False, timeout=30)
         return proc.stdout + proc.stderr

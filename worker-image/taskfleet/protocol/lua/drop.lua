@@ -10,14 +10,7 @@
 local state = ARGV[1]
 local zkey = ({done = K_DONE, dead = K_DEAD, cancelled = K_CANCELLED})[state]
 if not zkey then return redis.error_reply('drop: not a finished state: ' .. tostring(state)) end
-local ids, offset
-if ARGV[2] == 'scan' then
-  ids, offset = finished_matching(zkey, ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]),
-    tonumber(ARGV[7]))
-else
-  ids, offset = {}, -1
-  for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
-end
+local ids, offset = chosen_finished(zkey)
 local n = 0
 for _, id in ipairs(ids) do
   local key = K_TASK .. id

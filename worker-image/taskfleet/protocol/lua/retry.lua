@@ -10,14 +10,7 @@
 -- Returns: {how many went back to pending, the offset to go on from (-1: done)}
 local now = now_ms()
 local max_attempts = ARGV[1]
-local ids, offset
-if ARGV[2] == 'scan' then
-  ids, offset = finished_matching(K_DEAD, ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]),
-    tonumber(ARGV[7]))
-else
-  ids, offset = {}, -1
-  for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
-end
+local ids, offset = chosen_finished(K_DEAD)
 local n = 0
 for _, id in ipairs(ids) do
   local key = K_TASK .. id
