@@ -88,7 +88,12 @@ def test_dead_tasks_are_replayed_after_a_rollout_fixed_their_handler(
     fleet.kube.patch_merge("taskqueue", fleet.name, {"spec": {"handler": FIXED_HANDLER}})
 
     def rolled_out() -> bool:
-        pods = fleet.ready_pods()
+        # every pod of the failing handler gone, not merely unready: a pod that is
+        # terminating still claims until its preStop hook has run, and a replayed
+        # task it took would fail once more before the fixed pod ran it
+        pods = fleet.pods()
+        if len(pods) != len(fleet.ready_pods()):
+            return False
         handlers = {
             c["args"][c["args"].index("--handler") + 1]
             for p in pods
