@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-podstart bench-operator soak demo demo-local local-demo \
-        k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-up kind-down clean
+        k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-node-image kind-up kind-down clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -16,7 +16,7 @@ help: ## list targets
 # Debian packages the tests and the local cluster need (idempotent; root on Debian bookworm).
 DEB_PACKAGES := redis-server etcd-server containerd runc containernetworking-plugins buildah \
 	debootstrap iptables conntrack socat ebtables ethtool iproute2 gcc libc6-dev psmisc procps \
-	openssl python3-venv util-linux prometheus tmux chromium chromium-driver
+	openssl python3-venv util-linux prometheus tmux chromium chromium-driver docker.io
 
 deps: ## install the Debian packages (skips what is installed)
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
@@ -104,13 +104,18 @@ e2e-local: ## the e2e suite on the local cluster
 demo-local: ## the demo on the local cluster
 	e2e/demo.sh local
 
-kind-up: ## create a kind cluster for the e2e suite
+# kind: KIND_IMAGES=published (default) pulls kind's node image and the Dockerfiles' bases;
+# KIND_IMAGES=local builds every image here and pulls nothing (see e2e/kind/up.sh).
+kind-node-image: ## build kind's node image here from the pinned Kubernetes build (no registry)
+	e2e/kind/node-image.sh
+
+kind-up: ## create a multi-node kind cluster for the e2e suite (KIND_IMAGES, KIND_WORKERS)
 	e2e/kind/up.sh
 
-kind-down:
-	kind delete cluster --name taskfleet
+kind-down: ## delete the kind cluster
+	e2e/kind/down.sh
 
-e2e: ## the e2e suite on kind (needs Docker and kind)
+e2e: ## the e2e suite on a multi-node kind cluster (Docker; KIND_IMAGES=local: no registry)
 	e2e/kind/run.sh
 
 demo: ## the demo on kind (needs Docker and kind)

@@ -5,7 +5,7 @@
 # decision; else by kubectl scale), and a summary that accounts for every task.
 #
 #   e2e/demo.sh local    the local single-node cluster (make cluster-up images-local)
-#   e2e/demo.sh kind     a kind cluster (make kind-up; needs Docker and kind)
+#   e2e/demo.sh kind     a kind cluster (make kind-up; Docker; KIND_IMAGES=local pulls nothing)
 #
 # Knobs: DEMO_SAMPLE (manifests/samples/sleeper.yaml), DEMO_TASKS (300),
 # DEMO_TASK_SECONDS (2), DEMO_TIMEOUT (900 s); for a sample without autoscale, the
@@ -33,8 +33,10 @@ case $mode in
     context=taskfleet-local
     ;;
   kind)
-    command -v kind >/dev/null || die "kind is not installed (https://kind.sigs.k8s.io/)"
-    make -C "$repo" --no-print-directory kind-up
+    make -C "$repo" --no-print-directory kind-up   # builds the pinned kind if it is missing
+    # shellcheck source=cluster/lib.sh
+    . "$repo/e2e/cluster/lib.sh"   # the pinned kubectl, the cache
+    export KUBECONFIG=$cache/kind/kubeconfig   # where kind-up writes the cluster's
     context=kind-taskfleet
     loaded=$(date +%s)
     # kind-up just loaded the images under the names they had: a pod started before keeps

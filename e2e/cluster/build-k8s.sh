@@ -38,7 +38,7 @@ go_ok || { echo "build-k8s: no Go toolchain >= 1.24" >&2; exit 1; }
 
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns kubectl)
+[ ${#components[@]} -gt 0 ] || components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns kubectl kubeadm)
 
 # The module that pins k8s.io/kubernetes: its own go.mod replaces every k8s.io/<staging> module
 # with ./staging/..., which only resolves inside the kubernetes repo, so we replace each of them

@@ -17,7 +17,7 @@ step() { # NAME COMMAND...: run a step and report how long it took
 step packages ensure_packages redis-server etcd-server containerd runc \
   containernetworking-plugins buildah debootstrap iptables conntrack socat ebtables ethtool \
   iproute2 gcc libc6-dev psmisc procps openssl python3-venv util-linux curl ca-certificates \
-  prometheus tmux chromium chromium-driver
+  prometheus tmux chromium chromium-driver docker.io
 step k8s-binaries "$here/build-k8s.sh"
 step cluster-up "$here/up.sh"
 step images "$here/build-images.sh"

@@ -1,13 +1,70 @@
 #!/usr/bin/env bash
-# A kind cluster "taskfleet" with the project's images loaded (needs Docker and kind).
+# A kind cluster for the e2e suite and the demo: one control plane and KIND_WORKERS workers
+# (default 2), the project's images loaded, kubeconfig in $cache/kind/kubeconfig.
+#
+#   KIND_IMAGES=published (default)  kind's node image and the Dockerfiles' base images come
+#                                    from their registries, as on any machine online.
+#   KIND_IMAGES=local                nothing is pulled: the node image is built here
+#                                    (e2e/kind/node-image.sh), the project's images with
+#                                    buildah (e2e/cluster/build-images.sh), and the pod
+#                                    network wired by e2e/kind/network.sh.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-. e2e/cluster/versions.env
-kind get clusters 2>/dev/null | grep -qx taskfleet || kind create cluster --name taskfleet --wait 120s
-docker build -t "$WORKER_IMAGE" -f worker-image/Dockerfile .
-docker build -t "$REDIS_IMAGE" -f e2e/cluster/images/redis.Containerfile e2e/cluster/images
-images=("$WORKER_IMAGE" "$REDIS_IMAGE")
-if [ -f operator/Dockerfile ]; then
-  docker build -t "$OPERATOR_IMAGE" -f operator/Dockerfile . && images+=("$OPERATOR_IMAGE")
+. "$(dirname "$0")/lib.sh"
+workers=${KIND_WORKERS:-2}
+[[ $workers =~ ^[0-9]+$ ]] || die "KIND_WORKERS must be a number, not '$workers'"
+kubeconfig=$cache/kind/kubeconfig
+mkdir -p "$cache/kind"
+ensure_docker
+ensure_kind
+if [ "$KIND_IMAGES" = local ]; then
+  "$kind_dir/node-image.sh"
+  "$repo/e2e/cluster/build-images.sh" project
 fi
-kind load docker-image --name taskfleet "${images[@]}"
+
+if ! kind get clusters 2>/dev/null | grep -qx "$kind_cluster"; then
+  config=$cache/kind/cluster.yaml
+  {
+    echo "kind: Cluster"
+    echo "apiVersion: kind.x-k8s.io/v1alpha4"
+    echo "nodes:"
+    echo "- role: control-plane"
+    for _ in $(seq 1 "$workers"); do echo "- role: worker"; done
+    echo "networking:"
+    echo "  podSubnet: 10.245.0.0/16  # not the local cluster's 10.244.0.0/24: both may run here"
+    if [ "$KIND_IMAGES" = local ]; then
+      etcd_tag=$(docker image inspect -f '{{index .Config.Labels "dev.taskfleet.etcd-tag"}}' "$kind_node_image")
+      echo "  disableDefaultCNI: true  # e2e/kind/network.sh does kindnetd's part"
+      echo "kubeadmConfigPatches:"
+      echo "- |"
+      echo "  kind: ClusterConfiguration"
+      echo "  etcd:"
+      echo "    local:"
+      echo "      imageTag: \"$etcd_tag\"  # Debian's etcd, the one in the node image"
+    fi
+  } >"$config"
+  log "creating kind cluster $kind_cluster (1 control plane, $workers workers, $kind_node_image)"
+  start=$(date +%s)
+  wait=120s
+  [ "$KIND_IMAGES" = local ] && wait=0s  # nodes are Ready only once network.sh has run
+  kind create cluster --name "$kind_cluster" --image "$kind_node_image" --config "$config" \
+    --kubeconfig "$kubeconfig" --wait "$wait"
+  log "kind cluster created in $(( $(date +%s) - start ))s"
+fi
+export KUBECONFIG=$kubeconfig
+kind export kubeconfig --name "$kind_cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1
+if [ "$KIND_IMAGES" = local ]; then "$kind_dir/network.sh"; fi
+kubectl wait --for=condition=Ready nodes --all --timeout=180s >/dev/null
+"$kind_dir/host-routes.sh" || log "pod IPs not reachable from this host (Prometheus e2e needs them)"
+
+# The project's images, loaded into every node.
+if [ "$KIND_IMAGES" = local ]; then
+  kind load image-archive --name "$kind_cluster" "$images/worker.tar" >/dev/null
+  kind load image-archive --name "$kind_cluster" "$images/redis.tar" >/dev/null
+  kind load image-archive --name "$kind_cluster" "$images/operator.tar" >/dev/null
+else
+  docker build -t "$WORKER_IMAGE" -f worker-image/Dockerfile "$repo"
+  docker build -t "$REDIS_IMAGE" -f e2e/cluster/images/redis.Containerfile "$repo/e2e/cluster/images"
+  docker build -t "$OPERATOR_IMAGE" -f operator/Dockerfile "$repo"
+  kind load docker-image --name "$kind_cluster" "$WORKER_IMAGE" "$REDIS_IMAGE" "$OPERATOR_IMAGE"
+fi
+log "kind cluster $kind_cluster ready: export KUBECONFIG=$kubeconfig"
