@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-podstart bench-operator soak demo demo-local local-demo \
-        k8s-bins cluster-up cluster-down images-local e2e-local e2e kind-node-image kind-up kind-down clean
+        k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci kind-node-image kind-up kind-down clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -41,7 +41,17 @@ lint: ## ruff + mypy --strict
 test: ## fast tests: real redis-server, real processes and signals, real kube-apiserver
 	$(BIN)/pytest tests
 
-check: deps install lint crds-check test e2e-local ## everything CI runs (README's test command)
+check: deps install lint crds-check test e2e-local e2e-kind-ci ## everything CI runs (README's test command)
+
+# The kind stage of `make check`: the local cluster stopped (two clusters on 2 cores would
+# slow both), then on a multi-node kind cluster built without a registry the scenarios
+# only it can show (node loss, the operator's handover) and a smoke of the rest.
+# `make e2e` runs the whole suite on kind.
+KIND_CI_TESTS := e2e/test_node_loss.py e2e/test_cluster.py e2e/test_pod_disruption.py \
+	e2e/test_scaling_and_rollout.py e2e/test_taskqueue_lifecycle.py
+e2e-kind-ci: ## the kind stage of make check (KIND_IMAGES=local, KIND_CI_TESTS)
+	e2e/cluster/down.sh
+	KIND_IMAGES=local e2e/kind/run.sh $(KIND_CI_TESTS)
 
 crds: ## regenerate crds/ from the pydantic models
 	$(BIN)/python -m taskfleet_operator.crdgen --write crds/
