@@ -114,7 +114,7 @@ for a in "${archives[@]}"; do
   docker exec -i "$build" ctr --namespace=k8s.io images import --label=io.cri-containerd.pinned=pinned \
     --all-platforms --no-unpack --digests - <"$a" >/dev/null
 done
-log "images in the node: $(docker exec "$build" ctr --namespace=k8s.io images list -q | grep -v '^sha256:' | tr '\n' ' ')"
+log "images in the node: $(docker exec "$build" ctr --namespace=k8s.io images list -q | grep -v -e '^sha256:' -e '^import-' | tr '\n' ' ')"
 docker exec "$build" pkill -x containerd || true
 # (a zombie under `sleep` as PID 1 stays listed: wait for its socket to stop answering)
 docker exec "$build" bash -c 'for i in $(seq 1 50); do ctr version >/dev/null 2>&1 || exit 0; sleep 0.2; done; exit 1' || die "containerd did not stop in the build container"

@@ -50,8 +50,11 @@ if ! kind get clusters 2>/dev/null | grep -qx "$kind_cluster"; then
     --kubeconfig "$kubeconfig" --wait "$wait"
   log "kind cluster created in $(( $(date +%s) - start ))s"
 fi
-export KUBECONFIG=$kubeconfig
+# The suite's own copy, and the usual one ($KUBECONFIG or ~/.kube/config), as kind does:
+# `kubectl --context kind-taskfleet` works afterwards.
 kind export kubeconfig --name "$kind_cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1
+kind export kubeconfig --name "$kind_cluster" >/dev/null 2>&1 || true
+export KUBECONFIG=$kubeconfig
 if [ "$KIND_IMAGES" = local ]; then "$kind_dir/network.sh"; fi
 kubectl wait --for=condition=Ready nodes --all --timeout=180s >/dev/null
 "$kind_dir/host-routes.sh" || log "pod IPs not reachable from this host (Prometheus e2e needs them)"
