@@ -60,6 +60,8 @@ def test_the_install_holds_the_crd_rbac_operator_and_redis_in_taskfleet_system()
         ("Secret", "redis-auth"),
         ("NetworkPolicy", "redis"),
         ("ValidatingAdmissionPolicy", "taskfleet-operator-writes"),
+        ("CustomResourceDefinition", "clusterkopfpeerings.kopf.dev"),
+        ("PodDisruptionBudget", "taskfleet-operator"),
     ]:
         assert key in docs, key
     for doc in docs.values():
@@ -67,13 +69,17 @@ def test_the_install_holds_the_crd_rbac_operator_and_redis_in_taskfleet_system()
             assert doc["metadata"]["namespace"] == "taskfleet-system", doc["metadata"]["name"]
 
 
-def test_the_operator_runs_restricted_with_a_liveness_probe_on_its_own_account() -> None:
+def test_the_operator_runs_two_replicas_restricted_with_a_liveness_probe_on_its_own_account() -> None:
     operator = by_kind(kustomize(MANIFESTS))[("Deployment", "taskfleet-operator")]
     pod = operator["spec"]["template"]["spec"]
     container = pod["containers"][0]
 
-    assert operator["spec"]["replicas"] == 1
-    assert operator["spec"]["strategy"] == {"type": "Recreate"}
+    # two replicas, one active through kopf's peering; a rollout never leaves none
+    assert operator["spec"]["replicas"] == 2
+    assert operator["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    env = {e["name"]: e for e in container["env"]}
+    assert env["TASKFLEET_PEERING"]["value"] == "taskfleet"
+    assert env["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert pod["serviceAccountName"] == "taskfleet-operator"
     assert container["image"] == "localhost/taskfleet-operator:dev"
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -144,6 +150,7 @@ ALLOWED: dict[Grant, set[str]] = {
     ("", "pods"): {"get", "list", "watch", "patch"},
     ("", "secrets"): {"get"},
     ("", "events"): {"create"},
+    ("kopf.dev", "clusterkopfpeerings"): {"list", "watch", "patch", "create"},
 }
 
 # What each Kubernetes client method the operator calls needs. A call missing here fails
@@ -156,6 +163,8 @@ CLIENT_CALLS: dict[str, tuple[Grant, set[str]]] = {
     "read_namespaced_pod": (("", "pods"), {"get"}),
     "patch_namespaced_pod": (("", "pods"), {"patch"}),
     "read_namespaced_secret": (("", "secrets"), {"get"}),
+    # The peering object the replicas meet in, created when missing.
+    "create_cluster_custom_object": (("kopf.dev", "clusterkopfpeerings"), {"create"}),
 }
 # What kopf needs for the resources handlers and indexes are registered on.
 KOPF_WATCHED: dict[str, Grant] = {
@@ -186,7 +195,7 @@ def needed_by_code() -> dict[Grant, set[str]]:
     unknown = []
     for path in sorted(OPERATOR_SOURCE.glob("*.py")):
         text = path.read_text()
-        for method in re.findall(r"\b(?:core|apps)\(\)\.(\w+)\(", text):
+        for method in re.findall(r"\b(?:core|apps|custom)\(\)\.(\w+)\(", text):
             if method not in CLIENT_CALLS:
                 unknown.append(f"{path.name}: {method}")
                 continue
@@ -203,6 +212,10 @@ def needed_by_code() -> dict[Grant, set[str]]:
                 needed.setdefault(("taskfleet.dev", "taskqueues/status"), set()).add("patch")
         if re.search(r"\bkopf\.(?:event|warn|info|exception)\(", text):
             needed.setdefault(("", "events"), set()).add("create")
+        if "settings.peering.name = " in text:  # kopf's peering: observe, keep alive
+            needed.setdefault(("kopf.dev", "clusterkopfpeerings"), set()).update(
+                {"list", "watch", "patch"}
+            )
         if "kopf.adopt(" in text:  # blockOwnerDeletion on the owner reference
             needed.setdefault(("taskfleet.dev", "taskqueues/finalizers"), set()).add("update")
     assert not unknown, f"API calls this test does not know (grant and list them): {unknown}"

@@ -1,8 +1,9 @@
 """``python -m taskfleet_operator``: run the operator (the container's ENTRYPOINT).
 
-Equivalent to ``kopf run -m taskfleet_operator.handlers --standalone -A
---liveness=http://0.0.0.0:8080/healthz``, with the options also read from the
-environment so the Deployment can set them without a shell.
+Equivalent to ``kopf run -m taskfleet_operator.handlers -A
+--liveness=http://0.0.0.0:8080/healthz`` with ``--standalone``, or with ``--peering NAME``
+when TASKFLEET_PEERING names one (two replicas, one active), the options also read from
+the environment so the Deployment can set them without a shell.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     import taskfleet_operator.handlers  # noqa: F401
 
     kopf.run(
-        standalone=True,
+        standalone=None,  # the startup handler decides: peering or standalone (settings.py)
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness or None,

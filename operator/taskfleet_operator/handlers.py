@@ -55,9 +55,29 @@ def _apply(body: kopf.Body, patch: kopf.Patch, update: tqstatus.StatusUpdate) ->
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
+async def _ensure_peering(name: str, patience_s: float = 30.0) -> None:
+    """The peering object, created if missing. Its CRD may be applied in the same
+    `kubectl apply` as this Deployment and not served yet: wait a little for it, then
+    stop with one clear line rather than run as a replica that cannot meet the other."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            created: bool = await asyncio.to_thread(kube.ensure_peering, name)
+        except kube.PeeringMissingError as missing:
+            if time.monotonic() > deadline:
+                raise kopf.PermanentError(str(missing)) from None
+            await asyncio.sleep(1)
+            continue
+        if created:
+            logging.getLogger(__name__).info("created ClusterKopfPeering %s", name)
+        return
+
+
 @kopf.on.startup()
 async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    configure_kopf(settings, watched_namespaces())
+    configure_kopf(settings, watched_namespaces(), SETTINGS.peering, SETTINGS.peering_lifetime_s)
+    if SETTINGS.peering:  # kopf patches the peering object but never creates it
+        await _ensure_peering(SETTINGS.peering)
     connections, wakers = Connections(SETTINGS.redis_timeout_s), wakeups.Wakers()
     executor = ThreadPoolExecutor(SETTINGS.sweep_threads, thread_name_prefix="taskfleet")
     closing = threading.Event()

@@ -50,6 +50,10 @@ def core() -> client.CoreV1Api:
     return client.CoreV1Api(_api_client())
 
 
+def custom() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(_api_client())
+
+
 def apps() -> client.AppsV1Api:
     return client.AppsV1Api(_api_client())
 
@@ -107,6 +111,43 @@ def patch_taskqueue_status(name: str, namespace: str, status: dict[str, Any]) ->
         _preload_content=False,
         _request_timeout=REQUEST_TIMEOUT,
     )
+
+
+PEERING_GROUP, PEERING_VERSION, PEERING_PLURAL = "kopf.dev", "v1", "clusterkopfpeerings"
+
+
+class PeeringMissingError(RuntimeError):
+    """The ClusterKopfPeering CRD is not installed, so replicas cannot meet."""
+
+
+def ensure_peering(name: str) -> bool:
+    """Create the ClusterKopfPeering the operator's replicas meet in, unless it exists
+    (kopf only patches it): True if this call created it."""
+    body = {
+        "apiVersion": f"{PEERING_GROUP}/{PEERING_VERSION}",
+        "kind": "ClusterKopfPeering",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "taskfleet"}},
+    }
+    try:
+        custom().create_cluster_custom_object(
+            PEERING_GROUP,
+            PEERING_VERSION,
+            PEERING_PLURAL,
+            body,
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+    except ApiException as error:
+        if error.status == 409:
+            return False
+        if error.status == 404:
+            raise PeeringMissingError(
+                "TASKFLEET_PEERING is set but the ClusterKopfPeering CRD (kopf.dev) is not "
+                "installed: `kubectl apply -k manifests/` installs it; or unset "
+                "TASKFLEET_PEERING to run a single replica standalone"
+            ) from None
+        raise
+    return True
 
 
 def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:

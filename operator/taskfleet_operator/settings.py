@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
+import random
+import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -44,6 +47,28 @@ def _float(env: Mapping[str, str], name: str, default: float, low: float, high: 
     return value
 
 
+_DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _peering_name(env: Mapping[str, str]) -> str:
+    raw = env.get("TASKFLEET_PEERING", "").strip()
+    if raw and (len(raw) > 253 or not _DNS_NAME.match(raw)):
+        raise SettingsError(
+            f"TASKFLEET_PEERING={raw!r} must be an object name (lowercase letters, digits, "
+            "'-' and '.'), or empty to run one replica standalone"
+        )
+    return raw
+
+
+def seniority_priority(now_ns: int | None = None) -> int:
+    """kopf's peering priority for a replica starting now: the older a replica, the higher,
+    so the replica that works keeps working when another starts (a rollout, a restart)
+    and a newcomer waits. The random low digits break a tie between replicas started in
+    the same millisecond (equal priorities would pause both)."""
+    started_ms = (time.time_ns() if now_ns is None else now_ns) // 1_000_000
+    return -(started_ms * 1000 + random.randrange(1000))
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     """What the taskfleet handlers need to know, read once at import of the handlers."""
@@ -63,6 +88,10 @@ class OperatorSettings:
     redis_timeout_s: float = 2.0
     # Where Prometheus scrapes the operator (docs/metrics.md); 0 = no metrics endpoint.
     metrics_port: int = 9101
+    # High availability: the ClusterKopfPeering the replicas meet in ("" = one replica,
+    # standalone), and how long a replica's keep-alive counts before the others take over.
+    peering: str = ""
+    peering_lifetime_s: float = 15.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -74,6 +103,8 @@ class OperatorSettings:
             sweep_threads=int(_float(env, "TASKFLEET_SWEEP_THREADS", 16, 1, 256)),
             redis_timeout_s=_float(env, "TASKFLEET_REDIS_TIMEOUT", 2.0, 0.1, 60),
             metrics_port=_port(env, "TASKFLEET_METRICS_PORT", 9101),
+            peering=_peering_name(env),
+            peering_lifetime_s=_float(env, "TASKFLEET_PEERING_LIFETIME", 15.0, 5, 300),
         )
 
 
@@ -89,7 +120,12 @@ def exact_names(namespaces: Iterable[str]) -> bool:
     return all(not set(ns) & set("*?[]!") for ns in namespaces)
 
 
-def configure_kopf(settings: kopf.OperatorSettings, namespaces: Sequence[str] = ()) -> None:
+def configure_kopf(
+    settings: kopf.OperatorSettings,
+    namespaces: Sequence[str] = (),
+    peering: str = "",
+    peering_lifetime_s: float = 15.0,
+) -> None:
     """kopf's settings, one comment per choice."""
     # Our finalizer lives under the project's group. kopf adds it to every TaskQueue (the
     # per-queue sweep loop must stop before the object goes) and removes it on deletion
@@ -101,11 +137,24 @@ def configure_kopf(settings: kopf.OperatorSettings, namespaces: Sequence[str] = 
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
-    # One operator replica (Deployment strategy Recreate) without peering objects: the
-    # sweeper's Redis operations are atomic and idempotent and cron slots fire at most
-    # once, so a brief overlap of two operators is safe, just redundant.
-    settings.peering.standalone = True
-    settings.peering.mandatory = False
+    # High availability (docs/operator.md, "Two replicas"): with a peering name the
+    # replicas meet in that ClusterKopfPeering; the oldest live one works, the others
+    # start paused (kopf runs no watch, handler or daemon of theirs) and resume when its
+    # keep-alives stop for `lifetime` seconds, or at once when it exits cleanly. Without
+    # one, a single replica runs standalone. Either way an overlap (a replica resuming
+    # while a frozen one wakes) is safe: the sweeper's Redis operations are atomic and
+    # idempotent and cron slots fire at most once.
+    if peering:
+        settings.peering.standalone = False
+        settings.peering.mandatory = True
+        settings.peering.clusterwide = True
+        settings.peering.name = peering
+        settings.peering.lifetime = int(peering_lifetime_s)
+        settings.peering.priority = seniority_priority()
+        settings.peering.stealth = True  # no log line per keep-alive
+    else:
+        settings.peering.standalone = True
+        settings.peering.mandatory = False
     # The apiserver closes each watch after server_timeout; the client gives up slightly
     # later, so a silently dead connection (no events, no close) is noticed and reopened.
     settings.watching.server_timeout = 300

@@ -1,0 +1,174 @@
+"""Two operator replicas through kopf's peering: the older one works, the other waits
+doing nothing, and takes over when the working one is SIGKILLed (real operator processes
+against a real apiserver, with the RBAC of manifests/rbac)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from taskfleet_operator.settings import OperatorSettings, SettingsError, seniority_priority
+
+from tests.fixtures_kube import KubeApiserver
+from tests.fixtures_operator import (
+    APISERVER_INTERVAL_S,
+    APISERVER_TIMEOUT_S,
+    GROUP,
+    PLURAL,
+    REPO,
+    VERSION,
+    base_spec,
+    kubectl,
+    running_operator,
+)
+from tests.polling import wait_for
+
+pytestmark = pytest.mark.apiserver
+
+LIFETIME_S = 5  # the replicas' keep-alive lifetime here (the Deployment uses 15)
+RESUMED = "Resuming operations after the pause"
+
+
+@pytest.fixture
+def ha_namespace(kube_apiserver: KubeApiserver) -> Iterator[str]:
+    kubectl(kube_apiserver, "apply", "-f", str(REPO / "manifests/operator/peering.yaml"))
+    kubectl(
+        kube_apiserver,
+        "wait",
+        "--for=condition=Established",
+        "--timeout=30s",
+        "crd/clusterkopfpeerings.kopf.dev",
+    )
+    name = f"ha-{secrets.token_hex(3)}"
+    with kube_apiserver.api_client() as api:
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+        )
+    yield name
+
+
+def test_the_older_replica_works_the_other_waits_and_takes_over_when_it_is_killed(  # noqa: PLR0917
+    kube_apiserver: KubeApiserver,
+    taskqueue_crd: str,
+    operator_kubeconfig: Path,
+    ha_namespace: str,
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    peering = f"ha-{secrets.token_hex(4)}"
+    env = {
+        "TASKFLEET_WATCH_NAMESPACES": ha_namespace,
+        "TASKFLEET_PEERING": peering,
+        "TASKFLEET_PEERING_LIFETIME": str(LIFETIME_S),
+    }
+    served = f"sweeps of {ha_namespace}/q "
+    with running_operator(
+        kube_apiserver, operator_kubeconfig, tmp_path / "a.log", POD_ID="replica-a", **env
+    ) as first:
+        wait_for(
+            lambda: RESUMED in first.tail(10**6),
+            timeout=APISERVER_TIMEOUT_S,
+            interval=APISERVER_INTERVAL_S,
+            what=lambda: f"the first replica to find no older peer:\n{first.tail(3000)}",
+        )
+        with (
+            running_operator(
+                kube_apiserver, operator_kubeconfig, tmp_path / "b.log", POD_ID="replica-b", **env
+            ) as second,
+            kube_apiserver.api_client() as api,
+        ):
+            custom = client.CustomObjectsApi(api)
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "TaskQueue",
+                "metadata": {"name": "q"},
+                "spec": base_spec(redis_url, replicas=0),
+            }
+            custom.create_namespaced_custom_object(GROUP, VERSION, ha_namespace, PLURAL, body)
+            wait_for(
+                lambda: served in first.tail(10**6),
+                timeout=APISERVER_TIMEOUT_S,
+                interval=APISERVER_INTERVAL_S,
+                what=lambda: f"the working replica to sweep the queue:\n{first.tail(3000)}",
+            )
+            peers = custom.get_cluster_custom_object(
+                "kopf.dev", "v1", "clusterkopfpeerings", peering
+            )
+            assert set(peers["status"]) == {"replica-a", "replica-b"}, peers
+            assert (
+                peers["status"]["replica-a"]["priority"] > peers["status"]["replica-b"]["priority"]
+            )
+            # the younger replica, started paused, never resumed nor touched the queue
+            assert RESUMED not in second.tail(10**6)
+            assert served not in second.tail(10**6)
+
+            first.process.kill()  # SIGKILL: no goodbye in the peering object
+            killed = time.monotonic()
+            first.process.wait()
+            wait_for(
+                lambda: served in second.tail(10**6) and RESUMED in second.tail(10**6),
+                timeout=LIFETIME_S + 20,
+                interval=APISERVER_INTERVAL_S,
+                what=lambda: f"the waiting replica to take over:\n{second.tail(3000)}",
+            )
+            print(
+                f"operator handover: the standby swept the queue {time.monotonic() - killed:.1f}s"
+                f" after the active replica's SIGKILL (peering lifetime {LIFETIME_S}s)"
+            )
+            custom.delete_namespaced_custom_object(GROUP, VERSION, ha_namespace, PLURAL, "q")
+
+
+def test_a_replica_that_exits_cleanly_hands_over_at_once(
+    kube_apiserver: KubeApiserver,
+    taskqueue_crd: str,
+    operator_kubeconfig: Path,
+    ha_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A rollout: SIGTERM makes kopf remove its keep-alive, so the other replica does not
+    wait out the lifetime (set long here, so only the goodbye can explain a quick resume)."""
+    env = {
+        "TASKFLEET_WATCH_NAMESPACES": ha_namespace,
+        "TASKFLEET_PEERING": f"ha-{secrets.token_hex(4)}",
+        "TASKFLEET_PEERING_LIFETIME": "300",
+    }
+    with running_operator(
+        kube_apiserver, operator_kubeconfig, tmp_path / "a.log", POD_ID="old", **env
+    ) as old:
+        wait_for(
+            lambda: RESUMED in old.tail(10**6),
+            timeout=APISERVER_TIMEOUT_S,
+            interval=APISERVER_INTERVAL_S,
+            what=lambda: f"the old replica to work:\n{old.tail(3000)}",
+        )
+        with running_operator(
+            kube_apiserver, operator_kubeconfig, tmp_path / "b.log", POD_ID="new", **env
+        ) as new:
+            assert RESUMED not in new.tail(10**6)
+            old.process.terminate()
+            old.process.wait(timeout=30)
+            wait_for(
+                lambda: RESUMED in new.tail(10**6),
+                timeout=60,  # far below the 300 s lifetime
+                interval=APISERVER_INTERVAL_S,
+                what=lambda: f"the new replica to resume:\n{new.tail(3000)}",
+            )
+
+
+def test_peering_settings_are_checked_and_older_replicas_rank_higher() -> None:
+    assert OperatorSettings.from_env({}).peering == ""
+    settings = OperatorSettings.from_env(
+        {"TASKFLEET_PEERING": "taskfleet", "TASKFLEET_PEERING_LIFETIME": "20"}
+    )
+    assert (settings.peering, settings.peering_lifetime_s) == ("taskfleet", 20.0)
+    with pytest.raises(SettingsError, match="TASKFLEET_PEERING='Bad_Name'"):
+        OperatorSettings.from_env({"TASKFLEET_PEERING": "Bad_Name"})
+    with pytest.raises(SettingsError, match="TASKFLEET_PEERING_LIFETIME"):
+        OperatorSettings.from_env({"TASKFLEET_PEERING": "x", "TASKFLEET_PEERING_LIFETIME": "1"})
+    older = seniority_priority(1_000_000_000_000_000)
+    younger = seniority_priority(1_000_000_001_000_000)  # one millisecond later
+    assert older > younger
