@@ -47,7 +47,7 @@ check: deps install lint crds-check test e2e-local e2e-kind-ci ## everything CI 
 # slow both), then on a multi-node kind cluster built without a registry the scenarios
 # only it can show (node loss, the operator's handover) and a smoke of the rest.
 # `make e2e` runs the whole suite on kind.
-KIND_CI_TESTS := e2e/test_node_loss.py e2e/test_cluster.py e2e/test_pod_disruption.py \
+KIND_CI_TESTS := e2e/test_node_loss.py e2e/test_operator_ha.py e2e/test_cluster.py e2e/test_pod_disruption.py \
 	e2e/test_scaling_and_rollout.py e2e/test_taskqueue_lifecycle.py
 e2e-kind-ci: ## the kind stage of make check (KIND_IMAGES=local, KIND_CI_TESTS)
 	e2e/cluster/down.sh

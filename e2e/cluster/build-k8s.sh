@@ -38,7 +38,7 @@ go_ok || { echo "build-k8s: no Go toolchain >= 1.24" >&2; exit 1; }
 
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns kubectl kubeadm)
+[ ${#components[@]} -gt 0 ] || components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns kubectl kubeadm etcd)
 
 # The module that pins k8s.io/kubernetes: its own go.mod replaces every k8s.io/<staging> module
 # with ./staging/..., which only resolves inside the kubernetes repo, so we replace each of them
@@ -90,7 +90,16 @@ for c in "${components[@]}"; do
     echo "build-k8s: $c present, skipped"
   else
     start=$(date +%s)
-    if [ "$c" = coredns ]; then
+    if [ "$c" = etcd ]; then
+      # etcd's main module has replace directives (no `go install pkg@version`): a module of
+      # ours requires it at the pinned version, with its go.sum kept in the repo.
+      grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION\$" "$here/etcd-build/go.mod" ||
+        { echo "build-k8s: etcd-build/go.mod does not require etcd $ETCD_VERSION" >&2; exit 1; }
+      echo "build-k8s: building etcd $ETCD_VERSION"
+      (cd "$here/etcd-build" && go build -trimpath \
+        -ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" \
+        -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3)
+    elif [ "$c" = coredns ]; then
       # CoreDNS has its own dependency graph: build it from its module, not next to kubernetes.
       echo "build-k8s: building coredns $COREDNS_VERSION"
       tmp=$(mktemp -d)

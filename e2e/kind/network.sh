@@ -10,7 +10,7 @@ set -euo pipefail
 
 mapfile -t nodes < <(kubectl get nodes \
   -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
-[ ${#nodes[@]} -gt 0 ] || die "no nodes in $ctx"
+[ ${#nodes[@]} -gt 0 ] || die "no nodes in the kind cluster $kind_cluster"
 for entry in "${nodes[@]}"; do
   read -r name cidr ip <<<"$entry"
   [ -n "$cidr" ] && [ -n "$ip" ] || die "node $name has no podCIDR or address yet"

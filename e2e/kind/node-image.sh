@@ -6,7 +6,8 @@
 #     module) on the project's debootstrap base, containerd/runc/CNI from Debian;
 #   - kube-apiserver, -controller-manager, -scheduler, -proxy, kubelet, kubeadm, kubectl and
 #     CoreDNS built from their Go modules by e2e/cluster/build-k8s.sh (the local cluster's
-#     build), etcd from Debian, pause from the few lines of C the local cluster uses.
+#     build), etcd from its Go module too, pause from the few lines of C the local
+#     cluster uses.
 # `kind build node-image` itself cannot be used offline: it pulls etcd, CoreDNS, pause and
 # kindnetd from registries. kindnetd (kind's CNI daemon) is not published as a Go module,
 # so clusters on this image start with disableDefaultCNI and e2e/kind/network.sh wires the
@@ -17,11 +18,11 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || die "node-image.sh runs as root (buildah, docker)"
 hold_lock kind-node-image
-ensure_packages buildah debootstrap etcd-server
+ensure_packages buildah debootstrap
 ensure_docker
 ensure_kind
 "$repo/e2e/cluster/build-k8s.sh" kube-apiserver kube-controller-manager kube-scheduler kube-proxy \
-  kubelet kubeadm kubectl coredns >/dev/null
+  kubelet kubeadm kubectl coredns etcd >/dev/null
 "$repo/e2e/cluster/build-images.sh" cluster  # base, pause, CoreDNS images (cached)
 
 work=$kind_cache/node-image
@@ -29,11 +30,8 @@ mkdir -p "$work"
 kind_src=$(cd "$repo/e2e/cluster/k8s-build" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" \
   | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
 [ -d "$kind_src/images/base/files" ] || die "cannot fetch kind $KIND_VERSION's sources"
-etcd_version=$(etcd --version | sed -n 's/^etcd Version: //p')
-[ -n "$etcd_version" ] || die "cannot read Debian's etcd version"
-etcd_tag=$etcd_version-0
 inputs=$( { cat "$0" "$kind_dir/lib.sh" "$kind_dir"/images/*.Containerfile "$repo/e2e/cluster/versions.env";
-  sha256sum "$k8s_bin"/{kube-apiserver,kube-controller-manager,kube-scheduler,kube-proxy,kubelet,kubeadm,kubectl,coredns} /usr/bin/etcd;
+  sha256sum "$k8s_bin"/{kube-apiserver,kube-controller-manager,kube-scheduler,kube-proxy,kubelet,kubeadm,kubectl,coredns,etcd};
   (cd "$kind_src/images/base/files" && find . -type f -print0 | sort -z | xargs -0 sha256sum);
   for i in "$BASE_IMAGE_LOCAL" "$PAUSE_IMAGE"; do buildah inspect --type image --format '{{.FromImageID}}' "$i"; done; } | sha256sum | cut -c1-16)
 if [ "$(cat "$work/stamp" 2>/dev/null)" = "$inputs" ] && docker image inspect "$KIND_NODE_IMAGE_LOCAL" >/dev/null 2>&1; then
@@ -57,6 +55,7 @@ docker load -q -i "$work/base.tar" >/dev/null
 # 2. the images kubeadm and the node run, under the names kubeadm asks for
 kubeadm_images=$("$k8s_bin/kubeadm" config images list --kubernetes-version "$K8S_VERSION" 2>/dev/null)
 pause_ref=$(grep '/pause:' <<<"$kubeadm_images")
+etcd_ref=$(grep '/etcd:' <<<"$kubeadm_images")
 coredns_ref=$(grep '/coredns:' <<<"$kubeadm_images")
 sandbox_ref=$(sed -n 's/^[[:space:]]*sandbox_image = "\(.*\)"$/\1/p' "$kind_src/images/base/files/etc/containerd/config.toml")
 archives=()
@@ -76,7 +75,7 @@ for c in kube-apiserver kube-controller-manager kube-scheduler; do
   component "$c" "registry.k8s.io/$c:$K8S_VERSION" "" "$k8s_bin/$c"
 done
 component kube-proxy "registry.k8s.io/kube-proxy:$K8S_VERSION" "iptables conntrack ipset" "$k8s_bin/kube-proxy"
-component etcd "registry.k8s.io/etcd:$etcd_tag" "" /usr/bin/etcd
+component etcd "$etcd_ref" "" "$k8s_bin/etcd"
 for spec in "coredns localhost/coredns:$COREDNS_VERSION $coredns_ref" "pause $PAUSE_IMAGE $pause_ref" \
             "sandbox $PAUSE_IMAGE $sandbox_ref"; do
   read -r name from ref <<<"$spec"
@@ -119,6 +118,6 @@ docker exec "$build" pkill -x containerd || true
 # (a zombie under `sleep` as PID 1 stays listed: wait for its socket to stop answering)
 docker exec "$build" bash -c 'for i in $(seq 1 50); do ctr version >/dev/null 2>&1 || exit 0; sleep 0.2; done; exit 1' || die "containerd did not stop in the build container"
 docker commit --change 'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]' \
-  --change 'ENV HTTP_PROXY="" HTTPS_PROXY="" NO_PROXY=""' --change "LABEL dev.taskfleet.etcd-tag=$etcd_tag" "$build" "$KIND_NODE_IMAGE_LOCAL" >/dev/null
+  --change 'ENV HTTP_PROXY="" HTTPS_PROXY="" NO_PROXY=""' "$build" "$KIND_NODE_IMAGE_LOCAL" >/dev/null
 echo "$inputs" >"$work/stamp"
-log "$KIND_NODE_IMAGE_LOCAL built in $(( $(date +%s) - start ))s (etcd $etcd_tag)"
+log "$KIND_NODE_IMAGE_LOCAL built in $(( $(date +%s) - start ))s"

@@ -21,6 +21,15 @@ if [ "$KIND_IMAGES" = local ]; then
   "$repo/e2e/cluster/build-images.sh" project
 fi
 
+# A cluster made from an older build of the node image is made again.
+if kind get clusters 2>/dev/null | grep -qx "$kind_cluster"; then
+  running=$(docker inspect -f '{{.Image}}' "$kind_cluster-control-plane" 2>/dev/null || true)
+  wanted=$(docker image inspect -f '{{.Id}}' "$kind_node_image" 2>/dev/null || true)
+  if [ -n "$wanted" ] && [ "$running" != "$wanted" ]; then
+    log "kind cluster $kind_cluster runs another node image than $kind_node_image: recreating"
+    "$kind_dir/down.sh"
+  fi
+fi
 if ! kind get clusters 2>/dev/null | grep -qx "$kind_cluster"; then
   config=$cache/kind/cluster.yaml
   {
@@ -32,14 +41,7 @@ if ! kind get clusters 2>/dev/null | grep -qx "$kind_cluster"; then
     echo "networking:"
     echo "  podSubnet: 10.245.0.0/16  # not the local cluster's 10.244.0.0/24: both may run here"
     if [ "$KIND_IMAGES" = local ]; then
-      etcd_tag=$(docker image inspect -f '{{index .Config.Labels "dev.taskfleet.etcd-tag"}}' "$kind_node_image")
       echo "  disableDefaultCNI: true  # e2e/kind/network.sh does kindnetd's part"
-      echo "kubeadmConfigPatches:"
-      echo "- |"
-      echo "  kind: ClusterConfiguration"
-      echo "  etcd:"
-      echo "    local:"
-      echo "      imageTag: \"$etcd_tag\"  # Debian's etcd, the one in the node image"
     fi
   } >"$config"
   log "creating kind cluster $kind_cluster (1 control plane, $workers workers, $kind_node_image)"
