@@ -69,7 +69,7 @@ def test_the_install_holds_the_crd_rbac_operator_and_redis_in_taskfleet_system()
             assert doc["metadata"]["namespace"] == "taskfleet-system", doc["metadata"]["name"]
 
 
-def test_the_operator_runs_two_replicas_restricted_with_a_liveness_probe_on_its_own_account() -> None:
+def test_the_operator_runs_two_restricted_replicas_with_liveness_on_its_own_account() -> None:
     operator = by_kind(kustomize(MANIFESTS))[("Deployment", "taskfleet-operator")]
     pod = operator["spec"]["template"]["spec"]
     container = pod["containers"][0]
