@@ -4,10 +4,14 @@ against a real apiserver, with the RBAC of manifests/rbac)."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -25,6 +29,7 @@ from tests.fixtures_operator import (
     kubectl,
     running_operator,
 )
+from tests.fixtures_redis import free_port
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.apiserver
@@ -95,13 +100,12 @@ def test_the_older_replica_works_the_other_waits_and_takes_over_when_it_is_kille
                 interval=APISERVER_INTERVAL_S,
                 what=lambda: f"the working replica to sweep the queue:\n{first.tail(3000)}",
             )
-            peers = custom.get_cluster_custom_object(
+            found: dict[str, Any] = custom.get_cluster_custom_object(
                 "kopf.dev", "v1", "clusterkopfpeerings", peering
             )
-            assert set(peers["status"]) == {"replica-a", "replica-b"}, peers
-            assert (
-                peers["status"]["replica-a"]["priority"] > peers["status"]["replica-b"]["priority"]
-            )
+            peers = found["status"]
+            assert set(peers) == {"replica-a", "replica-b"}, peers
+            assert peers["replica-a"]["priority"] > peers["replica-b"]["priority"]
             # the younger replica, started paused, never resumed nor touched the queue
             assert RESUMED not in second.tail(10**6)
             assert served not in second.tail(10**6)
@@ -157,6 +161,97 @@ def test_a_replica_that_exits_cleanly_hands_over_at_once(
                 interval=APISERVER_INTERVAL_S,
                 what=lambda: f"the new replica to resume:\n{new.tail(3000)}",
             )
+
+
+def _queue_series(port: int, queue: str) -> bool:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return f'queue="{queue}"' in text
+
+
+def test_a_woken_older_replica_leads_again_and_the_paused_one_stops_exporting_its_queues(  # noqa: PLR0917
+    kube_apiserver: KubeApiserver,
+    taskqueue_crd: str,
+    operator_kubeconfig: Path,
+    ha_namespace: str,
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    """The active replica frozen (SIGSTOP: a node hung, then back): the other takes over,
+    then pauses when the older one wakes and renews its keep-alive. Paused, it drops the
+    queues it served, so Prometheus never sums one queue's series from two replicas."""
+    env = {
+        "TASKFLEET_WATCH_NAMESPACES": ha_namespace,
+        "TASKFLEET_PEERING": f"ha-{secrets.token_hex(4)}",
+        "TASKFLEET_PEERING_LIFETIME": str(LIFETIME_S),
+    }
+    served = f"sweeps of {ha_namespace}/q "
+    queue = f"{ha_namespace}.q"
+    older_port, younger_port = free_port(), free_port()
+    with running_operator(
+        kube_apiserver,
+        operator_kubeconfig,
+        tmp_path / "a.log",
+        POD_ID="older",
+        TASKFLEET_METRICS_PORT=str(older_port),
+        **env,
+    ) as older:
+        wait_for(
+            lambda: RESUMED in older.tail(10**6),
+            timeout=APISERVER_TIMEOUT_S,
+            interval=APISERVER_INTERVAL_S,
+            what=lambda: f"the older replica to work:\n{older.tail(3000)}",
+        )
+        with (
+            running_operator(
+                kube_apiserver,
+                operator_kubeconfig,
+                tmp_path / "b.log",
+                POD_ID="younger",
+                TASKFLEET_METRICS_PORT=str(younger_port),
+                **env,
+            ) as younger,
+            kube_apiserver.api_client() as api,
+        ):
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "TaskQueue",
+                "metadata": {"name": "q"},
+                "spec": base_spec(redis_url, replicas=0),
+            }
+            custom = client.CustomObjectsApi(api)
+            custom.create_namespaced_custom_object(GROUP, VERSION, ha_namespace, PLURAL, body)
+            wait_for(
+                lambda: served in older.tail(10**6),
+                timeout=APISERVER_TIMEOUT_S,
+                interval=APISERVER_INTERVAL_S,
+                what="the older replica to sweep the queue",
+            )
+            assert not _queue_series(younger_port, queue)
+
+            os.kill(older.process.pid, signal.SIGSTOP)
+            try:
+                wait_for(
+                    lambda: served in younger.tail(10**6) and _queue_series(younger_port, queue),
+                    timeout=LIFETIME_S + 20,
+                    interval=APISERVER_INTERVAL_S,
+                    what=lambda: f"the younger replica to take over:\n{younger.tail(3000)}",
+                )
+            finally:
+                os.kill(older.process.pid, signal.SIGCONT)
+            wait_for(
+                lambda: (
+                    "Pausing operations in favour of" in younger.tail(10**6)
+                    and not _queue_series(younger_port, queue)
+                ),
+                timeout=LIFETIME_S + 20,
+                interval=APISERVER_INTERVAL_S,
+                what=lambda: (
+                    f"the younger replica to pause and drop the queue:\n{younger.tail(3000)}"
+                ),
+            )
+            assert _queue_series(older_port, queue), "the woken older replica serves the queue"
+            custom.delete_namespaced_custom_object(GROUP, VERSION, ha_namespace, PLURAL, "q")
 
 
 def test_peering_settings_are_checked_and_older_replicas_rank_higher() -> None:

@@ -365,6 +365,11 @@ async def sweep_taskqueue(
             await wakeups.wait(woken, stopped, interval)
     finally:
         wakers.unregister(key, woken)
+        if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.OPERATOR_PAUSING:
+            # Paused in favour of another replica, which serves this queue now: drop the
+            # connection, so this replica's metrics show none of the queue's series (two
+            # replicas exporting them would double every sum) until it resumes.
+            memos.connections(memo).forget(*key)
 
 
 def _sweep_once(
