@@ -1,5 +1,5 @@
 """The operator's two replicas: the active one dies without a word (SIGKILL, or its whole
-node frozen on kind) while a worker pod is force-deleted; the other replica takes over
+node frozen on kind) while a frozen worker pod is force-deleted; the other replica takes over
 within the peering lifetime and puts that pod's tasks back, long before their leases
 (60 s in this suite) would have expired. Every task still finishes, none lost.
 
@@ -85,6 +85,13 @@ def _scenario(
     assert active is not None
     before = fleet.queue.stats()
 
+    # The worker frozen first (SIGSTOP from its node), so that it cannot hand its tasks
+    # back as it is deleted: only the operator's pod-gone path, or the 60 s leases, can.
+    found = fleet.kube.get("pod", victim)
+    assert found is not None
+    NodeShell.for_node(found["spec"]["nodeName"]).kill_container(
+        found["status"]["containerStatuses"][0]["containerID"], signal="SIGSTOP"
+    )
     kill(active)
     killed = time.monotonic()
     fleet.kube.run("delete", "pod", victim, "--grace-period=0", "--force")
@@ -109,7 +116,7 @@ def _scenario(
         f"force-deleted meanwhile back {back_after:.1f}s after the kill (requeued +{requeued};"
         f" peering lifetime {_env(operator, 'TASKFLEET_PEERING_LIFETIME')}s, leases 60 s)"
     )
-    assert requeued >= len(held), "the tasks came back by lease expiry, not by the operator"
+    assert requeued >= len(held), "the tasks came back, but not through the operator"
     fleet.queue.wait_settled(ids, timeout=120).assert_nothing_lost()
 
 
