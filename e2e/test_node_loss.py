@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -128,15 +128,6 @@ def _lease_ttl(fleet: Fleet) -> float:
     raw = fleet.queue.forward.call(lambda c: c.hget(fleet.queue.keys.config, "lease_ttl_s"))
     assert raw is not None, "the queue has no lease TTL in its config"
     return float(raw)
-
-
-@pytest.fixture
-def unfreeze() -> Iterator[list[str]]:
-    """Node containers a test froze, unpaused whatever the outcome."""
-    frozen: list[str] = []
-    yield frozen
-    for node in frozen:
-        subprocess.run(["docker", "unpause", node], capture_output=True, check=False)
 
 
 def test_a_frozen_node_s_tasks_come_back_by_lease_expiry_and_finish_elsewhere(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -134,14 +134,6 @@ def test_the_standby_operator_takes_over_from_a_sigkilled_one_and_requeues_a_dea
         NodeShell.for_node(found["spec"]["nodeName"]).kill_container(container)
 
     _scenario(fleet, two_replicas, sigkill, "active replica SIGKILLed", figures)
-
-
-@pytest.fixture
-def unfreeze() -> Iterator[list[str]]:
-    frozen: list[str] = []
-    yield frozen
-    for node in frozen:
-        subprocess.run(["docker", "unpause", node], capture_output=True, check=False)
 
 
 def test_the_standby_operator_takes_over_when_the_active_one_s_node_is_lost(

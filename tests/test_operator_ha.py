@@ -25,6 +25,7 @@ from tests.fixtures_operator import (
     PLURAL,
     REPO,
     VERSION,
+    OperatorProcess,
     base_spec,
     kubectl,
     running_operator,
@@ -56,6 +57,27 @@ def ha_namespace(kube_apiserver: KubeApiserver) -> Iterator[str]:
     yield name
 
 
+def _wait_leading(replica: OperatorProcess, who: str, timeout: float = APISERVER_TIMEOUT_S) -> None:
+    """Wait until ``replica`` has resumed: it leads."""
+    wait_for(
+        lambda: RESUMED in replica.tail(10**6),
+        timeout=timeout,
+        interval=APISERVER_INTERVAL_S,
+        what=lambda: f"{who} to lead:\n{replica.tail(3000)}",
+    )
+
+
+def _create_queue(custom: client.CustomObjectsApi, namespace: str, redis_url: str) -> None:
+    """TaskQueue ``q`` with no pods: only its sweeps show which replica serves it."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TaskQueue",
+        "metadata": {"name": "q"},
+        "spec": base_spec(redis_url, replicas=0),
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
 def test_the_older_replica_works_the_other_waits_and_takes_over_when_it_is_killed(  # noqa: PLR0917
     kube_apiserver: KubeApiserver,
     taskqueue_crd: str,
@@ -74,12 +96,7 @@ def test_the_older_replica_works_the_other_waits_and_takes_over_when_it_is_kille
     with running_operator(
         kube_apiserver, operator_kubeconfig, tmp_path / "a.log", POD_ID="replica-a", **env
     ) as first:
-        wait_for(
-            lambda: RESUMED in first.tail(10**6),
-            timeout=APISERVER_TIMEOUT_S,
-            interval=APISERVER_INTERVAL_S,
-            what=lambda: f"the first replica to find no older peer:\n{first.tail(3000)}",
-        )
+        _wait_leading(first, "the first replica")
         with (
             running_operator(
                 kube_apiserver, operator_kubeconfig, tmp_path / "b.log", POD_ID="replica-b", **env
@@ -87,13 +104,7 @@ def test_the_older_replica_works_the_other_waits_and_takes_over_when_it_is_kille
             kube_apiserver.api_client() as api,
         ):
             custom = client.CustomObjectsApi(api)
-            body = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "TaskQueue",
-                "metadata": {"name": "q"},
-                "spec": base_spec(redis_url, replicas=0),
-            }
-            custom.create_namespaced_custom_object(GROUP, VERSION, ha_namespace, PLURAL, body)
+            _create_queue(custom, ha_namespace, redis_url)
             wait_for(
                 lambda: served in first.tail(10**6),
                 timeout=APISERVER_TIMEOUT_S,
@@ -143,24 +154,14 @@ def test_a_replica_that_exits_cleanly_hands_over_at_once(
     with running_operator(
         kube_apiserver, operator_kubeconfig, tmp_path / "a.log", POD_ID="old", **env
     ) as old:
-        wait_for(
-            lambda: RESUMED in old.tail(10**6),
-            timeout=APISERVER_TIMEOUT_S,
-            interval=APISERVER_INTERVAL_S,
-            what=lambda: f"the old replica to work:\n{old.tail(3000)}",
-        )
+        _wait_leading(old, "the old replica")
         with running_operator(
             kube_apiserver, operator_kubeconfig, tmp_path / "b.log", POD_ID="new", **env
         ) as new:
             assert RESUMED not in new.tail(10**6)
             old.process.terminate()
             old.process.wait(timeout=30)
-            wait_for(
-                lambda: RESUMED in new.tail(10**6),
-                timeout=60,  # far below the 300 s lifetime
-                interval=APISERVER_INTERVAL_S,
-                what=lambda: f"the new replica to resume:\n{new.tail(3000)}",
-            )
+            _wait_leading(new, "the new replica", timeout=60)  # far below the 300 s lifetime
 
 
 def _queue_series(port: int, queue: str) -> bool:
@@ -196,12 +197,7 @@ def test_a_woken_older_replica_leads_again_and_the_paused_one_stops_exporting_it
         TASKFLEET_METRICS_PORT=str(older_port),
         **env,
     ) as older:
-        wait_for(
-            lambda: RESUMED in older.tail(10**6),
-            timeout=APISERVER_TIMEOUT_S,
-            interval=APISERVER_INTERVAL_S,
-            what=lambda: f"the older replica to work:\n{older.tail(3000)}",
-        )
+        _wait_leading(older, "the older replica")
         with (
             running_operator(
                 kube_apiserver,
@@ -213,14 +209,8 @@ def test_a_woken_older_replica_leads_again_and_the_paused_one_stops_exporting_it
             ) as younger,
             kube_apiserver.api_client() as api,
         ):
-            body = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "TaskQueue",
-                "metadata": {"name": "q"},
-                "spec": base_spec(redis_url, replicas=0),
-            }
             custom = client.CustomObjectsApi(api)
-            custom.create_namespaced_custom_object(GROUP, VERSION, ha_namespace, PLURAL, body)
+            _create_queue(custom, ha_namespace, redis_url)
             wait_for(
                 lambda: served in older.tail(10**6),
                 timeout=APISERVER_TIMEOUT_S,

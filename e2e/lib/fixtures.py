@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,15 @@ def make_fleet(
     return make
 
 
+@pytest.fixture
+def unfreeze() -> Iterator[list[str]]:
+    """kind node containers a test froze (``docker pause``), unpaused whatever the outcome."""
+    frozen: list[str] = []
+    yield frozen
+    for node in frozen:
+        subprocess.run(["docker", "unpause", node], capture_output=True, check=False)
+
+
 __all__ = [
     "deploy_redis",
     "figures",
@@ -168,4 +178,5 @@ __all__ = [
     "namespace",
     "operator",
     "redis_forward",
+    "unfreeze",
 ]
