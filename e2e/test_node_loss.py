@@ -28,7 +28,14 @@ from typing import Any
 import pytest
 
 from e2e.lib.fleet import Fleet
-from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, KUBECTL, Kube
+from e2e.lib.kube import (
+    CLUSTER_ERRORS,
+    CLUSTER_INTERVAL_S,
+    KUBECTL,
+    FrozenNodes,
+    Kube,
+    node_ready,
+)
 from tests.polling import wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
@@ -67,13 +74,6 @@ def _node_of(kube: Kube, pod: str) -> str:
     found = kube.get("pod", pod)
     assert found is not None, f"pod {pod} is gone"
     return str(found["spec"]["nodeName"])
-
-
-def _node_ready(kube: Kube, node: str) -> bool:
-    found = kube.get("node", node)
-    assert found is not None, f"node {node} is gone"
-    conditions = found["status"].get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def _docker(*argv: str) -> None:
@@ -134,7 +134,7 @@ def test_a_frozen_node_s_tasks_come_back_by_lease_expiry_and_finish_elsewhere(
     make_fleet: Callable[..., Fleet],
     namespace: Kube,
     kind_workers: list[str],
-    unfreeze: list[str],
+    frozen_nodes: FrozenNodes,
     figures: Callable[[str], None],
 ) -> None:
     fleet = _spread_fleet(make_fleet, "frozen", len(kind_workers))
@@ -142,8 +142,7 @@ def test_a_frozen_node_s_tasks_come_back_by_lease_expiry_and_finish_elsewhere(
     pod, node, held = _victim(fleet, namespace, 2)
     ttl = _lease_ttl(fleet)
 
-    _docker("pause", node)
-    unfreeze.append(node)
+    frozen_nodes.freeze(node)
     frozen_at = time.monotonic()
 
     def taken_back() -> bool:
@@ -173,9 +172,8 @@ def test_a_frozen_node_s_tasks_come_back_by_lease_expiry_and_finish_elsewhere(
         )
 
     # The node comes back: its workers wake up holding tasks that are no longer theirs.
-    _docker("unpause", node)
-    unfreeze.remove(node)
     woke_at = time.time()
+    frozen_nodes.thaw(node)
 
     def frozen_worker_caught_up() -> bool:
         if fleet.queue.held_by(pod):
@@ -223,7 +221,7 @@ def test_a_node_whose_kubelet_stops_keeps_its_live_workers_tasks(
     stopped_at = time.monotonic()
     try:
         wait_for(
-            lambda: not _node_ready(namespace, node),
+            lambda: not node_ready(namespace, node),
             timeout=NODE_GRACE_S + 40,
             interval=1,
             what=f"node {node} to turn NotReady after its kubelet stopped",
@@ -244,7 +242,7 @@ def test_a_node_whose_kubelet_stops_keeps_its_live_workers_tasks(
     finally:
         _docker("exec", node, "systemctl", "start", "kubelet")
     wait_for(
-        lambda: _node_ready(namespace, node),
+        lambda: node_ready(namespace, node),
         timeout=120,
         interval=1,
         what=f"node {node} Ready again",

@@ -18,7 +18,14 @@ from typing import Any
 import pytest
 
 from e2e.lib.fleet import Fleet, Operator
-from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, KUBECTL, Kube, NodeShell
+from e2e.lib.kube import (
+    CLUSTER_ERRORS,
+    CLUSTER_INTERVAL_S,
+    KUBECTL,
+    FrozenNodes,
+    Kube,
+    NodeShell,
+)
 from e2e.test_pod_disruption import busy_pod, taken_back_from
 from tests.polling import wait_for
 
@@ -140,7 +147,7 @@ def test_the_standby_operator_takes_over_when_the_active_one_s_node_is_lost(
     make_fleet: Callable[..., Fleet],
     namespace: Kube,
     two_replicas: Operator,
-    unfreeze: list[str],
+    frozen_nodes: FrozenNodes,
     figures: Callable[[str], None],
 ) -> None:
     operator = two_replicas
@@ -171,8 +178,6 @@ def test_the_standby_operator_takes_over_when_the_active_one_s_node_is_lost(
         )
 
     def freeze(pod: str) -> None:
-        node = _pod(operator.kube, pod)["spec"]["nodeName"]
-        subprocess.run(["docker", "pause", node], check=True, capture_output=True, timeout=60)
-        unfreeze.append(node)
+        frozen_nodes.freeze(_pod(operator.kube, pod)["spec"]["nodeName"])
 
     _scenario(fleet, operator, freeze, "active replica's node frozen", figures)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,15 @@ from typing import Any
 import pytest
 
 from e2e.lib.fleet import Fleet, Operator, taskqueue_manifest
-from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, VERSIONS, Kube, KubectlError, is_ready
+from e2e.lib.kube import (
+    CLUSTER_ERRORS,
+    CLUSTER_INTERVAL_S,
+    VERSIONS,
+    FrozenNodes,
+    Kube,
+    KubectlError,
+    is_ready,
+)
 from e2e.lib.portforward import PortForward
 from tests.polling import wait_for
 
@@ -163,20 +170,20 @@ def make_fleet(
 
 
 @pytest.fixture
-def unfreeze() -> Iterator[list[str]]:
-    """kind node containers a test froze (``docker pause``), unpaused whatever the outcome."""
-    frozen: list[str] = []
-    yield frozen
-    for node in frozen:
-        subprocess.run(["docker", "unpause", node], capture_output=True, check=False)
+def frozen_nodes() -> Iterator[FrozenNodes]:
+    """Nodes a test freezes; whatever the outcome, each is unpaused and Ready afterwards."""
+    nodes = FrozenNodes()
+    yield nodes
+    for node in list(nodes.frozen):
+        nodes.thaw(node)
 
 
 __all__ = [
     "deploy_redis",
     "figures",
+    "frozen_nodes",
     "make_fleet",
     "namespace",
     "operator",
     "redis_forward",
-    "unfreeze",
 ]

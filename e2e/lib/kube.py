@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from tests.polling import wait_for
+
 __all__ = [
     "CLUSTER_ERRORS",
     "CLUSTER_INTERVAL_S",
@@ -175,6 +177,42 @@ def is_ready(pod: dict[str, Any]) -> bool:
         return False
     conditions = pod["status"].get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def node_ready(kube: Kube, node: str) -> bool:
+    """The node's Ready condition is True (its kubelet posts status and its lease)."""
+    found = kube.get("node", node)
+    assert found is not None, f"node {node} is gone"
+    conditions = found["status"].get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+class FrozenNodes:
+    """kind node containers frozen with ``docker pause``, and thawed back to Ready.
+
+    A thawed node is not usable at once: its kubelet must post status again before the
+    node lifecycle controller turns it from Unknown back to Ready. ``thaw`` waits for that,
+    so the next test starts on a whole cluster.
+    """
+
+    def __init__(self) -> None:
+        self.frozen: list[str] = []
+
+    def freeze(self, node: str) -> None:
+        subprocess.run(["docker", "pause", node], check=True, capture_output=True, timeout=60)
+        self.frozen.append(node)
+
+    def thaw(self, node: str, *, timeout: float = 180) -> None:
+        subprocess.run(["docker", "unpause", node], check=True, capture_output=True, timeout=60)
+        self.frozen.remove(node)
+        kube = Kube()
+        wait_for(
+            lambda: node_ready(kube, node),
+            timeout=timeout,
+            interval=1,
+            what=f"node {node} Ready again after it was unpaused",
+            ignoring=CLUSTER_ERRORS,
+        )
 
 
 def names(objs: Iterable[dict[str, Any]]) -> list[str]:
