@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-podstart bench-operator soak demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart bench-podstart bench-operator soak demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci kind-node-image kind-up kind-down clean
 
 help: ## list targets
@@ -81,6 +81,9 @@ bench-dashboard: ## a dashboard page view's Redis time with 1,000 and 1,000,000 
 bench-autoscale: ## autoscaled vs fixed fleet on the local cluster: wake from zero, drain, pod-seconds
 	e2e/cluster/prepare.sh
 	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.autoscale
+
+bench-coldstart: ## a worker's cold start in this venv and with only the worker image's dependencies
+	$(BIN)/python -m bench.coldstart
 
 bench-podstart: ## a worker pod's start on the local cluster: pod created -> first task claimed, by phase
 	e2e/cluster/prepare.sh

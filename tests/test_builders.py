@@ -396,13 +396,15 @@ def test_invalid_specs_fail_with_a_message_saying_what_to_fix(
 
 
 def test_the_worker_cli_accepts_the_command_lines_the_deployment_runs() -> None:
+    import click
     from taskfleet.cli import cli
 
     spec = make_spec(concurrency=3, heartbeat={"intervalSeconds": 2, "ttlSeconds": 9})
     worker = container(builders.build_deployment("emails", "shop", spec))
-    commands = cli.commands
+    command = cli.get_command(click.Context(cli), "worker")
+    assert command is not None
 
-    run = commands["worker"].make_context("worker", list(worker["args"]))
+    run = command.make_context("worker", list(worker["args"]))
     assert run.params["queue"] == "shop.emails"
     assert run.params["handlers"] == ("app.tasks:handle",)
     assert run.params["concurrency"] == 3
@@ -412,7 +414,9 @@ def test_the_worker_cli_accepts_the_command_lines_the_deployment_runs() -> None:
 
     pre_stop = worker["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[:2] == ["taskfleet", "drain"]
-    drain = commands["drain"].make_context("drain", pre_stop[2:])
+    drain_command = cli.get_command(click.Context(cli), "drain")
+    assert drain_command is not None
+    drain = drain_command.make_context("drain", pre_stop[2:])
     assert (drain.params["wait"], drain.params["timeout"]) == (True, 300)
 
 

@@ -11,7 +11,14 @@ from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
 
 from tests.polling import wait_for
-from tests.workers.harness import REPO, WORKER_INTERVAL_S, WORKER_TIMEOUT_S, env_for, taskfleet
+from tests.workers.harness import (
+    REPO,
+    WORKER_INTERVAL_S,
+    WORKER_TIMEOUT_S,
+    Fleet,
+    env_for,
+    taskfleet,
+)
 
 
 def test_enqueue_prints_one_id_per_task_and_stores_the_options(
@@ -130,3 +137,39 @@ def test_a_worker_reads_the_queue_lease_ttl_and_never_writes_it(
     finally:
         process.kill()
         process.wait()
+
+
+def test_every_command_loads_on_demand_and_help_lists_them_all(tmp_path: Path) -> None:
+    import click
+    from taskfleet.cli import COMMANDS, cli
+
+    context = click.Context(cli)
+    for name in COMMANDS:
+        command = cli.get_command(context, name)
+        assert command is not None and command.name == name, name
+    assert cli.get_command(context, "no-such-command") is None
+    shown = taskfleet("--help", env=env_for("redis://127.0.0.1:1/0", tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    listed = shown.stdout.split("Commands:")[1]
+    assert [line.split()[0] for line in listed.strip().splitlines()] == list(COMMANDS)
+    unknown = taskfleet("frobnicate", env=env_for("redis://127.0.0.1:1/0", tmp_path))
+    assert unknown.returncode == 2 and "No such command 'frobnicate'" in unknown.stderr
+
+
+def test_a_worker_loads_neither_the_producer_nor_the_other_commands(
+    fleet: Fleet, queue: Queue
+) -> None:
+    """The worker's start is on every burst's critical path: it imports only what it runs."""
+    worker = fleet.add("tests.workers.handlers:loaded_modules", args=[]).start()
+    prefixes = ["taskfleet.producer", "taskfleet.dashboard", "taskfleet.cli", "prometheus_client"]
+    task_id = queue.enqueue({"prefixes": prefixes})
+    done = queue.wait([task_id], timeout=WORKER_TIMEOUT_S)[task_id]
+    assert done.state == "done", worker.log_text()
+    loaded = done.result
+    assert not [m for m in loaded if m.startswith(("taskfleet.producer", "taskfleet.dashboard"))]
+    assert not [m for m in loaded if m.startswith("prometheus_client")]  # no --metrics-port
+    assert {m for m in loaded if m.startswith("taskfleet.cli.")} <= {
+        "taskfleet.cli.logs",
+        "taskfleet.cli.options",
+        "taskfleet.cli.worker_commands",
+    }

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import math
 import os
+import signal
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -15,10 +16,14 @@ import redis.asyncio
 from redis.connection import Encoder
 from taskfleet import AsyncQueue, Queue
 from taskfleet.producer.encoding import encode_task
+from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidPayload, TaskExists
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.scripts import AsyncScripts, Ops
 from taskfleet.protocol.wire import Head, bulk, packed_args
+
+from tests.fixtures_redis import RedisServerFactory
+from tests.polling import wait_for
 
 
 @pytest.mark.parametrize(
@@ -157,3 +162,39 @@ def test_an_async_call_cancelled_at_any_point_leaves_the_next_call_its_own_reply
             return (await queue.stats())["pending"]
 
     assert asyncio.run(main()) >= 25
+
+
+def test_an_async_write_redis_does_not_take_times_out_and_stores_nothing(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    """A command larger than the sockets' buffers to a stopped Redis: the write backlog is
+    drained under the client's socket timeout, then the connection is dropped (Redis
+    discards the half-read command) and the next call starts afresh."""
+    server = redis_server_factory()
+    big = 48 * 1024 * 1024  # above loopback's largest send + receive buffers
+    with Queue("big", redis_url=server.url) as queue:
+        queue.configure(QueueConfig(max_payload_bytes=2 * big))
+
+    async def main() -> tuple[dict[str, int], bool]:
+        async with AsyncQueue("big", f"{server.url}?socket_timeout=0.5") as queue:
+            await queue.enqueue({}, task_id="before")
+            assert server.process is not None
+            server.process.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(redis.TimeoutError):
+                    await queue.enqueue({"blob": "x" * big}, task_id="big")
+            finally:
+                server.process.send_signal(signal.SIGCONT)
+            assert await queue.enqueue({}, task_id="after") == "after"
+            return await queue.stats(), await queue.get("big") is None
+
+    stats, big_absent = asyncio.run(main())
+    assert big_absent and stats["pending"] == 2
+    with redis.Redis.from_url(server.url) as client:
+        # A closed (not aborted) connection would still be flushing the command now.
+        wait_for(
+            lambda: client.info("clients")["connected_clients"] == 1,
+            timeout=10,
+            what="the timed-out connection to be gone",
+        )
+        assert client.exists(QueueKeys("big").task("big")) == 0, "a failed write landed later"

@@ -188,14 +188,33 @@ def test_completing_one_task_with_a_stale_token_raises_stale_token(
     assert queue.get(task_id).state is TaskState.PENDING  # type: ignore[union-attr]
 
 
+class _CountingWriter:
+    """A connection's stream writer that counts the writes (one per request sent)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+
+    def write(self, data: bytes) -> None:
+        CountingConnection.sends += 1
+        self._writer.write(data)
+
+    def writelines(self, data: Any) -> None:
+        CountingConnection.sends += 1
+        self._writer.writelines(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
+
+
 class CountingConnection(redis.asyncio.Connection):
-    """Counts requests sent (a pipeline or a script call is one)."""
+    """Counts requests sent (a pipeline or a script call is one), on every send path:
+    redis-py's and the packed script calls' own write (protocol/wire.py)."""
 
     sends = 0
 
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        type(self).sends += 1
-        await super().send_packed_command(command, check_health)
+    async def _connect(self) -> None:
+        await super()._connect()
+        self._writer = _CountingWriter(self._writer)  # type: ignore[assignment]
 
 
 def test_claiming_and_completing_a_batch_are_one_round_trip_each(

@@ -8,34 +8,14 @@ import shutil
 import socket
 import sys
 import tempfile
-from typing import Any
 
-import redis.asyncio as aioredis
 import taskfleet
-from harness import DONE_KEY, record_done
 from taskfleet import AsyncQueue, Queue
 
 QUEUE = "bench"
 # Slots per worker process (run.py --taskfleet-concurrency): sync handlers run in a thread
 # pool of this size, and it bounds the batch one claim takes.
 CONCURRENCY = int(os.environ.get("BENCH_TASKFLEET_CONCURRENCY", "32"))
-
-
-def noop(payload: dict[str, Any]) -> None:
-    """The reference task as most users write it: sync, run in the worker's threads."""
-    record_done()
-
-
-_async_clients: dict[int, aioredis.Redis] = {}
-
-
-async def anoop(payload: dict[str, Any]) -> None:
-    """The same single write from an async handler, on the worker's event loop."""
-    client = _async_clients.get(os.getpid())
-    if client is None:
-        url = os.environ["BENCH_REDIS_URL"]
-        client = _async_clients[os.getpid()] = aioredis.Redis.from_url(url)
-    await client.rpush(DONE_KEY, os.getpid())
 
 
 class TaskfleetAdapter:
@@ -52,7 +32,7 @@ class TaskfleetAdapter:
         self.name = {"async": "taskfleet (async handler)", "metrics": "taskfleet (metrics on)"}.get(
             variant or "", "taskfleet"
         )
-        self.handler = "taskfleet_bench:anoop" if self.is_async else "taskfleet_bench:noop"
+        self.handler = "taskfleet_tasks:anoop" if self.is_async else "taskfleet_tasks:noop"
         kind = (
             "async handler on the loop; its 1-by-1 enqueue goes through AsyncQueue"
             if self.is_async

@@ -144,3 +144,11 @@ async def crop(payload: dict[str, Any]) -> dict[str, Any]:
 
 #: A registry: each entry is a named handler (``--handler tests.workers.handlers:MEDIA``).
 MEDIA = {"resize": resize, "crop": crop}
+
+
+def loaded_modules(payload: dict[str, Any]) -> list[str]:
+    """The modules the worker process holds while running a task, under ``prefixes``."""
+    import sys
+
+    prefixes = tuple(payload["prefixes"])
+    return sorted(name for name in sys.modules if name.startswith(prefixes))

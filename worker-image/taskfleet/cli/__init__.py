@@ -24,6 +24,7 @@ only ``python -m taskfleet`` (``__main__``) and the console script import it.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import NoReturn
 
@@ -32,13 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from taskfleet.cli.dashboard_command import dashboard
 from taskfleet.cli.options import redis_url_in_use, scrub_message
-from taskfleet.cli.queue_commands import configure, enqueue, stats, task
-from taskfleet.cli.schedule_commands import schedule
-from taskfleet.cli.task_commands import cancel, ls, purge, retry, workers
-from taskfleet.cli.top import top
-from taskfleet.cli.worker_commands import drain, worker
 from taskfleet.protocol.errors import TaskfleetError, auth_failure
 from taskfleet.protocol.redisurl import redact_redis_url
 
@@ -48,16 +43,41 @@ __all__ = ["main", "mask_url"]
 mask_url = redact_redis_url
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# Each command's module, loaded when the command runs (or when help lists them all): a
+# worker's start imports the worker's command and nothing of the producer-side ones.
+COMMANDS = {
+    **dict.fromkeys(("enqueue", "configure", "stats", "task"), "queue_commands"),
+    **dict.fromkeys(("ls", "cancel", "retry", "purge", "workers"), "task_commands"),
+    "schedule": "schedule_commands",
+    "top": "top",
+    "dashboard": "dashboard_command",
+    **dict.fromkeys(("drain", "worker"), "worker_commands"),
+}
+
+
+class _LazyGroup(click.Group):
+    """A command group whose commands are imported on first use (click's lazy-loading recipe)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        if module is None:
+            return None
+        command = getattr(importlib.import_module(f"taskfleet.cli.{module}"), cmd_name)
+        if not isinstance(command, click.Command):  # pragma: no cover - a wiring mistake
+            raise TypeError(f"taskfleet.cli.{module}.{cmd_name} is not a click command")
+        return command
+
+
+@click.group(
+    cls=_LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="taskfleet")
 def cli() -> None:
     """taskfleet: a Redis task queue whose workers drain gracefully and never lose a task."""
-
-
-for _command in (enqueue, configure, stats, task, ls, cancel, retry, purge, workers, schedule):
-    cli.add_command(_command)
-for _command in (top, dashboard, drain, worker):
-    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -17,6 +17,7 @@ make a repeated call a no-op or a refusal).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import deque
 from collections.abc import Sequence
@@ -162,5 +163,42 @@ class AsyncConnections:
 
 
 async def _send_read_async(conn: Any, command: bytes) -> Any:
-    await conn.send_packed_command([command])
+    writer = getattr(conn, "_writer", None)
+    if writer is None or conn.health_check_interval or not conn.is_connected:
+        await conn.send_packed_command([command])
+    else:
+        await _write(conn, writer, command)
     return await conn.read_response()
+
+
+async def _write(conn: Any, writer: asyncio.StreamWriter, command: bytes) -> None:
+    """redis-py's ``send_packed_command`` without its per-call task.
+
+    With a ``socket_timeout`` (redis-py's default is 5 s), redis-py wraps every write in
+    ``asyncio.wait_for``, which makes a task and two more turns of the event loop per
+    command: a third of an ``AsyncQueue.enqueue``. A write the kernel takes at once (a
+    command of a few hundred bytes on a connection with no backlog) needs no wait; only a
+    backlog is drained, under the same timeout. Failures end as redis-py's do
+    (``TimeoutError`` or ``ConnectionError``), with one difference: the connection is
+    aborted, not closed, so a backlog the caller was told failed is dropped with it
+    instead of being flushed to Redis later (a command cut short is discarded by Redis).
+    """
+    try:
+        writer.write(command)
+        if writer.transport.get_write_buffer_size():
+            async with asyncio.timeout(conn.socket_timeout or None):
+                await writer.drain()
+    except TimeoutError:  # asyncio.timeout's (a builtin, an OSError): before OSError
+        await _abort(conn, writer)
+        raise redis.TimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        await _abort(conn, writer)
+        raise redis.ConnectionError(f"Error while writing to socket: {exc}") from exc
+    except BaseException:  # cancelled mid-write: what went out is unknown, start afresh
+        await _abort(conn, writer)
+        raise
+
+
+async def _abort(conn: Any, writer: asyncio.StreamWriter) -> None:
+    writer.transport.abort()
+    await conn.disconnect(nowait=True)
