@@ -63,7 +63,10 @@ def image_python() -> Path:
         print(f"building {venv} (pip install '.[metrics,dashboard]')", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        leftover = not (REPO / "build").exists()  # setuptools builds in the tree
         subprocess.run([*pip, f"{REPO}[metrics,dashboard]"], check=True)
+        if leftover:
+            shutil.rmtree(REPO / "build", ignore_errors=True)
     return python
 
 

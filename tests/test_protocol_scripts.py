@@ -47,6 +47,35 @@ def test_each_script_opens_with_a_block_mapping_keys_argv_and_the_reply(name: st
     assert "Returns:" in block
 
 
+@pytest.mark.parametrize("lib", LIB)
+def test_a_library_holds_only_local_definitions_at_its_top_level(lib: str) -> None:
+    """What source() picks per script is cut at these lines: anything else at the top
+    level (a global, a statement) would be cut off with the definition above it."""
+    for number, line in enumerate(LUA.joinpath("lib", f"{lib}.lua").read_text().splitlines(), 1):
+        if line and not line[0].isspace():
+            assert re.match(r"(--|end$|}$|local (function )?[A-Za-z_]\w*)", line), (
+                f"lib/{lib}.lua:{number}: {line}"
+            )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_script_carries_every_library_definition_it_names_and_only_those(name: str) -> None:
+    defined = {
+        found.group(1)
+        for lib in LIB
+        for line in LUA.joinpath("lib", f"{lib}.lua").read_text().splitlines()
+        if (found := re.match(r"local (?:function )?([A-Za-z_]\w*)", line))
+    }
+    full = source(name)
+    carried = set(re.findall(r"^local (?:function )?([A-Za-z_]\w*)", full, re.M)) & defined
+    code = "\n".join(line for line in full.splitlines() if not line.lstrip().startswith("--"))
+    named = set(re.findall(r"[A-Za-z_]\w*", code)) & defined
+    assert named <= carried, f"{name}.lua names {sorted(named - carried)} without them"
+    body = LUA.joinpath(f"{name}.lua").read_text()
+    if not set(re.findall(r"[A-Za-z_]\w*", body)) & {"hand_off", "claim_batch"}:
+        assert len(carried) < len(defined), f"{name}.lua carries the whole library"
+
+
 def test_scripts_never_spell_a_key_name_themselves() -> None:
     # key names live in keys.py; Lua only uses the K_* names bound from KEYS
     for path in [*LUA.iterdir(), *LUA.joinpath("lib").iterdir()]:
