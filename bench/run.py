@@ -50,6 +50,8 @@ PEER_PINS: dict[str, str] = {
 SYSTEM_TIMEOUT_S = 600.0
 #: Metrics on may cost the drain at most this much, in %.
 METRICS_COST_GOAL = 3
+#: The drain counted from the workers' exec, in % of the drain from 10 % done: at least.
+RAMP_GOAL = 85
 # The project's goals for taskfleet: (result field, label, goal, higher is better).
 TARGETS = [
     ("drain_per_s", "drain", 10_000, True),
@@ -240,6 +242,14 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
             shown = fmt(value, 2 if not higher else 0)
             bound = f">= {goal:,}" if higher else f"< {goal}"
             parts.append(f"{label} {shown} (goal {bound}: {'met' if met else 'missed'})")
+        steady, from_start = r.get("drain_per_s"), r.get("drain_from_start_per_s")
+        if steady and from_start:
+            share = from_start / steady * 100
+            met = share >= RAMP_GOAL
+            parts.append(
+                f"drain from start {share:.0f} % of the steady drain (goal >= {RAMP_GOAL} %:"
+                f" {'met' if met else 'missed'}; the workers' start weighs less as N grows)"
+            )
         out.append(f"Goals, {r['system']}: " + "; ".join(parts) + ".")
     by_name = {r["system"]: r for r in results if "failed" not in r}
     out += peer_ratios(by_name)
