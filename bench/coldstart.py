@@ -18,6 +18,7 @@ import hashlib
 import os
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -117,7 +118,9 @@ def main() -> None:
     args = parser.parse_args()
     pythons = {"development venv": sys.executable, "image's dependencies": str(image_python())}
     with tempfile.TemporaryDirectory(prefix="coldstart-redis-") as tmp:
-        port = 6390 + os.getpid() % 500
+        with socket.socket() as probe:  # a free port: never another server's data
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
         server = subprocess.Popen(
             ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", tmp],
             stdout=subprocess.DEVNULL,
@@ -127,6 +130,8 @@ def main() -> None:
             client = redis.Redis.from_url(url)
             deadline = time.monotonic() + 10
             while True:
+                if server.poll() is not None:
+                    raise RuntimeError(f"redis-server on port {port} exited: {server.returncode}")
                 try:
                     client.ping()
                     break

@@ -244,7 +244,7 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
             parts.append(f"{label} {shown} (goal {bound}: {'met' if met else 'missed'})")
         steady, from_start = r.get("drain_per_s"), r.get("drain_from_start_per_s")
         if steady and from_start:
-            share = from_start / steady * 100
+            share = round(from_start / steady * 100)
             met = share >= RAMP_GOAL
             parts.append(
                 f"drain from start {share:.0f} % of the steady drain (goal >= {RAMP_GOAL} %:"

@@ -151,7 +151,7 @@ def test_every_command_loads_on_demand_and_help_lists_them_all(tmp_path: Path) -
     shown = taskfleet("--help", env=env_for("redis://127.0.0.1:1/0", tmp_path))
     assert shown.returncode == 0, shown.stderr
     listed = shown.stdout.split("Commands:")[1]
-    assert [line.split()[0] for line in listed.strip().splitlines()] == list(COMMANDS)
+    assert [line.split()[0] for line in listed.strip().splitlines()] == sorted(COMMANDS)
     unknown = taskfleet("frobnicate", env=env_for("redis://127.0.0.1:1/0", tmp_path))
     assert unknown.returncode == 2 and "No such command 'frobnicate'" in unknown.stderr
 
@@ -162,12 +162,14 @@ def test_a_worker_loads_neither_the_producer_nor_the_other_commands(
     """The worker's start is on every burst's critical path: it imports only what it runs."""
     worker = fleet.add("tests.workers.handlers:loaded_modules", args=[]).start()
     prefixes = ["taskfleet.producer", "taskfleet.dashboard", "taskfleet.cli", "prometheus_client"]
+    prefixes += ["pydantic"]
     task_id = queue.enqueue({"prefixes": prefixes})
     done = queue.wait([task_id], timeout=WORKER_TIMEOUT_S)[task_id]
     assert done.state == "done", worker.log_text()
     loaded = done.result
     assert not [m for m in loaded if m.startswith(("taskfleet.producer", "taskfleet.dashboard"))]
     assert not [m for m in loaded if m.startswith("prometheus_client")]  # no --metrics-port
+    assert not [m for m in loaded if m.startswith("pydantic")]  # the producer's and operator's
     assert {m for m in loaded if m.startswith("taskfleet.cli.")} <= {
         "taskfleet.cli.logs",
         "taskfleet.cli.options",

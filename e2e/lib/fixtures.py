@@ -174,8 +174,8 @@ def frozen_nodes() -> Iterator[FrozenNodes]:
     """Nodes a test freezes; whatever the outcome, each is unpaused and Ready afterwards."""
     nodes = FrozenNodes()
     yield nodes
-    for node in list(nodes.frozen):
-        nodes.thaw(node)
+    if nodes.frozen:
+        nodes.thaw()
 
 
 __all__ = [

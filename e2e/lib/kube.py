@@ -14,9 +14,11 @@ import shlex
 import subprocess
 import threading
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.polling import wait_for
@@ -190,9 +192,11 @@ def node_ready(kube: Kube, node: str) -> bool:
 class FrozenNodes:
     """kind node containers frozen with ``docker pause``, and thawed back to Ready.
 
-    A thawed node is not usable at once: its kubelet must post status again before the
-    node lifecycle controller turns it from Unknown back to Ready. ``thaw`` waits for that,
-    so the next test starts on a whole cluster.
+    A thawed node is not usable at once: its kubelet must renew its lease and post status
+    again before the node lifecycle controller turns it from Unknown back to Ready (and a
+    node frozen for less than the controller's grace still shows its old Ready=True until
+    then). ``thaw`` waits for a lease renewed after the unpause and Ready=True, so the next
+    test starts on a whole cluster.
     """
 
     def __init__(self) -> None:
@@ -202,17 +206,45 @@ class FrozenNodes:
         subprocess.run(["docker", "pause", node], check=True, capture_output=True, timeout=60)
         self.frozen.append(node)
 
-    def thaw(self, node: str, *, timeout: float = 180) -> None:
-        subprocess.run(["docker", "unpause", node], check=True, capture_output=True, timeout=60)
-        self.frozen.remove(node)
+    def thaw(self, *nodes: str, timeout: float = 180) -> None:
+        """Unpause ``nodes`` (default: every one still frozen), each whatever became of the
+        others, then wait for each to be back; one failure at the end names them all."""
+        nodes = nodes or tuple(self.frozen)
+        problems: list[str] = []
+        since = datetime.now(UTC)
+        for node in nodes:
+            done = subprocess.run(
+                ["docker", "unpause", node], check=False, capture_output=True, text=True, timeout=60
+            )
+            if done.returncode != 0 and "not paused" not in done.stderr:
+                problems.append(f"docker unpause {node}: {done.stderr.strip()}")
+            if node in self.frozen:
+                self.frozen.remove(node)
         kube = Kube()
-        wait_for(
-            lambda: node_ready(kube, node),
-            timeout=timeout,
-            interval=1,
-            what=f"node {node} Ready again after it was unpaused",
-            ignoring=CLUSTER_ERRORS,
-        )
+        for node in nodes:
+
+            def back(node: str = node) -> bool:
+                return lease_renewed_since(kube, node, since) and node_ready(kube, node)
+
+            try:
+                wait_for(
+                    back,
+                    timeout=timeout,
+                    interval=1,
+                    what=f"node {node} to renew its lease and be Ready after the unpause",
+                    ignoring=CLUSTER_ERRORS,
+                )
+            except pytest.fail.Exception as failed:
+                problems.append(str(failed))
+        if problems:
+            pytest.fail("; ".join(problems))
+
+
+def lease_renewed_since(kube: Kube, node: str, since: datetime) -> bool:
+    """The node's kubelet renewed its lease (kube-node-lease, every 10 s) after ``since``."""
+    lease = kube.in_namespace("kube-node-lease").get("lease", node)
+    renewed = (lease or {}).get("spec", {}).get("renewTime")
+    return bool(renewed) and datetime.fromisoformat(renewed.replace("Z", "+00:00")) > since
 
 
 def names(objs: Iterable[dict[str, Any]]) -> list[str]:

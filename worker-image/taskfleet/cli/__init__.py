@@ -59,7 +59,7 @@ class _LazyGroup(click.Group):
     """A command group whose commands are imported on first use (click's lazy-loading recipe)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMANDS)
+        return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = COMMANDS.get(cmd_name)

@@ -182,6 +182,10 @@ async def _write(conn: Any, writer: asyncio.StreamWriter, command: bytes) -> Non
     (``TimeoutError`` or ``ConnectionError``), with one difference: the connection is
     aborted, not closed, so a backlog the caller was told failed is dropped with it
     instead of being flushed to Redis later (a command cut short is discarded by Redis).
+    That holds on plain TCP; over TLS the TLS layer takes the write whole and the backlog
+    lies below it, unseen here and by redis-py alike, so a timed-out write may still land.
+    A connection class of redis-py's overriding ``send_packed_command`` is bypassed here
+    (it still is used for a connection not yet connected or with health checks).
     """
     try:
         writer.write(command)
