@@ -67,8 +67,17 @@ def _wait_leading(replica: OperatorProcess, who: str, timeout: float = APISERVER
     )
 
 
-def _create_queue(custom: client.CustomObjectsApi, namespace: str, redis_url: str) -> None:
-    """TaskQueue ``q`` with no pods: only its sweeps show which replica serves it."""
+def _create_queue(
+    custom: client.CustomObjectsApi,
+    namespace: str,
+    redis_url: str,
+    *,
+    served_by: OperatorProcess,
+    served: str,
+    who: str,
+) -> None:
+    """TaskQueue ``q`` with no pods (only its sweeps show which replica serves it), once
+    ``served_by``'s log says ``served``."""
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "TaskQueue",
@@ -76,6 +85,12 @@ def _create_queue(custom: client.CustomObjectsApi, namespace: str, redis_url: st
         "spec": base_spec(redis_url, replicas=0),
     }
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    wait_for(
+        lambda: served in served_by.tail(10**6),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what=lambda: f"{who} to sweep the queue:\n{served_by.tail(3000)}",
+    )
 
 
 def test_the_older_replica_works_the_other_waits_and_takes_over_when_it_is_killed(  # noqa: PLR0917
@@ -104,12 +119,13 @@ def test_the_older_replica_works_the_other_waits_and_takes_over_when_it_is_kille
             kube_apiserver.api_client() as api,
         ):
             custom = client.CustomObjectsApi(api)
-            _create_queue(custom, ha_namespace, redis_url)
-            wait_for(
-                lambda: served in first.tail(10**6),
-                timeout=APISERVER_TIMEOUT_S,
-                interval=APISERVER_INTERVAL_S,
-                what=lambda: f"the working replica to sweep the queue:\n{first.tail(3000)}",
+            _create_queue(
+                custom,
+                ha_namespace,
+                redis_url,
+                served_by=first,
+                served=served,
+                who="the working replica",
             )
             found: dict[str, Any] = custom.get_cluster_custom_object(
                 "kopf.dev", "v1", "clusterkopfpeerings", peering
@@ -210,12 +226,13 @@ def test_a_woken_older_replica_leads_again_and_the_paused_one_stops_exporting_it
             kube_apiserver.api_client() as api,
         ):
             custom = client.CustomObjectsApi(api)
-            _create_queue(custom, ha_namespace, redis_url)
-            wait_for(
-                lambda: served in older.tail(10**6),
-                timeout=APISERVER_TIMEOUT_S,
-                interval=APISERVER_INTERVAL_S,
-                what="the older replica to sweep the queue",
+            _create_queue(
+                custom,
+                ha_namespace,
+                redis_url,
+                served_by=older,
+                served=served,
+                who="the older replica",
             )
             assert not _queue_series(younger_port, queue)
 
