@@ -15,7 +15,8 @@ from taskfleet import Broker, Queue, QueueConfig, TaskState
 from taskfleet.protocol.control_ops import CancelOutcome, Report
 from taskfleet.protocol.errors import InvalidPayload
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
-from taskfleet.protocol.scripts import LIB, NAMES, source, text
+from taskfleet.protocol.luasource import LIB, NAMES, source
+from taskfleet.protocol.scripts import text
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker, RedisServerFactory, free_cluster_port
 from tests.polling import wait_for

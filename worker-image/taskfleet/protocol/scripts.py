@@ -1,10 +1,8 @@
 """The Lua scripts of the queue protocol and their typed wrappers.
 
-Each state change is one script in ``lua/<name>.lua``. A script is sent as one chunk:
-a generated prelude (KEYS bound to ``K_<NAME>`` locals in :data:`keys.SCRIPT_KEYS`
-order, ``DEFAULTS`` from ``defaults.CONFIG_DEFAULTS``, :class:`config.QueueConfig`'s
-defaults), the shared fragments of
-``lua/lib/`` (included, never copied), then the script itself.
+Each state change is one script in ``lua/<name>.lua``, sent as the one chunk that
+``luasource`` assembles (a generated prelude, what the script uses of ``lua/lib/``, the
+script itself).
 
 Calls are described by :class:`Op` values: the script, its keys and arguments, and a
 decoder that turns the reply into Python values and return codes into exceptions. The
@@ -16,12 +14,9 @@ a script the server lost (a restarted Redis) is loaded again and the call resent
 
 from __future__ import annotations
 
-import functools
-import re
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Generic, TypeVar
 
 import redis
@@ -31,132 +26,18 @@ from redis.exceptions import NoScriptError
 
 from taskfleet.protocol import bounds, wire
 from taskfleet.protocol.connect import SyncClient
-from taskfleet.protocol.defaults import lua_defaults
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload, ProtocolError, TaskExists
-from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.luasource import NAMES, source
 
 T = TypeVar("T")
 Arg = str | int | float | bytes
 
-#: Shared fragments, in inclusion order.
-LIB = ("core", "enqueue", "claim")
-#: One file per atomic operation.
-NAMES = (
-    "enqueue",
-    "claim",
-    "extend",
-    "complete",
-    "fail",
-    "release",
-    "requeue",
-    "register",
-    "deregister",
-    "disown",
-    "sweep",
-    "schedule_put",
-    "schedule_delete",
-    "schedule_pause",
-    "schedule_due",
-    "schedule_fire",
-    "cancel",
-    "retry",
-    "drop",
-    "report",
-    "watch",
-)
 #: Housekeeping bound per claim: keeps a claim short however large the backlog.
 CLAIM_HOUSEKEEPING_BOUND = 100
 SWEEP_BOUND = 1000
 #: Packed call heads kept per client (one per script and queue); past it they are rebuilt.
 HEADS_CACHED = 1024
-
-
-def _lua_string(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _read(rel: str) -> str:
-    return resources.files("taskfleet.protocol").joinpath("lua", rel).read_text(encoding="utf-8")
-
-
-_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_]\w*)")
-_NAME = re.compile(r"[A-Za-z_]\w*")
-
-
-@functools.cache
-def _definitions() -> tuple[tuple[str, str, frozenset[str]], ...]:
-    """The libraries' top-level definitions in order: (name, text, names it uses).
-
-    A definition is a line ``local function NAME(`` or ``local NAME =`` at the start of a
-    line, with the comment lines above it, up to the next one; lua/lib/ holds nothing else
-    at the top level (a test checks it).
-    """
-    out: list[tuple[str, str, frozenset[str]]] = []
-    for lib in LIB:
-        lines = _read(f"lib/{lib}.lua").splitlines(keepends=True)
-        starts = [i for i, line in enumerate(lines) if _DEFINITION.match(line)]
-        for n, start in enumerate(starts):
-            first = start
-            while first > 0 and lines[first - 1].startswith("--"):
-                first -= 1
-            end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-            while end > start + 1 and lines[end - 1].startswith("--"):
-                end -= 1  # the next definition's comment
-            found = _DEFINITION.match(lines[start])
-            assert found is not None
-            text = "".join(lines[first:end])
-            out.append((found.group(1), text, _names(text)))
-    return tuple(out)
-
-
-def _names(code: str) -> frozenset[str]:
-    """The words of Lua ``code`` outside its comments."""
-    return frozenset(_NAME.findall(_COMMENT.sub("", code)))
-
-
-_COMMENT = re.compile(r"--[^\n]*")
-
-
-def _needed(body: str) -> list[str]:
-    """The library definitions ``body`` uses, directly or through others, in their order.
-
-    Redis runs a script's whole text on every call, so each definition it carries costs
-    every call (a closure or a table built): the 39 of lua/lib/ about 4 µs of Redis CPU.
-    A script carries only those it reaches. Names are matched as words outside comments;
-    one that also appears in a string only adds a definition that was not needed.
-    """
-    definitions = _definitions()
-    wanted = set(_names(body))
-    grew = True
-    while grew:  # to a fixed point: what the wanted definitions use is wanted too
-        grew = False
-        for name, _text, uses in definitions:
-            if name in wanted and not uses <= wanted:
-                wanted |= uses
-                grew = True
-    return [text for name, text, _uses in definitions if name in wanted]
-
-
-@functools.cache
-def prelude() -> str:
-    binds = "\n".join(
-        f"local K_{name.upper()} = KEYS[{i}]" for i, name in enumerate(SCRIPT_KEYS, start=1)
-    )
-    defaults = ", ".join(f"{k} = {_lua_string(v)}" for k, v in sorted(lua_defaults().items()))
-    return (
-        "-- generated by taskfleet/protocol/scripts.py: keys.SCRIPT_KEYS and "
-        "defaults.CONFIG_DEFAULTS, then what the script uses of lua/lib/\n"
-        f"{binds}\nlocal DEFAULTS = {{{defaults}}}\n"
-    )
-
-
-@functools.cache
-def source(name: str) -> str:
-    """The full text sent to Redis for script ``name``."""
-    if name not in NAMES:
-        raise KeyError(f"unknown script {name!r}")
-    body = _read(f"{name}.lua")
-    return prelude() + "".join(_needed(body)) + f"-- {name}.lua\n" + body
 
 
 @dataclass(frozen=True, slots=True)
