@@ -67,17 +67,22 @@ def _wait_leading(replica: OperatorProcess, who: str, timeout: float = APISERVER
     )
 
 
+def _sweeps_of(namespace: str) -> str:
+    """What a replica's log says when it sweeps the queue ``q`` of ``namespace``."""
+    return f"sweeps of {namespace}/q "
+
+
 def _create_queue(
     custom: client.CustomObjectsApi,
     namespace: str,
     redis_url: str,
     *,
     served_by: OperatorProcess,
-    served: str,
     who: str,
 ) -> None:
     """TaskQueue ``q`` with no pods (only its sweeps show which replica serves it), once
-    ``served_by``'s log says ``served``."""
+    ``served_by``'s log shows it sweeping the queue."""
+    served = _sweeps_of(namespace)
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "TaskQueue",
@@ -107,7 +112,7 @@ def test_the_older_replica_works_the_other_waits_and_takes_over_when_it_is_kille
         "TASKFLEET_PEERING": peering,
         "TASKFLEET_PEERING_LIFETIME": str(LIFETIME_S),
     }
-    served = f"sweeps of {ha_namespace}/q "
+    served = _sweeps_of(ha_namespace)
     with running_operator(
         kube_apiserver, operator_kubeconfig, tmp_path / "a.log", POD_ID="replica-a", **env
     ) as first:
@@ -124,7 +129,6 @@ def test_the_older_replica_works_the_other_waits_and_takes_over_when_it_is_kille
                 ha_namespace,
                 redis_url,
                 served_by=first,
-                served=served,
                 who="the working replica",
             )
             found: dict[str, Any] = custom.get_cluster_custom_object(
@@ -202,7 +206,7 @@ def test_a_woken_older_replica_leads_again_and_the_paused_one_stops_exporting_it
         "TASKFLEET_PEERING": f"ha-{secrets.token_hex(4)}",
         "TASKFLEET_PEERING_LIFETIME": str(LIFETIME_S),
     }
-    served = f"sweeps of {ha_namespace}/q "
+    served = _sweeps_of(ha_namespace)
     queue = f"{ha_namespace}.q"
     older_port, younger_port = free_port(), free_port()
     with running_operator(
@@ -231,7 +235,6 @@ def test_a_woken_older_replica_leads_again_and_the_paused_one_stops_exporting_it
                 ha_namespace,
                 redis_url,
                 served_by=older,
-                served=served,
                 who="the older replica",
             )
             assert not _queue_series(younger_port, queue)
