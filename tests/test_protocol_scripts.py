@@ -15,6 +15,7 @@ from taskfleet import Broker, Queue, QueueConfig, TaskState
 from taskfleet.protocol.control_ops import CancelOutcome, Report
 from taskfleet.protocol.errors import InvalidPayload
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
+from taskfleet.protocol import luasource
 from taskfleet.protocol.luasource import LIB, NAMES, source
 from taskfleet.protocol.scripts import text
 
@@ -73,6 +74,32 @@ def test_a_script_carries_every_library_definition_it_names_and_only_those(name:
     named = set(re.findall(r"[A-Za-z_]\w*", code)) & defined
     assert named <= carried, f"{name}.lua names {sorted(named - carried)} without them"
     assert len(carried) < len(defined), f"{name}.lua carries the whole library"
+
+
+def test_what_only_a_lazy_definition_uses_is_built_inside_its_loader() -> None:
+    """enqueue.lua's hand-off to idle workers (and the claim code only it needs) is built
+    on its first call: a single enqueue with no idle worker builds none of it."""
+    full = source("enqueue")
+    top, _, rest = full.partition("local function build_lazy()\n")
+    loader, _, after = rest.partition("\nreturn hand_off\nend\n")
+    assert loader and after, "enqueue.lua builds hand_off lazily"
+    defined = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.M)
+    built_lazily = set(defined.findall(loader))
+    assert {"hand_off", "claim_tasks"} <= built_lazily
+    # at the top, hand_off is only declared (its stub builds the rest): nothing twice
+    assert built_lazily & set(defined.findall(top)) == {"hand_off"}
+    assert "\nlocal hand_off\n" in top and "local function hand_off" not in top
+    body = full.partition("-- enqueue.lua\n")[2]
+    code = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
+    used = set(re.findall(r"[A-Za-z_]\w*", code))
+    assert used & built_lazily == {"hand_off"}, "the script itself calls only the lazy root"
+
+
+def test_a_lazy_definition_that_something_else_uses_is_refused() -> None:
+    with pytest.raises(ValueError, match="lazy"):
+        luasource._needed("-- lazy: demand\nnotify(1)\n")  # notify uses demand
+    with pytest.raises(ValueError, match="lazy"):
+        luasource._needed("-- lazy: no_such_definition\nnotify(1)\n")
 
 
 def test_scripts_never_spell_a_key_name_themselves() -> None:

@@ -190,9 +190,17 @@ def test_no_hand_off_to_an_expired_registration_or_an_earlier_incarnation(
 
 
 def test_notify_list_stays_short_however_many_tasks_are_enqueued(queue: Queue) -> None:
+    """One wake-up token per new task while nobody takes them, up to 16 (NOTIFY_MAX)."""
+    for i in range(10):
+        queue.enqueue({"i": i})
+    assert queue.client.llen(queue.keys.notify) == 10
+    queue.enqueue_many([{"payload": {"i": i}} for i in range(5)])
+    assert queue.client.llen(queue.keys.notify) == 15
     for _ in range(5):
         queue.enqueue_many([{"payload": {"i": i}} for i in range(100)])
-    assert 0 < queue.client.llen(queue.keys.notify) <= 16
+        assert queue.client.llen(queue.keys.notify) == 16
+    queue.enqueue({"one": "more"})
+    assert queue.client.llen(queue.keys.notify) == 16
 
 
 def test_purge_deletes_every_key_of_the_queue_and_only_those(

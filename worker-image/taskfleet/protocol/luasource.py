@@ -91,24 +91,61 @@ def _names(code: str) -> frozenset[str]:
 _COMMENT = re.compile(r"--[^\n]*")
 
 
-def _needed(body: str) -> list[str]:
+def _closure(roots: frozenset[str]) -> set[str]:
+    """``roots`` and every library definition they use, directly or through others."""
+    wanted = set(roots)
+    grew = True
+    while grew:  # to a fixed point: what the wanted definitions use is wanted too
+        grew = False
+        for name, _text, uses in _definitions():
+            if name in wanted and not uses <= wanted:
+                wanted |= uses
+                grew = True
+    return wanted
+
+
+_LAZY = re.compile(r"^-- lazy: (.+)$", re.M)
+
+
+def _lazy_roots(body: str) -> list[str]:
+    """The definitions a script's ``-- lazy: NAME[, NAME...]`` line asks to build lazily."""
+    found = _LAZY.search(body)
+    return [n.strip() for n in found.group(1).split(",")] if found else []
+
+
+def _needed(body: str) -> str:
     """The library definitions ``body`` uses, directly or through others, in their order.
 
     Redis runs a script's whole text on every call, so each definition it carries costs
     every call (a closure or a table built): the 39 of lua/lib/ about 4 µs of Redis CPU.
     A script carries only those it reaches. Names are matched as words outside comments;
     one that also appears in a string only adds a definition that was not needed.
+
+    A script's ``-- lazy: NAME`` line marks definitions its common path never calls (the
+    enqueue's hand-off to idle workers): what only they need is built on their first
+    call, inside one loader, so a call that does not reach them builds two closures, not
+    a score.
     """
-    definitions = _definitions()
-    wanted = set(_names(body))
-    grew = True
-    while grew:  # to a fixed point: what the wanted definitions use is wanted too
-        grew = False
-        for name, _text, uses in definitions:
-            if name in wanted and not uses <= wanted:
-                wanted |= uses
-                grew = True
-    return [text for name, text, _uses in definitions if name in wanted]
+    lazy = _lazy_roots(body)
+    eager = _closure(_names(body) - frozenset(lazy))
+    if eager & set(lazy) or not set(lazy) <= {name for name, _t, _u in _definitions()}:
+        raise ValueError(f"lazy {lazy}: each must be a library definition nothing else uses")
+    later = _closure(frozenset(lazy)) - eager
+    texts = [text for name, text, _uses in _definitions() if name in eager]
+    if not later:
+        return "".join(texts)
+    roots = ", ".join(lazy)
+    stubs = "".join(
+        f"{name} = function(...) {roots} = build_lazy() return {name}(...) end\n"
+        for name in lazy
+    )
+    return (
+        "".join(texts)
+        + f"-- built on the first call of {roots}: what only they use\nlocal {roots}\n"
+        + "local function build_lazy()\n"
+        + "".join(text for name, text, _uses in _definitions() if name in later)
+        + f"return {roots}\nend\n{stubs}"
+    )
 
 
 @functools.cache
@@ -130,4 +167,4 @@ def source(name: str) -> str:
     if name not in NAMES:
         raise KeyError(f"unknown script {name!r}")
     body = _read(f"{name}.lua")
-    return prelude() + "".join(_needed(body)) + f"-- {name}.lua\n" + body
+    return prelude() + _needed(body) + f"-- {name}.lua\n" + body

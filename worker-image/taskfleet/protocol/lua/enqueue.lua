@@ -19,6 +19,7 @@
 --   or {-2, index, field} when task #index names an existing task that differs in field,
 --   or {-3, index} when task #index repeats an id of an earlier task of the call;
 --   in those three cases nothing is stored.
+-- lazy: hand_off
 local n = tonumber(ARGV[1])
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}

@@ -96,13 +96,16 @@ local function demand()
 end
 
 -- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
+-- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
+-- case while workers are busy) costs one LLEN, not a push and a trim.
 local function notify(n)
   if n <= 0 then return end
-  if n > NOTIFY_MAX then n = NOTIFY_MAX end
-  local tokens = {}
-  for i = 1, n do tokens[i] = '1' end
-  if redis.call('LPUSH', K_NOTIFY, unpack(tokens)) > NOTIFY_MAX then
-    redis.call('LTRIM', K_NOTIFY, 0, NOTIFY_MAX - 1)
+  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
+  if n > room then n = room end
+  if n > 0 then
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
   end
   demand()
 end
