@@ -12,10 +12,10 @@ import redis
 import redis.asyncio
 from pydantic import ValidationError
 from taskfleet import Broker, Queue, QueueConfig, TaskState
+from taskfleet.protocol import luasource
 from taskfleet.protocol.control_ops import CancelOutcome, Report
 from taskfleet.protocol.errors import InvalidPayload
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
-from taskfleet.protocol import luasource
 from taskfleet.protocol.luasource import LIB, NAMES, source
 from taskfleet.protocol.scripts import text
 

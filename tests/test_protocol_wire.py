@@ -131,7 +131,7 @@ def test_a_forked_child_enqueues_on_its_own_connections_and_the_parent_goes_on(
             queue.enqueue({"who": "child"}, task_id="from-child")
             kept = list(queue._scripts._connections._idle)
             # never the parent's socket: a reply meant for one could reach the other
-            code = 0 if kept and all(conn.pid == os.getpid() for conn in kept) else 3
+            code = 0 if kept and all(conn.pid == os.getpid() for conn, _ in kept) else 3
         except BaseException:
             code = 1
         os._exit(code)
@@ -198,3 +198,45 @@ def test_an_async_write_redis_does_not_take_times_out_and_stores_nothing(
             what="the timed-out connection to be gone",
         )
         assert client.exists(QueueKeys("big").task("big")) == 0, "a failed write landed later"
+
+
+def test_a_sync_call_to_a_stopped_redis_times_out_and_the_next_call_reads_its_own_reply(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    """The reply of a call that timed out is never read as the next call's: the
+    connection it was due on is dropped, and the next call starts on a fresh one."""
+    server = redis_server_factory()
+    assert server.process is not None
+    with Queue("jobs", f"{server.url}?socket_timeout=0.3") as queue:
+        queue.enqueue({}, task_id="before")
+        [(conn, _check)] = queue._scripts._connections._idle
+        assert type(conn._parser).__name__ == "_HiredisParser"  # the direct path is taken
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(redis.TimeoutError):
+                queue.enqueue({}, task_id="stuck")  # redis-py's Retry: each try times out
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        # a reply read one call late would say "created" twice
+        assert queue.enqueue_result({}, task_id="after").created
+        assert not queue.enqueue_result({}, task_id="after").created
+        stuck = queue.get("stuck")  # sent, so Redis may have run it once it woke
+        assert stuck is None or stuck.payload == {}
+        assert queue.stats()["pending"] == 2 + (stuck is not None)
+
+
+def test_an_error_reply_is_raised_and_leaves_the_connection_clean(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    queue = Queue("jobs", redis_url)
+    queue.enqueue({"n": 1})
+    redis_client.delete(queue.keys.pending)
+    redis_client.set(queue.keys.pending, "not a sorted set")  # ZADD: WRONGTYPE
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        queue.enqueue({"n": 2})
+    redis_client.delete(queue.keys.pending)
+    task_id = queue.enqueue({"n": 3})  # its own reply, on the kept connection
+    assert queue.get(task_id) is not None
+    [(conn, _check)] = queue._scripts._connections._idle
+    assert conn._sock is not None, "an error reply does not drop the connection"
+    queue.close()

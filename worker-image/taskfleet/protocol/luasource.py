@@ -136,8 +136,7 @@ def _needed(body: str) -> str:
         return "".join(texts)
     roots = ", ".join(lazy)
     stubs = "".join(
-        f"{name} = function(...) {roots} = build_lazy() return {name}(...) end\n"
-        for name in lazy
+        f"{name} = function(...) {roots} = build_lazy() return {name}(...) end\n" for name in lazy
     )
     return (
         "".join(texts)
