@@ -27,7 +27,24 @@ from tests.polling import wait_for
 
 
 @pytest.mark.parametrize(
-    "value", ["", "plain", "ünï\0code", 0, -7, 2**70, 0.1, 1e300, -0.0, math.pi, b"\xff\x00raw"]
+    "value",
+    [
+        "",
+        "plain",
+        "ünï\0code",
+        0,
+        -7,
+        1000,
+        1001,
+        -1000,
+        -1001,
+        2**70,
+        0.1,
+        1e300,
+        -0.0,
+        math.pi,
+        b"\xff\x00raw",
+    ],
 )
 def test_an_argument_is_packed_exactly_as_redis_py_encodes_it(value: str | int | float) -> None:
     encoded = Encoder("utf-8", "strict", False).encode(value)

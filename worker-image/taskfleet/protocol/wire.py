@@ -42,13 +42,24 @@ Arg = str | int | float | bytes
 
 def bulk(value: Arg) -> bytes:
     """One RESP bulk string, encoded as redis-py encodes arguments (str UTF-8, float repr)."""
-    if isinstance(value, str):
-        data = value.encode()
-    elif value.__class__ is int:
+    if value.__class__ is int:
+        packed = _SMALL.get(value)
+        if packed is not None:
+            return packed
         data = b"%d" % value
+    elif isinstance(value, str):
+        if not value:
+            return b"$0\r\n\r\n"
+        data = value.encode()
     else:
         data = _other(value)
     return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+#: The small ints every call repeats (counts, flags, bounds, priorities), packed once.
+_SMALL: dict[int, bytes] = {
+    n: b"$%d\r\n%d\r\n" % (len(b"%d" % n), n) for n in range(-1000, 1001)
+}
 
 
 def _other(value: object) -> bytes:
