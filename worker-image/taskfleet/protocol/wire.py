@@ -7,9 +7,8 @@ the fixed part of a script call (``EVALSHA <sha> <numkeys> <keys...>``) is encod
 script and key set; each call encodes only its arguments and sends the lot in one write on
 a connection of the client's own pool (so URL options, auth, TLS and the database stay
 redis-py's), which a sync client keeps between calls (``Connections``). The reply goes
-through the connection's parser (hiredis where installed; a sync call feeds its reader
-from the socket itself, ``_send_read``): error replies raise redis-py's exceptions,
-``NoScriptError`` included, as before.
+through the connection's parser (hiredis where installed): error replies raise redis-py's
+exceptions, ``NoScriptError`` included, as before.
 
 A connection error is retried with the connection's own ``Retry`` policy, exactly as
 redis-py retries any command; the callers' scripts are safe to send twice (ids and tokens
@@ -27,15 +26,6 @@ from typing import Any
 
 import redis
 import redis.asyncio
-
-_NOT_ENOUGH_DATA: Any
-_HIREDIS_PARSER: Any
-try:  # redis-py's hiredis parser, whose reader _send_read feeds from the socket itself
-    from redis._parsers import hiredis as _hiredis
-
-    _NOT_ENOUGH_DATA, _HIREDIS_PARSER = _hiredis.NOT_ENOUGH_DATA, _hiredis._HiredisParser
-except (ImportError, AttributeError):  # another redis-py layout: its own path every time
-    _NOT_ENOUGH_DATA = _HIREDIS_PARSER = object()
 
 Arg = str | int | float | bytes
 
@@ -57,9 +47,7 @@ def bulk(value: Arg) -> bytes:
 
 
 #: The small ints every call repeats (counts, flags, bounds, priorities), packed once.
-_SMALL: dict[int, bytes] = {
-    n: b"$%d\r\n%d\r\n" % (len(b"%d" % n), n) for n in range(-1000, 1001)
-}
+_SMALL: dict[int, bytes] = {n: b"$%d\r\n%d\r\n" % (len(b"%d" % n), n) for n in range(-1000, 1001)}
 
 
 def _other(value: object) -> bytes:
@@ -158,7 +146,7 @@ class Connections:
             if check.readable():
                 conn.disconnect()
                 return conn, None
-        except (redis.ConnectionError, OSError):
+        except (redis.ConnectionError, OSError, ValueError):  # ValueError: a closed socket
             conn.disconnect()
             return conn, None
         return conn, check
@@ -183,64 +171,8 @@ class _Check:
 
 
 def _send_read(conn: Any, command: bytes) -> Any:
-    """Send ``command`` on ``conn`` and read its reply, as redis-py's ``send_packed_command``
-    and ``read_response`` do.
-
-    On a connected RESP2 connection with redis-py's hiredis parser and no health checks
-    (the defaults), the bytes go to its socket and its parser's reader is fed straight
-    from it: redis-py's layers around them were a tenth of a single enqueue. Failures
-    end as redis-py's do: the connection is disconnected and the error is redis-py's
-    (``TimeoutError``, ``ConnectionError``, a reply's ``ResponseError``). Anything else
-    (not connected yet, RESP3, another parser, health checks) takes redis-py's path.
-    """
-    sock = getattr(conn, "_sock", None)
-    parser: Any = getattr(conn, "_parser", None)
-    if (
-        sock is None
-        or type(parser) is not _HIREDIS_PARSER
-        or getattr(parser, "_reader", None) is None
-        or conn.health_check_interval
-        or str(conn.protocol) not in ("2", "None")
-    ):
-        conn.send_packed_command([command])
-        return conn.read_response()
-    try:
-        sock.sendall(command)
-    except TimeoutError:
-        conn.disconnect()
-        raise redis.TimeoutError("Timeout writing to socket") from None
-    except OSError as exc:
-        conn.disconnect()
-        raise redis.ConnectionError(f"Error while writing to socket: {exc}") from exc
-    except BaseException:
-        conn.disconnect()
-        raise
-    reader, buffer = parser._reader, parser._buffer
-    try:
-        reply = reader.gets()
-        while reply is _NOT_ENOUGH_DATA:
-            size = sock.recv_into(buffer)
-            if not size:
-                raise redis.ConnectionError("Connection closed by server.")
-            reader.feed(buffer, 0, size)
-            reply = reader.gets()
-    except TimeoutError:
-        conn.disconnect()
-        raise redis.TimeoutError("Timeout reading from socket") from None
-    except OSError as exc:
-        conn.disconnect()
-        raise redis.ConnectionError(f"Error while reading from socket: {exc}") from exc
-    except BaseException:
-        conn.disconnect()
-        raise
-    if isinstance(reply, redis.ConnectionError) or (
-        reply.__class__ is list and reply and isinstance(reply[0], redis.ConnectionError)
-    ):  # a reply redis-py's parser raises (LOADING, ...): the connection is not reused
-        conn.disconnect()
-        raise reply if isinstance(reply, redis.ConnectionError) else reply[0]
-    if isinstance(reply, redis.ResponseError):
-        raise reply
-    return reply
+    conn.send_packed_command([command])
+    return conn.read_response()
 
 
 class AsyncConnections:
