@@ -126,8 +126,8 @@ class Connections:
         """A kept connection, checked: one with data or EOF where no reply is due (the
         server closed it, or something was left unread) is disconnected, to start afresh.
 
-        The check is the pool's own (a ``poll`` of the socket) on a poller kept with the
-        connection for as long as its socket lives, not one built per call.
+        The check is the one the pool makes (a ``poll`` of the socket), on a poller kept
+        with the connection for as long as its socket lives, not one built per call.
         """
         try:
             conn, check = self._idle.pop()
@@ -158,16 +158,16 @@ _UNKNOWN = object()
 class _Check:
     """A poller registered once for one socket: is anything readable where nothing is due?"""
 
-    __slots__ = ("poller", "sock")
+    __slots__ = ("pending", "poller", "sock")
 
     def __init__(self, sock: Any) -> None:
         self.sock = sock
+        self.pending = getattr(sock, "pending", None)  # TLS: bytes decrypted above the socket
         self.poller = select.poll()
         self.poller.register(sock, select.POLLIN)
 
     def readable(self) -> bool:
-        pending = getattr(self.sock, "pending", None)  # TLS: bytes decrypted above the socket
-        return bool((pending is not None and pending()) or self.poller.poll(0))
+        return bool((self.pending is not None and self.pending()) or self.poller.poll(0))
 
 
 def _send_read(conn: Any, command: bytes) -> Any:
