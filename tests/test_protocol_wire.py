@@ -8,12 +8,17 @@ import contextlib
 import math
 import os
 import signal
+import ssl
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import redis
 import redis.asyncio
+from redis.backoff import NoBackoff
 from redis.connection import Encoder
+from redis.retry import Retry
 from taskfleet import AsyncQueue, Queue
 from taskfleet.producer.encoding import encode_task
 from taskfleet.protocol.config import QueueConfig
@@ -22,7 +27,7 @@ from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.scripts import AsyncScripts, Ops
 from taskfleet.protocol.wire import Head, bulk, packed_args
 
-from tests.fixtures_redis import RedisServerFactory
+from tests.fixtures_redis import RedisServerFactory, free_port
 from tests.polling import wait_for
 
 
@@ -255,3 +260,54 @@ def test_an_error_reply_is_raised_and_leaves_the_connection_clean(
     [(conn, _check)] = queue._scripts._connections._idle
     assert conn._sock is not None, "an error reply does not drop the connection"
     queue.close()
+
+
+def test_over_tls_a_kept_connection_the_server_closed_is_replaced_and_replies_stay_in_step(
+    tmp_path: Path, redis_server_factory: RedisServerFactory
+) -> None:
+    """rediss://: the kept connection's check also asks the TLS layer for bytes it holds;
+    a connection the server closed meanwhile is found and replaced before the call."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt"),
+            *("ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    tls_port = free_port()
+    server = redis_server_factory(
+        persistent=False,
+        extra_args=[
+            *("--tls-port", str(tls_port), "--tls-cert-file", str(cert)),
+            *("--tls-key-file", str(key), "--tls-ca-cert-file", str(cert)),
+            *("--tls-auth-clients", "no"),
+        ],
+    )
+    url = f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={cert}"
+    # no retries: a dead connection the check missed would fail the call, not be redone
+    client = redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
+    with Queue("jobs", client=client) as queue:
+        assert queue.enqueue_result({}, task_id="a").created
+        [(conn, _check)] = queue._scripts._connections._idle
+        assert isinstance(conn._sock, ssl.SSLSocket)
+        with server.admin() as admin:
+            assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+        assert not queue.enqueue_result({}, task_id="a").created  # replies in step
+        assert queue.enqueue_result({}, task_id="b").created
+        assert queue.stats()["pending"] == 2
+    client.close()
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_before_the_call(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    client = redis.Redis.from_url(redis_url, retry=Retry(NoBackoff(), 0))  # no redo
+    with Queue("jobs", client=client) as queue:
+        assert queue.enqueue_result({}, task_id="a").created
+        assert redis_client.client_kill_filter(_type="normal", skipme=True) >= 1
+        assert not queue.enqueue_result({}, task_id="a").created
+        assert queue.enqueue_result({}, task_id="b").created
+    client.close()
