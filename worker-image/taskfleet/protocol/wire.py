@@ -133,14 +133,10 @@ class Connections:
             conn, check = self._idle.pop()
         except IndexError:
             return self._pool.get_connection(), None
-        sock = getattr(conn, "_sock", _UNKNOWN)
+        sock = conn._sock  # every redis-py connection has one (None: not connected)
         if sock is None:  # disconnected: the next send connects it
             return conn, None
         try:
-            if sock is _UNKNOWN:  # a connection class of another shape: ask it
-                if conn.can_read():
-                    conn.disconnect()
-                return conn, None
             if check is None or check.sock is not sock:
                 check = _Check(sock)
             if check.readable():
@@ -150,9 +146,6 @@ class Connections:
             conn.disconnect()
             return conn, None
         return conn, check
-
-
-_UNKNOWN = object()
 
 
 class _Check:
