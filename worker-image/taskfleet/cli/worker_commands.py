@@ -20,7 +20,7 @@ import click
 from taskfleet.cli.logs import configure_logging
 from taskfleet.cli.options import BadInput, FiniteFloat, redis_option
 from taskfleet.protocol import environment
-from taskfleet.protocol.errors import NameInUse
+from taskfleet.protocol.errors import NameInUse, RedisEvicts
 from taskfleet.protocol.workernames import PROCESS_SEPARATOR, process_name
 
 #: Upper bound of --processes.
@@ -173,6 +173,16 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     "fires once however many do).",
 )
 @click.option(
+    "--allow-eviction",
+    envvar=environment.ALLOW_EVICTION,
+    is_flag=True,
+    default=False,
+    show_envvar=True,
+    help="Start even if Redis's maxmemory-policy may delete keys (anything but "
+    "noeviction): a full Redis then deletes tasks it acknowledged. Warned at start and "
+    "exported as taskfleet_worker_redis_evicting [default: refuse to start, exit 2].",
+)
+@click.option(
     "--log-format",
     envvar=environment.LOG_FORMAT,
     type=click.Choice(["kv", "json"]),
@@ -214,6 +224,7 @@ def worker(
     pod: str | None,
     runtime_dir: str | None,
     fire_schedules: bool,
+    allow_eviction: bool,
     log_format: str,
     log_level: str,
     metrics_port: int,
@@ -258,6 +269,7 @@ def worker(
         default_timeout=task_timeout,
         runtime_dir=runtime_dir,
         fire_schedules=fire_schedules,
+        allow_eviction=allow_eviction,
     )
     try:
         settings.validate()
@@ -342,7 +354,7 @@ async def _serve(settings: Any, handler: Any, early: Any, metrics_port: int) -> 
         worker.request_drain()
     try:
         return await worker.run()
-    except NameInUse as exc:  # refused at start: bad configuration, like a bad option
+    except (NameInUse, RedisEvicts) as exc:  # refused at start: bad configuration
         click.echo(f"taskfleet: error: {exc}", err=True)
         return 2
     except Exception as exc:  # one log line, not a traceback, and a restartable exit

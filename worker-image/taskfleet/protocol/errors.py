@@ -174,3 +174,17 @@ class NotReplicated(TaskfleetError):  # noqa: N818 - public name of the contract
         self.wanted = wanted
         self.timeout_ms = timeout_ms
         self.task_ids = task_ids
+
+
+class RedisEvicts(TaskfleetError):  # noqa: N818 - public name of the contract
+    """The Redis server may delete keys when full (``maxmemory-policy`` is not
+    ``noeviction``): acknowledged tasks could vanish without running. A worker refuses to
+    start unless told to accept the risk (``--allow-eviction``)."""
+
+    def __init__(self, policy: str) -> None:
+        super().__init__(
+            f"Redis maxmemory-policy is {policy!r}: a full Redis would delete tasks; set "
+            "maxmemory-policy noeviction (or start with --allow-eviction / "
+            "TASKFLEET_ALLOW_EVICTION=true to accept losing tasks)"
+        )
+        self.policy = policy

@@ -23,6 +23,7 @@ from taskfleet.protocol.connect import Durability
 from taskfleet.protocol.control_ops import ControlOps, Report
 from taskfleet.protocol.durable import run_and_wait_async
 from taskfleet.protocol.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
+from taskfleet.protocol.faults import WRITABLE_PROBE, Fault, classify
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.schedule_ops import DueBatch, Fired, ScheduleOps
 from taskfleet.protocol.schedules import FirePlan
@@ -465,6 +466,18 @@ class Broker:
         if (key.decode() if isinstance(key, bytes) else key) != wake:
             return ClaimResult([])
         return await self._claimed(RawClaim(0, None, False, [record]))
+
+    async def writable(self) -> None:
+        """Return if Redis takes writes now; raise its refusal (OOM, MISCONF...) if not.
+        Changes nothing (``faults.WRITABLE_PROBE``)."""
+        probe = self.client.eval(WRITABLE_PROBE, 1, self.keys.config)
+        try:
+            await bounded(probe, self.reply_timeout)
+        except redis.exceptions.ResponseError as exc:
+            found = classify(exc)
+            if found is not None and found.fault is Fault.REFUSED:
+                return  # a server without script flags (before 7.0): no way to ask, go on
+            raise
 
     async def close(self) -> None:
         """Close the wake-up connection (the caller owns ``client``)."""

@@ -108,6 +108,7 @@ class Worker:
             backoff_base=settings.backoff_base,
             backoff_max=settings.backoff_max,
             where=self._node,
+            writable=self._writable,
         )
         self.outbox = Outbox(self._write, self.gate, give_up=self._stop_requested)
         self.reports = Reports()  # handlers' progress and costs, written in batches
@@ -151,6 +152,8 @@ class Worker:
         # Recorded with the worker: a worker starting under our name judges us by it.
         self._whereabouts = Whereabouts.local(settings.heartbeat_interval)
         self._fatal: FatalStop | None = None
+        #: The server's maxmemory-policy read at start (None: not known).
+        self.eviction_policy: str | None = None
 
     # ---------------------------------------------------------------- public control
 
@@ -218,6 +221,13 @@ class Worker:
         self._set_state("starting")
         try:
             try:
+                self.eviction_policy = await start.check_eviction(
+                    self._client,
+                    self.settings,
+                    self.gate,
+                    drain=self._drain_requested,
+                    closing=self._closing,
+                )
                 await start.register(
                     self._broker,
                     self.settings,
@@ -356,6 +366,11 @@ class Worker:
         else:
             await bounded(client.ping(), self.settings.reply_timeout)
 
+    async def _writable(self) -> None:
+        """The gate's probe after a refused write: does Redis take writes again?"""
+        if self._broker is not None:
+            await self._broker.writable()
+
     def _node(self) -> str:
         """host:port (or socket path) of the server this worker's queue lives on now."""
         if self._client is None:
@@ -388,8 +403,12 @@ class Worker:
             for task in pending:
                 task.cancel()  # a write stuck on a dead server; its batch stays in the outbox
         # Outcomes already produced are written, not released: that work is done.
-        with contextlib.suppress(asyncio.TimeoutError, FatalStop):
+        try:
             await asyncio.wait_for(self.outbox.flush(until=self._closing), timeout=3.0)
+        except (TimeoutError, FatalStop):
+            pass
+        except Exception as exc:  # refused for what it is: those tasks' leases bring them back
+            log_event(logging.WARNING, "final_flush_failed", error=format_error(exc))
         if leftover and not failed:
             await self.handback.release(leftover)
         try:

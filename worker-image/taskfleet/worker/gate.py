@@ -1,9 +1,18 @@
 """The Redis outage gate: the first failing call starts one probe; every loop waits on it.
 
-Redis errors never escape the worker's loops: a loop whose call fails hands the error to
-``RedisGate.wait_out``, which logs the outage once, starts the one probe that reconnects
-with capped, jittered exponential backoff, and returns when Redis answers again (or when
-one of the events the caller gives up on is set).
+Redis errors never escape the worker's loops silently: a loop whose call fails hands the
+error to ``RedisGate.wait_out``, which classifies it (``taskfleet.protocol.faults``):
+
+- a fault to wait out (unreachable, BUSY, LOADING, OOM, READONLY, a cluster in motion...)
+  logs the outage once, starts the one probe that reconnects with capped, jittered
+  exponential backoff, and returns when Redis answers again (and, after a refused
+  write, accepts writes again), or when one of the events the caller gives up on is set;
+- credentials or rights refused raise ``FatalStop`` (exit 2);
+- anything else (a request Redis refuses for what it is) goes back up to the loop, which
+  dies and takes the worker down loudly (``worker_failed``, exit 1).
+
+The probe never dies quietly either: an error it can't classify as an outage is raised
+in every waiter, so no loop is left waiting on a gate nobody will open.
 """
 
 from __future__ import annotations
@@ -15,35 +24,21 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import AuthenticationWrongNumberOfArgsError, NoPermissionError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from taskfleet.protocol.connect import CLUSTER_EVENTS
 from taskfleet.protocol.errors import auth_failure
+from taskfleet.protocol.faults import REDIS_ERRORS, Policy, RedisFault, classify
 from taskfleet.worker.events import log_event
 from taskfleet.worker.handlers import format_error
 
-#: Errors that mean "Redis is unreachable right now", not "the request was wrong"; and
-#: Redis refusing our credentials or rights (redis-py's AuthenticationError is a
-#: ConnectionError), which no retry mends: the gate tells them apart (``auth_failure``)
-#: and stops the worker instead (``FatalStop``, exit 2).
-#: A Redis Cluster in motion (MOVED/ASK after resharding, CLUSTERDOWN and TRYAGAIN during
-#: a failover, a former master answering as a replica) is an outage of the queue's slot:
-#: waited out the same way, the probe following the slot to its new master.
-REDIS_DOWN: tuple[type[BaseException], ...] = (
-    *CLUSTER_EVENTS,
-    RedisConnectionError,
-    RedisTimeoutError,
-    ConnectionError,
-    TimeoutError,
-    OSError,
-    NoPermissionError,
-    AuthenticationWrongNumberOfArgsError,
-)
+#: What the worker's loops catch around a Redis call: every Redis error. Which of them
+#: are outages, configuration errors or a refused request is ``wait_out``'s to say.
+REDIS_DOWN: tuple[type[BaseException], ...] = REDIS_ERRORS
 #: Exit code of a worker stopped by bad configuration found while running: Redis refused
 #: its credentials, or another worker took its name.
 EXIT_BAD_CONFIG = 2
+
+
+class ProbeFailed(Exception):  # noqa: N818 - says what happened, raised in every waiter
+    """The outage probe met an error that is no outage: the worker must stop (exit 1)."""
 
 
 class FatalStop(Exception):  # noqa: N818 - internal signal, not an error of the API
@@ -68,8 +63,10 @@ class RedisGate:
     """Open while Redis answers; closed from a failed call until the probe gets a reply.
 
     ``reconnect`` drops the dead connections and makes one call that must succeed
-    (raising one of ``REDIS_DOWN`` if Redis is still away); ``reachable`` runs once it
-    does (e.g. to heartbeat at once).
+    (raising a Redis error if Redis is still away); ``writable`` makes a write Redis
+    refuses while it refuses writes (full), without changing anything, and is tried
+    after a refused write; ``reachable`` runs once the probe succeeds (e.g. to heartbeat
+    at once).
     """
 
     def __init__(
@@ -80,11 +77,13 @@ class RedisGate:
         backoff_base: float,
         backoff_max: float,
         where: Callable[[], str] | None = None,
+        writable: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.open = asyncio.Event()
         self.open.set()
         self._reconnect = reconnect
         self._reachable = reachable
+        self._writable = writable
         #: The node the probe reached (a cluster: the master of the queue's slot), logged.
         self._where = where
         self._backoff_base = backoff_base
@@ -92,6 +91,12 @@ class RedisGate:
         self._probe: asyncio.Task[None] | None = None
         #: Set once Redis refused our credentials or rights: every waiter raises it.
         self.fatal: FatalStop | None = None
+        #: Set once the probe met an error that is no outage: every waiter raises it.
+        self.failed: ProbeFailed | None = None
+        #: The fault of the outage going on (None while open).
+        self.fault: RedisFault | None = None
+        #: Calls Redis refused as writes (OOM, MISCONF, NOREPLICAS), for the metrics.
+        self.refused_writes = 0
         #: Outages that ended with Redis answering, and how long those lasted (metrics).
         self.reconnects = 0
         self._outage_s = 0.0
@@ -105,16 +110,54 @@ class RedisGate:
     async def wait_out(self, exc: BaseException, *give_up: asyncio.Event) -> None:
         """Wait until Redis answers again, or until one of ``give_up`` is set.
 
-        Redis refusing our credentials or rights is no outage: ``FatalStop`` at once.
+        Redis refusing our credentials or rights is no outage: ``FatalStop`` at once. A
+        request Redis refuses for what it is, and anything that is no Redis error, is
+        raised again (called from an ``except`` block: the loop's own error).
         """
-        self._check_auth(exc)
+        fault = classify(exc)
+        if fault is None or fault.policy is Policy.FAIL_TASK:
+            raise exc
+        if fault.policy is Policy.STOP:
+            self._check_auth(exc)
+        if fault.writes_refused:
+            self.refused_writes += 1
         if self.open.is_set():
             self.open.clear()
-            log_event(logging.WARNING, "redis_unreachable", error=format_error(exc))
+            self.fault = fault
+            self._log_outage(fault, exc)
             self._probe = asyncio.get_running_loop().create_task(self._probe_until_up())
+        elif fault.writes_refused and self.fault is not None and not self.fault.writes_refused:
+            self.fault = fault  # the probe must also see writes accepted before it opens
         await wait_any(self.open, *give_up)
         if self.fatal is not None:  # the probe found the credentials refused
             raise self.fatal
+        if self.failed is not None:
+            raise self.failed
+
+    @property
+    def refusing_writes(self) -> bool:
+        """Whether the outage going on is Redis refusing writes (full)."""
+        fault = self.fault
+        return fault is not None and fault.writes_refused and not self.open.is_set()
+
+    @staticmethod
+    def _log_outage(fault: RedisFault, exc: BaseException) -> None:
+        if fault.writes_refused:
+            log_event(
+                logging.WARNING,
+                "redis_refusing_writes",
+                fault=fault.fault.value,
+                error=format_error(exc),
+                note="Redis is full or can't persist: raise maxmemory or free memory; "
+                "tasks held are kept and claiming resumes when Redis takes writes again",
+            )
+        else:
+            log_event(
+                logging.WARNING,
+                "redis_unreachable",
+                fault=fault.fault.value,
+                error=format_error(exc),
+            )
 
     def _check_auth(self, exc: BaseException) -> None:
         """Raise ``FatalStop`` if ``exc`` is Redis refusing our credentials or rights.
@@ -148,22 +191,35 @@ class RedisGate:
             attempts += 1
             try:
                 await self._reconnect()
-            except REDIS_DOWN as exc:
-                if auth_failure(exc) is not None:
+                fault = self.fault
+                if fault is not None and fault.writes_refused and self._writable is not None:
+                    await self._writable()
+            except Exception as exc:
+                # Whatever the probe meets, it ends only with the gate open: an outage goes
+                # on with backoff; anything else wakes the waiters, which raise it.
+                found = classify(exc)
+                if found is not None and found.policy is Policy.WAIT:
+                    delay = min(delay * 2, self._backoff_max)
+                    continue
+                if found is not None and found.policy is Policy.STOP:
                     with contextlib.suppress(FatalStop):
                         self._check_auth(exc)
-                    self.open.set()  # wakes the waiters, which raise it
-                    return
-                delay = min(delay * 2, self._backoff_max)
-                continue
+                else:
+                    log_event(logging.ERROR, "redis_probe_failed", error=format_error(exc))
+                    self.failed = ProbeFailed(f"the Redis probe failed: {format_error(exc)}")
+                self.open.set()  # wakes the waiters, which raise it
+                return
             outage_s = time.monotonic() - started
             self._outage_s += outage_s
             self._down_since = None
             self.reconnects += 1
             fields: dict[str, object] = {"outage_s": round(outage_s, 2), "attempts": attempts}
+            if self.fault is not None:
+                fields["fault"] = self.fault.fault.value
             if self._where is not None:
                 fields["node"] = self._where()
             log_event(logging.INFO, "redis_reachable", **fields)
+            self.fault = None
             self.open.set()
             self._reachable()
             return

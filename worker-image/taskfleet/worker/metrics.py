@@ -18,6 +18,8 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from taskfleet.protocol.faults import SAFE_EVICTION_POLICY
+
 if TYPE_CHECKING:
     from taskfleet.worker.core import Worker
 
@@ -196,6 +198,12 @@ class _Collector:
             ("taskfleet_worker_draining", "1 once the worker drains.", int(worker.draining)),
             ("taskfleet_worker_redis_up", "1 while Redis answers the worker.",
              int(worker.gate.open.is_set())),
+            ("taskfleet_worker_redis_refusing_writes",
+             "1 while Redis refuses the worker's writes (full: OOM under maxmemory).",
+             int(worker.gate.refusing_writes)),
+            ("taskfleet_worker_redis_evicting",
+             "1 if Redis's maxmemory-policy may delete keys (started with --allow-eviction).",
+             int(worker.eviction_policy not in (None, SAFE_EVICTION_POLICY))),
         ):  # fmt: skip
             gauge = GaugeMetricFamily(name, doc, labels=["queue"])
             gauge.add_metric(labels, value)
@@ -211,6 +219,12 @@ class _Collector:
                 "taskfleet_worker_redis_reconnects",
                 "Outages that ended with Redis answering again.",
                 gate.reconnects,
+            ),
+            (
+                "taskfleet_worker_redis_refused_writes",
+                "Calls Redis refused as writes (OOM, MISCONF, NOREPLICAS); each was retried "
+                "once Redis took writes again.",
+                gate.refused_writes,
             ),
         ):
             counter = CounterMetricFamily(name, doc, labels=["queue"])

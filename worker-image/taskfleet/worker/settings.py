@@ -33,6 +33,8 @@ class WorkerSettings:
     backoff_max: float = 5.0
     runtime_dir: str | None = None
     fire_schedules: bool = True  # fire the queue's due schedules in the background
+    #: Start on a Redis whose maxmemory-policy may delete keys (loudly warned).
+    allow_eviction: bool = False
 
     @property
     def prefetch_depth(self) -> int:

@@ -1,4 +1,5 @@
-"""A worker's start: register under its name, and read the queue's lease TTL.
+"""A worker's start: check the server's eviction policy, register under its name, and
+read the queue's lease TTL.
 
 Both wait out Redis outages through the gate and give up when the worker is asked to
 drain before it ever ran.
@@ -9,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
+import redis.exceptions
 
 from taskfleet.protocol.defaults import CONFIG_DEFAULTS
+from taskfleet.protocol.errors import RedisEvicts
+from taskfleet.protocol.faults import SAFE_EVICTION_POLICY, Policy, classify, eviction_policy
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.events import log_event
@@ -108,3 +113,66 @@ async def heartbeat_interval(
             )
         break
     return interval
+
+
+async def check_eviction(
+    client: aioredis.Redis,
+    settings: WorkerSettings,
+    gate: RedisGate,
+    *,
+    drain: asyncio.Event,
+    closing: asyncio.Event,
+) -> str | None:
+    """The server's ``maxmemory-policy``; ``RedisEvicts`` if it may delete keys and
+    ``settings.allow_eviction`` is off (the CLI: one line, exit 2).
+
+    Read with ``CONFIG GET``, which managed Redis services often refuse, then from ``INFO
+    memory``; if neither answers, logged once and the worker goes on (it can't tell).
+    """
+    while not drain.is_set():
+        config: Mapping[Any, Any] | None = None
+        info: Mapping[str, Any] | None = None
+        try:
+            try:
+                config = await bounded(
+                    client.config_get("maxmemory-policy"), settings.reply_timeout
+                )
+            except redis.exceptions.ResponseError as exc:
+                if not _refused(exc):
+                    raise
+            if not config:
+                try:
+                    info = await bounded(client.info("memory"), settings.reply_timeout)
+                except redis.exceptions.ResponseError as exc:
+                    if not _refused(exc):
+                        raise
+        except REDIS_DOWN as exc:
+            await gate.wait_out(exc, drain, closing)
+            continue
+        policy = eviction_policy(config, info)
+        if policy is None:
+            log_event(
+                logging.WARNING,
+                "redis_eviction_policy_unknown",
+                note="neither CONFIG GET nor INFO memory answered: make sure the server's "
+                "maxmemory-policy is noeviction, or a full Redis may delete tasks",
+            )
+        elif policy != SAFE_EVICTION_POLICY:
+            if not settings.allow_eviction:
+                raise RedisEvicts(policy)
+            log_event(
+                logging.WARNING,
+                "redis_evicts",
+                maxmemory_policy=policy,
+                note="started with --allow-eviction: a full Redis deletes keys, and tasks "
+                "it acknowledged can vanish without running; set maxmemory-policy noeviction",
+            )
+        return policy
+    return None
+
+
+def _refused(exc: redis.exceptions.ResponseError) -> bool:
+    """A command refused to this user or by a managed service (renamed, disabled, NOPERM):
+    the worker can run without its answer."""
+    found = classify(exc)
+    return found is not None and found.policy is not Policy.WAIT
