@@ -152,3 +152,9 @@ def loaded_modules(payload: dict[str, Any]) -> list[str]:
 
     prefixes = tuple(payload["prefixes"])
     return sorted(name for name in sys.modules if name.startswith(prefixes))
+
+
+def nap(payload: dict[str, Any]) -> dict[str, Any]:
+    """Sleep ``seconds`` and touch nothing else: Redis in trouble is the worker's alone."""
+    time.sleep(float(payload.get("seconds", 0)))
+    return {"slept": payload.get("seconds", 0)}

@@ -199,6 +199,8 @@ class RedisGate:
                 # on with backoff; anything else wakes the waiters, which raise it.
                 found = classify(exc)
                 if found is not None and found.policy is Policy.WAIT:
+                    if found.writes_refused:
+                        self.refused_writes += 1
                     delay = min(delay * 2, self._backoff_max)
                     continue
                 if found is not None and found.policy is Policy.STOP:

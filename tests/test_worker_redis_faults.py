@@ -1,0 +1,306 @@
+"""Redis in trouble, for real: busy with a long script, full, evicting, a password rotated.
+
+Real redis-servers and real worker processes. A busy Redis (a script past
+``busy-reply-threshold``) and a full one (``maxmemory`` under ``noeviction``) are outages
+the worker waits out, keeping what it holds; an evicting one is refused at start; a
+rotated password stops the worker with one line, exit 2, even mid-outage.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+import redis
+import redis.exceptions as rx
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.faults import Fault, Policy, classify, eviction_policy
+
+from tests.fixtures_redis import RedisServer, RedisServerFactory, free_port
+from tests.polling import wait_for
+from tests.scrape import scrape, value
+from tests.workers.harness import WORKER_INTERVAL_S, WORKER_TIMEOUT_S, Fleet, WorkerProcess
+
+SLEEP = "tests.workers.handlers:nap"
+#: Leases long enough that a fault of a few seconds takes nothing back: what is checked
+#: is that the worker keeps what it holds and goes on, not the sweeps.
+STEADY = ["--heartbeat-interval", "0.2", "--lease-ttl", "30", "--concurrency", "4"]
+
+
+def stats(url: str) -> dict[str, int]:
+    with Queue("jobs", redis_url=url) as queue:
+        return queue.stats()
+
+
+def enqueue(url: str, n: int, seconds: float) -> list[str]:
+    with Queue("jobs", redis_url=url) as queue:
+        return queue.enqueue_many([{"payload": {"seconds": seconds}} for _ in range(n)])
+
+
+def wait_all_done(url: str, n: int, worker: WorkerProcess) -> None:
+    wait_for(
+        lambda: stats(url)["done"] == n,
+        timeout=30,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"every task done; {stats(url)}\n{worker.log_text()}",
+    )
+
+
+def assert_nothing_lost(url: str, worker: WorkerProcess) -> None:
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0, worker.log_text()
+    final = stats(url)
+    assert final["dead"] == 0 and final["lost"] == 0, final
+    assert "worker_failed" not in worker.log_text()
+
+
+def run_busy_script(server: RedisServer) -> threading.Thread:
+    """A real script that loops until SCRIPT KILL: Redis answers BUSY meanwhile."""
+    client = redis.Redis(host="127.0.0.1", port=server.port)
+
+    def loop() -> None:
+        try:
+            client.eval("while true do end", 0)
+        except rx.ResponseError:
+            pass  # killed, as intended
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_worker_waits_out_a_busy_redis_and_goes_on_with_every_task(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    server = redis_server_factory(extra_args=["--busy-reply-threshold", "50"])
+    fleet = Fleet(server.url, "jobs", tmp_path)
+    try:
+        ids = enqueue(server.url, 40, 0.05)
+        worker = fleet.add(SLEEP, args=STEADY).start()
+        wait_for(lambda: stats(server.url)["done"] >= 5, timeout=WORKER_TIMEOUT_S, what="a start")
+        busy = run_busy_script(server)
+        worker.wait_event("redis_unreachable", fault="busy")
+        # still busy: the heartbeat and the probe both met BUSY, and the worker lives on
+        wait_for(
+            lambda: worker.alive and sum(
+                e["event"] == "redis_unreachable" for e in worker.events()) == 1,
+            timeout=WORKER_TIMEOUT_S, what=worker.log_text,
+        )  # fmt: skip
+        admin = redis.Redis(host="127.0.0.1", port=server.port)
+        try:
+            admin.script_kill()
+        finally:
+            admin.close()
+        busy.join(timeout=10)
+        worker.wait_event("redis_reachable", timeout=15, fault="busy")
+        wait_all_done(server.url, len(ids), worker)
+        assert_nothing_lost(server.url, worker)
+    finally:
+        fleet.close()
+
+
+def test_a_full_redis_is_a_write_outage_the_worker_waits_out_with_what_it_holds(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    server = redis_server_factory()
+    fleet = Fleet(server.url, "jobs", tmp_path)
+    port = free_port()
+    metrics = f"http://127.0.0.1:{port}/metrics"
+    admin = redis.Redis(host="127.0.0.1", port=server.port)
+    try:
+        ids = enqueue(server.url, 40, 0.05)
+        worker = fleet.add(SLEEP, args=[*STEADY, "--metrics-port", str(port)]).start()
+        wait_for(lambda: stats(server.url)["done"] >= 5, timeout=WORKER_TIMEOUT_S, what="a start")
+        admin.config_set("maxmemory", "1")  # anything stored is over: every write refused
+        worker.wait_event("redis_refusing_writes", fault="full")
+
+        def refusing() -> bool:
+            samples = scrape(metrics)
+            return (
+                value(samples, "taskfleet_worker_redis_refusing_writes") == 1
+                and (value(samples, "taskfleet_worker_redis_refused_writes_total") or 0) >= 3
+            )
+
+        # Several refused writes in a row (heartbeats, the probe's), the worker still up.
+        wait_for(refusing, timeout=WORKER_TIMEOUT_S, what=worker.log_text, ignoring=(OSError,))
+        assert worker.alive, worker.log_text()
+        held = stats(server.url)["running"]
+        admin.config_set("maxmemory", "0")
+        worker.wait_event("redis_reachable", timeout=15, fault="full")
+        wait_all_done(server.url, len(ids), worker)
+        assert value(scrape(metrics), "taskfleet_worker_redis_refusing_writes") == 0
+        assert held >= 0
+        assert_nothing_lost(server.url, worker)
+    finally:
+        admin.close()
+        fleet.close()
+
+
+def test_a_password_rotated_while_redis_is_full_stops_the_worker_with_one_line(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    server = redis_server_factory()
+    fleet = Fleet(server.url, "jobs", tmp_path)
+    admin = redis.Redis(host="127.0.0.1", port=server.port)
+    try:
+        enqueue(server.url, 20, 0.05)
+        worker = fleet.add(SLEEP, args=STEADY).start()
+        wait_for(lambda: stats(server.url)["done"] >= 2, timeout=WORKER_TIMEOUT_S, what="a start")
+        admin.config_set("maxmemory", "1")
+        worker.wait_event("redis_refusing_writes")
+        admin.config_set("requirepass", "rotated-pw")
+        admin.client_kill_filter(_type="normal", skipme=True)
+        assert worker.wait(timeout=15) == 2, worker.log_text()
+        failures = [e for e in worker.events() if e["event"] == "redis_auth_failed"]
+        assert len(failures) == 1 and failures[0]["kind"] == "authentication", worker.log_text()
+        assert "rotated-pw" not in worker.log_text()
+    finally:
+        admin.close()
+        fleet.close()
+
+
+@pytest.mark.parametrize("config_readable", [True, False], ids=["config", "info only"])
+def test_a_worker_refuses_to_start_on_a_redis_that_evicts(
+    redis_server_factory: RedisServerFactory, tmp_path: Path, config_readable: bool
+) -> None:
+    server = redis_server_factory(extra_args=["--maxmemory-policy", "allkeys-lru"])
+    url = server.url
+    if not config_readable:  # as managed services do: CONFIG refused, INFO still answers
+        admin = server.admin()
+        admin.execute_command("ACL", "SETUSER", "app", "on", ">app-pw", "~*", "+@all", "-config")
+        admin.close()
+        url = server.url_as("app", "app-pw")
+    fleet = Fleet(url, "jobs", tmp_path)
+    try:
+        worker = fleet.add(SLEEP, args=STEADY).start()
+        assert worker.wait(timeout=15) == 2, worker.log_text()
+        lines = worker.log_text().strip().splitlines()
+        assert len(lines) == 1, lines
+        assert "allkeys-lru" in lines[0] and "maxmemory-policy noeviction" in lines[0]
+        assert "--allow-eviction" in lines[0]
+        with Queue("jobs", redis_url=url) as queue:
+            assert queue.stats()["workers"] == 0  # nothing registered
+    finally:
+        fleet.close()
+
+
+def test_a_worker_told_to_allow_eviction_starts_and_says_so_in_its_log_and_metrics(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    server = redis_server_factory(extra_args=["--maxmemory-policy", "volatile-lru"])
+    fleet = Fleet(server.url, "jobs", tmp_path)
+    port = free_port()
+    try:
+        enqueue(server.url, 3, 0.01)
+        worker = fleet.add(
+            SLEEP,
+            args=[*STEADY, "--metrics-port", str(port)],
+            env={"TASKFLEET_ALLOW_EVICTION": "true"},
+        ).start()
+        wait_all_done(server.url, 3, worker)
+        assert worker.has_event("redis_evicts", maxmemory_policy="volatile-lru")
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert value(samples, "taskfleet_worker_redis_evicting") == 1
+        assert_nothing_lost(server.url, worker)
+    finally:
+        fleet.close()
+
+
+# ---------------------------------------------------------------- the pure classification
+
+
+def real_error(server: RedisServer, *command: object) -> BaseException:
+    client = redis.Redis(host="127.0.0.1", port=server.port)
+    try:
+        client.execute_command(*command)
+    except rx.RedisError as exc:
+        return exc
+    finally:
+        client.close()
+    raise AssertionError(f"{command} did not fail")
+
+
+def test_error_replies_of_a_real_server_are_classified_by_what_they_mean(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    server = redis_server_factory(extra_args=["--busy-reply-threshold", "50"])
+    admin = server.admin()
+    try:
+        admin.set("s", "v")
+        wrongtype = real_error(server, "LPUSH", "s", "x")
+        noscript = real_error(server, "EVALSHA", "0" * 40, "0")
+        script_error = real_error(server, "EVAL", "return redis.call('NOSUCH')", "0")
+        admin.config_set("maxmemory", "1")
+        oom = real_error(server, "SET", "k", "v")
+        oom_in_script = real_error(server, "EVAL", "return redis.call('SET','k','v')", "0")
+        admin.config_set("maxmemory", "0")
+        busy_thread = run_busy_script(server)
+        wait_for(
+            lambda: isinstance(
+                err := real_error(server, "PING"), rx.ResponseError
+            ) and str(err).startswith("BUSY"),
+            timeout=5, what="BUSY", ignoring=(AssertionError,),
+        )  # fmt: skip
+        busy = real_error(server, "GET", "s")
+        admin.script_kill()
+        busy_thread.join(timeout=5)
+        admin.config_set("requirepass", "pw")
+        noauth = real_error(server, "GET", "s")
+    finally:
+        admin.close()
+    server.stop()
+    unreachable = real_error(server, "PING")
+    for exc, fault, policy in (
+        (busy, Fault.BUSY, Policy.WAIT),
+        (oom, Fault.FULL, Policy.WAIT),
+        (oom_in_script, Fault.FULL, Policy.WAIT),
+        (noscript, Fault.NOSCRIPT, Policy.WAIT),
+        (noauth, Fault.AUTH, Policy.STOP),
+        (unreachable, Fault.UNREACHABLE, Policy.WAIT),
+        (wrongtype, Fault.REFUSED, Policy.FAIL_TASK),
+        (script_error, Fault.REFUSED, Policy.FAIL_TASK),
+    ):
+        found = classify(exc)
+        assert found is not None and (found.fault, found.policy) == (fault, policy), exc
+
+
+@pytest.mark.parametrize(
+    ("reply", "fault"),
+    [
+        ("LOADING Redis is loading the dataset in memory", Fault.LOADING),
+        ("READONLY You can't write against a read only replica.", Fault.READONLY),
+        ("MASTERDOWN Link with MASTER is down", Fault.MASTERDOWN),
+        ("CLUSTERDOWN The cluster is down", Fault.CLUSTERDOWN),
+        ("TRYAGAIN Multiple keys request during rehashing of slot", Fault.TRYAGAIN),
+        ("MOVED 3999 127.0.0.1:6381", Fault.MOVED),
+        ("MISCONF Redis is configured to save RDB snapshots", Fault.MISCONF),
+        ("NOREPLICAS Not enough good replicas to write.", Fault.NOREPLICAS),
+        ("UNKILLABLE Sorry the script already executed write commands", Fault.BUSY),
+        ("ERR Error running script (call to f_1): @user_script:1: -OOM command", Fault.FULL),
+    ],
+)
+def test_each_error_code_a_server_may_answer_is_an_outage_to_wait_out(
+    reply: str, fault: Fault
+) -> None:
+    """Replies a single test server can't easily give (a replica, a cluster, a failing
+    disk, Redis < 7 wrapping a script's error), told apart by their error code even where
+    redis-py has no class of its own for them."""
+    exc = rx.ResponseError(reply)
+    found = classify(exc)
+    assert found is not None and found.fault is fault and found.policy is Policy.WAIT
+
+
+def test_full_and_failing_persistence_are_the_faults_that_refuse_writes() -> None:
+    assert classify(rx.OutOfMemoryError("command not allowed")).writes_refused  # type: ignore[union-attr]
+    assert not classify(rx.ConnectionError("refused")).writes_refused  # type: ignore[union-attr]
+    assert classify(ValueError("a bug")) is None
+
+
+def test_the_eviction_policy_is_read_from_config_else_from_info() -> None:
+    assert eviction_policy({"maxmemory-policy": "allkeys-lru"}, None) == "allkeys-lru"
+    assert eviction_policy(None, {"maxmemory_policy": "noeviction"}) == "noeviction"
+    assert eviction_policy({}, None) is None
