@@ -304,3 +304,32 @@ def test_the_eviction_policy_is_read_from_config_else_from_info() -> None:
     assert eviction_policy({"maxmemory-policy": "allkeys-lru"}, None) == "allkeys-lru"
     assert eviction_policy(None, {"maxmemory_policy": "noeviction"}) == "noeviction"
     assert eviction_policy({}, None) is None
+
+
+def test_a_probe_meeting_an_error_that_is_no_outage_raises_it_in_every_waiter() -> None:
+    """The gate's probe never dies quietly: a loop left waiting on a gate nobody opens
+    is a worker heartbeating forever without claiming."""
+    import asyncio
+
+    from taskfleet.worker.gate import ProbeFailed, RedisGate
+
+    async def scenario() -> list[BaseException | None]:
+        async def reconnect() -> None:
+            raise rx.ResponseError("WRONGTYPE Operation against a key holding the wrong kind")
+
+        gate = RedisGate(reconnect, lambda: None, backoff_base=0.01, backoff_max=0.02)
+
+        async def loop() -> None:
+            try:
+                raise rx.ConnectionError("Connection refused")
+            except rx.ConnectionError as exc:
+                await gate.wait_out(exc)
+
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(loop(), loop(), return_exceptions=True), timeout=5
+        )
+        await gate.close()
+        return [o if isinstance(o, BaseException) else None for o in outcomes]
+
+    outcomes = asyncio.run(scenario())
+    assert all(isinstance(o, ProbeFailed) for o in outcomes), outcomes
