@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart bench-podstart bench-operator soak demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci kind-node-image kind-up kind-down clean
 
 help: ## list targets
@@ -95,6 +95,12 @@ bench-operator: ## the operator with 50, 200, 1000 TaskQueues on the local clust
 
 soak: ## 1,000,000 tasks through a small fleet: Redis memory, slowest scripts, accounting (SOAK_TASKS=...)
 	$(BIN)/python -m bench.soak
+
+soak-faults: ## BUSY, OOM, restarts and failovers under load, then lost/stuck/duplicated (SOAK_FAULTS_CYCLES=...)
+	$(BIN)/python -m bench.soak_faults
+
+bench-redis-sizing: ## Redis bytes per pending and per retained task, by payload size (docs/redis.md)
+	$(BIN)/python -m bench.redis_sizing
 
 local-demo: ## a local worker fleet against a local redis-server (no Kubernetes)
 	examples/local-demo.sh

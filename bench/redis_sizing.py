@@ -54,7 +54,9 @@ def main() -> int:
     with redis_server() as (url, version):
         client = redis.Redis.from_url(url)
         print(f"redis {version}, {n} tasks per size; bytes per task (used_memory delta / n)")
-        print(f"{'payload B':>10} {'pending':>10} {'done (retained)':>16} {'MEMORY USAGE task':>18}")
+        print(
+            f"{'payload B':>10} {'pending':>10} {'done (retained)':>16} {'MEMORY USAGE task':>18}"
+        )
         for size in SIZES:
             client.flushall()
             payload = {"d": "x" * max(0, size - 8)}  # ~size bytes of JSON

@@ -71,11 +71,19 @@ class RedisFault:
 
     @property
     def writes_refused(self) -> bool:
-        """Redis answers reads but refuses writes (full, or its persistence failing)."""
+        """Redis answers reads but refuses writes (full, its persistence failing, or a
+        replica): a read alone can't tell that the outage is over."""
         return self.fault in _WRITES_REFUSED
 
 
-_WRITES_REFUSED = frozenset({Fault.FULL, Fault.MISCONF, Fault.NOREPLICAS})
+_WRITES_REFUSED = frozenset({Fault.FULL, Fault.MISCONF, Fault.NOREPLICAS, Fault.READONLY})
+#: What to do about each refusal of writes, for the log line that says so.
+WHAT_TO_DO = {
+    Fault.FULL: "Redis is full (maxmemory): raise maxmemory or free memory",
+    Fault.MISCONF: "Redis can't save its RDB snapshot: fix its disk (see its log)",
+    Fault.NOREPLICAS: "fewer replicas than min-replicas-to-write are connected",
+    Fault.READONLY: "the server is a replica now (a failover?): point workers at the master",
+}
 
 #: Error codes (the first word of an error reply) of faults to wait out.
 _BY_CODE: dict[str, Fault] = {

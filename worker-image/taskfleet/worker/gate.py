@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
 
 from taskfleet.protocol.errors import auth_failure
-from taskfleet.protocol.faults import REDIS_ERRORS, Policy, RedisFault, classify
+from taskfleet.protocol.faults import REDIS_ERRORS, WHAT_TO_DO, Policy, RedisFault, classify
 from taskfleet.worker.events import log_event
 from taskfleet.worker.handlers import format_error
 
@@ -95,12 +96,14 @@ class RedisGate:
         self.failed: ProbeFailed | None = None
         #: The fault of the outage going on (None while open).
         self.fault: RedisFault | None = None
-        #: Calls Redis refused as writes (OOM, MISCONF, NOREPLICAS), for the metrics.
+        #: Calls Redis refused as writes (OOM, MISCONF, NOREPLICAS, READONLY), for the metrics.
         self.refused_writes = 0
         #: Outages that ended with Redis answering, and how long those lasted (metrics).
         self.reconnects = 0
         self._outage_s = 0.0
         self._down_since: float | None = None  # monotonic start of the outage going on
+        self._reopened_at = -math.inf  # when the last outage ended, and its last backoff
+        self._last_delay = backoff_base
 
     def outage_seconds(self, now: float) -> float:
         """Seconds Redis was unreachable, the outage going on (if any) included."""
@@ -148,8 +151,8 @@ class RedisGate:
                 "redis_refusing_writes",
                 fault=fault.fault.value,
                 error=format_error(exc),
-                note="Redis is full or can't persist: raise maxmemory or free memory; "
-                "tasks held are kept and claiming resumes when Redis takes writes again",
+                note=f"{WHAT_TO_DO[fault.fault]}; tasks held are kept and claiming resumes "
+                "when Redis takes writes again",
             )
         else:
             log_event(
@@ -184,6 +187,10 @@ class RedisGate:
     async def _probe_until_up(self) -> None:
         started = self._down_since = time.monotonic()
         delay = self._backoff_base
+        if started - self._reopened_at < 2 * self._backoff_max:
+            # A relapse (a Redis at the edge of full lets one write through, then refuses
+            # the next): go on from the last backoff, not from the start.
+            delay = min(self._last_delay * 2, self._backoff_max)
         attempts = 0
         while True:
             # Full jitter: a fleet that lost Redis together must not reconnect in lockstep.
@@ -214,6 +221,7 @@ class RedisGate:
             outage_s = time.monotonic() - started
             self._outage_s += outage_s
             self._down_since = None
+            self._reopened_at, self._last_delay = time.monotonic(), delay
             self.reconnects += 1
             fields: dict[str, object] = {"outage_s": round(outage_s, 2), "attempts": attempts}
             if self.fault is not None:
