@@ -333,3 +333,20 @@ def test_a_probe_meeting_an_error_that_is_no_outage_raises_it_in_every_waiter() 
 
     outcomes = asyncio.run(scenario())
     assert all(isinstance(o, ProbeFailed) for o in outcomes), outcomes
+
+
+def test_a_pod_of_several_worker_processes_refuses_an_evicting_redis_as_one(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    """``--processes``: each process finds the policy, exits 2, and the supervisor ends
+    the pod with 2 instead of re-forking them in a loop."""
+    server = redis_server_factory(extra_args=["--maxmemory-policy", "allkeys-random"])
+    fleet = Fleet(server.url, "jobs", tmp_path)
+    try:
+        worker = fleet.add(SLEEP, args=[*STEADY, "--processes", "2"]).start()
+        assert worker.wait(timeout=30) == 2, worker.log_text()
+        log = worker.log_text()
+        assert "maxmemory-policy noeviction" in log
+        assert not worker.has_event("crash_loop") and not worker.has_event("process_restart")
+    finally:
+        fleet.close()
