@@ -350,3 +350,21 @@ def test_a_pod_of_several_worker_processes_refuses_an_evicting_redis_as_one(
         assert not worker.has_event("crash_loop") and not worker.has_event("process_restart")
     finally:
         fleet.close()
+
+
+def test_taskfleet_stats_warns_when_redis_may_evict_tasks(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    from tests.workers.harness import env_for, taskfleet
+
+    server = redis_server_factory(extra_args=["--maxmemory-policy", "allkeys-lru"])
+    env = env_for(server.url, tmp_path)
+    evicting = taskfleet("stats", "jobs", "--json", env=env)
+    assert evicting.returncode == 0, evicting.stderr
+    assert "maxmemory-policy is 'allkeys-lru'" in evicting.stderr
+    assert evicting.stdout.startswith("{")  # the JSON alone on stdout
+    admin = server.admin()
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.close()
+    safe = taskfleet("stats", "jobs", env=env)
+    assert safe.returncode == 0 and "warning" not in safe.stderr, safe.stderr

@@ -217,14 +217,42 @@ def configure(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @redis_option
 def stats(queue: str, as_json: bool, redis_url: str) -> None:
-    """Counts of QUEUE's tasks by state, its workers and its counters."""
-    data = open_queue(queue, redis_url).stats()
+    """Counts of QUEUE's tasks by state, its workers and its counters.
+
+    Warns on stderr when the server's maxmemory-policy may delete tasks (docs/redis.md).
+    """
+    q = open_queue(queue, redis_url)
+    data = q.stats()
+    policy = _eviction_policy(q.client)
     if as_json:
         click.echo(json.dumps(data, sort_keys=True, default=str))
-        return
-    width = max((len(str(key)) for key in data), default=0)
-    for key, value in data.items():
-        click.echo(f"{key:<{width}}  {value}")
+    else:
+        width = max((len(str(key)) for key in data), default=0)
+        for key, value in data.items():
+            click.echo(f"{key:<{width}}  {value}")
+    if policy is not None and policy != "noeviction":
+        click.echo(
+            f"taskfleet: warning: Redis maxmemory-policy is {policy!r}: a full Redis deletes "
+            "tasks; set maxmemory-policy noeviction",
+            err=True,
+        )
+
+
+def _eviction_policy(client: Any) -> str | None:
+    """The server's maxmemory-policy (CONFIG GET, else INFO memory), None if refused."""
+    import contextlib
+
+    import redis.exceptions
+
+    from taskfleet.protocol.faults import eviction_policy
+
+    config = info = None
+    with contextlib.suppress(redis.exceptions.RedisError):
+        config = client.config_get("maxmemory-policy")
+    if not config:
+        with contextlib.suppress(redis.exceptions.RedisError):
+            info = client.info("memory")
+    return eviction_policy(config, info)
 
 
 @click.command()
