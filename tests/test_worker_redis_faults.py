@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,44 @@ def test_a_worker_waits_out_a_busy_redis_and_goes_on_with_every_task(
         wait_all_done(server.url, len(ids), worker)
         assert_nothing_lost(server.url, worker)
     finally:
+        fleet.close()
+
+
+def test_a_probe_meeting_busy_after_a_timeout_keeps_probing_and_the_worker_resumes(
+    redis_server_factory: RedisServerFactory, tmp_path: Path
+) -> None:
+    """The wedge of a script past a long busy-reply-threshold: the worker's calls time out
+    first (an outage), then its probe's PING meets BUSY. The probe must go on probing, not
+    die and leave the gate shut for ever with the worker alive and claiming nothing."""
+    server = redis_server_factory(extra_args=["--busy-reply-threshold", "4000"])
+    fleet = Fleet(server.url, "jobs", tmp_path)
+    admin = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=5)
+    try:
+        ids = enqueue(server.url, 20, 0.05)
+        worker = fleet.add(SLEEP, args=STEADY).start()
+        wait_for(lambda: stats(server.url)["done"] >= 2, timeout=WORKER_TIMEOUT_S, what="a start")
+        busy = run_busy_script(server)
+        worker.wait_event("redis_unreachable", timeout=15, fault="unreachable")  # timed out
+
+        def answers_busy() -> bool:
+            try:
+                admin.ping()
+            except rx.ResponseError as exc:
+                return str(exc).startswith("BUSY")
+            return False
+
+        wait_for(answers_busy, timeout=10, what="Redis answering BUSY")
+        # The scenario, not a wait on a condition: stay busy while the probe's backoff
+        # brings it to Redis a few more times, each answered BUSY.
+        time.sleep(3)
+        assert worker.alive, worker.log_text()
+        admin.script_kill()
+        busy.join(timeout=10)
+        worker.wait_event("redis_reachable", timeout=15)
+        wait_all_done(server.url, len(ids), worker)
+        assert_nothing_lost(server.url, worker)
+    finally:
+        admin.close()
         fleet.close()
 
 
