@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import redis
 import redis.exceptions as rx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.faults import Fault, Policy, classify, eviction_policy
 
@@ -407,3 +409,25 @@ def test_taskfleet_stats_warns_when_redis_may_evict_tasks(
     admin.close()
     safe = taskfleet("stats", "jobs", env=env)
     assert safe.returncode == 0 and "warning" not in safe.stderr, safe.stderr
+
+
+WAITED_CODES = ["BUSY", "LOADING", "OOM", "MISCONF", "NOREPLICAS", "READONLY", "MASTERDOWN",
+                "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "NOSCRIPT", "UNKILLABLE"]  # fmt: skip
+
+
+@given(code=st.sampled_from([*WAITED_CODES, "ERR", "WRONGTYPE", "NOPERM", "WRONGPASS", ""]),
+       rest=st.text(max_size=80))  # fmt: skip
+@settings(max_examples=200, deadline=None)
+def test_any_error_reply_is_classified_once_and_only_known_codes_are_waited_out(
+    code: str, rest: str
+) -> None:
+    """Whatever text follows the code: a wait for the codes of outages, a stop for refused
+    credentials or rights, the request's own fault for the rest; never an exception."""
+    found = classify(rx.ResponseError(f"{code} {rest}" if code else rest))
+    assert found is not None
+    if code in WAITED_CODES:
+        assert found.policy is Policy.WAIT
+    elif code in ("NOPERM", "WRONGPASS"):
+        assert found.policy is Policy.STOP
+    elif code == "WRONGTYPE" and "can't run this command" not in rest:
+        assert found.policy is Policy.FAIL_TASK
