@@ -1,0 +1,160 @@
+"""A child process of ``--isolation process``: runs one task at a time for its worker.
+
+The worker (``isolation.ChildSlot``) sends a job over the pipe; the child runs the handler
+in a task context of its own (``current_task()``: progress and cost reports go back over
+the pipe, ``cancelled()`` reads the child's own flag) and sends back the result or the
+error. It never touches Redis: the worker writes every outcome, fenced by the claim
+token, so a child can't record anything twice.
+
+Signals: SIGTERM is the worker stopping the run (cancel, timeout, lost lease, drain
+deadline): it sets ``cancelled()`` and raises ``TaskStopped`` in the handler, so its
+``finally`` blocks and context managers run; the child then exits (a handler cut short
+may have left its module state half-done). SIGINT is ignored (a terminal's Ctrl-C goes
+to the worker, which decides). The child dies with the forkserver that forked it
+(``PR_SET_PDEATHSIG``), which ends when the worker does, so a worker killed outright
+leaves no runaway child behind.
+
+Messages, child to worker: ``("report", task_id, token, progress, cost)``, then one
+``("done", result JSON, error, verdict)`` per job. Worker to child: ``Job`` or ``None``
+(exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import inspect
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from types import FrameType
+from typing import Any
+
+from taskfleet.worker.context import TaskContext, TaskControl, context_for, verdict_of
+from taskfleet.worker.handlers import encode_result, format_error
+
+__all__ = ["Job", "TaskStopped", "serve"]
+
+#: Linux prctl option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+class TaskStopped(BaseException):
+    """Raised in a handler the worker stops (SIGTERM to its child process).
+
+    A BaseException, like ``KeyboardInterrupt``: ``except Exception`` in a handler does
+    not swallow it. Whatever the handler does after it is dropped; the child exits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One task for the child: the handler (pickled by reference) and its context."""
+
+    task_id: str
+    token: str
+    func: Any
+    payload: dict[str, Any]
+    queue: str
+    attempt: int
+    pod: str
+    incarnation: str
+    redis_url: str
+    trace: bytes | None
+    name: str | None
+
+
+class _Child:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()  # handlers may report from threads of their own
+        self.control: TaskControl | None = None
+        self.stopped = False
+        self.runner: asyncio.Runner | None = None
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self.lock:
+            self.conn.send(message)
+
+    def report(self, task_id: str, token: str, progress: str | None, cost: int | None) -> None:
+        if not self.stopped:
+            self.send(("report", task_id, token, progress, cost))
+
+    def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.stopped = True
+        if self.control is not None:
+            self.control.cancelled = True
+        raise TaskStopped
+
+    def run(self, job: Job) -> tuple[str | None, str | None, Any]:
+        self.control = control = TaskControl(job.token, self.report)
+        context = context_for(
+            TaskContext(
+                queue=job.queue,
+                task_id=job.task_id,
+                attempt=job.attempt,
+                pod=job.pod,
+                incarnation=job.incarnation,
+                redis_url=job.redis_url,
+                trace=job.trace,
+                control=control,
+                name=job.name,
+            )
+        )
+        try:
+            value = context.run(job.func, job.payload)
+            if inspect.isawaitable(value):  # an async handler: on this child's own loop
+                if self.runner is None:
+                    self.runner = asyncio.Runner()
+                value = self.runner.run(_awaited(value), context=context)
+            return encode_result(value), None, None
+        except TaskStopped:
+            raise
+        except BaseException as exc:  # the attempt failed; the child serves on
+            return None, format_error(exc), verdict_of(exc)
+        finally:
+            self.control = None
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
+
+
+def serve(conn: Connection) -> None:
+    """The child's main: run jobs until the pipe closes, ``None`` comes, or a stop."""
+    _die_with_parent()
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)  # a signal to the worker's process group is the worker's to handle
+    child = _Child(conn)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, child.on_sigterm)
+    try:
+        while True:
+            try:
+                job = conn.recv()
+            except EOFError:
+                break  # the worker is gone
+            except Exception as exc:  # the handler did not unpickle: its module fails here
+                why = f"handler could not be loaded in the child process: {format_error(exc)}"
+                child.send(("done", None, why, None))
+                continue
+            if job is None:
+                break
+            result, error, verdict = child.run(job)
+            child.send(("done", result, error, verdict))
+            if child.stopped:  # a SIGTERM the handler swallowed: the worker wants us gone
+                break
+    except TaskStopped:
+        pass
+    # Not a normal exit: atexit hooks and non-daemon threads of the user's handler must
+    # not keep a stopped child alive.
+    os._exit(0)
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this child when the forkserver that forked it ends (Linux only)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
