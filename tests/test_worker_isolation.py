@@ -206,7 +206,7 @@ def test_a_child_killed_mid_task_fails_that_attempt_which_is_retried_and_the_wor
     os.kill(pid, signal.SIGKILL)  # what the OOM killer does
     task = state_of(queue, task_id, TaskState.DONE)
     assert task.attempts == 2 and task.lost == 0
-    assert task.result != pid and task.result != worker.pid
+    assert task.result not in (pid, worker.pid)
     worker.wait_event(
         "task_failed",
         task=task_id,
@@ -228,9 +228,7 @@ def test_an_async_handler_runs_on_its_childs_own_loop(fleet: Fleet, queue: Queue
     assert worker.wait() == 0
 
 
-def test_a_sync_handler_polling_cancelled_stops_on_a_thread_too(
-    fleet: Fleet, queue: Queue
-) -> None:
+def test_a_sync_handler_polling_cancelled_stops_on_a_thread_too(fleet: Fleet, queue: Queue) -> None:
     task_id = queue.enqueue({})
     worker = fleet.add(f"{H}:polite").start()
     pid = child_pid(queue, task_id)

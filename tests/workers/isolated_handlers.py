@@ -3,6 +3,7 @@ message or its result), so a test can find the child and watch it go."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -30,10 +31,8 @@ def stubborn(payload: dict[str, Any]) -> str:
     """Reports its pid, then swallows the worker's polite stop: only SIGKILL ends it."""
     _say_pid()
     while True:
-        try:
+        with contextlib.suppress(BaseException):  # the point: it swallows TaskStopped
             time.sleep(0.05)
-        except BaseException:  # noqa: S110 - the point: it ignores TaskStopped
-            pass
 
 
 def pid(payload: dict[str, Any]) -> int:
