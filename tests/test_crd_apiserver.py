@@ -109,6 +109,13 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
             "autoscale.minReplicas must be <= autoscale.maxReplicas",
         ),
         ({"autoscale": {"minReplicas": 2}}, "spec.autoscale.maxReplicas: Required value"),
+        ({"maxTasksPerChild": 50}, "maxTasksPerChild needs isolation: process"),
+        (
+            {"isolation": "thread", "maxTasksPerChild": 50},
+            "maxTasksPerChild needs isolation: process",
+        ),
+        ({"isolation": "fork"}, "spec.isolation: Unsupported value"),
+        ({"isolation": "process", "maxTasksPerChild": 0}, "spec.maxTasksPerChild"),
         ({"autoscale": {"maxReplicas": 1001}}, "spec.autoscale.maxReplicas"),
         ({"autoscale": {"maxReplicas": 0}}, "spec.autoscale.maxReplicas"),
         (
