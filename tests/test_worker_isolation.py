@@ -170,12 +170,31 @@ def test_a_runaway_child_is_stopped_when_its_worker_loses_the_lease(
         os.kill(worker.pid, signal.SIGCONT)
     worker.wait_event("lease_lost", task=task_id)
     wait_gone(pid)
-    assert worker.has_event("child_stopped", task=task_id, pid=pid, reason="lease lost")
+    worker.wait_event("child_stopped", task=task_id, pid=pid, reason="lease lost")
     task = queue.get(task_id)
     assert task is not None and task.lost == 1
     # taken back, it runs again (here, in a new child, only once the old one is gone)
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_a_runaway_child_does_not_outlive_its_worker_killed_outright(
+    fleet: Fleet, queue: Queue
+) -> None:
+    task_id = queue.enqueue({})
+    worker = fleet.add(f"{H}:runaway", args=ISOLATED).start()
+    pid = child_pid(queue, task_id)
+    worker.kill()  # SIGKILL: no drain, no stop
+    wait_gone(pid)
+    # the task comes back through its lease, as for any SIGKILLed worker
+    wait_for(
+        lambda: queue.sweep().requeued or None,
+        timeout=WORKER_TIMEOUT_S,
+        interval=0.1,
+        what="the dead worker's task taken back",
+    )
+    task = state_of(queue, task_id, TaskState.PENDING)
+    assert task.lost == 1
 
 
 def test_a_leaking_handlers_child_is_replaced_after_max_tasks_per_child(

@@ -10,9 +10,11 @@ Signals: SIGTERM is the worker stopping the run (cancel, timeout, lost lease, dr
 deadline): it sets ``cancelled()`` and raises ``TaskStopped`` in the handler, so its
 ``finally`` blocks and context managers run; the child then exits (a handler cut short
 may have left its module state half-done). SIGINT is ignored (a terminal's Ctrl-C goes
-to the worker, which decides). The child dies with the forkserver that forked it
-(``PR_SET_PDEATHSIG``), which ends when the worker does, so a worker killed outright
-leaves no runaway child behind.
+to the worker, which decides). A watchdog thread waits on a pipe whose other end only
+the worker holds: when the worker dies, even by SIGKILL, the pipe closes and the child
+exits at once, so a worker killed outright leaves no runaway child behind. (Not
+``PR_SET_PDEATHSIG``: a child's parent is the forkserver, which outlives the worker while
+any child holds the descriptor that keeps it alive.)
 
 Messages, child to worker: ``("report", task_id, token, progress, cost)``, then one
 ``("done", result JSON, error, verdict)`` per job. Worker to child: ``Job`` or ``None``
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import inspect
 import os
 import signal
@@ -37,9 +38,6 @@ from taskfleet.worker.context import TaskContext, TaskControl, context_for, verd
 from taskfleet.worker.handlers import encode_result, format_error
 
 __all__ = ["Job", "TaskStopped", "serve"]
-
-#: Linux prctl option: the signal a process gets when its parent dies.
-_PR_SET_PDEATHSIG = 1
 
 
 class TaskStopped(BaseException):
@@ -122,9 +120,12 @@ async def _awaited(value: Any) -> Any:
     return await value
 
 
-def serve(conn: Connection) -> None:
-    """The child's main: run jobs until the pipe closes, ``None`` comes, or a stop."""
-    _die_with_parent()
+def serve(conn: Connection, worker_alive: Connection) -> None:
+    """The child's main: run jobs until the pipe closes, ``None`` comes, or a stop.
+    ``worker_alive``: a pipe's read end; it reads EOF once the worker is gone."""
+    threading.Thread(
+        target=_exit_with_worker, args=(worker_alive,), name="taskfleet-watchdog", daemon=True
+    ).start()
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # a signal to the worker's process group is the worker's to handle
     child = _Child(conn)
@@ -153,8 +154,9 @@ def serve(conn: Connection) -> None:
     os._exit(0)
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this child when the forkserver that forked it ends (Linux only)."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _exit_with_worker(worker_alive: Connection) -> None:
+    """Block until the worker's end of the pipe closes (it never writes), then exit."""
+    with contextlib.suppress(EOFError, OSError):
+        while True:
+            worker_alive.recv_bytes()
+    os._exit(1)

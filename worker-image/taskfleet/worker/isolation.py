@@ -9,7 +9,10 @@ tasks (``--max-tasks-per-child``), so the memory a leaking handler holds is retu
 Stopping (``Run.stop``, asked on the loop): cancel, timeout, a lost lease and the drain
 deadline send the child SIGTERM (``TaskStopped`` in the handler, ``cancelled()`` True),
 then SIGKILL ``STOP_GRACE_S`` later if it has not exited. The slot thread owns the child
-and does both, so the escalation happens even while the loop is busy or exiting. The
+and does both, so the escalation happens even while the loop is busy or exiting.
+Each child also holds the read end of a pipe nobody writes to, whose write end only the
+worker holds: when the worker dies, however, the child reads EOF and exits
+(``child.py``), so no runaway child outlives its worker. The
 outcome of a stopped run (the timeout's failure, the cancel) is handed back only once the
 child is gone: the task's lease is extended until then, so it never runs twice at once.
 
@@ -20,8 +23,9 @@ the worker and the slot go on with a new child.
 Why forkserver, not fork: the worker runs threads (handler threads, the metrics server,
 the report writer), and a fork copies a lock another thread holds (logging's, the import
 lock, allocator arenas) into a child where nothing will ever release it. The forkserver
-is a single-threaded process started once, with this package's child module imported;
-each child is a fork of it (milliseconds), not a new interpreter as with spawn. The
+is a single-threaded process started once, with this package's child module and the
+program's main script imported; each child is a fork of it (milliseconds), not a new
+interpreter as with spawn. The
 handler's module is imported in each child on its first task (not in the forkserver: a
 module may start threads or open connections at import, which must not be forked).
 Handlers travel to the child by reference (pickle), so they must be importable:
@@ -61,9 +65,12 @@ Called = tuple[str | None, str | None]
 
 @functools.cache
 def _forkserver() -> Any:
-    """The forkserver context, its server preloading only the child's module."""
+    """The forkserver context. Its server imports the child's module and the program's
+    main script (the ``taskfleet`` console script: the CLI), so a child has both from
+    its fork; without ``__main__`` each child would run the script again (multiprocessing
+    re-imports it as ``__mp_main__``), hundreds of milliseconds per child start."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["taskfleet.worker.child"])
+    context.set_forkserver_preload(["__main__", "taskfleet.worker.child"])
     return context
 
 
@@ -111,6 +118,7 @@ class ChildSlot:
         self._retired: list[Any] = []  # recycled children, joined before the next start
         self._lock = threading.Lock()  # orders close() (the loop) against a call's end
         self._busy = self._closed = False
+        self._alive: tuple[Connection, Connection] | None = None  # see _child
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
 
@@ -218,8 +226,12 @@ class ChildSlot:
         self._join_retired()
         context = _forkserver()
         ours, theirs = context.Pipe(duplex=True)
+        if self._alive is None:
+            # Never written, its write end held until this process ends: each child
+            # reads EOF on its copy of the read end once the worker is gone.
+            self._alive = context.Pipe(duplex=False)
         process = context.Process(
-            target=serve, args=(theirs,), name=f"taskfleet-child-{self._index}"
+            target=serve, args=(theirs, self._alive[0]), name=f"taskfleet-child-{self._index}"
         )
         process.start()
         theirs.close()  # the child's end lives in the child alone: its exit is our EOF
@@ -280,8 +292,8 @@ class ChildSlot:
 
     def close(self) -> None:
         """The worker exits (on the loop): an idle child is asked to exit now, a busy one
-        when its call returns; one that never does ends with the forkserver
-        (``PR_SET_PDEATHSIG``) when the worker's process exits."""
+        when its call returns; one that never does exits when the worker's process does
+        (its watchdog reads EOF)."""
         with self._lock:
             self._closed = True
             if not self._busy:
