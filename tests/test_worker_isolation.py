@@ -304,3 +304,23 @@ def test_a_run_is_stopped_only_after_it_began() -> None:
     run = Run(task=None, claimed_at=time.monotonic())  # type: ignore[arg-type]
     assert run.stop("timeout", "TimeoutError: x") and not run.stop("cancelled", "other")
     assert (run.stop_reason, run.stop_error) == ("timeout", "TimeoutError: x")
+
+
+def test_cancelled_is_a_cheap_call_on_the_task_and_a_module_function_false_outside_a_task() -> None:
+    from taskfleet import cancelled as module_cancelled
+    from taskfleet.worker.context import TaskContext, TaskControl, context_for, current_task
+
+    control = TaskControl("token", lambda *report: None)
+    task = TaskContext("q", "t1", 1, "pod", "inc", "redis://x", control=control)
+    seen: list[tuple[bool, bool, bool]] = []
+
+    def handler() -> None:
+        check = current_task().cancelled
+        seen.append((check(), bool(check), module_cancelled()))
+
+    context = context_for(task)
+    context.run(handler)
+    control.cancelled = True  # what the worker's heartbeat sets
+    context.run(handler)
+    assert seen == [(False, False, False), (True, True, True)]
+    assert module_cancelled() is False  # no task here
