@@ -5,7 +5,8 @@ fresh redis-server (as ``make bench`` does) and times one worker's drain of ``--
 no-op tasks, from its first task done to its last (the steady state: the worker's start
 and its children's first start are left out), in three modes: threads, process
 isolation (one reused child per slot), and process isolation with
-``--max-tasks-per-child 1`` (a new child per task: the worst case of recycling). The
+``--max-tasks-per-child 1`` (a new child per task: the worst case of recycling; the
+handler's module imports nothing, so an application's own import time comes on top). The
 figure per mode is the best of ``--rounds``; the cost per task is the difference of the
 per-task times against threads at the same concurrency. Figures only, never pass/fail.
 """
@@ -19,7 +20,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from taskfleet import Queue
 
@@ -35,10 +35,6 @@ MODES: dict[str, list[str]] = {
 }
 
 
-def noop(payload: dict[str, Any]) -> None:
-    """The handler: nothing, so what is measured is the way a task reaches it."""
-
-
 def drain(url: str, tasks: int, concurrency: int, mode: list[str]) -> float:
     """Tasks per second of one worker, first task done to last."""
     with Queue(QUEUE, url) as queue, tempfile.TemporaryDirectory(prefix="bench-iso-") as tmp:
@@ -46,7 +42,8 @@ def drain(url: str, tasks: int, concurrency: int, mode: list[str]) -> float:
         queue.enqueue_many([{"payload": {}} for _ in range(tasks)])
         argv = [
             *(sys.executable, "-m", "taskfleet", "worker", "--queue", QUEUE),
-            *("--handler", "bench.isolation:noop", "--redis-url", url, "--log-level", "warning"),
+            *("--handler", "bench.isolation_handlers:noop", "--redis-url", url),
+            *("--log-level", "warning"),
             *("--concurrency", str(concurrency), *mode),
             *("--runtime-dir", tmp, "--pod", "iso"),
         ]
@@ -80,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         for concurrency in levels:
             rates: dict[str, float] = {}
             for name, mode in MODES.items():
-                # the new-child-per-task mode is slow: a tenth of the tasks is enough
-                n = args.tasks if "new child" not in name else max(50, args.tasks // 10)
+                # the new-child-per-task mode is slow: a twentieth of the tasks is enough
+                n = args.tasks if "new child" not in name else max(20, args.tasks // 20)
                 rates[name] = max(drain(url, n, concurrency, mode) for _ in range(args.rounds))
             base = 1e6 / rates["thread"]
             for name, rate in rates.items():
