@@ -142,6 +142,15 @@ def test_an_invalid_taskqueue_is_rejected_with_a_message_saying_what_to_fix(
     assert message in result.stderr
 
 
+def test_process_isolation_with_recycling_is_accepted_and_stored(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    spec = base_spec(URL, isolation="process", maxTasksPerChild=200)
+    assert apply(kube_apiserver, tq_namespace, "isolated", spec).returncode == 0
+    stored = get_tq(kube_apiserver, tq_namespace, "isolated")["spec"]
+    assert (stored["isolation"], stored["maxTasksPerChild"]) == ("process", 200)
+
+
 def test_an_autoscaled_taskqueue_is_stored_with_the_autoscale_defaults(
     kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
 ) -> None:
