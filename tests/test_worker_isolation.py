@@ -324,3 +324,16 @@ def test_cancelled_is_a_cheap_call_on_the_task_and_a_module_function_false_outsi
     context.run(handler)
     assert seen == [(False, False, False), (True, True, True)]
     assert module_cancelled() is False  # no task here
+
+
+def test_each_worker_process_of_a_pod_runs_its_own_children(fleet: Fleet, queue: Queue) -> None:
+    ids = queue.enqueue_many([{"payload": {}} for _ in range(6)])
+    worker = fleet.add(
+        f"{H}:pid", args=[*ISOLATED, "--processes", "2", "--concurrency", "1"]
+    ).start()
+    pids = {state_of(queue, task_id, TaskState.DONE).result for task_id in ids}
+    assert worker.pid not in pids and all(isinstance(p, int) for p in pids)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    for pid in pids:
+        wait_gone(pid)  # type: ignore[arg-type]
