@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo bench-isolation \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci kind-node-image kind-up kind-down clean
 
 help: ## list targets
@@ -62,12 +62,16 @@ crds-check: ## fail if crds/ drifted from the models
 bench: ## throughput and latency figures with peers, then the Redis Cluster figure (see bench/README.md)
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.cluster
+	$(BIN)/python -m bench.isolation
 
 bench-metrics: ## the drain with and without worker metrics, in alternating pairs (PAIRS=6)
 	$(BIN)/python -m bench.metrics_ab
 
 bench-cluster: ## drain rate and Redis CPU per task per master: one server, a cluster with 1 and 3 queues
 	$(BIN)/python -m bench.cluster
+
+bench-isolation: ## --isolation process against threads: the cost per task (no-op handler), and a new child per task
+	$(BIN)/python -m bench.isolation
 
 bench-processes: ## a CPU-bound handler with 1 and N worker processes (see bench/README.md)
 	$(BIN)/python -m bench.processes

@@ -116,6 +116,50 @@ def test_worker_processes_come_from_the_spec_or_the_cpu_limit_and_share_the_pod_
 
 
 @pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({}, []),
+        ({"isolation": "thread"}, []),
+        ({"isolation": "process"}, ["--isolation", "process"]),
+        (
+            {"isolation": "process", "maxTasksPerChild": 100},
+            ["--isolation", "process", "--max-tasks-per-child", "100"],
+        ),
+    ],
+)
+def test_process_isolation_and_its_recycling_become_worker_options(
+    overrides: dict[str, Any], expected: list[str]
+) -> None:
+    args = container(builders.build_deployment("emails", "shop", make_spec(**overrides)))["args"]
+    assert args == [
+        "--queue",
+        "shop.emails",
+        "--handler",
+        "app.tasks:handle",
+        "--concurrency",
+        "4",
+        *expected,
+        "--drain-timeout",
+        "300",
+        "--heartbeat-interval",
+        "5",
+    ]
+
+
+def test_the_worker_cli_accepts_process_isolation_as_the_deployment_passes_it() -> None:
+    import click
+    from taskfleet.cli import cli
+
+    spec = make_spec(isolation="process", maxTasksPerChild=7)
+    command = cli.get_command(click.Context(cli), "worker")
+    assert command is not None
+    run = command.make_context(
+        "worker", list(container(builders.build_deployment("q", "ns", spec))["args"])
+    )
+    assert (run.params["isolation"], run.params["max_tasks_per_child"]) == ("process", 7)
+
+
+@pytest.mark.parametrize(
     ("max_duration", "drain", "grace"),
     [(1, 1, 16), (300, 300, 315), (3600, 3600, 3615), (86_400, 3600, 3615)],
 )
@@ -386,6 +430,10 @@ def test_queue_config_carries_the_shared_limits() -> None:
         ({"handler": None}, "give handler .tasks without a name., handlers .by task name., or"),
         ({"handlers": {"-x": "app.media:resize"}}, "task name '-x' must be 1-100 letters"),
         ({"handlers": {"resize": "app.media"}}, "String should match pattern"),
+        ({"maxTasksPerChild": 10}, "maxTasksPerChild needs isolation: process"),
+        ({"isolation": "fork"}, "Input should be 'thread' or 'process'"),
+        ({"isolation": "process", "maxTasksPerChild": 0}, "greater than or equal to 1"),
+        ({"env": [{"name": "TASKFLEET_ISOLATION", "value": "process"}]}, "the operator sets"),
     ],
 )
 def test_invalid_specs_fail_with_a_message_saying_what_to_fix(

@@ -109,6 +109,13 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
             "autoscale.minReplicas must be <= autoscale.maxReplicas",
         ),
         ({"autoscale": {"minReplicas": 2}}, "spec.autoscale.maxReplicas: Required value"),
+        ({"maxTasksPerChild": 50}, "maxTasksPerChild needs isolation: process"),
+        (
+            {"isolation": "thread", "maxTasksPerChild": 50},
+            "maxTasksPerChild needs isolation: process",
+        ),
+        ({"isolation": "fork"}, "spec.isolation: Unsupported value"),
+        ({"isolation": "process", "maxTasksPerChild": 0}, "spec.maxTasksPerChild"),
         ({"autoscale": {"maxReplicas": 1001}}, "spec.autoscale.maxReplicas"),
         ({"autoscale": {"maxReplicas": 0}}, "spec.autoscale.maxReplicas"),
         (
@@ -133,6 +140,15 @@ def test_an_invalid_taskqueue_is_rejected_with_a_message_saying_what_to_fix(
 
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_process_isolation_with_recycling_is_accepted_and_stored(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    spec = base_spec(URL, isolation="process", maxTasksPerChild=200)
+    assert apply(kube_apiserver, tq_namespace, "isolated", spec).returncode == 0
+    stored = get_tq(kube_apiserver, tq_namespace, "isolated")["spec"]
+    assert (stored["isolation"], stored["maxTasksPerChild"]) == ("process", 200)
 
 
 def test_an_autoscaled_taskqueue_is_stored_with_the_autoscale_defaults(

@@ -123,11 +123,23 @@ def worker_args(namespace: str, name: str, spec: TaskQueueSpec) -> list[str]:
         "--concurrency",
         str(spec.process_concurrency()),
         *(["--processes", str(processes)] if processes > 1 else []),
+        *isolation_args(spec),
         "--drain-timeout",
         str(drain_seconds(spec)),
         "--heartbeat-interval",
         str(spec.heartbeat.interval_seconds),
     ]
+
+
+def isolation_args(spec: TaskQueueSpec) -> list[str]:
+    """``--isolation process`` (and its recycling) when asked for; threads otherwise.
+    A stopped child's SIGKILL grace (5 s) fits in GRACE_MARGIN_SECONDS after the drain."""
+    if spec.isolation != "process":
+        return []
+    args = ["--isolation", "process"]
+    if spec.max_tasks_per_child is not None:
+        args += ["--max-tasks-per-child", str(spec.max_tasks_per_child)]
+    return args
 
 
 def metrics_ports(processes: int) -> list[dict[str, Any]]:

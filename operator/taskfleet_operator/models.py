@@ -308,6 +308,10 @@ class EnvVar(CamelModel):
     value_from: Annotated[dict[str, Any] | None, Field(json_schema_extra=K8S_OBJECT)] = None
 
 
+#: What the CRD and the model say of maxTasksPerChild without process isolation.
+ISOLATION_MESSAGE = "maxTasksPerChild needs isolation: process (only child processes are recycled)"
+
+
 def _reserved_env_rule() -> str:
     names = ", ".join(f"'{name}'" for name in RESERVED_ENV)
     return f"self.env.all(e, !(e.name in [{names}]))"
@@ -324,6 +328,12 @@ class TaskQueueSpec(CamelModel):
                     "self.schedules.exists_one(t, t.name == s.name))",
                     "schedule names must be unique",
                     field_path=".schedules",
+                ),
+                cel(
+                    "!has(self.maxTasksPerChild) || "
+                    "(has(self.isolation) && self.isolation == 'process')",
+                    ISOLATION_MESSAGE,
+                    field_path=".maxTasksPerChild",
                 ),
                 cel(
                     "has(self.handler) || (has(self.handlers) && size(self.handlers) > 0)",
@@ -392,6 +402,22 @@ class TaskQueueSpec(CamelModel):
         "process. Unset: the whole cores of resources.limits.cpu (at least 1, at most "
         "concurrency).",
     )
+    isolation: Literal["thread", "process"] | None = Field(
+        default=None,
+        description="Where a task runs. thread (unset): on one of the worker's threads; a "
+        "sync handler that ignores cancelled() runs on after a cancel, timeout or drain "
+        "deadline. process: in a child process per slot, which cancel, timeout, a lost "
+        "lease and the drain deadline stop (SIGTERM, then SIGKILL 5 s later), and whose "
+        "death (OOM, segfault) fails only that attempt; async handlers run on the child's "
+        "own event loop. Costs a pipe round trip per task (bench/README.md).",
+    )
+    max_tasks_per_child: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="With isolation: process, replace a slot's child process after this many "
+        "tasks, so the memory a leaking handler holds goes back. Unset: never.",
+    )
     max_concurrency: int = Field(
         default=0,
         ge=0,
@@ -430,6 +456,12 @@ class TaskQueueSpec(CamelModel):
     on_delete: Literal["Retain", "Purge"] = Field(
         default="Retain", description="Purge deletes the queue's Redis data with the TaskQueue."
     )
+
+    @model_validator(mode="after")
+    def _isolation_checks(self) -> TaskQueueSpec:
+        if self.max_tasks_per_child is not None and self.isolation != "process":
+            raise ValueError(ISOLATION_MESSAGE)
+        return self
 
     def worker_processes(self) -> int:
         """Worker processes per pod: ``processes``, else the CPU limit's whole cores."""

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from taskfleet.protocol.tasks import Task, TaskState
     from taskfleet.worker.broker import Broker
     from taskfleet.worker.claimed import ClaimedTask, ClaimResult
-    from taskfleet.worker.context import TaskContext, current_task
+    from taskfleet.worker.context import TaskContext, cancelled, current_task
 
 # Every name loads on first use: ``taskfleet worker`` (whose start is on the critical path
 # of every scale-up) imports this package but never the producer API or its models.
@@ -76,6 +76,7 @@ _LAZY = {
     "ClaimedTask": "worker.claimed",
     "ClaimResult": "worker.claimed",
     "current_task": "worker.context",
+    "cancelled": "worker.context",
     "TaskContext": "worker.context",
 }
 
@@ -120,6 +121,7 @@ __all__ = [
     "TaskfleetError",
     "WaitTimeout",
     "WorkerInfo",
+    "cancelled",
     "current_task",
 ]
 __version__ = "0.1.0"

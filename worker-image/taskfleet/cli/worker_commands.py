@@ -97,6 +97,28 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     "that dies and drains them all on SIGTERM; process i is the worker <pod>#i.",
 )
 @click.option(
+    "--isolation",
+    envvar=environment.ISOLATION,
+    type=click.Choice(["thread", "process"]),
+    default="thread",
+    show_default=True,
+    show_envvar=True,
+    help="Where a task runs: 'thread', on one of this process's --concurrency threads "
+    "(cheapest; a sync handler can only be asked to stop, cancelled()); 'process', in a "
+    "child process per slot that cancel, timeout, a lost lease and the drain deadline "
+    "stop (SIGTERM, then SIGKILL 5 s later), and whose death fails only its attempt. "
+    "Async handlers then run on the child's own event loop.",
+)
+@click.option(
+    "--max-tasks-per-child",
+    envvar=environment.MAX_TASKS_PER_CHILD,
+    type=click.IntRange(min=1),
+    default=None,
+    show_envvar=True,
+    help="With --isolation process: replace a slot's child process after this many tasks, "
+    "so the memory a leaking handler holds goes back [default: never].",
+)
+@click.option(
     "--prefetch",
     envvar=environment.PREFETCH,
     type=int,
@@ -216,6 +238,8 @@ def worker(
     handlers: tuple[str, ...],
     concurrency: int,
     processes: int,
+    isolation: str,
+    max_tasks_per_child: int | None,
     prefetch: int | None,
     drain_timeout: float,
     heartbeat_interval: float,
@@ -270,6 +294,8 @@ def worker(
         runtime_dir=runtime_dir,
         fire_schedules=fire_schedules,
         allow_eviction=allow_eviction,
+        isolation=isolation,
+        max_tasks_per_child=max_tasks_per_child,
     )
     try:
         settings.validate()
@@ -327,7 +353,11 @@ def _run_worker(
 
     try:
         resolved = load_handlers(handlers)
-    except HandlerLoadError as exc:
+        if settings.isolated:
+            from taskfleet.worker.isolation import check_sendable
+
+            check_sendable(resolved)
+    except (HandlerLoadError, ValueError) as exc:
         raise BadInput(str(exc)) from None
     # Not asyncio.run(): closing the loop would join the default executor, and a handler's
     # hung asyncio.to_thread() call must not keep a drained worker from exiting.

@@ -26,8 +26,11 @@ LOG_LEVEL = "TASKFLEET_LOG_LEVEL"
 FIRE_SCHEDULES = "TASKFLEET_FIRE_SCHEDULES"
 ALLOW_EVICTION = "TASKFLEET_ALLOW_EVICTION"
 METRICS_PORT = "TASKFLEET_METRICS_PORT"
+ISOLATION = "TASKFLEET_ISOLATION"
+MAX_TASKS_PER_CHILD = "TASKFLEET_MAX_TASKS_PER_CHILD"
 
-#: What the operator sets on every worker pod (a TaskQueue's ``env`` may not).
+#: What the operator sets on every worker pod, or owns through a spec field
+#: (``isolation``, ``maxTasksPerChild``): a TaskQueue's ``env`` may not.
 SET_BY_OPERATOR = (
     QUEUE,
     HANDLER,
@@ -40,4 +43,6 @@ SET_BY_OPERATOR = (
     POD_NAME,
     RUNTIME_DIR,
     METRICS_PORT,
+    ISOLATION,
+    MAX_TASKS_PER_CHILD,
 )

@@ -7,6 +7,8 @@ One idea per module:
 - ``runs``: a held task (``Run``), its ``Outcome``, the worker's counters;
 - ``execution``: how runs run (async handlers on the loop, sync ones on ``threads``),
   timeouts, lost leases, and which slots are taken;
+- ``isolation`` and ``child``: ``--isolation process``, each slot's tasks in a child
+  process the worker can stop (the worker's side, and the child's);
 - ``outbox``: outcomes waiting to be written, flushed in batches, never twice;
 - ``gate``: the Redis outage gate (one probe reconnects, every loop waits on it);
 - ``runtime_file``: the throttled writer of ``worker.json`` for ``taskfleet drain``;

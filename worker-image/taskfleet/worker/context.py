@@ -8,8 +8,12 @@ the queue while it runs:
   ``REPORT_INTERVAL_S`` (``reporting.py``), so a chatty handler costs Redis nothing more;
 - ``report_cost(n)``: the task's real cost (an LLM call's tokens), settled against the
   queue's cost rate limit by the same write;
-- ``cancelled``: True once a producer cancelled the task (``Queue.cancel``) and the
-  worker learnt it from its heartbeat; an async handler's coroutine is cancelled too.
+- ``cancelled()``: True once a producer cancelled the task (``Queue.cancel``) and the
+  worker learnt it from its heartbeat; an async handler's coroutine is cancelled too. A
+  sync handler polls it in its loop: it reads a flag the worker keeps current (no Redis
+  call), so a check costs about what an attribute read does. ``taskfleet.cancelled()``
+  is the same check for the calling handler's task. (``if task.cancelled:`` without the
+  call reads the same flag.)
 
 Each write is fenced by the run's claim token: a run whose task was taken back writes
 nothing. Handlers end a task early by raising ``PermanentFailure`` (dead at once) or
@@ -31,9 +35,11 @@ from taskfleet.protocol.errors import PermanentFailure, RetryAfter
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
+    "CancelCheck",
     "TaskContext",
     "TaskControl",
     "Verdict",
+    "cancelled",
     "context_for",
     "current_task",
     "progress_json",
@@ -59,6 +65,38 @@ class TaskControl:
         self.cancelled = False
 
 
+class CancelCheck:
+    """``current_task().cancelled``: call it (``cancelled()``) or read it as a bool.
+
+    Both read the run's flag, which the worker sets when its heartbeat learns of the
+    cancel (in ``--isolation process``, the child's own copy, set when the worker stops
+    it): no Redis round trip, so a sync handler may poll it in a tight loop.
+    """
+
+    __slots__ = ("_control",)
+
+    def __init__(self, control: TaskControl | None) -> None:
+        self._control = control
+
+    def __call__(self) -> bool:
+        control = self._control
+        return control is not None and control.cancelled
+
+    def __bool__(self) -> bool:
+        return self()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, bool):
+            return self() is other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self())
+
+    def __repr__(self) -> str:
+        return f"<cancelled() = {self()}>"
+
+
 @dataclass(frozen=True)
 class TaskContext:
     """What a handler may want to know besides its payload (for logs, idempotency keys),
@@ -76,10 +114,11 @@ class TaskContext:
     name: str | None = None  # the task's name (enqueue(..., task=...)); None: it has none
 
     @property
-    def cancelled(self) -> bool:
-        """True once the task was cancelled (``Queue.cancel``): stop soon. Whatever the
-        run returns then, the task ends ``cancelled``."""
-        return self.control is not None and self.control.cancelled
+    def cancelled(self) -> CancelCheck:
+        """``cancelled()`` is True once the task was cancelled (``Queue.cancel``): stop
+        soon. Whatever the run returns then, the task ends ``cancelled``. Cheap: it reads
+        a flag the worker keeps current, never Redis."""
+        return CancelCheck(self.control)
 
     def progress(
         self,
@@ -141,6 +180,13 @@ _current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("taskflee
 def current_task() -> TaskContext:
     """The task the calling handler is running (sync or async); LookupError outside one."""
     return _current.get()
+
+
+def cancelled() -> bool:
+    """Whether the calling handler's task was cancelled (``current_task().cancelled()``);
+    False outside a task, so code shared with non-task callers may poll it too."""
+    task = _current.get(None)
+    return task is not None and task.cancelled()
 
 
 def context_for(task: TaskContext) -> contextvars.Context:

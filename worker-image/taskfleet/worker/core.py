@@ -6,7 +6,8 @@ One asyncio loop runs six activities:
   empty, blocks on the broker's ``wait_for_work`` (BLPOP), where producers hand it new
   tasks they claimed for it, so an idle fleet starts a new task within a millisecond;
 - each claimed task runs at once (``Execution``): an async handler on the loop, a sync
-  handler on a handler thread;
+  handler on a handler thread (``--isolation process``: any handler in that thread's
+  child process, ``isolation.py``);
 - the flusher writes finished tasks' outcomes (``Outbox.serve``, ``OutcomeWriter``);
   completions gathered while the previous write was in flight go out in one script
   call, which also claims tasks for the slots they free (``complete_and_claim``). A
@@ -52,6 +53,7 @@ from taskfleet.worker.handback import HandBack
 from taskfleet.worker.handlers import Handler, format_error
 from taskfleet.worker.heartbeat import heartbeat_loop
 from taskfleet.worker.identity import Whereabouts
+from taskfleet.worker.isolation import check_sendable
 from taskfleet.worker.metrics import Timings
 from taskfleet.worker.named import HandlerSet
 from taskfleet.worker.outbox import Outbox
@@ -88,7 +90,10 @@ class Worker:
         self.settings = settings
         # one handler, or several by task name (``named``)
         handlers = HandlerSet.of(handler)
-        self.traced = tracing.configured()
+        if settings.isolated:
+            check_sendable(handlers)  # ValueError: one line, before anything starts
+        # A traced handler is a closure, which can't travel to a child process.
+        self.traced = tracing.configured() and not settings.isolated
         if self.traced:
             handlers = traced(handlers, settings.queue)
         self.handler = handlers
@@ -112,8 +117,10 @@ class Worker:
         )
         self.outbox = Outbox(self._write, self.gate, give_up=self._stop_requested)
         self.reports = Reports()  # handlers' progress and costs, written in batches
-        # An async handler's claimed tasks all run at once: prefetch is for threads only.
-        prefetch = 0 if self.handler.any_async else settings.prefetch_depth
+        # An async handler's claimed tasks all run at once: prefetch is for threads only
+        # (in process isolation every handler runs on a slot's thread and child).
+        on_loop = self.handler.any_async and not settings.isolated
+        prefetch = 0 if on_loop else settings.prefetch_depth
         self.slots = Slots(settings.concurrency, prefetch)
         self.execution = Execution(
             settings,
@@ -396,6 +403,11 @@ class Worker:
             run.abandoned = True
             if run.job is not None:
                 run.job.cancel()
+        # Isolated runs: their children are stopped, and the tasks given back only once
+        # the children are gone, so no task runs here and elsewhere at once.
+        stopping = execution.stop_children(leftover, "drain")
+        if stopping and not await execution.children_gone(stopping):
+            log_event(logging.WARNING, "children_not_gone", tasks=len(stopping))
         self._closing.set()
         self.outbox.ready.set()  # the flusher waits on this alone
         if background:
@@ -461,6 +473,7 @@ class Worker:
                 run.abandoned = True
                 if run.job is not None:
                     run.job.cancel()
+        self.execution.stop_children(self.execution.held.values(), "worker stopped")
         with contextlib.suppress(Exception):
             await self._broker.close()
         counters = self.counters

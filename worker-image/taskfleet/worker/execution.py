@@ -1,10 +1,12 @@
 """The runs a worker holds and how each one runs.
 
 An async handler runs as an asyncio task on the loop; a sync one on one of the handler
-threads. Either way a run ends exactly once in an ``Outcome`` for the outbox, or is
-abandoned (lease lost, released) and produces nothing. A call the worker gave up on (its
-timeout passed, its lease was lost) but that is still running keeps its slot ("stuck")
-until it returns, so a hung handler can't make the worker oversubscribe.
+threads. With ``--isolation process`` every run goes through a handler thread to that
+slot's child process (``isolation.py``), which cancel, timeout, a lost lease and the
+drain deadline stop for real. Either way a run ends exactly once in an ``Outcome`` for
+the outbox, or is abandoned (lease lost, released) and produces nothing. A call the
+worker gave up on (its timeout passed, its lease was lost) but that is still running
+keeps its slot ("stuck") until it returns, so a hung handler can't make the worker oversubscribe.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from collections.abc import Callable, Iterable
 from taskfleet.worker.claimed import ClaimedTask
 from taskfleet.worker.context import TaskContext, TaskControl, context_for, verdict_of
 from taskfleet.worker.events import log, log_event
+from taskfleet.worker.gate import wait_any
 from taskfleet.worker.handlers import encode_result, format_error
+from taskfleet.worker.isolation import STOP_GRACE_S, ChildSlot
 from taskfleet.worker.metrics import Timings
 from taskfleet.worker.named import HandlerSet
 from taskfleet.worker.outbox import Outbox
@@ -59,7 +63,18 @@ class Execution:
         self._slot_freed = slot_freed
         self._changed = changed
         self._report = report or _unreported  # where handlers' progress and costs go
-        self._threads = HandlerThreads(settings.concurrency, self._delivered)
+        self._isolated = settings.isolated
+        self._children = (
+            [ChildSlot(i, settings, self._report) for i in range(settings.concurrency)]
+            if self._isolated
+            else []
+        )
+        self._threads = HandlerThreads(
+            settings.concurrency,
+            self._delivered,
+            [child.call for child in self._children] if self._isolated else None,
+        )
+        self._returned = asyncio.Event()  # set when threads hand calls back
 
     # ------------------------------------------------------------------ starting
 
@@ -89,7 +104,7 @@ class Execution:
             self.timings.wait.observe(task.waited)
         loop = asyncio.get_running_loop()
         limit = task.timeout if task.timeout else settings.default_timeout
-        if handler.is_async:
+        if handler.is_async and not self._isolated:
             run.job = loop.create_task(self._execute(run), name=task.id, context=run.context)
             if limit is not None:
                 run.timer = loop.call_later(limit, self._async_timed_out, run, limit)
@@ -183,6 +198,8 @@ class Execution:
 
     def _thread_timed_out(self, run: Run, limit: float) -> None:
         """A sync handler ran past its timeout: fail the attempt now; the thread runs on.
+        In a child process (``--isolation process``) the child is stopped instead, and the
+        failure is written once it is gone.
 
         The timeout counts from the start of the call: a prefetched run that waited for a
         thread gets the rest of its time.
@@ -196,6 +213,9 @@ class Execution:
             loop = asyncio.get_running_loop()
             run.timer = loop.call_later(left, self._thread_timed_out, run, limit)
             return
+        if self._isolated:
+            _stop(run, "timeout", timeout_error(limit))
+            return
         self._keep_slot_until_return(run)
         self._queue(Outcome(run=run, error=timeout_error(limit)))
 
@@ -203,6 +223,7 @@ class Execution:
         """Sync handlers' calls that returned (on the loop, one batch per wake-up)."""
         slots = self._slots
         outcomes = []
+        self._returned.set()
         for run, result, error in batch:
             run.in_thread = False
             if run.began_at is not None:
@@ -233,6 +254,33 @@ class Execution:
 
     def close(self) -> None:
         self._threads.close()
+        for child in self._children:
+            child.close()
+
+    # ------------------------------------------------------------------ child processes
+
+    def stop_children(self, runs: Iterable[Run], reason: str) -> list[Run]:
+        """``--isolation process``: stop the children running ``runs`` (their results are
+        dropped); the runs still on a thread, for ``children_gone``."""
+        if not self._isolated:
+            return []
+        running = [run for run in runs if run.in_thread]
+        for run in running:
+            _stop(run, reason, None)
+        return running
+
+    async def children_gone(self, runs: list[Run]) -> bool:
+        """Wait until the children of stopped ``runs`` are gone (SIGKILL comes after
+        ``STOP_GRACE_S``): a task is given back only once nothing runs it here."""
+        deadline = time.monotonic() + STOP_GRACE_S + 2.0
+        while any(run.in_thread for run in runs):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._returned.clear()
+            if any(run.in_thread for run in runs):
+                await wait_any(self._returned, limit=left)
+        return True
 
     # ------------------------------------------------------------------ slots and ends
 
@@ -280,14 +328,17 @@ class Execution:
             log_event(logging.WARNING, "lease_lost", task=task_id)
             if run.job is not None:
                 run.job.cancel()
+            elif self._isolated:
+                _stop(run, "lease lost", None)
             self._keep_slot_until_return(run)
             self._slot_freed.set()
         self.forget([])
 
     def cancel(self, task_ids: Iterable[str]) -> None:
         """Producers cancelled these tasks (the heartbeat says so): tell their handlers
-        (``current_task().cancelled``), cancel async runs, and end at once the runs no
-        thread has begun. The outcome each run then writes ends its task cancelled."""
+        (``current_task().cancelled()``), cancel async runs, end at once the runs no
+        thread has begun, and stop the child processes of isolated runs. The outcome each
+        run then writes ends its task cancelled."""
         for task_id in task_ids:
             run = self.held.get(task_id)
             if run is None or run.finished or run.abandoned or _cancelled(run):
@@ -299,6 +350,8 @@ class Execution:
                 run.job.cancel()
             elif self._threads.withdraw([run]):
                 self._queue(Outcome(run=run, error=CANCELLED_ERROR))
+            elif self._isolated:
+                _stop(run, "cancelled", CANCELLED_ERROR)
 
     def forget(self, runs: Iterable[Run]) -> None:
         """These runs are not this worker's any more (released, or left to their leases)."""
@@ -367,6 +420,12 @@ class Execution:
         if not self.held and not len(self._outbox):
             self.idle.set()
         self._changed()
+
+
+def _stop(run: Run, reason: str, error: str | None) -> None:
+    """Stop an isolated run's child (see ``Run.stop``), logged once per run that began."""
+    if run.stop(reason, error) and run.began_at is not None:
+        log_event(logging.INFO, "task_stopping", task=run.task.id, reason=reason)
 
 
 def _cancelled(run: Run) -> bool:

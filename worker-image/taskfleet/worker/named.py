@@ -47,7 +47,7 @@ class HandlerSet:
 
     @property
     def any_async(self) -> bool:
-        return any(h.is_async for h in self._all())
+        return any(h.is_async for h in self.all())
 
     @property
     def ref(self) -> str:
@@ -57,7 +57,8 @@ class HandlerSet:
         parts += [f"{name}={h.ref}" for name, h in sorted(self.named.items())]
         return " ".join(parts)
 
-    def _all(self) -> list[Handler]:
+    def all(self) -> list[Handler]:
+        """Every handler served, the default one first."""
         return ([] if self.default is None else [self.default]) + list(self.named.values())
 
 

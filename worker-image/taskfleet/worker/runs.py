@@ -10,10 +10,13 @@ import asyncio
 import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskfleet.worker.claimed import ClaimedTask
 from taskfleet.worker.context import TaskControl, Verdict
+
+if TYPE_CHECKING:
+    from taskfleet.worker.isolation import ChildSlot
 
 
 @dataclass(eq=False)
@@ -36,6 +39,27 @@ class Run:
     lease_lost: bool = False  # abandoned because another worker may run it now
     control: TaskControl | None = None  # its handler's reports and cancelled flag
     verdict: Verdict | None = None  # what the handler's exception asked for (set by a thread)
+    # --isolation process: the slot whose child runs it, and why the worker stops it
+    slot: ChildSlot | None = None
+    stop_reason: str | None = None  # "cancelled", "timeout", "lease lost", "drain"
+    stop_error: str | None = None  # the attempt's error once its child is gone (None: dropped)
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.stop_reason is not None
+
+    def stop(self, reason: str, error: str | None) -> bool:
+        """Ask the run's child process to stop (SIGTERM, then SIGKILL after the grace);
+        False if a stop was asked already. ``error``: the attempt's outcome once the
+        child is gone (None for a run whose result is dropped anyway)."""
+        if self.stop_reason is not None:
+            return False
+        self.stop_error = error
+        self.stop_reason = reason  # after the error: the slot thread reads it once it sees this
+        slot = self.slot
+        if slot is not None:
+            slot.wake()
+        return True
 
 
 @dataclass

@@ -12,6 +12,9 @@ from taskfleet.protocol.redisurl import parse_redis_url
 #: Upper bound of --prefetch.
 MAX_PREFETCH = 10_000
 
+#: How a worker runs sync handlers: on its threads, or each slot in a child process.
+ISOLATION_MODES = ("thread", "process")
+
 
 @dataclass(frozen=True)
 class WorkerSettings:
@@ -35,6 +38,12 @@ class WorkerSettings:
     fire_schedules: bool = True  # fire the queue's due schedules in the background
     #: Start on a Redis whose maxmemory-policy may delete keys (loudly warned).
     allow_eviction: bool = False
+    isolation: str = "thread"  # "process": each slot's tasks in a child process (isolation.py)
+    max_tasks_per_child: int | None = None  # process isolation: tasks before a child is replaced
+
+    @property
+    def isolated(self) -> bool:
+        return self.isolation == "process"
 
     @property
     def prefetch_depth(self) -> int:
@@ -53,6 +62,17 @@ class WorkerSettings:
         """Raise ValueError with one line saying what to fix."""
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be thread or process, got {self.isolation!r}")
+        if self.max_tasks_per_child is not None:
+            if not self.isolated:
+                raise ValueError(
+                    "max tasks per child needs process isolation (--isolation process)"
+                )
+            if self.max_tasks_per_child < 1:
+                raise ValueError(
+                    f"max tasks per child must be at least 1, got {self.max_tasks_per_child}"
+                )
         if self.prefetch is not None and not 0 <= self.prefetch <= MAX_PREFETCH:
             raise ValueError(f"prefetch must be within 0..{MAX_PREFETCH}, got {self.prefetch}")
         # nan passes every comparison below and inf means "never": both would be written

@@ -16,6 +16,9 @@ from taskfleet.worker.runs import Run
 
 #: What a thread hands back per call: the run, its result JSON or its error.
 Delivered = tuple[Run, str | None, str | None]
+#: How a thread calls a run somewhere else (``--isolation process``: in its child):
+#: result JSON or error, the run's verdict set.
+Caller = Callable[[Run], tuple[str | None, str | None]]
 
 
 class HandlerThreads:
@@ -27,8 +30,16 @@ class HandlerThreads:
     process at exit (the CLI exits without joining them anyway).
     """
 
-    def __init__(self, size: int, deliver: Callable[[list[Delivered]], None]) -> None:
+    def __init__(
+        self,
+        size: int,
+        deliver: Callable[[list[Delivered]], None],
+        callers: list[Caller] | None = None,
+    ) -> None:
         self._size = size
+        # Thread i calls runs with callers[i] (a child process of its own) if given,
+        # else here, in the run's context.
+        self._callers = callers
         self._deliver = deliver
         self._jobs: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
         # Orders a thread's start of a queued run against withdraw(): a run is either
@@ -46,8 +57,9 @@ class HandlerThreads:
             self._loop = asyncio.get_running_loop()
         if not self._threads:
             for i in range(self._size):
+                caller = None if self._callers is None else self._callers[i]
                 thread = threading.Thread(
-                    target=self._serve, name=f"taskfleet-handler-{i}", daemon=True
+                    target=self._serve, args=(caller,), name=f"taskfleet-handler-{i}", daemon=True
                 )
                 thread.start()
                 self._threads.append(thread)
@@ -80,7 +92,7 @@ class HandlerThreads:
             self._loop_collects = False
             self.collect()
 
-    def _serve(self) -> None:
+    def _serve(self, caller: Caller | None) -> None:
         jobs, done, begin = self._jobs, self._done, self._begin
         clock = time.monotonic
         while (run := jobs.get()) is not None:
@@ -89,12 +101,18 @@ class HandlerThreads:
                 if not run.abandoned:  # released or lost while queued: don't start it
                     run.began_at = clock()
             if run.began_at is not None:
-                try:
-                    assert run.context is not None and run.func is not None
-                    result = encode_result(run.context.run(run.func, run.task.payload))
-                except BaseException as exc:  # the attempt failed; the thread serves on
-                    error = format_error(exc)
-                    run.verdict = verdict_of(exc)
+                if caller is not None:
+                    try:
+                        result, error = caller(run)
+                    except BaseException as exc:  # a bug of ours: the attempt fails, not the slot
+                        error = f"ChildProcessError: {format_error(exc)}"
+                else:
+                    try:
+                        assert run.context is not None and run.func is not None
+                        result = encode_result(run.context.run(run.func, run.task.payload))
+                    except BaseException as exc:  # the attempt failed; the thread serves on
+                        error = format_error(exc)
+                        run.verdict = verdict_of(exc)
                 run.ran_s = clock() - run.began_at
             done.append((run, result, error))
             # Append first, then check: the loop clears both flags before it empties the
