@@ -29,9 +29,11 @@ deps: ## install the Debian packages (skips what is installed)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-install: $(BIN)/python ## create .venv and install taskfleet with all extras
+# Both distributions editable (the library with every extra, the operator), then the
+# development tools: pyproject's dependency group `dev`, never published (pip >= 25.1).
+install: $(BIN)/python ## create .venv: both packages editable with every extra, and the dev tools
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[operator,metrics,dev]'
+	$(BIN)/python -m pip install -q -e '.[metrics,dashboard,opentelemetry]' -e ./operator --group dev
 
 lint: ## ruff + mypy --strict
 	$(BIN)/ruff check .

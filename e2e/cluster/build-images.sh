@@ -105,7 +105,7 @@ base_arg=(--build-arg "BASE_IMAGE=$BASE_IMAGE_LOCAL")
 base_sum=$(cat "$images/base.sum")
 build redis "$REDIS_IMAGE" "$here/images/redis.Containerfile" "$here/images" "$base_sum" "${base_arg[@]}"
 
-project_inputs=(pyproject.toml README.md worker-image operator)
+project_inputs=(pyproject.toml README.md LICENSE MANIFEST.in worker-image operator)
 build worker "$WORKER_IMAGE" "$repo/worker-image/Dockerfile" "$repo" \
   "$base_sum $(inputs_hash "$repo" "${project_inputs[@]}")" "${base_arg[@]}"
 if [ -f "$repo/operator/Dockerfile" ]; then

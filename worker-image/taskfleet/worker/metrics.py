@@ -18,6 +18,8 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from taskfleet._version import __version__
+
 if TYPE_CHECKING:
     from taskfleet.worker.core import Worker
 
@@ -88,15 +90,6 @@ class Timings:
         self.run = Histogram(TIME_BUCKETS)
         self.wait = Histogram(TIME_BUCKETS)
         self.claim = Histogram(CLAIM_BUCKETS)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("taskfleet")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 class MetricsUnavailable(Exception):  # noqa: N818 - one clear error for the CLI
@@ -230,7 +223,7 @@ def serve(worker: Worker, port: int, *, addr: str = "0.0.0.0") -> object:
     from prometheus_client import ProcessCollector
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(worker, _version()))
+    registry.register(_Collector(worker, __version__))
     ProcessCollector(registry=registry)  # process_cpu_seconds_total, memory, open fds
     try:
         server, _ = start_http_server(port, addr=addr, registry=registry)
