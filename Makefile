@@ -8,7 +8,8 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart bench-podstart bench-operator soak demo demo-local local-demo \
-        k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci kind-node-image kind-up kind-down clean
+        k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci kind-node-image kind-up kind-down clean \
+        release-tools release release-check
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -135,6 +136,22 @@ e2e: ## the e2e suite on a multi-node kind cluster (Docker; KIND_IMAGES=local: n
 
 demo: ## the demo on kind (needs Docker and kind)
 	e2e/demo.sh kind
+
+# A release (release/release.py): VERSION=x.y.z, semver; REGISTRY names the images (localhost);
+# ALLOW_DIRTY=1 builds a tree with uncommitted changes. Root (buildah), helm (HELM=, else
+# e2e/cluster/build-helm.sh), kubectl for kustomize. The build tools: pyproject's `release` group.
+VERSION ?=
+REGISTRY ?= localhost
+RELEASE_FLAGS = $(if $(ALLOW_DIRTY),--allow-dirty)
+release-tools: $(BIN)/python
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@$(BIN)/python -m pip install -q --group release
+
+release: release-tools ## dist/: wheels, sdists, image archives, Helm chart, install.yaml, SHA256SUMS (VERSION=x.y.z)
+	$(BIN)/python release/release.py build "$(VERSION)" --registry "$(REGISTRY)" $(RELEASE_FLAGS)
+
+release-check: release ## make release, then check dist/ and build the wheels, sdists and chart again: same bytes
+	$(BIN)/python release/release.py verify "$(VERSION)" --rebuild $(RELEASE_FLAGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
