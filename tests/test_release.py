@@ -68,6 +68,7 @@ def load_release_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("release_script", REPO / RELEASE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
