@@ -317,8 +317,6 @@ def check_wheels(out: Path, version: Version | None = None) -> None:
 
 
 def build_images(tree: Path, out: Path, version: Version, registry: str) -> None:
-    if os.geteuid() != 0:
-        raise BadInputError("the images stage runs as root (buildah): sudo make release, or --only")
     scratch = out / ".images"
     scratch.mkdir()
     run(
@@ -337,6 +335,8 @@ def build_images(tree: Path, out: Path, version: Version, registry: str) -> None
 
 def find_helm(tree: Path) -> str:
     """$HELM; else the pinned helm (e2e/cluster/build-helm.sh builds it once); else PATH's."""
+    if not (tree / CHART / "Chart.yaml").exists():
+        raise StepError(f"no chart at {CHART}/Chart.yaml")
     if os.environ.get("HELM"):
         return os.environ["HELM"]
     builder = tree / "e2e/cluster/build-helm.sh"
@@ -348,11 +348,8 @@ def find_helm(tree: Path) -> str:
     return found
 
 
-def package_chart(tree: Path, out: Path, version: Version, epoch: int) -> None:
+def package_chart(tree: Path, out: Path, version: Version, epoch: int, helm: str) -> None:
     chart = tree / CHART
-    if not (chart / "Chart.yaml").exists():
-        raise StepError(f"no chart at {CHART}/Chart.yaml")
-    helm = find_helm(tree)
     log(f"packaging {CHART} with {helm}")
     with tempfile.TemporaryDirectory() as scratch:
         run(
@@ -386,7 +383,7 @@ def find_kubectl(tree: Path) -> str:
     return found
 
 
-def render_install(tree: Path, out: Path, version: Version, registry: str) -> None:
+def render_install(tree: Path, out: Path, version: Version, kubectl: str) -> None:
     images = read_images(out / "images.txt")
     operator = images["operator"]
     directory = tree / INSTALL_KUSTOMIZATION
@@ -401,7 +398,7 @@ def render_install(tree: Path, out: Path, version: Version, registry: str) -> No
         raise StepError(f"{kustomization} names images itself: the release pins them")
     kustomization.write_text(text.rstrip("\n") + "\n" + pinned)
     rendered = run(
-        [find_kubectl(tree), "kustomize", "--load-restrictor", "LoadRestrictionsNone", directory],
+        [kubectl, "kustomize", "--load-restrictor", "LoadRestrictionsNone", directory],
         what="kubectl kustomize",
     )
     header = (
@@ -475,15 +472,20 @@ def build(
         staged.mkdir()
         copy_tree(tree)
         stamp_version(tree, version)
+        # Every tool a stage needs is found before the first build, not after minutes.
+        helm = find_helm(tree) if "chart" in stages else ""
+        kubectl = find_kubectl(tree) if "install" in stages else ""
+        if "images" in stages and os.geteuid() != 0:
+            raise BadInputError("the images stage runs as root (buildah): sudo, or --only")
         log(f"taskfleet {version.semver} from {commit[:12]} (SOURCE_DATE_EPOCH={epoch})")
         if "python" in stages:
             build_python(tree, staged, epoch)
         if "images" in stages:
             build_images(tree, staged, version, registry)
         if "chart" in stages:
-            package_chart(tree, staged, version, epoch)
+            package_chart(tree, staged, version, epoch, helm)
         if "install" in stages:
-            render_install(tree, staged, version, registry)
+            render_install(tree, staged, version, kubectl)
         write_sums(staged)
         # Only a finished release replaces the previous one.
         if out.exists():
@@ -563,7 +565,7 @@ def _verify_chart(chart: Path, version: Version) -> list[str]:
 def _verify_rebuild(version: Version, dist: Path, allow_dirty: bool) -> list[str]:
     stages = ["python"] + (["chart"] if (dist / f"taskfleet-{version.semver}.tgz").exists() else [])
     with tempfile.TemporaryDirectory(prefix="taskfleet-rebuild-") as scratch:
-        again = Path(scratch) / "dist"
+        again = Path(scratch) / "rebuild"
         build(version, again, stages, "localhost", allow_dirty)
         return [
             f"{path.name} differs when built again"

@@ -246,3 +246,19 @@ def test_a_tree_with_uncommitted_changes_is_refused_unless_allowed(
     assert done.returncode == 2
     assert done.stderr.startswith("release: error: the tree has uncommitted changes (?? notes.txt")
     assert not out.exists()
+
+
+def test_a_release_whose_chart_is_missing_fails_before_building_anything(
+    tmp_path: Path,
+) -> None:
+    clone = clone_head(tmp_path / "clone")
+    subprocess.run(["rm", "-rf", clone / "charts"], check=True)
+    out = tmp_path / "dist"
+    done = release(
+        clone, "build", "1.0.0", "--only", "python,chart", "--allow-dirty", "--out", str(out)
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "release: error: no chart at charts/taskfleet/Chart.yaml"
+    ]
+    assert not out.exists()
