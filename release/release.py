@@ -323,7 +323,11 @@ def build_images(tree: Path, out: Path, version: Version, registry: str) -> None
         [tree / "e2e/cluster/build-images.sh", "release", version.semver, scratch, registry],
         what="e2e/cluster/build-images.sh release",
     )
-    lines = ["# image tag digest archive (sha256 of the OCI manifest; load or push the archive)"]
+    lines = [
+        "# image tag digest archive: the digest is the OCI manifest's, which install.yaml pins.",
+        "# Load into containerd: ctr -n k8s.io images import --base-name IMAGE ARCHIVE",
+        "# (IMAGE:TAG, same digest); or push the archive to a registry as IMAGE:TAG.",
+    ]
     for name in IMAGES:
         archive = f"taskfleet-{name}-{version.semver}.oci.tar"
         digest = (scratch / f"taskfleet-{name}-{version.semver}.digest").read_text().strip()
