@@ -20,6 +20,9 @@ import pytest
 import taskfleet
 import taskfleet_operator
 
+from tests.fixtures_operator import APISERVER_INTERVAL_S, APISERVER_TIMEOUT_S, OperatorProcess
+from tests.polling import wait_for
+
 REPO = Path(__file__).resolve().parents[1]
 RELEASE = Path("release/release.py")
 VERSION = "3.4.5-rc.2"  # not the tree's: the release writes it into its copy
@@ -197,6 +200,17 @@ def test_the_tree_reports_one_version_everywhere() -> None:
         [sys.executable, "-m", "taskfleet", "--version"], capture_output=True, text=True, check=True
     )
     assert cli.stdout.strip() == f"taskfleet, version {version}"
+
+
+@pytest.mark.apiserver
+def test_the_operator_names_its_version_when_it_starts(operator_process: OperatorProcess) -> None:
+    line = f"taskfleet-operator {taskfleet.__version__} starting, watching all namespaces"
+    wait_for(
+        lambda: line in operator_process.tail(1 << 20),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what=lambda: f"{line!r} in the operator's log",
+    )
 
 
 @pytest.mark.parametrize(
