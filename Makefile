@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart bench-podstart bench-operator soak demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci kind-node-image kind-up kind-down clean \
-        release-tools release release-check
+        release-tools release release-check test-redis-versions
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -44,7 +44,10 @@ lint: ## ruff + mypy --strict
 test: ## fast tests: real redis-server, real processes and signals, real kube-apiserver
 	$(BIN)/pytest tests
 
-check: deps install lint crds-check test e2e-local e2e-kind-ci ## everything CI runs (README's test command)
+check: deps install lint crds-check test test-redis-versions e2e-local e2e-kind-ci ## everything CI runs (README's test command)
+
+test-redis-versions: ## the queue's fast tests on Redis 6.2 and Valkey 8.1 (docs/compatibility.md)
+	tests/redis_versions.sh
 
 # The kind stage of `make check`: the local cluster stopped (two clusters on 2 cores would
 # slow both), then on a multi-node kind cluster built without a registry the scenarios
