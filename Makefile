@@ -7,8 +7,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo bench-isolation \
-        k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci kind-node-image kind-up kind-down clean
+.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster \
+        bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart \
+        bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo \
+        bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
+        kind-node-image kind-up kind-down clean release-tools release release-check \
+        test-redis-versions
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -29,9 +33,11 @@ deps: ## install the Debian packages (skips what is installed)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-install: $(BIN)/python ## create .venv and install taskfleet with all extras
+# Both distributions editable (the library with every extra, the operator), then the
+# development tools: pyproject's dependency group `dev`, never published (pip >= 25.1).
+install: $(BIN)/python ## create .venv: both packages editable with every extra, and the dev tools
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[operator,metrics,dev]'
+	$(BIN)/python -m pip install -q -e '.[metrics,dashboard,opentelemetry]' -e ./operator --group dev
 
 lint: ## ruff + mypy --strict
 	$(BIN)/ruff check .
@@ -41,7 +47,10 @@ lint: ## ruff + mypy --strict
 test: ## fast tests: real redis-server, real processes and signals, real kube-apiserver
 	$(BIN)/pytest tests
 
-check: deps install lint crds-check test e2e-local e2e-kind-ci ## everything CI runs (README's test command)
+check: deps install lint crds-check test test-redis-versions e2e-local e2e-kind-ci ## everything CI runs (README's test command)
+
+test-redis-versions: ## the queue's fast tests on Redis 6.2 and Valkey 8.1 (docs/compatibility.md)
+	tests/redis_versions.sh
 
 # The kind stage of `make check`: the local cluster stopped (two clusters on 2 cores would
 # slow both), then on a multi-node kind cluster built without a registry the scenarios
@@ -143,6 +152,22 @@ e2e: ## the e2e suite on a multi-node kind cluster (Docker; KIND_IMAGES=local: n
 
 demo: ## the demo on kind (needs Docker and kind)
 	e2e/demo.sh kind
+
+# A release (release/release.py): VERSION=x.y.z, semver; REGISTRY names the images (localhost);
+# ALLOW_DIRTY=1 builds a tree with uncommitted changes. Root (buildah), helm (HELM=, else
+# e2e/cluster/build-helm.sh), kubectl for kustomize. The build tools: pyproject's `release` group.
+VERSION ?=
+REGISTRY ?= localhost
+RELEASE_FLAGS = $(if $(ALLOW_DIRTY),--allow-dirty)
+release-tools: $(BIN)/python
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@$(BIN)/python -m pip install -q --group release
+
+release: release-tools ## dist/: wheels, sdists, image archives, Helm chart, install.yaml, SHA256SUMS (VERSION=x.y.z)
+	$(BIN)/python release/release.py build "$(VERSION)" --registry "$(REGISTRY)" $(RELEASE_FLAGS)
+
+release-check: release ## make release, then check dist/ and build the wheels, sdists and chart again: same bytes
+	$(BIN)/python release/release.py verify "$(VERSION)" --rebuild $(RELEASE_FLAGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

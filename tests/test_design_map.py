@@ -53,16 +53,19 @@ def test_every_module_of_the_library_and_the_operator_is_on_the_map() -> None:
     assert unmapped == []
 
 
-def test_every_package_of_the_tree_is_in_the_distribution() -> None:
+def test_every_package_of_the_tree_is_in_its_distribution() -> None:
     """A package missing from pyproject's list installs fine in editable mode and is
-    absent from the image, where ``pip install`` copies only the packages named."""
+    absent from the image, where ``pip install`` copies only the packages named. The library
+    (pyproject.toml) and the operator (operator/pyproject.toml) are two distributions."""
     import tomllib
 
-    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    listed = set(config["packages"])
-    found = set()
-    for name, root in config["package-dir"].items():
-        for init in (REPO / root).rglob("__init__.py"):
-            parts = init.parent.relative_to(REPO / root).parts
-            found.add(".".join((name, *parts)))
-    assert found == listed
+    for project in (REPO, REPO / "operator"):
+        config = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"]
+        listed = set(config["packages"])
+        roots = config.get("package-dir") or {name: name for name in listed if "." not in name}
+        found = set()
+        for name, root in roots.items():
+            for init in (project / root).rglob("__init__.py"):
+                parts = init.parent.relative_to(project / root).parts
+                found.add(".".join((name, *parts)))
+        assert found == listed, project

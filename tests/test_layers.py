@@ -31,6 +31,9 @@ ALLOWED = {
     "taskfleet_operator": {"taskfleet.protocol", "taskfleet.producer"},
 }
 
+#: Beneath every layer: the package root and its version (``taskfleet._version``, a string).
+BENEATH = ("taskfleet", "taskfleet._version")
+
 
 def _layer(module: str) -> str | None:
     for layer in sorted(ALLOWED, key=len, reverse=True):
@@ -71,7 +74,9 @@ def test_a_module_imports_only_its_own_layer_and_those_below(module: str, path: 
     wrong = sorted(
         name
         for name in _imports(path, module)
-        if (_layer(name) or name) not in allowed and name not in ("taskfleet",)
+        if (_layer(name) or name) not in allowed
+        and name not in BENEATH
+        and not name.startswith("taskfleet._version.")
     )
     assert wrong == [], f"{module} ({layer}) imports {wrong}"
 
@@ -80,6 +85,6 @@ def test_every_module_belongs_to_a_layer_or_is_the_package_root() -> None:
     unplaced = [
         module
         for module, _ in _modules()
-        if _layer(module) is None and module not in ("taskfleet", "taskfleet.__main__")
+        if _layer(module) is None and module not in (*BENEATH, "taskfleet.__main__")
     ]
     assert unplaced == []

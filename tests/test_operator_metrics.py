@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+import taskfleet
 from taskfleet.producer.queue import Queue
 from taskfleet.worker.broker import Broker
 from taskfleet_operator.connections import Connections
@@ -126,6 +127,7 @@ def test_the_operator_endpoint_serves_the_queues_and_its_own_work(
     assert get(requeued, queue="apps.emails", reason="lease_expired") == 5
     assert get("taskfleet_operator_schedules_fired_total", queue="apps.emails") == 1
     assert get("taskfleet_operator_sweep_seconds_count") == 1
+    assert get("taskfleet_operator_info", version=taskfleet.__version__) == 1
 
 
 def test_a_queue_whose_redis_stops_answering_reads_as_down_not_as_empty(

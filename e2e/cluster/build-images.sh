@@ -5,6 +5,12 @@
 #   build-images.sh           every image: cluster ones, then the project's
 #   build-images.sh cluster   pause + CoreDNS only (what up.sh needs before pods run)
 #   build-images.sh project   base, Redis, worker (and operator, once operator/Dockerfile exists)
+#   build-images.sh release VERSION DIR [REGISTRY]
+#                             a release's worker and operator (release/release.py): built from
+#                             this tree on the same base, tagged REGISTRY/taskfleet-NAME:VERSION
+#                             (REGISTRY: localhost), written to DIR as OCI archives
+#                             taskfleet-NAME-VERSION.oci.tar (reference name VERSION) with the
+#                             manifest's digest in taskfleet-NAME-VERSION.digest; never imported
 #
 # Cache-aware: an image is rebuilt only when a hash of its inputs changes, and imported
 # only when containerd lacks that build. The debootstrap rootfs is built once and kept.
@@ -12,7 +18,16 @@ set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 what=${1:-all}
-case $what in all|cluster|project) ;; *) die "usage: build-images.sh [all|cluster|project]" ;; esac
+usage="usage: build-images.sh [all|cluster|project|release VERSION DIR [REGISTRY]]"
+case $what in
+  all|cluster|project) ;;
+  release)
+    [ $# -ge 3 ] || die "$usage"
+    release_version=$2 release_dir=$3 release_registry=${4:-localhost}
+    [ -d "$release_dir" ] || die "no directory $release_dir for the release's images"
+    ;;
+  *) die "$usage" ;;
+esac
 [ "$(id -u)" = 0 ] || die "build-images.sh runs as root (buildah, containerd)"
 hold_lock images
 ensure_packages buildah debootstrap gcc libc6-dev containerd
@@ -77,7 +92,7 @@ cp -u "$k8s_bin/coredns" "$coredns_dir/coredns"
 build coredns "localhost/coredns:$COREDNS_VERSION" "$here/images/coredns.Containerfile" \
   "$coredns_dir" "$(inputs_hash "$coredns_dir" coredns)"
 }
-[ "$what" = project ] || cluster_images
+case $what in project|release) ;; *) cluster_images ;; esac
 [ "$what" = cluster ] && exit 0
 
 # Base: debootstrap'd bookworm with python3, the local stand-in for python:3.11-slim.
@@ -103,9 +118,27 @@ build base "$BASE_IMAGE_LOCAL" "$here/images/base.Containerfile" "$base_dir" \
 
 base_arg=(--build-arg "BASE_IMAGE=$BASE_IMAGE_LOCAL")
 base_sum=$(cat "$images/base.sum")
+
+# A release's images: built every time (a release is rare and must be of this tree), kept
+# out of the cache's archives and stamps so the local cluster's own builds stay as they are.
+release_image() { # NAME DOCKERFILE
+  local ref=$release_registry/taskfleet-$1:$release_version
+  local archive=$release_dir/taskfleet-$1-$release_version.oci.tar
+  log "building $ref"
+  buildah bud --quiet --network host --pull=false -f "$2" -t "$ref" "${base_arg[@]}" "$repo" >/dev/null
+  rm -f "$archive"
+  buildah push --quiet --digestfile "$release_dir/taskfleet-$1-$release_version.digest" \
+    "$ref" "oci-archive:$archive:$release_version"
+}
+if [ "$what" = release ]; then
+  release_image worker "$repo/worker-image/Dockerfile"
+  release_image operator "$repo/operator/Dockerfile"
+  log "release images ready in $release_dir"
+  exit 0
+fi
 build redis "$REDIS_IMAGE" "$here/images/redis.Containerfile" "$here/images" "$base_sum" "${base_arg[@]}"
 
-project_inputs=(pyproject.toml README.md worker-image operator)
+project_inputs=(pyproject.toml README.md LICENSE MANIFEST.in worker-image operator)
 build worker "$WORKER_IMAGE" "$repo/worker-image/Dockerfile" "$repo" \
   "$base_sum $(inputs_hash "$repo" "${project_inputs[@]}")" "${base_arg[@]}"
 if [ -f "$repo/operator/Dockerfile" ]; then

@@ -15,6 +15,7 @@ import re
 import sys
 
 import kopf
+from taskfleet._version import __version__
 
 from taskfleet_operator.settings import watched_namespaces
 
@@ -75,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         for handler in logging.getLogger().handlers:
             handler.addFilter(_QuietRoutine())
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per probe
+    watching = ", ".join(args.namespace) or "all namespaces"
+    logging.getLogger("taskfleet_operator").info(
+        "taskfleet-operator %s starting, watching %s", __version__, watching
+    )
     # Importing registers the handlers with kopf's default registry.
     import taskfleet_operator.handlers  # noqa: F401
 

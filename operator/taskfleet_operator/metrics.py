@@ -9,7 +9,8 @@ time. Served from a thread by prometheus-client on ``TASKFLEET_METRICS_PORT`` (9
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from taskfleet._version import __version__
 
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.queuemetrics import QueueCollector
@@ -28,6 +29,13 @@ class OperatorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
+        # Which release serves this endpoint: during an upgrade, old and new side by side.
+        Gauge(
+            "taskfleet_operator_info",
+            "The operator's version (always 1).",
+            ["version"],
+            registry=registry,
+        ).labels(__version__).set(1)
         self.requeued = Counter(
             "taskfleet_operator_requeued_tasks",
             "Tasks the operator put back in pending: reason pod_gone (the worker's pod was "

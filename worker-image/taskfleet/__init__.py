@@ -16,6 +16,8 @@ loads the worker's modules, and the worker never the producer's.
 
 from typing import TYPE_CHECKING, Any
 
+from taskfleet._version import __version__
+
 if TYPE_CHECKING:
     from taskfleet.producer.asyncqueue import AsyncQueue
     from taskfleet.producer.control import TaskPage
@@ -121,7 +123,7 @@ __all__ = [
     "TaskfleetError",
     "WaitTimeout",
     "WorkerInfo",
+    "__version__",
     "cancelled",
     "current_task",
 ]
-__version__ = "0.1.0"

@@ -33,6 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from taskfleet._version import __version__
 from taskfleet.cli.options import redis_url_in_use, scrub_message
 from taskfleet.protocol.errors import TaskfleetError, auth_failure
 from taskfleet.protocol.redisurl import redact_redis_url
@@ -75,7 +76,7 @@ class _LazyGroup(click.Group):
     cls=_LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(package_name="taskfleet")
+@click.version_option(version=__version__, prog_name="taskfleet")
 def cli() -> None:
     """taskfleet: a Redis task queue whose workers drain gracefully and never lose a task."""
 

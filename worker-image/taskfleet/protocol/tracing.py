@@ -58,13 +58,9 @@ def configured() -> bool:
 
 
 def _tracer() -> Any:
-    from importlib.metadata import PackageNotFoundError, version
+    from taskfleet._version import __version__
 
-    try:
-        ours: str | None = version("taskfleet")
-    except PackageNotFoundError:
-        ours = None
-    return _trace_api().get_tracer("taskfleet", ours)
+    return _trace_api().get_tracer("taskfleet", __version__)
 
 
 def carrier_text() -> str:

@@ -18,6 +18,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from taskfleet._version import __version__
 from taskfleet.protocol.faults import SAFE_EVICTION_POLICY
 
 if TYPE_CHECKING:
@@ -90,15 +91,6 @@ class Timings:
         self.run = Histogram(TIME_BUCKETS)
         self.wait = Histogram(TIME_BUCKETS)
         self.claim = Histogram(CLAIM_BUCKETS)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("taskfleet")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 class MetricsUnavailable(Exception):  # noqa: N818 - one clear error for the CLI
@@ -244,7 +236,7 @@ def serve(worker: Worker, port: int, *, addr: str = "0.0.0.0") -> object:
     from prometheus_client import ProcessCollector
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(worker, _version()))
+    registry.register(_Collector(worker, __version__))
     ProcessCollector(registry=registry)  # process_cpu_seconds_total, memory, open fds
     try:
         server, _ = start_http_server(port, addr=addr, registry=registry)
