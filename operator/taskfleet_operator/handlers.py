@@ -89,6 +89,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
         asyncio.create_task(
             wakeups.housekeep_idle(wakers, connections, SETTINGS.idle_sweep_interval_s, run)
         ),
+        asyncio.create_task(wakeups.probe_servers(wakers, connections, run)),
     )
     metrics = OperatorMetrics()
     metrics.watch(connections)
@@ -233,6 +234,8 @@ def _reconcile(
         reconcile.configure_queue(namespace, name, model, connections)
     except (redis.RedisError, kube.SecretUnavailable) as error:
         # The sweep retries every few seconds and reports the outage in status.
+        if isinstance(error, redis.RedisError):
+            connections.report(namespace, name, error)
         logger.info("queue settings not written yet: %s", describe_error(error))
     patch.status["selector"] = builders.selector_string(name)
     patch.status["observedGeneration"] = meta.get("generation")
@@ -357,9 +360,11 @@ async def sweep_taskqueue(
             was_idle = idle
             # An autoscaled queue's demand is read by its autoscaler, which wakes this loop.
             wakers.set_idle(key, idle, poll_demand=not body.get("spec", {}).get("autoscale"))
+            # A parked server's queues wait for its probe, which wakes them.
+            parked = quiet is not None and quiet.parked
             interval = (
                 SETTINGS.idle_sweep_interval_s * wakeups.IDLE_FULL_SWEEP_FACTOR
-                if idle
+                if idle or parked
                 else SETTINGS.sweep_interval_s
             )
             await wakeups.wait(woken, stopped, interval)
@@ -418,7 +423,12 @@ def _sweep_once(
         _count_sweep(metrics, queue, outcome)
     else:
         metrics.sweep_errors.labels(queue, outcome.reason).inc()
-    swept = tqstatus.Swept(name, model, status, deployment, len(live), outcome, failure)
+    policy = connections.policy(namespace, name)
+    if policy is None and isinstance(outcome, sweeper.SweepReport):
+        policy = connections.check_policy(namespace, name)  # a server not checked yet
+    swept = tqstatus.Swept(
+        name, model, status, deployment, len(live), outcome, failure, eviction_policy=policy
+    )
     update = tqstatus.after_sweep(swept, now=tqstatus.now_iso())
     if update.patch:
         kube.patch_taskqueue_status(name, namespace, dict(update.patch))
@@ -461,12 +471,15 @@ def worker_pod_event(
     entry = reconcile.first(kwargs["taskqueue_specs"].get((namespace, queue_name)))
     if entry is None:
         return  # not a TaskQueue's pod (any more)
+    connections = memos.connections(memo)
     try:
         model = reconcile.parse_spec(entry["spec"])
-        queue = memos.connections(memo).get(namespace, queue_name, model)
+        queue = connections.get(namespace, queue_name, model)
         count = sweeper.requeue_pod_workers(queue, name)
     except (reconcile.InvalidSpec, kube.SecretUnavailable, redis.RedisError) as error:
         # The sweep takes them back once Redis answers: the worker record stays until then.
+        if isinstance(error, redis.RedisError):
+            connections.report(namespace, queue_name, error)
         logger.warning("requeue of pod %s deferred: %s", name, describe_error(error))
         return
     if count:
