@@ -25,6 +25,7 @@ import redis
 from taskfleet_operator import builders, kube, memos, reconcile, scaler, sweeper, wakeups
 from taskfleet_operator import status as tqstatus
 from taskfleet_operator.connections import Connections, describe_error
+from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
 from taskfleet_operator.settings import OperatorSettings, configure_kopf, watched_namespaces
@@ -93,6 +94,8 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
     )
     metrics = OperatorMetrics()
     metrics.watch(connections)
+    leadership = Leadership(standalone=not SETTINGS.peering, lifetime_s=SETTINGS.peering_lifetime_s)
+    metrics.lead(leadership)
     if SETTINGS.metrics_port:
         try:
             metrics.serve(SETTINGS.metrics_port)
@@ -100,7 +103,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
             logging.getLogger(__name__).error(
                 "no metrics endpoint: port %d: %s", SETTINGS.metrics_port, error
             )
-    shared = memos.Shared(connections, wakers, executor, run, loops, closing, metrics)
+    shared = memos.Shared(connections, wakers, executor, run, loops, closing, metrics, leadership)
     memos.keep_shared(memo, shared)
 
 
@@ -113,6 +116,17 @@ async def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(shared.executor, shared.connections.close)
     shared.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _peering_event(*, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """An event of this replica's ClusterKopfPeering (a keep-alive of any replica): kopf
+    runs this replica's handlers, so it leads (`leadership`)."""
+    if name == SETTINGS.peering:
+        memos.leadership(memo).seen()
+
+
+if SETTINGS.peering:  # standalone, the replica always leads and needs no such watch
+    kopf.on.event("kopf.dev", "v1", "clusterkopfpeerings")(_peering_event)
 
 
 # ----------------------------------------------------------------------------- indexes
@@ -371,6 +385,7 @@ async def sweep_taskqueue(
     finally:
         wakers.unregister(key, woken)
         if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.OPERATOR_PAUSING:
+            memos.leadership(memo).paused()
             # Paused in favour of another replica, which serves this queue now: drop the
             # connection, so this replica's metrics show none of the queue's series (two
             # replicas exporting them would double every sum) until it resumes.

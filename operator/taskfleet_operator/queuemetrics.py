@@ -141,10 +141,11 @@ def read_queues(connections: Connections) -> list[QueueReading]:
                 for (namespace, name), queue in members
             )
     # A parked server is not called: its queues are down until its probe succeeds.
+    read = {(r.namespace, r.taskqueue) for r in out}
     for keys in connections.outages.queues().values():
         out.extend(
             QueueReading(namespace, name, queue_name(namespace, name), up=False)
-            for namespace, name in keys
+            for namespace, name in sorted(keys - read)
         )
     for reading in out:
         reading.policy = connections.policy(reading.namespace, reading.taskqueue)
