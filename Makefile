@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart bench-podstart bench-operator soak demo demo-local local-demo \
+.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart bench-podstart bench-operator bench-operator-outage soak demo demo-local local-demo \
         k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci kind-node-image kind-up kind-down clean
 
 help: ## list targets
@@ -92,6 +92,9 @@ bench-podstart: ## a worker pod's start on the local cluster: pod created -> fir
 bench-operator: ## the operator with 50, 200, 1000 TaskQueues on the local cluster: idle CPU, memory, latencies
 	e2e/cluster/prepare.sh
 	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.operator_scale
+
+bench-operator-outage: ## the operator with 1,000 TaskQueues whose Redis refuses them + 1 healthy: CPU, dead-pod requeue
+	$(BIN)/python -m bench.operator_outage
 
 soak: ## 1,000,000 tasks through a small fleet: Redis memory, slowest scripts, accounting (SOAK_TASKS=...)
 	$(BIN)/python -m bench.soak
