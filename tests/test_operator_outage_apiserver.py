@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 from taskfleet.producer.queue import Queue
 
 from tests.fixtures_cluster import Cluster, hold_tasks
@@ -63,9 +64,17 @@ def test_a_refusing_redis_is_probed_with_backoff_while_a_healthy_queue_is_served
         kube_apiserver.api_client() as api,
     ):
         cluster = Cluster(api, kube_namespace)
+        # The Secret still holds the password the Redis no longer takes (a rotation).
+        cluster.core.create_namespaced_secret(
+            kube_namespace,
+            client.V1Secret(
+                metadata=client.V1ObjectMeta(name="redis"), string_data={"url": stale_url}
+            ),
+        )
+        by_secret = {"secretRef": {"name": "redis", "key": "url"}}
         refused = [f"refused-{i}" for i in range(REFUSED)]
         for name in refused:
-            cluster.create_tq(name, base_spec(stale_url, replicas=0))
+            cluster.create_tq(name, base_spec(stale_url, replicas=0, redis=by_secret))
         cluster.create_tq("healthy", base_spec(redis_url, replicas=0, heartbeat=LONG_LEASE))
 
         def all_refused() -> bool:

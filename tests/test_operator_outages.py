@@ -406,3 +406,14 @@ def test_the_queue_metrics_show_a_parked_servers_queues_down_without_calling_it(
     assert isinstance(sweep(connections, key, server.url), Outage)
     readings = read_queues(connections)
     assert [(r.queue, r.up) for r in readings] == [(builders.queue_name(*key), False)]
+
+
+def test_an_outage_is_announced_once_though_the_status_read_is_stale() -> None:
+    """The sweep's body may not show its own last patch yet: the event is still posted
+    once per outage, not once per sweep."""
+    outage = Outage("RedisAuthRefused", "Redis refuses the credentials", parked=True)
+    spec = spec_for("redis://r:6379/0")
+    first = status.Swept("q", spec, {}, None, 0, outage)
+    assert [e.reason for e in status.after_sweep(first, now="t").events] == ["RedisAuthRefused"]
+    stale = status.Swept("q", spec, {}, None, 0, outage, announced=status.announced_after(first))
+    assert status.after_sweep(stale, now="t").events == []

@@ -442,13 +442,22 @@ def _sweep_once(
     if policy is None and isinstance(outcome, sweeper.SweepReport):
         policy = connections.check_policy(namespace, name)  # a server not checked yet
     swept = tqstatus.Swept(
-        name, model, status, deployment, len(live), outcome, failure, eviction_policy=policy
+        name,
+        model,
+        status,
+        deployment,
+        len(live),
+        outcome,
+        failure,
+        eviction_policy=policy,
+        announced=memory.announced,
     )
     update = tqstatus.after_sweep(swept, now=tqstatus.now_iso())
     if update.patch:
         kube.patch_taskqueue_status(name, namespace, dict(update.patch))
     for event in update.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    memory.announced = tqstatus.announced_after(swept)
     return wakeups.after_sweep(model, outcome, deployment, len(live))
 
 

@@ -45,6 +45,8 @@ class TaskQueueMemory:
     # a sweep writes them again when they change, and every minute in case keys were lost.
     schedules_synced: str = ""
     schedules_synced_at: float = 0.0
+    # What the sweep already announced by an event (`status.Swept.announced`).
+    announced: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

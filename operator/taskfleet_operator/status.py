@@ -90,6 +90,10 @@ class Swept:
     failure: Failure | None = None  # the handler's failure for this generation (`failure_of`)
     # The server's maxmemory-policy as last checked (None: not checked yet).
     eviction_policy: str | None = None
+    # What this sweep loop already announced by an event (the outage's reason, the unsafe
+    # policy): ``previous`` may not show the last status patch yet, and an event must not
+    # be posted twice for one change.
+    announced: frozenset[str] = frozenset()
 
 
 def failure_of(failure: Failure | None, generation: int | None) -> Failure | None:
@@ -226,6 +230,7 @@ def _redis_reachability(
     if isinstance(outcome, Outage):
         previous = find(conditions, REDIS_REACHABLE) or {}
         starts = (previous.get("status"), previous.get("reason")) != ("False", outcome.reason)
+        starts = starts and outcome.reason not in swept.announced
         events = [Event("Warning", outcome.reason, outcome.message)] if starts else []
         conditions = set_condition(
             conditions, REDIS_REACHABLE, False, outcome.reason, outcome.message, now=now
@@ -248,7 +253,11 @@ def _redis_reachability(
 
 
 def eviction_condition(
-    conditions: list[dict[str, Any]], policy: str | None, *, now: str
+    conditions: list[dict[str, Any]],
+    policy: str | None,
+    *,
+    now: str,
+    announced: frozenset[str] = frozenset(),
 ) -> tuple[list[dict[str, Any]], list[Event]]:
     """RedisNoEviction from the server's maxmemory-policy, with a warning when it turns
     False (not at every sweep) and a note when it turns True again."""
@@ -270,10 +279,22 @@ def eviction_condition(
         "tasks among them; set maxmemory-policy noeviction (docs/redis.md)"
     )
     changed = (previous.get("status"), previous.get("message")) != ("False", message)
+    changed = changed and f"EvictionPolicy:{policy}" not in announced
     events = [Event("Warning", "EvictionPolicy", message)] if changed else []
     return set_condition(
         conditions, REDIS_NO_EVICTION, False, "EvictionPolicy", message, now=now
     ), events
+
+
+def announced_after(swept: Swept) -> frozenset[str]:
+    """What stays announced after this sweep (`Swept.announced`): the outage's reason
+    while it lasts, the unsafe policy while it stays."""
+    held = set()
+    if isinstance(swept.outcome, Outage):
+        held.add(swept.outcome.reason)
+    if swept.eviction_policy not in (None, "noeviction"):
+        held.add(f"EvictionPolicy:{swept.eviction_policy}")
+    return frozenset(held)
 
 
 def after_sweep(swept: Swept, *, now: str) -> StatusUpdate:
@@ -286,7 +307,9 @@ def after_sweep(swept: Swept, *, now: str) -> StatusUpdate:
     conditions, events = _redis_reachability(
         swept, list(swept.previous.get("conditions") or []), now
     )
-    conditions, evicting = eviction_condition(conditions, swept.eviction_policy, now=now)
+    conditions, evicting = eviction_condition(
+        conditions, swept.eviction_policy, now=now, announced=swept.announced
+    )
     events.extend(evicting)
     desired: dict[str, Any] = {}
     if not isinstance(outcome, Outage):
