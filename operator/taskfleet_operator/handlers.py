@@ -28,6 +28,7 @@ from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
+from taskfleet_operator.outages import ServerParked
 from taskfleet_operator.settings import OperatorSettings, configure_kopf, watched_namespaces
 
 #: How often a sweep writes a TaskQueue's schedules into the store though they did not
@@ -250,7 +251,9 @@ def _reconcile(
         # The sweep retries every few seconds and reports the outage in status.
         if isinstance(error, redis.RedisError):
             connections.report(namespace, name, error)
-        logger.info("queue settings not written yet: %s", describe_error(error))
+        # A parked server's status says why, once; not a line per reconcile.
+        level = logging.DEBUG if isinstance(error, ServerParked) else logging.INFO
+        logger.log(level, "queue settings not written yet: %s", describe_error(error))
     patch.status["selector"] = builders.selector_string(name)
     patch.status["observedGeneration"] = meta.get("generation")
     memos.wakers(memo).wake((namespace, name))
