@@ -253,32 +253,48 @@ class Connections:
 
     def check_policies(self) -> None:
         """Read each reachable server's ``maxmemory-policy`` (INFO memory: one call per
-        server, allowed where CONFIG is renamed away)."""
+        server, allowed where CONFIG is renamed away); on a cluster, the worst node's."""
+        found: dict[str, set[str]] = {}
         for members in self.by_server():
-            self._check_policy(*members[0])
+            key, queue = members[0]
+            policies = self._read_policies(key, queue)
+            with self._lock:
+                target = self._targets.get(key)
+            if policies is not None and target is not None:
+                found.setdefault(target[0], set()).update(policies)
+        with self._lock:
+            for digest, policies in found.items():
+                self._policies[digest] = _worst(policies)
 
     def check_policy(self, namespace: str, name: str) -> str | None:
         """Read the queue's server's ``maxmemory-policy`` now (None: it did not answer)."""
+        key = (namespace, name)
         with self._lock:
-            cached = self._queues.get((namespace, name))
-        return None if cached is None else self._check_policy((namespace, name), cached[1])
-
-    def _check_policy(self, key: Key, queue: Queue) -> str | None:
-        try:
-            info: Any = queue.client.info("memory")
-        except redis.RedisError as error:
-            self.report(*key, error)
+            cached = self._queues.get(key)
+        policies = None if cached is None else self._read_policies(key, cached[1])
+        if policies is None:
             return None
-        # A cluster client answers for every node: the worst one counts.
-        nodes = [info] if "maxmemory_policy" in info else list(info.values())
-        policies = {str(node.get("maxmemory_policy")) for node in nodes if isinstance(node, dict)}
-        unsafe = sorted(p for p in policies if p != SAFE_POLICY)
-        policy = unsafe[0] if unsafe else SAFE_POLICY
+        policy = _worst(policies)
         with self._lock:
             target = self._targets.get(key)
             if target is not None:
                 self._policies[target[0]] = policy
         return policy
+
+    def _read_policies(self, key: Key, queue: Queue) -> set[str] | None:
+        client = queue.client
+        try:
+            if isinstance(client, RedisCluster):  # the node that holds the queue's slot
+                node = client.get_node_from_key(queue.keys.pending)  # type: ignore[no-untyped-call]
+                info: Any = client.info("memory", target_nodes=node)
+            else:
+                info = client.info("memory")
+        except redis.RedisError as error:
+            self.report(*key, error)
+            return None
+        # A cluster client may answer for several nodes, by node.
+        nodes = [info] if "maxmemory_policy" in info else list(info.values())
+        return {str(node.get("maxmemory_policy")) for node in nodes if isinstance(node, dict)}
 
     def policy(self, namespace: str, name: str) -> str | None:
         """The queue's server's ``maxmemory-policy`` as last checked (None: not yet)."""
@@ -363,6 +379,12 @@ class Connections:
             queues, self._queues = list(self._queues.values()), {}
         for _, queue in queues:
             queue.client.close()
+
+
+def _worst(policies: set[str]) -> str:
+    """The policy that counts: any but `SAFE_POLICY` (the first by name), else it."""
+    unsafe = sorted(p for p in policies if p != SAFE_POLICY)
+    return unsafe[0] if unsafe else SAFE_POLICY
 
 
 #: The fault a probe assumes when the target's record is gone meanwhile (a plain PING).
