@@ -183,12 +183,13 @@ def ready_condition(
     now: str | None = None,
 ) -> list[dict[str, Any]]:
     if is_false(conditions, REDIS_REACHABLE):
+        why = (find(conditions, REDIS_REACHABLE) or {}).get("reason", "")
         return set_condition(
             conditions,
             READY,
             False,
             "RedisUnreachable",
-            "the queue's Redis is unreachable",
+            f"the queue's Redis cannot be used ({why}: see the RedisReachable condition)",
             now=now,
         )
     if ready_replicas < wanted:
