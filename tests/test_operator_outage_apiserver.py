@@ -1,7 +1,8 @@
 """The real operator against a real apiserver while one Redis refuses it (a rotated
 password): the refused queues are parked, their server probed with backoff (counted by
 the server itself), their status says why with one event each, and a healthy queue on
-another Redis is served at full speed: a deleted pod's tasks come back at once."""
+another Redis is served at full speed: a deleted pod's tasks come back at once. When the
+Secret gets the new password, every queue resumes."""
 
 from __future__ import annotations
 
@@ -112,3 +113,23 @@ def test_a_refusing_redis_is_probed_with_backoff_while_a_healthy_queue_is_served
         messages = cluster.event_messages("RedisAuthRefused")
         assert len(messages) == REFUSED
         assert all("old-pw" not in message for message in messages)
+
+        # The Secret gets the new password: the next probe reads it once for all the
+        # queues, and they resume together (the probe is at most 30 s apart).
+        cluster.core.patch_namespaced_secret(
+            "redis", kube_namespace, {"stringData": {"url": refusing.url_as(password="rotated-pw")}}
+        )
+
+        def all_reachable() -> bool:
+            for name in refused:
+                condition = cluster.condition(name, "RedisReachable")
+                if condition is None or condition["status"] != "True":
+                    return False
+            return True
+
+        wait_for(
+            all_reachable,
+            timeout=45,
+            interval=0.5,
+            what=lambda: f"every queue resumed after the Secret changed:\n{operator.tail(3000)}",
+        )
