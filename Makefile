@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
         bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo \
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
         kind-node-image kind-up kind-down clean release-tools release release-check \
-        test-redis-versions
+        test-redis-versions bench-operator-outage
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -105,6 +105,9 @@ bench-podstart: ## a worker pod's start on the local cluster: pod created -> fir
 bench-operator: ## the operator with 50, 200, 1000 TaskQueues on the local cluster: idle CPU, memory, latencies
 	e2e/cluster/prepare.sh
 	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.operator_scale
+
+bench-operator-outage: ## the operator with 1,000 TaskQueues whose Redis refuses them + 1 healthy: CPU, dead-pod requeue
+	$(BIN)/python -m bench.operator_outage
 
 soak: ## 1,000,000 tasks through a small fleet: Redis memory, slowest scripts, accounting (SOAK_TASKS=...)
 	$(BIN)/python -m bench.soak

@@ -56,11 +56,22 @@ class PodTargets:
                 status = pod.get("status") or {}
                 if notes.get("prometheus.io/scrape") != "true" or status.get("phase") != "Running":
                     continue
-                if not status.get("podIP") or not notes.get("prometheus.io/port"):
+                if not status.get("podIP"):
                     continue
+                # Without prometheus.io/port (a pod of several worker processes), pod
+                # discovery makes a target of every declared container port.
+                ports = (
+                    [notes["prometheus.io/port"]]
+                    if notes.get("prometheus.io/port")
+                    else [
+                        str(port["containerPort"])
+                        for c in pod["spec"]["containers"]
+                        for port in c.get("ports") or []
+                    ]
+                )
                 groups.append(
                     {
-                        "targets": [f"{status['podIP']}:{notes['prometheus.io/port']}"],
+                        "targets": [f"{status['podIP']}:{port}" for port in ports],
                         "labels": {"pod": pod["metadata"]["name"], "namespace": namespace},
                     }
                 )

@@ -468,6 +468,21 @@ def test_the_worker_cli_accepts_the_command_lines_the_deployment_runs() -> None:
     assert (drain.params["wait"], drain.params["timeout"]) == (True, 300)
 
 
+def test_a_multi_process_pod_has_a_metrics_port_per_process_and_no_port_annotation() -> None:
+    deployment = builders.build_deployment("q", "ns", make_spec(processes=3))
+    assert container(deployment)["ports"] == [
+        {"name": "metrics", "containerPort": 9100, "protocol": "TCP"},
+        {"name": "metrics-2", "containerPort": 9101, "protocol": "TCP"},
+        {"name": "metrics-3", "containerPort": 9102, "protocol": "TCP"},
+    ]
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    # Pod discovery then scrapes each declared port: every process, not the first only.
+    assert {k: v for k, v in annotations.items() if k.startswith("prometheus.io/")} == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/path": "/metrics",
+    }
+
+
 def test_worker_pods_serve_metrics_on_a_named_port_that_annotations_point_at() -> None:
     deployment = builders.build_deployment("q", "ns", make_spec())
     assert container(deployment)["ports"] == [

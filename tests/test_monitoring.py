@@ -17,6 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from taskfleet.producer.queue import Queue
 from taskfleet_operator.connections import Connections
+from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.models import TaskQueueSpec
 
@@ -102,6 +103,7 @@ def exported(fleet: Fleet, redis_url: str) -> set[str]:
         connections.get("apps", "jobs", spec)
         metrics = OperatorMetrics()
         metrics.watch(connections)
+        metrics.lead(Leadership(standalone=True, lifetime_s=15))
         names |= sample_names(metrics.registry.collect())
     finally:
         connections.close()
@@ -126,10 +128,12 @@ def test_every_metric_the_rules_and_the_dashboard_use_is_exported(exported: set[
         name for name in ours if re.sub(r"_(bucket|count|sum)$", "", name) not in bases
     )
     assert missing == [
+        "taskfleet_operator_leader",  # alerted on (TaskfleetNoOperatorLeader)
         "taskfleet_queue_cancelled_total",
         "taskfleet_queue_deferred_total",
         "taskfleet_queue_expired_total",
         "taskfleet_queue_failed_total",
+        "taskfleet_queue_redis_evicting",  # alerted on (TaskfleetRedisEvicting)
         "taskfleet_queue_released_total",
         "taskfleet_queue_replayed_total",
         "taskfleet_queue_requeued_total",

@@ -184,6 +184,62 @@ def test_a_replica_that_exits_cleanly_hands_over_at_once(
             _wait_leading(new, "the new replica", timeout=60)  # far below the 300 s lifetime
 
 
+def _leader(port: int) -> float | None:
+    """The replica's taskfleet_operator_leader, as scraped."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("taskfleet_operator_leader "):
+            return float(line.split()[1])
+    return None
+
+
+def test_exactly_one_replica_reports_it_leads_and_the_standby_does_when_it_takes_over(
+    kube_apiserver: KubeApiserver,
+    taskqueue_crd: str,
+    operator_kubeconfig: Path,
+    ha_namespace: str,
+    tmp_path: Path,
+) -> None:
+    env = {
+        "TASKFLEET_WATCH_NAMESPACES": ha_namespace,
+        "TASKFLEET_PEERING": f"ha-{secrets.token_hex(4)}",
+        "TASKFLEET_PEERING_LIFETIME": str(LIFETIME_S),
+    }
+    first_port, second_port = free_port(), free_port()
+    with running_operator(
+        kube_apiserver,
+        operator_kubeconfig,
+        tmp_path / "a.log",
+        POD_ID="lead-a",
+        TASKFLEET_METRICS_PORT=str(first_port),
+        **env,
+    ) as first:
+        _wait_leading(first, "the first replica")
+        with running_operator(
+            kube_apiserver,
+            operator_kubeconfig,
+            tmp_path / "b.log",
+            POD_ID="lead-b",
+            TASKFLEET_METRICS_PORT=str(second_port),
+            **env,
+        ) as second:
+            wait_for(
+                lambda: (_leader(first_port), _leader(second_port)) == (1.0, 0.0),
+                timeout=APISERVER_TIMEOUT_S,
+                interval=APISERVER_INTERVAL_S,
+                what="the first replica alone reporting that it leads",
+            )
+            first.process.kill()
+            first.process.wait()
+            wait_for(
+                lambda: _leader(second_port) == 1.0,
+                timeout=LIFETIME_S + 20,
+                interval=APISERVER_INTERVAL_S,
+                what=lambda: f"the standby to report that it leads:\n{second.tail(3000)}",
+            )
+
+
 def _queue_series(port: int, queue: str) -> bool:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()

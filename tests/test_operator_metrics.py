@@ -139,3 +139,23 @@ def test_a_queue_whose_redis_stops_answering_reads_as_down_not_as_empty(
     assert reading.queue == "gone.lost" and not reading.up
     with pytest.raises(redis.RedisError):
         connections.get("gone", "lost", spec).stats()
+
+
+def test_the_leader_gauge_follows_kopfs_events_and_pauses() -> None:
+    from taskfleet_operator.leadership import Leadership
+
+    def leader(leadership: Leadership) -> float | None:
+        metrics = OperatorMetrics()
+        metrics.lead(leadership)
+        return metrics.registry.get_sample_value("taskfleet_operator_leader")
+
+    assert leader(Leadership(standalone=True, lifetime_s=15)) == 1.0
+    peered = Leadership(standalone=False, lifetime_s=0.05)
+    assert leader(peered) == 0.0  # no event of its peering object yet: paused
+    peered.seen()
+    assert leader(peered) == 1.0
+    peered.paused()
+    assert leader(peered) == 0.0
+    peered.seen()
+    # No event for two lifetimes: kopf has paused this replica's watches.
+    wait_for(lambda: leader(peered) == 0.0, timeout=5, interval=0.02, what="the lead to lapse")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet_operator import builders
@@ -87,3 +88,23 @@ def test_housekeeping_scrapes_and_demand_polls_reach_every_master(
     assert all(r.up for r in readings.values())
     assert readings[queues[1].name].tasks["pending"] == 1
     assert readings[queues[2].name].slots_alive == 3
+
+
+def test_an_evicting_policy_on_one_master_flags_the_cluster(
+    redis_cluster: LocalRedisCluster, on_cluster: tuple[Connections, TaskQueueSpec]
+) -> None:
+    connections, spec = on_cluster
+    keys = spread(redis_cluster)
+    for key in keys:
+        connections.get(*key, spec)
+    connections.check_policies()
+    assert {connections.policy(*key) for key in keys} == {"noeviction"}
+    master = redis_cluster.masters()[1]
+    admin = redis.Redis(port=master.port)
+    try:
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        connections.check_policies()
+        assert {connections.policy(*key) for key in keys} == {"allkeys-lru"}
+    finally:
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.close()

@@ -297,7 +297,7 @@ def test_an_unreachable_redis_fails_the_sweep_quickly_with_a_redis_error(
 BODY = {"metadata": {"namespace": "ns", "name": "q", "creationTimestamp": "2026-01-01T00:00:00Z"}}
 
 
-def test_a_redis_the_sweep_cannot_reach_is_an_outage_and_its_url_is_resolved_again(
+def test_a_redis_the_sweep_cannot_reach_is_an_outage_that_parks_it_without_calling_it_again(
     redis_server_factory: RedisServerFactory,
 ) -> None:
     server = redis_server_factory(persistent=False)
@@ -331,7 +331,9 @@ def test_a_redis_the_sweep_cannot_reach_is_an_outage_and_its_url_is_resolved_aga
         assert isinstance(outcome, Outage)
         assert outcome.reason == "RedisUnreachable"
         assert outcome.message.startswith("cannot reach Redis: ")
-    assert len(resolved) == 2  # a rotated Secret would be read again at once
+        assert outcome.parked
+    # No Secret read per sweep: the probe of the parked server reads it (once per probe).
+    assert len(resolved) == 1
 
 
 def test_a_secret_with_no_usable_url_is_an_outage_naming_the_secret() -> None:

@@ -23,12 +23,25 @@ RUNTIME_DIR = "/tmp/taskfleet"
 #: Where each worker pod serves its Prometheus metrics (the container port "metrics").
 METRICS_PORT = 9100
 #: For a Prometheus that discovers pods by annotation (the common kubernetes-pods job);
-#: prometheus-operator users select the "metrics" port with a PodMonitor instead.
+#: prometheus-operator users select the "metrics" ports with a PodMonitor instead.
 SCRAPE_ANNOTATIONS = {
     "prometheus.io/scrape": "true",
     "prometheus.io/port": str(METRICS_PORT),
     "prometheus.io/path": "/metrics",
 }
+
+
+def scrape_annotations(processes: int) -> dict[str, str]:
+    """The scrape annotations of a pod of ``processes`` worker processes. One process: its
+    port. Several: no ``prometheus.io/port``, which can name one port only; Kubernetes
+    pod discovery then makes one target per declared container port, and the metrics
+    ports (`metrics_ports`) are the only ones the worker container declares, so every
+    process is scraped."""
+    if processes <= 1:
+        return dict(SCRAPE_ANNOTATIONS)
+    return {k: v for k, v in SCRAPE_ANNOTATIONS.items() if k != "prometheus.io/port"}
+
+
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 
@@ -238,7 +251,7 @@ def pod_template(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str, An
     Fields that only change Redis-side settings (maxConcurrency, rateLimit, retention,
     ...) or the replica count do not appear in the template, so they never roll pods.
     """
-    annotations = dict(SCRAPE_ANNOTATIONS)
+    annotations = scrape_annotations(spec.worker_processes())
     template: dict[str, Any] = {
         "metadata": {"labels": labels(name), "annotations": annotations},
         "spec": pod_spec(namespace, name, spec),

@@ -12,6 +12,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -22,13 +23,25 @@ from taskfleet.protocol.scripts import SyncScripts
 
 from taskfleet_operator import builders, kube
 from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.outages import (
+    PROBE_FIRST_S,
+    PROBE_MAX_S,
+    Fault,
+    Outages,
+    ServerParked,
+    classify,
+    probe,
+)
 
 UrlResolver = Callable[[str, TaskQueueSpec], str]
 Key = tuple[str, str]  # (namespace, name)
 #: Idle queues whose housekeeping shares one pipeline (bounds Redis's busy spell).
 HOUSEKEEPING_BATCH = 200
 
-__all__ = ["Connections", "UrlResolver", "describe_error", "resolve_redis_url"]
+#: What Redis must be told to keep every acknowledged task (docs/redis.md).
+SAFE_POLICY = "noeviction"
+
+__all__ = ["SAFE_POLICY", "Connections", "UrlResolver", "describe_error", "resolve_redis_url"]
 
 
 def describe_error(exc: BaseException, url: str | None = None) -> str:
@@ -62,9 +75,13 @@ class Connections:
 
     Clients get short socket timeouts so an unreachable Redis fails a sweep quickly
     instead of stalling a handler thread. A resolved URL (a Secret read) is reused for
-    ``url_ttl_s``, so sweeping does not GET every Secret every few seconds; `invalidate`
-    drops it at once when Redis refuses (a rotated password). Handlers run in kopf's
-    thread pool, hence the lock.
+    ``url_ttl_s``, so sweeping does not GET every Secret every few seconds. Handlers run
+    in kopf's thread pool, hence the lock; no Redis call is made while holding it.
+
+    A server that fails with a fault of its own (`outages.classify`) is parked for all
+    of its queues: `get` raises `ServerParked` without a call, `by_server` leaves it out,
+    and `probe_due` (the probe loop) probes it once per backoff step, reading each
+    Secret its queues name once per probe, so a rotated Secret resumes them too.
     """
 
     def __init__(
@@ -73,6 +90,8 @@ class Connections:
         *,
         resolve_url: UrlResolver = resolve_redis_url,
         url_ttl_s: float = 30.0,
+        probe_first_s: float = PROBE_FIRST_S,
+        probe_max_s: float = PROBE_MAX_S,
     ) -> None:
         self._resolve_url = resolve_url
         self._timeout_s = timeout_s
@@ -80,6 +99,11 @@ class Connections:
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, str], tuple[str, Queue]] = {}
         self._urls: dict[tuple[str, str], tuple[float, str, str]] = {}
+        # Each queue's connection target (digest, URL) and spec as last resolved.
+        self._targets: dict[Key, tuple[str, str, TaskQueueSpec]] = {}
+        self.outages = Outages(probe_first_s, probe_max_s)
+        # maxmemory-policy by target, as the last check read it.
+        self._policies: dict[str, str] = {}
 
     def _url(self, key: tuple[str, str], spec: TaskQueueSpec) -> str:
         source = spec.redis.model_dump_json()
@@ -105,40 +129,184 @@ class Connections:
 
     def get(self, namespace: str, name: str, spec: TaskQueueSpec) -> Queue:
         """The TaskQueue's queue; raises `kube.SecretUnavailable` when the Secret is
-        missing or holds no usable URL (`redis.RedisError` comes at the first call)."""
+        missing or holds no usable URL, `ServerParked` when its server is parked
+        (`redis.RedisError` comes at the first call)."""
         key = (namespace, name)
         url = self._url(key, spec)
         digest = hashlib.sha256(url.encode()).hexdigest()
         with self._lock:
+            self._targets[key] = (digest, url, spec)
+        fault = self.outages.fault(digest, key)
+        if fault is not None:
+            raise ServerParked(fault)
+        with self._lock:
             cached = self._queues.get(key)
             if cached is not None and cached[0] == digest:
                 return cached[1]
+        try:
+            parse_redis_url(url)  # what redis-py would misread or refuse only later
+            # Outside the lock: a cluster client reads the cluster's map here.
+            client = connect(
+                url,
+                socket_timeout=self._timeout_s,
+                socket_connect_timeout=self._timeout_s,
+                health_check_interval=30,
+            )
+        except InvalidRedisURL as exc:
+            with self._lock:
+                self._urls.pop(key, None)  # read the Secret again once it is fixed
+            raise _unusable_url(namespace, spec, str(exc)) from None
+        except ValueError:
+            with self._lock:
+                self._urls.pop(key, None)
+            raise _unusable_url(namespace, spec, "redis-py refuses it") from None
+        except redis.RedisError as error:
+            self.report(namespace, name, error)
+            raise
+        queue = Queue(
+            builders.queue_name(namespace, name), client=client, durability=durability(url)
+        )
+        with self._lock:
+            previous = self._queues.get(key)
+            self._queues[key] = (digest, queue)
+        if previous is not None and previous[1] is not queue:
+            previous[1].client.close()
+        return queue
+
+    def report(self, namespace: str, name: str, error: BaseException) -> Fault | None:
+        """A call to the queue's Redis failed with ``error``: park its server when the
+        fault is the server's (`outages.classify`). Returns that fault, or None."""
+        if isinstance(error, ServerParked):
+            return error.fault
+        fault = classify(error, describe_error(error))
+        if fault is None:
+            return None
+        with self._lock:
+            target = self._targets.get((namespace, name))
+            # Every queue known on that server is parked with it, and resumed with it.
+            keys = [k for k, t in self._targets.items() if target is not None and t[0] == target[0]]
+        if target is not None:
+            for key in keys:
+                self.outages.park(target[0], target[1], fault, key)
+        return fault
+
+    def fault(self, namespace: str, name: str) -> Fault | None:
+        """The fault the queue's server is parked for (None: not parked, or not known)."""
+        with self._lock:
+            target = self._targets.get((namespace, name))
+        return None if target is None else self.outages.fault(target[0])
+
+    def probe_due(self) -> list[str]:
+        """The parked targets whose probe is due, each now marked in flight."""
+        return [target for target, _, _ in self.outages.due()]
+
+    def probe(self, target: str) -> set[Key]:
+        """One probe of a parked target (blocking: run it in a thread of its own): the
+        queues it resumes. First each Secret its queues name is read once: queues whose
+        URL changed (a rotated Secret) leave the target at once. Then one connection and
+        a PING (with INFO for OOM and READONLY, `outages.probe`); success resumes all."""
+        queues = self.outages.queues().get(target, set())
+        moved = self._moved_by_secret(target, queues)
+        self.outages.release(target, moved)
+        with self._lock:
+            urls = [t[1] for k, t in self._targets.items() if t[0] == target]
+        fault: Fault | None = None
+        if urls:
+            client = None
             try:
-                parse_redis_url(url)  # what redis-py would misread or refuse only later
                 client = connect(
-                    url,
+                    urls[0],
                     socket_timeout=self._timeout_s,
                     socket_connect_timeout=self._timeout_s,
-                    health_check_interval=30,
                 )
-            except InvalidRedisURL as exc:
-                self._urls.pop(key, None)  # read the Secret again once it is fixed
-                raise _unusable_url(namespace, spec, str(exc)) from None
-            except ValueError:
-                self._urls.pop(key, None)
-                raise _unusable_url(namespace, spec, "redis-py refuses it") from None
-            queue = Queue(
-                builders.queue_name(namespace, name), client=client, durability=durability(url)
-            )
-            self._queues[key] = (digest, queue)
-        if cached is not None:
-            cached[1].client.close()
-        return queue
+                probe(client, self.outages.fault(target) or _UNKNOWN)
+            except (redis.RedisError, OSError) as error:
+                fault = classify(error, describe_error(error)) or _failed(error)
+            finally:
+                if client is not None:
+                    client.close()
+        resumed = self.outages.probed(target, fault)
+        return moved | (resumed or set())
+
+    def _moved_by_secret(self, target: str, queues: set[Key]) -> set[Key]:
+        groups: dict[tuple[str, str], list[tuple[Key, TaskQueueSpec]]] = {}
+        with self._lock:
+            for key in queues:
+                entry = self._targets.get(key)
+                if entry is not None:
+                    source = (key[0], entry[2].redis.model_dump_json())
+                    groups.setdefault(source, []).append((key, entry[2]))
+        moved: set[Key] = set()
+        for (namespace, _), members in groups.items():
+            try:
+                url = self._resolve_url(namespace, members[0][1])
+            except kube.SecretUnavailable:
+                continue  # the sweeps say so
+            if hashlib.sha256(url.encode()).hexdigest() == target:
+                continue
+            now = time.monotonic()
+            with self._lock:
+                for key, spec in members:
+                    self._urls[key] = (now + self._url_ttl_s, spec.redis.model_dump_json(), url)
+            moved.update(key for key, _ in members)
+        return moved
+
+    def check_policies(self) -> None:
+        """Read each reachable server's ``maxmemory-policy`` (INFO memory: one call per
+        server, allowed where CONFIG is renamed away); on a cluster, the worst node's."""
+        found: dict[str, set[str]] = {}
+        for members in self.by_server():
+            key, queue = members[0]
+            policies = self._read_policies(key, queue)
+            with self._lock:
+                target = self._targets.get(key)
+            if policies is not None and target is not None:
+                found.setdefault(target[0], set()).update(policies)
+        with self._lock:
+            for digest, policies in found.items():
+                self._policies[digest] = _worst(policies)
+
+    def check_policy(self, namespace: str, name: str) -> str | None:
+        """Read the queue's server's ``maxmemory-policy`` now (None: it did not answer)."""
+        key = (namespace, name)
+        with self._lock:
+            cached = self._queues.get(key)
+        policies = None if cached is None else self._read_policies(key, cached[1])
+        if policies is None:
+            return None
+        policy = _worst(policies)
+        with self._lock:
+            target = self._targets.get(key)
+            if target is not None:
+                self._policies[target[0]] = policy
+        return policy
+
+    def _read_policies(self, key: Key, queue: Queue) -> set[str] | None:
+        client = queue.client
+        try:
+            if isinstance(client, RedisCluster):  # the node that holds the queue's slot
+                node = client.get_node_from_key(queue.keys.pending)  # type: ignore[no-untyped-call]
+                info: Any = client.info("memory", target_nodes=node)
+            else:
+                info = client.info("memory")
+        except redis.RedisError as error:
+            self.report(*key, error)
+            return None
+        # A cluster client may answer for several nodes, by node.
+        nodes = [info] if "maxmemory_policy" in info else list(info.values())
+        return {str(node.get("maxmemory_policy")) for node in nodes if isinstance(node, dict)}
+
+    def policy(self, namespace: str, name: str) -> str | None:
+        """The queue's server's ``maxmemory-policy`` as last checked (None: not yet)."""
+        with self._lock:
+            target = self._targets.get((namespace, name))
+            return None if target is None else self._policies.get(target[0])
 
     def forget(self, namespace: str, name: str) -> None:
         """Close the TaskQueue's connection and drop its URL: the TaskQueue is gone."""
         with self._lock:
             self._urls.pop((namespace, name), None)
+            self._targets.pop((namespace, name), None)
             cached = self._queues.pop((namespace, name), None)
         if cached is not None:
             cached[1].client.close()
@@ -148,13 +316,15 @@ class Connections:
     ) -> list[list[tuple[tuple[str, str], Queue]]]:
         """The connected queues (of ``keys``, or all), grouped by Redis server: each group
         can be read in one pipelined round trip on its first queue's client. On a Redis
-        Cluster, by the node that holds each queue's slot (as the client's map says)."""
+        Cluster, by the node that holds each queue's slot (as the client's map says).
+        Parked servers are left out."""
         groups: dict[tuple[str, str], list[tuple[tuple[str, str], Queue]]] = {}
+        parked = self.outages.targets()
         with self._lock:
             members = [
                 (key, cached)
                 for key in (self._queues if keys is None else keys)
-                if (cached := self._queues.get(key)) is not None
+                if (cached := self._queues.get(key)) is not None and cached[0] not in parked
             ]
         for key, (digest, queue) in members:
             groups.setdefault((digest, _node(queue)), []).append((key, queue))
@@ -171,11 +341,12 @@ class Connections:
                 pipe.lpop(queue.keys.demand)
             try:
                 popped = pipe.execute()
-            except redis.RedisError:
-                # Pops may have run before the error: wake them all; their sweeps report
-                # the outage and stop counting as idle.
-                woken.extend(key for key, _ in members)
-                continue
+            except redis.RedisError as error:
+                if self.report(*members[0][0], error) is None:
+                    # Pops may have run before the error: wake them all; their sweeps
+                    # report it and stop counting as idle.
+                    woken.extend(key for key, _ in members)
+                continue  # a server fault parks the server: its probe wakes them
             woken.extend(key for (key, _), value in zip(members, popped, strict=True) if value)
         return woken
 
@@ -188,15 +359,19 @@ class Connections:
         something to do, a task is pending, delayed or running, a schedule was made through
         the API (slots to fire while no worker runs), or the queue's settings are missing
         (a Redis restarted without its data). A server that fails to answer wakes all of
-        its queues: their sweeps report the outage."""
+        its queues: their sweeps report it; one that fails with a fault of its own is
+        parked instead (its probe wakes its queues when it answers again)."""
         woken: list[Key] = []
         for members in self.by_server(keys):
             for start in range(0, len(members), per_pipeline):
                 chunk = members[start : start + per_pipeline]
                 try:
                     woken.extend(_housekeep_chunk(chunk))
-                except redis.RedisError:
-                    woken.extend(key for key, _ in chunk)
+                except redis.RedisError as error:
+                    if self.report(*chunk[0][0], error) is None:
+                        woken.extend(key for key, _ in chunk)
+                    else:
+                        break  # parked: its probe wakes them
         return woken
 
     def close(self) -> None:
@@ -204,6 +379,22 @@ class Connections:
             queues, self._queues = list(self._queues.values()), {}
         for _, queue in queues:
             queue.client.close()
+
+
+def _worst(policies: set[str]) -> str:
+    """The policy that counts: any but `SAFE_POLICY` (the first by name), else it."""
+    unsafe = sorted(p for p in policies if p != SAFE_POLICY)
+    return unsafe[0] if unsafe else SAFE_POLICY
+
+
+#: The fault a probe assumes when the target's record is gone meanwhile (a plain PING).
+_UNKNOWN = Fault("RedisUnreachable", "unreachable", "")
+
+
+def _failed(error: BaseException) -> Fault:
+    """A probe's error that is no server fault (a bug, a reply this version cannot
+    read): the server stays parked, as unreachable, and is probed again."""
+    return Fault("RedisUnreachable", "unreachable", f"cannot use Redis: {describe_error(error)}")
 
 
 def _node(queue: Queue) -> str:

@@ -25,8 +25,10 @@ import redis
 from taskfleet_operator import builders, kube, memos, reconcile, scaler, sweeper, wakeups
 from taskfleet_operator import status as tqstatus
 from taskfleet_operator.connections import Connections, describe_error
+from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
+from taskfleet_operator.outages import ServerParked
 from taskfleet_operator.settings import OperatorSettings, configure_kopf, watched_namespaces
 
 #: How often a sweep writes a TaskQueue's schedules into the store though they did not
@@ -89,9 +91,12 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
         asyncio.create_task(
             wakeups.housekeep_idle(wakers, connections, SETTINGS.idle_sweep_interval_s, run)
         ),
+        asyncio.create_task(wakeups.probe_servers(wakers, connections, run)),
     )
     metrics = OperatorMetrics()
     metrics.watch(connections)
+    leadership = Leadership(standalone=not SETTINGS.peering, lifetime_s=SETTINGS.peering_lifetime_s)
+    metrics.lead(leadership)
     if SETTINGS.metrics_port:
         try:
             metrics.serve(SETTINGS.metrics_port)
@@ -99,7 +104,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
             logging.getLogger(__name__).error(
                 "no metrics endpoint: port %d: %s", SETTINGS.metrics_port, error
             )
-    shared = memos.Shared(connections, wakers, executor, run, loops, closing, metrics)
+    shared = memos.Shared(connections, wakers, executor, run, loops, closing, metrics, leadership)
     memos.keep_shared(memo, shared)
 
 
@@ -112,6 +117,17 @@ async def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(shared.executor, shared.connections.close)
     shared.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _peering_event(*, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """An event of this replica's ClusterKopfPeering (a keep-alive of any replica): kopf
+    runs this replica's handlers, so it leads (`leadership`)."""
+    if name == SETTINGS.peering:
+        memos.leadership(memo).seen()
+
+
+if SETTINGS.peering:  # standalone, the replica always leads and needs no such watch
+    kopf.on.event("kopf.dev", "v1", "clusterkopfpeerings")(_peering_event)
 
 
 # ----------------------------------------------------------------------------- indexes
@@ -233,7 +249,11 @@ def _reconcile(
         reconcile.configure_queue(namespace, name, model, connections)
     except (redis.RedisError, kube.SecretUnavailable) as error:
         # The sweep retries every few seconds and reports the outage in status.
-        logger.info("queue settings not written yet: %s", describe_error(error))
+        if isinstance(error, redis.RedisError):
+            connections.report(namespace, name, error)
+        # A parked server's status says why, once; not a line per reconcile.
+        level = logging.DEBUG if isinstance(error, ServerParked) else logging.INFO
+        logger.log(level, "queue settings not written yet: %s", describe_error(error))
     patch.status["selector"] = builders.selector_string(name)
     patch.status["observedGeneration"] = meta.get("generation")
     memos.wakers(memo).wake((namespace, name))
@@ -357,15 +377,18 @@ async def sweep_taskqueue(
             was_idle = idle
             # An autoscaled queue's demand is read by its autoscaler, which wakes this loop.
             wakers.set_idle(key, idle, poll_demand=not body.get("spec", {}).get("autoscale"))
+            # A parked server's queues wait for its probe, which wakes them.
+            parked = quiet is not None and quiet.parked
             interval = (
                 SETTINGS.idle_sweep_interval_s * wakeups.IDLE_FULL_SWEEP_FACTOR
-                if idle
+                if idle or parked
                 else SETTINGS.sweep_interval_s
             )
             await wakeups.wait(woken, stopped, interval)
     finally:
         wakers.unregister(key, woken)
         if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.OPERATOR_PAUSING:
+            memos.leadership(memo).paused()
             # Paused in favour of another replica, which serves this queue now: drop the
             # connection, so this replica's metrics show none of the queue's series (two
             # replicas exporting them would double every sum) until it resumes.
@@ -418,12 +441,26 @@ def _sweep_once(
         _count_sweep(metrics, queue, outcome)
     else:
         metrics.sweep_errors.labels(queue, outcome.reason).inc()
-    swept = tqstatus.Swept(name, model, status, deployment, len(live), outcome, failure)
+    policy = connections.policy(namespace, name)
+    if policy is None and isinstance(outcome, sweeper.SweepReport):
+        policy = connections.check_policy(namespace, name)  # a server not checked yet
+    swept = tqstatus.Swept(
+        name,
+        model,
+        status,
+        deployment,
+        len(live),
+        outcome,
+        failure,
+        eviction_policy=policy,
+        announced=memory.announced,
+    )
     update = tqstatus.after_sweep(swept, now=tqstatus.now_iso())
     if update.patch:
         kube.patch_taskqueue_status(name, namespace, dict(update.patch))
     for event in update.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    memory.announced = tqstatus.announced_after(swept)
     return wakeups.after_sweep(model, outcome, deployment, len(live))
 
 
@@ -461,12 +498,15 @@ def worker_pod_event(
     entry = reconcile.first(kwargs["taskqueue_specs"].get((namespace, queue_name)))
     if entry is None:
         return  # not a TaskQueue's pod (any more)
+    connections = memos.connections(memo)
     try:
         model = reconcile.parse_spec(entry["spec"])
-        queue = memos.connections(memo).get(namespace, queue_name, model)
+        queue = connections.get(namespace, queue_name, model)
         count = sweeper.requeue_pod_workers(queue, name)
     except (reconcile.InvalidSpec, kube.SecretUnavailable, redis.RedisError) as error:
         # The sweep takes them back once Redis answers: the worker record stays until then.
+        if isinstance(error, redis.RedisError):
+            connections.report(namespace, queue_name, error)
         logger.warning("requeue of pod %s deferred: %s", name, describe_error(error))
         return
     if count:

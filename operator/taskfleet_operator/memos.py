@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from taskfleet_operator.connections import Connections
+from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.scaler import ScalerState
 from taskfleet_operator.status import Failure
@@ -44,6 +45,8 @@ class TaskQueueMemory:
     # a sweep writes them again when they change, and every minute in case keys were lost.
     schedules_synced: str = ""
     schedules_synced_at: float = 0.0
+    # What the sweep already announced by an event (`status.Swept.announced`).
+    announced: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Shared:
     # `wakeups.Stopping` from then on, and the loops end.
     closing: threading.Event
     metrics: OperatorMetrics
+    leadership: Leadership
 
 
 def keep_shared(memo: kopf.Memo, shared: Shared) -> None:
@@ -77,6 +81,10 @@ def shared(memo: kopf.Memo) -> Shared:
 
 def connections(memo: kopf.Memo) -> Connections:
     return shared(memo).connections
+
+
+def leadership(memo: kopf.Memo) -> Leadership:
+    return shared(memo).leadership
 
 
 def metrics(memo: kopf.Memo) -> OperatorMetrics:

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from taskfleet._version import __version__
 
 from taskfleet_operator.connections import Connections
+from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.queuemetrics import QueueCollector
 
 __all__ = ["DEFAULT_PORT", "OperatorMetrics"]
@@ -75,6 +76,15 @@ class OperatorMetrics:
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
+
+    def lead(self, leadership: Leadership) -> None:
+        """Export ``taskfleet_operator_leader``, read from ``leadership`` at each scrape."""
+        Gauge(
+            "taskfleet_operator_leader",
+            "1 while this replica leads (kopf's peering lets it serve the TaskQueues), 0 "
+            "while it waits paused for another replica. Summed over replicas: 1.",
+            registry=self.registry,
+        ).set_function(lambda: float(leadership.leads()))
 
     def watch(self, connections: Connections) -> None:
         """Add every connected queue's figures, read from Redis at each scrape."""

@@ -24,7 +24,8 @@ from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.connect import server_ms
 from taskfleet.protocol.tasks import COUNTERS, stored_int, stored_text
 
-from taskfleet_operator.connections import Connections
+from taskfleet_operator.builders import queue_name
+from taskfleet_operator.connections import SAFE_POLICY, Connections
 
 __all__ = ["QueueCollector", "QueueReading", "read_queues"]
 
@@ -63,6 +64,7 @@ class QueueReading:
     workers_alive: int = 0
     slots_alive: int = 0  # the concurrency of the live workers, summed
     oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
+    policy: str | None = None  # the server's maxmemory-policy as last checked
 
 
 def _workers(raw: dict[bytes, bytes], now_ms: int, ttl_ms: float) -> tuple[int, int, int]:
@@ -132,11 +134,21 @@ def read_queues(connections: Connections) -> list[QueueReading]:
     for members in connections.by_server():
         try:
             out.extend(_read_server(members))
-        except redis.RedisError:
+        except redis.RedisError as error:
+            connections.report(*members[0][0], error)
             out.extend(
                 QueueReading(namespace, name, queue.name, up=False)
                 for (namespace, name), queue in members
             )
+    # A parked server is not called: its queues are down until its probe succeeds.
+    read = {(r.namespace, r.taskqueue) for r in out}
+    for keys in connections.outages.queues().values():
+        out.extend(
+            QueueReading(namespace, name, queue_name(namespace, name), up=False)
+            for namespace, name in sorted(keys - read)
+        )
+    for reading in out:
+        reading.policy = connections.policy(reading.namespace, reading.taskqueue)
     return sorted(out, key=lambda r: r.queue)
 
 
@@ -180,9 +192,17 @@ class QueueCollector:
             )
             for stat, metric in COUNTER_METRICS.items()
         }
+        evicting = gauge(
+            "taskfleet_queue_redis_evicting",
+            "1 when the queue's Redis has a maxmemory-policy other than noeviction: a full "
+            "Redis then deletes keys, acknowledged tasks among them (docs/redis.md).",
+            ["policy"],
+        )
         for reading in readings:
             values = [reading.queue, reading.namespace, reading.taskqueue]
             up.add_metric(values, int(reading.up))
+            if reading.policy is not None:
+                evicting.add_metric([*values, reading.policy], int(reading.policy != SAFE_POLICY))
             if not reading.up:
                 continue
             for state, count in reading.tasks.items():
@@ -193,4 +213,4 @@ class QueueCollector:
             oldest.add_metric(values, reading.oldest_pending_s)
             for stat, family in counters.items():
                 family.add_metric(values, reading.counters.get(stat, 0))
-        yield from (up, tasks, workers, alive, slots, oldest, *counters.values())
+        yield from (up, evicting, tasks, workers, alive, slots, oldest, *counters.values())

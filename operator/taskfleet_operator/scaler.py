@@ -50,6 +50,8 @@ DECIDE_EVERY_S = 1.0
 MIN_GAP_S = 0.5
 #: Recently finished tasks whose run time makes the mean task duration.
 DURATION_SAMPLE = 20
+#: How often an autoscaler looks again while its queue's Redis server is parked.
+PARKED_WAIT_S = 5.0
 #: How much longer than its BLPOP a demand wait may take before Redis counts as gone.
 WAIT_SLACK_S = 2.0
 #: Wait after a turn failed unexpectedly (logged with its traceback) before the next.
@@ -317,7 +319,11 @@ async def serve(
                 # Reported by the sweep (Redis, Secret) or the create/update handler (spec).
                 logger.debug("autoscaler waits: %s", describe_error(exc))
                 await waiter.close()
-                await stopped.wait(DECIDE_EVERY_S)
+                if isinstance(exc, redis.RedisError):
+                    connections.report(namespace, name, exc)
+                # A parked server is probed for all its queues: no turn until it answers.
+                parked = connections.fault(namespace, name) is not None
+                await stopped.wait(PARKED_WAIT_S if parked else DECIDE_EVERY_S)
             except Stopping:
                 return  # the operator is stopping
             except Exception:  # a bug must not stop the fleet's sizing for good: say it, go on

@@ -19,6 +19,8 @@ from taskfleet_operator.models import TaskQueueSpec
 
 READY = "Ready"
 REDIS_REACHABLE = "RedisReachable"
+#: False when the queue's Redis may delete keys when full (maxmemory-policy).
+REDIS_NO_EVICTION = "RedisNoEviction"
 #: status.scalingReason of a queue without autoscale.
 FIXED_REASON = "spec.replicas"
 # The condition message's bound in the CRD; longer messages are cut to it.
@@ -52,10 +54,14 @@ class Failure:
 
 @dataclass(frozen=True)
 class Outage:
-    """Why the sweep could not reach the queue: `SecretUnavailable` or `RedisUnreachable`."""
+    """Why the sweep could not use the queue: `SecretUnavailable`, a server fault's
+    reason (`outages.Fault`: `RedisUnreachable`, `RedisAuthRefused`, `RedisBusy`,
+    `RedisLoading`, `RedisOutOfMemory`, `RedisReadOnly`, ...; ``parked``: its server is
+    parked until its probe succeeds) or `RedisError` (this sweep's call failed)."""
 
     reason: str
     message: str
+    parked: bool = False
 
 
 class Report(Protocol):
@@ -82,6 +88,12 @@ class Swept:
     live_pods: int
     outcome: Report | Outage  # the sweep's report, or why it could not reach Redis
     failure: Failure | None = None  # the handler's failure for this generation (`failure_of`)
+    # The server's maxmemory-policy as last checked (None: not checked yet).
+    eviction_policy: str | None = None
+    # What this sweep loop already announced by an event (the outage's reason, the unsafe
+    # policy): ``previous`` may not show the last status patch yet, and an event must not
+    # be posted twice for one change.
+    announced: frozenset[str] = frozenset()
 
 
 def failure_of(failure: Failure | None, generation: int | None) -> Failure | None:
@@ -171,12 +183,13 @@ def ready_condition(
     now: str | None = None,
 ) -> list[dict[str, Any]]:
     if is_false(conditions, REDIS_REACHABLE):
+        why = (find(conditions, REDIS_REACHABLE) or {}).get("reason", "")
         return set_condition(
             conditions,
             READY,
             False,
             "RedisUnreachable",
-            "the queue's Redis is unreachable",
+            f"the queue's Redis cannot be used ({why}: see the RedisReachable condition)",
             now=now,
         )
     if ready_replicas < wanted:
@@ -218,6 +231,7 @@ def _redis_reachability(
     if isinstance(outcome, Outage):
         previous = find(conditions, REDIS_REACHABLE) or {}
         starts = (previous.get("status"), previous.get("reason")) != ("False", outcome.reason)
+        starts = starts and outcome.reason not in swept.announced
         events = [Event("Warning", outcome.reason, outcome.message)] if starts else []
         conditions = set_condition(
             conditions, REDIS_REACHABLE, False, outcome.reason, outcome.message, now=now
@@ -239,6 +253,51 @@ def _redis_reachability(
     return conditions, events
 
 
+def eviction_condition(
+    conditions: list[dict[str, Any]],
+    policy: str | None,
+    *,
+    now: str,
+    announced: frozenset[str] = frozenset(),
+) -> tuple[list[dict[str, Any]], list[Event]]:
+    """RedisNoEviction from the server's maxmemory-policy, with a warning when it turns
+    False (not at every sweep) and a note when it turns True again."""
+    if policy is None:
+        return conditions, []
+    previous = find(conditions, REDIS_NO_EVICTION) or {}
+    if policy == "noeviction":
+        events = (
+            [Event("Normal", "NoEviction", "Redis maxmemory-policy is noeviction again")]
+            if previous.get("status") == "False"
+            else []
+        )
+        message = "maxmemory-policy is noeviction: a full Redis refuses writes"
+        return set_condition(
+            conditions, REDIS_NO_EVICTION, True, "NoEviction", message, now=now
+        ), events
+    message = (
+        f"Redis maxmemory-policy is {policy}: when full, Redis deletes keys, acknowledged "
+        "tasks among them; set maxmemory-policy noeviction (docs/redis.md)"
+    )
+    changed = (previous.get("status"), previous.get("message")) != ("False", message)
+    changed = changed and f"EvictionPolicy:{policy}" not in announced
+    events = [Event("Warning", "EvictionPolicy", message)] if changed else []
+    return set_condition(
+        conditions, REDIS_NO_EVICTION, False, "EvictionPolicy", message, now=now
+    ), events
+
+
+def announced_after(swept: Swept) -> frozenset[str]:
+    """What stays announced after this sweep (`Swept.announced`): the outage's reason
+    while it lasts, the unsafe policy while it stays."""
+    held = set()
+    if isinstance(swept.outcome, Outage):
+        held.add(swept.outcome.reason)
+    if swept.eviction_policy not in (None, "noeviction"):
+        held.add(f"EvictionPolicy:{swept.eviction_policy}")
+    return frozenset(held)
+
+
 def after_sweep(swept: Swept, *, now: str) -> StatusUpdate:
     """The status a sweep leads to, and the events it posts.
 
@@ -249,6 +308,10 @@ def after_sweep(swept: Swept, *, now: str) -> StatusUpdate:
     conditions, events = _redis_reachability(
         swept, list(swept.previous.get("conditions") or []), now
     )
+    conditions, evicting = eviction_condition(
+        conditions, swept.eviction_policy, now=now, announced=swept.announced
+    )
+    events.extend(evicting)
     desired: dict[str, Any] = {}
     if not isinstance(outcome, Outage):
         desired.update(queue_counts(outcome.stats, swept.live_pods))

@@ -203,8 +203,10 @@ def sweep_taskqueue(
 ) -> SweepReport | Outage:
     """`sweep_queue` on a TaskQueue's queue, or the outage that kept it from Redis.
 
-    A Redis error also drops the resolved URL, so a rotated Secret is read again at the
-    next sweep.
+    A server fault (`outages.classify`: credentials refused, unreachable, BUSY, LOADING,
+    OOM, READONLY...) parks the queue's server: the sweeps of every queue on it return
+    at once without a call until its probe succeeds or a Secret it names changes. Any
+    other Redis error fails this sweep only.
     """
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     try:
@@ -219,8 +221,10 @@ def sweep_taskqueue(
     except kube.SecretUnavailable as error:
         return Outage("SecretUnavailable", str(error))
     except redis.RedisError as error:
-        connections.invalidate(namespace, name)
-        return Outage("RedisUnreachable", f"cannot reach Redis: {describe_error(error)}")
+        fault = connections.report(namespace, name, error)
+        if fault is None:
+            return Outage("RedisError", f"Redis refused the sweep: {describe_error(error)}")
+        return Outage(fault.reason, fault.message, parked=True)
     if report.fired:
         logger.info("schedules fired: %d tasks", report.fired)
     return report

@@ -42,6 +42,9 @@ class Quiet:
 
     idle: bool
     why: str
+    # The queue's Redis server is parked (`outages`): nothing to sweep until its probe
+    # succeeds, which wakes the queue.
+    parked: bool = False
 
 
 def after_sweep(
@@ -56,7 +59,7 @@ def after_sweep(
     Redis reachable, and the fleet as asked (no pods coming or going whose status the
     TaskQueue should show)."""
     if isinstance(outcome, Outage):
-        return Quiet(False, outcome.reason)
+        return Quiet(False, outcome.reason, parked=outcome.parked)
     stats = outcome.stats
     for state in ("pending", "delayed", "running"):
         if stats.get(state):
@@ -206,6 +209,51 @@ async def _wake_from(  # noqa: PLR0917 - the one loop both passes share
             named = ", ".join(f"{namespace}/{name}" for namespace, name in woken)
             _log.debug("%s of %d queues woke %s", what, len(idle), named)
         wakers.wake_all(woken)
+
+
+async def probe_servers(
+    wakers: Wakers,
+    connections: Connections,
+    run: Blocking,
+    *,
+    every_s: float = 0.2,
+    policy_every_s: float = 30.0,
+) -> None:
+    """Forever: probe each parked Redis server when its backoff says so, each probe in
+    a task of its own (a server that hangs holds one thread, and no other server's
+    probe), waking the queues a probe resumes; and every ``policy_every_s`` read each
+    server's maxmemory-policy (`Connections.check_policies`). Runs for the operator's life."""
+    probing: set[asyncio.Task[None]] = set()
+
+    async def probe(target: str) -> None:
+        try:
+            resumed = await run(connections.probe, target)
+        except Stopping:
+            return
+        except Exception:  # never let one probe end the probing; it is retried
+            _log.exception("probe of a parked Redis failed")
+            connections.outages.probed(target, connections.outages.fault(target))
+            return
+        if resumed:
+            _log.info("Redis answers again: %d queues resume", len(resumed))
+        wakers.wake_all(resumed)
+
+    checked = 0.0
+    while True:
+        for target in connections.probe_due():
+            task = asyncio.create_task(probe(target))
+            probing.add(task)
+            task.add_done_callback(probing.discard)
+        now = asyncio.get_running_loop().time()
+        if now - checked >= policy_every_s:
+            checked = now
+            try:
+                await run(connections.check_policies)
+            except Stopping:
+                return
+            except Exception:
+                _log.exception("maxmemory-policy check failed")
+        await asyncio.sleep(every_s)
 
 
 #: An idle queue's full sweep (settings written, workers checked, status) runs this many

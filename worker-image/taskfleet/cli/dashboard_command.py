@@ -17,6 +17,8 @@ from taskfleet.protocol.keys import validate_queue_name
 
 #: Where ``--actions`` finds its token without ``--token-file``.
 TOKEN_ENV = "TASKFLEET_DASHBOARD_TOKEN"
+#: More names the dashboard answers for, comma-separated (as --allowed-host).
+ALLOWED_HOSTS_ENV = "TASKFLEET_DASHBOARD_ALLOWED_HOSTS"
 #: As ``dashboard.settings.MIN_TOKEN_CHARS`` (that module loads with the web stack only).
 MIN_TOKEN_CHARS = 16
 
@@ -30,6 +32,32 @@ def _queue_names(
         except ValueError as exc:
             raise click.BadParameter(str(exc), ctx, param) from None
     return value
+
+
+def _host_names(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    from_env = [n for n in os.environ.get(ALLOWED_HOSTS_ENV, "").split(",") if n.strip()]
+    names = []
+    for raw in (*from_env, *value):
+        name = raw.strip().lower().removeprefix("[").removesuffix("]")
+        if not name or (any(c in name for c in "/ @,:") and not _ipv6(name)):
+            raise click.BadParameter(
+                f"{raw!r} is not a host name (a name or address, without port or scheme)",
+                ctx,
+                param,
+            )
+        names.append(name)
+    return tuple(names)
+
+
+def _ipv6(name: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(name).version == 6
+    except ValueError:
+        return False
 
 
 @click.command()
@@ -48,6 +76,15 @@ def _queue_names(
     help="Address to listen on; 0.0.0.0 in a pod, reached through its Service.",
 )
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    callback=_host_names,
+    help="Another name the dashboard answers for in the Host header (repeat for more; "
+    "'*.example.com' for its subdomains). Default: localhost, 127.0.0.1, [::1] and the "
+    f"--host address; also from {ALLOWED_HOSTS_ENV} (comma-separated).",
+)
 @click.option(
     "--refresh",
     type=FiniteFloat(0.5, 3600),
@@ -81,6 +118,7 @@ def dashboard(  # noqa: PLR0917 (click passes every option)
     queues: tuple[str, ...],
     host: str,
     port: int,
+    allowed_hosts: tuple[str, ...],
     refresh: float,
     with_actions: bool,
     token_file: Path | None,
@@ -91,7 +129,11 @@ def dashboard(  # noqa: PLR0917 (click passes every option)
     Listens on 127.0.0.1 unless told otherwise."""
     try:
         from taskfleet.dashboard.app import serve
-        from taskfleet.dashboard.settings import DashboardSettings
+        from taskfleet.dashboard.settings import (
+            LOOPBACK_HOSTS,
+            DashboardSettings,
+            with_bind_address,
+        )
     except ImportError as exc:
         raise BadInput(
             f"the dashboard needs the 'dashboard' extra ({exc.name or exc} is missing): "
@@ -104,6 +146,7 @@ def dashboard(  # noqa: PLR0917 (click passes every option)
         refresh_s=refresh,
         read_only=not with_actions,
         token=token,
+        allowed_hosts=with_bind_address((*LOOPBACK_HOSTS, *allowed_hosts), host),
     )
     configure_logging(log_format, "info")
     mode = "actions for whoever logs in with the token" if with_actions else "read-only"

@@ -30,7 +30,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from taskfleet.dashboard import acting, actions, auth, charts, display, reads
 from taskfleet.dashboard.sampler import Sampler, rates
-from taskfleet.dashboard.settings import DashboardSettings
+from taskfleet.dashboard.settings import DashboardSettings, allows
 from taskfleet.producer import control, overview
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.connect import SyncClient, connect
@@ -223,18 +223,33 @@ def _page_number(raw: str) -> int:
     return number
 
 
+#: Answered whatever the Host: it shows nothing (the kubelet's probes send the pod's IP).
+UNCHECKED_PATHS = ("/healthz",)
+
+
 class SecurityHeaders:
     """ASGI middleware: ``SECURITY_HEADERS`` on every response, and no caching of pages
-    (they show live state); static files may be cached."""
+    (they show live state); static files may be cached. A request whose Host header is
+    not allowed (`settings.allows`) gets 421 and nothing else: reads need no login, so a
+    page that rebinds its own name to this address must not read payloads through it."""
 
-    def __init__(self, app: Starlette) -> None:
+    def __init__(self, app: Starlette, allowed_hosts: tuple[str, ...]) -> None:
         self.app = app
         self.state = app.state
+        self.allowed_hosts = allowed_hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope["path"] not in UNCHECKED_PATHS:
+            host = ""
+            for name, value in scope["headers"]:
+                if name == b"host":
+                    host = value.decode("latin-1")
+            if not allows(self.allowed_hosts, host):
+                await self._refuse(host, send)
+                return
         static = scope["path"].startswith("/static/")
 
         async def send_with_headers(message: Message) -> None:
@@ -247,6 +262,24 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    async def _refuse(self, host: str, send: Send) -> None:
+        shown = host[:100].encode("ascii", "backslashreplace").decode("ascii")
+        log.warning("refused a request for Host %r (not an allowed host)", shown)
+        body = (
+            f"421 Misdirected Request: this dashboard does not answer for Host {shown!r}. "
+            "It answers for localhost, 127.0.0.1, [::1] and its listen address; add a name "
+            "with --allowed-host NAME (TASKFLEET_DASHBOARD_ALLOWED_HOSTS) to reach it by "
+            "that name (docs/dashboard.md, DNS rebinding).\n"
+        ).encode()
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+            (b"cache-control", b"no-store"),
+            *((k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()),
+        ]
+        await send({"type": "http.response.start", "status": 421, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 def create_app(settings: DashboardSettings, *, client: SyncClient | None = None) -> SecurityHeaders:
@@ -296,7 +329,7 @@ def create_app(settings: DashboardSettings, *, client: SyncClient | None = None)
         exception_handlers={redis.RedisError: redis_failed, HTTPException: http_failed},
     )
     app.state.dashboard = dash
-    return SecurityHeaders(app)
+    return SecurityHeaders(app, settings.allowed_hosts)
 
 
 def serve(settings: DashboardSettings, host: str, port: int) -> None:

@@ -10,6 +10,11 @@ from taskfleet.protocol.keys import validate_queue_name
 PAGE_SIZE = 50
 #: The shortest actions token accepted: guessing it over HTTP must be hopeless.
 MIN_TOKEN_CHARS = 16
+#: The Host names answered without ``--allowed-host``: loopback only. A page on another
+#: site that rebinds its own name to 127.0.0.1 (DNS rebinding) sends its own name.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+#: Addresses that mean "every interface": never a name a browser sends.
+WILDCARD_ADDRESSES = ("0.0.0.0", "::", "")
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,9 @@ class DashboardSettings:
     page_size: int = PAGE_SIZE
     read_only: bool = True
     token: str | None = field(default=None, repr=False)
+    #: Host header names answered (``host.allows``): exact names, ``*.domain`` for its
+    #: subdomains, or ``*`` for any (no DNS-rebinding protection). Lowercase, no port.
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
 
     def __post_init__(self) -> None:
         for name in self.queues:
@@ -51,5 +59,44 @@ class DashboardSettings:
         ):
             if not 0 < value <= 86400:
                 raise ValueError(f"{what} must be within 0..86400 seconds, not {value!r}")
+        for name in self.allowed_hosts:
+            if not name or name != name.strip().lower() or any(c in name for c in "/ @,"):
+                raise ValueError(f"allowed host {name!r} must be a lowercase name, no port")
         if not 1 <= self.page_size <= 1000:
             raise ValueError(f"page_size must be within 1..1000, not {self.page_size!r}")
+
+
+def host_name(header: str) -> str:
+    """The name of a Host header: lowercase, without its port or an IPv6 literal's
+    brackets, without a trailing dot ('' when it is not a plausible host)."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        name, bracket, rest = value[1:].partition("]")
+        if not bracket or (rest and not rest[1:].isdigit()) or (rest and rest[0] != ":"):
+            return ""
+        return name
+    name, _, port = value.partition(":")
+    if port and not port.isdigit():
+        return ""
+    return name.removesuffix(".")
+
+
+def allows(allowed: tuple[str, ...], header: str) -> bool:
+    """Whether a request with this Host header is answered."""
+    name = host_name(header)
+    if not name:
+        return False
+    for pattern in allowed:
+        if pattern in ("*", name):
+            return True
+        if pattern.startswith("*.") and name.endswith(pattern[1:]):
+            return True
+    return False
+
+
+def with_bind_address(allowed: tuple[str, ...], host: str) -> tuple[str, ...]:
+    """``allowed`` plus the address the server listens on, unless that is a wildcard."""
+    name = host.strip().strip("[]").lower()
+    if name in WILDCARD_ADDRESSES or name in allowed:
+        return allowed
+    return (*allowed, name)
