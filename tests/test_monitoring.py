@@ -128,6 +128,7 @@ def test_every_metric_the_rules_and_the_dashboard_use_is_exported(exported: set[
         name for name in ours if re.sub(r"_(bucket|count|sum)$", "", name) not in bases
     )
     assert missing == [
+        "taskfleet_operator_info",  # the release, for an upgrade's side-by-side view
         "taskfleet_operator_leader",  # alerted on (TaskfleetNoOperatorLeader)
         "taskfleet_queue_cancelled_total",
         "taskfleet_queue_deferred_total",
