@@ -49,8 +49,11 @@ class WorkerSettings:
 
     def validate(self) -> None:
         """Raise ValueError with one line saying what to fix."""
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if not 1 <= self.concurrency <= bounds.MAX_CONCURRENCY:
+            raise ValueError(
+                f"concurrency must be within 1..{bounds.MAX_CONCURRENCY}, got {self.concurrency}"
+                " (for more, run more --processes or pods)"
+            )
         if self.prefetch is not None and not 0 <= self.prefetch <= MAX_PREFETCH:
             raise ValueError(f"prefetch must be within 0..{MAX_PREFETCH}, got {self.prefetch}")
         # nan passes every comparison below and inf means "never": both would be written
