@@ -66,6 +66,15 @@ def assert_one_line_error(stderr: str) -> str:
             "at most half the lease TTL",
         ),
         (["worker", "--queue", "q"], "Missing option '--handler'"),
+        (
+            ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "0.01"],
+            "lease TTL must be at least 1 seconds, got 0.01",
+        ),
+        (
+            ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--heartbeat-interval", "0.003"],
+            "heartbeat interval must be at least 0.1 seconds, got 0.003",
+        ),
+        (["configure", "q", "--lease-ttl", "0.01"], "lease_ttl_s"),
         (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "nan"], "finite"),
         (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "inf"], "finite"),
         (

@@ -48,6 +48,10 @@ MIN_EPOCH_MS = -62_135_596_800_000
 # Lua's %.14g and a datetime can hold it (until year ~5000 of the server's clock).
 assert (MAX_DURATION_S * 1000) < 1e13 and MAX_COUNT < 1e14 and MAX_ATTEMPTS <= MAX_COUNT
 
+#: Shortest lease TTL a queue may have, and shortest heartbeat a worker beats at: below
+#: these a fleet spends its time heartbeating (a lease TTL of 0.01 s made a 3 ms heartbeat).
+MIN_LEASE_TTL_S = 1.0
+MIN_HEARTBEAT_S = 0.1
 #: Slots of one worker process (``--concurrency``): a sync handler's threads, an async
 #: one's tasks. Above this a claim, a heartbeat or a drain's hand-back grows past what one
 #: script call should do; run more processes (``--processes``) or pods instead.
