@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -38,6 +39,23 @@ def scrub_message(text: str) -> str:
     return scrub(text, redis_url_in_use())
 
 
+#: What a number given as text may look like: ASCII digits only (``int()`` and ``float()``
+#: also read other scripts' digits, ``_`` separators and surrounding spaces).
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(
+    r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf|infinity)", re.I
+)
+
+
+class IntRange(click.IntRange):
+    """click's IntRange over ASCII digits only."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not _INTEGER_TEXT.fullmatch(value):
+            self.fail(f"{value!r} is not a valid integer.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class FiniteFloat(click.FloatRange):
     """A FloatRange that refuses nan and inf: nan slips past every bound (it compares
     false) and inf means "never", neither of which any option here can use."""
@@ -45,6 +63,8 @@ class FiniteFloat(click.FloatRange):
     name = "finite float"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not _FLOAT_TEXT.fullmatch(value):
+            self.fail(f"{value!r} is not a valid float.", param, ctx)
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):  # before the range: "inf is not in 0<x<=1" misleads
             self.fail(f"{value!r} is not a finite number.", param, ctx)

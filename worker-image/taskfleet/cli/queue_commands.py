@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 import click
 
-from taskfleet.cli.options import BadInput, FiniteFloat, redis_option, scrub_message
+from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option, scrub_message
 from taskfleet.protocol import bounds
 
 #: Tasks per enqueue script call for --count: one call is atomic but blocks Redis for
@@ -52,7 +52,7 @@ def _parse_payload(text: str) -> dict[str, Any]:
 @click.option("--payload", default="{}", show_default=True, help="Task payload, a JSON object.")
 @click.option(
     "--priority",
-    type=click.IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
+    type=IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
     default=0,
     show_default=True,
     help="Higher runs first.",
@@ -71,7 +71,7 @@ def _parse_payload(text: str) -> dict[str, Any]:
 )
 @click.option(
     "--max-attempts",
-    type=click.IntRange(bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS),
+    type=IntRange(bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS),
     default=None,
     help="Starts allowed [default: the queue's].",
 )
@@ -83,7 +83,7 @@ def _parse_payload(text: str) -> dict[str, Any]:
 )
 @click.option(
     "--cost",
-    type=click.IntRange(bounds.MIN_COST, bounds.MAX_COST),
+    type=IntRange(bounds.MIN_COST, bounds.MAX_COST),
     default=1,
     show_default=True,
     help="Units it takes from the queue's cost rate limit.",
@@ -105,7 +105,7 @@ def _parse_payload(text: str) -> dict[str, Any]:
 )
 @click.option(
     "--count",
-    type=click.IntRange(min=1, max=MAX_COUNT),
+    type=IntRange(min=1, max=MAX_COUNT),
     default=1,
     show_default=True,
     help=f"Tasks to add; each {ENQUEUE_CHUNK} go in one atomic call, not all of them at once.",

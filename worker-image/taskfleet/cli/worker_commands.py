@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from taskfleet.cli.logs import configure_logging
-from taskfleet.cli.options import BadInput, FiniteFloat, redis_option
+from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option
 from taskfleet.protocol import environment
 from taskfleet.protocol.errors import NameInUse
 from taskfleet.protocol.workernames import PROCESS_SEPARATOR, process_name
@@ -79,7 +79,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--concurrency",
     envvar=environment.CONCURRENCY,
-    type=int,
+    type=IntRange(),
     default=1,
     show_default=True,
     show_envvar=True,
@@ -88,7 +88,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--processes",
     envvar=environment.PROCESSES,
-    type=click.IntRange(1, MAX_PROCESSES),
+    type=IntRange(1, MAX_PROCESSES),
     default=1,
     show_default=True,
     show_envvar=True,
@@ -99,7 +99,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--prefetch",
     envvar=environment.PREFETCH,
-    type=int,
+    type=IntRange(),
     default=None,
     show_envvar=True,
     help="Claimed tasks a sync handler's worker may hold waiting for a free slot, while "
@@ -191,7 +191,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--metrics-port",
     envvar=environment.METRICS_PORT,
-    type=click.IntRange(0, 65535),
+    type=IntRange(0, 65535),
     default=0,
     show_default=True,
     show_envvar=True,
