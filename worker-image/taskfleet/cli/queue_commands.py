@@ -12,6 +12,7 @@ import click
 
 from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option, scrub_message
 from taskfleet.protocol import bounds
+from taskfleet.protocol.jsondepth import nested_too_deep
 
 #: Tasks per enqueue script call for --count: one call is atomic but blocks Redis for
 #: everyone while it runs, so a big --count goes in calls of this size.
@@ -38,8 +39,16 @@ def _no_constant(name: str) -> NoReturn:
 
 
 def _parse_payload(text: str) -> dict[str, Any]:
+    # before parsing: the parser's recursion fails past ~1000 levels, with a traceback
+    if nested_too_deep(text):
+        raise BadInput(
+            f"--payload is nested more than {bounds.MAX_PAYLOAD_DEPTH} levels of arrays and "
+            "objects deep"
+        )
     try:
         payload = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:  # a stack already deep; the check above makes this rare
+        raise BadInput("--payload is nested too deep to read") from None
     except ValueError as exc:  # JSONDecodeError is one
         raise BadInput(f"--payload is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):

@@ -39,6 +39,9 @@ PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 MAX_TASK_ID_LEN = 200
 #: Payloads and results: Redis refuses strings over 512 MiB.
 MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
+#: Deepest nesting of arrays and objects in a payload: every reader (a worker's handler
+#: thread, Lua's cjson, a CLI printing it) can parse and print it with room to spare.
+MAX_PAYLOAD_DEPTH = 200
 #: Latest epoch ms a ``datetime`` can hold (9999-12-31T23:59:59.999Z); readers map a
 #: stored time beyond it (or before year 1) to None.
 MAX_EPOCH_MS = 253_402_300_799_999
