@@ -56,6 +56,22 @@ class IntRange(click.IntRange):
         return super().convert(value, param, ctx)
 
 
+#: Characters a terminal acts on instead of showing: C0 and C1 controls (escape sequences
+#: can move the cursor, rewrite lines, set the window title), DEL, and the bidirectional
+#: overrides that make text read otherwise than it is stored.
+_UNSHOWABLE = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+}
+
+
+def terminal_safe(text: object) -> str:
+    """Stored text (a handler's error, a payload, a worker's host) as a terminal shows it
+    safely: control characters as escapes (``\\x1b``), on one line. For human output only;
+    JSON output is exact (``json.dumps`` escapes them its own way)."""
+    return str(text).translate(_UNSHOWABLE)
+
+
 class FiniteFloat(click.FloatRange):
     """A FloatRange that refuses nan and inf: nan slips past every bound (it compares
     false) and inf means "never", neither of which any option here can use."""

@@ -10,7 +10,14 @@ from typing import Any, NoReturn
 
 import click
 
-from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option, scrub_message
+from taskfleet.cli.options import (
+    BadInput,
+    FiniteFloat,
+    IntRange,
+    redis_option,
+    scrub_message,
+    terminal_safe,
+)
 from taskfleet.protocol import bounds
 from taskfleet.protocol.jsondepth import nested_too_deep
 
@@ -233,7 +240,7 @@ def stats(queue: str, as_json: bool, redis_url: str) -> None:
         return
     width = max((len(str(key)) for key in data), default=0)
     for key, value in data.items():
-        click.echo(f"{key:<{width}}  {value}")
+        click.echo(f"{key:<{width}}  {terminal_safe(value)}")
 
 
 @click.command()
@@ -261,7 +268,7 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
         # JSON for structures and for text a terminal can't take (a lone surrogate)
         plain = not isinstance(value, dict | list) and _printable(str(value))
         shown = value if plain else json.dumps(value)
-        click.echo(f"{key:<{width}}  {shown}")
+        click.echo(f"{key:<{width}}  {terminal_safe(shown)}")
 
 
 def _printable(text: str) -> bool:

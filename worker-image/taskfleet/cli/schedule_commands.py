@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option
+from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option, terminal_safe
 from taskfleet.cli.queue_commands import _parse_payload, _queue
 from taskfleet.protocol import bounds
 
@@ -33,7 +33,7 @@ def _show(items: list[Any], as_json: bool) -> None:
     for s in items:
         state = "paused" if s.paused else "active"
         row = f"{s.name:<24} {s.cron:<20} {s.tz:<18} {state:<7} {_when(s.next_slot):<21} {s.fired}"
-        click.echo(row + (f"  error: {s.error}" if s.error else ""))
+        click.echo(terminal_safe(row + (f"  error: {s.error}" if s.error else "")))
 
 
 @click.group()

@@ -15,7 +15,14 @@ from typing import Any
 
 import click
 
-from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option, redis_url_in_use
+from taskfleet.cli.options import (
+    BadInput,
+    FiniteFloat,
+    IntRange,
+    redis_option,
+    redis_url_in_use,
+    terminal_safe,
+)
 from taskfleet.cli.queue_commands import open_queue
 from taskfleet.protocol import bounds
 from taskfleet.protocol.connect import server_ms
@@ -117,7 +124,7 @@ def ls(
             parts.append(f"reason={t.reason}")
         if detail:
             parts.append(_short(detail))
-        click.echo("  ".join(parts))
+        click.echo(terminal_safe("  ".join(parts)))
     if page.cursor is not None:
         click.echo(f"taskfleet: more: --cursor {page.cursor}", err=True)
 
@@ -271,7 +278,8 @@ def workers(queue: str, as_json: bool, redis_url: str) -> None:
     for row in rows:
         state = "draining" if row["draining"] else ("alive" if row["alive"] else "silent")
         holds = ",".join(row["holds"]) or "-"
-        click.echo(
+        line = (
             f"{row['pod']}  {state}  beat {row['heartbeat_age_s']}s ago  "
             f"holds {len(row['holds'])}/{row['concurrency']}  {_short(holds)}"
         )
+        click.echo(terminal_safe(line))
