@@ -81,7 +81,7 @@ def build_exception(recipe: dict[str, Any]) -> BaseException:
     # a lone surrogate can't travel in a payload: the recipe asks for one by flag
     message = ("\ud800 " if recipe.get("surrogate") else "") + str(recipe.get("message", ""))
     if base is RetryAfter and not recipe.get("skip_init"):
-        exc = kind(1.0, message)
+        exc = kind(float(recipe.get("init_delay", 0)), message)
     else:
         exc = kind(message)
     if "delay" in recipe:
