@@ -166,3 +166,18 @@ async def async_breaker(payload: dict[str, Any]) -> Any:
         await asyncio.sleep(0)
     await asyncio.sleep(0)
     return _break(payload)
+
+
+def leave_child(payload: dict[str, Any]) -> dict[str, int]:
+    """Fork a process that ignores SIGTERM and sleeps, and return without waiting for it:
+    when the worker exits it would be an orphan. Returns its pid."""
+    import os
+    import signal
+    import time
+
+    child = os.fork()
+    if child == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(float(payload.get("seconds", 120)))
+        os._exit(0)
+    return {"child": child}

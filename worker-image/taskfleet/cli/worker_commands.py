@@ -317,9 +317,12 @@ def _run_worker(
         resolved = load_handlers(handlers)
     except HandlerLoadError as exc:
         raise BadInput(str(exc)) from None
+    from taskfleet.worker.children import end_children
+
     # Not asyncio.run(): closing the loop would join the default executor, and a handler's
     # hung asyncio.to_thread() call must not keep a drained worker from exiting.
     code = asyncio.Runner().run(_serve(settings, resolved, early, metrics_port))
+    end_children()  # what handlers forked and left running must not outlive us
     _exit_now(code)
 
 
