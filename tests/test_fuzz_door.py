@@ -458,7 +458,7 @@ def hostile_exceptions(draw: st.DrawFn) -> dict[str, Any]:
     """An exception recipe (``tests.workers.breaking.build_exception``): any base class,
     any of its methods raising anything, a RetryAfter without a usable delay."""
     recipe: dict[str, Any] = {"base": draw(st.sampled_from(sorted(breaking.BASES)))}
-    for dunder in ("str", "repr", "class", "args"):
+    for dunder in ("str", "repr", "class", "args", "traceback"):
         if draw(st.booleans()):
             recipe[dunder] = draw(_method_raises)
     for flag in ("skip_init", "str_subclass", "surrogate"):

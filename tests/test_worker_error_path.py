@@ -52,6 +52,10 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, str | None, str]]] = {
         {"raise": {"args": "KeyboardInterrupt", "message": "m"}},
         ("dead", "failed", "Hostile: m"),
     ),
+    "traceback raises": (
+        {"raise": {"traceback": "SystemExit", "message": "tb"}},
+        ("dead", "failed", "Hostile: tb"),
+    ),
     "RetryAfter skips init": (
         {"raise": {"base": "RetryAfter", "skip_init": True, "message": "m"}},
         ("dead", "failed", NO_DELAY),

@@ -75,6 +75,8 @@ def build_exception(recipe: dict[str, Any]) -> BaseException:
         namespace["__class__"] = property(_raiser(recipe["class"]))
     if recipe.get("args"):
         namespace["args"] = property(_raiser(recipe["args"]))
+    if recipe.get("traceback"):
+        namespace["__traceback__"] = property(_raiser(recipe["traceback"]))
     if recipe.get("str_subclass"):
         namespace["__str__"] = lambda self: _HostileText("text with hostile methods")
     kind = type(str(recipe.get("name", "Hostile")), (base,), namespace)

@@ -116,7 +116,7 @@ def format_error(exc: BaseException) -> str:
     name = _type_name(exc)
     try:
         # str.__str__ turns a str subclass into a plain str without calling its methods
-        message = str.__str__(str(exc))
+        message = str.__str__(str(exc))[: MAX_ERROR_CHARS + 1]  # cut first: it may be huge
     except BaseException:  # a broken __str__ must not lose the outcome
         message = "(the exception's message could not be read)"
     return _one_line(f"{name}: {message}")
