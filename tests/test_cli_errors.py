@@ -39,7 +39,14 @@ def assert_one_line_error(stderr: str) -> str:
         (["worker", "--queue", "q", "--handler", f"{H}:no_such_function"], "no attribute"),
         (["worker", "--queue", "q", "--handler", f"{H}:NOT_CALLABLE"], "not callable"),
         (["worker", "--queue", "q", "--handler", "tests.workers.handlers"], "must look like"),
-        (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--concurrency", "-1"], "at least"),
+        (
+            ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--concurrency", "-1"],
+            "concurrency must be within 1..10000, got -1",
+        ),
+        (
+            ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--concurrency", "200000"],
+            "concurrency must be within 1..10000, got 200000",
+        ),
         (
             ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--prefetch", "-1"],
             "prefetch must be within 0..10000, got -1",
@@ -59,6 +66,15 @@ def assert_one_line_error(stderr: str) -> str:
             "at most half the lease TTL",
         ),
         (["worker", "--queue", "q"], "Missing option '--handler'"),
+        (
+            ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "0.01"],
+            "lease TTL must be at least 1 seconds, got 0.01",
+        ),
+        (
+            ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--heartbeat-interval", "0.003"],
+            "heartbeat interval must be at least 0.1 seconds, got 0.003",
+        ),
+        (["configure", "q", "--lease-ttl", "0.01"], "lease_ttl_s"),
         (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "nan"], "finite"),
         (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "inf"], "finite"),
         (

@@ -20,6 +20,7 @@ stays fast; example counts are modest.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import math
@@ -39,6 +40,8 @@ from taskfleet.cli import main as cli_main
 from taskfleet.protocol import bounds
 
 from tests.fixtures_redis import MakeBroker, RedisServer
+from tests.polling import wait_for
+from tests.workers import breaking
 from tests.workers.harness import FAST, WorkerProcess
 
 QUEUE = "fuzz"
@@ -434,3 +437,118 @@ def test_the_worker_survived_every_fuzzed_task_and_no_script_call_was_slow(
         if entry["duration"] > SLOW_SCRIPT_US
     ]
     assert not slow, f"script calls slower than {SLOW_SCRIPT_US} µs: {slow}"
+
+
+# -- hostile exceptions and results through the real worker's outcome path ----------------
+
+#: With one attempt, every hostile task ends at its first outcome: done or dead.
+BREAKER_QUEUES = {"fuzz-sync": "sync_breaker", "fuzz-async": "async_breaker"}
+TERMINAL = ("task_done", "task_failed", "task_cancelled")
+_method_raises = st.sampled_from(sorted(breaking.RAISES))
+#: RetryAfter's valid delays are left out: a deferral is no outcome yet (20 of them per task)
+_bad_delays = st.sampled_from(sorted(set(breaking.DELAYS) - {"zero"}))
+_messages = st.one_of(
+    st.sampled_from(["", "\x1b[2J\x07", "\u202eevil", "x" * 5000, "line\nbreak"]),
+    st.text(st.characters(exclude_categories=["Cs"]), max_size=40),
+)
+
+
+@st.composite
+def hostile_exceptions(draw: st.DrawFn) -> dict[str, Any]:
+    """An exception recipe (``tests.workers.breaking.build_exception``): any base class,
+    any of its methods raising anything, a RetryAfter without a usable delay."""
+    recipe: dict[str, Any] = {"base": draw(st.sampled_from(sorted(breaking.BASES)))}
+    for dunder in ("str", "repr", "class", "args", "traceback"):
+        if draw(st.booleans()):
+            recipe[dunder] = draw(_method_raises)
+    for flag in ("skip_init", "str_subclass", "surrogate"):
+        if draw(st.booleans()):
+            recipe[flag] = True
+    recipe["message"] = draw(_messages)
+    recipe["name"] = draw(st.sampled_from(["Hostile", "E\x1b[31m", "Ünïcode", "_"]))
+    if (recipe["base"] == "RetryAfter" and not recipe.get("skip_init")) or draw(st.booleans()):
+        recipe["delay"] = draw(_bad_delays)
+    return recipe
+
+
+hostile_results = st.one_of(
+    st.fixed_dictionaries(
+        {"kind": st.sampled_from(["object", "nan", "dict", "float", "circular", "surrogate"])},
+        optional={"raises": _method_raises},
+    ),
+    st.fixed_dictionaries({"kind": st.just("deep"), "depth": st.integers(500, 50_000)}),
+    st.fixed_dictionaries({"kind": st.just("text"), "size": st.integers(0, 100_000)}),
+    st.fixed_dictionaries({"value": st.one_of(st.none(), st.integers(), st.text(max_size=20))}),
+)
+hostile_payloads = st.one_of(
+    st.builds(lambda r: {"raise": r}, hostile_exceptions()),
+    st.builds(lambda r: {"return": r}, hostile_results),
+    st.builds(lambda r: {"cancel_self": True, "return": r}, hostile_results),
+)
+
+
+@dataclass
+class Breakers:
+    server: RedisServer
+    queues: dict[str, Queue]
+    workers: dict[str, WorkerProcess]
+
+
+@pytest.fixture(scope="module")
+def breakers(world: FuzzWorld, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Breakers]:
+    """A worker with one slot and no prefetch per queue, sync and async handler, on the
+    module's server: a run that kept its slot would stall every later example."""
+    base = tmp_path_factory.mktemp("breakers")
+    queues, workers = {}, {}
+    for name, handler in BREAKER_QUEUES.items():
+        queues[name] = Queue(name, client=world.client)
+        queues[name].configure(QueueConfig(max_attempts=1))
+        workers[name] = WorkerProcess(
+            redis_url=world.url,
+            queue=name,
+            handler=f"tests.workers.breaking:{handler}",
+            workdir=base,
+            pod=name,
+            args=[*FAST, "--concurrency", "1", "--prefetch", "0"],
+        ).start()
+    try:
+        yield Breakers(world.server, queues, workers)
+    finally:
+        for worker in workers.values():
+            worker.kill()
+
+
+@FUZZ
+@given(payloads=st.lists(hostile_payloads, min_size=1, max_size=3))
+def test_whatever_a_handler_raises_or_returns_its_task_ends_once_and_the_slot_frees(
+    breakers: Breakers, payloads: list[dict[str, Any]]
+) -> None:
+    for name, queue in breakers.queues.items():
+        ids = [queue.enqueue(payload) for payload in payloads]
+        sentinel = queue.enqueue({"return": {"value": "after"}})
+        worker = breakers.workers[name]
+        ended = queue.wait([*ids, sentinel], timeout=FINISH_S)
+        for task_id in ids:
+            task = ended[task_id]
+            assert task.state in (TaskState.DONE, TaskState.DEAD), task
+            assert task.state is TaskState.DONE or task.reason, task
+            event(f"{name}: {task.state.value} {task.reason or ''}")
+        assert ended[sentinel].result == "after"  # one slot: nothing before it kept it
+        # the log line follows the write the wait saw: wait for it, then count
+        counts = wait_for(
+            functools.partial(_terminal_counts, worker, [*ids, sentinel]),
+            timeout=FINISH_S,
+            what="each task's outcome in the worker's log",
+        )
+        assert all(n == 1 for n in counts.values()), counts
+        assert worker.alive(), worker.log_text()[-3000:]
+        assert "Traceback" not in worker.log_text()
+
+
+def _terminal_counts(worker: WorkerProcess, task_ids: list[str]) -> dict[str, int] | None:
+    """How many outcome lines the worker logged per task, once each has at least one."""
+    counts = dict.fromkeys(task_ids, 0)
+    for line in worker.events():
+        if line.get("event") in TERMINAL and line.get("task") in counts:
+            counts[line["task"]] += 1
+    return counts if all(counts.values()) else None

@@ -48,7 +48,9 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.raw.flushall()
         self.queue = Queue("props", client=self.raw)
         self.queue.configure(
-            QueueConfig(
+            # model_construct: a lease TTL below the model's floor (MIN_LEASE_TTL_S), as a
+            # hand-written config may hold, so that leases expire between steps
+            QueueConfig.model_construct(
                 lease_ttl_s=LEASE_TTL_S,
                 max_concurrency=MAX_CONCURRENCY,
                 max_attempts=2,

@@ -7,12 +7,16 @@ from __future__ import annotations
 import asyncio
 import signal
 
+import pytest
 import redis
 import redis.asyncio
 import redis.exceptions
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol import bounds
 from taskfleet.protocol.config import QueueConfig
-from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND
+from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND, Op, Ops, SyncScripts, text
 from taskfleet.protocol.tasks import TaskState
 from taskfleet.worker.broker import Broker
 
@@ -59,7 +63,9 @@ def test_completions_prune_more_expired_done_tasks_than_they_add(
     queue.configure(QueueConfig(done_retention_s=60))
     worker = make_broker("jobs")
     queue.enqueue_many([{"payload": {"i": i}} for i in range(300)])
-    old = worker.claim(300).tasks
+    old = []
+    while len(old) < 300:  # a claim takes at most bounds.MAX_BATCH per call
+        old += worker.claim(300 - len(old)).tasks
     assert worker.complete_many([(t.id, t.token, None) for t in old]) == [True] * 300
     # Finished two minutes ago as far as retention can tell (it reads the zset score).
     aged = server_ms(redis_client) - 120_000
@@ -139,3 +145,65 @@ def test_a_claim_that_redis_runs_after_the_worker_gave_up_on_it_is_undone_uncoun
         task = queue.get(task_id)
         assert task is not None and (task.attempts, task.lost) == (1, 0), task
     queue.client.close()
+
+
+#: What "bounded" means for one script call here: a few ms, with room for a busy machine
+#: (one call of 100 releases takes about 6 ms on a loaded one; SLOWLOG counts µs).
+FEW_MS_US = 20_000
+
+
+def test_a_release_of_thousands_of_tasks_never_runs_one_long_script(
+    queue: Queue, make_broker: MakeBroker, redis_client: redis.Redis
+) -> None:
+    """A drain's hand-back goes in calls of at most ``MAX_BATCH`` tasks, whatever it
+    holds: 18,893 tasks in one call blocked Redis for 885 ms."""
+    total = 6000
+    for start in range(0, total, 1000):
+        queue.enqueue_many([{"payload": {"i": i}} for i in range(start, start + 1000)])
+    worker = make_broker("jobs")
+    held = []
+    while len(held) < total:
+        got = worker.claim(bounds.MAX_BATCH).tasks
+        assert got, len(held)
+        held += [(task.id, task.token) for task in got]
+    redis_client.config_set("slowlog-log-slower-than", FEW_MS_US)
+    redis_client.slowlog_reset()
+    assert worker.release(held) == total
+    slow = [(e["duration"], e["command"][:60]) for e in redis_client.slowlog_get(100)]
+    assert not slow, slow
+    assert queue.stats()["released"] == total
+
+
+def test_a_claim_takes_at_most_one_batch_per_call_however_many_are_asked(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    queue.enqueue_many([{"payload": {"i": i}} for i in range(bounds.MAX_BATCH + 10)])
+    worker = make_broker("jobs")
+    assert len(worker.claim(200_000).tasks) == bounds.MAX_BATCH
+    assert len(worker.claim(200_000).tasks) == 10
+
+
+@pytest.mark.parametrize("asked", ["inf", "1e300", "nan", "-5", "3153600000001"])
+def test_fail_caps_any_retry_delay_it_is_sent_at_the_longest_delay_a_task_may_have(
+    queue: Queue, make_broker: MakeBroker, redis_client: redis.Redis, asked: str
+) -> None:
+    """A client sending any retry-after (another language's, a bug): the task's run_at
+    stays an exact integer within ``MAX_DELAY_S`` of now, readable by every reader."""
+    task_id = queue.enqueue({})
+    [task] = make_broker("jobs").claim(1).tasks
+    before = server_ms(redis_client)
+    keys = QueueKeys("jobs").script_keys
+    op = Op("fail", keys, (task.id, task.token, "e", "1", "0", "", asked, 20), text)
+    assert SyncScripts.for_client(redis_client).run(op) == "delayed"
+    run_at = redis_client.hget(queue.keys.task(task_id), "run_at")
+    assert run_at is not None and run_at.isdigit(), run_at
+    assert before <= int(run_at) <= server_ms(redis_client) + bounds.MAX_DELAY_S * 1000
+    stored = queue.get(task_id)
+    assert stored is not None and stored.state is TaskState.DELAYED
+
+
+def test_the_python_side_refuses_a_retry_delay_past_the_bound_before_sending_it() -> None:
+    ops = Ops(QueueKeys("jobs"))
+    for bad in (-1, bounds.MAX_DELAY_S * 1000 + 1, True):
+        with pytest.raises(InvalidArgument):
+            ops.fail("t", "tok", "e", retryable=True, jitter=0.0, reason="", retry_after_ms=bad)

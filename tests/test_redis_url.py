@@ -60,6 +60,12 @@ REFUSED = [
     ),
     ("redis://host/0?wait_replicas=-1", "wait_replicas of the Redis URL must be at least 0"),
     ("redis://host/0?wait_timeout_ms=10", "wait_timeout_ms needs wait_replicas"),
+    ("redis://host/0?wait_replicas=99999999999999999999", "wait_replicas of the Redis URL must"),
+    ("redis://host/0?wait_replicas=1&wait_timeout_ms=3600001", "must be at most 3600000"),
+    ("redis://host/0?max_connections=1e9", "must be a whole number"),
+    ("redis://host/0?socket_timeout=1_0", "socket_timeout of the Redis URL must be a number"),
+    ("redis://host/0?health_check_interval=\u0661", "must be a whole number"),
+    ("redis://host/0?socket_connect_timeout=%201", "socket_connect_timeout"),
     (f"redis://host/0?PASSWORD={SECRET}", "only password="),
     (f"redis://host/0?Pass%77ord={SECRET}", "unknown query parameter 'Password'"),
     (f"redis://host/0?password={SECRET}&pass%77ord=x", "twice"),
@@ -315,3 +321,15 @@ def test_the_library_refuses_a_url_redis_py_would_misread_before_it_connects(url
         settings.validate()
     for error in (queue_error, worker_error):
         assert "s3cret" not in str(error.value)
+
+
+def test_an_enqueue_with_a_url_option_out_of_bounds_stores_nothing(
+    redis_url: str, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """The URL is checked before anything is written: a wait_replicas no deployment can
+    have used to store the task and then report the failed WAIT."""
+    url = redis_url + "?wait_replicas=99999999999999999999"
+    result = taskfleet("enqueue", "q", "--redis-url", url, env=env_for(redis_url, tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert "wait_replicas" in assert_one_line_error(result.stderr)
+    assert redis_client.dbsize() == 0

@@ -31,7 +31,7 @@ _ROUTINE = re.compile(
 
 class _QuietRoutine(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not _ROUTINE.match(record.getMessage())
+        return not _ROUTINE.fullmatch(record.getMessage())
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

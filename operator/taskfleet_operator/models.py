@@ -264,7 +264,7 @@ QUANTITY_PATTERN = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
 
 
 def _quantity(value: int | str) -> int | str:
-    if isinstance(value, str) and not QUANTITY_PATTERN.match(value):
+    if isinstance(value, str) and not QUANTITY_PATTERN.fullmatch(value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 256Mi)")
     return value
 

@@ -29,7 +29,7 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name, "").strip()
     if not raw:
         return default
-    if not raw.isdigit() or int(raw) > 65535:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > 65535:
         raise SettingsError(f"{name} must be a port number 0..65535 (0 = off), got {raw!r}")
     return int(raw)
 
@@ -39,6 +39,8 @@ def _float(env: Mapping[str, str], name: str, default: float, low: float, high: 
     if raw is None or raw.strip() == "":
         return default
     try:
+        if not raw.isascii() or "_" in raw:  # float() also reads other digits and 1_0
+            raise ValueError(raw)
         value = float(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not a number") from None
@@ -52,7 +54,7 @@ _DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 
 def _peering_name(env: Mapping[str, str]) -> str:
     raw = env.get("TASKFLEET_PEERING", "").strip()
-    if raw and (len(raw) > 253 or not _DNS_NAME.match(raw)):
+    if raw and (len(raw) > 253 or not _DNS_NAME.fullmatch(raw)):
         raise SettingsError(
             f"TASKFLEET_PEERING={raw!r} must be an object name (lowercase letters, digits, "
             "'-' and '.'), or empty to run one replica standalone"

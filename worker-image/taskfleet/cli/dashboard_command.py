@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from taskfleet.cli.logs import configure_logging
-from taskfleet.cli.options import BadInput, FiniteFloat, redis_option
+from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option
 from taskfleet.protocol.keys import validate_queue_name
 
 #: Where ``--actions`` finds its token without ``--token-file``.
@@ -75,7 +75,7 @@ def _ipv6(name: str) -> bool:
     show_default=True,
     help="Address to listen on; 0.0.0.0 in a pod, reached through its Service.",
 )
-@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
+@click.option("--port", type=IntRange(1, 65535), default=8080, show_default=True)
 @click.option(
     "--allowed-host",
     "allowed_hosts",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -38,6 +39,39 @@ def scrub_message(text: str) -> str:
     return scrub(text, redis_url_in_use())
 
 
+#: What a number given as text may look like: ASCII digits only (``int()`` and ``float()``
+#: also read other scripts' digits, ``_`` separators and surrounding spaces).
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(
+    r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf|infinity)", re.I
+)
+
+
+class IntRange(click.IntRange):
+    """click's IntRange over ASCII digits only."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not _INTEGER_TEXT.fullmatch(value):
+            self.fail(f"{value!r} is not a valid integer.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+#: Characters a terminal acts on instead of showing: C0 and C1 controls (escape sequences
+#: can move the cursor, rewrite lines, set the window title), DEL, and the bidirectional
+#: overrides that make text read otherwise than it is stored.
+_UNSHOWABLE = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+}
+
+
+def terminal_safe(text: object) -> str:
+    """Stored text (a handler's error, a payload, a worker's host) as a terminal shows it
+    safely: control characters as escapes (``\\x1b``), on one line. For human output only;
+    JSON output is exact (``json.dumps`` escapes them its own way)."""
+    return str(text).translate(_UNSHOWABLE)
+
+
 class FiniteFloat(click.FloatRange):
     """A FloatRange that refuses nan and inf: nan slips past every bound (it compares
     false) and inf means "never", neither of which any option here can use."""
@@ -45,6 +79,8 @@ class FiniteFloat(click.FloatRange):
     name = "finite float"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not _FLOAT_TEXT.fullmatch(value):
+            self.fail(f"{value!r} is not a valid float.", param, ctx)
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):  # before the range: "inf is not in 0<x<=1" misleads
             self.fail(f"{value!r} is not a finite number.", param, ctx)

@@ -10,8 +10,16 @@ from typing import Any, NoReturn
 
 import click
 
-from taskfleet.cli.options import BadInput, FiniteFloat, redis_option, scrub_message
+from taskfleet.cli.options import (
+    BadInput,
+    FiniteFloat,
+    IntRange,
+    redis_option,
+    scrub_message,
+    terminal_safe,
+)
 from taskfleet.protocol import bounds
+from taskfleet.protocol.jsondepth import nested_too_deep
 
 #: Tasks per enqueue script call for --count: one call is atomic but blocks Redis for
 #: everyone while it runs, so a big --count goes in calls of this size.
@@ -38,8 +46,16 @@ def _no_constant(name: str) -> NoReturn:
 
 
 def _parse_payload(text: str) -> dict[str, Any]:
+    # before parsing: the parser's recursion fails past ~1000 levels, with a traceback
+    if nested_too_deep(text):
+        raise BadInput(
+            f"--payload is nested more than {bounds.MAX_PAYLOAD_DEPTH} levels of arrays and "
+            "objects deep"
+        )
     try:
         payload = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:  # a stack already deep; the check above makes this rare
+        raise BadInput("--payload is nested too deep to read") from None
     except ValueError as exc:  # JSONDecodeError is one
         raise BadInput(f"--payload is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
@@ -52,7 +68,7 @@ def _parse_payload(text: str) -> dict[str, Any]:
 @click.option("--payload", default="{}", show_default=True, help="Task payload, a JSON object.")
 @click.option(
     "--priority",
-    type=click.IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
+    type=IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
     default=0,
     show_default=True,
     help="Higher runs first.",
@@ -71,7 +87,7 @@ def _parse_payload(text: str) -> dict[str, Any]:
 )
 @click.option(
     "--max-attempts",
-    type=click.IntRange(bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS),
+    type=IntRange(bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS),
     default=None,
     help="Starts allowed [default: the queue's].",
 )
@@ -83,7 +99,7 @@ def _parse_payload(text: str) -> dict[str, Any]:
 )
 @click.option(
     "--cost",
-    type=click.IntRange(bounds.MIN_COST, bounds.MAX_COST),
+    type=IntRange(bounds.MIN_COST, bounds.MAX_COST),
     default=1,
     show_default=True,
     help="Units it takes from the queue's cost rate limit.",
@@ -105,7 +121,7 @@ def _parse_payload(text: str) -> dict[str, Any]:
 )
 @click.option(
     "--count",
-    type=click.IntRange(min=1, max=MAX_COUNT),
+    type=IntRange(min=1, max=MAX_COUNT),
     default=1,
     show_default=True,
     help=f"Tasks to add; each {ENQUEUE_CHUNK} go in one atomic call, not all of them at once.",
@@ -229,7 +245,7 @@ def stats(queue: str, as_json: bool, redis_url: str) -> None:
     else:
         width = max((len(str(key)) for key in data), default=0)
         for key, value in data.items():
-            click.echo(f"{key:<{width}}  {value}")
+            click.echo(f"{key:<{width}}  {terminal_safe(value)}")
     if policy is not None and policy != "noeviction":
         click.echo(
             f"taskfleet: warning: Redis maxmemory-policy is {policy!r}: a full Redis deletes "
@@ -280,7 +296,7 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
         # JSON for structures and for text a terminal can't take (a lone surrogate)
         plain = not isinstance(value, dict | list) and _printable(str(value))
         shown = value if plain else json.dumps(value)
-        click.echo(f"{key:<{width}}  {shown}")
+        click.echo(f"{key:<{width}}  {terminal_safe(shown)}")
 
 
 def _printable(text: str) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from taskfleet.cli.options import BadInput, FiniteFloat, redis_option
+from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option, terminal_safe
 from taskfleet.cli.queue_commands import _parse_payload, _queue
 from taskfleet.protocol import bounds
 
@@ -33,7 +33,7 @@ def _show(items: list[Any], as_json: bool) -> None:
     for s in items:
         state = "paused" if s.paused else "active"
         row = f"{s.name:<24} {s.cron:<20} {s.tz:<18} {state:<7} {_when(s.next_slot):<21} {s.fired}"
-        click.echo(row + (f"  error: {s.error}" if s.error else ""))
+        click.echo(terminal_safe(row + (f"  error: {s.error}" if s.error else "")))
 
 
 @click.group()
@@ -54,7 +54,7 @@ def schedule() -> None:
     show_default=True,
     help="After downtime: fire the latest missed slot, or every missed slot (--catchup-limit).",
 )
-@click.option("--catchup-limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--catchup-limit", type=IntRange(1, 10_000), default=100, show_default=True)
 @click.option(
     "--jitter",
     type=FiniteFloat(min=0, max=86_400),
@@ -64,11 +64,11 @@ def schedule() -> None:
 )
 @click.option(
     "--priority",
-    type=click.IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
+    type=IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
     default=0,
     show_default=True,
 )
-@click.option("--max-attempts", type=click.IntRange(1, bounds.MAX_ATTEMPTS), default=None)
+@click.option("--max-attempts", type=IntRange(1, bounds.MAX_ATTEMPTS), default=None)
 @click.option(
     "--timeout",
     type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_TIMEOUT_S),

@@ -15,7 +15,14 @@ from typing import Any
 
 import click
 
-from taskfleet.cli.options import BadInput, FiniteFloat, redis_option, redis_url_in_use
+from taskfleet.cli.options import (
+    BadInput,
+    FiniteFloat,
+    IntRange,
+    redis_option,
+    redis_url_in_use,
+    terminal_safe,
+)
 from taskfleet.cli.queue_commands import open_queue
 from taskfleet.protocol import bounds
 from taskfleet.protocol.connect import server_ms
@@ -70,9 +77,7 @@ def _short(value: Any, width: int = 60) -> str:
 @click.command("ls")
 @click.argument("queue")
 @click.argument("state", type=click.Choice(STATES))
-@click.option(
-    "--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="Page size."
-)
+@click.option("--limit", type=IntRange(1, 10_000), default=50, show_default=True, help="Page size.")
 @click.option("--cursor", default=None, help="The next page, as the previous page said.")
 @_filters
 @_json_flag
@@ -119,7 +124,7 @@ def ls(
             parts.append(f"reason={t.reason}")
         if detail:
             parts.append(_short(detail))
-        click.echo("  ".join(parts))
+        click.echo(terminal_safe("  ".join(parts)))
     if page.cursor is not None:
         click.echo(f"taskfleet: more: --cursor {page.cursor}", err=True)
 
@@ -162,7 +167,7 @@ _CANCEL_WORDS = {
 @click.option("--all", "every", is_flag=True, help="Every dead task (within the filters).")
 @click.option(
     "--max-attempts",
-    type=click.IntRange(bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS),
+    type=IntRange(bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS),
     default=None,
     help="The new attempt budget [default: the task's own, or the queue's].",
 )
@@ -273,7 +278,8 @@ def workers(queue: str, as_json: bool, redis_url: str) -> None:
     for row in rows:
         state = "draining" if row["draining"] else ("alive" if row["alive"] else "silent")
         holds = ",".join(row["holds"]) or "-"
-        click.echo(
+        line = (
             f"{row['pod']}  {state}  beat {row['heartbeat_age_s']}s ago  "
             f"holds {len(row['holds'])}/{row['concurrency']}  {_short(holds)}"
         )
+        click.echo(terminal_safe(line))

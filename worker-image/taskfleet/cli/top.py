@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from taskfleet.cli.options import BadInput, redis_option
+from taskfleet.cli.options import BadInput, redis_option, terminal_safe
 from taskfleet.protocol.connect import connect
 from taskfleet.protocol.keys import QueueKeys
 
@@ -66,12 +66,13 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
             for w in view.workers:
                 state = "draining" if w.draining else "running"
                 age = _age(w.heartbeat_age_s)
-                workers.add_row(w.pod, f"{w.holds}/{w.slots}", f"{age} ago", state)
+                workers.add_row(terminal_safe(w.pod), f"{w.holds}/{w.slots}", f"{age} ago", state)
             parts.append(workers)
         if view.counts.get("cancelled"):  # a line, not a column: the table stays narrow
             parts.append(Text(f"{view.name}: {view.counts['cancelled']:,} cancelled (retained)"))
         for dead in view.dead:
             line = f"{view.name}: dead {dead.id} ({dead.reason or '?'}) {dead.error[:80]}"
+            line = terminal_safe(line)  # a handler's error may hold escape sequences
             parts.append(Text(line, style="red", overflow="ellipsis", no_wrap=True))
     return Group(*parts)
 

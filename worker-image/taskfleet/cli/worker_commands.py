@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import click
 
 from taskfleet.cli.logs import configure_logging
-from taskfleet.cli.options import BadInput, FiniteFloat, redis_option
+from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option
 from taskfleet.protocol import environment
 from taskfleet.protocol.errors import NameInUse, RedisEvicts
 from taskfleet.protocol.workernames import PROCESS_SEPARATOR, process_name
@@ -79,7 +79,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--concurrency",
     envvar=environment.CONCURRENCY,
-    type=int,
+    type=IntRange(),
     default=1,
     show_default=True,
     show_envvar=True,
@@ -88,7 +88,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--processes",
     envvar=environment.PROCESSES,
-    type=click.IntRange(1, MAX_PROCESSES),
+    type=IntRange(1, MAX_PROCESSES),
     default=1,
     show_default=True,
     show_envvar=True,
@@ -121,7 +121,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--prefetch",
     envvar=environment.PREFETCH,
-    type=int,
+    type=IntRange(),
     default=None,
     show_envvar=True,
     help="Claimed tasks a sync handler's worker may hold waiting for a free slot, while "
@@ -223,7 +223,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.option(
     "--metrics-port",
     envvar=environment.METRICS_PORT,
-    type=click.IntRange(0, 65535),
+    type=IntRange(0, 65535),
     default=0,
     show_default=True,
     show_envvar=True,
@@ -359,9 +359,12 @@ def _run_worker(
             check_sendable(resolved)
     except (HandlerLoadError, ValueError) as exc:
         raise BadInput(str(exc)) from None
+    from taskfleet.worker.children import end_children
+
     # Not asyncio.run(): closing the loop would join the default executor, and a handler's
     # hung asyncio.to_thread() call must not keep a drained worker from exiting.
     code = asyncio.Runner().run(_serve(settings, resolved, early, metrics_port))
+    end_children()  # what handlers forked and left running must not outlive us
     _exit_now(code)
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from taskfleet.protocol import bounds
 from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload
+from taskfleet.protocol.jsondepth import nested_too_deep
 from taskfleet.protocol.scripts import EnqueueArgs
 from taskfleet.protocol.tasknames import named_payload, task_name_problem
 
@@ -86,8 +87,15 @@ def encode_payload(payload: object) -> str:
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidPayload(f"payload is not JSON-serialisable: {_short(exc)}") from None
     except RecursionError:
-        raise InvalidPayload("payload is nested too deeply to be JSON") from None
+        raise InvalidPayload(_TOO_DEEP) from None
+    if nested_too_deep(text):
+        raise InvalidPayload(_TOO_DEEP)
     return text
+
+
+_TOO_DEEP = (
+    f"payload is nested more than {bounds.MAX_PAYLOAD_DEPTH} levels of arrays and objects deep"
+)
 
 
 def _short(value: object) -> str:

@@ -8,10 +8,11 @@ scripts use for absent fields: ``scripts.py`` generates the Lua defaults from th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from taskfleet.protocol.bounds import (
     MAX_ATTEMPTS,
@@ -20,6 +21,7 @@ from taskfleet.protocol.bounds import (
     MAX_LOST,
     MAX_PAYLOAD_BYTES,
     MAX_TIMEOUT_S,
+    MIN_LEASE_TTL_S,
 )
 from taskfleet.protocol.defaults import CONFIG_DEFAULTS as _DEFAULTS
 from taskfleet.protocol.defaults import encode as _encode
@@ -73,7 +75,7 @@ class QueueConfig(BaseModel):
     )
     lease_ttl_s: float = Field(
         default=_DEFAULTS["lease_ttl_s"],
-        gt=0,
+        ge=MIN_LEASE_TTL_S,
         le=MAX_DURATION_S,
         description="a lease not extended for this long expires",
     )
@@ -110,7 +112,35 @@ class QueueConfig(BaseModel):
             name = key.decode() if isinstance(key, bytes) else str(key)
             if name in known:
                 data[name] = value.decode() if isinstance(value, bytes) else str(value)
-        return cls.model_validate(data, strict=False)
+        try:
+            return cls.model_validate(data, strict=False)
+        except ValidationError as exc:
+            bad = {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
+        # A stored value this model refuses (written before a bound was added, or by hand):
+        # the scripts read it as it is, so readers show it as it is when it is a number,
+        # and never fail on it; anything else reads as the default.
+        try:
+            config = cls.model_validate({k: v for k, v in data.items() if k not in bad})
+        except ValidationError:  # fields that only fail together: the defaults hold
+            config = cls()
+        kept: dict[str, float | int] = {}
+        for name in bad:
+            number = _stored_number(data.get(name, ""))
+            if number is not None:
+                integral = cls.model_fields[name].annotation is int
+                kept[name] = int(number) if integral and number.is_integer() else number
+        return config.model_copy(update=kept)
+
+
+def _stored_number(text: str) -> float | None:
+    """A finite number written in ASCII, else None (``float`` also reads other digits)."""
+    if not text.isascii():
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 __all__ = ["QueueConfig", "lua_defaults"]

@@ -42,11 +42,15 @@ _MACROS = {
 MAX_CRON_LENGTH = 200
 
 
+def _ascii_digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
 def _number(text: str, names: tuple[str, ...], offset: int, what: str) -> int:
     lowered = text.lower()
     if names and lowered in names:
         return names.index(lowered) + offset
-    if not text.isdigit():
+    if not _ascii_digits(text):  # str.isdigit and int() also take other scripts' digits
         raise ValueError(f"{what} field: {text!r} is not a number")
     return int(text)
 
@@ -59,7 +63,7 @@ def _field(
         body, _, step_text = part.partition("/")
         step = 1
         if step_text:
-            if not step_text.isdigit() or int(step_text) == 0:
+            if not _ascii_digits(step_text) or int(step_text) == 0:
                 raise ValueError(f"{what} field: step {step_text!r} must be a positive number")
             step = int(step_text)
         if body in ("*", "?"):

@@ -48,7 +48,7 @@ _QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
 def validate_queue_name(name: str) -> str:
-    if not isinstance(name, str) or not _QUEUE_NAME.match(name):
+    if not isinstance(name, str) or not _QUEUE_NAME.fullmatch(name):
         raise ValueError(
             f"invalid queue name {name!r}: use 1-200 characters of letters, digits, '.', '_' "
             "or '-', starting with a letter or digit"

@@ -55,17 +55,29 @@ def _boolean(value: str) -> str:
     return value
 
 
-def _number(low: float, *, integer: bool = False, open_low: bool = False) -> Callable[[str], str]:
+def _number(
+    low: float, high: float, *, integer: bool = False, open_low: bool = False
+) -> Callable[[str], str]:
+    """A number within ``low``..``high``, in ASCII digits only: ``int()`` and ``float()``
+    also read other scripts' digits, ``_`` separators and spaces, which redis-py or
+    Redis may read otherwise (or not at all)."""
+    shape = _INTEGER if integer else _DECIMAL
+
     def check(value: str) -> str:
-        try:
-            number = int(value) if integer else float(value)
-        except ValueError:
-            raise ValueError("must be " + ("a whole number" if integer else "a number")) from None
+        if not shape.fullmatch(value):
+            raise ValueError("must be " + ("a whole number" if integer else "a number"))
+        number = int(value) if integer else float(value)
         if not math.isfinite(number) or number < low or (open_low and number == low):
             raise ValueError(f"must be {'above' if open_low else 'at least'} {low:g}")
+        if number > high:
+            raise ValueError(f"must be at most {int(high) if high == int(high) else high}")
         return value
 
     return check
+
+
+_INTEGER = re.compile(r"-?[0-9]{1,20}")
+_DECIMAL = re.compile(r"-?([0-9]{1,20}(\.[0-9]{0,20})?|\.[0-9]{1,20})")
 
 
 def _choice(*choices: str) -> Callable[[str], str]:
@@ -87,17 +99,23 @@ def _text(value: str) -> str:
     return value
 
 
+#: Bounds of the numeric query parameters: an hour for any timeout or interval, more
+#: replicas than any deployment has, more connections than a server takes by default.
+MAX_SOCKET_TIMEOUT_S = 3600
+MAX_WAIT_REPLICAS = 1000
+MAX_CONNECTIONS = 100_000
+
 # Query parameters a taskfleet URL may carry (redis-py reads each as a connection option),
 # with the check of their value. Anything else is refused: redis-py would pass it on as an
 # unknown keyword argument and fail at the first connection.
 OPTIONS: dict[str, Callable[[str], str]] = {
-    "db": _number(0, integer=True),
-    "socket_timeout": _number(0, open_low=True),
-    "socket_connect_timeout": _number(0, open_low=True),
+    "db": _number(0, 2**31 - 1, integer=True),
+    "socket_timeout": _number(0, MAX_SOCKET_TIMEOUT_S, open_low=True),
+    "socket_connect_timeout": _number(0, MAX_SOCKET_TIMEOUT_S, open_low=True),
     "socket_keepalive": _boolean,
     "retry_on_timeout": _boolean,
-    "health_check_interval": _number(0, integer=True),
-    "max_connections": _number(1, integer=True),
+    "health_check_interval": _number(0, MAX_SOCKET_TIMEOUT_S, integer=True),
+    "max_connections": _number(1, MAX_CONNECTIONS, integer=True),
     "client_name": _text,
     "protocol": _protocol,
 }
@@ -107,8 +125,8 @@ OPTIONS: dict[str, Callable[[str], str]] = {
 # wait (WAIT) until that many replicas confirm the write, or the timeout passes.
 TASKFLEET_OPTIONS: dict[str, Callable[[str], str]] = {
     "cluster": _boolean,
-    "wait_replicas": _number(0, integer=True),
-    "wait_timeout_ms": _number(0, integer=True),
+    "wait_replicas": _number(0, MAX_WAIT_REPLICAS, integer=True),
+    "wait_timeout_ms": _number(0, MAX_SOCKET_TIMEOUT_S * 1000, integer=True),
 }
 OPTIONS.update(TASKFLEET_OPTIONS)
 # Only for rediss:// (redis-py hands them to its TLS connection only).

@@ -59,7 +59,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,99}$")
 
 
 def validate_schedule_name(name: object) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidArgument(
             f"invalid schedule name {name!r}: use 1-100 letters, digits, '.', '_', ':' or "
             "'-', starting with a letter or digit"

@@ -429,6 +429,13 @@ class Ops:
         args: tuple[Arg, ...] = (task_id, token, error, "1" if retryable else "0", repr(jitter))
         args += (reason,)
         if retry_after_ms is not None:
+            if isinstance(retry_after_ms, bool) or not isinstance(retry_after_ms, int):
+                raise InvalidArgument(f"retry_after_ms must be an int, not {retry_after_ms!r}")
+            if not 0 <= retry_after_ms <= bounds.MAX_DELAY_S * 1000:
+                raise InvalidArgument(
+                    f"retry_after_ms must be within 0..{bounds.MAX_DELAY_S * 1000}, "
+                    f"not {retry_after_ms}"
+                )
             args += (retry_after_ms, bounds.MAX_DEFERRALS)
         return Op("fail", self._k, args, text)
 

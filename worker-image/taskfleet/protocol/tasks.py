@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from taskfleet.protocol import bounds
 from taskfleet.protocol.errors import ProtocolError
+from taskfleet.protocol.jsondepth import nested_too_deep
 from taskfleet.protocol.states import FINISHED, TaskState
 from taskfleet.protocol.tasknames import split_named
 
@@ -137,6 +138,8 @@ class Task(BaseModel):
         for name in ("payload", "result", "progress"):
             if name in h:
                 try:
+                    if nested_too_deep(h[name]):  # no reader could print it parsed
+                        raise ValueError("nested too deep")
                     data[name] = json.loads(h[name])
                 except (ValueError, RecursionError):
                     data[name] = h[name]  # written by a foreign producer: keep it as text

@@ -32,6 +32,7 @@ and the worker's side of the protocol and of its container:
 - ``identity``: a worker's whereabouts, and whether a worker holding a name (its
   ``WorkerRecord``) is alive;
 - ``reaper``: PID 1, a tiny init that forwards signals and reaps orphans.
+- ``children``: at exit, the processes handlers forked and left running are ended.
 
 Imports go one way: this package uses the protocol (never the producer API); only the
 CLI (and tests) import it. ``Worker`` and friends load on first use, so ``taskfleet

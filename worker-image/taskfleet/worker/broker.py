@@ -19,6 +19,7 @@ from typing import TypeVar
 import redis.asyncio
 import redis.exceptions
 
+from taskfleet.protocol import bounds
 from taskfleet.protocol.connect import Durability
 from taskfleet.protocol.control_ops import ControlOps, Report
 from taskfleet.protocol.durable import run_and_wait_async
@@ -253,6 +254,8 @@ class Broker:
         """
         if n <= 0:
             return ClaimResult([])
+        n = min(n, bounds.MAX_BATCH)  # each call's work bounded: callers ask again for more
+        prefetch = min(prefetch, n)
         base = self._token_base()
         raw = await self._claiming(
             self.ops.claim(
@@ -272,6 +275,8 @@ class Broker:
         self, items: Sequence[tuple[str, str, str | None]], n: int, *, prefetch: int = 0
     ) -> tuple[list[int], ClaimResult]:
         """``complete_many(items)`` and then ``claim(n, prefetch=prefetch)``, in one round trip."""
+        n = min(n, bounds.MAX_BATCH)
+        prefetch = min(prefetch, n)
         base = self._token_base()
         applied, raw = await self._claiming(
             self.ops.complete_and_claim(
@@ -355,9 +360,14 @@ class Broker:
         ``max_payload_bytes``, so the task went dead (reason ``result too large``). A
         retry of a write that was applied but whose reply was lost answers the same.
         """
-        if not items:
-            return []
-        return await self._run_waited(self.ops.complete(items))
+        if len(items) <= bounds.MAX_BATCH:  # the worker's outbox writes batches this size
+            return await self._run_waited(self.ops.complete(items)) if items else []
+        applied: list[int] = []
+        for start in range(0, len(items), bounds.MAX_BATCH):
+            chunk = items[start : start + bounds.MAX_BATCH]
+            done: list[int] = await self._run_waited(self.ops.complete(chunk))
+            applied += done
+        return applied
 
     async def complete(self, task_id: str, token: str, result_json: str | None = None) -> None:
         """Finish one task; raises ``StaleToken`` if it was taken back (nothing written)."""
@@ -402,9 +412,11 @@ class Broker:
     async def release(self, items: Iterable[tuple[str, str]]) -> int:
         """Give back unfinished tasks while draining (not an attempt, not lost)."""
         items = list(items)
-        if not items:
-            return 0
-        return await self._run(self.ops.release(self.pod, items))
+        released = 0
+        for start in range(0, len(items), bounds.MAX_BATCH):  # each call's work bounded
+            chunk = items[start : start + bounds.MAX_BATCH]
+            released += await self._run(self.ops.release(self.pod, chunk))
+        return released
 
     async def sweep(self, *, max_calls: int = 1) -> SweepResult:
         """The operator's housekeeping pass; workers may run it too (it is idempotent).

@@ -34,8 +34,8 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any
 
-from taskfleet.worker.context import TaskContext, TaskControl, context_for, verdict_of
-from taskfleet.worker.handlers import encode_result, format_error
+from taskfleet.worker.context import TaskContext, TaskControl, context_for
+from taskfleet.worker.handlers import encode_result, failure_of, format_error
 
 __all__ = ["Job", "TaskStopped", "serve"]
 
@@ -111,7 +111,8 @@ class _Child:
         except TaskStopped:
             raise
         except BaseException as exc:  # the attempt failed; the child serves on
-            return None, format_error(exc), verdict_of(exc)
+            error, verdict = failure_of(exc)  # never raises, whatever exc does
+            return None, error, verdict
         finally:
             self.control = None
 

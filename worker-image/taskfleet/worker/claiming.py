@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from taskfleet.protocol import bounds
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult
 from taskfleet.worker.execution import Execution
@@ -74,7 +75,7 @@ class ClaimLoop:
         execution, slots, draining = self._execution, self._slots, self._drain_requested
         while not draining.is_set():
             self.state = ClaimLoopState.CLAIMING
-            room = self.room()
+            room = min(self.room(), bounds.MAX_BATCH)  # more: the next turn claims again
             if room <= 0:
                 self.state = ClaimLoopState.WAITING_FOR_SLOT
                 self._slot_freed.clear()

@@ -43,6 +43,7 @@ __all__ = [
     "context_for",
     "current_task",
     "progress_json",
+    "retry_asked",
     "verdict_of",
 ]
 
@@ -205,9 +206,30 @@ class Verdict:
 
 
 def verdict_of(exc: BaseException) -> Verdict | None:
-    """The verdict a ``PermanentFailure`` or ``RetryAfter`` carries; None for others."""
-    if isinstance(exc, PermanentFailure):
-        return Verdict(permanent=True)
-    if isinstance(exc, RetryAfter):
-        return Verdict(retry_after_ms=int(exc.delay * 1000))
-    return None
+    """The verdict a ``PermanentFailure`` or ``RetryAfter`` carries; None for others, and
+    for a ``RetryAfter`` without a valid delay. Never raises: the class is read with
+    ``type()`` (``isinstance`` would call a hostile ``__class__``) and the delay checked
+    here, since a subclass may skip ``__init__`` or set it to nan afterwards."""
+    try:
+        kind = type(exc)
+        if issubclass(kind, PermanentFailure):
+            return Verdict(permanent=True)
+        if not issubclass(kind, RetryAfter):
+            return None
+        delay = getattr(exc, "delay", None)
+        if isinstance(delay, bool) or not isinstance(delay, int | float):
+            return None
+        seconds = float(delay)
+        if not (math.isfinite(seconds) and 0 <= seconds <= bounds.MAX_DELAY_S):
+            return None
+        return Verdict(retry_after_ms=int(seconds * 1000))
+    except BaseException:  # a hostile object: an ordinary failure
+        return None
+
+
+def retry_asked(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``RetryAfter`` (by its real class); never raises."""
+    try:
+        return issubclass(type(exc), RetryAfter)
+    except BaseException:
+        return False

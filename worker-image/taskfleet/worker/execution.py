@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Iterable
 
 from taskfleet.worker.claimed import ClaimedTask
-from taskfleet.worker.context import TaskContext, TaskControl, context_for, verdict_of
+from taskfleet.worker.context import TaskContext, TaskControl, context_for
 from taskfleet.worker.events import log, log_event
 from taskfleet.worker.gate import wait_any
-from taskfleet.worker.handlers import encode_result, format_error
+from taskfleet.worker.handlers import encode_result, failure_of, format_error
 from taskfleet.worker.isolation import STOP_GRACE_S, ChildSlot
 from taskfleet.worker.metrics import Timings
 from taskfleet.worker.named import HandlerSet
@@ -141,10 +141,13 @@ class Execution:
     async def _execute(self, run: Run) -> None:
         """An async handler's run, in the task's context (``current_task()``).
 
-        Only the worker's own cancellations (timeout, drain deadline, lost lease) are
-        taken as such: a ``CancelledError`` the handler raises itself (``sub.cancel();
-        await sub``) fails the attempt like any other exception, as do ``SystemExit``
-        and ``KeyboardInterrupt``; none of them may stop the worker or hold the slot.
+        Only the worker's own cancellations are taken as such, known by who asked: a
+        timeout sets ``timed_out``, a lost lease, a drain's deadline or a stop set
+        ``abandoned``, ``Queue.cancel`` sets the control's ``cancelled``, each before it
+        cancels the job. Any other ``CancelledError`` is the handler's own (it cancelled
+        its own task, or raised one) and fails the attempt like any exception, as do
+        ``SystemExit`` and ``KeyboardInterrupt``; none of them may stop the worker or hold
+        the slot, and building the error never raises (``failure_of``).
         """
         task = run.task
         outcome = Outcome(run=run)
@@ -153,18 +156,15 @@ class Execution:
             value = await run.func(task.payload)
             outcome.result = encode_result(value)
         except asyncio.CancelledError as exc:
-            job = asyncio.current_task()
             if run.abandoned or run.timed_out:
                 return  # ours: the failure is written, or the task goes back
             if _cancelled(run):
                 outcome.error = CANCELLED_ERROR  # the task ends cancelled (Queue.cancel)
-            elif job is not None and job.cancelling():
-                return  # ours: a drain's deadline, the task goes back
             else:
-                outcome.error = format_error(exc) + " (raised by the handler itself)"
+                error, _ = failure_of(exc)
+                outcome.error = error + " (raised by the handler itself)"
         except BaseException as exc:  # the handler's failure is the attempt's failure
-            outcome.error = format_error(exc)
-            outcome.verdict = verdict_of(exc)
+            outcome.error, outcome.verdict = failure_of(exc)
         finally:
             if self.timings.enabled:  # an async run starts at its claim
                 run.ran_s = time.monotonic() - run.claimed_at

@@ -15,15 +15,25 @@ from dataclasses import dataclass
 from typing import Any
 
 # Where they were defined first: handlers and tests import them from here too.
-from taskfleet.worker.context import TaskContext, context_for, current_task
+from taskfleet.protocol import bounds
+from taskfleet.worker.context import (
+    TaskContext,
+    Verdict,
+    context_for,
+    current_task,
+    retry_asked,
+    verdict_of,
+)
 
 __all__ = [
     "Handler",
     "HandlerLoadError",
+    "ResultTooLarge",
     "TaskContext",
     "context_for",
     "current_task",
     "encode_result",
+    "failure_of",
     "format_error",
     "load_handler",
     "resolve_handler",
@@ -97,15 +107,59 @@ def resolve_handler(ref: str) -> Any:
 
 
 def format_error(exc: BaseException) -> str:
-    """``Type: message`` on one line, truncated: what a task records about a failed attempt."""
+    """``Type: message`` on one line, truncated: what a task records about a failed attempt.
+
+    Never raises, whatever the exception does: its ``__str__`` may raise anything (even
+    ``SystemExit``), return a ``str`` subclass with hostile methods, or hold lone
+    surrogates Redis could not be sent; the attempt's outcome must still be written.
+    """
+    name = _type_name(exc)
     try:
-        message = str(exc)
-    except Exception:  # a broken __str__ must not lose the outcome of the attempt
+        # str.__str__ turns a str subclass into a plain str without calling its methods
+        message = str.__str__(str(exc))[: MAX_ERROR_CHARS + 1]  # cut first: it may be huge
+    except BaseException:  # a broken __str__ must not lose the outcome
         message = "(the exception's message could not be read)"
-    text = f"{type(exc).__name__}: {message}".replace("\n", " ").strip()
+    return _one_line(f"{name}: {message}")
+
+
+def _type_name(exc: BaseException) -> str:
+    try:
+        return str.__str__(type(exc).__name__)
+    except BaseException:  # a metaclass may make __name__ raise
+        return "Exception"
+
+
+def _one_line(text: str) -> str:
+    text = text.replace("\n", " ").strip()
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 3] + "..."
-    return text
+    # lone surrogates can't be encoded as UTF-8 for Redis: kept as escapes instead
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def failure_of(exc: BaseException) -> tuple[str, Verdict | None]:
+    """What a handler's exception makes of its attempt: the error text and the verdict
+    (``PermanentFailure``, ``RetryAfter``, a result too large); never raises.
+
+    A ``RetryAfter`` whose ``delay`` is missing or not within 0..``MAX_DELAY_S`` (a
+    subclass that skipped ``__init__``, a delay set to nan afterwards) is an ordinary
+    failure, retried after the queue's backoff, and its error says so.
+    """
+    error = format_error(exc)
+    try:
+        # type(), not isinstance(): that would call a hostile __class__
+        if issubclass(type(exc), ResultTooLarge):
+            return error, Verdict(permanent=True)
+        verdict = verdict_of(exc)
+        if verdict is None and retry_asked(exc):
+            error = _one_line(f"{error} (RetryAfter without a valid delay: retried after backoff)")
+    except BaseException:  # nothing above should raise; the outcome must be written anyway
+        verdict = None
+    return error, verdict
+
+
+class ResultTooLarge(ValueError):  # noqa: N818 - says what happened
+    """A handler's result is over what Redis can store (``bounds.MAX_PAYLOAD_BYTES``)."""
 
 
 #: One encoder for every result: ``json.dumps`` with options builds a new one per call.
@@ -113,10 +167,18 @@ _RESULT_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 def encode_result(value: Any) -> str:
-    """The handler's return value as JSON; raises TypeError/ValueError if it is not JSON data."""
+    """The handler's return value as JSON; raises TypeError/ValueError if it is not JSON
+    data (and whatever a hostile object's methods raise: callers catch everything)."""
     if value is None:
         return "null"
     try:
-        return _RESULT_ENCODER.encode(value)
+        text = _RESULT_ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"handler result is not JSON-serialisable: {exc}") from None
+    # ASCII JSON (ensure_ascii): its length is its size. Redis refuses a larger string.
+    if len(text) > bounds.MAX_PAYLOAD_BYTES:
+        raise ResultTooLarge(
+            f"handler result is {len(text)} bytes, over the {bounds.MAX_PAYLOAD_BYTES} any "
+            "task may store"
+        )
+    return text

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from taskfleet.protocol.bounds import MAX_BATCH
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate
 from taskfleet.worker.runs import Outcome
 
@@ -62,7 +63,8 @@ class Outbox:
         shutdown it is set already, so the gate alone paces the retries).
         """
         while self._items:
-            batch, self._items = self._items, []
+            # bounded per script call: a backlog of outcomes goes in several
+            batch, self._items = self._items[:MAX_BATCH], self._items[MAX_BATCH:]
             try:
                 await self._write(batch)
             except REDIS_DOWN as exc:

@@ -60,8 +60,11 @@ class WorkerSettings:
 
     def validate(self) -> None:
         """Raise ValueError with one line saying what to fix."""
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if not 1 <= self.concurrency <= bounds.MAX_CONCURRENCY:
+            raise ValueError(
+                f"concurrency must be within 1..{bounds.MAX_CONCURRENCY}, got {self.concurrency}"
+                " (for more, run more --processes or pods)"
+            )
         if self.isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be thread or process, got {self.isolation!r}")
         if self.max_tasks_per_child is not None:
@@ -93,10 +96,16 @@ class WorkerSettings:
         ):
             if value is not None and value > bound:
                 raise ValueError(f"{what} must be at most {bound:g} seconds, got {value:g}")
-        if self.heartbeat_interval <= 0:
-            raise ValueError("heartbeat interval must be positive")
-        if self.lease_ttl is not None and self.lease_ttl <= 0:
-            raise ValueError("lease TTL must be positive")
+        if self.heartbeat_interval < bounds.MIN_HEARTBEAT_S:
+            raise ValueError(
+                f"heartbeat interval must be at least {bounds.MIN_HEARTBEAT_S:g} seconds, "
+                f"got {self.heartbeat_interval:g}"
+            )
+        if self.lease_ttl is not None and self.lease_ttl < bounds.MIN_LEASE_TTL_S:
+            raise ValueError(
+                f"lease TTL must be at least {bounds.MIN_LEASE_TTL_S:g} seconds, "
+                f"got {self.lease_ttl:g}"
+            )
         if self.lease_ttl is not None and self.heartbeat_interval * 2 > self.lease_ttl:
             raise ValueError(
                 f"heartbeat interval ({self.heartbeat_interval:g}s) must be at most half the "

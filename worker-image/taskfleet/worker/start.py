@@ -16,6 +16,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from taskfleet.protocol import bounds
 from taskfleet.protocol.defaults import CONFIG_DEFAULTS
 from taskfleet.protocol.errors import RedisEvicts
 from taskfleet.protocol.faults import SAFE_EVICTION_POLICY, Policy, classify, eviction_policy
@@ -104,7 +105,8 @@ async def heartbeat_interval(
                 note="the queue's config sets it: taskfleet configure QUEUE --lease-ttl S",
             )
         if interval * 2 > ttl:
-            interval = ttl / 3
+            # a TTL below the floor (a config written by hand): beat at the floor, not faster
+            interval = max(ttl / 3, bounds.MIN_HEARTBEAT_S)
             log_event(
                 logging.WARNING,
                 "heartbeat_shortened",

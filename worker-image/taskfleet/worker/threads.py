@@ -10,8 +10,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
-from taskfleet.worker.context import verdict_of
-from taskfleet.worker.handlers import encode_result, format_error
+from taskfleet.worker.handlers import encode_result, failure_of, format_error
 from taskfleet.worker.runs import Run
 
 #: What a thread hands back per call: the run, its result JSON or its error.
@@ -111,8 +110,8 @@ class HandlerThreads:
                         assert run.context is not None and run.func is not None
                         result = encode_result(run.context.run(run.func, run.task.payload))
                     except BaseException as exc:  # the attempt failed; the thread serves on
-                        error = format_error(exc)
-                        run.verdict = verdict_of(exc)
+                        # never raises, whatever exc does: the run is delivered below
+                        error, run.verdict = failure_of(exc)
                 run.ran_s = clock() - run.began_at
             done.append((run, result, error))
             # Append first, then check: the loop clears both flags before it empties the

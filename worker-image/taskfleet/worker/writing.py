@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from taskfleet.protocol import bounds
 from taskfleet.protocol.scripts import CANCELLED, RESULT_TOO_LARGE
 from taskfleet.protocol.states import TaskState
 from taskfleet.worker.broker import Broker
@@ -92,6 +93,7 @@ class OutcomeWriter:
         items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
         claimed: ClaimResult | None = None
         n, prefetch = self._slots.refill(len(done), len(execution.held), execution.stuck)
+        n, prefetch = min(n, bounds.MAX_BATCH), min(prefetch, n)
         if n <= 0 or not self._may_claim():
             applied = await self.broker.complete_many(items)
         else:

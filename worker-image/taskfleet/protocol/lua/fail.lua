@@ -12,6 +12,7 @@
 --   counted). A retry of a failure this token already wrote (its reply was lost) returns
 --   the state it left.
 local id, token, err = ARGV[1], ARGV[2], ARGV[3]
+local MAX_DELAY_MS = 3153600000000  -- bounds.MAX_DELAY_S (100 years) in ms
 local key = K_TASK .. id
 local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested')
 if v[1] ~= 'running' or v[2] ~= token then
@@ -32,7 +33,9 @@ if v[4] then
 end
 local after = tonumber(ARGV[7] or '')
 if after ~= nil then
-  after = math.max(0, math.floor(after))
+  -- whatever a client sends ('nan', 'inf', -1, 1e300): 0..MAX_DELAY_MS, an exact integer
+  if after ~= after or after < 0 then after = 0 end
+  after = math.floor(math.min(after, MAX_DELAY_MS))
   if redis.call('HINCRBY', key, 'deferred', 1) <= (tonumber(ARGV[8]) or 0) then
     -- the cause is outside the task (rate limited upstream): its start is given back
     redis.call('HINCRBY', key, 'attempts', -1)
