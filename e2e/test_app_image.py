@@ -102,14 +102,9 @@ def test_an_image_on_its_own_base_runs_tasks_and_drains_through_its_taskfleet_co
     [pod] = fleet.wait_ready(1)
     [task] = run_tasks(fleet, [{"bytes": 2_500}])
     # Its own virtualenv's Python ran the handler, with the package its requirements pin.
-    assert (task.state, task.result) == (
-        "done",
-        {
-            "size": "2.5 kB",
-            "humanize": pinned("own-base-image", "humanize"),
-            "python": "/opt/venv/bin/python",
-        },
-    )
+    assert task.state == "done", task.error
+    assert task.result is not None and task.result.pop("python").startswith("/opt/venv/bin/")
+    assert task.result == {"size": "2.5 kB", "humanize": pinned("own-base-image", "humanize")}
 
     # The preStop command the operator sets, run in the container as kubelet runs it: it
     # finds `taskfleet` on the image's PATH and returns once the running task is done.
