@@ -4,7 +4,7 @@
 #
 #   build-images.sh           every image: cluster ones, then the project's
 #   build-images.sh cluster   pause + CoreDNS only (what up.sh needs before pods run)
-#   build-images.sh project   base, Redis, worker (and operator, once operator/Dockerfile exists)
+#   build-images.sh project   base, Redis, worker, operator, and the examples of docs/images.md
 #   build-images.sh release VERSION DIR [REGISTRY]
 #                             a release's worker and operator (release/release.py): built from
 #                             this tree on the same base, tagged REGISTRY/taskfleet-NAME:VERSION
@@ -145,4 +145,18 @@ if [ -f "$repo/operator/Dockerfile" ]; then
   build operator "$OPERATOR_IMAGE" "$repo/operator/Dockerfile" "$repo" \
     "$base_sum $(inputs_hash "$repo" "${project_inputs[@]}")" "${base_arg[@]}"
 fi
+
+# The two recipes of docs/images.md, as a user builds them: an application image FROM the
+# worker image, and an image on another base with taskfleet installed from a wheel.
+build example-app "$EXAMPLE_APP_IMAGE" "$repo/examples/app-image/Dockerfile" \
+  "$repo/examples/app-image" "$(cat "$images/worker.sum") $(inputs_hash "$repo/examples" app-image)" \
+  --build-arg "TASKFLEET_IMAGE=$WORKER_IMAGE"
+own_base_ctx=$images/own-base-ctx
+own_base_sum="$base_sum $(inputs_hash "$repo" "${project_inputs[@]}" examples/own-base-image)"
+if [ "$(cat "$own_base_ctx/inputs.sum" 2>/dev/null)" != "$own_base_sum" ]; then
+  own_base_context "$own_base_ctx"
+  echo "$own_base_sum" >"$own_base_ctx/inputs.sum"
+fi
+build example-own-base "$EXAMPLE_OWN_BASE_IMAGE" "$own_base_ctx/Dockerfile" "$own_base_ctx" \
+  "$own_base_sum" "${base_arg[@]}"
 log "images ready"

@@ -43,6 +43,18 @@ ensure_packages() {
 
 ctr_() { ctr -a "$ctrd_sock" -n k8s.io "$@"; }
 
+# The build context of examples/own-base-image in DIR: the example and a wheel of this
+# checkout next to it, as a user makes one until taskfleet is on PyPI. pip from a venv of
+# its own (the system Python has none); setuptools comes from the package index.
+own_base_context() {
+  local dir=$1
+  rm -rf "$dir" && mkdir -p "$dir"
+  cp -r "$repo/examples/own-base-image/." "$dir/"
+  rm -f "$dir"/*.whl
+  [ -x "$cache/wheel-venv/bin/pip" ] || python3 -m venv "$cache/wheel-venv"
+  "$cache/wheel-venv/bin/pip" wheel --quiet --no-deps -w "$dir" "$repo"
+}
+
 # The node's address: the source address of the default route (eth0 here).
 node_ip() {
   ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1

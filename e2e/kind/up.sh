@@ -66,10 +66,17 @@ if [ "$KIND_IMAGES" = local ]; then
   kind load image-archive --name "$kind_cluster" "$images/worker.tar" >/dev/null
   kind load image-archive --name "$kind_cluster" "$images/redis.tar" >/dev/null
   kind load image-archive --name "$kind_cluster" "$images/operator.tar" >/dev/null
+  kind load image-archive --name "$kind_cluster" "$images/example-app.tar" >/dev/null
+  kind load image-archive --name "$kind_cluster" "$images/example-own-base.tar" >/dev/null
 else
   docker build -t "$WORKER_IMAGE" -f worker-image/Dockerfile "$repo"
   docker build -t "$REDIS_IMAGE" -f e2e/cluster/images/redis.Containerfile "$repo/e2e/cluster/images"
   docker build -t "$OPERATOR_IMAGE" -f operator/Dockerfile "$repo"
-  kind load docker-image --name "$kind_cluster" "$WORKER_IMAGE" "$REDIS_IMAGE" "$OPERATOR_IMAGE"
+  # The examples of docs/images.md (e2e/test_app_image.py), built as a user builds them.
+  docker build -t "$EXAMPLE_APP_IMAGE" --build-arg "TASKFLEET_IMAGE=$WORKER_IMAGE" "$repo/examples/app-image"
+  own_base_context "$cache/kind/own-base-ctx"
+  docker build -t "$EXAMPLE_OWN_BASE_IMAGE" "$cache/kind/own-base-ctx"
+  kind load docker-image --name "$kind_cluster" "$WORKER_IMAGE" "$REDIS_IMAGE" "$OPERATOR_IMAGE" \
+    "$EXAMPLE_APP_IMAGE" "$EXAMPLE_OWN_BASE_IMAGE"
 fi
 log "kind cluster $kind_cluster ready: export KUBECONFIG=$kubeconfig"

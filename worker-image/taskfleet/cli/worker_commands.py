@@ -65,6 +65,14 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 @click.command()
 @click.option("--queue", envvar=environment.QUEUE, required=True, show_envvar=True)
 @click.option(
+    "--app-dir",
+    envvar=environment.APP_DIR,
+    default=None,
+    show_envvar=True,
+    help="Import handlers from this directory first (it goes to the front of the import "
+    "path, as with `python -m`) [default: the current directory].",
+)
+@click.option(
     "--handler",
     "handlers",
     envvar=environment.HANDLER,
@@ -235,6 +243,7 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
 def worker(
     *,
     queue: str,
+    app_dir: str | None,
     handlers: tuple[str, ...],
     concurrency: int,
     processes: int,
@@ -260,6 +269,7 @@ def worker(
     is lost, the released tasks run elsewhere).
     """
     from taskfleet.worker import WorkerSettings
+    from taskfleet.worker.handlers import HandlerLoadError, put_app_dir_first
     from taskfleet.worker.identity import default_pod_name
     from taskfleet.worker.reaper import run_as_init
     from taskfleet.worker.runtime import UnsafeRuntimeDir, prepare_runtime_dir
@@ -272,6 +282,11 @@ def worker(
             f"--pod must not contain {PROCESS_SEPARATOR!r}: it separates a pod's name from "
             "the number of its worker process"
         )
+    try:
+        # Before any fork: every worker process imports handlers from the same place.
+        put_app_dir_first(app_dir)
+    except HandlerLoadError as exc:
+        raise BadInput(str(exc)) from None
     try:
         runtime_dir = str(prepare_runtime_dir(runtime_dir, create=True))
     except UnsafeRuntimeDir as exc:

@@ -28,6 +28,7 @@ ALLOW_EVICTION = "TASKFLEET_ALLOW_EVICTION"
 METRICS_PORT = "TASKFLEET_METRICS_PORT"
 ISOLATION = "TASKFLEET_ISOLATION"
 MAX_TASKS_PER_CHILD = "TASKFLEET_MAX_TASKS_PER_CHILD"
+APP_DIR = "TASKFLEET_APP_DIR"
 
 #: What the operator sets on every worker pod, or owns through a spec field
 #: (``isolation``, ``maxTasksPerChild``): a TaskQueue's ``env`` may not.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ __all__ = [
     "failure_of",
     "format_error",
     "load_handler",
+    "put_app_dir_first",
     "resolve_handler",
 ]
 
@@ -68,6 +70,24 @@ def _is_async_callable(obj: Any) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
+def put_app_dir_first(directory: str | None = None) -> str:
+    """Put ``directory`` (default: the current one) at the front of ``sys.path``, as
+    ``python -m``, ``celery -A`` and ``rq worker`` do: a console script's ``sys.path[0]``
+    is its own ``bin/``, so without this ``taskfleet worker --handler myapp.tasks:f`` run
+    from the project folder would not find ``myapp``. Absolute, so a handler's
+    ``os.chdir`` changes nothing, and forked or spawned children import from the same
+    place. Returns the directory; raises ``HandlerLoadError`` if it is not one."""
+    try:
+        path = os.path.abspath(directory if directory else os.getcwd())
+    except FileNotFoundError:  # the current directory was removed under us
+        raise HandlerLoadError("the current directory no longer exists: set --app-dir") from None
+    if not os.path.isdir(path):
+        raise HandlerLoadError(f"--app-dir {directory!r} is not a directory")
+    if not sys.path or sys.path[0] != path:
+        sys.path.insert(0, path)
+    return path
+
+
 def load_handler(ref: str) -> Handler:
     """Import ``module:function`` (the function part may be dotted: ``mod:Class.method``)."""
     obj = resolve_handler(ref)
@@ -86,7 +106,9 @@ def resolve_handler(ref: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
             raise HandlerLoadError(
-                f"handler module {module_name!r} not found (sys.path: {sys.path[0] or '.'} ...)"
+                f"handler module {module_name!r} not found: looked in "
+                f"{os.path.abspath(sys.path[0]) if sys.path else '.'} first (the worker's "
+                "--app-dir), then the installed packages"
             ) from None
         raise HandlerLoadError(
             f"handler module {module_name!r} failed to import: {format_error(exc)}"

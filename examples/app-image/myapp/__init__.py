@@ -1,0 +1,1 @@
+"""An example application whose worker image adds a third-party dependency."""

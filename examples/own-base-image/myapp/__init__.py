@@ -1,0 +1,1 @@
+"""An example application on its own base image with taskfleet installed into it."""
