@@ -27,6 +27,7 @@ from taskfleet.protocol.tasknames import PATTERN as TASK_NAME_PATTERN
 from taskfleet.protocol.tasknames import task_name_problem
 
 from taskfleet_operator.modelbase import CamelModel, cel
+from taskfleet_operator.podtemplate import PodTemplate
 from taskfleet_operator.redisspec import RedisRef
 
 GROUP = "taskfleet.dev"
@@ -313,6 +314,24 @@ def _reserved_env_rule() -> str:
     return f"self.env.all(e, !(e.name in [{names}]))"
 
 
+# spec.template.worker.env comes after spec.env: a name in both, or one the operator sets,
+# would leave the pod with two values and the reader guessing which holds.
+TEMPLATE_ENV_MESSAGE = (
+    "spec.template.worker.env must not repeat a name of spec.env, nor set "
+    + ", ".join(RESERVED_ENV)
+    + ": the operator sets them"
+)
+
+
+def _template_env_rule() -> str:
+    names = ", ".join(f"'{name}'" for name in RESERVED_ENV)
+    return (
+        "!has(self.template) || !has(self.template.worker) || "
+        "!has(self.template.worker.env) || self.template.worker.env.all(e, "
+        f"!(e.name in [{names}]) && (!has(self.env) || !self.env.exists(f, f.name == e.name)))"
+    )
+
+
 class TaskQueueSpec(CamelModel):
     """What the user asks for: a queue, its shared limits, and the workers that serve it."""
 
@@ -342,6 +361,7 @@ class TaskQueueSpec(CamelModel):
                     "env must not set " + ", ".join(RESERVED_ENV) + ": the operator sets them",
                     field_path=".env",
                 ),
+                cel(_template_env_rule(), TEMPLATE_ENV_MESSAGE, field_path=".template"),
             ]
         }
     )
@@ -427,6 +447,26 @@ class TaskQueueSpec(CamelModel):
     affinity: Annotated[dict[str, Any] | None, Field(json_schema_extra=K8S_OBJECT)] = None
     service_account_name: str | None = Field(default=None, max_length=253, pattern=NAME_PATTERN)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    # --- the pod template and the disruption guard (podtemplate.py, disruption.py)
+    template: PodTemplate | None = Field(
+        default=None,
+        description="A pod template (metadata, spec) merged under the operator's own "
+        "fields, and additions to the worker container (worker): pull secrets, volumes "
+        "and mounts, envFrom, extra, init and sidecar containers, labels, annotations, "
+        "priorityClassName, topologySpreadConstraints, securityContext within restricted "
+        "pod security. What the operator owns (the worker's command, args, preStop, "
+        "ports, the grace period, its labels and annotations, the container 'worker') is "
+        "refused. Changing it rolls the fleet (pods drain). The flat fields (image, env, "
+        "resources, nodeSelector, tolerations, affinity, serviceAccountName, "
+        "imagePullPolicy) keep their meaning; template.worker.env follows spec.env.",
+    )
+    disruption_guard: bool = Field(
+        default=True,
+        description="While a worker pod holds a task, annotate it karpenter.sh/"
+        'do-not-disrupt: "true" and cluster-autoscaler.kubernetes.io/safe-to-evict: '
+        '"false", so node consolidation and the cluster-autoscaler leave its node alone; '
+        "removed once the pod is idle. false: never (and removed where present).",
+    )
     on_delete: Literal["Retain", "Purge"] = Field(
         default="Retain", description="Purge deletes the queue's Redis data with the TaskQueue."
     )
@@ -465,6 +505,11 @@ class TaskQueueSpec(CamelModel):
         reserved = sorted({e.name for e in self.env} & set(RESERVED_ENV))
         if reserved:
             raise ValueError(f"env must not set {', '.join(reserved)}: the operator sets them")
+        worker = self.template.worker if self.template is not None else None
+        if worker is not None and worker.env:
+            taken = {e.name for e in self.env} | set(RESERVED_ENV)
+            if any(e.name in taken for e in worker.env):
+                raise ValueError(TEMPLATE_ENV_MESSAGE)
         return self
 
 
