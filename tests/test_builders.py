@@ -780,7 +780,7 @@ def test_a_template_setting_what_the_operator_owns_or_breaking_restricted_securi
 
 
 def test_template_env_may_not_repeat_a_name_of_the_flat_env() -> None:
-    with pytest.raises(ValidationError, match="must not repeat a name of spec.env"):
+    with pytest.raises(ValidationError, match=r"must not repeat a name of spec\.env"):
         make_spec(
             env=[{"name": "LOG_LEVEL", "value": "info"}],
             template={"worker": {"env": [{"name": "LOG_LEVEL", "value": "debug"}]}},

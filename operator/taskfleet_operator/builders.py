@@ -33,6 +33,13 @@ SCRAPE_ANNOTATIONS = {
 }
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+#: The disruption guard: what a worker pod carries while it holds a task (spec.disruptionGuard),
+#: read by Karpenter (voluntary disruption: consolidation, drift) and by the cluster-autoscaler
+#: (scale-down of the pod's node).
+DISRUPTION_GUARD_ANNOTATIONS = {
+    "karpenter.sh/do-not-disrupt": "true",
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+}
 
 # The drain deadline follows maxTaskDurationSeconds so a task that may legally run that
 # long can finish on shutdown; it is capped because kubelet keeps a Terminating pod (and

@@ -214,6 +214,40 @@ def set_pod_deletion_cost(
     return True
 
 
+def set_pod_annotations(
+    name: str, namespace: str, *, uid: str, queue: str, annotations: Mapping[str, str | None]
+) -> bool:
+    """Set (a value) or remove (None) annotations of one worker pod, and nothing else, in
+    one JSON patch guarded like `set_pod_deletion_cost`'s (the same uid, the queue's
+    label); False if the pod is gone, is no longer that worker pod, or lacks a key to
+    remove (the caller reads again and decides again)."""
+    body: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": f"/metadata/labels/{_pointer(QUEUE_LABEL)}", "value": queue},
+    ]
+    for key, value in annotations.items():
+        path = f"/metadata/annotations/{_pointer(key)}"
+        body.append(
+            {"op": "remove", "path": path}
+            if value is None
+            else {"op": "add", "path": path, "value": value}
+        )
+    try:
+        core().patch_namespaced_pod(
+            name,
+            namespace,
+            body,
+            _content_type="application/json-patch+json",
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+    except ApiException as exc:
+        if exc.status in (404, 422):
+            _log.debug("pod %s/%s not annotated: %s", namespace, name, exc.reason)
+            return False
+        raise
+    return True
+
+
 def _pointer(key: str) -> str:
     """A map key as one JSON-pointer segment (RFC 6901)."""
     return key.replace("~", "~0").replace("/", "~1")
