@@ -126,7 +126,7 @@ K8S_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-f
 Opaque = Annotated[dict[str, Any], Field(json_schema_extra=K8S_OBJECT)]
 
 
-def _refused_fields(owned: dict[str, str], where: str) -> dict[str, Any]:
+def _refused_fields(owned: dict[str, str]) -> dict[str, Any]:
     """Schema properties for fields declared only so CEL can refuse them by name."""
     return {
         name: {
@@ -351,49 +351,52 @@ class PodSecurity(CamelModel):
         return self
 
 
+_HOST_PORT_MESSAGE = "ports must not use hostPort or hostIP (" + RESTRICTED + ")"
+_METRICS_PORT_MESSAGE = (
+    "port names starting with 'metrics' are the worker's (the PodMonitor selects them): "
+    "pick another name"
+)
+
+
+def _port_schema(schema: dict[str, Any]) -> None:
+    schema["properties"].update(
+        _refused_fields(dict.fromkeys(("hostPort", "hostIP"), "host ports break " + RESTRICTED))
+    )
+    schema["x-kubernetes-validations"] = [
+        cel("!has(self.hostPort) && !has(self.hostIP)", _HOST_PORT_MESSAGE),
+        cel("!has(self.name) || !self.name.startsWith('metrics')", _METRICS_PORT_MESSAGE),
+    ]
+
+
 class ContainerPort(CamelModel):
     """A port a template container listens on; host ports are refused."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "properties": _refused_fields({"hostPort": "x", "hostIP": "x"}, "ports"),
-            "x-kubernetes-validations": [
-                cel(
-                    "!has(self.hostPort) && !has(self.hostIP)",
-                    "ports must not use hostPort or hostIP (" + RESTRICTED + ")",
-                ),
-                cel(
-                    "!has(self.name) || !self.name.startsWith('metrics')",
-                    "port names starting with 'metrics' are the worker's (the PodMonitor "
-                    "selects them): pick another name",
-                ),
-            ],
-        }
-    )
+    model_config = ConfigDict(json_schema_extra=_port_schema)
 
     name: str | None = Field(default=None, max_length=15, description="Its name.")
     container_port: int = Field(ge=1, le=65535, description="The port.")
-    protocol: Literal["TCP", "UDP", "SCTP"] | None = None
+    protocol: Literal["TCP", "UDP", "SCTP"] | None = Field(default=None, description="TCP.")
 
     @model_validator(mode="before")
     @classmethod
     def _no_host(cls, raw: Any) -> Any:
         if isinstance(raw, dict) and ({"hostPort", "hostIP"} & set(raw)):
-            raise ValueError(f"ports must not use hostPort or hostIP ({RESTRICTED})")
+            raise ValueError(_HOST_PORT_MESSAGE)
         return raw
 
     @model_validator(mode="after")
     def _not_metrics(self) -> ContainerPort:
         if self.name is not None and self.name.startswith("metrics"):
-            raise ValueError(
-                "port names starting with 'metrics' are the worker's (the PodMonitor selects "
-                "them): pick another name"
-            )
+            raise ValueError(_METRICS_PORT_MESSAGE)
         return self
 
 
 def _volume_schema(schema: dict[str, Any]) -> None:
-    schema["properties"].update(_refused_fields(dict.fromkeys(REFUSED_VOLUME_SOURCES, "x"), ""))
+    schema["properties"].update(
+        _refused_fields(
+            dict.fromkeys(REFUSED_VOLUME_SOURCES, "not a volume type " + RESTRICTED + " allows")
+        )
+    )
     schema["x-kubernetes-validations"] = [
         cel(f"!has(self.{source})", f"volumes: {source} {VOLUME_SOURCE_MESSAGE}")
         for source in REFUSED_VOLUME_SOURCES
@@ -535,7 +538,7 @@ class InitContainer(Container):
 
 def _owned(owned: dict[str, str], where: str) -> Any:
     def extra(schema: dict[str, Any]) -> None:
-        schema["properties"].update(_refused_fields(owned, where))
+        schema["properties"].update(_refused_fields(owned))
         schema.setdefault("x-kubernetes-validations", []).extend(_owned_rules(owned, where))
 
     return extra
