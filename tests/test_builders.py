@@ -779,6 +779,43 @@ def test_a_template_setting_what_the_operator_owns_or_breaking_restricted_securi
         make_spec(template=template)
 
 
+def test_scheduling_given_in_the_template_instead_of_the_flat_fields_reaches_the_pod() -> None:
+    spec = make_spec(
+        template={
+            "spec": {
+                "nodeSelector": {"pool": "gpu"},
+                "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                "affinity": {"nodeAffinity": {}},
+                "serviceAccountName": "media",
+            }
+        }
+    )
+    pod = builders.build_deployment("q", "ns", spec)["spec"]["template"]["spec"]
+
+    assert pod["nodeSelector"] == {"pool": "gpu"}
+    assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert pod["affinity"] == {"nodeAffinity": {}}
+    assert pod["serviceAccountName"] == "media"
+    assert pod["automountServiceAccountToken"] is True
+
+
+@pytest.mark.parametrize(
+    ("flat", "twin"),
+    [
+        ({"nodeSelector": {"a": "b"}}, {"nodeSelector": {"c": "d"}}),
+        ({"tolerations": [{"key": "a"}]}, {"tolerations": [{"key": "b"}]}),
+        ({"affinity": {"nodeAffinity": {}}}, {"affinity": {"podAffinity": {}}}),
+        ({"serviceAccountName": "a"}, {"serviceAccountName": "b"}),
+    ],
+)
+def test_a_flat_field_and_its_template_twin_may_not_both_be_set(
+    flat: dict[str, Any], twin: dict[str, Any]
+) -> None:
+    (field,) = flat
+    with pytest.raises(ValidationError, match=f"set {field} in one place, spec.{field} or"):
+        make_spec(**flat, template={"spec": twin})
+
+
 def test_template_env_may_not_repeat_a_name_of_the_flat_env() -> None:
     with pytest.raises(ValidationError, match=r"must not repeat a name of spec\.env"):
         make_spec(

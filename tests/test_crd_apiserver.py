@@ -405,6 +405,18 @@ def test_an_invalid_pod_template_is_refused_at_apply_with_a_message_naming_the_f
     assert message in result.stderr
 
 
+def test_a_flat_scheduling_field_and_its_template_twin_together_are_refused(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    spec = base_spec(
+        URL, nodeSelector={"pool": "a"}, template={"spec": {"nodeSelector": {"pool": "b"}}}
+    )
+    result = apply(kube_apiserver, tq_namespace, "twins", spec)
+
+    assert result.returncode != 0
+    assert "set nodeSelector in one place, spec.nodeSelector or spec.template.spec" in result.stderr
+
+
 def test_kubectl_explain_documents_the_pod_template_and_the_disruption_guard(
     kube_apiserver: KubeApiserver, taskqueue_crd: str
 ) -> None:

@@ -288,7 +288,9 @@ def build_pod_template(own: dict[str, Any], template: PodTemplate | None) -> dic
     Nothing of the operator's is replaced (the models refuse what it owns): labels and
     annotations are added beside its own; volumes, containers and the worker's mounts
     and env come after its own; imagePullSecrets, initContainers (native sidecars),
-    priorityClassName, topologySpreadConstraints and envFrom are the template's alone;
+    priorityClassName, topologySpreadConstraints and envFrom are the template's alone, as
+    are nodeSelector, tolerations, affinity and serviceAccountName when given here rather
+    than as the spec's flat fields (never both);
     securityContext fields are laid over the operator's (`merge_security`), within
     restricted pod security, and every template container gets what that profile asks of
     each container (no privilege escalation, every capability dropped).
@@ -317,6 +319,12 @@ def build_pod_template(own: dict[str, Any], template: PodTemplate | None) -> dic
             pod["priorityClassName"] = extra.priority_class_name
         if extra.topology_spread_constraints:
             pod["topologySpreadConstraints"] = [dict(c) for c in extra.topology_spread_constraints]
+        dumped = _dump(extra)
+        for field in ("nodeSelector", "tolerations", "affinity", "serviceAccountName"):
+            if field in dumped:  # the flat twin is unset: the models refuse both
+                pod[field] = dumped[field]
+        if extra.service_account_name is not None:
+            pod["automountServiceAccountToken"] = True  # as for spec.serviceAccountName
         if extra.security_context is not None:
             pod["securityContext"] = merge_security(
                 pod.get("securityContext") or {}, _dump(extra.security_context)

@@ -20,6 +20,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.alias_generators import to_snake
 from taskfleet.protocol import environment
 from taskfleet.protocol.cron import parse_cron
 from taskfleet.protocol.slots import zone
@@ -323,6 +324,21 @@ TEMPLATE_ENV_MESSAGE = (
 )
 
 
+#: Flat fields with a twin in spec.template.spec: one may be set, not both.
+TEMPLATE_TWINS = ("nodeSelector", "tolerations", "affinity", "serviceAccountName")
+
+
+def _twin_message(field: str) -> str:
+    return f"set {field} in one place, spec.{field} or spec.template.spec.{field}, not both"
+
+
+def _twin_rule(field: str) -> str:
+    return (
+        f"!has(self.{field}) || !has(self.template) || !has(self.template.spec) || "
+        f"!has(self.template.spec.{field})"
+    )
+
+
 def _template_env_rule() -> str:
     names = ", ".join(f"'{name}'" for name in RESERVED_ENV)
     return (
@@ -362,6 +378,7 @@ class TaskQueueSpec(CamelModel):
                     field_path=".env",
                 ),
                 cel(_template_env_rule(), TEMPLATE_ENV_MESSAGE, field_path=".template"),
+                *(cel(_twin_rule(f), _twin_message(f)) for f in TEMPLATE_TWINS),
             ]
         }
     )
@@ -458,7 +475,9 @@ class TaskQueueSpec(CamelModel):
         "ports, the grace period, its labels and annotations, the container 'worker') is "
         "refused. Changing it rolls the fleet (pods drain). The flat fields (image, env, "
         "resources, nodeSelector, tolerations, affinity, serviceAccountName, "
-        "imagePullPolicy) keep their meaning; template.worker.env follows spec.env.",
+        "imagePullPolicy) keep their meaning; nodeSelector, tolerations, affinity and "
+        "serviceAccountName go flat or in template.spec, not both; template.worker.env "
+        "follows spec.env.",
     )
     disruption_guard: bool = Field(
         default=True,
@@ -505,6 +524,11 @@ class TaskQueueSpec(CamelModel):
         reserved = sorted({e.name for e in self.env} & set(RESERVED_ENV))
         if reserved:
             raise ValueError(f"env must not set {', '.join(reserved)}: the operator sets them")
+        twins = self.template.spec if self.template is not None else None
+        for field in TEMPLATE_TWINS if twins is not None else ():
+            name = to_snake(field)
+            if getattr(self, name) is not None and getattr(twins, name) is not None:
+                raise ValueError(_twin_message(field))
         worker = self.template.worker if self.template is not None else None
         if worker is not None and worker.env:
             taken = {e.name for e in self.env} | set(RESERVED_ENV)

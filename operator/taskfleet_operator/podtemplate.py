@@ -723,6 +723,23 @@ class TemplateSpec(CamelModel):
     security_context: PodSecurity | None = Field(
         default=None, description="Changes to the pod's securityContext, within restricted."
     )
+    # The flat fields' twins, for a template pasted from a pod spec: one place or the other
+    # (TaskQueueSpec refuses both), so nothing is silently overridden.
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(
+        default=None, max_length=64, description="As spec.nodeSelector (set one of the two)."
+    )
+    tolerations: list[Opaque] | None = Field(
+        default=None, max_length=64, description="As spec.tolerations (set one of the two)."
+    )
+    affinity: Opaque | None = Field(
+        default=None, description="As spec.affinity (set one of the two)."
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=NAME_PATTERN,
+        description="As spec.serviceAccountName (set one of the two); its token is mounted.",
+    )
 
     @model_validator(mode="before")
     @classmethod
