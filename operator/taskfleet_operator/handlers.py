@@ -147,7 +147,8 @@ def worker_pod_guards(
     """Each live worker pod's disruption-guard annotations by (namespace, queue): the
     sweep patches only pods whose guard must change, without listing pods."""
     guard = disruption.pod_guard(body, labels[QUEUE_LABEL])
-    return None if guard is None else {(namespace, labels[QUEUE_LABEL]): guard}
+    # {} rather than None: kopf keeps an earlier value for None, and drops it for {}.
+    return {} if guard is None else {(namespace, labels[QUEUE_LABEL]): guard}
 
 
 @kopf.index("deployments", labels={QUEUE_LABEL: kopf.PRESENT})
