@@ -126,13 +126,29 @@ K8S_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-f
 Opaque = Annotated[dict[str, Any], Field(json_schema_extra=K8S_OBJECT)]
 
 
+#: The schema a refused field is declared with: CEL sees only typed fields, so each gets
+#: its core/v1 type (its content kept as given: it is refused whatever it holds).
+_STRING: dict[str, Any] = {"type": "string"}
+_INTEGER: dict[str, Any] = {"type": "integer"}
+_STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
+_OBJECTS: dict[str, Any] = {"type": "array", "items": K8S_OBJECT}
+REFUSED_TYPES: dict[str, dict[str, Any]] = {
+    "name": _STRING,
+    "image": _STRING,
+    "imagePullPolicy": _STRING,
+    "command": _STRINGS,
+    "args": _STRINGS,
+    "ports": _OBJECTS,
+    "hostPort": _INTEGER,
+    "hostIP": _STRING,
+    "terminationGracePeriodSeconds": _INTEGER,
+}
+
+
 def _refused_fields(owned: dict[str, str]) -> dict[str, Any]:
     """Schema properties for fields declared only so CEL can refuse them by name."""
     return {
-        name: {
-            "description": f"Refused: {why}." if why else "Refused.",
-            "x-kubernetes-preserve-unknown-fields": True,
-        }
+        name: {**REFUSED_TYPES.get(name, K8S_OBJECT), "description": f"Refused: {why}."}
         for name, why in owned.items()
     }
 
