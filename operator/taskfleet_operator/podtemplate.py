@@ -128,10 +128,10 @@ Opaque = Annotated[dict[str, Any], Field(json_schema_extra=K8S_OBJECT)]
 
 #: The schema a refused field is declared with: CEL sees only typed fields, so each gets
 #: its core/v1 type (its content kept as given: it is refused whatever it holds).
-_STRING: dict[str, Any] = {"type": "string"}
-_INTEGER: dict[str, Any] = {"type": "integer"}
-_STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
-_OBJECTS: dict[str, Any] = {"type": "array", "items": K8S_OBJECT}
+_STRING: dict[str, Any] = {"type": "string", "maxLength": 4096}
+_INTEGER: dict[str, Any] = {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1}
+_STRINGS: dict[str, Any] = {"type": "array", "maxItems": 256, "items": _STRING}
+_OBJECTS: dict[str, Any] = {"type": "array", "maxItems": 256, "items": K8S_OBJECT}
 REFUSED_TYPES: dict[str, dict[str, Any]] = {
     "name": _STRING,
     "image": _STRING,
@@ -145,10 +145,12 @@ REFUSED_TYPES: dict[str, dict[str, Any]] = {
 }
 
 
-def _refused_fields(owned: dict[str, str]) -> dict[str, Any]:
+def _refused_fields(
+    owned: dict[str, str], types: dict[str, dict[str, Any]] = REFUSED_TYPES
+) -> dict[str, Any]:
     """Schema properties for fields declared only so CEL can refuse them by name."""
     return {
-        name: {**REFUSED_TYPES.get(name, K8S_OBJECT), "description": f"Refused: {why}."}
+        name: {**types.get(name, K8S_OBJECT), "description": f"Refused: {why}."}
         for name, why in owned.items()
     }
 
@@ -409,8 +411,9 @@ class ContainerPort(CamelModel):
 
 def _volume_schema(schema: dict[str, Any]) -> None:
     schema["properties"].update(
-        _refused_fields(
-            dict.fromkeys(REFUSED_VOLUME_SOURCES, "not a volume type " + RESTRICTED + " allows")
+        _refused_fields(  # every volume source is an object (an image volume too)
+            dict.fromkeys(REFUSED_VOLUME_SOURCES, "not a volume type " + RESTRICTED + " allows"),
+            types={},
         )
     )
     schema["x-kubernetes-validations"] = [
