@@ -278,3 +278,177 @@ def test_a_usable_redis_url_with_options_is_accepted(
     result = apply(kube_apiserver, tq_namespace, "good", base_spec(url))
 
     assert result.returncode == 0, result.stderr
+
+
+# ----------------------------------------------------------------------------- spec.template
+
+SIDECAR_TEMPLATE: dict[str, Any] = {
+    "metadata": {"labels": {"team": "media"}, "annotations": {"sidecar.istio.io/inject": "false"}},
+    "spec": {
+        "imagePullSecrets": [{"name": "registry"}],
+        "volumes": [{"name": "ca", "configMap": {"name": "redis-ca"}}],
+        "initContainers": [
+            {
+                "name": "proxy",
+                "image": "proxy:2",
+                "restartPolicy": "Always",
+                "startupProbe": {"tcpSocket": {"port": 5432}},
+            }
+        ],
+        "containers": [{"name": "shipper", "image": "shipper:1", "workingDir": "/logs"}],
+        "priorityClassName": "batch-low",
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+            }
+        ],
+        "securityContext": {"fsGroup": 2000},
+    },
+    "worker": {
+        "volumeMounts": [{"name": "ca", "mountPath": "/etc/redis-ca", "readOnly": True}],
+        "envFrom": [{"configMapRef": {"name": "app"}}],
+        "env": [{"name": "MODEL_DIR", "value": "/models"}],
+    },
+}
+
+
+def test_a_taskqueue_with_a_pod_template_is_stored_as_given_with_the_guard_on_by_default(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    result = apply(
+        kube_apiserver, tq_namespace, "templated", base_spec(URL, template=SIDECAR_TEMPLATE)
+    )
+
+    assert result.returncode == 0, result.stderr
+    stored = get_tq(kube_apiserver, tq_namespace, "templated")["spec"]
+    assert stored["template"] == SIDECAR_TEMPLATE  # nothing pruned: the opaque parts kept
+    assert stored["disruptionGuard"] is True
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        (
+            {"worker": {"command": ["sh", "-c", "x"]}},
+            "spec.template.worker.command is set by the operator",
+        ),
+        ({"worker": {"lifecycle": {"preStop": {}}}}, "preStop hook runs `taskfleet drain`"),
+        ({"worker": {"ports": [{"containerPort": 80}]}}, "the operator owns the metrics ports"),
+        (
+            {"spec": {"terminationGracePeriodSeconds": 1}},
+            "terminationGracePeriodSeconds is set by the operator",
+        ),
+        ({"spec": {"containers": [{"name": "worker", "image": "x"}]}}, "may not be named 'worker'"),
+        ({"metadata": {"labels": {"taskfleet.dev/queue": "x"}}}, "labels must not set"),
+        (
+            {
+                "metadata": {
+                    "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}
+                }
+            },
+            "annotations must not set",
+        ),
+        (
+            {"spec": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}},
+            "volumes: hostPath is not allowed: the restricted Pod Security Standard allows only",
+        ),
+        ({"spec": {"volumes": [{"name": "tmp", "emptyDir": {}}]}}, "must not be named 'tmp'"),
+        ({"spec": {"hostNetwork": True}}, "hostNetwork: host namespaces are refused"),
+        ({"spec": {"hostPID": True}}, "hostPID: host namespaces are refused"),
+        (
+            {
+                "spec": {
+                    "containers": [
+                        {"name": "s", "image": "i", "securityContext": {"privileged": True}}
+                    ]
+                }
+            },
+            "privileged containers are refused",
+        ),
+        ({"worker": {"securityContext": {"runAsUser": 0}}}, "runAsUser 0 (root) is refused"),
+        (
+            {"worker": {"securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}},
+            "capabilities.add may hold only NET_BIND_SERVICE",
+        ),
+        (
+            {"spec": {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}},
+            'supported values: "RuntimeDefault", "Localhost"',
+        ),
+        (
+            {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "s",
+                            "image": "i",
+                            "ports": [{"containerPort": 80, "hostPort": 80}],
+                        }
+                    ]
+                }
+            },
+            "must not use hostPort or hostIP",
+        ),
+        (
+            {"worker": {"volumeMounts": [{"name": "ca", "mountPath": "/etc/ca"}]}},
+            "names a volume that spec.template.spec.volumes does not declare",
+        ),
+        (
+            {
+                "spec": {"volumes": [{"name": "ca", "emptyDir": {}}]},
+                "worker": {"volumeMounts": [{"name": "ca", "mountPath": "/tmp/taskfleet"}]},
+            },
+            "must not mount at /tmp or /tmp/taskfleet",
+        ),
+        (
+            {"worker": {"env": [{"name": "TASKFLEET_QUEUE", "value": "x"}]}},
+            "spec.template.worker.env must not repeat a name of spec.env, nor set",
+        ),
+        ({"spec": {"nodeName": "node-1"}}, 'unknown field "spec.template.spec.nodeName"'),
+    ],
+)
+def test_an_invalid_pod_template_is_refused_at_apply_with_a_message_naming_the_field(
+    kube_apiserver: KubeApiserver,
+    taskqueue_crd: str,
+    tq_namespace: str,
+    template: dict[str, Any],
+    message: str,
+) -> None:
+    result = apply(kube_apiserver, tq_namespace, "bad", base_spec(URL, template=template))
+
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_a_flat_scheduling_field_and_its_template_twin_together_are_refused(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str, tq_namespace: str
+) -> None:
+    spec = base_spec(
+        URL, nodeSelector={"pool": "a"}, template={"spec": {"nodeSelector": {"pool": "b"}}}
+    )
+    result = apply(kube_apiserver, tq_namespace, "twins", spec)
+
+    assert result.returncode != 0
+    assert "set nodeSelector in one place, spec.nodeSelector or spec.template.spec" in result.stderr
+
+
+def test_kubectl_explain_documents_the_pod_template_and_the_disruption_guard(
+    kube_apiserver: KubeApiserver, taskqueue_crd: str
+) -> None:
+    def explain(path: str) -> str:
+        return kubectl(kube_apiserver, "explain", path).stdout
+
+    template = explain("taskqueue.spec.template")
+    worker = explain("taskqueue.spec.template.worker")
+    volumes = explain("taskqueue.spec.template.spec.volumes")
+    guard = explain("taskqueue.spec.disruptionGuard")
+
+    assert "merged under the operator's own" in " ".join(template.split())
+    for field in ("metadata", "spec", "worker"):
+        assert f"  {field}\t" in template, field
+    for field in ("volumeMounts", "envFrom", "env", "securityContext", "command"):
+        assert f"  {field}\t" in worker, field
+    assert "Refused: the operator runs `taskfleet worker`" in " ".join(worker.split())
+    assert "restricted" in " ".join(volumes.split())
+    assert "karpenter.sh/do-not-disrupt" in " ".join(guard.split())

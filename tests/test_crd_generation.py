@@ -130,3 +130,16 @@ def test_autoscale_says_it_owns_the_replicas_and_requires_only_max_replicas() ->
     status = openapi_schema()["properties"]["status"]["properties"]
     assert status["desiredReplicas"]["type"] == "integer"
     assert status["scalingReason"]["type"] == "string"
+
+
+def test_every_field_of_the_pod_template_and_the_guard_is_described_for_kubectl_explain() -> None:
+    spec = openapi_schema()["properties"]["spec"]["properties"]
+    undescribed = [
+        f"spec.{name}{path}"
+        for name in ("template", "disruptionGuard")
+        for path, node in walk(spec[name])
+        # a field's description covers its items and values (kubectl explain shows fields)
+        if not node.get("description") and not path.endswith(("[]", "{}"))
+    ]
+
+    assert not undescribed, f"no description for kubectl explain: {undescribed}"

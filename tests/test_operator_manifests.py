@@ -294,7 +294,7 @@ def as_operator(
     )
 
 
-def test_the_operator_account_may_set_only_the_deletion_cost_of_worker_pods(
+def test_the_operator_account_may_set_only_the_deletion_cost_and_guard_of_worker_pods(
     kube_apiserver: KubeApiserver, operator_kubeconfig: Path, kube_namespace: str
 ) -> None:
     def pod(name: str, labels: dict[str, str]) -> str:
@@ -353,6 +353,26 @@ def test_the_operator_account_may_set_only_the_deletion_cost_of_worker_pods(
         "-p",
         '[{"op": "replace", "path": "/spec/containers/0/image", "value": "evil"}]',
     )
+    guard = as_operator(
+        kube_apiserver,
+        operator_kubeconfig,
+        *ns,
+        "annotate",
+        "pod",
+        "worker",
+        "karpenter.sh/do-not-disrupt=true",
+        "cluster-autoscaler.kubernetes.io/safe-to-evict=false",
+    )
+    unguard = as_operator(
+        kube_apiserver,
+        operator_kubeconfig,
+        *ns,
+        "annotate",
+        "pod",
+        "worker",
+        "karpenter.sh/do-not-disrupt-",
+        "cluster-autoscaler.kubernetes.io/safe-to-evict-",
+    )
     relabel = as_operator(
         kube_apiserver, operator_kubeconfig, *ns, "label", "pod", "worker", "app=stolen"
     )
@@ -368,6 +388,8 @@ def test_the_operator_account_may_set_only_the_deletion_cost_of_worker_pods(
     )
 
     assert allowed.returncode == 0, allowed.stderr
+    assert guard.returncode == 0, guard.stderr
+    assert unguard.returncode == 0, unguard.stderr
     assert "may change only worker pods" in not_a_worker.stderr
     for refused in (image, relabel, annotate):
         assert refused.returncode != 0

@@ -8,6 +8,7 @@ return.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import Any
@@ -16,6 +17,7 @@ from taskfleet.protocol import environment
 from taskfleet.protocol.config import QueueConfig
 
 from taskfleet_operator.models import GROUP, QUEUE_LABEL, TaskQueueSpec
+from taskfleet_operator.podtemplate import PodTemplate
 
 WORKER_CONTAINER = "worker"
 WORKER_UID = 10001
@@ -44,6 +46,13 @@ def scrape_annotations(processes: int) -> dict[str, str]:
 
 SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+#: The disruption guard: what a worker pod carries while it holds a task (spec.disruptionGuard),
+#: read by Karpenter (voluntary disruption: consolidation, drift) and by the cluster-autoscaler
+#: (scale-down of the pod's node).
+DISRUPTION_GUARD_ANNOTATIONS = {
+    "karpenter.sh/do-not-disrupt": "true",
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+}
 
 # The drain deadline follows maxTaskDurationSeconds so a task that may legally run that
 # long can finish on shutdown; it is capped because kubelet keeps a Terminating pod (and
@@ -249,15 +258,122 @@ def pod_template(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str, An
     """The pod template, annotated with a hash of everything that must roll the pods.
 
     Fields that only change Redis-side settings (maxConcurrency, rateLimit, retention,
-    ...) or the replica count do not appear in the template, so they never roll pods.
+    ...) or the replica count do not appear in the template, so they never roll pods;
+    ``spec.template`` does, merged in by `build_pod_template`, so changing it rolls them.
     """
-    annotations = scrape_annotations(spec.worker_processes())
-    template: dict[str, Any] = {
-        "metadata": {"labels": labels(name), "annotations": annotations},
+    own: dict[str, Any] = {
+        "metadata": {
+            "labels": labels(name),
+            "annotations": scrape_annotations(spec.worker_processes()),
+        },
         "spec": pod_spec(namespace, name, spec),
     }
-    annotations[SPEC_HASH_ANNOTATION] = spec_hash(template)
+    template = build_pod_template(own, spec.template)
+    template["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = spec_hash(template)
     return template
+
+
+#: What restricted pod security requires of every container and a pod-level
+#: securityContext cannot say; given to each template container under its own settings.
+RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def merge_security(own: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
+    """A securityContext with ``added``'s fields over ``own``'s; capabilities dropped by
+    either stay dropped (``ALL`` first), added ones are ``added``'s (the models allow only
+    NET_BIND_SERVICE)."""
+    merged = {**own, **added}
+    own_caps, added_caps = own.get("capabilities") or {}, added.get("capabilities") or {}
+    if own_caps or added_caps:
+        drop = [*own_caps.get("drop", []), *added_caps.get("drop", [])]
+        caps: dict[str, Any] = {"drop": list(dict.fromkeys(drop))}
+        if added_caps.get("add"):
+            caps["add"] = list(added_caps["add"])
+        merged["capabilities"] = caps
+    return merged
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = model.model_dump(by_alias=True, exclude_none=True)
+    return dumped
+
+
+def _template_container(model: Any) -> dict[str, Any]:
+    container = _dump(model)
+    container["securityContext"] = merge_security(
+        RESTRICTED_CONTAINER_SECURITY, container.get("securityContext") or {}
+    )
+    return container
+
+
+def build_pod_template(own: dict[str, Any], template: PodTemplate | None) -> dict[str, Any]:
+    """The operator's pod template (``own``) with a TaskQueue's ``spec.template`` merged
+    under it: a new dict, ``own`` untouched.
+
+    Nothing of the operator's is replaced (the models refuse what it owns): labels and
+    annotations are added beside its own; volumes, containers and the worker's mounts
+    and env come after its own; imagePullSecrets, initContainers (native sidecars),
+    priorityClassName, topologySpreadConstraints and envFrom are the template's alone, as
+    are nodeSelector, tolerations, affinity and serviceAccountName when given here rather
+    than as the spec's flat fields (never both);
+    securityContext fields are laid over the operator's (`merge_security`), within
+    restricted pod security, and every template container gets what that profile asks of
+    each container (no privilege escalation, every capability dropped).
+    """
+    merged = copy.deepcopy(own)
+    if template is None:
+        return merged
+    meta, pod = merged["metadata"], merged["spec"]
+    if template.metadata is not None:
+        meta["labels"] = {**(template.metadata.labels or {}), **meta.get("labels", {})}
+        meta["annotations"] = {
+            **(template.metadata.annotations or {}),
+            **meta.get("annotations", {}),
+        }
+    extra = template.spec
+    if extra is not None:
+        if extra.image_pull_secrets:
+            pod["imagePullSecrets"] = [_dump(ref) for ref in extra.image_pull_secrets]
+        if extra.volumes:
+            pod["volumes"] = [*pod.get("volumes", []), *map(_dump, extra.volumes)]
+        if extra.init_containers:
+            pod["initContainers"] = [_template_container(c) for c in extra.init_containers]
+        if extra.containers:
+            pod["containers"] = [*pod["containers"], *map(_template_container, extra.containers)]
+        if extra.priority_class_name is not None:
+            pod["priorityClassName"] = extra.priority_class_name
+        if extra.topology_spread_constraints:
+            pod["topologySpreadConstraints"] = [dict(c) for c in extra.topology_spread_constraints]
+        dumped = _dump(extra)
+        for field in ("nodeSelector", "tolerations", "affinity", "serviceAccountName"):
+            if field in dumped:  # the flat twin is unset: the models refuse both
+                pod[field] = dumped[field]
+        if extra.service_account_name is not None:
+            pod["automountServiceAccountToken"] = True  # as for spec.serviceAccountName
+        if extra.security_context is not None:
+            pod["securityContext"] = merge_security(
+                pod.get("securityContext") or {}, _dump(extra.security_context)
+            )
+    worker = template.worker
+    if worker is not None:
+        container = next(c for c in pod["containers"] if c["name"] == WORKER_CONTAINER)
+        if worker.volume_mounts:
+            container["volumeMounts"] = [
+                *container.get("volumeMounts", []),
+                *map(_dump, worker.volume_mounts),
+            ]
+        if worker.env_from:
+            container["envFrom"] = [_dump(source) for source in worker.env_from]
+        if worker.env:
+            container["env"] = [*container.get("env", []), *map(_dump, worker.env)]
+        if worker.security_context is not None:
+            container["securityContext"] = merge_security(
+                container.get("securityContext") or {}, _dump(worker.security_context)
+            )
+    return merged
 
 
 def build_deployment(

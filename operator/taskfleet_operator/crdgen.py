@@ -73,6 +73,8 @@ def _structural(node: Any) -> Any:
         node = {**typed[0], **node, "nullable": True}
     if node.get("default", 0) is None:
         del node["default"]
+    if "const" in node:  # a one-value Literal: a CRD knows enum, not const
+        node["enum"] = [node.pop("const")]
     for key in _DROPPED_KEYS:
         node.pop(key, None)
     extra = node.get("additionalProperties")

@@ -21,13 +21,23 @@ from typing import Any
 
 import kopf
 import redis
+from kubernetes.client.exceptions import ApiException
 
-from taskfleet_operator import builders, kube, memos, reconcile, scaler, sweeper, wakeups
+from taskfleet_operator import (
+    builders,
+    disruption,
+    kube,
+    memos,
+    reconcile,
+    scaler,
+    sweeper,
+    wakeups,
+)
 from taskfleet_operator import status as tqstatus
 from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.metrics import OperatorMetrics
-from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
+from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION, TaskQueueSpec
 from taskfleet_operator.outages import ServerParked
 from taskfleet_operator.settings import OperatorSettings, configure_kopf, watched_namespaces
 
@@ -144,6 +154,17 @@ def _not_finished(status: kopf.Status, **_: Any) -> bool:
 def worker_pods(*, name: str, namespace: str | None, labels: Mapping[str, str], **_: Any) -> Any:
     """Live worker pods (Terminating ones included, finished ones not) by (namespace, queue)."""
     return {(namespace, labels[QUEUE_LABEL]): name}
+
+
+@kopf.index("pods", labels={QUEUE_LABEL: kopf.PRESENT}, when=_not_finished)
+def worker_pod_guards(
+    *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> Any:
+    """Each live worker pod's disruption-guard annotations by (namespace, queue): the
+    sweep patches only pods whose guard must change, without listing pods."""
+    guard = disruption.pod_guard(body, labels[QUEUE_LABEL])
+    # {} rather than None: kopf keeps an earlier value for None, and drops it for {}.
+    return {} if guard is None else {(namespace, labels[QUEUE_LABEL]): guard}
 
 
 @kopf.index("deployments", labels={QUEUE_LABEL: kopf.PRESENT})
@@ -439,6 +460,7 @@ def _sweep_once(
         if sync and not outcome.schedule_errors:
             memory.schedules_synced, memory.schedules_synced_at = schedules, time.monotonic()
         _count_sweep(metrics, queue, outcome)
+        _guard(key, model, report=outcome, memo=memo, logger=logger, indexes=indexes)
     else:
         metrics.sweep_errors.labels(queue, outcome.reason).inc()
     policy = connections.policy(namespace, name)
@@ -462,6 +484,31 @@ def _sweep_once(
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     memory.announced = tqstatus.announced_after(swept)
     return wakeups.after_sweep(model, outcome, deployment, len(live))
+
+
+def _guard(
+    key: tuple[str, str],
+    model: TaskQueueSpec,
+    *,
+    report: sweeper.SweepReport,
+    memo: kopf.Memo,
+    logger: Logger,
+    indexes: Mapping[str, Any],
+) -> None:
+    """The disruption guard after a sweep (`disruption`); a failure waits for the next."""
+    namespace, name = key
+    try:
+        disruption.update_guards(
+            memos.connections(memo).get(namespace, name, model),
+            namespace,
+            name,
+            indexes["worker_pod_guards"].get(key, []),
+            enabled=model.disruption_guard,
+            running=int(report.stats.get("running", 0)),
+            logger=logger,
+        )
+    except (redis.RedisError, kube.SecretUnavailable, ApiException) as error:
+        logger.warning("disruption guard not updated: %s", describe_error(error))
 
 
 def _count_sweep(metrics: OperatorMetrics, queue: str, report: sweeper.SweepReport) -> None:

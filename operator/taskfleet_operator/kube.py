@@ -186,29 +186,47 @@ def set_pod_deletion_cost(
     name: str, namespace: str, *, uid: str, queue: str, annotation: str, cost: str
 ) -> bool:
     """Set one annotation of one worker pod, and nothing else; False if the pod is gone or
-    is no longer that worker pod.
+    is no longer that worker pod (`set_pod_annotations`). Worker pods always have
+    annotations (the spec hash), so ``add`` sets just this key."""
+    return set_pod_annotations(
+        name, namespace, uid=uid, queue=queue, annotations={annotation: cost}
+    )
+
+
+def set_pod_annotations(
+    name: str, namespace: str, *, uid: str, queue: str, annotations: Mapping[str, str | None]
+) -> bool:
+    """Set (a value) or remove (None) annotations of one worker pod, and nothing else;
+    False if the pod is gone, is no longer that worker pod, or lacks a key to remove (the
+    caller reads again and decides again).
 
     A JSON patch whose ``test`` operations make the apiserver apply it only to the pod
     listed (same uid) while it still carries the queue's label: the ``pods: patch`` the
-    operator holds is only ever used for the deletion-cost annotation of its own workers
-    (the admission policy in manifests/rbac/ enforces the same for the whole account).
-    Worker pods always have annotations (the spec hash), so ``add`` sets just this key.
+    operator holds is only ever used for its own annotations of its own workers (the
+    admission policy in manifests/rbac/ enforces the same for the whole account).
     """
-    body = [
+    body: list[dict[str, Any]] = [
         {"op": "test", "path": "/metadata/uid", "value": uid},
         {"op": "test", "path": f"/metadata/labels/{_pointer(QUEUE_LABEL)}", "value": queue},
-        {"op": "add", "path": f"/metadata/annotations/{_pointer(annotation)}", "value": cost},
     ]
+    for key, value in annotations.items():
+        path = f"/metadata/annotations/{_pointer(key)}"
+        body.append(
+            {"op": "remove", "path": path}
+            if value is None
+            else {"op": "add", "path": path, "value": value}
+        )
     try:
         core().patch_namespaced_pod(
-            name, namespace, body, _content_type="application/json-patch+json"
+            name,
+            namespace,
+            body,
+            _content_type="application/json-patch+json",
+            _request_timeout=REQUEST_TIMEOUT,
         )
     except ApiException as exc:
-        if exc.status == 404:
-            _log.debug("pod %s/%s vanished before it was annotated", namespace, name)
-            return False
-        if exc.status == 422:  # a test failed: another pod of that name, or relabelled
-            _log.debug("pod %s/%s is no longer worker %s of %s", namespace, name, uid, queue)
+        if exc.status in (404, 422):
+            _log.debug("pod %s/%s not annotated: %s", namespace, name, exc.reason)
             return False
         raise
     return True

@@ -20,6 +20,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.alias_generators import to_snake
 from taskfleet.protocol import environment
 from taskfleet.protocol.cron import parse_cron
 from taskfleet.protocol.slots import zone
@@ -27,6 +28,7 @@ from taskfleet.protocol.tasknames import PATTERN as TASK_NAME_PATTERN
 from taskfleet.protocol.tasknames import task_name_problem
 
 from taskfleet_operator.modelbase import CamelModel, cel
+from taskfleet_operator.podtemplate import PodTemplate
 from taskfleet_operator.redisspec import RedisRef
 
 GROUP = "taskfleet.dev"
@@ -317,6 +319,39 @@ def _reserved_env_rule() -> str:
     return f"self.env.all(e, !(e.name in [{names}]))"
 
 
+# spec.template.worker.env comes after spec.env: a name in both, or one the operator sets,
+# would leave the pod with two values and the reader guessing which holds.
+TEMPLATE_ENV_MESSAGE = (
+    "spec.template.worker.env must not repeat a name of spec.env, nor set "
+    + ", ".join(RESERVED_ENV)
+    + ": the operator sets them"
+)
+
+
+#: Flat fields with a twin in spec.template.spec: one may be set, not both.
+TEMPLATE_TWINS = ("nodeSelector", "tolerations", "affinity", "serviceAccountName")
+
+
+def _twin_message(field: str) -> str:
+    return f"set {field} in one place, spec.{field} or spec.template.spec.{field}, not both"
+
+
+def _twin_rule(field: str) -> str:
+    return (
+        f"!has(self.{field}) || !has(self.template) || !has(self.template.spec) || "
+        f"!has(self.template.spec.{field})"
+    )
+
+
+def _template_env_rule() -> str:
+    names = ", ".join(f"'{name}'" for name in RESERVED_ENV)
+    return (
+        "!has(self.template) || !has(self.template.worker) || "
+        "!has(self.template.worker.env) || self.template.worker.env.all(e, "
+        f"!(e.name in [{names}]) && (!has(self.env) || !self.env.exists(f, f.name == e.name)))"
+    )
+
+
 class TaskQueueSpec(CamelModel):
     """What the user asks for: a queue, its shared limits, and the workers that serve it."""
 
@@ -352,6 +387,8 @@ class TaskQueueSpec(CamelModel):
                     "env must not set " + ", ".join(RESERVED_ENV) + ": the operator sets them",
                     field_path=".env",
                 ),
+                cel(_template_env_rule(), TEMPLATE_ENV_MESSAGE, field_path=".template"),
+                *(cel(_twin_rule(f), _twin_message(f)) for f in TEMPLATE_TWINS),
             ]
         }
     )
@@ -453,6 +490,28 @@ class TaskQueueSpec(CamelModel):
     affinity: Annotated[dict[str, Any] | None, Field(json_schema_extra=K8S_OBJECT)] = None
     service_account_name: str | None = Field(default=None, max_length=253, pattern=NAME_PATTERN)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    # --- the pod template and the disruption guard (podtemplate.py, disruption.py)
+    template: PodTemplate | None = Field(
+        default=None,
+        description="A pod template (metadata, spec) merged under the operator's own "
+        "fields, and additions to the worker container (worker): pull secrets, volumes "
+        "and mounts, envFrom, extra, init and sidecar containers, labels, annotations, "
+        "priorityClassName, topologySpreadConstraints, securityContext within restricted "
+        "pod security. What the operator owns (the worker's command, args, preStop, "
+        "ports, the grace period, its labels and annotations, the container 'worker') is "
+        "refused. Changing it rolls the fleet (pods drain). The flat fields (image, env, "
+        "resources, nodeSelector, tolerations, affinity, serviceAccountName, "
+        "imagePullPolicy) keep their meaning; nodeSelector, tolerations, affinity and "
+        "serviceAccountName go flat or in template.spec, not both; template.worker.env "
+        "follows spec.env.",
+    )
+    disruption_guard: bool = Field(
+        default=True,
+        description="While a worker pod holds a task, annotate it karpenter.sh/"
+        'do-not-disrupt: "true" and cluster-autoscaler.kubernetes.io/safe-to-evict: '
+        '"false", so node consolidation and the cluster-autoscaler leave its node alone; '
+        "removed once the pod is idle. false: never (and removed where present).",
+    )
     on_delete: Literal["Retain", "Purge"] = Field(
         default="Retain", description="Purge deletes the queue's Redis data with the TaskQueue."
     )
@@ -497,6 +556,16 @@ class TaskQueueSpec(CamelModel):
         reserved = sorted({e.name for e in self.env} & set(RESERVED_ENV))
         if reserved:
             raise ValueError(f"env must not set {', '.join(reserved)}: the operator sets them")
+        twins = self.template.spec if self.template is not None else None
+        for field in TEMPLATE_TWINS if twins is not None else ():
+            name = to_snake(field)
+            if getattr(self, name) is not None and getattr(twins, name) is not None:
+                raise ValueError(_twin_message(field))
+        worker = self.template.worker if self.template is not None else None
+        if worker is not None and worker.env:
+            taken = {e.name for e in self.env} | set(RESERVED_ENV)
+            if any(e.name in taken for e in worker.env):
+                raise ValueError(TEMPLATE_ENV_MESSAGE)
         return self
 
 

@@ -159,14 +159,19 @@ def _apply_fleet_once(
     try:
         return kube.apply_deployment(deployment)
     except ApiException as exc:
-        # 400/422: invalid. 500 "failed to convert": a value the typed Deployment cannot
-        # even hold (the apiserver answers server-side apply of such a value that way).
-        if exc.status in (400, 422) or "failed to convert" in _api_message(exc):
+        # 400/422: invalid. 500 "failed to convert" / "failed to create typed patch
+        # object": a value the typed Deployment cannot even hold (the apiserver answers
+        # server-side apply of such a value that way, e.g. a string where spec.template's
+        # opaque parts need a number).
+        if exc.status in (400, 422) or any(text in _api_message(exc) for text in _UNTYPEABLE):
             # Pass-through fields (resources, env, scheduling) are only checked here.
             raise DeploymentRejected(
                 f"the worker Deployment was rejected: {_api_message(exc)}"
             ) from None
         raise
+
+
+_UNTYPEABLE = ("failed to convert", "failed to create typed patch object")
 
 
 def _api_message(exc: ApiException) -> str:
