@@ -32,7 +32,12 @@ def _image_values() -> dict[str, str]:
     """registry/repository/tag of the operator image the suite built (versions.env)."""
     reference, _, tag = OPERATOR_IMAGE.rpartition(":")
     registry, _, repository = reference.rpartition("/")
-    return {"registry": registry, "repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
+    return {
+        "registry": registry,
+        "repository": repository,
+        "tag": tag,
+        "pullPolicy": "IfNotPresent",
+    }
 
 
 @pytest.fixture

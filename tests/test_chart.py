@@ -66,7 +66,11 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "admission-off": ({"admissionPolicy": {"enabled": False}}, ["--api-versions", VAP]),
     "digest": (
         {
-            "image": {"registry": "registry.example.com/platform", "tag": "0.2.0", "digest": DIGEST},
+            "image": {
+                "registry": "registry.example.com/platform",
+                "tag": "0.2.0",
+                "digest": DIGEST,
+            },
             "imagePullSecrets": [{"name": "regcred"}],
             "operator": {"settings": {"sweepInterval": 5, "sweepThreads": 8}},
         },
@@ -124,36 +128,31 @@ def test_helm_lint_strict_passes_with_the_values_of_each_case(case: str, tmp_pat
 
 
 def test_every_key_of_values_yaml_is_commented() -> None:
-    """Each key line is preceded by a comment line, or sits in a commented group."""
+    """The line above each key is a comment. Keys inside a free-form object (resources,
+    security contexts, label maps: no properties in the schema) are its default value,
+    described by the comment of the object itself."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
     lines = (CHART / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, dict[str, Any] | None]] = [(-1, schema)]
     bare = []
-    for i, line in enumerate(lines):
+    previous = ""
+    for line in lines:
         stripped = line.strip()
-        if not stripped or stripped.startswith("#") or stripped.startswith("-"):
+        if not stripped:
             continue
-        if ":" not in stripped:
-            continue
-        indent = len(line) - len(line.lstrip())
-        # A comment directly above, or a parent key whose comment covers its literal default.
-        above = lines[i - 1].strip() if i else ""
-        if above.startswith("#"):
-            continue
-        parent = next(
-            (
-                lines[j]
-                for j in range(i - 1, -1, -1)
-                if lines[j].strip() and len(lines[j]) - len(lines[j].lstrip()) < indent
-            ),
-            "",
-        )
-        if parent.strip().endswith(":") and _commented(lines, lines.index(parent)):
-            continue
-        bare.append(line)
+        key = stripped.split(":", 1)[0]
+        is_key = not stripped.startswith(("#", "-")) and ":" in stripped
+        if is_key:
+            indent = len(line) - len(line.lstrip())
+            while stack[-1][0] >= indent:
+                stack.pop()
+            parent = stack[-1][1]
+            node = (parent or {}).get("properties", {}).get(key) if parent else None
+            if parent is not None and "properties" in parent and not previous.startswith("#"):
+                bare.append(line)
+            stack.append((indent, node))
+        previous = stripped
     assert bare == []
-
-
-def _commented(lines: list[str], index: int) -> bool:
-    return index > 0 and lines[index - 1].strip().startswith("#")
 
 
 def test_every_key_of_values_yaml_is_in_the_schema() -> None:
@@ -232,7 +231,12 @@ def test_namespaced_rbac_splits_the_same_rules_into_a_role_per_namespace() -> No
         )
         secrets = [r for r in role["rules"] if r["resources"] == ["secrets"]]
         assert secrets == [
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["redis-url"]}
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "verbs": ["get"],
+                "resourceNames": ["redis-url"],
+            }
         ]
     assert {r["resources"][0] for r in cluster["rules"]} == {
         "customresourcedefinitions",
@@ -302,13 +306,19 @@ def test_the_admission_policy_keeps_the_rules_of_manifests_and_binds_this_releas
             "'system:serviceaccount:taskfleet-system:taskfleet-operator'",
         }
     ]
-    assert binding["spec"] == {"policyName": "taskfleet-operator-writes", "validationActions": ["Deny"]}
+    assert binding["spec"] == {
+        "policyName": "taskfleet-operator-writes",
+        "validationActions": ["Deny"],
+    }
 
 
 def test_a_digest_pins_the_image_and_replaces_the_tag() -> None:
     deployment = by_kind(case_objects("digest"))[("Deployment", "taskfleet-operator")]
     pod = deployment["spec"]["template"]["spec"]
-    assert pod["containers"][0]["image"] == f"registry.example.com/platform/taskfleet-operator@{DIGEST}"
+    assert (
+        pod["containers"][0]["image"]
+        == f"registry.example.com/platform/taskfleet-operator@{DIGEST}"
+    )
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
 
 
@@ -359,7 +369,9 @@ def test_monitoring_objects_reuse_the_rules_and_dashboard_of_manifests_monitorin
     source = (REPO / "manifests/monitoring/grafana/taskfleet.json").read_text()
     assert dashboard["data"]["taskfleet.json"] == source
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
-    ports = [e["port"] for e in docs[("PodMonitor", "taskfleet-workers")]["spec"]["podMetricsEndpoints"]]
+    ports = [
+        e["port"] for e in docs[("PodMonitor", "taskfleet-workers")]["spec"]["podMetricsEndpoints"]
+    ]
     assert ports == ["metrics", "metrics-2"]
 
 
@@ -367,10 +379,13 @@ def test_the_demo_redis_password_is_generated_per_install_and_never_a_value() ->
     first, second = (
         by_kind(objects(render({"demoRedis": {"enabled": True}}).stdout)) for _ in range(2)
     )
-    passwords = [docs[("Secret", "taskfleet-redis-auth")]["data"]["password"] for docs in (first, second)]
+    passwords = [
+        docs[("Secret", "taskfleet-redis-auth")]["data"]["password"] for docs in (first, second)
+    ]
     assert passwords[0] != passwords[1]
     assert all(len(p) >= 32 for p in passwords)
-    env = first[("Deployment", "taskfleet-redis")]["spec"]["template"]["spec"]["containers"][0]["env"]
+    redis = first[("Deployment", "taskfleet-redis")]["spec"]["template"]["spec"]
+    env = redis["containers"][0]["env"]
     assert env == [
         {
             "name": "REDIS_PASSWORD",
