@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from e2e.lib.fleet import Fleet, Operator
-from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, VERSIONS, Kube, KubectlError
+from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, VERSIONS, Kube
 from tests.helm import CHART, helm
 from tests.polling import wait_for
 
@@ -148,7 +148,7 @@ def test_helm_install_runs_tasks_and_uninstall_keeps_crds_fleets_peering_and_red
         timeout=180,
         interval=CLUSTER_INTERVAL_S,
         what="the suite's operator to be ready again",
-        ignoring=(*CLUSTER_ERRORS, KubectlError),
+        ignoring=CLUSTER_ERRORS,
     )
     fleet.scale(1)
     fleet.queue.wait_settled(pending, timeout=180).assert_nothing_lost()
