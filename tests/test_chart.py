@@ -465,3 +465,41 @@ def test_the_rendered_chart_is_accepted_by_the_pinned_kube_apiserver(
     result = kubectl(kube_apiserver, "apply", "--dry-run=server", "-f", "-", stdin=rendered)
     applied = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(applied) == len(objects(rendered)), result.stdout
+
+
+def test_a_release_keeps_its_generated_password_on_upgrade_and_the_crds_on_uninstall(
+    kube_apiserver: KubeApiserver, kube_namespace: str
+) -> None:
+    """A real `helm install/upgrade/uninstall` against the apiserver fixture (no
+    controllers: objects are stored, nothing runs)."""
+    env = kube_apiserver.env()
+    release = f"rel-{kube_namespace}"
+    chart = ("--namespace", kube_namespace)
+
+    def password() -> str:
+        secret = kubectl(
+            kube_apiserver, "-n", kube_namespace, "get", "secret",
+            f"{release}-taskfleet-redis-auth", "-o", "jsonpath={.data.password}",
+        )  # fmt: skip
+        return secret.stdout
+
+    helm("install", release, str(CHART), *chart, "--set", "demoRedis.enabled=true", env=env)
+    crds = ("crd/taskqueues.taskfleet.dev", "crd/clusterkopfpeerings.kopf.dev")
+    kubectl(kube_apiserver, "get", *crds)
+    first = password()
+    assert len(first) >= 32
+    # The install saw the cluster: the admission policy is there (1.30+), for this release.
+    kubectl(kube_apiserver, "get", f"validatingadmissionpolicy/{release}-taskfleet-operator-writes")
+
+    helm("upgrade", release, str(CHART), *chart, "--reuse-values", env=env)
+    assert password() == first
+
+    helm("uninstall", release, *chart, env=env)
+    kubectl(kube_apiserver, "get", *crds)  # fails the test if either went
+    gone = kubectl(
+        kube_apiserver, "-n", kube_namespace, "get", "deployments,secrets,serviceaccounts",
+        "-l", f"app.kubernetes.io/instance={release}", "-o", "name",
+    )  # fmt: skip
+    assert gone.stdout == ""
+    roles = kubectl(kube_apiserver, "get", "clusterroles", "-o", "name").stdout.split()
+    assert f"clusterrole.rbac.authorization.k8s.io/{release}-taskfleet-operator" not in roles
