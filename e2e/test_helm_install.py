@@ -70,6 +70,15 @@ def release_namespace() -> Iterator[Kube]:
     finally:
         helm("uninstall", RELEASE, "--namespace", name, "--wait", check=False)
         Kube().run("delete", "namespace", name, "--wait=false", check=False)
+        # Uninstall keeps the release's peering object (the test checks it); leave the
+        # cluster as the suite found it.
+        Kube().run(
+            "delete",
+            "clusterkopfpeering",
+            f"{RELEASE}-taskfleet",
+            "--ignore-not-found",
+            check=False,
+        )
 
 
 def _queue_data(fleet: Fleet, task_ids: list[str]) -> dict[str, Any]:
@@ -134,6 +143,7 @@ def test_helm_install_runs_tasks_and_uninstall_keeps_crds_fleets_peering_and_red
         assert Kube().get("crd", crd) is not None, crd
     assert fleet.taskqueue()["metadata"].get("deletionTimestamp") is None
     assert fleet.deployment()["metadata"].get("deletionTimestamp") is None
+    assert Kube().get("clusterkopfpeering", fullname) is not None
     if suite_peering is not None:
         assert Kube().get("clusterkopfpeering", "taskfleet") is not None
     assert _queue_data(fleet, done + pending) == before
