@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
         bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo \
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
         kind-node-image kind-up kind-down clean release-tools release release-check \
-        test-redis-versions bench-operator-outage
+        test-redis-versions bench-operator-outage helm chart-files chart-lint
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -62,8 +62,9 @@ e2e-kind-ci: ## the kind stage of make check (KIND_IMAGES=local, KIND_CI_TESTS)
 	e2e/cluster/down.sh
 	KIND_IMAGES=local e2e/kind/run.sh $(KIND_CI_TESTS)
 
-crds: ## regenerate crds/ from the pydantic models
+crds: ## regenerate crds/ from the pydantic models (and the chart's copy)
 	$(BIN)/python -m taskfleet_operator.crdgen --write crds/
+	charts/sync-files.sh
 
 crds-check: ## fail if crds/ drifted from the models
 	$(BIN)/python -m taskfleet_operator.crdgen --check crds/
@@ -123,6 +124,16 @@ local-demo: ## a local worker fleet against a local redis-server (no Kubernetes)
 
 k8s-bins: ## build the pinned Kubernetes components from their Go modules (cached)
 	e2e/cluster/build-k8s.sh
+
+helm: ## build the pinned helm from its Go module (cached; prints its path)
+	e2e/cluster/build-helm.sh
+
+chart-files: ## copy the CRDs, monitoring and admission-policy files into charts/taskfleet
+	charts/sync-files.sh
+
+chart-lint: helm ## helm lint --strict on charts/taskfleet, and the copies checked for drift
+	charts/sync-files.sh --check
+	$$(e2e/cluster/build-helm.sh 2>/dev/null | tail -1) lint --strict charts/taskfleet
 
 cluster-up: ## bring up the local single-node cluster (idempotent)
 	e2e/cluster/up.sh

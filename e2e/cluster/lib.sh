@@ -9,6 +9,8 @@ state=$cache/cluster                       # logs, pids, certs, kubeconfigs, etc
 k8s_bin=${TASKFLEET_K8S_BIN:-$cache/k8s/$K8S_VERSION/bin}
 # The pinned kubectl first (client and server within the supported skew), once built.
 [ -x "$k8s_bin/kubectl" ] && export PATH=$k8s_bin:$PATH
+# The pinned helm (e2e/cluster/build-helm.sh): scripts call "$helm_bin", never a helm on PATH.
+helm_bin=${TASKFLEET_HELM:-$cache/helm/$HELM_VERSION/bin/helm}
 images=$cache/images                       # base rootfs and image archives
 ctrd_root=/var/lib/taskfleet/containerd    # containerd's snapshots must be on a real fs
 ctrd_run=/run/taskfleet/containerd
