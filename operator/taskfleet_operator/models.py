@@ -17,19 +17,23 @@ from pydantic import (
     ConfigDict,
     Field,
     WithJsonSchema,
-    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_snake
 from taskfleet.protocol import environment
-from taskfleet.protocol.cron import parse_cron
-from taskfleet.protocol.slots import zone
 from taskfleet.protocol.tasknames import PATTERN as TASK_NAME_PATTERN
 from taskfleet.protocol.tasknames import task_name_problem
 
-from taskfleet_operator.modelbase import CamelModel, cel
+from taskfleet_operator.modelbase import (
+    ENV_NAME_PATTERN,
+    K8S_OBJECT,
+    NAME_PATTERN,
+    CamelModel,
+    cel,
+)
 from taskfleet_operator.podtemplate import PodTemplate
 from taskfleet_operator.redisspec import RedisRef
+from taskfleet_operator.schedulespec import Schedule
 
 GROUP = "taskfleet.dev"
 VERSION = "v1alpha1"
@@ -45,17 +49,6 @@ QUEUE_LABEL = f"{GROUP}/queue"
 RESERVED_ENV = environment.SET_BY_OPERATOR
 
 HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-# Five or six space-separated fields of cron characters, or a macro (@daily), so
-# `kubectl apply` refuses the shape (a stray shell word); the library's parser
-# (taskfleet.protocol.cron) checks the rest.
-_CRON_FIELD = r"[-0-9*/,A-Za-z?]+"
-CRON_PATTERN = rf"^(@[a-z]+|{_CRON_FIELD}(\s+{_CRON_FIELD}){{4,5}})$"
-ZONE_PATTERN = r"^[A-Za-z][-+_A-Za-z0-9]*(/[-+_A-Za-z0-9]+)*$"
-# Pass-through Kubernetes types: kept as opaque objects so the CRD stays structural
-# without copying the core/v1 schemas; the apiserver validates them on the Deployment.
-K8S_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
 class RateLimit(CamelModel):
@@ -208,55 +201,6 @@ class Retention(CamelModel):
 
     done_seconds: int = Field(default=3600, ge=0, le=31_536_000, description="Keep done tasks.")
     dead_seconds: int = Field(default=259_200, ge=0, le=31_536_000, description="Keep dead tasks.")
-
-
-class Schedule(CamelModel):
-    """A cron schedule, synced by the operator into the queue's schedule store, where every
-    worker (and the operator) fires it: `payload` once per slot."""
-
-    name: str = Field(min_length=1, max_length=63, pattern=NAME_PATTERN)
-    cron: str = Field(
-        min_length=5,
-        max_length=128,
-        pattern=CRON_PATTERN,
-        description="Cron expression: five fields (minute hour day month weekday), six "
-        "with seconds first, or a macro (@hourly, @daily, @weekly, @monthly, @yearly); "
-        "in timeZone.",
-    )
-    time_zone: str = Field(
-        default="UTC",
-        min_length=1,
-        max_length=64,
-        pattern=ZONE_PATTERN,
-        description="IANA time zone of the cron expression (DST as cron does it: see "
-        "docs/schedules.md).",
-    )
-    payload: Annotated[dict[str, Any], Field(json_schema_extra=K8S_OBJECT)] = Field(
-        default_factory=dict, description="The task payload, a JSON object."
-    )
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    catchup: Literal["latest", "all"] = Field(
-        default="latest",
-        description="After downtime: fire the latest missed slot only, or every missed "
-        "slot (at most catchupLimit, the latest).",
-    )
-    catchup_limit: int = Field(default=100, ge=1, le=10_000)
-    jitter_seconds: int = Field(
-        default=0, ge=0, le=86_400, description="Fire each slot up to this late (spread)."
-    )
-    suspend: bool = Field(default=False, description="Fire nothing while true.")
-
-    @field_validator("cron")
-    @classmethod
-    def _valid_cron(cls, value: str) -> str:
-        parse_cron(value)  # InvalidArgument (a ValueError) says what is wrong
-        return value
-
-    @field_validator("time_zone")
-    @classmethod
-    def _valid_zone(cls, value: str) -> str:
-        zone(value)
-        return value
 
 
 #: Most worker processes per pod (as the worker's --processes allows).
