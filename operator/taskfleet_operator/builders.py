@@ -17,9 +17,9 @@ from taskfleet.protocol import environment
 from taskfleet.protocol.config import QueueConfig
 
 from taskfleet_operator.models import GROUP, QUEUE_LABEL, TaskQueueSpec
+from taskfleet_operator.podowned import WORKER_CONTAINER
 from taskfleet_operator.podtemplate import PodTemplate
 
-WORKER_CONTAINER = "worker"
 WORKER_UID = 10001
 RUNTIME_DIR = "/tmp/taskfleet"
 #: Where each worker pod serves its Prometheus metrics (the container port "metrics").
