@@ -205,8 +205,9 @@ def test_the_tree_reports_one_version_everywhere() -> None:
 @pytest.mark.apiserver
 def test_the_operator_names_its_version_when_it_starts(operator_process: OperatorProcess) -> None:
     line = f"taskfleet-operator {taskfleet.__version__} starting, watching all namespaces"
+    # The whole log: the operator is shared by the session, its start may be megabytes back.
     wait_for(
-        lambda: line in operator_process.tail(1 << 20),
+        lambda: line in operator_process.log.read_text(errors="replace"),
         timeout=APISERVER_TIMEOUT_S,
         interval=APISERVER_INTERVAL_S,
         what=lambda: f"{line!r} in the operator's log",
