@@ -45,7 +45,8 @@ def test_a_snapshot_shows_depths_the_oldest_ready_task_workers_and_the_dead(
     queue: Queue, redis_url: str, make_broker: Callable[..., Any]
 ) -> None:
     busy_queue(queue, make_broker)
-    Queue("other", redis_url=redis_url).enqueue({})
+    with Queue("other", redis_url=redis_url) as other_queue:
+        other_queue.enqueue({})
 
     result = taskfleet("top", "--json", "--redis-url", redis_url)
 

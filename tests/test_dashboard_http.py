@@ -45,7 +45,8 @@ def test_the_queues_page_lists_every_queue_with_depths_by_state_and_workers_aliv
     served: Served, queue: Queue, redis_url: str, make_broker: Callable[..., Any]
 ) -> None:
     busy_queue(queue, make_broker)
-    Queue("other", redis_url=redis_url).enqueue({})
+    with Queue("other", redis_url=redis_url) as other_queue:
+        other_queue.enqueue({})
 
     def listed() -> str | None:
         body = served.get("/").body
@@ -211,7 +212,8 @@ def test_redis_going_away_is_a_503_page_and_the_dashboard_recovers_when_it_retur
     redis_server_factory: RedisServerFactory,
 ) -> None:
     server = redis_server_factory(persistent=True)
-    Queue("jobs", redis_url=server.url).enqueue({})
+    with Queue("jobs", redis_url=server.url) as other_queue:
+        other_queue.enqueue({})
     with serve(DashboardSettings(redis_url=server.url, queues=("jobs",))) as served:
         assert served.get("/queues/jobs").status == 200
         server.stop()
@@ -225,7 +227,8 @@ def test_with_named_queues_another_queue_is_not_found_and_bad_names_are_404(
     redis_url: str, queue: Queue
 ) -> None:
     queue.enqueue({})
-    Queue("secret-queue", redis_url=redis_url).enqueue({})
+    with Queue("secret-queue", redis_url=redis_url) as secret:
+        secret.enqueue({})
     with serve(DashboardSettings(redis_url=redis_url, queues=("jobs",))) as served:
         assert "secret-queue" not in served.get("/").body
         assert served.get("/queues/secret-queue").status == 404

@@ -125,9 +125,10 @@ def test_a_refusing_redis_is_probed_with_backoff_while_a_healthy_queue_is_served
         time.sleep(WINDOW_S)
         attempts = connections_received(refusing) - before
         assert attempts <= 12, f"{attempts} connections to the refusing Redis in {WINDOW_S} s"
-        # One warning per queue for the outage, not one per try.
+        # One warning per queue for the outage, not one per try (the old operator: one per
+        # sweep); the session's operator, when running, warns once per queue too.
         messages = cluster.event_messages("RedisAuthRefused")
-        assert len(messages) == REFUSED
+        assert REFUSED <= len(messages) <= 2 * REFUSED, len(messages)
         assert all("old-pw" not in message for message in messages)
 
         # The Secret gets the new password: the next probe reads it once for all the
