@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.fixtures_redis import free_port
+from tests.polling import close_error
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -265,8 +266,9 @@ class KubeApiserver:
             try:
                 if probe():
                     return
-            except (OSError, urllib.error.URLError, ValueError):
-                pass  # not listening yet, or /readyz still 500 while post-start hooks run
+            except (OSError, urllib.error.URLError, ValueError) as exc:
+                # not listening yet, or /readyz still 500 while post-start hooks run
+                close_error(exc)
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name} not ready after {START_DEADLINE_S}s:\n{_tail(log)}")
             time.sleep(0.1)

@@ -23,6 +23,7 @@ import pytest
 
 from tests.fixtures_kube import KubeApiserver, kubectl_path
 from tests.fixtures_redis import free_port
+from tests.polling import close_error
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_FILE = REPO / "crds" / "taskqueues.taskfleet.dev.yaml"
@@ -109,7 +110,8 @@ class OperatorProcess:
         try:
             with urllib.request.urlopen(self.liveness, timeout=2) as response:
                 return bool(response.status == 200)
-        except (OSError, urllib.error.URLError):
+        except (OSError, urllib.error.URLError) as exc:
+            close_error(exc)
             return False
 
 
