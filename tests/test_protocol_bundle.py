@@ -165,9 +165,24 @@ def _copy_lua(tmp_path: Path) -> Path:
 
 def test_an_include_cycle_is_refused(tmp_path: Path) -> None:
     root = _copy_lua(tmp_path)
-    demand = root / "includes" / "demand.lua"
-    demand.write_text('--- @include "notify"\n' + demand.read_text())
-    with pytest.raises(BuildError, match="include cycle notify -> demand -> notify"):
+    (root / "includes" / "ping.lua").write_text(
+        '--- @include "pong"\nlocal function ping(n) return pong(n - 1) end\n'
+    )
+    (root / "includes" / "pong.lua").write_text(
+        '--- @include "ping"\nlocal function pong(n) if n > 0 then return ping(n) end end\n'
+    )
+    watch = root / "watch.lua"
+    watch.write_text('--- @include "ping"\n' + watch.read_text() + "ping(2)\n")
+    with pytest.raises(BuildError, match="include cycle ping -> pong -> ping"):
+        build(root)
+
+
+def test_an_include_never_used_is_refused(tmp_path: Path) -> None:
+    """It would cost every call of the script and serve none."""
+    root = _copy_lua(tmp_path)
+    watch = root / "watch.lua"
+    watch.write_text('--- @include "demand"\n' + watch.read_text())
+    with pytest.raises(BuildError, match=r"lua/watch\.lua: includes demand and never uses it"):
         build(root)
 
 
@@ -175,7 +190,7 @@ def test_an_unknown_include_or_a_malformed_directive_is_refused(tmp_path: Path) 
     root = _copy_lua(tmp_path)
     claim = root / "claim.lua"
     original = claim.read_text()
-    claim.write_text('--- @include "no_such_helper"\n' + original)
+    claim.write_text('--- @include "no_such_helper"\n' + original + "no_such_helper()\n")
     with pytest.raises(BuildError, match=r"lua/claim\.lua: unknown include 'no_such_helper'"):
         build(root)
     claim.write_text("--- @includes now_ms\n" + original)

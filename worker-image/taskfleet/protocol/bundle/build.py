@@ -9,7 +9,8 @@ enqueue's hand-off to idle workers), built with what only it needs on its first 
 Redis runs a script's whole text on every call, so each definition it carries costs every
 call (a closure or a table built): a script carries what it includes, directly or through
 its helpers, each once, in dependency order, and nothing else. A cycle, an unknown
-include or a helper used without being included is a build error.
+include, an include never used, or a helper used without being included is a build
+error.
 
 Each bundle file is a generated prelude (the keys the script uses bound to ``K_<NAME>``
 in ``keys.SCRIPT_KEYS`` order, ``DEFAULTS`` from ``defaults.CONFIG_DEFAULTS`` when it
@@ -94,7 +95,13 @@ def _parse(path: Path, rel: str, name: str) -> _Source:
             (lazy if found.group(1) else includes).append(found.group(2))
         else:
             kept.append(line)
-    return _Source(name, rel, tuple(includes), tuple(lazy), "".join(kept))
+    source = _Source(name, rel, tuple(includes), tuple(lazy), "".join(kept))
+    words = set(_WORD.findall(_code(source.text)))
+    for included in (*includes, *lazy):
+        if included not in words and included.upper() not in words:
+            # it would cost every call and serve none
+            raise BuildError(f"lua/{rel}: includes {included} and never uses it")
+    return source
 
 
 def _code(text: str) -> str:
