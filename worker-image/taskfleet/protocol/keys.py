@@ -43,6 +43,55 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "waiter",
 )
 
+#: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
+#: manifest and docs/protocol-scripts.md are generated from this).
+KEY_DOCS: dict[str, tuple[str, str]] = {
+    "task": ("hash", "one task's record; the key is the prefix and the task's id"),
+    "pending": (
+        "zset",
+        "ids of tasks ready to run, lowest score first: higher priority first, FIFO within "
+        "a priority, released and taken-back tasks ahead of new ones",
+    ),
+    "delayed": ("zset", "ids of tasks waiting for their run_at; score: run_at (epoch ms)"),
+    "running": ("zset", "ids of running tasks; score: lease_until (epoch ms)"),
+    "done": ("zset", "ids of done tasks kept done_retention_s; score: finished_at (epoch ms)"),
+    "dead": ("zset", "ids of dead tasks kept dead_retention_s; score: finished_at (epoch ms)"),
+    "deadlines": ("zset", "ids of tasks with a start deadline; score: the deadline (epoch ms)"),
+    "pod": ("set", "ids of the tasks a pod holds; the key is the prefix and the pod's name"),
+    "workers": ("hash", "pod name -> the pod's worker record (JSON)"),
+    "config": ("hash", "the queue's config; an absent or empty field takes its default"),
+    "seq": ("string", "the counter pending scores are made from (INCR)"),
+    "stats": ("hash", "the queue's counters (HINCRBY)"),
+    "bucket_tasks": ("hash", "the token bucket of rate_limit_tasks: tokens, ts (epoch ms)"),
+    "bucket_cost": ("hash", "the token bucket of rate_limit_cost: tokens, ts (epoch ms)"),
+    "notify": ("list", "wake-up tokens idle workers block on, at most 16"),
+    "sched": (
+        "string",
+        "the slot a TaskQueue schedule last fired before schedules were stored as data; the "
+        "key is the prefix and the schedule's name",
+    ),
+    "idle": (
+        "zset",
+        "idle workers blocked on their wake list, member '<pod>\\0<incarnation>'; score: "
+        "until when the registration holds (epoch ms)",
+    ),
+    "wake": (
+        "list",
+        "claim records producers handed to an idle worker; the key is the prefix and the pod",
+    ),
+    "demand": ("list", "at most one element: new work no idle worker took, for the autoscaler"),
+    "schedule": ("hash", "one schedule's record; the key is the prefix and its name"),
+    "schedules": ("set", "every schedule's name"),
+    "schedule_due": ("zset", "names of active schedules; score: when next due (epoch ms)"),
+    "schedules_owned": ("set", "the schedule names a TaskQueue's spec owns"),
+    "cancelled": ("zset", "ids of cancelled tasks kept dead_retention_s; score: finished_at"),
+    "waiter": (
+        "list",
+        "ids of a producer's watched tasks as they finish, expiring a minute after its last "
+        "push; the key is the prefix and the waiter's id",
+    ),
+}
+
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 

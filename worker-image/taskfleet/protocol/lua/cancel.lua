@@ -9,6 +9,9 @@
 -- Returns: per id, 'cancelled' (it will never run), 'requested' (running: it ends
 --   cancelled when its run returns), 'done' | 'dead' | 'finished' (it had finished:
 --   nothing changed; 'finished' = cancelled before), or 'missing' (no such task).
+--- @include "now_ms"
+--- @include "flush_counts"
+--- @include "to_cancelled"
 local now = now_ms()
 local out = {}
 for i = 1, #ARGV do

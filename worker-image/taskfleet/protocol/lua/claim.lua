@@ -22,6 +22,9 @@
 --     fields, the form every worker version reads); a named task's payload is stored
 --     as '\1' .. name .. '\1' .. JSON (taskfleet/protocol/tasknames.py) and goes as is
 --   (one string per task, not ten: reply parsing is most of a worker's per-task cost)
+--- @include "now_ms"
+--- @include "flush_counts"
+--- @include "claim_tasks"
 local out = claim_tasks(now_ms(), ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4],
   tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
 flush_counts()

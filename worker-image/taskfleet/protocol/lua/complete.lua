@@ -18,6 +18,16 @@
 -- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
 -- any completion rate without waiting for a sweep.
+--- @include "now_ms"
+--- @include "cfg_num"
+--- @include "call_chunked"
+--- @include "bump"
+--- @include "flush_counts"
+--- @include "notify"
+--- @include "wake_waiters"
+--- @include "to_dead"
+--- @include "to_cancelled"
+--- @include "claim_tasks"
 local n = tonumber(ARGV[1])
 local claim_at = 2 + n * 3
 local now = now_ms()

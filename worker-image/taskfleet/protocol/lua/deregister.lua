@@ -7,6 +7,12 @@
 --   K_RUNNING, K_POD, K_WORKERS, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND, K_IDLE, K_WAKE.
 -- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] '1' if the worker failed (optional)
 -- Returns: how many tasks were given back
+--- @include "now_ms"
+--- @include "flush_counts"
+--- @include "notify"
+--- @include "take_back"
+--- @include "release_task"
+--- @include "other_holder"
 local pod, incarnation = ARGV[1], ARGV[2]
 local failed = ARGV[3] == '1'
 local now = failed and now_ms() or 0

@@ -8,6 +8,9 @@
 --   K_RUNNING, K_POD, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND.
 -- ARGV[1] pod, ARGV[2] incarnation, then the token bases of the unanswered claim calls
 -- Returns: how many tasks were released
+--- @include "flush_counts"
+--- @include "notify"
+--- @include "release_task"
 local pod, incarnation = ARGV[1], ARGV[2]
 local bases = {}
 for i = 3, #ARGV do bases[ARGV[i] .. ':'] = true end

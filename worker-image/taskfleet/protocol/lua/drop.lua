@@ -7,6 +7,7 @@
 --   'scan', then ARGV[3] reason ('' = any), ARGV[4] oldest finished_at (ms, '-inf'),
 --   ARGV[5] newest finished_at (ms), ARGV[6] offset, ARGV[7] bound
 -- Returns: {how many were deleted, the offset to go on from (-1: done)}
+--- @include "chosen_finished"
 local state = ARGV[1]
 local zkey = ({done = K_DONE, dead = K_DEAD, cancelled = K_CANCELLED})[state]
 if not zkey then return redis.error_reply('drop: not a finished state: ' .. tostring(state)) end

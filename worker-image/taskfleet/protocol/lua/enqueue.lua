@@ -19,6 +19,14 @@
 --   or {-2, index, field} when task #index names an existing task that differs in field,
 --   or {-3, index} when task #index repeats an id of an earlier task of the call;
 --   in those three cases nothing is stored.
+--- @include "now_ms"
+--- @include "cfg_num"
+--- @include "flush_counts"
+--- @include "notify"
+--- @include "demand"
+--- @include "create_task"
+--- @include "task_differs"
+--- @include-lazy "hand_off"
 -- lazy: hand_off
 local n = tonumber(ARGV[1])
 local max_bytes = cfg_num('max_payload_bytes', 1048576)

@@ -14,6 +14,14 @@
 --   back what this one held): nothing is extended or written, and the caller must stop.
 -- A draining worker gets no more hand-offs, and those it has not popped go back to the
 -- front of pending at once (released, not an attempt) rather than wait for its exit.
+--- @include "now_ms"
+--- @include "cfg_num"
+--- @include "handed_task"
+--- @include "flush_counts"
+--- @include "notify"
+--- @include "release_task"
+--- @include "worker_record"
+--- @include "other_holder"
 local pod, incarnation = ARGV[1], ARGV[2]
 local taken_by = other_holder(pod, incarnation)
 if taken_by then return {taken_by} end

@@ -11,6 +11,13 @@
 --   was asked for while it ran (it ends so, whatever the failure); or 'stale' (refused,
 --   counted). A retry of a failure this token already wrote (its reply was lost) returns
 --   the state it left.
+--- @include "now_ms"
+--- @include "cfg_num"
+--- @include "bump"
+--- @include "flush_counts"
+--- @include "to_dead"
+--- @include "to_cancelled"
+--- @include "leave_running"
 local id, token, err = ARGV[1], ARGV[2], ARGV[3]
 local MAX_DELAY_MS = 3153600000000  -- bounds.MAX_DELAY_S (100 years) in ms
 local key = K_TASK .. id

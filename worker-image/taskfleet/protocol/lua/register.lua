@@ -9,6 +9,12 @@
 -- Returns: {requeued to pending, gone dead}, or, when another incarnation than the one
 --   expected holds the pod's record (the caller must judge it first; nothing is changed):
 --   {-1, that record, server time in ms}
+--- @include "now_ms"
+--- @include "forget_idle"
+--- @include "flush_counts"
+--- @include "requeue_pod"
+--- @include "worker_record"
+--- @include "other_holder"
 local pod, incarnation, expected = ARGV[1], ARGV[2], ARGV[5]
 local now = now_ms()
 if expected ~= '*' then

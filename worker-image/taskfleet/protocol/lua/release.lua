@@ -5,6 +5,11 @@
 -- ARGV[1] pod (the caller; the token alone decides), then pairs: task id, claim token
 -- Returns: how many were released (stale tokens are skipped and counted; a task whose
 --   cancellation was asked for ends cancelled and is not counted).
+--- @include "bump"
+--- @include "flush_counts"
+--- @include "notify"
+--- @include "holds"
+--- @include "release_task"
 local released = 0
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]

@@ -12,6 +12,8 @@
 --   claims then wait until it refills).
 -- Returns: a string of N characters: '1' applied, '0' refused (another run holds the task,
 --   or it is gone).
+--- @include "now_ms"
+--- @include "cfg_num"
 local n = tonumber(ARGV[1])
 local now = now_ms()
 local out = {}

@@ -7,6 +7,10 @@
 --   worker record; otherwise only tasks of other incarnations, and the record is kept if
 --   it belongs to the kept incarnation)
 -- Returns: {requeued to pending, gone dead (worker lost more than max_lost times)}
+--- @include "now_ms"
+--- @include "forget_idle"
+--- @include "flush_counts"
+--- @include "requeue_pod"
 local pod, keep = ARGV[1], ARGV[2]
 local now = now_ms()
 forget_idle(pod, keep)

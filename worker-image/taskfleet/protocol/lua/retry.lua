@@ -8,6 +8,12 @@
 --   then ARGV[3] reason ('' = any), ARGV[4] oldest finished_at (ms, '-inf'), ARGV[5]
 --   newest finished_at (ms), ARGV[6] offset, ARGV[7] bound (see finished_matching)
 -- Returns: {how many went back to pending, the offset to go on from (-1: done)}
+--- @include "now_ms"
+--- @include "bump"
+--- @include "flush_counts"
+--- @include "notify"
+--- @include "to_pending"
+--- @include "chosen_finished"
 local now = now_ms()
 local max_attempts = ARGV[1]
 local ids, offset = chosen_finished(K_DEAD)

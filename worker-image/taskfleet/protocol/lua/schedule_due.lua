@@ -7,6 +7,8 @@
 -- Returns: {now_ms, next_due_ms | -1, then 7 values per schedule: name, rev, next_slot,
 --   cron, tz, catchup, catchup_limit, jitter_ms}; next_due_ms: the earliest due time left
 --   in the set after this claim (-1: empty), for the firer's wait.
+--- @include "now_ms"
+--- @include "call_chunked"
 local now = now_ms()
 local names = redis.call('ZRANGEBYSCORE', K_SCHEDULE_DUE, '-inf', now, 'LIMIT', 0,
   tonumber(ARGV[1]))

@@ -13,6 +13,12 @@
 -- A payload over the queue's max_payload_bytes (the bound changed since the schedule was
 -- stored) fires nothing: the slots count as skipped and the schedule's error says why.
 -- Returns: {fired tasks, then per schedule: 1 applied | 0 stale (nothing changed)}.
+--- @include "now_ms"
+--- @include "cfg_num"
+--- @include "flush_counts"
+--- @include "notify"
+--- @include "demand"
+--- @include "enqueue_task"
 local n = tonumber(ARGV[1])
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)

@@ -6,6 +6,7 @@
 --   ARGV[4] next slot (epoch s, '' = none) and ARGV[5] its due time (ms), for a resume.
 -- Returns: {1} changed, {0} it already was, {-1} no such schedule, {-2, owner} it belongs
 --   to another owner.
+--- @include "now_ms"
 local name = ARGV[1]
 local key = K_SCHEDULE .. name
 if redis.call('EXISTS', key) == 0 then return {-1} end

@@ -12,6 +12,8 @@
 -- next is kept, so an edit of the payload neither fires nor skips a slot.
 -- Returns: {1} created, {2} changed, {0} unchanged, {-1, size, max} payload over the
 --   queue's max_payload_bytes, {-2, owner} the schedule belongs to another owner.
+--- @include "now_ms"
+--- @include "cfg_num"
 local name, owner = ARGV[1], ARGV[2]
 local key = K_SCHEDULE .. name
 local n = tonumber(ARGV[7])

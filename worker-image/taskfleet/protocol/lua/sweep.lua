@@ -4,6 +4,12 @@
 -- Returns: {promoted, expired, requeued, lost_dead, pruned_done, pruned_dead,
 --   workers_dropped, pruned_cancelled}; cancelled tasks are kept dead_retention_s, like
 --   dead ones (someone may want to see what was cancelled and when)
+--- @include "now_ms"
+--- @include "cfg_num"
+--- @include "flush_counts"
+--- @include "promote_due"
+--- @include "expire_deadlines"
+--- @include "take_back_expired"
 local bound = tonumber(ARGV[1])
 local now = now_ms()
 local promoted = promote_due(now, bound)

@@ -1,0 +1,162 @@
+--- @include "cfg"
+--- @include "cfg_num"
+--- @include "call_chunked"
+--- @include "handed_task"
+--- @include "bump"
+--- @include "to_dead"
+--- @include "promote_due"
+--- @include "expire_deadlines"
+--- @include "take_back_expired"
+-- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
+-- fleet run without the operator (promote due, expire deadlines, take back expired
+-- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
+-- idle_ms > 0: the worker will block on its wake list if the queue runs dry; it is then
+-- registered in K_IDLE until now + idle_ms, for producers to hand it a task (hand_off).
+-- extra: how many of `want` are prefetch (tasks to wait in the worker for a free slot):
+-- dropped under a fleet-wide concurrency limit, where a task held but not running would
+-- keep a slot of the limit from a worker that could run it.
+-- for_any: records without waited_ms, the form workers of every version read (hand-offs,
+-- which a producer of any version makes for a worker of any version).
+-- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
+local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any)
+  local member = pod .. '\0' .. incarnation
+  redis.call('ZREM', K_IDLE, member)
+  -- Tasks a producer handed over while the worker was not blocked on its wake list: they
+  -- are this worker's already (unless taken back meanwhile: then they are dropped here).
+  local wake = K_WAKE .. pod
+  local handed = redis.call('LRANGE', wake, 0, -1)
+  local kept = {}
+  if #handed > 0 then
+    redis.call('DEL', wake)
+    for _, rec in ipairs(handed) do
+      local _, _, held = handed_task(rec, incarnation)
+      if held then kept[#kept + 1] = rec end
+    end
+    want = want - #kept
+  end
+  promote_due(now, bound)
+  expire_deadlines(now, bound)
+  take_back_expired(now, bound)
+
+  local max_conc = cfg_num('max_concurrency', 0)
+  if max_conc > 0 then
+    if extra and extra > 0 then want = want - extra end
+    local free = max_conc - redis.call('ZCARD', K_RUNNING)
+    if free < want then want = free end
+  end
+
+  -- Token buckets: capacity = limit, refilled continuously at limit / period.
+  local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+  local buckets = {}
+  local function load_bucket(key, limit)
+    if limit == nil or limit <= 0 then return nil end
+    local v = redis.call('HMGET', key, 'tokens', 'ts')
+    local tokens, ts = tonumber(v[1]), tonumber(v[2])
+    if tokens == nil or ts == nil then tokens, ts = limit, now end
+    local rate = limit / period_ms
+    tokens = math.min(limit, tokens + math.max(0, now - ts) * rate)
+    local b = {key = key, limit = limit, rate = rate, tokens = tokens}
+    buckets[#buckets + 1] = b
+    return b
+  end
+  local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks', 0))
+  local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost', 0))
+
+  local retry_after = 0
+  local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
+  local default_timeout = cfg_num('default_timeout_s', nil)
+  default_timeout = default_timeout and tostring(default_timeout) or ''
+  local out = {0, -1, 0}
+  for _, rec in ipairs(kept) do out[#out + 1] = rec end
+  local claimed = 0
+  local blocked = false
+  -- Entries dropped on the way (expired, leftovers) count against the housekeeping bound:
+  -- a million expired tasks at the head of pending take many short calls, never one long
+  -- one (Redis answers nobody else while a script runs).
+  local skipped = 0
+  local pod_key = K_POD .. pod
+  -- Index updates of the claimed tasks go out in one call each, not one per task.
+  local running, held = {}, {}
+
+  while claimed < want and not blocked and skipped < bound do
+    local ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
+    if #ids == 0 then break end
+    local taken = {}
+    for _, id in ipairs(ids) do
+      local key = K_TASK .. id
+      local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at')
+      if v[9] ~= 'pending' then
+        redis.call('ZREM', K_PENDING, id)  -- a leftover of a deleted task: drop it
+        skipped = skipped + 1
+      elseif v[8] and not v[10] and tonumber(v[8]) < now then
+        -- only a task that never started expires: a retried, released or taken-back one
+        -- already began its work, and a drain's release must not turn it dead
+        redis.call('ZREM', K_PENDING, id)
+        redis.call('ZREM', K_DEADLINES, id)
+        to_dead(id, key, now, 'expired', 'not started before its deadline')
+        bump('expired')
+        skipped = skipped + 1
+      else
+        -- not a usable number (a foreign writer): 1 here; the worker fails the task as
+        -- unreadable when it parses the record, which carries the stored text as is
+        local cost = tonumber(v[7])
+        if cost == nil or cost ~= cost or cost < 0 then cost = 1 end
+        -- a task costing more than a bucket holds runs when the bucket is full
+        local need_cost = b_cost and math.min(cost, b_cost.limit) or 0
+        if b_tasks and b_tasks.tokens < 1 then
+          retry_after = math.max(retry_after, math.ceil((1 - b_tasks.tokens) / b_tasks.rate))
+          blocked = true
+        end
+        if b_cost and b_cost.tokens < need_cost then
+          retry_after = math.max(retry_after, math.ceil((need_cost - b_cost.tokens) / b_cost.rate))
+          blocked = true
+        end
+        if blocked then break end
+        if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end
+        if b_cost then b_cost.tokens = b_cost.tokens - need_cost end
+        claimed = claimed + 1
+        local token = token_base .. ':' .. claimed
+        taken[#taken + 1] = id
+        if v[8] then redis.call('ZREM', K_DEADLINES, id) end
+        running[#running + 1] = lease_until
+        running[#running + 1] = id
+        held[#held + 1] = id
+        local attempts = (tonumber(v[2]) or 0) + 1
+        redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
+          'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
+          'attempts', attempts)
+        local fields = {id, token, attempts, v[3] or cfg('max_attempts'),
+          v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1}
+        if not for_any then
+          -- waited: ms from when the task was ready (enqueued, due, or retried) to now
+          local ready_at = tonumber(v[11])
+          fields[#fields + 1] = ready_at and math.max(0, now - ready_at) or ''
+        end
+        fields[#fields + 1] = v[1] or ''
+        out[#out + 1] = table.concat(fields, '\0')
+      end
+    end
+    -- before the next ZRANGE, which must not see this round's tasks again
+    call_chunked('ZREM', K_PENDING, taken)
+  end
+  call_chunked('ZADD', K_RUNNING, running)
+  call_chunked('SADD', pod_key, held)
+
+  for _, b in ipairs(buckets) do
+    redis.call('HSET', b.key, 'tokens', tostring(b.tokens), 'ts', now)
+  end
+
+  local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
+  if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
+  out[1] = retry_after
+  if redis.call('ZCARD', K_PENDING) > 0 then
+    out[3] = 1
+  elseif retry_after == 0 and idle_ms and idle_ms > 0 and claimed < want then
+    -- it got fewer than it has room for and will wait: at most one hand-off comes, so a
+    -- worker never holds more than its free slots
+    redis.call('ZADD', K_IDLE, now + idle_ms, member)
+  end
+  return out
+end
+

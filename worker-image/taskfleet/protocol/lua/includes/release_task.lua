@@ -1,0 +1,19 @@
+--- @include "now_ms"
+--- @include "bump"
+--- @include "to_pending"
+--- @include "to_cancelled"
+--- @include "leave_running"
+-- Graceful give-back: front of its priority, the start is not counted as an attempt; a
+-- task whose cancellation was asked for ends cancelled instead (returns false then).
+local function release_task(id, key, pod)
+  leave_running(id, key, pod)
+  if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
+    to_cancelled(id, key, now_ms())
+    return false
+  end
+  redis.call('HINCRBY', key, 'attempts', -1)
+  to_pending(id, key, true)
+  bump('released')
+  return true
+end
+

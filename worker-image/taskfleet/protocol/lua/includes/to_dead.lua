@@ -1,0 +1,14 @@
+--- @include "bump"
+--- @include "wake_waiters"
+local function to_dead(id, key, now, reason, err)
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  if err ~= nil then
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
+  else
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
+  end
+  bump('dead_total')
+  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
+end
+

@@ -1,0 +1,13 @@
+-- host: the worker's whereabouts (identity.py), opaque here; '' records none.
+local function worker_record(incarnation, now, inflight, concurrency, draining, host)
+  local record = {
+    incarnation = incarnation,
+    heartbeat_ms = now,
+    inflight = tonumber(inflight) or 0,
+    concurrency = tonumber(concurrency) or 0,
+    draining = draining == '1',
+  }
+  if host ~= nil and host ~= '' then record.host = host end
+  return cjson.encode(record)
+end
+
