@@ -16,7 +16,15 @@ import pytest
 import redis
 
 from tests.conformance_format import Case, FormatError, Manifest, Step, load_cases
-from tests.conformance_runner import CaseError, Mismatch, client_for, load_scripts, run_case
+from tests.conformance_runner import (
+    CaseError,
+    ErrorReply,
+    Mismatch,
+    client_for,
+    load_scripts,
+    match,
+    run_case,
+)
 from tests.fixtures_redis import RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,3 +182,40 @@ def test_the_runner_reports_a_reference_to_a_name_never_captured(
     (case,) = _load(tmp_path, [{"read": ["LLEN", {"key": "pending"}], "expect": {"$ref": "x"}}])
     with pytest.raises(CaseError, match="nothing captured under 'x'"):
         run_case(client, MANIFEST, case)
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual"),
+    [
+        ("5", 5),  # a string never matches an integer reply, nor the reverse
+        (5, b"5"),
+        ({"a": "1"}, {"a": b"1", "b": b"2"}),  # a map literal names every key
+        ({"$subset": {"b": {"$absent": True}}}, {"b": b"2"}),
+        ({"$split": "\u0000", "parts": ["a", "b", "c"]}, b"a\x00b"),
+        ({"$json": {"n": 1}}, b'{"n": 1, "m": 2}'),
+        ({"$json": {"n": 1}}, b"{not json"),
+        ({"$between": [1, 3]}, b"4"),
+        ({"$eq": 1}, b"one"),
+        ({"$unordered": ["a", "b"]}, [b"a", b"a"]),
+        ("x", ErrorReply("ERR x")),
+        ({"$error": "WRONGTYPE"}, b"WRONGTYPE"),
+        ({"$any": "int"}, b"1"),
+        (True, 1),
+    ],
+)
+def test_matchers_are_strict(expected: Any, actual: Any) -> None:
+    with pytest.raises(Mismatch):
+        match(expected, actual, "reply", {})
+
+
+def test_matchers_capture_and_compare_in_written_order() -> None:
+    captures: dict[str, Any] = {}
+    match(
+        {"a": {"$capture": "t"}, "b": {"$eq": {"$add": [{"$ref": "t"}, 5]}}, "c": {"$ref": "t"}},
+        {"a": b"10", "b": b"15", "c": b"10"},
+        "reply",
+        captures,
+    )
+    match({"$split": "\u0000", "parts": ["x", {"$hex": "00ff"}]}, b"x\x00\x00\xff", "reply", {})
+    match({"$json": {"n": {"$gte": 2}, "ok": True}}, b'{"n": 2.0, "ok": true}', "reply", {})
+    assert captures == {"t": b"10"}
