@@ -142,9 +142,8 @@ def check_value(value: Any, where: str) -> None:
 
 
 def check_matcher(m: Any, where: str) -> None:
+    """A MATCHER: a literal, a list or map of matchers, or one of MATCHERS."""
     if m is None or isinstance(m, (str, bool, int)):
-        if isinstance(m, float):
-            raise FormatError(f"{where}: write {m!r} as a string or a numeric matcher")
         return
     if isinstance(m, float):
         raise FormatError(f"{where}: write {m!r} as a string or a numeric matcher")

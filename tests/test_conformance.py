@@ -172,6 +172,8 @@ def test_the_loader_refuses_an_unknown_matcher_and_unknown_keys(tmp_path: Path) 
         _load(tmp_path, [{"read": read, "expect": {"$regex": "x"}}])
     with pytest.raises(FormatError, match=r"unknown key 'expected'"):
         _load(tmp_path, [{"read": read, "expect": 0, "expected": 0}])
+    with pytest.raises(FormatError, match=r"write 0.5 as a string or a numeric matcher"):
+        _load(tmp_path, [{"read": read, "expect": 0.5}])
     with pytest.raises(FormatError, match=r"write numbers with a fraction as strings"):
         _load(tmp_path, [{"write": ["HSET", {"key": "config"}, "backoff_jitter", 0.5]}])
 
