@@ -25,8 +25,10 @@ from taskfleet.protocol.records import text
 if TYPE_CHECKING:
     from taskfleet.protocol.config import QueueConfig
 
-__all__ = ["configure", "delete", "queue_keys", "queues", "slot_key", "writable"]
+__all__ = ["ACL_KEYS", "configure", "delete", "queue_keys", "queues", "slot_key", "writable"]
 
+#: Every key of a queue named ``<queue>``, as a Redis ACL key pattern (``~`` + this).
+ACL_KEYS = f"{PREFIX}:{{<queue>}}:*"
 _STATS_TAIL = "}:stats"
 
 
