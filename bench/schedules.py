@@ -58,13 +58,13 @@ def firer(url: str, stop_at: float, out: Any) -> None:
 
 def store(queue: Queue, n: int) -> None:
     """N every-second schedules; the first slots spread over the next two seconds."""
-    from taskfleet.producer.scheduling import server_ms
+    from taskfleet.protocol.calls import run
     from taskfleet.protocol.schedule_ops import ScheduleOps
     from taskfleet.protocol.schedules import ScheduleDef, due_ms, first_slot
     from taskfleet.protocol.scripts import SyncScripts
 
     ops, scripts = ScheduleOps(queue.keys), SyncScripts.for_client(queue.client)
-    now = server_ms(queue.client) + 2000
+    now = run(queue.client, queue.reads.clock()) + 2000
     batch = []
     for i in range(n):
         definition = ScheduleDef(

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import QueueReads
 from taskfleet_operator import builders, reconcile, scaler
 from taskfleet_operator.autoscale import Limits, Load
 from taskfleet_operator.models import TaskQueueSpec
@@ -68,16 +70,17 @@ def test_busy_pods_are_those_holding_a_task_and_not_already_leaving() -> None:
 
 
 def test_the_mean_duration_skips_unfinished_and_garbled_tasks() -> None:
-    times = [
+    replies = [
         [b"1000", b"3000"],  # 2 s
         [b"5000", b"9000"],  # 4 s
         [b"5000", None],  # not finished
         [b"oops", b"9000"],  # a foreign client's field
         [b"9000", b"8000"],  # a clock step backwards
     ]
+    spans = QueueReads(QueueKeys("q")).run_seconds(["a", "b", "c", "d", "e"]).decode(replies)
 
-    assert scaler.mean_duration(times) == pytest.approx(3.0)
-    assert scaler.mean_duration([]) is None
+    assert scaler.mean(spans) == pytest.approx(3.0)
+    assert scaler.mean([]) is None
 
 
 def reading(pending: int, running: int = 0, inflight: dict[str, int] | None = None) -> Reading:

@@ -17,9 +17,12 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.calls import Call, run_all
 from taskfleet.protocol.connect import connect, durability
+from taskfleet.protocol.lists import QueueLists
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
-from taskfleet.protocol.scripts import SyncScripts
+from taskfleet.protocol.scripts import Op, SyncScripts
+from taskfleet.protocol.store import slot_key
 
 from taskfleet_operator import builders, kube
 from taskfleet_operator.models import TaskQueueSpec
@@ -285,7 +288,7 @@ class Connections:
         client = queue.client
         try:
             if isinstance(client, RedisCluster):  # the node that holds the queue's slot
-                node = client.get_node_from_key(queue.keys.pending)  # type: ignore[no-untyped-call]
+                node = client.get_node_from_key(slot_key(queue.name))  # type: ignore[no-untyped-call]
                 info: Any = client.info("memory", target_nodes=node)
             else:
                 info = client.info("memory")
@@ -336,11 +339,9 @@ class Connections:
         connected yet, and servers that fail to answer, are left out."""
         woken: list[tuple[str, str]] = []
         for members in self.by_server(keys):
-            pipe = members[0][1].client.pipeline(transaction=False)
-            for _, queue in members:
-                pipe.lpop(queue.keys.demand)
+            pops = [QueueLists(queue.keys).pop_demand() for _, queue in members]
             try:
-                popped = pipe.execute()
+                popped = run_all(members[0][1].client, pops)
             except redis.RedisError as error:
                 if self.report(*members[0][0], error) is None:
                     # Pops may have run before the error: wake them all; their sweeps
@@ -403,7 +404,7 @@ def _node(queue: Queue) -> str:
     if not isinstance(client, RedisCluster):
         return ""
     try:
-        return str(client.get_node_from_key(queue.keys.pending).name)  # type: ignore[no-untyped-call]
+        return str(client.get_node_from_key(slot_key(queue.name)).name)  # type: ignore[no-untyped-call]
     except redis.RedisError:
         return ""  # the map is being refreshed: a group of its own, read as usual
 
@@ -415,31 +416,21 @@ def _housekeep_chunk(members: list[tuple[Key, Queue]]) -> list[Key]:
     script a node lacks; its pipeline does neither), the reads still in one pipeline.
     """
     client = members[0][1].client
-    scripts = SyncScripts.for_client(client)
     cluster = isinstance(client, RedisCluster)
-    pipe = client.pipeline(transaction=False)
-    ops = []
-    for _, queue in members:
-        op = queue.ops.sweep()
-        ops.append(op)
-        if not cluster:
-            scripts.add_to(pipe, op)
-        for zset in (queue.keys.pending, queue.keys.delayed, queue.keys.running):
-            pipe.zcard(zset)
-        pipe.zcard(queue.keys.schedule_due)
-        pipe.exists(queue.keys.config)
-    swept_raw = [scripts.run(op) for op in ops] if cluster else []
-    replies = pipe.execute()
-    per = 5 if cluster else 6
+    sweeps = [queue.ops.sweep() for _, queue in members]
+    checks = [queue.reads.activity() for _, queue in members]
+    if cluster:
+        scripts = SyncScripts.for_client(client)
+        swept = [scripts.run(op) for op in sweeps]
+        activity = run_all(client, checks)
+    else:
+        items: list[Call[Any] | Op[Any]] = []
+        for op, check in zip(sweeps, checks, strict=True):
+            items += [op, check]
+        found = run_all(client, items)
+        swept, activity = found[::2], found[1::2]
     woken = []
-    for i, ((key, _), op) in enumerate(zip(members, ops, strict=True)):
-        part = replies[i * per : i * per + per]
-        if cluster:
-            result = swept_raw[i]
-        else:
-            result = op.decode(part[0])
-            part = part[1:]
-        pending, delayed, running, scheduled, configured = part
+    for (key, _), result, active in zip(members, swept, activity, strict=True):
         moved = (
             result.promoted,
             result.expired,
@@ -447,6 +438,6 @@ def _housekeep_chunk(members: list[tuple[Key, Queue]]) -> list[Key]:
             result.lost_dead,
             result.pruned_dead,  # the dead count in status changes
         )
-        if any(moved) or pending or delayed or running or scheduled or not configured:
+        if any(moved) or active.busy or not active.configured:
             woken.append(key)
     return woken

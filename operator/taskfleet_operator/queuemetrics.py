@@ -13,24 +13,22 @@ Kubernetes discovery sets that to the operator's own namespace).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 from taskfleet.producer.queue import Queue
-from taskfleet.protocol.config import QueueConfig
-from taskfleet.protocol.connect import server_ms
-from taskfleet.protocol.tasks import COUNTERS, stored_int, stored_text
+from taskfleet.protocol.calls import Call, run, run_all
+from taskfleet.protocol.reads import STATES, Workers
+from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S
+from taskfleet.protocol.tasks import COUNTERS
 
 from taskfleet_operator.builders import queue_name
 from taskfleet_operator.connections import SAFE_POLICY, Connections
 
 __all__ = ["QueueCollector", "QueueReading", "read_queues"]
 
-#: Task states counted by ``taskfleet_queue_tasks`` (done, dead, cancelled: those retained).
-STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
 #: Counters of the queue's ``stats`` hash -> the metric that exports each.
 COUNTER_METRICS = {
     "enqueued": "taskfleet_queue_enqueued",
@@ -67,64 +65,46 @@ class QueueReading:
     policy: str | None = None  # the server's maxmemory-policy as last checked
 
 
-def _workers(raw: dict[bytes, bytes], now_ms: int, ttl_ms: float) -> tuple[int, int, int]:
+def _workers(found: Workers, now_ms: int, ttl_s: float) -> tuple[int, int, int]:
     """Registered workers, the live ones (heartbeat within a lease TTL, as ``Queue.workers``
     judges) and their slots."""
-    alive = slots = 0
-    for record in raw.values():
-        try:
-            rec = json.loads(record)
-            if now_ms - int(rec["heartbeat_ms"]) <= ttl_ms:
-                alive += 1
-                slots += int(rec.get("concurrency", 0))
-        except (ValueError, KeyError, TypeError):
-            continue  # a record this version cannot read
-    return len(raw), alive, slots
+    alive = [rec for _, rec in found.readable() if rec.alive(now_ms, ttl_s)]
+    return len(found.records), len(alive), sum(rec.concurrency for rec in alive)
 
 
 def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueReading]:
     client = members[0][1].client
     # The server's clock on its own: a cluster pipeline refuses TIME (a command of no key).
-    now_ms = server_ms(client, members[0][1].keys.stats)
-    pipe = client.pipeline(transaction=False)
+    now_ms = run(client, members[0][1].reads.clock())
+    calls: list[Call[Any]] = []
     for _, queue in members:
-        keys = queue.keys
-        for state in STATES:
-            pipe.zcard(getattr(keys, state))
-        pipe.hgetall(keys.stats)
-        pipe.hgetall(keys.workers)
-        pipe.hget(keys.config, "lease_ttl_s")
-        pipe.zrange(keys.pending, 0, 0)
-    replies = pipe.execute()
-    per = len(STATES) + 4
+        reads = queue.reads
+        calls += [
+            reads.sizes(STATES),
+            reads.counters(),
+            reads.workers(),
+            reads.lease_ttl(),
+            reads.ids("pending", 0, 1),
+        ]
+    replies = run_all(client, calls)
     readings: list[QueueReading] = []
     heads: list[tuple[QueueReading, Queue, str]] = []
     for i, ((namespace, name), queue) in enumerate(members):
-        part = replies[i * per : (i + 1) * per]
-        size = len(STATES)
-        counts, (stats, workers, ttl, head) = part[:size], part[size:]
+        sizes, counters, workers, ttl, head = replies[i * 5 : i * 5 + 5]
         reading = QueueReading(namespace, name, queue.name)
-        reading.tasks = {state: int(n) for state, n in zip(STATES, counts, strict=True)}
-        raw = {stored_text(k): stored_int(stored_text(v)) for k, v in stats.items()}
-        reading.counters = {name: raw.get(name) or 0 for name in COUNTERS}
-        try:
-            ttl_s = float(ttl) if ttl is not None else QueueConfig().lease_ttl_s
-        except ValueError:
-            ttl_s = QueueConfig().lease_ttl_s
+        reading.tasks = sizes
+        reading.counters = {counter: counters.get(counter, 0) for counter in COUNTERS}
+        ttl_s = DEFAULT_LEASE_TTL_S if ttl is None else ttl
         reading.workers, reading.workers_alive, reading.slots_alive = _workers(
-            workers, now_ms, ttl_s * 1000
+            workers, now_ms, ttl_s
         )
         readings.append(reading)
         if head:
-            heads.append((reading, queue, stored_text(head[0])))
-    if heads:
-        pipe = client.pipeline(transaction=False)
-        for _, queue, task_id in heads:
-            pipe.hget(queue.keys.task(task_id), "run_at")
-        for (reading, _, _), run_at in zip(heads, pipe.execute(), strict=True):
-            ready_ms = stored_int(stored_text(run_at)) if run_at is not None else None
-            if ready_ms is not None:
-                reading.oldest_pending_s = max(0.0, (now_ms - ready_ms) / 1000)
+            heads.append((reading, queue, head[0]))
+    ready = run_all(client, [queue.reads.ready_at([task_id]) for _, queue, task_id in heads])
+    for (reading, _, _), (ready_ms,) in zip(heads, ready, strict=True):
+        if ready_ms is not None:
+            reading.oldest_pending_s = max(0.0, (now_ms - ready_ms) / 1000)
     return readings
 
 

@@ -26,13 +26,11 @@ import redis
 import redis.asyncio as aioredis
 from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.queue import Queue
-from taskfleet.protocol.connect import (
-    CLUSTER_EVENTS,
-    connect_queue_async,
-    follow_slot,
-    server_ms,
-)
-from taskfleet.protocol.tasks import stored_int, stored_text
+from taskfleet.protocol.calls import run, run_all, run_async
+from taskfleet.protocol.connect import CLUSTER_EVENTS, connect_queue_async, follow_slot
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.lists import QueueLists
+from taskfleet.protocol.store import slot_key
 from taskfleet.protocol.workernames import per_pod
 
 from taskfleet_operator import builders, kube
@@ -72,38 +70,38 @@ class Reading:
 
 
 def read_queue(queue: Queue, due_horizon_s: float) -> Reading:
-    """The load as the decision counts it, in four pipelined round trips."""
-    keys, client = queue.keys, queue.client
-    now_ms = server_ms(client, keys.pending)  # a cluster pipeline refuses TIME
-    pipe = client.pipeline(transaction=False)
-    pipe.zcard(keys.pending)
-    pipe.zcard(keys.running)
-    pipe.zrevrange(keys.done, 0, DURATION_SAMPLE - 1)
-    pending, running, recent = pipe.execute()
-    pipe = client.pipeline(transaction=False)
-    pipe.zcount(keys.delayed, "-inf", now_ms + int(due_horizon_s * 1000))
-    for task_id in recent:
-        pipe.hmget(keys.task_prefix + stored_text(task_id), "started_at", "finished_at")
-    due, *times = pipe.execute()
-    # Exact, from the queue's records: a heartbeat's count can be an interval old.
-    inflight = per_pod(queue.held_by(w.pod for w in queue.workers() if w.alive))
-    return Reading(
-        Load(pending=int(pending), running=int(running), due=int(due)),
-        inflight,
-        mean_duration(times),
+    """The load as the decision counts it, in three round trips: the server's clock
+    (alone: a cluster pipeline refuses TIME), the sizes, recent tasks and workers, then
+    what depends on them."""
+    reads, client = queue.reads, queue.client
+    now_ms = run(client, reads.clock())
+    pending, running, recent, workers, config = run_all(
+        client,
+        [
+            reads.size("pending"),
+            reads.size("running"),
+            reads.ids("done", 0, DURATION_SAMPLE),
+            reads.workers(),
+            reads.config(),
+        ],
     )
+    alive = [p for p, r in workers.readable() if r.alive(now_ms, config.lease_ttl_s)]
+    due, spans, held = run_all(
+        client,
+        [
+            reads.due_by(now_ms + int(due_horizon_s * 1000)),
+            reads.run_seconds(recent),
+            # exact, from the queue's records: a heartbeat's count can be an interval old
+            reads.held_counts(alive),
+        ],
+    )
+    return Reading(Load(pending=pending, running=running, due=due), per_pod(held), mean(spans))
 
 
-def mean_duration(times: Iterable[list[Any]]) -> float | None:
-    """Mean run time (s) of finished tasks from their (started_at, finished_at) in ms;
-    fields a foreign client garbled are skipped."""
-    spans = []
-    for started, finished in times:
-        begin = stored_int(stored_text(started)) if started is not None else None
-        end = stored_int(stored_text(finished)) if finished is not None else None
-        if begin is not None and end is not None and end >= begin:
-            spans.append((end - begin) / 1000)
-    return sum(spans) / len(spans) if spans else None
+def mean(spans: Iterable[float | None]) -> float | None:
+    """Mean run time (s) of finished tasks; those whose times are unknown are skipped."""
+    known = [s for s in spans if s is not None]
+    return sum(known) / len(known) if known else None
 
 
 def busy_pods(pods: Iterable[Mapping[str, Any]], inflight: Mapping[str, int]) -> int:
@@ -199,18 +197,21 @@ class DemandWaiter:
         self._url: str | None = None
         self._client: aioredis.Redis | None = None
 
-    async def wait(self, url: str, key: str, block_s: float) -> bool:
+    async def wait(self, url: str, queue: str, block_s: float) -> bool:
         """True when the list had an element (popped), False after ``block_s``."""
         if url != self._url or self._client is None:
             await self.close()
             # On a cluster: a client of the master of the queue's slot.
-            self._client = await connect_queue_async(url, key, socket_connect_timeout=block_s + 1)
+            self._client = await connect_queue_async(
+                url, slot_key(queue), socket_connect_timeout=block_s + 1
+            )
             self._url = url
+        pop = QueueLists(QueueKeys(queue)).wait_demand(block_s)
         # No socket timeout shorter than the BLPOP; a Redis that stops answering is cut
         # off here instead.
         try:
             async with asyncio.timeout(block_s + WAIT_SLACK_S):
-                return await self._client.blpop([key], timeout=block_s) is not None
+                return await run_async(self._client, pop)
         except _SLOT_MOVED:
             # The slot moved (a failover): the next wait goes to its new master.
             with contextlib.suppress(redis.RedisError, OSError):
@@ -307,7 +308,7 @@ async def serve(
                 await run(apply_turn, body, spec, queue, state, logger, event=event)
                 state.last_turn = time.monotonic()
                 await stopped.wait(MIN_GAP_S)
-                if not stopped and await waiter.wait(url, queue.keys.demand, DECIDE_EVERY_S):
+                if not stopped and await waiter.wait(url, queue.name, DECIDE_EVERY_S):
                     on_demand()  # this queue's demand is read here, not by the sweeps' poll
             except (
                 InvalidSpec,

@@ -17,6 +17,7 @@ import redis
 from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.encoding import encode_payload
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.calls import run
 from taskfleet.protocol.errors import TaskfleetError
 from taskfleet.protocol.schedules import OWNER_TASKQUEUE, ScheduleDef
 from taskfleet.protocol.scripts import SWEEP_BOUND
@@ -138,8 +139,7 @@ def sync_schedules(queue: Queue, spec: TaskQueueSpec, report: SweepReport) -> No
         except TaskfleetError as error:
             report.schedule_errors[definition.name] = str(error)
     names = {d.name for d, _ in wanted}
-    for raw in queue.client.smembers(queue.keys.schedules_owned):
-        name = raw.decode() if isinstance(raw, bytes) else str(raw)
+    for name in sorted(run(queue.client, queue.reads.owned_schedule_names())):
         if name not in names:
             queue.unschedule(name, owner=OWNER_TASKQUEUE)
 
@@ -172,7 +172,7 @@ def sweep_queue(
         sync_schedules(queue, spec, report)
     # A firer like every worker: schedules fire on time while the fleet is at zero.
     report.fired = queue.fire_due_schedules()
-    report.active_schedules = int(queue.client.zcard(queue.keys.schedule_due))
+    report.active_schedules = run(queue.client, queue.reads.active_schedules())
     report.stats = queue.stats()
     return report
 

@@ -105,9 +105,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
                 2,
             )
         if kind == "permission":
+            from taskfleet.protocol.store import ACL_KEYS
+
             _fail(
                 f"Redis{where} refused a command for this user ({scrub_message(str(exc))}); the "
-                "user needs the queue's keys (~tf:{<queue>}:*) and scripting (EVALSHA, "
+                f"user needs the queue's keys (~{ACL_KEYS}) and scripting (EVALSHA, "
                 "SCRIPT LOAD) besides the commands used",
                 2,
             )

@@ -191,6 +191,8 @@ def configure(
     TaskQueue; outside Kubernetes, this is how they are set)."""
     from taskfleet.protocol.config import QueueConfig
 
+    if lease_ttl is not None:  # the option's help: "Same as --set lease_ttl_s=S"
+        settings = (*settings, f"lease_ttl_s={lease_ttl!r}")
     changes: dict[str, str | None] = {}
     for item in settings:
         field, sep, value = item.partition("=")
@@ -198,8 +200,6 @@ def configure(
             known = ", ".join(QueueConfig.model_fields)
             raise BadInput(f"--set takes FIELD=VALUE with FIELD one of: {known}; got {item!r}")
         changes[field] = value or None
-    if lease_ttl is not None:
-        changes["lease_ttl_s"] = repr(lease_ttl)
     q = open_queue(queue, redis_url)
     try:
         current = q.config()

@@ -25,7 +25,7 @@ from taskfleet.cli.options import (
 )
 from taskfleet.cli.queue_commands import open_queue
 from taskfleet.protocol import bounds
-from taskfleet.protocol.connect import server_ms
+from taskfleet.protocol.calls import run
 from taskfleet.protocol.redisurl import redact_redis_url
 
 STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
@@ -256,7 +256,7 @@ def workers(queue: str, as_json: bool, redis_url: str) -> None:
     with _existing(queue, redis_url) as q:
         found = q.workers()
         held = q.holdings([w.pod for w in found])
-        now_ms = server_ms(q.client, q.keys.workers)
+        now_ms = run(q.client, q.reads.clock())
     rows = [
         {
             "pod": w.pod,

@@ -24,7 +24,7 @@ import click
 
 from taskfleet.cli.options import BadInput, redis_option, terminal_safe
 from taskfleet.protocol.connect import connect
-from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.keys import validate_queue_name
 
 if TYPE_CHECKING:
     from taskfleet.producer.overview import QueueView
@@ -140,7 +140,7 @@ def top(
         names = list(queues) or discover(client)
         for name in names:
             try:
-                QueueKeys(name)  # the queue-name rules, before anything is read
+                validate_queue_name(name)  # before anything is read
             except ValueError as exc:
                 raise BadInput(str(exc)) from None
         views = [read(client, n) for n in names]

@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from taskfleet.dashboard import actions, auth, display
-from taskfleet.producer import control
-from taskfleet.protocol.states import TaskState
+from taskfleet.protocol.calls import run
+from taskfleet.protocol.reads import QueueReads
 
 if TYPE_CHECKING:
     from taskfleet.dashboard.app import Dashboard
@@ -153,8 +153,8 @@ async def act(dash: Dashboard, request: Request) -> Response:
     back = form.get("back") or f"/queues/{display.url_part(name)}/tasks/{action.state}"
     context = {"queue": name, "action": action, "back": _local(back)}
     if form.get("confirm") != "1":
-        zset, _ = control.state_set(keys, TaskState(action.state))
-        size = await run_in_threadpool(dash.client.zcard, zset) if action.every else None
+        count = QueueReads(keys).size(action.state)
+        size = await run_in_threadpool(run, dash.client, count) if action.every else None
         return dash.page(request, "confirm", live=False, size=size, **context)
     result = await run_in_threadpool(actions.run, dash.queue_of(keys), action)
     actions.record(_client(request), name, action, result)

@@ -31,10 +31,12 @@ from starlette.types import Message, Receive, Scope, Send
 from taskfleet.dashboard import acting, actions, auth, charts, display, reads
 from taskfleet.dashboard.sampler import Sampler, rates
 from taskfleet.dashboard.settings import DashboardSettings, allows
-from taskfleet.producer import control, overview
+from taskfleet.producer import overview
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.calls import run
 from taskfleet.protocol.connect import SyncClient, connect
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.redisurl import redact_redis_url, scrub
 
 log = logging.getLogger("taskfleet.dashboard")
@@ -171,7 +173,7 @@ class Dashboard:
             raise HTTPException(404, "no such state")
         size = self.settings.page_size
         number = _page_number(request.query_params.get("page", "1"))
-        found = reads.state_page(self.client, keys, state, (number - 1) * size, size)
+        found = reads.state_page(self.client, QueueReads(keys), state, (number - 1) * size, size)
         last = max(1, -(-found.total // size))
         return self.page(
             request,
@@ -180,14 +182,14 @@ class Dashboard:
             found=found,
             number=number,
             last=last,
-            now_ms=control.server_ms(self.client, keys),
+            now_ms=run(self.client, QueueReads(keys).clock()),
         )
 
     def search(self, request: Request) -> Response:
         name = request.path_params["queue"]
         keys = self.keys(name)
         task_id = request.query_params.get("id", "").strip()
-        if task_id and reads.task(self.client, keys, task_id) is not None:
+        if task_id and reads.task(self.client, QueueReads(keys), task_id) is not None:
             target = f"/queues/{display.url_part(name)}/tasks/id/{display.url_part(task_id)}"
             return RedirectResponse(target, status_code=303)
         return self.page(request, "notfound", 404, queue=name, task_id=task_id)
@@ -196,11 +198,15 @@ class Dashboard:
         name = request.path_params["queue"]
         keys = self.keys(name)
         task_id = request.path_params["task_id"]
-        found = reads.task(self.client, keys, task_id) if task_id else None
+        found = reads.task(self.client, QueueReads(keys), task_id) if task_id else None
         if found is None:
             return self.page(request, "notfound", 404, queue=name, task_id=task_id)
         return self.page(
-            request, "task", queue=name, task=found, now_ms=control.server_ms(self.client, keys)
+            request,
+            "task",
+            queue=name,
+            task=found,
+            now_ms=run(self.client, QueueReads(keys).clock()),
         )
 
     def workers(self, request: Request) -> Response:
@@ -209,7 +215,7 @@ class Dashboard:
         groups = []
         for queue in names:
             view = overview.read(self.client, queue)
-            groups.append((view, reads.held_tasks(self.client, QueueKeys(queue), view)))
+            groups.append((view, reads.held_tasks(self.client, QueueReads(QueueKeys(queue)), view)))
         return self.page(request, "workers", groups=groups, queue=name)
 
 

@@ -20,9 +20,10 @@ import redis
 from redis.cluster import RedisCluster
 
 from taskfleet.producer.overview import discover
-from taskfleet.protocol.connect import SyncClient, server_ms
+from taskfleet.protocol.calls import run, run_all
+from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.tasks import stored_int, stored_text
+from taskfleet.protocol.reads import QueueReads
 
 log = logging.getLogger("taskfleet.dashboard")
 
@@ -104,23 +105,16 @@ class Sampler:
 
     def sample_now(self) -> None:
         names = self.queues()
-        stats = [QueueKeys(name).stats for name in names]
-        pipe = self._client.pipeline(transaction=False)
-        for key in stats:
-            pipe.hmget(key, *CHARTED.values())
-        replies = pipe.execute()
+        every = [QueueReads(QueueKeys(name)) for name in names]
+        found = run_all(self._client, [r.counters_of(list(CHARTED.values())) for r in every])
         # each queue on its own node's clock (a cluster pipeline refuses TIME); a single
         # server has one clock for all
         if isinstance(self._client, RedisCluster):
-            clocks = [server_ms(self._client, key) for key in stats]
+            clocks = [run(self._client, r.clock()) for r in every]
         else:
-            clocks = [server_ms(self._client, stats[0]) if stats else 0] * len(stats)
+            clocks = [run(self._client, every[0].clock()) if every else 0] * len(every)
         with self._lock:
-            for name, at_ms, values in zip(names, clocks, replies, strict=True):
-                counters = {
-                    counter: stored_int(None if v is None else stored_text(v)) or 0
-                    for counter, v in zip(CHARTED.values(), values, strict=True)
-                }
+            for name, at_ms, counters in zip(names, clocks, found, strict=True):
                 kept = self._samples.setdefault(name, deque(maxlen=self._keep))
                 kept.append(Sample(at_ms, counters))
             for gone in set(self._samples) - set(names):

@@ -26,9 +26,11 @@ from taskfleet.producer.encoding import (
 )
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.protocol import tracing
+from taskfleet.protocol.calls import run_all_async, run_async
 from taskfleet.protocol.connect import durability, is_cluster, redis_py_url
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.redisurl import parse_redis_url
 from taskfleet.protocol.scripts import AsyncScripts, Ops
 from taskfleet.protocol.tasks import Task
@@ -65,6 +67,7 @@ class AsyncQueue:
         )
         self._owns_client = client is None
         self.ops = Ops(self.keys)
+        self.reads = QueueReads(self.keys)
         self._scripts = AsyncScripts.for_client(self.client)
 
     def __repr__(self) -> str:
@@ -157,20 +160,18 @@ class AsyncQueue:
 
     async def get(self, task_id: str) -> Task | None:
         """The task, or None when there is none (never stored, or pruned by retention)."""
-        key = self.keys.task(reading.check_task_id(task_id))
-        return reading.task_of(await self.client.hgetall(key), task_id)
+        return await run_async(self.client, self.reads.task(reading.check_task_id(task_id)))
 
     async def stats(self) -> dict[str, int]:
         """Sizes of every state, live workers and the monotonic counters."""
-        pipe = self.client.pipeline(transaction=False)
-        reading.stats_commands(pipe, self.keys)
-        return reading.stats_of(await pipe.execute())
+        return await run_async(self.client, self.reads.stats())
 
     async def workers(self) -> list[WorkerInfo]:
-        seconds, micros = await self.client.time()
-        pipe = self.client.pipeline(transaction=False)
-        reading.workers_commands(pipe, self.keys)
-        return reading.workers_of(await pipe.execute(), int(seconds) * 1000 + int(micros) // 1000)
+        now_ms = await run_async(self.client, self.reads.clock())
+        found, config = await run_all_async(
+            self.client, [self.reads.workers(), self.reads.config()]
+        )
+        return reading.workers_of(found, config, now_ms)
 
     async def wait(
         self,

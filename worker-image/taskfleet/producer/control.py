@@ -4,7 +4,7 @@ finished ones, follow one's progress.
 What ``Queue.cancel / retry / list / purge_tasks / follow`` do, on the queue's client and
 keys. Changes are scripts (``protocol/control_ops.py``), each call atomic; a change by
 filter goes in calls of at most ``SCAN_BOUND`` tasks, so Redis never blocks long. Reads
-are plain commands, pipelined.
+are ``protocol.reads`` calls, pipelined.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from taskfleet.protocol import bounds, connect
+from taskfleet.protocol import bounds
+from taskfleet.protocol.calls import run
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps, Scan
 from taskfleet.protocol.errors import InvalidArgument, TaskNotFound, WaitTimeout
-from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.scripts import SyncScripts
 from taskfleet.protocol.states import FINISHED, TaskState
-from taskfleet.protocol.tasks import Task, stored_text
+from taskfleet.protocol.tasks import Task
 
 __all__ = [
     "TaskPage",
@@ -30,10 +31,7 @@ __all__ = [
     "drop",
     "follow",
     "list_tasks",
-    "ordered_ids",
     "retry",
-    "server_ms",
-    "state_set",
 ]
 
 #: Ids per cancel, retry or drop call when the caller names them.
@@ -50,30 +48,6 @@ class TaskPage:
 
     tasks: list[Task]
     cursor: str | None
-
-
-def server_ms(client: SyncClient, keys: QueueKeys) -> int:
-    """The clock of the queue's server (on a cluster: of the node that holds its slot)."""
-    return connect.server_ms(client, keys.stats)
-
-
-def state_set(keys: QueueKeys, state: TaskState) -> tuple[str, bool]:
-    """The sorted set of ``state`` and whether its order is newest first (finished states:
-    scored by finished_at) rather than the order the queue serves it (pending: next to run
-    first; delayed: due first; running: lease ending first)."""
-    if state in FINISHED:
-        return keys.finished(state.value), True
-    return getattr(keys, state.value), False
-
-
-def ordered_ids(
-    client: SyncClient, keys: QueueKeys, state: TaskState, offset: int, count: int
-) -> list[str]:
-    """Ids ``offset .. offset+count-1`` of ``state`` in ``state_set``'s order: by rank,
-    O(log N + count) whatever the offset (a skiplist counts its spans)."""
-    zkey, newest_first = state_set(keys, state)
-    read = client.zrevrange if newest_first else client.zrange
-    return [stored_text(m) for m in read(zkey, offset, offset + count - 1)]
 
 
 def _seconds(name: str, value: float | timedelta | None) -> float | None:
@@ -119,7 +93,7 @@ def cancel(
 
 def _scan(
     client: SyncClient,
-    keys: QueueKeys,
+    reads: QueueReads,
     reason: str | None,
     older_than: float | timedelta | None,
     newer_than: float | timedelta | None,
@@ -128,7 +102,7 @@ def _scan(
     a task that finishes again meanwhile (a retried one that fails) is not taken twice."""
     older = _seconds("older_than", older_than) or 0.0
     newer = _seconds("newer_than", newer_than)
-    now = server_ms(client, keys)
+    now = run(client, reads.clock())
     oldest = None if newer is None else now - int(newer * 1000)
     return Scan(reason or "", oldest, now - int(older * 1000))
 
@@ -137,6 +111,7 @@ def retry(
     client: SyncClient,
     scripts: SyncScripts,
     ops: ControlOps,
+    reads: QueueReads,
     *,
     task_ids: Sequence[str] | None,
     reason: str | None,
@@ -159,7 +134,7 @@ def retry(
             scripts.run(ops.retry(task_ids=ids[i : i + ID_BATCH], max_attempts=max_attempts)).count
             for i in range(0, len(ids), ID_BATCH)
         )
-    scan: Scan | None = _scan(client, ops.keys, reason, older_than, newer_than)
+    scan: Scan | None = _scan(client, reads, reason, older_than, newer_than)
     total = 0
     while scan is not None:
         swept = scripts.run(ops.retry(scan=scan, max_attempts=max_attempts))
@@ -173,6 +148,7 @@ def drop(
     client: SyncClient,
     scripts: SyncScripts,
     ops: ControlOps,
+    reads: QueueReads,
     state: str | TaskState,
     *,
     task_ids: Sequence[str] | None,
@@ -187,7 +163,7 @@ def drop(
             scripts.run(ops.drop(name, task_ids=ids[i : i + ID_BATCH])).count
             for i in range(0, len(ids), ID_BATCH)
         )
-    scan: Scan | None = _scan(client, ops.keys, reason, older_than, newer_than)
+    scan: Scan | None = _scan(client, reads, reason, older_than, newer_than)
     total = 0
     while scan is not None:
         swept = scripts.run(ops.drop(name, scan=scan))
@@ -199,7 +175,7 @@ def drop(
 
 def list_tasks(
     client: SyncClient,
-    keys: QueueKeys,
+    reads: QueueReads,
     state: str | TaskState,
     *,
     limit: int,
@@ -222,9 +198,8 @@ def list_tasks(
     except ValueError:
         raise InvalidArgument(f"not a cursor of Queue.list: {cursor!r}") from None
     older, newer = _seconds("older_than", older_than), _seconds("newer_than", newer_than)
-    now = server_ms(client, keys)
+    now = run(client, reads.clock())
     finished = parsed in FINISHED
-    zkey, _ = state_set(keys, parsed)
     lo = "-inf" if newer is None else now - int(newer * 1000)
     hi = "+inf" if older is None else now - int(older * 1000)
     by_score = finished and (older is not None or newer is not None)
@@ -233,21 +208,16 @@ def list_tasks(
     while len(found) < limit and budget > 0:
         chunk = min(LIST_CHUNK, budget)
         if by_score:  # the score is finished_at: the age filter is the range itself
-            raw_ids = client.zrevrangebyscore(zkey, hi, lo, start=offset, num=chunk)
-            ids = [stored_text(i) for i in raw_ids]
+            ids = run(client, reads.finished_between(parsed, hi, lo, offset, chunk))
         else:
-            ids = ordered_ids(client, keys, parsed, offset, chunk)
+            ids = run(client, reads.ids(parsed, offset, chunk))
         if not ids:
             return TaskPage(found, None)
-        pipe = client.pipeline(transaction=False)
-        for task_id in ids:
-            pipe.hgetall(keys.task(task_id))
-        for task_id, raw in zip(ids, pipe.execute(), strict=True):
+        for task in run(client, reads.tasks(ids)):
             offset += 1
             budget -= 1
-            if not raw:
+            if task is None:
                 continue  # pruned or deleted meanwhile
-            task = Task.from_hash(raw, task_id)
             if _matches(task, finished, reason, lo, hi) and len(found) < limit:
                 found.append(task)
             if len(found) >= limit:
@@ -270,7 +240,7 @@ def _matches(task: Task, finished: bool, reason: str | None, lo: str | int, hi: 
 
 def follow(
     client: SyncClient,
-    keys: QueueKeys,
+    reads: QueueReads,
     task_id: str,
     *,
     interval: float,
@@ -285,18 +255,16 @@ def follow(
         raise InvalidArgument(f"interval must be 0.01..3600 s, not {interval!r}")
     limit = math.inf if timeout is None else _seconds("timeout", timeout) or 0.0
     deadline = time.monotonic() + limit
-    key = keys.task(task_id)
-    seen: list[bytes | str | None] | None = None
+    seen: tuple[str, ...] | None = None
     while True:
-        marks = client.hmget(key, ["state", "progress_at", "progress"])
-        if marks[0] is None:
-            raise TaskNotFound(keys.queue, task_id)
+        marks = run(client, reads.progress_marks(task_id))
+        if marks is None:
+            raise TaskNotFound(reads.queue, task_id)
         if marks != seen:
-            raw = client.hgetall(key)
-            if not raw:
-                raise TaskNotFound(keys.queue, task_id)
+            task = run(client, reads.task(task_id))
+            if task is None:
+                raise TaskNotFound(reads.queue, task_id)
             seen = marks
-            task = Task.from_hash(raw, task_id)
             yield task
             if task.finished:
                 return

@@ -10,7 +10,7 @@ from taskfleet.producer import control
 from taskfleet.producer.control import TaskPage
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
-from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.scripts import SyncScripts
 from taskfleet.protocol.states import TaskState
 from taskfleet.protocol.tasks import Task
@@ -24,7 +24,7 @@ class Controlling:
     """The task-control half of ``Queue`` (which sets these attributes)."""
 
     client: SyncClient
-    keys: QueueKeys
+    reads: QueueReads
     control_ops: ControlOps
     _scripts: SyncScripts
 
@@ -58,6 +58,7 @@ class Controlling:
             self.client,
             self._scripts,
             self.control_ops,
+            self.reads,
             task_ids=task_ids,
             reason=reason,
             older_than=older_than,
@@ -79,7 +80,7 @@ class Controlling:
         pass the page's ``cursor`` back for the next one (None: no more)."""
         return control.list_tasks(
             self.client,
-            self.keys,
+            self.reads,
             state,
             limit=limit,
             cursor=cursor,
@@ -104,6 +105,7 @@ class Controlling:
             self.client,
             self._scripts,
             self.control_ops,
+            self.reads,
             state,
             task_ids=task_ids,
             reason=reason,
@@ -117,4 +119,4 @@ class Controlling:
         """Yield the task now and each time its state or progress changes, until it has
         finished (polls every ``interval`` s). ``TaskNotFound`` for an unknown id,
         ``WaitTimeout`` after ``timeout`` s."""
-        return control.follow(self.client, self.keys, task_id, interval=interval, timeout=timeout)
+        return control.follow(self.client, self.reads, task_id, interval=interval, timeout=timeout)

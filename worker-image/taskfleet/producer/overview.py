@@ -7,20 +7,19 @@ of a Redis by its counters (``discover``); a counter's rate between two reads (`
 
 from __future__ import annotations
 
-import contextlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskfleet.protocol.config import QueueConfig
-from taskfleet.protocol.connect import SyncClient, server_ms
-from taskfleet.protocol.keys import PREFIX, QueueKeys
-from taskfleet.protocol.scripts import text
+from taskfleet.protocol import store
+from taskfleet.protocol.calls import run, run_all, scan
+from taskfleet.protocol.connect import SyncClient
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import STATES, QueueReads
+
+__all__ = ["DeadView", "QueueView", "WorkerView", "discover", "rate", "read"]
 
 #: Dead tasks shown per queue, newest first.
 DEAD_SHOWN = 3
-#: The states whose sizes a view shows.
-STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
 
 
 @dataclass
@@ -59,76 +58,52 @@ class QueueView:
 
 def discover(client: SyncClient) -> list[str]:
     """Every queue with counters in this Redis (its ``stats`` hash), by name."""
-    names = set()
-    for key in client.scan_iter(match=f"{PREFIX}:{{*}}:stats", count=1000):
-        raw = text(key)
-        names.add(raw[len(PREFIX) + 2 : -len("}:stats")])
-    return sorted(names)
+    return sorted(set(scan(client, store.queues())))
 
 
 def read(client: SyncClient, name: str) -> QueueView:
-    """One queue in two round trips: everything, then the hashes of the tasks it named
-    and what each worker holds."""
-    keys = QueueKeys(name)
+    """One queue in two round trips: everything, then the tasks it named and what each
+    worker holds."""
+    reads = QueueReads(QueueKeys(name))
     # The clock of the queue's server, on its own: a cluster pipeline refuses TIME.
-    now_ms = server_ms(client, keys.stats)
-    pipe = client.pipeline(transaction=False)
-    for state in STATES:
-        pipe.zcard(getattr(keys, state))
-    pipe.hgetall(keys.stats)
-    pipe.hgetall(keys.workers)
-    pipe.zrange(keys.pending, 0, 0)
-    pipe.zrevrange(keys.dead, 0, DEAD_SHOWN - 1)
-    pipe.hgetall(keys.config)
-    *sizes, stats, workers, head, dead_ids, config = pipe.execute()
-    counts = dict(zip(STATES, map(int, sizes), strict=True))
-    counters = {text(k): _int(v) for k, v in stats.items()}
-    ids = [text(i) for i in (*head, *dead_ids)]
-    pods = sorted(text(pod) for pod in workers)
-    pipe = client.pipeline(transaction=False)
-    for task_id in ids:
-        pipe.hmget(keys.task(task_id), "run_at", "reason", "error")
-    for pod in pods:  # what each holds by the queue's own records (exact, unlike heartbeats)
-        pipe.scard(keys.pod(pod))
-    replies = pipe.execute() if ids or pods else []
-    hashes = dict(zip(ids, replies[: len(ids)], strict=True))
-    held = dict(zip(pods, map(int, replies[len(ids) :]), strict=True))
+    now_ms = run(client, reads.clock())
+    counts, counters, workers, head, dead_ids, config = run_all(
+        client,
+        [
+            reads.sizes(STATES),
+            reads.counters(),
+            reads.workers(),
+            reads.ids("pending", 0, 1),
+            reads.ids("dead", 0, DEAD_SHOWN),
+            reads.config(),
+        ],
+    )
+    records = workers.readable()
+    # what each holds by the queue's own records (exact, unlike heartbeats)
+    ready, rows, held = run_all(
+        client,
+        [reads.ready_at(head), reads.rows(dead_ids), reads.held_counts(sorted(workers.records))],
+    )
     oldest = None
-    if head:
-        run_at = _int(hashes[text(head[0])][0])
-        oldest = max(0.0, (now_ms - run_at) / 1000) if run_at else None
-    try:
-        limits = QueueConfig.from_redis(config).model_dump()
-    except ValueError:  # a config hash a foreign writer garbled: the defaults apply
-        limits = QueueConfig().model_dump()
+    if head and ready[0]:
+        oldest = max(0.0, (now_ms - ready[0]) / 1000)
+    limits = config.model_dump()
     view = QueueView(name, now_ms, counts, counters, oldest, limits=limits)
-    ttl_ms = limits["lease_ttl_s"] * 1000
-    for pod, record in sorted(workers.items()):
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            rec = json.loads(record)
-            heartbeat_ms = int(rec["heartbeat_ms"])
-            view.workers.append(
-                WorkerView(
-                    text(pod),
-                    held.get(text(pod), 0),
-                    int(rec.get("concurrency", 0)),
-                    max(0.0, (now_ms - heartbeat_ms) / 1000),
-                    bool(rec.get("draining", False)),
-                    incarnation=str(rec.get("incarnation", "")),
-                    alive=now_ms - heartbeat_ms <= ttl_ms,
-                )
+    for pod, rec in records:
+        view.workers.append(
+            WorkerView(
+                pod,
+                held.get(pod, 0),
+                rec.concurrency,
+                rec.age_ms(now_ms) / 1000,
+                rec.draining,
+                incarnation=rec.incarnation,
+                alive=rec.alive(now_ms, config.lease_ttl_s),
             )
-    for task_id in (text(i) for i in dead_ids):
-        _, reason, error = hashes.get(task_id) or (None, None, None)
-        view.dead.append(DeadView(task_id, text(reason or b""), text(error or b"")))
+        )
+    for row in rows:
+        view.dead.append(DeadView(row.id, row.reason, row.error))
     return view
-
-
-def _int(raw: Any) -> int:
-    try:
-        return int(float(text(raw)))
-    except (TypeError, ValueError):
-        return 0
 
 
 def rate(now: QueueView, before: QueueView | None, counter: str) -> float | None:

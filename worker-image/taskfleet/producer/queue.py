@@ -2,8 +2,8 @@
 
 Sync, on redis-py: producers, the CLI and the operator (which runs it in threads) use
 it. Every state change is one Lua script (see ``scripts.py``); reads are plain
-commands, pipelined (``reading``). What an enqueue takes is checked and encoded in
-``encoding``, before anything is sent.
+commands, pipelined (``protocol.reads``, run by ``protocol.calls``). What an enqueue
+takes is checked and encoded in ``encoding``, before anything is sent.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from taskfleet.producer.encoding import (
     token_base,
 )
 from taskfleet.producer.reading import WorkerInfo
-from taskfleet.protocol import tracing
+from taskfleet.protocol import store, tracing
+from taskfleet.protocol.calls import run, scan
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.connect import Durability, SyncClient, connect
 from taskfleet.protocol.connect import durability as url_durability
@@ -31,6 +32,7 @@ from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
 from taskfleet.protocol.durable import run_and_wait
 from taskfleet.protocol.errors import NotReplicated, ScheduleNotFound
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import (
     OWNER_API,
@@ -44,6 +46,9 @@ from taskfleet.protocol.scripts import Op, Ops, SweepResult, SyncScripts
 from taskfleet.protocol.tasks import Task
 
 __all__ = ["CancelOutcome", "EnqueueResult", "EnqueueSpec", "Queue", "TaskPage", "WorkerInfo"]
+
+#: Keys per UNLINK while purging (found by SCAN, a step of about as many at a time).
+PURGE_BATCH = 1000
 
 
 class Queue(Controlling):
@@ -74,6 +79,7 @@ class Queue(Controlling):
         self.ops = Ops(self.keys)
         self.schedule_ops = ScheduleOps(self.keys)
         self.control_ops = ControlOps(self.keys)
+        self.reads = QueueReads(self.keys)
         self._scripts = SyncScripts.for_client(self.client)
 
     def __repr__(self) -> str:
@@ -198,23 +204,19 @@ class Queue(Controlling):
 
     def get(self, task_id: str) -> Task | None:
         """The task, or None when there is none (never stored, or pruned by retention)."""
-        return reading.get(self.client, self.keys, task_id)
+        return run(self.client, self.reads.task(reading.check_task_id(task_id)))
 
     def stats(self) -> dict[str, int]:
         """Sizes of every state, live workers and the monotonic counters."""
-        return reading.stats(self.client, self.keys)
+        return run(self.client, self.reads.stats())
 
     def workers(self) -> list[WorkerInfo]:
-        return reading.workers(self.client, self.keys)
+        return reading.workers(self.client, self.reads)
 
     def held_by(self, pods: Iterable[str]) -> dict[str, int]:
         """Tasks each pod holds right now, from the queue's own records (exact; a
         worker's heartbeat reports its count only every interval), in one round trip."""
-        names = list(pods)
-        pipe = self.client.pipeline(transaction=False)
-        for pod in names:
-            pipe.scard(self.keys.pod(pod))
-        return {pod: int(count) for pod, count in zip(names, pipe.execute(), strict=True)}
+        return run(self.client, self.reads.held_counts(pods))
 
     def wait(self, task_ids: Iterable[str], timeout: float) -> dict[str, Task]:
         """Block until every task is done or dead; returns them by id.
@@ -230,21 +232,18 @@ class Queue(Controlling):
 
     def exists(self) -> bool:
         """Whether anything of this queue is stored (config, counters or workers)."""
-        return reading.exists(self.client, self.keys)
+        return run(self.client, self.reads.exists())
 
     def holdings(self, pods: Sequence[str]) -> dict[str, list[str]]:
         """The ids of the tasks each pod holds now (exact, from the queue's records)."""
-        return reading.holdings(self.client, self.keys, list(pods))
+        return run(self.client, self.reads.holdings(list(pods)))
 
     def configure(self, config: QueueConfig) -> None:
         """Store the queue's shared settings; every script reads them at its next call."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(self.keys.config)
-        pipe.hset(self.keys.config, mapping=config.to_redis())  # type: ignore[arg-type]
-        pipe.execute()
+        run(self.client, store.configure(self.keys, config))
 
     def config(self) -> QueueConfig:
-        return QueueConfig.from_redis(self.client.hgetall(self.keys.config))
+        return run(self.client, self.reads.config())
 
     def requeue_pod(self, pod: str, *, except_incarnation: str | None = None) -> int:
         """Take back every task ``pod`` holds; returns how many (requeued + gone dead)."""
@@ -317,7 +316,7 @@ class Queue(Controlling):
     ) -> int:
         """Store a validated definition (the operator's sync uses ``owner`` 'taskqueue'
         and ``take_over``); returns CREATED, UPDATED or UNCHANGED (``schedule_ops``)."""
-        slot, due = scheduling.first_due(definition, scheduling.server_ms(self.client, self.keys))
+        slot, due = scheduling.first_due(definition, run(self.client, self.reads.clock()))
         op = self.schedule_ops.put(
             definition,
             owner=owner,
@@ -335,12 +334,11 @@ class Queue(Controlling):
 
     def get_schedule(self, name: str) -> Schedule | None:
         validate_schedule_name(name)
-        raw = self.client.hgetall(self.keys.schedule(name))
-        return Schedule.from_hash(raw) if raw else None
+        return run(self.client, self.reads.schedule(name))
 
     def schedules(self) -> list[Schedule]:
         """Every schedule of the queue, sorted by name."""
-        return scheduling.read_all(self.client, self.keys)
+        return scheduling.read_all(self.client, self.reads)
 
     def pause_schedule(self, name: str) -> bool:
         """Stop firing ``name`` (False if it was paused); slots that pass are not fired."""
@@ -354,7 +352,7 @@ class Queue(Controlling):
         if found is None:
             raise ScheduleNotFound(name)
         definition_tz, cron = found.tz, found.cron
-        now = scheduling.server_ms(self.client, self.keys)
+        now = run(self.client, self.reads.clock())
         slot = first_slot(cron, definition_tz, now)
         due = 0 if slot is None else due_ms(name, slot, int(found.jitter_s * 1000))
         op = self.schedule_ops.pause(name, False, owner=OWNER_API, next_slot=slot, next_due_ms=due)
@@ -367,11 +365,11 @@ class Queue(Controlling):
 
     def purge(self) -> None:
         """Delete every key of the queue (tasks, workers, config, counters)."""
-        batch: list[Any] = []
-        for key in self.client.scan_iter(match=self.keys.pattern, count=1000):
+        batch: list[bytes | str] = []
+        for key in scan(self.client, store.queue_keys(self.keys)):
             batch.append(key)
-            if len(batch) >= 1000:
-                self.client.unlink(*batch)
+            if len(batch) >= PURGE_BATCH:
+                run(self.client, store.delete(batch))
                 batch = []
         if batch:
-            self.client.unlink(*batch)
+            run(self.client, store.delete(batch))

@@ -8,10 +8,11 @@ from datetime import timedelta
 from typing import Any
 
 from taskfleet.producer.encoding import _seconds, checked_int, encode_payload
-from taskfleet.protocol import bounds, connect
+from taskfleet.protocol import bounds
+from taskfleet.protocol.calls import run
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument
-from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import (
     FIRE_BATCH,
@@ -26,7 +27,7 @@ from taskfleet.protocol.schedules import (
 )
 from taskfleet.protocol.scripts import SyncScripts
 
-__all__ = ["fire_due", "read_all", "schedule_def", "server_ms"]
+__all__ = ["fire_due", "read_all", "schedule_def"]
 
 
 def schedule_def(
@@ -80,26 +81,15 @@ def schedule_def(
     )
 
 
-def server_ms(client: SyncClient, keys: QueueKeys) -> int:
-    """The clock of the queue's Redis server (every firer and the scripts use it), in ms."""
-    return connect.server_ms(client, keys.schedules)
-
-
 def first_due(definition: ScheduleDef, now_ms: int) -> tuple[int | None, int]:
     """The first slot after ``now_ms`` and when it is due."""
     slot = first_slot(definition.cron, definition.tz, now_ms)
     return slot, 0 if slot is None else due_ms(definition.name, slot, definition.jitter_ms)
 
 
-def read_all(client: SyncClient, keys: QueueKeys) -> list[Schedule]:
+def read_all(client: SyncClient, reads: QueueReads) -> list[Schedule]:
     """Every schedule of the queue, by name, in two round trips."""
-    names = sorted(
-        n.decode() if isinstance(n, bytes) else str(n) for n in client.smembers(keys.schedules)
-    )
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hgetall(keys.schedule(name))
-    return [Schedule.from_hash(h) for h in pipe.execute() if h]
+    return run(client, reads.schedules(run(client, reads.schedule_names())))
 
 
 def fire_due(

@@ -20,17 +20,19 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import redis
 import redis.asyncio
 
-from taskfleet.producer.reading import encodable, task_of
+from taskfleet.producer.reading import encodable
+from taskfleet.protocol.calls import Call, run, run_async
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument, WaitTimeout
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.scripts import AsyncScripts, Op, Ops, SyncScripts, text
+from taskfleet.protocol.lists import QueueLists
+from taskfleet.protocol.reads import QueueReads
+from taskfleet.protocol.scripts import AsyncScripts, Op, Ops, SyncScripts
 from taskfleet.protocol.tasks import Task
 
 #: The longest a wait blocks before it looks at its tasks again.
@@ -75,9 +77,9 @@ class Waiting:
         self.deadline = time.monotonic() + self.limit
         self.finished: dict[str, Task] = {}
         self.waiter = os.urandom(8).hex()
-        self.list_key = keys.waiter(self.waiter)
         self.ops = Ops(keys)
-        self.keys = keys
+        self.reads = QueueReads(keys)
+        self.lists = QueueLists(keys)
         self.watching = False  # every remaining task is registered (or absent)
 
     def watch(self) -> Op[str]:
@@ -88,23 +90,20 @@ class Waiting:
         self.watching = True
         return [i for i, flag in zip(self.remaining, flags, strict=True) if flag == "F"]
 
-    def popped(self, replies: Sequence[Any]) -> list[str] | None:
+    def popped(self, found: list[str] | None) -> list[str] | None:
         """The ids a blocking pop brought (None: none before it timed out)."""
-        first, rest = replies
-        if first is None:
+        if found is None:
             return None
-        ids = {text(first[1]), *(text(x) for x in rest or ())}
+        ids = set(found)
         return [i for i in self.remaining if i in ids]
 
-    def read(self, pipe: Any, ids: Sequence[str]) -> None:
-        for task_id in ids:
-            pipe.hgetall(self.keys.task(task_id))
+    def read(self, ids: Sequence[str]) -> Call[list[Task | None]]:
+        return self.reads.tasks(ids)
 
-    def take(self, ids: Sequence[str], raws: Sequence[Mapping[Any, Any]]) -> None:
+    def take(self, ids: Sequence[str], tasks: Sequence[Task | None]) -> None:
         """Keep the finished ones; one that is not (pruned, or run again since) is watched
         again at the next look."""
-        for task_id, raw in zip(ids, raws, strict=True):
-            task = task_of(raw, task_id)
+        for task_id, task in zip(ids, tasks, strict=True):
             if task is not None and task.finished:
                 self.finished[task_id] = task
             else:
@@ -122,9 +121,8 @@ class Waiting:
             block = min(block, max(socket_timeout - SERVER_TICK_S, socket_timeout / 4))
         return max(block, 0.001)  # 0 would block forever
 
-    def pop(self, pipe: Any, block: float) -> None:
-        pipe.blpop([self.list_key], timeout=block)
-        pipe.lpop(self.list_key, POP_MAX)
+    def pop(self, block: float) -> Call[list[str] | None]:
+        return self.lists.wait_finished(self.waiter, block, POP_MAX)
 
 
 def _socket_timeout(client: SyncClient | redis.asyncio.Redis) -> float | None:
@@ -142,17 +140,13 @@ def wait(
 
     def read(ids: list[str]) -> None:
         if ids:
-            pipe = client.pipeline(transaction=False)
-            waiting.read(pipe, ids)
-            waiting.take(ids, pipe.execute())
+            waiting.take(ids, run(client, waiting.read(ids)))
 
     while waiting.remaining:
         if not waiting.watching:
             read(waiting.watched(scripts.run(waiting.watch())))
             continue
-        pipe = client.pipeline(transaction=False)
-        waiting.pop(pipe, waiting.block_s(socket_timeout))
-        ids = waiting.popped(pipe.execute())
+        ids = waiting.popped(run(client, waiting.pop(waiting.block_s(socket_timeout))))
         if ids is None:
             waiting.watching = False  # a look now and then (see RECHECK_S)
         else:
@@ -174,17 +168,14 @@ async def wait_async(
 
     async def read(ids: list[str]) -> None:
         if ids:
-            pipe = client.pipeline(transaction=False)
-            waiting.read(pipe, ids)
-            waiting.take(ids, await pipe.execute())
+            waiting.take(ids, await run_async(client, waiting.read(ids)))
 
     while waiting.remaining:
         if not waiting.watching:
             await read(waiting.watched(await scripts.run(waiting.watch())))
             continue
-        pipe = client.pipeline(transaction=False)
-        waiting.pop(pipe, waiting.block_s(socket_timeout))
-        ids = waiting.popped(await pipe.execute())
+        found = await run_async(client, waiting.pop(waiting.block_s(socket_timeout)))
+        ids = waiting.popped(found)
         if ids is None:
             waiting.watching = False
         else:

@@ -19,13 +19,16 @@ from typing import TypeVar
 import redis.asyncio
 import redis.exceptions
 
-from taskfleet.protocol import bounds
+from taskfleet.protocol import bounds, store
+from taskfleet.protocol.calls import run_async
 from taskfleet.protocol.connect import Durability
 from taskfleet.protocol.control_ops import ControlOps, Report
 from taskfleet.protocol.durable import run_and_wait_async
 from taskfleet.protocol.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
-from taskfleet.protocol.faults import WRITABLE_PROBE, Fault, classify
+from taskfleet.protocol.faults import Fault, classify
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.lists import QueueLists
+from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.schedule_ops import DueBatch, Fired, ScheduleOps
 from taskfleet.protocol.schedules import FirePlan
 from taskfleet.protocol.scripts import (
@@ -38,7 +41,6 @@ from taskfleet.protocol.scripts import (
     SweepResult,
 )
 from taskfleet.protocol.states import TaskState
-from taskfleet.protocol.tracing import TRACE_FIELD
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult, Served, parse_claim_records
 from taskfleet.worker.identity import WorkerRecord
 
@@ -117,6 +119,8 @@ class Broker:
         self.ops = Ops(self.keys)
         self.schedule_ops = ScheduleOps(self.keys)
         self.control_ops = ControlOps(self.keys)
+        self.reads = QueueReads(self.keys)
+        self.lists = QueueLists(self.keys)
         self._scripts = AsyncScripts.for_client(client)
         self.reply_timeout = reply_timeout
         #: Replicas a completion waits for (``WAIT``); none by default.
@@ -307,10 +311,8 @@ class Broker:
         """Each task's trace context, in one round trip. The tasks are this worker's
         already: a failure here leaves them untraced, never unrun."""
         try:
-            async with self.client.pipeline(transaction=False) as pipe:
-                for task in tasks:
-                    pipe.hget(self.keys.task(task.id), TRACE_FIELD)
-                found = await bounded(pipe.execute(), self.reply_timeout)
+            read = self.reads.traces([task.id for task in tasks])
+            found = await bounded(run_async(self.client, read), self.reply_timeout)
         except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
             log.warning("trace_context_unread", extra={"fields": {"error": str(exc)[:200]}})
             return
@@ -465,26 +467,23 @@ class Broker:
                 )
             )
         timeout = max(0.001, timeout_s)
-        wake = self.keys.wake(self.pod)
         # Bounded on the client side too: a server that hangs or a connection that died
         # without a reset would otherwise keep the worker waiting here for good.
-        popped = await bounded(
-            self._blocking.blpop([wake, self.keys.notify], timeout=timeout),
+        woken = await bounded(
+            run_async(self._blocking, self.lists.wait_for_work(self.pod, timeout)),
             timeout + (self.reply_timeout or BLOCKING_REPLY_MARGIN_S),
         )
-        if popped is None:
+        if woken is None:
             return None
-        key, record = popped
-        if (key.decode() if isinstance(key, bytes) else key) != wake:
+        if woken.record is None:
             return ClaimResult([])
-        return await self._claimed(RawClaim(0, None, False, [record]))
+        return await self._claimed(RawClaim(0, None, False, [woken.record]))
 
     async def writable(self) -> None:
         """Return if Redis takes writes now; raise its refusal (OOM, MISCONF...) if not.
         Changes nothing (``faults.WRITABLE_PROBE``)."""
-        probe = self.client.eval(WRITABLE_PROBE, 1, self.keys.config)
         try:
-            await bounded(probe, self.reply_timeout)
+            await bounded(run_async(self.client, store.writable(self.keys)), self.reply_timeout)
         except redis.exceptions.ResponseError as exc:
             found = classify(exc)
             if found is not None and found.fault is Fault.REFUSED:

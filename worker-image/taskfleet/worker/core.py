@@ -40,8 +40,11 @@ import time
 import redis.asyncio as aioredis
 
 from taskfleet.protocol import tracing
+from taskfleet.protocol.calls import run_async
 from taskfleet.protocol.connect import connect_queue_async, durability, follow_slot, pinned
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import QueueReads
+from taskfleet.protocol.store import slot_key
 from taskfleet.worker import start
 from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.claiming import ClaimLoop, ClaimLoopState
@@ -205,7 +208,7 @@ class Worker:
             # On a Redis Cluster: a client of the master of the queue's slot (connect.py).
             self._client = await connect_queue_async(
                 self.settings.redis_url,
-                QueueKeys(self.settings.queue).pending,
+                slot_key(self.settings.queue),
                 socket_connect_timeout=2.0,
                 # No socket timeout: the broker bounds each call itself (reply_timeout),
                 # which saves redis-py's per-command send task (see Broker).
@@ -368,8 +371,8 @@ class Worker:
             await self._broker.close()
         if pinned(client):
             # A keyed read: only the slot's master answers it (another node: MOVED).
-            config = QueueKeys(self.settings.queue).config
-            await bounded(client.hget(config, "lease_ttl_s"), self.settings.reply_timeout)
+            read = QueueReads(QueueKeys(self.settings.queue)).lease_ttl()
+            await bounded(run_async(client, read), self.settings.reply_timeout)
         else:
             await bounded(client.ping(), self.settings.reply_timeout)
 

@@ -19,7 +19,6 @@ once. Two live workers under one name would take each other's tasks, so:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import secrets
@@ -27,6 +26,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from taskfleet.protocol.records import WorkerRecord as StoredRecord
 from taskfleet.worker.runtime import pid_alive, process_start
 
 __all__ = ["Whereabouts", "WorkerRecord", "default_pod_name", "holder_alive"]
@@ -172,22 +172,11 @@ class WorkerRecord:
 
     @classmethod
     def parse(cls, raw: str, now_ms: int | None = None) -> WorkerRecord:
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
+        stored = StoredRecord.parse(raw)
+        if stored is None:
             return cls("", 0, "")
-        heartbeat = data.get("heartbeat_ms")
-        age = 0
-        if now_ms is not None and isinstance(heartbeat, int | float):
-            age = max(0, now_ms - int(heartbeat))
-        return cls(
-            str(data.get("incarnation", "")),
-            age,
-            str(data.get("host") or ""),
-            bool(data.get("draining", False)),
-        )
+        age = 0 if now_ms is None else stored.age_ms(now_ms)
+        return cls(stored.incarnation, age, stored.host, stored.draining)
 
     def describe(self) -> str:
         """``pid N on host H`` (or ``incarnation X`` when no whereabouts were recorded)."""

@@ -17,26 +17,17 @@ import redis.asyncio as aioredis
 import redis.exceptions
 
 from taskfleet.protocol import bounds
-from taskfleet.protocol.defaults import CONFIG_DEFAULTS
+from taskfleet.protocol.calls import run_async
 from taskfleet.protocol.errors import RedisEvicts
 from taskfleet.protocol.faults import SAFE_EVICTION_POLICY, Policy, classify, eviction_policy
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import QueueReads
+from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S
 from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.events import log_event
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate
 from taskfleet.worker.identity import Whereabouts, WorkerRecord, holder_alive
 from taskfleet.worker.settings import WorkerSettings
-
-DEFAULT_LEASE_TTL_S = CONFIG_DEFAULTS["lease_ttl_s"]
-
-
-def _number(raw: Any, default: float) -> float:
-    """A config value as the Lua scripts read it: unset or not a number -> the default."""
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        return default
-    return value if value > 0 and math.isfinite(value) else default
 
 
 async def register(
@@ -86,15 +77,16 @@ async def heartbeat_interval(
     holds, since the scripts and sweeps use it. A heartbeat too slow for that TTL is
     shortened to a third of it rather than left to lose every lease.
     """
-    config_key = QueueKeys(settings.queue).config
+    read = QueueReads(QueueKeys(settings.queue)).lease_ttl()
     interval = settings.heartbeat_interval
     while not drain.is_set():
         try:
-            raw = await bounded(client.hget(config_key, "lease_ttl_s"), settings.reply_timeout)
+            found = await bounded(run_async(client, read), settings.reply_timeout)
         except REDIS_DOWN as exc:
             await gate.wait_out(exc, drain, closing)
             continue
-        ttl = _number(raw, DEFAULT_LEASE_TTL_S)
+        # as the scripts read it; one that is no positive number: the default
+        ttl = found if found is not None and found > 0 else DEFAULT_LEASE_TTL_S
         expected = settings.lease_ttl
         if expected is not None and not math.isclose(expected, ttl):
             log_event(
