@@ -119,7 +119,9 @@ export function encodePayload(payload: unknown): string {
       if (!Number.isFinite(value)) {
         throw new InvalidPayload(`payload is not JSON-serialisable: Out of range float values are not JSON compliant: ${String(value)}`);
       }
-      parts.push(Number.isSafeInteger(value) ? String(value) : floatRepr(value));
+      // a whole number as digits (what JSON.stringify writes below 1e21, and what Python
+      // writes for the int it parses from that text); any other as Python's float repr
+      parts.push(Number.isInteger(value) && Math.abs(value) < 1e21 ? BigInt(value).toString() : floatRepr(value));
     } else if (typeof value === "string") {
       if (!value.isWellFormed()) {
         throw new InvalidPayload("payload is not JSON-serialisable: a string holds a lone surrogate (not UTF-8)");
