@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help deps install lint test check crds crds-check bench bench-metrics bench-cluster \
+.PHONY: help deps install lint test check crds crds-check bundle bundle-check bench bench-metrics bench-cluster \
         bench-processes bench-schedules bench-dashboard bench-autoscale bench-coldstart \
         bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo \
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
@@ -47,7 +47,7 @@ lint: ## ruff + mypy --strict
 test: ## fast tests: real redis-server, real processes and signals, real kube-apiserver
 	$(BIN)/pytest tests
 
-check: deps install lint crds-check test test-redis-versions e2e-local e2e-kind-ci ## everything CI runs (README's test command)
+check: deps install lint crds-check bundle-check test test-redis-versions e2e-local e2e-kind-ci ## everything CI runs (README's test command)
 
 test-redis-versions: ## the queue's fast tests on Redis 6.2 and Valkey 8.1 (docs/compatibility.md)
 	tests/redis_versions.sh
@@ -68,6 +68,12 @@ crds: ## regenerate crds/ from the pydantic models (and the chart's copy)
 
 crds-check: ## fail if crds/ drifted from the models
 	$(BIN)/python -m taskfleet_operator.crdgen --check crds/
+
+bundle: ## rebuild the script bundle (protocol/bundle/), its manifest and docs/protocol-scripts.md from lua/
+	$(BIN)/python -m taskfleet.protocol.bundle --write
+
+bundle-check: ## fail if the committed bundle, manifest or script reference drifted from lua/ and signatures.py
+	$(BIN)/python -m taskfleet.protocol.bundle --check
 
 bench: ## throughput and latency figures with peers, then the Redis Cluster figure (see bench/README.md)
 	$(BIN)/python -m bench.run

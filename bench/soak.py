@@ -26,7 +26,7 @@ from pathlib import Path
 
 import redis
 from taskfleet import Queue
-from taskfleet.protocol.luasource import NAMES, source
+from taskfleet.protocol.bundle import NAMES, source
 
 from bench.run import redis_server
 from bench.systems.harness import WorkerFleet

@@ -12,11 +12,10 @@ import redis
 import redis.asyncio
 from pydantic import ValidationError
 from taskfleet import Broker, Queue, QueueConfig, TaskState
-from taskfleet.protocol import luasource
+from taskfleet.protocol.bundle import NAMES, source
 from taskfleet.protocol.control_ops import CancelOutcome, Report
 from taskfleet.protocol.errors import InvalidPayload
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
-from taskfleet.protocol.luasource import LIB, NAMES, source
 from taskfleet.protocol.scripts import text
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker, RedisServerFactory, free_cluster_port
@@ -25,17 +24,8 @@ from tests.polling import wait_for
 LUA = resources.files("taskfleet.protocol").joinpath("lua")
 
 
-def lua_files() -> list[str]:
-    return sorted(p.name.removesuffix(".lua") for p in LUA.iterdir() if p.name.endswith(".lua"))
-
-
-def test_every_script_file_is_registered_and_every_registered_script_exists() -> None:
-    assert lua_files() == sorted(NAMES)
-    assert sorted(LIB) == sorted(p.name.removesuffix(".lua") for p in LUA.joinpath("lib").iterdir())
-
-
 @pytest.mark.parametrize("name", NAMES)
-def test_each_script_opens_with_a_block_mapping_keys_argv_and_the_reply(name: str) -> None:
+def test_each_script_opens_with_a_block_saying_what_it_does_and_replies(name: str) -> None:
     text = LUA.joinpath(f"{name}.lua").read_text()
     header = []
     for line in text.splitlines():
@@ -44,79 +34,32 @@ def test_each_script_opens_with_a_block_mapping_keys_argv_and_the_reply(name: st
         header.append(line)
     block = "\n".join(header)
     assert block.startswith(f"-- {name}:")
-    assert "KEYS[" in block
-    assert "ARGV[" in block
+    assert "Arguments:" in block
     assert "Returns:" in block
-
-
-@pytest.mark.parametrize("lib", LIB)
-def test_a_library_holds_only_local_definitions_at_its_top_level(lib: str) -> None:
-    """What source() picks per script is cut at these lines: anything else at the top
-    level (a global, a statement) would be cut off with the definition above it."""
-    for number, line in enumerate(LUA.joinpath("lib", f"{lib}.lua").read_text().splitlines(), 1):
-        if line and not line[0].isspace():
-            assert re.match(r"(--|end$|}$|local (function )?[A-Za-z_]\w*)", line), (
-                f"lib/{lib}.lua:{number}: {line}"
-            )
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_a_script_carries_every_library_definition_it_names_and_only_those(name: str) -> None:
-    defined = {
-        found.group(1)
-        for lib in LIB
-        for line in LUA.joinpath("lib", f"{lib}.lua").read_text().splitlines()
-        if (found := re.match(r"local (?:function )?([A-Za-z_]\w*)", line))
-    }
-    full = source(name)
-    carried = set(re.findall(r"^local (?:function )?([A-Za-z_]\w*)", full, re.M)) & defined
-    code = "\n".join(line for line in full.splitlines() if not line.lstrip().startswith("--"))
-    named = set(re.findall(r"[A-Za-z_]\w*", code)) & defined
-    assert named <= carried, f"{name}.lua names {sorted(named - carried)} without them"
-    assert len(carried) < len(defined), f"{name}.lua carries the whole library"
-
-
-def test_what_only_a_lazy_definition_uses_is_built_inside_its_loader() -> None:
-    """enqueue.lua's hand-off to idle workers (and the claim code only it needs) is built
-    on its first call: a single enqueue with no idle worker builds none of it."""
-    full = source("enqueue")
-    top, _, rest = full.partition("local function build_lazy()\n")
-    loader, _, after = rest.partition("\nreturn hand_off\nend\n")
-    assert loader and after, "enqueue.lua builds hand_off lazily"
-    defined = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.M)
-    built_lazily = set(defined.findall(loader))
-    assert {"hand_off", "claim_tasks"} <= built_lazily
-    # at the top, hand_off is only declared (its stub builds the rest): nothing twice
-    assert built_lazily & set(defined.findall(top)) == {"hand_off"}
-    assert "\nlocal hand_off\n" in top and "local function hand_off" not in top
-    body = full.partition("-- enqueue.lua\n")[2]
-    code = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
-    used = set(re.findall(r"[A-Za-z_]\w*", code))
-    assert used & built_lazily == {"hand_off"}, "the script itself calls only the lazy root"
-
-
-def test_a_lazy_definition_that_something_else_uses_is_refused() -> None:
-    with pytest.raises(ValueError, match="lazy"):
-        luasource._needed("-- lazy: demand\nnotify(1)\n")  # notify uses demand
-    with pytest.raises(ValueError, match="lazy"):
-        luasource._needed("-- lazy: no_such_definition\nnotify(1)\n")
 
 
 def test_scripts_never_spell_a_key_name_themselves() -> None:
     # key names live in keys.py; Lua only uses the K_* names bound from KEYS
-    for path in [*LUA.iterdir(), *LUA.joinpath("lib").iterdir()]:
+    for path in [*LUA.iterdir(), *LUA.joinpath("includes").iterdir()]:
         if path.name.endswith(".lua"):
             code = "\n".join(
                 line for line in path.read_text().splitlines() if not line.lstrip().startswith("--")
             )
             assert "tf:" not in code, path.name
             assert not re.search(r"KEYS\[", code), path.name
+            # arguments by name (ARG_*, RECORD(i): generated from signatures.py), never by
+            # position
+            assert not re.search(r"ARGV\[", code), path.name
 
 
-def test_prelude_binds_every_key_in_script_keys_order() -> None:
-    text = source("claim")
-    for i, name in enumerate(SCRIPT_KEYS, start=1):
-        assert f"local K_{name.upper()} = KEYS[{i}]" in text
+@pytest.mark.parametrize("name", NAMES)
+def test_prelude_binds_each_key_a_script_uses_at_its_place_in_script_keys(name: str) -> None:
+    text = source(name)
+    bound = dict(re.findall(r"^local K_([A-Z_]+) = KEYS\[(\d+)\]$", text, re.M))
+    for key, index in bound.items():
+        assert SCRIPT_KEYS[int(index) - 1] == key.lower()
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    assert set(re.findall(r"\bK_([A-Z_]+)\b", code)) == set(bound)
 
 
 def test_every_key_of_a_queue_shares_its_hash_tag() -> None:

@@ -129,8 +129,14 @@ def test_the_library_wheel_holds_no_operator_and_declares_no_development_tools(
     wheel = built[0] / f"taskfleet-{PYTHON_VERSION}-py3-none-any.whl"
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
+        # the script bundle, byte for byte: what every client sends to Redis
+        bundle = REPO / "worker-image/taskfleet/protocol/bundle"
+        for path in [*bundle.glob("*.lua"), bundle / "manifest.json"]:
+            shipped = archive.read(f"taskfleet/protocol/bundle/{path.name}")
+            assert shipped == path.read_bytes(), path.name
     assert not [n for n in names if n.startswith("taskfleet_operator")]
     assert "taskfleet/protocol/lua/claim.lua" in names
+    assert "taskfleet/protocol/lua/includes/claim_tasks.lua" in names
     assert "taskfleet/py.typed" in names
     meta = metadata(wheel)
     assert re.findall(r"^Provides-Extra: (.+)$", meta, re.M) == [

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -219,22 +219,22 @@ def encode_task(
         priority = checked_int(priority, "priority", PRIORITY_MIN, PRIORITY_MAX)
     if cost.__class__ is not int or not bounds.MIN_COST <= cost <= bounds.MAX_COST:
         cost = checked_int(cost, "cost", bounds.MIN_COST, bounds.MAX_COST)
-    attempts = ""
+    attempts: int | Literal[""] = ""
     if max_attempts is not None:
         checked_int(max_attempts, "max_attempts", bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS)
-        attempts = str(max_attempts)
+        attempts = int(max_attempts)
     delay_ms = 0
     if delay is not None:
         seconds = _seconds(delay, "delay", bounds.MAX_DELAY_S) or 0.0
         if seconds < 0:
             raise InvalidArgument(f"delay must be >= 0, not {seconds:g}")
         delay_ms = math.ceil(seconds * 1000)
-    timeout_s = ""
+    timeout_s: float | Literal[""] = ""
     if timeout is not None:
         limit = _seconds(timeout, "timeout", bounds.MAX_TIMEOUT_S) or 0.0
         if limit <= 0:
             raise InvalidArgument(f"timeout must be > 0, not {limit:g}")
-        timeout_s = repr(limit)
+        timeout_s = limit
     deadline_text = ""
     if isinstance(deadline, datetime):
         deadline_text = f"@{_deadline_ms(deadline)}"

@@ -3,7 +3,7 @@
 A wait picks a waiter id and runs the watch script on its tasks: each is finished
 already, or now lists the waiter in its hash, or does not exist (yet). The scripts that
 finish a task (complete, fail, and every way to dead) push its id onto the waiter's list
-(``wake_waiters`` in lua/lib/core.lua), and the wait blocks on that list (BLPOP) until the
+(``wake_waiters`` in lua/includes/), and the wait blocks on that list (BLPOP) until the
 timeout. Registering and looking at the state are one atomic step, so no finish is missed
 between them. A task nobody waits on costs its completion nothing.
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from taskfleet.protocol.errors import ProtocolError
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.scripts import Arg, Op, text
+from taskfleet.protocol.scripts import Op, text
+from taskfleet.protocol.signatures import Arg, Cancel, Drop, Reported, Retry, TaskId, with_records
+from taskfleet.protocol.signatures import Report as ReportArgs
 
 __all__ = ["CancelOutcome", "ControlOps", "Report", "Scan", "Swept"]
 
@@ -55,9 +57,9 @@ class Scan:
     offset: int = 0
     bound: int = SCAN_BOUND
 
-    def args(self) -> list[Arg]:
-        oldest = "-inf" if self.oldest_ms is None else self.oldest_ms
-        return ["scan", self.reason, oldest, self.newest_ms, self.offset, self.bound]
+    @property
+    def oldest(self) -> float:
+        return float("-inf") if self.oldest_ms is None else self.oldest_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +107,8 @@ class ControlOps:
             except KeyError:
                 raise ProtocolError(f"cancel: unexpected reply {raw!r}") from None
 
-        return Op("cancel", self._k, list(task_ids), decode)
+        args = with_records(Cancel(n=len(task_ids)), [TaskId(i) for i in task_ids])
+        return Op("cancel", self._k, args, decode)
 
     def retry(
         self,
@@ -115,23 +118,50 @@ class ControlOps:
         max_attempts: int | None = None,
     ) -> Op[Swept]:
         """Dead tasks back to pending with a new budget: these ids, or those ``scan`` finds."""
-        args: list[Arg] = ["" if max_attempts is None else max_attempts]
-        args += scan.args() if scan is not None else ["ids", *task_ids]
+        budget: int | Literal[""] = "" if max_attempts is None else max_attempts
+        if scan is not None:
+            head = Retry(
+                max_attempts=budget,
+                mode="scan",
+                reason=scan.reason,
+                oldest_ms=scan.oldest,
+                newest_ms=scan.newest_ms,
+                offset=scan.offset,
+                bound=scan.bound,
+                n=0,
+            )
+            return Op("retry", self._k, head, _swept("retry"))
+        head = Retry(budget, "ids", "", "", "", "", "", len(task_ids))
+        args = with_records(head, [TaskId(i) for i in task_ids])
         return Op("retry", self._k, args, _swept("retry"))
 
     def drop(
         self, state: str, *, task_ids: Sequence[str] = (), scan: Scan | None = None
     ) -> Op[Swept]:
         """Delete finished tasks in ``state`` (done, dead, cancelled): these, or ``scan``'s."""
-        args: list[Arg] = [state]
-        args += scan.args() if scan is not None else ["ids", *task_ids]
+        if scan is not None:
+            head = Drop(
+                state=state,
+                mode="scan",
+                reason=scan.reason,
+                oldest_ms=scan.oldest,
+                newest_ms=scan.newest_ms,
+                offset=scan.offset,
+                bound=scan.bound,
+                n=0,
+            )
+            return Op("drop", self._k, head, _swept("drop"))
+        head = Drop(state, "ids", "", "", "", "", "", len(task_ids))
+        args = with_records(head, [TaskId(i) for i in task_ids])
         return Op("drop", self._k, args, _swept("drop"))
 
     def report(self, reports: Sequence[Report]) -> Op[list[bool]]:
         """Reply: per report, True if applied, False if refused (another run, or gone)."""
-        args: list[Arg] = [len(reports)]
-        for r in reports:
-            args += [r.task_id, r.token, r.progress or "", "" if r.cost is None else r.cost]
+        records = [
+            Reported(r.task_id, r.token, r.progress or "", "" if r.cost is None else r.cost)
+            for r in reports
+        ]
+        args: list[Arg] = with_records(ReportArgs(n=len(records)), records)
 
         def decode(raw: Any) -> list[bool]:
             flags = text(raw)

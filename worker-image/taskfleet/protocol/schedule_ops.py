@@ -3,6 +3,7 @@ that run on a sync client (the producer API, the operator) or an async one (the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,19 @@ from taskfleet.protocol.errors import (
 )
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.schedules import Due, FirePlan, ScheduleDef
-from taskfleet.protocol.scripts import Arg, Op, text
+from taskfleet.protocol.scripts import Op, text
+from taskfleet.protocol.signatures import (
+    FirePlan as FireRecord,
+)
+from taskfleet.protocol.signatures import (
+    ScheduleDelete,
+    ScheduleDue,
+    ScheduleField,
+    ScheduleFire,
+    SchedulePause,
+    SchedulePut,
+    with_records,
+)
 
 __all__ = ["CREATED", "UNCHANGED", "UPDATED", "DueBatch", "Fired", "ScheduleOps"]
 
@@ -66,18 +79,17 @@ class ScheduleOps:
     ) -> Op[int]:
         """Reply: CREATED, UPDATED or UNCHANGED; raises ``InvalidPayload`` (over the queue's
         ``max_payload_bytes``) or ``ScheduleOwned``."""
-        fields = definition.fields()
-        args: list[Arg] = [
-            definition.name,
-            owner,
-            "1" if take_over else "0",
-            "" if first_slot is None else first_slot,
-            first_due_ms,
-            "1" if paused else "0",
-            len(fields),
-        ]
-        for name, value in fields:
-            args += [name, value]
+        fields = [ScheduleField(name, value) for name, value in definition.fields()]
+        head = SchedulePut(
+            name=definition.name,
+            owner=owner,
+            take_over=1 if take_over else 0,
+            first_slot="" if first_slot is None else first_slot,
+            first_due_ms=first_due_ms,
+            paused=1 if paused else 0,
+            n=len(fields),
+        )
+        args = with_records(head, fields)
 
         def decode(raw: Any) -> int:
             reply = _code(raw, "schedule_put")
@@ -102,7 +114,7 @@ class ScheduleOps:
                 raise ScheduleOwned(name, text(reply[1]))
             return int(reply[0]) == 1
 
-        args = (name, owner, "1" if take_over else "0")
+        args = ScheduleDelete(name=name, owner=owner, take_over=1 if take_over else 0)
         return Op("schedule_delete", self._k, args, decode)
 
     def pause(
@@ -120,8 +132,13 @@ class ScheduleOps:
                 raise ScheduleOwned(name, text(reply[1]))
             return code == 1
 
-        slot: Arg = "" if next_slot is None else next_slot
-        args = (name, "1" if paused else "0", owner, slot, next_due_ms)
+        args = SchedulePause(
+            name=name,
+            paused=1 if paused else 0,
+            owner=owner,
+            next_slot="" if next_slot is None else next_slot,
+            next_due_ms=next_due_ms,
+        )
         return Op("schedule_pause", self._k, args, decode)
 
     def due(self, limit: int, lease_ms: int) -> Op[DueBatch]:
@@ -149,13 +166,23 @@ class ScheduleOps:
             left = int(reply[1])
             return DueBatch(int(reply[0]), None if left < 0 else left, entries)
 
-        return Op("schedule_due", self._k, (limit, lease_ms), decode)
+        args = ScheduleDue(limit=limit, lease_ms=lease_ms)
+        return Op("schedule_due", self._k, args, decode)
 
     def fire(self, plans: Sequence[FirePlan]) -> Op[Fired]:
-        args: list[Arg] = [len(plans)]
-        for p in plans:
-            args += [p.name, p.rev, p.expected, len(p.slots), *p.slots, p.skipped]
-            args += ["" if p.next_slot is None else p.next_slot, p.next_due_ms]
+        records = [
+            FireRecord(
+                name=p.name,
+                rev=p.rev,
+                expected=p.expected,
+                slots=json.dumps(p.slots, separators=(",", ":")),
+                skipped=p.skipped,
+                next_slot="" if p.next_slot is None else p.next_slot,
+                next_due_ms=p.next_due_ms,
+            )
+            for p in plans
+        ]
+        args = with_records(ScheduleFire(n=len(records)), records)
 
         def decode(raw: Any) -> Fired:
             reply = _code(raw, "schedule_fire")

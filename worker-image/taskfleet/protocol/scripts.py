@@ -1,8 +1,9 @@
 """The Lua scripts of the queue protocol and their typed wrappers.
 
-Each state change is one script in ``lua/<name>.lua``, sent as the one chunk that
-``luasource`` assembles (a generated prelude, what the script uses of ``lua/lib/``, the
-script itself).
+Each state change is one script, sent as the text committed in ``bundle/<name>.lua``
+(built from ``lua/`` by ``python -m taskfleet.protocol.bundle``; read here, never
+assembled). Its arguments are declared once in ``signatures``: an op builder makes the
+script's argument tuple by name and sends it as is.
 
 Calls are described by :class:`Op` values: the script, its keys and arguments, and a
 decoder that turns the reply into Python values and return codes into exceptions. The
@@ -17,7 +18,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import redis
 import redis.asyncio
@@ -25,10 +26,30 @@ from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoScriptError
 
 from taskfleet.protocol import bounds, wire
+from taskfleet.protocol.bundle import NAMES, source
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload, ProtocolError, TaskExists
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.luasource import NAMES, source
+from taskfleet.protocol.signatures import (
+    Claim,
+    Complete,
+    Completion,
+    Deregister,
+    Disown,
+    Enqueue,
+    EnqueueTask,
+    Extend,
+    Fail,
+    Held,
+    Register,
+    Release,
+    Requeue,
+    Sweep,
+    TaskId,
+    TokenBase,
+    Watch,
+    with_records,
+)
 
 T = TypeVar("T")
 Arg = str | int | float | bytes
@@ -180,11 +201,8 @@ def _raw_claim(raw: Any, script: str) -> RawClaim:
     return RawClaim(int(raw[0]), None if due < 0 else due, int(raw[2]) == 1, raw[3:])
 
 
-def _complete_args(items: Sequence[tuple[str, str, str | None]]) -> list[Arg]:
-    args: list[Arg] = [len(items)]
-    for task_id, token, result in items:
-        args += [task_id, token, result or ""]
-    return args
+def _completions(items: Sequence[tuple[str, str, str | None]]) -> list[Completion]:
+    return [Completion(task_id, token, result or "") for task_id, token, result in items]
 
 
 #: Per-task codes of a completion: refused (stale token), done, dead (result too large),
@@ -239,18 +257,8 @@ class RawClaim:
     records: list[bytes | str]
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueArgs:
-    """One task as the enqueue script takes it (already validated and encoded)."""
-
-    task_id: str
-    payload: str
-    priority: int
-    delay_ms: int
-    deadline: str  # '' | '<relative ms>' | '@<epoch ms>'
-    max_attempts: str  # '' = queue default
-    cost: int
-    timeout_s: str  # '' = queue default
+#: One task as the enqueue script takes it (already validated and encoded).
+EnqueueArgs = EnqueueTask
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,24 +304,11 @@ class Ops:
         then). With ``token_base``, new tasks go straight to idle workers (see hand_off).
         ``trace``: the producer's trace context (``protocol.tracing``), stored with every
         new task of the call."""
-        args: list[Arg] = [len(tasks)]
-        for t in tasks:
-            args += [
-                t.task_id,
-                t.payload,
-                t.priority,
-                t.delay_ms,
-                t.deadline,
-                t.max_attempts,
-                t.cost,
-                t.timeout_s,
-            ]
-        if token_base is not None:
-            args += [token_base, CLAIM_HOUSEKEEPING_BOUND]
-        if trace:
-            if token_base is None:
-                args += ["", 0]
-            args.append(trace)
+        if token_base is None:
+            head = Enqueue(n=len(tasks), token_base="", bound="", trace=trace)
+        else:
+            head = Enqueue(len(tasks), token_base, CLAIM_HOUSEKEEPING_BOUND, trace)
+        args = with_records(head, tasks)
 
         def decode(raw: Any) -> list[bool]:
             if not isinstance(raw, list) or not raw:
@@ -352,9 +347,15 @@ class Ops:
         ``prefetch``: how many of the ``n`` would wait in the worker for a free slot; the
         script leaves them out under a fleet-wide concurrency limit.
         """
-        args: tuple[Arg, ...] = (pod, incarnation, n, token_base, bound)
-        if idle_ms > 0 or prefetch > 0:
-            args += (idle_ms, prefetch)
+        args = Claim(
+            pod=pod,
+            incarnation=incarnation,
+            max_tasks=n,
+            token_base=token_base,
+            bound=bound,
+            idle_ms=idle_ms,
+            prefetch=prefetch,
+        )
         return Op("claim", self._k, args, lambda raw: _raw_claim(raw, "claim"))
 
     def extend(
@@ -370,9 +371,17 @@ class Ops:
     ) -> Op[Extended]:
         """Reply: the lost ids, or (nothing extended) the record of the incarnation that
         registered under ``pod`` since."""
-        args: list[Arg] = [pod, incarnation, inflight, "1" if draining else "0", concurrency, host]
-        for task_id, token in tokens:
-            args += [task_id, token]
+        held = [Held(task_id, token) for task_id, token in tokens]
+        head = Extend(
+            pod=pod,
+            incarnation=incarnation,
+            inflight=inflight,
+            draining=1 if draining else 0,
+            concurrency=concurrency,
+            host=host,
+            n=len(held),
+        )
+        args = with_records(head, held)
 
         def decode(raw: Any) -> Extended:
             if not isinstance(raw, list) or not raw:
@@ -390,7 +399,8 @@ class Ops:
 
     def complete(self, items: Sequence[tuple[str, str, str | None]]) -> Op[list[int]]:
         """Reply: per item, True if applied, False if its token was stale (refused)."""
-        return Op("complete", self._k, _complete_args(items), _applied)
+        head = Complete(len(items), "", "", "", "", "", "", "")
+        return Op("complete", self._k, with_records(head, _completions(items)), _applied)
 
     def complete_and_claim(
         self,
@@ -404,8 +414,17 @@ class Ops:
         prefetch: int = 0,
     ) -> Op[tuple[list[int], RawClaim]]:
         """``complete`` then ``claim`` for the freed slots, in one call (one round trip)."""
-        args = _complete_args(items)
-        args += [pod, incarnation, n, token_base, bound, 0, prefetch]
+        head = Complete(
+            n=len(items),
+            pod=pod,
+            incarnation=incarnation,
+            max_tasks=n,
+            token_base=token_base,
+            bound=bound,
+            idle_ms=0,
+            prefetch=prefetch,
+        )
+        args = with_records(head, _completions(items))
 
         def decode(raw: Any) -> tuple[list[int], RawClaim]:
             if not isinstance(raw, list) or not raw:
@@ -426,8 +445,8 @@ class Ops:
         retry_after_ms: int | None = None,
     ) -> Op[str]:
         """``retry_after_ms``: the handler asked for a retry after that long (RetryAfter)."""
-        args: tuple[Arg, ...] = (task_id, token, error, "1" if retryable else "0", repr(jitter))
-        args += (reason,)
+        after: int | Literal[""] = ""
+        deferrals: int | Literal[""] = ""
         if retry_after_ms is not None:
             if isinstance(retry_after_ms, bool) or not isinstance(retry_after_ms, int):
                 raise InvalidArgument(f"retry_after_ms must be an int, not {retry_after_ms!r}")
@@ -436,21 +455,30 @@ class Ops:
                     f"retry_after_ms must be within 0..{bounds.MAX_DELAY_S * 1000}, "
                     f"not {retry_after_ms}"
                 )
-            args += (retry_after_ms, bounds.MAX_DEFERRALS)
+            after, deferrals = retry_after_ms, bounds.MAX_DEFERRALS
+        args = Fail(
+            task_id=task_id,
+            token=token,
+            error=error,
+            retryable=1 if retryable else 0,
+            jitter=jitter,
+            reason=reason,
+            retry_after_ms=after,
+            max_deferrals=deferrals,
+        )
         return Op("fail", self._k, args, text)
 
     def release(self, pod: str, items: Iterable[tuple[str, str]]) -> Op[int]:
-        args: list[Arg] = [pod]
-        for task_id, token in items:
-            args += [task_id, token]
-        return Op("release", self._k, args, int)
+        held = [Held(task_id, token) for task_id, token in items]
+        return Op("release", self._k, with_records(Release(pod, len(held)), held), int)
 
     def requeue(self, pod: str, keep_incarnation: str | None) -> Op[tuple[int, int]]:
         def decode(raw: Any) -> tuple[int, int]:
             requeued, dead = _ints(raw, 2, "requeue")
             return requeued, dead
 
-        return Op("requeue", self._k, (pod, keep_incarnation or ""), decode)
+        args = Requeue(pod=pod, keep_incarnation=keep_incarnation or "")
+        return Op("requeue", self._k, args, decode)
 
     def register(
         self,
@@ -471,14 +499,19 @@ class Ops:
             requeued, dead = _ints(raw, 2, "register")
             return Registered(requeued, dead)
 
-        args = (pod, incarnation, concurrency, host, expected)
+        args = Register(
+            pod=pod, incarnation=incarnation, concurrency=concurrency, host=host, expected=expected
+        )
         return Op("register", self._k, args, decode)
 
     def deregister(self, pod: str, incarnation: str, *, failed: bool = False) -> Op[int]:
-        return Op("deregister", self._k, (pod, incarnation, "1" if failed else "0"), int)
+        args = Deregister(pod=pod, incarnation=incarnation, failed=1 if failed else 0)
+        return Op("deregister", self._k, args, int)
 
     def disown(self, pod: str, incarnation: str, token_bases: Sequence[str]) -> Op[int]:
-        return Op("disown", self._k, (pod, incarnation, *token_bases), int)
+        head = Disown(pod=pod, incarnation=incarnation, n=len(token_bases))
+        args = with_records(head, [TokenBase(base) for base in token_bases])
+        return Op("disown", self._k, args, int)
 
     def watch(self, waiter: str, task_ids: Sequence[str]) -> Op[str]:
         """Reply: per id, 'F' finished, 'W' watched (pushed to the waiter's list when it
@@ -490,7 +523,10 @@ class Ops:
                 raise ProtocolError(f"watch: unexpected reply {raw!r}")
             return flags
 
-        return Op("watch", self._k, (waiter, *task_ids), decode)
+        head = Watch(waiter=waiter, n=len(task_ids))
+        args = with_records(head, [TaskId(task_id) for task_id in task_ids])
+        return Op("watch", self._k, args, decode)
 
     def sweep(self, bound: int = SWEEP_BOUND) -> Op[SweepResult]:
-        return Op("sweep", self._k, (bound,), lambda raw: SweepResult(*_ints(raw, 8, "sweep")))
+        args = Sweep(bound=bound)
+        return Op("sweep", self._k, args, lambda raw: SweepResult(*_ints(raw, 8, "sweep")))

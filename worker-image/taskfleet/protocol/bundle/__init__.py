@@ -50,5 +50,7 @@ def source(name: str) -> str:
 @functools.cache
 def manifest() -> dict[str, Any]:
     """``manifest.json``: the protocol version, the keys, each script's arguments and SHA1."""
-    data: dict[str, Any] = json.loads(resources.files(__name__).joinpath("manifest.json").read_bytes())
+    data: dict[str, Any] = json.loads(
+        resources.files(__name__).joinpath("manifest.json").read_bytes()
+    )
     return data

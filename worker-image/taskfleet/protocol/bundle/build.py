@@ -170,7 +170,9 @@ def _prelude(script: Script, used_keys: list[str], with_defaults: bool) -> str:
         lines += [
             f"-- record i (1..ARG_N): {names}",
             "local function RECORD(i)",
-            f"  local b = {first} + (i - 1) * {width}" if width > 1 else f"  local b = {first - 1} + i",
+            f"  local b = {first} + (i - 1) * {width}"
+            if width > 1
+            else f"  local b = {first - 1} + i",
             f"  return {values}",
             "end",
         ]
@@ -199,8 +201,9 @@ def _assemble(script: Script, helpers: _Helpers, body: _Source) -> tuple[str, li
     parts.append(f"-- {body.path}\n{body.text}")
     code_after = "".join(parts)
     carried = eager | set(later)
-    for name, helper in helpers.by_name.items():
-        if name not in carried and re.search(rf"\b{name}\b", _code(code_after)):
+    words = set(_WORD.findall(_code(code_after)))
+    for name in helpers.by_name:
+        if name not in carried and name in words:
             raise BuildError(f"lua/{body.path}: uses {name} without including it")
     used = set(_KEY.findall(_code(code_after)))
     unknown = used - {k.upper() for k in SCRIPT_KEYS}

@@ -77,7 +77,7 @@ local function call_chunked(cmd, key, args)
 end
 
 -- includes/handed_task.lua
--- A claim record that hand_off (claim.lua) pushed onto a wake list: its task's id and key,
+-- A claim record that hand_off (includes/hand_off.lua) pushed onto a wake list: its task's id and key,
 -- and whether that incarnation still holds the task under the record's token (a task
 -- taken back meanwhile is not its any more).
 local function handed_task(rec, incarnation)
@@ -415,15 +415,12 @@ end
 -- claim.lua
 -- claim: hand up to n tasks to a worker, after the housekeeping that lets the fleet run
 -- without the operator (promote due, expire deadlines, take back expired leases).
--- The work is claim_tasks in lib/claim.lua, which complete.lua shares.
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS); all are used.
--- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] n (max tasks), ARGV[4] token base (random,
---   from Python: Lua has no good randomness; task i gets token base .. ':' .. i),
---   ARGV[5] housekeeping bound (max tasks promoted / expired / taken back per call),
---   ARGV[6] idle ms (optional): if the queue runs dry, register the worker as idle (waiting
---   on its wake list) for that long, so producers hand it tasks directly
---   ARGV[7] prefetch (optional): how many of the n are to wait in the worker for a slot;
---   not claimed under a fleet-wide concurrency limit (see claim_tasks)
+-- The work is claim_tasks (includes/claim_tasks.lua), which complete.lua shares.
+-- Arguments: ARG_* (signatures.Claim). idle_ms > 0: if the queue runs dry, the worker is
+--   registered as idle (waiting on its wake list) that long, so producers hand it tasks
+--   directly; prefetch: how many of max_tasks are to wait in the worker for a slot, not
+--   claimed under a fleet-wide concurrency limit (see claim_tasks). Tokens: token base
+--   .. ':' .. i (the base is random, from the caller: Lua has no good randomness).
 -- Returns: {retry_after_ms, next_due_ms, more, task 1, task 2, ...}
 --   retry_after_ms: >0 when a rate limit held tasks back: ms until capacity returns
 --   next_due_ms: ms until the earliest delayed task is due, -1 if none
@@ -437,7 +434,7 @@ end
 --     fields, the form every worker version reads); a named task's payload is stored
 --     as '\1' .. name .. '\1' .. JSON (taskfleet/protocol/tasknames.py) and goes as is
 --   (one string per task, not ten: reply parsing is most of a worker's per-task cost)
-local out = claim_tasks(now_ms(), ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4],
-  tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
+local out = claim_tasks(now_ms(), ARG_POD, ARG_INCARNATION, tonumber(ARG_MAX_TASKS),
+  ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH))
 flush_counts()
 return out

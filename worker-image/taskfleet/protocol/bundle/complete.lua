@@ -150,7 +150,7 @@ local function to_cancelled(id, key, now)
 end
 
 -- includes/handed_task.lua
--- A claim record that hand_off (claim.lua) pushed onto a wake list: its task's id and key,
+-- A claim record that hand_off (includes/hand_off.lua) pushed onto a wake list: its task's id and key,
 -- and whether that incarnation still holds the task under the record's token (a task
 -- taken back meanwhile is not its any more).
 local function handed_task(rec, incarnation)
@@ -421,12 +421,9 @@ end
 
 -- complete.lua
 -- complete: finish tasks with their results (a batch is one round trip).
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
---   K_DONE, K_POD, K_CONFIG, K_STATS, K_PENDING, K_NOTIFY, K_DEMAND.
--- ARGV[1]: number of tasks N; then triples: task id, claim token, result JSON ('' = none);
---   then, optionally, a claim for the slots this frees (saves the worker a round trip):
---   pod, incarnation, n (max tasks), token base, housekeeping bound, idle ms, prefetch, as
---   claim.lua takes them.
+-- Arguments: ARG_* and RECORD(i) (signatures.Complete, one Completion per task): task id,
+--   claim token, result JSON ('' = none); with ARG_POD not '', a claim for the slots this
+--   frees follows in the same call (saves the worker a round trip), as claim.lua takes it.
 -- Returns: a string of N characters, one per task: '1' = completed; '2' = the result is
 --   larger than max_payload_bytes: the task is dead (reason 'result too large') with the
 --   sizes in its error, no retry (the handler would return the same again); '0' = stale
@@ -435,13 +432,12 @@ end
 --   handler returned (the result is not stored).
 --   A completion this same token already applied (a retry after a reply that never came)
 --   answers as it did then and changes nothing. Waiters on a finished task are woken
---   (wake_waiters in lib/core.lua).
+--   (includes/wake_waiters.lua).
 --   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks}.
 -- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
 -- any completion rate without waiting for a sweep.
-local n = tonumber(ARGV[1])
-local claim_at = 2 + n * 3
+local n = tonumber(ARG_N)
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local retention_ms = cfg_num('done_retention_s', 3600) * 1000
@@ -451,7 +447,7 @@ local completed = 0
 -- what leave_running does per task, batched.
 local finished, done, gone, by_pod = {}, {}, {}, {}
 for i = 0, n - 1 do
-  local id, token, result = ARGV[2 + i * 3], ARGV[3 + i * 3], ARGV[4 + i * 3]
+  local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters')
   if v[1] == 'running' and v[2] == token then
@@ -520,13 +516,12 @@ if cfg_num('max_concurrency', 0) > 0 and completed > 0 and redis.call('ZCARD', K
   notify(completed)
 end
 local flags = table.concat(out)
-if ARGV[claim_at] == nil then
+if ARG_POD == '' then
   flush_counts()
   return flags
 end
-local claimed = claim_tasks(now, ARGV[claim_at], ARGV[claim_at + 1], tonumber(ARGV[claim_at + 2]),
-  ARGV[claim_at + 3], tonumber(ARGV[claim_at + 4]), tonumber(ARGV[claim_at + 5]),
-  tonumber(ARGV[claim_at + 6]))
+local claimed = claim_tasks(now, ARG_POD, ARG_INCARNATION, tonumber(ARG_MAX_TASKS),
+  ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH))
 flush_counts()
 table.insert(claimed, 1, flags)
 return claimed

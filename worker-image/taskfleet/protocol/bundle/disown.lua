@@ -147,13 +147,12 @@ end
 -- until their lease expired, and that would count a loss and an attempt for a task
 -- that never started. The worker names the token bases of such calls; their tasks go
 -- back to the front of pending as a graceful release does (not an attempt, not lost).
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
---   K_RUNNING, K_POD, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND.
--- ARGV[1] pod, ARGV[2] incarnation, then the token bases of the unanswered claim calls
+-- Arguments: ARG_* and RECORD(i) (signatures.Disown, one TokenBase per unanswered claim
+--   call).
 -- Returns: how many tasks were released
-local pod, incarnation = ARGV[1], ARGV[2]
+local pod, incarnation = ARG_POD, ARG_INCARNATION
 local bases = {}
-for i = 3, #ARGV do bases[ARGV[i] .. ':'] = true end
+for i = 1, tonumber(ARG_N) do bases[RECORD(i) .. ':'] = true end
 local released = 0
 for _, id in ipairs(redis.call('SMEMBERS', K_POD .. pod)) do
   local key = K_TASK .. id

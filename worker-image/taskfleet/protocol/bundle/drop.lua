@@ -38,32 +38,30 @@ local function finished_matching(zkey, reason, lo, hi, offset, bound)
 end
 
 -- includes/chosen_finished.lua
--- The finished tasks a retry or purge call names (ARGV[2] onwards): 'ids', then the ids;
--- or 'scan', then reason, lo, hi, offset and bound for finished_matching over zkey.
--- Returns the ids and the offset to go on from (-1: done).
-local function chosen_finished(zkey)
-  if ARGV[2] == 'scan' then
-    return finished_matching(zkey, ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]),
-      tonumber(ARGV[7]))
+-- The finished tasks a retry or drop call names: mode 'ids', the `n` ids record(1..n)
+-- returns; or mode 'scan', the filter (reason, lo, hi, offset, bound) for
+-- finished_matching over zkey. Returns the ids and the offset to go on from (-1: done).
+local function chosen_finished(zkey, mode, n, record, reason, lo, hi, offset, bound)
+  if mode == 'scan' then
+    return finished_matching(zkey, reason, lo, hi, offset, bound)
   end
   local ids = {}
-  for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+  for i = 1, n do ids[i] = record(i) end
   return ids, -1
 end
 -- drop.lua
 -- drop: delete finished tasks of one state (done, dead or cancelled), by id or by filter;
 -- what retention would do later, now. Tasks in any other state are never touched.
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_DONE, K_DEAD,
---   K_CANCELLED.
--- ARGV[1] state: 'done' | 'dead' | 'cancelled'
--- ARGV[2] mode: 'ids', then ARGV[3..] task ids (those in another state are skipped); or
---   'scan', then ARGV[3] reason ('' = any), ARGV[4] oldest finished_at (ms, '-inf'),
---   ARGV[5] newest finished_at (ms), ARGV[6] offset, ARGV[7] bound
+-- Arguments: ARG_* and RECORD(i) (signatures.Drop, one TaskId per id): state 'done' |
+--   'dead' | 'cancelled'; mode 'ids' (the records: those in another state are skipped)
+--   or 'scan' (reason '' = any, oldest_ms '-inf' or ms, newest_ms, offset, bound: see
+--   finished_matching).
 -- Returns: {how many were deleted, the offset to go on from (-1: done)}
-local state = ARGV[1]
+local state = ARG_STATE
 local zkey = ({done = K_DONE, dead = K_DEAD, cancelled = K_CANCELLED})[state]
 if not zkey then return redis.error_reply('drop: not a finished state: ' .. tostring(state)) end
-local ids, offset = chosen_finished(zkey)
+local ids, offset = chosen_finished(zkey, ARG_MODE, tonumber(ARG_N), RECORD, ARG_REASON,
+  ARG_OLDEST_MS, ARG_NEWEST_MS, tonumber(ARG_OFFSET), tonumber(ARG_BOUND))
 local n = 0
 for _, id in ipairs(ids) do
   local key = K_TASK .. id

@@ -8,16 +8,15 @@ __all__ = ["reference"]
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text as a table cell: no pipe, no newline, and no '<' a renderer would take for HTML."""
+    return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _args_table(args: list[dict[str, Any]], first: int) -> list[str]:
     lines = ["| ARGV | name | type | optional | meaning |", "|---|---|---|---|---|"]
     for i, a in enumerate(args, start=first):
         optional = "yes ('' when absent)" if a["optional"] else ""
-        lines.append(
-            f"| {i} | `{a['name']}` | {a['type']} | {optional} | {_cell(a['doc'])} |"
-        )
+        lines.append(f"| {i} | `{a['name']}` | {a['type']} | {optional} | {_cell(a['doc'])} |")
     return lines
 
 
@@ -51,7 +50,8 @@ def reference(manifest: dict[str, Any]) -> str:
         out.append(f"| {i} | `{k['name']}` | {suffix} | {k['type']} | {_cell(k['doc'])} |")
     out.append("")
     for name, s in manifest["scripts"].items():
-        out += [f"## {name}", "", s["doc"], ""]
+        doc = s["doc"][:1].upper() + s["doc"][1:]
+        out += [f"## {name}", "", _cell(doc), ""]
         out.append(f"File `bundle/{s['file']}`, SHA1 `{s['sha1']}`.")
         out.append("")
         uses = ", ".join(f"`{k}`" for k in s["uses_keys"])
@@ -69,5 +69,5 @@ def reference(manifest: dict[str, Any]) -> str:
             ]
             out += _args_table(rep["fields"], 1)
             out.append("")
-        out += [f"Reply: {s['reply']}", ""]
+        out += [f"Reply: {_cell(s['reply'])}", ""]
     return "\n".join(out)

@@ -107,32 +107,30 @@ local function finished_matching(zkey, reason, lo, hi, offset, bound)
 end
 
 -- includes/chosen_finished.lua
--- The finished tasks a retry or purge call names (ARGV[2] onwards): 'ids', then the ids;
--- or 'scan', then reason, lo, hi, offset and bound for finished_matching over zkey.
--- Returns the ids and the offset to go on from (-1: done).
-local function chosen_finished(zkey)
-  if ARGV[2] == 'scan' then
-    return finished_matching(zkey, ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]),
-      tonumber(ARGV[7]))
+-- The finished tasks a retry or drop call names: mode 'ids', the `n` ids record(1..n)
+-- returns; or mode 'scan', the filter (reason, lo, hi, offset, bound) for
+-- finished_matching over zkey. Returns the ids and the offset to go on from (-1: done).
+local function chosen_finished(zkey, mode, n, record, reason, lo, hi, offset, bound)
+  if mode == 'scan' then
+    return finished_matching(zkey, reason, lo, hi, offset, bound)
   end
   local ids = {}
-  for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+  for i = 1, n do ids[i] = record(i) end
   return ids, -1
 end
 -- retry.lua
 -- retry: dead tasks run again, with a new attempt budget ("replay"): each goes back to
 -- pending (behind what waits at its priority) with attempts, losses and deferrals at 0,
 -- its error, reason, result and start deadline dropped.
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_DEAD,
---   K_PENDING, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND.
--- ARGV[1] max_attempts for the new budget ('' = keep the task's own, or the queue's)
--- ARGV[2] mode: 'ids', then ARGV[3..] task ids (those not dead are skipped); or 'scan',
---   then ARGV[3] reason ('' = any), ARGV[4] oldest finished_at (ms, '-inf'), ARGV[5]
---   newest finished_at (ms), ARGV[6] offset, ARGV[7] bound (see finished_matching)
+-- Arguments: ARG_* and RECORD(i) (signatures.Retry, one TaskId per id): max_attempts for
+--   the new budget ('' = keep the task's own, or the queue's); mode 'ids' (the records:
+--   those not dead are skipped) or 'scan' (reason '' = any, oldest_ms '-inf' or ms,
+--   newest_ms, offset, bound: see finished_matching).
 -- Returns: {how many went back to pending, the offset to go on from (-1: done)}
 local now = now_ms()
-local max_attempts = ARGV[1]
-local ids, offset = chosen_finished(K_DEAD)
+local max_attempts = ARG_MAX_ATTEMPTS
+local ids, offset = chosen_finished(K_DEAD, ARG_MODE, tonumber(ARG_N), RECORD, ARG_REASON,
+  ARG_OLDEST_MS, ARG_NEWEST_MS, tonumber(ARG_OFFSET), tonumber(ARG_BOUND))
 local n = 0
 for _, id in ipairs(ids) do
   local key = K_TASK .. id

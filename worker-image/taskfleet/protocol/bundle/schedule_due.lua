@@ -25,16 +25,15 @@ end
 -- moves to now + lease, so firers racing for the due set take different schedules; the
 -- fire script then sets its real next due time. A firer that dies leaves its claims to
 -- come due again after the lease (nothing fired twice: schedule_fire compares the slot).
--- KEYS[1..]: the queue's key set (keys.SCRIPT_KEYS), used here: K_SCHEDULE, K_SCHEDULE_DUE.
--- ARGV[1] most schedules to claim, ARGV[2] lease (ms).
+-- Arguments: ARG_* (signatures.ScheduleDue): most schedules to claim, lease (ms).
 -- Returns: {now_ms, next_due_ms | -1, then 7 values per schedule: name, rev, next_slot,
 --   cron, tz, catchup, catchup_limit, jitter_ms}; next_due_ms: the earliest due time left
 --   in the set after this claim (-1: empty), for the firer's wait.
 local now = now_ms()
 local names = redis.call('ZRANGEBYSCORE', K_SCHEDULE_DUE, '-inf', now, 'LIMIT', 0,
-  tonumber(ARGV[1]))
+  tonumber(ARG_LIMIT))
 local out = {now, -1}
-local lease_until = now + tonumber(ARGV[2])
+local lease_until = now + tonumber(ARG_LEASE_MS)
 local leased = {}
 for _, name in ipairs(names) do
   local v = redis.call('HMGET', K_SCHEDULE .. name, 'rev', 'next_slot', 'cron', 'tz', 'catchup',

@@ -232,12 +232,12 @@ end
 
 -- sweep.lua
 -- sweep: the housekeeping pass of the operator (workers do the first three in claim).
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS); all but the buckets are used.
--- ARGV[1] bound: max tasks handled per step and call (call again while counts are at it)
+-- Arguments: ARG_BOUND (signatures.Sweep): max tasks handled per step and call (call again
+--   while counts are at it).
 -- Returns: {promoted, expired, requeued, lost_dead, pruned_done, pruned_dead,
 --   workers_dropped, pruned_cancelled}; cancelled tasks are kept dead_retention_s, like
 --   dead ones (someone may want to see what was cancelled and when)
-local bound = tonumber(ARGV[1])
+local bound = tonumber(ARG_BOUND)
 local now = now_ms()
 local promoted = promote_due(now, bound)
 local expired = expire_deadlines(now, bound)

@@ -3,9 +3,7 @@
 -- worker learns it from its next heartbeat (extend's reply) and cancels the run; wherever
 -- the task then leaves running (completed, failed, timed out, released, taken back) it ends
 -- cancelled, never to run again.
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
---   K_DELAYED, K_DEADLINES, K_CANCELLED, K_STATS.
--- ARGV[1..]: task ids
+-- Arguments: ARG_N and RECORD(i) (signatures.Cancel, one TaskId per task).
 -- Returns: per id, 'cancelled' (it will never run), 'requested' (running: it ends
 --   cancelled when its run returns), 'done' | 'dead' | 'finished' (it had finished:
 --   nothing changed; 'finished' = cancelled before), or 'missing' (no such task).
@@ -14,8 +12,8 @@
 --- @include "to_cancelled"
 local now = now_ms()
 local out = {}
-for i = 1, #ARGV do
-  local id = ARGV[i]
+for i = 1, tonumber(ARG_N) do
+  local id = RECORD(i)
   local key = K_TASK .. id
   local state = redis.call('HGET', key, 'state')
   if not state then

@@ -1,14 +1,11 @@
 -- claim: hand up to n tasks to a worker, after the housekeeping that lets the fleet run
 -- without the operator (promote due, expire deadlines, take back expired leases).
--- The work is claim_tasks in lib/claim.lua, which complete.lua shares.
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS); all are used.
--- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] n (max tasks), ARGV[4] token base (random,
---   from Python: Lua has no good randomness; task i gets token base .. ':' .. i),
---   ARGV[5] housekeeping bound (max tasks promoted / expired / taken back per call),
---   ARGV[6] idle ms (optional): if the queue runs dry, register the worker as idle (waiting
---   on its wake list) for that long, so producers hand it tasks directly
---   ARGV[7] prefetch (optional): how many of the n are to wait in the worker for a slot;
---   not claimed under a fleet-wide concurrency limit (see claim_tasks)
+-- The work is claim_tasks (includes/claim_tasks.lua), which complete.lua shares.
+-- Arguments: ARG_* (signatures.Claim). idle_ms > 0: if the queue runs dry, the worker is
+--   registered as idle (waiting on its wake list) that long, so producers hand it tasks
+--   directly; prefetch: how many of max_tasks are to wait in the worker for a slot, not
+--   claimed under a fleet-wide concurrency limit (see claim_tasks). Tokens: token base
+--   .. ':' .. i (the base is random, from the caller: Lua has no good randomness).
 -- Returns: {retry_after_ms, next_due_ms, more, task 1, task 2, ...}
 --   retry_after_ms: >0 when a rate limit held tasks back: ms until capacity returns
 --   next_due_ms: ms until the earliest delayed task is due, -1 if none
@@ -25,7 +22,7 @@
 --- @include "now_ms"
 --- @include "flush_counts"
 --- @include "claim_tasks"
-local out = claim_tasks(now_ms(), ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4],
-  tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
+local out = claim_tasks(now_ms(), ARG_POD, ARG_INCARNATION, tonumber(ARG_MAX_TASKS),
+  ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH))
 flush_counts()
 return out

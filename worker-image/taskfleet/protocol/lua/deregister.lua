@@ -3,9 +3,7 @@
 -- exits because it failed (a bug, a task it could not start) gives its tasks back as
 -- lost instead: a task that crashes every worker that claims it then goes dead after
 -- max_lost crashes rather than crash the fleet for ever.
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
---   K_RUNNING, K_POD, K_WORKERS, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND, K_IDLE, K_WAKE.
--- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] '1' if the worker failed (optional)
+-- Arguments: ARG_* (signatures.Deregister).
 -- Returns: how many tasks were given back
 --- @include "now_ms"
 --- @include "flush_counts"
@@ -13,8 +11,8 @@
 --- @include "take_back"
 --- @include "release_task"
 --- @include "other_holder"
-local pod, incarnation = ARGV[1], ARGV[2]
-local failed = ARGV[3] == '1'
+local pod, incarnation = ARG_POD, ARG_INCARNATION
+local failed = ARG_FAILED == '1'
 local now = failed and now_ms() or 0
 local released = 0
 -- no more hand-offs; what was handed over and not yet popped is released below

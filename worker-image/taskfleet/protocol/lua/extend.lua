@@ -1,11 +1,7 @@
 -- extend: the heartbeat. Extends every lease the caller still holds and refreshes the
 -- worker's record, in one call per heartbeat whatever the number of tasks.
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
---   K_WORKERS, K_CONFIG; draining, also K_IDLE, K_WAKE, K_POD, K_PENDING, K_SEQ, K_STATS,
---   K_NOTIFY, K_DEMAND.
--- ARGV[1] pod, ARGV[2] incarnation, ARGV[3] inflight, ARGV[4] draining ('1'|'0'),
---   ARGV[5] concurrency, ARGV[6] the worker's whereabouts (opaque; '' = none), then pairs:
---   task id, claim token
+-- Arguments: ARG_* and RECORD(i) (signatures.Extend, one Held per task the worker holds:
+--   task id, claim token). draining '1' | '0'; host: the worker's whereabouts (opaque).
 -- Returns: {'', ids whose token no longer matches (taken back: the worker must abandon
 --   them)...}, followed, when some held task's cancellation was asked for, by '' and the
 --   ids of those (the worker cancels their runs; '' is no task id, so an older worker
@@ -22,15 +18,15 @@
 --- @include "release_task"
 --- @include "worker_record"
 --- @include "other_holder"
-local pod, incarnation = ARGV[1], ARGV[2]
+local pod, incarnation = ARG_POD, ARG_INCARNATION
 local taken_by = other_holder(pod, incarnation)
 if taken_by then return {taken_by} end
 local now = now_ms()
 local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
 local lost = {''}
 local cancel = nil
-for i = 7, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
+for i = 1, tonumber(ARG_N) do
+  local id, token = RECORD(i)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'cancel_requested')
   if v[1] == 'running' and v[2] == token then
@@ -44,9 +40,10 @@ for i = 7, #ARGV, 2 do
     lost[#lost + 1] = id
   end
 end
-local record = worker_record(incarnation, now, ARGV[3], ARGV[5], ARGV[4], ARGV[6])
+local record = worker_record(incarnation, now, ARG_INFLIGHT, ARG_CONCURRENCY, ARG_DRAINING,
+  ARG_HOST)
 redis.call('HSET', K_WORKERS, pod, record)
-if ARGV[4] == '1' then
+if ARG_DRAINING == '1' then
   redis.call('ZREM', K_IDLE, pod .. '\0' .. incarnation)
   local wake = K_WAKE .. pod
   local released = 0

@@ -1,12 +1,10 @@
 -- fail: an attempt failed. Retry later (delayed, exponential backoff with jitter, capped)
 -- or go dead with the error once attempts reach max_attempts or the error is permanent.
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_RUNNING,
---   K_DELAYED, K_DEAD, K_CANCELLED, K_DEADLINES, K_POD, K_CONFIG, K_STATS.
--- ARGV[1] id, ARGV[2] token, ARGV[3] error text, ARGV[4] retryable ('1'|'0'),
---   ARGV[5] jitter draw in [-1, 1] (from Python), ARGV[6] dead reason ('' = 'failed'),
---   ARGV[7] (optional) retry after this many ms, as the handler asked (RetryAfter): the
---   attempt is given back (not counted) up to ARGV[8] times per task (deferrals); past
---   that it counts like any failure, and the retry still waits the asked delay.
+-- Arguments: ARG_* (signatures.Fail): retryable '1' | '0'; jitter: a draw in [-1, 1] (from
+--   the caller); reason: the dead reason ('' = 'failed'); retry_after_ms (optional): retry
+--   after this many ms, as the handler asked (RetryAfter): the attempt is given back (not
+--   counted) up to max_deferrals times per task; past that it counts like any failure,
+--   and the retry still waits the asked delay.
 -- Returns: the new state, 'delayed' or 'dead'; 'cancelled' when the task's cancellation
 --   was asked for while it ran (it ends so, whatever the failure); or 'stale' (refused,
 --   counted). A retry of a failure this token already wrote (its reply was lost) returns
@@ -18,7 +16,7 @@
 --- @include "to_dead"
 --- @include "to_cancelled"
 --- @include "leave_running"
-local id, token, err = ARGV[1], ARGV[2], ARGV[3]
+local id, token, err = ARG_TASK_ID, ARG_TOKEN, ARG_ERROR
 local MAX_DELAY_MS = 3153600000000  -- bounds.MAX_DELAY_S (100 years) in ms
 local key = K_TASK .. id
 local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested')
@@ -38,12 +36,12 @@ if v[4] then
   flush_counts()
   return 'cancelled'
 end
-local after = tonumber(ARGV[7] or '')
+local after = tonumber(ARG_RETRY_AFTER_MS)
 if after ~= nil then
   -- whatever a client sends ('nan', 'inf', -1, 1e300): 0..MAX_DELAY_MS, an exact integer
   if after ~= after or after < 0 then after = 0 end
   after = math.floor(math.min(after, MAX_DELAY_MS))
-  if redis.call('HINCRBY', key, 'deferred', 1) <= (tonumber(ARGV[8]) or 0) then
+  if redis.call('HINCRBY', key, 'deferred', 1) <= (tonumber(ARG_MAX_DEFERRALS) or 0) then
     -- the cause is outside the task (rate limited upstream): its start is given back
     redis.call('HINCRBY', key, 'attempts', -1)
     redis.call('ZADD', K_DELAYED, now + after, id)
@@ -57,8 +55,8 @@ bump('failed')
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
 local attempts = tonumber(v[1]) or 1
 local max_attempts = tonumber(v[2]) or cfg_num('max_attempts', 3)
-if ARGV[4] ~= '1' or attempts >= max_attempts then
-  local reason = ARGV[6]
+if ARG_RETRYABLE ~= '1' or attempts >= max_attempts then
+  local reason = ARG_REASON
   if reason == '' then reason = 'failed' end
   to_dead(id, key, now, reason, err)
   flush_counts()
@@ -69,7 +67,7 @@ if delay == nil then
   local base = cfg_num('backoff_base_s', 1) * 1000
   local cap = cfg_num('backoff_max_s', 300) * 1000
   delay = math.min(cap, base * 2 ^ (attempts - 1))
-  delay = delay * (1 + (tonumber(ARGV[5]) or 0) * cfg_num('backoff_jitter', 0.2))
+  delay = delay * (1 + (tonumber(ARG_JITTER) or 0) * cfg_num('backoff_jitter', 0.2))
   delay = math.floor(math.max(0, math.min(cap, delay)))
 end
 local run_at = now + delay

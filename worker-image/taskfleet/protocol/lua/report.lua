@@ -1,27 +1,26 @@
 -- report: what running handlers told their worker (current_task().progress / report_cost),
 -- batched: one call per worker per report interval, however chatty the handlers.
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_CONFIG,
---   K_BUCKET_COST.
--- ARGV[1] N, then N quads: task id, claim token, progress JSON ('' = none), real cost
---   ('' = none). Progress is stored while that run holds the task (state running, same
---   token), and when it completed the task (state done, same token): a handler's last
---   report may land just after its outcome, and "step 3 of 3" must not read "step 1". A cost is settled for that run (same token) in any state, since it may
---   land just after the run's outcome: the difference between it and what the task was
---   charged so far (its cost, or the cost reported before) goes back into the cost
---   bucket, or is taken from it (the bucket may go into debt of at most one capacity:
---   claims then wait until it refills).
+-- Arguments: ARG_* and RECORD(i) (signatures.Report, one Reported per report): task id,
+--   claim token, progress JSON ('' = none), real cost ('' = none). Progress is stored
+--   while that run holds the task (state running, same token), and when it completed the
+--   task (state done, same token): a handler's last report may land just after its
+--   outcome, and "step 3 of 3" must not read "step 1". A cost is settled for that run
+--   (same token) in any state, since it may land just after the run's outcome: the
+--   difference between it and what the task was charged so far (its cost, or the cost
+--   reported before) goes back into the cost bucket, or is taken from it (the bucket may
+--   go into debt of at most one capacity: claims then wait until it refills).
 -- Returns: a string of N characters: '1' applied, '0' refused (another run holds the task,
 --   or it is gone).
 --- @include "now_ms"
 --- @include "cfg_num"
-local n = tonumber(ARGV[1])
+local n = tonumber(ARG_N)
 local now = now_ms()
 local out = {}
 local limit = cfg_num('rate_limit_cost', 0)
 local settle = 0
-for i = 0, n - 1 do
-  local id, token, progress, cost = ARGV[2 + i * 4], ARGV[3 + i * 4], ARGV[4 + i * 4],
-    tonumber(ARGV[5 + i * 4])
+for i = 1, n do
+  local id, token, progress, cost = RECORD(i)
+  cost = tonumber(cost)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'cost', 'cost_used')
   if v[2] ~= token then

@@ -1,17 +1,14 @@
 -- requeue: take back every task a pod holds (the pod is gone, or restarted). Atomic and
 -- idempotent: a second caller finds the pod's set empty and requeues nothing.
--- KEYS[1..19]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK, K_PENDING,
---   K_RUNNING, K_DEAD, K_DEADLINES, K_POD, K_WORKERS, K_CONFIG, K_SEQ, K_STATS, K_NOTIFY, K_DEMAND,
---   K_IDLE, K_WAKE.
--- ARGV[1] pod, ARGV[2] incarnation to keep ('' = none: take back everything and drop the
---   worker record; otherwise only tasks of other incarnations, and the record is kept if
---   it belongs to the kept incarnation)
+-- Arguments: ARG_* (signatures.Requeue): keep_incarnation '' = none: take back everything
+--   and drop the worker record; otherwise only tasks of other incarnations, and the
+--   record is kept if it belongs to the kept incarnation.
 -- Returns: {requeued to pending, gone dead (worker lost more than max_lost times)}
 --- @include "now_ms"
 --- @include "forget_idle"
 --- @include "flush_counts"
 --- @include "requeue_pod"
-local pod, keep = ARGV[1], ARGV[2]
+local pod, keep = ARG_POD, ARG_KEEP_INCARNATION
 local now = now_ms()
 forget_idle(pod, keep)
 local requeued, dead = requeue_pod(pod, keep, now)

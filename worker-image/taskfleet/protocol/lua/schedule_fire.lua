@@ -4,11 +4,9 @@
 -- per slot to fire (id 'sched:<name>:<slot>') and moves the next slot and due time on, in
 -- this one call; different (another firer was first, or the schedule changed), it does
 -- nothing for that schedule. The next slot only moves forward, so no slot fires twice.
--- KEYS[1..]: the queue's key set (keys.SCRIPT_KEYS), used here: K_SCHEDULE,
---   K_SCHEDULE_DUE, K_TASK, K_PENDING, K_DEADLINES, K_CONFIG, K_SEQ, K_STATS, K_NOTIFY,
---   K_DEMAND.
--- ARGV[1] number N of schedules; for each: name, rev, expected next slot, K, K slots to
---   fire, how many missed slots the catch-up policy skips, new next slot ('' = none
+-- Arguments: ARG_N and RECORD(i) (signatures.ScheduleFire, one FirePlan per schedule):
+--   name, rev, expected next slot, the slots to fire (a JSON array of epoch seconds,
+--   ascending), how many missed slots the catch-up policy skips, new next slot ('' = none
 --   within the search horizon), its due time (ms).
 -- A payload over the queue's max_payload_bytes (the bound changed since the schedule was
 -- stored) fires nothing: the slots count as skipped and the schedule's error says why.
@@ -19,18 +17,17 @@
 --- @include "notify"
 --- @include "demand"
 --- @include "enqueue_task"
-local n = tonumber(ARGV[1])
+local n = tonumber(ARG_N)
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local out = {0}
 local created_total, immediate = 0, 0
-local p = 2
 for i = 1, n do
-  local name, rev, expected, k = ARGV[p], ARGV[p + 1], ARGV[p + 2], tonumber(ARGV[p + 3])
-  local slots_at = p + 4
-  local skipped = tonumber(ARGV[slots_at + k])
-  local next_slot, next_due = ARGV[slots_at + k + 1], ARGV[slots_at + k + 2]
-  p = slots_at + k + 3
+  local name, rev, expected, slots_json, skipped, next_slot, next_due = RECORD(i)
+  skipped = tonumber(skipped)
+  local slots = {}
+  for j, slot in ipairs(cjson.decode(slots_json)) do slots[j] = string.format('%d', slot) end
+  local k = #slots
   local key = K_SCHEDULE .. name
   local v = redis.call('HMGET', key, 'rev', 'next_slot', 'paused', 'payload', 'priority',
     'max_attempts', 'cost', 'timeout', 'deadline_ms')
@@ -43,8 +40,7 @@ for i = 1, n do
       err = 'payload is ' .. string.len(v[4]) .. ' bytes; the queue allows ' .. max_bytes
       skipped = skipped + k
     else
-      for j = 0, k - 1 do
-        local slot = ARGV[slots_at + j]
+      for _, slot in ipairs(slots) do
         local made, now_pending = enqueue_task(now, 'sched:' .. name .. ':' .. slot, v[4],
           v[5] or '0', 0, v[9] or '', v[6] or '', v[7] or '1', v[8] or '')
         created = created + made
@@ -54,7 +50,7 @@ for i = 1, n do
     local fields = {'next_slot', next_slot, 'error', err}
     if k > 0 then
       fields[#fields + 1] = 'last_slot'
-      fields[#fields + 1] = ARGV[slots_at + k - 1]
+      fields[#fields + 1] = slots[k]
     end
     redis.call('HSET', key, unpack(fields))
     if created > 0 then redis.call('HINCRBY', key, 'fired', created) end

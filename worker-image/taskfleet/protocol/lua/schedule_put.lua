@@ -1,12 +1,10 @@
 -- schedule_put: create or change one schedule of the store (protocol/schedules.py).
--- KEYS[1..]: the queue's key set (keys.SCRIPT_KEYS), used here: K_SCHEDULE, K_SCHEDULES,
---   K_SCHEDULE_DUE, K_SCHEDULES_OWNED, K_CONFIG, K_SCHED (a TaskQueue schedule's slot from before the store).
--- ARGV[1] name, ARGV[2] owner ('' = the API, 'taskqueue' = a TaskQueue's spec),
---   ARGV[3] '1' when the caller may take over a schedule of the other owner,
---   ARGV[4] first slot (epoch s, '' = none within the search horizon),
---   ARGV[5] first due (ms), ARGV[6] paused ('0' | '1'), ARGV[7] number N of definition
---   fields, then N field/value pairs (cron tz payload priority max_attempts cost timeout
---   deadline_ms catchup catchup_limit jitter_ms).
+-- Arguments: ARG_* and RECORD(i) (signatures.SchedulePut, one ScheduleField per definition
+--   field: cron tz payload priority max_attempts cost timeout deadline_ms catchup
+--   catchup_limit jitter_ms). owner '' = the API, 'taskqueue' = a TaskQueue's spec;
+--   take_over '1' when the caller may take over a schedule of the other owner; first
+--   slot (epoch s, '' = none within the search horizon), its due time (ms); paused '0' |
+--   '1'.
 -- A definition equal to the stored one changes nothing. One whose timing (cron, tz,
 -- jitter) changed starts again from the first slot given; otherwise the slot to fire
 -- next is kept, so an edit of the payload neither fires nor skips a slot.
@@ -14,13 +12,13 @@
 --   queue's max_payload_bytes, {-2, owner} the schedule belongs to another owner.
 --- @include "now_ms"
 --- @include "cfg_num"
-local name, owner = ARGV[1], ARGV[2]
+local name, owner = ARG_NAME, ARG_OWNER
 local key = K_SCHEDULE .. name
-local n = tonumber(ARGV[7])
+local n = tonumber(ARG_N)
 local def = {}
 local payload = ''
-for i = 0, n - 1 do
-  local f, v = ARGV[8 + 2 * i], ARGV[9 + 2 * i]
+for i = 1, n do
+  local f, v = RECORD(i)
   def[#def + 1] = f
   def[#def + 1] = v
   if f == 'payload' then payload = v end
@@ -38,7 +36,7 @@ end
 local exists = redis.call('EXISTS', key) == 1
 if exists then
   local stored_owner = redis.call('HGET', key, 'owner') or ''
-  if stored_owner ~= owner and ARGV[3] ~= '1' then return {-2, stored_owner} end
+  if stored_owner ~= owner and ARG_TAKE_OVER ~= '1' then return {-2, stored_owner} end
   own()
   local same = stored_owner == owner
   local timing = false
@@ -50,17 +48,17 @@ if exists then
     end
   end
   local paused = redis.call('HGET', key, 'paused') or '0'
-  if same and paused == ARGV[6] then return {0} end
+  if same and paused == ARG_PAUSED then return {0} end
   redis.call('HSET', key, 'owner', owner, 'updated_ms', now, unpack(def))
   redis.call('HINCRBY', key, 'rev', 1)
-  if timing or (paused == '1' and ARGV[6] == '0') then
-    redis.call('HSET', key, 'next_slot', ARGV[4])
+  if timing or (paused == '1' and ARG_PAUSED == '0') then
+    redis.call('HSET', key, 'next_slot', ARG_FIRST_SLOT)
   end
-  redis.call('HSET', key, 'paused', ARGV[6])
-  if ARGV[6] == '1' or redis.call('HGET', key, 'next_slot') == '' then
+  redis.call('HSET', key, 'paused', ARG_PAUSED)
+  if ARG_PAUSED == '1' or redis.call('HGET', key, 'next_slot') == '' then
     redis.call('ZREM', K_SCHEDULE_DUE, name)
   elseif timing or paused == '1' then
-    redis.call('ZADD', K_SCHEDULE_DUE, ARGV[5], name)
+    redis.call('ZADD', K_SCHEDULE_DUE, ARG_FIRST_DUE_MS, name)
   end
   return {2}
 end
@@ -69,10 +67,10 @@ if owner == 'taskqueue' then  -- the slot it last fired before the store, if any
   last = redis.call('GET', K_SCHED .. name) or ''
   redis.call('DEL', K_SCHED .. name)
 end
-redis.call('HSET', key, 'name', name, 'owner', owner, 'rev', 1, 'paused', ARGV[6],
-  'next_slot', ARGV[4], 'last_slot', last, 'fired', 0, 'skipped', 0, 'error', '',
+redis.call('HSET', key, 'name', name, 'owner', owner, 'rev', 1, 'paused', ARG_PAUSED,
+  'next_slot', ARG_FIRST_SLOT, 'last_slot', last, 'fired', 0, 'skipped', 0, 'error', '',
   'created_ms', now, 'updated_ms', now, unpack(def))
 redis.call('SADD', K_SCHEDULES, name)
 own()
-if ARGV[6] ~= '1' and ARGV[4] ~= '' then redis.call('ZADD', K_SCHEDULE_DUE, ARGV[5], name) end
+if ARG_PAUSED ~= '1' and ARG_FIRST_SLOT ~= '' then redis.call('ZADD', K_SCHEDULE_DUE, ARG_FIRST_DUE_MS, name) end
 return {1}

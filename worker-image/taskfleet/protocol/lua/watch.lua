@@ -1,7 +1,7 @@
 -- watch: a producer's wait on tasks, registered atomically with a look at their states.
--- KEYS[1..]: the queue's key set (keys.SCRIPT_KEYS), used here: K_TASK (K_WAITER is where
---   the scripts that finish a task push its id: wake_waiters in lib/core.lua).
--- ARGV[1]: the waiter id (unique per wait call); ARGV[2..]: task ids.
+-- Arguments: ARG_* and RECORD(i) (signatures.Watch, one TaskId per task): the waiter id
+--   (unique per wait call), then the task ids. K_WAITER is where the scripts that finish
+--   a task push its id (wake_waiters).
 -- Returns: a string with one character per task id, in order: 'F' finished (done or
 --   dead) already; 'W' watched: when it finishes, its id is pushed onto K_WAITER .. waiter;
 --   'A' absent (no such task: not enqueued yet, or pruned), nothing registered.
@@ -9,10 +9,10 @@
 -- expired) sees the task finished when it looks again (Queue.wait looks every second).
 local FINISHED_STATES = {done = true, dead = true, cancelled = true}
 local MAX_WAITERS = 32
-local waiter = ARGV[1]
+local waiter = ARG_WAITER
 local out = {}
-for i = 2, #ARGV do
-  local key = K_TASK .. ARGV[i]
+for i = 1, tonumber(ARG_N) do
+  local key = K_TASK .. RECORD(i)
   local v = redis.call('HMGET', key, 'state', 'waiters')
   if not v[1] then
     out[#out + 1] = 'A'

@@ -1,5 +1,5 @@
 --- @include "create_task"
--- enqueue_task: create one task unless its id exists (fire_schedule.lua: a slot's task).
+-- enqueue_task: create one task unless its id exists (schedule_fire.lua: a slot's task).
 -- Returns 1 if created, 0 if a task with this id exists (nothing changed), and whether
 -- it went straight to pending.
 local function enqueue_task(now, id, payload, priority, delay_ms, deadline, max_attempts, cost,

@@ -1,5 +1,5 @@
 -- The pod's incarnations other than keep ('' = all) get no more tasks handed over (see
--- hand_off in claim.lua). What was handed to them is held by them, so the caller takes
+-- includes/hand_off.lua). What was handed to them is held by them, so the caller takes
 -- it back itself; a kept incarnation's claims drop others' leftovers from its wake list.
 local function forget_idle(pod, keep)
   local prefix = pod .. '\0'

@@ -1,4 +1,4 @@
--- A claim record that hand_off (claim.lua) pushed onto a wake list: its task's id and key,
+-- A claim record that hand_off (includes/hand_off.lua) pushed onto a wake list: its task's id and key,
 -- and whether that incarnation still holds the task under the record's token (a task
 -- taken back meanwhile is not its any more).
 local function handed_task(rec, incarnation)

@@ -1,0 +1,278 @@
+"""The script bundle: built from lua/ with explicit includes, committed, drift-checked, and
+what Redis gets; every argument declared once (signatures.py) and packed by name."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from taskfleet.protocol import signatures
+from taskfleet.protocol.bundle import NAMES, manifest, source
+from taskfleet.protocol.bundle.__main__ import HERE, expected, main, stale
+from taskfleet.protocol.bundle.build import LUA, BuildError, build, params
+from taskfleet.protocol.control_ops import ControlOps, Report, Scan
+from taskfleet.protocol.keys import KEY_DOCS, SCRIPT_KEYS, QueueKeys
+from taskfleet.protocol.schedule_ops import ScheduleOps
+from taskfleet.protocol.schedules import FirePlan, ScheduleDef
+from taskfleet.protocol.scripts import EnqueueArgs, Op, Ops
+
+_MARKER = re.compile(r"^-- includes/(\w+)\.lua$", re.M)
+_INCLUDE = re.compile(r'^--- @include "(\w+)"$', re.M)
+
+
+def test_the_committed_bundle_is_what_the_sources_build() -> None:
+    assert stale(expected()) == []
+    assert main(["--check"]) == 0
+
+
+def test_an_altered_missing_or_stray_bundle_file_fails_the_drift_check(tmp_path: Path) -> None:
+    for path in HERE.glob("*.lua"):
+        shutil.copy(path, tmp_path / path.name)
+    shutil.copy(HERE / "manifest.json", tmp_path / "manifest.json")
+    files = expected(bundle_dir=tmp_path, docs=None)
+    assert stale(files, tmp_path) == []
+    claim = tmp_path / "claim.lua"
+    claim.write_bytes(claim.read_bytes().replace(b"return out", b"return out "))
+    (tmp_path / "sweep.lua").unlink()
+    (tmp_path / "old.lua").write_text("return 1\n")
+    assert stale(files, tmp_path) == [
+        "claim.lua: differs from what lua/ and signatures.py build",
+        "sweep.lua: missing",
+        "old.lua: no script makes it",
+    ]
+
+
+def test_the_manifest_names_every_script_once_with_the_sha1_of_its_bytes(
+    redis_client: redis.Redis,
+) -> None:
+    scripts = manifest()["scripts"]
+    assert tuple(scripts) == NAMES == tuple(signatures.SCRIPTS)
+    for name, entry in scripts.items():
+        data = (HERE / entry["file"]).read_bytes()
+        assert entry["sha1"] == hashlib.sha1(data).hexdigest()
+        assert source(name).encode() == data
+        # what Redis makes of those bytes: the SHA1 a client calls EVALSHA with
+        assert redis_client.script_load(data) == entry["sha1"]
+        assert redis_client.script_exists(entry["sha1"]) == [True]
+
+
+def test_the_manifest_lists_every_key_in_keys_order_with_its_suffix_and_type() -> None:
+    data = manifest()
+    assert data["protocol"] == signatures.PROTOCOL
+    assert [k["name"] for k in data["keys"]] == list(SCRIPT_KEYS) == list(KEY_DOCS)
+    full = data["key_prefix"].replace("%QUEUE%", "jobs")
+    assert [full + k["suffix"] for k in data["keys"]] == list(QueueKeys("jobs").script_keys)
+    prefixes = [k["name"] for k in data["keys"] if k["is_prefix"]]
+    assert prefixes == ["task", "pod", "sched", "wake", "schedule", "waiter"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_records_are_counted_by_a_required_int_argument_n(name: str) -> None:
+    entry = manifest()["scripts"][name]
+    if entry["repeated"] is None:
+        assert "n" not in [a["name"] for a in entry["args"]]
+        return
+    assert entry["repeated"]["count"] == "n"
+    [count] = [a for a in entry["args"] if a["name"] == "n"]
+    assert (count["type"], count["optional"]) == ("int", False)
+    for arg in [*entry["args"], *entry["repeated"]["fields"]]:
+        assert arg["type"] in ("int", "number", "string", "bytes", "json")
+        assert arg["doc"]
+
+
+def _shape(op: Op[Any]) -> tuple[int, int]:
+    """(records in the call, values per record), checking the call's width against them."""
+    declared = signatures.SCRIPTS[op.script]
+    named = [p.name for p in params(declared.args)]
+    if declared.record is None:
+        assert len(op.args) == len(named)
+        return 0, 0
+    n = op.args[named.index("n")]
+    assert isinstance(n, int)
+    width = len(params(declared.record))
+    assert len(op.args) == len(named) + n * width
+    return n, width
+
+
+def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> None:
+    keys = QueueKeys("jobs")
+    ops, control, schedule = Ops(keys), ControlOps(keys), ScheduleOps(keys)
+    task = EnqueueArgs("t1", "{}", 0, 0, "", "", 1, "")
+    plan = FirePlan("s", "3", 60, [60, 120], 0, None, 0)
+    definition = ScheduleDef(name="s", cron="* * * * *", payload="{}")
+    built: list[tuple[Op[Any], tuple[int, int]]] = [
+        (ops.enqueue([task, task]), (2, 8)),
+        (ops.enqueue([task], "base", "00-trace"), (1, 8)),
+        (ops.claim("p", "i", 4, "base", 100, idle_ms=5, prefetch=1), (0, 0)),
+        (ops.extend("p", "i", [("t", "k")], inflight=1, draining=False, concurrency=2), (1, 2)),
+        (ops.complete([("t", "k", None)]), (1, 3)),
+        (
+            ops.complete_and_claim(
+                [("t", "k", "1")], pod="p", incarnation="i", n=1, token_base="b", bound=10
+            ),
+            (1, 3),
+        ),
+        (ops.fail("t", "k", "e", retryable=True, jitter=0.5, reason=""), (0, 0)),
+        (ops.fail("t", "k", "e", retryable=True, jitter=0.5, reason="", retry_after_ms=9), (0, 0)),
+        (ops.release("p", [("t", "k"), ("u", "l")]), (2, 2)),
+        (ops.requeue("p", None), (0, 0)),
+        (ops.register("p", "i", 2), (0, 0)),
+        (ops.deregister("p", "i"), (0, 0)),
+        (ops.disown("p", "i", ["b1", "b2", "b3"]), (3, 1)),
+        (ops.watch("w", ["t"]), (1, 1)),
+        (ops.sweep(), (0, 0)),
+        (control.cancel(["t", "u"]), (2, 1)),
+        (control.retry(task_ids=["t"]), (1, 1)),
+        (control.retry(scan=Scan(reason="failed")), (0, 1)),
+        (control.drop("done", task_ids=["t", "u"]), (2, 1)),
+        (control.drop("dead", scan=Scan(oldest_ms=5, newest_ms=9)), (0, 1)),
+        (control.report([Report("t", "k", '{"fraction":1}')]), (1, 4)),
+        (
+            schedule.put(
+                definition,
+                owner="",
+                take_over=False,
+                paused=False,
+                first_slot=60,
+                first_due_ms=60_000,
+            ),
+            (len(definition.fields()), 2),
+        ),
+        (schedule.delete("s", owner=""), (0, 0)),
+        (schedule.pause("s", True, owner="", next_slot=None, next_due_ms=0), (0, 0)),
+        (schedule.due(10, 1000), (0, 0)),
+        (schedule.fire([plan]), (1, 7)),
+    ]
+    assert {op.script for op, _ in built} == set(NAMES)
+    for op, shape in built:
+        assert _shape(op) == shape, op.script
+    fired = schedule.fire([plan]).args
+    assert fired[1 + 3] == "[60,120]"  # a plan's slots: one JSON array
+
+
+def _copy_lua(tmp_path: Path) -> Path:
+    root = tmp_path / "lua"
+    shutil.copytree(LUA, root)
+    return root
+
+
+def test_an_include_cycle_is_refused(tmp_path: Path) -> None:
+    root = _copy_lua(tmp_path)
+    demand = root / "includes" / "demand.lua"
+    demand.write_text('--- @include "notify"\n' + demand.read_text())
+    with pytest.raises(BuildError, match="include cycle notify -> demand -> notify"):
+        build(root)
+
+
+def test_an_unknown_include_or_a_malformed_directive_is_refused(tmp_path: Path) -> None:
+    root = _copy_lua(tmp_path)
+    claim = root / "claim.lua"
+    original = claim.read_text()
+    claim.write_text('--- @include "no_such_helper"\n' + original)
+    with pytest.raises(BuildError, match=r"lua/claim\.lua: unknown include 'no_such_helper'"):
+        build(root)
+    claim.write_text("--- @includes now_ms\n" + original)
+    with pytest.raises(BuildError, match=r"lua/claim\.lua:1: not an include line"):
+        build(root)
+
+
+def test_a_helper_used_without_being_included_is_refused(tmp_path: Path) -> None:
+    root = _copy_lua(tmp_path)
+    watch = root / "watch.lua"
+    watch.write_text(watch.read_text().replace("return table.concat(out)", "notify(1)\nreturn 1"))
+    with pytest.raises(BuildError, match=r"lua/watch\.lua: uses notify without including it"):
+        build(root)
+
+
+def test_a_lazy_include_that_is_also_needed_eagerly_is_refused(tmp_path: Path) -> None:
+    root = _copy_lua(tmp_path)
+    enqueue = root / "enqueue.lua"
+    enqueue.write_text(
+        enqueue.read_text().replace('@include-lazy "hand_off"', '@include-lazy "demand"')
+    )
+    with pytest.raises(BuildError, match="lazy 'demand' is also included eagerly"):
+        build(root)
+
+
+def _closure(roots: list[str]) -> list[str]:
+    seen: list[str] = []
+
+    def visit(name: str) -> None:
+        if name not in seen:
+            for dep in _INCLUDE.findall((LUA / "includes" / f"{name}.lua").read_text()):
+                visit(dep)
+            seen.append(name)
+
+    for root in roots:
+        visit(root)
+    return seen
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_script_carries_what_it_includes_once_each_after_what_that_includes(name: str) -> None:
+    carried = _MARKER.findall(source(name))
+    assert len(carried) == len(set(carried))
+    roots = _INCLUDE.findall((LUA / f"{name}.lua").read_text())
+    lazy = re.findall(r'^--- @include-lazy "(\w+)"$', (LUA / f"{name}.lua").read_text(), re.M)
+    assert set(carried) == set(_closure(roots + lazy))
+    for i, helper in enumerate(carried):
+        text = (LUA / "includes" / f"{helper}.lua").read_text()
+        for dep in _INCLUDE.findall(text):
+            assert dep in carried[:i], f"{name}: {helper} before its include {dep}"
+    assert len(carried) < len(list((LUA / "includes").glob("*.lua"))), "the whole library"
+
+
+@pytest.mark.parametrize("path", sorted((LUA / "includes").glob("*.lua")), ids=lambda p: p.name)
+def test_a_helper_file_holds_only_its_definition_and_constants_at_its_top_level(
+    path: Path,
+) -> None:
+    """Helpers may be built inside the lazy loader: anything at the top level but local
+    definitions would run there instead."""
+    name = path.name.removesuffix(".lua")
+    defined = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line and not line[0].isspace():
+            found = re.match(r"local (?:function )?([A-Za-z_]\w*)", line)
+            assert found or re.match(r"(--|end$|}$)", line), f"{path.name}:{number}: {line}"
+            if found:
+                defined.append(found.group(1))
+    assert name in defined or name.upper() in defined
+    assert all(d in (name, name.upper()) or d.isupper() for d in defined), defined
+
+
+def test_what_only_the_lazy_hand_off_uses_is_built_inside_its_loader() -> None:
+    """enqueue.lua's hand-off to idle workers (and the claim code only it needs) is built
+    on its first call: a single enqueue with no idle worker builds none of it."""
+    full = source("enqueue")
+    top, _, rest = full.partition("local function build_lazy()\n")
+    loader, _, after = rest.partition("\nreturn hand_off\nend\n")
+    assert loader and after, "enqueue.lua builds hand_off lazily"
+    defined = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.M)
+    built_lazily = set(defined.findall(loader))
+    assert {"hand_off", "claim_tasks"} <= built_lazily
+    # at the top, hand_off is only declared (its stub builds the rest): nothing twice
+    assert built_lazily & set(defined.findall(top)) == {"hand_off"}
+    assert "\nlocal hand_off\n" in top and "local function hand_off" not in top
+    body = full.partition("-- enqueue.lua\n")[2]
+    code = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
+    used = set(re.findall(r"[A-Za-z_]\w*", code))
+    assert used & built_lazily == {"hand_off"}, "the script itself calls only the lazy root"
+
+
+def test_the_bundle_is_read_not_built_at_run_time() -> None:
+    """A client loads the committed text: the builder is never imported."""
+    probe = (
+        "import sys, taskfleet.protocol.scripts as s, taskfleet.protocol.bundle as b; "
+        "b.source('claim'); print(sorted(m for m in sys.modules if 'bundle.' in m))"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert shown.strip() == "[]"
