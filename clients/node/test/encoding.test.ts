@@ -69,7 +69,8 @@ describe("enqueue options", () => {
     const payload = { n: 1 };
     const ours = CASES.map(([options]) => {
       const record = encodeTask(payload, options);
-      return Object.fromEntries(Object.entries(record).filter(([k]) => k !== "task_id"));
+      // as sent: numbers as decimal text
+      return Object.fromEntries(Object.entries(record).filter(([k]) => k !== "task_id").map(([k, v]) => [k, String(v)]));
     });
     const theirs = python<Record<string, unknown>[]>(
       "import json, sys\n" +
@@ -77,7 +78,8 @@ describe("enqueue options", () => {
         "out = []\n" +
         "for kw in json.load(sys.stdin):\n" +
         "    a = encode_task({'n': 1}, **kw)\n" +
-        "    out.append({k: getattr(a, k) for k in ('payload', 'priority', 'delay_ms', 'deadline', 'max_attempts', 'cost', 'timeout_s')})\n" +
+        "    wire = lambda v: repr(v) if isinstance(v, float) else str(v)\n" +
+        "    out.append({k: wire(getattr(a, k)) for k in ('payload', 'priority', 'delay_ms', 'deadline', 'max_attempts', 'cost', 'timeout_s')})\n" +
         "print(json.dumps(out))",
       CASES.map(([, kw]) => kw),
     );
