@@ -19,7 +19,7 @@ import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
 
 import type { Bundle } from "./bundle.js";
-import type { Client, Scripts } from "./connection.js";
+import { type Client, type Scripts, quiet } from "./connection.js";
 import { InvalidArgument, ProtocolError, WaitTimeout } from "./errors.js";
 import type { QueueKeys } from "./keys.js";
 import { type Task, taskFromHash } from "./tasks.js";
@@ -43,7 +43,7 @@ export class Blockers {
     if (this.closed) throw new InvalidArgument("the queue is closed");
     const found = this.free.pop();
     if (found !== undefined) return found;
-    const made: Client = this.client instanceof Redis ? this.client.duplicate() : this.client.duplicate();
+    const made = quiet(this.client instanceof Redis ? this.client.duplicate() : this.client.duplicate());
     this.all.add(made);
     return made;
   }
