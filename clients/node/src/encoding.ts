@@ -1,0 +1,335 @@
+/**
+ * What an enqueue takes, validated and encoded for the enqueue script, before anything is
+ * sent (pure: no Redis). The rules and messages are the Python package's
+ * (`producer/encoding.py`, `protocol/tasknames.py`, `protocol/bounds.py`): a task one
+ * client refuses, the other refuses too, and one both accept is stored as the same bytes.
+ *
+ * @module
+ */
+
+import { randomBytes } from "node:crypto";
+
+import * as bounds from "./bounds.js";
+import { InvalidArgument, InvalidPayload, pyRepr } from "./errors.js";
+import { compareCodePoints, floatRepr, formatG } from "./pyformat.js";
+
+/** The options of one enqueue (`Queue.enqueue`). Times are in seconds, as in the Python API and the CLI. */
+export interface EnqueueOptions {
+  /** -1000..1000; higher runs first (default 0). */
+  readonly priority?: number;
+  /** Seconds before it may run (default: now). */
+  readonly delay?: number;
+  /**
+   * By when it must have started, else it goes dead with reason `expired`: seconds from
+   * now, or a `Date`.
+   */
+  readonly deadline?: number | Date;
+  /** Starts it may have, 1..10,000 (default: the queue's `max_attempts`). */
+  readonly maxAttempts?: number;
+  /**
+   * Its id (1-200 printable characters; default: 32 random hex digits). Enqueueing the
+   * same id again with the same payload and options changes nothing; with others it
+   * throws `TaskExists`.
+   */
+  readonly taskId?: string;
+  /** Units it takes from the queue's cost rate limit, 0..1e9 (default 1). */
+  readonly cost?: number;
+  /** Seconds one run may take, > 0, at most a year (default: the queue's). */
+  readonly timeout?: number;
+  /**
+   * The name of the handler that runs it, among those its workers serve (default: the
+   * workers' default handler). A name no worker serves makes the task go dead, reason
+   * `unknown task`.
+   */
+  readonly name?: string;
+}
+
+/** One task of `Queue.enqueueMany`: its payload and its options. */
+export interface EnqueueItem extends EnqueueOptions {
+  readonly payload: Readonly<Record<string, unknown>>;
+}
+
+/** One task as the enqueue script takes it: the fields of its record, encoded. */
+export interface TaskRecord {
+  readonly task_id: string;
+  readonly payload: string;
+  readonly priority: number;
+  readonly delay_ms: number;
+  readonly deadline: string;
+  readonly max_attempts: string;
+  readonly cost: number;
+  readonly timeout_s: string;
+}
+
+const OPTION_NAMES = new Set([
+  "payload",
+  "priority",
+  "delay",
+  "deadline",
+  "maxAttempts",
+  "taskId",
+  "cost",
+  "timeout",
+  "name",
+]);
+
+/** A random id: 128 bits as 32 hex digits (as the Python client makes them). */
+export function newTaskId(): string {
+  return randomBytes(16).toString("hex");
+}
+
+/** Claim tokens for tasks an enqueue hands straight to idle workers (unique per call). */
+export function tokenBase(): string {
+  return randomBytes(8).toString("hex");
+}
+
+const TOO_DEEP = `payload is nested more than ${bounds.MAX_PAYLOAD_DEPTH} levels of arrays and objects deep`;
+
+function kindOf(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "array";
+  if (typeof value === "object") return Object.prototype.toString.call(value).slice(8, -1);
+  return typeof value;
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const proto: unknown = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}
+
+/**
+ * A payload's JSON text: compact, keys sorted by code point, non-ASCII text as is, exactly
+ * what the Python client stores for the same object. Only plain objects, arrays, strings,
+ * finite numbers, booleans and null are JSON here; anything else (undefined, a `Date`, a
+ * `Map`, a bigint, NaN, a lone surrogate) is an `InvalidPayload`, never silently changed.
+ */
+export function encodePayload(payload: unknown): string {
+  if (!isPlainObject(payload)) {
+    throw new InvalidPayload(`payload must be a JSON object (a plain object), not ${kindOf(payload)}`);
+  }
+  const parts: string[] = [];
+  const ancestors = new Set<object>();
+  const write = (value: unknown, depth: number): void => {
+    if (value === null) {
+      parts.push("null");
+    } else if (typeof value === "boolean") {
+      parts.push(value ? "true" : "false");
+    } else if (typeof value === "number") {
+      if (!Number.isFinite(value)) {
+        throw new InvalidPayload(`payload is not JSON-serialisable: Out of range float values are not JSON compliant: ${String(value)}`);
+      }
+      // a whole number as digits (what JSON.stringify writes below 1e21, and what Python
+      // writes for the int it parses from that text); any other as Python's float repr
+      parts.push(Number.isInteger(value) && Math.abs(value) < 1e21 ? BigInt(value).toString() : floatRepr(value));
+    } else if (typeof value === "string") {
+      if (!value.isWellFormed()) {
+        throw new InvalidPayload("payload is not JSON-serialisable: a string holds a lone surrogate (not UTF-8)");
+      }
+      parts.push(JSON.stringify(value));
+    } else if (Array.isArray(value) || isPlainObject(value)) {
+      if (depth > bounds.MAX_PAYLOAD_DEPTH) throw new InvalidPayload(TOO_DEEP);
+      if (ancestors.has(value)) throw new InvalidPayload("payload is not JSON-serialisable: Circular reference detected");
+      ancestors.add(value);
+      if (Array.isArray(value)) {
+        parts.push("[");
+        value.forEach((item: unknown, i) => {
+          if (i > 0) parts.push(",");
+          write(item, depth + 1);
+        });
+        parts.push("]");
+      } else {
+        parts.push("{");
+        const keys = Object.keys(value).sort(compareCodePoints);
+        keys.forEach((key, i) => {
+          if (!key.isWellFormed()) {
+            throw new InvalidPayload("payload is not JSON-serialisable: a key holds a lone surrogate (not UTF-8)");
+          }
+          if (i > 0) parts.push(",");
+          parts.push(JSON.stringify(key), ":");
+          write(value[key], depth + 1);
+        });
+        parts.push("}");
+      }
+      ancestors.delete(value);
+    } else {
+      throw new InvalidPayload(`payload is not JSON-serialisable: Object of type ${kindOf(value)} is not JSON serializable`);
+    }
+  };
+  write(payload, 1);
+  return parts.join("");
+}
+
+function span(seconds: number): string {
+  const years = seconds / (365 * 24 * 3600);
+  return years >= 1 ? `${formatG(years)} years` : `${formatG(seconds / 86400)} days`;
+}
+
+/** Seconds as a finite number at most `high` (callers check their lower bound). */
+export function seconds(value: unknown, what: string, high: number): number | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "number" || !Number.isFinite(value)) {
+    throw new InvalidArgument(`${what} must be seconds (a finite number)`);
+  }
+  if (value > high) {
+    throw new InvalidArgument(`${what} must be at most ${high} s (${span(high)}), not ${formatG(value)}`);
+  }
+  return value;
+}
+
+function shortValue(value: unknown): string {
+  const shown = typeof value === "string" ? pyRepr(value) : String(value);
+  return shown.length <= 200 ? shown : `${shown.slice(0, 200)}...`;
+}
+
+/** `value` if an integer within `low`..`high`, else an `InvalidArgument` naming `what`. */
+export function checkedInt(value: unknown, what: string, low: number, high?: number): number {
+  if (typeof value !== "number" || !Number.isInteger(value)) {
+    const shown = typeof value === "number" ? formatG(value) : kindOf(value);
+    throw new InvalidArgument(`${what} must be an integer, not ${shown}`);
+  }
+  if (value < low || (high !== undefined && value > high)) {
+    const bound = high !== undefined ? `between ${low} and ${high}` : `>= ${low}`;
+    throw new InvalidArgument(`${what} must be ${bound}, not ${shortValue(value)}`);
+  }
+  return value;
+}
+
+function deadlineMs(value: Date): number {
+  const ms = value.getTime();
+  if (Number.isNaN(ms)) throw new InvalidArgument("deadline must be a valid Date");
+  if ((ms - Date.now()) / 1000 > bounds.MAX_DEADLINE_S) {
+    throw new InvalidArgument(
+      `deadline must be at most ${bounds.MAX_DEADLINE_S} s (${span(bounds.MAX_DEADLINE_S)}) ` +
+        `from now, not ${value.toISOString()}`,
+    );
+  }
+  if (ms < 0) throw new InvalidArgument(`deadline must be after 1970-01-01, not ${value.toISOString()}`);
+  return Math.floor(ms);
+}
+
+// Letters, digits and `_ . / -`, starting with a letter or digit, at most 100
+// (protocol/tasknames.py: the producer's check, the worker's --handler and the CRD's rule).
+const TASK_NAME = /^[A-Za-z0-9][A-Za-z0-9_./-]{0,99}$/;
+/** Opens and closes the name ahead of a named task's payload. */
+export const NAME_MARK = "\x01";
+
+/** Why `name` is no task name (one line), or undefined when it is one. */
+export function taskNameProblem(name: unknown): string | undefined {
+  if (typeof name === "string" && TASK_NAME.test(name)) return undefined;
+  const repr = typeof name === "string" ? pyRepr(name) : String(name);
+  const shown = repr.length <= 60 ? repr : `${repr.slice(0, 60)}...`;
+  return (
+    `task name ${shown} must be 1-100 letters, digits, '_', '.', '/' or '-', ` +
+    "starting with a letter or digit"
+  );
+}
+
+// Python's str.isprintable: no control, format, surrogate, private-use, unassigned or
+// separator character but the plain space.
+const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}\p{Zs}]/u;
+
+function checkTaskId(taskId: unknown): string {
+  if (
+    typeof taskId !== "string" ||
+    taskId === "" ||
+    // eslint-disable-next-line @typescript-eslint/no-misused-spread -- code points, as Python's len counts
+    [...taskId].length > bounds.MAX_TASK_ID_LEN ||
+    !taskId.isWellFormed() ||
+    UNPRINTABLE.test(taskId.replaceAll(" ", "a"))
+  ) {
+    throw new InvalidArgument(
+      `task_id must be a non-empty printable string of <= ${bounds.MAX_TASK_ID_LEN} chars`,
+    );
+  }
+  return taskId;
+}
+
+/** Validate one task and encode it for the enqueue script (every number within `bounds`). */
+export function encodeTask(payload: unknown, options: EnqueueOptions = {}): TaskRecord {
+  let text = encodePayload(payload);
+  const priority =
+    options.priority === undefined
+      ? 0
+      : checkedInt(options.priority, "priority", bounds.PRIORITY_MIN, bounds.PRIORITY_MAX);
+  const cost = options.cost === undefined ? 1 : checkedInt(options.cost, "cost", bounds.MIN_COST, bounds.MAX_COST);
+  let maxAttempts = "";
+  if (options.maxAttempts !== undefined) {
+    checkedInt(options.maxAttempts, "max_attempts", bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS);
+    maxAttempts = String(options.maxAttempts);
+  }
+  let delayMs = 0;
+  const delay = seconds(options.delay, "delay", bounds.MAX_DELAY_S);
+  if (delay !== undefined) {
+    if (delay < 0) throw new InvalidArgument(`delay must be >= 0, not ${formatG(delay)}`);
+    delayMs = Math.ceil(delay * 1000);
+  }
+  let timeoutS = "";
+  const timeout = seconds(options.timeout, "timeout", bounds.MAX_TIMEOUT_S);
+  if (timeout !== undefined) {
+    if (timeout <= 0) throw new InvalidArgument(`timeout must be > 0, not ${formatG(timeout)}`);
+    timeoutS = floatRepr(timeout);
+  }
+  let deadline = "";
+  if (options.deadline instanceof Date) {
+    deadline = `@${deadlineMs(options.deadline)}`;
+  } else if (options.deadline !== undefined) {
+    const ahead = seconds(options.deadline, "deadline", bounds.MAX_DEADLINE_S);
+    if (ahead === undefined || ahead <= 0) throw new InvalidArgument("deadline must be > 0 seconds from now");
+    deadline = String(Math.ceil(ahead * 1000));
+  }
+  if (options.name !== undefined) {
+    const problem = taskNameProblem(options.name);
+    if (problem !== undefined) throw new InvalidArgument(problem);
+    text = `${NAME_MARK}${options.name}${NAME_MARK}${text}`;
+  }
+  return {
+    task_id: options.taskId === undefined ? newTaskId() : checkTaskId(options.taskId),
+    payload: text,
+    priority,
+    delay_ms: delayMs,
+    deadline,
+    max_attempts: maxAttempts,
+    cost,
+    timeout_s: timeoutS,
+  };
+}
+
+/** One `enqueueMany` item checked: an object of a payload and known options only. */
+export function itemRecord(item: unknown): TaskRecord {
+  if (typeof item !== "object" || item === null || Array.isArray(item)) {
+    throw new InvalidArgument(`enqueue item must be an object of a payload and options, not ${kindOf(item)}`);
+  }
+  const unknown = Object.keys(item).filter((k) => !OPTION_NAMES.has(k));
+  if (unknown.length > 0) {
+    throw new InvalidArgument(`unknown enqueue field(s): ${unknown.sort().join(", ")}`);
+  }
+  if (!("payload" in item)) throw new InvalidArgument("enqueue item needs a 'payload'");
+  const { payload, ...options } = item as EnqueueItem;
+  return encodeTask(payload, options);
+}
+
+/** `enqueueMany`'s tasks, each checked, and no id twice. */
+export function batchRecords(items: Iterable<unknown>): TaskRecord[] {
+  const batch = Array.from(items, itemRecord);
+  const seen = new Set<string>();
+  for (const record of batch) {
+    if (seen.has(record.task_id)) {
+      throw new InvalidArgument(`task id ${pyRepr(record.task_id)} appears twice in one enqueue`);
+    }
+    seen.add(record.task_id);
+  }
+  return batch;
+}
+
+/** The trace context stored with a task: a carrier object (`{traceparent, tracestate}`) as compact JSON. */
+export function traceText(carrier: Readonly<Record<string, string>> | undefined): string {
+  if (carrier === undefined) return "";
+  if (!isPlainObject(carrier) || !Object.values(carrier).every((v) => typeof v === "string")) {
+    throw new InvalidArgument("traceContext must be an object of strings, e.g. {traceparent: '00-...'}");
+  }
+  if (Object.keys(carrier).length === 0) return "";
+  const text = encodePayload(carrier);
+  if (text.length > 4096) throw new InvalidArgument("traceContext is longer than 4096 characters as JSON");
+  return text;
+}

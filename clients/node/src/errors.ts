@@ -1,0 +1,131 @@
+/**
+ * Errors taskfleet throws on purpose, one class each, so callers catch exactly what they
+ * mean. Names and meanings are those of the Python package's `taskfleet.protocol.errors`.
+ *
+ * @module
+ */
+
+import { formatG } from "./pyformat.js";
+
+/** Base of every error taskfleet throws on purpose. */
+export class TaskfleetError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** A payload is not a JSON object, not serialisable, nested too deep, or too large. */
+export class InvalidPayload extends TaskfleetError {}
+
+/** An argument is out of range or of the wrong kind (priority, delay, cost, queue name, ...). */
+export class InvalidArgument extends TaskfleetError {}
+
+/** A Redis URL taskfleet refuses; the message says what to fix and never quotes the URL. */
+export class InvalidRedisURL extends TaskfleetError {}
+
+/** A script answered something this version does not understand (version skew?). */
+export class ProtocolError extends TaskfleetError {}
+
+/** `Queue.wait` ran out of time before every task finished. */
+export class WaitTimeout extends TaskfleetError {
+  /** The ids that had not finished. */
+  readonly unfinished: string[];
+
+  constructor(unfinished: string[], timeout: number) {
+    super(`${unfinished.length} task(s) not finished after ${formatG(timeout)} s`);
+    this.unfinished = unfinished;
+  }
+}
+
+/**
+ * An enqueue named an existing task id with a different payload or options: an id names
+ * one task, and nothing of the call was stored. `field` says what differs (`payload`,
+ * `name`, `priority`, `cost`, `timeout` or `maxAttempts`).
+ */
+export class TaskExists extends TaskfleetError {
+  readonly taskId: string;
+  /** What differs, as the script names it (`payload`, `name`, `priority`, `cost`, `timeout`, `max_attempts`). */
+  readonly field: string;
+
+  constructor(taskId: string, field: string) {
+    super(
+      `task ${pyRepr(taskId)} exists with a different ${field}; an id names one task, ` +
+        "enqueue it again only with the same payload and options",
+    );
+    this.taskId = taskId;
+    this.field = field;
+  }
+}
+
+/**
+ * A write the master applied that fewer replicas confirmed than asked (`WAIT` timed out,
+ * `?wait_replicas=N`): it is stored, but a failover now could still lose it. Enqueueing
+ * the same ids again is safe and waits for the replicas again.
+ */
+export class NotReplicated extends TaskfleetError {
+  readonly acked: number;
+  readonly wanted: number;
+  readonly timeoutMs: number;
+  readonly taskIds: string[];
+
+  constructor(acked: number, wanted: number, timeoutMs: number, taskIds: string[]) {
+    super(
+      `the write is on the master but ${acked} of ${wanted} replicas confirmed it ` +
+        `within ${timeoutMs} ms`,
+    );
+    this.acked = acked;
+    this.wanted = wanted;
+    this.timeoutMs = timeoutMs;
+    this.taskIds = taskIds;
+  }
+}
+
+/** No schedule of that name in the queue's store. */
+export class ScheduleNotFound extends TaskfleetError {
+  readonly scheduleName: string;
+
+  constructor(name: string) {
+    super(`no schedule named ${pyRepr(name)} in this queue`);
+    this.scheduleName = name;
+  }
+}
+
+/** The schedule belongs to a TaskQueue's spec: only its owner changes it. */
+export class ScheduleOwned extends TaskfleetError {
+  readonly scheduleName: string;
+  readonly owner: string;
+
+  constructor(name: string, owner: string) {
+    const where = owner === "taskqueue" ? "its TaskQueue's spec.schedules" : "the API / CLI";
+    super(`schedule ${pyRepr(name)} is managed through ${where}; change it there`);
+    this.scheduleName = name;
+    this.owner = owner;
+  }
+}
+
+/** No task has that id in the queue (never enqueued, or pruned after retention). */
+export class TaskNotFound extends TaskfleetError {
+  readonly queue: string;
+  readonly taskId: string;
+
+  constructor(queue: string, taskId: string) {
+    super(`task ${pyRepr(taskId)} not found in queue ${pyRepr(queue)}`);
+    this.queue = queue;
+    this.taskId = taskId;
+  }
+}
+
+/** A string quoted for a message, as Python's `repr` would for plain text. */
+export function pyRepr(value: string): string {
+  return value.includes("'") && !value.includes('"') ? `"${value}"` : `'${value.replaceAll("'", "\\'")}'`;
+}
+
+/** Any value for a message: a string quoted, a number as is, anything else by its kind. */
+export function describe(value: unknown): string {
+  if (typeof value === "string") return pyRepr(value.length > 100 ? `${value.slice(0, 100)}...` : value);
+  if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint") return String(value);
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "array";
+  return typeof value === "object" ? Object.prototype.toString.call(value).slice(8, -1) : typeof value;
+}

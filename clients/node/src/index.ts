@@ -1,0 +1,34 @@
+/**
+ * taskfleet for Node.js: enqueue, read, wait on and control tasks of taskfleet queues in
+ * Redis, on the same scripts (the protocol's bundle) as the Python client and workers.
+ *
+ * ```ts
+ * import { Queue } from "taskfleet";
+ * const q = new Queue("emails", { redisUrl: "redis://localhost:6379/0" });
+ * const id = await q.enqueue({ to: "a@example.com" }, { priority: 5 });
+ * await q.close();
+ * ```
+ *
+ * @packageDocumentation
+ */
+
+export { Queue, type EnqueueCallOptions, type EnqueueResult, type QueueOptions, type Stats, type WorkerInfo } from "./queue.js";
+export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
+export { CancelOutcome, type ListOptions, type PurgeOptions, type RetryOptions, type TaskFilter, type TaskPage } from "./control.js";
+export { TaskState, type Task } from "./tasks.js";
+export type { Schedule, ScheduleOptions } from "./schedules.js";
+export {
+  InvalidArgument,
+  InvalidPayload,
+  InvalidRedisURL,
+  NotReplicated,
+  ProtocolError,
+  ScheduleNotFound,
+  ScheduleOwned,
+  TaskExists,
+  TaskNotFound,
+  TaskfleetError,
+  WaitTimeout,
+} from "./errors.js";
+export { PROTOCOL_VERSION } from "./bundle.js";
+export * as bounds from "./bounds.js";

@@ -1,0 +1,448 @@
+/**
+ * `Queue`: one named queue in Redis, for producers. The calls and semantics of the Python
+ * client's `Queue` (`producer/queue.py`): every state change is one script of the
+ * protocol's bundle, reads are plain commands, pipelined.
+ *
+ * @module
+ */
+
+import { type Bundle, packagedBundle } from "./bundle.js";
+import * as control from "./control.js";
+import { type Client, Scripts, connect, serverMs } from "./connection.js";
+import {
+  type EnqueueItem,
+  type EnqueueOptions,
+  type TaskRecord,
+  batchRecords,
+  encodeTask,
+  tokenBase,
+  traceText,
+} from "./encoding.js";
+import { InvalidArgument, InvalidPayload, NotReplicated, ProtocolError, ScheduleNotFound, ScheduleOwned, TaskExists } from "./errors.js";
+import { QueueKeys } from "./keys.js";
+import { parseRedisURL } from "./redisurl.js";
+import {
+  OWNER_API,
+  type Schedule,
+  type ScheduleOptions,
+  dueMs,
+  firstSlot,
+  scheduleDef,
+  scheduleFromHash,
+  validateScheduleName,
+} from "./schedules.js";
+import { COUNTERS, type Task, type TaskState, storedInt, taskFromHash } from "./tasks.js";
+import { Blockers, wait } from "./waiting.js";
+
+/** Housekeeping bound of the claims an enqueue makes for idle workers it hands tasks to. */
+export const CLAIM_HOUSEKEEPING_BOUND = 100;
+
+/** The longest `close()` waits for Redis to answer QUIT. */
+export const CLOSE_BOUND_MS = 1000;
+
+/** How to reach the queue's Redis. */
+export interface QueueOptions {
+  /**
+   * A server (`redis://[user:password@]host[:port][/db]`, `rediss://...`, `unix:///path`),
+   * or with `?cluster=true` any node of a Redis Cluster; `?wait_replicas=N` makes each
+   * enqueue wait for N replicas. Default `redis://localhost:6379/0`.
+   */
+  readonly redisUrl?: string;
+}
+
+/** Options of one enqueue call. */
+export interface EnqueueCallOptions extends EnqueueOptions {
+  /**
+   * The producer's trace context (W3C `traceparent` and `tracestate`, as
+   * OpenTelemetry's `propagation.inject` fills a carrier): stored with the task, so the
+   * worker's span is a child of the producer's.
+   */
+  readonly traceContext?: Readonly<Record<string, string>>;
+}
+
+/** What `enqueueResult` did: `created` is false when the same task (same id, payload and options) existed. */
+export interface EnqueueResult {
+  readonly taskId: string;
+  readonly created: boolean;
+}
+
+/** Sizes of every state, live workers, and the queue's counters. */
+export type Stats = Record<"pending" | "delayed" | "running" | "done" | "dead" | "cancelled" | "workers", number> &
+  Record<(typeof COUNTERS)[number], number>;
+
+/** A worker of the queue as its record says (`Queue.workers`). */
+export interface WorkerInfo {
+  readonly pod: string;
+  readonly incarnation: string;
+  readonly heartbeatMs: number;
+  readonly inflight: number;
+  readonly concurrency: number;
+  readonly draining: boolean;
+  /** Heartbeat within one lease TTL. */
+  readonly alive: boolean;
+}
+
+const STATE_SETS = ["pending", "delayed", "running", "done", "dead", "cancelled"] as const;
+
+/**
+ * One named queue in Redis.
+ *
+ * ```ts
+ * const q = new Queue("emails", { redisUrl: "redis://localhost:6379/0" });
+ * const id = await q.enqueue({ to: "a@example.com" }, { priority: 5, delay: 60 });
+ * const done = await q.wait([id], 30);
+ * await q.close();
+ * ```
+ *
+ * Connections open on first use. Close the queue with `close()`, which always resolves.
+ */
+export class Queue {
+  /** The queue's name. */
+  readonly name: string;
+  /** Its key names. */
+  readonly keys: QueueKeys;
+  /** The Redis client (one server or a cluster). */
+  readonly client: Client;
+  private readonly bundle: Bundle;
+  private readonly scripts: Scripts;
+  private readonly blockers: Blockers;
+  private readonly replicas: number;
+  private readonly waitTimeoutMs: number;
+  private readonly commandTimeoutMs: number | undefined;
+
+  /** A queue named `name` (1-200 letters, digits, `.`, `_`, `-`); `InvalidArgument` / `InvalidRedisURL` say what is wrong. */
+  constructor(name: string, options: QueueOptions = {}) {
+    this.bundle = packagedBundle();
+    this.keys = new QueueKeys(name, this.bundle);
+    this.name = name;
+    const url = parseRedisURL(options.redisUrl ?? "redis://localhost:6379/0");
+    this.client = connect(url);
+    this.replicas = url.waitReplicas;
+    this.waitTimeoutMs = url.waitTimeoutMs;
+    this.commandTimeoutMs = url.redis.commandTimeout;
+    this.scripts = new Scripts(this.client, this.bundle);
+    this.blockers = new Blockers(this.client);
+  }
+
+  /**
+   * Close every connection of the queue. Always resolves, within about a second: a
+   * connected client says QUIT (bounded), any other is dropped at once.
+   */
+  async close(): Promise<void> {
+    this.blockers.close();
+    if (this.client.status === "ready") {
+      let timer: NodeJS.Timeout | undefined;
+      const bound = new Promise<void>((resolve) => (timer = setTimeout(resolve, CLOSE_BOUND_MS)));
+      await Promise.race([this.client.quit().catch(() => undefined), bound]);
+      clearTimeout(timer);
+    }
+    this.client.disconnect();
+  }
+
+  /** `Queue("name")`, never the URL (it may hold a password). */
+  toString(): string {
+    return `Queue(${JSON.stringify(this.name)})`;
+  }
+
+  private get control(): control.Control {
+    return { client: this.client, scripts: this.scripts, bundle: this.bundle, keys: this.keys };
+  }
+
+  // -- producing ------------------------------------------------------------------------
+
+  /**
+   * Add a task; resolves to its id. Options (times in seconds): `priority`, `delay`,
+   * `deadline` (seconds from now or a `Date`), `maxAttempts`, `taskId`, `cost`,
+   * `timeout`, `name` (the handler), `traceContext`. Throws `InvalidPayload` /
+   * `InvalidArgument` before anything is sent, `TaskExists` when `taskId` names a task
+   * with another payload or options, `NotReplicated` when `?wait_replicas` timed out.
+   */
+  async enqueue(payload: Readonly<Record<string, unknown>>, options: EnqueueCallOptions = {}): Promise<string> {
+    return (await this.enqueueResult(payload, options)).taskId;
+  }
+
+  /** `enqueue`, resolving to the id and whether this call created the task. */
+  async enqueueResult(payload: Readonly<Record<string, unknown>>, options: EnqueueCallOptions = {}): Promise<EnqueueResult> {
+    const { traceContext, ...taskOptions } = options;
+    const record = encodeTask(payload, taskOptions);
+    const [created = false] = await this.enqueueRecords([record], traceText(traceContext));
+    return { taskId: record.task_id, created };
+  }
+
+  /**
+   * Add many tasks atomically in one round trip; resolves to their ids in order. If any
+   * item is invalid, names an id twice, or names an existing task with another payload
+   * or options (`TaskExists`), nothing is stored.
+   */
+  async enqueueMany(
+    items: Iterable<EnqueueItem>,
+    options: { readonly traceContext?: Readonly<Record<string, string>> } = {},
+  ): Promise<string[]> {
+    const batch = batchRecords(items);
+    if (batch.length === 0) return [];
+    await this.enqueueRecords(batch, traceText(options.traceContext));
+    return batch.map((r) => r.task_id);
+  }
+
+  private async enqueueRecords(batch: readonly TaskRecord[], trace: string): Promise<boolean[]> {
+    const argv = this.bundle.pack(
+      "enqueue",
+      { token_base: tokenBase(), bound: CLAIM_HOUSEKEEPING_BOUND, trace },
+      batch.map((r) => ({ ...r })),
+    );
+    let raw: unknown;
+    if (this.replicas > 0) {
+      const [reply, acked] = await this.scripts.runAndWait("enqueue", this.keys.scriptKeys, argv, this.replicas, this.waitTimeoutMs);
+      decodeEnqueue(reply, batch); // a refusal stored nothing: it says so, not NotReplicated
+      if (acked < this.replicas) {
+        throw new NotReplicated(acked, this.replicas, this.waitTimeoutMs, batch.map((r) => r.task_id));
+      }
+      raw = reply;
+    } else {
+      raw = await this.scripts.run("enqueue", this.keys.scriptKeys, argv);
+    }
+    return decodeEnqueue(raw, batch);
+  }
+
+  // -- reading --------------------------------------------------------------------------
+
+  /** The task, or null when there is none (never stored, or pruned by retention). */
+  async get(taskId: string): Promise<Task | null> {
+    if (typeof taskId !== "string" || !taskId.isWellFormed()) {
+      throw new InvalidArgument("task_id must be a string UTF-8 can encode");
+    }
+    const raw = await this.client.hgetall(this.keys.item("task", taskId));
+    return Object.keys(raw).length > 0 ? taskFromHash(raw, taskId) : null;
+  }
+
+  /**
+   * Wait until every task is done, dead or cancelled; resolves to them by id. Woken by
+   * the script that finishes each task, not by polling. Throws `WaitTimeout` listing the
+   * unfinished ids after `timeout` seconds. An id that does not exist yet counts as
+   * unfinished (it is looked for again every second).
+   */
+  async wait(taskIds: Iterable<string>, timeout: number): Promise<Record<string, Task>> {
+    return wait(this.client, this.blockers, this.scripts, this.bundle, this.keys, taskIds, timeout, this.commandTimeoutMs);
+  }
+
+  /** Sizes of every state, live workers and the monotonic counters. */
+  async stats(): Promise<Stats> {
+    const pipe = this.client.pipeline();
+    for (const state of STATE_SETS) pipe.zcard(this.keys.key(state));
+    pipe.hlen(this.keys.key("workers"));
+    pipe.hgetall(this.keys.key("stats"));
+    const replies = (await pipe.exec()) ?? [];
+    const values = replies.map(([error, value]) => {
+      if (error !== null) throw error;
+      return value;
+    });
+    const out: Record<string, number> = {};
+    STATE_SETS.forEach((state, i) => (out[state] = Number(values[i])));
+    out.workers = Number(values[STATE_SETS.length]);
+    const counters = (values[STATE_SETS.length + 1] ?? {}) as Record<string, string>;
+    for (const name of COUNTERS) out[name] = storedInt(counters[name]) ?? 0;
+    return out as Stats;
+  }
+
+  /** The queue's workers as their records say, by pod name. */
+  async workers(): Promise<WorkerInfo[]> {
+    const now = await serverMs(this.client, this.keys.key("workers"));
+    const [records, config] = await Promise.all([
+      this.client.hgetall(this.keys.key("workers")),
+      this.client.hget(this.keys.key("config"), "lease_ttl_s"),
+    ]);
+    const ttlMs = (Number(config ?? "") > 0 ? Number(config) : 30) * 1000;
+    const out: WorkerInfo[] = [];
+    for (const [pod, text] of Object.entries(records)) {
+      try {
+        const rec = JSON.parse(text) as Record<string, unknown>;
+        const heartbeat = Number(rec.heartbeat_ms);
+        if (rec.heartbeat_ms === undefined || !Number.isFinite(heartbeat)) continue;
+        out.push({
+          pod,
+          incarnation: typeof rec.incarnation === "string" ? rec.incarnation : "",
+          heartbeatMs: Math.trunc(heartbeat),
+          inflight: Number(rec.inflight ?? 0) || 0,
+          concurrency: Number(rec.concurrency ?? 0) || 0,
+          draining: rec.draining === true,
+          alive: now - heartbeat <= ttlMs,
+        });
+      } catch {
+        continue; // a record this version cannot read; sweep drops it when stale
+      }
+    }
+    return out.sort((a, b) => (a.pod < b.pod ? -1 : a.pod > b.pod ? 1 : 0));
+  }
+
+  // -- controlling ----------------------------------------------------------------------
+
+  /**
+   * Cancel a task: pending or delayed, it ends cancelled and never runs (`cancelled`);
+   * running, its worker cancels the run and it ends cancelled (`requested`). A finished
+   * task is left as it is (`done`, `dead`, `finished`); `not_found`: no such id.
+   */
+  async cancel(taskId: string): Promise<control.CancelOutcome> {
+    const out = await control.cancel(this.control, [taskId]);
+    const outcome = out[taskId];
+    if (outcome === undefined) throw new ProtocolError("cancel: no outcome for the task");
+    return outcome;
+  }
+
+  /** `cancel` for each id, in calls of 1000. */
+  async cancelMany(taskIds: readonly string[]): Promise<Record<string, control.CancelOutcome>> {
+    return control.cancel(this.control, taskIds);
+  }
+
+  /**
+   * Send dead tasks back to pending with a new attempt budget: `taskIds`, or every dead
+   * task matching the filters (`reason`, `olderThan`, `newerThan` in seconds), or with no
+   * option all of them. Resolves to how many went back.
+   */
+  async retry(options: control.RetryOptions = {}): Promise<number> {
+    return control.retry(this.control, options);
+  }
+
+  /** A page of the tasks in `state`; pass its `cursor` back for the next one (null: no more). */
+  async list(state: TaskState, options: control.ListOptions = {}): Promise<control.TaskPage> {
+    return control.listTasks(this.control, state, options);
+  }
+
+  /** Delete finished tasks in `state` (done, dead or cancelled) now; resolves to how many. */
+  async purgeTasks(state: TaskState, options: control.PurgeOptions = {}): Promise<number> {
+    return control.drop(this.control, state, options);
+  }
+
+  /** Delete every key of the queue (tasks, workers, config, counters, schedules). */
+  async purge(): Promise<void> {
+    const nodes = "nodes" in this.client ? this.client.nodes("master") : [this.client];
+    for (const node of nodes) {
+      let cursor = "0";
+      do {
+        const [next, keys] = await node.scan(cursor, "MATCH", this.keys.pattern, "COUNT", 1000);
+        cursor = next;
+        if (keys.length > 0) await node.unlink(...keys);
+      } while (cursor !== "0");
+    }
+  }
+
+  // -- schedules ------------------------------------------------------------------------
+
+  /**
+   * Create or change the schedule `name`: a task with `payload` once per slot of `cron`
+   * (five fields, or six with seconds first) in zone `tz`; resolves to it as stored.
+   * Changing the cron, zone or jitter starts again from the next slot after now. Throws
+   * `InvalidArgument`, `InvalidPayload` or `ScheduleOwned` (a TaskQueue's spec holds it).
+   */
+  async schedule(name: string, cron: string, payload: Readonly<Record<string, unknown>>, options: ScheduleOptions = {}): Promise<Schedule> {
+    const def = scheduleDef(name, cron, payload, options);
+    const now = await serverMs(this.client, this.keys.key("schedules"));
+    const slot = firstSlot(def.cron, def.tz, now);
+    const argv = this.bundle.pack(
+      "schedule_put",
+      {
+        name: def.name,
+        owner: OWNER_API,
+        take_over: 0,
+        first_slot: slot ?? undefined,
+        first_due_ms: slot === null ? 0 : dueMs(def.name, slot, def.jitterMs),
+        paused: options.paused === true ? 1 : 0,
+      },
+      def.fields.map(([field, value]) => ({ field, value })),
+    );
+    const reply = replyList("schedule_put", await this.scripts.run("schedule_put", this.keys.scriptKeys, argv));
+    const code = Number(reply[0]);
+    if (code === -1) {
+      throw new InvalidPayload(
+        `payload of schedule '${name}' is ${Number(reply[1])} bytes; the queue allows ${Number(reply[2])} (max_payload_bytes)`,
+      );
+    }
+    if (code === -2) throw new ScheduleOwned(name, String(reply[1]));
+    const stored = await this.getSchedule(name);
+    if (stored === null) throw new ProtocolError(`schedule_put: schedule ${name} is not stored`);
+    return stored;
+  }
+
+  /** The schedule `name`, or null. */
+  async getSchedule(name: string): Promise<Schedule | null> {
+    validateScheduleName(name);
+    const raw = await this.client.hgetall(this.keys.item("schedule", name));
+    return Object.keys(raw).length > 0 ? scheduleFromHash(raw) : null;
+  }
+
+  /** Every schedule of the queue, sorted by name. */
+  async schedules(): Promise<Schedule[]> {
+    const names = (await this.client.smembers(this.keys.key("schedules"))).sort();
+    if (names.length === 0) return [];
+    const pipe = this.client.pipeline();
+    for (const name of names) pipe.hgetall(this.keys.item("schedule", name));
+    const replies = (await pipe.exec()) ?? [];
+    const out: Schedule[] = [];
+    for (const [error, raw] of replies) {
+      if (error !== null) throw error;
+      const hash = raw as Record<string, string>;
+      if (Object.keys(hash).length > 0) out.push(scheduleFromHash(hash));
+    }
+    return out;
+  }
+
+  /** Delete the schedule `name`; false if there was none. Tasks it fired stay. */
+  async unschedule(name: string): Promise<boolean> {
+    validateScheduleName(name);
+    const argv = this.bundle.pack("schedule_delete", { name, owner: OWNER_API, take_over: 0 });
+    const reply = replyList("schedule_delete", await this.scripts.run("schedule_delete", this.keys.scriptKeys, argv));
+    if (Number(reply[0]) === -2) throw new ScheduleOwned(name, String(reply[1]));
+    return Number(reply[0]) === 1;
+  }
+
+  /** Stop firing `name` (false if it was paused); slots that pass are not fired. */
+  async pauseSchedule(name: string): Promise<boolean> {
+    validateScheduleName(name);
+    return this.pause(name, true, null, 0);
+  }
+
+  /** Fire `name` again from its first slot after now (false if it was active). */
+  async resumeSchedule(name: string): Promise<boolean> {
+    const found = await this.getSchedule(name);
+    if (found === null) throw new ScheduleNotFound(name);
+    const now = await serverMs(this.client, this.keys.key("schedules"));
+    const slot = firstSlot(found.cron, found.tz, now);
+    const due = slot === null ? 0 : dueMs(name, slot, Math.trunc(found.jitter * 1000));
+    return this.pause(name, false, slot, due);
+  }
+
+  private async pause(name: string, paused: boolean, slot: number | null, dueAt: number): Promise<boolean> {
+    const argv = this.bundle.pack("schedule_pause", {
+      name,
+      paused: paused ? 1 : 0,
+      owner: OWNER_API,
+      next_slot: slot ?? undefined,
+      next_due_ms: dueAt,
+    });
+    const reply = replyList("schedule_pause", await this.scripts.run("schedule_pause", this.keys.scriptKeys, argv));
+    const code = Number(reply[0]);
+    if (code === -1) throw new ScheduleNotFound(name);
+    if (code === -2) throw new ScheduleOwned(name, String(reply[1]));
+    return code === 1;
+  }
+}
+
+function replyList(script: string, raw: unknown): unknown[] {
+  if (!Array.isArray(raw) || raw.length === 0) throw new ProtocolError(`${script}: unexpected reply ${JSON.stringify(raw)}`);
+  return raw as unknown[];
+}
+
+/** The enqueue script's reply: per task, whether it was created; its refusals as errors. */
+export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[]): boolean[] {
+  const reply = replyList("enqueue", raw);
+  const code = Number(reply[0]);
+  const task = (index: unknown): string => batch[Number(index) - 1]?.task_id ?? "?";
+  if (code === -1) {
+    throw new InvalidPayload(
+      `payload of task ${task(reply[1])} is ${Number(reply[2])} bytes; the queue allows ${Number(reply[3])} (max_payload_bytes)`,
+    );
+  }
+  if (code === -2) throw new TaskExists(task(reply[1]), String(reply[2]));
+  if (code === -3) throw new InvalidArgument(`task id '${task(reply[1])}' appears twice in one enqueue`);
+  if (code !== 1 || reply.length !== batch.length + 1) throw new ProtocolError(`enqueue: unexpected reply ${JSON.stringify(raw)}`);
+  return reply.slice(1).map((x) => Number(x) === 1);
+}

@@ -1,0 +1,198 @@
+/**
+ * A task as stored in its hash, read into typed fields: the Python package's `Task`
+ * (`protocol/tasks.py`), with camelCase names and times as `Date`s. Reading never fails
+ * on a field it cannot read, whoever wrote it: only a hash without a known state throws.
+ *
+ * @module
+ */
+
+import * as bounds from "./bounds.js";
+import { NAME_MARK } from "./encoding.js";
+import { ProtocolError, pyRepr } from "./errors.js";
+
+/** A task's states. */
+export const TaskState = {
+  Pending: "pending",
+  Delayed: "delayed",
+  Running: "running",
+  Done: "done",
+  Dead: "dead",
+  Cancelled: "cancelled",
+} as const;
+/** One of a task's states. */
+export type TaskState = (typeof TaskState)[keyof typeof TaskState];
+
+const STATES: ReadonlySet<string> = new Set(Object.values(TaskState));
+/** The states a task ends in. */
+export const FINISHED: ReadonlySet<TaskState> = new Set<TaskState>(["done", "dead", "cancelled"]);
+
+/** Counters of the queue's statistics, each reported by `Queue.stats` (0 when never bumped). */
+export const COUNTERS = [
+  "enqueued",
+  "completed",
+  "failed",
+  "retried",
+  "dead_total",
+  "requeued",
+  "lost",
+  "released",
+  "stale",
+  "expired",
+  "cancelled_total",
+  "deferred",
+  "replayed",
+] as const;
+
+/** A task as stored, with proper types (times are `Date`s, null when absent or unreadable). */
+export interface Task {
+  readonly id: string;
+  readonly state: TaskState;
+  /** Its handler's name; null: the workers' default handler. */
+  readonly name: string | null;
+  /** The payload as parsed JSON (or its text, when a foreign writer stored something else). */
+  readonly payload: unknown;
+  readonly priority: number;
+  readonly attempts: number;
+  readonly maxAttempts: number | null;
+  readonly lost: number;
+  readonly cost: number;
+  /** The real cost its handler reported. */
+  readonly costUsed: number | null;
+  /** Retries its handler asked for (RetryAfter). */
+  readonly deferred: number;
+  /** Seconds a run may take; null: the queue's default. */
+  readonly timeout: number | null;
+  readonly createdAt: Date | null;
+  readonly runAt: Date | null;
+  readonly deadline: Date | null;
+  readonly startedAt: Date | null;
+  readonly finishedAt: Date | null;
+  readonly leaseUntil: Date | null;
+  readonly progressAt: Date | null;
+  /** When its cancellation was asked for while it ran. */
+  readonly cancelRequested: Date | null;
+  readonly pod: string | null;
+  readonly incarnation: string | null;
+  readonly token: string | null;
+  readonly error: string | null;
+  /** Why it is dead (expired, worker lost, bad payload, bad task, failed, permanent, ...), or cancelled. */
+  readonly reason: string | null;
+  readonly result: unknown;
+  /** What its handler last reported: {fraction, done, total, message}. */
+  readonly progress: unknown;
+  /** Whether it has finished (done, dead or cancelled). */
+  readonly finished: boolean;
+}
+
+/** A stored number, or null when absent, not a number, or not finite. */
+export function storedFloat(value: string | undefined): number | null {
+  if (value === undefined || value.trim() === "") return null;
+  const text = value.trim().toLowerCase();
+  const number = /^[+-]?(inf|infinity|nan)$/.test(text) ? NaN : Number(text.replaceAll("_", ""));
+  return Number.isFinite(number) ? number : null;
+}
+
+/** A stored integer, or null when it is not a number (a decimal reads truncated toward zero). */
+export function storedInt(value: string | undefined): number | null {
+  const number = storedFloat(value);
+  return number === null ? null : Math.trunc(number);
+}
+
+/** Epoch ms as a `Date`, or null when absent, unreadable or out of range. */
+export function storedTime(value: string | undefined): Date | null {
+  const ms = storedFloat(value);
+  if (ms === null || ms < bounds.MIN_EPOCH_MS || ms > bounds.MAX_EPOCH_MS) return null;
+  return new Date(Math.trunc(ms));
+}
+
+/** `(name, JSON text)` of a stored payload; name null when it has none. */
+export function splitNamed(stored: string): [string | null, string] {
+  if (!stored.startsWith(NAME_MARK)) return [null, stored];
+  const end = stored.indexOf(NAME_MARK, 1);
+  if (end < 0) return [stored.slice(1), ""];
+  return [stored.slice(1, end), stored.slice(end + 1)];
+}
+
+function nestedTooDeep(text: string): boolean {
+  let count = 0;
+  for (const c of text) if (c === "[" || c === "{") count++;
+  if (count <= bounds.MAX_PAYLOAD_DEPTH) return false;
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      if (c === "\\") i++;
+      else if (c === '"') inString = false;
+    } else if (c === '"') inString = true;
+    else if (c === "[" || c === "{") deepest = Math.max(deepest, ++depth);
+    else if (c === "]" || c === "}") depth--;
+  }
+  return deepest > bounds.MAX_PAYLOAD_DEPTH;
+}
+
+function parsed(text: string): unknown {
+  if (nestedTooDeep(text)) return text;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text; // written by a foreign producer: kept as text
+  }
+}
+
+const TIME_FIELDS = {
+  createdAt: "created_at",
+  runAt: "run_at",
+  deadline: "deadline",
+  startedAt: "started_at",
+  finishedAt: "finished_at",
+  leaseUntil: "lease_until",
+  progressAt: "progress_at",
+  cancelRequested: "cancel_requested",
+} as const;
+
+/** The task of a stored hash (field name to text); `taskId` when the hash has no id. */
+export function taskFromHash(raw: Readonly<Record<string, string>>, taskId?: string): Task {
+  const text = (name: string): string | null => raw[name] ?? null;
+  const id = raw.id ?? taskId ?? "?";
+  const state = raw.state;
+  if (state === undefined || !STATES.has(state)) {
+    throw new ProtocolError(`task ${pyRepr(id)} has no state this version knows: ${state === undefined ? "None" : pyRepr(state)}`);
+  }
+  const int = (name: string, fallback: number): number => storedInt(raw[name]) ?? fallback;
+  const times = Object.fromEntries(
+    Object.entries(TIME_FIELDS).map(([key, field]) => [key, storedTime(raw[field])]),
+  ) as Record<keyof typeof TIME_FIELDS, Date | null>;
+  const timeout = storedFloat(raw.timeout);
+  let name: string | null = null;
+  let payload: unknown = null;
+  if (raw.payload !== undefined) {
+    const [taskName, body] = splitNamed(raw.payload);
+    name = taskName;
+    payload = parsed(body);
+  }
+  return {
+    id,
+    state: state as TaskState,
+    name,
+    payload,
+    priority: int("priority", 0),
+    attempts: int("attempts", 0),
+    maxAttempts: storedInt(raw.max_attempts),
+    lost: int("lost", 0),
+    cost: int("cost", 1),
+    costUsed: storedInt(raw.cost_used),
+    deferred: int("deferred", 0),
+    timeout: timeout !== null && timeout > 0 ? timeout : null,
+    ...times,
+    pod: text("pod"),
+    incarnation: text("incarnation"),
+    token: text("token"),
+    error: text("error"),
+    reason: text("reason"),
+    result: raw.result === undefined ? null : parsed(raw.result),
+    progress: raw.progress === undefined ? null : parsed(raw.progress),
+    finished: FINISHED.has(state as TaskState),
+  };
+}

@@ -1,0 +1,131 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { batchRecords, encodePayload, encodeTask, itemRecord, traceText } from "../src/encoding.js";
+import { InvalidArgument, InvalidPayload } from "../src/errors.js";
+import { floatRepr, formatG } from "../src/pyformat.js";
+import { needsPython, python } from "./python.js";
+
+const PAYLOADS: Record<string, unknown>[] = [
+  {},
+  { b: 1, a: [1, 2.5, "é"], "ü": null, z: { y: true, x: false } },
+  { "\u{1F600}": 1, "\uE000": 2, "\u00e9": 3, A: 4 },
+  { text: 'quote " backslash \\ newline \n tab \t nul \u0000 del \u007f line-sep \u2028' },
+  { numbers: [0, -0, 1e-7, 0.1, 1 / 3, 123456789.125, 1e16, 2 ** 53 + 2, 1e21, 1.5e300, -2.5e-300] },
+  { deep: [[[[{ a: [[]] }]]]] },
+];
+
+describe("payload encoding", () => {
+  it("writes the same JSON text as the Python client for the same object", needsPython, () => {
+    const ours = PAYLOADS.map(encodePayload);
+    const theirs = python<string[]>(
+      "import json, sys\n" +
+        "from taskfleet.producer.encoding import encode_payload\n" +
+        "print(json.dumps([encode_payload(json.loads(t)) for t in json.load(sys.stdin)]))",
+      PAYLOADS.map((p) => JSON.stringify(p)),
+    );
+    assert.deepEqual(ours, theirs);
+  });
+
+  it("refuses what is not a plain JSON object, with one line saying what", () => {
+    for (const bad of [null, [], "x", 1, new Map(), new Date()]) assert.throws(() => encodePayload(bad), InvalidPayload);
+    assert.throws(() => encodePayload({ a: undefined }), /not JSON-serialisable.*undefined/);
+    assert.throws(() => encodePayload({ a: NaN }), /not JSON-serialisable/);
+    assert.throws(() => encodePayload({ a: 1n }), /bigint/);
+    assert.throws(() => encodePayload({ a: new Date() }), /Date/);
+    assert.throws(() => encodePayload({ a: "\ud800" }), /lone surrogate/);
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    assert.throws(() => encodePayload(cyclic), /Circular/);
+    let deep: unknown = 1;
+    for (let i = 0; i < 200; i++) deep = [deep];
+    assert.throws(() => encodePayload({ deep }), /nested more than 200 levels/);
+    assert.doesNotThrow(() => encodePayload({ deep: (deep as unknown[])[0] }));
+  });
+
+  it("formats numbers as Python's repr and %g do", () => {
+    assert.equal(floatRepr(30), "30.0");
+    assert.equal(floatRepr(0.5), "0.5");
+    assert.equal(floatRepr(1e-5), "1e-05");
+    assert.equal(floatRepr(0.0001), "0.0001");
+    assert.equal(floatRepr(1e16), "1e+16");
+    assert.equal(floatRepr(123456789012345.6), "123456789012345.6");
+    assert.equal(formatG(3153600000), "3.1536e+09");
+    assert.equal(formatG(1.5), "1.5");
+    assert.equal(formatG(100), "100");
+  });
+});
+
+describe("enqueue options", () => {
+  const CASES: [Record<string, unknown>, Record<string, unknown>][] = [
+    [{}, {}],
+    [{ priority: 5, cost: 0, maxAttempts: 3 }, { priority: 5, cost: 0, max_attempts: 3 }],
+    [{ delay: 1.5, timeout: 30, deadline: 2.0001 }, { delay: 1.5, timeout: 30, deadline: 2.0001 }],
+    [{ timeout: 0.25, delay: 0 }, { timeout: 0.25, delay: 0 }],
+    [{ name: "resize/v2", taskId: "id-1" }, { task: "resize/v2", task_id: "id-1" }],
+  ];
+
+  it("encodes each option as the Python client does", needsPython, () => {
+    const payload = { n: 1 };
+    const ours = CASES.map(([options]) => {
+      const record = encodeTask(payload, options);
+      // as sent: numbers as decimal text
+      return Object.fromEntries(Object.entries(record).filter(([k]) => k !== "task_id").map(([k, v]) => [k, String(v)]));
+    });
+    const theirs = python<Record<string, unknown>[]>(
+      "import json, sys\n" +
+        "from taskfleet.producer.encoding import encode_task\n" +
+        "out = []\n" +
+        "for kw in json.load(sys.stdin):\n" +
+        "    a = encode_task({'n': 1}, **kw)\n" +
+        "    wire = lambda v: repr(v) if isinstance(v, float) else str(v)\n" +
+        "    out.append({k: wire(getattr(a, k)) for k in ('payload', 'priority', 'delay_ms', 'deadline', 'max_attempts', 'cost', 'timeout_s')})\n" +
+        "print(json.dumps(out))",
+      CASES.map(([, kw]) => kw),
+    );
+    assert.deepEqual(ours, theirs);
+  });
+
+  it("refuses out-of-range and ill-typed options before anything is sent", () => {
+    const bad: [Record<string, unknown>, RegExp][] = [
+      [{ priority: 1001 }, /priority must be between -1000 and 1000, not 1001/],
+      [{ priority: 1.5 }, /priority must be an integer, not 1.5/],
+      [{ cost: -1 }, /cost must be between 0 and 1000000000/],
+      [{ maxAttempts: 0 }, /max_attempts must be between 1 and 10000/],
+      [{ delay: -1 }, /delay must be >= 0/],
+      [{ delay: Infinity }, /delay must be seconds/],
+      [{ delay: 4e9 }, /delay must be at most 3153600000 s \(100 years\)/],
+      [{ timeout: 0 }, /timeout must be > 0/],
+      [{ timeout: 3.2e7 }, /timeout must be at most 31536000 s \(1 years\)/],
+      [{ deadline: 0 }, /deadline must be > 0 seconds from now/],
+      [{ deadline: new Date(-1) }, /deadline must be after 1970-01-01/],
+      [{ name: "-x" }, /task name '-x' must be 1-100 letters/],
+      [{ taskId: "" }, /task_id must be a non-empty printable string/],
+      [{ taskId: "a\nb" }, /task_id must be a non-empty printable string/],
+      [{ taskId: "x".repeat(201) }, /task_id must be a non-empty printable string of <= 200 chars/],
+    ];
+    for (const [options, message] of bad) {
+      assert.throws(() => encodeTask({}, options), (e: unknown) => e instanceof InvalidArgument && message.test(e.message), JSON.stringify(options));
+    }
+    assert.doesNotThrow(() => encodeTask({}, { taskId: "with space é 😀" }));
+  });
+
+  it("stores a deadline Date as absolute epoch ms and a named task behind its name", () => {
+    const at = new Date(Date.now() + 60_000);
+    assert.equal(encodeTask({}, { deadline: at }).deadline, `@${at.getTime()}`);
+    assert.equal(encodeTask({ a: 1 }, { name: "resize" }).payload, '\x01resize\x01{"a":1}');
+  });
+
+  it("checks a batch: known fields only, a payload each, no id twice", () => {
+    assert.throws(() => itemRecord({ payload: {}, priorty: 1 }), /unknown enqueue field\(s\): priorty/);
+    assert.throws(() => itemRecord({ priority: 1 }), /needs a 'payload'/);
+    assert.throws(() => batchRecords([{ payload: {}, taskId: "a" }, { payload: {}, taskId: "a" }]), /appears twice/);
+    assert.equal(batchRecords([{ payload: {} }, { payload: {} }]).length, 2);
+  });
+
+  it("keeps a trace context as compact sorted JSON, and refuses what is not one", () => {
+    assert.equal(traceText({ traceparent: "00-a-b-01", a: "x" }), '{"a":"x","traceparent":"00-a-b-01"}');
+    assert.equal(traceText(undefined), "");
+    assert.throws(() => traceText({ traceparent: 1 } as unknown as Record<string, string>), /traceContext must be an object of strings/);
+  });
+});
