@@ -163,6 +163,21 @@ class _Route:
 _ROUTES: weakref.WeakKeyDictionary[redis.asyncio.Redis, _Route] = weakref.WeakKeyDictionary()
 
 
+class _SlotPool(redis.asyncio.ConnectionPool):
+    """The pool of a client pinned to a slot: it remembers every connection it made
+    (through ``make_connection``, the hook redis-py leaves to subclasses), so that
+    ``follow_slot`` can point each at the slot's new master."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.taskfleet_made: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def make_connection(self) -> Any:
+        connection = super().make_connection()  # type: ignore[no-untyped-call]
+        self.taskfleet_made.add(connection)
+        return connection
+
+
 async def connect_queue_async(url: str, key: str, **options: Any) -> redis.asyncio.Redis:
     """An asyncio client for the queue that owns ``key`` (any of its keys).
 
@@ -171,9 +186,15 @@ async def connect_queue_async(url: str, key: str, **options: Any) -> redis.async
     which ``follow_slot`` re-points after the slot moves.
     """
     parsed = parse_redis_url(url)
-    client = redis.asyncio.Redis.from_url(redis_py_url(url), **options)
     if not is_cluster(parsed):
-        return client
+        return redis.asyncio.Redis.from_url(redis_py_url(url), **options)
+    # What redis.asyncio.Redis.from_url does, with a pool that knows its connections.
+    single = bool(options.pop("single_connection_client", False))
+    client = redis.asyncio.Redis(
+        connection_pool=_SlotPool.from_url(redis_py_url(url), **options),
+        single_connection_client=single,
+    )
+    client.auto_close_connection_pool = True
     seed = (parsed.host or "", parsed.port or 6379)
     _ROUTES[client] = _Route(parsed, key_slot(key.encode()), [seed])
     # A cluster that cannot say yet leaves the client at the named node: its first call
@@ -240,7 +261,7 @@ async def follow_slot(client: redis.asyncio.Redis) -> None:
     route.seeds = known
     pool.connection_kwargs["host"], pool.connection_kwargs["port"] = host, port
     # Connections in use are re-pointed too: each reconnects where its next call goes.
-    connections: list[Any] = [*pool._available_connections, *pool._in_use_connections]
+    connections = list(pool.taskfleet_made) if isinstance(pool, _SlotPool) else []
     for connection in connections:
         connection.host, connection.port = host, port
         if hasattr(connection, "orig_host_address"):

@@ -13,19 +13,24 @@ exceptions, ``NoScriptError`` included, as before.
 A connection error is retried with the connection's own ``Retry`` policy, exactly as
 redis-py retries any command; the callers' scripts are safe to send twice (ids and tokens
 make a repeated call a no-op or a refusal).
+
+Everything here is redis-py's public API (a pool's ``get_connection``, a connection's
+``send_packed_command``, ``read_response``, ``retry``) but what ``redisadapter`` does: the
+check of a kept connection (sync: on a private attribute; asyncio: a public call named
+differently across redis-py versions) and the write of an asyncio call (a private one).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import select
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 import redis
 import redis.asyncio
+
+from taskfleet.protocol import redisadapter
 
 Arg = str | int | float | bytes
 
@@ -122,45 +127,13 @@ class Connections:
             # broke off a call (a dropped socket, an interrupt) disconnected it
             self._idle.append((conn, check))
 
-    def _take(self) -> tuple[Any, _Check | None]:
-        """A kept connection, checked: one with data or EOF where no reply is due (the
-        server closed it, or something was left unread) is disconnected, to start afresh.
-
-        The check is the one the pool makes (a ``poll`` of the socket), on a poller kept
-        with the connection for as long as its socket lives, not one built per call.
-        """
+    def _take(self) -> tuple[Any, redisadapter.IdleCheck | None]:
+        """A kept connection, checked as the pool checks it (``redisadapter.ready``)."""
         try:
             conn, check = self._idle.pop()
         except IndexError:
             return self._pool.get_connection(), None
-        sock = conn._sock  # every redis-py connection has one (None: not connected)
-        if sock is None:  # disconnected: the next send connects it
-            return conn, None
-        try:
-            if check is None or check.sock is not sock:
-                check = _Check(sock)
-            if check.readable():
-                conn.disconnect()
-                return conn, None
-        except (redis.ConnectionError, OSError, ValueError):  # ValueError: a closed socket
-            conn.disconnect()
-            return conn, None
-        return conn, check
-
-
-class _Check:
-    """A poller registered once for one socket: is anything readable where nothing is due?"""
-
-    __slots__ = ("pending", "poller", "sock")
-
-    def __init__(self, sock: Any) -> None:
-        self.sock = sock
-        self.pending = getattr(sock, "pending", None)  # TLS: bytes decrypted above the socket
-        self.poller = select.poll()
-        self.poller.register(sock, select.POLLIN)
-
-    def readable(self) -> bool:
-        return bool((self.pending is not None and self.pending()) or self.poller.poll(0))
+        return conn, redisadapter.ready(conn, check)
 
 
 def _send_read(conn: Any, command: bytes) -> Any:
@@ -187,60 +160,10 @@ class AsyncConnections:
         except IndexError:
             conn = await self._pool.get_connection()
         else:
-            try:
-                if await conn.can_read():  # data or EOF where no reply is due
-                    await conn.disconnect()
-            except (redis.ConnectionError, OSError):
-                await conn.disconnect()
+            await redisadapter.ready_async(conn)
         try:
             return await conn.retry.call_with_retry(
-                lambda: _send_read_async(conn, command), lambda _error: conn.disconnect()
+                lambda: redisadapter.send_read(conn, command), lambda _error: conn.disconnect()
             )
         finally:
             self._idle.append(conn)
-
-
-async def _send_read_async(conn: Any, command: bytes) -> Any:
-    writer = getattr(conn, "_writer", None)
-    if writer is None or conn.health_check_interval or not conn.is_connected:
-        await conn.send_packed_command([command])
-    else:
-        await _write(conn, writer, command)
-    return await conn.read_response()
-
-
-async def _write(conn: Any, writer: asyncio.StreamWriter, command: bytes) -> None:
-    """redis-py's ``send_packed_command`` without its per-call task.
-
-    With a ``socket_timeout`` (redis-py's default is 5 s), redis-py wraps every write in
-    ``asyncio.wait_for``, which makes a task and two more turns of the event loop per
-    command: a third of an ``AsyncQueue.enqueue``. A write the kernel takes at once (a
-    command of a few hundred bytes on a connection with no backlog) needs no wait; only a
-    backlog is drained, under the same timeout. Failures end as redis-py's do
-    (``TimeoutError`` or ``ConnectionError``), with one difference: the connection is
-    aborted, not closed, so a backlog the caller was told failed is dropped with it
-    instead of being flushed to Redis later (a command cut short is discarded by Redis).
-    That holds on plain TCP; over TLS the TLS layer takes the write whole and the backlog
-    lies below it, unseen here and by redis-py alike, so a timed-out write may still land.
-    A connection class of redis-py's overriding ``send_packed_command`` is bypassed here
-    (it still is used for a connection not yet connected or with health checks).
-    """
-    try:
-        writer.write(command)
-        if writer.transport.get_write_buffer_size():
-            async with asyncio.timeout(conn.socket_timeout or None):
-                await writer.drain()
-    except TimeoutError:  # asyncio.timeout's (a builtin, an OSError): before OSError
-        await _abort(conn, writer)
-        raise redis.TimeoutError("Timeout writing to socket") from None
-    except OSError as exc:
-        await _abort(conn, writer)
-        raise redis.ConnectionError(f"Error while writing to socket: {exc}") from exc
-    except BaseException:  # cancelled mid-write: what went out is unknown, start afresh
-        await _abort(conn, writer)
-        raise
-
-
-async def _abort(conn: Any, writer: asyncio.StreamWriter) -> None:
-    writer.transport.abort()
-    await conn.disconnect(nowait=True)
