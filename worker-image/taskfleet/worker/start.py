@@ -7,7 +7,6 @@ drain before it ever ran.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.events import log_event
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate
 from taskfleet.worker.identity import Whereabouts, WorkerRecord, holder_alive
+from taskfleet.worker.lifecycle import Lifecycle
 from taskfleet.worker.settings import WorkerSettings
 
 DEFAULT_LEASE_TTL_S = CONFIG_DEFAULTS["lease_ttl_s"]
@@ -44,9 +44,7 @@ async def register(
     settings: WorkerSettings,
     whereabouts: Whereabouts,
     gate: RedisGate,
-    *,
-    drain: asyncio.Event,
-    closing: asyncio.Event,
+    lifecycle: Lifecycle,
 ) -> None:
     """Register, taking over from an earlier incarnation of our name unless that one is
     alive (then ``NameInUse``: the CLI refuses to start, exit 2)."""
@@ -59,11 +57,11 @@ async def register(
             return None
         return f"{holder.describe()}, heartbeat {age_ms / 1000:.1f} s ago"
 
-    while not drain.is_set():
+    while not lifecycle.draining:
         try:
             taken = await broker.register(settings.concurrency, in_use=in_use)
         except REDIS_DOWN as exc:
-            await gate.wait_out(exc, drain, closing)
+            await gate.wait_out(exc, lifecycle.drain_requested)
             continue
         if taken:
             log_event(logging.INFO, "earlier_incarnation_requeued", tasks=taken)
@@ -74,9 +72,7 @@ async def heartbeat_interval(
     client: aioredis.Redis,
     settings: WorkerSettings,
     gate: RedisGate,
-    *,
-    drain: asyncio.Event,
-    closing: asyncio.Event,
+    lifecycle: Lifecycle,
 ) -> float:
     """The heartbeat interval that fits the queue's lease TTL (read, never written).
 
@@ -88,11 +84,11 @@ async def heartbeat_interval(
     """
     config_key = QueueKeys(settings.queue).config
     interval = settings.heartbeat_interval
-    while not drain.is_set():
+    while not lifecycle.draining:
         try:
             raw = await bounded(client.hget(config_key, "lease_ttl_s"), settings.reply_timeout)
         except REDIS_DOWN as exc:
-            await gate.wait_out(exc, drain, closing)
+            await gate.wait_out(exc, lifecycle.drain_requested)
             continue
         ttl = _number(raw, DEFAULT_LEASE_TTL_S)
         expected = settings.lease_ttl
@@ -121,9 +117,7 @@ async def check_eviction(
     client: aioredis.Redis,
     settings: WorkerSettings,
     gate: RedisGate,
-    *,
-    drain: asyncio.Event,
-    closing: asyncio.Event,
+    lifecycle: Lifecycle,
 ) -> str | None:
     """The server's ``maxmemory-policy``; ``RedisEvicts`` if it may delete keys and
     ``settings.allow_eviction`` is off (the CLI: one line, exit 2).
@@ -131,7 +125,7 @@ async def check_eviction(
     Read with ``CONFIG GET``, which managed Redis services often refuse, then from ``INFO
     memory``; if neither answers, logged once and the worker goes on (it can't tell).
     """
-    while not drain.is_set():
+    while not lifecycle.draining:
         config: Mapping[Any, Any] | None = None
         info: Mapping[str, Any] | None = None
         try:
@@ -149,7 +143,7 @@ async def check_eviction(
                     if not _refused(exc):
                         raise
         except REDIS_DOWN as exc:
-            await gate.wait_out(exc, drain, closing)
+            await gate.wait_out(exc, lifecycle.drain_requested)
             continue
         policy = eviction_policy(config, info)
         if policy is None:
