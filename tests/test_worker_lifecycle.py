@@ -157,7 +157,10 @@ def test_a_signal_after_the_worker_stopped_changes_nothing() -> None:
 def test_the_loops_can_wait_for_a_phase_but_not_set_it() -> None:
     async def scenario() -> None:
         lifecycle = Lifecycle()
-        assert not hasattr(lifecycle.closing, "set")
+        with pytest.raises(TypeError, match="set by its Lifecycle alone"):
+            lifecycle.closing.set()
+        with pytest.raises(TypeError, match="never cleared"):
+            lifecycle.drain_requested.clear()
         waiter = asyncio.ensure_future(lifecycle.drain_requested.wait())
         await asyncio.sleep(0)
         assert not waiter.done()

@@ -467,7 +467,7 @@ class Worker:
     def _may_claim_with_completions(self) -> bool:
         """Completions claim replacements unless draining or the claim loop will (it waits
         for a producer's wake-up)."""
-        if self.lifecycle.draining:
+        if self.lifecycle.drain_requested.is_set():
             return False
         return self.claims is None or self.claims.state is not ClaimLoopState.WAITING_FOR_WORK
 
@@ -482,4 +482,4 @@ class Worker:
     def _runtime_status(self) -> tuple[str, bool, int]:
         # held includes outcomes not yet written
         lifecycle = self.lifecycle
-        return lifecycle.phase.reported, lifecycle.draining, len(self.execution.held)
+        return lifecycle.reported, lifecycle.drain_requested.is_set(), len(self.execution.held)

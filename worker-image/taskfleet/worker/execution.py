@@ -248,11 +248,11 @@ class Execution:
             if run.timer is not None:
                 run.timer.cancel()
                 run.timer = None
-            was = self._returned(run)
-            if was is RUNNING:
+            was = run.state
+            if was is RUNNING:  # nearly always: nothing was given up
                 run.to(FINISHED)
                 outcomes.append(Outcome(run=run, result=result, error=error, verdict=run.verdict))
-            elif was is LOST:
+            elif self._returned(run) is LOST:
                 log_event(
                     logging.INFO, "task_result_dropped", task=run.task.id, reason="lease lost"
                 )
@@ -318,6 +318,7 @@ class Execution:
         """Give up on a run whose call is out (``OVERRUN``, ``LOST``). A thread can't be
         killed, nor a coroutine that ignores its cancellation: the run's slot stays taken
         until the call returns, and whatever it returns is dropped."""
+        assert state in KEEPS_SLOT
         run.to(state)
         self.stuck += 1
 
@@ -325,9 +326,11 @@ class Execution:
         """A run's call came back (or a thread skipped it): the state it was in then.
         A run given up on is done with; the slot it kept is free."""
         was = run.state
+        if was is RUNNING:
+            return was  # nearly always: nothing was given up
         if was is ABANDONED:
             run.to(GONE)
-        elif was in KEEPS_SLOT:
+        elif was is OVERRUN or was is LOST:  # KEEPS_SLOT, without hashing on this path
             run.to(FINISHED if was is OVERRUN else GONE)
             self.stuck -= 1
             self._slot_freed.set()

@@ -29,7 +29,6 @@ from taskfleet.protocol.errors import auth_failure
 from taskfleet.protocol.faults import REDIS_ERRORS, WHAT_TO_DO, Policy, RedisFault, classify
 from taskfleet.worker.events import log_event
 from taskfleet.worker.handlers import format_error
-from taskfleet.worker.lifecycle import Waitable
 
 #: What the worker's loops catch around a Redis call: every Redis error. Which of them
 #: are outages, configuration errors or a refused request is ``wait_out``'s to say.
@@ -51,7 +50,7 @@ class FatalStop(Exception):  # noqa: N818 - internal signal, not an error of the
         self.code = code
 
 
-async def wait_any(*events: Waitable, limit: float | None = None) -> None:
+async def wait_any(*events: asyncio.Event, limit: float | None = None) -> None:
     """Return when any of ``events`` is set (or after ``limit`` seconds)."""
     waiters = [asyncio.ensure_future(event.wait()) for event in events]
     try:
@@ -111,7 +110,7 @@ class RedisGate:
         since = self._down_since
         return self._outage_s + (now - since if since is not None else 0.0)
 
-    async def wait_out(self, exc: BaseException, *give_up: Waitable) -> None:
+    async def wait_out(self, exc: BaseException, *give_up: asyncio.Event) -> None:
         """Wait until Redis answers again, or until one of ``give_up`` is set.
 
         Redis refusing our credentials or rights is no outage: ``FatalStop`` at once. A

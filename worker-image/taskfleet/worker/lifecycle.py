@@ -17,8 +17,9 @@ A drain requested while starting skips ``RUNNING``. Across the phases, one more
 condition: a stop (``request_stop``: a second signal, a failure, Redis refusing us)
 gives up every wait, for running tasks and for Redis; it drains too if no drain began.
 
-Loops test and wait for the phases through read-only ``Flag`` s (``drain_requested``,
-``closing``, ``stop_requested``), set here and only here, in the order of the phases:
+Loops test and wait for the phases through ``Flag`` s (``drain_requested``, ``closing``,
+``stop_requested``: events whose own ``set`` refuses), set here and only here, in the
+order of the phases:
 ``closing`` is never set before ``drain_requested``. Two notifications wake a loop
 and are cleared by it: ``slot_freed`` (the claim loop looks for room) and ``beat_now``
 (the heartbeat beats at once).
@@ -29,11 +30,10 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Callable
-from typing import Any, Protocol
 
 from taskfleet.worker.machine import Transitions
 
-__all__ = ["PHASES", "Flag", "Lifecycle", "Phase", "Waitable"]
+__all__ = ["PHASES", "Flag", "Lifecycle", "Phase"]
 
 
 class Phase(enum.Enum):
@@ -64,28 +64,19 @@ PHASES: Transitions[Phase] = Transitions(
 )
 
 
-class Waitable(Protocol):
-    """What a loop can wait for: a ``Flag`` or an ``asyncio.Event``."""
+class Flag(asyncio.Event):
+    """A one-way condition of a ``Lifecycle``: tested and awaited by the loops like any
+    ``asyncio.Event`` (at its cost: loops test these on every turn), set by its lifecycle
+    alone. ``set`` and ``clear`` refuse."""
 
-    def is_set(self) -> bool: ...
+    def set(self) -> None:
+        raise TypeError("a lifecycle's flag is set by its Lifecycle alone")
 
-    async def wait(self) -> Any: ...
+    def clear(self) -> None:
+        raise TypeError("a lifecycle's flag is never cleared")
 
-
-class Flag:
-    """A one-way condition of a ``Lifecycle``: tested and awaited by the loops, set by
-    its lifecycle alone (an ``asyncio.Event`` anyone could set or clear)."""
-
-    __slots__ = ("_event",)
-
-    def __init__(self, event: asyncio.Event) -> None:
-        self._event = event
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self) -> bool:
-        return await self._event.wait()
+    def _set_by_lifecycle(self) -> None:
+        asyncio.Event.set(self)
 
 
 def _unobserved() -> None:
@@ -98,14 +89,15 @@ class Lifecycle:
 
     def __init__(self, changed: Callable[[], None] = _unobserved) -> None:
         self._phase = Phase.STARTING
+        #: The phase as ``worker.json`` says it, read on every change of the tasks held.
+        self.reported = Phase.STARTING.reported
         self._changed = changed
-        self._drain, self._stop, self._close = asyncio.Event(), asyncio.Event(), asyncio.Event()
         #: From ``DRAINING`` on: claim nothing more.
-        self.drain_requested = Flag(self._drain)
+        self.drain_requested = self._drain = Flag()
         #: Give up waiting, for running tasks and for Redis.
-        self.stop_requested = Flag(self._stop)
+        self.stop_requested = self._stop = Flag()
         #: From ``CLOSING`` on: the background loops end.
-        self.closing = Flag(self._close)
+        self.closing = self._close = Flag()
         #: A slot may be free: the claim loop looks (it clears this before it waits).
         self.slot_freed = asyncio.Event()
         #: Heartbeat now: a drain began, Redis answers again (the heartbeat clears it).
@@ -142,7 +134,7 @@ class Lifecycle:
         """Give up waiting, for running tasks and for Redis; drains first if need be."""
         if not self._drain.is_set() and self._phase is not Phase.STOPPED:
             self._enter(Phase.DRAINING)
-        self._stop.set()
+        self._stop._set_by_lifecycle()
         self.slot_freed.set()  # the claim loop may be waiting for a slot
 
     def close(self) -> None:
@@ -160,8 +152,9 @@ class Lifecycle:
     def _enter(self, phase: Phase) -> None:
         PHASES.check(self._phase, phase)
         self._phase = phase
+        self.reported = phase.reported
         if phase is Phase.DRAINING:
-            self._drain.set()
+            self._drain._set_by_lifecycle()
         elif phase is Phase.CLOSING:
-            self._close.set()
+            self._close._set_by_lifecycle()
         self._changed()

@@ -27,7 +27,7 @@ class Transitions(Generic[S]):
     forgotten here.
     """
 
-    __slots__ = ("_next", "name")
+    __slots__ = ("_order", "name", "next_by_value")
 
     def __init__(self, name: str, table: Mapping[S, Iterable[S]]) -> None:
         members = set(type(next(iter(table))))
@@ -35,20 +35,25 @@ class Transitions(Generic[S]):
             missing = sorted(m.name for m in members - set(table))
             raise ValueError(f"{name}: no row for {', '.join(missing)}")
         self.name = name
-        self._next = {state: frozenset(targets) for state, targets in table.items()}
+        order = list(type(next(iter(table))))
+        #: Targets by the old state's value, for a hot path's own check (a run moves on
+        #: every task's path): an enum member's hash is a Python call, a str's is cached.
+        self.next_by_value: dict[object, tuple[S, ...]] = {
+            state.value: tuple(sorted(table[state], key=order.index)) for state in order
+        }
+        self._order = order
 
     def allows(self, old: S, new: S) -> bool:
-        return new in self._next[old]
+        return new in self.next_by_value[old._value_]
 
     def check(self, old: S, new: S) -> None:
         """``IllegalTransition`` unless the table lists ``old -> new``."""
-        if new not in self._next[old]:
+        if new not in self.next_by_value[old._value_]:
             raise IllegalTransition(f"{self.name}: {old.name} -> {new.name} is not a transition")
 
-    def targets(self, old: S) -> frozenset[S]:
-        return self._next[old]
+    def targets(self, old: S) -> tuple[S, ...]:
+        return self.next_by_value[old.value]
 
     def rows(self) -> list[tuple[S, list[S]]]:
         """The table in declaration order, targets too: for a test or a document."""
-        order = list(type(next(iter(self._next))))
-        return [(s, sorted(self._next[s], key=order.index)) for s in order]
+        return [(s, list(self.next_by_value[s.value])) for s in self._order]
