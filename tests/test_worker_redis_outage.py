@@ -13,6 +13,7 @@ import redis.exceptions
 from taskfleet.producer.queue import Queue
 from taskfleet.worker.broker import Broker, ClaimedTask
 from taskfleet.worker.gate import RedisGate
+from taskfleet.worker.lifecycle import Lifecycle
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.runs import Outcome, Run
 
@@ -143,13 +144,14 @@ def test_outcomes_left_at_shutdown_with_redis_down_are_retried_with_backoff_not_
             await client.ping()
 
         gate = RedisGate(reconnect, lambda: None, backoff_base=0.1, backoff_max=0.2)
-        closing, stop = asyncio.Event(), asyncio.Event()
-        closing.set()  # as at shutdown: the background loops are done
-        outbox = Outbox(write, gate, give_up=stop)
+        lifecycle = Lifecycle()
+        lifecycle.request_drain()
+        lifecycle.close()  # as at shutdown: the background loops are done
+        outbox = Outbox(write, gate, lifecycle)
         task = ClaimedTask("t", "tok", {}, 1, 3, None, 0, 0, 1)
         outbox.add(Outcome(Run(task, claimed_at=0.0), result="{}"))
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(outbox.flush(until=closing), timeout=window_s)
+            await asyncio.wait_for(outbox.flush(), timeout=window_s)
         await gate.close()
         await client.aclose()
         return calls, len(outbox)

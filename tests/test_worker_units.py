@@ -18,8 +18,9 @@ from taskfleet.worker.broker import ClaimedTask
 from taskfleet.worker.execution import Execution
 from taskfleet.worker.gate import RedisGate
 from taskfleet.worker.handlers import HandlerLoadError, encode_result, format_error, load_handler
+from taskfleet.worker.lifecycle import Lifecycle
 from taskfleet.worker.outbox import Outbox
-from taskfleet.worker.runs import Outcome, Run
+from taskfleet.worker.runs import Outcome, Run, RunState
 from taskfleet.worker.runtime import (
     RuntimeState,
     pid_alive,
@@ -187,12 +188,11 @@ def _execution() -> tuple[Execution, Slots]:
         raise AssertionError("no outage here")
 
     gate = RedisGate(reconnect, lambda: None, backoff_base=0.1, backoff_max=0.2)
-    outbox = Outbox(write, gate, give_up=asyncio.Event())
+    lifecycle = Lifecycle()
+    outbox = Outbox(write, gate, lifecycle)
     slots = Slots(settings.concurrency, 0)
     handler = load_handler("tests.workers.handlers:async_sleep")
-    execution = Execution(
-        settings, handler, slots, outbox, slot_freed=asyncio.Event(), changed=lambda: None
-    )
+    execution = Execution(settings, handler, slots, outbox, lifecycle, changed=lambda: None)
     return execution, slots
 
 
@@ -207,12 +207,12 @@ def test_a_finished_run_is_neither_heartbeaten_nor_counted_as_a_lost_lease() -> 
         execution, _ = _execution()
         working = _hold(execution, "working")
         done = _hold(execution, "done")
-        done.finished = True  # its outcome is queued: the write ends its lease
+        done.to(RunState.FINISHED)  # its outcome is queued: the write ends its lease
         assert execution.leases() == {"working": "tok"}
         # It may finish between the heartbeat's snapshot and the reply naming it lost.
         execution.abandon({"working", "done"})
         assert execution.counters.lost == 1
-        assert working.abandoned and not done.abandoned
+        assert (working.state, done.state) == (RunState.LOST, RunState.FINISHED)
         assert list(execution.held) == ["done"]  # left for its outcome write to settle
         execution.close()
 

@@ -9,7 +9,7 @@ and a log line; the token is never logged, nor the CSRF token, nor the cookie.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from starlette.concurrency import run_in_threadpool
@@ -18,16 +18,34 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from taskfleet.dashboard import actions, auth, display
+from taskfleet.dashboard.settings import DashboardSettings
+from taskfleet.producer.queue import Queue
 from taskfleet.protocol.calls import run
+from taskfleet.protocol.connect import SyncClient
+from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
-
-if TYPE_CHECKING:
-    from taskfleet.dashboard.app import Dashboard
 
 log = logging.getLogger("taskfleet.dashboard")
 
 #: The largest form read (1000 ids of up to 200 characters, and the rest).
 MAX_FORM_BYTES = 256 * 1024
+
+
+class Board(Protocol):
+    """What these routes need of the dashboard (``app.Dashboard``), declared here so the
+    app imports its routes and not the other way round."""
+
+    settings: DashboardSettings
+    sessions: auth.Sessions
+    client: SyncClient
+
+    def keys(self, name: str) -> QueueKeys: ...
+
+    def queue_of(self, keys: QueueKeys) -> Queue: ...
+
+    def page(
+        self, request: Request, name: str, status: int = 200, *, live: bool = True, **context: Any
+    ) -> Response: ...
 
 
 class Form:
@@ -63,7 +81,7 @@ def _client(request: Request) -> str:
     return request.client.host if request.client else "-"
 
 
-def _refuse(dash: Dashboard, request: Request, why: str) -> Response:
+def _refuse(dash: Board, request: Request, why: str) -> Response:
     log.warning(
         "dashboard_refused",
         extra={"fields": {"client": _client(request), "path": request.url.path, "why": why}},
@@ -71,7 +89,7 @@ def _refuse(dash: Dashboard, request: Request, why: str) -> Response:
     return dash.page(request, "error", 403, live=False, title="Refused", message=why)
 
 
-def _gate(dash: Dashboard, request: Request) -> str | None:
+def _gate(dash: Board, request: Request) -> str | None:
     """Why this POST is refused before its session is looked at, or None."""
     if dash.settings.read_only:
         return "this dashboard is read-only (start it with --actions and a token to act)"
@@ -85,14 +103,14 @@ def _local(target: str) -> str:
     return target if target.startswith("/") and not target.startswith("//") else "/"
 
 
-def login_page(dash: Dashboard, request: Request) -> Response:
+def login_page(dash: Board, request: Request) -> Response:
     if dash.settings.read_only:
         raise HTTPException(404, "this dashboard is read-only: there is nothing to log in to")
     after = _local(request.query_params.get("next", "/"))
     return dash.page(request, "login", live=False, after=after, wrong=False)
 
 
-async def login(dash: Dashboard, request: Request) -> Response:
+async def login(dash: Board, request: Request) -> Response:
     refused = _gate(dash, request)
     if refused:
         return _refuse(dash, request, refused)
@@ -119,7 +137,7 @@ async def login(dash: Dashboard, request: Request) -> Response:
     return response
 
 
-async def logout(dash: Dashboard, request: Request) -> Response:
+async def logout(dash: Board, request: Request) -> Response:
     refused = _gate(dash, request)
     if refused:
         return _refuse(dash, request, refused)
@@ -133,7 +151,7 @@ async def logout(dash: Dashboard, request: Request) -> Response:
     return response
 
 
-async def act(dash: Dashboard, request: Request) -> Response:
+async def act(dash: Board, request: Request) -> Response:
     """An action's form: without ``confirm=1`` the confirmation page, with it the deed."""
     refused = _gate(dash, request)
     if refused:

@@ -4,7 +4,12 @@ One idea per module:
 
 - ``settings``: ``WorkerSettings``, what ``taskfleet worker`` takes, validated;
 - ``slots``: how many tasks to claim (free slots, prefetch room): pure arithmetic;
-- ``runs``: a held task (``Run``), its ``Outcome``, the worker's counters;
+- ``lifecycle``: the worker's phases (``Lifecycle``), what its loops wait on;
+- ``runs``: a held task (``Run``) and its state (``RunState``), its ``Outcome``, the
+  worker's counters;
+- ``machine``: the legal transitions of both, declared as tables and checked;
+- ``timings``: the per-task and per-claim histograms the loop writes (``metrics``
+  serves them);
 - ``execution``: how runs run (async handlers on the loop, sync ones on ``threads``),
   timeouts, lost leases, and which slots are taken;
 - ``isolation`` and ``child``: ``--isolation process``, each slot's tasks in a child

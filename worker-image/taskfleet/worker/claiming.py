@@ -19,6 +19,7 @@ from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult
 from taskfleet.worker.execution import Execution
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate
+from taskfleet.worker.lifecycle import Lifecycle
 from taskfleet.worker.settings import WorkerSettings
 from taskfleet.worker.slots import Slots
 
@@ -48,10 +49,8 @@ class ClaimLoop:
         slots: Slots,
         gate: RedisGate,
         *,
+        lifecycle: Lifecycle,
         take: Callable[[list[ClaimedTask]], Awaitable[None]],
-        slot_freed: asyncio.Event,
-        drain_requested: asyncio.Event,
-        closing: asyncio.Event,
     ) -> None:
         self.state = ClaimLoopState.CLAIMING
         self._settings = settings
@@ -60,9 +59,9 @@ class ClaimLoop:
         self._slots = slots
         self._gate = gate
         self._take = take
-        self._slot_freed = slot_freed
-        self._drain_requested = drain_requested
-        self._closing = closing
+        self._slot_freed = lifecycle.slot_freed
+        # closing comes after it (``Lifecycle``): a wait that ends on a drain ends on both
+        self._drain_requested = lifecycle.drain_requested
         # How long a claim that empties the queue registers this worker for hand-offs: a
         # little longer than it then waits, so it is never unregistered while waiting.
         self._idle_ms = int((settings.idle_wait + IDLE_MARGIN_S) * 1000)
@@ -89,7 +88,7 @@ class ClaimLoop:
                     room, idle_ms=self._idle_ms, prefetch=slots.prefetch_part(room, free)
                 )
             except REDIS_DOWN as exc:
-                await self._gate.wait_out(exc, draining, self._closing)
+                await self._gate.wait_out(exc, draining)
                 continue
             if execution.timings.enabled:
                 execution.timings.claim.observe(time.monotonic() - asked)
@@ -122,7 +121,7 @@ class ClaimLoop:
         try:
             handed = await self._until_drain(self._broker.wait_for_work(idle_wait))
         except REDIS_DOWN as exc:
-            await self._gate.wait_out(exc, self._drain_requested, self._closing)
+            await self._gate.wait_out(exc, self._drain_requested)
             return
         if handed is not None and handed.tasks:
             await self._take(handed.tasks)  # or released, if a drain began meanwhile

@@ -24,6 +24,9 @@ One asyncio loop runs six activities:
 What is given back without an attempt (a drain's unfinished runs, prefetched tasks no
 thread has begun) goes through ``HandBack``.
 
+Start, drain and stop are the phases of one ``Lifecycle`` (``lifecycle.py``), which every
+loop is given and waits on; a held task's state is its run's ``RunState`` (``runs.py``).
+
 Redis errors never escape these loops: they wait on the ``RedisGate`` instead. Leases
 that expire meanwhile are taken back by sweeps; claim tokens make any late write from
 this worker harmless.
@@ -57,7 +60,7 @@ from taskfleet.worker.handlers import Handler, format_error
 from taskfleet.worker.heartbeat import heartbeat_loop
 from taskfleet.worker.identity import Whereabouts
 from taskfleet.worker.isolation import check_sendable
-from taskfleet.worker.metrics import Timings
+from taskfleet.worker.lifecycle import Lifecycle, Phase
 from taskfleet.worker.named import HandlerSet
 from taskfleet.worker.outbox import Outbox
 from taskfleet.worker.reporting import Reports, report_loop
@@ -73,6 +76,7 @@ from taskfleet.worker.runtime import (
 from taskfleet.worker.runtime_file import RuntimeFile
 from taskfleet.worker.settings import WorkerSettings
 from taskfleet.worker.slots import Slots
+from taskfleet.worker.timings import Timings
 from taskfleet.worker.tracing import traced
 from taskfleet.worker.writing import OutcomeWriter
 
@@ -103,22 +107,18 @@ class Worker:
         self._client = client
         self._own_client = client is None
         self._broker: Broker | None = None
-        self._slot_freed = asyncio.Event()
-        self._beat_now = asyncio.Event()
-        self._drain_requested = asyncio.Event()
-        self._stop_requested = asyncio.Event()
-        # Ends the background loops. Not task.cancel(): a cancellation that lands while a
-        # redis-py call completes can be swallowed (Python 3.11), leaving a loop running.
-        self._closing = asyncio.Event()
+        # Its phases end the background loops, not task.cancel(): a cancellation that
+        # lands while a redis-py call completes can be swallowed (Python 3.11).
+        self.lifecycle = lifecycle = Lifecycle(self._phase_changed)
         self.gate = RedisGate(
             self._reconnect,
-            self._beat_now.set,
+            lifecycle.beat_now.set,
             backoff_base=settings.backoff_base,
             backoff_max=settings.backoff_max,
             where=self._node,
             writable=self._writable,
         )
-        self.outbox = Outbox(self._write, self.gate, give_up=self._stop_requested)
+        self.outbox = Outbox(self._write, self.gate, lifecycle)
         self.reports = Reports()  # handlers' progress and costs, written in batches
         # An async handler's claimed tasks all run at once: prefetch is for threads only
         # (in process isolation every handler runs on a slot's thread and child).
@@ -130,25 +130,19 @@ class Worker:
             self.handler,
             self.slots,
             self.outbox,
-            slot_freed=self._slot_freed,
+            lifecycle,
             changed=self._held_changed,
             report=self.reports.add,
         )
-        self.handback = HandBack(
-            self.execution,
-            self.slots,
-            drain_requested=self._drain_requested,
-            closing=self._closing,
-        )
+        self.handback = HandBack(self.execution, self.slots, lifecycle)
         self.writer = OutcomeWriter(
             self.execution,
             self.slots,
+            lifecycle,
             take=self.handback.take,
             may_claim=self._may_claim_with_completions,
-            slot_freed=self._slot_freed,
             reports=self.reports,
         )
-        self._state = "starting"
         self.runtime_file = RuntimeFile(
             runtime_path(settings.runtime_dir),
             self._runtime_status,
@@ -169,7 +163,12 @@ class Worker:
 
     @property
     def draining(self) -> bool:
-        return self._drain_requested.is_set()
+        return self.lifecycle.draining
+
+    @property
+    def inflight(self) -> int:
+        """Tasks held, outcomes not yet written included."""
+        return len(self.execution.held)
 
     @property
     def counters(self) -> Counters:
@@ -184,22 +183,22 @@ class Worker:
 
         A second request while draining releases everything at once and exits.
         """
+        lifecycle = self.lifecycle
         held = len(self.execution.held)
-        if self._drain_requested.is_set():
-            if not self._stop_requested.is_set():
+        if lifecycle.draining:
+            if not lifecycle.forced:
                 log_event(logging.WARNING, "drain_forced", inflight=held)
-                self._stop_requested.set()
+                lifecycle.request_stop()
             return
+        if lifecycle.phase is Phase.STOPPED:
+            return  # a signal after the end
         log_event(
             logging.INFO,
             "drain_started",
             inflight=held,
             drain_timeout_s=self.settings.drain_timeout,
         )
-        self._drain_requested.set()
-        self._beat_now.set()
-        self._slot_freed.set()  # wake the claim loop so it notices
-        self._set_state("draining")
+        lifecycle.request_drain()
 
     async def run(self) -> int:
         """Serve until drained; returns the process exit code (0 after a drain)."""
@@ -228,36 +227,24 @@ class Worker:
         )
         self.writer.broker = self.handback.broker = self._broker
         self.reports.bind()
-        self._set_state("starting")
+        lifecycle = self.lifecycle
+        self.runtime_file.changed()
         try:
             try:
                 self.eviction_policy = await start.check_eviction(
-                    self._client,
-                    self.settings,
-                    self.gate,
-                    drain=self._drain_requested,
-                    closing=self._closing,
+                    self._client, self.settings, self.gate, lifecycle
                 )
                 await start.register(
-                    self._broker,
-                    self.settings,
-                    self._whereabouts,
-                    self.gate,
-                    drain=self._drain_requested,
-                    closing=self._closing,
+                    self._broker, self.settings, self._whereabouts, self.gate, lifecycle
                 )
                 self._heartbeat_interval = await start.heartbeat_interval(
-                    self._client,
-                    self.settings,
-                    self.gate,
-                    drain=self._drain_requested,
-                    closing=self._closing,
+                    self._client, self.settings, self.gate, lifecycle
                 )
             except FatalStop as stop:
                 return stop.code
-            if self.draining:
+            if lifecycle.draining:
                 return await self._shutdown([])
-            self._set_state("running")
+            lifecycle.started()
             log_event(
                 logging.INFO,
                 "worker_started",
@@ -276,37 +263,20 @@ class Worker:
                         self.execution,
                         self.settings,
                         self.gate,
+                        lifecycle,
                         interval=self._heartbeat_interval,
-                        beat_now=self._beat_now,
-                        drain_requested=self._drain_requested,
-                        stop_requested=self._stop_requested,
-                        closing=self._closing,
                     ),
                     name="heartbeat",
                 ),
-                loop.create_task(self.outbox.serve(until=self._closing), name="flush"),
+                loop.create_task(self.outbox.serve(), name="flush"),
                 loop.create_task(
-                    report_loop(
-                        self._broker,
-                        self.reports,
-                        self.gate,
-                        closing=self._closing,
-                        stop_requested=self._stop_requested,
-                    ),
-                    name="reports",
+                    report_loop(self._broker, self.reports, self.gate, lifecycle), name="reports"
                 ),
             ]
             if self.settings.fire_schedules:
                 background.append(
                     loop.create_task(
-                        schedule_loop(
-                            self._broker,
-                            self.gate,
-                            drain_requested=self._drain_requested,
-                            stop_requested=self._stop_requested,
-                            closing=self._closing,
-                        ),
-                        name="schedules",
+                        schedule_loop(self._broker, self.gate, lifecycle), name="schedules"
                     )
                 )
             if self.slots.prefetch:
@@ -317,13 +287,11 @@ class Worker:
                 self.execution,
                 self.slots,
                 self.gate,
+                lifecycle=lifecycle,
                 take=self.handback.take,
-                slot_freed=self._slot_freed,
-                drain_requested=self._drain_requested,
-                closing=self._closing,
             )
             claimer = loop.create_task(self.claims.run(), name="claim")
-            drain = loop.create_task(self._drain_requested.wait())
+            drain = loop.create_task(lifecycle.drain_requested.wait())
             await asyncio.wait({drain, claimer, *background}, return_when="FIRST_COMPLETED")
             drain.cancel()
             crashed = [t for t in (claimer, *background) if t.done() and not t.cancelled()]
@@ -338,9 +306,7 @@ class Worker:
             # Given back as lost, not released: if a task caused it, the next worker that
             # claims it fails too, and only a counted loss ends that (max_lost).
             log_event(logging.ERROR, "worker_failed", error=format_error(failure))
-            self._drain_requested.set()
-            self._stop_requested.set()
-            self._slot_freed.set()  # the claim loop may be waiting for a slot
+            lifecycle.request_stop()  # and the claim loop, maybe waiting for a slot, ends
             with contextlib.suppress(Exception):
                 await claimer
             await self._shutdown([t for t in background if not t.done()], failed=True)
@@ -351,7 +317,7 @@ class Worker:
             if self._own_client and self._client is not None:
                 with contextlib.suppress(Exception):
                     await self._client.aclose()
-            self._set_state("stopped")
+            lifecycle.stopped()
             self.runtime_file.write()
             remove_state(self.runtime_file.path, os.getpid())
 
@@ -400,18 +366,14 @@ class Worker:
         # Prefetched tasks no thread has begun go back now, for a worker that stays.
         await self.handback.withdraw(list(execution.held.values()))
         left = max(0.0, deadline - time.monotonic())
-        await wait_any(execution.idle, self._stop_requested, limit=left)
-        leftover = [run for run in execution.held.values() if not run.finished]
-        for run in leftover:
-            run.abandoned = True
-            if run.job is not None:
-                run.job.cancel()
+        await wait_any(execution.idle, self.lifecycle.stop_requested, limit=left)
+        leftover = execution.abandon_unfinished()
         # Isolated runs: their children are stopped, and the tasks given back only once
         # the children are gone, so no task runs here and elsewhere at once.
         stopping = execution.stop_children(leftover, "drain")
         if stopping and not await execution.children_gone(stopping):
             log_event(logging.WARNING, "children_not_gone", tasks=len(stopping))
-        self._closing.set()
+        self.lifecycle.close()
         self.outbox.ready.set()  # the flusher waits on this alone
         if background:
             _, pending = await asyncio.wait(background, timeout=5.0)
@@ -419,7 +381,7 @@ class Worker:
                 task.cancel()  # a write stuck on a dead server; its batch stays in the outbox
         # Outcomes already produced are written, not released: that work is done.
         try:
-            await asyncio.wait_for(self.outbox.flush(until=self._closing), timeout=3.0)
+            await asyncio.wait_for(self.outbox.flush(), timeout=3.0)
         except (TimeoutError, FatalStop):
             pass
         except Exception as exc:  # refused for what it is: those tasks' leases bring them back
@@ -444,7 +406,7 @@ class Worker:
             released=counters.released,
             lost=counters.lost,
         )
-        self._state = "drained"
+        self.lifecycle.drained()
         self.runtime_file.write()  # now, not next loop turn: the waiters are polling for it
         await self._outlive_drain_waiters()
         fatal = self._fatal or self.gate.fatal
@@ -460,10 +422,8 @@ class Worker:
         """
         assert self._broker is not None
         self._fatal = stop
-        self._drain_requested.set()
-        self._stop_requested.set()
-        self._closing.set()
-        self._slot_freed.set()
+        self.lifecycle.request_stop()
+        self.lifecycle.close()
         self.outbox.ready.set()
         for task in tasks:
             task.cancel()
@@ -471,11 +431,7 @@ class Worker:
         for task in tasks:  # seen: their errors are this stop
             if task.done() and not task.cancelled():
                 task.exception()
-        for run in self.execution.held.values():
-            if not run.finished:
-                run.abandoned = True
-                if run.job is not None:
-                    run.job.cancel()
+        self.execution.abandon_unfinished()
         self.execution.stop_children(self.execution.held.values(), "worker stopped")
         with contextlib.suppress(Exception):
             await self._broker.close()
@@ -514,14 +470,13 @@ class Worker:
     def _may_claim_with_completions(self) -> bool:
         """Completions claim replacements unless draining or the claim loop will (it waits
         for a producer's wake-up)."""
-        if self._drain_requested.is_set():
+        if self.lifecycle.drain_requested.is_set():
             return False
         return self.claims is None or self.claims.state is not ClaimLoopState.WAITING_FOR_WORK
 
     # ---------------------------------------------------------------- runtime file
 
-    def _set_state(self, state: str) -> None:
-        self._state = state
+    def _phase_changed(self) -> None:
         self.runtime_file.changed()
 
     def _held_changed(self) -> None:
@@ -529,4 +484,5 @@ class Worker:
 
     def _runtime_status(self) -> tuple[str, bool, int]:
         # held includes outcomes not yet written
-        return self._state, self._drain_requested.is_set(), len(self.execution.held)
+        lifecycle = self.lifecycle
+        return lifecycle.reported, lifecycle.drain_requested.is_set(), len(self.execution.held)

@@ -4,9 +4,11 @@ An async handler runs as an asyncio task on the loop; a sync one on one of the h
 threads. With ``--isolation process`` every run goes through a handler thread to that
 slot's child process (``isolation.py``), which cancel, timeout, a lost lease and the
 drain deadline stop for real. Either way a run ends exactly once in an ``Outcome`` for
-the outbox, or is abandoned (lease lost, released) and produces nothing. A call the
-worker gave up on (its timeout passed, its lease was lost) but that is still running
-keeps its slot ("stuck") until it returns, so a hung handler can't make the worker oversubscribe.
+the outbox, or is given up on (lease lost, released) and produces nothing: each run's
+``RunState`` (``runs``) says which, moved here on the loop. A call the worker gave up on
+(its timeout passed, its lease was lost) but that is still running keeps its slot
+(``OVERRUN``, ``LOST``: "stuck") until it returns, so a hung handler can't make the
+worker oversubscribe.
 """
 
 from __future__ import annotations
@@ -23,20 +25,34 @@ from taskfleet.worker.events import log, log_event
 from taskfleet.worker.gate import wait_any
 from taskfleet.worker.handlers import encode_result, failure_of, format_error
 from taskfleet.worker.isolation import STOP_GRACE_S, ChildSlot
-from taskfleet.worker.metrics import Timings
+from taskfleet.worker.lifecycle import Lifecycle
 from taskfleet.worker.named import HandlerSet
 from taskfleet.worker.outbox import Outbox
-from taskfleet.worker.runs import CANCELLED_ERROR, Counters, Outcome, Run, timeout_error
+from taskfleet.worker.runs import (
+    CALL_OUT,
+    CANCELLED_ERROR,
+    KEEPS_SLOT,
+    OUTCOME_QUEUED,
+    Counters,
+    Outcome,
+    Run,
+    RunState,
+    timeout_error,
+)
 from taskfleet.worker.settings import WorkerSettings
 from taskfleet.worker.slots import Slots
 from taskfleet.worker.threads import Delivered, HandlerThreads
+from taskfleet.worker.timings import Timings
+
+RUNNING, FINISHED, OVERRUN = RunState.RUNNING, RunState.FINISHED, RunState.OVERRUN
+LOST, ABANDONED, GONE = RunState.LOST, RunState.ABANDONED, RunState.GONE
 
 
 class Execution:
     """``held``: every task from its claim until its outcome is written (or given back).
 
-    ``slot_freed`` is set whenever a slot frees that a claim may fill; ``changed`` is
-    called when the number held changes (the runtime file follows it).
+    The lifecycle's ``slot_freed`` is set whenever a slot frees that a claim may fill;
+    ``changed`` is called when the number held changes (the runtime file follows it).
     """
 
     def __init__(
@@ -45,8 +61,8 @@ class Execution:
         handlers: HandlerSet,
         slots: Slots,
         outbox: Outbox,
+        lifecycle: Lifecycle,
         *,
-        slot_freed: asyncio.Event,
         changed: Callable[[], None],
         report: Callable[[str, str, str | None, int | None], None] | None = None,
     ) -> None:
@@ -60,7 +76,7 @@ class Execution:
         self._handlers = handlers
         self._slots = slots
         self._outbox = outbox
-        self._slot_freed = slot_freed
+        self._slot_freed = lifecycle.slot_freed
         self._changed = changed
         self._report = report or _unreported  # where handlers' progress and costs go
         self._isolated = settings.isolated
@@ -74,7 +90,7 @@ class Execution:
             self._delivered,
             [child.call for child in self._children] if self._isolated else None,
         )
-        self._returned = asyncio.Event()  # set when threads hand calls back
+        self._delivery = asyncio.Event()  # set when threads hand calls back
 
     # ------------------------------------------------------------------ starting
 
@@ -132,8 +148,8 @@ class Execution:
             self.held[task.id] = run
         if run.job is not None:
             run.job.cancel()
-        run.abandoned = True  # whatever began of it produces nothing
         self.idle.clear()
+        # Its outcome is this failure: whatever began of it produces nothing.
         self._queue(Outcome(run=run, error=f"task could not start: {format_error(exc)}"))
 
     # ------------------------------------------------------------------ async handlers
@@ -142,8 +158,8 @@ class Execution:
         """An async handler's run, in the task's context (``current_task()``).
 
         Only the worker's own cancellations are taken as such, known by who asked: a
-        timeout sets ``timed_out``, a lost lease, a drain's deadline or a stop set
-        ``abandoned``, ``Queue.cancel`` sets the control's ``cancelled``, each before it
+        timeout, a lost lease, a drain's deadline or a stop move the run out of
+        ``RUNNING``, ``Queue.cancel`` sets the control's ``cancelled``, each before it
         cancels the job. Any other ``CancelledError`` is the handler's own (it cancelled
         its own task, or raised one) and fails the attempt like any exception, as do
         ``SystemExit`` and ``KeyboardInterrupt``; none of them may stop the worker or hold
@@ -156,7 +172,7 @@ class Execution:
             value = await run.func(task.payload)
             outcome.result = encode_result(value)
         except asyncio.CancelledError as exc:
-            if run.abandoned or run.timed_out:
+            if run.state is not RUNNING:
                 return  # ours: the failure is written, or the task goes back
             if _cancelled(run):
                 outcome.error = CANCELLED_ERROR  # the task ends cancelled (Queue.cancel)
@@ -171,13 +187,12 @@ class Execution:
             if run.timer is not None:
                 run.timer.cancel()
                 run.timer = None
-            self._unstick(run)
-        if run.timed_out:
-            return  # failed when its time ran out; what it returned since is dropped
-        if run.abandoned:
+            was = self._returned(run)
+        if was is RUNNING:
+            self._queue(outcome)
+        elif was is LOST or was is ABANDONED:  # what it returned is dropped
             log_event(logging.INFO, "task_result_dropped", task=task.id, reason="lease lost")
-            return
-        self._queue(outcome)
+        # OVERRUN: failed when its time ran out; what it returned since is dropped
 
     def _async_timed_out(self, run: Run, limit: float) -> None:
         """An async handler ran past its timeout: fail the attempt now and cancel it.
@@ -186,13 +201,16 @@ class Execution:
         and it keeps its slot until it returns, as a sync handler's thread does.
         """
         run.timer = None
-        if run.finished or run.abandoned:
+        if run.state is not RUNNING:
             return
-        run.timed_out = True
-        self._queue(Outcome(run=run, error=timeout_error(limit)))
-        if run.job is not None and not run.job.done():
-            run.job.cancel()
-            self._keep_slot_until_return(run)
+        outcome = Outcome(run=run, error=timeout_error(limit))
+        job = run.job
+        if job is None or job.done():
+            self._queue(outcome)
+            return
+        self._give_up(run, OVERRUN)
+        self._outbox.add(outcome)
+        job.cancel()
 
     # ------------------------------------------------------------------ sync handlers
 
@@ -205,7 +223,7 @@ class Execution:
         thread gets the rest of its time.
         """
         run.timer = None
-        if run.finished or run.abandoned or not run.in_thread:
+        if run.state is not RUNNING:  # its call returned, or it was given up on
             return
         began_at = run.began_at
         left = limit if began_at is None else began_at + limit - time.monotonic()
@@ -216,32 +234,29 @@ class Execution:
         if self._isolated:
             _stop(run, "timeout", timeout_error(limit))
             return
-        self._keep_slot_until_return(run)
-        self._queue(Outcome(run=run, error=timeout_error(limit)))
+        self._give_up(run, OVERRUN)
+        self._outbox.add(Outcome(run=run, error=timeout_error(limit)))
 
     def _delivered(self, batch: list[Delivered]) -> None:
         """Sync handlers' calls that returned (on the loop, one batch per wake-up)."""
         slots = self._slots
         outcomes = []
-        self._returned.set()
+        self._delivery.set()
         for run, result, error in batch:
-            run.in_thread = False
             if run.began_at is not None:
                 slots.record_run(run.ran_s)
             if run.timer is not None:
                 run.timer.cancel()
                 run.timer = None
-            self._unstick(run)
-            if run.abandoned:
-                if run.lease_lost:
-                    log_event(
-                        logging.INFO, "task_result_dropped", task=run.task.id, reason="lease lost"
-                    )
-                continue
-            if run.finished:
-                continue  # timed out: its failure is queued or written already
-            run.finished = True
-            outcomes.append(Outcome(run=run, result=result, error=error, verdict=run.verdict))
+            was = run.state
+            if was is RUNNING:  # nearly always: nothing was given up
+                run.to(FINISHED)
+                outcomes.append(Outcome(run=run, result=result, error=error, verdict=run.verdict))
+            elif self._returned(run) is LOST:
+                log_event(
+                    logging.INFO, "task_result_dropped", task=run.task.id, reason="lease lost"
+                )
+            # OVERRUN, FINISHED: its failure (timeout, cancel) is queued or written already
         self._outbox.add_many(outcomes)
 
     def collected_after(self) -> contextlib.AbstractContextManager[None]:
@@ -250,7 +265,18 @@ class Execution:
 
     def withdraw(self, runs: Iterable[Run]) -> list[Run]:
         """Of ``runs``, the prefetched ones no thread has begun: abandoned now."""
-        return self._threads.withdraw(runs)
+        return self._threads.withdraw(runs, ABANDONED)
+
+    def abandon_unfinished(self) -> list[Run]:
+        """The drain's deadline passed, or the worker stops at once: each held run with
+        no outcome is given up (an async one cancelled); returns them."""
+        left = [run for run in self.held.values() if run.state not in OUTCOME_QUEUED]
+        for run in left:
+            if run.state is RUNNING:
+                run.to(ABANDONED)
+            if run.job is not None:
+                run.job.cancel()
+        return left
 
     def close(self) -> None:
         self._threads.close()
@@ -264,7 +290,7 @@ class Execution:
         dropped); the runs still on a thread, for ``children_gone``."""
         if not self._isolated:
             return []
-        running = [run for run in runs if run.in_thread]
+        running = [run for run in runs if run.state in CALL_OUT]
         for run in running:
             _stop(run, reason, None)
         return running
@@ -273,44 +299,47 @@ class Execution:
         """Wait until the children of stopped ``runs`` are gone (SIGKILL comes after
         ``STOP_GRACE_S``): a task is given back only once nothing runs it here."""
         deadline = time.monotonic() + STOP_GRACE_S + 2.0
-        while any(run.in_thread for run in runs):
+        while any(run.state in CALL_OUT for run in runs):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            self._returned.clear()
-            if any(run.in_thread for run in runs):
-                await wait_any(self._returned, limit=left)
+            self._delivery.clear()
+            if any(run.state in CALL_OUT for run in runs):
+                await wait_any(self._delivery, limit=left)
         return True
 
     # ------------------------------------------------------------------ slots and ends
 
     def _queue(self, outcome: Outcome) -> None:
-        outcome.run.finished = True
+        outcome.run.to(FINISHED)
         self._outbox.add(outcome)
 
-    def _keep_slot_until_return(self, run: Run) -> None:
-        """A thread can't be killed, nor a coroutine that ignores its cancellation: the
-        run's slot stays taken until the call returns, and whatever it returns is dropped."""
-        running = run.in_thread or (run.job is not None and not run.job.done())
-        if running and not run.stuck:
-            run.stuck = True
-            self.stuck += 1
+    def _give_up(self, run: Run, state: RunState) -> None:
+        """Give up on a run whose call is out (``OVERRUN``, ``LOST``). A thread can't be
+        killed, nor a coroutine that ignores its cancellation: the run's slot stays taken
+        until the call returns, and whatever it returns is dropped."""
+        assert state in KEEPS_SLOT
+        run.to(state)
+        self.stuck += 1
 
-    def _unstick(self, run: Run) -> None:
-        """The call of a run given up on returned: its slot is free."""
-        if run.stuck:
-            run.stuck = False
+    def _returned(self, run: Run) -> RunState:
+        """A run's call came back (or a thread skipped it): the state it was in then.
+        A run given up on is done with; the slot it kept is free."""
+        was = run.state
+        if was is RUNNING:
+            return was  # nearly always: nothing was given up
+        if was is ABANDONED:
+            run.to(GONE)
+        elif was is OVERRUN or was is LOST:  # KEEPS_SLOT, without hashing on this path
+            run.to(FINISHED if was is OVERRUN else GONE)
             self.stuck -= 1
             self._slot_freed.set()
+        return was
 
     def leases(self) -> dict[str, str]:
         """Leases to extend: not those of finished runs, whose outcome write ends the lease
         (a completion landing before the extension would make them look lost)."""
-        return {
-            run.task.id: run.task.token
-            for run in self.held.values()
-            if not run.abandoned and not run.finished
-        }
+        return {run.task.id: run.task.token for run in self.held.values() if run.state is RUNNING}
 
     def abandon(self, lost: Iterable[str]) -> None:
         """Leases we no longer hold: someone else may run the task; drop our result.
@@ -320,17 +349,17 @@ class Execution:
         """
         for task_id in lost:
             run = self.held.get(task_id)
-            if run is None or run.finished:
+            if run is None or run.state in OUTCOME_QUEUED:
                 continue
             del self.held[task_id]
-            run.abandoned = run.lease_lost = True
             self.counters.lost += 1
             log_event(logging.WARNING, "lease_lost", task=task_id)
-            if run.job is not None:
-                run.job.cancel()
-            elif self._isolated:
-                _stop(run, "lease lost", None)
-            self._keep_slot_until_return(run)
+            if run.state is not GONE:  # its call is out: cancelled, stopped, or left to run
+                self._give_up(run, LOST)
+                if run.job is not None:
+                    run.job.cancel()
+                elif self._isolated:
+                    _stop(run, "lease lost", None)
             self._slot_freed.set()
         self.forget([])
 
@@ -341,15 +370,15 @@ class Execution:
         run then writes ends its task cancelled."""
         for task_id in task_ids:
             run = self.held.get(task_id)
-            if run is None or run.finished or run.abandoned or _cancelled(run):
+            if run is None or run.state is not RUNNING or _cancelled(run):
                 continue
             assert run.control is not None
             run.control.cancelled = True
             log_event(logging.INFO, "task_cancel_requested", task=task_id)
             if run.job is not None:
                 run.job.cancel()
-            elif self._threads.withdraw([run]):
-                self._queue(Outcome(run=run, error=CANCELLED_ERROR))
+            elif self._threads.withdraw([run], FINISHED):  # no thread will begin it
+                self._outbox.add(Outcome(run=run, error=CANCELLED_ERROR))
             elif self._isolated:
                 _stop(run, "cancelled", CANCELLED_ERROR)
 

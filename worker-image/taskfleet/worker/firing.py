@@ -15,6 +15,7 @@ import asyncio
 from taskfleet.protocol.schedules import FIRE_BATCH, FIRE_LEASE_MS, plan
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate, wait_any
+from taskfleet.worker.lifecycle import Lifecycle
 
 __all__ = ["MAX_WAIT_S", "fire_once", "schedule_loop"]
 
@@ -40,14 +41,14 @@ async def fire_once(broker: Broker, batch: int = FIRE_BATCH) -> tuple[int, int, 
 async def schedule_loop(
     broker: Broker,
     gate: RedisGate,
+    lifecycle: Lifecycle,
     *,
-    drain_requested: asyncio.Event,
-    stop_requested: asyncio.Event,
-    closing: asyncio.Event,
     batch: int = FIRE_BATCH,
 ) -> None:
-    """Fire due schedules until a drain begins or the worker closes."""
-    while not closing.is_set() and not drain_requested.is_set():
+    """Fire due schedules until a drain begins (the worker closes after that)."""
+    closing, stop_requested = lifecycle.closing, lifecycle.stop_requested
+    drain_requested = lifecycle.drain_requested
+    while not drain_requested.is_set():
         try:
             claimed, _, wait = await fire_once(broker, batch)
         except REDIS_DOWN as exc:
@@ -58,4 +59,4 @@ async def schedule_loop(
         if claimed >= batch:
             await asyncio.sleep(0)  # more are due: go on, letting the other loops run
             continue
-        await wait_any(closing, drain_requested, limit=wait)
+        await wait_any(drain_requested, limit=wait)

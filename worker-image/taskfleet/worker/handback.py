@@ -17,7 +17,8 @@ from taskfleet.worker.events import log_event
 from taskfleet.worker.execution import Execution
 from taskfleet.worker.gate import wait_any
 from taskfleet.worker.handlers import format_error
-from taskfleet.worker.runs import Run
+from taskfleet.worker.lifecycle import Lifecycle
+from taskfleet.worker.runs import Run, RunState
 from taskfleet.worker.slots import PREFETCH_MAX_WAIT_S, Slots
 
 __all__ = ["HandBack"]
@@ -33,15 +34,12 @@ class HandBack:
         self,
         execution: Execution,
         slots: Slots,
-        *,
-        drain_requested: asyncio.Event,
-        closing: asyncio.Event,
+        lifecycle: Lifecycle,
     ) -> None:
         self.broker: Broker | None = None
         self._execution = execution
         self._slots = slots
-        self._drain_requested = drain_requested
-        self._closing = closing
+        self._drain_requested = lifecycle.drain_requested
 
     async def release(self, runs: list[Run]) -> None:
         """Give unfinished tasks back (not an attempt); if Redis is down, leases expire instead."""
@@ -69,7 +67,8 @@ class HandBack:
             # The drain began while the claim was in flight: give its tasks back (not an
             # attempt) for a worker that stays, rather than start them now.
             now = time.monotonic()
-            await self.release([Run(task=task, claimed_at=now) for task in tasks])
+            # never started here: gone from the start
+            await self.release([Run(task, now, state=RunState.GONE) for task in tasks])
             return
         self._execution.start_all(tasks)
 
@@ -96,9 +95,10 @@ class HandBack:
 
     async def prefetch_guard(self) -> None:
         """Loop: give back prefetched tasks that waited ``PREFETCH_MAX_WAIT_S`` for a thread."""
+        draining = self._drain_requested  # the worker closes only after a drain began
         while True:
-            await wait_any(self._closing, self._drain_requested, limit=PREFETCH_MAX_WAIT_S / 2)
-            if self._closing.is_set() or self._drain_requested.is_set():
+            await wait_any(draining, limit=PREFETCH_MAX_WAIT_S / 2)
+            if draining.is_set():
                 return  # the drain withdraws what is still waiting itself
             cutoff = time.monotonic() - PREFETCH_MAX_WAIT_S
             # Claimed that long ago; withdraw() keeps those no thread has begun.

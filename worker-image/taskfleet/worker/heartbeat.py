@@ -3,13 +3,12 @@
 Each beat also learns which leases were lost (those tasks are abandoned here: someone
 else runs them now) and which held tasks producers cancelled (their runs are cancelled)
 and, every ``sweep_every`` beats, sweeps the queue so the library
-loses nothing even without the operator. A beat comes early when ``beat_now`` is set
-(a drain began, Redis came back).
+loses nothing even without the operator. A beat comes early when the lifecycle's
+``beat_now`` is set (a drain began, Redis came back).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from taskfleet.protocol.errors import IdentityTaken
@@ -17,6 +16,7 @@ from taskfleet.worker.broker import Broker
 from taskfleet.worker.events import log_event
 from taskfleet.worker.execution import Execution
 from taskfleet.worker.gate import EXIT_BAD_CONFIG, REDIS_DOWN, FatalStop, RedisGate, wait_any
+from taskfleet.worker.lifecycle import Lifecycle
 from taskfleet.worker.settings import WorkerSettings
 
 __all__ = ["SWEEP_MAX_CALLS", "heartbeat_loop"]
@@ -30,14 +30,13 @@ async def heartbeat_loop(
     execution: Execution,
     settings: WorkerSettings,
     gate: RedisGate,
+    lifecycle: Lifecycle,
     *,
     interval: float,
-    beat_now: asyncio.Event,
-    drain_requested: asyncio.Event,
-    stop_requested: asyncio.Event,
-    closing: asyncio.Event,
 ) -> None:
-    """Beat until ``closing``; raises ``FatalStop`` if another worker took our name."""
+    """Beat until the worker closes; raises ``FatalStop`` if another worker took our name."""
+    beat_now, closing = lifecycle.beat_now, lifecycle.closing
+    drain_requested, stop_requested = lifecycle.drain_requested, lifecycle.stop_requested
     beats = 0
     while not closing.is_set():
         beat_now.clear()

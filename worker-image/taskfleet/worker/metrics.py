@@ -2,10 +2,11 @@
 
 Counts of outcomes are the worker's own ``Counters`` (kept anyway for its log), read at
 scrape time by a collector: nothing is added to a task's path for them. What must be
-recorded per task (run time, queue wait) and per claim (round trip) goes into
-``Histogram``: a list of bucket counts the loop thread alone writes, ~0.1 µs an
-observation, where prometheus-client's locked histogram costs several times that. A
-scrape reads a copy; an observation landing meanwhile shows at the next scrape.
+recorded per task (run time, queue wait) and per claim (round trip) goes into the
+worker's ``Timings`` (``timings``), read here as a copy.
+
+What is read of the worker is declared here (``Observed``), so this module depends on
+no part of the worker's loops: the worker hands itself to ``serve``.
 
 prometheus-client (the ``metrics`` extra) is imported only by ``serve``: a worker without
 a metrics port never loads it.
@@ -14,15 +15,16 @@ a metrics port never loads it.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from taskfleet._version import __version__
 from taskfleet.protocol.faults import SAFE_EVICTION_POLICY
-
-if TYPE_CHECKING:
-    from taskfleet.worker.core import Worker
+from taskfleet.worker.gate import RedisGate
+from taskfleet.worker.named import HandlerSet
+from taskfleet.worker.runs import Counters
+from taskfleet.worker.settings import WorkerSettings
+from taskfleet.worker.timings import CLAIM_BUCKETS, TIME_BUCKETS, Histogram, Timings
 
 __all__ = [
     "CLAIM_BUCKETS",
@@ -30,6 +32,7 @@ __all__ = [
     "TIME_BUCKETS",
     "Histogram",
     "MetricsUnavailable",
+    "Observed",
     "Timings",
     "serve",
 ]
@@ -38,96 +41,40 @@ __all__ = [
 #: several workers on one host would fight over one port).
 DEFAULT_PORT = 9100
 
-#: Run and wait times, seconds: millisecond tasks to hour-long ones.
-TIME_BUCKETS = (
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-    900.0,
-    3600.0,
-)
-#: Claim round trips, seconds: a local Redis answers in well under a millisecond.
-CLAIM_BUCKETS = (
-    0.0002,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-)
-
 #: The outcomes of ``taskfleet_worker_tasks_total``, each a ``Counters`` field.
 OUTCOMES = ("done", "retried", "dead", "released", "stale", "lost")
 
 
-class Timings:
-    """The per-task and per-claim timings (``Execution`` and the claim loop write them)."""
+class Observed(Protocol):
+    """What a scrape reads of a worker (``core.Worker``)."""
 
-    __slots__ = ("claim", "enabled", "run", "wait")
-
-    def __init__(self) -> None:
-        # Off until `serve` starts an endpoint: a worker without metrics times nothing.
-        self.enabled = False
-        self.run = Histogram(TIME_BUCKETS)
-        self.wait = Histogram(TIME_BUCKETS)
-        self.claim = Histogram(CLAIM_BUCKETS)
+    @property
+    def settings(self) -> WorkerSettings: ...
+    @property
+    def handler(self) -> HandlerSet: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def timings(self) -> Timings: ...
+    @property
+    def inflight(self) -> int: ...
+    @property
+    def draining(self) -> bool: ...
+    @property
+    def gate(self) -> RedisGate: ...
+    @property
+    def eviction_policy(self) -> str | None: ...
 
 
 class MetricsUnavailable(Exception):  # noqa: N818 - one clear error for the CLI
     """A metrics port was asked for but cannot be served (missing extra, port taken)."""
 
 
-class Histogram:
-    """Bucket counts for one series, written by the loop thread only (no lock)."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound (+Inf)
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        # bisect_left: a value equal to a bound counts in that bucket (Prometheus' "le")
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    def cumulative(self) -> tuple[list[tuple[str, float]], float]:
-        """``(le, cumulative count)`` pairs ending with ``+Inf``, and the sum."""
-        counts, total = list(self.counts), self.total
-        out: list[tuple[str, float]] = []
-        running = 0
-        for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
-            running += count
-            out.append(("+Inf" if bound == float("inf") else repr(bound), float(running)))
-        return out, total
-
-
 class _Collector:
     """Reads one worker's state when Prometheus scrapes (on the HTTP server's thread:
     plain reads of ints and a copy of each histogram's list, safe under the GIL)."""
 
-    def __init__(self, worker: Worker, version: str) -> None:
+    def __init__(self, worker: Observed, version: str) -> None:
         self._worker = worker
         self._version = version
 
@@ -182,7 +129,7 @@ class _Collector:
             family = HistogramMetricFamily(name, doc, labels=["queue"])
             family.add_metric(labels, buckets, total)
             yield family
-        held = len(worker.execution.held)
+        held = worker.inflight
         for name, doc, value in (
             ("taskfleet_worker_inflight", "Tasks the worker holds now.", held),
             ("taskfleet_worker_slots", "Tasks the worker runs at once (--concurrency).",
@@ -224,7 +171,7 @@ class _Collector:
             yield counter
 
 
-def serve(worker: Worker, port: int, *, addr: str = "0.0.0.0") -> object:
+def serve(worker: Observed, port: int, *, addr: str = "0.0.0.0") -> object:
     """Serve ``worker``'s metrics on ``port`` (all interfaces by default) from a daemon
     thread; returns the server. ``MetricsUnavailable`` says why it can't."""
     try:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from taskfleet.protocol.bounds import MAX_BATCH
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate
+from taskfleet.worker.lifecycle import Lifecycle
 from taskfleet.worker.runs import Outcome
 
 
@@ -23,14 +24,15 @@ class Outbox:
         self,
         write: Callable[[list[Outcome]], Awaitable[None]],
         gate: RedisGate,
-        *,
-        give_up: asyncio.Event,
+        lifecycle: Lifecycle,
     ) -> None:
         self.ready = asyncio.Event()  # set when outcomes are added (and to stop the loop)
         self._items: list[Outcome] = []
         self._write = write
         self._gate = gate
-        self._give_up = give_up  # a forced stop: unwritten outcomes are left to their leases
+        # a stop: unwritten outcomes are left to their leases
+        self._give_up = lifecycle.stop_requested
+        self._closing = lifecycle.closing
 
     def __len__(self) -> int:
         return len(self._items)
@@ -44,23 +46,23 @@ class Outbox:
             self._items.extend(outcomes)
             self.ready.set()
 
-    async def serve(self, *, until: asyncio.Event) -> None:
-        """The flush loop: write what gathers until ``until`` is set (the shutdown then
+    async def serve(self) -> None:
+        """The flush loop: write what gathers until the worker closes (the shutdown then
         flushes what is left itself)."""
-        ready = self.ready
+        ready, closing = self.ready, self._closing
         while True:
             await ready.wait()  # also set when closing: one waiter per turn
-            if until.is_set():
+            if closing.is_set():
                 return
             ready.clear()
             await asyncio.sleep(0)  # let outcomes finishing in this loop turn join the batch
-            await self.flush(until=until)
+            await self.flush()
 
-    async def flush(self, *, until: asyncio.Event | None = None) -> None:
-        """Write everything, waiting out outages; return early on a forced stop.
+    async def flush(self) -> None:
+        """Write everything, waiting out outages; return early on a stop.
 
-        ``until``: also stop waiting for Redis when it is set (the loops closing; at
-        shutdown it is set already, so the gate alone paces the retries).
+        Until the worker closes, a wait for Redis also ends when it closes; at shutdown
+        it is closed already, so the gate alone paces the retries.
         """
         while self._items:
             # bounded per script call: a backlog of outcomes goes in several
@@ -71,10 +73,10 @@ class Outbox:
                 self._items = batch + self._items
                 if self._give_up.is_set():
                     return  # forced exit: unwritten outcomes' leases expire; tasks rerun
-                events = (
-                    [self._give_up] if until is None or until.is_set() else [self._give_up, until]
-                )
-                await self._gate.wait_out(exc, *events)
+                if self._closing.is_set():
+                    await self._gate.wait_out(exc, self._give_up)
+                else:
+                    await self._gate.wait_out(exc, self._give_up, self._closing)
             except BaseException:
                 # Cancelled mid-write (shutdown): keep what is unwritten for the final flush.
                 self._items = batch + self._items

@@ -23,6 +23,7 @@ from taskfleet.protocol.control_ops import Report
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.events import log_event
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate, wait_any
+from taskfleet.worker.lifecycle import Lifecycle
 
 __all__ = ["REPORT_INTERVAL_S", "Reports", "report_loop", "write_reports"]
 
@@ -104,12 +105,11 @@ async def report_loop(
     broker: Broker,
     reports: Reports,
     gate: RedisGate,
-    *,
-    closing: asyncio.Event,
-    stop_requested: asyncio.Event,
+    lifecycle: Lifecycle,
 ) -> None:
-    """Write reports as they come, one call per interval at most, until ``closing``
-    (then once more: what the last runs reported)."""
+    """Write reports as they come, one call per interval at most, until the worker
+    closes (then once more: what the last runs reported)."""
+    closing, stop_requested = lifecycle.closing, lifecycle.stop_requested
     while True:
         await wait_any(reports.ready, closing)
         try:

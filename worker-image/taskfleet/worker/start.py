@@ -7,7 +7,6 @@ drain before it ever ran.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.events import log_event
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate
 from taskfleet.worker.identity import Whereabouts, WorkerRecord, holder_alive
+from taskfleet.worker.lifecycle import Lifecycle
 from taskfleet.worker.settings import WorkerSettings
 
 
@@ -35,9 +35,7 @@ async def register(
     settings: WorkerSettings,
     whereabouts: Whereabouts,
     gate: RedisGate,
-    *,
-    drain: asyncio.Event,
-    closing: asyncio.Event,
+    lifecycle: Lifecycle,
 ) -> None:
     """Register, taking over from an earlier incarnation of our name unless that one is
     alive (then ``NameInUse``: the CLI refuses to start, exit 2)."""
@@ -50,11 +48,11 @@ async def register(
             return None
         return f"{holder.describe()}, heartbeat {age_ms / 1000:.1f} s ago"
 
-    while not drain.is_set():
+    while not lifecycle.draining:
         try:
             taken = await broker.register(settings.concurrency, in_use=in_use)
         except REDIS_DOWN as exc:
-            await gate.wait_out(exc, drain, closing)
+            await gate.wait_out(exc, lifecycle.drain_requested)
             continue
         if taken:
             log_event(logging.INFO, "earlier_incarnation_requeued", tasks=taken)
@@ -65,9 +63,7 @@ async def heartbeat_interval(
     client: aioredis.Redis,
     settings: WorkerSettings,
     gate: RedisGate,
-    *,
-    drain: asyncio.Event,
-    closing: asyncio.Event,
+    lifecycle: Lifecycle,
 ) -> float:
     """The heartbeat interval that fits the queue's lease TTL (read, never written).
 
@@ -79,11 +75,11 @@ async def heartbeat_interval(
     """
     read = QueueReads(QueueKeys(settings.queue)).lease_ttl()
     interval = settings.heartbeat_interval
-    while not drain.is_set():
+    while not lifecycle.draining:
         try:
             found = await bounded(run_async(client, read), settings.reply_timeout)
         except REDIS_DOWN as exc:
-            await gate.wait_out(exc, drain, closing)
+            await gate.wait_out(exc, lifecycle.drain_requested)
             continue
         # as the scripts read it; one that is no positive number: the default
         ttl = found if found is not None and found > 0 else DEFAULT_LEASE_TTL_S
@@ -113,9 +109,7 @@ async def check_eviction(
     client: aioredis.Redis,
     settings: WorkerSettings,
     gate: RedisGate,
-    *,
-    drain: asyncio.Event,
-    closing: asyncio.Event,
+    lifecycle: Lifecycle,
 ) -> str | None:
     """The server's ``maxmemory-policy``; ``RedisEvicts`` if it may delete keys and
     ``settings.allow_eviction`` is off (the CLI: one line, exit 2).
@@ -123,7 +117,7 @@ async def check_eviction(
     Read with ``CONFIG GET``, which managed Redis services often refuse, then from ``INFO
     memory``; if neither answers, logged once and the worker goes on (it can't tell).
     """
-    while not drain.is_set():
+    while not lifecycle.draining:
         config: Mapping[Any, Any] | None = None
         info: Mapping[str, Any] | None = None
         try:
@@ -141,7 +135,7 @@ async def check_eviction(
                     if not _refused(exc):
                         raise
         except REDIS_DOWN as exc:
-            await gate.wait_out(exc, drain, closing)
+            await gate.wait_out(exc, lifecycle.drain_requested)
             continue
         policy = eviction_policy(config, info)
         if policy is None:

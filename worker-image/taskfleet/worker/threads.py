@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
 from taskfleet.worker.handlers import encode_result, failure_of, format_error
-from taskfleet.worker.runs import Run
+from taskfleet.worker.runs import Run, RunState
 
 #: What a thread hands back per call: the run, its result JSON or its error.
 Delivered = tuple[Run, str | None, str | None]
@@ -62,7 +62,6 @@ class HandlerThreads:
                 )
                 thread.start()
                 self._threads.append(thread)
-        run.in_thread = True
         self._jobs.put(run)
 
     def close(self) -> None:
@@ -70,13 +69,15 @@ class HandlerThreads:
         for _ in self._threads:
             self._jobs.put(None)
 
-    def withdraw(self, runs: Iterable[Run]) -> list[Run]:
-        """Of ``runs``, those no thread has begun: abandoned now, so none ever will."""
+    def withdraw(self, runs: Iterable[Run], into: RunState) -> list[Run]:
+        """Of ``runs``, those queued for a thread that none has begun: moved ``into`` a
+        state no thread begins (on the loop), so none ever will."""
         withdrawn = []
         with self._begin:
             for run in runs:
-                if run.in_thread and run.began_at is None and not run.abandoned:
-                    run.abandoned = True
+                # no job on the loop: a thread's run; still RUNNING: not given up on
+                if run.job is None and run.began_at is None and run.state is RunState.RUNNING:
+                    run.to(into)
                     withdrawn.append(run)
         return withdrawn
 
@@ -94,10 +95,11 @@ class HandlerThreads:
     def _serve(self, caller: Caller | None) -> None:
         jobs, done, begin = self._jobs, self._done, self._begin
         clock = time.monotonic
+        running = RunState.RUNNING
         while (run := jobs.get()) is not None:
             result = error = None
             with begin:
-                if not run.abandoned:  # released or lost while queued: don't start it
+                if run.state is running:  # given up on while queued: never begun
                     run.began_at = clock()
             if run.began_at is not None:
                 if caller is not None:

@@ -8,7 +8,6 @@ unless the worker is draining or its claim loop waits for a producer's wake-up.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from taskfleet.protocol import bounds
@@ -17,6 +16,7 @@ from taskfleet.protocol.states import TaskState
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult
 from taskfleet.worker.execution import Execution
+from taskfleet.worker.lifecycle import Lifecycle
 from taskfleet.worker.reporting import Reports, write_reports
 from taskfleet.worker.runs import Outcome
 from taskfleet.worker.slots import Slots
@@ -31,10 +31,10 @@ class OutcomeWriter:
         self,
         execution: Execution,
         slots: Slots,
+        lifecycle: Lifecycle,
         *,
         take: Callable[[list[ClaimedTask]], Awaitable[None]],
         may_claim: Callable[[], bool],
-        slot_freed: asyncio.Event,
         reports: Reports | None = None,
     ) -> None:
         self.broker: Broker | None = None
@@ -45,7 +45,7 @@ class OutcomeWriter:
         self._slots = slots
         self._take = take  # start (or hand back) tasks claimed along with completions
         self._may_claim = may_claim  # False while draining or waiting for a wake-up
-        self._slot_freed = slot_freed
+        self._slot_freed = lifecycle.slot_freed
 
     async def write(self, batch: list[Outcome]) -> None:
         """Write ``batch``, removing each outcome once written (so a retry never repeats it)."""
