@@ -12,6 +12,9 @@ import redis
 from taskfleet import PermanentFailure, RetryAfter, current_task
 
 EVENTS = "test:events"
+#: The longest a gated handler waits for the test to open its gate; the clients'
+#: socket timeout is above it (redis-py's default would end the wait first).
+GATE_WAIT_S = 30
 _clients: dict[str, redis.Redis] = {}
 
 
@@ -19,7 +22,7 @@ def _client() -> redis.Redis:
     url = current_task().redis_url
     client = _clients.get(url)
     if client is None:
-        client = _clients[url] = redis.Redis.from_url(url)
+        client = _clients[url] = redis.Redis.from_url(url, socket_timeout=GATE_WAIT_S + 10)
     return client
 
 
@@ -36,7 +39,7 @@ def progressing(payload: dict[str, Any]) -> str:
         task.progress(done=i, total=steps, message=f"step {i}")
     task.report_cost(int(payload.get("cost", 1)))
     _record("reported")
-    popped = _client().blpop(["test:gate"], timeout=30)
+    popped = _client().blpop(["test:gate"], timeout=GATE_WAIT_S)
     return "opened" if popped else "timed out"
 
 

@@ -15,6 +15,9 @@ import redis
 from taskfleet.worker.handlers import current_task
 
 EVENTS = "test:events"
+#: The longest a gated handler waits for the test to open its gate; the clients'
+#: socket timeout is above it (redis-py's default would end the wait first).
+GATE_WAIT_S = 30
 _clients: dict[str, redis.Redis] = {}
 
 
@@ -22,7 +25,8 @@ def _record(what: str) -> None:
     task = current_task()
     client = _clients.get(task.redis_url)
     if client is None:
-        client = _clients[task.redis_url] = redis.Redis.from_url(task.redis_url)
+        client = redis.Redis.from_url(task.redis_url, socket_timeout=GATE_WAIT_S + 10)
+        _clients[task.redis_url] = client
     client.rpush(EVENTS, f"{what}:{task.task_id}:{task.pod}")
 
 
@@ -46,7 +50,7 @@ def gate(payload: dict[str, Any]) -> str:
     the end: holds a handler thread for exactly as long as the test wants."""
     _record("start")
     task = current_task()
-    popped = _clients[task.redis_url].blpop(["test:gate"], timeout=30)
+    popped = _clients[task.redis_url].blpop(["test:gate"], timeout=GATE_WAIT_S)
     _record("end" if popped else "gate-timeout")
     return "opened" if popped else "timed out"
 
