@@ -26,8 +26,9 @@ else
 fi
 out=$cache/k8s/$K8S_VERSION/bin
 mkdir -p "$out"
-# One build at a time: two runs would write the same binaries.
-exec {lock_fd}>"$cache/.k8s-build.lock"
+# One build of a version at a time: two runs would write the same binaries. Another
+# version's build (--oldest) writes elsewhere and never holds up the cluster's.
+exec {lock_fd}>"$cache/.k8s-build-$K8S_VERSION.lock"
 flock -w 3600 "$lock_fd" || { echo "build-k8s: another build holds the lock" >&2; exit 1; }
 
 # A Go toolchain >= 1.24: the one on PATH, /usr/local/go, or the official toolchain fetched
