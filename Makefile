@@ -13,10 +13,10 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
         kind-node-image kind-up kind-down clean release-tools release release-check \
         test-redis-versions test-redis-py-range bench-operator-outage helm chart-files chart-lint \
-        node-check
+        node-check e2e-release
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
 # Debian packages the tests and the local cluster need (idempotent; root on Debian bookworm).
 DEB_PACKAGES := redis-server etcd-server containerd runc containernetworking-plugins buildah \
@@ -141,8 +141,9 @@ bench-redis-sizing: ## Redis bytes per pending and per retained task, by payload
 local-demo: ## a local worker fleet against a local redis-server (no Kubernetes)
 	examples/local-demo.sh
 
-k8s-bins: ## build the pinned Kubernetes components from their Go modules (cached)
+k8s-bins: ## build the pinned Kubernetes components, and the oldest claimed minor's kube-apiserver (cached)
 	e2e/cluster/build-k8s.sh
+	e2e/cluster/build-k8s.sh --oldest
 
 helm: ## build the pinned helm from its Go module (cached; prints its path)
 	e2e/cluster/build-helm.sh
@@ -201,6 +202,13 @@ release: release-tools ## dist/: wheels, sdists, image archives, Helm chart, ins
 
 release-check: release ## make release, then check dist/ and build the wheels, sdists and chart again: same bytes
 	$(BIN)/python release/release.py verify "$(VERSION)" --rebuild $(RELEASE_FLAGS)
+
+# The release stage, outside `make check` (it builds two releases and runs for long; see
+# DESIGN.md section 5): `make release` (VERSION, 0.2.0 unless given) into dist/, the previous
+# release of release/previous.env built by its own commit (cached), then e2e/release/ on the
+# local cluster: installs from the artefacts alone, the upgrade under load, the uninstall.
+e2e-release: ## install from a release's artefacts, upgrade from the previous one under load, uninstall (VERSION=0.2.0)
+	VERSION="$(or $(VERSION),0.2.0)" ALLOW_DIRTY="$(ALLOW_DIRTY)" e2e/release/run.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

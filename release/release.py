@@ -325,8 +325,8 @@ def build_images(tree: Path, out: Path, version: Version, registry: str) -> None
     )
     lines = [
         "# image tag digest archive: the digest is the OCI manifest's, which install.yaml pins.",
-        "# Load into containerd: ctr -n k8s.io images import --base-name IMAGE ARCHIVE",
-        "# (IMAGE:TAG, same digest); or push the archive to a registry as IMAGE:TAG.",
+        "# Load into containerd: ctr -n k8s.io images import --base-name IMAGE --digests ARCHIVE",
+        "# (IMAGE:TAG and IMAGE@DIGEST); or push the archive to a registry as IMAGE:TAG.",
     ]
     for name in IMAGES:
         archive = f"taskfleet-{name}-{version.semver}.oci.tar"

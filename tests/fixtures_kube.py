@@ -128,6 +128,8 @@ class KubeApiserver:
     """A running etcd + kube-apiserver pair; ``kubeconfig`` works for kubectl and kopf alike."""
 
     directory: Path
+    #: Where kube-apiserver is: the pinned build, or another version's (an older minor).
+    bin_dir: Path = field(default_factory=kube_bin_dir)
     token: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     etcd_port: int = field(default_factory=free_port)
     etcd_peer_port: int = field(default_factory=free_port)
@@ -171,7 +173,7 @@ class KubeApiserver:
             return json.loads(response.read())
 
     def start(self) -> None:
-        bin_dir = kube_bin_dir()
+        bin_dir = self.bin_dir
         pki = self.directory / "pki"
         _make_pki(pki)
         (self.directory / "tokens.csv").write_text(f'{self.token},admin,admin,"system:masters"\n')

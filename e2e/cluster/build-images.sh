@@ -5,6 +5,7 @@
 #   build-images.sh           every image: cluster ones, then the project's
 #   build-images.sh cluster   pause + CoreDNS only (what up.sh needs before pods run)
 #   build-images.sh project   base, Redis, worker, operator, and the examples of docs/images.md
+#   build-images.sh redis     base and Redis only (the release stage's queues: e2e/release/run.sh)
 #   build-images.sh release VERSION DIR [REGISTRY]
 #                             a release's worker and operator (release/release.py): built from
 #                             this tree on the same base, tagged REGISTRY/taskfleet-NAME:VERSION
@@ -18,9 +19,9 @@ set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 what=${1:-all}
-usage="usage: build-images.sh [all|cluster|project|release VERSION DIR [REGISTRY]]"
+usage="usage: build-images.sh [all|cluster|project|redis|release VERSION DIR [REGISTRY]]"
 case $what in
-  all|cluster|project) ;;
+  all|cluster|project|redis) ;;
   release)
     [ $# -ge 3 ] || die "$usage"
     release_version=$2 release_dir=$3 release_registry=${4:-localhost}
@@ -92,7 +93,7 @@ cp -u "$k8s_bin/coredns" "$coredns_dir/coredns"
 build coredns "localhost/coredns:$COREDNS_VERSION" "$here/images/coredns.Containerfile" \
   "$coredns_dir" "$(inputs_hash "$coredns_dir" coredns)"
 }
-case $what in project|release) ;; *) cluster_images ;; esac
+case $what in project|release|redis) ;; *) cluster_images ;; esac
 [ "$what" = cluster ] && exit 0
 
 # Base: debootstrap'd bookworm with python3, the local stand-in for python:3.11-slim.
@@ -137,6 +138,7 @@ if [ "$what" = release ]; then
   exit 0
 fi
 build redis "$REDIS_IMAGE" "$here/images/redis.Containerfile" "$here/images" "$base_sum" "${base_arg[@]}"
+if [ "$what" = redis ]; then log "redis image ready"; exit 0; fi
 
 project_inputs=(pyproject.toml README.md LICENSE MANIFEST.in worker-image operator)
 build worker "$WORKER_IMAGE" "$repo/worker-image/Dockerfile" "$repo" \

@@ -3,20 +3,32 @@
 # cache outside the repo. Binaries already present are kept, so a second run builds nothing.
 #
 #   e2e/cluster/build-k8s.sh [component...]   (default: all, kube-apiserver first)
+#   e2e/cluster/build-k8s.sh --oldest          the kube-apiserver of K8S_OLDEST_VERSION, the
+#                                              oldest minor docs/compatibility.md claims (the
+#                                              chart's install test, tests/test_chart_oldest_kubernetes.py)
 #
 # Output: ${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}/k8s/<version>/bin/, and the symlink
-# k8s/current -> <version> once kube-apiserver exists.
+# k8s/current -> <version> once kube-apiserver exists (K8S_VERSION's only).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 cache=${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}
+# Each version builds in a module of its own, whose go.mod and go.sum are kept in the repo.
+oldest=
+if [ "${1:-}" = --oldest ]; then
+  oldest=1 K8S_VERSION=$K8S_OLDEST_VERSION
+  mod=$here/k8s-build-oldest
+  set -- kube-apiserver
+else
+  mod=$here/k8s-build
+fi
 out=$cache/k8s/$K8S_VERSION/bin
-mod=$here/k8s-build
 mkdir -p "$out"
-# One build at a time: two runs would write the same binaries.
-exec {lock_fd}>"$cache/.k8s-build.lock"
+# One build of a version at a time: two runs would write the same binaries. Another
+# version's build (--oldest) writes elsewhere and never holds up the cluster's.
+exec {lock_fd}>"$cache/.k8s-build-$K8S_VERSION.lock"
 flock -w 3600 "$lock_fd" || { echo "build-k8s: another build holds the lock" >&2; exit 1; }
 
 # A Go toolchain >= 1.24: the one on PATH, /usr/local/go, or the official toolchain fetched
@@ -66,6 +78,7 @@ write_gomod() {
 
 if ! grep -q "^require k8s.io/kubernetes $K8S_VERSION\$" "$mod/go.mod" 2>/dev/null &&
    ! grep -q "k8s.io/kubernetes $K8S_VERSION\$" "$mod/go.mod" 2>/dev/null; then
+  mkdir -p "$mod"
   [ -f "$mod/go.mod" ] || printf 'module taskfleet.dev/k8s-build\n\ngo 1.24\n' >"$mod/go.mod"
   write_gomod
   rm -f "$mod/go.sum"
@@ -113,6 +126,8 @@ for c in "${components[@]}"; do
     mv "$out/$c.tmp" "$out/$c"
     echo "build-k8s: $c built in $(( $(date +%s) - start ))s"
   fi
-  if [ "$c" = kube-apiserver ] || [ -x "$out/kube-apiserver" ]; then set_current; fi
+  if [ -z "$oldest" ] && { [ "$c" = kube-apiserver ] || [ -x "$out/kube-apiserver" ]; }; then
+    set_current
+  fi
 done
 echo "build-k8s: binaries in $out"

@@ -19,6 +19,7 @@ step packages ensure_packages redis-server etcd-server containerd runc \
   iproute2 gcc libc6-dev psmisc procps openssl python3-venv util-linux curl ca-certificates \
   prometheus tmux chromium chromium-driver docker.io
 step k8s-binaries "$here/build-k8s.sh"
+step k8s-oldest-apiserver "$here/build-k8s.sh" --oldest
 step helm "$here/build-helm.sh"
 step cluster-up "$here/up.sh"
 step images "$here/build-images.sh"

@@ -88,9 +88,8 @@ def namespace(request: pytest.FixtureRequest) -> Iterator[Kube]:
     name = f"e2e-{_slug(request.node.name)}-{secrets.token_hex(2)}"
     kube = Kube().restricted_namespace(name, **{"app.kubernetes.io/part-of": "taskfleet-e2e"})
     yield kube
-    report = request.node.stash.get(_OUTCOME, None)
-    if report is not None and report.failed:
-        _dump_diagnostics(kube)
+    if failed(request):
+        dump_diagnostics(kube)
     if os.environ.get("TASKFLEET_E2E_KEEP") == "1":
         return
     # TaskQueues first, while their Redis still runs, so a finalizer never waits on a
@@ -101,7 +100,15 @@ def namespace(request: pytest.FixtureRequest) -> Iterator[Kube]:
     Kube().run("delete", "namespace", name, "--wait=false", check=False)
 
 
-def _dump_diagnostics(kube: Kube) -> None:
+def failed(request: pytest.FixtureRequest) -> bool:
+    """Whether the test a fixture serves failed (in its setup or its call): for teardowns
+    that leave diagnostics in the report."""
+    report = request.node.stash.get(_OUTCOME, None)
+    return report is not None and report.failed
+
+
+def dump_diagnostics(kube: Kube) -> None:
+    """Print the namespace's objects, events and pod logs (and the operator's) to the report."""
     print(f"\n==== diagnostics for namespace {kube.namespace} ====")
     for args in (
         ("get", "taskqueues,deployments,replicasets,pods", "-o", "wide"),
@@ -180,6 +187,8 @@ def frozen_nodes() -> Iterator[FrozenNodes]:
 
 __all__ = [
     "deploy_redis",
+    "dump_diagnostics",
+    "failed",
     "figures",
     "frozen_nodes",
     "make_fleet",
