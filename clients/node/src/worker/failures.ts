@@ -87,12 +87,17 @@ export function formatError(error: unknown): string {
   return oneLine(`${name}: ${message.slice(0, MAX_ERROR_CHARS + 1)}`);
 }
 
+/** Whether `error` is a `kind` (by class, or by name: a second copy of this package in a handler's tree). */
+function isA(error: unknown, kind: typeof PermanentFailure | typeof RetryAfter): boolean {
+  return error instanceof kind || (error instanceof Error && error.name === kind.name);
+}
+
 /** The verdict a `PermanentFailure` or `RetryAfter` carries; null for others (and a broken RetryAfter). */
 export function verdictOf(error: unknown): Verdict | null {
   try {
-    if (error instanceof PermanentFailure) return { permanent: true, retryAfterMs: null };
-    if (!(error instanceof RetryAfter)) return null;
-    const delay: unknown = error.delay;
+    if (isA(error, PermanentFailure)) return { permanent: true, retryAfterMs: null };
+    if (!isA(error, RetryAfter)) return null;
+    const delay: unknown = (error as { delay?: unknown }).delay;
     if (typeof delay !== "number" || !(delay >= 0 && delay <= bounds.MAX_DELAY_S)) return null;
     return { permanent: false, retryAfterMs: Math.trunc(delay * 1000) };
   } catch {
@@ -105,7 +110,7 @@ export function failureOf(error: unknown): [string, Verdict | null] {
   let text = formatError(error);
   if (error instanceof ResultTooLarge) return [text, { permanent: true, retryAfterMs: null }];
   const verdict = verdictOf(error);
-  if (verdict === null && error instanceof RetryAfter) {
+  if (verdict === null && isA(error, RetryAfter)) {
     text = oneLine(`${text} (RetryAfter without a valid delay: retried after backoff)`);
   }
   return [text, verdict];
