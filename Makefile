@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
         bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo \
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
         kind-node-image kind-up kind-down clean release-tools release release-check \
-        test-redis-versions bench-operator-outage helm chart-files chart-lint
+        test-redis-versions bench-operator-outage helm chart-files chart-lint node-check
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -51,6 +51,15 @@ check: deps install lint crds-check bundle-check test test-redis-versions e2e-lo
 
 test-redis-versions: ## the queue's fast tests on Redis 6.2 and Valkey 8.1 (docs/compatibility.md)
 	tests/redis_versions.sh
+
+# The Node.js package (clients/node): its dependencies from the lock file (npm ci, from the
+# npm registry), then lint, types, unit tests and the tests against a real redis-server,
+# with the repository's Python (.venv, from `make install`) for the cross-language ones.
+NODE_CHECK_ENV := TASKFLEET_REQUIRE_PYTHON=1
+node-check: ## the Node.js package: npm ci from its lock file, then npm test (lint, tsc, tests on real Redis)
+	@command -v node >/dev/null || { echo "node-check: Node.js >= 20.19 and npm are needed" >&2; exit 2; }
+	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); if (a < 20 || (a === 20 && b < 19)) { console.error("node-check: Node.js >= 20.19 is needed, not " + process.version); process.exit(2); }'
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && $(NODE_CHECK_ENV) npm test
 
 # The kind stage of `make check`: the local cluster stopped (two clusters on 2 cores would
 # slow both), then on a multi-node kind cluster built without a registry the scenarios

@@ -7,6 +7,7 @@ import {
   InvalidArgument,
   InvalidPayload,
   InvalidRedisURL,
+  NotReplicated,
   Queue,
   ScheduleNotFound,
   TaskExists,
@@ -252,6 +253,30 @@ describe("schedules", () => {
       await assert.rejects(q.resumeSchedule("nightly"), ScheduleNotFound);
       await assert.rejects(q.schedule("x", "not a cron", {}), InvalidArgument);
     }));
+});
+
+describe("durability", () => {
+  it("waits for replicas with ?wait_replicas, and says so when too few confirm", async () => {
+    const replica = new RedisServer(["--replicaof", "127.0.0.1", String(server.port)]);
+    await replica.start();
+    try {
+      const admin = replica.admin();
+      await until("the replica is in sync", async () => (await admin.info("replication")).includes("master_link_status:up"));
+      admin.disconnect();
+      const one = new Queue("jobs", { redisUrl: `${server.url}?wait_replicas=1&wait_timeout_ms=5000` });
+      const two = new Queue("jobs", { redisUrl: `${server.url}?wait_replicas=2&wait_timeout_ms=50` });
+      try {
+        assert.ok(await one.enqueue({}, { taskId: "r1" }));
+        await assert.rejects(two.enqueue({}, { taskId: "r2" }), (e: unknown) => e instanceof NotReplicated && e.acked === 1 && e.taskIds.join() === "r2");
+        assert.equal((await one.get("r2"))?.state, "pending"); // on the master all the same
+        await assert.rejects(two.enqueue({ other: 1 }, { taskId: "r1" }), TaskExists); // a refusal is not NotReplicated
+      } finally {
+        await Promise.all([one.close(), two.close()]);
+      }
+    } finally {
+      await replica.stop();
+    }
+  });
 });
 
 describe("closing", () => {

@@ -39,7 +39,7 @@ export class RedisServer {
   port = 0;
   private process: ChildProcess | undefined;
 
-  constructor() {
+  constructor(private readonly extraArgs: readonly string[] = []) {
     this.dir = mkdtempSync(join(tmpdir(), "taskfleet-node-redis-"));
   }
 
@@ -49,7 +49,7 @@ export class RedisServer {
 
   async start(): Promise<void> {
     this.port = await freePort();
-    const args = ["--port", String(this.port), "--bind", "127.0.0.1", "--dir", this.dir, "--save", "", "--appendonly", "no"];
+    const args = ["--port", String(this.port), "--bind", "127.0.0.1", "--dir", this.dir, "--save", "", "--appendonly", "no", ...this.extraArgs];
     this.process = spawn(REDIS_SERVER, args, { stdio: "ignore" });
     const admin = this.admin();
     try {
