@@ -94,11 +94,14 @@ describe("the Node worker", () => {
     assert.equal(existsSync(join(dir, "rt-w1", "worker.json")), false);
   });
 
-  it("finishes a running task within the drain deadline, claims nothing more, and exits 0", async () => {
+  it("takes a task handed over on its wake list, finishes it within the drain deadline, claims nothing more, exits 0", async () => {
     const w = worker("w2", ["--drain-timeout", "30"]);
     await w.saw(/event=worker_started/);
+    await until("the worker waits for work on its wake list", async () => (await queue.client.zcard(queue.keys.key("idle"))) === 1);
     const id = await queue.enqueue({ ms: 1500, log: log() });
     await until("the task runs", () => runs(log()).length === 1);
+    // handed over by the enqueue itself (a producer's token), popped from the wake list
+    assert.match((await queue.client.hget(queue.keys.item("task", id), "token")) ?? "", /^[0-9a-f]{16}\.[0-9]+:1$/);
     w.kill("SIGTERM");
     await w.saw(/event=drain_started inflight=1/);
     const after = await queue.enqueue({ ms: 1, log: log() });

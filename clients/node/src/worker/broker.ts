@@ -17,7 +17,7 @@ import { ProtocolError } from "../errors.js";
 import { QueueKeys } from "../keys.js";
 import { type ClaimedTask, type Served, parseClaimRecords } from "./claimed.js";
 import { NoReply, WRITABLE_PROBE, classify } from "./faults.js";
-import { bounded } from "./flag.js";
+import { Flag, bounded, until } from "./flag.js";
 import { MAX_DEFERRALS } from "./failures.js";
 import { type WorkerRecord, describeRecord, parseWorkerRecord } from "./identity.js";
 import { CLAIM_HOUSEKEEPING_BOUND, MAX_BATCH, SWEEP_BOUND } from "./limits.js";
@@ -122,6 +122,7 @@ export class Broker {
   private readonly scripts: Scripts;
   private blocking: Client | null = null;
   private unanswered: string[] = [];
+  private blockingCut = new Flag();
 
   constructor(
     readonly queue: string,
@@ -391,25 +392,37 @@ export class Broker {
   async waitForWork(timeoutS: number): Promise<ClaimResult | null> {
     if (this.blocking === null) {
       this.blocking = quiet(this.client instanceof Redis ? this.client.duplicate() : this.client.duplicate());
+      this.blockingCut = new Flag();
     }
+    const blocking = this.blocking;
     const timeout = Math.max(0.001, timeoutS);
     const wake = this.keys.item("wake", this.pod);
-    const popped = await this.bound(
-      this.blocking.blpop(wake, this.keys.key("notify"), Number(timeout.toFixed(3))),
-      timeout * 1000 + Math.max(this.options.replyTimeoutMs, BLOCKING_REPLY_MARGIN_MS),
-    ).catch((error: unknown) => {
-      this.dropBlocking();
+    let popped: { value: [string, string] | null } | undefined;
+    try {
+      popped = await until(
+        this.bound(
+          blocking.blpop(wake, this.keys.key("notify"), Number(timeout.toFixed(3))),
+          timeout * 1000 + Math.max(this.options.replyTimeoutMs, BLOCKING_REPLY_MARGIN_MS),
+        ),
+        this.blockingCut,
+      );
+    } catch (error) {
+      if (this.blocking === blocking) this.dropBlocking();
       throw error;
-    });
-    if (popped === null) return null;
-    if (popped[0] !== wake) return { tasks: [], retryAfterMs: 0, nextDueMs: null, morePending: false };
-    return this.claimed({ retryAfterMs: 0, nextDueMs: null, morePending: false, records: [popped[1]] });
+    }
+    // dropped meanwhile (a drain, a reconnect): a record it popped is lost in transit and
+    // comes back by the release at exit or its lease; claim now
+    if (popped === undefined || popped.value === null) return null;
+    const [key, record] = popped.value;
+    if (key !== wake) return { tasks: [], retryAfterMs: 0, nextDueMs: null, morePending: false };
+    return this.claimed({ retryAfterMs: 0, nextDueMs: null, morePending: false, records: [record] });
   }
 
-  /** End a blocking wait at once (a drain began): its connection is dropped. */
+  /** End a blocking wait at once (a drain began, Redis came back): its connection is dropped. */
   dropBlocking(): void {
     const blocking = this.blocking;
     this.blocking = null;
+    this.blockingCut.set();
     blocking?.disconnect();
   }
 
