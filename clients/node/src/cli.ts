@@ -146,7 +146,14 @@ const WORKER_OPTIONS: readonly Opt[] = [
     help: "'./module.js:export' for tasks without a name, 'NAME=./module.js:export' for named ones, or './module.js:REGISTRY' (an object of names to functions). Repeat it (in the variable: separated by spaces).",
   },
   { name: "concurrency", kind: "int", env: "TASKFLEET_CONCURRENCY", help: "Tasks this process runs at once [default: 1]." },
-  { name: "processes", kind: "int", env: "TASKFLEET_PROCESSES", min: 1, max: 256, help: "Worker processes; the Node worker runs 1 (run more pods) [default: 1]." },
+  {
+    name: "processes",
+    kind: "int",
+    env: "TASKFLEET_PROCESSES",
+    min: 1,
+    max: 256,
+    help: "Worker processes, each with --concurrency slots; above 1 this process stays a supervisor that restarts a process that dies and drains them all on SIGTERM; process i is the worker <pod>#i and serves its metrics on --metrics-port + i - 1 [default: 1].",
+  },
   { name: "isolation", kind: "choice", env: "TASKFLEET_ISOLATION", choices: ["thread", "process"], help: "'thread' (handlers run on this process's event loop) [default: thread]." },
   { name: "max-tasks-per-child", kind: "int", env: "TASKFLEET_MAX_TASKS_PER_CHILD", min: 1, help: "Needs --isolation process (not in the Node worker)." },
   { name: "prefetch", kind: "int", env: "TASKFLEET_PREFETCH", help: "Accepted; handlers run on the event loop, so nothing is prefetched." },
@@ -219,13 +226,15 @@ async function workerCommand(args: readonly string[]): Promise<number> {
   if (queue === undefined) throw new BadInput("missing option --queue (or TASKFLEET_QUEUE)");
   const handlerRefs = (v.handler as string[] | undefined) ?? [];
   if (handlerRefs.length === 0) throw new BadInput("missing option --handler (or TASKFLEET_HANDLER)");
-  const pod = v.pod as string | undefined;
+  // process i of a supervisor (--processes N): its name, runtime files and metrics port are its own
+  const index = process.env.TASKFLEET_NODE_PROCESS;
+  const processIndex = index !== undefined && /^[1-9][0-9]*$/.test(index) ? Number(index) : null;
+  let pod = v.pod as string | undefined;
   if (pod?.includes("#") === true) {
     throw new BadInput("--pod must not contain '#': it separates a pod's name from the number of its worker process");
   }
-  if (((v.processes as number | undefined) ?? 1) > 1) {
-    throw new BadInput("the Node worker runs one process: --processes must be 1 (run more pods, or more containers)");
-  }
+  if (processIndex !== null) pod = `${process.env.TASKFLEET_NODE_POD ?? pod ?? "worker"}#${processIndex}`;
+  const processes = processIndex === null ? ((v.processes as number | undefined) ?? 1) : 1;
   if (v.isolation === "process") {
     throw new BadInput("the Node worker runs handlers on its event loop: --isolation must be thread");
   }
@@ -244,6 +253,7 @@ async function workerCommand(args: readonly string[]): Promise<number> {
   let runtimeDir: string;
   try {
     runtimeDir = prepareRuntimeDir(v["runtime-dir"] as string | undefined, true);
+    if (processIndex !== null) runtimeDir = prepareRuntimeDir(join(runtimeDir, `process-${processIndex}`), true);
   } catch (error) {
     if (error instanceof UnsafeRuntimeDir) throw new BadInput(error.message);
     throw new BadInput(`runtime directory: ${error instanceof Error ? error.message : String(error)}`);
@@ -274,6 +284,13 @@ async function workerCommand(args: readonly string[]): Promise<number> {
     throw error;
   }
   configureLogging((v["log-format"] as "kv" | "json" | undefined) ?? "kv", (v["log-level"] as "debug" | "info" | "warning" | "error" | undefined) ?? "info");
+  if (processes > 1) {
+    const { supervise } = await import("./worker/supervisor.js");
+    const { defaultPodName } = await import("./worker/identity.js");
+    process.off("SIGTERM", onEarly);
+    process.off("SIGINT", onEarly);
+    return await supervise({ processes, args, pod: pod ?? defaultPodName(), queue, runtimeDir, early: early.signalled });
+  }
   let handlerSet;
   try {
     handlerSet = await loadHandlers(handlerRefs, dir);
@@ -286,7 +303,8 @@ async function workerCommand(args: readonly string[]): Promise<number> {
   const { RedisEvicts } = await import("./worker/start.js");
   const { formatError } = await import("./worker/failures.js");
   const worker = new Worker(queue, { ...options, handlerSet });
-  const port = (v["metrics-port"] as number | undefined) ?? 0;
+  const basePort = (v["metrics-port"] as number | undefined) ?? 0;
+  const port = basePort !== 0 && processIndex !== null ? basePort + processIndex - 1 : basePort;
   if (port !== 0) {
     const { MetricsUnavailable, serve } = await import("./worker/metrics.js");
     try {

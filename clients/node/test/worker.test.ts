@@ -256,6 +256,28 @@ describe("the Node worker", () => {
     }
   });
 
+  it("--processes 2: a supervisor of workers <pod>#1 and #2 restarts one that dies and drains them all for the hook", async () => {
+    const w = worker("sup", ["--processes", "2", "--drain-timeout", "0.5"]);
+    await until("both processes registered", async () => (await queue.workers()).map((x) => x.pod).join() === "sup#1,sup#2", 20_000);
+    const ids = [await queue.enqueue({ ms: 60_000, log: log() }, { taskId: "one" }), await queue.enqueue({ ms: 60_000, log: log() }, { taskId: "two" })];
+    await until("both run", () => runs(log()).length === 2);
+    const [, , , victim] = runs(log())[0] ?? [];
+    assert.ok(victim !== undefined);
+    process.kill(victim, "SIGKILL");
+    // its restart takes back at once what it held, and runs it again
+    await until("the task runs again", () => runs(log()).length === 3, 20_000);
+    await w.saw(/event=process_restart process=\d in_s=0/);
+    const again = runs(log())[2];
+    assert.ok(again !== undefined && again[3] !== victim);
+    assert.equal((await queue.get(again[1]))?.lost, 1);
+    const drain = new WorkerProcess(process.execPath, [BIN, "drain", "--wait", "--timeout", "30", "--runtime-dir", join(dir, "rt-sup")]);
+    assert.equal(await drain.exit(), 0, drain.output);
+    assert.equal(await w.exit(), 0, w.output);
+    assert.match(w.output, /event=supervisor_exited code=0/);
+    for (const id of ids) assert.equal(await state(id), "pending"); // handed back at the deadline
+    assert.deepEqual(await queue.workers(), []);
+  });
+
   it("refuses bad input with one line and exit 2", async () => {
     const cases: [string[], RegExp][] = [
       [["--handler", "./worker_handlers.mjs:slow"], /missing option --queue/],
@@ -264,7 +286,7 @@ describe("the Node worker", () => {
       [["--queue", "q", "--handler", "./worker_handlers.mjs:nope"], /has no export 'nope'/],
       [["--queue", "q", "--handler", "./worker_handlers.mjs"], /must look like/],
       [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--concurrency", "0"], /concurrency must be within 1\.\.10000, got 0/],
-      [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--processes", "2"], /--processes must be 1/],
+      [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--processes", "300"], /invalid value for --processes: 300 is not in the range 1<=x<=256/],
       [["--queue", "bad name", "--handler", "./worker_handlers.mjs:slow"], /invalid queue name/],
       [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--redis-url", "http://x"], /invalid value for --redis-url/],
       [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--heartbeat-interval", "nan"], /invalid value for --heartbeat-interval/],
