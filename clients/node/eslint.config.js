@@ -9,7 +9,7 @@ export default tseslint.config(
   {
     languageOptions: {
       parserOptions: {
-        projectService: { allowDefaultProject: ["eslint.config.js", "scripts/*.mjs"] },
+        projectService: { allowDefaultProject: ["eslint.config.js", "scripts/*.mjs", "test/fixtures/*.mjs", "test/fixtures/*.cjs"] },
         tsconfigRootDir: import.meta.dirname,
       },
     },
@@ -33,5 +33,11 @@ export default tseslint.config(
     files: ["**/*.js", "**/*.mjs"],
     ...tseslint.configs.disableTypeChecked,
     languageOptions: { globals: { console: "readonly", process: "readonly", URL: "readonly" } },
+  },
+  {
+    // the worker's test handlers as users write them: CommonJS too
+    files: ["**/*.cjs"],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: { sourceType: "commonjs", globals: { module: "writable", require: "readonly" } },
   },
 );

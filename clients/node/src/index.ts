@@ -32,3 +32,4 @@ export {
 } from "./errors.js";
 export { PROTOCOL_VERSION } from "./bundle.js";
 export * as bounds from "./bounds.js";
+export * from "./worker/index.js";

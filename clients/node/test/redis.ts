@@ -69,7 +69,9 @@ export class RedisServer {
 
   /** A plain client of the server (the caller closes it). */
   admin(): Redis {
-    return new Redis({ host: "127.0.0.1", port: this.port, lazyConnect: true, maxRetriesPerRequest: 1, protocol: 2 });
+    const client = new Redis({ host: "127.0.0.1", port: this.port, lazyConnect: true, maxRetriesPerRequest: 1, protocol: 2 });
+    client.on("error", () => undefined); // refused while the server starts: the failed call says so
+    return client;
   }
 
   async flush(): Promise<void> {

@@ -1,0 +1,468 @@
+/**
+ * The worker's side of the protocol: register, claim, heartbeat, finish, release,
+ * deregister; one script of the bundle per call, each call bounded by the reply timeout
+ * (the Python worker's `worker/broker.py`). A worker killed at any instant leaves the
+ * queue consistent: what it held comes back through lease expiry or `requeue`.
+ *
+ * @module
+ */
+
+import { randomBytes } from "node:crypto";
+
+import { Redis } from "ioredis";
+
+import { type Bundle, packagedBundle } from "../bundle.js";
+import { type Client, Scripts, quiet } from "../connection.js";
+import { ProtocolError } from "../errors.js";
+import { QueueKeys } from "../keys.js";
+import { type ClaimedTask, type Served, parseClaimRecords } from "./claimed.js";
+import { NoReply, WRITABLE_PROBE, classify } from "./faults.js";
+import { Flag, bounded, until } from "./flag.js";
+import { MAX_DEFERRALS } from "./failures.js";
+import { type WorkerRecord, describeRecord, parseWorkerRecord } from "./identity.js";
+import { CLAIM_HOUSEKEEPING_BOUND, MAX_BATCH, SWEEP_BOUND } from "./limits.js";
+import { logEvent } from "./log.js";
+
+/** Bound on the stored error text of a failed attempt. */
+export const MAX_ERROR_CHARS = 8192;
+/** Unanswered claim calls remembered for undoing. */
+export const MAX_UNANSWERED = 64;
+/** How long past its own timeout a blocking pop may take to answer. */
+export const BLOCKING_REPLY_MARGIN_MS = 5000;
+
+/** One claim's tasks, and what the queue said besides. */
+export interface ClaimResult {
+  tasks: ClaimedTask[];
+  /** > 0: a rate limit held tasks back; ms until capacity returns. */
+  retryAfterMs: number;
+  /** ms until the earliest delayed task is due (null: nothing delayed). */
+  nextDueMs: number | null;
+  /** Tasks were still pending after this claim. */
+  morePending: boolean;
+}
+
+/** The heartbeat's reply: leases lost, and held tasks whose cancellation was asked for. */
+export interface Extended {
+  lost: string[];
+  cancelled: string[];
+}
+
+/** Per-task codes of a completion. */
+export const STALE = 0;
+export const COMPLETED = 1;
+export const RESULT_TOO_LARGE = 2;
+export const CANCELLED = 3;
+
+/** A start under the name of a live worker: refused (exit 2). */
+export class NameInUse extends Error {
+  constructor(
+    readonly pod: string,
+    holder: string,
+  ) {
+    super(`worker name "${pod}" is in use by a live worker (${holder}); give each worker its own --pod`);
+    this.name = "NameInUse";
+  }
+}
+
+/** Another incarnation registered under our name since: it took back all we held. */
+export class IdentityTaken extends Error {
+  constructor(readonly holder: string) {
+    super(`another worker registered under this name (${holder})`);
+    this.name = "IdentityTaken";
+  }
+}
+
+/** A report of a run: latest progress JSON and cost (null: none). */
+export interface Report {
+  taskId: string;
+  token: string;
+  progress: string | null;
+  cost: number | null;
+}
+
+/** One planned firing of a schedule (`schedule_fire`'s record). */
+export interface FirePlan {
+  name: string;
+  rev: string;
+  expected: number;
+  slots: number[];
+  skipped: number;
+  nextSlot: number | null;
+  nextDueMs: number;
+}
+
+/** A due schedule as `schedule_due` returns it. */
+export interface Due {
+  name: string;
+  rev: string;
+  nextSlot: number;
+  cron: string;
+  tz: string;
+  catchup: string;
+  catchupLimit: number;
+  jitterMs: number;
+}
+
+function list(raw: unknown, script: string): unknown[] {
+  if (!Array.isArray(raw)) throw new ProtocolError(`${script}: unexpected reply ${JSON.stringify(raw)}`);
+  return raw as unknown[];
+}
+
+function rawClaim(raw: unknown[], script: string): { retryAfterMs: number; nextDueMs: number | null; morePending: boolean; records: unknown[] } {
+  if (raw.length < 3) throw new ProtocolError(`${script}: unexpected claim reply ${JSON.stringify(raw)}`);
+  const due = Number(raw[1]);
+  return { retryAfterMs: Number(raw[0]), nextDueMs: due < 0 ? null : due, morePending: Number(raw[2]) === 1, records: raw.slice(3) };
+}
+
+/** One worker process's connection to one queue. */
+export class Broker {
+  readonly keys: QueueKeys;
+  concurrency = 0;
+  private readonly bundle: Bundle;
+  private readonly scripts: Scripts;
+  private blocking: Client | null = null;
+  private unanswered: string[] = [];
+  private blockingCut = new Flag();
+
+  constructor(
+    readonly queue: string,
+    readonly client: Client,
+    readonly pod: string,
+    readonly incarnation: string,
+    private readonly options: {
+      replyTimeoutMs: number;
+      host: string;
+      served: Served | null;
+      traced?: boolean;
+      waitReplicas?: number;
+      waitTimeoutMs?: number;
+    },
+  ) {
+    this.bundle = packagedBundle();
+    this.keys = new QueueKeys(queue, this.bundle);
+    this.scripts = new Scripts(client, this.bundle);
+  }
+
+  private bound<T>(promise: Promise<T>, ms: number = this.options.replyTimeoutMs): Promise<T> {
+    return bounded(promise, ms, () => new NoReply(ms));
+  }
+
+  private async call(script: string, args: Record<string, string | number | undefined>, records: Record<string, string | number>[] = []): Promise<unknown> {
+    if (this.unanswered.length > 0) await this.disown();
+    return this.bound(this.scripts.run(script, this.keys.scriptKeys, this.bundle.pack(script, args, records)));
+  }
+
+  /** A call that claims under `base`; remembered for disown when it got no reply. */
+  private async claiming(script: string, base: string, args: Record<string, string | number | undefined>, records: Record<string, string | number>[] = [], completes = false): Promise<unknown> {
+    try {
+      const replicas = this.options.waitReplicas ?? 0;
+      if (!completes || replicas === 0) return await this.call(script, args, records);
+      if (this.unanswered.length > 0) await this.disown();
+      const timeout = this.options.waitTimeoutMs ?? 1000;
+      const argv = this.bundle.pack(script, args, records);
+      const [reply, acked] = await this.bound(
+        this.scripts.runAndWait(script, this.keys.scriptKeys, argv, replicas, timeout),
+        this.options.replyTimeoutMs + (timeout || 60_000),
+      );
+      if (acked < replicas) logEvent("warning", "completion_not_replicated", { replicas: acked, wanted: replicas, timeout_ms: timeout });
+      return reply;
+    } catch (error) {
+      // No reply: it may have claimed nothing, or may yet claim. Either way its tasks are none of ours.
+      if (base !== "" && classify(error)?.policy === "wait") {
+        this.unanswered.push(base);
+        this.unanswered = this.unanswered.slice(-MAX_UNANSWERED);
+      }
+      throw error;
+    }
+  }
+
+  private async disown(): Promise<void> {
+    const bases = [...this.unanswered];
+    const argv = this.bundle.pack("disown", { pod: this.pod, incarnation: this.incarnation }, bases.map((token_base) => ({ token_base })));
+    const released = Number(await this.bound(this.scripts.run("disown", this.keys.scriptKeys, argv)));
+    this.unanswered = this.unanswered.filter((b) => !bases.includes(b));
+    if (released > 0) logEvent("info", "unanswered_claims_released", { tasks: released, claims: bases.length });
+  }
+
+  private tokenBase(): string {
+    return randomBytes(8).toString("hex");
+  }
+
+  /**
+   * Record this worker; take back what earlier incarnations of the name held (returns
+   * how many). With `inUse`, another incarnation's record is judged first: a live one
+   * makes it throw `NameInUse` (nothing changed).
+   */
+  async register(concurrency: number, inUse?: (record: WorkerRecord) => string | null): Promise<number> {
+    this.concurrency = concurrency;
+    let expected = inUse === undefined ? "*" : "";
+    for (;;) {
+      const reply = list(
+        await this.call("register", { pod: this.pod, incarnation: this.incarnation, concurrency, host: this.options.host, expected }),
+        "register",
+      );
+      if (reply.length === 3 && Number(reply[0]) === -1) {
+        if (inUse === undefined) throw new ProtocolError("register: refused a takeover of any incarnation");
+        const record = parseWorkerRecord(String(reply[1]), Number(reply[2]));
+        const live = inUse(record);
+        if (live !== null) throw new NameInUse(this.pod, live);
+        expected = record.incarnation;
+        continue;
+      }
+      if (reply.length !== 2) throw new ProtocolError(`register: unexpected reply ${JSON.stringify(reply)}`);
+      return Number(reply[0]) + Number(reply[1]);
+    }
+  }
+
+  /** Remove this worker's record, giving back what it still holds (as lost when `failed`). */
+  async deregister(failed: boolean): Promise<number> {
+    return Number(await this.call("deregister", { pod: this.pod, incarnation: this.incarnation, failed: failed ? 1 : 0 }));
+  }
+
+  /** Take up to `n` tasks; with `idleMs`, a claim that empties the queue registers us for hand-offs. */
+  async claim(n: number, idleMs: number, prefetch = 0): Promise<ClaimResult> {
+    if (n <= 0) return { tasks: [], retryAfterMs: 0, nextDueMs: null, morePending: false };
+    const max = Math.min(n, MAX_BATCH);
+    const base = this.tokenBase();
+    const raw = await this.claiming("claim", base, {
+      pod: this.pod,
+      incarnation: this.incarnation,
+      max_tasks: max,
+      token_base: base,
+      bound: CLAIM_HOUSEKEEPING_BOUND,
+      idle_ms: idleMs,
+      prefetch: Math.min(prefetch, max),
+    });
+    return this.claimed(rawClaim(list(raw, "claim"), "claim"));
+  }
+
+  /** Completions, then a claim of `n`, in one round trip. */
+  async completeAndClaim(items: readonly [string, string, string | null][], n: number): Promise<[number[], ClaimResult]> {
+    const base = this.tokenBase();
+    const raw = list(
+      await this.claiming(
+        "complete",
+        base,
+        { pod: this.pod, incarnation: this.incarnation, max_tasks: Math.min(n, MAX_BATCH), token_base: base, bound: CLAIM_HOUSEKEEPING_BOUND, idle_ms: 0, prefetch: 0 },
+        items.map(([task_id, token, result]) => ({ task_id, token, result: result ?? "" })),
+        true,
+      ),
+      "complete",
+    );
+    return [codes(raw[0]), await this.claimed(rawClaim(raw.slice(1), "complete"))];
+  }
+
+  /** Finish tasks: per item `COMPLETED`, `STALE`, `RESULT_TOO_LARGE` or `CANCELLED`. */
+  async complete(items: readonly [string, string, string | null][]): Promise<number[]> {
+    const out: number[] = [];
+    for (let at = 0; at < items.length; at += MAX_BATCH) {
+      const chunk = items.slice(at, at + MAX_BATCH).map(([task_id, token, result]) => ({ task_id, token, result: result ?? "" }));
+      const replicas = this.options.waitReplicas ?? 0;
+      let raw: unknown;
+      if (replicas === 0) {
+        raw = await this.call("complete", {}, chunk);
+      } else {
+        raw = await this.claiming("complete", "", {}, chunk, true);
+      }
+      out.push(...codes(raw));
+    }
+    return out;
+  }
+
+  /** Record a failed attempt; the state it left (`delayed`, `dead`, `cancelled`), or null when stale. */
+  async fail(taskId: string, token: string, error: string, retryable: boolean, reason = "", retryAfterMs: number | null = null): Promise<string | null> {
+    const state = String(
+      await this.call("fail", {
+        task_id: taskId,
+        token,
+        error: error.slice(0, MAX_ERROR_CHARS),
+        retryable: retryable ? 1 : 0,
+        jitter: Math.random() * 2 - 1,
+        reason,
+        retry_after_ms: retryAfterMs ?? undefined,
+        max_deferrals: retryAfterMs === null ? undefined : MAX_DEFERRALS,
+      }),
+    );
+    if (!["delayed", "dead", "cancelled", "stale"].includes(state)) throw new ProtocolError(`fail: unexpected reply ${state}`);
+    return state === "stale" ? null : state;
+  }
+
+  /** Write handlers' reports; per report, false when refused. */
+  async report(reports: readonly Report[]): Promise<boolean[]> {
+    if (reports.length === 0) return [];
+    const flags = String(
+      await this.call(
+        "report",
+        {},
+        reports.map((r) => ({ task_id: r.taskId, token: r.token, progress: r.progress ?? "", cost: r.cost === null ? "" : r.cost })),
+      ),
+    );
+    if (flags.length !== reports.length) throw new ProtocolError(`report: unexpected reply ${flags}`);
+    return Array.from(flags, (c) => c === "1");
+  }
+
+  /** Give back unfinished tasks (not an attempt, not lost); how many went back. */
+  async release(items: readonly [string, string][]): Promise<number> {
+    let released = 0;
+    for (let at = 0; at < items.length; at += MAX_BATCH) {
+      const chunk = items.slice(at, at + MAX_BATCH).map(([task_id, token]) => ({ task_id, token }));
+      released += Number(await this.call("release", { pod: this.pod }, chunk));
+    }
+    return released;
+  }
+
+  /** The heartbeat: extend every lease held; throws `IdentityTaken` when another incarnation holds our name. */
+  async beat(tokens: ReadonlyMap<string, string>, inflight: number, draining: boolean): Promise<Extended> {
+    const reply = list(
+      await this.call(
+        "extend",
+        { pod: this.pod, incarnation: this.incarnation, inflight, draining: draining ? 1 : 0, concurrency: this.concurrency, host: this.options.host },
+        [...tokens].map(([task_id, token]) => ({ task_id, token })),
+      ),
+      "extend",
+    );
+    if (reply.length === 0) throw new ProtocolError("extend: empty reply");
+    const first = String(reply[0]);
+    if (first !== "") throw new IdentityTaken(describeRecord(parseWorkerRecord(first)));
+    const ids = reply.slice(1).map(String);
+    const cut = ids.indexOf("");
+    return cut < 0 ? { lost: ids, cancelled: [] } : { lost: ids.slice(0, cut), cancelled: ids.slice(cut + 1) };
+  }
+
+  /** The housekeeping pass, repeated (up to `maxCalls`) while a step is full. */
+  async sweep(maxCalls = 1): Promise<void> {
+    for (let i = 0; i < maxCalls; i++) {
+      const counts = list(await this.call("sweep", { bound: SWEEP_BOUND }), "sweep").map(Number);
+      const [promoted = 0, expired = 0, requeued = 0, lostDead = 0, prunedDone = 0, prunedDead = 0, , prunedCancelled = 0] = counts;
+      if (Math.max(promoted, expired, requeued + lostDead, prunedDone, prunedDead, prunedCancelled) < SWEEP_BOUND) return;
+    }
+  }
+
+  /** Claim up to `limit` due schedules for `leaseMs`. */
+  async schedulesDue(limit: number, leaseMs: number): Promise<{ nowMs: number; nextDueMs: number | null; due: Due[] }> {
+    const reply = list(await this.call("schedule_due", { limit, lease_ms: leaseMs }), "schedule_due");
+    if (reply.length < 2 || (reply.length - 2) % 8 !== 0) throw new ProtocolError(`schedule_due: unexpected reply`);
+    const due: Due[] = [];
+    for (let i = 2; i < reply.length; i += 8) {
+      const nextSlot = Number(reply[i + 2]);
+      const limitAll = Number(reply[i + 6] === "" ? 1 : reply[i + 6]);
+      const jitter = Number(reply[i + 7] === "" ? 0 : reply[i + 7]);
+      if (![nextSlot, limitAll, jitter].every(Number.isInteger)) continue; // edited by hand: its lease brings it back
+      due.push({
+        name: String(reply[i]),
+        rev: String(reply[i + 1]),
+        nextSlot,
+        cron: String(reply[i + 3]),
+        tz: String(reply[i + 4]),
+        catchup: String(reply[i + 5]),
+        catchupLimit: limitAll,
+        jitterMs: jitter,
+      });
+    }
+    const left = Number(reply[1]);
+    return { nowMs: Number(reply[0]), nextDueMs: left < 0 ? null : left, due };
+  }
+
+  /** Fire planned slots; each applies only if its schedule is still as read. Returns tasks created. */
+  async fireSchedules(plans: readonly FirePlan[]): Promise<number> {
+    const reply = list(
+      await this.call(
+        "schedule_fire",
+        {},
+        plans.map((p) => ({
+          name: p.name,
+          rev: p.rev,
+          expected: p.expected,
+          slots: JSON.stringify(p.slots),
+          skipped: p.skipped,
+          next_slot: p.nextSlot === null ? "" : p.nextSlot,
+          next_due_ms: p.nextDueMs,
+        })),
+      ),
+      "schedule_fire",
+    );
+    return Number(reply[0]);
+  }
+
+  /**
+   * Block until a producer hands over a task or signals new work, or `timeoutS`: BLPOP on
+   * our wake list and the queue's notify list, on a connection of its own. Null on timeout,
+   * else the handed-over task (an empty result when only signalled: claim then).
+   */
+  async waitForWork(timeoutS: number): Promise<ClaimResult | null> {
+    if (this.blocking === null) {
+      this.blocking = quiet(this.client instanceof Redis ? this.client.duplicate() : this.client.duplicate());
+      this.blockingCut = new Flag();
+    }
+    const blocking = this.blocking;
+    const timeout = Math.max(0.001, timeoutS);
+    const wake = this.keys.item("wake", this.pod);
+    let popped: { value: [string, string] | null } | undefined;
+    try {
+      popped = await until(
+        this.bound(
+          blocking.blpop(wake, this.keys.key("notify"), Number(timeout.toFixed(3))),
+          timeout * 1000 + Math.max(this.options.replyTimeoutMs, BLOCKING_REPLY_MARGIN_MS),
+        ),
+        this.blockingCut,
+      );
+    } catch (error) {
+      if (this.blocking === blocking) this.dropBlocking();
+      throw error;
+    }
+    // dropped meanwhile (a drain, a reconnect): a record it popped is lost in transit and
+    // comes back by the release at exit or its lease; claim now
+    if (popped === undefined || popped.value === null) return null;
+    const [key, record] = popped.value;
+    if (key !== wake) return { tasks: [], retryAfterMs: 0, nextDueMs: null, morePending: false };
+    return this.claimed({ retryAfterMs: 0, nextDueMs: null, morePending: false, records: [record] });
+  }
+
+  /** End a blocking wait at once (a drain began, Redis came back): its connection is dropped. */
+  dropBlocking(): void {
+    const blocking = this.blocking;
+    this.blocking = null;
+    this.blockingCut.set();
+    blocking?.disconnect();
+  }
+
+  private async claimed(raw: { retryAfterMs: number; nextDueMs: number | null; morePending: boolean; records: unknown[] }): Promise<ClaimResult> {
+    const [tasks, bad] = parseClaimRecords(raw.records, this.options.served);
+    for (const [id, token, error, reason] of bad) await this.fail(id, token, error, false, reason);
+    if (this.options.traced === true && tasks.length > 0) await this.readTraces(tasks);
+    return { tasks, retryAfterMs: raw.retryAfterMs, nextDueMs: raw.nextDueMs, morePending: raw.morePending };
+  }
+
+  private async readTraces(tasks: ClaimedTask[]): Promise<void> {
+    try {
+      const pipe = this.client.pipeline();
+      for (const task of tasks) pipe.hget(this.keys.item("task", task.id), "trace");
+      const replies = (await this.bound(pipe.exec())) ?? [];
+      tasks.forEach((task, i) => {
+        const value = replies[i]?.[1];
+        task.trace = typeof value === "string" && value !== "" ? value : null;
+      });
+    } catch (error) {
+      logEvent("warning", "trace_context_unread", { error: String(error).slice(0, 200) });
+    }
+  }
+
+  /** Return if Redis takes writes now; throw its refusal if not (changes nothing). */
+  async writable(): Promise<void> {
+    try {
+      await this.bound(this.client.call("EVAL", [WRITABLE_PROBE, 1, this.keys.key("config")]));
+    } catch (error) {
+      if (classify(error)?.fault === "refused") return; // a server without script flags: no way to ask
+      throw error;
+    }
+  }
+
+  /** Close the wake-up connection (the caller owns `client`). */
+  close(): void {
+    this.dropBlocking();
+  }
+}
+
+function codes(raw: unknown): number[] {
+  return Array.from(String(raw), Number);
+}

@@ -1,0 +1,166 @@
+/**
+ * What a running handler can know and say about its task: the `TaskContext` it gets as
+ * its second argument, also `currentTask()` anywhere in the run's async calls.
+ *
+ * - `progress(...)`: stored on the task (`Queue.get`), the latest of each run written at
+ *   most every half second, every run's in one call;
+ * - `reportCost(n)`: the task's real cost (an LLM call's tokens), settled against the
+ *   queue's cost rate limit by the same write;
+ * - `signal`: an `AbortSignal` aborted when the run should stop: the task was cancelled
+ *   (`Queue.cancel`), its timeout passed, its lease was lost, or the drain deadline came;
+ *   `signal.reason` says which (an `Error` named `CancelledError`, `TimeoutError`,
+ *   `LeaseLost`, `Drained`). `cancelled` is true once the task was cancelled.
+ *
+ * Each write is fenced by the run's claim token: a run whose task was taken back writes
+ * nothing.
+ *
+ * @module
+ */
+
+import { AsyncLocalStorage } from "node:async_hooks";
+
+import { MAX_COST, MIN_COST } from "../bounds.js";
+
+/** A progress message longer than this is cut. */
+export const MAX_MESSAGE_CHARS = 500;
+
+/** Where a run's reports go: `(taskId, token, progress JSON | null, cost | null)`. */
+export type ReportSink = (taskId: string, token: string, progress: string | null, cost: number | null) => void;
+
+/** A progress report: a fraction in [0, 1], or `done` of `total`, and/or a message. */
+export interface Progress {
+  readonly fraction?: number;
+  readonly done?: number;
+  readonly total?: number;
+  readonly message?: string;
+}
+
+/** Why a run's signal was aborted (`signal.reason.name`). */
+export type StopReason = "CancelledError" | "TimeoutError" | "LeaseLost" | "Drained";
+
+/** The task a handler runs, and its line to the worker. */
+export class TaskContext {
+  /** The queue's name. */
+  readonly queue: string;
+  /** The task's id. */
+  readonly id: string;
+  /** Starts of the task, this one included (1 on the first run). */
+  readonly attempt: number;
+  /** The task's name (its handler); null for the default handler. */
+  readonly name: string | null;
+  /** The worker's name and incarnation. */
+  readonly pod: string;
+  readonly incarnation: string;
+  /** The producer's trace context as stored (JSON of a carrier); null when not read. */
+  readonly trace: string | null;
+  /** Aborted when the run should stop (see the module's doc). */
+  readonly signal: AbortSignal;
+  private readonly controller: AbortController;
+  private readonly token: string;
+  private readonly sink: ReportSink;
+  private wasCancelled = false;
+
+  /** @internal */
+  constructor(fields: {
+    queue: string;
+    id: string;
+    attempt: number;
+    name: string | null;
+    pod: string;
+    incarnation: string;
+    trace: string | null;
+    token: string;
+    sink: ReportSink;
+  }) {
+    this.queue = fields.queue;
+    this.id = fields.id;
+    this.attempt = fields.attempt;
+    this.name = fields.name;
+    this.pod = fields.pod;
+    this.incarnation = fields.incarnation;
+    this.trace = fields.trace;
+    this.token = fields.token;
+    this.sink = fields.sink;
+    this.controller = new AbortController();
+    this.signal = this.controller.signal;
+  }
+
+  /** True once the task was cancelled (`Queue.cancel`): stop soon; it ends cancelled whatever the run returns. */
+  get cancelled(): boolean {
+    return this.wasCancelled;
+  }
+
+  /**
+   * Report how far the task is: `progress(0.5)`, `progress(0.5, "half")`, or
+   * `progress({ done: 3, total: 10, message })` (the fraction is then computed). Stored
+   * on the task within about half a second; only the latest of a burst is written.
+   */
+  progress(progress: number | Progress, message?: string): void {
+    const given: Progress = typeof progress === "number" ? { fraction: progress, message } : { ...progress, message: progress.message ?? message };
+    this.sink(this.id, this.token, progressJson(given), null);
+  }
+
+  /**
+   * The task's real cost in the queue's cost units (what `cost` at enqueue estimated): the
+   * difference goes back into the cost rate limit's bucket, or is taken from it. The last
+   * report of a run counts.
+   */
+  reportCost(cost: number): void {
+    if (typeof cost !== "number" || !Number.isInteger(cost)) throw new TypeError(`reportCost needs an integer, not ${String(cost)}`);
+    if (cost < MIN_COST || cost > MAX_COST) throw new RangeError(`cost must be ${MIN_COST}..${MAX_COST}, not ${cost}`);
+    this.sink(this.id, this.token, null, cost);
+  }
+
+  /** @internal The worker stops the run: abort its signal with a reason named `reason`. */
+  stop(reason: StopReason, message: string): void {
+    if (reason === "CancelledError") this.wasCancelled = true;
+    if (this.signal.aborted) return;
+    const error = new Error(message);
+    error.name = reason;
+    this.controller.abort(error);
+  }
+}
+
+/**
+ * The stored form of a progress report: `{"done","total","fraction","message"}` (absent
+ * keys left out), as the Python worker writes it. Throws for values that are not that.
+ */
+export function progressJson(progress: Progress): string {
+  const data: Record<string, unknown> = {};
+  let fraction = progress.fraction;
+  const { done, total } = progress;
+  if (done !== undefined || total !== undefined) {
+    for (const [name, value] of [["done", done], ["total", total]] as const) {
+      if (typeof value !== "number" || !Number.isInteger(value) || value < 0) {
+        throw new RangeError(`progress ${name} must be an integer >= 0, not ${String(value)}`);
+      }
+    }
+    data.done = done;
+    data.total = total;
+    if (fraction === undefined && (total ?? 0) > 0) fraction = Math.min(1, (done ?? 0) / (total ?? 1));
+  }
+  if (fraction !== undefined) {
+    if (typeof fraction !== "number") throw new TypeError(`progress fraction must be a number, not ${typeof fraction}`);
+    if (!(Number.isFinite(fraction) && fraction >= 0 && fraction <= 1)) {
+      throw new RangeError(`progress fraction must be within [0, 1], not ${fraction}`);
+    }
+    data.fraction = Math.round(fraction * 1e6) / 1e6;
+  }
+  if (progress.message !== undefined) data.message = progress.message.slice(0, MAX_MESSAGE_CHARS);
+  if (Object.keys(data).length === 0) throw new RangeError("progress needs a fraction, done and total, or a message");
+  return JSON.stringify(data);
+}
+
+const current = new AsyncLocalStorage<TaskContext>();
+
+/** The task the calling handler is running; throws outside a run. */
+export function currentTask(): TaskContext {
+  const task = current.getStore();
+  if (task === undefined) throw new Error("currentTask() is called outside a task's run");
+  return task;
+}
+
+/** @internal Run `fn` with `task` as `currentTask()`. */
+export function runWithTask<T>(task: TaskContext, fn: () => T): T {
+  return current.run(task, fn);
+}

@@ -1,0 +1,314 @@
+/**
+ * The runs a worker holds and how each one runs (the Python worker's
+ * `worker/execution.py`, for handlers on the event loop).
+ *
+ * A handler is called at once with its payload and its `TaskContext`; whatever it
+ * returns (or the promise it returns) is its outcome. A run ends exactly once in an
+ * `Outcome` for the outbox, or is abandoned (lease lost, released at the drain deadline)
+ * and produces nothing. A run the worker gave up on (its timeout passed, its lease was
+ * lost) whose promise has not settled keeps its slot ("stuck") until it does, so a hung
+ * handler can't make the worker run more than its concurrency; its signal is aborted so
+ * a handler that listens stops.
+ *
+ * @module
+ */
+
+import { formatG } from "../pyformat.js";
+import type { ClaimedTask } from "./claimed.js";
+import { type ReportSink, TaskContext, runWithTask } from "./context.js";
+import { type Verdict, encodeResult, failureOf, formatError } from "./failures.js";
+import { Flag } from "./flag.js";
+import type { HandlerSet } from "./handlers.js";
+import { enabled, logEvent } from "./log.js";
+
+/** The error of a run the worker cancelled (the task ends cancelled; the text is not kept). */
+export const CANCELLED_ERROR = "CancelledError: the task was cancelled";
+
+export function timeoutError(limitS: number): string {
+  return `TimeoutError: task exceeded its timeout of ${formatG(limitS)}s`;
+}
+
+/** One task this worker holds: from claim until its outcome is written. */
+export class Run {
+  timer: NodeJS.Timeout | null = null;
+  /** Given up on while its promise runs on: it keeps its slot. */
+  stuck = false;
+  /** Its promise has settled (or it never began). */
+  settled = false;
+  timedOut = false;
+  /** Its outcome is queued or being written: never release it. */
+  finished = false;
+  /** Lease lost or released: whatever it produces is dropped. */
+  abandoned = false;
+  leaseLost = false;
+  ranMs = 0;
+
+  constructor(
+    readonly task: ClaimedTask,
+    readonly claimedAt: number,
+    readonly context: TaskContext | null,
+  ) {}
+}
+
+/** What a run came to: a result (JSON text) or an error, and what the error asks for. */
+export interface Outcome {
+  run: Run;
+  result: string | null;
+  error: string | null;
+  verdict: Verdict | null;
+}
+
+/** What this worker did, for its last log line and its metrics. */
+export class Counters {
+  completed = 0;
+  failed = 0;
+  retried = 0;
+  dead = 0;
+  released = 0;
+  lost = 0;
+  stale = 0;
+  cancelled = 0;
+  deferred = 0;
+
+  get done(): number {
+    return this.completed;
+  }
+}
+
+/** Per-task and per-claim timings (the metrics endpoint fills them in). */
+export interface Timings {
+  run(seconds: number): void;
+  wait(seconds: number): void;
+  claim(seconds: number): void;
+}
+
+const NO_TIMINGS: Timings = { run: () => undefined, wait: () => undefined, claim: () => undefined };
+
+/** Where outcomes go (the outbox). */
+export interface OutcomeSink {
+  add(outcome: Outcome): void;
+  readonly size: number;
+}
+
+export interface ExecutionOptions {
+  readonly queue: string;
+  readonly pod: string;
+  readonly incarnation: string;
+  readonly concurrency: number;
+  /** Seconds a task without its own timeout may run (null: no limit). */
+  readonly defaultTimeout: number | null;
+  readonly handlers: HandlerSet;
+  readonly outbox: OutcomeSink;
+  /** Set whenever a slot frees that a claim may fill. */
+  readonly slotFreed: Flag;
+  /** Called when the number held changes (the runtime file follows it). */
+  readonly changed: () => void;
+  readonly report: ReportSink;
+}
+
+/** `held`: every task from its claim until its outcome is written (or given back). */
+export class Execution {
+  readonly held = new Map<string, Run>();
+  /** Runs given up on whose promises run on: they keep their slots. */
+  stuck = 0;
+  /** Set while nothing is held. */
+  readonly idle = new Flag();
+  readonly counters = new Counters();
+  timings: Timings = NO_TIMINGS;
+
+  constructor(private readonly options: ExecutionOptions) {
+    this.idle.set();
+  }
+
+  /** Slots that would start a task at once. */
+  free(): number {
+    return this.options.concurrency - this.held.size - this.stuck;
+  }
+
+  /** Start every claimed task; one that can't start fails its attempt, never the worker. */
+  startAll(tasks: readonly ClaimedTask[]): void {
+    for (const task of tasks) {
+      try {
+        this.start(task);
+      } catch (error) {
+        const run = this.held.get(task.id) ?? new Run(task, performance.now(), null);
+        this.held.set(task.id, run);
+        run.abandoned = true;
+        run.settled = true;
+        this.idle.clear();
+        this.queue({ run, result: null, error: `task could not start: ${formatError(error)}`, verdict: null });
+      }
+    }
+  }
+
+  private start(task: ClaimedTask): void {
+    const handler = this.options.handlers.forTask(task.name);
+    if (handler === null) throw new Error(`no handler for task name ${String(task.name)}`);
+    const o = this.options;
+    const context = new TaskContext({
+      queue: o.queue,
+      id: task.id,
+      attempt: task.attempts,
+      name: task.name,
+      pod: o.pod,
+      incarnation: o.incarnation,
+      trace: task.trace,
+      token: task.token,
+      sink: o.report,
+    });
+    const run = new Run(task, performance.now(), context);
+    this.held.set(task.id, run);
+    this.idle.clear();
+    if (task.waited !== null) this.timings.wait(task.waited);
+    const limit = task.timeout ?? o.defaultTimeout;
+    if (limit !== null) {
+      run.timer = setTimeout(() => {
+        this.timedOut(run, limit);
+      }, limit * 1000);
+    }
+    o.changed();
+    if (enabled("debug")) logEvent("debug", "task_started", { task: task.id, attempt: task.attempts });
+    void this.execute(run, handler.fn);
+  }
+
+  private async execute(run: Run, fn: (payload: Record<string, unknown>, task: TaskContext) => unknown): Promise<void> {
+    const context = run.context as TaskContext;
+    const outcome: Outcome = { run, result: null, error: null, verdict: null };
+    try {
+      const value: unknown = await runWithTask(context, () => fn(run.task.payload, context));
+      outcome.result = encodeResult(value);
+    } catch (error) {
+      if (context.cancelled) {
+        outcome.error = CANCELLED_ERROR;
+      } else {
+        [outcome.error, outcome.verdict] = failureOf(error);
+      }
+    } finally {
+      run.settled = true;
+      run.ranMs = performance.now() - run.claimedAt;
+      if (run.timer !== null) clearTimeout(run.timer);
+      run.timer = null;
+      this.unstick(run);
+    }
+    if (run.timedOut) return; // failed when its time ran out; what it returned since is dropped
+    if (run.abandoned) {
+      if (run.leaseLost) logEvent("info", "task_result_dropped", { task: run.task.id, reason: "lease lost" });
+      return;
+    }
+    this.queue(outcome);
+  }
+
+  private timedOut(run: Run, limitS: number): void {
+    run.timer = null;
+    if (run.finished || run.abandoned || run.settled) return;
+    run.timedOut = true;
+    run.context?.stop("TimeoutError", `the task exceeded its timeout of ${formatG(limitS)}s`);
+    this.queue({ run, result: null, error: timeoutError(limitS), verdict: null });
+    this.keepSlotUntilSettled(run);
+  }
+
+  private queue(outcome: Outcome): void {
+    outcome.run.finished = true;
+    this.options.outbox.add(outcome);
+  }
+
+  private keepSlotUntilSettled(run: Run): void {
+    if (!run.settled && !run.stuck) {
+      run.stuck = true;
+      this.stuck += 1;
+    }
+  }
+
+  private unstick(run: Run): void {
+    if (run.stuck) {
+      run.stuck = false;
+      this.stuck -= 1;
+      this.options.slotFreed.set();
+    }
+  }
+
+  /** Leases to extend: not those of finished runs, whose outcome write ends the lease. */
+  leases(): Map<string, string> {
+    const out = new Map<string, string>();
+    for (const run of this.held.values()) if (!run.abandoned && !run.finished) out.set(run.task.id, run.task.token);
+    return out;
+  }
+
+  /** Leases we no longer hold: someone else may run the task; drop our result. */
+  abandon(lost: readonly string[]): void {
+    for (const taskId of lost) {
+      const run = this.held.get(taskId);
+      if (run === undefined || run.finished) continue;
+      this.held.delete(taskId);
+      run.abandoned = true;
+      run.leaseLost = true;
+      this.counters.lost += 1;
+      logEvent("warning", "lease_lost", { task: taskId });
+      run.context?.stop("LeaseLost", "the task's lease was lost: another worker may run it now");
+      this.keepSlotUntilSettled(run);
+      this.options.slotFreed.set();
+    }
+    this.forget([]);
+  }
+
+  /** Producers cancelled these tasks (the heartbeat says so): abort their runs' signals. */
+  cancel(taskIds: readonly string[]): void {
+    for (const taskId of taskIds) {
+      const run = this.held.get(taskId);
+      if (run === undefined || run.finished || run.abandoned || run.context === null || run.context.cancelled) continue;
+      logEvent("info", "task_cancel_requested", { task: taskId });
+      run.context.stop("CancelledError", "the task was cancelled");
+    }
+  }
+
+  /** The drain deadline: every unfinished run is abandoned, its signal aborted; returns them. */
+  abandonUnfinished(): Run[] {
+    const left = [...this.held.values()].filter((run) => !run.finished);
+    for (const run of left) {
+      run.abandoned = true;
+      run.context?.stop("Drained", "the worker's drain deadline passed: the task goes back to the queue");
+    }
+    return left;
+  }
+
+  /** These runs are not this worker's any more (released, or left to their leases). */
+  forget(runs: readonly Run[]): void {
+    for (const run of runs) this.held.delete(run.task.id);
+    if (this.held.size === 0 && this.options.outbox.size === 0) this.idle.set();
+    this.options.changed();
+  }
+
+  /**
+   * An outcome was written (`accepted`) or refused as stale; `dead`: a failure that ended
+   * the task; `cancelled`: the task ended cancelled; `deferred`: retried later as its
+   * handler asked, the attempt given back.
+   */
+  finish(outcome: Outcome, accepted: boolean, event: string, how: { dead?: boolean; cancelled?: boolean; deferred?: boolean; reason?: string } = {}): void {
+    const run = outcome.run;
+    this.held.delete(run.task.id);
+    const ms = Math.round((performance.now() - run.claimedAt) * 10) / 10;
+    const c = this.counters;
+    if (!accepted) {
+      c.stale += 1;
+      logEvent("warning", "task_write_refused", { task: run.task.id, reason: "stale" });
+    } else if (how.cancelled === true || how.deferred === true) {
+      if (how.cancelled === true) c.cancelled += 1;
+      else c.deferred += 1;
+      logEvent("info", how.cancelled === true ? "task_cancelled" : "task_deferred", { task: run.task.id, attempt: run.task.attempts, ms });
+    } else if (outcome.error === null) {
+      c.completed += 1;
+      this.timings.run((run.ranMs || performance.now() - run.claimedAt) / 1000);
+      if (enabled("info")) logEvent("info", event, { task: run.task.id, ms });
+    } else {
+      c.failed += 1;
+      if (how.dead === true) c.dead += 1;
+      else c.retried += 1;
+      this.timings.run((run.ranMs || performance.now() - run.claimedAt) / 1000);
+      const fields: Record<string, unknown> = { task: run.task.id, attempt: run.task.attempts, ms, error: outcome.error };
+      if (how.reason !== undefined) fields.reason = how.reason;
+      logEvent("warning", event, fields);
+    }
+    if (this.held.size === 0 && this.options.outbox.size === 0) this.idle.set();
+    this.options.changed();
+  }
+}

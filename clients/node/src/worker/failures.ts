@@ -1,0 +1,150 @@
+/**
+ * How a handler's run ends: the errors a handler throws on purpose (`PermanentFailure`,
+ * `RetryAfter`), the one-line text an attempt's failure is stored as, and a result as
+ * the JSON stored on the task. The Python worker's rules (`worker/handlers.py`,
+ * `worker/context.py`): a task one worker fails permanently, the other does too.
+ *
+ * @module
+ */
+
+import * as bounds from "../bounds.js";
+import { TaskfleetError } from "../errors.js";
+import { MAX_PAYLOAD_BYTES } from "./limits.js";
+
+/** How much of an error's text is kept on the task. */
+export const MAX_ERROR_CHARS = 2000;
+
+/**
+ * Thrown by a handler: this task can never succeed. It goes dead at once, reason
+ * `permanent`, with this message as its error; no attempt is left to retry.
+ */
+export class PermanentFailure extends TaskfleetError {}
+
+/** Most retries a handler may ask for per task before they count as failed attempts. */
+export const MAX_DEFERRALS = 20;
+
+/**
+ * Thrown by a handler: run this task again after `delay` seconds (an upstream rate
+ * limit's Retry-After, a dependency that is down). The cause is outside the task, so the
+ * attempt is given back, up to 20 times per task; past that each one counts as a failed
+ * attempt and `maxAttempts` ends the task. The retry waits `delay` either way.
+ */
+export class RetryAfter extends TaskfleetError {
+  /** Seconds to wait before the task runs again. */
+  readonly delay: number;
+
+  constructor(delay: number, message = "") {
+    if (typeof delay !== "number") throw new TypeError(`RetryAfter needs a delay in seconds, not ${typeof delay}`);
+    if (!(delay >= 0 && delay <= bounds.MAX_DELAY_S)) {
+      throw new RangeError(`RetryAfter delay must be 0..${bounds.MAX_DELAY_S} s, not ${delay}`);
+    }
+    super(message);
+    this.delay = delay;
+  }
+}
+
+/** What a handler's error asks for: dead at once, or a retry after a delay. */
+export interface Verdict {
+  readonly permanent: boolean;
+  readonly retryAfterMs: number | null;
+}
+
+function oneLine(text: string): string {
+  let line = text.replace(/[\r\n]+/g, " ").trim();
+  if (line.length > MAX_ERROR_CHARS) line = `${line.slice(0, MAX_ERROR_CHARS - 3)}...`;
+  return line.toWellFormed();
+}
+
+function typeName(error: unknown): string {
+  try {
+    if (error instanceof Error) {
+      const name = error.name;
+      return typeof name === "string" && name !== "" ? name : "Error";
+    }
+  } catch {
+    // a getter that throws
+  }
+  return "Error";
+}
+
+/**
+ * `Type: message` on one line, truncated: what a task records about a failed attempt.
+ * Never throws, whatever was thrown (a string, an object whose getters throw).
+ */
+export function formatError(error: unknown): string {
+  const name = typeName(error);
+  let message: string;
+  try {
+    if (error instanceof Error) {
+      const m: unknown = error.message; // a hostile subclass may make it anything
+      message = typeof m === "string" ? m : "(the error's message is not text)";
+    }
+    else if (typeof error === "string") message = error;
+    else message = `${typeof error} thrown: ${String(error)}`;
+  } catch {
+    message = "(the error's message could not be read)";
+  }
+  return oneLine(`${name}: ${message.slice(0, MAX_ERROR_CHARS + 1)}`);
+}
+
+/** Whether `error` is a `kind` (by class, or by name: a second copy of this package in a handler's tree). */
+function isA(error: unknown, kind: typeof PermanentFailure | typeof RetryAfter): boolean {
+  return error instanceof kind || (error instanceof Error && error.name === kind.name);
+}
+
+/** The verdict a `PermanentFailure` or `RetryAfter` carries; null for others (and a broken RetryAfter). */
+export function verdictOf(error: unknown): Verdict | null {
+  try {
+    if (isA(error, PermanentFailure)) return { permanent: true, retryAfterMs: null };
+    if (!isA(error, RetryAfter)) return null;
+    const delay: unknown = (error as { delay?: unknown }).delay;
+    if (typeof delay !== "number" || !(delay >= 0 && delay <= bounds.MAX_DELAY_S)) return null;
+    return { permanent: false, retryAfterMs: Math.trunc(delay * 1000) };
+  } catch {
+    return null;
+  }
+}
+
+/** What a handler's error makes of its attempt: the error text and the verdict; never throws. */
+export function failureOf(error: unknown): [string, Verdict | null] {
+  let text = formatError(error);
+  if (error instanceof ResultTooLarge) return [text, { permanent: true, retryAfterMs: null }];
+  const verdict = verdictOf(error);
+  if (verdict === null && isA(error, RetryAfter)) {
+    text = oneLine(`${text} (RetryAfter without a valid delay: retried after backoff)`);
+  }
+  return [text, verdict];
+}
+
+/** A handler's result is over what Redis can store. */
+export class ResultTooLarge extends TaskfleetError {}
+
+/** A handler's result is no JSON data (a bigint, NaN, a function...). */
+export class ResultNotJSON extends TaskfleetError {
+  override readonly name = "TypeError";
+}
+
+/**
+ * The handler's return value as JSON text (`undefined` and `null` are `null`); throws
+ * `ResultNotJSON` for what JSON can't hold exactly (NaN, infinities, a bigint, a cycle),
+ * `ResultTooLarge` past what any task may store.
+ */
+export function encodeResult(value: unknown): string {
+  if (value === undefined || value === null) return "null";
+  let text: unknown;
+  try {
+    text = JSON.stringify(value, (_key, v: unknown): unknown => {
+      if (typeof v === "number" && !Number.isFinite(v)) throw new Error(`Out of range float values are not JSON compliant: ${v}`);
+      if (typeof v === "bigint") throw new Error("a bigint is not JSON");
+      return v;
+    });
+  } catch (error) {
+    throw new ResultNotJSON(`handler result is not JSON-serialisable: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  if (typeof text !== "string") throw new ResultNotJSON(`handler result is not JSON-serialisable: a ${typeof value}`);
+  const size = Buffer.byteLength(text, "utf8");
+  if (size > MAX_PAYLOAD_BYTES) {
+    throw new ResultTooLarge(`handler result is ${size} bytes, over the ${MAX_PAYLOAD_BYTES} any task may store`);
+  }
+  return text;
+}

@@ -1,0 +1,215 @@
+/**
+ * Outcomes and reports on their way to Redis (the Python worker's `outbox.py`,
+ * `writing.py` and `reporting.py`).
+ *
+ * - `Outbox`: handlers' outcomes as they come; one flush loop writes whatever gathered
+ *   while the previous write was in flight, in one call per kind. A batch that fails on
+ *   an outage waits for the gate; each outcome leaves its batch once written, so a retry
+ *   never repeats one.
+ * - `OutcomeWriter`: completions, with a claim for the slots they free in the same call
+ *   (unless draining or the claim loop waits for a producer's wake-up), and failures.
+ * - `Reports`: handlers' progress and costs, the latest per run, written at most every
+ *   half second in one call, fenced by each run's token.
+ *
+ * @module
+ */
+
+import type { Broker, ClaimResult, Report } from "./broker.js";
+import { CANCELLED, RESULT_TOO_LARGE } from "./broker.js";
+import type { Execution, Outcome, OutcomeSink } from "./execution.js";
+import { Flag, sleep, waitAny } from "./flag.js";
+import { classify } from "./faults.js";
+import type { RedisGate } from "./gate.js";
+import { MAX_BATCH } from "./limits.js";
+import { logEvent } from "./log.js";
+
+/** At most one report write per worker process this often. */
+export const REPORT_INTERVAL_MS = 500;
+
+/** Whether an error is an outage to wait out (or a refusal the gate stops on). */
+export function isRedisDown(error: unknown): boolean {
+  const found = classify(error);
+  return found !== null && found.policy !== "fail task";
+}
+
+export class Outbox implements OutcomeSink {
+  /** Set when outcomes are added (and to stop the loop). */
+  readonly ready = new Flag();
+  private items: Outcome[] = [];
+
+  constructor(
+    private readonly write: (batch: Outcome[]) => Promise<void>,
+    private readonly gate: RedisGate,
+    private readonly giveUp: Flag,
+  ) {}
+
+  get size(): number {
+    return this.items.length;
+  }
+
+  add(outcome: Outcome): void {
+    this.items.push(outcome);
+    this.ready.set();
+  }
+
+  /** The flush loop: write what gathers until `until` is set. */
+  async serve(until: Flag): Promise<void> {
+    for (;;) {
+      await this.ready.wait();
+      if (until.isSet()) return;
+      this.ready.clear();
+      await new Promise((r) => setImmediate(r)); // let outcomes of this turn join the batch
+      await this.flush(until);
+    }
+  }
+
+  /** Write everything, waiting out outages; return early on a forced stop. */
+  async flush(until?: Flag): Promise<void> {
+    while (this.items.length > 0) {
+      const batch = this.items.slice(0, MAX_BATCH);
+      this.items = this.items.slice(MAX_BATCH);
+      try {
+        await this.write(batch);
+      } catch (error) {
+        this.items = [...batch, ...this.items];
+        if (!isRedisDown(error)) throw error;
+        if (this.giveUp.isSet()) return;
+        const flags = until === undefined || until.isSet() ? [this.giveUp] : [this.giveUp, until];
+        await this.gate.waitOut(error, ...flags);
+        if (until !== undefined && until.isSet() && flags.length > 1) return;
+      }
+    }
+  }
+}
+
+/** Writes batches of outcomes for one worker. */
+export class OutcomeWriter {
+  constructor(
+    private readonly broker: Broker,
+    private readonly execution: Execution,
+    private readonly reports: Reports,
+    private readonly take: (tasks: ClaimResult["tasks"]) => Promise<void>,
+    private readonly mayClaim: () => boolean,
+    private readonly slotFreed: Flag,
+  ) {}
+
+  /** Write `batch`, removing each outcome once written (so a retry never repeats it). */
+  async write(batch: Outcome[]): Promise<void> {
+    try {
+      if (this.reports.size > 0) await writeReports(this.broker, this.reports);
+      const done = batch.filter((o) => o.error === null);
+      if (done.length > 0) await this.complete(batch, done);
+      while (batch.length > 0) {
+        const outcome = batch[0] as Outcome;
+        const verdict = outcome.verdict;
+        const permanent = verdict?.permanent === true;
+        const state = await this.broker.fail(
+          outcome.run.task.id,
+          outcome.run.task.token,
+          outcome.error ?? "",
+          !permanent,
+          permanent ? "permanent" : "",
+          verdict?.retryAfterMs ?? null,
+        );
+        batch.shift();
+        this.execution.finish(outcome, state !== null, "task_failed", {
+          dead: state === "dead",
+          cancelled: state === "cancelled",
+          deferred: state === "delayed" && verdict?.retryAfterMs !== null && verdict?.retryAfterMs !== undefined,
+        });
+      }
+    } finally {
+      if (this.execution.free() > 0) this.slotFreed.set();
+    }
+  }
+
+  private async complete(batch: Outcome[], done: Outcome[]): Promise<void> {
+    const execution = this.execution;
+    const items = done.map((o): [string, string, string | null] => [o.run.task.id, o.run.task.token, o.result]);
+    // held still counts the completed ones: the slots they free are theirs to refill
+    const n = Math.max(0, Math.min(done.length, execution.free() + done.length, MAX_BATCH));
+    let claimed: ClaimResult | null = null;
+    let applied: number[];
+    if (n <= 0 || !this.mayClaim()) {
+      applied = await this.broker.complete(items);
+    } else {
+      [applied, claimed] = await this.broker.completeAndClaim(items, n);
+    }
+    done.forEach((outcome, i) => {
+      batch.splice(batch.indexOf(outcome), 1);
+      const code = applied[i];
+      if (code === CANCELLED) {
+        execution.finish(outcome, true, "task_cancelled", { cancelled: true });
+      } else if (code === RESULT_TOO_LARGE) {
+        outcome.result = null;
+        outcome.error = "result too large for the queue's max_payload_bytes";
+        execution.finish(outcome, true, "task_failed", { dead: true, reason: "result too large" });
+      } else {
+        execution.finish(outcome, code === 1, "task_done");
+      }
+    });
+    if (claimed !== null && claimed.tasks.length > 0) await this.take(claimed.tasks);
+  }
+}
+
+/** The reports not yet written, the latest per run. */
+export class Reports {
+  readonly ready = new Flag();
+  private pending = new Map<string, Report>();
+
+  get size(): number {
+    return this.pending.size;
+  }
+
+  /** Queue a report: a newer progress or cost replaces the older. */
+  add(taskId: string, token: string, progress: string | null, cost: number | null): void {
+    const key = `${taskId}\0${token}`;
+    const old = this.pending.get(key);
+    this.pending.set(key, { taskId, token, progress: progress ?? old?.progress ?? null, cost: cost ?? old?.cost ?? null });
+    this.ready.set();
+  }
+
+  take(): Report[] {
+    const reports = [...this.pending.values()];
+    this.pending = new Map();
+    this.ready.clear();
+    return reports;
+  }
+
+  /** Reports whose write failed: kept unless a newer one of the run came meanwhile. */
+  putBack(reports: readonly Report[]): void {
+    for (const r of reports) if (!this.pending.has(`${r.taskId}\0${r.token}`)) this.add(r.taskId, r.token, r.progress, r.cost);
+  }
+}
+
+/** Write what is pending now, in one call; on an outage the reports are kept and the error goes on. */
+export async function writeReports(broker: Broker, reports: Reports): Promise<void> {
+  const batch = reports.take();
+  if (batch.length === 0) return;
+  let applied: boolean[];
+  try {
+    applied = await broker.report(batch);
+  } catch (error) {
+    if (isRedisDown(error)) reports.putBack(batch);
+    throw error;
+  }
+  const refused = applied.filter((ok) => !ok).length;
+  if (refused > 0) logEvent("debug", "reports_refused", { reports: refused });
+}
+
+/** Write reports as they come, one call per interval at most, until `closing` (then once more). */
+export async function reportLoop(broker: Broker, reports: Reports, gate: RedisGate, closing: Flag, stopRequested: Flag): Promise<void> {
+  for (;;) {
+    await waitAny([reports.ready, closing]);
+    try {
+      await writeReports(broker, reports);
+    } catch (error) {
+      if (!isRedisDown(error)) throw error;
+      if (closing.isSet() || stopRequested.isSet()) return;
+      await gate.waitOut(error, stopRequested, closing);
+      continue;
+    }
+    if (closing.isSet()) return;
+    await sleep(REPORT_INTERVAL_MS, closing);
+  }
+}

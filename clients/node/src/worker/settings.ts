@@ -1,0 +1,144 @@
+/**
+ * What a `Worker` takes, with the Python worker's defaults and checks
+ * (`worker/settings.py`): a setting it refuses, it refuses with the same one line.
+ *
+ * @module
+ */
+
+import * as bounds from "../bounds.js";
+import { InvalidArgument } from "../errors.js";
+import { validateQueueName } from "../keys.js";
+import { formatG } from "../pyformat.js";
+import { parseRedisURL } from "../redisurl.js";
+import type { HandlerFn } from "./handlers.js";
+import { MAX_CONCURRENCY, MAX_PREFETCH, MIN_HEARTBEAT_S, MIN_LEASE_TTL_S } from "./limits.js";
+
+/** How a `Worker` runs. Times are in seconds, as the CLI's options. */
+export interface WorkerOptions {
+  /** The handler of tasks enqueued without a name. */
+  readonly handler?: HandlerFn;
+  /** Handlers of named tasks (`enqueue(..., { name })`), by name. */
+  readonly handlers?: Readonly<Record<string, HandlerFn>>;
+  /** Default `redis://localhost:6379/0`; see `QueueOptions.redisUrl`. */
+  readonly redisUrl?: string;
+  /**
+   * Worker name, unique among the queue's live workers (in Kubernetes: the pod's name). A
+   * restart under the same name takes back its earlier tasks; a start under the name of a
+   * live worker is refused. Default `<hostname>-<pid>-<random>`.
+   */
+  readonly pod?: string;
+  /** Tasks this worker runs at once (default 1). */
+  readonly concurrency?: number;
+  /** Seconds in-flight tasks may finish after a drain begins before they are released (default 30). */
+  readonly drainTimeout?: number;
+  /** Seconds between heartbeats (default 5; shortened to fit the queue's lease TTL). */
+  readonly heartbeatInterval?: number;
+  /** The lease TTL this worker expects; the queue's config sets it (a difference is logged). */
+  readonly leaseTtl?: number;
+  /** Seconds a task may run unless it sets its own timeout (default: none). */
+  readonly taskTimeout?: number;
+  /** Where `worker.json` is kept for `drain` (default: none is written). */
+  readonly runtimeDir?: string;
+  /** Fire the queue's due schedules in the background (default true). */
+  readonly fireSchedules?: boolean;
+  /** Start even if Redis' maxmemory-policy may delete keys (default false: refuse). */
+  readonly allowEviction?: boolean;
+  /** Accepted for the CLI's sake; handlers run on the event loop, so nothing is prefetched. */
+  readonly prefetch?: number;
+  /** Longest blocking wait for work, seconds (default 1). */
+  readonly idleWait?: number;
+}
+
+/** Settings checked, with defaults filled in. */
+export interface Settings {
+  readonly queue: string;
+  readonly redisUrl: string;
+  readonly pod: string;
+  readonly incarnation: string;
+  readonly concurrency: number;
+  readonly drainTimeout: number;
+  readonly heartbeatInterval: number;
+  readonly leaseTtl: number | null;
+  readonly taskTimeout: number | null;
+  readonly runtimeDir: string | null;
+  readonly fireSchedules: boolean;
+  readonly allowEviction: boolean;
+  readonly idleWait: number;
+  readonly backoffBase: number;
+  readonly backoffMax: number;
+}
+
+/** How long any one Redis call may go without a reply before it counts as an outage (ms). */
+export function replyTimeoutMs(settings: Settings): number {
+  return Math.max(2, settings.idleWait + 2) * 1000;
+}
+
+const fail = (message: string): never => {
+  throw new InvalidArgument(message);
+};
+
+/** `options` checked; `InvalidArgument` says what to fix in one line. */
+export function checkSettings(queue: string, options: WorkerOptions, pod: string, incarnation: string): Settings {
+  const concurrency = options.concurrency ?? 1;
+  if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_CONCURRENCY) {
+    fail(`concurrency must be within 1..${MAX_CONCURRENCY}, got ${String(concurrency)} (for more, run more processes or pods)`);
+  }
+  const prefetch = options.prefetch;
+  if (prefetch !== undefined && (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > MAX_PREFETCH)) {
+    fail(`prefetch must be within 0..${MAX_PREFETCH}, got ${String(prefetch)}`);
+  }
+  const heartbeat = options.heartbeatInterval ?? 5;
+  const drain = options.drainTimeout ?? 30;
+  const leaseTtl = options.leaseTtl ?? null;
+  const taskTimeout = options.taskTimeout ?? null;
+  const durations: [string, number | null, number][] = [
+    ["heartbeat interval", heartbeat, bounds.MAX_DURATION_S],
+    ["lease TTL", leaseTtl, bounds.MAX_DURATION_S],
+    ["drain timeout", drain, bounds.MAX_TIMEOUT_S],
+    ["task timeout", taskTimeout, bounds.MAX_TIMEOUT_S],
+  ];
+  for (const [what, value] of durations) {
+    if (value !== null && (typeof value !== "number" || !Number.isFinite(value))) {
+      fail(`${what} must be a finite number of seconds, got ${String(value)}`);
+    }
+  }
+  for (const [what, value, bound] of durations) {
+    if (value !== null && value > bound) fail(`${what} must be at most ${formatG(bound)} seconds, got ${formatG(value)}`);
+  }
+  if (heartbeat < MIN_HEARTBEAT_S) fail(`heartbeat interval must be at least ${formatG(MIN_HEARTBEAT_S)} seconds, got ${formatG(heartbeat)}`);
+  if (leaseTtl !== null && leaseTtl < MIN_LEASE_TTL_S) {
+    fail(`lease TTL must be at least ${formatG(MIN_LEASE_TTL_S)} seconds, got ${formatG(leaseTtl)}`);
+  }
+  if (leaseTtl !== null && heartbeat * 2 > leaseTtl) {
+    fail(
+      `heartbeat interval (${formatG(heartbeat)}s) must be at most half the lease TTL (${formatG(leaseTtl)}s), ` +
+        "or one late beat loses every lease",
+    );
+  }
+  if (drain < 0) fail("drain timeout must not be negative");
+  if (taskTimeout !== null && taskTimeout <= 0) fail("task timeout must be positive");
+  const idleWait = options.idleWait ?? 1;
+  if (!(Number.isFinite(idleWait) && idleWait > 0 && idleWait <= 60)) fail("idle wait must be within (0, 60] seconds");
+  validateQueueName(queue);
+  const redisUrl = options.redisUrl ?? "redis://localhost:6379/0";
+  parseRedisURL(redisUrl);
+  if (pod === "") fail("pod name must not be empty");
+  if (pod.includes("\0")) fail("pod name must not contain NUL");
+  return {
+    queue,
+    redisUrl,
+    pod,
+    incarnation,
+    concurrency,
+    drainTimeout: drain,
+    heartbeatInterval: heartbeat,
+    leaseTtl,
+    taskTimeout,
+    runtimeDir: options.runtimeDir ?? null,
+    fireSchedules: options.fireSchedules ?? true,
+    allowEviction: options.allowEviction ?? false,
+    idleWait,
+    backoffBase: 0.1,
+    backoffMax: 5,
+  };
+}

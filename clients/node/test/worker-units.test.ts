@@ -1,0 +1,102 @@
+// The worker's pure parts: claim records read as the Python worker reads them, progress
+// and errors as it stores them, schedule plans, the command line and its variables.
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { BadInput, parseArgs } from "../src/cli.js";
+import { Served, parseClaimRecords } from "../src/worker/claimed.js";
+import { progressJson } from "../src/worker/context.js";
+import { PermanentFailure, RetryAfter, encodeResult, failureOf, formatError } from "../src/worker/failures.js";
+import { plan } from "../src/worker/loops.js";
+
+const record = (...fields: string[]): string => fields.join("\0");
+
+describe("claim records", () => {
+  it("reads ten fields, nine (a producer's hand-off), names, and refuses what can't run", () => {
+    const served = new Served(new Set(["shout"]), true);
+    const [tasks, bad] = parseClaimRecords(
+      [
+        record("a", "t:1", "1", "3", "", "0", "5", "1", "12", '{"x":1}'),
+        record("b", "p.0:1", "2", "3", "2.5", "1", "0", "4", "\x01shout\x01{}"),
+        record("c", "t:2", "x", "3", "", "0", "0", "1", "", "{}"),
+        record("d", "t:3", "1", "3", "", "0", "0", "1", "", "[1]"),
+        record("e", "t:4", "1", "3", "", "0", "0", "1", "", "\x01other\x01{}"),
+        record("f", "t:5", "1", "3", "", "0", "0", "1", "", "{nope"),
+        "names no task",
+      ],
+      served,
+    );
+    assert.deepEqual(
+      tasks.map((t) => [t.id, t.token, t.attempts, t.timeout, t.lost, t.priority, t.cost, t.waited, t.name, t.payload]),
+      [
+        ["a", "t:1", 1, null, 0, 5, 1, 0.012, null, { x: 1 }],
+        ["b", "p.0:1", 2, 2.5, 1, 0, 4, null, "shout", {}],
+      ],
+    );
+    assert.deepEqual(
+      bad.map(([id, , error, reason]) => [id, reason, error]),
+      [
+        ["c", "bad task", "task unreadable: attempts 'x' is not an integer"],
+        ["d", "bad payload", "payload is not a JSON object"],
+        ["e", "unknown task", "no handler for task name 'other'; this worker serves 'shout' and tasks without a name"],
+        ["f", "bad payload", bad[3]?.[2] ?? ""],
+      ],
+    );
+    assert.match(bad[3]?.[2] ?? "", /^payload is not valid JSON: /);
+  });
+});
+
+describe("what a run stores", () => {
+  it("writes progress as the Python worker does, and refuses what is not progress", () => {
+    assert.equal(progressJson({ done: 3, total: 4, message: "m" }), '{"done":3,"total":4,"fraction":0.75,"message":"m"}');
+    assert.equal(progressJson({ fraction: 1 / 3 }), '{"fraction":0.333333}');
+    assert.throws(() => progressJson({ fraction: 2 }), /within \[0, 1\]/);
+    assert.throws(() => progressJson({}), /needs a fraction/);
+  });
+
+  it("stores an error as one line, and reads what PermanentFailure and RetryAfter ask for", () => {
+    assert.equal(formatError(new TypeError("a\nb")), "TypeError: a b");
+    assert.equal(formatError("plain"), "Error: plain");
+    assert.deepEqual(failureOf(new PermanentFailure("no")), ["PermanentFailure: no", { permanent: true, retryAfterMs: null }]);
+    assert.deepEqual(failureOf(new RetryAfter(1.5)), ["RetryAfter:", { permanent: false, retryAfterMs: 1500 }]);
+    const foreign = new Error("from another copy of the package");
+    foreign.name = "PermanentFailure";
+    assert.deepEqual(failureOf(foreign)[1], { permanent: true, retryAfterMs: null });
+    assert.throws(() => new RetryAfter(-1), RangeError);
+    assert.equal(encodeResult(undefined), "null");
+    assert.equal(encodeResult({ a: [1, "é"] }), '{"a":[1,"é"]}');
+    assert.throws(() => encodeResult({ n: NaN }), /not JSON-serialisable/);
+    assert.throws(() => encodeResult(10n), /not JSON-serialisable/);
+  });
+});
+
+describe("schedule plans", () => {
+  const due = { name: "s", rev: "1", cron: "* * * * *", tz: "UTC", catchup: "latest", catchupLimit: 1, jitterMs: 0 };
+
+  it("fires the due slot on time, the latest one after downtime, and each up to the limit with catchup all", () => {
+    assert.deepEqual(plan({ ...due, nextSlot: 600 }, 630_000), { name: "s", rev: "1", expected: 600, slots: [600], skipped: 0, nextSlot: 660, nextDueMs: 660_000 });
+    const late = plan({ ...due, nextSlot: 600 }, 900_000);
+    assert.deepEqual([late.slots, late.skipped, late.nextSlot], [[900], 5, 960]);
+    const all = plan({ ...due, nextSlot: 600, catchup: "all", catchupLimit: 10 }, 900_000);
+    assert.deepEqual([all.slots, all.skipped], [[600, 660, 720, 780, 840, 900], 0]);
+    const bad = plan({ ...due, nextSlot: 600, cron: "nonsense" }, 900_000);
+    assert.deepEqual([bad.slots, bad.nextSlot], [[], null]);
+  });
+});
+
+describe("the command line", () => {
+  const opts = [
+    { name: "queue", kind: "string", env: "TASKFLEET_QUEUE", help: "" },
+    { name: "handler", kind: "multi", env: "TASKFLEET_HANDLER", help: "" },
+    { name: "concurrency", kind: "int", env: "TASKFLEET_CONCURRENCY", help: "" },
+    { name: "fire-schedules", kind: "bool", env: "TASKFLEET_FIRE_SCHEDULES", help: "" },
+  ] as const;
+
+  it("takes flags first, then TASKFLEET_* variables (handlers separated by spaces)", () => {
+    const env = { TASKFLEET_QUEUE: "from-env", TASKFLEET_HANDLER: "./a.js:f  b=./b.js:g", TASKFLEET_CONCURRENCY: "3", TASKFLEET_FIRE_SCHEDULES: "false" };
+    assert.deepEqual(parseArgs(["--queue=q"], opts, env), { queue: "q", handler: ["./a.js:f", "b=./b.js:g"], concurrency: 3, "fire-schedules": false });
+    assert.deepEqual(parseArgs(["--no-fire-schedules", "--handler", "x:y", "--handler", "z:w"], opts, {}), { "fire-schedules": false, handler: ["x:y", "z:w"] });
+    assert.throws(() => parseArgs([], opts, { TASKFLEET_CONCURRENCY: "2x" }), (e: unknown) => e instanceof BadInput && /TASKFLEET_CONCURRENCY/.test(e.message));
+    assert.throws(() => parseArgs(["--queue"], opts, {}), /requires an argument/);
+  });
+});
