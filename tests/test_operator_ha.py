@@ -131,11 +131,22 @@ def test_the_older_replica_works_the_other_waits_and_takes_over_when_it_is_kille
                 served_by=first,
                 who="the working replica",
             )
-            found: dict[str, Any] = custom.get_cluster_custom_object(
-                "kopf.dev", "v1", "clusterkopfpeerings", peering
+
+            def both_peers() -> dict[str, Any] | None:
+                found: Any = custom.get_cluster_custom_object(
+                    "kopf.dev", "v1", "clusterkopfpeerings", peering
+                )
+                status: dict[str, Any] = found.get("status") or {}
+                return status if set(status) == {"replica-a", "replica-b"} else None
+
+            # the younger replica writes its keep-alive once it has started, which a busy
+            # machine may delay past the queue's first sweep
+            peers = wait_for(
+                both_peers,
+                timeout=APISERVER_TIMEOUT_S,
+                interval=APISERVER_INTERVAL_S,
+                what=lambda: f"both replicas in the peering object:\n{second.tail(3000)}",
             )
-            peers = found["status"]
-            assert set(peers) == {"replica-a", "replica-b"}, peers
             assert peers["replica-a"]["priority"] > peers["replica-b"]["priority"]
             # the younger replica, started paused, never resumed nor touched the queue
             assert RESUMED not in second.tail(10**6)
