@@ -6,10 +6,12 @@
 --- @include "to_dead"
 --- @include "promote_due"
 --- @include "expire_deadlines"
+--- @include "past_expired"
 --- @include "take_back_expired"
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
--- fleet run without the operator (promote due, expire deadlines, take back expired
--- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
+-- fleet run without the operator (promote due, take back expired leases, each at most
+-- `bound` tasks; expire deadlines, at most EXPIRE_PER_BOUND * `bound`). Shared by
+-- claim.lua and complete.lua.
 -- idle_ms > 0: the worker will block on its wake list if the queue runs dry; it is then
 -- registered in K_IDLE until now + idle_ms, for producers to hand it a task (hand_off).
 -- extra: how many of `want` are prefetch (tasks to wait in the worker for a free slot):
@@ -18,6 +20,11 @@
 -- for_any: records without waited_ms, the form workers of every version read (hand-offs,
 -- which a producer of any version makes for a worker of any version).
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
+-- Expired tasks take a read and a write each (expire_deadlines), so a claim clears twice
+-- as many of them as it does other housekeeping (a producer's hand-off, for_any, only
+-- `bound`); a stretch of them at the head of pending is stepped over (past_expired), so
+-- a live task behind any number of them is claimed by the first claim.
+local EXPIRE_PER_BOUND = 2
 local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
@@ -35,7 +42,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     want = want - #kept
   end
   promote_due(now, bound)
-  expire_deadlines(now, bound)
+  local _, backlog = expire_deadlines(now, for_any and bound or EXPIRE_PER_BOUND * bound)
   take_back_expired(now, bound)
 
   local max_conc = cfg_num('max_concurrency', 0)
@@ -70,16 +77,24 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   for _, rec in ipairs(kept) do out[#out + 1] = rec end
   local claimed = 0
   local blocked = false
-  -- Entries dropped on the way (expired, leftovers) count against the housekeeping bound:
-  -- a million expired tasks at the head of pending take many short calls, never one long
-  -- one (Redis answers nobody else while a script runs).
-  local skipped = 0
+  -- Entries dropped on the way (expired, leftovers) count against the housekeeping bound,
+  -- and stretches of expired tasks stepped over (`after`: the walk goes on above that
+  -- score) against one as large: a million expired tasks at the head of pending never
+  -- make one long call (Redis answers nobody else while a script runs), nor keep a live
+  -- task behind them waiting.
+  local skipped, stepped, after = 0, 0, nil
   local pod_key = K_POD .. pod
   -- Index updates of the claimed tasks go out in one call each, not one per task.
   local running, held = {}, {}
 
   while claimed < want and not blocked and skipped < bound do
-    local ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
+    local ids
+    if after then
+      ids = redis.call('ZRANGEBYSCORE', K_PENDING, '(' .. after, '+inf', 'LIMIT', 0,
+        want - claimed)
+    else
+      ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
+    end
     if #ids == 0 then break end
     local taken = {}
     for _, id in ipairs(ids) do
@@ -92,6 +107,13 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
       elseif v[8] and not v[10] and tonumber(v[8]) < now then
         -- only a task that never started expires: a retried, released or taken-back one
         -- already began its work, and a drain's release must not turn it dead
+        local past = backlog and stepped < bound and past_expired(id, now)
+        if past then
+          -- a run of them: expire_deadlines clears it, in this call and the next ones
+          after = past
+          stepped = stepped + 1
+          break
+        end
         redis.call('ZREM', K_PENDING, id)
         redis.call('ZREM', K_DEADLINES, id)
         to_dead(id, key, now, 'expired', 'not started before its deadline')
@@ -149,6 +171,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
 
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
+  if backlog then out[2] = 0 end  -- expired tasks left to clear: ask again at once
   out[1] = retry_after
   if redis.call('ZCARD', K_PENDING) > 0 then
     out[3] = 1
