@@ -55,8 +55,8 @@ def test_live_tasks_behind_any_number_of_expired_ones_are_claimed_by_the_first_c
     queue: Queue, make_broker: MakeBroker, redis_client: redis.Redis, backlog: int
 ) -> None:
     """The claim steps over the expired tasks (a run of deadlines: a task whose deadline
-    is ahead joins it) to the live ones, and says a backlog is left (next_due_ms 0: ask
-    again at once); each call clears a bounded slice of it. Work is counted in commands
+    is ahead joins it) to the live ones, and says a backlog is left (retry_after_ms 1:
+    ask again at once); each call clears a bounded slice of it. Work is counted in commands
     Redis ran (a script's own included), not timed: it does not grow with the backlog."""
     _expired_backlog(queue, redis_client, backlog)
     in_run = queue.enqueue({"in_run": True}, deadline=3600)
@@ -75,7 +75,7 @@ def test_live_tasks_behind_any_number_of_expired_ones_are_claimed_by_the_first_c
             first = [t.id for t in got.tasks]
         else:
             assert got.tasks == []
-        if got.next_due_ms != 0:
+        if got.retry_after_ms == 0:
             break
         assert got.more_pending
     assert first == [in_run, plain]

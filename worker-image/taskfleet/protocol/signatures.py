@@ -338,8 +338,8 @@ _ENQUEUE_REPLY = (
     "repeats an id of the call (nothing stored in these three cases)"
 )
 _CLAIM_REPLY = (
-    "[retry_after_ms, next_due_ms (-1 none, 0 expired tasks left to clear: ask again), "
-    "more (1 still pending), task...]: each task "
+    "[retry_after_ms (> 0: claim again after it; 1: expired tasks left to clear), "
+    "next_due_ms (-1 none), more (1 still pending), task...]: each task "
     "one string, fields joined by NUL, payload last: id, token, attempts, max_attempts, "
     "timeout_s ('' none), lost, priority, cost, waited_ms, payload (a task handed over by "
     "a producer has no waited_ms field)"

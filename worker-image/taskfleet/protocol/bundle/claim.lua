@@ -479,7 +479,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
 
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
-  if backlog then out[2] = 0 end  -- expired tasks left to clear: ask again at once
+  -- expired tasks left to clear: ask again at once (and not as an idle worker)
+  if backlog and retry_after == 0 then retry_after = 1 end
   out[1] = retry_after
   if redis.call('ZCARD', K_PENDING) > 0 then
     out[3] = 1
@@ -501,9 +502,10 @@ end
 --   claimed under a fleet-wide concurrency limit (see claim_tasks). Tokens: token base
 --   .. ':' .. i (the base is random, from the caller: Lua has no good randomness).
 -- Returns: {retry_after_ms, next_due_ms, more, task 1, task 2, ...}
---   retry_after_ms: >0 when a rate limit held tasks back: ms until capacity returns
---   next_due_ms: ms until the earliest delayed task is due, -1 if none; 0 while tasks
---     whose deadline passed are left to clear (more than a call expires): ask again at once
+--   retry_after_ms: >0: claim again after that many ms: a rate limit held tasks back (ms
+--     until capacity returns), or 1 while tasks whose deadline passed are left to clear
+--     (more than a call expires)
+--   next_due_ms: ms until the earliest delayed task is due, -1 if none
 --   more: 1 if tasks are still pending after this claim, else 0 (an idle worker that got
 --     fewer than n then waits for a wake-up instead of asking again)
 --   (tasks handed to this worker by producers while it was not waiting come first)

@@ -602,7 +602,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
 
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
-  if backlog then out[2] = 0 end  -- expired tasks left to clear: ask again at once
+  -- expired tasks left to clear: ask again at once (and not as an idle worker)
+  if backlog and retry_after == 0 then retry_after = 1 end
   out[1] = retry_after
   if redis.call('ZCARD', K_PENDING) > 0 then
     out[3] = 1
