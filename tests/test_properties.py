@@ -133,7 +133,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @rule(pod=st.sampled_from(PODS), n=st.integers(1, 4))
     def claim_with_the_smallest_bound(self, pod: str, n: int) -> None:
-        """Housekeeping bound 1: a claim expires at most 2 tasks, so a backlog of expired
+        """Housekeeping bound 1: a claim expires at most 1 task, so a backlog of expired
         ones is common and claims step over the runs of them (deadlines:runs)."""
         handed = self._handed(pod)
         self.claims += 1

@@ -46,8 +46,8 @@ def _commands(client: redis.Redis) -> int:
     return sum(int(v["calls"]) for k, v in stats.items() if k not in skip)
 
 
-#: Expired tasks a claim clears per call: EXPIRE_PER_BOUND (claim_tasks.lua) x its bound.
-CLAIM_EXPIRY_SLICE = 2 * CLAIM_HOUSEKEEPING_BOUND
+#: Expired tasks a claim clears per call: its housekeeping bound.
+CLAIM_EXPIRY_SLICE = CLAIM_HOUSEKEEPING_BOUND
 
 
 @pytest.mark.parametrize("backlog", [1000, 6000])

@@ -60,7 +60,7 @@ SWEEP_BOUND = 1000
 #: A sweep expires at most ``bound // SWEEP_EXPIRE_SHARE`` tasks per call (an expired task
 #: costs a read and a write of its record: a step of ``bound`` of them would be a long
 #: call); sweep.lua's ``EXPIRE_SHARE``.
-SWEEP_EXPIRE_SHARE = 5
+SWEEP_EXPIRE_SHARE = 10
 #: Packed call heads kept per client (one per script and queue); past it they are rebuilt.
 HEADS_CACHED = 1024
 

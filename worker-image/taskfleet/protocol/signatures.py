@@ -104,8 +104,8 @@ class Claim(NamedTuple):
     token_base: Annotated[Str, "random; task i claimed gets the token '<token_base>:<i>'"]
     bound: Annotated[
         Int,
-        "most tasks promoted or taken back per housekeeping step, and pending entries dropped "
-        "or runs of expired tasks stepped over; expired: twice as many",
+        "most tasks promoted, expired or taken back per housekeeping step, and pending entries "
+        "dropped or runs of expired tasks stepped over",
     ]
     idle_ms: Annotated[
         OptInt,
@@ -214,7 +214,7 @@ class TokenBase(NamedTuple):
 
 
 class Sweep(NamedTuple):
-    bound: Annotated[Int, "most tasks handled per step (expired: a fifth of it)"]
+    bound: Annotated[Int, "most tasks handled per step (expired: a tenth of it)"]
 
 
 class Watch(NamedTuple):

@@ -317,9 +317,8 @@ end
 
 -- includes/claim_tasks.lua
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
--- fleet run without the operator (promote due, take back expired leases, each at most
--- `bound` tasks; expire deadlines, at most EXPIRE_PER_BOUND * `bound`). Shared by
--- claim.lua and complete.lua.
+-- fleet run without the operator (promote due, expire deadlines, take back expired
+-- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
 -- idle_ms > 0: the worker will block on its wake list if the queue runs dry; it is then
 -- registered in K_IDLE until now + idle_ms, for producers to hand it a task (hand_off).
 -- extra: how many of `want` are prefetch (tasks to wait in the worker for a free slot):
@@ -328,11 +327,9 @@ end
 -- for_any: records without waited_ms, the form workers of every version read (hand-offs,
 -- which a producer of any version makes for a worker of any version).
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
--- Expired tasks take a read and a write each (expire_deadlines), so a claim clears twice
--- as many of them as it does other housekeeping (a producer's hand-off, for_any, only
--- `bound`); a stretch of them at the head of pending is stepped over (past_expired), so
--- a live task behind any number of them is claimed by the first claim.
-local EXPIRE_PER_BOUND = 2
+-- Expired tasks left after this call make the reply's retry_after_ms 1 (ask again at
+-- once); a run of them at the head of pending is stepped over (past_expired), so a live
+-- task behind any number of them is claimed by the first claim.
 local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
@@ -350,7 +347,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     want = want - #kept
   end
   promote_due(now, bound)
-  local _, backlog = expire_deadlines(now, for_any and bound or EXPIRE_PER_BOUND * bound)
+  local _, backlog = expire_deadlines(now, bound)
   take_back_expired(now, bound)
 
   local max_conc = cfg_num('max_concurrency', 0)
