@@ -79,7 +79,8 @@ def test_live_tasks_behind_any_number_of_expired_ones_are_claimed_by_the_first_c
             break
         assert got.more_pending
     assert first == [in_run, plain]
-    assert calls == -(-backlog // CLAIM_EXPIRY_SLICE)
+    # (more when a call stopped at its time budget: a slow or busy machine)
+    assert calls >= -(-backlog // CLAIM_EXPIRY_SLICE)
     # a read and a write per expired task; the step over the run, at most 8 + 2 log2(n)
     # commands (past_expired.lua); the rest of a claim, under 50
     assert most <= 2 * CLAIM_EXPIRY_SLICE + 8 + 2 * math.ceil(math.log2(backlog)) + 50, most

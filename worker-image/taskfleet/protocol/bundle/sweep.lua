@@ -125,12 +125,26 @@ end
 -- and waiters read, its record written) and the indexes in one command per call. A task
 -- whose hash is gone leaves every index it was in. Returns how many died and whether more
 -- deadlines have passed (a backlog: the caller says so, and is called again).
+-- Bounded in time too: past EXPIRE_BUDGET_US since it began (looked at every
+-- EXPIRE_CHECK tasks), it stops. A call the kernel preempted (a busy machine) then ends
+-- soon after it runs again, not a whole slice later; on a quiet one `limit` comes first.
+local EXPIRE_BUDGET_US = 1000
+local EXPIRE_CHECK = 10
 local function expire_deadlines(now, limit)
   local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. now, 'LIMIT', 0, limit)
   if #ids == 0 then return 0, false end
-  redis.call('ZREMRANGEBYRANK', K_DEADLINES, 0, #ids - 1)  -- exactly these: the lowest ranks
+  local t = redis.call('TIME')
+  local began = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local pending, delayed, dead = {}, {}, {}
-  for _, id in ipairs(ids) do
+  local done = #ids
+  for i, id in ipairs(ids) do
+    if i > EXPIRE_CHECK and i % EXPIRE_CHECK == 1 then
+      t = redis.call('TIME')
+      if tonumber(t[1]) * 1000000 + tonumber(t[2]) - began > EXPIRE_BUDGET_US then
+        done = i - 1
+        break
+      end
+    end
     local key = K_TASK .. id
     local v = redis.call('HMGET', key, 'state', 'waiters')
     local state = v[1]
@@ -146,6 +160,7 @@ local function expire_deadlines(now, limit)
       delayed[#delayed + 1] = id
     end
   end
+  redis.call('ZREMRANGEBYRANK', K_DEADLINES, 0, done - 1)  -- exactly these: the lowest ranks
   call_chunked('ZREM', K_PENDING, pending)
   call_chunked('ZREM', K_DELAYED, delayed)
   call_chunked('ZADD', K_DEAD, dead)
@@ -163,8 +178,8 @@ local function expire_deadlines(now, limit)
       redis.call('DEL', K_DEADLINE_RUNS)
     end
   end
-  local more = #ids == limit
-    and #redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. now, 'LIMIT', 0, 1) > 0
+  local more = done < #ids or (#ids == limit
+    and #redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. now, 'LIMIT', 0, 1) > 0)
   return n, more
 end
 -- includes/demand.lua
