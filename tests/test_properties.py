@@ -13,8 +13,10 @@ then ends cancelled, whatever its run writes), and a retried dead task is pendin
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,7 +31,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from taskfleet import CancelOutcome, Queue, QueueConfig, Task, TaskExists, TaskState
-from taskfleet.protocol.scripts import text
+from taskfleet.protocol.scripts import Ops, SyncScripts, text
 
 from tests.fixtures_redis import BlockingBroker
 
@@ -69,6 +71,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.held: dict[str, dict[str, str]] = {pod: {} for pod in PODS}
         self.cancel_acked: set[str] = set()  # cancel answered cancelled or requested
         self.replayed: Counter[str] = Counter()  # reasons of the dead tasks sent back
+        self.ops = Ops(self.queue.keys)
+        self.claims = 0
 
     def teardown(self) -> None:
         for broker in self.brokers.values():
@@ -92,6 +96,15 @@ class ProtocolMachine(RuleBasedStateMachine):
             ]
         )
         self.enqueued.update(ids)
+
+    @rule(n=st.integers(3, 8), priority=st.sampled_from([0, 5]))
+    def enqueue_tasks_that_expire(self, n: int, priority: int) -> None:
+        """A run of deadlines that passes at once: a backlog for the small-bound claims."""
+        ids = self.queue.enqueue_many(
+            [{"payload": {"x": i}, "priority": priority, "deadline": 0.001} for i in range(n)]
+        )
+        self.enqueued.update(ids)
+        time.sleep(0.003)  # the deadlines pass: advancing real time is the point
 
     @precondition(lambda self: bool(self.enqueued))
     @rule(data=st.data())
@@ -117,6 +130,18 @@ class ProtocolMachine(RuleBasedStateMachine):
         # idle: a claim that empties the queue registers the pod for hand-offs by producers
         handed = self._handed(pod)
         self._took(pod, n + handed, self.brokers[pod].claim(n, idle_ms=5000 if idle else 0))
+
+    @rule(pod=st.sampled_from(PODS), n=st.integers(1, 4))
+    def claim_with_the_smallest_bound(self, pod: str, n: int) -> None:
+        """Housekeeping bound 1: a claim expires at most 1 task, so a backlog of expired
+        ones is common and claims step over the runs of them (deadlines:runs)."""
+        handed = self._handed(pod)
+        self.claims += 1
+        op = self.ops.claim(pod, "1", n, f"small{self.claims}", 1)
+        raw = SyncScripts.for_client(self.raw).run(op)
+        fields = [text(record).split("\0", 2) for record in raw.records]
+        tasks = [SimpleNamespace(id=f[0], token=f[1]) for f in fields]
+        self._took(pod, n + handed, SimpleNamespace(tasks=tasks))
 
     @rule(pod=st.sampled_from(PODS))
     def pop_a_hand_off(self, pod: str) -> None:
@@ -361,6 +386,26 @@ class ProtocolMachine(RuleBasedStateMachine):
         failed_ended = self._dead_with("failed") + replayed["failed"]
         assert stats["failed"] == stats["retried"] + failed_ended
         assert stats["expired"] == self._dead_with("expired") + replayed["expired"]
+
+    @invariant()
+    def every_run_of_deadlines_keeps_its_promise(self) -> None:
+        """docs/protocol.md 4.13: the pending tasks within a run's scores are never-started
+        tasks of one priority with a deadline, deadlines not decreasing with the score."""
+        pipe = self.raw.pipeline(transaction=True)
+        pipe.zrange(self.queue.keys.deadline_runs, 0, -1, withscores=True)
+        pipe.zrange(self.queue.keys.pending, 0, -1, withscores=True)
+        runs, pending = pipe.execute()
+        for member, hi in runs:
+            lo, last = (float(part) for part in text(member).split(":"))
+            assert lo <= hi and math.floor(lo / 1e12) == math.floor(hi / 1e12), (member, hi)
+            inside = [text(m) for m, score in pending if lo <= score <= hi]
+            hashes = self._hashes(inside)
+            deadlines = []
+            for task_id in inside:
+                h = hashes[task_id]
+                assert "deadline" in h and "started_at" not in h, (member, task_id, h)
+                deadlines.append(float(h["deadline"]))
+            assert deadlines == sorted(deadlines) and all(d <= last for d in deadlines)
 
     @invariant()
     def a_task_dead_as_expired_never_started(self) -> None:

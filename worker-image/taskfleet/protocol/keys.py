@@ -41,6 +41,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "schedules_owned",
     "cancelled",
     "waiter",
+    "deadline_runs",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -90,6 +91,12 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "ids of a producer's watched tasks as they finish, expiring a minute after its last "
         "push; the key is the prefix and the waiter's id",
     ),
+    "deadline_runs": (
+        "zset",
+        "stretches of pending holding only never-started tasks with a deadline, in deadline "
+        "order (a claim steps over their expired part at once), member '<lo>:<last deadline>'; "
+        "score: the stretch's highest pending score",
+    ),
 }
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -114,6 +121,7 @@ class QueueKeys:
         "cancelled",
         "config",
         "dead",
+        "deadline_runs",
         "deadlines",
         "delayed",
         "demand",
@@ -152,6 +160,9 @@ class QueueKeys:
         self.cancelled = p + "cancelled"
         # ids of tasks with a start deadline, score = deadline (ms): expiry without a scan
         self.deadlines = p + "deadlines"
+        # stretches of pending whose tasks all have a deadline, in deadline order: a claim
+        # steps over the expired part of one at once (lua/includes/deadline_run.lua)
+        self.deadline_runs = p + "deadlines:runs"
         self.pod_prefix = p + "pod:"
         self.workers = p + "workers"
         self.config = p + "config"

@@ -57,6 +57,10 @@ Arg = str | int | float | bytes
 #: Housekeeping bound per claim: keeps a claim short however large the backlog.
 CLAIM_HOUSEKEEPING_BOUND = 100
 SWEEP_BOUND = 1000
+#: A sweep expires at most ``bound // SWEEP_EXPIRE_SHARE`` tasks per call (an expired task
+#: costs a read and a write of its record: a step of ``bound`` of them would be a long
+#: call); sweep.lua's ``EXPIRE_SHARE``.
+SWEEP_EXPIRE_SHARE = 10
 #: Packed call heads kept per client (one per script and queue); past it they are rebuilt.
 HEADS_CACHED = 1024
 
@@ -274,10 +278,9 @@ class SweepResult:
 
     def saturated(self, bound: int = SWEEP_BOUND) -> bool:
         """A step hit the bound: there may be more to do, call again."""
-        return (
+        return self.expired >= max(1, bound // SWEEP_EXPIRE_SHARE) or (
             max(
                 self.promoted,
-                self.expired,
                 self.requeued + self.lost_dead,
                 self.pruned_done,
                 self.pruned_dead,

@@ -102,7 +102,11 @@ class Claim(NamedTuple):
     incarnation: Annotated[Str, "the worker's incarnation (one per process start)"]
     max_tasks: Annotated[Int, "most tasks to claim"]
     token_base: Annotated[Str, "random; task i claimed gets the token '<token_base>:<i>'"]
-    bound: Annotated[Int, "most tasks promoted, expired or taken back per housekeeping step"]
+    bound: Annotated[
+        Int,
+        "most tasks promoted, expired or taken back per housekeeping step, and pending entries "
+        "dropped or runs of expired tasks stepped over",
+    ]
     idle_ms: Annotated[
         OptInt,
         "> 0: if the queue runs dry, register the worker as idle that long (producers then hand "
@@ -210,7 +214,7 @@ class TokenBase(NamedTuple):
 
 
 class Sweep(NamedTuple):
-    bound: Annotated[Int, "most tasks handled per step"]
+    bound: Annotated[Int, "most tasks handled per step (expired: a tenth of it)"]
 
 
 class Watch(NamedTuple):
@@ -334,7 +338,8 @@ _ENQUEUE_REPLY = (
     "repeats an id of the call (nothing stored in these three cases)"
 )
 _CLAIM_REPLY = (
-    "[retry_after_ms, next_due_ms (-1 none), more (1 still pending), task...]: each task "
+    "[retry_after_ms (> 0: claim again after it; 1: expired tasks left to clear), "
+    "next_due_ms (-1 none), more (1 still pending), task...]: each task "
     "one string, fields joined by NUL, payload last: id, token, attempts, max_attempts, "
     "timeout_s ('' none), lost, priority, cost, waited_ms, payload (a task handed over by "
     "a producer has no waited_ms field)"

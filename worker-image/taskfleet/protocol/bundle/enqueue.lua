@@ -18,6 +18,7 @@ local K_WAKE = KEYS[18]
 local K_DEMAND = KEYS[19]
 local K_CANCELLED = KEYS[24]
 local K_WAITER = KEYS[25]
+local K_DEADLINE_RUNS = KEYS[26]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0"}
 local ARG_N = ARGV[1]
 local ARG_TOKEN_BASE = ARGV[2]
@@ -109,6 +110,41 @@ local function pending_score(priority, front)
   return -priority * BAND + HALF + seq
 end
 
+-- includes/deadline_run.lua
+-- deadline_run: a new task with a start deadline `deadline` joined pending at `score` (the
+-- highest FIFO score of its priority so far): note it in deadline_runs, so a claim can step
+-- over the expired part of a stretch of such tasks at once (past_expired.lua) instead of
+-- one task at a time.
+-- A run is one entry of deadline_runs: member '<lo>:<last deadline>', score hi. Every task
+-- in pending with a score in [lo, hi] is a never-started task of one priority with a start
+-- deadline, and their deadlines never decrease as the score grows. That stays true until
+-- the run's tasks are gone: new entries of a priority go above all of its FIFO scores, or
+-- below them (front), never between two; removals keep the order. So a task joins the run
+-- below it when both are of one priority, nothing is pending between them (its score is the
+-- next one, or ZCOUNT says so) and its deadline is not earlier than the run's last.
+-- The runs wholly below pending's head hold nothing: they go when a run is made.
+local RUN_BAND = 1e12  -- pending_score's BAND: the width of one priority's scores
+local function deadline_run(score, deadline)
+  local at = string.format('%.17g', score)
+  local below = redis.call('ZREVRANGEBYSCORE', K_DEADLINE_RUNS, '(' .. at, '-inf', 'WITHSCORES',
+    'LIMIT', 0, 1)
+  if #below > 0 then
+    local hi = tonumber(below[2])
+    local cut = string.find(below[1], ':', 1, true)
+    local last = tonumber(string.sub(below[1], cut + 1))
+    if deadline >= last and math.floor(hi / RUN_BAND) == math.floor(score / RUN_BAND)
+        and (score - hi == 1
+          or redis.call('ZCOUNT', K_PENDING, '(' .. below[2], '(' .. at) == 0) then
+      if deadline ~= last then redis.call('ZREM', K_DEADLINE_RUNS, below[1]) end
+      redis.call('ZADD', K_DEADLINE_RUNS, score,
+        string.sub(below[1], 1, cut) .. string.format('%.17g', deadline))
+      return
+    end
+  end
+  local head = redis.call('ZRANGE', K_PENDING, 0, 0, 'WITHSCORES')
+  if #head > 0 then redis.call('ZREMRANGEBYSCORE', K_DEADLINE_RUNS, '-inf', '(' .. head[2]) end
+  redis.call('ZADD', K_DEADLINE_RUNS, score, at .. ':' .. string.format('%.17g', deadline))
+end
 -- includes/create_task.lua
 -- create_task: store one new task (its key must not exist) and index it.
 --   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
@@ -131,8 +167,8 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = 'trace'
     fields[#fields + 1] = trace
   end
+  local at
   if deadline ~= '' then
-    local at
     if string.sub(deadline, 1, 1) == '@' then
       at = tonumber(string.sub(deadline, 2))
     else
@@ -147,7 +183,9 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
   if immediate then
     fields[#fields + 1] = 'state'
     fields[#fields + 1] = 'pending'
-    redis.call('ZADD', K_PENDING, pending_score(tonumber(priority), false), id)
+    local score = pending_score(tonumber(priority), false)
+    redis.call('ZADD', K_PENDING, score, id)
+    if at then deadline_run(score, at) end
   else
     run_at = now + delay_ms
     fields[#fields + 1] = 'state'
@@ -261,25 +299,96 @@ local function promote_due(now, limit)
 end
 
 -- includes/expire_deadlines.lua
--- Tasks not started by their deadline -> dead, reason "expired".
+-- Tasks not started by their deadline -> dead, reason "expired": up to `limit` of them,
+-- earliest deadline first, as to_dead ends a task but in two commands per task (its state
+-- and waiters read, its record written) and the indexes in one command per call. A task
+-- whose hash is gone leaves every index it was in. Returns how many died and whether more
+-- deadlines have passed (a backlog: the caller says so, and is called again).
+-- Bounded in time too: past EXPIRE_BUDGET_US since it began (looked at every
+-- EXPIRE_CHECK tasks), it stops. A call the kernel preempted (a busy machine) then ends
+-- soon after it runs again, not a whole slice later; on a quiet one `limit` comes first.
+local EXPIRE_BUDGET_US = 1000
+local EXPIRE_CHECK = 10
 local function expire_deadlines(now, limit)
   local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. now, 'LIMIT', 0, limit)
-  local n = 0
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', K_DEADLINES, id)
+  if #ids == 0 then return 0, false end
+  local t = redis.call('TIME')
+  local began = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local pending, delayed, dead = {}, {}, {}
+  local done = #ids
+  for i, id in ipairs(ids) do
+    if i > EXPIRE_CHECK and i % EXPIRE_CHECK == 1 then
+      t = redis.call('TIME')
+      if tonumber(t[1]) * 1000000 + tonumber(t[2]) - began > EXPIRE_BUDGET_US then
+        done = i - 1
+        break
+      end
+    end
     local key = K_TASK .. id
-    local state = redis.call('HGET', key, 'state')
+    local v = redis.call('HMGET', key, 'state', 'waiters')
+    local state = v[1]
     if state == 'pending' or state == 'delayed' then
-      redis.call('ZREM', K_PENDING, id)
-      redis.call('ZREM', K_DELAYED, id)
-      to_dead(id, key, now, 'expired', 'not started before its deadline')
-      bump('expired')
-      n = n + 1
+      if state == 'pending' then pending[#pending + 1] = id else delayed[#delayed + 1] = id end
+      dead[#dead + 1] = now
+      dead[#dead + 1] = id
+      redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
+        'error', 'not started before its deadline')
+      wake_waiters(id, key, v[2])
+    elseif not state then
+      pending[#pending + 1] = id
+      delayed[#delayed + 1] = id
     end
   end
-  return n
+  redis.call('ZREMRANGEBYRANK', K_DEADLINES, 0, done - 1)  -- exactly these: the lowest ranks
+  call_chunked('ZREM', K_PENDING, pending)
+  call_chunked('ZREM', K_DELAYED, delayed)
+  call_chunked('ZADD', K_DEAD, dead)
+  local n = #dead / 2
+  if n > 0 then
+    bump('expired', n)
+    bump('dead_total', n)
+  end
+  if #pending > 0 then
+    -- the runs (deadline_run.lua) wholly below pending's head hold nothing any more
+    local head = redis.call('ZRANGE', K_PENDING, 0, 0, 'WITHSCORES')
+    if #head > 0 then
+      redis.call('ZREMRANGEBYSCORE', K_DEADLINE_RUNS, '-inf', '(' .. head[2])
+    else
+      redis.call('DEL', K_DEADLINE_RUNS)
+    end
+  end
+  local more = done < #ids or (#ids == limit
+    and #redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. now, 'LIMIT', 0, 1) > 0)
+  return n, more
 end
-
+-- includes/past_expired.lua
+-- past_expired: where a claim's walk of pending may go on after `id`, a task at its head
+-- whose deadline passed: the score of the last expired task of the run (deadline_run.lua)
+-- that holds it, or nil when no run holds it (the claim then expires it itself). Deadlines
+-- never decrease within a run, so its expired tasks come first and the last one is found
+-- by halving: at most 8 + 2 log2(n) commands for a run of n, whatever part of it expired.
+-- Nothing is changed: expire_deadlines clears those tasks, earliest deadline first.
+local function past_expired(id, now)
+  local d = redis.call('ZSCORE', K_DEADLINES, id)
+  if not d or tonumber(d) >= now then return nil end
+  local p = redis.call('ZSCORE', K_PENDING, id)
+  local run = redis.call('ZRANGEBYSCORE', K_DEADLINE_RUNS, p, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #run == 0 or tonumber(string.match(run[1], '^[^:]+')) > tonumber(p) then return nil end
+  local function expired(rank)
+    local at = redis.call('ZRANGE', K_PENDING, rank, rank)[1]
+    local deadline = at and redis.call('ZSCORE', K_DEADLINES, at)
+    return deadline and tonumber(deadline) < now
+  end
+  -- ranks first..last are the run's tasks from id on; first is expired
+  local first = redis.call('ZRANK', K_PENDING, id)
+  local last = redis.call('ZCOUNT', K_PENDING, '-inf', run[2]) - 1
+  if expired(last) then return run[2] end
+  while last - first > 1 do
+    local mid = math.floor((first + last) / 2)
+    if expired(mid) then first = mid else last = mid end
+  end
+  return redis.call('ZRANGE', K_PENDING, first, first, 'WITHSCORES')[2]
+end
 -- includes/to_cancelled.lua
 -- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
 local function to_cancelled(id, key, now)
@@ -356,6 +465,9 @@ end
 -- for_any: records without waited_ms, the form workers of every version read (hand-offs,
 -- which a producer of any version makes for a worker of any version).
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
+-- Expired tasks left after this call make the reply's retry_after_ms 1 (ask again at
+-- once); a run of them at the head of pending is stepped over (past_expired), so a live
+-- task behind any number of them is claimed by the first claim.
 local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
@@ -373,7 +485,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     want = want - #kept
   end
   promote_due(now, bound)
-  expire_deadlines(now, bound)
+  local _, backlog = expire_deadlines(now, bound)
   take_back_expired(now, bound)
 
   local max_conc = cfg_num('max_concurrency', 0)
@@ -408,16 +520,24 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   for _, rec in ipairs(kept) do out[#out + 1] = rec end
   local claimed = 0
   local blocked = false
-  -- Entries dropped on the way (expired, leftovers) count against the housekeeping bound:
-  -- a million expired tasks at the head of pending take many short calls, never one long
-  -- one (Redis answers nobody else while a script runs).
-  local skipped = 0
+  -- Entries dropped on the way (expired, leftovers) count against the housekeeping bound,
+  -- and stretches of expired tasks stepped over (`after`: the walk goes on above that
+  -- score) against one as large: a million expired tasks at the head of pending never
+  -- make one long call (Redis answers nobody else while a script runs), nor keep a live
+  -- task behind them waiting.
+  local skipped, stepped, after = 0, 0, nil
   local pod_key = K_POD .. pod
   -- Index updates of the claimed tasks go out in one call each, not one per task.
   local running, held = {}, {}
 
   while claimed < want and not blocked and skipped < bound do
-    local ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
+    local ids
+    if after then
+      ids = redis.call('ZRANGEBYSCORE', K_PENDING, '(' .. after, '+inf', 'LIMIT', 0,
+        want - claimed)
+    else
+      ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
+    end
     if #ids == 0 then break end
     local taken = {}
     for _, id in ipairs(ids) do
@@ -430,6 +550,13 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
       elseif v[8] and not v[10] and tonumber(v[8]) < now then
         -- only a task that never started expires: a retried, released or taken-back one
         -- already began its work, and a drain's release must not turn it dead
+        local past = backlog and stepped < bound and past_expired(id, now)
+        if past then
+          -- a run of them: expire_deadlines clears it, in this call and the next ones
+          after = past
+          stepped = stepped + 1
+          break
+        end
         redis.call('ZREM', K_PENDING, id)
         redis.call('ZREM', K_DEADLINES, id)
         to_dead(id, key, now, 'expired', 'not started before its deadline')
@@ -487,6 +614,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
 
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
+  -- expired tasks left to clear: ask again at once (and not as an idle worker)
+  if backlog and retry_after == 0 then retry_after = 1 end
   out[1] = retry_after
   if redis.call('ZCARD', K_PENDING) > 0 then
     out[3] = 1

@@ -16,6 +16,7 @@ local K_NOTIFY = KEYS[15]
 local K_DEMAND = KEYS[19]
 local K_CANCELLED = KEYS[24]
 local K_WAITER = KEYS[25]
+local K_DEADLINE_RUNS = KEYS[26]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0"}
 local ARG_BOUND = ARGV[1]
 -- includes/now_ms.lua
@@ -94,6 +95,15 @@ end
 local function bump(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
 end
+-- includes/call_chunked.lua
+-- redis.call(cmd, key, unpack(args)) for a list built up by a batch, in chunks (unpack
+-- has a stack limit); an even chunk size keeps ZADD's score-member pairs together.
+local function call_chunked(cmd, key, args)
+  for i = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+  end
+end
+
 -- includes/wake_waiters.lua
 -- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
 -- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
@@ -109,39 +119,69 @@ local function wake_waiters(id, key, waiters)
   redis.call('HDEL', key, 'waiters')
 end
 
--- includes/to_dead.lua
-local function to_dead(id, key, now, reason, err)
-  redis.call('ZADD', K_DEAD, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  if err ~= nil then
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
-  else
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
-  end
-  bump('dead_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
-end
-
 -- includes/expire_deadlines.lua
--- Tasks not started by their deadline -> dead, reason "expired".
+-- Tasks not started by their deadline -> dead, reason "expired": up to `limit` of them,
+-- earliest deadline first, as to_dead ends a task but in two commands per task (its state
+-- and waiters read, its record written) and the indexes in one command per call. A task
+-- whose hash is gone leaves every index it was in. Returns how many died and whether more
+-- deadlines have passed (a backlog: the caller says so, and is called again).
+-- Bounded in time too: past EXPIRE_BUDGET_US since it began (looked at every
+-- EXPIRE_CHECK tasks), it stops. A call the kernel preempted (a busy machine) then ends
+-- soon after it runs again, not a whole slice later; on a quiet one `limit` comes first.
+local EXPIRE_BUDGET_US = 1000
+local EXPIRE_CHECK = 10
 local function expire_deadlines(now, limit)
   local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. now, 'LIMIT', 0, limit)
-  local n = 0
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', K_DEADLINES, id)
+  if #ids == 0 then return 0, false end
+  local t = redis.call('TIME')
+  local began = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local pending, delayed, dead = {}, {}, {}
+  local done = #ids
+  for i, id in ipairs(ids) do
+    if i > EXPIRE_CHECK and i % EXPIRE_CHECK == 1 then
+      t = redis.call('TIME')
+      if tonumber(t[1]) * 1000000 + tonumber(t[2]) - began > EXPIRE_BUDGET_US then
+        done = i - 1
+        break
+      end
+    end
     local key = K_TASK .. id
-    local state = redis.call('HGET', key, 'state')
+    local v = redis.call('HMGET', key, 'state', 'waiters')
+    local state = v[1]
     if state == 'pending' or state == 'delayed' then
-      redis.call('ZREM', K_PENDING, id)
-      redis.call('ZREM', K_DELAYED, id)
-      to_dead(id, key, now, 'expired', 'not started before its deadline')
-      bump('expired')
-      n = n + 1
+      if state == 'pending' then pending[#pending + 1] = id else delayed[#delayed + 1] = id end
+      dead[#dead + 1] = now
+      dead[#dead + 1] = id
+      redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
+        'error', 'not started before its deadline')
+      wake_waiters(id, key, v[2])
+    elseif not state then
+      pending[#pending + 1] = id
+      delayed[#delayed + 1] = id
     end
   end
-  return n
+  redis.call('ZREMRANGEBYRANK', K_DEADLINES, 0, done - 1)  -- exactly these: the lowest ranks
+  call_chunked('ZREM', K_PENDING, pending)
+  call_chunked('ZREM', K_DELAYED, delayed)
+  call_chunked('ZADD', K_DEAD, dead)
+  local n = #dead / 2
+  if n > 0 then
+    bump('expired', n)
+    bump('dead_total', n)
+  end
+  if #pending > 0 then
+    -- the runs (deadline_run.lua) wholly below pending's head hold nothing any more
+    local head = redis.call('ZRANGE', K_PENDING, 0, 0, 'WITHSCORES')
+    if #head > 0 then
+      redis.call('ZREMRANGEBYSCORE', K_DEADLINE_RUNS, '-inf', '(' .. head[2])
+    else
+      redis.call('DEL', K_DEADLINE_RUNS)
+    end
+  end
+  local more = done < #ids or (#ids == limit
+    and #redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. now, 'LIMIT', 0, 1) > 0)
+  return n, more
 end
-
 -- includes/demand.lua
 -- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
 -- it has new work: one element at most, so a burst signals once.
@@ -164,6 +204,19 @@ local function notify(n)
     redis.call('LPUSH', K_NOTIFY, unpack(tokens))
   end
   demand()
+end
+
+-- includes/to_dead.lua
+local function to_dead(id, key, now, reason, err)
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  if err ~= nil then
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
+  else
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
+  end
+  bump('dead_total')
+  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
 end
 
 -- includes/to_cancelled.lua
@@ -233,14 +286,16 @@ end
 -- sweep.lua
 -- sweep: the housekeeping pass of the operator (workers do the first three in claim).
 -- Arguments: ARG_BOUND (signatures.Sweep): max tasks handled per step and call (call again
---   while counts are at it).
+--   while counts are at it); expiry, whose tasks cost several times what the other steps'
+--   do, handles at most a tenth of it (EXPIRE_SHARE; claims clear a backlog as they go).
 -- Returns: {promoted, expired, requeued, lost_dead, pruned_done, pruned_dead,
 --   workers_dropped, pruned_cancelled}; cancelled tasks are kept dead_retention_s, like
 --   dead ones (someone may want to see what was cancelled and when)
 local bound = tonumber(ARG_BOUND)
 local now = now_ms()
 local promoted = promote_due(now, bound)
-local expired = expire_deadlines(now, bound)
+local EXPIRE_SHARE = 10  -- as scripts.SWEEP_EXPIRE_SHARE
+local expired = expire_deadlines(now, math.max(1, math.floor(bound / EXPIRE_SHARE)))
 local requeued, lost_dead = take_back_expired(now, bound)
 
 local function prune(zkey, retention_s)

@@ -7,7 +7,9 @@
 --   claimed under a fleet-wide concurrency limit (see claim_tasks). Tokens: token base
 --   .. ':' .. i (the base is random, from the caller: Lua has no good randomness).
 -- Returns: {retry_after_ms, next_due_ms, more, task 1, task 2, ...}
---   retry_after_ms: >0 when a rate limit held tasks back: ms until capacity returns
+--   retry_after_ms: >0: claim again after that many ms: a rate limit held tasks back (ms
+--     until capacity returns), or 1 while tasks whose deadline passed are left to clear
+--     (more than a call expires)
 --   next_due_ms: ms until the earliest delayed task is due, -1 if none
 --   more: 1 if tasks are still pending after this claim, else 0 (an idle worker that got
 --     fewer than n then waits for a wake-up instead of asking again)

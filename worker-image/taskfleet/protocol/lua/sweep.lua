@@ -1,6 +1,7 @@
 -- sweep: the housekeeping pass of the operator (workers do the first three in claim).
 -- Arguments: ARG_BOUND (signatures.Sweep): max tasks handled per step and call (call again
---   while counts are at it).
+--   while counts are at it); expiry, whose tasks cost several times what the other steps'
+--   do, handles at most a tenth of it (EXPIRE_SHARE; claims clear a backlog as they go).
 -- Returns: {promoted, expired, requeued, lost_dead, pruned_done, pruned_dead,
 --   workers_dropped, pruned_cancelled}; cancelled tasks are kept dead_retention_s, like
 --   dead ones (someone may want to see what was cancelled and when)
@@ -13,7 +14,8 @@
 local bound = tonumber(ARG_BOUND)
 local now = now_ms()
 local promoted = promote_due(now, bound)
-local expired = expire_deadlines(now, bound)
+local EXPIRE_SHARE = 10  -- as scripts.SWEEP_EXPIRE_SHARE
+local expired = expire_deadlines(now, math.max(1, math.floor(bound / EXPIRE_SHARE)))
 local requeued, lost_dead = take_back_expired(now, bound)
 
 local function prune(zkey, retention_s)

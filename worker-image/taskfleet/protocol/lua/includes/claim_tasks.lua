@@ -6,6 +6,7 @@
 --- @include "to_dead"
 --- @include "promote_due"
 --- @include "expire_deadlines"
+--- @include "past_expired"
 --- @include "take_back_expired"
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
@@ -18,6 +19,9 @@
 -- for_any: records without waited_ms, the form workers of every version read (hand-offs,
 -- which a producer of any version makes for a worker of any version).
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
+-- Expired tasks left after this call make the reply's retry_after_ms 1 (ask again at
+-- once); a run of them at the head of pending is stepped over (past_expired), so a live
+-- task behind any number of them is claimed by the first claim.
 local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
@@ -35,7 +39,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     want = want - #kept
   end
   promote_due(now, bound)
-  expire_deadlines(now, bound)
+  local _, backlog = expire_deadlines(now, bound)
   take_back_expired(now, bound)
 
   local max_conc = cfg_num('max_concurrency', 0)
@@ -70,16 +74,24 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   for _, rec in ipairs(kept) do out[#out + 1] = rec end
   local claimed = 0
   local blocked = false
-  -- Entries dropped on the way (expired, leftovers) count against the housekeeping bound:
-  -- a million expired tasks at the head of pending take many short calls, never one long
-  -- one (Redis answers nobody else while a script runs).
-  local skipped = 0
+  -- Entries dropped on the way (expired, leftovers) count against the housekeeping bound,
+  -- and stretches of expired tasks stepped over (`after`: the walk goes on above that
+  -- score) against one as large: a million expired tasks at the head of pending never
+  -- make one long call (Redis answers nobody else while a script runs), nor keep a live
+  -- task behind them waiting.
+  local skipped, stepped, after = 0, 0, nil
   local pod_key = K_POD .. pod
   -- Index updates of the claimed tasks go out in one call each, not one per task.
   local running, held = {}, {}
 
   while claimed < want and not blocked and skipped < bound do
-    local ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
+    local ids
+    if after then
+      ids = redis.call('ZRANGEBYSCORE', K_PENDING, '(' .. after, '+inf', 'LIMIT', 0,
+        want - claimed)
+    else
+      ids = redis.call('ZRANGE', K_PENDING, 0, want - claimed - 1)
+    end
     if #ids == 0 then break end
     local taken = {}
     for _, id in ipairs(ids) do
@@ -92,6 +104,13 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
       elseif v[8] and not v[10] and tonumber(v[8]) < now then
         -- only a task that never started expires: a retried, released or taken-back one
         -- already began its work, and a drain's release must not turn it dead
+        local past = backlog and stepped < bound and past_expired(id, now)
+        if past then
+          -- a run of them: expire_deadlines clears it, in this call and the next ones
+          after = past
+          stepped = stepped + 1
+          break
+        end
         redis.call('ZREM', K_PENDING, id)
         redis.call('ZREM', K_DEADLINES, id)
         to_dead(id, key, now, 'expired', 'not started before its deadline')
@@ -149,6 +168,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
 
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
+  -- expired tasks left to clear: ask again at once (and not as an idle worker)
+  if backlog and retry_after == 0 then retry_after = 1 end
   out[1] = retry_after
   if redis.call('ZCARD', K_PENDING) > 0 then
     out[3] = 1

@@ -1,6 +1,7 @@
 --- @include "cfg"
 --- @include "bump"
 --- @include "pending_score"
+--- @include "deadline_run"
 -- create_task: store one new task (its key must not exist) and index it.
 --   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
 --   max_attempts / timeout: '' = the queue's config at the time it matters.
@@ -22,8 +23,8 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = 'trace'
     fields[#fields + 1] = trace
   end
+  local at
   if deadline ~= '' then
-    local at
     if string.sub(deadline, 1, 1) == '@' then
       at = tonumber(string.sub(deadline, 2))
     else
@@ -38,7 +39,9 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
   if immediate then
     fields[#fields + 1] = 'state'
     fields[#fields + 1] = 'pending'
-    redis.call('ZADD', K_PENDING, pending_score(tonumber(priority), false), id)
+    local score = pending_score(tonumber(priority), false)
+    redis.call('ZADD', K_PENDING, score, id)
+    if at then deadline_run(score, at) end
   else
     run_at = now + delay_ms
     fields[#fields + 1] = 'state'
