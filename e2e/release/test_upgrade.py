@@ -148,7 +148,7 @@ def test_an_upgrade_from_the_previous_release_under_load_loses_no_task_runs_none
 
         # The operator: the new CRDs first, then the chart (docs/upgrade.md, steps 1 and 2).
         with current.crds() as crds:
-            Kube().run("apply", "--server-side", "-f", str(crds))
+            Kube().run("apply", "--server-side", "--force-conflicts", "-f", str(crds))
         tf.upgrade(current, {"image": current.image_values(by_digest=True)})
         assert tf.operator_images() == {current.images["operator"].pinned}
         wait_progress(everyone, list(loads.values()), "under the new operator")
