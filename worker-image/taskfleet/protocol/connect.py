@@ -51,7 +51,6 @@ __all__ = [
     "follow_slot",
     "is_cluster",
     "redis_py_url",
-    "server_ms",
     "slot_master",
 ]
 
@@ -271,14 +270,3 @@ async def follow_slot(client: redis.asyncio.Redis) -> None:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def server_ms(client: SyncClient, key: str) -> int:
-    """The clock of the server that holds ``key`` (every score and deadline of its queue
-    uses it), in ms. On a cluster: the node of that key's slot."""
-    if isinstance(client, RedisCluster):
-        node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
-        seconds, micros = client.get_redis_connection(node).time()
-    else:
-        seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
