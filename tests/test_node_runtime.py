@@ -35,7 +35,7 @@ def worker(deployment: dict[str, Any]) -> dict[str, Any]:
 def test_runtime_defaults_to_python_and_the_pod_runs_the_python_worker() -> None:
     raw = make_spec(handler="app.tasks:run").model_dump(by_alias=True, exclude={"runtime"})
     spec = TaskQueueSpec.model_validate(raw)
-    assert spec.runtime == "python"
+    assert spec.runtime is None  # unset: python (no CRD default, docs/compatibility.md)
     container = worker(builders.build_deployment("jobs", "media", spec))
     assert container["command"] == ["taskfleet", "worker"]
     assert container["lifecycle"]["preStop"]["exec"]["command"][:2] == ["taskfleet", "drain"]

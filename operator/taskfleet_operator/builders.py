@@ -185,7 +185,7 @@ def worker_container(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str
         "image": spec.image,
         # Exec form, no shell: the worker is PID 1 and receives SIGTERM itself. The Node
         # worker (`taskfleet-node`) takes the same flags and env and honours the same drain.
-        "command": [COMMANDS[spec.runtime], "worker"],
+        "command": [COMMANDS[spec.runtime or "python"], "worker"],
         "args": worker_args(namespace, name, spec),
         "env": worker_env(spec),
         # Named, so a PodMonitor (manifests/monitoring/) selects it by name.
@@ -194,7 +194,7 @@ def worker_container(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str
             "preStop": {
                 "exec": {
                     "command": [
-                        COMMANDS[spec.runtime],
+                        COMMANDS[spec.runtime or "python"],
                         "drain",
                         "--wait",
                         "--timeout",

@@ -339,11 +339,14 @@ class TaskQueueSpec(CamelModel):
     )
 
     image: str = Field(min_length=1, max_length=512, description="Worker image.")
-    runtime: Runtime = Field(
-        default="python",
-        description="The worker the image carries. python: `taskfleet worker`, preStop "
-        "`taskfleet drain`. node: `taskfleet-node worker`, preStop `taskfleet-node drain` "
-        "(the npm package taskfleet; handlers are ./file.js:export or package:export, "
+    # No CRD default: a default would be written into every stored TaskQueue, which the
+    # previous operator's model (no unknown fields) would then refuse while the CRD is
+    # ahead of it (docs/compatibility.md). Unset means python.
+    runtime: Runtime | None = Field(
+        default=None,
+        description="The worker the image carries. python (unset): `taskfleet worker`, "
+        "preStop `taskfleet drain`. node: `taskfleet-node worker`, preStop `taskfleet-node "
+        "drain` (the npm package taskfleet; handlers are ./file.js:export or package:export, "
         "isolation: process is refused). The same flags, grace period and recovery.",
     )
     handler: str | None = Field(

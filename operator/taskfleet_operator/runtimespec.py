@@ -77,7 +77,7 @@ def rules() -> list[JsonDict]:
 
 
 def runtime_problem(
-    runtime: Runtime, handler: str | None, handlers: dict[str, str], isolation: str | None
+    runtime: Runtime | None, handler: str | None, handlers: dict[str, str], isolation: str | None
 ) -> str | None:
     """What the runtime refuses of a spec (the CEL rules' messages), or None."""
     if runtime == "node":
