@@ -10,9 +10,14 @@ let client = null;
 
 function redis() {
   // One connection per process, to the queue's own Redis (the operator sets the URL).
-  client ??= new Redis(process.env.TASKFLEET_REDIS_URL ?? "redis://localhost:6379/0", {
-    maxRetriesPerRequest: 3,
-  });
+  if (client === null) {
+    client = new Redis(process.env.TASKFLEET_REDIS_URL ?? "redis://localhost:6379/0", {
+      maxRetriesPerRequest: 3,
+    });
+    // A failed call rejects (and fails the attempt); the connection's own errors while it
+    // reconnects are the worker's to report, not this client's.
+    client.on("error", () => {});
+  }
   return client;
 }
 
