@@ -68,7 +68,9 @@ test-redis-py-range: ## the redis-py adapter's and a few queue tests on the olde
 # The kind stage of `make check`: the local cluster stopped (two clusters on 2 cores would
 # slow both), then on a multi-node kind cluster built without a registry the scenarios
 # only it can show (node loss, the operator's handover) and a smoke of the rest.
-# `make e2e` runs the whole suite on kind.
+# `make e2e` runs the whole suite on kind. The Node fleet (e2e/test_node_fleet.py) runs in
+# e2e-local with the rest of the suite; it shows nothing a single node cannot, so it stays
+# out of this subset (about 6 min more of CI).
 KIND_CI_TESTS := e2e/test_node_loss.py e2e/test_operator_ha.py e2e/test_cluster.py e2e/test_pod_disruption.py \
 	e2e/test_scaling_and_rollout.py e2e/test_taskqueue_lifecycle.py
 e2e-kind-ci: ## the kind stage of make check (KIND_IMAGES=local, KIND_CI_TESTS)
