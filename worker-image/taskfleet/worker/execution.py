@@ -71,6 +71,10 @@ class Execution:
         self.idle = asyncio.Event()  # set while nothing is held
         self.idle.set()
         self.counters = Counters()
+        # the done tasks' time from claim to written: in all, and the longest since the
+        # summary last read it (``summary.py``)
+        self.done_s = 0.0
+        self.done_s_max = 0.0
         self.timings = Timings()
         self._settings = settings
         self._handlers = handlers
@@ -427,8 +431,13 @@ class Execution:
             counters.completed += 1
             if self.timings.enabled:
                 self.timings.run.observe(run.ran_s or _ran_so_far(run, now))
-            if log.isEnabledFor(logging.INFO):
-                log_event(logging.INFO, event, task=run.task.id, ms=_ms(now - run.claimed_at))
+            took = now - run.claimed_at
+            self.done_s += took
+            self.done_s_max = max(self.done_s_max, took)
+            # One line per task done only at debug: at info, the summary counts them
+            # (``summary.py``); formatting a line per task cost a third of a short task.
+            if log.isEnabledFor(logging.DEBUG):
+                log_event(logging.DEBUG, event, task=run.task.id, ms=_ms(took))
         else:
             counters.failed += 1
             if dead:
