@@ -154,7 +154,11 @@ def run_system(
     ]  # fmt: skip
     if variant:
         argv += ["--variant", variant]
-    env = dict(os.environ, BENCH_TASKFLEET_CONCURRENCY=str(args.taskfleet_concurrency))
+    env = dict(
+        os.environ,
+        BENCH_TASKFLEET_CONCURRENCY=str(args.taskfleet_concurrency),
+        BENCH_TASKFLEET_LOG_LEVEL=args.taskfleet_log_level,
+    )
     log(f"{label}: {python}")
     started = time.monotonic()
     try:
@@ -319,6 +323,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--taskfleet-concurrency", type=int, default=32, help="slots per taskfleet worker process"
     )
     parser.add_argument(
+        "--taskfleet-log-level",
+        default="",
+        help="--log-level of the taskfleet workers; default: none given, the worker's own "
+        "default (info), as a user runs it",
+    )
+    parser.add_argument(
         "--no-write", action="store_true", help="print only; no results file, no README"
     )
     args = parser.parse_args(argv)
@@ -362,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         "workers": args.workers,
         "latency_samples": args.latency_samples,
         "taskfleet_concurrency": args.taskfleet_concurrency,
+        "taskfleet_log_level": args.taskfleet_log_level or "default",
         "results": [],
     }
     with redis_server() as (url, version), tempfile.TemporaryDirectory() as tmp:

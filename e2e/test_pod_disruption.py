@@ -60,7 +60,14 @@ def taken_back_from(fleet: Fleet, held: set[str], pod: str, incarnation: str | N
 def test_deleting_a_busy_pod_drains_it_and_its_tasks_finish_there_before_the_grace_period(
     make_fleet: Callable[..., Fleet], figures: Callable[[str], None]
 ) -> None:
-    fleet = make_fleet("graceful", replicas=2, concurrency=2, maxTaskDurationSeconds=20)
+    # debug: each task done is a line of its own (task_done), whose order the test reads
+    fleet = make_fleet(
+        "graceful",
+        replicas=2,
+        concurrency=2,
+        maxTaskDurationSeconds=20,
+        env=[{"name": "TASKFLEET_LOG_LEVEL", "value": "debug"}],
+    )
     fleet.wait_ready(2)
     grace = fleet.deployment()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     ids = fleet.queue.enqueue_sleepers(8, seconds=5)

@@ -509,7 +509,8 @@ def breakers(world: FuzzWorld, tmp_path_factory: pytest.TempPathFactory) -> Iter
             handler=f"tests.workers.breaking:{handler}",
             workdir=base,
             pod=name,
-            args=[*FAST, "--concurrency", "1", "--prefetch", "0"],
+            # debug: a task done is a line of its own (task_done), counted with the failures
+            args=[*FAST, "--concurrency", "1", "--prefetch", "0", "--log-level", "debug"],
         ).start()
     try:
         yield Breakers(world.server, queues, workers)

@@ -21,7 +21,8 @@ from tests.workers.harness import FAST, WORKER_INTERVAL_S, Fleet, WorkerProcess
 
 SYNC = "tests.workers.breaking:sync_breaker"
 ASYNC = "tests.workers.breaking:async_breaker"
-ONE_SLOT = [*FAST, "--concurrency", "1", "--prefetch", "0"]
+#: debug: each task done is a line of its own (task_done), counted with the failures' lines
+ONE_SLOT = [*FAST, "--concurrency", "1", "--prefetch", "0", "--log-level", "debug"]
 UNREADABLE = "(the exception's message could not be read)"
 NO_DELAY = "RetryAfter without a valid delay"
 TERMINAL_EVENTS = ("task_done", "task_failed", "task_cancelled")

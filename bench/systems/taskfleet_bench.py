@@ -16,6 +16,9 @@ QUEUE = "bench"
 # Slots per worker process (run.py --taskfleet-concurrency): sync handlers run in a thread
 # pool of this size, and it bounds the batch one claim takes.
 CONCURRENCY = int(os.environ.get("BENCH_TASKFLEET_CONCURRENCY", "32"))
+# The workers' --log-level (run.py --taskfleet-log-level); empty: none given, the worker's
+# default, as a user runs it (its log lines go to a file per process, as a pod's do).
+LOG_LEVEL = os.environ.get("BENCH_TASKFLEET_LOG_LEVEL", "")
 
 
 class TaskfleetAdapter:
@@ -40,7 +43,8 @@ class TaskfleetAdapter:
         )
         if self.metrics:
             kind += ", --metrics-port: each process serves its metrics"
-        self.worker_config = f"2 x `taskfleet worker --concurrency {CONCURRENCY}` ({kind})"
+        level = f" --log-level {LOG_LEVEL}" if LOG_LEVEL else ""
+        self.worker_config = f"2 x `taskfleet worker --concurrency {CONCURRENCY}{level}` ({kind})"
         self.redis_url = redis_url
         self.queue = Queue(QUEUE, redis_url)
         self.runtime = tempfile.mkdtemp(prefix="bench-taskfleet-")
@@ -77,7 +81,8 @@ class TaskfleetAdapter:
                 *(sys.executable, "-m", "taskfleet", "worker", "--queue", QUEUE),
                 *("--handler", self.handler, "--concurrency", str(CONCURRENCY)),
                 *("--pod", f"bench-{i}", "--runtime-dir", os.path.join(self.runtime, str(i))),
-                *("--log-level", "warning", "--redis-url", self.redis_url),
+                *(("--log-level", LOG_LEVEL) if LOG_LEVEL else ()),
+                *("--redis-url", self.redis_url),
                 *(("--metrics-port", str(_free_port())) if self.metrics else ()),
             ]
             for i in range(processes)

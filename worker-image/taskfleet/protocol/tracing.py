@@ -48,13 +48,28 @@ def _trace_api() -> Any:
     return trace
 
 
+#: True once a provider was seen (the list holds it: no global statement)
+_seen_configured: list[bool] = []
+
+
 def configured() -> bool:
-    """A tracer provider other than the API's default (proxy or no-op) is set."""
+    """A tracer provider other than the API's default (proxy or no-op) is set.
+
+    Asked on every enqueue: once a provider is seen it is the answer for good (the API
+    sets its global provider once per process), so only an untraced process asks again.
+    """
+    if _seen_configured:
+        return True
     api = _trace_api()
     if api is None:
         return False
     provider = api.get_tracer_provider()
-    return not isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider)
+    defaults = (api.ProxyTracerProvider, api.NoOpTracerProvider)
+    # the exact type first: isinstance on these ABCs costs more than the rest of the check
+    if type(provider) in defaults or isinstance(provider, defaults):
+        return False
+    _seen_configured.append(True)
+    return True
 
 
 def _tracer() -> Any:

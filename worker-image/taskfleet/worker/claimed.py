@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("taskfleet.worker")
+_decode = json.JSONDecoder().decode
 
 #: A task that can't be run as stored: ``(id, token, error, reason)``, to be failed
 #: permanently (reason ``bad payload`` or ``bad task``).
@@ -181,7 +182,14 @@ def parse_claim_records(
                 bad.append((tid, tok, refusal, "unknown task"))
                 continue
         try:
-            payload = json.loads(data)
+            # A payload as producers store it (UTF-8, an object) straight to the decoder,
+            # decoded as json.loads decodes UTF-8; anything else through json.loads, which
+            # also reads UTF-16 and -32.
+            payload = (
+                _decode(data.decode("utf-8", "surrogatepass"))
+                if data[:1] == b"{"
+                else json.loads(data)
+            )
         except (ValueError, RecursionError) as exc:  # nesting too deep: RecursionError
             bad.append((tid, tok, f"payload is not valid JSON: {exc}", "bad payload"))
             continue

@@ -76,6 +76,7 @@ from taskfleet.worker.runtime import (
 from taskfleet.worker.runtime_file import RuntimeFile
 from taskfleet.worker.settings import WorkerSettings
 from taskfleet.worker.slots import Slots
+from taskfleet.worker.summary import Summary, summary_loop
 from taskfleet.worker.timings import Timings
 from taskfleet.worker.tracing import traced
 from taskfleet.worker.writing import OutcomeWriter
@@ -134,6 +135,7 @@ class Worker:
             changed=self._held_changed,
             report=self.reports.add,
         )
+        self.summary = Summary(self.execution)  # the periodic tasks_summary line
         self.handback = HandBack(self.execution, self.slots, lifecycle)
         self.writer = OutcomeWriter(
             self.execution,
@@ -272,6 +274,10 @@ class Worker:
                 loop.create_task(
                     report_loop(self._broker, self.reports, self.gate, lifecycle), name="reports"
                 ),
+                loop.create_task(
+                    summary_loop(self.summary, lifecycle, self.settings.summary_interval),
+                    name="summary",
+                ),
             ]
             if self.settings.fire_schedules:
                 background.append(
@@ -397,6 +403,7 @@ class Worker:
             log_event(logging.WARNING, "deregister_failed", error=format_error(exc))
         finally:
             await self._broker.close()
+        self.summary.emit()  # the last window's, before the totals
         counters = self.counters
         log_event(
             logging.INFO,
@@ -435,6 +442,7 @@ class Worker:
         self.execution.stop_children(self.execution.held.values(), "worker stopped")
         with contextlib.suppress(Exception):
             await self._broker.close()
+        self.summary.emit()  # the last window's, before the totals
         counters = self.counters
         log_event(
             logging.INFO,

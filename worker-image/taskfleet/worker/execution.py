@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from taskfleet.worker.claimed import ClaimedTask
-from taskfleet.worker.context import TaskContext, TaskControl, context_for
+from taskfleet.worker.context import TaskControl, context_for, task_context
 from taskfleet.worker.events import log, log_event
 from taskfleet.worker.gate import wait_any
 from taskfleet.worker.handlers import encode_result, failure_of, format_error
@@ -71,6 +71,10 @@ class Execution:
         self.idle = asyncio.Event()  # set while nothing is held
         self.idle.set()
         self.counters = Counters()
+        # the done tasks' time from claim to written: in all, and the longest since the
+        # summary last read it (``summary.py``)
+        self.done_s = 0.0
+        self.done_s_max = 0.0
         self.timings = Timings()
         self._settings = settings
         self._handlers = handlers
@@ -100,17 +104,17 @@ class Execution:
             raise LookupError(f"no handler for task name {task.name!r}")
         run = Run(task=task, claimed_at=time.monotonic(), func=handler.func)
         settings = self._settings
-        run.control = TaskControl(task.token, self._report)
+        run.control = control = TaskControl(task.token, self._report)
         run.context = context_for(
-            TaskContext(
+            task_context(
                 queue=settings.queue,
                 task_id=task.id,
                 attempt=task.attempts,
                 pod=settings.pod,
                 incarnation=settings.incarnation,
                 redis_url=settings.redis_url,
+                control=control,
                 trace=task.trace,
-                control=run.control,
                 name=task.name,
             )
         )
@@ -118,14 +122,15 @@ class Execution:
         self.idle.clear()
         if task.waited is not None and self.timings.enabled:
             self.timings.wait.observe(task.waited)
-        loop = asyncio.get_running_loop()
         limit = task.timeout if task.timeout else settings.default_timeout
         if handler.is_async and not self._isolated:
+            loop = asyncio.get_running_loop()
             run.job = loop.create_task(self._execute(run), name=task.id, context=run.context)
             if limit is not None:
                 run.timer = loop.call_later(limit, self._async_timed_out, run, limit)
         else:
             if limit is not None:
+                loop = asyncio.get_running_loop()
                 run.timer = loop.call_later(limit, self._thread_timed_out, run, limit)
             self._threads.submit(run)
         self._changed()
@@ -427,8 +432,13 @@ class Execution:
             counters.completed += 1
             if self.timings.enabled:
                 self.timings.run.observe(run.ran_s or _ran_so_far(run, now))
-            if log.isEnabledFor(logging.INFO):
-                log_event(logging.INFO, event, task=run.task.id, ms=_ms(now - run.claimed_at))
+            took = now - run.claimed_at
+            self.done_s += took
+            self.done_s_max = max(self.done_s_max, took)
+            # One line per task done only at debug: at info, the summary counts them
+            # (``summary.py``); formatting a line per task cost a third of a short task.
+            if log.isEnabledFor(logging.DEBUG):
+                log_event(logging.DEBUG, event, task=run.task.id, ms=_ms(took))
         else:
             counters.failed += 1
             if dead:

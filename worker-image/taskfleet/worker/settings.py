@@ -40,6 +40,8 @@ class WorkerSettings:
     allow_eviction: bool = False
     isolation: str = "thread"  # "process": each slot's tasks in a child process (isolation.py)
     max_tasks_per_child: int | None = None  # process isolation: tasks before a child is replaced
+    #: seconds between the info ``tasks_summary`` lines (``summary.py``)
+    summary_interval: float = 10.0
 
     @property
     def isolated(self) -> bool:
