@@ -33,6 +33,7 @@ class Report:
     stats: dict[str, int] = field(default_factory=lambda: dict(STATS))
     requeued: dict[str, int] = field(default_factory=dict)
     schedule_errors: dict[str, str] = field(default_factory=dict)
+    quota: Any = None
 
 
 def condition(kind: str, value: bool, reason: str, message: str = "") -> dict[str, Any]:

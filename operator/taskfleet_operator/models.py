@@ -88,6 +88,25 @@ class RateLimit(CamelModel):
         return self
 
 
+class Budget(CamelModel):
+    """Cost units the queue's tasks may spend per UTC day and per UTC calendar month
+    (charged at claim, settled with the cost handlers report); claims wait for the next
+    period once spent. A run-time setting (`taskfleet quota budget`) overrides these."""
+
+    day: int | None = Field(default=None, ge=1, le=1_000_000_000, description="Per UTC day.")
+    month: int | None = Field(
+        default=None, ge=1, le=1_000_000_000, description="Per UTC calendar month."
+    )
+
+
+class Throttle(CamelModel):
+    """The fleet-wide claim pause after a handler meets a provider's rate limit
+    (RateLimited) without a retry-after: baseSeconds, doubled per limit met in a row."""
+
+    base_seconds: float = Field(default=1.0, gt=0, le=3600, description="First pause.")
+    max_seconds: float = Field(default=300.0, gt=0, le=86_400, description="Longest pause.")
+
+
 AUTOSCALE_ORDER_MESSAGE = "autoscale.minReplicas must be <= autoscale.maxReplicas"
 
 
@@ -406,6 +425,8 @@ class TaskQueueSpec(CamelModel):
         description="Tasks run at once across the fleet; 0 = unlimited.",
     )
     rate_limit: RateLimit | None = None
+    budget: Budget | None = None
+    throttle: Throttle = Throttle()
     max_task_duration_seconds: int = Field(
         default=300,
         ge=1,

@@ -69,6 +69,7 @@ class OutcomeWriter:
                         retryable=verdict is None or not verdict.permanent,
                         reason="permanent" if verdict is not None and verdict.permanent else "",
                         retry_after_ms=None if verdict is None else verdict.retry_after_ms,
+                        throttle=verdict is not None and verdict.throttle,
                     )
                     batch.pop(0)
                     ok = state is not None  # None: stale token, the task was taken back
@@ -79,6 +80,7 @@ class OutcomeWriter:
                         dead=state is TaskState.DEAD,
                         cancelled=state is TaskState.CANCELLED,
                         deferred=_deferred(outcome, state),
+                        rate_limited=verdict is not None and verdict.throttle,
                     )
         finally:
             # Wake the claim loop only for slots this write left free: completions that
@@ -116,4 +118,8 @@ def _deferred(outcome: Outcome, state: TaskState | None) -> bool:
     """Retried later as its handler asked (RetryAfter) with the attempt given back: the
     task is delayed with its attempts as they were before this run."""
     verdict = outcome.verdict
-    return state is TaskState.DELAYED and verdict is not None and verdict.retry_after_ms is not None
+    return (
+        state is TaskState.DELAYED
+        and verdict is not None
+        and (verdict.retry_after_ms is not None or verdict.throttle)
+    )

@@ -25,6 +25,7 @@
 --- @include "to_dead"
 --- @include "to_cancelled"
 --- @include "claim_tasks"
+--- @include "quota_relax"
 local n = tonumber(ARG_N)
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
@@ -89,6 +90,8 @@ if #gone > 0 then
   call_chunked('DEL', gone[1], gone)
 end
 bump('completed', completed)
+-- a success shortens the next adaptive claim pause (quota_pause.lua)
+if completed > 0 then quota_relax(K_QUOTA, now) end
 -- Retention as it goes: up to twice this call's completions (and at least 10), so the
 -- done set shrinks back to its retention window after any burst.
 local cutoff = now - retention_ms
