@@ -89,9 +89,7 @@ class RateLimit(CamelModel):
 
 
 class Budget(CamelModel):
-    """Cost units the queue's tasks may spend per UTC day and per UTC calendar month
-    (charged at claim, settled with the cost handlers report); claims wait for the next
-    period once spent. A run-time setting (`taskfleet quota budget`) overrides these."""
+    """Cost units spent per UTC day / calendar month; past it, claims wait for the next."""
 
     day: int | None = Field(default=None, ge=1, le=1_000_000_000, description="Per UTC day.")
     month: int | None = Field(
@@ -100,11 +98,10 @@ class Budget(CamelModel):
 
 
 class Throttle(CamelModel):
-    """The fleet-wide claim pause after a handler meets a provider's rate limit
-    (RateLimited) without a retry-after: baseSeconds, doubled per limit met in a row."""
+    """The fleet's claim pause after a rate limit without retry-after (RateLimited)."""
 
-    base_seconds: float = Field(default=1.0, gt=0, le=3600, description="First pause.")
-    max_seconds: float = Field(default=300.0, gt=0, le=86_400, description="Longest pause.")
+    base_seconds: float = Field(default=1.0, ge=0.01, le=3600, description="First pause.")
+    max_seconds: float = Field(default=300.0, ge=0.01, le=86_400, description="Longest pause.")
 
 
 AUTOSCALE_ORDER_MESSAGE = "autoscale.minReplicas must be <= autoscale.maxReplicas"
