@@ -91,7 +91,8 @@ def test_the_adaptive_pause_doubles_per_limit_in_a_row_and_relaxes_on_success(
     # a success after the pause: one doubling less
     queue.client.hset(queue.keys.quota, "until", 0)
     [claimed] = broker.claim(1).tasks
-    broker.complete(claimed.id, claimed.token, None)
+    # (a completion that claims in the same call: the worker's usual one)
+    broker.complete_and_claim([(claimed.id, claimed.token, None)], 1)
     assert queue.quota().streak == 2
     assert other
 

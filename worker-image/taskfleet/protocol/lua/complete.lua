@@ -90,8 +90,6 @@ if #gone > 0 then
   call_chunked('DEL', gone[1], gone)
 end
 bump('completed', completed)
--- a success shortens the next adaptive claim pause (quota_pause.lua)
-if completed > 0 then quota_relax(K_QUOTA, now) end
 -- Retention as it goes: up to twice this call's completions (and at least 10), so the
 -- done set shrinks back to its retention window after any burst.
 local cutoff = now - retention_ms
@@ -113,6 +111,9 @@ if ARG_POD == '' then
 end
 local claimed = claim_tasks(now, ARG_POD, ARG_INCARNATION, tonumber(ARG_MAX_TASKS),
   ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH))
+-- a success shortens the next adaptive claim pause (quota_relax.lua), read by the claim
+-- just made: a completion that claims nothing (a draining worker's) leaves it as it is
+if completed > 0 then quota_relax(K_QUOTA, now) end
 flush_counts()
 table.insert(claimed, 1, flags)
 return claimed
