@@ -5,11 +5,14 @@ retries (RetryAfter) far more. Asserted loosely: the figures are in bench/README
 
 from __future__ import annotations
 
+import pytest
+
 from bench.provider import run_fleet
 
 WORKERS, LIMIT, WINDOW_S = 4, 10, 2.0
 
 
+@pytest.mark.slow
 def test_a_rate_limit_pauses_the_whole_fleet_not_one_task(redis_url: str) -> None:
     paused = run_fleet(
         redis_url, "pause", workers=WORKERS, limit=LIMIT, window_s=WINDOW_S, windows=3, tasks=400
