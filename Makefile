@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help deps install lint test check crds crds-check bundle bundle-check bench bench-metrics bench-cluster \
-        bench-processes bench-schedules bench-expiry bench-dashboard bench-autoscale bench-coldstart \
+        bench-processes bench-provider bench-schedules bench-expiry bench-dashboard bench-autoscale bench-coldstart \
         bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo \
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
         kind-node-image kind-up kind-down clean release-tools release release-check \
@@ -106,6 +106,9 @@ bench-isolation: ## --isolation process against threads: the cost per task (no-o
 
 bench-processes: ## a CPU-bound handler with 1 and N worker processes (see bench/README.md)
 	$(BIN)/python -m bench.processes
+
+bench-provider: ## a provider answering 429 past its limit behind a 4-process fleet: RateLimited (claim pause) against RetryAfter
+	$(BIN)/python -m bench.provider
 
 bench-schedules: ## triggers/s with 10,000 and 100,000 schedules due every second, exactly-once counted
 	$(BIN)/python -m bench.schedules

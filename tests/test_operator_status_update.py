@@ -33,6 +33,7 @@ class Report:
     stats: dict[str, int] = field(default_factory=lambda: dict(STATS))
     requeued: dict[str, int] = field(default_factory=dict)
     schedule_errors: dict[str, str] = field(default_factory=dict)
+    quota: Any = None
 
 
 def condition(kind: str, value: bool, reason: str, message: str = "") -> dict[str, Any]:
@@ -312,3 +313,34 @@ def test_the_sweep_restores_only_a_deployment_that_went_missing_after_it_was_app
     lost = reconcile.deployment_lost(deployment(2) if present else None, failure, status_)
 
     assert lost == restore
+
+
+def test_claiming_turns_false_while_a_rate_limit_pauses_or_a_budget_is_spent() -> None:
+    from taskfleet.protocol.quota import quota_state
+
+    now = 1_700_000_000_000
+    paused = quota_state(
+        {"until": str(now + 30_000), "reason": "429 from the provider"},
+        now,
+        budget_day=None,
+        budget_month=None,
+    )
+    conditions, events = status.claiming_condition([], paused, now="t1")
+    [claiming] = conditions
+    assert (claiming["status"], claiming["reason"]) == ("False", "RateLimited")
+    assert "429 from the provider" in claiming["message"]
+    assert [e.reason for e in events] == ["RateLimited"]
+    # still paused at the next sweep: no second event
+    assert status.claiming_condition(conditions, paused, now="t2")[1] == []
+    day = quota_state({}, now, budget_day=None, budget_month=None).day
+    spent = quota_state({"day": day, "day_spent": "100"}, now, budget_day=100, budget_month=None)
+    conditions, events = status.claiming_condition(conditions, spent, now="t3")
+    assert (
+        conditions[0]["reason"] == "BudgetSpent"
+        and "daily budget of 100" in conditions[0]["message"]
+    )
+    assert [e.reason for e in events] == ["BudgetSpent"]
+    free = quota_state({}, now, budget_day=None, budget_month=None)
+    conditions, events = status.claiming_condition(conditions, free, now="t4")
+    assert conditions[0]["status"] == "True"
+    assert [(e.type, e.reason) for e in events] == [("Normal", "Claiming")]

@@ -49,6 +49,7 @@ class Report:
     requeued: dict[str, int] = field(default_factory=dict)
     suspects: set[str] = field(default_factory=set)
     schedule_errors: dict[str, str] = field(default_factory=dict)
+    quota: Any = None
     active_schedules: int = 0
 
 

@@ -19,6 +19,7 @@ from taskfleet.protocol.bundle.__main__ import HERE, expected, main, stale
 from taskfleet.protocol.bundle.build import LUA, BuildError, build, params
 from taskfleet.protocol.control_ops import ControlOps, Report, Scan
 from taskfleet.protocol.keys import KEY_DOCS, SCRIPT_KEYS, QueueKeys
+from taskfleet.protocol.quota import QuotaOps
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import FirePlan, ScheduleDef
 from taskfleet.protocol.scripts import EnqueueArgs, Op, Ops
@@ -121,6 +122,10 @@ def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> Non
         ),
         (ops.fail("t", "k", "e", retryable=True, jitter=0.5, reason=""), (0, 0)),
         (ops.fail("t", "k", "e", retryable=True, jitter=0.5, reason="", retry_after_ms=9), (0, 0)),
+        (ops.fail("t", "k", "e", retryable=True, jitter=0.5, reason="", throttle=True), (0, 0)),
+        (QuotaOps(keys).pause(5, "429"), (0, 0)),
+        (QuotaOps(keys).resume(), (0, 0)),
+        (QuotaOps(keys).budget(day=3, month="default"), (0, 0)),
         (ops.release("p", [("t", "k"), ("u", "l")]), (2, 2)),
         (ops.requeue("p", None), (0, 0)),
         (ops.register("p", "i", 2), (0, 0)),

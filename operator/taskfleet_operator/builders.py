@@ -466,6 +466,10 @@ def queue_config(spec: TaskQueueSpec) -> QueueConfig:
         "done_retention_s": spec.retention.done_seconds,
         "dead_retention_s": spec.retention.dead_seconds,
         "default_timeout_s": spec.max_task_duration_seconds,
+        "throttle_base_s": spec.throttle.base_seconds,
+        "throttle_max_s": max(spec.throttle.max_seconds, spec.throttle.base_seconds),
+        "budget_day": spec.budget.day if spec.budget else None,
+        "budget_month": spec.budget.month if spec.budget else None,
     }
     return QueueConfig.model_validate(
         {key: value for key, value in fields.items() if value is not None}

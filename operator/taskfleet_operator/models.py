@@ -88,6 +88,22 @@ class RateLimit(CamelModel):
         return self
 
 
+class Budget(CamelModel):
+    """Cost units spent per UTC day / calendar month; past it, claims wait for the next."""
+
+    day: int | None = Field(default=None, ge=1, le=1_000_000_000, description="Per UTC day.")
+    month: int | None = Field(
+        default=None, ge=1, le=1_000_000_000, description="Per UTC calendar month."
+    )
+
+
+class Throttle(CamelModel):
+    """The fleet's claim pause after a rate limit without retry-after (RateLimited)."""
+
+    base_seconds: float = Field(default=1.0, ge=0.01, le=3600, description="First pause.")
+    max_seconds: float = Field(default=300.0, ge=0.01, le=86_400, description="Longest pause.")
+
+
 AUTOSCALE_ORDER_MESSAGE = "autoscale.minReplicas must be <= autoscale.maxReplicas"
 
 
@@ -418,6 +434,8 @@ class TaskQueueSpec(CamelModel):
         description="Tasks run at once across the fleet; 0 = unlimited.",
     )
     rate_limit: RateLimit | None = None
+    budget: Budget | None = None
+    throttle: Throttle = Throttle()
     max_task_duration_seconds: int = Field(
         default=300,
         ge=1,

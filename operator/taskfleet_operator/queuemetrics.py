@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.calls import Call, run, run_all
+from taskfleet.protocol.quota import QuotaOps, QuotaState, quota_state
 from taskfleet.protocol.reads import STATES, Workers
 from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S
 from taskfleet.protocol.tasks import COUNTERS
@@ -44,6 +45,7 @@ COUNTER_METRICS = {
     "cancelled_total": "taskfleet_queue_cancelled",
     "deferred": "taskfleet_queue_deferred",
     "replayed": "taskfleet_queue_replayed",
+    "throttled": "taskfleet_queue_claim_pauses",
 }
 assert set(COUNTER_METRICS) == set(COUNTERS)
 
@@ -63,6 +65,7 @@ class QueueReading:
     slots_alive: int = 0  # the concurrency of the live workers, summed
     oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
     policy: str | None = None  # the server's maxmemory-policy as last checked
+    quota: QuotaState | None = None  # the claim pause and the budget's spend
 
 
 def _workers(found: Workers, now_ms: int, ttl_s: float) -> tuple[int, int, int]:
@@ -85,18 +88,23 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
             reads.workers(),
             reads.lease_ttl(),
             reads.ids("pending", 0, 1),
+            QuotaOps(queue.keys).read(),
+            reads.config(),
         ]
     replies = run_all(client, calls)
     readings: list[QueueReading] = []
     heads: list[tuple[QueueReading, Queue, str]] = []
     for i, ((namespace, name), queue) in enumerate(members):
-        sizes, counters, workers, ttl, head = replies[i * 5 : i * 5 + 5]
+        sizes, counters, workers, ttl, head, quota, config = replies[i * 7 : i * 7 + 7]
         reading = QueueReading(namespace, name, queue.name)
         reading.tasks = sizes
         reading.counters = {counter: counters.get(counter, 0) for counter in COUNTERS}
         ttl_s = DEFAULT_LEASE_TTL_S if ttl is None else ttl
         reading.workers, reading.workers_alive, reading.slots_alive = _workers(
             workers, now_ms, ttl_s
+        )
+        reading.quota = quota_state(
+            quota, now_ms, budget_day=config.budget_day, budget_month=config.budget_month
         )
         readings.append(reading)
         if head:
@@ -178,6 +186,27 @@ class QueueCollector:
             "Redis then deletes keys, acknowledged tasks among them (docs/redis.md).",
             ["policy"],
         )
+        paused = gauge(
+            "taskfleet_queue_claims_paused_seconds",
+            "Seconds left of the fleet-wide claim pause a provider's rate limit set "
+            "(RateLimited, taskfleet quota pause); 0 when claims go on.",
+        )
+        budget_limit = gauge(
+            "taskfleet_queue_budget_limit",
+            "The spend budget in cost units per UTC period (day, month); absent: none.",
+            ["period"],
+        )
+        budget_spent = gauge(
+            "taskfleet_queue_budget_spent",
+            "Cost units spent in the current UTC period (charged at claim, settled with "
+            "reported costs), for periods with a budget.",
+            ["period"],
+        )
+        budget_reset = gauge(
+            "taskfleet_queue_budget_reset_seconds",
+            "Seconds until the current UTC period ends and its spend starts again at 0.",
+            ["period"],
+        )
         for reading in readings:
             values = [reading.queue, reading.namespace, reading.taskqueue]
             up.add_metric(values, int(reading.up))
@@ -193,4 +222,16 @@ class QueueCollector:
             oldest.add_metric(values, reading.oldest_pending_s)
             for stat, family in counters.items():
                 family.add_metric(values, reading.counters.get(stat, 0))
+            q = reading.quota
+            if q is not None:
+                paused.add_metric(values, q.pause_left_ms / 1000)
+                for period, limit, spent, end in (
+                    ("day", q.day_limit, q.day_spent, q.day_end_ms),
+                    ("month", q.month_limit, q.month_spent, q.month_end_ms),
+                ):
+                    if limit > 0:
+                        budget_limit.add_metric([*values, period], limit)
+                        budget_spent.add_metric([*values, period], spent)
+                        budget_reset.add_metric([*values, period], (end - q.now_ms) / 1000)
         yield from (up, evicting, tasks, workers, alive, slots, oldest, *counters.values())
+        yield from (paused, budget_limit, budget_spent, budget_reset)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol
 
+from taskfleet.protocol.quota import QuotaState
+
 from taskfleet_operator.builders import selector_string
 from taskfleet_operator.models import TaskQueueSpec
 
@@ -21,6 +23,9 @@ READY = "Ready"
 REDIS_REACHABLE = "RedisReachable"
 #: False when the queue's Redis may delete keys when full (maxmemory-policy).
 REDIS_NO_EVICTION = "RedisNoEviction"
+#: False while the fleet may not claim: a provider's rate limit paused it, or a spend
+#: budget is spent for the period.
+CLAIMING = "Claiming"
 #: status.scalingReason of a queue without autoscale.
 FIXED_REASON = "spec.replicas"
 # The condition message's bound in the CRD; longer messages are cut to it.
@@ -75,6 +80,9 @@ class Report(Protocol):
 
     @property
     def schedule_errors(self) -> Mapping[str, str]: ...  # schedules the queue refused
+
+    @property
+    def quota(self) -> QuotaState | None: ...  # the claim pause and the budget's spend
 
 
 @dataclass(frozen=True)
@@ -287,6 +295,44 @@ def eviction_condition(
     ), events
 
 
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def claiming_condition(
+    conditions: list[dict[str, Any]], quota: QuotaState | None, *, now: str
+) -> tuple[list[dict[str, Any]], list[Event]]:
+    """Claiming: False while a provider's rate limit pauses the fleet's claims
+    (RateLimited) or a spend budget is spent (BudgetSpent); an event when that begins
+    and when claims go on again."""
+    if quota is None:
+        return conditions, []
+    previous = find(conditions, CLAIMING) or {}
+    if quota.paused:
+        reason = "RateLimited"
+        message = f"a provider's rate limit paused claims until {_utc(quota.paused_until_ms)}"
+        if quota.reason:
+            message += f": {quota.reason}"
+    elif quota.budget_spent:
+        reason = "BudgetSpent"
+        day = quota.day_left == 0
+        limit = quota.day_limit if day else quota.month_limit
+        ends = quota.day_end_ms if day else quota.month_end_ms
+        message = (
+            f"the {'daily' if day else 'monthly'} budget of {limit} cost units is spent; "
+            f"claims go on at {_utc(ends)}"
+        )
+    else:
+        events = []
+        if previous.get("status") == "False":
+            events.append(Event("Normal", "Claiming", "claims go on"))
+        message = "the fleet claims tasks"
+        return set_condition(conditions, CLAIMING, True, "Claiming", message, now=now), events
+    fresh = (previous.get("status"), previous.get("reason")) != ("False", reason)
+    events = [Event("Warning", reason, message)] if fresh else []
+    return set_condition(conditions, CLAIMING, False, reason, message, now=now), events
+
+
 def announced_after(swept: Swept) -> frozenset[str]:
     """What stays announced after this sweep (`Swept.announced`): the outage's reason
     while it lasts, the unsafe policy while it stays."""
@@ -315,6 +361,8 @@ def after_sweep(swept: Swept, *, now: str) -> StatusUpdate:
     desired: dict[str, Any] = {}
     if not isinstance(outcome, Outage):
         desired.update(queue_counts(outcome.stats, swept.live_pods))
+        conditions, pausing = claiming_condition(conditions, outcome.quota, now=now)
+        events.extend(pausing)
     replicas, ready = deployment_status(swept.deployment)
     desired["replicas"] = replicas
     desired["readyReplicas"] = ready

@@ -19,6 +19,7 @@ from taskfleet.producer.encoding import encode_payload
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.errors import TaskfleetError
+from taskfleet.protocol.quota import QuotaState
 from taskfleet.protocol.schedules import OWNER_TASKQUEUE, ScheduleDef
 from taskfleet.protocol.scripts import SWEEP_BOUND
 from taskfleet.protocol.workernames import pod_of, workers_of
@@ -45,6 +46,8 @@ class SweepReport:
     suspects: set[str] = field(default_factory=set)
     # Schedules the queue refused this sweep, by name: the error says what to fix.
     schedule_errors: dict[str, str] = field(default_factory=dict)
+    # The claim pause and the budget's spend (the Claiming condition).
+    quota: QuotaState | None = None
 
 
 def orphaned_pods(
@@ -174,6 +177,7 @@ def sweep_queue(
     report.fired = queue.fire_due_schedules()
     report.active_schedules = run(queue.client, queue.reads.active_schedules())
     report.stats = queue.stats()
+    report.quota = queue.quota()
     return report
 
 

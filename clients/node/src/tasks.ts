@@ -41,6 +41,7 @@ export const COUNTERS = [
   "cancelled_total",
   "deferred",
   "replayed",
+  "throttled",
 ] as const;
 
 /** A task as stored, with proper types (times are `Date`s, null when absent or unreadable). */

@@ -6,7 +6,7 @@ import { describe, it } from "node:test";
 import { BadInput, parseArgs } from "../src/cli.js";
 import { Served, parseClaimRecords } from "../src/worker/claimed.js";
 import { progressJson } from "../src/worker/context.js";
-import { PermanentFailure, RetryAfter, encodeResult, failureOf, formatError } from "../src/worker/failures.js";
+import { PermanentFailure, RateLimited, RetryAfter, encodeResult, failureOf, formatError } from "../src/worker/failures.js";
 import { plan } from "../src/worker/loops.js";
 
 const record = (...fields: string[]): string => fields.join("\0");
@@ -63,6 +63,9 @@ describe("what a run stores", () => {
     foreign.name = "PermanentFailure";
     assert.deepEqual(failureOf(foreign)[1], { permanent: true, retryAfterMs: null });
     assert.throws(() => new RetryAfter(-1), RangeError);
+    assert.deepEqual(failureOf(new RateLimited(2))[1], { permanent: false, retryAfterMs: 2000, throttle: true });
+    assert.deepEqual(failureOf(new RateLimited())[1], { permanent: false, retryAfterMs: null, throttle: true });
+    assert.throws(() => new RateLimited(-1), RangeError);
     assert.equal(encodeResult(undefined), "null");
     assert.equal(encodeResult({ a: [1, "é"] }), '{"a":[1,"é"]}');
     assert.throws(() => encodeResult({ n: NaN }), /not JSON-serialisable/);

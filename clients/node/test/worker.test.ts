@@ -94,6 +94,20 @@ describe("the Node worker", () => {
     assert.equal(existsSync(join(dir, "rt-w1", "worker.json")), false);
   });
 
+  it("a RateLimited handler pauses the whole queue's claims, the task waiting without an attempt", async () => {
+    const w = worker("w9");
+    await w.saw(/event=worker_started/);
+    await queue.enqueue({}, { name: "limited", taskId: "limited" });
+    await until("RateLimited defers the task", async () => (await state("limited")) === "delayed");
+    const limited = await queue.get("limited");
+    assert.equal(limited?.attempts, 0);
+    assert.equal(limited.error, "RateLimited: 429 from the provider");
+    const pause = await queue.client.hgetall(queue.keys.key("quota"));
+    assert.ok(Number(pause.until) - Date.now() > 30_000, JSON.stringify(pause));
+    assert.equal(pause.reason, "RateLimited: 429 from the provider");
+    await w.saw(/event=queue_rate_limited/);
+  });
+
   it("takes a task handed over on its wake list, finishes it within the drain deadline, claims nothing more, exits 0", async () => {
     const w = worker("w2", ["--drain-timeout", "30"]);
     await w.saw(/event=worker_started/);

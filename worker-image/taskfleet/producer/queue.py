@@ -22,6 +22,7 @@ from taskfleet.producer.encoding import (
     encode_task,
     token_base,
 )
+from taskfleet.producer.quotas import Quotas
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.protocol import store, tracing
 from taskfleet.protocol.calls import run, scan
@@ -51,10 +52,11 @@ __all__ = ["CancelOutcome", "EnqueueResult", "EnqueueSpec", "Queue", "TaskPage",
 PURGE_BATCH = 1000
 
 
-class Queue(Controlling):
+class Queue(Controlling, Quotas):
     """One named queue in Redis (sync API for producers, the CLI and the operator).
 
-    Cancel, retry, list, purge_tasks and follow come from ``Controlling``."""
+    Cancel, retry, list, purge_tasks and follow come from ``Controlling``; the claim
+    pause and the spend budget from ``Quotas``."""
 
     def __init__(
         self,

@@ -91,10 +91,37 @@ class QueueConfig(BaseModel):
         default=_DEFAULTS["default_timeout_s"], gt=0, le=MAX_TIMEOUT_S
     )
 
+    throttle_base_s: float = Field(
+        default=_DEFAULTS["throttle_base_s"],
+        gt=0,
+        le=MAX_DURATION_S,
+        description="the fleet's first claim pause after a rate limit without a retry-after",
+    )
+    throttle_max_s: float = Field(
+        default=_DEFAULTS["throttle_max_s"],
+        gt=0,
+        le=MAX_DURATION_S,
+        description="cap of that pause, which doubles with each rate limit in a row",
+    )
+    budget_day: int | None = Field(
+        default=_DEFAULTS["budget_day"],
+        gt=0,
+        le=MAX_COUNT,
+        description="cost units claimed per UTC day; claims wait for the next day past it",
+    )
+    budget_month: int | None = Field(
+        default=_DEFAULTS["budget_month"],
+        gt=0,
+        le=MAX_COUNT,
+        description="cost units claimed per UTC calendar month",
+    )
+
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> QueueConfig:
         if self.backoff_max_s < self.backoff_base_s:
             raise ValueError("backoff_max_s must be >= backoff_base_s")
+        if self.throttle_max_s < self.throttle_base_s:
+            raise ValueError("throttle_max_s must be >= throttle_base_s")
         return self
 
     def to_redis(self) -> dict[str, str]:

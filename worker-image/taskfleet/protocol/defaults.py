@@ -25,6 +25,10 @@ class ConfigDefaults(TypedDict):
     dead_retention_s: float
     max_payload_bytes: int
     default_timeout_s: float | None
+    throttle_base_s: float
+    throttle_max_s: float
+    budget_day: int | None
+    budget_month: int | None
 
 
 #: Every ``QueueConfig`` field and its default (None: unset, the field is left out).
@@ -43,6 +47,10 @@ CONFIG_DEFAULTS: ConfigDefaults = {
     "dead_retention_s": 259200.0,
     "max_payload_bytes": 1024 * 1024,
     "default_timeout_s": None,
+    "throttle_base_s": 1.0,
+    "throttle_max_s": 300.0,
+    "budget_day": None,
+    "budget_month": None,
 }
 
 

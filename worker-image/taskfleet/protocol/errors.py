@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from taskfleet.protocol import bounds
 
 
@@ -154,6 +156,31 @@ class RetryAfter(Exception):  # noqa: N818
             raise ValueError(f"RetryAfter delay must be 0..{bounds.MAX_DELAY_S} s, not {delay}")
         super().__init__(message or f"retry after {seconds:g} s")
         self.delay = float(seconds)
+
+
+class RateLimited(Exception):  # noqa: N818
+    """Raised by a handler that met a provider's rate limit (an HTTP 429): the whole
+    queue stops claiming until the limit resets, not only this task. ``retry_after``:
+    the provider's Retry-After in seconds; None when it gave none: the fleet then pauses
+    ``throttle_base_s``, doubled for each rate limit met in a row (up to
+    ``throttle_max_s``) and shortened again by successes. The task waits the pause out,
+    its attempt given back (as with ``RetryAfter``)."""
+
+    def __init__(self, retry_after: float | None = None, message: str = "") -> None:
+        seconds: Any = retry_after
+        if seconds is not None:
+            if hasattr(seconds, "total_seconds"):
+                seconds = seconds.total_seconds()
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+                raise TypeError(f"RateLimited needs retry_after in seconds, not {retry_after!r}")
+            if not 0 <= seconds <= bounds.MAX_DELAY_S:  # also refuses nan
+                raise ValueError(
+                    f"RateLimited retry_after must be 0..{bounds.MAX_DELAY_S} s, not {seconds}"
+                )
+            seconds = float(seconds)
+        where = "" if seconds is None else f", retry after {seconds:g} s"
+        super().__init__(message or f"rate limited{where}")
+        self.retry_after: float | None = seconds
 
 
 class NotReplicated(TaskfleetError):  # noqa: N818 - public name of the contract

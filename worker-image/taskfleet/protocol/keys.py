@@ -42,6 +42,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "cancelled",
     "waiter",
     "deadline_runs",
+    "quota",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -97,6 +98,11 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "order (a claim steps over their expired part at once), member '<lo>:<last deadline>'; "
         "score: the stretch's highest pending score",
     ),
+    "quota": (
+        "hash",
+        "the queue's claim pause (a provider's rate limit met: until, streak, pause_ms) and "
+        "spend budget (run-time limits, the current day's and month's spend)",
+    ),
 }
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -132,6 +138,7 @@ class QueueKeys:
         "pod_prefix",
         "prefix",
         "queue",
+        "quota",
         "running",
         "sched_prefix",
         "schedule_due",
@@ -192,6 +199,9 @@ class QueueKeys:
         # a producer's wait: the ids of watched tasks as they finish (watch.lua), a list
         # that expires a minute after its last push
         self.waiter_prefix = p + "waiter:"
+        # the claim pause a provider's rate limit set for the whole fleet, and the spend
+        # budget's run-time limits and spend (lua/includes/quota_*.lua)
+        self.quota = p + "quota"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,

@@ -446,8 +446,11 @@ class Ops:
         jitter: float,
         reason: str,
         retry_after_ms: int | None = None,
+        throttle: bool = False,
     ) -> Op[str]:
-        """``retry_after_ms``: the handler asked for a retry after that long (RetryAfter)."""
+        """``retry_after_ms``: the handler asked for a retry after that long (RetryAfter).
+        ``throttle``: it met a provider's rate limit (RateLimited): the queue pauses claiming
+        (``retry_after_ms``: the provider's retry-after; None: the adaptive pause)."""
         after: int | Literal[""] = ""
         deferrals: int | Literal[""] = ""
         if retry_after_ms is not None:
@@ -459,6 +462,8 @@ class Ops:
                     f"not {retry_after_ms}"
                 )
             after, deferrals = retry_after_ms, bounds.MAX_DEFERRALS
+        if throttle:
+            deferrals = bounds.MAX_DEFERRALS
         args = Fail(
             task_id=task_id,
             token=token,
@@ -468,6 +473,7 @@ class Ops:
             reason=reason,
             retry_after_ms=after,
             max_deferrals=deferrals,
+            throttle=1 if throttle else "",
         )
         return Op("fail", self._k, args, text)
 

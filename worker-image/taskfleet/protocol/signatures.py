@@ -170,6 +170,24 @@ class Fail(NamedTuple):
     max_deferrals: Annotated[
         OptInt, "with retry_after_ms: how many times an attempt may be given back"
     ]
+    throttle: Annotated[
+        OptInt,
+        "1: a provider's rate limit was met (RateLimited): the queue pauses claiming, "
+        "retry_after_ms being the provider's retry-after ('' = the adaptive pause), and the "
+        "task waits the pause out as a deferral",
+    ]
+
+
+class Quota(NamedTuple):
+    op: Annotated[Str, "'pause' | 'resume' | 'budget'"]
+    pause_ms: Annotated[OptInt, "pause: how long ('' = the adaptive pause)"]
+    reason: Annotated[OptStr, "pause: why, shown with the pause"]
+    day_limit: Annotated[
+        OptStr, "budget: cost units per UTC day; '' unchanged, 'default' the config's"
+    ]
+    month_limit: Annotated[
+        OptStr, "budget: cost units per UTC month; '' unchanged, 'default' the config's"
+    ]
 
 
 class Release(NamedTuple):
@@ -438,5 +456,6 @@ SCRIPTS: dict[str, Script] = {
             "a string of one character per id: F finished, W watched, A absent",
             TaskId,
         ),
+        Script("quota", Quota, "[until (epoch ms; 0 = no pause), streak]"),
     )
 }

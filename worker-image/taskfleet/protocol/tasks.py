@@ -45,6 +45,7 @@ COUNTERS = (
     "cancelled_total",  # tasks that ever ended cancelled ("cancelled": how many are now)
     "deferred",  # retries a handler asked for (RetryAfter) that gave the attempt back
     "replayed",  # dead tasks sent back to pending (Queue.retry)
+    "throttled",  # claim pauses begun: a provider's rate limit met (RateLimited), or asked for
 )
 _TIME_FIELDS = (
     "created_at",

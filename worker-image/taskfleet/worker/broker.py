@@ -386,6 +386,7 @@ class Broker:
         *,
         reason: str = "",
         retry_after_ms: int | None = None,
+        throttle: bool = False,
     ) -> TaskState | None:
         """Record a failed attempt; returns the new state, ``delayed`` (retried after
         backoff, or after ``retry_after_ms`` as the handler asked), ``dead``, or
@@ -400,6 +401,7 @@ class Broker:
                 jitter=jitter,
                 reason=reason,
                 retry_after_ms=retry_after_ms,
+                throttle=throttle,
             )
         )
         return None if state == "stale" else TaskState(state)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskfleet.protocol import bounds
-from taskfleet.protocol.errors import PermanentFailure, RetryAfter
+from taskfleet.protocol.errors import PermanentFailure, RateLimited, RetryAfter
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -234,6 +234,7 @@ class Verdict:
 
     permanent: bool = False
     retry_after_ms: int | None = None
+    throttle: bool = False  # RateLimited: the whole queue pauses claiming
 
 
 def verdict_of(exc: BaseException) -> Verdict | None:
@@ -245,6 +246,14 @@ def verdict_of(exc: BaseException) -> Verdict | None:
         kind = type(exc)
         if issubclass(kind, PermanentFailure):
             return Verdict(permanent=True)
+        if issubclass(kind, RateLimited):
+            after = getattr(exc, "retry_after", None)
+            if isinstance(after, bool) or not isinstance(after, int | float):
+                return Verdict(throttle=True)
+            seconds = float(after)
+            if not (math.isfinite(seconds) and 0 <= seconds <= bounds.MAX_DELAY_S):
+                return Verdict(throttle=True)
+            return Verdict(retry_after_ms=int(seconds * 1000), throttle=True)
         if not issubclass(kind, RetryAfter):
             return None
         delay = getattr(exc, "delay", None)

@@ -144,6 +144,7 @@ class Worker:
             take=self.handback.take,
             may_claim=self._may_claim_with_completions,
             reports=self.reports,
+            paused=self.handback.withdraw_prefetched,
         )
         self.runtime_file = RuntimeFile(
             runtime_path(settings.runtime_dir),

@@ -404,11 +404,13 @@ class Execution:
         dead: bool = False,
         cancelled: bool = False,
         deferred: bool = False,
+        rate_limited: bool = False,
         **extra: object,
     ) -> None:
         """An outcome was written (``accepted``) or refused as stale; ``dead``: a failure
         that ended the task (not retried); ``cancelled``: the task ended cancelled;
-        ``deferred``: retried later as its handler asked, the attempt given back."""
+        ``deferred``: retried later as its handler asked, the attempt given back;
+        ``rate_limited``: it met a provider's rate limit, and the queue pauses claiming."""
         run = outcome.run
         self.held.pop(run.task.id, None)
         now = time.monotonic()
@@ -421,6 +423,15 @@ class Execution:
                 counters.cancelled += 1
             else:
                 counters.deferred += 1
+            if rate_limited:
+                counters.rate_limited += 1
+                # the whole fleet pauses: say so once per run, with the provider's words
+                log_event(
+                    logging.WARNING,
+                    "queue_rate_limited",
+                    task=run.task.id,
+                    error=outcome.error or "",
+                )
             log_event(
                 logging.INFO,
                 "task_cancelled" if cancelled else "task_deferred",

@@ -93,6 +93,11 @@ class HandBack:
         # Released, or (Redis down) left to their leases: either way not this worker's now.
         self._execution.forget(withdrawn)
 
+    async def withdraw_prefetched(self) -> None:
+        """The queue's claims paused (a provider's rate limit): give back the prefetched
+        tasks no thread has begun, so that none of them calls the provider meanwhile."""
+        await self.withdraw(list(self._execution.held.values()))
+
     async def prefetch_guard(self) -> None:
         """Loop: give back prefetched tasks that waited ``PREFETCH_MAX_WAIT_S`` for a thread."""
         draining = self._drain_requested  # the worker closes only after a drain began

@@ -42,7 +42,7 @@ __all__ = [
 DEFAULT_PORT = 9100
 
 #: The outcomes of ``taskfleet_worker_tasks_total``, each a ``Counters`` field.
-OUTCOMES = ("done", "retried", "dead", "released", "stale", "lost")
+OUTCOMES = ("done", "retried", "dead", "released", "stale", "lost", "rate_limited")
 
 
 class Observed(Protocol):

@@ -150,6 +150,7 @@ class Counters:
     stale: int = 0  # an outcome refused: the task had been taken back
     cancelled: int = 0  # ended cancelled (a producer cancelled it while it ran)
     deferred: int = 0  # retried later as the handler asked (RetryAfter)
+    rate_limited: int = 0  # deferred as the queue paused on a provider's limit (RateLimited)
 
     @property
     def done(self) -> int:

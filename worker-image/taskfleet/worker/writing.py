@@ -36,6 +36,7 @@ class OutcomeWriter:
         take: Callable[[list[ClaimedTask]], Awaitable[None]],
         may_claim: Callable[[], bool],
         reports: Reports | None = None,
+        paused: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.broker: Broker | None = None
         # handlers' reports not yet written go first: a run's last progress lands before
@@ -46,6 +47,8 @@ class OutcomeWriter:
         self._take = take  # start (or hand back) tasks claimed along with completions
         self._may_claim = may_claim  # False while draining or waiting for a wake-up
         self._slot_freed = lifecycle.slot_freed
+        # a handler met a provider's rate limit: the queue pauses, prefetched tasks go back
+        self._paused = paused
 
     async def write(self, batch: list[Outcome]) -> None:
         """Write ``batch``, removing each outcome once written (so a retry never repeats it)."""
@@ -69,6 +72,7 @@ class OutcomeWriter:
                         retryable=verdict is None or not verdict.permanent,
                         reason="permanent" if verdict is not None and verdict.permanent else "",
                         retry_after_ms=None if verdict is None else verdict.retry_after_ms,
+                        throttle=verdict is not None and verdict.throttle,
                     )
                     batch.pop(0)
                     ok = state is not None  # None: stale token, the task was taken back
@@ -79,7 +83,10 @@ class OutcomeWriter:
                         dead=state is TaskState.DEAD,
                         cancelled=state is TaskState.CANCELLED,
                         deferred=_deferred(outcome, state),
+                        rate_limited=verdict is not None and verdict.throttle,
                     )
+                    if verdict is not None and verdict.throttle and self._paused is not None:
+                        await self._paused()
         finally:
             # Wake the claim loop only for slots this write left free: completions that
             # claimed their own replacements need no second look.
@@ -118,4 +125,8 @@ def _deferred(outcome: Outcome, state: TaskState | None) -> bool:
     """Retried later as its handler asked (RetryAfter) with the attempt given back: the
     task is delayed with its attempts as they were before this run."""
     verdict = outcome.verdict
-    return state is TaskState.DELAYED and verdict is not None and verdict.retry_after_ms is not None
+    return (
+        state is TaskState.DELAYED
+        and verdict is not None
+        and (verdict.retry_after_ms is not None or verdict.throttle)
+    )

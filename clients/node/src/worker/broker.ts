@@ -270,7 +270,15 @@ export class Broker {
   }
 
   /** Record a failed attempt; the state it left (`delayed`, `dead`, `cancelled`), or null when stale. */
-  async fail(taskId: string, token: string, error: string, retryable: boolean, reason = "", retryAfterMs: number | null = null): Promise<string | null> {
+  async fail(
+    taskId: string,
+    token: string,
+    error: string,
+    retryable: boolean,
+    reason = "",
+    retryAfterMs: number | null = null,
+    throttle = false,
+  ): Promise<string | null> {
     const state = String(
       await this.call("fail", {
         task_id: taskId,
@@ -280,7 +288,8 @@ export class Broker {
         jitter: Math.random() * 2 - 1,
         reason,
         retry_after_ms: retryAfterMs ?? undefined,
-        max_deferrals: retryAfterMs === null ? undefined : MAX_DEFERRALS,
+        max_deferrals: retryAfterMs === null && !throttle ? undefined : MAX_DEFERRALS,
+        throttle: throttle ? 1 : undefined,
       }),
     );
     if (!["delayed", "dead", "cancelled", "stale"].includes(state)) throw new ProtocolError(`fail: unexpected reply ${state}`);

@@ -69,6 +69,8 @@ export class Counters {
   stale = 0;
   cancelled = 0;
   deferred = 0;
+  /** Deferred as the queue paused on a provider's rate limit (RateLimited). */
+  rateLimited = 0;
 
   get done(): number {
     return this.completed;
@@ -281,9 +283,15 @@ export class Execution {
   /**
    * An outcome was written (`accepted`) or refused as stale; `dead`: a failure that ended
    * the task; `cancelled`: the task ended cancelled; `deferred`: retried later as its
-   * handler asked, the attempt given back.
+   * handler asked, the attempt given back; `rateLimited`: it met a provider's rate limit
+   * and the queue pauses claiming.
    */
-  finish(outcome: Outcome, accepted: boolean, event: string, how: { dead?: boolean; cancelled?: boolean; deferred?: boolean; reason?: string } = {}): void {
+  finish(
+    outcome: Outcome,
+    accepted: boolean,
+    event: string,
+    how: { dead?: boolean; cancelled?: boolean; deferred?: boolean; rateLimited?: boolean; reason?: string } = {},
+  ): void {
     const run = outcome.run;
     this.held.delete(run.task.id);
     const ms = Math.round((performance.now() - run.claimedAt) * 10) / 10;
@@ -294,6 +302,10 @@ export class Execution {
     } else if (how.cancelled === true || how.deferred === true) {
       if (how.cancelled === true) c.cancelled += 1;
       else c.deferred += 1;
+      if (how.rateLimited === true) {
+        c.rateLimited += 1;
+        logEvent("warning", "queue_rate_limited", { task: run.task.id, error: outcome.error ?? "" });
+      }
       logEvent("info", how.cancelled === true ? "task_cancelled" : "task_deferred", { task: run.task.id, attempt: run.task.attempts, ms });
     } else if (outcome.error === null) {
       c.completed += 1;

@@ -43,10 +43,35 @@ export class RetryAfter extends TaskfleetError {
   }
 }
 
-/** What a handler's error asks for: dead at once, or a retry after a delay. */
+/**
+ * Thrown by a handler that met a provider's rate limit (an HTTP 429): the whole queue
+ * stops claiming until the limit resets, not only this task. `retryAfter`: the provider's
+ * Retry-After in seconds; null when it gave none: the fleet then pauses the queue's
+ * `throttle_base_s`, doubled for each rate limit met in a row (up to `throttle_max_s`)
+ * and shortened again by successes. The task waits the pause out, its attempt given back.
+ */
+export class RateLimited extends TaskfleetError {
+  /** The provider's Retry-After in seconds, or null. */
+  readonly retryAfter: number | null;
+
+  constructor(retryAfter: number | null = null, message = "") {
+    if (retryAfter !== null) {
+      if (typeof retryAfter !== "number") throw new TypeError(`RateLimited needs retryAfter in seconds, not ${typeof retryAfter}`);
+      if (!(retryAfter >= 0 && retryAfter <= bounds.MAX_DELAY_S)) {
+        throw new RangeError(`RateLimited retryAfter must be 0..${bounds.MAX_DELAY_S} s, not ${retryAfter}`);
+      }
+    }
+    super(message || (retryAfter === null ? "rate limited" : `rate limited, retry after ${retryAfter} s`));
+    this.retryAfter = retryAfter;
+  }
+}
+
+/** What a handler's error asks for: dead at once, a retry after a delay, a pause of the queue. */
 export interface Verdict {
   readonly permanent: boolean;
   readonly retryAfterMs: number | null;
+  /** RateLimited: the queue pauses claiming (retryAfterMs: the provider's, or null). */
+  readonly throttle?: boolean;
 }
 
 function oneLine(text: string): string {
@@ -88,7 +113,7 @@ export function formatError(error: unknown): string {
 }
 
 /** Whether `error` is a `kind` (by class, or by name: a second copy of this package in a handler's tree). */
-function isA(error: unknown, kind: typeof PermanentFailure | typeof RetryAfter): boolean {
+function isA(error: unknown, kind: typeof PermanentFailure | typeof RetryAfter | typeof RateLimited): boolean {
   return error instanceof kind || (error instanceof Error && error.name === kind.name);
 }
 
@@ -96,6 +121,11 @@ function isA(error: unknown, kind: typeof PermanentFailure | typeof RetryAfter):
 export function verdictOf(error: unknown): Verdict | null {
   try {
     if (isA(error, PermanentFailure)) return { permanent: true, retryAfterMs: null };
+    if (isA(error, RateLimited)) {
+      const after: unknown = (error as { retryAfter?: unknown }).retryAfter;
+      const valid = typeof after === "number" && after >= 0 && after <= bounds.MAX_DELAY_S;
+      return { permanent: false, retryAfterMs: valid ? Math.trunc(after * 1000) : null, throttle: true };
+    }
     if (!isA(error, RetryAfter)) return null;
     const delay: unknown = (error as { delay?: unknown }).delay;
     if (typeof delay !== "number" || !(delay >= 0 && delay <= bounds.MAX_DELAY_S)) return null;

@@ -110,12 +110,14 @@ export class OutcomeWriter {
           !permanent,
           permanent ? "permanent" : "",
           verdict?.retryAfterMs ?? null,
+          verdict?.throttle === true,
         );
         batch.shift();
         this.execution.finish(outcome, state !== null, "task_failed", {
           dead: state === "dead",
           cancelled: state === "cancelled",
-          deferred: state === "delayed" && verdict?.retryAfterMs !== null && verdict?.retryAfterMs !== undefined,
+          deferred: state === "delayed" && ((verdict?.retryAfterMs ?? null) !== null || verdict?.throttle === true),
+          rateLimited: verdict?.throttle === true,
         });
       }
     } finally {

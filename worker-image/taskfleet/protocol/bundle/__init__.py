@@ -36,6 +36,7 @@ NAMES = (
     "drop",
     "report",
     "watch",
+    "quota",
 )
 
 

@@ -19,7 +19,8 @@ local K_DEMAND = KEYS[19]
 local K_CANCELLED = KEYS[24]
 local K_WAITER = KEYS[25]
 local K_DEADLINE_RUNS = KEYS[26]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0"}
+local K_QUOTA = KEYS[27]
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 local ARG_TOKEN_BASE = ARGV[2]
 local ARG_BOUND = ARGV[3]
@@ -453,6 +454,108 @@ local function take_back_expired(now, limit)
   return requeued, dead
 end
 
+-- includes/quota_state.lua
+-- quota_state: a quota hash (the queue's K_QUOTA; one per group where groups exist) read
+-- once per script call and cached: the claim pause (`till`: ms until which nobody claims,
+-- `streak`: rate limits in a row without a retry-after) and the raw budget fields, which
+-- quota_budget reads. A queue that uses neither pays this one HMGET per call.
+local QUOTA = {}
+local function quota_state(key, now)
+  local q = QUOTA[key]
+  if q then return q end
+  local v = redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit', 'day',
+    'day_spent', 'month', 'month_spent')
+  q = {key = key, now = now, till = tonumber(v[1]) or 0, streak = tonumber(v[2]) or 0, raw = v}
+  QUOTA[key] = q
+  return q
+end
+-- includes/quota_period.lua
+-- quota_period: the UTC day and calendar month `now` (epoch ms) falls in, and when each
+-- ends: day 'YYYY-MM-DD', its end (ms), month 'YYYY-MM', its end (ms). Proleptic
+-- Gregorian calendar (days <-> civil date as in H. Hinnant's chrono algorithms).
+local function quota_period(now)
+  local DAY_MS = 86400000
+  local days = math.floor(now / DAY_MS)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  -- the first day of the next month, back to days since the epoch
+  local ny, nm = y, m + 1
+  if nm > 12 then ny, nm = y + 1, 1 end
+  local yy = nm <= 2 and ny - 1 or ny
+  local nera = math.floor(yy / 400)
+  local nyoe = yy - nera * 400
+  local nmp = nm > 2 and nm - 3 or nm + 9
+  local ndoy = math.floor((153 * nmp + 2) / 5)
+  local ndoe = nyoe * 365 + math.floor(nyoe / 4) - math.floor(nyoe / 100) + ndoy
+  local next_month = nera * 146097 + ndoe - 719468
+  return string.format('%04d-%02d-%02d', y, m, d), (days + 1) * DAY_MS,
+    string.format('%04d-%02d', y, m), next_month * DAY_MS
+end
+-- includes/quota_budget.lua
+-- quota_budget: the spend budget of quota hash `key`: its day and month limits (the
+-- hash's run-time `day_limit` / `month_limit` when set, '0' = none; else the defaults
+-- given, from the config) and this period's spend (a stored spend of an earlier day or
+-- month counts as 0: the period rolled over at its UTC boundary). Returns the cached
+-- state with `budget` true when a limit applies, else with `budget` false.
+local function quota_budget(key, now, day_default, month_default)
+  local q = quota_state(key, now)
+  if q.budget ~= nil then return q end
+  local v = q.raw
+  local dl, ml = tonumber(v[3]) or day_default or 0, tonumber(v[4]) or month_default or 0
+  q.day_limit, q.month_limit = dl, ml
+  q.budget = dl > 0 or ml > 0
+  if q.budget then
+    q.day, q.day_end, q.month, q.month_end = quota_period(now)
+    q.day_spent = v[5] == q.day and (tonumber(v[6]) or 0) or 0
+    q.month_spent = v[7] == q.month and (tonumber(v[8]) or 0) or 0
+  end
+  return q
+end
+-- includes/quota_wait.lua
+-- ms until a task costing `cost` may be claimed under quota `q` (0: now): the pause's
+-- end, or the end of the period whose budget it would exceed. A task costing more than a
+-- whole budget runs when nothing of the period is spent yet.
+local function quota_wait(q, cost)
+  local now = q.now
+  if q.till > now then return q.till - now end
+  if q.budget then
+    if q.day_limit > 0 and q.day_spent > 0 and q.day_spent + cost > q.day_limit then
+      return q.day_end - now
+    end
+    if q.month_limit > 0 and q.month_spent > 0 and q.month_spent + cost > q.month_limit then
+      return q.month_end - now
+    end
+  end
+  return 0
+end
+-- includes/quota_take.lua
+-- Charge `cost` to the periods' spend (negative: give back; a settlement); written by
+-- quota_save, once per call.
+local function quota_take(q, cost)
+  if q.budget and cost ~= 0 then
+    q.day_spent = math.max(0, q.day_spent + cost)
+    q.month_spent = math.max(0, q.month_spent + cost)
+    q.dirty = true
+  end
+end
+-- includes/quota_save.lua
+-- quota_save: write what quota_take charged, once per call.
+local function quota_save(q)
+  if q.dirty then
+    redis.call('HSET', q.key, 'day', q.day, 'day_spent', q.day_spent, 'month', q.month,
+      'month_spent', q.month_spent)
+    q.dirty = false
+  end
+end
 -- includes/claim_tasks.lua
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
@@ -511,6 +614,9 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   end
   local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks', 0))
   local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost', 0))
+  -- the fleet-wide pause a provider's rate limit set, and the spend budget (quota_*.lua)
+  local quota = quota_budget(K_QUOTA, now, cfg_num('budget_day', 0), cfg_num('budget_month', 0))
+  if quota.till <= now and not quota.budget then quota = nil end
 
   local retry_after = 0
   local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
@@ -577,7 +683,13 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           retry_after = math.max(retry_after, math.ceil((need_cost - b_cost.tokens) / b_cost.rate))
           blocked = true
         end
+        if quota then
+          -- at most a minute: a lifted pause or a raised budget is seen by then
+          local wait = math.min(quota_wait(quota, cost), 60000)
+          if wait > 0 then retry_after, blocked = math.max(retry_after, wait), true end
+        end
         if blocked then break end
+        if quota then quota_take(quota, cost) end
         if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end
         if b_cost then b_cost.tokens = b_cost.tokens - need_cost end
         claimed = claimed + 1
@@ -611,6 +723,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   for _, b in ipairs(buckets) do
     redis.call('HSET', b.key, 'tokens', tostring(b.tokens), 'ts', now)
   end
+  if quota then quota_save(quota) end
 
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end

@@ -10,7 +10,8 @@ local K_CONFIG = KEYS[10]
 local K_STATS = KEYS[12]
 local K_CANCELLED = KEYS[24]
 local K_WAITER = KEYS[25]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0"}
+local K_QUOTA = KEYS[27]
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_TASK_ID = ARGV[1]
 local ARG_TOKEN = ARGV[2]
 local ARG_ERROR = ARGV[3]
@@ -19,6 +20,7 @@ local ARG_JITTER = ARGV[5]
 local ARG_REASON = ARGV[6]
 local ARG_RETRY_AFTER_MS = ARGV[7]
 local ARG_MAX_DEFERRALS = ARGV[8]
+local ARG_THROTTLE = ARGV[9]
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -117,6 +119,53 @@ local function leave_running(id, key, pod, keep_token)
   end
 end
 
+-- includes/quota_state.lua
+-- quota_state: a quota hash (the queue's K_QUOTA; one per group where groups exist) read
+-- once per script call and cached: the claim pause (`till`: ms until which nobody claims,
+-- `streak`: rate limits in a row without a retry-after) and the raw budget fields, which
+-- quota_budget reads. A queue that uses neither pays this one HMGET per call.
+local QUOTA = {}
+local function quota_state(key, now)
+  local q = QUOTA[key]
+  if q then return q end
+  local v = redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit', 'day',
+    'day_spent', 'month', 'month_spent')
+  q = {key = key, now = now, till = tonumber(v[1]) or 0, streak = tonumber(v[2]) or 0, raw = v}
+  QUOTA[key] = q
+  return q
+end
+-- includes/quota_pause.lua
+-- quota_pause: a provider's rate limit was met: nobody claims under quota hash `key`
+-- until the returned time (ms). `asked`: the provider's retry-after in ms (nil: none
+-- given; the pause is then throttle_base_s, doubled for each rate limit met in a row
+-- after the last pause ended, capped at throttle_max_s; quota_relax undoes one doubling
+-- per success). Rate limits met while a pause holds (requests already in flight) lengthen
+-- it at most to their own pause and do not count as a new one.
+local function quota_pause(key, now, asked, reason)
+  local q = quota_state(key, now)
+  local fresh = q.till <= now
+  local ms = asked
+  if ms == nil then
+    if fresh then q.streak = q.streak + 1 end
+    local base = cfg_num('throttle_base_s', 1) * 1000
+    local cap = cfg_num('throttle_max_s', 300) * 1000
+    ms = math.min(cap, base * 2 ^ (math.max(1, q.streak) - 1))
+  end
+  local till = now + math.floor(ms)
+  if till > q.till then
+    q.till = till
+    redis.call('HSET', key, 'until', till, 'streak', q.streak, 'pause_ms', till - now,
+      'reason', string.sub(reason or '', 1, 200), 'at', now)
+  else
+    till = q.till  -- a longer pause holds: it stays as it is
+    redis.call('HSET', key, 'streak', q.streak)
+  end
+  if fresh then
+    redis.call('HINCRBY', key, 'pauses', 1)
+    bump('throttled')
+  end
+  return till
+end
 -- fail.lua
 -- fail: an attempt failed. Retry later (delayed, exponential backoff with jitter, capped)
 -- or go dead with the error once attempts reach max_attempts or the error is permanent.
@@ -124,7 +173,10 @@ end
 --   the caller); reason: the dead reason ('' = 'failed'); retry_after_ms (optional): retry
 --   after this many ms, as the handler asked (RetryAfter): the attempt is given back (not
 --   counted) up to max_deferrals times per task; past that it counts like any failure,
---   and the retry still waits the asked delay.
+--   and the retry still waits the asked delay. throttle '1': the handler met a provider's
+--   rate limit (RateLimited): the whole queue pauses claiming (quota_pause; retry_after_ms
+--   is the provider's retry-after, '' = none: the adaptive pause) and the task waits out the
+--   pause as a deferral (its attempt given back, as above).
 -- Returns: the new state, 'delayed' or 'dead'; 'cancelled' when the task's cancellation
 --   was asked for while it ran (it ends so, whatever the failure); or 'stale' (refused,
 --   counted). A retry of a failure this token already wrote (its reply was lost) returns
@@ -144,16 +196,21 @@ end
 local pod = v[3]
 local now = now_ms()
 leave_running(id, key, pod, true)
-if v[4] then
-  to_cancelled(id, key, now)
-  flush_counts()
-  return 'cancelled'
-end
 local after = tonumber(ARG_RETRY_AFTER_MS)
 if after ~= nil then
   -- whatever a client sends ('nan', 'inf', -1, 1e300): 0..MAX_DELAY_MS, an exact integer
   if after ~= after or after < 0 then after = 0 end
   after = math.floor(math.min(after, MAX_DELAY_MS))
+end
+if ARG_THROTTLE == '1' then
+  after = quota_pause(K_QUOTA, now, after, err) - now
+end
+if v[4] then
+  to_cancelled(id, key, now)
+  flush_counts()
+  return 'cancelled'
+end
+if after ~= nil then
   if redis.call('HINCRBY', key, 'deferred', 1) <= (tonumber(ARG_MAX_DEFERRALS) or 0) then
     -- the cause is outside the task (rate limited upstream): its start is given back
     redis.call('HINCRBY', key, 'attempts', -1)

@@ -3,7 +3,8 @@
 local K_TASK = KEYS[1]
 local K_CONFIG = KEYS[10]
 local K_BUCKET_COST = KEYS[14]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0"}
+local K_QUOTA = KEYS[27]
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 -- record i (1..ARG_N): task_id, token, progress, cost
 local function RECORD(i)
@@ -39,6 +40,91 @@ local function cfg_num(name, fallback)
   return v
 end
 
+-- includes/quota_state.lua
+-- quota_state: a quota hash (the queue's K_QUOTA; one per group where groups exist) read
+-- once per script call and cached: the claim pause (`till`: ms until which nobody claims,
+-- `streak`: rate limits in a row without a retry-after) and the raw budget fields, which
+-- quota_budget reads. A queue that uses neither pays this one HMGET per call.
+local QUOTA = {}
+local function quota_state(key, now)
+  local q = QUOTA[key]
+  if q then return q end
+  local v = redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit', 'day',
+    'day_spent', 'month', 'month_spent')
+  q = {key = key, now = now, till = tonumber(v[1]) or 0, streak = tonumber(v[2]) or 0, raw = v}
+  QUOTA[key] = q
+  return q
+end
+-- includes/quota_period.lua
+-- quota_period: the UTC day and calendar month `now` (epoch ms) falls in, and when each
+-- ends: day 'YYYY-MM-DD', its end (ms), month 'YYYY-MM', its end (ms). Proleptic
+-- Gregorian calendar (days <-> civil date as in H. Hinnant's chrono algorithms).
+local function quota_period(now)
+  local DAY_MS = 86400000
+  local days = math.floor(now / DAY_MS)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  -- the first day of the next month, back to days since the epoch
+  local ny, nm = y, m + 1
+  if nm > 12 then ny, nm = y + 1, 1 end
+  local yy = nm <= 2 and ny - 1 or ny
+  local nera = math.floor(yy / 400)
+  local nyoe = yy - nera * 400
+  local nmp = nm > 2 and nm - 3 or nm + 9
+  local ndoy = math.floor((153 * nmp + 2) / 5)
+  local ndoe = nyoe * 365 + math.floor(nyoe / 4) - math.floor(nyoe / 100) + ndoy
+  local next_month = nera * 146097 + ndoe - 719468
+  return string.format('%04d-%02d-%02d', y, m, d), (days + 1) * DAY_MS,
+    string.format('%04d-%02d', y, m), next_month * DAY_MS
+end
+-- includes/quota_budget.lua
+-- quota_budget: the spend budget of quota hash `key`: its day and month limits (the
+-- hash's run-time `day_limit` / `month_limit` when set, '0' = none; else the defaults
+-- given, from the config) and this period's spend (a stored spend of an earlier day or
+-- month counts as 0: the period rolled over at its UTC boundary). Returns the cached
+-- state with `budget` true when a limit applies, else with `budget` false.
+local function quota_budget(key, now, day_default, month_default)
+  local q = quota_state(key, now)
+  if q.budget ~= nil then return q end
+  local v = q.raw
+  local dl, ml = tonumber(v[3]) or day_default or 0, tonumber(v[4]) or month_default or 0
+  q.day_limit, q.month_limit = dl, ml
+  q.budget = dl > 0 or ml > 0
+  if q.budget then
+    q.day, q.day_end, q.month, q.month_end = quota_period(now)
+    q.day_spent = v[5] == q.day and (tonumber(v[6]) or 0) or 0
+    q.month_spent = v[7] == q.month and (tonumber(v[8]) or 0) or 0
+  end
+  return q
+end
+-- includes/quota_take.lua
+-- Charge `cost` to the periods' spend (negative: give back; a settlement); written by
+-- quota_save, once per call.
+local function quota_take(q, cost)
+  if q.budget and cost ~= 0 then
+    q.day_spent = math.max(0, q.day_spent + cost)
+    q.month_spent = math.max(0, q.month_spent + cost)
+    q.dirty = true
+  end
+end
+-- includes/quota_save.lua
+-- quota_save: write what quota_take charged, once per call.
+local function quota_save(q)
+  if q.dirty then
+    redis.call('HSET', q.key, 'day', q.day, 'day_spent', q.day_spent, 'month', q.month,
+      'month_spent', q.month_spent)
+    q.dirty = false
+  end
+end
 -- report.lua
 -- report: what running handlers told their worker (current_task().progress / report_cost),
 -- batched: one call per worker per report interval, however chatty the handlers.
@@ -50,7 +136,8 @@ end
 --   (same token) in any state, since it may land just after the run's outcome: the
 --   difference between it and what the task was charged so far (its cost, or the cost
 --   reported before) goes back into the cost bucket, or is taken from it (the bucket may
---   go into debt of at most one capacity: claims then wait until it refills).
+--   go into debt of at most one capacity: claims then wait until it refills); under a
+--   spend budget it is settled into the current day's and month's spend the same way.
 -- Returns: a string of N characters: '1' applied, '0' refused (another run holds the task,
 --   or it is gone).
 local n = tonumber(ARG_N)
@@ -91,5 +178,10 @@ if limit > 0 and settle ~= 0 then
   tokens = math.min(limit, tokens + math.max(0, now - ts) * limit / period_ms)
   tokens = math.max(-limit, math.min(limit, tokens - settle))
   redis.call('HSET', K_BUCKET_COST, 'tokens', tostring(tokens), 'ts', now)
+end
+if settle ~= 0 then
+  local q = quota_budget(K_QUOTA, now, cfg_num('budget_day', 0), cfg_num('budget_month', 0))
+  quota_take(q, settle)
+  quota_save(q)
 end
 return table.concat(out)

@@ -25,6 +25,7 @@
 --- @include "to_dead"
 --- @include "to_cancelled"
 --- @include "claim_tasks"
+--- @include "quota_relax"
 local n = tonumber(ARG_N)
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
@@ -110,6 +111,9 @@ if ARG_POD == '' then
 end
 local claimed = claim_tasks(now, ARG_POD, ARG_INCARNATION, tonumber(ARG_MAX_TASKS),
   ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH))
+-- a success shortens the next adaptive claim pause (quota_relax.lua), read by the claim
+-- just made: a completion that claims nothing (a draining worker's) leaves it as it is
+if completed > 0 then quota_relax(K_QUOTA, now) end
 flush_counts()
 table.insert(claimed, 1, flags)
 return claimed

@@ -4,7 +4,10 @@
 --   the caller); reason: the dead reason ('' = 'failed'); retry_after_ms (optional): retry
 --   after this many ms, as the handler asked (RetryAfter): the attempt is given back (not
 --   counted) up to max_deferrals times per task; past that it counts like any failure,
---   and the retry still waits the asked delay.
+--   and the retry still waits the asked delay. throttle '1': the handler met a provider's
+--   rate limit (RateLimited): the whole queue pauses claiming (quota_pause; retry_after_ms
+--   is the provider's retry-after, '' = none: the adaptive pause) and the task waits out the
+--   pause as a deferral (its attempt given back, as above).
 -- Returns: the new state, 'delayed' or 'dead'; 'cancelled' when the task's cancellation
 --   was asked for while it ran (it ends so, whatever the failure); or 'stale' (refused,
 --   counted). A retry of a failure this token already wrote (its reply was lost) returns
@@ -16,6 +19,7 @@
 --- @include "to_dead"
 --- @include "to_cancelled"
 --- @include "leave_running"
+--- @include "quota_pause"
 local id, token, err = ARG_TASK_ID, ARG_TOKEN, ARG_ERROR
 local MAX_DELAY_MS = 3153600000000  -- bounds.MAX_DELAY_S (100 years) in ms
 local key = K_TASK .. id
@@ -31,16 +35,21 @@ end
 local pod = v[3]
 local now = now_ms()
 leave_running(id, key, pod, true)
-if v[4] then
-  to_cancelled(id, key, now)
-  flush_counts()
-  return 'cancelled'
-end
 local after = tonumber(ARG_RETRY_AFTER_MS)
 if after ~= nil then
   -- whatever a client sends ('nan', 'inf', -1, 1e300): 0..MAX_DELAY_MS, an exact integer
   if after ~= after or after < 0 then after = 0 end
   after = math.floor(math.min(after, MAX_DELAY_MS))
+end
+if ARG_THROTTLE == '1' then
+  after = quota_pause(K_QUOTA, now, after, err) - now
+end
+if v[4] then
+  to_cancelled(id, key, now)
+  flush_counts()
+  return 'cancelled'
+end
+if after ~= nil then
   if redis.call('HINCRBY', key, 'deferred', 1) <= (tonumber(ARG_MAX_DEFERRALS) or 0) then
     -- the cause is outside the task (rate limited upstream): its start is given back
     redis.call('HINCRBY', key, 'attempts', -1)

@@ -8,11 +8,15 @@
 --   (same token) in any state, since it may land just after the run's outcome: the
 --   difference between it and what the task was charged so far (its cost, or the cost
 --   reported before) goes back into the cost bucket, or is taken from it (the bucket may
---   go into debt of at most one capacity: claims then wait until it refills).
+--   go into debt of at most one capacity: claims then wait until it refills); under a
+--   spend budget it is settled into the current day's and month's spend the same way.
 -- Returns: a string of N characters: '1' applied, '0' refused (another run holds the task,
 --   or it is gone).
 --- @include "now_ms"
 --- @include "cfg_num"
+--- @include "quota_budget"
+--- @include "quota_take"
+--- @include "quota_save"
 local n = tonumber(ARG_N)
 local now = now_ms()
 local out = {}
@@ -51,5 +55,10 @@ if limit > 0 and settle ~= 0 then
   tokens = math.min(limit, tokens + math.max(0, now - ts) * limit / period_ms)
   tokens = math.max(-limit, math.min(limit, tokens - settle))
   redis.call('HSET', K_BUCKET_COST, 'tokens', tostring(tokens), 'ts', now)
+end
+if settle ~= 0 then
+  local q = quota_budget(K_QUOTA, now, cfg_num('budget_day', 0), cfg_num('budget_month', 0))
+  quota_take(q, settle)
+  quota_save(q)
 end
 return table.concat(out)

@@ -8,6 +8,10 @@
 --- @include "expire_deadlines"
 --- @include "past_expired"
 --- @include "take_back_expired"
+--- @include "quota_budget"
+--- @include "quota_wait"
+--- @include "quota_take"
+--- @include "quota_save"
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
 -- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
@@ -65,6 +69,9 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   end
   local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks', 0))
   local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost', 0))
+  -- the fleet-wide pause a provider's rate limit set, and the spend budget (quota_*.lua)
+  local quota = quota_budget(K_QUOTA, now, cfg_num('budget_day', 0), cfg_num('budget_month', 0))
+  if quota.till <= now and not quota.budget then quota = nil end
 
   local retry_after = 0
   local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
@@ -131,7 +138,13 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           retry_after = math.max(retry_after, math.ceil((need_cost - b_cost.tokens) / b_cost.rate))
           blocked = true
         end
+        if quota then
+          -- at most a minute: a lifted pause or a raised budget is seen by then
+          local wait = math.min(quota_wait(quota, cost), 60000)
+          if wait > 0 then retry_after, blocked = math.max(retry_after, wait), true end
+        end
         if blocked then break end
+        if quota then quota_take(quota, cost) end
         if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end
         if b_cost then b_cost.tokens = b_cost.tokens - need_cost end
         claimed = claimed + 1
@@ -165,6 +178,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   for _, b in ipairs(buckets) do
     redis.call('HSET', b.key, 'tokens', tostring(b.tokens), 'ts', now)
   end
+  if quota then quota_save(quota) end
 
   local first = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end

@@ -1,0 +1,62 @@
+"""``Queue``'s calls over the queue's claim pause and spend budget (``protocol.quota``):
+pause or resume the whole fleet's claims, set the budget at run time, read both."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from taskfleet.protocol.calls import run
+from taskfleet.protocol.connect import SyncClient
+from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.quota import BudgetLimit, QuotaOps, QuotaState, quota_state
+from taskfleet.protocol.reads import QueueReads
+from taskfleet.protocol.scripts import SyncScripts
+
+__all__ = ["Quotas"]
+
+
+class Quotas:
+    """The quota half of ``Queue`` (which sets these attributes)."""
+
+    client: SyncClient
+    keys: QueueKeys
+    reads: QueueReads
+    _scripts: SyncScripts
+
+    @property
+    def _quota_ops(self) -> QuotaOps:
+        return QuotaOps(self.keys)
+
+    def pause_claims(self, seconds: float | timedelta | None = None, *, reason: str = "") -> int:
+        """Stop every worker of the queue from claiming for ``seconds`` (None: the adaptive
+        pause a rate limit without a retry-after sets), as when a handler raises
+        ``RateLimited``; a longer pause already on is kept. Returns its end (epoch ms)."""
+        ms: int | None = None
+        if seconds is not None:
+            value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InvalidArgument(f"seconds must be a number, not {seconds!r}")
+            if not (math.isfinite(value) and value >= 0):
+                raise InvalidArgument(f"seconds must be >= 0, not {seconds!r}")
+            ms = int(value * 1000)
+        until, _ = self._scripts.run(self._quota_ops.pause(ms, reason))
+        return until
+
+    def resume_claims(self) -> None:
+        """End the claim pause now and forget the rate limits met in a row."""
+        self._scripts.run(self._quota_ops.resume())
+
+    def set_budget(self, *, day: BudgetLimit = None, month: BudgetLimit = None) -> None:
+        """The spend budget, set at run time over the config's ``budget_day`` /
+        ``budget_month`` (a TaskQueue's ``budget``): cost units per UTC day / month; 0 =
+        none; ``"default"`` = the config's again; None = left as it is."""
+        self._scripts.run(self._quota_ops.budget(day=day, month=month))
+
+    def quota(self) -> QuotaState:
+        """The claim pause and the budget's spend, as the scripts see them now."""
+        now = run(self.client, self.reads.clock())
+        raw = run(self.client, self._quota_ops.read())
+        config = run(self.client, self.reads.config())
+        return quota_state(raw, now, budget_day=config.budget_day, budget_month=config.budget_month)
