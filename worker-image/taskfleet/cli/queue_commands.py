@@ -120,6 +120,19 @@ def _parse_payload(text: str) -> dict[str, Any]:
     "another payload or option under an existing id is an error (exit 1).",
 )
 @click.option(
+    "--after",
+    multiple=True,
+    metavar="ID",
+    help="A task it waits for (repeatable): it runs once every one is done (docs/flows.md).",
+)
+@click.option(
+    "--on-dep-fail",
+    type=click.Choice(["fail", "ignore", "cancel"]),
+    default=None,
+    help="With --after, when one ends dead or cancelled: fail it (default), ignore that "
+    "one, or cancel it and the rest.",
+)
+@click.option(
     "--count",
     type=IntRange(min=1, max=MAX_COUNT),
     default=1,
@@ -139,6 +152,8 @@ def enqueue(
     cost: int,
     task_name: str | None,
     task_id: str | None,
+    after: tuple[str, ...],
+    on_dep_fail: str | None,
     count: int,
     redis_url: str,
 ) -> None:
@@ -155,6 +170,8 @@ def enqueue(
         "timeout": timeout,
         "cost": cost,
         "task": task_name,
+        "after": list(after) if after else None,
+        "on_dep_fail": on_dep_fail,
     }
     try:
         if count == 1:

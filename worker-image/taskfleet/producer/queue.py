@@ -109,6 +109,8 @@ class Queue(Controlling):
         cost: int = 1,
         timeout: float | timedelta | None = None,
         task: str | None = None,
+        after: list[str] | None = None,
+        on_dep_fail: str | None = None,
     ) -> str:
         """Add a task; returns its id.
 
@@ -126,6 +128,13 @@ class Queue(Controlling):
         cost, timeout and, if given, max_attempts) returns the id and changes nothing; another
         payload or option under an existing id raises ``TaskExists``. ``enqueue_result``
         also says whether the task was created.
+
+        ``after``: ids of tasks (of this queue) it waits for: it stays ``waiting``, never
+        claimed, until every one is done, then becomes pending in the same script. When one
+        ends dead or cancelled (or is gone), ``on_dep_fail`` decides: ``fail`` (default,
+        it ends dead, reason ``dependency failed``), ``ignore`` (counts as done) or
+        ``cancel`` (it and its other unfinished dependencies are cancelled). An id that is
+        no task raises ``InvalidArgument``; see docs/flows.md.
         """
         return self.enqueue_result(
             payload,
@@ -137,6 +146,8 @@ class Queue(Controlling):
             cost=cost,
             timeout=timeout,
             task=task,
+            after=after,
+            on_dep_fail=on_dep_fail,
         ).task_id
 
     def enqueue_result(
@@ -151,6 +162,8 @@ class Queue(Controlling):
         cost: int = 1,
         timeout: float | timedelta | None = None,
         task: str | None = None,
+        after: list[str] | None = None,
+        on_dep_fail: str | None = None,
     ) -> EnqueueResult:
         """``enqueue``, returning the id and whether this call created the task."""
         args = encode_task(
@@ -163,6 +176,8 @@ class Queue(Controlling):
             cost=cost,
             timeout=timeout,
             task=task,
+            after=after,
+            on_dep_fail=on_dep_fail,
         )
         if tracing.configured():
             with tracing.enqueue_span(self.name, 1) as span:

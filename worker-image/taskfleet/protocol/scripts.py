@@ -328,6 +328,12 @@ class Ops:
             if code == -3:
                 task_id = tasks[int(raw[1]) - 1].task_id
                 raise InvalidArgument(f"task id {task_id!r} appears twice in one enqueue")
+            if code == -4:
+                task_id = tasks[int(raw[1]) - 1].task_id
+                raise InvalidArgument(
+                    f"task {task_id!r} waits for {text(raw[2])!r} (after), which is no task "
+                    "of this queue nor an earlier task of this enqueue"
+                )
             if code != 1:
                 raise ProtocolError(f"enqueue: unexpected reply {raw!r}")
             return [int(x) == 1 for x in raw[1:]]

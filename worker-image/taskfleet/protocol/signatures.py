@@ -95,6 +95,13 @@ class EnqueueTask(NamedTuple):
     max_attempts: Annotated[OptInt, "'' = the queue's max_attempts"]
     cost: Annotated[Int, "units it takes of the cost rate limit"]
     timeout_s: Annotated[OptNumber, "seconds a run may take; '' = the queue's default_timeout_s"]
+    after: Annotated[
+        OptJson,
+        "ids it waits for, a JSON array (tasks, or earlier tasks of the call); '' = none",
+    ] = ""
+    on_dep_fail: Annotated[
+        OptStr, "with after: 'fail' ('' too), 'ignore' or 'cancel' when one ends dead or cancelled"
+    ] = ""
 
 
 class Claim(NamedTuple):

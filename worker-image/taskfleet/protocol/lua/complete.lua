@@ -25,6 +25,8 @@
 --- @include "to_dead"
 --- @include "to_cancelled"
 --- @include "claim_tasks"
+--- @include "flow_finished"
+--- @include "flow_backlog"
 local n = tonumber(ARG_N)
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
@@ -37,7 +39,8 @@ local finished, done, gone, by_pod = {}, {}, {}, {}
 for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
-  local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters')
+  local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
+    'dependants')
   if v[1] == 'running' and v[2] == token then
     local pod = v[3]
     finished[#finished + 1] = id
@@ -69,6 +72,7 @@ for i = 0, n - 1 do
         end
       end
       wake_waiters(id, key, v[5])
+      flow_finished(id, 'd', v[6])
       completed = completed + 1
       out[#out + 1] = '1'
     end
@@ -89,6 +93,7 @@ if #gone > 0 then
   call_chunked('DEL', gone[1], gone)
 end
 bump('completed', completed)
+flow_backlog()  -- dependants a busy earlier call left to resolve
 -- Retention as it goes: up to twice this call's completions (and at least 10), so the
 -- done set shrinks back to its retention window after any burst.
 local cutoff = now - retention_ms

@@ -1,0 +1,4 @@
+-- Tasks that finished in this call and have dependants (tasks waiting on them, the set
+-- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
+-- flush_counts resolves them (flow_resolve) before the script returns.
+local FLOW_Q = {}
