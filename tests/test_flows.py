@@ -7,7 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from taskfleet import InvalidArgument, Queue, TaskState
+from taskfleet import InvalidArgument, Queue, QueueConfig, TaskState
+from taskfleet.protocol.flows import dependency_results
+from taskfleet.worker.context import TaskContext
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker
 from tests.polling import wait_for
@@ -206,3 +208,37 @@ def test_many_dependants_resolve_in_bounded_calls(queue: Queue, make_broker: Mak
     queue.sweep()
     stats = queue.stats()
     assert (stats["pending"], stats["waiting"]) == (2500, 0)
+
+
+def test_a_dependant_reads_its_dependencies_results_from_its_context(
+    queue: Queue, make_broker: MakeBroker, redis_url: str
+) -> None:
+    a = queue.enqueue({"n": "a"})
+    b = queue.enqueue({"n": "b"})
+    broker = make_broker("jobs")
+    _run(broker, '{"pages":3}')  # a and b
+    c = queue.enqueue({"n": "c"}, after=[a, b])  # both done: handed at enqueue
+    d = queue.enqueue({"n": "d"})
+    e = queue.enqueue({"n": "e"}, after=[d, c])
+    [claimed_d, claimed_c] = sorted(broker.claim(10).tasks, key=lambda t: t.id != d)
+    broker.complete_many([(d, claimed_d.token, None), (c, claimed_c.token, '["merged"]')])
+    context = TaskContext("jobs", e, 1, "pod-a", "1", redis_url)
+    assert context.dependency_results() == {d: None, c: ["merged"]}
+    assert TaskContext("jobs", c, 1, "pod-a", "1", redis_url).dependency_results() == {
+        a: {"pages": 3},
+        b: {"pages": 3},
+    }
+    assert TaskContext("jobs", a, 1, "pod-a", "1", redis_url).dependency_results() == {}
+
+
+def test_inputs_are_bounded_by_max_payload_bytes(queue: Queue, make_broker: MakeBroker) -> None:
+    queue.configure(QueueConfig(max_payload_bytes=100))
+    a = queue.enqueue({"n": "a"})
+    b = queue.enqueue({"n": "b"})
+    c = queue.enqueue({"n": "c"}, after=[a, b])
+    broker = make_broker("jobs")
+    [ta, tb] = sorted(broker.claim(10).tasks, key=lambda t: t.id != a)
+    broker.complete_many([(a, ta.token, '"' + "x" * 60 + '"')])
+    broker.complete_many([(b, tb.token, '"' + "y" * 60 + '"')])  # would pass 100 bytes
+    assert _state(queue, c) is TaskState.PENDING
+    assert dependency_results(queue.client, queue.keys, c) == {a: "x" * 60}

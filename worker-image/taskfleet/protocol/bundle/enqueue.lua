@@ -68,8 +68,9 @@ local COUNTS = {}
 -- includes/flow_q.lua
 -- Tasks that finished in this call and have dependants (tasks waiting on them, the set
 -- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
--- flush_counts resolves them (flow_resolve) before the script returns.
-local FLOW_Q = {}
+-- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
+-- the result of a task completed in this call, by id (handed to its dependants).
+local FLOW_Q = {results = {}}
 -- includes/bump.lua
 local function bump(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
@@ -91,9 +92,13 @@ end
 
 -- includes/flow_finished.lua
 -- A task finished with `outcome` ('d' done, 'x' dead, 'c' cancelled); `mark` is its
--- 'dependants' field, set when some task waits on it. A task nobody waits on costs nothing.
-local function flow_finished(id, outcome, mark)
-  if mark then FLOW_Q[#FLOW_Q + 1] = outcome .. id end
+-- 'dependants' field, set when some task waits on it; `result` its result when done here.
+-- A task nobody waits on costs nothing.
+local function flow_finished(id, outcome, mark, result)
+  if mark then
+    FLOW_Q[#FLOW_Q + 1] = outcome .. id
+    if result then FLOW_Q.results[id] = result end
+  end
 end
 -- includes/to_dead.lua
 local function to_dead(id, key, now, reason, err)
@@ -207,8 +212,21 @@ local function notify(n)
   demand()
 end
 
+-- includes/flow_input.lua
+-- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
+-- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
+-- max_payload_bytes (field 'in_bytes' counts them): a result that would pass it is not
+-- handed (the dependant sees that dependency without a result, and may read the task).
+local function flow_input(key, dep, result)
+  if result == nil or result == false or result == '' then result = 'null' end
+  local size = string.len(result)
+  local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
+  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
+end
 -- includes/flow_resolve.lua
--- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done (or,
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
 -- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
 -- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
 -- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
@@ -234,11 +252,16 @@ local function flow_resolve()
         redis.call('RPUSH', K_FLOW_BACKLOG, entry)
       end
       local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
       for _, d in ipairs(members) do
         local dkey = K_TASK .. d
         local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail')
         if v[1] == 'waiting' then
           if outcome == 'd' or v[2] == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
             if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
               redis.call('ZREM', K_WAITING, d)
               redis.call('HDEL', dkey, 'deps_left')
@@ -253,7 +276,7 @@ local function flow_resolve()
       end
     end
   end
-  FLOW_Q = {}
+  FLOW_Q = {results = {}}
   notify(ready)
 end
 -- includes/flush_counts.lua
@@ -385,7 +408,8 @@ local function task_differs(key, payload, priority, max_attempts, cost, timeout)
 end
 -- includes/flow_hold.lua
 -- A task just put in pending that names dependencies (`after`, the JSON array of its
--- field 'after'; `policy` its field 'on_dep_fail'). Done ones are satisfied; a dead,
+-- field 'after'; `policy` its field 'on_dep_fail'). Done ones are satisfied, their results
+-- handed to it (flow_input); a dead,
 -- cancelled or missing one applies the policy at once ('ignore': satisfied). Unfinished
 -- ones get the task in their set dependants:<dep> (and the field 'dependants' = 1); then
 -- the task leaves pending for 'waiting' with 'deps_left' = their count, until
@@ -397,7 +421,9 @@ local function flow_hold(now, id, key, after, policy)
   for _, dep in ipairs(deps) do
     if not seen[dep] then
       seen[dep] = true
-      local state = redis.call('HGET', K_TASK .. dep, 'state')
+      local dkey = K_TASK .. dep
+      local state = redis.call('HGET', dkey, 'state')
+      if state == 'done' then flow_input(key, dep, redis.call('HGET', dkey, 'result')) end
       if not state or state == 'dead' or state == 'cancelled' then
         if policy ~= 'ignore' then
           flow_end(id, key, now, policy, dep, state or 'missing')

@@ -80,8 +80,9 @@ local COUNTS = {}
 -- includes/flow_q.lua
 -- Tasks that finished in this call and have dependants (tasks waiting on them, the set
 -- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
--- flush_counts resolves them (flow_resolve) before the script returns.
-local FLOW_Q = {}
+-- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
+-- the result of a task completed in this call, by id (handed to its dependants).
+local FLOW_Q = {results = {}}
 -- includes/bump.lua
 local function bump(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
@@ -103,9 +104,13 @@ end
 
 -- includes/flow_finished.lua
 -- A task finished with `outcome` ('d' done, 'x' dead, 'c' cancelled); `mark` is its
--- 'dependants' field, set when some task waits on it. A task nobody waits on costs nothing.
-local function flow_finished(id, outcome, mark)
-  if mark then FLOW_Q[#FLOW_Q + 1] = outcome .. id end
+-- 'dependants' field, set when some task waits on it; `result` its result when done here.
+-- A task nobody waits on costs nothing.
+local function flow_finished(id, outcome, mark, result)
+  if mark then
+    FLOW_Q[#FLOW_Q + 1] = outcome .. id
+    if result then FLOW_Q.results[id] = result end
+  end
 end
 -- includes/to_dead.lua
 local function to_dead(id, key, now, reason, err)
@@ -219,8 +224,21 @@ local function notify(n)
   demand()
 end
 
+-- includes/flow_input.lua
+-- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
+-- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
+-- max_payload_bytes (field 'in_bytes' counts them): a result that would pass it is not
+-- handed (the dependant sees that dependency without a result, and may read the task).
+local function flow_input(key, dep, result)
+  if result == nil or result == false or result == '' then result = 'null' end
+  local size = string.len(result)
+  local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
+  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
+end
 -- includes/flow_resolve.lua
--- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done (or,
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
 -- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
 -- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
 -- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
@@ -246,11 +264,16 @@ local function flow_resolve()
         redis.call('RPUSH', K_FLOW_BACKLOG, entry)
       end
       local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
       for _, d in ipairs(members) do
         local dkey = K_TASK .. d
         local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail')
         if v[1] == 'waiting' then
           if outcome == 'd' or v[2] == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
             if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
               redis.call('ZREM', K_WAITING, d)
               redis.call('HDEL', dkey, 'deps_left')
@@ -265,7 +288,7 @@ local function flow_resolve()
       end
     end
   end
-  FLOW_Q = {}
+  FLOW_Q = {results = {}}
   notify(ready)
 end
 -- includes/flush_counts.lua

@@ -72,7 +72,7 @@ for i = 0, n - 1 do
         end
       end
       wake_waiters(id, key, v[5])
-      flow_finished(id, 'd', v[6])
+      flow_finished(id, 'd', v[6], result)
       completed = completed + 1
       out[#out + 1] = '1'
     end

@@ -24,7 +24,7 @@ for _, id in ipairs(ids) do
   if redis.call('HGET', key, 'state') == 'dead' then
     redis.call('ZREM', K_DEAD, id)
     redis.call('HDEL', key, 'reason', 'error', 'result', 'finished_at', 'token', 'deadline',
-      'deferred', 'cancel_requested', 'cost_used', 'progress', 'progress_at')
+      'deferred', 'cancel_requested', 'cost_used', 'progress', 'progress_at', 'in_bytes')
     redis.call('HSET', key, 'attempts', 0, 'lost', 0, 'run_at', now)
     if max_attempts ~= '' then redis.call('HSET', key, 'max_attempts', max_attempts) end
     to_pending(id, key, false)

@@ -1,6 +1,8 @@
 --- @include "flow_end"
+--- @include "flow_input"
 -- A task just put in pending that names dependencies (`after`, the JSON array of its
--- field 'after'; `policy` its field 'on_dep_fail'). Done ones are satisfied; a dead,
+-- field 'after'; `policy` its field 'on_dep_fail'). Done ones are satisfied, their results
+-- handed to it (flow_input); a dead,
 -- cancelled or missing one applies the policy at once ('ignore': satisfied). Unfinished
 -- ones get the task in their set dependants:<dep> (and the field 'dependants' = 1); then
 -- the task leaves pending for 'waiting' with 'deps_left' = their count, until
@@ -12,7 +14,9 @@ local function flow_hold(now, id, key, after, policy)
   for _, dep in ipairs(deps) do
     if not seen[dep] then
       seen[dep] = true
-      local state = redis.call('HGET', K_TASK .. dep, 'state')
+      local dkey = K_TASK .. dep
+      local state = redis.call('HGET', dkey, 'state')
+      if state == 'done' then flow_input(key, dep, redis.call('HGET', dkey, 'result')) end
       if not state or state == 'dead' or state == 'cancelled' then
         if policy ~= 'ignore' then
           flow_end(id, key, now, policy, dep, state or 'missing')

@@ -3,7 +3,9 @@
 --- @include "flow_end"
 --- @include "to_pending"
 --- @include "notify"
--- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done (or,
+--- @include "flow_input"
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
 -- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
 -- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
 -- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
@@ -29,11 +31,16 @@ local function flow_resolve()
         redis.call('RPUSH', K_FLOW_BACKLOG, entry)
       end
       local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
       for _, d in ipairs(members) do
         local dkey = K_TASK .. d
         local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail')
         if v[1] == 'waiting' then
           if outcome == 'd' or v[2] == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
             if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
               redis.call('ZREM', K_WAITING, d)
               redis.call('HDEL', dkey, 'deps_left')
@@ -48,6 +55,6 @@ local function flow_resolve()
       end
     end
   end
-  FLOW_Q = {}
+  FLOW_Q = {results = {}}
   notify(ready)
 end
