@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from taskfleet import InvalidArgument, Queue, QueueConfig, TaskState
+from taskfleet import InvalidArgument, Queue, QueueConfig, StaleToken, TaskState
+from taskfleet.producer.flows import build, chain, chord, from_json, group
 from taskfleet.protocol.flows import dependency_results
 from taskfleet.worker.context import TaskContext
 
@@ -242,3 +243,102 @@ def test_inputs_are_bounded_by_max_payload_bytes(queue: Queue, make_broker: Make
     broker.complete_many([(b, tb.token, '"' + "y" * 60 + '"')])  # would pass 100 bytes
     assert _state(queue, c) is TaskState.PENDING
     assert dependency_results(queue.client, queue.keys, c) == {a: "x" * 60}
+
+
+def test_a_chord_is_enqueued_at_once_and_its_callback_gets_the_groups_results(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    pages = group(*({"payload": {"page": i}, "task_id": f"p{i}"} for i in range(3)))
+    flow = queue.enqueue_flow(chord(pages, {"payload": {}, "task_id": "merge"}))
+    assert (flow.ids, flow.last) == (["p0", "p1", "p2", "merge"], ["merge"])
+    assert _state(queue, "merge") is TaskState.WAITING
+    broker = make_broker("jobs")
+    claimed = broker.claim(10).tasks
+    assert sorted(t.id for t in claimed) == ["p0", "p1", "p2"]
+    broker.complete_many([(t.id, t.token, f'"{t.id} done"') for t in claimed])
+    assert _run(broker) == ["merge"]
+    assert dependency_results(queue.client, queue.keys, "merge") == {
+        f"p{i}": f"p{i} done" for i in range(3)
+    }
+
+
+def test_nested_flows_wait_for_what_ends_the_part_before(queue: Queue) -> None:
+    flow = chain(
+        {"payload": {}, "task_id": "x"},
+        group(
+            {"payload": {}, "task_id": "y"},
+            chain({"payload": {}, "task_id": "z1"}, {"payload": {}, "task_id": "z2"}),
+        ),
+        {"payload": {}, "task_id": "w"},
+    )
+    items, last = build(flow)
+    assert {i["task_id"]: i.get("after") for i in items} == {
+        "x": None,
+        "y": ["x"],
+        "z1": ["x"],
+        "z2": ["z1"],
+        "w": ["y", "z2"],
+    }
+    assert last == ["w"]
+    assert (
+        from_json(
+            {
+                "chain": [
+                    {"payload": {}, "task_id": "x"},
+                    {
+                        "group": [
+                            {"payload": {}, "task_id": "y"},
+                            {
+                                "chain": [
+                                    {"payload": {}, "task_id": "z1"},
+                                    {"payload": {}, "task_id": "z2"},
+                                ]
+                            },
+                        ]
+                    },
+                    {"payload": {}, "task_id": "w"},
+                ]
+            }
+        )
+        == flow
+    )
+    with pytest.raises(InvalidArgument, match="one key"):
+        from_json({"chain": [], "group": []})
+
+
+def test_a_handler_adds_children_and_its_task_is_done_when_they_are(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    parent = queue.enqueue({"doc": "d"}, task_id="doc")
+    after_doc = queue.enqueue({}, after=[parent], task_id="report")
+    broker = make_broker("jobs")
+    [run] = broker.claim(1).tasks
+    kids = queue.add_children(parent, run.token, [{"payload": {"page": i}} for i in range(3)])
+    # idempotent: the same ids again change nothing
+    queue.add_children(parent, run.token, [{"payload": {"page": 0}, "task_id": kids[0]}])
+    assert broker.complete_many([(parent, run.token, '"split"')]) == [1]
+    task = queue.get(parent)
+    assert task is not None
+    assert (task.state, task.after, task.deps_left) == (TaskState.WAITING, kids, 3)
+    assert sorted(_run(broker)) == sorted(kids)
+    task = queue.get(parent)
+    assert task is not None and (task.state, task.result) == (TaskState.DONE, "split")
+    assert _run(broker) == [after_doc]
+    with pytest.raises(StaleToken):
+        queue.add_children(parent, run.token, [{"payload": {}}])
+
+
+def test_a_failed_child_fails_its_parent_when_its_run_ends(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    parent = queue.enqueue({}, task_id="doc")
+    broker = make_broker("jobs")
+    [run] = broker.claim(1).tasks
+    [kid] = queue.add_children(parent, run.token, [{"payload": {}, "max_attempts": 1}])
+    [child] = broker.claim(1).tasks
+    broker.fail(kid, child.token, "boom", retryable=False)
+    assert _state(queue, parent) is TaskState.RUNNING
+    broker.complete_many([(parent, run.token, None)])
+    task = queue.get(parent)
+    assert task is not None
+    assert (task.state, task.reason) == (TaskState.DEAD, "dependency failed")

@@ -22,6 +22,7 @@ from taskfleet.producer.encoding import (
     encode_task,
     token_base,
 )
+from taskfleet.producer.flows import Flow, FlowIds, build
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.protocol import store, tracing
 from taskfleet.protocol.calls import run, scan
@@ -214,6 +215,23 @@ class Queue(Controlling):
         else:
             self._enqueue(self.ops.enqueue(batch, token_base()), ids)
         return ids
+
+    def enqueue_flow(self, flow: Flow | EnqueueSpec | Mapping[str, Any]) -> FlowIds:
+        """Store a flow (``chain``, ``group``, ``chord``, nested; ``taskfleet.producer.
+        flows``) in one atomic call: every task or none. Returns its ids."""
+        items, last = build(flow)
+        return FlowIds(self.enqueue_many(items), last)
+
+    def add_children(
+        self, parent: str, token: str, items: Iterable[EnqueueSpec | Mapping[str, Any]]
+    ) -> list[str]:
+        """Tasks the running task ``parent`` (claimed under ``token``) waits for, in one
+        atomic call: it is done only once they all are (``taskfleet.add_children`` from
+        a handler). ``StaleToken`` when that run no longer holds it."""
+        batch = batch_args(items)
+        if batch:
+            self._scripts.run(self.ops.enqueue(batch, parent=(parent, token)))
+        return [a.task_id for a in batch]
 
     # -- reading -----------------------------------------------------------------------
 

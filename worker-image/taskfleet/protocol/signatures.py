@@ -80,6 +80,11 @@ class Enqueue(NamedTuple):
     trace: Annotated[
         OptStr, "the producer's trace context, stored with every new task (field 'trace')"
     ]
+    parent: Annotated[
+        OptStr,
+        "a running task adding these as its children: it is done only once they all are; '' = none",
+    ] = ""
+    parent_token: Annotated[OptStr, "with parent: the claim token its run holds"] = ""
 
 
 class EnqueueTask(NamedTuple):

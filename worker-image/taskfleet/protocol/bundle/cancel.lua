@@ -3,6 +3,7 @@
 local K_TASK = KEYS[1]
 local K_PENDING = KEYS[2]
 local K_DELAYED = KEYS[3]
+local K_DONE = KEYS[5]
 local K_DEAD = KEYS[6]
 local K_DEADLINES = KEYS[7]
 local K_CONFIG = KEYS[10]
@@ -118,14 +119,15 @@ local function cancel_task(id, key, now)
 end
 -- includes/flow_end.lua
 -- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
--- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it and every dependency of
--- it still unfinished (its field 'after'); anything else ('fail', the default) makes it
--- dead with reason 'dependency failed'. ('ignore' never gets here.)
+-- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
+-- to stop) and every dependency of it still unfinished (its field 'after'); anything
+-- else ('fail', the default) makes it dead with reason 'dependency failed'. ('ignore'
+-- never gets here.)
 local function flow_end(id, key, now, policy, dep, how)
-  redis.call('ZREM', K_WAITING, id)
-  redis.call('ZREM', K_PENDING, id)
   local why = 'dependency ' .. dep .. ' ended ' .. how
   if policy ~= 'cancel' then
+    redis.call('ZREM', K_WAITING, id)
+    redis.call('ZREM', K_PENDING, id)
     to_dead(id, key, now, 'dependency failed', why)
     return
   end
@@ -214,6 +216,19 @@ local function flow_input(key, dep, result)
   if used + size > cfg_num('max_payload_bytes', 1048576) then return end
   redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end
+-- includes/flow_join_done.lua
+-- A task whose handler returned while children it added were running (field 'join') is
+-- done once the last of them is: done now, with the result its run stored.
+local function flow_join_done(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+  redis.call('ZADD', K_DONE, now, id)
+  bump('completed')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'd', v[2], v[3] or '')
+end
 -- includes/flow_resolve.lua
 -- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
 -- its result to each (flow_input); a dependency done (or,
@@ -248,19 +263,30 @@ local function flow_resolve()
       end
       for _, d in ipairs(members) do
         local dkey = K_TASK .. d
-        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail')
-        if v[1] == 'waiting' then
-          if outcome == 'd' or v[2] == 'ignore' then
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
             if outcome == 'd' then flow_input(dkey, id, result) end
-            if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
-              redis.call('ZREM', K_WAITING, d)
-              redis.call('HDEL', dkey, 'deps_left')
-              redis.call('HSET', dkey, 'run_at', now)
-              to_pending(d, dkey, false)
-              ready = ready + 1
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
             end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
           else
-            flow_end(d, dkey, now, v[2], id, how)
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
           end
         end
       end

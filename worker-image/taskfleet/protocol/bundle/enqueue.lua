@@ -4,6 +4,7 @@ local K_TASK = KEYS[1]
 local K_PENDING = KEYS[2]
 local K_DELAYED = KEYS[3]
 local K_RUNNING = KEYS[4]
+local K_DONE = KEYS[5]
 local K_DEAD = KEYS[6]
 local K_DEADLINES = KEYS[7]
 local K_POD = KEYS[8]
@@ -27,9 +28,11 @@ local ARG_N = ARGV[1]
 local ARG_TOKEN_BASE = ARGV[2]
 local ARG_BOUND = ARGV[3]
 local ARG_TRACE = ARGV[4]
+local ARG_PARENT = ARGV[5]
+local ARG_PARENT_TOKEN = ARGV[6]
 -- record i (1..ARG_N): task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s, after, on_dep_fail
 local function RECORD(i)
-  local b = 5 + (i - 1) * 10
+  local b = 7 + (i - 1) * 10
   return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9]
 end
 -- includes/now_ms.lua
@@ -150,14 +153,15 @@ local function cancel_task(id, key, now)
 end
 -- includes/flow_end.lua
 -- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
--- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it and every dependency of
--- it still unfinished (its field 'after'); anything else ('fail', the default) makes it
--- dead with reason 'dependency failed'. ('ignore' never gets here.)
+-- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
+-- to stop) and every dependency of it still unfinished (its field 'after'); anything
+-- else ('fail', the default) makes it dead with reason 'dependency failed'. ('ignore'
+-- never gets here.)
 local function flow_end(id, key, now, policy, dep, how)
-  redis.call('ZREM', K_WAITING, id)
-  redis.call('ZREM', K_PENDING, id)
   local why = 'dependency ' .. dep .. ' ended ' .. how
   if policy ~= 'cancel' then
+    redis.call('ZREM', K_WAITING, id)
+    redis.call('ZREM', K_PENDING, id)
     to_dead(id, key, now, 'dependency failed', why)
     return
   end
@@ -224,6 +228,19 @@ local function flow_input(key, dep, result)
   if used + size > cfg_num('max_payload_bytes', 1048576) then return end
   redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end
+-- includes/flow_join_done.lua
+-- A task whose handler returned while children it added were running (field 'join') is
+-- done once the last of them is: done now, with the result its run stored.
+local function flow_join_done(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+  redis.call('ZADD', K_DONE, now, id)
+  bump('completed')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'd', v[2], v[3] or '')
+end
 -- includes/flow_resolve.lua
 -- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
 -- its result to each (flow_input); a dependency done (or,
@@ -258,19 +275,30 @@ local function flow_resolve()
       end
       for _, d in ipairs(members) do
         local dkey = K_TASK .. d
-        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail')
-        if v[1] == 'waiting' then
-          if outcome == 'd' or v[2] == 'ignore' then
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
             if outcome == 'd' then flow_input(dkey, id, result) end
-            if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
-              redis.call('ZREM', K_WAITING, d)
-              redis.call('HDEL', dkey, 'deps_left')
-              redis.call('HSET', dkey, 'run_at', now)
-              to_pending(d, dkey, false)
-              ready = ready + 1
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
             end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
           else
-            flow_end(d, dkey, now, v[2], id, how)
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
           end
         end
       end
@@ -444,6 +472,36 @@ local function flow_hold(now, id, key, after, policy)
   redis.call('ZADD', K_WAITING, now, id)
   redis.call('HSET', key, 'state', 'waiting', 'deps_left', #open)
   return false
+end
+-- includes/flow_adopt.lua
+-- A running task (`parent`) adds `child` at run time (enqueue with parent): it now waits
+-- for it too (field 'join': when its handler returns it is done only once every child
+-- is). Idempotent: a child adopted before is left alone. A child already done hands its
+-- result; one dead or cancelled marks the parent ('dep_failed', its policy applies when
+-- its run ends) unless the parent's policy is 'ignore'.
+local function flow_adopt(pkey, parent, child)
+  local ckey = K_TASK .. child
+  local state = redis.call('HGET', ckey, 'state')
+  if state == 'done' then
+    flow_input(pkey, child, redis.call('HGET', ckey, 'result'))
+  elseif not state or state == 'dead' or state == 'cancelled' then
+    if redis.call('HGET', pkey, 'on_dep_fail') ~= 'ignore' then
+      redis.call('HSETNX', pkey, 'dep_failed', 'dependency ' .. child .. ' ended ' .. (state or 'missing'))
+    end
+  elseif redis.call('SADD', K_DEPENDANTS .. child, parent) == 1 then
+    redis.call('HSET', ckey, 'dependants', 1)
+    redis.call('HINCRBY', pkey, 'deps_left', 1)
+  else
+    return
+  end
+  local after = redis.call('HGET', pkey, 'after')
+  local item = cjson.encode(child)
+  if not after or after == '' or after == '[]' then
+    after = '[' .. item .. ']'
+  else
+    after = string.sub(after, 1, -2) .. ',' .. item .. ']'
+  end
+  redis.call('HSET', pkey, 'after', after, 'join', 1)
 end
 -- built on the first call of hand_off: what only they use
 local hand_off
@@ -860,10 +918,19 @@ hand_off = function(...) hand_off = build_lazy() return hand_off(...) end
 --   or {-3, index} when task #index repeats an id of an earlier task of the call,
 --   or {-4, index, id} when task #index waits on (after) an id that is neither a task
 --   nor an earlier task of the call;
---   in those four cases nothing is stored.
+--   or {-5} when a parent is given and is not running under parent_token;
+--   in those five cases nothing is stored.
+-- With a parent (a running task adding children at run time), each task of the call
+-- becomes a child it waits for (flow_adopt): the parent is done once they all are.
 -- A task with 'after' (a JSON array of ids) waits in state 'waiting' until they are all
 -- done (flow_hold); 'on_dep_fail' says what a dead or cancelled one does to it.
 local n = tonumber(ARG_N)
+local parent_key
+if ARG_PARENT ~= '' then
+  parent_key = K_TASK .. ARG_PARENT
+  local p = redis.call('HMGET', parent_key, 'state', 'token')
+  if p[1] ~= 'running' or p[2] ~= ARG_PARENT_TOKEN then return {-5} end
+end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}
 local seen = {}
@@ -890,6 +957,7 @@ local woken = 0
 for i = 1, n do
   if exists[i] then
     out[#out + 1] = 0
+    if parent_key then flow_adopt(parent_key, ARG_PARENT, (RECORD(i))) end
   else
     local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout, after,
       on_dep_fail = RECORD(i)
@@ -901,6 +969,7 @@ for i = 1, n do
       ready = flow_hold(now, id, key, after, on_dep_fail) and ready
     end
     if ready then woken = woken + 1 end
+    if parent_key then flow_adopt(parent_key, ARG_PARENT, id) end
     out[#out + 1] = 1
   end
 end

@@ -40,7 +40,7 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants')
+    'dependants', 'deps_left', 'dep_failed')
   if v[1] == 'running' and v[2] == token then
     local pod = v[3]
     finished[#finished + 1] = id
@@ -54,11 +54,21 @@ for i = 0, n - 1 do
     if v[4] then
       to_cancelled(id, key, now)
       out[#out + 1] = '3'
+    elseif v[8] then
+      -- it added children at run time and one failed (flow_resolve): its policy ends it
+      to_dead(id, key, now, 'dependency failed', v[8])
+      out[#out + 1] = '1'
     elseif string.len(result) > max_bytes then
       to_dead(id, key, now, 'result too large', 'the result of ' .. string.len(result) ..
         ' bytes exceeds max_payload_bytes (' .. max_bytes .. '); not stored')
       bump('failed')
       out[#out + 1] = '2'
+    elseif (tonumber(v[7]) or 0) > 0 then
+      -- children it added are still out: done once they are (flow_join_done)
+      if result ~= '' then redis.call('HSET', key, 'result', result) end
+      redis.call('HSET', key, 'state', 'waiting')
+      redis.call('ZADD', K_WAITING, now, id)
+      out[#out + 1] = '1'
     else
       if retention_ms <= 0 then
         gone[#gone + 1] = key

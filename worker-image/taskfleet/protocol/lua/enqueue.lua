@@ -13,7 +13,10 @@
 --   or {-3, index} when task #index repeats an id of an earlier task of the call,
 --   or {-4, index, id} when task #index waits on (after) an id that is neither a task
 --   nor an earlier task of the call;
---   in those four cases nothing is stored.
+--   or {-5} when a parent is given and is not running under parent_token;
+--   in those five cases nothing is stored.
+-- With a parent (a running task adding children at run time), each task of the call
+-- becomes a child it waits for (flow_adopt): the parent is done once they all are.
 -- A task with 'after' (a JSON array of ids) waits in state 'waiting' until they are all
 -- done (flow_hold); 'on_dep_fail' says what a dead or cancelled one does to it.
 --- @include "now_ms"
@@ -24,8 +27,15 @@
 --- @include "create_task"
 --- @include "task_differs"
 --- @include "flow_hold"
+--- @include "flow_adopt"
 --- @include-lazy "hand_off"
 local n = tonumber(ARG_N)
+local parent_key
+if ARG_PARENT ~= '' then
+  parent_key = K_TASK .. ARG_PARENT
+  local p = redis.call('HMGET', parent_key, 'state', 'token')
+  if p[1] ~= 'running' or p[2] ~= ARG_PARENT_TOKEN then return {-5} end
+end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}
 local seen = {}
@@ -52,6 +62,7 @@ local woken = 0
 for i = 1, n do
   if exists[i] then
     out[#out + 1] = 0
+    if parent_key then flow_adopt(parent_key, ARG_PARENT, (RECORD(i))) end
   else
     local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout, after,
       on_dep_fail = RECORD(i)
@@ -63,6 +74,7 @@ for i = 1, n do
       ready = flow_hold(now, id, key, after, on_dep_fail) and ready
     end
     if ready then woken = woken + 1 end
+    if parent_key then flow_adopt(parent_key, ARG_PARENT, id) end
     out[#out + 1] = 1
   end
 end

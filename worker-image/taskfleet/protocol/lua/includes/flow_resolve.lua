@@ -4,6 +4,7 @@
 --- @include "to_pending"
 --- @include "notify"
 --- @include "flow_input"
+--- @include "flow_join_done"
 -- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
 -- its result to each (flow_input); a dependency done (or,
 -- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
@@ -37,19 +38,30 @@ local function flow_resolve()
       end
       for _, d in ipairs(members) do
         local dkey = K_TASK .. d
-        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail')
-        if v[1] == 'waiting' then
-          if outcome == 'd' or v[2] == 'ignore' then
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
             if outcome == 'd' then flow_input(dkey, id, result) end
-            if redis.call('HINCRBY', dkey, 'deps_left', -1) <= 0 then
-              redis.call('ZREM', K_WAITING, d)
-              redis.call('HDEL', dkey, 'deps_left')
-              redis.call('HSET', dkey, 'run_at', now)
-              to_pending(d, dkey, false)
-              ready = ready + 1
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
             end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
           else
-            flow_end(d, dkey, now, v[2], id, how)
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
           end
         end
       end
