@@ -247,9 +247,9 @@ end
 -- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
 -- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
 -- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
--- dependants per call: the rest stay in their sets, the finished ids on flows:backlog,
+-- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
 -- taken up by the next complete or sweep (flow_backlog), so every call stays short.
-local FLOW_BUDGET = 1000
+local FLOW_BUDGET = 200
 local function flow_resolve()
   local now = now_ms()
   local budget = FLOW_BUDGET
@@ -478,7 +478,8 @@ end
 -- for it too (field 'join': when its handler returns it is done only once every child
 -- is). Idempotent: a child adopted before is left alone. A child already done hands its
 -- result; one dead or cancelled marks the parent ('dep_failed', its policy applies when
--- its run ends) unless the parent's policy is 'ignore'.
+-- its run ends) unless the parent's policy is 'ignore'. Returns whether the child is new
+-- to the parent: the caller appends those to its 'after' once per call (flow_append).
 local function flow_adopt(pkey, parent, child)
   local ckey = K_TASK .. child
   local state = redis.call('HGET', ckey, 'state')
@@ -492,14 +493,22 @@ local function flow_adopt(pkey, parent, child)
     redis.call('HSET', ckey, 'dependants', 1)
     redis.call('HINCRBY', pkey, 'deps_left', 1)
   else
-    return
+    return false
   end
+  return true
+end
+-- includes/flow_append.lua
+-- Append `ids` (children a parent adopted in this call) to the parent's 'after' (a JSON
+-- array) in one write, and mark it 'join': done only once they are (flow_join_done).
+local function flow_append(pkey, ids)
+  if #ids == 0 then return end
+  local items = {}
+  for i, id in ipairs(ids) do items[i] = cjson.encode(id) end
   local after = redis.call('HGET', pkey, 'after')
-  local item = cjson.encode(child)
   if not after or after == '' or after == '[]' then
-    after = '[' .. item .. ']'
+    after = '[' .. table.concat(items, ',') .. ']'
   else
-    after = string.sub(after, 1, -2) .. ',' .. item .. ']'
+    after = string.sub(after, 1, -2) .. ',' .. table.concat(items, ',') .. ']'
   end
   redis.call('HSET', pkey, 'after', after, 'join', 1)
 end
@@ -953,11 +962,13 @@ for i = 1, n do
 end
 local now = now_ms()
 local out = {1}
+local adopted = {}
 local woken = 0
 for i = 1, n do
   if exists[i] then
     out[#out + 1] = 0
-    if parent_key then flow_adopt(parent_key, ARG_PARENT, (RECORD(i))) end
+    local id = RECORD(i)
+    if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
   else
     local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout, after,
       on_dep_fail = RECORD(i)
@@ -969,10 +980,11 @@ for i = 1, n do
       ready = flow_hold(now, id, key, after, on_dep_fail) and ready
     end
     if ready then woken = woken + 1 end
-    if parent_key then flow_adopt(parent_key, ARG_PARENT, id) end
+    if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
     out[#out + 1] = 1
   end
 end
+if parent_key then flow_append(parent_key, adopted) end
 local created = 0
 for i = 2, #out do created = created + out[i] end
 if ARG_TOKEN_BASE ~= '' and woken > 0 and redis.call('EXISTS', K_IDLE) == 1 then

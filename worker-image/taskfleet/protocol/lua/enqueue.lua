@@ -28,6 +28,7 @@
 --- @include "task_differs"
 --- @include "flow_hold"
 --- @include "flow_adopt"
+--- @include "flow_append"
 --- @include-lazy "hand_off"
 local n = tonumber(ARG_N)
 local parent_key
@@ -58,11 +59,13 @@ for i = 1, n do
 end
 local now = now_ms()
 local out = {1}
+local adopted = {}
 local woken = 0
 for i = 1, n do
   if exists[i] then
     out[#out + 1] = 0
-    if parent_key then flow_adopt(parent_key, ARG_PARENT, (RECORD(i))) end
+    local id = RECORD(i)
+    if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
   else
     local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout, after,
       on_dep_fail = RECORD(i)
@@ -74,10 +77,11 @@ for i = 1, n do
       ready = flow_hold(now, id, key, after, on_dep_fail) and ready
     end
     if ready then woken = woken + 1 end
-    if parent_key then flow_adopt(parent_key, ARG_PARENT, id) end
+    if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
     out[#out + 1] = 1
   end
 end
+if parent_key then flow_append(parent_key, adopted) end
 local created = 0
 for i = 2, #out do created = created + out[i] end
 if ARG_TOKEN_BASE ~= '' and woken > 0 and redis.call('EXISTS', K_IDLE) == 1 then

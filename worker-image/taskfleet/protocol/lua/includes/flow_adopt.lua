@@ -3,7 +3,8 @@
 -- for it too (field 'join': when its handler returns it is done only once every child
 -- is). Idempotent: a child adopted before is left alone. A child already done hands its
 -- result; one dead or cancelled marks the parent ('dep_failed', its policy applies when
--- its run ends) unless the parent's policy is 'ignore'.
+-- its run ends) unless the parent's policy is 'ignore'. Returns whether the child is new
+-- to the parent: the caller appends those to its 'after' once per call (flow_append).
 local function flow_adopt(pkey, parent, child)
   local ckey = K_TASK .. child
   local state = redis.call('HGET', ckey, 'state')
@@ -17,14 +18,7 @@ local function flow_adopt(pkey, parent, child)
     redis.call('HSET', ckey, 'dependants', 1)
     redis.call('HINCRBY', pkey, 'deps_left', 1)
   else
-    return
+    return false
   end
-  local after = redis.call('HGET', pkey, 'after')
-  local item = cjson.encode(child)
-  if not after or after == '' or after == '[]' then
-    after = '[' .. item .. ']'
-  else
-    after = string.sub(after, 1, -2) .. ',' .. item .. ']'
-  end
-  redis.call('HSET', pkey, 'after', after, 'join', 1)
+  return true
 end
