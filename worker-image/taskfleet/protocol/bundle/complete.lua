@@ -714,8 +714,10 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants', 'deps_left', 'dep_failed')
+    'dependants', 'join')
   if v[1] == 'running' and v[2] == token then
+    -- a task that added children at run time (join): children left, one failed
+    local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed') or {}
     local pod = v[3]
     finished[#finished + 1] = id
     if pod then
@@ -728,16 +730,16 @@ for i = 0, n - 1 do
     if v[4] then
       to_cancelled(id, key, now)
       out[#out + 1] = '3'
-    elseif v[8] then
+    elseif join[2] then
       -- it added children at run time and one failed (flow_resolve): its policy ends it
-      to_dead(id, key, now, 'dependency failed', v[8])
+      to_dead(id, key, now, 'dependency failed', join[2])
       out[#out + 1] = '1'
     elseif string.len(result) > max_bytes then
       to_dead(id, key, now, 'result too large', 'the result of ' .. string.len(result) ..
         ' bytes exceeds max_payload_bytes (' .. max_bytes .. '); not stored')
       bump('failed')
       out[#out + 1] = '2'
-    elseif (tonumber(v[7]) or 0) > 0 then
+    elseif (tonumber(join[1]) or 0) > 0 then
       -- children it added are still out: done once they are (flow_join_done)
       if result ~= '' then redis.call('HSET', key, 'result', result) end
       redis.call('HSET', key, 'state', 'waiting')
