@@ -259,11 +259,12 @@ end
 -- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
 -- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
 -- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
--- taken up by the next complete or sweep (flow_backlog), so every call stays short.
+-- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
+-- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
 local FLOW_BUDGET = 200
 local function flow_resolve()
   local now = now_ms()
-  local budget = FLOW_BUDGET
+  local budget = FLOW_Q.budget or FLOW_BUDGET
   local ready = 0
   local i = 1
   while i <= #FLOW_Q do
@@ -315,7 +316,7 @@ local function flow_resolve()
       end
     end
   end
-  FLOW_Q = {results = {}}
+  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
   notify(ready)
 end
 -- includes/flush_counts.lua
@@ -678,10 +679,18 @@ end
 
 -- includes/flow_backlog.lua
 -- Take up one finished task whose dependants a call left unresolved (flow_resolve's
--- budget): they are resolved when the script flushes its counts.
-local function flow_backlog()
-  local entry = redis.call('LPOP', K_FLOW_BACKLOG)
-  if entry then FLOW_Q[#FLOW_Q + 1] = entry end
+-- budget): they are resolved when the script flushes its counts. `budget`: dependants
+-- this call may resolve (nil: flow_resolve's own); a sweep gives its bound, and takes up
+-- as many entries as that may need.
+local function flow_backlog(budget)
+  FLOW_Q.budget = budget
+  local entries = 1
+  if budget then entries = math.max(1, math.floor(budget / 200)) end
+  for _ = 1, entries do
+    local entry = redis.call('LPOP', K_FLOW_BACKLOG)
+    if not entry then return end
+    FLOW_Q[#FLOW_Q + 1] = entry
+  end
 end
 -- complete.lua
 -- complete: finish tasks with their results (a batch is one round trip).
@@ -779,7 +788,7 @@ if #gone > 0 then
   call_chunked('DEL', gone[1], gone)
 end
 bump('completed', completed)
-flow_backlog()  -- dependants a busy earlier call left to resolve
+flow_backlog(nil)  -- dependants a busy earlier call left to resolve
 -- Retention as it goes: up to twice this call's completions (and at least 10), so the
 -- done set shrinks back to its retention window after any burst.
 local cutoff = now - retention_ms

@@ -238,11 +238,12 @@ end
 -- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
 -- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
 -- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
--- taken up by the next complete or sweep (flow_backlog), so every call stays short.
+-- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
+-- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
 local FLOW_BUDGET = 200
 local function flow_resolve()
   local now = now_ms()
-  local budget = FLOW_BUDGET
+  local budget = FLOW_Q.budget or FLOW_BUDGET
   local ready = 0
   local i = 1
   while i <= #FLOW_Q do
@@ -294,7 +295,7 @@ local function flow_resolve()
       end
     end
   end
-  FLOW_Q = {results = {}}
+  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
   notify(ready)
 end
 -- includes/flush_counts.lua

@@ -18,7 +18,7 @@ local promoted = promote_due(now, bound)
 local EXPIRE_SHARE = 10  -- as scripts.SWEEP_EXPIRE_SHARE
 local expired = expire_deadlines(now, math.max(1, math.floor(bound / EXPIRE_SHARE)))
 local requeued, lost_dead = take_back_expired(now, bound)
-flow_backlog()
+flow_backlog(bound)
 
 local function prune(zkey, retention_s)
   local cutoff = now - retention_s * 1000
