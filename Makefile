@@ -8,7 +8,8 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help deps install lint test check crds crds-check bundle bundle-check bench bench-metrics bench-cluster \
-        bench-processes bench-provider bench-schedules bench-expiry bench-dashboard bench-autoscale bench-coldstart \
+        bench-processes bench-provider bench-schedules bench-expiry bench-flows bench-dashboard \
+        bench-autoscale bench-coldstart \
         bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo \
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
         kind-node-image kind-up kind-down clean release-tools release release-check \
@@ -115,6 +116,9 @@ bench-schedules: ## triggers/s with 10,000 and 100,000 schedules due every secon
 
 bench-expiry: ## 200,000 expired tasks at a queue's head: clearing time, longest script call (SLOWLOG), live-task claim latency
 	$(BIN)/python -m bench.expiry
+
+bench-flows: ## flows of 10,000 tasks (fan-out, run-time children, a chord, a failing chain): CPU of the longest script call
+	$(BIN)/python -m bench.flows
 
 bench-dashboard: ## a dashboard page view's Redis time with 1,000 and 1,000,000 tasks (DASHBOARD_TASKS=...)
 	$(BIN)/python -m bench.dashboard

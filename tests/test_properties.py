@@ -8,6 +8,8 @@ by a token and held by exactly one pod, counters adding up, and no task ever los
 Producers also cancel tasks and send dead ones back (retry), racing claims, completions
 and take-backs: a task whose cancel was acknowledged is never claimed again (one running
 then ends cancelled, whatever its run writes), and a retried dead task is pending again.
+Tasks wait for others (after, each policy), racing all of that: a dependant is never
+claimed before its dependencies are done, and none waits with nothing left to wait for.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from tests.fixtures_redis import BlockingBroker
 PODS = ("pod-a", "pod-b")
 LEASE_TTL_S = 0.05
 MAX_CONCURRENCY = 5  # below what two pods claiming up to 4 each would take
-STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
+STATES = ("pending", "delayed", "running", "done", "dead", "cancelled", "waiting")
+FINISHED = ("done", "dead", "cancelled")
 
 
 class ProtocolMachine(RuleBasedStateMachine):
@@ -73,6 +76,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.replayed: Counter[str] = Counter()  # reasons of the dead tasks sent back
         self.ops = Ops(self.queue.keys)
         self.claims = 0
+        self.after: dict[str, tuple[list[str], str]] = {}  # dependant -> (deps, policy)
+        self.flows = 0
 
     def teardown(self) -> None:
         for broker in self.brokers.values():
@@ -123,6 +128,31 @@ class ProtocolMachine(RuleBasedStateMachine):
                 self.queue.enqueue({"again": True}, task_id=task_id)
         assert self.raw.hgetall(self.queue.keys.task(task_id)) == before
 
+    @precondition(lambda self: bool(self.enqueued))
+    @rule(
+        data=st.data(),
+        policy=st.sampled_from(["fail", "ignore", "cancel"]),
+        chained=st.booleans(),
+    )
+    def enqueue_after(self, data: st.DataObject, policy: str, chained: bool) -> None:
+        """A task waiting for 1-3 others (any state), and maybe one waiting for it, in
+        one call."""
+        deps = data.draw(
+            st.lists(st.sampled_from(sorted(self.enqueued)), min_size=1, max_size=3, unique=True)
+        )
+        self.flows += 1
+        first = f"flow{self.flows}"
+        items: list[dict[str, Any]] = [
+            {"payload": {}, "task_id": first, "after": deps, "on_dep_fail": policy}
+        ]
+        if chained:
+            items.append({"payload": {}, "task_id": first + "b", "after": [first]})
+        ids = self.queue.enqueue_many(items)
+        self.enqueued.update(ids)
+        self.after[first] = (deps, policy)
+        if chained:
+            self.after[first + "b"] = ([first], "fail")
+
     # -- workers ---------------------------------------------------------------------
 
     @rule(pod=st.sampled_from(PODS), n=st.integers(1, 4), idle=st.booleans())
@@ -161,6 +191,11 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert task.id not in self.completed
             assert task.id not in self.failed_dead
             assert task.id not in self.cancel_acked, f"{task.id} claimed after its cancel"
+            if task.id in self.after:  # never before its dependencies are done
+                deps, policy = self.after[task.id]
+                for dep, h in self._hashes(deps).items():
+                    if policy != "ignore":
+                        assert h.get("state") == "done", (task.id, dep, h.get("state"))
             for other in PODS:
                 self.held[other].pop(task.id, None)  # any older claim is stale now
             self.held[pod][task.id] = task.token
@@ -266,7 +301,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert retried == len(chosen)
         hashes = self._hashes(chosen)
         for task_id in chosen:  # each runs once more: pending with a fresh budget
-            assert (hashes[task_id]["state"], hashes[task_id]["attempts"]) == ("pending", "0")
+            state = hashes[task_id]["state"]
+            if task_id in self.after:  # or waits again, or ends again by its policy
+                assert state in ("pending", "waiting", "dead", "cancelled"), (task_id, state)
+            else:
+                assert (state, hashes[task_id]["attempts"]) == ("pending", "0")
             self.failed_dead.discard(task_id)
             self.replayed[reasons[task_id]] += 1
 
@@ -333,11 +372,20 @@ class ProtocolMachine(RuleBasedStateMachine):
         for task_id, state in seen.items():
             assert hashes[task_id]["state"] == state
         for task_id in members["deadlines"]:
-            assert seen[task_id] in ("pending", "delayed")
+            assert seen[task_id] in ("pending", "delayed", "waiting")
         assert self.completed <= set(members["done"])
         assert self.failed_dead <= set(members["dead"])
         for task_id in self.cancel_acked:  # cancelled, or still running its last run
             assert seen[task_id] in ("cancelled", "running"), (task_id, seen[task_id])
+
+    @invariant()
+    def no_task_waits_with_nothing_left_to_wait_for(self) -> None:
+        waiting = sorted(self.members()["waiting"])
+        for task_id, h in self._hashes(waiting).items():
+            deps = self.after[task_id][0]
+            states = self._hashes(deps)
+            open_deps = [d for d in deps if states[d].get("state") not in FINISHED]
+            assert 1 <= int(h["deps_left"]) <= len(open_deps), (task_id, h, states)
 
     @invariant()
     def running_tasks_have_a_live_token_and_exactly_one_pod(self) -> None:

@@ -14,6 +14,7 @@ This module re-exports the public API, each name imported on first use: a produc
 loads the worker's modules, and the worker never the producer's.
 """
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from taskfleet._version import __version__
@@ -21,6 +22,7 @@ from taskfleet._version import __version__
 if TYPE_CHECKING:
     from taskfleet.producer.asyncqueue import AsyncQueue
     from taskfleet.producer.control import TaskPage
+    from taskfleet.producer.flows import chain, chord, group
     from taskfleet.producer.queue import EnqueueResult, EnqueueSpec, Queue, WorkerInfo
     from taskfleet.protocol.config import QueueConfig
     from taskfleet.protocol.control_ops import CancelOutcome
@@ -82,7 +84,25 @@ _LAZY = {
     "current_task": "worker.context",
     "cancelled": "worker.context",
     "TaskContext": "worker.context",
+    **dict.fromkeys(("chain", "chord", "group"), "producer.flows"),
 }
+
+
+def add_children(items: "Iterable[EnqueueSpec | Mapping[str, Any]]") -> list[str]:
+    """From a handler: add tasks its own task waits for (one child per page found), in one
+    atomic call; returns their ids. When the handler returns, the task is ``waiting``
+    until every child is done, then done with the result it returned; a child that ends
+    dead or cancelled applies the task's ``on_dep_fail`` (default: it ends dead). Give the
+    children ids of your own (``task_id``) so that a run started again after a lost
+    worker adds the same ones. ``StaleToken``: this run no longer holds the task."""
+    from taskfleet.producer.queue import Queue
+    from taskfleet.worker.context import current_task
+
+    task = current_task()
+    if task.control is None:
+        raise RuntimeError("add_children needs a task run by a worker")
+    with Queue(task.queue, task.redis_url) as queue:
+        return queue.add_children(task.task_id, task.control.token, items)
 
 
 def __getattr__(name: str) -> Any:
@@ -127,6 +147,10 @@ __all__ = [
     "WaitTimeout",
     "WorkerInfo",
     "__version__",
+    "add_children",
     "cancelled",
+    "chain",
+    "chord",
     "current_task",
+    "group",
 ]

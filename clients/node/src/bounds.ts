@@ -30,6 +30,8 @@ export const PRIORITY_MIN = -1000;
 export const PRIORITY_MAX = 1000;
 /** A task id: 1 to 200 printable characters (ids travel NUL-separated in claim replies). */
 export const MAX_TASK_ID_LEN = 200;
+/** Most tasks one task may wait for (`after`). */
+export const MAX_AFTER = 10_000;
 /** Deepest nesting of arrays and objects in a payload. */
 export const MAX_PAYLOAD_DEPTH = 200;
 /** Latest epoch ms a reader maps to a time (9999-12-31T23:59:59.999Z); later reads as null. */

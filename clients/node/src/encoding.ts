@@ -42,6 +42,13 @@ export interface EnqueueOptions {
    * `unknown task`.
    */
   readonly name?: string;
+  /**
+   * Ids of tasks of this queue (or earlier tasks of the same `enqueueMany`) it waits for:
+   * it stays `waiting`, never claimed, until every one is done (docs/flows.md).
+   */
+  readonly after?: readonly string[];
+  /** With `after`, when one ends dead or cancelled: `fail` it (default), `ignore` that one, or `cancel` it and the rest. */
+  readonly onDepFail?: "fail" | "ignore" | "cancel";
 }
 
 /** One task of `Queue.enqueueMany`: its payload and its options. */
@@ -59,6 +66,8 @@ export interface TaskRecord {
   readonly max_attempts: string;
   readonly cost: number;
   readonly timeout_s: string;
+  readonly after: string;
+  readonly on_dep_fail: string;
 }
 
 const OPTION_NAMES = new Set([
@@ -71,6 +80,8 @@ const OPTION_NAMES = new Set([
   "cost",
   "timeout",
   "name",
+  "after",
+  "onDepFail",
 ]);
 
 /** A random id: 128 bits as 32 hex digits (as the Python client makes them). */
@@ -283,6 +294,12 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
     if (problem !== undefined) throw new InvalidArgument(problem);
     text = `${NAME_MARK}${options.name}${NAME_MARK}${text}`;
   }
+  let after = "";
+  let onDepFail = "";
+  if (options.after !== undefined || options.onDepFail !== undefined) {
+    if (delayMs > 0) throw new InvalidArgument("after and delay cannot be combined (a waiting task runs once ready)");
+    [after, onDepFail] = encodeAfter(options.after, options.onDepFail, options.taskId);
+  }
   return {
     task_id: options.taskId === undefined ? newTaskId() : checkTaskId(options.taskId),
     payload: text,
@@ -292,7 +309,30 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
     max_attempts: maxAttempts,
     cost,
     timeout_s: timeoutS,
+    after,
+    on_dep_fail: onDepFail,
   };
+}
+
+const DEP_POLICIES = ["fail", "ignore", "cancel"];
+
+/** `after` as the script's JSON array and the policy, checked as the Python client does. */
+function encodeAfter(after: unknown, onDepFail: unknown, taskId: unknown): [string, string] {
+  if (after === undefined) throw new InvalidArgument("on_dep_fail needs after (the tasks to wait for)");
+  if (!Array.isArray(after)) throw new InvalidArgument("after must be a list of task ids");
+  if (after.length < 1 || after.length > bounds.MAX_AFTER) {
+    throw new InvalidArgument(`after must name 1 to ${bounds.MAX_AFTER} task ids, not ${after.length}`);
+  }
+  const ids = after.map(checkTaskId);
+  if (new Set(ids).size !== ids.length) throw new InvalidArgument("after names a task id twice");
+  if (typeof taskId === "string" && ids.includes(taskId)) {
+    throw new InvalidArgument(`task ${pyRepr(taskId)} cannot wait for itself (after)`);
+  }
+  const policy = onDepFail ?? "fail";
+  if (typeof policy !== "string" || !DEP_POLICIES.includes(policy)) {
+    throw new InvalidArgument(`on_dep_fail must be one of ${DEP_POLICIES.join(", ")}, not ${String(onDepFail)}`);
+  }
+  return [JSON.stringify(ids), policy];
 }
 
 /** One `enqueueMany` item checked: an object of a payload and known options only. */

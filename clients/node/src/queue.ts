@@ -67,7 +67,7 @@ export interface EnqueueResult {
 }
 
 /** Sizes of every state, live workers, and the queue's counters. */
-export type Stats = Record<"pending" | "delayed" | "running" | "done" | "dead" | "cancelled" | "workers", number> &
+export type Stats = Record<"pending" | "delayed" | "running" | "done" | "dead" | "cancelled" | "waiting" | "workers", number> &
   Record<(typeof COUNTERS)[number], number>;
 
 /** A worker of the queue as its record says (`Queue.workers`). */
@@ -82,7 +82,7 @@ export interface WorkerInfo {
   readonly alive: boolean;
 }
 
-const STATE_SETS = ["pending", "delayed", "running", "done", "dead", "cancelled"] as const;
+const STATE_SETS = ["pending", "delayed", "running", "done", "dead", "cancelled", "waiting"] as const;
 
 /**
  * One named queue in Redis.
@@ -443,6 +443,11 @@ export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[]): boole
   }
   if (code === -2) throw new TaskExists(task(reply[1]), String(reply[2]));
   if (code === -3) throw new InvalidArgument(`task id '${task(reply[1])}' appears twice in one enqueue`);
+  if (code === -4) {
+    throw new InvalidArgument(
+      `task '${task(reply[1])}' waits for '${String(reply[2])}' (after), which is no task of this queue nor an earlier task of this enqueue`,
+    );
+  }
   if (code !== 1 || reply.length !== batch.length + 1) throw new ProtocolError(`enqueue: unexpected reply ${JSON.stringify(raw)}`);
   return reply.slice(1).map((x) => Number(x) === 1);
 }

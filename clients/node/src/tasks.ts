@@ -18,6 +18,8 @@ export const TaskState = {
   Done: "done",
   Dead: "dead",
   Cancelled: "cancelled",
+  /** Waiting for the tasks it names in `after`. */
+  Waiting: "waiting",
 } as const;
 /** One of a task's states. */
 export type TaskState = (typeof TaskState)[keyof typeof TaskState];
@@ -81,6 +83,10 @@ export interface Task {
   readonly result: unknown;
   /** What its handler last reported: {fraction, done, total, message}. */
   readonly progress: unknown;
+  /** The tasks it waits for (`after`), empty when none. */
+  readonly after: readonly string[];
+  /** With `after`: fail, ignore or cancel; null when it waits for nothing. */
+  readonly onDepFail: string | null;
   /** Whether it has finished (done, dead or cancelled). */
   readonly finished: boolean;
 }
@@ -194,6 +200,14 @@ export function taskFromHash(raw: Readonly<Record<string, string>>, taskId?: str
     reason: text("reason"),
     result: raw.result === undefined ? null : parsed(raw.result),
     progress: raw.progress === undefined ? null : parsed(raw.progress),
+    after: afterIds(raw.after),
+    onDepFail: text("on_dep_fail"),
     finished: FINISHED.has(state as TaskState),
   };
+}
+
+function afterIds(value: string | undefined): string[] {
+  if (value === undefined || value === "") return [];
+  const ids = parsed(value);
+  return Array.isArray(ids) ? ids.map(String) : [];
 }

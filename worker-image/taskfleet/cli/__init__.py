@@ -10,8 +10,9 @@ missing task with exit code 1; no tracebacks.
 
 The command group and ``main`` (the console script) live here; the commands by role:
 
-- ``queue_commands``: enqueue, configure, stats, task (a queue, from anywhere);
+- ``queue_commands``: enqueue, flow, configure, stats, task (a queue, from anywhere);
 - ``task_commands``: ls, cancel, retry, purge, workers (a queue's tasks after enqueue);
+- ``flowtree``: the tree of a flow ``task`` shows;
 - ``schedule_commands``: schedule add|ls|rm|pause|resume (a queue's schedules);
 - ``worker_commands``: worker, drain (a worker's container);
 - ``dashboard_command``: dashboard (the web UI; its package loads inside the command);
@@ -47,7 +48,7 @@ mask_url = redact_redis_url
 # Each command's module, loaded when the command runs (or when help lists them all): a
 # worker's start imports the worker's command and nothing of the producer-side ones.
 COMMANDS = {
-    **dict.fromkeys(("enqueue", "configure", "stats", "task"), "queue_commands"),
+    **dict.fromkeys(("enqueue", "flow", "configure", "stats", "task"), "queue_commands"),
     **dict.fromkeys(("ls", "cancel", "retry", "purge", "workers"), "task_commands"),
     "schedule": "schedule_commands",
     "quota": "quota_commands",

@@ -1,4 +1,5 @@
-"""Commands about a queue, run from anywhere: enqueue, configure, stats, task.
+"""Commands about a queue, run from anywhere: enqueue, flow, configure, stats, task (with
+the tree of a flow, ``flowtree``).
 
 Each opens a ``Queue`` (the producer API) for the one call it makes, and closes it.
 """
@@ -120,6 +121,19 @@ def _parse_payload(text: str) -> dict[str, Any]:
     "another payload or option under an existing id is an error (exit 1).",
 )
 @click.option(
+    "--after",
+    multiple=True,
+    metavar="ID",
+    help="A task it waits for (repeatable): it runs once every one is done (docs/flows.md).",
+)
+@click.option(
+    "--on-dep-fail",
+    type=click.Choice(["fail", "ignore", "cancel"]),
+    default=None,
+    help="With --after, when one ends dead or cancelled: fail it (default), ignore that "
+    "one, or cancel it and the rest.",
+)
+@click.option(
     "--count",
     type=IntRange(min=1, max=MAX_COUNT),
     default=1,
@@ -139,6 +153,8 @@ def enqueue(
     cost: int,
     task_name: str | None,
     task_id: str | None,
+    after: tuple[str, ...],
+    on_dep_fail: str | None,
     count: int,
     redis_url: str,
 ) -> None:
@@ -155,6 +171,8 @@ def enqueue(
         "timeout": timeout,
         "cost": cost,
         "task": task_name,
+        "after": list(after) if after else None,
+        "on_dep_fail": on_dep_fail,
     }
     try:
         if count == 1:
@@ -278,9 +296,12 @@ def _eviction_policy(client: Any) -> str | None:
 @redis_option
 def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
     """Show one task of QUEUE."""
+    from taskfleet.cli.flowtree import tree_lines
+
     q = open_queue(queue, redis_url)
     try:
         found = q.get(task_id)
+        tree = tree_lines(q, task_id) if found is not None and found.after else []
     finally:
         q.close()
     if found is None:
@@ -297,6 +318,9 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
         plain = not isinstance(value, dict | list) and _printable(str(value))
         shown = value if plain else json.dumps(value)
         click.echo(f"{key:<{width}}  {terminal_safe(shown)}")
+    if tree:  # what it waits for, and what those wait for (docs/flows.md)
+        click.echo("flow:")
+        click.echo("\n".join("  " + line for line in tree))
 
 
 def _printable(text: str) -> bool:
@@ -305,3 +329,31 @@ def _printable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
+@redis_option
+def flow(queue: str, source: Any, redis_url: str) -> None:
+    """Enqueue the flow in SOURCE (a JSON file, '-' for stdin) into QUEUE, every task or
+    none; prints one task id per line. A part is a task ({"payload": {...}, "task": ...,
+    "task_id": ...}, the options of enqueue) or {"chain": [parts]}, {"group": [parts]},
+    {"chord": [group, callback]}."""
+    from taskfleet.producer.flows import from_json
+    from taskfleet.protocol.errors import InvalidArgument
+
+    try:
+        value = json.load(source)
+    except (ValueError, RecursionError) as exc:
+        raise BadInput(f"the flow is not valid JSON: {str(exc)[:200]}") from None
+    try:
+        parsed = from_json(value)
+    except InvalidArgument as exc:
+        raise BadInput(str(exc)) from None
+    q = open_queue(queue, redis_url)
+    try:
+        ids = q.enqueue_flow(parsed).ids
+    finally:
+        q.close()
+    click.echo("\n".join(ids))

@@ -54,6 +54,12 @@ class EnqueueSpec(BaseModel):
     cost: int = 1
     timeout: float | timedelta | None = None
     task: str | None = None
+    after: list[str] | None = None
+    on_dep_fail: str | None = None
+
+
+#: What a task waiting on others (``after``) does when one of them ends dead or cancelled.
+DEP_POLICIES = ("fail", "ignore", "cancel")
 
 
 # Built once: json.dumps with options builds an encoder per call. Compact, UTF-8 as is
@@ -198,7 +204,34 @@ def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
         cost=fields.get("cost", 1),
         timeout=fields.get("timeout"),
         task=fields.get("task"),
+        after=fields.get("after"),
+        on_dep_fail=fields.get("on_dep_fail"),
     )
+
+
+def encode_after(after: object, on_dep_fail: object, task_id: str | None) -> tuple[str, str]:
+    """``after`` as the script's JSON array and the policy, checked: ids of tasks (at
+    most ``bounds.MAX_AFTER``, none twice, not the task itself), a policy among
+    ``DEP_POLICIES``."""
+    if after is None:
+        if on_dep_fail is not None:
+            raise InvalidArgument("on_dep_fail needs after (the tasks to wait for)")
+        return "", ""
+    if isinstance(after, str) or not isinstance(after, list | tuple):
+        raise InvalidArgument("after must be a list of task ids")
+    if not 1 <= len(after) <= bounds.MAX_AFTER:
+        raise InvalidArgument(f"after must name 1 to {bounds.MAX_AFTER} task ids, not {len(after)}")
+    ids = [_check_task_id(dep) for dep in after]
+    if len(set(ids)) != len(ids):
+        raise InvalidArgument("after names a task id twice")
+    if task_id is not None and task_id in ids:
+        raise InvalidArgument(f"task {task_id!r} cannot wait for itself (after)")
+    policy = "fail" if on_dep_fail is None else on_dep_fail
+    if policy not in DEP_POLICIES:
+        raise InvalidArgument(
+            f"on_dep_fail must be one of {', '.join(DEP_POLICIES)}, not {_short(on_dep_fail)}"
+        )
+    return _UNSORTED.encode(ids), str(policy)
 
 
 def encode_task(
@@ -212,6 +245,8 @@ def encode_task(
     cost: int = 1,
     timeout: float | timedelta | None = None,
     task: str | None = None,
+    after: list[str] | None = None,
+    on_dep_fail: str | None = None,
 ) -> EnqueueArgs:
     """``enqueue_args`` for ``Queue.enqueue``'s keyword arguments (no mapping to build)."""
     text = encode_payload(payload)
@@ -248,6 +283,13 @@ def encode_task(
         if problem:
             raise InvalidArgument(problem)
         text = named_payload(task, text)
+    after_text, policy = "", ""
+    if after is not None or on_dep_fail is not None:
+        if delay_ms > 0:
+            raise InvalidArgument(
+                "after and delay cannot be combined (a waiting task runs once ready)"
+            )
+        after_text, policy = encode_after(after, on_dep_fail, task_id)
     return EnqueueArgs(
         # 128 random bits (a UUID4 has 122), 32 hex digits as before, without the UUID object
         task_id=os.urandom(16).hex() if task_id is None else _check_task_id(task_id),
@@ -258,6 +300,8 @@ def encode_task(
         max_attempts=attempts,
         cost=cost,
         timeout_s=timeout_s,
+        after=after_text,
+        on_dep_fail=policy,
     )
 
 

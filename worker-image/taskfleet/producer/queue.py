@@ -22,6 +22,7 @@ from taskfleet.producer.encoding import (
     encode_task,
     token_base,
 )
+from taskfleet.producer.flows import Flow, FlowIds, build
 from taskfleet.producer.quotas import Quotas
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.protocol import store, tracing
@@ -111,6 +112,8 @@ class Queue(Controlling, Quotas):
         cost: int = 1,
         timeout: float | timedelta | None = None,
         task: str | None = None,
+        after: list[str] | None = None,
+        on_dep_fail: str | None = None,
     ) -> str:
         """Add a task; returns its id.
 
@@ -128,6 +131,13 @@ class Queue(Controlling, Quotas):
         cost, timeout and, if given, max_attempts) returns the id and changes nothing; another
         payload or option under an existing id raises ``TaskExists``. ``enqueue_result``
         also says whether the task was created.
+
+        ``after``: ids of tasks (of this queue) it waits for: it stays ``waiting``, never
+        claimed, until every one is done, then becomes pending in the same script. When one
+        ends dead or cancelled (or is gone), ``on_dep_fail`` decides: ``fail`` (default,
+        it ends dead, reason ``dependency failed``), ``ignore`` (counts as done) or
+        ``cancel`` (it and its other unfinished dependencies are cancelled). An id that is
+        no task raises ``InvalidArgument``; see docs/flows.md.
         """
         return self.enqueue_result(
             payload,
@@ -139,6 +149,8 @@ class Queue(Controlling, Quotas):
             cost=cost,
             timeout=timeout,
             task=task,
+            after=after,
+            on_dep_fail=on_dep_fail,
         ).task_id
 
     def enqueue_result(
@@ -153,6 +165,8 @@ class Queue(Controlling, Quotas):
         cost: int = 1,
         timeout: float | timedelta | None = None,
         task: str | None = None,
+        after: list[str] | None = None,
+        on_dep_fail: str | None = None,
     ) -> EnqueueResult:
         """``enqueue``, returning the id and whether this call created the task."""
         args = encode_task(
@@ -165,6 +179,8 @@ class Queue(Controlling, Quotas):
             cost=cost,
             timeout=timeout,
             task=task,
+            after=after,
+            on_dep_fail=on_dep_fail,
         )
         if tracing.configured():
             with tracing.enqueue_span(self.name, 1) as span:
@@ -201,6 +217,23 @@ class Queue(Controlling, Quotas):
         else:
             self._enqueue(self.ops.enqueue(batch, token_base()), ids)
         return ids
+
+    def enqueue_flow(self, flow: Flow | EnqueueSpec | Mapping[str, Any]) -> FlowIds:
+        """Store a flow (``chain``, ``group``, ``chord``, nested; ``taskfleet.producer.
+        flows``) in one atomic call: every task or none. Returns its ids."""
+        items, last = build(flow)
+        return FlowIds(self.enqueue_many(items), last)
+
+    def add_children(
+        self, parent: str, token: str, items: Iterable[EnqueueSpec | Mapping[str, Any]]
+    ) -> list[str]:
+        """Tasks the running task ``parent`` (claimed under ``token``) waits for, in one
+        atomic call: it is done only once they all are (``taskfleet.add_children`` from
+        a handler). ``StaleToken`` when that run no longer holds it."""
+        batch = batch_args(items)
+        if batch:
+            self._scripts.run(self.ops.enqueue(batch, parent=(parent, token)))
+        return [a.task_id for a in batch]
 
     # -- reading -----------------------------------------------------------------------
 

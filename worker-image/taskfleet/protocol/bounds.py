@@ -37,6 +37,8 @@ MAX_LOST = MAX_ATTEMPTS
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 #: A task id: 1 to 200 printable characters (ids travel NUL-separated in claim replies).
 MAX_TASK_ID_LEN = 200
+#: Most tasks one task may wait for (``after``).
+MAX_AFTER = 10_000
 #: Payloads and results: Redis refuses strings over 512 MiB.
 MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
 #: Deepest nesting of arrays and objects in a payload: every reader (a worker's handler

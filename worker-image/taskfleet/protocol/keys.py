@@ -13,8 +13,8 @@ import re
 PREFIX = "tf"
 
 #: The order in which every script receives the queue's keys (KEYS[1], KEYS[2], ...).
-#: ``task``, ``pod``, ``sched``, ``wake``, ``schedule`` and ``waiter`` are prefixes: the
-#: script appends the id, pod or name.
+#: ``task``, ``pod``, ``sched``, ``wake``, ``schedule``, ``waiter`` and ``dependants`` are
+#: prefixes: the script appends the id, pod or name.
 SCRIPT_KEYS: tuple[str, ...] = (
     "task",
     "pending",
@@ -43,6 +43,9 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "waiter",
     "deadline_runs",
     "quota",
+    "waiting",
+    "dependants",
+    "flow_backlog",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -103,6 +106,20 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "the queue's claim pause (a provider's rate limit met: until, streak, pause_ms) and "
         "spend budget (run-time limits, the current day's and month's spend)",
     ),
+    "waiting": (
+        "zset",
+        "ids of tasks waiting for their dependencies (field 'after') to be done; score: when "
+        "they began to wait (epoch ms)",
+    ),
+    "dependants": (
+        "set",
+        "ids of the waiting tasks that wait on one task; the key is the prefix and that task's id",
+    ),
+    "flow_backlog": (
+        "list",
+        "'<d|x|c><id>': finished tasks (done, dead, cancelled) whose dependants one call left "
+        "unresolved, taken up by later completes and sweeps",
+    ),
 }
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -131,7 +148,9 @@ class QueueKeys:
         "deadlines",
         "delayed",
         "demand",
+        "dependants_prefix",
         "done",
+        "flow_backlog",
         "idle",
         "notify",
         "pending",
@@ -150,6 +169,7 @@ class QueueKeys:
         "stats",
         "task_prefix",
         "waiter_prefix",
+        "waiting",
         "wake_prefix",
         "workers",
     )
@@ -202,6 +222,11 @@ class QueueKeys:
         # the claim pause a provider's rate limit set for the whole fleet, and the spend
         # budget's run-time limits and spend (lua/includes/quota_*.lua)
         self.quota = p + "quota"
+        # flows: tasks waiting on others (state waiting), the dependants of each task, and
+        # finished tasks whose dependants are still to resolve (lua/includes/flow_resolve.lua)
+        self.waiting = p + "waiting"
+        self.dependants_prefix = p + "dependants:"
+        self.flow_backlog = p + "flows:backlog"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
@@ -209,6 +234,7 @@ class QueueKeys:
             "wake": self.wake_prefix,
             "schedule": self.schedule_prefix,
             "waiter": self.waiter_prefix,
+            "dependants": self.dependants_prefix,
         }
         self.script_keys: tuple[str, ...] = tuple(
             by_name.get(name) or getattr(self, name) for name in SCRIPT_KEYS
@@ -235,6 +261,9 @@ class QueueKeys:
 
     def waiter(self, waiter: str) -> str:
         return self.waiter_prefix + waiter
+
+    def dependants(self, task_id: str) -> str:
+        return self.dependants_prefix + task_id
 
     @property
     def pattern(self) -> str:

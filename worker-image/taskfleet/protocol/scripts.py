@@ -28,7 +28,13 @@ from redis.exceptions import NoScriptError
 from taskfleet.protocol import bounds, wire
 from taskfleet.protocol.bundle import NAMES, source
 from taskfleet.protocol.connect import SyncClient
-from taskfleet.protocol.errors import InvalidArgument, InvalidPayload, ProtocolError, TaskExists
+from taskfleet.protocol.errors import (
+    InvalidArgument,
+    InvalidPayload,
+    ProtocolError,
+    StaleToken,
+    TaskExists,
+)
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.signatures import (
     Claim,
@@ -298,7 +304,11 @@ class Ops:
         self._k = keys.script_keys
 
     def enqueue(
-        self, tasks: Sequence[EnqueueArgs], token_base: str | None = None, trace: str = ""
+        self,
+        tasks: Sequence[EnqueueArgs],
+        token_base: str | None = None,
+        trace: str = "",
+        parent: tuple[str, str] | None = None,
     ) -> Op[list[bool]]:
         """Reply: per task, True if created, False if the same task existed (unchanged).
 
@@ -306,11 +316,16 @@ class Ops:
         options, ``InvalidPayload`` for a payload over the queue's limit (nothing stored
         then). With ``token_base``, new tasks go straight to idle workers (see hand_off).
         ``trace``: the producer's trace context (``protocol.tracing``), stored with every
-        new task of the call."""
+        new task of the call. ``parent``: (task id, claim token) of a running task adding
+        these as its children (docs/flows.md); ``StaleToken`` when that run no longer
+        holds it."""
+        parent_id, parent_token = parent if parent is not None else ("", "")
         if token_base is None:
-            head = Enqueue(n=len(tasks), token_base="", bound="", trace=trace)
+            head = Enqueue(len(tasks), "", "", trace, parent_id, parent_token)
         else:
-            head = Enqueue(len(tasks), token_base, CLAIM_HOUSEKEEPING_BOUND, trace)
+            head = Enqueue(
+                len(tasks), token_base, CLAIM_HOUSEKEEPING_BOUND, trace, parent_id, parent_token
+            )
         args = with_records(head, tasks)
 
         def decode(raw: Any) -> list[bool]:
@@ -328,6 +343,14 @@ class Ops:
             if code == -3:
                 task_id = tasks[int(raw[1]) - 1].task_id
                 raise InvalidArgument(f"task id {task_id!r} appears twice in one enqueue")
+            if code == -5:
+                raise StaleToken(parent_id)
+            if code == -4:
+                task_id = tasks[int(raw[1]) - 1].task_id
+                raise InvalidArgument(
+                    f"task {task_id!r} waits for {text(raw[2])!r} (after), which is no task "
+                    "of this queue nor an earlier task of this enqueue"
+                )
             if code != 1:
                 raise ProtocolError(f"enqueue: unexpected reply {raw!r}")
             return [int(x) == 1 for x in raw[1:]]

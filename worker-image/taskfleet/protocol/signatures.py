@@ -80,6 +80,11 @@ class Enqueue(NamedTuple):
     trace: Annotated[
         OptStr, "the producer's trace context, stored with every new task (field 'trace')"
     ]
+    parent: Annotated[
+        OptStr,
+        "a running task adding these as its children: it is done only once they all are; '' = none",
+    ] = ""
+    parent_token: Annotated[OptStr, "with parent: the claim token its run holds"] = ""
 
 
 class EnqueueTask(NamedTuple):
@@ -95,6 +100,13 @@ class EnqueueTask(NamedTuple):
     max_attempts: Annotated[OptInt, "'' = the queue's max_attempts"]
     cost: Annotated[Int, "units it takes of the cost rate limit"]
     timeout_s: Annotated[OptNumber, "seconds a run may take; '' = the queue's default_timeout_s"]
+    after: Annotated[
+        OptJson,
+        "ids it waits for, a JSON array (tasks, or earlier tasks of the call); '' = none",
+    ] = ""
+    on_dep_fail: Annotated[
+        OptStr, "with after: 'fail' ('' too), 'ignore' or 'cancel' when one ends dead or cancelled"
+    ] = ""
 
 
 class Claim(NamedTuple):

@@ -14,6 +14,7 @@ class TaskState(enum.StrEnum):
     DONE = "done"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    WAITING = "waiting"  # for the tasks it names in after (flows)
 
 
 FINISHED = frozenset({TaskState.DONE, TaskState.DEAD, TaskState.CANCELLED})

@@ -57,7 +57,16 @@ _TIME_FIELDS = (
     "progress_at",
     "cancel_requested",
 )
-_INT_FIELDS = ("priority", "attempts", "max_attempts", "lost", "cost", "cost_used", "deferred")
+_INT_FIELDS = (
+    "priority",
+    "attempts",
+    "max_attempts",
+    "lost",
+    "cost",
+    "cost_used",
+    "deferred",
+    "deps_left",
+)
 
 
 class Task(BaseModel):
@@ -94,13 +103,18 @@ class Task(BaseModel):
     reason: str | None = Field(
         default=None,
         description="why it is dead: expired | worker lost | bad payload | bad task | failed | "
-        "permanent | result too large; or cancelled",
+        "permanent | result too large | dependency failed; or cancelled",
     )
     result: Any = None
     progress: Any = Field(
         default=None,
         description="what its handler last reported: {fraction, done, total, message}",
     )
+    after: list[str] = Field(default_factory=list, description="the tasks it waits for")
+    on_dep_fail: str | None = Field(
+        default=None, description="with after: fail | ignore | cancel (None: fail)"
+    )
+    deps_left: int | None = Field(default=None, description="while waiting: dependencies left")
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any], task_id: str | None = None) -> Task:
@@ -115,7 +129,7 @@ class Task(BaseModel):
         """
         h = {stored_text(k): stored_text(v) for k, v in raw.items()}
         data: dict[str, Any] = {}
-        for name in ("id", "pod", "incarnation", "token", "error", "reason"):
+        for name in ("id", "pod", "incarnation", "token", "error", "reason", "on_dep_fail"):
             if name in h:
                 data[name] = h[name]
         if task_id is not None:
@@ -144,6 +158,13 @@ class Task(BaseModel):
                     data[name] = json.loads(h[name])
                 except (ValueError, RecursionError):
                     data[name] = h[name]  # written by a foreign producer: keep it as text
+        if h.get("after"):
+            try:
+                after = json.loads(h["after"])
+            except ValueError:
+                after = None
+            if isinstance(after, list):
+                data["after"] = [str(dep) for dep in after]
         return cls.model_validate(data)
 
     @property

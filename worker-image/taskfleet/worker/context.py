@@ -137,6 +137,23 @@ class TaskContext:
         if self.control is not None:
             self.control.send(self.task_id, self.control.token, text, None)
 
+    def dependency_results(self) -> dict[str, Any]:
+        """The results of the tasks this one waited for (``enqueue(..., after=[...])``),
+        by their id: handed to it when each completed, read here in two round trips (no
+        polling: they are all done before this task runs). Bounded: its inputs together
+        are at most the queue's ``max_payload_bytes``; a result past that bound was not
+        handed and its id is absent (read it with ``Queue.get`` while it is retained).
+        Empty for a task that waited for nothing. See docs/flows.md."""
+        from taskfleet.protocol.connect import connect
+        from taskfleet.protocol.flows import dependency_results
+        from taskfleet.protocol.keys import QueueKeys
+
+        client = connect(self.redis_url)
+        try:
+            return dependency_results(client, QueueKeys(self.queue), self.task_id)
+        finally:
+            client.close()
+
     def report_cost(self, cost: int) -> None:
         """The task's real cost in the queue's cost units (what ``cost`` at enqueue
         estimated): the difference goes back into the cost rate limit's bucket, or is

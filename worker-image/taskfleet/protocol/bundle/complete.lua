@@ -21,6 +21,9 @@ local K_CANCELLED = KEYS[24]
 local K_WAITER = KEYS[25]
 local K_DEADLINE_RUNS = KEYS[26]
 local K_QUOTA = KEYS[27]
+local K_WAITING = KEYS[28]
+local K_DEPENDANTS = KEYS[29]
+local K_FLOW_BACKLOG = KEYS[30]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 local ARG_POD = ARGV[2]
@@ -81,12 +84,124 @@ local COUNTS = {}
 local function bump(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
 end
--- includes/flush_counts.lua
-local function flush_counts()
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+-- includes/flow_q.lua
+-- Tasks that finished in this call and have dependants (tasks waiting on them, the set
+-- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
+-- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
+-- the result of a task completed in this call, by id (handed to its dependants).
+local FLOW_Q = {results = {}}
+-- includes/wake_waiters.lua
+-- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
+-- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
+-- minute after the last push (a waiter that left leaves nothing behind for long). A task
+-- nobody waits on costs nothing: the field is absent.
+local WAITER_TTL_MS = 60000
+local function wake_waiters(id, key, waiters)
+  if not waiters then return end
+  for w in string.gmatch(waiters, '[^ ]+') do
+    redis.call('LPUSH', K_WAITER .. w, id)
+    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
   end
-  COUNTS = {}
+  redis.call('HDEL', key, 'waiters')
+end
+
+-- includes/flow_finished.lua
+-- A task finished with `outcome` ('d' done, 'x' dead, 'c' cancelled); `mark` is its
+-- 'dependants' field, set when some task waits on it; `result` its result when done here.
+-- A task nobody waits on costs nothing.
+local function flow_finished(id, outcome, mark, result)
+  if mark then
+    FLOW_Q[#FLOW_Q + 1] = outcome .. id
+    if result then FLOW_Q.results[id] = result end
+  end
+end
+-- includes/to_dead.lua
+local function to_dead(id, key, now, reason, err)
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  if err ~= nil then
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
+  else
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
+  end
+  bump('dead_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'x', v[2])
+end
+
+-- includes/to_cancelled.lua
+-- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
+local function to_cancelled(id, key, now)
+  redis.call('ZADD', K_CANCELLED, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
+  bump('cancelled_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'c', v[2])
+end
+
+-- includes/cancel_task.lua
+-- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
+-- -> 'cancel_requested' set, it ends cancelled when it leaves running ('requested');
+-- finished -> unchanged ('done', 'dead', 'finished' when cancelled before); 'missing'.
+local function cancel_task(id, key, now)
+  local state = redis.call('HGET', key, 'state')
+  if not state then return 'missing' end
+  if state == 'pending' or state == 'delayed' or state == 'waiting' then
+    redis.call('ZREM', K_PENDING, id)
+    redis.call('ZREM', K_DELAYED, id)
+    if state == 'waiting' then redis.call('ZREM', K_WAITING, id) end
+    to_cancelled(id, key, now)
+    return 'cancelled'
+  elseif state == 'running' then
+    redis.call('HSETNX', key, 'cancel_requested', now)
+    return 'requested'
+  elseif state == 'cancelled' then
+    return 'finished'
+  end
+  return state
+end
+-- includes/flow_end.lua
+-- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
+-- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
+-- to stop) and every dependency of it still unfinished (its field 'after'); anything
+-- else ('fail', the default) makes it dead with reason 'dependency failed'. ('ignore'
+-- never gets here.)
+local function flow_end(id, key, now, policy, dep, how)
+  local why = 'dependency ' .. dep .. ' ended ' .. how
+  if policy ~= 'cancel' then
+    redis.call('ZREM', K_WAITING, id)
+    redis.call('ZREM', K_PENDING, id)
+    to_dead(id, key, now, 'dependency failed', why)
+    return
+  end
+  cancel_task(id, key, now)
+  redis.call('HSET', key, 'error', why)
+  local ok, deps = pcall(cjson.decode, redis.call('HGET', key, 'after') or '[]')
+  if not ok or type(deps) ~= 'table' then return end
+  for _, other in ipairs(deps) do
+    if other ~= dep then cancel_task(other, K_TASK .. other, now) end
+  end
+end
+-- includes/pending_score.lua
+-- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
+-- "front" entries (released / taken back: they already waited) before the FIFO ones.
+-- Priority is bounded to +-1000 so scores stay exact doubles.
+local BAND = 1e12
+local HALF = 5e11
+local function pending_score(priority, front)
+  local seq = redis.call('INCR', K_SEQ)
+  if front then return -priority * BAND + HALF - seq end
+  return -priority * BAND + HALF + seq
+end
+
+-- includes/to_pending.lua
+local function to_pending(id, key, front)
+  local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
+  redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
+  redis.call('HSET', key, 'state', 'pending')
 end
 
 -- includes/demand.lua
@@ -113,42 +228,105 @@ local function notify(n)
   demand()
 end
 
--- includes/wake_waiters.lua
--- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
--- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
--- minute after the last push (a waiter that left leaves nothing behind for long). A task
--- nobody waits on costs nothing: the field is absent.
-local WAITER_TTL_MS = 60000
-local function wake_waiters(id, key, waiters)
-  if not waiters then return end
-  for w in string.gmatch(waiters, '[^ ]+') do
-    redis.call('LPUSH', K_WAITER .. w, id)
-    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
-  end
-  redis.call('HDEL', key, 'waiters')
+-- includes/flow_input.lua
+-- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
+-- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
+-- max_payload_bytes (field 'in_bytes' counts them): a result that would pass it is not
+-- handed (the dependant sees that dependency without a result, and may read the task).
+local function flow_input(key, dep, result)
+  if result == nil or result == false or result == '' then result = 'null' end
+  local size = string.len(result)
+  local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
+  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end
-
--- includes/to_dead.lua
-local function to_dead(id, key, now, reason, err)
-  redis.call('ZADD', K_DEAD, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  if err ~= nil then
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
-  else
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
-  end
-  bump('dead_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
+-- includes/flow_join_done.lua
+-- A task whose handler returned while children it added were running (field 'join') is
+-- done once the last of them is: done now, with the result its run stored.
+local function flow_join_done(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+  redis.call('ZADD', K_DONE, now, id)
+  bump('completed')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'd', v[2], v[3] or '')
 end
-
--- includes/to_cancelled.lua
--- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
-local function to_cancelled(id, key, now)
-  redis.call('ZADD', K_CANCELLED, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
-  bump('cancelled_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
+-- includes/flow_resolve.lua
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
+-- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
+-- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
+-- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
+-- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
+-- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
+-- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
+local FLOW_BUDGET = 200
+local function flow_resolve()
+  local now = now_ms()
+  local budget = FLOW_Q.budget or FLOW_BUDGET
+  local ready = 0
+  local i = 1
+  while i <= #FLOW_Q do
+    local entry = FLOW_Q[i]
+    i = i + 1
+    if budget <= 0 then
+      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+    else
+      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
+      local set = K_DEPENDANTS .. id
+      local members = redis.call('SPOP', set, budget)
+      budget = budget - #members
+      if budget <= 0 and redis.call('EXISTS', set) == 1 then
+        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+      end
+      local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
+      for _, d in ipairs(members) do
+        local dkey = K_TASK .. d
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
+            end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
+          else
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
+          end
+        end
+      end
+    end
+  end
+  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
+  notify(ready)
+end
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
 end
 
 -- includes/handed_task.lua
@@ -160,25 +338,6 @@ local function handed_task(rec, incarnation)
   local key = K_TASK .. (id or '')
   local v = redis.call('HMGET', key, 'state', 'token', 'incarnation')
   return id, key, v[1] == 'running' and v[2] == token and v[3] == incarnation
-end
-
--- includes/pending_score.lua
--- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
--- "front" entries (released / taken back: they already waited) before the FIFO ones.
--- Priority is bounded to +-1000 so scores stay exact doubles.
-local BAND = 1e12
-local HALF = 5e11
-local function pending_score(priority, front)
-  local seq = redis.call('INCR', K_SEQ)
-  if front then return -priority * BAND + HALF - seq end
-  return -priority * BAND + HALF + seq
-end
-
--- includes/to_pending.lua
-local function to_pending(id, key, front)
-  local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
-  redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
-  redis.call('HSET', key, 'state', 'pending')
 end
 
 -- includes/promote_due.lua
@@ -220,15 +379,22 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants')
     local state = v[1]
-    if state == 'pending' or state == 'delayed' then
-      if state == 'pending' then pending[#pending + 1] = id else delayed[#delayed + 1] = id end
+    if state == 'pending' or state == 'delayed' or state == 'waiting' then
+      if state == 'pending' then
+        pending[#pending + 1] = id
+      elseif state == 'delayed' then
+        delayed[#delayed + 1] = id
+      else
+        redis.call('ZREM', K_WAITING, id)
+      end
       dead[#dead + 1] = now
       dead[#dead + 1] = id
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
       wake_waiters(id, key, v[2])
+      flow_finished(id, 'x', v[3])
     elseif not state then
       pending[#pending + 1] = id
       delayed[#delayed + 1] = id
@@ -634,6 +800,21 @@ local function quota_relax(key, now)
     redis.call('HSET', key, 'streak', q.streak)
   end
 end
+-- includes/flow_backlog.lua
+-- Take up one finished task whose dependants a call left unresolved (flow_resolve's
+-- budget): they are resolved when the script flushes its counts. `budget`: dependants
+-- this call may resolve (nil: flow_resolve's own); a sweep gives its bound, and takes up
+-- as many entries as that may need.
+local function flow_backlog(budget)
+  FLOW_Q.budget = budget
+  local entries = 1
+  if budget then entries = math.max(1, math.floor(budget / 200)) end
+  for _ = 1, entries do
+    local entry = redis.call('LPOP', K_FLOW_BACKLOG)
+    if not entry then return end
+    FLOW_Q[#FLOW_Q + 1] = entry
+  end
+end
 -- complete.lua
 -- complete: finish tasks with their results (a batch is one round trip).
 -- Arguments: ARG_* and RECORD(i) (signatures.Complete, one Completion per task): task id,
@@ -664,8 +845,11 @@ local finished, done, gone, by_pod = {}, {}, {}, {}
 for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
-  local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters')
+  local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
+    'dependants', 'join')
   if v[1] == 'running' and v[2] == token then
+    -- a task that added children at run time (join): children left, one failed
+    local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed') or {}
     local pod = v[3]
     finished[#finished + 1] = id
     if pod then
@@ -678,11 +862,21 @@ for i = 0, n - 1 do
     if v[4] then
       to_cancelled(id, key, now)
       out[#out + 1] = '3'
+    elseif join[2] then
+      -- it added children at run time and one failed (flow_resolve): its policy ends it
+      to_dead(id, key, now, 'dependency failed', join[2])
+      out[#out + 1] = '1'
     elseif string.len(result) > max_bytes then
       to_dead(id, key, now, 'result too large', 'the result of ' .. string.len(result) ..
         ' bytes exceeds max_payload_bytes (' .. max_bytes .. '); not stored')
       bump('failed')
       out[#out + 1] = '2'
+    elseif (tonumber(join[1]) or 0) > 0 then
+      -- children it added are still out: done once they are (flow_join_done)
+      if result ~= '' then redis.call('HSET', key, 'result', result) end
+      redis.call('HSET', key, 'state', 'waiting')
+      redis.call('ZADD', K_WAITING, now, id)
+      out[#out + 1] = '1'
     else
       if retention_ms <= 0 then
         gone[#gone + 1] = key
@@ -696,6 +890,7 @@ for i = 0, n - 1 do
         end
       end
       wake_waiters(id, key, v[5])
+      flow_finished(id, 'd', v[6], result)
       completed = completed + 1
       out[#out + 1] = '1'
     end
@@ -716,6 +911,7 @@ if #gone > 0 then
   call_chunked('DEL', gone[1], gone)
 end
 bump('completed', completed)
+flow_backlog(nil)  -- dependants a busy earlier call left to resolve
 -- Retention as it goes: up to twice this call's completions (and at least 10), so the
 -- done set shrinks back to its retention window after any burst.
 local cutoff = now - retention_ms

@@ -2,7 +2,9 @@
 -- from lua/deregister.lua and lua/includes/ (edit those, not this file)
 local K_TASK = KEYS[1]
 local K_PENDING = KEYS[2]
+local K_DELAYED = KEYS[3]
 local K_RUNNING = KEYS[4]
+local K_DONE = KEYS[5]
 local K_DEAD = KEYS[6]
 local K_DEADLINES = KEYS[7]
 local K_POD = KEYS[8]
@@ -16,6 +18,9 @@ local K_WAKE = KEYS[18]
 local K_DEMAND = KEYS[19]
 local K_CANCELLED = KEYS[24]
 local K_WAITER = KEYS[25]
+local K_WAITING = KEYS[28]
+local K_DEPENDANTS = KEYS[29]
+local K_FLOW_BACKLOG = KEYS[30]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_INCARNATION = ARGV[2]
@@ -31,12 +36,128 @@ end
 -- Counters are summed locally and written once per call (flush_counts) to keep batch
 -- scripts cheap. Every script calls flush_counts() before it returns.
 local COUNTS = {}
--- includes/flush_counts.lua
-local function flush_counts()
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+-- includes/flow_q.lua
+-- Tasks that finished in this call and have dependants (tasks waiting on them, the set
+-- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
+-- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
+-- the result of a task completed in this call, by id (handed to its dependants).
+local FLOW_Q = {results = {}}
+-- includes/bump.lua
+local function bump(field, n)
+  COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
+end
+-- includes/wake_waiters.lua
+-- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
+-- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
+-- minute after the last push (a waiter that left leaves nothing behind for long). A task
+-- nobody waits on costs nothing: the field is absent.
+local WAITER_TTL_MS = 60000
+local function wake_waiters(id, key, waiters)
+  if not waiters then return end
+  for w in string.gmatch(waiters, '[^ ]+') do
+    redis.call('LPUSH', K_WAITER .. w, id)
+    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
   end
-  COUNTS = {}
+  redis.call('HDEL', key, 'waiters')
+end
+
+-- includes/flow_finished.lua
+-- A task finished with `outcome` ('d' done, 'x' dead, 'c' cancelled); `mark` is its
+-- 'dependants' field, set when some task waits on it; `result` its result when done here.
+-- A task nobody waits on costs nothing.
+local function flow_finished(id, outcome, mark, result)
+  if mark then
+    FLOW_Q[#FLOW_Q + 1] = outcome .. id
+    if result then FLOW_Q.results[id] = result end
+  end
+end
+-- includes/to_dead.lua
+local function to_dead(id, key, now, reason, err)
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  if err ~= nil then
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
+  else
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
+  end
+  bump('dead_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'x', v[2])
+end
+
+-- includes/to_cancelled.lua
+-- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
+local function to_cancelled(id, key, now)
+  redis.call('ZADD', K_CANCELLED, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
+  bump('cancelled_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'c', v[2])
+end
+
+-- includes/cancel_task.lua
+-- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
+-- -> 'cancel_requested' set, it ends cancelled when it leaves running ('requested');
+-- finished -> unchanged ('done', 'dead', 'finished' when cancelled before); 'missing'.
+local function cancel_task(id, key, now)
+  local state = redis.call('HGET', key, 'state')
+  if not state then return 'missing' end
+  if state == 'pending' or state == 'delayed' or state == 'waiting' then
+    redis.call('ZREM', K_PENDING, id)
+    redis.call('ZREM', K_DELAYED, id)
+    if state == 'waiting' then redis.call('ZREM', K_WAITING, id) end
+    to_cancelled(id, key, now)
+    return 'cancelled'
+  elseif state == 'running' then
+    redis.call('HSETNX', key, 'cancel_requested', now)
+    return 'requested'
+  elseif state == 'cancelled' then
+    return 'finished'
+  end
+  return state
+end
+-- includes/flow_end.lua
+-- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
+-- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
+-- to stop) and every dependency of it still unfinished (its field 'after'); anything
+-- else ('fail', the default) makes it dead with reason 'dependency failed'. ('ignore'
+-- never gets here.)
+local function flow_end(id, key, now, policy, dep, how)
+  local why = 'dependency ' .. dep .. ' ended ' .. how
+  if policy ~= 'cancel' then
+    redis.call('ZREM', K_WAITING, id)
+    redis.call('ZREM', K_PENDING, id)
+    to_dead(id, key, now, 'dependency failed', why)
+    return
+  end
+  cancel_task(id, key, now)
+  redis.call('HSET', key, 'error', why)
+  local ok, deps = pcall(cjson.decode, redis.call('HGET', key, 'after') or '[]')
+  if not ok or type(deps) ~= 'table' then return end
+  for _, other in ipairs(deps) do
+    if other ~= dep then cancel_task(other, K_TASK .. other, now) end
+  end
+end
+-- includes/pending_score.lua
+-- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
+-- "front" entries (released / taken back: they already waited) before the FIFO ones.
+-- Priority is bounded to +-1000 so scores stay exact doubles.
+local BAND = 1e12
+local HALF = 5e11
+local function pending_score(priority, front)
+  local seq = redis.call('INCR', K_SEQ)
+  if front then return -priority * BAND + HALF - seq end
+  return -priority * BAND + HALF + seq
+end
+
+-- includes/to_pending.lua
+local function to_pending(id, key, front)
+  local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
+  redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
+  redis.call('HSET', key, 'state', 'pending')
 end
 
 -- includes/demand.lua
@@ -85,65 +206,105 @@ local function cfg_num(name, fallback)
   return v
 end
 
--- includes/bump.lua
-local function bump(field, n)
-  COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
+-- includes/flow_input.lua
+-- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
+-- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
+-- max_payload_bytes (field 'in_bytes' counts them): a result that would pass it is not
+-- handed (the dependant sees that dependency without a result, and may read the task).
+local function flow_input(key, dep, result)
+  if result == nil or result == false or result == '' then result = 'null' end
+  local size = string.len(result)
+  local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
+  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end
--- includes/pending_score.lua
--- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
--- "front" entries (released / taken back: they already waited) before the FIFO ones.
--- Priority is bounded to +-1000 so scores stay exact doubles.
-local BAND = 1e12
-local HALF = 5e11
-local function pending_score(priority, front)
-  local seq = redis.call('INCR', K_SEQ)
-  if front then return -priority * BAND + HALF - seq end
-  return -priority * BAND + HALF + seq
+-- includes/flow_join_done.lua
+-- A task whose handler returned while children it added were running (field 'join') is
+-- done once the last of them is: done now, with the result its run stored.
+local function flow_join_done(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+  redis.call('ZADD', K_DONE, now, id)
+  bump('completed')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'd', v[2], v[3] or '')
 end
-
--- includes/to_pending.lua
-local function to_pending(id, key, front)
-  local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
-  redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
-  redis.call('HSET', key, 'state', 'pending')
-end
-
--- includes/wake_waiters.lua
--- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
--- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
--- minute after the last push (a waiter that left leaves nothing behind for long). A task
--- nobody waits on costs nothing: the field is absent.
-local WAITER_TTL_MS = 60000
-local function wake_waiters(id, key, waiters)
-  if not waiters then return end
-  for w in string.gmatch(waiters, '[^ ]+') do
-    redis.call('LPUSH', K_WAITER .. w, id)
-    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
+-- includes/flow_resolve.lua
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
+-- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
+-- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
+-- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
+-- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
+-- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
+-- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
+local FLOW_BUDGET = 200
+local function flow_resolve()
+  local now = now_ms()
+  local budget = FLOW_Q.budget or FLOW_BUDGET
+  local ready = 0
+  local i = 1
+  while i <= #FLOW_Q do
+    local entry = FLOW_Q[i]
+    i = i + 1
+    if budget <= 0 then
+      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+    else
+      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
+      local set = K_DEPENDANTS .. id
+      local members = redis.call('SPOP', set, budget)
+      budget = budget - #members
+      if budget <= 0 and redis.call('EXISTS', set) == 1 then
+        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+      end
+      local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
+      for _, d in ipairs(members) do
+        local dkey = K_TASK .. d
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
+            end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
+          else
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
+          end
+        end
+      end
+    end
   end
-  redis.call('HDEL', key, 'waiters')
+  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
+  notify(ready)
 end
-
--- includes/to_dead.lua
-local function to_dead(id, key, now, reason, err)
-  redis.call('ZADD', K_DEAD, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  if err ~= nil then
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
-  else
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
   end
-  bump('dead_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
-end
-
--- includes/to_cancelled.lua
--- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
-local function to_cancelled(id, key, now)
-  redis.call('ZADD', K_CANCELLED, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
-  bump('cancelled_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
+  COUNTS = {}
 end
 
 -- includes/leave_running.lua

@@ -4,6 +4,7 @@ local K_TASK = KEYS[1]
 local K_PENDING = KEYS[2]
 local K_DELAYED = KEYS[3]
 local K_RUNNING = KEYS[4]
+local K_DONE = KEYS[5]
 local K_DEAD = KEYS[6]
 local K_DEADLINES = KEYS[7]
 local K_POD = KEYS[8]
@@ -20,15 +21,20 @@ local K_CANCELLED = KEYS[24]
 local K_WAITER = KEYS[25]
 local K_DEADLINE_RUNS = KEYS[26]
 local K_QUOTA = KEYS[27]
+local K_WAITING = KEYS[28]
+local K_DEPENDANTS = KEYS[29]
+local K_FLOW_BACKLOG = KEYS[30]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 local ARG_TOKEN_BASE = ARGV[2]
 local ARG_BOUND = ARGV[3]
 local ARG_TRACE = ARGV[4]
--- record i (1..ARG_N): task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s
+local ARG_PARENT = ARGV[5]
+local ARG_PARENT_TOKEN = ARGV[6]
+-- record i (1..ARG_N): task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s, after, on_dep_fail
 local function RECORD(i)
-  local b = 5 + (i - 1) * 8
-  return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]
+  local b = 7 + (i - 1) * 10
+  return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9]
 end
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
@@ -63,12 +69,128 @@ end
 -- Counters are summed locally and written once per call (flush_counts) to keep batch
 -- scripts cheap. Every script calls flush_counts() before it returns.
 local COUNTS = {}
--- includes/flush_counts.lua
-local function flush_counts()
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+-- includes/flow_q.lua
+-- Tasks that finished in this call and have dependants (tasks waiting on them, the set
+-- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
+-- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
+-- the result of a task completed in this call, by id (handed to its dependants).
+local FLOW_Q = {results = {}}
+-- includes/bump.lua
+local function bump(field, n)
+  COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
+end
+-- includes/wake_waiters.lua
+-- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
+-- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
+-- minute after the last push (a waiter that left leaves nothing behind for long). A task
+-- nobody waits on costs nothing: the field is absent.
+local WAITER_TTL_MS = 60000
+local function wake_waiters(id, key, waiters)
+  if not waiters then return end
+  for w in string.gmatch(waiters, '[^ ]+') do
+    redis.call('LPUSH', K_WAITER .. w, id)
+    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
   end
-  COUNTS = {}
+  redis.call('HDEL', key, 'waiters')
+end
+
+-- includes/flow_finished.lua
+-- A task finished with `outcome` ('d' done, 'x' dead, 'c' cancelled); `mark` is its
+-- 'dependants' field, set when some task waits on it; `result` its result when done here.
+-- A task nobody waits on costs nothing.
+local function flow_finished(id, outcome, mark, result)
+  if mark then
+    FLOW_Q[#FLOW_Q + 1] = outcome .. id
+    if result then FLOW_Q.results[id] = result end
+  end
+end
+-- includes/to_dead.lua
+local function to_dead(id, key, now, reason, err)
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  if err ~= nil then
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
+  else
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
+  end
+  bump('dead_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'x', v[2])
+end
+
+-- includes/to_cancelled.lua
+-- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
+local function to_cancelled(id, key, now)
+  redis.call('ZADD', K_CANCELLED, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
+  bump('cancelled_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'c', v[2])
+end
+
+-- includes/cancel_task.lua
+-- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
+-- -> 'cancel_requested' set, it ends cancelled when it leaves running ('requested');
+-- finished -> unchanged ('done', 'dead', 'finished' when cancelled before); 'missing'.
+local function cancel_task(id, key, now)
+  local state = redis.call('HGET', key, 'state')
+  if not state then return 'missing' end
+  if state == 'pending' or state == 'delayed' or state == 'waiting' then
+    redis.call('ZREM', K_PENDING, id)
+    redis.call('ZREM', K_DELAYED, id)
+    if state == 'waiting' then redis.call('ZREM', K_WAITING, id) end
+    to_cancelled(id, key, now)
+    return 'cancelled'
+  elseif state == 'running' then
+    redis.call('HSETNX', key, 'cancel_requested', now)
+    return 'requested'
+  elseif state == 'cancelled' then
+    return 'finished'
+  end
+  return state
+end
+-- includes/flow_end.lua
+-- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
+-- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
+-- to stop) and every dependency of it still unfinished (its field 'after'); anything
+-- else ('fail', the default) makes it dead with reason 'dependency failed'. ('ignore'
+-- never gets here.)
+local function flow_end(id, key, now, policy, dep, how)
+  local why = 'dependency ' .. dep .. ' ended ' .. how
+  if policy ~= 'cancel' then
+    redis.call('ZREM', K_WAITING, id)
+    redis.call('ZREM', K_PENDING, id)
+    to_dead(id, key, now, 'dependency failed', why)
+    return
+  end
+  cancel_task(id, key, now)
+  redis.call('HSET', key, 'error', why)
+  local ok, deps = pcall(cjson.decode, redis.call('HGET', key, 'after') or '[]')
+  if not ok or type(deps) ~= 'table' then return end
+  for _, other in ipairs(deps) do
+    if other ~= dep then cancel_task(other, K_TASK .. other, now) end
+  end
+end
+-- includes/pending_score.lua
+-- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
+-- "front" entries (released / taken back: they already waited) before the FIFO ones.
+-- Priority is bounded to +-1000 so scores stay exact doubles.
+local BAND = 1e12
+local HALF = 5e11
+local function pending_score(priority, front)
+  local seq = redis.call('INCR', K_SEQ)
+  if front then return -priority * BAND + HALF - seq end
+  return -priority * BAND + HALF + seq
+end
+
+-- includes/to_pending.lua
+local function to_pending(id, key, front)
+  local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
+  redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
+  redis.call('HSET', key, 'state', 'pending')
 end
 
 -- includes/demand.lua
@@ -95,20 +217,105 @@ local function notify(n)
   demand()
 end
 
--- includes/bump.lua
-local function bump(field, n)
-  COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
+-- includes/flow_input.lua
+-- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
+-- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
+-- max_payload_bytes (field 'in_bytes' counts them): a result that would pass it is not
+-- handed (the dependant sees that dependency without a result, and may read the task).
+local function flow_input(key, dep, result)
+  if result == nil or result == false or result == '' then result = 'null' end
+  local size = string.len(result)
+  local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
+  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end
--- includes/pending_score.lua
--- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
--- "front" entries (released / taken back: they already waited) before the FIFO ones.
--- Priority is bounded to +-1000 so scores stay exact doubles.
-local BAND = 1e12
-local HALF = 5e11
-local function pending_score(priority, front)
-  local seq = redis.call('INCR', K_SEQ)
-  if front then return -priority * BAND + HALF - seq end
-  return -priority * BAND + HALF + seq
+-- includes/flow_join_done.lua
+-- A task whose handler returned while children it added were running (field 'join') is
+-- done once the last of them is: done now, with the result its run stored.
+local function flow_join_done(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+  redis.call('ZADD', K_DONE, now, id)
+  bump('completed')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'd', v[2], v[3] or '')
+end
+-- includes/flow_resolve.lua
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
+-- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
+-- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
+-- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
+-- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
+-- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
+-- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
+local FLOW_BUDGET = 200
+local function flow_resolve()
+  local now = now_ms()
+  local budget = FLOW_Q.budget or FLOW_BUDGET
+  local ready = 0
+  local i = 1
+  while i <= #FLOW_Q do
+    local entry = FLOW_Q[i]
+    i = i + 1
+    if budget <= 0 then
+      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+    else
+      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
+      local set = K_DEPENDANTS .. id
+      local members = redis.call('SPOP', set, budget)
+      budget = budget - #members
+      if budget <= 0 and redis.call('EXISTS', set) == 1 then
+        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+      end
+      local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
+      for _, d in ipairs(members) do
+        local dkey = K_TASK .. d
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
+            end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
+          else
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
+          end
+        end
+      end
+    end
+  end
+  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
+  notify(ready)
+end
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
 end
 
 -- includes/deadline_run.lua
@@ -229,6 +436,84 @@ local function task_differs(key, payload, priority, max_attempts, cost, timeout)
   if max_attempts ~= '' and not same_value(v[5], max_attempts) then return 'max_attempts' end
   return nil
 end
+-- includes/flow_hold.lua
+-- A task just put in pending that names dependencies (`after`, the JSON array of its
+-- field 'after'; `policy` its field 'on_dep_fail'). Done ones are satisfied, their results
+-- handed to it (flow_input); a dead,
+-- cancelled or missing one applies the policy at once ('ignore': satisfied). Unfinished
+-- ones get the task in their set dependants:<dep> (and the field 'dependants' = 1); then
+-- the task leaves pending for 'waiting' with 'deps_left' = their count, until
+-- flow_resolve counts it down. Returns true when it stays pending.
+local function flow_hold(now, id, key, after, policy)
+  local ok, deps = pcall(cjson.decode, after)
+  if not ok or type(deps) ~= 'table' then deps = {} end
+  local open, seen = {}, {}
+  for _, dep in ipairs(deps) do
+    if not seen[dep] then
+      seen[dep] = true
+      local dkey = K_TASK .. dep
+      local state = redis.call('HGET', dkey, 'state')
+      if state == 'done' then flow_input(key, dep, redis.call('HGET', dkey, 'result')) end
+      if not state or state == 'dead' or state == 'cancelled' then
+        if policy ~= 'ignore' then
+          flow_end(id, key, now, policy, dep, state or 'missing')
+          return false
+        end
+      elseif state ~= 'done' then
+        open[#open + 1] = dep
+      end
+    end
+  end
+  if #open == 0 then return true end
+  for _, dep in ipairs(open) do
+    redis.call('SADD', K_DEPENDANTS .. dep, id)
+    redis.call('HSET', K_TASK .. dep, 'dependants', 1)
+  end
+  redis.call('ZREM', K_PENDING, id)
+  redis.call('ZREM', K_DELAYED, id)
+  redis.call('ZADD', K_WAITING, now, id)
+  redis.call('HSET', key, 'state', 'waiting', 'deps_left', #open)
+  return false
+end
+-- includes/flow_adopt.lua
+-- A running task (`parent`) adds `child` at run time (enqueue with parent): it now waits
+-- for it too (field 'join': when its handler returns it is done only once every child
+-- is). Idempotent: a child adopted before is left alone. A child already done hands its
+-- result; one dead or cancelled marks the parent ('dep_failed', its policy applies when
+-- its run ends) unless the parent's policy is 'ignore'. Returns whether the child is new
+-- to the parent: the caller appends those to its 'after' once per call (flow_append).
+local function flow_adopt(pkey, parent, child)
+  local ckey = K_TASK .. child
+  local state = redis.call('HGET', ckey, 'state')
+  if state == 'done' then
+    flow_input(pkey, child, redis.call('HGET', ckey, 'result'))
+  elseif not state or state == 'dead' or state == 'cancelled' then
+    if redis.call('HGET', pkey, 'on_dep_fail') ~= 'ignore' then
+      redis.call('HSETNX', pkey, 'dep_failed', 'dependency ' .. child .. ' ended ' .. (state or 'missing'))
+    end
+  elseif redis.call('SADD', K_DEPENDANTS .. child, parent) == 1 then
+    redis.call('HSET', ckey, 'dependants', 1)
+    redis.call('HINCRBY', pkey, 'deps_left', 1)
+  else
+    return false
+  end
+  return true
+end
+-- includes/flow_append.lua
+-- Append `ids` (children a parent adopted in this call) to the parent's 'after' (a JSON
+-- array) in one write, and mark it 'join': done only once they are (flow_join_done).
+local function flow_append(pkey, ids)
+  if #ids == 0 then return end
+  local items = {}
+  for i, id in ipairs(ids) do items[i] = cjson.encode(id) end
+  local after = redis.call('HGET', pkey, 'after')
+  if not after or after == '' or after == '[]' then
+    after = '[' .. table.concat(items, ',') .. ']'
+  else
+    after = string.sub(after, 1, -2) .. ',' .. table.concat(items, ',') .. ']'
+  end
+  redis.call('HSET', pkey, 'after', after, 'join', 1)
+end
 -- built on the first call of hand_off: what only they use
 local hand_off
 local function build_lazy()
@@ -250,41 +535,6 @@ local function handed_task(rec, incarnation)
   local key = K_TASK .. (id or '')
   local v = redis.call('HMGET', key, 'state', 'token', 'incarnation')
   return id, key, v[1] == 'running' and v[2] == token and v[3] == incarnation
-end
-
--- includes/wake_waiters.lua
--- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
--- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
--- minute after the last push (a waiter that left leaves nothing behind for long). A task
--- nobody waits on costs nothing: the field is absent.
-local WAITER_TTL_MS = 60000
-local function wake_waiters(id, key, waiters)
-  if not waiters then return end
-  for w in string.gmatch(waiters, '[^ ]+') do
-    redis.call('LPUSH', K_WAITER .. w, id)
-    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
-  end
-  redis.call('HDEL', key, 'waiters')
-end
-
--- includes/to_dead.lua
-local function to_dead(id, key, now, reason, err)
-  redis.call('ZADD', K_DEAD, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  if err ~= nil then
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
-  else
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
-  end
-  bump('dead_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
-end
-
--- includes/to_pending.lua
-local function to_pending(id, key, front)
-  local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
-  redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
-  redis.call('HSET', key, 'state', 'pending')
 end
 
 -- includes/promote_due.lua
@@ -326,15 +576,22 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants')
     local state = v[1]
-    if state == 'pending' or state == 'delayed' then
-      if state == 'pending' then pending[#pending + 1] = id else delayed[#delayed + 1] = id end
+    if state == 'pending' or state == 'delayed' or state == 'waiting' then
+      if state == 'pending' then
+        pending[#pending + 1] = id
+      elseif state == 'delayed' then
+        delayed[#delayed + 1] = id
+      else
+        redis.call('ZREM', K_WAITING, id)
+      end
       dead[#dead + 1] = now
       dead[#dead + 1] = id
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
       wake_waiters(id, key, v[2])
+      flow_finished(id, 'x', v[3])
     elseif not state then
       pending[#pending + 1] = id
       delayed[#delayed + 1] = id
@@ -390,16 +647,6 @@ local function past_expired(id, now)
   end
   return redis.call('ZRANGE', K_PENDING, first, first, 'WITHSCORES')[2]
 end
--- includes/to_cancelled.lua
--- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
-local function to_cancelled(id, key, now)
-  redis.call('ZADD', K_CANCELLED, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
-  bump('cancelled_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
-end
-
 -- includes/leave_running.lua
 -- Leave running: drop the lease, keep pod/incarnation as "last ran on". keep_token: the
 -- token stays on the task (an outcome written under it), so a retry of that same write
@@ -791,40 +1038,67 @@ hand_off = function(...) hand_off = build_lazy() return hand_off(...) end
 -- Returns: {1, created_1, ..., created_N} (1 = new, 0 = the same task existed, unchanged)
 --   or {-1, index, size, max} when payload #index exceeds max_payload_bytes,
 --   or {-2, index, field} when task #index names an existing task that differs in field,
---   or {-3, index} when task #index repeats an id of an earlier task of the call;
---   in those three cases nothing is stored.
+--   or {-3, index} when task #index repeats an id of an earlier task of the call,
+--   or {-4, index, id} when task #index waits on (after) an id that is neither a task
+--   nor an earlier task of the call;
+--   or {-5} when a parent is given and is not running under parent_token;
+--   in those five cases nothing is stored.
+-- With a parent (a running task adding children at run time), each task of the call
+-- becomes a child it waits for (flow_adopt): the parent is done once they all are.
+-- A task with 'after' (a JSON array of ids) waits in state 'waiting' until they are all
+-- done (flow_hold); 'on_dep_fail' says what a dead or cancelled one does to it.
 local n = tonumber(ARG_N)
+local parent_key
+if ARG_PARENT ~= '' then
+  parent_key = K_TASK .. ARG_PARENT
+  local p = redis.call('HMGET', parent_key, 'state', 'token')
+  if p[1] ~= 'running' or p[2] ~= ARG_PARENT_TOKEN then return {-5} end
+end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}
 local seen = {}
 for i = 1, n do
-  local id, payload, priority, _, _, max_attempts, cost, timeout = RECORD(i)
+  local id, payload, priority, _, _, max_attempts, cost, timeout, after = RECORD(i)
   local size = string.len(payload)
   if size > max_bytes then return {-1, i, size, max_bytes} end
   if seen[id] then return {-3, i} end
-  seen[id] = true
   local key = K_TASK .. id
   if redis.call('EXISTS', key) == 1 then
     local field = task_differs(key, payload, priority, max_attempts, cost, timeout)
     if field then return {-2, i, field} end
     exists[i] = true
+  elseif after ~= '' then
+    for _, dep in ipairs(cjson.decode(after)) do
+      if not seen[dep] and redis.call('EXISTS', K_TASK .. dep) == 0 then return {-4, i, dep} end
+    end
   end
+  seen[id] = true
 end
 local now = now_ms()
 local out = {1}
+local adopted = {}
 local woken = 0
 for i = 1, n do
   if exists[i] then
     out[#out + 1] = 0
+    local id = RECORD(i)
+    if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
   else
-    local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout = RECORD(i)
-    if create_task(now, K_TASK .. id, id, payload, priority, delay_ms, deadline, max_attempts,
-        cost, timeout, ARG_TRACE) then
-      woken = woken + 1
+    local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout, after,
+      on_dep_fail = RECORD(i)
+    local key = K_TASK .. id
+    local ready = create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts,
+      cost, timeout, ARG_TRACE)
+    if after ~= '' then
+      redis.call('HSET', key, 'after', after, 'on_dep_fail', on_dep_fail)
+      ready = flow_hold(now, id, key, after, on_dep_fail) and ready
     end
+    if ready then woken = woken + 1 end
+    if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
     out[#out + 1] = 1
   end
 end
+if parent_key then flow_append(parent_key, adopted) end
 local created = 0
 for i = 2, #out do created = created + out[i] end
 if ARG_TOKEN_BASE ~= '' and woken > 0 and redis.call('EXISTS', K_IDLE) == 1 then

@@ -17,6 +17,9 @@ local K_DEMAND = KEYS[19]
 local K_CANCELLED = KEYS[24]
 local K_WAITER = KEYS[25]
 local K_DEADLINE_RUNS = KEYS[26]
+local K_WAITING = KEYS[28]
+local K_DEPENDANTS = KEYS[29]
+local K_FLOW_BACKLOG = KEYS[30]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_BOUND = ARGV[1]
 -- includes/now_ms.lua
@@ -52,14 +55,111 @@ end
 -- Counters are summed locally and written once per call (flush_counts) to keep batch
 -- scripts cheap. Every script calls flush_counts() before it returns.
 local COUNTS = {}
--- includes/flush_counts.lua
-local function flush_counts()
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+-- includes/flow_q.lua
+-- Tasks that finished in this call and have dependants (tasks waiting on them, the set
+-- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
+-- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
+-- the result of a task completed in this call, by id (handed to its dependants).
+local FLOW_Q = {results = {}}
+-- includes/bump.lua
+local function bump(field, n)
+  COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
+end
+-- includes/wake_waiters.lua
+-- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
+-- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
+-- minute after the last push (a waiter that left leaves nothing behind for long). A task
+-- nobody waits on costs nothing: the field is absent.
+local WAITER_TTL_MS = 60000
+local function wake_waiters(id, key, waiters)
+  if not waiters then return end
+  for w in string.gmatch(waiters, '[^ ]+') do
+    redis.call('LPUSH', K_WAITER .. w, id)
+    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
   end
-  COUNTS = {}
+  redis.call('HDEL', key, 'waiters')
 end
 
+-- includes/flow_finished.lua
+-- A task finished with `outcome` ('d' done, 'x' dead, 'c' cancelled); `mark` is its
+-- 'dependants' field, set when some task waits on it; `result` its result when done here.
+-- A task nobody waits on costs nothing.
+local function flow_finished(id, outcome, mark, result)
+  if mark then
+    FLOW_Q[#FLOW_Q + 1] = outcome .. id
+    if result then FLOW_Q.results[id] = result end
+  end
+end
+-- includes/to_dead.lua
+local function to_dead(id, key, now, reason, err)
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  if err ~= nil then
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
+  else
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
+  end
+  bump('dead_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'x', v[2])
+end
+
+-- includes/to_cancelled.lua
+-- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
+local function to_cancelled(id, key, now)
+  redis.call('ZADD', K_CANCELLED, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
+  bump('cancelled_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'c', v[2])
+end
+
+-- includes/cancel_task.lua
+-- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
+-- -> 'cancel_requested' set, it ends cancelled when it leaves running ('requested');
+-- finished -> unchanged ('done', 'dead', 'finished' when cancelled before); 'missing'.
+local function cancel_task(id, key, now)
+  local state = redis.call('HGET', key, 'state')
+  if not state then return 'missing' end
+  if state == 'pending' or state == 'delayed' or state == 'waiting' then
+    redis.call('ZREM', K_PENDING, id)
+    redis.call('ZREM', K_DELAYED, id)
+    if state == 'waiting' then redis.call('ZREM', K_WAITING, id) end
+    to_cancelled(id, key, now)
+    return 'cancelled'
+  elseif state == 'running' then
+    redis.call('HSETNX', key, 'cancel_requested', now)
+    return 'requested'
+  elseif state == 'cancelled' then
+    return 'finished'
+  end
+  return state
+end
+-- includes/flow_end.lua
+-- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
+-- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
+-- to stop) and every dependency of it still unfinished (its field 'after'); anything
+-- else ('fail', the default) makes it dead with reason 'dependency failed'. ('ignore'
+-- never gets here.)
+local function flow_end(id, key, now, policy, dep, how)
+  local why = 'dependency ' .. dep .. ' ended ' .. how
+  if policy ~= 'cancel' then
+    redis.call('ZREM', K_WAITING, id)
+    redis.call('ZREM', K_PENDING, id)
+    to_dead(id, key, now, 'dependency failed', why)
+    return
+  end
+  cancel_task(id, key, now)
+  redis.call('HSET', key, 'error', why)
+  local ok, deps = pcall(cjson.decode, redis.call('HGET', key, 'after') or '[]')
+  if not ok or type(deps) ~= 'table' then return end
+  for _, other in ipairs(deps) do
+    if other ~= dep then cancel_task(other, K_TASK .. other, now) end
+  end
+end
 -- includes/pending_score.lua
 -- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
 -- "front" entries (released / taken back: they already waited) before the FIFO ones.
@@ -79,6 +179,131 @@ local function to_pending(id, key, front)
   redis.call('HSET', key, 'state', 'pending')
 end
 
+-- includes/demand.lua
+-- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
+-- it has new work: one element at most, so a burst signals once.
+local function demand()
+  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+end
+
+-- includes/notify.lua
+local NOTIFY_MAX = 16
+-- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
+-- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
+-- case while workers are busy) costs one LLEN, not a push and a trim.
+local function notify(n)
+  if n <= 0 then return end
+  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
+  if n > room then n = room end
+  if n > 0 then
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
+  end
+  demand()
+end
+
+-- includes/flow_input.lua
+-- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
+-- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
+-- max_payload_bytes (field 'in_bytes' counts them): a result that would pass it is not
+-- handed (the dependant sees that dependency without a result, and may read the task).
+local function flow_input(key, dep, result)
+  if result == nil or result == false or result == '' then result = 'null' end
+  local size = string.len(result)
+  local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
+  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
+end
+-- includes/flow_join_done.lua
+-- A task whose handler returned while children it added were running (field 'join') is
+-- done once the last of them is: done now, with the result its run stored.
+local function flow_join_done(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+  redis.call('ZADD', K_DONE, now, id)
+  bump('completed')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'd', v[2], v[3] or '')
+end
+-- includes/flow_resolve.lua
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
+-- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
+-- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
+-- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
+-- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
+-- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
+-- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
+local FLOW_BUDGET = 200
+local function flow_resolve()
+  local now = now_ms()
+  local budget = FLOW_Q.budget or FLOW_BUDGET
+  local ready = 0
+  local i = 1
+  while i <= #FLOW_Q do
+    local entry = FLOW_Q[i]
+    i = i + 1
+    if budget <= 0 then
+      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+    else
+      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
+      local set = K_DEPENDANTS .. id
+      local members = redis.call('SPOP', set, budget)
+      budget = budget - #members
+      if budget <= 0 and redis.call('EXISTS', set) == 1 then
+        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+      end
+      local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
+      for _, d in ipairs(members) do
+        local dkey = K_TASK .. d
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
+            end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
+          else
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
+          end
+        end
+      end
+    end
+  end
+  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
+  notify(ready)
+end
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
+end
+
 -- includes/promote_due.lua
 -- Delayed tasks whose run_at has come -> pending (at most limit per call).
 local function promote_due(now, limit)
@@ -91,10 +316,6 @@ local function promote_due(now, limit)
   return #due
 end
 
--- includes/bump.lua
-local function bump(field, n)
-  COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
-end
 -- includes/call_chunked.lua
 -- redis.call(cmd, key, unpack(args)) for a list built up by a batch, in chunks (unpack
 -- has a stack limit); an even chunk size keeps ZADD's score-member pairs together.
@@ -102,21 +323,6 @@ local function call_chunked(cmd, key, args)
   for i = 1, #args, 1000 do
     redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
   end
-end
-
--- includes/wake_waiters.lua
--- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
--- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
--- minute after the last push (a waiter that left leaves nothing behind for long). A task
--- nobody waits on costs nothing: the field is absent.
-local WAITER_TTL_MS = 60000
-local function wake_waiters(id, key, waiters)
-  if not waiters then return end
-  for w in string.gmatch(waiters, '[^ ]+') do
-    redis.call('LPUSH', K_WAITER .. w, id)
-    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
-  end
-  redis.call('HDEL', key, 'waiters')
 end
 
 -- includes/expire_deadlines.lua
@@ -146,15 +352,22 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants')
     local state = v[1]
-    if state == 'pending' or state == 'delayed' then
-      if state == 'pending' then pending[#pending + 1] = id else delayed[#delayed + 1] = id end
+    if state == 'pending' or state == 'delayed' or state == 'waiting' then
+      if state == 'pending' then
+        pending[#pending + 1] = id
+      elseif state == 'delayed' then
+        delayed[#delayed + 1] = id
+      else
+        redis.call('ZREM', K_WAITING, id)
+      end
       dead[#dead + 1] = now
       dead[#dead + 1] = id
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
       wake_waiters(id, key, v[2])
+      flow_finished(id, 'x', v[3])
     elseif not state then
       pending[#pending + 1] = id
       delayed[#delayed + 1] = id
@@ -182,53 +395,6 @@ local function expire_deadlines(now, limit)
     and #redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. now, 'LIMIT', 0, 1) > 0)
   return n, more
 end
--- includes/demand.lua
--- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
--- it has new work: one element at most, so a burst signals once.
-local function demand()
-  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
-end
-
--- includes/notify.lua
-local NOTIFY_MAX = 16
--- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
--- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
--- case while workers are busy) costs one LLEN, not a push and a trim.
-local function notify(n)
-  if n <= 0 then return end
-  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
-  if n > room then n = room end
-  if n > 0 then
-    local tokens = {}
-    for i = 1, n do tokens[i] = '1' end
-    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
-  end
-  demand()
-end
-
--- includes/to_dead.lua
-local function to_dead(id, key, now, reason, err)
-  redis.call('ZADD', K_DEAD, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  if err ~= nil then
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
-  else
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
-  end
-  bump('dead_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
-end
-
--- includes/to_cancelled.lua
--- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
-local function to_cancelled(id, key, now)
-  redis.call('ZADD', K_CANCELLED, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
-  bump('cancelled_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
-end
-
 -- includes/leave_running.lua
 -- Leave running: drop the lease, keep pod/incarnation as "last ran on". keep_token: the
 -- token stays on the task (an outcome written under it), so a retry of that same write
@@ -283,6 +449,21 @@ local function take_back_expired(now, limit)
   return requeued, dead
 end
 
+-- includes/flow_backlog.lua
+-- Take up one finished task whose dependants a call left unresolved (flow_resolve's
+-- budget): they are resolved when the script flushes its counts. `budget`: dependants
+-- this call may resolve (nil: flow_resolve's own); a sweep gives its bound, and takes up
+-- as many entries as that may need.
+local function flow_backlog(budget)
+  FLOW_Q.budget = budget
+  local entries = 1
+  if budget then entries = math.max(1, math.floor(budget / 200)) end
+  for _ = 1, entries do
+    local entry = redis.call('LPOP', K_FLOW_BACKLOG)
+    if not entry then return end
+    FLOW_Q[#FLOW_Q + 1] = entry
+  end
+end
 -- sweep.lua
 -- sweep: the housekeeping pass of the operator (workers do the first three in claim).
 -- Arguments: ARG_BOUND (signatures.Sweep): max tasks handled per step and call (call again
@@ -297,6 +478,7 @@ local promoted = promote_due(now, bound)
 local EXPIRE_SHARE = 10  -- as scripts.SWEEP_EXPIRE_SHARE
 local expired = expire_deadlines(now, math.max(1, math.floor(bound / EXPIRE_SHARE)))
 local requeued, lost_dead = take_back_expired(now, bound)
+flow_backlog(bound)
 
 local function prune(zkey, retention_s)
   local cutoff = now - retention_s * 1000

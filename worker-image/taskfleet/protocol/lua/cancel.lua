@@ -4,33 +4,18 @@
 -- the task then leaves running (completed, failed, timed out, released, taken back) it ends
 -- cancelled, never to run again.
 -- Arguments: ARG_N and RECORD(i) (signatures.Cancel, one TaskId per task).
+-- A task waiting on others (state waiting) is cancelled like a pending one.
 -- Returns: per id, 'cancelled' (it will never run), 'requested' (running: it ends
 --   cancelled when its run returns), 'done' | 'dead' | 'finished' (it had finished:
 --   nothing changed; 'finished' = cancelled before), or 'missing' (no such task).
 --- @include "now_ms"
 --- @include "flush_counts"
---- @include "to_cancelled"
+--- @include "cancel_task"
 local now = now_ms()
 local out = {}
 for i = 1, tonumber(ARG_N) do
   local id = RECORD(i)
-  local key = K_TASK .. id
-  local state = redis.call('HGET', key, 'state')
-  if not state then
-    out[i] = 'missing'
-  elseif state == 'pending' or state == 'delayed' then
-    redis.call('ZREM', K_PENDING, id)
-    redis.call('ZREM', K_DELAYED, id)
-    to_cancelled(id, key, now)
-    out[i] = 'cancelled'
-  elseif state == 'running' then
-    redis.call('HSETNX', key, 'cancel_requested', now)
-    out[i] = 'requested'
-  elseif state == 'cancelled' then
-    out[i] = 'finished'
-  else
-    out[i] = state
-  end
+  out[i] = cancel_task(id, K_TASK .. id, now)
 end
 flush_counts()
 return out

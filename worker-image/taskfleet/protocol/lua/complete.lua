@@ -26,6 +26,8 @@
 --- @include "to_cancelled"
 --- @include "claim_tasks"
 --- @include "quota_relax"
+--- @include "flow_finished"
+--- @include "flow_backlog"
 local n = tonumber(ARG_N)
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
@@ -38,8 +40,11 @@ local finished, done, gone, by_pod = {}, {}, {}, {}
 for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
-  local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters')
+  local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
+    'dependants', 'join')
   if v[1] == 'running' and v[2] == token then
+    -- a task that added children at run time (join): children left, one failed
+    local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed') or {}
     local pod = v[3]
     finished[#finished + 1] = id
     if pod then
@@ -52,11 +57,21 @@ for i = 0, n - 1 do
     if v[4] then
       to_cancelled(id, key, now)
       out[#out + 1] = '3'
+    elseif join[2] then
+      -- it added children at run time and one failed (flow_resolve): its policy ends it
+      to_dead(id, key, now, 'dependency failed', join[2])
+      out[#out + 1] = '1'
     elseif string.len(result) > max_bytes then
       to_dead(id, key, now, 'result too large', 'the result of ' .. string.len(result) ..
         ' bytes exceeds max_payload_bytes (' .. max_bytes .. '); not stored')
       bump('failed')
       out[#out + 1] = '2'
+    elseif (tonumber(join[1]) or 0) > 0 then
+      -- children it added are still out: done once they are (flow_join_done)
+      if result ~= '' then redis.call('HSET', key, 'result', result) end
+      redis.call('HSET', key, 'state', 'waiting')
+      redis.call('ZADD', K_WAITING, now, id)
+      out[#out + 1] = '1'
     else
       if retention_ms <= 0 then
         gone[#gone + 1] = key
@@ -70,6 +85,7 @@ for i = 0, n - 1 do
         end
       end
       wake_waiters(id, key, v[5])
+      flow_finished(id, 'd', v[6], result)
       completed = completed + 1
       out[#out + 1] = '1'
     end
@@ -90,6 +106,7 @@ if #gone > 0 then
   call_chunked('DEL', gone[1], gone)
 end
 bump('completed', completed)
+flow_backlog(nil)  -- dependants a busy earlier call left to resolve
 -- Retention as it goes: up to twice this call's completions (and at least 10), so the
 -- done set shrinks back to its retention window after any burst.
 local cutoff = now - retention_ms

@@ -10,8 +10,15 @@
 -- Returns: {1, created_1, ..., created_N} (1 = new, 0 = the same task existed, unchanged)
 --   or {-1, index, size, max} when payload #index exceeds max_payload_bytes,
 --   or {-2, index, field} when task #index names an existing task that differs in field,
---   or {-3, index} when task #index repeats an id of an earlier task of the call;
---   in those three cases nothing is stored.
+--   or {-3, index} when task #index repeats an id of an earlier task of the call,
+--   or {-4, index, id} when task #index waits on (after) an id that is neither a task
+--   nor an earlier task of the call;
+--   or {-5} when a parent is given and is not running under parent_token;
+--   in those five cases nothing is stored.
+-- With a parent (a running task adding children at run time), each task of the call
+-- becomes a child it waits for (flow_adopt): the parent is done once they all are.
+-- A task with 'after' (a JSON array of ids) waits in state 'waiting' until they are all
+-- done (flow_hold); 'on_dep_fail' says what a dead or cancelled one does to it.
 --- @include "now_ms"
 --- @include "cfg_num"
 --- @include "flush_counts"
@@ -19,39 +26,62 @@
 --- @include "demand"
 --- @include "create_task"
 --- @include "task_differs"
+--- @include "flow_hold"
+--- @include "flow_adopt"
+--- @include "flow_append"
 --- @include-lazy "hand_off"
 local n = tonumber(ARG_N)
+local parent_key
+if ARG_PARENT ~= '' then
+  parent_key = K_TASK .. ARG_PARENT
+  local p = redis.call('HMGET', parent_key, 'state', 'token')
+  if p[1] ~= 'running' or p[2] ~= ARG_PARENT_TOKEN then return {-5} end
+end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}
 local seen = {}
 for i = 1, n do
-  local id, payload, priority, _, _, max_attempts, cost, timeout = RECORD(i)
+  local id, payload, priority, _, _, max_attempts, cost, timeout, after = RECORD(i)
   local size = string.len(payload)
   if size > max_bytes then return {-1, i, size, max_bytes} end
   if seen[id] then return {-3, i} end
-  seen[id] = true
   local key = K_TASK .. id
   if redis.call('EXISTS', key) == 1 then
     local field = task_differs(key, payload, priority, max_attempts, cost, timeout)
     if field then return {-2, i, field} end
     exists[i] = true
+  elseif after ~= '' then
+    for _, dep in ipairs(cjson.decode(after)) do
+      if not seen[dep] and redis.call('EXISTS', K_TASK .. dep) == 0 then return {-4, i, dep} end
+    end
   end
+  seen[id] = true
 end
 local now = now_ms()
 local out = {1}
+local adopted = {}
 local woken = 0
 for i = 1, n do
   if exists[i] then
     out[#out + 1] = 0
+    local id = RECORD(i)
+    if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
   else
-    local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout = RECORD(i)
-    if create_task(now, K_TASK .. id, id, payload, priority, delay_ms, deadline, max_attempts,
-        cost, timeout, ARG_TRACE) then
-      woken = woken + 1
+    local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout, after,
+      on_dep_fail = RECORD(i)
+    local key = K_TASK .. id
+    local ready = create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts,
+      cost, timeout, ARG_TRACE)
+    if after ~= '' then
+      redis.call('HSET', key, 'after', after, 'on_dep_fail', on_dep_fail)
+      ready = flow_hold(now, id, key, after, on_dep_fail) and ready
     end
+    if ready then woken = woken + 1 end
+    if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
     out[#out + 1] = 1
   end
 end
+if parent_key then flow_append(parent_key, adopted) end
 local created = 0
 for i = 2, #out do created = created + out[i] end
 if ARG_TOKEN_BASE ~= '' and woken > 0 and redis.call('EXISTS', K_IDLE) == 1 then

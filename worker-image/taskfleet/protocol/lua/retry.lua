@@ -1,6 +1,7 @@
 -- retry: dead tasks run again, with a new attempt budget ("replay"): each goes back to
 -- pending (behind what waits at its priority) with attempts, losses and deferrals at 0,
--- its error, reason, result and start deadline dropped.
+-- its error, reason, result and start deadline dropped. One that waits on others (field
+-- 'after') waits again for those not done, or ends again by its policy.
 -- Arguments: ARG_* and RECORD(i) (signatures.Retry, one TaskId per id): max_attempts for
 --   the new budget ('' = keep the task's own, or the queue's); mode 'ids' (the records:
 --   those not dead are skipped) or 'scan' (reason '' = any, oldest_ms '-inf' or ms,
@@ -11,6 +12,7 @@
 --- @include "flush_counts"
 --- @include "notify"
 --- @include "to_pending"
+--- @include "flow_hold"
 --- @include "chosen_finished"
 local now = now_ms()
 local max_attempts = ARG_MAX_ATTEMPTS
@@ -22,10 +24,13 @@ for _, id in ipairs(ids) do
   if redis.call('HGET', key, 'state') == 'dead' then
     redis.call('ZREM', K_DEAD, id)
     redis.call('HDEL', key, 'reason', 'error', 'result', 'finished_at', 'token', 'deadline',
-      'deferred', 'cancel_requested', 'cost_used', 'progress', 'progress_at')
+      'deferred', 'cancel_requested', 'cost_used', 'progress', 'progress_at', 'in_bytes')
     redis.call('HSET', key, 'attempts', 0, 'lost', 0, 'run_at', now)
     if max_attempts ~= '' then redis.call('HSET', key, 'max_attempts', max_attempts) end
     to_pending(id, key, false)
+    local after = redis.call('HMGET', key, 'after', 'on_dep_fail')
+    -- a task that waits on others waits again for those not done (or ends by its policy)
+    if after[1] then flow_hold(now, id, key, after[1], after[2]) end
     n = n + 1
   end
 end

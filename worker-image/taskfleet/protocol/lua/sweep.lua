@@ -11,12 +11,14 @@
 --- @include "promote_due"
 --- @include "expire_deadlines"
 --- @include "take_back_expired"
+--- @include "flow_backlog"
 local bound = tonumber(ARG_BOUND)
 local now = now_ms()
 local promoted = promote_due(now, bound)
 local EXPIRE_SHARE = 10  -- as scripts.SWEEP_EXPIRE_SHARE
 local expired = expire_deadlines(now, math.max(1, math.floor(bound / EXPIRE_SHARE)))
 local requeued, lost_dead = take_back_expired(now, bound)
+flow_backlog(bound)
 
 local function prune(zkey, retention_s)
   local cutoff = now - retention_s * 1000

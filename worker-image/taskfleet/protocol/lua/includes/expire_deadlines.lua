@@ -1,6 +1,7 @@
 --- @include "bump"
 --- @include "call_chunked"
 --- @include "wake_waiters"
+--- @include "flow_finished"
 -- Tasks not started by their deadline -> dead, reason "expired": up to `limit` of them,
 -- earliest deadline first, as to_dead ends a task but in two commands per task (its state
 -- and waiters read, its record written) and the indexes in one command per call. A task
@@ -27,15 +28,22 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants')
     local state = v[1]
-    if state == 'pending' or state == 'delayed' then
-      if state == 'pending' then pending[#pending + 1] = id else delayed[#delayed + 1] = id end
+    if state == 'pending' or state == 'delayed' or state == 'waiting' then
+      if state == 'pending' then
+        pending[#pending + 1] = id
+      elseif state == 'delayed' then
+        delayed[#delayed + 1] = id
+      else
+        redis.call('ZREM', K_WAITING, id)
+      end
       dead[#dead + 1] = now
       dead[#dead + 1] = id
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
       wake_waiters(id, key, v[2])
+      flow_finished(id, 'x', v[3])
     elseif not state then
       pending[#pending + 1] = id
       delayed[#delayed + 1] = id

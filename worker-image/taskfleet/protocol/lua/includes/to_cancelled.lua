@@ -1,11 +1,14 @@
 --- @include "bump"
 --- @include "wake_waiters"
+--- @include "flow_finished"
 -- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
 local function to_cancelled(id, key, now)
   redis.call('ZADD', K_CANCELLED, now, id)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
+  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'c', v[2])
 end
 

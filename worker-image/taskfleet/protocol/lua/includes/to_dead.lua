@@ -1,5 +1,6 @@
 --- @include "bump"
 --- @include "wake_waiters"
+--- @include "flow_finished"
 local function to_dead(id, key, now, reason, err)
   redis.call('ZADD', K_DEAD, now, id)
   redis.call('ZREM', K_DEADLINES, id)
@@ -9,6 +10,8 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
+  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'x', v[2])
 end
 

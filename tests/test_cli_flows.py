@@ -1,0 +1,55 @@
+"""``taskfleet enqueue --after``, ``taskfleet flow`` (a flow as JSON) and the tree
+``taskfleet task`` prints, through the CLI's own process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.states import TaskState
+
+from tests.workers.harness import env_for, taskfleet
+
+
+def test_a_flow_from_json_and_after_from_the_command_line(redis_url: str, tmp_path: Path) -> None:
+    env = env_for(redis_url, tmp_path)
+    source = tmp_path / "flow.json"
+    pages = [{"payload": {"page": i}, "task_id": f"p{i}"} for i in range(2)]
+    merge = {"payload": {}, "task": "merge", "task_id": "merge"}
+    source.write_text(json.dumps({"chord": [{"group": pages}, merge]}))
+    done = taskfleet("flow", "q", str(source), env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["p0", "p1", "merge"]
+    late = taskfleet("enqueue", "q", "--after", "merge", "--on-dep-fail", "ignore", env=env)
+    assert late.returncode == 0, late.stderr
+    shown = taskfleet("task", "q", late.stdout.strip(), env=env)
+    assert shown.returncode == 0, shown.stderr
+    tree = shown.stdout.split("flow:\n", 1)[1]
+    assert tree.splitlines() == [
+        f"  {late.stdout.strip()}  waiting 1 left",
+        "    merge  waiting 2 left",
+        "      p0  pending",
+        "      p1  pending",
+    ]
+    with Queue("q", redis_url=redis_url) as queue:
+        task = queue.get("merge")
+        assert task is not None and task.state is TaskState.WAITING
+
+
+def test_bad_flows_and_unknown_dependencies_exit_2_storing_nothing(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    source = tmp_path / "flow.json"
+    source.write_text('{"chain": [{"payload": {}}, {"payload": {}, "after": ["nope"]}]}')
+    refused = taskfleet("flow", "q", str(source), env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "waits for 'nope'" in refused.stderr
+    source.write_text('{"chain": {"payload": {}}}')
+    assert taskfleet("flow", "q", str(source), env=env).returncode == 2
+    unknown = taskfleet("enqueue", "q", "--after", "nope", env=env)
+    assert unknown.returncode == 2
+    assert unknown.stderr.count("\n") == 1
+    with Queue("q", redis_url=redis_url) as queue:
+        assert queue.stats()["enqueued"] == 0

@@ -1,0 +1,40 @@
+--- @include "flow_end"
+--- @include "flow_input"
+-- A task just put in pending that names dependencies (`after`, the JSON array of its
+-- field 'after'; `policy` its field 'on_dep_fail'). Done ones are satisfied, their results
+-- handed to it (flow_input); a dead,
+-- cancelled or missing one applies the policy at once ('ignore': satisfied). Unfinished
+-- ones get the task in their set dependants:<dep> (and the field 'dependants' = 1); then
+-- the task leaves pending for 'waiting' with 'deps_left' = their count, until
+-- flow_resolve counts it down. Returns true when it stays pending.
+local function flow_hold(now, id, key, after, policy)
+  local ok, deps = pcall(cjson.decode, after)
+  if not ok or type(deps) ~= 'table' then deps = {} end
+  local open, seen = {}, {}
+  for _, dep in ipairs(deps) do
+    if not seen[dep] then
+      seen[dep] = true
+      local dkey = K_TASK .. dep
+      local state = redis.call('HGET', dkey, 'state')
+      if state == 'done' then flow_input(key, dep, redis.call('HGET', dkey, 'result')) end
+      if not state or state == 'dead' or state == 'cancelled' then
+        if policy ~= 'ignore' then
+          flow_end(id, key, now, policy, dep, state or 'missing')
+          return false
+        end
+      elseif state ~= 'done' then
+        open[#open + 1] = dep
+      end
+    end
+  end
+  if #open == 0 then return true end
+  for _, dep in ipairs(open) do
+    redis.call('SADD', K_DEPENDANTS .. dep, id)
+    redis.call('HSET', K_TASK .. dep, 'dependants', 1)
+  end
+  redis.call('ZREM', K_PENDING, id)
+  redis.call('ZREM', K_DELAYED, id)
+  redis.call('ZADD', K_WAITING, now, id)
+  redis.call('HSET', key, 'state', 'waiting', 'deps_left', #open)
+  return false
+end
