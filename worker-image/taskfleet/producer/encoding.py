@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from taskfleet.protocol import bounds
 from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload
+from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.jsondepth import nested_too_deep
 from taskfleet.protocol.scripts import EnqueueArgs
 from taskfleet.protocol.tasknames import named_payload, task_name_problem
@@ -54,6 +55,7 @@ class EnqueueSpec(BaseModel):
     cost: int = 1
     timeout: float | timedelta | None = None
     task: str | None = None
+    group: str | None = None
 
 
 # Built once: json.dumps with options builds an encoder per call. Compact, UTF-8 as is
@@ -198,6 +200,7 @@ def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
         cost=fields.get("cost", 1),
         timeout=fields.get("timeout"),
         task=fields.get("task"),
+        group=fields.get("group"),
     )
 
 
@@ -212,6 +215,7 @@ def encode_task(
     cost: int = 1,
     timeout: float | timedelta | None = None,
     task: str | None = None,
+    group: str | None = None,
 ) -> EnqueueArgs:
     """``enqueue_args`` for ``Queue.enqueue``'s keyword arguments (no mapping to build)."""
     text = encode_payload(payload)
@@ -248,6 +252,8 @@ def encode_task(
         if problem:
             raise InvalidArgument(problem)
         text = named_payload(task, text)
+    if group is not None:
+        check_group(group)
     return EnqueueArgs(
         # 128 random bits (a UUID4 has 122), 32 hex digits as before, without the UUID object
         task_id=os.urandom(16).hex() if task_id is None else _check_task_id(task_id),
@@ -258,6 +264,7 @@ def encode_task(
         max_attempts=attempts,
         cost=cost,
         timeout_s=timeout_s,
+        group=group or "",
     )
 
 

@@ -91,6 +91,25 @@ class QueueConfig(BaseModel):
         default=_DEFAULTS["default_timeout_s"], gt=0, le=MAX_TIMEOUT_S
     )
 
+    group_max_concurrency: int = Field(
+        default=_DEFAULTS["group_max_concurrency"],
+        ge=0,
+        le=MAX_COUNT,
+        description="tasks of one group running at once (every group's default); 0 = no limit",
+    )
+    group_rate_limit_tasks: int | None = Field(
+        default=_DEFAULTS["group_rate_limit_tasks"],
+        gt=0,
+        le=MAX_COUNT,
+        description="tasks of one group started per rate_limit_period_s (every group's default)",
+    )
+    group_rate_limit_cost: int | None = Field(
+        default=_DEFAULTS["group_rate_limit_cost"],
+        gt=0,
+        le=MAX_COUNT,
+        description="cost of one group started per rate_limit_period_s (every group's default)",
+    )
+
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> QueueConfig:
         if self.backoff_max_s < self.backoff_base_s:

@@ -25,6 +25,9 @@ class ConfigDefaults(TypedDict):
     dead_retention_s: float
     max_payload_bytes: int
     default_timeout_s: float | None
+    group_max_concurrency: int
+    group_rate_limit_tasks: int | None
+    group_rate_limit_cost: int | None
 
 
 #: Every ``QueueConfig`` field and its default (None: unset, the field is left out).
@@ -43,6 +46,9 @@ CONFIG_DEFAULTS: ConfigDefaults = {
     "dead_retention_s": 259200.0,
     "max_payload_bytes": 1024 * 1024,
     "default_timeout_s": None,
+    "group_max_concurrency": 0,
+    "group_rate_limit_tasks": None,
+    "group_rate_limit_cost": None,
 }
 
 

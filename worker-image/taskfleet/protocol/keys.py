@@ -42,6 +42,13 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "cancelled",
     "waiter",
     "deadline_runs",
+    "groups",
+    "group_pending",
+    "group_running",
+    "group",
+    "group_bucket",
+    "groups_parked",
+    "groups_pending",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -97,6 +104,36 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "order (a claim steps over their expired part at once), member '<lo>:<last deadline>'; "
         "score: the stretch's highest pending score",
     ),
+    "groups": (
+        "zset",
+        "the fair-claim ring: groups with pending tasks a claim may take now ('' stands for the "
+        "ungrouped tasks while groups are in use); score: the group's virtual time (lowest "
+        "is served next)",
+    ),
+    "group_pending": (
+        "zset",
+        "one group's pending tasks, ordered as pending is; the key is the prefix and the group",
+    ),
+    "group_running": ("hash", "group -> how many of its tasks run now (absent: none)"),
+    "group": (
+        "hash",
+        "one group's settings set at run time (weight, max_concurrency, rate_limit_tasks, "
+        "rate_limit_cost); the key is the prefix and the group",
+    ),
+    "group_bucket": (
+        "hash",
+        "one group's token buckets: tasks, cost, ts (epoch ms); the key is the prefix and the "
+        "group; expires once full again",
+    ),
+    "groups_parked": (
+        "zset",
+        "groups with pending tasks held back by their own limits; score: when to look again "
+        "(epoch ms; +inf: at its concurrency cap, until one of its tasks leaves running)",
+    ),
+    "groups_pending": (
+        "string",
+        "how many tasks wait in the groups' own zsets (pending's size leaves them out)",
+    ),
 }
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -126,6 +163,13 @@ class QueueKeys:
         "delayed",
         "demand",
         "done",
+        "group_bucket_prefix",
+        "group_pending_prefix",
+        "group_prefix",
+        "group_running",
+        "groups",
+        "groups_parked",
+        "groups_pending",
         "idle",
         "notify",
         "pending",
@@ -192,6 +236,16 @@ class QueueKeys:
         # a producer's wait: the ids of watched tasks as they finish (watch.lua), a list
         # that expires a minute after its last push
         self.waiter_prefix = p + "waiter:"
+        # groups (fair claiming between them, lua/includes/group_*.lua): the ring of groups
+        # with claimable tasks, each group's pending tasks, running counts, settings, token
+        # buckets, and the groups held back by their own limits
+        self.groups = p + "groups"
+        self.group_pending_prefix = p + "gpending:"
+        self.group_running = p + "groups:running"
+        self.group_prefix = p + "group:"
+        self.group_bucket_prefix = p + "gbucket:"
+        self.groups_parked = p + "groups:parked"
+        self.groups_pending = p + "groups:pending"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
@@ -199,6 +253,9 @@ class QueueKeys:
             "wake": self.wake_prefix,
             "schedule": self.schedule_prefix,
             "waiter": self.waiter_prefix,
+            "group_pending": self.group_pending_prefix,
+            "group": self.group_prefix,
+            "group_bucket": self.group_bucket_prefix,
         }
         self.script_keys: tuple[str, ...] = tuple(
             by_name.get(name) or getattr(self, name) for name in SCRIPT_KEYS
@@ -219,6 +276,12 @@ class QueueKeys:
     def finished(self, state: str) -> str:
         """The zset of finished tasks in ``state`` (done, dead or cancelled)."""
         return {"done": self.done, "dead": self.dead, "cancelled": self.cancelled}[state]
+
+    def group_pending(self, group: str) -> str:
+        return self.group_pending_prefix + group
+
+    def group(self, group: str) -> str:
+        return self.group_prefix + group
 
     def wake(self, pod: str) -> str:
         return self.wake_prefix + pod

@@ -95,6 +95,9 @@ class EnqueueTask(NamedTuple):
     max_attempts: Annotated[OptInt, "'' = the queue's max_attempts"]
     cost: Annotated[Int, "units it takes of the cost rate limit"]
     timeout_s: Annotated[OptNumber, "seconds a run may take; '' = the queue's default_timeout_s"]
+    group: Annotated[
+        OptStr, "the group it belongs to, claimed fairly among the queue's groups; '' = none"
+    ] = ""
 
 
 class Claim(NamedTuple):

@@ -7,6 +7,8 @@ local K_DEADLINES = KEYS[7]
 local K_STATS = KEYS[12]
 local K_CANCELLED = KEYS[24]
 local K_WAITER = KEYS[25]
+local K_GROUP_PENDING = KEYS[28]
+local K_GROUPS_PENDING = KEYS[33]
 local ARG_N = ARGV[1]
 -- record i (1..ARG_N): task_id
 local function RECORD(i)
@@ -61,6 +63,19 @@ local function to_cancelled(id, key, now)
   wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
 end
 
+-- includes/pending_remove.lua
+-- pending_remove: a task leaves pending (claimed, cancelled, expired, a leftover) from
+-- wherever it waits (group: nil or '' for K_PENDING). An
+-- emptied group's ring entry is dropped by the next claim that meets it (group_pick).
+local function pending_remove(id, group)
+  if group and group ~= '' then
+    if redis.call('ZREM', K_GROUP_PENDING .. group, id) == 1 then
+      redis.call('DECR', K_GROUPS_PENDING)
+    end
+  else
+    redis.call('ZREM', K_PENDING, id)
+  end
+end
 -- cancel.lua
 -- cancel: tasks that must not run (or run on). A pending or delayed task ends cancelled
 -- at once and never runs. A running one is marked (field 'cancel_requested' = now): its
@@ -76,11 +91,12 @@ local out = {}
 for i = 1, tonumber(ARG_N) do
   local id = RECORD(i)
   local key = K_TASK .. id
-  local state = redis.call('HGET', key, 'state')
+  local v = redis.call('HMGET', key, 'state', 'group')
+  local state = v[1]
   if not state then
     out[i] = 'missing'
   elseif state == 'pending' or state == 'delayed' then
-    redis.call('ZREM', K_PENDING, id)
+    pending_remove(id, v[2])
     redis.call('ZREM', K_DELAYED, id)
     to_cancelled(id, key, now)
     out[i] = 'cancelled'

@@ -8,9 +8,13 @@ local K_DEADLINES = KEYS[7]
 local K_POD = KEYS[8]
 local K_CONFIG = KEYS[10]
 local K_STATS = KEYS[12]
+local K_NOTIFY = KEYS[15]
+local K_DEMAND = KEYS[19]
 local K_CANCELLED = KEYS[24]
 local K_WAITER = KEYS[25]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0"}
+local K_GROUP_RUNNING = KEYS[29]
+local K_GROUPS_PARKED = KEYS[32]
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0"}
 local ARG_TASK_ID = ARGV[1]
 local ARG_TOKEN = ARGV[2]
 local ARG_ERROR = ARGV[3]
@@ -102,6 +106,42 @@ local function to_cancelled(id, key, now)
   wake_waiters(id, key, redis.call('HGET', key, 'waiters'))
 end
 
+-- includes/demand.lua
+-- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
+-- it has new work: one element at most, so a burst signals once.
+local function demand()
+  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+end
+
+-- includes/notify.lua
+local NOTIFY_MAX = 16
+-- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
+-- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
+-- case while workers are busy) costs one LLEN, not a push and a trim.
+local function notify(n)
+  if n <= 0 then return end
+  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
+  if n > room then n = room end
+  if n > 0 then
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
+  end
+  demand()
+end
+
+-- includes/group_left.lua
+-- group_left: one of group g's tasks left running. A group parked at its concurrency cap
+-- (score +inf) is due again at once, and a worker is woken to claim it.
+local function group_left(g)
+  if redis.call('HINCRBY', K_GROUP_RUNNING, g, -1) <= 0 then
+    redis.call('HDEL', K_GROUP_RUNNING, g)
+  end
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) == 'inf' then
+    redis.call('ZADD', K_GROUPS_PARKED, 0, g)
+    notify(1)
+  end
+end
 -- includes/leave_running.lua
 -- Leave running: drop the lease, keep pod/incarnation as "last ran on". keep_token: the
 -- token stays on the task (an outcome written under it), so a retry of that same write
@@ -110,13 +150,14 @@ end
 local function leave_running(id, key, pod, keep_token)
   redis.call('ZREM', K_RUNNING, id)
   if pod then redis.call('SREM', K_POD .. pod, id) end
+  local g = redis.call('HGET', key, 'group')
+  if g and g ~= '' then group_left(g) end
   if keep_token then
     redis.call('HDEL', key, 'lease_until')
   else
     redis.call('HDEL', key, 'token', 'lease_until')
   end
 end
-
 -- fail.lua
 -- fail: an attempt failed. Retry later (delayed, exponential backoff with jitter, capped)
 -- or go dead with the error once attempts reach max_attempts or the error is permanent.

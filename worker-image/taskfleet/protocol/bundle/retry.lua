@@ -7,6 +7,10 @@ local K_SEQ = KEYS[11]
 local K_STATS = KEYS[12]
 local K_NOTIFY = KEYS[15]
 local K_DEMAND = KEYS[19]
+local K_GROUPS = KEYS[27]
+local K_GROUP_PENDING = KEYS[28]
+local K_GROUPS_PARKED = KEYS[32]
+local K_GROUPS_PENDING = KEYS[33]
 local ARG_MAX_ATTEMPTS = ARGV[1]
 local ARG_MODE = ARGV[2]
 local ARG_REASON = ARGV[3]
@@ -79,13 +83,36 @@ local function pending_score(priority, front)
   return -priority * BAND + HALF + seq
 end
 
+-- includes/group_join.lua
+-- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
+-- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
+-- there). It joins at the ring's current virtual time (its lowest score), so a group that
+-- was idle gets no credit for the time it was away, and a new group waits behind none.
+local function group_join(g)
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
+  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
+end
+-- includes/pending_add.lua
+-- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
+-- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
+-- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
+local function pending_add(id, score, group)
+  if group and group ~= '' then
+    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
+      redis.call('INCR', K_GROUPS_PENDING)
+    end
+    group_join(group)
+  else
+    redis.call('ZADD', K_PENDING, score, id)
+  end
+end
 -- includes/to_pending.lua
 local function to_pending(id, key, front)
-  local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
-  redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
+  local v = redis.call('HMGET', key, 'priority', 'group')
+  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
   redis.call('HSET', key, 'state', 'pending')
 end
-
 -- includes/finished_matching.lua
 -- Finished tasks (a done, dead or cancelled zset) matching a filter, for retry and purge:
 -- ids with finished_at in [lo, hi] (ms) and, if reason ~= '', that reason. Walks the zset

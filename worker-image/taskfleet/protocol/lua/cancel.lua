@@ -10,16 +10,18 @@
 --- @include "now_ms"
 --- @include "flush_counts"
 --- @include "to_cancelled"
+--- @include "pending_remove"
 local now = now_ms()
 local out = {}
 for i = 1, tonumber(ARG_N) do
   local id = RECORD(i)
   local key = K_TASK .. id
-  local state = redis.call('HGET', key, 'state')
+  local v = redis.call('HMGET', key, 'state', 'group')
+  local state = v[1]
   if not state then
     out[i] = 'missing'
   elseif state == 'pending' or state == 'delayed' then
-    redis.call('ZREM', K_PENDING, id)
+    pending_remove(id, v[2])
     redis.call('ZREM', K_DELAYED, id)
     to_cancelled(id, key, now)
     out[i] = 'cancelled'

@@ -8,21 +8,24 @@
 --   (same token) in any state, since it may land just after the run's outcome: the
 --   difference between it and what the task was charged so far (its cost, or the cost
 --   reported before) goes back into the cost bucket, or is taken from it (the bucket may
---   go into debt of at most one capacity: claims then wait until it refills).
+--   go into debt of at most one capacity: claims then wait until it refills). A task of a
+--   group settles its group's cost bucket the same way.
 -- Returns: a string of N characters: '1' applied, '0' refused (another run holds the task,
 --   or it is gone).
 --- @include "now_ms"
 --- @include "cfg_num"
+--- @include "group_settle"
 local n = tonumber(ARG_N)
 local now = now_ms()
 local out = {}
 local limit = cfg_num('rate_limit_cost', 0)
 local settle = 0
+local by_group = {}
 for i = 1, n do
   local id, token, progress, cost = RECORD(i)
   cost = tonumber(cost)
   local key = K_TASK .. id
-  local v = redis.call('HMGET', key, 'state', 'token', 'cost', 'cost_used')
+  local v = redis.call('HMGET', key, 'state', 'token', 'cost', 'cost_used', 'group')
   if v[2] ~= token then
     out[#out + 1] = '0'
   else
@@ -37,6 +40,7 @@ for i = 1, n do
     if cost ~= nil then
       local charged = tonumber(v[4]) or tonumber(v[3]) or 1
       settle = settle + (cost - charged)
+      if v[5] and v[5] ~= '' then by_group[v[5]] = (by_group[v[5]] or 0) + (cost - charged) end
       redis.call('HSET', key, 'cost_used', cost)
       ok = true
     end
@@ -52,4 +56,5 @@ if limit > 0 and settle ~= 0 then
   tokens = math.max(-limit, math.min(limit, tokens - settle))
   redis.call('HSET', K_BUCKET_COST, 'tokens', tostring(tokens), 'ts', now)
 end
+group_settle(by_group, now)
 return table.concat(out)

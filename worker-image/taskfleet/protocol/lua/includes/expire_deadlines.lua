@@ -1,6 +1,7 @@
 --- @include "bump"
 --- @include "call_chunked"
 --- @include "wake_waiters"
+--- @include "pending_remove"
 -- Tasks not started by their deadline -> dead, reason "expired": up to `limit` of them,
 -- earliest deadline first, as to_dead ends a task but in two commands per task (its state
 -- and waiters read, its record written) and the indexes in one command per call. A task
@@ -27,10 +28,16 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'group')
     local state = v[1]
     if state == 'pending' or state == 'delayed' then
-      if state == 'pending' then pending[#pending + 1] = id else delayed[#delayed + 1] = id end
+      if state == 'delayed' then
+        delayed[#delayed + 1] = id
+      elseif v[3] and v[3] ~= '' then
+        pending_remove(id, v[3])  -- a group's: from its own zset
+      else
+        pending[#pending + 1] = id
+      end
       dead[#dead + 1] = now
       dead[#dead + 1] = id
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
