@@ -50,6 +50,7 @@ COMMANDS = {
     **dict.fromkeys(("enqueue", "configure", "stats", "task"), "queue_commands"),
     **dict.fromkeys(("ls", "cancel", "retry", "purge", "workers"), "task_commands"),
     "schedule": "schedule_commands",
+    "group": "group_commands",
     "top": "top",
     "dashboard": "dashboard_command",
     **dict.fromkeys(("drain", "worker"), "worker_commands"),

@@ -113,6 +113,13 @@ def _parse_payload(text: str) -> dict[str, Any]:
     "[default: none, the workers' default handler].",
 )
 @click.option(
+    "--group",
+    default=None,
+    metavar="GROUP",
+    help="The group it belongs to (a tenant, a customer): claims are fair between groups "
+    "[default: none].",
+)
+@click.option(
     "--id",
     "task_id",
     default=None,
@@ -138,6 +145,7 @@ def enqueue(
     timeout: float | None,
     cost: int,
     task_name: str | None,
+    group: str | None,
     task_id: str | None,
     count: int,
     redis_url: str,
@@ -155,6 +163,7 @@ def enqueue(
         "timeout": timeout,
         "cost": cost,
         "task": task_name,
+        "group": group,
     }
     try:
         if count == 1:
