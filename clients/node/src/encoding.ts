@@ -42,6 +42,12 @@ export interface EnqueueOptions {
    * `unknown task`.
    */
   readonly name?: string;
+  /**
+   * The group it belongs to (a tenant, a customer): a queue's workers claim fairly between
+   * its groups, so one group's backlog never starves another (default: none). 1-100
+   * letters, digits, `.`, `_`, `:`, `@` or `-`, starting with a letter or digit.
+   */
+  readonly group?: string;
 }
 
 /** One task of `Queue.enqueueMany`: its payload and its options. */
@@ -59,6 +65,7 @@ export interface TaskRecord {
   readonly max_attempts: string;
   readonly cost: number;
   readonly timeout_s: string;
+  readonly group: string;
 }
 
 const OPTION_NAMES = new Set([
@@ -71,7 +78,21 @@ const OPTION_NAMES = new Set([
   "cost",
   "timeout",
   "name",
+  "group",
 ]);
+
+// protocol/groups.py: no braces (a key's hash tag), no whitespace or NUL.
+const GROUP = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,99}$/;
+
+/** Why `group` is no group name (one line), or undefined when it is one. */
+export function groupProblem(group: unknown): string | undefined {
+  if (typeof group === "string" && GROUP.test(group)) return undefined;
+  const repr = typeof group === "string" ? pyRepr(group) : String(group);
+  return (
+    "group must be 1-100 characters of letters, digits, '.', '_', ':', '@' or '-', " +
+    `starting with a letter or digit, not ${repr.slice(0, 60)}`
+  );
+}
 
 /** A random id: 128 bits as 32 hex digits (as the Python client makes them). */
 export function newTaskId(): string {
@@ -283,6 +304,10 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
     if (problem !== undefined) throw new InvalidArgument(problem);
     text = `${NAME_MARK}${options.name}${NAME_MARK}${text}`;
   }
+  if (options.group !== undefined) {
+    const problem = groupProblem(options.group);
+    if (problem !== undefined) throw new InvalidArgument(problem);
+  }
   return {
     task_id: options.taskId === undefined ? newTaskId() : checkTaskId(options.taskId),
     payload: text,
@@ -292,6 +317,7 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
     max_attempts: maxAttempts,
     cost,
     timeout_s: timeoutS,
+    group: options.group ?? "",
   };
 }
 

@@ -63,6 +63,7 @@ describe("enqueue options", () => {
     [{ delay: 1.5, timeout: 30, deadline: 2.0001 }, { delay: 1.5, timeout: 30, deadline: 2.0001 }],
     [{ timeout: 0.25, delay: 0 }, { timeout: 0.25, delay: 0 }],
     [{ name: "resize/v2", taskId: "id-1" }, { task: "resize/v2", task_id: "id-1" }],
+    [{ group: "tenant-42" }, { group: "tenant-42" }],
   ];
 
   it("encodes each option as the Python client does", needsPython, () => {
@@ -79,7 +80,7 @@ describe("enqueue options", () => {
         "for kw in json.load(sys.stdin):\n" +
         "    a = encode_task({'n': 1}, **kw)\n" +
         "    wire = lambda v: repr(v) if isinstance(v, float) else str(v)\n" +
-        "    out.append({k: wire(getattr(a, k)) for k in ('payload', 'priority', 'delay_ms', 'deadline', 'max_attempts', 'cost', 'timeout_s')})\n" +
+        "    out.append({k: wire(getattr(a, k)) for k in ('payload', 'priority', 'delay_ms', 'deadline', 'max_attempts', 'cost', 'timeout_s', 'group')})\n" +
         "print(json.dumps(out))",
       CASES.map(([, kw]) => kw),
     );
