@@ -464,6 +464,9 @@ def queue_config(spec: TaskQueueSpec) -> QueueConfig:
         "done_retention_s": spec.retention.done_seconds,
         "dead_retention_s": spec.retention.dead_seconds,
         "default_timeout_s": spec.max_task_duration_seconds,
+        "group_max_concurrency": spec.groups.max_concurrency if spec.groups else None,
+        "group_rate_limit_tasks": spec.groups.rate_limit_tasks if spec.groups else None,
+        "group_rate_limit_cost": spec.groups.rate_limit_cost if spec.groups else None,
     }
     return QueueConfig.model_validate(
         {key: value for key, value in fields.items() if value is not None}
