@@ -25,6 +25,10 @@ def test_enqueue_with_a_group_then_list_show_and_cancel_that_group(
     assert {t["group"] for t in listed["tasks"]} == {"tenant-42"}
     shown = json.loads(taskfleet("group", "q", "--json", env=env).stdout)
     assert shown == [{"group": "tenant-42", "pending": 3, "running": 0}]
+    stats = json.loads(taskfleet("stats", "q", "--json", env=env).stdout)
+    assert (stats["pending"], stats["groups"], stats["top_groups"]) == (4, 1, shown)
+    text = taskfleet("stats", "q", env=env).stdout
+    assert "tenant-42  pending=3  running=0" in text
     cancelled = taskfleet("cancel", "q", "--group", "tenant-42", "--json", env=env)
     assert json.loads(cancelled.stdout) == {"cancelled": 3}
     with Queue("q", redis_url=redis_url) as queue:

@@ -237,6 +237,10 @@ def configure(
         q.close()
 
 
+#: Groups `taskfleet stats` shows (most pending first); `taskfleet group QUEUE` lists all.
+TOP_GROUPS = 10
+
+
 @click.command()
 @click.argument("queue")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -249,12 +253,23 @@ def stats(queue: str, as_json: bool, redis_url: str) -> None:
     q = open_queue(queue, redis_url)
     data = q.stats()
     policy = _eviction_policy(q.client)
+    groups = q.groups()
     if as_json:
-        click.echo(json.dumps(data, sort_keys=True, default=str))
+        top = [
+            {"group": g.group, "pending": g.pending, "running": g.running}
+            for g in groups[:TOP_GROUPS]
+        ]
+        shown = {**data, "groups": len(groups), "top_groups": top}
+        click.echo(json.dumps(shown, sort_keys=True, default=str))
     else:
         width = max((len(str(key)) for key in data), default=0)
         for key, value in data.items():
             click.echo(f"{key:<{width}}  {terminal_safe(value)}")
+        if groups:
+            click.echo(f"{'groups':<{width}}  {len(groups)} (most pending first)")
+            for g in groups[:TOP_GROUPS]:
+                line = f"  {g.group}  pending={g.pending}  running={g.running}"
+                click.echo(terminal_safe(line))
     if policy is not None and policy != "noeviction":
         click.echo(
             f"taskfleet: warning: Redis maxmemory-policy is {policy!r}: a full Redis deletes "

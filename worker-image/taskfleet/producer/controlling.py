@@ -87,7 +87,9 @@ class Controlling:
     ) -> TaskPage:
         """A page of the tasks in ``state`` (see ``control.list_tasks`` for the order),
         of ``group`` only if given; pass the page's ``cursor`` back for the next one
-        (None: no more)."""
+        (None: no more). Pending tasks of groups wait in their group's own order: list
+        them with ``group`` (``groups()`` names the groups); without it, pending lists
+        the ungrouped tasks."""
         return control.list_tasks(
             self.client,
             self.reads,
