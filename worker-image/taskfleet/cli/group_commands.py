@@ -10,8 +10,10 @@ import click
 
 from taskfleet.cli.options import BadInput, redis_option, terminal_safe
 from taskfleet.cli.queue_commands import open_queue
+from taskfleet.protocol.groups import GroupSettings
 
-_FIELDS = ("weight", "max_concurrency", "rate_limit_tasks", "rate_limit_cost")
+#: A group's own settings, as the protocol names them.
+_FIELDS = tuple(f.name for f in dataclasses.fields(GroupSettings))
 
 
 @click.command("group")
@@ -34,7 +36,7 @@ def group(
     With GROUP: its own settings (weight, concurrency cap, rate limits), changed by --set;
     the next claim applies them."""
     from taskfleet.protocol.errors import InvalidArgument
-    from taskfleet.protocol.groups import GroupSettings, check_group
+    from taskfleet.protocol.groups import check_group
 
     if group_name is None:
         if settings:
@@ -82,3 +84,9 @@ def group(
         return
     for field, value in shown.items():
         click.echo(f"{field}: {'' if value is None else value}")
+
+
+def _number(name: str, text: str) -> float | int:
+    """A setting's value as typed: the weight may be a fraction, the others are counts."""
+    kind = next(f.type for f in dataclasses.fields(GroupSettings) if f.name == name)
+    return float(text) if "float" in str(kind) else int(text)
