@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.calls import Call, run, run_all
+from taskfleet.protocol.groups import GroupCount, group_counts, group_names
 from taskfleet.protocol.reads import STATES, Workers
 from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S
 from taskfleet.protocol.tasks import COUNTERS
@@ -48,6 +49,12 @@ COUNTER_METRICS = {
 assert set(COUNTER_METRICS) == set(COUNTERS)
 
 
+#: Groups a scrape reads per queue (of each kind: claimable, parked, running) and exports
+#: by name (the most pending); the rest it reads are summed as group "other".
+GROUPS_READ = 1000
+GROUPS_SHOWN = 10
+
+
 @dataclass
 class QueueReading:
     """One queue as one scrape read it (``up`` False: its Redis did not answer)."""
@@ -63,6 +70,7 @@ class QueueReading:
     slots_alive: int = 0  # the concurrency of the live workers, summed
     oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
     policy: str | None = None  # the server's maxmemory-policy as last checked
+    groups: list[GroupCount] = field(default_factory=list)  # the top ones, then "other"
 
 
 def _workers(found: Workers, now_ms: int, ttl_s: float) -> tuple[int, int, int]:
@@ -85,12 +93,14 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
             reads.workers(),
             reads.lease_ttl(),
             reads.ids("pending", 0, 1),
+            group_names(queue.keys, most=GROUPS_READ),
         ]
     replies = run_all(client, calls)
     readings: list[QueueReading] = []
     heads: list[tuple[QueueReading, Queue, str]] = []
+    grouped: list[tuple[QueueReading, Queue, list[str]]] = []
     for i, ((namespace, name), queue) in enumerate(members):
-        sizes, counters, workers, ttl, head = replies[i * 5 : i * 5 + 5]
+        sizes, counters, workers, ttl, head, names = replies[i * 6 : i * 6 + 6]
         reading = QueueReading(namespace, name, queue.name)
         reading.tasks = sizes
         reading.counters = {counter: counters.get(counter, 0) for counter in COUNTERS}
@@ -99,13 +109,28 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
             workers, now_ms, ttl_s
         )
         readings.append(reading)
+        if names:
+            grouped.append((reading, queue, names))
         if head:
             heads.append((reading, queue, head[0]))
+    counts = run_all(client, [group_counts(queue.keys, names) for _, queue, names in grouped])
+    for (reading, _, _), found in zip(grouped, counts, strict=True):
+        reading.groups = _top(found)
     ready = run_all(client, [queue.reads.ready_at([task_id]) for _, queue, task_id in heads])
     for (reading, _, _), (ready_ms,) in zip(heads, ready, strict=True):
         if ready_ms is not None:
             reading.oldest_pending_s = max(0.0, (now_ms - ready_ms) / 1000)
     return readings
+
+
+def _top(found: list[GroupCount]) -> list[GroupCount]:
+    """The GROUPS_SHOWN groups with the most pending (then running), and the rest summed
+    as "other": a bounded number of series whatever the number of groups."""
+    ranked = sorted(found, key=lambda c: (-c.pending, -c.running, c.group))
+    top, rest = ranked[:GROUPS_SHOWN], ranked[GROUPS_SHOWN:]
+    if rest:
+        top.append(GroupCount("other", sum(c.pending for c in rest), sum(c.running for c in rest)))
+    return top
 
 
 def read_queues(connections: Connections) -> list[QueueReading]:
@@ -178,8 +203,18 @@ class QueueCollector:
             "Redis then deletes keys, acknowledged tasks among them (docs/redis.md).",
             ["policy"],
         )
+        by_group = gauge(
+            "taskfleet_queue_group_tasks",
+            f"Tasks of a group pending (ready) or running now: the {GROUPS_SHOWN} groups with "
+            f"the most pending, the others summed as group 'other' (of the first {GROUPS_READ} "
+            "groups read of each kind).",
+            ["group", "state"],
+        )
         for reading in readings:
             values = [reading.queue, reading.namespace, reading.taskqueue]
+            for one in reading.groups:
+                by_group.add_metric([*values, one.group, "pending"], one.pending)
+                by_group.add_metric([*values, one.group, "running"], one.running)
             up.add_metric(values, int(reading.up))
             if reading.policy is not None:
                 evicting.add_metric([*values, reading.policy], int(reading.policy != SAFE_POLICY))
@@ -193,4 +228,5 @@ class QueueCollector:
             oldest.add_metric(values, reading.oldest_pending_s)
             for stat, family in counters.items():
                 family.add_metric(values, reading.counters.get(stat, 0))
-        yield from (up, evicting, tasks, workers, alive, slots, oldest, *counters.values())
+        yield from (up, evicting, tasks, workers, alive, slots, oldest, by_group)
+        yield from counters.values()

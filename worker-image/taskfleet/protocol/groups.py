@@ -158,16 +158,33 @@ def _as_dict(reply: Any) -> dict[Any, Any]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def group_names(keys: QueueKeys) -> Call[list[str]]:
-    """The groups with pending tasks (claimable or held back) or running ones."""
+def group_names(keys: QueueKeys, most: int | None = None) -> Call[list[str]]:
+    """The groups with pending tasks (claimable or held back) or running ones; with
+    ``most``, at most that many of each kind (a bounded read, for metrics)."""
+    last = -1 if most is None else most - 1
+    running: Command = ("HKEYS", keys.group_running)
+    if most is not None:
+        running = ("HSCAN", keys.group_running, 0, "COUNT", most)
     return Call(
         (
-            ("ZRANGE", keys.groups, 0, -1),
-            ("ZRANGE", keys.groups_parked, 0, -1),
-            ("HKEYS", keys.group_running),
+            ("ZRANGE", keys.groups, 0, last),
+            ("ZRANGE", keys.groups_parked, 0, last),
+            running,
         ),
-        lambda r: sorted({text(g) for reply in r for g in reply} - {""}),
+        lambda r: sorted({text(g) for g in _names(r)} - {""}),
     )
+
+
+def _names(replies: Sequence[Any]) -> list[Any]:
+    ring, parked, running = replies
+    if (
+        isinstance(running, list | tuple)
+        and len(running) == 2
+        and not isinstance(running[1], bytes | str)
+    ):
+        found = running[1]  # HSCAN: (cursor, {field: value}) or (cursor, [field, value, ...])
+        running = list(found) if isinstance(found, dict) else list(found)[::2]
+    return [*ring, *parked, *running]
 
 
 def group_counts(keys: QueueKeys, groups: Sequence[str]) -> Call[list[GroupCount]]:
