@@ -99,6 +99,12 @@ bench: ## throughput and latency figures with peers, then the Redis Cluster figu
 bench-metrics: ## the drain with and without worker metrics, in alternating pairs (PAIRS=6)
 	$(BIN)/python -m bench.metrics_ab
 
+bench-fairness: ## groups: a skewed load (one group of 50,000, 99 of 50, 8 slots) fair vs FIFO; 10,000 groups' claim time and memory
+	$(BIN)/python -m bench.fairness
+
+bench-groups: ## the drain before groups, with them unused and with every task in one of 100 groups (BASE_PYTHON, PAIRS=3)
+	$(BIN)/python -m bench.groups_ab
+
 bench-cluster: ## drain rate and Redis CPU per task per master: one server, a cluster with 1 and 3 queues
 	$(BIN)/python -m bench.cluster
 

@@ -159,3 +159,18 @@ def test_the_leader_gauge_follows_kopfs_events_and_pauses() -> None:
     peered.seen()
     # No event for two lifetimes: kopf has paused this replica's watches.
     wait_for(lambda: leader(peered) == 0.0, timeout=5, interval=0.02, what="the lead to lapse")
+
+
+def test_a_scrape_exports_the_most_pending_groups_and_sums_the_rest_as_other(
+    connections: Connections, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taskfleet_operator import queuemetrics
+
+    monkeypatch.setattr(queuemetrics, "GROUPS_SHOWN", 2)
+    queue = connections.get("apps", "tenants", make_spec())
+    for group, n in (("big", 5), ("mid", 3), ("small", 1), ("tiny", 1)):
+        queue.enqueue_many([{"payload": {"i": i}, "group": group} for i in range(n)])
+    [reading] = [r for r in read_queues(connections) if r.queue == "apps.tenants"]
+    shown = {(c.group, c.pending, c.running) for c in reading.groups}
+    assert shown == {("big", 5, 0), ("mid", 3, 0), ("other", 2, 0)}
+    assert reading.tasks["pending"] == 10

@@ -42,6 +42,8 @@ LEASE_TTL_S = 0.05
 MAX_CONCURRENCY = 5  # below what two pods claiming up to 4 each would take
 STATES = ("pending", "delayed", "running", "done", "dead", "cancelled", "waiting")
 FINISHED = ("done", "dead", "cancelled")
+GROUPS = ("a", "b")  # tasks of groups wait in their group's own zset (protocol.md 4.16)
+GROUP_CAP = 2
 
 
 class ProtocolMachine(RuleBasedStateMachine):
@@ -62,6 +64,7 @@ class ProtocolMachine(RuleBasedStateMachine):
                 max_lost=2,
                 backoff_base_s=0.01,
                 backoff_max_s=0.02,
+                group_max_concurrency=GROUP_CAP,
             )
         )
         self.runner = asyncio.Runner()
@@ -92,11 +95,20 @@ class ProtocolMachine(RuleBasedStateMachine):
         priority=st.sampled_from([-1, 0, 5]),
         delay=st.sampled_from([None, 0.01]),
         deadline=st.sampled_from([None, 0.03, 60]),
+        group=st.sampled_from([None, *GROUPS]),
     )
-    def enqueue(self, n: int, priority: int, delay: float | None, deadline: float | None) -> None:
+    def enqueue(
+        self, n: int, priority: int, delay: float | None, deadline: float | None, group: str | None
+    ) -> None:
         ids = self.queue.enqueue_many(
             [
-                {"payload": {"i": i}, "priority": priority, "delay": delay, "deadline": deadline}
+                {
+                    "payload": {"i": i},
+                    "priority": priority,
+                    "delay": delay,
+                    "deadline": deadline,
+                    "group": group,
+                }
                 for i in range(n)
             ]
         )
@@ -120,9 +132,10 @@ class ProtocolMachine(RuleBasedStateMachine):
         task = Task.from_hash(before, task_id)
         same = data.draw(st.booleans())
         if same:
-            assert self.queue.enqueue(task.payload, task_id=task_id, priority=task.priority) == (
-                task_id
+            again = self.queue.enqueue(
+                task.payload, task_id=task_id, priority=task.priority, group=task.group
             )
+            assert again == task_id
         else:
             with pytest.raises(TaskExists):
                 self.queue.enqueue({"again": True}, task_id=task_id)
@@ -351,13 +364,41 @@ class ProtocolMachine(RuleBasedStateMachine):
         for state in STATES:
             pipe.zrange(getattr(self.queue.keys, state), 0, -1, withscores=True)
         pipe.zrange(self.queue.keys.deadlines, 0, -1)
+        for group in GROUPS:
+            pipe.zrange(self.queue.keys.group_pending(group), 0, -1, withscores=True)
         replies = pipe.execute()
         out = {
             state: {text(m): score for m, score in reply}
-            for state, reply in zip(STATES, replies[:-1], strict=True)
+            for state, reply in zip(STATES, replies[: len(STATES)], strict=True)
         }
-        out["deadlines"] = {text(m): 0.0 for m in replies[-1]}
+        out["deadlines"] = {text(m): 0.0 for m in replies[len(STATES)]}
+        for reply in replies[len(STATES) + 1 :]:
+            for m, score in reply:
+                assert text(m) not in out["pending"], f"{text(m)} pending twice"
+                out["pending"][text(m)] = score
         return out
+
+    @invariant()
+    def groups_count_their_tasks_and_keep_their_caps(self) -> None:
+        """groups:pending counts the tasks in the groups' zsets, groups:running each
+        group's running tasks (at most its cap), and each grouped task waits in its own
+        group's zset."""
+        members = self.members()
+        hashes = self._hashes(sorted(members["pending"]) + sorted(members["running"]))
+        keys = self.queue.keys
+        in_groups = {
+            group: {text(m) for m in self.raw.zrange(keys.group_pending(group), 0, -1)}
+            for group in GROUPS
+        }
+        assert int(self.raw.get(keys.groups_pending) or 0) == sum(map(len, in_groups.values()))
+        for group, ids in in_groups.items():
+            assert all(hashes[i].get("group") == group for i in ids), group
+        running: Counter[str] = Counter(
+            hashes[i]["group"] for i in members["running"] if hashes[i].get("group")
+        )
+        stored = {text(g): int(n) for g, n in self.raw.hgetall(keys.group_running).items()}
+        assert stored == dict(running)
+        assert all(n <= GROUP_CAP for n in running.values()), running
 
     @invariant()
     def every_task_is_in_exactly_one_state_and_none_is_lost(self) -> None:

@@ -71,7 +71,18 @@ def test_the_manifest_lists_every_key_in_keys_order_with_its_suffix_and_type() -
     full = data["key_prefix"].replace("%QUEUE%", "jobs")
     assert [full + k["suffix"] for k in data["keys"]] == list(QueueKeys("jobs").script_keys)
     prefixes = [k["name"] for k in data["keys"] if k["is_prefix"]]
-    assert prefixes == ["task", "pod", "sched", "wake", "schedule", "waiter", "dependants"]
+    assert prefixes == [
+        "task",
+        "pod",
+        "sched",
+        "wake",
+        "schedule",
+        "waiter",
+        "dependants",
+        "group_pending",
+        "group",
+        "group_bucket",
+    ]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -109,8 +120,8 @@ def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> Non
     plan = FirePlan("s", "3", 60, [60, 120], 0, None, 0)
     definition = ScheduleDef(name="s", cron="* * * * *", payload="{}")
     built: list[tuple[Op[Any], tuple[int, int]]] = [
-        (ops.enqueue([task, task]), (2, 10)),
-        (ops.enqueue([task], "base", "00-trace"), (1, 10)),
+        (ops.enqueue([task, task]), (2, 11)),
+        (ops.enqueue([task], "base", "00-trace"), (1, 11)),
         (ops.claim("p", "i", 4, "base", 100, idle_ms=5, prefetch=1), (0, 0)),
         (ops.extend("p", "i", [("t", "k")], inflight=1, draining=False, concurrency=2), (1, 2)),
         (ops.complete([("t", "k", None)]), (1, 3)),

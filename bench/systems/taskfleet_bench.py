@@ -26,12 +26,16 @@ class TaskfleetAdapter:
     batch_method = "Queue.enqueue_many (one script call per batch)"
 
     def __init__(self, redis_url: str, variant: str | None):
-        if variant not in (None, "sync", "async", "metrics"):
-            raise ValueError(f"taskfleet variant must be sync, async or metrics, not {variant!r}")
+        if variant not in (None, "sync", "async", "metrics", "groups"):
+            raise ValueError(
+                f"taskfleet variant must be sync, async, metrics or groups, not {variant!r}"
+            )
         self.is_async = variant == "async"
         # metrics: the sync handler with a Prometheus endpoint per worker process, for the
         # cost of metrics on the drain (compare with the plain sync row of the same run)
         self.metrics = variant == "metrics"
+        # groups: the same drain with every task in one of 100 groups (fair claiming on)
+        self.groups = 100 if variant == "groups" else 0
         self.name = {"async": "taskfleet (async handler)", "metrics": "taskfleet (metrics on)"}.get(
             variant or "", "taskfleet"
         )
@@ -66,7 +70,13 @@ class TaskfleetAdapter:
     def enqueue_batches(self, n: int, batch: int) -> None:
         for start in range(0, n, batch):
             size = min(batch, n - start)
-            self.queue.enqueue_many([{"payload": {}} for _ in range(size)])
+            if self.groups:
+                items = [
+                    {"payload": {}, "group": f"g{(start + i) % self.groups}"} for i in range(size)
+                ]
+                self.queue.enqueue_many(items)
+            else:
+                self.queue.enqueue_many([{"payload": {}} for _ in range(size)])
 
     def enqueue_one(self) -> None:
         self.queue.enqueue({})

@@ -470,6 +470,9 @@ def queue_config(spec: TaskQueueSpec) -> QueueConfig:
         "throttle_max_s": max(spec.throttle.max_seconds, spec.throttle.base_seconds),
         "budget_day": spec.budget.day if spec.budget else None,
         "budget_month": spec.budget.month if spec.budget else None,
+        "group_max_concurrency": spec.groups.max_concurrency if spec.groups else None,
+        "group_rate_limit_tasks": spec.groups.rate_limit_tasks if spec.groups else None,
+        "group_rate_limit_cost": spec.groups.rate_limit_cost if spec.groups else None,
     }
     return QueueConfig.model_validate(
         {key: value for key, value in fields.items() if value is not None}

@@ -51,6 +51,27 @@ QUEUE_LABEL = f"{GROUP}/queue"
 RESERVED_ENV = environment.SET_BY_OPERATOR
 
 
+class GroupLimits(CamelModel):
+    """Every group's defaults (tasks enqueued with a group: claims are fair between
+    groups); a group's own settings, set at run time (`taskfleet group`), win."""
+
+    max_concurrency: int = Field(
+        default=0, ge=0, le=1_000_000, description="Tasks of one group run at once; 0 = unlimited."
+    )
+    rate_limit_tasks: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Tasks of one group started per rateLimit.periodSeconds (1 s without it).",
+    )
+    rate_limit_cost: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000_000,
+        description="Cost units of one group started per rateLimit.periodSeconds.",
+    )
+
+
 class RateLimit(CamelModel):
     """At most `tasks` claims and `cost` units per `periodSeconds`, across the whole fleet."""
 
@@ -436,6 +457,7 @@ class TaskQueueSpec(CamelModel):
     rate_limit: RateLimit | None = None
     budget: Budget | None = None
     throttle: Throttle = Throttle()
+    groups: GroupLimits | None = None
     max_task_duration_seconds: int = Field(
         default=300,
         ge=1,

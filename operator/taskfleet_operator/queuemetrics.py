@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.calls import Call, run, run_all
+from taskfleet.protocol.groups import GroupCount, group_counts, group_names
 from taskfleet.protocol.quota import QuotaOps, QuotaState, quota_state
 from taskfleet.protocol.reads import STATES, Workers
 from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S
@@ -50,6 +51,12 @@ COUNTER_METRICS = {
 assert set(COUNTER_METRICS) == set(COUNTERS)
 
 
+#: Groups a scrape reads per queue (of each kind: claimable, parked, running) and exports
+#: by name (the most pending); the rest it reads are summed as group "other".
+GROUPS_READ = 1000
+GROUPS_SHOWN = 10
+
+
 @dataclass
 class QueueReading:
     """One queue as one scrape read it (``up`` False: its Redis did not answer)."""
@@ -66,6 +73,7 @@ class QueueReading:
     oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
     policy: str | None = None  # the server's maxmemory-policy as last checked
     quota: QuotaState | None = None  # the claim pause and the budget's spend
+    groups: list[GroupCount] = field(default_factory=list)  # the top ones, then "other"
 
 
 def _workers(found: Workers, now_ms: int, ttl_s: float) -> tuple[int, int, int]:
@@ -90,12 +98,14 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
             reads.ids("pending", 0, 1),
             QuotaOps(queue.keys).read(),
             reads.config(),
+            group_names(queue.keys, most=GROUPS_READ),
         ]
     replies = run_all(client, calls)
     readings: list[QueueReading] = []
     heads: list[tuple[QueueReading, Queue, str]] = []
+    grouped: list[tuple[QueueReading, Queue, list[str]]] = []
     for i, ((namespace, name), queue) in enumerate(members):
-        sizes, counters, workers, ttl, head, quota, config = replies[i * 7 : i * 7 + 7]
+        sizes, counters, workers, ttl, head, quota, config, names = replies[i * 8 : i * 8 + 8]
         reading = QueueReading(namespace, name, queue.name)
         reading.tasks = sizes
         reading.counters = {counter: counters.get(counter, 0) for counter in COUNTERS}
@@ -107,13 +117,28 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
             quota, now_ms, budget_day=config.budget_day, budget_month=config.budget_month
         )
         readings.append(reading)
+        if names:
+            grouped.append((reading, queue, names))
         if head:
             heads.append((reading, queue, head[0]))
+    counts = run_all(client, [group_counts(queue.keys, names) for _, queue, names in grouped])
+    for (reading, _, _), found in zip(grouped, counts, strict=True):
+        reading.groups = _top(found)
     ready = run_all(client, [queue.reads.ready_at([task_id]) for _, queue, task_id in heads])
     for (reading, _, _), (ready_ms,) in zip(heads, ready, strict=True):
         if ready_ms is not None:
             reading.oldest_pending_s = max(0.0, (now_ms - ready_ms) / 1000)
     return readings
+
+
+def _top(found: list[GroupCount]) -> list[GroupCount]:
+    """The GROUPS_SHOWN groups with the most pending (then running), and the rest summed
+    as "other": a bounded number of series whatever the number of groups."""
+    ranked = sorted(found, key=lambda c: (-c.pending, -c.running, c.group))
+    top, rest = ranked[:GROUPS_SHOWN], ranked[GROUPS_SHOWN:]
+    if rest:
+        top.append(GroupCount("other", sum(c.pending for c in rest), sum(c.running for c in rest)))
+    return top
 
 
 def read_queues(connections: Connections) -> list[QueueReading]:
@@ -207,8 +232,18 @@ class QueueCollector:
             "Seconds until the current UTC period ends and its spend starts again at 0.",
             ["period"],
         )
+        by_group = gauge(
+            "taskfleet_queue_group_tasks",
+            f"Tasks of a group pending (ready) or running now: the {GROUPS_SHOWN} groups with "
+            f"the most pending, the others summed as group 'other' (of the first {GROUPS_READ} "
+            "groups read of each kind).",
+            ["group", "state"],
+        )
         for reading in readings:
             values = [reading.queue, reading.namespace, reading.taskqueue]
+            for one in reading.groups:
+                by_group.add_metric([*values, one.group, "pending"], one.pending)
+                by_group.add_metric([*values, one.group, "running"], one.running)
             up.add_metric(values, int(reading.up))
             if reading.policy is not None:
                 evicting.add_metric([*values, reading.policy], int(reading.policy != SAFE_POLICY))
@@ -233,5 +268,6 @@ class QueueCollector:
                         budget_limit.add_metric([*values, period], limit)
                         budget_spent.add_metric([*values, period], spent)
                         budget_reset.add_metric([*values, period], (end - q.now_ms) / 1000)
-        yield from (up, evicting, tasks, workers, alive, slots, oldest, *counters.values())
+        yield from (up, evicting, tasks, workers, alive, slots, oldest, by_group)
+        yield from counters.values()
         yield from (paused, budget_limit, budget_spent, budget_reset)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         TaskNotFound,
         WaitTimeout,
     )
+    from taskfleet.protocol.groups import GroupCount, GroupSettings
     from taskfleet.protocol.schedules import Schedule
     from taskfleet.protocol.scripts import SweepResult
     from taskfleet.protocol.tasks import Task, TaskState
@@ -54,6 +55,7 @@ _LAZY = {
     **dict.fromkeys(("EnqueueResult", "EnqueueSpec", "Queue", "WorkerInfo"), "producer.queue"),
     "AsyncQueue": "producer.asyncqueue",
     "QueueConfig": "protocol.config",
+    **dict.fromkeys(("GroupCount", "GroupSettings"), "protocol.groups"),
     **dict.fromkeys(
         (
             "InvalidArgument",
@@ -124,6 +126,8 @@ __all__ = [
     "ClaimedTask",
     "EnqueueResult",
     "EnqueueSpec",
+    "GroupCount",
+    "GroupSettings",
     "InvalidArgument",
     "InvalidPayload",
     "PermanentFailure",

@@ -49,6 +49,12 @@ export interface EnqueueOptions {
   readonly after?: readonly string[];
   /** With `after`, when one ends dead or cancelled: `fail` it (default), `ignore` that one, or `cancel` it and the rest. */
   readonly onDepFail?: "fail" | "ignore" | "cancel";
+  /**
+   * The group it belongs to (a tenant, a customer): a queue's workers claim fairly between
+   * its groups, so one group's backlog never starves another (default: none). 1-100
+   * letters, digits, `.`, `_`, `:`, `@` or `-`, starting with a letter or digit.
+   */
+  readonly group?: string;
 }
 
 /** One task of `Queue.enqueueMany`: its payload and its options. */
@@ -68,6 +74,7 @@ export interface TaskRecord {
   readonly timeout_s: string;
   readonly after: string;
   readonly on_dep_fail: string;
+  readonly group: string;
 }
 
 const OPTION_NAMES = new Set([
@@ -82,7 +89,21 @@ const OPTION_NAMES = new Set([
   "name",
   "after",
   "onDepFail",
+  "group",
 ]);
+
+// protocol/groups.py: no braces (a key's hash tag), no whitespace or NUL.
+const GROUP = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,99}$/;
+
+/** Why `group` is no group name (one line), or undefined when it is one. */
+export function groupProblem(group: unknown): string | undefined {
+  if (typeof group === "string" && GROUP.test(group)) return undefined;
+  const repr = typeof group === "string" ? pyRepr(group) : String(group);
+  return (
+    "group must be 1-100 characters of letters, digits, '.', '_', ':', '@' or '-', " +
+    `starting with a letter or digit, not ${repr.slice(0, 60)}`
+  );
+}
 
 /** A random id: 128 bits as 32 hex digits (as the Python client makes them). */
 export function newTaskId(): string {
@@ -300,6 +321,10 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
     if (delayMs > 0) throw new InvalidArgument("after and delay cannot be combined (a waiting task runs once ready)");
     [after, onDepFail] = encodeAfter(options.after, options.onDepFail, options.taskId);
   }
+  if (options.group !== undefined) {
+    const problem = groupProblem(options.group);
+    if (problem !== undefined) throw new InvalidArgument(problem);
+  }
   return {
     task_id: options.taskId === undefined ? newTaskId() : checkTaskId(options.taskId),
     payload: text,
@@ -311,6 +336,7 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
     timeout_s: timeoutS,
     after,
     on_dep_fail: onDepFail,
+    group: options.group ?? "",
   };
 }
 

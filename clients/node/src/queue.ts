@@ -231,6 +231,8 @@ export class Queue {
     for (const state of STATE_SETS) pipe.zcard(this.keys.key(state));
     pipe.hlen(this.keys.key("workers"));
     pipe.hgetall(this.keys.key("stats"));
+    // tasks of groups wait in their group's own zset, counted apart (protocol.md 3)
+    pipe.get(this.keys.key("groups_pending"));
     const replies = (await pipe.exec()) ?? [];
     const values = replies.map(([error, value]) => {
       if (error !== null) throw error;
@@ -241,6 +243,7 @@ export class Queue {
     out.workers = Number(values[STATE_SETS.length]);
     const counters = (values[STATE_SETS.length + 1] ?? {}) as Record<string, string>;
     for (const name of COUNTERS) out[name] = storedInt(counters[name]) ?? 0;
+    out.pending = (out.pending ?? 0) + Math.max(0, storedInt((values[STATE_SETS.length + 2] as string | null) ?? undefined) ?? 0);
     return out as Stats;
   }
 

@@ -80,6 +80,8 @@ export interface Task {
   readonly error: string | null;
   /** Why it is dead (expired, worker lost, bad payload, bad task, failed, permanent, ...), or cancelled. */
   readonly reason: string | null;
+  /** Its group; null: ungrouped. */
+  readonly group: string | null;
   readonly result: unknown;
   /** What its handler last reported: {fraction, done, total, message}. */
   readonly progress: unknown;
@@ -198,6 +200,7 @@ export function taskFromHash(raw: Readonly<Record<string, string>>, taskId?: str
     token: text("token"),
     error: text("error"),
     reason: text("reason"),
+    group: text("group"),
     result: raw.result === undefined ? null : parsed(raw.result),
     progress: raw.progress === undefined ? null : parsed(raw.progress),
     after: afterIds(raw.after),

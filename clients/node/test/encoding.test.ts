@@ -65,6 +65,7 @@ describe("enqueue options", () => {
     [{ name: "resize/v2", taskId: "id-1" }, { task: "resize/v2", task_id: "id-1" }],
     [{ after: ["a", "b é"] }, { after: ["a", "b é"] }],
     [{ after: ["a"], onDepFail: "cancel" }, { after: ["a"], on_dep_fail: "cancel" }],
+    [{ group: "tenant-42" }, { group: "tenant-42" }],
   ];
 
   it("encodes each option as the Python client does", needsPython, () => {
@@ -81,7 +82,7 @@ describe("enqueue options", () => {
         "for kw in json.load(sys.stdin):\n" +
         "    a = encode_task({'n': 1}, **kw)\n" +
         "    wire = lambda v: repr(v) if isinstance(v, float) else str(v)\n" +
-        "    out.append({k: wire(getattr(a, k)) for k in ('payload', 'priority', 'delay_ms', 'deadline', 'max_attempts', 'cost', 'timeout_s', 'after', 'on_dep_fail')})\n" +
+        "    out.append({k: wire(getattr(a, k)) for k in ('payload', 'priority', 'delay_ms', 'deadline', 'max_attempts', 'cost', 'timeout_s', 'after', 'on_dep_fail', 'group')})\n" +
         "print(json.dumps(out))",
       CASES.map(([, kw]) => kw),
     );

@@ -52,6 +52,7 @@ COMMANDS = {
     **dict.fromkeys(("ls", "cancel", "retry", "purge", "workers"), "task_commands"),
     "schedule": "schedule_commands",
     "quota": "quota_commands",
+    "group": "group_commands",
     "top": "top",
     "dashboard": "dashboard_command",
     **dict.fromkeys(("drain", "worker"), "worker_commands"),

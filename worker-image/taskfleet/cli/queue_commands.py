@@ -114,6 +114,13 @@ def _parse_payload(text: str) -> dict[str, Any]:
     "[default: none, the workers' default handler].",
 )
 @click.option(
+    "--group",
+    default=None,
+    metavar="GROUP",
+    help="The group it belongs to (a tenant, a customer): claims are fair between groups "
+    "[default: none].",
+)
+@click.option(
     "--id",
     "task_id",
     default=None,
@@ -152,6 +159,7 @@ def enqueue(
     timeout: float | None,
     cost: int,
     task_name: str | None,
+    group: str | None,
     task_id: str | None,
     after: tuple[str, ...],
     on_dep_fail: str | None,
@@ -173,6 +181,7 @@ def enqueue(
         "task": task_name,
         "after": list(after) if after else None,
         "on_dep_fail": on_dep_fail,
+        "group": group,
     }
     try:
         if count == 1:
@@ -246,6 +255,10 @@ def configure(
         q.close()
 
 
+#: Groups `taskfleet stats` shows (most pending first); `taskfleet group QUEUE` lists all.
+TOP_GROUPS = 10
+
+
 @click.command()
 @click.argument("queue")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -258,12 +271,23 @@ def stats(queue: str, as_json: bool, redis_url: str) -> None:
     q = open_queue(queue, redis_url)
     data = q.stats()
     policy = _eviction_policy(q.client)
+    groups = q.groups()
     if as_json:
-        click.echo(json.dumps(data, sort_keys=True, default=str))
+        top = [
+            {"group": g.group, "pending": g.pending, "running": g.running}
+            for g in groups[:TOP_GROUPS]
+        ]
+        shown = {**data, "groups": len(groups), "top_groups": top}
+        click.echo(json.dumps(shown, sort_keys=True, default=str))
     else:
         width = max((len(str(key)) for key in data), default=0)
         for key, value in data.items():
             click.echo(f"{key:<{width}}  {terminal_safe(value)}")
+        if groups:
+            click.echo(f"{'groups':<{width}}  {len(groups)} (most pending first)")
+            for g in groups[:TOP_GROUPS]:
+                line = f"  {g.group}  pending={g.pending}  running={g.running}"
+                click.echo(terminal_safe(line))
     if policy is not None and policy != "noeviction":
         click.echo(
             f"taskfleet: warning: Redis maxmemory-policy is {policy!r}: a full Redis deletes "

@@ -65,6 +65,10 @@ def _filters(func: Any) -> Any:
     )(func)
 
 
+def _group_filter(func: Any) -> Any:
+    return click.option("--group", default=None, help="Only tasks of this group.")(func)
+
+
 def _json_flag(func: Any) -> Any:
     return click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")(func)
 
@@ -80,6 +84,7 @@ def _short(value: Any, width: int = 60) -> str:
 @click.option("--limit", type=IntRange(1, 10_000), default=50, show_default=True, help="Page size.")
 @click.option("--cursor", default=None, help="The next page, as the previous page said.")
 @_filters
+@_group_filter
 @_json_flag
 @redis_option
 def ls(
@@ -89,6 +94,7 @@ def ls(
     limit: int,
     cursor: str | None,
     reason: str | None,
+    group: str | None,
     older_than: float | None,
     newer_than: float | None,
     as_json: bool,
@@ -107,6 +113,7 @@ def ls(
                 reason=reason,
                 older_than=older_than,
                 newer_than=newer_than,
+                group=group,
             )
         except InvalidArgument as exc:
             raise BadInput(str(exc)) from None
@@ -122,6 +129,8 @@ def ls(
             parts.append(when.isoformat(timespec="seconds"))
         if t.reason:
             parts.append(f"reason={t.reason}")
+        if t.group:
+            parts.append(f"group={t.group}")
         if detail:
             parts.append(_short(detail))
         click.echo(terminal_safe("  ".join(parts)))
@@ -131,13 +140,33 @@ def ls(
 
 @click.command()
 @click.argument("queue")
-@click.argument("task_ids", nargs=-1, required=True)
+@click.argument("task_ids", nargs=-1)
+@click.option("--group", default=None, help="Cancel every unfinished task of this group.")
 @_json_flag
 @redis_option
-def cancel(queue: str, task_ids: tuple[str, ...], as_json: bool, redis_url: str) -> None:
-    """Cancel tasks of QUEUE: pending or delayed ones never run; running ones are
-    cancelled by their worker at its next heartbeat and end cancelled. Exit 1 when an id
-    names no task (the others are cancelled)."""
+def cancel(
+    queue: str, task_ids: tuple[str, ...], group: str | None, as_json: bool, redis_url: str
+) -> None:
+    """Cancel tasks of QUEUE (the TASK_IDS, or --group's): pending or delayed ones never
+    run; running ones are cancelled by their worker at its next heartbeat and end
+    cancelled. Exit 1 when an id names no task (the others are cancelled)."""
+    if bool(task_ids) == (group is not None):
+        raise BadInput("name the tasks to cancel: task ids, or --group, not both")
+    if group is not None:
+        from taskfleet.protocol.groups import check_group
+
+        try:
+            check_group(group)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        with _existing(queue, redis_url) as q:
+            counts = {o.value: n for o, n in q.cancel_group(group).items()}
+        if as_json:
+            click.echo(json.dumps(counts, sort_keys=True))
+        else:
+            for outcome, n in sorted(counts.items()):
+                click.echo(f"{n}  {_CANCEL_WORDS.get(outcome, outcome)}")
+        return
     with _existing(queue, redis_url) as q:
         outcomes = q.cancel_many(list(task_ids))
     shown = {task_id: outcome.value for task_id, outcome in outcomes.items()}
@@ -172,6 +201,7 @@ _CANCEL_WORDS = {
     help="The new attempt budget [default: the task's own, or the queue's].",
 )
 @_filters
+@_group_filter
 @_json_flag
 @redis_option
 def retry(
@@ -181,14 +211,18 @@ def retry(
     every: bool,
     max_attempts: int | None,
     reason: str | None,
+    group: str | None,
     older_than: float | None,
     newer_than: float | None,
     as_json: bool,
     redis_url: str,
 ) -> None:
     """Send dead tasks of QUEUE back to pending with a new attempt budget: the TASK_IDS
-    given, or --all of them, or those matching --reason / --older-than / --newer-than."""
-    filtered = reason is not None or older_than is not None or newer_than is not None
+    given, or --all of them, or those matching --reason / --group / --older-than /
+    --newer-than."""
+    filtered = (
+        reason is not None or group is not None or older_than is not None or newer_than is not None
+    )
     if task_ids and (every or filtered):
         raise BadInput("give task ids, or --all / filters, not both")
     if not task_ids and not (every or filtered):
@@ -204,6 +238,7 @@ def retry(
         else:
             count = q.retry(
                 reason=reason,
+                group=group,
                 older_than=older_than,
                 newer_than=newer_than,
                 max_attempts=max_attempts,

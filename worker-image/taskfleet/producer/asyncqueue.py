@@ -95,6 +95,7 @@ class AsyncQueue:
         cost: int = 1,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109  (the task's, not this call's)
         task: str | None = None,
+        group: str | None = None,
     ) -> str:
         """Add a task; returns its id (``Queue.enqueue``: the same arguments and errors)."""
         result = await self.enqueue_result(
@@ -107,6 +108,7 @@ class AsyncQueue:
             cost=cost,
             timeout=timeout,
             task=task,
+            group=group,
         )
         return result.task_id
 
@@ -122,6 +124,7 @@ class AsyncQueue:
         cost: int = 1,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109  (the task's, not this call's)
         task: str | None = None,
+        group: str | None = None,
     ) -> EnqueueResult:
         """``enqueue``, returning the id and whether this call created the task."""
         args = encode_task(
@@ -134,6 +137,7 @@ class AsyncQueue:
             cost=cost,
             timeout=timeout,
             task=task,
+            group=group,
         )
         if tracing.configured():
             with tracing.enqueue_span(self.name, 1) as span:

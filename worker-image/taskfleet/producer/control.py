@@ -20,6 +20,7 @@ from taskfleet.protocol.calls import run
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps, Scan
 from taskfleet.protocol.errors import InvalidArgument, TaskNotFound, WaitTimeout
+from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.scripts import SyncScripts
 from taskfleet.protocol.states import FINISHED, TaskState
@@ -28,6 +29,7 @@ from taskfleet.protocol.tasks import Task
 __all__ = [
     "TaskPage",
     "cancel",
+    "cancel_group",
     "drop",
     "follow",
     "list_tasks",
@@ -91,6 +93,43 @@ def cancel(
     return out
 
 
+def cancel_group(
+    client: SyncClient, scripts: SyncScripts, ops: ControlOps, reads: QueueReads, group: str
+) -> dict[CancelOutcome, int]:
+    """Cancel every unfinished task of ``group``: its pending ones (from its own zset),
+    then its delayed and running ones (found by listing those states). How many ended
+    each way."""
+    check_group(group)
+    counts: dict[CancelOutcome, int] = {}
+
+    def tally(ids: list[str]) -> None:
+        for outcome in cancel(scripts, ops, ids).values():
+            counts[outcome] = counts.get(outcome, 0) + 1
+
+    while ids := run(client, reads.group_ids(group, 0, ID_BATCH)):
+        tally(ids)
+    for state in (TaskState.DELAYED, TaskState.RUNNING):
+        cursor: str | None = "0"
+        while cursor is not None:
+            page = list_tasks(
+                client,
+                reads,
+                state,
+                limit=ID_BATCH,
+                cursor=cursor,
+                reason=None,
+                older_than=None,
+                newer_than=None,
+                group=group,
+            )
+            # cancelled delayed tasks leave the set: the next page starts where this began
+            if state is TaskState.DELAYED and page.tasks and page.cursor is not None:
+                page = TaskPage(page.tasks, str(int(page.cursor) - len(page.tasks)))
+            tally([t.id for t in page.tasks])
+            cursor = page.cursor
+    return counts
+
+
 def _scan(
     client: SyncClient,
     reads: QueueReads,
@@ -118,6 +157,7 @@ def retry(
     older_than: float | timedelta | None,
     newer_than: float | timedelta | None,
     max_attempts: int | None,
+    group: str | None = None,
 ) -> int:
     if max_attempts is not None and (
         isinstance(max_attempts, bool)
@@ -133,6 +173,35 @@ def retry(
         return sum(
             scripts.run(ops.retry(task_ids=ids[i : i + ID_BATCH], max_attempts=max_attempts)).count
             for i in range(0, len(ids), ID_BATCH)
+        )
+    if group is not None:
+        # the dead tasks of that group, by listing (the script's scan filters by reason only)
+        found: list[str] = []
+        cursor: str | None = "0"
+        while cursor is not None:
+            page = list_tasks(
+                client,
+                reads,
+                TaskState.DEAD,
+                limit=MAX_LIMIT,
+                cursor=cursor,
+                reason=reason,
+                older_than=older_than,
+                newer_than=newer_than,
+                group=check_group(group),
+            )
+            found += [t.id for t in page.tasks]
+            cursor = page.cursor
+        return retry(
+            client,
+            scripts,
+            ops,
+            reads,
+            task_ids=found,
+            reason=None,
+            older_than=None,
+            newer_than=None,
+            max_attempts=max_attempts,
         )
     scan: Scan | None = _scan(client, reads, reason, older_than, newer_than)
     total = 0
@@ -183,12 +252,17 @@ def list_tasks(
     reason: str | None,
     older_than: float | timedelta | None,
     newer_than: float | timedelta | None,
+    group: str | None = None,
 ) -> TaskPage:
     """Tasks in ``state``: pending in the order they will run, delayed by when they are
     due, running by lease expiry, finished ones newest first. Age is from finished_at for
     finished tasks, created_at for the others; ``cursor`` is the offset of the next page
-    in that order (a page looks at most ``10 * limit + 1000`` entries)."""
+    in that order (a page looks at most ``10 * limit + 1000`` entries). ``group``: only
+    that group's tasks (pending ones in their group's own order: its next first)."""
     parsed = _state(state)
+    if group is not None:
+        check_group(group)
+    own = group is not None and parsed is TaskState.PENDING
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidArgument(f"limit must be 1..{MAX_LIMIT}, not {limit!r}")
     try:
@@ -207,7 +281,9 @@ def list_tasks(
     found: list[Task] = []
     while len(found) < limit and budget > 0:
         chunk = min(LIST_CHUNK, budget)
-        if by_score:  # the score is finished_at: the age filter is the range itself
+        if own and group is not None:  # a group's pending tasks have their own zset
+            ids = run(client, reads.group_ids(group, offset, chunk))
+        elif by_score:  # the score is finished_at: the age filter is the range itself
             ids = run(client, reads.finished_between(parsed, hi, lo, offset, chunk))
         else:
             ids = run(client, reads.ids(parsed, offset, chunk))
@@ -218,6 +294,8 @@ def list_tasks(
             budget -= 1
             if task is None:
                 continue  # pruned or deleted meanwhile
+            if group is not None and task.group != group:
+                continue
             if _matches(task, finished, reason, lo, hi) and len(found) < limit:
                 found.append(task)
             if len(found) >= limit:

@@ -40,6 +40,11 @@ class Controlling:
         """``cancel`` for each id, in calls of 1000."""
         return control.cancel(self._scripts, self.control_ops, task_ids)
 
+    def cancel_group(self, group: str) -> dict[CancelOutcome, int]:
+        """``cancel`` every unfinished task of ``group`` (pending, delayed, running);
+        returns how many ended each way."""
+        return control.cancel_group(self.client, self._scripts, self.control_ops, self.reads, group)
+
     def retry(
         self,
         task_ids: Sequence[str] | None = None,
@@ -48,12 +53,14 @@ class Controlling:
         older_than: Age = None,
         newer_than: Age = None,
         max_attempts: int | None = None,
+        group: str | None = None,
     ) -> int:
         """Send dead tasks back to pending with a new attempt budget (attempts, losses and
         deferrals at 0; ``max_attempts`` replaces the task's own): these ids, or every dead
         task matching the filters (``reason``; finished more than ``older_than`` / less than
-        ``newer_than`` ago), or with no argument all of them. Returns how many went back;
-        tasks not dead are skipped. Each call of up to 1000 tasks is atomic."""
+        ``newer_than`` ago; of ``group``), or with no argument all of them. Returns how
+        many went back; tasks not dead are skipped. Each call of up to 1000 tasks is
+        atomic."""
         return control.retry(
             self.client,
             self._scripts,
@@ -64,6 +71,7 @@ class Controlling:
             older_than=older_than,
             newer_than=newer_than,
             max_attempts=max_attempts,
+            group=group,
         )
 
     def list(
@@ -75,9 +83,13 @@ class Controlling:
         reason: str | None = None,
         older_than: Age = None,
         newer_than: Age = None,
+        group: str | None = None,
     ) -> TaskPage:
-        """A page of the tasks in ``state`` (see ``control.list_tasks`` for the order);
-        pass the page's ``cursor`` back for the next one (None: no more)."""
+        """A page of the tasks in ``state`` (see ``control.list_tasks`` for the order),
+        of ``group`` only if given; pass the page's ``cursor`` back for the next one
+        (None: no more). Pending tasks of groups wait in their group's own order: list
+        them with ``group`` (``groups()`` names the groups); without it, pending lists
+        the ungrouped tasks."""
         return control.list_tasks(
             self.client,
             self.reads,
@@ -87,6 +99,7 @@ class Controlling:
             reason=reason,
             older_than=older_than,
             newer_than=newer_than,
+            group=group,
         )
 
     def purge_tasks(

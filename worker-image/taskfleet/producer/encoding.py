@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from taskfleet.protocol import bounds
 from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload
+from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.jsondepth import nested_too_deep
 from taskfleet.protocol.scripts import EnqueueArgs
 from taskfleet.protocol.tasknames import named_payload, task_name_problem
@@ -56,6 +57,7 @@ class EnqueueSpec(BaseModel):
     task: str | None = None
     after: list[str] | None = None
     on_dep_fail: str | None = None
+    group: str | None = None
 
 
 #: What a task waiting on others (``after``) does when one of them ends dead or cancelled.
@@ -206,6 +208,7 @@ def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
         task=fields.get("task"),
         after=fields.get("after"),
         on_dep_fail=fields.get("on_dep_fail"),
+        group=fields.get("group"),
     )
 
 
@@ -247,6 +250,7 @@ def encode_task(
     task: str | None = None,
     after: list[str] | None = None,
     on_dep_fail: str | None = None,
+    group: str | None = None,
 ) -> EnqueueArgs:
     """``enqueue_args`` for ``Queue.enqueue``'s keyword arguments (no mapping to build)."""
     text = encode_payload(payload)
@@ -290,6 +294,8 @@ def encode_task(
                 "after and delay cannot be combined (a waiting task runs once ready)"
             )
         after_text, policy = encode_after(after, on_dep_fail, task_id)
+    if group is not None:
+        check_group(group)
     return EnqueueArgs(
         # 128 random bits (a UUID4 has 122), 32 hex digits as before, without the UUID object
         task_id=os.urandom(16).hex() if task_id is None else _check_task_id(task_id),
@@ -302,6 +308,7 @@ def encode_task(
         timeout_s=timeout_s,
         after=after_text,
         on_dep_fail=policy,
+        group=group or "",
     )
 
 

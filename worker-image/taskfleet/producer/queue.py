@@ -25,7 +25,7 @@ from taskfleet.producer.encoding import (
 from taskfleet.producer.flows import Flow, FlowIds, build
 from taskfleet.producer.quotas import Quotas
 from taskfleet.producer.reading import WorkerInfo
-from taskfleet.protocol import store, tracing
+from taskfleet.protocol import groups, store, tracing
 from taskfleet.protocol.calls import run, scan
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.connect import Durability, SyncClient, connect
@@ -33,6 +33,7 @@ from taskfleet.protocol.connect import durability as url_durability
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
 from taskfleet.protocol.durable import run_and_wait
 from taskfleet.protocol.errors import NotReplicated, ScheduleNotFound
+from taskfleet.protocol.groups import GroupCount, GroupSettings
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.schedule_ops import ScheduleOps
@@ -114,6 +115,7 @@ class Queue(Controlling, Quotas):
         task: str | None = None,
         after: list[str] | None = None,
         on_dep_fail: str | None = None,
+        group: str | None = None,
     ) -> str:
         """Add a task; returns its id.
 
@@ -126,6 +128,11 @@ class Queue(Controlling, Quotas):
         ``task``: the name of the handler that runs it, among those its workers serve
         (``--handler NAME=module:function``); None: the workers' default handler. A name
         no worker serves makes the task go dead, reason ``unknown task``.
+
+        ``group``: the group it belongs to (a tenant, a customer): the queue's workers
+        claim fairly between groups, in turn (weighted by ``set_group``), so one group's
+        backlog never starves another; priorities order tasks within a group, and the
+        group's own limits apply (``set_group``, the config's ``group_*`` defaults).
 
         With ``task_id``, enqueueing the same task again (same payload, task, priority,
         cost, timeout and, if given, max_attempts) returns the id and changes nothing; another
@@ -151,6 +158,7 @@ class Queue(Controlling, Quotas):
             task=task,
             after=after,
             on_dep_fail=on_dep_fail,
+            group=group,
         ).task_id
 
     def enqueue_result(
@@ -167,6 +175,7 @@ class Queue(Controlling, Quotas):
         task: str | None = None,
         after: list[str] | None = None,
         on_dep_fail: str | None = None,
+        group: str | None = None,
     ) -> EnqueueResult:
         """``enqueue``, returning the id and whether this call created the task."""
         args = encode_task(
@@ -181,6 +190,7 @@ class Queue(Controlling, Quotas):
             task=task,
             after=after,
             on_dep_fail=on_dep_fail,
+            group=group,
         )
         if tracing.configured():
             with tracing.enqueue_span(self.name, 1) as span:
@@ -262,6 +272,24 @@ class Queue(Controlling, Quotas):
         looked for again every second).
         """
         return waiting.wait(self.client, self.keys, task_ids, timeout)
+
+    # -- groups (see taskfleet.protocol.groups) -----------------------------------------
+
+    def set_group(self, group: str, settings: GroupSettings) -> None:
+        """Replace ``group``'s own settings (weight, max_concurrency, rate_limit_tasks,
+        rate_limit_cost; None: the queue's default for every group holds). The next
+        claim applies them."""
+        run(self.client, groups.set_group(self.keys, groups.check_group(group), settings))
+
+    def group_settings(self, group: str) -> GroupSettings:
+        return run(self.client, groups.group_settings(self.keys, groups.check_group(group)))
+
+    def groups(self) -> list[GroupCount]:
+        """Every group with pending or running tasks, and how many of each (pending:
+        ready to run; its delayed ones are not counted), most pending first."""
+        names = run(self.client, groups.group_names(self.keys))
+        counts = run(self.client, groups.group_counts(self.keys, names))
+        return sorted(counts, key=lambda c: (-c.pending, -c.running, c.group))
 
     # -- operating ---------------------------------------------------------------------
 

@@ -115,6 +115,24 @@ class QueueConfig(BaseModel):
         le=MAX_COUNT,
         description="cost units claimed per UTC calendar month",
     )
+    group_max_concurrency: int = Field(
+        default=_DEFAULTS["group_max_concurrency"],
+        ge=0,
+        le=MAX_COUNT,
+        description="tasks of one group running at once (every group's default); 0 = no limit",
+    )
+    group_rate_limit_tasks: int | None = Field(
+        default=_DEFAULTS["group_rate_limit_tasks"],
+        gt=0,
+        le=MAX_COUNT,
+        description="tasks of one group started per rate_limit_period_s (every group's default)",
+    )
+    group_rate_limit_cost: int | None = Field(
+        default=_DEFAULTS["group_rate_limit_cost"],
+        gt=0,
+        le=MAX_COUNT,
+        description="cost of one group started per rate_limit_period_s (every group's default)",
+    )
 
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> QueueConfig:

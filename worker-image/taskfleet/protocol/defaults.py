@@ -29,6 +29,9 @@ class ConfigDefaults(TypedDict):
     throttle_max_s: float
     budget_day: int | None
     budget_month: int | None
+    group_max_concurrency: int
+    group_rate_limit_tasks: int | None
+    group_rate_limit_cost: int | None
 
 
 #: Every ``QueueConfig`` field and its default (None: unset, the field is left out).
@@ -51,6 +54,9 @@ CONFIG_DEFAULTS: ConfigDefaults = {
     "throttle_max_s": 300.0,
     "budget_day": None,
     "budget_month": None,
+    "group_max_concurrency": 0,
+    "group_rate_limit_tasks": None,
+    "group_rate_limit_cost": None,
 }
 
 

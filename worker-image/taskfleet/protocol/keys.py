@@ -46,6 +46,13 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "waiting",
     "dependants",
     "flow_backlog",
+    "groups",
+    "group_pending",
+    "group_running",
+    "group",
+    "group_bucket",
+    "groups_parked",
+    "groups_pending",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -120,6 +127,36 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "'<d|x|c><id>': finished tasks (done, dead, cancelled) whose dependants one call left "
         "unresolved, taken up by later completes and sweeps",
     ),
+    "groups": (
+        "zset",
+        "the fair-claim ring: groups with pending tasks a claim may take now ('' stands for the "
+        "ungrouped tasks while groups are in use); score: the group's virtual time (lowest "
+        "is served next)",
+    ),
+    "group_pending": (
+        "zset",
+        "one group's pending tasks, ordered as pending is; the key is the prefix and the group",
+    ),
+    "group_running": ("hash", "group -> how many of its tasks run now (absent: none)"),
+    "group": (
+        "hash",
+        "one group's settings set at run time (weight, max_concurrency, rate_limit_tasks, "
+        "rate_limit_cost); the key is the prefix and the group",
+    ),
+    "group_bucket": (
+        "hash",
+        "one group's token buckets: tasks, cost, ts (epoch ms); the key is the prefix and the "
+        "group; expires once full again",
+    ),
+    "groups_parked": (
+        "zset",
+        "groups with pending tasks held back by their own limits; score: when to look again "
+        "(epoch ms; +inf: at its concurrency cap, until one of its tasks leaves running)",
+    ),
+    "groups_pending": (
+        "string",
+        "how many tasks wait in the groups' own zsets (pending's size leaves them out)",
+    ),
 }
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -151,6 +188,13 @@ class QueueKeys:
         "dependants_prefix",
         "done",
         "flow_backlog",
+        "group_bucket_prefix",
+        "group_pending_prefix",
+        "group_prefix",
+        "group_running",
+        "groups",
+        "groups_parked",
+        "groups_pending",
         "idle",
         "notify",
         "pending",
@@ -227,6 +271,16 @@ class QueueKeys:
         self.waiting = p + "waiting"
         self.dependants_prefix = p + "dependants:"
         self.flow_backlog = p + "flows:backlog"
+        # groups (fair claiming between them, lua/includes/group_*.lua): the ring of groups
+        # with claimable tasks, each group's pending tasks, running counts, settings, token
+        # buckets, and the groups held back by their own limits
+        self.groups = p + "groups"
+        self.group_pending_prefix = p + "gpending:"
+        self.group_running = p + "groups:running"
+        self.group_prefix = p + "group:"
+        self.group_bucket_prefix = p + "gbucket:"
+        self.groups_parked = p + "groups:parked"
+        self.groups_pending = p + "groups:pending"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
@@ -235,6 +289,9 @@ class QueueKeys:
             "schedule": self.schedule_prefix,
             "waiter": self.waiter_prefix,
             "dependants": self.dependants_prefix,
+            "group_pending": self.group_pending_prefix,
+            "group": self.group_prefix,
+            "group_bucket": self.group_bucket_prefix,
         }
         self.script_keys: tuple[str, ...] = tuple(
             by_name.get(name) or getattr(self, name) for name in SCRIPT_KEYS
@@ -255,6 +312,12 @@ class QueueKeys:
     def finished(self, state: str) -> str:
         """The zset of finished tasks in ``state`` (done, dead or cancelled)."""
         return {"done": self.done, "dead": self.dead, "cancelled": self.cancelled}[state]
+
+    def group_pending(self, group: str) -> str:
+        return self.group_pending_prefix + group
+
+    def group(self, group: str) -> str:
+        return self.group_prefix + group
 
     def wake(self, pod: str) -> str:
         return self.wake_prefix + pod

@@ -186,14 +186,33 @@ class QueueReads:
             return self._k.finished(state.value), True
         return getattr(self._k, state.value), False
 
+    def _size(self, state: TaskState | str) -> list[Command]:
+        """The commands whose replies add up to a state's size: tasks of groups wait in
+        their group's own zset, counted in ``groups:pending``, not in ``pending``."""
+        parsed = TaskState(state)
+        commands: list[Command] = [("ZCARD", self._set(parsed)[0])]
+        if parsed is TaskState.PENDING:
+            commands.append(("GET", self._k.groups_pending))
+        return commands
+
     def size(self, state: TaskState | str) -> Call[int]:
-        return one(("ZCARD", self._set(TaskState(state))[0]), int)
+        return call(self._size(state), _total)
 
     def sizes(self, states: Sequence[str] = STATES) -> Call[dict[str, int]]:
         """Tasks in each of ``states`` now."""
         names = list(states)
-        commands = [("ZCARD", self._set(TaskState(s))[0]) for s in names]
-        return call(commands, lambda replies: dict(zip(names, map(int, replies), strict=True)))
+        parts = [self._size(s) for s in names]
+        commands = [c for part in parts for c in part]
+
+        def decode(replies: Sequence[Any]) -> dict[str, int]:
+            out: dict[str, int] = {}
+            at = 0
+            for name, part in zip(names, parts, strict=True):
+                out[name] = _total(replies[at : at + len(part)])
+                at += len(part)
+            return out
+
+        return call(commands, decode)
 
     def ids(self, state: TaskState | str, offset: int, count: int) -> Call[list[str]]:
         """Ids ``offset .. offset+count-1`` of ``state`` in its order (``_set``): by rank,
@@ -201,6 +220,10 @@ class QueueReads:
         zkey, newest_first = self._set(TaskState(state))
         command = "ZREVRANGE" if newest_first else "ZRANGE"
         return one((command, zkey, offset, offset + count - 1), _ids)
+
+    def group_ids(self, group: str, offset: int, count: int) -> Call[list[str]]:
+        """Ids ``offset .. offset+count-1`` of a group's pending tasks, its next first."""
+        return one(("ZRANGE", self._k.group_pending(group), offset, offset + count - 1), _ids)
 
     def finished_between(
         self, state: TaskState | str, newest: int | str, oldest: int | str, offset: int, count: int
@@ -233,13 +256,13 @@ class QueueReads:
         from taskfleet.protocol.tasks import COUNTERS
 
         k = self._k
-        zsets = [self._set(TaskState(s))[0] for s in STATES]
-        commands: list[Command] = [("ZCARD", z) for z in zsets]
-        commands += [("HLEN", k.workers), ("HGETALL", k.stats)]
+        commands: list[Command] = [("ZCARD", self._set(TaskState(s))[0]) for s in STATES]
+        commands += [("HLEN", k.workers), ("HGETALL", k.stats), ("GET", k.groups_pending)]
 
         def decode(replies: Sequence[Any]) -> dict[str, int]:
-            *sizes, workers, stored = replies
+            *sizes, workers, stored, grouped = replies
             out = dict(zip(STATES, map(int, sizes), strict=True))
+            out[TaskState.PENDING.value] += _total([grouped])
             out["workers"] = int(workers)
             counters = _counters(stored)
             out.update({name: counters.get(name, 0) for name in COUNTERS})
@@ -318,15 +341,30 @@ class QueueReads:
         """Whether the queue has work (the operator's idle queues' check)."""
         k = self._k
         commands: list[Command] = [("ZCARD", z) for z in (k.pending, k.delayed, k.running)]
-        commands += [("ZCARD", k.schedule_due), ("EXISTS", k.config)]
+        commands += [("ZCARD", k.schedule_due), ("EXISTS", k.config), ("GET", k.groups_pending)]
 
         def decode(replies: Sequence[Any]) -> Activity:
-            pending, delayed, running, scheduled, configured = replies
+            pending, delayed, running, scheduled, configured, grouped = replies
             return Activity(
-                int(pending), int(delayed), int(running), int(scheduled), bool(configured)
+                _total([pending, grouped]),
+                int(delayed),
+                int(running),
+                int(scheduled),
+                bool(configured),
             )
 
         return call(commands, decode)
+
+
+def _total(replies: Sequence[Any]) -> int:
+    """The sum of sizes and counters (an absent counter, or one gone below 0: 0)."""
+    total = 0
+    for reply in replies:
+        try:
+            total += max(0, int(reply or 0))
+        except ValueError:
+            continue
+    return total
 
 
 def _tasks(ids: Sequence[str], replies: Sequence[Any]) -> list[Task | None]:

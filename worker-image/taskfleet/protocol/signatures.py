@@ -107,6 +107,9 @@ class EnqueueTask(NamedTuple):
     on_dep_fail: Annotated[
         OptStr, "with after: 'fail' ('' too), 'ignore' or 'cancel' when one ends dead or cancelled"
     ] = ""
+    group: Annotated[
+        OptStr, "the group it belongs to, claimed fairly among the queue's groups; '' = none"
+    ] = ""
 
 
 class Claim(NamedTuple):

@@ -96,6 +96,7 @@ class Task(BaseModel):
     cancel_requested: datetime | None = Field(
         default=None, description="when its cancellation was asked for while it ran"
     )
+    group: str | None = Field(default=None, description="its group; None: ungrouped")
     pod: str | None = None
     incarnation: str | None = None
     token: str | None = None
@@ -129,7 +130,7 @@ class Task(BaseModel):
         """
         h = {stored_text(k): stored_text(v) for k, v in raw.items()}
         data: dict[str, Any] = {}
-        for name in ("id", "pod", "incarnation", "token", "error", "reason", "on_dep_fail"):
+        for name in ("id", "group", "pod", "incarnation", "token", "error", "reason", "on_dep_fail"):
             if name in h:
                 data[name] = h[name]
         if task_id is not None:

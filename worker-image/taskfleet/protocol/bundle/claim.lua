@@ -24,7 +24,14 @@ local K_QUOTA = KEYS[27]
 local K_WAITING = KEYS[28]
 local K_DEPENDANTS = KEYS[29]
 local K_FLOW_BACKLOG = KEYS[30]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
+local K_GROUPS = KEYS[31]
+local K_GROUP_PENDING = KEYS[32]
+local K_GROUP_RUNNING = KEYS[33]
+local K_GROUP = KEYS[34]
+local K_GROUP_BUCKET = KEYS[35]
+local K_GROUPS_PARKED = KEYS[36]
+local K_GROUPS_PENDING = KEYS[37]
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_INCARNATION = ARGV[2]
 local ARG_MAX_TASKS = ARGV[3]
@@ -105,15 +112,29 @@ local function to_cancelled(id, key, now)
   flow_finished(id, 'c', v[2])
 end
 
+-- includes/pending_remove.lua
+-- pending_remove: a task leaves pending (claimed, cancelled, expired, a leftover) from
+-- wherever it waits (group: nil or '' for K_PENDING). An
+-- emptied group's ring entry is dropped by the next claim that meets it (group_pick).
+local function pending_remove(id, group)
+  if group and group ~= '' then
+    if redis.call('ZREM', K_GROUP_PENDING .. group, id) == 1 then
+      redis.call('DECR', K_GROUPS_PENDING)
+    end
+  else
+    redis.call('ZREM', K_PENDING, id)
+  end
+end
 -- includes/cancel_task.lua
 -- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
 -- -> 'cancel_requested' set, it ends cancelled when it leaves running ('requested');
 -- finished -> unchanged ('done', 'dead', 'finished' when cancelled before); 'missing'.
 local function cancel_task(id, key, now)
-  local state = redis.call('HGET', key, 'state')
+  local v = redis.call('HMGET', key, 'state', 'group')
+  local state = v[1]
   if not state then return 'missing' end
   if state == 'pending' or state == 'delayed' or state == 'waiting' then
-    redis.call('ZREM', K_PENDING, id)
+    pending_remove(id, v[2])
     redis.call('ZREM', K_DELAYED, id)
     if state == 'waiting' then redis.call('ZREM', K_WAITING, id) end
     to_cancelled(id, key, now)
@@ -136,7 +157,7 @@ local function flow_end(id, key, now, policy, dep, how)
   local why = 'dependency ' .. dep .. ' ended ' .. how
   if policy ~= 'cancel' then
     redis.call('ZREM', K_WAITING, id)
-    redis.call('ZREM', K_PENDING, id)
+    pending_remove(id, redis.call('HGET', key, 'group'))
     to_dead(id, key, now, 'dependency failed', why)
     return
   end
@@ -160,13 +181,36 @@ local function pending_score(priority, front)
   return -priority * BAND + HALF + seq
 end
 
+-- includes/group_join.lua
+-- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
+-- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
+-- there). It joins at the ring's current virtual time (its lowest score), so a group that
+-- was idle gets no credit for the time it was away, and a new group waits behind none.
+local function group_join(g)
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
+  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
+end
+-- includes/pending_add.lua
+-- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
+-- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
+-- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
+local function pending_add(id, score, group)
+  if group and group ~= '' then
+    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
+      redis.call('INCR', K_GROUPS_PENDING)
+    end
+    group_join(group)
+  else
+    redis.call('ZADD', K_PENDING, score, id)
+  end
+end
 -- includes/to_pending.lua
 local function to_pending(id, key, front)
-  local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
-  redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
+  local v = redis.call('HMGET', key, 'priority', 'group')
+  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
   redis.call('HSET', key, 'state', 'pending')
 end
-
 -- includes/demand.lua
 -- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
 -- it has new work: one element at most, so a burst signals once.
@@ -373,15 +417,17 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants', 'group')
     local state = v[1]
     if state == 'pending' or state == 'delayed' or state == 'waiting' then
-      if state == 'pending' then
-        pending[#pending + 1] = id
-      elseif state == 'delayed' then
+      if state == 'delayed' then
         delayed[#delayed + 1] = id
-      else
+      elseif state == 'waiting' then
         redis.call('ZREM', K_WAITING, id)
+      elseif v[4] and v[4] ~= '' then
+        pending_remove(id, v[4])  -- a group's: from its own zset
+      else
+        pending[#pending + 1] = id
       end
       dead[#dead + 1] = now
       dead[#dead + 1] = id
@@ -444,6 +490,18 @@ local function past_expired(id, now)
   end
   return redis.call('ZRANGE', K_PENDING, first, first, 'WITHSCORES')[2]
 end
+-- includes/group_left.lua
+-- group_left: one of group g's tasks left running. A group parked at its concurrency cap
+-- (score +inf) is due again at once, and a worker is woken to claim it.
+local function group_left(g)
+  if redis.call('HINCRBY', K_GROUP_RUNNING, g, -1) <= 0 then
+    redis.call('HDEL', K_GROUP_RUNNING, g)
+  end
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) == 'inf' then
+    redis.call('ZADD', K_GROUPS_PARKED, 0, g)
+    notify(1)
+  end
+end
 -- includes/leave_running.lua
 -- Leave running: drop the lease, keep pod/incarnation as "last ran on". keep_token: the
 -- token stays on the task (an outcome written under it), so a retry of that same write
@@ -452,13 +510,14 @@ end
 local function leave_running(id, key, pod, keep_token)
   redis.call('ZREM', K_RUNNING, id)
   if pod then redis.call('SREM', K_POD .. pod, id) end
+  local g = redis.call('HGET', key, 'group')
+  if g and g ~= '' then group_left(g) end
   if keep_token then
     redis.call('HDEL', key, 'lease_until')
   else
     redis.call('HDEL', key, 'token', 'lease_until')
   end
 end
-
 -- includes/take_back.lua
 -- A running task whose worker is gone (lease expired, pod deleted, new incarnation):
 -- back to the front of pending, or dead with reason "worker lost" once lost more than
@@ -600,6 +659,167 @@ local function quota_save(q)
     q.dirty = false
   end
 end
+-- includes/group_fair.lua
+-- Fair claiming between groups (claim_tasks' pick while groups are in use). The ring
+-- K_GROUPS holds every group with tasks a claim may take now, scored by its virtual time:
+-- a claim serves the lowest, and a task it takes moves that group on by 1 / its weight, so
+-- groups are served in turn (weighted round robin) whatever their backlog. '' stands for
+-- the ungrouped tasks (K_PENDING) while groups are in use. Inside a group the order is
+-- pending's (priority, then FIFO). A group held back by its own limits leaves the ring for
+-- K_GROUPS_PARKED (score: when to look again; +inf at its concurrency cap, until one of
+-- its tasks leaves running: group_left). Each step is O(log groups); a call walks at most
+-- `bound` empty or held-back groups.
+-- group_fair: the state of one call's fair pick, or nil when no group is in use (then the
+-- claim walks K_PENDING as it always did: one EXISTS is all groups cost a queue without).
+local function group_fair(now, bound)
+  if redis.call('EXISTS', K_GROUPS, K_GROUPS_PARKED) == 0 then return nil end
+  local due = redis.call('ZRANGEBYSCORE', K_GROUPS_PARKED, '-inf', now, 'LIMIT', 0, bound)
+  for _, g in ipairs(due) do
+    redis.call('ZREM', K_GROUPS_PARKED, g)
+    if redis.call('EXISTS', K_GROUP_PENDING .. g) == 1 then group_join(g) end
+  end
+  if redis.call('EXISTS', K_GROUPS) == 0 then return nil end
+  if redis.call('EXISTS', K_PENDING) == 1 then group_join('') end
+  return {now = now, bound = bound, steps = 0, groups = {},
+    period_ms = cfg_num('rate_limit_period_s', 1) * 1000}
+end
+-- includes/group_pick.lua
+-- group_pick: the next task of the fair order: id, the zset it waits in, its group and the
+-- group's virtual time; nil when no group has one (or `bound` empty groups were met).
+local function group_pick(st)
+  while st.steps < st.bound do
+    local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
+    if #head == 0 then return nil end
+    local g = head[1]
+    local src = g == '' and K_PENDING or K_GROUP_PENDING .. g
+    local first = redis.call('ZRANGE', src, 0, 0)
+    if #first > 0 then return first[1], src, g, tonumber(head[2]) end
+    redis.call('ZREM', K_GROUPS, g)
+    st.steps = st.steps + 1
+  end
+  return nil
+end
+-- includes/group_settings.lua
+-- group_settings: one group's limits: its own (K_GROUP .. g, set at run time) where set,
+-- else the queue's defaults for every group (config group_*). weight: its share of the
+-- claims (1 when unset); cap: tasks running at once (0: none); tasks, cost: its rate
+-- limits per rate_limit_period_s (0: none).
+local function group_settings(g)
+  local v = redis.call('HMGET', K_GROUP .. g, 'weight', 'max_concurrency', 'rate_limit_tasks',
+    'rate_limit_cost')
+  local function num(x, name, fallback)
+    local n = tonumber(x)
+    if n == nil or n ~= n or n == math.huge or n == -math.huge then
+      if name then return cfg_num(name, fallback) end
+      return fallback
+    end
+    return n
+  end
+  local s = {weight = num(v[1], nil, 1), cap = num(v[2], 'group_max_concurrency', 0),
+    tasks = num(v[3], 'group_rate_limit_tasks', 0), cost = num(v[4], 'group_rate_limit_cost', 0)}
+  if s.weight <= 0 then s.weight = 1 end
+  return s
+end
+-- includes/group_bucket_load.lua
+-- group_bucket: one group's token buckets (K_GROUP_BUCKET .. g: tasks, cost, ts), as the
+-- queue's are kept: capacity = the limit, refilled continuously at limit / period; the
+-- cost bucket may go into debt of one capacity. Absent: full. The hash expires once it
+-- would be full again (two periods at most), so an idle group keeps nothing.
+local function group_bucket_load(g, s, now, period_ms)
+  local v = redis.call('HMGET', K_GROUP_BUCKET .. g, 'tasks', 'cost', 'ts')
+  local ts = tonumber(v[3]) or now
+  local gone = math.max(0, now - ts)
+  local bt, bc
+  if s.tasks > 0 then
+    bt = math.min(s.tasks, (tonumber(v[1]) or s.tasks) + gone * s.tasks / period_ms)
+  end
+  if s.cost > 0 then
+    bc = math.min(s.cost, (tonumber(v[2]) or s.cost) + gone * s.cost / period_ms)
+  end
+  return bt, bc
+end
+-- includes/group_state.lua
+-- this call's view of group g: settings, running count and buckets, read once
+local function group_state(st, g)
+  local s = st.groups[g]
+  if s then return s end
+  if g == '' then
+    s = {weight = 1, cap = 0, tasks = 0, cost = 0}
+  else
+    s = group_settings(g)
+    if s.cap > 0 then s.running = tonumber(redis.call('HGET', K_GROUP_RUNNING, g)) or 0 end
+    if s.tasks > 0 or s.cost > 0 then
+      s.bt, s.bc = group_bucket_load(g, s, st.now, st.period_ms)
+    end
+  end
+  st.groups[g] = s
+  return s
+end
+-- includes/group_hold.lua
+-- group_hold: ms group g must wait before its next task (cost: that task's), math.huge at
+-- its concurrency cap, or nil when it may run now
+local function group_hold(st, g, cost)
+  local s = group_state(st, g)
+  if s.running and s.running >= s.cap then return math.huge end
+  local wait = 0
+  if s.bt and s.bt < 1 then
+    wait = math.ceil((1 - s.bt) * st.period_ms / s.tasks)
+  end
+  if s.bc then
+    local need = math.min(cost, s.cost)
+    if s.bc < need then
+      wait = math.max(wait, math.ceil((need - s.bc) * st.period_ms / s.cost))
+    end
+  end
+  if wait > 0 then return wait end
+  return nil
+end
+-- includes/group_park.lua
+-- group_park: group g leaves the ring until `hold` ms have passed (math.huge: until one of
+-- its tasks leaves running)
+local function group_park(st, g, hold)
+  redis.call('ZREM', K_GROUPS, g)
+  redis.call('ZADD', K_GROUPS_PARKED, hold == math.huge and 'inf' or st.now + hold, g)
+  st.steps = st.steps + 1
+end
+-- includes/group_took.lua
+-- group_took: the claim took task id (of group g, from zset src, at virtual time vt)
+local function group_took(st, g, vt, src, id, cost)
+  local s = group_state(st, g)
+  pending_remove(id, g)
+  if g ~= '' then
+    redis.call('HINCRBY', K_GROUP_RUNNING, g, 1)
+    if s.running then s.running = s.running + 1 end
+    if s.bt then s.bt = s.bt - 1 end
+    if s.bc then s.bc = s.bc - math.min(cost, s.cost) end
+    if s.bt or s.bc then s.dirty = true end
+  end
+  if redis.call('EXISTS', src) == 0 then
+    redis.call('ZREM', K_GROUPS, g)
+  else
+    redis.call('ZADD', K_GROUPS, 'XX', vt + 1 / s.weight, g)
+  end
+end
+-- includes/group_bucket_store.lua
+-- group_bucket_store: write back what group_bucket_load read, and its expiry.
+local function group_bucket_store(g, bt, bc, now, period_ms)
+  local key = K_GROUP_BUCKET .. g
+  redis.call('HSET', key, 'tasks', tostring(bt or ''), 'cost', tostring(bc or ''), 'ts', now)
+  redis.call('PEXPIRE', key, math.ceil(2 * period_ms))
+end
+-- includes/group_done.lua
+-- group_done: end of the call: buckets written back; returns ms until the first group
+-- parked for a rate limit is due (nil: none)
+local function group_done(st)
+  for g, s in pairs(st.groups) do
+    if s.dirty then group_bucket_store(g, s.bt, s.bc, st.now, st.period_ms) end
+  end
+  local first = redis.call('ZRANGE', K_GROUPS_PARKED, 0, 0, 'WITHSCORES')
+  if #first > 0 and first[2] ~= 'inf' then
+    return math.max(1, tonumber(first[2]) - st.now)
+  end
+  return nil
+end
 -- includes/claim_tasks.lua
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
@@ -679,10 +899,18 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   local pod_key = K_POD .. pod
   -- Index updates of the claimed tasks go out in one call each, not one per task.
   local running, held = {}, {}
+  -- groups in use: tasks are taken one at a time in the fair order (group_claim.lua)
+  local fair = group_fair(now, bound)
+  local src, g, vt = K_PENDING, nil, nil
 
   while claimed < want and not blocked and skipped < bound do
     local ids
-    if after then
+    if fair then
+      local id
+      id, src, g, vt = group_pick(fair)
+      if not id then break end
+      ids = {id}
+    elseif after then
       ids = redis.call('ZRANGEBYSCORE', K_PENDING, '(' .. after, '+inf', 'LIMIT', 0,
         want - claimed)
     else
@@ -695,19 +923,19 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
         'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at')
       if v[9] ~= 'pending' then
-        redis.call('ZREM', K_PENDING, id)  -- a leftover of a deleted task: drop it
+        pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
       elseif v[8] and not v[10] and tonumber(v[8]) < now then
         -- only a task that never started expires: a retried, released or taken-back one
         -- already began its work, and a drain's release must not turn it dead
-        local past = backlog and stepped < bound and past_expired(id, now)
+        local past = not fair and backlog and stepped < bound and past_expired(id, now)
         if past then
           -- a run of them: expire_deadlines clears it, in this call and the next ones
           after = past
           stepped = stepped + 1
           break
         end
-        redis.call('ZREM', K_PENDING, id)
+        pending_remove(id, g)
         redis.call('ZREM', K_DEADLINES, id)
         to_dead(id, key, now, 'expired', 'not started before its deadline')
         bump('expired')
@@ -733,33 +961,39 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           if wait > 0 then retry_after, blocked = math.max(retry_after, wait), true end
         end
         if blocked then break end
-        if quota then quota_take(quota, cost) end
-        if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end
-        if b_cost then b_cost.tokens = b_cost.tokens - need_cost end
-        claimed = claimed + 1
-        local token = token_base .. ':' .. claimed
-        taken[#taken + 1] = id
-        if v[8] then redis.call('ZREM', K_DEADLINES, id) end
-        running[#running + 1] = lease_until
-        running[#running + 1] = id
-        held[#held + 1] = id
-        local attempts = (tonumber(v[2]) or 0) + 1
-        redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
-          'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
-          'attempts', attempts)
-        local fields = {id, token, attempts, v[3] or cfg('max_attempts'),
-          v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1}
-        if not for_any then
-          -- waited: ms from when the task was ready (enqueued, due, or retried) to now
-          local ready_at = tonumber(v[11])
-          fields[#fields + 1] = ready_at and math.max(0, now - ready_at) or ''
+        local hold = fair and group_hold(fair, g, cost)
+        if hold then
+          group_park(fair, g, hold)
+        else
+          if quota then quota_take(quota, cost) end
+          if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end
+          if b_cost then b_cost.tokens = b_cost.tokens - need_cost end
+          claimed = claimed + 1
+          local token = token_base .. ':' .. claimed
+          taken[#taken + 1] = id
+          if v[8] then redis.call('ZREM', K_DEADLINES, id) end
+          running[#running + 1] = lease_until
+          running[#running + 1] = id
+          held[#held + 1] = id
+          local attempts = (tonumber(v[2]) or 0) + 1
+          redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
+            'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
+            'attempts', attempts)
+          local fields = {id, token, attempts, v[3] or cfg('max_attempts'),
+            v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1}
+          if not for_any then
+            -- waited: ms from when the task was ready (enqueued, due, or retried) to now
+            local ready_at = tonumber(v[11])
+            fields[#fields + 1] = ready_at and math.max(0, now - ready_at) or ''
+          end
+          fields[#fields + 1] = v[1] or ''
+          out[#out + 1] = table.concat(fields, '\0')
+          if fair then group_took(fair, g, vt, src, id, cost) end
         end
-        fields[#fields + 1] = v[1] or ''
-        out[#out + 1] = table.concat(fields, '\0')
       end
     end
     -- before the next ZRANGE, which must not see this round's tasks again
-    call_chunked('ZREM', K_PENDING, taken)
+    if not fair then call_chunked('ZREM', K_PENDING, taken) end
   end
   call_chunked('ZADD', K_RUNNING, running)
   call_chunked('SADD', pod_key, held)
@@ -773,8 +1007,14 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
   -- expired tasks left to clear: ask again at once (and not as an idle worker)
   if backlog and retry_after == 0 then retry_after = 1 end
+  if fair then
+    local parked = group_done(fair)
+    if parked and claimed < want and (retry_after == 0 or parked < retry_after) then
+      retry_after = parked
+    end
+  end
   out[1] = retry_after
-  if redis.call('ZCARD', K_PENDING) > 0 then
+  if redis.call('ZCARD', K_PENDING) > 0 or (fair and redis.call('EXISTS', K_GROUPS) == 1) then
     out[3] = 1
   elseif retry_after == 0 and idle_ms and idle_ms > 0 and claimed < want then
     -- it got fewer than it has room for and will wait: at most one hand-off comes, so a

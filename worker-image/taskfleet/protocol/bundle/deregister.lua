@@ -21,7 +21,12 @@ local K_WAITER = KEYS[25]
 local K_WAITING = KEYS[28]
 local K_DEPENDANTS = KEYS[29]
 local K_FLOW_BACKLOG = KEYS[30]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
+local K_GROUPS = KEYS[31]
+local K_GROUP_PENDING = KEYS[32]
+local K_GROUP_RUNNING = KEYS[33]
+local K_GROUPS_PARKED = KEYS[36]
+local K_GROUPS_PENDING = KEYS[37]
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_INCARNATION = ARGV[2]
 local ARG_FAILED = ARGV[3]
@@ -98,15 +103,29 @@ local function to_cancelled(id, key, now)
   flow_finished(id, 'c', v[2])
 end
 
+-- includes/pending_remove.lua
+-- pending_remove: a task leaves pending (claimed, cancelled, expired, a leftover) from
+-- wherever it waits (group: nil or '' for K_PENDING). An
+-- emptied group's ring entry is dropped by the next claim that meets it (group_pick).
+local function pending_remove(id, group)
+  if group and group ~= '' then
+    if redis.call('ZREM', K_GROUP_PENDING .. group, id) == 1 then
+      redis.call('DECR', K_GROUPS_PENDING)
+    end
+  else
+    redis.call('ZREM', K_PENDING, id)
+  end
+end
 -- includes/cancel_task.lua
 -- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
 -- -> 'cancel_requested' set, it ends cancelled when it leaves running ('requested');
 -- finished -> unchanged ('done', 'dead', 'finished' when cancelled before); 'missing'.
 local function cancel_task(id, key, now)
-  local state = redis.call('HGET', key, 'state')
+  local v = redis.call('HMGET', key, 'state', 'group')
+  local state = v[1]
   if not state then return 'missing' end
   if state == 'pending' or state == 'delayed' or state == 'waiting' then
-    redis.call('ZREM', K_PENDING, id)
+    pending_remove(id, v[2])
     redis.call('ZREM', K_DELAYED, id)
     if state == 'waiting' then redis.call('ZREM', K_WAITING, id) end
     to_cancelled(id, key, now)
@@ -129,7 +148,7 @@ local function flow_end(id, key, now, policy, dep, how)
   local why = 'dependency ' .. dep .. ' ended ' .. how
   if policy ~= 'cancel' then
     redis.call('ZREM', K_WAITING, id)
-    redis.call('ZREM', K_PENDING, id)
+    pending_remove(id, redis.call('HGET', key, 'group'))
     to_dead(id, key, now, 'dependency failed', why)
     return
   end
@@ -153,13 +172,36 @@ local function pending_score(priority, front)
   return -priority * BAND + HALF + seq
 end
 
+-- includes/group_join.lua
+-- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
+-- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
+-- there). It joins at the ring's current virtual time (its lowest score), so a group that
+-- was idle gets no credit for the time it was away, and a new group waits behind none.
+local function group_join(g)
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
+  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
+end
+-- includes/pending_add.lua
+-- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
+-- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
+-- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
+local function pending_add(id, score, group)
+  if group and group ~= '' then
+    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
+      redis.call('INCR', K_GROUPS_PENDING)
+    end
+    group_join(group)
+  else
+    redis.call('ZADD', K_PENDING, score, id)
+  end
+end
 -- includes/to_pending.lua
 local function to_pending(id, key, front)
-  local priority = tonumber(redis.call('HGET', key, 'priority')) or 0
-  redis.call('ZADD', K_PENDING, pending_score(priority, front), id)
+  local v = redis.call('HMGET', key, 'priority', 'group')
+  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
   redis.call('HSET', key, 'state', 'pending')
 end
-
 -- includes/demand.lua
 -- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
 -- it has new work: one element at most, so a burst signals once.
@@ -307,6 +349,18 @@ local function flush_counts()
   COUNTS = {}
 end
 
+-- includes/group_left.lua
+-- group_left: one of group g's tasks left running. A group parked at its concurrency cap
+-- (score +inf) is due again at once, and a worker is woken to claim it.
+local function group_left(g)
+  if redis.call('HINCRBY', K_GROUP_RUNNING, g, -1) <= 0 then
+    redis.call('HDEL', K_GROUP_RUNNING, g)
+  end
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) == 'inf' then
+    redis.call('ZADD', K_GROUPS_PARKED, 0, g)
+    notify(1)
+  end
+end
 -- includes/leave_running.lua
 -- Leave running: drop the lease, keep pod/incarnation as "last ran on". keep_token: the
 -- token stays on the task (an outcome written under it), so a retry of that same write
@@ -315,13 +369,14 @@ end
 local function leave_running(id, key, pod, keep_token)
   redis.call('ZREM', K_RUNNING, id)
   if pod then redis.call('SREM', K_POD .. pod, id) end
+  local g = redis.call('HGET', key, 'group')
+  if g and g ~= '' then group_left(g) end
   if keep_token then
     redis.call('HDEL', key, 'lease_until')
   else
     redis.call('HDEL', key, 'token', 'lease_until')
   end
 end
-
 -- includes/take_back.lua
 -- A running task whose worker is gone (lease expired, pod deleted, new incarnation):
 -- back to the front of pending, or dead with reason "worker lost" once lost more than

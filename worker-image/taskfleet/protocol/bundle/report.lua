@@ -4,7 +4,9 @@ local K_TASK = KEYS[1]
 local K_CONFIG = KEYS[10]
 local K_BUCKET_COST = KEYS[14]
 local K_QUOTA = KEYS[27]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
+local K_GROUP = KEYS[34]
+local K_GROUP_BUCKET = KEYS[35]
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 -- record i (1..ARG_N): task_id, token, progress, cost
 local function RECORD(i)
@@ -125,6 +127,66 @@ local function quota_save(q)
     q.dirty = false
   end
 end
+-- includes/group_settings.lua
+-- group_settings: one group's limits: its own (K_GROUP .. g, set at run time) where set,
+-- else the queue's defaults for every group (config group_*). weight: its share of the
+-- claims (1 when unset); cap: tasks running at once (0: none); tasks, cost: its rate
+-- limits per rate_limit_period_s (0: none).
+local function group_settings(g)
+  local v = redis.call('HMGET', K_GROUP .. g, 'weight', 'max_concurrency', 'rate_limit_tasks',
+    'rate_limit_cost')
+  local function num(x, name, fallback)
+    local n = tonumber(x)
+    if n == nil or n ~= n or n == math.huge or n == -math.huge then
+      if name then return cfg_num(name, fallback) end
+      return fallback
+    end
+    return n
+  end
+  local s = {weight = num(v[1], nil, 1), cap = num(v[2], 'group_max_concurrency', 0),
+    tasks = num(v[3], 'group_rate_limit_tasks', 0), cost = num(v[4], 'group_rate_limit_cost', 0)}
+  if s.weight <= 0 then s.weight = 1 end
+  return s
+end
+-- includes/group_bucket_load.lua
+-- group_bucket: one group's token buckets (K_GROUP_BUCKET .. g: tasks, cost, ts), as the
+-- queue's are kept: capacity = the limit, refilled continuously at limit / period; the
+-- cost bucket may go into debt of one capacity. Absent: full. The hash expires once it
+-- would be full again (two periods at most), so an idle group keeps nothing.
+local function group_bucket_load(g, s, now, period_ms)
+  local v = redis.call('HMGET', K_GROUP_BUCKET .. g, 'tasks', 'cost', 'ts')
+  local ts = tonumber(v[3]) or now
+  local gone = math.max(0, now - ts)
+  local bt, bc
+  if s.tasks > 0 then
+    bt = math.min(s.tasks, (tonumber(v[1]) or s.tasks) + gone * s.tasks / period_ms)
+  end
+  if s.cost > 0 then
+    bc = math.min(s.cost, (tonumber(v[2]) or s.cost) + gone * s.cost / period_ms)
+  end
+  return bt, bc
+end
+-- includes/group_bucket_store.lua
+-- group_bucket_store: write back what group_bucket_load read, and its expiry.
+local function group_bucket_store(g, bt, bc, now, period_ms)
+  local key = K_GROUP_BUCKET .. g
+  redis.call('HSET', key, 'tasks', tostring(bt or ''), 'cost', tostring(bc or ''), 'ts', now)
+  redis.call('PEXPIRE', key, math.ceil(2 * period_ms))
+end
+-- includes/group_settle.lua
+-- group_settle: real costs reported for groups' tasks (group -> reported minus charged)
+-- go back into, or are taken from, each group's cost bucket, as report does for the queue's.
+local function group_settle(by_group, now)
+  local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+  for g, diff in pairs(by_group) do
+    local s = group_settings(g)
+    if s.cost > 0 and diff ~= 0 then
+      local bt, bc = group_bucket_load(g, s, now, period_ms)
+      bc = math.max(-s.cost, math.min(s.cost, bc - diff))
+      group_bucket_store(g, bt, bc, now, period_ms)
+    end
+  end
+end
 -- report.lua
 -- report: what running handlers told their worker (current_task().progress / report_cost),
 -- batched: one call per worker per report interval, however chatty the handlers.
@@ -137,7 +199,8 @@ end
 --   difference between it and what the task was charged so far (its cost, or the cost
 --   reported before) goes back into the cost bucket, or is taken from it (the bucket may
 --   go into debt of at most one capacity: claims then wait until it refills); under a
---   spend budget it is settled into the current day's and month's spend the same way.
+--   spend budget it is settled into the current day's and month's spend the same way. A
+--   task of a group settles its group's cost bucket the same way.
 -- Returns: a string of N characters: '1' applied, '0' refused (another run holds the task,
 --   or it is gone).
 local n = tonumber(ARG_N)
@@ -145,11 +208,12 @@ local now = now_ms()
 local out = {}
 local limit = cfg_num('rate_limit_cost', 0)
 local settle = 0
+local by_group = {}
 for i = 1, n do
   local id, token, progress, cost = RECORD(i)
   cost = tonumber(cost)
   local key = K_TASK .. id
-  local v = redis.call('HMGET', key, 'state', 'token', 'cost', 'cost_used')
+  local v = redis.call('HMGET', key, 'state', 'token', 'cost', 'cost_used', 'group')
   if v[2] ~= token then
     out[#out + 1] = '0'
   else
@@ -164,6 +228,7 @@ for i = 1, n do
     if cost ~= nil then
       local charged = tonumber(v[4]) or tonumber(v[3]) or 1
       settle = settle + (cost - charged)
+      if v[5] and v[5] ~= '' then by_group[v[5]] = (by_group[v[5]] or 0) + (cost - charged) end
       redis.call('HSET', key, 'cost_used', cost)
       ok = true
     end
@@ -184,4 +249,5 @@ if settle ~= 0 then
   quota_take(q, settle)
   quota_save(q)
 end
+group_settle(by_group, now)
 return table.concat(out)

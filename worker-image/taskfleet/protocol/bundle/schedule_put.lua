@@ -6,7 +6,7 @@ local K_SCHEDULE = KEYS[20]
 local K_SCHEDULES = KEYS[21]
 local K_SCHEDULE_DUE = KEYS[22]
 local K_SCHEDULES_OWNED = KEYS[23]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_NAME = ARGV[1]
 local ARG_OWNER = ARGV[2]
 local ARG_TAKE_OVER = ARGV[3]

@@ -24,6 +24,7 @@
 --- @include "wake_waiters"
 --- @include "to_dead"
 --- @include "to_cancelled"
+--- @include "group_left"
 --- @include "claim_tasks"
 --- @include "quota_relax"
 --- @include "flow_finished"
@@ -41,7 +42,7 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants', 'join')
+    'dependants', 'join', 'group')
   if v[1] == 'running' and v[2] == token then
     -- a task that added children at run time (join): children left, one failed
     local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed') or {}
@@ -52,6 +53,7 @@ for i = 0, n - 1 do
       ids[#ids + 1] = id
       by_pod[pod] = ids
     end
+    if v[8] and v[8] ~= '' then group_left(v[8]) end
     -- the token stays: it tells a retry of this write from a stale one
     redis.call('HDEL', key, 'lease_until')
     if v[4] then
@@ -118,7 +120,8 @@ if #expired > 0 then
   call_chunked('DEL', keys[1], keys)
 end
 -- a freed slot under a global concurrency limit is work for an idle worker
-if cfg_num('max_concurrency', 0) > 0 and completed > 0 and redis.call('ZCARD', K_PENDING) > 0 then
+if cfg_num('max_concurrency', 0) > 0 and completed > 0
+    and (redis.call('ZCARD', K_PENDING) > 0 or redis.call('EXISTS', K_GROUPS) == 1) then
   notify(completed)
 end
 local flags = table.concat(out)

@@ -6,7 +6,7 @@
 -- An id that exists is the same task enqueued again when its payload, priority, cost,
 -- timeout and (if given) max_attempts are the same: nothing changes. Otherwise it is a
 -- conflict, checked for every task before anything is written (field 'name' when the
--- payloads differ in their task name).
+-- payloads differ in their task name, 'group' when only the groups differ).
 -- Returns: {1, created_1, ..., created_N} (1 = new, 0 = the same task existed, unchanged)
 --   or {-1, index, size, max} when payload #index exceeds max_payload_bytes,
 --   or {-2, index, field} when task #index names an existing task that differs in field,
@@ -41,13 +41,14 @@ local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}
 local seen = {}
 for i = 1, n do
-  local id, payload, priority, _, _, max_attempts, cost, timeout, after = RECORD(i)
+  local id, payload, priority, _, _, max_attempts, cost, timeout, after, _, group = RECORD(i)
   local size = string.len(payload)
   if size > max_bytes then return {-1, i, size, max_bytes} end
   if seen[id] then return {-3, i} end
   local key = K_TASK .. id
   if redis.call('EXISTS', key) == 1 then
     local field = task_differs(key, payload, priority, max_attempts, cost, timeout)
+    if not field and (redis.call('HGET', key, 'group') or '') ~= group then field = 'group' end
     if field then return {-2, i, field} end
     exists[i] = true
   elseif after ~= '' then
@@ -68,10 +69,10 @@ for i = 1, n do
     if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
   else
     local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout, after,
-      on_dep_fail = RECORD(i)
+      on_dep_fail, group = RECORD(i)
     local key = K_TASK .. id
     local ready = create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts,
-      cost, timeout, ARG_TRACE)
+      cost, timeout, ARG_TRACE, group)
     if after ~= '' then
       redis.call('HSET', key, 'after', after, 'on_dep_fail', on_dep_fail)
       ready = flow_hold(now, id, key, after, on_dep_fail) and ready

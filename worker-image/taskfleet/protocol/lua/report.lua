@@ -9,7 +9,8 @@
 --   difference between it and what the task was charged so far (its cost, or the cost
 --   reported before) goes back into the cost bucket, or is taken from it (the bucket may
 --   go into debt of at most one capacity: claims then wait until it refills); under a
---   spend budget it is settled into the current day's and month's spend the same way.
+--   spend budget it is settled into the current day's and month's spend the same way. A
+--   task of a group settles its group's cost bucket the same way.
 -- Returns: a string of N characters: '1' applied, '0' refused (another run holds the task,
 --   or it is gone).
 --- @include "now_ms"
@@ -17,16 +18,18 @@
 --- @include "quota_budget"
 --- @include "quota_take"
 --- @include "quota_save"
+--- @include "group_settle"
 local n = tonumber(ARG_N)
 local now = now_ms()
 local out = {}
 local limit = cfg_num('rate_limit_cost', 0)
 local settle = 0
+local by_group = {}
 for i = 1, n do
   local id, token, progress, cost = RECORD(i)
   cost = tonumber(cost)
   local key = K_TASK .. id
-  local v = redis.call('HMGET', key, 'state', 'token', 'cost', 'cost_used')
+  local v = redis.call('HMGET', key, 'state', 'token', 'cost', 'cost_used', 'group')
   if v[2] ~= token then
     out[#out + 1] = '0'
   else
@@ -41,6 +44,7 @@ for i = 1, n do
     if cost ~= nil then
       local charged = tonumber(v[4]) or tonumber(v[3]) or 1
       settle = settle + (cost - charged)
+      if v[5] and v[5] ~= '' then by_group[v[5]] = (by_group[v[5]] or 0) + (cost - charged) end
       redis.call('HSET', key, 'cost_used', cost)
       ok = true
     end
@@ -61,4 +65,5 @@ if settle ~= 0 then
   quota_take(q, settle)
   quota_save(q)
 end
+group_settle(by_group, now)
 return table.concat(out)

@@ -12,6 +12,13 @@
 --- @include "quota_wait"
 --- @include "quota_take"
 --- @include "quota_save"
+--- @include "group_fair"
+--- @include "group_pick"
+--- @include "group_hold"
+--- @include "group_park"
+--- @include "group_took"
+--- @include "group_done"
+--- @include "pending_remove"
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
 -- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
@@ -90,10 +97,18 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   local pod_key = K_POD .. pod
   -- Index updates of the claimed tasks go out in one call each, not one per task.
   local running, held = {}, {}
+  -- groups in use: tasks are taken one at a time in the fair order (group_claim.lua)
+  local fair = group_fair(now, bound)
+  local src, g, vt = K_PENDING, nil, nil
 
   while claimed < want and not blocked and skipped < bound do
     local ids
-    if after then
+    if fair then
+      local id
+      id, src, g, vt = group_pick(fair)
+      if not id then break end
+      ids = {id}
+    elseif after then
       ids = redis.call('ZRANGEBYSCORE', K_PENDING, '(' .. after, '+inf', 'LIMIT', 0,
         want - claimed)
     else
@@ -106,19 +121,19 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
         'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at')
       if v[9] ~= 'pending' then
-        redis.call('ZREM', K_PENDING, id)  -- a leftover of a deleted task: drop it
+        pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
       elseif v[8] and not v[10] and tonumber(v[8]) < now then
         -- only a task that never started expires: a retried, released or taken-back one
         -- already began its work, and a drain's release must not turn it dead
-        local past = backlog and stepped < bound and past_expired(id, now)
+        local past = not fair and backlog and stepped < bound and past_expired(id, now)
         if past then
           -- a run of them: expire_deadlines clears it, in this call and the next ones
           after = past
           stepped = stepped + 1
           break
         end
-        redis.call('ZREM', K_PENDING, id)
+        pending_remove(id, g)
         redis.call('ZREM', K_DEADLINES, id)
         to_dead(id, key, now, 'expired', 'not started before its deadline')
         bump('expired')
@@ -144,33 +159,39 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           if wait > 0 then retry_after, blocked = math.max(retry_after, wait), true end
         end
         if blocked then break end
-        if quota then quota_take(quota, cost) end
-        if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end
-        if b_cost then b_cost.tokens = b_cost.tokens - need_cost end
-        claimed = claimed + 1
-        local token = token_base .. ':' .. claimed
-        taken[#taken + 1] = id
-        if v[8] then redis.call('ZREM', K_DEADLINES, id) end
-        running[#running + 1] = lease_until
-        running[#running + 1] = id
-        held[#held + 1] = id
-        local attempts = (tonumber(v[2]) or 0) + 1
-        redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
-          'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
-          'attempts', attempts)
-        local fields = {id, token, attempts, v[3] or cfg('max_attempts'),
-          v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1}
-        if not for_any then
-          -- waited: ms from when the task was ready (enqueued, due, or retried) to now
-          local ready_at = tonumber(v[11])
-          fields[#fields + 1] = ready_at and math.max(0, now - ready_at) or ''
+        local hold = fair and group_hold(fair, g, cost)
+        if hold then
+          group_park(fair, g, hold)
+        else
+          if quota then quota_take(quota, cost) end
+          if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end
+          if b_cost then b_cost.tokens = b_cost.tokens - need_cost end
+          claimed = claimed + 1
+          local token = token_base .. ':' .. claimed
+          taken[#taken + 1] = id
+          if v[8] then redis.call('ZREM', K_DEADLINES, id) end
+          running[#running + 1] = lease_until
+          running[#running + 1] = id
+          held[#held + 1] = id
+          local attempts = (tonumber(v[2]) or 0) + 1
+          redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
+            'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
+            'attempts', attempts)
+          local fields = {id, token, attempts, v[3] or cfg('max_attempts'),
+            v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1}
+          if not for_any then
+            -- waited: ms from when the task was ready (enqueued, due, or retried) to now
+            local ready_at = tonumber(v[11])
+            fields[#fields + 1] = ready_at and math.max(0, now - ready_at) or ''
+          end
+          fields[#fields + 1] = v[1] or ''
+          out[#out + 1] = table.concat(fields, '\0')
+          if fair then group_took(fair, g, vt, src, id, cost) end
         end
-        fields[#fields + 1] = v[1] or ''
-        out[#out + 1] = table.concat(fields, '\0')
       end
     end
     -- before the next ZRANGE, which must not see this round's tasks again
-    call_chunked('ZREM', K_PENDING, taken)
+    if not fair then call_chunked('ZREM', K_PENDING, taken) end
   end
   call_chunked('ZADD', K_RUNNING, running)
   call_chunked('SADD', pod_key, held)
@@ -184,8 +205,14 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
   -- expired tasks left to clear: ask again at once (and not as an idle worker)
   if backlog and retry_after == 0 then retry_after = 1 end
+  if fair then
+    local parked = group_done(fair)
+    if parked and claimed < want and (retry_after == 0 or parked < retry_after) then
+      retry_after = parked
+    end
+  end
   out[1] = retry_after
-  if redis.call('ZCARD', K_PENDING) > 0 then
+  if redis.call('ZCARD', K_PENDING) > 0 or (fair and redis.call('EXISTS', K_GROUPS) == 1) then
     out[3] = 1
   elseif retry_after == 0 and idle_ms and idle_ms > 0 and claimed < want then
     -- it got fewer than it has room for and will wait: at most one hand-off comes, so a

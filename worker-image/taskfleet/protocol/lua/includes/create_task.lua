@@ -1,14 +1,16 @@
 --- @include "cfg"
 --- @include "bump"
 --- @include "pending_score"
+--- @include "pending_add"
 --- @include "deadline_run"
 -- create_task: store one new task (its key must not exist) and index it.
 --   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
 --   max_attempts / timeout: '' = the queue's config at the time it matters.
 --   trace: nil or '' (none), or the producer's trace context, stored as is.
+--   group: nil or '' (none), or the group it belongs to (fair claiming, group_claim.lua).
 -- Returns whether it went straight to pending (for wake-ups).
 local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-                           timeout, trace)
+                           timeout, trace, group)
   if max_attempts == '' then max_attempts = cfg('max_attempts') end
   delay_ms = tonumber(delay_ms) or 0
   local fields = {
@@ -22,6 +24,11 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
   if trace and trace ~= '' then
     fields[#fields + 1] = 'trace'
     fields[#fields + 1] = trace
+  end
+  local grouped = group and group ~= ''
+  if grouped then
+    fields[#fields + 1] = 'group'
+    fields[#fields + 1] = group
   end
   local at
   if deadline ~= '' then
@@ -40,8 +47,13 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = 'state'
     fields[#fields + 1] = 'pending'
     local score = pending_score(tonumber(priority), false)
-    redis.call('ZADD', K_PENDING, score, id)
-    if at then deadline_run(score, at) end
+    if grouped then
+      pending_add(id, score, group)
+    else
+      redis.call('ZADD', K_PENDING, score, id)
+      -- runs of deadlines describe K_PENDING only; a group's zset has none
+      if at then deadline_run(score, at) end
+    end
   else
     run_at = now + delay_ms
     fields[#fields + 1] = 'state'

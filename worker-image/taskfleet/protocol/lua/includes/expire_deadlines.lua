@@ -2,6 +2,7 @@
 --- @include "call_chunked"
 --- @include "wake_waiters"
 --- @include "flow_finished"
+--- @include "pending_remove"
 -- Tasks not started by their deadline -> dead, reason "expired": up to `limit` of them,
 -- earliest deadline first, as to_dead ends a task but in two commands per task (its state
 -- and waiters read, its record written) and the indexes in one command per call. A task
@@ -28,15 +29,17 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants', 'group')
     local state = v[1]
     if state == 'pending' or state == 'delayed' or state == 'waiting' then
-      if state == 'pending' then
-        pending[#pending + 1] = id
-      elseif state == 'delayed' then
+      if state == 'delayed' then
         delayed[#delayed + 1] = id
-      else
+      elseif state == 'waiting' then
         redis.call('ZREM', K_WAITING, id)
+      elseif v[4] and v[4] ~= '' then
+        pending_remove(id, v[4])  -- a group's: from its own zset
+      else
+        pending[#pending + 1] = id
       end
       dead[#dead + 1] = now
       dead[#dead + 1] = id

@@ -1,5 +1,6 @@
 --- @include "to_dead"
 --- @include "cancel_task"
+--- @include "pending_remove"
 -- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
 -- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
 -- to stop) and every dependency of it still unfinished (its field 'after'); anything
@@ -9,7 +10,7 @@ local function flow_end(id, key, now, policy, dep, how)
   local why = 'dependency ' .. dep .. ' ended ' .. how
   if policy ~= 'cancel' then
     redis.call('ZREM', K_WAITING, id)
-    redis.call('ZREM', K_PENDING, id)
+    pending_remove(id, redis.call('HGET', key, 'group'))
     to_dead(id, key, now, 'dependency failed', why)
     return
   end

@@ -1,5 +1,6 @@
 --- @include "flow_end"
 --- @include "flow_input"
+--- @include "pending_remove"
 -- A task just put in pending that names dependencies (`after`, the JSON array of its
 -- field 'after'; `policy` its field 'on_dep_fail'). Done ones are satisfied, their results
 -- handed to it (flow_input); a dead,
@@ -32,7 +33,7 @@ local function flow_hold(now, id, key, after, policy)
     redis.call('SADD', K_DEPENDANTS .. dep, id)
     redis.call('HSET', K_TASK .. dep, 'dependants', 1)
   end
-  redis.call('ZREM', K_PENDING, id)
+  pending_remove(id, redis.call('HGET', key, 'group'))
   redis.call('ZREM', K_DELAYED, id)
   redis.call('ZADD', K_WAITING, now, id)
   redis.call('HSET', key, 'state', 'waiting', 'deps_left', #open)

@@ -1,0 +1,63 @@
+"""``taskfleet enqueue --group``, ``ls / cancel / retry --group`` and ``taskfleet group``
+against a real Redis: a bad group is one line, exit 2, nothing stored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from taskfleet.producer.queue import Queue
+
+from tests.workers.harness import env_for, taskfleet
+
+
+def test_enqueue_with_a_group_then_list_show_and_cancel_that_group(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    made = taskfleet("enqueue", "q", "--group", "tenant-42", "--count", "3", env=env)
+    assert made.returncode == 0, made.stderr
+    other = taskfleet("enqueue", "q", env=env).stdout.strip()
+    listed = json.loads(
+        taskfleet("ls", "q", "pending", "--group", "tenant-42", "--json", env=env).stdout
+    )
+    assert sorted(t["id"] for t in listed["tasks"]) == sorted(made.stdout.split())
+    assert {t["group"] for t in listed["tasks"]} == {"tenant-42"}
+    shown = json.loads(taskfleet("group", "q", "--json", env=env).stdout)
+    assert shown == [{"group": "tenant-42", "pending": 3, "running": 0}]
+    stats = json.loads(taskfleet("stats", "q", "--json", env=env).stdout)
+    assert (stats["pending"], stats["groups"], stats["top_groups"]) == (4, 1, shown)
+    text = taskfleet("stats", "q", env=env).stdout
+    assert "tenant-42  pending=3  running=0" in text
+    cancelled = taskfleet("cancel", "q", "--group", "tenant-42", "--json", env=env)
+    assert json.loads(cancelled.stdout) == {"cancelled": 3}
+    with Queue("q", redis_url=redis_url) as queue:
+        assert [t.id for t in queue.list("pending").tasks] == [other]
+
+
+def test_group_settings_are_set_and_returned_to_the_default(redis_url: str, tmp_path: Path) -> None:
+    env = env_for(redis_url, tmp_path)
+    taskfleet("enqueue", "q", env=env)
+    out = taskfleet(
+        "group", "q", "t1", "--set", "weight=2", "--set", "max_concurrency=3", "--json", env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["weight"] == 2 and json.loads(out.stdout)["max_concurrency"] == 3
+    back = taskfleet("group", "q", "t1", "--set", "weight=", "--json", env=env)
+    assert json.loads(back.stdout)["weight"] is None
+
+
+def test_a_bad_group_is_one_line_exit_2_and_nothing_stored(redis_url: str, tmp_path: Path) -> None:
+    env = env_for(redis_url, tmp_path)
+    for argv in (
+        ("enqueue", "q", "--group", "{tag}"),
+        ("enqueue", "q", "--group", ""),
+        ("group", "q", "t1", "--set", "weight=0"),
+        ("group", "q", "bad group"),
+    ):
+        out = taskfleet(*argv, env=env)
+        assert out.returncode == 2, (argv, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    with Queue("q", redis_url=redis_url) as queue:
+        assert queue.stats()["pending"] == 0
+        assert queue.groups() == []

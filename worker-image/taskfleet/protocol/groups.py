@@ -1,0 +1,199 @@
+"""Groups within a queue: the group key a task may carry, fair claiming between groups,
+and each group's settings and state (no pydantic here: a worker imports it).
+
+A task of a group waits in its group's own pending zset; the claim serves the groups in
+turn (weighted round robin, ``lua/includes/group_claim.lua``), so a group with 50,000
+pending tasks cannot starve one with five. Per group: a weight (its share of the claims),
+a concurrency cap and task and cost rate limits, each the group's own setting
+(``group:<g>``, written here at run time) or the queue's default for every group (the
+config's ``group_*`` fields).
+
+- ``check_group``: a group name, validated (one line on what to fix);
+- ``GroupSettings`` / ``set_group``: one group's own settings, replaced in one transaction;
+- ``group_counts``: pending and running tasks per group, in one round trip per step.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from taskfleet.protocol.bounds import MAX_COUNT
+from taskfleet.protocol.calls import Call, Command
+from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.records import text
+
+__all__ = [
+    "MAX_GROUP_LEN",
+    "GroupCount",
+    "GroupSettings",
+    "check_group",
+    "group_counts",
+    "group_problem",
+    "group_settings",
+    "set_group",
+]
+
+MAX_GROUP_LEN = 100
+# No braces (a key's hash tag), no whitespace or NUL; '@' for tenants named by e-mail.
+_GROUP = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,99}$")
+#: The largest weight a group may have: scores of the ring stay exact doubles.
+MAX_WEIGHT = 1000
+
+
+def group_problem(name: object) -> str | None:
+    """What is wrong with a group name, or None."""
+    if not isinstance(name, str) or not _GROUP.fullmatch(name):
+        shown = repr(name)[:60]
+        return (
+            f"group must be 1-{MAX_GROUP_LEN} characters of letters, digits, '.', '_', ':', "
+            f"'@' or '-', starting with a letter or digit, not {shown}"
+        )
+    return None
+
+
+def check_group(name: object) -> str:
+    """``name`` if it is a valid group, else ``InvalidArgument`` (one line)."""
+    problem = group_problem(name)
+    if problem:
+        raise InvalidArgument(problem)
+    assert isinstance(name, str)
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """One group's own settings; None: the queue's default for every group holds.
+
+    ``weight``: its share of the claims against the other groups (1 = an equal share);
+    ``max_concurrency``: its tasks running at once (0: no limit); ``rate_limit_tasks`` /
+    ``rate_limit_cost``: tasks / cost units of it started per ``rate_limit_period_s``.
+    """
+
+    weight: float | None = None
+    max_concurrency: int | None = None
+    rate_limit_tasks: int | None = None
+    rate_limit_cost: int | None = None
+
+    def __post_init__(self) -> None:
+        w = self.weight
+        if w is not None and (
+            isinstance(w, bool)
+            or not isinstance(w, int | float)
+            or not math.isfinite(w)
+            or not 0 < w <= MAX_WEIGHT
+        ):
+            raise InvalidArgument(f"weight must be a number > 0 and <= {MAX_WEIGHT}, not {w!r}")
+        for name, low in (("max_concurrency", 0), ("rate_limit_tasks", 1), ("rate_limit_cost", 1)):
+            v = getattr(self, name)
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_COUNT
+            ):
+                raise InvalidArgument(f"{name} must be an integer {low}..{MAX_COUNT}, not {v!r}")
+
+    def to_redis(self) -> dict[str, str]:
+        return {
+            f.name: repr(v) if isinstance(v, float) else str(v)
+            for f in fields(self)
+            if (v := getattr(self, f.name)) is not None
+        }
+
+    @classmethod
+    def from_redis(cls, raw: dict[Any, Any]) -> GroupSettings:
+        """The stored hash; a value that does not read is left unset (the default holds)."""
+        data = {text(k): text(v) for k, v in raw.items()}
+        out: dict[str, Any] = {}
+        for f in fields(cls):
+            value = data.get(f.name, "")
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            if math.isfinite(number):
+                out[f.name] = number if f.name == "weight" else int(number)
+        try:
+            return cls(**out)
+        except InvalidArgument:
+            return cls()
+
+
+def set_group(keys: QueueKeys, group: str, settings: GroupSettings) -> Call[None]:
+    """Replace a group's own settings (all None: it keeps none). A group parked by its
+    old limits is looked at again by the next claim."""
+    commands: list[Command] = [("DEL", keys.group(group))]
+    stored = settings.to_redis()
+    if stored:
+        flat: list[str] = []
+        for name, value in stored.items():
+            flat += [name, value]
+        commands.append(("HSET", keys.group(group), *flat))
+    commands.append(("ZADD", keys.groups_parked, "XX", 0, group))
+    return Call(tuple(commands), lambda replies: None, transaction=True)
+
+
+def group_settings(keys: QueueKeys, group: str) -> Call[GroupSettings]:
+    return Call(
+        (("HGETALL", keys.group(group)),),
+        lambda replies: GroupSettings.from_redis(_as_dict(replies[0])),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCount:
+    """One group's tasks now: pending (waiting in its zset) and running."""
+
+    group: str
+    pending: int
+    running: int
+
+
+def _as_dict(reply: Any) -> dict[Any, Any]:
+    if isinstance(reply, dict):
+        return reply
+    flat = list(reply or [])
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def group_names(keys: QueueKeys, most: int | None = None) -> Call[list[str]]:
+    """The groups with pending tasks (claimable or held back) or running ones; with
+    ``most``, at most that many of each kind (a bounded read, for metrics)."""
+    last = -1 if most is None else most - 1
+    running: Command = ("HKEYS", keys.group_running)
+    if most is not None:
+        running = ("HSCAN", keys.group_running, 0, "COUNT", most)
+    return Call(
+        (
+            ("ZRANGE", keys.groups, 0, last),
+            ("ZRANGE", keys.groups_parked, 0, last),
+            running,
+        ),
+        lambda r: sorted({text(g) for g in _names(r)} - {""}),
+    )
+
+
+def _names(replies: Sequence[Any]) -> list[Any]:
+    ring, parked, running = replies
+    if (
+        isinstance(running, list | tuple)
+        and len(running) == 2
+        and not isinstance(running[1], bytes | str)
+    ):
+        found = running[1]  # HSCAN: (cursor, {field: value}) or (cursor, [field, value, ...])
+        running = list(found) if isinstance(found, dict) else list(found)[::2]
+    return [*ring, *parked, *running]
+
+
+def group_counts(keys: QueueKeys, groups: Sequence[str]) -> Call[list[GroupCount]]:
+    """Pending and running tasks of each of ``groups``, in one pipeline."""
+    commands: list[Command] = [("ZCARD", keys.group_pending(g)) for g in groups]
+    commands.append(("HMGET", keys.group_running, *groups) if groups else ("PING",))
+
+    def decode(replies: Sequence[Any]) -> list[GroupCount]:
+        running = list(replies[-1]) if groups else []
+        return [GroupCount(g, int(replies[i]), int(running[i] or 0)) for i, g in enumerate(groups)]
+
+    return Call(tuple(commands), decode)

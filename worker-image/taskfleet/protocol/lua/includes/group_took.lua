@@ -1,0 +1,19 @@
+--- @include "group_state"
+--- @include "pending_remove"
+-- group_took: the claim took task id (of group g, from zset src, at virtual time vt)
+local function group_took(st, g, vt, src, id, cost)
+  local s = group_state(st, g)
+  pending_remove(id, g)
+  if g ~= '' then
+    redis.call('HINCRBY', K_GROUP_RUNNING, g, 1)
+    if s.running then s.running = s.running + 1 end
+    if s.bt then s.bt = s.bt - 1 end
+    if s.bc then s.bc = s.bc - math.min(cost, s.cost) end
+    if s.bt or s.bc then s.dirty = true end
+  end
+  if redis.call('EXISTS', src) == 0 then
+    redis.call('ZREM', K_GROUPS, g)
+  else
+    redis.call('ZADD', K_GROUPS, 'XX', vt + 1 / s.weight, g)
+  end
+end
