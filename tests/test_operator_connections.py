@@ -3,7 +3,9 @@ texts with every secret masked."""
 
 from __future__ import annotations
 
+import gc
 import secrets
+import weakref
 from typing import Any
 
 import pytest
@@ -146,8 +148,7 @@ def test_queues_on_one_server_share_one_client_closed_with_the_last(
     spec = make_spec()
     try:
         queues = [connections.get("ns", f"q{i}", spec) for i in range(50)]
-        for queue in queues:
-            assert queue.client.ping()
+        assert all(queue.client.ping() for queue in queues)
         assert len({id(queue.client) for queue in queues}) == 1
         assert connected() == 1
         assert connections.held() == {"queues": 50, "urls": 50, "targets": 50, "clients": 1}
@@ -160,6 +161,11 @@ def test_queues_on_one_server_share_one_client_closed_with_the_last(
         connections.forget("ns", "q49")
         assert connections.held() == {"queues": 0, "urls": 0, "targets": 0, "clients": 0}
         wait_for(lambda: connected() == 0, what="the server saw the shared connection close")
+        # Nothing else keeps it either (the scripts registered on it did, for good).
+        client = weakref.ref(queues[0].client)
+        del queues
+        gc.collect()
+        assert client() is None
     finally:
         connections.close()
 
@@ -180,3 +186,17 @@ def test_a_queue_moved_to_another_server_leaves_the_old_client_to_its_other_queu
         assert connections.held()["clients"] == 2
     finally:
         connections.close()
+
+
+def test_a_closed_queue_frees_its_client(redis_url: str) -> None:
+    """A producer that opens and closes queues does not keep their clients."""
+    from taskfleet.producer.queue import Queue
+
+    queue = Queue("ns.freed", redis_url)
+    queue.stats()
+    queue.enqueue({"n": 1})  # a script call: the client's scripts registered
+    client = weakref.ref(queue.client)
+    queue.close()
+    del queue
+    gc.collect()
+    assert client() is None

@@ -22,7 +22,7 @@ from taskfleet.protocol.calls import Call, run_all
 from taskfleet.protocol.connect import connect, durability
 from taskfleet.protocol.lists import QueueLists
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
-from taskfleet.protocol.scripts import Op, SyncScripts
+from taskfleet.protocol.scripts import Op, SyncScripts, release
 from taskfleet.protocol.store import slot_key
 
 from taskfleet_operator import builders, kube
@@ -170,9 +170,9 @@ class Connections:
             self._queues[key] = (digest, queue)
             unused = [] if previous is None else self._release(key, previous[0])
         if shared[0] is not client:
-            client.close()
+            _close(client)
         for old in unused:
-            old.close()
+            _close(old)
         return queue
 
     def _connect(self, key: Key, spec: TaskQueueSpec, url: str) -> Any:
@@ -348,7 +348,7 @@ class Connections:
             cached = self._queues.pop(key, None)
             unused = [] if cached is None else self._release(key, cached[0])
         for client in unused:
-            client.close()
+            _close(client)
 
     def by_server(
         self, keys: Iterable[tuple[str, str]] | None = None
@@ -415,7 +415,7 @@ class Connections:
         with self._lock:
             clients, self._clients, self._queues = list(self._clients.values()), {}, {}
         for client, _ in clients:
-            client.close()
+            _close(client)
 
     def held(self) -> dict[str, int]:
         """What this holds, counted (queues, resolved URLs, targets, clients): each falls
@@ -427,6 +427,12 @@ class Connections:
                 "targets": len(self._targets),
                 "clients": len(self._clients),
             }
+
+
+def _close(client: Any) -> None:
+    """Close a client for good, its scripts forgotten (else they keep it in memory)."""
+    release(client)
+    client.close()
 
 
 def _worst(policies: set[str]) -> str:

@@ -42,7 +42,7 @@ from taskfleet.protocol.schedules import (
     first_slot,
     validate_schedule_name,
 )
-from taskfleet.protocol.scripts import Op, Ops, SweepResult, SyncScripts
+from taskfleet.protocol.scripts import Op, Ops, SweepResult, SyncScripts, release
 from taskfleet.protocol.tasks import Task
 
 __all__ = ["CancelOutcome", "EnqueueResult", "EnqueueSpec", "Queue", "TaskPage", "WorkerInfo"]
@@ -87,6 +87,7 @@ class Queue(Controlling):
 
     def close(self) -> None:
         if self._owns_client:
+            release(self.client)
             self.client.close()
 
     def __enter__(self) -> Queue:
