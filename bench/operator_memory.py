@@ -163,6 +163,19 @@ def deployments_seen(api: Any, names: set[str], since: float) -> list[float]:
     return list(seen.values())
 
 
+def delete_all(server: KubeApiserver) -> None:
+    """Every TaskQueue deleted (the request retried: a loaded apiserver times out)."""
+    argv = [kubectl_path(), "-n", NAMESPACE, "delete", "taskqueues", "--all", "--wait=false"]
+    for _ in range(5):
+        done = subprocess.run(
+            argv, check=False, env=server.env(), capture_output=True, timeout=1800
+        )
+        if done.returncode == 0:
+            return
+        time.sleep(5)
+    raise RuntimeError(f"kubectl delete failed: {done.stderr.decode(errors='replace')}")
+
+
 def sample(
     operators: dict[str, subprocess.Popen[bytes]], workdir: Path, label: str
 ) -> dict[str, float]:
@@ -233,21 +246,7 @@ def measure(workdir: Path) -> dict[str, Any]:
                 wait_for(handled, timeout=900, interval=1, what="every TaskQueue handled")
                 time.sleep(SETTLE_S)
                 full = sample(operators, workdir, f"cycle {cycle} full")
-                subprocess.run(
-                    [
-                        kubectl_path(),
-                        "-n",
-                        NAMESPACE,
-                        "delete",
-                        "taskqueues",
-                        "--all",
-                        "--wait=false",
-                    ],
-                    env=server.env(),
-                    capture_output=True,
-                    timeout=1800,
-                    check=True,
-                )
+                delete_all(server)
                 wait_for(
                     lambda: not _items(api, "taskqueues") and not _items(api, "deployments"),
                     timeout=900,
