@@ -9,11 +9,12 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help deps install lint test check crds crds-check bundle bundle-check bench bench-metrics bench-cluster \
         bench-processes bench-provider bench-schedules bench-expiry bench-flows bench-dashboard \
-        bench-autoscale bench-coldstart \
-        bench-podstart bench-operator bench-redis-sizing soak soak-faults demo demo-local local-demo \
+        bench-autoscale bench-coldstart bench-podstart bench-operator bench-operator-memory \
+        bench-redis-sizing soak soak-faults demo demo-local local-demo \
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
         kind-node-image kind-up kind-down clean release-tools release release-check \
         test-redis-versions test-redis-py-range bench-operator-outage helm chart-files chart-lint \
+        bench-fairness bench-groups \
         node-check e2e-release
 
 help: ## list targets
@@ -143,6 +144,9 @@ bench-podstart: ## a worker pod's start on the local cluster: pod created -> fir
 bench-operator: ## the operator with 50, 200, 1000 TaskQueues on the local cluster: idle CPU, memory, latencies
 	e2e/cluster/prepare.sh
 	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.operator_scale
+
+bench-operator-memory: ## two operator replicas, 5 create/delete cycles of 1,000 TaskQueues on a real apiserver: RSS per cycle, burst latency
+	$(BIN)/python -m bench.operator_memory
 
 bench-operator-outage: ## the operator with 1,000 TaskQueues whose Redis refuses them + 1 healthy: CPU, dead-pod requeue
 	$(BIN)/python -m bench.operator_outage

@@ -19,6 +19,10 @@ What is measured:
 - pod gone: a TaskQueue with one worker holding 4 long tasks; `kubectl delete pod
   --force --grace-period=0` -> every task out of that pod (pending again), read every
   20 ms through a port-forward.
+- cycles (BENCH_OPERATOR_CYCLES, 5; 0 = none) of BENCH_OPERATOR_CYCLE_QUEUES (1,000)
+  TaskQueues created in one apply and deleted: per cycle the Deployments' p50 / p99 / max
+  after the apply, then each operator replica's RSS (leader and standby, told apart by
+  the ClusterKopfPeering's priorities) with the N in place and once they are all gone.
 Figures, never pass/fail; everything it made is deleted at the end.
 """
 
@@ -43,34 +47,60 @@ from e2e.lib.kube import CLUSTER_ERRORS, Kube
 from e2e.lib.portforward import PortForward
 from tests.polling import wait_for
 
-SIZES = [int(n) for n in os.environ.get("BENCH_OPERATOR_QUEUES", "50,200,1000").split(",")]
+SIZES = [
+    int(n) for n in os.environ.get("BENCH_OPERATOR_QUEUES", "50,200,1000").split(",") if n.strip()
+]
 IDLE_S = float(os.environ.get("BENCH_OPERATOR_IDLE_S", "60"))
 # A py-spy profile of the idle operator, taken after the idle CPU figure (not during).
 PROFILE = os.environ.get("BENCH_OPERATOR_PROFILE", "")
 PROBES = int(os.environ.get("BENCH_OPERATOR_PROBES", "20"))
+CYCLES = int(os.environ.get("BENCH_OPERATOR_CYCLES", "5"))
+CYCLE_QUEUES = int(os.environ.get("BENCH_OPERATOR_CYCLE_QUEUES", "1000"))
+PEERING = os.environ.get("BENCH_OPERATOR_PEERING", "taskfleet")
 RESULTS = Path(__file__).resolve().parent / "results"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def operator_pid() -> int:
-    """The operator's process on this node (it runs in a pod of the local cluster)."""
-    found = []
+def operator_pids() -> dict[str, int]:
+    """The operator's processes on this node by pod name (they run in pods of the local
+    cluster as uid 10001, their POD_ID the pod's name; processes of tests run as others)."""
+    found: dict[str, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if entry.stat().st_uid != 10001:
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if (
-            b"taskfleet_operator" in argv
-            and b"-m" in argv
-            and not any(b"pytest" in a for a in argv)
-        ):
-            found.append(int(entry.name))
-    if len(found) != 1:
-        raise RuntimeError(f"expected one operator process on this node, found {found}")
-    return found[0]
+        if b"taskfleet_operator" in argv and b"-m" in argv:
+            pod = next((e[7:].decode() for e in environ if e.startswith(b"POD_ID=")), entry.name)
+            found[pod] = int(entry.name)
+    if not found:
+        raise RuntimeError("no operator process on this node")
+    return found
+
+
+def replicas_by_role() -> dict[str, int]:
+    """{"leader": pid, "standby": pid, ...}: the ClusterKopfPeering's live peer with the
+    highest priority leads; one replica alone is the leader."""
+    pids = operator_pids()
+    if len(pids) == 1:
+        return {"leader": next(iter(pids.values()))}
+    peering = json.loads(Kube().run("get", "clusterkopfpeering", PEERING, "-o", "json"))
+    peers = peering.get("status") or {}
+    ranked = sorted(pids, key=lambda pod: -int((peers.get(pod) or {}).get("priority", -(2**62))))
+    roles = {"leader": pids[ranked[0]]}
+    for i, pod in enumerate(ranked[1:]):
+        roles["standby" if i == 0 else f"standby-{i}"] = pids[pod]
+    return roles
+
+
+def operator_pid() -> int:
+    """The leading operator's process on this node."""
+    return replicas_by_role()["leader"]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -268,9 +298,96 @@ def measure(size: int) -> dict[str, Any]:
         Kube().run("delete", "namespace", namespace, "--wait=false", check=False)
 
 
+def cycles(size: int, count: int) -> list[dict[str, Any]]:
+    """``count`` create/delete cycles of ``size`` TaskQueues: Deployment latencies after
+    each apply and every replica's RSS, full and empty."""
+    namespace = f"bench-cycles-{secrets.token_hex(2)}"
+    kube = Kube().restricted_namespace(namespace)
+    forward = deploy_redis(kube)
+    apps = client.AppsV1Api()
+    rows: list[dict[str, Any]] = []
+    try:
+        roles = replicas_by_role()
+        for cycle in range(1, count + 1):
+            names = {f"q{i:04d}" for i in range(size)}
+            docs = [taskqueue_manifest(n, namespace, **queue_spec()) for n in sorted(names)]
+            text = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+            subprocess.run(
+                ["kubectl", "-n", namespace, "apply", "-f", "-"],
+                input=text,
+                text=True,
+                check=True,
+                capture_output=True,
+            )
+            applied = time.monotonic()
+            created = deployments_seen(apps, namespace, names, applied)
+            time.sleep(20)  # the first sweeps and status writes
+            full = {role: round(rss_mb(pid), 1) for role, pid in roles.items()}
+            kube.run("delete", "taskqueues", "--all", "--wait=false", check=False, timeout=300)
+            wait_for(
+                lambda: (
+                    not kube.items("taskqueues")
+                    and not kube.items("deployments", selector="taskfleet.dev/queue")
+                ),
+                timeout=900,
+                interval=2,
+                what="every TaskQueue and Deployment of the cycle gone",
+                ignoring=CLUSTER_ERRORS,
+            )
+            time.sleep(20)
+            empty = {role: round(rss_mb(pid), 1) for role, pid in roles.items()}
+            rows.append(
+                {
+                    "cycle": cycle,
+                    "queues": size,
+                    "deployment_after_apply_p50_s": statistics.median(created),
+                    "deployment_after_apply_p99_s": percentile(created, 0.99),
+                    "deployment_after_apply_max_s": max(created),
+                    "rss_full_mb": full,
+                    "rss_empty_mb": empty,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+        return rows
+    finally:
+        forward.stop()
+        kube.run("delete", "taskqueues", "--all", "--wait=false", check=False, timeout=300)
+        Kube().run("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def print_cycles(rows: list[dict[str, Any]]) -> None:
+    roles = list(rows[0]["rss_full_mb"])
+    print(
+        "\n| cycle | Deployment after apply p50 / p99 / max | "
+        + " | ".join(f"{role} RSS full / empty" for role in roles)
+        + " |"
+    )
+    print("|--:|--:|" + "--:|" * len(roles))
+    for r in rows:
+        cells = [
+            str(r["cycle"]),
+            "{:.2f} / {:.2f} / {:.2f} s".format(
+                r["deployment_after_apply_p50_s"],
+                r["deployment_after_apply_p99_s"],
+                r["deployment_after_apply_max_s"],
+            ),
+            *(
+                "{:.0f} / {:.0f} MB".format(r["rss_full_mb"][role], r["rss_empty_mb"][role])
+                for role in roles
+            ),
+        ]
+        print("| " + " | ".join(cells) + " |")
+    first, last = rows[0]["rss_full_mb"], rows[-1]["rss_full_mb"]
+    for role in roles:
+        print(
+            f"{role}: RSS with the queues, cycle 1 -> {len(rows)}: "
+            f"{(last[role] / first[role] - 1) * 100:+.1f} %"
+        )
+
+
 def main() -> int:
     config.load_kube_config()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for size in SIZES:
         print(f"[{datetime.now(UTC):%H:%M:%S}] {size} TaskQueues ...", flush=True)
         rows.append(measure(size))
@@ -294,9 +411,14 @@ def main() -> int:
             f"{r['rss_mb']:.0f} MB",
         ]
         print("| " + " | ".join(cells) + " |")
+    cycle_rows: list[dict[str, Any]] = []
+    if CYCLES:
+        print(f"[{datetime.now(UTC):%H:%M:%S}] {CYCLES} cycles of {CYCLE_QUEUES} ...", flush=True)
+        cycle_rows = cycles(CYCLE_QUEUES, CYCLES)
+        print_cycles(cycle_rows)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"operator-{datetime.now(UTC):%Y-%m-%dT%H%MZ}.json"
-    out.write_text(json.dumps(rows, indent=2))
+    out.write_text(json.dumps({"sizes": rows, "cycles": cycle_rows}, indent=2))
     print(f"\nwritten {out.relative_to(RESULTS.parent.parent)}")
     return 0
 

@@ -377,7 +377,12 @@ def test_a_missing_redis_secret_is_reported_and_recovers_when_the_secret_appears
     condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert condition["status"] == "False"
     assert "redis-auth" in condition["message"]
-    assert any("redis-auth" in m for m in cluster.event_messages("SecretUnavailable"))
+    wait_for(
+        lambda: any("redis-auth" in m for m in cluster.event_messages("SecretUnavailable")),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="the SecretUnavailable event",
+    )
     deployment = wait_for(
         lambda: cluster.deployment("secret"),
         timeout=APISERVER_TIMEOUT_S,
@@ -439,7 +444,12 @@ def test_a_secret_that_holds_no_redis_url_is_reported_without_its_value(
     condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     expected = f"key 'url' of Secret {cluster.namespace}/redis-bad is not a usable Redis URL"
     assert condition["message"].startswith(expected)
-    assert any(m.startswith(expected) for m in cluster.event_messages("SecretUnavailable"))
+    wait_for(
+        lambda: any(m.startswith(expected) for m in cluster.event_messages("SecretUnavailable")),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="the SecretUnavailable event",
+    )
     assert operator_process.alive()
     everything = [
         operator_process.log.read_text(errors="replace"),

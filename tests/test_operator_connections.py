@@ -3,7 +3,9 @@ texts with every secret masked."""
 
 from __future__ import annotations
 
+import gc
 import secrets
+import weakref
 from typing import Any
 
 import pytest
@@ -128,3 +130,73 @@ def test_a_taskqueue_gone_has_its_connection_closed_and_its_url_forgotten(
         assert len(reads) == 2
     finally:
         connections.close()
+
+
+def test_queues_on_one_server_share_one_client_closed_with_the_last(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The operator's state per TaskQueue is a `Queue` (names), not a client: 50 queues
+    on one server hold one client and one connection, and forgetting them all leaves
+    nothing held and nothing connected."""
+    name = f"tq-{secrets.token_hex(4)}"
+    url = f"{redis_url}?client_name={name}"
+
+    def connected() -> int:
+        return sum(1 for client in redis_client.client_list() if client["name"] == name)
+
+    connections = Connections(1.0, resolve_url=lambda _ns, _spec: url, url_ttl_s=60.0)
+    spec = make_spec()
+    try:
+        queues = [connections.get("ns", f"q{i}", spec) for i in range(50)]
+        assert all(queue.client.ping() for queue in queues)
+        assert len({id(queue.client) for queue in queues}) == 1
+        assert connected() == 1
+        assert connections.held() == {"queues": 50, "urls": 50, "targets": 50, "clients": 1}
+
+        for i in range(49):
+            connections.forget("ns", f"q{i}")
+        assert queues[-1].client.ping()  # the last one's client is still open
+        assert connections.held() == {"queues": 1, "urls": 1, "targets": 1, "clients": 1}
+
+        connections.forget("ns", "q49")
+        assert connections.held() == {"queues": 0, "urls": 0, "targets": 0, "clients": 0}
+        wait_for(lambda: connected() == 0, what="the server saw the shared connection close")
+        # Nothing else keeps it either (the scripts registered on it did, for good).
+        client = weakref.ref(queues[0].client)
+        del queues
+        gc.collect()
+        assert client() is None
+    finally:
+        connections.close()
+
+
+def test_a_queue_moved_to_another_server_leaves_the_old_client_to_its_other_queues(
+    redis_url: str,
+) -> None:
+    urls = {"a": redis_url, "b": redis_url}
+    connections = Connections(1.0, resolve_url=lambda _ns, spec: urls[spec.image], url_ttl_s=0.0)
+    try:
+        a = connections.get("ns", "a", make_spec(image="a"))
+        b = connections.get("ns", "b", make_spec(image="b"))
+        assert a.client is b.client
+        urls["b"] = redis_url.replace("/0", "/1")
+        moved = connections.get("ns", "b", make_spec(image="b"))
+        assert moved.client is not a.client
+        assert a.client.ping() and moved.client.ping()
+        assert connections.held()["clients"] == 2
+    finally:
+        connections.close()
+
+
+def test_a_closed_queue_frees_its_client(redis_url: str) -> None:
+    """A producer that opens and closes queues does not keep their clients."""
+    from taskfleet.producer.queue import Queue
+
+    queue = Queue("ns.freed", redis_url)
+    queue.stats()
+    queue.enqueue({"n": 1})  # a script call: the client's scripts registered
+    client = weakref.ref(queue.client)
+    queue.close()
+    del queue
+    gc.collect()
+    assert client() is None

@@ -1,4 +1,5 @@
-"""The operator's Redis connections: one `Queue` per TaskQueue, from its resolved URL.
+"""The operator's Redis connections: one `Queue` per TaskQueue, from its resolved URL, and
+one client (one connection pool) per connection target, shared by every queue on it.
 
 Reconciling, sweeping and the pod-deletion fast path all reach a queue through one
 `Connections`, which the startup handler creates and the cleanup handler closes. The
@@ -21,7 +22,7 @@ from taskfleet.protocol.calls import Call, run_all
 from taskfleet.protocol.connect import connect, durability
 from taskfleet.protocol.lists import QueueLists
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
-from taskfleet.protocol.scripts import Op, SyncScripts
+from taskfleet.protocol.scripts import Op, SyncScripts, release
 from taskfleet.protocol.store import slot_key
 
 from taskfleet_operator import builders, kube
@@ -76,6 +77,11 @@ def _unusable_url(namespace: str, spec: TaskQueueSpec, problem: str) -> Exceptio
 class Connections:
     """One `Queue` per TaskQueue, rebuilt when its Redis URL changes (e.g. a rotated Secret).
 
+    The queues of one connection target (the same resolved URL) share one client, so one
+    connection pool: its connections number the calls in flight at once (the operator's
+    threads), not the TaskQueues. A client per queue cost about 120 KB and a connection
+    per TaskQueue; the shared client is closed when its last queue is forgotten.
+
     Clients get short socket timeouts so an unreachable Redis fails a sweep quickly
     instead of stalling a handler thread. A resolved URL (a Secret read) is reused for
     ``url_ttl_s``, so sweeping does not GET every Secret every few seconds. Handlers run
@@ -101,6 +107,8 @@ class Connections:
         self._url_ttl_s = url_ttl_s
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, str], tuple[str, Queue]] = {}
+        # One client per target (digest of the resolved URL) and the queues that use it.
+        self._clients: dict[str, tuple[Any, set[Key]]] = {}
         self._urls: dict[tuple[str, str], tuple[float, str, str]] = {}
         # Each queue's connection target (digest, URL) and spec as last resolved.
         self._targets: dict[Key, tuple[str, str, TaskQueueSpec]] = {}
@@ -146,10 +154,33 @@ class Connections:
             cached = self._queues.get(key)
             if cached is not None and cached[0] == digest:
                 return cached[1]
+            shared = self._clients.get(digest)
+        client = shared[0] if shared is not None else self._connect(key, spec, url)
+        queue = Queue(
+            builders.queue_name(namespace, name), client=client, durability=durability(url)
+        )
+        with self._lock:
+            previous = self._queues.get(key)
+            shared = self._clients.get(digest)
+            if shared is None:
+                shared = self._clients[digest] = (client, set())
+            elif shared[0] is not client:  # another thread connected first: use its client
+                queue = Queue(queue.name, client=shared[0], durability=queue.durability)
+            shared[1].add(key)
+            self._queues[key] = (digest, queue)
+            unused = [] if previous is None else self._release(key, previous[0])
+        if shared[0] is not client:
+            _close(client)
+        for old in unused:
+            _close(old)
+        return queue
+
+    def _connect(self, key: Key, spec: TaskQueueSpec, url: str) -> Any:
+        """A new client for ``url`` (its target has none yet)."""
         try:
             parse_redis_url(url)  # what redis-py would misread or refuse only later
             # Outside the lock: a cluster client reads the cluster's map here.
-            client = connect(
+            return connect(
                 url,
                 socket_timeout=self._timeout_s,
                 socket_connect_timeout=self._timeout_s,
@@ -158,23 +189,26 @@ class Connections:
         except InvalidRedisURL as exc:
             with self._lock:
                 self._urls.pop(key, None)  # read the Secret again once it is fixed
-            raise _unusable_url(namespace, spec, str(exc)) from None
+            raise _unusable_url(key[0], spec, str(exc)) from None
         except ValueError:
             with self._lock:
                 self._urls.pop(key, None)
-            raise _unusable_url(namespace, spec, "redis-py refuses it") from None
+            raise _unusable_url(key[0], spec, "redis-py refuses it") from None
         except redis.RedisError as error:
-            self.report(namespace, name, error)
+            self.report(*key, error)
             raise
-        queue = Queue(
-            builders.queue_name(namespace, name), client=client, durability=durability(url)
-        )
-        with self._lock:
-            previous = self._queues.get(key)
-            self._queues[key] = (digest, queue)
-        if previous is not None and previous[1] is not queue:
-            previous[1].client.close()
-        return queue
+
+    def _release(self, key: Key, digest: str) -> list[Any]:
+        """Drop ``key`` from the users of its target's client (holding the lock): the
+        client to close when it was the last, else none."""
+        shared = self._clients.get(digest)
+        if shared is None:
+            return []
+        shared[1].discard(key)
+        if shared[1]:
+            return []
+        del self._clients[digest]
+        return [shared[0]]
 
     def report(self, namespace: str, name: str, error: BaseException) -> Fault | None:
         """A call to the queue's Redis failed with ``error``: park its server when the
@@ -307,12 +341,14 @@ class Connections:
 
     def forget(self, namespace: str, name: str) -> None:
         """Close the TaskQueue's connection and drop its URL: the TaskQueue is gone."""
+        key = (namespace, name)
         with self._lock:
-            self._urls.pop((namespace, name), None)
-            self._targets.pop((namespace, name), None)
-            cached = self._queues.pop((namespace, name), None)
-        if cached is not None:
-            cached[1].client.close()
+            self._urls.pop(key, None)
+            self._targets.pop(key, None)
+            cached = self._queues.pop(key, None)
+            unused = [] if cached is None else self._release(key, cached[0])
+        for client in unused:
+            _close(client)
 
     def by_server(
         self, keys: Iterable[tuple[str, str]] | None = None
@@ -377,9 +413,26 @@ class Connections:
 
     def close(self) -> None:
         with self._lock:
-            queues, self._queues = list(self._queues.values()), {}
-        for _, queue in queues:
-            queue.client.close()
+            clients, self._clients, self._queues = list(self._clients.values()), {}, {}
+        for client, _ in clients:
+            _close(client)
+
+    def held(self) -> dict[str, int]:
+        """What this holds, counted (queues, resolved URLs, targets, clients): each falls
+        back to what the TaskQueues served need once the others are forgotten."""
+        with self._lock:
+            return {
+                "queues": len(self._queues),
+                "urls": len(self._urls),
+                "targets": len(self._targets),
+                "clients": len(self._clients),
+            }
+
+
+def _close(client: Any) -> None:
+    """Close a client for good, its scripts forgotten (else they keep it in memory)."""
+    release(client)
+    client.close()
 
 
 def _worst(policies: set[str]) -> str:

@@ -234,6 +234,10 @@ def reconcile_taskqueue(
         except Exception:  # kopf retries it; counted so an alert sees it
             metrics.reconcile_errors.labels("error").inc()
             raise
+        finally:
+            # Sweep now: what changed, or the first sweep of a new TaskQueue, which waits
+            # for this (applied or refused, the sweep keeps the status from here).
+            memos.wakers(memo).wake((_ns(namespace), name))
 
 
 def _reconcile(
@@ -277,7 +281,6 @@ def _reconcile(
         logger.log(level, "queue settings not written yet: %s", describe_error(error))
     patch.status["selector"] = builders.selector_string(name)
     patch.status["observedGeneration"] = meta.get("generation")
-    memos.wakers(memo).wake((namespace, name))
 
 
 def _autoscaled(spec: kopf.Spec, **_: Any) -> bool:
@@ -381,6 +384,11 @@ async def sweep_taskqueue(
     woken = wakers.register(key)
     was_idle = False
     try:
+        if not (body.get("status") or {}).get("observedGeneration"):
+            # Never handled yet (just created): the create handler wakes this loop once it
+            # has applied the Deployment and configured the queue, or failed to. Sweeping
+            # before would only compete with a burst's creations for threads and the API.
+            await wakeups.wait(woken, stopped, SETTINGS.idle_sweep_interval_s)
         while not stopped:
             woken.clear()
             try:

@@ -35,15 +35,23 @@ class SecretUnavailable(Exception):  # noqa: N818 - a condition reason, not a cr
     """The Redis Secret (or its key) is missing; the message says which and what to do."""
 
 
+#: Connections kept to the apiserver: one per thread that calls it at once (kopf's handler
+#: threads and the operator's sweep threads, 16 each). The client's default, five per CPU,
+#: made a burst open and drop a TLS connection per call beyond it.
+POOL_CONNECTIONS = 40
+
+
 @functools.cache
 def _api_client() -> client.ApiClient:
     """One API client for the process: in-cluster credentials, else the kubeconfig."""
     with _lock:
+        configuration = client.Configuration()
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
+            config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        configuration.connection_pool_maxsize = POOL_CONNECTIONS
+        return client.ApiClient(configuration)
 
 
 def core() -> client.CoreV1Api:

@@ -32,7 +32,7 @@ from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.redisurl import parse_redis_url
-from taskfleet.protocol.scripts import AsyncScripts, Ops
+from taskfleet.protocol.scripts import AsyncScripts, Ops, release
 from taskfleet.protocol.tasks import Task
 
 __all__ = ["AsyncQueue"]
@@ -75,6 +75,7 @@ class AsyncQueue:
 
     async def aclose(self) -> None:
         if self._owns_client:
+            release(self.client)
             await self.client.aclose()
 
     async def __aenter__(self) -> AsyncQueue:

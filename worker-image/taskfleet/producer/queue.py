@@ -45,7 +45,7 @@ from taskfleet.protocol.schedules import (
     first_slot,
     validate_schedule_name,
 )
-from taskfleet.protocol.scripts import Op, Ops, SweepResult, SyncScripts
+from taskfleet.protocol.scripts import Op, Ops, SweepResult, SyncScripts, release
 from taskfleet.protocol.tasks import Task
 
 __all__ = ["CancelOutcome", "EnqueueResult", "EnqueueSpec", "Queue", "TaskPage", "WorkerInfo"]
@@ -91,6 +91,7 @@ class Queue(Controlling, Quotas):
 
     def close(self) -> None:
         if self._owns_client:
+            release(self.client)
             self.client.close()
 
     def __enter__(self) -> Queue:

@@ -192,9 +192,20 @@ class AsyncScripts:
         return self._scripts[name]
 
 
-# Weak: a registry must not keep closed clients alive.
+# Weak by key, yet each entry's scripts are bound to their client (redis-py's Script keeps
+# it), so an entry keeps its client alive: a client closed for good is `release`d.
 _SYNC: weakref.WeakKeyDictionary[SyncClient, SyncScripts] = weakref.WeakKeyDictionary()
 _ASYNC: weakref.WeakKeyDictionary[redis.asyncio.Redis, AsyncScripts] = weakref.WeakKeyDictionary()
+
+
+def release(client: SyncClient | redis.asyncio.Redis) -> None:
+    """Forget ``client``'s scripts, so a client closed for good can be freed: without
+    this, every client a process ever ran a script on stays in memory (its pool, parser
+    buffers and scripts, about 60 KB), e.g. one per TaskQueue the operator served."""
+    if isinstance(client, redis.asyncio.Redis):
+        _ASYNC.pop(client, None)
+    else:
+        _SYNC.pop(client, None)
 
 
 def text(value: Any) -> str:

@@ -1,0 +1,321 @@
+"""The operator's memory over create/delete cycles and a burst's Deployment latency, as
+figures, without a cluster: a real etcd + kube-apiserver (the test tier's), a real
+kube-controller-manager (the Deployment controller and the garbage collector, so a deleted
+TaskQueue's Deployment goes as it does in a cluster), one redis-server, and two operator
+processes (``python -m taskfleet_operator``, HA: one ClusterKopfPeering, the Deployment's
+default intervals, the ServiceAccount and RBAC of manifests/rbac).
+
+    make bench-operator-memory                      # 1,000 TaskQueues, 5 cycles
+    BENCH_MEMORY_QUEUES=200 BENCH_MEMORY_CYCLES=3 make bench-operator-memory
+    BENCH_MEMORY_COUNTS=1 make bench-operator-memory  # + the commonest object types
+
+Each cycle: N TaskQueues (replicas 0) in one `kubectl create`; each Deployment first seen
+(listed every 0.1 s) after the create returned: p50, p99, max; every TaskQueue handled
+(status.observedGeneration) and BENCH_MEMORY_SETTLE_S (20 s) of quiet, then each
+replica's RSS ("full"); every TaskQueue deleted, its finalizer gone and its Deployment
+collected, the same quiet, RSS again ("empty"). Figures, never pass/fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from bench.operator_outage import kubectl, operator_kubeconfig
+from bench.operator_scale import percentile, rss_mb
+from tests.fixtures_kube import KubeApiserver, kubectl_path
+from tests.fixtures_operator import GROUP, PLURAL, REPO, VERSION
+from tests.fixtures_redis import RedisServer, free_port
+from tests.polling import wait_for
+
+QUEUES = int(os.environ.get("BENCH_MEMORY_QUEUES", "1000"))
+CYCLES = int(os.environ.get("BENCH_MEMORY_CYCLES", "5"))
+SETTLE_S = float(os.environ.get("BENCH_MEMORY_SETTLE_S", "20"))
+COUNTS = os.environ.get("BENCH_MEMORY_COUNTS", "") not in ("", "0")
+#: Another checkout whose operator to run (its operator/ and worker-image/ first on the path).
+SOURCE = os.environ.get("BENCH_MEMORY_SRC", "")
+RESULTS = Path(__file__).resolve().parent / "results"
+NAMESPACE = "bench-memory"
+PEERING = "bench-memory"
+
+# With BENCH_MEMORY_COUNTS, each operator writes its live objects by type on SIGUSR1.
+_COUNTING = """
+import collections, gc, os, signal, sys
+
+def _count(signum, frame):
+    gc.collect()
+    counts = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+    path = os.environ["BENCH_MEMORY_COUNTS_FILE"]
+    with open(path, "a") as out:
+        out.write("--- " + str(sum(counts.values())) + " objects\\n")
+        for name, n in counts.most_common(40):
+            out.write(f"{n:9d} {name}\\n")
+
+signal.signal(signal.SIGUSR1, _count)
+"""
+
+
+def controller_manager(server: KubeApiserver, log: Path) -> subprocess.Popen[bytes]:
+    """The Deployment and ReplicaSet controllers and the garbage collector."""
+    pki = server.directory / "pki"
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [
+                str(server.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={server.kubeconfig}",
+                "--controllers=deployment,replicaset,garbagecollector",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={free_port()}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def start_operator(
+    server: KubeApiserver, kubeconfig: Path, workdir: Path, name: str
+) -> subprocess.Popen[bytes]:
+    env = {
+        **server.env(),
+        "KUBECONFIG": str(kubeconfig),
+        "TASKFLEET_WATCH_NAMESPACES": NAMESPACE,
+        "TASKFLEET_METRICS_PORT": str(free_port()),
+        "TASKFLEET_PEERING": PEERING,
+        "POD_ID": name,
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    paths = [f"{SOURCE}/operator", f"{SOURCE}/worker-image"] if SOURCE else []
+    if COUNTS:
+        site = workdir / "counting"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(_COUNTING)
+        paths.append(str(site))
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
+        env["BENCH_MEMORY_COUNTS_FILE"] = str(workdir / f"{name}.counts")
+    liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    with (workdir / f"{name}.log").open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "taskfleet_operator", "--liveness", liveness],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=SOURCE or REPO,
+        )
+
+
+def taskqueue(name: str, url: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TaskQueue",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "image": "localhost/taskfleet-worker:dev",
+            "handler": "taskfleet.samples:echo",
+            "replicas": 0,
+            "redis": {"url": url},
+            "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}},
+        },
+    }
+
+
+def _items(api: Any, kind: str) -> list[dict[str, Any]]:
+    if kind == "deployments":
+        listed: Any = client.AppsV1Api(api).list_namespaced_deployment(
+            NAMESPACE, _preload_content=False
+        )
+    else:
+        listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            GROUP, VERSION, NAMESPACE, PLURAL, _preload_content=False
+        )
+    items: list[dict[str, Any]] = json.loads(listed.data)["items"]
+    return items
+
+
+def deployments_seen(api: Any, names: set[str], since: float) -> list[float]:
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + 900
+    while len(seen) < len(names):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(names) - len(seen)} Deployments missing after 900 s")
+        items = _items(api, "deployments")
+        now = time.monotonic()
+        for item in items:
+            name = item["metadata"]["name"]
+            if name in names and name not in seen:
+                seen[name] = now - since
+        time.sleep(0.1)
+    return list(seen.values())
+
+
+def delete_all(server: KubeApiserver) -> None:
+    """Every TaskQueue deleted (the request retried: a loaded apiserver times out)."""
+    argv = [kubectl_path(), "-n", NAMESPACE, "delete", "taskqueues", "--all", "--wait=false"]
+    for _ in range(5):
+        done = subprocess.run(
+            argv, check=False, env=server.env(), capture_output=True, timeout=1800
+        )
+        if done.returncode == 0:
+            return
+        time.sleep(5)
+    raise RuntimeError(f"kubectl delete failed: {done.stderr.decode(errors='replace')}")
+
+
+def sample(
+    operators: dict[str, subprocess.Popen[bytes]], workdir: Path, label: str
+) -> dict[str, float]:
+    rss = {name: round(rss_mb(p.pid), 1) for name, p in operators.items()}
+    if COUNTS:
+        for name, process in operators.items():
+            with (workdir / f"{name}.counts").open("a") as out:
+                out.write(f"=== {label}\n")
+            process.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+    return rss
+
+
+def measure(workdir: Path) -> dict[str, Any]:
+    server = KubeApiserver(workdir / "kube")
+    server.start()
+    manager = controller_manager(server, workdir / "controller-manager.log")
+    redis_server = RedisServer(workdir / "redis")
+    redis_server.start()
+    operators: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        kubeconfig = operator_kubeconfig(server, workdir)
+        kubectl(server, "apply", "-f", str(REPO / "manifests" / "operator" / "peering.yaml"))
+        kubectl(
+            server,
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/clusterkopfpeerings.kopf.dev",
+        )
+        kubectl(server, "create", "namespace", NAMESPACE)
+        operators["leader"] = start_operator(server, kubeconfig, workdir, "leader")
+        time.sleep(15)  # the older replica leads
+        operators["standby"] = start_operator(server, kubeconfig, workdir, "standby")
+        time.sleep(15)
+        rows: list[dict[str, Any]] = []
+        with server.api_client() as api:
+            custom = client.CustomObjectsApi(api)
+            start_rss = sample(operators, workdir, "start")
+            print(f"start: RSS {start_rss}", flush=True)
+            for cycle in range(1, CYCLES + 1):
+                names = {f"q{i:04d}" for i in range(QUEUES)}
+                items = [taskqueue(n, redis_server.url) for n in sorted(names)]
+                # create, not apply: one POST per object (apply reads each first), and a
+                # loaded apiserver takes minutes over 1,000 of them.
+                subprocess.run(
+                    [kubectl_path(), "create", "-f", "-"],
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+                    env=server.env(),
+                    capture_output=True,
+                    text=True,
+                    timeout=1800,
+                    check=True,
+                )
+                applied = time.monotonic()
+                created = deployments_seen(api, names, applied)
+
+                def handled() -> bool:
+                    listed: Any = custom.list_namespaced_custom_object(
+                        GROUP, VERSION, NAMESPACE, PLURAL, _preload_content=False
+                    )
+                    found = json.loads(listed.data)["items"]
+                    return (
+                        sum(1 for i in found if i.get("status", {}).get("observedGeneration"))
+                        >= QUEUES
+                    )
+
+                wait_for(handled, timeout=900, interval=1, what="every TaskQueue handled")
+                time.sleep(SETTLE_S)
+                full = sample(operators, workdir, f"cycle {cycle} full")
+                delete_all(server)
+                wait_for(
+                    lambda: not _items(api, "taskqueues") and not _items(api, "deployments"),
+                    timeout=900,
+                    interval=2,
+                    what="every TaskQueue and Deployment gone",
+                )
+                time.sleep(SETTLE_S)
+                empty = sample(operators, workdir, f"cycle {cycle} empty")
+                row = {
+                    "cycle": cycle,
+                    "deployment_p50_s": round(statistics.median(created), 2),
+                    "deployment_p99_s": round(percentile(created, 0.99), 2),
+                    "deployment_max_s": round(max(created), 2),
+                    "rss_full_mb": full,
+                    "rss_empty_mb": empty,
+                }
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        return {
+            "queues": QUEUES,
+            "start_rss_mb": start_rss,
+            "cycles": rows,
+            "load_average_1m": os.getloadavg()[0],
+        }
+    finally:
+        for process in operators.values():
+            process.terminate()
+        for process in operators.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        manager.terminate()
+        manager.wait(timeout=30)
+        redis_server.stop()
+        server.stop()
+
+
+def main() -> int:
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {QUEUES} TaskQueues x {CYCLES} cycles ...", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+        try:
+            result = measure(Path(tmp))
+        finally:
+            keep = Path(tempfile.gettempdir()) / "bench-operator-memory"
+            keep.mkdir(exist_ok=True)
+            for path in Path(tmp).glob("*.log"):
+                (keep / path.name).write_bytes(path.read_bytes())
+            for path in Path(tmp).glob("*.counts"):
+                (keep / path.name).write_bytes(path.read_bytes())
+    print(
+        "\n| cycle | Deployment after apply p50 / p99 / max | leader RSS full / empty "
+        "| standby RSS full / empty |"
+    )
+    print("|--:|--:|--:|--:|")
+    for r in result["cycles"]:
+        full, empty = r["rss_full_mb"], r["rss_empty_mb"]
+        print(
+            f"| {r['cycle']} | {r['deployment_p50_s']:.2f} / {r['deployment_p99_s']:.2f} / "
+            f"{r['deployment_max_s']:.2f} s | {full['leader']:.0f} / {empty['leader']:.0f} MB | "
+            f"{full['standby']:.0f} / {empty['standby']:.0f} MB |"
+        )
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"operator-memory-{datetime.now(UTC):%Y-%m-%dT%H%MZ}.json"
+    out.write_text(json.dumps(result, indent=2))
+    print(f"written {out.relative_to(RESULTS.parent.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
