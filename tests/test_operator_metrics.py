@@ -80,6 +80,7 @@ def test_one_scrape_reads_every_queue_its_counts_workers_and_oldest_pending_age(
         "done": 0,
         "dead": 0,
         "cancelled": 0,
+        "waiting": 0,
     }
     assert mails.counters["enqueued"] == 3
     assert (mails.workers, mails.workers_alive, mails.slots_alive) == (2, 2, 6)
