@@ -42,6 +42,8 @@ RESULTS_DIR = BENCH_DIR / "results"
 README = BENCH_DIR / "README.md"
 README_START = "<!-- results:start -->"
 README_END = "<!-- results:end -->"
+# A run with the Node and Go peers but not every Python one: its own README section.
+README_NATIVE = ("<!-- native-results:start -->", "<!-- native-results:end -->")
 
 # One venv per peer: rq and celery want redis-py 6+, arq pins redis<6.
 PEER_PINS: dict[str, str] = {
@@ -336,15 +338,15 @@ def peer_ratios(by_name: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
-def write_readme(text: str) -> None:
+def write_readme(text: str, markers: tuple[str, str] = (README_START, README_END)) -> None:
     if not README.exists():
         return
     content = README.read_text()
-    start, end = content.find(README_START), content.find(README_END)
+    start, end = content.find(markers[0]), content.find(markers[1])
     if start < 0 or end < start:
         log(f"{README} has no results markers; not updated")
         return
-    new = content[: start + len(README_START)] + "\n" + text + "\n" + content[end:]
+    new = content[: start + len(markers[0])] + "\n" + text + "\n" + content[end:]
     README.write_text(new)
 
 
@@ -437,9 +439,14 @@ def main(argv: list[str] | None = None) -> int:
         path = RESULTS_DIR / f"{started.strftime('%Y-%m-%dT%H%MZ')}.json"
         path.write_text(json.dumps(report, indent=2) + "\n")
         log(f"wrote {path}")
-        if not failed and args.peer_list:  # the README shows complete side-by-side tables
+        # The README shows complete side-by-side tables: every Python peer's, else the
+        # Node and Go peers' in a section of their own.
+        if not failed and set(PEER_PINS) <= set(args.peer_list):
             write_readme(text)
             log(f"updated {README}")
+        elif not failed and set(NATIVE_PEERS) & set(args.peer_list):
+            write_readme(text, README_NATIVE)
+            log(f"updated {README} (Node and Go peers)")
     return 1 if failed else 0
 
 

@@ -22,7 +22,10 @@ SYSTEMS_DIR = Path(__file__).resolve().parent
 BENCH_DIR = SYSTEMS_DIR.parent
 NODE_DIR = BENCH_DIR / ".peers" / "node"  # bench/node's files and their node_modules
 ASYNQ_BIN = BENCH_DIR / ".peers" / "asynq" / "asynqbench"
-TASKFLEET_NODE = BENCH_DIR.parent / "clients" / "node" / "dist" / "src"
+# BENCH_TASKFLEET_NODE: another build's dist/src (a before/after comparison of the client)
+TASKFLEET_NODE = Path(
+    os.environ.get("BENCH_TASKFLEET_NODE", BENCH_DIR.parent / "clients" / "node" / "dist" / "src")
+)
 
 
 def need(path: Path) -> Path:
