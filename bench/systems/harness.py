@@ -219,7 +219,8 @@ def wait_done(client: redis.Redis, target: int, deadline: float) -> Iterator[tup
 
 
 def measure(adapter: Adapter, args: argparse.Namespace, result: Result) -> None:
-    client = redis.Redis.from_url(args.redis_url)
+    # redis-py 8 reads with a 5 s timeout by default: a BLPOP may wait longer than that
+    client = redis.Redis.from_url(args.redis_url, socket_timeout=args.latency_timeout + 5)
     n, batch = args.n, args.batch
 
     log(f"{adapter.name}: enqueue warm-up ({args.enqueue_warmup} single, 1 batch; not timed)")
