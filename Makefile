@@ -92,7 +92,7 @@ bundle: ## rebuild the script bundle (protocol/bundle/), its manifest and docs/p
 bundle-check: ## fail if the committed bundle, manifest or script reference drifted from lua/ and signatures.py
 	$(BIN)/python -m taskfleet.protocol.bundle --check
 
-bench: ## throughput and latency figures with peers, then the Redis Cluster figure (see bench/README.md)
+bench: ## throughput and latency (PEERS=1: Python, Node and Go peers, taskfleet's Node rows), then the Redis Cluster figure (see bench/README.md)
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.cluster
 	$(BIN)/python -m bench.isolation

@@ -9,7 +9,8 @@ for a complete run with peers, the results section of bench/README.md.
 
     python -m bench.run                          # taskfleet only (about a minute)
     python -m bench.run --peers rq,arq,celery,dramatiq
-    PEERS=1 make bench                           # the same, every peer
+    python -m bench.run --peers taskfleet-node,bullmq,asynq   # Node and Go
+    PEERS=1 make bench                           # every peer, and taskfleet's Node rows
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from typing import Any
 
 import redis
 
+from bench import native
+
 BENCH_DIR = Path(__file__).resolve().parent
 SYSTEMS_DIR = BENCH_DIR / "systems"
 PEERS_DIR = BENCH_DIR / ".peers"
@@ -39,6 +42,8 @@ RESULTS_DIR = BENCH_DIR / "results"
 README = BENCH_DIR / "README.md"
 README_START = "<!-- results:start -->"
 README_END = "<!-- results:end -->"
+# A run with the Node and Go peers but not every Python one: its own README section.
+README_NATIVE = ("<!-- native-results:start -->", "<!-- native-results:end -->")
 
 # One venv per peer: rq and celery want redis-py 6+, arq pins redis<6.
 PEER_PINS: dict[str, str] = {
@@ -47,6 +52,16 @@ PEER_PINS: dict[str, str] = {
     "celery": "celery[redis]==5.7.0",
     "dramatiq": "dramatiq[redis]==2.2.1",
 }
+# Systems outside Python (bench/native.py prepares them): peer name -> (the harness's
+# system, its variant, what bench/native.py must prepare). Their harness runs in the
+# project venv; their producers and workers are Node or Go processes.
+NATIVE_PEERS: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
+    "taskfleet-node": ("taskfleet_node", None, ("node", "taskfleet-node")),
+    "bullmq": ("bullmq", None, ("node",)),
+    "bullmq8": ("bullmq", "8", ("node",)),
+    "asynq": ("asynq", None, ("asynq",)),
+}
+KNOWN_PEERS = [*PEER_PINS, *NATIVE_PEERS]
 SYSTEM_TIMEOUT_S = 600.0
 #: Metrics on may cost the drain at most this much, in %.
 METRICS_COST_GOAL = 3
@@ -271,14 +286,49 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
 
 #: taskfleet's goals against the peers in the same run: (figure, label, at least x peer).
 PEER_GOALS = [("enqueue_single_per_s", "enqueue 1-by-1", 1.5), ("drain_per_s", "drain", 3.5)]
+#: The same against the Node and Go peers (by name up to its first space), and what the
+#: Node rows must do against them; figures without a goal are printed as ratios alone.
+NATIVE_GOALS: dict[str, dict[str, float]] = {
+    "bullmq": {"drain_per_s": 2.0},
+    "asynq": {"drain_per_s": 1.5, "enqueue_single_per_s": 1.0},
+}
+NODE_GOALS: dict[str, dict[str, float]] = {"bullmq": {"drain_per_s": 1.0}}
+RATIO_FIGURES = [
+    ("enqueue_single_per_s", "enqueue 1-by-1"),
+    ("enqueue_batch_per_s", "batched"),
+    ("drain_per_s", "drain"),
+]
+
+
+def ratio_line(ours: dict[str, Any], peer: dict[str, Any], goals: dict[str, float]) -> str:
+    parts = []
+    for key, label in RATIO_FIGURES:
+        mine, theirs = ours.get(key), peer.get(key)
+        if not (mine and theirs):
+            continue
+        ratio = mine / theirs
+        part = f"{label} {ratio:.2f}x"
+        if key in goals:
+            part += f" (goal >= {goals[key]}x: {'met' if ratio >= goals[key] else 'missed'})"
+        parts.append(part)
+    return f"{ours['system']} vs {peer['system']}: " + "; ".join(parts) + "."
 
 
 def peer_ratios(by_name: dict[str, dict[str, Any]]) -> list[str]:
     """One line per peer: taskfleet's figures as multiples of the peer's, next to the goal."""
-    plain = by_name.get("taskfleet")
+    plain, node = by_name.get("taskfleet"), by_name.get("taskfleet (Node)")
     out = []
     for name, peer in by_name.items():
-        if name.startswith("taskfleet") or plain is None:
+        if name.startswith("taskfleet"):
+            continue
+        family = name.split(" ")[0]
+        if family in NATIVE_GOALS:
+            if plain is not None:
+                out.append(ratio_line(plain, peer, NATIVE_GOALS[family]))
+            if node is not None:
+                out.append(ratio_line(node, peer, NODE_GOALS.get(family, {})))
+            continue
+        if plain is None:
             continue
         parts = []
         for key, label, goal in PEER_GOALS:
@@ -292,15 +342,15 @@ def peer_ratios(by_name: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
-def write_readme(text: str) -> None:
+def write_readme(text: str, markers: tuple[str, str] = (README_START, README_END)) -> None:
     if not README.exists():
         return
     content = README.read_text()
-    start, end = content.find(README_START), content.find(README_END)
+    start, end = content.find(markers[0]), content.find(markers[1])
     if start < 0 or end < start:
         log(f"{README} has no results markers; not updated")
         return
-    new = content[: start + len(README_START)] + "\n" + text + "\n" + content[end:]
+    new = content[: start + len(markers[0])] + "\n" + text + "\n" + content[end:]
     README.write_text(new)
 
 
@@ -311,7 +361,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--peers",
         default=os.environ.get("PEERS", ""),
-        help="comma-separated peers to run too (rq,arq,celery,dramatiq), or 1/all for "
+        help="comma-separated peers to run too (rq,arq,celery,dramatiq, taskfleet-node: the "
+        "Node client's rows, bullmq, bullmq8: BullMQ at concurrency 8, asynq), or 1/all for "
         "every one; default from $PEERS, else none",
     )
     parser.add_argument("--no-taskfleet", action="store_true", help="run only the peers")
@@ -341,12 +392,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if raw in ("", "0", "no", "none"):
         args.peer_list = []
     elif raw in ("1", "yes", "all"):
-        args.peer_list = list(PEER_PINS)
+        args.peer_list = list(KNOWN_PEERS)
     else:
         args.peer_list = [p.strip() for p in raw.split(",") if p.strip()]
-        unknown = [p for p in args.peer_list if p not in PEER_PINS]
+        unknown = [p for p in args.peer_list if p not in KNOWN_PEERS]
         if unknown:
-            parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEER_PINS)}")
+            parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(KNOWN_PEERS)}")
     if args.no_taskfleet and not args.peer_list:
         parser.error("--no-taskfleet needs --peers")
     return args
@@ -361,7 +412,13 @@ def main(argv: list[str] | None = None) -> int:
         systems += [("taskfleet", None, Path(sys.executable))]
         systems += [("taskfleet", "async", Path(sys.executable))]
         systems += [("taskfleet", "metrics", Path(sys.executable))]
-    systems += [(name, None, peer_python(name)) for name in args.peer_list]
+    for name in args.peer_list:
+        if name in NATIVE_PEERS:
+            system, variant, needs = NATIVE_PEERS[name]
+            native.prepare(*needs)
+            systems.append((system, variant, Path(sys.executable)))
+        else:
+            systems.append((name, None, peer_python(name)))
 
     started = datetime.now(UTC)
     report: dict[str, Any] = {
@@ -393,9 +450,14 @@ def main(argv: list[str] | None = None) -> int:
         path = RESULTS_DIR / f"{started.strftime('%Y-%m-%dT%H%MZ')}.json"
         path.write_text(json.dumps(report, indent=2) + "\n")
         log(f"wrote {path}")
-        if not failed and args.peer_list:  # the README shows complete side-by-side tables
+        # The README shows complete side-by-side tables: every Python peer's, else the
+        # Node and Go peers' in a section of their own.
+        if not failed and set(PEER_PINS) <= set(args.peer_list):
             write_readme(text)
             log(f"updated {README}")
+        elif not failed and set(NATIVE_PEERS) & set(args.peer_list):
+            write_readme(text, README_NATIVE)
+            log(f"updated {README} (Node and Go peers)")
     return 1 if failed else 0
 
 

@@ -219,7 +219,8 @@ def wait_done(client: redis.Redis, target: int, deadline: float) -> Iterator[tup
 
 
 def measure(adapter: Adapter, args: argparse.Namespace, result: Result) -> None:
-    client = redis.Redis.from_url(args.redis_url)
+    # redis-py 8 reads with a 5 s timeout by default: a BLPOP may wait longer than that
+    client = redis.Redis.from_url(args.redis_url, socket_timeout=args.latency_timeout + 5)
     n, batch = args.n, args.batch
 
     log(f"{adapter.name}: enqueue warm-up ({args.enqueue_warmup} single, 1 batch; not timed)")
@@ -374,7 +375,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument("--latency-warmup", type=int, default=20)
     parser.add_argument("--latency-gap-ms", type=float, default=5.0)
-    parser.add_argument("--latency-timeout", type=float, default=10.0)
+    # A bound, not a figure: a Node worker's cold start took 4-5 s on a machine at load 20.
+    parser.add_argument("--latency-timeout", type=float, default=30.0)
     parser.add_argument("--drain-timeout", type=float, default=120.0)
     parser.add_argument("--cold-starts", type=int, default=5, help="0 to skip")
     args = parser.parse_args(argv)

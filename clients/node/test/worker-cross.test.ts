@@ -113,6 +113,9 @@ describe("the Node worker with Python on one queue", needsPython, () => {
     const counted = new Map<string, number>();
     for (const [, id] of ends) counted.set(id, (counted.get(id) ?? 0) + 1);
     for (const id of ids) assert.ok((counted.get(id) ?? 0) >= 1, id);
+    // a SIGTERM before node has loaded the command would kill it, not drain it: on a busy
+    // machine the replacement may still be starting when the tasks are all done
+    await replacement.saw(/event=worker_started/);
     for (const w of [py, replacement]) w.kill("SIGTERM");
     assert.equal(await py.exit(), 0, py.output);
     assert.equal(await replacement.exit(), 0, replacement.output);

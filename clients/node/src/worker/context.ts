@@ -53,9 +53,9 @@ export class TaskContext {
   readonly incarnation: string;
   /** The producer's trace context as stored (JSON of a carrier); null when not read. */
   readonly trace: string | null;
-  /** Aborted when the run should stop (see the module's doc). */
-  readonly signal: AbortSignal;
-  private readonly controller: AbortController;
+  // Made on the first read of `signal` or the first stop: most runs never need one, and
+  // an AbortController per task is a measurable part of a short task's cost.
+  private controller: AbortController | null = null;
   private readonly token: string;
   private readonly sink: ReportSink;
   private wasCancelled = false;
@@ -81,8 +81,12 @@ export class TaskContext {
     this.trace = fields.trace;
     this.token = fields.token;
     this.sink = fields.sink;
-    this.controller = new AbortController();
-    this.signal = this.controller.signal;
+  }
+
+  /** Aborted when the run should stop (see the module's doc). */
+  get signal(): AbortSignal {
+    this.controller ??= new AbortController();
+    return this.controller.signal;
   }
 
   /** True once the task was cancelled (`Queue.cancel`): stop soon; it ends cancelled whatever the run returns. */
@@ -114,10 +118,11 @@ export class TaskContext {
   /** @internal The worker stops the run: abort its signal with a reason named `reason`. */
   stop(reason: StopReason, message: string): void {
     if (reason === "CancelledError") this.wasCancelled = true;
-    if (this.signal.aborted) return;
+    const controller = (this.controller ??= new AbortController());
+    if (controller.signal.aborted) return;
     const error = new Error(message);
     error.name = reason;
-    this.controller.abort(error);
+    controller.abort(error);
   }
 }
 
