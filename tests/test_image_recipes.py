@@ -1,5 +1,6 @@
-"""The image recipes (worker-image/, examples/*-image/) agree with what the operator's
-pods ask of an image: the command it sets, the preStop program, the user it runs as.
+"""The image recipes (worker-image/, clients/node/, examples/*-image/) agree with what the
+operator's pods ask of an image: the command it sets, the preStop program, the user it
+runs as.
 
 Building and running them is e2e/test_app_image.py; this checks, without a cluster,
 that an edit on one side does not leave the other behind.
@@ -17,8 +18,13 @@ from taskfleet_operator import builders
 from taskfleet_operator.models import TaskQueueSpec
 
 REPO = Path(__file__).resolve().parents[1]
-#: Images the operator's pods may run: the worker image and the recipes of docs/images.md.
-RUNNABLE = ["worker-image/Dockerfile", "examples/own-base-image/Dockerfile"]
+#: Images the operator's pods may run, and the runtime a TaskQueue names for each: the
+#: worker images and the recipes of docs/images.md.
+RUNNABLE = [
+    ("worker-image/Dockerfile", "python"),
+    ("examples/own-base-image/Dockerfile", "python"),
+    ("clients/node/Dockerfile", "node"),
+]
 RECIPES = ["examples/app-image", "examples/own-base-image"]
 
 
@@ -37,32 +43,41 @@ def last(path: str, instruction: str) -> str:
     return values[-1]
 
 
-def worker_container() -> dict[str, Any]:
+def worker_container(runtime: str = "python") -> dict[str, Any]:
     spec = TaskQueueSpec.model_validate(
-        {"image": "x", "handler": "myapp.tasks:f", "redis": {"url": "redis://r:6379/0"}}
+        {
+            "image": "x",
+            "runtime": runtime,
+            "handler": "myapp.tasks:f",
+            "redis": {"url": "redis://r:6379/0"},
+        }
     )
     return builders.worker_container("ns", "q", spec)
 
 
-@pytest.mark.parametrize("path", RUNNABLE)
-def test_an_image_s_exec_form_entrypoint_is_the_command_the_operator_sets(path: str) -> None:
-    assert json.loads(last(path, "ENTRYPOINT")) == worker_container()["command"]
+@pytest.mark.parametrize(("path", "runtime"), RUNNABLE)
+def test_an_image_s_exec_form_entrypoint_is_the_command_the_operator_sets(
+    path: str, runtime: str
+) -> None:
+    assert json.loads(last(path, "ENTRYPOINT")) == worker_container(runtime)["command"]
 
 
-@pytest.mark.parametrize("path", RUNNABLE)
-def test_the_pre_stop_hook_runs_the_same_program_as_the_entrypoint(path: str) -> None:
-    pre_stop = worker_container()["lifecycle"]["preStop"]["exec"]["command"]
+@pytest.mark.parametrize(("path", "runtime"), RUNNABLE)
+def test_the_pre_stop_hook_runs_the_same_program_as_the_entrypoint(path: str, runtime: str) -> None:
+    pre_stop = worker_container(runtime)["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == json.loads(last(path, "ENTRYPOINT"))[0]
 
 
-@pytest.mark.parametrize("path", RUNNABLE)
-def test_an_image_runs_as_the_numeric_non_root_user_of_the_operator_s_pods(path: str) -> None:
+@pytest.mark.parametrize(("path", "runtime"), RUNNABLE)
+def test_an_image_runs_as_the_numeric_non_root_user_of_the_operator_s_pods(
+    path: str, runtime: str
+) -> None:
     assert last(path, "USER") == f"{builders.WORKER_UID}:{builders.WORKER_UID}"
 
 
-@pytest.mark.parametrize("path", RUNNABLE)
+@pytest.mark.parametrize(("path", "runtime"), RUNNABLE)
 def test_the_working_directory_the_handlers_are_imported_from_is_not_the_writable_tmp(
-    path: str,
+    path: str, runtime: str
 ) -> None:
     tmp = [m["mountPath"] for m in worker_container()["volumeMounts"]]
     workdir = last(path, "WORKDIR")
@@ -87,3 +102,13 @@ def test_a_recipe_pins_its_requirements_and_its_handlers_import_them(recipe: str
     handlers = (REPO / recipe / "myapp" / "tasks.py").read_text()
     for package in pins:
         assert re.search(rf"^import {package}$", handlers, re.MULTILINE), package
+
+
+def test_the_node_image_installs_the_package_packed_from_this_tree_with_the_lock_file() -> None:
+    """npm pack of clients/node (never the registry's copy), its runtime dependencies from
+    package-lock.json (npm ci), and its bin on PATH under the name the pods run."""
+    text = (REPO / "clients/node/Dockerfile").read_text()
+    assert "npm pack" in text and "COPY clients/node/src/" in text
+    runs = " ".join(args for name, args in final_stage("clients/node/Dockerfile") if name == "RUN")
+    assert "npm ci --omit=dev" in runs
+    assert "/usr/local/bin/taskfleet-node" in runs

@@ -4,7 +4,8 @@
 #
 #   build-images.sh           every image: cluster ones, then the project's
 #   build-images.sh cluster   pause + CoreDNS only (what up.sh needs before pods run)
-#   build-images.sh project   base, Redis, worker, operator, and the examples of docs/images.md
+#   build-images.sh project   base, Redis, worker, operator, the Node worker, and the examples
+#                             of docs/images.md
 #   build-images.sh redis     base and Redis only (the release stage's queues: e2e/release/run.sh)
 #   build-images.sh release VERSION DIR [REGISTRY]
 #                             a release's worker and operator (release/release.py): built from
@@ -59,8 +60,8 @@ build() {
   else
     log "$ref up to date"
   fi
-  if [ "$name" = base ]; then
-    return 0  # only other images build FROM it; pods never run it
+  if [ "$name" = base ] || [ "$name" = node-base ]; then
+    return 0  # only other images build FROM them; pods never run them
   elif [ -S "$ctrd_sock" ]; then
     local present; present=$(ctr_ images ls -q)  # not piped into grep -q: pipefail + SIGPIPE
     if [ "$(cat "$state/imported/$name" 2>/dev/null)" != "$sum" ] ||
@@ -147,6 +148,32 @@ if [ -f "$repo/operator/Dockerfile" ]; then
   build operator "$OPERATOR_IMAGE" "$repo/operator/Dockerfile" "$repo" \
     "$base_sum $(inputs_hash "$repo" "${project_inputs[@]}")" "${base_arg[@]}"
 fi
+
+# The Node.js worker (clients/node/Dockerfile) on a local stand-in for node:20-bookworm-slim:
+# the bookworm base with the HOST's Node.js binary and npm copied in (Debian's nodejs 18 is
+# too old for the package; the host is bookworm, so the binary's libraries are the base's).
+# The image's own build runs `npm ci` from clients/node/package-lock.json (the npm registry).
+command -v node >/dev/null && command -v npm >/dev/null ||
+  die "the Node worker image copies the host's Node.js (>= 20.19) and npm: install them"
+node_base_dir=$images/node-base-ctx
+node_bin=$(readlink -f "$(command -v node)")
+npm_dir=$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")
+mkdir -p "$node_base_dir"
+cp -u "$node_bin" "$node_base_dir/node"
+rm -rf "$node_base_dir/npm" && cp -r "$npm_dir" "$node_base_dir/npm"
+build node-base "$NODE_BASE_IMAGE_LOCAL" "$here/images/node-base.Containerfile" "$node_base_dir" \
+  "$base_sum $("$node_bin" --version) $(npm --version)" "${base_arg[@]}"
+node_inputs=(clients/node/package.json clients/node/package-lock.json clients/node/tsconfig.json
+  clients/node/README.md clients/node/scripts clients/node/src clients/node/test
+  worker-image/taskfleet/protocol/bundle)
+build worker-node "$WORKER_NODE_IMAGE" "$repo/clients/node/Dockerfile" "$repo" \
+  "$(cat "$images/node-base.sum") $(inputs_hash "$repo" "${node_inputs[@]}")" \
+  --build-arg "BASE_IMAGE=$NODE_BASE_IMAGE_LOCAL"
+# Its recipe of docs/images.md: handlers in an image FROM it (e2e/test_node_fleet.py).
+build example-node-app "$EXAMPLE_NODE_APP_IMAGE" "$repo/examples/node-app-image/Dockerfile" \
+  "$repo/examples/node-app-image" \
+  "$(cat "$images/worker-node.sum") $(inputs_hash "$repo/examples" node-app-image)" \
+  --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE"
 
 # The two recipes of docs/images.md, as a user builds them: an application image FROM the
 # worker image, and an image on another base with taskfleet installed from a wheel.

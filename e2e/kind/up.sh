@@ -68,6 +68,8 @@ if [ "$KIND_IMAGES" = local ]; then
   kind load image-archive --name "$kind_cluster" "$images/operator.tar" >/dev/null
   kind load image-archive --name "$kind_cluster" "$images/example-app.tar" >/dev/null
   kind load image-archive --name "$kind_cluster" "$images/example-own-base.tar" >/dev/null
+  kind load image-archive --name "$kind_cluster" "$images/worker-node.tar" >/dev/null
+  kind load image-archive --name "$kind_cluster" "$images/example-node-app.tar" >/dev/null
 else
   docker build -t "$WORKER_IMAGE" -f worker-image/Dockerfile "$repo"
   docker build -t "$REDIS_IMAGE" -f e2e/cluster/images/redis.Containerfile "$repo/e2e/cluster/images"
@@ -76,7 +78,11 @@ else
   docker build -t "$EXAMPLE_APP_IMAGE" --build-arg "TASKFLEET_IMAGE=$WORKER_IMAGE" "$repo/examples/app-image"
   own_base_context "$cache/kind/own-base-ctx"
   docker build -t "$EXAMPLE_OWN_BASE_IMAGE" "$cache/kind/own-base-ctx"
+  # The Node worker (its official node:20 base) and JS handlers FROM it (e2e/test_node_fleet.py).
+  docker build -t "$WORKER_NODE_IMAGE" -f clients/node/Dockerfile "$repo"
+  docker build -t "$EXAMPLE_NODE_APP_IMAGE" --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE" \
+    "$repo/examples/node-app-image"
   kind load docker-image --name "$kind_cluster" "$WORKER_IMAGE" "$REDIS_IMAGE" "$OPERATOR_IMAGE" \
-    "$EXAMPLE_APP_IMAGE" "$EXAMPLE_OWN_BASE_IMAGE"
+    "$EXAMPLE_APP_IMAGE" "$EXAMPLE_OWN_BASE_IMAGE" "$WORKER_NODE_IMAGE" "$EXAMPLE_NODE_APP_IMAGE"
 fi
 log "kind cluster $kind_cluster ready: export KUBECONFIG=$kubeconfig"

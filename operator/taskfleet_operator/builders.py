@@ -19,6 +19,7 @@ from taskfleet.protocol.config import QueueConfig
 from taskfleet_operator.models import GROUP, QUEUE_LABEL, TaskQueueSpec
 from taskfleet_operator.podowned import WORKER_CONTAINER
 from taskfleet_operator.podtemplate import PodTemplate
+from taskfleet_operator.runtimespec import COMMANDS
 
 WORKER_UID = 10001
 RUNTIME_DIR = "/tmp/taskfleet"
@@ -182,8 +183,9 @@ def worker_container(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str
     container: dict[str, Any] = {
         "name": WORKER_CONTAINER,
         "image": spec.image,
-        # Exec form, no shell: the worker is PID 1 and receives SIGTERM itself.
-        "command": ["taskfleet", "worker"],
+        # Exec form, no shell: the worker is PID 1 and receives SIGTERM itself. The Node
+        # worker (`taskfleet-node`) takes the same flags and env and honours the same drain.
+        "command": [COMMANDS[spec.runtime], "worker"],
         "args": worker_args(namespace, name, spec),
         "env": worker_env(spec),
         # Named, so a PodMonitor (manifests/monitoring/) selects it by name.
@@ -192,7 +194,7 @@ def worker_container(namespace: str, name: str, spec: TaskQueueSpec) -> dict[str
             "preStop": {
                 "exec": {
                     "command": [
-                        "taskfleet",
+                        COMMANDS[spec.runtime],
                         "drain",
                         "--wait",
                         "--timeout",

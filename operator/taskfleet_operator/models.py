@@ -24,6 +24,7 @@ from taskfleet.protocol import environment
 from taskfleet.protocol.tasknames import PATTERN as TASK_NAME_PATTERN
 from taskfleet.protocol.tasknames import task_name_problem
 
+from taskfleet_operator import runtimespec
 from taskfleet_operator.modelbase import (
     ENV_NAME_PATTERN,
     K8S_OBJECT,
@@ -33,6 +34,7 @@ from taskfleet_operator.modelbase import (
 )
 from taskfleet_operator.podtemplate import PodTemplate
 from taskfleet_operator.redisspec import RedisRef
+from taskfleet_operator.runtimespec import HANDLER_PATTERN, Runtime
 from taskfleet_operator.schedulespec import Schedule
 
 GROUP = "taskfleet.dev"
@@ -47,8 +49,6 @@ QUEUE_LABEL = f"{GROUP}/queue"
 # through the queue's config): a user env entry with one of these names would silently
 # fight the operator, so it is refused.
 RESERVED_ENV = environment.SET_BY_OPERATOR
-
-HANDLER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class RateLimit(CamelModel):
@@ -333,23 +333,32 @@ class TaskQueueSpec(CamelModel):
                 ),
                 cel(_template_env_rule(), TEMPLATE_ENV_MESSAGE, field_path=".template"),
                 *(cel(_twin_rule(f), _twin_message(f)) for f in TEMPLATE_TWINS),
+                *runtimespec.rules(),
             ]
         }
     )
 
     image: str = Field(min_length=1, max_length=512, description="Worker image.")
+    runtime: Runtime = Field(
+        default="python",
+        description="The worker the image carries. python: `taskfleet worker`, preStop "
+        "`taskfleet drain`. node: `taskfleet-node worker`, preStop `taskfleet-node drain` "
+        "(the npm package taskfleet; handlers are ./file.js:export or package:export, "
+        "isolation: process is refused). The same flags, grace period and recovery.",
+    )
     handler: str | None = Field(
         default=None,
         max_length=256,
         pattern=HANDLER_PATTERN,
-        description="Task handler as module:function, importable in the image: runs the "
-        "tasks enqueued without a name. module:REGISTRY, a dict of names to functions, "
-        "serves each of its names instead.",
+        description="Task handler, found in the image: runs the tasks enqueued without a "
+        "name. python: module:function (module:REGISTRY, a dict of names to functions, "
+        "serves each of its names instead). node: ./file.js:export or package:export, "
+        "resolved from the working directory (an object of functions serves its names).",
     )
     handlers: dict[str, Annotated[str, Field(max_length=256, pattern=HANDLER_PATTERN)]] = Field(
         default_factory=dict,
         max_length=100,
-        description="Handlers by task name (enqueue(..., task=NAME)), each module:function. "
+        description="Handlers by task name (enqueue(..., task=NAME)), each as handler is. "
         "A task whose name no handler serves goes dead, reason 'unknown task'.",
     )
     redis: RedisRef
@@ -464,6 +473,11 @@ class TaskQueueSpec(CamelModel):
     def _isolation_checks(self) -> TaskQueueSpec:
         if self.max_tasks_per_child is not None and self.isolation != "process":
             raise ValueError(ISOLATION_MESSAGE)
+        problem = runtimespec.runtime_problem(
+            self.runtime, self.handler, self.handlers, self.isolation
+        )
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     def worker_processes(self) -> int:
