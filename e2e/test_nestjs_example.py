@@ -29,6 +29,7 @@ pytest_plugins = ["e2e.lib.fixtures"]
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "nestjs"
 IMAGE = VERSIONS.get("EXAMPLE_NESTJS_IMAGE", "localhost/taskfleet-example-nestjs:dev")
 SHIPPED_IMAGE = "localhost/taskfleet-example-nestjs:dev"
+SHIPPED_REDIS = "redis.articles.svc:"
 # Each article: 300 tokens written 8 at a time; at 400 ms a chunk, about 15 s of writing,
 # so the deletions below land mid-task.
 SLOW_CHUNKS = '{name: LLM_CHUNK_DELAY_MS, value: "400"}'
@@ -43,11 +44,14 @@ TOPICS = ["queues", "leases", "drains", "budgets", "retries", "fencing", "schedu
 HTTP_ERRORS = (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError)
 
 
-def manifests() -> str:
-    """The example's k8s/ files as shipped, with the image under test and a slower provider."""
+def manifests(namespace: str) -> str:
+    """The example's k8s/ files as shipped, with the image under test, the test's namespace
+    (its Redis) and a slower provider."""
     files = ("llm.yaml", "api.yaml", "taskqueue.yaml")
     text = "\n---\n".join((EXAMPLE / "k8s" / name).read_text() for name in files)
     assert SHIPPED_CHUNKS in text, f"k8s/llm.yaml no longer sets {SHIPPED_CHUNKS}"
+    assert SHIPPED_REDIS in text, f"k8s/ no longer names {SHIPPED_REDIS}"
+    text = text.replace(SHIPPED_REDIS, f"redis.{namespace}.svc:")
     return text.replace(SHIPPED_CHUNKS, SLOW_CHUNKS).replace(SHIPPED_IMAGE, IMAGE)
 
 
@@ -95,7 +99,7 @@ class Api:
 def api(namespace: Kube, redis_forward: PortForward, operator: Operator) -> Iterator[Api]:
     """The example deployed in the test's namespace (with its Redis), its API reachable."""
     assert namespace.namespace is not None
-    namespace.apply_yaml(manifests())
+    namespace.apply_yaml(manifests(namespace.namespace))
     for deployment in ("llm", "articles-api"):
         namespace.run(
             "rollout", "status", f"deployment/{deployment}", "--timeout=180s", timeout=200
