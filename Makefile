@@ -58,11 +58,14 @@ test-redis-versions: ## the queue's fast tests on Redis 6.2 and Valkey 8.1 (docs
 # The Node.js package (clients/node): its dependencies from the lock file (npm ci, from the
 # npm registry), then lint, types, unit tests and the tests against a real redis-server,
 # with the repository's Python (.venv, from `make install`) for the cross-language ones.
+# Then the NestJS example (examples/nestjs, on the package just built): npm ci, lint, tsc,
+# and its API, worker and simulated provider run as processes against a real redis-server.
 NODE_CHECK_ENV := TASKFLEET_REQUIRE_PYTHON=1
-node-check: ## the Node.js package: npm ci from its lock file, then npm test (lint, tsc, tests on real Redis)
+node-check: ## the Node.js package and the NestJS example: npm ci from their lock files, then npm test (lint, tsc, tests on real Redis)
 	@command -v node >/dev/null || { echo "node-check: Node.js >= 20.19 and npm are needed" >&2; exit 2; }
 	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); if (a < 20 || (a === 20 && b < 19)) { console.error("node-check: Node.js >= 20.19 is needed, not " + process.version); process.exit(2); }'
 	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && $(NODE_CHECK_ENV) npm test
+	cd examples/nestjs && npm ci --no-audit --no-fund --loglevel=error && $(NODE_CHECK_ENV) npm test
 
 test-redis-py-range: ## the redis-py adapter's and a few queue tests on the oldest and newest redis-py allowed
 	tests/redis_py_range.sh

@@ -174,6 +174,12 @@ build example-node-app "$EXAMPLE_NODE_APP_IMAGE" "$repo/examples/node-app-image/
   "$repo/examples/node-app-image" \
   "$(cat "$images/worker-node.sum") $(inputs_hash "$repo/examples" node-app-image)" \
   --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE"
+# examples/nestjs: the NestJS API, simulated provider and handlers FROM the Node worker
+# image; its build runs `npm ci` from the example's lock file (e2e/test_nestjs_example.py).
+nestjs_inputs=(package.json package-lock.json tsconfig.json tsconfig.build.json .dockerignore src)
+build example-nestjs "$EXAMPLE_NESTJS_IMAGE" "$repo/examples/nestjs/Dockerfile" "$repo/examples/nestjs" \
+  "$(cat "$images/worker-node.sum") $(inputs_hash "$repo/examples/nestjs" "${nestjs_inputs[@]}")" \
+  --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE"
 
 # The two recipes of docs/images.md, as a user builds them: an application image FROM the
 # worker image, and an image on another base with taskfleet installed from a wheel.

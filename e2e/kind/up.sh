@@ -70,6 +70,7 @@ if [ "$KIND_IMAGES" = local ]; then
   kind load image-archive --name "$kind_cluster" "$images/example-own-base.tar" >/dev/null
   kind load image-archive --name "$kind_cluster" "$images/worker-node.tar" >/dev/null
   kind load image-archive --name "$kind_cluster" "$images/example-node-app.tar" >/dev/null
+  kind load image-archive --name "$kind_cluster" "$images/example-nestjs.tar" >/dev/null
 else
   docker build -t "$WORKER_IMAGE" -f worker-image/Dockerfile "$repo"
   docker build -t "$REDIS_IMAGE" -f e2e/cluster/images/redis.Containerfile "$repo/e2e/cluster/images"
@@ -82,7 +83,10 @@ else
   docker build -t "$WORKER_NODE_IMAGE" -f clients/node/Dockerfile "$repo"
   docker build -t "$EXAMPLE_NODE_APP_IMAGE" --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE" \
     "$repo/examples/node-app-image"
+  docker build -t "$EXAMPLE_NESTJS_IMAGE" --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE" \
+    "$repo/examples/nestjs"
   kind load docker-image --name "$kind_cluster" "$WORKER_IMAGE" "$REDIS_IMAGE" "$OPERATOR_IMAGE" \
-    "$EXAMPLE_APP_IMAGE" "$EXAMPLE_OWN_BASE_IMAGE" "$WORKER_NODE_IMAGE" "$EXAMPLE_NODE_APP_IMAGE"
+    "$EXAMPLE_APP_IMAGE" "$EXAMPLE_OWN_BASE_IMAGE" "$WORKER_NODE_IMAGE" "$EXAMPLE_NODE_APP_IMAGE" \
+    "$EXAMPLE_NESTJS_IMAGE"
 fi
 log "kind cluster $kind_cluster ready: export KUBECONFIG=$kubeconfig"
