@@ -90,6 +90,11 @@ describe("the Node worker", () => {
     w.kill("SIGTERM");
     assert.equal(await w.exit(), 0, w.output);
     assert.match(w.output, /event=worker_stopped completed=2 failed=2 released=0 lost=0/);
+    // at info a task done is no line of its own; the tasks_summary lines count them
+    assert.doesNotMatch(w.output, /event=task_done/);
+    const summed = (field: string): number =>
+      [...w.output.matchAll(new RegExp(`event=tasks_summary .*\\b${field}=(\\d+)`, "g"))].reduce((n, m) => n + Number(m[1]), 0);
+    assert.deepEqual([summed("done"), summed("failed"), summed("deferred")], [2, 2, 1], w.output);
     assert.deepEqual(await queue.workers(), []); // deregistered
     assert.equal(existsSync(join(dir, "rt-w1", "worker.json")), false);
   });

@@ -310,7 +310,8 @@ export class Execution {
     } else if (outcome.error === null) {
       c.completed += 1;
       this.timings.run((run.ranMs || performance.now() - run.claimedAt) / 1000);
-      if (enabled("info")) logEvent("info", event, { task: run.task.id, ms });
+      // a task done is debug: the tasks_summary line counts them (summary.ts)
+      if (enabled("debug")) logEvent("debug", event, { task: run.task.id, ms });
     } else {
       c.failed += 1;
       if (how.dead === true) c.dead += 1;

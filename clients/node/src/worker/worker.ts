@@ -33,6 +33,7 @@ import { RuntimeFile } from "./runtimefile.js";
 import { FILE_NAME, POLL_INTERVAL_MS, WAITER_GRACE_MS, liveWaiters, processStart, removeState } from "./runtime.js";
 import { type Settings, type WorkerOptions, checkSettings, replyTimeoutMs } from "./settings.js";
 import { checkEviction, heartbeatInterval, register } from "./start.js";
+import { Summary } from "./summary.js";
 
 /** How long a release may take before the worker goes on exiting (leases expire instead). */
 export const RELEASE_TIMEOUT_MS = 3000;
@@ -60,6 +61,7 @@ export class Worker {
   readonly settings: Settings;
   readonly handlers: HandlerSet;
   readonly execution: Execution;
+  private readonly summary: Summary;
   readonly gate: RedisGate;
   readonly reports = new Reports();
   /** The server's maxmemory-policy read at start (null: not known). */
@@ -109,6 +111,7 @@ export class Worker {
         this.reports.add(id, token, progress, cost);
       },
     });
+    this.summary = new Summary(this.execution.counters, () => this.execution.held.size);
     this.runtimeFile =
       s.runtimeDir === null
         ? null
@@ -237,6 +240,7 @@ export class Worker {
         handler: this.handlers.ref,
         pid: process.pid,
       });
+      this.summary.start();
       const flags = { beatNow: this.beatNow, drainRequested: this.drainRequested, stopRequested: this.stopRequested, closing: this.closing };
       const background = [
         track(heartbeatLoop(broker, this.execution, this.gate, interval * 1000, flags, s.pod, s.incarnation)),
@@ -311,6 +315,7 @@ export class Worker {
     } finally {
       broker.close();
     }
+    this.summary.stop();
     const c = this.counters;
     logEvent("info", "worker_stopped", { completed: c.completed, failed: c.failed, released: c.released, lost: c.lost });
     this.state = "drained";
@@ -331,6 +336,7 @@ export class Worker {
     this.broker?.close();
     await waitAny([allDone(tasks)], LOOPS_GRACE_MS);
     this.execution.abandonUnfinished();
+    this.summary.stop();
     const c = this.counters;
     logEvent("info", "worker_stopped", { completed: c.completed, failed: c.failed, released: c.released, lost: c.lost, exit_code: stop.code });
     return stop.code;
