@@ -62,6 +62,7 @@ def test_the_queues_page_lists_every_queue_with_depths_by_state_and_workers_aliv
         "done": "1",
         "dead": "1",
         "cancelled": "0",
+        "waiting": "0",
     }
     assert ">1/1</a>" in row  # one worker, alive
 

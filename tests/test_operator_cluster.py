@@ -474,7 +474,13 @@ def test_an_unreachable_redis_is_reported_without_crashing_the_operator(
 
     condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert condition["status"] == "False"
-    assert cluster.event_messages("RedisUnreachable")
+    # the event is posted after the condition's patch: wait for it too
+    wait_for(
+        lambda: cluster.event_messages("RedisUnreachable"),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="the RedisUnreachable event",
+    )
     ready = cluster.condition("down", "Ready")
     assert ready is not None and ready["status"] == "False"
     assert operator_process.alive() and operator_process.healthy()
@@ -493,7 +499,12 @@ def test_a_spec_the_crd_cannot_check_is_reported_as_invalid(
 
     condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert "cron" in condition["message"]
-    assert cluster.event_messages("InvalidSpec")
+    wait_for(
+        lambda: cluster.event_messages("InvalidSpec"),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="the InvalidSpec event",
+    )
     assert cluster.deployment("invalid") is None
 
 
@@ -511,7 +522,12 @@ def test_a_deployment_the_apiserver_rejects_is_reported_on_the_taskqueue_and_swe
 
     condition = wait_for(reported, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S)
     assert "Maybe" in condition["message"]
-    assert cluster.event_messages("DeploymentRejected")
+    wait_for(
+        lambda: cluster.event_messages("DeploymentRejected"),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="the DeploymentRejected event",
+    )
 
     # Only a sweep writes the counts: one that sees this task ran after the rejection.
     queue_of(cluster.namespace, "rejected").enqueue({"x": 1})
