@@ -130,7 +130,16 @@ class Task(BaseModel):
         """
         h = {stored_text(k): stored_text(v) for k, v in raw.items()}
         data: dict[str, Any] = {}
-        for name in ("id", "group", "pod", "incarnation", "token", "error", "reason", "on_dep_fail"):
+        for name in (
+            "id",
+            "group",
+            "pod",
+            "incarnation",
+            "token",
+            "error",
+            "reason",
+            "on_dep_fail",
+        ):
             if name in h:
                 data[name] = h[name]
         if task_id is not None:
