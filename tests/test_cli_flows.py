@@ -53,3 +53,14 @@ def test_bad_flows_and_unknown_dependencies_exit_2_storing_nothing(
     assert unknown.stderr.count("\n") == 1
     with Queue("q", redis_url=redis_url) as queue:
         assert queue.stats()["enqueued"] == 0
+
+
+def test_ls_lists_the_tasks_waiting_for_their_dependencies(redis_url: str, tmp_path: Path) -> None:
+    env = env_for(redis_url, tmp_path)
+    first = taskfleet("enqueue", "q", "--id", "first", env=env)
+    assert first.returncode == 0, first.stderr
+    later = taskfleet("enqueue", "q", "--after", "first", "--group", "t1", env=env).stdout.strip()
+    listed = taskfleet("ls", "q", "waiting", "--group", "t1", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    tasks = json.loads(listed.stdout)["tasks"]
+    assert [(t["id"], t["state"], t["after"]) for t in tasks] == [(later, "waiting", ["first"])]
