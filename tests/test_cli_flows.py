@@ -48,6 +48,12 @@ def test_bad_flows_and_unknown_dependencies_exit_2_storing_nothing(
     assert "waits for 'nope'" in refused.stderr
     source.write_text('{"chain": {"payload": {}}}')
     assert taskfleet("flow", "q", str(source), env=env).returncode == 2
+    source.write_text('{"chain": [{"group": []}]}')
+    empty = taskfleet("flow", "q", str(source), env=env)
+    assert empty.returncode == 2, empty.stderr
+    assert empty.stderr.strip().splitlines() == [
+        "taskfleet: error: the flow has no task: give chain / group at least one part"
+    ]
     unknown = taskfleet("enqueue", "q", "--after", "nope", env=env)
     assert unknown.returncode == 2
     assert unknown.stderr.count("\n") == 1
