@@ -75,6 +75,14 @@ def assert_one_line_error(stderr: str) -> str:
             "heartbeat interval must be at least 0.1 seconds, got 0.003",
         ),
         (["configure", "q", "--lease-ttl", "0.01"], "lease_ttl_s"),
+        (
+            ["configure", "q", "--set", "group_max_concurrency=-1"],
+            "invalid queue config: group_max_concurrency: Input should be greater than or equal",
+        ),
+        (
+            ["configure", "q", "--set", "throttle_max_s=0.5"],
+            "invalid queue config: throttle_max_s must be >= throttle_base_s",
+        ),
         (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "nan"], "finite"),
         (["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "inf"], "finite"),
         (

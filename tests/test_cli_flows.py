@@ -48,8 +48,25 @@ def test_bad_flows_and_unknown_dependencies_exit_2_storing_nothing(
     assert "waits for 'nope'" in refused.stderr
     source.write_text('{"chain": {"payload": {}}}')
     assert taskfleet("flow", "q", str(source), env=env).returncode == 2
+    source.write_text('{"chain": [{"group": []}]}')
+    empty = taskfleet("flow", "q", str(source), env=env)
+    assert empty.returncode == 2, empty.stderr
+    assert empty.stderr.strip().splitlines() == [
+        "taskfleet: error: the flow has no task: give chain / group at least one part"
+    ]
     unknown = taskfleet("enqueue", "q", "--after", "nope", env=env)
     assert unknown.returncode == 2
     assert unknown.stderr.count("\n") == 1
     with Queue("q", redis_url=redis_url) as queue:
         assert queue.stats()["enqueued"] == 0
+
+
+def test_ls_lists_the_tasks_waiting_for_their_dependencies(redis_url: str, tmp_path: Path) -> None:
+    env = env_for(redis_url, tmp_path)
+    first = taskfleet("enqueue", "q", "--id", "first", env=env)
+    assert first.returncode == 0, first.stderr
+    later = taskfleet("enqueue", "q", "--after", "first", "--group", "t1", env=env).stdout.strip()
+    listed = taskfleet("ls", "q", "waiting", "--group", "t1", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    tasks = json.loads(listed.stdout)["tasks"]
+    assert [(t["id"], t["state"], t["after"]) for t in tasks] == [(later, "waiting", ["first"])]

@@ -61,3 +61,18 @@ def test_a_bad_group_is_one_line_exit_2_and_nothing_stored(redis_url: str, tmp_p
     with Queue("q", redis_url=redis_url) as queue:
         assert queue.stats()["pending"] == 0
         assert queue.groups() == []
+
+
+def test_a_setting_that_is_not_a_number_is_refused_naming_the_field(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    for value, said in (
+        ("max_concurrency=abc", "max_concurrency must be an integer, not 'abc'"),
+        ("weight=heavy", "weight must be a number, not 'heavy'"),
+    ):
+        out = taskfleet("group", "q", "t1", "--set", value, env=env)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip().splitlines() == [f"taskfleet: error: --set: {said}"]
+    with Queue("q", redis_url=redis_url) as queue:
+        assert queue.group_settings("t1").max_concurrency is None

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from taskfleet_operator import crdgen
+from taskfleet_operator import builders, crdgen
+from taskfleet_operator.models import TaskQueueSpec
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "crds" / crdgen.FILENAME
@@ -102,6 +103,21 @@ def test_nested_objects_default_so_their_children_default_too() -> None:
     assert spec["heartbeat"]["properties"]["ttlSeconds"]["default"] == 30
     assert spec["replicas"]["default"] == 1
     assert spec["onDelete"]["enum"] == ["Retain", "Purge"]
+
+
+def test_fields_new_in_this_minor_write_no_default_into_stored_taskqueues() -> None:
+    # The apiserver applies a default to every stored object it serves; the previous
+    # operator's model refuses unknown fields, so it would refuse every TaskQueue while the
+    # CRD is upgraded ahead of it (docs/upgrade.md: CRDs first).
+    spec = openapi_schema()["properties"]["spec"]["properties"]
+    for name in ("runtime", "throttle", "budget", "groups"):
+        assert "default" not in spec[name], name
+    base = {"image": "w:1", "handler": "a:b", "redis": {"url": "redis://r:6379/0"}}
+    unset = builders.queue_config(TaskQueueSpec.model_validate(base))
+    assert (unset.throttle_base_s, unset.throttle_max_s) == (1.0, 300.0)  # the library's
+    throttle = {"throttle": {"baseSeconds": 2, "maxSeconds": 30}}
+    config = builders.queue_config(TaskQueueSpec.model_validate(base | throttle))
+    assert (config.throttle_base_s, config.throttle_max_s) == (2.0, 30.0)
 
 
 def test_crd_file_is_one_valid_yaml_document() -> None:

@@ -4,10 +4,11 @@ dependency that dies or is cancelled resolves it by its policy. Real redis-serve
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from taskfleet import InvalidArgument, Queue, QueueConfig, StaleToken, TaskState
+from taskfleet import AsyncQueue, InvalidArgument, Queue, QueueConfig, StaleToken, TaskState
 from taskfleet.producer.flows import build, chain, chord, from_json, group
 from taskfleet.protocol.flows import dependency_results
 from taskfleet.worker.context import TaskContext
@@ -345,3 +346,18 @@ def test_a_failed_child_fails_its_parent_when_its_run_ends(
     task = queue.get(parent)
     assert task is not None
     assert (task.state, task.reason) == (TaskState.DEAD, "dependency failed")
+
+
+def test_async_queue_enqueues_with_after_as_the_sync_queue_does(
+    queue: Queue, redis_url: str
+) -> None:
+    first = queue.enqueue({})
+
+    async def main() -> str:
+        async with AsyncQueue(queue.name, redis_url) as aq:
+            return await aq.enqueue({}, after=[first], on_dep_fail="ignore")
+
+    later = asyncio.run(main())
+    task = queue.get(later)
+    assert task is not None
+    assert (task.state, task.after, task.on_dep_fail) == (TaskState.WAITING, [first], "ignore")

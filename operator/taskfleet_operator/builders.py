@@ -452,7 +452,7 @@ def queue_config(spec: TaskQueueSpec) -> QueueConfig:
     drain deadline it was promised. Unset optional limits are left out, so
     `QueueConfig`'s own defaults apply.
     """
-    limit = spec.rate_limit
+    limit, throttle = spec.rate_limit, spec.throttle
     fields = {
         "max_concurrency": spec.max_concurrency,
         "rate_limit_tasks": limit.tasks if limit else None,
@@ -466,8 +466,8 @@ def queue_config(spec: TaskQueueSpec) -> QueueConfig:
         "done_retention_s": spec.retention.done_seconds,
         "dead_retention_s": spec.retention.dead_seconds,
         "default_timeout_s": spec.max_task_duration_seconds,
-        "throttle_base_s": spec.throttle.base_seconds,
-        "throttle_max_s": max(spec.throttle.max_seconds, spec.throttle.base_seconds),
+        "throttle_base_s": throttle.base_seconds if throttle else None,
+        "throttle_max_s": max(throttle.max_seconds, throttle.base_seconds) if throttle else None,
         "budget_day": spec.budget.day if spec.budget else None,
         "budget_month": spec.budget.month if spec.budget else None,
         "group_max_concurrency": spec.groups.max_concurrency if spec.groups else None,

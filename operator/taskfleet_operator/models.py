@@ -456,7 +456,9 @@ class TaskQueueSpec(CamelModel):
     )
     rate_limit: RateLimit | None = None
     budget: Budget | None = None
-    throttle: Throttle = Throttle()
+    # No CRD default, as for runtime: a default object would be written into every stored
+    # TaskQueue, which the previous operator's model would refuse. Unset: the config's.
+    throttle: Throttle | None = None
     groups: GroupLimits | None = None
     max_task_duration_seconds: int = Field(
         default=300,

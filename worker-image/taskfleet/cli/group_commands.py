@@ -69,9 +69,7 @@ def group(
             data = dataclasses.asdict(current)
             try:
                 for name, text in changes.items():
-                    data[name] = (
-                        None if not text else (float(text) if name == "weight" else int(text))
-                    )
+                    data[name] = _number(name, text) if text else None
                 current = GroupSettings(**data)
             except ValueError as exc:  # InvalidArgument is one
                 raise BadInput(f"--set: {exc}") from None
@@ -87,6 +85,10 @@ def group(
 
 
 def _number(name: str, text: str) -> float | int:
-    """A setting's value as typed: the weight may be a fraction, the others are counts."""
-    kind = next(f.type for f in dataclasses.fields(GroupSettings) if f.name == name)
-    return float(text) if "float" in str(kind) else int(text)
+    """A setting's value as typed: the weight may be a fraction, the others are counts.
+    Text that is not a number is refused naming the field, not with Python's own words."""
+    try:
+        return float(text) if name == "weight" else int(text)
+    except ValueError:
+        kind = "a number" if name == "weight" else "an integer"
+        raise ValueError(f"{name} must be {kind}, not {text!r}") from None

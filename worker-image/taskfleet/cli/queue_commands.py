@@ -7,7 +7,7 @@ Each opens a ``Queue`` (the producer API) for the one call it makes, and closes 
 from __future__ import annotations
 
 import json
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -21,6 +21,9 @@ from taskfleet.cli.options import (
 )
 from taskfleet.protocol import bounds
 from taskfleet.protocol.jsondepth import nested_too_deep
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 #: Tasks per enqueue script call for --count: one call is atomic but blocks Redis for
 #: everyone while it runs, so a big --count goes in calls of this size.
@@ -216,6 +219,8 @@ def configure(
 ) -> None:
     """Show or change the queue's shared settings (what the operator writes from a
     TaskQueue; outside Kubernetes, this is how they are set)."""
+    from pydantic import ValidationError
+
     from taskfleet.protocol.config import QueueConfig
 
     if lease_ttl is not None:  # the option's help: "Same as --set lease_ttl_s=S"
@@ -241,9 +246,8 @@ def configure(
                     data[name] = text
             try:
                 current = QueueConfig.model_validate(data, strict=False)
-            except ValueError as exc:
-                first = str(exc).splitlines()
-                raise BadInput(f"invalid queue config: {' '.join(first[1:3]).strip()}") from None
+            except ValidationError as exc:
+                raise BadInput(f"invalid queue config: {_first_error(exc)}") from None
             q.configure(current)
         shown = current.model_dump()
         if as_json:
@@ -253,6 +257,14 @@ def configure(
                 click.echo(f"{field}: {'' if value is None else value}")
     finally:
         q.close()
+
+
+def _first_error(exc: ValidationError) -> str:
+    """The first thing to fix, as ``field: what``, without pydantic's type tags and links."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    what = str(error["msg"]).removeprefix("Value error, ")
+    return f"{where}: {what}" if where else what
 
 
 #: Groups `taskfleet stats` shows (most pending first); `taskfleet group QUEUE` lists all.

@@ -28,7 +28,7 @@ from taskfleet.protocol import bounds
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.redisurl import redact_redis_url
 
-STATES = ("pending", "delayed", "running", "done", "dead", "cancelled")
+STATES = ("pending", "delayed", "running", "waiting", "done", "dead", "cancelled")
 FINISHED = ("done", "dead", "cancelled")
 
 
@@ -101,7 +101,8 @@ def ls(
     redis_url: str,
 ) -> None:
     """List QUEUE's tasks in STATE: pending in run order, delayed by due time, running by
-    lease, finished ones newest first."""
+    lease, waiting (for the tasks in their after) by when they began to wait, finished
+    ones newest first."""
     from taskfleet.protocol.errors import InvalidArgument
 
     with _existing(queue, redis_url) as q:

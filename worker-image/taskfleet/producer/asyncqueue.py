@@ -96,6 +96,8 @@ class AsyncQueue:
         cost: int = 1,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109  (the task's, not this call's)
         task: str | None = None,
+        after: list[str] | None = None,
+        on_dep_fail: str | None = None,
         group: str | None = None,
     ) -> str:
         """Add a task; returns its id (``Queue.enqueue``: the same arguments and errors)."""
@@ -109,6 +111,8 @@ class AsyncQueue:
             cost=cost,
             timeout=timeout,
             task=task,
+            after=after,
+            on_dep_fail=on_dep_fail,
             group=group,
         )
         return result.task_id
@@ -125,6 +129,8 @@ class AsyncQueue:
         cost: int = 1,
         timeout: float | timedelta | None = None,  # noqa: ASYNC109  (the task's, not this call's)
         task: str | None = None,
+        after: list[str] | None = None,
+        on_dep_fail: str | None = None,
         group: str | None = None,
     ) -> EnqueueResult:
         """``enqueue``, returning the id and whether this call created the task."""
@@ -138,6 +144,8 @@ class AsyncQueue:
             cost=cost,
             timeout=timeout,
             task=task,
+            after=after,
+            on_dep_fail=on_dep_fail,
             group=group,
         )
         if tracing.configured():

@@ -63,6 +63,8 @@ def build(flow: Flow | Item) -> tuple[list[dict[str, Any]], list[str]]:
     an id of its own), and the ids that end it."""
     items: list[dict[str, Any]] = []
     last = _place(flow, [], items, 0)
+    if not items:  # an empty chain or group, or only empty ones: surely not what was meant
+        raise InvalidArgument("the flow has no task: give chain / group at least one part")
     return items, last
 
 
