@@ -83,6 +83,10 @@ def test_a_minimal_taskqueue_is_stored_with_every_default_filled_in(
             "backoff.maxSeconds must be >= backoff.baseSeconds",
         ),
         (
+            {"throttle": {"baseSeconds": 10, "maxSeconds": 5}},
+            "throttle.maxSeconds must be >= throttle.baseSeconds",
+        ),
+        (
             {"schedules": [{"name": "a", "cron": "0 * * * *"}, {"name": "a", "cron": "5 * * * *"}]},
             "schedule names must be unique",
         ),

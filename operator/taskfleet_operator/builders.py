@@ -467,7 +467,7 @@ def queue_config(spec: TaskQueueSpec) -> QueueConfig:
         "dead_retention_s": spec.retention.dead_seconds,
         "default_timeout_s": spec.max_task_duration_seconds,
         "throttle_base_s": throttle.base_seconds if throttle else None,
-        "throttle_max_s": max(throttle.max_seconds, throttle.base_seconds) if throttle else None,
+        "throttle_max_s": throttle.max_seconds if throttle else None,
         "budget_day": spec.budget.day if spec.budget else None,
         "budget_month": spec.budget.month if spec.budget else None,
         "group_max_concurrency": spec.groups.max_concurrency if spec.groups else None,

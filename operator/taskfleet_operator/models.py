@@ -118,11 +118,28 @@ class Budget(CamelModel):
     )
 
 
+THROTTLE_ORDER_MESSAGE = "throttle.maxSeconds must be >= throttle.baseSeconds"
+
+
 class Throttle(CamelModel):
     """The fleet's claim pause after a rate limit without retry-after (RateLimited)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self.maxSeconds >= self.baseSeconds", THROTTLE_ORDER_MESSAGE)
+            ]
+        }
+    )
+
     base_seconds: float = Field(default=1.0, ge=0.01, le=3600, description="First pause.")
     max_seconds: float = Field(default=300.0, ge=0.01, le=86_400, description="Longest pause.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Throttle:
+        if self.max_seconds < self.base_seconds:
+            raise ValueError(THROTTLE_ORDER_MESSAGE)
+        return self
 
 
 AUTOSCALE_ORDER_MESSAGE = "autoscale.minReplicas must be <= autoscale.maxReplicas"

@@ -8,17 +8,16 @@
  * the estimate the task was enqueued with. The run's `signal` aborts the call when the
  * task is cancelled, times out, loses its lease or is handed back by a drain.
  *
- * Failures say what should happen next: a 429 from the provider is `RetryAfter` (the
- * attempt is given back), another 4xx is `PermanentFailure` (dead at once), anything
- * else fails the attempt and the queue retries it with backoff.
+ * Failures say what should happen next: a 429 from the provider is `RateLimited` (the
+ * whole fleet stops claiming this queue's tasks until its Retry-After, and the attempt is
+ * given back), another 4xx is `PermanentFailure` (dead at once), anything else fails the
+ * attempt and the queue retries it with backoff.
  */
 
-import { PermanentFailure, RetryAfter, type TaskContext } from "taskfleet";
+import { PermanentFailure, RateLimited, type TaskContext, bounds } from "taskfleet";
 
 import { type Article, type ArticleRequest, type Usage, parseRequest, prompt } from "./articles.js";
 import { llmUrl } from "./settings.js";
-
-const DEFAULT_RETRY_AFTER_S = 5;
 
 /** One event of the provider's stream. */
 interface StreamEvent {
@@ -60,8 +59,12 @@ export async function writeArticle(payload: Record<string, unknown>, task: TaskC
     signal: task.signal,
   });
   if (response.status === 429) {
-    const after = Number(response.headers.get("retry-after"));
-    throw new RetryAfter(Number.isFinite(after) && after >= 0 ? after : DEFAULT_RETRY_AFTER_S, "provider rate limit");
+    // the provider's quota is the fleet's: every worker stops claiming until it resets
+    // (without a usable Retry-After: the queue's adaptive pause)
+    const header = response.headers.get("retry-after");
+    const after = header === null ? Number.NaN : Number(header);
+    const seconds = Number.isFinite(after) && after >= 0 ? Math.min(after, bounds.MAX_DELAY_S) : null;
+    throw new RateLimited(seconds, "provider rate limit");
   }
   if (response.status >= 400 && response.status < 500) {
     throw new PermanentFailure(`provider refused the request: ${response.status} ${await response.text()}`);
