@@ -268,6 +268,11 @@ class Execution:
         """Calls that end during the block are collected at its end, with no wake-up."""
         return self._threads.collected_after()
 
+    def resume_threads(self) -> None:
+        """After a rate limit's pause was written and the prefetched runs given back:
+        handler threads begin queued runs again (see ``HandlerThreads.resume``)."""
+        self._threads.resume()
+
     def withdraw(self, runs: Iterable[Run]) -> list[Run]:
         """Of ``runs``, the prefetched ones no thread has begun: abandoned now."""
         return self._threads.withdraw(runs, ABANDONED)

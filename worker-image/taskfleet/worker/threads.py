@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterable, Iterator
 from taskfleet.worker.handlers import encode_result, failure_of, format_error
 from taskfleet.worker.runs import Run, RunState
 
+#: Longest a thread holds back queued runs after a call met a provider's rate limit.
+HOLD_MAX_S = 5.0
+
 #: What a thread hands back per call: the run, its result JSON or its error.
 Delivered = tuple[Run, str | None, str | None]
 #: How a thread calls a run somewhere else (``--isolation process``: in its child):
@@ -50,6 +53,13 @@ class HandlerThreads:
         self._loop_collects = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
+        # Cleared when a call meets a provider's rate limit (RateLimited): threads begin
+        # no queued run until the loop has written the pause and given the prefetched
+        # runs back (resume), or HOLD_MAX_S passed (a write that could not be made must
+        # not stall the worker). A 429 returns at once, so without it a thread would run
+        # through every prefetched task, each one more call to the exhausted provider.
+        self._go = threading.Event()
+        self._go.set()
 
     def submit(self, run: Run) -> None:
         if self._loop is None:
@@ -68,6 +78,10 @@ class HandlerThreads:
         """Let idle threads end; busy ones end when their call returns."""
         for _ in self._threads:
             self._jobs.put(None)
+
+    def resume(self) -> None:
+        """The pause is written and the prefetched runs given back: threads begin again."""
+        self._go.set()
 
     def withdraw(self, runs: Iterable[Run], into: RunState) -> list[Run]:
         """Of ``runs``, those queued for a thread that none has begun: moved ``into`` a
@@ -96,8 +110,11 @@ class HandlerThreads:
         jobs, done, begin = self._jobs, self._done, self._begin
         clock = time.monotonic
         running = RunState.RUNNING
+        go = self._go
         while (run := jobs.get()) is not None:
             result = error = None
+            if not go.is_set():
+                go.wait(HOLD_MAX_S)
             with begin:
                 if run.state is running:  # given up on while queued: never begun
                     run.began_at = clock()
@@ -115,6 +132,8 @@ class HandlerThreads:
                         # never raises, whatever exc does: the run is delivered below
                         error, run.verdict = failure_of(exc)
                 run.ran_s = clock() - run.began_at
+                if run.verdict is not None and run.verdict.throttle:
+                    go.clear()  # before the outcome is delivered: resume() comes after
             done.append((run, result, error))
             # Append first, then check: the loop clears both flags before it empties the
             # deque, so an outcome is never left behind without a collection on its way.

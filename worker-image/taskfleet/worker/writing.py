@@ -85,8 +85,12 @@ class OutcomeWriter:
                         deferred=_deferred(outcome, state),
                         rate_limited=verdict is not None and verdict.throttle,
                     )
-                    if verdict is not None and verdict.throttle and self._paused is not None:
-                        await self._paused()
+                    if verdict is not None and verdict.throttle:
+                        try:
+                            if self._paused is not None:
+                                await self._paused()
+                        finally:
+                            execution.resume_threads()
         finally:
             # Wake the claim loop only for slots this write left free: completions that
             # claimed their own replacements need no second look.
