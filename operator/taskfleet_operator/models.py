@@ -25,6 +25,7 @@ from taskfleet.protocol.tasknames import PATTERN as TASK_NAME_PATTERN
 from taskfleet.protocol.tasknames import task_name_problem
 
 from taskfleet_operator import runtimespec
+from taskfleet_operator.limitspec import Budget, GroupLimits, RateLimit, Throttle
 from taskfleet_operator.modelbase import (
     ENV_NAME_PATTERN,
     K8S_OBJECT,
@@ -49,97 +50,6 @@ QUEUE_LABEL = f"{GROUP}/queue"
 # through the queue's config): a user env entry with one of these names would silently
 # fight the operator, so it is refused.
 RESERVED_ENV = environment.SET_BY_OPERATOR
-
-
-class GroupLimits(CamelModel):
-    """Every group's defaults (tasks enqueued with a group: claims are fair between
-    groups); a group's own settings, set at run time (`taskfleet group`), win."""
-
-    max_concurrency: int = Field(
-        default=0, ge=0, le=1_000_000, description="Tasks of one group run at once; 0 = unlimited."
-    )
-    rate_limit_tasks: int | None = Field(
-        default=None,
-        ge=1,
-        le=1_000_000,
-        description="Tasks of one group started per rateLimit.periodSeconds (1 s without it).",
-    )
-    rate_limit_cost: int | None = Field(
-        default=None,
-        ge=1,
-        le=1_000_000_000,
-        description="Cost units of one group started per rateLimit.periodSeconds.",
-    )
-
-
-class RateLimit(CamelModel):
-    """At most `tasks` claims and `cost` units per `periodSeconds`, across the whole fleet."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.periodSeconds)",
-                    "rateLimit.periodSeconds is required when rateLimit is set",
-                ),
-                cel(
-                    "has(self.tasks) || has(self.cost)",
-                    "rateLimit needs tasks or cost (or both); remove rateLimit for no limit",
-                ),
-            ]
-        }
-    )
-
-    tasks: int | None = Field(default=None, ge=1, le=1_000_000, description="Tasks per period.")
-    cost: int | None = Field(
-        default=None, ge=1, le=1_000_000_000, description="Cost units per period."
-    )
-    period_seconds: int | None = Field(
-        default=None, ge=1, le=86_400, description="Length of a period."
-    )
-
-    @model_validator(mode="after")
-    def _complete(self) -> RateLimit:
-        if self.period_seconds is None:
-            raise ValueError("rateLimit.periodSeconds is required when rateLimit is set")
-        if self.tasks is None and self.cost is None:
-            raise ValueError(
-                "rateLimit needs tasks or cost (or both); remove rateLimit for no limit"
-            )
-        return self
-
-
-class Budget(CamelModel):
-    """Cost units spent per UTC day / calendar month; past it, claims wait for the next."""
-
-    day: int | None = Field(default=None, ge=1, le=1_000_000_000, description="Per UTC day.")
-    month: int | None = Field(
-        default=None, ge=1, le=1_000_000_000, description="Per UTC calendar month."
-    )
-
-
-THROTTLE_ORDER_MESSAGE = "throttle.maxSeconds must be >= throttle.baseSeconds"
-
-
-class Throttle(CamelModel):
-    """The fleet's claim pause after a rate limit without retry-after (RateLimited)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel("self.maxSeconds >= self.baseSeconds", THROTTLE_ORDER_MESSAGE)
-            ]
-        }
-    )
-
-    base_seconds: float = Field(default=1.0, ge=0.01, le=3600, description="First pause.")
-    max_seconds: float = Field(default=300.0, ge=0.01, le=86_400, description="Longest pause.")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Throttle:
-        if self.max_seconds < self.base_seconds:
-            raise ValueError(THROTTLE_ORDER_MESSAGE)
-        return self
 
 
 AUTOSCALE_ORDER_MESSAGE = "autoscale.minReplicas must be <= autoscale.maxReplicas"
