@@ -1,39 +1,40 @@
 """The tree of a flow that ``taskfleet task`` prints: what a task waits for, and what those
-wait for, with their states (docs/flows.md)."""
+wait for, with their states and progress, and the tasks still waiting on it; read by
+``producer.flowtree`` (the dashboard draws the same tree; docs/flows.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from taskfleet.cli.options import terminal_safe
+from taskfleet.producer.flowtree import TREE_LIMIT, FlowNode, FlowTree, flow_tree
 
-#: At most this many tasks of a flow's tree are read and printed.
-TREE_LIMIT = 200
+__all__ = ["TREE_LIMIT", "tree_lines"]
 
 
 def tree_lines(q: Any, task_id: str) -> list[str]:
-    """The tasks ``task_id`` waits for (``after``: its dependencies and the children it
-    added), theirs below them, with state and progress: one line each, at most
-    ``TREE_LIMIT`` tasks read."""
-    lines: list[str] = []
-    seen: set[str] = set()
+    """The tree around ``task_id`` (``producer.flowtree``): one line a task, indented by
+    depth, at most ``TREE_LIMIT`` tasks read; empty when it has no flow."""
+    return lines_of(flow_tree(q.client, q.reads, task_id))
 
-    def walk(tid: str, indent: str) -> None:
-        if len(seen) >= TREE_LIMIT:
-            if not lines or not lines[-1].endswith("..."):
-                lines.append(f"{indent}...")
-            return
-        seen.add(tid)
-        task = q.get(tid)
-        if task is None:
-            lines.append(f"{indent}{terminal_safe(tid)}  (gone)")
-            return
-        state = task.state.value
-        extra = f" {task.deps_left} left" if task.deps_left else ""
-        lines.append(f"{indent}{terminal_safe(tid)}  {state}{extra}")
-        for dep in task.after:
-            if dep not in seen:
-                walk(dep, indent + "  ")
 
-    walk(task_id, "")
+def lines_of(tree: FlowTree) -> list[str]:
+    if tree.empty:
+        return []
+    lines = [_line(node, "  " * node.depth) for node in tree.nodes]
+    if tree.cut:
+        lines.append("  ...")
+    if tree.dependants:
+        lines.append("waited on by:")
+        lines += [_line(node, "  ") for node in tree.dependants]
     return lines
+
+
+def _line(node: FlowNode, indent: str) -> str:
+    if node.gone:
+        return f"{indent}{terminal_safe(node.id)}  (gone)"
+    extra = f" {node.deps_left} left" if node.deps_left else ""
+    done = node.done_fraction
+    if done is not None:
+        extra += f" {done * 100:.0f}%"
+    return f"{indent}{terminal_safe(node.id)}  {node.state}{extra}"

@@ -337,7 +337,7 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
     q = open_queue(queue, redis_url)
     try:
         found = q.get(task_id)
-        tree = tree_lines(q, task_id) if found is not None and found.after else []
+        tree = tree_lines(q, task_id) if found is not None else []
     finally:
         q.close()
     if found is None:
@@ -354,7 +354,7 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
         plain = not isinstance(value, dict | list) and _printable(str(value))
         shown = value if plain else json.dumps(value)
         click.echo(f"{key:<{width}}  {terminal_safe(shown)}")
-    if tree:  # what it waits for, and what those wait for (docs/flows.md)
+    if tree:  # what it waits for, what those wait for, what waits on it (docs/flows.md)
         click.echo("flow:")
         click.echo("\n".join("  " + line for line in tree))
 

@@ -2,10 +2,12 @@
 
 Every ``--interval`` seconds it reads each queue in one pipelined round trip (sizes by
 state, counters, workers, the head of pending, the newest dead tasks) and redraws in
-place: depths, done and failed per second (from the counters between two reads), the age
-of the oldest ready task, each worker with what it holds and its heartbeat's age, and the
-last dead tasks with their reason. Plain ANSI through rich: it works over SSH and in
-``kubectl exec -it``. ``q`` (or Ctrl-C) quits; without a terminal it prints one frame.
+place: depths (and a line for the tasks waiting for their dependencies), done and failed
+per second (from the counters between two reads), the age of the oldest ready task, each
+worker with what it holds and its heartbeat's age, the biggest groups (most pending, an
+"other" line for the rest; none when the queue has no groups) and the last dead tasks
+with their reason. Plain ANSI through rich: it works over SSH and in ``kubectl exec -it``.
+``q`` (or Ctrl-C) quits; without a terminal it prints one frame.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from taskfleet.protocol.keys import validate_queue_name
 
 if TYPE_CHECKING:
     from taskfleet.producer.overview import QueueView
+    from taskfleet.protocol.groups import GroupRow
 
 __all__ = ["render", "top"]
 
@@ -68,13 +71,45 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
                 age = _age(w.heartbeat_age_s)
                 workers.add_row(terminal_safe(w.pod), f"{w.holds}/{w.slots}", f"{age} ago", state)
             parts.append(workers)
-        if view.counts.get("cancelled"):  # a line, not a column: the table stays narrow
+        if view.groups.shown:
+            parts.append(_groups(view))
+        # lines, not columns: the table stays within 80 columns
+        if view.counts.get("waiting"):
+            waiting = view.counts["waiting"]
+            parts.append(Text(f"{view.name}: {waiting:,} waiting for their dependencies"))
+        if view.counts.get("cancelled"):
             parts.append(Text(f"{view.name}: {view.counts['cancelled']:,} cancelled (retained)"))
         for dead in view.dead:
             line = f"{view.name}: dead {dead.id} ({dead.reason or '?'}) {dead.error[:80]}"
             line = terminal_safe(line)  # a handler's error may hold escape sequences
             parts.append(Text(line, style="red", overflow="ellipsis", no_wrap=True))
     return Group(*parts)
+
+
+def _groups(view: QueueView) -> Any:
+    """The queue's biggest groups and an "other" line (``overview.GroupsView``)."""
+    from rich.table import Table
+
+    g = view.groups
+    title = f"{view.name}: groups ({g.groups:,} with pending)"
+    table = Table(title=title, title_justify="left")
+    for column in ("group", "pending", "running", "held"):
+        table.add_column(column, justify="left" if column == "group" else "right", no_wrap=True)
+    for row in g.shown:
+        held = _held(row, view.at_ms)
+        table.add_row(terminal_safe(row.group), f"{row.pending:,}", f"{row.running:,}", held)
+    if g.other_groups or g.other_pending or g.other_running:
+        running = f"{g.other_running:,}" + ("" if g.complete else "+")
+        table.add_row(f"other ({g.other_groups:,})", f"{g.other_pending:,}", running, "")
+    return table
+
+
+def _held(row: GroupRow, now_ms: int) -> str:
+    """Why a group's own limits hold it back: its concurrency cap (until one of its tasks
+    ends), or its rate limit (for how long)."""
+    if row.held == "rate" and row.held_until_ms is not None:
+        return f"rate {_age(max(0.0, (row.held_until_ms - now_ms) / 1000))}"
+    return row.held
 
 
 def _age(seconds: float) -> str:
@@ -128,7 +163,8 @@ def top(
     queues: tuple[str, ...], interval: float, once: bool, as_json: bool, redis_url: str
 ) -> None:
     """A live view of QUEUES (default: every queue in this Redis): depths, rates, the
-    oldest ready task, workers and what they hold, the newest dead tasks. q quits."""
+    oldest ready task, workers and what they hold, the biggest groups, the newest dead
+    tasks. q quits."""
     from rich.console import Console
     from rich.live import Live
 

@@ -1,6 +1,7 @@
 """A queue at a glance, in two pipelined round trips: sizes by state, counters, workers
-and what each holds, the head of pending, the newest dead tasks (``read``); every queue
-of a Redis by its counters (``discover``); a counter's rate between two reads (``rate``).
+and what each holds, the head of pending, the newest dead tasks, its biggest groups
+(``read``); every queue of a Redis by its counters (``discover``); a counter's rate
+between two reads (``rate``).
 
 ``taskfleet top`` draws these in a terminal and the dashboard on its queues page.
 """
@@ -10,16 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from taskfleet.protocol import groups as group_reads
 from taskfleet.protocol import store
 from taskfleet.protocol.calls import run, run_all, scan
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import STATES, QueueReads
 
-__all__ = ["DeadView", "QueueView", "WorkerView", "discover", "rate", "read"]
+__all__ = ["DeadView", "GroupsView", "QueueView", "WorkerView", "discover", "rate", "read"]
 
 #: Dead tasks shown per queue, newest first.
 DEAD_SHOWN = 3
+#: Groups shown per queue, most pending first; the rest are summed on one "other" line.
+GROUPS_SHOWN = 5
+#: Groups read per kind (claimable, held back, running) to find the biggest: a refresh
+#: reads at most three times this many groups whatever the queue holds (10,000 groups:
+#: the biggest among those read, the ones next in the claim's turn and those held back).
+GROUPS_READ = 100
 
 
 @dataclass
@@ -42,6 +50,21 @@ class DeadView:
 
 
 @dataclass
+class GroupsView:
+    """A queue's groups: the ``GROUPS_SHOWN`` with most pending (of those read), and the
+    rest summed. ``groups``: groups with pending tasks (counted, not read);
+    ``other_pending``: exact (the groups' pending total less those shown);
+    ``other_running``: of the other groups read; ``complete``: every group was read."""
+
+    shown: list[group_reads.GroupRow] = field(default_factory=list)
+    groups: int = 0
+    other_groups: int = 0
+    other_pending: int = 0
+    other_running: int = 0
+    complete: bool = True
+
+
+@dataclass
 class QueueView:
     """One queue as read at ``at_ms`` (Redis's clock)."""
 
@@ -54,6 +77,8 @@ class QueueView:
     #: the queue's shared settings (``QueueConfig``) as plain data
     limits: dict[str, Any] = field(default_factory=dict)
     dead: list[DeadView] = field(default_factory=list)
+    #: its groups (none shown when it has none)
+    groups: GroupsView = field(default_factory=GroupsView)
 
 
 def discover(client: SyncClient) -> list[str]:
@@ -67,7 +92,8 @@ def read(client: SyncClient, name: str) -> QueueView:
     reads = QueueReads(QueueKeys(name))
     # The clock of the queue's server, on its own: a cluster pipeline refuses TIME.
     now_ms = run(client, reads.clock())
-    counts, counters, workers, head, dead_ids, config = run_all(
+    keys = QueueKeys(name)
+    counts, counters, workers, head, dead_ids, config, totals, group_names = run_all(
         client,
         [
             reads.sizes(STATES),
@@ -76,13 +102,20 @@ def read(client: SyncClient, name: str) -> QueueView:
             reads.ids("pending", 0, 1),
             reads.ids("dead", 0, DEAD_SHOWN),
             reads.config(),
+            group_reads.group_totals(keys),
+            group_reads.group_names(keys, GROUPS_READ),
         ],
     )
     records = workers.readable()
     # what each holds by the queue's own records (exact, unlike heartbeats)
-    ready, rows, held = run_all(
+    ready, rows, held, group_rows = run_all(
         client,
-        [reads.ready_at(head), reads.rows(dead_ids), reads.held_counts(sorted(workers.records))],
+        [
+            reads.ready_at(head),
+            reads.rows(dead_ids),
+            reads.held_counts(sorted(workers.records)),
+            group_reads.group_rows(keys, group_names),
+        ],
     )
     oldest = None
     if head and ready[0]:
@@ -103,7 +136,26 @@ def read(client: SyncClient, name: str) -> QueueView:
         )
     for row in rows:
         view.dead.append(DeadView(row.id, row.reason, row.error))
+    view.groups = biggest(group_rows, totals, complete=len(group_names) < GROUPS_READ)
     return view
+
+
+def biggest(
+    rows: list[group_reads.GroupRow], totals: group_reads.GroupTotals, *, complete: bool
+) -> GroupsView:
+    """The ``GROUPS_SHOWN`` groups of ``rows`` with most pending (then most running, then
+    by name), the rest summed. Pure."""
+    ranked = sorted(rows, key=lambda r: (-r.pending, -r.running, r.group))
+    shown, rest = ranked[:GROUPS_SHOWN], ranked[GROUPS_SHOWN:]
+    groups = max(totals.groups, sum(1 for r in rows if r.pending))
+    return GroupsView(
+        shown=shown,
+        groups=groups,
+        other_groups=max(len(rest), groups - sum(1 for r in shown if r.pending)),
+        other_pending=max(0, totals.pending - sum(r.pending for r in shown)),
+        other_running=sum(r.running for r in rest),
+        complete=complete,
+    )
 
 
 def rate(now: QueueView, before: QueueView | None, counter: str) -> float | None:

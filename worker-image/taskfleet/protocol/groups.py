@@ -10,7 +10,9 @@ config's ``group_*`` fields).
 
 - ``check_group``: a group name, validated (one line on what to fix);
 - ``GroupSettings`` / ``set_group``: one group's own settings, replaced in one transaction;
-- ``group_counts``: pending and running tasks per group, in one round trip per step.
+- ``group_counts``: pending and running tasks per group, in one round trip per step;
+- ``group_totals`` / ``group_rows``: what ``top`` and the dashboard show of a queue's
+  groups, bounded whatever their number (each group read is named, none is scanned).
 """
 
 from __future__ import annotations
@@ -25,16 +27,20 @@ from taskfleet.protocol.bounds import MAX_COUNT
 from taskfleet.protocol.calls import Call, Command
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.records import text
+from taskfleet.protocol.records import text, whole
 
 __all__ = [
     "MAX_GROUP_LEN",
     "GroupCount",
+    "GroupRow",
     "GroupSettings",
+    "GroupTotals",
     "check_group",
     "group_counts",
     "group_problem",
+    "group_rows",
     "group_settings",
+    "group_totals",
     "set_group",
 ]
 
@@ -197,3 +203,67 @@ def group_counts(keys: QueueKeys, groups: Sequence[str]) -> Call[list[GroupCount
         return [GroupCount(g, int(replies[i]), int(running[i] or 0)) for i, g in enumerate(groups)]
 
     return Call(tuple(commands), decode)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    """One group as ``top`` and the dashboard show it: pending and running tasks, and
+    whether its own limits hold it back (parked): ``held`` '' (no), ``cap`` (at its
+    concurrency cap: until one of its tasks ends) or ``rate`` (by its rate limit, until
+    ``held_until_ms``, epoch ms)."""
+
+    group: str
+    pending: int
+    running: int
+    held: str = ""
+    held_until_ms: int | None = None
+
+
+def group_rows(keys: QueueKeys, groups: Sequence[str]) -> Call[list[GroupRow]]:
+    """``GroupRow`` of each of ``groups``, in one pipeline (two commands a group)."""
+    commands: list[Command] = []
+    for g in groups:
+        commands += [("ZCARD", keys.group_pending(g)), ("ZSCORE", keys.groups_parked, g)]
+    commands.append(("HMGET", keys.group_running, *groups) if groups else ("PING",))
+
+    def decode(replies: Sequence[Any]) -> list[GroupRow]:
+        running = list(replies[-1]) if groups else []
+        out = []
+        for i, g in enumerate(groups):
+            row = GroupRow(g, int(replies[2 * i]), int(running[i] or 0))
+            parked = replies[2 * i + 1]
+            if parked is not None:  # its score: inf until a task of it ends, else until then
+                score = float(text(parked))
+                held, until = ("cap", None) if math.isinf(score) else ("rate", int(score))
+                row = GroupRow(row.group, row.pending, row.running, held, until)
+            out.append(row)
+        return out
+
+    return Call(tuple(commands), decode)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTotals:
+    """A queue's groups counted without reading each: those with claimable tasks (the
+    ring, '' left out), those held back by their limits (parked), their pending tasks."""
+
+    claimable: int
+    held: int
+    pending: int
+
+    @property
+    def groups(self) -> int:
+        """Groups with pending tasks (a group only running is not counted here)."""
+        return self.claimable + self.held
+
+
+def group_totals(keys: QueueKeys) -> Call[GroupTotals]:
+    return Call(
+        (
+            ("ZCARD", keys.groups),
+            ("ZSCORE", keys.groups, ""),
+            ("ZCARD", keys.groups_parked),
+            ("GET", keys.groups_pending),
+        ),
+        lambda r: GroupTotals(int(r[0]) - (r[1] is not None), int(r[2]), max(0, whole(r[3]) or 0)),
+    )

@@ -13,6 +13,7 @@ contexts from here on its way to its first claim, and loads no model.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from taskfleet.protocol.config import QueueConfig
     from taskfleet.protocol.tasks import Task
 
-__all__ = ["STATES", "Activity", "QueueReads", "TaskRow", "Workers"]
+__all__ = ["STATES", "Activity", "FlowRow", "QueueReads", "TaskRow", "Workers"]
 
 #: Every state, in the order pages and views show them.
 STATES: tuple[str, ...] = tuple(s.value for s in TaskState)
@@ -63,6 +64,26 @@ class TaskRow:
     pod: str
     #: False when the id is in the state's set but its hash is gone (pruned meanwhile)
     present: bool = True
+
+
+@dataclass(frozen=True)
+class FlowRow:
+    """A task's few fields a flow's tree shows: its state ('' when its hash is gone, pruned
+    by retention), what it waits for, how many of those are left, its progress."""
+
+    id: str
+    state: str
+    after: tuple[str, ...]
+    deps_left: int | None
+    progress: Any
+
+    @property
+    def present(self) -> bool:
+        return bool(self.state)
+
+
+#: The fields of a task a flow's tree shows.
+_FLOW_FIELDS = ("state", "after", "deps_left", "progress")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +174,19 @@ class QueueReads:
         return call(
             commands, lambda replies: [_row(i, v) for i, v in zip(ids, replies, strict=True)]
         )
+
+    def flow_rows(self, task_ids: Sequence[str]) -> Call[list[FlowRow]]:
+        """The few fields of ``task_ids`` a flow's tree shows, one HMGET each."""
+        ids = list(task_ids)
+        commands: list[Command] = [("HMGET", self._k.task(t), *_FLOW_FIELDS) for t in ids]
+        return call(
+            commands, lambda replies: [_flow_row(t, r) for t, r in zip(ids, replies, strict=True)]
+        )
+
+    def dependants(self, task_id: str, most: int) -> Call[list[str]]:
+        """Up to ``most`` of the tasks still waiting on ``task_id`` (its ``dependants``
+        set, emptied as it is resolved), sorted: SRANDMEMBER, O(most) whatever its size."""
+        return one(("SRANDMEMBER", self._k.dependants(task_id), most), _members)
 
     def ready_at(self, task_ids: Sequence[str]) -> Call[list[int | None]]:
         """When each task became ready to run (its ``run_at``, ms; None: unknown)."""
@@ -375,6 +409,27 @@ def _tasks(ids: Sequence[str], replies: Sequence[Any]) -> list[Task | None]:
         h = hash_of(raw)
         out.append(Task.from_hash(h, task_id) if h else None)
     return out
+
+
+def _flow_row(task_id: str, values: Sequence[Any]) -> FlowRow:
+    from taskfleet.protocol.tasks import stored_int
+
+    state, after, left, progress = (None if v is None else text(v) for v in values)
+    deps: list[str] = []
+    if after:
+        try:
+            parsed = json.loads(after)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list):
+            deps = [str(dep) for dep in parsed]
+    shown: Any = None
+    if progress is not None:
+        try:
+            shown = json.loads(progress)
+        except (ValueError, RecursionError):
+            shown = progress  # a foreign producer's text, kept as text
+    return FlowRow(task_id, state or "", tuple(deps), stored_int(left), shown)
 
 
 def _row(task_id: str, values: Sequence[Any]) -> TaskRow:
