@@ -242,3 +242,39 @@ def test_a_dead_tasks_error_read_then_the_task_retried_after_login_and_confirm_a
     assert '"recovered": true' in visible(browser, "#task-result", "recovered")
     shot(browser, "8-retried-task-done")
     assert csp_violations(browser) == []
+
+
+def test_a_queues_groups_then_a_flow_walked_member_by_member_up_to_one_retention_pruned(
+    browser: Any, served: Served, queue: Queue
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    for size, tenant in ((6, "acme:eu@x.io"), (4, "tenant-b"), (2, "tenant-c")):
+        queue.enqueue_many([{"payload": {"n": n}, "group": tenant} for n in range(size)])
+    odd = queue.enqueue({}, task_id="page-<i>1</i>")  # a task id is any text: shown as text
+    gone = queue.enqueue({}, task_id="page-2")
+    queue.enqueue({}, after=[odd, gone], on_dep_fail="ignore", task_id="merge")
+    queue.enqueue({}, after=["merge"], task_id="publish")
+    queue.cancel(gone)
+    assert queue.purge_tasks("cancelled", [gone]) == 1  # as retention would, later
+
+    browser.get(served.base + "/queues/jobs")
+    row = visible(browser, "table.groups tr", "acme:eu@x.io")
+    assert row.split()[1:3] == ["6", "0"]
+    assert "other" not in visible(browser, "table.groups")  # three groups: all shown
+    assert visible(browser, "a.card.state-waiting .value", "2") == "2"
+    shot(browser, "9-queue-groups")
+
+    browser.get(served.base + "/queues/jobs/tasks/id/publish")
+    click(browser, "#task-flow a", "merge")
+    visible(browser, "h1", "merge")
+    flow = visible(browser, "#task-flow", "page-2")
+    assert "page-2 (gone)" in flow and "merge waiting 1 left" in flow
+    assert "publish" in visible(browser, "#task-dependants", "publish")
+    assert browser.find_elements(By.CSS_SELECTOR, "#task-flow i") == []  # no markup from ids
+    shot(browser, "10-flow-tree")
+
+    click(browser, "#task-flow a", "page-<i>1</i>")
+    visible(browser, "h1", "page-<i>1</i>")
+    assert "merge" in visible(browser, "#task-dependants", "merge")
+    assert csp_violations(browser) == []

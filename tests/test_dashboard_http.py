@@ -288,3 +288,50 @@ def test_the_command_group_loads_without_the_web_stack() -> None:
         "assert not {'starlette', 'jinja2', 'uvicorn', 'taskfleet.dashboard'} & set(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+
+
+def test_a_queue_page_shows_its_biggest_groups_and_the_rest_on_one_line_escaped(
+    served: Served, queue: Queue, redis_client: redis.Redis
+) -> None:
+    for i in range(7):
+        queue.enqueue_many([{"payload": {"n": n}, "group": f"tenant-{i}"} for n in range(i + 1)])
+    # a group key a foreign writer stored, held back: shown as written, never as markup
+    odd = "<img src=x onerror=alert(1)>"
+    redis_client.zadd(queue.keys.group_pending(odd), {f"t-odd-{n}": 0 for n in range(10)})
+    redis_client.zadd(queue.keys.groups_parked, {odd: "inf"})
+    redis_client.incrby(queue.keys.groups_pending, 10)
+
+    page = served.get("/queues/jobs").body
+    groups = page.split('<table class="groups">', 1)[1].split("</table>", 1)[0]
+    shown = text_of(groups)
+    assert "&lt;img src=x onerror=alert(1)&gt; 10 0 at its concurrency cap" in shown
+    assert "tenant-6 7 0 -" in shown and "tenant-3 4 0 -" in shown
+    assert "tenant-2" not in shown  # the sixth biggest and smaller: on the other line
+    assert "other (3) 6 0" in shown  # tenant-2, -1 and -0: 3 + 2 + 1
+    assert "<img src=x" not in page
+
+
+def test_a_task_page_shows_its_flow_each_member_linked_and_escaped(
+    served: Served, queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    odd = queue.enqueue({}, task_id='<script>alert("x")</script>')
+    kept = queue.enqueue({}, task_id="kept")
+    merge = queue.enqueue({}, after=[odd, kept], task_id="merge")
+    queue.enqueue({}, after=[merge], task_id="publish")
+    broker = make_broker("jobs")
+    for task in broker.claim(2).tasks:
+        broker.complete(task.id, task.token, None)
+    assert queue.purge_tasks("done", ["kept"]) == 1
+
+    page = served.get("/queues/jobs/tasks/id/merge").body
+    flow = page.split('id="task-flow">', 1)[1].split("</ul>", 1)[0]
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in flow
+    assert "<script>" not in page
+    link = quote(odd, safe="")
+    assert f'href="/queues/jobs/tasks/id/{link}"' in flow
+    assert "kept" in flow and "(gone)" in text_of(flow.split("kept", 1)[1])
+    dependants = text_of(page.split('id="task-dependants">', 1)[1].split("</ul>", 1)[0])
+    assert "publish waiting 1 left" in dependants
+
+    alone = queue.enqueue({})
+    assert 'id="task-flow"' not in served.get(f"/queues/jobs/tasks/id/{alone}").body

@@ -31,7 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 from taskfleet.dashboard import acting, actions, auth, charts, display, reads
 from taskfleet.dashboard.sampler import Sampler, rates
 from taskfleet.dashboard.settings import DashboardSettings, allows
-from taskfleet.producer import overview
+from taskfleet.producer import flowtree, overview
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.connect import SyncClient, connect
@@ -206,6 +206,8 @@ class Dashboard:
             "task",
             queue=name,
             task=found,
+            flow=flowtree.flow_tree(self.client, QueueReads(keys), found.id),
+            tree_limit=flowtree.TREE_LIMIT,
             now_ms=run(self.client, QueueReads(keys).clock()),
         )
 

@@ -4,10 +4,13 @@ read as a fraction. Pure; Jinja2 escapes whatever these return."""
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
+
+from taskfleet.producer.flowtree import fraction
+
+__all__ = ["age", "capped", "fraction", "one_line", "pretty", "url_part", "when"]
 
 #: Characters of a payload, result, progress or error shown on a task's page.
 SHOWN_CHARS = 64 * 1024
@@ -62,28 +65,6 @@ def one_line(text: str, limit: int = ROW_ERROR_CHARS) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     line = lines[-1] if lines else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def fraction(progress: Any) -> float | None:
-    """A progress value as 0..1 when it reads as one: a number in 0..1, a percentage in
-    1..100, or ``{"done": d, "total": t}`` / ``{"current": c, "total": t}``; else None."""
-    if isinstance(progress, dict):
-        done = _number(progress.get("done", progress.get("current")))
-        total = _number(progress.get("total"))
-        if done is None or total is None or total <= 0:
-            return None
-        return min(1.0, max(0.0, done / total))
-    number = _number(progress)
-    if number is None or not 0 <= number <= 100:
-        return None
-    return number if number <= 1 else number / 100
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 def url_part(value: str) -> str:
