@@ -11,6 +11,7 @@ from taskfleet.dashboard.settings import DashboardSettings
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.connect import connect
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.reads import QueueReads
 
 from tests.dashboard_server import serve
 from tests.fixtures_redis import MakeBroker
@@ -92,3 +93,26 @@ def test_pages_and_actions_work_for_queues_on_every_master(
             with Queue(name, redis_url=redis_cluster.url) as queue:
                 found = queue.get(dead[name])
                 assert found is not None and found.state.value == "pending"
+
+
+def test_groups_and_a_flow_tree_are_read_from_the_master_that_holds_their_queue(
+    redis_cluster: LocalRedisCluster,
+) -> None:
+    from taskfleet.producer import overview
+    from taskfleet.producer.flowtree import flow_tree
+
+    client = connect(redis_cluster.url)
+    try:
+        for name in redis_cluster.queue_names("g"):
+            with Queue(name, redis_url=redis_cluster.url) as queue:
+                for size, group in ((3, "a"), (1, "b")):
+                    queue.enqueue_many([{"payload": {}, "group": group}] * size)
+                first = queue.enqueue({}, task_id="first")
+                queue.enqueue({}, after=[first], task_id="then")
+            view = overview.read(client, name)
+            assert [(r.group, r.pending) for r in view.groups.shown] == [("a", 3), ("b", 1)]
+            assert view.counts["waiting"] == 1
+            tree = flow_tree(client, QueueReads(QueueKeys(name)), "first")
+            assert [(n.id, n.state) for n in tree.dependants] == [("then", "waiting")]
+    finally:
+        client.close()

@@ -144,7 +144,7 @@ class Dashboard:
 
     def queues(self, request: Request) -> Response:
         names = self.sampler.queues()
-        views = [overview.read(self.client, name) for name in names]
+        views = [overview.read(self.client, name, groups=False) for name in names]
         rows = [(v, self.chart(v.name), self._rates(v.name)) for v in views]
         return self.page(request, "queues", rows=rows, discovered=self.sampler.discovered())
 
@@ -216,7 +216,7 @@ class Dashboard:
         names = [self.keys(name).queue] if name else self.sampler.queues()
         groups = []
         for queue in names:
-            view = overview.read(self.client, queue)
+            view = overview.read(self.client, queue, groups=False)
             groups.append((view, reads.held_tasks(self.client, QueueReads(QueueKeys(queue)), view)))
         return self.page(request, "workers", groups=groups, queue=name)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from taskfleet.protocol import groups as group_reads
 from taskfleet.protocol import store
-from taskfleet.protocol.calls import run, run_all, scan
+from taskfleet.protocol.calls import Call, run, run_all, scan
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import STATES, QueueReads
@@ -86,37 +86,35 @@ def discover(client: SyncClient) -> list[str]:
     return sorted(set(scan(client, store.queues())))
 
 
-def read(client: SyncClient, name: str) -> QueueView:
+def read(client: SyncClient, name: str, *, groups: bool = True) -> QueueView:
     """One queue in two round trips: everything, then the tasks it named and what each
-    worker holds."""
+    worker holds; ``groups=False``: without its groups (a page that does not show them)."""
     reads = QueueReads(QueueKeys(name))
     # The clock of the queue's server, on its own: a cluster pipeline refuses TIME.
     now_ms = run(client, reads.clock())
     keys = QueueKeys(name)
-    counts, counters, workers, head, dead_ids, config, totals, group_names = run_all(
-        client,
-        [
-            reads.sizes(STATES),
-            reads.counters(),
-            reads.workers(),
-            reads.ids("pending", 0, 1),
-            reads.ids("dead", 0, DEAD_SHOWN),
-            reads.config(),
-            group_reads.group_totals(keys),
-            group_reads.group_names(keys, GROUPS_READ),
-        ],
-    )
+    first: list[Call[Any]] = [
+        reads.sizes(STATES),
+        reads.counters(),
+        reads.workers(),
+        reads.ids("pending", 0, 1),
+        reads.ids("dead", 0, DEAD_SHOWN),
+        reads.config(),
+    ]
+    if groups:
+        first += [group_reads.group_totals(keys), group_reads.group_names(keys, GROUPS_READ)]
+    counts, counters, workers, head, dead_ids, config, *grouped = run_all(client, first)
+    totals, group_names = grouped if groups else (None, [])
     records = workers.readable()
     # what each holds by the queue's own records (exact, unlike heartbeats)
-    ready, rows, held, group_rows = run_all(
-        client,
-        [
-            reads.ready_at(head),
-            reads.rows(dead_ids),
-            reads.held_counts(sorted(workers.records)),
-            group_reads.group_rows(keys, group_names),
-        ],
-    )
+    second: list[Call[Any]] = [
+        reads.ready_at(head),
+        reads.rows(dead_ids),
+        reads.held_counts(sorted(workers.records)),
+    ]
+    if group_names:
+        second.append(group_reads.group_rows(keys, group_names))
+    ready, rows, held, *group_rows = run_all(client, second)
     oldest = None
     if head and ready[0]:
         oldest = max(0.0, (now_ms - ready[0]) / 1000)
@@ -136,7 +134,9 @@ def read(client: SyncClient, name: str) -> QueueView:
         )
     for row in rows:
         view.dead.append(DeadView(row.id, row.reason, row.error))
-    view.groups = biggest(group_rows, totals, complete=len(group_names) < GROUPS_READ)
+    if totals is not None and group_names:
+        found = group_rows[0]
+        view.groups = biggest(found, totals, complete=len(group_names) < GROUPS_READ)
     return view
 
 
