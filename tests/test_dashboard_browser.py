@@ -1,7 +1,8 @@
 """The dashboard in a real browser: headless Chromium (Debian's ``chromium`` and its
 ``chromium-driver``, driven by selenium) against the dashboard served for real on a real
 redis-server. The flows an on-call person takes: the queues, a queue, its dead tasks, a
-dead task's error, the workers; the page refreshing itself; a phone's screen; the
+dead task's error, the workers; a queue's groups and a flow's tree walked member by
+member; the page refreshing itself; a phone's screen; the
 Content-Security-Policy holding (no violation in the console).
 
 Screenshots of each step go to ``test-artifacts/dashboard/`` (``TASKFLEET_ARTIFACTS``

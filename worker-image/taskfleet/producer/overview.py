@@ -136,7 +136,9 @@ def read(client: SyncClient, name: str, *, groups: bool = True) -> QueueView:
         view.dead.append(DeadView(row.id, row.reason, row.error))
     if totals is not None and group_names:
         found = group_rows[0]
-        view.groups = biggest(found, totals, complete=len(group_names) < GROUPS_READ)
+        # every group read: each kind's read held fewer than its bound ('' takes one)
+        complete = max(totals.claimable + 1, totals.held, len(group_names)) < GROUPS_READ
+        view.groups = biggest(found, totals, complete=complete)
     return view
 
 
