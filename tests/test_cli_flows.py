@@ -25,7 +25,7 @@ def test_a_flow_from_json_and_after_from_the_command_line(redis_url: str, tmp_pa
     assert late.returncode == 0, late.stderr
     shown = taskfleet("task", "q", late.stdout.strip(), env=env)
     assert shown.returncode == 0, shown.stderr
-    tree = shown.stdout.split("flow:\n", 1)[1]
+    tree = shown.stdout.split("flow tree:\n", 1)[1]
     assert tree.splitlines() == [
         f"  {late.stdout.strip()}  waiting 1 left",
         "    merge  waiting 2 left",
