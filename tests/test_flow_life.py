@@ -8,7 +8,7 @@ from __future__ import annotations
 from taskfleet import Queue, QueueConfig, TaskState
 from taskfleet.producer.flows import chain, group
 
-from tests.fixtures_redis import BlockingBroker, MakeBroker, server_ms
+from tests.fixtures_redis import BlockingBroker, MakeBroker
 from tests.polling import wait_for
 
 FLOW_STATS = ("flows_done", "flows_failed", "flows_cancelled")
@@ -23,6 +23,12 @@ def _run(broker: BlockingBroker, result: str | None = None) -> list[str]:
 def _flow_stats(queue: Queue) -> tuple[int, ...]:
     stats = queue.stats()
     return tuple(stats[name] for name in FLOW_STATS)
+
+
+def _now(queue: Queue) -> int:
+    """The server's clock in ms (scores and retention use it)."""
+    sec, usec = queue.client.time()
+    return int(sec) * 1000 + int(usec) // 1000
 
 
 def _flow_of(queue: Queue, task_id: str) -> str | None:
@@ -164,12 +170,12 @@ def test_retention_keeps_a_flows_members_until_a_retention_after_it_ends(
     # from now on a and b go a retention after the flow's end, not before
     queue.sweep()
     for task_id in (a, b):
-        assert queue.get(task_id) is not None or server_ms(queue.client) >= ended_ms + 1000
+        assert queue.get(task_id) is not None or _now(queue) >= ended_ms + 1000
     wait_for(
         lambda: queue.sweep() and queue.get(a) is None and queue.get(b) is None,
         what="members pruned after the flow's retention",
     )
-    assert server_ms(queue.client) >= ended_ms + 1000
+    assert _now(queue) >= ended_ms + 1000
 
 
 def test_completes_own_pruning_keeps_a_member_of_an_open_flow(
@@ -184,8 +190,8 @@ def test_completes_own_pruning_keeps_a_member_of_an_open_flow(
     broker = make_broker("jobs")
     claimed = {t.id: t.token for t in broker.claim(3).tasks}
     broker.complete_many([(a, claimed[a], None), (old, claimed[old], None)])
-    finished_ms = server_ms(queue.client)
-    wait_for(lambda: server_ms(queue.client) > finished_ms + 100, what="retention passed")
+    finished_ms = _now(queue)
+    wait_for(lambda: _now(queue) > finished_ms + 100, what="retention passed")
     c = queue.enqueue({"n": "c"})
     assert _run(broker) == [c]  # its complete prunes what is past retention
     assert queue.get(old) is None
