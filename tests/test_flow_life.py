@@ -5,7 +5,9 @@ retention after the flow's end. Real redis-server."""
 
 from __future__ import annotations
 
-from taskfleet import Queue, QueueConfig, TaskState
+import asyncio
+
+from taskfleet import AsyncQueue, Queue, QueueConfig, TaskState
 from taskfleet.producer.flows import chain, group
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker
@@ -60,6 +62,23 @@ def test_a_flow_enqueued_whole_is_one_flow_and_ends_done(
     assert record is not None
     assert (record.open, record.done, record.ended, record.outcome) == (0, 3, True, "done")
     assert _flow_stats(queue) == (1, 0, 0)
+
+
+def test_the_async_queue_reads_a_flow_and_its_members(queue: Queue, redis_url: str) -> None:
+    a = queue.enqueue({"n": "a"})
+
+    async def main() -> tuple[str | None, int | None, bool]:
+        async with AsyncQueue(queue.name, redis_url) as aq:
+            b = await aq.enqueue({"n": "b"}, after=[a])
+            task = await aq.get(b)
+            record = await aq.flow(a)
+            return (
+                task.flow if task else None,
+                record.open if record else None,
+                await aq.flow("none") is None,
+            )
+
+    assert asyncio.run(main()) == (a, 2, True)
 
 
 def test_a_dependant_joins_its_dependencys_flow_and_a_dead_member_fails_it(

@@ -262,7 +262,7 @@ class Queue(Controlling, Quotas):
     def flow(self, flow_id: str) -> FlowRecord | None:
         """A flow's record (``Task.flow`` names it): members open and ended, its outcome
         once ended; None when there is none (docs/flows.md)."""
-        return flow_record(self.client, self.keys, reading.check_task_id(flow_id))
+        return run(self.client, flow_record(self.keys, reading.check_task_id(flow_id)))
 
     def stats(self) -> dict[str, int]:
         """Sizes of every state, live workers and the monotonic counters."""

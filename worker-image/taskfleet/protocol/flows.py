@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from taskfleet.protocol.calls import Call, one
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.tasks import stored_int, stored_text, stored_time
@@ -45,25 +46,33 @@ class FlowRecord:
         return self.ended_at is not None
 
 
-def flow_record(client: SyncClient, keys: QueueKeys, flow_id: str) -> FlowRecord | None:
-    """The record of flow ``flow_id``; None when there is none (never a flow, or expired a
-    retention after it ended)."""
-    names = ("open", "done", "dead", "cancelled", "started_at", "ended_at", "outcome")
-    raw = dict(zip(names, client.hmget(keys.flow(flow_id), list(names)), strict=True))
-    if raw["started_at"] is None:
-        return None
-    h = {k: None if v is None else stored_text(v) for k, v in raw.items()}
-    count = {n: max(0, stored_int(h[n]) or 0) for n in ("open", "done", "dead", "cancelled")}
-    return FlowRecord(
-        flow_id,
-        count["open"],
-        count["done"],
-        count["dead"],
-        count["cancelled"],
-        started_at=stored_time(h["started_at"]),
-        ended_at=stored_time(h["ended_at"]),
-        outcome=h["outcome"],
-    )
+_FLOW_FIELDS = ("open", "done", "dead", "cancelled", "started_at", "ended_at", "outcome")
+
+
+def flow_record(keys: QueueKeys, flow_id: str) -> Call[FlowRecord | None]:
+    """The record of flow ``flow_id`` (one HMGET); None when there is none (never a flow,
+    or expired a retention after it ended)."""
+
+    def parse(reply: Any) -> FlowRecord | None:
+        h = {
+            n: None if v is None else stored_text(v)
+            for n, v in zip(_FLOW_FIELDS, reply, strict=True)
+        }
+        if h["started_at"] is None:
+            return None
+        count = {n: max(0, stored_int(h[n]) or 0) for n in ("open", "done", "dead", "cancelled")}
+        return FlowRecord(
+            flow_id,
+            count["open"],
+            count["done"],
+            count["dead"],
+            count["cancelled"],
+            started_at=stored_time(h["started_at"]),
+            ended_at=stored_time(h["ended_at"]),
+            outcome=h["outcome"],
+        )
+
+    return one(("HMGET", keys.flow(flow_id), *_FLOW_FIELDS), parse)
 
 
 #: The field of a dependant's hash holding the result of one dependency.
