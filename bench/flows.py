@@ -13,7 +13,10 @@ Starts one fresh redis-server (bench.run's) and drives the scripts as a worker d
   call, whose time grows with the flow: a larger fan-in is built from run-time children,
   the scenario above, with a merge after the parent);
 - a failing chain: ``--children`` tasks in a chain, the first fails for good; every other
-  one ends dead (``dependency failed``), 1,000 per call.
+  one ends dead (``dependency failed``), 1,000 per call;
+- retention of a flow: a parent's ``--children`` children all done but one, past the
+  queue's retention (1 s here): sweeps keep them while the flow is open (re-scored, at most
+  a sweep's bound a call), then delete them a retention after the last one ends the flow.
 
 Reported per scenario, by script: the most CPU time redis-server spent in one call (from
 /proc/<pid>/schedstat around each call, which a loaded machine's preemption does not
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
-from taskfleet import Queue, chord, group
+from taskfleet import Queue, QueueConfig, chord, group
 from taskfleet.producer.encoding import batch_args
 from taskfleet.producer.flows import build
 from taskfleet.protocol.scripts import Op, Ops, SyncScripts, text
@@ -200,6 +203,44 @@ def failing_chain(n: int) -> Any:
     return body
 
 
+def flow_retention(n: int) -> Any:
+    def body(queue: Queue, driver: Driver) -> dict[str, Any]:
+        queue.configure(QueueConfig(done_retention_s=1, dead_retention_s=1))
+        driver.enqueue([{"payload": {"doc": 1}, "task_id": "doc"}])
+        [(parent, token)] = driver.claim(1)
+        children = [{"payload": {"page": i}, "task_id": f"page-{i}"} for i in range(n)]
+        driver.enqueue(children, parent=(parent, token))
+        driver.complete([(parent, token)], f'{{"pages":{n}}}')
+        hold: list[tuple[str, str]] = []
+        while held := driver.claim():
+            if not hold:
+                hold, held = held[:1], held[1:]  # one child still runs: the flow is open
+            driver.complete(held)
+        time.sleep(1.2)  # every finished child is past the retention
+        sweeps_open = 0
+        while sweeps_open < 2 * (n // 1000 + 1):
+            driver.sweep()
+            sweeps_open += 1
+        kept = queue.stats()["done"]
+        driver.complete(hold)  # the last child: the parent is done, the flow ends
+        record = queue.flow(parent)
+        time.sleep(1.2)
+        sweeps_ended = 0
+        while queue.stats()["done"] and sweeps_ended < 2 * n:
+            driver.sweep()
+            sweeps_ended += 1
+        return {
+            "kept_while_open": kept,
+            "sweeps_while_open": sweeps_open,
+            "outcome": record.outcome if record else None,
+            "sweeps_to_prune_after_end": sweeps_ended,
+            "done_left": queue.stats()["done"],
+            "flows_done": queue.stats()["flows_done"],
+        }
+
+    return body
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--children", type=int, default=10_000)
@@ -211,6 +252,7 @@ def main(argv: list[str] | None = None) -> None:
             scenario(url, "run-time children", run_time_children(n)),
             scenario(url, "chord in one call", chord_in_one_call(min(n, 1000))),
             scenario(url, "failing chain", failing_chain(n)),
+            scenario(url, "retention of a flow", flow_retention(n)),
         ]
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     RESULTS.mkdir(exist_ok=True)

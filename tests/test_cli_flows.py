@@ -25,7 +25,7 @@ def test_a_flow_from_json_and_after_from_the_command_line(redis_url: str, tmp_pa
     assert late.returncode == 0, late.stderr
     shown = taskfleet("task", "q", late.stdout.strip(), env=env)
     assert shown.returncode == 0, shown.stderr
-    tree = shown.stdout.split("flow:\n", 1)[1]
+    tree = shown.stdout.split("flow tree:\n", 1)[1]
     assert tree.splitlines() == [
         f"  {late.stdout.strip()}  waiting 1 left",
         "    merge  waiting 2 left",
@@ -35,6 +35,14 @@ def test_a_flow_from_json_and_after_from_the_command_line(redis_url: str, tmp_pa
     with Queue("q", redis_url=redis_url) as queue:
         task = queue.get("merge")
         assert task is not None and task.state is TaskState.WAITING
+    # the flow it belongs to: the flow's first task, and the flow's state
+    lines = dict(line.split(None, 1) for line in shown.stdout.split("flow tree:")[0].splitlines())
+    assert lines["flow"] == "p0"
+    assert lines["flow_state"] == "running  open=4 done=0 dead=0 cancelled=0"
+    cancelled = taskfleet("cancel", "q", "p0", "p1", late.stdout.strip(), env=env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    stats = taskfleet("stats", "q", "--json", env=env)
+    assert json.loads(stats.stdout)["flows_failed"] == 1  # merge ended dead by its policy
 
 
 def test_bad_flows_and_unknown_dependencies_exit_2_storing_nothing(

@@ -34,6 +34,7 @@ from hypothesis.stateful import (
 )
 from taskfleet import CancelOutcome, Queue, QueueConfig, Task, TaskExists, TaskState
 from taskfleet.protocol.scripts import Ops, SyncScripts, text
+from taskfleet.protocol.tasks import FLOW_COUNTERS
 
 from tests.fixtures_redis import BlockingBroker
 
@@ -495,6 +496,36 @@ class ProtocolMachine(RuleBasedStateMachine):
                 assert "deadline" in h and "started_at" not in h, (member, task_id, h)
                 deadlines.append(float(h["deadline"]))
             assert deadlines == sorted(deadlines) and all(d <= last for d in deadlines)
+
+    @invariant()
+    def every_flows_record_counts_its_members(self) -> None:
+        """A flow's record (docs/protocol.md 4.15) counts its members as they stand: open
+        the unfinished ones, done/dead/cancelled the finished ones; it has ended, with the
+        outcome its members give, exactly when none is open; and the ends counted in stats
+        are at least the flows ended now (a retried flow ends, and counts, again)."""
+        hashes = self._hashes(sorted(self.enqueued))
+        members: dict[str, Counter[str]] = {}
+        for h in hashes.values():
+            if h.get("flow"):
+                state = h["state"] if h["state"] in FINISHED else "open"
+                members.setdefault(h["flow"], Counter())[state] += 1
+        ended = 0
+        for flow_id, counts in members.items():
+            record = self.queue.flow(flow_id)
+            assert record is not None, flow_id
+            stored = (record.open, record.done, record.dead, record.cancelled)
+            assert stored == tuple(counts[s] for s in ("open", "done", "dead", "cancelled")), (
+                flow_id,
+                stored,
+                counts,
+            )
+            assert record.ended == (record.open == 0), (flow_id, record)
+            if record.ended:
+                ended += 1
+                outcome = "failed" if record.dead else "cancelled" if record.cancelled else "done"
+                assert record.outcome == outcome, (flow_id, record)
+        stats = self.queue.stats()
+        assert sum(stats[n] for n in FLOW_COUNTERS.values()) >= ended
 
     @invariant()
     def a_task_dead_as_expired_never_started(self) -> None:

@@ -11,7 +11,7 @@ import pytest
 import redis
 import redis.asyncio
 from pydantic import ValidationError
-from taskfleet import Broker, Queue, QueueConfig, TaskState
+from taskfleet import Broker, Queue, QueueConfig, TaskState, chain
 from taskfleet.protocol.bundle import NAMES, source
 from taskfleet.protocol.control_ops import CancelOutcome, Report
 from taskfleet.protocol.errors import InvalidPayload
@@ -105,6 +105,12 @@ def run_every_operation(queue: Queue, make: Callable[[str, str], BlockingBroker]
     assert queue.cancel(later.id) is CancelOutcome.CANCELLED
     assert queue.purge_tasks("cancelled") >= 1
     assert queue.purge_tasks("done") == 1
+    # a flow: its tasks and its record, its end counted
+    flow = queue.enqueue_flow(chain({"payload": {"f": 1}}, {"payload": {"f": 2}}))
+    for _ in flow.ids:
+        held = worker.claim(4).tasks
+        worker.complete_many([(t.id, t.token, None) for t in held])
+    assert queue.stats()["flows_done"] == 1
     assert worker.deregister() == 0
     names = [text(k) for k in queue.client.scan_iter(match="*")]  # every node of a cluster
     assert len(names) > 10

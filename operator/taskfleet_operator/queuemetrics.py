@@ -24,7 +24,7 @@ from taskfleet.protocol.groups import GroupCount, group_counts, group_names
 from taskfleet.protocol.quota import QuotaOps, QuotaState, quota_state
 from taskfleet.protocol.reads import STATES, Workers
 from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S
-from taskfleet.protocol.tasks import COUNTERS
+from taskfleet.protocol.tasks import COUNTERS, FLOW_COUNTERS
 
 from taskfleet_operator.builders import queue_name
 from taskfleet_operator.connections import SAFE_POLICY, Connections
@@ -48,7 +48,8 @@ COUNTER_METRICS = {
     "replayed": "taskfleet_queue_replayed",
     "throttled": "taskfleet_queue_claim_pauses",
 }
-assert set(COUNTER_METRICS) == set(COUNTERS)
+#: The flow counters are one family, ``taskfleet_queue_flows{outcome}``.
+assert set(COUNTER_METRICS) | set(FLOW_COUNTERS.values()) == set(COUNTERS)
 
 
 #: Groups a scrape reads per queue (of each kind: claimable, parked, running) and exports
@@ -205,6 +206,12 @@ class QueueCollector:
             )
             for stat, metric in COUNTER_METRICS.items()
         }
+        flows = CounterMetricFamily(
+            "taskfleet_queue_flows",
+            "Flows that ended, by outcome: done (every task done), failed (one dead), "
+            "cancelled (one cancelled, none dead); a flow a retry reopened counts again.",
+            labels=[*labels, "outcome"],
+        )
         evicting = gauge(
             "taskfleet_queue_redis_evicting",
             "1 when the queue's Redis has a maxmemory-policy other than noeviction: a full "
@@ -257,6 +264,8 @@ class QueueCollector:
             oldest.add_metric(values, reading.oldest_pending_s)
             for stat, family in counters.items():
                 family.add_metric(values, reading.counters.get(stat, 0))
+            for outcome, stat in FLOW_COUNTERS.items():
+                flows.add_metric([*values, outcome], reading.counters.get(stat, 0))
             q = reading.quota
             if q is not None:
                 paused.add_metric(values, q.pause_left_ms / 1000)
@@ -270,4 +279,5 @@ class QueueCollector:
                         budget_reset.add_metric([*values, period], (end - q.now_ms) / 1000)
         yield from (up, evicting, tasks, workers, alive, slots, oldest, by_group)
         yield from counters.values()
+        yield flows
         yield from (paused, budget_limit, budget_spent, budget_reset)

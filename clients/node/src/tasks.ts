@@ -44,6 +44,9 @@ export const COUNTERS = [
   "deferred",
   "replayed",
   "throttled",
+  "flows_done",
+  "flows_failed",
+  "flows_cancelled",
 ] as const;
 
 /** A task as stored, with proper types (times are `Date`s, null when absent or unreadable). */
@@ -89,6 +92,8 @@ export interface Task {
   readonly after: readonly string[];
   /** With `after`: fail, ignore or cancel; null when it waits for nothing. */
   readonly onDepFail: string | null;
+  /** The flow it belongs to (the id of the flow's first task); null: none. */
+  readonly flow: string | null;
   /** Whether it has finished (done, dead or cancelled). */
   readonly finished: boolean;
 }
@@ -205,6 +210,7 @@ export function taskFromHash(raw: Readonly<Record<string, string>>, taskId?: str
     progress: raw.progress === undefined ? null : parsed(raw.progress),
     after: afterIds(raw.after),
     onDepFail: text("on_dep_fail"),
+    flow: text("flow"),
     finished: FINISHED.has(state as TaskState),
   };
 }

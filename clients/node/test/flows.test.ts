@@ -47,6 +47,20 @@ describe("after (dependencies)", () => {
       assert.deepEqual(await work(q), [b]);
     }));
 
+  it("puts a dependant in its dependency's flow, counted by outcome when it ends", () =>
+    withQueue(async (q) => {
+      const a = await q.enqueue({ n: 1 });
+      const b = await q.enqueue({ n: 2 }, { after: [a] });
+      assert.equal((await q.get(a))?.flow, a);
+      assert.equal((await q.get(b))?.flow, a);
+      assert.equal((await q.stats()).flows_done, 0);
+      assert.deepEqual(await work(q), [a]);
+      assert.deepEqual(await work(q), [b]);
+      assert.equal((await q.stats()).flows_done, 1);
+      const plain = await q.enqueue({ n: 3 });
+      assert.equal((await q.get(plain))?.flow, null);
+    }));
+
   it("enqueues a chain in one enqueueMany and fails dependants of a cancelled task", () =>
     withQueue(async (q) => {
       const ids = await q.enqueueMany([

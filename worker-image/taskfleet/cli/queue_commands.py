@@ -25,6 +25,8 @@ from taskfleet.protocol.jsondepth import nested_too_deep
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+    from taskfleet.protocol.flows import FlowRecord
+
 #: Tasks per enqueue script call for --count: one call is atomic but blocks Redis for
 #: everyone while it runs, so a big --count goes in calls of this size.
 ENQUEUE_CHUNK = 1000
@@ -338,6 +340,7 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
     try:
         found = q.get(task_id)
         tree = tree_lines(q, task_id) if found is not None else []
+        record = q.flow(found.flow) if found is not None and found.flow else None
     finally:
         q.close()
     if found is None:
@@ -354,9 +357,19 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
         plain = not isinstance(value, dict | list) and _printable(str(value))
         shown = value if plain else json.dumps(value)
         click.echo(f"{key:<{width}}  {terminal_safe(shown)}")
+    if record is not None:  # the flow it belongs to, as its record stands
+        click.echo(f"{'flow_state':<{width}}  {_flow_state(record)}")
     if tree:  # what it waits for, what those wait for, what waits on it (docs/flows.md)
-        click.echo("flow:")
+        click.echo("flow tree:")
         click.echo("\n".join("  " + line for line in tree))
+
+
+def _flow_state(record: FlowRecord) -> str:
+    counts = f"open={record.open} done={record.done} dead={record.dead}"
+    counts += f" cancelled={record.cancelled}"
+    if record.ended_at is None:
+        return f"running  {counts}"
+    return f"ended {record.outcome} at {record.ended_at.isoformat()}  {counts}"
 
 
 def _printable(text: str) -> bool:

@@ -29,6 +29,7 @@ from taskfleet.protocol import tracing
 from taskfleet.protocol.calls import run_all_async, run_async
 from taskfleet.protocol.connect import durability, is_cluster, redis_py_url
 from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.flows import FlowRecord, flow_record
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.redisurl import parse_redis_url
@@ -174,6 +175,10 @@ class AsyncQueue:
     async def get(self, task_id: str) -> Task | None:
         """The task, or None when there is none (never stored, or pruned by retention)."""
         return await run_async(self.client, self.reads.task(reading.check_task_id(task_id)))
+
+    async def flow(self, flow_id: str) -> FlowRecord | None:
+        """A flow's record (``Task.flow`` names it); None when there is none."""
+        return await run_async(self.client, flow_record(self.keys, reading.check_task_id(flow_id)))
 
     async def stats(self) -> dict[str, int]:
         """Sizes of every state, live workers and the monotonic counters."""

@@ -33,6 +33,7 @@ from taskfleet.protocol.connect import durability as url_durability
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
 from taskfleet.protocol.durable import run_and_wait
 from taskfleet.protocol.errors import NotReplicated, ScheduleNotFound
+from taskfleet.protocol.flows import FlowRecord, flow_record
 from taskfleet.protocol.groups import GroupCount, GroupSettings
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
@@ -45,7 +46,7 @@ from taskfleet.protocol.schedules import (
     first_slot,
     validate_schedule_name,
 )
-from taskfleet.protocol.scripts import Op, Ops, SweepResult, SyncScripts, release
+from taskfleet.protocol.scripts import EnqueueArgs, Op, Ops, SweepResult, SyncScripts, release
 from taskfleet.protocol.tasks import Task
 
 __all__ = ["CancelOutcome", "EnqueueResult", "EnqueueSpec", "Queue", "TaskPage", "WorkerInfo"]
@@ -218,22 +219,28 @@ class Queue(Controlling, Quotas):
         item is invalid (or too large), names an id twice, or names an existing task
         with another payload or options (``TaskExists``), nothing is stored.
         """
-        batch = batch_args(items)
+        return self._enqueue_batch(batch_args(items), flow=False)
+
+    def _enqueue_batch(self, batch: list[EnqueueArgs], *, flow: bool) -> list[str]:
+        """``flow``: every new task joins the flow named by the first task's id."""
         if not batch:
             return []
         ids = [a.task_id for a in batch]
+        named = ids[0] if flow else ""
         if tracing.configured():
             with tracing.enqueue_span(self.name, len(batch)):
-                self._enqueue(self.ops.enqueue(batch, token_base(), tracing.carrier_text()), ids)
+                op = self.ops.enqueue(batch, token_base(), tracing.carrier_text(), flow=named)
+                self._enqueue(op, ids)
         else:
-            self._enqueue(self.ops.enqueue(batch, token_base()), ids)
+            self._enqueue(self.ops.enqueue(batch, token_base(), flow=named), ids)
         return ids
 
     def enqueue_flow(self, flow: Flow | EnqueueSpec | Mapping[str, Any]) -> FlowIds:
         """Store a flow (``chain``, ``group``, ``chord``, nested; ``taskfleet.producer.
-        flows``) in one atomic call: every task or none. Returns its ids."""
+        flows``) in one atomic call: every task or none. Returns its ids. Its tasks are
+        one flow, named by its first task's id (``Task.flow``; docs/flows.md)."""
         items, last = build(flow)
-        return FlowIds(self.enqueue_many(items), last)
+        return FlowIds(self._enqueue_batch(batch_args(items), flow=True), last)
 
     def add_children(
         self, parent: str, token: str, items: Iterable[EnqueueSpec | Mapping[str, Any]]
@@ -251,6 +258,11 @@ class Queue(Controlling, Quotas):
     def get(self, task_id: str) -> Task | None:
         """The task, or None when there is none (never stored, or pruned by retention)."""
         return run(self.client, self.reads.task(reading.check_task_id(task_id)))
+
+    def flow(self, flow_id: str) -> FlowRecord | None:
+        """A flow's record (``Task.flow`` names it): members open and ended, its outcome
+        once ended; None when there is none (docs/flows.md)."""
+        return run(self.client, flow_record(self.keys, reading.check_task_id(flow_id)))
 
     def stats(self) -> dict[str, int]:
         """Sizes of every state, live workers and the monotonic counters."""

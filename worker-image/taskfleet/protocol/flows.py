@@ -6,18 +6,74 @@ completed it: field ``in:<dependency id>`` of the dependant's hash, JSON text (`
 for no result). A dependant's inputs together are bounded by the queue's
 ``max_payload_bytes``; a result that would pass the bound is not handed, and that
 dependency is then absent from what ``dependency_results`` returns.
+
+A flow's record (``flow:<flow id>``, lua/includes/flow_add.lua and flow_member_end.lua):
+its members open and ended by how, when it began and ended, and its outcome once ended;
+``flow_record`` reads it.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from taskfleet.protocol.calls import Call, one
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.tasks import stored_text
+from taskfleet.protocol.tasks import stored_int, stored_text, stored_time
 
-__all__ = ["INPUT_PREFIX", "dependency_results"]
+__all__ = ["INPUT_PREFIX", "FlowRecord", "dependency_results", "flow_record"]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRecord:
+    """One flow as its record stands: members open (not finished) and finished by how;
+    ``outcome`` (done, failed or cancelled) and ``ended_at`` once the last one ended."""
+
+    id: str
+    open: int
+    done: int
+    dead: int
+    cancelled: int
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str | None
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_at is not None
+
+
+_FLOW_FIELDS = ("open", "done", "dead", "cancelled", "started_at", "ended_at", "outcome")
+
+
+def flow_record(keys: QueueKeys, flow_id: str) -> Call[FlowRecord | None]:
+    """The record of flow ``flow_id`` (one HMGET); None when there is none (never a flow,
+    or expired a retention after it ended)."""
+
+    def parse(reply: Any) -> FlowRecord | None:
+        h = {
+            n: None if v is None else stored_text(v)
+            for n, v in zip(_FLOW_FIELDS, reply, strict=True)
+        }
+        if h["started_at"] is None:
+            return None
+        count = {n: max(0, stored_int(h[n]) or 0) for n in ("open", "done", "dead", "cancelled")}
+        return FlowRecord(
+            flow_id,
+            count["open"],
+            count["done"],
+            count["dead"],
+            count["cancelled"],
+            started_at=stored_time(h["started_at"]),
+            ended_at=stored_time(h["ended_at"]),
+            outcome=h["outcome"],
+        )
+
+    return one(("HMGET", keys.flow(flow_id), *_FLOW_FIELDS), parse)
+
 
 #: The field of a dependant's hash holding the result of one dependency.
 INPUT_PREFIX = "in:"

@@ -13,8 +13,8 @@ import re
 PREFIX = "tf"
 
 #: The order in which every script receives the queue's keys (KEYS[1], KEYS[2], ...).
-#: ``task``, ``pod``, ``sched``, ``wake``, ``schedule``, ``waiter`` and ``dependants`` are
-#: prefixes: the script appends the id, pod or name.
+#: ``task``, ``pod``, ``sched``, ``wake``, ``schedule``, ``waiter``, ``dependants`` and
+#: ``flow`` are prefixes: the script appends the id, pod or name.
 SCRIPT_KEYS: tuple[str, ...] = (
     "task",
     "pending",
@@ -53,6 +53,8 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "group_bucket",
     "groups_parked",
     "groups_pending",
+    "flow",
+    "flows",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -157,6 +159,12 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "string",
         "how many tasks wait in the groups' own zsets (pending's size leaves them out)",
     ),
+    "flow": (
+        "hash",
+        "one flow's record (open, done, dead, cancelled, started_at, ended_at, outcome); the key "
+        "is the prefix and the flow's id (its first task's); expires a retention after it ends",
+    ),
+    "flows": ("zset", "ids of the flows not ended; score: when each began (epoch ms)"),
 }
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -188,6 +196,8 @@ class QueueKeys:
         "dependants_prefix",
         "done",
         "flow_backlog",
+        "flow_prefix",
+        "flows",
         "group_bucket_prefix",
         "group_pending_prefix",
         "group_prefix",
@@ -271,6 +281,10 @@ class QueueKeys:
         self.waiting = p + "waiting"
         self.dependants_prefix = p + "dependants:"
         self.flow_backlog = p + "flows:backlog"
+        # a flow's record (members open and ended, its outcome) and the flows not ended
+        # (lua/includes/flow_member_end.lua)
+        self.flow_prefix = p + "flow:"
+        self.flows = p + "flows"
         # groups (fair claiming between them, lua/includes/group_*.lua): the ring of groups
         # with claimable tasks, each group's pending tasks, running counts, settings, token
         # buckets, and the groups held back by their own limits
@@ -292,6 +306,7 @@ class QueueKeys:
             "group_pending": self.group_pending_prefix,
             "group": self.group_prefix,
             "group_bucket": self.group_bucket_prefix,
+            "flow": self.flow_prefix,
         }
         self.script_keys: tuple[str, ...] = tuple(
             by_name.get(name) or getattr(self, name) for name in SCRIPT_KEYS
@@ -327,6 +342,9 @@ class QueueKeys:
 
     def dependants(self, task_id: str) -> str:
         return self.dependants_prefix + task_id
+
+    def flow(self, flow_id: str) -> str:
+        return self.flow_prefix + flow_id
 
     @property
     def pattern(self) -> str:

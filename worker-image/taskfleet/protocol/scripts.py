@@ -320,6 +320,7 @@ class Ops:
         token_base: str | None = None,
         trace: str = "",
         parent: tuple[str, str] | None = None,
+        flow: str = "",
     ) -> Op[list[bool]]:
         """Reply: per task, True if created, False if the same task existed (unchanged).
 
@@ -329,13 +330,19 @@ class Ops:
         ``trace``: the producer's trace context (``protocol.tracing``), stored with every
         new task of the call. ``parent``: (task id, claim token) of a running task adding
         these as its children (docs/flows.md); ``StaleToken`` when that run no longer
-        holds it."""
+        holds it. ``flow``: every new task joins that flow (a flow enqueued whole)."""
         parent_id, parent_token = parent if parent is not None else ("", "")
         if token_base is None:
-            head = Enqueue(len(tasks), "", "", trace, parent_id, parent_token)
+            head = Enqueue(len(tasks), "", "", trace, parent_id, parent_token, flow)
         else:
             head = Enqueue(
-                len(tasks), token_base, CLAIM_HOUSEKEEPING_BOUND, trace, parent_id, parent_token
+                len(tasks),
+                token_base,
+                CLAIM_HOUSEKEEPING_BOUND,
+                trace,
+                parent_id,
+                parent_token,
+                flow,
             )
         args = with_records(head, tasks)
 

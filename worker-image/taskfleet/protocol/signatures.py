@@ -85,6 +85,11 @@ class Enqueue(NamedTuple):
         "a running task adding these as its children: it is done only once they all are; '' = none",
     ] = ""
     parent_token: Annotated[OptStr, "with parent: the claim token its run holds"] = ""
+    flow: Annotated[
+        OptStr,
+        "every new task of the call joins this flow (a flow enqueued whole: its first task's "
+        "id); '' = by parent or after",
+    ] = ""
 
 
 class EnqueueTask(NamedTuple):

@@ -22,6 +22,7 @@ from taskfleet.protocol.tasknames import split_named
 __all__ = [
     "COUNTERS",
     "FINISHED",
+    "FLOW_COUNTERS",
     "Task",
     "TaskState",
     "stored_float",
@@ -46,7 +47,10 @@ COUNTERS = (
     "deferred",  # retries a handler asked for (RetryAfter) that gave the attempt back
     "replayed",  # dead tasks sent back to pending (Queue.retry)
     "throttled",  # claim pauses begun: a provider's rate limit met (RateLimited), or asked for
+    *("flows_done", "flows_failed", "flows_cancelled"),  # flows that ended, by outcome
 )
+#: The flow counters of :data:`COUNTERS`, by outcome (docs/flows.md).
+FLOW_COUNTERS = {"done": "flows_done", "failed": "flows_failed", "cancelled": "flows_cancelled"}
 _TIME_FIELDS = (
     "created_at",
     "run_at",
@@ -116,6 +120,9 @@ class Task(BaseModel):
         default=None, description="with after: fail | ignore | cancel (None: fail)"
     )
     deps_left: int | None = Field(default=None, description="while waiting: dependencies left")
+    flow: str | None = Field(
+        default=None, description="the flow it belongs to (its first task's id); None: none"
+    )
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any], task_id: str | None = None) -> Task:
@@ -139,6 +146,7 @@ class Task(BaseModel):
             "error",
             "reason",
             "on_dep_fail",
+            "flow",
         ):
             if name in h:
                 data[name] = h[name]

@@ -31,6 +31,8 @@ local K_GROUP = KEYS[34]
 local K_GROUP_BUCKET = KEYS[35]
 local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
+local K_FLOW = KEYS[38]
+local K_FLOWS = KEYS[39]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 local ARG_POD = ARGV[2]
@@ -112,15 +114,50 @@ local function wake_waiters(id, key, waiters)
   redis.call('HDEL', key, 'waiters')
 end
 
+-- includes/flow_member_end.lua
+-- A member of flow `fid` ended with `outcome` ('d' done, 'x' dead, 'c' cancelled): its
+-- record flow:<fid> counts it. When it was the last member open, the flow ends: outcome
+-- 'failed' when a member is dead, else 'cancelled' when one is cancelled, else 'done';
+-- 'ended_at', counted in stats as flows_<outcome>; the record expires once its members
+-- may go (the longer retention, at least a minute), its score in the zset flows then.
+-- O(1): a few commands on the flow's record, whatever its size.
+local FLOW_ENDS = {d = 'done', x = 'dead', c = 'cancelled'}
+local function flow_member_end(fid, outcome)
+  local fkey = K_FLOW .. fid
+  redis.call('HINCRBY', fkey, FLOW_ENDS[outcome], 1)
+  local open = redis.call('HINCRBY', fkey, 'open', -1)
+  if open > 0 then return end
+  local keep = math.max(cfg_num('done_retention_s', 3600), cfg_num('dead_retention_s', 259200), 60)
+  if open < 0 then
+    -- a record deleted by hand, or the member counted twice: no second ending
+    redis.call('HSET', fkey, 'open', 0)
+    if redis.call('PTTL', fkey) < 0 then redis.call('PEXPIRE', fkey, math.floor(keep * 1000)) end
+    return
+  end
+  local v = redis.call('HMGET', fkey, 'dead', 'cancelled')
+  local how = 'done'
+  if (tonumber(v[1]) or 0) > 0 then
+    how = 'failed'
+  elseif (tonumber(v[2]) or 0) > 0 then
+    how = 'cancelled'
+  end
+  local now = now_ms()
+  redis.call('HSET', fkey, 'ended_at', now, 'outcome', how)
+  redis.call('PEXPIRE', fkey, math.floor(keep * 1000))
+  redis.call('ZADD', K_FLOWS, now + math.floor(keep * 1000), fid)
+  bump('flows_' .. how)
+end
 -- includes/flow_finished.lua
 -- A task finished with `outcome` ('d' done, 'x' dead, 'c' cancelled); `mark` is its
--- 'dependants' field, set when some task waits on it; `result` its result when done here.
--- A task nobody waits on costs nothing.
-local function flow_finished(id, outcome, mark, result)
+-- 'dependants' field, set when some task waits on it; `result` its result when done here;
+-- `flow` its field 'flow' (read with the others), set when it is a flow's member: the
+-- flow counts it (flow_member_end). A task nobody waits on, in no flow, costs nothing.
+local function flow_finished(id, outcome, mark, result, flow)
   if mark then
     FLOW_Q[#FLOW_Q + 1] = outcome .. id
     if result then FLOW_Q.results[id] = result end
   end
+  if flow then flow_member_end(flow, outcome) end
 end
 -- includes/to_dead.lua
 local function to_dead(id, key, now, reason, err)
@@ -132,9 +169,9 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'x', v[2])
+  flow_finished(id, 'x', v[2], nil, v[3])
 end
 
 -- includes/to_cancelled.lua
@@ -144,9 +181,9 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'c', v[2])
+  flow_finished(id, 'c', v[2], nil, v[3])
 end
 
 -- includes/pending_remove.lua
@@ -293,9 +330,9 @@ local function flow_join_done(id, key, now)
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'd', v[2], v[3] or '')
+  flow_finished(id, 'd', v[2], v[3] or '', v[4])
 end
 -- includes/flow_resolve.lua
 -- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
@@ -435,7 +472,7 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants', 'group')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants', 'group', 'flow')
     local state = v[1]
     if state == 'pending' or state == 'delayed' or state == 'waiting' then
       if state == 'delayed' then
@@ -452,7 +489,7 @@ local function expire_deadlines(now, limit)
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
       wake_waiters(id, key, v[2])
-      flow_finished(id, 'x', v[3])
+      flow_finished(id, 'x', v[3], nil, v[5])
     elseif not state then
       pending[#pending + 1] = id
       delayed[#delayed + 1] = id
@@ -1055,6 +1092,45 @@ local function flow_backlog(budget)
     FLOW_Q[#FLOW_Q + 1] = entry
   end
 end
+-- includes/flow_prune.lua
+-- Retention of finished tasks: `ids` of the zset `zkey` whose time (finished_at) is
+-- before `cutoff` go, tasks and index entries, except members of flows whose records
+-- must stay: one of a flow not ended is re-scored to `now` (looked at again a retention
+-- later); one of a flow that ended after `cutoff` is re-scored to that end (it goes a
+-- retention after the flow's end). A queue that has no flow record (the zset flows is
+-- empty) pays one EXISTS per call; otherwise each id costs one or two reads. Returns how
+-- many were deleted.
+local function flow_prune(zkey, ids, now, cutoff)
+  if #ids == 0 then return 0 end
+  local gone = ids
+  if redis.call('EXISTS', K_FLOWS) == 1 then
+    gone = {}
+    for _, id in ipairs(ids) do
+      local fid = redis.call('HGET', K_TASK .. id, 'flow')
+      local keep
+      if fid then
+        local v = redis.call('HMGET', K_FLOW .. fid, 'started_at', 'ended_at')
+        local ended = tonumber(v[2])
+        if v[1] and not ended then
+          keep = now
+        elseif ended and ended > cutoff then
+          keep = ended
+        end
+      end
+      if keep then
+        redis.call('ZADD', zkey, keep, id)
+      else
+        gone[#gone + 1] = id
+      end
+    end
+    if #gone == 0 then return 0 end
+  end
+  local keys = {}
+  for i, id in ipairs(gone) do keys[i] = K_TASK .. id end
+  call_chunked('ZREM', zkey, gone)
+  call_chunked('DEL', keys[1], keys)
+  return #gone
+end
 -- complete.lua
 -- complete: finish tasks with their results (a batch is one round trip).
 -- Arguments: ARG_* and RECORD(i) (signatures.Complete, one Completion per task): task id,
@@ -1070,7 +1146,8 @@ end
 --   answers as it did then and changes nothing. Waiters on a finished task are woken
 --   (includes/wake_waiters.lua).
 --   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks}.
--- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once); each
+-- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once), a
+-- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
 -- any completion rate without waiting for a sweep.
 local n = tonumber(ARG_N)
@@ -1086,7 +1163,7 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants', 'join', 'group')
+    'dependants', 'join', 'group', 'flow')
   if v[1] == 'running' and v[2] == token then
     -- a task that added children at run time (join): children left, one failed
     local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed') or {}
@@ -1131,7 +1208,7 @@ for i = 0, n - 1 do
         end
       end
       wake_waiters(id, key, v[5])
-      flow_finished(id, 'd', v[6], result)
+      flow_finished(id, 'd', v[6], result, v[9])
       completed = completed + 1
       out[#out + 1] = '1'
     end
@@ -1156,13 +1233,9 @@ flow_backlog(nil)  -- dependants a busy earlier call left to resolve
 -- Retention as it goes: up to twice this call's completions (and at least 10), so the
 -- done set shrinks back to its retention window after any burst.
 local cutoff = now - retention_ms
+-- (members of a flow not ended, or ended within retention, stay: flow_prune)
 local expired = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', cutoff, 'LIMIT', 0, 2 * n + 10)
-if #expired > 0 then
-  local keys = {}
-  for i, id in ipairs(expired) do keys[i] = K_TASK .. id end
-  call_chunked('ZREM', K_DONE, expired)
-  call_chunked('DEL', keys[1], keys)
-end
+flow_prune(K_DONE, expired, now, cutoff)
 -- a freed slot under a global concurrency limit is work for an idle worker
 if cfg_num('max_concurrency', 0) > 0 and completed > 0
     and (redis.call('ZCARD', K_PENDING) > 0 or redis.call('EXISTS', K_GROUPS) == 1) then

@@ -23,6 +23,8 @@ local K_GROUP_PENDING = KEYS[32]
 local K_GROUP_RUNNING = KEYS[33]
 local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
+local K_FLOW = KEYS[38]
+local K_FLOWS = KEYS[39]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_INCARNATION = ARGV[2]
@@ -68,15 +70,72 @@ local function wake_waiters(id, key, waiters)
   redis.call('HDEL', key, 'waiters')
 end
 
+-- includes/cfg.lua
+local CONFIG = nil
+local function cfg(name)
+  if CONFIG == nil then
+    CONFIG = {}
+    local flat = redis.call('HGETALL', K_CONFIG)
+    for i = 1, #flat, 2 do CONFIG[flat[i]] = flat[i + 1] end
+  end
+  local v = CONFIG[name]
+  if v == nil or v == '' then v = DEFAULTS[name] end
+  return v
+end
+
+-- includes/cfg_num.lua
+-- A config number, or fallback when it is absent, not a number or not finite: a nan or
+-- inf written by a foreign client must not break every claim of the fleet.
+local function cfg_num(name, fallback)
+  local v = tonumber(cfg(name))
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
+  return v
+end
+
+-- includes/flow_member_end.lua
+-- A member of flow `fid` ended with `outcome` ('d' done, 'x' dead, 'c' cancelled): its
+-- record flow:<fid> counts it. When it was the last member open, the flow ends: outcome
+-- 'failed' when a member is dead, else 'cancelled' when one is cancelled, else 'done';
+-- 'ended_at', counted in stats as flows_<outcome>; the record expires once its members
+-- may go (the longer retention, at least a minute), its score in the zset flows then.
+-- O(1): a few commands on the flow's record, whatever its size.
+local FLOW_ENDS = {d = 'done', x = 'dead', c = 'cancelled'}
+local function flow_member_end(fid, outcome)
+  local fkey = K_FLOW .. fid
+  redis.call('HINCRBY', fkey, FLOW_ENDS[outcome], 1)
+  local open = redis.call('HINCRBY', fkey, 'open', -1)
+  if open > 0 then return end
+  local keep = math.max(cfg_num('done_retention_s', 3600), cfg_num('dead_retention_s', 259200), 60)
+  if open < 0 then
+    -- a record deleted by hand, or the member counted twice: no second ending
+    redis.call('HSET', fkey, 'open', 0)
+    if redis.call('PTTL', fkey) < 0 then redis.call('PEXPIRE', fkey, math.floor(keep * 1000)) end
+    return
+  end
+  local v = redis.call('HMGET', fkey, 'dead', 'cancelled')
+  local how = 'done'
+  if (tonumber(v[1]) or 0) > 0 then
+    how = 'failed'
+  elseif (tonumber(v[2]) or 0) > 0 then
+    how = 'cancelled'
+  end
+  local now = now_ms()
+  redis.call('HSET', fkey, 'ended_at', now, 'outcome', how)
+  redis.call('PEXPIRE', fkey, math.floor(keep * 1000))
+  redis.call('ZADD', K_FLOWS, now + math.floor(keep * 1000), fid)
+  bump('flows_' .. how)
+end
 -- includes/flow_finished.lua
 -- A task finished with `outcome` ('d' done, 'x' dead, 'c' cancelled); `mark` is its
--- 'dependants' field, set when some task waits on it; `result` its result when done here.
--- A task nobody waits on costs nothing.
-local function flow_finished(id, outcome, mark, result)
+-- 'dependants' field, set when some task waits on it; `result` its result when done here;
+-- `flow` its field 'flow' (read with the others), set when it is a flow's member: the
+-- flow counts it (flow_member_end). A task nobody waits on, in no flow, costs nothing.
+local function flow_finished(id, outcome, mark, result, flow)
   if mark then
     FLOW_Q[#FLOW_Q + 1] = outcome .. id
     if result then FLOW_Q.results[id] = result end
   end
+  if flow then flow_member_end(flow, outcome) end
 end
 -- includes/to_dead.lua
 local function to_dead(id, key, now, reason, err)
@@ -88,9 +147,9 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'x', v[2])
+  flow_finished(id, 'x', v[2], nil, v[3])
 end
 
 -- includes/to_cancelled.lua
@@ -100,9 +159,9 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'c', v[2])
+  flow_finished(id, 'c', v[2], nil, v[3])
 end
 
 -- includes/pending_remove.lua
@@ -228,28 +287,6 @@ local function notify(n)
   demand()
 end
 
--- includes/cfg.lua
-local CONFIG = nil
-local function cfg(name)
-  if CONFIG == nil then
-    CONFIG = {}
-    local flat = redis.call('HGETALL', K_CONFIG)
-    for i = 1, #flat, 2 do CONFIG[flat[i]] = flat[i + 1] end
-  end
-  local v = CONFIG[name]
-  if v == nil or v == '' then v = DEFAULTS[name] end
-  return v
-end
-
--- includes/cfg_num.lua
--- A config number, or fallback when it is absent, not a number or not finite: a nan or
--- inf written by a foreign client must not break every claim of the fleet.
-local function cfg_num(name, fallback)
-  local v = tonumber(cfg(name))
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
-  return v
-end
-
 -- includes/flow_input.lua
 -- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
 -- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
@@ -271,9 +308,9 @@ local function flow_join_done(id, key, now)
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'd', v[2], v[3] or '')
+  flow_finished(id, 'd', v[2], v[3] or '', v[4])
 end
 -- includes/flow_resolve.lua
 -- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands

@@ -31,6 +31,8 @@ local K_GROUP = KEYS[34]
 local K_GROUP_BUCKET = KEYS[35]
 local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
+local K_FLOW = KEYS[38]
+local K_FLOWS = KEYS[39]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 local ARG_TOKEN_BASE = ARGV[2]
@@ -38,9 +40,10 @@ local ARG_BOUND = ARGV[3]
 local ARG_TRACE = ARGV[4]
 local ARG_PARENT = ARGV[5]
 local ARG_PARENT_TOKEN = ARGV[6]
+local ARG_FLOW = ARGV[7]
 -- record i (1..ARG_N): task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s, after, on_dep_fail, group
 local function RECORD(i)
-  local b = 7 + (i - 1) * 11
+  local b = 8 + (i - 1) * 11
   return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
 end
 -- includes/now_ms.lua
@@ -101,15 +104,50 @@ local function wake_waiters(id, key, waiters)
   redis.call('HDEL', key, 'waiters')
 end
 
+-- includes/flow_member_end.lua
+-- A member of flow `fid` ended with `outcome` ('d' done, 'x' dead, 'c' cancelled): its
+-- record flow:<fid> counts it. When it was the last member open, the flow ends: outcome
+-- 'failed' when a member is dead, else 'cancelled' when one is cancelled, else 'done';
+-- 'ended_at', counted in stats as flows_<outcome>; the record expires once its members
+-- may go (the longer retention, at least a minute), its score in the zset flows then.
+-- O(1): a few commands on the flow's record, whatever its size.
+local FLOW_ENDS = {d = 'done', x = 'dead', c = 'cancelled'}
+local function flow_member_end(fid, outcome)
+  local fkey = K_FLOW .. fid
+  redis.call('HINCRBY', fkey, FLOW_ENDS[outcome], 1)
+  local open = redis.call('HINCRBY', fkey, 'open', -1)
+  if open > 0 then return end
+  local keep = math.max(cfg_num('done_retention_s', 3600), cfg_num('dead_retention_s', 259200), 60)
+  if open < 0 then
+    -- a record deleted by hand, or the member counted twice: no second ending
+    redis.call('HSET', fkey, 'open', 0)
+    if redis.call('PTTL', fkey) < 0 then redis.call('PEXPIRE', fkey, math.floor(keep * 1000)) end
+    return
+  end
+  local v = redis.call('HMGET', fkey, 'dead', 'cancelled')
+  local how = 'done'
+  if (tonumber(v[1]) or 0) > 0 then
+    how = 'failed'
+  elseif (tonumber(v[2]) or 0) > 0 then
+    how = 'cancelled'
+  end
+  local now = now_ms()
+  redis.call('HSET', fkey, 'ended_at', now, 'outcome', how)
+  redis.call('PEXPIRE', fkey, math.floor(keep * 1000))
+  redis.call('ZADD', K_FLOWS, now + math.floor(keep * 1000), fid)
+  bump('flows_' .. how)
+end
 -- includes/flow_finished.lua
 -- A task finished with `outcome` ('d' done, 'x' dead, 'c' cancelled); `mark` is its
--- 'dependants' field, set when some task waits on it; `result` its result when done here.
--- A task nobody waits on costs nothing.
-local function flow_finished(id, outcome, mark, result)
+-- 'dependants' field, set when some task waits on it; `result` its result when done here;
+-- `flow` its field 'flow' (read with the others), set when it is a flow's member: the
+-- flow counts it (flow_member_end). A task nobody waits on, in no flow, costs nothing.
+local function flow_finished(id, outcome, mark, result, flow)
   if mark then
     FLOW_Q[#FLOW_Q + 1] = outcome .. id
     if result then FLOW_Q.results[id] = result end
   end
+  if flow then flow_member_end(flow, outcome) end
 end
 -- includes/to_dead.lua
 local function to_dead(id, key, now, reason, err)
@@ -121,9 +159,9 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'x', v[2])
+  flow_finished(id, 'x', v[2], nil, v[3])
 end
 
 -- includes/to_cancelled.lua
@@ -133,9 +171,9 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'c', v[2])
+  flow_finished(id, 'c', v[2], nil, v[3])
 end
 
 -- includes/pending_remove.lua
@@ -282,9 +320,9 @@ local function flow_join_done(id, key, now)
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'd', v[2], v[3] or '')
+  flow_finished(id, 'd', v[2], v[3] or '', v[4])
 end
 -- includes/flow_resolve.lua
 -- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
@@ -569,6 +607,55 @@ local function flow_append(pkey, ids)
   end
   redis.call('HSET', pkey, 'after', after, 'join', 1)
 end
+-- includes/flow_add.lua
+-- The task whose hash is at `key`, in `state`, joins flow `fid`: field 'flow', and the
+-- flow's record counts it, open or by how it ended ('started_at' set when new). An open
+-- member that makes the flow open again (it had ended, or is new) drops 'ended_at',
+-- 'outcome' and the record's expiry, and scores it +inf in the zset flows (open): a flow
+-- that ended and gains a member is counted again when it ends again. O(1).
+local FLOW_STATES = {done = 'done', dead = 'dead', cancelled = 'cancelled'}
+local function flow_add(fid, key, state, now)
+  local fkey = K_FLOW .. fid
+  redis.call('HSET', key, 'flow', fid)
+  local ended = FLOW_STATES[state]
+  local n = redis.call('HINCRBY', fkey, ended or 'open', 1)
+  redis.call('HSETNX', fkey, 'started_at', now)
+  if not ended and n == 1 then
+    redis.call('HDEL', fkey, 'ended_at', 'outcome')
+    redis.call('PERSIST', fkey)
+    redis.call('ZADD', K_FLOWS, 'inf', fid)
+  end
+end
+-- includes/flow_join.lua
+-- A new task (its hash at `key`) joins a flow: `fid` when the call names one (a flow
+-- enqueued whole, or the children of a parent), else the flow of its first dependency in
+-- `after` (a JSON array, '' for none) that has one, else a new flow named by its first
+-- dependency. Its dependencies in no flow yet join it too (a fan-in over tasks enqueued
+-- alone). A dependency of another flow stays in its own: flows do not merge. A task with
+-- neither is in no flow. O(its dependencies), as flow_hold.
+local function flow_join(key, after, fid, now)
+  local deps = {}
+  if after ~= '' then
+    local ok, decoded = pcall(cjson.decode, after)
+    if ok and type(decoded) == 'table' then deps = decoded end
+  end
+  if not fid and #deps == 0 then return end
+  local found, seen = {}, {}
+  for i, dep in ipairs(deps) do
+    if not seen[dep] then
+      seen[dep] = true
+      local v = redis.call('HMGET', K_TASK .. dep, 'flow', 'state')
+      if not fid and v[1] then fid = v[1] end
+      found[i] = v
+    end
+  end
+  fid = fid or deps[1]
+  for i, dep in ipairs(deps) do
+    local v = found[i]
+    if v and not v[1] and v[2] then flow_add(fid, K_TASK .. dep, v[2], now) end
+  end
+  flow_add(fid, key, 'pending', now)
+end
 -- built on the first call of hand_off: what only they use
 local hand_off
 local function build_lazy()
@@ -631,7 +718,7 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants', 'group')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants', 'group', 'flow')
     local state = v[1]
     if state == 'pending' or state == 'delayed' or state == 'waiting' then
       if state == 'delayed' then
@@ -648,7 +735,7 @@ local function expire_deadlines(now, limit)
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
       wake_waiters(id, key, v[2])
-      flow_finished(id, 'x', v[3])
+      flow_finished(id, 'x', v[3], nil, v[5])
     elseif not state then
       pending[#pending + 1] = id
       delayed[#delayed + 1] = id
@@ -1298,6 +1385,9 @@ hand_off = function(...) hand_off = build_lazy() return hand_off(...) end
 -- becomes a child it waits for (flow_adopt): the parent is done once they all are.
 -- A task with 'after' (a JSON array of ids) waits in state 'waiting' until they are all
 -- done (flow_hold); 'on_dep_fail' says what a dead or cancelled one does to it.
+-- Flows (flow_join): with ARG_FLOW (a flow enqueued whole) every new task joins that flow;
+-- with a parent, its flow (the parent starts one named by itself when in none); else a
+-- task with 'after' joins the flow of its dependencies.
 local n = tonumber(ARG_N)
 local parent_key
 if ARG_PARENT ~= '' then
@@ -1327,6 +1417,14 @@ for i = 1, n do
   seen[id] = true
 end
 local now = now_ms()
+local call_flow = ARG_FLOW ~= '' and ARG_FLOW or nil
+if parent_key and not call_flow then
+  call_flow = redis.call('HGET', parent_key, 'flow')
+  if not call_flow then
+    call_flow = ARG_PARENT
+    flow_add(call_flow, parent_key, 'running', now)
+  end
+end
 local out = {1}
 local adopted = {}
 local woken = 0
@@ -1341,6 +1439,7 @@ for i = 1, n do
     local key = K_TASK .. id
     local ready = create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts,
       cost, timeout, ARG_TRACE, group)
+    if after ~= '' or call_flow then flow_join(key, after, call_flow, now) end
     if after ~= '' then
       redis.call('HSET', key, 'after', after, 'on_dep_fail', on_dep_fail)
       ready = flow_hold(now, id, key, after, on_dep_fail) and ready

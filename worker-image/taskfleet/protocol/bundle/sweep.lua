@@ -25,6 +25,8 @@ local K_GROUP_PENDING = KEYS[32]
 local K_GROUP_RUNNING = KEYS[33]
 local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
+local K_FLOW = KEYS[38]
+local K_FLOWS = KEYS[39]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_BOUND = ARGV[1]
 -- includes/now_ms.lua
@@ -85,15 +87,50 @@ local function wake_waiters(id, key, waiters)
   redis.call('HDEL', key, 'waiters')
 end
 
+-- includes/flow_member_end.lua
+-- A member of flow `fid` ended with `outcome` ('d' done, 'x' dead, 'c' cancelled): its
+-- record flow:<fid> counts it. When it was the last member open, the flow ends: outcome
+-- 'failed' when a member is dead, else 'cancelled' when one is cancelled, else 'done';
+-- 'ended_at', counted in stats as flows_<outcome>; the record expires once its members
+-- may go (the longer retention, at least a minute), its score in the zset flows then.
+-- O(1): a few commands on the flow's record, whatever its size.
+local FLOW_ENDS = {d = 'done', x = 'dead', c = 'cancelled'}
+local function flow_member_end(fid, outcome)
+  local fkey = K_FLOW .. fid
+  redis.call('HINCRBY', fkey, FLOW_ENDS[outcome], 1)
+  local open = redis.call('HINCRBY', fkey, 'open', -1)
+  if open > 0 then return end
+  local keep = math.max(cfg_num('done_retention_s', 3600), cfg_num('dead_retention_s', 259200), 60)
+  if open < 0 then
+    -- a record deleted by hand, or the member counted twice: no second ending
+    redis.call('HSET', fkey, 'open', 0)
+    if redis.call('PTTL', fkey) < 0 then redis.call('PEXPIRE', fkey, math.floor(keep * 1000)) end
+    return
+  end
+  local v = redis.call('HMGET', fkey, 'dead', 'cancelled')
+  local how = 'done'
+  if (tonumber(v[1]) or 0) > 0 then
+    how = 'failed'
+  elseif (tonumber(v[2]) or 0) > 0 then
+    how = 'cancelled'
+  end
+  local now = now_ms()
+  redis.call('HSET', fkey, 'ended_at', now, 'outcome', how)
+  redis.call('PEXPIRE', fkey, math.floor(keep * 1000))
+  redis.call('ZADD', K_FLOWS, now + math.floor(keep * 1000), fid)
+  bump('flows_' .. how)
+end
 -- includes/flow_finished.lua
 -- A task finished with `outcome` ('d' done, 'x' dead, 'c' cancelled); `mark` is its
--- 'dependants' field, set when some task waits on it; `result` its result when done here.
--- A task nobody waits on costs nothing.
-local function flow_finished(id, outcome, mark, result)
+-- 'dependants' field, set when some task waits on it; `result` its result when done here;
+-- `flow` its field 'flow' (read with the others), set when it is a flow's member: the
+-- flow counts it (flow_member_end). A task nobody waits on, in no flow, costs nothing.
+local function flow_finished(id, outcome, mark, result, flow)
   if mark then
     FLOW_Q[#FLOW_Q + 1] = outcome .. id
     if result then FLOW_Q.results[id] = result end
   end
+  if flow then flow_member_end(flow, outcome) end
 end
 -- includes/to_dead.lua
 local function to_dead(id, key, now, reason, err)
@@ -105,9 +142,9 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'x', v[2])
+  flow_finished(id, 'x', v[2], nil, v[3])
 end
 
 -- includes/to_cancelled.lua
@@ -117,9 +154,9 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'c', v[2])
+  flow_finished(id, 'c', v[2], nil, v[3])
 end
 
 -- includes/pending_remove.lua
@@ -266,9 +303,9 @@ local function flow_join_done(id, key, now)
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'd', v[2], v[3] or '')
+  flow_finished(id, 'd', v[2], v[3] or '', v[4])
 end
 -- includes/flow_resolve.lua
 -- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
@@ -394,7 +431,7 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants', 'group')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants', 'group', 'flow')
     local state = v[1]
     if state == 'pending' or state == 'delayed' or state == 'waiting' then
       if state == 'delayed' then
@@ -411,7 +448,7 @@ local function expire_deadlines(now, limit)
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
       wake_waiters(id, key, v[2])
-      flow_finished(id, 'x', v[3])
+      flow_finished(id, 'x', v[3], nil, v[5])
     elseif not state then
       pending[#pending + 1] = id
       delayed[#delayed + 1] = id
@@ -521,6 +558,54 @@ local function flow_backlog(budget)
     FLOW_Q[#FLOW_Q + 1] = entry
   end
 end
+-- includes/flow_prune.lua
+-- Retention of finished tasks: `ids` of the zset `zkey` whose time (finished_at) is
+-- before `cutoff` go, tasks and index entries, except members of flows whose records
+-- must stay: one of a flow not ended is re-scored to `now` (looked at again a retention
+-- later); one of a flow that ended after `cutoff` is re-scored to that end (it goes a
+-- retention after the flow's end). A queue that has no flow record (the zset flows is
+-- empty) pays one EXISTS per call; otherwise each id costs one or two reads. Returns how
+-- many were deleted.
+local function flow_prune(zkey, ids, now, cutoff)
+  if #ids == 0 then return 0 end
+  local gone = ids
+  if redis.call('EXISTS', K_FLOWS) == 1 then
+    gone = {}
+    for _, id in ipairs(ids) do
+      local fid = redis.call('HGET', K_TASK .. id, 'flow')
+      local keep
+      if fid then
+        local v = redis.call('HMGET', K_FLOW .. fid, 'started_at', 'ended_at')
+        local ended = tonumber(v[2])
+        if v[1] and not ended then
+          keep = now
+        elseif ended and ended > cutoff then
+          keep = ended
+        end
+      end
+      if keep then
+        redis.call('ZADD', zkey, keep, id)
+      else
+        gone[#gone + 1] = id
+      end
+    end
+    if #gone == 0 then return 0 end
+  end
+  local keys = {}
+  for i, id in ipairs(gone) do keys[i] = K_TASK .. id end
+  call_chunked('ZREM', zkey, gone)
+  call_chunked('DEL', keys[1], keys)
+  return #gone
+end
+-- includes/flows_expire.lua
+-- The zset flows keeps a flow's id while its record lives: +inf while open, then when the
+-- record expires (flow_member_end). Drop up to `bound` entries whose record has expired,
+-- so the zset stays as large as the flows kept, and empty (flow_prune's fast way) once
+-- none is.
+local function flows_expire(now, bound)
+  local ids = redis.call('ZRANGEBYSCORE', K_FLOWS, '-inf', now, 'LIMIT', 0, bound)
+  call_chunked('ZREM', K_FLOWS, ids)
+end
 -- sweep.lua
 -- sweep: the housekeeping pass of the operator (workers do the first three in claim).
 -- Arguments: ARG_BOUND (signatures.Sweep): max tasks handled per step and call (call again
@@ -537,18 +622,16 @@ local expired = expire_deadlines(now, math.max(1, math.floor(bound / EXPIRE_SHAR
 local requeued, lost_dead = take_back_expired(now, bound)
 flow_backlog(bound)
 
+-- (a flow's members stay until a retention after the flow ends: flow_prune)
 local function prune(zkey, retention_s)
   local cutoff = now - retention_s * 1000
   local ids = redis.call('ZRANGEBYSCORE', zkey, '-inf', cutoff, 'LIMIT', 0, bound)
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', zkey, id)
-    redis.call('DEL', K_TASK .. id)
-  end
-  return #ids
+  return flow_prune(zkey, ids, now, cutoff)
 end
 local pruned_done = prune(K_DONE, cfg_num('done_retention_s', 3600))
 local pruned_dead = prune(K_DEAD, cfg_num('dead_retention_s', 259200))
 local pruned_cancelled = prune(K_CANCELLED, cfg_num('dead_retention_s', 259200))
+flows_expire(now, bound)
 
 -- A worker silent for 3 lease TTLs is gone; its leases expired long ago.
 local stale_before = now - 3 * cfg_num('lease_ttl_s', 30) * 1000

@@ -12,7 +12,8 @@
 --   answers as it did then and changes nothing. Waiters on a finished task are woken
 --   (includes/wake_waiters.lua).
 --   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks}.
--- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once); each
+-- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once), a
+-- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
 -- any completion rate without waiting for a sweep.
 --- @include "now_ms"
@@ -29,6 +30,7 @@
 --- @include "quota_relax"
 --- @include "flow_finished"
 --- @include "flow_backlog"
+--- @include "flow_prune"
 local n = tonumber(ARG_N)
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
@@ -42,7 +44,7 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants', 'join', 'group')
+    'dependants', 'join', 'group', 'flow')
   if v[1] == 'running' and v[2] == token then
     -- a task that added children at run time (join): children left, one failed
     local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed') or {}
@@ -87,7 +89,7 @@ for i = 0, n - 1 do
         end
       end
       wake_waiters(id, key, v[5])
-      flow_finished(id, 'd', v[6], result)
+      flow_finished(id, 'd', v[6], result, v[9])
       completed = completed + 1
       out[#out + 1] = '1'
     end
@@ -112,13 +114,9 @@ flow_backlog(nil)  -- dependants a busy earlier call left to resolve
 -- Retention as it goes: up to twice this call's completions (and at least 10), so the
 -- done set shrinks back to its retention window after any burst.
 local cutoff = now - retention_ms
+-- (members of a flow not ended, or ended within retention, stay: flow_prune)
 local expired = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', cutoff, 'LIMIT', 0, 2 * n + 10)
-if #expired > 0 then
-  local keys = {}
-  for i, id in ipairs(expired) do keys[i] = K_TASK .. id end
-  call_chunked('ZREM', K_DONE, expired)
-  call_chunked('DEL', keys[1], keys)
-end
+flow_prune(K_DONE, expired, now, cutoff)
 -- a freed slot under a global concurrency limit is work for an idle worker
 if cfg_num('max_concurrency', 0) > 0 and completed > 0
     and (redis.call('ZCARD', K_PENDING) > 0 or redis.call('EXISTS', K_GROUPS) == 1) then

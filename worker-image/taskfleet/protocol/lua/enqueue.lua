@@ -19,6 +19,9 @@
 -- becomes a child it waits for (flow_adopt): the parent is done once they all are.
 -- A task with 'after' (a JSON array of ids) waits in state 'waiting' until they are all
 -- done (flow_hold); 'on_dep_fail' says what a dead or cancelled one does to it.
+-- Flows (flow_join): with ARG_FLOW (a flow enqueued whole) every new task joins that flow;
+-- with a parent, its flow (the parent starts one named by itself when in none); else a
+-- task with 'after' joins the flow of its dependencies.
 --- @include "now_ms"
 --- @include "cfg_num"
 --- @include "flush_counts"
@@ -29,6 +32,8 @@
 --- @include "flow_hold"
 --- @include "flow_adopt"
 --- @include "flow_append"
+--- @include "flow_join"
+--- @include "flow_add"
 --- @include-lazy "hand_off"
 local n = tonumber(ARG_N)
 local parent_key
@@ -59,6 +64,14 @@ for i = 1, n do
   seen[id] = true
 end
 local now = now_ms()
+local call_flow = ARG_FLOW ~= '' and ARG_FLOW or nil
+if parent_key and not call_flow then
+  call_flow = redis.call('HGET', parent_key, 'flow')
+  if not call_flow then
+    call_flow = ARG_PARENT
+    flow_add(call_flow, parent_key, 'running', now)
+  end
+end
 local out = {1}
 local adopted = {}
 local woken = 0
@@ -73,6 +86,7 @@ for i = 1, n do
     local key = K_TASK .. id
     local ready = create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts,
       cost, timeout, ARG_TRACE, group)
+    if after ~= '' or call_flow then flow_join(key, after, call_flow, now) end
     if after ~= '' then
       redis.call('HSET', key, 'after', after, 'on_dep_fail', on_dep_fail)
       ready = flow_hold(now, id, key, after, on_dep_fail) and ready

@@ -13,6 +13,7 @@
 --- @include "notify"
 --- @include "to_pending"
 --- @include "flow_hold"
+--- @include "flow_reopen"
 --- @include "chosen_finished"
 local now = now_ms()
 local max_attempts = ARG_MAX_ATTEMPTS
@@ -28,7 +29,9 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'attempts', 0, 'lost', 0, 'run_at', now)
     if max_attempts ~= '' then redis.call('HSET', key, 'max_attempts', max_attempts) end
     to_pending(id, key, false)
-    local after = redis.call('HMGET', key, 'after', 'on_dep_fail')
+    local after = redis.call('HMGET', key, 'after', 'on_dep_fail', 'flow')
+    -- a flow's member: open again, and its flow if it had ended (flow_reopen)
+    if after[3] then flow_reopen(after[3], key, now) end
     -- a task that waits on others waits again for those not done (or ends by its policy)
     if after[1] then flow_hold(now, id, key, after[1], after[2]) end
     n = n + 1

@@ -12,6 +12,8 @@
 --- @include "expire_deadlines"
 --- @include "take_back_expired"
 --- @include "flow_backlog"
+--- @include "flow_prune"
+--- @include "flows_expire"
 local bound = tonumber(ARG_BOUND)
 local now = now_ms()
 local promoted = promote_due(now, bound)
@@ -20,18 +22,16 @@ local expired = expire_deadlines(now, math.max(1, math.floor(bound / EXPIRE_SHAR
 local requeued, lost_dead = take_back_expired(now, bound)
 flow_backlog(bound)
 
+-- (a flow's members stay until a retention after the flow ends: flow_prune)
 local function prune(zkey, retention_s)
   local cutoff = now - retention_s * 1000
   local ids = redis.call('ZRANGEBYSCORE', zkey, '-inf', cutoff, 'LIMIT', 0, bound)
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', zkey, id)
-    redis.call('DEL', K_TASK .. id)
-  end
-  return #ids
+  return flow_prune(zkey, ids, now, cutoff)
 end
 local pruned_done = prune(K_DONE, cfg_num('done_retention_s', 3600))
 local pruned_dead = prune(K_DEAD, cfg_num('dead_retention_s', 259200))
 local pruned_cancelled = prune(K_CANCELLED, cfg_num('dead_retention_s', 259200))
+flows_expire(now, bound)
 
 -- A worker silent for 3 lease TTLs is gone; its leases expired long ago.
 local stale_before = now - 3 * cfg_num('lease_ttl_s', 30) * 1000

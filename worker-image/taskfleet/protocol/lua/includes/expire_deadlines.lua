@@ -29,7 +29,7 @@ local function expire_deadlines(now, limit)
       end
     end
     local key = K_TASK .. id
-    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants', 'group')
+    local v = redis.call('HMGET', key, 'state', 'waiters', 'dependants', 'group', 'flow')
     local state = v[1]
     if state == 'pending' or state == 'delayed' or state == 'waiting' then
       if state == 'delayed' then
@@ -46,7 +46,7 @@ local function expire_deadlines(now, limit)
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
       wake_waiters(id, key, v[2])
-      flow_finished(id, 'x', v[3])
+      flow_finished(id, 'x', v[3], nil, v[5])
     elseif not state then
       pending[#pending + 1] = id
       delayed[#delayed + 1] = id

@@ -10,8 +10,8 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
-  flow_finished(id, 'x', v[2])
+  flow_finished(id, 'x', v[2], nil, v[3])
 end
 
