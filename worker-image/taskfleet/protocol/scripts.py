@@ -15,6 +15,7 @@ a script the server lost (a restarted Redis) is loaded again and the call resent
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ class Op(Generic[T]):
     keys: Sequence[str]
     args: Sequence[Arg]
     decode: Callable[[Any], T]
+    packed: bytes | None = None  # wire.packed_args(args), when known for less: _packed_one
 
 
 class _Commands:
@@ -95,6 +97,8 @@ class _Commands:
             if len(self._heads) >= HEADS_CACHED:  # a client serving very many queues
                 self._heads.clear()
             head = self._heads[(op.script, keys)] = wire.Head(self._scripts[op.script].sha, keys)
+        if op.packed is not None:
+            return head.command_packed(len(op.args), op.packed)
         return head.command(op.args)
 
 
@@ -307,6 +311,24 @@ class SweepResult:
         )
 
 
+#: A single enqueue's ARGV (``Enqueue`` and one ``EnqueueTask``) with the task's options
+#: but priority at their defaults, packed once but for token base, id, payload, priority.
+_ONE = (wire.packed_args((1,)), wire.packed_args((CLAIM_HOUSEKEEPING_BOUND, "", "", "")))
+_DEFAULTS = (0, "", "", 1, "", "", "", "")  # delay_ms .. group
+_DEFAULTS_PACKED = wire.packed_args(_DEFAULTS)
+_CLASSES = (str, str, int, int, str, str, int)  # 0.0 or True equal a default, pack otherwise
+
+
+def _packed_one(task: EnqueueArgs, token_base: str) -> bytes | None:
+    """``wire.packed_args`` of such an enqueue (no trace, no parent), else None."""
+    if task[3:] != _DEFAULTS or not all(map(operator.is_, map(type, task), _CLASSES)):
+        return None
+    tb, tid, payload = token_base.encode(), task.task_id.encode(), task.payload.encode()
+    return b"%b$%d\r\n%b\r\n%b$%d\r\n%b\r\n$%d\r\n%b\r\n%b%b" % (
+        _ONE[0], len(tb), tb, _ONE[1], len(tid), tid, len(payload), payload,
+        wire.bulk(task.priority), _DEFAULTS_PACKED)  # fmt: skip
+
+
 class Ops:
     """Builds the :class:`Op` of each script for one queue."""
 
@@ -330,6 +352,9 @@ class Ops:
         new task of the call. ``parent``: (task id, claim token) of a running task adding
         these as its children (docs/flows.md); ``StaleToken`` when that run no longer
         holds it."""
+        packed = None
+        if parent is None and token_base is not None and not trace and len(tasks) == 1:
+            packed = _packed_one(tasks[0], token_base)
         parent_id, parent_token = parent if parent is not None else ("", "")
         if token_base is None:
             head = Enqueue(len(tasks), "", "", trace, parent_id, parent_token)
@@ -366,7 +391,7 @@ class Ops:
                 raise ProtocolError(f"enqueue: unexpected reply {raw!r}")
             return [int(x) == 1 for x in raw[1:]]
 
-        return Op("enqueue", self._k, args, decode)
+        return Op("enqueue", self._k, args, decode, packed)
 
     def claim(
         self,
