@@ -70,6 +70,35 @@ def test_a_packed_call_is_the_command_redis_py_packs() -> None:
     assert packed == b"*%d\r\n" % len(words) + packed_args(words)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"priority": 7},
+        {"priority": -1000, "task_id": "ünï code"},
+        {"cost": 2},
+        {"cost": 0},
+        {"delay": 1.5},
+        {"deadline": 30},
+        {"max_attempts": 1},
+        {"timeout": 2},
+        {"group": "tenant-1"},
+        {"after": ["a"], "on_dep_fail": "ignore"},
+        {"task": "send"},
+    ],
+)
+def test_a_single_enqueue_packed_at_once_is_the_generic_packing(options: dict[str, object]) -> None:
+    ops = Ops(QueueKeys("jobs"))
+    task = encode_task({"to": "ünï"}, **options)  # type: ignore[arg-type]
+    op = ops.enqueue([task], "0123456789abcdef")
+    shortcut = not options.keys() - {"priority", "task_id", "task"}
+    assert (op.packed is not None) == shortcut
+    if op.packed is not None:
+        assert op.packed == packed_args(op.args)
+    assert ops.enqueue([task], "0123456789abcdef", trace="t").packed is None  # with a trace
+    assert ops.enqueue([task, task]).packed is None
+
+
 def test_a_script_call_survives_a_script_flush_and_a_killed_connection(
     redis_url: str, redis_client: redis.Redis
 ) -> None:

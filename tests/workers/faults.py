@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskfleet.protocol.scripts import RawClaim
+from taskfleet.protocol.replies import RawClaim
 from taskfleet.worker import broker
 
 from tests.workers.handlers import _record

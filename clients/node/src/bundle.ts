@@ -98,31 +98,48 @@ export class Bundle {
   pack(
     script: string,
     args: Readonly<Record<string, ArgValue>>,
-    records: readonly Readonly<Record<string, ArgValue>>[] = [],
+    records: readonly object[] = [],
   ): (string | Buffer)[] {
     const decl = this.script(script).decl;
-    const values: Record<string, ArgValue> = { ...args };
+    const { known, fields } = this.names(script, decl);
     const repeated = decl.repeated;
-    if (repeated !== null) {
-      if (values[repeated.count] === undefined) values[repeated.count] = records.length;
-    } else if (records.length > 0) {
+    if (repeated === null && records.length > 0) {
       throw new ProtocolError(`script ${script} takes no repeated records`);
     }
-    const known = new Set(decl.args.map((a) => a.name));
-    for (const name of Object.keys(values)) {
+    for (const name in args) {
       if (!known.has(name)) throw new ProtocolError(`script ${script} has no argument ${name}`);
     }
-    const out: (string | Buffer)[] = decl.args.map((a) => encodeArg(script, a, values[a.name]));
+    const out: (string | Buffer)[] = [];
+    for (const a of decl.args) {
+      // the repeated group's count, when not given, is the number of records
+      const value = args[a.name] ?? (repeated !== null && a.name === repeated.count ? records.length : undefined);
+      out.push(encodeArg(script, a, value));
+    }
     if (repeated !== null) {
-      const fields = new Set(repeated.fields.map((f) => f.name));
-      for (const record of records) {
-        for (const name of Object.keys(record)) {
+      for (const item of records) {
+        const record = item as Readonly<Record<string, ArgValue>>; // a record's fields, by name
+        for (const name in record) {
           if (!fields.has(name)) throw new ProtocolError(`script ${script}'s records have no field ${name}`);
         }
         for (const field of repeated.fields) out.push(encodeArg(script, field, record[field.name]));
       }
     }
     return out;
+  }
+
+  private readonly nameSets = new Map<string, { known: ReadonlySet<string>; fields: ReadonlySet<string> }>();
+
+  /** A script's argument and record field names, as sets made once (`pack` runs per call). */
+  private names(script: string, decl: ScriptDecl): { known: ReadonlySet<string>; fields: ReadonlySet<string> } {
+    let sets = this.nameSets.get(script);
+    if (sets === undefined) {
+      sets = {
+        known: new Set(decl.args.map((a) => a.name)),
+        fields: new Set((decl.repeated?.fields ?? []).map((f) => f.name)),
+      };
+      this.nameSets.set(script, sets);
+    }
+    return sets;
   }
 }
 

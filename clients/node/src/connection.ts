@@ -73,11 +73,19 @@ export class Scripts {
     this.bundle = bundle;
   }
 
+  /** `[sha1, numkeys, ...keys]` of each script and key list, made once (a call adds its argv). */
+  private readonly heads = new Map<string, { keys: readonly string[]; head: readonly (string | number | Buffer)[] }>();
+
   /** One call of `script`: EVALSHA, or EVAL with the bundle's bytes when the server lost it. */
   async run(script: string, keys: readonly string[], argv: readonly (string | Buffer)[]): Promise<unknown> {
     const loaded = this.bundle.script(script);
+    let cached = this.heads.get(script);
+    if (cached?.keys !== keys) {
+      cached = { keys, head: [loaded.sha1, keys.length, ...keys] };
+      this.heads.set(script, cached);
+    }
     try {
-      return await this.client.call("EVALSHA", [loaded.sha1, keys.length, ...keys, ...argv]);
+      return await this.client.call("EVALSHA", cached.head.concat(argv));
     } catch (error) {
       if (!isNoScript(error)) throw error;
       return await this.client.call("EVAL", [loaded.source, keys.length, ...keys, ...argv]);

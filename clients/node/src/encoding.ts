@@ -105,14 +105,30 @@ export function groupProblem(group: unknown): string | undefined {
   );
 }
 
+// Random bytes are drawn 4 KiB at a time (as node's randomUUID pools them): one call of
+// the system's generator per 170 enqueues instead of two per enqueue.
+const POOL_SIZE = 4096;
+let pool = Buffer.alloc(0);
+let poolAt = 0;
+
+/** `n` bytes of the cryptographic generator as 2n hex digits. */
+function randomHex(n: number): string {
+  if (poolAt + n > pool.length) {
+    pool = randomBytes(POOL_SIZE);
+    poolAt = 0;
+  }
+  poolAt += n;
+  return pool.toString("hex", poolAt - n, poolAt);
+}
+
 /** A random id: 128 bits as 32 hex digits (as the Python client makes them). */
 export function newTaskId(): string {
-  return randomBytes(16).toString("hex");
+  return randomHex(16);
 }
 
 /** Claim tokens for tasks an enqueue hands straight to idle workers (unique per call). */
 export function tokenBase(): string {
-  return randomBytes(8).toString("hex");
+  return randomHex(8);
 }
 
 const TOO_DEEP = `payload is nested more than ${bounds.MAX_PAYLOAD_DEPTH} levels of arrays and objects deep`;

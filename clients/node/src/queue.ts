@@ -188,7 +188,7 @@ export class Queue {
     const argv = this.bundle.pack(
       "enqueue",
       { token_base: tokenBase(), bound: CLAIM_HOUSEKEEPING_BOUND, trace },
-      batch.map((r) => ({ ...r })),
+      batch,
     );
     let raw: unknown;
     if (this.replicas > 0) {

@@ -296,19 +296,19 @@ def encode_task(
         after_text, policy = encode_after(after, on_dep_fail, task_id)
     if group is not None:
         check_group(group)
-    return EnqueueArgs(
+    return EnqueueArgs(  # by position: a NamedTuple's keywords cost a call of their own
         # 128 random bits (a UUID4 has 122), 32 hex digits as before, without the UUID object
-        task_id=os.urandom(16).hex() if task_id is None else _check_task_id(task_id),
-        payload=text,
-        priority=priority,
-        delay_ms=delay_ms,
-        deadline=deadline_text,
-        max_attempts=attempts,
-        cost=cost,
-        timeout_s=timeout_s,
-        after=after_text,
-        on_dep_fail=policy,
-        group=group or "",
+        os.urandom(16).hex() if task_id is None else _check_task_id(task_id),
+        text,  # payload
+        priority,
+        delay_ms,
+        deadline_text,
+        attempts,  # max_attempts
+        cost,
+        timeout_s,
+        after_text,
+        policy,  # on_dep_fail
+        group or "",
     )
 
 

@@ -148,7 +148,7 @@ class Queue(Controlling, Quotas):
         ``cancel`` (it and its other unfinished dependencies are cancelled). An id that is
         no task raises ``InvalidArgument``; see docs/flows.md.
         """
-        return self.enqueue_result(
+        args = encode_task(
             payload,
             priority=priority,
             delay=delay,
@@ -161,7 +161,9 @@ class Queue(Controlling, Quotas):
             after=after,
             on_dep_fail=on_dep_fail,
             group=group,
-        ).task_id
+        )
+        self._enqueue_one(args)
+        return args.task_id
 
     def enqueue_result(
         self,
@@ -194,6 +196,10 @@ class Queue(Controlling, Quotas):
             on_dep_fail=on_dep_fail,
             group=group,
         )
+        return EnqueueResult(args.task_id, self._enqueue_one(args))
+
+    def _enqueue_one(self, args: EnqueueArgs) -> bool:
+        """One task's enqueue script call; whether it created the task."""
         if tracing.configured():
             with tracing.enqueue_span(self.name, 1) as span:
                 span.set_attribute("messaging.message.id", args.task_id)
@@ -201,7 +207,7 @@ class Queue(Controlling, Quotas):
                 [created] = self._enqueue(op, [args.task_id])
         else:
             [created] = self._enqueue(self.ops.enqueue([args], token_base()), [args.task_id])
-        return EnqueueResult(args.task_id, created)
+        return created
 
     def _enqueue(self, op: Op[list[bool]], task_ids: list[str]) -> list[bool]:
         if not self.durability.waits:

@@ -15,6 +15,7 @@ a script the server lost (a restarted Redis) is loaded again and the call resent
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from taskfleet.protocol.errors import (
     TaskExists,
 )
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.replies import Extended, RawClaim, Registered
 from taskfleet.protocol.signatures import (
     Claim,
     Complete,
@@ -79,6 +81,7 @@ class Op(Generic[T]):
     keys: Sequence[str]
     args: Sequence[Arg]
     decode: Callable[[Any], T]
+    packed: bytes | None = None  # wire.packed_args(args), when known for less: _packed_one
 
 
 class _Commands:
@@ -95,6 +98,8 @@ class _Commands:
             if len(self._heads) >= HEADS_CACHED:  # a client serving very many queues
                 self._heads.clear()
             head = self._heads[(op.script, keys)] = wire.Head(self._scripts[op.script].sha, keys)
+        if op.packed is not None:
+            return head.command_packed(len(op.args), op.packed)
         return head.command(op.args)
 
 
@@ -241,43 +246,6 @@ def _ints(raw: Any, n: int, script: str) -> list[int]:
     return [int(x) for x in raw]
 
 
-@dataclass(frozen=True, slots=True)
-class Extended:
-    """The heartbeat's reply: ids whose token no longer matches and ids whose cancellation
-    was asked for, or (``holder`` set, the pod's worker record as JSON) another
-    incarnation holds the pod's name now."""
-
-    lost: set[str]
-    holder: str | None = None
-    cancelled: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class Registered:
-    """The register reply: tasks taken back from earlier incarnations; or, ``holder``
-    set, the record of another incarnation than the expected one (nothing changed), with
-    the server's time ``now_ms`` to judge its heartbeat by."""
-
-    requeued: int
-    dead: int
-    holder: str | None = None
-    now_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class RawClaim:
-    """The claim reply, not yet parsed into tasks (the broker does that cheaply).
-
-    Each record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
-    payload`` joined by NUL, payload last: split it with ``maxsplit=8``.
-    """
-
-    retry_after_ms: int
-    next_due_ms: int | None
-    more_pending: bool
-    records: list[bytes | str]
-
-
 #: One task as the enqueue script takes it (already validated and encoded).
 EnqueueArgs = EnqueueTask
 
@@ -307,6 +275,24 @@ class SweepResult:
         )
 
 
+#: A single enqueue's ARGV (``Enqueue`` and one ``EnqueueTask``) with the task's options
+#: but priority at their defaults, packed once but for token base, id, payload, priority.
+_ONE = (wire.packed_args((1,)), wire.packed_args((CLAIM_HOUSEKEEPING_BOUND, "", "", "", "")))
+_DEFAULTS = (0, "", "", 1, "", "", "", "")  # delay_ms .. group
+_DEFAULTS_PACKED = wire.packed_args(_DEFAULTS)
+_CLASSES = (str, str, int, int, str, str, int)  # 0.0 or True equal a default, pack otherwise
+
+
+def _packed_one(task: EnqueueArgs, token_base: str) -> bytes | None:
+    """``wire.packed_args`` of such an enqueue (no trace, parent or flow), else None."""
+    if task[3:] != _DEFAULTS or not all(map(operator.is_, map(type, task), _CLASSES)):
+        return None
+    tb, tid, payload = token_base.encode(), task.task_id.encode(), task.payload.encode()
+    return b"%b$%d\r\n%b\r\n%b$%d\r\n%b\r\n$%d\r\n%b\r\n%b%b" % (
+        _ONE[0], len(tb), tb, _ONE[1], len(tid), tid, len(payload), payload,
+        wire.bulk(task.priority), _DEFAULTS_PACKED)  # fmt: skip
+
+
 class Ops:
     """Builds the :class:`Op` of each script for one queue."""
 
@@ -331,6 +317,9 @@ class Ops:
         new task of the call. ``parent``: (task id, claim token) of a running task adding
         these as its children (docs/flows.md); ``StaleToken`` when that run no longer
         holds it. ``flow``: every new task joins that flow (a flow enqueued whole)."""
+        packed = None
+        if parent is None and token_base is not None and not trace and not flow and len(tasks) == 1:
+            packed = _packed_one(tasks[0], token_base)
         parent_id, parent_token = parent if parent is not None else ("", "")
         if token_base is None:
             head = Enqueue(len(tasks), "", "", trace, parent_id, parent_token, flow)
@@ -373,7 +362,7 @@ class Ops:
                 raise ProtocolError(f"enqueue: unexpected reply {raw!r}")
             return [int(x) == 1 for x in raw[1:]]
 
-        return Op("enqueue", self._k, args, decode)
+        return Op("enqueue", self._k, args, decode, packed)
 
     def claim(
         self,

@@ -85,6 +85,10 @@ class Head:
     def command(self, args: Sequence[Arg]) -> bytes:
         return b"*%d\r\n%b%b" % (self._words + len(args), self._fixed, packed_args(args))
 
+    def command_packed(self, count: int, packed: bytes) -> bytes:
+        """``command`` for ``count`` arguments already packed (``packed_args``)."""
+        return b"*%d\r\n%b%b" % (self._words + count, self._fixed, packed)
+
 
 def pooled(client: Any) -> bool:
     """Whether calls may go straight to a pooled connection: not for a client pinned to one

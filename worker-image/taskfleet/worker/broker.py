@@ -29,15 +29,14 @@ from taskfleet.protocol.faults import Fault, classify
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.lists import QueueLists
 from taskfleet.protocol.reads import QueueReads
+from taskfleet.protocol.replies import Extended, RawClaim
 from taskfleet.protocol.schedule_ops import DueBatch, Fired, ScheduleOps
 from taskfleet.protocol.schedules import FirePlan
 from taskfleet.protocol.scripts import (
     CLAIM_HOUSEKEEPING_BOUND,
     AsyncScripts,
-    Extended,
     Op,
     Ops,
-    RawClaim,
     SweepResult,
 )
 from taskfleet.protocol.states import TaskState

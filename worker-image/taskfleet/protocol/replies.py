@@ -1,0 +1,48 @@
+"""The parsed replies of the scripts whose answers carry more than a list of numbers.
+
+:mod:`taskfleet.protocol.scripts` builds them from the raw replies; they are plain values,
+shared by the sync and async callers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Extended", "RawClaim", "Registered"]
+
+
+@dataclass(frozen=True, slots=True)
+class Extended:
+    """The heartbeat's reply: ids whose token no longer matches and ids whose cancellation
+    was asked for, or (``holder`` set, the pod's worker record as JSON) another
+    incarnation holds the pod's name now."""
+
+    lost: set[str]
+    holder: str | None = None
+    cancelled: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """The register reply: tasks taken back from earlier incarnations; or, ``holder``
+    set, the record of another incarnation than the expected one (nothing changed), with
+    the server's time ``now_ms`` to judge its heartbeat by."""
+
+    requeued: int
+    dead: int
+    holder: str | None = None
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RawClaim:
+    """The claim reply, not yet parsed into tasks (the broker does that cheaply).
+
+    Each record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
+    payload`` joined by NUL, payload last: split it with ``maxsplit=8``.
+    """
+
+    retry_after_ms: int
+    next_due_ms: int | None
+    more_pending: bool
+    records: list[bytes | str]
