@@ -216,6 +216,8 @@ def text(value: Any) -> str:
 
 
 def _raw_claim(raw: Any, script: str) -> RawClaim:
+    if isinstance(raw, list) and len(raw) == 2 and int(raw[0]) == -1:
+        return RawClaim(0, None, False, [], holder=text(raw[1]))  # superseded: nothing claimed
     if not isinstance(raw, list) or len(raw) < 3:
         raise ProtocolError(f"{script}: unexpected claim reply {raw!r}")
     due = int(raw[1])
@@ -269,13 +271,16 @@ class RawClaim:
     """The claim reply, not yet parsed into tasks (the broker does that cheaply).
 
     Each record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
-    payload`` joined by NUL, payload last: split it with ``maxsplit=8``.
+    payload`` joined by NUL, payload last: split it with ``maxsplit=8``. ``holder`` set
+    (the name's worker record as JSON): another incarnation registered under this
+    worker's name since, and nothing was claimed.
     """
 
     retry_after_ms: int
     next_due_ms: int | None
     more_pending: bool
     records: list[bytes | str]
+    holder: str | None = None
 
 
 #: One task as the enqueue script takes it (already validated and encoded).
