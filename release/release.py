@@ -7,8 +7,9 @@
 
 - ``python``: the library's wheel and sdist (``taskfleet``) and the operator's
   (``taskfleet-operator``, requiring ``taskfleet==VERSION``);
-- ``images``: the operator and worker images as OCI archives (``e2e/cluster/build-images.sh
-  release``), and ``images.txt``: image, tag, manifest digest, archive, one line each;
+- ``images``: the operator, worker and Node.js worker images as OCI archives
+  (``e2e/cluster/build-images.sh release``), and ``images.txt``: image, tag, manifest
+  digest, archive, one line each;
 - ``chart``: ``helm package charts/taskfleet --version VERSION --app-version VERSION``;
 - ``install``: ``install.yaml``, the CRDs, the RBAC and the operator rendered by kustomize from
   manifests/ (release/install/kustomization.yaml), the operator's image pinned by digest (so it
@@ -59,7 +60,8 @@ VERSION_FILE = Path("worker-image/taskfleet/_version.py")
 CHART = Path("charts/taskfleet")
 INSTALL_KUSTOMIZATION = Path("release/install")
 STAGES = ("python", "images", "chart", "install")
-IMAGES = ("operator", "worker")
+#: The images a release builds: taskfleet-NAME (worker-node: clients/node/Dockerfile).
+IMAGES = ("operator", "worker", "worker-node")
 #: The image the manifests name for the operator (manifests/operator/deployment.yaml).
 OPERATOR_IMAGE = "localhost/taskfleet-operator"
 
@@ -425,7 +427,7 @@ class Image:
 
 
 def read_images(path: Path) -> dict[str, Image]:
-    """images.txt by short name (operator, worker)."""
+    """images.txt by short name (operator, worker, worker-node)."""
     if not path.exists():
         raise BadInputError(
             "install.yaml pins the operator's image by digest: it needs the images stage"
@@ -538,6 +540,9 @@ def verify(version: Version, dist: Path, rebuild: bool, allow_dirty: bool) -> li
 def _verify_images(dist: Path, version: Version) -> list[str]:
     problems = []
     images = read_images(dist / "images.txt")
+    missing = [name for name in IMAGES if name not in images]
+    if missing:
+        problems.append(f"images.txt lists no image of {', '.join(missing)}")
     for image in images.values():
         with tarfile.open(dist / image.archive) as archive:
             index = json.load(archive.extractfile("index.json"))  # type: ignore[arg-type]

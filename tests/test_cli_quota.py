@@ -38,3 +38,15 @@ def test_bad_budget_values_are_refused_with_one_line(redis_url: str, tmp_path: P
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     with Queue("q", redis_url=redis_url) as queue:
         assert queue.client.exists(queue.keys.quota) == 0
+
+
+def test_a_pause_of_no_time_is_refused_with_one_line(redis_url: str, tmp_path: Path) -> None:
+    """``--for 0`` would pause nothing yet count a pause and say "paused": refused."""
+    env = env_for(redis_url, tmp_path)
+    for seconds in ("0", "-1", "nan"):
+        result = taskfleet("quota", "pause", "q", "--for", seconds, env=env)
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "--for" in result.stderr
+    with Queue("q", redis_url=redis_url) as queue:
+        assert queue.client.exists(queue.keys.quota) == 0

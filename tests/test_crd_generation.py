@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from taskfleet_operator import builders, crdgen
 from taskfleet_operator.models import TaskQueueSpec
@@ -159,3 +160,18 @@ def test_every_field_of_the_pod_template_and_the_guard_is_described_for_kubectl_
     ]
 
     assert not undescribed, f"no description for kubectl explain: {undescribed}"
+
+
+def test_group_limits_have_the_bounds_of_the_same_limits_set_at_run_time() -> None:
+    """spec.groups and `taskfleet group` / Queue.set_group bound a group's limits alike:
+    a value one accepts the other stores too."""
+    from taskfleet.protocol.bounds import MAX_COUNT
+    from taskfleet.protocol.errors import InvalidArgument
+    from taskfleet.protocol.groups import GroupSettings
+
+    groups = openapi_schema()["properties"]["spec"]["properties"]["groups"]["properties"]
+    for field in ("maxConcurrency", "rateLimitTasks", "rateLimitCost"):
+        assert groups[field]["maximum"] == MAX_COUNT, field
+    GroupSettings(max_concurrency=MAX_COUNT, rate_limit_tasks=MAX_COUNT, rate_limit_cost=MAX_COUNT)
+    with pytest.raises(InvalidArgument):
+        GroupSettings(max_concurrency=MAX_COUNT + 1)

@@ -283,3 +283,42 @@ def test_a_release_whose_chart_is_missing_fails_before_building_anything(
         "release: error: no chart at charts/taskfleet/Chart.yaml"
     ]
     assert not out.exists()
+
+
+def _oci_archive(path: Path, digest: str, ref: str) -> None:
+    """An OCI archive holding only what verify reads: index.json naming one manifest."""
+    import io
+    import json
+    import tarfile
+
+    index = json.dumps(
+        {
+            "schemaVersion": 2,
+            "manifests": [
+                {"digest": digest, "annotations": {"org.opencontainers.image.ref.name": ref}}
+            ],
+        }
+    ).encode()
+    with tarfile.open(path, "w") as archive:
+        info = tarfile.TarInfo("index.json")
+        info.size = len(index)
+        archive.addfile(info, io.BytesIO(index))
+
+
+def test_a_release_lists_and_verifies_the_node_worker_image_with_the_others(
+    tmp_path: Path,
+) -> None:
+    module = load_release_module()
+    assert module.IMAGES == ("operator", "worker", "worker-node")
+    semver = VERSION
+    lines = []
+    for name in module.IMAGES:
+        archive = f"taskfleet-{name}-{semver}.oci.tar"
+        _oci_archive(tmp_path / archive, f"sha256:{name}", semver)
+        lines.append(f"localhost/taskfleet-{name} {semver} sha256:{name} {archive}")
+    (tmp_path / "images.txt").write_text("\n".join(lines) + "\n")
+    version = module.Version.parse(VERSION)
+    assert module._verify_images(tmp_path, version) == []
+
+    (tmp_path / "images.txt").write_text("\n".join(lines[:2]) + "\n")
+    assert module._verify_images(tmp_path, version) == ["images.txt lists no image of worker-node"]

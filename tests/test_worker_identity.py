@@ -15,6 +15,7 @@ import socket
 import pytest
 import redis
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.errors import IdentityTaken
 from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import MakeBroker
@@ -213,3 +214,55 @@ def test_a_worker_whose_name_is_taken_over_while_it_runs_stops_and_gives_back_no
     assert task is not None and task.state is TaskState.PENDING and task.lost == 1
     stats = queue.stats()
     assert (stats["released"], stats["stale"]) == (0, 0)
+
+
+def test_a_replaced_incarnation_gets_no_task_from_a_claim(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    """A process frozen while its name was taken over, then resumed, claims: refused."""
+    ghost = make_broker("jobs", pod="pod-a", incarnation="ghost")
+    assert ghost.register(1) == 0
+    newcomer = make_broker("jobs", pod="pod-a", incarnation="newcomer")
+    assert newcomer.register(1) == 0
+    held = queue.enqueue({})
+
+    with pytest.raises(IdentityTaken) as raised:
+        ghost.claim(1, idle_ms=60_000)
+    assert raised.value.holder == "incarnation newcomer"
+    with pytest.raises(IdentityTaken):
+        ghost.complete_and_claim([], 1)
+    task = queue.get(held)
+    assert task is not None and task.state is TaskState.PENDING and task.attempts == 0
+
+    [claimed] = newcomer.claim(1).tasks
+    assert claimed.id == held
+
+
+def test_a_worker_replaced_while_idle_stops_at_its_next_claim_and_takes_nothing(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis, make_broker: MakeBroker
+) -> None:
+    # Beats far apart: the claim that a new task wakes it for meets the newcomer first.
+    worker = another(
+        fleet,
+        SLEEP,
+        pod="pod-a",
+        label="first",
+        args=["--heartbeat-interval", "20", "--lease-ttl", "60"],
+    ).start()
+    wait_for(
+        lambda: worker.has_event("worker_started"),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
+    newcomer = make_broker("jobs", pod="pod-a", incarnation="newcomer")
+    assert newcomer.register(1) == 0
+    held = queue.enqueue({"seconds": 0})
+
+    assert worker.wait() == 2
+    [taken] = [e for e in worker.events() if e["event"] == "identity_taken"]
+    assert taken["level"] == "error" and taken["by"] == "incarnation newcomer"
+    assert not worker.has_event("worker_failed")
+    assert not events(redis_client, "start")
+    task = queue.get(held)
+    assert task is not None and task.state is TaskState.PENDING and task.attempts == 0

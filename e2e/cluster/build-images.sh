@@ -8,8 +8,9 @@
 #                             of docs/images.md
 #   build-images.sh redis     base and Redis only (the release stage's queues: e2e/release/run.sh)
 #   build-images.sh release VERSION DIR [REGISTRY]
-#                             a release's worker and operator (release/release.py): built from
-#                             this tree on the same base, tagged REGISTRY/taskfleet-NAME:VERSION
+#                             a release's worker, operator and Node worker (release/release.py):
+#                             built from this tree on the same bases, tagged
+#                             REGISTRY/taskfleet-NAME:VERSION
 #                             (REGISTRY: localhost), written to DIR as OCI archives
 #                             taskfleet-NAME-VERSION.oci.tar (reference name VERSION) with the
 #                             manifest's digest in taskfleet-NAME-VERSION.digest; never imported
@@ -123,18 +124,39 @@ base_sum=$(cat "$images/base.sum")
 
 # A release's images: built every time (a release is rare and must be of this tree), kept
 # out of the cache's archives and stamps so the local cluster's own builds stay as they are.
-release_image() { # NAME DOCKERFILE
-  local ref=$release_registry/taskfleet-$1:$release_version
-  local archive=$release_dir/taskfleet-$1-$release_version.oci.tar
+release_image() { # NAME DOCKERFILE [buildah bud args: the base image's]
+  local name=$1 file=$2; shift 2
+  local ref=$release_registry/taskfleet-$name:$release_version
+  local archive=$release_dir/taskfleet-$name-$release_version.oci.tar
   log "building $ref"
-  buildah bud --quiet --network host --pull=false -f "$2" -t "$ref" "${base_arg[@]}" "$repo" >/dev/null
+  buildah bud --quiet --network host --pull=false -f "$file" -t "$ref" "$@" "$repo" >/dev/null
   rm -f "$archive"
-  buildah push --quiet --digestfile "$release_dir/taskfleet-$1-$release_version.digest" \
+  buildah push --quiet --digestfile "$release_dir/taskfleet-$name-$release_version.digest" \
     "$ref" "oci-archive:$archive:$release_version"
 }
+
+# The Node.js worker's base (clients/node/Dockerfile) is a local stand-in for
+# node:20-bookworm-slim: the bookworm base with the HOST's Node.js binary and npm copied in
+# (Debian's nodejs 18 is too old for the package; the host is bookworm, so the binary's
+# libraries are the base's). The image's own build runs `npm ci` from
+# clients/node/package-lock.json (the npm registry).
+node_base() {
+  command -v node >/dev/null && command -v npm >/dev/null ||
+    die "the Node worker image copies the host's Node.js (>= 20.19) and npm: install them"
+  local node_base_dir=$images/node-base-ctx node_bin npm_dir
+  node_bin=$(readlink -f "$(command -v node)")
+  npm_dir=$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")
+  mkdir -p "$node_base_dir"
+  cp -u "$node_bin" "$node_base_dir/node"
+  rm -rf "$node_base_dir/npm" && cp -r "$npm_dir" "$node_base_dir/npm"
+  build node-base "$NODE_BASE_IMAGE_LOCAL" "$here/images/node-base.Containerfile" "$node_base_dir" \
+    "$base_sum $("$node_bin" --version) $(npm --version)" "${base_arg[@]}"
+}
 if [ "$what" = release ]; then
-  release_image worker "$repo/worker-image/Dockerfile"
-  release_image operator "$repo/operator/Dockerfile"
+  release_image worker "$repo/worker-image/Dockerfile" "${base_arg[@]}"
+  release_image operator "$repo/operator/Dockerfile" "${base_arg[@]}"
+  node_base
+  release_image worker-node "$repo/clients/node/Dockerfile" --build-arg "BASE_IMAGE=$NODE_BASE_IMAGE_LOCAL"
   log "release images ready in $release_dir"
   exit 0
 fi
@@ -149,20 +171,8 @@ if [ -f "$repo/operator/Dockerfile" ]; then
     "$base_sum $(inputs_hash "$repo" "${project_inputs[@]}")" "${base_arg[@]}"
 fi
 
-# The Node.js worker (clients/node/Dockerfile) on a local stand-in for node:20-bookworm-slim:
-# the bookworm base with the HOST's Node.js binary and npm copied in (Debian's nodejs 18 is
-# too old for the package; the host is bookworm, so the binary's libraries are the base's).
-# The image's own build runs `npm ci` from clients/node/package-lock.json (the npm registry).
-command -v node >/dev/null && command -v npm >/dev/null ||
-  die "the Node worker image copies the host's Node.js (>= 20.19) and npm: install them"
-node_base_dir=$images/node-base-ctx
-node_bin=$(readlink -f "$(command -v node)")
-npm_dir=$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")
-mkdir -p "$node_base_dir"
-cp -u "$node_bin" "$node_base_dir/node"
-rm -rf "$node_base_dir/npm" && cp -r "$npm_dir" "$node_base_dir/npm"
-build node-base "$NODE_BASE_IMAGE_LOCAL" "$here/images/node-base.Containerfile" "$node_base_dir" \
-  "$base_sum $("$node_bin" --version) $(npm --version)" "${base_arg[@]}"
+# The Node.js worker (clients/node/Dockerfile) on its base (node_base, above).
+node_base
 node_inputs=(clients/node/package.json clients/node/package-lock.json clients/node/tsconfig.json
   clients/node/README.md clients/node/scripts clients/node/src clients/node/test
   worker-image/taskfleet/protocol/bundle)

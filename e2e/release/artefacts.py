@@ -57,7 +57,7 @@ class Release:
 
     directory: Path
     version: str
-    images: dict[str, Image]  # operator, worker
+    images: dict[str, Image]  # operator, worker, worker-node
 
     @classmethod
     def read(cls, directory: Path) -> Release:
@@ -77,7 +77,9 @@ class Release:
             short = name.rsplit("/", 1)[-1].removeprefix("taskfleet-")
             images[short] = Image(name, tag, digest, directory / archive)
         versions = {image.tag for image in images.values()}
-        assert len(versions) == 1 and set(images) == {"operator", "worker"}, images
+        # the Node worker's image from 0.2.0 on; the previous release may predate it
+        assert len(versions) == 1 and {"operator", "worker"} <= set(images), images
+        assert set(images) <= {"operator", "worker", "worker-node"}, images
         return cls(directory, versions.pop(), images)
 
     @property

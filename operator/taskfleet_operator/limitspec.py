@@ -5,6 +5,7 @@ limits, the spend budget and the claim pause after a provider's rate limit (spec
 from __future__ import annotations
 
 from pydantic import ConfigDict, Field, model_validator
+from taskfleet.protocol.bounds import MAX_COUNT
 
 from taskfleet_operator.modelbase import CamelModel, cel
 
@@ -15,19 +16,21 @@ class GroupLimits(CamelModel):
     """Every group's defaults (tasks enqueued with a group: claims are fair between
     groups); a group's own settings, set at run time (`taskfleet group`), win."""
 
+    # bounds.MAX_COUNT: the bound of the same limits set at run time (protocol.groups) and
+    # of the config fields these are written to (QueueConfig.group_*)
     max_concurrency: int = Field(
-        default=0, ge=0, le=1_000_000, description="Tasks of one group run at once; 0 = unlimited."
+        default=0, ge=0, le=MAX_COUNT, description="Tasks of one group run at once; 0 = unlimited."
     )
     rate_limit_tasks: int | None = Field(
         default=None,
         ge=1,
-        le=1_000_000,
+        le=MAX_COUNT,
         description="Tasks of one group started per rateLimit.periodSeconds (1 s without it).",
     )
     rate_limit_cost: int | None = Field(
         default=None,
         ge=1,
-        le=1_000_000_000,
+        le=MAX_COUNT,
         description="Cost units of one group started per rateLimit.periodSeconds.",
     )
 

@@ -20,6 +20,7 @@ from typing import Literal, NamedTuple
 
 import redis
 from redis.cluster import RedisCluster
+from taskfleet.protocol import faults
 
 __all__ = [
     "PROBE_FIRST_S",
@@ -49,18 +50,33 @@ class Fault(NamedTuple):
     message: str
 
 
-# Error reply prefixes (the first word Redis sends) -> (reason, kind, what it means).
-_REPLIES: dict[str, tuple[str, Kind, str]] = {
-    "NOAUTH": ("RedisAuthRefused", "configuration", "Redis refuses the credentials"),
-    "WRONGPASS": ("RedisAuthRefused", "configuration", "Redis refuses the credentials"),
-    "NOPERM": ("RedisAuthRefused", "configuration", "Redis denies this user a command"),
-    "BUSY": ("RedisBusy", "wait", "Redis is busy running a script"),
-    "LOADING": ("RedisLoading", "wait", "Redis is loading its data set"),
-    "MASTERDOWN": ("RedisMasterDown", "wait", "the replica has lost its master"),
-    "TRYAGAIN": ("RedisTryAgain", "wait", "the cluster is moving a slot"),
-    "CLUSTERDOWN": ("RedisClusterDown", "wait", "the cluster is down"),
-    "OOM": ("RedisOutOfMemory", "writes_refused", "Redis is full (maxmemory): writes refused"),
-    "READONLY": ("RedisReadOnly", "failover", "Redis is a read-only replica (a failover)"),
+# What each server fault means here -> (reason, kind, what it means). Which fault an
+# error is comes from the worker's classifier (taskfleet.protocol.faults, the one source
+# of it); a fault not listed (MISCONF, NOREPLICAS, MOVED, NOSCRIPT, a refused request)
+# fails the one call, not the server.
+_MEANINGS: dict[faults.Fault, tuple[str, Kind, str]] = {
+    faults.Fault.AUTH: ("RedisAuthRefused", "configuration", "Redis refuses the credentials"),
+    faults.Fault.PERMISSION: (
+        "RedisAuthRefused",
+        "configuration",
+        "Redis denies this user a command",
+    ),
+    faults.Fault.BUSY: ("RedisBusy", "wait", "Redis is busy running a script"),
+    faults.Fault.LOADING: ("RedisLoading", "wait", "Redis is loading its data set"),
+    faults.Fault.MASTERDOWN: ("RedisMasterDown", "wait", "the replica has lost its master"),
+    faults.Fault.TRYAGAIN: ("RedisTryAgain", "wait", "the cluster is moving a slot"),
+    faults.Fault.CLUSTERDOWN: ("RedisClusterDown", "wait", "the cluster is down"),
+    faults.Fault.FULL: (
+        "RedisOutOfMemory",
+        "writes_refused",
+        "Redis is full (maxmemory): writes refused",
+    ),
+    faults.Fault.READONLY: (
+        "RedisReadOnly",
+        "failover",
+        "Redis is a read-only replica (a failover)",
+    ),
+    faults.Fault.UNREACHABLE: ("RedisUnreachable", "unreachable", "cannot reach Redis"),
 }
 
 
@@ -83,28 +99,15 @@ def classify(error: BaseException, describe: str) -> Fault | None:
     """The server fault ``error`` is, or None when it is the one call's own (a script
     error, a wrong type, NOSCRIPT, which the script runner reloads): that fails the call,
     not the server. ``describe`` is the error's text with secrets masked."""
-    word = _first_word(error)
-    if word in _REPLIES:
-        reason, kind, meaning = _REPLIES[word]
-        return Fault(reason, kind, f"{meaning}: {describe}")
-    mapped: list[tuple[type[BaseException], str]] = [
-        (redis.AuthenticationError, "NOAUTH"),
-        (redis.exceptions.AuthorizationError, "NOPERM"),
-        (redis.exceptions.NoPermissionError, "NOPERM"),
-        (redis.BusyLoadingError, "LOADING"),
-        (redis.OutOfMemoryError, "OOM"),
-        (redis.ReadOnlyError, "READONLY"),
-        (redis.exceptions.MasterDownError, "MASTERDOWN"),
-        (redis.exceptions.TryAgainError, "TRYAGAIN"),
-        (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
-    ]
-    for cls, code in mapped:
-        if isinstance(error, cls):
-            reason, kind, meaning = _REPLIES[code]
-            return Fault(reason, kind, f"{meaning}: {describe}")
-    if isinstance(error, redis.ConnectionError | redis.TimeoutError | OSError):
-        return Fault("RedisUnreachable", "unreachable", f"cannot reach Redis: {describe}")
-    return None
+    fault = faults.code_fault(_first_word(error))
+    if fault is None:
+        found = faults.classify(error)
+        fault = None if found is None else found.fault
+    meaning = _MEANINGS.get(fault) if fault is not None else None
+    if meaning is None:
+        return None
+    reason, kind, text = meaning
+    return Fault(reason, kind, f"{text}: {describe}")
 
 
 class ServerParked(redis.ConnectionError):

@@ -360,7 +360,7 @@ const DEP_POLICIES = ["fail", "ignore", "cancel"];
 
 /** `after` as the script's JSON array and the policy, checked as the Python client does. */
 function encodeAfter(after: unknown, onDepFail: unknown, taskId: unknown): [string, string] {
-  if (after === undefined) throw new InvalidArgument("on_dep_fail needs after (the tasks to wait for)");
+  if (after === undefined) throw new InvalidArgument("onDepFail needs after (the tasks to wait for)");
   if (!Array.isArray(after)) throw new InvalidArgument("after must be a list of task ids");
   if (after.length < 1 || after.length > bounds.MAX_AFTER) {
     throw new InvalidArgument(`after must name 1 to ${bounds.MAX_AFTER} task ids, not ${after.length}`);
@@ -372,7 +372,7 @@ function encodeAfter(after: unknown, onDepFail: unknown, taskId: unknown): [stri
   }
   const policy = onDepFail ?? "fail";
   if (typeof policy !== "string" || !DEP_POLICIES.includes(policy)) {
-    throw new InvalidArgument(`on_dep_fail must be one of ${DEP_POLICIES.join(", ")}, not ${String(onDepFail)}`);
+    throw new InvalidArgument(`onDepFail must be one of ${DEP_POLICIES.join(", ")}, not ${String(onDepFail)}`);
   }
   return [JSON.stringify(ids), policy];
 }

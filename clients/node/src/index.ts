@@ -17,6 +17,7 @@ export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
 export { CancelOutcome, type ListOptions, type PurgeOptions, type RetryOptions, type TaskFilter, type TaskPage } from "./control.js";
 export { TaskState, type Task } from "./tasks.js";
 export type { Schedule, ScheduleOptions } from "./schedules.js";
+export { type QueueConfig, defaultConfig } from "./config.js";
 export {
   InvalidArgument,
   InvalidPayload,

@@ -7,6 +7,7 @@
  */
 
 import { type Bundle, packagedBundle } from "./bundle.js";
+import { type QueueConfig, checkConfig, configFields, parseConfig } from "./config.js";
 import * as control from "./control.js";
 import { type Client, Scripts, connect, serverMs } from "./connection.js";
 import {
@@ -313,6 +314,31 @@ export class Queue {
   /** Delete finished tasks in `state` (done, dead or cancelled) now; resolves to how many. */
   async purgeTasks(state: TaskState, options: control.PurgeOptions = {}): Promise<number> {
     return control.drop(this.control, state, options);
+  }
+
+  /**
+   * Store the queue's shared settings (`Queue.configure` / `taskfleet configure` in
+   * Python): the whole config is replaced, a field left out takes its default; every
+   * script reads it at its next call, so the whole fleet follows at once. Checked first
+   * (unknown fields, bounds, `backoffMaxS` >= `backoffBaseS`, `throttleMaxS` >=
+   * `throttleBaseS`): `InvalidArgument` names the field to fix and nothing is stored.
+   * Resolves to the config stored, defaults filled in.
+   */
+  async configure(settings: Readonly<Partial<QueueConfig>>): Promise<QueueConfig> {
+    const config = checkConfig(settings);
+    const key = this.keys.key("config");
+    const fields = configFields(config);
+    const tx = this.client.multi().del(key);
+    if (Object.keys(fields).length > 0) tx.hset(key, fields);
+    const replies = await tx.exec();
+    const failed = replies?.find(([error]) => error !== null);
+    if (failed !== undefined) throw failed[0] as Error;
+    return config;
+  }
+
+  /** The queue's shared settings as stored, defaults for what is not. */
+  async config(): Promise<QueueConfig> {
+    return parseConfig(await this.client.hgetall(this.keys.key("config")));
   }
 
   /** Delete every key of the queue (tasks, workers, config, counters, schedules). */

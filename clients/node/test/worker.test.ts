@@ -204,6 +204,27 @@ describe("the Node worker", () => {
     assert.equal(await b.exit(), 0, b.output);
   });
 
+  it("a worker replaced under its name (another incarnation registered) gets nothing from its next claim and exits 2, loudly", async () => {
+    // Beats far apart: the claim meets the newcomer first.
+    const g = WorkerProcess.node([
+      "--queue", "jobs", "--redis-url", server.url, "--pod", "g", "--runtime-dir", join(dir, "rt-g"),
+      "--heartbeat-interval", "20", "--lease-ttl", "60", "--no-fire-schedules", ...HANDLERS,
+    ]);
+    started.push(g);
+    await g.saw(/event=worker_started/);
+    // the newcomer's record, as its register writes it
+    const record = { incarnation: "newcomer", heartbeat_ms: Date.now(), inflight: 0, concurrency: 1, draining: false };
+    await queue.client.hset(queue.keys.key("workers"), "g", JSON.stringify(record));
+    const id = await queue.enqueue({ ms: 1, log: log() });
+    assert.equal(await g.exit(), 2, g.output);
+    assert.match(g.output, /event=identity_taken .*by="?incarnation newcomer/);
+    assert.doesNotMatch(g.output, /event=worker_failed/);
+    const task = await queue.get(id);
+    assert.equal(task?.state, "pending");
+    assert.equal(task.attempts, 0);
+    assert.equal(runs(log()).length, 0);
+  });
+
   it("aborts a run's signal when its task is cancelled or times out", async () => {
     const w = worker("w5", ["--concurrency", "2"]);
     await w.saw(/event=worker_started/);

@@ -87,9 +87,10 @@ def show(*, queue: str, as_json: bool, redis_url: str) -> None:
 @click.option(
     "--for",
     "seconds",
-    type=FiniteFloat(min=0, max=3_153_600_000),
+    type=FiniteFloat(min=0, min_open=True, max=3_153_600_000),
     default=None,
-    help="Seconds [default: the adaptive pause, as a rate limit without a retry-after].",
+    help="Seconds, above 0 (`quota resume` ends a pause) [default: the adaptive pause, "
+    "as a rate limit without a retry-after].",
 )
 @click.option("--reason", default="", help="Why, shown with the pause.")
 @redis_option

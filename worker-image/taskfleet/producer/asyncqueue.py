@@ -1,16 +1,22 @@
 """``AsyncQueue``: the producer API for asyncio applications, on ``redis.asyncio``.
 
 The same calls and semantics as ``Queue``'s producing and reading side (enqueue,
-enqueue_result, enqueue_many, get, stats, workers, wait), each a coroutine. Nothing is
-written twice: a task is checked and encoded by ``encoding``, the script call and its
-reply are the same ``Op`` values (``scripts``), reads are ``reading``'s commands and
-parsers, and ``waiting`` decides a wait; only the round trips are awaited here.
-Operating a queue (configure, sweep, schedules, purge) stays on the sync ``Queue``.
+enqueue_result, enqueue_many, enqueue_flow, add_children, get, stats, workers, wait,
+config, exists, held_by, holdings), its groups (groups, group_settings, set_group) and
+its quota (pause_claims, resume_claims, set_budget, quota), each a coroutine. Nothing is
+written twice: a task is checked and encoded by ``encoding``, a flow built by ``flows``,
+the script call and its reply are the same ``Op`` values (``scripts``), reads are
+``reading``'s and ``groups``' commands and parsers, a pause is checked by ``quotas``, and
+``waiting`` decides a wait; only the round trips are awaited here.
+
+Operating a queue stays on the sync ``Queue``: ``SYNC_ONLY`` names each such method and
+why (tests/test_producer_async.py fails when ``Queue`` gains a public method that is
+neither here nor there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,19 +30,50 @@ from taskfleet.producer.encoding import (
     encode_task,
     token_base,
 )
+from taskfleet.producer.flows import Flow, FlowIds, build
+from taskfleet.producer.quotas import pause_ms, state_of
 from taskfleet.producer.reading import WorkerInfo
-from taskfleet.protocol import tracing
+from taskfleet.protocol import groups, tracing
 from taskfleet.protocol.calls import run_all_async, run_async
+from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.connect import durability, is_cluster, redis_py_url
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.flows import FlowRecord, flow_record
+from taskfleet.protocol.groups import GroupCount, GroupSettings, check_group
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.quota import BudgetLimit, QuotaOps, QuotaState
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.redisurl import parse_redis_url
 from taskfleet.protocol.scripts import AsyncScripts, Ops, release
 from taskfleet.protocol.tasks import Task
 
-__all__ = ["AsyncQueue"]
+__all__ = ["SYNC_ONLY", "AsyncQueue"]
+
+_OPERATING = "operating a queue: an administrator's call, on the sync Queue (or the CLI)"
+_SCHEDULES = "schedules are operated on the sync Queue, the CLI or a TaskQueue's spec"
+#: ``Queue``'s public methods that ``AsyncQueue`` has not, and why.
+SYNC_ONLY: dict[str, str] = {
+    "close": "AsyncQueue closes with aclose (or async with)",
+    "configure": _OPERATING,
+    "sweep": _OPERATING + " (workers sweep on their own)",
+    "requeue_pod": _OPERATING + " (the operator, for a pod that is gone)",
+    "purge": _OPERATING,
+    "purge_tasks": _OPERATING,
+    "retry": _OPERATING + ": paged scans of dead tasks (control.py)",
+    "cancel": _OPERATING + ": control.py's batched cancellation",
+    "cancel_many": _OPERATING + ": control.py's batched cancellation",
+    "cancel_group": _OPERATING + ": control.py's batched cancellation",
+    "list": _OPERATING + ": paged listing (control.py)",
+    "follow": "a blocking follower of task events, for the CLI",
+    "schedule": _SCHEDULES,
+    "unschedule": _SCHEDULES,
+    "schedules": _SCHEDULES,
+    "get_schedule": _SCHEDULES,
+    "put_schedule": _SCHEDULES,
+    "pause_schedule": _SCHEDULES,
+    "resume_schedule": _SCHEDULES,
+    "fire_due_schedules": _SCHEDULES + " (workers fire them)",
+}
 
 
 class AsyncQueue:
@@ -199,3 +236,72 @@ class AsyncQueue:
         """Until every task is done or dead; returns them by id (``Queue.wait``). Woken by
         the script that finishes each task, not by polling. Raises ``WaitTimeout``."""
         return await waiting.wait_async(self.client, self.keys, task_ids, timeout)
+
+    async def enqueue_flow(self, flow: Flow | EnqueueSpec | Mapping[str, Any]) -> FlowIds:
+        """Store a flow in one atomic call: every task or none (``Queue.enqueue_flow``)."""
+        items, last = build(flow)
+        return FlowIds(await self.enqueue_many(items), last)
+
+    async def add_children(
+        self, parent: str, token: str, items: Iterable[EnqueueSpec | Mapping[str, Any]]
+    ) -> list[str]:
+        """Tasks the running task ``parent`` (claimed under ``token``) waits for, in one
+        atomic call (``Queue.add_children``). ``StaleToken`` when that run no longer holds it."""
+        batch = batch_args(items)
+        if batch:
+            await self._scripts.run(self.ops.enqueue(batch, parent=(parent, token)))
+        return [a.task_id for a in batch]
+
+    async def held_by(self, pods: Iterable[str]) -> dict[str, int]:
+        """Tasks each pod holds right now (``Queue.held_by``)."""
+        return await run_async(self.client, self.reads.held_counts(pods))
+
+    async def holdings(self, pods: Sequence[str]) -> dict[str, list[str]]:
+        """The ids of the tasks each pod holds now (``Queue.holdings``)."""
+        return await run_async(self.client, self.reads.holdings(list(pods)))
+
+    async def exists(self) -> bool:
+        """Whether anything of this queue is stored (config, counters or workers)."""
+        return await run_async(self.client, self.reads.exists())
+
+    async def config(self) -> QueueConfig:
+        return await run_async(self.client, self.reads.config())
+
+    # -- groups (``Queue.set_group``, ``group_settings``, ``groups``) --------------------
+
+    async def set_group(self, group: str, settings: GroupSettings) -> None:
+        """Replace ``group``'s own settings; the next claim applies them."""
+        await run_async(self.client, groups.set_group(self.keys, check_group(group), settings))
+
+    async def group_settings(self, group: str) -> GroupSettings:
+        return await run_async(self.client, groups.group_settings(self.keys, check_group(group)))
+
+    async def groups(self) -> list[GroupCount]:
+        """Every group with pending or running tasks, most pending first."""
+        names = await run_async(self.client, groups.group_names(self.keys))
+        return groups.by_load(await run_async(self.client, groups.group_counts(self.keys, names)))
+
+    # -- the claim pause and the budget (``Queue.pause_claims`` ...; ``quotas``) ----------
+
+    async def pause_claims(
+        self, seconds: float | timedelta | None = None, *, reason: str = ""
+    ) -> int:
+        """Stop every worker of the queue from claiming (``Queue.pause_claims``); returns
+        the pause's end (epoch ms)."""
+        op = QuotaOps(self.keys).pause(pause_ms(seconds), reason)
+        until, _ = await self._scripts.run(op)
+        return until
+
+    async def resume_claims(self) -> None:
+        """End the claim pause now and forget the rate limits met in a row."""
+        await self._scripts.run(QuotaOps(self.keys).resume())
+
+    async def set_budget(self, *, day: BudgetLimit = None, month: BudgetLimit = None) -> None:
+        """The spend budget at run time (``Queue.set_budget``)."""
+        await self._scripts.run(QuotaOps(self.keys).budget(day=day, month=month))
+
+    async def quota(self) -> QuotaState:
+        """The claim pause and the budget's spend, as the scripts see them now."""
+        now = await run_async(self.client, self.reads.clock())
+        raw = await run_async(self.client, QuotaOps(self.keys).read())
+        return state_of(raw, now, await run_async(self.client, self.reads.config()))

@@ -307,8 +307,7 @@ class Queue(Controlling, Quotas):
         """Every group with pending or running tasks, and how many of each (pending:
         ready to run; its delayed ones are not counted), most pending first."""
         names = run(self.client, groups.group_names(self.keys))
-        counts = run(self.client, groups.group_counts(self.keys, names))
-        return sorted(counts, key=lambda c: (-c.pending, -c.running, c.group))
+        return groups.by_load(run(self.client, groups.group_counts(self.keys, names)))
 
     # -- operating ---------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import math
 from datetime import timedelta
 
 from taskfleet.protocol.calls import run
+from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.keys import QueueKeys
@@ -14,7 +15,7 @@ from taskfleet.protocol.quota import BudgetLimit, QuotaOps, QuotaState, quota_st
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.scripts import SyncScripts
 
-__all__ = ["Quotas"]
+__all__ = ["Quotas", "pause_ms", "state_of"]
 
 
 class Quotas:
@@ -33,15 +34,7 @@ class Quotas:
         """Stop every worker of the queue from claiming for ``seconds`` (None: the adaptive
         pause a rate limit without a retry-after sets), as when a handler raises
         ``RateLimited``; a longer pause already on is kept. Returns its end (epoch ms)."""
-        ms: int | None = None
-        if seconds is not None:
-            value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise InvalidArgument(f"seconds must be a number, not {seconds!r}")
-            if not (math.isfinite(value) and value >= 0):
-                raise InvalidArgument(f"seconds must be >= 0, not {seconds!r}")
-            ms = int(value * 1000)
-        until, _ = self._scripts.run(self._quota_ops.pause(ms, reason))
+        until, _ = self._scripts.run(self._quota_ops.pause(pause_ms(seconds), reason))
         return until
 
     def resume_claims(self) -> None:
@@ -58,5 +51,21 @@ class Quotas:
         """The claim pause and the budget's spend, as the scripts see them now."""
         now = run(self.client, self.reads.clock())
         raw = run(self.client, self._quota_ops.read())
-        config = run(self.client, self.reads.config())
-        return quota_state(raw, now, budget_day=config.budget_day, budget_month=config.budget_month)
+        return state_of(raw, now, run(self.client, self.reads.config()))
+
+
+def pause_ms(seconds: float | timedelta | None) -> int | None:
+    """``pause_claims``'s ``seconds`` checked, in ms (None: the adaptive pause)."""
+    if seconds is None:
+        return None
+    value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"seconds must be a number, not {seconds!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidArgument(f"seconds must be >= 0, not {seconds!r}")
+    return int(value * 1000)
+
+
+def state_of(raw: dict[str, str], now_ms: int, config: QueueConfig) -> QuotaState:
+    """``quota``'s answer from its three reads (the quota record, the clock, the config)."""
+    return quota_state(raw, now_ms, budget_day=config.budget_day, budget_month=config.budget_month)

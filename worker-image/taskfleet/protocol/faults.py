@@ -31,7 +31,7 @@ import redis.exceptions as rx
 
 from taskfleet.protocol.errors import auth_failure
 
-__all__ = ["REDIS_ERRORS", "Fault", "Policy", "RedisFault", "classify"]
+__all__ = ["REDIS_ERRORS", "Fault", "Policy", "RedisFault", "classify", "code_fault"]
 
 #: Every exception a Redis call can raise: what a loop catches before classifying.
 #: (The builtin ConnectionError and TimeoutError are OSErrors.)
@@ -144,6 +144,18 @@ def classify(exc: BaseException) -> RedisFault | None:
             return RedisFault(Fault.UNREACHABLE, Policy.WAIT)
         return RedisFault(Fault.REFUSED, Policy.FAIL_TASK)
     return None
+
+
+def code_fault(code: str) -> Fault | None:
+    """The fault an error reply's code (its first word) names, or None for any other
+    code: credentials or rights refused (``AUTH``, ``PERMISSION``), else one to wait
+    out. For a caller that reads the code itself (the operator unwraps a pipeline's
+    error first); ``classify`` takes the exception."""
+    if code in ("NOAUTH", "WRONGPASS"):
+        return Fault.AUTH
+    if code == "NOPERM":
+        return Fault.PERMISSION
+    return _BY_CODE.get(code)
 
 
 def _code(exc: BaseException) -> str:

@@ -35,6 +35,7 @@ __all__ = [
     "GroupRow",
     "GroupSettings",
     "GroupTotals",
+    "by_load",
     "check_group",
     "group_counts",
     "group_problem",
@@ -191,6 +192,11 @@ def _names(replies: Sequence[Any]) -> list[Any]:
         found = running[1]  # HSCAN: (cursor, {field: value}) or (cursor, [field, value, ...])
         running = list(found) if isinstance(found, dict) else list(found)[::2]
     return [*ring, *parked, *running]
+
+
+def by_load(counts: Sequence[GroupCount]) -> list[GroupCount]:
+    """Most pending first, then most running, then by name (``Queue.groups``' order)."""
+    return sorted(counts, key=lambda c: (-c.pending, -c.running, c.group))
 
 
 def group_counts(keys: QueueKeys, groups: Sequence[str]) -> Call[list[GroupCount]]:

@@ -39,10 +39,13 @@ class RawClaim:
     """The claim reply, not yet parsed into tasks (the broker does that cheaply).
 
     Each record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
-    payload`` joined by NUL, payload last: split it with ``maxsplit=8``.
+    payload`` joined by NUL, payload last: split it with ``maxsplit=8``. ``holder`` set
+    (the name's worker record as JSON): another incarnation registered under this
+    worker's name since, and nothing was claimed.
     """
 
     retry_after_ms: int
     next_due_ms: int | None
     more_pending: bool
     records: list[bytes | str]
+    holder: str | None = None

@@ -221,6 +221,8 @@ def text(value: Any) -> str:
 
 
 def _raw_claim(raw: Any, script: str) -> RawClaim:
+    if isinstance(raw, list) and len(raw) == 2 and int(raw[0]) == -1:
+        return RawClaim(0, None, False, [], holder=text(raw[1]))  # superseded: nothing claimed
     if not isinstance(raw, list) or len(raw) < 3:
         raise ProtocolError(f"{script}: unexpected claim reply {raw!r}")
     due = int(raw[1])

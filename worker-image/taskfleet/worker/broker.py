@@ -298,7 +298,13 @@ class Broker:
 
     async def _claimed(self, raw: RawClaim) -> ClaimResult:
         """Read a claim reply; fail (permanently) the tasks that can't be run as stored
-        (``claimed.parse_claim_records`` says which and why)."""
+        (``claimed.parse_claim_records`` says which and why). Raises ``IdentityTaken``
+        when another incarnation registered under this worker's name since: the claim
+        got nothing, and this process must stop claiming."""
+        if raw.holder is not None:
+            raise IdentityTaken(
+                self.pod, self.incarnation, WorkerRecord.parse(raw.holder).describe()
+            )
         tasks, bad = parse_claim_records(raw.records, self.served)
         for task_id, token, error, reason in bad:
             await self.fail(task_id, token, error, retryable=False, reason=reason)

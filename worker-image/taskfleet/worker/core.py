@@ -45,6 +45,7 @@ import redis.asyncio as aioredis
 from taskfleet.protocol import tracing
 from taskfleet.protocol.calls import run_async
 from taskfleet.protocol.connect import connect_queue_async, durability, follow_slot, pinned
+from taskfleet.protocol.errors import IdentityTaken
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.store import slot_key
@@ -57,7 +58,7 @@ from taskfleet.worker.firing import schedule_loop
 from taskfleet.worker.gate import FatalStop, RedisGate, wait_any
 from taskfleet.worker.handback import HandBack
 from taskfleet.worker.handlers import Handler, format_error
-from taskfleet.worker.heartbeat import heartbeat_loop
+from taskfleet.worker.heartbeat import heartbeat_loop, taken_over
 from taskfleet.worker.identity import Whereabouts
 from taskfleet.worker.isolation import check_sendable
 from taskfleet.worker.lifecycle import Lifecycle, Phase
@@ -306,6 +307,8 @@ class Worker:
             if failure is None:
                 await claimer
                 return await self._shutdown(background)
+            if isinstance(failure, IdentityTaken):  # a claim found this process replaced
+                failure = taken_over(self.settings, failure)
             if isinstance(failure, FatalStop):
                 return await self._stop_at_once(failure, [claimer, *background])
             # A bug, not an outage (those are handled in the loops): give everything back

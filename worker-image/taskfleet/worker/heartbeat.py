@@ -25,6 +25,22 @@ __all__ = ["SWEEP_MAX_CALLS", "heartbeat_loop"]
 SWEEP_MAX_CALLS = 10
 
 
+def taken_over(settings: WorkerSettings, exc: IdentityTaken) -> FatalStop:
+    """The stop for a worker whose name another incarnation registered under (its beat
+    or its claim found out): that one took back every task this one held, and running on
+    would run them twice and fight over the name. Logged loudly, exit 2."""
+    log_event(
+        logging.ERROR,
+        "identity_taken",
+        pod=settings.pod,
+        incarnation=settings.incarnation,
+        by=exc.holder,
+        note="another worker started under this name and took back its tasks; "
+        "give each worker its own --pod",
+    )
+    return FatalStop(EXIT_BAD_CONFIG)
+
+
 async def heartbeat_loop(
     broker: Broker,
     execution: Execution,
@@ -59,16 +75,5 @@ async def heartbeat_loop(
             await gate.wait_out(exc, stop_requested, closing)
             continue
         except IdentityTaken as exc:
-            # Someone registered under our name: it took back every task we held.
-            # Running on would run them twice and fight over the name; stop instead.
-            log_event(
-                logging.ERROR,
-                "identity_taken",
-                pod=settings.pod,
-                incarnation=settings.incarnation,
-                by=exc.holder,
-                note="another worker started under this name and took back its tasks; "
-                "give each worker its own --pod",
-            )
-            raise FatalStop(EXIT_BAD_CONFIG) from None
+            raise taken_over(settings, exc) from None
         await wait_any(beat_now, closing, limit=interval)

@@ -108,7 +108,9 @@ function list(raw: unknown, script: string): unknown[] {
   return raw as unknown[];
 }
 
+/** A claim reply; throws `IdentityTaken` when it is `{-1, record}`: another incarnation registered under our name since, nothing was claimed. */
 function rawClaim(raw: unknown[], script: string): { retryAfterMs: number; nextDueMs: number | null; morePending: boolean; records: unknown[] } {
+  if (raw.length === 2 && Number(raw[0]) === -1) throw new IdentityTaken(describeRecord(parseWorkerRecord(String(raw[1]))));
   if (raw.length < 3) throw new ProtocolError(`${script}: unexpected claim reply ${JSON.stringify(raw)}`);
   const due = Number(raw[1]);
   return { retryAfterMs: Number(raw[0]), nextDueMs: due < 0 ? null : due, morePending: Number(raw[2]) === 1, records: raw.slice(3) };

@@ -115,6 +115,21 @@ export class ClaimLoop {
   }
 }
 
+/**
+ * The stop for a worker whose name another incarnation registered under (its beat or its
+ * claim found out): that one took back every task this one held, and running on would run
+ * them twice and fight over the name. Logged loudly, exit 2.
+ */
+export function takenOver(error: IdentityTaken, pod: string, incarnation: string): FatalStop {
+  logEvent("error", "identity_taken", {
+    pod,
+    incarnation,
+    by: error.holder,
+    note: "another worker started under this name and took back its tasks; give each worker its own --pod",
+  });
+  return new FatalStop(EXIT_BAD_CONFIG);
+}
+
 /** Beat until `closing`; throws `FatalStop` if another worker took our name. */
 export async function heartbeatLoop(
   broker: Broker,
@@ -135,15 +150,7 @@ export async function heartbeatLoop(
       beats += 1;
       if (beats % SWEEP_EVERY === 0 && !flags.drainRequested.isSet()) await broker.sweep(SWEEP_MAX_CALLS);
     } catch (error) {
-      if (error instanceof IdentityTaken) {
-        logEvent("error", "identity_taken", {
-          pod,
-          incarnation,
-          by: error.holder,
-          note: "another worker started under this name and took back its tasks; give each worker its own --pod",
-        });
-        throw new FatalStop(EXIT_BAD_CONFIG);
-      }
+      if (error instanceof IdentityTaken) throw takenOver(error, pod, incarnation);
       if (!isRedisDown(error)) throw error;
       if (flags.stopRequested.isSet()) return;
       await gate.waitOut(error, flags.stopRequested, flags.closing);

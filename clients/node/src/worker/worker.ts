@@ -18,7 +18,7 @@ import { randomBytes } from "node:crypto";
 
 import { type Client, connect } from "../connection.js";
 import { parseRedisURL } from "../redisurl.js";
-import { Broker } from "./broker.js";
+import { Broker, IdentityTaken } from "./broker.js";
 import type { ClaimedTask } from "./claimed.js";
 import { Execution, Run } from "./execution.js";
 import { formatError } from "./failures.js";
@@ -27,7 +27,7 @@ import { FatalStop, RedisGate } from "./gate.js";
 import { HandlerSet } from "./handlers.js";
 import { defaultPodName, encodeWhereabouts, localWhereabouts } from "./identity.js";
 import { logEvent } from "./log.js";
-import { ClaimLoop, heartbeatLoop, scheduleLoop } from "./loops.js";
+import { ClaimLoop, heartbeatLoop, scheduleLoop, takenOver } from "./loops.js";
 import { Outbox, OutcomeWriter, Reports, reportLoop } from "./outcomes.js";
 import { RuntimeFile } from "./runtimefile.js";
 import { FILE_NAME, POLL_INTERVAL_MS, WAITER_GRACE_MS, liveWaiters, processStart, removeState } from "./runtime.js";
@@ -278,6 +278,8 @@ export class Worker {
   }
 
   private async failed(failure: unknown, claimer: Tracked, background: Tracked[]): Promise<number> {
+    // a claim found this process replaced: as when its heartbeat does
+    if (failure instanceof IdentityTaken) failure = takenOver(failure, this.settings.pod, this.settings.incarnation);
     if (failure instanceof FatalStop) return await this.stopAtOnce(failure, [claimer, ...background]);
     // A bug, not an outage: give everything back at once, as lost (a task that caused it is bounded by max_lost).
     logEvent("error", "worker_failed", { error: formatError(failure) });

@@ -8,6 +8,7 @@ local K_DONE = KEYS[5]
 local K_DEAD = KEYS[6]
 local K_DEADLINES = KEYS[7]
 local K_POD = KEYS[8]
+local K_WORKERS = KEYS[9]
 local K_CONFIG = KEYS[10]
 local K_SEQ = KEYS[11]
 local K_STATS = KEYS[12]
@@ -1121,6 +1122,33 @@ local function group_done(st)
   end
   return nil
 end
+-- includes/other_holder.lua
+-- The pod's worker record if another incarnation than `incarnation` holds it (an
+-- unreadable record counts as nobody's), else nil.
+local function other_holder(pod, incarnation)
+  local rec = redis.call('HGET', K_WORKERS, pod)
+  if not rec then return nil end
+  local ok, w = pcall(cjson.decode, rec)
+  if not ok or type(w) ~= 'table' or w.incarnation == nil or w.incarnation == incarnation then
+    return nil
+  end
+  return rec, w.incarnation
+end
+
+-- includes/superseded.lua
+-- superseded: the name's worker record when another incarnation than `incarnation`
+-- registered under it since (this process was replaced: a claim from it must get
+-- nothing), else nil. The incarnation field as worker_record writes it is looked for in
+-- the record's text first (a quote in a JSON string is escaped, so it cannot match
+-- there); only a record without it is decoded (other_holder: an unreadable record, or
+-- none, is nobody's).
+local function superseded(pod, incarnation)
+  local rec = redis.call('HGET', K_WORKERS, pod)
+  if not rec or string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then
+    return nil
+  end
+  return other_holder(pod, incarnation)
+end
 -- includes/claim_tasks.lua
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
@@ -1132,13 +1160,18 @@ end
 -- keep a slot of the limit from a worker that could run it.
 -- for_any: records without waited_ms, the form workers of every version read (hand-offs,
 -- which a producer of any version makes for a worker of any version).
--- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
+-- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua; or
+-- {-1, record} when another incarnation registered under the name since (`superseded`):
+-- nothing is claimed or changed but this incarnation's idle registration, dropped.
 -- Expired tasks left after this call make the reply's retry_after_ms 1 (ask again at
 -- once); a run of them at the head of pending is stepped over (past_expired), so a live
 -- task behind any number of them is claimed by the first claim.
 local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
+  -- a replaced process (frozen, then resumed) gets no task, nor the newcomer's hand-offs
+  local holder = superseded(pod, incarnation)
+  if holder then return {-1, holder} end
   -- Tasks a producer handed over while the worker was not blocked on its wake list: they
   -- are this worker's already (unless taken back meanwhile: then they are dropped here).
   local wake = K_WAKE .. pod
@@ -1346,7 +1379,9 @@ local function hand_off(now, count, token_base, bound)
       -- producer's library may be newer than the worker it hands the task to
       local got = claim_tasks(now, pod, incarnation, 1, token_base .. '.' .. handed, bound, 0,
         nil, true)
-      if #got < 4 then
+      if got[1] == -1 then
+        -- a replaced incarnation's registration (claim_tasks dropped it): the next one
+      elseif #got < 4 then
         -- a limit held it back (or nothing is pending): the worker stays registered
         redis.call('ZADD', K_IDLE, newest[2], member)
         break

@@ -6,7 +6,9 @@
 --   directly; prefetch: how many of max_tasks are to wait in the worker for a slot, not
 --   claimed under a fleet-wide concurrency limit (see claim_tasks). Tokens: token base
 --   .. ':' .. i (the base is random, from the caller: Lua has no good randomness).
--- Returns: {retry_after_ms, next_due_ms, more, task 1, task 2, ...}
+-- Returns: {retry_after_ms, next_due_ms, more, task 1, task 2, ...}, or {-1, record} when
+--   another incarnation registered under the name since (the record is that one's): this
+--   process was replaced (a frozen one resumed, say) and gets nothing; it must stop
 --   retry_after_ms: >0: claim again after that many ms: a rate limit held tasks back (ms
 --     until capacity returns), or 1 while tasks whose deadline passed are left to clear
 --     (more than a call expires)

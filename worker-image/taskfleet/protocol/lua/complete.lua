@@ -11,7 +11,8 @@
 --   A completion this same token already applied (a retry after a reply that never came)
 --   answers as it did then and changes nothing. Waiters on a finished task are woken
 --   (includes/wake_waiters.lua).
---   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks}.
+--   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks
+--   (or -1, record: another incarnation holds the name, nothing claimed)}.
 -- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once), a
 -- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with

@@ -19,6 +19,7 @@
 --- @include "group_took"
 --- @include "group_done"
 --- @include "pending_remove"
+--- @include "superseded"
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
 -- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
@@ -29,13 +30,18 @@
 -- keep a slot of the limit from a worker that could run it.
 -- for_any: records without waited_ms, the form workers of every version read (hand-offs,
 -- which a producer of any version makes for a worker of any version).
--- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua.
+-- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua; or
+-- {-1, record} when another incarnation registered under the name since (`superseded`):
+-- nothing is claimed or changed but this incarnation's idle registration, dropped.
 -- Expired tasks left after this call make the reply's retry_after_ms 1 (ask again at
 -- once); a run of them at the head of pending is stepped over (past_expired), so a live
 -- task behind any number of them is claimed by the first claim.
 local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
+  -- a replaced process (frozen, then resumed) gets no task, nor the newcomer's hand-offs
+  local holder = superseded(pod, incarnation)
+  if holder then return {-1, holder} end
   -- Tasks a producer handed over while the worker was not blocked on its wake list: they
   -- are this worker's already (unless taken back meanwhile: then they are dropped here).
   local wake = K_WAKE .. pod

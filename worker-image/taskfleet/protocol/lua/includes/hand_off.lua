@@ -20,7 +20,9 @@ local function hand_off(now, count, token_base, bound)
       -- producer's library may be newer than the worker it hands the task to
       local got = claim_tasks(now, pod, incarnation, 1, token_base .. '.' .. handed, bound, 0,
         nil, true)
-      if #got < 4 then
+      if got[1] == -1 then
+        -- a replaced incarnation's registration (claim_tasks dropped it): the next one
+      elseif #got < 4 then
         -- a limit held it back (or nothing is pending): the worker stays registered
         redis.call('ZADD', K_IDLE, newest[2], member)
         break
