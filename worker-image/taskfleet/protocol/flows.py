@@ -17,10 +17,13 @@ from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.tasks import stored_text
 
-__all__ = ["INPUT_PREFIX", "dependency_results"]
+__all__ = ["DEPENDENCY_FAILED", "INPUT_PREFIX", "dependency_results"]
 
 #: The field of a dependant's hash holding the result of one dependency.
 INPUT_PREFIX = "in:"
+#: The reason of a task ended dead because a dependency ended dead or cancelled (its
+#: error then says which: ``dependency <id> ended <dead|cancelled|missing>``).
+DEPENDENCY_FAILED = "dependency failed"
 
 
 def dependency_results(client: SyncClient, keys: QueueKeys, task_id: str) -> dict[str, Any]:
