@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+from taskfleet.producer.reading import check_task_id
 from taskfleet.protocol.calls import Call, run, run_async
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps, Swept
@@ -43,6 +44,7 @@ def walk(ops: ControlOps, task_id: str, branch: bool) -> Generator[Any, Any, dic
     """The members of ``task_id``'s branch (``branch``) or flow, with their links; a
     linked id with no task (deleted by retention) is kept with state None and not
     followed. ``TaskNotFound`` when ``task_id`` itself is no task."""
+    check_task_id(task_id)
     keys = ops.keys
     found: dict[str, Links] = {}
     frontier = [task_id]
