@@ -10,7 +10,10 @@ import pytest
 from taskfleet import AsyncQueue, Queue, StaleToken, TaskExists, TaskNotFound, TaskState
 from taskfleet.producer import flowcontrol
 from taskfleet.producer.flows import chain, chord, group
+from taskfleet.protocol.calls import Call
+from taskfleet.protocol.calls import run as run_call
 from taskfleet.protocol.control_ops import CancelOutcome
+from taskfleet.protocol.scripts import SyncScripts
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker
 
@@ -110,6 +113,26 @@ def test_a_running_member_is_asked_to_stop_and_adds_no_children_after(
     broker.complete_many([(parent, run.token, None)])
     assert _states(queue, parent) == [TaskState.CANCELLED]
     assert queue.stats()["pending"] == 0
+
+
+def test_children_added_between_the_walk_and_the_cancel_are_cancelled_too(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    """The cancel is driven by hand: after its walk, before its first script call, the
+    running member adds a child; the next walk finds it, and it is cancelled."""
+    parent = queue.enqueue({}, task_id="split")
+    queue.enqueue({}, task_id="report", after=[parent])
+    broker = make_broker("jobs")
+    [run] = broker.claim(1).tasks
+    steps = flowcontrol.cancel_steps(queue.control_ops, "report", False)
+    step = next(steps)
+    while isinstance(step, Call):
+        step = steps.send(run_call(queue.client, step))
+    [late] = queue.add_children(parent, run.token, [{"payload": {}, "task_id": "late"}])
+    scripts = SyncScripts.for_client(queue.client)
+    outcomes = flowcontrol.drive_from(queue.client, scripts, steps, step)
+    assert outcomes == {"report": C.CANCELLED, "split": C.REQUESTED, late: C.CANCELLED}
+    assert _states(queue, late) == [TaskState.CANCELLED]
 
 
 def test_a_large_flow_is_walked_and_cancelled_in_bounded_calls(

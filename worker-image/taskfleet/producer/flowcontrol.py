@@ -25,7 +25,15 @@ from taskfleet.protocol.errors import TaskNotFound
 from taskfleet.protocol.flowwalk import Links, links, more_by
 from taskfleet.protocol.scripts import AsyncScripts, Op, SyncScripts
 
-__all__ = ["CHANGE_BATCH", "WALK_BATCH", "cancel_steps", "drive", "drive_async", "retry_steps"]
+__all__ = [
+    "CHANGE_BATCH",
+    "WALK_BATCH",
+    "cancel_steps",
+    "drive",
+    "drive_async",
+    "drive_from",
+    "retry_steps",
+]
 
 #: Tasks whose links one round trip reads.
 WALK_BATCH = 200
@@ -137,6 +145,14 @@ def drive(client: SyncClient, scripts: SyncScripts, steps: Step) -> Any:
     """Run ``steps`` on a sync client: each read as ``run``, each script as ``scripts.run``."""
     try:
         step = next(steps)
+    except StopIteration as stop:
+        return stop.value
+    return drive_from(client, scripts, steps, step)
+
+
+def drive_from(client: SyncClient, scripts: SyncScripts, steps: Step, step: Any) -> Any:
+    """``drive`` from ``step``, the one ``steps`` yielded last."""
+    try:
         while True:
             reply = run(client, step) if isinstance(step, Call) else scripts.run(step)
             step = steps.send(reply)
