@@ -329,8 +329,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.replayed[reasons[task_id]] += 1
 
     def _flow(self, task_id: str, branch: bool) -> set[str]:
-        """The model's members of ``task_id``'s branch (it and what waits for it) or flow
-        (every task linked to it by after, either way)."""
+        """The model's members of ``task_id``'s branch or flow (docs/flows.md)."""
         down: dict[str, set[str]] = {}
         for dependant, (deps, _) in self.after.items():
             for dep in deps:
@@ -480,9 +479,8 @@ class ProtocolMachine(RuleBasedStateMachine):
 
     @invariant()
     def note_the_cancels_a_policy_requested(self) -> None:
-        """A dependant under policy cancel cancels its other dependencies (enqueue, cancel,
-        any end of a dependency): a running one is asked to stop like one cancelled by
-        hand. Noted after every step, so its run ending cancelled (code 3) is expected."""
+        """Policy cancel asks running dependencies to stop, as a cancel by hand: noted after
+        every step, so such a run ending cancelled (code 3) is expected."""
         running = sorted(self.members()["running"])
         for task_id, h in self._hashes(running).items():
             if h.get("cancel_requested"):
