@@ -133,8 +133,14 @@ class ProtocolMachine(RuleBasedStateMachine):
         task = Task.from_hash(before, task_id)
         same = data.draw(st.booleans())
         if same:
+            # the same dependencies too: another after or on_dep_fail is another task
             again = self.queue.enqueue(
-                task.payload, task_id=task_id, priority=task.priority, group=task.group
+                task.payload,
+                task_id=task_id,
+                priority=task.priority,
+                group=task.group,
+                after=task.after or None,
+                on_dep_fail=task.on_dep_fail if task.after else None,
             )
             assert again == task_id
         else:
@@ -323,6 +329,58 @@ class ProtocolMachine(RuleBasedStateMachine):
             self.failed_dead.discard(task_id)
             self.replayed[reasons[task_id]] += 1
 
+    def _flow(self, task_id: str, branch: bool) -> set[str]:
+        """The model's members of ``task_id``'s branch or flow (docs/flows.md)."""
+        down: dict[str, set[str]] = {}
+        for dependant, (deps, _) in self.after.items():
+            for dep in deps:
+                down.setdefault(dep, set()).add(dependant)
+        found, todo = {task_id}, [task_id]
+        while todo:
+            tid = todo.pop()
+            linked = set(down.get(tid, ()))
+            if not branch:
+                linked |= set(self.after.get(tid, ([], ""))[0])
+            for other in linked - found:
+                found.add(other)
+                todo.append(other)
+        return found
+
+    @precondition(lambda self: bool(self.after))
+    @rule(data=st.data(), branch=st.booleans())
+    def cancel_flow(self, data: st.DataObject, branch: bool) -> None:
+        """Every unfinished member ends cancelled, or is asked to stop while it runs."""
+        task_id = data.draw(st.sampled_from(sorted(self.after)))
+        outcomes = self.queue.cancel_flow(task_id, branch=branch)
+        assert set(outcomes) == self._flow(task_id, branch)
+        acted = (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED)
+        self.cancel_acked.update(i for i, o in outcomes.items() if o in acted)
+        for member, h in self._hashes(sorted(outcomes)).items():
+            state = h["state"]
+            if state == "running":
+                assert outcomes[member] is CancelOutcome.REQUESTED, (member, outcomes[member])
+            else:
+                assert state in FINISHED, (member, state)
+
+    @precondition(lambda self: bool(self.after))
+    @rule(data=st.data(), branch=st.booleans())
+    def retry_flow(self, data: st.DataObject, branch: bool) -> None:
+        """Every dead or cancelled member goes back, dependencies first: in a whole flow
+        each then waits or is pending (a branch's may end again by a dependency outside)."""
+        task_id = data.draw(st.sampled_from(sorted(self.after)))
+        members = sorted(self._flow(task_id, branch))
+        before = self._hashes(members)
+        ended = {i: h.get("reason", "") for i, h in before.items() if h["state"] in FINISHED[1:]}
+        assert self.queue.retry_flow(task_id, branch=branch) == len(ended)
+        after = self._hashes(sorted(ended))
+        for member, reason in ended.items():
+            state = after[member]["state"]
+            allowed = ("pending", "waiting") if not branch else ("pending", "waiting", *FINISHED)
+            assert state in allowed, (member, state)
+            self.failed_dead.discard(member)
+            self.cancel_acked.discard(member)
+            self.replayed[reason] += 1
+
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
         picked = self._pick(data)
@@ -421,6 +479,15 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert seen[task_id] in ("cancelled", "running"), (task_id, seen[task_id])
 
     @invariant()
+    def note_the_cancels_a_policy_requested(self) -> None:
+        """Policy cancel asks running dependencies to stop, as a cancel by hand: noted after
+        every step, so such a run ending cancelled (code 3) is expected."""
+        running = sorted(self.members()["running"])
+        for task_id, h in self._hashes(running).items():
+            if h.get("cancel_requested"):
+                self.cancel_acked.add(task_id)
+
+    @invariant()
     def no_task_waits_with_nothing_left_to_wait_for(self) -> None:
         waiting = sorted(self.members()["waiting"])
         for task_id, h in self._hashes(waiting).items():
@@ -467,9 +534,11 @@ class ProtocolMachine(RuleBasedStateMachine):
         assert stats["enqueued"] == len(self.enqueued)
         assert stats["completed"] == stats["done"]  # nothing is pruned within a run
         replayed = self.replayed
-        assert stats["dead_total"] == len(members["dead"]) + sum(replayed.values())
+        # a flow's retry sends cancelled tasks back too (counted under reason "cancelled")
+        revived = replayed["cancelled"]
+        assert stats["dead_total"] == len(members["dead"]) + sum(replayed.values()) - revived
         assert stats["replayed"] == sum(replayed.values())
-        assert stats["cancelled_total"] == len(members["cancelled"])
+        assert stats["cancelled_total"] == len(members["cancelled"]) + revived
         # a cancelled task taken back is lost but not requeued: it ends cancelled
         lost_ended = stats["requeued"] + self._dead_with("worker lost") + replayed["worker lost"]
         assert lost_ended <= stats["lost"] <= lost_ended + stats["cancelled_total"]

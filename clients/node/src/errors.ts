@@ -41,11 +41,11 @@ export class WaitTimeout extends TaskfleetError {
 /**
  * An enqueue named an existing task id with a different payload or options: an id names
  * one task, and nothing of the call was stored. `field` says what differs (`payload`,
- * `name`, `priority`, `cost`, `timeout` or `maxAttempts`).
+ * `name`, `priority`, `cost`, `timeout`, `max_attempts`, `after`, `on_dep_fail` or `group`).
  */
 export class TaskExists extends TaskfleetError {
   readonly taskId: string;
-  /** What differs, as the script names it (`payload`, `name`, `priority`, `cost`, `timeout`, `max_attempts`). */
+  /** What differs, as the script names it (`payload`, `name`, `priority`, `cost`, `timeout`, `max_attempts`, `after`, `on_dep_fail`, `group`). */
   readonly field: string;
 
   constructor(taskId: string, field: string) {

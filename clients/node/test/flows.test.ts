@@ -3,7 +3,7 @@ import { after, before, beforeEach, describe, it } from "node:test";
 
 import { packagedBundle } from "../src/bundle.js";
 import { Scripts } from "../src/connection.js";
-import { InvalidArgument, Queue } from "../src/index.js";
+import { InvalidArgument, Queue, TaskExists } from "../src/index.js";
 import { RedisServer } from "./redis.js";
 
 const server = new RedisServer();
@@ -90,5 +90,19 @@ describe("after (dependencies)", () => {
       // the Node option's name, not the Python field's
       await assert.rejects(q.enqueue({}, { onDepFail: "ignore" }), /^InvalidArgument: onDepFail needs after/);
       await assert.rejects(q.enqueue({}, { after: ["a"], onDepFail: "skip" as "ignore" }), /^InvalidArgument: onDepFail must be one of fail, ignore, cancel, not skip$/);
+    }));
+
+  it("treats another after or onDepFail of an existing id as a conflict, the same as unchanged", () =>
+    withQueue(async (q) => {
+      const a = await q.enqueue({}, { taskId: "a" });
+      const b = await q.enqueue({}, { taskId: "b" });
+      await q.enqueue({}, { taskId: "c", after: [a] });
+      assert.equal((await q.enqueueResult({}, { taskId: "c", after: [a] })).created, false);
+      assert.equal((await q.enqueueResult({}, { taskId: "c", after: [a], onDepFail: "fail" })).created, false);
+      const differs = (field: string) => (e: unknown) => e instanceof TaskExists && e.field === field;
+      await assert.rejects(q.enqueue({}, { taskId: "c", after: [a, b] }), differs("after"));
+      await assert.rejects(q.enqueue({}, { taskId: "c" }), differs("after"));
+      await assert.rejects(q.enqueue({}, { taskId: "c", after: [a], onDepFail: "cancel" }), differs("on_dep_fail"));
+      assert.deepEqual((await q.get("c"))?.after, [a]);
     }));
 });

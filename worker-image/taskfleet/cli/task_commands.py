@@ -9,7 +9,7 @@ error line and exit code 1; input the command can't use with exit code 2.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -139,18 +139,82 @@ def ls(
         click.echo(f"taskfleet: more: --cursor {page.cursor}", err=True)
 
 
+def _counts(counts: dict[str, int], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(counts, sort_keys=True))
+    else:
+        for outcome, n in sorted(counts.items()):
+            click.echo(f"{n}  {_CANCEL_WORDS.get(outcome, outcome)}")
+
+
+def _flow_flags(verb: str) -> Callable[[Any], Any]:
+    """--flow / --branch: act on the flow or the branch of one task (docs/flows.md)."""
+
+    def add(f: Any) -> Any:
+        f = click.option(
+            "--branch",
+            "scope",
+            flag_value="branch",
+            help=f"{verb} the task and every task that waits for it, transitively.",
+        )(f)
+        return click.option(
+            "--flow",
+            "scope",
+            flag_value="flow",
+            help=f"{verb} every task linked to the task by after, either way.",
+        )(f)
+
+    return add
+
+
+def _flow_target(scope: str, task_ids: tuple[str, ...], other: str | None) -> str:
+    if other is not None:
+        raise BadInput(f"--{scope} acts on one task's {scope}: not with {other}")
+    if len(task_ids) != 1:
+        raise BadInput(f"--{scope} takes exactly one task id, not {len(task_ids)}")
+    return task_ids[0]
+
+
+def _on_flow(q: Any, queue: str, task_id: str, action: Any) -> Any:
+    from taskfleet.protocol.errors import TaskNotFound
+
+    try:
+        return action()
+    except TaskNotFound:
+        raise BadInput(f"task {task_id!r} not found in queue {queue!r}") from None
+
+
 @click.command()
 @click.argument("queue")
 @click.argument("task_ids", nargs=-1)
 @click.option("--group", default=None, help="Cancel every unfinished task of this group.")
+@_flow_flags("Cancel")
 @_json_flag
 @redis_option
 def cancel(
-    queue: str, task_ids: tuple[str, ...], group: str | None, as_json: bool, redis_url: str
+    *,
+    queue: str,
+    task_ids: tuple[str, ...],
+    group: str | None,
+    scope: str | None,
+    as_json: bool,
+    redis_url: str,
 ) -> None:
-    """Cancel tasks of QUEUE (the TASK_IDS, or --group's): pending or delayed ones never
-    run; running ones are cancelled by their worker at its next heartbeat and end
-    cancelled. Exit 1 when an id names no task (the others are cancelled)."""
+    """Cancel tasks of QUEUE (the TASK_IDS, or --group's, or the --flow / --branch of
+    one task): pending, delayed or waiting ones never run; running ones are cancelled by
+    their worker at its next heartbeat and end cancelled. Exit 1 when an id names no task
+    (the others are cancelled)."""
+    if scope is not None:
+        task_id = _flow_target(scope, task_ids, "--group" if group is not None else None)
+        with _existing(queue, redis_url) as q:
+            outcomes = _on_flow(
+                q, queue, task_id, lambda: q.cancel_flow(task_id, branch=scope == "branch")
+            )
+        tally: dict[str, int] = {}
+        for outcome in outcomes.values():
+            tally[outcome.value] = tally.get(outcome.value, 0) + 1
+        _counts(tally, as_json)
+        return
     if bool(task_ids) == (group is not None):
         raise BadInput("name the tasks to cancel: task ids, or --group, not both")
     if group is not None:
@@ -162,11 +226,7 @@ def cancel(
             raise BadInput(str(exc)) from None
         with _existing(queue, redis_url) as q:
             counts = {o.value: n for o, n in q.cancel_group(group).items()}
-        if as_json:
-            click.echo(json.dumps(counts, sort_keys=True))
-        else:
-            for outcome, n in sorted(counts.items()):
-                click.echo(f"{n}  {_CANCEL_WORDS.get(outcome, outcome)}")
+        _counts(counts, as_json)
         return
     with _existing(queue, redis_url) as q:
         outcomes = q.cancel_many(list(task_ids))
@@ -203,6 +263,7 @@ _CANCEL_WORDS = {
 )
 @_filters
 @_group_filter
+@_flow_flags("Retry")
 @_json_flag
 @redis_option
 def retry(
@@ -215,15 +276,34 @@ def retry(
     group: str | None,
     older_than: float | None,
     newer_than: float | None,
+    scope: str | None,
     as_json: bool,
     redis_url: str,
 ) -> None:
     """Send dead tasks of QUEUE back to pending with a new attempt budget: the TASK_IDS
     given, or --all of them, or those matching --reason / --group / --older-than /
-    --newer-than."""
+    --newer-than; or every dead or cancelled task of the --flow / --branch of one task,
+    dependencies first."""
     filtered = (
         reason is not None or group is not None or older_than is not None or newer_than is not None
     )
+    if scope is not None:
+        other = "--all or filters" if every or filtered else None
+        if max_attempts is not None:
+            other = "--max-attempts"
+        task_id = _flow_target(scope, task_ids, other)
+        with _existing(queue, redis_url) as q:
+            count = _on_flow(
+                q, queue, task_id, lambda: q.retry_flow(task_id, branch=scope == "branch")
+            )
+        if as_json:
+            click.echo(json.dumps({"retried": count}, sort_keys=True))
+        else:
+            click.echo(
+                f"{count} dead or cancelled task(s) of the {scope} back "
+                "(pending, or waiting for their dependencies)"
+            )
+        return
     if task_ids and (every or filtered):
         raise BadInput("give task ids, or --all / filters, not both")
     if not task_ids and not (every or filtered):
@@ -236,6 +316,8 @@ def retry(
                 raise click.ClickException(f"task {missing[0]!r} not found in queue {queue!r}")
             count = q.retry(list(task_ids), max_attempts=max_attempts)
             skipped = {i: t.state.value for i, t in states.items() if t and t.state != "dead"}
+            again = _ended_again(q, [i for i in task_ids if i not in skipped])
+            count -= len(again)
         else:
             count = q.retry(
                 reason=reason,
@@ -245,12 +327,35 @@ def retry(
                 max_attempts=max_attempts,
             )
             skipped = {}
+            again = {}
     if as_json:
-        click.echo(json.dumps({"retried": count, "skipped": skipped}, sort_keys=True))
+        out = {"retried": count, "skipped": skipped, "ended_again": again}
+        click.echo(json.dumps(out, sort_keys=True))
         return
-    click.echo(f"{count} dead task(s) back to pending")
+    click.echo(f"{count} dead task(s) back (pending, or waiting for their dependencies)")
     for task_id, state in skipped.items():
         click.echo(f"taskfleet: {task_id} is {state}, not dead: left as it is", err=True)
+    for task_id, error in again.items():
+        click.echo(
+            terminal_safe(
+                f"taskfleet: {task_id} ended again at once: {error}; retry that one first, "
+                f"or the whole flow with --flow"
+            ),
+            err=True,
+        )
+
+
+def _ended_again(q: Any, task_ids: list[str]) -> dict[str, str]:
+    """The retried tasks a dependency still dead or cancelled (or gone) ended again by
+    their policy in the retry itself: id -> its error (``dependency <id> ended <how>``)."""
+    from taskfleet.protocol.flows import DEPENDENCY_FAILED
+
+    out: dict[str, str] = {}
+    for task_id in task_ids:
+        t = q.get(task_id)
+        if t is not None and t.state == "dead" and t.reason == DEPENDENCY_FAILED:
+            out[task_id] = t.error
+    return out
 
 
 @click.command()

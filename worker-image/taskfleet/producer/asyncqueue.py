@@ -22,7 +22,7 @@ from typing import Any
 
 import redis.asyncio
 
-from taskfleet.producer import reading, waiting
+from taskfleet.producer import flowcontrol, reading, waiting
 from taskfleet.producer.encoding import (
     EnqueueResult,
     EnqueueSpec,
@@ -37,6 +37,7 @@ from taskfleet.protocol import groups, tracing
 from taskfleet.protocol.calls import run_all_async, run_async
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.connect import durability, is_cluster, redis_py_url
+from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.flows import FlowRecord, flow_record
 from taskfleet.protocol.groups import GroupCount, GroupSettings, check_group
@@ -208,6 +209,21 @@ class AsyncQueue:
         else:
             await self._scripts.run(self.ops.enqueue(batch, token_base()))
         return [a.task_id for a in batch]
+
+    async def cancel_flow(self, task_id: str, *, branch: bool = False) -> dict[str, CancelOutcome]:
+        """``Queue.cancel_flow``: cancel the unfinished tasks of a flow, or a branch."""
+        steps = flowcontrol.cancel_steps(ControlOps(self.keys), task_id, branch)
+        out: dict[str, CancelOutcome] = await flowcontrol.drive_async(
+            self.client, self._scripts, steps
+        )
+        return out
+
+    async def retry_flow(self, task_id: str, *, branch: bool = False) -> int:
+        """``Queue.retry_flow``: send the dead and cancelled tasks of a flow (or a branch)
+        back, dependencies first."""
+        steps = flowcontrol.retry_steps(ControlOps(self.keys), task_id, branch)
+        count: int = await flowcontrol.drive_async(self.client, self._scripts, steps)
+        return count
 
     async def get(self, task_id: str) -> Task | None:
         """The task, or None when there is none (never stored, or pruned by retention)."""

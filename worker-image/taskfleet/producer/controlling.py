@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
-from taskfleet.producer import control
+from taskfleet.producer import control, flowcontrol
 from taskfleet.producer.control import TaskPage
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps
@@ -44,6 +44,25 @@ class Controlling:
         """``cancel`` every unfinished task of ``group`` (pending, delayed, running);
         returns how many ended each way."""
         return control.cancel_group(self.client, self._scripts, self.control_ops, self.reads, group)
+
+    def cancel_flow(self, task_id: str, *, branch: bool = False) -> dict[str, CancelOutcome]:
+        """``cancel`` every unfinished task of ``task_id``'s flow (every task linked to it
+        by ``after``, either way), or with ``branch`` of its branch (it and every task that
+        waits for it, transitively); finished ones are left as they are. Returns each
+        member's outcome as ``cancel_many``. In calls of 200 tasks, each atomic, not the
+        whole (docs/flows.md). ``TaskNotFound`` for an unknown id."""
+        steps = flowcontrol.cancel_steps(self.control_ops, task_id, branch)
+        out: dict[str, CancelOutcome] = flowcontrol.drive(self.client, self._scripts, steps)
+        return out
+
+    def retry_flow(self, task_id: str, *, branch: bool = False) -> int:
+        """Send every dead or cancelled task of ``task_id``'s flow (or ``branch``) back,
+        dependencies first, so that dependants wait for them again; done and unfinished
+        ones are left as they are. Returns how many went back. ``TaskNotFound`` for an
+        unknown id."""
+        steps = flowcontrol.retry_steps(self.control_ops, task_id, branch)
+        count: int = flowcontrol.drive(self.client, self._scripts, steps)
+        return count
 
     def retry(
         self,

@@ -116,8 +116,10 @@ class ControlOps:
         task_ids: Sequence[str] = (),
         scan: Scan | None = None,
         max_attempts: int | None = None,
+        flow: bool = False,
     ) -> Op[Swept]:
-        """Dead tasks back to pending with a new budget: these ids, or those ``scan`` finds."""
+        """Dead tasks back to pending with a new budget: these ids, or those ``scan`` finds;
+        ``flow``: these ids, cancelled ones too (a flow's retry, dependencies first)."""
         budget: int | Literal[""] = "" if max_attempts is None else max_attempts
         if scan is not None:
             head = Retry(
@@ -131,7 +133,7 @@ class ControlOps:
                 n=0,
             )
             return Op("retry", self._k, head, _swept("retry"))
-        head = Retry(budget, "ids", "", "", "", "", "", len(task_ids))
+        head = Retry(budget, "flow" if flow else "ids", "", "", "", "", "", len(task_ids))
         args = with_records(head, [TaskId(i) for i in task_ids])
         return Op("retry", self._k, args, _swept("retry"))
 

@@ -48,8 +48,9 @@ class TaskExists(TaskfleetError):  # noqa: N818
 
     An id names one task: enqueueing it again with the same payload and options is
     idempotent (the id comes back, nothing changes); anything else is this conflict, and
-    nothing of the call is stored. ``field`` says what differs (``payload``, ``priority``,
-    ``cost``, ``timeout`` or ``max_attempts``).
+    nothing of the call is stored. ``field`` says what differs (``name``, ``payload``,
+    ``priority``, ``cost``, ``timeout``, ``max_attempts``, ``after``, ``on_dep_fail`` or
+    ``group``).
     """
 
     def __init__(self, task_id: str, field: str) -> None:

@@ -24,7 +24,7 @@ from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.tasks import stored_int, stored_text, stored_time
 
-__all__ = ["INPUT_PREFIX", "FlowRecord", "dependency_results", "flow_record"]
+__all__ = ["DEPENDENCY_FAILED", "INPUT_PREFIX", "FlowRecord", "dependency_results", "flow_record"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,9 @@ def flow_record(keys: QueueKeys, flow_id: str) -> Call[FlowRecord | None]:
 
 #: The field of a dependant's hash holding the result of one dependency.
 INPUT_PREFIX = "in:"
+#: The reason of a task ended dead because a dependency ended dead or cancelled (its
+#: error then says which: ``dependency <id> ended <dead|cancelled|missing>``).
+DEPENDENCY_FAILED = "dependency failed"
 
 
 def dependency_results(client: SyncClient, keys: QueueKeys, task_id: str) -> dict[str, Any]:

@@ -273,7 +273,11 @@ class Cancel(NamedTuple):
 
 class Retry(NamedTuple):
     max_attempts: Annotated[OptInt, "the new budget; '' = keep the task's own, or the queue's"]
-    mode: Annotated[Str, "'ids': the task ids that follow; 'scan': the filter below"]
+    mode: Annotated[
+        Str,
+        "'ids': the task ids that follow; 'flow': those ids, cancelled ones too; "
+        "'scan': the filter below",
+    ]
     reason: Annotated[OptStr, "scan: only this dead reason ('' = any)"]
     oldest_ms: Annotated[OptNumber, "scan: finished_at at least this (ms; -inf)"]
     newest_ms: Annotated[OptNumber, "scan: finished_at at most this (ms)"]

@@ -45,7 +45,7 @@ COUNTERS = (
     "expired",
     "cancelled_total",  # tasks that ever ended cancelled ("cancelled": how many are now)
     "deferred",  # retries a handler asked for (RetryAfter) that gave the attempt back
-    "replayed",  # dead tasks sent back to pending (Queue.retry)
+    "replayed",  # dead (or, by a flow's retry, cancelled) tasks sent back (Queue.retry)
     "throttled",  # claim pauses begun: a provider's rate limit met (RateLimited), or asked for
     *("flows_done", "flows_failed", "flows_cancelled"),  # flows that ended, by outcome
 )

@@ -511,12 +511,40 @@ local function same_value(stored, given)
   return a ~= nil and a == b
 end
 
+-- includes/same_after.lua
+-- Whether an enqueue's `after` (JSON array text, '' = none) and `on_dep_fail` ('' =
+-- 'fail') are those of the existing task at key: nil when they are, else 'after' or
+-- 'on_dep_fail'. The ids compare in order; a task that added children at run time
+-- ('join') has them appended to its 'after', so the enqueue's ids need only begin it.
+-- on_dep_fail compares when the enqueue gives after (it is stored only with after).
+local function same_after(key, after, on_dep_fail)
+  local v = redis.call('HMGET', key, 'after', 'on_dep_fail', 'join')
+  local stored, given = {}, {}
+  if v[1] and v[1] ~= '' then
+    local ok, ids = pcall(cjson.decode, v[1])
+    if ok and type(ids) == 'table' then stored = ids end
+  end
+  if after ~= '' then given = cjson.decode(after) end
+  if #given > #stored or (#given < #stored and not v[3]) then return 'after' end
+  for i = 1, #given do
+    if given[i] ~= stored[i] then return 'after' end
+  end
+  if after ~= '' then
+    local had, asked = v[2] or '', on_dep_fail or ''
+    if had == '' then had = 'fail' end
+    if asked == '' then asked = 'fail' end
+    if had ~= asked then return 'on_dep_fail' end
+  end
+  return nil
+end
 -- includes/task_differs.lua
 -- What differs between the existing task at key and an enqueue of the same id: nil when
 -- it is the same task (the enqueue is then a no-op), else the first field that differs.
 -- delay and deadline are relative to each call and not compared; max_attempts only when
--- the enqueue gives one (the stored value is the queue default of the first enqueue).
-local function task_differs(key, payload, priority, max_attempts, cost, timeout)
+-- the enqueue gives one (the stored value is the queue default of the first enqueue);
+-- after and on_dep_fail as same_after says.
+local function task_differs(key, payload, priority, max_attempts, cost, timeout, after,
+                            on_dep_fail)
   local v = redis.call('HMGET', key, 'payload', 'priority', 'cost', 'timeout', 'max_attempts')
   if v[1] ~= payload then
     -- a named task's payload starts with its name between \1 bytes (tasknames.py)
@@ -528,7 +556,16 @@ local function task_differs(key, payload, priority, max_attempts, cost, timeout)
   if not same_value(v[3], cost) then return 'cost' end
   if not same_value(v[4], timeout) then return 'timeout' end
   if max_attempts ~= '' and not same_value(v[5], max_attempts) then return 'max_attempts' end
-  return nil
+  return same_after(key, after, on_dep_fail)
+end
+-- includes/flow_link.lua
+-- The link back from a task to one that waits for it (`dependant`: a task naming it in
+-- 'after', or a parent that added it as a child): field 'by:<dependant>' = 1 of its
+-- hash. Never removed while the task is kept (it goes with the hash at retention); a
+-- flow's cancel and retry follow it to find the tasks downstream of a finished one
+-- (protocol/flowwalk.py). Idempotent.
+local function flow_link(key, dependant)
+  redis.call('HSET', key, 'by:' .. dependant, 1)
 end
 -- includes/flow_hold.lua
 -- A task just put in pending that names dependencies (`after`, the JSON array of its
@@ -537,7 +574,9 @@ end
 -- cancelled or missing one applies the policy at once ('ignore': satisfied). Unfinished
 -- ones get the task in their set dependants:<dep> (and the field 'dependants' = 1); then
 -- the task leaves pending for 'waiting' with 'deps_left' = their count, until
--- flow_resolve counts it down. Returns true when it stays pending.
+-- flow_resolve counts it down. Every dependency that exists, whatever its state, gets
+-- the field 'by:<id>' (flow_link): the link back that a flow's cancel or retry follows.
+-- Returns true when it stays pending.
 local function flow_hold(now, id, key, after, policy)
   local ok, deps = pcall(cjson.decode, after)
   if not ok or type(deps) ~= 'table' then deps = {} end
@@ -547,6 +586,7 @@ local function flow_hold(now, id, key, after, policy)
       seen[dep] = true
       local dkey = K_TASK .. dep
       local state = redis.call('HGET', dkey, 'state')
+      if state then flow_link(dkey, id) end
       if state == 'done' then flow_input(key, dep, redis.call('HGET', dkey, 'result')) end
       if not state or state == 'dead' or state == 'cancelled' then
         if policy ~= 'ignore' then
@@ -579,6 +619,7 @@ end
 local function flow_adopt(pkey, parent, child)
   local ckey = K_TASK .. child
   local state = redis.call('HGET', ckey, 'state')
+  if state then flow_link(ckey, parent) end
   if state == 'done' then
     flow_input(pkey, child, redis.call('HGET', ckey, 'result'))
   elseif not state or state == 'dead' or state == 'cancelled' then
@@ -1405,7 +1446,7 @@ hand_off = function(...) hand_off = build_lazy() return hand_off(...) end
 -- their wake lists); a trace context is stored with every new task (field 'trace', see
 -- protocol/tracing.py).
 -- An id that exists is the same task enqueued again when its payload, priority, cost,
--- timeout and (if given) max_attempts are the same: nothing changes. Otherwise it is a
+-- timeout, (if given) max_attempts, after and on_dep_fail are the same: nothing changes. Otherwise it is a
 -- conflict, checked for every task before anything is written (field 'name' when the
 -- payloads differ in their task name, 'group' when only the groups differ).
 -- Returns: {1, created_1, ..., created_N} (1 = new, 0 = the same task existed, unchanged)
@@ -1414,7 +1455,8 @@ hand_off = function(...) hand_off = build_lazy() return hand_off(...) end
 --   or {-3, index} when task #index repeats an id of an earlier task of the call,
 --   or {-4, index, id} when task #index waits on (after) an id that is neither a task
 --   nor an earlier task of the call;
---   or {-5} when a parent is given and is not running under parent_token;
+--   or {-5} when a parent is given and is not running under parent_token (or its
+--   cancel was requested);
 --   in those five cases nothing is stored.
 -- With a parent (a running task adding children at run time), each task of the call
 -- becomes a child it waits for (flow_adopt): the parent is done once they all are.
@@ -1427,20 +1469,23 @@ local n = tonumber(ARG_N)
 local parent_key
 if ARG_PARENT ~= '' then
   parent_key = K_TASK .. ARG_PARENT
-  local p = redis.call('HMGET', parent_key, 'state', 'token')
-  if p[1] ~= 'running' or p[2] ~= ARG_PARENT_TOKEN then return {-5} end
+  local p = redis.call('HMGET', parent_key, 'state', 'token', 'cancel_requested')
+  -- a run asked to stop (cancel) adds no more children: a flow's cancel leaves none behind
+  if p[1] ~= 'running' or p[2] ~= ARG_PARENT_TOKEN or p[3] then return {-5} end
 end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}
 local seen = {}
 for i = 1, n do
-  local id, payload, priority, _, _, max_attempts, cost, timeout, after, _, group = RECORD(i)
+  local id, payload, priority, _, _, max_attempts, cost, timeout, after, on_dep_fail, group =
+    RECORD(i)
   local size = string.len(payload)
   if size > max_bytes then return {-1, i, size, max_bytes} end
   if seen[id] then return {-3, i} end
   local key = K_TASK .. id
   if redis.call('EXISTS', key) == 1 then
-    local field = task_differs(key, payload, priority, max_attempts, cost, timeout)
+    local field = task_differs(key, payload, priority, max_attempts, cost, timeout, after,
+      on_dep_fail)
     if not field and (redis.call('HGET', key, 'group') or '') ~= group then field = 'group' end
     if field then return {-2, i, field} end
     exists[i] = true

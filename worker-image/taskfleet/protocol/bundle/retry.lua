@@ -390,6 +390,15 @@ local function flush_counts()
   COUNTS = {}
 end
 
+-- includes/flow_link.lua
+-- The link back from a task to one that waits for it (`dependant`: a task naming it in
+-- 'after', or a parent that added it as a child): field 'by:<dependant>' = 1 of its
+-- hash. Never removed while the task is kept (it goes with the hash at retention); a
+-- flow's cancel and retry follow it to find the tasks downstream of a finished one
+-- (protocol/flowwalk.py). Idempotent.
+local function flow_link(key, dependant)
+  redis.call('HSET', key, 'by:' .. dependant, 1)
+end
 -- includes/flow_hold.lua
 -- A task just put in pending that names dependencies (`after`, the JSON array of its
 -- field 'after'; `policy` its field 'on_dep_fail'). Done ones are satisfied, their results
@@ -397,7 +406,9 @@ end
 -- cancelled or missing one applies the policy at once ('ignore': satisfied). Unfinished
 -- ones get the task in their set dependants:<dep> (and the field 'dependants' = 1); then
 -- the task leaves pending for 'waiting' with 'deps_left' = their count, until
--- flow_resolve counts it down. Returns true when it stays pending.
+-- flow_resolve counts it down. Every dependency that exists, whatever its state, gets
+-- the field 'by:<id>' (flow_link): the link back that a flow's cancel or retry follows.
+-- Returns true when it stays pending.
 local function flow_hold(now, id, key, after, policy)
   local ok, deps = pcall(cjson.decode, after)
   if not ok or type(deps) ~= 'table' then deps = {} end
@@ -407,6 +418,7 @@ local function flow_hold(now, id, key, after, policy)
       seen[dep] = true
       local dkey = K_TASK .. dep
       local state = redis.call('HGET', dkey, 'state')
+      if state then flow_link(dkey, id) end
       if state == 'done' then flow_input(key, dep, redis.call('HGET', dkey, 'result')) end
       if not state or state == 'dead' or state == 'cancelled' then
         if policy ~= 'ignore' then
@@ -497,20 +509,25 @@ end
 -- 'after') waits again for those not done, or ends again by its policy.
 -- Arguments: ARG_* and RECORD(i) (signatures.Retry, one TaskId per id): max_attempts for
 --   the new budget ('' = keep the task's own, or the queue's); mode 'ids' (the records:
---   those not dead are skipped) or 'scan' (reason '' = any, oldest_ms '-inf' or ms,
---   newest_ms, offset, bound: see finished_matching).
+--   those not dead are skipped), 'flow' (the records: dead or cancelled ones go back, the
+--   others are skipped; a flow's retry names its members dependencies first) or 'scan'
+--   (reason '' = any, oldest_ms '-inf' or ms, newest_ms, offset, bound: see
+--   finished_matching).
 -- Returns: {how many went back to pending, the offset to go on from (-1: done)}
 local now = now_ms()
 local max_attempts = ARG_MAX_ATTEMPTS
 local ids, offset = chosen_finished(K_DEAD, ARG_MODE, tonumber(ARG_N), RECORD, ARG_REASON,
   ARG_OLDEST_MS, ARG_NEWEST_MS, tonumber(ARG_OFFSET), tonumber(ARG_BOUND))
 local n = 0
+local flow = ARG_MODE == 'flow'
 for _, id in ipairs(ids) do
   local key = K_TASK .. id
-  if redis.call('HGET', key, 'state') == 'dead' then
-    redis.call('ZREM', K_DEAD, id)
+  local state = redis.call('HGET', key, 'state')
+  if state == 'dead' or (flow and state == 'cancelled') then
+    redis.call('ZREM', state == 'dead' and K_DEAD or K_CANCELLED, id)
     redis.call('HDEL', key, 'reason', 'error', 'result', 'finished_at', 'token', 'deadline',
-      'deferred', 'cancel_requested', 'cost_used', 'progress', 'progress_at', 'in_bytes')
+      'deferred', 'cancel_requested', 'cost_used', 'progress', 'progress_at', 'in_bytes',
+      'dep_failed')
     redis.call('HSET', key, 'attempts', 0, 'lost', 0, 'run_at', now)
     if max_attempts ~= '' then redis.call('HSET', key, 'max_attempts', max_attempts) end
     to_pending(id, key, false)

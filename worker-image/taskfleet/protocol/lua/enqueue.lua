@@ -4,7 +4,7 @@
 -- their wake lists); a trace context is stored with every new task (field 'trace', see
 -- protocol/tracing.py).
 -- An id that exists is the same task enqueued again when its payload, priority, cost,
--- timeout and (if given) max_attempts are the same: nothing changes. Otherwise it is a
+-- timeout, (if given) max_attempts, after and on_dep_fail are the same: nothing changes. Otherwise it is a
 -- conflict, checked for every task before anything is written (field 'name' when the
 -- payloads differ in their task name, 'group' when only the groups differ).
 -- Returns: {1, created_1, ..., created_N} (1 = new, 0 = the same task existed, unchanged)
@@ -13,7 +13,8 @@
 --   or {-3, index} when task #index repeats an id of an earlier task of the call,
 --   or {-4, index, id} when task #index waits on (after) an id that is neither a task
 --   nor an earlier task of the call;
---   or {-5} when a parent is given and is not running under parent_token;
+--   or {-5} when a parent is given and is not running under parent_token (or its
+--   cancel was requested);
 --   in those five cases nothing is stored.
 -- With a parent (a running task adding children at run time), each task of the call
 -- becomes a child it waits for (flow_adopt): the parent is done once they all are.
@@ -39,20 +40,23 @@ local n = tonumber(ARG_N)
 local parent_key
 if ARG_PARENT ~= '' then
   parent_key = K_TASK .. ARG_PARENT
-  local p = redis.call('HMGET', parent_key, 'state', 'token')
-  if p[1] ~= 'running' or p[2] ~= ARG_PARENT_TOKEN then return {-5} end
+  local p = redis.call('HMGET', parent_key, 'state', 'token', 'cancel_requested')
+  -- a run asked to stop (cancel) adds no more children: a flow's cancel leaves none behind
+  if p[1] ~= 'running' or p[2] ~= ARG_PARENT_TOKEN or p[3] then return {-5} end
 end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}
 local seen = {}
 for i = 1, n do
-  local id, payload, priority, _, _, max_attempts, cost, timeout, after, _, group = RECORD(i)
+  local id, payload, priority, _, _, max_attempts, cost, timeout, after, on_dep_fail, group =
+    RECORD(i)
   local size = string.len(payload)
   if size > max_bytes then return {-1, i, size, max_bytes} end
   if seen[id] then return {-3, i} end
   local key = K_TASK .. id
   if redis.call('EXISTS', key) == 1 then
-    local field = task_differs(key, payload, priority, max_attempts, cost, timeout)
+    local field = task_differs(key, payload, priority, max_attempts, cost, timeout, after,
+      on_dep_fail)
     if not field and (redis.call('HGET', key, 'group') or '') ~= group then field = 'group' end
     if field then return {-2, i, field} end
     exists[i] = true

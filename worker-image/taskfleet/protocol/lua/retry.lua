@@ -4,8 +4,10 @@
 -- 'after') waits again for those not done, or ends again by its policy.
 -- Arguments: ARG_* and RECORD(i) (signatures.Retry, one TaskId per id): max_attempts for
 --   the new budget ('' = keep the task's own, or the queue's); mode 'ids' (the records:
---   those not dead are skipped) or 'scan' (reason '' = any, oldest_ms '-inf' or ms,
---   newest_ms, offset, bound: see finished_matching).
+--   those not dead are skipped), 'flow' (the records: dead or cancelled ones go back, the
+--   others are skipped; a flow's retry names its members dependencies first) or 'scan'
+--   (reason '' = any, oldest_ms '-inf' or ms, newest_ms, offset, bound: see
+--   finished_matching).
 -- Returns: {how many went back to pending, the offset to go on from (-1: done)}
 --- @include "now_ms"
 --- @include "bump"
@@ -20,12 +22,15 @@ local max_attempts = ARG_MAX_ATTEMPTS
 local ids, offset = chosen_finished(K_DEAD, ARG_MODE, tonumber(ARG_N), RECORD, ARG_REASON,
   ARG_OLDEST_MS, ARG_NEWEST_MS, tonumber(ARG_OFFSET), tonumber(ARG_BOUND))
 local n = 0
+local flow = ARG_MODE == 'flow'
 for _, id in ipairs(ids) do
   local key = K_TASK .. id
-  if redis.call('HGET', key, 'state') == 'dead' then
-    redis.call('ZREM', K_DEAD, id)
+  local state = redis.call('HGET', key, 'state')
+  if state == 'dead' or (flow and state == 'cancelled') then
+    redis.call('ZREM', state == 'dead' and K_DEAD or K_CANCELLED, id)
     redis.call('HDEL', key, 'reason', 'error', 'result', 'finished_at', 'token', 'deadline',
-      'deferred', 'cancel_requested', 'cost_used', 'progress', 'progress_at', 'in_bytes')
+      'deferred', 'cancel_requested', 'cost_used', 'progress', 'progress_at', 'in_bytes',
+      'dep_failed')
     redis.call('HSET', key, 'attempts', 0, 'lost', 0, 'run_at', now)
     if max_attempts ~= '' then redis.call('HSET', key, 'max_attempts', max_attempts) end
     to_pending(id, key, false)

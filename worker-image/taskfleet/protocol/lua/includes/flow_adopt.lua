@@ -1,3 +1,4 @@
+--- @include "flow_link"
 --- @include "flow_input"
 -- A running task (`parent`) adds `child` at run time (enqueue with parent): it now waits
 -- for it too (field 'join': when its handler returns it is done only once every child
@@ -8,6 +9,7 @@
 local function flow_adopt(pkey, parent, child)
   local ckey = K_TASK .. child
   local state = redis.call('HGET', ckey, 'state')
+  if state then flow_link(ckey, parent) end
   if state == 'done' then
     flow_input(pkey, child, redis.call('HGET', ckey, 'result'))
   elseif not state or state == 'dead' or state == 'cancelled' then

@@ -1,3 +1,4 @@
+--- @include "flow_link"
 --- @include "flow_end"
 --- @include "flow_input"
 --- @include "pending_remove"
@@ -7,7 +8,9 @@
 -- cancelled or missing one applies the policy at once ('ignore': satisfied). Unfinished
 -- ones get the task in their set dependants:<dep> (and the field 'dependants' = 1); then
 -- the task leaves pending for 'waiting' with 'deps_left' = their count, until
--- flow_resolve counts it down. Returns true when it stays pending.
+-- flow_resolve counts it down. Every dependency that exists, whatever its state, gets
+-- the field 'by:<id>' (flow_link): the link back that a flow's cancel or retry follows.
+-- Returns true when it stays pending.
 local function flow_hold(now, id, key, after, policy)
   local ok, deps = pcall(cjson.decode, after)
   if not ok or type(deps) ~= 'table' then deps = {} end
@@ -17,6 +20,7 @@ local function flow_hold(now, id, key, after, policy)
       seen[dep] = true
       local dkey = K_TASK .. dep
       local state = redis.call('HGET', dkey, 'state')
+      if state then flow_link(dkey, id) end
       if state == 'done' then flow_input(key, dep, redis.call('HGET', dkey, 'result')) end
       if not state or state == 'dead' or state == 'cancelled' then
         if policy ~= 'ignore' then

@@ -1,0 +1,174 @@
+"""Cancel and retry a whole flow, or a branch of one (docs/flows.md).
+
+The **branch** of a task is the task and every task that waits for it, transitively; its
+**flow** is every task connected to it through ``after`` links in either direction (its
+dependencies, theirs, its dependants, theirs, ...; the children a task added at run time
+are dependencies of it). The members are found by walking the links Redis holds
+(``protocol/flowwalk.py``), ``WALK_BATCH`` tasks a round trip, then changed in script
+calls of ``CHANGE_BATCH`` tasks: each call is atomic and short, the whole is not one
+atomic step (a member may finish between two calls).
+
+The work is written once, as generators that yield each ``Call`` (a read) or ``Op`` (a
+script) and receive its reply; ``drive`` and ``drive_async`` run them on a client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from taskfleet.producer.reading import check_task_id
+from taskfleet.protocol.calls import Call, run, run_async
+from taskfleet.protocol.connect import SyncClient
+from taskfleet.protocol.control_ops import CancelOutcome, ControlOps, Swept
+from taskfleet.protocol.errors import TaskNotFound
+from taskfleet.protocol.flowwalk import Links, links, more_by
+from taskfleet.protocol.scripts import AsyncScripts, Op, SyncScripts
+
+__all__ = [
+    "CHANGE_BATCH",
+    "WALK_BATCH",
+    "cancel_steps",
+    "drive",
+    "drive_async",
+    "drive_from",
+    "retry_steps",
+]
+
+#: Tasks whose links one round trip reads.
+WALK_BATCH = 200
+#: Tasks one cancel or retry script call changes (each resolves at most 200 dependants).
+CHANGE_BATCH = 200
+#: Walks a cancel makes at most: one more after each that found members to cancel (children
+#: a running member added meanwhile, see ``cancel_steps``).
+MAX_PASSES = 10
+
+Step = Generator[Call[Any] | Op[Any], Any, Any]
+_FINISHED = {"done": CancelOutcome.DONE, "dead": CancelOutcome.DEAD}
+_ACTED = (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED)
+
+
+def walk(ops: ControlOps, task_id: str, branch: bool) -> Generator[Any, Any, dict[str, Links]]:
+    """The members of ``task_id``'s branch (``branch``) or flow, with their links; a
+    linked id with no task (deleted by retention) is kept with state None and not
+    followed. ``TaskNotFound`` when ``task_id`` itself is no task."""
+    check_task_id(task_id)
+    keys = ops.keys
+    found: dict[str, Links] = {}
+    frontier = [task_id]
+    queued = {task_id}
+    while frontier:
+        batch, frontier = frontier[:WALK_BATCH], frontier[WALK_BATCH:]
+        read: list[Links] = yield links(keys, batch)
+        for tid, got in zip(batch, read, strict=True):
+            by = list(got.by)
+            cursor = got.cursor
+            while cursor:
+                cursor, more = yield more_by(keys, tid, cursor)
+                by += more
+            found[tid] = Links(got.state, got.after, tuple(by), 0)
+            if got.state is None:
+                if tid == task_id:
+                    raise TaskNotFound(keys.queue, task_id)
+                continue
+            nexts = by if branch else [*got.after, *by]
+            for other in nexts:
+                if other not in queued:
+                    queued.add(other)
+                    frontier.append(other)
+    return found
+
+
+def order(members: dict[str, Links]) -> list[str]:
+    """The members, each after every member it waits for (dependencies first)."""
+    placed: set[str] = set()
+    out: list[str] = []
+    for start in members:
+        stack = [(start, False)]
+        while stack:
+            tid, ready = stack.pop()
+            if tid in placed:
+                continue
+            if ready:
+                placed.add(tid)
+                out.append(tid)
+                continue
+            stack.append((tid, True))
+            for dep in members[tid].after:
+                if dep in members and dep not in placed:
+                    stack.append((dep, False))
+    return out
+
+
+def cancel_steps(ops: ControlOps, task_id: str, branch: bool) -> Step:
+    """Cancel every unfinished member, dependants first (a dependant cancelled before its
+    dependency is not ended by its policy instead). Walks again after each pass that
+    cancelled something, for members that appeared meanwhile (children a running member
+    added before it was asked to stop; once asked, it can add none). Returns each
+    member's outcome, as ``Queue.cancel_many``."""
+    out: dict[str, CancelOutcome] = {}
+    for _ in range(MAX_PASSES):
+        members = yield from walk(ops, task_id, branch)
+        for tid, got in members.items():
+            if tid not in out and got.state is not None:
+                out[tid] = _FINISHED.get(got.state, CancelOutcome.FINISHED)
+        targets = [
+            tid
+            for tid in reversed(order(members))
+            if members[tid].state in ("pending", "delayed", "waiting", "running")
+            and out.get(tid) not in _ACTED
+        ]
+        if not targets:
+            break
+        for start in range(0, len(targets), CHANGE_BATCH):
+            batch = targets[start : start + CHANGE_BATCH]
+            outcomes: list[CancelOutcome] = yield ops.cancel(batch)
+            out.update(zip(batch, outcomes, strict=True))
+    return out
+
+
+def retry_steps(ops: ControlOps, task_id: str, branch: bool) -> Step:
+    """Send every dead or cancelled member back, dependencies first (so a dependant waits
+    for them again rather than ending again by its policy); done and unfinished members
+    are left as they are. Returns how many went back (pending, or waiting again), as
+    ``Queue.retry``; a member retried by someone else meanwhile is skipped."""
+    members = yield from walk(ops, task_id, branch)
+    targets = [tid for tid in order(members) if members[tid].state in ("dead", "cancelled")]
+    count = 0
+    for start in range(0, len(targets), CHANGE_BATCH):
+        swept: Swept = yield ops.retry(task_ids=targets[start : start + CHANGE_BATCH], flow=True)
+        count += swept.count
+    return count
+
+
+def drive(client: SyncClient, scripts: SyncScripts, steps: Step) -> Any:
+    """Run ``steps`` on a sync client: each read as ``run``, each script as ``scripts.run``."""
+    try:
+        step = next(steps)
+    except StopIteration as stop:
+        return stop.value
+    return drive_from(client, scripts, steps, step)
+
+
+def drive_from(client: SyncClient, scripts: SyncScripts, steps: Step, step: Any) -> Any:
+    """``drive`` from ``step``, the one ``steps`` yielded last."""
+    try:
+        while True:
+            reply = run(client, step) if isinstance(step, Call) else scripts.run(step)
+            step = steps.send(reply)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def drive_async(client: Any, scripts: AsyncScripts, steps: Step) -> Any:
+    """``drive`` on an asyncio client."""
+    try:
+        step = next(steps)
+        while True:
+            if isinstance(step, Call):
+                reply = await run_async(client, step)
+            else:
+                reply = await scripts.run(step)
+            step = steps.send(reply)
+    except StopIteration as stop:
+        return stop.value
