@@ -14,9 +14,11 @@
  * @module
  */
 
+import type { Client } from "./connection.js";
 import type { EnqueueItem } from "./encoding.js";
 import { newTaskId } from "./encoding.js";
 import { InvalidArgument } from "./errors.js";
+import type { QueueKeys } from "./keys.js";
 import { storedInt, storedTime } from "./tasks.js";
 
 /** How deep parts may nest. */
@@ -145,4 +147,37 @@ export function flowRecord(flowId: string, reply: readonly (string | null)[]): F
     outcome: (h.outcome ?? null) as FlowOutcome | null,
     ended: endedAt !== null,
   };
+}
+
+/** The field of a dependant's hash holding the result of one dependency (`in:<id>`). */
+export const INPUT_PREFIX = "in:";
+
+/**
+ * The results handed to `taskId` by its dependencies, by their id, in the order of its
+ * `after` (two reads; a dependency whose result was not handed is absent).
+ */
+export async function dependencyResults(client: Client, keys: QueueKeys, taskId: string): Promise<Record<string, unknown>> {
+  const key = keys.item("task", taskId);
+  const raw = await client.hget(key, "after");
+  if (raw === null || raw === "") return {};
+  let after: unknown;
+  try {
+    after = JSON.parse(raw);
+  } catch {
+    return {};
+  }
+  if (!Array.isArray(after) || after.length === 0) return {};
+  const ids = after.map(String);
+  const values = await client.hmget(key, ...ids.map((dep) => INPUT_PREFIX + dep));
+  const out: Record<string, unknown> = {};
+  ids.forEach((dep, i) => {
+    const value = values[i];
+    if (value === null || value === undefined) return;
+    try {
+      out[dep] = JSON.parse(value);
+    } catch {
+      out[dep] = value; // written by a foreign producer: kept as text
+    }
+  });
+  return out;
 }
