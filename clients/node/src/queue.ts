@@ -202,6 +202,20 @@ export class Queue {
     return { ids: batch.map((r) => r.task_id), last };
   }
 
+  /**
+   * Tasks the running task `parent` (claimed under `token`) waits for, its children, in
+   * one atomic call; resolves to their ids. It is done only once they all are. A Node
+   * handler calls `task.addChildren(items)`; this is the call for a run held elsewhere.
+   * `StaleToken` when that run no longer holds the task (nothing stored).
+   */
+  async addChildren(parent: string, token: string, items: Iterable<EnqueueItem>): Promise<string[]> {
+    const batch = batchRecords(items);
+    if (batch.length === 0) return [];
+    const argv = this.bundle.pack("enqueue", { token_base: "", trace: "", parent, parent_token: token }, batch.map((r) => ({ ...r })));
+    decodeEnqueue(await this.scripts.run("enqueue", this.keys.scriptKeys, argv), batch, parent);
+    return batch.map((r) => r.task_id);
+  }
+
   private async enqueueRecords(batch: readonly TaskRecord[], trace: string, flow = ""): Promise<boolean[]> {
     const argv = this.bundle.pack(
       "enqueue",

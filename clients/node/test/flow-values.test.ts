@@ -5,7 +5,7 @@ import { after, before, beforeEach, describe, it } from "node:test";
 
 import { packagedBundle } from "../src/bundle.js";
 import { Scripts } from "../src/connection.js";
-import { type EnqueueItem, Flow, type FlowPart, InvalidArgument, Queue, chain, chord, group } from "../src/index.js";
+import { type EnqueueItem, Flow, type FlowPart, InvalidArgument, Queue, StaleToken, chain, chord, group } from "../src/index.js";
 import { needsPython, python } from "./python.js";
 import { RedisServer } from "./redis.js";
 
@@ -117,6 +117,23 @@ describe("chain, group, chord", () => {
       assert.equal(await q.get("a"), null);
       assert.equal(await q.flow("a"), null);
       assert.equal((await q.stats()).pending, 0);
+    }));
+
+  it("adds children to a held task, refused with StaleToken for a token it does not hold", () =>
+    withQueue(async (q) => {
+      await q.enqueue({}, { taskId: "parent" });
+      await assert.rejects(q.addChildren("parent", "not-its-token", [task("c0")]), StaleToken);
+      assert.equal(await q.get("c0"), null);
+      const bundle = packagedBundle();
+      const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 1, token_base: "tb", bound: 100 });
+      const reply = (await new Scripts(q.client, bundle).run("claim", q.keys.scriptKeys, claim)) as unknown[];
+      const [, token = ""] = String(reply[3]).split("\0");
+      assert.deepEqual(await q.addChildren("parent", token, [task("c0"), task("c1")]), ["c0", "c1"]);
+      assert.deepEqual(await q.addChildren("parent", token, []), []);
+      const parent = await q.get("parent");
+      assert.deepEqual(parent?.after, ["c0", "c1"]);
+      assert.equal(parent.flow, "parent");
+      assert.equal((await q.get("c1"))?.flow, "parent");
     }));
 
   it("reads no flow as null", () =>
