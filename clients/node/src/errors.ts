@@ -116,6 +116,19 @@ export class TaskNotFound extends TaskfleetError {
   }
 }
 
+/**
+ * The claim token no longer matches: the task was taken back (and maybe claimed again).
+ * The write was refused; the run must give the task up (another worker owns it now).
+ */
+export class StaleToken extends TaskfleetError {
+  readonly taskId: string;
+
+  constructor(taskId: string) {
+    super(`task ${taskId}: claim token is stale; the task was taken back`);
+    this.taskId = taskId;
+  }
+}
+
 /** A string quoted for a message, as Python's `repr` would for plain text. */
 export function pyRepr(value: string): string {
   return value.includes("'") && !value.includes('"') ? `"${value}"` : `'${value.replaceAll("'", "\\'")}'`;

@@ -14,6 +14,7 @@
 
 export { Queue, type EnqueueCallOptions, type EnqueueResult, type QueueOptions, type Stats, type WorkerInfo } from "./queue.js";
 export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
+export { Flow, chain, chord, group, type FlowIds, type FlowOutcome, type FlowPart, type FlowRecord } from "./flows.js";
 export { CancelOutcome, type ListOptions, type PurgeOptions, type RetryOptions, type TaskFilter, type TaskPage } from "./control.js";
 export { TaskState, type Task } from "./tasks.js";
 export type { Schedule, ScheduleOptions } from "./schedules.js";
@@ -26,6 +27,7 @@ export {
   ProtocolError,
   ScheduleNotFound,
   ScheduleOwned,
+  StaleToken,
   TaskExists,
   TaskNotFound,
   TaskfleetError,

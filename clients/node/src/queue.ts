@@ -19,7 +19,8 @@ import {
   tokenBase,
   traceText,
 } from "./encoding.js";
-import { InvalidArgument, InvalidPayload, NotReplicated, ProtocolError, ScheduleNotFound, ScheduleOwned, TaskExists } from "./errors.js";
+import { InvalidArgument, InvalidPayload, NotReplicated, ProtocolError, ScheduleNotFound, ScheduleOwned, StaleToken, TaskExists } from "./errors.js";
+import { FLOW_FIELDS, type FlowIds, type FlowPart, type FlowRecord, buildFlow, flowRecord } from "./flows.js";
 import { QueueKeys } from "./keys.js";
 import { parseRedisURL } from "./redisurl.js";
 import {
@@ -185,10 +186,41 @@ export class Queue {
     return batch.map((r) => r.task_id);
   }
 
-  private async enqueueRecords(batch: readonly TaskRecord[], trace: string): Promise<boolean[]> {
+  /**
+   * Store a flow (`chain`, `group`, `chord`, nested) in one atomic call: every task or
+   * none. Resolves to its ids: every task's in the order the flow names them, and those
+   * of the tasks that end it. Its tasks are one flow, named by its first task's id
+   * (`Task.flow`, `Queue.flow`). A flow with no task is refused (`InvalidArgument`), and
+   * each task is checked as `enqueueMany`'s items are (docs/flows.md).
+   */
+  async enqueueFlow(
+    flow: FlowPart,
+    options: { readonly traceContext?: Readonly<Record<string, string>> } = {},
+  ): Promise<FlowIds> {
+    const { items, last } = buildFlow(flow);
+    const batch = batchRecords(items);
+    await this.enqueueRecords(batch, traceText(options.traceContext), batch[0]?.task_id ?? "");
+    return { ids: batch.map((r) => r.task_id), last };
+  }
+
+  /**
+   * Tasks the running task `parent` (claimed under `token`) waits for, its children, in
+   * one atomic call; resolves to their ids. It is done only once they all are. A Node
+   * handler calls `task.addChildren(items)`; this is the call for a run held elsewhere.
+   * `StaleToken` when that run no longer holds the task (nothing stored).
+   */
+  async addChildren(parent: string, token: string, items: Iterable<EnqueueItem>): Promise<string[]> {
+    const batch = batchRecords(items);
+    if (batch.length === 0) return [];
+    const argv = this.bundle.pack("enqueue", { token_base: "", trace: "", parent, parent_token: token }, batch.map((r) => ({ ...r })));
+    decodeEnqueue(await this.scripts.run("enqueue", this.keys.scriptKeys, argv), batch, parent);
+    return batch.map((r) => r.task_id);
+  }
+
+  private async enqueueRecords(batch: readonly TaskRecord[], trace: string, flow = ""): Promise<boolean[]> {
     const argv = this.bundle.pack(
       "enqueue",
-      { token_base: tokenBase(), bound: CLAIM_HOUSEKEEPING_BOUND, trace },
+      { token_base: tokenBase(), bound: CLAIM_HOUSEKEEPING_BOUND, trace, flow },
       batch,
     );
     let raw: unknown;
@@ -214,6 +246,19 @@ export class Queue {
     }
     const raw = await this.client.hgetall(this.keys.item("task", taskId));
     return Object.keys(raw).length > 0 ? taskFromHash(raw, taskId) : null;
+  }
+
+  /**
+   * A flow's record (`Task.flow` names it): members open and finished by how, its
+   * outcome once the last one ended; null when there is none (never a flow, or expired a
+   * retention after it ended). One read.
+   */
+  async flow(flowId: string): Promise<FlowRecord | null> {
+    if (typeof flowId !== "string" || !flowId.isWellFormed()) {
+      throw new InvalidArgument("flow id must be a string UTF-8 can encode");
+    }
+    const reply = await this.client.hmget(this.keys.item("flow", flowId), ...FLOW_FIELDS);
+    return flowRecord(flowId, reply);
   }
 
   /**
@@ -461,9 +506,10 @@ function replyList(script: string, raw: unknown): unknown[] {
 }
 
 /** The enqueue script's reply: per task, whether it was created; its refusals as errors. */
-export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[]): boolean[] {
+export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[], parent?: string): boolean[] {
   const reply = replyList("enqueue", raw);
   const code = Number(reply[0]);
+  if (code === -5) throw new StaleToken(parent ?? "?");
   const task = (index: unknown): string => batch[Number(index) - 1]?.task_id ?? "?";
   if (code === -1) {
     throw new InvalidPayload(

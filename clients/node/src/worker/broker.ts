@@ -13,8 +13,11 @@ import { Redis } from "ioredis";
 
 import { type Bundle, packagedBundle } from "../bundle.js";
 import { type Client, Scripts, quiet } from "../connection.js";
+import type { TaskRecord } from "../encoding.js";
 import { ProtocolError } from "../errors.js";
+import { dependencyResults } from "../flows.js";
 import { QueueKeys } from "../keys.js";
+import { decodeEnqueue } from "../queue.js";
 import { type ClaimedTask, type Served, parseClaimRecords } from "./claimed.js";
 import { NoReply, WRITABLE_PROBE, classify } from "./faults.js";
 import { Flag, bounded, until } from "./flag.js";
@@ -252,6 +255,20 @@ export class Broker {
       "complete",
     );
     return [codes(raw[0]), await this.claimed(rawClaim(raw.slice(1), "complete"))];
+  }
+
+  /**
+   * Tasks the running task `parent` (claimed under `token`) waits for, its children, in
+   * one enqueue call; `StaleToken` when that run no longer holds it (docs/flows.md).
+   */
+  async addChildren(parent: string, token: string, batch: readonly TaskRecord[]): Promise<void> {
+    const records = batch.map((r) => ({ ...r }));
+    decodeEnqueue(await this.call("enqueue", { token_base: "", trace: "", parent, parent_token: token }, records), batch, parent);
+  }
+
+  /** The results a task's dependencies handed it, by their id. */
+  async dependencyResults(taskId: string): Promise<Record<string, unknown>> {
+    return this.bound(dependencyResults(this.client, this.keys, taskId));
   }
 
   /** Finish tasks: per item `COMPLETED`, `STALE`, `RESULT_TOO_LARGE` or `CANCELLED`. */

@@ -20,12 +20,19 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 
 import { MAX_COST, MIN_COST } from "../bounds.js";
+import { type EnqueueItem, type TaskRecord, batchRecords } from "../encoding.js";
 
 /** A progress message longer than this is cut. */
 export const MAX_MESSAGE_CHARS = 500;
 
 /** Where a run's reports go: `(taskId, token, progress JSON | null, cost | null)`. */
 export type ReportSink = (taskId: string, token: string, progress: string | null, cost: number | null) => void;
+
+/** The worker's line for a run's flow calls: children it adds, results it was handed. */
+export interface FlowLine {
+  addChildren(parent: string, token: string, batch: readonly TaskRecord[]): Promise<void>;
+  dependencyResults(taskId: string): Promise<Record<string, unknown>>;
+}
 
 /** A progress report: a fraction in [0, 1], or `done` of `total`, and/or a message. */
 export interface Progress {
@@ -58,6 +65,7 @@ export class TaskContext {
   private controller: AbortController | null = null;
   private readonly token: string;
   private readonly sink: ReportSink;
+  private readonly flows: FlowLine | null;
   private wasCancelled = false;
 
   /** @internal */
@@ -71,6 +79,7 @@ export class TaskContext {
     trace: string | null;
     token: string;
     sink: ReportSink;
+    flows?: FlowLine | null;
   }) {
     this.queue = fields.queue;
     this.id = fields.id;
@@ -81,6 +90,7 @@ export class TaskContext {
     this.trace = fields.trace;
     this.token = fields.token;
     this.sink = fields.sink;
+    this.flows = fields.flows ?? null;
   }
 
   /** Aborted when the run should stop (see the module's doc). */
@@ -113,6 +123,34 @@ export class TaskContext {
     if (typeof cost !== "number" || !Number.isInteger(cost)) throw new TypeError(`reportCost needs an integer, not ${String(cost)}`);
     if (cost < MIN_COST || cost > MAX_COST) throw new RangeError(`cost must be ${MIN_COST}..${MAX_COST}, not ${cost}`);
     this.sink(this.id, this.token, null, cost);
+  }
+
+  /**
+   * Add tasks this task waits for, its children (one per page found), in one atomic call;
+   * resolves to their ids. Each item is an `enqueueMany` item, checked as there. When the
+   * handler returns, the task is `waiting` until every child is done, then done with the
+   * result it returned; a child that ends dead or cancelled applies the task's
+   * `onDepFail` (default: it ends dead). Give children ids of your own (`taskId`) so that
+   * a run started again after a lost worker adds the same ones. `StaleToken`: this run no
+   * longer holds the task. See docs/flows.md.
+   */
+  async addChildren(items: Iterable<EnqueueItem>): Promise<string[]> {
+    const batch = batchRecords(items);
+    if (batch.length === 0) return [];
+    if (this.flows === null) throw new Error("addChildren needs a task run by a worker");
+    await this.flows.addChildren(this.id, this.token, batch);
+    return batch.map((r) => r.task_id);
+  }
+
+  /**
+   * The results of the tasks this one waited for (`after`, or children it added), by
+   * their id, in that order: handed to it as each completed, read in two round trips (no
+   * polling). Bounded by the queue's `max_payload_bytes` together: a result past it was
+   * not handed and its id is absent. Empty for a task that waited for nothing.
+   */
+  async dependencyResults(): Promise<Record<string, unknown>> {
+    if (this.flows === null) throw new Error("dependencyResults needs a task run by a worker");
+    return this.flows.dependencyResults(this.id);
   }
 
   /** @internal The worker stops the run: abort its signal with a reason named `reason`. */

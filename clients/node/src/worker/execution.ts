@@ -15,7 +15,7 @@
 
 import { formatG } from "../pyformat.js";
 import type { ClaimedTask } from "./claimed.js";
-import { type ReportSink, TaskContext, runWithTask } from "./context.js";
+import { type FlowLine, type ReportSink, TaskContext, runWithTask } from "./context.js";
 import { type Verdict, encodeResult, failureOf, formatError } from "./failures.js";
 import { Flag } from "./flag.js";
 import type { HandlerSet } from "./handlers.js";
@@ -106,6 +106,8 @@ export interface ExecutionOptions {
   /** Called when the number held changes (the runtime file follows it). */
   readonly changed: () => void;
   readonly report: ReportSink;
+  /** Children and dependency results of a run (docs/flows.md). */
+  readonly flows?: FlowLine;
 }
 
 /** `held`: every task from its claim until its outcome is written (or given back). */
@@ -157,6 +159,7 @@ export class Execution {
       trace: task.trace,
       token: task.token,
       sink: o.report,
+      flows: o.flows ?? null,
     });
     const run = new Run(task, performance.now(), context);
     this.held.set(task.id, run);

@@ -110,6 +110,10 @@ export class Worker {
       report: (id, token, progress, cost) => {
         this.reports.add(id, token, progress, cost);
       },
+      flows: {
+        addChildren: async (parent, token, batch) => this.registered().addChildren(parent, token, batch),
+        dependencyResults: async (taskId) => this.registered().dependencyResults(taskId),
+      },
     });
     this.summary = new Summary(this.execution.counters, () => this.execution.held.size);
     this.runtimeFile =
@@ -158,9 +162,13 @@ export class Worker {
     this.runtimeFile?.changed();
   }
 
-  private writer(): OutcomeWriter {
+  private registered(): Broker {
     if (this.broker === null) throw new Error("the worker is not registered");
-    return new OutcomeWriter(this.broker, this.execution, this.reports, (tasks) => this.take(tasks), () => this.mayClaim(), this.slotFreed);
+    return this.broker;
+  }
+
+  private writer(): OutcomeWriter {
+    return new OutcomeWriter(this.registered(), this.execution, this.reports, (tasks) => this.take(tasks), () => this.mayClaim(), this.slotFreed);
   }
 
   private mayClaim(): boolean {
