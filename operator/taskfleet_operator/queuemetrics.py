@@ -73,6 +73,7 @@ class QueueReading:
     oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
     policy: str | None = None  # the server's maxmemory-policy as last checked
     quota: QuotaState | None = None  # the claim pause and the budget's spend
+    groups_paused: int = 0  # groups (of those read) whose own claim pause holds
     groups: list[GroupCount] = field(default_factory=list)  # the top ones, then "other"
 
 
@@ -121,9 +122,12 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
             grouped.append((reading, queue, names))
         if head:
             heads.append((reading, queue, head[0]))
-    counts = run_all(client, [group_counts(queue.keys, names) for _, queue, names in grouped])
+    counts = run_all(
+        client, [group_counts(queue.keys, names, now_ms) for _, queue, names in grouped]
+    )
     for (reading, _, _), found in zip(grouped, counts, strict=True):
         reading.groups = _top(found)
+        reading.groups_paused = sum(1 for c in found if c.paused_until_ms)
     ready = run_all(client, [queue.reads.ready_at([task_id]) for _, queue, task_id in heads])
     for (reading, _, _), (ready_ms,) in zip(heads, ready, strict=True):
         if ready_ms is not None:
@@ -216,6 +220,11 @@ class QueueCollector:
             "Seconds left of the fleet-wide claim pause a provider's rate limit set "
             "(RateLimited, taskfleet quota pause); 0 when claims go on.",
         )
+        groups_paused = gauge(
+            "taskfleet_queue_groups_paused",
+            "Groups whose own claim pause holds (RateLimited(scope='group'), taskfleet quota "
+            f"pause --group; of the first {GROUPS_READ} groups read of each kind).",
+        )
         budget_limit = gauge(
             "taskfleet_queue_budget_limit",
             "The spend budget in cost units per UTC period (day, month); absent: none.",
@@ -260,6 +269,7 @@ class QueueCollector:
             q = reading.quota
             if q is not None:
                 paused.add_metric(values, q.pause_left_ms / 1000)
+                groups_paused.add_metric(values, reading.groups_paused)
                 for period, limit, spent, end in (
                     ("day", q.day_limit, q.day_spent, q.day_end_ms),
                     ("month", q.month_limit, q.month_spent, q.month_end_ms),
@@ -270,4 +280,4 @@ class QueueCollector:
                         budget_reset.add_metric([*values, period], (end - q.now_ms) / 1000)
         yield from (up, evicting, tasks, workers, alive, slots, oldest, by_group)
         yield from counters.values()
-        yield from (paused, budget_limit, budget_spent, budget_reset)
+        yield from (paused, groups_paused, budget_limit, budget_spent, budget_reset)

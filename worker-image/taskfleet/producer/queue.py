@@ -289,7 +289,8 @@ class Queue(Controlling, Quotas):
         """Every group with pending or running tasks, and how many of each (pending:
         ready to run; its delayed ones are not counted), most pending first."""
         names = run(self.client, groups.group_names(self.keys))
-        counts = run(self.client, groups.group_counts(self.keys, names))
+        now = run(self.client, self.reads.clock())
+        counts = run(self.client, groups.group_counts(self.keys, names, now))
         return sorted(counts, key=lambda c: (-c.pending, -c.running, c.group))
 
     # -- operating ---------------------------------------------------------------------

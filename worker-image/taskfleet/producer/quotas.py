@@ -9,6 +9,7 @@ from datetime import timedelta
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.quota import BudgetLimit, QuotaOps, QuotaState, quota_state
 from taskfleet.protocol.reads import QueueReads
@@ -25,14 +26,20 @@ class Quotas:
     reads: QueueReads
     _scripts: SyncScripts
 
-    @property
-    def _quota_ops(self) -> QuotaOps:
-        return QuotaOps(self.keys)
+    def _quota_ops(self, group: str | None = None) -> QuotaOps:
+        return QuotaOps(self.keys, "" if group is None else check_group(group))
 
-    def pause_claims(self, seconds: float | timedelta | None = None, *, reason: str = "") -> int:
+    def pause_claims(
+        self,
+        seconds: float | timedelta | None = None,
+        *,
+        reason: str = "",
+        group: str | None = None,
+    ) -> int:
         """Stop every worker of the queue from claiming for ``seconds`` (None: the adaptive
         pause a rate limit without a retry-after sets), as when a handler raises
-        ``RateLimited``; a longer pause already on is kept. Returns its end (epoch ms)."""
+        ``RateLimited``; a longer pause already on is kept. Returns its end (epoch ms).
+        ``group``: pause only that group's tasks (the other groups are claimed as before)."""
         ms: int | None = None
         if seconds is not None:
             value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
@@ -41,22 +48,29 @@ class Quotas:
             if not (math.isfinite(value) and value >= 0):
                 raise InvalidArgument(f"seconds must be >= 0, not {seconds!r}")
             ms = int(value * 1000)
-        until, _ = self._scripts.run(self._quota_ops.pause(ms, reason))
+        until, _ = self._scripts.run(self._quota_ops(group).pause(ms, reason))
         return until
 
-    def resume_claims(self) -> None:
-        """End the claim pause now and forget the rate limits met in a row."""
-        self._scripts.run(self._quota_ops.resume())
+    def resume_claims(self, *, group: str | None = None) -> None:
+        """End the claim pause (``group``'s own, with a group) now and forget the rate
+        limits met in a row."""
+        self._scripts.run(self._quota_ops(group).resume())
 
-    def set_budget(self, *, day: BudgetLimit = None, month: BudgetLimit = None) -> None:
+    def set_budget(
+        self, *, day: BudgetLimit = None, month: BudgetLimit = None, group: str | None = None
+    ) -> None:
         """The spend budget, set at run time over the config's ``budget_day`` /
         ``budget_month`` (a TaskQueue's ``budget``): cost units per UTC day / month; 0 =
-        none; ``"default"`` = the config's again; None = left as it is."""
-        self._scripts.run(self._quota_ops.budget(day=day, month=month))
+        none; ``"default"`` = the config's again; None = left as it is. ``group``: that
+        group's own budget, over the config's ``group_budget_day`` / ``group_budget_month``."""
+        self._scripts.run(self._quota_ops(group).budget(day=day, month=month))
 
-    def quota(self) -> QuotaState:
-        """The claim pause and the budget's spend, as the scripts see them now."""
+    def quota(self, *, group: str | None = None) -> QuotaState:
+        """The claim pause and the budget's spend (``group``'s own, with a group), as the
+        scripts see them now."""
         now = run(self.client, self.reads.clock())
-        raw = run(self.client, self._quota_ops.read())
+        raw = run(self.client, self._quota_ops(group).read())
         config = run(self.client, self.reads.config())
+        if group is not None:
+            return quota_state(raw, now, budget_day=None, budget_month=None)
         return quota_state(raw, now, budget_day=config.budget_day, budget_month=config.budget_month)

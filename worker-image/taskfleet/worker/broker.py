@@ -387,6 +387,7 @@ class Broker:
         reason: str = "",
         retry_after_ms: int | None = None,
         throttle: bool = False,
+        throttle_group: bool = False,
     ) -> TaskState | None:
         """Record a failed attempt; returns the new state, ``delayed`` (retried after
         backoff, or after ``retry_after_ms`` as the handler asked), ``dead``, or
@@ -402,6 +403,7 @@ class Broker:
                 reason=reason,
                 retry_after_ms=retry_after_ms,
                 throttle=throttle,
+                throttle_group=throttle_group,
             )
         )
         return None if state == "stale" else TaskState(state)

@@ -252,6 +252,7 @@ class Verdict:
     permanent: bool = False
     retry_after_ms: int | None = None
     throttle: bool = False  # RateLimited: the whole queue pauses claiming
+    group_scope: bool = False  # RateLimited(scope="group"): only the task's group pauses
 
 
 def verdict_of(exc: BaseException) -> Verdict | None:
@@ -264,13 +265,14 @@ def verdict_of(exc: BaseException) -> Verdict | None:
         if issubclass(kind, PermanentFailure):
             return Verdict(permanent=True)
         if issubclass(kind, RateLimited):
+            group = getattr(exc, "scope", "queue") == "group"
             after = getattr(exc, "retry_after", None)
             if isinstance(after, bool) or not isinstance(after, int | float):
-                return Verdict(throttle=True)
+                return Verdict(throttle=True, group_scope=group)
             seconds = float(after)
             if not (math.isfinite(seconds) and 0 <= seconds <= bounds.MAX_DELAY_S):
-                return Verdict(throttle=True)
-            return Verdict(retry_after_ms=int(seconds * 1000), throttle=True)
+                return Verdict(throttle=True, group_scope=group)
+            return Verdict(retry_after_ms=int(seconds * 1000), throttle=True, group_scope=group)
         if not issubclass(kind, RetryAfter):
             return None
         delay = getattr(exc, "delay", None)

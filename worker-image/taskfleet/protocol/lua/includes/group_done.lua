@@ -1,9 +1,11 @@
 --- @include "group_bucket_store"
--- group_done: end of the call: buckets written back; returns ms until the first group
+--- @include "quota_save"
+-- group_done: end of the call: buckets and budgets' spend written back; returns ms until the first group
 -- parked for a rate limit is due (nil: none)
 local function group_done(st)
   for g, s in pairs(st.groups) do
     if s.dirty then group_bucket_store(g, s.bt, s.bc, st.now, st.period_ms) end
+    if s.q then quota_save(s.q) end
   end
   local first = redis.call('ZRANGE', K_GROUPS_PARKED, 0, 0, 'WITHSCORES')
   if #first > 0 and first[2] ~= 'inf' then
