@@ -200,8 +200,11 @@ class QuotaOps:
 
         return Op("quota", self._k.script_keys, args, decode)
 
-    def pause(self, pause_ms: int | None, reason: str = "") -> Op[tuple[int, int]]:
-        """Nobody claims for ``pause_ms`` (None: the adaptive pause). Reply (until, streak)."""
+    def pause(
+        self, pause_ms: int | None, reason: str = "", *, task_id: str = ""
+    ) -> Op[tuple[int, int]]:
+        """Nobody claims for ``pause_ms`` (None: the adaptive pause). Reply (until, streak).
+        ``task_id`` (for a queue's ops): pause that task's group, or the queue if it has none."""
         if pause_ms is not None and (
             isinstance(pause_ms, bool)
             or not isinstance(pause_ms, int)
@@ -215,12 +218,19 @@ class QuotaOps:
             day_limit="",
             month_limit="",
             group=self._group,
+            task_id=task_id,
         )
         return self._op(args)
 
     def resume(self) -> Op[tuple[int, int]]:
         args = Quota(
-            op="resume", pause_ms="", reason="", day_limit="", month_limit="", group=self._group
+            op="resume",
+            pause_ms="",
+            reason="",
+            day_limit="",
+            month_limit="",
+            group=self._group,
+            task_id="",
         )
         return self._op(args)
 
@@ -232,5 +242,6 @@ class QuotaOps:
             day_limit=_limit("day", day),
             month_limit=_limit("month", month),
             group=self._group,
+            task_id="",
         )
         return self._op(args)

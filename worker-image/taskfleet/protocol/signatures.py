@@ -205,6 +205,9 @@ class Quota(NamedTuple):
         OptStr, "budget: cost units per UTC month; '' unchanged, 'default' the config's"
     ]
     group: Annotated[OptStr, "the group whose own pause or budget this is ('' = the queue's)"]
+    task_id: Annotated[
+        OptStr, "pause without a group: pause that task's group ('' or no group = the queue)"
+    ]
 
 
 class Release(NamedTuple):

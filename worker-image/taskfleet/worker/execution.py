@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from taskfleet.worker.claimed import ClaimedTask
-from taskfleet.worker.context import TaskControl, context_for, task_context
+from taskfleet.worker.context import QuotaSink, TaskControl, context_for, task_context
 from taskfleet.worker.events import log, log_event
 from taskfleet.worker.gate import wait_any
 from taskfleet.worker.handlers import encode_result, failure_of, format_error
@@ -65,6 +65,7 @@ class Execution:
         *,
         changed: Callable[[], None],
         report: Callable[[str, str, str | None, int | None], None] | None = None,
+        report_quota: QuotaSink | None = None,
     ) -> None:
         self.held: dict[str, Run] = {}
         self.stuck = 0  # calls given up on but still running: they keep their slots
@@ -83,6 +84,7 @@ class Execution:
         self._slot_freed = lifecycle.slot_freed
         self._changed = changed
         self._report = report or _unreported  # where handlers' progress and costs go
+        self._quota_report = report_quota  # where report_quota's pauses go
         self._isolated = settings.isolated
         self._children = (
             [ChildSlot(i, settings, self._report) for i in range(settings.concurrency)]
@@ -111,7 +113,7 @@ class Execution:
             raise LookupError(f"no handler for task name {task.name!r}")
         run = Run(task=task, claimed_at=time.monotonic(), func=handler.func)
         settings = self._settings
-        run.control = control = TaskControl(task.token, self._report)
+        run.control = control = TaskControl(task.token, self._report, self._quota_report)
         run.context = context_for(
             task_context(
                 queue=settings.queue,

@@ -12,6 +12,9 @@
 --   hash K_GROUP .. group; 'default' budgets: the config's group_budget_*): a pause parks
 --   the group out of the fair ring (group_pause), a resume or a budget change lets the
 --   next claim look at it again (group_unpark).
+--   task_id (optional, with pause and no group): the group of that task is paused, or the
+--   queue when it has none (a handler reporting its provider's quota spent for its group,
+--   without knowing the group's name).
 -- Returns: {until (ms; 0 = no pause), streak}.
 --- @include "now_ms"
 --- @include "flush_counts"
@@ -21,6 +24,9 @@
 local now = now_ms()
 local op = ARG_OP
 local g = ARG_GROUP or ''
+if g == '' and op == 'pause' and (ARG_TASK_ID or '') ~= '' then
+  g = redis.call('HGET', K_TASK .. ARG_TASK_ID, 'group') or ''
+end
 local key = g ~= '' and K_GROUP .. g or K_QUOTA
 if op == 'pause' then
   local till = quota_pause(key, now, tonumber(ARG_PAUSE_MS), ARG_REASON)
