@@ -72,5 +72,10 @@ class Quotas:
         raw = run(self.client, self._quota_ops(group).read())
         config = run(self.client, self.reads.config())
         if group is not None:
-            return quota_state(raw, now, budget_day=None, budget_month=None)
+            return quota_state(
+                raw,
+                now,
+                budget_day=config.group_budget_day,
+                budget_month=config.group_budget_month,
+            )
         return quota_state(raw, now, budget_day=config.budget_day, budget_month=config.budget_month)

@@ -671,9 +671,10 @@ end
 -- its tasks leaves running: group_left). Each step is O(log groups); a call walks at most
 -- `bound` empty or held-back groups.
 -- group_fair: the state of one call's fair pick, or nil when no group is in use (then the
--- claim walks K_PENDING as it always did: one EXISTS is all groups cost a queue without);
--- nil, true when every group with tasks is parked (paused, limited): the claim walks
--- K_PENDING and still answers when the first parked group is due.
+-- claim walks K_PENDING as it always did: one EXISTS is all groups cost a queue without),
+-- or when every group with tasks is parked (paused, limited): the claim walks K_PENDING,
+-- and an idle worker waits on its wake list as usual (a new task, a resume or a group's
+-- task leaving running wakes it; its next claim brings back the groups due by then).
 local function group_fair(now, bound)
   if redis.call('EXISTS', K_GROUPS, K_GROUPS_PARKED) == 0 then return nil end
   local due = redis.call('ZRANGEBYSCORE', K_GROUPS_PARKED, '-inf', now, 'LIMIT', 0, bound)
@@ -681,7 +682,7 @@ local function group_fair(now, bound)
     redis.call('ZREM', K_GROUPS_PARKED, g)
     if redis.call('EXISTS', K_GROUP_PENDING .. g) == 1 then group_join(g) end
   end
-  if redis.call('EXISTS', K_GROUPS) == 0 then return nil, true end
+  if redis.call('EXISTS', K_GROUPS) == 0 then return nil end
   if redis.call('EXISTS', K_PENDING) == 1 then group_join('') end
   return {now = now, bound = bound, steps = 0, groups = {},
     period_ms = cfg_num('rate_limit_period_s', 1) * 1000}
@@ -828,8 +829,9 @@ local function group_bucket_store(g, bt, bc, now, period_ms)
   redis.call('PEXPIRE', key, math.ceil(2 * period_ms))
 end
 -- includes/group_done.lua
--- group_done: end of the call: buckets and budgets' spend written back; returns ms until the first group
--- parked for a rate limit is due (nil: none)
+-- group_done: end of the call: buckets and budgets' spend written back; returns ms until
+-- the first group parked for a rate limit, a pause or a budget is due, at most 1000
+-- (nil: none)
 local function group_done(st)
   for g, s in pairs(st.groups) do
     if s.dirty then group_bucket_store(g, s.bt, s.bc, st.now, st.period_ms) end
@@ -837,7 +839,9 @@ local function group_done(st)
   end
   local first = redis.call('ZRANGE', K_GROUPS_PARKED, 0, 0, 'WITHSCORES')
   if #first > 0 and first[2] ~= 'inf' then
-    return math.max(1, tonumber(first[2]) - st.now)
+    -- at most a second: a group paused for an hour must not keep a worker from the
+    -- ungrouped or new tasks meanwhile (its next claim finds the ring empty and idles)
+    return math.min(1000, math.max(1, tonumber(first[2]) - st.now))
   end
   return nil
 end
@@ -921,7 +925,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   -- Index updates of the claimed tasks go out in one call each, not one per task.
   local running, held = {}, {}
   -- groups in use: tasks are taken one at a time in the fair order (group_claim.lua)
-  local fair, parked_only = group_fair(now, bound)
+  local fair = group_fair(now, bound)
   local src, g, vt = K_PENDING, nil, nil
 
   while claimed < want and not blocked and skipped < bound do
@@ -1028,8 +1032,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
   -- expired tasks left to clear: ask again at once (and not as an idle worker)
   if backlog and retry_after == 0 then retry_after = 1 end
-  if fair or parked_only then
-    local parked = group_done(fair or {groups = {}, now = now})
+  if fair then
+    local parked = group_done(fair)
     if parked and claimed < want and (retry_after == 0 or parked < retry_after) then
       retry_after = parked
     end

@@ -98,7 +98,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   -- Index updates of the claimed tasks go out in one call each, not one per task.
   local running, held = {}, {}
   -- groups in use: tasks are taken one at a time in the fair order (group_claim.lua)
-  local fair, parked_only = group_fair(now, bound)
+  local fair = group_fair(now, bound)
   local src, g, vt = K_PENDING, nil, nil
 
   while claimed < want and not blocked and skipped < bound do
@@ -205,8 +205,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   if #first > 0 then out[2] = math.max(0, tonumber(first[2]) - now) end
   -- expired tasks left to clear: ask again at once (and not as an idle worker)
   if backlog and retry_after == 0 then retry_after = 1 end
-  if fair or parked_only then
-    local parked = group_done(fair or {groups = {}, now = now})
+  if fair then
+    local parked = group_done(fair)
     if parked and claimed < want and (retry_after == 0 or parked < retry_after) then
       retry_after = parked
     end

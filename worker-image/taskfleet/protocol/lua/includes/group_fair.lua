@@ -10,9 +10,10 @@
 -- its tasks leaves running: group_left). Each step is O(log groups); a call walks at most
 -- `bound` empty or held-back groups.
 -- group_fair: the state of one call's fair pick, or nil when no group is in use (then the
--- claim walks K_PENDING as it always did: one EXISTS is all groups cost a queue without);
--- nil, true when every group with tasks is parked (paused, limited): the claim walks
--- K_PENDING and still answers when the first parked group is due.
+-- claim walks K_PENDING as it always did: one EXISTS is all groups cost a queue without),
+-- or when every group with tasks is parked (paused, limited): the claim walks K_PENDING,
+-- and an idle worker waits on its wake list as usual (a new task, a resume or a group's
+-- task leaving running wakes it; its next claim brings back the groups due by then).
 local function group_fair(now, bound)
   if redis.call('EXISTS', K_GROUPS, K_GROUPS_PARKED) == 0 then return nil end
   local due = redis.call('ZRANGEBYSCORE', K_GROUPS_PARKED, '-inf', now, 'LIMIT', 0, bound)
@@ -20,7 +21,7 @@ local function group_fair(now, bound)
     redis.call('ZREM', K_GROUPS_PARKED, g)
     if redis.call('EXISTS', K_GROUP_PENDING .. g) == 1 then group_join(g) end
   end
-  if redis.call('EXISTS', K_GROUPS) == 0 then return nil, true end
+  if redis.call('EXISTS', K_GROUPS) == 0 then return nil end
   if redis.call('EXISTS', K_PENDING) == 1 then group_join('') end
   return {now = now, bound = bound, steps = 0, groups = {},
     period_ms = cfg_num('rate_limit_period_s', 1) * 1000}
