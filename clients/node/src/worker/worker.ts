@@ -110,6 +110,9 @@ export class Worker {
       report: (id, token, progress, cost) => {
         this.reports.add(id, token, progress, cost);
       },
+      reportQuota: (taskId, _token, pauseMs, group, reason) => {
+        this.reports.addQuota({ taskId, pauseMs, group, reason });
+      },
     });
     this.summary = new Summary(this.execution.counters, () => this.execution.held.size);
     this.runtimeFile =
@@ -160,7 +163,19 @@ export class Worker {
 
   private writer(): OutcomeWriter {
     if (this.broker === null) throw new Error("the worker is not registered");
-    return new OutcomeWriter(this.broker, this.execution, this.reports, (tasks) => this.take(tasks), () => this.mayClaim(), this.slotFreed);
+    return new OutcomeWriter(
+      this.broker,
+      this.execution,
+      this.reports,
+      (tasks) => this.take(tasks),
+      () => this.mayClaim(),
+      this.slotFreed,
+      async () => {
+        const held = this.execution.withdrawHeld();
+        await this.release(held);
+        this.execution.forget(held); // released, or left to their leases: not ours now
+      },
+    );
   }
 
   private mayClaim(): boolean {
