@@ -24,7 +24,7 @@ def test_enqueue_with_a_group_then_list_show_and_cancel_that_group(
     assert sorted(t["id"] for t in listed["tasks"]) == sorted(made.stdout.split())
     assert {t["group"] for t in listed["tasks"]} == {"tenant-42"}
     shown = json.loads(taskfleet("group", "q", "--json", env=env).stdout)
-    assert shown == [{"group": "tenant-42", "pending": 3, "running": 0}]
+    assert shown == [{"group": "tenant-42", "pending": 3, "running": 0, "paused_until_ms": 0}]
     stats = json.loads(taskfleet("stats", "q", "--json", env=env).stdout)
     assert (stats["pending"], stats["groups"], stats["top_groups"]) == (4, 1, shown)
     text = taskfleet("stats", "q", env=env).stdout

@@ -473,6 +473,10 @@ def queue_config(spec: TaskQueueSpec) -> QueueConfig:
         "group_max_concurrency": spec.groups.max_concurrency if spec.groups else None,
         "group_rate_limit_tasks": spec.groups.rate_limit_tasks if spec.groups else None,
         "group_rate_limit_cost": spec.groups.rate_limit_cost if spec.groups else None,
+        "group_budget_day": spec.groups.budget.day if spec.groups and spec.groups.budget else None,
+        "group_budget_month": (
+            spec.groups.budget.month if spec.groups and spec.groups.budget else None
+        ),
     }
     return QueueConfig.model_validate(
         {key: value for key, value in fields.items() if value is not None}

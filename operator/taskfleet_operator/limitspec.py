@@ -12,6 +12,18 @@ from taskfleet_operator.modelbase import CamelModel, cel
 __all__ = ["THROTTLE_ORDER_MESSAGE", "Budget", "GroupLimits", "RateLimit", "Throttle"]
 
 
+class Budget(CamelModel):
+    """Cost units spent per UTC day / calendar month; past it, claims wait for the next."""
+
+    day: int | None = Field(default=None, ge=1, le=1_000_000_000, description="Per UTC day.")
+    month: int | None = Field(
+        default=None, ge=1, le=1_000_000_000, description="Per UTC calendar month."
+    )
+
+
+THROTTLE_ORDER_MESSAGE = "throttle.maxSeconds must be >= throttle.baseSeconds"
+
+
 class GroupLimits(CamelModel):
     """Every group's defaults (tasks enqueued with a group: claims are fair between
     groups); a group's own settings, set at run time (`taskfleet group`), win."""
@@ -32,6 +44,11 @@ class GroupLimits(CamelModel):
         ge=1,
         le=MAX_COUNT,
         description="Cost units of one group started per rateLimit.periodSeconds.",
+    )
+    budget: Budget | None = Field(
+        default=None,
+        description="Cost units one group claims per UTC day / month (every group's default; "
+        "taskfleet quota budget QUEUE --group G sets one group's own).",
     )
 
 
@@ -70,18 +87,6 @@ class RateLimit(CamelModel):
                 "rateLimit needs tasks or cost (or both); remove rateLimit for no limit"
             )
         return self
-
-
-class Budget(CamelModel):
-    """Cost units spent per UTC day / calendar month; past it, claims wait for the next."""
-
-    day: int | None = Field(default=None, ge=1, le=1_000_000_000, description="Per UTC day.")
-    month: int | None = Field(
-        default=None, ge=1, le=1_000_000_000, description="Per UTC calendar month."
-    )
-
-
-THROTTLE_ORDER_MESSAGE = "throttle.maxSeconds must be >= throttle.baseSeconds"
 
 
 class Throttle(CamelModel):

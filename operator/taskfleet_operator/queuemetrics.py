@@ -74,7 +74,10 @@ class QueueReading:
     oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
     policy: str | None = None  # the server's maxmemory-policy as last checked
     quota: QuotaState | None = None  # the claim pause and the budget's spend
+    groups_paused: int = 0  # groups (of those read) whose own claim pause holds
     groups: list[GroupCount] = field(default_factory=list)  # the top ones, then "other"
+    # (group, period) -> cost units left of that group's budget, for the top groups with one
+    group_budgets: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def _workers(found: Workers, now_ms: int, ttl_s: float) -> tuple[int, int, int]:
@@ -105,6 +108,7 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
     readings: list[QueueReading] = []
     heads: list[tuple[QueueReading, Queue, str]] = []
     grouped: list[tuple[QueueReading, Queue, list[str]]] = []
+    configs: dict[int, Any] = {}
     for i, ((namespace, name), queue) in enumerate(members):
         sizes, counters, workers, ttl, head, quota, config, names = replies[i * 8 : i * 8 + 8]
         reading = QueueReading(namespace, name, queue.name)
@@ -118,13 +122,34 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
             quota, now_ms, budget_day=config.budget_day, budget_month=config.budget_month
         )
         readings.append(reading)
+        configs[id(reading)] = config
         if names:
             grouped.append((reading, queue, names))
         if head:
             heads.append((reading, queue, head[0]))
-    counts = run_all(client, [group_counts(queue.keys, names) for _, queue, names in grouped])
-    for (reading, _, _), found in zip(grouped, counts, strict=True):
+    counts = run_all(
+        client, [group_counts(queue.keys, names, now_ms) for _, queue, names in grouped]
+    )
+    budget_reads: list[tuple[QueueReading, str]] = []
+    budget_calls: list[Call[dict[str, str]]] = []
+    for (reading, queue, _), found in zip(grouped, counts, strict=True):
         reading.groups = _top(found)
+        reading.groups_paused = sum(1 for c in found if c.paused_until_ms)
+        for one in reading.groups[:GROUPS_SHOWN]:  # the summed "other" comes after these
+            budget_reads.append((reading, one.group))
+            budget_calls.append(QuotaOps(queue.keys, one.group).read())
+    budgets = run_all(client, budget_calls)
+    for (reading, group), raw in zip(budget_reads, budgets, strict=True):
+        config = configs[id(reading)]
+        q = quota_state(
+            raw,
+            now_ms,
+            budget_day=config.group_budget_day,
+            budget_month=config.group_budget_month,
+        )
+        for period, left in (("day", q.day_left), ("month", q.month_left)):
+            if left is not None:
+                reading.group_budgets[(group, period)] = left
     ready = run_all(client, [queue.reads.ready_at([task_id]) for _, queue, task_id in heads])
     for (reading, _, _), (ready_ms,) in zip(heads, ready, strict=True):
         if ready_ms is not None:
@@ -223,6 +248,18 @@ class QueueCollector:
             "Seconds left of the fleet-wide claim pause a provider's rate limit set "
             "(RateLimited, taskfleet quota pause); 0 when claims go on.",
         )
+        groups_paused = gauge(
+            "taskfleet_queue_groups_paused",
+            "Groups whose own claim pause holds (RateLimited(scope='group'), taskfleet quota "
+            f"pause --group; of the first {GROUPS_READ} groups read of each kind).",
+        )
+        group_budget = gauge(
+            "taskfleet_queue_group_budget_left",
+            f"Cost units left of a group's budget in the current UTC period, for the "
+            f"{GROUPS_SHOWN} groups with the most pending that have a budget (their own or "
+            "every group's default).",
+            ["group", "period"],
+        )
         budget_limit = gauge(
             "taskfleet_queue_budget_limit",
             "The spend budget in cost units per UTC period (day, month); absent: none.",
@@ -251,6 +288,8 @@ class QueueCollector:
             for one in reading.groups:
                 by_group.add_metric([*values, one.group, "pending"], one.pending)
                 by_group.add_metric([*values, one.group, "running"], one.running)
+            for (group, period), left in reading.group_budgets.items():
+                group_budget.add_metric([*values, group, period], left)
             up.add_metric(values, int(reading.up))
             if reading.policy is not None:
                 evicting.add_metric([*values, reading.policy], int(reading.policy != SAFE_POLICY))
@@ -269,6 +308,7 @@ class QueueCollector:
             q = reading.quota
             if q is not None:
                 paused.add_metric(values, q.pause_left_ms / 1000)
+                groups_paused.add_metric(values, reading.groups_paused)
                 for period, limit, spent, end in (
                     ("day", q.day_limit, q.day_spent, q.day_end_ms),
                     ("month", q.month_limit, q.month_spent, q.month_end_ms),
@@ -280,4 +320,4 @@ class QueueCollector:
         yield from (up, evicting, tasks, workers, alive, slots, oldest, by_group)
         yield from counters.values()
         yield flows
-        yield from (paused, budget_limit, budget_spent, budget_reset)
+        yield from (paused, groups_paused, group_budget, budget_limit, budget_spent, budget_reset)

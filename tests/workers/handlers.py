@@ -162,3 +162,14 @@ def nap(payload: dict[str, Any]) -> dict[str, Any]:
     """Sleep ``seconds`` and touch nothing else: Redis in trouble is the worker's alone."""
     time.sleep(float(payload.get("seconds", 0)))
     return {"slept": payload.get("seconds", 0)}
+
+
+def quota_spent(payload: dict[str, Any]) -> str:
+    """The provider's reply said its quota is spent: reported, and the task succeeds."""
+    current_task().report_quota(remaining=0, reset_after=60, scope=payload.get("scope", "queue"))
+    return "ok"
+
+
+async def async_quota_spent(payload: dict[str, Any]) -> str:
+    current_task().report_quota(remaining=0, reset_after=60, scope=payload.get("scope", "queue"))
+    return "ok"

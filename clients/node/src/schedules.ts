@@ -11,7 +11,7 @@ import { crc32 } from "node:zlib";
 
 import * as bounds from "./bounds.js";
 import { parseCron } from "./cron.js";
-import { checkedInt, encodePayload, seconds } from "./encoding.js";
+import { checkedInt, encodePayload, groupProblem, seconds } from "./encoding.js";
 import { InvalidArgument, describe, pyRepr } from "./errors.js";
 import { floatRepr } from "./pyformat.js";
 import { nextSlot, zone } from "./slots.js";
@@ -57,6 +57,8 @@ export interface ScheduleOptions {
   readonly deadline?: number;
   /** Store it paused. */
   readonly paused?: boolean;
+  /** Each task's group (fair claiming between groups, the group's limits). */
+  readonly group?: string;
 }
 
 /** A schedule's definition, checked: the store's fields in the Python client's order and encoding. */
@@ -93,6 +95,10 @@ export function scheduleDef(name: string, cron: string, payload: unknown, option
     throw new InvalidArgument(`catchup must be one of ${CATCHUP_POLICIES.join(", ")}, not ${describe(catchup)}`);
   }
   const jitterMs = Math.trunc(jitter * 1000);
+  if (options.group !== undefined) {
+    const problem = groupProblem(options.group);
+    if (problem !== undefined) throw new InvalidArgument(problem);
+  }
   const fields: [string, string][] = [
     ["cron", cron],
     ["tz", tz],
@@ -105,6 +111,7 @@ export function scheduleDef(name: string, cron: string, payload: unknown, option
     ["catchup", catchup],
     ["catchup_limit", String(catchupLimit)],
     ["jitter_ms", String(jitterMs)],
+    ["group", options.group ?? ""],
   ];
   return { name, cron, tz, jitterMs, fields };
 }
@@ -152,6 +159,8 @@ export interface Schedule {
   readonly skipped: number;
   /** Why the last slot fired nothing ('' = it fired). */
   readonly error: string;
+  /** Each task's group; null: none. */
+  readonly group: string | null;
 }
 
 function intOf(value: string | undefined): number | null {
@@ -193,5 +202,6 @@ export function scheduleFromHash(h: Readonly<Record<string, string>>): Schedule 
     fired: intOf(h.fired) ?? 0,
     skipped: intOf(h.skipped) ?? 0,
     error: h.error ?? "",
+    group: h.group === undefined || h.group === "" ? null : h.group,
   };
 }

@@ -92,6 +92,7 @@ describe("schedule slots", () => {
       [() => scheduleDef("ok", "* * * * *", {}, { jitter: 90_000 }), /jitter must be at most 86400 s/],
       [() => scheduleDef("ok", "* * * * *", {}, { catchup: "some" as "all" }), /catchup must be one of latest, all/],
       [() => scheduleDef("ok", "* * * * *", {}, { timeout: 0 }), /timeout must be positive/],
+      [() => scheduleDef("ok", "* * * * *", {}, { group: "a b" }), /group must be 1-100 characters/],
     ];
     for (const [call, message] of bad) {
       assert.throws(call, (e: unknown) => e instanceof InvalidArgument && message.test(e.message), message.source);
@@ -99,10 +100,10 @@ describe("schedule slots", () => {
   });
 
   it("stores a definition's fields as the Python client does", needsPython, () => {
-    const def = scheduleDef("nightly", "0 3 * * *", { b: 1, a: 2 }, { tz: "Europe/Paris", timeout: 30, deadline: 1.5, jitter: 2.5, maxAttempts: 4, catchup: "all", catchupLimit: 5 });
+    const def = scheduleDef("nightly", "0 3 * * *", { b: 1, a: 2 }, { tz: "Europe/Paris", timeout: 30, deadline: 1.5, jitter: 2.5, maxAttempts: 4, catchup: "all", catchupLimit: 5, group: "t1" });
     const theirs = python<[string, string][]>(
       "import json\nfrom taskfleet.producer.scheduling import schedule_def\n" +
-        "d = schedule_def('nightly', '0 3 * * *', {'b': 1, 'a': 2}, tz='Europe/Paris', timeout=30, deadline=1.5, jitter=2.5, max_attempts=4, catchup='all', catchup_limit=5)\n" +
+        "d = schedule_def('nightly', '0 3 * * *', {'b': 1, 'a': 2}, tz='Europe/Paris', timeout=30, deadline=1.5, jitter=2.5, max_attempts=4, catchup='all', catchup_limit=5, group='t1')\n" +
         "print(json.dumps(d.fields()))",
     );
     assert.deepEqual(def.fields.map(([k, v]) => [k, v]), theirs);

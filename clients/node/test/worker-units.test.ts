@@ -5,7 +5,7 @@ import { describe, it } from "node:test";
 
 import { BadInput, parseArgs } from "../src/cli.js";
 import { Served, parseClaimRecords } from "../src/worker/claimed.js";
-import { progressJson } from "../src/worker/context.js";
+import { progressJson, quotaPauseMs } from "../src/worker/context.js";
 import { PermanentFailure, RateLimited, RetryAfter, encodeResult, failureOf, formatError } from "../src/worker/failures.js";
 import { plan } from "../src/worker/loops.js";
 
@@ -66,6 +66,19 @@ describe("what a run stores", () => {
     assert.deepEqual(failureOf(new RateLimited(2))[1], { permanent: false, retryAfterMs: 2000, throttle: true });
     assert.deepEqual(failureOf(new RateLimited())[1], { permanent: false, retryAfterMs: null, throttle: true });
     assert.throws(() => new RateLimited(-1), RangeError);
+    assert.equal(new RateLimited(1).scope, "queue");
+    assert.deepEqual(failureOf(new RateLimited(1, "", { scope: "group" }))[1], {
+      permanent: false,
+      retryAfterMs: 1000,
+      throttle: true,
+      groupScope: true,
+    });
+    assert.throws(() => new RateLimited(1, "", { scope: "tenant" as "group" }), RangeError);
+    assert.equal(quotaPauseMs(2, undefined, 0), 2000);
+    assert.equal(quotaPauseMs(undefined, new Date(100_000), 10), 90_000);
+    assert.equal(quotaPauseMs(undefined, undefined, 0), null);
+    assert.throws(() => quotaPauseMs(1, 2, 0), RangeError);
+    assert.throws(() => quotaPauseMs(-1, undefined, 0), RangeError);
     assert.equal(encodeResult(undefined), "null");
     assert.equal(encodeResult({ a: [1, "é"] }), '{"a":[1,"é"]}');
     assert.throws(() => encodeResult({ n: NaN }), /not JSON-serialisable/);

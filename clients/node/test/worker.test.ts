@@ -113,6 +113,31 @@ describe("the Node worker", () => {
     await w.saw(/event=queue_rate_limited/);
   });
 
+  it("a RateLimited handler with scope group pauses only its task's group", async () => {
+    const w = worker("w10");
+    await w.saw(/event=worker_started/);
+    await queue.enqueue({}, { name: "limitedGroup", taskId: "lg", group: "t1" });
+    await until("RateLimited defers the task", async () => (await state("lg")) === "delayed");
+    assert.equal((await queue.get("lg"))?.attempts, 0);
+    const paused = await queue.client.hgetall(queue.keys.item("group", "t1"));
+    assert.ok(Number(paused.until) - Date.now() > 30_000, JSON.stringify(paused));
+    assert.ok(Number((await queue.client.hget(queue.keys.key("quota"), "until")) ?? 0) < Date.now());
+    assert.ok(Number(await queue.client.zscore(queue.keys.key("groups_parked"), "t1")) > Date.now());
+  });
+
+  it("reportQuota at 0 pauses the queue (or the task's group) until the reset; the task succeeds", async () => {
+    const w = worker("w11");
+    await w.saw(/event=worker_started/);
+    await queue.enqueue({ scope: "group" }, { name: "quotaSpent", taskId: "qg", group: "t1" });
+    await until("the task is done", async () => (await state("qg")) === "done");
+    await until("its group is paused", async () => Number(await queue.client.hget(queue.keys.item("group", "t1"), "until")) - Date.now() > 30_000);
+    assert.ok(Number((await queue.client.hget(queue.keys.key("quota"), "until")) ?? 0) < Date.now());
+    await queue.enqueue({}, { name: "quotaSpent", taskId: "qq" });
+    await until("the task is done", async () => (await state("qq")) === "done");
+    await until("the queue is paused", async () => Number(await queue.client.hget(queue.keys.key("quota"), "until")) - Date.now() > 30_000);
+    await w.saw(/event=quota_reported_spent/);
+  });
+
   it("takes a task handed over on its wake list, finishes it within the drain deadline, claims nothing more, exits 0", async () => {
     const w = worker("w2", ["--drain-timeout", "30"]);
     await w.saw(/event=worker_started/);

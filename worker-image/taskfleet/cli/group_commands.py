@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import UTC, datetime
 
 import click
 
@@ -32,7 +33,8 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(GroupSettings))
 def group(
     queue: str, group_name: str | None, settings: tuple[str, ...], as_json: bool, redis_url: str
 ) -> None:
-    """Without GROUP: QUEUE's groups with pending or running tasks, most pending first.
+    """Without GROUP: QUEUE's groups with pending or running tasks, most pending first
+    (and the end of a group's own claim pause, if one holds).
     With GROUP: its own settings (weight, concurrency cap, rate limits), changed by --set;
     the next claim applies them."""
     from taskfleet.protocol.errors import InvalidArgument
@@ -50,7 +52,10 @@ def group(
             click.echo(json.dumps([dataclasses.asdict(c) for c in counts]))
             return
         for c in counts:
-            click.echo(terminal_safe(f"{c.group}  pending={c.pending}  running={c.running}"))
+            line = f"{c.group}  pending={c.pending}  running={c.running}"
+            if c.paused_until_ms:
+                line += f"  paused_until={_when(c.paused_until_ms)}"
+            click.echo(terminal_safe(line))
         return
     try:
         check_group(group_name)
@@ -82,6 +87,10 @@ def group(
         return
     for field, value in shown.items():
         click.echo(f"{field}: {'' if value is None else value}")
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _number(name: str, text: str) -> float | int:

@@ -6,6 +6,7 @@ Each opens a ``Queue`` (the producer API) for the one call it makes, and closes 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -286,12 +287,10 @@ def stats(queue: str, as_json: bool, redis_url: str) -> None:
     data = q.stats()
     policy = _eviction_policy(q.client)
     groups = q.groups()
+    paused = sum(1 for g in groups if g.paused_until_ms)
     if as_json:
-        top = [
-            {"group": g.group, "pending": g.pending, "running": g.running}
-            for g in groups[:TOP_GROUPS]
-        ]
-        shown = {**data, "groups": len(groups), "top_groups": top}
+        top = [dataclasses.asdict(g) for g in groups[:TOP_GROUPS]]
+        shown = {**data, "groups": len(groups), "groups_paused": paused, "top_groups": top}
         click.echo(json.dumps(shown, sort_keys=True, default=str))
     else:
         width = max((len(str(key)) for key in data), default=0)
@@ -299,8 +298,12 @@ def stats(queue: str, as_json: bool, redis_url: str) -> None:
             click.echo(f"{key:<{width}}  {terminal_safe(value)}")
         if groups:
             click.echo(f"{'groups':<{width}}  {len(groups)} (most pending first)")
+            if paused:
+                click.echo(f"{'groups_paused':<{width}}  {paused}")
             for g in groups[:TOP_GROUPS]:
                 line = f"  {g.group}  pending={g.pending}  running={g.running}"
+                if g.paused_until_ms:
+                    line += f"  paused_until_ms={g.paused_until_ms}"
                 click.echo(terminal_safe(line))
     if policy is not None and policy != "noeviction":
         click.echo(

@@ -81,6 +81,7 @@ def schedule() -> None:
     default=None,
     help="Seconds after its slot fired by which each task must start.",
 )
+@click.option("--group", default=None, help="Each task's group (fair claiming between groups).")
 @click.option("--paused", is_flag=True, help="Store it paused.")
 @click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
 @redis_option
@@ -98,6 +99,7 @@ def add(
     max_attempts: int | None,
     timeout: float | None,
     deadline: float | None,
+    group: str | None,
     paused: bool,
     as_json: bool,
     redis_url: str,
@@ -119,6 +121,7 @@ def add(
                 timeout=timeout,
                 deadline=deadline,
                 paused=paused,
+                group=group,
             )
         except ValueError as exc:  # InvalidArgument, InvalidPayload, ScheduleOwned
             raise BadInput(str(exc)) from None

@@ -295,29 +295,43 @@ class AsyncQueue:
     async def groups(self) -> list[GroupCount]:
         """Every group with pending or running tasks, most pending first."""
         names = await run_async(self.client, groups.group_names(self.keys))
-        return groups.by_load(await run_async(self.client, groups.group_counts(self.keys, names)))
+        now = await run_async(self.client, self.reads.clock())
+        counts = await run_async(self.client, groups.group_counts(self.keys, names, now))
+        return groups.by_load(counts)
 
     # -- the claim pause and the budget (``Queue.pause_claims`` ...; ``quotas``) ----------
 
+    def _quota_ops(self, group: str | None = None) -> QuotaOps:
+        return QuotaOps(self.keys, "" if group is None else check_group(group))
+
     async def pause_claims(
-        self, seconds: float | timedelta | None = None, *, reason: str = ""
+        self,
+        seconds: float | timedelta | None = None,
+        *,
+        reason: str = "",
+        group: str | None = None,
     ) -> int:
-        """Stop every worker of the queue from claiming (``Queue.pause_claims``); returns
-        the pause's end (epoch ms)."""
-        op = QuotaOps(self.keys).pause(pause_ms(seconds), reason)
+        """Stop every worker of the queue (``group``: only that group's tasks) from
+        claiming (``Queue.pause_claims``); returns the pause's end (epoch ms)."""
+        op = self._quota_ops(group).pause(pause_ms(seconds), reason)
         until, _ = await self._scripts.run(op)
         return until
 
-    async def resume_claims(self) -> None:
-        """End the claim pause now and forget the rate limits met in a row."""
-        await self._scripts.run(QuotaOps(self.keys).resume())
+    async def resume_claims(self, *, group: str | None = None) -> None:
+        """End the claim pause (``group``'s own, with a group) now and forget the rate
+        limits met in a row."""
+        await self._scripts.run(self._quota_ops(group).resume())
 
-    async def set_budget(self, *, day: BudgetLimit = None, month: BudgetLimit = None) -> None:
-        """The spend budget at run time (``Queue.set_budget``)."""
-        await self._scripts.run(QuotaOps(self.keys).budget(day=day, month=month))
+    async def set_budget(
+        self, *, day: BudgetLimit = None, month: BudgetLimit = None, group: str | None = None
+    ) -> None:
+        """The spend budget at run time (``Queue.set_budget``; ``group``: that group's)."""
+        await self._scripts.run(self._quota_ops(group).budget(day=day, month=month))
 
-    async def quota(self) -> QuotaState:
-        """The claim pause and the budget's spend, as the scripts see them now."""
+    async def quota(self, *, group: str | None = None) -> QuotaState:
+        """The claim pause and the budget's spend (``group``'s own, with a group), as the
+        scripts see them now."""
         now = await run_async(self.client, self.reads.clock())
-        raw = await run_async(self.client, QuotaOps(self.keys).read())
-        return state_of(raw, now, await run_async(self.client, self.reads.config()))
+        raw = await run_async(self.client, self._quota_ops(group).read())
+        config = await run_async(self.client, self.reads.config())
+        return state_of(raw, now, config, group)

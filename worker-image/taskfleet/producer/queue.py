@@ -307,7 +307,8 @@ class Queue(Controlling, Quotas):
         """Every group with pending or running tasks, and how many of each (pending:
         ready to run; its delayed ones are not counted), most pending first."""
         names = run(self.client, groups.group_names(self.keys))
-        return groups.by_load(run(self.client, groups.group_counts(self.keys, names)))
+        now = run(self.client, self.reads.clock())
+        return groups.by_load(run(self.client, groups.group_counts(self.keys, names, now)))
 
     # -- operating ---------------------------------------------------------------------
 
@@ -354,6 +355,7 @@ class Queue(Controlling, Quotas):
         timeout: float | timedelta | None = None,
         deadline: float | timedelta | None = None,
         paused: bool = False,
+        group: str | None = None,
     ) -> Schedule:
         """Create or change the schedule ``name``: a task with ``payload`` once per slot of
         ``cron`` (five fields, or six with seconds first) in zone ``tz``; returns it as stored.
@@ -362,7 +364,8 @@ class Queue(Controlling, Quotas):
         every missed slot, at most ``catchup_limit`` (the latest ones). ``jitter``: each
         slot fires up to that many seconds late (a fixed draw per slot), to spread
         schedules that share a time. ``priority``, ``max_attempts``, ``cost``, ``timeout``
-        apply to each task; ``deadline``: seconds after its firing by which it must start.
+        apply to each task; ``deadline``: seconds after its firing by which it must start;
+        ``group``: each task's group (fair claiming between groups, the group's limits).
         Changing the cron, zone or jitter starts again from the next slot after now;
         changing anything else keeps the slot to fire next. Raises ``InvalidArgument``
         (bad cron, unknown zone, a bound), ``InvalidPayload``, ``ScheduleOwned`` (a
@@ -381,6 +384,7 @@ class Queue(Controlling, Quotas):
             cost=cost,
             timeout=timeout,
             deadline=deadline,
+            group=group,
         )
         self.put_schedule(definition, paused=paused)
         found = self.get_schedule(name)

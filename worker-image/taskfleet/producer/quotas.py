@@ -10,6 +10,7 @@ from taskfleet.protocol.calls import run
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.quota import BudgetLimit, QuotaOps, QuotaState, quota_state
 from taskfleet.protocol.reads import QueueReads
@@ -26,32 +27,43 @@ class Quotas:
     reads: QueueReads
     _scripts: SyncScripts
 
-    @property
-    def _quota_ops(self) -> QuotaOps:
-        return QuotaOps(self.keys)
+    def _quota_ops(self, group: str | None = None) -> QuotaOps:
+        return QuotaOps(self.keys, "" if group is None else check_group(group))
 
-    def pause_claims(self, seconds: float | timedelta | None = None, *, reason: str = "") -> int:
+    def pause_claims(
+        self,
+        seconds: float | timedelta | None = None,
+        *,
+        reason: str = "",
+        group: str | None = None,
+    ) -> int:
         """Stop every worker of the queue from claiming for ``seconds`` (None: the adaptive
         pause a rate limit without a retry-after sets), as when a handler raises
-        ``RateLimited``; a longer pause already on is kept. Returns its end (epoch ms)."""
-        until, _ = self._scripts.run(self._quota_ops.pause(pause_ms(seconds), reason))
+        ``RateLimited``; a longer pause already on is kept. Returns its end (epoch ms).
+        ``group``: pause only that group's tasks (the other groups are claimed as before)."""
+        until, _ = self._scripts.run(self._quota_ops(group).pause(pause_ms(seconds), reason))
         return until
 
-    def resume_claims(self) -> None:
-        """End the claim pause now and forget the rate limits met in a row."""
-        self._scripts.run(self._quota_ops.resume())
+    def resume_claims(self, *, group: str | None = None) -> None:
+        """End the claim pause (``group``'s own, with a group) now and forget the rate
+        limits met in a row."""
+        self._scripts.run(self._quota_ops(group).resume())
 
-    def set_budget(self, *, day: BudgetLimit = None, month: BudgetLimit = None) -> None:
+    def set_budget(
+        self, *, day: BudgetLimit = None, month: BudgetLimit = None, group: str | None = None
+    ) -> None:
         """The spend budget, set at run time over the config's ``budget_day`` /
         ``budget_month`` (a TaskQueue's ``budget``): cost units per UTC day / month; 0 =
-        none; ``"default"`` = the config's again; None = left as it is."""
-        self._scripts.run(self._quota_ops.budget(day=day, month=month))
+        none; ``"default"`` = the config's again; None = left as it is. ``group``: that
+        group's own budget, over the config's ``group_budget_day`` / ``group_budget_month``."""
+        self._scripts.run(self._quota_ops(group).budget(day=day, month=month))
 
-    def quota(self) -> QuotaState:
-        """The claim pause and the budget's spend, as the scripts see them now."""
+    def quota(self, *, group: str | None = None) -> QuotaState:
+        """The claim pause and the budget's spend (``group``'s own, with a group), as the
+        scripts see them now."""
         now = run(self.client, self.reads.clock())
-        raw = run(self.client, self._quota_ops.read())
-        return state_of(raw, now, run(self.client, self.reads.config()))
+        raw = run(self.client, self._quota_ops(group).read())
+        return state_of(raw, now, run(self.client, self.reads.config()), group)
 
 
 def pause_ms(seconds: float | timedelta | None) -> int | None:
@@ -66,6 +78,13 @@ def pause_ms(seconds: float | timedelta | None) -> int | None:
     return int(value * 1000)
 
 
-def state_of(raw: dict[str, str], now_ms: int, config: QueueConfig) -> QuotaState:
-    """``quota``'s answer from its three reads (the quota record, the clock, the config)."""
+def state_of(
+    raw: dict[str, str], now_ms: int, config: QueueConfig, group: str | None = None
+) -> QuotaState:
+    """``quota``'s answer from its three reads (the quota record, the clock, the config);
+    with ``group``, that group's record under the config's per-group budget."""
+    if group is not None:
+        return quota_state(
+            raw, now_ms, budget_day=config.group_budget_day, budget_month=config.group_budget_month
+        )
     return quota_state(raw, now_ms, budget_day=config.budget_day, budget_month=config.budget_month)

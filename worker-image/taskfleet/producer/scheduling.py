@@ -12,6 +12,7 @@ from taskfleet.protocol import bounds
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import (
@@ -44,6 +45,7 @@ def schedule_def(
     cost: int = 1,
     timeout: float | timedelta | None = None,
     deadline: float | timedelta | None = None,
+    group: str | None = None,
 ) -> ScheduleDef:
     """``Queue.schedule``'s arguments as a definition; ``InvalidArgument`` /
     ``InvalidPayload`` (both ``ValueError``) name what is wrong."""
@@ -78,6 +80,7 @@ def schedule_def(
         catchup=catchup,
         catchup_limit=catchup_limit,
         jitter_ms=int(jitter_s * 1000),
+        group=None if group is None else check_group(group),
     )
 
 

@@ -133,6 +133,18 @@ class QueueConfig(BaseModel):
         le=MAX_COUNT,
         description="cost of one group started per rate_limit_period_s (every group's default)",
     )
+    group_budget_day: int | None = Field(
+        default=_DEFAULTS["group_budget_day"],
+        gt=0,
+        le=MAX_COUNT,
+        description="cost units one group claims per UTC day (every group's default)",
+    )
+    group_budget_month: int | None = Field(
+        default=_DEFAULTS["group_budget_month"],
+        gt=0,
+        le=MAX_COUNT,
+        description="cost units one group claims per UTC calendar month (every group's default)",
+    )
 
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> QueueConfig:

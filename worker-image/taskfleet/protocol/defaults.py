@@ -32,6 +32,8 @@ class ConfigDefaults(TypedDict):
     group_max_concurrency: int
     group_rate_limit_tasks: int | None
     group_rate_limit_cost: int | None
+    group_budget_day: int | None
+    group_budget_month: int | None
 
 
 #: Every ``QueueConfig`` field and its default (None: unset, the field is left out).
@@ -57,6 +59,8 @@ CONFIG_DEFAULTS: ConfigDefaults = {
     "group_max_concurrency": 0,
     "group_rate_limit_tasks": None,
     "group_rate_limit_cost": None,
+    "group_budget_day": None,
+    "group_budget_month": None,
 }
 
 

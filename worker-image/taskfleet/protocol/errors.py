@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from taskfleet.protocol import bounds
 
@@ -165,9 +165,23 @@ class RateLimited(Exception):  # noqa: N818
     the provider's Retry-After in seconds; None when it gave none: the fleet then pauses
     ``throttle_base_s``, doubled for each rate limit met in a row (up to
     ``throttle_max_s``) and shortened again by successes. The task waits the pause out,
-    its attempt given back (as with ``RetryAfter``)."""
+    its attempt given back (as with ``RetryAfter``).
 
-    def __init__(self, retry_after: float | None = None, message: str = "") -> None:
+    ``scope="group"``: only the task's group pauses (its other groups' tasks are claimed
+    as before); for a quota that is the group's own, such as a tenant's API key. A task
+    without a group pauses the queue. The default stays ``"queue"``: most providers'
+    quotas belong to the API key the whole queue calls with, and a 429 met by one
+    tenant's task is then every tenant's."""
+
+    def __init__(
+        self,
+        retry_after: float | None = None,
+        message: str = "",
+        *,
+        scope: Literal["queue", "group"] = "queue",
+    ) -> None:
+        if scope not in ("queue", "group"):
+            raise ValueError(f"RateLimited scope must be 'queue' or 'group', not {scope!r}")
         seconds: Any = retry_after
         if seconds is not None:
             if hasattr(seconds, "total_seconds"):
@@ -182,6 +196,7 @@ class RateLimited(Exception):  # noqa: N818
         where = "" if seconds is None else f", retry after {seconds:g} s"
         super().__init__(message or f"rate limited{where}")
         self.retry_after: float | None = seconds
+        self.scope: Literal["queue", "group"] = scope
 
 
 class NotReplicated(TaskfleetError):  # noqa: N818 - public name of the contract

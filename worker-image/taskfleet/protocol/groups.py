@@ -130,8 +130,10 @@ class GroupSettings:
 
 def set_group(keys: QueueKeys, group: str, settings: GroupSettings) -> Call[None]:
     """Replace a group's own settings (all None: it keeps none). A group parked by its
-    old limits is looked at again by the next claim."""
-    commands: list[Command] = [("DEL", keys.group(group))]
+    old limits is looked at again by the next claim. The hash's other fields (the group's
+    claim pause and budget, ``protocol.quota``) are kept."""
+    names = [f.name for f in fields(GroupSettings)]
+    commands: list[Command] = [("HDEL", keys.group(group), *names)]
     stored = settings.to_redis()
     if stored:
         flat: list[str] = []
@@ -151,11 +153,13 @@ def group_settings(keys: QueueKeys, group: str) -> Call[GroupSettings]:
 
 @dataclass(frozen=True, slots=True)
 class GroupCount:
-    """One group's tasks now: pending (waiting in its zset) and running."""
+    """One group's tasks now: pending (waiting in its zset) and running; its own claim
+    pause's end (epoch ms, 0: none; ``RateLimited(scope="group")``, ``pause_claims``)."""
 
     group: str
     pending: int
     running: int
+    paused_until_ms: int = 0
 
 
 def _as_dict(reply: Any) -> dict[Any, Any]:
@@ -199,14 +203,31 @@ def by_load(counts: Sequence[GroupCount]) -> list[GroupCount]:
     return sorted(counts, key=lambda c: (-c.pending, -c.running, c.group))
 
 
-def group_counts(keys: QueueKeys, groups: Sequence[str]) -> Call[list[GroupCount]]:
-    """Pending and running tasks of each of ``groups``, in one pipeline."""
+def group_counts(
+    keys: QueueKeys, groups: Sequence[str], now_ms: int | None = None
+) -> Call[list[GroupCount]]:
+    """Pending and running tasks of each of ``groups``, and (with ``now_ms``, the server's
+    clock) the end of each one's claim pause still on, in one pipeline."""
+    n = len(groups)
     commands: list[Command] = [("ZCARD", keys.group_pending(g)) for g in groups]
     commands.append(("HMGET", keys.group_running, *groups) if groups else ("PING",))
+    if now_ms is not None:
+        commands += [("HGET", keys.group(g), "until") for g in groups]
 
     def decode(replies: Sequence[Any]) -> list[GroupCount]:
-        running = list(replies[-1]) if groups else []
-        return [GroupCount(g, int(replies[i]), int(running[i] or 0)) for i, g in enumerate(groups)]
+        running = list(replies[n]) if groups else []
+        out = []
+        for i, g in enumerate(groups):
+            until = 0
+            if now_ms is not None:
+                try:
+                    until = int(float(text(replies[n + 1 + i] or "0")))
+                except ValueError:
+                    until = 0
+                if until <= now_ms:
+                    until = 0
+            out.append(GroupCount(g, int(replies[i]), int(running[i] or 0), until))
+        return out
 
     return Call(tuple(commands), decode)
 

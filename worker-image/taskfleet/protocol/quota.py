@@ -179,14 +179,18 @@ def _limit(name: str, value: BudgetLimit) -> str:
 
 
 class QuotaOps:
-    """The ``quota`` script's calls, and the read of the hash, for one queue."""
+    """The ``quota`` script's calls, and the read of the hash, for one queue, or for one
+    group of it (``group``: its own pause and budget, kept in the group's hash)."""
 
-    def __init__(self, keys: QueueKeys) -> None:
+    def __init__(self, keys: QueueKeys, group: str = "") -> None:
         self._k = keys
+        self._group = group
 
     def read(self) -> Call[dict[str, str]]:
-        """The raw quota hash (``quota_state`` reads it with the config and the clock)."""
-        return one(("HGETALL", self._k.quota), hash_of)
+        """The raw quota hash (``quota_state`` reads it with the config and the clock); a
+        group's hash also holds its settings, which ``quota_state`` ignores."""
+        key = self._k.group(self._group) if self._group else self._k.quota
+        return one(("HGETALL", key), hash_of)
 
     def _op(self, args: Quota) -> Op[tuple[int, int]]:
         def decode(raw: Any) -> tuple[int, int]:
@@ -196,8 +200,11 @@ class QuotaOps:
 
         return Op("quota", self._k.script_keys, args, decode)
 
-    def pause(self, pause_ms: int | None, reason: str = "") -> Op[tuple[int, int]]:
-        """Nobody claims for ``pause_ms`` (None: the adaptive pause). Reply (until, streak)."""
+    def pause(
+        self, pause_ms: int | None, reason: str = "", *, task_id: str = ""
+    ) -> Op[tuple[int, int]]:
+        """Nobody claims for ``pause_ms`` (None: the adaptive pause). Reply (until, streak).
+        ``task_id`` (for a queue's ops): pause that task's group, or the queue if it has none."""
         if pause_ms is not None and (
             isinstance(pause_ms, bool)
             or not isinstance(pause_ms, int)
@@ -210,11 +217,22 @@ class QuotaOps:
             reason=text(reason)[:200],
             day_limit="",
             month_limit="",
+            group=self._group,
+            task_id=task_id,
         )
         return self._op(args)
 
     def resume(self) -> Op[tuple[int, int]]:
-        return self._op(Quota(op="resume", pause_ms="", reason="", day_limit="", month_limit=""))
+        args = Quota(
+            op="resume",
+            pause_ms="",
+            reason="",
+            day_limit="",
+            month_limit="",
+            group=self._group,
+            task_id="",
+        )
+        return self._op(args)
 
     def budget(self, *, day: BudgetLimit = None, month: BudgetLimit = None) -> Op[tuple[int, int]]:
         args = Quota(
@@ -223,5 +241,7 @@ class QuotaOps:
             reason="",
             day_limit=_limit("day", day),
             month_limit=_limit("month", month),
+            group=self._group,
+            task_id="",
         )
         return self._op(args)

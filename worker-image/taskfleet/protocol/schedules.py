@@ -25,6 +25,7 @@ from typing import Any
 
 from taskfleet.protocol.cron import parse_cron
 from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.groups import group_problem
 from taskfleet.protocol.slots import latest_slots, next_slot, slots_between, zone
 
 __all__ = [
@@ -97,9 +98,12 @@ class ScheduleDef:
     catchup: str = "latest"
     catchup_limit: int = 100
     jitter_ms: int = 0
+    group: str | None = None  # each task's group (fair claiming between groups)
 
     def __post_init__(self) -> None:
         validate_schedule_name(self.name)
+        if self.group is not None and (problem := group_problem(self.group)):
+            raise InvalidArgument(problem)
         parse_cron(self.cron)  # InvalidArgument with what is wrong
         zone(self.tz)
         if self.catchup not in CATCHUP_POLICIES:
@@ -129,6 +133,7 @@ class ScheduleDef:
             ("catchup", self.catchup),
             ("catchup_limit", str(self.catchup_limit)),
             ("jitter_ms", str(self.jitter_ms)),
+            ("group", self.group or ""),
         ]
 
 
@@ -166,6 +171,7 @@ class Schedule:
     fired: int  # tasks enqueued
     skipped: int  # missed slots the catch-up policy did not fire (at most 1000 counted each time)
     error: str  # why the last slot fired nothing ('' = it fired)
+    group: str | None = None  # each task's group
 
     @property
     def next_due_ms(self) -> int | None:
@@ -202,6 +208,7 @@ class Schedule:
             fired=_int(h.get("fired", ""), 0) or 0,
             skipped=_int(h.get("skipped", ""), 0) or 0,
             error=h.get("error", ""),
+            group=h.get("group") or None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -211,6 +218,7 @@ class Schedule:
             "tz": self.tz,
             "payload": self.payload,
             "priority": self.priority,
+            "group": self.group,
             "max_attempts": self.max_attempts,
             "cost": self.cost,
             "timeout_s": self.timeout_s,

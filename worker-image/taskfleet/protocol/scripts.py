@@ -479,10 +479,12 @@ class Ops:
         reason: str,
         retry_after_ms: int | None = None,
         throttle: bool = False,
+        throttle_group: bool = False,
     ) -> Op[str]:
         """``retry_after_ms``: the handler asked for a retry after that long (RetryAfter).
         ``throttle``: it met a provider's rate limit (RateLimited): the queue pauses claiming
-        (``retry_after_ms``: the provider's retry-after; None: the adaptive pause)."""
+        (``retry_after_ms``: the provider's retry-after; None: the adaptive pause);
+        ``throttle_group``: only the task's group pauses (the queue if it has none)."""
         after: int | Literal[""] = ""
         deferrals: int | Literal[""] = ""
         if retry_after_ms is not None:
@@ -505,7 +507,7 @@ class Ops:
             reason=reason,
             retry_after_ms=after,
             max_deferrals=deferrals,
-            throttle=1 if throttle else "",
+            throttle=(2 if throttle_group else 1) if throttle else "",
         )
         return Op("fail", self._k, args, text)
 

@@ -194,7 +194,8 @@ class Fail(NamedTuple):
         OptInt,
         "1: a provider's rate limit was met (RateLimited): the queue pauses claiming, "
         "retry_after_ms being the provider's retry-after ('' = the adaptive pause), and the "
-        "task waits the pause out as a deferral",
+        "task waits the pause out as a deferral; 2: the same for the task's group alone "
+        "(the queue when it has none)",
     ]
 
 
@@ -207,6 +208,10 @@ class Quota(NamedTuple):
     ]
     month_limit: Annotated[
         OptStr, "budget: cost units per UTC month; '' unchanged, 'default' the config's"
+    ]
+    group: Annotated[OptStr, "the group whose own pause or budget this is ('' = the queue's)"]
+    task_id: Annotated[
+        OptStr, "pause without a group: pause that task's group ('' or no group = the queue)"
     ]
 
 

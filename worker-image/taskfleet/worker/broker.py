@@ -28,6 +28,7 @@ from taskfleet.protocol.errors import IdentityTaken, NameInUse, StaleToken, auth
 from taskfleet.protocol.faults import Fault, classify
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.lists import QueueLists
+from taskfleet.protocol.quota import QuotaOps
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.replies import Extended, RawClaim
 from taskfleet.protocol.schedule_ops import DueBatch, Fired, ScheduleOps
@@ -392,6 +393,7 @@ class Broker:
         reason: str = "",
         retry_after_ms: int | None = None,
         throttle: bool = False,
+        throttle_group: bool = False,
     ) -> TaskState | None:
         """Record a failed attempt; returns the new state, ``delayed`` (retried after
         backoff, or after ``retry_after_ms`` as the handler asked), ``dead``, or
@@ -407,6 +409,7 @@ class Broker:
                 reason=reason,
                 retry_after_ms=retry_after_ms,
                 throttle=throttle,
+                throttle_group=throttle_group,
             )
         )
         return None if state == "stale" else TaskState(state)
@@ -417,6 +420,13 @@ class Broker:
         if not reports:
             return []
         return await self._run(self.control_ops.report(reports))
+
+    async def pause_quota(self, pause_ms: int | None, reason: str, task_id: str = "") -> int:
+        """A handler reported its provider's quota spent (``report_quota``): every worker
+        stops claiming the queue's tasks (with ``task_id``: that task's group's, if it has
+        one) for ``pause_ms`` (None: the adaptive pause). Returns the pause's end (ms)."""
+        until, _ = await self._run(QuotaOps(self.keys).pause(pause_ms, reason, task_id=task_id))
+        return until
 
     async def release(self, items: Iterable[tuple[str, str]]) -> int:
         """Give back unfinished tasks while draining (not an attempt, not lost)."""

@@ -8,6 +8,9 @@ the queue while it runs:
   ``REPORT_INTERVAL_S`` (``reporting.py``), so a chatty handler costs Redis nothing more;
 - ``report_cost(n)``: the task's real cost (an LLM call's tokens), settled against the
   queue's cost rate limit by the same write;
+- ``report_quota(remaining=..., reset_after=...)``: the provider's quota as its reply
+  headers tell it; at ``QUOTA_LOW`` or below the fleet pauses the queue (or the task's
+  group) until the reset, the task itself going on;
 - ``cancelled()``: True once a producer cancelled the task (``Queue.cancel``) and the
   worker learnt it from its heartbeat; an async handler's coroutine is cancelled too. A
   sync handler polls it in its loop: it reads a flag the worker keeps current (no Redis
@@ -26,15 +29,18 @@ from __future__ import annotations
 import contextvars
 import json
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from taskfleet.protocol import bounds
 from taskfleet.protocol.errors import PermanentFailure, RateLimited, RetryAfter
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
+    "QUOTA_LOW",
     "CancelCheck",
     "TaskContext",
     "TaskControl",
@@ -50,6 +56,13 @@ __all__ = [
 
 #: A progress message longer than this is cut: progress is for a line in a UI.
 MAX_MESSAGE_CHARS = 500
+#: ``report_quota``: a remaining quota at or below this pauses claims until the reset (0:
+#: the request that spent the last unit may run; the next one would meet a 429).
+QUOTA_LOW = 0
+
+#: Where a run's quota reports go: (task id, token, pause ms or None for the adaptive
+#: pause, whether only the task's group pauses, the reason shown with the pause).
+QuotaSink = Callable[[str, str, int | None, bool, str], None]
 
 
 class TaskControl:
@@ -59,11 +72,17 @@ class TaskControl:
     safe); ``cancelled`` is set on the loop, read from any thread.
     """
 
-    __slots__ = ("cancelled", "send", "token")
+    __slots__ = ("cancelled", "quota", "send", "token")
 
-    def __init__(self, token: str, send: Callable[[str, str, str | None, int | None], None]):
+    def __init__(
+        self,
+        token: str,
+        send: Callable[[str, str, str | None, int | None], None],
+        quota: QuotaSink | None = None,
+    ):
         self.token = token
         self.send = send
+        self.quota = quota  # None: a child process (--isolation process) has no such line
         self.cancelled = False
 
 
@@ -165,6 +184,70 @@ class TaskContext:
         if self.control is not None:
             self.control.send(self.task_id, self.control.token, None, cost)
 
+    def report_quota(
+        self,
+        remaining: float,
+        *,
+        reset_after: float | timedelta | None = None,
+        reset_at: float | datetime | None = None,
+        scope: Literal["queue", "group"] = "queue",
+    ) -> None:
+        """The provider's remaining quota (requests or tokens, as its reply headers say)
+        and when it resets: ``reset_after`` seconds from now, or ``reset_at`` (an aware
+        datetime, or epoch seconds). At ``QUOTA_LOW`` (0) or below, every worker of the
+        queue stops claiming until the reset (``scope="group"``: only this task's group),
+        as ``RateLimited`` would, but the task itself goes on: its call succeeded. Without
+        a reset time the pause is the adaptive one. Above the threshold nothing is sent."""
+        if isinstance(remaining, bool) or not isinstance(remaining, int | float):
+            raise TypeError(f"report_quota needs remaining as a number, not {remaining!r}")
+        if not math.isfinite(remaining):
+            raise ValueError(f"remaining must be finite, not {remaining!r}")
+        if scope not in ("queue", "group"):
+            raise ValueError(f"scope must be 'queue' or 'group', not {scope!r}")
+        pause_ms = quota_pause_ms(reset_after, reset_at, time.time())
+        if remaining > QUOTA_LOW:
+            return
+        control = self.control
+        if control is None or control.quota is None:
+            raise RuntimeError(
+                "report_quota is not available here (outside a worker's task, or under "
+                "--isolation process): raise RateLimited instead"
+            )
+        reason = f"provider quota spent (remaining {remaining:g})"
+        control.quota(self.task_id, control.token, pause_ms, scope == "group", reason)
+
+
+def quota_pause_ms(
+    reset_after: float | timedelta | None, reset_at: float | datetime | None, now_s: float
+) -> int | None:
+    """How long a reported quota's pause lasts: until its reset (None: not given)."""
+    if reset_after is not None and reset_at is not None:
+        raise ValueError("give reset_after or reset_at, not both")
+    seconds: Any
+    if reset_at is not None:
+        if isinstance(reset_at, datetime):
+            if reset_at.tzinfo is None:
+                raise ValueError("reset_at must be an aware datetime (with a timezone)")
+            at = reset_at.timestamp()
+        elif isinstance(reset_at, bool) or not isinstance(reset_at, int | float):
+            raise TypeError(f"reset_at must be a datetime or epoch seconds, not {reset_at!r}")
+        else:
+            at = float(reset_at)
+        if not math.isfinite(at):
+            raise ValueError(f"reset_at must be finite, not {reset_at!r}")
+        seconds = max(0.0, at - now_s)
+    elif reset_after is not None:
+        seconds = reset_after
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError(f"reset_after must be seconds, not {reset_after!r}")
+    else:
+        return None
+    if not 0 <= seconds <= bounds.MAX_DELAY_S:  # also refuses nan
+        raise ValueError(f"the reset must be within 0..{bounds.MAX_DELAY_S} s, not {seconds}")
+    return int(seconds * 1000)
+
 
 def progress_json(
     fraction: float | None, message: str | None, *, done: int | None, total: int | None
@@ -252,6 +335,7 @@ class Verdict:
     permanent: bool = False
     retry_after_ms: int | None = None
     throttle: bool = False  # RateLimited: the whole queue pauses claiming
+    group_scope: bool = False  # RateLimited(scope="group"): only the task's group pauses
 
 
 def verdict_of(exc: BaseException) -> Verdict | None:
@@ -264,13 +348,14 @@ def verdict_of(exc: BaseException) -> Verdict | None:
         if issubclass(kind, PermanentFailure):
             return Verdict(permanent=True)
         if issubclass(kind, RateLimited):
+            group = getattr(exc, "scope", "queue") == "group"
             after = getattr(exc, "retry_after", None)
             if isinstance(after, bool) or not isinstance(after, int | float):
-                return Verdict(throttle=True)
+                return Verdict(throttle=True, group_scope=group)
             seconds = float(after)
             if not (math.isfinite(seconds) and 0 <= seconds <= bounds.MAX_DELAY_S):
-                return Verdict(throttle=True)
-            return Verdict(retry_after_ms=int(seconds * 1000), throttle=True)
+                return Verdict(throttle=True, group_scope=group)
+            return Verdict(retry_after_ms=int(seconds * 1000), throttle=True, group_scope=group)
         if not issubclass(kind, RetryAfter):
             return None
         delay = getattr(exc, "delay", None)

@@ -135,6 +135,7 @@ class Worker:
             lifecycle,
             changed=self._held_changed,
             report=self.reports.add,
+            report_quota=self.reports.add_quota,
         )
         self.summary = Summary(self.execution)  # the periodic tasks_summary line
         self.handback = HandBack(self.execution, self.slots, lifecycle)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from taskfleet.worker.claimed import ClaimedTask
-from taskfleet.worker.context import TaskControl, context_for, task_context
+from taskfleet.worker.context import QuotaSink, TaskControl, context_for, task_context
 from taskfleet.worker.events import log, log_event
 from taskfleet.worker.gate import wait_any
 from taskfleet.worker.handlers import encode_result, failure_of, format_error
@@ -41,7 +41,7 @@ from taskfleet.worker.runs import (
 )
 from taskfleet.worker.settings import WorkerSettings
 from taskfleet.worker.slots import Slots
-from taskfleet.worker.threads import Delivered, HandlerThreads
+from taskfleet.worker.threads import HOLD_MAX_S, Delivered, HandlerThreads
 from taskfleet.worker.timings import Timings
 
 RUNNING, FINISHED, OVERRUN = RunState.RUNNING, RunState.FINISHED, RunState.OVERRUN
@@ -65,6 +65,7 @@ class Execution:
         *,
         changed: Callable[[], None],
         report: Callable[[str, str, str | None, int | None], None] | None = None,
+        report_quota: QuotaSink | None = None,
     ) -> None:
         self.held: dict[str, Run] = {}
         self.stuck = 0  # calls given up on but still running: they keep their slots
@@ -83,6 +84,7 @@ class Execution:
         self._slot_freed = lifecycle.slot_freed
         self._changed = changed
         self._report = report or _unreported  # where handlers' progress and costs go
+        self._quota_report = report_quota  # where report_quota's pauses go
         self._isolated = settings.isolated
         self._children = (
             [ChildSlot(i, settings, self._report) for i in range(settings.concurrency)]
@@ -95,6 +97,13 @@ class Execution:
             [child.call for child in self._children] if self._isolated else None,
         )
         self._delivery = asyncio.Event()  # set when threads hand calls back
+        # The async side of the threads' hold (HandlerThreads._go): cleared when an async
+        # call meets a provider's rate limit; a run that starts meanwhile waits before its
+        # call (in _holding, where withdraw finds it) until resume_threads, at most
+        # HOLD_MAX_S, so a task claimed in between never calls the exhausted provider.
+        self._go = asyncio.Event()
+        self._go.set()
+        self._holding: set[Run] = set()
 
     # ------------------------------------------------------------------ starting
 
@@ -104,7 +113,7 @@ class Execution:
             raise LookupError(f"no handler for task name {task.name!r}")
         run = Run(task=task, claimed_at=time.monotonic(), func=handler.func)
         settings = self._settings
-        run.control = control = TaskControl(task.token, self._report)
+        run.control = control = TaskControl(task.token, self._report, self._quota_report)
         run.context = context_for(
             task_context(
                 queue=settings.queue,
@@ -174,6 +183,8 @@ class Execution:
         outcome = Outcome(run=run)
         try:
             assert run.func is not None
+            if not self._go.is_set():
+                await self._hold(run)
             value = await run.func(task.payload)
             outcome.result = encode_result(value)
         except asyncio.CancelledError as exc:
@@ -186,6 +197,8 @@ class Execution:
                 outcome.error = error + " (raised by the handler itself)"
         except BaseException as exc:  # the handler's failure is the attempt's failure
             outcome.error, outcome.verdict = failure_of(exc)
+            if outcome.verdict is not None and outcome.verdict.throttle:
+                self._go.clear()  # before the outcome is queued: resume_threads comes after
         finally:
             if self.timings.enabled:  # an async run starts at its claim
                 run.ran_s = time.monotonic() - run.claimed_at
@@ -198,6 +211,16 @@ class Execution:
         elif was is LOST or was is ABANDONED:  # what it returned is dropped
             log_event(logging.INFO, "task_result_dropped", task=task.id, reason="lease lost")
         # OVERRUN: failed when its time ran out; what it returned since is dropped
+
+    async def _hold(self, run: Run) -> None:
+        """Wait (at most HOLD_MAX_S) while a rate limit's pause is being written; a run
+        withdrawn meanwhile is cancelled here, before its call."""
+        self._holding.add(run)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._go.wait(), HOLD_MAX_S)
+        finally:
+            self._holding.discard(run)
 
     def _async_timed_out(self, run: Run, limit: float) -> None:
         """An async handler ran past its timeout: fail the attempt now and cancel it.
@@ -270,12 +293,22 @@ class Execution:
 
     def resume_threads(self) -> None:
         """After a rate limit's pause was written and the prefetched runs given back:
-        handler threads begin queued runs again (see ``HandlerThreads.resume``)."""
+        handler threads begin queued runs again (see ``HandlerThreads.resume``), and async
+        runs held before their call go on."""
         self._threads.resume()
+        self._go.set()
 
     def withdraw(self, runs: Iterable[Run]) -> list[Run]:
-        """Of ``runs``, the prefetched ones no thread has begun: abandoned now."""
-        return self._threads.withdraw(runs, ABANDONED)
+        """Of ``runs``, the prefetched ones no thread has begun, and the async ones held
+        before their call (a rate limit's hold): abandoned now."""
+        runs = list(runs)
+        withdrawn = self._threads.withdraw(runs, ABANDONED)
+        for run in runs:
+            if run in self._holding and run.state is RUNNING and run.job is not None:
+                run.to(ABANDONED)
+                run.job.cancel()  # at the hold: _execute returns without an outcome
+                withdrawn.append(run)
+        return withdrawn
 
     def abandon_unfinished(self) -> list[Run]:
         """The drain's deadline passed, or the worker stops at once: each held run with

@@ -7,6 +7,10 @@ the loop alike (``Reports.add`` is thread safe); the loop that writes them is of
 claim and completion path. A report is fenced by its run's claim token: one from a run
 whose task was taken back is refused by the script, never applied.
 
+Quota reports (``report_quota`` at or below its threshold) go the same way, each one a
+``quota`` pause call of its own in the same write (they are rare: one per provider
+reset, not one per task).
+
 What a crash loses: reports not yet written (at most one interval's worth). A cost
 reported just before the run's outcome is still settled when it lands after it (the
 script accepts a cost under the run's token in any state).
@@ -38,6 +42,8 @@ class Reports:
         self.ready = asyncio.Event()
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], Report] = {}
+        # quota pauses reported: (task id, pause ms or None, group only, reason)
+        self._quota: list[tuple[str, int | None, bool, str]] = []
         self._loop: asyncio.AbstractEventLoop | None = None  # bound by report_loop
         self._loop_thread = 0
         self._armed = False
@@ -62,6 +68,33 @@ class Reports:
             if self._armed:
                 return
             self._armed = True
+        self._arm()
+
+    def add_quota(
+        self, task_id: str, token: str, pause_ms: int | None, group: bool, reason: str
+    ) -> None:
+        """Queue a claim pause a handler's ``report_quota`` asked for (from any thread)."""
+        with self._lock:
+            self._quota.append((task_id, pause_ms, group, reason))
+            if self._armed:
+                return
+            self._armed = True
+        self._arm()
+
+    def take_quota(self) -> list[tuple[str, int | None, bool, str]]:
+        with self._lock:
+            pauses, self._quota = self._quota, []
+        return pauses
+
+    def put_back_quota(self, pauses: list[tuple[str, int | None, bool, str]]) -> None:
+        with self._lock:
+            self._quota[:0] = pauses
+            if self._armed:
+                return
+            self._armed = True
+        self._arm()
+
+    def _arm(self) -> None:
         if self._loop is None or threading.get_ident() == self._loop_thread:
             self.ready.set()
         else:
@@ -89,6 +122,15 @@ async def write_reports(broker: Broker, reports: Reports) -> None:
     """Write what is pending now, in one call; on an outage the reports are kept (unless
     newer ones came) and the error goes on to the caller."""
     batch = reports.take()
+    pauses = reports.take_quota()  # after take(): one added meanwhile re-arms the loop
+    for i, (task_id, pause_ms, group, reason) in enumerate(pauses):
+        try:
+            await broker.pause_quota(pause_ms, reason, task_id if group else "")
+        except REDIS_DOWN:
+            reports.put_back_quota(pauses[i:])
+            reports.put_back(batch)
+            raise
+        log_event(logging.WARNING, "quota_reported_spent", task=task_id, pause_ms=pause_ms)
     if not batch:
         return
     try:

@@ -73,6 +73,7 @@ class OutcomeWriter:
                         reason="permanent" if verdict is not None and verdict.permanent else "",
                         retry_after_ms=None if verdict is None else verdict.retry_after_ms,
                         throttle=verdict is not None and verdict.throttle,
+                        throttle_group=verdict is not None and verdict.group_scope,
                     )
                     batch.pop(0)
                     ok = state is not None  # None: stale token, the task was taken back

@@ -297,6 +297,7 @@ export class Broker {
     reason = "",
     retryAfterMs: number | null = null,
     throttle = false,
+    throttleGroup = false,
   ): Promise<string | null> {
     const state = String(
       await this.call("fail", {
@@ -308,11 +309,22 @@ export class Broker {
         reason,
         retry_after_ms: retryAfterMs ?? undefined,
         max_deferrals: retryAfterMs === null && !throttle ? undefined : MAX_DEFERRALS,
-        throttle: throttle ? 1 : undefined,
+        throttle: throttle ? (throttleGroup ? 2 : 1) : undefined,
       }),
     );
     if (!["delayed", "dead", "cancelled", "stale"].includes(state)) throw new ProtocolError(`fail: unexpected reply ${state}`);
     return state === "stale" ? null : state;
+  }
+
+  /**
+   * A handler reported its provider's quota spent (`reportQuota`): every worker stops
+   * claiming the queue's tasks (with `taskId`: that task's group's, if it has one) for
+   * `pauseMs` (null: the adaptive pause). Returns the pause's end (ms).
+   */
+  async pauseQuota(pauseMs: number | null, reason: string, taskId = ""): Promise<number> {
+    const reply = await this.call("quota", { op: "pause", pause_ms: pauseMs ?? undefined, reason, task_id: taskId || undefined });
+    if (!Array.isArray(reply) || reply.length !== 2) throw new ProtocolError(`quota: unexpected reply ${String(reply)}`);
+    return Number(reply[0]);
   }
 
   /** Write handlers' reports; per report, false when refused. */

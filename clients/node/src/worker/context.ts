@@ -19,7 +19,7 @@
 
 import { AsyncLocalStorage } from "node:async_hooks";
 
-import { MAX_COST, MIN_COST } from "../bounds.js";
+import { MAX_COST, MAX_DELAY_S, MIN_COST } from "../bounds.js";
 import { type EnqueueItem, type TaskRecord, batchRecords } from "../encoding.js";
 
 /** A progress message longer than this is cut. */
@@ -32,6 +32,26 @@ export type ReportSink = (taskId: string, token: string, progress: string | null
 export interface FlowLine {
   addChildren(parent: string, token: string, batch: readonly TaskRecord[]): Promise<void>;
   dependencyResults(taskId: string): Promise<Record<string, unknown>>;
+}
+
+/**
+ * `reportQuota`: a remaining quota at or below this pauses claims until the reset (0: the
+ * request that spent the last unit may run; the next one would meet a 429).
+ */
+export const QUOTA_LOW = 0;
+
+/** Where a run's quota reports go: `(taskId, token, pause ms | null = adaptive, group only, reason)`. */
+export type QuotaSink = (taskId: string, token: string, pauseMs: number | null, group: boolean, reason: string) => void;
+
+/** What `reportQuota` takes: the provider's remaining quota and when it resets. */
+export interface QuotaReport {
+  readonly remaining: number;
+  /** Seconds from now. */
+  readonly resetAfter?: number;
+  /** A Date, or epoch seconds. */
+  readonly resetAt?: Date | number;
+  /** "group": only this task's group pauses (the queue if it has none). */
+  readonly scope?: "queue" | "group";
 }
 
 /** A progress report: a fraction in [0, 1], or `done` of `total`, and/or a message. */
@@ -66,6 +86,7 @@ export class TaskContext {
   private readonly token: string;
   private readonly sink: ReportSink;
   private readonly flows: FlowLine | null;
+  private readonly quotaSink: QuotaSink | null;
   private wasCancelled = false;
 
   /** @internal */
@@ -80,6 +101,7 @@ export class TaskContext {
     token: string;
     sink: ReportSink;
     flows?: FlowLine | null;
+    quotaSink?: QuotaSink;
   }) {
     this.queue = fields.queue;
     this.id = fields.id;
@@ -91,6 +113,7 @@ export class TaskContext {
     this.token = fields.token;
     this.sink = fields.sink;
     this.flows = fields.flows ?? null;
+    this.quotaSink = fields.quotaSink ?? null;
   }
 
   /** Aborted when the run should stop (see the module's doc). */
@@ -153,6 +176,24 @@ export class TaskContext {
     return this.flows.dependencyResults(this.id);
   }
 
+  /**
+   * The provider's remaining quota (as its reply headers say) and when it resets
+   * (`resetAfter` seconds, or `resetAt`). At `QUOTA_LOW` (0) or below, every worker of the
+   * queue stops claiming until the reset (`scope: "group"`: only this task's group), as
+   * `RateLimited` would, but the task goes on: its call succeeded. Without a reset time
+   * the pause is the adaptive one. Above the threshold nothing is sent.
+   */
+  reportQuota(quota: QuotaReport): void {
+    const { remaining, resetAfter, resetAt } = quota;
+    const scope: string = quota.scope ?? "queue"; // a JavaScript caller may pass anything
+    if (typeof remaining !== "number" || !Number.isFinite(remaining)) throw new TypeError(`reportQuota needs remaining as a finite number, not ${String(remaining)}`);
+    if (scope !== "queue" && scope !== "group") throw new RangeError(`scope must be "queue" or "group", not ${scope}`);
+    const pauseMs = quotaPauseMs(resetAfter, resetAt, Date.now() / 1000);
+    if (remaining > QUOTA_LOW) return;
+    if (this.quotaSink === null) throw new Error("reportQuota is not available outside a worker's task: throw RateLimited instead");
+    this.quotaSink(this.id, this.token, pauseMs, scope === "group", `provider quota spent (remaining ${remaining})`);
+  }
+
   /** @internal The worker stops the run: abort its signal with a reason named `reason`. */
   stop(reason: StopReason, message: string): void {
     if (reason === "CancelledError") this.wasCancelled = true;
@@ -192,6 +233,24 @@ export function progressJson(progress: Progress): string {
   if (progress.message !== undefined) data.message = progress.message.slice(0, MAX_MESSAGE_CHARS);
   if (Object.keys(data).length === 0) throw new RangeError("progress needs a fraction, done and total, or a message");
   return JSON.stringify(data);
+}
+
+/** How long a reported quota's pause lasts: until its reset (null: not given). */
+export function quotaPauseMs(resetAfter: number | undefined, resetAt: Date | number | undefined, nowS: number): number | null {
+  if (resetAfter !== undefined && resetAt !== undefined) throw new RangeError("give resetAfter or resetAt, not both");
+  let seconds: number;
+  if (resetAt !== undefined) {
+    const at = resetAt instanceof Date ? resetAt.getTime() / 1000 : resetAt;
+    if (typeof at !== "number" || !Number.isFinite(at)) throw new TypeError(`resetAt must be a Date or epoch seconds, not ${String(resetAt)}`);
+    seconds = Math.max(0, at - nowS);
+  } else if (resetAfter !== undefined) {
+    if (typeof resetAfter !== "number") throw new TypeError(`resetAfter must be seconds, not ${typeof resetAfter}`);
+    seconds = resetAfter;
+  } else {
+    return null;
+  }
+  if (!(seconds >= 0 && seconds <= MAX_DELAY_S)) throw new RangeError(`the reset must be within 0..${MAX_DELAY_S} s, not ${seconds}`);
+  return Math.trunc(seconds * 1000);
 }
 
 const current = new AsyncLocalStorage<TaskContext>();

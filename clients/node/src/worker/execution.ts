@@ -15,7 +15,7 @@
 
 import { formatG } from "../pyformat.js";
 import type { ClaimedTask } from "./claimed.js";
-import { type FlowLine, type ReportSink, TaskContext, runWithTask } from "./context.js";
+import { type FlowLine, type QuotaSink, type ReportSink, TaskContext, runWithTask } from "./context.js";
 import { type Verdict, encodeResult, failureOf, formatError } from "./failures.js";
 import { Flag } from "./flag.js";
 import type { HandlerSet } from "./handlers.js";
@@ -23,6 +23,9 @@ import { enabled, logEvent } from "./log.js";
 
 /** The error of a run the worker cancelled (the task ends cancelled; the text is not kept). */
 export const CANCELLED_ERROR = "CancelledError: the task was cancelled";
+
+/** Longest a run waits before its call after another met a provider's rate limit. */
+export const HOLD_MAX_MS = 5000;
 
 export function timeoutError(limitS: number): string {
   return `TimeoutError: task exceeded its timeout of ${formatG(limitS)}s`;
@@ -108,6 +111,8 @@ export interface ExecutionOptions {
   readonly report: ReportSink;
   /** Children and dependency results of a run (docs/flows.md). */
   readonly flows?: FlowLine;
+  /** Where `reportQuota`'s pauses go. */
+  readonly reportQuota?: QuotaSink;
 }
 
 /** `held`: every task from its claim until its outcome is written (or given back). */
@@ -119,6 +124,14 @@ export class Execution {
   readonly idle = new Flag();
   readonly counters = new Counters();
   timings: Timings = NO_TIMINGS;
+  /**
+   * Set when a run meets a provider's rate limit (RateLimited): a run that starts
+   * meanwhile waits before its call (in `holding`, where `withdrawHeld` finds it) until
+   * `resumeHold`, after the pause is written and the held runs given back, or HOLD_MAX_MS:
+   * a task claimed in between never calls the exhausted provider.
+   */
+  private hold: { open: Promise<void>; release: () => void } | null = null;
+  private readonly holding = new Set<Run>();
 
   constructor(private readonly options: ExecutionOptions) {
     this.idle.set();
@@ -160,6 +173,7 @@ export class Execution {
       token: task.token,
       sink: o.report,
       flows: o.flows ?? null,
+      quotaSink: o.reportQuota,
     });
     const run = new Run(task, performance.now(), context);
     this.held.set(task.id, run);
@@ -179,6 +193,17 @@ export class Execution {
   private async execute(run: Run, fn: (payload: Record<string, unknown>, task: TaskContext) => unknown): Promise<void> {
     const context = run.context as TaskContext;
     const outcome: Outcome = { run, result: null, error: null, verdict: null };
+    if (this.hold !== null) {
+      await this.waitHold(run, this.hold.open);
+      if (run.abandoned || run.timedOut) {
+        // given back, or failed by its timeout, while held: its call never begins
+        run.settled = true;
+        if (run.timer !== null) clearTimeout(run.timer);
+        run.timer = null;
+        this.unstick(run);
+        return;
+      }
+    }
     try {
       const value: unknown = await runWithTask(context, () => fn(run.task.payload, context));
       outcome.result = encodeResult(value);
@@ -187,6 +212,7 @@ export class Execution {
         outcome.error = CANCELLED_ERROR;
       } else {
         [outcome.error, outcome.verdict] = failureOf(error);
+        if (outcome.verdict?.throttle === true) this.beginHold();
       }
     } finally {
       run.settled = true;
@@ -201,6 +227,42 @@ export class Execution {
       return;
     }
     this.queue(outcome);
+  }
+
+  private async waitHold(run: Run, open: Promise<void>): Promise<void> {
+    this.holding.add(run);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([open, new Promise<void>((resolve) => (timer = setTimeout(resolve, HOLD_MAX_MS)))]);
+    } finally {
+      clearTimeout(timer);
+      this.holding.delete(run);
+    }
+  }
+
+  private beginHold(): void {
+    if (this.hold !== null) return;
+    let release = (): void => undefined;
+    const open = new Promise<void>((resolve) => (release = resolve));
+    this.hold = { open, release };
+  }
+
+  /** The rate limit's pause is written and the held runs given back: runs call again. */
+  resumeHold(): void {
+    const hold = this.hold;
+    this.hold = null;
+    hold?.release();
+  }
+
+  /** The runs held before their call (a rate limit's hold): abandoned now, to give back. */
+  withdrawHeld(): Run[] {
+    const out: Run[] = [];
+    for (const run of this.holding) {
+      if (run.finished || run.abandoned) continue;
+      run.abandoned = true;
+      out.push(run);
+    }
+    return out;
   }
 
   private timedOut(run: Run, limitS: number): void {

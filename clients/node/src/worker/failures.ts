@@ -49,12 +49,19 @@ export class RetryAfter extends TaskfleetError {
  * Retry-After in seconds; null when it gave none: the fleet then pauses the queue's
  * `throttle_base_s`, doubled for each rate limit met in a row (up to `throttle_max_s`)
  * and shortened again by successes. The task waits the pause out, its attempt given back.
+ * `scope: "group"`: only the task's group pauses (a quota that is the group's own, such
+ * as a tenant's API key); a task without a group pauses the queue. The default stays
+ * "queue": a provider's quota usually belongs to the key the whole queue calls with.
  */
 export class RateLimited extends TaskfleetError {
   /** The provider's Retry-After in seconds, or null. */
   readonly retryAfter: number | null;
+  /** What pauses: the whole queue, or the task's group alone. */
+  readonly scope: "queue" | "group";
 
-  constructor(retryAfter: number | null = null, message = "") {
+  constructor(retryAfter: number | null = null, message = "", options: { scope?: "queue" | "group" } = {}) {
+    const scope: string = options.scope ?? "queue"; // a JavaScript caller may pass anything
+    if (scope !== "queue" && scope !== "group") throw new RangeError(`RateLimited scope must be "queue" or "group", not ${scope}`);
     if (retryAfter !== null) {
       if (typeof retryAfter !== "number") throw new TypeError(`RateLimited needs retryAfter in seconds, not ${typeof retryAfter}`);
       if (!(retryAfter >= 0 && retryAfter <= bounds.MAX_DELAY_S)) {
@@ -63,6 +70,7 @@ export class RateLimited extends TaskfleetError {
     }
     super(message || (retryAfter === null ? "rate limited" : `rate limited, retry after ${retryAfter} s`));
     this.retryAfter = retryAfter;
+    this.scope = scope;
   }
 }
 
@@ -72,6 +80,8 @@ export interface Verdict {
   readonly retryAfterMs: number | null;
   /** RateLimited: the queue pauses claiming (retryAfterMs: the provider's, or null). */
   readonly throttle?: boolean;
+  /** RateLimited with scope "group": only the task's group pauses. */
+  readonly groupScope?: boolean;
 }
 
 function oneLine(text: string): string {
@@ -124,7 +134,8 @@ export function verdictOf(error: unknown): Verdict | null {
     if (isA(error, RateLimited)) {
       const after: unknown = (error as { retryAfter?: unknown }).retryAfter;
       const valid = typeof after === "number" && after >= 0 && after <= bounds.MAX_DELAY_S;
-      return { permanent: false, retryAfterMs: valid ? Math.trunc(after * 1000) : null, throttle: true };
+      const verdict = { permanent: false, retryAfterMs: valid ? Math.trunc(after * 1000) : null, throttle: true };
+      return (error as { scope?: unknown }).scope === "group" ? { ...verdict, groupScope: true } : verdict;
     }
     if (!isA(error, RetryAfter)) return null;
     const delay: unknown = (error as { delay?: unknown }).delay;

@@ -82,6 +82,14 @@ export class Outbox implements OutcomeSink {
   }
 }
 
+/** A claim pause a handler's `reportQuota` asked for. */
+export interface QuotaPause {
+  readonly taskId: string;
+  readonly pauseMs: number | null;
+  readonly group: boolean;
+  readonly reason: string;
+}
+
 /** Writes batches of outcomes for one worker. */
 export class OutcomeWriter {
   constructor(
@@ -91,6 +99,8 @@ export class OutcomeWriter {
     private readonly take: (tasks: ClaimResult["tasks"]) => Promise<void>,
     private readonly mayClaim: () => boolean,
     private readonly slotFreed: Flag,
+    /** After a rate limit's fail is written: give back the runs held before their call. */
+    private readonly paused: () => Promise<void> = () => Promise.resolve(),
   ) {}
 
   /** Write `batch`, removing each outcome once written (so a retry never repeats it). */
@@ -111,6 +121,7 @@ export class OutcomeWriter {
           permanent ? "permanent" : "",
           verdict?.retryAfterMs ?? null,
           verdict?.throttle === true,
+          verdict?.groupScope === true,
         );
         batch.shift();
         this.execution.finish(outcome, state !== null, "task_failed", {
@@ -119,6 +130,13 @@ export class OutcomeWriter {
           deferred: state === "delayed" && ((verdict?.retryAfterMs ?? null) !== null || verdict?.throttle === true),
           rateLimited: verdict?.throttle === true,
         });
+        if (verdict?.throttle === true) {
+          try {
+            await this.paused();
+          } finally {
+            this.execution.resumeHold();
+          }
+        }
       }
     } finally {
       if (this.execution.free() > 0) this.slotFreed.set();
@@ -158,6 +176,8 @@ export class OutcomeWriter {
 export class Reports {
   readonly ready = new Flag();
   private pending = new Map<string, Report>();
+  /** Claim pauses `reportQuota` asked for: one `quota` call each, in the same write. */
+  private pauses: QuotaPause[] = [];
 
   get size(): number {
     return this.pending.size;
@@ -169,6 +189,23 @@ export class Reports {
     const old = this.pending.get(key);
     this.pending.set(key, { taskId, token, progress: progress ?? old?.progress ?? null, cost: cost ?? old?.cost ?? null });
     this.ready.set();
+  }
+
+  /** Queue a claim pause a handler's `reportQuota` asked for. */
+  addQuota(pause: QuotaPause): void {
+    this.pauses.push(pause);
+    this.ready.set();
+  }
+
+  takeQuota(): QuotaPause[] {
+    const pauses = this.pauses;
+    this.pauses = [];
+    return pauses;
+  }
+
+  putBackQuota(pauses: readonly QuotaPause[]): void {
+    this.pauses.unshift(...pauses);
+    if (pauses.length > 0) this.ready.set();
   }
 
   take(): Report[] {
@@ -187,6 +224,19 @@ export class Reports {
 /** Write what is pending now, in one call; on an outage the reports are kept and the error goes on. */
 export async function writeReports(broker: Broker, reports: Reports): Promise<void> {
   const batch = reports.take();
+  const pauses = reports.takeQuota();
+  for (const [i, p] of pauses.entries()) {
+    try {
+      await broker.pauseQuota(p.pauseMs, p.reason, p.group ? p.taskId : "");
+    } catch (error) {
+      if (isRedisDown(error)) {
+        reports.putBackQuota(pauses.slice(i));
+        reports.putBack(batch);
+      }
+      throw error;
+    }
+    logEvent("warning", "quota_reported_spent", { task: p.taskId, pause_ms: p.pauseMs ?? "adaptive" });
+  }
   if (batch.length === 0) return;
   let applied: boolean[];
   try {

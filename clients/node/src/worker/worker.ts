@@ -114,6 +114,9 @@ export class Worker {
         addChildren: async (parent, token, batch) => this.registered().addChildren(parent, token, batch),
         dependencyResults: async (taskId) => this.registered().dependencyResults(taskId),
       },
+      reportQuota: (taskId, _token, pauseMs, group, reason) => {
+        this.reports.addQuota({ taskId, pauseMs, group, reason });
+      },
     });
     this.summary = new Summary(this.execution.counters, () => this.execution.held.size);
     this.runtimeFile =
@@ -168,7 +171,19 @@ export class Worker {
   }
 
   private writer(): OutcomeWriter {
-    return new OutcomeWriter(this.registered(), this.execution, this.reports, (tasks) => this.take(tasks), () => this.mayClaim(), this.slotFreed);
+    return new OutcomeWriter(
+      this.registered(),
+      this.execution,
+      this.reports,
+      (tasks) => this.take(tasks),
+      () => this.mayClaim(),
+      this.slotFreed,
+      async () => {
+        const held = this.execution.withdrawHeld();
+        await this.release(held);
+        this.execution.forget(held); // released, or left to their leases: not ours now
+      },
+    );
   }
 
   private mayClaim(): boolean {

@@ -901,16 +901,17 @@ local function take_back_expired(now, limit)
 end
 
 -- includes/quota_state.lua
--- quota_state: a quota hash (the queue's K_QUOTA; one per group where groups exist) read
+-- quota_state: a quota hash (the queue's K_QUOTA, or a group's own hash K_GROUP .. g) read
 -- once per script call and cached: the claim pause (`till`: ms until which nobody claims,
 -- `streak`: rate limits in a row without a retry-after) and the raw budget fields, which
--- quota_budget reads. A queue that uses neither pays this one HMGET per call.
+-- quota_budget reads. A queue that uses neither pays this one HMGET per call. `raw`: the
+-- fields already read, in this order (a group's, with its settings: group_settings).
 local QUOTA = {}
-local function quota_state(key, now)
+local function quota_state(key, now, raw)
   local q = QUOTA[key]
   if q then return q end
-  local v = redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit', 'day',
-    'day_spent', 'month', 'month_spent')
+  local v = raw or redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit',
+    'day', 'day_spent', 'month', 'month_spent')
   q = {key = key, now = now, till = tonumber(v[1]) or 0, streak = tonumber(v[2]) or 0, raw = v}
   QUOTA[key] = q
   return q
@@ -1013,7 +1014,10 @@ end
 -- its tasks leaves running: group_left). Each step is O(log groups); a call walks at most
 -- `bound` empty or held-back groups.
 -- group_fair: the state of one call's fair pick, or nil when no group is in use (then the
--- claim walks K_PENDING as it always did: one EXISTS is all groups cost a queue without).
+-- claim walks K_PENDING as it always did: one EXISTS is all groups cost a queue without),
+-- or when every group with tasks is parked (paused, limited): the claim walks K_PENDING,
+-- and an idle worker waits on its wake list as usual (a new task, a resume or a group's
+-- task leaving running wakes it; its next claim brings back the groups due by then).
 local function group_fair(now, bound)
   if redis.call('EXISTS', K_GROUPS, K_GROUPS_PARKED) == 0 then return nil end
   local due = redis.call('ZRANGEBYSCORE', K_GROUPS_PARKED, '-inf', now, 'LIMIT', 0, bound)
@@ -1046,10 +1050,12 @@ end
 -- group_settings: one group's limits: its own (K_GROUP .. g, set at run time) where set,
 -- else the queue's defaults for every group (config group_*). weight: its share of the
 -- claims (1 when unset); cap: tasks running at once (0: none); tasks, cost: its rate
--- limits per rate_limit_period_s (0: none).
+-- limits per rate_limit_period_s (0: none); quota: the group's claim pause and budget
+-- fields, which live in the same hash (read here in the same call: quota_state's `raw`).
 local function group_settings(g)
   local v = redis.call('HMGET', K_GROUP .. g, 'weight', 'max_concurrency', 'rate_limit_tasks',
-    'rate_limit_cost')
+    'rate_limit_cost', 'until', 'streak', 'day_limit', 'month_limit', 'day', 'day_spent',
+    'month', 'month_spent')
   local function num(x, name, fallback)
     local n = tonumber(x)
     if n == nil or n ~= n or n == math.huge or n == -math.huge then
@@ -1059,7 +1065,8 @@ local function group_settings(g)
     return n
   end
   local s = {weight = num(v[1], nil, 1), cap = num(v[2], 'group_max_concurrency', 0),
-    tasks = num(v[3], 'group_rate_limit_tasks', 0), cost = num(v[4], 'group_rate_limit_cost', 0)}
+    tasks = num(v[3], 'group_rate_limit_tasks', 0), cost = num(v[4], 'group_rate_limit_cost', 0),
+    quota = {v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12]}}
   if s.weight <= 0 then s.weight = 1 end
   return s
 end
@@ -1081,8 +1088,19 @@ local function group_bucket_load(g, s, now, period_ms)
   end
   return bt, bc
 end
+-- includes/group_quota.lua
+-- group_quota: group g's claim pause and spend budget (its own quota fields, read with its
+-- settings `s`): the quota record quota_wait and quota_take use, or nil when neither
+-- applies (no pause holds and no budget, its own or the config's group_budget_*, is set).
+local function group_quota(g, s, now)
+  local q = quota_state(K_GROUP .. g, now, s.quota)
+  q = quota_budget(q.key, now, cfg_num('group_budget_day', 0), cfg_num('group_budget_month', 0))
+  if q.till <= now and not q.budget then return nil end
+  return q
+end
 -- includes/group_state.lua
--- this call's view of group g: settings, running count and buckets, read once
+-- this call's view of group g: settings, running count, buckets, and its pause and
+-- budget (q), read once
 local function group_state(st, g)
   local s = st.groups[g]
   if s then return s end
@@ -1094,19 +1112,21 @@ local function group_state(st, g)
     if s.tasks > 0 or s.cost > 0 then
       s.bt, s.bc = group_bucket_load(g, s, st.now, st.period_ms)
     end
+    s.q = group_quota(g, s, st.now)
   end
   st.groups[g] = s
   return s
 end
 -- includes/group_hold.lua
 -- group_hold: ms group g must wait before its next task (cost: that task's), math.huge at
--- its concurrency cap, or nil when it may run now
+-- its concurrency cap, or nil when it may run now. A group paused (or its budget spent)
+-- waits for the pause's end (the period's end), parked: no claim walks it meanwhile.
 local function group_hold(st, g, cost)
   local s = group_state(st, g)
   if s.running and s.running >= s.cap then return math.huge end
-  local wait = 0
+  local wait = s.q and quota_wait(s.q, cost) or 0
   if s.bt and s.bt < 1 then
-    wait = math.ceil((1 - s.bt) * st.period_ms / s.tasks)
+    wait = math.max(wait, math.ceil((1 - s.bt) * st.period_ms / s.tasks))
   end
   if s.bc then
     local need = math.min(cost, s.cost)
@@ -1136,6 +1156,7 @@ local function group_took(st, g, vt, src, id, cost)
     if s.bt then s.bt = s.bt - 1 end
     if s.bc then s.bc = s.bc - math.min(cost, s.cost) end
     if s.bt or s.bc then s.dirty = true end
+    if s.q then quota_take(s.q, cost) end
   end
   if redis.call('EXISTS', src) == 0 then
     redis.call('ZREM', K_GROUPS, g)
@@ -1151,15 +1172,19 @@ local function group_bucket_store(g, bt, bc, now, period_ms)
   redis.call('PEXPIRE', key, math.ceil(2 * period_ms))
 end
 -- includes/group_done.lua
--- group_done: end of the call: buckets written back; returns ms until the first group
--- parked for a rate limit is due (nil: none)
+-- group_done: end of the call: buckets and budgets' spend written back; returns ms until
+-- the first group parked for a rate limit, a pause or a budget is due, at most 1000
+-- (nil: none)
 local function group_done(st)
   for g, s in pairs(st.groups) do
     if s.dirty then group_bucket_store(g, s.bt, s.bc, st.now, st.period_ms) end
+    if s.q then quota_save(s.q) end
   end
   local first = redis.call('ZRANGE', K_GROUPS_PARKED, 0, 0, 'WITHSCORES')
   if #first > 0 and first[2] ~= 'inf' then
-    return math.max(1, tonumber(first[2]) - st.now)
+    -- at most a second: a group paused for an hour must not keep a worker from the
+    -- ungrouped or new tasks meanwhile (its next claim finds the ring empty and idles)
+    return math.min(1000, math.max(1, tonumber(first[2]) - st.now))
   end
   return nil
 end

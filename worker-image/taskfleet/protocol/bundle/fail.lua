@@ -22,6 +22,7 @@ local K_FLOW_BACKLOG = KEYS[30]
 local K_GROUPS = KEYS[31]
 local K_GROUP_PENDING = KEYS[32]
 local K_GROUP_RUNNING = KEYS[33]
+local K_GROUP = KEYS[34]
 local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
 local K_FLOW = KEYS[38]
@@ -419,16 +420,17 @@ local function leave_running(id, key, pod, keep_token)
   end
 end
 -- includes/quota_state.lua
--- quota_state: a quota hash (the queue's K_QUOTA; one per group where groups exist) read
+-- quota_state: a quota hash (the queue's K_QUOTA, or a group's own hash K_GROUP .. g) read
 -- once per script call and cached: the claim pause (`till`: ms until which nobody claims,
 -- `streak`: rate limits in a row without a retry-after) and the raw budget fields, which
--- quota_budget reads. A queue that uses neither pays this one HMGET per call.
+-- quota_budget reads. A queue that uses neither pays this one HMGET per call. `raw`: the
+-- fields already read, in this order (a group's, with its settings: group_settings).
 local QUOTA = {}
-local function quota_state(key, now)
+local function quota_state(key, now, raw)
   local q = QUOTA[key]
   if q then return q end
-  local v = redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit', 'day',
-    'day_spent', 'month', 'month_spent')
+  local v = raw or redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit',
+    'day', 'day_spent', 'month', 'month_spent')
   q = {key = key, now = now, till = tonumber(v[1]) or 0, streak = tonumber(v[2]) or 0, raw = v}
   QUOTA[key] = q
   return q
@@ -465,6 +467,18 @@ local function quota_pause(key, now, asked, reason)
   end
   return till
 end
+-- includes/group_pause.lua
+-- group_pause: group g's claims are paused until `till` (ms; its own quota hash, K_GROUP
+-- .. g, holds the pause): it leaves the fair ring for K_GROUPS_PARKED with that score
+-- (kept when it is parked longer already; one at its concurrency cap, +inf, takes `till`:
+-- the claim that brings it back then checks the cap again). O(log groups).
+local function group_pause(g, till)
+  redis.call('ZREM', K_GROUPS, g)
+  local score = redis.call('ZSCORE', K_GROUPS_PARKED, g)
+  if not score or score == 'inf' or tonumber(score) < till then
+    redis.call('ZADD', K_GROUPS_PARKED, till, g)
+  end
+end
 -- fail.lua
 -- fail: an attempt failed. Retry later (delayed, exponential backoff with jitter, capped)
 -- or go dead with the error once attempts reach max_attempts or the error is permanent.
@@ -475,7 +489,9 @@ end
 --   and the retry still waits the asked delay. throttle '1': the handler met a provider's
 --   rate limit (RateLimited): the whole queue pauses claiming (quota_pause; retry_after_ms
 --   is the provider's retry-after, '' = none: the adaptive pause) and the task waits out the
---   pause as a deferral (its attempt given back, as above).
+--   pause as a deferral (its attempt given back, as above). throttle '2': the same for the
+--   task's group alone (its own quota fields in K_GROUP .. group; group_pause parks the
+--   group), or for the queue when the task has no group.
 -- Returns: the new state, 'delayed' or 'dead'; 'cancelled' when the task's cancellation
 --   was asked for while it ran (it ends so, whatever the failure); or 'stale' (refused,
 --   counted). A retry of a failure this token already wrote (its reply was lost) returns
@@ -483,7 +499,7 @@ end
 local id, token, err = ARG_TASK_ID, ARG_TOKEN, ARG_ERROR
 local MAX_DELAY_MS = 3153600000000  -- bounds.MAX_DELAY_S (100 years) in ms
 local key = K_TASK .. id
-local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested')
+local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'group')
 if v[1] ~= 'running' or v[2] ~= token then
   if v[2] == token and (v[1] == 'delayed' or v[1] == 'dead' or v[1] == 'cancelled') then
     return v[1]
@@ -501,7 +517,11 @@ if after ~= nil then
   if after ~= after or after < 0 then after = 0 end
   after = math.floor(math.min(after, MAX_DELAY_MS))
 end
-if ARG_THROTTLE == '1' then
+if ARG_THROTTLE == '2' and v[5] and v[5] ~= '' then
+  local till = quota_pause(K_GROUP .. v[5], now, after, err)
+  group_pause(v[5], till)
+  after = till - now
+elseif ARG_THROTTLE == '1' or ARG_THROTTLE == '2' then
   after = quota_pause(K_QUOTA, now, after, err) - now
 end
 if v[4] then

@@ -19,6 +19,7 @@ local K_DEPENDANTS = KEYS[29]
 local K_FLOW_BACKLOG = KEYS[30]
 local K_GROUPS = KEYS[31]
 local K_GROUP_PENDING = KEYS[32]
+local K_GROUP = KEYS[34]
 local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
 local K_FLOW = KEYS[38]
@@ -29,6 +30,8 @@ local ARG_PAUSE_MS = ARGV[2]
 local ARG_REASON = ARGV[3]
 local ARG_DAY_LIMIT = ARGV[4]
 local ARG_MONTH_LIMIT = ARGV[5]
+local ARG_GROUP = ARGV[6]
+local ARG_TASK_ID = ARGV[7]
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -384,16 +387,17 @@ local function flush_counts()
 end
 
 -- includes/quota_state.lua
--- quota_state: a quota hash (the queue's K_QUOTA; one per group where groups exist) read
+-- quota_state: a quota hash (the queue's K_QUOTA, or a group's own hash K_GROUP .. g) read
 -- once per script call and cached: the claim pause (`till`: ms until which nobody claims,
 -- `streak`: rate limits in a row without a retry-after) and the raw budget fields, which
--- quota_budget reads. A queue that uses neither pays this one HMGET per call.
+-- quota_budget reads. A queue that uses neither pays this one HMGET per call. `raw`: the
+-- fields already read, in this order (a group's, with its settings: group_settings).
 local QUOTA = {}
-local function quota_state(key, now)
+local function quota_state(key, now, raw)
   local q = QUOTA[key]
   if q then return q end
-  local v = redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit', 'day',
-    'day_spent', 'month', 'month_spent')
+  local v = raw or redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit',
+    'day', 'day_spent', 'month', 'month_spent')
   q = {key = key, now = now, till = tonumber(v[1]) or 0, streak = tonumber(v[2]) or 0, raw = v}
   QUOTA[key] = q
   return q
@@ -430,6 +434,25 @@ local function quota_pause(key, now, asked, reason)
   end
   return till
 end
+-- includes/group_pause.lua
+-- group_pause: group g's claims are paused until `till` (ms; its own quota hash, K_GROUP
+-- .. g, holds the pause): it leaves the fair ring for K_GROUPS_PARKED with that score
+-- (kept when it is parked longer already; one at its concurrency cap, +inf, takes `till`:
+-- the claim that brings it back then checks the cap again). O(log groups).
+local function group_pause(g, till)
+  redis.call('ZREM', K_GROUPS, g)
+  local score = redis.call('ZSCORE', K_GROUPS_PARKED, g)
+  if not score or score == 'inf' or tonumber(score) < till then
+    redis.call('ZADD', K_GROUPS_PARKED, till, g)
+  end
+end
+-- includes/group_unpark.lua
+-- group_unpark: group g's pause or budget changed: if it is parked, the next claim looks
+-- at it again (it rejoins the ring unless something still holds it back), and an idle
+-- worker is woken to make that claim.
+local function group_unpark(g, now)
+  if redis.call('ZADD', K_GROUPS_PARKED, 'XX', 'CH', now, g) == 1 then notify(1) end
+end
 -- quota.lua
 -- quota: an administrator's (or a handler's) say over the queue's claim pause and spend
 -- budget, in the quota hash (K_QUOTA; includes/quota_*.lua).
@@ -441,26 +464,41 @@ end
 --   'budget': day_limit and month_limit: '' leaves it, 'default' drops the run-time
 --     setting (the config's budget_day / budget_month apply again), an integer >= 0 sets
 --     it (0: no budget for that period, whatever the config says).
+--   group (optional): the same for that group alone, over its own quota fields (in its
+--   hash K_GROUP .. group; 'default' budgets: the config's group_budget_*): a pause parks
+--   the group out of the fair ring (group_pause), a resume or a budget change lets the
+--   next claim look at it again (group_unpark).
+--   task_id (optional, with pause and no group): the group of that task is paused, or the
+--   queue when it has none (a handler reporting its provider's quota spent for its group,
+--   without knowing the group's name).
 -- Returns: {until (ms; 0 = no pause), streak}.
 local now = now_ms()
 local op = ARG_OP
+local g = ARG_GROUP or ''
+if g == '' and op == 'pause' and (ARG_TASK_ID or '') ~= '' then
+  g = redis.call('HGET', K_TASK .. ARG_TASK_ID, 'group') or ''
+end
+local key = g ~= '' and K_GROUP .. g or K_QUOTA
 if op == 'pause' then
-  quota_pause(K_QUOTA, now, tonumber(ARG_PAUSE_MS), ARG_REASON)
+  local till = quota_pause(key, now, tonumber(ARG_PAUSE_MS), ARG_REASON)
+  if g ~= '' then group_pause(g, till) end
 elseif op == 'resume' then
-  local q = quota_state(K_QUOTA, now)
+  local q = quota_state(key, now)
   q.till, q.streak = 0, 0
-  if redis.call('EXISTS', K_QUOTA) == 1 then
-    redis.call('HSET', K_QUOTA, 'until', 0, 'streak', 0)
+  if redis.call('EXISTS', key) == 1 then
+    redis.call('HSET', key, 'until', 0, 'streak', 0)
   end
+  if g ~= '' then group_unpark(g, now) end
 elseif op == 'budget' then
   for field, value in pairs({day_limit = ARG_DAY_LIMIT, month_limit = ARG_MONTH_LIMIT}) do
     if value == 'default' then
-      redis.call('HDEL', K_QUOTA, field)
+      redis.call('HDEL', key, field)
     elseif value ~= '' then
-      redis.call('HSET', K_QUOTA, field, value)
+      redis.call('HSET', key, field, value)
     end
   end
+  if g ~= '' then group_unpark(g, now) end
 end
 flush_counts()
-local q = quota_state(K_QUOTA, now)
+local q = quota_state(key, now)
 return {q.till, q.streak}

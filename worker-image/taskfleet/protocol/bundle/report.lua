@@ -6,6 +6,7 @@ local K_BUCKET_COST = KEYS[14]
 local K_QUOTA = KEYS[27]
 local K_GROUP = KEYS[34]
 local K_GROUP_BUCKET = KEYS[35]
+local K_GROUPS_PARKED = KEYS[36]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 -- record i (1..ARG_N): task_id, token, progress, cost
@@ -43,16 +44,17 @@ local function cfg_num(name, fallback)
 end
 
 -- includes/quota_state.lua
--- quota_state: a quota hash (the queue's K_QUOTA; one per group where groups exist) read
+-- quota_state: a quota hash (the queue's K_QUOTA, or a group's own hash K_GROUP .. g) read
 -- once per script call and cached: the claim pause (`till`: ms until which nobody claims,
 -- `streak`: rate limits in a row without a retry-after) and the raw budget fields, which
--- quota_budget reads. A queue that uses neither pays this one HMGET per call.
+-- quota_budget reads. A queue that uses neither pays this one HMGET per call. `raw`: the
+-- fields already read, in this order (a group's, with its settings: group_settings).
 local QUOTA = {}
-local function quota_state(key, now)
+local function quota_state(key, now, raw)
   local q = QUOTA[key]
   if q then return q end
-  local v = redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit', 'day',
-    'day_spent', 'month', 'month_spent')
+  local v = raw or redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit',
+    'day', 'day_spent', 'month', 'month_spent')
   q = {key = key, now = now, till = tonumber(v[1]) or 0, streak = tonumber(v[2]) or 0, raw = v}
   QUOTA[key] = q
   return q
@@ -131,10 +133,12 @@ end
 -- group_settings: one group's limits: its own (K_GROUP .. g, set at run time) where set,
 -- else the queue's defaults for every group (config group_*). weight: its share of the
 -- claims (1 when unset); cap: tasks running at once (0: none); tasks, cost: its rate
--- limits per rate_limit_period_s (0: none).
+-- limits per rate_limit_period_s (0: none); quota: the group's claim pause and budget
+-- fields, which live in the same hash (read here in the same call: quota_state's `raw`).
 local function group_settings(g)
   local v = redis.call('HMGET', K_GROUP .. g, 'weight', 'max_concurrency', 'rate_limit_tasks',
-    'rate_limit_cost')
+    'rate_limit_cost', 'until', 'streak', 'day_limit', 'month_limit', 'day', 'day_spent',
+    'month', 'month_spent')
   local function num(x, name, fallback)
     local n = tonumber(x)
     if n == nil or n ~= n or n == math.huge or n == -math.huge then
@@ -144,7 +148,8 @@ local function group_settings(g)
     return n
   end
   local s = {weight = num(v[1], nil, 1), cap = num(v[2], 'group_max_concurrency', 0),
-    tasks = num(v[3], 'group_rate_limit_tasks', 0), cost = num(v[4], 'group_rate_limit_cost', 0)}
+    tasks = num(v[3], 'group_rate_limit_tasks', 0), cost = num(v[4], 'group_rate_limit_cost', 0),
+    quota = {v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12]}}
   if s.weight <= 0 then s.weight = 1 end
   return s
 end
@@ -173,9 +178,20 @@ local function group_bucket_store(g, bt, bc, now, period_ms)
   redis.call('HSET', key, 'tasks', tostring(bt or ''), 'cost', tostring(bc or ''), 'ts', now)
   redis.call('PEXPIRE', key, math.ceil(2 * period_ms))
 end
+-- includes/group_quota.lua
+-- group_quota: group g's claim pause and spend budget (its own quota fields, read with its
+-- settings `s`): the quota record quota_wait and quota_take use, or nil when neither
+-- applies (no pause holds and no budget, its own or the config's group_budget_*, is set).
+local function group_quota(g, s, now)
+  local q = quota_state(K_GROUP .. g, now, s.quota)
+  q = quota_budget(q.key, now, cfg_num('group_budget_day', 0), cfg_num('group_budget_month', 0))
+  if q.till <= now and not q.budget then return nil end
+  return q
+end
 -- includes/group_settle.lua
 -- group_settle: real costs reported for groups' tasks (group -> reported minus charged)
--- go back into, or are taken from, each group's cost bucket, as report does for the queue's.
+-- go back into, or are taken from, each group's cost bucket, as report does for the queue's,
+-- and settle the group's budget spend (its own or the config's group_budget_*).
 local function group_settle(by_group, now)
   local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
   for g, diff in pairs(by_group) do
@@ -184,6 +200,13 @@ local function group_settle(by_group, now)
       local bt, bc = group_bucket_load(g, s, now, period_ms)
       bc = math.max(-s.cost, math.min(s.cost, bc - diff))
       group_bucket_store(g, bt, bc, now, period_ms)
+    end
+    local q = diff ~= 0 and group_quota(g, s, now)
+    if q and q.budget then
+      quota_take(q, diff)
+      quota_save(q)
+      -- spend given back: a group parked for its budget is looked at again by the next claim
+      if diff < 0 then redis.call('ZADD', K_GROUPS_PARKED, 'XX', now, g) end
     end
   end
 end

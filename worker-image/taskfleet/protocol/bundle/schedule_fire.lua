@@ -487,15 +487,16 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
 end
 
 -- includes/enqueue_task.lua
--- enqueue_task: create one task unless its id exists (schedule_fire.lua: a slot's task).
+-- enqueue_task: create one task unless its id exists (schedule_fire.lua: a slot's task, of
+-- the schedule's group if it has one).
 -- Returns 1 if created, 0 if a task with this id exists (nothing changed), and whether
 -- it went straight to pending.
 local function enqueue_task(now, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-                            timeout)
+                            timeout, group)
   local key = K_TASK .. id
   if redis.call('EXISTS', key) == 1 then return 0, false end
   return 1, create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-    timeout)
+    timeout, nil, group)
 end
 
 -- schedule_fire.lua
@@ -525,7 +526,7 @@ for i = 1, n do
   local k = #slots
   local key = K_SCHEDULE .. name
   local v = redis.call('HMGET', key, 'rev', 'next_slot', 'paused', 'payload', 'priority',
-    'max_attempts', 'cost', 'timeout', 'deadline_ms')
+    'max_attempts', 'cost', 'timeout', 'deadline_ms', 'group')
   if v[1] ~= rev or v[2] ~= expected or v[3] == '1' then
     out[#out + 1] = 0
   else
@@ -537,7 +538,7 @@ for i = 1, n do
     else
       for _, slot in ipairs(slots) do
         local made, now_pending = enqueue_task(now, 'sched:' .. name .. ':' .. slot, v[4],
-          v[5] or '0', 0, v[9] or '', v[6] or '', v[7] or '1', v[8] or '')
+          v[5] or '0', 0, v[9] or '', v[6] or '', v[7] or '1', v[8] or '', v[10])
         created = created + made
         if now_pending then immediate = immediate + 1 end
       end

@@ -7,7 +7,9 @@
 --   and the retry still waits the asked delay. throttle '1': the handler met a provider's
 --   rate limit (RateLimited): the whole queue pauses claiming (quota_pause; retry_after_ms
 --   is the provider's retry-after, '' = none: the adaptive pause) and the task waits out the
---   pause as a deferral (its attempt given back, as above).
+--   pause as a deferral (its attempt given back, as above). throttle '2': the same for the
+--   task's group alone (its own quota fields in K_GROUP .. group; group_pause parks the
+--   group), or for the queue when the task has no group.
 -- Returns: the new state, 'delayed' or 'dead'; 'cancelled' when the task's cancellation
 --   was asked for while it ran (it ends so, whatever the failure); or 'stale' (refused,
 --   counted). A retry of a failure this token already wrote (its reply was lost) returns
@@ -20,10 +22,11 @@
 --- @include "to_cancelled"
 --- @include "leave_running"
 --- @include "quota_pause"
+--- @include "group_pause"
 local id, token, err = ARG_TASK_ID, ARG_TOKEN, ARG_ERROR
 local MAX_DELAY_MS = 3153600000000  -- bounds.MAX_DELAY_S (100 years) in ms
 local key = K_TASK .. id
-local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested')
+local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'group')
 if v[1] ~= 'running' or v[2] ~= token then
   if v[2] == token and (v[1] == 'delayed' or v[1] == 'dead' or v[1] == 'cancelled') then
     return v[1]
@@ -41,7 +44,11 @@ if after ~= nil then
   if after ~= after or after < 0 then after = 0 end
   after = math.floor(math.min(after, MAX_DELAY_MS))
 end
-if ARG_THROTTLE == '1' then
+if ARG_THROTTLE == '2' and v[5] and v[5] ~= '' then
+  local till = quota_pause(K_GROUP .. v[5], now, after, err)
+  group_pause(v[5], till)
+  after = till - now
+elseif ARG_THROTTLE == '1' or ARG_THROTTLE == '2' then
   after = quota_pause(K_QUOTA, now, after, err) - now
 end
 if v[4] then

@@ -8,29 +8,46 @@
 --   'budget': day_limit and month_limit: '' leaves it, 'default' drops the run-time
 --     setting (the config's budget_day / budget_month apply again), an integer >= 0 sets
 --     it (0: no budget for that period, whatever the config says).
+--   group (optional): the same for that group alone, over its own quota fields (in its
+--   hash K_GROUP .. group; 'default' budgets: the config's group_budget_*): a pause parks
+--   the group out of the fair ring (group_pause), a resume or a budget change lets the
+--   next claim look at it again (group_unpark).
+--   task_id (optional, with pause and no group): the group of that task is paused, or the
+--   queue when it has none (a handler reporting its provider's quota spent for its group,
+--   without knowing the group's name).
 -- Returns: {until (ms; 0 = no pause), streak}.
 --- @include "now_ms"
 --- @include "flush_counts"
 --- @include "quota_pause"
+--- @include "group_pause"
+--- @include "group_unpark"
 local now = now_ms()
 local op = ARG_OP
+local g = ARG_GROUP or ''
+if g == '' and op == 'pause' and (ARG_TASK_ID or '') ~= '' then
+  g = redis.call('HGET', K_TASK .. ARG_TASK_ID, 'group') or ''
+end
+local key = g ~= '' and K_GROUP .. g or K_QUOTA
 if op == 'pause' then
-  quota_pause(K_QUOTA, now, tonumber(ARG_PAUSE_MS), ARG_REASON)
+  local till = quota_pause(key, now, tonumber(ARG_PAUSE_MS), ARG_REASON)
+  if g ~= '' then group_pause(g, till) end
 elseif op == 'resume' then
-  local q = quota_state(K_QUOTA, now)
+  local q = quota_state(key, now)
   q.till, q.streak = 0, 0
-  if redis.call('EXISTS', K_QUOTA) == 1 then
-    redis.call('HSET', K_QUOTA, 'until', 0, 'streak', 0)
+  if redis.call('EXISTS', key) == 1 then
+    redis.call('HSET', key, 'until', 0, 'streak', 0)
   end
+  if g ~= '' then group_unpark(g, now) end
 elseif op == 'budget' then
   for field, value in pairs({day_limit = ARG_DAY_LIMIT, month_limit = ARG_MONTH_LIMIT}) do
     if value == 'default' then
-      redis.call('HDEL', K_QUOTA, field)
+      redis.call('HDEL', key, field)
     elseif value ~= '' then
-      redis.call('HSET', K_QUOTA, field, value)
+      redis.call('HSET', key, field, value)
     end
   end
+  if g ~= '' then group_unpark(g, now) end
 end
 flush_counts()
-local q = quota_state(K_QUOTA, now)
+local q = quota_state(key, now)
 return {q.till, q.streak}

@@ -30,7 +30,7 @@ for i = 1, n do
   local k = #slots
   local key = K_SCHEDULE .. name
   local v = redis.call('HMGET', key, 'rev', 'next_slot', 'paused', 'payload', 'priority',
-    'max_attempts', 'cost', 'timeout', 'deadline_ms')
+    'max_attempts', 'cost', 'timeout', 'deadline_ms', 'group')
   if v[1] ~= rev or v[2] ~= expected or v[3] == '1' then
     out[#out + 1] = 0
   else
@@ -42,7 +42,7 @@ for i = 1, n do
     else
       for _, slot in ipairs(slots) do
         local made, now_pending = enqueue_task(now, 'sched:' .. name .. ':' .. slot, v[4],
-          v[5] or '0', 0, v[9] or '', v[6] or '', v[7] or '1', v[8] or '')
+          v[5] or '0', 0, v[9] or '', v[6] or '', v[7] or '1', v[8] or '', v[10])
         created = created + made
         if now_pending then immediate = immediate + 1 end
       end

@@ -10,7 +10,10 @@
 -- its tasks leaves running: group_left). Each step is O(log groups); a call walks at most
 -- `bound` empty or held-back groups.
 -- group_fair: the state of one call's fair pick, or nil when no group is in use (then the
--- claim walks K_PENDING as it always did: one EXISTS is all groups cost a queue without).
+-- claim walks K_PENDING as it always did: one EXISTS is all groups cost a queue without),
+-- or when every group with tasks is parked (paused, limited): the claim walks K_PENDING,
+-- and an idle worker waits on its wake list as usual (a new task, a resume or a group's
+-- task leaving running wakes it; its next claim brings back the groups due by then).
 local function group_fair(now, bound)
   if redis.call('EXISTS', K_GROUPS, K_GROUPS_PARKED) == 0 then return nil end
   local due = redis.call('ZRANGEBYSCORE', K_GROUPS_PARKED, '-inf', now, 'LIMIT', 0, bound)

@@ -1,6 +1,8 @@
 --- @include "group_settings"
 --- @include "group_bucket_load"
--- this call's view of group g: settings, running count and buckets, read once
+--- @include "group_quota"
+-- this call's view of group g: settings, running count, buckets, and its pause and
+-- budget (q), read once
 local function group_state(st, g)
   local s = st.groups[g]
   if s then return s end
@@ -12,6 +14,7 @@ local function group_state(st, g)
     if s.tasks > 0 or s.cost > 0 then
       s.bt, s.bc = group_bucket_load(g, s, st.now, st.period_ms)
     end
+    s.q = group_quota(g, s, st.now)
   end
   st.groups[g] = s
   return s

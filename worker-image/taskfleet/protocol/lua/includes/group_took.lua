@@ -1,5 +1,6 @@
 --- @include "group_state"
 --- @include "pending_remove"
+--- @include "quota_take"
 -- group_took: the claim took task id (of group g, from zset src, at virtual time vt)
 local function group_took(st, g, vt, src, id, cost)
   local s = group_state(st, g)
@@ -10,6 +11,7 @@ local function group_took(st, g, vt, src, id, cost)
     if s.bt then s.bt = s.bt - 1 end
     if s.bc then s.bc = s.bc - math.min(cost, s.cost) end
     if s.bt or s.bc then s.dirty = true end
+    if s.q then quota_take(s.q, cost) end
   end
   if redis.call('EXISTS', src) == 0 then
     redis.call('ZREM', K_GROUPS, g)
