@@ -8,6 +8,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import redis
 from taskfleet import AsyncQueue, InvalidArgument, Queue, QueueConfig, StaleToken, TaskState
 from taskfleet.producer.flows import build, chain, chord, from_json, group
 from taskfleet.protocol.flows import dependency_results
@@ -330,6 +331,29 @@ def test_a_handler_adds_children_and_its_task_is_done_when_they_are(
     assert _run(broker) == [after_doc]
     with pytest.raises(StaleToken):
         queue.add_children(parent, run.token, [{"payload": {}}])
+
+
+def test_children_added_again_after_they_ended_are_listed_once_and_handed_once(
+    queue: Queue, make_broker: MakeBroker, redis_client: redis.Redis
+) -> None:
+    """A run that adds the same children again (a split started over after its worker
+    was lost adds the pages it found before) finds some of them finished: each stays
+    one entry of the parent's ``after`` and one input, whatever its state."""
+    parent = queue.enqueue({}, task_id="doc")
+    broker = make_broker("jobs")
+    [run] = broker.claim(1).tasks
+    items = [{"payload": {"page": i}, "task_id": f"p{i}", "max_attempts": 1} for i in range(3)]
+    queue.add_children(parent, run.token, items)
+    claimed = {t.id: t for t in broker.claim(3).tasks}
+    assert set(claimed) == {"p0", "p1", "p2"}
+    broker.complete_many([("p0", claimed["p0"].token, '"page 0"')])
+    broker.fail("p1", claimed["p1"].token, "boom", retryable=False)
+    for _ in range(2):
+        assert queue.add_children(parent, run.token, items) == ["p0", "p1", "p2"]
+    task = queue.get(parent)
+    assert task is not None and task.after == ["p0", "p1", "p2"]
+    handed = redis_client.hget(queue.keys.task(parent), "in_bytes")
+    assert handed is not None and int(handed) == len('"page 0"')
 
 
 def test_a_failed_child_fails_its_parent_when_its_run_ends(

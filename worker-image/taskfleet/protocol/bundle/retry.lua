@@ -461,12 +461,13 @@ local function flow_add(fid, key, state, now)
   end
 end
 -- includes/flow_reopen.lua
--- A dead member of flow `fid` runs again (retry): no longer counted dead but open, and
--- the flow open again if it had ended (flow_add). A record gone (expired) starts anew.
-local function flow_reopen(fid, key, now)
+-- A dead or cancelled member (`was`, its state) of flow `fid` runs again (retry): no
+-- longer counted so but open, and the flow open again if it had ended (flow_add). A record
+-- gone (expired) starts anew.
+local function flow_reopen(fid, key, was, now)
   local fkey = K_FLOW .. fid
-  if (tonumber(redis.call('HGET', fkey, 'dead')) or 0) > 0 then
-    redis.call('HINCRBY', fkey, 'dead', -1)
+  if (tonumber(redis.call('HGET', fkey, was)) or 0) > 0 then
+    redis.call('HINCRBY', fkey, was, -1)
   end
   flow_add(fid, key, 'pending', now)
 end
@@ -533,7 +534,7 @@ for _, id in ipairs(ids) do
     to_pending(id, key, false)
     local after = redis.call('HMGET', key, 'after', 'on_dep_fail', 'flow')
     -- a flow's member: open again, and its flow if it had ended (flow_reopen)
-    if after[3] then flow_reopen(after[3], key, now) end
+    if after[3] then flow_reopen(after[3], key, state, now) end
     -- a task that waits on others waits again for those not done (or ends by its policy)
     if after[1] then flow_hold(now, id, key, after[1], after[2]) end
     n = n + 1

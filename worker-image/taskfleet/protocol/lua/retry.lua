@@ -36,7 +36,7 @@ for _, id in ipairs(ids) do
     to_pending(id, key, false)
     local after = redis.call('HMGET', key, 'after', 'on_dep_fail', 'flow')
     -- a flow's member: open again, and its flow if it had ended (flow_reopen)
-    if after[3] then flow_reopen(after[3], key, now) end
+    if after[3] then flow_reopen(after[3], key, state, now) end
     -- a task that waits on others waits again for those not done (or ends by its policy)
     if after[1] then flow_hold(now, id, key, after[1], after[2]) end
     n = n + 1
