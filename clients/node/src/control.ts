@@ -110,19 +110,34 @@ export async function cancel(c: Control, taskIds: readonly string[]): Promise<Re
   const all = checkIds(taskIds);
   const out: Record<string, CancelOutcome> = {};
   for (let start = 0; start < all.length; start += ID_BATCH) {
-    const batch = all.slice(start, start + ID_BATCH);
-    const argv = c.bundle.pack("cancel", {}, batch.map((task_id) => ({ task_id })));
-    const raw = await c.scripts.run("cancel", c.keys.scriptKeys, argv);
-    if (!Array.isArray(raw) || raw.length !== batch.length) {
-      throw new ProtocolError(`cancel: unexpected reply ${JSON.stringify(raw)}`);
-    }
-    batch.forEach((id, i) => {
-      const outcome = CANCEL_CODES[String(raw[i])];
-      if (outcome === undefined) throw new ProtocolError(`cancel: unexpected reply ${JSON.stringify(raw)}`);
-      out[id] = outcome;
-    });
+    Object.assign(out, await cancelCall(c, all.slice(start, start + ID_BATCH)));
   }
   return out;
+}
+
+/** One cancel script call for `batch` (distinct ids, checked): what happened to each. */
+export async function cancelCall(c: Control, batch: readonly string[]): Promise<Record<string, CancelOutcome>> {
+  const argv = c.bundle.pack("cancel", {}, batch.map((task_id) => ({ task_id })));
+  const raw = await c.scripts.run("cancel", c.keys.scriptKeys, argv);
+  if (!Array.isArray(raw) || raw.length !== batch.length) {
+    throw new ProtocolError(`cancel: unexpected reply ${JSON.stringify(raw)}`);
+  }
+  const out: Record<string, CancelOutcome> = {};
+  batch.forEach((id, i) => {
+    const outcome = CANCEL_CODES[String(raw[i])];
+    if (outcome === undefined) throw new ProtocolError(`cancel: unexpected reply ${JSON.stringify(raw)}`);
+    out[id] = outcome;
+  });
+  return out;
+}
+
+/**
+ * One retry script call in mode `flow` for `batch` (distinct ids, checked): its dead and
+ * cancelled tasks back, each dependant waiting again for what it needs; how many went back.
+ */
+export async function retryFlowCall(c: Control, batch: readonly string[]): Promise<number> {
+  const argv = c.bundle.pack("retry", { mode: "flow" }, batch.map((task_id) => ({ task_id })));
+  return swept("retry", await c.scripts.run("retry", c.keys.scriptKeys, argv))[0];
 }
 
 interface Scan {

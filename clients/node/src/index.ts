@@ -14,6 +14,7 @@
 
 export { Queue, type EnqueueCallOptions, type EnqueueResult, type QueueOptions, type Stats, type WorkerInfo } from "./queue.js";
 export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
+export type { FlowControlOptions } from "./flowcontrol.js";
 export { Flow, chain, chord, group, type FlowIds, type FlowOutcome, type FlowPart, type FlowRecord } from "./flows.js";
 export { CancelOutcome, type ListOptions, type PurgeOptions, type RetryOptions, type TaskFilter, type TaskPage } from "./control.js";
 export { TaskState, type Task } from "./tasks.js";

@@ -9,6 +9,7 @@
 import { type Bundle, packagedBundle } from "./bundle.js";
 import { type QueueConfig, checkConfig, configFields, parseConfig } from "./config.js";
 import * as control from "./control.js";
+import * as flowcontrol from "./flowcontrol.js";
 import { type Client, Scripts, connect, serverMs } from "./connection.js";
 import {
   type EnqueueItem,
@@ -340,6 +341,28 @@ export class Queue {
   /** `cancel` for each id, in calls of 1000. */
   async cancelMany(taskIds: readonly string[]): Promise<Record<string, control.CancelOutcome>> {
     return control.cancel(this.control, taskIds);
+  }
+
+  /**
+   * `cancel` every unfinished task of `taskId`'s flow (every task linked to it by
+   * `after`, either way), or with `branch` of its branch (it and every task that waits for
+   * it, transitively); finished ones are left as they are. Dependants are cancelled before
+   * their dependencies, so they end cancelled, not dead by their policy. Resolves to each
+   * member's outcome, as `cancelMany`. In calls of 200 tasks, each atomic, not the whole
+   * (docs/flows.md). `TaskNotFound` for an unknown id.
+   */
+  async cancelFlow(taskId: string, options: flowcontrol.FlowControlOptions = {}): Promise<Record<string, control.CancelOutcome>> {
+    return flowcontrol.cancelFlow(this.control, taskId, options);
+  }
+
+  /**
+   * Send every dead or cancelled task of `taskId`'s flow (or with `branch` its branch)
+   * back, dependencies first, so that dependants wait for them again; done and unfinished
+   * ones are left as they are. Resolves to how many went back. `TaskNotFound` for an
+   * unknown id.
+   */
+  async retryFlow(taskId: string, options: flowcontrol.FlowControlOptions = {}): Promise<number> {
+    return flowcontrol.retryFlow(this.control, taskId, options);
   }
 
   /**
