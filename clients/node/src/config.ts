@@ -53,6 +53,10 @@ export interface QueueConfig {
   groupMaxConcurrency: number;
   groupRateLimitTasks: number | null;
   groupRateLimitCost: number | null;
+  /** Cost units one group claims per UTC day (every group's default; null: none). */
+  groupBudgetDay: number | null;
+  /** Cost units one group claims per UTC calendar month (every group's default). */
+  groupBudgetMonth: number | null;
 }
 
 interface Field {
@@ -99,6 +103,8 @@ const FIELDS: Record<keyof QueueConfig, Field> = {
   groupMaxConcurrency: f("group_max_concurrency", true, 0, false, MAX_COUNT, 0),
   groupRateLimitTasks: f("group_rate_limit_tasks", true, 0, true, MAX_COUNT, null),
   groupRateLimitCost: f("group_rate_limit_cost", true, 0, true, MAX_COUNT, null),
+  groupBudgetDay: f("group_budget_day", true, 0, true, MAX_COUNT, null),
+  groupBudgetMonth: f("group_budget_month", true, 0, true, MAX_COUNT, null),
 };
 
 const NAMES = Object.keys(FIELDS) as (keyof QueueConfig)[];
