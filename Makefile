@@ -75,9 +75,10 @@ test-redis-py-range: ## the redis-py adapter's and a few queue tests on the olde
 # only it can show (node loss, the operator's handover) and a smoke of the rest.
 # `make e2e` runs the whole suite on kind. The Node fleet (e2e/test_node_fleet.py) runs in
 # e2e-local with the rest of the suite; it shows nothing a single node cannot, so it stays
-# out of this subset (about 6 min more of CI).
+# out of this subset (about 6 min more of CI). The 200-page flow through a force delete and
+# a SIGKILL (e2e/test_flow_pages.py) takes about 1 min, pages spread over the nodes.
 KIND_CI_TESTS := e2e/test_node_loss.py e2e/test_operator_ha.py e2e/test_cluster.py e2e/test_pod_disruption.py \
-	e2e/test_scaling_and_rollout.py e2e/test_taskqueue_lifecycle.py
+	e2e/test_scaling_and_rollout.py e2e/test_taskqueue_lifecycle.py e2e/test_flow_pages.py
 e2e-kind-ci: ## the kind stage of make check (KIND_IMAGES=local, KIND_CI_TESTS)
 	e2e/cluster/down.sh
 	KIND_IMAGES=local e2e/kind/run.sh $(KIND_CI_TESTS)
