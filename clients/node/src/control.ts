@@ -10,6 +10,7 @@
 import * as bounds from "./bounds.js";
 import type { Bundle } from "./bundle.js";
 import { type Client, type Scripts, serverMs } from "./connection.js";
+import { groupProblem } from "./encoding.js";
 import { InvalidArgument, ProtocolError, describe, pyRepr } from "./errors.js";
 import type { QueueKeys } from "./keys.js";
 import { FINISHED, type Task, TaskState, taskFromHash } from "./tasks.js";
@@ -115,6 +116,43 @@ export async function cancel(c: Control, taskIds: readonly string[]): Promise<Re
   return out;
 }
 
+/** `group` if it is a group name, else an `InvalidArgument` (one line, as Python's `check_group`). */
+export function checkGroup(group: unknown): string {
+  const problem = groupProblem(group);
+  if (problem !== undefined) throw new InvalidArgument(problem);
+  return group as string;
+}
+
+/**
+ * Cancel every unfinished task of `group`: its pending ones (from its own zset), then
+ * its delayed and running ones (found by listing those states). How many ended each way.
+ */
+export async function cancelGroup(c: Control, group: string): Promise<Partial<Record<CancelOutcome, number>>> {
+  checkGroup(group);
+  const counts: Partial<Record<CancelOutcome, number>> = {};
+  const tally = async (ids: readonly string[]): Promise<void> => {
+    for (const outcome of Object.values(await cancel(c, ids))) counts[outcome] = (counts[outcome] ?? 0) + 1;
+  };
+  for (;;) {
+    const ids = await c.client.zrange(c.keys.item("group_pending", group), "0", String(ID_BATCH - 1));
+    if (ids.length === 0) break;
+    await tally(ids);
+  }
+  for (const state of [TaskState.Delayed, TaskState.Running]) {
+    let cursor: string | null = "0";
+    while (cursor !== null) {
+      let page: TaskPage = await listTasks(c, state, { limit: ID_BATCH, cursor, group });
+      // cancelled delayed tasks leave the set: the next page starts where this began
+      if (state === TaskState.Delayed && page.tasks.length > 0 && page.cursor !== null) {
+        page = { tasks: page.tasks, cursor: String(Number(page.cursor) - page.tasks.length) };
+      }
+      await tally(page.tasks.map((t) => t.id));
+      cursor = page.cursor;
+    }
+  }
+  return counts;
+}
+
 /** One cancel script call for `batch` (distinct ids, checked): what happened to each. */
 export async function cancelCall(c: Control, batch: readonly string[]): Promise<Record<string, CancelOutcome>> {
   const argv = c.bundle.pack("cancel", {}, batch.map((task_id) => ({ task_id })));
@@ -201,6 +239,8 @@ export interface RetryOptions extends TaskFilter {
   readonly taskIds?: readonly string[];
   /** The new attempt budget, replacing the task's own. */
   readonly maxAttempts?: number;
+  /** Only the dead tasks of this group (found by listing them; ignored with `taskIds`). */
+  readonly group?: string;
 }
 
 /** Send dead tasks back to pending with a new attempt budget; how many went back. */
@@ -211,6 +251,25 @@ export async function retry(c: Control, options: RetryOptions): Promise<number> 
     (typeof maxAttempts !== "number" || !Number.isInteger(maxAttempts) || maxAttempts < bounds.MIN_ATTEMPTS || maxAttempts > bounds.MAX_ATTEMPTS)
   ) {
     throw new InvalidArgument(`max_attempts must be ${bounds.MIN_ATTEMPTS}..${bounds.MAX_ATTEMPTS}, not ${describe(maxAttempts)}`);
+  }
+  if (options.taskIds === undefined && options.group !== undefined) {
+    // the dead tasks of that group, by listing (the script's scan filters by reason only)
+    const group = checkGroup(options.group);
+    const found: string[] = [];
+    let cursor: string | null = "0";
+    while (cursor !== null) {
+      const page: TaskPage = await listTasks(c, TaskState.Dead, {
+        limit: MAX_LIMIT,
+        cursor,
+        reason: options.reason,
+        olderThan: options.olderThan,
+        newerThan: options.newerThan,
+        group,
+      });
+      for (const task of page.tasks) found.push(task.id);
+      cursor = page.cursor;
+    }
+    return byIdsOrScan(c, "retry", { max_attempts: maxAttempts }, found, {});
   }
   return byIdsOrScan(c, "retry", { max_attempts: maxAttempts }, options.taskIds, options);
 }
@@ -233,6 +292,12 @@ export interface ListOptions extends TaskFilter {
   readonly limit?: number;
   /** The previous page's cursor. */
   readonly cursor?: string | null;
+  /**
+   * Only this group's tasks. Pending tasks of groups wait in their group's own order:
+   * list them with `group` (`Queue.groups` names the groups); without it, pending lists
+   * the ungrouped tasks.
+   */
+  readonly group?: string;
 }
 
 function stateSet(keys: QueueKeys, state: TaskState): [string, boolean] {
@@ -247,6 +312,9 @@ function stateSet(keys: QueueKeys, state: TaskState): [string, boolean] {
  */
 export async function listTasks(c: Control, state: TaskState, options: ListOptions): Promise<TaskPage> {
   const parsed = checkState(state);
+  const group = options.group === undefined ? undefined : checkGroup(options.group);
+  // a group's pending tasks have their own zset, in the order they will run
+  const own = group !== undefined && parsed === TaskState.Pending;
   const limit = options.limit ?? 100;
   if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
     throw new InvalidArgument(`limit must be 1..${MAX_LIMIT}, not ${describe(limit)}`);
@@ -269,7 +337,9 @@ export async function listTasks(c: Control, state: TaskState, options: ListOptio
   while (found.length < limit && budget > 0) {
     const chunk = Math.min(LIST_CHUNK, budget);
     let ids: string[];
-    if (byScore) {
+    if (own) {
+      ids = await c.client.zrange(c.keys.item("group_pending", group), String(offset), String(offset + chunk - 1));
+    } else if (byScore) {
       ids = await c.client.zrevrangebyscore(zkey, bound(hi), bound(lo), "LIMIT", offset, chunk);
     } else if (finished) {
       ids = await c.client.zrevrange(zkey, offset, offset + chunk - 1);
@@ -288,6 +358,7 @@ export async function listTasks(c: Control, state: TaskState, options: ListOptio
       const hash = raw as Record<string, string>;
       if (Object.keys(hash).length === 0) continue; // pruned or deleted meanwhile
       const task = taskFromHash(hash, id);
+      if (group !== undefined && task.group !== group) continue;
       if (matches(task, finished, options.reason, lo, hi)) found.push(task);
       if (found.length >= limit) break;
     }

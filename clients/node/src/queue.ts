@@ -344,6 +344,14 @@ export class Queue {
   }
 
   /**
+   * `cancel` every unfinished task of `group` (pending, delayed, running); resolves to
+   * how many ended each way (outcome -> count).
+   */
+  async cancelGroup(group: string): Promise<Partial<Record<control.CancelOutcome, number>>> {
+    return control.cancelGroup(this.control, group);
+  }
+
+  /**
    * `cancel` every unfinished task of `taskId`'s flow (every task linked to it by
    * `after`, either way), or with `branch` of its branch (it and every task that waits for
    * it, transitively); finished ones are left as they are. Dependants are cancelled before
@@ -367,14 +375,18 @@ export class Queue {
 
   /**
    * Send dead tasks back to pending with a new attempt budget: `taskIds`, or every dead
-   * task matching the filters (`reason`, `olderThan`, `newerThan` in seconds), or with no
-   * option all of them. Resolves to how many went back.
+   * task matching the filters (`reason`, `olderThan`, `newerThan` in seconds, `group`),
+   * or with no option all of them. Resolves to how many went back.
    */
   async retry(options: control.RetryOptions = {}): Promise<number> {
     return control.retry(this.control, options);
   }
 
-  /** A page of the tasks in `state`; pass its `cursor` back for the next one (null: no more). */
+  /**
+   * A page of the tasks in `state` (of `group` only if given); pass its `cursor` back for
+   * the next one (null: no more). Pending tasks of groups wait in their group's own
+   * order: list them with `group`; without it, pending lists the ungrouped tasks.
+   */
   async list(state: TaskState, options: control.ListOptions = {}): Promise<control.TaskPage> {
     return control.listTasks(this.control, state, options);
   }

@@ -4,6 +4,7 @@ import { after, before, beforeEach, describe, it } from "node:test";
 import { packagedBundle } from "../src/bundle.js";
 import { Scripts } from "../src/connection.js";
 import { InvalidArgument, Queue } from "../src/index.js";
+import { needsPython, python } from "./python.js";
 import { RedisServer } from "./redis.js";
 
 const server = new RedisServer();
@@ -48,6 +49,94 @@ describe("groups", () => {
         /group must be 1-100 characters/,
       );
       assert.equal((await q.stats()).pending, 0);
+    } finally {
+      await q.close();
+    }
+  });
+
+  it("cancels, retries and lists by group, as Python does", needsPython, async () => {
+    const listed = (name: string): Record<string, string[]> =>
+      python(
+        `import json, sys
+from taskfleet.producer.queue import Queue
+url, name = json.load(sys.stdin)
+with Queue(name, url) as q:
+    print(json.dumps({s: [t.id for t in q.list(s, group="a").tasks] for s in ("pending", "delayed", "running", "dead")}))`,
+        [server.url, name],
+      );
+    const pyCancel = (name: string): Record<string, number> =>
+      python(
+        `import json, sys
+from taskfleet.producer.queue import Queue
+url, name = json.load(sys.stdin)
+with Queue(name, url) as q:
+    print(json.dumps({str(k.value): v for k, v in q.cancel_group("a").items()}))`,
+        [server.url, name],
+      );
+    const queues = [new Queue("jobs", { redisUrl: server.url }), new Queue("twin", { redisUrl: server.url })];
+    try {
+      for (const q of queues) {
+        await q.enqueue({}, { taskId: "u1" });
+        await q.enqueue({}, { taskId: "a1", group: "a" });
+        await q.enqueue({}, { taskId: "b1", group: "b" });
+        await q.enqueue({}, { taskId: "a3", group: "a", delay: 600 });
+        // a1 and b1 run and fail for good; a2, enqueued after the claim, stays pending
+        const bundle = packagedBundle();
+        const scripts = new Scripts(q.client, bundle);
+        const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 3, token_base: "tb", bound: 100 });
+        const reply = (await scripts.run("claim", q.keys.scriptKeys, args)) as unknown[];
+        for (const r of reply.slice(3)) {
+          const [task_id = "", token = ""] = String(r).split("\0");
+          if (task_id === "u1") continue;
+          const fail = bundle.pack("fail", { task_id, token, error: "boom", retryable: 0, jitter: 0 });
+          await scripts.run("fail", q.keys.scriptKeys, fail);
+        }
+        await q.enqueue({}, { taskId: "a2", group: "a" });
+        await q.enqueue({}, { taskId: "a4", group: "a", priority: 5 });
+      }
+      const [q, twin] = queues as [Queue, Queue];
+      const ids = async (state: "pending" | "delayed" | "running" | "dead", group?: string): Promise<string[]> =>
+        (await q.list(state, group === undefined ? {} : { group })).tasks.map((t) => t.id);
+      assert.deepEqual(await ids("pending", "a"), ["a4", "a2"]); // its own order: priority first
+      assert.deepEqual(await ids("pending"), []); // without a group: the ungrouped ones
+      assert.deepEqual(await ids("dead", "a"), ["a1"]);
+      assert.deepEqual(await ids("dead", "b"), ["b1"]);
+      assert.deepEqual((await q.list("pending", { group: "a", limit: 1 })).tasks.map((t) => t.id), ["a4"]);
+      const page = await q.list("pending", { group: "a", limit: 1 });
+      assert.deepEqual((await q.list("pending", { group: "a", cursor: page.cursor })).tasks.map((t) => t.id), ["a2"]);
+      assert.deepEqual(
+        { pending: await ids("pending", "a"), delayed: await ids("delayed", "a"), running: await ids("running", "a"), dead: await ids("dead", "a") },
+        listed("jobs"),
+      );
+      assert.equal(await q.retry({ group: "a", reason: "other" }), 0);
+      assert.equal(await q.retry({ group: "a" }), 1);
+      assert.equal((await q.get("a1"))?.state, "pending");
+      assert.equal((await q.get("b1"))?.state, "dead");
+      assert.equal(await twin.retry({ group: "a" }), 1);
+      const counts = await q.cancelGroup("a");
+      assert.deepEqual(counts, { cancelled: 4 }); // a1, a2, a4 pending, a3 delayed
+      assert.deepEqual(counts, pyCancel("twin"));
+      assert.equal((await q.get("b1"))?.state, "dead");
+      assert.equal((await q.get("u1"))?.state, "running");
+      assert.deepEqual(await q.cancelGroup("a"), {});
+    } finally {
+      for (const q of queues) await q.close();
+    }
+  });
+
+  it("refuses a bad group in cancel, retry and list with Python's line", needsPython, async () => {
+    const q = new Queue("jobs", { redisUrl: server.url });
+    try {
+      for (const group of ["", "{tag}", "a b"]) {
+        const line = python<string>(
+          "import json, sys\nfrom taskfleet.protocol.groups import group_problem\nprint(json.dumps(group_problem(json.load(sys.stdin))))",
+          group,
+        );
+        const same = (e: unknown): boolean => e instanceof InvalidArgument && e.message === line;
+        await assert.rejects(q.cancelGroup(group), same);
+        await assert.rejects(q.retry({ group }), same);
+        await assert.rejects(q.list("pending", { group }), same);
+      }
     } finally {
       await q.close();
     }
