@@ -18,6 +18,8 @@ export type { FlowControlOptions } from "./flowcontrol.js";
 export { Flow, chain, chord, group, type FlowIds, type FlowOutcome, type FlowPart, type FlowRecord } from "./flows.js";
 export { CancelOutcome, type ListOptions, type PurgeOptions, type RetryOptions, type TaskFilter, type TaskPage } from "./control.js";
 export { TaskState, type Task } from "./tasks.js";
+export type { GroupCount, GroupSettings, StoredGroupSettings } from "./groups.js";
+export type { BudgetLimit, BudgetOptions, BudgetPeriod, PauseOptions, QuotaState } from "./quotas.js";
 export type { Schedule, ScheduleOptions } from "./schedules.js";
 export { type QueueConfig, defaultConfig } from "./config.js";
 export {

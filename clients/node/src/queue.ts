@@ -10,6 +10,8 @@ import { type Bundle, packagedBundle } from "./bundle.js";
 import { type QueueConfig, checkConfig, configFields, parseConfig } from "./config.js";
 import * as control from "./control.js";
 import * as flowcontrol from "./flowcontrol.js";
+import * as groups from "./groups.js";
+import * as quotas from "./quotas.js";
 import { type Client, Scripts, connect, serverMs } from "./connection.js";
 import {
   type EnqueueItem,
@@ -343,10 +345,7 @@ export class Queue {
     return control.cancel(this.control, taskIds);
   }
 
-  /**
-   * `cancel` every unfinished task of `group` (pending, delayed, running); resolves to
-   * how many ended each way (outcome -> count).
-   */
+  /** `cancel` every unfinished task of `group` (pending, delayed, running); how many ended each way. */
   async cancelGroup(group: string): Promise<Partial<Record<control.CancelOutcome, number>>> {
     return control.cancelGroup(this.control, group);
   }
@@ -419,6 +418,42 @@ export class Queue {
   /** The queue's shared settings as stored, defaults for what is not. */
   async config(): Promise<QueueConfig> {
     return parseConfig(await this.client.hgetall(this.keys.key("config")));
+  }
+
+  // -- groups and quotas ----------------------------------------------------------------
+  /** Replace `group`'s own settings (left out or null: the queue's default for every group holds); the next claim follows. */
+  async setGroup(group: string, settings: groups.GroupSettings): Promise<void> {
+    return groups.setGroup(this.control, group, settings);
+  }
+
+  /** `group`'s own settings, null where the queue's default holds. */
+  async groupSettings(group: string): Promise<groups.StoredGroupSettings> {
+    return groups.groupSettings(this.control, group);
+  }
+
+  /** Every group with pending or running tasks, how many of each, its own pause's end; most pending first. */
+  async groups(): Promise<groups.GroupCount[]> {
+    return groups.groups(this.control, await serverMs(this.client, this.keys.key("stats")));
+  }
+
+  /** Stop claims for `seconds` (left out: the adaptive pause), of `group` only if given; a longer pause is kept. Its end (epoch ms). */
+  async pauseClaims(seconds?: number, options: quotas.PauseOptions = {}): Promise<number> {
+    return quotas.pauseClaims(this.control, seconds, options);
+  }
+
+  /** End the claim pause (`group`'s own, with a group) now and forget the rate limits met in a row. */
+  async resumeClaims(options: { readonly group?: string } = {}): Promise<void> {
+    return quotas.resumeClaims(this.control, options.group);
+  }
+
+  /** The spend budget at run time (`day`, `month`: cost units, 0 none, "default" the config's), `group`'s own with a group. */
+  async setBudget(options: quotas.BudgetOptions): Promise<void> {
+    return quotas.setBudget(this.control, options);
+  }
+
+  /** The claim pause and the budget's spend (`group`'s own, with a group), as the scripts see them now. */
+  async quota(options: { readonly group?: string } = {}): Promise<quotas.QuotaState> {
+    return quotas.quota(this.control, options.group, await this.config());
   }
 
   /** Delete every key of the queue (tasks, workers, config, counters, schedules). */
