@@ -136,7 +136,7 @@ describe("group settings and quotas", () => {
       assert.equal((await q.quota({ group: "a" })).budget.day.limit, 40);
       await q.setBudget({ month: 7 });
       assert.deepEqual(asDict(await q.quota()), py(PY_QUOTA, null));
-      await assert.rejects(q.setBudget({ day: -1 }), /^InvalidArgument: day must be an int within 0..1000000000 or 'default'$|day must be/);
+      await assert.rejects(q.setBudget({ day: -1 }), /day must be an int within 0..1000000000 or 'default'/);
       await assert.rejects(q.setBudget({ day: 1, group: "a b" }), /group must be 1-100 characters/);
     }));
 });

@@ -80,14 +80,15 @@ with Queue(name, url) as q:
         await q.enqueue({}, { taskId: "a1", group: "a" });
         await q.enqueue({}, { taskId: "b1", group: "b" });
         await q.enqueue({}, { taskId: "a3", group: "a", delay: 600 });
-        // a1 and b1 run and fail for good; a2, enqueued after the claim, stays pending
+        await q.enqueue({}, { taskId: "a5", group: "a" });
+        // a1 and b1 run and fail for good, a5 keeps running; a2, enqueued after the claim, stays pending
         const bundle = packagedBundle();
         const scripts = new Scripts(q.client, bundle);
-        const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 3, token_base: "tb", bound: 100 });
+        const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 4, token_base: "tb", bound: 100 });
         const reply = (await scripts.run("claim", q.keys.scriptKeys, args)) as unknown[];
         for (const r of reply.slice(3)) {
           const [task_id = "", token = ""] = String(r).split("\0");
-          if (task_id === "u1") continue;
+          if (task_id === "u1" || task_id === "a5") continue;
           const fail = bundle.pack("fail", { task_id, token, error: "boom", retryable: 0, jitter: 0 });
           await scripts.run("fail", q.keys.scriptKeys, fail);
         }
@@ -100,6 +101,7 @@ with Queue(name, url) as q:
       assert.deepEqual(await ids("pending", "a"), ["a4", "a2"]); // its own order: priority first
       assert.deepEqual(await ids("pending"), []); // without a group: the ungrouped ones
       assert.deepEqual(await ids("dead", "a"), ["a1"]);
+      assert.deepEqual(await ids("running", "a"), ["a5"]);
       assert.deepEqual(await ids("dead", "b"), ["b1"]);
       assert.deepEqual((await q.list("pending", { group: "a", limit: 1 })).tasks.map((t) => t.id), ["a4"]);
       const page = await q.list("pending", { group: "a", limit: 1 });
@@ -114,11 +116,11 @@ with Queue(name, url) as q:
       assert.equal((await q.get("b1"))?.state, "dead");
       assert.equal(await twin.retry({ group: "a" }), 1);
       const counts = await q.cancelGroup("a");
-      assert.deepEqual(counts, { cancelled: 4 }); // a1, a2, a4 pending, a3 delayed
+      assert.deepEqual(counts, { cancelled: 4, requested: 1 }); // a1, a2, a4 pending, a3 delayed; a5 running
       assert.deepEqual(counts, pyCancel("twin"));
       assert.equal((await q.get("b1"))?.state, "dead");
       assert.equal((await q.get("u1"))?.state, "running");
-      assert.deepEqual(await q.cancelGroup("a"), {});
+      assert.deepEqual(await q.cancelGroup("a"), { requested: 1 }); // a5 runs until its worker hears
     } finally {
       for (const q of queues) await q.close();
     }
