@@ -73,11 +73,11 @@ def test_retry_replays_dead_tasks_by_id_filter_or_all(
         permanent = _dead(queue, make_broker, 1, reason="permanent")
         one = taskfleet("retry", "q", failed[0], "--max-attempts", "9", env=env)
         assert one.returncode == 0, one.stderr
-        assert one.stdout == "1 dead task(s) back to pending\n"
+        assert one.stdout == "1 dead task(s) back (pending, or waiting for their dependencies)\n"
         task = queue.get(failed[0])
         assert task is not None and (task.state, task.max_attempts) == (TaskState.PENDING, 9)
         by_reason = taskfleet("retry", "q", "--reason", "permanent", "--json", env=env)
-        assert json.loads(by_reason.stdout) == {"retried": 1, "skipped": {}}
+        assert json.loads(by_reason.stdout) == {"retried": 1, "skipped": {}, "ended_again": {}}
         assert taskfleet("retry", "q", "--all", env=env).stdout.startswith("2 dead")
         assert queue.stats()["dead"] == 0 and permanent
         nothing = taskfleet("retry", "q", env=env)

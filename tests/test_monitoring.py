@@ -135,7 +135,9 @@ def test_every_metric_the_rules_and_the_dashboard_use_is_exported(exported: set[
         "taskfleet_queue_expired_total",
         "taskfleet_queue_failed_total",
         "taskfleet_queue_flows_total",  # flows by outcome; not yet a panel of the dashboard
+        "taskfleet_queue_group_budget_left",  # per group; not yet a panel of the dashboard
         "taskfleet_queue_group_tasks",  # per group; not yet a panel of the dashboard
+        "taskfleet_queue_groups_paused",  # not yet a panel of the dashboard
         "taskfleet_queue_redis_evicting",  # alerted on (TaskfleetRedisEvicting)
         "taskfleet_queue_released_total",
         "taskfleet_queue_replayed_total",
