@@ -31,7 +31,7 @@ from taskfleet.producer.encoding import (
     token_base,
 )
 from taskfleet.producer.flows import Flow, FlowIds, build
-from taskfleet.producer.quotas import pause_ms, state_of
+from taskfleet.producer.quotas import pause_ms, quota_ops, state_of
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.protocol import groups, tracing
 from taskfleet.protocol.calls import run_all_async, run_async
@@ -302,7 +302,7 @@ class AsyncQueue:
     # -- the claim pause and the budget (``Queue.pause_claims`` ...; ``quotas``) ----------
 
     def _quota_ops(self, group: str | None = None) -> QuotaOps:
-        return QuotaOps(self.keys, "" if group is None else check_group(group))
+        return quota_ops(self.keys, group)
 
     async def pause_claims(
         self,

@@ -16,7 +16,7 @@ from taskfleet.protocol.quota import BudgetLimit, QuotaOps, QuotaState, quota_st
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.scripts import SyncScripts
 
-__all__ = ["Quotas", "pause_ms", "state_of"]
+__all__ = ["Quotas", "pause_ms", "quota_ops", "state_of"]
 
 
 class Quotas:
@@ -28,7 +28,7 @@ class Quotas:
     _scripts: SyncScripts
 
     def _quota_ops(self, group: str | None = None) -> QuotaOps:
-        return QuotaOps(self.keys, "" if group is None else check_group(group))
+        return quota_ops(self.keys, group)
 
     def pause_claims(
         self,
@@ -64,6 +64,12 @@ class Quotas:
         now = run(self.client, self.reads.clock())
         raw = run(self.client, self._quota_ops(group).read())
         return state_of(raw, now, run(self.client, self.reads.config()), group)
+
+
+def quota_ops(keys: QueueKeys, group: str | None) -> QuotaOps:
+    """The quota calls of the queue, or (``group``, checked) of that group's own pause
+    and budget."""
+    return QuotaOps(keys, "" if group is None else check_group(group))
 
 
 def pause_ms(seconds: float | timedelta | None) -> int | None:
