@@ -107,7 +107,7 @@ bench-metrics: ## the drain with and without worker metrics, in alternating pair
 bench-fairness: ## groups: a skewed load (one group of 50,000, 99 of 50, 8 slots) fair vs FIFO; 10,000 groups' claim time and memory
 	$(BIN)/python -m bench.fairness
 
-bench-groups: ## the drain before groups, with them unused and with every task in one of 100 groups (BASE_PYTHON, PAIRS=3)
+bench-groups: ## the drain with every task in one of 100 groups against ungrouped (and BASE_PYTHON's build), rates and CPU per task (PAIRS=3)
 	$(BIN)/python -m bench.groups_ab
 
 bench-cluster: ## drain rate and Redis CPU per task per master: one server, a cluster with 1 and 3 queues

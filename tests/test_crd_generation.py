@@ -175,3 +175,19 @@ def test_group_limits_have_the_bounds_of_the_same_limits_set_at_run_time() -> No
     GroupSettings(max_concurrency=MAX_COUNT, rate_limit_tasks=MAX_COUNT, rate_limit_cost=MAX_COUNT)
     with pytest.raises(InvalidArgument):
         GroupSettings(max_concurrency=MAX_COUNT + 1)
+
+
+def test_fleet_limits_have_the_bounds_of_the_queue_config_they_become() -> None:
+    """spec.maxConcurrency and spec.rateLimit become the queue's config (`QueueConfig`,
+    also set through `taskfleet config`): the CRD takes what the config takes."""
+    from pydantic import ValidationError
+    from taskfleet.protocol.bounds import MAX_COUNT
+    from taskfleet.protocol.config import QueueConfig
+
+    spec = openapi_schema()["properties"]["spec"]["properties"]
+    assert spec["maxConcurrency"]["maximum"] == MAX_COUNT
+    for field in ("tasks", "cost"):
+        assert spec["rateLimit"]["properties"][field]["maximum"] == MAX_COUNT, field
+    QueueConfig(max_concurrency=MAX_COUNT, rate_limit_tasks=MAX_COUNT, rate_limit_cost=MAX_COUNT)
+    with pytest.raises(ValidationError):
+        QueueConfig(max_concurrency=MAX_COUNT + 1)

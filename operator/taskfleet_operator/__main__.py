@@ -17,6 +17,7 @@ import sys
 import kopf
 from taskfleet._version import __version__
 
+from taskfleet_operator import heap
 from taskfleet_operator.settings import watched_namespaces
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
@@ -65,6 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Before any thread starts: a few malloc arenas, not one per thread (heap.py).
+    heap.limit_arenas()
     # The startup handler reads them from there (`settings.configure_kopf`).
     os.environ["TASKFLEET_WATCH_NAMESPACES"] = ",".join(args.namespace)
     # kopf names itself with getpass.getuser(), which fails for a numeric uid that has no

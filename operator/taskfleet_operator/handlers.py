@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from taskfleet_operator import (
     builders,
     disruption,
+    heap,
     kube,
     memos,
     reconcile,
@@ -102,6 +103,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
             wakeups.housekeep_idle(wakers, connections, SETTINGS.idle_sweep_interval_s, run)
         ),
         asyncio.create_task(wakeups.probe_servers(wakers, connections, run)),
+        asyncio.create_task(heap.trim_loop(run)),  # a burst's freed heap back to the kernel
     )
     metrics = OperatorMetrics()
     metrics.watch(connections)

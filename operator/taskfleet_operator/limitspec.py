@@ -70,7 +70,7 @@ class RateLimit(CamelModel):
         }
     )
 
-    tasks: int | None = Field(default=None, ge=1, le=1_000_000, description="Tasks per period.")
+    tasks: int | None = Field(default=None, ge=1, le=1_000_000_000, description="Tasks per period.")
     cost: int | None = Field(
         default=None, ge=1, le=1_000_000_000, description="Cost units per period."
     )

@@ -378,7 +378,7 @@ class TaskQueueSpec(CamelModel):
     max_concurrency: int = Field(
         default=0,
         ge=0,
-        le=1_000_000,
+        le=1_000_000_000,
         description="Tasks run at once across the fleet; 0 = unlimited.",
     )
     rate_limit: RateLimit | None = None
