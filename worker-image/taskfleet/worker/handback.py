@@ -1,5 +1,6 @@
 """Giving tasks back without an attempt: unfinished runs at a drain, prefetched ones no
-thread has begun, and tasks claimed while a drain began.
+thread has begun (late, or covered by a claim pause: ``paused``), and tasks claimed
+while a drain began.
 
 A release puts a task back at the front of the queue for a worker that stays. If Redis
 is down the release fails and the leases expire instead: sweeps take the tasks back.
