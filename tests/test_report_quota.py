@@ -85,3 +85,24 @@ def test_a_group_scoped_report_pauses_only_that_group(fleet: Fleet, queue: Queue
     )
     wait_for(lambda: queue.quota(group="t1").paused, timeout=10, interval=WORKER_INTERVAL_S)
     assert not queue.quota().paused
+
+
+@pytest.mark.parametrize("scope", ["queue", "group"])
+def test_report_quota_works_in_a_child_process_as_in_a_thread(
+    fleet: Fleet, queue: Queue, scope: str
+) -> None:
+    """``--isolation process``: the child sends the report over its pipe, the worker
+    writes the pause; the task succeeds."""
+    fleet.add(f"{H}:quota_spent", args=[*FAST, "--isolation", "process"]).start()
+    task_id = queue.enqueue({"scope": scope}, group="t1")
+    wait_for(
+        lambda: (t := queue.get(task_id)) is not None and t.state == TaskState.DONE,
+        timeout=15,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
+    group = "t1" if scope == "group" else None
+    wait_for(lambda: queue.quota(group=group).paused, timeout=10, interval=WORKER_INTERVAL_S)
+    state = queue.quota(group=group)
+    assert state.pause_left_ms > 30_000 and state.reason.startswith("provider quota spent")
+    assert scope == "queue" or not queue.quota().paused

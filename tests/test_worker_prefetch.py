@@ -38,7 +38,9 @@ def hold_the_thread_with_tasks_waiting(
 ) -> tuple[WorkerProcess, str, list[str]]:
     """A worker whose one thread runs a gate task while three tasks wait behind it."""
     worker = fleet.add(ROUTE, args=ONE_THREAD).start()
-    warmups = queue.enqueue_many([{"payload": {"seconds": 0}} for _ in range(5)])
+    # enough short runs that the moving average is under the prefetch limit however
+    # long the first one took (it connects to Redis: 100 ms on a loaded machine)
+    warmups = queue.enqueue_many([{"payload": {"seconds": 0}} for _ in range(50)])
     wait_for(
         lambda: all(state(queue, t) == TaskState.DONE for t in warmups),
         timeout=15,
@@ -112,7 +114,9 @@ def test_a_prefetched_tasks_timeout_counts_from_its_start_not_from_its_claim(
     fleet: Fleet, queue: Queue, redis_client: redis.Redis
 ) -> None:
     worker = fleet.add(ROUTE, args=ONE_THREAD).start()
-    warmups = queue.enqueue_many([{"payload": {"seconds": 0}} for _ in range(5)])
+    # enough short runs that the moving average is under the prefetch limit however
+    # long the first one took (it connects to Redis: 100 ms on a loaded machine)
+    warmups = queue.enqueue_many([{"payload": {"seconds": 0}} for _ in range(50)])
     wait_for(
         lambda: all(state(queue, t) == TaskState.DONE for t in warmups),
         timeout=15,

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import redis
+from taskfleet import RateLimited
 from taskfleet.worker.handlers import current_task
 
 EVENTS = "test:events"
@@ -172,4 +173,27 @@ def quota_spent(payload: dict[str, Any]) -> str:
 
 async def async_quota_spent(payload: dict[str, Any]) -> str:
     current_task().report_quota(remaining=0, reset_after=60, scope=payload.get("scope", "queue"))
+    return "ok"
+
+
+def _wait_gate() -> None:
+    task = current_task()
+    _clients[task.redis_url].blpop(["test:gate"], timeout=GATE_WAIT_S)
+
+
+def provider(payload: dict[str, Any]) -> str:
+    """``sleep``, or for ``{"meets": "quota" | "limit", "scope": ...}``: wait for the
+    gate, then report the quota spent and succeed, or raise ``RateLimited`` (the
+    provider's 429); tasks prefetched meanwhile wait behind it."""
+    meets = payload.get("meets")
+    if meets is None:
+        sleep(payload)
+        return "ok"
+    _record("start")
+    _wait_gate()
+    scope = payload.get("scope", "queue")
+    if meets == "limit":
+        raise RateLimited(60, "429 from the provider", scope=scope)
+    current_task().report_quota(remaining=0, reset_after=60, scope=scope)
+    _record("end")
     return "ok"

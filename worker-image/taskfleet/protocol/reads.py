@@ -210,6 +210,12 @@ class QueueReads:
         commands = [("HGET", self._k.task(i), TRACE_FIELD) for i in task_ids]
         return call(commands, lambda replies: [_bytes(r) for r in replies])
 
+    def groups(self, task_ids: Sequence[str]) -> Call[list[str]]:
+        """Each task's group ('' for none, or where the task is gone): a worker asks only
+        when a pause is scoped to a group, to know which of its waiting tasks it holds."""
+        commands = [("HGET", self._k.task(i), "group") for i in task_ids]
+        return call(commands, lambda replies: ["" if r is None else text(r) for r in replies])
+
     # -- the states' sorted sets -----------------------------------------------------------
 
     def _set(self, state: TaskState) -> tuple[str, bool]:

@@ -428,6 +428,13 @@ class Broker:
         until, _ = await self._run(QuotaOps(self.keys).pause(pause_ms, reason, task_id=task_id))
         return until
 
+    async def groups_of(self, task_ids: Sequence[str]) -> list[str]:
+        """Each task's group ('' for none), in one round trip: read only when a pause is
+        scoped to a group (the claim records do not carry it, to keep them as they are)."""
+        return await bounded(
+            run_async(self.client, self.reads.groups(task_ids)), self.reply_timeout
+        )
+
     async def release(self, items: Iterable[tuple[str, str]]) -> int:
         """Give back unfinished tasks while draining (not an attempt, not lost)."""
         items = list(items)

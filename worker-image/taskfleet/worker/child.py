@@ -1,8 +1,8 @@
 """A child process of ``--isolation process``: runs one task at a time for its worker.
 
 The worker (``isolation.ChildSlot``) sends a job over the pipe; the child runs the handler
-in a task context of its own (``current_task()``: progress and cost reports go back over
-the pipe, ``cancelled()`` reads the child's own flag) and sends back the result or the
+in a task context of its own (``current_task()``: progress, cost and quota reports go
+back over the pipe, ``cancelled()`` reads the child's own flag) and sends back the result or the
 error. It never touches Redis: the worker writes every outcome, fenced by the claim
 token, so a child can't record anything twice.
 
@@ -16,7 +16,8 @@ exits at once, so a worker killed outright leaves no runaway child behind. (Not
 ``PR_SET_PDEATHSIG``: a child's parent is the forkserver, which outlives the worker while
 any child holds the descriptor that keeps it alive.)
 
-Messages, child to worker: ``("report", task_id, token, progress, cost)``, then one
+Messages, child to worker: ``("report", task_id, token, progress, cost)`` and
+``("quota", task_id, token, pause_ms, group, reason)`` (``report_quota``), then one
 ``("done", result JSON, error, verdict)`` per job. Worker to child: ``Job`` or ``None``
 (exit).
 """
@@ -80,6 +81,10 @@ class _Child:
         if not self.stopped:
             self.send(("report", task_id, token, progress, cost))
 
+    def quota(self, task_id: str, token: str, pause_ms: int | None, group: bool, why: str) -> None:
+        if not self.stopped:
+            self.send(("quota", task_id, token, pause_ms, group, why))
+
     def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self.stopped = True
         if self.control is not None:
@@ -87,7 +92,7 @@ class _Child:
         raise TaskStopped
 
     def run(self, job: Job) -> tuple[str | None, str | None, Any]:
-        self.control = control = TaskControl(job.token, self.report)
+        self.control = control = TaskControl(job.token, self.report, self.quota)
         context = context_for(
             TaskContext(
                 queue=job.queue,

@@ -82,7 +82,7 @@ class TaskControl:
     ):
         self.token = token
         self.send = send
-        self.quota = quota  # None: a child process (--isolation process) has no such line
+        self.quota = quota  # None: no worker takes quota reports (outside a worker)
         self.cancelled = False
 
 
@@ -210,8 +210,7 @@ class TaskContext:
         control = self.control
         if control is None or control.quota is None:
             raise RuntimeError(
-                "report_quota is not available here (outside a worker's task, or under "
-                "--isolation process): raise RateLimited instead"
+                "report_quota is not available outside a worker's task: raise RateLimited instead"
             )
         reason = f"provider quota spent (remaining {remaining:g})"
         control.quota(self.task_id, control.token, pause_ms, scope == "group", reason)

@@ -146,7 +146,7 @@ class Worker:
             take=self.handback.take,
             may_claim=self._may_claim_with_completions,
             reports=self.reports,
-            paused=self.handback.withdraw_prefetched,
+            paused=self.handback.paused,
         )
         self.runtime_file = RuntimeFile(
             runtime_path(settings.runtime_dir),
@@ -232,6 +232,7 @@ class Worker:
         )
         self.writer.broker = self.handback.broker = self._broker
         self.reports.bind()
+        self.execution.bind()
         lifecycle = self.lifecycle
         self.runtime_file.changed()
         try:
@@ -275,7 +276,10 @@ class Worker:
                 ),
                 loop.create_task(self.outbox.serve(), name="flush"),
                 loop.create_task(
-                    report_loop(self._broker, self.reports, self.gate, lifecycle), name="reports"
+                    report_loop(
+                        self._broker, self.reports, self.gate, lifecycle, self.handback.paused
+                    ),
+                    name="reports",
                 ),
                 loop.create_task(
                     summary_loop(self.summary, lifecycle, self.settings.summary_interval),

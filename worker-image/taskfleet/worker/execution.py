@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -84,10 +85,17 @@ class Execution:
         self._slot_freed = lifecycle.slot_freed
         self._changed = changed
         self._report = report or _unreported  # where handlers' progress and costs go
-        self._quota_report = report_quota  # where report_quota's pauses go
+        # where report_quota's pauses go, through the hold (``_quota``)
+        self._quota_report = report_quota
+        self._quota_sink: QuotaSink | None = None if report_quota is None else self._quota
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by bind
+        self._loop_thread = 0
         self._isolated = settings.isolated
         self._children = (
-            [ChildSlot(i, settings, self._report) for i in range(settings.concurrency)]
+            [
+                ChildSlot(i, settings, self._report, self._quota_sink)
+                for i in range(settings.concurrency)
+            ]
             if self._isolated
             else []
         )
@@ -105,6 +113,11 @@ class Execution:
         self._go.set()
         self._holding: set[Run] = set()
 
+    def bind(self) -> None:
+        """Called on the worker's loop before any run starts (``_quota`` holds from threads)."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+
     # ------------------------------------------------------------------ starting
 
     def start(self, task: ClaimedTask) -> None:
@@ -113,7 +126,7 @@ class Execution:
             raise LookupError(f"no handler for task name {task.name!r}")
         run = Run(task=task, claimed_at=time.monotonic(), func=handler.func)
         settings = self._settings
-        run.control = control = TaskControl(task.token, self._report, self._quota_report)
+        run.control = control = TaskControl(task.token, self._report, self._quota_sink)
         run.context = context_for(
             task_context(
                 queue=settings.queue,
@@ -290,6 +303,31 @@ class Execution:
     def collected_after(self) -> contextlib.AbstractContextManager[None]:
         """Calls that end during the block are collected at its end, with no wake-up."""
         return self._threads.collected_after()
+
+    def _quota(
+        self, task_id: str, token: str, pause_ms: int | None, group: bool, reason: str
+    ) -> None:
+        """A handler reported its quota spent (``report_quota``; from its thread, a child's
+        slot thread, or the loop): hold as a ``RateLimited`` does, so that no waiting run
+        calls the provider before the pause is written and they are given back."""
+        self._threads.hold()
+        if threading.get_ident() == self._loop_thread or self._loop is None:
+            self._go.clear()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: exiting
+                self._loop.call_soon_threadsafe(self._go.clear)  # before the report's wake-up
+        assert self._quota_report is not None
+        self._quota_report(task_id, token, pause_ms, group, reason)
+
+    def waiting(self) -> list[Run]:
+        """The held runs that ``withdraw`` would take now: prefetched ones no thread has
+        begun, and async ones held before their call."""
+        return [
+            run
+            for run in self.held.values()
+            if run.state is RUNNING
+            and ((run.began_at is None and run.job is None) or run in self._holding)
+        ]
 
     def resume_threads(self) -> None:
         """After a rate limit's pause was written and the prefetched runs given back:

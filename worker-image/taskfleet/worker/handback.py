@@ -1,5 +1,6 @@
 """Giving tasks back without an attempt: unfinished runs at a drain, prefetched ones no
-thread has begun, and tasks claimed while a drain began.
+thread has begun (late, or covered by a claim pause: ``paused``), and tasks claimed
+while a drain began.
 
 A release puts a task back at the front of the queue for a worker that stays. If Redis
 is down the release fails and the leases expire instead: sweeps take the tasks back.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask
@@ -93,10 +95,38 @@ class HandBack:
         # Released, or (Redis down) left to their leases: either way not this worker's now.
         self._execution.forget(withdrawn)
 
-    async def withdraw_prefetched(self) -> None:
-        """The queue's claims paused (a provider's rate limit): give back the prefetched
-        tasks no thread has begun, so that none of them calls the provider meanwhile."""
-        await self.withdraw(list(self._execution.held.values()))
+    async def paused(self, pauses: Sequence[tuple[str, bool]]) -> None:
+        """Claims paused (``RateLimited``, ``report_quota``), each pause ``(task id, group
+        scope)`` written: give back the waiting runs (prefetched ones no thread has begun,
+        async ones held before their call) the pauses cover, so that none of them calls
+        the provider meanwhile, then let the rest begin (the hold ends). A queue-wide
+        pause, or a group-scoped one of a task in no group, covers them all; a group's
+        covers that group's, read from their hashes in one round trip (claim records do
+        not carry groups: the read is made only here, never on a claim)."""
+        try:
+            runs = self._execution.waiting()
+            if runs and all(group for _, group in pauses):
+                runs = await self._of_paused_groups(runs, [task_id for task_id, _ in pauses])
+            if runs:
+                await self.withdraw(runs)
+        finally:
+            self._execution.resume_threads()
+
+    async def _of_paused_groups(self, runs: list[Run], paused_by: list[str]) -> list[Run]:
+        assert self.broker is not None
+        try:
+            groups = await self.broker.groups_of([*paused_by, *(run.task.id for run in runs)])
+        except Exception as exc:  # not known: give them all back, as a queue pause would
+            log_event(logging.WARNING, "groups_unread", tasks=len(runs), error=format_error(exc))
+            return runs
+        paused = set(groups[: len(paused_by)])
+        if "" in paused:  # a task in no group paused the queue
+            return runs
+        return [
+            run
+            for run, group in zip(runs, groups[len(paused_by) :], strict=True)
+            if group in paused
+        ]
 
     async def prefetch_guard(self) -> None:
         """Loop: give back prefetched tasks that waited ``PREFETCH_MAX_WAIT_S`` for a thread."""

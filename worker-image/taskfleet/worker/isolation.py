@@ -1,8 +1,9 @@
 """``--isolation process``: each slot's tasks run in a child process the worker can stop.
 
 A slot is one handler thread (``threads.HandlerThreads``) driving one child process
-(``ChildSlot``): the thread sends the task over a pipe, relays the child's progress and
-cost reports, and hands the child's result or error back as a thread's call would. The
+(``ChildSlot``): the thread sends the task over a pipe, relays the child's progress,
+cost and quota reports (``report_quota``: to the sink, and with the hold, a thread's
+would use), and hands the child's result or error back as a thread's call would. The
 child is reused for the slot's next task, and replaced after ``max_tasks_per_child``
 tasks (``--max-tasks-per-child``), so the memory a leaking handler holds is returned.
 
@@ -48,6 +49,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from taskfleet.worker.child import Job, serve
+from taskfleet.worker.context import QuotaSink
 from taskfleet.worker.events import log_event
 from taskfleet.worker.named import HandlerSet
 from taskfleet.worker.runs import Run
@@ -107,10 +109,12 @@ class ChildSlot:
         index: int,
         settings: WorkerSettings,
         report: Callable[[str, str, str | None, int | None], None],
+        quota: QuotaSink | None = None,
     ) -> None:
         self._index = index
         self._settings = settings
         self._report = report
+        self._quota = quota
         self._max_tasks = settings.max_tasks_per_child
         self._process: Any = None
         self._conn: Connection | None = None
@@ -208,6 +212,10 @@ class ChildSlot:
                 if message[0] == "report":
                     if not run.stop_requested:
                         self._report(*message[1:])
+                    continue
+                if message[0] == "quota":
+                    if not run.stop_requested and self._quota is not None:
+                        self._quota(*message[1:])
                     continue
                 if run.stop_requested:
                     continue  # stopped: whatever it answered is dropped; wait for its exit

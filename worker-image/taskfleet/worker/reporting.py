@@ -9,7 +9,9 @@ whose task was taken back is refused by the script, never applied.
 
 Quota reports (``report_quota`` at or below its threshold) go the same way, each one a
 ``quota`` pause call of its own in the same write (they are rare: one per provider
-reset, not one per task).
+reset, not one per task), written at once rather than after the interval: the
+reporting run holds the worker's waiting runs (``Execution._quota``) until its pause is
+written and ``paused`` (``HandBack.paused``) has given back those the pause covers.
 
 What a crash loses: reports not yet written (at most one interval's worth). A cost
 reported just before the run's outcome is still settled when it lands after it (the
@@ -22,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Awaitable, Callable, Sequence
 
 from taskfleet.protocol.control_ops import Report
 from taskfleet.worker.broker import Broker
@@ -29,10 +32,14 @@ from taskfleet.worker.events import log_event
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate, wait_any
 from taskfleet.worker.lifecycle import Lifecycle
 
-__all__ = ["REPORT_INTERVAL_S", "Reports", "report_loop", "write_reports"]
+__all__ = ["REPORT_INTERVAL_S", "Paused", "Reports", "report_loop", "write_reports"]
 
-#: At most one report write per worker process this often.
+#: At most one report write per worker process this often (quota reports: at once).
 REPORT_INTERVAL_S = 0.5
+
+#: Called once pauses are written, each ``(task id, group scope)``: gives back the waiting
+#: runs they cover and ends the hold (``HandBack.paused``).
+Paused = Callable[[Sequence[tuple[str, bool]]], Awaitable[None]]
 
 
 class Reports:
@@ -40,6 +47,7 @@ class Reports:
 
     def __init__(self) -> None:
         self.ready = asyncio.Event()
+        self.urgent = asyncio.Event()  # a quota report: written without the interval's wait
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], Report] = {}
         # quota pauses reported: (task id, pause ms or None, group only, reason)
@@ -54,7 +62,7 @@ class Reports:
         self._loop_thread = threading.get_ident()
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._quota)
 
     def add(self, task_id: str, token: str, progress: str | None, cost: int | None) -> None:
         """Queue a report (from any thread): a newer progress or cost replaces the older."""
@@ -76,10 +84,7 @@ class Reports:
         """Queue a claim pause a handler's ``report_quota`` asked for (from any thread)."""
         with self._lock:
             self._quota.append((task_id, pause_ms, group, reason))
-            if self._armed:
-                return
-            self._armed = True
-        self._arm()
+        self._arm(urgent=True)
 
     def take_quota(self) -> list[tuple[str, int | None, bool, str]]:
         with self._lock:
@@ -94,12 +99,17 @@ class Reports:
             self._armed = True
         self._arm()
 
-    def _arm(self) -> None:
+    def _arm(self, *, urgent: bool = False) -> None:
+        wake = self._wake_urgent if urgent else self.ready.set
         if self._loop is None or threading.get_ident() == self._loop_thread:
-            self.ready.set()
+            wake()
         else:
             with contextlib.suppress(RuntimeError):  # the loop is gone: exiting
-                self._loop.call_soon_threadsafe(self.ready.set)
+                self._loop.call_soon_threadsafe(wake)
+
+    def _wake_urgent(self) -> None:
+        self.ready.set()
+        self.urgent.set()
 
     def take(self) -> list[Report]:
         with self._lock:
@@ -118,9 +128,10 @@ class Reports:
             self.add(report.task_id, report.token, report.progress, report.cost)
 
 
-async def write_reports(broker: Broker, reports: Reports) -> None:
+async def write_reports(broker: Broker, reports: Reports, paused: Paused | None = None) -> None:
     """Write what is pending now, in one call; on an outage the reports are kept (unless
-    newer ones came) and the error goes on to the caller."""
+    newer ones came) and the error goes on to the caller. Quota pauses written are
+    handed to ``paused`` (the waiting runs they cover go back, the hold ends)."""
     batch = reports.take()
     pauses = reports.take_quota()  # after take(): one added meanwhile re-arms the loop
     for i, (task_id, pause_ms, group, reason) in enumerate(pauses):
@@ -131,6 +142,8 @@ async def write_reports(broker: Broker, reports: Reports) -> None:
             reports.put_back(batch)
             raise
         log_event(logging.WARNING, "quota_reported_spent", task=task_id, pause_ms=pause_ms)
+    if pauses and paused is not None:
+        await paused([(task_id, group) for task_id, _, group, _ in pauses])
     if not batch:
         return
     try:
@@ -148,14 +161,16 @@ async def report_loop(
     reports: Reports,
     gate: RedisGate,
     lifecycle: Lifecycle,
+    paused: Paused | None = None,
 ) -> None:
-    """Write reports as they come, one call per interval at most, until the worker
-    closes (then once more: what the last runs reported)."""
+    """Write reports as they come, one call per interval at most (a quota report at
+    once), until the worker closes (then once more: what the last runs reported)."""
     closing, stop_requested = lifecycle.closing, lifecycle.stop_requested
     while True:
         await wait_any(reports.ready, closing)
+        reports.urgent.clear()
         try:
-            await write_reports(broker, reports)
+            await write_reports(broker, reports, paused)
         except REDIS_DOWN as exc:
             if closing.is_set() or stop_requested.is_set():
                 return
@@ -163,4 +178,4 @@ async def report_loop(
             continue
         if closing.is_set():
             return
-        await wait_any(closing, limit=REPORT_INTERVAL_S)
+        await wait_any(closing, reports.urgent, limit=REPORT_INTERVAL_S)

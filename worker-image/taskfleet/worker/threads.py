@@ -53,10 +53,11 @@ class HandlerThreads:
         self._loop_collects = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
-        # Cleared when a call meets a provider's rate limit (RateLimited): threads begin
-        # no queued run until the loop has written the pause and given the prefetched
-        # runs back (resume), or HOLD_MAX_S passed (a write that could not be made must
-        # not stall the worker). A 429 returns at once, so without it a thread would run
+        # Cleared when a call meets a provider's rate limit (RateLimited) or a handler
+        # reports its quota spent (report_quota, ``hold``): threads begin no queued run
+        # until the loop has written the pause and given back the prefetched runs it
+        # pauses (resume), or HOLD_MAX_S passed (a write that could not be made must not
+        # stall the worker). A 429 returns at once, so without it a thread would run
         # through every prefetched task, each one more call to the exhausted provider.
         self._go = threading.Event()
         self._go.set()
@@ -78,6 +79,10 @@ class HandlerThreads:
         """Let idle threads end; busy ones end when their call returns."""
         for _ in self._threads:
             self._jobs.put(None)
+
+    def hold(self) -> None:
+        """From any thread: begin no queued run until ``resume`` (at most HOLD_MAX_S)."""
+        self._go.clear()
 
     def resume(self) -> None:
         """The pause is written and the prefetched runs given back: threads begin again."""

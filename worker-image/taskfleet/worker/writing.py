@@ -17,7 +17,7 @@ from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult
 from taskfleet.worker.execution import Execution
 from taskfleet.worker.lifecycle import Lifecycle
-from taskfleet.worker.reporting import Reports, write_reports
+from taskfleet.worker.reporting import Paused, Reports, write_reports
 from taskfleet.worker.runs import Outcome
 from taskfleet.worker.slots import Slots
 
@@ -36,7 +36,7 @@ class OutcomeWriter:
         take: Callable[[list[ClaimedTask]], Awaitable[None]],
         may_claim: Callable[[], bool],
         reports: Reports | None = None,
-        paused: Callable[[], Awaitable[None]] | None = None,
+        paused: Paused | None = None,
     ) -> None:
         self.broker: Broker | None = None
         # handlers' reports not yet written go first: a run's last progress lands before
@@ -47,7 +47,8 @@ class OutcomeWriter:
         self._take = take  # start (or hand back) tasks claimed along with completions
         self._may_claim = may_claim  # False while draining or waiting for a wake-up
         self._slot_freed = lifecycle.slot_freed
-        # a handler met a provider's rate limit: the queue pauses, prefetched tasks go back
+        # a handler met a provider's rate limit: the queue (or a group) pauses, the waiting
+        # tasks it covers go back, the hold ends (``HandBack.paused``)
         self._paused = paused
 
     async def write(self, batch: list[Outcome]) -> None:
@@ -55,7 +56,7 @@ class OutcomeWriter:
         assert self.broker is not None
         execution = self._execution
         if self._reports is not None and len(self._reports):
-            await write_reports(self.broker, self._reports)
+            await write_reports(self.broker, self._reports, self._paused)
         try:
             # Threads finishing meanwhile needn't wake the loop: collected right after.
             with execution.collected_after():
@@ -87,10 +88,9 @@ class OutcomeWriter:
                         rate_limited=verdict is not None and verdict.throttle,
                     )
                     if verdict is not None and verdict.throttle:
-                        try:
-                            if self._paused is not None:
-                                await self._paused()
-                        finally:
+                        if self._paused is not None:
+                            await self._paused([(outcome.run.task.id, verdict.group_scope)])
+                        else:
                             execution.resume_threads()
         finally:
             # Wake the claim loop only for slots this write left free: completions that

@@ -473,6 +473,21 @@ export class Broker {
     return { tasks, retryAfterMs: raw.retryAfterMs, nextDueMs: raw.nextDueMs, morePending: raw.morePending };
   }
 
+  /**
+   * Each task's group ("" for none), in one round trip: read only when a pause is scoped
+   * to a group (claim records do not carry groups, to keep them as they are).
+   */
+  async groupsOf(taskIds: readonly string[]): Promise<string[]> {
+    const pipe = this.client.pipeline();
+    for (const id of taskIds) pipe.hget(this.keys.item("task", id), "group");
+    const replies = (await this.bound(pipe.exec())) ?? [];
+    return taskIds.map((_, i) => {
+      const [error, value] = replies[i] ?? [null, null];
+      if (error) throw error;
+      return typeof value === "string" ? value : "";
+    });
+  }
+
   private async readTraces(tasks: ClaimedTask[]): Promise<void> {
     try {
       const pipe = this.client.pipeline();

@@ -125,16 +125,31 @@ export class Execution {
   readonly counters = new Counters();
   timings: Timings = NO_TIMINGS;
   /**
-   * Set when a run meets a provider's rate limit (RateLimited): a run that starts
-   * meanwhile waits before its call (in `holding`, where `withdrawHeld` finds it) until
-   * `resumeHold`, after the pause is written and the held runs given back, or HOLD_MAX_MS:
-   * a task claimed in between never calls the exhausted provider.
+   * Set when a run meets a provider's rate limit (RateLimited) or reports its quota spent
+   * (`reportQuota`, `beginHold`): a run that starts meanwhile waits before its call (in
+   * `holding`, where `withdrawHeld` finds it) until `resumeHold`, after the pause is
+   * written and the held runs it covers given back, or HOLD_MAX_MS: a task claimed in
+   * between never calls the exhausted provider.
    */
   private hold: { open: Promise<void>; release: () => void } | null = null;
   private readonly holding = new Set<Run>();
 
+  /**
+   * Where a run's `reportQuota` goes: as after a RateLimited, runs that start before the
+   * pause is written and the runs it covers given back wait before their call.
+   */
+  private readonly quotaSink: QuotaSink | undefined;
+
   constructor(private readonly options: ExecutionOptions) {
     this.idle.set();
+    const report = options.reportQuota;
+    this.quotaSink =
+      report === undefined
+        ? undefined
+        : (...args) => {
+            this.beginHold();
+            report(...args);
+          };
   }
 
   /** Slots that would start a task at once. */
@@ -173,7 +188,7 @@ export class Execution {
       token: task.token,
       sink: o.report,
       flows: o.flows ?? null,
-      quotaSink: o.reportQuota,
+      quotaSink: this.quotaSink,
     });
     const run = new Run(task, performance.now(), context);
     this.held.set(task.id, run);
@@ -240,7 +255,8 @@ export class Execution {
     }
   }
 
-  private beginHold(): void {
+  /** Hold runs before their call until `resumeHold` (at most HOLD_MAX_MS). */
+  beginHold(): void {
     if (this.hold !== null) return;
     let release = (): void => undefined;
     const open = new Promise<void>((resolve) => (release = resolve));
@@ -254,10 +270,19 @@ export class Execution {
     hold?.release();
   }
 
-  /** The runs held before their call (a rate limit's hold): abandoned now, to give back. */
-  withdrawHeld(): Run[] {
+  /** The runs held before their call now (a rate limit's hold). */
+  heldRuns(): Run[] {
+    return [...this.holding].filter((run) => !run.finished && !run.abandoned);
+  }
+
+  /**
+   * The runs held before their call (a rate limit's hold), or those of `only` still held:
+   * abandoned now, to give back.
+   */
+  withdrawHeld(only?: readonly Run[]): Run[] {
     const out: Run[] = [];
-    for (const run of this.holding) {
+    for (const run of only ?? this.holding) {
+      if (!this.holding.has(run)) continue;
       if (run.finished || run.abandoned) continue;
       run.abandoned = true;
       out.push(run);

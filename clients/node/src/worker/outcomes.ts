@@ -9,7 +9,8 @@
  * - `OutcomeWriter`: completions, with a claim for the slots they free in the same call
  *   (unless draining or the claim loop waits for a producer's wake-up), and failures.
  * - `Reports`: handlers' progress and costs, the latest per run, written at most every
- *   half second in one call, fenced by each run's token.
+ *   half second in one call, fenced by each run's token; a quota report (`reportQuota`)
+ *   at once, its pause handed to `paused` (the held runs it covers go back, the hold ends).
  *
  * @module
  */
@@ -22,6 +23,7 @@ import { classify } from "./faults.js";
 import type { RedisGate } from "./gate.js";
 import { MAX_BATCH } from "./limits.js";
 import { logEvent } from "./log.js";
+import type { Pauses } from "./pauses.js";
 
 /** At most one report write per worker process this often. */
 export const REPORT_INTERVAL_MS = 500;
@@ -90,6 +92,12 @@ export interface QuotaPause {
   readonly reason: string;
 }
 
+/**
+ * Called once claim pauses are written: gives back the held runs they cover
+ * (`coveredRuns`) and ends the hold (`Execution.resumeHold`), whatever happens.
+ */
+export type Paused = (pauses: Pauses) => Promise<void>;
+
 /** Writes batches of outcomes for one worker. */
 export class OutcomeWriter {
   constructor(
@@ -99,14 +107,17 @@ export class OutcomeWriter {
     private readonly take: (tasks: ClaimResult["tasks"]) => Promise<void>,
     private readonly mayClaim: () => boolean,
     private readonly slotFreed: Flag,
-    /** After a rate limit's fail is written: give back the runs held before their call. */
-    private readonly paused: () => Promise<void> = () => Promise.resolve(),
+    /** After a rate limit's fail is written: give back the held runs it covers, end the hold. */
+    private readonly paused: Paused = () => {
+      execution.resumeHold();
+      return Promise.resolve();
+    },
   ) {}
 
   /** Write `batch`, removing each outcome once written (so a retry never repeats it). */
   async write(batch: Outcome[]): Promise<void> {
     try {
-      if (this.reports.size > 0) await writeReports(this.broker, this.reports);
+      if (this.reports.size > 0) await writeReports(this.broker, this.reports, this.paused);
       const done = batch.filter((o) => o.error === null);
       if (done.length > 0) await this.complete(batch, done);
       while (batch.length > 0) {
@@ -130,13 +141,7 @@ export class OutcomeWriter {
           deferred: state === "delayed" && ((verdict?.retryAfterMs ?? null) !== null || verdict?.throttle === true),
           rateLimited: verdict?.throttle === true,
         });
-        if (verdict?.throttle === true) {
-          try {
-            await this.paused();
-          } finally {
-            this.execution.resumeHold();
-          }
-        }
+        if (verdict?.throttle === true) await this.paused([[outcome.run.task.id, verdict.groupScope === true]]);
       }
     } finally {
       if (this.execution.free() > 0) this.slotFreed.set();
@@ -175,12 +180,14 @@ export class OutcomeWriter {
 /** The reports not yet written, the latest per run. */
 export class Reports {
   readonly ready = new Flag();
+  /** A quota report: written without the interval's wait. */
+  readonly urgent = new Flag();
   private pending = new Map<string, Report>();
   /** Claim pauses `reportQuota` asked for: one `quota` call each, in the same write. */
   private pauses: QuotaPause[] = [];
 
   get size(): number {
-    return this.pending.size;
+    return this.pending.size + this.pauses.length;
   }
 
   /** Queue a report: a newer progress or cost replaces the older. */
@@ -195,6 +202,7 @@ export class Reports {
   addQuota(pause: QuotaPause): void {
     this.pauses.push(pause);
     this.ready.set();
+    this.urgent.set();
   }
 
   takeQuota(): QuotaPause[] {
@@ -221,8 +229,11 @@ export class Reports {
   }
 }
 
-/** Write what is pending now, in one call; on an outage the reports are kept and the error goes on. */
-export async function writeReports(broker: Broker, reports: Reports): Promise<void> {
+/**
+ * Write what is pending now, in one call; on an outage the reports are kept and the error
+ * goes on. Quota pauses written are handed to `paused`.
+ */
+export async function writeReports(broker: Broker, reports: Reports, paused?: Paused): Promise<void> {
   const batch = reports.take();
   const pauses = reports.takeQuota();
   for (const [i, p] of pauses.entries()) {
@@ -237,6 +248,7 @@ export async function writeReports(broker: Broker, reports: Reports): Promise<vo
     }
     logEvent("warning", "quota_reported_spent", { task: p.taskId, pause_ms: p.pauseMs ?? "adaptive" });
   }
+  if (pauses.length > 0 && paused !== undefined) await paused(pauses.map((p) => [p.taskId, p.group] as const));
   if (batch.length === 0) return;
   let applied: boolean[];
   try {
@@ -249,12 +261,23 @@ export async function writeReports(broker: Broker, reports: Reports): Promise<vo
   if (refused > 0) logEvent("debug", "reports_refused", { reports: refused });
 }
 
-/** Write reports as they come, one call per interval at most, until `closing` (then once more). */
-export async function reportLoop(broker: Broker, reports: Reports, gate: RedisGate, closing: Flag, stopRequested: Flag): Promise<void> {
+/**
+ * Write reports as they come, one call per interval at most (a quota report at once),
+ * until `closing` (then once more).
+ */
+export async function reportLoop(
+  broker: Broker,
+  reports: Reports,
+  gate: RedisGate,
+  closing: Flag,
+  stopRequested: Flag,
+  paused?: Paused,
+): Promise<void> {
   for (;;) {
     await waitAny([reports.ready, closing]);
+    reports.urgent.clear();
     try {
-      await writeReports(broker, reports);
+      await writeReports(broker, reports, paused);
     } catch (error) {
       if (!isRedisDown(error)) throw error;
       if (closing.isSet() || stopRequested.isSet()) return;
@@ -262,6 +285,6 @@ export async function reportLoop(broker: Broker, reports: Reports, gate: RedisGa
       continue;
     }
     if (closing.isSet()) return;
-    await sleep(REPORT_INTERVAL_MS, closing);
+    await sleep(REPORT_INTERVAL_MS, closing, reports.urgent);
   }
 }

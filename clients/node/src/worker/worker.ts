@@ -29,6 +29,7 @@ import { defaultPodName, encodeWhereabouts, localWhereabouts } from "./identity.
 import { logEvent } from "./log.js";
 import { ClaimLoop, heartbeatLoop, scheduleLoop, takenOver } from "./loops.js";
 import { Outbox, OutcomeWriter, Reports, reportLoop } from "./outcomes.js";
+import { type Pauses, coveredRuns } from "./pauses.js";
 import { RuntimeFile } from "./runtimefile.js";
 import { FILE_NAME, POLL_INTERVAL_MS, WAITER_GRACE_MS, liveWaiters, processStart, removeState } from "./runtime.js";
 import { type Settings, type WorkerOptions, checkSettings, replyTimeoutMs } from "./settings.js";
@@ -178,12 +179,23 @@ export class Worker {
       (tasks) => this.take(tasks),
       () => this.mayClaim(),
       this.slotFreed,
-      async () => {
-        const held = this.execution.withdrawHeld();
-        await this.release(held);
-        this.execution.forget(held); // released, or left to their leases: not ours now
-      },
+      (pauses) => this.paused(pauses),
     );
+  }
+
+  /**
+   * Claim pauses written (RateLimited, reportQuota): give back the runs held before their
+   * call that they cover (`coveredRuns`), then end the hold.
+   */
+  private async paused(pauses: Pauses): Promise<void> {
+    try {
+      const runs = await coveredRuns(this.execution.heldRuns(), pauses, (ids) => this.registered().groupsOf(ids));
+      const held = this.execution.withdrawHeld(runs);
+      await this.release(held);
+      this.execution.forget(held); // released, or left to their leases: not ours now
+    } finally {
+      this.execution.resumeHold();
+    }
   }
 
   private mayClaim(): boolean {
@@ -268,7 +280,7 @@ export class Worker {
       const background = [
         track(heartbeatLoop(broker, this.execution, this.gate, interval * 1000, flags, s.pod, s.incarnation)),
         track(this.outbox.serve(this.closing)),
-        track(reportLoop(broker, this.reports, this.gate, this.closing, this.stopRequested)),
+        track(reportLoop(broker, this.reports, this.gate, this.closing, this.stopRequested, (pauses) => this.paused(pauses))),
       ];
       if (s.fireSchedules) background.push(track(scheduleLoop(broker, this.gate, this.drainRequested, this.stopRequested, this.closing)));
       this.claims = new ClaimLoop(broker, this.execution, this.gate, (t) => this.take(t), this.slotFreed, this.drainRequested, this.closing, s.idleWait * 1000);
