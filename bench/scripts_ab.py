@@ -5,8 +5,10 @@
 Each round, on one fresh redis-server: 20,000 plain tasks enqueued 1,000 a call, then
 claimed 100 a call and completed, with bundle A's scripts, then B's (the order
 alternating by round); redis-server's CPU time (``/proc/<pid>/schedstat``, which a loaded
-machine's preemption does not inflate) per task, for the enqueue and for the drain. The
-scripts' own cost of a change, without the clients'. Figures, never pass/fail.
+machine's preemption does not inflate) per task, for the enqueue and for the drain; then
+5,000 single enqueues (one task a call, with a token base as ``Queue.enqueue`` sends,
+pipelined 500 at a time): Redis CPU per call. The scripts' own cost of a change, without
+the clients'. Figures, never pass/fail.
 """
 
 from __future__ import annotations
@@ -52,7 +54,10 @@ def cpu(pid: int) -> int:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
 
 
-def one(url: str, side: str) -> tuple[float, float]:
+SINGLE = 5000
+
+
+def one(url: str, side: str) -> tuple[float, float, float]:
     c = redis.Redis.from_url(url)
     c.flushall()
     m, keys, shas = load(c, BUNDLES[side])
@@ -85,8 +90,17 @@ def one(url: str, side: str) -> tuple[float, float]:
             [{"task_id": x[0].decode(), "token": x[1].decode(), "result": ""} for x in recs],
         )
     t2 = cpu(pid)
+    c.flushall()
+    for b in range(0, SINGLE, 500):
+        pipe = c.pipeline(transaction=False)
+        for i in range(b, b + 500):
+            rec = {"task_id": f"s{i}", "payload": "{}", "priority": 0, "delay_ms": 0, "cost": 1}
+            args = pack(m, "enqueue", {"token_base": f"tb{i}", "bound": 100}, [rec])
+            pipe.evalsha(shas["enqueue"], len(keys), *keys, *args)
+        pipe.execute()
+    t3 = cpu(pid)
     c.close()
-    return (t1 - t0) / N, (t2 - t1) / N
+    return (t1 - t0) / N, (t2 - t1) / N, (t3 - t2) / SINGLE
 
 
 def main() -> None:
@@ -97,17 +111,20 @@ def main() -> None:
     args = parser.parse_args()
     BUNDLES.update(a=args.a, b=args.b)
     with redis_server() as (url, _):
-        res: dict[str, list[tuple[float, float]]] = {"a": [], "b": []}
+        res: dict[str, list[tuple[float, float, float]]] = {"a": [], "b": []}
         for i in range(args.rounds):
             for side in ("a", "b") if i % 2 == 0 else ("b", "a"):
                 res[side].append(one(url, side))
     for side, rows in res.items():
         enq = sorted(r[0] for r in rows)
         dr = sorted(r[1] for r in rows)
+        single = sorted(r[2] for r in rows)
         print(
             f"{side} {BUNDLES[side]}: enqueue {enq[len(enq) // 2] / 1000:.2f} us/task, "
-            f"claim+complete {dr[len(dr) // 2] / 1000:.2f} us/task (medians; each round: "
-            f"{[round(r[1] / 1000, 1) for r in rows]})"
+            f"claim+complete {dr[len(dr) // 2] / 1000:.2f} us/task, single enqueue "
+            f"{single[len(single) // 2] / 1000:.2f} us/call (medians; each round, "
+            f"claim+complete: {[round(r[1] / 1000, 1) for r in rows]}, single: "
+            f"{[round(r[2] / 1000, 1) for r in rows]})"
         )
 
 

@@ -26,6 +26,7 @@ from taskfleet.protocol.scripts import EnqueueArgs, Op, Ops
 
 _MARKER = re.compile(r"^-- includes/(\w+)\.lua$", re.M)
 _INCLUDE = re.compile(r'^--- @include "(\w+)"$', re.M)
+_ANY_INCLUDE = re.compile(r'^--- @include(?:-lazy)? "(\w+)"$', re.M)
 
 
 def test_the_committed_bundle_is_what_the_sources_build() -> None:
@@ -238,7 +239,7 @@ def _closure(roots: list[str]) -> list[str]:
 
     def visit(name: str) -> None:
         if name not in seen:
-            for dep in _INCLUDE.findall((LUA / "includes" / f"{name}.lua").read_text()):
+            for dep in _ANY_INCLUDE.findall((LUA / "includes" / f"{name}.lua").read_text()):
                 visit(dep)
             seen.append(name)
 
@@ -279,23 +280,42 @@ def test_a_helper_file_holds_only_its_definition_and_constants_at_its_top_level(
     assert all(d in (name, name.upper()) or d.isupper() for d in defined), defined
 
 
-def test_what_only_the_lazy_hand_off_uses_is_built_inside_its_loader() -> None:
-    """enqueue.lua's hand-off to idle workers (and the claim code only it needs) is built
-    on its first call: a single enqueue with no idle worker builds none of it."""
-    full = source("enqueue")
-    top, _, rest = full.partition("local function build_lazy()\n")
-    loader, _, after = rest.partition("\nreturn hand_off\nend\n")
-    assert loader and after, "enqueue.lua builds hand_off lazily"
+def _lazy_parts(name: str) -> tuple[str, set[str], set[str], str]:
+    """A script's text before its lazy loader, what the loader builds, its lazy roots, and
+    the script's own code (comments dropped)."""
+    full = source(name)
+    top, _, rest = full.partition("build_lazy = function()\n")
+    loader, found, after = rest.partition("\nend\nlocal build_all = build_lazy\n")
+    assert loader and found and after, f"{name}.lua builds its lazy helpers in one loader"
+    roots = set(re.findall(r"^local ([\w, ]+), build_lazy$", top, re.M)[0].split(", "))
     defined = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.M)
-    built_lazily = set(defined.findall(loader))
-    assert {"hand_off", "claim_tasks"} <= built_lazily
-    # at the top, hand_off is only declared (its stub builds the rest): nothing twice
-    assert built_lazily & set(defined.findall(top)) == {"hand_off"}
-    assert "\nlocal hand_off\n" in top and "local function hand_off" not in top
-    body = full.partition("-- enqueue.lua\n")[2]
+    body = full.partition(f"-- {name}.lua\n")[2]
     code = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
+    return top, set(defined.findall(loader)), roots, code
+
+
+def test_what_only_the_lazy_hand_off_uses_is_built_inside_its_loader() -> None:
+    """enqueue.lua's hand-off to idle workers (and the claim code only it needs), its flow
+    helpers and the dependants' resolution are built on the first call of any of them: a
+    single enqueue of a plain task with no idle worker builds none of it."""
+    top, built_lazily, roots, code = _lazy_parts("enqueue")
+    assert {"hand_off", "claim_tasks", "flow_hold", "task_differs", "flow_resolve"} <= built_lazily
+    assert roots <= built_lazily
+    # at the top, the roots are only declared (their stubs build the rest): nothing twice
+    defined = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.M)
+    assert built_lazily & set(defined.findall(top)) <= roots
     used = set(re.findall(r"[A-Za-z_]\w*", code))
-    assert used & built_lazily == {"hand_off"}, "the script itself calls only the lazy root"
+    assert used & built_lazily <= roots, "the script itself calls only lazy roots"
+
+
+def test_a_helpers_lazy_include_is_built_lazily_unless_the_script_needs_it_at_once() -> None:
+    """flush_counts resolves dependants (flow_resolve) only when a task of the call had
+    some: claim builds it lazily; complete, whose own helpers need what it needs, still
+    carries it once."""
+    _, built_lazily, roots, _ = _lazy_parts("claim")
+    assert "flow_resolve" in roots and "flow_resolve" in built_lazily
+    for name in NAMES:
+        assert source(name).count("\n-- includes/flow_resolve.lua\n") <= 1
 
 
 def test_the_bundle_is_read_not_built_at_run_time() -> None:

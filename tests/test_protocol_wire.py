@@ -251,6 +251,37 @@ def test_an_async_write_redis_does_not_take_times_out_and_stores_nothing(
         assert client.exists(QueueKeys("big").task("big")) == 0, "a failed write landed later"
 
 
+def test_a_sync_write_redis_does_not_take_times_out_and_stores_nothing(
+    redis_server_factory: RedisServerFactory,
+) -> None:
+    """The same on a kept sync connection (its socket's timeout kept by the kernel): the
+    write times out as redis-py's TimeoutError, the connection is dropped, nothing lands."""
+    server = redis_server_factory()
+    big = 48 * 1024 * 1024  # above loopback's largest send + receive buffers
+    assert server.process is not None
+    # no retry: the error is the kept connection's own, not a reconnection's
+    client = redis.Redis.from_url(server.url, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    with client, Queue("big", client=client) as queue:
+        queue.configure(QueueConfig(max_payload_bytes=2 * big))
+        queue.enqueue({}, task_id="before")
+        queue.enqueue({}, task_id="kept")  # on the kept connection, checked once
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(redis.TimeoutError):
+                queue.enqueue({"blob": "x" * big}, task_id="big")
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        assert queue.enqueue({}, task_id="after") == "after"
+        assert queue.get("big") is None and queue.stats()["pending"] == 3
+    with redis.Redis.from_url(server.url) as client:
+        wait_for(
+            lambda: client.info("clients")["connected_clients"] == 1,
+            timeout=10,
+            what="the timed-out connections to be gone",
+        )
+        assert client.exists(QueueKeys("big").task("big")) == 0, "a failed write landed later"
+
+
 def test_a_sync_call_to_a_stopped_redis_times_out_and_the_next_call_reads_its_own_reply(
     redis_server_factory: RedisServerFactory,
 ) -> None:

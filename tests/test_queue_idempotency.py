@@ -6,11 +6,14 @@ never by reading from Python first.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import redis
 from taskfleet import EnqueueResult, InvalidArgument, Queue, TaskExists, TaskfleetError
+from taskfleet.producer import encoding
 from taskfleet.producer.encoding import enqueue_args
 from taskfleet.protocol.scripts import SyncScripts
 
@@ -123,3 +126,26 @@ def test_cli_enqueue_with_an_existing_id_says_so_and_a_conflict_exits_1(
         task = queue.get("x")
         assert task is not None and task.payload == {"a": 1}
         assert queue.stats()["enqueued"] == 1
+
+
+def test_generated_ids_and_token_bases_are_drawn_once_each_by_threads_and_forked_children() -> None:
+    """Ids come from a pool of the OS's randomness (one system call per batch): no item is
+    handed out twice, to threads at once or to a forked child (which draws its own)."""
+    encoding.random_hex()  # the pool holds the rest of a batch now
+    with ThreadPoolExecutor(4) as pool:
+        drawn = list(pool.map(lambda _: encoding.random_hex(), range(4 * encoding.RANDOM_BATCH)))
+    assert len(set(drawn)) == len(drawn)
+    assert all(len(x) == 32 and int(x, 16) >= 0 for x in drawn)
+    assert len(encoding.token_base()) == 16
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        os.write(write, "".join(encoding.random_hex() for _ in range(3)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as child_out:
+        child = child_out.read()
+    os.waitpid(pid, 0)
+    mine = "".join(encoding.random_hex() for _ in range(3))
+    assert len(child) == 96 and child != mine, "the child drew its own, not the parent's next"

@@ -14,6 +14,8 @@ import asyncio
 import importlib
 import os
 import socket
+import struct
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,57 @@ def test_a_kept_sync_connection_is_checked_on_a_poller_kept_with_its_socket(
             assert conn.read_response() == b"PONG"
         finally:
             client.connection_pool.release(conn)
+
+
+def test_a_kept_plain_socket_gets_its_timeout_from_the_kernel_and_times_out_as_before(
+    redis_url: str,
+) -> None:
+    """A kept connection's TCP socket with a timeout is made blocking, the same timeout set
+    as SO_RCVTIMEO / SO_SNDTIMEO (no poll before each send and receive); a reply that does
+    not come in time raises redis-py's TimeoutError and drops the connection, as before."""
+    with redis.Redis.from_url(f"{redis_url}?socket_timeout=0.25") as client:
+        conn: Any = client.connection_pool.get_connection()
+        try:
+            check = ready(conn, None)
+            assert check is not None and check.kernel is (sys.platform == "linux")
+            if not check.kernel:
+                pytest.skip("kernel timeouts are set on Linux only")
+            sock = conn._sock
+            assert sock.gettimeout() is None, "blocking: CPython polls no more"
+            size = struct.calcsize("@ll")
+            for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+                whole, micros = struct.unpack(
+                    "@ll", sock.getsockopt(socket.SOL_SOCKET, option, size)
+                )
+                assert whole == 0 and abs(micros - 250_000) < 20_000, "the kernel's clock ticks"
+            assert redisadapter.send_read_sync(conn, PING) == b"PONG"
+            blocked = b"*3\r\n$5\r\nBLPOP\r\n$7\r\nnothing\r\n$1\r\n0\r\n"
+            with pytest.raises(redis.TimeoutError, match="Timeout reading"):
+                redisadapter.send_read_sync(conn, blocked)
+            assert conn._sock is None, "dropped: its late reply is never read as another's"
+            assert redisadapter.send_read_sync(conn, PING) == b"PONG"  # connects again
+            assert conn._sock.gettimeout() == 0.25, "a new socket: CPython's timeout again"
+            check = ready(conn, check)
+            assert check is not None and check.kernel and conn._sock.gettimeout() is None
+        finally:
+            client.connection_pool.release(conn)
+
+
+def test_only_a_plain_socket_with_a_timeout_is_given_kernel_timeouts() -> None:
+    with socket.socket() as plain:
+        assert not redisadapter.kernel_timeouts(plain), "no timeout: left blocking"
+        assert plain.gettimeout() is None
+        plain.settimeout(0)
+        assert not redisadapter.kernel_timeouts(plain), "non-blocking: left so"
+        assert plain.gettimeout() == 0
+
+    class Wrapped(socket.socket):  # as ssl.SSLSocket is: its own send and receive
+        pass
+
+    with Wrapped() as wrapped:
+        wrapped.settimeout(1.0)
+        assert not redisadapter.kernel_timeouts(wrapped)
+        assert wrapped.gettimeout() == 1.0
 
 
 def test_without_a_socket_attribute_the_public_check_is_used() -> None:

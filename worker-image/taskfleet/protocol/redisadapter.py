@@ -14,6 +14,15 @@ Two, each for a measured speed-up of a script call, each with a public fallback:
   3.11 makes a task and two more turns of the event loop per call: a third of an
   ``AsyncQueue.enqueue``. Where there is no ``_writer``, ``send_packed_command`` is used.
 
+A kept sync connection's plain socket (TCP or Unix, not TLS) with a timeout is also made
+blocking, the timeout set in the kernel (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``) instead: CPython
+polls a socket with a timeout before each send and each receive, two system calls of a
+single enqueue's five (bench/README.md). A read or write the kernel times out raises
+redis-py's ``TimeoutError`` as before (``send_read_sync``); the one difference is that the
+write timeout bounds each ``send`` the kernel makes rather than a whole ``sendall`` (a
+command larger than the socket's buffer, sent while Redis reads it slowly, may take
+longer in all).
+
 ``PRIVATES`` names them. tests/test_redisadapter.py checks that each exists and behaves
 as used here on the installed redis-py, and ``make test-redis-py-range`` runs it with the
 oldest and the newest redis-py the package allows; tests/test_redis_privates.py holds
@@ -26,11 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import select
+import socket
+import struct
+import sys
 from typing import Any
 
 import redis
 
-__all__ = ["PRIVATES", "IdleCheck", "ready", "ready_async", "send_read"]
+__all__ = ["PRIVATES", "IdleCheck", "ready", "ready_async", "send_read", "send_read_sync"]
 
 #: Every private attribute of redis-py used here: (the class that has it, the attribute).
 PRIVATES: tuple[tuple[str, str], ...] = (
@@ -42,15 +54,19 @@ _MISSING = object()
 
 
 class IdleCheck:
-    """A poller registered once for one socket: is anything readable where nothing is due?"""
+    """A poller registered once for one socket: is anything readable where nothing is due?
 
-    __slots__ = ("pending", "poller", "sock")
+    Made for a socket the first time it is kept, which is then given kernel timeouts
+    (``kernel_timeouts``) where it can."""
+
+    __slots__ = ("kernel", "pending", "poller", "sock")
 
     def __init__(self, sock: Any) -> None:
         self.sock = sock
         self.pending = getattr(sock, "pending", None)  # TLS: bytes decrypted above the socket
         self.poller = select.poll()
         self.poller.register(sock, select.POLLIN)
+        self.kernel = kernel_timeouts(sock)
 
     def readable(self) -> bool:
         return bool((self.pending is not None and self.pending()) or self.poller.poll(0))
@@ -80,6 +96,47 @@ def ready(conn: Any, check: IdleCheck | None) -> IdleCheck | None:
         conn.disconnect()
         return None
     return check
+
+
+def kernel_timeouts(sock: Any) -> bool:
+    """Make a plain socket with a timeout blocking, its timeout kept by the kernel; whether
+    it was (Linux only; TLS sockets and sockets without a timeout are left as they are)."""
+    if type(sock) is not socket.socket or sys.platform != "linux":
+        return False
+    timeout = sock.gettimeout()
+    if not timeout or timeout <= 0:
+        return False
+    whole = int(timeout)
+    micros = min(999_999, max(round((timeout - whole) * 1e6), 0 if whole else 1))  # 0: never
+    value = struct.pack("@ll", whole, micros)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        sock.settimeout(None)
+    except OSError:
+        sock.settimeout(timeout)
+        return False
+    return True
+
+
+def send_read_sync(conn: Any, command: bytes) -> Any:
+    """Send one packed command on a sync connection; its reply, parsed.
+
+    On a socket with kernel timeouts a timeout shows as ``EAGAIN``, which redis-py reports
+    as a ``ConnectionError`` (it disconnected already): raised as the ``TimeoutError`` it
+    raises for a socket timeout."""
+    try:
+        conn.send_packed_command([command])
+    except redis.ConnectionError as exc:
+        if isinstance(exc.__context__, BlockingIOError):
+            raise redis.TimeoutError("Timeout writing to socket") from None
+        raise
+    try:
+        return conn.read_response()
+    except redis.ConnectionError as exc:
+        if isinstance(exc.__context__, BlockingIOError):
+            raise redis.TimeoutError("Timeout reading from socket") from None
+        raise
 
 
 async def ready_async(conn: Any) -> None:

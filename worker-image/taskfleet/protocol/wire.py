@@ -100,6 +100,18 @@ def pooled(client: Any) -> bool:
     return False  # a cluster client: redis-py routes each call by its keys
 
 
+#: Forks this process descends from (counted in each child): a kept connection knows a
+#: child without a ``getpid`` system call per call.
+_FORKS = [0]
+
+
+def _forked() -> None:
+    _FORKS[0] += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class Connections:
     """Connections of one sync client's pool, kept for script calls between calls.
 
@@ -115,16 +127,16 @@ class Connections:
     def __init__(self, client: redis.Redis) -> None:
         self._pool: Any = client.connection_pool  # untyped in some redis-py versions
         self._idle: deque[Any] = deque()
-        self._pid = os.getpid()
+        self._forks = _FORKS[0]
 
     def call(self, command: bytes) -> Any:
         """Send one packed command; the parsed reply."""
-        if self._pid != os.getpid():  # a forked child: the parent's sockets are not ours
-            self._idle, self._pid = deque(), os.getpid()
+        if self._forks != _FORKS[0]:  # a forked child: the parent's sockets are not ours
+            self._idle, self._forks = deque(), _FORKS[0]
         conn, check = self._take()
         try:
             return conn.retry.call_with_retry(
-                lambda: _send_read(conn, command), lambda _error: conn.disconnect()
+                lambda: redisadapter.send_read_sync(conn, command), lambda _error: conn.disconnect()
             )
         finally:
             # clean either way: an error reply was read whole, and anything else that
@@ -138,11 +150,6 @@ class Connections:
         except IndexError:
             return self._pool.get_connection(), None
         return conn, redisadapter.ready(conn, check)
-
-
-def _send_read(conn: Any, command: bytes) -> Any:
-    conn.send_packed_command([command])
-    return conn.read_response()
 
 
 class AsyncConnections:

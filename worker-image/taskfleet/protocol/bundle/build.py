@@ -3,9 +3,12 @@
 A script is ``lua/<name>.lua``; a helper is ``lua/includes/<name>.lua``, defining one
 local (``local function NAME`` or ``local NAME``, or state ``local <NAME in capitals>``, with
 constants of its own beside it). A
-file names what it needs with lines ``--- @include "NAME"`` at its top; a script may name
-one more kind, ``--- @include-lazy "NAME"``: a helper its common path never calls (the
-enqueue's hand-off to idle workers), built with what only it needs on its first call.
+file names what it needs with lines ``--- @include "NAME"`` at its top, and with
+``--- @include-lazy "NAME"`` a helper its common path never calls (the enqueue's hand-off
+to idle workers, ``flush_counts``'s resolution of dependants): the lazy helpers of a
+script (its own and those of the helpers it carries) are declared at the top and built
+together, with what only they need, on the first call of any of them. A lazy include of a
+helper that something else of the script needs at once is simply built at once.
 Redis runs a script's whole text on every call, so each definition it carries costs every
 call (a closure or a table built): a script carries what it includes, directly or through
 its helpers, each once, in dependency order, and nothing else. A cycle, an unknown
@@ -116,15 +119,16 @@ class _Helpers:
         for path in sorted(root.joinpath("includes").glob("*.lua")):
             name = path.name.removesuffix(".lua")
             source = _parse(path, f"includes/{path.name}", name)
-            if source.lazy:
-                raise BuildError(f"lua/{source.path}: only a script may include lazily")
             defined = rf"^local (function )?({name}|{name.upper()})\b"
             if not re.search(defined, source.text, re.M):
                 raise BuildError(f"lua/{source.path}: defines no local {name}")
             self.by_name[name] = source
 
-    def ordered(self, roots: tuple[str, ...], where: str, done: set[str]) -> list[str]:
-        """``roots`` and what they include, each after its includes, skipping ``done``."""
+    def ordered(
+        self, roots: tuple[str, ...], where: str, done: set[str], *, lazy: bool = False
+    ) -> list[str]:
+        """``roots`` and what they include, each after its includes, skipping ``done``;
+        with ``lazy``, what they include lazily too (built together with them)."""
         out: list[str] = []
         visiting: list[str] = []
 
@@ -138,7 +142,7 @@ class _Helpers:
             if helper is None:
                 raise BuildError(f"lua/{by}: unknown include {name!r}")
             visiting.append(name)
-            for dep in helper.includes:
+            for dep in (*helper.includes, *helper.lazy) if lazy else helper.includes:
                 visit(dep, helper.path)
             visiting.pop()
             done.add(name)
@@ -192,18 +196,31 @@ def _assemble(script: Script, helpers: _Helpers, body: _Source) -> tuple[str, li
     for root in body.lazy:
         if root in eager:
             raise BuildError(f"lua/{body.path}: lazy {root!r} is also included eagerly")
-    later = helpers.ordered(body.lazy, body.path, set(eager))
-    parts = [f"-- {helpers.by_name[n].path}\n{helpers.by_name[n].text}" for n in eager_names]
-    if body.lazy:
-        roots = ", ".join(body.lazy)
+    # the lazy roots: the script's, then its eager helpers' that nothing needs at once
+    roots_list = list(body.lazy)
+    for name in eager_names:
+        for root in helpers.by_name[name].lazy:
+            if root not in eager and root not in roots_list:
+                roots_list.append(root)
+    later = helpers.ordered(tuple(roots_list), body.path, set(eager), lazy=True)
+    parts = []
+    if roots_list:
+        # declared before the helpers that call them; their stubs build them all at once
+        parts.append(f"local {', '.join(roots_list)}, build_lazy\n")
+    parts += [f"-- {helpers.by_name[n].path}\n{helpers.by_name[n].text}" for n in eager_names]
+    if roots_list:
+        roots = ", ".join(roots_list)
+        # a stub per root, of two upvalues (a closure costs every call by its upvalues)
         stubs = "".join(
-            f"{n} = function(...) {roots} = build_lazy() return {n}(...) end\n" for n in body.lazy
+            f"{n} = function(...) build_lazy() return {n}(...) end\n" for n in roots_list
         )
         parts.append(
-            f"-- built on the first call of {roots}: what only they use\nlocal {roots}\n"
-            "local function build_lazy()\n"
+            f"-- built on the first call of {roots}: what only they use\n"
+            "build_lazy = function()\n"
             + "".join(f"-- {helpers.by_name[n].path}\n{helpers.by_name[n].text}" for n in later)
-            + f"return {roots}\nend\n{stubs}"
+            + f"return {roots}\nend\n"
+            + f"local build_all = build_lazy\nbuild_lazy = function() {roots} = build_all() end\n"
+            + stubs
         )
     parts.append(f"-- {body.path}\n{body.text}")
     code_after = "".join(parts)

@@ -29,6 +29,7 @@ local function RECORD(i)
   local b = 1 + i
   return ARGV[b]
 end
+local flow_resolve, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -46,6 +47,15 @@ local COUNTS = {}
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
+end
+
 -- includes/bump.lua
 local function bump(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
@@ -132,21 +142,6 @@ local function flow_finished(id, outcome, mark, result, flow)
   end
   if flow then flow_member_end(flow, outcome) end
 end
--- includes/to_dead.lua
-local function to_dead(id, key, now, reason, err)
-  redis.call('ZADD', K_DEAD, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  if err ~= nil then
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
-  else
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
-  end
-  bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
-  wake_waiters(id, key, v[1])
-  flow_finished(id, 'x', v[2], nil, v[3])
-end
-
 -- includes/to_cancelled.lua
 -- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
 local function to_cancelled(id, key, now)
@@ -194,6 +189,23 @@ local function cancel_task(id, key, now)
   end
   return state
 end
+-- built on the first call of flow_resolve: what only they use
+build_lazy = function()
+-- includes/to_dead.lua
+local function to_dead(id, key, now, reason, err)
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  if err ~= nil then
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
+  else
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
+  end
+  bump('dead_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'x', v[2], nil, v[3])
+end
+
 -- includes/flow_end.lua
 -- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
 -- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
@@ -374,15 +386,11 @@ local function flow_resolve()
   FLOW_Q = {results = {}, budget = FLOW_Q.budget}
   notify(ready)
 end
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
-  end
-  COUNTS = {}
+return flow_resolve
 end
-
+local build_all = build_lazy
+build_lazy = function() flow_resolve = build_all() end
+flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- cancel.lua
 -- cancel: tasks that must not run (or run on). A pending or delayed task ends cancelled
 -- at once and never runs. A running one is marked (field 'cancel_requested' = now): its

@@ -48,6 +48,7 @@ local function RECORD(i)
   local b = 9 + (i - 1) * 3
   return ARGV[b], ARGV[b + 1], ARGV[b + 2]
 end
+local flow_resolve, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -100,6 +101,39 @@ end
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
+end
+
+-- includes/demand.lua
+-- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
+-- it has new work: one element at most, so a burst signals once.
+local function demand()
+  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+end
+
+-- includes/notify.lua
+local NOTIFY_MAX = 16
+-- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
+-- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
+-- case while workers are busy) costs one LLEN, not a push and a trim.
+local function notify(n)
+  if n <= 0 then return end
+  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
+  if n > room then n = room end
+  if n > 0 then
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
+  end
+  demand()
+end
+
 -- includes/wake_waiters.lua
 -- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
 -- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
@@ -187,63 +221,29 @@ local function to_cancelled(id, key, now)
   flow_finished(id, 'c', v[2], nil, v[3])
 end
 
--- includes/pending_remove.lua
--- pending_remove: a task leaves pending (claimed, cancelled, expired, a leftover) from
--- wherever it waits (group: nil or '' for K_PENDING). An
--- emptied group's ring entry is dropped by the next claim that meets it (group_pick).
-local function pending_remove(id, group)
-  if group and group ~= '' then
-    if redis.call('ZREM', K_GROUP_PENDING .. group, id) == 1 then
-      redis.call('DECR', K_GROUPS_PENDING)
-    end
-  else
-    redis.call('ZREM', K_PENDING, id)
+-- includes/group_left.lua
+-- group_left: one of group g's tasks left running. A group parked at its concurrency cap
+-- (score +inf) is due again at once, and a worker is woken to claim it.
+local function group_left(g)
+  if redis.call('HINCRBY', K_GROUP_RUNNING, g, -1) <= 0 then
+    redis.call('HDEL', K_GROUP_RUNNING, g)
+  end
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) == 'inf' then
+    redis.call('ZADD', K_GROUPS_PARKED, 0, g)
+    notify(1)
   end
 end
--- includes/cancel_task.lua
--- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
--- -> 'cancel_requested' set, it ends cancelled when it leaves running ('requested');
--- finished -> unchanged ('done', 'dead', 'finished' when cancelled before); 'missing'.
-local function cancel_task(id, key, now)
-  local v = redis.call('HMGET', key, 'state', 'group')
-  local state = v[1]
-  if not state then return 'missing' end
-  if state == 'pending' or state == 'delayed' or state == 'waiting' then
-    pending_remove(id, v[2])
-    redis.call('ZREM', K_DELAYED, id)
-    if state == 'waiting' then redis.call('ZREM', K_WAITING, id) end
-    to_cancelled(id, key, now)
-    return 'cancelled'
-  elseif state == 'running' then
-    redis.call('HSETNX', key, 'cancel_requested', now)
-    return 'requested'
-  elseif state == 'cancelled' then
-    return 'finished'
-  end
-  return state
+-- includes/handed_task.lua
+-- A claim record that hand_off (includes/hand_off.lua) pushed onto a wake list: its task's id and key,
+-- and whether that incarnation still holds the task under the record's token (a task
+-- taken back meanwhile is not its any more).
+local function handed_task(rec, incarnation)
+  local id, token = string.match(rec, '^(%Z*)%z(%Z*)%z')
+  local key = K_TASK .. (id or '')
+  local v = redis.call('HMGET', key, 'state', 'token', 'incarnation')
+  return id, key, v[1] == 'running' and v[2] == token and v[3] == incarnation
 end
--- includes/flow_end.lua
--- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
--- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
--- to stop) and every dependency of it still unfinished (its field 'after'); anything
--- else ('fail', the default) makes it dead with reason 'dependency failed'. ('ignore'
--- never gets here.)
-local function flow_end(id, key, now, policy, dep, how)
-  local why = 'dependency ' .. dep .. ' ended ' .. how
-  if policy ~= 'cancel' then
-    redis.call('ZREM', K_WAITING, id)
-    pending_remove(id, redis.call('HGET', key, 'group'))
-    to_dead(id, key, now, 'dependency failed', why)
-    return
-  end
-  cancel_task(id, key, now)
-  redis.call('HSET', key, 'error', why)
-  local ok, deps = pcall(cjson.decode, redis.call('HGET', key, 'after') or '[]')
-  if not ok or type(deps) ~= 'table' then return end
-  for _, other in ipairs(deps) do
-    if other ~= dep then cancel_task(other, K_TASK .. other, now) end
-  end
-end
+
 -- includes/pending_score.lua
 -- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
 -- "front" entries (released / taken back: they already waited) before the FIFO ones.
@@ -286,154 +286,6 @@ local function to_pending(id, key, front)
   pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
   redis.call('HSET', key, 'state', 'pending')
 end
--- includes/demand.lua
--- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
--- it has new work: one element at most, so a burst signals once.
-local function demand()
-  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
-end
-
--- includes/notify.lua
-local NOTIFY_MAX = 16
--- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
--- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
--- case while workers are busy) costs one LLEN, not a push and a trim.
-local function notify(n)
-  if n <= 0 then return end
-  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
-  if n > room then n = room end
-  if n > 0 then
-    local tokens = {}
-    for i = 1, n do tokens[i] = '1' end
-    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
-  end
-  demand()
-end
-
--- includes/flow_input.lua
--- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
--- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
--- max_payload_bytes (field 'in_bytes' counts them): a result that would pass it is not
--- handed (the dependant sees that dependency without a result, and may read the task).
-local function flow_input(key, dep, result)
-  if result == nil or result == false or result == '' then result = 'null' end
-  local size = string.len(result)
-  local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
-  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
-  redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
-end
--- includes/flow_join_done.lua
--- A task whose handler returned while children it added were running (field 'join') is
--- done once the last of them is: done now, with the result its run stored.
-local function flow_join_done(id, key, now)
-  redis.call('ZREM', K_WAITING, id)
-  redis.call('HDEL', key, 'deps_left')
-  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
-  redis.call('ZADD', K_DONE, now, id)
-  bump('completed')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
-  wake_waiters(id, key, v[1])
-  flow_finished(id, 'd', v[2], v[3] or '', v[4])
-end
--- includes/flow_resolve.lua
--- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
--- its result to each (flow_input); a dependency done (or,
--- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
--- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
--- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
--- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
--- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
--- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
-local FLOW_BUDGET = 200
-local function flow_resolve()
-  local now = now_ms()
-  local budget = FLOW_Q.budget or FLOW_BUDGET
-  local ready = 0
-  local i = 1
-  while i <= #FLOW_Q do
-    local entry = FLOW_Q[i]
-    i = i + 1
-    if budget <= 0 then
-      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
-    else
-      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
-      local set = K_DEPENDANTS .. id
-      local members = redis.call('SPOP', set, budget)
-      budget = budget - #members
-      if budget <= 0 and redis.call('EXISTS', set) == 1 then
-        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
-      end
-      local how = outcome == 'x' and 'dead' or 'cancelled'
-      local result = FLOW_Q.results[id]
-      if outcome == 'd' and result == nil and #members > 0 then
-        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
-      end
-      for _, d in ipairs(members) do
-        local dkey = K_TASK .. d
-        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
-        local state, policy, join = v[1], v[2], v[3]
-        local live = state == 'running' or state == 'pending' or state == 'delayed'
-        if state == 'waiting' or (join and live) then
-          if outcome == 'd' or policy == 'ignore' then
-            if outcome == 'd' then flow_input(dkey, id, result) end
-            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
-            if left <= 0 and state == 'waiting' then
-              if join then
-                flow_join_done(d, dkey, now)
-              else
-                redis.call('ZREM', K_WAITING, d)
-                redis.call('HDEL', dkey, 'deps_left')
-                redis.call('HSET', dkey, 'run_at', now)
-                to_pending(d, dkey, false)
-                ready = ready + 1
-              end
-            end
-          elseif state == 'waiting' or policy == 'cancel' then
-            -- (a parent still running with a child gone, policy cancel: stop it all)
-            flow_end(d, dkey, now, policy, id, how)
-          else
-            -- its run ends it ('dependency failed') when it returns (complete.lua)
-            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
-          end
-        end
-      end
-    end
-  end
-  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
-  notify(ready)
-end
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
-  end
-  COUNTS = {}
-end
-
--- includes/group_left.lua
--- group_left: one of group g's tasks left running. A group parked at its concurrency cap
--- (score +inf) is due again at once, and a worker is woken to claim it.
-local function group_left(g)
-  if redis.call('HINCRBY', K_GROUP_RUNNING, g, -1) <= 0 then
-    redis.call('HDEL', K_GROUP_RUNNING, g)
-  end
-  if redis.call('ZSCORE', K_GROUPS_PARKED, g) == 'inf' then
-    redis.call('ZADD', K_GROUPS_PARKED, 0, g)
-    notify(1)
-  end
-end
--- includes/handed_task.lua
--- A claim record that hand_off (includes/hand_off.lua) pushed onto a wake list: its task's id and key,
--- and whether that incarnation still holds the task under the record's token (a task
--- taken back meanwhile is not its any more).
-local function handed_task(rec, incarnation)
-  local id, token = string.match(rec, '^(%Z*)%z(%Z*)%z')
-  local key = K_TASK .. (id or '')
-  local v = redis.call('HMGET', key, 'state', 'token', 'incarnation')
-  return id, key, v[1] == 'running' and v[2] == token and v[3] == incarnation
-end
-
 -- includes/promote_due.lua
 -- Delayed tasks whose run_at has come -> pending (at most limit per call).
 local function promote_due(now, limit)
@@ -446,6 +298,19 @@ local function promote_due(now, limit)
   return #due
 end
 
+-- includes/pending_remove.lua
+-- pending_remove: a task leaves pending (claimed, cancelled, expired, a leftover) from
+-- wherever it waits (group: nil or '' for K_PENDING). An
+-- emptied group's ring entry is dropped by the next claim that meets it (group_pick).
+local function pending_remove(id, group)
+  if group and group ~= '' then
+    if redis.call('ZREM', K_GROUP_PENDING .. group, id) == 1 then
+      redis.call('DECR', K_GROUPS_PENDING)
+    end
+  else
+    redis.call('ZREM', K_PENDING, id)
+  end
+end
 -- includes/expire_deadlines.lua
 -- Tasks not started by their deadline -> dead, reason "expired": up to `limit` of them,
 -- earliest deadline first, as to_dead ends a task but in two commands per task (its state
@@ -1189,6 +1054,149 @@ local function flow_prune(zkey, ids, now, cutoff)
   call_chunked('DEL', keys[1], keys)
   return #gone
 end
+-- built on the first call of flow_resolve: what only they use
+build_lazy = function()
+-- includes/cancel_task.lua
+-- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
+-- -> 'cancel_requested' set, it ends cancelled when it leaves running ('requested');
+-- finished -> unchanged ('done', 'dead', 'finished' when cancelled before); 'missing'.
+local function cancel_task(id, key, now)
+  local v = redis.call('HMGET', key, 'state', 'group')
+  local state = v[1]
+  if not state then return 'missing' end
+  if state == 'pending' or state == 'delayed' or state == 'waiting' then
+    pending_remove(id, v[2])
+    redis.call('ZREM', K_DELAYED, id)
+    if state == 'waiting' then redis.call('ZREM', K_WAITING, id) end
+    to_cancelled(id, key, now)
+    return 'cancelled'
+  elseif state == 'running' then
+    redis.call('HSETNX', key, 'cancel_requested', now)
+    return 'requested'
+  elseif state == 'cancelled' then
+    return 'finished'
+  end
+  return state
+end
+-- includes/flow_end.lua
+-- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
+-- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
+-- to stop) and every dependency of it still unfinished (its field 'after'); anything
+-- else ('fail', the default) makes it dead with reason 'dependency failed'. ('ignore'
+-- never gets here.)
+local function flow_end(id, key, now, policy, dep, how)
+  local why = 'dependency ' .. dep .. ' ended ' .. how
+  if policy ~= 'cancel' then
+    redis.call('ZREM', K_WAITING, id)
+    pending_remove(id, redis.call('HGET', key, 'group'))
+    to_dead(id, key, now, 'dependency failed', why)
+    return
+  end
+  cancel_task(id, key, now)
+  redis.call('HSET', key, 'error', why)
+  local ok, deps = pcall(cjson.decode, redis.call('HGET', key, 'after') or '[]')
+  if not ok or type(deps) ~= 'table' then return end
+  for _, other in ipairs(deps) do
+    if other ~= dep then cancel_task(other, K_TASK .. other, now) end
+  end
+end
+-- includes/flow_input.lua
+-- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
+-- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
+-- max_payload_bytes (field 'in_bytes' counts them): a result that would pass it is not
+-- handed (the dependant sees that dependency without a result, and may read the task).
+local function flow_input(key, dep, result)
+  if result == nil or result == false or result == '' then result = 'null' end
+  local size = string.len(result)
+  local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
+  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
+end
+-- includes/flow_join_done.lua
+-- A task whose handler returned while children it added were running (field 'join') is
+-- done once the last of them is: done now, with the result its run stored.
+local function flow_join_done(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+  redis.call('ZADD', K_DONE, now, id)
+  bump('completed')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'd', v[2], v[3] or '', v[4])
+end
+-- includes/flow_resolve.lua
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
+-- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
+-- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
+-- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
+-- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
+-- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
+-- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
+local FLOW_BUDGET = 200
+local function flow_resolve()
+  local now = now_ms()
+  local budget = FLOW_Q.budget or FLOW_BUDGET
+  local ready = 0
+  local i = 1
+  while i <= #FLOW_Q do
+    local entry = FLOW_Q[i]
+    i = i + 1
+    if budget <= 0 then
+      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+    else
+      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
+      local set = K_DEPENDANTS .. id
+      local members = redis.call('SPOP', set, budget)
+      budget = budget - #members
+      if budget <= 0 and redis.call('EXISTS', set) == 1 then
+        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+      end
+      local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
+      for _, d in ipairs(members) do
+        local dkey = K_TASK .. d
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
+            end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
+          else
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
+          end
+        end
+      end
+    end
+  end
+  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
+  notify(ready)
+end
+return flow_resolve
+end
+local build_all = build_lazy
+build_lazy = function() flow_resolve = build_all() end
+flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- complete.lua
 -- complete: finish tasks with their results (a batch is one round trip).
 -- Arguments: ARG_* and RECORD(i) (signatures.Complete, one Completion per task): task id,

@@ -34,6 +34,7 @@ local function RECORD(i)
   local b = 3 + i
   return ARGV[b]
 end
+local flow_resolve, build_lazy
 -- includes/counts.lua
 -- Counters are summed locally and written once per call (flush_counts) to keep batch
 -- scripts cheap. Every script calls flush_counts() before it returns.
@@ -44,6 +45,39 @@ local COUNTS = {}
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
+end
+
+-- includes/demand.lua
+-- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
+-- it has new work: one element at most, so a burst signals once.
+local function demand()
+  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+end
+
+-- includes/notify.lua
+local NOTIFY_MAX = 16
+-- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
+-- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
+-- case while workers are busy) costs one LLEN, not a push and a trim.
+local function notify(n)
+  if n <= 0 then return end
+  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
+  if n > room then n = room end
+  if n > 0 then
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
+  end
+  demand()
+end
+
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -54,6 +88,48 @@ end
 -- includes/bump.lua
 local function bump(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
+end
+-- includes/pending_score.lua
+-- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
+-- "front" entries (released / taken back: they already waited) before the FIFO ones.
+-- Priority is bounded to +-1000 so scores stay exact doubles.
+local BAND = 1e12
+local HALF = 5e11
+local function pending_score(priority, front)
+  local seq = redis.call('INCR', K_SEQ)
+  if front then return -priority * BAND + HALF - seq end
+  return -priority * BAND + HALF + seq
+end
+
+-- includes/group_join.lua
+-- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
+-- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
+-- there). It joins at the ring's current virtual time (its lowest score), so a group that
+-- was idle gets no credit for the time it was away, and a new group waits behind none.
+local function group_join(g)
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
+  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
+end
+-- includes/pending_add.lua
+-- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
+-- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
+-- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
+local function pending_add(id, score, group)
+  if group and group ~= '' then
+    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
+      redis.call('INCR', K_GROUPS_PENDING)
+    end
+    group_join(group)
+  else
+    redis.call('ZADD', K_PENDING, score, id)
+  end
+end
+-- includes/to_pending.lua
+local function to_pending(id, key, front)
+  local v = redis.call('HMGET', key, 'priority', 'group')
+  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
+  redis.call('HSET', key, 'state', 'pending')
 end
 -- includes/wake_waiters.lua
 -- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
@@ -137,6 +213,63 @@ local function flow_finished(id, outcome, mark, result, flow)
   end
   if flow then flow_member_end(flow, outcome) end
 end
+-- includes/to_cancelled.lua
+-- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
+local function to_cancelled(id, key, now)
+  redis.call('ZADD', K_CANCELLED, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
+  bump('cancelled_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'c', v[2], nil, v[3])
+end
+
+-- includes/group_left.lua
+-- group_left: one of group g's tasks left running. A group parked at its concurrency cap
+-- (score +inf) is due again at once, and a worker is woken to claim it.
+local function group_left(g)
+  if redis.call('HINCRBY', K_GROUP_RUNNING, g, -1) <= 0 then
+    redis.call('HDEL', K_GROUP_RUNNING, g)
+  end
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) == 'inf' then
+    redis.call('ZADD', K_GROUPS_PARKED, 0, g)
+    notify(1)
+  end
+end
+-- includes/leave_running.lua
+-- Leave running: drop the lease, keep pod/incarnation as "last ran on". keep_token: the
+-- token stays on the task (an outcome written under it), so a retry of that same write
+-- (its reply was lost) is told apart from a stale one; it never authorises anything
+-- again, since every write checks state 'running' too.
+local function leave_running(id, key, pod, keep_token)
+  redis.call('ZREM', K_RUNNING, id)
+  if pod then redis.call('SREM', K_POD .. pod, id) end
+  local g = redis.call('HGET', key, 'group')
+  if g and g ~= '' then group_left(g) end
+  if keep_token then
+    redis.call('HDEL', key, 'lease_until')
+  else
+    redis.call('HDEL', key, 'token', 'lease_until')
+  end
+end
+-- includes/release_task.lua
+-- Graceful give-back: front of its priority, the start is not counted as an attempt; a
+-- task whose cancellation was asked for ends cancelled instead (returns false then).
+local function release_task(id, key, pod)
+  leave_running(id, key, pod)
+  if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
+    to_cancelled(id, key, now_ms())
+    return false
+  end
+  redis.call('HINCRBY', key, 'attempts', -1)
+  to_pending(id, key, true)
+  bump('released')
+  return true
+end
+
+-- built on the first call of flow_resolve: what only they use
+build_lazy = function()
 -- includes/to_dead.lua
 local function to_dead(id, key, now, reason, err)
   redis.call('ZADD', K_DEAD, now, id)
@@ -150,18 +283,6 @@ local function to_dead(id, key, now, reason, err)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
   flow_finished(id, 'x', v[2], nil, v[3])
-end
-
--- includes/to_cancelled.lua
--- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
-local function to_cancelled(id, key, now)
-  redis.call('ZADD', K_CANCELLED, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
-  bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
-  wake_waiters(id, key, v[1])
-  flow_finished(id, 'c', v[2], nil, v[3])
 end
 
 -- includes/pending_remove.lua
@@ -221,72 +342,6 @@ local function flow_end(id, key, now, policy, dep, how)
     if other ~= dep then cancel_task(other, K_TASK .. other, now) end
   end
 end
--- includes/pending_score.lua
--- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
--- "front" entries (released / taken back: they already waited) before the FIFO ones.
--- Priority is bounded to +-1000 so scores stay exact doubles.
-local BAND = 1e12
-local HALF = 5e11
-local function pending_score(priority, front)
-  local seq = redis.call('INCR', K_SEQ)
-  if front then return -priority * BAND + HALF - seq end
-  return -priority * BAND + HALF + seq
-end
-
--- includes/group_join.lua
--- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
--- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
--- there). It joins at the ring's current virtual time (its lowest score), so a group that
--- was idle gets no credit for the time it was away, and a new group waits behind none.
-local function group_join(g)
-  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
-  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
-end
--- includes/pending_add.lua
--- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
--- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
--- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
-local function pending_add(id, score, group)
-  if group and group ~= '' then
-    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
-      redis.call('INCR', K_GROUPS_PENDING)
-    end
-    group_join(group)
-  else
-    redis.call('ZADD', K_PENDING, score, id)
-  end
-end
--- includes/to_pending.lua
-local function to_pending(id, key, front)
-  local v = redis.call('HMGET', key, 'priority', 'group')
-  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
-  redis.call('HSET', key, 'state', 'pending')
-end
--- includes/demand.lua
--- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
--- it has new work: one element at most, so a burst signals once.
-local function demand()
-  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
-end
-
--- includes/notify.lua
-local NOTIFY_MAX = 16
--- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
--- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
--- case while workers are busy) costs one LLEN, not a push and a trim.
-local function notify(n)
-  if n <= 0 then return end
-  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
-  if n > room then n = room end
-  if n > 0 then
-    local tokens = {}
-    for i = 1, n do tokens[i] = '1' end
-    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
-  end
-  demand()
-end
-
 -- includes/flow_input.lua
 -- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
 -- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
@@ -379,58 +434,11 @@ local function flow_resolve()
   FLOW_Q = {results = {}, budget = FLOW_Q.budget}
   notify(ready)
 end
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
-  end
-  COUNTS = {}
+return flow_resolve
 end
-
--- includes/group_left.lua
--- group_left: one of group g's tasks left running. A group parked at its concurrency cap
--- (score +inf) is due again at once, and a worker is woken to claim it.
-local function group_left(g)
-  if redis.call('HINCRBY', K_GROUP_RUNNING, g, -1) <= 0 then
-    redis.call('HDEL', K_GROUP_RUNNING, g)
-  end
-  if redis.call('ZSCORE', K_GROUPS_PARKED, g) == 'inf' then
-    redis.call('ZADD', K_GROUPS_PARKED, 0, g)
-    notify(1)
-  end
-end
--- includes/leave_running.lua
--- Leave running: drop the lease, keep pod/incarnation as "last ran on". keep_token: the
--- token stays on the task (an outcome written under it), so a retry of that same write
--- (its reply was lost) is told apart from a stale one; it never authorises anything
--- again, since every write checks state 'running' too.
-local function leave_running(id, key, pod, keep_token)
-  redis.call('ZREM', K_RUNNING, id)
-  if pod then redis.call('SREM', K_POD .. pod, id) end
-  local g = redis.call('HGET', key, 'group')
-  if g and g ~= '' then group_left(g) end
-  if keep_token then
-    redis.call('HDEL', key, 'lease_until')
-  else
-    redis.call('HDEL', key, 'token', 'lease_until')
-  end
-end
--- includes/release_task.lua
--- Graceful give-back: front of its priority, the start is not counted as an attempt; a
--- task whose cancellation was asked for ends cancelled instead (returns false then).
-local function release_task(id, key, pod)
-  leave_running(id, key, pod)
-  if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
-    to_cancelled(id, key, now_ms())
-    return false
-  end
-  redis.call('HINCRBY', key, 'attempts', -1)
-  to_pending(id, key, true)
-  bump('released')
-  return true
-end
-
+local build_all = build_lazy
+build_lazy = function() flow_resolve = build_all() end
+flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- disown.lua
 -- disown: undo claims whose reply never reached the worker. A claim the worker gave up
 -- waiting for (no reply in time, connection lost) may still run on Redis later; the

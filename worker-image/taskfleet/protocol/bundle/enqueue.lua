@@ -47,6 +47,7 @@ local function RECORD(i)
   local b = 8 + (i - 1) * 11
   return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
 end
+local task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, flow_resolve, pending_add, deadline_run, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -86,9 +87,187 @@ local COUNTS = {}
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
+end
+
+-- includes/demand.lua
+-- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
+-- it has new work: one element at most, so a burst signals once.
+local function demand()
+  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+end
+
+-- includes/notify.lua
+local NOTIFY_MAX = 16
+-- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
+-- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
+-- case while workers are busy) costs one LLEN, not a push and a trim.
+local function notify(n)
+  if n <= 0 then return end
+  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
+  if n > room then n = room end
+  if n > 0 then
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
+  end
+  demand()
+end
+
 -- includes/bump.lua
 local function bump(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
+end
+-- includes/pending_score.lua
+-- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
+-- "front" entries (released / taken back: they already waited) before the FIFO ones.
+-- Priority is bounded to +-1000 so scores stay exact doubles.
+local BAND = 1e12
+local HALF = 5e11
+local function pending_score(priority, front)
+  local seq = redis.call('INCR', K_SEQ)
+  if front then return -priority * BAND + HALF - seq end
+  return -priority * BAND + HALF + seq
+end
+
+-- includes/create_task.lua
+-- create_task: store one new task (its key must not exist) and index it.
+--   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
+--   max_attempts / timeout: '' = the queue's config at the time it matters.
+--   trace: nil or '' (none), or the producer's trace context, stored as is.
+--   group: nil or '' (none), or the group it belongs to (fair claiming, group_claim.lua).
+-- Returns whether it went straight to pending (for wake-ups).
+local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
+                           timeout, trace, group)
+  if max_attempts == '' then max_attempts = cfg('max_attempts') end
+  delay_ms = tonumber(delay_ms) or 0
+  local fields = {
+    'id', id, 'payload', payload, 'priority', priority, 'attempts', 0,
+    'max_attempts', max_attempts, 'lost', 0, 'created_at', now, 'cost', cost,
+  }
+  if timeout ~= '' then
+    fields[#fields + 1] = 'timeout'
+    fields[#fields + 1] = timeout
+  end
+  if trace and trace ~= '' then
+    fields[#fields + 1] = 'trace'
+    fields[#fields + 1] = trace
+  end
+  local grouped = group and group ~= ''
+  if grouped then
+    fields[#fields + 1] = 'group'
+    fields[#fields + 1] = group
+  end
+  local at
+  if deadline ~= '' then
+    if string.sub(deadline, 1, 1) == '@' then
+      at = tonumber(string.sub(deadline, 2))
+    else
+      at = now + tonumber(deadline)
+    end
+    fields[#fields + 1] = 'deadline'
+    fields[#fields + 1] = at
+    redis.call('ZADD', K_DEADLINES, at, id)
+  end
+  local immediate = delay_ms <= 0
+  local run_at = now
+  if immediate then
+    fields[#fields + 1] = 'state'
+    fields[#fields + 1] = 'pending'
+    local score = pending_score(tonumber(priority), false)
+    if grouped then
+      pending_add(id, score, group)
+    else
+      redis.call('ZADD', K_PENDING, score, id)
+      -- runs of deadlines describe K_PENDING only; a group's zset has none
+      if at then deadline_run(score, at) end
+    end
+  else
+    run_at = now + delay_ms
+    fields[#fields + 1] = 'state'
+    fields[#fields + 1] = 'delayed'
+    redis.call('ZADD', K_DELAYED, run_at, id)
+  end
+  fields[#fields + 1] = 'run_at'
+  fields[#fields + 1] = run_at
+  redis.call('HSET', key, unpack(fields))
+  bump('enqueued')
+  return immediate
+end
+
+-- built on the first call of task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, flow_resolve, pending_add, deadline_run: what only they use
+build_lazy = function()
+-- includes/same_value.lua
+-- Two stored values are the same when their texts are, or both are the same number (a
+-- foreign writer may have stored '5.0' for 5); absent and '' are the same.
+local function same_value(stored, given)
+  if stored == false or stored == nil then stored = '' end
+  if stored == given then return true end
+  local a, b = tonumber(stored), tonumber(given)
+  return a ~= nil and a == b
+end
+
+-- includes/same_after.lua
+-- Whether an enqueue's `after` (JSON array text, '' = none) and `on_dep_fail` ('' =
+-- 'fail') are those of the existing task at key: nil when they are, else 'after' or
+-- 'on_dep_fail'. The ids compare in order; a task that added children at run time
+-- ('join') has them appended to its 'after', so the enqueue's ids need only begin it.
+-- on_dep_fail compares when the enqueue gives after (it is stored only with after).
+local function same_after(key, after, on_dep_fail)
+  local v = redis.call('HMGET', key, 'after', 'on_dep_fail', 'join')
+  local stored, given = {}, {}
+  if v[1] and v[1] ~= '' then
+    local ok, ids = pcall(cjson.decode, v[1])
+    if ok and type(ids) == 'table' then stored = ids end
+  end
+  if after ~= '' then given = cjson.decode(after) end
+  if #given > #stored or (#given < #stored and not v[3]) then return 'after' end
+  for i = 1, #given do
+    if given[i] ~= stored[i] then return 'after' end
+  end
+  if after ~= '' then
+    local had, asked = v[2] or '', on_dep_fail or ''
+    if had == '' then had = 'fail' end
+    if asked == '' then asked = 'fail' end
+    if had ~= asked then return 'on_dep_fail' end
+  end
+  return nil
+end
+-- includes/task_differs.lua
+-- What differs between the existing task at key and an enqueue of the same id: nil when
+-- it is the same task (the enqueue is then a no-op), else the first field that differs.
+-- delay and deadline are relative to each call and not compared; max_attempts only when
+-- the enqueue gives one (the stored value is the queue default of the first enqueue);
+-- after and on_dep_fail as same_after says.
+local function task_differs(key, payload, priority, max_attempts, cost, timeout, after,
+                            on_dep_fail)
+  local v = redis.call('HMGET', key, 'payload', 'priority', 'cost', 'timeout', 'max_attempts')
+  if v[1] ~= payload then
+    -- a named task's payload starts with its name between \1 bytes (tasknames.py)
+    local pattern = '^\1([^\1]*)\1'
+    if string.match(v[1] or '', pattern) ~= string.match(payload, pattern) then return 'name' end
+    return 'payload'
+  end
+  if not same_value(v[2], priority) then return 'priority' end
+  if not same_value(v[3], cost) then return 'cost' end
+  if not same_value(v[4], timeout) then return 'timeout' end
+  if max_attempts ~= '' and not same_value(v[5], max_attempts) then return 'max_attempts' end
+  return same_after(key, after, on_dep_fail)
+end
+-- includes/flow_link.lua
+-- The link back from a task to one that waits for it (`dependant`: a task naming it in
+-- 'after', or a parent that added it as a child): field 'by:<dependant>' = 1 of its
+-- hash. Never removed while the task is kept (it goes with the hash at retention); a
+-- flow's cancel and retry follow it to find the tasks downstream of a finished one
+-- (protocol/flowwalk.py). Idempotent.
+local function flow_link(key, dependant)
+  redis.call('HSET', key, 'by:' .. dependant, 1)
 end
 -- includes/wake_waiters.lua
 -- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
@@ -234,72 +413,6 @@ local function flow_end(id, key, now, policy, dep, how)
     if other ~= dep then cancel_task(other, K_TASK .. other, now) end
   end
 end
--- includes/pending_score.lua
--- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
--- "front" entries (released / taken back: they already waited) before the FIFO ones.
--- Priority is bounded to +-1000 so scores stay exact doubles.
-local BAND = 1e12
-local HALF = 5e11
-local function pending_score(priority, front)
-  local seq = redis.call('INCR', K_SEQ)
-  if front then return -priority * BAND + HALF - seq end
-  return -priority * BAND + HALF + seq
-end
-
--- includes/group_join.lua
--- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
--- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
--- there). It joins at the ring's current virtual time (its lowest score), so a group that
--- was idle gets no credit for the time it was away, and a new group waits behind none.
-local function group_join(g)
-  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
-  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
-end
--- includes/pending_add.lua
--- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
--- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
--- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
-local function pending_add(id, score, group)
-  if group and group ~= '' then
-    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
-      redis.call('INCR', K_GROUPS_PENDING)
-    end
-    group_join(group)
-  else
-    redis.call('ZADD', K_PENDING, score, id)
-  end
-end
--- includes/to_pending.lua
-local function to_pending(id, key, front)
-  local v = redis.call('HMGET', key, 'priority', 'group')
-  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
-  redis.call('HSET', key, 'state', 'pending')
-end
--- includes/demand.lua
--- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
--- it has new work: one element at most, so a burst signals once.
-local function demand()
-  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
-end
-
--- includes/notify.lua
-local NOTIFY_MAX = 16
--- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
--- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
--- case while workers are busy) costs one LLEN, not a push and a trim.
-local function notify(n)
-  if n <= 0 then return end
-  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
-  if n > room then n = room end
-  if n > 0 then
-    local tokens = {}
-    for i = 1, n do tokens[i] = '1' end
-    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
-  end
-  demand()
-end
-
 -- includes/flow_input.lua
 -- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
 -- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
@@ -311,261 +424,6 @@ local function flow_input(key, dep, result)
   local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
   if used + size > cfg_num('max_payload_bytes', 1048576) then return end
   redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
-end
--- includes/flow_join_done.lua
--- A task whose handler returned while children it added were running (field 'join') is
--- done once the last of them is: done now, with the result its run stored.
-local function flow_join_done(id, key, now)
-  redis.call('ZREM', K_WAITING, id)
-  redis.call('HDEL', key, 'deps_left')
-  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
-  redis.call('ZADD', K_DONE, now, id)
-  bump('completed')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
-  wake_waiters(id, key, v[1])
-  flow_finished(id, 'd', v[2], v[3] or '', v[4])
-end
--- includes/flow_resolve.lua
--- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
--- its result to each (flow_input); a dependency done (or,
--- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
--- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
--- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
--- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
--- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
--- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
-local FLOW_BUDGET = 200
-local function flow_resolve()
-  local now = now_ms()
-  local budget = FLOW_Q.budget or FLOW_BUDGET
-  local ready = 0
-  local i = 1
-  while i <= #FLOW_Q do
-    local entry = FLOW_Q[i]
-    i = i + 1
-    if budget <= 0 then
-      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
-    else
-      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
-      local set = K_DEPENDANTS .. id
-      local members = redis.call('SPOP', set, budget)
-      budget = budget - #members
-      if budget <= 0 and redis.call('EXISTS', set) == 1 then
-        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
-      end
-      local how = outcome == 'x' and 'dead' or 'cancelled'
-      local result = FLOW_Q.results[id]
-      if outcome == 'd' and result == nil and #members > 0 then
-        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
-      end
-      for _, d in ipairs(members) do
-        local dkey = K_TASK .. d
-        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
-        local state, policy, join = v[1], v[2], v[3]
-        local live = state == 'running' or state == 'pending' or state == 'delayed'
-        if state == 'waiting' or (join and live) then
-          if outcome == 'd' or policy == 'ignore' then
-            if outcome == 'd' then flow_input(dkey, id, result) end
-            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
-            if left <= 0 and state == 'waiting' then
-              if join then
-                flow_join_done(d, dkey, now)
-              else
-                redis.call('ZREM', K_WAITING, d)
-                redis.call('HDEL', dkey, 'deps_left')
-                redis.call('HSET', dkey, 'run_at', now)
-                to_pending(d, dkey, false)
-                ready = ready + 1
-              end
-            end
-          elseif state == 'waiting' or policy == 'cancel' then
-            -- (a parent still running with a child gone, policy cancel: stop it all)
-            flow_end(d, dkey, now, policy, id, how)
-          else
-            -- its run ends it ('dependency failed') when it returns (complete.lua)
-            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
-          end
-        end
-      end
-    end
-  end
-  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
-  notify(ready)
-end
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
-  end
-  COUNTS = {}
-end
-
--- includes/deadline_run.lua
--- deadline_run: a new task with a start deadline `deadline` joined pending at `score` (the
--- highest FIFO score of its priority so far): note it in deadline_runs, so a claim can step
--- over the expired part of a stretch of such tasks at once (past_expired.lua) instead of
--- one task at a time.
--- A run is one entry of deadline_runs: member '<lo>:<last deadline>', score hi. Every task
--- in pending with a score in [lo, hi] is a never-started task of one priority with a start
--- deadline, and their deadlines never decrease as the score grows. That stays true until
--- the run's tasks are gone: new entries of a priority go above all of its FIFO scores, or
--- below them (front), never between two; removals keep the order. So a task joins the run
--- below it when both are of one priority, nothing is pending between them (its score is the
--- next one, or ZCOUNT says so) and its deadline is not earlier than the run's last.
--- The runs wholly below pending's head hold nothing: they go when a run is made.
-local RUN_BAND = 1e12  -- pending_score's BAND: the width of one priority's scores
-local function deadline_run(score, deadline)
-  local at = string.format('%.17g', score)
-  local below = redis.call('ZREVRANGEBYSCORE', K_DEADLINE_RUNS, '(' .. at, '-inf', 'WITHSCORES',
-    'LIMIT', 0, 1)
-  if #below > 0 then
-    local hi = tonumber(below[2])
-    local cut = string.find(below[1], ':', 1, true)
-    local last = tonumber(string.sub(below[1], cut + 1))
-    if deadline >= last and math.floor(hi / RUN_BAND) == math.floor(score / RUN_BAND)
-        and (score - hi == 1
-          or redis.call('ZCOUNT', K_PENDING, '(' .. below[2], '(' .. at) == 0) then
-      if deadline ~= last then redis.call('ZREM', K_DEADLINE_RUNS, below[1]) end
-      redis.call('ZADD', K_DEADLINE_RUNS, score,
-        string.sub(below[1], 1, cut) .. string.format('%.17g', deadline))
-      return
-    end
-  end
-  local head = redis.call('ZRANGE', K_PENDING, 0, 0, 'WITHSCORES')
-  if #head > 0 then redis.call('ZREMRANGEBYSCORE', K_DEADLINE_RUNS, '-inf', '(' .. head[2]) end
-  redis.call('ZADD', K_DEADLINE_RUNS, score, at .. ':' .. string.format('%.17g', deadline))
-end
--- includes/create_task.lua
--- create_task: store one new task (its key must not exist) and index it.
---   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
---   max_attempts / timeout: '' = the queue's config at the time it matters.
---   trace: nil or '' (none), or the producer's trace context, stored as is.
---   group: nil or '' (none), or the group it belongs to (fair claiming, group_claim.lua).
--- Returns whether it went straight to pending (for wake-ups).
-local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-                           timeout, trace, group)
-  if max_attempts == '' then max_attempts = cfg('max_attempts') end
-  delay_ms = tonumber(delay_ms) or 0
-  local fields = {
-    'id', id, 'payload', payload, 'priority', priority, 'attempts', 0,
-    'max_attempts', max_attempts, 'lost', 0, 'created_at', now, 'cost', cost,
-  }
-  if timeout ~= '' then
-    fields[#fields + 1] = 'timeout'
-    fields[#fields + 1] = timeout
-  end
-  if trace and trace ~= '' then
-    fields[#fields + 1] = 'trace'
-    fields[#fields + 1] = trace
-  end
-  local grouped = group and group ~= ''
-  if grouped then
-    fields[#fields + 1] = 'group'
-    fields[#fields + 1] = group
-  end
-  local at
-  if deadline ~= '' then
-    if string.sub(deadline, 1, 1) == '@' then
-      at = tonumber(string.sub(deadline, 2))
-    else
-      at = now + tonumber(deadline)
-    end
-    fields[#fields + 1] = 'deadline'
-    fields[#fields + 1] = at
-    redis.call('ZADD', K_DEADLINES, at, id)
-  end
-  local immediate = delay_ms <= 0
-  local run_at = now
-  if immediate then
-    fields[#fields + 1] = 'state'
-    fields[#fields + 1] = 'pending'
-    local score = pending_score(tonumber(priority), false)
-    if grouped then
-      pending_add(id, score, group)
-    else
-      redis.call('ZADD', K_PENDING, score, id)
-      -- runs of deadlines describe K_PENDING only; a group's zset has none
-      if at then deadline_run(score, at) end
-    end
-  else
-    run_at = now + delay_ms
-    fields[#fields + 1] = 'state'
-    fields[#fields + 1] = 'delayed'
-    redis.call('ZADD', K_DELAYED, run_at, id)
-  end
-  fields[#fields + 1] = 'run_at'
-  fields[#fields + 1] = run_at
-  redis.call('HSET', key, unpack(fields))
-  bump('enqueued')
-  return immediate
-end
-
--- includes/same_value.lua
--- Two stored values are the same when their texts are, or both are the same number (a
--- foreign writer may have stored '5.0' for 5); absent and '' are the same.
-local function same_value(stored, given)
-  if stored == false or stored == nil then stored = '' end
-  if stored == given then return true end
-  local a, b = tonumber(stored), tonumber(given)
-  return a ~= nil and a == b
-end
-
--- includes/same_after.lua
--- Whether an enqueue's `after` (JSON array text, '' = none) and `on_dep_fail` ('' =
--- 'fail') are those of the existing task at key: nil when they are, else 'after' or
--- 'on_dep_fail'. The ids compare in order; a task that added children at run time
--- ('join') has them appended to its 'after', so the enqueue's ids need only begin it.
--- on_dep_fail compares when the enqueue gives after (it is stored only with after).
-local function same_after(key, after, on_dep_fail)
-  local v = redis.call('HMGET', key, 'after', 'on_dep_fail', 'join')
-  local stored, given = {}, {}
-  if v[1] and v[1] ~= '' then
-    local ok, ids = pcall(cjson.decode, v[1])
-    if ok and type(ids) == 'table' then stored = ids end
-  end
-  if after ~= '' then given = cjson.decode(after) end
-  if #given > #stored or (#given < #stored and not v[3]) then return 'after' end
-  for i = 1, #given do
-    if given[i] ~= stored[i] then return 'after' end
-  end
-  if after ~= '' then
-    local had, asked = v[2] or '', on_dep_fail or ''
-    if had == '' then had = 'fail' end
-    if asked == '' then asked = 'fail' end
-    if had ~= asked then return 'on_dep_fail' end
-  end
-  return nil
-end
--- includes/task_differs.lua
--- What differs between the existing task at key and an enqueue of the same id: nil when
--- it is the same task (the enqueue is then a no-op), else the first field that differs.
--- delay and deadline are relative to each call and not compared; max_attempts only when
--- the enqueue gives one (the stored value is the queue default of the first enqueue);
--- after and on_dep_fail as same_after says.
-local function task_differs(key, payload, priority, max_attempts, cost, timeout, after,
-                            on_dep_fail)
-  local v = redis.call('HMGET', key, 'payload', 'priority', 'cost', 'timeout', 'max_attempts')
-  if v[1] ~= payload then
-    -- a named task's payload starts with its name between \1 bytes (tasknames.py)
-    local pattern = '^\1([^\1]*)\1'
-    if string.match(v[1] or '', pattern) ~= string.match(payload, pattern) then return 'name' end
-    return 'payload'
-  end
-  if not same_value(v[2], priority) then return 'priority' end
-  if not same_value(v[3], cost) then return 'cost' end
-  if not same_value(v[4], timeout) then return 'timeout' end
-  if max_attempts ~= '' and not same_value(v[5], max_attempts) then return 'max_attempts' end
-  return same_after(key, after, on_dep_fail)
-end
--- includes/flow_link.lua
--- The link back from a task to one that waits for it (`dependant`: a task naming it in
--- 'after', or a parent that added it as a child): field 'by:<dependant>' = 1 of its
--- hash. Never removed while the task is kept (it goes with the hash at retention); a
--- flow's cancel and retry follow it to find the tasks downstream of a finished one
--- (protocol/flowwalk.py). Idempotent.
-local function flow_link(key, dependant)
-  redis.call('HSET', key, 'by:' .. dependant, 1)
 end
 -- includes/flow_hold.lua
 -- A task just put in pending that names dependencies (`after`, the JSON array of its
@@ -704,9 +562,6 @@ local function flow_join(key, after, fid, now)
   end
   flow_add(fid, key, 'pending', now)
 end
--- built on the first call of hand_off: what only they use
-local hand_off
-local function build_lazy()
 -- includes/call_chunked.lua
 -- redis.call(cmd, key, unpack(args)) for a list built up by a batch, in chunks (unpack
 -- has a stack limit); an even chunk size keeps ZADD's score-member pairs together.
@@ -727,6 +582,36 @@ local function handed_task(rec, incarnation)
   return id, key, v[1] == 'running' and v[2] == token and v[3] == incarnation
 end
 
+-- includes/group_join.lua
+-- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
+-- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
+-- there). It joins at the ring's current virtual time (its lowest score), so a group that
+-- was idle gets no credit for the time it was away, and a new group waits behind none.
+local function group_join(g)
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
+  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
+end
+-- includes/pending_add.lua
+-- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
+-- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
+-- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
+local function pending_add(id, score, group)
+  if group and group ~= '' then
+    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
+      redis.call('INCR', K_GROUPS_PENDING)
+    end
+    group_join(group)
+  else
+    redis.call('ZADD', K_PENDING, score, id)
+  end
+end
+-- includes/to_pending.lua
+local function to_pending(id, key, front)
+  local v = redis.call('HMGET', key, 'priority', 'group')
+  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
+  redis.call('HSET', key, 'state', 'pending')
+end
 -- includes/promote_due.lua
 -- Delayed tasks whose run_at has come -> pending (at most limit per call).
 local function promote_due(now, limit)
@@ -1467,9 +1352,135 @@ local function hand_off(now, count, token_base, bound)
   end
   return handed
 end
-return hand_off
+-- includes/flow_join_done.lua
+-- A task whose handler returned while children it added were running (field 'join') is
+-- done once the last of them is: done now, with the result its run stored.
+local function flow_join_done(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+  redis.call('ZADD', K_DONE, now, id)
+  bump('completed')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'd', v[2], v[3] or '', v[4])
 end
-hand_off = function(...) hand_off = build_lazy() return hand_off(...) end
+-- includes/flow_resolve.lua
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
+-- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
+-- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
+-- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
+-- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
+-- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
+-- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
+local FLOW_BUDGET = 200
+local function flow_resolve()
+  local now = now_ms()
+  local budget = FLOW_Q.budget or FLOW_BUDGET
+  local ready = 0
+  local i = 1
+  while i <= #FLOW_Q do
+    local entry = FLOW_Q[i]
+    i = i + 1
+    if budget <= 0 then
+      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+    else
+      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
+      local set = K_DEPENDANTS .. id
+      local members = redis.call('SPOP', set, budget)
+      budget = budget - #members
+      if budget <= 0 and redis.call('EXISTS', set) == 1 then
+        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+      end
+      local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
+      for _, d in ipairs(members) do
+        local dkey = K_TASK .. d
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
+            end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
+          else
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
+          end
+        end
+      end
+    end
+  end
+  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
+  notify(ready)
+end
+-- includes/deadline_run.lua
+-- deadline_run: a new task with a start deadline `deadline` joined pending at `score` (the
+-- highest FIFO score of its priority so far): note it in deadline_runs, so a claim can step
+-- over the expired part of a stretch of such tasks at once (past_expired.lua) instead of
+-- one task at a time.
+-- A run is one entry of deadline_runs: member '<lo>:<last deadline>', score hi. Every task
+-- in pending with a score in [lo, hi] is a never-started task of one priority with a start
+-- deadline, and their deadlines never decrease as the score grows. That stays true until
+-- the run's tasks are gone: new entries of a priority go above all of its FIFO scores, or
+-- below them (front), never between two; removals keep the order. So a task joins the run
+-- below it when both are of one priority, nothing is pending between them (its score is the
+-- next one, or ZCOUNT says so) and its deadline is not earlier than the run's last.
+-- The runs wholly below pending's head hold nothing: they go when a run is made.
+local RUN_BAND = 1e12  -- pending_score's BAND: the width of one priority's scores
+local function deadline_run(score, deadline)
+  local at = string.format('%.17g', score)
+  local below = redis.call('ZREVRANGEBYSCORE', K_DEADLINE_RUNS, '(' .. at, '-inf', 'WITHSCORES',
+    'LIMIT', 0, 1)
+  if #below > 0 then
+    local hi = tonumber(below[2])
+    local cut = string.find(below[1], ':', 1, true)
+    local last = tonumber(string.sub(below[1], cut + 1))
+    if deadline >= last and math.floor(hi / RUN_BAND) == math.floor(score / RUN_BAND)
+        and (score - hi == 1
+          or redis.call('ZCOUNT', K_PENDING, '(' .. below[2], '(' .. at) == 0) then
+      if deadline ~= last then redis.call('ZREM', K_DEADLINE_RUNS, below[1]) end
+      redis.call('ZADD', K_DEADLINE_RUNS, score,
+        string.sub(below[1], 1, cut) .. string.format('%.17g', deadline))
+      return
+    end
+  end
+  local head = redis.call('ZRANGE', K_PENDING, 0, 0, 'WITHSCORES')
+  if #head > 0 then redis.call('ZREMRANGEBYSCORE', K_DEADLINE_RUNS, '-inf', '(' .. head[2]) end
+  redis.call('ZADD', K_DEADLINE_RUNS, score, at .. ':' .. string.format('%.17g', deadline))
+end
+return task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, flow_resolve, pending_add, deadline_run
+end
+local build_all = build_lazy
+build_lazy = function() task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, flow_resolve, pending_add, deadline_run = build_all() end
+task_differs = function(...) build_lazy() return task_differs(...) end
+flow_hold = function(...) build_lazy() return flow_hold(...) end
+flow_adopt = function(...) build_lazy() return flow_adopt(...) end
+flow_append = function(...) build_lazy() return flow_append(...) end
+flow_join = function(...) build_lazy() return flow_join(...) end
+flow_add = function(...) build_lazy() return flow_add(...) end
+hand_off = function(...) build_lazy() return hand_off(...) end
+flow_resolve = function(...) build_lazy() return flow_resolve(...) end
+pending_add = function(...) build_lazy() return pending_add(...) end
+deadline_run = function(...) build_lazy() return deadline_run(...) end
 -- enqueue.lua
 -- enqueue: create tasks in one atomic call (a batch is one round trip).
 -- Arguments: ARG_* and RECORD(i) (signatures.Enqueue, one EnqueueTask per task). With a

@@ -32,6 +32,7 @@ local ARG_DAY_LIMIT = ARGV[4]
 local ARG_MONTH_LIMIT = ARGV[5]
 local ARG_GROUP = ARGV[6]
 local ARG_TASK_ID = ARGV[7]
+local flow_resolve, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -49,23 +50,13 @@ local COUNTS = {}
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
--- includes/bump.lua
-local function bump(field, n)
-  COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
-end
--- includes/wake_waiters.lua
--- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
--- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
--- minute after the last push (a waiter that left leaves nothing behind for long). A task
--- nobody waits on costs nothing: the field is absent.
-local WAITER_TTL_MS = 60000
-local function wake_waiters(id, key, waiters)
-  if not waiters then return end
-  for w in string.gmatch(waiters, '[^ ]+') do
-    redis.call('LPUSH', K_WAITER .. w, id)
-    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
   end
-  redis.call('HDEL', key, 'waiters')
+  COUNTS = {}
 end
 
 -- includes/cfg.lua
@@ -88,6 +79,118 @@ local function cfg_num(name, fallback)
   local v = tonumber(cfg(name))
   if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
   return v
+end
+
+-- includes/bump.lua
+local function bump(field, n)
+  COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
+end
+-- includes/quota_state.lua
+-- quota_state: a quota hash (the queue's K_QUOTA, or a group's own hash K_GROUP .. g) read
+-- once per script call and cached: the claim pause (`till`: ms until which nobody claims,
+-- `streak`: rate limits in a row without a retry-after) and the raw budget fields, which
+-- quota_budget reads. A queue that uses neither pays this one HMGET per call. `raw`: the
+-- fields already read, in this order (a group's, with its settings: group_settings).
+local QUOTA = {}
+local function quota_state(key, now, raw)
+  local q = QUOTA[key]
+  if q then return q end
+  local v = raw or redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit',
+    'day', 'day_spent', 'month', 'month_spent')
+  q = {key = key, now = now, till = tonumber(v[1]) or 0, streak = tonumber(v[2]) or 0, raw = v}
+  QUOTA[key] = q
+  return q
+end
+-- includes/quota_pause.lua
+-- quota_pause: a provider's rate limit was met: nobody claims under quota hash `key`
+-- until the returned time (ms). `asked`: the provider's retry-after in ms (nil: none
+-- given; the pause is then throttle_base_s, doubled for each rate limit met in a row
+-- after the last pause ended, capped at throttle_max_s; quota_relax undoes one doubling
+-- per success). Rate limits met while a pause holds (requests already in flight) lengthen
+-- it at most to their own pause and do not count as a new one.
+local function quota_pause(key, now, asked, reason)
+  local q = quota_state(key, now)
+  local fresh = q.till <= now
+  local ms = asked
+  if ms == nil then
+    if fresh then q.streak = q.streak + 1 end
+    local base = cfg_num('throttle_base_s', 1) * 1000
+    local cap = cfg_num('throttle_max_s', 300) * 1000
+    ms = math.min(cap, base * 2 ^ (math.max(1, q.streak) - 1))
+  end
+  local till = now + math.floor(ms)
+  if till > q.till then
+    q.till = till
+    redis.call('HSET', key, 'until', till, 'streak', q.streak, 'pause_ms', till - now,
+      'reason', string.sub(reason or '', 1, 200), 'at', now)
+  else
+    till = q.till  -- a longer pause holds: it stays as it is
+    redis.call('HSET', key, 'streak', q.streak)
+  end
+  if fresh then
+    redis.call('HINCRBY', key, 'pauses', 1)
+    bump('throttled')
+  end
+  return till
+end
+-- includes/group_pause.lua
+-- group_pause: group g's claims are paused until `till` (ms; its own quota hash, K_GROUP
+-- .. g, holds the pause): it leaves the fair ring for K_GROUPS_PARKED with that score
+-- (kept when it is parked longer already; one at its concurrency cap, +inf, takes `till`:
+-- the claim that brings it back then checks the cap again). O(log groups).
+local function group_pause(g, till)
+  redis.call('ZREM', K_GROUPS, g)
+  local score = redis.call('ZSCORE', K_GROUPS_PARKED, g)
+  if not score or score == 'inf' or tonumber(score) < till then
+    redis.call('ZADD', K_GROUPS_PARKED, till, g)
+  end
+end
+-- includes/demand.lua
+-- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
+-- it has new work: one element at most, so a burst signals once.
+local function demand()
+  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+end
+
+-- includes/notify.lua
+local NOTIFY_MAX = 16
+-- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
+-- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
+-- case while workers are busy) costs one LLEN, not a push and a trim.
+local function notify(n)
+  if n <= 0 then return end
+  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
+  if n > room then n = room end
+  if n > 0 then
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
+  end
+  demand()
+end
+
+-- includes/group_unpark.lua
+-- group_unpark: group g's pause or budget changed: if it is parked, the next claim looks
+-- at it again (it rejoins the ring unless something still holds it back), and an idle
+-- worker is woken to make that claim.
+local function group_unpark(g, now)
+  if redis.call('ZADD', K_GROUPS_PARKED, 'XX', 'CH', now, g) == 1 then notify(1) end
+end
+-- built on the first call of flow_resolve: what only they use
+build_lazy = function()
+-- includes/wake_waiters.lua
+-- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
+-- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
+-- minute after the last push (a waiter that left leaves nothing behind for long). A task
+-- nobody waits on costs nothing: the field is absent.
+local WAITER_TTL_MS = 60000
+local function wake_waiters(id, key, waiters)
+  if not waiters then return end
+  for w in string.gmatch(waiters, '[^ ]+') do
+    redis.call('LPUSH', K_WAITER .. w, id)
+    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
+  end
+  redis.call('HDEL', key, 'waiters')
 end
 
 -- includes/flow_member_end.lua
@@ -261,30 +364,6 @@ local function to_pending(id, key, front)
   pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
   redis.call('HSET', key, 'state', 'pending')
 end
--- includes/demand.lua
--- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
--- it has new work: one element at most, so a burst signals once.
-local function demand()
-  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
-end
-
--- includes/notify.lua
-local NOTIFY_MAX = 16
--- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
--- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
--- case while workers are busy) costs one LLEN, not a push and a trim.
-local function notify(n)
-  if n <= 0 then return end
-  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
-  if n > room then n = room end
-  if n > 0 then
-    local tokens = {}
-    for i = 1, n do tokens[i] = '1' end
-    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
-  end
-  demand()
-end
-
 -- includes/flow_input.lua
 -- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
 -- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
@@ -377,82 +456,11 @@ local function flow_resolve()
   FLOW_Q = {results = {}, budget = FLOW_Q.budget}
   notify(ready)
 end
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
-  end
-  COUNTS = {}
+return flow_resolve
 end
-
--- includes/quota_state.lua
--- quota_state: a quota hash (the queue's K_QUOTA, or a group's own hash K_GROUP .. g) read
--- once per script call and cached: the claim pause (`till`: ms until which nobody claims,
--- `streak`: rate limits in a row without a retry-after) and the raw budget fields, which
--- quota_budget reads. A queue that uses neither pays this one HMGET per call. `raw`: the
--- fields already read, in this order (a group's, with its settings: group_settings).
-local QUOTA = {}
-local function quota_state(key, now, raw)
-  local q = QUOTA[key]
-  if q then return q end
-  local v = raw or redis.call('HMGET', key, 'until', 'streak', 'day_limit', 'month_limit',
-    'day', 'day_spent', 'month', 'month_spent')
-  q = {key = key, now = now, till = tonumber(v[1]) or 0, streak = tonumber(v[2]) or 0, raw = v}
-  QUOTA[key] = q
-  return q
-end
--- includes/quota_pause.lua
--- quota_pause: a provider's rate limit was met: nobody claims under quota hash `key`
--- until the returned time (ms). `asked`: the provider's retry-after in ms (nil: none
--- given; the pause is then throttle_base_s, doubled for each rate limit met in a row
--- after the last pause ended, capped at throttle_max_s; quota_relax undoes one doubling
--- per success). Rate limits met while a pause holds (requests already in flight) lengthen
--- it at most to their own pause and do not count as a new one.
-local function quota_pause(key, now, asked, reason)
-  local q = quota_state(key, now)
-  local fresh = q.till <= now
-  local ms = asked
-  if ms == nil then
-    if fresh then q.streak = q.streak + 1 end
-    local base = cfg_num('throttle_base_s', 1) * 1000
-    local cap = cfg_num('throttle_max_s', 300) * 1000
-    ms = math.min(cap, base * 2 ^ (math.max(1, q.streak) - 1))
-  end
-  local till = now + math.floor(ms)
-  if till > q.till then
-    q.till = till
-    redis.call('HSET', key, 'until', till, 'streak', q.streak, 'pause_ms', till - now,
-      'reason', string.sub(reason or '', 1, 200), 'at', now)
-  else
-    till = q.till  -- a longer pause holds: it stays as it is
-    redis.call('HSET', key, 'streak', q.streak)
-  end
-  if fresh then
-    redis.call('HINCRBY', key, 'pauses', 1)
-    bump('throttled')
-  end
-  return till
-end
--- includes/group_pause.lua
--- group_pause: group g's claims are paused until `till` (ms; its own quota hash, K_GROUP
--- .. g, holds the pause): it leaves the fair ring for K_GROUPS_PARKED with that score
--- (kept when it is parked longer already; one at its concurrency cap, +inf, takes `till`:
--- the claim that brings it back then checks the cap again). O(log groups).
-local function group_pause(g, till)
-  redis.call('ZREM', K_GROUPS, g)
-  local score = redis.call('ZSCORE', K_GROUPS_PARKED, g)
-  if not score or score == 'inf' or tonumber(score) < till then
-    redis.call('ZADD', K_GROUPS_PARKED, till, g)
-  end
-end
--- includes/group_unpark.lua
--- group_unpark: group g's pause or budget changed: if it is parked, the next claim looks
--- at it again (it rejoins the ring unless something still holds it back), and an idle
--- worker is woken to make that claim.
-local function group_unpark(g, now)
-  if redis.call('ZADD', K_GROUPS_PARKED, 'XX', 'CH', now, g) == 1 then notify(1) end
-end
+local build_all = build_lazy
+build_lazy = function() flow_resolve = build_all() end
+flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- quota.lua
 -- quota: an administrator's (or a handler's) say over the queue's claim pause and spend
 -- budget, in the quota hash (K_QUOTA; includes/quota_*.lua).

@@ -36,6 +36,7 @@ local function RECORD(i)
   local b = 8 + i
   return ARGV[b]
 end
+local flow_resolve, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -57,6 +58,90 @@ end
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
+end
+
+-- includes/demand.lua
+-- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
+-- it has new work: one element at most, so a burst signals once.
+local function demand()
+  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+end
+
+-- includes/notify.lua
+local NOTIFY_MAX = 16
+-- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
+-- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
+-- case while workers are busy) costs one LLEN, not a push and a trim.
+local function notify(n)
+  if n <= 0 then return end
+  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
+  if n > room then n = room end
+  if n > 0 then
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
+  end
+  demand()
+end
+
+-- includes/pending_score.lua
+-- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
+-- "front" entries (released / taken back: they already waited) before the FIFO ones.
+-- Priority is bounded to +-1000 so scores stay exact doubles.
+local BAND = 1e12
+local HALF = 5e11
+local function pending_score(priority, front)
+  local seq = redis.call('INCR', K_SEQ)
+  if front then return -priority * BAND + HALF - seq end
+  return -priority * BAND + HALF + seq
+end
+
+-- includes/group_join.lua
+-- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
+-- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
+-- there). It joins at the ring's current virtual time (its lowest score), so a group that
+-- was idle gets no credit for the time it was away, and a new group waits behind none.
+local function group_join(g)
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
+  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
+end
+-- includes/pending_add.lua
+-- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
+-- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
+-- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
+local function pending_add(id, score, group)
+  if group and group ~= '' then
+    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
+      redis.call('INCR', K_GROUPS_PENDING)
+    end
+    group_join(group)
+  else
+    redis.call('ZADD', K_PENDING, score, id)
+  end
+end
+-- includes/to_pending.lua
+local function to_pending(id, key, front)
+  local v = redis.call('HMGET', key, 'priority', 'group')
+  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
+  redis.call('HSET', key, 'state', 'pending')
+end
+-- includes/flow_link.lua
+-- The link back from a task to one that waits for it (`dependant`: a task naming it in
+-- 'after', or a parent that added it as a child): field 'by:<dependant>' = 1 of its
+-- hash. Never removed while the task is kept (it goes with the hash at retention); a
+-- flow's cancel and retry follow it to find the tasks downstream of a finished one
+-- (protocol/flowwalk.py). Idempotent.
+local function flow_link(key, dependant)
+  redis.call('HSET', key, 'by:' .. dependant, 1)
+end
 -- includes/wake_waiters.lua
 -- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
 -- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
@@ -223,72 +308,6 @@ local function flow_end(id, key, now, policy, dep, how)
     if other ~= dep then cancel_task(other, K_TASK .. other, now) end
   end
 end
--- includes/pending_score.lua
--- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
--- "front" entries (released / taken back: they already waited) before the FIFO ones.
--- Priority is bounded to +-1000 so scores stay exact doubles.
-local BAND = 1e12
-local HALF = 5e11
-local function pending_score(priority, front)
-  local seq = redis.call('INCR', K_SEQ)
-  if front then return -priority * BAND + HALF - seq end
-  return -priority * BAND + HALF + seq
-end
-
--- includes/group_join.lua
--- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
--- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
--- there). It joins at the ring's current virtual time (its lowest score), so a group that
--- was idle gets no credit for the time it was away, and a new group waits behind none.
-local function group_join(g)
-  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
-  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
-end
--- includes/pending_add.lua
--- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
--- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
--- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
-local function pending_add(id, score, group)
-  if group and group ~= '' then
-    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
-      redis.call('INCR', K_GROUPS_PENDING)
-    end
-    group_join(group)
-  else
-    redis.call('ZADD', K_PENDING, score, id)
-  end
-end
--- includes/to_pending.lua
-local function to_pending(id, key, front)
-  local v = redis.call('HMGET', key, 'priority', 'group')
-  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
-  redis.call('HSET', key, 'state', 'pending')
-end
--- includes/demand.lua
--- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
--- it has new work: one element at most, so a burst signals once.
-local function demand()
-  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
-end
-
--- includes/notify.lua
-local NOTIFY_MAX = 16
--- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
--- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
--- case while workers are busy) costs one LLEN, not a push and a trim.
-local function notify(n)
-  if n <= 0 then return end
-  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
-  if n > room then n = room end
-  if n > 0 then
-    local tokens = {}
-    for i = 1, n do tokens[i] = '1' end
-    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
-  end
-  demand()
-end
-
 -- includes/flow_input.lua
 -- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
 -- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
@@ -300,104 +319,6 @@ local function flow_input(key, dep, result)
   local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
   if used + size > cfg_num('max_payload_bytes', 1048576) then return end
   redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
-end
--- includes/flow_join_done.lua
--- A task whose handler returned while children it added were running (field 'join') is
--- done once the last of them is: done now, with the result its run stored.
-local function flow_join_done(id, key, now)
-  redis.call('ZREM', K_WAITING, id)
-  redis.call('HDEL', key, 'deps_left')
-  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
-  redis.call('ZADD', K_DONE, now, id)
-  bump('completed')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
-  wake_waiters(id, key, v[1])
-  flow_finished(id, 'd', v[2], v[3] or '', v[4])
-end
--- includes/flow_resolve.lua
--- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
--- its result to each (flow_input); a dependency done (or,
--- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
--- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
--- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
--- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
--- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
--- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
-local FLOW_BUDGET = 200
-local function flow_resolve()
-  local now = now_ms()
-  local budget = FLOW_Q.budget or FLOW_BUDGET
-  local ready = 0
-  local i = 1
-  while i <= #FLOW_Q do
-    local entry = FLOW_Q[i]
-    i = i + 1
-    if budget <= 0 then
-      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
-    else
-      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
-      local set = K_DEPENDANTS .. id
-      local members = redis.call('SPOP', set, budget)
-      budget = budget - #members
-      if budget <= 0 and redis.call('EXISTS', set) == 1 then
-        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
-      end
-      local how = outcome == 'x' and 'dead' or 'cancelled'
-      local result = FLOW_Q.results[id]
-      if outcome == 'd' and result == nil and #members > 0 then
-        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
-      end
-      for _, d in ipairs(members) do
-        local dkey = K_TASK .. d
-        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
-        local state, policy, join = v[1], v[2], v[3]
-        local live = state == 'running' or state == 'pending' or state == 'delayed'
-        if state == 'waiting' or (join and live) then
-          if outcome == 'd' or policy == 'ignore' then
-            if outcome == 'd' then flow_input(dkey, id, result) end
-            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
-            if left <= 0 and state == 'waiting' then
-              if join then
-                flow_join_done(d, dkey, now)
-              else
-                redis.call('ZREM', K_WAITING, d)
-                redis.call('HDEL', dkey, 'deps_left')
-                redis.call('HSET', dkey, 'run_at', now)
-                to_pending(d, dkey, false)
-                ready = ready + 1
-              end
-            end
-          elseif state == 'waiting' or policy == 'cancel' then
-            -- (a parent still running with a child gone, policy cancel: stop it all)
-            flow_end(d, dkey, now, policy, id, how)
-          else
-            -- its run ends it ('dependency failed') when it returns (complete.lua)
-            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
-          end
-        end
-      end
-    end
-  end
-  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
-  notify(ready)
-end
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
-  end
-  COUNTS = {}
-end
-
--- includes/flow_link.lua
--- The link back from a task to one that waits for it (`dependant`: a task naming it in
--- 'after', or a parent that added it as a child): field 'by:<dependant>' = 1 of its
--- hash. Never removed while the task is kept (it goes with the hash at retention); a
--- flow's cancel and retry follow it to find the tasks downstream of a finished one
--- (protocol/flowwalk.py). Idempotent.
-local function flow_link(key, dependant)
-  redis.call('HSET', key, 'by:' .. dependant, 1)
 end
 -- includes/flow_hold.lua
 -- A task just put in pending that names dependencies (`after`, the JSON array of its
@@ -503,6 +424,93 @@ local function chosen_finished(zkey, mode, n, record, reason, lo, hi, offset, bo
   for i = 1, n do ids[i] = record(i) end
   return ids, -1
 end
+-- built on the first call of flow_resolve: what only they use
+build_lazy = function()
+-- includes/flow_join_done.lua
+-- A task whose handler returned while children it added were running (field 'join') is
+-- done once the last of them is: done now, with the result its run stored.
+local function flow_join_done(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+  redis.call('ZADD', K_DONE, now, id)
+  bump('completed')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'd', v[2], v[3] or '', v[4])
+end
+-- includes/flow_resolve.lua
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
+-- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
+-- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
+-- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
+-- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
+-- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
+-- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
+local FLOW_BUDGET = 200
+local function flow_resolve()
+  local now = now_ms()
+  local budget = FLOW_Q.budget or FLOW_BUDGET
+  local ready = 0
+  local i = 1
+  while i <= #FLOW_Q do
+    local entry = FLOW_Q[i]
+    i = i + 1
+    if budget <= 0 then
+      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+    else
+      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
+      local set = K_DEPENDANTS .. id
+      local members = redis.call('SPOP', set, budget)
+      budget = budget - #members
+      if budget <= 0 and redis.call('EXISTS', set) == 1 then
+        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+      end
+      local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
+      for _, d in ipairs(members) do
+        local dkey = K_TASK .. d
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
+            end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
+          else
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
+          end
+        end
+      end
+    end
+  end
+  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
+  notify(ready)
+end
+return flow_resolve
+end
+local build_all = build_lazy
+build_lazy = function() flow_resolve = build_all() end
+flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- retry.lua
 -- retry: dead tasks run again, with a new attempt budget ("replay"): each goes back to
 -- pending (behind what waits at its priority) with attempts, losses and deferrals at 0,

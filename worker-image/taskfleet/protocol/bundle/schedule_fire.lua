@@ -32,6 +32,7 @@ local function RECORD(i)
   local b = 2 + (i - 1) * 7
   return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6]
 end
+local flow_resolve, pending_add, deadline_run, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -71,10 +72,135 @@ local COUNTS = {}
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
+end
+
+-- includes/demand.lua
+-- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
+-- it has new work: one element at most, so a burst signals once.
+local function demand()
+  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+end
+
+-- includes/notify.lua
+local NOTIFY_MAX = 16
+-- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
+-- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
+-- case while workers are busy) costs one LLEN, not a push and a trim.
+local function notify(n)
+  if n <= 0 then return end
+  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
+  if n > room then n = room end
+  if n > 0 then
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
+  end
+  demand()
+end
+
 -- includes/bump.lua
 local function bump(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
 end
+-- includes/pending_score.lua
+-- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
+-- "front" entries (released / taken back: they already waited) before the FIFO ones.
+-- Priority is bounded to +-1000 so scores stay exact doubles.
+local BAND = 1e12
+local HALF = 5e11
+local function pending_score(priority, front)
+  local seq = redis.call('INCR', K_SEQ)
+  if front then return -priority * BAND + HALF - seq end
+  return -priority * BAND + HALF + seq
+end
+
+-- includes/create_task.lua
+-- create_task: store one new task (its key must not exist) and index it.
+--   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
+--   max_attempts / timeout: '' = the queue's config at the time it matters.
+--   trace: nil or '' (none), or the producer's trace context, stored as is.
+--   group: nil or '' (none), or the group it belongs to (fair claiming, group_claim.lua).
+-- Returns whether it went straight to pending (for wake-ups).
+local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
+                           timeout, trace, group)
+  if max_attempts == '' then max_attempts = cfg('max_attempts') end
+  delay_ms = tonumber(delay_ms) or 0
+  local fields = {
+    'id', id, 'payload', payload, 'priority', priority, 'attempts', 0,
+    'max_attempts', max_attempts, 'lost', 0, 'created_at', now, 'cost', cost,
+  }
+  if timeout ~= '' then
+    fields[#fields + 1] = 'timeout'
+    fields[#fields + 1] = timeout
+  end
+  if trace and trace ~= '' then
+    fields[#fields + 1] = 'trace'
+    fields[#fields + 1] = trace
+  end
+  local grouped = group and group ~= ''
+  if grouped then
+    fields[#fields + 1] = 'group'
+    fields[#fields + 1] = group
+  end
+  local at
+  if deadline ~= '' then
+    if string.sub(deadline, 1, 1) == '@' then
+      at = tonumber(string.sub(deadline, 2))
+    else
+      at = now + tonumber(deadline)
+    end
+    fields[#fields + 1] = 'deadline'
+    fields[#fields + 1] = at
+    redis.call('ZADD', K_DEADLINES, at, id)
+  end
+  local immediate = delay_ms <= 0
+  local run_at = now
+  if immediate then
+    fields[#fields + 1] = 'state'
+    fields[#fields + 1] = 'pending'
+    local score = pending_score(tonumber(priority), false)
+    if grouped then
+      pending_add(id, score, group)
+    else
+      redis.call('ZADD', K_PENDING, score, id)
+      -- runs of deadlines describe K_PENDING only; a group's zset has none
+      if at then deadline_run(score, at) end
+    end
+  else
+    run_at = now + delay_ms
+    fields[#fields + 1] = 'state'
+    fields[#fields + 1] = 'delayed'
+    redis.call('ZADD', K_DELAYED, run_at, id)
+  end
+  fields[#fields + 1] = 'run_at'
+  fields[#fields + 1] = run_at
+  redis.call('HSET', key, unpack(fields))
+  bump('enqueued')
+  return immediate
+end
+
+-- includes/enqueue_task.lua
+-- enqueue_task: create one task unless its id exists (schedule_fire.lua: a slot's task, of
+-- the schedule's group if it has one).
+-- Returns 1 if created, 0 if a task with this id exists (nothing changed), and whether
+-- it went straight to pending.
+local function enqueue_task(now, id, payload, priority, delay_ms, deadline, max_attempts, cost,
+                            timeout, group)
+  local key = K_TASK .. id
+  if redis.call('EXISTS', key) == 1 then return 0, false end
+  return 1, create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
+    timeout, nil, group)
+end
+
+-- built on the first call of flow_resolve, pending_add, deadline_run: what only they use
+build_lazy = function()
 -- includes/wake_waiters.lua
 -- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
 -- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
@@ -219,18 +345,6 @@ local function flow_end(id, key, now, policy, dep, how)
     if other ~= dep then cancel_task(other, K_TASK .. other, now) end
   end
 end
--- includes/pending_score.lua
--- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
--- "front" entries (released / taken back: they already waited) before the FIFO ones.
--- Priority is bounded to +-1000 so scores stay exact doubles.
-local BAND = 1e12
-local HALF = 5e11
-local function pending_score(priority, front)
-  local seq = redis.call('INCR', K_SEQ)
-  if front then return -priority * BAND + HALF - seq end
-  return -priority * BAND + HALF + seq
-end
-
 -- includes/group_join.lua
 -- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
 -- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
@@ -261,30 +375,6 @@ local function to_pending(id, key, front)
   pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
   redis.call('HSET', key, 'state', 'pending')
 end
--- includes/demand.lua
--- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
--- it has new work: one element at most, so a burst signals once.
-local function demand()
-  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
-end
-
--- includes/notify.lua
-local NOTIFY_MAX = 16
--- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
--- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
--- case while workers are busy) costs one LLEN, not a push and a trim.
-local function notify(n)
-  if n <= 0 then return end
-  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
-  if n > room then n = room end
-  if n > 0 then
-    local tokens = {}
-    for i = 1, n do tokens[i] = '1' end
-    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
-  end
-  demand()
-end
-
 -- includes/flow_input.lua
 -- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
 -- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
@@ -377,15 +467,6 @@ local function flow_resolve()
   FLOW_Q = {results = {}, budget = FLOW_Q.budget}
   notify(ready)
 end
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
-  end
-  COUNTS = {}
-end
-
 -- includes/deadline_run.lua
 -- deadline_run: a new task with a start deadline `deadline` joined pending at `score` (the
 -- highest FIFO score of its priority so far): note it in deadline_runs, so a claim can step
@@ -421,84 +502,13 @@ local function deadline_run(score, deadline)
   if #head > 0 then redis.call('ZREMRANGEBYSCORE', K_DEADLINE_RUNS, '-inf', '(' .. head[2]) end
   redis.call('ZADD', K_DEADLINE_RUNS, score, at .. ':' .. string.format('%.17g', deadline))
 end
--- includes/create_task.lua
--- create_task: store one new task (its key must not exist) and index it.
---   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
---   max_attempts / timeout: '' = the queue's config at the time it matters.
---   trace: nil or '' (none), or the producer's trace context, stored as is.
---   group: nil or '' (none), or the group it belongs to (fair claiming, group_claim.lua).
--- Returns whether it went straight to pending (for wake-ups).
-local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-                           timeout, trace, group)
-  if max_attempts == '' then max_attempts = cfg('max_attempts') end
-  delay_ms = tonumber(delay_ms) or 0
-  local fields = {
-    'id', id, 'payload', payload, 'priority', priority, 'attempts', 0,
-    'max_attempts', max_attempts, 'lost', 0, 'created_at', now, 'cost', cost,
-  }
-  if timeout ~= '' then
-    fields[#fields + 1] = 'timeout'
-    fields[#fields + 1] = timeout
-  end
-  if trace and trace ~= '' then
-    fields[#fields + 1] = 'trace'
-    fields[#fields + 1] = trace
-  end
-  local grouped = group and group ~= ''
-  if grouped then
-    fields[#fields + 1] = 'group'
-    fields[#fields + 1] = group
-  end
-  local at
-  if deadline ~= '' then
-    if string.sub(deadline, 1, 1) == '@' then
-      at = tonumber(string.sub(deadline, 2))
-    else
-      at = now + tonumber(deadline)
-    end
-    fields[#fields + 1] = 'deadline'
-    fields[#fields + 1] = at
-    redis.call('ZADD', K_DEADLINES, at, id)
-  end
-  local immediate = delay_ms <= 0
-  local run_at = now
-  if immediate then
-    fields[#fields + 1] = 'state'
-    fields[#fields + 1] = 'pending'
-    local score = pending_score(tonumber(priority), false)
-    if grouped then
-      pending_add(id, score, group)
-    else
-      redis.call('ZADD', K_PENDING, score, id)
-      -- runs of deadlines describe K_PENDING only; a group's zset has none
-      if at then deadline_run(score, at) end
-    end
-  else
-    run_at = now + delay_ms
-    fields[#fields + 1] = 'state'
-    fields[#fields + 1] = 'delayed'
-    redis.call('ZADD', K_DELAYED, run_at, id)
-  end
-  fields[#fields + 1] = 'run_at'
-  fields[#fields + 1] = run_at
-  redis.call('HSET', key, unpack(fields))
-  bump('enqueued')
-  return immediate
+return flow_resolve, pending_add, deadline_run
 end
-
--- includes/enqueue_task.lua
--- enqueue_task: create one task unless its id exists (schedule_fire.lua: a slot's task, of
--- the schedule's group if it has one).
--- Returns 1 if created, 0 if a task with this id exists (nothing changed), and whether
--- it went straight to pending.
-local function enqueue_task(now, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-                            timeout, group)
-  local key = K_TASK .. id
-  if redis.call('EXISTS', key) == 1 then return 0, false end
-  return 1, create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-    timeout, nil, group)
-end
-
+local build_all = build_lazy
+build_lazy = function() flow_resolve, pending_add, deadline_run = build_all() end
+flow_resolve = function(...) build_lazy() return flow_resolve(...) end
+pending_add = function(...) build_lazy() return pending_add(...) end
+deadline_run = function(...) build_lazy() return deadline_run(...) end
 -- schedule_fire.lua
 -- schedule_fire: fire a batch of schedules' slots, each exactly once. For each schedule
 -- the firer read (schedule_due) and computed (protocol/schedules.py), the script compares

@@ -29,6 +29,7 @@ local K_FLOW = KEYS[38]
 local K_FLOWS = KEYS[39]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_BOUND = ARGV[1]
+local flow_resolve, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -68,10 +69,82 @@ local COUNTS = {}
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  for field, n in pairs(COUNTS) do
+    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
+  end
+  COUNTS = {}
+end
+
+-- includes/pending_score.lua
+-- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
+-- "front" entries (released / taken back: they already waited) before the FIFO ones.
+-- Priority is bounded to +-1000 so scores stay exact doubles.
+local BAND = 1e12
+local HALF = 5e11
+local function pending_score(priority, front)
+  local seq = redis.call('INCR', K_SEQ)
+  if front then return -priority * BAND + HALF - seq end
+  return -priority * BAND + HALF + seq
+end
+
+-- includes/group_join.lua
+-- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
+-- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
+-- there). It joins at the ring's current virtual time (its lowest score), so a group that
+-- was idle gets no credit for the time it was away, and a new group waits behind none.
+local function group_join(g)
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
+  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
+end
+-- includes/pending_add.lua
+-- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
+-- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
+-- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
+local function pending_add(id, score, group)
+  if group and group ~= '' then
+    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
+      redis.call('INCR', K_GROUPS_PENDING)
+    end
+    group_join(group)
+  else
+    redis.call('ZADD', K_PENDING, score, id)
+  end
+end
+-- includes/to_pending.lua
+local function to_pending(id, key, front)
+  local v = redis.call('HMGET', key, 'priority', 'group')
+  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
+  redis.call('HSET', key, 'state', 'pending')
+end
+-- includes/promote_due.lua
+-- Delayed tasks whose run_at has come -> pending (at most limit per call).
+local function promote_due(now, limit)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    redis.call('ZREM', K_DELAYED, id)
+    local key = K_TASK .. id
+    if redis.call('EXISTS', key) == 1 then to_pending(id, key, false) end
+  end
+  return #due
+end
+
 -- includes/bump.lua
 local function bump(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
 end
+-- includes/call_chunked.lua
+-- redis.call(cmd, key, unpack(args)) for a list built up by a batch, in chunks (unpack
+-- has a stack limit); an even chunk size keeps ZADD's score-member pairs together.
+local function call_chunked(cmd, key, args)
+  for i = 1, #args, 1000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+  end
+end
+
 -- includes/wake_waiters.lua
 -- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
 -- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
@@ -132,33 +205,6 @@ local function flow_finished(id, outcome, mark, result, flow)
   end
   if flow then flow_member_end(flow, outcome) end
 end
--- includes/to_dead.lua
-local function to_dead(id, key, now, reason, err)
-  redis.call('ZADD', K_DEAD, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  if err ~= nil then
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
-  else
-    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
-  end
-  bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
-  wake_waiters(id, key, v[1])
-  flow_finished(id, 'x', v[2], nil, v[3])
-end
-
--- includes/to_cancelled.lua
--- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
-local function to_cancelled(id, key, now)
-  redis.call('ZADD', K_CANCELLED, now, id)
-  redis.call('ZREM', K_DEADLINES, id)
-  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
-  bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
-  wake_waiters(id, key, v[1])
-  flow_finished(id, 'c', v[2], nil, v[3])
-end
-
 -- includes/pending_remove.lua
 -- pending_remove: a task leaves pending (claimed, cancelled, expired, a leftover) from
 -- wherever it waits (group: nil or '' for K_PENDING). An
@@ -172,238 +218,6 @@ local function pending_remove(id, group)
     redis.call('ZREM', K_PENDING, id)
   end
 end
--- includes/cancel_task.lua
--- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
--- -> 'cancel_requested' set, it ends cancelled when it leaves running ('requested');
--- finished -> unchanged ('done', 'dead', 'finished' when cancelled before); 'missing'.
-local function cancel_task(id, key, now)
-  local v = redis.call('HMGET', key, 'state', 'group')
-  local state = v[1]
-  if not state then return 'missing' end
-  if state == 'pending' or state == 'delayed' or state == 'waiting' then
-    pending_remove(id, v[2])
-    redis.call('ZREM', K_DELAYED, id)
-    if state == 'waiting' then redis.call('ZREM', K_WAITING, id) end
-    to_cancelled(id, key, now)
-    return 'cancelled'
-  elseif state == 'running' then
-    redis.call('HSETNX', key, 'cancel_requested', now)
-    return 'requested'
-  elseif state == 'cancelled' then
-    return 'finished'
-  end
-  return state
-end
--- includes/flow_end.lua
--- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
--- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
--- to stop) and every dependency of it still unfinished (its field 'after'); anything
--- else ('fail', the default) makes it dead with reason 'dependency failed'. ('ignore'
--- never gets here.)
-local function flow_end(id, key, now, policy, dep, how)
-  local why = 'dependency ' .. dep .. ' ended ' .. how
-  if policy ~= 'cancel' then
-    redis.call('ZREM', K_WAITING, id)
-    pending_remove(id, redis.call('HGET', key, 'group'))
-    to_dead(id, key, now, 'dependency failed', why)
-    return
-  end
-  cancel_task(id, key, now)
-  redis.call('HSET', key, 'error', why)
-  local ok, deps = pcall(cjson.decode, redis.call('HGET', key, 'after') or '[]')
-  if not ok or type(deps) ~= 'table' then return end
-  for _, other in ipairs(deps) do
-    if other ~= dep then cancel_task(other, K_TASK .. other, now) end
-  end
-end
--- includes/pending_score.lua
--- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
--- "front" entries (released / taken back: they already waited) before the FIFO ones.
--- Priority is bounded to +-1000 so scores stay exact doubles.
-local BAND = 1e12
-local HALF = 5e11
-local function pending_score(priority, front)
-  local seq = redis.call('INCR', K_SEQ)
-  if front then return -priority * BAND + HALF - seq end
-  return -priority * BAND + HALF + seq
-end
-
--- includes/group_join.lua
--- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
--- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
--- there). It joins at the ring's current virtual time (its lowest score), so a group that
--- was idle gets no credit for the time it was away, and a new group waits behind none.
-local function group_join(g)
-  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
-  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
-end
--- includes/pending_add.lua
--- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
--- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
--- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
-local function pending_add(id, score, group)
-  if group and group ~= '' then
-    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
-      redis.call('INCR', K_GROUPS_PENDING)
-    end
-    group_join(group)
-  else
-    redis.call('ZADD', K_PENDING, score, id)
-  end
-end
--- includes/to_pending.lua
-local function to_pending(id, key, front)
-  local v = redis.call('HMGET', key, 'priority', 'group')
-  pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
-  redis.call('HSET', key, 'state', 'pending')
-end
--- includes/demand.lua
--- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
--- it has new work: one element at most, so a burst signals once.
-local function demand()
-  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
-end
-
--- includes/notify.lua
-local NOTIFY_MAX = 16
--- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
--- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
--- case while workers are busy) costs one LLEN, not a push and a trim.
-local function notify(n)
-  if n <= 0 then return end
-  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
-  if n > room then n = room end
-  if n > 0 then
-    local tokens = {}
-    for i = 1, n do tokens[i] = '1' end
-    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
-  end
-  demand()
-end
-
--- includes/flow_input.lua
--- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
--- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
--- max_payload_bytes (field 'in_bytes' counts them): a result that would pass it is not
--- handed (the dependant sees that dependency without a result, and may read the task).
-local function flow_input(key, dep, result)
-  if result == nil or result == false or result == '' then result = 'null' end
-  local size = string.len(result)
-  local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
-  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
-  redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
-end
--- includes/flow_join_done.lua
--- A task whose handler returned while children it added were running (field 'join') is
--- done once the last of them is: done now, with the result its run stored.
-local function flow_join_done(id, key, now)
-  redis.call('ZREM', K_WAITING, id)
-  redis.call('HDEL', key, 'deps_left')
-  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
-  redis.call('ZADD', K_DONE, now, id)
-  bump('completed')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
-  wake_waiters(id, key, v[1])
-  flow_finished(id, 'd', v[2], v[3] or '', v[4])
-end
--- includes/flow_resolve.lua
--- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
--- its result to each (flow_input); a dependency done (or,
--- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
--- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
--- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
--- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
--- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
--- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
-local FLOW_BUDGET = 200
-local function flow_resolve()
-  local now = now_ms()
-  local budget = FLOW_Q.budget or FLOW_BUDGET
-  local ready = 0
-  local i = 1
-  while i <= #FLOW_Q do
-    local entry = FLOW_Q[i]
-    i = i + 1
-    if budget <= 0 then
-      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
-    else
-      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
-      local set = K_DEPENDANTS .. id
-      local members = redis.call('SPOP', set, budget)
-      budget = budget - #members
-      if budget <= 0 and redis.call('EXISTS', set) == 1 then
-        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
-      end
-      local how = outcome == 'x' and 'dead' or 'cancelled'
-      local result = FLOW_Q.results[id]
-      if outcome == 'd' and result == nil and #members > 0 then
-        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
-      end
-      for _, d in ipairs(members) do
-        local dkey = K_TASK .. d
-        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
-        local state, policy, join = v[1], v[2], v[3]
-        local live = state == 'running' or state == 'pending' or state == 'delayed'
-        if state == 'waiting' or (join and live) then
-          if outcome == 'd' or policy == 'ignore' then
-            if outcome == 'd' then flow_input(dkey, id, result) end
-            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
-            if left <= 0 and state == 'waiting' then
-              if join then
-                flow_join_done(d, dkey, now)
-              else
-                redis.call('ZREM', K_WAITING, d)
-                redis.call('HDEL', dkey, 'deps_left')
-                redis.call('HSET', dkey, 'run_at', now)
-                to_pending(d, dkey, false)
-                ready = ready + 1
-              end
-            end
-          elseif state == 'waiting' or policy == 'cancel' then
-            -- (a parent still running with a child gone, policy cancel: stop it all)
-            flow_end(d, dkey, now, policy, id, how)
-          else
-            -- its run ends it ('dependency failed') when it returns (complete.lua)
-            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
-          end
-        end
-      end
-    end
-  end
-  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
-  notify(ready)
-end
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
-  for field, n in pairs(COUNTS) do
-    if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
-  end
-  COUNTS = {}
-end
-
--- includes/promote_due.lua
--- Delayed tasks whose run_at has come -> pending (at most limit per call).
-local function promote_due(now, limit)
-  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, limit)
-  for _, id in ipairs(due) do
-    redis.call('ZREM', K_DELAYED, id)
-    local key = K_TASK .. id
-    if redis.call('EXISTS', key) == 1 then to_pending(id, key, false) end
-  end
-  return #due
-end
-
--- includes/call_chunked.lua
--- redis.call(cmd, key, unpack(args)) for a list built up by a batch, in chunks (unpack
--- has a stack limit); an even chunk size keeps ZADD's score-member pairs together.
-local function call_chunked(cmd, key, args)
-  for i = 1, #args, 1000 do
-    redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
-  end
-end
-
 -- includes/expire_deadlines.lua
 -- Tasks not started by their deadline -> dead, reason "expired": up to `limit` of them,
 -- earliest deadline first, as to_dead ends a task but in two commands per task (its state
@@ -476,6 +290,57 @@ local function expire_deadlines(now, limit)
     and #redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', '(' .. now, 'LIMIT', 0, 1) > 0)
   return n, more
 end
+-- includes/demand.lua
+-- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
+-- it has new work: one element at most, so a burst signals once.
+local function demand()
+  if redis.call('LLEN', K_DEMAND) == 0 then redis.call('RPUSH', K_DEMAND, '1') end
+end
+
+-- includes/notify.lua
+local NOTIFY_MAX = 16
+-- Wake up to n idle workers blocked on BLPOP notify, and signal demand.
+-- The list holds at most NOTIFY_MAX tokens: a full one (nobody blocked on it, the usual
+-- case while workers are busy) costs one LLEN, not a push and a trim.
+local function notify(n)
+  if n <= 0 then return end
+  local room = NOTIFY_MAX - redis.call('LLEN', K_NOTIFY)
+  if n > room then n = room end
+  if n > 0 then
+    local tokens = {}
+    for i = 1, n do tokens[i] = '1' end
+    redis.call('LPUSH', K_NOTIFY, unpack(tokens))
+  end
+  demand()
+end
+
+-- includes/to_dead.lua
+local function to_dead(id, key, now, reason, err)
+  redis.call('ZADD', K_DEAD, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  if err ~= nil then
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now, 'error', err)
+  else
+    redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
+  end
+  bump('dead_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'x', v[2], nil, v[3])
+end
+
+-- includes/to_cancelled.lua
+-- A task ends cancelled: never to run again (kept like a dead task, dead_retention_s).
+local function to_cancelled(id, key, now)
+  redis.call('ZADD', K_CANCELLED, now, id)
+  redis.call('ZREM', K_DEADLINES, id)
+  redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
+  bump('cancelled_total')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'c', v[2], nil, v[3])
+end
+
 -- includes/group_left.lua
 -- group_left: one of group g's tasks left running. A group parked at its concurrency cap
 -- (score +inf) is due again at once, and a worker is woken to claim it.
@@ -606,6 +471,149 @@ local function flows_expire(now, bound)
   local ids = redis.call('ZRANGEBYSCORE', K_FLOWS, '-inf', now, 'LIMIT', 0, bound)
   call_chunked('ZREM', K_FLOWS, ids)
 end
+-- built on the first call of flow_resolve: what only they use
+build_lazy = function()
+-- includes/cancel_task.lua
+-- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
+-- -> 'cancel_requested' set, it ends cancelled when it leaves running ('requested');
+-- finished -> unchanged ('done', 'dead', 'finished' when cancelled before); 'missing'.
+local function cancel_task(id, key, now)
+  local v = redis.call('HMGET', key, 'state', 'group')
+  local state = v[1]
+  if not state then return 'missing' end
+  if state == 'pending' or state == 'delayed' or state == 'waiting' then
+    pending_remove(id, v[2])
+    redis.call('ZREM', K_DELAYED, id)
+    if state == 'waiting' then redis.call('ZREM', K_WAITING, id) end
+    to_cancelled(id, key, now)
+    return 'cancelled'
+  elseif state == 'running' then
+    redis.call('HSETNX', key, 'cancel_requested', now)
+    return 'requested'
+  elseif state == 'cancelled' then
+    return 'finished'
+  end
+  return state
+end
+-- includes/flow_end.lua
+-- A task that waits on others, whose dependency `dep` ended `how` (dead, cancelled or
+-- missing), ends by its policy `on_dep_fail`: 'cancel' cancels it (a running one is asked
+-- to stop) and every dependency of it still unfinished (its field 'after'); anything
+-- else ('fail', the default) makes it dead with reason 'dependency failed'. ('ignore'
+-- never gets here.)
+local function flow_end(id, key, now, policy, dep, how)
+  local why = 'dependency ' .. dep .. ' ended ' .. how
+  if policy ~= 'cancel' then
+    redis.call('ZREM', K_WAITING, id)
+    pending_remove(id, redis.call('HGET', key, 'group'))
+    to_dead(id, key, now, 'dependency failed', why)
+    return
+  end
+  cancel_task(id, key, now)
+  redis.call('HSET', key, 'error', why)
+  local ok, deps = pcall(cjson.decode, redis.call('HGET', key, 'after') or '[]')
+  if not ok or type(deps) ~= 'table' then return end
+  for _, other in ipairs(deps) do
+    if other ~= dep then cancel_task(other, K_TASK .. other, now) end
+  end
+end
+-- includes/flow_input.lua
+-- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
+-- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
+-- max_payload_bytes (field 'in_bytes' counts them): a result that would pass it is not
+-- handed (the dependant sees that dependency without a result, and may read the task).
+local function flow_input(key, dep, result)
+  if result == nil or result == false or result == '' then result = 'null' end
+  local size = string.len(result)
+  local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
+  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
+end
+-- includes/flow_join_done.lua
+-- A task whose handler returned while children it added were running (field 'join') is
+-- done once the last of them is: done now, with the result its run stored.
+local function flow_join_done(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'state', 'done', 'finished_at', now)
+  redis.call('ZADD', K_DONE, now, id)
+  bump('completed')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
+  wake_waiters(id, key, v[1])
+  flow_finished(id, 'd', v[2], v[3] or '', v[4])
+end
+-- includes/flow_resolve.lua
+-- Resolve the dependants of the tasks in FLOW_Q (flow_finished): a dependency done hands
+-- its result to each (flow_input); a dependency done (or,
+-- under policy 'ignore', dead or cancelled) counts the dependant's 'deps_left' down, and
+-- at 0 it goes from waiting to pending; a dependency dead or cancelled ends it by its
+-- policy (flow_end), which may finish more tasks: they join FLOW_Q. At most FLOW_BUDGET
+-- dependants per call (about 5 ms): the rest stay in their sets, the finished ids on flows:backlog,
+-- taken up by the next complete or sweep (flow_backlog), so every call stays short. A
+-- sweep, a housekeeping call with a larger bound, sets FLOW_Q.budget to its own.
+local FLOW_BUDGET = 200
+local function flow_resolve()
+  local now = now_ms()
+  local budget = FLOW_Q.budget or FLOW_BUDGET
+  local ready = 0
+  local i = 1
+  while i <= #FLOW_Q do
+    local entry = FLOW_Q[i]
+    i = i + 1
+    if budget <= 0 then
+      redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+    else
+      local outcome, id = string.sub(entry, 1, 1), string.sub(entry, 2)
+      local set = K_DEPENDANTS .. id
+      local members = redis.call('SPOP', set, budget)
+      budget = budget - #members
+      if budget <= 0 and redis.call('EXISTS', set) == 1 then
+        redis.call('RPUSH', K_FLOW_BACKLOG, entry)
+      end
+      local how = outcome == 'x' and 'dead' or 'cancelled'
+      local result = FLOW_Q.results[id]
+      if outcome == 'd' and result == nil and #members > 0 then
+        result = redis.call('HGET', K_TASK .. id, 'result')  -- from the backlog
+      end
+      for _, d in ipairs(members) do
+        local dkey = K_TASK .. d
+        local v = redis.call('HMGET', dkey, 'state', 'on_dep_fail', 'join')
+        local state, policy, join = v[1], v[2], v[3]
+        local live = state == 'running' or state == 'pending' or state == 'delayed'
+        if state == 'waiting' or (join and live) then
+          if outcome == 'd' or policy == 'ignore' then
+            if outcome == 'd' then flow_input(dkey, id, result) end
+            local left = redis.call('HINCRBY', dkey, 'deps_left', -1)
+            if left <= 0 and state == 'waiting' then
+              if join then
+                flow_join_done(d, dkey, now)
+              else
+                redis.call('ZREM', K_WAITING, d)
+                redis.call('HDEL', dkey, 'deps_left')
+                redis.call('HSET', dkey, 'run_at', now)
+                to_pending(d, dkey, false)
+                ready = ready + 1
+              end
+            end
+          elseif state == 'waiting' or policy == 'cancel' then
+            -- (a parent still running with a child gone, policy cancel: stop it all)
+            flow_end(d, dkey, now, policy, id, how)
+          else
+            -- its run ends it ('dependency failed') when it returns (complete.lua)
+            redis.call('HSETNX', dkey, 'dep_failed', 'dependency ' .. id .. ' ended ' .. how)
+          end
+        end
+      end
+    end
+  end
+  FLOW_Q = {results = {}, budget = FLOW_Q.budget}
+  notify(ready)
+end
+return flow_resolve
+end
+local build_all = build_lazy
+build_lazy = function() flow_resolve = build_all() end
+flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- sweep.lua
 -- sweep: the housekeeping pass of the operator (workers do the first three in claim).
 -- Arguments: ARG_BOUND (signatures.Sweep): max tasks handled per step and call (call again

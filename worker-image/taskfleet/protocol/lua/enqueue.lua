@@ -29,12 +29,12 @@
 --- @include "notify"
 --- @include "demand"
 --- @include "create_task"
---- @include "task_differs"
---- @include "flow_hold"
---- @include "flow_adopt"
---- @include "flow_append"
---- @include "flow_join"
---- @include "flow_add"
+--- @include-lazy "task_differs"
+--- @include-lazy "flow_hold"
+--- @include-lazy "flow_adopt"
+--- @include-lazy "flow_append"
+--- @include-lazy "flow_join"
+--- @include-lazy "flow_add"
 --- @include-lazy "hand_off"
 local n = tonumber(ARG_N)
 local parent_key

@@ -1,8 +1,8 @@
 --- @include "cfg"
 --- @include "bump"
 --- @include "pending_score"
---- @include "pending_add"
---- @include "deadline_run"
+--- @include-lazy "pending_add"
+--- @include-lazy "deadline_run"
 -- create_task: store one new task (its key must not exist) and index it.
 --   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
 --   max_attempts / timeout: '' = the queue's config at the time it matters.

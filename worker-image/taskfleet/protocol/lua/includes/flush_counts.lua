@@ -1,6 +1,6 @@
 --- @include "counts"
 --- @include "flow_q"
---- @include "flow_resolve"
+--- @include-lazy "flow_resolve"
 local function flush_counts()
   if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
   for field, n in pairs(COUNTS) do
