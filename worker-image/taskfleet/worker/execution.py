@@ -275,19 +275,20 @@ class Execution:
 
     def _delivered(self, batch: list[Delivered]) -> None:
         """Sync handlers' calls that returned (on the loop, one batch per wake-up)."""
-        slots = self._slots
-        outcomes = []
+        record_run = self._slots.record_run
+        outcomes: list[Outcome] = []
+        add = outcomes.append
         self._delivery.set()
         for run, result, error in batch:
             if run.began_at is not None:
-                slots.record_run(run.ran_s)
+                record_run(run.ran_s)
             if run.timer is not None:
                 run.timer.cancel()
                 run.timer = None
             was = run.state
             if was is RUNNING:  # nearly always: nothing was given up
                 run.to(FINISHED)
-                outcomes.append(Outcome(run=run, result=result, error=error, verdict=run.verdict))
+                add(Outcome(run, result, error, run.verdict))  # by position: per task
             elif self._returned(run) is LOST:
                 log_event(
                     logging.INFO, "task_result_dropped", task=run.task.id, reason="lease lost"
