@@ -116,7 +116,7 @@ class Execution:
         handler = self._handlers.for_task(task.name)
         if handler is None:  # the broker refuses names this worker does not serve
             raise LookupError(f"no handler for task name {task.name!r}")
-        run = Run(task=task, claimed_at=time.monotonic(), func=handler.func)
+        run = Run(task, time.monotonic(), handler.func)  # by position: per task
         settings = self._settings
         run.control = control = TaskControl(task.token, self._report, self._quota_report)
         run.context = context_for(
