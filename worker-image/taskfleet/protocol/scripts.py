@@ -229,8 +229,20 @@ def _raw_claim(raw: Any, script: str) -> RawClaim:
     return RawClaim(int(raw[0]), None if due < 0 else due, int(raw[2]) == 1, raw[3:])
 
 
-def _completions(items: Sequence[tuple[str, str, str | None]]) -> list[Completion]:
-    return [Completion(task_id, token, result or "") for task_id, token, result in items]
+# _with_completions packs each item as these fields, in this order.
+assert Completion._fields == ("task_id", "token", "result")
+
+
+def _with_completions(
+    head: tuple[Any, ...], items: Sequence[tuple[str, str, str | None]]
+) -> list[Arg]:
+    """``with_records(head, [Completion(...) for each item])`` in one pass: a completion
+    batch is packed per call on the worker's hot path (the fields in ``Completion``'s
+    order: task id, token, result or '')."""
+    out: list[Arg] = list(head)
+    for task_id, token, result in items:
+        out += (task_id, token, result or "")
+    return out
 
 
 #: Per-task codes of a completion: refused (stale token), done, dead (result too large),
@@ -435,7 +447,7 @@ class Ops:
     def complete(self, items: Sequence[tuple[str, str, str | None]]) -> Op[list[int]]:
         """Reply: per item, True if applied, False if its token was stale (refused)."""
         head = Complete(len(items), "", "", "", "", "", "", "")
-        return Op("complete", self._k, with_records(head, _completions(items)), _applied)
+        return Op("complete", self._k, _with_completions(head, items), _applied)
 
     def complete_and_claim(
         self,
@@ -459,7 +471,7 @@ class Ops:
             idle_ms=0,
             prefetch=prefetch,
         )
-        args = with_records(head, _completions(items))
+        args = _with_completions(head, items)
 
         def decode(raw: Any) -> tuple[list[int], RawClaim]:
             if not isinstance(raw, list) or not raw:

@@ -107,6 +107,17 @@ def _whole(raw: bytes, what: str) -> int:
     return int(value)
 
 
+def _wholes(fields: list[bytes]) -> tuple[int, int, int, int, int]:
+    """A record's integer fields (``fields``: the record's, waited_ms taken out) read one
+    by one, in order, the timeout between them checked too: the error names the first
+    field that is not as written."""
+    attempts, max_attempts, timeout, lost, priority, cost = fields[2:8]
+    first = _whole(attempts, "attempts"), _whole(max_attempts, "max_attempts")
+    if timeout:
+        _seconds(timeout)
+    return (*first, _whole(lost, "lost"), _whole(priority, "priority"), _whole(cost, "cost"))
+
+
 def _seconds(raw: bytes) -> float:
     try:
         value = float(raw)
@@ -158,17 +169,21 @@ def parse_claim_records(
             _dropped(packed)
             continue
         try:
+            try:  # as the scripts write them: plain integers, read in one go
+                whole = int(attempts), int(max_attempts), int(lost), int(priority), int(cost)
+            except ValueError:  # a foreign writer's "3.0": each field on its own
+                whole = _wholes(fields)
             task = ClaimedTask(
                 tid,
                 tok,
                 {},
-                _whole(attempts, "attempts"),
-                _whole(max_attempts, "max_attempts"),
+                whole[0],
+                whole[1],
                 _seconds(timeout) if timeout else None,
-                _whole(lost, "lost"),
-                _whole(priority, "priority"),
-                _whole(cost, "cost"),
-                _waited(waited),
+                whole[2],
+                whole[3],
+                whole[4],
+                int(waited) / 1000 if waited.isdigit() else _waited(waited),
             )
         except ValueError as exc:
             bad.append((tid, tok, f"task unreadable: {exc}", "bad task"))
@@ -176,11 +191,15 @@ def parse_claim_records(
         if data[:1] == b"\1":
             raw_name, _, data = data[1:].partition(b"\1")
             task.name = raw_name.decode(errors="replace")
-        if served is not None:
-            refusal = served.refusal(task.name)
+        if served is not None and (task.name is not None or not served.unnamed):
+            refusal = served.refusal(task.name)  # (an unnamed task where those run: none)
             if refusal is not None:
                 bad.append((tid, tok, refusal, "unknown task"))
                 continue
+        if data == b"{}":  # the commonest payload: no decoder call
+            task.payload = {}
+            tasks.append(task)
+            continue
         try:
             # A payload as producers store it (UTF-8, an object) straight to the decoder,
             # decoded as json.loads decodes UTF-8; anything else through json.loads, which

@@ -121,10 +121,15 @@ class Execution:
     # ------------------------------------------------------------------ starting
 
     def start(self, task: ClaimedTask) -> None:
+        self._start(task)
+        self._changed()
+
+    def _start(self, task: ClaimedTask) -> None:
+        """``start`` but for the runtime file's notice: ``start_all`` gives one per batch."""
         handler = self._handlers.for_task(task.name)
         if handler is None:  # the broker refuses names this worker does not serve
             raise LookupError(f"no handler for task name {task.name!r}")
-        run = Run(task=task, claimed_at=time.monotonic(), func=handler.func)
+        run = Run(task, time.monotonic(), handler.func)  # by position: per task
         settings = self._settings
         run.control = control = TaskControl(task.token, self._report, self._quota_sink)
         run.context = context_for(
@@ -155,18 +160,21 @@ class Execution:
                 loop = asyncio.get_running_loop()
                 run.timer = loop.call_later(limit, self._thread_timed_out, run, limit)
             self._threads.submit(run)
-        self._changed()
         if log.isEnabledFor(logging.DEBUG):
             log_event(logging.DEBUG, "task_started", task=task.id, attempt=task.attempts)
 
     def start_all(self, tasks: Iterable[ClaimedTask]) -> None:
-        for task in tasks:
-            try:
-                self.start(task)
-            except Exception as exc:
-                # Not the task's fault as far as we know, but failing its attempt is what
-                # bounds it: a task that can't be started must not stop the worker.
-                self._cannot_start(task, exc)
+        start = self._start
+        try:
+            for task in tasks:
+                try:
+                    start(task)
+                except Exception as exc:
+                    # Not the task's fault as far as we know, but failing its attempt is
+                    # what bounds it: a task that can't be started must not stop the worker.
+                    self._cannot_start(task, exc)
+        finally:
+            self._changed()  # once per batch: the runtime file's write is coalesced anyway
 
     def _cannot_start(self, task: ClaimedTask, exc: Exception) -> None:
         run = self.held.get(task.id)
@@ -280,19 +288,20 @@ class Execution:
 
     def _delivered(self, batch: list[Delivered]) -> None:
         """Sync handlers' calls that returned (on the loop, one batch per wake-up)."""
-        slots = self._slots
-        outcomes = []
+        record_run = self._slots.record_run
+        outcomes: list[Outcome] = []
+        add = outcomes.append
         self._delivery.set()
         for run, result, error in batch:
             if run.began_at is not None:
-                slots.record_run(run.ran_s)
+                record_run(run.ran_s)
             if run.timer is not None:
                 run.timer.cancel()
                 run.timer = None
             was = run.state
             if was is RUNNING:  # nearly always: nothing was given up
                 run.to(FINISHED)
-                outcomes.append(Outcome(run=run, result=result, error=error, verdict=run.verdict))
+                add(Outcome(run, result, error, run.verdict))  # by position: per task
             elif self._returned(run) is LOST:
                 log_event(
                     logging.INFO, "task_result_dropped", task=run.task.id, reason="lease lost"
@@ -481,12 +490,14 @@ class Execution:
         cancelled: bool = False,
         deferred: bool = False,
         rate_limited: bool = False,
+        settle: bool = True,
         **extra: object,
     ) -> None:
         """An outcome was written (``accepted``) or refused as stale; ``dead``: a failure
         that ended the task (not retried); ``cancelled``: the task ended cancelled;
         ``deferred``: retried later as its handler asked, the attempt given back;
-        ``rate_limited``: it met a provider's rate limit, and the queue pauses claiming."""
+        ``rate_limited``: it met a provider's rate limit, and the queue pauses claiming.
+        ``settle=False``: the caller finishes a batch and calls ``settle()`` after it."""
         run = outcome.run
         self.held.pop(run.task.id, None)
         now = time.monotonic()
@@ -543,6 +554,11 @@ class Execution:
                 error=outcome.error,
                 **extra,
             )
+        if settle:
+            self.settle()
+
+    def settle(self) -> None:
+        """After outcomes were written: idle if nothing is held, and the runtime file told."""
         if not self.held and not len(self._outbox):
             self.idle.set()
         self._changed()

@@ -111,17 +111,31 @@ class OutcomeWriter:
         else:
             applied, claimed = await self.broker.complete_and_claim(items, n, prefetch=prefetch)
         # All written: out of the batch at once (a remove each is quadratic in the batch).
-        written = {id(o) for o in done}
-        batch[:] = [o for o in batch if id(o) not in written]
-        for outcome, code in zip(done, applied, strict=True):
-            if code == CANCELLED:
-                execution.finish(outcome, True, "task_cancelled", cancelled=True)
-            elif code == RESULT_TOO_LARGE:
-                outcome.result = None
-                outcome.error = "result too large for the queue's max_payload_bytes"
-                execution.finish(outcome, True, "task_failed", dead=True, reason="result too large")
-            else:
-                execution.finish(outcome, bool(code), "task_done")
+        if len(done) == len(batch):
+            batch.clear()  # nearly always: no failures among them
+        else:
+            written = {id(o) for o in done}
+            batch[:] = [o for o in batch if id(o) not in written]
+        finish = execution.finish
+        try:
+            for outcome, code in zip(done, applied, strict=True):
+                if code == CANCELLED:
+                    finish(outcome, True, "task_cancelled", cancelled=True, settle=False)
+                elif code == RESULT_TOO_LARGE:
+                    outcome.result = None
+                    outcome.error = "result too large for the queue's max_payload_bytes"
+                    finish(
+                        outcome,
+                        True,
+                        "task_failed",
+                        dead=True,
+                        reason="result too large",
+                        settle=False,
+                    )
+                else:
+                    finish(outcome, bool(code), "task_done", settle=False)
+        finally:
+            execution.settle()  # once per batch, not per task
         if claimed is not None and claimed.tasks:
             await self._take(claimed.tasks)
 
