@@ -101,6 +101,8 @@ def test_routine_success_lines_are_filtered_and_everything_else_kept() -> None:
 
     assert not passes("Timer 'sweep_taskqueue' succeeded.")
     assert not passes("Handler 'worker_pod_event' succeeded.")
+    assert not passes("Handler 'worker_deployment_event' succeeded.")
+    assert not passes("Handler '_peering_event' succeeded.")
     assert passes("Handler 'reconcile_taskqueue' succeeded.")
     assert passes("requeued 3 tasks of pod emails-abc")
 
