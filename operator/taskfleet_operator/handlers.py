@@ -229,9 +229,10 @@ def reconcile_taskqueue(
     memo: kopf.Memo,
     logger: Logger,
     diff: kopf.Diff,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
-    """Validate, apply the Deployment, write the queue's settings to Redis."""
+    """Validate, apply the Deployment, write the queue's settings to Redis (without a
+    read of the Deployment when the index shows none: `reconcile.apply_fleet`)."""
     metrics = memos.metrics(memo)
     with metrics.reconcile_seconds.time():
         try:
@@ -246,6 +247,7 @@ def reconcile_taskqueue(
                 memo=memo,
                 logger=logger,
                 diff=diff,
+                absent=(namespace, name) not in kwargs["worker_deployments"],
             )
         except (kopf.PermanentError, kopf.TemporaryError):
             raise  # counted by reason already
@@ -270,12 +272,13 @@ def _reconcile(
     memo: kopf.Memo,
     logger: Logger,
     diff: kopf.Diff,
+    absent: bool,
 ) -> None:
     memory, connections = memos.taskqueue(memo), memos.connections(memo)
     errors = memos.metrics(memo).reconcile_errors
     try:
         model = reconcile.parse_spec(spec)
-        reconcile.apply_fleet(body, model, connections, logger)
+        reconcile.apply_fleet(body, model, connections, logger, absent=absent)
     except (reconcile.InvalidSpec, reconcile.DeploymentRejected, reconcile.NotOwned) as error:
         errors.labels(type(error).__name__).inc()
         failure = tqstatus.Failure(meta.get("generation"), type(error).__name__, str(error))
