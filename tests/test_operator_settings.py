@@ -102,6 +102,7 @@ def test_routine_success_lines_are_filtered_and_everything_else_kept() -> None:
         return quiet.filter(record)
 
     assert not passes("Timer 'sweep_taskqueue' succeeded.")
+    assert not passes("Daemon 'sweep_taskqueue' succeeded.")  # one per deleted TaskQueue
     assert not passes("Handler 'worker_pod_event' succeeded.")
     assert not passes("Handler 'worker_deployment_event' succeeded.")
     assert not passes("Handler '_peering_event' succeeded.")
