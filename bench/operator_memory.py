@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes import client
 
 from bench.operator_outage import kubectl, operator_kubeconfig
-from bench.operator_scale import percentile, rss_mb
+from bench.operator_scale import TICK, cpu_seconds, percentile, rss_mb
 from tests.fixtures_kube import KubeApiserver, kubectl_path
 from tests.fixtures_operator import GROUP, PLURAL, REPO, VERSION
 from tests.fixtures_redis import RedisServer, free_port
@@ -176,6 +176,25 @@ def delete_all(server: KubeApiserver) -> None:
     raise RuntimeError(f"kubectl delete failed: {done.stderr.decode(errors='replace')}")
 
 
+def main_thread_cpu_seconds(pid: int) -> float:
+    """The CPU of a process's main thread (kopf's event loop): user + system."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def cpu(operators: dict[str, subprocess.Popen[bytes]]) -> dict[str, tuple[float, float]]:
+    """Each operator's (process, main thread) CPU seconds so far."""
+    return {
+        name: (cpu_seconds(p.pid), main_thread_cpu_seconds(p.pid)) for name, p in operators.items()
+    }
+
+
+def spent(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]], index: int
+) -> dict[str, float]:
+    return {name: round(after[name][index] - before[name][index], 1) for name in before}
+
+
 def sample(
     operators: dict[str, subprocess.Popen[bytes]], workdir: Path, label: str
 ) -> dict[str, float]:
@@ -221,6 +240,7 @@ def measure(workdir: Path) -> dict[str, Any]:
                 items = [taskqueue(n, redis_server.url) for n in sorted(names)]
                 # create, not apply: one POST per object (apply reads each first), and a
                 # loaded apiserver takes minutes over 1,000 of them.
+                cpu_start, create_start = cpu(operators), time.monotonic()
                 subprocess.run(
                     [kubectl_path(), "create", "-f", "-"],
                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
@@ -244,7 +264,9 @@ def measure(workdir: Path) -> dict[str, Any]:
                     )
 
                 wait_for(handled, timeout=900, interval=1, what="every TaskQueue handled")
+                cpu_handled, handled_s = cpu(operators), time.monotonic() - create_start
                 time.sleep(SETTLE_S)
+                cpu_settled = cpu(operators)
                 full = sample(operators, workdir, f"cycle {cycle} full")
                 delete_all(server)
                 wait_for(
@@ -260,6 +282,15 @@ def measure(workdir: Path) -> dict[str, Any]:
                     "deployment_p50_s": round(statistics.median(created), 2),
                     "deployment_p99_s": round(percentile(created, 0.99), 2),
                     "deployment_max_s": round(max(created), 2),
+                    "create_s": round(applied - create_start, 1),
+                    "handled_s": round(handled_s, 1),
+                    # CPU seconds from the create to every TaskQueue handled, and to the
+                    # end of the quiet after it (what the burst's first sweeps cost too):
+                    # the whole process and its main thread (kopf's event loop).
+                    "cpu_handled_s": spent(cpu_start, cpu_handled, 0),
+                    "main_cpu_handled_s": spent(cpu_start, cpu_handled, 1),
+                    "cpu_settled_s": spent(cpu_start, cpu_settled, 0),
+                    "main_cpu_settled_s": spent(cpu_start, cpu_settled, 1),
                     "rss_full_mb": full,
                     "rss_empty_mb": empty,
                 }
@@ -300,15 +331,19 @@ def main() -> int:
                 (keep / path.name).write_bytes(path.read_bytes())
     print(
         "\n| cycle | Deployment after apply p50 / p99 / max | leader RSS full / empty "
-        "| standby RSS full / empty |"
+        "| standby RSS full / empty | create / handled | leader CPU to handled / settled "
+        "(main thread) |"
     )
-    print("|--:|--:|--:|--:|")
+    print("|--:|--:|--:|--:|--:|--:|")
     for r in result["cycles"]:
         full, empty = r["rss_full_mb"], r["rss_empty_mb"]
         print(
             f"| {r['cycle']} | {r['deployment_p50_s']:.2f} / {r['deployment_p99_s']:.2f} / "
             f"{r['deployment_max_s']:.2f} s | {full['leader']:.0f} / {empty['leader']:.0f} MB | "
-            f"{full['standby']:.0f} / {empty['standby']:.0f} MB |"
+            f"{full['standby']:.0f} / {empty['standby']:.0f} MB | "
+            f"{r['create_s']:.1f} / {r['handled_s']:.1f} s | "
+            f"{r['cpu_handled_s']['leader']:.1f} ({r['main_cpu_handled_s']['leader']:.1f}) / "
+            f"{r['cpu_settled_s']['leader']:.1f} ({r['main_cpu_settled_s']['leader']:.1f}) s |"
         )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"operator-memory-{datetime.now(UTC):%Y-%m-%dT%H%MZ}.json"

@@ -98,3 +98,60 @@ def test_an_apply_that_keeps_conflicting_gives_up_with_the_conflict(
     assert raised.value.status == 409
     assert len(reads) == reconcile.APPLY_ATTEMPTS
     connections.close()
+
+
+def test_a_deployment_the_index_does_not_show_is_created_without_a_read(
+    api: Any, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = taskqueue(kube_namespace)
+    reads: list[str] = []
+    real_read = kube.read_deployment
+    monkeypatch.setattr(kube, "read_deployment", lambda n, ns: reads.append(n) or real_read(n, ns))
+    connections = Connections(timeout_s=1.0)
+    reconcile.apply_fleet(body, SPEC, connections, logging.getLogger("test"), absent=True)
+
+    created = client.AppsV1Api(api).read_namespaced_deployment("racing", kube_namespace)
+    assert reads == []
+    assert [ref.uid for ref in created.metadata.owner_references] == [body["metadata"]["uid"]]
+    assert {(m.manager, m.operation) for m in created.metadata.managed_fields} >= {
+        (kube.FIELD_MANAGER, "Apply")
+    }
+    # Ours already there though the index did not show it yet: read and applied as always,
+    # the autoscaler's replicas kept.
+    kube.scale_deployment("racing", kube_namespace, 7)
+    reconcile.apply_fleet(body, SPEC, connections, logging.getLogger("test"), absent=True)
+    assert reads == ["racing"]
+    kept = client.AppsV1Api(api).read_namespaced_deployment("racing", kube_namespace)
+    assert kept.spec.replicas == 7
+    connections.close()
+
+
+def test_a_foreign_deployment_the_index_does_not_show_is_never_taken_over(
+    api: Any, kube_namespace: str
+) -> None:
+    apps = client.AppsV1Api(api)
+    labels = {"app": "theirs"}
+    apps.create_namespaced_deployment(
+        kube_namespace,
+        {
+            "metadata": {"name": "racing", "labels": labels},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "c", "image": "theirs:1"}]},
+                },
+            },
+        },
+    )
+    before = apps.read_namespaced_deployment("racing", kube_namespace)
+    connections = Connections(timeout_s=1.0)
+    with pytest.raises(reconcile.NotOwned):
+        reconcile.apply_fleet(
+            taskqueue(kube_namespace), SPEC, connections, logging.getLogger("test"), absent=True
+        )
+    after = apps.read_namespaced_deployment("racing", kube_namespace)
+    assert after.metadata.resource_version == before.metadata.resource_version
+    assert not after.metadata.owner_references
+    connections.close()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from typing import Any
 
 import kopf
 import pytest
 from taskfleet_operator import __main__ as entry
 from taskfleet_operator.settings import (
     FINALIZER,
+    LeanDiffBaseStorage,
     OperatorSettings,
     SettingsError,
     configure_kopf,
@@ -100,7 +102,10 @@ def test_routine_success_lines_are_filtered_and_everything_else_kept() -> None:
         return quiet.filter(record)
 
     assert not passes("Timer 'sweep_taskqueue' succeeded.")
+    assert not passes("Daemon 'sweep_taskqueue' succeeded.")  # one per deleted TaskQueue
     assert not passes("Handler 'worker_pod_event' succeeded.")
+    assert not passes("Handler 'worker_deployment_event' succeeded.")
+    assert not passes("Handler '_peering_event' succeeded.")
     assert passes("Handler 'reconcile_taskqueue' succeeded.")
     assert passes("requeued 3 tasks of pod emails-abc")
 
@@ -130,3 +135,37 @@ def test_the_watched_namespaces_come_from_one_variable() -> None:
     env = {"TASKFLEET_WATCH_NAMESPACES": " media, ,billing "}
     assert watched_namespaces(env) == ["media", "billing"]
     assert watched_namespaces({}) == []
+
+
+def test_the_lean_diff_base_is_kopfs_essence_without_copying_what_it_drops() -> None:
+    raw: dict[str, Any] = {
+        "apiVersion": "taskfleet.dev/v1alpha1",
+        "kind": "TaskQueue",
+        "metadata": {
+            "name": "emails",
+            "namespace": "media",
+            "uid": "u-1",
+            "resourceVersion": "42",
+            "generation": 3,
+            "finalizers": ["taskfleet.dev/finalizer"],
+            "labels": {"team": "media"},
+            "annotations": {
+                "note": "kept",
+                "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                "taskfleet.dev/last-handled-configuration": '{"spec":{"replicas":1}}\n',
+            },
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {"f:replicas": {}}}}],
+        },
+        "spec": {"replicas": 2, "redis": {"url": "redis://r:6379/0"}},
+        "status": {"observedGeneration": 2, "conditions": [{"type": "Ready"}]},
+    }
+    key = "last-handled-configuration"
+    lean = LeanDiffBaseStorage(prefix="taskfleet.dev", key=key)
+    kopfs = kopf.AnnotationsDiffBaseStorage(prefix="taskfleet.dev", key=key)
+    for extra in ([], ["status.observedGeneration"]):
+        built = lean.build(body=kopf.Body(raw), extra_fields=extra)
+        assert built == kopfs.build(body=kopf.Body(raw), extra_fields=extra)
+    assert lean.build(body=kopf.Body(raw)) == {
+        "metadata": {"labels": {"team": "media"}, "annotations": {"note": "kept"}},
+        "spec": {"replicas": 2, "redis": {"url": "redis://r:6379/0"}},
+    }

@@ -178,6 +178,52 @@ def test_a_wake_from_another_thread_ends_the_wait_and_a_stop_ends_it_too() -> No
     assert stopped_after < WAIT_S
 
 
+class _Stopped:
+    def __init__(self) -> None:
+        self.flag = asyncio.Event()
+
+    async def wait(self) -> None:
+        await self.flag.wait()
+
+
+def test_a_wake_on_the_event_loop_sets_the_event_at_once() -> None:
+    async def scenario() -> bool:
+        wakers = wakeups.Wakers()
+        event = wakers.register(("ns", "q"))
+        wakers.wake(("ns", "q"))  # an async handler's wake: no round through the loop
+        return event.is_set()
+
+    assert asyncio.run(scenario())
+
+
+def test_a_lone_first_sweep_runs_at_once_and_a_burst_waits_for_its_end() -> None:
+    async def scenario() -> tuple[bool, bool, bool, bool]:
+        gate = wakeups.FirstSweeps(quiet_s=0.2, most_s=WAIT_S)
+        stopped = _Stopped()
+        await gate.turn(stopped)  # a lone creation: returns without waiting
+        second = asyncio.create_task(gate.turn(stopped))
+        third = asyncio.create_task(gate.turn(stopped))
+        await asyncio.sleep(0)
+        held = not second.done() and not third.done()
+        await asyncio.wait({second, third}, timeout=WAIT_S)
+        released = second.done() and third.done()
+        # A stop ends a held turn too (a gate that holds for as long as the test waits).
+        gate = wakeups.FirstSweeps(quiet_s=WAIT_S, most_s=WAIT_S)
+        await gate.turn(stopped)
+        fourth = asyncio.create_task(gate.turn(stopped))
+        await asyncio.sleep(0)
+        held_again = not fourth.done()
+        stopped.flag.set()
+        await asyncio.wait({fourth}, timeout=WAIT_S)
+        return held, released, held_again, fourth.done()
+
+    held, released, held_again, stopped_ends = asyncio.run(scenario())
+    assert held  # created right after another: held back
+    assert released  # no creation since: both run
+    assert held_again
+    assert stopped_ends
+
+
 @pytest.mark.apiserver
 def test_an_idle_queue_is_swept_when_a_task_is_enqueued(
     cluster: Cluster,

@@ -25,8 +25,9 @@ DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 # Handlers that run on every pod event or every sweep tick: kopf's "succeeded" line for
 # each would drown the log (and real messages) at INFO; --verbose keeps them.
 _ROUTINE = re.compile(
-    r"^(Handler|Timer|Indexer) '(worker_pod_event|forget_deleted_taskqueue|sweep_taskqueue"
-    r"|worker_pods|worker_deployments|taskqueue_specs)' succeeded\.$"
+    r"^(Handler|Daemon|Timer|Indexer) '(worker_pod_event|worker_deployment_event|_peering_event"
+    r"|forget_deleted_taskqueue|sweep_taskqueue|worker_pods|worker_pod_guards"
+    r"|worker_deployments|taskqueue_specs)' succeeded\.$"
 )
 
 

@@ -11,6 +11,7 @@ operator's own pool. What they remember between calls is in kopf's memos (`memos
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -116,7 +117,17 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
             logging.getLogger(__name__).error(
                 "no metrics endpoint: port %d: %s", SETTINGS.metrics_port, error
             )
-    shared = memos.Shared(connections, wakers, executor, run, loops, closing, metrics, leadership)
+    shared = memos.Shared(
+        connections,
+        wakers,
+        executor,
+        run,
+        loops,
+        closing,
+        metrics,
+        leadership,
+        wakeups.FirstSweeps(),
+    )
     memos.keep_shared(memo, shared)
 
 
@@ -131,7 +142,7 @@ async def cleanup(*, memo: kopf.Memo, **_: Any) -> None:
     shared.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _peering_event(*, name: str, memo: kopf.Memo, **_: Any) -> None:
+async def _peering_event(*, name: str, memo: kopf.Memo, **_: Any) -> None:
     """An event of this replica's ClusterKopfPeering (a keep-alive of any replica): kopf
     runs this replica's handlers, so it leads (`leadership`)."""
     if name == SETTINGS.peering:
@@ -145,6 +156,9 @@ if SETTINGS.peering:  # standalone, the replica always leads and needs no such w
 # ----------------------------------------------------------------------------- indexes
 # kopf fills every index from a full listing before any handler runs, so a sweep right
 # after an operator restart already knows which worker pods exist.
+# Indexers and the event handlers that only wake a sweep are async: they do no I/O, and
+# kopf runs a sync one in its thread pool, a hop (and a GIL hand-over) per event and
+# handler that cost a burst of creations most of its event loop.
 
 
 def _not_finished(status: kopf.Status, **_: Any) -> bool:
@@ -153,13 +167,15 @@ def _not_finished(status: kopf.Status, **_: Any) -> bool:
 
 # A pod that stops matching `when` (it failed, e.g. evicted) leaves the index at once.
 @kopf.index("pods", labels={QUEUE_LABEL: kopf.PRESENT}, when=_not_finished)
-def worker_pods(*, name: str, namespace: str | None, labels: Mapping[str, str], **_: Any) -> Any:
+async def worker_pods(
+    *, name: str, namespace: str | None, labels: Mapping[str, str], **_: Any
+) -> Any:
     """Live worker pods (Terminating ones included, finished ones not) by (namespace, queue)."""
     return {(namespace, labels[QUEUE_LABEL]): name}
 
 
 @kopf.index("pods", labels={QUEUE_LABEL: kopf.PRESENT}, when=_not_finished)
-def worker_pod_guards(
+async def worker_pod_guards(
     *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
 ) -> Any:
     """Each live worker pod's disruption-guard annotations by (namespace, queue): the
@@ -170,7 +186,7 @@ def worker_pod_guards(
 
 
 @kopf.index("deployments", labels={QUEUE_LABEL: kopf.PRESENT})
-def worker_deployments(*, name: str, namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+async def worker_deployments(*, name: str, namespace: str | None, body: kopf.Body, **_: Any) -> Any:
     """Worker Deployments' spec.replicas and status by (namespace, name), for readiness
     without polling and to notice a Deployment deleted behind the operator's back."""
     return {
@@ -182,13 +198,15 @@ def worker_deployments(*, name: str, namespace: str | None, body: kopf.Body, **_
 
 
 @kopf.on.event("deployments", labels={QUEUE_LABEL: kopf.PRESENT})
-def worker_deployment_event(*, name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+async def worker_deployment_event(
+    *, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
     """A worker Deployment changed (scaled, rolled, pods ready): sweep its queue now."""
     memos.wakers(memo).wake((_ns(namespace), name))
 
 
 @kopf.index(*TASKQUEUES)
-def taskqueue_specs(*, name: str, namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+async def taskqueue_specs(*, name: str, namespace: str | None, body: kopf.Body, **_: Any) -> Any:
     """TaskQueue specs by (namespace, name), for handlers triggered by pods."""
     return {(namespace, name): {"ref": reconcile.owner_ref(body), "spec": dict(body["spec"])}}
 
@@ -213,9 +231,10 @@ def reconcile_taskqueue(
     memo: kopf.Memo,
     logger: Logger,
     diff: kopf.Diff,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
-    """Validate, apply the Deployment, write the queue's settings to Redis."""
+    """Validate, apply the Deployment, write the queue's settings to Redis (without a
+    read of the Deployment when the index shows none: `reconcile.apply_fleet`)."""
     metrics = memos.metrics(memo)
     with metrics.reconcile_seconds.time():
         try:
@@ -230,6 +249,7 @@ def reconcile_taskqueue(
                 memo=memo,
                 logger=logger,
                 diff=diff,
+                absent=(namespace, name) not in kwargs["worker_deployments"],
             )
         except (kopf.PermanentError, kopf.TemporaryError):
             raise  # counted by reason already
@@ -254,12 +274,13 @@ def _reconcile(
     memo: kopf.Memo,
     logger: Logger,
     diff: kopf.Diff,
+    absent: bool,
 ) -> None:
     memory, connections = memos.taskqueue(memo), memos.connections(memo)
     errors = memos.metrics(memo).reconcile_errors
     try:
         model = reconcile.parse_spec(spec)
-        reconcile.apply_fleet(body, model, connections, logger)
+        reconcile.apply_fleet(body, model, connections, logger, absent=absent)
     except (reconcile.InvalidSpec, reconcile.DeploymentRejected, reconcile.NotOwned) as error:
         errors.labels(type(error).__name__).inc()
         failure = tqstatus.Failure(meta.get("generation"), type(error).__name__, str(error))
@@ -353,12 +374,13 @@ def purge_queue(
 
 
 @kopf.on.event(*TASKQUEUES)
-def forget_deleted_taskqueue(
+async def forget_deleted_taskqueue(
     *, type: str, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
-    """A TaskQueue gone: close its connection (kopf drops its memo itself)."""
+    """A TaskQueue gone: close its connection (kopf drops its memo itself), in a thread."""
     if type == "DELETED":
-        memos.connections(memo).forget(_ns(namespace), name)
+        with contextlib.suppress(wakeups.Stopping):  # the cleanup closes every connection
+            await memos.blocking(memo)(memos.connections(memo).forget, _ns(namespace), name)
 
 
 # kopf puts its finalizer (ours, see settings) on every TaskQueue because of this daemon:
@@ -389,8 +411,10 @@ async def sweep_taskqueue(
         if not (body.get("status") or {}).get("observedGeneration"):
             # Never handled yet (just created): the create handler wakes this loop once it
             # has applied the Deployment and configured the queue, or failed to. Sweeping
-            # before would only compete with a burst's creations for threads and the API.
+            # before would only compete with a burst's creations for threads and the API;
+            # and during a burst, the first sweeps wait for its end (`FirstSweeps`).
             await wakeups.wait(woken, stopped, SETTINGS.idle_sweep_interval_s)
+            await memos.first_sweeps(memo).turn(stopped)
         while not stopped:
             woken.clear()
             try:

@@ -22,7 +22,7 @@ from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.scaler import ScalerState
 from taskfleet_operator.status import Failure
-from taskfleet_operator.wakeups import Blocking, Wakers
+from taskfleet_operator.wakeups import Blocking, FirstSweeps, Wakers
 
 _SHARED = "shared"
 _TASKQUEUE = "taskqueue"
@@ -54,7 +54,7 @@ class Shared:
     """What every handler shares, made once at startup and kept in the operator's memo
     (every object's memo is copied from it): the Redis connections, the sweeps' wake-ups,
     the pool that runs the loops' blocking calls, the tasks of the loops over all idle
-    queues (the demand poll, the idle housekeeping) and the metrics."""
+    queues (the demand poll, the idle housekeeping), the metrics and the first sweeps' gate."""
 
     connections: Connections
     wakers: Wakers
@@ -66,6 +66,8 @@ class Shared:
     closing: threading.Event
     metrics: OperatorMetrics
     leadership: Leadership
+    # New TaskQueues' first sweeps, held back during a burst of creations.
+    first_sweeps: FirstSweeps
 
 
 def keep_shared(memo: kopf.Memo, shared: Shared) -> None:
@@ -93,6 +95,10 @@ def metrics(memo: kopf.Memo) -> OperatorMetrics:
 
 def wakers(memo: kopf.Memo) -> Wakers:
     return shared(memo).wakers
+
+
+def first_sweeps(memo: kopf.Memo) -> FirstSweeps:
+    return shared(memo).first_sweeps
 
 
 def blocking(memo: kopf.Memo) -> Blocking:

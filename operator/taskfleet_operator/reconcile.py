@@ -106,12 +106,18 @@ def set_deletion_costs(namespace: str, name: str, queue: Any, logger: Logger) ->
 #: between our read and our apply.
 APPLY_ATTEMPTS = 5
 
+#: A resourceVersion no object ever has (the largest the apiserver parses): as the apply's
+#: precondition it creates the Deployment if none exists and is refused (409) otherwise.
+NO_OBJECT_VERSION = str(2**64 - 1)
+
 
 def apply_fleet(
     body: Mapping[str, Any],
     spec: TaskQueueSpec,
     connections: Connections,
     logger: Logger,
+    *,
+    absent: bool = False,
 ) -> dict[str, Any]:
     """Create or update the worker Deployment; on scale-down set deletion costs first.
 
@@ -119,7 +125,18 @@ def apply_fleet(
     the autoscaler set), so the apply carries that read's resourceVersion: if the
     autoscaler scaled in between, the apiserver answers 409 and we read and apply again,
     instead of setting back the replicas it just changed.
+
+    ``absent``: the caller's index shows no Deployment (a new TaskQueue). Then the first
+    apply creates it without a read, with a precondition no existing object meets: any
+    Deployment of that name (a foreign one, or ours not indexed yet) makes it 409, and the
+    read-and-apply below decides as always (`NotOwned`). A burst of creations saves a
+    round trip each.
     """
+    if absent:
+        created = _create_fleet(body, spec)
+        if created is not None:
+            return created
+        logger.debug("a Deployment of that name exists; reading it")
     for attempt in range(1, APPLY_ATTEMPTS + 1):
         try:
             return _apply_fleet_once(body, spec, connections, logger)
@@ -155,6 +172,25 @@ def _apply_fleet_once(
     deployment = builders.build_deployment(name, namespace, spec, replicas=replicas)
     if existing is not None:  # a precondition: 409 if anyone wrote it since our read
         deployment["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+    return _apply_owned(body, deployment)
+
+
+def _create_fleet(body: Mapping[str, Any], spec: TaskQueueSpec) -> dict[str, Any] | None:
+    """The Deployment created by an apply that no existing one accepts; None if one exists."""
+    meta = body["metadata"]
+    replicas = builders.fleet_replicas(spec, None)
+    deployment = builders.build_deployment(meta["name"], meta["namespace"], spec, replicas=replicas)
+    deployment["metadata"]["resourceVersion"] = NO_OBJECT_VERSION
+    try:
+        return _apply_owned(body, deployment)
+    except ApiException as exc:
+        if exc.status == 409:
+            return None
+        raise
+
+
+def _apply_owned(body: Mapping[str, Any], deployment: dict[str, Any]) -> dict[str, Any]:
+    """Apply the Deployment as the TaskQueue's; a refusal of its content: `DeploymentRejected`."""
     kopf.adopt(deployment, owner=dict(body))  # type: ignore[arg-type]
     try:
         return kube.apply_deployment(deployment)

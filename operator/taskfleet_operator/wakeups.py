@@ -107,6 +107,9 @@ class Wakers:
         if entry is None:
             return
         loop, event = entry
+        if _running_loop() is loop:  # an async handler: no hand-over through the loop's pipe
+            event.set()
+            return
         with contextlib.suppress(RuntimeError):  # the loop closed: the operator is stopping
             loop.call_soon_threadsafe(event.set)
 
@@ -128,6 +131,52 @@ class Wakers:
     def wake_all(self, keys: Iterable[Key]) -> None:
         for key in keys:
             self.wake(key)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # a thread of a pool
+        return None
+
+
+class FirstSweeps:
+    """New TaskQueues' first sweeps, held back while a burst of them is being created.
+
+    A new TaskQueue's sweep loop waits for its create handler, then asks `turn`. A lone
+    creation sweeps at once; during a burst (another create handler finished less than
+    ``quiet_s`` before) the first sweeps wait until no creation has finished for
+    ``quiet_s``, or ``most_s`` at most. The Deployments need no sweep; what a first sweep
+    adds (the status's Redis conditions, counts and readiness) comes once the burst is
+    over, in one sweep that also sees the Deployment controller's writes, instead of a
+    sweep, a status patch and its watch event per queue competing with the creations for
+    the event loop. Used on the event loop only."""
+
+    def __init__(self, quiet_s: float = 2.0, most_s: float = 30.0) -> None:
+        self.quiet_s, self.most_s = quiet_s, most_s
+        self._last = float("-inf")
+        self._calm = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def turn(self, stopped: Any) -> None:
+        """Until this queue's first sweep may run (at once unless a burst goes on)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        burst, self._last = now - self._last < self.quiet_s, now
+        if not burst:
+            return
+        self._calm.clear()
+        if self._timer is None:
+            self._timer = loop.call_later(self.quiet_s, self._check, loop)
+        await wait(self._calm, stopped, self.most_s)
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        left = self._last + self.quiet_s - loop.time()
+        if left > 0:
+            self._timer = loop.call_later(left, self._check, loop)
+            return
+        self._timer = None
+        self._calm.set()
 
 
 class Stopping(Exception):  # noqa: N818 - a state, not a failure
