@@ -1,11 +1,10 @@
 """kopf registrations, and nothing else: each handler reads what kopf hands it, calls
 `reconcile`, `sweeper` and the pure functions of `status`, and applies what they return.
 
-Run with ``python -m taskfleet_operator`` (or ``kopf run -m taskfleet_operator.handlers
---standalone -A``). Event handlers are sync: kopf runs them in its thread pool, where the
-blocking Redis and Kubernetes clients belong. The per-TaskQueue loops (sweep, autoscaler)
-are async daemons that wait on the event loop and run their round trips in the
-operator's own pool. What they remember between calls is in kopf's memos (`memos`).
+Run with ``python -m taskfleet_operator``. Handlers that call Redis or the Kubernetes API
+are sync (kopf's thread pool); indexers and handlers that only record or wake run on the
+event loop. The per-TaskQueue loops (sweep, autoscaler) are async daemons that run their
+round trips in the operator's own pool; what they remember is in kopf's memos (`memos`).
 """
 
 from __future__ import annotations
