@@ -170,7 +170,7 @@ admin.close()
 FIELDS = ("cpu_us", "redis_us", "calls", "vol", "invol", "rate")
 
 
-def _run(src: Path, url: str, n: int, handler: str) -> dict[str, float]:
+def drain_once(src: Path, url: str, n: int, handler: str) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(src))
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, url, str(n), handler],
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.rounds):
                 for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
                     client.flushall()
-                    r = _run(sides[side], url, args.n, args.handler)
+                    r = drain_once(sides[side], url, args.n, args.handler)
                     results[side].append(r)
                     print(_line(f"round {i + 1} {side}", r), flush=True)
         finally:

@@ -2,6 +2,7 @@
 //
 //	asynqbench worker     # an asynq server at its defaults running the reference task
 //	asynqbench producer   # commands on stdin, one a line, as bench/systems/external.py sends
+//	                      # (and "rtt N": N RPUSH round trips through go-redis, bench/floors.py)
 //	asynqbench version    # the asynq version it was built with
 //
 // The reference task does exactly one Redis write, RPUSH bench:done <pid>, through one
@@ -86,6 +87,12 @@ func producer(url string) error {
 	}
 	client := asynq.NewClient(opt)
 	defer client.Close()
+	ropt, err := redis.ParseURL(url)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
 	inspector := asynq.NewInspector(opt)
 	defer inspector.Close()
 	one := func() error {
@@ -109,6 +116,12 @@ func producer(url string) error {
 			}
 		case "one":
 			return "ok", one()
+		case "rtt": // the floor of one round trip from Go: N sequential RPUSHes
+			for i := 0; i < arg(1); i++ {
+				if err := rdb.RPush(context.Background(), "bench:rtt", 1).Err(); err != nil {
+					return "", err
+				}
+			}
 		case "purge":
 			for _, del := range []func(string) (int, error){
 				inspector.DeleteAllPendingTasks, inspector.DeleteAllRetryTasks,

@@ -1,0 +1,247 @@
+"""What this machine allows: the cost of one Redis round trip from Python and from Go,
+beside a single enqueue of taskfleet and of asynq. Figures, never pass/fail.
+
+    python -m bench.floors [--n 20000] [--rounds 3]
+
+Each round, on one fresh redis-server (``bench.run.redis_server``), ``--n`` sequential
+calls of each kind from one client:
+
+- ``python socket``: ``RPUSH`` written and read on a plain blocking TCP socket, no client
+  library: the least a Python process pays for a round trip;
+- ``redis-py``: the same ``RPUSH`` through a redis-py client, one thread (the reference
+  handler's write in ``make bench``), then from 32 threads sharing the client (a worker's
+  handler slots);
+- ``go-redis``: the same ``RPUSH`` from Go (``asynqbench producer``'s ``rtt``, bench/go);
+- ``taskfleet enqueue``: ``Queue.enqueue`` of an empty payload;
+- ``asynq enqueue``: ``client.Enqueue`` of asynq's no-op task (``asynqbench``);
+- ``taskfleet drain, no write``: ``--n`` tasks drained by one in-process ``Worker`` whose
+  handler returns at once (``bench.worker_ab --handler none``): the queue's own cost per
+  task, worker and Redis.
+
+For each: the client's CPU per call (user + system, every thread; for Go, the producer
+process from ``/proc``), redis-server's CPU per call (``/proc/<pid>/schedstat``) and the
+rate. Medians over the rounds. The lines after the table are arithmetic on them: a Python
+worker whose handler makes that write can't spend less CPU per task than the write alone,
+and a drain on this machine's cores can't go faster than the cores divided by the write's
+CPU on both sides, even if the queue itself cost nothing, nor faster than the cores divided
+by the write's and the queue's own costs together.
+
+Needs ``go`` for the Go rows (``bench/native.py`` builds ``asynqbench`` as ``make bench``
+does); without it they are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlparse
+
+import redis
+
+from bench.run import redis_server
+from bench.worker_ab import drain_once
+
+WORKER_SRC = Path(__file__).resolve().parent.parent / "worker-image"
+
+RPUSH = b"*3\r\n$5\r\nRPUSH\r\n$10\r\nbench:rtt0\r\n$1\r\n1\r\n"
+Row = dict[str, float]
+
+
+def _redis_cpu(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+def _proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own(run: Callable[[], None], n: int, rpid: int) -> Row:
+    """Time ``run`` (``n`` calls) in this process."""
+    c0, r0, w0 = time.process_time(), _redis_cpu(rpid), time.monotonic()
+    run()
+    c1, r1, w1 = time.process_time(), _redis_cpu(rpid), time.monotonic()
+    return {"cpu": (c1 - c0) / n * 1e6, "redis": (r1 - r0) / n * 1e6, "rate": n / (w1 - w0)}
+
+
+def _socket_row(url: str, n: int, rpid: int) -> Row:
+    u = urlparse(url)
+    with socket.create_connection((u.hostname or "localhost", u.port or 6379)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def run() -> None:
+            for _ in range(n):
+                s.sendall(RPUSH)
+                s.recv(64)
+
+        s.sendall(RPUSH)
+        s.recv(64)
+        return _own(run, n, rpid)
+
+
+def _redis_py_rows(url: str, n: int, rpid: int) -> tuple[Row, Row]:
+    client = redis.Redis.from_url(url)
+    try:
+        client.rpush("bench:rtt1", 1)
+
+        def one() -> None:
+            for _ in range(n):
+                client.rpush("bench:rtt1", 1)
+
+        single = _own(one, n, rpid)
+        per = n // 32
+
+        def slot() -> None:
+            for _ in range(per):
+                client.rpush("bench:rtt1", 1)
+
+        def many() -> None:
+            threads = [threading.Thread(target=slot) for _ in range(32)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+        return single, _own(many, per * 32, rpid)
+    finally:
+        client.close()
+
+
+def _enqueue_row(url: str, n: int, rpid: int) -> Row:
+    from taskfleet import Queue
+
+    with Queue("floors", url) as q:
+        for _ in range(500):
+            q.enqueue({})
+
+        def run() -> None:
+            for _ in range(n):
+                q.enqueue({})
+
+        return _own(run, n, rpid)
+
+
+def _go_rows(url: str, n: int, rpid: int) -> tuple[Row, Row] | None:
+    from bench.native import ASYNQ_BIN, prepare_asynq
+
+    try:
+        prepare_asynq()
+    except (SystemExit, subprocess.CalledProcessError) as exc:
+        print(f"go rows left out: {exc}", file=sys.stderr)
+        return None
+    proc = subprocess.Popen(
+        [str(ASYNQ_BIN), "producer"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, BENCH_REDIS_URL=url),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    def ask(line: str) -> None:
+        stdin.write(line + "\n")
+        stdin.flush()
+        reply = stdout.readline().strip()
+        if reply != "ok":
+            raise RuntimeError(f"asynqbench {line}: {reply}")
+
+    def timed(line: str) -> Row:
+        c0, r0, w0 = _proc_cpu(proc.pid), _redis_cpu(rpid), time.monotonic()
+        ask(line)
+        c1, r1, w1 = _proc_cpu(proc.pid), _redis_cpu(rpid), time.monotonic()
+        return {"cpu": (c1 - c0) / n * 1e6, "redis": (r1 - r0) / n * 1e6, "rate": n / (w1 - w0)}
+
+    try:
+        ask("rtt 500")
+        ask("single 500")
+        return timed(f"rtt {n}"), timed(f"single {n}")
+    finally:
+        stdin.write("quit\n")
+        stdin.flush()
+        proc.wait(timeout=30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.n < 1000 or args.rounds < 1:
+        print("--n must be at least 1000 and --rounds at least 1", file=sys.stderr)
+        return 2
+    rows: dict[str, list[Row]] = {}
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with redis_server() as (url, version):
+        admin = redis.Redis.from_url(url)
+        rpid = int(admin.info("server")["process_id"])
+        for _ in range(args.rounds):
+            admin.flushall()
+            found = {"python socket RPUSH": _socket_row(url, args.n, rpid)}
+            single, threads = _redis_py_rows(url, args.n, rpid)
+            found["redis-py RPUSH, 1 thread"] = single
+            found["redis-py RPUSH, 32 threads"] = threads
+            go = _go_rows(url, args.n, rpid)
+            if go is not None:
+                found["go-redis RPUSH"] = go[0]
+            found["taskfleet Queue.enqueue"] = _enqueue_row(url, args.n, rpid)
+            if go is not None:
+                found["asynq Client.Enqueue"] = go[1]
+            admin.flushall()
+            drain = drain_once(WORKER_SRC, url, args.n, "none")
+            found["taskfleet drain, no write"] = {
+                "cpu": drain["cpu_us"],
+                "redis": drain["redis_us"],
+                "rate": drain["rate"],
+            }
+            for name, row in found.items():
+                rows.setdefault(name, []).append(row)
+        admin.close()
+    med = {
+        name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in rows.items()
+    }
+    print(f"redis {version}, n = {args.n}, {args.rounds} rounds, medians; {os.cpu_count()} cores")
+    print(f"{'':28s} {'client CPU us':>14s} {'Redis CPU us':>13s} {'calls/s':>9s}")
+    for name, m in med.items():
+        print(f"{name:28s} {m['cpu']:14.1f} {m['redis']:13.1f} {m['rate']:9,.0f}")
+    write = med["redis-py RPUSH, 1 thread"]
+    cores = os.cpu_count() or 1
+    bound = cores * 1e6 / (write["cpu"] + write["redis"])
+    print(
+        f"a Python worker whose handler makes that write spends at least {write['cpu']:.0f} us"
+        f" of CPU per task on it (1 thread; {med['redis-py RPUSH, 32 threads']['cpu']:.0f}"
+        " from 32)"
+    )
+    print(
+        f"a drain of such tasks on {cores} cores can't pass {bound:,.0f}/s even if the queue"
+        " cost nothing (the write's CPU on both sides)"
+    )
+    own = med["taskfleet drain, no write"]
+    whole = write["cpu"] + write["redis"] + own["cpu"] + own["redis"]
+    print(
+        f"with the queue's own {own['cpu']:.0f} + {own['redis']:.0f} us per task: at most"
+        f" {cores * 1e6 / whole:,.0f}/s on {cores} cores"
+    )
+    sock = med["python socket RPUSH"]
+    print(
+        f"one round trip from Python costs {sock['cpu']:.0f} us of CPU and allows"
+        f" {sock['rate']:,.0f} calls/s with no library and a trivial command"
+    )
+    if "asynq Client.Enqueue" in med:
+        print(
+            f"asynq's single enqueue: {med['asynq Client.Enqueue']['rate']:,.0f}/s;"
+            f" go-redis's trivial round trip {med['go-redis RPUSH']['rate']:,.0f}/s"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
