@@ -23,7 +23,7 @@ import pytest
 
 from tests.fixtures_kube import KubeApiserver, kubectl_path
 from tests.fixtures_redis import free_port
-from tests.polling import close_error
+from tests.polling import close_error, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_FILE = REPO / "crds" / "taskqueues.taskfleet.dev.yaml"
@@ -56,14 +56,28 @@ def kubectl(
 def taskqueue_crd(kube_apiserver: KubeApiserver) -> str:
     """The generated CRD applied with kubectl and Established."""
     kubectl(kube_apiserver, "apply", "--server-side", "-f", str(CRD_FILE))
-    kubectl(
-        kube_apiserver,
-        "wait",
-        "--for=condition=Established",
-        "--timeout=30s",
-        f"crd/{PLURAL}.{GROUP}",
-    )
+    wait_established(kube_apiserver, f"{PLURAL}.{GROUP}")
     return f"{PLURAL}.{GROUP}"
+
+
+def wait_established(server: KubeApiserver, *crds: str, timeout: float = 60) -> None:
+    """Wait until each CRD's Established condition is True.
+
+    Not ``kubectl wait --for=condition=Established``: it fails at once, instead of waiting,
+    when it reads a just-created CRD whose ``status.conditions`` is still unset."""
+    query = '{.status.conditions[?(@.type=="Established")].status}'
+    for crd in crds:
+        argv = ("get", f"crd/{crd}", "-o", f"jsonpath={query}")
+
+        def established(argv: tuple[str, ...] = argv) -> bool:
+            return kubectl(server, *argv, check=False).stdout.strip() == "True"
+
+        wait_for(
+            established,
+            timeout=timeout,
+            interval=0.1,
+            what=f"crd/{crd} Established",
+        )
 
 
 @pytest.fixture(scope="session")

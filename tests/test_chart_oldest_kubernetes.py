@@ -29,6 +29,7 @@ from tests.fixtures_operator import (
     kubectl,
     manifest,
     running_operator,
+    wait_established,
 )
 from tests.helm import CHART, VERSIONS_ENV, helm
 from tests.polling import wait_for
@@ -85,10 +86,7 @@ def test_the_chart_installs_and_its_operator_reconciles_on_the_oldest_claimed_ku
     assert served == oldest_version(), f"the fixture runs {served}"
     env = oldest.env()
     helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", env=env)
-    kubectl(
-        oldest, "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/taskqueues.taskfleet.dev", "crd/clusterkopfpeerings.kopf.dev",
-    )  # fmt: skip
+    wait_established(oldest, "taskqueues.taskfleet.dev", "clusterkopfpeerings.kopf.dev")
     kubectl(oldest, "-n", NAMESPACE, "get", f"deployment/{RELEASE}-operator")
     # 1.30 serves ValidatingAdmissionPolicy v1: "auto" installed it, and it is in force below.
     kubectl(oldest, "get", f"validatingadmissionpolicy/{RELEASE}-operator-writes")

@@ -178,13 +178,20 @@ def test_scaling_down_sets_deletion_costs_from_in_flight_counts_before_the_repli
     deployment = scaled_deployment = wait_for(
         scaled, timeout=APISERVER_TIMEOUT_S, interval=APISERVER_INTERVAL_S
     )
-    costs = {}
-    for pod in ("scale-busy", "scale-idle", "scale-new"):
-        read = cluster.pod(pod)
-        costs[pod] = read.metadata.annotations["controller.kubernetes.io/pod-deletion-cost"]
-        # etcd revisions order every write of this single-member store: each annotation
-        # was written before the Deployment's replicas were lowered.
-        assert int(read.metadata.resource_version) < int(deployment.metadata.resource_version)
+    # The pods as they were just before the write that lowered the replicas (etcd keeps
+    # every revision of this single-member store; nothing else writes this Deployment in
+    # this tier): each cost was already there. Later writes to the pods (a sweep's) can't
+    # change what that revision holds.
+    before = int(deployment.metadata.resource_version) - 1
+    pods: list[Any] = cluster.core.list_namespaced_pod(
+        cluster.namespace, resource_version=str(before), resource_version_match="Exact"
+    ).items
+    cost = "controller.kubernetes.io/pod-deletion-cost"
+    costs = {
+        p.metadata.name: (p.metadata.annotations or {}).get(cost)
+        for p in pods
+        if p.metadata.name in ("scale-busy", "scale-idle", "scale-new")
+    }
     assert costs == {"scale-busy": "2", "scale-idle": "0", "scale-new": "0"}
     assert scaled_deployment.spec.replicas == 1
 

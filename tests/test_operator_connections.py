@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import secrets
+import threading
 import weakref
 from typing import Any
 
@@ -166,6 +167,47 @@ def test_queues_on_one_server_share_one_client_closed_with_the_last(
         del queues
         gc.collect()
         assert client() is None
+    finally:
+        connections.close()
+
+
+def test_two_threads_getting_a_new_queue_at_once_share_one_client_left_open(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new TaskQueue's handler and its sweep ask for its queue at the same moment: both
+    connect, one client is kept for both, and neither thread's call is cut off by the
+    other closing it (it was: the later thread released the key it had just added, closed
+    the shared client under the first thread's call, and the server was parked as
+    unreachable)."""
+    import taskfleet_operator.connections as module
+    from taskfleet.producer.queue import Queue
+
+    both = threading.Barrier(2, timeout=10)
+    made = {"n": 0}
+
+    def queue(*args: Any, **kwargs: Any) -> Any:
+        made["n"] += 1
+        if made["n"] <= 2:  # both threads have connected before either records its queue
+            both.wait()
+        return Queue(*args, **kwargs)
+
+    monkeypatch.setattr(module, "Queue", queue)
+    connections = Connections(1.0, resolve_url=lambda _ns, _spec: redis_url, url_ttl_s=60.0)
+    got: list[Any] = []
+    try:
+        threads = [
+            threading.Thread(target=lambda: got.append(connections.get("ns", "q", make_spec())))
+            for _ in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert len(got) == 2
+        assert got[0].client is got[1].client
+        assert connections.held()["clients"] == 1
+        assert connections.get("ns", "q", make_spec()).client is got[0].client
+        assert got[0].client.ping()
     finally:
         connections.close()
 

@@ -29,6 +29,7 @@ from tests.fixtures_operator import (
     base_spec,
     kubectl,
     running_operator,
+    wait_established,
 )
 from tests.fixtures_redis import free_port
 from tests.polling import wait_for
@@ -42,13 +43,7 @@ RESUMED = "Resuming operations after the pause"
 @pytest.fixture
 def ha_namespace(kube_apiserver: KubeApiserver) -> Iterator[str]:
     kubectl(kube_apiserver, "apply", "-f", str(REPO / "manifests/operator/peering.yaml"))
-    kubectl(
-        kube_apiserver,
-        "wait",
-        "--for=condition=Established",
-        "--timeout=30s",
-        "crd/clusterkopfpeerings.kopf.dev",
-    )
+    wait_established(kube_apiserver, "clusterkopfpeerings.kopf.dev")
     name = f"ha-{secrets.token_hex(3)}"
     with kube_apiserver.api_client() as api:
         client.CoreV1Api(api).create_namespace(

@@ -168,7 +168,11 @@ class Connections:
                 queue = Queue(queue.name, client=shared[0], durability=queue.durability)
             shared[1].add(key)
             self._queues[key] = (digest, queue)
-            unused = [] if previous is None else self._release(key, previous[0])
+            # The key leaves its previous client only when it moved to another server:
+            # another thread may have recorded it on this very client meanwhile.
+            unused: list[Any] = []
+            if previous is not None and previous[0] != digest:
+                unused = self._release(key, previous[0])
         if shared[0] is not client:
             _close(client)
         for old in unused:
