@@ -53,15 +53,37 @@ print(json.dumps({
 """
 
 
+#: A provider configured late: after the Queue was created and had enqueued untraced. The
+#: producer keeps "no provider" for up to RECHECK_S (protocol/tracing.py), so the script
+#: enqueues until the check says traced (a deadline, never a sleep of the window's length).
+LATE_PRODUCER = """
+import json, sys, time
+from taskfleet import Queue
+from taskfleet.protocol import tracing
+
+queue = Queue(sys.argv[2], redis_url=sys.argv[1])
+before = queue.enqueue({"n": 0})
+from tests.workers.traced import EXPORTER as exporter  # sets the provider now
+deadline = time.monotonic() + 60
+while not tracing.configured() and time.monotonic() < deadline:
+    queue.enqueue({"n": 1})
+    time.sleep(0.05)
+after = queue.enqueue({"n": 2})
+queue.close()
+sends = [s.attributes.get("messaging.message.id") for s in exporter.get_finished_spans()]
+print(json.dumps({"before": before, "after": after, "sends": sends}))
+"""
+
+
 @pytest.fixture
 def queue(redis_url: str) -> Iterator[Queue]:
     with Queue("jobs", redis_url=redis_url) as q:
         yield q
 
 
-def _produce(redis_url: str) -> dict[str, Any]:
+def _produce(redis_url: str, script: str = PRODUCER) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-c", PRODUCER, redis_url, "jobs"],
+        [sys.executable, "-c", script, redis_url, "jobs"],
         cwd=REPO,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
         capture_output=True,
@@ -176,3 +198,15 @@ def test_a_worker_without_a_provider_runs_traced_tasks_as_before(
     assert {t.state for t in tasks.values()} == {"done"}
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_a_provider_configured_after_the_queue_enqueued_is_seen_by_its_later_enqueues(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """The producer's check is cached (protocol/tracing.py): a provider set once a Queue
+    exists and has enqueued untraced is still seen, and every enqueue after is traced."""
+    produced = _produce(redis_url, LATE_PRODUCER)
+    keys = QueueKeys("jobs")
+    assert redis_client.hget(keys.task(produced["before"]), "trace") is None
+    assert json.loads(redis_client.hget(keys.task(produced["after"]), "trace"))["traceparent"]
+    assert produced["sends"][-1] == produced["after"]

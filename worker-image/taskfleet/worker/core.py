@@ -102,7 +102,7 @@ class Worker:
         if settings.isolated:
             check_sendable(handlers)  # ValueError: one line, before anything starts
         # A traced handler is a closure, which can't travel to a child process.
-        self.traced = tracing.configured() and not settings.isolated
+        self.traced = tracing.configured_now() and not settings.isolated
         if self.traced:
             handlers = traced(handlers, settings.queue)
         self.handler = handlers
