@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import redis
-from taskfleet import RateLimited
+from taskfleet import PermanentFailure, RateLimited, add_children
 from taskfleet.worker.handlers import current_task
 
 EVENTS = "test:events"
@@ -54,6 +54,21 @@ def gate(payload: dict[str, Any]) -> str:
     popped = _clients[task.redis_url].blpop(["test:gate"], timeout=GATE_WAIT_S)
     _record("end" if popped else "gate-timeout")
     return "opened" if popped else "timed out"
+
+
+def split_once(payload: dict[str, Any]) -> Any:
+    """A page (``"page"``) is ``gate``; a split adds its ``pages`` as children (ids
+    ``p<i>``) and fails its first run for good, returning ``{"pages", "run"}`` on the next."""
+    if "page" in payload:
+        return gate(payload)
+    task = current_task()
+    _record("split")
+    pages = int(payload["pages"])
+    add_children({"payload": {"page": i}, "task_id": f"p{i}"} for i in range(pages))
+    runs = _clients[task.redis_url].incr(f"test:runs:{task.task_id}")
+    if runs == 1:
+        raise PermanentFailure("the first run fails after adding its pages")
+    return {"pages": pages, "run": runs}
 
 
 def route(payload: dict[str, Any]) -> Any:

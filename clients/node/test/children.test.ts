@@ -33,7 +33,17 @@ describe("children added at run time", () => {
       return { page: payload.page };
     },
     merge: async (_payload, task) => ({ inputs: await task.dependencyResults() }),
+    // adds its pages, then fails its first run for good; returns on the next
+    splitOnce: async (payload, task) => {
+      const pages = Number(payload.pages);
+      await task.addChildren(Array.from({ length: pages }, (_, i) => ({ payload: { page: i }, name: "page", taskId: `${task.id}-p${i}` })));
+      const run = (runs.get(task.id) ?? 0) + 1;
+      runs.set(task.id, run);
+      if (run === 1) throw new PermanentFailure("the first run fails after adding its pages");
+      return { pages, run };
+    },
   };
+  const runs = new Map<string, number>();
 
   async function withWorker(body: () => Promise<void>): Promise<void> {
     const worker = new Worker("jobs", {
@@ -101,6 +111,18 @@ describe("children added at run time", () => {
       assert.equal(done.bad?.state, "dead");
       assert.equal(done.bad.reason, "dependency failed");
       assert.equal((await queue.flow("bad"))?.outcome, "failed");
+    }));
+
+  it("runs a retried parent again once the children its failed run added have ended, never done by their ends alone", () =>
+    withWorker(async () => {
+      await queue.enqueue({ pages: 2 }, { name: "splitOnce", taskId: "twice", maxAttempts: 1 });
+      await until("the first run fails", async () => (await queue.get("twice"))?.state === "dead");
+      assert.equal(await queue.retry({ taskIds: ["twice"] }), 1);
+      assert.equal((await queue.get("twice"))?.state, "waiting"); // its pages are held at the gate
+      release();
+      const done = await queue.wait(["twice"], 30);
+      assert.equal(done.twice?.state, "done");
+      assert.deepEqual(done.twice.result, { pages: 2, run: 2 });
     }));
 
   it("refuses children of a run that does not hold its task: StaleToken, nothing stored", async () => {

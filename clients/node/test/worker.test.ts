@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { after, afterEach, before, beforeEach, describe, it } from "node:test";
 
 import { Queue } from "../src/index.js";
+import { Broker } from "../src/worker/broker.js";
 import { RedisServer, freePort, until } from "./redis.js";
 import { BIN, FIXTURES, WorkerProcess, cleanEnv, runs } from "./workers.js";
 
@@ -248,6 +249,43 @@ describe("the Node worker", () => {
     assert.equal(task?.state, "pending");
     assert.equal(task.attempts, 0);
     assert.equal(runs(log()).length, 0);
+  });
+
+  it("a worker frozen while a successor took its name and left registers again when resumed, writes nothing it lost, and runs on", async () => {
+    await leaseTtl(60); // nothing is taken back by lease expiry here
+    const r = worker("r");
+    await r.saw(/event=worker_started/);
+    const held = await queue.enqueue({ ms: 1500, log: log() }, { name: "stubborn" });
+    await until("r runs the task", () => runs(log()).length === 1);
+    const first = JSON.parse(String(await queue.client.hget(queue.keys.key("workers"), "r"))) as { incarnation: string };
+    r.kill("SIGSTOP");
+    // a successor takes the name (and the task) over, finishes it and exits cleanly
+    const successor = new Broker("jobs", queue.client, "r", "successor", { replyTimeoutMs: 5000, host: "", served: null });
+    try {
+      assert.equal(await successor.register(1), 1);
+      const [task] = (await successor.claim(1, 0)).tasks;
+      assert.equal(task?.id, held);
+      assert.deepEqual(await successor.complete([[held, task.token, JSON.stringify("by the successor")]]), [1]);
+      assert.equal(await successor.deregister(false), 0);
+      assert.equal(await queue.client.hget(queue.keys.key("workers"), "r"), null);
+    } finally {
+      r.kill("SIGCONT");
+    }
+    await r.saw(/event=registered_again/);
+    const again = JSON.parse(String(await queue.client.hget(queue.keys.key("workers"), "r"))) as { incarnation: string };
+    assert.equal(again.incarnation, first.incarnation);
+    const next = await queue.enqueue({ ms: 1, log: log() });
+    const done = await queue.wait([next], 20);
+    assert.equal(done[next]?.state, "done", r.output);
+    assert.equal(done[next].incarnation, first.incarnation);
+    await until("the resumed run of the taken task ends", () => runs(log()).filter(([what, id]) => what === "end" && id === held).length === 1);
+    const taken = await queue.get(held);
+    assert.equal(taken?.state, "done");
+    assert.equal(taken.result, "by the successor"); // the resumed run wrote nothing
+    assert.doesNotMatch(r.output, /event=identity_taken/);
+    r.kill("SIGTERM");
+    assert.equal(await r.exit(), 0, r.output);
+    assert.equal(await queue.client.hget(queue.keys.key("workers"), "r"), null);
   });
 
   it("aborts a run's signal when its task is cancelled or times out", async () => {

@@ -15,7 +15,8 @@ __all__ = ["Extended", "RawClaim", "Registered"]
 class Extended:
     """The heartbeat's reply: ids whose token no longer matches and ids whose cancellation
     was asked for, or (``holder`` set, the pod's worker record as JSON) another
-    incarnation holds the pod's name now."""
+    incarnation holds the pod's name now; ``holder`` '' (a registered caller's beat): the
+    name has no readable record, nothing was extended, and the caller registers again."""
 
     lost: set[str]
     holder: str | None = None
@@ -41,7 +42,9 @@ class RawClaim:
     Each record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
     payload`` joined by NUL, payload last: split it with ``maxsplit=8``. ``holder`` set
     (the name's worker record as JSON): another incarnation registered under this
-    worker's name since, and nothing was claimed.
+    worker's name since, and nothing was claimed; ``holder`` '' (a registered caller's
+    claim): the name has no readable record, nothing was claimed, and the caller
+    registers again.
     """
 
     retry_after_ms: int

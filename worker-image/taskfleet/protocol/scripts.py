@@ -388,11 +388,14 @@ class Ops:
         *,
         idle_ms: int = 0,
         prefetch: int = 0,
+        registered: bool = False,
     ) -> Op[RawClaim]:
         """``idle_ms`` > 0: if the queue runs dry, register the worker as idle that long.
 
         ``prefetch``: how many of the ``n`` would wait in the worker for a free slot; the
-        script leaves them out under a fleet-wide concurrency limit.
+        script leaves them out under a fleet-wide concurrency limit. ``registered``: the
+        caller registered, so a name without a readable record refuses the claim too
+        (``RawClaim.holder`` ''): it registers again first.
         """
         args = Claim(
             pod=pod,
@@ -402,6 +405,7 @@ class Ops:
             bound=bound,
             idle_ms=idle_ms,
             prefetch=prefetch,
+            registered=1 if registered else "",
         )
         return Op("claim", self._k, args, lambda raw: _raw_claim(raw, "claim"))
 
@@ -415,9 +419,11 @@ class Ops:
         draining: bool,
         concurrency: int,
         host: str = "",
+        registered: bool = False,
     ) -> Op[Extended]:
         """Reply: the lost ids, or (nothing extended) the record of the incarnation that
-        registered under ``pod`` since."""
+        registered under ``pod`` since; with ``registered``, '' as that record when the name
+        has none readable (the caller registers again, then beats)."""
         held = [Held(task_id, token) for task_id, token in tokens]
         head = Extend(
             pod=pod,
@@ -427,15 +433,15 @@ class Ops:
             concurrency=concurrency,
             host=host,
             n=len(held),
+            registered=1 if registered else "",
         )
         args = with_records(head, held)
 
         def decode(raw: Any) -> Extended:
             if not isinstance(raw, list) or not raw:
                 raise ProtocolError(f"extend: unexpected reply {raw!r}")
-            first = text(raw[0])
-            if first:
-                return Extended(set(), first)
+            if isinstance(raw[0], int):  # {-1, record}: refused, nothing extended
+                return Extended(set(), text(raw[1]) if len(raw) > 1 else "")
             ids = [text(x) for x in raw[1:]]
             if "" not in ids:
                 return Extended(set(ids))
@@ -459,6 +465,7 @@ class Ops:
         token_base: str,
         bound: int,
         prefetch: int = 0,
+        registered: bool = False,
     ) -> Op[tuple[list[int], RawClaim]]:
         """``complete`` then ``claim`` for the freed slots, in one call (one round trip)."""
         head = Complete(
@@ -470,6 +477,7 @@ class Ops:
             bound=bound,
             idle_ms=0,
             prefetch=prefetch,
+            registered=1 if registered else "",
         )
         args = _with_completions(head, items)
 

@@ -137,6 +137,11 @@ class Claim(NamedTuple):
         "how many of max_tasks would wait in the worker for a free slot: not claimed under "
         "max_concurrency",
     ]
+    registered: Annotated[
+        OptInt,
+        "1: the caller registered, so only its own record lets it claim (none, or an "
+        "unreadable one, refuses it too: it registers again); '' = none or its own",
+    ] = ""
 
 
 class Complete(NamedTuple):
@@ -152,6 +157,7 @@ class Complete(NamedTuple):
     bound: Annotated[OptInt, "the claim's housekeeping bound (with pod)"]
     idle_ms: Annotated[OptInt, "as claim's idle_ms"]
     prefetch: Annotated[OptInt, "as claim's prefetch"]
+    registered: Annotated[OptInt, "as claim's registered"] = ""
 
 
 class Completion(NamedTuple):
@@ -168,6 +174,11 @@ class Extend(NamedTuple):
     concurrency: Annotated[Int, "its slots"]
     host: Annotated[OptStr, "where it runs (opaque to the scripts)"]
     n: Annotated[Int, "how many held tasks follow"]
+    registered: Annotated[
+        OptInt,
+        "1: the caller registered: no record, or an unreadable one, refuses it as another "
+        "incarnation's does (it registers again); '' = only another incarnation's refuses",
+    ] = ""
 
 
 class Held(NamedTuple):

@@ -141,6 +141,9 @@ class Broker:
         # Token bases of claim calls whose reply never came: they may still run on Redis
         # (a server that hung, then went on) and are undone before the next call.
         self._unanswered: list[str] = []
+        #: Registered: claims and beats then need this incarnation's own record (one
+        #: gone sends this worker through register again, ``_register_again``).
+        self.registered = False
 
     def _token_base(self) -> str:
         return f"{self._tokens.getrandbits(64):016x}"
@@ -226,6 +229,7 @@ class Broker:
                 )
             )
             if reply.holder is None:
+                self.registered = True
                 return reply.requeued + reply.dead
             assert in_use is not None
             record = WorkerRecord.parse(reply.holder, reply.now_ms)
@@ -233,6 +237,34 @@ class Broker:
             if live is not None:
                 raise NameInUse(self.pod, live)
             expected = record.incarnation
+
+    async def _register_again(self) -> None:
+        """A claim or beat found no readable record under this worker's name (a successor
+        that took the name deregistered since, the operator requeued it, a sweep dropped
+        it, or Redis lost its data): register again before working on, so the name is
+        judged and taken over atomically as at a start. What this incarnation still holds
+        it keeps (register takes back only other incarnations' tasks); what was taken
+        from it the next beat reports lost. Raises ``IdentityTaken`` when another
+        incarnation registered meanwhile."""
+        reply = await self._run(
+            self.ops.register(
+                self.pod, self.incarnation, self.concurrency, host=self.host, expected=""
+            )
+        )
+        if reply.holder is not None:
+            record = WorkerRecord.parse(reply.holder, reply.now_ms)
+            raise IdentityTaken(self.pod, self.incarnation, record.describe())
+        log.warning(
+            "registered_again",
+            extra={
+                "fields": {
+                    "pod": self.pod,
+                    "incarnation": self.incarnation,
+                    "note": "no worker record under this name",
+                    "requeued": reply.requeued + reply.dead,
+                }
+            },
+        )
 
     async def deregister(self, *, failed: bool = False) -> int:
         """Remove this worker's record, releasing anything it still holds; returns that count.
@@ -260,19 +292,24 @@ class Broker:
             return ClaimResult([])
         n = min(n, bounds.MAX_BATCH)  # each call's work bounded: callers ask again for more
         prefetch = min(prefetch, n)
-        base = self._token_base()
-        raw = await self._claiming(
-            self.ops.claim(
-                self.pod,
-                self.incarnation,
-                n,
+        for _ in range(2):  # once more after registering again
+            base = self._token_base()
+            raw = await self._claiming(
+                self.ops.claim(
+                    self.pod,
+                    self.incarnation,
+                    n,
+                    base,
+                    CLAIM_HOUSEKEEPING_BOUND,
+                    idle_ms=idle_ms,
+                    prefetch=prefetch,
+                    registered=self.registered,
+                ),
                 base,
-                CLAIM_HOUSEKEEPING_BOUND,
-                idle_ms=idle_ms,
-                prefetch=prefetch,
-            ),
-            base,
-        )
+            )
+            if raw.holder != "":
+                break
+            await self._register_again()
         return await self._claimed(raw)
 
     async def complete_and_claim(
@@ -291,17 +328,25 @@ class Broker:
                 token_base=base,
                 bound=CLAIM_HOUSEKEEPING_BOUND,
                 prefetch=prefetch,
+                registered=self.registered,
             ),
             base,
             completes=True,
         )
+        if raw.holder == "":  # the completions were applied; the claim needs a record
+            await self._register_again()
+            return applied, await self.claim(n, prefetch=prefetch)
         return applied, await self._claimed(raw)
 
     async def _claimed(self, raw: RawClaim) -> ClaimResult:
         """Read a claim reply; fail (permanently) the tasks that can't be run as stored
         (``claimed.parse_claim_records`` says which and why). Raises ``IdentityTaken``
         when another incarnation registered under this worker's name since: the claim
-        got nothing, and this process must stop claiming."""
+        got nothing, and this process must stop claiming. A claim refused for want of a
+        record twice in a row (it vanished again just after registering) gets nothing and
+        asks again soon: the next claim registers again."""
+        if raw.holder == "":
+            return ClaimResult([], retry_after_ms=1)
         if raw.holder is not None:
             raise IdentityTaken(
                 self.pod, self.incarnation, WorkerRecord.parse(raw.holder).describe()
@@ -343,17 +388,24 @@ class Broker:
         """``heartbeat``, with the whole reply: also the held tasks whose cancellation was
         asked for (``cancelled``: the worker cancels their runs)."""
         count = len(tokens) if inflight is None else inflight
-        reply = await self._run(
-            self.ops.extend(
-                self.pod,
-                self.incarnation,
-                tokens.items(),
-                inflight=count,
-                draining=draining,
-                concurrency=self.concurrency,
-                host=self.host,
+        for _ in range(2):  # once more after registering again
+            reply = await self._run(
+                self.ops.extend(
+                    self.pod,
+                    self.incarnation,
+                    tokens.items(),
+                    inflight=count,
+                    draining=draining,
+                    concurrency=self.concurrency,
+                    host=self.host,
+                    registered=self.registered,
+                )
             )
-        )
+            if reply.holder != "":
+                break
+            await self._register_again()
+        if reply.holder == "":  # gone again at once: nothing learnt; the next beat asks
+            return Extended(set())
         if reply.holder is not None:
             record = WorkerRecord.parse(reply.holder)
             raise IdentityTaken(self.pod, self.incarnation, record.describe())

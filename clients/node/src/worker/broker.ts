@@ -111,9 +111,19 @@ function list(raw: unknown, script: string): unknown[] {
   return raw as unknown[];
 }
 
-/** A claim reply; throws `IdentityTaken` when it is `{-1, record}`: another incarnation registered under our name since, nothing was claimed. */
-function rawClaim(raw: unknown[], script: string): { retryAfterMs: number; nextDueMs: number | null; morePending: boolean; records: unknown[] } {
-  if (raw.length === 2 && Number(raw[0]) === -1) throw new IdentityTaken(describeRecord(parseWorkerRecord(String(raw[1]))));
+type RawClaim = { retryAfterMs: number; nextDueMs: number | null; morePending: boolean; records: unknown[] };
+
+/**
+ * A claim reply; throws `IdentityTaken` when it is `{-1, record}`: another incarnation
+ * registered under our name since, nothing was claimed. Null for `{-1, ""}`: the name has
+ * no readable record (a registered caller's claim), nothing was claimed: register again.
+ */
+function rawClaim(raw: unknown[], script: string): RawClaim | null {
+  if (raw.length === 2 && Number(raw[0]) === -1) {
+    const record = String(raw[1]);
+    if (record === "") return null;
+    throw new IdentityTaken(describeRecord(parseWorkerRecord(record)));
+  }
   if (raw.length < 3) throw new ProtocolError(`${script}: unexpected claim reply ${JSON.stringify(raw)}`);
   const due = Number(raw[1]);
   return { retryAfterMs: Number(raw[0]), nextDueMs: due < 0 ? null : due, morePending: Number(raw[2]) === 1, records: raw.slice(3) };
@@ -128,6 +138,8 @@ export class Broker {
   private blocking: Client | null = null;
   private unanswered: string[] = [];
   private blockingCut = new Flag();
+  /** Registered: claims and beats then need our own record (one gone sends us through register again). */
+  private registered = false;
 
   constructor(
     readonly queue: string,
@@ -215,8 +227,31 @@ export class Broker {
         continue;
       }
       if (reply.length !== 2) throw new ProtocolError(`register: unexpected reply ${JSON.stringify(reply)}`);
+      this.registered = true;
       return Number(reply[0]) + Number(reply[1]);
     }
+  }
+
+  /**
+   * A claim or beat found no readable record under our name (a successor that took it
+   * deregistered since, the operator requeued it, a sweep dropped it, Redis lost its
+   * data): register again before working on, judged and taken over atomically as at a
+   * start. What we still hold we keep; what was taken from us the next beat reports
+   * lost. Throws `IdentityTaken` when another incarnation registered meanwhile.
+   */
+  private async registerAgain(): Promise<void> {
+    const reply = list(
+      await this.call("register", { pod: this.pod, incarnation: this.incarnation, concurrency: this.concurrency, host: this.options.host, expected: "" }),
+      "register",
+    );
+    if (reply.length === 3 && Number(reply[0]) === -1) throw new IdentityTaken(describeRecord(parseWorkerRecord(String(reply[1]), Number(reply[2]))));
+    if (reply.length !== 2) throw new ProtocolError(`register: unexpected reply ${JSON.stringify(reply)}`);
+    logEvent("warning", "registered_again", {
+      pod: this.pod,
+      incarnation: this.incarnation,
+      note: "no worker record under this name",
+      requeued: Number(reply[0]) + Number(reply[1]),
+    });
   }
 
   /** Remove this worker's record, giving back what it still holds (as lost when `failed`). */
@@ -228,17 +263,24 @@ export class Broker {
   async claim(n: number, idleMs: number, prefetch = 0): Promise<ClaimResult> {
     if (n <= 0) return { tasks: [], retryAfterMs: 0, nextDueMs: null, morePending: false };
     const max = Math.min(n, MAX_BATCH);
-    const base = this.tokenBase();
-    const raw = await this.claiming("claim", base, {
-      pod: this.pod,
-      incarnation: this.incarnation,
-      max_tasks: max,
-      token_base: base,
-      bound: CLAIM_HOUSEKEEPING_BOUND,
-      idle_ms: idleMs,
-      prefetch: Math.min(prefetch, max),
-    });
-    return this.claimed(rawClaim(list(raw, "claim"), "claim"));
+    for (let attempt = 0; ; attempt++) {
+      const base = this.tokenBase();
+      const raw = await this.claiming("claim", base, {
+        pod: this.pod,
+        incarnation: this.incarnation,
+        max_tasks: max,
+        token_base: base,
+        bound: CLAIM_HOUSEKEEPING_BOUND,
+        idle_ms: idleMs,
+        prefetch: Math.min(prefetch, max),
+        registered: this.registered ? 1 : undefined,
+      });
+      const parsed = rawClaim(list(raw, "claim"), "claim");
+      if (parsed !== null) return this.claimed(parsed);
+      // gone again just after registering: nothing now, the next claim registers again
+      if (attempt > 0) return { tasks: [], retryAfterMs: 1, nextDueMs: null, morePending: false };
+      await this.registerAgain();
+    }
   }
 
   /** Completions, then a claim of `n`, in one round trip. */
@@ -248,13 +290,26 @@ export class Broker {
       await this.claiming(
         "complete",
         base,
-        { pod: this.pod, incarnation: this.incarnation, max_tasks: Math.min(n, MAX_BATCH), token_base: base, bound: CLAIM_HOUSEKEEPING_BOUND, idle_ms: 0, prefetch: 0 },
+        {
+          pod: this.pod,
+          incarnation: this.incarnation,
+          max_tasks: Math.min(n, MAX_BATCH),
+          token_base: base,
+          bound: CLAIM_HOUSEKEEPING_BOUND,
+          idle_ms: 0,
+          prefetch: 0,
+          registered: this.registered ? 1 : undefined,
+        },
         items.map(([task_id, token, result]) => ({ task_id, token, result: result ?? "" })),
         true,
       ),
       "complete",
     );
-    return [codes(raw[0]), await this.claimed(rawClaim(raw.slice(1), "complete"))];
+    const parsed = rawClaim(raw.slice(1), "complete");
+    if (parsed !== null) return [codes(raw[0]), await this.claimed(parsed)];
+    // the completions were applied; the claim needs our record
+    await this.registerAgain();
+    return [codes(raw[0]), await this.claim(n, 0)];
   }
 
   /**
@@ -353,17 +408,32 @@ export class Broker {
 
   /** The heartbeat: extend every lease held; throws `IdentityTaken` when another incarnation holds our name. */
   async beat(tokens: ReadonlyMap<string, string>, inflight: number, draining: boolean): Promise<Extended> {
-    const reply = list(
-      await this.call(
+    let reply: unknown[] = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      reply = list(
+        await this.call(
+          "extend",
+          {
+            pod: this.pod,
+            incarnation: this.incarnation,
+            inflight,
+            draining: draining ? 1 : 0,
+            concurrency: this.concurrency,
+            host: this.options.host,
+            registered: this.registered ? 1 : undefined,
+          },
+          [...tokens].map(([task_id, token]) => ({ task_id, token })),
+        ),
         "extend",
-        { pod: this.pod, incarnation: this.incarnation, inflight, draining: draining ? 1 : 0, concurrency: this.concurrency, host: this.options.host },
-        [...tokens].map(([task_id, token]) => ({ task_id, token })),
-      ),
-      "extend",
-    );
-    if (reply.length === 0) throw new ProtocolError("extend: empty reply");
-    const first = String(reply[0]);
-    if (first !== "") throw new IdentityTaken(describeRecord(parseWorkerRecord(first)));
+      );
+      if (reply.length === 0) throw new ProtocolError("extend: empty reply");
+      if (typeof reply[0] !== "number") break;
+      // {-1, record}: refused, nothing extended
+      const record = reply.length > 1 ? String(reply[1]) : "";
+      if (record !== "") throw new IdentityTaken(describeRecord(parseWorkerRecord(record)));
+      if (attempt > 0) return { lost: [], cancelled: [] }; // gone again at once: the next beat asks
+      await this.registerAgain();
+    }
     const ids = reply.slice(1).map(String);
     const cut = ids.indexOf("");
     return cut < 0 ? { lost: ids, cancelled: [] } : { lost: ids.slice(0, cut), cancelled: ids.slice(cut + 1) };

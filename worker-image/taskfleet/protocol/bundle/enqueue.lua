@@ -1079,32 +1079,27 @@ local function group_done(st)
   end
   return nil
 end
--- includes/other_holder.lua
--- The pod's worker record if another incarnation than `incarnation` holds it (an
--- unreadable record counts as nobody's), else nil.
-local function other_holder(pod, incarnation)
-  local rec = redis.call('HGET', K_WORKERS, pod)
-  if not rec then return nil end
-  local ok, w = pcall(cjson.decode, rec)
-  if not ok or type(w) ~= 'table' or w.incarnation == nil or w.incarnation == incarnation then
-    return nil
-  end
-  return rec, w.incarnation
-end
-
 -- includes/superseded.lua
--- superseded: the name's worker record when another incarnation than `incarnation`
--- registered under it since (this process was replaced: a claim from it must get
--- nothing), else nil. The incarnation field as worker_record writes it is looked for in
--- the record's text first (a quote in a JSON string is escaped, so it cannot match
--- there); only a record without it is decoded (other_holder: an unreadable record, or
--- none, is nobody's).
-local function superseded(pod, incarnation)
+-- superseded: why this incarnation may not work under the name, else nil: the name's
+-- worker record when another incarnation registered under it since (this process was
+-- replaced: a call from it must get nothing), or, for a caller that registered
+-- (`registered`), '' when the name has no readable record (it was deregistered by a
+-- successor, requeued, swept, or lost with the data: the caller registers again before
+-- it works on). The incarnation field as worker_record writes it is looked for in the
+-- record's text first (a quote in a JSON string is escaped, so it cannot match there);
+-- only a record without it is decoded.
+local function superseded(pod, incarnation, registered)
   local rec = redis.call('HGET', K_WORKERS, pod)
-  if not rec or string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then
-    return nil
+  if rec then
+    if string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then return nil end
+    local ok, w = pcall(cjson.decode, rec)
+    if ok and type(w) == 'table' and w.incarnation ~= nil then
+      if w.incarnation == incarnation then return nil end
+      return rec
+    end
   end
-  return other_holder(pod, incarnation)
+  if registered then return '' end
+  return nil
 end
 -- includes/claim_tasks.lua
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
@@ -1118,16 +1113,18 @@ end
 -- for_any: records without waited_ms, the form workers of every version read (hand-offs,
 -- which a producer of any version makes for a worker of any version).
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua; or
--- {-1, record} when another incarnation registered under the name since (`superseded`):
--- nothing is claimed or changed but this incarnation's idle registration, dropped.
+-- {-1, record} when another incarnation registered under the name since, or {-1, ''} when
+-- the caller `registered` and the name has no readable record (`superseded`): nothing is
+-- claimed or changed but this incarnation's idle registration, dropped.
 -- Expired tasks left after this call make the reply's retry_after_ms 1 (ask again at
 -- once); a run of them at the head of pending is stepped over (past_expired), so a live
 -- task behind any number of them is claimed by the first claim.
-local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any)
+local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any,
+    registered)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
   -- a replaced process (frozen, then resumed) gets no task, nor the newcomer's hand-offs
-  local holder = superseded(pod, incarnation)
+  local holder = superseded(pod, incarnation, registered)
   if holder then return {-1, holder} end
   -- Tasks a producer handed over while the worker was not blocked on its wake list: they
   -- are this worker's already (unless taken back meanwhile: then they are dropped here).

@@ -36,9 +36,10 @@ local ARG_DRAINING = ARGV[4]
 local ARG_CONCURRENCY = ARGV[5]
 local ARG_HOST = ARGV[6]
 local ARG_N = ARGV[7]
+local ARG_REGISTERED = ARGV[8]
 -- record i (1..ARG_N): task_id, token
 local function RECORD(i)
-  local b = 8 + (i - 1) * 2
+  local b = 9 + (i - 1) * 2
   return ARGV[b], ARGV[b + 1]
 end
 local flow_resolve, build_lazy
@@ -300,19 +301,28 @@ local function worker_record(incarnation, now, inflight, concurrency, draining, 
   return cjson.encode(record)
 end
 
--- includes/other_holder.lua
--- The pod's worker record if another incarnation than `incarnation` holds it (an
--- unreadable record counts as nobody's), else nil.
-local function other_holder(pod, incarnation)
+-- includes/superseded.lua
+-- superseded: why this incarnation may not work under the name, else nil: the name's
+-- worker record when another incarnation registered under it since (this process was
+-- replaced: a call from it must get nothing), or, for a caller that registered
+-- (`registered`), '' when the name has no readable record (it was deregistered by a
+-- successor, requeued, swept, or lost with the data: the caller registers again before
+-- it works on). The incarnation field as worker_record writes it is looked for in the
+-- record's text first (a quote in a JSON string is escaped, so it cannot match there);
+-- only a record without it is decoded.
+local function superseded(pod, incarnation, registered)
   local rec = redis.call('HGET', K_WORKERS, pod)
-  if not rec then return nil end
-  local ok, w = pcall(cjson.decode, rec)
-  if not ok or type(w) ~= 'table' or w.incarnation == nil or w.incarnation == incarnation then
-    return nil
+  if rec then
+    if string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then return nil end
+    local ok, w = pcall(cjson.decode, rec)
+    if ok and type(w) == 'table' and w.incarnation ~= nil then
+      if w.incarnation == incarnation then return nil end
+      return rec
+    end
   end
-  return rec, w.incarnation
+  if registered then return '' end
+  return nil
 end
-
 -- built on the first call of flow_resolve: what only they use
 build_lazy = function()
 -- includes/to_dead.lua
@@ -492,14 +502,17 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- Returns: {'', ids whose token no longer matches (taken back: the worker must abandon
 --   them)...}, followed, when some held task's cancellation was asked for, by '' and the
 --   ids of those (the worker cancels their runs; '' is no task id, so an older worker
---   reads them as lost and drops them, and their leases end them cancelled); or {the
+--   reads them as lost and drops them, and their leases end them cancelled); or {-1, the
 --   pod's record} when another incarnation registered under the pod's name since (it took
---   back what this one held): nothing is extended or written, and the caller must stop.
+--   back what this one held): nothing is extended or written, and the caller must stop;
+--   or, with registered '1', {-1, ''} when the name has no readable record (nothing
+--   extended or written: a heartbeat never recreates a record; the caller registers
+--   again, then beats).
 -- A draining worker gets no more hand-offs, and those it has not popped go back to the
 -- front of pending at once (released, not an attempt) rather than wait for its exit.
 local pod, incarnation = ARG_POD, ARG_INCARNATION
-local taken_by = other_holder(pod, incarnation)
-if taken_by then return {taken_by} end
+local taken_by = superseded(pod, incarnation, ARG_REGISTERED == '1')
+if taken_by then return {-1, taken_by} end
 local now = now_ms()
 local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
 local lost = {''}

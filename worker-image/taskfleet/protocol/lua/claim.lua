@@ -8,7 +8,9 @@
 --   .. ':' .. i (the base is random, from the caller: Lua has no good randomness).
 -- Returns: {retry_after_ms, next_due_ms, more, task 1, task 2, ...}, or {-1, record} when
 --   another incarnation registered under the name since (the record is that one's): this
---   process was replaced (a frozen one resumed, say) and gets nothing; it must stop
+--   process was replaced (a frozen one resumed, say) and gets nothing; it must stop; or,
+--   with registered '1', {-1, ''} when the name has no readable record: nothing claimed,
+--   the caller registers again (register judges and takes over atomically) first
 --   retry_after_ms: >0: claim again after that many ms: a rate limit held tasks back (ms
 --     until capacity returns), or 1 while tasks whose deadline passed are left to clear
 --     (more than a call expires)
@@ -27,6 +29,7 @@
 --- @include "flush_counts"
 --- @include "claim_tasks"
 local out = claim_tasks(now_ms(), ARG_POD, ARG_INCARNATION, tonumber(ARG_MAX_TASKS),
-  ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH))
+  ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH), nil,
+  ARG_REGISTERED == '1')
 flush_counts()
 return out

@@ -12,7 +12,8 @@
 --   answers as it did then and changes nothing. Waiters on a finished task are woken
 --   (includes/wake_waiters.lua).
 --   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks
---   (or -1, record: another incarnation holds the name, nothing claimed)}.
+--   (or -1, record: another incarnation holds the name, or '' with registered '1': the
+--   name has no readable record; nothing claimed, the completions applied)}.
 -- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once), a
 -- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
@@ -129,7 +130,8 @@ if ARG_POD == '' then
   return flags
 end
 local claimed = claim_tasks(now, ARG_POD, ARG_INCARNATION, tonumber(ARG_MAX_TASKS),
-  ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH))
+  ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH), nil,
+  ARG_REGISTERED == '1')
 -- a success shortens the next adaptive claim pause (quota_relax.lua), read by the claim
 -- just made: a completion that claims nothing (a draining worker's) leaves it as it is
 if completed > 0 then quota_relax(K_QUOTA, now) end

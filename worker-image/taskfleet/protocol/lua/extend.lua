@@ -5,9 +5,12 @@
 -- Returns: {'', ids whose token no longer matches (taken back: the worker must abandon
 --   them)...}, followed, when some held task's cancellation was asked for, by '' and the
 --   ids of those (the worker cancels their runs; '' is no task id, so an older worker
---   reads them as lost and drops them, and their leases end them cancelled); or {the
+--   reads them as lost and drops them, and their leases end them cancelled); or {-1, the
 --   pod's record} when another incarnation registered under the pod's name since (it took
---   back what this one held): nothing is extended or written, and the caller must stop.
+--   back what this one held): nothing is extended or written, and the caller must stop;
+--   or, with registered '1', {-1, ''} when the name has no readable record (nothing
+--   extended or written: a heartbeat never recreates a record; the caller registers
+--   again, then beats).
 -- A draining worker gets no more hand-offs, and those it has not popped go back to the
 -- front of pending at once (released, not an attempt) rather than wait for its exit.
 --- @include "now_ms"
@@ -17,10 +20,10 @@
 --- @include "notify"
 --- @include "release_task"
 --- @include "worker_record"
---- @include "other_holder"
+--- @include "superseded"
 local pod, incarnation = ARG_POD, ARG_INCARNATION
-local taken_by = other_holder(pod, incarnation)
-if taken_by then return {taken_by} end
+local taken_by = superseded(pod, incarnation, ARG_REGISTERED == '1')
+if taken_by then return {-1, taken_by} end
 local now = now_ms()
 local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
 local lost = {''}

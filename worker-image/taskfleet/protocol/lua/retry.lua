@@ -1,7 +1,8 @@
 -- retry: dead tasks run again, with a new attempt budget ("replay"): each goes back to
 -- pending (behind what waits at its priority) with attempts, losses and deferrals at 0,
 -- its error, reason, result and start deadline dropped. One that waits on others (field
--- 'after') waits again for those not done, or ends again by its policy.
+-- 'after') waits again for those not done, or ends again by its policy; a parent waits
+-- so for the children its run added, then runs again.
 -- Arguments: ARG_* and RECORD(i) (signatures.Retry, one TaskId per id): max_attempts for
 --   the new budget ('' = keep the task's own, or the queue's); mode 'ids' (the records:
 --   those not dead are skipped), 'flow' (the records: dead or cancelled ones go back, the
@@ -34,9 +35,14 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'attempts', 0, 'lost', 0, 'run_at', now)
     if max_attempts ~= '' then redis.call('HSET', key, 'max_attempts', max_attempts) end
     to_pending(id, key, false)
-    local after = redis.call('HMGET', key, 'after', 'on_dep_fail', 'flow')
+    local after = redis.call('HMGET', key, 'after', 'on_dep_fail', 'flow', 'join')
     -- a flow's member: open again, and its flow if it had ended (flow_reopen)
     if after[3] then flow_reopen(after[3], key, state, now) end
+    -- a parent that added children at run time (join) runs its handler again: it waits
+    -- for the children still out as for any dependency and then goes pending, rather
+    -- than end done by their ends alone (flow_join_done); its new run adds them again
+    -- (ended ones are not waited for) and joins what it adds anew
+    if after[4] then redis.call('HDEL', key, 'join', 'deps_left') end
     -- a task that waits on others waits again for those not done (or ends by its policy)
     if after[1] then flow_hold(now, id, key, after[1], after[2]) end
     n = n + 1

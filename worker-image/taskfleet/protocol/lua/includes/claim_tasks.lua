@@ -31,16 +31,18 @@
 -- for_any: records without waited_ms, the form workers of every version read (hand-offs,
 -- which a producer of any version makes for a worker of any version).
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua; or
--- {-1, record} when another incarnation registered under the name since (`superseded`):
--- nothing is claimed or changed but this incarnation's idle registration, dropped.
+-- {-1, record} when another incarnation registered under the name since, or {-1, ''} when
+-- the caller `registered` and the name has no readable record (`superseded`): nothing is
+-- claimed or changed but this incarnation's idle registration, dropped.
 -- Expired tasks left after this call make the reply's retry_after_ms 1 (ask again at
 -- once); a run of them at the head of pending is stepped over (past_expired), so a live
 -- task behind any number of them is claimed by the first claim.
-local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any)
+local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any,
+    registered)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
   -- a replaced process (frozen, then resumed) gets no task, nor the newcomer's hand-offs
-  local holder = superseded(pod, incarnation)
+  local holder = superseded(pod, incarnation, registered)
   if holder then return {-1, holder} end
   -- Tasks a producer handed over while the worker was not blocked on its wake list: they
   -- are this worker's already (unless taken back meanwhile: then they are dropped here).

@@ -1,14 +1,21 @@
---- @include "other_holder"
--- superseded: the name's worker record when another incarnation than `incarnation`
--- registered under it since (this process was replaced: a claim from it must get
--- nothing), else nil. The incarnation field as worker_record writes it is looked for in
--- the record's text first (a quote in a JSON string is escaped, so it cannot match
--- there); only a record without it is decoded (other_holder: an unreadable record, or
--- none, is nobody's).
-local function superseded(pod, incarnation)
+-- superseded: why this incarnation may not work under the name, else nil: the name's
+-- worker record when another incarnation registered under it since (this process was
+-- replaced: a call from it must get nothing), or, for a caller that registered
+-- (`registered`), '' when the name has no readable record (it was deregistered by a
+-- successor, requeued, swept, or lost with the data: the caller registers again before
+-- it works on). The incarnation field as worker_record writes it is looked for in the
+-- record's text first (a quote in a JSON string is escaped, so it cannot match there);
+-- only a record without it is decoded.
+local function superseded(pod, incarnation, registered)
   local rec = redis.call('HGET', K_WORKERS, pod)
-  if not rec or string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then
-    return nil
+  if rec then
+    if string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then return nil end
+    local ok, w = pcall(cjson.decode, rec)
+    if ok and type(w) == 'table' and w.incarnation ~= nil then
+      if w.incarnation == incarnation then return nil end
+      return rec
+    end
   end
-  return other_holder(pod, incarnation)
+  if registered then return '' end
+  return nil
 end
