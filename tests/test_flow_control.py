@@ -85,6 +85,32 @@ def test_a_branch_is_the_task_and_what_waits_for_it_only(queue: Queue) -> None:
     assert _states(queue, "a", "x", "d") == [TaskState.CANCELLED] * 3
 
 
+def test_a_task_that_fails_at_enqueue_is_linked_to_every_dependency_it_names(
+    queue: Queue,
+) -> None:
+    """A task whose first dependency is cancelled ends dead at once; it is still in the
+    branch of each later one (it was linked to the first only)."""
+    queue.enqueue_many(
+        [
+            {"payload": {}, "task_id": "gone"},
+            {"payload": {}, "task_id": "later"},
+            {"payload": {}, "task_id": "late2", "after": ["later"]},
+        ]
+    )
+    queue.cancel("gone")
+    queue.enqueue_many(
+        [
+            {"payload": {}, "task_id": "t", "after": ["gone", "later", "late2"]},
+            {"payload": {}, "task_id": "t2", "after": ["t"]},
+        ]
+    )
+    assert _states(queue, "t", "t2") == [TaskState.DEAD, TaskState.DEAD]
+    for dep in ("later", "late2"):
+        outcomes = queue.cancel_flow(dep, branch=True)
+        assert {"t", "t2"} <= set(outcomes), dep
+        assert outcomes["t"] is C.DEAD
+
+
 def test_unknown_ids_are_refused(queue: Queue) -> None:
     with pytest.raises(TaskNotFound):
         queue.cancel_flow("nope")

@@ -438,22 +438,30 @@ end
 local function flow_hold(now, id, key, after, policy)
   local ok, deps = pcall(cjson.decode, after)
   if not ok or type(deps) ~= 'table' then deps = {} end
-  local open, seen = {}, {}
+  -- Every dependency is linked first, so that one failing below leaves none unlinked.
+  local unique, states, seen = {}, {}, {}
   for _, dep in ipairs(deps) do
     if not seen[dep] then
       seen[dep] = true
       local dkey = K_TASK .. dep
       local state = redis.call('HGET', dkey, 'state')
       if state then flow_link(dkey, id) end
-      if state == 'done' then flow_input(key, dep, redis.call('HGET', dkey, 'result')) end
-      if not state or state == 'dead' or state == 'cancelled' then
-        if policy ~= 'ignore' then
-          flow_end(id, key, now, policy, dep, state or 'missing')
-          return false
-        end
-      elseif state ~= 'done' then
-        open[#open + 1] = dep
+      unique[#unique + 1] = dep
+      states[#unique] = state or false
+    end
+  end
+  local open = {}
+  for i, dep in ipairs(unique) do
+    local state = states[i]
+    if state == 'done' then
+      flow_input(key, dep, redis.call('HGET', K_TASK .. dep, 'result'))
+    elseif not state or state == 'dead' or state == 'cancelled' then
+      if policy ~= 'ignore' then
+        flow_end(id, key, now, policy, dep, state or 'missing')
+        return false
       end
+    else
+      open[#open + 1] = dep
     end
   end
   if #open == 0 then return true end
