@@ -47,8 +47,13 @@ lint: ## ruff + mypy --strict
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: ## fast tests: real redis-server, real processes and signals, real kube-apiserver
-	$(BIN)/pytest tests
+# The fast tier in TEST_WORKERS processes (pytest-xdist; 0 runs it in pytest's own), each
+# file's tests in one of them (a module's fixtures, such as the release's two builds, run
+# once). Every server a test starts takes a free port and a temp dir; the session's Redis
+# and kube-apiserver are per process. The 25 slowest tests are listed at the end.
+TEST_WORKERS ?= 2
+test: ## fast tests: real redis-server, real processes and signals, real kube-apiserver (TEST_WORKERS=2 processes)
+	$(BIN)/pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 check: deps install lint crds-check bundle-check test test-redis-versions test-redis-py-range node-check e2e-local e2e-kind-ci ## everything CI runs (README's test command)
 
