@@ -8,10 +8,21 @@
 #                                    (e2e/kind/node-image.sh), the project's images with
 #                                    buildah (e2e/cluster/build-images.sh), and the pod
 #                                    network wired by e2e/kind/network.sh.
+#   KIND_LOAD="worker redis ..."     with KIND_IMAGES=local, the image archives loaded into
+#                                    the nodes (default: all; the kind stage of make check
+#                                    loads only those its subset of the suite runs).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 workers=${KIND_WORKERS:-2}
 [[ $workers =~ ^[0-9]+$ ]] || die "KIND_WORKERS must be a number, not '$workers'"
+local_archives="worker redis operator example-app example-own-base worker-node example-node-app example-nestjs"
+load=${KIND_LOAD:-$local_archives}
+for name in $load; do
+  case " $local_archives " in
+    *" $name "*) ;;
+    *) log "KIND_LOAD: no image archive '$name'; name some of: $local_archives"; exit 2 ;;
+  esac
+done
 kubeconfig=$cache/kind/kubeconfig
 mkdir -p "$cache/kind"
 ensure_docker
@@ -63,14 +74,9 @@ kubectl wait --for=condition=Ready nodes --all --timeout=180s >/dev/null
 
 # The project's images, loaded into every node.
 if [ "$KIND_IMAGES" = local ]; then
-  kind load image-archive --name "$kind_cluster" "$images/worker.tar" >/dev/null
-  kind load image-archive --name "$kind_cluster" "$images/redis.tar" >/dev/null
-  kind load image-archive --name "$kind_cluster" "$images/operator.tar" >/dev/null
-  kind load image-archive --name "$kind_cluster" "$images/example-app.tar" >/dev/null
-  kind load image-archive --name "$kind_cluster" "$images/example-own-base.tar" >/dev/null
-  kind load image-archive --name "$kind_cluster" "$images/worker-node.tar" >/dev/null
-  kind load image-archive --name "$kind_cluster" "$images/example-node-app.tar" >/dev/null
-  kind load image-archive --name "$kind_cluster" "$images/example-nestjs.tar" >/dev/null
+  for name in $load; do
+    kind load image-archive --name "$kind_cluster" "$images/$name.tar" >/dev/null
+  done
 else
   docker build -t "$WORKER_IMAGE" -f worker-image/Dockerfile "$repo"
   docker build -t "$REDIS_IMAGE" -f e2e/cluster/images/redis.Containerfile "$repo/e2e/cluster/images"
