@@ -8,10 +8,14 @@ default intervals, the ServiceAccount and RBAC of manifests/rbac).
     make bench-operator-memory                      # 1,000 TaskQueues, 5 cycles
     BENCH_MEMORY_QUEUES=200 BENCH_MEMORY_CYCLES=3 make bench-operator-memory
     BENCH_MEMORY_COUNTS=1 make bench-operator-memory  # + the commonest object types
+    BENCH_MEMORY_REQUESTS=1 make bench-operator-memory  # + the leader's API requests and
+                                                       # watch events per TaskQueue
+    BENCH_MEMORY_CREATE_ONLY=1 make bench-operator-memory  # the creates alone, no operator
 
 Each cycle: N TaskQueues (replicas 0) in one `kubectl create`; each Deployment first seen
-(listed every 0.1 s) after the create returned: p50, p99, max; every TaskQueue handled
-(status.observedGeneration) and BENCH_MEMORY_SETTLE_S (20 s) of quiet, then each
+(its ADDED event on a watch opened before the create) after the create returned: p50,
+p99, max (negative: before it returned), and how many came before it returned; every
+TaskQueue handled (status.observedGeneration) and BENCH_MEMORY_SETTLE_S (20 s) of quiet, then each
 replica's RSS ("full"); every TaskQueue deleted, its finalizer gone and its Deployment
 collected, the same quiet, RSS again ("empty"). Figures, never pass/fail.
 """
@@ -25,13 +29,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from kubernetes.watch.watch import iter_resp_lines
 
+from bench import operator_requests
 from bench.operator_outage import kubectl, operator_kubeconfig
 from bench.operator_scale import TICK, cpu_seconds, percentile, rss_mb
 from tests.fixtures_kube import KubeApiserver, kubectl_path
@@ -43,6 +50,7 @@ QUEUES = int(os.environ.get("BENCH_MEMORY_QUEUES", "1000"))
 CYCLES = int(os.environ.get("BENCH_MEMORY_CYCLES", "5"))
 SETTLE_S = float(os.environ.get("BENCH_MEMORY_SETTLE_S", "20"))
 COUNTS = os.environ.get("BENCH_MEMORY_COUNTS", "") not in ("", "0")
+REQUESTS = os.environ.get("BENCH_MEMORY_REQUESTS", "") not in ("", "0")
 #: Another checkout whose operator to run (its operator/ and worker-image/ first on the path).
 SOURCE = os.environ.get("BENCH_MEMORY_SRC", "")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -100,14 +108,16 @@ def start_operator(
     }
     env.pop("KUBERNETES_SERVICE_HOST", None)
     paths = [f"{SOURCE}/operator", f"{SOURCE}/worker-image"] if SOURCE else []
-    if COUNTS:
+    if COUNTS or REQUESTS:
         site = workdir / "counting"
         site.mkdir(exist_ok=True)
-        (site / "sitecustomize.py").write_text(_COUNTING)
+        text = (_COUNTING if COUNTS else "") + (operator_requests.SITE if REQUESTS else "")
+        (site / "sitecustomize.py").write_text(text)
         paths.append(str(site))
     if paths:
         env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
         env["BENCH_MEMORY_COUNTS_FILE"] = str(workdir / f"{name}.counts")
+        env["BENCH_MEMORY_REQUESTS_FILE"] = str(workdir / f"{name}.requests")
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
     with (workdir / f"{name}.log").open("wb") as out:
         return subprocess.Popen(
@@ -147,20 +157,70 @@ def _items(api: Any, kind: str) -> list[dict[str, Any]]:
     return items
 
 
-def deployments_seen(api: Any, names: set[str], since: float) -> list[float]:
-    seen: dict[str, float] = {}
-    deadline = time.monotonic() + 900
-    while len(seen) < len(names):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(names) - len(seen)} Deployments missing after 900 s")
-        items = _items(api, "deployments")
+class DeploymentsSeen:
+    """When each Deployment first appears: the arrival of its ADDED event on a watch opened
+    before the create (monotonic clock). A watch costs the apiserver one event per
+    Deployment; a listing every 0.1 s sent every Deployment ten times a second and loaded
+    the apiserver the burst measures, and its figures had the listing's own duration
+    (1-2 s under load) as their floor."""
+
+    def __init__(self, server: KubeApiserver, names: set[str]) -> None:
+        self.names = names
+        self.seen: dict[str, float] = {}
+        self._api = server.api_client()
+        self._apps = client.AppsV1Api(self._api)
+        self._done = threading.Event()
+        self._version = self._relist()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _relist(self) -> str:
+        listed = json.loads(
+            self._apps.list_namespaced_deployment(NAMESPACE, _preload_content=False).data
+        )
         now = time.monotonic()
-        for item in items:
-            name = item["metadata"]["name"]
-            if name in names and name not in seen:
-                seen[name] = now - since
-        time.sleep(0.1)
-    return list(seen.values())
+        for item in listed["items"]:
+            self.seen.setdefault(item["metadata"]["name"], now)
+        version: str = listed["metadata"]["resourceVersion"]
+        return version
+
+    def _watch(self) -> None:
+        while not self._done.is_set() and not self.names <= set(self.seen):
+            response = self._apps.list_namespaced_deployment(
+                NAMESPACE,
+                watch=True,
+                resource_version=self._version,
+                timeout_seconds=30,
+                _preload_content=False,
+            )
+            try:
+                for line in iter_resp_lines(response):
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":  # expired: list, and watch from there
+                        self._version = self._relist()
+                        break
+                    meta = event["object"]["metadata"]
+                    self.seen.setdefault(meta["name"], time.monotonic())
+                    self._version = meta["resourceVersion"]
+                    if self.names <= set(self.seen):
+                        break
+            finally:
+                response.release_conn()
+
+    def after(self, since: float, timeout: float = 900) -> list[float]:
+        """Each Deployment's first sighting, seconds after `since` (negative: before)."""
+        wait_for(
+            lambda: self.names <= set(self.seen),
+            timeout=timeout,
+            interval=0.1,
+            what="every Deployment created",
+        )
+        return [self.seen[name] - since for name in self.names]
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=60)
+        self._api.close()
 
 
 def delete_all(server: KubeApiserver) -> None:
@@ -208,6 +268,17 @@ def sample(
     return rss
 
 
+def requests_so_far(leader: subprocess.Popen[bytes], workdir: Path) -> dict[str, int]:
+    """The leader's requests and watch events so far ({} without BENCH_MEMORY_REQUESTS)."""
+    if not REQUESTS:
+        return {}
+    path = workdir / "leader.requests"
+    path.unlink(missing_ok=True)
+    leader.send_signal(signal.SIGUSR2)
+    wait_for(path.exists, timeout=30, interval=0.1, what="the leader's request counts")
+    return operator_requests.read(path)
+
+
 def measure(workdir: Path) -> dict[str, Any]:
     server = KubeApiserver(workdir / "kube")
     server.start()
@@ -240,6 +311,9 @@ def measure(workdir: Path) -> dict[str, Any]:
                 items = [taskqueue(n, redis_server.url) for n in sorted(names)]
                 # create, not apply: one POST per object (apply reads each first), and a
                 # loaded apiserver takes minutes over 1,000 of them.
+                counted_start = requests_so_far(operators["leader"], workdir)
+                watched = DeploymentsSeen(server, names)
+                load_1m = os.getloadavg()[0]
                 cpu_start, create_start = cpu(operators), time.monotonic()
                 subprocess.run(
                     [kubectl_path(), "create", "-f", "-"],
@@ -251,7 +325,10 @@ def measure(workdir: Path) -> dict[str, Any]:
                     check=True,
                 )
                 applied = time.monotonic()
-                created = deployments_seen(api, names, applied)
+                try:
+                    created = watched.after(applied)
+                finally:
+                    watched.close()
 
                 def handled() -> bool:
                     listed: Any = custom.list_namespaced_custom_object(
@@ -265,8 +342,10 @@ def measure(workdir: Path) -> dict[str, Any]:
 
                 wait_for(handled, timeout=900, interval=1, what="every TaskQueue handled")
                 cpu_handled, handled_s = cpu(operators), time.monotonic() - create_start
+                counted_handled = requests_so_far(operators["leader"], workdir)
                 time.sleep(SETTLE_S)
                 cpu_settled = cpu(operators)
+                counted_settled = requests_so_far(operators["leader"], workdir)
                 full = sample(operators, workdir, f"cycle {cycle} full")
                 delete_all(server)
                 wait_for(
@@ -282,6 +361,7 @@ def measure(workdir: Path) -> dict[str, Any]:
                     "deployment_p50_s": round(statistics.median(created), 2),
                     "deployment_p99_s": round(percentile(created, 0.99), 2),
                     "deployment_max_s": round(max(created), 2),
+                    "deployments_before_create_returned": sum(1 for c in created if c <= 0),
                     "create_s": round(applied - create_start, 1),
                     "handled_s": round(handled_s, 1),
                     # CPU seconds from the create to every TaskQueue handled, and to the
@@ -293,7 +373,15 @@ def measure(workdir: Path) -> dict[str, Any]:
                     "main_cpu_settled_s": spent(cpu_start, cpu_settled, 1),
                     "rss_full_mb": full,
                     "rss_empty_mb": empty,
+                    "load_1m_at_create": round(load_1m, 2),
                 }
+                if REQUESTS:  # the leader's, per created TaskQueue
+                    row["requests_per_queue_handled"] = operator_requests.per_queue(
+                        counted_start, counted_handled, QUEUES
+                    )
+                    row["requests_per_queue_settled"] = operator_requests.per_queue(
+                        counted_start, counted_settled, QUEUES
+                    )
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         return {
@@ -317,7 +405,48 @@ def measure(workdir: Path) -> dict[str, Any]:
         server.stop()
 
 
+def create_alone(workdir: Path) -> int:
+    """The apiserver's own time for the burst's `kubectl create`, with no operator running
+    (BENCH_MEMORY_CREATE_ONLY=1): what bounds the create's duration whatever the operator
+    does. Same apiserver, controller-manager and manifests; each cycle's TaskQueues are
+    deleted (no finalizer: at once) before the next."""
+    server = KubeApiserver(workdir / "kube")
+    server.start()
+    manager = controller_manager(server, workdir / "controller-manager.log")
+    try:
+        operator_kubeconfig(server, workdir)
+        kubectl(server, "create", "namespace", NAMESPACE)
+        for cycle in range(1, CYCLES + 1):
+            items = [taskqueue(f"q{i:04d}", "redis://127.0.0.1:1/0") for i in range(QUEUES)]
+            load, start = os.getloadavg()[0], time.monotonic()
+            subprocess.run(
+                [kubectl_path(), "create", "-f", "-"],
+                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+                env=server.env(),
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                check=True,
+            )
+            took = time.monotonic() - start
+            print(
+                f"cycle {cycle}: {QUEUES} creates, no operator: {took:.1f} s "
+                f"({took / QUEUES * 1000:.1f} ms each), load {load:.2f}",
+                flush=True,
+            )
+            delete_all(server)
+            time.sleep(SETTLE_S)
+        return 0
+    finally:
+        manager.terminate()
+        manager.wait(timeout=30)
+        server.stop()
+
+
 def main() -> int:
+    if os.environ.get("BENCH_MEMORY_CREATE_ONLY", "") not in ("", "0"):
+        with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+            return create_alone(Path(tmp))
     print(f"[{datetime.now(UTC):%H:%M:%S}] {QUEUES} TaskQueues x {CYCLES} cycles ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         try:

@@ -12,6 +12,7 @@ import pytest
 from taskfleet_operator import __main__ as entry
 from taskfleet_operator.settings import (
     FINALIZER,
+    LEGACY_DIFF_BASE,
     LeanDiffBaseStorage,
     OperatorSettings,
     SettingsError,
@@ -64,7 +65,8 @@ def test_kopf_runs_standalone_with_the_project_finalizer_and_annotation_storage(
 
     assert settings.persistence.finalizer == FINALIZER == "taskfleet.dev/finalizer"
     assert settings.peering.standalone is True
-    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert isinstance(settings.persistence.progress_storage, kopf.StatusProgressStorage)
+    assert isinstance(settings.persistence.diffbase_storage, kopf.StatusDiffBaseStorage)
     assert (settings.watching.server_timeout, settings.watching.client_timeout) == (300, 330)
 
 
@@ -159,13 +161,36 @@ def test_the_lean_diff_base_is_kopfs_essence_without_copying_what_it_drops() -> 
         "spec": {"replicas": 2, "redis": {"url": "redis://r:6379/0"}},
         "status": {"observedGeneration": 2, "conditions": [{"type": "Ready"}]},
     }
-    key = "last-handled-configuration"
-    lean = LeanDiffBaseStorage(prefix="taskfleet.dev", key=key)
-    kopfs = kopf.AnnotationsDiffBaseStorage(prefix="taskfleet.dev", key=key)
+    lean = LeanDiffBaseStorage()
+    kopfs = kopf.StatusDiffBaseStorage(name="kopf")
+    legacy = kopf.AnnotationsDiffBaseStorage(
+        prefix="taskfleet.dev", key="last-handled-configuration"
+    )
     for extra in ([], ["status.observedGeneration"]):
         built = lean.build(body=kopf.Body(raw), extra_fields=extra)
-        assert built == kopfs.build(body=kopf.Body(raw), extra_fields=extra)
+        # The same essence kopf's storages build (the annotation's own leaves itself out).
+        assert built == legacy.build(body=kopf.Body(raw), extra_fields=extra)
     assert lean.build(body=kopf.Body(raw)) == {
         "metadata": {"labels": {"team": "media"}, "annotations": {"note": "kept"}},
         "spec": {"replicas": 2, "redis": {"url": "redis://r:6379/0"}},
     }
+    without_legacy = {**raw, "metadata": {**raw["metadata"], "annotations": {"note": "kept"}}}
+    assert lean.build(body=kopf.Body(without_legacy)) == kopfs.build(body=kopf.Body(without_legacy))
+
+
+def test_the_diff_base_is_read_from_the_status_and_from_the_annotation_before_it() -> None:
+    lean = LeanDiffBaseStorage()
+    essence = {"spec": {"replicas": 2}}
+    patch = kopf.Patch()
+    lean.store(body=kopf.Body({}), patch=patch, essence=kopf.BodyEssence(essence))  # type: ignore[typeddict-item]
+    assert set(patch) == {"status"}  # one patch of the status subresource, nothing else
+    stored = {"metadata": {}, "status": dict(patch["status"])}
+    assert lean.fetch(body=kopf.Body(stored)) == essence
+    before = {"metadata": {"annotations": {LEGACY_DIFF_BASE: '{"spec":{"replicas":1}}\n'}}}
+    assert lean.fetch(body=kopf.Body(before)) == {"spec": {"replicas": 1}}
+    assert lean.fetch(body=kopf.Body({"metadata": {}})) is None
+
+
+def test_other_kinds_have_an_empty_essence_without_a_copy() -> None:
+    deployment = {"kind": "Deployment", "metadata": {"name": "emails"}, "spec": {"replicas": 1}}
+    assert LeanDiffBaseStorage().build(body=kopf.Body(deployment)) == {}

@@ -372,14 +372,14 @@ def purge_queue(
     logger.info("purged queue %s", builders.queue_name(namespace, name))
 
 
-@kopf.on.event(*TASKQUEUES)
+# DELETED events only: kopf invokes a handler (and logs its outcome) where `when` matches.
+@kopf.on.event(*TASKQUEUES, when=lambda type, **_: type == "DELETED")
 async def forget_deleted_taskqueue(
-    *, type: str, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
+    *, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
     """A TaskQueue gone: close its connection (kopf drops its memo itself), in a thread."""
-    if type == "DELETED":
-        with contextlib.suppress(wakeups.Stopping):  # the cleanup closes every connection
-            await memos.blocking(memo)(memos.connections(memo).forget, _ns(namespace), name)
+    with contextlib.suppress(wakeups.Stopping):  # the cleanup closes every connection
+        await memos.blocking(memo)(memos.connections(memo).forget, _ns(namespace), name)
 
 
 # kopf puts its finalizer (ours, see settings) on every TaskQueue because of this daemon:

@@ -31,6 +31,7 @@ from taskfleet_operator.modelbase import (
     K8S_OBJECT,
     NAME_PATTERN,
     CamelModel,
+    Opaque,
     cel,
 )
 from taskfleet_operator.podtemplate import PodTemplate
@@ -533,4 +534,9 @@ class TaskQueueStatus(CamelModel):
         max_length=1024,
         description="Why desiredReplicas is what it is (the autoscaler's arithmetic, or "
         "spec.replicas).",
+    )
+    kopf: Opaque | None = Field(
+        default=None,
+        description="The operator framework's record: the spec last handled (what an update "
+        "is compared with) and a handler's progress while it retries.",
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from taskfleet_operator.models import GROUP
+from taskfleet_operator.models import GROUP, KIND
 
 FINALIZER = f"{GROUP}/finalizer"
 
@@ -123,28 +123,63 @@ def exact_names(namespaces: Iterable[str]) -> bool:
     return all(not set(ns) & set("*?[]!") for ns in namespaces)
 
 
-class LeanDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
-    """kopf's annotation diff-base, built without copying what it throws away.
+#: Where kopf keeps its record of a TaskQueue (`configure_kopf`): the status, which the
+#: create handler's own fields go to anyway, so handling a new TaskQueue costs one write.
+KOPF_STATUS = "kopf"
+#: The annotation that held the diff-base before it moved to the status: still read.
+LEGACY_DIFF_BASE = f"{GROUP}/last-handled-configuration"
+
+
+class LeanDiffBaseStorage(kopf.StatusDiffBaseStorage):
+    """kopf's diff-base, in ``status.kopf.last-handled-configuration``, built without
+    copying what it throws away.
+
+    In the status, kopf's record of a handled TaskQueue is written with the handler's own
+    status fields in one patch of the status subresource; in an annotation, it took a
+    second patch (of the object) and a second watch event per handling.
 
     kopf builds an object's essence on every event of it: a deep copy of the whole body,
     then all of metadata but labels and annotations deleted, and status. A TaskQueue's
-    managedFields and status are most of its body, so that copy cost a burst of
-    creations a good part of the event loop. Here kopf builds from the body without them:
-    the same essence, the same annotation. With extra fields (a handler's ``field=``,
-    which may point anywhere), kopf's own way."""
+    managedFields and status are most of its body, so here kopf builds from the body
+    without them: the same essence. Other kinds' (Deployments, pods: the operator has no
+    create/update handler for them, so nothing reads it) is empty. With extra fields (a
+    handler's ``field=``, which may point anywhere), kopf's own way.
+
+    A TaskQueue handled before the move has its diff-base in the annotation
+    `LEGACY_DIFF_BASE`: read from there until the next handling writes the status."""
 
     _KEPT_META = ("name", "namespace", "labels", "annotations", "ownerReferences")
+
+    def __init__(self) -> None:
+        super().__init__(name=KOPF_STATUS)
+        self._legacy = kopf.AnnotationsDiffBaseStorage(
+            prefix=GROUP, key="last-handled-configuration"
+        )
 
     def build(
         self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None
     ) -> kopf.BodyEssence:
         fields = list(extra_fields or ())
         if fields:
-            return super().build(body=body, extra_fields=fields)
-        meta = body.get("metadata") or {}
-        lean: dict[str, Any] = {k: v for k, v in body.items() if k not in ("metadata", "status")}
-        lean["metadata"] = {k: meta[k] for k in self._KEPT_META if k in meta}
-        return super().build(body=kopf.Body(lean), extra_fields=fields)  # type: ignore[arg-type]
+            essence = super().build(body=body, extra_fields=fields)
+        elif body.get("kind", KIND) != KIND:
+            return kopf.BodyEssence()
+        else:
+            meta = body.get("metadata") or {}
+            lean: dict[str, Any] = {
+                k: v for k, v in body.items() if k not in ("metadata", "status")
+            }
+            lean["metadata"] = {k: meta[k] for k in self._KEPT_META if k in meta}
+            essence = super().build(body=kopf.Body(lean))  # type: ignore[arg-type]
+        annotations = essence.get("metadata", {}).get("annotations", {})
+        if LEGACY_DIFF_BASE in annotations:  # kopf's annotation storage left itself out
+            del annotations[LEGACY_DIFF_BASE]
+            self.remove_empty_stanzas(essence)
+        return essence
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        essence = super().fetch(body=body)
+        return essence if essence is not None else self._legacy.fetch(body=body)
 
 
 def configure_kopf(
@@ -158,13 +193,13 @@ def configure_kopf(
     # per-queue sweep loop must stop before the object goes) and removes it on deletion
     # once the Purge handler, when onDelete is Purge, has cleaned Redis.
     settings.persistence.finalizer = FINALIZER
-    # Handler progress and the last-handled spec go to annotations under our group, not to
-    # status: the status schema is strict and would prune kopf's fields.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    # (LeanDiffBaseStorage: kopf's, without a deep copy of the whole body per event.)
-    settings.persistence.diffbase_storage = LeanDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
-    )
+    # Handler progress and the last-handled spec go to status.kopf (the CRD keeps that
+    # field's contents as kopf writes them): with the create/update handler's own status
+    # fields, one patch of the status subresource per handling. In annotations, kopf
+    # patched the object as well, and each patch is a write and a watch event more per
+    # TaskQueue (LeanDiffBaseStorage: also without a deep copy of the whole body per event).
+    settings.persistence.progress_storage = kopf.StatusProgressStorage(name=KOPF_STATUS)
+    settings.persistence.diffbase_storage = LeanDiffBaseStorage()
     # High availability (docs/operator.md, "Two replicas"): with a peering name the
     # replicas meet in that ClusterKopfPeering; the oldest live one works, the others
     # start paused (kopf runs no watch, handler or daemon of theirs) and resume when its
