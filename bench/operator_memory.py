@@ -74,6 +74,19 @@ signal.signal(signal.SIGUSR1, _count)
 """
 
 
+def create_all(server: KubeApiserver, items: list[dict[str, Any]]) -> None:
+    """Create ``items`` with one ``kubectl create`` (one POST each; apply reads each first)."""
+    subprocess.run(
+        [kubectl_path(), "create", "-f", "-"],
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+        env=server.env(),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=True,
+    )
+
+
 def controller_manager(server: KubeApiserver, log: Path) -> subprocess.Popen[bytes]:
     """The Deployment and ReplicaSet controllers and the garbage collector."""
     pki = server.directory / "pki"
@@ -315,15 +328,7 @@ def measure(workdir: Path) -> dict[str, Any]:
                 watched = DeploymentsSeen(server, names)
                 load_1m = os.getloadavg()[0]
                 cpu_start, create_start = cpu(operators), time.monotonic()
-                subprocess.run(
-                    [kubectl_path(), "create", "-f", "-"],
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-                    env=server.env(),
-                    capture_output=True,
-                    text=True,
-                    timeout=1800,
-                    check=True,
-                )
+                create_all(server, items)
                 applied = time.monotonic()
                 try:
                     created = watched.after(applied)
@@ -419,15 +424,7 @@ def create_alone(workdir: Path) -> int:
         for cycle in range(1, CYCLES + 1):
             items = [taskqueue(f"q{i:04d}", "redis://127.0.0.1:1/0") for i in range(QUEUES)]
             load, start = os.getloadavg()[0], time.monotonic()
-            subprocess.run(
-                [kubectl_path(), "create", "-f", "-"],
-                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-                env=server.env(),
-                capture_output=True,
-                text=True,
-                timeout=1800,
-                check=True,
-            )
+            create_all(server, items)
             took = time.monotonic() - start
             print(
                 f"cycle {cycle}: {QUEUES} creates, no operator: {took:.1f} s "
