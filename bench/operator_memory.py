@@ -42,7 +42,7 @@ from bench import operator_requests
 from bench.operator_outage import kubectl, operator_kubeconfig
 from bench.operator_scale import TICK, cpu_seconds, percentile, rss_mb
 from tests.fixtures_kube import KubeApiserver, kubectl_path
-from tests.fixtures_operator import GROUP, PLURAL, REPO, VERSION
+from tests.fixtures_operator import GROUP, PLURAL, REPO, VERSION, wait_established
 from tests.fixtures_redis import RedisServer, free_port
 from tests.polling import wait_for
 
@@ -302,13 +302,7 @@ def measure(workdir: Path) -> dict[str, Any]:
     try:
         kubeconfig = operator_kubeconfig(server, workdir)
         kubectl(server, "apply", "-f", str(REPO / "manifests" / "operator" / "peering.yaml"))
-        kubectl(
-            server,
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/clusterkopfpeerings.kopf.dev",
-        )
+        wait_established(server, "clusterkopfpeerings.kopf.dev")
         kubectl(server, "create", "namespace", NAMESPACE)
         operators["leader"] = start_operator(server, kubeconfig, workdir, "leader")
         time.sleep(15)  # the older replica leads

@@ -46,7 +46,7 @@ from taskfleet.producer.queue import Queue
 from bench.operator_scale import cpu_seconds, rss_mb
 from tests.fixtures_cluster import Cluster
 from tests.fixtures_kube import KubeApiserver, kubectl_path
-from tests.fixtures_operator import CRD_FILE, GROUP, PLURAL, REPO, VERSION
+from tests.fixtures_operator import CRD_FILE, GROUP, PLURAL, REPO, VERSION, wait_established
 from tests.fixtures_redis import BlockingBroker, RedisServer, free_port
 from tests.polling import wait_for
 
@@ -76,7 +76,7 @@ def kubectl(server: KubeApiserver, *args: str, stdin: str | None = None) -> str:
 def operator_kubeconfig(server: KubeApiserver, directory: Path) -> Path:
     """A kubeconfig for the operator's ServiceAccount, bound by manifests/rbac only."""
     kubectl(server, "apply", "--server-side", "-f", str(CRD_FILE))
-    kubectl(server, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}")
+    wait_established(server, f"{PLURAL}.{GROUP}")
     kubectl(server, "apply", "-f", str(REPO / "manifests" / "namespace.yaml"))
     kubectl(server, "apply", "-k", str(REPO / "manifests" / "rbac"))
     token = kubectl(

@@ -86,7 +86,14 @@ wait_rollouts() { # waits for every Deployment/StatefulSet in the "kind/ns/name"
 started=$SECONDS
 say "deploying Redis and the operator (kubectl apply -k manifests/)"
 objects=$(applied -k "$repo/manifests")
-k wait --for=condition=Established crd/taskqueues.taskfleet.dev --timeout=60s >/dev/null
+# Not `kubectl wait --for=condition=Established`: it fails at once on a CRD whose
+# conditions are not set yet, instead of waiting.
+deadline=$((SECONDS + 60))
+until [ "$(k get crd/taskqueues.taskfleet.dev \
+  -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ]; do
+  [ $SECONDS -lt $deadline ] || die "crd/taskqueues.taskfleet.dev is not Established after 60 s"
+  sleep 0.5
+done
 refresh_stale_pods operator taskfleet-system app.kubernetes.io/name=taskfleet-operator
 wait_rollouts <<<"$objects"
 
