@@ -18,6 +18,12 @@ p99, max (negative: before it returned), and how many came before it returned; e
 TaskQueue handled (status.observedGeneration) and BENCH_MEMORY_SETTLE_S (20 s) of quiet, then each
 replica's RSS ("full"); every TaskQueue deleted, its finalizer gone and its Deployment
 collected, the same quiet, RSS again ("empty"). Figures, never pass/fail.
+
+Before each create the bench waits for a quiet cluster: the previous cycle's ReplicaSets
+collected and the machine's CPU under BENCH_MEMORY_QUIET_BUSY (0.15 of every core) for 5 s
+(at most 300 s; the wait and the busy share at create are reported), so each burst starts
+from where the first did. BENCH_MEMORY_QUIET=0 starts each cycle right after the previous
+one's settle time, with the garbage collector still deleting its ReplicaSets.
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ CYCLES = int(os.environ.get("BENCH_MEMORY_CYCLES", "5"))
 SETTLE_S = float(os.environ.get("BENCH_MEMORY_SETTLE_S", "20"))
 COUNTS = os.environ.get("BENCH_MEMORY_COUNTS", "") not in ("", "0")
 REQUESTS = os.environ.get("BENCH_MEMORY_REQUESTS", "") not in ("", "0")
+QUIET = os.environ.get("BENCH_MEMORY_QUIET", "1") not in ("", "0")
+QUIET_BUSY = float(os.environ.get("BENCH_MEMORY_QUIET_BUSY", "0.15"))
+QUIET_WINDOW_S = 5.0
 #: Another checkout whose operator to run (its operator/ and worker-image/ first on the path).
 SOURCE = os.environ.get("BENCH_MEMORY_SRC", "")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -158,10 +167,12 @@ def taskqueue(name: str, url: str) -> dict[str, Any]:
 
 
 def _items(api: Any, kind: str) -> list[dict[str, Any]]:
-    if kind == "deployments":
-        listed: Any = client.AppsV1Api(api).list_namespaced_deployment(
+    if kind == "replicasets":
+        listed: Any = client.AppsV1Api(api).list_namespaced_replica_set(
             NAMESPACE, _preload_content=False
         )
+    elif kind == "deployments":
+        listed = client.AppsV1Api(api).list_namespaced_deployment(NAMESPACE, _preload_content=False)
     else:
         listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
             GROUP, VERSION, NAMESPACE, PLURAL, _preload_content=False
@@ -249,6 +260,36 @@ def delete_all(server: KubeApiserver) -> None:
     raise RuntimeError(f"kubectl delete failed: {done.stderr.decode(errors='replace')}")
 
 
+def _machine_busy(window_s: float) -> float:
+    """The share of every core's time spent busy (not idle nor waiting on I/O) over
+    ``window_s``, from /proc/stat."""
+
+    def times() -> tuple[int, int]:
+        fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]
+
+    total0, idle0 = times()
+    time.sleep(window_s)
+    total1, idle1 = times()
+    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_quiet(api: Any) -> tuple[float, float]:
+    """Wait for the previous cycle's ReplicaSets to be collected and the machine to be
+    quiet (see the module's doc); (seconds waited, busy share over the last window)."""
+    start = time.monotonic()
+    wait_for(
+        lambda: not _items(api, "replicasets"),
+        timeout=300,
+        interval=2,
+        what="every ReplicaSet collected",
+    )
+    busy = _machine_busy(QUIET_WINDOW_S)
+    while busy > QUIET_BUSY and time.monotonic() - start < 300:
+        busy = _machine_busy(QUIET_WINDOW_S)
+    return time.monotonic() - start, busy
+
+
 def main_thread_cpu_seconds(pid: int) -> float:
     """The CPU of a process's main thread (kopf's event loop): user + system."""
     fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -319,6 +360,7 @@ def measure(workdir: Path) -> dict[str, Any]:
                 # create, not apply: one POST per object (apply reads each first), and a
                 # loaded apiserver takes minutes over 1,000 of them.
                 counted_start = requests_so_far(operators["leader"], workdir)
+                quiet_wait_s, busy = wait_quiet(api) if QUIET else (0.0, -1.0)
                 watched = DeploymentsSeen(server, names)
                 load_1m = os.getloadavg()[0]
                 cpu_start, create_start = cpu(operators), time.monotonic()
@@ -373,6 +415,8 @@ def measure(workdir: Path) -> dict[str, Any]:
                     "rss_full_mb": full,
                     "rss_empty_mb": empty,
                     "load_1m_at_create": round(load_1m, 2),
+                    "quiet_wait_s": round(quiet_wait_s, 1),
+                    "busy_before_create": round(busy, 3),
                 }
                 if REQUESTS:  # the leader's, per created TaskQueue
                     row["requests_per_queue_handled"] = operator_requests.per_queue(
@@ -452,9 +496,9 @@ def main() -> int:
     print(
         "\n| cycle | Deployment after apply p50 / p99 / max | leader RSS full / empty "
         "| standby RSS full / empty | create / handled | leader CPU to handled / settled "
-        "(main thread) |"
+        "(main thread) | quiet wait / busy at create |"
     )
-    print("|--:|--:|--:|--:|--:|--:|")
+    print("|--:|--:|--:|--:|--:|--:|--:|")
     for r in result["cycles"]:
         full, empty = r["rss_full_mb"], r["rss_empty_mb"]
         print(
@@ -463,7 +507,8 @@ def main() -> int:
             f"{full['standby']:.0f} / {empty['standby']:.0f} MB | "
             f"{r['create_s']:.1f} / {r['handled_s']:.1f} s | "
             f"{r['cpu_handled_s']['leader']:.1f} ({r['main_cpu_handled_s']['leader']:.1f}) / "
-            f"{r['cpu_settled_s']['leader']:.1f} ({r['main_cpu_settled_s']['leader']:.1f}) s |"
+            f"{r['cpu_settled_s']['leader']:.1f} ({r['main_cpu_settled_s']['leader']:.1f}) s | "
+            f"{r['quiet_wait_s']:.0f} s / {r['busy_before_create']:.2f} |"
         )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"operator-memory-{datetime.now(UTC):%Y-%m-%dT%H%MZ}.json"
