@@ -218,3 +218,21 @@ def test_purge_deletes_every_key_of_the_queue_and_only_those(
     assert queue.stats()["pending"] == 0
     assert other.stats()["pending"] == 1
     other.close()
+
+
+def test_a_replaced_incarnations_idle_registration_gets_nothing_and_the_next_idle_worker_does(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    """The idle registration of an incarnation replaced under its pod name is skipped: no
+    task is counted as handed to it, and the next idle worker gets the task. (The state is
+    written here by hand: a successor's register clears its predecessor's registration.)"""
+    other = make_broker("jobs", "pod-b", "1")
+    assert other.claim(4, idle_ms=5000).tasks == []  # pod-b idle, on its wake list
+    make_broker("jobs", "pod-a", "2").register(4)  # pod-a's record: incarnation 2
+    newest = server_ms(queue.client) + 60_000  # handed first: the newest registration
+    queue.client.zadd(queue.keys.idle, {"pod-a\0" + "1": newest})
+    task_id = queue.enqueue({"x": 1})
+    assert queue.client.zscore(queue.keys.idle, "pod-a\0" + "1") is None
+    assert queue.client.llen(queue.keys.wake("pod-a")) == 0
+    assert queue.get(task_id).state is TaskState.RUNNING  # type: ignore[union-attr]
+    assert queue.client.llen(queue.keys.wake("pod-b")) == 1

@@ -21,17 +21,19 @@ local function hand_off(now, count, token_base, bound)
       local got = claim_tasks(now, pod, incarnation, 1, token_base .. '.' .. handed, bound, 0,
         nil, true)
       if got[1] == -1 then
-        -- a replaced incarnation's registration (claim_tasks dropped it): the next one
+        -- a replaced incarnation's registration (claim_tasks dropped it): nothing was
+        -- claimed, and its pod's wake list is the successor's; on to the next one
       elseif #got < 4 then
         -- a limit held it back (or nothing is pending): the worker stays registered
         redis.call('ZADD', K_IDLE, newest[2], member)
         break
+      else
+        local wake = K_WAKE .. pod
+        for i = 4, #got do redis.call('RPUSH', wake, got[i]) end
+        -- a worker that died while registered never pops it: its lease ends it anyway
+        redis.call('PEXPIRE', wake, math.floor(cfg_num('lease_ttl_s', 30) * 1000))
+        handed = handed + 1
       end
-      local wake = K_WAKE .. pod
-      for i = 4, #got do redis.call('RPUSH', wake, got[i]) end
-      -- a worker that died while registered never pops it: its lease ends it anyway
-      redis.call('PEXPIRE', wake, math.floor(cfg_num('lease_ttl_s', 30) * 1000))
-      handed = handed + 1
     end
   end
   return handed
