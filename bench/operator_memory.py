@@ -19,11 +19,11 @@ TaskQueue handled (status.observedGeneration) and BENCH_MEMORY_SETTLE_S (20 s) o
 replica's RSS ("full"); every TaskQueue deleted, its finalizer gone and its Deployment
 collected, the same quiet, RSS again ("empty"). Figures, never pass/fail.
 
-Before each create the bench waits for a quiet cluster: the previous cycle's ReplicaSets
-collected and the machine's CPU under BENCH_MEMORY_QUIET_BUSY (0.15 of every core) for 5 s
-(at most 300 s; the wait and the busy share at create are reported), so each burst starts
-from where the first did. BENCH_MEMORY_QUIET=0 starts each cycle right after the previous
-one's settle time, with the garbage collector still deleting its ReplicaSets.
+Each cycle's create follows the previous cycle's settle time, with the garbage collector
+possibly still deleting its ReplicaSets. BENCH_MEMORY_QUIET=1 waits before each create for
+a quiet cluster instead: the previous cycle's ReplicaSets collected and the machine's CPU
+under BENCH_MEMORY_QUIET_BUSY (0.15 of every core) for 5 s (at most 300 s; the wait and
+the busy share at create are reported), so each burst starts from where the first did.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ CYCLES = int(os.environ.get("BENCH_MEMORY_CYCLES", "5"))
 SETTLE_S = float(os.environ.get("BENCH_MEMORY_SETTLE_S", "20"))
 COUNTS = os.environ.get("BENCH_MEMORY_COUNTS", "") not in ("", "0")
 REQUESTS = os.environ.get("BENCH_MEMORY_REQUESTS", "") not in ("", "0")
-QUIET = os.environ.get("BENCH_MEMORY_QUIET", "1") not in ("", "0")
+QUIET = os.environ.get("BENCH_MEMORY_QUIET", "") not in ("", "0")
 QUIET_BUSY = float(os.environ.get("BENCH_MEMORY_QUIET_BUSY", "0.15"))
 QUIET_WINDOW_S = 5.0
 #: Another checkout whose operator to run (its operator/ and worker-image/ first on the path).
