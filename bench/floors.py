@@ -13,6 +13,10 @@ calls of each kind from one client:
   handler slots);
 - ``go-redis``: the same ``RPUSH`` from Go (``asynqbench producer``'s ``rtt``, bench/go);
 - ``taskfleet enqueue``: ``Queue.enqueue`` of an empty payload;
+- ``python socket, enqueue script``: the same enqueue's ``EVALSHA`` (the committed
+  script, the queue's keys, the arguments ``Queue.enqueue`` sends) written and read on a
+  plain socket: what a Python producer of this protocol pays with no library around the
+  call, its script included;
 - ``asynq enqueue``: ``client.Enqueue`` of asynq's no-op task (``asynqbench``);
 - ``taskfleet drain, no write``: ``--n`` tasks drained by one in-process ``Worker`` whose
   handler returns at once (``bench.worker_ab --handler none``): the queue's own cost per
@@ -129,6 +133,33 @@ def _enqueue_row(url: str, n: int, rpid: int) -> Row:
         return _own(run, n, rpid)
 
 
+def _socket_enqueue_row(url: str, n: int, rpid: int) -> Row:
+    from taskfleet.protocol import bundle, wire
+    from taskfleet.protocol.keys import QueueKeys
+
+    sha = bundle.manifest()["scripts"]["enqueue"]["sha1"]
+    head = wire.Head(sha, QueueKeys("floors-raw").script_keys)
+    # Enqueue (n, token_base, bound, trace, parent, parent_token, flow) and one task
+    # (id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s, after,
+    # on_dep_fail, group), as Queue.enqueue sends them for an empty payload.
+    before = (1, "0123456789abcdef", 100, "", "", "", "")
+    after = ("{}", 0, 0, "", "", 1, "", "", "", "")
+    u = urlparse(url)
+    with socket.create_connection((u.hostname or "localhost", u.port or 6379)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        admin = redis.Redis.from_url(url)
+        admin.script_load(bundle.source("enqueue"))
+        admin.close()
+
+        def run() -> None:
+            for i in range(n):
+                s.sendall(head.command((*before, f"raw-{i}", *after)))
+                if not s.recv(256).startswith(b"*2"):
+                    raise RuntimeError("the enqueue script refused the call")
+
+        return _own(run, n, rpid)
+
+
 def _go_rows(url: str, n: int, rpid: int) -> tuple[Row, Row] | None:
     from bench.native import ASYNQ_BIN, prepare_asynq
 
@@ -193,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             if go is not None:
                 found["go-redis RPUSH"] = go[0]
             found["taskfleet Queue.enqueue"] = _enqueue_row(url, args.n, rpid)
+            found["python socket, enqueue script"] = _socket_enqueue_row(url, args.n, rpid)
             if go is not None:
                 found["asynq Client.Enqueue"] = go[1]
             admin.flushall()
@@ -234,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"one round trip from Python costs {sock['cpu']:.0f} us of CPU and allows"
         f" {sock['rate']:,.0f} calls/s with no library and a trivial command"
+    )
+    raw, lib = med["python socket, enqueue script"], med["taskfleet Queue.enqueue"]
+    print(
+        f"this protocol's enqueue from Python with no library around it: {raw['rate']:,.0f}/s"
+        f" ({raw['cpu']:.0f} + {raw['redis']:.0f} us); Queue.enqueue {lib['rate']:,.0f}/s"
+        f" ({lib['cpu']:.0f} + {lib['redis']:.0f} us)"
     )
     if "asynq Client.Enqueue" in med:
         print(
