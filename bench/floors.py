@@ -76,10 +76,16 @@ def _own(run: Callable[[], None], n: int, rpid: int) -> Row:
     return {"cpu": (c1 - c0) / n * 1e6, "redis": (r1 - r0) / n * 1e6, "rate": n / (w1 - w0)}
 
 
-def _socket_row(url: str, n: int, rpid: int) -> Row:
+def _plain_socket(url: str) -> socket.socket:
+    """A TCP connection to the server of ``url``, no library, Nagle off (as redis-py's)."""
     u = urlparse(url)
-    with socket.create_connection((u.hostname or "localhost", u.port or 6379)) as s:
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s = socket.create_connection((u.hostname or "localhost", u.port or 6379))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def _socket_row(url: str, n: int, rpid: int) -> Row:
+    with _plain_socket(url) as s:
 
         def run() -> None:
             for _ in range(n):
@@ -144,9 +150,7 @@ def _socket_enqueue_row(url: str, n: int, rpid: int) -> Row:
     # on_dep_fail, group), as Queue.enqueue sends them for an empty payload.
     before = (1, "0123456789abcdef", 100, "", "", "", "")
     after = ("{}", 0, 0, "", "", 1, "", "", "", "")
-    u = urlparse(url)
-    with socket.create_connection((u.hostname or "localhost", u.port or 6379)) as s:
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with _plain_socket(url) as s:
         admin = redis.Redis.from_url(url)
         admin.script_load(bundle.source("enqueue"))
         admin.close()
