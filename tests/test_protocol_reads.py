@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,13 +16,13 @@ import redis.asyncio
 import redis.client
 from taskfleet.producer import overview
 from taskfleet.producer.queue import Queue
-from taskfleet.protocol import store
+from taskfleet.protocol import records, store
 from taskfleet.protocol.calls import call, run, run_all, run_all_async, run_async, scan
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.lists import QueueLists, Wakeup
 from taskfleet.protocol.reads import QueueReads
-from taskfleet.protocol.records import WorkerRecord
+from taskfleet.protocol.records import WORKER_LEVEL, WorkerRecord
 from taskfleet_operator.scaler import read_queue
 
 KEYS = QueueKeys("jobs")
@@ -214,3 +215,21 @@ def test_the_overview_and_the_autoscaler_keep_to_their_round_trips(
     assert counting.trips == ["TIME", "pipeline", "pipeline"]
     assert reading.load.pending == 4 and reading.load.due == 1
     assert reading.inflight == {"pod-a": 1}
+
+
+@pytest.mark.parametrize(
+    ("raw", "level"),
+    [
+        ('{"incarnation": "i", "heartbeat_ms": 5}', 1),  # as 0.1.x workers write it
+        ('{"incarnation": "i", "heartbeat_ms": 5, "level": 2}', 2),
+        ('{"incarnation": "i", "heartbeat_ms": 5, "level": "x"}', 1),  # garbled: the lowest
+    ],
+)
+def test_a_worker_records_level_is_what_it_says_and_1_without_one(raw: str, level: int) -> None:
+    record = WorkerRecord.parse(raw)
+    assert record is not None and record.level == level
+
+
+def test_the_scripts_write_the_level_this_release_declares() -> None:
+    lua = (Path(records.__file__).parent / "lua/includes/worker_record.lua").read_text()
+    assert f"level = {WORKER_LEVEL}," in lua

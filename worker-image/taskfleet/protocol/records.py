@@ -28,6 +28,7 @@ __all__ = [
     "SCHEDULE_FIELDS",
     "TASK_FIELDS",
     "WORKER_FIELDS",
+    "WORKER_LEVEL",
     "WorkerRecord",
     "hash_of",
     "number",
@@ -75,7 +76,15 @@ WORKER_FIELDS: tuple[str, ...] = (
     "concurrency",
     "draining",
     "host",
+    "level",
 )
+#: What a worker of this release serves beyond the layout, written as its record's
+#: ``level`` (``worker_record.lua`` writes the same number). A record without it is a
+#: worker of 0.1.x: level 1, plain and named tasks only. Level 2 (0.2) also serves flows,
+#: groups, claim pauses and spend budgets, which a level-1 worker would mishandle without
+#: an error; a feature needing a level is refused while a live worker of a lower level
+#: serves the queue (docs/compatibility.md).
+WORKER_LEVEL = 2
 #: A schedule's hash (``schedules.Schedule`` reads it).
 SCHEDULE_FIELDS: tuple[str, ...] = (
     "name",
@@ -170,6 +179,7 @@ class WorkerRecord:
     concurrency: int = 0
     draining: bool = False
     host: str = ""
+    level: int = 1
     readable: bool = True
 
     @classmethod
@@ -192,6 +202,7 @@ class WorkerRecord:
             concurrency=concurrency or 0,
             draining=bool(data.get("draining", False)),
             host=str(data.get("host") or ""),
+            level=_count(data.get("level", 1)) or 1,
             readable=None not in (heartbeat, inflight, concurrency),
         )
 

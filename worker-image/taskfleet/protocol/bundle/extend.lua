@@ -289,6 +289,7 @@ end
 
 -- includes/worker_record.lua
 -- host: the worker's whereabouts (identity.py), opaque here; '' records none.
+-- level: what this release's workers serve (records.WORKER_LEVEL; none = 0.1.x, level 1).
 local function worker_record(incarnation, now, inflight, concurrency, draining, host)
   local record = {
     incarnation = incarnation,
@@ -296,6 +297,7 @@ local function worker_record(incarnation, now, inflight, concurrency, draining, 
     inflight = tonumber(inflight) or 0,
     concurrency = tonumber(concurrency) or 0,
     draining = draining == '1',
+    level = 2,
   }
   if host ~= nil and host ~= '' then record.host = host end
   return cjson.encode(record)
