@@ -12,7 +12,16 @@ calls of each kind from one client:
   handler's write in ``make bench``), then from 32 threads sharing the client (a worker's
   handler slots);
 - ``go-redis``: the same ``RPUSH`` from Go (``asynqbench producer``'s ``rtt``, bench/go);
+- ``redis-py connection, RPUSH``: the same ``RPUSH`` packed once and sent on one of a
+  redis-py client's pooled connections the way ``Queue.enqueue`` sends its script
+  (``wire.Connections``: no ``execute_command`` layer): the least this project's transport
+  pays for a round trip;
 - ``taskfleet enqueue``: ``Queue.enqueue`` of an empty payload;
+- ``redis-py connection, script``: the enqueue's ``EVALSHA`` (below) on that connection:
+  ``Queue.enqueue`` without its Python before the call;
+- ``python, asynq's script``: asynq's own enqueue script (its two keys, a new task id and
+  a message of about its size each call) sent from Python on that connection: the least a
+  Python producer pays for an enqueue that does no more in Redis than asynq's;
 - ``python socket, enqueue script``: the same enqueue's ``EVALSHA`` (the committed
   script, the queue's keys, the arguments ``Queue.enqueue`` sends) written and read on a
   plain socket: what a Python producer of this protocol pays with no library around the
@@ -44,6 +53,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
@@ -125,6 +135,73 @@ def _redis_py_rows(url: str, n: int, rpid: int) -> tuple[Row, Row]:
         client.close()
 
 
+def _connection_rows(url: str, n: int, rpid: int) -> tuple[Row, Row, Row]:
+    """``RPUSH``, the enqueue's ``EVALSHA``, then asynq's enqueue script, as packed commands
+    on one of redis-py's pooled connections (``wire.Connections``): the transport
+    ``Queue.enqueue`` sends on, without the queue's Python before the call."""
+    from taskfleet.protocol import bundle, wire
+    from taskfleet.protocol.keys import QueueKeys
+
+    client = redis.Redis.from_url(url)
+    try:
+        client.script_load(bundle.source("enqueue"))
+        conns = wire.Connections(client)
+        conns.call(RPUSH)
+
+        def rpush() -> None:
+            for _ in range(n):
+                conns.call(RPUSH)
+
+        trivial = _own(rpush, n, rpid)
+        head = wire.Head(bundle.manifest()["scripts"]["enqueue"]["sha1"],
+                         QueueKeys("floors-conn").script_keys)  # fmt: skip
+
+        def enqueue() -> None:
+            for i in range(n):
+                if conns.call(head.command((*_BEFORE, f"conn-{i}", *_AFTER)))[0] != 1:
+                    raise RuntimeError("the enqueue script refused the call")
+
+        script = _own(enqueue, n, rpid)
+        asynq_sha = client.script_load(ASYNQ_ENQUEUE)
+
+        def asynq_script() -> None:
+            for _ in range(n):
+                task_id = str(uuid.uuid4())
+                keys = (f"asynq:{{default}}:t:{task_id}", "asynq:{default}:pending")
+                call = wire.Head(asynq_sha, keys).command((ASYNQ_MESSAGE, task_id, time.time_ns()))
+                if conns.call(call) != 1:
+                    raise RuntimeError("asynq's enqueue script refused the call")
+
+        return trivial, script, _own(asynq_script, n, rpid)
+    finally:
+        client.close()
+
+
+#: asynq 0.26's enqueue script (internal/rdb/rdb.go, ``enqueueCmd``), verbatim: what its
+#: ``Client.Enqueue`` runs in Redis for a task with no options.
+ASYNQ_ENQUEUE = """
+if redis.call("EXISTS", KEYS[1]) == 1 then
+	return 0
+end
+redis.call("HSET", KEYS[1],
+           "msg", ARGV[1],
+           "state", "pending",
+           "pending_since", ARGV[3])
+redis.call("LPUSH", KEYS[2], ARGV[2])
+return 1
+"""
+#: About the size of asynq's encoded message of a no-op task (type, id, queue, retry,
+#: timeout); its content does not matter to Redis.
+ASYNQ_MESSAGE = b"\n\x04noop\x1a$" + b"0" * 36 + b'"\x07default(\x19@\x88\x0e'
+
+
+# Enqueue (n, token_base, bound, trace, parent, parent_token, flow) and one task (id,
+# payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s, after, on_dep_fail,
+# group), as Queue.enqueue sends them for an empty payload.
+_BEFORE = (1, "0123456789abcdef", 100, "", "", "", "")
+_AFTER = ("{}", 0, 0, "", "", 1, "", "", "", "")
+
+
 def _enqueue_row(url: str, n: int, rpid: int) -> Row:
     from taskfleet import Queue
 
@@ -145,11 +222,6 @@ def _socket_enqueue_row(url: str, n: int, rpid: int) -> Row:
 
     sha = bundle.manifest()["scripts"]["enqueue"]["sha1"]
     head = wire.Head(sha, QueueKeys("floors-raw").script_keys)
-    # Enqueue (n, token_base, bound, trace, parent, parent_token, flow) and one task
-    # (id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s, after,
-    # on_dep_fail, group), as Queue.enqueue sends them for an empty payload.
-    before = (1, "0123456789abcdef", 100, "", "", "", "")
-    after = ("{}", 0, 0, "", "", 1, "", "", "", "")
     with _plain_socket(url) as s:
         admin = redis.Redis.from_url(url)
         admin.script_load(bundle.source("enqueue"))
@@ -157,7 +229,7 @@ def _socket_enqueue_row(url: str, n: int, rpid: int) -> Row:
 
         def run() -> None:
             for i in range(n):
-                s.sendall(head.command((*before, f"raw-{i}", *after)))
+                s.sendall(head.command((*_BEFORE, f"raw-{i}", *_AFTER)))
                 if not s.recv(256).startswith(b"*2"):
                     raise RuntimeError("the enqueue script refused the call")
 
@@ -227,7 +299,11 @@ def main(argv: list[str] | None = None) -> int:
             go = _go_rows(url, args.n, rpid)
             if go is not None:
                 found["go-redis RPUSH"] = go[0]
+            conn_rpush, conn_enqueue, conn_asynq = _connection_rows(url, args.n, rpid)
+            found["redis-py connection, RPUSH"] = conn_rpush
             found["taskfleet Queue.enqueue"] = _enqueue_row(url, args.n, rpid)
+            found["redis-py connection, script"] = conn_enqueue
+            found["python, asynq's script"] = conn_asynq
             found["python socket, enqueue script"] = _socket_enqueue_row(url, args.n, rpid)
             if go is not None:
                 found["asynq Client.Enqueue"] = go[1]
@@ -245,9 +321,9 @@ def main(argv: list[str] | None = None) -> int:
         name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in rows.items()
     }
     print(f"redis {version}, n = {args.n}, {args.rounds} rounds, medians; {os.cpu_count()} cores")
-    print(f"{'':28s} {'client CPU us':>14s} {'Redis CPU us':>13s} {'calls/s':>9s}")
+    print(f"{'':30s} {'client CPU us':>14s} {'Redis CPU us':>13s} {'calls/s':>9s}")
     for name, m in med.items():
-        print(f"{name:28s} {m['cpu']:14.1f} {m['redis']:13.1f} {m['rate']:9,.0f}")
+        print(f"{name:30s} {m['cpu']:14.1f} {m['redis']:13.1f} {m['rate']:9,.0f}")
     write = med["redis-py RPUSH, 1 thread"]
     cores = os.cpu_count() or 1
     bound = cores * 1e6 / (write["cpu"] + write["redis"])
@@ -277,10 +353,26 @@ def main(argv: list[str] | None = None) -> int:
         f" ({raw['cpu']:.0f} + {raw['redis']:.0f} us); Queue.enqueue {lib['rate']:,.0f}/s"
         f" ({lib['cpu']:.0f} + {lib['redis']:.0f} us)"
     )
+    conn, script = med["redis-py connection, RPUSH"], med["redis-py connection, script"]
+    print(
+        f"on the connection Queue.enqueue sends on (redis-py's, public API): a trivial command"
+        f" {conn['rate']:,.0f}/s ({conn['cpu']:.0f} + {conn['redis']:.0f} us), the enqueue"
+        f" script {script['rate']:,.0f}/s ({script['cpu']:.0f} + {script['redis']:.0f} us)"
+    )
+    lean = med["python, asynq's script"]
+    print(
+        f"asynq's own enqueue script from Python on that connection: {lean['rate']:,.0f}/s"
+        f" ({lean['cpu']:.0f} + {lean['redis']:.0f} us)"
+    )
     if "asynq Client.Enqueue" in med:
+        go = med["asynq Client.Enqueue"]
         print(
-            f"asynq's single enqueue: {med['asynq Client.Enqueue']['rate']:,.0f}/s;"
-            f" go-redis's trivial round trip {med['go-redis RPUSH']['rate']:,.0f}/s"
+            f"asynq's single enqueue: {go['rate']:,.0f}/s ({go['cpu']:.0f} + {go['redis']:.0f}"
+            f" us); go-redis's trivial round trip {med['go-redis RPUSH']['rate']:,.0f}/s"
+        )
+        print(
+            f"ratios to asynq's single enqueue: Queue.enqueue {lib['rate'] / go['rate']:.2f}x,"
+            f" asynq's script from Python {lean['rate'] / go['rate']:.2f}x"
         )
     return 0
 
