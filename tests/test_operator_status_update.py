@@ -372,7 +372,7 @@ def test_live_workers_of_an_older_level_turn_workers_current_false_with_one_warn
     message = found["message"]
     assert message.startswith("workers a, b, c and 2 more run taskfleet 0.1.x (level 1): ")
     assert "flows, groups, claim pauses and spend budgets are not served by them" in message
-    assert message.endswith("this TaskQueue's spec.budget are not kept by them")
+    assert message.endswith("this TaskQueue's spec.budget is not kept by them")
     assert first.events == [Event("Warning", "OlderWorkers", message)]
     # The next sweep, whether or not its read of the status shows the patch yet: no event.
     announced = status.announced_after(swept_)

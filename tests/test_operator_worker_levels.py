@@ -69,7 +69,7 @@ def test_a_live_0_1_worker_turns_workers_current_false_with_one_warning_until_up
     )
     assert older["message"].startswith(f"worker {pod} runs taskfleet 0.1.x (level 1): ")
     assert "flows, groups, claim pauses and spend budgets" in older["message"]
-    assert "spec.budget are not kept" in older["message"]
+    assert older["message"].endswith("; this TaskQueue's spec.budget is not kept by it")
     # the event is posted after the condition's patch: wait for it too
     wait_for(
         lambda: cluster.event_messages("OlderWorkers"),

@@ -355,7 +355,9 @@ def workers_message(spec: TaskQueueSpec, pods: Sequence[str], level: int) -> str
     message = older_workers_note(pods, level)
     features = _spec_features(spec)
     if features:
-        message += f"; this TaskQueue's {', '.join(features)} are not kept by them"
+        verb = "is" if len(features) == 1 else "are"
+        them = "them" if len(pods) > 1 else "it"
+        message += f"; this TaskQueue's {', '.join(features)} {verb} not kept by {them}"
     return message[:MESSAGE_BOUND]
 
 
