@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.calls import run
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.records import WORKER_LEVEL
 from taskfleet.protocol.states import TaskState
 
 from tests.fixtures_redis import MakeBroker
@@ -123,6 +126,32 @@ def test_workers_shows_who_holds_what(
     assert row["heartbeat_age_s"] >= 0
     text = taskfleet("workers", "q", env=env)
     assert text.stdout.startswith("pod-a  draining  beat") and "holds 1/4" in text.stdout
+
+
+def test_workers_shows_each_workers_level_and_flags_a_live_0_1_worker(
+    redis_url: str, tmp_path: Path, make_broker: MakeBroker
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    with Queue("q", redis_url=redis_url) as queue:
+        make_broker("q", "pod-new", "inc-1").register(2)
+        now_ms = run(queue.client, queue.reads.clock())
+        # A 0.1.x worker's record, as it writes it: no "level".
+        written_by_0_1 = {"incarnation": "inc-0", "heartbeat_ms": now_ms, "inflight": 0,
+                          "concurrency": 1, "draining": False}  # fmt: skip
+        queue.client.hset(QueueKeys("q").workers, "pod-old", json.dumps(written_by_0_1))
+    result = taskfleet("workers", "q", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert {row["pod"]: row["level"] for row in json.loads(result.stdout)} == {
+        "pod-new": WORKER_LEVEL,
+        "pod-old": 1,
+    }
+    lines = taskfleet("workers", "q", env=env).stdout.splitlines()
+    assert f"level {WORKER_LEVEL}  holds" in lines[0] and "(0.1.x)" not in lines[0]
+    assert lines[1].startswith("pod-old  alive") and "level 1 (0.1.x)  holds" in lines[1]
+    assert lines[2] == (
+        "worker pod-old runs taskfleet 0.1.x (level 1): flows, groups, claim pauses and "
+        "spend budgets are not served by it; upgrade it (docs/upgrade.md)"
+    )
 
 
 def test_a_wrong_queue_is_one_error_line_with_its_exit_code(redis_url: str, tmp_path: Path) -> None:

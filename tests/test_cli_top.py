@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.calls import run
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.records import WORKER_LEVEL
 
 from tests.polling import wait_for
 
@@ -62,8 +65,26 @@ def test_a_snapshot_shows_depths_the_oldest_ready_task_workers_and_the_dead(
     assert jobs["oldest_pending_s"] is not None and jobs["oldest_pending_s"] >= 0
     [worker] = jobs["workers"]
     assert worker["pod"] == "pod-a" and worker["slots"] == 4
+    assert worker["level"] == WORKER_LEVEL
     [dead] = jobs["dead"]
     assert "no such file" in dead["error"]
+
+
+def test_a_frame_flags_a_live_0_1_worker_under_its_queues_workers(
+    queue: Queue, redis_url: str, make_broker: Callable[..., Any]
+) -> None:
+    make_broker(queue.name, pod="pod-new").register(2)
+    now_ms = run(queue.client, queue.reads.clock())
+    # A 0.1.x worker's record, as it writes it: no "level".
+    written_by_0_1 = {"incarnation": "i", "heartbeat_ms": now_ms, "inflight": 0, "concurrency": 1}
+    queue.client.hset(QueueKeys(queue.name).workers, "pod-old", json.dumps(written_by_0_1))
+
+    result = taskfleet("top", queue.name, "--once", "--redis-url", redis_url)
+
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[1]: line for line in result.stdout.splitlines() if "pod-" in line}
+    assert "1 (0.1.x)" in rows["pod-old"] and "(0.1.x)" not in rows["pod-new"]
+    assert "worker pod-old runs taskfleet 0.1.x (level 1)" in " ".join(result.stdout.split())
 
 
 def test_a_bad_queue_name_is_one_line_and_exit_2(redis_url: str) -> None:

@@ -4,6 +4,7 @@ scrape, and the operator's own counters on its real HTTP endpoint."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ import redis
 import redis.asyncio
 import taskfleet
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.calls import run
 from taskfleet.worker.broker import Broker
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.metrics import OperatorMetrics
@@ -64,6 +66,10 @@ def test_one_scrape_reads_every_queue_its_counts_workers_and_oldest_pending_age(
     emails.enqueue({"n": 3}, delay=600)
     register_worker(redis_url, "apps.emails", "pod-a", 4)
     register_worker(redis_url, "apps.emails", "pod-b", 2)
+    # a 0.1.x worker's record, as it writes it: no "level"
+    beat = {"incarnation": "i", "heartbeat_ms": run(emails.client, emails.reads.clock()),
+            "inflight": 0, "concurrency": 1, "draining": False}  # fmt: skip
+    emails.client.hset(emails.keys.workers, "pod-c", json.dumps(beat))
     # the head of pending became ready two minutes ago
     now_ms = int(time.time() * 1000)
     emails.client.hset(emails.keys.task(first), "run_at", now_ms - 120_000)
@@ -83,7 +89,8 @@ def test_one_scrape_reads_every_queue_its_counts_workers_and_oldest_pending_age(
         "waiting": 0,
     }
     assert mails.counters["enqueued"] == 3
-    assert (mails.workers, mails.workers_alive, mails.slots_alive) == (2, 2, 6)
+    assert (mails.workers, mails.workers_alive, mails.slots_alive) == (3, 3, 7)
+    assert mails.workers_older == 1  # pod-c
     assert 119 <= mails.oldest_pending_s < 180
     idle = readings["apps.reports"]
     assert idle.up and idle.oldest_pending_s == 0 and sum(idle.tasks.values()) == 0

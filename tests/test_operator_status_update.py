@@ -34,6 +34,8 @@ class Report:
     requeued: dict[str, int] = field(default_factory=dict)
     schedule_errors: dict[str, str] = field(default_factory=dict)
     quota: Any = None
+    older_workers: tuple[str, ...] = ()
+    older_level: int = 2
 
 
 def condition(kind: str, value: bool, reason: str, message: str = "") -> dict[str, Any]:
@@ -53,6 +55,8 @@ def deployment(ready: int, replicas: int = 2) -> dict[str, Any]:
 REACHABLE = condition("RedisReachable", True, "Connected", "Redis answers")
 DOWN = condition("RedisReachable", False, "RedisUnreachable", UNREACHABLE.message)
 READY = condition("Ready", True, "WorkersReady", "2 worker pods ready")
+#: What a sweep that read no worker of an older level adds.
+CURRENT = {"WorkersCurrent": ("True", "Current")}
 
 
 def swept(
@@ -77,19 +81,19 @@ CASES: list[tuple[str, Swept, dict[str, tuple[str, str]], list[Event]]] = [
     (
         "first sweep, workers starting",
         swept(Report(), ready=1),
-        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "WorkersNotReady")},
+        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "WorkersNotReady"), **CURRENT},
         [],
     ),
     (
         "every worker ready",
         swept(Report(), previous={"conditions": [REACHABLE]}),
-        {"RedisReachable": ("True", "Connected"), "Ready": ("True", "WorkersReady")},
+        {"RedisReachable": ("True", "Connected"), "Ready": ("True", "WorkersReady"), **CURRENT},
         [],
     ),
     (
         "Redis answers again",
         swept(Report(), previous={"conditions": [DOWN]}),
-        {"RedisReachable": ("True", "Connected"), "Ready": ("True", "WorkersReady")},
+        {"RedisReachable": ("True", "Connected"), "Ready": ("True", "WorkersReady"), **CURRENT},
         [Event("Normal", "RedisReachable", "Redis is reachable again")],
     ),
     (
@@ -97,7 +101,7 @@ CASES: list[tuple[str, Swept, dict[str, tuple[str, str]], list[Event]]] = [
         swept(
             Report(requeued={"emails-a": 3, "emails-b": 1}), previous={"conditions": [REACHABLE]}
         ),
-        {"RedisReachable": ("True", "Connected"), "Ready": ("True", "WorkersReady")},
+        {"RedisReachable": ("True", "Connected"), "Ready": ("True", "WorkersReady"), **CURRENT},
         [
             Event(
                 "Normal",
@@ -132,7 +136,11 @@ CASES: list[tuple[str, Swept, dict[str, tuple[str, str]], list[Event]]] = [
     (
         "the handler's failure holds over ready workers",
         swept(Report(), previous={"conditions": [REACHABLE, READY]}, failure=REJECTED),
-        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "DeploymentRejected")},
+        {
+            "RedisReachable": ("True", "Connected"),
+            "Ready": ("False", "DeploymentRejected"),
+            **CURRENT,
+        },
         [],
     ),
     (
@@ -147,7 +155,7 @@ CASES: list[tuple[str, Swept, dict[str, tuple[str, str]], list[Event]]] = [
             Report(schedule_errors={"huge": "payload too large"}),
             previous={"conditions": [REACHABLE]},
         ),
-        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "InvalidSpec")},
+        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "InvalidSpec"), **CURRENT},
         [Event("Warning", "InvalidSpec", "schedule huge: payload too large")],
     ),
     (
@@ -161,7 +169,7 @@ CASES: list[tuple[str, Swept, dict[str, tuple[str, str]], list[Event]]] = [
                 ]
             },
         ),
-        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "InvalidSpec")},
+        {"RedisReachable": ("True", "Connected"), "Ready": ("False", "InvalidSpec"), **CURRENT},
         [],
     ),
 ]
@@ -255,7 +263,9 @@ def test_a_condition_flips_at_the_sweeps_time_and_otherwise_keeps_its_own() -> N
     times = {c["type"]: c["lastTransitionTime"] for c in update.patch["conditions"]}
     assert times == {"RedisReachable": NOW, "Ready": NOW}
     # Conditions are kept sorted by type, as written: the same list is no change.
-    kept = status.after_sweep(swept(Report(), previous={"conditions": [READY, REACHABLE]}), now=NOW)
+    current = condition("WorkersCurrent", True, "Current", "no live worker of a level below 2")
+    previous = {"conditions": [READY, REACHABLE, current]}
+    kept = status.after_sweep(swept(Report(), previous=previous), now=NOW)
     assert "conditions" not in kept.patch
 
 
@@ -344,3 +354,45 @@ def test_claiming_turns_false_while_a_rate_limit_pauses_or_a_budget_is_spent() -
     conditions, events = status.claiming_condition(conditions, free, now="t4")
     assert conditions[0]["status"] == "True"
     assert [(e.type, e.reason) for e in events] == [("Normal", "Claiming")]
+
+
+def test_live_workers_of_an_older_level_turn_workers_current_false_with_one_warning() -> None:
+    spec = TaskQueueSpec.model_validate({**SPEC_FIELDS, "budget": {"day": 100}})
+    older = Report(older_workers=("a", "b", "c", "d", "e"), older_level=1)
+
+    def after(
+        outcome: Report | Outage, previous: dict[str, Any], announced: frozenset[str] = frozenset()
+    ) -> tuple[Swept, status.StatusUpdate]:
+        swept_ = Swept("emails", spec, previous, deployment(2), 5, outcome, announced=announced)
+        return swept_, status.after_sweep(swept_, now=NOW)
+
+    swept_, first = after(older, {"conditions": [REACHABLE, READY]})
+    found = status.find(first.patch["conditions"], "WorkersCurrent")
+    assert found is not None and (found["status"], found["reason"]) == ("False", "OlderWorkers")
+    message = found["message"]
+    assert message.startswith("workers a, b, c and 2 more run taskfleet 0.1.x (level 1): ")
+    assert "flows, groups, claim pauses and spend budgets are not served by them" in message
+    assert message.endswith("this TaskQueue's spec.budget is not kept by them")
+    assert first.events == [Event("Warning", "OlderWorkers", message)]
+    # The next sweep, whether or not its read of the status shows the patch yet: no event.
+    announced = status.announced_after(swept_)
+    assert not after(older, {"conditions": [REACHABLE, READY]}, announced)[1].events
+    assert after(older, dict(first.patch))[1] == status.StatusUpdate({}, [])
+    # Other pods: the message changes, and says so once.
+    _, other = after(
+        Report(older_workers=("f",), older_level=1), {"conditions": first.patch["conditions"]}
+    )
+    assert [e.message.split(" (level 1)")[0] for e in other.events] == [
+        "worker f runs taskfleet 0.1.x"
+    ]
+    # An outage neither clears nor repeats it.
+    _, down = after(UNREACHABLE, {"conditions": first.patch["conditions"]})
+    assert status.find(down.patch["conditions"], "WorkersCurrent") == found
+    assert [e.reason for e in down.events] == ["RedisUnreachable"]
+    # Every live worker current again: True, and a note.
+    _, back = after(Report(), {"conditions": first.patch["conditions"]})
+    found = status.find(back.patch["conditions"], "WorkersCurrent")
+    assert found is not None and (found["status"], found["reason"]) == ("True", "Current")
+    assert back.events == [
+        Event("Normal", "WorkersCurrent", "every live worker serves this release's level")
+    ]

@@ -23,7 +23,7 @@ from taskfleet.protocol.calls import Call, run, run_all
 from taskfleet.protocol.groups import GroupCount, group_counts, group_names
 from taskfleet.protocol.quota import QuotaOps, QuotaState, quota_state
 from taskfleet.protocol.reads import STATES, Workers
-from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S
+from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S, WORKER_LEVEL
 from taskfleet.protocol.tasks import COUNTERS, FLOW_COUNTERS
 
 from taskfleet_operator.builders import queue_name
@@ -71,6 +71,7 @@ class QueueReading:
     workers: int = 0
     workers_alive: int = 0
     slots_alive: int = 0  # the concurrency of the live workers, summed
+    workers_older: int = 0  # live workers of a level below WORKER_LEVEL (0.1.x workers)
     oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
     policy: str | None = None  # the server's maxmemory-policy as last checked
     quota: QuotaState | None = None  # the claim pause and the budget's spend
@@ -80,11 +81,12 @@ class QueueReading:
     group_budgets: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-def _workers(found: Workers, now_ms: int, ttl_s: float) -> tuple[int, int, int]:
+def _workers(found: Workers, now_ms: int, ttl_s: float) -> tuple[int, int, int, int]:
     """Registered workers, the live ones (heartbeat within a lease TTL, as ``Queue.workers``
-    judges) and their slots."""
+    judges), their slots, and the live ones of a level below this release's."""
     alive = [rec for _, rec in found.readable() if rec.alive(now_ms, ttl_s)]
-    return len(found.records), len(alive), sum(rec.concurrency for rec in alive)
+    older = sum(1 for rec in alive if rec.level < WORKER_LEVEL)
+    return len(found.records), len(alive), sum(rec.concurrency for rec in alive), older
 
 
 def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueReading]:
@@ -115,9 +117,12 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
         reading.tasks = sizes
         reading.counters = {counter: counters.get(counter, 0) for counter in COUNTERS}
         ttl_s = DEFAULT_LEASE_TTL_S if ttl is None else ttl
-        reading.workers, reading.workers_alive, reading.slots_alive = _workers(
-            workers, now_ms, ttl_s
-        )
+        (
+            reading.workers,
+            reading.workers_alive,
+            reading.slots_alive,
+            reading.workers_older,
+        ) = _workers(workers, now_ms, ttl_s)
         reading.quota = quota_state(
             quota, now_ms, budget_day=config.budget_day, budget_month=config.budget_month
         )
@@ -220,6 +225,11 @@ class QueueCollector:
             "taskfleet_queue_workers_alive", "Workers whose heartbeat is within a lease TTL."
         )
         slots = gauge("taskfleet_queue_worker_slots", "Slots (concurrency) of the live workers.")
+        older = gauge(
+            "taskfleet_queue_workers_older",
+            f"Live workers of a level below {WORKER_LEVEL} (0.1.x workers), which do not serve "
+            "flows, groups, claim pauses or spend budgets.",
+        )
         oldest = gauge(
             "taskfleet_queue_oldest_pending_age_seconds",
             "How long the task next in line (head of pending) has been ready: the oldest "
@@ -300,6 +310,7 @@ class QueueCollector:
             workers.add_metric(values, reading.workers)
             alive.add_metric(values, reading.workers_alive)
             slots.add_metric(values, reading.slots_alive)
+            older.add_metric(values, reading.workers_older)
             oldest.add_metric(values, reading.oldest_pending_s)
             for stat, family in counters.items():
                 family.add_metric(values, reading.counters.get(stat, 0))
@@ -317,7 +328,7 @@ class QueueCollector:
                         budget_limit.add_metric([*values, period], limit)
                         budget_spent.add_metric([*values, period], spent)
                         budget_reset.add_metric([*values, period], (end - q.now_ms) / 1000)
-        yield from (up, evicting, tasks, workers, alive, slots, oldest, by_group)
+        yield from (up, evicting, tasks, workers, alive, slots, older, oldest, by_group)
         yield from counters.values()
         yield flows
         yield from (paused, groups_paused, group_budget, budget_limit, budget_spent, budget_reset)

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, Protocol
 
+from taskfleet.producer.reading import older_workers_note
 from taskfleet.protocol.quota import QuotaState
+from taskfleet.protocol.records import WORKER_LEVEL
 
 from taskfleet_operator.builders import selector_string
 from taskfleet_operator.models import TaskQueueSpec
@@ -26,6 +28,9 @@ REDIS_NO_EVICTION = "RedisNoEviction"
 #: False while the fleet may not claim: a provider's rate limit paused it, or a spend
 #: budget is spent for the period.
 CLAIMING = "Claiming"
+#: False while a live worker of the queue serves a lower level than this release's (a
+#: 0.1.x worker: flows, groups, claim pauses and spend budgets go wrong silently).
+WORKERS_CURRENT = "WorkersCurrent"
 #: status.scalingReason of a queue without autoscale.
 FIXED_REASON = "spec.replicas"
 # The condition message's bound in the CRD; longer messages are cut to it.
@@ -83,6 +88,12 @@ class Report(Protocol):
 
     @property
     def quota(self) -> QuotaState | None: ...  # the claim pause and the budget's spend
+
+    @property
+    def older_workers(self) -> Sequence[str]: ...  # live workers of an older level, by pod
+
+    @property
+    def older_level(self) -> int: ...  # the lowest level among them
 
 
 @dataclass(frozen=True)
@@ -333,6 +344,52 @@ def claiming_condition(
     return set_condition(conditions, CLAIMING, False, reason, message, now=now), events
 
 
+def _spec_features(spec: TaskQueueSpec) -> list[str]:
+    """The spec's fields that only workers of this release's level keep."""
+    fields = {"budget": spec.budget, "groups": spec.groups, "throttle": spec.throttle}
+    return [f"spec.{name}" for name, value in fields.items() if value is not None]
+
+
+def workers_message(spec: TaskQueueSpec, pods: Sequence[str], level: int) -> str:
+    """WorkersCurrent=False's message: the older workers (a few named) and what they miss."""
+    message = older_workers_note(pods, level)
+    features = _spec_features(spec)
+    if features:
+        verb = "is" if len(features) == 1 else "are"
+        them = "them" if len(pods) > 1 else "it"
+        message += f"; this TaskQueue's {', '.join(features)} {verb} not kept by {them}"
+    return message[:MESSAGE_BOUND]
+
+
+def workers_condition(
+    conditions: list[dict[str, Any]],
+    spec: TaskQueueSpec,
+    report: Report,
+    *,
+    now: str,
+    announced: frozenset[str] = frozenset(),
+) -> tuple[list[dict[str, Any]], list[Event]]:
+    """WorkersCurrent: False (OlderWorkers) while a live worker serves a lower level than
+    this release's, with a warning when that starts or its message changes (not at every
+    sweep) and a note when every live worker is current again."""
+    previous = find(conditions, WORKERS_CURRENT) or {}
+    if not report.older_workers:
+        events = (
+            [Event("Normal", WORKERS_CURRENT, "every live worker serves this release's level")]
+            if previous.get("status") == "False"
+            else []
+        )
+        message = f"no live worker of a level below {WORKER_LEVEL}"
+        return set_condition(conditions, WORKERS_CURRENT, True, "Current", message, now=now), events
+    message = workers_message(spec, report.older_workers, report.older_level)
+    changed = (previous.get("status"), previous.get("message")) != ("False", message)
+    changed = changed and f"OlderWorkers:{message}" not in announced
+    events = [Event("Warning", "OlderWorkers", message)] if changed else []
+    return set_condition(
+        conditions, WORKERS_CURRENT, False, "OlderWorkers", message, now=now
+    ), events
+
+
 def announced_after(swept: Swept) -> frozenset[str]:
     """What stays announced after this sweep (`Swept.announced`): the outage's reason
     while it lasts, the unsafe policy while it stays."""
@@ -341,6 +398,12 @@ def announced_after(swept: Swept) -> frozenset[str]:
         held.add(swept.outcome.reason)
     if swept.eviction_policy not in (None, "noeviction"):
         held.add(f"EvictionPolicy:{swept.eviction_policy}")
+    outcome = swept.outcome
+    if not isinstance(outcome, Outage) and outcome.older_workers:
+        message = workers_message(swept.spec, outcome.older_workers, outcome.older_level)
+        held.add(f"OlderWorkers:{message}")
+    elif isinstance(outcome, Outage):  # not read this sweep: what was announced stays
+        held |= {key for key in swept.announced if key.startswith("OlderWorkers:")}
     return frozenset(held)
 
 
@@ -363,6 +426,10 @@ def after_sweep(swept: Swept, *, now: str) -> StatusUpdate:
         desired.update(queue_counts(outcome.stats, swept.live_pods))
         conditions, pausing = claiming_condition(conditions, outcome.quota, now=now)
         events.extend(pausing)
+        conditions, older = workers_condition(
+            conditions, swept.spec, outcome, now=now, announced=swept.announced
+        )
+        events.extend(older)
     replicas, ready = deployment_status(swept.deployment)
     desired["replicas"] = replicas
     desired["readyReplicas"] = ready

@@ -17,9 +17,11 @@ import redis
 from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.encoding import encode_payload
 from taskfleet.producer.queue import Queue
+from taskfleet.producer.reading import older_workers
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.errors import TaskfleetError
 from taskfleet.protocol.quota import QuotaState
+from taskfleet.protocol.records import WORKER_LEVEL
 from taskfleet.protocol.schedules import OWNER_TASKQUEUE, ScheduleDef
 from taskfleet.protocol.scripts import SWEEP_BOUND
 from taskfleet.protocol.workernames import pod_of, workers_of
@@ -48,6 +50,10 @@ class SweepReport:
     schedule_errors: dict[str, str] = field(default_factory=dict)
     # The claim pause and the budget's spend (the Claiming condition).
     quota: QuotaState | None = None
+    # Live workers of a level below this release's, by name, and the lowest such level
+    # (the WorkersCurrent condition), from the worker records the orphan check reads.
+    older_workers: list[str] = field(default_factory=list)
+    older_level: int = WORKER_LEVEL
 
 
 def orphaned_pods(
@@ -95,8 +101,13 @@ def requeue_orphans(
     """Take back the tasks of registered workers whose pod is gone (see `orphaned_pods`).
 
     The pod-deletion event is the fast path; this covers missed events and restarts.
+    The same read of the worker records tells the live workers of an older level.
     """
-    registered = [worker.pod for worker in queue.workers()]
+    found = queue.workers()
+    older = set(older_workers(found))
+    report.older_workers = sorted({pod_of(worker) for worker in older})
+    report.older_level = min((w.level for w in found if w.pod in older), default=WORKER_LEVEL)
+    registered = [worker.pod for worker in found]
     requeue, report.suspects = orphaned_pods(registered, live_pods, suspects, pod_gone)
     for worker in requeue:
         count = queue.requeue_pod(worker)

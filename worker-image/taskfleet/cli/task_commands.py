@@ -24,8 +24,10 @@ from taskfleet.cli.options import (
     terminal_safe,
 )
 from taskfleet.cli.queue_commands import open_queue
+from taskfleet.producer.reading import older_workers, older_workers_note
 from taskfleet.protocol import bounds
 from taskfleet.protocol.calls import run
+from taskfleet.protocol.records import WORKER_LEVEL
 from taskfleet.protocol.redisurl import redact_redis_url
 
 STATES = ("pending", "delayed", "running", "waiting", "done", "dead", "cancelled")
@@ -393,7 +395,9 @@ def purge(
 @_json_flag
 @redis_option
 def workers(queue: str, as_json: bool, redis_url: str) -> None:
-    """QUEUE's workers: what each holds, its heartbeat's age, whether it drains."""
+    """QUEUE's workers: what each holds, its heartbeat's age, whether it drains, and the
+    level it serves (1: a 0.1.x worker, which does not serve flows, groups, claim pauses
+    or spend budgets)."""
     with _existing(queue, redis_url) as q:
         found = q.workers()
         held = q.holdings([w.pod for w in found])
@@ -408,6 +412,7 @@ def workers(queue: str, as_json: bool, redis_url: str) -> None:
             "concurrency": w.concurrency,
             "draining": w.draining,
             "holds": held.get(w.pod, []),
+            "level": w.level,
         }
         for w in found
     ]
@@ -419,8 +424,13 @@ def workers(queue: str, as_json: bool, redis_url: str) -> None:
     for row in rows:
         state = "draining" if row["draining"] else ("alive" if row["alive"] else "silent")
         holds = ",".join(row["holds"]) or "-"
+        level = f"level {row['level']}" + (" (0.1.x)" if row["level"] < WORKER_LEVEL else "")
         line = (
-            f"{row['pod']}  {state}  beat {row['heartbeat_age_s']}s ago  "
+            f"{row['pod']}  {state}  beat {row['heartbeat_age_s']}s ago  {level}  "
             f"holds {len(row['holds'])}/{row['concurrency']}  {_short(holds)}"
         )
         click.echo(terminal_safe(line))
+    older = older_workers(found)
+    if older:
+        level = min(w.level for w in found if w.pod in older)
+        click.echo(terminal_safe(older_workers_note(older, level)))

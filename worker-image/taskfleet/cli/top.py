@@ -4,10 +4,11 @@ Every ``--interval`` seconds it reads each queue in one pipelined round trip (si
 state, counters, workers, the head of pending, the newest dead tasks) and redraws in
 place: depths (and a line for the tasks waiting for their dependencies), done and failed
 per second (from the counters between two reads), the age of the oldest ready task, each
-worker with what it holds and its heartbeat's age, the biggest groups (most pending, an
-"other" line for the rest; none when the queue has no groups) and the last dead tasks
-with their reason. Plain ANSI through rich: it works over SSH and in ``kubectl exec -it``.
-``q`` (or Ctrl-C) quits; without a terminal it prints one frame.
+worker with what it holds, its heartbeat's age and its level (a line under the table for
+live 0.1.x workers), the biggest groups (most pending, an "other" line for the rest; none
+when the queue has no groups) and the last dead tasks with their reason. Plain ANSI
+through rich: it works over SSH and in ``kubectl exec -it``. ``q`` (or Ctrl-C) quits;
+without a terminal it prints one frame.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
     from rich.text import Text
 
     from taskfleet.producer.overview import rate
+    from taskfleet.producer.reading import older_workers_note
+    from taskfleet.protocol.records import WORKER_LEVEL
 
     queues = Table(title="taskfleet top  (q quits)", title_justify="left", expand=False)
     shown = ("pending", "delayed", "running", "dead")
@@ -64,13 +67,22 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
     for view in views:
         if view.workers:
             workers = Table(title=f"{view.name}: workers", title_justify="left")
-            for column in ("pod", "holds", "heartbeat", "state"):
+            for column in ("pod", "holds", "heartbeat", "state", "level"):
                 workers.add_column(column, justify="left" if column == "pod" else "right")
             for w in view.workers:
                 state = "draining" if w.draining else "running"
                 age = _age(w.heartbeat_age_s)
-                workers.add_row(terminal_safe(w.pod), f"{w.holds}/{w.slots}", f"{age} ago", state)
+                level = Text(str(w.level))
+                if w.level < WORKER_LEVEL:  # a 0.1.x worker: see the line under the table
+                    level = Text(f"{w.level} (0.1.x)", style="red")
+                pod = terminal_safe(w.pod)
+                workers.add_row(pod, f"{w.holds}/{w.slots}", f"{age} ago", state, level)
             parts.append(workers)
+            older = [w for w in view.workers if w.alive and w.level < WORKER_LEVEL]
+            if older:
+                names = [w.pod for w in older]
+                note = older_workers_note(names, min(w.level for w in older))
+                parts.append(Text(f"{view.name}: {terminal_safe(note)}", style="red"))
         if view.groups.shown:
             parts.append(_groups(view))
         # lines, not columns: the table stays within 80 columns

@@ -40,6 +40,8 @@ class WorkerView:
     incarnation: str = ""
     #: heartbeat within one lease TTL (the queue's ``lease_ttl_s``)
     alive: bool = True
+    #: what it serves: ``records.WORKER_LEVEL`` for this release, 1 for a 0.1.x worker
+    level: int = 1
 
 
 @dataclass
@@ -130,6 +132,7 @@ def read(client: SyncClient, name: str, *, groups: bool = True) -> QueueView:
                 rec.draining,
                 incarnation=rec.incarnation,
                 alive=rec.alive(now_ms, config.lease_ttl_s),
+                level=rec.level,
             )
         )
     for row in rows:

@@ -4,6 +4,8 @@ run the same reads, each on its own client."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from taskfleet.protocol.calls import run, run_all
@@ -11,6 +13,12 @@ from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.reads import QueueReads, Workers
+from taskfleet.protocol.records import WORKER_LEVEL
+
+#: The release each level older than this one's is: what a reader names it.
+RELEASE_OF_LEVEL = {1: "0.1.x"}
+#: Older workers a note names; the rest are counted.
+OLDER_NAMED = 3
 
 
 class WorkerInfo(BaseModel):
@@ -25,6 +33,11 @@ class WorkerInfo(BaseModel):
     concurrency: int = 0
     draining: bool = False
     alive: bool = Field(description="heartbeat within one lease TTL")
+    level: int = Field(
+        default=1,
+        description="what it serves (records.WORKER_LEVEL for this release; 1: a 0.1.x "
+        "worker, which does not serve flows, groups, claim pauses or spend budgets)",
+    )
 
 
 def encodable(value: str) -> bool:
@@ -53,6 +66,7 @@ def workers_of(workers: Workers, config: QueueConfig, now_ms: int) -> list[Worke
             concurrency=rec.concurrency,
             draining=rec.draining,
             alive=rec.alive(now_ms, config.lease_ttl_s),
+            level=rec.level,
         )
         for pod, rec in workers.readable()
     ]
@@ -63,3 +77,23 @@ def workers(client: SyncClient, reads: QueueReads) -> list[WorkerInfo]:
     now_ms = run(client, reads.clock())
     found, config = run_all(client, [reads.workers(), reads.config()])
     return workers_of(found, config, now_ms)
+
+
+def older_workers(found: Iterable[WorkerInfo]) -> list[str]:
+    """The live workers (by name) of a level below this release's ``WORKER_LEVEL``: what
+    they do not serve (flows, groups, claim pauses, spend budgets) goes wrong silently."""
+    return sorted(w.pod for w in found if w.alive and w.level < WORKER_LEVEL)
+
+
+def older_workers_note(names: Sequence[str], level: int = 1) -> str:
+    """One line saying that ``names`` (a few named, the rest counted) serve only ``level``
+    and what that means: the same words in ``taskfleet workers`` and the operator."""
+    shown = ", ".join(names[:OLDER_NAMED])
+    if len(names) > OLDER_NAMED:
+        shown += f" and {len(names) - OLDER_NAMED} more"
+    release = RELEASE_OF_LEVEL.get(level, f"level {level}")
+    who, verb, them = ("workers", "run", "them") if len(names) > 1 else ("worker", "runs", "it")
+    return (
+        f"{who} {shown} {verb} taskfleet {release} (level {level}): flows, groups, claim "
+        f"pauses and spend budgets are not served by {them}; upgrade {them} (docs/upgrade.md)"
+    )
