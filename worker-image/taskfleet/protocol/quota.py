@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from taskfleet.protocol.calls import Call, one
-from taskfleet.protocol.errors import InvalidArgument, ProtocolError
+from taskfleet.protocol.errors import InvalidArgument, OlderWorker, ProtocolError
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.records import hash_of, number, text
 from taskfleet.protocol.scripts import Op
@@ -194,6 +194,8 @@ class QuotaOps:
 
     def _op(self, args: Quota) -> Op[tuple[int, int]]:
         def decode(raw: Any) -> tuple[int, int]:
+            if isinstance(raw, list) and (refused := OlderWorker.refused(self._k.queue, raw)):
+                raise refused
             if not isinstance(raw, list) or len(raw) != 2:
                 raise ProtocolError(f"quota: unexpected reply {raw!r}")
             return int(raw[0]), int(raw[1])
