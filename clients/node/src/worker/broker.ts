@@ -318,7 +318,7 @@ export class Broker {
    */
   async addChildren(parent: string, token: string, batch: readonly TaskRecord[]): Promise<void> {
     const records = batch.map((r) => ({ ...r }));
-    decodeEnqueue(await this.call("enqueue", { token_base: "", trace: "", parent, parent_token: token }, records), batch, parent);
+    decodeEnqueue(await this.call("enqueue", { token_base: "", trace: "", parent, parent_token: token }, records), batch, this.keys.queue, parent);
   }
 
   /** The results a task's dependencies handed it, by their id. */
