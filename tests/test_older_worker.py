@@ -129,3 +129,15 @@ def test_the_cli_says_so_in_one_line_and_exits_2(
     assert flow.returncode == 2 and "flows need every worker" in flow.stderr
     assert taskfleet("enqueue", "jobs", env=env).returncode == 0
     assert queue.stats()["pending"] == 1
+
+
+def test_a_handlers_quota_report_is_not_refused(
+    queue: Queue, redis_client: redis.Redis, make_broker: MakeBroker
+) -> None:
+    """A worker of this release reporting its provider's quota spent (``report_quota``)
+    pauses the queue even while an older worker serves it: the caller is level 2 itself."""
+    broker = make_broker("jobs")
+    broker.register(1)
+    _older(redis_client, queue)
+    assert broker.pause_quota(60_000, "provider quota spent") > 0
+    assert queue.quota().paused

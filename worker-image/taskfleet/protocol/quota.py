@@ -203,10 +203,12 @@ class QuotaOps:
         return Op("quota", self._k.script_keys, args, decode)
 
     def pause(
-        self, pause_ms: int | None, reason: str = "", *, task_id: str = ""
+        self, pause_ms: int | None, reason: str = "", *, task_id: str = "", reporter: str = ""
     ) -> Op[tuple[int, int]]:
         """Nobody claims for ``pause_ms`` (None: the adaptive pause). Reply (until, streak).
-        ``task_id`` (for a queue's ops): pause that task's group, or the queue if it has none."""
+        ``task_id`` (for a queue's ops): pause that task's group, or the queue if it has none.
+        ``reporter``: the worker whose handler reports its quota spent; '' (a producer or the
+        CLI): ``OlderWorker`` while a live worker of an older release serves the queue."""
         if pause_ms is not None and (
             isinstance(pause_ms, bool)
             or not isinstance(pause_ms, int)
@@ -221,6 +223,7 @@ class QuotaOps:
             month_limit="",
             group=self._group,
             task_id=task_id,
+            reporter=reporter,
         )
         return self._op(args)
 

@@ -224,6 +224,11 @@ class Quota(NamedTuple):
     task_id: Annotated[
         OptStr, "pause without a group: pause that task's group ('' or no group = the queue)"
     ]
+    reporter: Annotated[
+        OptStr,
+        "pause: the worker whose handler reported its provider's quota spent (a worker of "
+        "this release: no older worker is looked for); '' = a producer or the CLI",
+    ] = ""
 
 
 class Release(NamedTuple):

@@ -33,6 +33,7 @@ local ARG_DAY_LIMIT = ARGV[4]
 local ARG_MONTH_LIMIT = ARGV[5]
 local ARG_GROUP = ARGV[6]
 local ARG_TASK_ID = ARGV[7]
+local ARG_REPORTER = ARGV[8]
 local flow_resolve, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
@@ -503,10 +504,12 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 --   task_id (optional, with pause and no group): the group of that task is paused, or the
 --   queue when it has none (a handler reporting its provider's quota spent for its group,
 --   without knowing the group's name).
--- A pause or a budget of a limit > 0 asked by a producer or the CLI (no task_id: a
--- handler's report names its task, and its worker is of this release) is refused while a
--- live worker older than claim pauses and budgets serves the queue (older_worker): it would
--- go on claiming through the pause and past the budget.
+--   reporter (optional, with pause): the worker whose handler reported its provider's
+--   quota spent (report_quota); '' = a producer or the CLI.
+-- A pause or a budget of a limit > 0 asked by a producer or the CLI (no reporter: a
+-- reporting worker is of this release itself) is refused while a live worker older than
+-- claim pauses and budgets serves the queue (older_worker): it would go on claiming
+-- through the pause and past the budget.
 -- Returns: {until (ms; 0 = no pause), streak}; or {-6, pod, feature} (feature 'claim
 --   pauses' or 'spend budgets') when refused, nothing changed.
 local now = now_ms()
@@ -517,7 +520,7 @@ if g == '' and op == 'pause' and (ARG_TASK_ID or '') ~= '' then
 end
 local key = g ~= '' and K_GROUP .. g or K_QUOTA
 local feature = nil
-if op == 'pause' and (ARG_TASK_ID or '') == '' then
+if op == 'pause' and ARG_REPORTER == '' then
   feature = 'claim pauses'
 elseif op == 'budget' and ((tonumber(ARG_DAY_LIMIT) or 0) > 0
     or (tonumber(ARG_MONTH_LIMIT) or 0) > 0) then

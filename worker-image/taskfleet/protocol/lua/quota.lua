@@ -15,10 +15,12 @@
 --   task_id (optional, with pause and no group): the group of that task is paused, or the
 --   queue when it has none (a handler reporting its provider's quota spent for its group,
 --   without knowing the group's name).
--- A pause or a budget of a limit > 0 asked by a producer or the CLI (no task_id: a
--- handler's report names its task, and its worker is of this release) is refused while a
--- live worker older than claim pauses and budgets serves the queue (older_worker): it would
--- go on claiming through the pause and past the budget.
+--   reporter (optional, with pause): the worker whose handler reported its provider's
+--   quota spent (report_quota); '' = a producer or the CLI.
+-- A pause or a budget of a limit > 0 asked by a producer or the CLI (no reporter: a
+-- reporting worker is of this release itself) is refused while a live worker older than
+-- claim pauses and budgets serves the queue (older_worker): it would go on claiming
+-- through the pause and past the budget.
 -- Returns: {until (ms; 0 = no pause), streak}; or {-6, pod, feature} (feature 'claim
 --   pauses' or 'spend budgets') when refused, nothing changed.
 --- @include "now_ms"
@@ -35,7 +37,7 @@ if g == '' and op == 'pause' and (ARG_TASK_ID or '') ~= '' then
 end
 local key = g ~= '' and K_GROUP .. g or K_QUOTA
 local feature = nil
-if op == 'pause' and (ARG_TASK_ID or '') == '' then
+if op == 'pause' and ARG_REPORTER == '' then
   feature = 'claim pauses'
 elseif op == 'budget' and ((tonumber(ARG_DAY_LIMIT) or 0) > 0
     or (tonumber(ARG_MONTH_LIMIT) or 0) > 0) then
