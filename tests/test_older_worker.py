@@ -119,6 +119,7 @@ def test_the_cli_says_so_in_one_line_and_exits_2(
         (("enqueue", "jobs", "--group", "g"), "groups"),
         (("quota", "pause", "jobs", "--for", "60"), "claim pauses"),
         (("quota", "budget", "jobs", "--day", "100"), "spend budgets"),
+        (("schedule", "add", "jobs", "nightly", "0 3 * * *", "--group", "g"), "groups"),
     ):
         result = taskfleet(*argv, env=env)
         assert result.returncode == 2, result.stderr
