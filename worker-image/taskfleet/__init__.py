@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from taskfleet.protocol.errors import (
         InvalidArgument,
         InvalidPayload,
+        OlderWorker,
         PermanentFailure,
         ProtocolError,
         RateLimited,
@@ -60,6 +61,7 @@ _LAZY = {
         (
             "InvalidArgument",
             "InvalidPayload",
+            "OlderWorker",
             "PermanentFailure",
             "ProtocolError",
             "RateLimited",
@@ -130,6 +132,7 @@ __all__ = [
     "GroupSettings",
     "InvalidArgument",
     "InvalidPayload",
+    "OlderWorker",
     "PermanentFailure",
     "ProtocolError",
     "Queue",

@@ -59,6 +59,34 @@ export class TaskExists extends TaskfleetError {
 }
 
 /**
+ * A call that uses flows, groups, claim pauses or spend budgets was refused, nothing
+ * stored: `pod`, a live worker of an older release (level 1, taskfleet 0.1.x), serves the
+ * queue and would mishandle them without an error (docs/compatibility.md). `feature` names
+ * what was refused (`flows`, `groups`, `flows and groups`, `claim pauses`, `spend budgets`).
+ */
+export class OlderWorker extends TaskfleetError {
+  readonly queue: string;
+  readonly pod: string;
+  readonly feature: string;
+
+  constructor(queue: string, pod: string, feature: string) {
+    super(
+      `worker pod ${pyRepr(pod)} serves queue ${pyRepr(queue)} at level 1 (taskfleet 0.1): ` +
+        `${feature} need every worker of the queue at 0.2; upgrade the queue's workers first (docs/upgrade.md)`,
+    );
+    this.queue = queue;
+    this.pod = pod;
+    this.feature = feature;
+  }
+}
+
+/** The error a script's `[-6, pod, feature]` reply stands for, else null. */
+export function olderWorker(queue: string, reply: readonly unknown[]): OlderWorker | null {
+  if (reply.length !== 3 || Number(reply[0]) !== -6) return null;
+  return new OlderWorker(queue, String(reply[1]), String(reply[2]));
+}
+
+/**
  * A write the master applied that fewer replicas confirmed than asked (`WAIT` timed out,
  * `?wait_replicas=N`): it is stored, but a failover now could still lose it. Enqueueing
  * the same ids again is safe and waits for the replicas again.

@@ -27,6 +27,7 @@ export {
   InvalidPayload,
   InvalidRedisURL,
   NotReplicated,
+  OlderWorker,
   ProtocolError,
   ScheduleNotFound,
   ScheduleOwned,

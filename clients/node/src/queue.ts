@@ -22,7 +22,7 @@ import {
   tokenBase,
   traceText,
 } from "./encoding.js";
-import { InvalidArgument, InvalidPayload, NotReplicated, ProtocolError, ScheduleNotFound, ScheduleOwned, StaleToken, TaskExists } from "./errors.js";
+import { InvalidArgument, InvalidPayload, NotReplicated, OlderWorker, ProtocolError, ScheduleNotFound, ScheduleOwned, StaleToken, TaskExists } from "./errors.js";
 import { FLOW_FIELDS, type FlowIds, type FlowPart, type FlowRecord, buildFlow, flowRecord } from "./flows.js";
 import { QueueKeys } from "./keys.js";
 import { parseRedisURL } from "./redisurl.js";
@@ -216,7 +216,7 @@ export class Queue {
     const batch = batchRecords(items);
     if (batch.length === 0) return [];
     const argv = this.bundle.pack("enqueue", { token_base: "", trace: "", parent, parent_token: token }, batch.map((r) => ({ ...r })));
-    decodeEnqueue(await this.scripts.run("enqueue", this.keys.scriptKeys, argv), batch, parent);
+    decodeEnqueue(await this.scripts.run("enqueue", this.keys.scriptKeys, argv), batch, this.keys.queue, parent);
     return batch.map((r) => r.task_id);
   }
 
@@ -229,7 +229,7 @@ export class Queue {
     let raw: unknown;
     if (this.replicas > 0) {
       const [reply, acked] = await this.scripts.runAndWait("enqueue", this.keys.scriptKeys, argv, this.replicas, this.waitTimeoutMs);
-      decodeEnqueue(reply, batch); // a refusal stored nothing: it says so, not NotReplicated
+      decodeEnqueue(reply, batch, this.keys.queue); // a refusal stored nothing: it says so, not NotReplicated
       if (acked < this.replicas) {
         throw new NotReplicated(acked, this.replicas, this.waitTimeoutMs, batch.map((r) => r.task_id));
       }
@@ -237,7 +237,7 @@ export class Queue {
     } else {
       raw = await this.scripts.run("enqueue", this.keys.scriptKeys, argv);
     }
-    return decodeEnqueue(raw, batch);
+    return decodeEnqueue(raw, batch, this.keys.queue);
   }
 
   // -- reading --------------------------------------------------------------------------
@@ -501,6 +501,7 @@ export class Queue {
       );
     }
     if (code === -2) throw new ScheduleOwned(name, String(reply[1]));
+    if (code === -6) throw new OlderWorker(this.keys.queue, String(reply[1]), String(reply[2]));
     const stored = await this.getSchedule(name);
     if (stored === null) throw new ProtocolError(`schedule_put: schedule ${name} is not stored`);
     return stored;
@@ -576,10 +577,11 @@ function replyList(script: string, raw: unknown): unknown[] {
 }
 
 /** The enqueue script's reply: per task, whether it was created; its refusals as errors. */
-export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[], parent?: string): boolean[] {
+export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[], queue: string, parent?: string): boolean[] {
   const reply = replyList("enqueue", raw);
   const code = Number(reply[0]);
   if (code === -5) throw new StaleToken(parent ?? "?");
+  if (code === -6) throw new OlderWorker(queue, String(reply[1]), String(reply[2]));
   const task = (index: unknown): string => batch[Number(index) - 1]?.task_id ?? "?";
   if (code === -1) {
     throw new InvalidPayload(

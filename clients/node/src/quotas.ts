@@ -10,7 +10,7 @@ import type { QueueConfig } from "./config.js";
 import { serverMs } from "./connection.js";
 import type { Control } from "./control.js";
 import { checkGroup } from "./control.js";
-import { InvalidArgument, ProtocolError, describe } from "./errors.js";
+import { InvalidArgument, ProtocolError, describe, olderWorker } from "./errors.js";
 
 /** A run-time budget setting: an integer >= 0 (0: none), "default" (the config's again), undefined (kept). */
 export type BudgetLimit = number | "default";
@@ -58,6 +58,8 @@ function ops(c: Control, group: string | undefined): { group: string; key: strin
 
 async function run(c: Control, args: Record<string, string | number>): Promise<[number, number]> {
   const raw = await c.scripts.run("quota", c.keys.scriptKeys, c.bundle.pack("quota", args));
+  const refused = Array.isArray(raw) ? olderWorker(c.keys.queue, raw) : null;
+  if (refused !== null) throw refused;
   if (!Array.isArray(raw) || raw.length !== 2) throw new ProtocolError(`quota: unexpected reply ${JSON.stringify(raw)}`);
   return [Number(raw[0]), Number(raw[1])];
 }

@@ -4,7 +4,8 @@ workers, schedule, top, worker, drain.
 Every option can also come from the environment (``TASKFLEET_<OPTION>``, e.g.
 ``TASKFLEET_REDIS_URL``, ``TASKFLEET_CONCURRENCY``; the worker's ``--timeout`` is
 ``TASKFLEET_TASK_TIMEOUT``), which is how the operator configures worker pods. Bad input
-(Redis refusing the credentials or the user's rights included) ends with one
+(Redis refusing the credentials or the user's rights included, and a flow, group, claim
+pause or budget refused while an older worker serves the queue) ends with one
 ``taskfleet: error: ...`` line on stderr and exit code 2; an unreachable Redis or a
 missing task with exit code 1; no tracebacks.
 
@@ -36,7 +37,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from taskfleet._version import __version__
 from taskfleet.cli.options import redis_url_in_use, scrub_message
-from taskfleet.protocol.errors import TaskfleetError, auth_failure
+from taskfleet.protocol.errors import OlderWorker, TaskfleetError, auth_failure
 from taskfleet.protocol.redisurl import redact_redis_url
 
 __all__ = ["main", "mask_url"]
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.Abort:
         _fail("aborted", 1)
     except TaskfleetError as exc:
-        code = 2 if isinstance(exc, ValueError) else 1
+        # An older worker refusing a feature: the caller upgrades the workers first.
+        code = 2 if isinstance(exc, ValueError | OlderWorker) else 1
         _fail(scrub_message(str(exc)), code)
     except RedisError as exc:
         url = redis_url_in_use()

@@ -62,6 +62,35 @@ class TaskExists(TaskfleetError):  # noqa: N818
         self.field = field
 
 
+class OlderWorker(TaskfleetError):  # noqa: N818 - public name of the contract
+    """A call that uses flows, groups, claim pauses or spend budgets was refused, nothing
+    stored: ``pod``, a live worker of an older release (level 1, taskfleet 0.1.x), serves
+    the queue and would mishandle them without an error (docs/compatibility.md).
+    ``feature`` names what was refused (``flows``, ``groups``, ``flows and groups``,
+    ``claim pauses``, ``spend budgets``)."""
+
+    def __init__(self, queue: str, pod: str, feature: str) -> None:
+        super().__init__(
+            f"worker pod {pod!r} serves queue {queue!r} at level 1 (taskfleet 0.1): "
+            f"{feature} need every worker of the queue at 0.2; upgrade the queue's workers "
+            "first (docs/upgrade.md)"
+        )
+        self.queue = queue
+        self.pod = pod
+        self.feature = feature
+
+    @classmethod
+    def refused(cls, queue: str, reply: list[Any]) -> OlderWorker | None:
+        """The error a script's ``[-6, pod, feature]`` reply stands for, else None."""
+        if len(reply) != 3 or _text(reply[0]) != "-6":
+            return None
+        return cls(queue, _text(reply[1]), _text(reply[2]))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class NameInUse(TaskfleetError, ValueError):  # noqa: N818
     """A worker may not start under a name a live worker holds (two would take each
     other's tasks). ``holder`` describes that worker."""

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from taskfleet.protocol.calls import Call, one
-from taskfleet.protocol.errors import InvalidArgument, ProtocolError
+from taskfleet.protocol.errors import InvalidArgument, OlderWorker, ProtocolError
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.records import hash_of, number, text
 from taskfleet.protocol.scripts import Op
@@ -194,6 +194,8 @@ class QuotaOps:
 
     def _op(self, args: Quota) -> Op[tuple[int, int]]:
         def decode(raw: Any) -> tuple[int, int]:
+            if isinstance(raw, list) and (refused := OlderWorker.refused(self._k.queue, raw)):
+                raise refused
             if not isinstance(raw, list) or len(raw) != 2:
                 raise ProtocolError(f"quota: unexpected reply {raw!r}")
             return int(raw[0]), int(raw[1])
@@ -201,10 +203,12 @@ class QuotaOps:
         return Op("quota", self._k.script_keys, args, decode)
 
     def pause(
-        self, pause_ms: int | None, reason: str = "", *, task_id: str = ""
+        self, pause_ms: int | None, reason: str = "", *, task_id: str = "", reporter: str = ""
     ) -> Op[tuple[int, int]]:
         """Nobody claims for ``pause_ms`` (None: the adaptive pause). Reply (until, streak).
-        ``task_id`` (for a queue's ops): pause that task's group, or the queue if it has none."""
+        ``task_id`` (for a queue's ops): pause that task's group, or the queue if it has none.
+        ``reporter``: the worker whose handler reports its quota spent; '' (a producer or the
+        CLI): ``OlderWorker`` while a live worker of an older release serves the queue."""
         if pause_ms is not None and (
             isinstance(pause_ms, bool)
             or not isinstance(pause_ms, int)
@@ -219,6 +223,7 @@ class QuotaOps:
             month_limit="",
             group=self._group,
             task_id=task_id,
+            reporter=reporter,
         )
         return self._op(args)
 

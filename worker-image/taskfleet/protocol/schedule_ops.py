@@ -10,6 +10,7 @@ from typing import Any
 
 from taskfleet.protocol.errors import (
     InvalidPayload,
+    OlderWorker,
     ProtocolError,
     ScheduleNotFound,
     ScheduleOwned,
@@ -66,6 +67,7 @@ class ScheduleOps:
 
     def __init__(self, keys: QueueKeys) -> None:
         self._k = keys.script_keys
+        self._queue = keys.queue
 
     def put(
         self,
@@ -101,6 +103,8 @@ class ScheduleOps:
                 )
             if code == -2:
                 raise ScheduleOwned(definition.name, text(reply[1]))
+            if code == -6:
+                raise OlderWorker(self._queue, text(reply[1]), text(reply[2]))
             return code
 
         return Op("schedule_put", self._k, args, decode)

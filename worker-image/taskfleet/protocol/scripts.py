@@ -32,6 +32,7 @@ from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import (
     InvalidArgument,
     InvalidPayload,
+    OlderWorker,
     ProtocolError,
     StaleToken,
     TaskExists,
@@ -366,6 +367,8 @@ class Ops:
                 raise InvalidArgument(f"task id {task_id!r} appears twice in one enqueue")
             if code == -5:
                 raise StaleToken(parent_id)
+            if code == -6:
+                raise OlderWorker(self.keys.queue, text(raw[1]), text(raw[2]))
             if code == -4:
                 task_id = tasks[int(raw[1]) - 1].task_id
                 raise InvalidArgument(

@@ -224,6 +224,11 @@ class Quota(NamedTuple):
     task_id: Annotated[
         OptStr, "pause without a group: pause that task's group ('' or no group = the queue)"
     ]
+    reporter: Annotated[
+        OptStr,
+        "pause: the worker whose handler reported its provider's quota spent (a worker of "
+        "this release: no older worker is looked for); '' = a producer or the CLI",
+    ] = ""
 
 
 class Release(NamedTuple):
@@ -393,7 +398,10 @@ _ENQUEUE_REPLY = (
     "[1, created_1, ..., created_N] (1 new, 0 the same task existed, unchanged); or "
     "[-1, index, size, max_payload_bytes] payload #index too large; or [-2, index, field] "
     "task #index names an existing task that differs in field; or [-3, index] task #index "
-    "repeats an id of the call (nothing stored in these three cases)"
+    "repeats an id of the call; or [-4, index, id] task #index waits for an id that is no "
+    "task; or [-5] the parent's run no longer holds it; or [-6, pod, feature] flows or "
+    "groups refused while pod, a live worker older than them, serves the queue (nothing "
+    "stored in these six cases)"
 )
 _CLAIM_REPLY = (
     "[retry_after_ms (> 0: claim again after it; 1: expired tasks left to clear), "
@@ -451,7 +459,8 @@ SCRIPTS: dict[str, Script] = {
             "schedule_put",
             SchedulePut,
             "[1] created, [2] changed, [0] unchanged, [-1, size, max] payload too large, "
-            "[-2, owner] another owner's",
+            "[-2, owner] another owner's, [-6, pod, 'groups'] a group refused while pod, a "
+            "live worker older than groups, serves the queue",
             ScheduleField,
         ),
         Script(
@@ -496,6 +505,11 @@ SCRIPTS: dict[str, Script] = {
             "a string of one character per id: F finished, W watched, A absent",
             TaskId,
         ),
-        Script("quota", Quota, "[until (epoch ms; 0 = no pause), streak]"),
+        Script(
+            "quota",
+            Quota,
+            "[until (epoch ms; 0 = no pause), streak]; or [-6, pod, feature] a pause or "
+            "budget refused while pod, a live worker older than them, serves the queue",
+        ),
     )
 }

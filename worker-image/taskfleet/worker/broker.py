@@ -477,7 +477,8 @@ class Broker:
         """A handler reported its provider's quota spent (``report_quota``): every worker
         stops claiming the queue's tasks (with ``task_id``: that task's group's, if it has
         one) for ``pause_ms`` (None: the adaptive pause). Returns the pause's end (ms)."""
-        until, _ = await self._run(QuotaOps(self.keys).pause(pause_ms, reason, task_id=task_id))
+        op = QuotaOps(self.keys).pause(pause_ms, reason, task_id=task_id, reporter=self.pod)
+        until, _ = await self._run(op)
         return until
 
     async def groups_of(self, task_ids: Sequence[str]) -> list[str]:

@@ -318,7 +318,7 @@ export class Broker {
    */
   async addChildren(parent: string, token: string, batch: readonly TaskRecord[]): Promise<void> {
     const records = batch.map((r) => ({ ...r }));
-    decodeEnqueue(await this.call("enqueue", { token_base: "", trace: "", parent, parent_token: token }, records), batch, parent);
+    decodeEnqueue(await this.call("enqueue", { token_base: "", trace: "", parent, parent_token: token }, records), batch, this.keys.queue, parent);
   }
 
   /** The results a task's dependencies handed it, by their id. */
@@ -377,7 +377,7 @@ export class Broker {
    * `pauseMs` (null: the adaptive pause). Returns the pause's end (ms).
    */
   async pauseQuota(pauseMs: number | null, reason: string, taskId = ""): Promise<number> {
-    const reply = await this.call("quota", { op: "pause", pause_ms: pauseMs ?? undefined, reason, task_id: taskId || undefined });
+    const reply = await this.call("quota", { op: "pause", pause_ms: pauseMs ?? undefined, reason, task_id: taskId || undefined, reporter: this.pod });
     if (!Array.isArray(reply) || reply.length !== 2) throw new ProtocolError(`quota: unexpected reply ${String(reply)}`);
     return Number(reply[0]);
   }

@@ -47,7 +47,7 @@ local function RECORD(i)
   local b = 8 + (i - 1) * 11
   return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
 end
-local task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, flow_resolve, pending_add, deadline_run, build_lazy
+local task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -201,7 +201,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
   return immediate
 end
 
--- built on the first call of task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, flow_resolve, pending_add, deadline_run: what only they use
+-- built on the first call of task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run: what only they use
 build_lazy = function()
 -- includes/same_value.lua
 -- Two stored values are the same when their texts are, or both are the same number (a
@@ -1359,6 +1359,29 @@ local function hand_off(now, count, token_base, bound)
   end
   return handed
 end
+-- includes/older_worker.lua
+-- older_worker: the name of a live worker of the queue whose record has no level >= 2 (a
+-- worker of 0.1.x, which mishandles flows, groups, claim pauses and spend budgets without
+-- an error), or nil. Live as readers judge it (records.WorkerRecord.alive): its heartbeat
+-- within one lease TTL of now. A record that is not a JSON object is nobody's: skipped.
+-- Called only by a call that uses one of those features, never on a plain path. A record
+-- that says '"level":2' (as worker_record writes it; JSON escapes any quote inside a
+-- string, so no value can hold those characters) is not decoded.
+local function older_worker(now)
+  local live_from = now - cfg_num('lease_ttl_s', 30) * 1000
+  local flat = redis.call('HGETALL', K_WORKERS)
+  for i = 1, #flat, 2 do
+    local raw = flat[i + 1]
+    if not string.find(raw, '"level":2', 1, true) then
+      local ok, w = pcall(cjson.decode, raw)
+      if ok and type(w) == 'table' and (tonumber(w.level) or 1) < 2
+        and (tonumber(w.heartbeat_ms) or -math.huge) >= live_from then
+        return flat[i]
+      end
+    end
+  end
+  return nil
+end
 -- includes/flow_join_done.lua
 -- A task whose handler returned while children it added were running (field 'join') is
 -- done once the last of them is: done now, with the result its run stored.
@@ -1474,10 +1497,10 @@ local function deadline_run(score, deadline)
   if #head > 0 then redis.call('ZREMRANGEBYSCORE', K_DEADLINE_RUNS, '-inf', '(' .. head[2]) end
   redis.call('ZADD', K_DEADLINE_RUNS, score, at .. ':' .. string.format('%.17g', deadline))
 end
-return task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, flow_resolve, pending_add, deadline_run
+return task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run
 end
 local build_all = build_lazy
-build_lazy = function() task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, flow_resolve, pending_add, deadline_run = build_all() end
+build_lazy = function() task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run = build_all() end
 task_differs = function(...) build_lazy() return task_differs(...) end
 flow_hold = function(...) build_lazy() return flow_hold(...) end
 flow_adopt = function(...) build_lazy() return flow_adopt(...) end
@@ -1485,6 +1508,7 @@ flow_append = function(...) build_lazy() return flow_append(...) end
 flow_join = function(...) build_lazy() return flow_join(...) end
 flow_add = function(...) build_lazy() return flow_add(...) end
 hand_off = function(...) build_lazy() return hand_off(...) end
+older_worker = function(...) build_lazy() return older_worker(...) end
 flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 pending_add = function(...) build_lazy() return pending_add(...) end
 deadline_run = function(...) build_lazy() return deadline_run(...) end
@@ -1506,7 +1530,10 @@ deadline_run = function(...) build_lazy() return deadline_run(...) end
 --   nor an earlier task of the call;
 --   or {-5} when a parent is given and is not running under parent_token (or its
 --   cancel was requested);
---   in those five cases nothing is stored.
+--   or {-6, pod, feature} when the call uses flows (after, a parent, ARG_FLOW) or groups
+--   (a new task's group) while pod, a live worker older than them (older_worker), serves
+--   the queue: feature is 'flows', 'groups' or 'flows and groups';
+--   in those six cases nothing is stored.
 -- With a parent (a running task adding children at run time), each task of the call
 -- becomes a child it waits for (flow_adopt): the parent is done once they all are.
 -- A task with 'after' (a JSON array of ids) waits in state 'waiting' until they are all
@@ -1525,6 +1552,7 @@ end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}
 local seen = {}
+local uses_flows, uses_groups = ARG_PARENT ~= '' or ARG_FLOW ~= '', false
 for i = 1, n do
   local id, payload, priority, _, _, max_attempts, cost, timeout, after, on_dep_fail, group =
     RECORD(i)
@@ -1538,12 +1566,23 @@ for i = 1, n do
     if not field and (redis.call('HGET', key, 'group') or '') ~= group then field = 'group' end
     if field then return {-2, i, field} end
     exists[i] = true
-  elseif after ~= '' then
-    for _, dep in ipairs(cjson.decode(after)) do
-      if not seen[dep] and redis.call('EXISTS', K_TASK .. dep) == 0 then return {-4, i, dep} end
+  else
+    if group ~= '' then uses_groups = true end
+    if after ~= '' then
+      uses_flows = true
+      for _, dep in ipairs(cjson.decode(after)) do
+        if not seen[dep] and redis.call('EXISTS', K_TASK .. dep) == 0 then return {-4, i, dep} end
+      end
     end
   end
   seen[id] = true
+end
+-- A worker older than flows or groups would mishandle them without an error: refused.
+if uses_flows or uses_groups then
+  local pod = older_worker(now_ms())
+  if pod then
+    return {-6, pod, uses_flows and (uses_groups and 'flows and groups' or 'flows') or 'groups'}
+  end
 end
 local now = now_ms()
 local call_flow = ARG_FLOW ~= '' and ARG_FLOW or nil

@@ -6,6 +6,7 @@ local K_DELAYED = KEYS[3]
 local K_DONE = KEYS[5]
 local K_DEAD = KEYS[6]
 local K_DEADLINES = KEYS[7]
+local K_WORKERS = KEYS[9]
 local K_CONFIG = KEYS[10]
 local K_SEQ = KEYS[11]
 local K_STATS = KEYS[12]
@@ -32,6 +33,7 @@ local ARG_DAY_LIMIT = ARGV[4]
 local ARG_MONTH_LIMIT = ARGV[5]
 local ARG_GROUP = ARGV[6]
 local ARG_TASK_ID = ARGV[7]
+local ARG_REPORTER = ARGV[8]
 local flow_resolve, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
@@ -175,6 +177,29 @@ end
 -- worker is woken to make that claim.
 local function group_unpark(g, now)
   if redis.call('ZADD', K_GROUPS_PARKED, 'XX', 'CH', now, g) == 1 then notify(1) end
+end
+-- includes/older_worker.lua
+-- older_worker: the name of a live worker of the queue whose record has no level >= 2 (a
+-- worker of 0.1.x, which mishandles flows, groups, claim pauses and spend budgets without
+-- an error), or nil. Live as readers judge it (records.WorkerRecord.alive): its heartbeat
+-- within one lease TTL of now. A record that is not a JSON object is nobody's: skipped.
+-- Called only by a call that uses one of those features, never on a plain path. A record
+-- that says '"level":2' (as worker_record writes it; JSON escapes any quote inside a
+-- string, so no value can hold those characters) is not decoded.
+local function older_worker(now)
+  local live_from = now - cfg_num('lease_ttl_s', 30) * 1000
+  local flat = redis.call('HGETALL', K_WORKERS)
+  for i = 1, #flat, 2 do
+    local raw = flat[i + 1]
+    if not string.find(raw, '"level":2', 1, true) then
+      local ok, w = pcall(cjson.decode, raw)
+      if ok and type(w) == 'table' and (tonumber(w.level) or 1) < 2
+        and (tonumber(w.heartbeat_ms) or -math.huge) >= live_from then
+        return flat[i]
+      end
+    end
+  end
+  return nil
 end
 -- built on the first call of flow_resolve: what only they use
 build_lazy = function()
@@ -479,7 +504,14 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 --   task_id (optional, with pause and no group): the group of that task is paused, or the
 --   queue when it has none (a handler reporting its provider's quota spent for its group,
 --   without knowing the group's name).
--- Returns: {until (ms; 0 = no pause), streak}.
+--   reporter (optional, with pause): the worker whose handler reported its provider's
+--   quota spent (report_quota); '' = a producer or the CLI.
+-- A pause or a budget of a limit > 0 asked by a producer or the CLI (no reporter: a
+-- reporting worker is of this release itself) is refused while a live worker older than
+-- claim pauses and budgets serves the queue (older_worker): it would go on claiming
+-- through the pause and past the budget.
+-- Returns: {until (ms; 0 = no pause), streak}; or {-6, pod, feature} (feature 'claim
+--   pauses' or 'spend budgets') when refused, nothing changed.
 local now = now_ms()
 local op = ARG_OP
 local g = ARG_GROUP or ''
@@ -487,6 +519,17 @@ if g == '' and op == 'pause' and (ARG_TASK_ID or '') ~= '' then
   g = redis.call('HGET', K_TASK .. ARG_TASK_ID, 'group') or ''
 end
 local key = g ~= '' and K_GROUP .. g or K_QUOTA
+local feature = nil
+if op == 'pause' and ARG_REPORTER == '' then
+  feature = 'claim pauses'
+elseif op == 'budget' and ((tonumber(ARG_DAY_LIMIT) or 0) > 0
+    or (tonumber(ARG_MONTH_LIMIT) or 0) > 0) then
+  feature = 'spend budgets'
+end
+if feature then
+  local pod = older_worker(now)
+  if pod then return {-6, pod, feature} end
+end
 if op == 'pause' then
   local till = quota_pause(key, now, tonumber(ARG_PAUSE_MS), ARG_REASON)
   if g ~= '' then group_pause(g, till) end

@@ -15,7 +15,10 @@
 --   nor an earlier task of the call;
 --   or {-5} when a parent is given and is not running under parent_token (or its
 --   cancel was requested);
---   in those five cases nothing is stored.
+--   or {-6, pod, feature} when the call uses flows (after, a parent, ARG_FLOW) or groups
+--   (a new task's group) while pod, a live worker older than them (older_worker), serves
+--   the queue: feature is 'flows', 'groups' or 'flows and groups';
+--   in those six cases nothing is stored.
 -- With a parent (a running task adding children at run time), each task of the call
 -- becomes a child it waits for (flow_adopt): the parent is done once they all are.
 -- A task with 'after' (a JSON array of ids) waits in state 'waiting' until they are all
@@ -36,6 +39,7 @@
 --- @include-lazy "flow_join"
 --- @include-lazy "flow_add"
 --- @include-lazy "hand_off"
+--- @include-lazy "older_worker"
 local n = tonumber(ARG_N)
 local parent_key
 if ARG_PARENT ~= '' then
@@ -47,6 +51,7 @@ end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}
 local seen = {}
+local uses_flows, uses_groups = ARG_PARENT ~= '' or ARG_FLOW ~= '', false
 for i = 1, n do
   local id, payload, priority, _, _, max_attempts, cost, timeout, after, on_dep_fail, group =
     RECORD(i)
@@ -60,12 +65,23 @@ for i = 1, n do
     if not field and (redis.call('HGET', key, 'group') or '') ~= group then field = 'group' end
     if field then return {-2, i, field} end
     exists[i] = true
-  elseif after ~= '' then
-    for _, dep in ipairs(cjson.decode(after)) do
-      if not seen[dep] and redis.call('EXISTS', K_TASK .. dep) == 0 then return {-4, i, dep} end
+  else
+    if group ~= '' then uses_groups = true end
+    if after ~= '' then
+      uses_flows = true
+      for _, dep in ipairs(cjson.decode(after)) do
+        if not seen[dep] and redis.call('EXISTS', K_TASK .. dep) == 0 then return {-4, i, dep} end
+      end
     end
   end
   seen[id] = true
+end
+-- A worker older than flows or groups would mishandle them without an error: refused.
+if uses_flows or uses_groups then
+  local pod = older_worker(now_ms())
+  if pod then
+    return {-6, pod, uses_flows and (uses_groups and 'flows and groups' or 'flows') or 'groups'}
+  end
 end
 local now = now_ms()
 local call_flow = ARG_FLOW ~= '' and ARG_FLOW or nil

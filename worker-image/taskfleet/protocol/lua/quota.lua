@@ -15,12 +15,20 @@
 --   task_id (optional, with pause and no group): the group of that task is paused, or the
 --   queue when it has none (a handler reporting its provider's quota spent for its group,
 --   without knowing the group's name).
--- Returns: {until (ms; 0 = no pause), streak}.
+--   reporter (optional, with pause): the worker whose handler reported its provider's
+--   quota spent (report_quota); '' = a producer or the CLI.
+-- A pause or a budget of a limit > 0 asked by a producer or the CLI (no reporter: a
+-- reporting worker is of this release itself) is refused while a live worker older than
+-- claim pauses and budgets serves the queue (older_worker): it would go on claiming
+-- through the pause and past the budget.
+-- Returns: {until (ms; 0 = no pause), streak}; or {-6, pod, feature} (feature 'claim
+--   pauses' or 'spend budgets') when refused, nothing changed.
 --- @include "now_ms"
 --- @include "flush_counts"
 --- @include "quota_pause"
 --- @include "group_pause"
 --- @include "group_unpark"
+--- @include "older_worker"
 local now = now_ms()
 local op = ARG_OP
 local g = ARG_GROUP or ''
@@ -28,6 +36,17 @@ if g == '' and op == 'pause' and (ARG_TASK_ID or '') ~= '' then
   g = redis.call('HGET', K_TASK .. ARG_TASK_ID, 'group') or ''
 end
 local key = g ~= '' and K_GROUP .. g or K_QUOTA
+local feature = nil
+if op == 'pause' and ARG_REPORTER == '' then
+  feature = 'claim pauses'
+elseif op == 'budget' and ((tonumber(ARG_DAY_LIMIT) or 0) > 0
+    or (tonumber(ARG_MONTH_LIMIT) or 0) > 0) then
+  feature = 'spend budgets'
+end
+if feature then
+  local pod = older_worker(now)
+  if pod then return {-6, pod, feature} end
+end
 if op == 'pause' then
   local till = quota_pause(key, now, tonumber(ARG_PAUSE_MS), ARG_REASON)
   if g ~= '' then group_pause(g, till) end

@@ -8,24 +8,34 @@
 -- A definition equal to the stored one changes nothing. One whose timing (cron, tz,
 -- jitter) changed starts again from the first slot given; otherwise the slot to fire
 -- next is kept, so an edit of the payload neither fires nor skips a slot.
+-- A definition with a group is refused while a live worker older than groups serves the
+-- queue (older_worker): it would fire the schedule's slots without the group.
 -- Returns: {1} created, {2} changed, {0} unchanged, {-1, size, max} payload over the
---   queue's max_payload_bytes, {-2, owner} the schedule belongs to another owner.
+--   queue's max_payload_bytes, {-2, owner} the schedule belongs to another owner,
+--   {-6, pod, 'groups'} refused for pod, a live older worker (nothing changed).
 --- @include "now_ms"
 --- @include "cfg_num"
+--- @include-lazy "older_worker"
 local name, owner = ARG_NAME, ARG_OWNER
 local key = K_SCHEDULE .. name
 local n = tonumber(ARG_N)
 local def = {}
 local payload = ''
+local grouped = false
 for i = 1, n do
   local f, v = RECORD(i)
   def[#def + 1] = f
   def[#def + 1] = v
   if f == 'payload' then payload = v end
+  if f == 'group' and v ~= '' then grouped = true end
 end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 if string.len(payload) > max_bytes then return {-1, string.len(payload), max_bytes} end
 local now = now_ms()
+if grouped then
+  local pod = older_worker(now)
+  if pod then return {-6, pod, 'groups'} end
+end
 local function own()
   if owner == 'taskqueue' then
     redis.call('SADD', K_SCHEDULES_OWNED, name)
