@@ -55,6 +55,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "groups_pending",
     "flow",
     "flows",
+    "levels",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -165,6 +166,11 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "is the prefix and the flow's id (its first task's); expires a retention after it ends",
     ),
     "flows": ("zset", "ids of the flows not ended; score: when each began (epoch ms)"),
+    "levels": (
+        "string",
+        "set for a second after a call using flows, groups, claim pauses or budgets found no "
+        "live worker older than them: such calls read the worker records at most once a second",
+    ),
 }
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -206,6 +212,7 @@ class QueueKeys:
         "groups_parked",
         "groups_pending",
         "idle",
+        "levels",
         "notify",
         "pending",
         "pod_prefix",
@@ -295,6 +302,9 @@ class QueueKeys:
         self.group_bucket_prefix = p + "gbucket:"
         self.groups_parked = p + "groups:parked"
         self.groups_pending = p + "groups:pending"
+        # set for a second once a check found no live worker older than this release's
+        # features (lua/includes/older_worker.lua): the next calls skip the check
+        self.levels = p + "levels"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,

@@ -25,6 +25,7 @@ local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
 local K_FLOW = KEYS[38]
 local K_FLOWS = KEYS[39]
+local K_LEVELS = KEYS[40]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_OP = ARGV[1]
 local ARG_PAUSE_MS = ARGV[2]
@@ -186,7 +187,12 @@ end
 -- Called only by a call that uses one of those features, never on a plain path. A record
 -- that says '"level":2' (as worker_record writes it; JSON escapes any quote inside a
 -- string, so no value can hold those characters) is not decoded.
+-- A check that finds none sets K_LEVELS for LEVELS_MS: the calls of the next second skip
+-- it (a grouped enqueue would otherwise read every worker record each time). A 0.1.x
+-- worker that registers within that second is found by the first check after it.
+local LEVELS_MS = 1000
 local function older_worker(now)
+  if redis.call('EXISTS', K_LEVELS) == 1 then return nil end
   local live_from = now - cfg_num('lease_ttl_s', 30) * 1000
   local flat = redis.call('HGETALL', K_WORKERS)
   for i = 1, #flat, 2 do
@@ -199,6 +205,7 @@ local function older_worker(now)
       end
     end
   end
+  redis.call('SET', K_LEVELS, '1', 'PX', LEVELS_MS)
   return nil
 end
 -- built on the first call of flow_resolve: what only they use

@@ -6,7 +6,12 @@
 -- Called only by a call that uses one of those features, never on a plain path. A record
 -- that says '"level":2' (as worker_record writes it; JSON escapes any quote inside a
 -- string, so no value can hold those characters) is not decoded.
+-- A check that finds none sets K_LEVELS for LEVELS_MS: the calls of the next second skip
+-- it (a grouped enqueue would otherwise read every worker record each time). A 0.1.x
+-- worker that registers within that second is found by the first check after it.
+local LEVELS_MS = 1000
 local function older_worker(now)
+  if redis.call('EXISTS', K_LEVELS) == 1 then return nil end
   local live_from = now - cfg_num('lease_ttl_s', 30) * 1000
   local flat = redis.call('HGETALL', K_WORKERS)
   for i = 1, #flat, 2 do
@@ -19,5 +24,6 @@ local function older_worker(now)
       end
     end
   end
+  redis.call('SET', K_LEVELS, '1', 'PX', LEVELS_MS)
   return nil
 end
