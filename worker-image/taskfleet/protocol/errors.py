@@ -71,7 +71,7 @@ class OlderWorker(TaskfleetError):  # noqa: N818 - public name of the contract
 
     def __init__(self, queue: str, pod: str, feature: str) -> None:
         super().__init__(
-            f"worker pod {pod!r} serves queue {queue!r} at level 1 (taskfleet 0.1): "
+            f"worker pod {pod!r} serves queue {queue!r} at level 1 (taskfleet 0.1.x): "
             f"{feature} need every worker of the queue at 0.2; upgrade the queue's workers "
             "first (docs/upgrade.md)"
         )
