@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.calls import run
+from taskfleet.protocol.keys import QueueKeys
 
 #: The error the dead task died of: a traceback whose last line names the cause.
 TRACEBACK = (
@@ -40,3 +42,12 @@ def busy_queue(queue: Queue, make_broker: Callable[..., Any], pending: int = 3) 
     assert broker.fail(doomed.id, doomed.token, TRACEBACK) == "dead"
     broker.complete(quick.id, quick.token, json.dumps({"rows": 42}))
     return Scene(dead_id, held_id, done_id, pending_ids)
+
+
+def older_worker(queue: Queue, pod: str, beat_ago_ms: int = 0) -> None:
+    """``pod``'s record as a 0.1.x worker writes it (no "level"), beating ``beat_ago_ms`` ago
+    by the server's clock."""
+    beat = run(queue.client, queue.reads.clock()) - beat_ago_ms
+    written_by_0_1 = {"incarnation": "inc-0", "heartbeat_ms": beat, "inflight": 0,
+                      "concurrency": 1, "draining": False}  # fmt: skip
+    queue.client.hset(QueueKeys(queue.name).workers, pod, json.dumps(written_by_0_1))

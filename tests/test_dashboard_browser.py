@@ -22,7 +22,7 @@ import pytest
 from taskfleet.dashboard.settings import DashboardSettings
 from taskfleet.producer.queue import Queue
 
-from tests.dashboard_fixtures import Scene, busy_queue
+from tests.dashboard_fixtures import Scene, busy_queue, older_worker
 from tests.dashboard_server import Served, serve
 from tests.polling import wait_for
 
@@ -128,12 +128,14 @@ def csp_violations(browser: Any) -> list[str]:
 
 
 def test_from_the_queues_to_a_dead_tasks_error_and_on_to_the_workers(
-    browser: Any, served: Served, scene: Scene
+    browser: Any, served: Served, scene: Scene, queue: Queue
 ) -> None:
+    older_worker(queue, "pod-old")
     browser.get(served.base + "/")
     click(browser, "table.queues a", "jobs")
     shot(browser, "1-queues-then-queue")
 
+    assert "worker pod-old runs taskfleet 0.1.x (level 1)" in visible(browser, "p.older")
     click(browser, "a.card.state-dead", "1")
     visible(browser, "h1", "dead")
     shot(browser, "2-dead-tasks")
@@ -147,6 +149,8 @@ def test_from_the_queues_to_a_dead_tasks_error_and_on_to_the_workers(
     click(browser, "header nav a", "workers")
     row = visible(browser, "table.workers tr", "pod-a")
     assert "inc-7" in row and "1/4" in row and scene.held_id in row
+    assert visible(browser, "table.workers tr", "pod-old").split()[-2:] == ["(0.1.x)", "-"]
+    assert "upgrade it (docs/upgrade.md)" in visible(browser, "p.older")
     shot(browser, "4-workers")
     assert csp_violations(browser) == []
 
@@ -168,8 +172,9 @@ def test_an_open_page_refreshes_itself_without_reloading(
 
 
 def test_pages_fit_a_phone_screen_without_scrolling_sideways(
-    browser: Any, served: Served, scene: Scene
+    browser: Any, served: Served, scene: Scene, queue: Queue
 ) -> None:
+    older_worker(queue, "pod-old")  # its level flagged and the line under the list
     browser.set_window_size(390, 844)
     for path, name in (
         ("/", "phone-queues"),
@@ -213,6 +218,7 @@ def test_a_dead_tasks_error_read_then_the_task_retried_after_login_and_confirm_a
 
     browser.get(acting.base + "/")
     click(browser, "table.queues a", "jobs")
+    assert "worker pod-old runs taskfleet 0.1.x (level 1)" in visible(browser, "p.older")
     click(browser, "a.card.state-dead", "1")
     click(browser, "table.tasks td a", scene.dead_id)
     assert "FileNotFoundError" in visible(browser, "#task-error", "FileNotFoundError")

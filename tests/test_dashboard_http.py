@@ -17,8 +17,10 @@ import pytest
 import redis
 from taskfleet.dashboard.settings import DashboardSettings
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.records import WORKER_LEVEL
 
-from tests.dashboard_fixtures import busy_queue
+from tests.dashboard_fixtures import busy_queue, older_worker
 from tests.dashboard_server import Served, serve
 from tests.fixtures_redis import RedisServerFactory, free_port
 from tests.polling import wait_for
@@ -166,6 +168,35 @@ def test_the_workers_page_shows_pod_incarnation_heartbeat_slots_and_what_each_ho
         assert ">inc-7<" in row and ">1/4<" in row and ">running<" in row
         assert f"/tasks/id/{scene.held_id}" in row
         assert re.search(r">\d+\.\ds ago<", row)
+
+
+def test_each_workers_level_is_shown_and_a_live_0_1_worker_is_flagged_on_its_queues_pages(
+    served: Served, queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    queue.enqueue({})  # a queue the dashboard finds
+    make_broker(queue.name, pod="pod-new", incarnation="inc-1").register(2)
+    older_worker(queue, "pod-old")
+    older_worker(queue, "pod-gone", beat_ago_ms=120_000)  # silent for longer than a lease
+    note = (
+        '<p class="older">worker pod-old runs taskfleet 0.1.x (level 1): flows, groups, claim '
+        "pauses and spend budgets are not served by it; upgrade it (docs/upgrade.md)</p>"
+    )
+
+    for path in ("/workers", "/queues/jobs/workers"):
+        page = wait_for(partial(page_with, served, path, "pod-old"), what="pod-old listed")
+        rows = {
+            pod: page.split(f'data-label="pod">{pod}<', 1)[1].split("</tr>", 1)[0]
+            for pod in ("pod-new", "pod-old", "pod-gone")
+        }
+        assert f'<td class="num" data-label="level">{WORKER_LEVEL}</td>' in rows["pod-new"]
+        for pod in ("pod-old", "pod-gone"):
+            assert '<td class="num older" data-label="level">1 (0.1.x)</td>' in rows[pod]
+        assert note in page  # the silent one is not named: it serves nothing now
+    assert note in served.get("/queues/jobs").body
+
+    queue.client.hdel(QueueKeys(queue.name).workers, "pod-old")
+    assert "0.1.x" not in served.get("/queues/jobs").body
+    assert 'class="older"' not in served.get("/queues/jobs/workers").body.split("</table>")[1]
 
 
 def test_every_response_carries_the_security_headers_and_nothing_but_get_is_served(

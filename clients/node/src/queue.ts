@@ -38,6 +38,7 @@ import {
 } from "./schedules.js";
 import { COUNTERS, type Task, type TaskState, storedInt, taskFromHash } from "./tasks.js";
 import { Blockers, wait } from "./waiting.js";
+import { type WorkerInfo, workerInfo } from "./workers.js";
 
 /** Housekeeping bound of the claims an enqueue makes for idle workers it hands tasks to. */
 export const CLAIM_HOUSEKEEPING_BOUND = 100;
@@ -74,18 +75,6 @@ export interface EnqueueResult {
 /** Sizes of every state, live workers, and the queue's counters. */
 export type Stats = Record<"pending" | "delayed" | "running" | "done" | "dead" | "cancelled" | "waiting" | "workers", number> &
   Record<(typeof COUNTERS)[number], number>;
-
-/** A worker of the queue as its record says (`Queue.workers`). */
-export interface WorkerInfo {
-  readonly pod: string;
-  readonly incarnation: string;
-  readonly heartbeatMs: number;
-  readonly inflight: number;
-  readonly concurrency: number;
-  readonly draining: boolean;
-  /** Heartbeat within one lease TTL. */
-  readonly alive: boolean;
-}
 
 const STATE_SETS = ["pending", "delayed", "running", "done", "dead", "cancelled", "waiting"] as const;
 
@@ -296,7 +285,7 @@ export class Queue {
     return out as Stats;
   }
 
-  /** The queue's workers as their records say, by pod name. */
+  /** The queue's workers as their records say, by pod name, each with its `level` (`olderWorkers` picks the live ones of an older release). */
   async workers(): Promise<WorkerInfo[]> {
     const now = await serverMs(this.client, this.keys.key("workers"));
     const [records, config] = await Promise.all([
@@ -306,22 +295,8 @@ export class Queue {
     const ttlMs = (Number(config ?? "") > 0 ? Number(config) : 30) * 1000;
     const out: WorkerInfo[] = [];
     for (const [pod, text] of Object.entries(records)) {
-      try {
-        const rec = JSON.parse(text) as Record<string, unknown>;
-        const heartbeat = Number(rec.heartbeat_ms);
-        if (rec.heartbeat_ms === undefined || !Number.isFinite(heartbeat)) continue;
-        out.push({
-          pod,
-          incarnation: typeof rec.incarnation === "string" ? rec.incarnation : "",
-          heartbeatMs: Math.trunc(heartbeat),
-          inflight: Number(rec.inflight ?? 0) || 0,
-          concurrency: Number(rec.concurrency ?? 0) || 0,
-          draining: rec.draining === true,
-          alive: now - heartbeat <= ttlMs,
-        });
-      } catch {
-        continue; // a record this version cannot read; sweep drops it when stale
-      }
+      const found = workerInfo(pod, text, now, ttlMs);
+      if (found !== null) out.push(found); // else a record this version cannot read; sweep drops it when stale
     }
     return out.sort((a, b) => (a.pod < b.pod ? -1 : a.pod > b.pod ? 1 : 0));
   }

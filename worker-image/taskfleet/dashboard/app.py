@@ -71,8 +71,11 @@ def _environment() -> Environment:
     env.filters["capped"] = display.capped
     env.filters["one_line"] = display.one_line
     env.filters["url"] = display.url_part
+    env.filters["level"] = display.level
+    env.tests["older"] = display.older
     env.globals["when"] = display.when
     env.globals["fraction"] = display.fraction
+    env.globals["older_note"] = display.older_note
     env.globals["states"] = reads.STATES
     return env
 

@@ -1,16 +1,32 @@
 """How values are shown: ages, times, JSON pretty-printed and capped, a progress value
-read as a fraction. Pure; Jinja2 escapes whatever these return."""
+read as a fraction, a worker's level and the line about older workers (the CLI's words).
+Pure; Jinja2 escapes whatever these return."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 from taskfleet.producer.flowtree import fraction
+from taskfleet.producer.overview import WorkerView
+from taskfleet.producer.reading import RELEASE_OF_LEVEL, older_workers_note
+from taskfleet.protocol.records import WORKER_LEVEL
 
-__all__ = ["age", "capped", "fraction", "one_line", "pretty", "url_part", "when"]
+__all__ = [
+    "age",
+    "capped",
+    "fraction",
+    "level",
+    "older",
+    "older_note",
+    "one_line",
+    "pretty",
+    "url_part",
+    "when",
+]
 
 #: Characters of a payload, result, progress or error shown on a task's page.
 SHOWN_CHARS = 64 * 1024
@@ -70,3 +86,24 @@ def one_line(text: str, limit: int = ROW_ERROR_CHARS) -> str:
 def url_part(value: str) -> str:
     """A task id or queue name as one path segment (an id may hold '/', '?' or '#')."""
     return quote(value, safe="")
+
+
+def older(level: int) -> bool:
+    """Whether a worker of ``level`` is of an older release than this one's."""
+    return level < WORKER_LEVEL
+
+
+def level(value: int) -> str:
+    """A worker's level, with the release it is when older (``1 (0.1.x)``, as ``taskfleet
+    top`` shows it)."""
+    release = RELEASE_OF_LEVEL.get(value)
+    return f"{value} ({release})" if older(value) and release else str(value)
+
+
+def older_note(workers: Sequence[WorkerView]) -> str:
+    """The line ``taskfleet workers`` prints under its list when live workers of an older
+    release serve the queue (what they do not serve), or "" when none does."""
+    found = [w for w in workers if w.alive and older(w.level)]
+    if not found:
+        return ""
+    return older_workers_note(sorted(w.pod for w in found), min(w.level for w in found))
