@@ -24,7 +24,7 @@ from taskfleet.cli.options import (
     terminal_safe,
 )
 from taskfleet.cli.queue_commands import open_queue
-from taskfleet.producer.reading import older_workers, older_workers_note
+from taskfleet.producer.reading import older_note
 from taskfleet.protocol import bounds
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.records import WORKER_LEVEL
@@ -430,7 +430,6 @@ def workers(queue: str, as_json: bool, redis_url: str) -> None:
             f"holds {len(row['holds'])}/{row['concurrency']}  {_short(holds)}"
         )
         click.echo(terminal_safe(line))
-    older = older_workers(found)
-    if older:
-        level = min(w.level for w in found if w.pod in older)
-        click.echo(terminal_safe(older_workers_note(older, level)))
+    note = older_note(found)
+    if note:
+        click.echo(terminal_safe(note))

@@ -42,7 +42,7 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
     from rich.text import Text
 
     from taskfleet.producer.overview import rate
-    from taskfleet.producer.reading import older_workers_note
+    from taskfleet.producer.reading import older_note
     from taskfleet.protocol.records import WORKER_LEVEL
 
     queues = Table(title="taskfleet top  (q quits)", title_justify="left", expand=False)
@@ -78,10 +78,8 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
                 pod = terminal_safe(w.pod)
                 workers.add_row(pod, f"{w.holds}/{w.slots}", f"{age} ago", state, level)
             parts.append(workers)
-            older = [w for w in view.workers if w.alive and w.level < WORKER_LEVEL]
-            if older:
-                names = [w.pod for w in older]
-                note = older_workers_note(names, min(w.level for w in older))
+            note = older_note(view.workers)
+            if note:
                 parts.append(Text(f"{view.name}: {terminal_safe(note)}", style="red"))
         if view.groups.shown:
             parts.append(_groups(view))

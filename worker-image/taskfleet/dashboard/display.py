@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from taskfleet.producer import reading
 from taskfleet.producer.flowtree import fraction
 from taskfleet.producer.overview import WorkerView
-from taskfleet.producer.reading import RELEASE_OF_LEVEL, older_workers_note
+from taskfleet.producer.reading import RELEASE_OF_LEVEL
 from taskfleet.protocol.records import WORKER_LEVEL
 
 __all__ = [
@@ -103,7 +104,4 @@ def level(value: int) -> str:
 def older_note(workers: Sequence[WorkerView]) -> str:
     """The line ``taskfleet workers`` prints under its list when live workers of an older
     release serve the queue (what they do not serve), or "" when none does."""
-    found = [w for w in workers if w.alive and older(w.level)]
-    if not found:
-        return ""
-    return older_workers_note(sorted(w.pod for w in found), min(w.level for w in found))
+    return reading.older_note(workers)

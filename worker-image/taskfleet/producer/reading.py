@@ -5,6 +5,7 @@ run the same reads, each on its own client."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -79,10 +80,30 @@ def workers(client: SyncClient, reads: QueueReads) -> list[WorkerInfo]:
     return workers_of(found, config, now_ms)
 
 
-def older_workers(found: Iterable[WorkerInfo]) -> list[str]:
+class Leveled(Protocol):
+    """A worker as any reader shows it: ``WorkerInfo``, the dashboard's and ``top``'s rows."""
+
+    @property
+    def pod(self) -> str: ...
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def level(self) -> int: ...
+
+
+def older_workers(found: Iterable[Leveled]) -> list[str]:
     """The live workers (by name) of a level below this release's ``WORKER_LEVEL``: what
     they do not serve (flows, groups, claim pauses, spend budgets) goes wrong silently."""
     return sorted(w.pod for w in found if w.alive and w.level < WORKER_LEVEL)
+
+
+def older_note(found: Iterable[Leveled]) -> str:
+    """``older_workers_note`` for the older live workers among ``found`` (their lowest
+    level), or "" when there are none."""
+    older = [w for w in found if w.alive and w.level < WORKER_LEVEL]
+    if not older:
+        return ""
+    return older_workers_note(sorted(w.pod for w in older), min(w.level for w in older))
 
 
 def older_workers_note(names: Sequence[str], level: int = 1) -> str:
