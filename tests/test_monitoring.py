@@ -143,7 +143,7 @@ def test_every_metric_the_rules_and_the_dashboard_use_is_exported(exported: set[
         "taskfleet_queue_replayed_total",
         "taskfleet_queue_requeued_total",
         "taskfleet_queue_stale_total",
-        "taskfleet_queue_workers_older",  # the TaskQueue's WorkersCurrent condition says it
+        "taskfleet_queue_workers_older",  # alerted on (TaskfleetOlderWorkers)
         "taskfleet_worker_info",
     ]
 
