@@ -1,0 +1,165 @@
+"""A real worker of the previous release (release/previous.env, taskfleet 0.1.0) serving a
+queue beside this tree's producers, CLI and operator: what it cannot serve (groups, flows,
+claim pauses, spend budgets) is refused with ``OlderWorker`` naming it, nothing stored; a
+plain task runs to done on it; ``taskfleet workers`` and the operator's sweep show it at
+level 1; once it has drained on SIGTERM (and deregistered) the same grouped enqueue goes in.
+
+The worker is that release's own ``taskfleet worker``, from its wheel in a venv of its own
+(release/previous-library.sh: built once per commit, cached), so the record it writes is the
+one 0.1.x writes, not one written by hand as tests/test_older_worker.py does.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from taskfleet.producer.queue import Queue
+from taskfleet.protocol.errors import OlderWorker
+from taskfleet.protocol.records import WORKER_LEVEL
+from taskfleet_operator.models import TaskQueueSpec
+from taskfleet_operator.status import Event, workers_condition
+from taskfleet_operator.sweeper import SweepReport, requeue_orphans
+
+from tests.fixtures_operator import base_spec
+from tests.polling import wait_for
+from tests.workers.harness import (
+    FAST,
+    REPO,
+    WORKER_INTERVAL_S,
+    WORKER_TIMEOUT_S,
+    Fleet,
+    WorkerProcess,
+    env_for,
+    taskfleet,
+)
+
+PREVIOUS = dict(
+    line.split("=", 1)
+    for line in (REPO / "release/previous.env").read_text().splitlines()
+    if line and not line.startswith("#")
+)
+#: A cold build (a wheel, a venv, its dependencies from the index) takes about half a minute.
+BUILD_TIMEOUT_S = 900
+POD = "old-0"
+HANDLERS = """
+def double(payload):
+    return {"doubled": payload["n"] * 2}
+"""
+
+
+@pytest.fixture(scope="session")
+def previous_taskfleet() -> Path:
+    """The previous release's ``taskfleet`` script, in its cached venv."""
+    built = subprocess.run(
+        [str(REPO / "release/previous-library.sh")],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        check=False,
+    )
+    if built.returncode != 0:
+        pytest.fail(built.stderr.strip().splitlines()[-1] if built.stderr.strip() else "failed")
+    script = Path(built.stdout.strip().splitlines()[-1]) / "bin" / "taskfleet"
+    shown = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
+    assert shown == f"taskfleet, version {PREVIOUS['PREVIOUS_VERSION']}"
+    return script
+
+
+@pytest.fixture
+def older(fleet: Fleet, previous_taskfleet: Path, queue: Queue, tmp_path: Path) -> WorkerProcess:
+    """A 0.1.0 worker on "jobs", registered: its handler module on its path, not this tree."""
+    handlers = tmp_path / "handlers"
+    handlers.mkdir()
+    (handlers / "oldtasks.py").write_text(HANDLERS)
+    worker = fleet.add(
+        "oldtasks:double",
+        pod=POD,
+        program=[str(previous_taskfleet)],
+        args=["--concurrency", "2", *FAST],
+        env={"PYTHONPATH": str(handlers)},
+    )
+    worker.start()
+
+    def registered() -> bool:
+        return any(w.pod == POD and w.alive for w in queue.workers())
+
+    wait_for(
+        registered,
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"{POD}'s record in the queue's workers:\n{worker.log_text()}",
+    )
+    return worker
+
+
+def _refused(feature: str, call: Callable[[], object]) -> None:
+    with pytest.raises(OlderWorker) as caught:
+        call()
+    assert (caught.value.pod, caught.value.feature) == (POD, feature)
+    assert str(caught.value).startswith(f"worker pod {POD!r} serves queue 'jobs' at level 1 ")
+
+
+def test_its_features_are_refused_and_plain_tasks_run_on_it(
+    older: WorkerProcess, queue: Queue, redis_client: redis.Redis
+) -> None:
+    [record] = queue.workers()
+    assert (record.pod, record.level, record.alive) == (POD, 1, True)
+    assert "level" not in json.loads(redis_client.hget(queue.keys.workers, POD) or "")
+
+    task_id = queue.enqueue({"n": 21})
+    done = queue.wait([task_id], timeout=WORKER_TIMEOUT_S)[task_id]
+    assert (done.state, done.result, done.pod) == ("done", {"doubled": 42}, POD)
+
+    before = sorted(redis_client.keys("*"))
+    _refused("groups", lambda: queue.enqueue({"n": 1}, group="tenant-1"))
+    _refused("flows", lambda: queue.enqueue({"n": 1}, after=[task_id]))
+    _refused("claim pauses", lambda: queue.pause_claims(60))
+    _refused("spend budgets", lambda: queue.set_budget(day=100))
+    assert sorted(redis_client.keys("*")) == before
+    assert queue.stats()["pending"] == 0
+    assert not queue.quota().paused
+    assert older.alive()
+
+
+def test_it_shows_at_level_1_until_it_drains_then_groups_go_in(
+    older: WorkerProcess, queue: Queue, redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path / "cli")
+    shown = taskfleet("workers", "jobs", env=env, check=True).stdout
+    assert f"{POD}  alive" in shown and "level 1 (0.1.x)" in shown, shown
+    assert f"worker {POD} runs taskfleet 0.1.x (level 1): flows, groups" in shown, shown
+
+    spec = TaskQueueSpec.model_validate(base_spec(redis_url, budget={"day": 50}))
+    report = _swept(queue)
+    assert (report.older_workers, report.older_level, report.requeued) == ([POD], 1, {})
+    [condition], events = workers_condition([], spec, report, now="2026-01-01T00:00:00Z")
+    assert (condition["status"], condition["reason"]) == ("False", "OlderWorkers")
+    assert condition["message"].startswith(f"worker {POD} runs taskfleet 0.1.x (level 1): ")
+    assert condition["message"].endswith("this TaskQueue's spec.budget is not kept by it")
+    assert events == [Event("Warning", "OlderWorkers", condition["message"])]
+
+    older.signal(signal.SIGTERM)
+    assert older.wait() == 0, older.log_text()
+    assert queue.workers() == []  # it deregistered on its way out
+
+    queue.enqueue({"n": 1}, group="tenant-1")
+    assert queue.stats()["pending"] == 1
+    after = _swept(queue)
+    assert (after.older_workers, after.older_level) == ([], WORKER_LEVEL)
+    [current], _ = workers_condition([condition], spec, after, now="2026-01-01T00:00:01Z")
+    assert (current["status"], current["reason"]) == ("True", "Current")
+
+
+def _swept(queue: Queue) -> SweepReport:
+    """The operator's read of the worker records in one sweep, its pod live."""
+    report = SweepReport()
+    requeue_orphans(queue, [POD], set(), report, lambda pod: False)
+    return report
