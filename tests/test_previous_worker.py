@@ -12,6 +12,7 @@ one 0.1.x writes, not one written by hand as tests/test_older_worker.py does.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from taskfleet.producer.flows import chain
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.errors import OlderWorker
 from taskfleet.protocol.records import WORKER_LEVEL
@@ -44,8 +46,9 @@ PREVIOUS = dict(
     for line in (REPO / "release/previous.env").read_text().splitlines()
     if line and not line.startswith("#")
 )
-#: A cold build (a wheel, a venv, its dependencies from the index) takes about half a minute.
-BUILD_TIMEOUT_S = 900
+#: A cold build (a wheel, a venv, its dependencies from the index) takes about half a minute;
+#: within pytest-timeout's 300 s for the first test, so a stuck build fails saying so.
+BUILD_TIMEOUT_S = 240
 POD = "old-0"
 HANDLERS = """
 def double(payload):
@@ -64,7 +67,8 @@ def previous_taskfleet() -> Path:
         check=False,
     )
     if built.returncode != 0:
-        pytest.fail(built.stderr.strip().splitlines()[-1] if built.stderr.strip() else "failed")
+        tail = "\n".join(built.stderr.strip().splitlines()[-20:])
+        pytest.fail(f"release/previous-library.sh exited {built.returncode}:\n{tail}")
     script = Path(built.stdout.strip().splitlines()[-1]) / "bin" / "taskfleet"
     shown = subprocess.run(
         [str(script), "--version"], capture_output=True, text=True, timeout=60, check=True
@@ -100,6 +104,13 @@ def older(fleet: Fleet, previous_taskfleet: Path, queue: Queue, tmp_path: Path) 
     return worker
 
 
+def _stored(queue: Queue, client: redis.Redis) -> list[bytes]:
+    """Every key but the wake-up lists, which the live worker pops and registers on as it
+    idles (``notify``, ``idle``, ``demand``, its ``wake:`` list) whatever a producer does."""
+    churn = {queue.keys.notify, queue.keys.idle, queue.keys.demand, queue.keys.wake(POD)}
+    return sorted(k for k in client.keys("*") if k.decode() not in churn)
+
+
 def _refused(feature: str, call: Callable[[], object]) -> None:
     with pytest.raises(OlderWorker) as caught:
         call()
@@ -118,12 +129,16 @@ def test_its_features_are_refused_and_plain_tasks_run_on_it(
     done = queue.wait([task_id], timeout=WORKER_TIMEOUT_S)[task_id]
     assert (done.state, done.result, done.pod) == ("done", {"doubled": 42}, POD)
 
-    before = sorted(redis_client.keys("*"))
+    before = _stored(queue, redis_client)
     _refused("groups", lambda: queue.enqueue({"n": 1}, group="tenant-1"))
     _refused("flows", lambda: queue.enqueue({"n": 1}, after=[task_id]))
+    _refused("flows", lambda: queue.enqueue_flow(chain({"payload": {}}, {"payload": {}})))
+    _refused("groups", lambda: queue.enqueue_many([{"payload": {}}, {"payload": {}, "group": "g"}]))
+    _refused("groups", lambda: queue.schedule("nightly", "0 3 * * *", {"n": 1}, group="g"))
     _refused("claim pauses", lambda: queue.pause_claims(60))
+    _refused("claim pauses", lambda: queue.pause_claims(60, group="tenant-1"))
     _refused("spend budgets", lambda: queue.set_budget(day=100))
-    assert sorted(redis_client.keys("*")) == before
+    assert _stored(queue, redis_client) == before
     assert queue.stats()["pending"] == 0
     assert not queue.quota().paused
     assert older.alive()
@@ -163,3 +178,51 @@ def _swept(queue: Queue) -> SweepReport:
     report = SweepReport()
     requeue_orphans(queue, [POD], set(), report, lambda pod: False)
     return report
+
+
+def test_a_killed_one_refuses_nothing_once_its_record_is_a_lease_old(
+    older: WorkerProcess, queue: Queue, redis_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL: no drain, no deregistration; its record stays, silent after one lease TTL
+    (1 s here), and refuses nothing from then on."""
+    older.kill()
+
+    def grouped() -> str | None:
+        try:
+            return queue.enqueue({"n": 1}, group="tenant-1")
+        except OlderWorker:
+            return None
+
+    task_id = wait_for(grouped, timeout=WORKER_TIMEOUT_S, interval=WORKER_INTERVAL_S)
+    [record] = queue.workers()
+    assert (record.pod, record.level, record.alive) == (POD, 1, False)
+    # stored (pending, or handed to the dead worker's idle registration: its lease ends that)
+    stored = queue.get(task_id)
+    assert stored is not None and stored.group == "tenant-1"
+    shown = taskfleet("workers", "jobs", env=env_for(redis_url, tmp_path / "cli")).stdout
+    assert f"{POD}  silent" in shown and "runs taskfleet 0.1.x" not in shown, shown
+    assert _swept(queue).older_workers == []
+
+
+def test_the_library_script_says_in_one_line_that_a_shallow_clone_lacks_the_commit(
+    tmp_path: Path,
+) -> None:
+    clone = tmp_path / "shallow"
+    subprocess.run(
+        ["git", "clone", "-q", "--depth", "1", f"file://{REPO}", str(clone)],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+    script = clone / "release/previous-library.sh"
+    script.write_bytes((REPO / "release/previous-library.sh").read_bytes())  # this tree's
+    env = {**os.environ, "TASKFLEET_CACHE": str(tmp_path / "cache")}
+    ran = subprocess.run(
+        [str(script)], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr == (
+        f"previous-library: error: commit {PREVIOUS['PREVIOUS_COMMIT']} (release/previous.env) "
+        "is not in this clone: fetch the history (git fetch --unshallow)\n"
+    )
+    assert ran.stdout == ""
