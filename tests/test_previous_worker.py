@@ -104,11 +104,12 @@ def older(fleet: Fleet, previous_taskfleet: Path, queue: Queue, tmp_path: Path) 
     return worker
 
 
-def _stored(queue: Queue, client: redis.Redis) -> list[bytes]:
+def _stored(queue: Queue, client: redis.Redis) -> list[str]:
     """Every key but the wake-up lists, which the live worker pops and registers on as it
     idles (``notify``, ``idle``, ``demand``, its ``wake:`` list) whatever a producer does."""
     churn = {queue.keys.notify, queue.keys.idle, queue.keys.demand, queue.keys.wake(POD)}
-    return sorted(k for k in client.keys("*") if k.decode() not in churn)
+    keys = (k.decode() if isinstance(k, bytes) else k for k in client.keys("*"))
+    return sorted(k for k in keys if k not in churn)
 
 
 def _refused(feature: str, call: Callable[[], object]) -> None:
