@@ -205,6 +205,37 @@ def test_a_killed_one_refuses_nothing_once_its_record_is_a_lease_old(
     assert _swept(queue).older_workers == []
 
 
+def test_each_process_of_a_multi_process_one_is_an_older_worker_of_its_pod(
+    fleet: Fleet, previous_taskfleet: Path, queue: Queue, redis_url: str, tmp_path: Path
+) -> None:
+    """``--processes 2``: two records, ``<pod>#1`` and ``<pod>#2``, both level 1; the
+    refusal names one of them, the operator names their pod once."""
+    (tmp_path / "oldtasks.py").write_text(HANDLERS)
+    older = fleet.add(
+        "oldtasks:double",
+        pod=POD,
+        program=[str(previous_taskfleet)],
+        args=["--processes", "2", *FAST],
+        env={"PYTHONPATH": str(tmp_path)},
+    ).start()
+    names = [f"{POD}#1", f"{POD}#2"]
+
+    def both() -> bool:
+        return sorted(w.pod for w in queue.workers() if w.alive and w.level == 1) == names
+
+    wait_for(both, timeout=WORKER_TIMEOUT_S, interval=WORKER_INTERVAL_S, what=older.log_text)
+    with pytest.raises(OlderWorker) as caught:
+        queue.enqueue({"n": 1}, group="tenant-1")
+    assert caught.value.pod in names and repr(caught.value.pod) in str(caught.value)
+    shown = taskfleet("workers", "jobs", env=env_for(redis_url, tmp_path / "cli")).stdout
+    assert f"workers {', '.join(names)} run taskfleet 0.1.x (level 1)" in shown, shown
+    assert _swept(queue).older_workers == [POD]
+    older.signal(signal.SIGTERM)
+    assert older.wait() == 0, older.log_text()
+    assert queue.workers() == []
+    queue.enqueue({"n": 1}, group="tenant-1")
+
+
 def test_the_library_script_says_in_one_line_that_a_shallow_clone_lacks_the_commit(
     tmp_path: Path,
 ) -> None:
