@@ -29,6 +29,7 @@ from taskfleet_operator.status import Event, workers_condition
 from taskfleet_operator.sweeper import SweepReport, requeue_orphans
 
 from tests.fixtures_operator import base_spec
+from tests.fixtures_previous import PREVIOUS, handler_path
 from tests.polling import wait_for
 from tests.workers.harness import (
     FAST,
@@ -41,54 +42,18 @@ from tests.workers.harness import (
     taskfleet,
 )
 
-PREVIOUS = dict(
-    line.split("=", 1)
-    for line in (REPO / "release/previous.env").read_text().splitlines()
-    if line and not line.startswith("#")
-)
-#: A cold build (a wheel, a venv, its dependencies from the index) takes about half a minute;
-#: within pytest-timeout's 300 s for the first test, so a stuck build fails saying so.
-BUILD_TIMEOUT_S = 240
 POD = "old-0"
-HANDLERS = """
-def double(payload):
-    return {"doubled": payload["n"] * 2}
-"""
-
-
-@pytest.fixture(scope="session")
-def previous_taskfleet() -> Path:
-    """The previous release's ``taskfleet`` script, in its cached venv."""
-    built = subprocess.run(
-        [str(REPO / "release/previous-library.sh")],
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-        check=False,
-    )
-    if built.returncode != 0:
-        tail = "\n".join(built.stderr.strip().splitlines()[-20:])
-        pytest.fail(f"release/previous-library.sh exited {built.returncode}:\n{tail}")
-    script = Path(built.stdout.strip().splitlines()[-1]) / "bin" / "taskfleet"
-    shown = subprocess.run(
-        [str(script), "--version"], capture_output=True, text=True, timeout=60, check=True
-    ).stdout.strip()
-    assert shown == f"taskfleet, version {PREVIOUS['PREVIOUS_VERSION']}"
-    return script
 
 
 @pytest.fixture
 def older(fleet: Fleet, previous_taskfleet: Path, queue: Queue, tmp_path: Path) -> WorkerProcess:
     """A 0.1.0 worker on "jobs", registered: its handler module on its path, not this tree."""
-    handlers = tmp_path / "handlers"
-    handlers.mkdir()
-    (handlers / "oldtasks.py").write_text(HANDLERS)
     worker = fleet.add(
         "oldtasks:double",
         pod=POD,
         program=[str(previous_taskfleet)],
         args=["--concurrency", "2", *FAST],
-        env={"PYTHONPATH": str(handlers)},
+        env=handler_path(tmp_path / "handlers"),
     )
     worker.start()
 
@@ -210,13 +175,12 @@ def test_each_process_of_a_multi_process_one_is_an_older_worker_of_its_pod(
 ) -> None:
     """``--processes 2``: two records, ``<pod>#1`` and ``<pod>#2``, both level 1; the
     refusal names one of them, the operator names their pod once."""
-    (tmp_path / "oldtasks.py").write_text(HANDLERS)
     older = fleet.add(
         "oldtasks:double",
         pod=POD,
         program=[str(previous_taskfleet)],
         args=["--processes", "2", *FAST],
-        env={"PYTHONPATH": str(tmp_path)},
+        env=handler_path(tmp_path / "handlers"),
     ).start()
     names = [f"{POD}#1", f"{POD}#2"]
 
