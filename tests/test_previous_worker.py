@@ -117,6 +117,10 @@ def test_it_shows_at_level_1_until_it_drains_then_groups_go_in(
     shown = taskfleet("workers", "jobs", env=env, check=True).stdout
     assert f"{POD}  alive" in shown and "level 1 (0.1.x)" in shown, shown
     assert f"worker {POD} runs taskfleet 0.1.x (level 1): flows, groups" in shown, shown
+    refused = taskfleet("enqueue", "jobs", "--group", "tenant-1", env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith(f"taskfleet: error: worker pod {POD!r} serves queue 'jobs'")
+    assert len(refused.stderr.splitlines()) == 1, refused.stderr
 
     spec = TaskQueueSpec.model_validate(base_spec(redis_url, budget={"day": 50}))
     report = _swept(queue)
