@@ -6,5 +6,6 @@ pytest_plugins = [
     "tests.fixtures_kube",
     "tests.fixtures_operator",
     "tests.fixtures_cluster",
+    "tests.fixtures_previous",
     "tests.workers.harness",
 ]

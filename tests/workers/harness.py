@@ -70,16 +70,17 @@ class WorkerProcess:
         args: list[str] | None = None,
         prefix: list[str] | None = None,
         env: dict[str, str] | None = None,
+        program: list[str] | None = None,
     ) -> None:
+        """``program``: what runs ``worker ...`` (this tree's ``python -m taskfleet`` unless
+        given; another release's ``taskfleet`` script, say)."""
         self.pod = pod
         self.runtime_dir = workdir / f"runtime-{pod}"
         self.log_path = workdir / f"worker-{pod}.log"
         self.env = env_for(redis_url, self.runtime_dir, TASKFLEET_POD_NAME=pod, **(env or {}))
         self.argv = [
             *(prefix or []),
-            sys.executable,
-            "-m",
-            "taskfleet",
+            *(program or [sys.executable, "-m", "taskfleet"]),
             "worker",
             "--queue",
             queue,
