@@ -35,7 +35,7 @@ def _older(client: redis.Redis, queue: Queue, *, age_ms: int = 0, pod: str = "ol
 
 def _message(feature: str) -> str:
     return (
-        "worker pod 'old-pod' serves queue 'jobs' at level 1 (taskfleet 0.1.x): "
+        "worker 'old-pod' serves queue 'jobs' at level 1 (taskfleet 0.1.x): "
         f"{feature} need every worker of the queue at 0.2; upgrade the queue's workers "
         "first (docs/upgrade.md)"
     )

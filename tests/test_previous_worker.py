@@ -81,7 +81,7 @@ def _refused(feature: str, call: Callable[[], object]) -> None:
     with pytest.raises(OlderWorker) as caught:
         call()
     assert (caught.value.pod, caught.value.feature) == (POD, feature)
-    assert str(caught.value).startswith(f"worker pod {POD!r} serves queue 'jobs' at level 1 ")
+    assert str(caught.value).startswith(f"worker {POD!r} serves queue 'jobs' at level 1 ")
 
 
 def test_its_features_are_refused_and_plain_tasks_run_on_it(
@@ -119,7 +119,7 @@ def test_it_shows_at_level_1_until_it_drains_then_groups_go_in(
     assert f"worker {POD} runs taskfleet 0.1.x (level 1): flows, groups" in shown, shown
     refused = taskfleet("enqueue", "jobs", "--group", "tenant-1", env=env)
     assert refused.returncode == 2, refused.stderr
-    assert refused.stderr.startswith(f"taskfleet: error: worker pod {POD!r} serves queue 'jobs'")
+    assert refused.stderr.startswith(f"taskfleet: error: worker {POD!r} serves queue 'jobs'")
     assert len(refused.stderr.splitlines()) == 1, refused.stderr
 
     spec = TaskQueueSpec.model_validate(base_spec(redis_url, budget={"day": 50}))

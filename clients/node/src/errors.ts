@@ -71,7 +71,7 @@ export class OlderWorker extends TaskfleetError {
 
   constructor(queue: string, pod: string, feature: string) {
     super(
-      `worker pod ${pyRepr(pod)} serves queue ${pyRepr(queue)} at level 1 (taskfleet 0.1.x): ` +
+      `worker ${pyRepr(pod)} serves queue ${pyRepr(queue)} at level 1 (taskfleet 0.1.x): ` +
         `${feature} need every worker of the queue at 0.2; upgrade the queue's workers first (docs/upgrade.md)`,
     );
     this.queue = queue;

@@ -23,7 +23,7 @@ function refused(feature: string): (e: unknown) => boolean {
     e.pod === "old-pod" &&
     e.feature === feature &&
     e.message ===
-      `worker pod 'old-pod' serves queue 'jobs' at level 1 (taskfleet 0.1.x): ${feature} need every worker of the queue at 0.2; upgrade the queue's workers first (docs/upgrade.md)`;
+      `worker 'old-pod' serves queue 'jobs' at level 1 (taskfleet 0.1.x): ${feature} need every worker of the queue at 0.2; upgrade the queue's workers first (docs/upgrade.md)`;
 }
 
 describe("a live older worker on the queue", () => {

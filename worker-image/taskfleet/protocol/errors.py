@@ -65,13 +65,15 @@ class TaskExists(TaskfleetError):  # noqa: N818
 class OlderWorker(TaskfleetError):  # noqa: N818 - public name of the contract
     """A call that uses flows, groups, claim pauses or spend budgets was refused, nothing
     stored: ``pod``, a live worker of an older release (level 1, taskfleet 0.1.x), serves
-    the queue and would mishandle them without an error (docs/compatibility.md).
+    the queue and would mishandle them without an error (docs/compatibility.md). It is the
+    worker's name in the queue: its pod's, or ``<pod>#<n>`` for one process of a worker
+    started with ``--processes``.
     ``feature`` names what was refused (``flows``, ``groups``, ``flows and groups``,
     ``claim pauses``, ``spend budgets``)."""
 
     def __init__(self, queue: str, pod: str, feature: str) -> None:
         super().__init__(
-            f"worker pod {pod!r} serves queue {queue!r} at level 1 (taskfleet 0.1.x): "
+            f"worker {pod!r} serves queue {queue!r} at level 1 (taskfleet 0.1.x): "
             f"{feature} need every worker of the queue at 0.2; upgrade the queue's workers "
             "first (docs/upgrade.md)"
         )
