@@ -272,6 +272,34 @@ def _redis_reachability(
     return conditions, events
 
 
+def _warned_condition(
+    conditions: list[dict[str, Any]],
+    kind: str,
+    healthy: tuple[str, str] | None,
+    warning: tuple[str, str],
+    recovered: tuple[str, str],
+    *,
+    now: str,
+    announced: frozenset[str],
+    key: str,
+) -> tuple[list[dict[str, Any]], list[Event]]:
+    """``kind`` True with ``healthy`` (reason, message), or, when that is None, False with
+    ``warning``: a Warning event when it turns False or its message changes (not at every
+    sweep, nor while ``announced`` holds ``key``: the status read may lag the last
+    sweep's write), a Normal ``recovered`` (reason, message) event when it turns True
+    again."""
+    previous = find(conditions, kind) or {}
+    if healthy is not None:
+        was_false = previous.get("status") == "False"
+        events = [Event("Normal", *recovered)] if was_false else []
+        return set_condition(conditions, kind, True, *healthy, now=now), events
+    reason, message = warning
+    changed = (previous.get("status"), previous.get("message")) != ("False", message)
+    changed = changed and key not in announced
+    events = [Event("Warning", reason, message)] if changed else []
+    return set_condition(conditions, kind, False, reason, message, now=now), events
+
+
 def eviction_condition(
     conditions: list[dict[str, Any]],
     policy: str | None,
@@ -283,27 +311,22 @@ def eviction_condition(
     False (not at every sweep) and a note when it turns True again."""
     if policy is None:
         return conditions, []
-    previous = find(conditions, REDIS_NO_EVICTION) or {}
-    if policy == "noeviction":
-        events = (
-            [Event("Normal", "NoEviction", "Redis maxmemory-policy is noeviction again")]
-            if previous.get("status") == "False"
-            else []
-        )
-        message = "maxmemory-policy is noeviction: a full Redis refuses writes"
-        return set_condition(
-            conditions, REDIS_NO_EVICTION, True, "NoEviction", message, now=now
-        ), events
     message = (
         f"Redis maxmemory-policy is {policy}: when full, Redis deletes keys, acknowledged "
         "tasks among them; set maxmemory-policy noeviction (docs/redis.md)"
     )
-    changed = (previous.get("status"), previous.get("message")) != ("False", message)
-    changed = changed and f"EvictionPolicy:{policy}" not in announced
-    events = [Event("Warning", "EvictionPolicy", message)] if changed else []
-    return set_condition(
-        conditions, REDIS_NO_EVICTION, False, "EvictionPolicy", message, now=now
-    ), events
+    return _warned_condition(
+        conditions,
+        REDIS_NO_EVICTION,
+        ("NoEviction", "maxmemory-policy is noeviction: a full Redis refuses writes")
+        if policy == "noeviction"
+        else None,
+        ("EvictionPolicy", message),
+        ("NoEviction", "Redis maxmemory-policy is noeviction again"),
+        now=now,
+        announced=announced,
+        key=f"EvictionPolicy:{policy}",
+    )
 
 
 def _utc(ms: int) -> str:
@@ -372,22 +395,18 @@ def workers_condition(
     """WorkersCurrent: False (OlderWorkers) while a live worker serves a lower level than
     this release's, with a warning when that starts or its message changes (not at every
     sweep) and a note when every live worker is current again."""
-    previous = find(conditions, WORKERS_CURRENT) or {}
-    if not report.older_workers:
-        events = (
-            [Event("Normal", WORKERS_CURRENT, "every live worker serves this release's level")]
-            if previous.get("status") == "False"
-            else []
-        )
-        message = f"no live worker of a level below {WORKER_LEVEL}"
-        return set_condition(conditions, WORKERS_CURRENT, True, "Current", message, now=now), events
-    message = workers_message(spec, report.older_workers, report.older_level)
-    changed = (previous.get("status"), previous.get("message")) != ("False", message)
-    changed = changed and f"OlderWorkers:{message}" not in announced
-    events = [Event("Warning", "OlderWorkers", message)] if changed else []
-    return set_condition(
-        conditions, WORKERS_CURRENT, False, "OlderWorkers", message, now=now
-    ), events
+    older = report.older_workers
+    message = workers_message(spec, older, report.older_level) if older else ""
+    return _warned_condition(
+        conditions,
+        WORKERS_CURRENT,
+        None if older else ("Current", f"no live worker of a level below {WORKER_LEVEL}"),
+        ("OlderWorkers", message),
+        (WORKERS_CURRENT, "every live worker serves this release's level"),
+        now=now,
+        announced=announced,
+        key=f"OlderWorkers:{message}",
+    )
 
 
 def announced_after(swept: Swept) -> frozenset[str]:
