@@ -218,7 +218,6 @@ def test_a_dead_tasks_error_read_then_the_task_retried_after_login_and_confirm_a
 
     browser.get(acting.base + "/")
     click(browser, "table.queues a", "jobs")
-    assert "worker pod-old runs taskfleet 0.1.x (level 1)" in visible(browser, "p.older")
     click(browser, "a.card.state-dead", "1")
     click(browser, "table.tasks td a", scene.dead_id)
     assert "FileNotFoundError" in visible(browser, "#task-error", "FileNotFoundError")
