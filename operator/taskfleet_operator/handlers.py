@@ -493,6 +493,14 @@ def _sweep_once(
         if sync and not outcome.schedule_errors:
             memory.schedules_synced, memory.schedules_synced_at = schedules, time.monotonic()
         _count_sweep(metrics, queue, outcome)
+        for task_id, state in outcome.repaired:
+            logger.warning(
+                "flow_repaired: task %s of queue %s, its dependencies ended without waking "
+                "it, now %s",
+                task_id,
+                queue,
+                state,
+            )
         _guard(key, model, report=outcome, memo=memo, logger=logger, indexes=indexes)
     else:
         metrics.sweep_errors.labels(queue, outcome.reason).inc()

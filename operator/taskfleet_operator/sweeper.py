@@ -43,6 +43,8 @@ class SweepReport:
     requeued: dict[str, int] = field(default_factory=dict)  # by pod gone
     lease_expired: int = 0  # tasks the queue's sweep took back from expired leases
     fired: int = 0  # tasks this sweep's firing enqueued
+    # waiting tasks its repair resolved (their dependencies had ended without waking them)
+    repaired: list[tuple[str, str]] = field(default_factory=list)
     active_schedules: int = 0  # schedules of the store waiting for their next slot
     stats: dict[str, int] = field(default_factory=dict)
     suspects: set[str] = field(default_factory=set)
@@ -181,6 +183,14 @@ def sweep_queue(
         result = queue.sweep()
         report.lease_expired += result.requeued
         if not result.saturated(SWEEP_BOUND):
+            break
+    # Waiting tasks whose dependencies all ended without waking them: one pass, bounded.
+    cursor = 0
+    for _ in range(10):
+        repaired = queue.repair(cursor)
+        report.repaired.extend(repaired.repaired)
+        cursor = repaired.cursor
+        if not repaired.more:
             break
     if sync:
         sync_schedules(queue, spec, report)
