@@ -10,6 +10,7 @@ so its completion resolves nobody and its dependants stay in its set ``dependant
 
 from __future__ import annotations
 
+import signal
 import threading
 
 import pytest
@@ -17,7 +18,10 @@ import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.tasks import TaskState
 
-from tests.fixtures_redis import BlockingBroker, MakeBroker
+from tests.fixtures_redis import BlockingBroker, MakeBroker, free_port
+from tests.polling import wait_for
+from tests.scrape import scrape, value
+from tests.workers.harness import FAST, WORKER_INTERVAL_S, Fleet
 
 
 def _state(queue: Queue, task_id: str) -> TaskState:
@@ -225,3 +229,29 @@ def test_a_pass_over_a_large_waiting_set_takes_several_bounded_calls(
     assert first.more and 0 < len(first.repaired) < n
     assert len(first.repaired) + len(_repair_all(queue)) == n
     assert queue.stats()["waiting"] == 0
+
+
+def test_a_workers_housekeeping_repairs_a_stranded_task_counts_and_logs_it(
+    fleet: Fleet, queue: Queue, make_broker: MakeBroker, redis_client: redis.Redis
+) -> None:
+    """No operator: the library alone frees it, a sweep's time after the settle time."""
+    a = queue.enqueue({}, task_id="a")
+    b = queue.enqueue({}, task_id="b", after=[a])
+    _finish_unheard(queue, redis_client, make_broker("jobs"), a)
+    redis_client.hset(queue.keys.task(a), "finished_at", 1)  # it ended long ago
+    port = free_port()
+    worker = fleet.add(
+        "tests.workers.handlers:by_payload", args=[*FAST, "--metrics-port", str(port)]
+    ).start()
+    wait_for(
+        lambda: _state(queue, b) is TaskState.DONE,
+        timeout=20,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"{b} repaired and run:\n{worker.log_text()}",
+    )
+    assert worker.has_event("flow_repaired", task=b, state="pending")
+    samples = scrape(f"http://127.0.0.1:{port}/metrics")
+    assert value(samples, "taskfleet_worker_flow_repairs_total", queue="jobs") == 1
+    assert queue.stats()["flow_repairs"] == 1
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
