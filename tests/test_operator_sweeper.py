@@ -374,3 +374,19 @@ def test_a_sweep_that_reaches_redis_reports_what_it_did(redis_url: str) -> None:
 
     assert isinstance(outcome, sweeper.SweepReport)
     assert outcome.stats["pending"] == 0
+
+
+def test_a_sweep_repairs_a_waiting_task_whose_dependency_ended_without_waking_it(
+    make_broker: Callable[..., Any], queue: Queue, redis_client: redis.Redis
+) -> None:
+    a = queue.enqueue({}, task_id="a")
+    b = queue.enqueue({}, task_id="b", after=[a])
+    broker = make_broker(queue.name)
+    [run] = broker.claim(1).tasks
+    redis_client.hdel(queue.keys.task(a), "dependants")  # as a 0.1.x worker completes it
+    broker.complete_many([(a, run.token, None)])
+    redis_client.hset(queue.keys.task(a), "finished_at", 1)  # ended long ago
+    report = sweep(queue, make_spec())
+    assert report.repaired == [(b, "pending")]
+    assert report.stats["flow_repairs"] == 1 and report.stats["waiting"] == 0
+    assert sweep(queue, make_spec()).repaired == []
