@@ -67,6 +67,8 @@ def test_a_task_whose_dependency_ended_without_waking_it_goes_pending_with_its_i
     assert task is not None
     assert (task.state, task.deps_left) == (TaskState.PENDING, None)
     assert redis_client.hget(queue.keys.task(b), f"in:{a}") == b'{"n": 7}'
+    # no resolve owed any more: a late one finds b in no set, and counts nothing
+    assert redis_client.exists(queue.keys.dependants(a)) == 0
     assert queue.stats()["flow_repairs"] == 1
     assert queue.stats()["waiting"] == 0
     assert [t.id for t in broker.claim(10).tasks] == [b]
