@@ -168,8 +168,9 @@ bench-operator-outage: ## the operator with 1,000 TaskQueues whose Redis refuses
 soak: ## 1,000,000 tasks through a small fleet: Redis memory, slowest scripts, accounting (SOAK_TASKS=...)
 	$(BIN)/python -m bench.soak
 
-soak-faults: ## BUSY, OOM, restarts and failovers under load, then lost/stuck/duplicated (SOAK_FAULTS_CYCLES=...)
+soak-faults: ## BUSY, OOM, restarts and failovers under load, then flows with a 0.1.x worker and SIGKILLs; lost/stuck/stranded (SOAK_FAULTS_CYCLES=..., SOAK_FLOWS_CHAINS=...)
 	$(BIN)/python -m bench.soak_faults
+	$(BIN)/python -m bench.soak_flows
 
 bench-redis-sizing: ## Redis bytes per pending and per retained task, by payload size (docs/redis.md)
 	$(BIN)/python -m bench.redis_sizing

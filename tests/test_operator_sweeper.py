@@ -374,3 +374,37 @@ def test_a_sweep_that_reaches_redis_reports_what_it_did(redis_url: str) -> None:
 
     assert isinstance(outcome, sweeper.SweepReport)
     assert outcome.stats["pending"] == 0
+
+
+def test_a_sweep_repairs_a_waiting_task_whose_dependency_ended_without_waking_it(
+    make_broker: Callable[..., Any], queue: Queue, redis_client: redis.Redis
+) -> None:
+    a = queue.enqueue({}, task_id="a")
+    b = queue.enqueue({}, task_id="b", after=[a])
+    broker = make_broker(queue.name)
+    [run] = broker.claim(1).tasks
+    redis_client.hdel(queue.keys.task(a), "dependants")  # as a 0.1.x worker completes it
+    broker.complete_many([(a, run.token, None)])
+    redis_client.hset(queue.keys.task(a), "finished_at", 1)  # ended long ago
+    report = sweep(queue, make_spec())
+    assert report.repaired == [(b, "pending")]
+    assert report.stats["flow_repairs"] == 1 and report.stats["waiting"] == 0
+    assert sweep(queue, make_spec()).repaired == []
+
+
+def test_a_sweeps_repair_goes_on_from_where_the_last_sweep_stopped(
+    make_broker: Callable[..., Any], queue: Queue, redis_client: redis.Redis
+) -> None:
+    heads = [queue.enqueue({}, task_id=f"a{i}") for i in range(3)]
+    for i, head in enumerate(heads):
+        queue.enqueue({}, task_id=f"b{i}", after=[head])
+    broker = make_broker(queue.name)
+    runs = broker.claim(3).tasks
+    for run in runs:
+        redis_client.hdel(queue.keys.task(run.id), "dependants")
+    broker.complete_many([(run.id, run.token, None) for run in runs])
+    for head in heads:
+        redis_client.hset(queue.keys.task(head), "finished_at", 1)
+    last = sweep(queue, make_spec(), repair_cursor=2)  # b2 is third in waiting
+    assert (last.repaired, last.repair_cursor) == ([("b2", "pending")], 0)
+    assert sorted(sweep(queue, make_spec()).repaired) == [("b0", "pending"), ("b1", "pending")]

@@ -226,3 +226,46 @@ def test_the_library_script_says_in_one_line_that_a_shallow_clone_lacks_the_comm
         "is not in this clone: fetch the history (git fetch --unshallow)\n"
     )
     assert ran.stdout == ""
+
+
+def test_chains_it_joins_late_never_stay_waiting_once_their_dependencies_ended(
+    fleet: Fleet, previous_taskfleet: Path, queue: Queue, tmp_path: Path
+) -> None:
+    """Chains in flight when a 0.1.0 worker joins: it completes their heads without
+    resolving the next steps (it knows nothing of dependants). A worker of this tree beside
+    it repairs them in its housekeeping: every chain ends done, nothing left waiting."""
+    chains = 6
+    for i in range(chains):
+        queue.enqueue_flow(chain(*({"payload": {"n": i}} for _ in range(3))))
+    heads = queue.stats()["pending"]
+    assert (heads, queue.stats()["waiting"]) == (chains, 2 * chains)
+    handlers = handler_path(tmp_path / "handlers")
+    older = fleet.add(
+        "oldtasks:double",
+        pod=POD,
+        program=[str(previous_taskfleet)],
+        args=["--concurrency", "2", *FAST],
+        env=handlers,
+    )
+    older.start()
+    wait_for(
+        lambda: queue.stats()["done"] == chains,
+        timeout=WORKER_TIMEOUT_S * 3,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"the heads done by {POD}: {queue.stats()}\n{older.log_text()}",
+    )
+    # what 0.1.x leaves: the second steps wait on heads that are done, and nothing wakes them
+    assert queue.stats()["waiting"] == 2 * chains
+    current = fleet.add("oldtasks:double", pod="new-0", env=handlers)
+    current.start()
+    wait_for(
+        lambda: queue.stats()["done"] == 3 * chains,
+        timeout=60,
+        interval=0.1,
+        what=lambda: f"every chain done: {queue.stats()}\n{fleet.logs()}",
+    )
+    stats = queue.stats()
+    assert (stats["waiting"], stats["pending"], stats["dead"]) == (0, 0, 0)
+    assert stats["flow_repairs"] >= chains  # each second step at least; third ones run by it
+    assert current.has_event("flow_repaired")
+    assert older.alive() and current.alive()

@@ -146,6 +146,7 @@ def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> Non
         (ops.disown("p", "i", ["b1", "b2", "b3"]), (3, 1)),
         (ops.watch("w", ["t"]), (1, 1)),
         (ops.sweep(), (0, 0)),
+        (ops.repair(3), (0, 0)),
         (control.cancel(["t", "u"]), (2, 1)),
         (control.retry(task_ids=["t"]), (1, 1)),
         (control.retry(scan=Scan(reason="failed")), (0, 1)),

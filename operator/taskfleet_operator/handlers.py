@@ -486,13 +486,23 @@ def _sweep_once(
             suspects=memory.suspects,
             sync=sync,
             logger=logger,
+            repair_cursor=memory.repair_cursor,
         )
     queue = builders.queue_name(namespace, name)
     if isinstance(outcome, sweeper.SweepReport):
         memory.suspects = outcome.suspects
+        memory.repair_cursor = outcome.repair_cursor
         if sync and not outcome.schedule_errors:
             memory.schedules_synced, memory.schedules_synced_at = schedules, time.monotonic()
         _count_sweep(metrics, queue, outcome)
+        for task_id, state in outcome.repaired:
+            logger.warning(
+                "flow_repaired: task %s of queue %s, its dependencies ended without waking "
+                "it, now %s",
+                task_id,
+                queue,
+                state,
+            )
         _guard(key, model, report=outcome, memo=memo, logger=logger, indexes=indexes)
     else:
         metrics.sweep_errors.labels(queue, outcome.reason).inc()

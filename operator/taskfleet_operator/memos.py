@@ -35,6 +35,8 @@ class TaskQueueMemory:
 
     # Pods seen registered in Redis but missing from the API at the previous sweep.
     suspects: set[str] = field(default_factory=set)
+    # Where the next sweep's repair goes on in the queue's waiting set (0: a new pass).
+    repair_cursor: int = 0
     # The last generation the create/update handler could not apply, with the Ready
     # reason and message: the sweep keeps that condition (and leaves the Deployment
     # alone) until a generation applies.

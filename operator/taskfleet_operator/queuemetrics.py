@@ -47,6 +47,7 @@ COUNTER_METRICS = {
     "deferred": "taskfleet_queue_deferred",
     "replayed": "taskfleet_queue_replayed",
     "throttled": "taskfleet_queue_claim_pauses",
+    "flow_repairs": "taskfleet_queue_flow_repairs",
 }
 #: The flow counters are one family, ``taskfleet_queue_flows{outcome}``.
 assert set(COUNTER_METRICS) | set(FLOW_COUNTERS.values()) == set(COUNTERS)

@@ -43,6 +43,9 @@ class SweepReport:
     requeued: dict[str, int] = field(default_factory=dict)  # by pod gone
     lease_expired: int = 0  # tasks the queue's sweep took back from expired leases
     fired: int = 0  # tasks this sweep's firing enqueued
+    # waiting tasks its repair resolved (their dependencies had ended without waking them)
+    repaired: list[tuple[str, str]] = field(default_factory=list)
+    repair_cursor: int = 0  # where the next sweep's repair goes on (0: a new pass)
     active_schedules: int = 0  # schedules of the store waiting for their next slot
     stats: dict[str, int] = field(default_factory=dict)
     suspects: set[str] = field(default_factory=set)
@@ -166,6 +169,7 @@ def sweep_queue(
     suspects: set[str],
     pod_gone: Callable[[str], bool],
     sync: bool = True,
+    repair_cursor: int = 0,
 ) -> SweepReport:
     """One sweep of one queue. Raises `redis.RedisError` when Redis is unreachable.
 
@@ -182,6 +186,17 @@ def sweep_queue(
         report.lease_expired += result.requeued
         if not result.saturated(SWEEP_BOUND):
             break
+    # Waiting tasks whose dependencies all ended without waking them: a few bounded calls,
+    # from where the last sweep stopped (``repair_cursor``), so a large waiting set is
+    # covered over several sweeps.
+    cursor = repair_cursor
+    for _ in range(10):
+        repaired = queue.repair(cursor)
+        report.repaired.extend(repaired.repaired)
+        cursor = repaired.cursor
+        if not repaired.more:
+            break
+    report.repair_cursor = cursor
     if sync:
         sync_schedules(queue, spec, report)
     # A firer like every worker: schedules fire on time while the fleet is at zero.
@@ -215,6 +230,7 @@ def sweep_taskqueue(
     suspects: set[str],
     sync: bool,
     logger: Logger,
+    repair_cursor: int = 0,
 ) -> SweepReport | Outage:
     """`sweep_queue` on a TaskQueue's queue, or the outage that kept it from Redis.
 
@@ -232,6 +248,7 @@ def sweep_taskqueue(
             suspects=suspects,
             pod_gone=pod_gone_asking_api(namespace, logger),
             sync=sync,
+            repair_cursor=repair_cursor,
         )
     except kube.SecretUnavailable as error:
         return Outage("SecretUnavailable", str(error))

@@ -47,6 +47,7 @@ export const COUNTERS = [
   "flows_done",
   "flows_failed",
   "flows_cancelled",
+  "flow_repairs",
 ] as const;
 
 /** A task as stored, with proper types (times are `Date`s, null when absent or unreadable). */

@@ -9,6 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, afterEach, before, beforeEach, describe, it } from "node:test";
 
+import { packagedBundle } from "../src/bundle.js";
+import { Scripts } from "../src/connection.js";
 import { Queue } from "../src/index.js";
 import { Broker } from "../src/worker/broker.js";
 import { RedisServer, freePort, until } from "./redis.js";
@@ -326,6 +328,7 @@ describe("the Node worker", () => {
     for (const line of [
       'taskfleet_worker_tasks_total{queue="jobs",outcome="done"} 1',
       'taskfleet_worker_slots{queue="jobs"} 1',
+      'taskfleet_worker_flow_repairs_total{queue="jobs"} 0',
       'taskfleet_worker_redis_up{queue="jobs"} 1',
       'taskfleet_worker_task_run_seconds_count{queue="jobs"} 1',
       'taskfleet_worker_claim_seconds_bucket{le="+Inf",queue="jobs"}',
@@ -379,6 +382,26 @@ describe("the Node worker", () => {
     assert.match(w.output, /event=supervisor_exited code=0/);
     for (const id of ids) assert.equal(await state(id), "pending"); // handed back at the deadline
     assert.deepEqual(await queue.workers(), []);
+  });
+
+  it("repairs in its housekeeping a waiting task whose dependency ended without waking it", async () => {
+    const a = await queue.enqueue({ ms: 1 });
+    const b = await queue.enqueue({ ms: 1 }, { after: [a] });
+    // a finished as a worker that knows nothing of dependants finishes it, a minute ago
+    const bundle = packagedBundle();
+    const scripts = new Scripts(queue.client, bundle);
+    const claim = bundle.pack("claim", { pod: "old", incarnation: "i1", max_tasks: 1, token_base: "tb", bound: 100 });
+    const [, , , record] = (await scripts.run("claim", queue.keys.scriptKeys, claim)) as unknown[];
+    const [id = "", token = ""] = String(record).split("\0");
+    assert.equal(id, a);
+    await queue.client.hdel(queue.keys.item("task", a), "dependants");
+    await scripts.run("complete", queue.keys.scriptKeys, bundle.pack("complete", {}, [{ task_id: a, token, result: "" }]));
+    await queue.client.hset(queue.keys.item("task", a), "finished_at", String(Date.now() - 60_000));
+    assert.equal(await state(b), "waiting");
+    const w = worker("n1");
+    await w.saw(new RegExp(`flow_repaired.*${b}`));
+    await until("the repaired task done", async () => (await state(b)) === "done", 20_000);
+    assert.equal((await queue.stats()).flow_repairs, 1);
   });
 
   it("refuses bad input with one line and exit 2", async () => {

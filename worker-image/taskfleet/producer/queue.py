@@ -46,7 +46,16 @@ from taskfleet.protocol.schedules import (
     first_slot,
     validate_schedule_name,
 )
-from taskfleet.protocol.scripts import EnqueueArgs, Op, Ops, SweepResult, SyncScripts, release
+from taskfleet.protocol.scripts import (
+    REPAIR_SETTLE_MS,
+    EnqueueArgs,
+    Op,
+    Ops,
+    RepairResult,
+    SweepResult,
+    SyncScripts,
+    release,
+)
 from taskfleet.protocol.tasks import Task
 
 __all__ = ["CancelOutcome", "EnqueueResult", "EnqueueSpec", "Queue", "TaskPage", "WorkerInfo"]
@@ -331,6 +340,13 @@ class Queue(Controlling, Quotas):
         """Take back every task ``pod`` holds; returns how many (requeued + gone dead)."""
         requeued, dead = self._scripts.run(self.ops.requeue(pod, except_incarnation))
         return requeued + dead
+
+    def repair(self, cursor: int = 0, *, settle_ms: int = REPAIR_SETTLE_MS) -> RepairResult:
+        """Resolve waiting tasks whose dependencies all ended without waking them (an
+        older worker, a lost write): one bounded call from rank ``cursor`` of the waiting
+        set; call again with the reply's cursor while it says there is more. A dependency that ended
+        less than ``settle_ms`` ago is left to the normal resolve."""
+        return self._scripts.run(self.ops.repair(cursor, settle_ms=settle_ms))
 
     def sweep(self) -> SweepResult:
         """Promote due tasks, expire deadlines, take back expired leases, prune, drop

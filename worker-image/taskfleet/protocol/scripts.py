@@ -52,6 +52,7 @@ from taskfleet.protocol.signatures import (
     Held,
     Register,
     Release,
+    Repair,
     Requeue,
     Sweep,
     TaskId,
@@ -70,6 +71,12 @@ SWEEP_BOUND = 1000
 #: costs a read and a write of its record: a step of ``bound`` of them would be a long
 #: call); sweep.lua's ``EXPIRE_SHARE``.
 SWEEP_EXPIRE_SHARE = 10
+#: Records a repair call reads at most (a waiting task and each of its dependencies: one
+#: each); a pass over a larger waiting set takes several calls, each a few milliseconds.
+REPAIR_BOUND = 500
+#: A dependency that ended this recently and still names the task in its set of
+#: dependants is left to the normal resolve (it may sit on the flow backlog a moment).
+REPAIR_SETTLE_MS = 5000
 #: Packed call heads kept per client (one per script and queue); past it they are rebuilt.
 HEADS_CACHED = 1024
 
@@ -288,6 +295,24 @@ class SweepResult:
             )
             >= bound
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RepairResult:
+    """One repair call: where the next call starts (0 once the pass is over) and the tasks
+    it resolved, each with the state it left in."""
+
+    cursor: int
+    more: bool
+    repaired: tuple[tuple[str, str], ...]
+
+
+def _repair_result(raw: Any) -> RepairResult:
+    if not isinstance(raw, list) or len(raw) < 2 or len(raw) % 2:
+        raise ProtocolError(f"repair: unexpected reply {raw!r}")
+    items = [text(x) for x in raw[2:]]
+    pairs = tuple((items[i], items[i + 1]) for i in range(0, len(items), 2))
+    return RepairResult(int(raw[0]), bool(int(raw[1])), pairs)
 
 
 #: A single enqueue's ARGV (``Enqueue`` and one ``EnqueueTask``) with the task's options
@@ -592,6 +617,14 @@ class Ops:
         head = Watch(waiter=waiter, n=len(task_ids))
         args = with_records(head, [TaskId(task_id) for task_id in task_ids])
         return Op("watch", self._k, args, decode)
+
+    def repair(
+        self, cursor: int = 0, bound: int = REPAIR_BOUND, settle_ms: int = REPAIR_SETTLE_MS
+    ) -> Op[RepairResult]:
+        """Resolve waiting tasks whose dependencies all ended without waking them
+        (lua/repair.lua), from rank ``cursor`` of the waiting set."""
+        args = Repair(bound=bound, cursor=cursor, settle_ms=settle_ms)
+        return Op("repair", self._k, args, _repair_result)
 
     def sweep(self, bound: int = SWEEP_BOUND) -> Op[SweepResult]:
         args = Sweep(bound=bound)

@@ -276,6 +276,14 @@ class Sweep(NamedTuple):
     bound: Annotated[Int, "most tasks handled per step (expired: a tenth of it)"]
 
 
+class Repair(NamedTuple):
+    bound: Annotated[Int, "most records read (a waiting task and each dependency: one each)"]
+    cursor: Annotated[Int, "the rank in waiting to start from (0: the start of a pass)"]
+    settle_ms: Annotated[
+        Int, "a dependency that ended this recently, its resolve perhaps still queued: left"
+    ]
+
+
 class Watch(NamedTuple):
     waiter: Annotated[Str, "the waiter's id (unique per wait)"]
     n: Annotated[Int, "how many task ids follow"]
@@ -454,6 +462,13 @@ SCRIPTS: dict[str, Script] = {
             Sweep,
             "[promoted, expired, requeued, lost_dead, pruned_done, pruned_dead, "
             "workers_dropped, pruned_cancelled]",
+        ),
+        Script(
+            "repair",
+            Repair,
+            "[the next cursor, more (1: the pass goes on from the cursor, 0: it is over), "
+            "then per task repaired: its id, the state it left in ('pending', 'done', "
+            "'dead' or 'cancelled')]",
         ),
         Script(
             "schedule_put",

@@ -48,6 +48,7 @@ COUNTERS = (
     "replayed",  # dead (or, by a flow's retry, cancelled) tasks sent back (Queue.retry)
     "throttled",  # claim pauses begun: a provider's rate limit met (RateLimited), or asked for
     *("flows_done", "flows_failed", "flows_cancelled"),  # flows that ended, by outcome
+    "flow_repairs",  # waiting tasks resolved by a repair: their wake-up never came
 )
 #: The flow counters of :data:`COUNTERS`, by outcome (docs/flows.md).
 FLOW_COUNTERS = {"done": "flows_done", "failed": "flows_failed", "cancelled": "flows_cancelled"}

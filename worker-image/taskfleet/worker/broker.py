@@ -38,6 +38,7 @@ from taskfleet.protocol.scripts import (
     AsyncScripts,
     Op,
     Ops,
+    RepairResult,
     SweepResult,
 )
 from taskfleet.protocol.states import TaskState
@@ -122,6 +123,8 @@ class Broker:
         self.reads = QueueReads(self.keys)
         self.lists = QueueLists(self.keys)
         self._scripts = AsyncScripts.for_client(client)
+        #: where this worker's next repair call starts in the waiting set (0: a new pass)
+        self._repair_cursor = 0
         self.reply_timeout = reply_timeout
         #: Replicas a completion waits for (``WAIT``); none by default.
         self.durability = durability or Durability()
@@ -514,6 +517,22 @@ class Broker:
             if not more.saturated():
                 break
         return total
+
+    async def repair(self, *, max_calls: int = 1) -> list[tuple[str, str]]:
+        """Resolve waiting tasks whose dependencies all ended without waking them
+        (lua/repair.lua); the tasks repaired, each with the state it left in.
+
+        Each call reads a bounded slice of the waiting set from where this worker's last
+        call stopped; up to ``max_calls`` calls are made while the pass goes on.
+        """
+        repaired: list[tuple[str, str]] = []
+        for _ in range(max_calls):
+            result: RepairResult = await self._run(self.ops.repair(self._repair_cursor))
+            self._repair_cursor = result.cursor
+            repaired.extend(result.repaired)
+            if not result.more:
+                break
+        return repaired
 
     async def schedules_due(self, limit: int, lease_ms: int) -> DueBatch:
         """Claim up to ``limit`` due schedules for ``lease_ms`` (see ``firing``)."""

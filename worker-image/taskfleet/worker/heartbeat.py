@@ -3,7 +3,8 @@
 Each beat also learns which leases were lost (those tasks are abandoned here: someone
 else runs them now) and which held tasks producers cancelled (their runs are cancelled)
 and, every ``sweep_every`` beats, sweeps the queue so the library
-loses nothing even without the operator. A beat comes early when the lifecycle's
+loses nothing even without the operator, then repairs waiting tasks whose wake-up never
+came (``Broker.repair``), so none stays waiting for ever. A beat comes early when the lifecycle's
 ``beat_now`` is set (a drain began, Redis came back).
 """
 
@@ -69,6 +70,16 @@ async def heartbeat_loop(
             if beats % settings.sweep_every == 0 and not drain_requested.is_set():
                 # Claims already take back expired leases; this also prunes retention.
                 await broker.sweep(max_calls=SWEEP_MAX_CALLS)
+                repaired = await broker.repair(max_calls=SWEEP_MAX_CALLS)
+                execution.counters.flow_repairs += len(repaired)
+                for task_id, state in repaired:
+                    log_event(
+                        logging.WARNING,
+                        "flow_repaired",
+                        task=task_id,
+                        state=state,
+                        note="its dependencies had ended without waking it",
+                    )
         except REDIS_DOWN as exc:
             if stop_requested.is_set():
                 return

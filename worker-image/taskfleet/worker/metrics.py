@@ -107,6 +107,14 @@ class _Collector:
         for outcome in OUTCOMES:
             tasks.add_metric([queue, outcome], getattr(counters, outcome))
         yield tasks
+        repairs = CounterMetricFamily(
+            "taskfleet_worker_flow_repairs",
+            "Waiting tasks this worker's housekeeping resolved: their dependencies had all "
+            "ended without waking them (an older worker, a lost write).",
+            labels=["queue"],
+        )
+        repairs.add_metric(labels, counters.flow_repairs)
+        yield repairs
         for name, doc, histogram in (
             (
                 "taskfleet_worker_task_run_seconds",

@@ -151,6 +151,7 @@ class Counters:
     cancelled: int = 0  # ended cancelled (a producer cancelled it while it ran)
     deferred: int = 0  # retried later as the handler asked (RetryAfter)
     rate_limited: int = 0  # deferred as the queue paused on a provider's limit (RateLimited)
+    flow_repairs: int = 0  # waiting tasks its repair resolved (their wake-up never came)
 
     @property
     def done(self) -> int:

@@ -23,7 +23,7 @@ import { NoReply, WRITABLE_PROBE, classify } from "./faults.js";
 import { Flag, bounded, until } from "./flag.js";
 import { MAX_DEFERRALS } from "./failures.js";
 import { type WorkerRecord, describeRecord, parseWorkerRecord } from "./identity.js";
-import { CLAIM_HOUSEKEEPING_BOUND, MAX_BATCH, SWEEP_BOUND } from "./limits.js";
+import { CLAIM_HOUSEKEEPING_BOUND, MAX_BATCH, REPAIR_BOUND, REPAIR_SETTLE_MS, SWEEP_BOUND } from "./limits.js";
 import { logEvent } from "./log.js";
 
 /** Bound on the stored error text of a failed attempt. */
@@ -140,6 +140,8 @@ export class Broker {
   private blockingCut = new Flag();
   /** Registered: claims and beats then need our own record (one gone sends us through register again). */
   private registered = false;
+  /** Where this worker's next repair call starts in the waiting set. */
+  private repairCursor = 0;
 
   constructor(
     readonly queue: string,
@@ -446,6 +448,26 @@ export class Broker {
       const [promoted = 0, expired = 0, requeued = 0, lostDead = 0, prunedDone = 0, prunedDead = 0, , prunedCancelled = 0] = counts;
       if (Math.max(promoted, expired, requeued + lostDead, prunedDone, prunedDead, prunedCancelled) < SWEEP_BOUND) return;
     }
+  }
+
+  /**
+   * Resolve waiting tasks whose dependencies all ended without waking them (repair.lua),
+   * a bounded slice of the waiting set a call, up to `maxCalls` calls while the pass goes
+   * on; the tasks repaired, each with the state it left in.
+   */
+  async repair(maxCalls = 1): Promise<[string, string][]> {
+    const repaired: [string, string][] = [];
+    for (let i = 0; i < maxCalls; i++) {
+      const reply = list(
+        await this.call("repair", { bound: REPAIR_BOUND, cursor: this.repairCursor, settle_ms: REPAIR_SETTLE_MS }),
+        "repair",
+      ).map(String);
+      if (reply.length < 2 || reply.length % 2 !== 0) throw new ProtocolError("repair: unexpected reply");
+      this.repairCursor = Number(reply[0]);
+      for (let j = 2; j < reply.length; j += 2) repaired.push([reply[j] as string, reply[j + 1] as string]);
+      if (reply[1] !== "1") break;
+    }
+    return repaired;
   }
 
   /** Claim up to `limit` due schedules for `leaseMs`. */

@@ -74,6 +74,8 @@ export class Counters {
   deferred = 0;
   /** Deferred as the queue paused on a provider's rate limit (RateLimited). */
   rateLimited = 0;
+  /** Waiting tasks its repair resolved (their wake-up never came). */
+  flowRepairs = 0;
 
   get done(): number {
     return this.completed;

@@ -148,7 +148,15 @@ export async function heartbeatLoop(
       execution.abandon(reply.lost);
       if (reply.cancelled.length > 0) execution.cancel(reply.cancelled);
       beats += 1;
-      if (beats % SWEEP_EVERY === 0 && !flags.drainRequested.isSet()) await broker.sweep(SWEEP_MAX_CALLS);
+      if (beats % SWEEP_EVERY === 0 && !flags.drainRequested.isSet()) {
+        await broker.sweep(SWEEP_MAX_CALLS);
+        // waiting tasks whose dependencies ended without waking them (an older worker)
+        const repaired = await broker.repair(SWEEP_MAX_CALLS);
+        execution.counters.flowRepairs += repaired.length;
+        for (const [task, state] of repaired) {
+          logEvent("warning", "flow_repaired", { task, state, note: "its dependencies had ended without waking it" });
+        }
+      }
     } catch (error) {
       if (error instanceof IdentityTaken) throw takenOver(error, pod, incarnation);
       if (!isRedisDown(error)) throw error;

@@ -103,6 +103,11 @@ export async function registry(worker: Worker, version: string): Promise<import(
   }
   const counters: [string, string, () => number][] = [
     [
+      "taskfleet_worker_flow_repairs_total",
+      "Waiting tasks this worker's housekeeping resolved: their dependencies had all ended without waking them (an older worker, a lost write).",
+      () => worker.counters.flowRepairs,
+    ],
+    [
       "taskfleet_worker_redis_outage_seconds_total",
       "Time Redis was unreachable for this worker, the current outage included.",
       () => worker.gate.outageSeconds(),

@@ -26,6 +26,7 @@ NAMES = (
     "deregister",
     "disown",
     "sweep",
+    "repair",
     "schedule_put",
     "schedule_delete",
     "schedule_pause",
