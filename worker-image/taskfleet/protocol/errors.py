@@ -159,6 +159,34 @@ class ScheduleOwned(TaskfleetError, ValueError):  # noqa: N818
         self.owner = owner
 
 
+class DependencyCycle(TaskfleetError, ValueError):  # noqa: N818 - public name of the contract
+    """A dependency would close a cycle: the tasks in it would wait for each other for ever.
+
+    Refused whole, nothing stored: a child (``add_children``) that is the parent itself,
+    or a task that waits for the parent, directly or through others, or that waits for one.
+    """
+
+    def __init__(self, task_id: str, parent: str) -> None:
+        super().__init__(
+            f"task {task_id!r} would close a dependency cycle through {parent!r} "
+            "(it waits for it, directly or through others): give it no such after"
+        )
+        self.task_id = task_id
+        self.parent = parent
+
+
+class FlowTooLarge(TaskfleetError):  # noqa: N818 - public name of the contract
+    """A walk over a flow met more tasks than its bound (``flowcontrol.MAX_FLOW_TASKS``)."""
+
+    def __init__(self, task_id: str, bound: int) -> None:
+        super().__init__(
+            f"the flow of task {task_id!r} has more than {bound} tasks: nothing was changed; "
+            "cancel or retry it by branch (--branch) or by task"
+        )
+        self.task_id = task_id
+        self.bound = bound
+
+
 class TaskNotFound(TaskfleetError, LookupError):  # noqa: N818
     """No task has that id in the queue (never enqueued, or pruned after retention)."""
 
