@@ -52,6 +52,9 @@ def test_cancel_and_retry_flow_end_on_a_cycle_written_by_hand(
             assert set(outcomes) <= {"a", "b", "c"}
         states = [t.state for t in (queue.get(i) for i in "abc") if t is not None]
         assert states == [TaskState.CANCELLED] * 3
+        tree = taskfleet("task", "q", "a", env=env, timeout=WALK_DEADLINE_S)
+        assert tree.returncode == 0, tree.stderr
+        assert tree.stdout.count("  c  ") + tree.stdout.count("  b  ") <= 4
         retried = taskfleet("retry", "q", "c", "--flow", env=env, timeout=WALK_DEADLINE_S)
         assert retried.returncode == 0, retried.stderr
         cancelled = taskfleet(
@@ -163,3 +166,19 @@ def test_children_that_wait_for_other_tasks_or_each_other_are_accepted(
     assert queue.add_children("split", runs["split"].token, items) == ["p0", "p1"]
     task = queue.get("split")
     assert task is not None and task.after == ["p0", "p1"]
+
+
+def test_a_flow_nested_5000_levels_deep_is_refused_with_one_line_not_python_s_words(
+    redis_url: str, tmp_path: Path
+) -> None:
+    n = 5000
+    source = tmp_path / "deep.json"
+    source.write_text('{"chain": [{"payload": {}}, ' * n + '{"payload": {}}' + "]}" * n)
+    run = taskfleet("flow", "q", str(source), env=env_for(redis_url, tmp_path))
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [
+        "taskfleet: error: the flow nests more than 402 levels of arrays and objects deep "
+        "(chains and groups at most 100 levels, a payload 200)"
+    ]
+    with Queue("q", redis_url=redis_url) as queue:
+        assert queue.stats()["pending"] == 0
