@@ -182,3 +182,50 @@ def test_a_flow_nested_5000_levels_deep_is_refused_with_one_line_not_python_s_wo
     ]
     with Queue("q", redis_url=redis_url) as queue:
         assert queue.stats()["pending"] == 0
+
+
+def test_a_child_adding_its_own_parent_whose_run_was_retried_is_refused(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    """doc added split; doc's run failed and waits to run again (delayed), still waiting
+    for split: split may not add doc as a child."""
+    queue.enqueue({}, task_id="doc")
+    broker = make_broker("jobs")
+    [doc] = broker.claim(1).tasks
+    queue.add_children("doc", doc.token, [{"payload": {}, "task_id": "split"}])
+    [split] = broker.claim(1).tasks
+    assert broker.fail("doc", doc.token, "boom", retry_after_ms=60_000) is TaskState.DELAYED
+    with pytest.raises(DependencyCycle, match="task 'doc' would close a dependency cycle"):
+        queue.add_children("split", split.token, [{"payload": {}, "task_id": "doc"}])
+    task = queue.get("split")
+    assert task is not None and task.after == []
+
+
+def test_tasks_of_one_call_waiting_for_each_other_are_refused_as_a_cycle_nothing_stored(
+    queue: Queue, redis_url: str, tmp_path: Path
+) -> None:
+    with pytest.raises(DependencyCycle, match="task 'a' waits for 'b', a later task of the same"):
+        queue.enqueue_many(
+            [
+                {"payload": {}, "task_id": "a", "after": ["b"]},
+                {"payload": {}, "task_id": "b", "after": ["a"]},
+            ]
+        )
+    source = tmp_path / "cycle.json"
+    source.write_text(
+        json.dumps(
+            {
+                "chain": [
+                    {"payload": {}, "task_id": "x", "after": ["y"]},
+                    {"payload": {}, "task_id": "y"},
+                ]
+            }
+        )
+    )
+    run = taskfleet("flow", "jobs", str(source), env=env_for(redis_url, tmp_path))
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [
+        "taskfleet: error: task 'x' waits for 'y', a later task of the same call: a task "
+        "waits only for earlier ones (no cycle can be stored); put it first"
+    ]
+    assert queue.stats()["pending"] == queue.stats()["waiting"] == 0

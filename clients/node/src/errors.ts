@@ -149,7 +149,7 @@ export class TaskNotFound extends TaskfleetError {
  * Refused whole, nothing stored: a child (`addChildren`) that is the parent itself, or a
  * task that waits for the parent, directly or through others, or that waits for one.
  */
-export class DependencyCycle extends TaskfleetError {
+export class DependencyCycle extends InvalidArgument {
   readonly taskId: string;
   readonly parent: string;
 
@@ -160,6 +160,13 @@ export class DependencyCycle extends TaskfleetError {
     );
     this.taskId = taskId;
     this.parent = parent;
+  }
+
+  /** An item of one enqueue (a flow) waiting for a later item of the same call. */
+  static later(taskId: string, dep: string): DependencyCycle {
+    const err = new DependencyCycle(taskId, dep);
+    err.message = `task ${pyRepr(taskId)} waits for ${pyRepr(dep)}, a later task of the same call: a task waits only for earlier ones (no cycle can be stored); put it first`;
+    return err;
   }
 }
 

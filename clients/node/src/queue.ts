@@ -572,6 +572,10 @@ export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[], queue:
   if (code === -2) throw new TaskExists(task(reply[1]), String(reply[2]));
   if (code === -3) throw new InvalidArgument(`task id '${task(reply[1])}' appears twice in one enqueue`);
   if (code === -4) {
+    const index = Number(reply[1]);
+    const dep = String(reply[2]);
+    // a task may wait only for earlier ones: a cycle can never be stored
+    if (batch.slice(index).some((r) => r.task_id === dep)) throw DependencyCycle.later(task(index), dep);
     throw new InvalidArgument(
       `task '${task(reply[1])}' waits for '${String(reply[2])}' (after), which is no task of this queue nor an earlier task of this enqueue`,
     );

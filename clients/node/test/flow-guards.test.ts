@@ -77,6 +77,23 @@ describe("dependency cycles", () => {
       }));
   }
 
+  it("refuses tasks of one call that wait for each other: DependencyCycle, nothing stored", () =>
+    withQueue(async (q) => {
+      await assert.rejects(
+        q.enqueueMany([
+          { payload: {}, taskId: "a", after: ["b"] },
+          { payload: {}, taskId: "b", after: ["a"] },
+        ]),
+        (err: unknown) => {
+          assert.ok(err instanceof DependencyCycle);
+          assert.match(err.message, /^task 'a' waits for 'b', a later task of the same call/);
+          return true;
+        },
+      );
+      assert.equal(await q.get("a"), null);
+      assert.equal(await q.get("b"), null);
+    }));
+
   it("cancels and retries a flow whose links were written by hand into a cycle, and returns", () =>
     withQueue(async (q) => {
       await q.enqueueMany([

@@ -379,9 +379,13 @@ class Ops:
                     "waiting for no existing one"
                 )
             if code == -4:
-                task_id = tasks[int(raw[1]) - 1].task_id
+                index, dep = int(raw[1]), text(raw[2])
+                task_id = tasks[index - 1].task_id
+                if any(t.task_id == dep for t in tasks[index:]):
+                    # a task may wait only for earlier ones: a cycle can never be stored
+                    raise DependencyCycle.later(task_id, dep)
                 raise InvalidArgument(
-                    f"task {task_id!r} waits for {text(raw[2])!r} (after), which is no task "
+                    f"task {task_id!r} waits for {dep!r} (after), which is no task "
                     "of this queue nor an earlier task of this enqueue"
                 )
             if code != 1:

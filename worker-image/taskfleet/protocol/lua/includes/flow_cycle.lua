@@ -3,8 +3,8 @@
 -- to wait for (children that exist, and the existing dependencies new children name). The
 -- parent waits for each child; a cycle closes when one of them is the parent or waits for
 -- it, directly or through others: they would all wait for ever. The tasks waiting on the
--- parent are found upward through the sets dependants:<id>, keeping those still waiting
--- (state 'waiting', or 'running' for a parent of children), each once.
+-- parent are found upward through the sets dependants:<id>, keeping those not finished
+-- ('waiting', or a parent of children running, pending or delayed), each once.
 -- Returns nil (no cycle), the candidate that closes one, or false when more than `bound`
 -- tasks wait on the parent (the check's walk is bounded: the call is refused).
 local function flow_cycle(parent, candidates, bound)
@@ -22,7 +22,9 @@ local function flow_cycle(parent, candidates, bound)
       if not met[m] then
         met[m] = true
         local state = redis.call('HGET', K_TASK .. m, 'state')
-        if state == 'waiting' or state == 'running' then
+        -- unfinished: a parent whose run was taken back (pending, delayed) still waits
+        -- for its children, as a running one does
+        if state and state ~= 'done' and state ~= 'dead' and state ~= 'cancelled' then
           if wanted[m] then return m end
           todo[#todo + 1] = m
         end
