@@ -159,7 +159,7 @@ class ScheduleOwned(TaskfleetError, ValueError):  # noqa: N818
         self.owner = owner
 
 
-class DependencyCycle(InvalidArgument):  # noqa: N818 - public name of the contract
+class DependencyCycle(InvalidArgument):
     """A dependency would close a cycle: the tasks in it would wait for each other for ever
     (an ``InvalidArgument``, so a caller catching that catches this too).
 
