@@ -117,3 +117,28 @@ def test_a_worker_runs_a_retried_splitting_parent_again_once_its_pages_ended(
     [task] = queue.wait([parent], timeout=WORKER_TIMEOUT_S).values()
     assert (task.state, task.result) == (TaskState.DONE, {"pages": 2, "run": 2}), fleet.logs()
     assert worker.alive()
+
+
+def test_a_task_that_ends_done_shows_no_error_of_an_earlier_attempt(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    """A plain task (completed done) and a parent (done once its children are): each
+    first attempt failed with an error, the next one ended done."""
+    queue.enqueue({}, task_id="plain")
+    queue.enqueue({}, task_id="doc")
+    broker = make_broker("jobs")
+    for run in broker.claim(2).tasks:
+        assert broker.fail(run.id, run.token, "boom", retry_after_ms=0) is TaskState.DELAYED
+    for task_id in ("plain", "doc"):
+        task = queue.get(task_id)
+        assert task is not None and task.error == "boom"
+    runs = {t.id: t for t in broker.claim(2).tasks}
+    assert set(runs) == {"plain", "doc"}
+    assert queue.add_children("doc", runs["doc"].token, PAGES) == ["p0", "p1"]
+    assert broker.complete_many([(i, t.token, None) for i, t in runs.items()]) == [1, 1]
+    assert _state(queue, "doc") is TaskState.WAITING
+    pages = broker.claim(2).tasks
+    assert broker.complete_many([(t.id, t.token, None) for t in pages]) == [1, 1]
+    for task_id in ("plain", "doc"):
+        task = queue.get(task_id)
+        assert task is not None and (task.state, task.error) == (TaskState.DONE, None), task

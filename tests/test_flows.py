@@ -96,7 +96,7 @@ def test_an_unknown_dependency_is_refused_and_nothing_is_stored(queue: Queue) ->
         ({"after": ["a", "a"]}, "twice"),
         ({"after": ["me"], "task_id": "me"}, "cannot wait for itself"),
         ({"after": ["a"], "on_dep_fail": "explode"}, "on_dep_fail must be one of"),
-        ({"on_dep_fail": "ignore"}, "on_dep_fail needs after"),
+        ({"on_dep_fail": "explode"}, "on_dep_fail must be one of"),
         ({"after": ["a"], "delay": 5}, "cannot be combined"),
     ],
 )

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from taskfleet.protocol.config import QueueConfig
     from taskfleet.protocol.control_ops import CancelOutcome
     from taskfleet.protocol.errors import (
+        DependencyCycle,
+        FlowTooLarge,
         InvalidArgument,
         InvalidPayload,
         OlderWorker,
@@ -59,6 +61,8 @@ _LAZY = {
     **dict.fromkeys(("GroupCount", "GroupSettings"), "protocol.groups"),
     **dict.fromkeys(
         (
+            "DependencyCycle",
+            "FlowTooLarge",
             "InvalidArgument",
             "InvalidPayload",
             "OlderWorker",
@@ -126,8 +130,10 @@ __all__ = [
     "CancelOutcome",
     "ClaimResult",
     "ClaimedTask",
+    "DependencyCycle",
     "EnqueueResult",
     "EnqueueSpec",
+    "FlowTooLarge",
     "GroupCount",
     "GroupSettings",
     "InvalidArgument",

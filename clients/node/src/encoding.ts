@@ -334,7 +334,7 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
   let after = "";
   let onDepFail = "";
   if (options.after !== undefined || options.onDepFail !== undefined) {
-    if (delayMs > 0) throw new InvalidArgument("after and delay cannot be combined (a waiting task runs once ready)");
+    if (options.after !== undefined && delayMs > 0) throw new InvalidArgument("after and delay cannot be combined (a waiting task runs once ready)");
     [after, onDepFail] = encodeAfter(options.after, options.onDepFail, options.taskId);
   }
   if (options.group !== undefined) {
@@ -360,7 +360,8 @@ const DEP_POLICIES = ["fail", "ignore", "cancel"];
 
 /** `after` as the script's JSON array and the policy, checked as the Python client does. */
 function encodeAfter(after: unknown, onDepFail: unknown, taskId: unknown): [string, string] {
-  if (after === undefined) throw new InvalidArgument("onDepFail needs after (the tasks to wait for)");
+  // a policy alone is for the children the task will add at run time (addChildren)
+  if (after === undefined) return ["", checkPolicy(onDepFail)];
   if (!Array.isArray(after)) throw new InvalidArgument("after must be a list of task ids");
   if (after.length < 1 || after.length > bounds.MAX_AFTER) {
     throw new InvalidArgument(`after must name 1 to ${bounds.MAX_AFTER} task ids, not ${after.length}`);
@@ -370,11 +371,14 @@ function encodeAfter(after: unknown, onDepFail: unknown, taskId: unknown): [stri
   if (typeof taskId === "string" && ids.includes(taskId)) {
     throw new InvalidArgument(`task ${pyRepr(taskId)} cannot wait for itself (after)`);
   }
-  const policy = onDepFail ?? "fail";
+  return [JSON.stringify(ids), checkPolicy(onDepFail ?? "fail")];
+}
+
+function checkPolicy(policy: unknown): string {
   if (typeof policy !== "string" || !DEP_POLICIES.includes(policy)) {
-    throw new InvalidArgument(`onDepFail must be one of ${DEP_POLICIES.join(", ")}, not ${String(onDepFail)}`);
+    throw new InvalidArgument(`onDepFail must be one of ${DEP_POLICIES.join(", ")}, not ${String(policy)}`);
   }
-  return [JSON.stringify(ids), policy];
+  return policy;
 }
 
 /** One `enqueueMany` item checked: an object of a payload and known options only. */

@@ -145,6 +145,47 @@ export class TaskNotFound extends TaskfleetError {
 }
 
 /**
+ * A dependency would close a cycle: the tasks in it would wait for each other for ever.
+ * Refused whole, nothing stored: a child (`addChildren`) that is the parent itself, or a
+ * task that waits for the parent, directly or through others, or that waits for one.
+ */
+export class DependencyCycle extends InvalidArgument {
+  readonly taskId: string;
+  readonly parent: string;
+
+  constructor(taskId: string, parent: string) {
+    super(
+      `task ${pyRepr(taskId)} would close a dependency cycle through ${pyRepr(parent)} ` +
+        "(it waits for it, directly or through others): give it no such after",
+    );
+    this.taskId = taskId;
+    this.parent = parent;
+  }
+
+  /** An item of one enqueue (a flow) waiting for a later item of the same call. */
+  static later(taskId: string, dep: string): DependencyCycle {
+    const err = new DependencyCycle(taskId, dep);
+    err.message = `task ${pyRepr(taskId)} waits for ${pyRepr(dep)}, a later task of the same call: a task waits only for earlier ones (no cycle can be stored); put it first`;
+    return err;
+  }
+}
+
+/** A walk over a flow met more tasks than its bound (`MAX_FLOW_TASKS` of flowcontrol). */
+export class FlowTooLarge extends TaskfleetError {
+  readonly taskId: string;
+  readonly bound: number;
+
+  constructor(taskId: string, bound: number) {
+    super(
+      `the flow of task ${pyRepr(taskId)} has more than ${bound} tasks: nothing was changed; ` +
+        "cancel or retry it by branch (--branch) or by task",
+    );
+    this.taskId = taskId;
+    this.bound = bound;
+  }
+}
+
+/**
  * The claim token no longer matches: the task was taken back (and maybe claimed again).
  * The write was refused; the run must give the task up (another worker owns it now).
  */

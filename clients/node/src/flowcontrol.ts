@@ -14,7 +14,7 @@
  */
 
 import { type CancelOutcome, type Control, cancelCall, retryFlowCall } from "./control.js";
-import { InvalidArgument, ProtocolError, TaskNotFound } from "./errors.js";
+import { FlowTooLarge, InvalidArgument, ProtocolError, TaskNotFound } from "./errors.js";
 
 /** Tasks whose links one round trip reads. */
 export const WALK_BATCH = 200;
@@ -22,6 +22,11 @@ export const WALK_BATCH = 200;
 export const CHANGE_BATCH = 200;
 /** Walks a cancel makes at most: one more after each that found members to cancel. */
 export const MAX_PASSES = 10;
+/**
+ * Tasks a walk finds at most (linked ids included): past it, `FlowTooLarge` and nothing
+ * changed, so a walk's time and memory are bounded whatever Redis holds.
+ */
+export const MAX_FLOW_TASKS = 50_000;
 /** The field of a task's hash naming one task that waits for it (`by:<id>` = 1). */
 export const WAITED_BY_PREFIX = "by:";
 /** Fields per HSCAN step. */
@@ -85,7 +90,9 @@ async function readLinks(c: Control, batch: readonly string[]): Promise<[Links, 
 /**
  * The members of `taskId`'s branch (`branch`) or flow, with their links, in the order
  * found; a linked id with no task (deleted by retention) is kept with state null and not
- * followed. `TaskNotFound` when `taskId` itself is no task.
+ * followed. `TaskNotFound` when `taskId` itself is no task; `FlowTooLarge` past
+ * `MAX_FLOW_TASKS`. Each id is read once (`queued`), so a cycle in the stored links ends
+ * the walk like any other edge back to a task already met.
  */
 async function walk(c: Control, taskId: string, branch: boolean): Promise<Map<string, Links>> {
   const found = new Map<string, Links>();
@@ -100,6 +107,7 @@ async function walk(c: Control, taskId: string, branch: boolean): Promise<Map<st
       const by = [...got.by];
       let cursor = first;
       while (cursor !== "0") {
+        if (queued.size + by.length > MAX_FLOW_TASKS) throw new FlowTooLarge(taskId, MAX_FLOW_TASKS);
         const [next, more] = scanStep(await c.client.hscan(...byScan(c, tid, cursor)));
         cursor = next;
         by.push(...more);
@@ -115,28 +123,39 @@ async function walk(c: Control, taskId: string, branch: boolean): Promise<Map<st
           frontier.push(other);
         }
       }
+      if (queued.size > MAX_FLOW_TASKS) throw new FlowTooLarge(taskId, MAX_FLOW_TASKS);
     }
   }
   return found;
 }
 
-/** The members, each after every member it waits for (dependencies first). */
+/**
+ * The members, each after every member it waits for (dependencies first). Iterative, each
+ * member entered once: a cycle in the stored links (written by hand) is cut where the walk
+ * meets a member already entered, so it ends in time and memory linear in the links.
+ */
 function order(members: ReadonlyMap<string, Links>): string[] {
-  const placed = new Set<string>();
+  const entered = new Set<string>();
   const out: string[] = [];
   for (const start of members.keys()) {
-    const stack: [string, boolean][] = [[start, false]];
-    for (let top = stack.pop(); top !== undefined; top = stack.pop()) {
-      const [tid, ready] = top;
-      if (placed.has(tid)) continue;
-      if (ready) {
-        placed.add(tid);
-        out.push(tid);
-        continue;
+    if (entered.has(start)) continue;
+    entered.add(start);
+    const stack: [string, Iterator<string>][] = [[start, (members.get(start)?.after ?? [])[Symbol.iterator]()]];
+    while (stack.length > 0) {
+      const [tid, deps] = stack[stack.length - 1] as [string, Iterator<string>];
+      let pushed = false;
+      for (let next = deps.next(); !next.done; next = deps.next()) {
+        const dep = next.value;
+        if (members.has(dep) && !entered.has(dep)) {
+          entered.add(dep);
+          stack.push([dep, (members.get(dep)?.after ?? [])[Symbol.iterator]()]);
+          pushed = true;
+          break;
+        }
       }
-      stack.push([tid, true]);
-      for (const dep of members.get(tid)?.after ?? []) {
-        if (members.has(dep) && !placed.has(dep)) stack.push([dep, false]);
+      if (!pushed) {
+        stack.pop();
+        out.push(tid);
       }
     }
   }

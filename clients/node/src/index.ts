@@ -24,6 +24,8 @@ export type { BudgetLimit, BudgetOptions, BudgetPeriod, PauseOptions, QuotaState
 export type { Schedule, ScheduleOptions } from "./schedules.js";
 export { type QueueConfig, defaultConfig } from "./config.js";
 export {
+  DependencyCycle,
+  FlowTooLarge,
   InvalidArgument,
   InvalidPayload,
   InvalidRedisURL,

@@ -392,12 +392,21 @@ def flow(queue: str, source: Any, redis_url: str) -> None:
     none; prints one task id per line. A part is a task ({"payload": {...}, "task": ...,
     "task_id": ...}, the options of enqueue) or {"chain": [parts]}, {"group": [parts]},
     {"chord": [group, callback]}."""
-    from taskfleet.producer.flows import from_json
+    from taskfleet.producer.flows import MAX_FLOW_DEPTH, from_json
     from taskfleet.protocol.errors import InvalidArgument
 
+    text = source.read()
+    # before parsing: the parser (and from_json) recurse, and fail past ~1000 levels with
+    # Python's own words; a part nests 2 levels ({"chain": [...]}), a payload its own
+    limit = 2 * MAX_FLOW_DEPTH + bounds.MAX_PAYLOAD_DEPTH + 2
+    if nested_too_deep(text, limit):
+        raise BadInput(
+            f"the flow nests more than {limit} levels of arrays and objects deep (chains and "
+            f"groups at most {MAX_FLOW_DEPTH} levels, a payload {bounds.MAX_PAYLOAD_DEPTH})"
+        )
     try:
-        value = json.load(source)
-    except (ValueError, RecursionError) as exc:
+        value = json.loads(text)
+    except ValueError as exc:
         raise BadInput(f"the flow is not valid JSON: {str(exc)[:200]}") from None
     try:
         parsed = from_json(value)

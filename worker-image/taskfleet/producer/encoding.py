@@ -237,11 +237,13 @@ def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
 def encode_after(after: object, on_dep_fail: object, task_id: str | None) -> tuple[str, str]:
     """``after`` as the script's JSON array and the policy, checked: ids of tasks (at
     most ``bounds.MAX_AFTER``, none twice, not the task itself), a policy among
-    ``DEP_POLICIES``."""
+    ``DEP_POLICIES``. A policy without ``after`` is the one for the children the task
+    adds at run time ('' for after)."""
     if after is None:
-        if on_dep_fail is not None:
-            raise InvalidArgument("on_dep_fail needs after (the tasks to wait for)")
-        return "", ""
+        # a policy alone is for the children the task will add at run time (add_children)
+        if on_dep_fail is None:
+            return "", ""
+        return "", _policy(on_dep_fail)
     if isinstance(after, str) or not isinstance(after, list | tuple):
         raise InvalidArgument("after must be a list of task ids")
     if not 1 <= len(after) <= bounds.MAX_AFTER:
@@ -251,12 +253,15 @@ def encode_after(after: object, on_dep_fail: object, task_id: str | None) -> tup
         raise InvalidArgument("after names a task id twice")
     if task_id is not None and task_id in ids:
         raise InvalidArgument(f"task {task_id!r} cannot wait for itself (after)")
-    policy = "fail" if on_dep_fail is None else on_dep_fail
-    if policy not in DEP_POLICIES:
+    return _UNSORTED.encode(ids), _policy("fail" if on_dep_fail is None else on_dep_fail)
+
+
+def _policy(on_dep_fail: object) -> str:
+    if on_dep_fail not in DEP_POLICIES:
         raise InvalidArgument(
             f"on_dep_fail must be one of {', '.join(DEP_POLICIES)}, not {_short(on_dep_fail)}"
         )
-    return _UNSORTED.encode(ids), str(policy)
+    return str(on_dep_fail)
 
 
 def encode_task(
@@ -311,7 +316,7 @@ def encode_task(
         text = named_payload(task, text)
     after_text, policy = "", ""
     if after is not None or on_dep_fail is not None:
-        if delay_ms > 0:
+        if after is not None and delay_ms > 0:
             raise InvalidArgument(
                 "after and delay cannot be combined (a waiting task runs once ready)"
             )

@@ -21,12 +21,13 @@ from taskfleet.producer.reading import check_task_id
 from taskfleet.protocol.calls import Call, run, run_async
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps, Swept
-from taskfleet.protocol.errors import TaskNotFound
+from taskfleet.protocol.errors import FlowTooLarge, TaskNotFound
 from taskfleet.protocol.flowwalk import Links, links, more_by
 from taskfleet.protocol.scripts import AsyncScripts, Op, SyncScripts
 
 __all__ = [
     "CHANGE_BATCH",
+    "MAX_FLOW_TASKS",
     "WALK_BATCH",
     "cancel_steps",
     "drive",
@@ -42,6 +43,9 @@ CHANGE_BATCH = 200
 #: Walks a cancel makes at most: one more after each that found members to cancel (children
 #: a running member added meanwhile, see ``cancel_steps``).
 MAX_PASSES = 10
+#: Tasks a walk finds at most (linked ids included): past it, ``FlowTooLarge`` and nothing
+#: changed, so a walk's time and memory are bounded whatever Redis holds.
+MAX_FLOW_TASKS = 50_000
 
 Step = Generator[Call[Any] | Op[Any], Any, Any]
 _FINISHED = {"done": CancelOutcome.DONE, "dead": CancelOutcome.DEAD}
@@ -51,7 +55,9 @@ _ACTED = (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED)
 def walk(ops: ControlOps, task_id: str, branch: bool) -> Generator[Any, Any, dict[str, Links]]:
     """The members of ``task_id``'s branch (``branch``) or flow, with their links; a
     linked id with no task (deleted by retention) is kept with state None and not
-    followed. ``TaskNotFound`` when ``task_id`` itself is no task."""
+    followed. ``TaskNotFound`` when ``task_id`` itself is no task; ``FlowTooLarge`` past
+    ``MAX_FLOW_TASKS``. Each id is read once (``queued``), so a cycle in the stored links
+    ends the walk like any other edge back to a task already met."""
     check_task_id(task_id)
     keys = ops.keys
     found: dict[str, Links] = {}
@@ -64,6 +70,8 @@ def walk(ops: ControlOps, task_id: str, branch: bool) -> Generator[Any, Any, dic
             by = list(got.by)
             cursor = got.cursor
             while cursor:
+                if len(queued) + len(by) > MAX_FLOW_TASKS:
+                    raise FlowTooLarge(task_id, MAX_FLOW_TASKS)
                 cursor, more = yield more_by(keys, tid, cursor)
                 by += more
             found[tid] = Links(got.state, got.after, tuple(by), 0)
@@ -76,27 +84,33 @@ def walk(ops: ControlOps, task_id: str, branch: bool) -> Generator[Any, Any, dic
                 if other not in queued:
                     queued.add(other)
                     frontier.append(other)
+            if len(queued) > MAX_FLOW_TASKS:
+                raise FlowTooLarge(task_id, MAX_FLOW_TASKS)
     return found
 
 
 def order(members: dict[str, Links]) -> list[str]:
-    """The members, each after every member it waits for (dependencies first)."""
-    placed: set[str] = set()
+    """The members, each after every member it waits for (dependencies first). Iterative,
+    each member entered once: a cycle in the stored links (written by hand) is cut where
+    the walk meets a member already entered, so it ends in time and memory linear in the
+    links."""
+    entered: set[str] = set()
     out: list[str] = []
-    for start in members:
-        stack = [(start, False)]
+    for start, links_of in members.items():
+        if start in entered:
+            continue
+        entered.add(start)
+        stack = [(start, iter(links_of.after))]
         while stack:
-            tid, ready = stack.pop()
-            if tid in placed:
-                continue
-            if ready:
-                placed.add(tid)
+            tid, deps = stack[-1]
+            for dep in deps:
+                if dep in members and dep not in entered:
+                    entered.add(dep)
+                    stack.append((dep, iter(members[dep].after)))
+                    break
+            else:
+                stack.pop()
                 out.append(tid)
-                continue
-            stack.append((tid, True))
-            for dep in members[tid].after:
-                if dep in members and dep not in placed:
-                    stack.append((dep, False))
     return out
 
 

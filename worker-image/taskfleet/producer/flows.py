@@ -21,7 +21,10 @@ from typing import Any
 from taskfleet.producer.encoding import EnqueueSpec
 from taskfleet.protocol.errors import InvalidArgument
 
-__all__ = ["Flow", "FlowIds", "build", "chain", "chord", "from_json", "group"]
+__all__ = ["MAX_FLOW_DEPTH", "Flow", "FlowIds", "build", "chain", "chord", "from_json", "group"]
+
+#: Levels of chains and groups one flow nests at most.
+MAX_FLOW_DEPTH = 100
 
 Item = EnqueueSpec | Mapping[str, Any]
 
@@ -71,8 +74,8 @@ def build(flow: Flow | Item) -> tuple[list[dict[str, Any]], list[str]]:
 def _place(
     part: Flow | Item, after: list[str], items: list[dict[str, Any]], depth: int
 ) -> list[str]:
-    if depth > 100:
-        raise InvalidArgument("a flow nests more than 100 levels deep")
+    if depth > MAX_FLOW_DEPTH:
+        raise InvalidArgument(f"a flow nests more than {MAX_FLOW_DEPTH} levels deep")
     if isinstance(part, Flow):
         if part.kind == "chain":
             ends = after

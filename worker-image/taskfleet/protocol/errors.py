@@ -159,6 +159,46 @@ class ScheduleOwned(TaskfleetError, ValueError):  # noqa: N818
         self.owner = owner
 
 
+class DependencyCycle(InvalidArgument):
+    """A dependency would close a cycle: the tasks in it would wait for each other for ever
+    (an ``InvalidArgument``, so a caller catching that catches this too).
+
+    Refused whole, nothing stored: a child (``add_children``) that is the parent itself,
+    or a task that waits for the parent, directly or through others, or that waits for one;
+    an item of one enqueue (a flow) that waits for a later item of the same call.
+    """
+
+    def __init__(self, task_id: str, parent: str) -> None:
+        super().__init__(
+            f"task {task_id!r} would close a dependency cycle through {parent!r} "
+            "(it waits for it, directly or through others): give it no such after"
+        )
+        self.task_id = task_id
+        self.parent = parent
+
+    @classmethod
+    def later(cls, task_id: str, dep: str) -> DependencyCycle:
+        """An item of one enqueue (a flow) waiting for a later item of the same call."""
+        err = cls(task_id, dep)
+        err.args = (
+            f"task {task_id!r} waits for {dep!r}, a later task of the same call: a task "
+            "waits only for earlier ones (no cycle can be stored); put it first",
+        )
+        return err
+
+
+class FlowTooLarge(TaskfleetError):  # noqa: N818 - public name of the contract
+    """A walk over a flow met more tasks than its bound (``flowcontrol.MAX_FLOW_TASKS``)."""
+
+    def __init__(self, task_id: str, bound: int) -> None:
+        super().__init__(
+            f"the flow of task {task_id!r} has more than {bound} tasks: nothing was changed; "
+            "cancel or retry it by branch (--branch) or by task"
+        )
+        self.task_id = task_id
+        self.bound = bound
+
+
 class TaskNotFound(TaskfleetError, LookupError):  # noqa: N818
     """No task has that id in the queue (never enqueued, or pruned after retention)."""
 

@@ -30,6 +30,7 @@ from taskfleet.protocol import bounds, wire
 from taskfleet.protocol.bundle import NAMES, source
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import (
+    DependencyCycle,
     InvalidArgument,
     InvalidPayload,
     OlderWorker,
@@ -394,10 +395,22 @@ class Ops:
                 raise StaleToken(parent_id)
             if code == -6:
                 raise OlderWorker(self.keys.queue, text(raw[1]), text(raw[2]))
-            if code == -4:
-                task_id = tasks[int(raw[1]) - 1].task_id
+            if code == -7:
+                raise DependencyCycle(tasks[int(raw[1]) - 1].task_id, parent_id)
+            if code == -8:
                 raise InvalidArgument(
-                    f"task {task_id!r} waits for {text(raw[2])!r} (after), which is no task "
+                    f"more than {int(raw[1])} tasks wait for {parent_id!r}: too many to check "
+                    "its children for a dependency cycle; add children that are new tasks "
+                    "waiting for no existing one"
+                )
+            if code == -4:
+                index, dep = int(raw[1]), text(raw[2])
+                task_id = tasks[index - 1].task_id
+                if any(t.task_id == dep for t in tasks[index:]):
+                    # a task may wait only for earlier ones: a cycle can never be stored
+                    raise DependencyCycle.later(task_id, dep)
+                raise InvalidArgument(
+                    f"task {task_id!r} waits for {dep!r} (after), which is no task "
                     "of this queue nor an earlier task of this enqueue"
                 )
             if code != 1:

@@ -49,7 +49,7 @@ local function RECORD(i)
   local b = 10 + (i - 1) * 3
   return ARGV[b], ARGV[b + 1], ARGV[b + 2]
 end
-local flow_resolve, build_lazy
+local cancel_task, flow_resolve, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -1052,7 +1052,7 @@ local function flow_prune(zkey, ids, now, cutoff)
   call_chunked('DEL', keys[1], keys)
   return #gone
 end
--- built on the first call of flow_resolve: what only they use
+-- built on the first call of cancel_task, flow_resolve: what only they use
 build_lazy = function()
 -- includes/cancel_task.lua
 -- Cancel one task: pending, delayed or waiting -> cancelled at once ('cancelled'); running
@@ -1112,10 +1112,11 @@ local function flow_input(key, dep, result)
 end
 -- includes/flow_join_done.lua
 -- A task whose handler returned while children it added were running (field 'join') is
--- done once the last of them is: done now, with the result its run stored.
+-- done once the last of them is: done now, with the result its run stored (an earlier
+-- attempt's error dropped: it is not this done task's).
 local function flow_join_done(id, key, now)
   redis.call('ZREM', K_WAITING, id)
-  redis.call('HDEL', key, 'deps_left')
+  redis.call('HDEL', key, 'deps_left', 'error')
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
@@ -1190,10 +1191,11 @@ local function flow_resolve()
   FLOW_Q = {results = {}, budget = FLOW_Q.budget}
   notify(ready)
 end
-return flow_resolve
+return cancel_task, flow_resolve
 end
 local build_all = build_lazy
-build_lazy = function() flow_resolve = build_all() end
+build_lazy = function() cancel_task, flow_resolve = build_all() end
+cancel_task = function(...) build_lazy() return cancel_task(...) end
 flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- complete.lua
 -- complete: finish tasks with their results (a batch is one round trip).
@@ -1204,14 +1206,16 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 --   larger than max_payload_bytes: the task is dead (reason 'result too large') with the
 --   sizes in its error, no retry (the handler would return the same again); '0' = stale
 --   token (the task was taken back): refused, counted in stats "stale", nothing changed;
---   '3' = its cancellation was asked for while it ran: it ends cancelled, whatever the
---   handler returned (the result is not stored).
+--   '3' = its cancellation was asked for while it ran, or a child it added had failed
+--   under its on_dep_fail 'cancel': it ends cancelled, whatever the handler returned (the
+--   result is not stored).
 --   A completion this same token already applied (a retry after a reply that never came)
 --   answers as it did then and changes nothing. Waiters on a finished task are woken
 --   (includes/wake_waiters.lua).
 --   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks
 --   (or -1, record: another incarnation holds the name, or '' with registered '1': the
 --   name has no readable record; nothing claimed, the completions applied)}.
+-- A task that ends done keeps no error of an earlier attempt (field 'error' dropped).
 -- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once), a
 -- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
@@ -1229,10 +1233,10 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants', 'join', 'group', 'flow')
+    'dependants', 'join', 'group', 'flow', 'error')
   if v[1] == 'running' and v[2] == token then
     -- a task that added children at run time (join): children left, one failed
-    local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed') or {}
+    local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed', 'on_dep_fail') or {}
     local pod = v[3]
     finished[#finished + 1] = id
     if pod then
@@ -1245,6 +1249,16 @@ for i = 0, n - 1 do
     redis.call('HDEL', key, 'lease_until')
     if v[4] then
       to_cancelled(id, key, now)
+      out[#out + 1] = '3'
+    elseif join[2] and join[3] == 'cancel' then
+      -- it added a child that had already failed, policy cancel: it ends cancelled, and
+      -- so do its other children still unfinished (as flow_end does for a waiting task)
+      to_cancelled(id, key, now)
+      redis.call('HSET', key, 'error', join[2])
+      local ok, kids = pcall(cjson.decode, redis.call('HGET', key, 'after') or '[]')
+      if ok and type(kids) == 'table' then
+        for _, kid in ipairs(kids) do cancel_task(kid, K_TASK .. kid, now) end
+      end
       out[#out + 1] = '3'
     elseif join[2] then
       -- it added children at run time and one failed (flow_resolve): its policy ends it
@@ -1267,6 +1281,8 @@ for i = 0, n - 1 do
       else
         done[#done + 1] = now
         done[#done + 1] = id
+        -- an earlier attempt's error is not this done task's
+        if v[10] then redis.call('HDEL', key, 'error') end
         if result ~= '' then
           redis.call('HSET', key, 'state', 'done', 'finished_at', now, 'result', result)
         else

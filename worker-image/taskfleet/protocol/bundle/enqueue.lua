@@ -48,7 +48,7 @@ local function RECORD(i)
   local b = 8 + (i - 1) * 11
   return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
 end
-local task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run, build_lazy
+local task_differs, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -202,7 +202,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
   return immediate
 end
 
--- built on the first call of task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run: what only they use
+-- built on the first call of task_differs, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run: what only they use
 build_lazy = function()
 -- includes/same_value.lua
 -- Two stored values are the same when their texts are, or both are the same number (a
@@ -429,7 +429,8 @@ end
 -- includes/flow_hold.lua
 -- A task just put in pending that names dependencies (`after`, the JSON array of its
 -- field 'after'; `policy` its field 'on_dep_fail'). Done ones are satisfied, their results
--- handed to it (flow_input); a dead,
+-- handed to it (flow_input), and so is a missing one whose result it holds (field
+-- 'in:<dep>': done, then deleted by retention); a dead,
 -- cancelled or missing one applies the policy at once ('ignore': satisfied). Unfinished
 -- ones get the task in their set dependants:<dep> (and the field 'dependants' = 1); then
 -- the task leaves pending for 'waiting' with 'deps_left' = their count, until
@@ -456,6 +457,9 @@ local function flow_hold(now, id, key, after, policy)
     local state = states[i]
     if state == 'done' then
       flow_input(key, dep, redis.call('HGET', K_TASK .. dep, 'result'))
+    elseif not state and redis.call('HEXISTS', key, 'in:' .. dep) == 1 then
+      -- deleted by retention, but it handed its result here: it was done (a parent
+      -- retried after its done children were dropped under done_retention_s 0)
     elseif not state or state == 'dead' or state == 'cancelled' then
       if policy ~= 'ignore' then
         flow_end(id, key, now, policy, dep, state or 'missing')
@@ -506,6 +510,42 @@ local function flow_adopt(pkey, parent, child)
     return false
   end
   return not known
+end
+-- includes/flow_cycle.lua
+-- Whether adopting children would close a dependency cycle through `parent` (a running
+-- task adding children at run time). `candidates`: the existing tasks the parent would come
+-- to wait for (children that exist, and the existing dependencies new children name). The
+-- parent waits for each child; a cycle closes when one of them is the parent or waits for
+-- it, directly or through others: they would all wait for ever. The tasks waiting on the
+-- parent are found upward through the sets dependants:<id>, keeping those not finished
+-- ('waiting', or a parent of children running, pending or delayed), each once.
+-- Returns nil (no cycle), the candidate that closes one, or false when more than `bound`
+-- tasks wait on the parent (the check's walk is bounded: the call is refused).
+local function flow_cycle(parent, candidates, bound)
+  local wanted = {}
+  for _, id in ipairs(candidates) do
+    if id == parent then return id end
+    wanted[id] = true
+  end
+  local met, todo, count = {[parent] = true}, {parent}, 0
+  while #todo > 0 do
+    local set = K_DEPENDANTS .. table.remove(todo)
+    count = count + redis.call('SCARD', set)
+    if count > bound then return false end
+    for _, m in ipairs(redis.call('SMEMBERS', set)) do
+      if not met[m] then
+        met[m] = true
+        local state = redis.call('HGET', K_TASK .. m, 'state')
+        -- unfinished: a parent whose run was taken back (pending, delayed) still waits
+        -- for its children, as a running one does
+        if state and state ~= 'done' and state ~= 'dead' and state ~= 'cancelled' then
+          if wanted[m] then return m end
+          todo[#todo + 1] = m
+        end
+      end
+    end
+  end
+  return nil
 end
 -- includes/flow_append.lua
 -- Append `ids` (children a parent adopted in this call) to the parent's 'after' (a JSON
@@ -1391,10 +1431,11 @@ local function older_worker(now)
 end
 -- includes/flow_join_done.lua
 -- A task whose handler returned while children it added were running (field 'join') is
--- done once the last of them is: done now, with the result its run stored.
+-- done once the last of them is: done now, with the result its run stored (an earlier
+-- attempt's error dropped: it is not this done task's).
 local function flow_join_done(id, key, now)
   redis.call('ZREM', K_WAITING, id)
-  redis.call('HDEL', key, 'deps_left')
+  redis.call('HDEL', key, 'deps_left', 'error')
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
@@ -1504,13 +1545,14 @@ local function deadline_run(score, deadline)
   if #head > 0 then redis.call('ZREMRANGEBYSCORE', K_DEADLINE_RUNS, '-inf', '(' .. head[2]) end
   redis.call('ZADD', K_DEADLINE_RUNS, score, at .. ':' .. string.format('%.17g', deadline))
 end
-return task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run
+return task_differs, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run
 end
 local build_all = build_lazy
-build_lazy = function() task_differs, flow_hold, flow_adopt, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run = build_all() end
+build_lazy = function() task_differs, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run = build_all() end
 task_differs = function(...) build_lazy() return task_differs(...) end
 flow_hold = function(...) build_lazy() return flow_hold(...) end
 flow_adopt = function(...) build_lazy() return flow_adopt(...) end
+flow_cycle = function(...) build_lazy() return flow_cycle(...) end
 flow_append = function(...) build_lazy() return flow_append(...) end
 flow_join = function(...) build_lazy() return flow_join(...) end
 flow_add = function(...) build_lazy() return flow_add(...) end
@@ -1540,26 +1582,47 @@ deadline_run = function(...) build_lazy() return deadline_run(...) end
 --   or {-6, pod, feature} when the call uses flows (after, a parent, ARG_FLOW) or groups
 --   (a new task's group) while pod, a live worker older than them (older_worker), serves
 --   the queue: feature is 'flows', 'groups' or 'flows and groups';
---   in those six cases nothing is stored.
+--   or {-7, index, id} when a parent is given and task #index would close a dependency
+--   cycle through it: id (the task itself, or one it waits for) is the parent or waits
+--   for it, directly or through others (flow_cycle);
+--   or {-8, bound} when a parent is given, the call would adopt existing tasks (or
+--   children waiting on existing ones), and more than bound tasks wait on the parent:
+--   the cycle check's walk is bounded;
+--   in those eight cases nothing is stored.
 -- With a parent (a running task adding children at run time), each task of the call
--- becomes a child it waits for (flow_adopt): the parent is done once they all are.
+-- becomes a child it waits for (flow_adopt): the parent is done once they all are. An id
+-- the parent's 'after' names whose record is gone (a child adopted before, done and
+-- deleted by retention) is not created again: it answers 0, as an unchanged task.
 -- A task with 'after' (a JSON array of ids) waits in state 'waiting' until they are all
--- done (flow_hold); 'on_dep_fail' says what a dead or cancelled one does to it.
+-- done (flow_hold); 'on_dep_fail' says what a dead or cancelled one does to it. Given
+-- without 'after', it is stored alone: the policy for the children the task adds at run
+-- time.
 -- Flows (flow_join): with ARG_FLOW (a flow enqueued whole) every new task joins that flow;
 -- with a parent, its flow (the parent starts one named by itself when in none); else a
 -- task with 'after' joins the flow of its dependencies.
 local n = tonumber(ARG_N)
 local parent_key
+-- with a parent: the ids its 'after' names (its dependencies and the children it adopted)
+local named = {}
 if ARG_PARENT ~= '' then
   parent_key = K_TASK .. ARG_PARENT
-  local p = redis.call('HMGET', parent_key, 'state', 'token', 'cancel_requested')
+  local p = redis.call('HMGET', parent_key, 'state', 'token', 'cancel_requested', 'after')
   -- a run asked to stop (cancel) adds no more children: a flow's cancel leaves none behind
   if p[1] ~= 'running' or p[2] ~= ARG_PARENT_TOKEN or p[3] then return {-5} end
+  if p[4] and p[4] ~= '' and p[4] ~= '[]' then
+    local ok, ids = pcall(cjson.decode, p[4])
+    if ok and type(ids) == 'table' then
+      for _, id in ipairs(ids) do named[id] = true end
+    end
+  end
 end
 local max_bytes = cfg_num('max_payload_bytes', 1048576)
 local exists = {}
 local seen = {}
 local uses_flows, uses_groups = ARG_PARENT ~= '' or ARG_FLOW ~= '', false
+-- with a parent: the existing tasks it would come to wait for, and the index of each call
+-- task that names them (a cycle through the parent can only pass through one of them)
+local reach, reach_at = {}, {}
 for i = 1, n do
   local id, payload, priority, _, _, max_attempts, cost, timeout, after, on_dep_fail, group =
     RECORD(i)
@@ -1573,16 +1636,42 @@ for i = 1, n do
     if not field and (redis.call('HGET', key, 'group') or '') ~= group then field = 'group' end
     if field then return {-2, i, field} end
     exists[i] = true
+    -- a child adopted before (a run started again adds it again) adds no new wait
+    if parent_key and redis.call('HEXISTS', key, 'by:' .. ARG_PARENT) == 0 then
+      reach[#reach + 1] = id
+      reach_at[#reach] = i
+    end
+  elseif named[id] then
+    -- a child adopted before whose record is gone (a done child under done_retention_s 0):
+    -- it ended, and is not created (nor run) again; the parent's 'after' names it already
+    exists[i] = 'gone'
   else
     if group ~= '' then uses_groups = true end
     if after ~= '' then
       uses_flows = true
       for _, dep in ipairs(cjson.decode(after)) do
-        if not seen[dep] and redis.call('EXISTS', K_TASK .. dep) == 0 then return {-4, i, dep} end
+        if not seen[dep] then
+          if redis.call('EXISTS', K_TASK .. dep) == 0 then return {-4, i, dep} end
+          if parent_key then
+            reach[#reach + 1] = dep
+            reach_at[#reach] = i
+          end
+        end
       end
     end
   end
   seen[id] = true
+end
+-- Checked before anything is written, in this same atomic call: nothing can wait on the
+-- parent between the check and the write. Bound: MAX_CYCLE_WALK in docs/flows.md.
+if #reach > 0 then
+  local closing = flow_cycle(ARG_PARENT, reach, 10000)
+  if closing == false then return {-8, 10000} end
+  if closing then
+    for k, id in ipairs(reach) do
+      if id == closing then return {-7, reach_at[k], closing} end
+    end
+  end
 end
 -- A worker older than flows or groups would mishandle them without an error: refused.
 if uses_flows or uses_groups then
@@ -1604,7 +1693,9 @@ local out = {1}
 local adopted = {}
 local woken = 0
 for i = 1, n do
-  if exists[i] then
+  if exists[i] == 'gone' then
+    out[#out + 1] = 0
+  elseif exists[i] then
     out[#out + 1] = 0
     local id = RECORD(i)
     if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
@@ -1618,6 +1709,9 @@ for i = 1, n do
     if after ~= '' then
       redis.call('HSET', key, 'after', after, 'on_dep_fail', on_dep_fail)
       ready = flow_hold(now, id, key, after, on_dep_fail) and ready
+    elseif on_dep_fail ~= '' then
+      -- the policy for the children it will add at run time (flow_adopt, flow_resolve)
+      redis.call('HSET', key, 'on_dep_fail', on_dep_fail)
     end
     if ready then woken = woken + 1 end
     if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end

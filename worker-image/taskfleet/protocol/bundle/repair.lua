@@ -303,10 +303,11 @@ local function flow_end(id, key, now, policy, dep, how)
 end
 -- includes/flow_join_done.lua
 -- A task whose handler returned while children it added were running (field 'join') is
--- done once the last of them is: done now, with the result its run stored.
+-- done once the last of them is: done now, with the result its run stored (an earlier
+-- attempt's error dropped: it is not this done task's).
 local function flow_join_done(id, key, now)
   redis.call('ZREM', K_WAITING, id)
-  redis.call('HDEL', key, 'deps_left')
+  redis.call('HDEL', key, 'deps_left', 'error')
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')

@@ -6,14 +6,16 @@
 --   larger than max_payload_bytes: the task is dead (reason 'result too large') with the
 --   sizes in its error, no retry (the handler would return the same again); '0' = stale
 --   token (the task was taken back): refused, counted in stats "stale", nothing changed;
---   '3' = its cancellation was asked for while it ran: it ends cancelled, whatever the
---   handler returned (the result is not stored).
+--   '3' = its cancellation was asked for while it ran, or a child it added had failed
+--   under its on_dep_fail 'cancel': it ends cancelled, whatever the handler returned (the
+--   result is not stored).
 --   A completion this same token already applied (a retry after a reply that never came)
 --   answers as it did then and changes nothing. Waiters on a finished task are woken
 --   (includes/wake_waiters.lua).
 --   With a claim: {that string, then claim.lua's reply: retry_after_ms, next_due_ms, tasks
 --   (or -1, record: another incarnation holds the name, or '' with registered '1': the
 --   name has no readable record; nothing claimed, the completions applied)}.
+-- A task that ends done keeps no error of an earlier attempt (field 'error' dropped).
 -- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once), a
 -- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
@@ -27,6 +29,7 @@
 --- @include "wake_waiters"
 --- @include "to_dead"
 --- @include "to_cancelled"
+--- @include-lazy "cancel_task"
 --- @include "group_left"
 --- @include "claim_tasks"
 --- @include "quota_relax"
@@ -46,10 +49,10 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants', 'join', 'group', 'flow')
+    'dependants', 'join', 'group', 'flow', 'error')
   if v[1] == 'running' and v[2] == token then
     -- a task that added children at run time (join): children left, one failed
-    local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed') or {}
+    local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed', 'on_dep_fail') or {}
     local pod = v[3]
     finished[#finished + 1] = id
     if pod then
@@ -62,6 +65,16 @@ for i = 0, n - 1 do
     redis.call('HDEL', key, 'lease_until')
     if v[4] then
       to_cancelled(id, key, now)
+      out[#out + 1] = '3'
+    elseif join[2] and join[3] == 'cancel' then
+      -- it added a child that had already failed, policy cancel: it ends cancelled, and
+      -- so do its other children still unfinished (as flow_end does for a waiting task)
+      to_cancelled(id, key, now)
+      redis.call('HSET', key, 'error', join[2])
+      local ok, kids = pcall(cjson.decode, redis.call('HGET', key, 'after') or '[]')
+      if ok and type(kids) == 'table' then
+        for _, kid in ipairs(kids) do cancel_task(kid, K_TASK .. kid, now) end
+      end
       out[#out + 1] = '3'
     elseif join[2] then
       -- it added children at run time and one failed (flow_resolve): its policy ends it
@@ -84,6 +97,8 @@ for i = 0, n - 1 do
       else
         done[#done + 1] = now
         done[#done + 1] = id
+        -- an earlier attempt's error is not this done task's
+        if v[10] then redis.call('HDEL', key, 'error') end
         if result ~= '' then
           redis.call('HSET', key, 'state', 'done', 'finished_at', now, 'result', result)
         else

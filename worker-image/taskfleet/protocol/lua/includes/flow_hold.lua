@@ -4,7 +4,8 @@
 --- @include "pending_remove"
 -- A task just put in pending that names dependencies (`after`, the JSON array of its
 -- field 'after'; `policy` its field 'on_dep_fail'). Done ones are satisfied, their results
--- handed to it (flow_input); a dead,
+-- handed to it (flow_input), and so is a missing one whose result it holds (field
+-- 'in:<dep>': done, then deleted by retention); a dead,
 -- cancelled or missing one applies the policy at once ('ignore': satisfied). Unfinished
 -- ones get the task in their set dependants:<dep> (and the field 'dependants' = 1); then
 -- the task leaves pending for 'waiting' with 'deps_left' = their count, until
@@ -31,6 +32,9 @@ local function flow_hold(now, id, key, after, policy)
     local state = states[i]
     if state == 'done' then
       flow_input(key, dep, redis.call('HGET', K_TASK .. dep, 'result'))
+    elseif not state and redis.call('HEXISTS', key, 'in:' .. dep) == 1 then
+      -- deleted by retention, but it handed its result here: it was done (a parent
+      -- retried after its done children were dropped under done_retention_s 0)
     elseif not state or state == 'dead' or state == 'cancelled' then
       if policy ~= 'ignore' then
         flow_end(id, key, now, policy, dep, state or 'missing')
