@@ -7,8 +7,9 @@ drain deadline stop for real. Either way a run ends exactly once in an ``Outcome
 the outbox, or is given up on (lease lost, released) and produces nothing: each run's
 ``RunState`` (``runs``) says which, moved here on the loop. A call the worker gave up on
 (its timeout passed, its lease was lost) but that is still running keeps its slot
-(``OVERRUN``, ``LOST``: "stuck") until it returns, so a hung handler can't make the
-worker oversubscribe.
+(``OVERRUN``, ``LOST``: a "held" slot) until it returns, so a hung handler can't make
+the worker oversubscribe. A held slot is logged (``slot_held``), reported in the
+heartbeat and the metrics, and, held past the grace, logged as stuck (``held.py``).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class Execution:
         report_quota: QuotaSink | None = None,
     ) -> None:
         self.held: dict[str, Run] = {}
-        self.stuck = 0  # calls given up on but still running: they keep their slots
+        # calls given up on but still running: they keep ("hold") their slots
+        self.held_slots: dict[Run, None] = {}
         self.idle = asyncio.Event()  # set while nothing is held
         self.idle.set()
         self.counters = Counters()
@@ -410,7 +412,17 @@ class Execution:
         until the call returns, and whatever it returns is dropped."""
         assert state in KEEPS_SLOT
         run.to(state)
-        self.stuck += 1
+        self.held_slots[run] = None
+        run.held_at = now = time.monotonic()
+        log_event(
+            logging.WARNING,
+            "slot_held",
+            task=run.task.id,
+            reason="timeout" if state is OVERRUN else "lease lost",
+            ran_s=round(_ran_so_far(run, now), 1),
+            held=len(self.held_slots),
+            note="the call runs on and keeps its slot until it returns",
+        )
 
     def _returned(self, run: Run) -> RunState:
         """A run's call came back (or a thread skipped it): the state it was in then.
@@ -422,9 +434,41 @@ class Execution:
             run.to(GONE)
         elif was is OVERRUN or was is LOST:  # KEEPS_SLOT, without hashing on this path
             run.to(FINISHED if was is OVERRUN else GONE)
-            self.stuck -= 1
-            self._slot_freed.set()
+            self._slot_returned(run)
         return was
+
+    def _slot_returned(self, run: Run) -> None:
+        """A held slot's call returned at last: the slot is free again."""
+        del self.held_slots[run]
+        self._slot_freed.set()
+        held_at = run.held_at
+        log_event(
+            logging.INFO,
+            "slot_released",
+            task=run.task.id,
+            held_s=0.0 if held_at is None else round(time.monotonic() - held_at, 1),
+        )
+
+    def stuck_slots(self, grace: float) -> int:
+        """How many slots have been held longer than ``grace`` (each logged once, as
+        ``slot_stuck``, when it passes it)."""
+        now = time.monotonic()
+        stuck = 0
+        for run in self.held_slots:
+            held_at = run.held_at
+            if held_at is None or now - held_at < grace:
+                continue
+            stuck += 1
+            if not run.stuck_logged:
+                run.stuck_logged = True
+                log_event(
+                    logging.ERROR,
+                    "slot_stuck",
+                    task=run.task.id,
+                    held_s=round(now - held_at, 1),
+                    held_grace_s=grace,
+                )
+        return stuck
 
     def leases(self) -> dict[str, str]:
         """Leases to extend: not those of finished runs, whose outcome write ends the lease
