@@ -70,8 +70,10 @@ class Execution:
         report_quota: QuotaSink | None = None,
     ) -> None:
         self.held: dict[str, Run] = {}
-        # calls given up on but still running: they keep ("hold") their slots
-        self.held_slots: dict[Run, None] = {}
+        # calls given up on but still running keep ("hold") their slots: since when
+        # (kept here, not on every Run: nothing is added to a task's own path)
+        self.held_slots: dict[Run, float] = {}
+        self._stuck: set[Run] = set()  # held past the grace, and logged so (slot_stuck)
         self.idle = asyncio.Event()  # set while nothing is held
         self.idle.set()
         self.counters = Counters()
@@ -412,8 +414,7 @@ class Execution:
         until the call returns, and whatever it returns is dropped."""
         assert state in KEEPS_SLOT
         run.to(state)
-        self.held_slots[run] = None
-        run.held_at = now = time.monotonic()
+        self.held_slots[run] = now = time.monotonic()
         log_event(
             logging.WARNING,
             "slot_held",
@@ -439,14 +440,14 @@ class Execution:
 
     def _slot_returned(self, run: Run) -> None:
         """A held slot's call returned at last: the slot is free again."""
-        del self.held_slots[run]
+        held_at = self.held_slots.pop(run)
+        self._stuck.discard(run)
         self._slot_freed.set()
-        held_at = run.held_at
         log_event(
             logging.INFO,
             "slot_released",
             task=run.task.id,
-            held_s=0.0 if held_at is None else round(time.monotonic() - held_at, 1),
+            held_s=round(time.monotonic() - held_at, 1),
         )
 
     def stuck_slots(self, grace: float) -> int:
@@ -454,13 +455,12 @@ class Execution:
         ``slot_stuck``, when it passes it)."""
         now = time.monotonic()
         stuck = 0
-        for run in self.held_slots:
-            held_at = run.held_at
-            if held_at is None or now - held_at < grace:
+        for run, held_at in self.held_slots.items():
+            if now - held_at < grace:
                 continue
             stuck += 1
-            if not run.stuck_logged:
-                run.stuck_logged = True
+            if run not in self._stuck:
+                self._stuck.add(run)
                 log_event(
                     logging.ERROR,
                     "slot_stuck",

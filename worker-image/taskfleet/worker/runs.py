@@ -104,8 +104,6 @@ class Run:
     slot: Waker | None = None
     stop_reason: str | None = None  # "cancelled", "timeout", "lease lost", "drain"
     stop_error: str | None = None  # the attempt's error once its child is gone (None: dropped)
-    held_at: float | None = None  # when it was given up on while its call runs (KEEPS_SLOT)
-    stuck_logged: bool = False  # held past the grace, and logged so (``slot_stuck``)
 
     def to(self, state: RunState) -> None:
         """Move to ``state``; ``IllegalTransition`` if ``RUN_STATES`` does not allow it."""

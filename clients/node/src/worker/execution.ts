@@ -35,10 +35,6 @@ export function timeoutError(limitS: number): string {
 /** One task this worker holds: from claim until its outcome is written. */
 export class Run {
   timer: NodeJS.Timeout | null = null;
-  /** When it was given up on while its promise runs on (it keeps its slot); null: not held. */
-  heldAt: number | null = null;
-  /** Held past the grace, and logged so (`slot_stuck`). */
-  stuckLogged = false;
   /** Its promise has settled (or it never began). */
   settled = false;
   timedOut = false;
@@ -121,8 +117,13 @@ export interface ExecutionOptions {
 /** `held`: every task from its claim until its outcome is written (or given back). */
 export class Execution {
   readonly held = new Map<string, Run>();
-  /** Runs given up on whose promises run on: they keep ("hold") their slots. */
-  readonly heldSlots = new Set<Run>();
+  /**
+   * Runs given up on whose promises run on keep ("hold") their slots: since when
+   * (`performance.now()`; kept here, not on every Run: nothing is added to a task's path).
+   */
+  readonly heldSlots = new Map<Run, number>();
+  /** Held past the grace, and logged so (`slot_stuck`). */
+  private readonly stuck = new Set<Run>();
   /** Set while nothing is held. */
   readonly idle = new Flag();
   readonly counters = new Counters();
@@ -309,9 +310,8 @@ export class Execution {
 
   private keepSlotUntilSettled(run: Run): void {
     if (run.settled || this.heldSlots.has(run)) return;
-    this.heldSlots.add(run);
     const now = performance.now();
-    run.heldAt = now;
+    this.heldSlots.set(run, now);
     logEvent("warning", "slot_held", {
       task: run.task.id,
       reason: run.timedOut ? "timeout" : "lease lost",
@@ -323,9 +323,12 @@ export class Execution {
 
   /** A held slot's promise settled at last: the slot is free again. */
   private slotReturned(run: Run): void {
-    if (!this.heldSlots.delete(run)) return;
+    const heldAt = this.heldSlots.get(run);
+    if (heldAt === undefined) return;
+    this.heldSlots.delete(run);
+    this.stuck.delete(run);
     this.options.slotFreed.set();
-    const heldS = run.heldAt === null ? 0 : (performance.now() - run.heldAt) / 1000;
+    const heldS = (performance.now() - heldAt) / 1000;
     logEvent("info", "slot_released", { task: run.task.id, held_s: Math.round(heldS * 10) / 10 });
   }
 
@@ -333,12 +336,12 @@ export class Execution {
   stuckSlots(graceS: number): number {
     const now = performance.now();
     let stuck = 0;
-    for (const run of this.heldSlots) {
-      if (run.heldAt === null || now - run.heldAt < graceS * 1000) continue;
+    for (const [run, heldAt] of this.heldSlots) {
+      if (now - heldAt < graceS * 1000) continue;
       stuck += 1;
-      if (!run.stuckLogged) {
-        run.stuckLogged = true;
-        logEvent("error", "slot_stuck", { task: run.task.id, held_s: Math.round((now - run.heldAt) / 100) / 10, held_grace_s: graceS });
+      if (!this.stuck.has(run)) {
+        this.stuck.add(run);
+        logEvent("error", "slot_stuck", { task: run.task.id, held_s: Math.round((now - heldAt) / 100) / 10, held_grace_s: graceS });
       }
     }
     return stuck;
