@@ -323,6 +323,7 @@ export class Execution {
 
   /** A held slot's promise settled at last: the slot is free again. */
   private slotReturned(run: Run): void {
+    if (this.heldSlots.size === 0) return; // nearly always: no lookup on a task's path
     const heldAt = this.heldSlots.get(run);
     if (heldAt === undefined) return;
     this.heldSlots.delete(run);
