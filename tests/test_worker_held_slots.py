@@ -7,6 +7,7 @@ the thread keeps its slot. Real worker processes, a real Redis, a real metrics p
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from taskfleet.producer.queue import Queue
@@ -18,7 +19,14 @@ from taskfleet.worker.settings import WorkerSettings
 from tests.fixtures_redis import free_port
 from tests.polling import wait_for
 from tests.scrape import scrape, value
-from tests.workers.harness import FAST, WORKER_INTERVAL_S, WORKER_TIMEOUT_S, Fleet
+from tests.workers.harness import (
+    FAST,
+    WORKER_INTERVAL_S,
+    WORKER_TIMEOUT_S,
+    Fleet,
+    env_for,
+    taskfleet,
+)
 
 H = "tests.workers.handlers"
 
@@ -40,6 +48,17 @@ def test_a_held_grace_that_is_not_a_positive_finite_number_is_refused() -> None:
         settings = WorkerSettings("jobs", "redis://localhost", "p", "i", held_grace=grace)
         with pytest.raises(ValueError, match=says):
             settings.validate()
+
+
+def test_a_held_grace_of_zero_is_refused_by_the_worker_command_with_one_line(
+    tmp_path: Path,
+) -> None:
+    env = env_for("redis://127.0.0.1:1/0", tmp_path)
+    result = taskfleet(
+        "worker", "--queue", "q", "--handler", f"{H}:sleep", "--held-grace", "0", env=env
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == "taskfleet: error: held grace must be positive, got 0\n"
 
 
 def test_a_record_without_held_reads_as_none_held() -> None:
