@@ -204,6 +204,7 @@ def test_a_nan_lease_ttl_is_refused_before_it_reaches_the_queues_shared_config(
         ("--lease-ttl", "1e12"),
         ("--drain-timeout", "1e10"),
         ("--heartbeat-interval", "1e12"),
+        ("--held-grace", "1e12"),
     ],
 )
 def test_worker_times_past_what_every_reader_can_hold_are_refused_with_one_line(

@@ -144,3 +144,23 @@ def test_the_live_view_redraws_as_the_queue_changes_and_q_quits(
         timeout=10,
         what=lambda: f"top to quit on q:\n{screen()}",
     )
+
+
+def test_a_workers_held_slots_show_in_top_and_in_taskfleet_workers(
+    queue: Queue, redis_url: str, make_broker: Callable[..., Any]
+) -> None:
+    queue.enqueue({})
+    broker = make_broker(queue.name, pod="pod-held")
+    broker.register(2)
+    broker.beat({}, inflight=0, held=2)  # two calls given up on still run
+
+    snapshot = json.loads(taskfleet("top", "--json", "--redis-url", redis_url).stdout)
+    [worker] = snapshot[0]["workers"]
+    assert (worker["holds"], worker["held"], worker["slots"]) == (0, 2, 2)
+    frame = taskfleet("top", queue.name, "--once", "--redis-url", redis_url).stdout
+    [row] = [line for line in frame.splitlines() if "pod-held" in line]
+    assert row.replace("│", " ").split()[:3] == ["pod-held", "0/2", "2"], frame
+    listed = taskfleet("workers", queue.name, "--redis-url", redis_url).stdout
+    assert "holds 0/2  held 2" in listed, listed
+    [row] = json.loads(taskfleet("workers", queue.name, "--json", "--redis-url", redis_url).stdout)
+    assert (row["inflight"], row["held"]) == (0, 2)

@@ -170,6 +170,24 @@ def test_the_workers_page_shows_pod_incarnation_heartbeat_slots_and_what_each_ho
         assert re.search(r">\d+\.\ds ago<", row)
 
 
+def test_the_workers_page_shows_each_workers_held_slots(
+    served: Served, queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    queue.enqueue({})  # a queue the dashboard finds
+    broker = make_broker(queue.name, pod="pod-held")
+    broker.register(2)
+    broker.beat({}, inflight=0, held=2)  # two calls given up on still run
+    make_broker(queue.name, pod="pod-free").register(2)
+
+    page = wait_for(partial(page_with, served, "/workers", "pod-held"), what="pod-held listed")
+    rows = {
+        pod: page.split(f'data-label="pod">{pod}<', 1)[1].split("</tr>", 1)[0]
+        for pod in ("pod-held", "pod-free")
+    }
+    assert '<td class="num held" data-label="held">2</td>' in rows["pod-held"]
+    assert '<td class="num" data-label="held">0</td>' in rows["pod-free"]
+
+
 def test_each_workers_level_is_shown_and_a_live_0_1_worker_is_flagged_on_its_queues_pages(
     served: Served, queue: Queue, make_broker: Callable[..., Any]
 ) -> None:

@@ -145,6 +145,7 @@ def test_every_metric_the_rules_and_the_dashboard_use_is_exported(exported: set[
         "taskfleet_queue_stale_total",
         "taskfleet_queue_workers_older",  # alerted on (TaskfleetOlderWorkers)
         "taskfleet_worker_info",
+        "taskfleet_worker_slots_held",  # per worker; not yet a panel of the dashboard
     ]
 
 

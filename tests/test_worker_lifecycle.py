@@ -238,12 +238,12 @@ def test_a_timed_out_async_run_overruns_keeping_its_slot_until_its_call_returns(
         execution.start(_task("t", timeout=0.05))
         run = execution.held["t"]
         await asyncio.wait_for(cancelled.wait(), DEADLINE_S)
-        assert (run.state, execution.stuck) == (R.OVERRUN, 1)
+        assert (run.state, len(execution.held_slots)) == (R.OVERRUN, 1)
         world.lifecycle.slot_freed.clear()
         release.set()
         assert run.job is not None
         await asyncio.wait_for(asyncio.shield(run.job), DEADLINE_S)
-        assert (run.state, execution.stuck) == (R.FINISHED, 0)
+        assert (run.state, len(execution.held_slots)) == (R.FINISHED, 0)
         assert world.lifecycle.slot_freed.is_set()  # its slot is free now
         assert await world.outcomes() == ["TimeoutError: task exceeded its timeout of 0.05s"]
         execution.close()
@@ -267,11 +267,11 @@ def test_a_run_whose_lease_is_lost_is_cancelled_and_gone_without_an_outcome() ->
         await asyncio.wait_for(began.wait(), DEADLINE_S)
         assert execution.leases() == {"t": "tok"}
         execution.abandon({"t"})
-        assert (run.state, execution.stuck, execution.counters.lost) == (R.LOST, 1, 1)
+        assert (run.state, len(execution.held_slots), execution.counters.lost) == (R.LOST, 1, 1)
         assert "t" not in execution.held
         assert run.job is not None
         await asyncio.wait({run.job}, timeout=DEADLINE_S)
-        assert (run.state, execution.stuck) == (R.GONE, 0)
+        assert (run.state, len(execution.held_slots)) == (R.GONE, 0)
         assert await world.outcomes() == []
         execution.close()
 
@@ -300,7 +300,7 @@ def test_the_drain_deadline_abandons_unfinished_runs_and_leaves_finished_ones_to
         assert left == [running] and running.state is R.ABANDONED
         assert running.job is not None
         await asyncio.wait({running.job}, timeout=DEADLINE_S)
-        assert (running.state, done.state, execution.stuck) == (R.GONE, R.FINISHED, 0)
+        assert (running.state, done.state, len(execution.held_slots)) == (R.GONE, R.FINISHED, 0)
         assert execution.leases() == {}  # neither is extended any more
         execution.close()
 

@@ -253,12 +253,12 @@ def test_completions_refill_only_the_slots_they_free_and_say_which_are_prefetch(
     slots = Slots(4, 4)
     slots.typical_run_s = 0.001
     # 4 held in 4 slots, 2 complete: their 2 slots are refilled, nothing more
-    assert slots.refill(2, held=4, stuck=0) == (2, 0)
+    assert slots.refill(2, held=4, kept=0) == (2, 0)
     # 8 held (4 prefetched), 3 complete: 3 claimed, all of them to wait for a slot
-    assert slots.refill(3, held=8, stuck=0) == (3, 3)
+    assert slots.refill(3, held=8, kept=0) == (3, 3)
     slots.typical_run_s = 1.0  # long runs: no prefetch, only free slots
-    assert slots.refill(3, held=8, stuck=0) == (0, 0)
-    assert slots.refill(2, held=4, stuck=1) == (1, 0)
+    assert slots.refill(3, held=8, kept=0) == (0, 0)
+    assert slots.refill(2, held=4, kept=1) == (1, 0)
 
 
 def test_the_runtime_file_is_throttled_except_for_what_drain_waits_on(tmp_path: Path) -> None:

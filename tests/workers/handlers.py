@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import subprocess
+import threading
 import time
 from typing import Any
 
@@ -211,4 +212,17 @@ def provider(payload: dict[str, Any]) -> str:
         raise RateLimited(60, "429 from the provider", scope=scope)
     current_task().report_quota(remaining=0, reset_after=60, scope=scope)
     _record("end")
+    return "ok"
+
+
+#: Never set: a call waiting on it never returns, as a hung request without a timeout.
+_NEVER = threading.Event()
+
+
+def hang_first(payload: dict[str, Any]) -> str:
+    """With ``hang``, block for ever on the first attempt (a thread no timeout can end);
+    any other run returns at once."""
+    _record(f"start{current_task().attempt}")
+    if payload.get("hang") and current_task().attempt <= 1:
+        _NEVER.wait()
     return "ok"

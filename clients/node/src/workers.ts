@@ -26,6 +26,11 @@ export interface WorkerInfo {
   readonly inflight: number;
   readonly concurrency: number;
   readonly draining: boolean;
+  /**
+   * Slots held by calls it gave up on (their task ended: timed out, lease lost) that still
+   * run: it can run `concurrency - held` tasks at once.
+   */
+  readonly held: number;
   /** Heartbeat within one lease TTL. */
   readonly alive: boolean;
   /**
@@ -66,6 +71,7 @@ export function workerInfo(pod: string, text: string, nowMs: number, ttlMs: numb
     inflight: Number(fields.inflight ?? 0) || 0,
     concurrency: Number(fields.concurrency ?? 0) || 0,
     draining: fields.draining === true,
+    held: Math.max(0, Math.trunc(Number(fields.held ?? 0) || 0)),
     alive: nowMs - heartbeat <= ttlMs,
     level: levelOf(fields.level),
   };

@@ -416,6 +416,7 @@ describe("the Node worker", () => {
       [["--queue", "bad name", "--handler", "./worker_handlers.mjs:slow"], /invalid queue name/],
       [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--redis-url", "http://x"], /invalid value for --redis-url/],
       [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--heartbeat-interval", "nan"], /invalid value for --heartbeat-interval/],
+      [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--held-grace", "0"], /held grace must be positive, got 0/],
       [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--bogus"], /no such option: --bogus/],
     ];
     const outcomes = await Promise.all(

@@ -395,9 +395,9 @@ def purge(
 @_json_flag
 @redis_option
 def workers(queue: str, as_json: bool, redis_url: str) -> None:
-    """QUEUE's workers: what each holds, its heartbeat's age, whether it drains, and the
-    level it serves (1: a 0.1.x worker, which does not serve flows, groups, claim pauses
-    or spend budgets)."""
+    """QUEUE's workers: what each holds, its held slots (calls given up on that still run),
+    its heartbeat's age, whether it drains, and the level it serves (1: a 0.1.x worker,
+    which does not serve flows, groups, claim pauses or spend budgets)."""
     with _existing(queue, redis_url) as q:
         found = q.workers()
         held = q.holdings([w.pod for w in found])
@@ -409,6 +409,7 @@ def workers(queue: str, as_json: bool, redis_url: str) -> None:
             "alive": w.alive,
             "heartbeat_age_s": round(max(0, now_ms - w.heartbeat_ms) / 1000, 1),
             "inflight": w.inflight,
+            "held": w.held,
             "concurrency": w.concurrency,
             "draining": w.draining,
             "holds": held.get(w.pod, []),
@@ -425,9 +426,11 @@ def workers(queue: str, as_json: bool, redis_url: str) -> None:
         state = "draining" if row["draining"] else ("alive" if row["alive"] else "silent")
         holds = ",".join(row["holds"]) or "-"
         level = f"level {row['level']}" + (" (0.1.x)" if row["level"] < WORKER_LEVEL else "")
+        # held slots: calls given up on that still run (the worker can take that many fewer)
+        kept = f"  held {row['held']}" if row["held"] else ""
         line = (
             f"{row['pod']}  {state}  beat {row['heartbeat_age_s']}s ago  {level}  "
-            f"holds {len(row['holds'])}/{row['concurrency']}  {_short(holds)}"
+            f"holds {len(row['holds'])}/{row['concurrency']}{kept}  {_short(holds)}"
         )
         click.echo(terminal_safe(line))
     note = older_note(found)

@@ -4,11 +4,11 @@ Every ``--interval`` seconds it reads each queue in one pipelined round trip (si
 state, counters, workers, the head of pending, the newest dead tasks) and redraws in
 place: depths (and a line for the tasks waiting for their dependencies), done and failed
 per second (from the counters between two reads), the age of the oldest ready task, each
-worker with what it holds, its heartbeat's age and its level (a line under the table for
-live 0.1.x workers), the biggest groups (most pending, an "other" line for the rest; none
-when the queue has no groups) and the last dead tasks with their reason. Plain ANSI
-through rich: it works over SSH and in ``kubectl exec -it``. ``q`` (or Ctrl-C) quits;
-without a terminal it prints one frame.
+worker with what it holds, its held slots, its heartbeat's age and its level (a line
+under the table for live 0.1.x workers), the biggest groups (most pending, an "other"
+line for the rest; none when the queue has no groups) and the last dead tasks with their
+reason. Plain ANSI through rich: it works over SSH and in ``kubectl exec -it``. ``q``
+(or Ctrl-C) quits; without a terminal it prints one frame.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
     for view in views:
         if view.workers:
             workers = Table(title=f"{view.name}: workers", title_justify="left")
-            for column in ("pod", "holds", "heartbeat", "state", "level"):
+            for column in ("pod", "holds", "held", "heartbeat", "state", "level"):
                 workers.add_column(column, justify="left" if column == "pod" else "right")
             for w in view.workers:
                 state = "draining" if w.draining else "running"
@@ -76,7 +76,9 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
                 if w.level < WORKER_LEVEL:  # a 0.1.x worker: see the line under the table
                     level = Text(f"{w.level} (0.1.x)", style="red")
                 pod = terminal_safe(w.pod)
-                workers.add_row(pod, f"{w.holds}/{w.slots}", f"{age} ago", state, level)
+                # slots kept by calls given up on that still run: red, it can't use them
+                held = Text(str(w.held), style="red") if w.held else Text("0")
+                workers.add_row(pod, f"{w.holds}/{w.slots}", held, f"{age} ago", state, level)
             parts.append(workers)
             note = older_note(view.workers)
             if note:

@@ -22,6 +22,7 @@ from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option
 from taskfleet.protocol import environment
 from taskfleet.protocol.errors import NameInUse, RedisEvicts
 from taskfleet.protocol.workernames import PROCESS_SEPARATOR, process_name
+from taskfleet.worker.settings import DEFAULT_HELD_GRACE_S
 
 #: Upper bound of --processes.
 MAX_PROCESSES = 256
@@ -147,6 +148,17 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     "keep it below the pod's terminationGracePeriodSeconds.",
 )
 @click.option(
+    "--held-grace",
+    envvar=environment.HELD_GRACE,
+    type=FiniteFloat(),
+    default=DEFAULT_HELD_GRACE_S,
+    show_default=True,
+    show_envvar=True,
+    help="Seconds a slot may stay held by a call given up on (its task timed out, its lease "
+    "was lost) before it is stuck; when every slot is stuck the worker drains and exits 3 "
+    "to be restarted.",
+)
+@click.option(
     "--heartbeat-interval",
     envvar=environment.HEARTBEAT_INTERVAL,
     type=FiniteFloat(),
@@ -251,6 +263,7 @@ def worker(
     max_tasks_per_child: int | None,
     prefetch: int | None,
     drain_timeout: float,
+    held_grace: float,
     heartbeat_interval: float,
     lease_ttl: float | None,
     task_timeout: float | None,
@@ -303,6 +316,7 @@ def worker(
         concurrency=concurrency,
         prefetch=prefetch,
         drain_timeout=drain_timeout,
+        held_grace=held_grace,
         heartbeat_interval=heartbeat_interval,
         lease_ttl=lease_ttl,
         default_timeout=task_timeout,

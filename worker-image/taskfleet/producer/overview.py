@@ -42,6 +42,8 @@ class WorkerView:
     alive: bool = True
     #: what it serves: ``records.WORKER_LEVEL`` for this release, 1 for a 0.1.x worker
     level: int = 1
+    #: slots held by calls it gave up on (their task ended) that still run
+    held: int = 0
 
 
 @dataclass
@@ -133,6 +135,7 @@ def read(client: SyncClient, name: str, *, groups: bool = True) -> QueueView:
                 incarnation=rec.incarnation,
                 alive=rec.alive(now_ms, config.lease_ttl_s),
                 level=rec.level,
+                held=rec.held,
             )
         )
     for row in rows:

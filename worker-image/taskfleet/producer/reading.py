@@ -33,6 +33,11 @@ class WorkerInfo(BaseModel):
     inflight: int = 0
     concurrency: int = 0
     draining: bool = False
+    held: int = Field(
+        default=0,
+        description="slots held by calls it gave up on (their task ended: timed out, lease "
+        "lost) that still run: it can run concurrency - held tasks at once",
+    )
     alive: bool = Field(description="heartbeat within one lease TTL")
     level: int = Field(
         default=1,
@@ -66,6 +71,7 @@ def workers_of(workers: Workers, config: QueueConfig, now_ms: int) -> list[Worke
             inflight=rec.inflight,
             concurrency=rec.concurrency,
             draining=rec.draining,
+            held=rec.held,
             alive=rec.alive(now_ms, config.lease_ttl_s),
             level=rec.level,
         )

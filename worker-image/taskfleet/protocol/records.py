@@ -77,6 +77,7 @@ WORKER_FIELDS: tuple[str, ...] = (
     "draining",
     "host",
     "level",
+    "held",
 )
 #: What a worker of this release serves beyond the layout, written as its record's
 #: ``level`` (``worker_record.lua`` writes the same number). A record without it is a
@@ -181,6 +182,8 @@ class WorkerRecord:
     host: str = ""
     level: int = 1
     readable: bool = True
+    #: slots kept by calls the worker gave up on (their task ended) that still run
+    held: int = 0
 
     @classmethod
     def parse(cls, raw: Any) -> WorkerRecord | None:
@@ -203,6 +206,7 @@ class WorkerRecord:
             draining=bool(data.get("draining", False)),
             host=str(data.get("host") or ""),
             level=_count(data.get("level", 1)) or 1,
+            held=max(0, _count(data.get("held", 0)) or 0),
             readable=None not in (heartbeat, inflight, concurrency),
         )
 

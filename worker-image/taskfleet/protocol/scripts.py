@@ -461,11 +461,13 @@ class Ops:
         concurrency: int,
         host: str = "",
         registered: bool = False,
+        held: int = 0,
     ) -> Op[Extended]:
         """Reply: the lost ids, or (nothing extended) the record of the incarnation that
         registered under ``pod`` since; with ``registered``, '' as that record when the name
-        has none readable (the caller registers again, then beats)."""
-        held = [Held(task_id, token) for task_id, token in tokens]
+        has none readable (the caller registers again, then beats). ``held``: the worker's
+        held slots, written in its record when > 0."""
+        leases = [Held(task_id, token) for task_id, token in tokens]
         head = Extend(
             pod=pod,
             incarnation=incarnation,
@@ -473,10 +475,11 @@ class Ops:
             draining=1 if draining else 0,
             concurrency=concurrency,
             host=host,
-            n=len(held),
+            n=len(leases),
             registered=1 if registered else "",
+            held=held if held else "",
         )
-        args = with_records(head, held)
+        args = with_records(head, leases)
 
         def decode(raw: Any) -> Extended:
             if not isinstance(raw, list) or not raw:

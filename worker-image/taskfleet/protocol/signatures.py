@@ -179,6 +179,10 @@ class Extend(NamedTuple):
         "1: the caller registered: no record, or an unreadable one, refuses it as another "
         "incarnation's does (it registers again); '' = only another incarnation's refuses",
     ] = ""
+    held: Annotated[
+        OptInt,
+        "its held slots: calls it gave up on (their task ended) that still run; '' = 0",
+    ] = ""
 
 
 class Held(NamedTuple):

@@ -386,10 +386,14 @@ class Broker:
         return (await self.beat(tokens, inflight, draining)).lost
 
     async def beat(
-        self, tokens: Mapping[str, str], inflight: int | None = None, draining: bool = False
+        self,
+        tokens: Mapping[str, str],
+        inflight: int | None = None,
+        draining: bool = False,
+        held: int = 0,
     ) -> Extended:
         """``heartbeat``, with the whole reply: also the held tasks whose cancellation was
-        asked for (``cancelled``: the worker cancels their runs)."""
+        asked for (``cancelled``: the worker cancels their runs). ``held``: its held slots."""
         count = len(tokens) if inflight is None else inflight
         for _ in range(2):  # once more after registering again
             reply = await self._run(
@@ -402,6 +406,7 @@ class Broker:
                     concurrency=self.concurrency,
                     host=self.host,
                     registered=self.registered,
+                    held=held,
                 )
             )
             if reply.holder != "":

@@ -68,7 +68,7 @@ class ClaimLoop:
 
     def room(self) -> int:
         execution = self._execution
-        return self._slots.room(len(execution.held), execution.stuck)
+        return self._slots.room(len(execution.held), len(execution.held_slots))
 
     async def run(self) -> None:
         execution, slots, draining = self._execution, self._slots, self._drain_requested
@@ -81,7 +81,7 @@ class ClaimLoop:
                 if self.room() <= 0 and not draining.is_set():
                     await self._slot_freed.wait()
                 continue
-            free = slots.free(len(execution.held), execution.stuck)
+            free = slots.free(len(execution.held), len(execution.held_slots))
             asked = time.monotonic()
             try:
                 claimed = await self._broker.claim(

@@ -59,6 +59,7 @@ from taskfleet.worker.gate import FatalStop, RedisGate, wait_any
 from taskfleet.worker.handback import HandBack
 from taskfleet.worker.handlers import Handler, format_error
 from taskfleet.worker.heartbeat import heartbeat_loop, taken_over
+from taskfleet.worker.held import EXIT_SLOTS_STUCK, held_loop
 from taskfleet.worker.identity import Whereabouts
 from taskfleet.worker.isolation import check_sendable
 from taskfleet.worker.lifecycle import Lifecycle, Phase
@@ -169,6 +170,11 @@ class Worker:
     @property
     def draining(self) -> bool:
         return self.lifecycle.draining
+
+    @property
+    def held_slots(self) -> int:
+        """Slots held by calls the worker gave up on (their task ended) that still run."""
+        return len(self.execution.held_slots)
 
     @property
     def inflight(self) -> int:
@@ -286,6 +292,19 @@ class Worker:
                     name="summary",
                 ),
             ]
+            background.append(
+                loop.create_task(
+                    held_loop(
+                        self.execution,
+                        lifecycle,
+                        concurrency=self.settings.concurrency,
+                        grace=self.settings.held_grace,
+                        interval=min(self._heartbeat_interval, self.settings.held_grace),
+                        stuck=self._slots_stuck,
+                    ),
+                    name="held",
+                )
+            )
             if self.settings.fire_schedules:
                 background.append(
                     loop.create_task(
@@ -483,6 +502,11 @@ class Worker:
 
     async def _write(self, batch: list[Outcome]) -> None:
         await self.writer.write(batch)
+
+    def _slots_stuck(self, stuck: int) -> None:
+        """Every slot is stuck (``held.py``): drain what is left, then exit for a restart."""
+        self._fatal = self._fatal or FatalStop(EXIT_SLOTS_STUCK)
+        self.lifecycle.request_drain()
 
     def _may_claim_with_completions(self) -> bool:
         """Completions claim replacements unless draining or the claim loop will (it waits

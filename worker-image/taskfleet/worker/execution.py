@@ -7,8 +7,9 @@ drain deadline stop for real. Either way a run ends exactly once in an ``Outcome
 the outbox, or is given up on (lease lost, released) and produces nothing: each run's
 ``RunState`` (``runs``) says which, moved here on the loop. A call the worker gave up on
 (its timeout passed, its lease was lost) but that is still running keeps its slot
-(``OVERRUN``, ``LOST``: "stuck") until it returns, so a hung handler can't make the
-worker oversubscribe.
+(``OVERRUN``, ``LOST``: a "held" slot) until it returns, so a hung handler can't make
+the worker oversubscribe. A held slot is logged (``slot_held``), reported in the
+heartbeat and the metrics, and, held past the grace, logged as stuck (``held.py``).
 """
 
 from __future__ import annotations
@@ -69,7 +70,10 @@ class Execution:
         report_quota: QuotaSink | None = None,
     ) -> None:
         self.held: dict[str, Run] = {}
-        self.stuck = 0  # calls given up on but still running: they keep their slots
+        # calls given up on but still running keep ("hold") their slots: since when
+        # (kept here, not on every Run: nothing is added to a task's own path)
+        self.held_slots: dict[Run, float] = {}
+        self._stuck: set[Run] = set()  # held past the grace, and logged so (slot_stuck)
         self.idle = asyncio.Event()  # set while nothing is held
         self.idle.set()
         self.counters = Counters()
@@ -410,7 +414,16 @@ class Execution:
         until the call returns, and whatever it returns is dropped."""
         assert state in KEEPS_SLOT
         run.to(state)
-        self.stuck += 1
+        self.held_slots[run] = now = time.monotonic()
+        log_event(
+            logging.WARNING,
+            "slot_held",
+            task=run.task.id,
+            reason="timeout" if state is OVERRUN else "lease lost",
+            ran_s=round(_ran_so_far(run, now), 1),
+            held=len(self.held_slots),
+            note="the call runs on and keeps its slot until it returns",
+        )
 
     def _returned(self, run: Run) -> RunState:
         """A run's call came back (or a thread skipped it): the state it was in then.
@@ -422,9 +435,40 @@ class Execution:
             run.to(GONE)
         elif was is OVERRUN or was is LOST:  # KEEPS_SLOT, without hashing on this path
             run.to(FINISHED if was is OVERRUN else GONE)
-            self.stuck -= 1
-            self._slot_freed.set()
+            self._slot_returned(run)
         return was
+
+    def _slot_returned(self, run: Run) -> None:
+        """A held slot's call returned at last: the slot is free again."""
+        held_at = self.held_slots.pop(run)
+        self._stuck.discard(run)
+        self._slot_freed.set()
+        log_event(
+            logging.INFO,
+            "slot_released",
+            task=run.task.id,
+            held_s=round(time.monotonic() - held_at, 1),
+        )
+
+    def stuck_slots(self, grace: float) -> int:
+        """How many slots have been held longer than ``grace`` (each logged once, as
+        ``slot_stuck``, when it passes it)."""
+        now = time.monotonic()
+        stuck = 0
+        for run, held_at in self.held_slots.items():
+            if now - held_at < grace:
+                continue
+            stuck += 1
+            if run not in self._stuck:
+                self._stuck.add(run)
+                log_event(
+                    logging.ERROR,
+                    "slot_stuck",
+                    task=run.task.id,
+                    held_s=round(now - held_at, 1),
+                    held_grace_s=grace,
+                )
+        return stuck
 
     def leases(self) -> dict[str, str]:
         """Leases to extend: not those of finished runs, whose outcome write ends the lease

@@ -1,11 +1,12 @@
 """The heartbeat loop: one call extends every held lease and reports the worker's state.
 
-Each beat also learns which leases were lost (those tasks are abandoned here: someone
-else runs them now) and which held tasks producers cancelled (their runs are cancelled)
-and, every ``sweep_every`` beats, sweeps the queue so the library
-loses nothing even without the operator, then repairs waiting tasks whose wake-up never
-came (``Broker.repair``), so none stays waiting for ever. A beat comes early when the lifecycle's
-``beat_now`` is set (a drain began, Redis came back).
+The worker's record says how many tasks it holds (``inflight``) and how many slots calls
+it gave up on still hold (``held``). Each beat also learns which leases were lost (those
+tasks are abandoned here: someone else runs them now) and which held tasks producers
+cancelled (their runs are cancelled) and, every ``sweep_every`` beats, sweeps the queue
+so the library loses nothing even without the operator, then repairs waiting tasks whose
+wake-up never came (``Broker.repair``), so none stays waiting for ever. A beat comes early
+when the lifecycle's ``beat_now`` is set (a drain began, Redis came back).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ async def heartbeat_loop(
                 execution.leases(),
                 inflight=len(execution.held),
                 draining=drain_requested.is_set(),
+                held=len(execution.held_slots),
             )
             execution.abandon(reply.lost)
             if reply.cancelled:  # producers cancelled these: the reply says so, no extra call

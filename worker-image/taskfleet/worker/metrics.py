@@ -59,6 +59,8 @@ class Observed(Protocol):
     @property
     def inflight(self) -> int: ...
     @property
+    def held_slots(self) -> int: ...
+    @property
     def draining(self) -> bool: ...
     @property
     def gate(self) -> RedisGate: ...
@@ -142,6 +144,9 @@ class _Collector:
             ("taskfleet_worker_inflight", "Tasks the worker holds now.", held),
             ("taskfleet_worker_slots", "Tasks the worker runs at once (--concurrency).",
              worker.settings.concurrency),
+            ("taskfleet_worker_slots_held",
+             "Slots held by calls the worker gave up on (timed out, lease lost) that still run.",
+             worker.held_slots),
             ("taskfleet_worker_draining", "1 once the worker drains.", int(worker.draining)),
             ("taskfleet_worker_redis_up", "1 while Redis answers the worker.",
              int(worker.gate.open.is_set())),

@@ -12,6 +12,12 @@ from taskfleet.protocol.redisurl import parse_redis_url
 #: Upper bound of --prefetch.
 MAX_PREFETCH = 10_000
 
+#: How long a slot may stay held by a call the worker gave up on (its task timed out, its
+#: lease was lost) before it counts as stuck: long enough for a handler that returns late
+#: (a slow request's own timeout), short enough that a worker that can take no work is
+#: restarted within minutes.
+DEFAULT_HELD_GRACE_S = 60.0
+
 #: How a worker runs sync handlers: on its threads, or each slot in a child process.
 ISOLATION_MODES = ("thread", "process")
 
@@ -42,6 +48,9 @@ class WorkerSettings:
     max_tasks_per_child: int | None = None  # process isolation: tasks before a child is replaced
     #: seconds between the info ``tasks_summary`` lines (``summary.py``)
     summary_interval: float = 10.0
+    #: seconds a slot may stay held by a call given up on before it is stuck; a worker
+    #: whose every slot is stuck drains and exits to be restarted (``held.py``)
+    held_grace: float = DEFAULT_HELD_GRACE_S
 
     @property
     def isolated(self) -> bool:
@@ -87,6 +96,7 @@ class WorkerSettings:
             ("lease TTL", self.lease_ttl),
             ("drain timeout", self.drain_timeout),
             ("task timeout", self.default_timeout),
+            ("held grace", self.held_grace),
         ):
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{what} must be a finite number of seconds, got {value}")
@@ -95,6 +105,7 @@ class WorkerSettings:
             ("lease TTL", self.lease_ttl, bounds.MAX_DURATION_S),
             ("drain timeout", self.drain_timeout, bounds.MAX_TIMEOUT_S),
             ("task timeout", self.default_timeout, bounds.MAX_TIMEOUT_S),
+            ("held grace", self.held_grace, bounds.MAX_TIMEOUT_S),
         ):
             if value is not None and value > bound:
                 raise ValueError(f"{what} must be at most {bound:g} seconds, got {value:g}")
@@ -115,6 +126,8 @@ class WorkerSettings:
             )
         if self.drain_timeout < 0:
             raise ValueError("drain timeout must not be negative")
+        if self.held_grace <= 0:
+            raise ValueError(f"held grace must be positive, got {self.held_grace:g}")
         if self.default_timeout is not None and self.default_timeout <= 0:
             raise ValueError("task timeout must be positive")
         validate_queue_name(self.queue)

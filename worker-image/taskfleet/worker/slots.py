@@ -2,8 +2,9 @@
 
 Pure arithmetic, no I/O, so it is tested without Redis. Two words, one idea each:
 
-- a **free** slot would start a task at once: ``concurrency - held - stuck`` (negative
-  when prefetched tasks wait for one);
+- a **free** slot would start a task at once: ``concurrency - held - kept`` (negative
+  when prefetched tasks wait for one), where ``held`` counts the tasks held (claim to
+  written) and ``kept`` the slots held by calls given up on that still run;
 - **room** is what a claim may ask for: the free slots plus the prefetch allowance while
   it applies (sync handlers whose runs are short: a moving average under 10 ms).
 """
@@ -30,9 +31,9 @@ class Slots:
         self.prefetch = prefetch  # 0: never (async handlers, or --prefetch 0)
         self.typical_run_s: float | None = None  # moving average of the runs' durations
 
-    def free(self, held: int, stuck: int) -> int:
+    def free(self, held: int, kept: int) -> int:
         """Slots that would start a task at once (negative: prefetched tasks wait)."""
-        return self.concurrency - held - stuck
+        return self.concurrency - held - kept
 
     def prefetch_room(self) -> int:
         """Tasks that may wait for a slot now: all of ``prefetch`` while runs are short."""
@@ -41,20 +42,20 @@ class Slots:
             return self.prefetch
         return 0
 
-    def room(self, held: int, stuck: int) -> int:
+    def room(self, held: int, kept: int) -> int:
         """Tasks to claim now: free slots, plus the prefetch room."""
-        return self.free(held, stuck) + self.prefetch_room()
+        return self.free(held, kept) + self.prefetch_room()
 
     @staticmethod
     def prefetch_part(n: int, free: int) -> int:
         """Of ``n`` tasks claimed with ``free`` slots, how many would wait for a slot."""
         return max(0, n - max(0, free))
 
-    def refill(self, completed: int, held: int, stuck: int) -> tuple[int, int]:
+    def refill(self, completed: int, held: int, kept: int) -> tuple[int, int]:
         """A write completing ``completed`` of the ``held`` tasks also claims: how many
         (only the slots these completions free, and the prefetch room), and how many of
         those are prefetch. ``held`` still counts the completed ones."""
-        free = self.free(held, stuck) + completed
+        free = self.free(held, kept) + completed
         n = max(0, min(completed, free + self.prefetch_room()))
         return n, self.prefetch_part(n, free)
 

@@ -4,13 +4,14 @@ A task done writes no line of its own at the default level (``task_done`` is deb
 formatting and writing one line per task cost about a third of a short task's worker
 CPU. Instead, once per ``WorkerSettings.summary_interval`` (10 s) in which anything
 ended or was given back, one info line counts it: done, failed (retried + dead),
-cancelled, deferred, released, lost, stale, with the tasks held then and the done tasks'
-time from claim to written (mean and longest). The counts are deltas since the previous
-line, so a worker's lines add up to its ``worker_stopped`` totals; the last window's is
-written just before ``worker_stopped``. Anything that needs a look is still logged at
-once, one line each: ``task_failed`` (retried or dead), ``task_cancelled``,
-``task_deferred``, ``lease_lost``, ``task_write_refused`` (stale), ``task_released``,
-``task_result_dropped``.
+cancelled, deferred, released, lost, stale, with the tasks in flight then (``inflight``,
+claim to written), the slots held then by calls given up on that still run (``held``)
+and the done tasks' time from claim to written (mean and longest). The counts are deltas
+since the previous line, so a worker's lines add up to its ``worker_stopped`` totals;
+the last window's is written just before ``worker_stopped``. Anything that needs a look
+is still logged at once, one line each: ``task_failed`` (retried or dead),
+``task_cancelled``, ``task_deferred``, ``lease_lost``, ``task_write_refused`` (stale),
+``task_released``, ``task_result_dropped``.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class Summary:
             logging.INFO,
             "tasks_summary",
             **deltas,
-            held=len(execution.held),
+            inflight=len(execution.held),
+            held=len(execution.held_slots),
             window_s=round(window_s, 1),
             done_ms_mean=round(spent_s * 1000 / done, 1) if done else 0.0,
             done_ms_max=round(longest_s * 1000, 1),

@@ -95,7 +95,7 @@ class OutcomeWriter:
         finally:
             # Wake the claim loop only for slots this write left free: completions that
             # claimed their own replacements need no second look.
-            if self._slots.room(len(execution.held), execution.stuck) > 0:
+            if self._slots.room(len(execution.held), len(execution.held_slots)) > 0:
                 self._slot_freed.set()
 
     async def _complete(self, batch: list[Outcome], done: list[Outcome]) -> None:
@@ -104,7 +104,7 @@ class OutcomeWriter:
         execution = self._execution
         items = [(o.run.task.id, o.run.task.token, o.result) for o in done]
         claimed: ClaimResult | None = None
-        n, prefetch = self._slots.refill(len(done), len(execution.held), execution.stuck)
+        n, prefetch = self._slots.refill(len(done), len(execution.held), len(execution.held_slots))
         n, prefetch = min(n, bounds.MAX_BATCH), min(prefetch, n)
         if n <= 0 or not self._may_claim():
             applied = await self.broker.complete_many(items)

@@ -409,7 +409,7 @@ export class Broker {
   }
 
   /** The heartbeat: extend every lease held; throws `IdentityTaken` when another incarnation holds our name. */
-  async beat(tokens: ReadonlyMap<string, string>, inflight: number, draining: boolean): Promise<Extended> {
+  async beat(tokens: ReadonlyMap<string, string>, inflight: number, draining: boolean, held = 0): Promise<Extended> {
     let reply: unknown[] = [];
     for (let attempt = 0; attempt < 2; attempt++) {
       reply = list(
@@ -423,6 +423,7 @@ export class Broker {
             concurrency: this.concurrency,
             host: this.options.host,
             registered: this.registered ? 1 : undefined,
+            held: held > 0 ? held : undefined,
           },
           [...tokens].map(([task_id, token]) => ({ task_id, token })),
         ),

@@ -6,9 +6,10 @@
  * returns (or the promise it returns) is its outcome. A run ends exactly once in an
  * `Outcome` for the outbox, or is abandoned (lease lost, released at the drain deadline)
  * and produces nothing. A run the worker gave up on (its timeout passed, its lease was
- * lost) whose promise has not settled keeps its slot ("stuck") until it does, so a hung
- * handler can't make the worker run more than its concurrency; its signal is aborted so
- * a handler that listens stops.
+ * lost) whose promise has not settled keeps its slot (a "held" slot) until it does, so a
+ * hung handler can't make the worker run more than its concurrency; its signal is aborted
+ * so a handler that listens stops. A held slot is logged (`slot_held`), reported in the
+ * heartbeat and the metrics, and, held past the grace, logged as stuck (`held.ts`).
  *
  * @module
  */
@@ -34,8 +35,6 @@ export function timeoutError(limitS: number): string {
 /** One task this worker holds: from claim until its outcome is written. */
 export class Run {
   timer: NodeJS.Timeout | null = null;
-  /** Given up on while its promise runs on: it keeps its slot. */
-  stuck = false;
   /** Its promise has settled (or it never began). */
   settled = false;
   timedOut = false;
@@ -120,8 +119,13 @@ export interface ExecutionOptions {
 /** `held`: every task from its claim until its outcome is written (or given back). */
 export class Execution {
   readonly held = new Map<string, Run>();
-  /** Runs given up on whose promises run on: they keep their slots. */
-  stuck = 0;
+  /**
+   * Runs given up on whose promises run on keep ("hold") their slots: since when
+   * (`performance.now()`; kept here, not on every Run: nothing is added to a task's path).
+   */
+  readonly heldSlots = new Map<Run, number>();
+  /** Held past the grace, and logged so (`slot_stuck`). */
+  private readonly stuck = new Set<Run>();
   /** Set while nothing is held. */
   readonly idle = new Flag();
   readonly counters = new Counters();
@@ -156,7 +160,7 @@ export class Execution {
 
   /** Slots that would start a task at once. */
   free(): number {
-    return this.options.concurrency - this.held.size - this.stuck;
+    return this.options.concurrency - this.held.size - this.heldSlots.size;
   }
 
   /** Start every claimed task; one that can't start fails its attempt, never the worker. */
@@ -217,7 +221,7 @@ export class Execution {
         run.settled = true;
         if (run.timer !== null) clearTimeout(run.timer);
         run.timer = null;
-        this.unstick(run);
+        this.slotReturned(run);
         return;
       }
     }
@@ -236,7 +240,7 @@ export class Execution {
       run.ranMs = performance.now() - run.claimedAt;
       if (run.timer !== null) clearTimeout(run.timer);
       run.timer = null;
-      this.unstick(run);
+      this.slotReturned(run);
     }
     if (run.timedOut) return; // failed when its time ran out; what it returned since is dropped
     if (run.abandoned) {
@@ -307,18 +311,43 @@ export class Execution {
   }
 
   private keepSlotUntilSettled(run: Run): void {
-    if (!run.settled && !run.stuck) {
-      run.stuck = true;
-      this.stuck += 1;
-    }
+    if (run.settled || this.heldSlots.has(run)) return;
+    const now = performance.now();
+    this.heldSlots.set(run, now);
+    logEvent("warning", "slot_held", {
+      task: run.task.id,
+      reason: run.timedOut ? "timeout" : "lease lost",
+      ran_s: Math.round((now - run.claimedAt) / 100) / 10,
+      held: this.heldSlots.size,
+      note: "the call runs on and keeps its slot until it settles",
+    });
   }
 
-  private unstick(run: Run): void {
-    if (run.stuck) {
-      run.stuck = false;
-      this.stuck -= 1;
-      this.options.slotFreed.set();
+  /** A held slot's promise settled at last: the slot is free again. */
+  private slotReturned(run: Run): void {
+    if (this.heldSlots.size === 0) return; // nearly always: no lookup on a task's path
+    const heldAt = this.heldSlots.get(run);
+    if (heldAt === undefined) return;
+    this.heldSlots.delete(run);
+    this.stuck.delete(run);
+    this.options.slotFreed.set();
+    const heldS = (performance.now() - heldAt) / 1000;
+    logEvent("info", "slot_released", { task: run.task.id, held_s: Math.round(heldS * 10) / 10 });
+  }
+
+  /** How many slots have been held longer than `graceS` (each logged once, as `slot_stuck`). */
+  stuckSlots(graceS: number): number {
+    const now = performance.now();
+    let stuck = 0;
+    for (const [run, heldAt] of this.heldSlots) {
+      if (now - heldAt < graceS * 1000) continue;
+      stuck += 1;
+      if (!this.stuck.has(run)) {
+        this.stuck.add(run);
+        logEvent("error", "slot_stuck", { task: run.task.id, held_s: Math.round((now - heldAt) / 100) / 10, held_grace_s: graceS });
+      }
     }
+    return stuck;
   }
 
   /** Leases to extend: not those of finished runs, whose outcome write ends the lease. */

@@ -144,7 +144,7 @@ export async function heartbeatLoop(
   while (!flags.closing.isSet()) {
     flags.beatNow.clear();
     try {
-      const reply = await broker.beat(execution.leases(), execution.held.size, flags.drainRequested.isSet());
+      const reply = await broker.beat(execution.leases(), execution.held.size, flags.drainRequested.isSet(), execution.heldSlots.size);
       execution.abandon(reply.lost);
       if (reply.cancelled.length > 0) execution.cancel(reply.cancelled);
       beats += 1;

@@ -77,6 +77,11 @@ export async function registry(worker: Worker, version: string): Promise<import(
   const gauges: [string, string, () => number][] = [
     ["taskfleet_worker_inflight", "Tasks the worker holds now.", () => worker.execution.held.size],
     ["taskfleet_worker_slots", "Tasks the worker runs at once (--concurrency).", () => worker.settings.concurrency],
+    [
+      "taskfleet_worker_slots_held",
+      "Slots held by calls the worker gave up on (timed out, lease lost) that still run.",
+      () => worker.execution.heldSlots.size,
+    ],
     ["taskfleet_worker_draining", "1 once the worker drains.", () => Number(worker.draining)],
     ["taskfleet_worker_redis_up", "1 while Redis answers the worker.", () => Number(worker.gate.open.isSet())],
     [

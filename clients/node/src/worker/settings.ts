@@ -11,6 +11,7 @@ import { validateQueueName } from "../keys.js";
 import { formatG } from "../pyformat.js";
 import { parseRedisURL } from "../redisurl.js";
 import type { HandlerFn } from "./handlers.js";
+import { DEFAULT_HELD_GRACE_S } from "./held.js";
 import { MAX_CONCURRENCY, MAX_PREFETCH, MIN_HEARTBEAT_S, MIN_LEASE_TTL_S } from "./limits.js";
 
 /** How a `Worker` runs. Times are in seconds, as the CLI's options. */
@@ -37,6 +38,12 @@ export interface WorkerOptions {
   readonly leaseTtl?: number;
   /** Seconds a task may run unless it sets its own timeout (default: none). */
   readonly taskTimeout?: number;
+  /**
+   * Seconds a slot may stay held by a call given up on (its task timed out, its lease was
+   * lost) before it is stuck; when every slot is stuck the worker drains and `run()`
+   * resolves to 3, to be restarted (default 60).
+   */
+  readonly heldGrace?: number;
   /** Where `worker.json` is kept for `drain` (default: none is written). */
   readonly runtimeDir?: string;
   /** Fire the queue's due schedules in the background (default true). */
@@ -60,6 +67,7 @@ export interface Settings {
   readonly heartbeatInterval: number;
   readonly leaseTtl: number | null;
   readonly taskTimeout: number | null;
+  readonly heldGrace: number;
   readonly runtimeDir: string | null;
   readonly fireSchedules: boolean;
   readonly allowEviction: boolean;
@@ -91,11 +99,13 @@ export function checkSettings(queue: string, options: WorkerOptions, pod: string
   const drain = options.drainTimeout ?? 30;
   const leaseTtl = options.leaseTtl ?? null;
   const taskTimeout = options.taskTimeout ?? null;
+  const heldGrace = options.heldGrace ?? DEFAULT_HELD_GRACE_S;
   const durations: [string, number | null, number][] = [
     ["heartbeat interval", heartbeat, bounds.MAX_DURATION_S],
     ["lease TTL", leaseTtl, bounds.MAX_DURATION_S],
     ["drain timeout", drain, bounds.MAX_TIMEOUT_S],
     ["task timeout", taskTimeout, bounds.MAX_TIMEOUT_S],
+    ["held grace", heldGrace, bounds.MAX_TIMEOUT_S],
   ];
   for (const [what, value] of durations) {
     if (value !== null && (typeof value !== "number" || !Number.isFinite(value))) {
@@ -117,6 +127,7 @@ export function checkSettings(queue: string, options: WorkerOptions, pod: string
   }
   if (drain < 0) fail("drain timeout must not be negative");
   if (taskTimeout !== null && taskTimeout <= 0) fail("task timeout must be positive");
+  if (heldGrace <= 0) fail(`held grace must be positive, got ${formatG(heldGrace)}`);
   const idleWait = options.idleWait ?? 1;
   if (!(Number.isFinite(idleWait) && idleWait > 0 && idleWait <= 60)) fail("idle wait must be within (0, 60] seconds");
   validateQueueName(queue);
@@ -134,6 +145,7 @@ export function checkSettings(queue: string, options: WorkerOptions, pod: string
     heartbeatInterval: heartbeat,
     leaseTtl,
     taskTimeout,
+    heldGrace,
     runtimeDir: options.runtimeDir ?? null,
     fireSchedules: options.fireSchedules ?? true,
     allowEviction: options.allowEviction ?? false,

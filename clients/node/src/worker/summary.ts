@@ -2,7 +2,8 @@
  * The worker's `tasks_summary` line, as the Python worker writes it: a task done writes no
  * line of its own at the default level (`task_done` is debug); once per interval (10 s) in
  * which anything ended, one info line counts what did — done, failed, retried, dead,
- * cancelled, deferred, released, lost, stale — with the tasks held then. The counts are
+ * cancelled, deferred, released, lost, stale — with the tasks in flight then (`inflight`) and
+ * the slots held then by calls given up on that still run (`held`). The counts are
  * deltas since the previous line, so a worker's lines add up to its `worker_stopped`
  * totals; the last window's line is written just before `worker_stopped`. Anything that
  * needs a look is still logged at once, one line each (failures, cancels, deferrals,
@@ -23,6 +24,7 @@ export class Summary {
 
   constructor(
     private readonly counters: Counters,
+    private readonly inflight: () => number,
     private readonly held: () => number,
   ) {
     this.last = this.snapshot();
@@ -48,7 +50,7 @@ export class Summary {
     }
     this.last = current;
     if (!any || !enabled("info")) return false;
-    logEvent("info", "tasks_summary", { ...fields, held: this.held(), window_s: Math.round(windowS * 10) / 10 });
+    logEvent("info", "tasks_summary", { ...fields, inflight: this.inflight(), held: this.held(), window_s: Math.round(windowS * 10) / 10 });
     return true;
   }
 

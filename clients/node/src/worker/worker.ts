@@ -25,6 +25,7 @@ import { formatError } from "./failures.js";
 import { Flag, bounded, sleep, waitAny } from "./flag.js";
 import { FatalStop, RedisGate } from "./gate.js";
 import { HandlerSet } from "./handlers.js";
+import { EXIT_SLOTS_STUCK, heldLoop } from "./held.js";
 import { defaultPodName, encodeWhereabouts, localWhereabouts } from "./identity.js";
 import { logEvent } from "./log.js";
 import { ClaimLoop, heartbeatLoop, scheduleLoop, takenOver } from "./loops.js";
@@ -119,7 +120,11 @@ export class Worker {
         this.reports.addQuota({ taskId, pauseMs, group, reason });
       },
     });
-    this.summary = new Summary(this.execution.counters, () => this.execution.held.size);
+    this.summary = new Summary(
+      this.execution.counters,
+      () => this.execution.held.size,
+      () => this.execution.heldSlots.size,
+    );
     this.runtimeFile =
       s.runtimeDir === null
         ? null
@@ -155,6 +160,15 @@ export class Worker {
       return;
     }
     logEvent("info", "drain_started", { inflight: held, drain_timeout_s: this.settings.drainTimeout });
+    this.drainRequested.set();
+    this.beatNow.set();
+    this.slotFreed.set();
+    this.setState("draining");
+  }
+
+  /** Every slot is stuck (`held.ts`): drain what is left, then exit for a restart. */
+  private slotsStuck(): void {
+    this.fatal ??= new FatalStop(EXIT_SLOTS_STUCK);
     this.drainRequested.set();
     this.beatNow.set();
     this.slotFreed.set();
@@ -282,6 +296,18 @@ export class Worker {
         track(this.outbox.serve(this.closing)),
         track(reportLoop(broker, this.reports, this.gate, this.closing, this.stopRequested, (pauses) => this.paused(pauses))),
       ];
+      background.push(
+        track(
+          heldLoop(this.execution, this.drainRequested, {
+            concurrency: s.concurrency,
+            graceS: s.heldGrace,
+            intervalMs: Math.min(interval, s.heldGrace) * 1000,
+            stuck: () => {
+              this.slotsStuck();
+            },
+          }),
+        ),
+      );
       if (s.fireSchedules) background.push(track(scheduleLoop(broker, this.gate, this.drainRequested, this.stopRequested, this.closing)));
       this.claims = new ClaimLoop(broker, this.execution, this.gate, (t) => this.take(t), this.slotFreed, this.drainRequested, this.closing, s.idleWait * 1000);
       const claimer = track(this.claims.run());

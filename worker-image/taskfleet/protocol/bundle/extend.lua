@@ -37,9 +37,10 @@ local ARG_CONCURRENCY = ARGV[5]
 local ARG_HOST = ARGV[6]
 local ARG_N = ARGV[7]
 local ARG_REGISTERED = ARGV[8]
+local ARG_HELD = ARGV[9]
 -- record i (1..ARG_N): task_id, token
 local function RECORD(i)
-  local b = 9 + (i - 1) * 2
+  local b = 10 + (i - 1) * 2
   return ARGV[b], ARGV[b + 1]
 end
 local flow_resolve, build_lazy
@@ -290,7 +291,8 @@ end
 -- includes/worker_record.lua
 -- host: the worker's whereabouts (identity.py), opaque here; '' records none.
 -- level: what this release's workers serve (records.WORKER_LEVEL; none = 0.1.x, level 1).
-local function worker_record(incarnation, now, inflight, concurrency, draining, host)
+-- held: slots kept by calls the worker gave up on (their task ended); written when > 0.
+local function worker_record(incarnation, now, inflight, concurrency, draining, host, held)
   local record = {
     incarnation = incarnation,
     heartbeat_ms = now,
@@ -300,6 +302,8 @@ local function worker_record(incarnation, now, inflight, concurrency, draining, 
     level = 2,
   }
   if host ~= nil and host ~= '' then record.host = host end
+  local kept = tonumber(held)
+  if kept and kept > 0 then record.held = kept end
   return cjson.encode(record)
 end
 
@@ -501,7 +505,8 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- extend: the heartbeat. Extends every lease the caller still holds and refreshes the
 -- worker's record, in one call per heartbeat whatever the number of tasks.
 -- Arguments: ARG_* and RECORD(i) (signatures.Extend, one Held per task the worker holds:
---   task id, claim token). draining '1' | '0'; host: the worker's whereabouts (opaque).
+--   task id, claim token). draining '1' | '0'; host: the worker's whereabouts (opaque);
+--   held: its held slots (calls given up on that still run; recorded when > 0).
 -- Returns: {'', ids whose token no longer matches (taken back: the worker must abandon
 --   them)...}, followed, when some held task's cancellation was asked for, by '' and the
 --   ids of those (the worker cancels their runs; '' is no task id, so an older worker
@@ -536,7 +541,7 @@ for i = 1, tonumber(ARG_N) do
   end
 end
 local record = worker_record(incarnation, now, ARG_INFLIGHT, ARG_CONCURRENCY, ARG_DRAINING,
-  ARG_HOST)
+  ARG_HOST, ARG_HELD)
 redis.call('HSET', K_WORKERS, pod, record)
 if ARG_DRAINING == '1' then
   redis.call('ZREM', K_IDLE, pod .. '\0' .. incarnation)

@@ -1,7 +1,8 @@
 -- extend: the heartbeat. Extends every lease the caller still holds and refreshes the
 -- worker's record, in one call per heartbeat whatever the number of tasks.
 -- Arguments: ARG_* and RECORD(i) (signatures.Extend, one Held per task the worker holds:
---   task id, claim token). draining '1' | '0'; host: the worker's whereabouts (opaque).
+--   task id, claim token). draining '1' | '0'; host: the worker's whereabouts (opaque);
+--   held: its held slots (calls given up on that still run; recorded when > 0).
 -- Returns: {'', ids whose token no longer matches (taken back: the worker must abandon
 --   them)...}, followed, when some held task's cancellation was asked for, by '' and the
 --   ids of those (the worker cancels their runs; '' is no task id, so an older worker
@@ -44,7 +45,7 @@ for i = 1, tonumber(ARG_N) do
   end
 end
 local record = worker_record(incarnation, now, ARG_INFLIGHT, ARG_CONCURRENCY, ARG_DRAINING,
-  ARG_HOST)
+  ARG_HOST, ARG_HELD)
 redis.call('HSET', K_WORKERS, pod, record)
 if ARG_DRAINING == '1' then
   redis.call('ZREM', K_IDLE, pod .. '\0' .. incarnation)
