@@ -16,7 +16,11 @@ import math
 import re
 from typing import Any
 
+#: How the encoder's ValueError for a NaN or an infinity begins (``allow_nan=False``)
+NON_FINITE_ERROR = "Out of range float values"
+
 __all__ = [
+    "NON_FINITE_ERROR",
     "SAFE_INTEGER_MAX",
     "number_problem",
     "stored_number_problem",
@@ -53,6 +57,7 @@ def value_problem(value: object, path: str) -> str | None:
     as one line naming its path (``payload.items[3].id: ...``); None when none does."""
     # each entry: a value and its place as (parent's place, key); rendered only on a hit
     stack: list[tuple[object, tuple[Any, ...]]] = [(value, ())]
+    seen: set[int] = set()  # a cycle (the encoder refuses it first) must not loop here
     while stack:
         item, place = stack.pop()
         cls = item.__class__
@@ -71,9 +76,13 @@ def value_problem(value: object, path: str) -> str | None:
                 return (
                     f"{_render(path, place)}: {shown} is not a finite number; JSON cannot carry it"
                 )
+        elif id(item) in seen:
+            continue
         elif isinstance(item, dict):
+            seen.add(id(item))
             stack.extend((v, (place, k)) for k, v in reversed(list(item.items())))
         elif isinstance(item, list | tuple):
+            seen.add(id(item))
             stack.extend((v, (place, i)) for i, v in reversed(list(enumerate(item))))
     return None
 

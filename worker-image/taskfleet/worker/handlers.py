@@ -17,7 +17,7 @@ from typing import Any
 
 # Where they were defined first: handlers and tests import them from here too.
 from taskfleet.protocol import bounds
-from taskfleet.protocol.numbers import number_problem, value_problem
+from taskfleet.protocol.numbers import NON_FINITE_ERROR, number_problem, value_problem
 from taskfleet.worker.context import (
     TaskContext,
     Verdict,
@@ -199,7 +199,8 @@ def encode_result(value: Any) -> str:
         text = _RESULT_ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         # a NaN or an infinity: name where it is (the encoder does not say)
-        problem = value_problem(value, "result") if isinstance(exc, ValueError) else None
+        nan = isinstance(exc, ValueError) and str(exc).startswith(NON_FINITE_ERROR)
+        problem = value_problem(value, "result") if nan else None
         raise TypeError(problem or f"handler result is not JSON-serialisable: {exc}") from None
     problem = number_problem(value, text.encode(), "result")
     if problem is not None:
