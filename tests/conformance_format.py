@@ -15,7 +15,35 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = 1
-STEP_KINDS = ("call", "read", "write", "time")
+STEP_KINDS = ("call", "read", "write", "time", "encode")
+#: What ``{"$float": ...}`` may name in an encode step's value (besides decimal text)
+_FLOAT_WORDS = ("NaN", "Infinity", "-Infinity")
+_DIGITS = re.compile(r"-?[0-9]+\Z")
+_DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?\Z")
+
+
+def check_payload_value(v: Any, where: str) -> None:
+    """An encode step's value: JSON, with ``{"$int": "digits"}`` and ``{"$float": text}``
+    for numbers JSON text cannot carry the same into every language."""
+    if isinstance(v, dict):
+        if any(isinstance(k, str) and k.startswith("$") for k in v):
+            if len(v) != 1 or not isinstance(next(iter(v.values())), str):
+                raise FormatError(f'{where}: a tagged number is {{"$int"|"$float": TEXT}}')
+            ((tag, text),) = v.items()
+            if tag == "$int" and _DIGITS.match(text):
+                return
+            if tag == "$float" and (text in _FLOAT_WORDS or _DECIMAL.match(text)):
+                return
+            raise FormatError(f"{where}: not a tagged number: {v!r}")
+        for key, item in v.items():
+            check_payload_value(item, f"{where}.{key}")
+    elif isinstance(v, list):
+        for i, item in enumerate(v):
+            check_payload_value(item, f"{where}[{i}]")
+    elif isinstance(v, float):
+        raise FormatError(f'{where}: write a fraction as {{"$float": "0.5"}}')
+
+
 READS = frozenset(
     {"HGETALL", "HGET", "HEXISTS", "EXISTS", "GET", "TYPE", "ZRANGE", "ZSCORE", "ZCARD"}
     | {"LRANGE", "LLEN", "SMEMBERS", "SCARD", "PTTL"}
@@ -302,6 +330,12 @@ def _check_step(step: Any, manifest: Manifest, where: str) -> Step:
             check_value(value, f"{where}[{i}]")
         if "expect" in step:
             check_matcher(step["expect"], f"{where}.expect")
+    elif kind == "encode":
+        _closed(step, where, {"encode", "expect"}, {"doc"})
+        if not isinstance(step["encode"], dict):
+            raise FormatError(f"{where}: encode takes a payload (a JSON object)")
+        check_payload_value(step["encode"], f"{where}.encode")
+        check_matcher(step["expect"], f"{where}.expect")
     else:
         _closed(step, where, {"time"}, {"doc"})
         if not (isinstance(step["time"], str) and _NAME.match(step["time"])):

@@ -2,7 +2,8 @@
 
 A runner as any language would write one: it reads the bundle's manifest, loads each
 script's bytes, packs every call's ARGV from the manifest's argument declarations and
-matches replies and stored records. Nothing of taskfleet is imported.
+matches replies and stored records. Nothing of taskfleet is imported: the client's payload
+writer, which ``encode`` steps check, is handed in by the caller.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,8 +338,38 @@ def server_ms(client: redis.Redis) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def run_case(client: redis.Redis, manifest: Manifest, case: Case) -> None:
-    """Runs ``case`` on a flushed database; raises Mismatch naming the step that differs."""
+def payload_value(v: Any) -> Any:
+    """An encode step's value in this language: ``{"$int": "digits"}`` an int (exact here),
+    ``{"$float": text}`` a float (``NaN``, ``Infinity``, ``1e400`` overflowing to one)."""
+    if isinstance(v, dict):
+        if len(v) == 1 and "$int" in v:
+            return int(v["$int"])
+        if len(v) == 1 and "$float" in v:
+            return float(v["$float"])
+        return {k: payload_value(item) for k, item in v.items()}
+    if isinstance(v, list):
+        return [payload_value(item) for item in v]
+    return v
+
+
+#: A client's payload writer: the stored text, or an exception saying why not.
+Encoder = Callable[[Any], str]
+
+
+def _encode(encode: Encoder | None, step: Step) -> Any:
+    if encode is None:
+        raise CaseError("encode steps need the client's payload writer (run_case's encode)")
+    try:
+        return encode(payload_value(step.body["encode"])).encode()
+    except Exception as exc:  # the client's refusal is the reply, matched by $error
+        return ErrorReply(str(exc))
+
+
+def run_case(
+    client: redis.Redis, manifest: Manifest, case: Case, encode: Encoder | None = None
+) -> None:
+    """Runs ``case`` on a flushed database; raises Mismatch naming the step that differs.
+    ``encode``: the client's payload writer, for the steps that check it (``encode``)."""
     client.flushdb()
     captures: dict[str, Any] = {}
     for step in case.steps:
@@ -350,6 +382,8 @@ def run_case(client: redis.Redis, manifest: Manifest, case: Case) -> None:
                 continue
             if step.kind == "call":
                 reply = _evalsha(client, manifest, case, step, captures)
+            elif step.kind == "encode":
+                reply = _encode(encode, step)
             else:
                 reply = _raw_command(client, manifest, case, step, captures)
             if "expect" in step.body:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+from taskfleet.producer.encoding import encode_payload
 
 from tests.conformance_format import Case, FormatError, Manifest, Step, load_cases
 from tests.conformance_runner import (
@@ -54,7 +55,7 @@ def client(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 @pytest.mark.parametrize("case", ALL, ids=[c.name for c in ALL])
 def test_case(client: redis.Redis, case: Case) -> None:
-    run_case(client, MANIFEST, case)
+    run_case(client, MANIFEST, case, encode_payload)
 
 
 def test_every_script_of_the_manifest_is_called_by_a_case() -> None:
@@ -121,7 +122,7 @@ def test_an_altered_expectation_fails_at_its_step(client: redis.Redis, case: Cas
     assert altered is not None, "the case checks no literal value"
     changed, index = altered
     with pytest.raises(Mismatch) as failed:
-        run_case(client, MANIFEST, changed)
+        run_case(client, MANIFEST, changed, encode_payload)
     assert str(failed.value).startswith(case.steps[index].where + ":")
 
 
@@ -141,7 +142,7 @@ def test_the_loader_refuses_an_unknown_step_kind_naming_the_kinds(tmp_path: Path
     with pytest.raises(
         FormatError,
         match=r"bad/c step 0: a step has exactly one kind of call, "
-        r"read, write, time; found sleep",
+        r"read, write, time, encode; found sleep",
     ):
         _load(tmp_path, [{"sleep": 1}])
 
@@ -183,7 +184,7 @@ def test_the_runner_reports_a_reference_to_a_name_never_captured(
 ) -> None:
     (case,) = _load(tmp_path, [{"read": ["LLEN", {"key": "pending"}], "expect": {"$ref": "x"}}])
     with pytest.raises(CaseError, match="nothing captured under 'x'"):
-        run_case(client, MANIFEST, case)
+        run_case(client, MANIFEST, case, encode_payload)
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from taskfleet import InvalidPayload, Queue, QueueConfig, TaskfleetError, TaskState
 from taskfleet.cli import main as cli_main
 from taskfleet.protocol import bounds
+from taskfleet.protocol.numbers import SAFE_INTEGER_MAX
 
 from tests.fixtures_redis import MakeBroker, RedisServer
 from tests.polling import wait_for
@@ -75,6 +76,8 @@ SPECIAL_TEXT = [
     "ß" * 201, "tf:{other}:task:x", "*", "[", "nan", "inf", "1e400",
 ]  # fmt: skip
 
+#: The integers every reader holds exactly (the number rule, docs/protocol.md section 1)
+SAFE_INTEGERS = st.integers(-SAFE_INTEGER_MAX, SAFE_INTEGER_MAX)
 numbers = st.one_of(
     st.sampled_from(EXTREME_FLOATS),
     st.sampled_from(HUGE_INTS),
@@ -99,7 +102,7 @@ utf8_text = st.text(st.characters(codec="utf-8"), max_size=20)
 plain_json = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers()
+    | SAFE_INTEGERS
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(utf8_text, inner, max_size=3),
@@ -478,7 +481,8 @@ hostile_results = st.one_of(
     ),
     st.fixed_dictionaries({"kind": st.just("deep"), "depth": st.integers(500, 50_000)}),
     st.fixed_dictionaries({"kind": st.just("text"), "size": st.integers(0, 100_000)}),
-    st.fixed_dictionaries({"value": st.one_of(st.none(), st.integers(), st.text(max_size=20))}),
+    # within the number rule: the value travels in the payload, which refuses more
+    st.fixed_dictionaries({"value": st.one_of(st.none(), SAFE_INTEGERS, st.text(max_size=20))}),
 )
 hostile_payloads = st.one_of(
     st.builds(lambda r: {"raise": r}, hostile_exceptions()),

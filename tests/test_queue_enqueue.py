@@ -68,7 +68,7 @@ def test_enqueue_many_is_one_round_trip_and_returns_ids_in_order(redis_url: str)
     [
         ([1, 2], "must be a JSON object"),
         ("text", "must be a JSON object"),
-        ({"x": float("nan")}, "not JSON-serialisable"),
+        ({"x": float("nan")}, "payload.x: NaN is not a finite number"),
         ({"x": {1, 2}}, "not JSON-serialisable"),
         ({"x": "\ud800"}, "not JSON-serialisable"),
     ],

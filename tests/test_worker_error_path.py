@@ -93,7 +93,7 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, str | None, str]]] = {
     "result nested too deep": ({"return": {"kind": "deep"}}, ("dead", "failed", "Recursion")),
     "result circular": ({"return": {"kind": "circular"}}, ("dead", "failed", "Circular")),
     "result not JSON": ({"return": {"kind": "object"}}, ("dead", "failed", "not JSON")),
-    "result nan": ({"return": {"kind": "nan"}}, ("dead", "failed", "not JSON")),
+    "result nan": ({"return": {"kind": "nan"}}, ("dead", "failed", "NaN is not a finite number")),
     "result lone surrogate": ({"return": {"kind": "surrogate"}}, ("done", None, "")),
 }
 

@@ -226,3 +226,18 @@ def hang_first(payload: dict[str, Any]) -> str:
     if payload.get("hang") and current_task().attempt <= 1:
         _NEVER.wait()
     return "ok"
+
+
+def numbers(payload: dict[str, Any]) -> object:
+    """What the payload asks for, to break the number rule: a result ``{"id": 2**63+1}``,
+    a progress of ``2**60`` items, an exception without a message; else ``"ok"``."""
+    ask = payload.get("ask")
+    if ask == "big result":
+        return {"id": 2**63 + 1}
+    if ask == "nan result":
+        return [1, float("nan")]
+    if ask == "big progress":
+        current_task().progress(done=1, total=2**60)
+    if ask == "empty error":
+        raise ValueError()
+    return "ok"

@@ -11,6 +11,8 @@ import { randomBytes } from "node:crypto";
 
 import * as bounds from "./bounds.js";
 import { InvalidArgument, InvalidPayload, pyRepr } from "./errors.js";
+import { numberProblem, valueProblem } from "./numbers.js";
+import { nearest } from "./options.js";
 import { compareCodePoints, floatRepr, formatG } from "./pyformat.js";
 
 /** The options of one enqueue (`Queue.enqueue`). Times are in seconds, as in the Python API and the CLI. */
@@ -77,8 +79,8 @@ export interface TaskRecord {
   readonly group: string;
 }
 
-const OPTION_NAMES = new Set([
-  "payload",
+/** The names `EnqueueOptions` takes. */
+export const ENQUEUE_OPTION_NAMES: ReadonlySet<string> = new Set([
   "priority",
   "delay",
   "deadline",
@@ -91,6 +93,7 @@ const OPTION_NAMES = new Set([
   "onDepFail",
   "group",
 ]);
+const OPTION_NAMES: ReadonlySet<string> = new Set(["payload", ...ENQUEUE_OPTION_NAMES]);
 
 // protocol/groups.py: no braces (a key's hash tag), no whitespace or NUL.
 const GROUP = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,99}$/;
@@ -164,12 +167,16 @@ export function encodePayload(payload: unknown): string {
     } else if (typeof value === "boolean") {
       parts.push(value ? "true" : "false");
     } else if (typeof value === "number") {
-      if (!Number.isFinite(value)) {
-        throw new InvalidPayload(`payload is not JSON-serialisable: Out of range float values are not JSON compliant: ${String(value)}`);
+      if (Number.isSafeInteger(value)) {
+        parts.push(String(value));
+      } else {
+        // the number rule: no NaN or infinity, no integer past ±(2^53-1); the walk names where
+        if (numberProblem(value, "payload") !== undefined) {
+          throw new InvalidPayload(valueProblem(payload, "payload") ?? (numberProblem(value, "payload") as string));
+        }
+        // any other number (a fraction, 1e21 and up) as Python's float repr
+        parts.push(floatRepr(value));
       }
-      // a whole number as digits (what JSON.stringify writes below 1e21, and what Python
-      // writes for the int it parses from that text); any other as Python's float repr
-      parts.push(Number.isInteger(value) && Math.abs(value) < 1e21 ? BigInt(value).toString() : floatRepr(value));
     } else if (typeof value === "string") {
       if (!value.isWellFormed()) {
         throw new InvalidPayload("payload is not JSON-serialisable: a string holds a lone surrogate (not UTF-8)");
@@ -386,9 +393,14 @@ export function itemRecord(item: unknown): TaskRecord {
   if (typeof item !== "object" || item === null || Array.isArray(item)) {
     throw new InvalidArgument(`enqueue item must be an object of a payload and options, not ${kindOf(item)}`);
   }
-  const unknown = Object.keys(item).filter((k) => !OPTION_NAMES.has(k));
+  const keys = Reflect.ownKeys(item);
+  const symbol = keys.find((k) => typeof k === "symbol");
+  if (symbol !== undefined) throw new InvalidArgument(`an enqueue item takes no symbol keys, not ${symbol.toString()}`);
+  const unknown = (keys as string[]).filter((k) => !OPTION_NAMES.has(k));
   if (unknown.length > 0) {
-    throw new InvalidArgument(`unknown enqueue field(s): ${unknown.sort().join(", ")}`);
+    const meant = unknown.length === 1 ? nearest(unknown[0] ?? "", OPTION_NAMES) : undefined;
+    const hint = meant === undefined ? "" : ` (did you mean '${meant}'?)`;
+    throw new InvalidArgument(`unknown enqueue field(s): ${unknown.sort().join(", ")}${hint}`);
   }
   if (!("payload" in item)) throw new InvalidArgument("enqueue item needs a 'payload'");
   const { payload, ...options } = item as EnqueueItem;

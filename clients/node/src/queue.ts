@@ -18,6 +18,7 @@ import {
   type EnqueueOptions,
   type TaskRecord,
   batchRecords,
+  ENQUEUE_OPTION_NAMES,
   encodeTask,
   tokenBase,
   traceText,
@@ -25,6 +26,7 @@ import {
 import { DependencyCycle, InvalidArgument, InvalidPayload, NotReplicated, OlderWorker, ProtocolError, ScheduleNotFound, ScheduleOwned, StaleToken, TaskExists } from "./errors.js";
 import { FLOW_FIELDS, type FlowIds, type FlowPart, type FlowRecord, buildFlow, flowRecord } from "./flows.js";
 import { QueueKeys } from "./keys.js";
+import { checkOptionKeys } from "./options.js";
 import { parseRedisURL } from "./redisurl.js";
 import {
   OWNER_API,
@@ -42,6 +44,18 @@ import { type WorkerInfo, workerInfo } from "./workers.js";
 
 /** Housekeeping bound of the claims an enqueue makes for idle workers it hands tasks to. */
 export const CLAIM_HOUSEKEEPING_BOUND = 100;
+
+// The keys each options object takes: any other is refused (options.ts), never ignored.
+const QUEUE_OPTIONS = new Set(["redisUrl"]);
+const ENQUEUE_CALL_OPTIONS = new Set([...ENQUEUE_OPTION_NAMES, "traceContext"]);
+const TRACE_ONLY = new Set(["traceContext"]);
+const FILTER = ["reason", "olderThan", "newerThan"];
+const RETRY_OPTIONS = new Set([...FILTER, "taskIds", "maxAttempts", "group"]);
+const LIST_OPTIONS = new Set([...FILTER, "limit", "cursor", "group"]);
+const PURGE_OPTIONS = new Set([...FILTER, "taskIds"]);
+const FLOW_CONTROL_OPTIONS = new Set(["branch"]);
+const PAUSE_OPTIONS = new Set(["reason", "group"]);
+const BUDGET_OPTIONS = new Set(["day", "month", "group"]);
 
 /** The longest `close()` waits for Redis to answer QUIT. */
 export const CLOSE_BOUND_MS = 1000;
@@ -106,6 +120,7 @@ export class Queue {
 
   /** A queue named `name` (1-200 letters, digits, `.`, `_`, `-`); `InvalidArgument` / `InvalidRedisURL` say what is wrong. */
   constructor(name: string, options: QueueOptions = {}) {
+    checkOptionKeys(options, QUEUE_OPTIONS, "Queue options");
     this.bundle = packagedBundle();
     this.keys = new QueueKeys(name, this.bundle);
     this.name = name;
@@ -157,6 +172,7 @@ export class Queue {
 
   /** `enqueue`, resolving to the id and whether this call created the task. */
   async enqueueResult(payload: Readonly<Record<string, unknown>>, options: EnqueueCallOptions = {}): Promise<EnqueueResult> {
+    checkOptionKeys(options, ENQUEUE_CALL_OPTIONS, "enqueue options");
     const { traceContext, ...taskOptions } = options;
     const record = encodeTask(payload, taskOptions);
     const [created = false] = await this.enqueueRecords([record], traceText(traceContext));
@@ -172,6 +188,7 @@ export class Queue {
     items: Iterable<EnqueueItem>,
     options: { readonly traceContext?: Readonly<Record<string, string>> } = {},
   ): Promise<string[]> {
+    checkOptionKeys(options, TRACE_ONLY, "enqueueMany options");
     const batch = batchRecords(items);
     if (batch.length === 0) return [];
     await this.enqueueRecords(batch, traceText(options.traceContext));
@@ -189,6 +206,7 @@ export class Queue {
     flow: FlowPart,
     options: { readonly traceContext?: Readonly<Record<string, string>> } = {},
   ): Promise<FlowIds> {
+    checkOptionKeys(options, TRACE_ONLY, "enqueueFlow options");
     const { items, last } = buildFlow(flow);
     const batch = batchRecords(items);
     await this.enqueueRecords(batch, traceText(options.traceContext), batch[0]?.task_id ?? "");
@@ -334,6 +352,7 @@ export class Queue {
    * (docs/flows.md). `TaskNotFound` for an unknown id.
    */
   async cancelFlow(taskId: string, options: flowcontrol.FlowControlOptions = {}): Promise<Record<string, control.CancelOutcome>> {
+    checkOptionKeys(options, FLOW_CONTROL_OPTIONS, "cancelFlow options");
     return flowcontrol.cancelFlow(this.control, taskId, options);
   }
 
@@ -344,6 +363,7 @@ export class Queue {
    * unknown id.
    */
   async retryFlow(taskId: string, options: flowcontrol.FlowControlOptions = {}): Promise<number> {
+    checkOptionKeys(options, FLOW_CONTROL_OPTIONS, "retryFlow options");
     return flowcontrol.retryFlow(this.control, taskId, options);
   }
 
@@ -353,6 +373,7 @@ export class Queue {
    * or with no option all of them. Resolves to how many went back.
    */
   async retry(options: control.RetryOptions = {}): Promise<number> {
+    checkOptionKeys(options, RETRY_OPTIONS, "retry options");
     return control.retry(this.control, options);
   }
 
@@ -362,11 +383,13 @@ export class Queue {
    * order: list them with `group`; without it, pending lists the ungrouped tasks.
    */
   async list(state: TaskState, options: control.ListOptions = {}): Promise<control.TaskPage> {
+    checkOptionKeys(options, LIST_OPTIONS, "list options");
     return control.listTasks(this.control, state, options);
   }
 
   /** Delete finished tasks in `state` (done, dead or cancelled) now; resolves to how many. */
   async purgeTasks(state: TaskState, options: control.PurgeOptions = {}): Promise<number> {
+    checkOptionKeys(options, PURGE_OPTIONS, "purgeTasks options");
     return control.drop(this.control, state, options);
   }
 
@@ -413,6 +436,7 @@ export class Queue {
 
   /** Stop claims for `seconds` (left out: the adaptive pause), of `group` only if given; a longer pause is kept. Its end (epoch ms). */
   async pauseClaims(seconds?: number, options: quotas.PauseOptions = {}): Promise<number> {
+    checkOptionKeys(options, PAUSE_OPTIONS, "pauseClaims options");
     return quotas.pauseClaims(this.control, seconds, options);
   }
 
@@ -423,6 +447,7 @@ export class Queue {
 
   /** The spend budget at run time (`day`, `month`: cost units, 0 none, "default" the config's), `group`'s own with a group. */
   async setBudget(options: quotas.BudgetOptions): Promise<void> {
+    checkOptionKeys(options, BUDGET_OPTIONS, "setBudget options");
     return quotas.setBudget(this.control, options);
   }
 

@@ -13,6 +13,7 @@ import * as bounds from "./bounds.js";
 import { parseCron } from "./cron.js";
 import { checkedInt, encodePayload, groupProblem, seconds } from "./encoding.js";
 import { InvalidArgument, describe, pyRepr } from "./errors.js";
+import { checkOptionKeys } from "./options.js";
 import { floatRepr } from "./pyformat.js";
 import { nextSlot, zone } from "./slots.js";
 
@@ -61,6 +62,10 @@ export interface ScheduleOptions {
   readonly group?: string;
 }
 
+const SCHEDULE_OPTIONS = new Set([
+  "tz", "catchup", "catchupLimit", "jitter", "priority", "maxAttempts", "cost", "timeout", "deadline", "paused", "group",
+]);
+
 /** A schedule's definition, checked: the store's fields in the Python client's order and encoding. */
 export interface ScheduleDef {
   readonly name: string;
@@ -73,6 +78,7 @@ export interface ScheduleDef {
 /** `Queue.schedule`'s arguments as a definition; `InvalidArgument` / `InvalidPayload` name what is wrong. */
 export function scheduleDef(name: string, cron: string, payload: unknown, options: ScheduleOptions = {}): ScheduleDef {
   validateScheduleName(name);
+  checkOptionKeys(options, SCHEDULE_OPTIONS, "schedule options");
   if (typeof cron !== "string") throw new InvalidArgument("cron must be a string, e.g. '0 3 * * *'");
   const tz = options.tz ?? "UTC";
   if (typeof tz !== "string") throw new InvalidArgument("tz must be an IANA zone name, e.g. 'Europe/Paris'");

@@ -7,6 +7,7 @@ import { after, before, describe, it } from "node:test";
 import type { Redis } from "ioredis";
 
 import { packagedBundle } from "../src/bundle.js";
+import { encodePayload } from "../src/encoding.js";
 import { loadCases, runCase } from "./conformance.js";
 import { REPOSITORY } from "./python.js";
 import { RedisServer } from "./redis.js";
@@ -26,7 +27,7 @@ describe("conformance vectors", existsSync(DIR) ? {} : { skip: `no vectors in ${
     client.disconnect();
     await server.stop();
   });
-  for (const c of cases) it(c.name, () => runCase(client, bundle, c));
+  for (const c of cases) it(c.name, () => runCase(client, bundle, c, encodePayload));
 
   it("fails a case whose expectation was altered", async () => {
     const original = cases.find((c) => c.steps.some((s) => "call" in s));

@@ -50,8 +50,24 @@ function numberOf(value: Captured): number | null {
   return null;
 }
 
+/**
+ * An encode step's value in JavaScript: `{"$int": digits}` the number of those digits (past
+ * 2^53 rounded, as a caller holds it), `{"$float": text}` the number of that text.
+ */
+function payloadValue(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(payloadValue);
+  if (typeof v !== "object" || v === null) return v;
+  const o = v as Record<string, unknown>;
+  if (typeof o.$int === "string") return Number(o.$int);
+  if (typeof o.$float === "string") return Number(o.$float);
+  return Object.fromEntries(Object.entries(o).map(([k, item]) => [k, payloadValue(item)]));
+}
+
+/** The client's payload writer, which `encode` steps check: the stored text, or it throws. */
+export type Encoder = (payload: unknown) => string;
+
 /** One case run on `client` (a connection of its own; the database is flushed first). */
-export async function runCase(client: Redis, bundle: Bundle, c: Case): Promise<void> {
+export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: Encoder): Promise<void> {
   const prefix = bundle.manifest.key_prefix.replace("%QUEUE%", c.queue);
   const keys = bundle.manifest.keys.map((k) => prefix + k.suffix);
   const captured = new Map<string, Captured>();
@@ -262,6 +278,15 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case): Promise<v
       if ("time" in step) {
         const [s, us] = (await client.time()).map(Number);
         captured.set(step.time as string, (s ?? 0) * 1000 + Math.floor((us ?? 0) / 1000));
+      } else if ("encode" in step) {
+        if (encode === undefined) throw new Failure("encode steps need the client's payload writer (runCase's encode)");
+        let reply: Reply;
+        try {
+          reply = Buffer.from(encode(payloadValue(step.encode)), "utf8");
+        } catch (error) {
+          reply = { error: error instanceof Error ? error.message : String(error) };
+        }
+        match(step.expect, reply, "reply", false);
       } else if ("call" in step) {
         const script = step.call as string;
         const loaded = bundle.script(script);

@@ -57,8 +57,20 @@ describe("what a run stores", () => {
   it("stores an error as one line, and reads what PermanentFailure and RetryAfter ask for", () => {
     assert.equal(formatError(new TypeError("a\nb")), "TypeError: a b");
     assert.equal(formatError("plain"), "Error: plain");
+    assert.equal(formatError(new RangeError()), "RangeError");
+    assert.equal(formatError({ code: 42, message: "boom" }), 'Error: object thrown: {"code":42,"message":"boom"}');
+    const cyclic: Record<string, unknown> = { message: "loop" };
+    cyclic.self = cyclic;
+    assert.equal(formatError(cyclic), "Error: object thrown: loop");
+    class Odd {
+      readonly self = this;
+    }
+    assert.equal(formatError(new Odd()), "Error: object thrown: <ref *1> Odd { self: [Circular *1] }");
+    assert.equal(formatError(42), "Error: number thrown: 42");
+    assert.equal(formatError(undefined), "Error: undefined thrown");
+    assert.equal(formatError(null), "Error: null thrown");
     assert.deepEqual(failureOf(new PermanentFailure("no")), ["PermanentFailure: no", { permanent: true, retryAfterMs: null }]);
-    assert.deepEqual(failureOf(new RetryAfter(1.5)), ["RetryAfter:", { permanent: false, retryAfterMs: 1500 }]);
+    assert.deepEqual(failureOf(new RetryAfter(1.5)), ["RetryAfter", { permanent: false, retryAfterMs: 1500 }]);
     const foreign = new Error("from another copy of the package");
     foreign.name = "PermanentFailure";
     assert.deepEqual(failureOf(foreign)[1], { permanent: true, retryAfterMs: null });
@@ -81,7 +93,7 @@ describe("what a run stores", () => {
     assert.throws(() => quotaPauseMs(-1, undefined, 0), RangeError);
     assert.equal(encodeResult(undefined), "null");
     assert.equal(encodeResult({ a: [1, "é"] }), '{"a":[1,"é"]}');
-    assert.throws(() => encodeResult({ n: NaN }), /not JSON-serialisable/);
+    assert.throws(() => encodeResult({ n: NaN }), /result\.n: NaN is not a finite number/);
     assert.throws(() => encodeResult(10n), /not JSON-serialisable/);
   });
 });

@@ -52,6 +52,23 @@ def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON value")
 
 
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: an object naming a key twice is refused (the
+    parser would keep the last silently; what was meant is unknowable)."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(f"has the key {json.dumps(key)[:100]} twice in one object")
+            seen.add(key)
+    return data
+
+
 def _parse_payload(text: str) -> dict[str, Any]:
     # before parsing: the parser's recursion fails past ~1000 levels, with a traceback
     if nested_too_deep(text):
@@ -60,9 +77,11 @@ def _parse_payload(text: str) -> dict[str, Any]:
             "objects deep"
         )
     try:
-        payload = json.loads(text, parse_constant=_no_constant)
+        payload = json.loads(text, parse_constant=_no_constant, object_pairs_hook=unique_keys)
     except RecursionError:  # a stack already deep; the check above makes this rare
         raise BadInput("--payload is nested too deep to read") from None
+    except _DuplicateKeyError as exc:
+        raise BadInput(f"--payload {exc}; each key may appear once") from None
     except ValueError as exc:  # JSONDecodeError is one
         raise BadInput(f"--payload is not valid JSON: {exc}") from None
     if not isinstance(payload, dict):
@@ -405,8 +424,10 @@ def flow(queue: str, source: Any, redis_url: str) -> None:
             f"groups at most {MAX_FLOW_DEPTH} levels, a payload {bounds.MAX_PAYLOAD_DEPTH})"
         )
     try:
-        value = json.loads(text)
-    except ValueError as exc:
+        value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=unique_keys)
+    except _DuplicateKeyError as exc:
+        raise BadInput(f"the flow {exc}; each key may appear once") from None
+    except (ValueError, RecursionError) as exc:
         raise BadInput(f"the flow is not valid JSON: {str(exc)[:200]}") from None
     try:
         parsed = from_json(value)

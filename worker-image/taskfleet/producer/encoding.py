@@ -24,6 +24,7 @@ from taskfleet.protocol.bounds import PRIORITY_MAX, PRIORITY_MIN
 from taskfleet.protocol.errors import InvalidArgument, InvalidPayload
 from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.jsondepth import nested_too_deep
+from taskfleet.protocol.numbers import NON_FINITE_ERROR, number_problem, value_problem
 from taskfleet.protocol.scripts import EnqueueArgs
 from taskfleet.protocol.tasknames import named_payload, task_name_problem
 
@@ -113,13 +114,21 @@ def encode_payload(payload: object) -> str:
         except TypeError:
             # keys of mixed types (e.g. 1 and "a") cannot be sorted; JSON makes them text
             text = _UNSORTED.encode(payload)
-        text.encode()  # a lone surrogate cannot be sent as UTF-8: refuse it here, clearly
+        data = text.encode()  # a lone surrogate cannot be sent as UTF-8: refuse it here, clearly
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-        raise InvalidPayload(f"payload is not JSON-serialisable: {_short(exc)}") from None
+        # a NaN or an infinity: name where it is (the encoder does not say)
+        problem = (
+            value_problem(payload, "payload") if str(exc).startswith(NON_FINITE_ERROR) else None
+        )
+        text = problem or f"payload is not JSON-serialisable: {_short(exc)}"
+        raise InvalidPayload(text) from None
     except RecursionError:
         raise InvalidPayload(_TOO_DEEP) from None
     if nested_too_deep(text):
         raise InvalidPayload(_TOO_DEEP)
+    problem = number_problem(payload, data, "payload")
+    if problem is not None:
+        raise InvalidPayload(problem)
     return text
 
 

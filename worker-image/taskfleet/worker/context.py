@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from taskfleet.protocol import bounds
 from taskfleet.protocol.errors import PermanentFailure, RateLimited, RetryAfter
+from taskfleet.protocol.numbers import value_problem
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
@@ -258,6 +259,9 @@ def progress_json(
         for name, value in (("done", done), ("total", total)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"progress {name} must be an int >= 0, not {value!r}")
+            problem = value_problem(value, f"progress.{name}")
+            if problem is not None:
+                raise ValueError(problem)
         assert done is not None and total is not None
         data["done"], data["total"] = done, total
         if fraction is None and total > 0:

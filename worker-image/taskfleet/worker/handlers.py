@@ -17,6 +17,7 @@ from typing import Any
 
 # Where they were defined first: handlers and tests import them from here too.
 from taskfleet.protocol import bounds
+from taskfleet.protocol.numbers import NON_FINITE_ERROR, number_problem, value_problem
 from taskfleet.worker.context import (
     TaskContext,
     Verdict,
@@ -141,7 +142,8 @@ def format_error(exc: BaseException) -> str:
         message = str.__str__(str(exc))[: MAX_ERROR_CHARS + 1]  # cut first: it may be huge
     except BaseException:  # a broken __str__ must not lose the outcome
         message = "(the exception's message could not be read)"
-    return _one_line(f"{name}: {message}")
+    # an exception without a message (raise ValueError) is stored as its type's name
+    return _one_line(f"{name}: {message}" if message.strip() else name)
 
 
 def _type_name(exc: BaseException) -> str:
@@ -196,7 +198,13 @@ def encode_result(value: Any) -> str:
     try:
         text = _RESULT_ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"handler result is not JSON-serialisable: {exc}") from None
+        # a NaN or an infinity: name where it is (the encoder does not say)
+        nan = isinstance(exc, ValueError) and str(exc).startswith(NON_FINITE_ERROR)
+        problem = value_problem(value, "result") if nan else None
+        raise TypeError(problem or f"handler result is not JSON-serialisable: {exc}") from None
+    problem = number_problem(value, text.encode(), "result")
+    if problem is not None:
+        raise TypeError(problem)
     # ASCII JSON (ensure_ascii): its length is its size. Redis refuses a larger string.
     if len(text) > bounds.MAX_PAYLOAD_BYTES:
         raise ResultTooLarge(

@@ -12,6 +12,7 @@
  */
 
 import { pyRepr } from "../errors.js";
+import { storedNumberProblem } from "../numbers.js";
 import { logEvent } from "./log.js";
 
 /** A task handed to this worker. `token` fences every later write about it. */
@@ -142,6 +143,13 @@ export function parseClaimRecords(records: readonly unknown[], served: Served | 
     }
     if (typeof payload !== "object" || payload === null || Array.isArray(payload)) {
       bad.push([id, token, "payload is not a JSON object", "bad payload"]);
+      continue;
+    }
+    // an integer past ±(2^53-1) stored by an older writer: JSON.parse rounded it, and a
+    // handler must not run on a number other than the one enqueued
+    const problem = storedNumberProblem(data, "payload");
+    if (problem !== undefined) {
+      bad.push([id, token, `${problem} (this worker would read it rounded)`, "bad payload"]);
       continue;
     }
     tasks.push({ id, token, payload: payload as Record<string, unknown>, name, trace: null, ...fields });

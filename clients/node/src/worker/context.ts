@@ -20,6 +20,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 
 import { MAX_COST, MAX_DELAY_S, MIN_COST } from "../bounds.js";
+import { numberProblem } from "../numbers.js";
 import { type EnqueueItem, type TaskRecord, batchRecords } from "../encoding.js";
 
 /** A progress message longer than this is cut. */
@@ -218,6 +219,8 @@ export function progressJson(progress: Progress): string {
       if (typeof value !== "number" || !Number.isInteger(value) || value < 0) {
         throw new RangeError(`progress ${name} must be an integer >= 0, not ${String(value)}`);
       }
+      const problem = numberProblem(value, `progress.${name}`);
+      if (problem !== undefined) throw new RangeError(problem);
     }
     data.done = done;
     data.total = total;

@@ -7,8 +7,11 @@
  * @module
  */
 
+import { inspect } from "node:util";
+
 import * as bounds from "../bounds.js";
 import { TaskfleetError } from "../errors.js";
+import { numberProblem, valueProblem } from "../numbers.js";
 import { MAX_PAYLOAD_BYTES } from "./limits.js";
 
 /** How much of an error's text is kept on the task. */
@@ -115,11 +118,43 @@ export function formatError(error: unknown): string {
       message = typeof m === "string" ? m : "(the error's message is not text)";
     }
     else if (typeof error === "string") message = error;
-    else message = `${typeof error} thrown: ${String(error)}`;
+    else message = describeThrown(error);
   } catch {
     message = "(the error's message could not be read)";
   }
-  return oneLine(`${name}: ${message.slice(0, MAX_ERROR_CHARS + 1)}`);
+  // an error without a message (`throw new Error()`) is stored as its name, as in Python
+  return oneLine(message.trim() === "" ? name : `${name}: ${message.slice(0, MAX_ERROR_CHARS + 1)}`);
+}
+
+/**
+ * What a handler threw that is no `Error` (a plain object, a number, undefined), as text:
+ * an object as its JSON when it has any, else its `name: message` when it has a message,
+ * else as `util.inspect` shows it; never `[object Object]`.
+ */
+function describeThrown(value: unknown): string {
+  if (value === undefined || value === null) return `${String(value)} thrown`;
+  if (typeof value !== "object" && typeof value !== "function") {
+    return `${typeof value} thrown: ${inspect(value)}`;
+  }
+  let text: string | undefined;
+  try {
+    const json: unknown = JSON.stringify(value);
+    if (typeof json === "string" && json !== "{}") text = json;
+  } catch {
+    // a cycle, a bigint, a throwing getter or toJSON: described below instead
+  }
+  if (text === undefined) {
+    try {
+      const { name, message } = value as { name?: unknown; message?: unknown };
+      if (typeof message === "string" && message !== "") {
+        text = typeof name === "string" && name !== "" ? `${name}: ${message}` : message;
+      }
+    } catch {
+      // a getter that throws
+    }
+  }
+  text ??= inspect(value, { depth: 2, breakLength: Infinity });
+  return `${typeof value} thrown: ${text}`;
 }
 
 /** Whether `error` is a `kind` (by class, or by name: a second copy of this package in a handler's tree). */
@@ -157,6 +192,8 @@ export function failureOf(error: unknown): [string, Verdict | null] {
   return [text, verdict];
 }
 
+class NumberRule extends Error {}
+
 /** A handler's result is over what Redis can store. */
 export class ResultTooLarge extends TaskfleetError {}
 
@@ -175,11 +212,15 @@ export function encodeResult(value: unknown): string {
   let text: unknown;
   try {
     text = JSON.stringify(value, (_key, v: unknown): unknown => {
-      if (typeof v === "number" && !Number.isFinite(v)) throw new Error(`Out of range float values are not JSON compliant: ${v}`);
+      if (typeof v === "number" && !Number.isSafeInteger(v) && numberProblem(v, "result") !== undefined) {
+        throw new NumberRule(numberProblem(v, "result"));
+      }
       if (typeof v === "bigint") throw new Error("a bigint is not JSON");
       return v;
     });
   } catch (error) {
+    // the number rule: no NaN or infinity, no integer past ±(2^53-1); the walk names where
+    if (error instanceof NumberRule) throw new ResultNotJSON(valueProblem(value, "result") ?? error.message);
     throw new ResultNotJSON(`handler result is not JSON-serialisable: ${error instanceof Error ? error.message : String(error)}`);
   }
   if (typeof text !== "string") throw new ResultNotJSON(`handler result is not JSON-serialisable: a ${typeof value}`);

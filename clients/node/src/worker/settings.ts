@@ -7,6 +7,7 @@
 
 import * as bounds from "../bounds.js";
 import { InvalidArgument } from "../errors.js";
+import { checkOptionKeys } from "../options.js";
 import { validateQueueName } from "../keys.js";
 import { formatG } from "../pyformat.js";
 import { parseRedisURL } from "../redisurl.js";
@@ -86,7 +87,14 @@ const fail = (message: string): never => {
 };
 
 /** `options` checked; `InvalidArgument` says what to fix in one line. */
+// WorkerOptions' keys, and the handler set the CLI passes: any other is refused, never ignored
+const WORKER_OPTIONS = new Set([
+  "handler", "handlers", "redisUrl", "pod", "concurrency", "drainTimeout", "heartbeatInterval", "leaseTtl",
+  "taskTimeout", "runtimeDir", "fireSchedules", "allowEviction", "prefetch", "idleWait", "handlerSet",
+]);
+
 export function checkSettings(queue: string, options: WorkerOptions, pod: string, incarnation: string): Settings {
+  checkOptionKeys(options, WORKER_OPTIONS, "Worker options");
   const concurrency = options.concurrency ?? 1;
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_CONCURRENCY) {
     fail(`concurrency must be within 1..${MAX_CONCURRENCY}, got ${String(concurrency)} (for more, run more processes or pods)`);
