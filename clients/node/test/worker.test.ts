@@ -381,6 +381,49 @@ describe("the Node worker", () => {
     assert.deepEqual(await queue.workers(), []);
   });
 
+  it("refused by Redis's password, says so in one line first (no eviction-policy line) and exits 2", async () => {
+    const secured = new RedisServer();
+    await secured.start();
+    try {
+      const admin = secured.admin();
+      await admin.config("SET", "requirepass", "s3cret-pw");
+      admin.disconnect();
+      const wrong = `redis://:wrong-pw@127.0.0.1:${String(secured.port)}/0`;
+      const none = `redis://127.0.0.1:${String(secured.port)}/0`;
+      for (const [name, url] of [["wrong", wrong], ["none", none]] as const) {
+        const w = worker(`auth-${name}`, [], url);
+        assert.equal(await w.exit(), 2, w.output);
+        assert.equal(w.output.match(/event=redis_auth_failed kind=authentication /g)?.length, 1, w.output);
+        assert.doesNotMatch(w.output, /redis_eviction_policy_unknown|worker_started|worker_failed/);
+        assert.doesNotMatch(w.output, /s3cret-pw|wrong-pw/);
+      }
+    } finally {
+      await secured.stop();
+    }
+  });
+
+  it("signalled at any point of its start, drains and exits 0, losing nothing", async () => {
+    const ids = await Promise.all(Array.from({ length: 8 }, () => queue.enqueue({ ms: 100, log: log() })));
+    // ms after the spawn: past Node's own start (about 0.3 s here), through the loading of the
+    // CLI and the worker, the start's Redis calls, and after
+    const offsets = [450, 600, 750, 950, 1200, 1600];
+    const stopped = [];
+    for (const [i, ms] of offsets.entries()) {
+      const w = worker(`early-${String(i)}`); // one at a time: each start as fast as alone
+      await new Promise((r) => setTimeout(r, ms)); // a point of its start, from the spawn
+      w.kill("SIGTERM");
+      stopped.push(w);
+    }
+    const codes = await Promise.all(stopped.map(async (w) => [await w.exit(), w.output] as const));
+    for (const [code, output] of codes) assert.equal(code, 0, output);
+    for (const id of ids) {
+      const task = await queue.get(id);
+      assert.ok(task?.state === "done" || task?.state === "pending", JSON.stringify(task));
+      assert.equal(task.lost, 0);
+    }
+    assert.equal(await queue.client.hlen(queue.keys.key("workers")), 0);
+  });
+
   it("refuses bad input with one line and exit 2", async () => {
     const cases: [string[], RegExp][] = [
       [["--handler", "./worker_handlers.mjs:slow"], /missing option --queue/],
