@@ -293,7 +293,7 @@ async function workerCommand(args: readonly string[]): Promise<number> {
     throw error;
   }
   const { Worker } = await import("./worker/worker.js");
-  const { NameInUse } = await import("./worker/broker.js");
+  const { NameInUse, PodGone } = await import("./worker/broker.js");
   const { RedisEvicts } = await import("./worker/start.js");
   const { formatError } = await import("./worker/failures.js");
   const worker = new Worker(queue, { ...options, handlerSet });
@@ -314,7 +314,7 @@ async function workerCommand(args: readonly string[]): Promise<number> {
   try {
     return await worker.run();
   } catch (error) {
-    if (error instanceof NameInUse || error instanceof RedisEvicts) throw new BadInput(error.message);
+    if (error instanceof NameInUse || error instanceof RedisEvicts || error instanceof PodGone) throw new BadInput(error.message);
     logEvent("error", "worker_failed", { error: formatError(error) });
     return 1;
   }

@@ -11,6 +11,7 @@ import { after, afterEach, before, beforeEach, describe, it } from "node:test";
 
 import { Queue } from "../src/index.js";
 import { Broker } from "../src/worker/broker.js";
+import { needsPython, python } from "./python.js";
 import { RedisServer, freePort, until } from "./redis.js";
 import { BIN, FIXTURES, WorkerProcess, cleanEnv, runs } from "./workers.js";
 
@@ -286,6 +287,37 @@ describe("the Node worker", () => {
     r.kill("SIGTERM");
     assert.equal(await r.exit(), 0, r.output);
     assert.equal(await queue.client.hget(queue.keys.key("workers"), "r"), null);
+  });
+
+  it("a worker whose pod the operator found gone from the API exits 2 instead of registering again; the loss counts once", needsPython, async () => {
+    await leaseTtl(60); // nothing is taken back by lease expiry here
+    const z = worker("z");
+    await z.saw(/event=worker_started/);
+    const held = await queue.enqueue({ ms: 3000, log: log() }, { name: "stubborn" });
+    await until("z runs the task", () => runs(log()).length === 1);
+    // as the operator does for a force-deleted pod: the fast path, then the sweep
+    const taken = python<number[]>(
+      "import json, sys\n" +
+        "from taskfleet.producer.queue import Queue\n" +
+        "from taskfleet_operator.sweeper import requeue_pod_workers\n" +
+        "a = json.load(sys.stdin)\n" +
+        "q = Queue('jobs', a['url'])\n" +
+        "print(json.dumps([requeue_pod_workers(q, 'z') for _ in range(2)]))\n",
+      { url: server.url },
+    );
+    assert.deepEqual(taken, [1, 0]);
+    assert.equal(await z.exit(), 2, z.output);
+    assert.match(z.output, /event=pod_gone pod=z /);
+    assert.doesNotMatch(z.output, /event=registered_again/);
+    assert.equal(await queue.client.hget(queue.keys.key("workers"), "z"), null);
+    const task = await queue.get(held);
+    assert.equal(task?.state, "pending");
+    assert.equal(task.lost, 1);
+    assert.equal(task.attempts, 1);
+    const late = worker("z"); // a process of the gone pod starting now: refused
+    assert.equal(await late.exit(), 2, late.output);
+    assert.match(late.output, /its pod is gone from the Kubernetes API/);
+    assert.equal(await queue.client.hget(queue.keys.key("workers"), "z"), null);
   });
 
   it("aborts a run's signal when its task is cancelled or times out", async () => {

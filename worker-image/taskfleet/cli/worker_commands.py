@@ -20,7 +20,7 @@ import click
 from taskfleet.cli.logs import configure_logging
 from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option
 from taskfleet.protocol import environment
-from taskfleet.protocol.errors import NameInUse, RedisEvicts
+from taskfleet.protocol.errors import NameInUse, PodGone, RedisEvicts
 from taskfleet.protocol.workernames import PROCESS_SEPARATOR, process_name
 
 #: Upper bound of --processes.
@@ -407,7 +407,7 @@ async def _serve(settings: Any, handler: Any, early: Any, metrics_port: int) -> 
         worker.request_drain()
     try:
         return await worker.run()
-    except (NameInUse, RedisEvicts) as exc:  # refused at start: bad configuration
+    except (NameInUse, RedisEvicts, PodGone) as exc:  # refused at start
         click.echo(f"taskfleet: error: {exc}", err=True)
         return 2
     except Exception as exc:  # one log line, not a traceback, and a restartable exit
