@@ -7,6 +7,7 @@ tell busy pods from idle ones, and act in Redis through the Broker API.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +21,10 @@ from tests.fixtures_operator import (
     GROUP,
     PLURAL,
     VERSION,
+    OperatorProcess,
     base_spec,
 )
+from tests.fixtures_redis import RedisServerFactory
 from tests.polling import wait_for
 
 pytestmark = pytest.mark.apiserver
@@ -206,3 +209,44 @@ def test_many_autoscaled_queues_leave_the_operator_free_to_reconcile_others(
         "the fixed queue swept while the others are autoscaled",
         lambda s: s.get("desiredReplicas") == 2,
     )
+
+
+#: A turn once the probe found the server: the wait for demand, one decision and its
+#: Deployment write, and this test's polling of the apiserver.
+DECIDED_WITHIN_S = 1.0
+
+
+def test_a_parked_autoscaler_scales_from_zero_at_once_when_the_probe_finds_its_redis(
+    cluster: Cluster, operator_process: OperatorProcess, redis_server_factory: RedisServerFactory
+) -> None:
+    server = redis_server_factory(persistent=False)
+    cluster.create_tq("late", autoscaled(server.url))
+    admin = server.admin()
+    wait_for(
+        lambda: "cmd=blpop" in str(admin.execute_command("CLIENT", "LIST")),
+        timeout=SCALE_TIMEOUT_S,
+        what="the autoscaler waiting on the queue's demand",
+    )
+    admin.close()
+    resumes = operator_process.log.read_text(errors="replace").count("Redis answers again")
+    # Its Redis fails for a moment (as in the first second of a TaskQueue created with its
+    # Redis): the autoscaler's wait breaks, and the server is parked, the autoscaler too.
+    server.stop()
+    server.start()
+    wait_for(
+        lambda: (
+            operator_process.log.read_text(errors="replace").count("Redis answers again") > resumes
+        ),
+        timeout=SCALE_TIMEOUT_S,
+        what="the probe finding the server again",
+    )
+    queue = Queue(f"{cluster.namespace}.late", server.url)
+    try:
+        queue.enqueue({})
+        enqueued = time.monotonic()
+        wait_replicas(cluster, "late", 1)
+        # Woken by the probe, the autoscaler waits on the queue's demand again: not for
+        # the rest of its parked wait (PARKED_WAIT_S, 5 s).
+        assert time.monotonic() - enqueued < DECIDED_WITHIN_S + APISERVER_INTERVAL_S
+    finally:
+        queue.close()

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,28 @@ def test_tasks_of_a_claim_in_flight_when_the_drain_starts_are_released_not_run(
         assert task is not None
         assert (task.state, task.attempts, task.lost) == (TaskState.PENDING, 0, 0)
         assert queue.client.lrange("test:events", 0, -1) == []  # the handler never ran
+
+
+#: Seconds after the spawn: past the interpreter's own start (about 0.1 s here), within
+#: the imports of click, redis and the worker (about a second on a busy machine), at the
+#: Redis calls of the start, and after it.
+EARLY_SIGNAL_AT_S = (0.3, 0.45, 0.6, 0.8, 1.0, 1.4)
+
+
+def test_a_worker_signalled_at_any_point_of_its_start_drains_and_exits_0_losing_nothing(
+    fleet: Fleet, queue: Queue
+) -> None:
+    tasks = [queue.enqueue({"seconds": 0.2}) for _ in range(12)]
+    workers = [fleet.add(SLEEP, pod=f"early-{i}") for i in range(len(EARLY_SIGNAL_AT_S))]
+    for worker, at in zip(workers, EARLY_SIGNAL_AT_S, strict=True):
+        worker.start()
+        spawned = time.monotonic()
+        time.sleep(max(0.0, spawned + at - time.monotonic()))
+        worker.signal(signal.SIGTERM)
+    codes = {worker.pod: worker.wait() for worker in workers}
+    assert codes == {worker.pod: 0 for worker in workers}, fleet.logs()
+    for task_id in tasks:  # finished by the drain, or never claimed: none lost
+        task = queue.get(task_id)
+        assert task is not None and task.state in ("done", "pending"), task
+        assert task.lost == 0, task
+    assert queue.stats()["workers"] == 0

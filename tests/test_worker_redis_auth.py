@@ -63,7 +63,9 @@ def refused_worker(fleet: Fleet, url: str) -> tuple[int, str]:
 def assert_one_auth_failure(log: str, kind: str) -> None:
     assert log.count('"redis_auth_failed"') == 1, log
     assert f'"kind": "{kind}"' in log, log
-    for absent in ("redis_unreachable", "worker_failed", "worker_started", "Traceback"):
+    # the refusal comes first: no eviction-policy line that blames something else
+    unexpected = ("redis_eviction_policy_unknown", "redis_unreachable", "worker_failed")
+    for absent in (*unexpected, "worker_started", "Traceback"):
         assert absent not in log, log
     for secret in (PASSWORD, USER_PASSWORD, "wrong-pw-xyz"):
         assert secret not in log

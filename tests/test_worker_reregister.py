@@ -142,3 +142,58 @@ def test_a_registered_incarnation_without_its_record_registers_before_it_claims(
         third.register(1, in_use=lambda record: f"incarnation {record.incarnation}")
     assert incarnation_of(redis_client, "pod-a") == "resumed"
     assert queue.get(held).state is TaskState.RUNNING  # type: ignore[union-attr]
+
+
+def test_a_worker_whose_pod_is_gone_from_the_api_exits_instead_of_registering_again(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    from taskfleet_operator.sweeper import requeue_pod_workers
+
+    held = queue.enqueue({})
+    zombie = fleet.add(GATE, pod="pod-a", args=FAST_BEATS).start()
+    wait_for(
+        lambda: redis_client.lrange("test:events", 0, -1),
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
+    # As the operator does for a force-deleted pod whose container still runs: the fast
+    # path on the DELETED event and the sweep after it both take the pod's tasks back.
+    assert requeue_pod_workers(queue, "pod-a") == 1
+    assert requeue_pod_workers(queue, "pod-a") == 0
+    assert zombie.wait() == 2
+    assert zombie.has_event("pod_gone", pod="pod-a")
+    assert not zombie.has_event("registered_again")
+    assert redis_client.hget(WORKERS, "pod-a") is None
+    task = queue.get(held)
+    assert task is not None and task.state is TaskState.PENDING
+    assert (task.lost, task.attempts) == (1, 1)  # one loss, counted once
+    # The task runs once more elsewhere, its loss still counted once.
+    redis_client.rpush("test:gate", "open")
+    fleet.add(SLEEP, pod="pod-b", args=FAST_BEATS).start()
+    wait_for(lambda: done(queue, held), timeout=WORKER_TIMEOUT_S, what=fleet.logs)
+    task = queue.get(held)
+    assert task is not None and (task.lost, task.attempts) == (1, 2)
+    # Any process of the gone pod is refused at its start: one line, exit 2.
+    late = fleet.add(SLEEP, pod="pod-a", args=FAST_BEATS).start()
+    assert late.wait() == 2
+    assert "its pod is gone from the Kubernetes API" in late.log_text()
+    assert redis_client.hget(WORKERS, "pod-a") is None
+
+
+def test_a_container_restarted_in_its_pod_after_a_clean_exit_registers_and_works(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    first = fleet.add(SLEEP, pod="pod-r", args=FAST_BEATS).start()
+    first.wait_event("worker_started")
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+    # The restarted container keeps the pod's name; only a pod gone from the API is
+    # tombstoned, and a requeue keeping an incarnation (an in-place restart) leaves none.
+    queue.requeue_pod("pod-r", except_incarnation="other")
+    again = fleet.add(SLEEP, pod="pod-r", args=FAST_BEATS).start()
+    again.wait_event("worker_started")
+    task_id = queue.enqueue({})
+    wait_for(lambda: done(queue, task_id), timeout=WORKER_TIMEOUT_S, what=fleet.logs)
+    assert not again.has_event("pod_gone")
+    assert redis_client.zcard("tf:{jobs}:tombstones") == 0

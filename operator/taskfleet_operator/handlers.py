@@ -330,16 +330,21 @@ async def autoscale_taskqueue(
     memory = memos.taskqueue(memo)
     memory.scaler = state = scaler.ScalerState()
     wakers = memos.wakers(memo)
-    await scaler.serve(
-        body,
-        memos.connections(memo),
-        state,
-        logger,
-        stopped,
-        event=event,
-        on_demand=lambda: wakers.wake(key),
-        run=memos.blocking(memo),
-    )
+    resumed = wakers.resumed_event(key)  # the probe that finds its Redis again sets it
+    try:
+        await scaler.serve(
+            body,
+            memos.connections(memo),
+            state,
+            logger,
+            stopped,
+            event=event,
+            on_demand=lambda: wakers.wake(key),
+            run=memos.blocking(memo),
+            resumed=resumed,
+        )
+    finally:
+        wakers.forget_resumed(key, resumed)
 
 
 def _purge_requested(spec: kopf.Spec, **_: Any) -> bool:

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,8 @@ DECIDE_EVERY_S = 1.0
 MIN_GAP_S = 0.5
 #: Recently finished tasks whose run time makes the mean task duration.
 DURATION_SAMPLE = 20
-#: How often an autoscaler looks again while its queue's Redis server is parked.
+#: How often an autoscaler looks again while its queue's Redis server is parked (the
+#: probe that finds the server again wakes it at once: `Wakers.resume`).
 PARKED_WAIT_S = 5.0
 #: How much longer than its BLPOP a demand wait may take before Redis counts as gone.
 WAIT_SLACK_S = 2.0
@@ -282,6 +283,16 @@ def apply_turn(
     return result
 
 
+async def _first_of(*waits: Awaitable[Any]) -> None:
+    """Return when the first of ``waits`` ends; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
 async def serve(
     body: Mapping[str, Any],
     connections: Connections,
@@ -292,11 +303,15 @@ async def serve(
     event: Callable[[str, str, str], None],
     on_demand: Callable[[], None] = lambda: None,
     run: Blocking = asyncio.to_thread,
+    resumed: asyncio.Event | None = None,
 ) -> None:
     """Turn after turn until ``stopped`` (kopf's daemon flag): at once on demand, else
     every ``DECIDE_EVERY_S``, at least ``MIN_GAP_S`` apart. A turn's calls (Redis, the
     Kubernetes API) run in a thread for their few round trips; the waits run on the
-    event loop, so an autoscaled queue holds none of kopf's handler threads."""
+    event loop, so an autoscaled queue holds none of kopf's handler threads. While its
+    Redis server is parked it waits ``PARKED_WAIT_S``, or until ``resumed`` is set (the
+    probe found the server again: the first enqueue after it is answered at once)."""
+    resumed = resumed or asyncio.Event()
     name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
     waiter = DemandWaiter()
     try:
@@ -320,11 +335,14 @@ async def serve(
                 # Reported by the sweep (Redis, Secret) or the create/update handler (spec).
                 logger.debug("autoscaler waits: %s", describe_error(exc))
                 await waiter.close()
+                resumed.clear()  # before the check: a resume from here on is seen
                 if isinstance(exc, redis.RedisError):
                     connections.report(namespace, name, exc)
                 # A parked server is probed for all its queues: no turn until it answers.
-                parked = connections.fault(namespace, name) is not None
-                await stopped.wait(PARKED_WAIT_S if parked else DECIDE_EVERY_S)
+                if connections.fault(namespace, name) is not None:
+                    await _first_of(stopped.wait(PARKED_WAIT_S), resumed.wait())
+                else:
+                    await stopped.wait(DECIDE_EVERY_S)
             except Stopping:
                 return  # the operator is stopping
             except Exception:  # a bug must not stop the fleet's sizing for good: say it, go on

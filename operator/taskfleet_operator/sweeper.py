@@ -113,15 +113,17 @@ def requeue_orphans(
     registered = [worker.pod for worker in found]
     requeue, report.suspects = orphaned_pods(registered, live_pods, suspects, pod_gone)
     for worker in requeue:
-        count = queue.requeue_pod(worker)
+        count = queue.requeue_pod(worker, gone=True)
         if count:
             report.requeued[worker] = count
 
 
 def requeue_pod_workers(queue: Queue, pod: str) -> int:
-    """Take back what every worker of ``pod`` holds (its processes ``<pod>#<i>`` too)."""
+    """Take back what every worker of ``pod`` holds (its processes ``<pod>#<i>`` too): the
+    pod is gone from the API (deleted, or failed for good), so its workers may not
+    register again (a tombstone: a deleted pod's container can outlive it)."""
     names = workers_of(pod, [worker.pod for worker in queue.workers()])
-    return sum(queue.requeue_pod(name) for name in dict.fromkeys([pod, *names]))
+    return sum(queue.requeue_pod(name, gone=True) for name in dict.fromkeys([pod, *names]))
 
 
 def schedule_definitions(spec: TaskQueueSpec) -> list[tuple[ScheduleDef, bool]]:

@@ -84,6 +84,8 @@ class Wakers:
         # Idle queues, each with whether the demand poll reads its demand list (not for an
         # autoscaled queue, whose autoscaler waits on that list itself).
         self._idle: dict[Key, tuple[bool, bool]] = {}
+        # Each autoscaler's wake-up for when its parked Redis server answers again.
+        self._resumed: dict[Key, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
 
     def register(self, key: Key) -> asyncio.Event:
         """Called by the sweep loop, on the event loop."""
@@ -101,17 +103,38 @@ class Wakers:
                 del self._events[key]
                 self._idle.pop(key, None)
 
+    def resumed_event(self, key: Key) -> asyncio.Event:
+        """The event `resume` sets for ``key``'s autoscaler (on the event loop; kept for
+        the key's life: an autoscaler started again finds the same one)."""
+        with self._lock:
+            entry = self._resumed.get(key)
+            if entry is None or entry[0] is not asyncio.get_running_loop():
+                entry = self._resumed[key] = (asyncio.get_running_loop(), asyncio.Event())
+        return entry[1]
+
+    def resume(self, keys: Iterable[Key]) -> None:
+        """The probe found the Redis server of ``keys`` again: wake their sweeps and
+        their parked autoscalers now, not at the end of their parked waits."""
+        for key in keys:
+            self.wake(key)
+            with self._lock:
+                entry = self._resumed.get(key)
+            if entry is not None:
+                _set_from_anywhere(*entry)
+
     def wake(self, key: Key) -> None:
         with self._lock:
             entry = self._events.get(key)
         if entry is None:
             return
-        loop, event = entry
-        if _running_loop() is loop:  # an async handler: no hand-over through the loop's pipe
-            event.set()
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed: the operator is stopping
-            loop.call_soon_threadsafe(event.set)
+        _set_from_anywhere(*entry)
+
+    def forget_resumed(self, key: Key, event: asyncio.Event) -> None:
+        """Drop ``key``'s autoscaler wake-up if ``event`` is still it (the autoscaler ended)."""
+        with self._lock:
+            entry = self._resumed.get(key)
+            if entry is not None and entry[1] is event:
+                del self._resumed[key]
 
     def set_idle(self, key: Key, idle: bool, *, poll_demand: bool = True) -> None:
         with self._lock:
@@ -131,6 +154,14 @@ class Wakers:
     def wake_all(self, keys: Iterable[Key]) -> None:
         for key in keys:
             self.wake(key)
+
+
+def _set_from_anywhere(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+    if _running_loop() is loop:  # an async handler: no hand-over through the loop's pipe
+        event.set()
+        return
+    with contextlib.suppress(RuntimeError):  # the loop closed: the operator is stopping
+        loop.call_soon_threadsafe(event.set)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -290,7 +321,7 @@ async def probe_servers(
             return
         if resumed:
             _log.info("Redis answers again: %d queues resume", len(resumed))
-        wakers.wake_all(resumed)
+        wakers.resume(resumed)
 
     checked = 0.0
     while True:

@@ -216,13 +216,9 @@ async function drainCommand(args: readonly string[]): Promise<number> {
 }
 
 async function workerCommand(args: readonly string[]): Promise<number> {
-  // Before anything else: a SIGTERM from here on drains the worker once it runs.
-  const early = { signalled: false };
-  const onEarly = (): void => {
-    early.signalled = true;
-  };
-  process.on("SIGTERM", onEarly);
-  process.on("SIGINT", onEarly);
+  // Before anything else (the bin did already): a SIGTERM from here on drains the worker once it runs.
+  const { handOver, rememberStopSignals, stopSignalled } = await import("./worker/early.js");
+  rememberStopSignals();
   const v = parseArgs(args, WORKER_OPTIONS);
   if (v.help === true) {
     process.stdout.write(`${help(`Usage: ${PROG} worker --queue Q --handler ./handlers.js:export [options]\n\nRun tasks of a queue until SIGTERM/SIGINT or \`${PROG} drain\`, then drain and exit 0.`, WORKER_OPTIONS)}\n`);
@@ -294,9 +290,7 @@ async function workerCommand(args: readonly string[]): Promise<number> {
   if (processes > 1) {
     const { supervise } = await import("./worker/supervisor.js");
     const { defaultPodName } = await import("./worker/identity.js");
-    process.off("SIGTERM", onEarly);
-    process.off("SIGINT", onEarly);
-    return await supervise({ processes, args, pod: pod ?? defaultPodName(), queue, runtimeDir, early: early.signalled });
+    return await supervise({ processes, args, pod: pod ?? defaultPodName(), queue, runtimeDir, early: stopSignalled() });
   }
   let handlerSet;
   try {
@@ -306,7 +300,7 @@ async function workerCommand(args: readonly string[]): Promise<number> {
     throw error;
   }
   const { Worker } = await import("./worker/worker.js");
-  const { NameInUse } = await import("./worker/broker.js");
+  const { NameInUse, PodGone } = await import("./worker/broker.js");
   const { RedisEvicts } = await import("./worker/start.js");
   const { formatError } = await import("./worker/failures.js");
   const worker = new Worker(queue, { ...options, handlerSet });
@@ -321,18 +315,13 @@ async function workerCommand(args: readonly string[]): Promise<number> {
       throw error;
     }
   }
-  process.off("SIGTERM", onEarly);
-  process.off("SIGINT", onEarly);
-  const drain = (): void => {
+  handOver(() => {
     worker.drain();
-  };
-  process.on("SIGTERM", drain);
-  process.on("SIGINT", drain);
-  if (early.signalled) worker.drain();
+  });
   try {
     return await worker.run();
   } catch (error) {
-    if (error instanceof NameInUse || error instanceof RedisEvicts) throw new BadInput(error.message);
+    if (error instanceof NameInUse || error instanceof RedisEvicts || error instanceof PodGone) throw new BadInput(error.message);
     logEvent("error", "worker_failed", { error: formatError(error) });
     return 1;
   }

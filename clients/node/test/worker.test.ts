@@ -13,6 +13,7 @@ import { packagedBundle } from "../src/bundle.js";
 import { Scripts } from "../src/connection.js";
 import { Queue } from "../src/index.js";
 import { Broker } from "../src/worker/broker.js";
+import { needsPython, python } from "./python.js";
 import { RedisServer, freePort, until } from "./redis.js";
 import { BIN, FIXTURES, WorkerProcess, cleanEnv, runs } from "./workers.js";
 
@@ -290,6 +291,37 @@ describe("the Node worker", () => {
     assert.equal(await queue.client.hget(queue.keys.key("workers"), "r"), null);
   });
 
+  it("a worker whose pod the operator found gone from the API exits 2 instead of registering again; the loss counts once", needsPython, async () => {
+    await leaseTtl(60); // nothing is taken back by lease expiry here
+    const z = worker("z");
+    await z.saw(/event=worker_started/);
+    const held = await queue.enqueue({ ms: 3000, log: log() }, { name: "stubborn" });
+    await until("z runs the task", () => runs(log()).length === 1);
+    // as the operator does for a force-deleted pod: the fast path, then the sweep
+    const taken = python<number[]>(
+      "import json, sys\n" +
+        "from taskfleet.producer.queue import Queue\n" +
+        "from taskfleet_operator.sweeper import requeue_pod_workers\n" +
+        "a = json.load(sys.stdin)\n" +
+        "q = Queue('jobs', a['url'])\n" +
+        "print(json.dumps([requeue_pod_workers(q, 'z') for _ in range(2)]))\n",
+      { url: server.url },
+    );
+    assert.deepEqual(taken, [1, 0]);
+    assert.equal(await z.exit(), 2, z.output);
+    assert.match(z.output, /event=pod_gone pod=z /);
+    assert.doesNotMatch(z.output, /event=registered_again/);
+    assert.equal(await queue.client.hget(queue.keys.key("workers"), "z"), null);
+    const task = await queue.get(held);
+    assert.equal(task?.state, "pending");
+    assert.equal(task.lost, 1);
+    assert.equal(task.attempts, 1);
+    const late = worker("z"); // a process of the gone pod starting now: refused
+    assert.equal(await late.exit(), 2, late.output);
+    assert.match(late.output, /its pod is gone from the Kubernetes API/);
+    assert.equal(await queue.client.hget(queue.keys.key("workers"), "z"), null);
+  });
+
   it("aborts a run's signal when its task is cancelled or times out", async () => {
     const w = worker("w5", ["--concurrency", "2"]);
     await w.saw(/event=worker_started/);
@@ -402,6 +434,49 @@ describe("the Node worker", () => {
     await w.saw(new RegExp(`flow_repaired.*${b}`));
     await until("the repaired task done", async () => (await state(b)) === "done", 20_000);
     assert.equal((await queue.stats()).flow_repairs, 1);
+  });
+
+  it("refused by Redis's password, says so in one line first (no eviction-policy line) and exits 2", async () => {
+    const secured = new RedisServer();
+    await secured.start();
+    try {
+      const admin = secured.admin();
+      await admin.config("SET", "requirepass", "s3cret-pw");
+      admin.disconnect();
+      const wrong = `redis://:wrong-pw@127.0.0.1:${String(secured.port)}/0`;
+      const none = `redis://127.0.0.1:${String(secured.port)}/0`;
+      for (const [name, url] of [["wrong", wrong], ["none", none]] as const) {
+        const w = worker(`auth-${name}`, [], url);
+        assert.equal(await w.exit(), 2, w.output);
+        assert.equal(w.output.match(/event=redis_auth_failed kind=authentication /g)?.length, 1, w.output);
+        assert.doesNotMatch(w.output, /redis_eviction_policy_unknown|worker_started|worker_failed/);
+        assert.doesNotMatch(w.output, /s3cret-pw|wrong-pw/);
+      }
+    } finally {
+      await secured.stop();
+    }
+  });
+
+  it("signalled at any point of its start, drains and exits 0, losing nothing", async () => {
+    const ids = await Promise.all(Array.from({ length: 8 }, () => queue.enqueue({ ms: 100, log: log() })));
+    // ms after the spawn: past Node's own start (about 0.3 s here), through the loading of the
+    // CLI and the worker, the start's Redis calls, and after
+    const offsets = [450, 600, 750, 950, 1200, 1600];
+    const stopped = [];
+    for (const [i, ms] of offsets.entries()) {
+      const w = worker(`early-${String(i)}`); // one at a time: each start as fast as alone
+      await new Promise((r) => setTimeout(r, ms)); // a point of its start, from the spawn
+      w.kill("SIGTERM");
+      stopped.push(w);
+    }
+    const codes = await Promise.all(stopped.map(async (w) => [await w.exit(), w.output] as const));
+    for (const [code, output] of codes) assert.equal(code, 0, output);
+    for (const id of ids) {
+      const task = await queue.get(id);
+      assert.ok(task?.state === "done" || task?.state === "pending", JSON.stringify(task));
+      assert.equal(task.lost, 0);
+    }
+    assert.equal(await queue.client.hlen(queue.keys.key("workers")), 0);
   });
 
   it("refuses bad input with one line and exit 2", async () => {

@@ -26,8 +26,17 @@ only ``python -m taskfleet`` (``__main__``) and the console script import it.
 
 from __future__ import annotations
 
-import importlib
 import sys
+
+from taskfleet.worker.earlystop import at_start
+
+# A worker's stop signals are noted from here on, before click, redis and the worker load
+# (up to a second on a busy node): a SIGTERM then drains the worker (exit 0), never kills
+# it (-15). The container's command is `taskfleet worker ...`.
+if sys.argv[1:2] == ["worker"]:
+    at_start()
+
+import importlib  # the rest after the signals
 from typing import NoReturn
 
 import click

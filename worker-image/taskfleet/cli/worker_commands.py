@@ -20,7 +20,7 @@ import click
 from taskfleet.cli.logs import configure_logging
 from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option
 from taskfleet.protocol import environment
-from taskfleet.protocol.errors import NameInUse, RedisEvicts
+from taskfleet.protocol.errors import NameInUse, PodGone, RedisEvicts
 from taskfleet.protocol.workernames import PROCESS_SEPARATOR, process_name
 from taskfleet.worker.settings import DEFAULT_HELD_GRACE_S
 
@@ -282,14 +282,15 @@ def worker(
     is lost, the released tasks run elsewhere).
     """
     from taskfleet.worker import WorkerSettings
+    from taskfleet.worker.earlystop import at_start
     from taskfleet.worker.handlers import HandlerLoadError, put_app_dir_first
     from taskfleet.worker.identity import default_pod_name
     from taskfleet.worker.reaper import run_as_init
     from taskfleet.worker.runtime import UnsafeRuntimeDir, prepare_runtime_dir
-    from taskfleet.worker.supervisor import EarlyStop
 
-    # Before anything else: a SIGTERM from here on drains the worker once it runs.
-    early = EarlyStop().install()
+    # Installed already by `main` when the command line says worker (before the imports);
+    # a SIGTERM from then on drains the worker once it runs.
+    early = at_start()
     if pod is not None and PROCESS_SEPARATOR in pod:
         raise BadInput(
             f"--pod must not contain {PROCESS_SEPARATOR!r}: it separates a pod's name from "
@@ -332,20 +333,23 @@ def worker(
         raise BadInput(str(exc)) from None
     configure_logging(log_format, log_level)
     if processes > 1:
-        _exit_now(_supervise(settings, handlers, processes, metrics_port))
+        _exit_now(_supervise(settings, handlers, processes, metrics_port, early))
     # Before anything can start a thread: as PID 1 we fork into init + worker here.
     run_as_init()
     _run_worker(settings, handlers, early, metrics_port)
 
 
-def _supervise(settings: Any, handlers: tuple[str, ...], processes: int, metrics_port: int) -> int:
+def _supervise(
+    settings: Any, handlers: tuple[str, ...], processes: int, metrics_port: int, early: Any
+) -> int:
     """Fork ``processes`` workers named ``<pod>#<i>`` and watch them (see ``supervisor``).
     Process i serves its metrics on ``metrics_port + i - 1``."""
     import dataclasses
 
     # Loaded once here, shared by every fork: a re-forked worker starts without imports.
     import taskfleet.worker.core  # noqa: F401
-    from taskfleet.worker.supervisor import EarlyStop, Supervisor, child_runtime_dir
+    from taskfleet.worker.earlystop import EarlyStop
+    from taskfleet.worker.supervisor import Supervisor, child_runtime_dir
 
     def start_child(index: int) -> NoReturn:
         directory = child_runtime_dir(settings.runtime_dir, index)
@@ -370,6 +374,7 @@ def _supervise(settings: Any, handlers: tuple[str, ...], processes: int, metrics
         runtime_dir=settings.runtime_dir,
         pod=settings.pod,
         queue=settings.queue,
+        early=early,
     )
     return supervisor.run()
 
@@ -416,7 +421,7 @@ async def _serve(settings: Any, handler: Any, early: Any, metrics_port: int) -> 
         worker.request_drain()
     try:
         return await worker.run()
-    except (NameInUse, RedisEvicts) as exc:  # refused at start: bad configuration
+    except (NameInUse, RedisEvicts, PodGone) as exc:  # refused at start
         click.echo(f"taskfleet: error: {exc}", err=True)
         return 2
     except Exception as exc:  # one log line, not a traceback, and a restartable exit

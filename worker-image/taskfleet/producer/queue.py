@@ -37,6 +37,7 @@ from taskfleet.protocol.flows import FlowRecord, flow_record
 from taskfleet.protocol.groups import GroupCount, GroupSettings
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
+from taskfleet.protocol.records import POD_TOMBSTONE_S
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import (
     OWNER_API,
@@ -336,9 +337,18 @@ class Queue(Controlling, Quotas):
     def config(self) -> QueueConfig:
         return run(self.client, self.reads.config())
 
-    def requeue_pod(self, pod: str, *, except_incarnation: str | None = None) -> int:
-        """Take back every task ``pod`` holds; returns how many (requeued + gone dead)."""
-        requeued, dead = self._scripts.run(self.ops.requeue(pod, except_incarnation))
+    def requeue_pod(
+        self, pod: str, *, except_incarnation: str | None = None, gone: bool = False
+    ) -> int:
+        """Take back every task ``pod`` holds; returns how many (requeued + gone dead).
+
+        ``gone``: the pod is gone from the Kubernetes API for good (the operator asked the
+        API). Its workers, a force-deleted pod's container still running, may not register
+        again for ``POD_TOMBSTONE_S``: one loss of the pod counts once. Never for a pod
+        that may come back under its name (a restarted container keeps it)."""
+        tombstone_s = POD_TOMBSTONE_S if gone else None
+        op = self.ops.requeue(pod, except_incarnation, tombstone_s=tombstone_s)
+        requeued, dead = self._scripts.run(op)
         return requeued + dead
 
     def repair(self, cursor: int = 0, *, settle_ms: int = REPAIR_SETTLE_MS) -> RepairResult:

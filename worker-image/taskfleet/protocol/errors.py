@@ -117,6 +117,23 @@ class IdentityTaken(TaskfleetError):  # noqa: N818
         self.holder = holder
 
 
+class PodGone(IdentityTaken):
+    """This worker's pod is gone from the Kubernetes API (the operator took back its tasks
+    and left a tombstone): a force-deleted pod's container still running. It may not
+    register again, and must stop claiming and exit."""
+
+    def __init__(self, pod: str, incarnation: str, until_ms: int) -> None:
+        TaskfleetError.__init__(
+            self,
+            f'worker "{pod}": its pod is gone from the Kubernetes API and its tasks were '
+            "taken back; it may not register again",
+        )
+        self.pod = pod
+        self.incarnation = incarnation
+        self.holder = "nobody: the pod is gone"
+        self.until_ms = until_ms
+
+
 def auth_failure(exc: BaseException) -> str | None:
     """Why Redis refused these credentials or this user's rights, else None.
 

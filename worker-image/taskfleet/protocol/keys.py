@@ -56,6 +56,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "flow",
     "flows",
     "levels",
+    "tombstones",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -171,6 +172,11 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "set for a second after a call using flows, groups, claim pauses or budgets found no "
         "live worker older than them: such calls read the worker records at most once a second",
     ),
+    "tombstones": (
+        "zset",
+        "pods gone from the Kubernetes API whose workers may not register again; score: "
+        "until when (epoch ms)",
+    ),
 }
 
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
@@ -229,6 +235,7 @@ class QueueKeys:
         "seq",
         "stats",
         "task_prefix",
+        "tombstones",
         "waiter_prefix",
         "waiting",
         "wake_prefix",
@@ -305,6 +312,9 @@ class QueueKeys:
         # set for a second once a check found no live worker older than this release's
         # features (lua/includes/older_worker.lua): the next calls skip the check
         self.levels = p + "levels"
+        # pods the operator found gone from the API, scored by until when their workers
+        # may not register again (a force-deleted pod's container outlives its pod)
+        self.tombstones = p + "tombstones"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,

@@ -117,6 +117,11 @@ BUCKET_FIELDS: tuple[str, ...] = ("tokens", "ts")
 CONFIG_FIELDS: tuple[str, ...] = tuple(CONFIG_DEFAULTS)
 #: The lease TTL the scripts use when the config hash sets none they can read.
 DEFAULT_LEASE_TTL_S: float = CONFIG_DEFAULTS["lease_ttl_s"]
+#: How long the workers of a pod gone from the Kubernetes API may not register again
+#: (``tombstones``). A force-deleted pod's container runs until its kubelet kills it:
+#: seconds, or as long as a node stays cut off from the API; a day outlasts any such
+#: zombie we can expect, and pod names of a Deployment are never reused within one.
+POD_TOMBSTONE_S = 24 * 3600
 
 
 def text(value: Any) -> str:

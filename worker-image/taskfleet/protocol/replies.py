@@ -27,12 +27,15 @@ class Extended:
 class Registered:
     """The register reply: tasks taken back from earlier incarnations; or, ``holder``
     set, the record of another incarnation than the expected one (nothing changed), with
-    the server's time ``now_ms`` to judge its heartbeat by."""
+    the server's time ``now_ms`` to judge its heartbeat by; or, ``gone_until`` set, the
+    worker's pod is gone from the Kubernetes API (tombstoned until then, epoch ms):
+    nothing changed, and the worker must exit."""
 
     requeued: int
     dead: int
     holder: str | None = None
     now_ms: int = 0
+    gone_until: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -579,12 +579,21 @@ class Ops:
         held = [Held(task_id, token) for task_id, token in items]
         return Op("release", self._k, with_records(Release(pod, len(held)), held), int)
 
-    def requeue(self, pod: str, keep_incarnation: str | None) -> Op[tuple[int, int]]:
+    def requeue(
+        self, pod: str, keep_incarnation: str | None, *, tombstone_s: int | None = None
+    ) -> Op[tuple[int, int]]:
+        """``tombstone_s``: the pod is gone from the Kubernetes API; none of its workers
+        may register for that many seconds (``register`` answers ``gone_until``)."""
+
         def decode(raw: Any) -> tuple[int, int]:
             requeued, dead = _ints(raw, 2, "requeue")
             return requeued, dead
 
-        args = Requeue(pod=pod, keep_incarnation=keep_incarnation or "")
+        args = Requeue(
+            pod=pod,
+            keep_incarnation=keep_incarnation or "",
+            tombstone_s="" if tombstone_s is None else str(tombstone_s),
+        )
         return Op("requeue", self._k, args, decode)
 
     def register(
@@ -603,6 +612,8 @@ class Ops:
         def decode(raw: Any) -> Registered:
             if isinstance(raw, list) and len(raw) == 3 and int(raw[0]) == -1:
                 return Registered(0, 0, text(raw[1]), int(raw[2]))
+            if isinstance(raw, list) and len(raw) == 3 and int(raw[0]) == -2:
+                return Registered(0, 0, now_ms=int(raw[2]), gone_until=int(raw[1]))
             requeued, dead = _ints(raw, 2, "register")
             return Registered(requeued, dead)
 

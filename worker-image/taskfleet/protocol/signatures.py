@@ -246,6 +246,11 @@ class Requeue(NamedTuple):
         OptStr,
         "'' = take back everything and drop the worker record; else only other incarnations' tasks",
     ]
+    tombstone_s: Annotated[
+        OptStr,
+        "the pod is gone from the Kubernetes API: for that many seconds no worker of it "
+        "(its name, or <pod>#<i>) may register; '' = none",
+    ] = ""
 
 
 class Register(NamedTuple):
@@ -457,7 +462,8 @@ SCRIPTS: dict[str, Script] = {
             "register",
             Register,
             "[requeued, dead]; or [-1, the record of another incarnation, server time "
-            "ms] when another than expected holds the pod (nothing changed)",
+            "ms] when another than expected holds the pod (nothing changed); or [-2, until "
+            "when (ms), server time ms] when the pod is gone (tombstoned; nothing changed)",
         ),
         Script("deregister", Deregister, "how many tasks were given back"),
         Script("disown", Disown, "how many tasks were released", TokenBase),

@@ -24,7 +24,7 @@ from taskfleet.protocol.calls import run_async
 from taskfleet.protocol.connect import Durability
 from taskfleet.protocol.control_ops import ControlOps, Report
 from taskfleet.protocol.durable import run_and_wait_async
-from taskfleet.protocol.errors import IdentityTaken, NameInUse, StaleToken, auth_failure
+from taskfleet.protocol.errors import IdentityTaken, NameInUse, PodGone, StaleToken, auth_failure
 from taskfleet.protocol.faults import Fault, classify
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.lists import QueueLists
@@ -221,7 +221,8 @@ class Broker:
         first: ``in_use(record)`` describes it if it is a live worker, and then nothing
         is changed and ``NameInUse`` is raised; otherwise (gone) this one takes over, as
         without ``in_use``. The judgement holds atomically: a record that changed
-        meanwhile is judged again.
+        meanwhile is judged again. ``PodGone`` when the pod is gone from the Kubernetes
+        API (tombstoned): nothing is changed.
         """
         self.concurrency = concurrency
         expected = "*" if in_use is None else ""
@@ -231,6 +232,8 @@ class Broker:
                     self.pod, self.incarnation, concurrency, host=self.host, expected=expected
                 )
             )
+            if reply.gone_until is not None:
+                raise PodGone(self.pod, self.incarnation, reply.gone_until)
             if reply.holder is None:
                 self.registered = True
                 return reply.requeued + reply.dead
@@ -248,12 +251,15 @@ class Broker:
         judged and taken over atomically as at a start. What this incarnation still holds
         it keeps (register takes back only other incarnations' tasks); what was taken
         from it the next beat reports lost. Raises ``IdentityTaken`` when another
-        incarnation registered meanwhile."""
+        incarnation registered meanwhile, ``PodGone`` when the operator found the pod gone
+        from the Kubernetes API (its tasks are taken back: it must not claim them again)."""
         reply = await self._run(
             self.ops.register(
                 self.pod, self.incarnation, self.concurrency, host=self.host, expected=""
             )
         )
+        if reply.gone_until is not None:
+            raise PodGone(self.pod, self.incarnation, reply.gone_until)
         if reply.holder is not None:
             record = WorkerRecord.parse(reply.holder, reply.now_ms)
             raise IdentityTaken(self.pod, self.incarnation, record.describe())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from taskfleet.protocol.errors import IdentityTaken
+from taskfleet.protocol.errors import IdentityTaken, PodGone
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.events import log_event
 from taskfleet.worker.execution import Execution
@@ -30,7 +30,19 @@ SWEEP_MAX_CALLS = 10
 def taken_over(settings: WorkerSettings, exc: IdentityTaken) -> FatalStop:
     """The stop for a worker whose name another incarnation registered under (its beat
     or its claim found out): that one took back every task this one held, and running on
-    would run them twice and fight over the name. Logged loudly, exit 2."""
+    would run them twice and fight over the name. Logged loudly, exit 2. The same for a
+    worker whose pod is gone from the Kubernetes API (``PodGone``): the operator took back
+    its tasks, and claiming them again would lose them a second time."""
+    if isinstance(exc, PodGone):
+        log_event(
+            logging.ERROR,
+            "pod_gone",
+            pod=settings.pod,
+            incarnation=settings.incarnation,
+            note="this worker's pod was deleted from the Kubernetes API and its tasks taken "
+            "back; it may not register again and exits without writing anything",
+        )
+        return FatalStop(EXIT_BAD_CONFIG)
     log_event(
         logging.ERROR,
         "identity_taken",

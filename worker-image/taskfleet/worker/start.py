@@ -17,7 +17,7 @@ import redis.exceptions
 
 from taskfleet.protocol import bounds
 from taskfleet.protocol.calls import run_async
-from taskfleet.protocol.errors import RedisEvicts
+from taskfleet.protocol.errors import RedisEvicts, auth_failure
 from taskfleet.protocol.faults import SAFE_EVICTION_POLICY, Policy, classify, eviction_policy
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
@@ -161,6 +161,9 @@ async def check_eviction(
 
 def _refused(exc: redis.exceptions.ResponseError) -> bool:
     """A command refused to this user or by a managed service (renamed, disabled, NOPERM):
-    the worker can run without its answer."""
+    the worker can run without its answer. Credentials refused are not that: the worker
+    can run nothing, and the gate says so (``redis_auth_failed``, exit 2)."""
+    if auth_failure(exc) == "authentication":
+        return False
     found = classify(exc)
     return found is not None and found.policy is not Policy.WAIT

@@ -48,9 +48,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import NoReturn
 
+from taskfleet.worker.earlystop import STOP_SIGNALS, EarlyStop
 from taskfleet.worker.events import log_event
 from taskfleet.worker.reaper import FORWARDED_SIGNALS
 from taskfleet.worker.runtime import (
@@ -65,9 +65,10 @@ from taskfleet.worker.runtime import (
 
 __all__ = ["CrashPolicy", "EarlyStop", "ProcessSlot", "Supervisor", "child_runtime_dir"]
 
+
 #: Exit code of a worker whose configuration was refused: re-forking would not help.
 REFUSED = 2
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_STOP_SIGNALS = STOP_SIGNALS
 #: Longest the supervisor sleeps without looking at its children (a missed SIGCHLD).
 _TICK_S = 1.0
 
@@ -96,25 +97,6 @@ def child_runtime_dir(runtime_dir: str, index: int) -> str:
     return str(Path(runtime_dir) / f"process-{index}")
 
 
-class EarlyStop:
-    """SIGTERM/SIGINT before the worker's loop handles them: remembered, not fatal.
-
-    A process forked while the pod is asked to drain (or just before) gets the signal
-    before its loop exists; it then starts, sees ``requested`` and drains at once.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    def install(self) -> EarlyStop:
-        for signum in _STOP_SIGNALS:
-            signal.signal(signum, self._note)
-        return self
-
-    def _note(self, _signum: int, _frame: FrameType | None) -> None:
-        self.requested = True
-
-
 @dataclass
 class ProcessSlot:
     """Process ``index`` of the pod: the pid running it now, and its recent exits."""
@@ -139,10 +121,12 @@ class Supervisor:
         pod: str,
         queue: str,
         policy: CrashPolicy | None = None,
+        early: EarlyStop | None = None,
     ) -> None:
         self.slots = {i: ProcessSlot(i) for i in range(1, processes + 1)}
         self._start_child = start_child
         self._policy = policy or CrashPolicy()
+        self._early = early  # a stop signal noted before run() takes the signals
         self._draining = False
         self._code: int | None = None  # the pod's exit code once decided
         self._file = Path(runtime_dir) / "worker.json"
@@ -158,6 +142,8 @@ class Supervisor:
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
         log_event(logging.INFO, "supervisor_started", processes=len(self.slots))
         self._write("running")
+        if self._early is not None and self._early.requested:
+            self._on_signal(signal.SIGTERM)  # signalled while the command started
         while True:
             self._reap()
             live = [slot for slot in self.slots.values() if slot.pid is not None]

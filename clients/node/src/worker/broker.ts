@@ -14,7 +14,7 @@ import { Redis } from "ioredis";
 import { type Bundle, packagedBundle } from "../bundle.js";
 import { type Client, Scripts, quiet } from "../connection.js";
 import type { TaskRecord } from "../encoding.js";
-import { ProtocolError } from "../errors.js";
+import { ProtocolError, TaskfleetError } from "../errors.js";
 import { dependencyResults } from "../flows.js";
 import { QueueKeys } from "../keys.js";
 import { decodeEnqueue } from "../queue.js";
@@ -67,11 +67,30 @@ export class NameInUse extends Error {
   }
 }
 
-/** Another incarnation registered under our name since: it took back all we held. */
-export class IdentityTaken extends Error {
+/**
+ * Another incarnation registered under our name since: it took back all we held. A
+ * TaskfleetError, so no loop takes it for an outage (its loop stops the worker).
+ */
+export class IdentityTaken extends TaskfleetError {
   constructor(readonly holder: string) {
     super(`another worker registered under this name (${holder})`);
     this.name = "IdentityTaken";
+  }
+}
+
+/**
+ * This worker's pod is gone from the Kubernetes API: the operator took back its tasks and
+ * left a tombstone (a force-deleted pod's container still running). It may not register
+ * again: it stops claiming and exits.
+ */
+export class PodGone extends IdentityTaken {
+  constructor(
+    readonly pod: string,
+    readonly untilMs: number,
+  ) {
+    super("nobody: the pod is gone");
+    this.message = `worker "${pod}": its pod is gone from the Kubernetes API and its tasks were taken back; it may not register again`;
+    this.name = "PodGone";
   }
 }
 
@@ -220,6 +239,7 @@ export class Broker {
         await this.call("register", { pod: this.pod, incarnation: this.incarnation, concurrency, host: this.options.host, expected }),
         "register",
       );
+      if (reply.length === 3 && Number(reply[0]) === -2) throw new PodGone(this.pod, Number(reply[1]));
       if (reply.length === 3 && Number(reply[0]) === -1) {
         if (inUse === undefined) throw new ProtocolError("register: refused a takeover of any incarnation");
         const record = parseWorkerRecord(String(reply[1]), Number(reply[2]));
@@ -239,13 +259,15 @@ export class Broker {
    * deregistered since, the operator requeued it, a sweep dropped it, Redis lost its
    * data): register again before working on, judged and taken over atomically as at a
    * start. What we still hold we keep; what was taken from us the next beat reports
-   * lost. Throws `IdentityTaken` when another incarnation registered meanwhile.
+   * lost. Throws `IdentityTaken` when another incarnation registered meanwhile, `PodGone`
+   * when the operator found the pod gone from the Kubernetes API (tombstoned).
    */
   private async registerAgain(): Promise<void> {
     const reply = list(
       await this.call("register", { pod: this.pod, incarnation: this.incarnation, concurrency: this.concurrency, host: this.options.host, expected: "" }),
       "register",
     );
+    if (reply.length === 3 && Number(reply[0]) === -2) throw new PodGone(this.pod, Number(reply[1]));
     if (reply.length === 3 && Number(reply[0]) === -1) throw new IdentityTaken(describeRecord(parseWorkerRecord(String(reply[1]), Number(reply[2]))));
     if (reply.length !== 2) throw new ProtocolError(`register: unexpected reply ${JSON.stringify(reply)}`);
     logEvent("warning", "registered_again", {

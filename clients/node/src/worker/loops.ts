@@ -19,7 +19,7 @@ import { parseCron } from "../cron.js";
 import { dueMs } from "../schedules.js";
 import { nextSlot, slotsBetween, zone } from "../slots.js";
 import type { Broker, ClaimResult, Due, FirePlan } from "./broker.js";
-import { IdentityTaken } from "./broker.js";
+import { IdentityTaken, PodGone } from "./broker.js";
 import type { ClaimedTask } from "./claimed.js";
 import type { Execution } from "./execution.js";
 import { type Flag, sleep, until, waitAny } from "./flag.js";
@@ -121,6 +121,15 @@ export class ClaimLoop {
  * them twice and fight over the name. Logged loudly, exit 2.
  */
 export function takenOver(error: IdentityTaken, pod: string, incarnation: string): FatalStop {
+  if (error instanceof PodGone) {
+    // its tasks were taken back: claiming them again would lose them a second time
+    logEvent("error", "pod_gone", {
+      pod,
+      incarnation,
+      note: "this worker's pod was deleted from the Kubernetes API and its tasks taken back; it may not register again and exits without writing anything",
+    });
+    return new FatalStop(EXIT_BAD_CONFIG);
+  }
   logEvent("error", "identity_taken", {
     pod,
     incarnation,

@@ -9,7 +9,7 @@
 import type { Client } from "../connection.js";
 import { TaskfleetError } from "../errors.js";
 import type { Broker } from "./broker.js";
-import { NoReply, SAFE_EVICTION_POLICY, classify } from "./faults.js";
+import { NoReply, SAFE_EVICTION_POLICY, authFailure, classify } from "./faults.js";
 import { type Flag, bounded } from "./flag.js";
 import type { RedisGate } from "./gate.js";
 import { type Whereabouts, describeRecord, holderAlive, parseWhereabouts } from "./identity.js";
@@ -96,7 +96,10 @@ export async function heartbeatInterval(client: Client, configKey: string, setti
 export async function checkEviction(client: Client, settings: Settings, g: Gated): Promise<string | null> {
   const ms = replyTimeoutMs(settings);
   const ask = <T>(p: Promise<T>): Promise<T> => bounded(p, ms, () => new NoReply(ms));
+  // A command refused to this user or by a managed service: the worker runs without its
+  // answer. Credentials refused are not that: the gate reports them (redis_auth_failed).
   const refused = (error: unknown): boolean => {
+    if (authFailure(error) === "authentication") return false;
     const found = classify(error);
     return found !== null && found.policy !== "wait";
   };

@@ -28,6 +28,7 @@ local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
 local K_FLOW = KEYS[38]
 local K_FLOWS = KEYS[39]
+local K_TOMBSTONES = KEYS[41]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_INCARNATION = ARGV[2]
@@ -356,6 +357,21 @@ local function other_holder(pod, incarnation)
   return rec, w.incarnation
 end
 
+-- includes/pod_of.lua
+-- The pod of a worker name: <pod>#<i> is process i of pod <pod> ('#' is never in a pod name).
+local function pod_of(name)
+  return string.match(name, '^([^#]*)#') or name
+end
+-- includes/tombstoned.lua
+-- Tombstones: pods gone from the Kubernetes API whose workers may not register again
+-- (K_TOMBSTONES: pod -> until when, ms). A worker name <pod>#<i> is its pod's process i,
+-- so the pod's tombstone covers every process of it, registered yet or not.
+-- Until when (ms) the name's pod is tombstoned, or nil.
+local function tombstoned(name, now)
+  local until_ms = tonumber(redis.call('ZSCORE', K_TOMBSTONES, pod_of(name)))
+  if until_ms and until_ms > now then return until_ms end
+  return nil
+end
 -- built on the first call of flow_resolve: what only they use
 build_lazy = function()
 -- includes/pending_remove.lua
@@ -521,9 +537,15 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 --   no record; '*' = take over whatever is there).
 -- Returns: {requeued to pending, gone dead}, or, when another incarnation than the one
 --   expected holds the pod's record (the caller must judge it first; nothing is changed):
---   {-1, that record, server time in ms}
+--   {-1, that record, server time in ms}, or, when the worker's pod is gone from the
+--   Kubernetes API (requeue left a tombstone; nothing is changed; the worker must exit):
+--   {-2, until when the tombstone holds (ms), server time in ms}
 local pod, incarnation, expected = ARG_POD, ARG_INCARNATION, ARG_EXPECTED
 local now = now_ms()
+-- a force-deleted pod's container outlives its pod: registering again, it would claim
+-- tasks the operator already took back from it and lose them a second time
+local gone_until = tombstoned(pod, now)
+if gone_until then return {-2, gone_until, now} end
 if expected ~= '*' then
   local rec, holder = other_holder(pod, incarnation)
   if rec and holder ~= expected then return {-1, rec, now} end

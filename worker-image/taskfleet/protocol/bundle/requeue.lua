@@ -28,9 +28,11 @@ local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
 local K_FLOW = KEYS[38]
 local K_FLOWS = KEYS[39]
+local K_TOMBSTONES = KEYS[41]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_KEEP_INCARNATION = ARGV[2]
+local ARG_TOMBSTONE_S = ARGV[3]
 local flow_resolve, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
@@ -321,6 +323,18 @@ local function requeue_pod(pod, keep, now)
   return requeued, dead
 end
 
+-- includes/pod_of.lua
+-- The pod of a worker name: <pod>#<i> is process i of pod <pod> ('#' is never in a pod name).
+local function pod_of(name)
+  return string.match(name, '^([^#]*)#') or name
+end
+-- includes/tombstone.lua
+-- Tombstone the name's pod for ttl_s seconds (register refuses it: tombstoned); expired
+-- tombstones are dropped on the way: the set holds only pods deleted within the TTL.
+local function tombstone(name, now, ttl_s)
+  redis.call('ZREMRANGEBYSCORE', K_TOMBSTONES, '-inf', now)
+  if ttl_s > 0 then redis.call('ZADD', K_TOMBSTONES, now + math.floor(ttl_s * 1000), pod_of(name)) end
+end
 -- built on the first call of flow_resolve: what only they use
 build_lazy = function()
 -- includes/pending_remove.lua
@@ -483,10 +497,12 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- idempotent: a second caller finds the pod's set empty and requeues nothing.
 -- Arguments: ARG_* (signatures.Requeue): keep_incarnation '' = none: take back everything
 --   and drop the worker record; otherwise only tasks of other incarnations, and the
---   record is kept if it belongs to the kept incarnation.
+--   record is kept if it belongs to the kept incarnation. tombstone_s (not ''): the pod is
+--   gone from the Kubernetes API; for that many seconds none of its workers may register.
 -- Returns: {requeued to pending, gone dead (worker lost more than max_lost times)}
 local pod, keep = ARG_POD, ARG_KEEP_INCARNATION
 local now = now_ms()
+if ARG_TOMBSTONE_S ~= '' then tombstone(pod, now, tonumber(ARG_TOMBSTONE_S) or 0) end
 forget_idle(pod, keep)
 local requeued, dead = requeue_pod(pod, keep, now)
 local rec = redis.call('HGET', K_WORKERS, pod)
