@@ -15,7 +15,7 @@ from taskfleet.producer.flows import chain
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidPayload
-from taskfleet.protocol.numbers import stored_number_problem
+from taskfleet.protocol.numbers import number_problem, stored_number_problem
 from taskfleet.protocol.tasks import Task
 
 from tests.polling import wait_for
@@ -70,6 +70,27 @@ def test_the_largest_safe_integers_and_long_digits_in_strings_are_stored_as_give
     payload = {"max": SAFE, "min": -SAFE, "id": "9223372036854775809", "f": 1.2345678901234567e300}
     task = queue.get(queue.enqueue(payload))
     assert task is not None and task.payload == payload
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ([0.30000000000000004, 1.2345678901234567e25, -0.1234567890123456], None),
+        ({"big float": 123456789012345678.0, "safe": -(2**53 - 1)}, None),
+        ({"text": "id 123456789012345678901", "n": 1}, None),
+        ([0.30000000000000004, 2**53], "r[1]: integer 9007199254740992"),
+        ({"f": 0.1234567890123456789, "i": -(2**63)}, "r.i: integer -9223372036854775808"),
+        (10**20, "r: integer 100000000000000000000"),
+    ],
+)
+def test_floats_long_digits_and_strings_pass_the_number_check_and_only_integers_fail(
+    value: Any, problem: str | None
+) -> None:
+    found = number_problem(value, json.dumps(value).encode(), "r")
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(problem)
 
 
 def test_a_stored_integer_past_the_rule_is_found_in_the_text_not_in_strings() -> None:

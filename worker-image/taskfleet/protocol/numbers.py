@@ -4,8 +4,9 @@ within ±(2^53-1), the integers every reader (a JavaScript double, Lua's) holds 
 
 The check is cheap where it runs on every enqueue and result: non-finite floats are
 refused by the encoder itself (``allow_nan=False``), and an integer can only be out of
-range where the encoded text has a run of 16 or more digits, found by one C pass over
-its bytes (``bytes.translate`` then a substring search: a regex costs ten times more);
+range where the encoded text has an integer token of 16 or more digits, found by C
+passes over its bytes (``bytes.translate`` to a shape, then substring searches: a regex
+costs ten times more; a float's fraction, often that long, is told apart by the shape);
 only then is the value walked, to find the offending one and name its path.
 """
 
@@ -32,9 +33,14 @@ SAFE_INTEGER_MAX = 2**53 - 1
 
 # 2^53 has 16 digits: a text without such a run holds no integer out of range
 _LONG_DIGITS = re.compile(r"[0-9]{16}")
-# every digit to "0", every other byte to ".": a run of 16 digits is then a substring
-_DIGITS_TO_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x2E for b in range(256))
-_RUN = b"0" * 16
+# every digit to "0", a float's "." and exponent letters to "f", every other byte to " ":
+# an integer token of 16 digits or more is then " " and 16 "0"s not followed by more "0"s
+# and an "f" (a float's integer part), while a float's fraction follows an "f"
+_DIGITS_TO_ZERO = bytes(
+    0x30 if 0x30 <= b <= 0x39 else (0x66 if b in b".eE" else 0x20) for b in range(256)
+)
+_ZEROS = b"0" * 16
+_RUN = b" " + _ZEROS
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*\Z")
 # A JSON string, or a number (sign, digits, fraction, exponent) outside strings
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|(-?[0-9]+)(\.[0-9]+)?([eE][+-]?[0-9]+)?')
@@ -100,9 +106,21 @@ def _render(path: str, place: tuple[Any, ...]) -> str:
 def number_problem(value: object, data: bytes, path: str) -> str | None:
     """What breaks the rule in ``value``, whose JSON encoding is ``data`` (UTF-8, so
     already free of non-finite numbers): None at once unless it has a run of 16 digits."""
-    if len(data) < 16 or _RUN not in data.translate(_DIGITS_TO_ZERO):
+    if len(data) < 16:
         return None
-    return value_problem(value, path)
+    shape = data.translate(_DIGITS_TO_ZERO)
+    if _ZEROS not in shape:  # the common case: no run of 16 digits at all
+        return None
+    shape = b" " + shape + b" "
+    at = shape.find(_RUN)
+    while at >= 0:
+        end = at + len(_RUN)
+        while shape[end] == 0x30:  # "0"
+            end += 1
+        if shape[end] != 0x66:  # "f": a float's integer part, allowed
+            return value_problem(value, path)
+        at = shape.find(_RUN, end)
+    return None
 
 
 def stored_number_problem(text: str, path: str) -> str | None:
