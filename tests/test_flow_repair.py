@@ -16,6 +16,7 @@ import threading
 import pytest
 import redis
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker, free_port
@@ -257,3 +258,27 @@ def test_a_workers_housekeeping_repairs_a_stranded_task_counts_and_logs_it(
     assert queue.stats()["flow_repairs"] == 1
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_a_dependency_dropped_at_once_whose_resolve_waits_on_the_backlog_is_left_to_it(
+    queue: Queue, make_broker: MakeBroker, redis_client: redis.Redis
+) -> None:
+    """Under ``done_retention_s`` 0 a done task's record goes at its complete; a fan-out
+    past the resolve's budget leaves the rest of its dependants to ``flows:backlog``. A
+    repair meanwhile must not take the record's absence for a missing dependency (that
+    would end them by their policy): the backlog's resolve sends every one pending."""
+    queue.configure(QueueConfig(done_retention_s=0))
+    n = 250  # past one call's resolve budget (200)
+    a = queue.enqueue({}, task_id="a")
+    queue.enqueue_many([{"payload": {}, "task_id": f"b{i}", "after": [a]} for i in range(n)])
+    broker = make_broker("jobs")
+    [run] = broker.claim(1).tasks
+    assert broker.complete_many([(a, run.token, None)]) == [1]
+    assert redis_client.exists(queue.keys.task(a)) == 0
+    assert redis_client.llen(queue.keys.flow_backlog) == 1
+    assert _repair_all(queue) == []
+    assert queue.stats()["dead"] == 0
+    while redis_client.llen(queue.keys.flow_backlog):
+        queue.sweep()
+    stats = queue.stats()
+    assert (stats["waiting"], stats["pending"], stats["dead"]) == (0, n, 0)

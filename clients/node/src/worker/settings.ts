@@ -87,11 +87,14 @@ const fail = (message: string): never => {
 };
 
 /** `options` checked; `InvalidArgument` says what to fix in one line. */
-// WorkerOptions' keys, and the handler set the CLI passes: any other is refused, never ignored
-const WORKER_OPTIONS = new Set([
-  "handler", "handlers", "redisUrl", "pod", "concurrency", "drainTimeout", "heartbeatInterval", "leaseTtl",
-  "taskTimeout", "runtimeDir", "fireSchedules", "allowEviction", "prefetch", "idleWait", "handlerSet",
-]);
+// WorkerOptions' keys, and the handler set the CLI passes: any other is refused, never
+// ignored. A record over `keyof`, so an option added to the interface and not here fails tsc.
+const WORKER_OPTION_KEYS: Record<keyof WorkerOptions | "handler" | "handlers" | "handlerSet", true> = {
+  handler: true, handlers: true, handlerSet: true, redisUrl: true, pod: true, concurrency: true,
+  drainTimeout: true, heartbeatInterval: true, leaseTtl: true, taskTimeout: true, heldGrace: true,
+  runtimeDir: true, fireSchedules: true, allowEviction: true, prefetch: true, idleWait: true,
+};
+const WORKER_OPTIONS: ReadonlySet<string> = new Set(Object.keys(WORKER_OPTION_KEYS));
 
 export function checkSettings(queue: string, options: WorkerOptions, pod: string, incarnation: string): Settings {
   checkOptionKeys(options, WORKER_OPTIONS, "Worker options");

@@ -397,7 +397,8 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 -- goes pending, a parent waiting on the children it added (field 'join') done
 -- (flow_join_done). A task with a dependency still open is left alone. A dependency that
 -- ended less than ARG_SETTLE_MS ago and still lists the task in dependants:<dep> is left
--- to the normal path (its resolve may sit on flows:backlog). The task is taken out of
+-- to the normal path (its resolve may sit on flows:backlog), and so is one whose record
+-- is gone while flows:backlog still owes its resolve (done_retention_s 0). The task is taken out of
 -- every dependants:<dep> set first, so a later resolve finds nothing to count twice.
 -- Arguments: ARG_BOUND, ARG_CURSOR, ARG_SETTLE_MS (signatures.Repair): at most about
 --   ARG_BOUND records read (a task and each of its dependencies: one each; at least one
@@ -413,6 +414,19 @@ local now = now_ms()
 local ENDED = {done = true, dead = true, cancelled = true}
 local ready = 0
 
+-- Whether a resolve of `dep`'s end is still owed to `id` on flows:backlog: a dependency
+-- whose record is gone (done under done_retention_s 0) and whose dependants a complete
+-- deferred there ('d'/'x'/'c' .. dep, flow_resolve's budget). Its outcome is known only
+-- to that entry, so the task is left to it rather than ended as if the dependency were
+-- missing.
+local function owed(dep, id)
+  if redis.call('SISMEMBER', K_DEPENDANTS .. dep, id) == 0 then return false end
+  for _, outcome in ipairs({'d', 'x', 'c'}) do
+    if redis.call('LPOS', K_FLOW_BACKLOG, outcome .. dep) then return true end
+  end
+  return false
+end
+
 -- The dependencies of waiting task `id` when every one has ended (nil otherwise), with
 -- their states ('missing' for a record gone), and the records read.
 local function ended_deps(id, after)
@@ -425,6 +439,7 @@ local function ended_deps(id, after)
       local d = redis.call('HMGET', K_TASK .. dep, 'state', 'finished_at')
       local state = d[1] or 'missing'
       if state ~= 'missing' and not ENDED[state] then return nil, #unique + 1 end
+      if state == 'missing' and owed(dep, id) then return nil, #unique + 1 end
       if settle > 0 and (tonumber(d[2]) or 0) > now - settle
           and redis.call('SISMEMBER', K_DEPENDANTS .. dep, id) == 1 then
         return nil, #unique + 1
