@@ -57,6 +57,7 @@ SYNC_ONLY: dict[str, str] = {
     "close": "AsyncQueue closes with aclose (or async with)",
     "configure": _OPERATING,
     "sweep": _OPERATING + " (workers sweep on their own)",
+    "repair": _OPERATING + " (workers and the operator repair on their own)",
     "requeue_pod": _OPERATING + " (the operator, for a pod that is gone)",
     "purge": _OPERATING,
     "purge_tasks": _OPERATING,
