@@ -7,21 +7,30 @@ where they were, released by a draining worker, or taken back after an abrupt de
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar, cast
+
+import redis
 
 from e2e.lib.fleet import Fleet
 from e2e.lib.kube import (
     CLUSTER_ERRORS,
     CLUSTER_INTERVAL_S,
+    Kube,
     LogStream,
     NodeShell,
     PodWatch,
     log_events,
 )
+from e2e.lib.ledger import QueueView
+from e2e.lib.portforward import PortForward
 from tests.polling import wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
+
+T = TypeVar("T")
 
 
 def busy_pod(fleet: Fleet, tasks: int, timeout: float = 45) -> tuple[str, set[str]]:
@@ -46,10 +55,12 @@ def exit_code(terminated: dict[str, Any] | None) -> str:
     return "unseen" if terminated is None else str(terminated.get("exitCode"))
 
 
-def taken_back_from(fleet: Fleet, held: set[str], pod: str, incarnation: str | None = None) -> bool:
+def taken_back_from(
+    queue: QueueView, held: set[str], pod: str, incarnation: str | None = None
+) -> bool:
     """No task of ``held`` is still running under that pod (or that incarnation of it)."""
     for task_id in held:
-        task = fleet.queue.task(task_id)
+        task = queue.task(task_id)
         if task.get("state") != "running" or task.get("pod") != pod:
             continue
         if incarnation is None or task.get("incarnation") == incarnation:
@@ -178,7 +189,7 @@ def test_force_deleting_a_busy_pod_gets_its_tasks_requeued_within_seconds(
     deleted_at = time.time()  # the handler stamps its records with the node's wall clock
     assert fleet.kube.get("pod", victim) is None
     wait_for(
-        lambda: not fleet.queue.held_by(victim) and taken_back_from(fleet, held, victim),
+        lambda: not fleet.queue.held_by(victim) and taken_back_from(fleet.queue, held, victim),
         timeout=30,
         interval=0.2,
         what=f"the tasks of {victim} to be taken back",
@@ -224,7 +235,7 @@ def test_a_sigkilled_worker_restarts_and_its_tasks_come_back(
     NodeShell.for_node(pod["spec"]["nodeName"]).kill_container(status["containerID"])
     killed = time.monotonic()
     wait_for(
-        lambda: taken_back_from(fleet, held, victim, incarnation),
+        lambda: taken_back_from(fleet.queue, held, victim, incarnation),
         timeout=45,
         interval=0.2,
         what=f"the tasks of {victim}'s killed incarnation to be taken back",
@@ -299,3 +310,119 @@ def test_a_task_longer_than_the_drain_deadline_is_released_and_finished_by_anoth
     assert [r["pod"] for r in records if r["id"] == task_id] != [victim]
     assert accounting.stats.get("released", 0) >= 1, accounting.summary()
     assert int(fleet.queue.task(task_id).get("lost") or 0) == 0, "a release counted as a loss"
+
+
+class PodIpRedis:
+    """The test's Redis reached at its pod's IP (the local cluster's node is this machine):
+    port-forwards go through the kubelet, and a cut-off node's kubelet answers none."""
+
+    def __init__(self, kube: Kube):
+        pod = kube.get("pod", "redis")
+        assert pod is not None and pod["status"].get("podIP"), "the Redis pod has no IP"
+        self.client = redis.Redis(
+            host=pod["status"]["podIP"], port=6379, socket_timeout=5, decode_responses=True
+        )
+
+    def call(self, fn: Callable[[redis.Redis], T], *, timeout: float = 60) -> T:
+        return fn(self.client)
+
+
+def test_twenty_force_deleted_busy_pods_lose_no_task_and_count_each_loss_once(
+    make_fleet: Callable[..., Fleet], figures: Callable[[str], None]
+) -> None:
+    # A force delete removes the pod object at once; its container lives on until its
+    # kubelet kills it: here the node is cut off (its kubelet stopped) for a few heartbeats
+    # around each delete. The operator takes back the pod's tasks (one loss each) and
+    # tombstones the pod, so the lingering worker, finding its record gone, cannot register
+    # again, claim the tasks just taken back and lose them a second time.
+    deletions = 20
+    cut_off_s = 3.0  # three heartbeats of the lingering worker
+    task_s, fresh_s = 10, 6  # victims' tasks have 4 s or more to run at the delete
+    # maxLost above any task's possible losses: a task dead of "worker lost" would hide a count.
+    fleet = make_fleet(
+        "forced-twenty",
+        replicas=3,
+        concurrency=2,
+        maxLost=deletions + 5,
+        heartbeat={"intervalSeconds": 1, "ttlSeconds": 60},
+    )
+    fleet.wait_ready(3)
+    direct = QueueView(
+        cast(PortForward, PodIpRedis(fleet.kube)), fleet.queue.queue, fleet.queue.record_key
+    )
+    ids: list[str] = []
+    #: (victim, wall clock just before its delete and once it returned, the tasks it held)
+    deletes: list[tuple[str, float, float, set[str]]] = []
+    start = time.monotonic()
+
+    def live_busy_pod() -> tuple[str, set[str]] | None:
+        """A live pod whose tasks all started within ``fresh_s``: none ends near the delete."""
+        alive = {p["metadata"]["name"] for p in fleet.ready_pods()}
+        done = {d[0] for d in deletes}
+        seconds, micros = direct.forward.call(lambda c: c.time())
+        now_ms = seconds * 1000 + micros // 1000
+        for pod, _ in direct.holders().most_common():
+            if pod not in alive or pod in done:
+                continue
+            held = direct.held_by(pod)
+            starts = [int(direct.task(t).get("started_at") or 0) for t in held]
+            if held and all(now_ms - start < fresh_s * 1000 for start in starts):
+                return pod, held
+        return None
+
+    for _ in range(deletions):
+        if fleet.queue.stats()["pending"] < 6:
+            ids += fleet.queue.enqueue_sleepers(12, seconds=task_s)
+        victim, held = wait_for(
+            live_busy_pod,
+            timeout=60,
+            interval=0.2,
+            what="a live pod holding tasks",
+            ignoring=CLUSTER_ERRORS,
+        )
+        pod = fleet.kube.get("pod", victim)
+        assert pod is not None
+        with NodeShell.for_node(pod["spec"]["nodeName"]).kubelet_stopped():
+            # Read just before the delete, and again just after it: a task claimed in
+            # between was held at the deletion too (the second read may find it taken back).
+            deleted_at = time.time()  # the handler stamps its records with the node's clock
+            fleet.kube.run("delete", "pod", victim, "--grace-period=0", "--force")
+            returned_at = time.time()
+            held |= direct.held_by(victim)
+            deletes.append((victim, deleted_at, returned_at, held))
+            wait_for(
+                partial(taken_back_from, direct, held, victim),
+                timeout=30,
+                interval=0.2,
+                what=f"the tasks of {victim} to be taken back",
+                ignoring=CLUSTER_ERRORS,
+            )
+            # The node stays cut off for the scenario's length: the lingering worker's
+            # heartbeats find its record gone meanwhile (ended early if it claims again).
+            until = time.monotonic() + cut_off_s
+            while time.monotonic() < until and not direct.held_by(victim):
+                time.sleep(0.2)
+    deleting = time.monotonic() - start
+
+    accounting = fleet.queue.wait_settled(ids, timeout=120)
+    accounting.assert_nothing_lost()
+    fleet.wait_ready(3)
+    # Each task a victim held at its delete was lost once there: none of them could finish
+    # before it (victims are picked with 4 s or more of their tasks to run).
+    losses: Counter[str] = Counter(t for *_, held in deletes for t in held)
+    early = [
+        (r["id"], victim)
+        for r in fleet.queue.executions()
+        for victim, deleted_at, _, held in deletes
+        if r["id"] in held and r["pod"] == victim and r["at"] < deleted_at
+    ]
+    assert not early, f"held tasks finished before their pod's delete: {early}"
+    counted = {t: n for t, n in accounting.lost.items() if n}
+    wrong = {t: (counted.get(t, 0), losses[t]) for t in ids if counted.get(t, 0) != losses[t]}
+    figures(
+        f"{deletions} force deletes of busy pods in {deleting:.0f}s: {len(ids)} tasks done, "
+        f"{sum(losses.values())} losses, counted {sum(counted.values())}"
+    )
+    assert sum(losses.values()) >= deletions, f"the deleted pods held too few tasks: {losses}"
+    assert not {d[0] for d in deletes} & set(fleet.queue.workers()), "a deleted pod registered"
+    assert not wrong, f"lost: counted, real per task: {wrong} ({accounting.summary()})"

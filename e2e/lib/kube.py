@@ -13,7 +13,8 @@ import re
 import shlex
 import subprocess
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,26 @@ class NodeShell:
             address = LOCAL_CONTAINERD
         ctr = ["ctr", "-a", address] if address else ["ctr"]
         self.run(*ctr, "-n", "k8s.io", "task", "kill", "--signal", signal, cid)
+
+    def signal_kubelet(self, signal: str) -> None:
+        """Signal the node's kubelet: STOP cuts the node off (its containers run on, nothing
+        acts on the API's word), CONT brings it back. Locally the kubelet's pid file says
+        which process; on kind the node container runs one kubelet."""
+        if self.prefix:
+            self.run("pkill", f"-{signal}", "-x", "kubelet")
+            return
+        cache = Path(os.environ.get("TASKFLEET_CACHE") or Path.home() / ".cache" / "taskfleet")
+        pid = (cache / "cluster" / "pids" / "kubelet.pid").read_text().strip()
+        self.run("kill", f"-{signal}", pid)
+
+    @contextmanager
+    def kubelet_stopped(self) -> Iterator[None]:
+        """The node cut off for the block's length; its kubelet continued whatever happens."""
+        self.signal_kubelet("STOP")
+        try:
+            yield
+        finally:
+            self.signal_kubelet("CONT")
 
 
 class PodWatch:
