@@ -6,18 +6,21 @@ where they were, released by a draining worker, or taken back after an abrupt de
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar, cast
 
+import pytest
 import redis
 
 from e2e.lib.fleet import Fleet
 from e2e.lib.kube import (
     CLUSTER_ERRORS,
     CLUSTER_INTERVAL_S,
+    KUBECTL,
     Kube,
     LogStream,
     NodeShell,
@@ -327,9 +330,21 @@ class PodIpRedis:
         return fn(self.client)
 
 
+def _on_kind() -> bool:
+    context = subprocess.run(
+        [KUBECTL, "config", "current-context"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return context.startswith("kind-")
+
+
 def test_twenty_force_deleted_busy_pods_lose_no_task_and_count_each_loss_once(
     make_fleet: Callable[..., Fleet], figures: Callable[[str], None]
 ) -> None:
+    if _on_kind():
+        pytest.skip(
+            "needs the local cluster (make e2e-local): Redis is read at its pod's IP while "
+            "the node's kubelet is stopped, and kind's pod IPs are not reachable from here"
+        )
     # A force delete removes the pod object at once; its container lives on until its
     # kubelet kills it: here the node is cut off (its kubelet stopped) for a few heartbeats
     # around each delete. The operator takes back the pod's tasks (one loss each) and
