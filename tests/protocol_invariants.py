@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from hypothesis.stateful import invariant
 from taskfleet import Queue
-from taskfleet.protocol.scripts import text
+from taskfleet.protocol.records import text
 from taskfleet.protocol.tasks import FLOW_COUNTERS
 
 MAX_CONCURRENCY = 5  # below what two pods claiming up to 4 each would take

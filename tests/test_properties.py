@@ -34,7 +34,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from taskfleet import CancelOutcome, Queue, QueueConfig, Task, TaskExists, TaskState
-from taskfleet.protocol.scripts import Ops, SyncScripts, text
+from taskfleet.protocol.records import text
+from taskfleet.protocol.scripts import Ops, SyncScripts
 
 from tests.fixtures_redis import BlockingBroker
 from tests.protocol_invariants import (

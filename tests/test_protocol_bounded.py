@@ -19,7 +19,8 @@ from taskfleet.protocol.calls import run
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
-from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND, Op, Ops, SyncScripts, text
+from taskfleet.protocol.records import text
+from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND, Op, Ops, SyncScripts
 from taskfleet.protocol.tasks import TaskState
 from taskfleet.worker.broker import Broker
 

@@ -16,7 +16,7 @@ from taskfleet.protocol.bundle import NAMES, source
 from taskfleet.protocol.control_ops import CancelOutcome, Report
 from taskfleet.protocol.errors import InvalidPayload
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
-from taskfleet.protocol.scripts import text
+from taskfleet.protocol.records import text
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker, RedisServerFactory, free_cluster_port
 from tests.polling import wait_for

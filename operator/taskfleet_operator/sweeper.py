@@ -22,8 +22,8 @@ from taskfleet.protocol.calls import run
 from taskfleet.protocol.errors import TaskfleetError
 from taskfleet.protocol.quota import QuotaState
 from taskfleet.protocol.records import WORKER_LEVEL
+from taskfleet.protocol.replies import SWEEP_BOUND
 from taskfleet.protocol.schedules import OWNER_TASKQUEUE, ScheduleDef
-from taskfleet.protocol.scripts import SWEEP_BOUND
 from taskfleet.protocol.workernames import pod_of, workers_of
 
 from taskfleet_operator import builders, kube

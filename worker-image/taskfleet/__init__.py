@@ -45,8 +45,8 @@ if TYPE_CHECKING:
         WaitTimeout,
     )
     from taskfleet.protocol.groups import GroupCount, GroupSettings
+    from taskfleet.protocol.replies import SweepResult
     from taskfleet.protocol.schedules import Schedule
-    from taskfleet.protocol.scripts import SweepResult
     from taskfleet.protocol.tasks import Task, TaskState
     from taskfleet.worker.broker import Broker
     from taskfleet.worker.claimed import ClaimedTask, ClaimResult
@@ -83,7 +83,7 @@ _LAZY = {
     "Schedule": "protocol.schedules",
     "CancelOutcome": "protocol.control_ops",
     "TaskPage": "producer.control",
-    "SweepResult": "protocol.scripts",
+    "SweepResult": "protocol.replies",
     "Task": "protocol.tasks",
     "TaskState": "protocol.tasks",
     "Broker": "worker.broker",

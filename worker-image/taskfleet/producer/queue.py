@@ -38,6 +38,7 @@ from taskfleet.protocol.groups import GroupCount, GroupSettings
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.records import POD_TOMBSTONE_S
+from taskfleet.protocol.replies import RepairResult, SweepResult
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import (
     OWNER_API,
@@ -52,8 +53,6 @@ from taskfleet.protocol.scripts import (
     EnqueueArgs,
     Op,
     Ops,
-    RepairResult,
-    SweepResult,
     SyncScripts,
     release,
 )

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from taskfleet.protocol.errors import ProtocolError
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.scripts import Op, text
+from taskfleet.protocol.records import text
+from taskfleet.protocol.scripts import Op
 from taskfleet.protocol.signatures import Arg, Cancel, Drop, Reported, Retry, TaskId, with_records
 from taskfleet.protocol.signatures import Report as ReportArgs
 

@@ -16,8 +16,9 @@ from taskfleet.protocol.errors import (
     ScheduleOwned,
 )
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.records import text
 from taskfleet.protocol.schedules import Due, FirePlan, ScheduleDef
-from taskfleet.protocol.scripts import Op, text
+from taskfleet.protocol.scripts import Op
 from taskfleet.protocol.signatures import (
     FirePlan as FireRecord,
 )

@@ -39,7 +39,19 @@ from taskfleet.protocol.errors import (
     TaskExists,
 )
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.replies import Extended, RawClaim, Registered
+from taskfleet.protocol.records import text
+from taskfleet.protocol.replies import (
+    SWEEP_BOUND,
+    Extended,
+    RawClaim,
+    Registered,
+    RepairResult,
+    SweepResult,
+    applied_codes,
+    ints,
+    raw_claim,
+    repair_result,
+)
 from taskfleet.protocol.signatures import (
     Claim,
     Complete,
@@ -67,11 +79,6 @@ Arg = str | int | float | bytes
 
 #: Housekeeping bound per claim: keeps a claim short however large the backlog.
 CLAIM_HOUSEKEEPING_BOUND = 100
-SWEEP_BOUND = 1000
-#: A sweep expires at most ``bound // SWEEP_EXPIRE_SHARE`` tasks per call (an expired task
-#: costs a read and a write of its record: a step of ``bound`` of them would be a long
-#: call); sweep.lua's ``EXPIRE_SHARE``.
-SWEEP_EXPIRE_SHARE = 10
 #: Records a repair call reads at most (a waiting task and each of its dependencies: one
 #: each); a pass over a larger waiting set takes several calls, each a few milliseconds.
 REPAIR_BOUND = 500
@@ -222,22 +229,6 @@ def release(client: SyncClient | redis.asyncio.Redis) -> None:
         _SYNC.pop(client, None)
 
 
-def text(value: Any) -> str:
-    """A reply value as str (clients may or may not decode responses)."""
-    if isinstance(value, bytes):
-        return value.decode()
-    return str(value)
-
-
-def _raw_claim(raw: Any, script: str) -> RawClaim:
-    if isinstance(raw, list) and len(raw) == 2 and int(raw[0]) == -1:
-        return RawClaim(0, None, False, [], holder=text(raw[1]))  # superseded: nothing claimed
-    if not isinstance(raw, list) or len(raw) < 3:
-        raise ProtocolError(f"{script}: unexpected claim reply {raw!r}")
-    due = int(raw[1])
-    return RawClaim(int(raw[0]), None if due < 0 else due, int(raw[2]) == 1, raw[3:])
-
-
 # _with_completions packs each item as these fields, in this order.
 assert Completion._fields == ("task_id", "token", "result")
 
@@ -259,61 +250,8 @@ def _with_completions(
 STALE, COMPLETED, RESULT_TOO_LARGE, CANCELLED = 0, 1, 2, 3
 
 
-def _applied(raw: Any) -> list[int]:
-    return [int(c) for c in text(raw)]
-
-
-def _ints(raw: Any, n: int, script: str) -> list[int]:
-    if not isinstance(raw, list) or len(raw) != n:
-        raise ProtocolError(f"{script}: unexpected reply {raw!r}")
-    return [int(x) for x in raw]
-
-
 #: One task as the enqueue script takes it (already validated and encoded).
 EnqueueArgs = EnqueueTask
-
-
-@dataclass(frozen=True, slots=True)
-class SweepResult:
-    promoted: int
-    expired: int
-    requeued: int
-    lost_dead: int
-    pruned_done: int
-    pruned_dead: int
-    workers_dropped: int
-    pruned_cancelled: int = 0
-
-    def saturated(self, bound: int = SWEEP_BOUND) -> bool:
-        """A step hit the bound: there may be more to do, call again."""
-        return self.expired >= max(1, bound // SWEEP_EXPIRE_SHARE) or (
-            max(
-                self.promoted,
-                self.requeued + self.lost_dead,
-                self.pruned_done,
-                self.pruned_dead,
-                self.pruned_cancelled,
-            )
-            >= bound
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class RepairResult:
-    """One repair call: where the next call starts (0 once the pass is over) and the tasks
-    it resolved, each with the state it left in."""
-
-    cursor: int
-    more: bool
-    repaired: tuple[tuple[str, str], ...]
-
-
-def _repair_result(raw: Any) -> RepairResult:
-    if not isinstance(raw, list) or len(raw) < 2 or len(raw) % 2:
-        raise ProtocolError(f"repair: unexpected reply {raw!r}")
-    items = [text(x) for x in raw[2:]]
-    pairs = tuple((items[i], items[i + 1]) for i in range(0, len(items), 2))
-    return RepairResult(int(raw[0]), bool(int(raw[1])), pairs)
 
 
 #: A single enqueue's ARGV (``Enqueue`` and one ``EnqueueTask``) with the task's options
@@ -448,7 +386,7 @@ class Ops:
             prefetch=prefetch,
             registered=1 if registered else "",
         )
-        return Op("claim", self._k, args, lambda raw: _raw_claim(raw, "claim"))
+        return Op("claim", self._k, args, lambda raw: raw_claim(raw, "claim"))
 
     def extend(
         self,
@@ -497,7 +435,7 @@ class Ops:
     def complete(self, items: Sequence[tuple[str, str, str | None]]) -> Op[list[int]]:
         """Reply: per item, True if applied, False if its token was stale (refused)."""
         head = Complete(len(items), "", "", "", "", "", "", "")
-        return Op("complete", self._k, _with_completions(head, items), _applied)
+        return Op("complete", self._k, _with_completions(head, items), applied_codes)
 
     def complete_and_claim(
         self,
@@ -528,7 +466,7 @@ class Ops:
         def decode(raw: Any) -> tuple[list[int], RawClaim]:
             if not isinstance(raw, list) or not raw:
                 raise ProtocolError(f"complete: unexpected reply {raw!r}")
-            return _applied(raw[0]), _raw_claim(raw[1:], "complete")
+            return applied_codes(raw[0]), raw_claim(raw[1:], "complete")
 
         return Op("complete", self._k, args, decode)
 
@@ -586,7 +524,7 @@ class Ops:
         may register for that many seconds (``register`` answers ``gone_until``)."""
 
         def decode(raw: Any) -> tuple[int, int]:
-            requeued, dead = _ints(raw, 2, "requeue")
+            requeued, dead = ints(raw, 2, "requeue")
             return requeued, dead
 
         args = Requeue(
@@ -614,7 +552,7 @@ class Ops:
                 return Registered(0, 0, text(raw[1]), int(raw[2]))
             if isinstance(raw, list) and len(raw) == 3 and int(raw[0]) == -2:
                 return Registered(0, 0, now_ms=int(raw[2]), gone_until=int(raw[1]))
-            requeued, dead = _ints(raw, 2, "register")
+            requeued, dead = ints(raw, 2, "register")
             return Registered(requeued, dead)
 
         args = Register(
@@ -651,8 +589,8 @@ class Ops:
         """Resolve waiting tasks whose dependencies all ended without waking them
         (lua/repair.lua), from rank ``cursor`` of the waiting set."""
         args = Repair(bound=bound, cursor=cursor, settle_ms=settle_ms)
-        return Op("repair", self._k, args, _repair_result)
+        return Op("repair", self._k, args, repair_result)
 
     def sweep(self, bound: int = SWEEP_BOUND) -> Op[SweepResult]:
         args = Sweep(bound=bound)
-        return Op("sweep", self._k, args, lambda raw: SweepResult(*_ints(raw, 8, "sweep")))
+        return Op("sweep", self._k, args, lambda raw: SweepResult(*ints(raw, 8, "sweep")))

@@ -30,7 +30,7 @@ from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.lists import QueueLists
 from taskfleet.protocol.quota import QuotaOps
 from taskfleet.protocol.reads import QueueReads
-from taskfleet.protocol.replies import Extended, RawClaim
+from taskfleet.protocol.replies import Extended, RawClaim, RepairResult, SweepResult
 from taskfleet.protocol.schedule_ops import DueBatch, Fired, ScheduleOps
 from taskfleet.protocol.schedules import FirePlan
 from taskfleet.protocol.scripts import (
@@ -38,8 +38,6 @@ from taskfleet.protocol.scripts import (
     AsyncScripts,
     Op,
     Ops,
-    RepairResult,
-    SweepResult,
 )
 from taskfleet.protocol.states import TaskState
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult, Served, parse_claim_records
