@@ -9,7 +9,8 @@ the outbox, or is given up on (lease lost, released) and produces nothing: each 
 (its timeout passed, its lease was lost) but that is still running keeps its slot
 (``OVERRUN``, ``LOST``: a "held" slot) until it returns, so a hung handler can't make
 the worker oversubscribe. A held slot is logged (``slot_held``), reported in the
-heartbeat and the metrics, and, held past the grace, logged as stuck (``held.py``).
+heartbeat and the metrics (``heldslots.py``), and, held past the grace, logged as stuck
+(``held.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from taskfleet.worker.context import QuotaSink, TaskControl, context_for, task_c
 from taskfleet.worker.events import log, log_event
 from taskfleet.worker.gate import wait_any
 from taskfleet.worker.handlers import encode_result, failure_of, format_error
+from taskfleet.worker.heldslots import HeldSlots
 from taskfleet.worker.isolation import STOP_GRACE_S, ChildSlot
 from taskfleet.worker.lifecycle import Lifecycle
 from taskfleet.worker.named import HandlerSet
@@ -70,10 +72,8 @@ class Execution:
         report_quota: QuotaSink | None = None,
     ) -> None:
         self.held: dict[str, Run] = {}
-        # calls given up on but still running keep ("hold") their slots: since when
-        # (kept here, not on every Run: nothing is added to a task's own path)
-        self.held_slots: dict[Run, float] = {}
-        self._stuck: set[Run] = set()  # held past the grace, and logged so (slot_stuck)
+        # calls given up on but still running keep ("hold") their slots
+        self.held_slots = HeldSlots()
         self.idle = asyncio.Event()  # set while nothing is held
         self.idle.set()
         self.counters = Counters()
@@ -414,16 +414,8 @@ class Execution:
         until the call returns, and whatever it returns is dropped."""
         assert state in KEEPS_SLOT
         run.to(state)
-        self.held_slots[run] = now = time.monotonic()
-        log_event(
-            logging.WARNING,
-            "slot_held",
-            task=run.task.id,
-            reason="timeout" if state is OVERRUN else "lease lost",
-            ran_s=round(_ran_so_far(run, now), 1),
-            held=len(self.held_slots),
-            note="the call runs on and keeps its slot until it returns",
-        )
+        reason = "timeout" if state is OVERRUN else "lease lost"
+        self.held_slots.hold(run, reason, _ran_so_far(run, time.monotonic()))
 
     def _returned(self, run: Run) -> RunState:
         """A run's call came back (or a thread skipped it): the state it was in then.
@@ -435,40 +427,9 @@ class Execution:
             run.to(GONE)
         elif was is OVERRUN or was is LOST:  # KEEPS_SLOT, without hashing on this path
             run.to(FINISHED if was is OVERRUN else GONE)
-            self._slot_returned(run)
+            self.held_slots.release(run)
+            self._slot_freed.set()
         return was
-
-    def _slot_returned(self, run: Run) -> None:
-        """A held slot's call returned at last: the slot is free again."""
-        held_at = self.held_slots.pop(run)
-        self._stuck.discard(run)
-        self._slot_freed.set()
-        log_event(
-            logging.INFO,
-            "slot_released",
-            task=run.task.id,
-            held_s=round(time.monotonic() - held_at, 1),
-        )
-
-    def stuck_slots(self, grace: float) -> int:
-        """How many slots have been held longer than ``grace`` (each logged once, as
-        ``slot_stuck``, when it passes it)."""
-        now = time.monotonic()
-        stuck = 0
-        for run, held_at in self.held_slots.items():
-            if now - held_at < grace:
-                continue
-            stuck += 1
-            if run not in self._stuck:
-                self._stuck.add(run)
-                log_event(
-                    logging.ERROR,
-                    "slot_stuck",
-                    task=run.task.id,
-                    held_s=round(now - held_at, 1),
-                    held_grace_s=grace,
-                )
-        return stuck
 
     def leases(self) -> dict[str, str]:
         """Leases to extend: not those of finished runs, whose outcome write ends the lease

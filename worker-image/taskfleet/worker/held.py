@@ -49,7 +49,7 @@ async def held_loop(
         await wait_any(draining, closing, limit=interval)
         if draining.is_set() or not execution.held_slots:
             continue
-        n = execution.stuck_slots(grace)
+        n = execution.held_slots.stuck(grace)
         if all_stuck(n, concurrency):
             log_event(
                 logging.ERROR,
