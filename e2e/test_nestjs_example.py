@@ -157,7 +157,7 @@ def test_the_example_writes_every_article_through_a_deleted_and_a_force_deleted_
     # articles back and the replacement pods write them again.
     namespace.delete("pod", killed, "--grace-period=0", "--force")
     wait_for(
-        lambda: taken_back_from(fleet, holders[killed], killed),
+        lambda: taken_back_from(fleet.queue, holders[killed], killed),
         timeout=30,
         interval=0.2,
         what=f"the articles of {killed} taken back",

@@ -109,7 +109,7 @@ def test_node_workers_drain_on_delete_and_their_tasks_come_back_after_force_dele
     fleet.kube.run("delete", "pod", victim, "--grace-period=0", "--force")
     gone, deleted_at = time.monotonic(), time.time()
     wait_for(
-        lambda: not fleet.queue.held_by(victim) and taken_back_from(fleet, held, victim),
+        lambda: not fleet.queue.held_by(victim) and taken_back_from(fleet.queue, held, victim),
         timeout=30,
         interval=0.2,
         what=f"the tasks of {victim} to be taken back",
@@ -145,7 +145,7 @@ def test_node_workers_drain_on_delete_and_their_tasks_come_back_after_force_dele
     NodeShell.for_node(pod["spec"]["nodeName"]).kill_container(status["containerID"])
     killed = time.monotonic()
     wait_for(
-        lambda: taken_back_from(fleet, held, victim, incarnation),
+        lambda: taken_back_from(fleet.queue, held, victim, incarnation),
         timeout=45,
         interval=0.2,
         what=f"the tasks of {victim}'s killed incarnation to be taken back",

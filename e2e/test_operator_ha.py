@@ -103,7 +103,7 @@ def _scenario(
     killed = time.monotonic()
     fleet.kube.run("delete", "pod", victim, "--grace-period=0", "--force")
     wait_for(
-        lambda: not fleet.queue.held_by(victim) and taken_back_from(fleet, held, victim),
+        lambda: not fleet.queue.held_by(victim) and taken_back_from(fleet.queue, held, victim),
         timeout=45,  # the peering lifetime (15 s) and a sweep, far inside the 60 s leases
         interval=0.2,
         what=f"the tasks of the force-deleted {victim} to be put back by the other replica",
