@@ -438,6 +438,15 @@ local function chosen_finished(zkey, mode, n, record, reason, lo, hi, offset, bo
 end
 -- built on the first call of flow_resolve: what only they use
 build_lazy = function()
+-- includes/flow_ready.lua
+-- A waiting task whose dependencies are all satisfied (flow_resolve, or repair for one
+-- whose wake-up was lost) leaves waiting for pending, ready to run now.
+local function flow_ready(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'run_at', now)
+  to_pending(id, key, false)
+end
 -- includes/flow_join_done.lua
 -- A task whose handler returned while children it added were running (field 'join') is
 -- done once the last of them is: done now, with the result its run stored (an earlier
@@ -498,10 +507,7 @@ local function flow_resolve()
               if join then
                 flow_join_done(d, dkey, now)
               else
-                redis.call('ZREM', K_WAITING, d)
-                redis.call('HDEL', dkey, 'deps_left')
-                redis.call('HSET', dkey, 'run_at', now)
-                to_pending(d, dkey, false)
+                flow_ready(d, dkey, now)
                 ready = ready + 1
               end
             end

@@ -375,6 +375,15 @@ local function to_pending(id, key, front)
   pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
   redis.call('HSET', key, 'state', 'pending')
 end
+-- includes/flow_ready.lua
+-- A waiting task whose dependencies are all satisfied (flow_resolve, or repair for one
+-- whose wake-up was lost) leaves waiting for pending, ready to run now.
+local function flow_ready(id, key, now)
+  redis.call('ZREM', K_WAITING, id)
+  redis.call('HDEL', key, 'deps_left')
+  redis.call('HSET', key, 'run_at', now)
+  to_pending(id, key, false)
+end
 -- includes/flow_input.lua
 -- Hand the result of dependency `dep` (JSON text; '' or nil: null) to the task at `key`
 -- that waits for it: field 'in:<dep>'. A task's inputs together are bounded by
@@ -447,10 +456,7 @@ local function flow_resolve()
               if join then
                 flow_join_done(d, dkey, now)
               else
-                redis.call('ZREM', K_WAITING, d)
-                redis.call('HDEL', dkey, 'deps_left')
-                redis.call('HSET', dkey, 'run_at', now)
-                to_pending(d, dkey, false)
+                flow_ready(d, dkey, now)
                 ready = ready + 1
               end
             end

@@ -19,7 +19,7 @@
 --- @include "bump"
 --- @include "notify"
 --- @include "flush_counts"
---- @include "to_pending"
+--- @include "flow_ready"
 --- @include "flow_input"
 --- @include "flow_end"
 --- @include "flow_join_done"
@@ -85,10 +85,7 @@ local function repair(id, key, policy, join, deps, states)
     flow_join_done(id, key, now)
     return 'done'
   end
-  redis.call('ZREM', K_WAITING, id)
-  redis.call('HDEL', key, 'deps_left')
-  redis.call('HSET', key, 'run_at', now)
-  to_pending(id, key, false)
+  flow_ready(id, key, now)
   ready = ready + 1
   return 'pending'
 end

@@ -1,7 +1,7 @@
 --- @include "now_ms"
 --- @include "flow_q"
 --- @include "flow_end"
---- @include "to_pending"
+--- @include "flow_ready"
 --- @include "notify"
 --- @include "flow_input"
 --- @include "flow_join_done"
@@ -50,10 +50,7 @@ local function flow_resolve()
               if join then
                 flow_join_done(d, dkey, now)
               else
-                redis.call('ZREM', K_WAITING, d)
-                redis.call('HDEL', dkey, 'deps_left')
-                redis.call('HSET', dkey, 'run_at', now)
-                to_pending(d, dkey, false)
+                flow_ready(d, dkey, now)
                 ready = ready + 1
               end
             end
