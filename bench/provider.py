@@ -14,7 +14,7 @@ each, default prefetch) run tasks whose handler makes one request to it, twice:
 It prints the requests the provider saw per full window, accepted and refused. With the
 claim pause a window sees at most the limit plus one request per worker (each worker's
 request in flight when the limit is met); without it, many more. Figures only, never
-pass/fail (tests/test_quota_fleet.py asserts the bound loosely).
+pass/fail (tests/producer/test_quota_fleet.py asserts the bound loosely).
 """
 
 from __future__ import annotations

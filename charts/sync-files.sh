@@ -2,7 +2,7 @@
 # Copy into the chart the files whose source of truth lives elsewhere in the repository
 # (a packaged chart cannot reach outside its directory): the CRDs and the monitoring and
 # admission-policy files. `make chart-files` runs it (and `make crds` after regenerating);
-# tests/test_chart.py fails when a copy drifts from its source.
+# tests/release/test_chart.py fails when a copy drifts from its source.
 #
 #   charts/sync-files.sh          copy
 #   charts/sync-files.sh --check  exit 1, naming each stale copy

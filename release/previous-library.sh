@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The previous release's library (release/previous.env) in a venv of its own, for tests that
-# run its worker beside this tree's producers (tests/test_previous_worker.py). Only the
+# run its worker beside this tree's producers (tests/release/test_previous_worker.py). Only the
 # `taskfleet` wheel is built, from that commit's own pyproject and sources (`git archive`,
 # the version stamped as its `make release` stamps it), with no image build; the release
 # stage's wheel is taken instead when e2e/release/build-previous.sh has built it. The venv

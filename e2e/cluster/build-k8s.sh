@@ -5,7 +5,7 @@
 #   e2e/cluster/build-k8s.sh [component...]   (default: all, kube-apiserver first)
 #   e2e/cluster/build-k8s.sh --oldest          the kube-apiserver of K8S_OLDEST_VERSION, the
 #                                              oldest minor docs/compatibility.md claims (the
-#                                              chart's install test, tests/test_chart_oldest_kubernetes.py)
+#                                              chart's install test, tests/release/test_chart_oldest_kubernetes.py)
 #
 # Output: ${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}/k8s/<version>/bin/, and the symlink
 # k8s/current -> <version> once kube-apiserver exists (K8S_VERSION's only).

@@ -10,7 +10,7 @@ the script call and its reply are the same ``Op`` values (``scripts``), reads ar
 ``waiting`` decides a wait; only the round trips are awaited here.
 
 Operating a queue stays on the sync ``Queue``: ``SYNC_ONLY`` names each such method and
-why (tests/test_producer_async.py fails when ``Queue`` gains a public method that is
+why (tests/producer/test_producer_async.py fails when ``Queue`` gains a public method that is
 neither here nor there).
 """
 

@@ -5,7 +5,7 @@ A queue's records: a task's hash (``task:<id>``), a worker's JSON record (a valu
 ``workers`` hash), a schedule's hash, a rate limit's token bucket, the ``config`` hash
 (``QueueConfig``'s fields, ``defaults.CONFIG_DEFAULTS``) and the ``stats`` counters
 (``tasks.COUNTERS``). Only ``protocol/`` spells these names; a test holds every other
-module to that (tests/test_layers.py builds its list from here).
+module to that (tests/codebase/test_layers.py builds its list from here).
 
 No pydantic: a worker reads its lease TTL and other workers' records on its way to its
 first claim.

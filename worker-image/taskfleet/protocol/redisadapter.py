@@ -23,9 +23,9 @@ write timeout bounds each ``send`` the kernel makes rather than a whole ``sendal
 command larger than the socket's buffer, sent while Redis reads it slowly, may take
 longer in all).
 
-``PRIVATES`` names them. tests/test_redisadapter.py checks that each exists and behaves
+``PRIVATES`` names them. tests/protocol/test_redisadapter.py checks that each exists and behaves
 as used here on the installed redis-py, and ``make test-redis-py-range`` runs it with the
-oldest and the newest redis-py the package allows; tests/test_redis_privates.py holds
+oldest and the newest redis-py the package allows; tests/protocol/test_redis_privates.py holds
 every other module of the product to redis-py's public API.
 
 Protocol layer: imports nothing of taskfleet.
