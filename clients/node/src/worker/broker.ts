@@ -57,13 +57,12 @@ export const RESULT_TOO_LARGE = 2;
 export const CANCELLED = 3;
 
 /** A start under the name of a live worker: refused (exit 2). */
-export class NameInUse extends Error {
+export class NameInUse extends TaskfleetError {
   constructor(
     readonly pod: string,
     holder: string,
   ) {
     super(`worker name "${pod}" is in use by a live worker (${holder}); give each worker its own --pod`);
-    this.name = "NameInUse";
   }
 }
 

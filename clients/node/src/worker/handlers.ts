@@ -22,7 +22,7 @@ import { createRequire } from "node:module";
 import { isAbsolute, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
-import { pyRepr } from "../errors.js";
+import { TaskfleetError, pyRepr } from "../errors.js";
 import { taskNameProblem } from "../encoding.js";
 import { Served } from "./claimed.js";
 import type { TaskContext } from "./context.js";
@@ -38,12 +38,7 @@ export interface Handler {
 }
 
 /** The handler reference can't be resolved to a function (the message says why). */
-export class HandlerLoadError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "HandlerLoadError";
-  }
-}
+export class HandlerLoadError extends TaskfleetError {}
 
 /** A worker's handlers: `default` for tasks without a name, `named` by task name. */
 export class HandlerSet {
