@@ -13,10 +13,16 @@ A reference is recognised by its shape, so prose is never guessed at:
   its headings.
 
 The history in bench/journal/ is not checked: it says what was true on its date.
+
+And each make target the docs name works from a fresh clone on its own: its dry run
+(`make -n`) in a clean `git clone` installs what it then runs (the project's venv before
+`.venv/bin/...`, the dev tools before pytest, ruff or mypy), and every script it runs is
+there and executable. The dry run shows the dependency chain without running it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Iterable, Iterator
@@ -291,3 +297,93 @@ def test_a_doc_naming_only_what_exists_passes_the_check(tmp_path: Path) -> None:
         f"[the protocol]({REPO}/docs/protocol.md#3-keys). Not paths: `apps/v1`, `myapp.py`.\n"
     )
     assert problems(doc) == []
+
+
+#: What only the dev group installs, named by a command line or by a script it runs.
+DEV_TOOLS = re.compile(r"\b(?:pytest|ruff|mypy)\b")
+
+
+def documented_targets(root: Path = REPO) -> list[str]:
+    targets: set[str] = set()
+    for doc in checked_docs(root):
+        for span in code_spans_and_blocks(doc.read_text()):
+            targets.update(named_targets(span))
+    return sorted(targets & make_targets(root))
+
+
+def dry_run_problems(clone: Path, target: str) -> list[str]:
+    """What `make -n target` in `clone` runs before installing it, one line each."""
+    run = subprocess.run(
+        ["make", "-n", "--no-print-directory", target],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MAKEFLAGS": "", "MAKELEVEL": ""},
+        check=False,
+    )
+    if run.returncode != 0:
+        return [f"make -n {target}: {run.stderr.strip().splitlines()[-1:]}"]
+    found: list[str] = []
+    venv = dev = False
+    for line in run.stdout.splitlines():
+        scripts = [
+            clone / word
+            for word in re.findall(r"(?<![\w./-])((?:[\w.-]+/)+[\w.-]+)", line)
+            if (clone / word).is_file() and not word.startswith(".venv/")
+        ]
+        for script in scripts:
+            if line.lstrip().startswith(str(script.relative_to(clone))) and not os.access(
+                script, os.X_OK
+            ):
+                found.append(f"make {target}: {script.relative_to(clone)} is not executable")
+        texts = [line, *(s.read_text(errors="replace") for s in scripts)]
+        if any(".venv" in t for t in texts) and not venv:
+            found.append(f"make {target} runs `{line.strip()[:80]}` before making .venv")
+        if any(DEV_TOOLS.search(t) for t in texts) and not dev:
+            found.append(f"make {target} runs `{line.strip()[:80]}` before the dev tools")
+        if "pip install" in line and "--group dev" in line:
+            dev = True
+        if "-m venv" in line and ".venv" in line:
+            venv = True
+    return found
+
+
+@pytest.fixture(scope="module")
+def fresh_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    clone = tmp_path_factory.mktemp("clone") / "taskfleet"
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True)
+    return clone
+
+
+def test_the_docs_name_the_make_targets_a_reader_runs_first() -> None:
+    assert {"install", "test", "check", "demo-local", "e2e-release", "bench"} <= set(
+        documented_targets()
+    )
+
+
+@pytest.mark.parametrize("target", documented_targets())
+def test_every_make_target_the_docs_name_installs_what_it_runs_from_a_fresh_clone(
+    fresh_clone: Path, target: str
+) -> None:
+    assert not (fresh_clone / ".venv").exists()
+    assert dry_run_problems(fresh_clone, target) == []
+
+
+def test_a_target_running_pytest_without_the_dev_tools_fails_the_check(
+    fresh_clone: Path, tmp_path: Path
+) -> None:
+    clone = tmp_path / "taskfleet"
+    subprocess.run(["git", "clone", "--quiet", str(fresh_clone), str(clone)], check=True)
+    makefile = clone / "Makefile"
+    makefile.write_text(
+        makefile.read_text()
+        + "\nonly-venv: $(BIN)/python\n\t$(BIN)/python -m pytest tests\n"
+        + "\nno-venv:\n\te2e/run-local.sh\n"
+    )
+    assert dry_run_problems(clone, "only-venv") == [
+        "make only-venv runs `.venv/bin/python -m pytest tests` before the dev tools"
+    ]
+    assert dry_run_problems(clone, "no-venv") == [
+        "make no-venv runs `e2e/run-local.sh` before making .venv",
+        "make no-venv runs `e2e/run-local.sh` before the dev tools",
+    ]
