@@ -301,6 +301,8 @@ def test_a_doc_naming_only_what_exists_passes_the_check(tmp_path: Path) -> None:
 
 #: What only the dev group installs, named by a command line or by a script it runs.
 DEV_TOOLS = re.compile(r"\b(?:pytest|ruff|mypy)\b")
+#: A command line or a script that runs something of the project's venv.
+USES_VENV = re.compile(r"\.venv/bin|\bVENV\b")
 
 
 def documented_targets(root: Path = REPO) -> list[str]:
@@ -326,6 +328,8 @@ def dry_run_problems(clone: Path, target: str) -> list[str]:
     found: list[str] = []
     venv = dev = False
     for line in run.stdout.splitlines():
+        venv = venv or ("-m venv" in line and ".venv" in line)
+        dev = dev or ("pip install" in line and "--group dev" in line)
         scripts = [
             clone / word
             for word in re.findall(r"(?<![\w./-])((?:[\w.-]+/)+[\w.-]+)", line)
@@ -337,14 +341,10 @@ def dry_run_problems(clone: Path, target: str) -> list[str]:
             ):
                 found.append(f"make {target}: {script.relative_to(clone)} is not executable")
         texts = [line, *(s.read_text(errors="replace") for s in scripts)]
-        if any(".venv" in t for t in texts) and not venv:
+        if any(USES_VENV.search(t) for t in texts) and not venv:
             found.append(f"make {target} runs `{line.strip()[:80]}` before making .venv")
         if any(DEV_TOOLS.search(t) for t in texts) and not dev:
             found.append(f"make {target} runs `{line.strip()[:80]}` before the dev tools")
-        if "pip install" in line and "--group dev" in line:
-            dev = True
-        if "-m venv" in line and ".venv" in line:
-            venv = True
     return found
 
 
