@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 #: File endings that make a backticked word a path even without a slash.
 EXTENSIONS = (
