@@ -51,7 +51,6 @@ NOT_OURS = {
     "flow.json",
     "my-taskqueue.yaml",
     "../lib/x.mjs",
-    "tests/test_the_part.py",
     "install.yaml",
     "images.txt",
     "worker.json",
