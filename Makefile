@@ -38,11 +38,21 @@ $(BIN)/python:
 
 # Both distributions editable (the library with every extra, the operator), then the
 # development tools: pyproject's dependency group `dev`, never published (pip >= 25.1).
-install: $(BIN)/python ## create .venv: both packages editable with every extra, and the dev tools
+# Every target that runs the project's Python depends on $(DEV), so it works from a fresh
+# clone on its own: the first one installs, and again when a pyproject.toml changes.
+DEV := $(VENV)/.installed-dev
+define install_dev
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[metrics,dashboard,opentelemetry]' -e ./operator --group dev
+	@touch $(DEV)
+endef
+install: $(BIN)/python ## create .venv: both packages editable with every extra, and the dev tools
+	$(install_dev)
 
-lint: ## ruff + mypy --strict
+$(DEV): pyproject.toml operator/pyproject.toml | $(BIN)/python
+	$(install_dev)
+
+lint: $(DEV) ## ruff + mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -52,12 +62,12 @@ lint: ## ruff + mypy --strict
 # once). Every server a test starts takes a free port and a temp dir; the session's Redis
 # and kube-apiserver are per process. The 25 slowest tests are listed at the end.
 TEST_WORKERS ?= 2
-test: ## fast tests: real redis-server, real processes and signals, real kube-apiserver (TEST_WORKERS=2 processes)
+test: $(DEV) ## fast tests: real redis-server, real processes and signals, real kube-apiserver (TEST_WORKERS=2 processes)
 	$(BIN)/pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 check: deps install lint crds-check bundle-check test test-redis-versions test-redis-py-range node-check e2e-local e2e-kind-ci ## everything CI runs (README's test command)
 
-test-redis-versions: ## the queue's fast tests on Redis 6.2 and Valkey 8.1 (docs/compatibility.md)
+test-redis-versions: $(DEV) ## the queue's fast tests on Redis 6.2 and Valkey 8.1 (docs/compatibility.md)
 	tests/redis_versions.sh
 
 # The Node.js package (clients/node): its dependencies from the lock file (npm ci, from the
@@ -66,7 +76,7 @@ test-redis-versions: ## the queue's fast tests on Redis 6.2 and Valkey 8.1 (docs
 # Then the NestJS example (examples/nestjs, on the package just built): npm ci, lint, tsc,
 # and its API, worker and simulated provider run as processes against a real redis-server.
 NODE_CHECK_ENV := TASKFLEET_REQUIRE_PYTHON=1
-node-check: ## the Node.js package and the NestJS example: npm ci from their lock files, then npm test (lint, tsc, tests on real Redis)
+node-check: $(DEV) ## the Node.js package and the NestJS example: npm ci from their lock files, then npm test (lint, tsc, tests on real Redis)
 	@command -v node >/dev/null || { echo "node-check: Node.js >= 20.19 and npm are needed" >&2; exit 2; }
 	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); if (a < 20 || (a === 20 && b < 19)) { console.error("node-check: Node.js >= 20.19 is needed, not " + process.version); process.exit(2); }'
 	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && $(NODE_CHECK_ENV) npm test
@@ -74,7 +84,7 @@ node-check: ## the Node.js package and the NestJS example: npm ci from their loc
 
 # The newest end is skipped when it is the redis-py .venv already holds (a fresh .venv, as
 # in CI, installs the newest allowed): `make test` has just run these tests on that release.
-test-redis-py-range: ## the redis-py adapter's and a few queue tests on the oldest and newest redis-py allowed (the newest skipped if .venv has it)
+test-redis-py-range: $(DEV) ## the redis-py adapter's and a few queue tests on the oldest and newest redis-py allowed (the newest skipped if .venv has it)
 	tests/redis_py_range.sh
 
 # The kind stage of `make check`: the local cluster stopped (two clusters on 2 cores would
@@ -89,93 +99,93 @@ test-redis-py-range: ## the redis-py adapter's and a few queue tests on the olde
 KIND_CI_TESTS := e2e/test_node_loss.py e2e/test_operator_ha.py e2e/test_cluster.py \
 	e2e/test_taskqueue_lifecycle.py
 KIND_CI_LOAD := worker redis operator
-e2e-kind-ci: ## the kind stage of make check (KIND_IMAGES=local, KIND_CI_TESTS, KIND_CI_LOAD)
+e2e-kind-ci: $(DEV) ## the kind stage of make check (KIND_IMAGES=local, KIND_CI_TESTS, KIND_CI_LOAD)
 	e2e/cluster/down.sh
 	KIND_IMAGES=local KIND_LOAD="$(KIND_CI_LOAD)" e2e/kind/run.sh $(KIND_CI_TESTS)
 
-crds: ## regenerate crds/ from the pydantic models (and the chart's copy)
+crds: $(DEV) ## regenerate crds/ from the pydantic models (and the chart's copy)
 	$(BIN)/python -m taskfleet_operator.crdgen --write crds/
 	charts/sync-files.sh
 
-crds-check: ## fail if crds/ drifted from the models
+crds-check: $(DEV) ## fail if crds/ drifted from the models
 	$(BIN)/python -m taskfleet_operator.crdgen --check crds/
 
-bundle: ## rebuild the script bundle (protocol/bundle/), its manifest and docs/protocol-scripts.md from lua/
+bundle: $(DEV) ## rebuild the script bundle (protocol/bundle/), its manifest and docs/protocol-scripts.md from lua/
 	$(BIN)/python -m taskfleet.protocol.bundle --write
 
-bundle-check: ## fail if the committed bundle, manifest or script reference drifted from lua/ and signatures.py
+bundle-check: $(DEV) ## fail if the committed bundle, manifest or script reference drifted from lua/ and signatures.py
 	$(BIN)/python -m taskfleet.protocol.bundle --check
 
-bench: ## throughput and latency (PEERS=1: Python, Node and Go peers, taskfleet's Node rows), then the Redis Cluster figure (see bench/README.md)
+bench: $(DEV) ## throughput and latency (PEERS=1: Python, Node and Go peers, taskfleet's Node rows), then the Redis Cluster figure (see bench/README.md)
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.cluster
 	$(BIN)/python -m bench.isolation
 
-bench-metrics: ## the drain with and without worker metrics, in alternating pairs (PAIRS=6)
+bench-metrics: $(DEV) ## the drain with and without worker metrics, in alternating pairs (PAIRS=6)
 	$(BIN)/python -m bench.metrics_ab
 
-bench-fairness: ## groups: a skewed load (one group of 50,000, 99 of 50, 8 slots) fair vs FIFO; 10,000 groups' claim time and memory
+bench-fairness: $(DEV) ## groups: a skewed load (one group of 50,000, 99 of 50, 8 slots) fair vs FIFO; 10,000 groups' claim time and memory
 	$(BIN)/python -m bench.fairness
 
-bench-groups: ## the drain with every task in one of 100 groups against ungrouped (and BASE_PYTHON's build), rates and CPU per task (PAIRS=3)
+bench-groups: $(DEV) ## the drain with every task in one of 100 groups against ungrouped (and BASE_PYTHON's build), rates and CPU per task (PAIRS=3)
 	$(BIN)/python -m bench.groups_ab
 
-bench-cluster: ## drain rate and Redis CPU per task per master: one server, a cluster with 1 and 3 queues
+bench-cluster: $(DEV) ## drain rate and Redis CPU per task per master: one server, a cluster with 1 and 3 queues
 	$(BIN)/python -m bench.cluster
 
-bench-isolation: ## --isolation process against threads: the cost per task (no-op handler), and a new child per task
+bench-isolation: $(DEV) ## --isolation process against threads: the cost per task (no-op handler), and a new child per task
 	$(BIN)/python -m bench.isolation
 
-bench-processes: ## a CPU-bound handler with 1 and N worker processes (see bench/README.md)
+bench-processes: $(DEV) ## a CPU-bound handler with 1 and N worker processes (see bench/README.md)
 	$(BIN)/python -m bench.processes
 
-bench-provider: ## a provider answering 429 past its limit behind a 4-process fleet: RateLimited (claim pause) against RetryAfter
+bench-provider: $(DEV) ## a provider answering 429 past its limit behind a 4-process fleet: RateLimited (claim pause) against RetryAfter
 	$(BIN)/python -m bench.provider
 
-bench-schedules: ## triggers/s with 10,000 and 100,000 schedules due every second, exactly-once counted
+bench-schedules: $(DEV) ## triggers/s with 10,000 and 100,000 schedules due every second, exactly-once counted
 	$(BIN)/python -m bench.schedules
 
-bench-expiry: ## 200,000 expired tasks at a queue's head: clearing time, longest script call (SLOWLOG), live-task claim latency
+bench-expiry: $(DEV) ## 200,000 expired tasks at a queue's head: clearing time, longest script call (SLOWLOG), live-task claim latency
 	$(BIN)/python -m bench.expiry
 
-bench-flows: ## flows of 10,000 tasks (fan-out, run-time children, a chord, a failing chain): CPU of the longest script call
+bench-flows: $(DEV) ## flows of 10,000 tasks (fan-out, run-time children, a chord, a failing chain): CPU of the longest script call
 	$(BIN)/python -m bench.flows
 
-bench-dashboard: ## a dashboard page view's Redis time with 1,000 and 1,000,000 tasks (DASHBOARD_TASKS=...)
+bench-dashboard: $(DEV) ## a dashboard page view's Redis time with 1,000 and 1,000,000 tasks (DASHBOARD_TASKS=...)
 	$(BIN)/python -m bench.dashboard
 
-bench-autoscale: ## autoscaled vs fixed fleet on the local cluster: wake from zero, drain, pod-seconds
+bench-autoscale: $(DEV) ## autoscaled vs fixed fleet on the local cluster: wake from zero, drain, pod-seconds
 	e2e/cluster/prepare.sh
 	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.autoscale
 
-bench-coldstart: ## a worker's cold start in this venv and with only the worker image's dependencies
+bench-coldstart: $(DEV) ## a worker's cold start in this venv and with only the worker image's dependencies
 	$(BIN)/python -m bench.coldstart
 
-bench-podstart: ## a worker pod's start on the local cluster: pod created -> first task claimed, by phase
+bench-podstart: $(DEV) ## a worker pod's start on the local cluster: pod created -> first task claimed, by phase
 	e2e/cluster/prepare.sh
 	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.podstart
 
-bench-operator: ## the operator with 50, 200, 1000 TaskQueues on the local cluster: idle CPU, memory, latencies
+bench-operator: $(DEV) ## the operator with 50, 200, 1000 TaskQueues on the local cluster: idle CPU, memory, latencies
 	e2e/cluster/prepare.sh
 	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.operator_scale
 
-bench-operator-memory: ## two operator replicas, 5 create/delete cycles of 1,000 TaskQueues on a real apiserver: RSS per cycle, burst latency
+bench-operator-memory: $(DEV) ## two operator replicas, 5 create/delete cycles of 1,000 TaskQueues on a real apiserver: RSS per cycle, burst latency
 	$(BIN)/python -m bench.operator_memory
 
-bench-operator-outage: ## the operator with 1,000 TaskQueues whose Redis refuses them + 1 healthy: CPU, dead-pod requeue
+bench-operator-outage: $(DEV) ## the operator with 1,000 TaskQueues whose Redis refuses them + 1 healthy: CPU, dead-pod requeue
 	$(BIN)/python -m bench.operator_outage
 
-soak: ## 1,000,000 tasks through a small fleet: Redis memory, slowest scripts, accounting (SOAK_TASKS=...)
+soak: $(DEV) ## 1,000,000 tasks through a small fleet: Redis memory, slowest scripts, accounting (SOAK_TASKS=...)
 	$(BIN)/python -m bench.soak
 
-soak-faults: ## BUSY, OOM, restarts and failovers under load, then flows with a 0.1.x worker and SIGKILLs; lost/stuck/stranded (SOAK_FAULTS_CYCLES=..., SOAK_FLOWS_CHAINS=...)
+soak-faults: $(DEV) ## BUSY, OOM, restarts and failovers under load, then flows with a 0.1.x worker and SIGKILLs; lost/stuck/stranded (SOAK_FAULTS_CYCLES=..., SOAK_FLOWS_CHAINS=...)
 	$(BIN)/python -m bench.soak_faults
 	$(BIN)/python -m bench.soak_flows
 
-bench-redis-sizing: ## Redis bytes per pending and per retained task, by payload size (docs/redis.md)
+bench-redis-sizing: $(DEV) ## Redis bytes per pending and per retained task, by payload size (docs/redis.md)
 	$(BIN)/python -m bench.redis_sizing
 
-local-demo: ## a local worker fleet against a local redis-server (no Kubernetes)
+local-demo: $(DEV) ## a local worker fleet against a local redis-server (no Kubernetes)
 	examples/local-demo.sh
 
 k8s-bins: ## build the pinned Kubernetes components, and the oldest claimed minor's kube-apiserver (cached)
@@ -201,7 +211,7 @@ cluster-down: ## tear the local cluster down (idempotent)
 images-local: ## build the project's images with buildah and import them into containerd
 	e2e/cluster/build-images.sh
 
-e2e-local: ## the e2e suite on the local cluster
+e2e-local: $(DEV) ## the e2e suite on the local cluster
 	e2e/run-local.sh
 
 demo-local: ## the demo on the local cluster
@@ -218,7 +228,7 @@ kind-up: ## create a multi-node kind cluster for the e2e suite (KIND_IMAGES, KIN
 kind-down: ## delete the kind cluster
 	e2e/kind/down.sh
 
-e2e: ## the e2e suite on a multi-node kind cluster (Docker; KIND_IMAGES=local: no registry)
+e2e: $(DEV) ## the e2e suite on a multi-node kind cluster (Docker; KIND_IMAGES=local: no registry)
 	e2e/kind/run.sh
 
 demo: ## the demo on kind (needs Docker and kind)
@@ -244,7 +254,7 @@ release-check: release ## make release, then check dist/ and build the wheels, s
 # DESIGN.md section 5): `make release` (VERSION, 0.2.0 unless given) into dist/, the previous
 # release of release/previous.env built by its own commit (cached), then e2e/release/ on the
 # local cluster: installs from the artefacts alone, the upgrade under load, the uninstall.
-e2e-release: ## install from a release's artefacts, upgrade from the previous one under load, uninstall (VERSION=0.2.0)
+e2e-release: $(DEV) ## install from a release's artefacts, upgrade from the previous one under load, uninstall (VERSION=0.2.0)
 	VERSION="$(or $(VERSION),0.2.0)" ALLOW_DIRTY="$(ALLOW_DIRTY)" e2e/release/run.sh
 
 clean:

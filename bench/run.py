@@ -42,8 +42,6 @@ RESULTS_DIR = BENCH_DIR / "results"
 README = BENCH_DIR / "README.md"
 README_START = "<!-- results:start -->"
 README_END = "<!-- results:end -->"
-# A run with the Node and Go peers but not every Python one: its own README section.
-README_NATIVE = ("<!-- native-results:start -->", "<!-- native-results:end -->")
 
 # One venv per peer: rq and celery want redis-py 6+, arq pins redis<6.
 PEER_PINS: dict[str, str] = {
@@ -450,14 +448,12 @@ def main(argv: list[str] | None = None) -> int:
         path = RESULTS_DIR / f"{started.strftime('%Y-%m-%dT%H%MZ')}.json"
         path.write_text(json.dumps(report, indent=2) + "\n")
         log(f"wrote {path}")
-        # The README shows complete side-by-side tables: every Python peer's, else the
-        # Node and Go peers' in a section of their own.
-        if not failed and set(PEER_PINS) <= set(args.peer_list):
+        # "Latest results" in the README shows the newest complete run with peers; older
+        # runs stay in bench/results/ and bench/journal/.
+        peers = set(PEER_PINS) | set(NATIVE_PEERS)
+        if not failed and peers & set(args.peer_list):
             write_readme(text)
             log(f"updated {README}")
-        elif not failed and set(NATIVE_PEERS) & set(args.peer_list):
-            write_readme(text, README_NATIVE)
-            log(f"updated {README} (Node and Go peers)")
     return 1 if failed else 0
 
 

@@ -1,6 +1,6 @@
 """What the operator writes to a TaskQueue to handle it, against a real kube-apiserver:
 each write is a request and a watch event per TaskQueue, and a burst of creations pays
-them a thousand times (bench/README.md, "A burst's API requests and watch events")."""
+them a thousand times (bench/journal/2026-11-27-operator-burst-requests.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """A 4-worker fleet (real processes) behind a simulated provider that answers 429 past
 its limit per window (bench/provider.py): with the queue's claim pause (RateLimited) the
 provider sees at most its limit plus one request per worker per window; with per-task
-retries (RetryAfter) far more. Asserted loosely: the figures are in bench/README.md."""
+retries (RetryAfter) far more. Asserted loosely: the figures are in
+bench/journal/2026-11-27-provider.md."""
 
 from __future__ import annotations
 

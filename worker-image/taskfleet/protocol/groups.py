@@ -2,7 +2,7 @@
 and each group's settings and state (no pydantic here: a worker imports it).
 
 A task of a group waits in its group's own pending zset; the claim serves the groups in
-turn (weighted round robin, ``lua/includes/group_claim.lua``), so a group with 50,000
+turn (weighted round robin, ``lua/includes/group_fair.lua``), so a group with 50,000
 pending tasks cannot starve one with five. Per group: a weight (its share of the claims),
 a concurrency cap and task and cost rate limits, each the group's own setting
 (``group:<g>``, written here at run time) or the queue's default for every group (the

@@ -173,7 +173,7 @@ def _count(value: Any) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class WorkerRecord:
-    """A worker's record as the scripts write it (``worker_record`` in lua/lib/core.lua).
+    """A worker's record as the scripts write it (lua/includes/worker_record.lua).
 
     ``heartbeat_ms`` is None when the record has none a reader can use; ``readable`` says
     whether every count is what a script writes (readers that count workers skip the

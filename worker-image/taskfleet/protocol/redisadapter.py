@@ -6,7 +6,7 @@ Two, each for a measured speed-up of a script call, each with a public fallback:
   ``wire.Connections`` keeps between calls is checked for a server-closed socket or
   unread bytes by a ``poll`` registered once per socket (``ready``). The public check,
   ``can_read()``, builds a poller on every call: 3-6 % of a single ``Queue.enqueue``
-  (bench/README.md). Where a redis-py has no ``_sock``, ``can_read()`` is used.
+  (bench/journal/). Where a redis-py has no ``_sock``, ``can_read()`` is used.
 - ``_writer`` of an asyncio connection (``redis.asyncio.connection.AbstractConnection``,
   an ``asyncio.StreamWriter``): a packed command is written to it directly (``send_read``).
   redis-py's ``send_packed_command`` wraps every write of a connection with a socket
@@ -17,7 +17,7 @@ Two, each for a measured speed-up of a script call, each with a public fallback:
 A kept sync connection's plain socket (TCP or Unix, not TLS) with a timeout is also made
 blocking, the timeout set in the kernel (``SO_RCVTIMEO`` / ``SO_SNDTIMEO``) instead: CPython
 polls a socket with a timeout before each send and each receive, two system calls of a
-single enqueue's five (bench/README.md). A read or write the kernel times out raises
+single enqueue's five (bench/journal/). A read or write the kernel times out raises
 redis-py's ``TimeoutError`` as before (``send_read_sync``); the one difference is that the
 write timeout bounds each ``send`` the kernel makes rather than a whole ``sendall`` (a
 command larger than the socket's buffer, sent while Redis reads it slowly, may take

@@ -863,7 +863,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   local pod_key = K_POD .. pod
   -- Index updates of the claimed tasks go out in one call each, not one per task.
   local running, held = {}, {}
-  -- groups in use: tasks are taken one at a time in the fair order (group_claim.lua)
+  -- groups in use: tasks are taken one at a time in the fair order (group_fair.lua)
   local fair = group_fair(now, bound)
   local src, g, vt = K_PENDING, nil, nil
 

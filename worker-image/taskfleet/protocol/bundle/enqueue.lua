@@ -142,7 +142,7 @@ end
 --   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
 --   max_attempts / timeout: '' = the queue's config at the time it matters.
 --   trace: nil or '' (none), or the producer's trace context, stored as is.
---   group: nil or '' (none), or the group it belongs to (fair claiming, group_claim.lua).
+--   group: nil or '' (none), or the group it belongs to (fair claiming, group_fair.lua).
 -- Returns whether it went straight to pending (for wake-ups).
 local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
                            timeout, trace, group)
@@ -1236,7 +1236,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   local pod_key = K_POD .. pod
   -- Index updates of the claimed tasks go out in one call each, not one per task.
   local running, held = {}, {}
-  -- groups in use: tasks are taken one at a time in the fair order (group_claim.lua)
+  -- groups in use: tasks are taken one at a time in the fair order (group_fair.lua)
   local fair = group_fair(now, bound)
   local src, g, vt = K_PENDING, nil, nil
 

@@ -7,7 +7,7 @@
 --   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
 --   max_attempts / timeout: '' = the queue's config at the time it matters.
 --   trace: nil or '' (none), or the producer's trace context, stored as is.
---   group: nil or '' (none), or the group it belongs to (fair claiming, group_claim.lua).
+--   group: nil or '' (none), or the group it belongs to (fair claiming, group_fair.lua).
 -- Returns whether it went straight to pending (for wake-ups).
 local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
                            timeout, trace, group)
