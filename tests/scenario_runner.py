@@ -74,11 +74,11 @@ CONDITIONS: dict[str, tuple[set[str], set[str]]] = {
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
-class ScenarioError(Exception):
+class ScenarioFormatError(Exception):
     """The file strays from the format: nothing ran."""
 
 
-class ScenarioFailed(AssertionError):
+class StepFailedError(AssertionError):
     """A step of the scenario did not hold."""
 
 
@@ -90,7 +90,7 @@ def load(path: Path) -> dict[str, Any]:
     try:
         scenario = json.loads(path.read_text())
     except ValueError as exc:
-        raise ScenarioError(f"{path.name}: not JSON: {exc}") from None
+        raise ScenarioFormatError(f"{path.name}: not JSON: {exc}") from None
     check(scenario, path.stem)
     return dict(scenario)
 
@@ -98,47 +98,51 @@ def load(path: Path) -> dict[str, Any]:
 def _keys(where: str, obj: Any, kinds: dict[str, tuple[set[str], set[str]]]) -> str:
     """The one kind key of ``obj``; its other keys must be those its kind takes."""
     if not isinstance(obj, dict):
-        raise ScenarioError(f"{where}: an object expected, got {obj!r}")
+        raise ScenarioFormatError(f"{where}: an object expected, got {obj!r}")
     found = [k for k in obj if k in kinds]
     if len(found) != 1:
-        raise ScenarioError(f"{where}: exactly one of {sorted(kinds)} expected, got {sorted(obj)}")
+        raise ScenarioFormatError(
+            f"{where}: exactly one of {sorted(kinds)} expected, got {sorted(obj)}"
+        )
     kind = found[0]
     required, optional = kinds[kind]
     if missing := required - obj.keys():
-        raise ScenarioError(f"{where} ({kind}): missing {sorted(missing)}")
+        raise ScenarioFormatError(f"{where} ({kind}): missing {sorted(missing)}")
     if extra := obj.keys() - required - optional - {kind, "doc"}:
-        raise ScenarioError(f"{where} ({kind}): unknown keys {sorted(extra)}")
+        raise ScenarioFormatError(f"{where} ({kind}): unknown keys {sorted(extra)}")
     return kind
 
 
 def _name(where: str, value: Any) -> None:
     if not isinstance(value, str) or not NAME.match(value):
-        raise ScenarioError(f"{where}: a name ([a-z0-9][a-z0-9-]*) expected, got {value!r}")
+        raise ScenarioFormatError(f"{where}: a name ([a-z0-9][a-z0-9-]*) expected, got {value!r}")
 
 
 def _number(where: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ScenarioError(f"{where}: a number >= 0 expected, got {value!r}")
+        raise ScenarioFormatError(f"{where}: a number >= 0 expected, got {value!r}")
 
 
 def _only(where: str, obj: Any, allowed: set[str]) -> dict[str, Any]:
     if not isinstance(obj, dict):
-        raise ScenarioError(f"{where}: an object expected, got {obj!r}")
+        raise ScenarioFormatError(f"{where}: an object expected, got {obj!r}")
     if extra := obj.keys() - allowed:
-        raise ScenarioError(f"{where}: unknown keys {sorted(extra)}; known: {sorted(allowed)}")
+        raise ScenarioFormatError(
+            f"{where}: unknown keys {sorted(extra)}; known: {sorted(allowed)}"
+        )
     return obj
 
 
 def check(scenario: Any, name: str) -> None:
-    """Raise ``ScenarioError`` saying where ``scenario`` strays from the format."""
+    """Raise ``ScenarioFormatError`` saying where ``scenario`` strays from the format."""
     top = _only(name, scenario, {"format", "doc", "queue", "steps"})
     if top.get("format") != FORMAT:
-        raise ScenarioError(f"{name}: format {FORMAT} expected, got {top.get('format')!r}")
+        raise ScenarioFormatError(f"{name}: format {FORMAT} expected, got {top.get('format')!r}")
     if not isinstance(top.get("doc"), str) or not re.match(r"^[a-z0-9._-]+$", top.get("queue", "")):
-        raise ScenarioError(f"{name}: a doc and a queue name ([a-z0-9._-]+) expected")
+        raise ScenarioFormatError(f"{name}: a doc and a queue name ([a-z0-9._-]+) expected")
     steps = top.get("steps")
     if not isinstance(steps, list) or not steps:
-        raise ScenarioError(f"{name}: a non-empty list of steps expected")
+        raise ScenarioFormatError(f"{name}: a non-empty list of steps expected")
     for i, step in enumerate(steps):
         _check_step(f"{name} step {i}", step)
 
@@ -152,7 +156,7 @@ def _check_step(where: str, step: Any) -> None:
     elif kind in ("start", "signal", "older_worker", "older_worker_gone"):
         _name(where, step.get("worker", value))
         if kind == "signal" and value not in SIGNALS:
-            raise ScenarioError(f"{where}: one of {sorted(SIGNALS)} expected, got {value!r}")
+            raise ScenarioFormatError(f"{where}: one of {sorted(SIGNALS)} expected, got {value!r}")
         for key, number in _only(where, step.get("options", {}), set(WORKER_OPTIONS)).items():
             _number(f"{where} {key}", number)
     elif kind == "enqueue":
@@ -160,15 +164,15 @@ def _check_step(where: str, step: Any) -> None:
         payload = _only(where, step["payload"], {"do", *set().union(*BEHAVIOURS.values())})
         wanted = BEHAVIOURS.get(payload.get("do", ""))
         if wanted is None or payload.keys() != {"do", *wanted}:
-            raise ScenarioError(f"{where}: a payload of the handler vocabulary expected")
+            raise ScenarioFormatError(f"{where}: a payload of the handler vocabulary expected")
         _only(where, step.get("options", {}), ENQUEUE_OPTIONS)
-    elif kind == "release" or kind == "cancel":
+    elif kind in {"release", "cancel"}:
         _name(where, value)
     elif kind == "pause_claims":
         _number(where, value)
     elif kind in ("wait", "expect", "stays"):
         if not isinstance(value, list) or not value:
-            raise ScenarioError(f"{where}: a non-empty list of conditions expected")
+            raise ScenarioFormatError(f"{where}: a non-empty list of conditions expected")
         for j, condition in enumerate(value):
             if _keys(f"{where} condition {j}", condition, CONDITIONS) == "stats":
                 for key, number in _only(where, condition["stats"], _STATS).items():
@@ -204,8 +208,10 @@ class Runner:
             kind = next(k for k in step if k in STEPS)
             try:
                 getattr(self, f"_{kind}")(step, step[kind])
-            except ScenarioFailed as exc:
-                raise ScenarioFailed(f"{self.name} step {i} ({kind}): {exc}\n{self.logs()}") from None
+            except StepFailedError as exc:
+                raise StepFailedError(
+                    f"{self.name} step {i} ({kind}): {exc}\n{self.logs()}"
+                ) from None
 
     def close(self) -> None:
         for worker in self.workers.values():
@@ -251,7 +257,7 @@ class Runner:
     def _cancel(self, step: dict[str, Any], task_id: str) -> None:
         outcome = str(self.queue.cancel(task_id))
         if outcome != step["outcome"]:
-            raise ScenarioFailed(f"cancel said {outcome!r}, expected {step['outcome']!r}")
+            raise StepFailedError(f"cancel said {outcome!r}, expected {step['outcome']!r}")
 
     def _pause_claims(self, step: dict[str, Any], seconds: float) -> None:
         self._refusable(step, lambda: self.queue.pause_claims(seconds))
@@ -272,19 +278,19 @@ class Runner:
         deadline = time.monotonic() + step["within_s"]
         while (unmet := self._unmet(conditions)) is not None:
             if time.monotonic() > deadline:
-                raise ScenarioFailed(f"not within {step['within_s']} s: {unmet}")
+                raise StepFailedError(f"not within {step['within_s']} s: {unmet}")
             time.sleep(INTERVAL_S)
 
     def _expect(self, step: dict[str, Any], conditions: list[dict[str, Any]]) -> None:
         if (unmet := self._unmet(conditions)) is not None:
-            raise ScenarioFailed(unmet)
+            raise StepFailedError(unmet)
 
     def _stays(self, step: dict[str, Any], conditions: list[dict[str, Any]]) -> None:
         """What must not happen for a while (a claim during a pause): looked at throughout."""
         deadline = time.monotonic() + step["for_s"]
         while time.monotonic() < deadline:
             if (unmet := self._unmet(conditions)) is not None:
-                raise ScenarioFailed(f"within {step['for_s']} s: {unmet}")
+                raise StepFailedError(f"within {step['for_s']} s: {unmet}")
             time.sleep(INTERVAL_S)
 
     def _refusable(self, step: dict[str, Any], call: Callable[[], object]) -> None:
@@ -293,14 +299,16 @@ class Runner:
             call()
         except OlderWorker as exc:
             if exc.feature != refused:
-                raise ScenarioFailed(f"refused for {exc.feature!r}, expected {refused!r}") from None
+                raise StepFailedError(
+                    f"refused for {exc.feature!r}, expected {refused!r}"
+                ) from None
             return
         if refused is not None:
-            raise ScenarioFailed(f"not refused, expected a refusal for {refused!r}")
+            raise StepFailedError(f"not refused, expected a refusal for {refused!r}")
 
     def _worker(self, name: str) -> WorkerProcess:
         if name not in self.workers:
-            raise ScenarioFailed(f"no worker {name!r} was started")
+            raise StepFailedError(f"no worker {name!r} was started")
         return self.workers[name]
 
     # conditions: None when all hold, else what does not
@@ -342,8 +350,12 @@ class Runner:
 
     def _is_handled(self, condition: dict[str, Any], did: str) -> str | None:
         path = self.workdir / "handled"
-        lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-        want = {"did": did} | {k: condition[n] for n, k in (("of", "task"), ("by", "worker")) if n in condition}
+        lines = (
+            [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        )
+        want = {"did": did} | {
+            k: condition[n] for n, k in (("of", "task"), ("by", "worker")) if n in condition
+        }
         count = sum(all(line[k] == v for k, v in want.items()) for line in lines)
         return None if count == condition["count"] else f"{count} such runs in {lines}"
 
@@ -361,7 +373,7 @@ class Runner:
 
 
 def run_scenario(path: Path, redis_url: str, workdir: Path) -> None:
-    """Run the scenario in ``path`` on a flushed server; ``ScenarioFailed`` if a step fails."""
+    """Run the scenario in ``path`` on a flushed server; ``StepFailedError`` if a step fails."""
     scenario = load(path)
     runner = Runner(scenario, path.stem, redis_url, workdir)
     try:

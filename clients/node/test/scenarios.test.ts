@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { after, afterEach, before, beforeEach, describe, it } from "node:test";
 
 import { RedisServer } from "./redis.js";
-import { SCENARIOS, ScenarioError, ScenarioFailed, check, runScenario } from "./scenarios.js";
+import { SCENARIOS, ScenarioFormatError, StepFailedError, check, runScenario } from "./scenarios.js";
 
 const FILES = readdirSync(SCENARIOS).filter((f) => f.endsWith(".json")).sort();
 
@@ -45,7 +45,7 @@ describe("the worker-behaviour scenarios", () => {
     const altered = join(dir, "drain.json");
     writeFileSync(altered, JSON.stringify(scenario));
     await assert.rejects(runScenario(altered, server.url, dir), (e: unknown) => {
-      assert.ok(e instanceof ScenarioFailed);
+      assert.ok(e instanceof StepFailedError);
       assert.match(e.message, /^drain step \d+ \(expect\): \{"task":"held","state":"done".*state is "pending"/);
       return true;
     });
@@ -53,7 +53,7 @@ describe("the worker-behaviour scenarios", () => {
 
   it("refuses a file that strays from the format before anything runs", () => {
     const bad = { format: 1, doc: "", queue: "q", steps: [{ start: "a", colour: "blue" }] };
-    assert.throws(() => { check(bad, "bad"); }, (e: unknown) => e instanceof ScenarioError && /bad step 0 \(start\): unknown keys colour/.test(e.message));
+    assert.throws(() => { check(bad, "bad"); }, (e: unknown) => e instanceof ScenarioFormatError && /bad step 0 \(start\): unknown keys colour/.test(e.message));
     const behaviour = { format: 1, doc: "", queue: "q", steps: [{ enqueue: "t", payload: { do: "dance" } }] };
     assert.throws(() => { check(behaviour, "bad"); }, /a payload of the handler vocabulary expected/);
   });

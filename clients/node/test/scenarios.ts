@@ -64,9 +64,9 @@ const STATS = [
 const NAME = /^[a-z0-9][a-z0-9-]*$/;
 
 /** The file strays from the format: nothing ran. */
-export class ScenarioError extends Error {}
+export class ScenarioFormatError extends Error {}
 /** A step of the scenario did not hold. */
-export class ScenarioFailed extends Error {}
+export class StepFailedError extends Error {}
 
 // ------------------------------------------------------------------ the format
 
@@ -75,43 +75,43 @@ function isObject(value: unknown): value is Json {
 }
 
 function only(where: string, value: unknown, allowed: readonly string[]): Json {
-  if (!isObject(value)) throw new ScenarioError(`${where}: an object expected, got ${JSON.stringify(value)}`);
+  if (!isObject(value)) throw new ScenarioFormatError(`${where}: an object expected, got ${JSON.stringify(value)}`);
   const extra = Object.keys(value).filter((k) => !allowed.includes(k));
-  if (extra.length > 0) throw new ScenarioError(`${where}: unknown keys ${extra.join(", ")}; known: ${allowed.join(", ")}`);
+  if (extra.length > 0) throw new ScenarioFormatError(`${where}: unknown keys ${extra.join(", ")}; known: ${allowed.join(", ")}`);
   return value;
 }
 
 /** The one kind key of `value`; its other keys must be those its kind takes. */
 function kindOf(where: string, value: unknown, kinds: Kinds): string {
-  if (!isObject(value)) throw new ScenarioError(`${where}: an object expected, got ${JSON.stringify(value)}`);
+  if (!isObject(value)) throw new ScenarioFormatError(`${where}: an object expected, got ${JSON.stringify(value)}`);
   const found = Object.keys(value).filter((k) => k in kinds);
   const [kind] = found;
   if (found.length !== 1 || kind === undefined) {
-    throw new ScenarioError(`${where}: exactly one of ${Object.keys(kinds).join(", ")} expected, got ${Object.keys(value).join(", ")}`);
+    throw new ScenarioFormatError(`${where}: exactly one of ${Object.keys(kinds).join(", ")} expected, got ${Object.keys(value).join(", ")}`);
   }
   const [required, optional] = kinds[kind] ?? [[], []];
   const missing = required.filter((k) => !(k in value));
-  if (missing.length > 0) throw new ScenarioError(`${where} (${kind}): missing ${missing.join(", ")}`);
+  if (missing.length > 0) throw new ScenarioFormatError(`${where} (${kind}): missing ${missing.join(", ")}`);
   only(`${where} (${kind})`, value, [kind, "doc", ...required, ...optional]);
   return kind;
 }
 
 function name(where: string, value: unknown): void {
-  if (typeof value !== "string" || !NAME.test(value)) throw new ScenarioError(`${where}: a name ([a-z0-9][a-z0-9-]*) expected, got ${JSON.stringify(value)}`);
+  if (typeof value !== "string" || !NAME.test(value)) throw new ScenarioFormatError(`${where}: a name ([a-z0-9][a-z0-9-]*) expected, got ${JSON.stringify(value)}`);
 }
 
 function number(where: string, value: unknown): void {
-  if (typeof value !== "number" || value < 0) throw new ScenarioError(`${where}: a number >= 0 expected, got ${JSON.stringify(value)}`);
+  if (typeof value !== "number" || value < 0) throw new ScenarioFormatError(`${where}: a number >= 0 expected, got ${JSON.stringify(value)}`);
 }
 
-/** Throw `ScenarioError` saying where `scenario` strays from the format. */
+/** Throw `ScenarioFormatError` saying where `scenario` strays from the format. */
 export function check(scenario: unknown, file: string): void {
   const top = only(file, scenario, ["format", "doc", "queue", "steps"]);
-  if (top.format !== FORMAT) throw new ScenarioError(`${file}: format ${FORMAT} expected, got ${JSON.stringify(top.format)}`);
+  if (top.format !== FORMAT) throw new ScenarioFormatError(`${file}: format ${FORMAT} expected, got ${JSON.stringify(top.format)}`);
   if (typeof top.doc !== "string" || typeof top.queue !== "string" || !/^[a-z0-9._-]+$/.test(top.queue)) {
-    throw new ScenarioError(`${file}: a doc and a queue name ([a-z0-9._-]+) expected`);
+    throw new ScenarioFormatError(`${file}: a doc and a queue name ([a-z0-9._-]+) expected`);
   }
-  if (!Array.isArray(top.steps) || top.steps.length === 0) throw new ScenarioError(`${file}: a non-empty list of steps expected`);
+  if (!Array.isArray(top.steps) || top.steps.length === 0) throw new ScenarioFormatError(`${file}: a non-empty list of steps expected`);
   top.steps.forEach((step: unknown, i) => { checkStep(`${file} step ${i}`, step); });
 }
 
@@ -128,7 +128,7 @@ function checkStep(where: string, step: unknown): void {
     case "older_worker":
     case "older_worker_gone":
       name(where, kind === "signal" ? s.worker : value);
-      if (kind === "signal" && !SIGNALS.includes(value as string)) throw new ScenarioError(`${where}: one of ${SIGNALS.join(", ")} expected, got ${JSON.stringify(value)}`);
+      if (kind === "signal" && !SIGNALS.includes(value as string)) throw new ScenarioFormatError(`${where}: one of ${SIGNALS.join(", ")} expected, got ${JSON.stringify(value)}`);
       for (const [key, n] of Object.entries(only(where, s.options ?? {}, Object.keys(WORKER_OPTIONS)))) number(`${where} ${key}`, n);
       break;
     case "enqueue": {
@@ -137,7 +137,7 @@ function checkStep(where: string, step: unknown): void {
       const wanted = BEHAVIOURS[String(payload.do)];
       const keys = Object.keys(payload).sort();
       if (wanted === undefined || !isDeepStrictEqual(keys, ["do", ...wanted].sort())) {
-        throw new ScenarioError(`${where}: a payload of the handler vocabulary expected`);
+        throw new ScenarioFormatError(`${where}: a payload of the handler vocabulary expected`);
       }
       only(where, s.options ?? {}, Object.keys(ENQUEUE_OPTIONS));
       break;
@@ -152,7 +152,7 @@ function checkStep(where: string, step: unknown): void {
     case "wait":
     case "expect":
     case "stays":
-      if (!Array.isArray(value) || value.length === 0) throw new ScenarioError(`${where}: a non-empty list of conditions expected`);
+      if (!Array.isArray(value) || value.length === 0) throw new ScenarioFormatError(`${where}: a non-empty list of conditions expected`);
       value.forEach((condition: unknown, j) => {
         if (kindOf(`${where} condition ${j}`, condition, CONDITIONS) === "stats") {
           for (const [key, n] of Object.entries(only(where, (condition as Json).stats, STATS))) number(`${where} stats ${key}`, n);
@@ -169,7 +169,7 @@ export function load(path: string): Json {
   try {
     scenario = JSON.parse(readFileSync(path, "utf8"));
   } catch (e) {
-    throw new ScenarioError(`${basename(path)}: not JSON: ${String(e)}`);
+    throw new ScenarioFormatError(`${basename(path)}: not JSON: ${String(e)}`);
   }
   check(scenario, basename(path, ".json"));
   return scenario as Json;
@@ -200,8 +200,8 @@ export class Runner {
       try {
         await this.step(kind, step, step[kind]);
       } catch (e) {
-        if (!(e instanceof ScenarioFailed)) throw e;
-        throw new ScenarioFailed(`${this.file} step ${i} (${kind}): ${e.message}\n${this.logs()}`);
+        if (!(e instanceof StepFailedError)) throw e;
+        throw new StepFailedError(`${this.file} step ${i} (${kind}): ${e.message}\n${this.logs()}`);
       }
     }
   }
@@ -243,7 +243,7 @@ export class Runner {
         return;
       case "cancel": {
         const outcome = await this.queue.cancel(String(value));
-        if (outcome !== step.outcome) throw new ScenarioFailed(`cancel said ${outcome}, expected ${String(step.outcome)}`);
+        if (outcome !== step.outcome) throw new StepFailedError(`cancel said ${outcome}, expected ${String(step.outcome)}`);
         return;
       }
       case "pause_claims":
@@ -268,13 +268,13 @@ export class Runner {
         for (;;) {
           const unmet = await this.unmet(value as Json[]);
           if (unmet === null) return;
-          if (Date.now() > end) throw new ScenarioFailed(`not within ${String(step.within_s)} s: ${unmet}`);
+          if (Date.now() > end) throw new StepFailedError(`not within ${String(step.within_s)} s: ${unmet}`);
           await sleep(INTERVAL_MS);
         }
       }
       case "expect": {
         const unmet = await this.unmet(value as Json[]);
-        if (unmet !== null) throw new ScenarioFailed(unmet);
+        if (unmet !== null) throw new StepFailedError(unmet);
         return;
       }
       case "stays": {
@@ -282,7 +282,7 @@ export class Runner {
         const end = Date.now() + (step.for_s as number) * 1000;
         while (Date.now() < end) {
           const unmet = await this.unmet(value as Json[]);
-          if (unmet !== null) throw new ScenarioFailed(`within ${String(step.for_s)} s: ${unmet}`);
+          if (unmet !== null) throw new StepFailedError(`within ${String(step.for_s)} s: ${unmet}`);
           await sleep(INTERVAL_MS);
         }
         return;
@@ -296,15 +296,15 @@ export class Runner {
       await call();
     } catch (e) {
       if (!(e instanceof OlderWorker)) throw e;
-      if (e.feature !== refused) throw new ScenarioFailed(`refused for ${e.feature}, expected ${JSON.stringify(refused)}`);
+      if (e.feature !== refused) throw new StepFailedError(`refused for ${e.feature}, expected ${JSON.stringify(refused)}`);
       return;
     }
-    if (refused !== undefined) throw new ScenarioFailed(`not refused, expected a refusal for ${JSON.stringify(refused)}`);
+    if (refused !== undefined) throw new StepFailedError(`not refused, expected a refusal for ${JSON.stringify(refused)}`);
   }
 
   private worker(name: string): WorkerProcess {
     const worker = this.workers.get(name);
-    if (worker === undefined) throw new ScenarioFailed(`no worker ${name} was started`);
+    if (worker === undefined) throw new StepFailedError(`no worker ${name} was started`);
     return worker;
   }
 
@@ -371,7 +371,7 @@ export class Runner {
   }
 }
 
-/** Run the scenario in `path` on a flushed server; `ScenarioFailed` if a step fails. */
+/** Run the scenario in `path` on a flushed server; `StepFailedError` if a step fails. */
 export async function runScenario(path: string, redisUrl: string, dir: string): Promise<void> {
   const runner = new Runner(load(path), basename(path, ".json"), redisUrl, dir);
   try {
