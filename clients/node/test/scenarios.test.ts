@@ -1,5 +1,5 @@
 // The worker-behaviour scenarios (conformance/scenarios/) with the Node worker: one test per
-// file, each file run unchanged (tests/test_worker_scenarios.py runs the same files with the
+// file, each file run unchanged (tests/worker/test_worker_scenarios.py runs the same files with the
 // Python worker). An altered scenario must fail, or the runner checks nothing.
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";

@@ -12,7 +12,7 @@ import pytest
 
 from tests.scenario_runner import ScenarioFormatError, StepFailedError, check, run_scenario
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((REPO / "conformance" / "scenarios").glob("*.json"))
 
 
