@@ -71,6 +71,13 @@ CONDITIONS: dict[str, tuple[set[str], set[str]]] = {
     "exited": (set(), {"code"}),
     "logged": ({"worker"}, set()),
 }
+#: The queue counts a ``stats`` condition may name (``Queue.stats``).
+STATS = {
+    *("pending", "delayed", "running", "done", "dead", "cancelled", "waiting", "workers"),
+    *("enqueued", "completed", "failed", "retried", "dead_total", "requeued", "lost"),
+    *("released", "stale", "expired", "cancelled_total", "deferred"),
+}
+CANCEL_OUTCOMES = {"cancelled", "requested", "done", "dead", "finished", "not_found"}
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
@@ -168,6 +175,8 @@ def _check_step(where: str, step: Any) -> None:
         _only(where, step.get("options", {}), ENQUEUE_OPTIONS)
     elif kind in {"release", "cancel"}:
         _name(where, value)
+        if kind == "cancel" and step["outcome"] not in CANCEL_OUTCOMES:
+            raise ScenarioFormatError(f"{where}: an outcome of {sorted(CANCEL_OUTCOMES)} expected")
     elif kind == "pause_claims":
         _number(where, value)
     elif kind in ("wait", "expect", "stays"):
@@ -175,18 +184,11 @@ def _check_step(where: str, step: Any) -> None:
             raise ScenarioFormatError(f"{where}: a non-empty list of conditions expected")
         for j, condition in enumerate(value):
             if _keys(f"{where} condition {j}", condition, CONDITIONS) == "stats":
-                for key, number in _only(where, condition["stats"], _STATS).items():
+                for key, number in _only(where, condition["stats"], STATS).items():
                     _number(f"{where} stats {key}", number)
         for key in ("within_s", "for_s"):
             if key in step:
                 _number(f"{where} {key}", step[key])
-
-
-_STATS = {
-    *("pending", "delayed", "running", "done", "dead", "cancelled", "waiting", "workers"),
-    *("enqueued", "completed", "failed", "retried", "dead_total", "requeued", "lost"),
-    *("released", "stale", "expired", "cancelled_total", "deferred"),
-}
 
 
 # ------------------------------------------------------------------ running

@@ -61,6 +61,7 @@ const STATS = [
   "enqueued", "completed", "failed", "retried", "dead_total", "requeued", "lost",
   "released", "stale", "expired", "cancelled_total", "deferred",
 ];
+const CANCEL_OUTCOMES = ["cancelled", "requested", "done", "dead", "finished", "not_found"];
 const NAME = /^[a-z0-9][a-z0-9-]*$/;
 
 /** The file strays from the format: nothing ran. */
@@ -145,6 +146,7 @@ function checkStep(where: string, step: unknown): void {
     case "release":
     case "cancel":
       name(where, value);
+      if (kind === "cancel" && !CANCEL_OUTCOMES.includes(s.outcome as string)) throw new ScenarioFormatError(`${where}: an outcome of ${CANCEL_OUTCOMES.join(", ")} expected`);
       break;
     case "pause_claims":
       number(where, value);
