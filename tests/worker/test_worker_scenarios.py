@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.scenario_runner import ScenarioFormatError, StepFailedError, check, run_scenario
+from tests.scenario_runner import (
+    BEHAVIOURS,
+    CONDITIONS,
+    STEPS,
+    ScenarioFormatError,
+    StepFailedError,
+    check,
+    run_scenario,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((REPO / "conformance" / "scenarios").glob("*.json"))
@@ -59,3 +67,32 @@ def test_a_file_that_strays_from_the_format_is_refused_before_anything_runs() ->
         check(
             {"format": 1, "doc": "", "queue": "q", "steps": [{"release": "g", "cancel": "t"}]}, "b"
         )
+
+
+def _names(pattern: str, text: str) -> set[str]:
+    return set(re.findall(pattern, text, flags=re.MULTILINE))
+
+
+def _block(text: str, opening: str) -> str:
+    return text.split(opening, 1)[1].split("};", 1)[0]
+
+
+def test_both_runners_both_handlers_and_the_format_page_name_the_same_vocabulary() -> None:
+    """A step, condition or behaviour one language lacks would fail only its scenarios'
+    run; here it fails by name."""
+    page = (REPO / "conformance" / "scenarios" / "README.md").read_text()
+    steps_page, conditions_page = page.split("## Steps", 1)[1].split("## Conditions", 1)
+    node = (REPO / "clients" / "node" / "test" / "scenarios.ts").read_text()
+    node_handler = REPO / "clients" / "node" / "test" / "fixtures" / "scenario_handlers.mjs"
+    python_handler = REPO / "tests" / "workers" / "scenario_handlers.py"
+
+    assert _names(r'^\| `\{"(\w+)"', steps_page) == set(STEPS)
+    assert _names(r'^\| `\{"(\w+)"', conditions_page) == set(CONDITIONS)
+    assert _names(r"^  (\w+): \[", _block(node, "const STEPS: Kinds = {")) == set(STEPS)
+    assert _names(r"^  (\w+): \[", _block(node, "const CONDITIONS: Kinds = {")) == set(CONDITIONS)
+
+    assert _names(r'^\| `\{"do": "(\w+)"', page) == set(BEHAVIOURS)
+    node_behaviours = _block(node, "const BEHAVIOURS: Record<string, string[]> = {")
+    assert _names(r"(\w+): \[", node_behaviours) == set(BEHAVIOURS)
+    assert _names(r'case "(\w+)":', node_handler.read_text()) == set(BEHAVIOURS)
+    assert _names(r'do == "(\w+)"', python_handler.read_text()) == set(BEHAVIOURS)
