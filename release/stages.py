@@ -100,14 +100,17 @@ def tree_version(tree: Path) -> str:
 def version_disagreements(tree: Path) -> list[str]:
     """Where a checkout's versions disagree with ``_version.py``: the npm package (its
     manifest and lock file), and the chart, whose placeholders the release replaces."""
-    wanted = npm_version(tree_version(tree))
+    python = tree_version(tree)
+    wanted = npm_version(python)
     problems = []
     for name in NODE_VERSIONED:
         data = json.loads((tree / name).read_text())
-        found = {data.get("version"), data.get("packages", {}).get("", {}).get("version", wanted)}
+        found = {data.get("version")}
+        if "packages" in data:  # the lock file names the root package's version twice
+            found.add(data["packages"].get("", {}).get("version"))
         if found != {wanted}:
             shown = ", ".join(sorted(str(v) for v in found))
-            problems.append(f"{name} says {shown}, {VERSION_FILE} {wanted}")
+            problems.append(f"{name} says {shown}, not {wanted} ({VERSION_FILE} says {python})")
     chart = (tree / CHART / "Chart.yaml").read_text()
     placeholders = dict(re.findall(r"^(version|appVersion): \"?([^\"\n]+)\"?$", chart, re.M))
     if placeholders != {"version": "0.0.0-dev", "appVersion": "dev"}:

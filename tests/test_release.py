@@ -230,8 +230,16 @@ def test_the_npm_package_and_the_chart_of_a_checkout_agree_with_the_library_vers
     (tree / "clients/node/package.json").write_text(json.dumps({**package, "version": "0.1.0"}))
     wanted = module.npm_version(taskfleet.__version__)
     assert module.version_disagreements(tree) == [
-        f"clients/node/package.json says 0.1.0, worker-image/taskfleet/_version.py {wanted}"
+        f"clients/node/package.json says 0.1.0, not {wanted} "
+        f"(worker-image/taskfleet/_version.py says {taskfleet.__version__})"
     ]
+    chart = tree / "charts/taskfleet/Chart.yaml"
+    chart.write_text(chart.read_text().replace("version: 0.0.0-dev", "version: 0.2.0"))
+    assert len(module.version_disagreements(tree)) == 2
+    assert (
+        "charts/taskfleet/Chart.yaml says {'version': '0.2.0', 'appVersion': 'dev'}"
+        in (module.version_disagreements(tree)[1])
+    )
 
 
 @pytest.fixture(scope="module")
