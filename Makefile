@@ -251,11 +251,11 @@ release-check: release ## make release, then check dist/ and build the wheels, s
 	$(BIN)/python release/release.py verify "$(VERSION)" --rebuild $(RELEASE_FLAGS)
 
 # The release stage, outside `make check` (it builds two releases and runs for long; see
-# DESIGN.md section 5): `make release` (VERSION, 0.2.0 unless given) into dist/, the previous
+# DESIGN.md section 5): `make release` (VERSION, 0.3.0 unless given) into dist/, the previous
 # release of release/previous.env built by its own commit (cached), then e2e/release/ on the
 # local cluster: installs from the artefacts alone, the upgrade under load, the uninstall.
-e2e-release: $(DEV) ## install from a release's artefacts, upgrade from the previous one under load, uninstall (VERSION=0.2.0)
-	VERSION="$(or $(VERSION),0.2.0)" ALLOW_DIRTY="$(ALLOW_DIRTY)" e2e/release/run.sh
+e2e-release: $(DEV) ## install from a release's artefacts, upgrade from the previous one under load, uninstall (VERSION=0.3.0)
+	VERSION="$(or $(VERSION),0.3.0)" ALLOW_DIRTY="$(ALLOW_DIRTY)" e2e/release/run.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -3,9 +3,9 @@ SIGKILLs; then nothing left ``waiting`` whose dependencies have ended, and nothi
 
 A real redis-server (AOF) and ``SOAK_FLOWS_WORKERS`` real ``taskfleet worker`` processes of
 this tree. The producer enqueues chains (``SOAK_FLOWS_CHAINS`` of 4 steps), fan-ins (half
-as many chords of 5 into 1) and grouped tasks (5 groups). Then the previous release's
-worker (release/previous.env, its own venv from release/previous-library.sh) joins while
-they run: it completes dependencies without resolving their dependants (it knows nothing
+as many chords of 5 into 1) and grouped tasks (5 groups). Then a 0.1.x worker
+(release/previous.env's LEVEL1_COMMIT, its own venv from release/previous-library.sh) joins
+while they run: it completes dependencies without resolving their dependants (it knows nothing
 of flows), and while it is registered new flows and groups are refused (``OlderWorker``),
 so the producer sends plain tasks. A worker of this tree is SIGKILLed and started again;
 then the old worker is SIGKILLed, its leases run out, and once its record is a lease old

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The previous release's library (release/previous.env) in a venv of its own, for tests that
-# run its worker beside this tree's producers (tests/release/test_previous_worker.py). Only the
+# A level-1 release's library (release/previous.env's LEVEL1_COMMIT, named LEVEL1_VERSION) in
+# a venv of its own, for tests that run its worker beside this tree's producers
+# (tests/release/test_previous_worker.py). Only the
 # `taskfleet` wheel is built, from that commit's own pyproject and sources (`git archive`,
 # the version stamped as its `make release` stamps it), with no image build; the release
 # stage's wheel is taken instead when e2e/release/build-previous.sh has built it. The venv
@@ -18,12 +19,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/release/previous.env"
 cache=${TASKFLEET_CACHE:-$HOME/.cache/taskfleet}
 python=${PYTHON:-python3}
-commit=$PREVIOUS_COMMIT version=$PREVIOUS_VERSION
+commit=$LEVEL1_COMMIT version=$LEVEL1_VERSION
 
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { echo "previous-library: error: $*" >&2; exit 2; }
 
-[[ $commit =~ ^[0-9a-f]{40}$ ]] || die "release/previous.env: PREVIOUS_COMMIT must be a full commit id"
+[[ $commit =~ ^[0-9a-f]{40}$ ]] || die "release/previous.env: LEVEL1_COMMIT must be a full commit id"
 out=$cache/previous-wheel/$commit
 wheel=taskfleet-$version-py3-none-any.whl
 venv=$out/venv

@@ -1,5 +1,5 @@
 """A release's artefacts and how each is built: the version, the tree to build from, the
-reproducible archives, the stages (``python``, ``images``, ``chart``, ``install``) and
+reproducible archives, the stages (``python``, ``npm``, ``images``, ``chart``, ``install``) and
 ``build``, which runs them into one directory with ``SHA256SUMS``.
 
 release.py is the command line over this module; verification.py checks what it wrote. The
@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -27,9 +28,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 VERSION_FILE = Path("worker-image/taskfleet/_version.py")
+#: The Node.js package: its manifest and lock file carry the version too.
+NODE_PACKAGE = Path("clients/node")
+NODE_VERSIONED = (NODE_PACKAGE / "package.json", NODE_PACKAGE / "package-lock.json")
 CHART = Path("charts/taskfleet")
 INSTALL_KUSTOMIZATION = Path("release/install")
-STAGES = ("python", "images", "chart", "install")
+STAGES = ("python", "npm", "images", "chart", "install")
 #: The images a release builds: taskfleet-NAME (worker-node: clients/node/Dockerfile).
 IMAGES = ("operator", "worker", "worker-node")
 #: The image the manifests name for the operator (manifests/operator/deployment.yaml).
@@ -71,6 +75,64 @@ class Version:
         if pre:
             python += f"{_PEP440_PRE[pre]}{number}"
         return cls(text, python)
+
+    @property
+    def npm_archive(self) -> str:
+        """The npm package's file in dist/: named apart from the chart's taskfleet-X.Y.Z.tgz."""
+        return f"taskfleet-node-{self.semver}.tgz"
+
+
+def npm_version(python: str) -> str:
+    """The npm spelling of a PEP 440 version: a development version ``X.Y.Z.devN`` is
+    ``X.Y.Z-dev.N``; a release is spelled alike in both."""
+    found = re.fullmatch(r"(\d+\.\d+\.\d+)\.dev(\d+)", python)
+    return f"{found.group(1)}-dev.{found.group(2)}" if found else python
+
+
+def tree_version(tree: Path) -> str:
+    """The version ``_version.py`` writes (PEP 440)."""
+    found = re.search(r'^__version__ = "([^"]*)"$', (tree / VERSION_FILE).read_text(), re.M)
+    if found is None:
+        raise StepError(f'{VERSION_FILE} has no `__version__ = "..."` line')
+    return found.group(1)
+
+
+def version_disagreements(tree: Path) -> list[str]:
+    """Where a checkout's versions disagree with ``_version.py``: the npm package (its
+    manifest and lock file), and the chart, whose placeholders the release replaces."""
+    python = tree_version(tree)
+    wanted = npm_version(python)
+    problems = []
+    for name in NODE_VERSIONED:
+        data = json.loads((tree / name).read_text())
+        found = {data.get("version")}
+        if "packages" in data:  # the lock file names the root package's version twice
+            found.add(data["packages"].get("", {}).get("version"))
+        if found != {wanted}:
+            shown = ", ".join(sorted(str(v) for v in found))
+            problems.append(f"{name} says {shown}, not {wanted} ({VERSION_FILE} says {python})")
+    chart = tree / CHART / "Chart.yaml"
+    if not chart.exists():
+        return problems  # the chart stage says so, when it is asked for
+    found = re.findall(r"^(version|appVersion): \"?([^\"\n]+)\"?$", chart.read_text(), re.M)
+    placeholders = dict(found)
+    if placeholders != {"version": "0.0.0-dev", "appVersion": "dev"}:
+        problems.append(
+            f"{CHART}/Chart.yaml says {placeholders}: a checkout keeps the placeholders "
+            "version 0.0.0-dev and appVersion dev, which make release replaces"
+        )
+    return problems
+
+
+def stamp_node_package(tree: Path, semver: str) -> None:
+    """``semver`` as the version of package.json and of the package in its lock file."""
+    for name in NODE_VERSIONED:
+        path = tree / name
+        data = json.loads(path.read_text())
+        data["version"] = semver
+        if "packages" in data:  # the lock file: its root package too
+            data["packages"][""]["version"] = semver
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 # --- running tools ---------------------------------------------------------------------
@@ -176,6 +238,7 @@ def stamp_version(tree: Path, version: Version) -> None:
     if count != 1:
         raise StepError(f'{VERSION_FILE} has no single `__version__ = "..."` line')
     path.write_text(text)
+    stamp_node_package(tree, version.semver)
 
 
 # --- reproducible archives ----------------------------------------------------------------
@@ -284,6 +347,44 @@ def check_wheels(out: Path, version: Version | None = None) -> None:
         raise StepError(f"the operator's wheel lacks {pin!r}")
     if version is not None and library_version.group(1) != version.python:
         raise StepError(f"the wheels are of {library_version.group(1)}, not {version.python}")
+
+
+def build_npm(tree: Path, out: Path, version: Version, epoch: int) -> None:
+    """``npm pack`` of clients/node (compiled by its prepack script), its dependencies from
+    the lock file (npm's cache first: no network when it holds them), as
+    taskfleet-node-VERSION.tgz."""
+    package = tree / NODE_PACKAGE
+    npm = shutil.which("npm")
+    if npm is None:
+        raise StepError("no npm for the npm stage: install Node.js >= 20.19 and npm")
+    env = {
+        **os.environ,
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "npm_config_update_notifier": "false",
+        "npm_config_fund": "false",
+        "npm_config_audit": "false",
+    }
+    log(f"packing the npm package of {NODE_PACKAGE}")
+    run([npm, "ci", "--prefer-offline", "--loglevel=error"], cwd=package, env=env, what="npm ci")
+    with tempfile.TemporaryDirectory() as scratch:
+        run(
+            [npm, "pack", "--loglevel=error", "--pack-destination", scratch],
+            cwd=package,
+            env=env,
+            what="npm pack",
+        )
+        [packed] = Path(scratch).glob("*.tgz")
+        normalise_tgz(packed, epoch)
+        shutil.move(packed, out / version.npm_archive)
+
+
+def npm_package_version(archive: Path) -> str:
+    """The version in a packed npm package's package.json."""
+    with tarfile.open(archive) as packed:
+        manifest = packed.extractfile("package/package.json")
+        if manifest is None:
+            raise StepError(f"{archive.name} holds no package/package.json")
+        return str(json.load(manifest).get("version"))
 
 
 def build_images(tree: Path, out: Path, version: Version, registry: str) -> None:
@@ -445,6 +546,9 @@ def build(
         tree.mkdir()
         staged.mkdir()
         copy_tree(tree)
+        disagreeing = version_disagreements(tree)
+        if disagreeing:
+            raise BadInputError(f"the tree's versions disagree: {'; '.join(disagreeing)}")
         stamp_version(tree, version)
         # Every tool a stage needs is found before the first build, not after minutes.
         helm = find_helm(tree) if "chart" in stages else ""
@@ -454,6 +558,8 @@ def build(
         log(f"taskfleet {version.semver} from {commit[:12]} (SOURCE_DATE_EPOCH={epoch})")
         if "python" in stages:
             build_python(tree, staged, epoch)
+        if "npm" in stages:
+            build_npm(tree, staged, version, epoch)
         if "images" in stages:
             build_images(tree, staged, version, registry)
         if "chart" in stages:

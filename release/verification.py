@@ -1,7 +1,8 @@
 """``release.py verify``: what is wrong with a release's directory, checked without root,
 buildah or a registry: the checksums, the images' digests against their archives, the pins of
-install.yaml, the wheels' metadata, the chart's version; with ``rebuild``, the Python
-distributions and the chart built again and compared byte for byte.
+install.yaml, the wheels' metadata, the npm package's and the chart's version; with
+``rebuild``, the Python distributions, the npm package and the chart built again and compared
+byte for byte.
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from stages import IMAGES, StepError, Version, build, check_wheels, read_images, sha256
+from stages import (
+    IMAGES,
+    StepError,
+    Version,
+    build,
+    check_wheels,
+    npm_package_version,
+    read_images,
+    sha256,
+)
 
 
 def verify(version: Version, dist: Path, rebuild: bool, allow_dirty: bool) -> list[str]:
@@ -40,6 +50,9 @@ def verify(version: Version, dist: Path, rebuild: bool, allow_dirty: bool) -> li
             problems.append(str(failed))
     if (dist / "images.txt").exists():
         problems += _verify_images(dist, version)
+    npm = dist / version.npm_archive
+    if npm.exists() and (found := npm_package_version(npm)) != version.semver:
+        problems.append(f"{npm.name}: package.json says {found}, not {version.semver}")
     chart = dist / f"taskfleet-{version.semver}.tgz"
     if chart.exists():
         problems += _verify_chart(chart, version)
@@ -83,7 +96,9 @@ def _verify_chart(chart: Path, version: Version) -> list[str]:
 
 
 def _verify_rebuild(version: Version, dist: Path, allow_dirty: bool) -> list[str]:
-    stages = ["python"] + (["chart"] if (dist / f"taskfleet-{version.semver}.tgz").exists() else [])
+    stages = ["python"]
+    stages += ["npm"] if (dist / version.npm_archive).exists() else []
+    stages += ["chart"] if (dist / f"taskfleet-{version.semver}.tgz").exists() else []
     with tempfile.TemporaryDirectory(prefix="taskfleet-rebuild-") as scratch:
         again = Path(scratch) / "rebuild"
         build(version, again, stages, "localhost", allow_dirty)

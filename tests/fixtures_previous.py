@@ -1,5 +1,5 @@
-"""The previous release's worker (release/previous.env), for tests that run it beside this
-tree's parts: its own ``taskfleet`` script, from its wheel in a venv of its own
+"""A level-1 worker (release/previous.env's LEVEL1_COMMIT, taskfleet 0.1.0), for tests that
+run it beside this tree's parts: its own ``taskfleet`` script, from its wheel in a venv of its own
 (release/previous-library.sh: built once per commit, cached), and a handler module on its
 path that imports nothing of this tree."""
 
@@ -43,7 +43,7 @@ def previous_taskfleet() -> Path:
     shown = subprocess.run(
         [str(script), "--version"], capture_output=True, text=True, timeout=60, check=True
     ).stdout.strip()
-    assert shown == f"taskfleet, version {PREVIOUS['PREVIOUS_VERSION']}"
+    assert shown == f"taskfleet, version {PREVIOUS['LEVEL1_VERSION']}"
     return script
 
 

@@ -2,11 +2,12 @@
 
 `Load` enqueues one task per producer every tick until stopped, each with an id of its own
 choosing (an enqueue retried after a lost reply is idempotent, so every task is known by
-id). Producers are the library this suite runs (`LibraryProducer`) or another version's,
-in a subprocess (`ProcessProducer`, e2e/release/producer_process.py). `ReplicasWatch`
-keeps every version of a Deployment the API showed (a scale to zero between two polls
-would not be missed), and `overlaps` reads the handler's own execution records for two
-runs of one task at the same time.
+id); every other tick's tasks are in a group. Producers are the library this suite runs
+(`LibraryProducer`) or another version's, in a subprocess (`ProcessProducer`,
+e2e/release/producer_process.py). `ReplicasWatch` keeps every version of a Deployment the
+API showed (a scale to zero between two polls would not be missed), `LevelsWatch` the
+levels of the workers registered on a queue, and `overlaps` reads the handler's own
+execution records for two runs of one task at the same time.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from typing import Any, Protocol
 import redis
 
 from e2e.lib.kube import Kube
+from e2e.lib.ledger import QueueView
 from e2e.lib.portforward import PortForward
 
 __all__ = [
+    "LevelsWatch",
     "LibraryProducer",
     "Load",
     "ProcessProducer",
@@ -36,12 +39,14 @@ __all__ = [
 ]
 
 PRODUCER_SCRIPT = Path(__file__).resolve().parent / "producer_process.py"
+#: The group of the load's grouped tasks (every other tick's).
+GROUP = "tenant-a"
 
 
 class Producer(Protocol):
     name: str
 
-    def enqueue(self, task_id: str, payload: dict[str, Any]) -> str: ...
+    def enqueue(self, task_id: str, payload: dict[str, Any], group: str | None = None) -> str: ...
 
     def close(self) -> None: ...
 
@@ -54,12 +59,12 @@ class LibraryProducer:
         self.forward = forward
         self.queue = queue
 
-    def enqueue(self, task_id: str, payload: dict[str, Any]) -> str:
+    def enqueue(self, task_id: str, payload: dict[str, Any], group: str | None = None) -> str:
         from taskfleet.producer.queue import Queue
 
         def once(_: redis.Redis) -> str:
             with Queue(self.queue, self.forward.url) as queue:
-                return queue.enqueue(payload, task_id=task_id)
+                return queue.enqueue(payload, task_id=task_id, group=group)
 
         return self.forward.call(once, timeout=120)
 
@@ -84,13 +89,14 @@ class ProcessProducer:
             text=True,
         )
 
-    def enqueue(self, task_id: str, payload: dict[str, Any]) -> str:
+    def enqueue(self, task_id: str, payload: dict[str, Any], group: str | None = None) -> str:
         def once(_: redis.Redis) -> str:
             request = {
                 "url": self.forward.url,
                 "queue": self.queue,
                 "task_id": task_id,
                 "payload": payload,
+                "group": group,
             }
             assert self._process.stdin is not None and self._process.stdout is not None
             self._process.stdin.write(json.dumps(request) + "\n")
@@ -123,8 +129,9 @@ class ProcessProducer:
 class Load(threading.Thread):
     """Every ``interval`` seconds, one task of ``seconds`` per producer, until `stop`.
 
-    Ids are ``<producer>-<n>``: a task's id says who enqueued it. An enqueue that fails for
-    good stops the load; `stop` raises it in the test's thread."""
+    Ids are ``<producer>-<n>``: a task's id says who enqueued it. Tasks of an odd ``n`` are
+    in the group ``GROUP`` (``grouped``). An enqueue that fails for good stops the load;
+    `stop` raises it in the test's thread."""
 
     def __init__(
         self, producers: Iterable[Producer], *, seconds: float, interval: float, record_key: str
@@ -134,6 +141,7 @@ class Load(threading.Thread):
         self.payload = {"seconds": seconds, "record_key": record_key}
         self.interval = interval
         self.ids: dict[str, list[str]] = {p.name: [] for p in self.producers}
+        self.grouped: set[str] = set()
         self.error: BaseException | None = None
         self._stop_event = threading.Event()
 
@@ -141,11 +149,14 @@ class Load(threading.Thread):
         count = 0
         try:
             while not self._stop_event.is_set():
+                group = GROUP if count % 2 else None
                 for producer in self.producers:
                     task_id = f"{producer.name}-{count:05d}"
-                    returned = producer.enqueue(task_id, self.payload)
+                    returned = producer.enqueue(task_id, self.payload, group)
                     assert returned == task_id, f"enqueue of {task_id} returned {returned}"
                     self.ids[producer.name].append(task_id)
+                    if group:
+                        self.grouped.add(task_id)
                 count += 1
                 self._stop_event.wait(self.interval)
         except BaseException as exc:
@@ -239,6 +250,37 @@ class ReplicasWatch:
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
         self._thread.join(timeout=15)
+
+
+class LevelsWatch:
+    """The levels of the worker records on a queue, read every ``interval`` seconds until
+    `stop`: every level seen, and how many reads found records of two levels at once (old
+    and new workers registered together on the queue)."""
+
+    def __init__(self, queue: QueueView, interval: float = 1.0):
+        self.queue = queue
+        self.interval = interval
+        self.levels: set[int] = set()
+        self.mixed: dict[tuple[int, ...], int] = defaultdict(int)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        while not self._stopping.wait(self.interval):
+            try:
+                records = self.queue.workers()
+            except (redis.RedisError, OSError, RuntimeError, ValueError):
+                continue  # a forward restarting: the next read sees the records again
+            # a record without a level is a 0.1.x worker's: level 1 (records.WorkerRecord)
+            found = {int(r.get("level") or 1) for r in records.values() if isinstance(r, dict)}
+            self.levels |= found
+            if len(found) > 1:
+                self.mixed[tuple(sorted(found))] += 1
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=30)
 
 
 def overlaps(executions: Iterable[dict[str, Any]], seconds: float) -> dict[str, list[float]]:

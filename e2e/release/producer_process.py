@@ -4,7 +4,8 @@ The release stage runs it with a previous release's library (its wheel in a thro
 venv), so tasks enqueued by that version meet workers and an operator of another. It
 imports nothing of this repository but the library under test.
 
-One JSON request a line on stdin, ``{"url", "queue", "task_id", "payload"}``; one JSON reply
+One JSON request a line on stdin, ``{"url", "queue", "task_id", "payload", "group"}`` (a
+``group`` of null or none: a plain task; a library before groups takes none); one JSON reply
 a line on stdout: ``{"id", "version"}``, or ``{"error", "connection"}`` when the enqueue
 failed (``connection``: Redis could not be reached, so the caller may retry: an enqueue
 with the same ``task_id`` is idempotent).
@@ -25,7 +26,8 @@ def main() -> int:
         reply: dict[str, object]
         try:
             with taskfleet.Queue(request["queue"], request["url"]) as queue:
-                task_id = queue.enqueue(request["payload"], task_id=request["task_id"])
+                grouped = {"group": request["group"]} if request.get("group") else {}
+                task_id = queue.enqueue(request["payload"], task_id=request["task_id"], **grouped)
             reply = {"id": task_id, "version": taskfleet.__version__}
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             reply = {"error": repr(exc), "connection": True}

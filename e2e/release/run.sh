@@ -4,9 +4,9 @@
 # per commit), the local cluster up with nothing of this tree deployed in it, then the
 # scenarios of e2e/release/ install, upgrade and uninstall from those artefacts alone.
 #
-#   VERSION=0.2.0 e2e/release/run.sh [pytest arguments]
+#   VERSION=0.3.0 e2e/release/run.sh [pytest arguments]
 #
-# VERSION (default 0.2.0) must differ from the previous release's; ALLOW_DIRTY=1 passes on
+# VERSION (default 0.3.0) must differ from the previous release's; ALLOW_DIRTY=1 passes on
 # to make release. TASKFLEET_RELEASE_DIST=DIR tests a release already built there instead
 # (make release-check's dist/, say) and builds none. Extra arguments go to pytest, as with
 # e2e/run-local.sh (a path first narrows the run to it). Root, like make release and the
@@ -16,7 +16,7 @@ set -euo pipefail
 . "$(dirname "$0")/../cluster/lib.sh"
 # shellcheck source=../../release/previous.env
 . "$repo/release/previous.env"
-version=${VERSION:-0.2.0}
+version=${VERSION:-0.3.0}
 [ "$version" != "$PREVIOUS_VERSION" ] ||
   die "VERSION $version is the previous release's (release/previous.env): name the new one"
 start=$SECONDS

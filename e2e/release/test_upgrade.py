@@ -2,14 +2,16 @@
 tasks in flight, and every mixture of versions docs/compatibility.md promises.
 
 The previous release is installed from its own artefacts (its CRDs, chart package and
-images). Two autoscaled queues run long tasks while two producers enqueue into each
-throughout: this suite's library (the new release's) and the previous release's, from its
-wheel in a throwaway venv. Then, as docs/upgrade.md says, but in both orders the promise
-allows: the ``workers-first`` queue gets the new worker image under the old operator; the
-CRDs and the operator are upgraded (``helm upgrade`` to the new chart package, its image by
-digest); the ``operator-first`` queue gets the new worker image under the new operator. So
-every combination of old and new producer, workers and operator runs, old and new workers
-share each queue while it rolls, and the accounting covers every task:
+images). Two autoscaled queues run long tasks, plain and grouped, while two producers
+enqueue into each throughout: this suite's library (the new release's) and the previous
+release's, from its wheel in a throwaway venv. Then, as docs/upgrade.md says, but in both
+orders the promise allows: the ``workers-first`` queue gets the new worker image under the
+old operator; the CRDs and the operator are upgraded (``helm upgrade`` to the new chart
+package, its image by digest); the ``operator-first`` queue gets the new worker image under
+the new operator. So every combination of old and new producer, workers and operator runs,
+old and new workers share each queue while it rolls (the previous release's level and this
+one's registered on the queue at once, and tasks run on both images), and the accounting
+covers every task:
 
 - none lost: every enqueued id is done (none dead, none pending);
 - none run twice at once: the handler's own record of each finished execution shows no two
@@ -29,11 +31,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from taskfleet.protocol.records import WORKER_LEVEL
 
 from e2e.lib.fleet import Fleet
 from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, Kube, PodWatch, is_ready
 from e2e.release.artefacts import Release, crd_uids, peering_uid
-from e2e.release.load import LibraryProducer, Load, ProcessProducer, ReplicasWatch, overlaps
+from e2e.release.load import (
+    LevelsWatch,
+    LibraryProducer,
+    Load,
+    ProcessProducer,
+    ReplicasWatch,
+    overlaps,
+)
 from e2e.release.stage import Stage, fleet, install, queue_data
 from tests.polling import wait_for
 
@@ -127,6 +137,7 @@ def test_an_upgrade_from_the_previous_release_under_load_loses_no_task_runs_none
     }
     watches = {n: ReplicasWatch(ns, f.deployment()["metadata"]["name"]) for n, f in fleets.items()}
     pods = {name: PodWatch(ns, selector=f.selector) for name, f in fleets.items()}
+    levels = {name: LevelsWatch(f.queue) for name, f in fleets.items()}
     loads: dict[str, Load] = {}
     old_producers: list[ProcessProducer] = []
     try:
@@ -165,6 +176,8 @@ def test_an_upgrade_from_the_previous_release_under_load_loses_no_task_runs_none
             watch.stop()
         for pod_watch in pods.values():
             pod_watch.stop()
+        for levels_watch in levels.values():
+            levels_watch.stop()
 
     for old in old_producers:
         assert old.versions == {previous.version}, f"the previous producer was {old.versions}"
@@ -180,10 +193,19 @@ def test_an_upgrade_from_the_previous_release_under_load_loses_no_task_runs_none
         )
         ran = {images_by_pod(pods[name]).get(str(r["pod"])) for r in executions}
         assert {old_worker, new_worker} <= ran, f"{name}: tasks ran on {ran}"
+        # The previous release's workers record level 2 (none before 0.2), this one's its own.
+        previous_level = 2 if previous.version.startswith("0.2.") else 1
+        seen = levels[name]
+        assert seen.levels == {previous_level, WORKER_LEVEL}, f"{name}: levels {seen.levels}"
+        assert seen.mixed, f"{name}: no level-{previous_level} and level-{WORKER_LEVEL} at once"
+        grouped = [i for i in ids if i in loads[name].grouped]
+        assert grouped and len(grouped) < len(ids), f"{name}: {len(grouped)} of {len(ids)} grouped"
         by_producer = {p: sum(i.startswith(f"{p}-") for i in ids) for p in loads[name].ids}
         figures(
             f"upgrade {previous.version} -> {current.version}, {name}: {len(ids)} tasks of "
-            f"{TASK_S:g} s ({by_producer}) all done once, fleet between "
+            f"{TASK_S:g} s ({by_producer}, {len(grouped)} grouped) all done once, levels "
+            f"{sorted(seen.levels)} registered together in {sum(seen.mixed.values())} reads, "
+            f"fleet between "
             f"{min(s.replicas for s in during)} and {max(s.replicas for s in during)} pods "
             f"(fewest ready {min(s.ready for s in during)}), "
             f"stale={accounting.stats.get('stale', 0)}"

@@ -23,7 +23,7 @@ from taskfleet.protocol.calls import Call, run, run_all
 from taskfleet.protocol.groups import GroupCount, group_counts, group_names
 from taskfleet.protocol.quota import QuotaOps, QuotaState, quota_state
 from taskfleet.protocol.reads import STATES, Workers
-from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S, WORKER_LEVEL
+from taskfleet.protocol.records import CURRENT_LEVEL, DEFAULT_LEASE_TTL_S
 from taskfleet.protocol.tasks import COUNTERS, FLOW_COUNTERS
 
 from taskfleet_operator.builders import queue_name
@@ -72,7 +72,7 @@ class QueueReading:
     workers: int = 0
     workers_alive: int = 0
     slots_alive: int = 0  # the concurrency of the live workers, summed
-    workers_older: int = 0  # live workers of a level below WORKER_LEVEL (0.1.x workers)
+    workers_older: int = 0  # live workers of a level below CURRENT_LEVEL (0.1.x workers)
     oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
     policy: str | None = None  # the server's maxmemory-policy as last checked
     quota: QuotaState | None = None  # the claim pause and the budget's spend
@@ -86,7 +86,7 @@ def _workers(found: Workers, now_ms: int, ttl_s: float) -> tuple[int, int, int, 
     """Registered workers, the live ones (heartbeat within a lease TTL, as ``Queue.workers``
     judges), their slots, and the live ones of a level below this release's."""
     alive = [rec for _, rec in found.readable() if rec.alive(now_ms, ttl_s)]
-    older = sum(1 for rec in alive if rec.level < WORKER_LEVEL)
+    older = sum(1 for rec in alive if rec.level < CURRENT_LEVEL)
     return len(found.records), len(alive), sum(rec.concurrency for rec in alive), older
 
 
@@ -228,7 +228,7 @@ class QueueCollector:
         slots = gauge("taskfleet_queue_worker_slots", "Slots (concurrency) of the live workers.")
         older = gauge(
             "taskfleet_queue_workers_older",
-            f"Live workers of a level below {WORKER_LEVEL} (0.1.x workers), which do not serve "
+            f"Live workers of a level below {CURRENT_LEVEL} (0.1.x workers), which do not serve "
             "flows, groups, claim pauses or spend budgets.",
         )
         oldest = gauge(

@@ -16,7 +16,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from taskfleet.producer.reading import older_workers_note
 from taskfleet.protocol.quota import QuotaState
-from taskfleet.protocol.records import WORKER_LEVEL
+from taskfleet.protocol.records import CURRENT_LEVEL
 
 from taskfleet_operator.builders import selector_string
 from taskfleet_operator.models import TaskQueueSpec
@@ -28,7 +28,7 @@ REDIS_NO_EVICTION = "RedisNoEviction"
 #: False while the fleet may not claim: a provider's rate limit paused it, or a spend
 #: budget is spent for the period.
 CLAIMING = "Claiming"
-#: False while a live worker of the queue serves a lower level than this release's (a
+#: False while a live worker of the queue serves a level below records.CURRENT_LEVEL (a
 #: 0.1.x worker: flows, groups, claim pauses and spend budgets go wrong silently).
 WORKERS_CURRENT = "WorkersCurrent"
 #: status.scalingReason of a queue without autoscale.
@@ -392,17 +392,17 @@ def workers_condition(
     now: str,
     announced: frozenset[str] = frozenset(),
 ) -> tuple[list[dict[str, Any]], list[Event]]:
-    """WorkersCurrent: False (OlderWorkers) while a live worker serves a lower level than
-    this release's, with a warning when that starts or its message changes (not at every
+    """WorkersCurrent: False (OlderWorkers) while a live worker serves a level below
+    CURRENT_LEVEL, with a warning when that starts or its message changes (not at every
     sweep) and a note when every live worker is current again."""
     older = report.older_workers
     message = workers_message(spec, older, report.older_level) if older else ""
     return _warned_condition(
         conditions,
         WORKERS_CURRENT,
-        None if older else ("Current", f"no live worker of a level below {WORKER_LEVEL}"),
+        None if older else ("Current", f"no live worker of a level below {CURRENT_LEVEL}"),
         ("OlderWorkers", message),
-        (WORKERS_CURRENT, "every live worker serves this release's level"),
+        (WORKERS_CURRENT, "every live worker serves this release's features"),
         now=now,
         announced=announced,
         key=f"OlderWorkers:{message}",

@@ -21,7 +21,7 @@ from taskfleet.producer.reading import older_workers
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.errors import TaskfleetError
 from taskfleet.protocol.quota import QuotaState
-from taskfleet.protocol.records import WORKER_LEVEL
+from taskfleet.protocol.records import CURRENT_LEVEL
 from taskfleet.protocol.replies import SWEEP_BOUND
 from taskfleet.protocol.schedules import OWNER_TASKQUEUE, ScheduleDef
 from taskfleet.protocol.workernames import pod_of, workers_of
@@ -53,10 +53,10 @@ class SweepReport:
     schedule_errors: dict[str, str] = field(default_factory=dict)
     # The claim pause and the budget's spend (the Claiming condition).
     quota: QuotaState | None = None
-    # Live workers of a level below this release's, by name, and the lowest such level
+    # Live workers of a level below CURRENT_LEVEL, by name, and the lowest such level
     # (the WorkersCurrent condition), from the worker records the orphan check reads.
     older_workers: list[str] = field(default_factory=list)
-    older_level: int = WORKER_LEVEL
+    older_level: int = CURRENT_LEVEL
 
 
 def orphaned_pods(
@@ -109,7 +109,7 @@ def requeue_orphans(
     found = queue.workers()
     older = set(older_workers(found))
     report.older_workers = sorted({pod_of(worker) for worker in older})
-    report.older_level = min((w.level for w in found if w.pod in older), default=WORKER_LEVEL)
+    report.older_level = min((w.level for w in found if w.pod in older), default=CURRENT_LEVEL)
     registered = [worker.pod for worker in found]
     requeue, report.suspects = orphaned_pods(registered, live_pods, suspects, pod_gone)
     for worker in requeue:

@@ -394,5 +394,5 @@ def test_live_workers_of_an_older_level_turn_workers_current_false_with_one_warn
     found = status.find(back.patch["conditions"], "WorkersCurrent")
     assert found is not None and (found["status"], found["reason"]) == ("True", "Current")
     assert back.events == [
-        Event("Normal", "WorkersCurrent", "every live worker serves this release's level")
+        Event("Normal", "WorkersCurrent", "every live worker serves this release's features")
     ]

@@ -15,6 +15,7 @@ import redis
 from taskfleet.producer.asyncqueue import AsyncQueue
 from taskfleet.producer.flows import chain
 from taskfleet.producer.queue import Queue
+from taskfleet.producer.reading import older_note, older_workers
 from taskfleet.protocol.errors import OlderWorker, TaskfleetError
 
 from tests.fixtures_redis import MakeBroker, server_ms
@@ -100,6 +101,22 @@ def test_the_async_producer_raises_the_same(
     asyncio.run(main())
     assert queue.stats()["pending"] == 1
     assert redis_client.exists(queue.keys.quota) == 0
+
+
+@pytest.mark.parametrize("level", [2, 3, 12])
+def test_a_live_worker_of_level_2_or_above_refuses_nothing_and_is_not_named_older(
+    queue: Queue, redis_client: redis.Redis, level: int
+) -> None:
+    """A 0.2 worker (level 2) beside this release's during a rolling upgrade: 0.2's features
+    go in, and no reader names it older; so does a level this release does not know."""
+    record = {"incarnation": "i0", "heartbeat_ms": server_ms(redis_client), "level": level}
+    redis_client.hset(queue.keys.workers, "pod-0.2", json.dumps(record))
+    queue.enqueue({}, group="g")
+    queue.pause_claims(60)
+    queue.set_budget(day=5)
+    [worker] = queue.workers()
+    assert (worker.pod, worker.level, worker.alive) == ("pod-0.2", level, True)
+    assert older_workers([worker]) == [] and older_note([worker]) == ""
 
 
 def test_a_stale_older_worker_refuses_nothing(queue: Queue, redis_client: redis.Redis) -> None:

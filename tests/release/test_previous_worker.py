@@ -1,4 +1,4 @@
-"""A real worker of the previous release (release/previous.env, taskfleet 0.1.0) serving a
+"""A real level-1 worker (release/previous.env's LEVEL1_COMMIT, taskfleet 0.1.0) serving a
 queue beside this tree's producers, CLI and operator: what it cannot serve (groups, flows,
 claim pauses, spend budgets) is refused with ``OlderWorker`` naming it, nothing stored; a
 plain task runs to done on it; ``taskfleet workers`` and the operator's sweep show it at
@@ -23,7 +23,7 @@ import redis
 from taskfleet.producer.flows import chain
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.errors import OlderWorker
-from taskfleet.protocol.records import WORKER_LEVEL
+from taskfleet.protocol.records import CURRENT_LEVEL
 from taskfleet_operator.models import TaskQueueSpec
 from taskfleet_operator.status import Event, workers_condition
 from taskfleet_operator.sweeper import SweepReport, requeue_orphans
@@ -138,7 +138,7 @@ def test_it_shows_at_level_1_until_it_drains_then_groups_go_in(
     queue.enqueue({"n": 1}, group="tenant-1")
     assert queue.stats()["pending"] == 1
     after = _swept(queue)
-    assert (after.older_workers, after.older_level) == ([], WORKER_LEVEL)
+    assert (after.older_workers, after.older_level) == ([], CURRENT_LEVEL)
     [current], _ = workers_condition([condition], spec, after, now="2026-01-01T00:00:01Z")
     assert (current["status"], current["reason"]) == ("True", "Current")
 
@@ -222,7 +222,7 @@ def test_the_library_script_says_in_one_line_that_a_shallow_clone_lacks_the_comm
     )
     assert ran.returncode == 2, ran.stderr
     assert ran.stderr == (
-        f"previous-library: error: commit {PREVIOUS['PREVIOUS_COMMIT']} (release/previous.env) "
+        f"previous-library: error: commit {PREVIOUS['LEVEL1_COMMIT']} (release/previous.env) "
         "is not in this clone: fetch the history (git fetch --unshallow)\n"
     )
     assert ran.stdout == ""

@@ -1,17 +1,21 @@
-"""`make release`'s Python half, for real: release/release.py run on two fresh clones of this
-commit builds the wheels and sdists of both distributions, byte for byte the same; what they
-hold and declare; the version everything reports; and the refusals of bad input.
+"""`make release` without images, for real: release/release.py run on two fresh clones of
+this commit builds the wheels and sdists of both distributions, byte for byte the same; what
+they hold and declare; the version everything reports (the npm package and the chart too,
+for a release of 0.3.0); the tree's versions agreeing; and the refusals of bad input.
 
-The image archives, the chart and install.yaml need root, buildah, helm and minutes: `make
-release-check` builds and verifies them (and rebuilds the chart to compare its bytes).
+The image archives and install.yaml need root, buildah and minutes: `make release-check`
+builds and verifies them (and rebuilds the chart to compare its bytes).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import re
+import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 from types import ModuleType
@@ -206,6 +210,96 @@ def test_the_tree_reports_one_version_everywhere() -> None:
     assert cli.stdout.strip() == f"taskfleet, version {version}"
 
 
+def test_the_npm_package_and_the_chart_of_a_checkout_agree_with_the_library_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = load_release_module("stages", monkeypatch)
+    assert module.version_disagreements(REPO) == []
+    package = json.loads((REPO / "clients/node/package.json").read_text())
+    assert package["version"] == module.npm_version(taskfleet.__version__)
+    assert module.npm_version("0.3.0.dev0") == "0.3.0-dev.0"
+    assert module.npm_version("0.3.0") == "0.3.0"
+
+    tree = tmp_path / "tree"
+    for name in ("worker-image/taskfleet/_version.py", "charts/taskfleet/Chart.yaml"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / name, tree / name)
+    (tree / "clients/node").mkdir(parents=True)
+    lock = "clients/node/package-lock.json"
+    shutil.copyfile(REPO / lock, tree / lock)
+    (tree / "clients/node/package.json").write_text(json.dumps({**package, "version": "0.1.0"}))
+    wanted = module.npm_version(taskfleet.__version__)
+    assert module.version_disagreements(tree) == [
+        f"clients/node/package.json says 0.1.0, not {wanted} "
+        f"(worker-image/taskfleet/_version.py says {taskfleet.__version__})"
+    ]
+    chart = tree / "charts/taskfleet/Chart.yaml"
+    chart.write_text(chart.read_text().replace("version: 0.0.0-dev", "version: 0.2.0"))
+    assert len(module.version_disagreements(tree)) == 2
+    assert (
+        "charts/taskfleet/Chart.yaml says {'version': '0.2.0', 'appVersion': 'dev'}"
+        in (module.version_disagreements(tree)[1])
+    )
+
+
+@pytest.fixture(scope="module")
+def release_0_3_0(clones: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`make release VERSION=0.3.0` without images (nor install.yaml, which pins them)."""
+    out = tmp_path_factory.mktemp("release-0.3.0") / "dist"
+    done = release(clones[0], "build", "0.3.0", "--only", "python,npm,chart", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_a_release_of_0_3_0_writes_0_3_0_into_every_artefact(release_0_3_0: Path) -> None:
+    dist = release_0_3_0
+    assert sorted(p.name for p in dist.iterdir()) == [
+        "SHA256SUMS",
+        "taskfleet-0.3.0-py3-none-any.whl",
+        "taskfleet-0.3.0.tar.gz",
+        "taskfleet-0.3.0.tgz",
+        "taskfleet-node-0.3.0.tgz",
+        "taskfleet_operator-0.3.0-py3-none-any.whl",
+        "taskfleet_operator-0.3.0.tar.gz",
+    ]
+    for wheel in dist.glob("*.whl"):
+        assert "Version: 0.3.0" in metadata(wheel).splitlines(), wheel.name
+    with tarfile.open(dist / "taskfleet-node-0.3.0.tgz") as packed:
+        manifest = json.load(packed.extractfile("package/package.json"))  # type: ignore[arg-type]
+        names = packed.getnames()
+    assert (manifest["name"], manifest["version"]) == ("taskfleet", "0.3.0")
+    assert "package/dist/src/index.js" in names and "package/bundle/manifest.json" in names
+    with tarfile.open(dist / "taskfleet-0.3.0.tgz") as chart:
+        text = chart.extractfile("taskfleet/Chart.yaml").read().decode()  # type: ignore[union-attr]
+    found = dict(re.findall(r"^(version|appVersion): \"?([^\"\n]+)\"?$", text, re.M))
+    assert found == {"version": "0.3.0", "appVersion": "0.3.0"}
+    assert release(REPO, "verify", "0.3.0", "--dist", str(dist)).returncode == 0
+
+
+def test_verify_finds_an_npm_package_of_another_version(
+    release_0_3_0: Path, tmp_path: Path
+) -> None:
+    dist = tmp_path / "dist"
+    shutil.copytree(release_0_3_0, dist)
+    (dist / "taskfleet-node-0.3.0.tgz").unlink()
+    (dist / "SHA256SUMS").write_text(
+        "".join(
+            line + "\n"
+            for line in (dist / "SHA256SUMS").read_text().splitlines()
+            if "taskfleet-node-" not in line
+        )
+    )
+    assert release(REPO, "verify", "0.3.0", "--dist", str(dist)).returncode == 0
+    packed = tmp_path / "package"
+    (packed / "package").mkdir(parents=True)
+    (packed / "package/package.json").write_text('{"name": "taskfleet", "version": "0.2.0"}')
+    with tarfile.open(dist / "taskfleet-node-0.3.0.tgz", "w:gz") as archive:
+        archive.add(packed / "package", arcname="package")
+    done = release(REPO, "verify", "0.3.0", "--dist", str(dist))
+    assert done.returncode == 1
+    assert "taskfleet-node-0.3.0.tgz: package.json says 0.2.0, not 0.3.0" in done.stderr
+
+
 @pytest.mark.apiserver
 def test_the_operator_names_its_version_when_it_starts(operator_process: OperatorProcess) -> None:
     line = f"taskfleet-operator {taskfleet.__version__} starting, watching all namespaces"
@@ -247,7 +341,7 @@ def test_release_versions_map_to_their_python_spelling(monkeypatch: pytest.Monke
 
 def test_unknown_stages_and_an_install_without_images_are_refused(tmp_path: Path) -> None:
     for only, wanted in (
-        ("python,wheels", "--only takes stages among python, images, chart, install"),
+        ("python,wheels", "--only takes stages among python, npm, images, chart, install"),
         ("install", "--only install needs images"),
     ):
         done = release(REPO, "build", "1.0.0", "--only", only, "--out", str(tmp_path / "d"))

@@ -7,4 +7,4 @@ stamps the released version into the copy of the tree it builds from (release/re
 never into this file.
 """
 
-__version__ = "0.2.0.dev0"
+__version__ = "0.3.0.dev0"

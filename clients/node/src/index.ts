@@ -13,7 +13,7 @@
  */
 
 export { Queue, type EnqueueCallOptions, type EnqueueResult, type QueueOptions, type Stats } from "./queue.js";
-export { WORKER_LEVEL, olderWorkers, olderWorkersNote, type WorkerInfo } from "./workers.js";
+export { CURRENT_LEVEL, WORKER_LEVEL, olderWorkers, olderWorkersNote, type WorkerInfo } from "./workers.js";
 export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
 export type { FlowControlOptions } from "./flowcontrol.js";
 export { Flow, chain, chord, group, type FlowIds, type FlowOutcome, type FlowPart, type FlowRecord } from "./flows.js";

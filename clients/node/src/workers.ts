@@ -8,13 +8,21 @@
 
 /**
  * What a worker of this release serves, as its record's `level` says (Python's
- * `records.WORKER_LEVEL`): 2 also serves flows, groups, claim pauses and spend budgets. A
- * record without a level is a worker of taskfleet 0.1.x: level 1, plain and named tasks.
+ * `records.WORKER_LEVEL`). A record without a level is a worker of taskfleet 0.1.x: level
+ * 1, plain and named tasks. 2 (0.2) also serves flows, groups, claim pauses and spend
+ * budgets. 3 (0.3) takes the claim record agreed at register; a level-2 worker is still
+ * sent the form it reads, so nothing is refused to it.
  */
-export const WORKER_LEVEL = 2;
+export const WORKER_LEVEL = 3;
 
-/** The release each level older than this one's is: what a reader names it. */
-const RELEASE_OF_LEVEL: Readonly<Record<number, string>> = { 1: "0.1.x" };
+/**
+ * The lowest level a reader takes as current (Python's `records.CURRENT_LEVEL`): a live
+ * worker below it is older, and the features it lacks are refused while it serves.
+ */
+export const CURRENT_LEVEL = 2;
+
+/** The release each level below `WORKER_LEVEL` is: what a reader names it. */
+const RELEASE_OF_LEVEL: Readonly<Record<number, string>> = { 1: "0.1.x", 2: "0.2.x" };
 /** Older workers a note names; the rest are counted. */
 const OLDER_NAMED = 3;
 
@@ -78,12 +86,12 @@ export function workerInfo(pod: string, text: string, nowMs: number, ttlMs: numb
 }
 
 /**
- * The live workers (by name, sorted) of a level below this release's `WORKER_LEVEL`: what
- * they do not serve (flows, groups, claim pauses, spend budgets) goes wrong silently.
+ * The live workers (by name, sorted) of a level below `CURRENT_LEVEL`: what they do not
+ * serve (flows, groups, claim pauses, spend budgets) goes wrong silently.
  */
 export function olderWorkers(found: Iterable<WorkerInfo>): string[] {
   const names: string[] = [];
-  for (const w of found) if (w.alive && w.level < WORKER_LEVEL) names.push(w.pod);
+  for (const w of found) if (w.alive && w.level < CURRENT_LEVEL) names.push(w.pod);
   return names.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
 }
 

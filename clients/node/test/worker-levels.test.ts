@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, afterEach, before, beforeEach, describe, it } from "node:test";
 
-import { Queue, WORKER_LEVEL, olderWorkers, olderWorkersNote } from "../src/index.js";
+import { CURRENT_LEVEL, Queue, WORKER_LEVEL, olderWorkers, olderWorkersNote } from "../src/index.js";
 import { Broker } from "../src/worker/broker.js";
 import { RedisServer } from "./redis.js";
 
@@ -38,7 +38,7 @@ describe("the workers' levels", () => {
     await queue.client.hset(workers, "old-pod", olderRecord(now));
     await queue.client.hset(workers, "odd-pod", olderRecord(now, { level: "two" }));
     await queue.client.hset(workers, "gone-pod", olderRecord(now - 120_000)); // silent for longer than a lease
-    await queue.client.hset(workers, "text-pod", olderRecord(now, { level: "2" }));
+    await queue.client.hset(workers, "text-pod", olderRecord(now, { level: "2" })); // a 0.2 worker: current
 
     const found = await queue.workers();
     assert.deepEqual(
@@ -51,7 +51,7 @@ describe("the workers' levels", () => {
         ["text-pod", 2, true],
       ],
     );
-    assert.equal(WORKER_LEVEL, 2);
+    assert.deepEqual([WORKER_LEVEL, CURRENT_LEVEL], [3, 2]);
     const older = olderWorkers(found);
     assert.deepEqual(older, ["odd-pod", "old-pod"]);
     assert.equal(

@@ -27,7 +27,7 @@ from taskfleet.cli.queue_commands import open_queue
 from taskfleet.producer.reading import older_note
 from taskfleet.protocol import bounds
 from taskfleet.protocol.calls import run
-from taskfleet.protocol.records import WORKER_LEVEL
+from taskfleet.protocol.records import CURRENT_LEVEL
 from taskfleet.protocol.redisurl import redact_redis_url
 
 STATES = ("pending", "delayed", "running", "waiting", "done", "dead", "cancelled")
@@ -425,7 +425,7 @@ def workers(queue: str, as_json: bool, redis_url: str) -> None:
     for row in rows:
         state = "draining" if row["draining"] else ("alive" if row["alive"] else "silent")
         holds = ",".join(row["holds"]) or "-"
-        level = f"level {row['level']}" + (" (0.1.x)" if row["level"] < WORKER_LEVEL else "")
+        level = f"level {row['level']}" + (" (0.1.x)" if row["level"] < CURRENT_LEVEL else "")
         # held slots: calls given up on that still run (the worker can take that many fewer)
         kept = f"  held {row['held']}" if row["held"] else ""
         line = (

@@ -43,7 +43,7 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
 
     from taskfleet.producer.overview import rate
     from taskfleet.producer.reading import older_note
-    from taskfleet.protocol.records import WORKER_LEVEL
+    from taskfleet.protocol.records import CURRENT_LEVEL
 
     queues = Table(title="taskfleet top  (q quits)", title_justify="left", expand=False)
     shown = ("pending", "delayed", "running", "dead")
@@ -73,7 +73,7 @@ def render(views: list[QueueView], before: dict[str, QueueView]) -> Any:
                 state = "draining" if w.draining else "running"
                 age = _age(w.heartbeat_age_s)
                 level = Text(str(w.level))
-                if w.level < WORKER_LEVEL:  # a 0.1.x worker: see the line under the table
+                if w.level < CURRENT_LEVEL:  # a 0.1.x worker: see the line under the table
                     level = Text(f"{w.level} (0.1.x)", style="red")
                 pod = terminal_safe(w.pod)
                 # slots kept by calls given up on that still run: red, it can't use them

@@ -13,8 +13,7 @@ from urllib.parse import quote
 from taskfleet.producer import reading
 from taskfleet.producer.flowtree import fraction
 from taskfleet.producer.overview import WorkerView
-from taskfleet.producer.reading import RELEASE_OF_LEVEL
-from taskfleet.protocol.records import WORKER_LEVEL
+from taskfleet.protocol.records import CURRENT_LEVEL, RELEASE_OF_LEVEL
 
 __all__ = [
     "age",
@@ -90,8 +89,8 @@ def url_part(value: str) -> str:
 
 
 def older(level: int) -> bool:
-    """Whether a worker of ``level`` is of an older release than this one's."""
-    return level < WORKER_LEVEL
+    """Whether a worker of ``level`` misses features this release's producers may use."""
+    return level < CURRENT_LEVEL
 
 
 def level(value: int) -> str:

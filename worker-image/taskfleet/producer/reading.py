@@ -14,10 +14,8 @@ from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.reads import QueueReads, Workers
-from taskfleet.protocol.records import WORKER_LEVEL
+from taskfleet.protocol.records import CURRENT_LEVEL, RELEASE_OF_LEVEL
 
-#: The release each level older than this one's is: what a reader names it.
-RELEASE_OF_LEVEL = {1: "0.1.x"}
 #: Older workers a note names; the rest are counted.
 OLDER_NAMED = 3
 
@@ -98,15 +96,15 @@ class Leveled(Protocol):
 
 
 def older_workers(found: Iterable[Leveled]) -> list[str]:
-    """The live workers (by name) of a level below this release's ``WORKER_LEVEL``: what
-    they do not serve (flows, groups, claim pauses, spend budgets) goes wrong silently."""
-    return sorted(w.pod for w in found if w.alive and w.level < WORKER_LEVEL)
+    """The live workers (by name) of a level below ``CURRENT_LEVEL``: what they do not
+    serve (flows, groups, claim pauses, spend budgets) goes wrong silently."""
+    return sorted(w.pod for w in found if w.alive and w.level < CURRENT_LEVEL)
 
 
 def older_note(found: Iterable[Leveled]) -> str:
     """``older_workers_note`` for the older live workers among ``found`` (their lowest
     level), or "" when there are none."""
-    older = [w for w in found if w.alive and w.level < WORKER_LEVEL]
+    older = [w for w in found if w.alive and w.level < CURRENT_LEVEL]
     if not older:
         return ""
     return older_workers_note(sorted(w.pod for w in older), min(w.level for w in older))

@@ -24,7 +24,9 @@ from taskfleet.protocol.defaults import CONFIG_DEFAULTS
 __all__ = [
     "BUCKET_FIELDS",
     "CONFIG_FIELDS",
+    "CURRENT_LEVEL",
     "DEFAULT_LEASE_TTL_S",
+    "RELEASE_OF_LEVEL",
     "SCHEDULE_FIELDS",
     "TASK_FIELDS",
     "WORKER_FIELDS",
@@ -83,9 +85,16 @@ WORKER_FIELDS: tuple[str, ...] = (
 #: ``level`` (``worker_record.lua`` writes the same number). A record without it is a
 #: worker of 0.1.x: level 1, plain and named tasks only. Level 2 (0.2) also serves flows,
 #: groups, claim pauses and spend budgets, which a level-1 worker would mishandle without
-#: an error; a feature needing a level is refused while a live worker of a lower level
-#: serves the queue (docs/compatibility.md).
-WORKER_LEVEL = 2
+#: an error. Level 3 (0.3) takes the claim record agreed at register: a level-2 worker
+#: registers level 2 and is still sent the form it reads, so level 3 adds nothing a
+#: producer must refuse to it (docs/compatibility.md).
+WORKER_LEVEL = 3
+#: The lowest level a reader takes as current: a worker at it serves every feature this
+#: release's producers can start using. A live worker below it is older: those features
+#: are refused while it serves the queue (``older_worker.lua``), and readers flag it.
+CURRENT_LEVEL = 2
+#: The release each level below ``WORKER_LEVEL`` is: what a reader names it.
+RELEASE_OF_LEVEL: dict[int, str] = {1: "0.1.x", 2: "0.2.x"}
 #: A schedule's hash (``schedules.Schedule`` reads it).
 SCHEDULE_FIELDS: tuple[str, ...] = (
     "name",

@@ -185,8 +185,9 @@ end
 -- an error), or nil. Live as readers judge it (records.WorkerRecord.alive): its heartbeat
 -- within one lease TTL of now. A record that is not a JSON object is nobody's: skipped.
 -- Called only by a call that uses one of those features, never on a plain path. A record
--- that says '"level":2' (as worker_record writes it; JSON escapes any quote inside a
--- string, so no value can hold those characters) is not decoded.
+-- that says '"level":' then a digit from 2 to 9 (as worker_record writes it, 3 from 0.3.0,
+-- 2 before; JSON escapes any quote inside a string, so no value can hold those characters)
+-- is not decoded. Level 3 adds nothing refused to a level-2 worker (records.CURRENT_LEVEL).
 -- A check that finds none sets K_LEVELS for LEVELS_MS: the calls of the next second skip
 -- it (a grouped enqueue would otherwise read every worker record each time). A 0.1.x
 -- worker that registers within that second is found by the first check after it.
@@ -197,7 +198,7 @@ local function older_worker(now)
   local flat = redis.call('HGETALL', K_WORKERS)
   for i = 1, #flat, 2 do
     local raw = flat[i + 1]
-    if not string.find(raw, '"level":2', 1, true) then
+    if not string.find(raw, '"level":[2-9]') then
       local ok, w = pcall(cjson.decode, raw)
       if ok and type(w) == 'table' and (tonumber(w.level) or 1) < 2
         and (tonumber(w.heartbeat_ms) or -math.huge) >= live_from then

@@ -8,7 +8,7 @@ local function worker_record(incarnation, now, inflight, concurrency, draining, 
     inflight = tonumber(inflight) or 0,
     concurrency = tonumber(concurrency) or 0,
     draining = draining == '1',
-    level = 2,
+    level = 3,
   }
   if host ~= nil and host ~= '' then record.host = host end
   local kept = tonumber(held)
