@@ -122,8 +122,9 @@ def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> Non
     plan = FirePlan("s", "3", 60, [60, 120], 0, None, 0)
     definition = ScheduleDef(name="s", cron="* * * * *", payload="{}")
     built: list[tuple[Op[Any], tuple[int, int]]] = [
-        (ops.enqueue([task, task]), (2, 11)),
-        (ops.enqueue([task], "base", "00-trace"), (1, 11)),
+        (ops.enqueue([task, task]), (2, 8)),
+        (ops.enqueue([task], "base", "00-trace"), (1, 8)),
+        (ops.enqueue([task._replace(group="g")], "base", "00-trace"), (1, 11)),
         (ops.claim("p", "i", 4, "base", 100, idle_ms=5, prefetch=1), (0, 0)),
         (ops.extend("p", "i", [("t", "k")], inflight=1, draining=False, concurrency=2), (1, 2)),
         (ops.complete([("t", "k", None)]), (1, 3)),
