@@ -585,8 +585,8 @@ function isPlain(r: TaskRecord): boolean {
 
 /** A plain task's fields as enqueue_plain's records name them. */
 function plainRecord(r: TaskRecord): Readonly<Record<string, string | number>> {
-  const { after: _after, on_dep_fail: _onDepFail, group: _group, ...plain } = r;
-  return plain;
+  const { task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s } = r;
+  return { task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s };
 }
 
 /** enqueue_plain's [0]: nothing stored, an idle worker waits for the hand-off enqueue makes. */
