@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shlex
 import subprocess
@@ -10,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import redis
-from taskfleet import Queue
+from taskfleet import AsyncQueue, Queue
 from taskfleet.protocol.bundle import manifest
 from taskfleet.protocol.keys import QueueKeys
 
@@ -129,3 +130,20 @@ def test_a_plain_enqueue_with_an_idle_worker_is_handed_to_it_through_the_whole_e
     assert stored is not None and stored.state.value == "running"
     assert queue.client.llen(QueueKeys("jobs").wake(worker.pod)) == 1
     assert queue.stats()["enqueued"] == 2
+
+
+def test_an_async_plain_enqueue_with_an_idle_worker_is_handed_to_it_too(
+    redis_url: str, make_broker: MakeBroker, queue: Queue
+) -> None:
+    worker = make_broker("jobs")
+    worker.register(1)
+    assert worker.claim(1, idle_ms=60_000).tasks == []
+
+    async def enqueue() -> str:
+        async with AsyncQueue("jobs", redis_url) as aq:
+            return await aq.enqueue({"n": 1})
+
+    task_id = asyncio.run(enqueue())
+    stored = queue.get(task_id)
+    assert stored is not None and stored.state.value == "running"
+    assert queue.client.llen(QueueKeys("jobs").wake(worker.pod)) == 1
