@@ -297,7 +297,8 @@ def _packed_one(task: EnqueueArgs, token_base: str) -> bytes | None:
 #: and a ``PlainTask``'s fields after priority at their defaults, packed once.
 _PLAIN_ONE = wire.packed_args((1, 1, ""))
 _PLAIN_DEFAULTS_PACKED = wire.packed_args(_DEFAULTS[:5])
-#: Fields of ``EnqueueTask`` that ``PlainTask`` leaves out: a task with any is no plain one.
+#: How many of ``EnqueueTask``'s fields ``PlainTask`` keeps; a task with any of the others
+#: (after, on_dep_fail, group) is no plain one.
 _PLAIN = len(PlainTask._fields)
 assert EnqueueTask._fields[:_PLAIN] == PlainTask._fields
 
