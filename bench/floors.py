@@ -18,12 +18,15 @@ calls of each kind from one client:
   pays for a round trip;
 - ``taskfleet enqueue``: ``Queue.enqueue`` of an empty payload;
 - ``redis-py connection, script``: the enqueue's ``EVALSHA`` (below) on that connection:
-  ``Queue.enqueue`` without its Python before the call;
+  ``Queue.enqueue`` without its Python before the call (a plain task: ``enqueue_plain``,
+  given the keys it uses);
+- ``redis-py conn., whole enqueue``: the same task sent to the ``enqueue`` script
+  (flows, groups, parents; its own keys), as a task with any of those options is;
 - ``python, asynq's script``: asynq's own enqueue script (its two keys, a new task id and
   a message of about its size each call) sent from Python on that connection: the least a
   Python producer pays for an enqueue that does no more in Redis than asynq's;
 - ``python socket, enqueue script``: the same enqueue's ``EVALSHA`` (the committed
-  script, the queue's keys, the arguments ``Queue.enqueue`` sends) written and read on a
+  script, its keys, the arguments ``Queue.enqueue`` sends) written and read on a
   plain socket: what a Python producer of this protocol pays with no library around the
   call, its script included;
 - ``asynq enqueue``: ``client.Enqueue`` of asynq's no-op task (``asynqbench``);
@@ -135,15 +138,17 @@ def _redis_py_rows(url: str, n: int, rpid: int) -> tuple[Row, Row]:
         client.close()
 
 
-def _connection_rows(url: str, n: int, rpid: int) -> tuple[Row, Row, Row]:
-    """``RPUSH``, the enqueue's ``EVALSHA``, then asynq's enqueue script, as packed commands
-    on one of redis-py's pooled connections (``wire.Connections``): the transport
-    ``Queue.enqueue`` sends on, without the queue's Python before the call."""
+def _connection_rows(url: str, n: int, rpid: int) -> tuple[Row, Row, Row, Row]:
+    """``RPUSH``, the enqueue's ``EVALSHA`` (enqueue_plain, then the whole enqueue), then
+    asynq's enqueue script, as packed commands on one of redis-py's pooled connections
+    (``wire.Connections``): the transport ``Queue.enqueue`` sends on, without the queue's
+    Python before the call."""
     from taskfleet.protocol import bundle, wire
     from taskfleet.protocol.keys import QueueKeys
 
     client = redis.Redis.from_url(url)
     try:
+        client.script_load(bundle.source("enqueue_plain"))
         client.script_load(bundle.source("enqueue"))
         conns = wire.Connections(client)
         conns.call(RPUSH)
@@ -153,15 +158,26 @@ def _connection_rows(url: str, n: int, rpid: int) -> tuple[Row, Row, Row]:
                 conns.call(RPUSH)
 
         trivial = _own(rpush, n, rpid)
-        head = wire.Head(bundle.manifest()["scripts"]["enqueue"]["sha1"],
-                         QueueKeys("floors-conn").script_keys)  # fmt: skip
+        keys = QueueKeys("floors-conn")
+        plain = wire.Head(bundle.manifest()["scripts"]["enqueue_plain"]["sha1"],
+                          keys.script("enqueue_plain"))  # fmt: skip
 
         def enqueue() -> None:
             for i in range(n):
-                if conns.call(head.command((*_BEFORE, f"conn-{i}", *_AFTER)))[0] != 1:
-                    raise RuntimeError("the enqueue script refused the call")
+                call = plain.command((*_PLAIN_BEFORE, f"conn-{i}", *_PLAIN_AFTER))
+                if conns.call(call)[0] != 1:
+                    raise RuntimeError("the enqueue_plain script refused the call")
 
         script = _own(enqueue, n, rpid)
+        whole = wire.Head(bundle.manifest()["scripts"]["enqueue"]["sha1"],
+                          keys.script("enqueue"))  # fmt: skip
+
+        def enqueue_whole() -> None:
+            for i in range(n):
+                if conns.call(whole.command((*_BEFORE, f"whole-{i}", *_AFTER)))[0] != 1:
+                    raise RuntimeError("the enqueue script refused the call")
+
+        full = _own(enqueue_whole, n, rpid)
         asynq_sha = client.script_load(ASYNQ_ENQUEUE)
 
         def asynq_script() -> None:
@@ -172,7 +188,7 @@ def _connection_rows(url: str, n: int, rpid: int) -> tuple[Row, Row, Row]:
                 if conns.call(call) != 1:
                     raise RuntimeError("asynq's enqueue script refused the call")
 
-        return trivial, script, _own(asynq_script, n, rpid)
+        return trivial, script, _own(asynq_script, n, rpid), full
     finally:
         client.close()
 
@@ -200,6 +216,10 @@ ASYNQ_MESSAGE = b"\n\x04noop\x1a$" + b"0" * 36 + b'"\x07default(\x19@\x88\x0e'
 # group), as Queue.enqueue sends them for an empty payload.
 _BEFORE = (1, "0123456789abcdef", 100, "", "", "", "")
 _AFTER = ("{}", 0, 0, "", "", 1, "", "", "", "")
+# EnqueuePlain (n, hand_off, trace) and one PlainTask (id .. timeout_s): what Queue.enqueue
+# sends for such a task.
+_PLAIN_BEFORE = (1, 1, "")
+_PLAIN_AFTER = ("{}", 0, 0, "", "", 1, "")
 
 
 def _enqueue_row(url: str, n: int, rpid: int) -> Row:
@@ -220,16 +240,16 @@ def _socket_enqueue_row(url: str, n: int, rpid: int) -> Row:
     from taskfleet.protocol import bundle, wire
     from taskfleet.protocol.keys import QueueKeys
 
-    sha = bundle.manifest()["scripts"]["enqueue"]["sha1"]
-    head = wire.Head(sha, QueueKeys("floors-raw").script_keys)
+    sha = bundle.manifest()["scripts"]["enqueue_plain"]["sha1"]
+    head = wire.Head(sha, QueueKeys("floors-raw").script("enqueue_plain"))
     with _plain_socket(url) as s:
         admin = redis.Redis.from_url(url)
-        admin.script_load(bundle.source("enqueue"))
+        admin.script_load(bundle.source("enqueue_plain"))
         admin.close()
 
         def run() -> None:
             for i in range(n):
-                s.sendall(head.command((*_BEFORE, f"raw-{i}", *_AFTER)))
+                s.sendall(head.command((*_PLAIN_BEFORE, f"raw-{i}", *_PLAIN_AFTER)))
                 if not s.recv(256).startswith(b"*2"):
                     raise RuntimeError("the enqueue script refused the call")
 
@@ -299,10 +319,11 @@ def main(argv: list[str] | None = None) -> int:
             go = _go_rows(url, args.n, rpid)
             if go is not None:
                 found["go-redis RPUSH"] = go[0]
-            conn_rpush, conn_enqueue, conn_asynq = _connection_rows(url, args.n, rpid)
+            conn_rpush, conn_enqueue, conn_asynq, conn_whole = _connection_rows(url, args.n, rpid)
             found["redis-py connection, RPUSH"] = conn_rpush
             found["taskfleet Queue.enqueue"] = _enqueue_row(url, args.n, rpid)
             found["redis-py connection, script"] = conn_enqueue
+            found["redis-py conn., whole enqueue"] = conn_whole
             found["python, asynq's script"] = conn_asynq
             found["python socket, enqueue script"] = _socket_enqueue_row(url, args.n, rpid)
             if go is not None:
@@ -363,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"asynq's own enqueue script from Python on that connection: {lean['rate']:,.0f}/s"
         f" ({lean['cpu']:.0f} + {lean['redis']:.0f} us)"
+    )
+    whole = med["redis-py conn., whole enqueue"]
+    print(
+        f"Redis CPU of a plain enqueue: {script['redis'] / lean['redis']:.2f}x asynq's script"
+        f" from that connection, {script['redis'] / whole['redis']:.2f}x the whole enqueue"
+        " script's for the same task"
     )
     if "asynq Client.Enqueue" in med:
         go = med["asynq Client.Enqueue"]

@@ -107,8 +107,9 @@ class Manifest:
         base: bytes = (self.key_prefix.replace("%QUEUE%", queue) + spec["suffix"]).encode()
         return base + (id_ or b"")
 
-    def script_keys(self, queue: str) -> list[bytes]:
-        return [self.key(queue, k["name"]) for k in self.keys]
+    def script_keys(self, queue: str, script: str) -> list[bytes]:
+        """KEYS of a call of ``script``: the keys it uses, in its ``uses_keys`` order."""
+        return [self.key(queue, name) for name in self.scripts[script]["uses_keys"]]
 
 
 @dataclass(frozen=True)

@@ -309,7 +309,7 @@ def _evalsha(
     client: redis.Redis, manifest: Manifest, case: Case, step: Step, captures: dict[str, Any]
 ) -> Any:
     script = manifest.scripts[step.body["call"]]
-    keys = manifest.script_keys(case.queue)
+    keys = manifest.script_keys(case.queue, step.body["call"])
     argv = call_argv(manifest, step, captures)
     reply = _command(client, "EVALSHA", script["sha1"], len(keys), *keys, *argv)
     if isinstance(reply, ErrorReply) and reply.message.startswith("NOSCRIPT"):

@@ -18,7 +18,7 @@ from taskfleet.protocol import bounds
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidArgument
-from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
+from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.records import text
 from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND, Op, Ops, SyncScripts
 from taskfleet.protocol.tasks import TaskState
@@ -231,9 +231,9 @@ def test_a_release_of_thousands_of_tasks_never_runs_one_long_script(
         redis_client.config_set("slowlog-log-slower-than", 10_000)
         redis_client.config_set("slowlog-max-len", 128)
         redis_client.slowlog_reset()
-    # EVALSHA sha numkeys, its keys (a queue's script keys), two arguments a task, a few more
+    # EVALSHA sha numkeys, its keys (those release uses), two arguments a task, a few more
     assert len(calls) >= total // bounds.MAX_BATCH
-    keys = len(SCRIPT_KEYS)
+    keys = len(QueueKeys("jobs").script("release"))
     assert max(calls) <= 3 + keys + 2 * bounds.MAX_BATCH + 8, max(calls)
     assert queue.stats()["released"] == total
 
@@ -256,7 +256,7 @@ def test_fail_caps_any_retry_delay_it_is_sent_at_the_longest_delay_a_task_may_ha
     task_id = queue.enqueue({})
     [task] = make_broker("jobs").claim(1).tasks
     before = server_ms(redis_client)
-    keys = QueueKeys("jobs").script_keys
+    keys = QueueKeys("jobs").script("fail")
     op = Op("fail", keys, (task.id, task.token, "e", "1", "0", "", asked, 20), text)
     assert SyncScripts.for_client(redis_client).run(op) == "delayed"
     run_at = redis_client.hget(queue.keys.task(task_id), "run_at")

@@ -115,6 +115,28 @@ def _shape(op: Op[Any]) -> tuple[int, int]:
     return n, width
 
 
+def test_only_a_call_of_plain_tasks_goes_to_enqueue_plain_and_leaves_hand_offs_to_enqueue() -> None:
+    ops, keys = Ops(QueueKeys("jobs")), QueueKeys("jobs")
+    task = EnqueueArgs("t1", "{}", 0, 0, "", "", 1, "")
+    plain = ops.enqueue([task, task._replace(task_id="t2", delay_ms=5, deadline="9")], "base")
+    assert (plain.script, tuple(plain.keys)) == ("enqueue_plain", keys.script("enqueue_plain"))
+    assert list(plain.args[:3]) == [2, 1, ""]  # n, hand_off (a token base given), trace
+    assert ops.enqueue([task]).args[1] == 0  # no token base: no hand-off
+    # enqueue_plain's [0] (an idle worker waits): the same tasks go to enqueue, handed over
+    assert plain.instead([1, 1, 1]) is None
+    whole = plain.instead([0])
+    assert whole is not None and whole.script == "enqueue"
+    assert tuple(whole.keys) == keys.script("enqueue") and whole.args[1] == "base"
+    for other in (
+        ops.enqueue([task._replace(group="g")]),
+        ops.enqueue([task._replace(after='["t0"]')]),
+        ops.enqueue([task._replace(on_dep_fail="ignore")]),
+        ops.enqueue([task], flow="t1"),
+        ops.enqueue([task], parent=("p", "tok")),
+    ):
+        assert (other.script, other.fallback) == ("enqueue", None)
+
+
 def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> None:
     keys = QueueKeys("jobs")
     ops, control, schedule = Ops(keys), ControlOps(keys), ScheduleOps(keys)
@@ -122,8 +144,9 @@ def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> Non
     plan = FirePlan("s", "3", 60, [60, 120], 0, None, 0)
     definition = ScheduleDef(name="s", cron="* * * * *", payload="{}")
     built: list[tuple[Op[Any], tuple[int, int]]] = [
-        (ops.enqueue([task, task]), (2, 11)),
-        (ops.enqueue([task], "base", "00-trace"), (1, 11)),
+        (ops.enqueue([task, task]), (2, 8)),
+        (ops.enqueue([task], "base", "00-trace"), (1, 8)),
+        (ops.enqueue([task._replace(group="g")], "base", "00-trace"), (1, 11)),
         (ops.claim("p", "i", 4, "base", 100, idle_ms=5, prefetch=1), (0, 0)),
         (ops.extend("p", "i", [("t", "k")], inflight=1, draining=False, concurrency=2), (1, 2)),
         (ops.complete([("t", "k", None)]), (1, 3)),

@@ -60,8 +60,7 @@ class Protocol:
         self.client = client
         self.manifest: dict[str, Any] = json.loads((BUNDLE / "manifest.json").read_text())
         prefix = self.manifest["key_prefix"].replace("%QUEUE%", queue)
-        # every script gets every key, in manifest order; a prefix key as the prefix
-        self.keys = [prefix + key["suffix"] for key in self.manifest["keys"]]
+        # a prefix key as the prefix
         self.key = {key["name"]: prefix + key["suffix"] for key in self.manifest["keys"]}
         self.sha: dict[str, str] = {}
 
@@ -104,9 +103,9 @@ class Protocol:
         if name not in self.sha:
             self.load(name)
         argv = self.argv(name, args, records)
-        return self.client.execute_command(
-            "EVALSHA", self.sha[name], len(self.keys), *self.keys, *argv
-        )
+        # a script gets the keys it uses, in its uses_keys order
+        keys = [self.key[k] for k in self.manifest["scripts"][name]["uses_keys"]]
+        return self.client.execute_command("EVALSHA", self.sha[name], len(keys), *keys, *argv)
 
     def task(self, task_id: str) -> dict[str, str]:
         raw = self.client.hgetall(self.key["task"] + task_id)

@@ -11,7 +11,7 @@ import redis
 import redis.asyncio
 from pydantic import ValidationError
 from taskfleet import Broker, Queue, QueueConfig, TaskState
-from taskfleet.protocol.bundle import NAMES, source
+from taskfleet.protocol.bundle import NAMES, manifest, source
 from taskfleet.protocol.errors import InvalidPayload
 from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
 
@@ -51,13 +51,16 @@ def test_scripts_never_spell_a_key_name_themselves() -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_prelude_binds_each_key_a_script_uses_at_its_place_in_script_keys(name: str) -> None:
+def test_prelude_binds_only_the_keys_a_script_uses_in_its_uses_keys_order(name: str) -> None:
     text = source(name)
-    bound = dict(re.findall(r"^local K_([A-Z_]+) = KEYS\[(\d+)\]$", text, re.M))
-    for key, index in bound.items():
-        assert SCRIPT_KEYS[int(index) - 1] == key.lower()
+    bound = re.findall(r"^local K_([A-Z_]+) = KEYS\[(\d+)\]$", text, re.M)
+    uses = manifest()["scripts"][name]["uses_keys"]
+    assert [(k.upper(), str(i)) for i, k in enumerate(uses, start=1)] == bound
+    assert [k for k in SCRIPT_KEYS if k in uses] == uses
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
-    assert set(re.findall(r"\bK_([A-Z_]+)\b", code)) == set(bound)
+    assert set(re.findall(r"\bK_([A-Z_]+)\b", code)) == {k for k, _ in bound}
+    keys = QueueKeys("jobs")
+    assert keys.script(name) == tuple(keys.script_keys[SCRIPT_KEYS.index(k)] for k in uses)
 
 
 def test_every_key_of_a_queue_shares_its_hash_tag() -> None:

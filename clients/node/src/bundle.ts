@@ -41,13 +41,14 @@ export interface RepeatedDecl {
 export interface ScriptDecl {
   readonly file: string;
   readonly sha1: string;
-  readonly uses_keys?: readonly string[];
+  /** The keys the script uses: a call's KEYS, in this order, and no other. */
+  readonly uses_keys: readonly string[];
   readonly args: readonly ArgDecl[];
   readonly repeated: RepeatedDecl | null;
   readonly reply?: string;
 }
 
-/** One key of a queue, in KEYS order (every script receives all of them). */
+/** One key of a queue (a script receives those of its `uses_keys`). */
 export interface KeyDecl {
   readonly name: string;
   readonly suffix: string;
@@ -231,7 +232,12 @@ export function checkManifest(raw: unknown): Manifest {
       }
       repeated = { count: s.repeated.count, fields: checkArgs(`${name}.repeated.fields`, s.repeated.fields) };
     }
-    scripts[name] = { file: s.file, sha1: s.sha1, args: checkArgs(`${name}.args`, s.args), repeated };
+    const known = new Set(keys.map((k) => k.name));
+    const uses = s.uses_keys;
+    if (!Array.isArray(uses) || !uses.every((k): k is string => typeof k === "string" && known.has(k))) {
+      throw new ProtocolError(`manifest: script ${name}'s uses_keys must list keys of the manifest`);
+    }
+    scripts[name] = { file: s.file, sha1: s.sha1, uses_keys: uses, args: checkArgs(`${name}.args`, s.args), repeated };
   }
   return { protocol: raw.protocol, key_prefix: raw.key_prefix, keys, scripts };
 }

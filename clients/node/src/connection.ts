@@ -18,6 +18,7 @@ import calculateSlot from "cluster-key-slot";
 import { Cluster, Redis } from "ioredis";
 
 import type { Bundle } from "./bundle.js";
+import type { QueueKeys } from "./keys.js";
 import { ProtocolError } from "./errors.js";
 import type { ParsedRedisURL } from "./redisurl.js";
 
@@ -76,9 +77,13 @@ export class Scripts {
   /** `[sha1, numkeys, ...keys]` of each script and key list, made once (a call adds its argv). */
   private readonly heads = new Map<string, { keys: readonly string[]; head: readonly (string | number | Buffer)[] }>();
 
-  /** One call of `script`: EVALSHA, or EVAL with the bundle's bytes when the server lost it. */
-  async run(script: string, keys: readonly string[], argv: readonly (string | Buffer)[]): Promise<unknown> {
+  /**
+   * One call of `script` on `queue`'s keys (those the script uses: `QueueKeys.forScript`):
+   * EVALSHA, or EVAL with the bundle's bytes when the server lost it.
+   */
+  async run(script: string, queue: QueueKeys, argv: readonly (string | Buffer)[]): Promise<unknown> {
     const loaded = this.bundle.script(script);
+    const keys = queue.forScript(script);
     let cached = this.heads.get(script);
     if (cached?.keys !== keys) {
       cached = { keys, head: [loaded.sha1, keys.length, ...keys] };
@@ -99,12 +104,13 @@ export class Scripts {
    */
   async runAndWait(
     script: string,
-    keys: readonly string[],
+    queue: QueueKeys,
     argv: readonly (string | Buffer)[],
     replicas: number,
     timeoutMs: number,
   ): Promise<[unknown, number]> {
     const loaded = this.bundle.script(script);
+    const keys = queue.forScript(script);
     const send = async (command: "EVALSHA" | "EVAL"): Promise<[Error | null, unknown][]> => {
       const head = command === "EVALSHA" ? loaded.sha1 : loaded.source;
       const pipe = this.client.pipeline();

@@ -156,7 +156,7 @@ export async function cancelGroup(c: Control, group: string): Promise<Partial<Re
 /** One cancel script call for `batch` (distinct ids, checked): what happened to each. */
 export async function cancelCall(c: Control, batch: readonly string[]): Promise<Record<string, CancelOutcome>> {
   const argv = c.bundle.pack("cancel", {}, batch.map((task_id) => ({ task_id })));
-  const raw = await c.scripts.run("cancel", c.keys.scriptKeys, argv);
+  const raw = await c.scripts.run("cancel", c.keys, argv);
   if (!Array.isArray(raw) || raw.length !== batch.length) {
     throw new ProtocolError(`cancel: unexpected reply ${JSON.stringify(raw)}`);
   }
@@ -175,7 +175,7 @@ export async function cancelCall(c: Control, batch: readonly string[]): Promise<
  */
 export async function retryFlowCall(c: Control, batch: readonly string[]): Promise<number> {
   const argv = c.bundle.pack("retry", { mode: "flow" }, batch.map((task_id) => ({ task_id })));
-  return swept("retry", await c.scripts.run("retry", c.keys.scriptKeys, argv))[0];
+  return swept("retry", await c.scripts.run("retry", c.keys, argv))[0];
 }
 
 interface Scan {
@@ -210,7 +210,7 @@ async function byIdsOrScan(
     for (let start = 0; start < all.length; start += ID_BATCH) {
       const records = all.slice(start, start + ID_BATCH).map((task_id) => ({ task_id }));
       const argv = c.bundle.pack(script, { ...head, mode: "ids" }, records);
-      total += swept(script, await c.scripts.run(script, c.keys.scriptKeys, argv))[0];
+      total += swept(script, await c.scripts.run(script, c.keys, argv))[0];
     }
     return total;
   }
@@ -226,7 +226,7 @@ async function byIdsOrScan(
       offset,
       bound: SCAN_BOUND,
     });
-    const [count, next]: [number, number | null] = swept(script, await c.scripts.run(script, c.keys.scriptKeys, argv));
+    const [count, next]: [number, number | null] = swept(script, await c.scripts.run(script, c.keys, argv));
     total += count;
     offset = next;
   }

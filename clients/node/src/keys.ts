@@ -1,7 +1,7 @@
 /**
  * The key names of one queue, from the bundle's manifest (`key_prefix` and `keys`): no
- * key name is spelt in this package, and every script receives all of them in the
- * manifest's order. Every key of a queue shares the hash tag `{<queue>}`, so a queue
+ * key name is spelt in this package, and a script receives only the keys it uses (its
+ * `uses_keys`, in that order: `forScript`). Every key of a queue shares the hash tag `{<queue>}`, so a queue
  * lives on one slot of a Redis Cluster.
  *
  * @module
@@ -30,9 +30,9 @@ export class QueueKeys {
   readonly queue: string;
   /** The prefix every key of the queue starts with. */
   readonly prefix: string;
-  /** KEYS of every script call, in the manifest's order. */
-  readonly scriptKeys: readonly string[];
   private readonly byName: ReadonlyMap<string, string>;
+  private readonly bundle: Bundle;
+  private readonly byScript = new Map<string, readonly string[]>();
 
   constructor(queue: string, bundle: Bundle) {
     this.queue = validateQueueName(queue);
@@ -40,7 +40,17 @@ export class QueueKeys {
     const byName = new Map<string, string>();
     for (const key of bundle.manifest.keys) byName.set(key.name, this.prefix + key.suffix);
     this.byName = byName;
-    this.scriptKeys = bundle.manifest.keys.map((k) => this.prefix + k.suffix);
+    this.bundle = bundle;
+  }
+
+  /** KEYS of a call of `script`: the keys it uses, in its `uses_keys` order (made once). */
+  forScript(script: string): readonly string[] {
+    let found = this.byScript.get(script);
+    if (found === undefined) {
+      found = this.bundle.script(script).decl.uses_keys.map((k) => this.key(k));
+      this.byScript.set(script, found);
+    }
+    return found;
   }
 
   /** The key (or key prefix) the manifest calls `name`. */

@@ -223,28 +223,29 @@ export class Queue {
     const batch = batchRecords(items);
     if (batch.length === 0) return [];
     const argv = this.bundle.pack("enqueue", { token_base: "", trace: "", parent, parent_token: token }, batch.map((r) => ({ ...r })));
-    decodeEnqueue(await this.scripts.run("enqueue", this.keys.scriptKeys, argv), batch, this.keys.queue, parent);
+    decodeEnqueue(await this.scripts.run("enqueue", this.keys, argv), batch, this.keys.queue, parent);
     return batch.map((r) => r.task_id);
   }
 
   private async enqueueRecords(batch: readonly TaskRecord[], trace: string, flow = ""): Promise<boolean[]> {
-    const argv = this.bundle.pack(
-      "enqueue",
-      { token_base: tokenBase(), bound: CLAIM_HOUSEKEEPING_BOUND, trace, flow },
-      batch,
-    );
-    let raw: unknown;
-    if (this.replicas > 0) {
-      const [reply, acked] = await this.scripts.runAndWait("enqueue", this.keys.scriptKeys, argv, this.replicas, this.waitTimeoutMs);
-      decodeEnqueue(reply, batch, this.keys.queue); // a refusal stored nothing: it says so, not NotReplicated
-      if (acked < this.replicas) {
-        throw new NotReplicated(acked, this.replicas, this.waitTimeoutMs, batch.map((r) => r.task_id));
-      }
-      raw = reply;
-    } else {
-      raw = await this.scripts.run("enqueue", this.keys.scriptKeys, argv);
+    const full = (): readonly (string | Buffer)[] =>
+      this.bundle.pack("enqueue", { token_base: tokenBase(), bound: CLAIM_HOUSEKEEPING_BOUND, trace, flow }, batch);
+    // plain tasks go to enqueue_plain, given only the keys they touch; it answers [0], having
+    // stored nothing, when an idle worker waits for a hand-off, which enqueue alone makes
+    const plain = flow === "" && batch.every(isPlain);
+    const send = async (script: string, argv: readonly (string | Buffer)[]): Promise<[unknown, number]> =>
+      this.replicas > 0
+        ? await this.scripts.runAndWait(script, this.keys, argv, this.replicas, this.waitTimeoutMs)
+        : [await this.scripts.run(script, this.keys, argv), this.replicas];
+    let [raw, acked] = plain
+      ? await send("enqueue_plain", this.bundle.pack("enqueue_plain", { hand_off: 1, trace }, batch.map(plainRecord)))
+      : await send("enqueue", full());
+    if (plain && handOffLeft(raw)) [raw, acked] = await send("enqueue", full());
+    const created = decodeEnqueue(raw, batch, this.keys.queue); // a refusal stored nothing: it says so, not NotReplicated
+    if (acked < this.replicas) {
+      throw new NotReplicated(acked, this.replicas, this.waitTimeoutMs, batch.map((r) => r.task_id));
     }
-    return decodeEnqueue(raw, batch, this.keys.queue);
+    return created;
   }
 
   // -- reading --------------------------------------------------------------------------
@@ -493,7 +494,7 @@ export class Queue {
       },
       def.fields.map(([field, value]) => ({ field, value })),
     );
-    const reply = replyList("schedule_put", await this.scripts.run("schedule_put", this.keys.scriptKeys, argv));
+    const reply = replyList("schedule_put", await this.scripts.run("schedule_put", this.keys, argv));
     const code = Number(reply[0]);
     if (code === -1) {
       throw new InvalidPayload(
@@ -534,7 +535,7 @@ export class Queue {
   async unschedule(name: string): Promise<boolean> {
     validateScheduleName(name);
     const argv = this.bundle.pack("schedule_delete", { name, owner: OWNER_API, take_over: 0 });
-    const reply = replyList("schedule_delete", await this.scripts.run("schedule_delete", this.keys.scriptKeys, argv));
+    const reply = replyList("schedule_delete", await this.scripts.run("schedule_delete", this.keys, argv));
     if (Number(reply[0]) === -2) throw new ScheduleOwned(name, String(reply[1]));
     return Number(reply[0]) === 1;
   }
@@ -563,7 +564,7 @@ export class Queue {
       next_slot: slot ?? undefined,
       next_due_ms: dueAt,
     });
-    const reply = replyList("schedule_pause", await this.scripts.run("schedule_pause", this.keys.scriptKeys, argv));
+    const reply = replyList("schedule_pause", await this.scripts.run("schedule_pause", this.keys, argv));
     const code = Number(reply[0]);
     if (code === -1) throw new ScheduleNotFound(name);
     if (code === -2) throw new ScheduleOwned(name, String(reply[1]));
@@ -577,6 +578,22 @@ function replyList(script: string, raw: unknown): unknown[] {
 }
 
 /** The enqueue script's reply: per task, whether it was created; its refusals as errors. */
+/** A task enqueue_plain takes: no after, on_dep_fail or group. */
+function isPlain(r: TaskRecord): boolean {
+  return r.after === "" && r.on_dep_fail === "" && r.group === "";
+}
+
+/** A plain task's fields as enqueue_plain's records name them. */
+function plainRecord(r: TaskRecord): Readonly<Record<string, string | number>> {
+  const { task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s } = r;
+  return { task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s };
+}
+
+/** enqueue_plain's [0]: nothing stored, an idle worker waits for the hand-off enqueue makes. */
+function handOffLeft(raw: unknown): boolean {
+  return Array.isArray(raw) && raw.length === 1 && Number(raw[0]) === 0;
+}
+
 export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[], queue: string, parent?: string): boolean[] {
   const reply = replyList("enqueue", raw);
   const code = Number(reply[0]);

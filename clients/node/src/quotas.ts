@@ -57,7 +57,7 @@ function ops(c: Control, group: string | undefined): { group: string; key: strin
 }
 
 async function run(c: Control, args: Record<string, string | number>): Promise<[number, number]> {
-  const raw = await c.scripts.run("quota", c.keys.scriptKeys, c.bundle.pack("quota", args));
+  const raw = await c.scripts.run("quota", c.keys, c.bundle.pack("quota", args));
   const refused = Array.isArray(raw) ? olderWorker(c.keys.queue, raw) : null;
   if (refused !== null) throw refused;
   if (!Array.isArray(raw) || raw.length !== 2) throw new ProtocolError(`quota: unexpected reply ${JSON.stringify(raw)}`);

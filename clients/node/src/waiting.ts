@@ -136,7 +136,7 @@ export async function wait(
   while (remaining.length > 0) {
     if (!watching) {
       const argv = bundle.pack("watch", { waiter }, remaining.map((task_id) => ({ task_id })));
-      const flags = String(await scripts.run("watch", keys.scriptKeys, argv));
+      const flags = String(await scripts.run("watch", keys, argv));
       if (flags.length !== remaining.length || /[^FWA]/.test(flags)) {
         throw new ProtocolError(`watch: unexpected reply ${JSON.stringify(flags)}`);
       }

@@ -91,8 +91,9 @@ describe("arguments packed by name", () => {
 
   it("names every key of a queue from the manifest, the queue as the hash tag", () => {
     const keys = new QueueKeys("emails", bundle);
-    assert.equal(keys.scriptKeys.length, bundle.manifest.keys.length);
-    for (const key of keys.scriptKeys) assert.ok(key.startsWith("tf:{emails}:"), key);
+    const enqueue = keys.forScript("enqueue");
+    assert.deepEqual(enqueue, bundle.script("enqueue").decl.uses_keys.map((k) => keys.key(k)));
+    for (const key of enqueue) assert.ok(key.startsWith("tf:{emails}:"), key);
     assert.equal(keys.item("task", "abc"), `${keys.key("task")}abc`);
   });
 });

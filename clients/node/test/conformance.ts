@@ -69,7 +69,9 @@ export type Encoder = (payload: unknown) => string;
 /** One case run on `client` (a connection of its own; the database is flushed first). */
 export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: Encoder): Promise<void> {
   const prefix = bundle.manifest.key_prefix.replace("%QUEUE%", c.queue);
-  const keys = bundle.manifest.keys.map((k) => prefix + k.suffix);
+  const byName = new Map(bundle.manifest.keys.map((k) => [k.name, prefix + k.suffix]));
+  // a call's KEYS: the keys its script uses, in its uses_keys order
+  const keysOf = (script: string): string[] => bundle.script(script).decl.uses_keys.map((k) => byName.get(k) ?? "");
   const captured = new Map<string, Captured>();
   await client.flushdb();
 
@@ -298,6 +300,7 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
           Object.fromEntries(Object.entries(r).map(([k, v]) => [k, v === null ? undefined : value(v)])),
         );
         const argv = bundle.pack(script, args, records);
+        const keys = keysOf(script);
         const reply = await send("EVALSHA", [loaded.sha1, String(keys.length), ...keys, ...argv]);
         const expect: unknown = step.expect;
         const wantsError = typeof expect === "object" && expect !== null && "$error" in expect;

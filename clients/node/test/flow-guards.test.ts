@@ -31,7 +31,7 @@ async function claim(q: Queue, max: number): Promise<Map<string, string>> {
   const bundle = packagedBundle();
   const scripts = new Scripts(q.client, bundle);
   const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: max, token_base: "tb", bound: 100 });
-  const reply = (await scripts.run("claim", q.keys.scriptKeys, args)) as unknown[];
+  const reply = (await scripts.run("claim", q.keys, args)) as unknown[];
   return new Map(reply.slice(3).map((r) => String(r).split("\0").slice(0, 2) as [string, string]));
 }
 

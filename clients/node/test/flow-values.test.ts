@@ -28,15 +28,15 @@ async function work(q: Queue, kill: readonly string[] = []): Promise<string[]> {
   const bundle = packagedBundle();
   const scripts = new Scripts(q.client, bundle);
   const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 100, token_base: "tb", bound: 100 });
-  const reply = (await scripts.run("claim", q.keys.scriptKeys, claim)) as unknown[];
+  const reply = (await scripts.run("claim", q.keys, claim)) as unknown[];
   const held = reply.slice(3).map((r) => String(r).split("\0"));
   const records = held.map(([task_id = "", token = ""]) => ({ task_id, token, result: JSON.stringify({ ran: task_id }) }));
   for (const r of records.filter((r) => kill.includes(r.task_id))) {
     const argv = bundle.pack("fail", { task_id: r.task_id, token: r.token, error: "boom", retryable: 0, jitter: 0, reason: "" });
-    await scripts.run("fail", q.keys.scriptKeys, argv);
+    await scripts.run("fail", q.keys, argv);
   }
   const rest = records.filter((r) => !kill.includes(r.task_id));
-  if (rest.length > 0) await scripts.run("complete", q.keys.scriptKeys, bundle.pack("complete", {}, rest));
+  if (rest.length > 0) await scripts.run("complete", q.keys, bundle.pack("complete", {}, rest));
   return records.map((r) => r.task_id).sort();
 }
 
@@ -126,7 +126,7 @@ describe("chain, group, chord", () => {
       assert.equal(await q.get("c0"), null);
       const bundle = packagedBundle();
       const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 1, token_base: "tb", bound: 100 });
-      const reply = (await new Scripts(q.client, bundle).run("claim", q.keys.scriptKeys, claim)) as unknown[];
+      const reply = (await new Scripts(q.client, bundle).run("claim", q.keys, claim)) as unknown[];
       const [, token = ""] = String(reply[3]).split("\0");
       assert.deepEqual(await q.addChildren("parent", token, [task("c0"), task("c1")]), ["c0", "c1"]);
       assert.deepEqual(await q.addChildren("parent", token, []), []);

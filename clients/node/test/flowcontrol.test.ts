@@ -29,10 +29,10 @@ async function work(q: Queue, max = 100, hold = false): Promise<string[]> {
   const bundle = packagedBundle();
   const scripts = new Scripts(q.client, bundle);
   const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: max, token_base: "tb", bound: 100 });
-  const reply = (await scripts.run("claim", q.keys.scriptKeys, claim)) as unknown[];
+  const reply = (await scripts.run("claim", q.keys, claim)) as unknown[];
   const held = reply.slice(3).map((r) => String(r).split("\0"));
   const records = held.map(([task_id = "", token = ""]) => ({ task_id, token, result: "" }));
-  if (records.length > 0 && !hold) await scripts.run("complete", q.keys.scriptKeys, bundle.pack("complete", {}, records));
+  if (records.length > 0 && !hold) await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
   return records.map((r) => r.task_id);
 }
 

@@ -27,7 +27,7 @@ with Queue("jobs", url) as q:
 async function claim(q: Queue, n: number): Promise<string[]> {
   const bundle = packagedBundle();
   const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: n, token_base: "tb", bound: 100 });
-  const reply = (await new Scripts(q.client, bundle).run("claim", q.keys.scriptKeys, args)) as unknown[];
+  const reply = (await new Scripts(q.client, bundle).run("claim", q.keys, args)) as unknown[];
   return reply.slice(3).map((r) => String(r).split("\0")[0] ?? "");
 }
 

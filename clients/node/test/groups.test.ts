@@ -17,7 +17,7 @@ async function claim(q: Queue, n: number): Promise<string[]> {
   const bundle = packagedBundle();
   const scripts = new Scripts(q.client, bundle);
   const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: n, token_base: "tb", bound: 100 });
-  const reply = (await scripts.run("claim", q.keys.scriptKeys, args)) as unknown[];
+  const reply = (await scripts.run("claim", q.keys, args)) as unknown[];
   return reply.slice(3).map((r) => String(r).split("\0")[0] ?? "");
 }
 
@@ -85,12 +85,12 @@ with Queue(name, url) as q:
         const bundle = packagedBundle();
         const scripts = new Scripts(q.client, bundle);
         const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 4, token_base: "tb", bound: 100 });
-        const reply = (await scripts.run("claim", q.keys.scriptKeys, args)) as unknown[];
+        const reply = (await scripts.run("claim", q.keys, args)) as unknown[];
         for (const r of reply.slice(3)) {
           const [task_id = "", token = ""] = String(r).split("\0");
           if (task_id === "u1" || task_id === "a5") continue;
           const fail = bundle.pack("fail", { task_id, token, error: "boom", retryable: 0, jitter: 0 });
-          await scripts.run("fail", q.keys.scriptKeys, fail);
+          await scripts.run("fail", q.keys, fail);
         }
         await q.enqueue({}, { taskId: "a2", group: "a" });
         await q.enqueue({}, { taskId: "a4", group: "a", priority: 5 });

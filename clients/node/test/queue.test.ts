@@ -34,16 +34,16 @@ async function work(q: Queue, n: number, result = '{"ok":true}'): Promise<string
   const bundle = packagedBundle();
   const scripts = new Scripts(q.client, bundle);
   const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: n, token_base: "tb", bound: 100 });
-  const reply = (await scripts.run("claim", q.keys.scriptKeys, claim)) as unknown[];
+  const reply = (await scripts.run("claim", q.keys, claim)) as unknown[];
   const held = reply.slice(3).map((r) => String(r).split("\0"));
   const records = held.map(([task_id = "", token = ""]) => ({ task_id, token, result }));
-  if (records.length > 0) await scripts.run("complete", q.keys.scriptKeys, bundle.pack("complete", {}, records));
+  if (records.length > 0) await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
   return records.map((r) => r.task_id);
 }
 
 async function sweep(q: Queue): Promise<unknown> {
   const bundle = packagedBundle();
-  return new Scripts(q.client, bundle).run("sweep", q.keys.scriptKeys, bundle.pack("sweep", { bound: 1000 }));
+  return new Scripts(q.client, bundle).run("sweep", q.keys, bundle.pack("sweep", { bound: 1000 }));
 }
 
 describe("enqueue", () => {

@@ -423,11 +423,11 @@ describe("the Node worker", () => {
     const bundle = packagedBundle();
     const scripts = new Scripts(queue.client, bundle);
     const claim = bundle.pack("claim", { pod: "old", incarnation: "i1", max_tasks: 1, token_base: "tb", bound: 100 });
-    const [, , , record] = (await scripts.run("claim", queue.keys.scriptKeys, claim)) as unknown[];
+    const [, , , record] = (await scripts.run("claim", queue.keys, claim)) as unknown[];
     const [id = "", token = ""] = String(record).split("\0");
     assert.equal(id, a);
     await queue.client.hdel(queue.keys.item("task", a), "dependants");
-    await scripts.run("complete", queue.keys.scriptKeys, bundle.pack("complete", {}, [{ task_id: a, token, result: "" }]));
+    await scripts.run("complete", queue.keys, bundle.pack("complete", {}, [{ task_id: a, token, result: "" }]));
     await queue.client.hset(queue.keys.item("task", a), "finished_at", String(Date.now() - 60_000));
     assert.equal(await state(b), "waiting");
     const w = worker("n1");

@@ -118,12 +118,20 @@ async def run_async(client: redis.asyncio.Redis, item: Call[T]) -> T:
     return item.decode(await pipe.execute())
 
 
-def _split(items: Sequence[Call[Any] | Op[Any]], replies: Sequence[Any]) -> list[Any]:
+def _split(
+    items: Sequence[Call[Any] | Op[Any]],
+    replies: Sequence[Any],
+    scripts: SyncScripts | None = None,
+) -> list[Any]:
     out: list[Any] = []
     at = 0
     for item in items:
         if isinstance(item, Op):
-            out.append(item.decode(replies[at]))
+            other = item.instead(replies[at])
+            if other is not None and scripts is not None:  # a lean script left it to this
+                out.append(scripts.run(other))
+            else:
+                out.append(item.decode(replies[at]))
             at += 1
         else:
             n = len(item.commands)
@@ -147,7 +155,7 @@ def run_all(client: SyncClient, items: Sequence[Call[Any] | Op[Any]]) -> list[An
             scripts.add_to(pipe, item)
         else:
             add_to(pipe, item)
-    return _split(items, pipe.execute())
+    return _split(items, pipe.execute(), scripts)
 
 
 async def run_all_async(client: redis.asyncio.Redis, items: Sequence[Call[Any]]) -> list[Any]:

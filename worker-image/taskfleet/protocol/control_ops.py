@@ -97,7 +97,7 @@ class ControlOps:
 
     def __init__(self, keys: QueueKeys) -> None:
         self.keys = keys
-        self._k = keys.script_keys
+        self._k = keys
 
     def cancel(self, task_ids: Sequence[str]) -> Op[list[CancelOutcome]]:
         def decode(raw: Any) -> list[CancelOutcome]:
@@ -109,7 +109,7 @@ class ControlOps:
                 raise ProtocolError(f"cancel: unexpected reply {raw!r}") from None
 
         args = with_records(Cancel(n=len(task_ids)), [TaskId(i) for i in task_ids])
-        return Op("cancel", self._k, args, decode)
+        return Op("cancel", self._k.script("cancel"), args, decode)
 
     def retry(
         self,
@@ -133,10 +133,10 @@ class ControlOps:
                 bound=scan.bound,
                 n=0,
             )
-            return Op("retry", self._k, head, _swept("retry"))
+            return Op("retry", self._k.script("retry"), head, _swept("retry"))
         head = Retry(budget, "flow" if flow else "ids", "", "", "", "", "", len(task_ids))
         args = with_records(head, [TaskId(i) for i in task_ids])
-        return Op("retry", self._k, args, _swept("retry"))
+        return Op("retry", self._k.script("retry"), args, _swept("retry"))
 
     def drop(
         self, state: str, *, task_ids: Sequence[str] = (), scan: Scan | None = None
@@ -153,10 +153,10 @@ class ControlOps:
                 bound=scan.bound,
                 n=0,
             )
-            return Op("drop", self._k, head, _swept("drop"))
+            return Op("drop", self._k.script("drop"), head, _swept("drop"))
         head = Drop(state, "ids", "", "", "", "", "", len(task_ids))
         args = with_records(head, [TaskId(i) for i in task_ids])
-        return Op("drop", self._k, args, _swept("drop"))
+        return Op("drop", self._k.script("drop"), args, _swept("drop"))
 
     def report(self, reports: Sequence[Report]) -> Op[list[bool]]:
         """Reply: per report, True if applied, False if refused (another run, or gone)."""
@@ -172,4 +172,4 @@ class ControlOps:
                 raise ProtocolError(f"report: unexpected reply {raw!r}")
             return [c == "1" for c in flags]
 
-        return Op("report", self._k, args, decode)
+        return Op("report", self._k.script("report"), args, decode)

@@ -73,6 +73,8 @@ def run_and_wait(scripts: SyncScripts, op: Op[T], durability: Durability) -> tup
                 raise raw
             if isinstance(acked, Exception):
                 raise acked
+            if (other := op.instead(raw)) is not None:
+                return run_and_wait(scripts, other, durability)
             return op.decode(raw), int(acked)
         except _MOVING:
             if attempt == attempts - 1:
@@ -110,4 +112,6 @@ async def run_and_wait_async(
         raise raw
     if isinstance(acked, Exception):
         raise acked
+    if (other := op.instead(raw)) is not None:
+        return await run_and_wait_async(scripts, other, durability)
     return op.decode(raw), int(acked)

@@ -1,18 +1,20 @@
 """Every Redis key name of a queue, in one place.
 
 All keys of one queue share the hash tag ``{<queue>}``, so a queue lives on one Redis
-Cluster slot and every Lua script touches one slot only. Scripts receive the queue's key
-set as KEYS in the order of :data:`SCRIPT_KEYS`; the generated Lua prelude binds them to
-``K_<NAME>`` locals, so Lua never spells a key name itself.
+Cluster slot and every Lua script touches one slot only. A script receives as KEYS only
+the keys it uses (the bundle manifest's ``uses_keys``: :meth:`QueueKeys.script`); the
+generated Lua prelude binds them to ``K_<NAME>`` locals, so Lua never spells a key name.
 """
 
 from __future__ import annotations
 
 import re
 
+from taskfleet.protocol import bundle
+
 PREFIX = "tf"
 
-#: The order in which every script receives the queue's keys (KEYS[1], KEYS[2], ...).
+#: Every key a script may use, in the order a script's ``uses_keys`` lists them.
 #: ``task``, ``pod``, ``sched``, ``wake``, ``schedule``, ``waiter``, ``dependants`` and
 #: ``flow`` are prefixes: the script appends the id, pod or name.
 SCRIPT_KEYS: tuple[str, ...] = (
@@ -179,6 +181,8 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
     ),
 }
 
+_INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
+
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -196,6 +200,7 @@ class QueueKeys:
     """Key names of one queue: ``tf:{<queue>}:<part>``."""
 
     __slots__ = (
+        "_by_script",
         "bucket_cost",
         "bucket_tasks",
         "cancelled",
@@ -328,9 +333,20 @@ class QueueKeys:
             "group_bucket": self.group_bucket_prefix,
             "flow": self.flow_prefix,
         }
+        #: every key of :data:`SCRIPT_KEYS`, in that order
         self.script_keys: tuple[str, ...] = tuple(
             by_name.get(name) or getattr(self, name) for name in SCRIPT_KEYS
         )
+        self._by_script: dict[str, tuple[str, ...]] = {}
+
+    def script(self, name: str) -> tuple[str, ...]:
+        """KEYS of a call of script ``name``: the keys it uses, in its ``uses_keys`` order."""
+        found = self._by_script.get(name)
+        if found is None:
+            found = self._by_script[name] = tuple(
+                self.script_keys[_INDEX[k]] for k in bundle.manifest()["scripts"][name]["uses_keys"]
+            )
+        return found
 
     def task(self, task_id: str) -> str:
         return self.task_prefix + task_id

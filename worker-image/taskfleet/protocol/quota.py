@@ -200,7 +200,7 @@ class QuotaOps:
                 raise ProtocolError(f"quota: unexpected reply {raw!r}")
             return int(raw[0]), int(raw[1])
 
-        return Op("quota", self._k.script_keys, args, decode)
+        return Op("quota", self._k.script("quota"), args, decode)
 
     def pause(
         self, pause_ms: int | None, reason: str = "", *, task_id: str = "", reporter: str = ""

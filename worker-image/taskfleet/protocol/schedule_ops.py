@@ -67,7 +67,7 @@ class ScheduleOps:
     """Builds the schedule scripts' :class:`Op` values for one queue."""
 
     def __init__(self, keys: QueueKeys) -> None:
-        self._k = keys.script_keys
+        self._k = keys
         self._queue = keys.queue
 
     def put(
@@ -108,7 +108,7 @@ class ScheduleOps:
                 raise OlderWorker(self._queue, text(reply[1]), text(reply[2]))
             return code
 
-        return Op("schedule_put", self._k, args, decode)
+        return Op("schedule_put", self._k.script("schedule_put"), args, decode)
 
     def delete(self, name: str, *, owner: str, take_over: bool = False) -> Op[bool]:
         """Reply: True if deleted, False if there was none; raises ``ScheduleOwned``."""
@@ -120,7 +120,7 @@ class ScheduleOps:
             return int(reply[0]) == 1
 
         args = ScheduleDelete(name=name, owner=owner, take_over=1 if take_over else 0)
-        return Op("schedule_delete", self._k, args, decode)
+        return Op("schedule_delete", self._k.script("schedule_delete"), args, decode)
 
     def pause(
         self, name: str, paused: bool, *, owner: str, next_slot: int | None, next_due_ms: int
@@ -144,7 +144,7 @@ class ScheduleOps:
             next_slot="" if next_slot is None else next_slot,
             next_due_ms=next_due_ms,
         )
-        return Op("schedule_pause", self._k, args, decode)
+        return Op("schedule_pause", self._k.script("schedule_pause"), args, decode)
 
     def due(self, limit: int, lease_ms: int) -> Op[DueBatch]:
         def decode(raw: Any) -> DueBatch:
@@ -172,7 +172,7 @@ class ScheduleOps:
             return DueBatch(int(reply[0]), None if left < 0 else left, entries)
 
         args = ScheduleDue(limit=limit, lease_ms=lease_ms)
-        return Op("schedule_due", self._k, args, decode)
+        return Op("schedule_due", self._k.script("schedule_due"), args, decode)
 
     def fire(self, plans: Sequence[FirePlan]) -> Op[Fired]:
         records = [
@@ -195,4 +195,4 @@ class ScheduleOps:
                 raise ProtocolError(f"schedule_fire: unexpected reply {raw!r}")
             return Fired(int(reply[0]), [int(x) == 1 for x in reply[1:]])
 
-        return Op("schedule_fire", self._k, args, decode)
+        return Op("schedule_fire", self._k.script("schedule_fire"), args, decode)

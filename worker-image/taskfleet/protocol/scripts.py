@@ -59,10 +59,12 @@ from taskfleet.protocol.signatures import (
     Deregister,
     Disown,
     Enqueue,
+    EnqueuePlain,
     EnqueueTask,
     Extend,
     Fail,
     Held,
+    PlainTask,
     Register,
     Release,
     Repair,
@@ -98,6 +100,15 @@ class Op(Generic[T]):
     args: Sequence[Arg]
     decode: Callable[[Any], T]
     packed: bytes | None = None  # wire.packed_args(args), when known for less: _packed_one
+    #: The op to send instead when this one answers [0], having stored nothing: a lean
+    #: script's way of leaving a call to the whole one (enqueue_plain's idle workers).
+    fallback: Callable[[], Op[T]] | None = None
+
+    def instead(self, raw: Any) -> Op[T] | None:
+        """The op to send now that this one answered ``raw``, if it stored nothing."""
+        if self.fallback is not None and isinstance(raw, list) and raw == [0]:
+            return self.fallback()
+        return None
 
 
 class _Commands:
@@ -150,6 +161,8 @@ class SyncScripts:
         except NoScriptError:
             self.client.script_load(self._scripts[op.script].script)
             raw = self._connections.call(command)
+        if op.fallback is not None and (other := op.instead(raw)) is not None:
+            return self.run(other)
         return op.decode(raw)
 
     def _run_on_client(self, op: Op[T]) -> T:
@@ -161,6 +174,8 @@ class SyncScripts:
         except NoScriptError:
             script.sha = self.client.script_load(script.script)
             raw = execute("EVALSHA", script.sha, len(keys), *keys, *op.args)
+        if (other := op.instead(raw)) is not None:
+            return self._run_on_client(other)
         return op.decode(raw)
 
     def run_many(self, ops: Sequence[Op[Any]]) -> list[Any]:
@@ -168,7 +183,10 @@ class SyncScripts:
         pipe = self.client.pipeline(transaction=False)
         for op in ops:
             self.add_to(pipe, op)
-        return [op.decode(raw) for op, raw in zip(ops, pipe.execute(), strict=True)]
+        return [
+            self.run(other) if (other := op.instead(raw)) is not None else op.decode(raw)
+            for op, raw in zip(ops, pipe.execute(), strict=True)
+        ]
 
     def script(self, name: str) -> Script:
         """The registered script ``name`` (its ``sha`` and ``script`` text)."""
@@ -199,13 +217,16 @@ class AsyncScripts:
     async def run(self, op: Op[T]) -> T:
         """``SyncScripts.run`` on the asyncio client: the same packed call, awaited."""
         if self._connections is None:
-            return op.decode(await self._scripts[op.script](keys=op.keys, args=op.args))
-        command = self._commands.command(op)
-        try:
-            raw = await self._connections.call(command)
-        except NoScriptError:
-            await self.client.script_load(self._scripts[op.script].script)
-            raw = await self._connections.call(command)
+            raw = await self._scripts[op.script](keys=op.keys, args=op.args)
+        else:
+            command = self._commands.command(op)
+            try:
+                raw = await self._connections.call(command)
+            except NoScriptError:
+                await self.client.script_load(self._scripts[op.script].script)
+                raw = await self._connections.call(command)
+        if op.fallback is not None and (other := op.instead(raw)) is not None:
+            return await self.run(other)
         return op.decode(raw)
 
     def script(self, name: str) -> AsyncScript:
@@ -272,12 +293,38 @@ def _packed_one(task: EnqueueArgs, token_base: str) -> bytes | None:
         wire.bulk(task.priority), _DEFAULTS_PACKED)  # fmt: skip
 
 
+#: enqueue_plain's ARGV of one task handed off if it can be (``EnqueuePlain(1, 1, "")``),
+#: and a ``PlainTask``'s fields after priority at their defaults, packed once.
+_PLAIN_ONE = wire.packed_args((1, 1, ""))
+_PLAIN_DEFAULTS_PACKED = wire.packed_args(_DEFAULTS[:5])
+#: How many of ``EnqueueTask``'s fields ``PlainTask`` keeps; a task with any of the others
+#: (after, on_dep_fail, group) is no plain one.
+_PLAIN = len(PlainTask._fields)
+assert EnqueueTask._fields[:_PLAIN] == PlainTask._fields
+
+
+def _packed_plain_one(task: EnqueueArgs) -> bytes | None:
+    """``wire.packed_args`` of enqueue_plain's ARGV for ``task`` alone, handed off if it can
+    be, with no trace, when its options are the defaults; else None."""
+    if task[3:] != _DEFAULTS or not all(map(operator.is_, map(type, task), _CLASSES)):
+        return None
+    tid, payload = task.task_id.encode(), task.payload.encode()
+    return b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n%b%b" % (
+        _PLAIN_ONE, len(tid), tid, len(payload), payload, wire.bulk(task.priority),
+        _PLAIN_DEFAULTS_PACKED)  # fmt: skip
+
+
+def _plain(tasks: Sequence[EnqueueArgs]) -> bool:
+    """Whether every task is plain: no after, on_dep_fail or group (enqueue_plain)."""
+    return all(not task[_PLAIN] and not task[_PLAIN + 1] and not task[_PLAIN + 2] for task in tasks)
+
+
 class Ops:
     """Builds the :class:`Op` of each script for one queue."""
 
     def __init__(self, keys: QueueKeys) -> None:
         self.keys = keys
-        self._k = keys.script_keys
+        self._k = keys
 
     def enqueue(
         self,
@@ -295,11 +342,49 @@ class Ops:
         ``trace``: the producer's trace context (``protocol.tracing``), stored with every
         new task of the call. ``parent``: (task id, claim token) of a running task adding
         these as its children (docs/flows.md); ``StaleToken`` when that run no longer
-        holds it. ``flow``: every new task joins that flow (a flow enqueued whole)."""
-        packed = None
-        if parent is None and token_base is not None and not trace and not flow and len(tasks) == 1:
-            packed = _packed_one(tasks[0], token_base)
+        holds it. ``flow``: every new task joins that flow (a flow enqueued whole).
+
+        Plain tasks (no parent, flow, after, on_dep_fail or group) go to enqueue_plain,
+        which is given only the keys they touch; it leaves a hand-off to idle workers to
+        this enqueue (the op's ``fallback``): same records, same replies."""
         parent_id, parent_token = parent if parent is not None else ("", "")
+        decode = self._enqueue_decode(tasks, parent_id)
+        if parent is None and not flow and _plain(tasks):
+            packed = None
+            if token_base is not None and not trace and len(tasks) == 1:
+                packed = _packed_plain_one(tasks[0])
+            head_plain = EnqueuePlain(len(tasks), 0 if token_base is None else 1, trace)
+            return Op(
+                "enqueue_plain",
+                self._k.script("enqueue_plain"),
+                with_records(head_plain, (task[:_PLAIN] for task in tasks)),
+                decode,
+                packed,
+                lambda: self._enqueue(tasks, token_base, trace=trace, decode=decode),
+            )
+        return self._enqueue(
+            tasks,
+            token_base,
+            trace=trace,
+            parent=(parent_id, parent_token),
+            flow=flow,
+            decode=decode,
+        )
+
+    def _enqueue(
+        self,
+        tasks: Sequence[EnqueueArgs],
+        token_base: str | None,
+        *,
+        trace: str,
+        parent: tuple[str, str] = ("", ""),
+        flow: str = "",
+        decode: Callable[[Any], list[bool]],
+    ) -> Op[list[bool]]:
+        parent_id, parent_token = parent
+        packed = None
+        if not parent_id and token_base is not None and not trace and not flow and len(tasks) == 1:
+            packed = _packed_one(tasks[0], token_base)
         if token_base is None:
             head = Enqueue(len(tasks), "", "", trace, parent_id, parent_token, flow)
         else:
@@ -312,7 +397,12 @@ class Ops:
                 parent_token,
                 flow,
             )
-        args = with_records(head, tasks)
+        return Op("enqueue", self._k.script("enqueue"), with_records(head, tasks), decode, packed)
+
+    def _enqueue_decode(
+        self, tasks: Sequence[EnqueueArgs], parent_id: str
+    ) -> Callable[[Any], list[bool]]:
+        """The reply of enqueue (and enqueue_plain) for ``tasks``, its codes raised."""
 
         def decode(raw: Any) -> list[bool]:
             if not isinstance(raw, list) or not raw:
@@ -355,7 +445,7 @@ class Ops:
                 raise ProtocolError(f"enqueue: unexpected reply {raw!r}")
             return [int(x) == 1 for x in raw[1:]]
 
-        return Op("enqueue", self._k, args, decode, packed)
+        return decode
 
     def claim(
         self,
@@ -386,7 +476,7 @@ class Ops:
             prefetch=prefetch,
             registered=1 if registered else "",
         )
-        return Op("claim", self._k, args, lambda raw: raw_claim(raw, "claim"))
+        return Op("claim", self._k.script("claim"), args, lambda raw: raw_claim(raw, "claim"))
 
     def extend(
         self,
@@ -430,12 +520,14 @@ class Ops:
             cut = ids.index("")  # no task id is empty: the cancelled ones follow it
             return Extended(set(ids[:cut]), cancelled=frozenset(ids[cut + 1 :]))
 
-        return Op("extend", self._k, args, decode)
+        return Op("extend", self._k.script("extend"), args, decode)
 
     def complete(self, items: Sequence[tuple[str, str, str | None]]) -> Op[list[int]]:
         """Reply: per item, True if applied, False if its token was stale (refused)."""
         head = Complete(len(items), "", "", "", "", "", "", "")
-        return Op("complete", self._k, _with_completions(head, items), applied_codes)
+        return Op(
+            "complete", self._k.script("complete"), _with_completions(head, items), applied_codes
+        )
 
     def complete_and_claim(
         self,
@@ -468,7 +560,7 @@ class Ops:
                 raise ProtocolError(f"complete: unexpected reply {raw!r}")
             return applied_codes(raw[0]), raw_claim(raw[1:], "complete")
 
-        return Op("complete", self._k, args, decode)
+        return Op("complete", self._k.script("complete"), args, decode)
 
     def fail(
         self,
@@ -511,11 +603,13 @@ class Ops:
             max_deferrals=deferrals,
             throttle=(2 if throttle_group else 1) if throttle else "",
         )
-        return Op("fail", self._k, args, text)
+        return Op("fail", self._k.script("fail"), args, text)
 
     def release(self, pod: str, items: Iterable[tuple[str, str]]) -> Op[int]:
         held = [Held(task_id, token) for task_id, token in items]
-        return Op("release", self._k, with_records(Release(pod, len(held)), held), int)
+        return Op(
+            "release", self._k.script("release"), with_records(Release(pod, len(held)), held), int
+        )
 
     def requeue(
         self, pod: str, keep_incarnation: str | None, *, tombstone_s: int | None = None
@@ -532,7 +626,7 @@ class Ops:
             keep_incarnation=keep_incarnation or "",
             tombstone_s="" if tombstone_s is None else str(tombstone_s),
         )
-        return Op("requeue", self._k, args, decode)
+        return Op("requeue", self._k.script("requeue"), args, decode)
 
     def register(
         self,
@@ -558,16 +652,16 @@ class Ops:
         args = Register(
             pod=pod, incarnation=incarnation, concurrency=concurrency, host=host, expected=expected
         )
-        return Op("register", self._k, args, decode)
+        return Op("register", self._k.script("register"), args, decode)
 
     def deregister(self, pod: str, incarnation: str, *, failed: bool = False) -> Op[int]:
         args = Deregister(pod=pod, incarnation=incarnation, failed=1 if failed else 0)
-        return Op("deregister", self._k, args, int)
+        return Op("deregister", self._k.script("deregister"), args, int)
 
     def disown(self, pod: str, incarnation: str, token_bases: Sequence[str]) -> Op[int]:
         head = Disown(pod=pod, incarnation=incarnation, n=len(token_bases))
         args = with_records(head, [TokenBase(base) for base in token_bases])
-        return Op("disown", self._k, args, int)
+        return Op("disown", self._k.script("disown"), args, int)
 
     def watch(self, waiter: str, task_ids: Sequence[str]) -> Op[str]:
         """Reply: per id, 'F' finished, 'W' watched (pushed to the waiter's list when it
@@ -581,7 +675,7 @@ class Ops:
 
         head = Watch(waiter=waiter, n=len(task_ids))
         args = with_records(head, [TaskId(task_id) for task_id in task_ids])
-        return Op("watch", self._k, args, decode)
+        return Op("watch", self._k.script("watch"), args, decode)
 
     def repair(
         self, cursor: int = 0, bound: int = REPAIR_BOUND, settle_ms: int = REPAIR_SETTLE_MS
@@ -589,8 +683,10 @@ class Ops:
         """Resolve waiting tasks whose dependencies all ended without waking them
         (lua/repair.lua), from rank ``cursor`` of the waiting set."""
         args = Repair(bound=bound, cursor=cursor, settle_ms=settle_ms)
-        return Op("repair", self._k, args, repair_result)
+        return Op("repair", self._k.script("repair"), args, repair_result)
 
     def sweep(self, bound: int = SWEEP_BOUND) -> Op[SweepResult]:
         args = Sweep(bound=bound)
-        return Op("sweep", self._k, args, lambda raw: SweepResult(*ints(raw, 8, "sweep")))
+        return Op(
+            "sweep", self._k.script("sweep"), args, lambda raw: SweepResult(*ints(raw, 8, "sweep"))
+        )

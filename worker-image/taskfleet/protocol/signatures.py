@@ -117,6 +117,33 @@ class EnqueueTask(NamedTuple):
     ] = ""
 
 
+class EnqueuePlain(NamedTuple):
+    n: Annotated[Int, "how many task records follow"]
+    hand_off: Annotated[
+        Int,
+        "1: the caller would hand new tasks to idle workers (enqueue's token_base); with an "
+        "idle worker registered, nothing is stored and the reply is [0]: send enqueue",
+    ]
+    trace: Annotated[
+        OptStr, "the producer's trace context, stored with every new task (field 'trace')"
+    ]
+
+
+class PlainTask(NamedTuple):
+    """A task of no flow or group: ``EnqueueTask``'s first fields, as enqueue_plain takes it."""
+
+    task_id: Annotated[Str, "the task's id"]
+    payload: Annotated[Str, "JSON text; a named task's is '\\1' NAME '\\1' then the JSON"]
+    priority: Annotated[Int, "-1000..1000, higher first"]
+    delay_ms: Annotated[Int, "ms from now until it may run (0: now)"]
+    deadline: Annotated[
+        OptStr, "not started by then, it ends dead: '<ms from now>' or '@<epoch ms>'"
+    ]
+    max_attempts: Annotated[OptInt, "'' = the queue's max_attempts"]
+    cost: Annotated[Int, "units it takes of the cost rate limit"]
+    timeout_s: Annotated[OptNumber, "seconds a run may take; '' = the queue's default_timeout_s"]
+
+
 class Claim(NamedTuple):
     pod: Annotated[Str, "the worker's pod name"]
     incarnation: Annotated[Str, "the worker's incarnation (one per process start)"]
@@ -434,6 +461,13 @@ SCRIPTS: dict[str, Script] = {
     s.name: s
     for s in (
         Script("enqueue", Enqueue, _ENQUEUE_REPLY, EnqueueTask),
+        Script(
+            "enqueue_plain",
+            EnqueuePlain,
+            "as enqueue's [1, ...], [-1, ...], [-2, ...] or [-3, ...]; or [0]: an idle worker "
+            "is registered and hand_off is 1, nothing stored (send the tasks to enqueue)",
+            PlainTask,
+        ),
         Script("claim", Claim, _CLAIM_REPLY),
         Script(
             "extend",

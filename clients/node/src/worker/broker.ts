@@ -186,7 +186,7 @@ export class Broker {
 
   private async call(script: string, args: Record<string, string | number | undefined>, records: Record<string, string | number>[] = []): Promise<unknown> {
     if (this.unanswered.length > 0) await this.disown();
-    return this.bound(this.scripts.run(script, this.keys.scriptKeys, this.bundle.pack(script, args, records)));
+    return this.bound(this.scripts.run(script, this.keys, this.bundle.pack(script, args, records)));
   }
 
   /** A call that claims under `base`; remembered for disown when it got no reply. */
@@ -198,7 +198,7 @@ export class Broker {
       const timeout = this.options.waitTimeoutMs ?? 1000;
       const argv = this.bundle.pack(script, args, records);
       const [reply, acked] = await this.bound(
-        this.scripts.runAndWait(script, this.keys.scriptKeys, argv, replicas, timeout),
+        this.scripts.runAndWait(script, this.keys, argv, replicas, timeout),
         this.options.replyTimeoutMs + (timeout || 60_000),
       );
       if (acked < replicas) logEvent("warning", "completion_not_replicated", { replicas: acked, wanted: replicas, timeout_ms: timeout });
@@ -216,7 +216,7 @@ export class Broker {
   private async disown(): Promise<void> {
     const bases = [...this.unanswered];
     const argv = this.bundle.pack("disown", { pod: this.pod, incarnation: this.incarnation }, bases.map((token_base) => ({ token_base })));
-    const released = Number(await this.bound(this.scripts.run("disown", this.keys.scriptKeys, argv)));
+    const released = Number(await this.bound(this.scripts.run("disown", this.keys, argv)));
     this.unanswered = this.unanswered.filter((b) => !bases.includes(b));
     if (released > 0) logEvent("info", "unanswered_claims_released", { tasks: released, claims: bases.length });
   }

@@ -16,6 +16,7 @@ __all__ = ["NAMES", "manifest", "source"]
 #: Every script, in the manifest's order (``signatures.SCRIPTS``; a test holds them equal).
 NAMES = (
     "enqueue",
+    "enqueue_plain",
     "claim",
     "extend",
     "complete",

@@ -15,10 +15,10 @@ its helpers, each once, in dependency order, and nothing else. A cycle, an unkno
 include, an include never used, or a helper used without being included is a build
 error.
 
-Each bundle file is a generated prelude (the keys the script uses bound to ``K_<NAME>``
-in ``keys.SCRIPT_KEYS`` order, ``DEFAULTS`` from ``defaults.CONFIG_DEFAULTS`` when it
-reads the config, its arguments bound to ``ARG_<NAME>`` and ``RECORD(i)`` from
-``signatures``), then its helpers, then the script.
+Each bundle file is a generated prelude (the keys the script uses, and only those, bound
+to ``K_<NAME>`` from ``KEYS`` in the order of its ``uses_keys``; ``DEFAULTS`` from
+``defaults.CONFIG_DEFAULTS`` when it reads the config; its arguments bound to ``ARG_<NAME>``
+and ``RECORD(i)`` from ``signatures``), then its helpers, then the script.
 """
 
 from __future__ import annotations
@@ -163,9 +163,9 @@ def _prelude(script: Script, used_keys: list[str], with_defaults: bool) -> str:
         "`python -m taskfleet.protocol.bundle --write`",
         f"-- from lua/{script.name}.lua and lua/includes/ (edit those, not this file)",
     ]
-    for i, key in enumerate(SCRIPT_KEYS, start=1):
-        if key in used_keys:
-            lines.append(f"local K_{key.upper()} = KEYS[{i}]")
+    # a call sends these keys only, in this order (the manifest's uses_keys)
+    for i, key in enumerate(used_keys, start=1):
+        lines.append(f"local K_{key.upper()} = KEYS[{i}]")
     if with_defaults:
         defaults = ", ".join(f"{k} = {_lua_string(v)}" for k, v in sorted(lua_defaults().items()))
         lines.append(f"local DEFAULTS = {{{defaults}}}")

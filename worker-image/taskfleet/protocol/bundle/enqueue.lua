@@ -15,26 +15,26 @@ local K_STATS = KEYS[12]
 local K_BUCKET_TASKS = KEYS[13]
 local K_BUCKET_COST = KEYS[14]
 local K_NOTIFY = KEYS[15]
-local K_IDLE = KEYS[17]
-local K_WAKE = KEYS[18]
-local K_DEMAND = KEYS[19]
-local K_CANCELLED = KEYS[24]
-local K_WAITER = KEYS[25]
-local K_DEADLINE_RUNS = KEYS[26]
-local K_QUOTA = KEYS[27]
-local K_WAITING = KEYS[28]
-local K_DEPENDANTS = KEYS[29]
-local K_FLOW_BACKLOG = KEYS[30]
-local K_GROUPS = KEYS[31]
-local K_GROUP_PENDING = KEYS[32]
-local K_GROUP_RUNNING = KEYS[33]
-local K_GROUP = KEYS[34]
-local K_GROUP_BUCKET = KEYS[35]
-local K_GROUPS_PARKED = KEYS[36]
-local K_GROUPS_PENDING = KEYS[37]
-local K_FLOW = KEYS[38]
-local K_FLOWS = KEYS[39]
-local K_LEVELS = KEYS[40]
+local K_IDLE = KEYS[16]
+local K_WAKE = KEYS[17]
+local K_DEMAND = KEYS[18]
+local K_CANCELLED = KEYS[19]
+local K_WAITER = KEYS[20]
+local K_DEADLINE_RUNS = KEYS[21]
+local K_QUOTA = KEYS[22]
+local K_WAITING = KEYS[23]
+local K_DEPENDANTS = KEYS[24]
+local K_FLOW_BACKLOG = KEYS[25]
+local K_GROUPS = KEYS[26]
+local K_GROUP_PENDING = KEYS[27]
+local K_GROUP_RUNNING = KEYS[28]
+local K_GROUP = KEYS[29]
+local K_GROUP_BUCKET = KEYS[30]
+local K_GROUPS_PARKED = KEYS[31]
+local K_GROUPS_PENDING = KEYS[32]
+local K_FLOW = KEYS[33]
+local K_FLOWS = KEYS[34]
+local K_LEVELS = KEYS[35]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 local ARG_TOKEN_BASE = ARGV[2]
@@ -48,7 +48,7 @@ local function RECORD(i)
   local b = 8 + (i - 1) * 11
   return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
 end
-local task_differs, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run, build_lazy
+local task_differs, pending_add, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, deadline_run, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -78,25 +78,30 @@ local function cfg_num(name, fallback)
   return v
 end
 
--- includes/counts.lua
--- Counters are summed locally and written once per call (flush_counts) to keep batch
--- scripts cheap. Every script calls flush_counts() before it returns.
-local COUNTS = {}
 -- includes/flow_q.lua
 -- Tasks that finished in this call and have dependants (tasks waiting on them, the set
 -- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+-- includes/counts.lua
+-- Counters are summed locally and written once per call (flush_counts) to keep batch
+-- scripts cheap. Every script calls flush_counts() before it returns.
+local COUNTS = {}
+-- includes/flush_stats.lua
+-- flush_stats: write the counters summed in this call (COUNTS) to K_STATS, one HINCRBY a
+-- field; a script of plain tasks calls it alone, having no flows to resolve.
+local function flush_stats()
   for field, n in pairs(COUNTS) do
     if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
   end
   COUNTS = {}
 end
-
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  flush_stats()
+end
 -- includes/demand.lua
 -- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
 -- it has new work: one element at most, so a burst signals once.
@@ -143,7 +148,9 @@ end
 --   max_attempts / timeout: '' = the queue's config at the time it matters.
 --   trace: nil or '' (none), or the producer's trace context, stored as is.
 --   group: nil or '' (none), or the group it belongs to (fair claiming, group_fair.lua).
--- Returns whether it went straight to pending (for wake-ups).
+-- Returns whether it went straight to pending (for wake-ups), and for a grouped task that
+-- did its pending score: the caller adds it (pending_add), so that a script of plain tasks
+-- carries no group code and is given no group key.
 local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
                            timeout, trace, group)
   if max_attempts == '' then max_attempts = cfg('max_attempts') end
@@ -165,7 +172,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = 'group'
     fields[#fields + 1] = group
   end
-  local at
+  local at, placed
   if deadline ~= '' then
     if string.sub(deadline, 1, 1) == '@' then
       at = tonumber(string.sub(deadline, 2))
@@ -183,7 +190,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = 'pending'
     local score = pending_score(tonumber(priority), false)
     if grouped then
-      pending_add(id, score, group)
+      placed = score
     else
       redis.call('ZADD', K_PENDING, score, id)
       -- runs of deadlines describe K_PENDING only; a group's zset has none
@@ -199,10 +206,10 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
   fields[#fields + 1] = run_at
   redis.call('HSET', key, unpack(fields))
   bump('enqueued')
-  return immediate
+  return immediate, placed
 end
 
--- built on the first call of task_differs, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run: what only they use
+-- built on the first call of task_differs, pending_add, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, deadline_run: what only they use
 build_lazy = function()
 -- includes/same_value.lua
 -- Two stored values are the same when their texts are, or both are the same number (a
@@ -260,6 +267,30 @@ local function task_differs(key, payload, priority, max_attempts, cost, timeout,
   if not same_value(v[4], timeout) then return 'timeout' end
   if max_attempts ~= '' and not same_value(v[5], max_attempts) then return 'max_attempts' end
   return same_after(key, after, on_dep_fail)
+end
+-- includes/group_join.lua
+-- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
+-- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
+-- there). It joins at the ring's current virtual time (its lowest score), so a group that
+-- was idle gets no credit for the time it was away, and a new group waits behind none.
+local function group_join(g)
+  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
+  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
+end
+-- includes/pending_add.lua
+-- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
+-- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
+-- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
+local function pending_add(id, score, group)
+  if group and group ~= '' then
+    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
+      redis.call('INCR', K_GROUPS_PENDING)
+    end
+    group_join(group)
+  else
+    redis.call('ZADD', K_PENDING, score, id)
+  end
 end
 -- includes/flow_link.lua
 -- The link back from a task to one that waits for it (`dependant`: a task naming it in
@@ -631,30 +662,6 @@ local function handed_task(rec, incarnation)
   return id, key, v[1] == 'running' and v[2] == token and v[3] == incarnation
 end
 
--- includes/group_join.lua
--- group_join: put a group with claimable tasks into the fair-claim ring (K_GROUPS), unless
--- it is there already or parked by its own limits (K_GROUPS_PARKED: it comes back from
--- there). It joins at the ring's current virtual time (its lowest score), so a group that
--- was idle gets no credit for the time it was away, and a new group waits behind none.
-local function group_join(g)
-  if redis.call('ZSCORE', K_GROUPS_PARKED, g) then return end
-  local head = redis.call('ZRANGE', K_GROUPS, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', K_GROUPS, 'NX', head[2] or 0, g)
-end
--- includes/pending_add.lua
--- pending_add: a task becomes pending with `score` (pending_score): an ungrouped one in
--- K_PENDING, as always; one of a group in that group's own zset, its group in the ring,
--- counted in K_GROUPS_PENDING (so that pending's size is two reads, whatever the groups).
-local function pending_add(id, score, group)
-  if group and group ~= '' then
-    if redis.call('ZADD', K_GROUP_PENDING .. group, score, id) == 1 then
-      redis.call('INCR', K_GROUPS_PENDING)
-    end
-    group_join(group)
-  else
-    redis.call('ZADD', K_PENDING, score, id)
-  end
-end
 -- includes/to_pending.lua
 local function to_pending(id, key, front)
   local v = redis.call('HMGET', key, 'priority', 'group')
@@ -1552,11 +1559,12 @@ local function deadline_run(score, deadline)
   if #head > 0 then redis.call('ZREMRANGEBYSCORE', K_DEADLINE_RUNS, '-inf', '(' .. head[2]) end
   redis.call('ZADD', K_DEADLINE_RUNS, score, at .. ':' .. string.format('%.17g', deadline))
 end
-return task_differs, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run
+return task_differs, pending_add, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, deadline_run
 end
 local build_all = build_lazy
-build_lazy = function() task_differs, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, pending_add, deadline_run = build_all() end
+build_lazy = function() task_differs, pending_add, flow_hold, flow_adopt, flow_cycle, flow_append, flow_join, flow_add, hand_off, older_worker, flow_resolve, deadline_run = build_all() end
 task_differs = function(...) build_lazy() return task_differs(...) end
+pending_add = function(...) build_lazy() return pending_add(...) end
 flow_hold = function(...) build_lazy() return flow_hold(...) end
 flow_adopt = function(...) build_lazy() return flow_adopt(...) end
 flow_cycle = function(...) build_lazy() return flow_cycle(...) end
@@ -1566,7 +1574,6 @@ flow_add = function(...) build_lazy() return flow_add(...) end
 hand_off = function(...) build_lazy() return hand_off(...) end
 older_worker = function(...) build_lazy() return older_worker(...) end
 flow_resolve = function(...) build_lazy() return flow_resolve(...) end
-pending_add = function(...) build_lazy() return pending_add(...) end
 deadline_run = function(...) build_lazy() return deadline_run(...) end
 -- enqueue.lua
 -- enqueue: create tasks in one atomic call (a batch is one round trip).
@@ -1710,8 +1717,9 @@ for i = 1, n do
     local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout, after,
       on_dep_fail, group = RECORD(i)
     local key = K_TASK .. id
-    local ready = create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts,
-      cost, timeout, ARG_TRACE, group)
+    local ready, score = create_task(now, key, id, payload, priority, delay_ms, deadline,
+      max_attempts, cost, timeout, ARG_TRACE, group)
+    if score then pending_add(id, score, group) end
     if after ~= '' or call_flow then flow_join(key, after, call_flow, now) end
     if after ~= '' then
       redis.call('HSET', key, 'after', after, 'on_dep_fail', on_dep_fail)

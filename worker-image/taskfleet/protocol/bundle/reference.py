@@ -32,30 +32,31 @@ def reference(manifest: dict[str, Any]) -> str:
         "`worker-image/taskfleet/protocol/keys.py` (keys); the scripts are `protocol/lua/`.",
         "",
         f"Protocol version: **{manifest['protocol']}**. Every script is called with",
-        "`EVALSHA <sha1> <numkeys> <KEYS...> <ARGV...>`, where KEYS is always the whole key",
-        f"set below, in this order, each `{manifest['key_prefix']}` followed by its suffix",
-        "(`%QUEUE%`: the queue's name; a prefix key is completed by the script with an id,",
-        "a pod or a name). An optional argument is sent as the empty string when absent. A",
+        "`EVALSHA <sha1> <numkeys> <KEYS...> <ARGV...>`, where KEYS are the keys the script",
+        "uses and only those, in the order of its KEYS table below, each",
+        f"`{manifest['key_prefix']}` followed by its suffix (`%QUEUE%`: the queue's name; a",
+        "prefix key is completed by the script with an id, a pod or a name). An optional",
+        "argument is sent as the empty string when absent. A",
         "script with records takes their number in `n` and the records last, one after the",
         "other, each its fields in order. The bundle file is the exact text to load: its",
         "SHA1 is the manifest's `sha1`.",
         "",
-        "## Keys (KEYS order)",
+        "## Keys",
         "",
-        "| KEYS | name | suffix | type | holds |",
-        "|---|---|---|---|---|",
+        "| name | suffix | type | holds |",
+        "|---|---|---|---|",
     ]
-    for i, k in enumerate(manifest["keys"], start=1):
+    for k in manifest["keys"]:
         suffix = f"`{k['suffix']}`" + ("…" if k["is_prefix"] else "")
-        out.append(f"| {i} | `{k['name']}` | {suffix} | {k['type']} | {_cell(k['doc'])} |")
+        out.append(f"| `{k['name']}` | {suffix} | {k['type']} | {_cell(k['doc'])} |")
     out.append("")
     for name, s in manifest["scripts"].items():
         doc = s["doc"][:1].upper() + s["doc"][1:]
         out += [f"## {name}", "", _cell(doc), ""]
         out.append(f"File `bundle/{s['file']}`, SHA1 `{s['sha1']}`.")
         out.append("")
-        uses = ", ".join(f"`{k}`" for k in s["uses_keys"])
-        out += [f"Keys used: {uses or 'none'}.", ""]
+        uses = ", ".join(f"{i} `{k}`" for i, k in enumerate(s["uses_keys"], start=1))
+        out += [f"KEYS: {uses or 'none'}.", ""]
         out += _args_table(s["args"], 1)
         out.append("")
         rep = s["repeated"]

@@ -8,23 +8,23 @@ local K_DONE = KEYS[5]
 local K_DEAD = KEYS[6]
 local K_DEADLINES = KEYS[7]
 local K_POD = KEYS[8]
-local K_CONFIG = KEYS[10]
-local K_SEQ = KEYS[11]
-local K_STATS = KEYS[12]
-local K_NOTIFY = KEYS[15]
-local K_DEMAND = KEYS[19]
-local K_CANCELLED = KEYS[24]
-local K_WAITER = KEYS[25]
-local K_WAITING = KEYS[28]
-local K_DEPENDANTS = KEYS[29]
-local K_FLOW_BACKLOG = KEYS[30]
-local K_GROUPS = KEYS[31]
-local K_GROUP_PENDING = KEYS[32]
-local K_GROUP_RUNNING = KEYS[33]
-local K_GROUPS_PARKED = KEYS[36]
-local K_GROUPS_PENDING = KEYS[37]
-local K_FLOW = KEYS[38]
-local K_FLOWS = KEYS[39]
+local K_CONFIG = KEYS[9]
+local K_SEQ = KEYS[10]
+local K_STATS = KEYS[11]
+local K_NOTIFY = KEYS[12]
+local K_DEMAND = KEYS[13]
+local K_CANCELLED = KEYS[14]
+local K_WAITER = KEYS[15]
+local K_WAITING = KEYS[16]
+local K_DEPENDANTS = KEYS[17]
+local K_FLOW_BACKLOG = KEYS[18]
+local K_GROUPS = KEYS[19]
+local K_GROUP_PENDING = KEYS[20]
+local K_GROUP_RUNNING = KEYS[21]
+local K_GROUPS_PARKED = KEYS[22]
+local K_GROUPS_PENDING = KEYS[23]
+local K_FLOW = KEYS[24]
+local K_FLOWS = KEYS[25]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_N = ARGV[2]
@@ -48,15 +48,20 @@ end
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+-- includes/flush_stats.lua
+-- flush_stats: write the counters summed in this call (COUNTS) to K_STATS, one HINCRBY a
+-- field; a script of plain tasks calls it alone, having no flows to resolve.
+local function flush_stats()
   for field, n in pairs(COUNTS) do
     if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
   end
   COUNTS = {}
 end
-
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  flush_stats()
+end
 -- includes/demand.lua
 -- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
 -- it has new work: one element at most, so a burst signals once.

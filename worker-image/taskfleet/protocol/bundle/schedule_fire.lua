@@ -3,28 +3,28 @@
 local K_TASK = KEYS[1]
 local K_PENDING = KEYS[2]
 local K_DELAYED = KEYS[3]
-local K_DONE = KEYS[5]
-local K_DEAD = KEYS[6]
-local K_DEADLINES = KEYS[7]
-local K_CONFIG = KEYS[10]
-local K_SEQ = KEYS[11]
-local K_STATS = KEYS[12]
-local K_NOTIFY = KEYS[15]
-local K_DEMAND = KEYS[19]
-local K_SCHEDULE = KEYS[20]
-local K_SCHEDULE_DUE = KEYS[22]
-local K_CANCELLED = KEYS[24]
-local K_WAITER = KEYS[25]
-local K_DEADLINE_RUNS = KEYS[26]
-local K_WAITING = KEYS[28]
-local K_DEPENDANTS = KEYS[29]
-local K_FLOW_BACKLOG = KEYS[30]
-local K_GROUPS = KEYS[31]
-local K_GROUP_PENDING = KEYS[32]
-local K_GROUPS_PARKED = KEYS[36]
-local K_GROUPS_PENDING = KEYS[37]
-local K_FLOW = KEYS[38]
-local K_FLOWS = KEYS[39]
+local K_DONE = KEYS[4]
+local K_DEAD = KEYS[5]
+local K_DEADLINES = KEYS[6]
+local K_CONFIG = KEYS[7]
+local K_SEQ = KEYS[8]
+local K_STATS = KEYS[9]
+local K_NOTIFY = KEYS[10]
+local K_DEMAND = KEYS[11]
+local K_SCHEDULE = KEYS[12]
+local K_SCHEDULE_DUE = KEYS[13]
+local K_CANCELLED = KEYS[14]
+local K_WAITER = KEYS[15]
+local K_DEADLINE_RUNS = KEYS[16]
+local K_WAITING = KEYS[17]
+local K_DEPENDANTS = KEYS[18]
+local K_FLOW_BACKLOG = KEYS[19]
+local K_GROUPS = KEYS[20]
+local K_GROUP_PENDING = KEYS[21]
+local K_GROUPS_PARKED = KEYS[22]
+local K_GROUPS_PENDING = KEYS[23]
+local K_FLOW = KEYS[24]
+local K_FLOWS = KEYS[25]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 -- record i (1..ARG_N): name, rev, expected, slots, skipped, next_slot, next_due_ms
@@ -32,7 +32,7 @@ local function RECORD(i)
   local b = 2 + (i - 1) * 7
   return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6]
 end
-local flow_resolve, pending_add, deadline_run, build_lazy
+local flow_resolve, deadline_run, pending_add, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -62,25 +62,30 @@ local function cfg_num(name, fallback)
   return v
 end
 
--- includes/counts.lua
--- Counters are summed locally and written once per call (flush_counts) to keep batch
--- scripts cheap. Every script calls flush_counts() before it returns.
-local COUNTS = {}
 -- includes/flow_q.lua
 -- Tasks that finished in this call and have dependants (tasks waiting on them, the set
 -- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
 -- flush_counts resolves them (flow_resolve) before the script returns. FLOW_Q.results:
 -- the result of a task completed in this call, by id (handed to its dependants).
 local FLOW_Q = {results = {}}
--- includes/flush_counts.lua
-local function flush_counts()
-  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+-- includes/counts.lua
+-- Counters are summed locally and written once per call (flush_counts) to keep batch
+-- scripts cheap. Every script calls flush_counts() before it returns.
+local COUNTS = {}
+-- includes/flush_stats.lua
+-- flush_stats: write the counters summed in this call (COUNTS) to K_STATS, one HINCRBY a
+-- field; a script of plain tasks calls it alone, having no flows to resolve.
+local function flush_stats()
   for field, n in pairs(COUNTS) do
     if n ~= 0 then redis.call('HINCRBY', K_STATS, field, n) end
   end
   COUNTS = {}
 end
-
+-- includes/flush_counts.lua
+local function flush_counts()
+  if #FLOW_Q > 0 then flow_resolve() end  -- dependants of tasks finished in this call
+  flush_stats()
+end
 -- includes/demand.lua
 -- Tell whoever watches the queue from outside (the autoscaler, the operator's sweep) that
 -- it has new work: one element at most, so a burst signals once.
@@ -127,7 +132,9 @@ end
 --   max_attempts / timeout: '' = the queue's config at the time it matters.
 --   trace: nil or '' (none), or the producer's trace context, stored as is.
 --   group: nil or '' (none), or the group it belongs to (fair claiming, group_fair.lua).
--- Returns whether it went straight to pending (for wake-ups).
+-- Returns whether it went straight to pending (for wake-ups), and for a grouped task that
+-- did its pending score: the caller adds it (pending_add), so that a script of plain tasks
+-- carries no group code and is given no group key.
 local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
                            timeout, trace, group)
   if max_attempts == '' then max_attempts = cfg('max_attempts') end
@@ -149,7 +156,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = 'group'
     fields[#fields + 1] = group
   end
-  local at
+  local at, placed
   if deadline ~= '' then
     if string.sub(deadline, 1, 1) == '@' then
       at = tonumber(string.sub(deadline, 2))
@@ -167,7 +174,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = 'pending'
     local score = pending_score(tonumber(priority), false)
     if grouped then
-      pending_add(id, score, group)
+      placed = score
     else
       redis.call('ZADD', K_PENDING, score, id)
       -- runs of deadlines describe K_PENDING only; a group's zset has none
@@ -183,7 +190,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
   fields[#fields + 1] = run_at
   redis.call('HSET', key, unpack(fields))
   bump('enqueued')
-  return immediate
+  return immediate, placed
 end
 
 -- includes/enqueue_task.lua
@@ -195,11 +202,13 @@ local function enqueue_task(now, id, payload, priority, delay_ms, deadline, max_
                             timeout, group)
   local key = K_TASK .. id
   if redis.call('EXISTS', key) == 1 then return 0, false end
-  return 1, create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
-    timeout, nil, group)
+  local ready, score = create_task(now, key, id, payload, priority, delay_ms, deadline,
+    max_attempts, cost, timeout, nil, group)
+  if score then pending_add(id, score, group) end
+  return 1, ready
 end
 
--- built on the first call of flow_resolve, pending_add, deadline_run: what only they use
+-- built on the first call of flow_resolve, deadline_run, pending_add: what only they use
 build_lazy = function()
 -- includes/wake_waiters.lua
 -- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
@@ -509,13 +518,13 @@ local function deadline_run(score, deadline)
   if #head > 0 then redis.call('ZREMRANGEBYSCORE', K_DEADLINE_RUNS, '-inf', '(' .. head[2]) end
   redis.call('ZADD', K_DEADLINE_RUNS, score, at .. ':' .. string.format('%.17g', deadline))
 end
-return flow_resolve, pending_add, deadline_run
+return flow_resolve, deadline_run, pending_add
 end
 local build_all = build_lazy
-build_lazy = function() flow_resolve, pending_add, deadline_run = build_all() end
+build_lazy = function() flow_resolve, deadline_run, pending_add = build_all() end
 flow_resolve = function(...) build_lazy() return flow_resolve(...) end
-pending_add = function(...) build_lazy() return pending_add(...) end
 deadline_run = function(...) build_lazy() return deadline_run(...) end
+pending_add = function(...) build_lazy() return pending_add(...) end
 -- schedule_fire.lua
 -- schedule_fire: fire a batch of schedules' slots, each exactly once. For each schedule
 -- the firer read (schedule_due) and computed (protocol/schedules.py), the script compares

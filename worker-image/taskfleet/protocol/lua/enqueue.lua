@@ -43,6 +43,7 @@
 --- @include "demand"
 --- @include "create_task"
 --- @include-lazy "task_differs"
+--- @include-lazy "pending_add"
 --- @include-lazy "flow_hold"
 --- @include-lazy "flow_adopt"
 --- @include-lazy "flow_cycle"
@@ -154,8 +155,9 @@ for i = 1, n do
     local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout, after,
       on_dep_fail, group = RECORD(i)
     local key = K_TASK .. id
-    local ready = create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts,
-      cost, timeout, ARG_TRACE, group)
+    local ready, score = create_task(now, key, id, payload, priority, delay_ms, deadline,
+      max_attempts, cost, timeout, ARG_TRACE, group)
+    if score then pending_add(id, score, group) end
     if after ~= '' or call_flow then flow_join(key, after, call_flow, now) end
     if after ~= '' then
       redis.call('HSET', key, 'after', after, 'on_dep_fail', on_dep_fail)

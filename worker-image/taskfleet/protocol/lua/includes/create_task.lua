@@ -1,14 +1,15 @@
 --- @include "cfg"
 --- @include "bump"
 --- @include "pending_score"
---- @include-lazy "pending_add"
 --- @include-lazy "deadline_run"
 -- create_task: store one new task (its key must not exist) and index it.
 --   deadline: '' (none), '<ms>' relative to now, or '@<ms>' absolute epoch ms.
 --   max_attempts / timeout: '' = the queue's config at the time it matters.
 --   trace: nil or '' (none), or the producer's trace context, stored as is.
 --   group: nil or '' (none), or the group it belongs to (fair claiming, group_fair.lua).
--- Returns whether it went straight to pending (for wake-ups).
+-- Returns whether it went straight to pending (for wake-ups), and for a grouped task that
+-- did its pending score: the caller adds it (pending_add), so that a script of plain tasks
+-- carries no group code and is given no group key.
 local function create_task(now, key, id, payload, priority, delay_ms, deadline, max_attempts, cost,
                            timeout, trace, group)
   if max_attempts == '' then max_attempts = cfg('max_attempts') end
@@ -30,7 +31,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = 'group'
     fields[#fields + 1] = group
   end
-  local at
+  local at, placed
   if deadline ~= '' then
     if string.sub(deadline, 1, 1) == '@' then
       at = tonumber(string.sub(deadline, 2))
@@ -48,7 +49,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = 'pending'
     local score = pending_score(tonumber(priority), false)
     if grouped then
-      pending_add(id, score, group)
+      placed = score
     else
       redis.call('ZADD', K_PENDING, score, id)
       -- runs of deadlines describe K_PENDING only; a group's zset has none
@@ -64,6 +65,6 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
   fields[#fields + 1] = run_at
   redis.call('HSET', key, unpack(fields))
   bump('enqueued')
-  return immediate
+  return immediate, placed
 end
 
