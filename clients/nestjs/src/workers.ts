@@ -111,7 +111,8 @@ export class TaskfleetWorkers implements OnApplicationBootstrap, OnModuleDestroy
       }
       const other = byQueue.get(meta.queue);
       if (other !== undefined) {
-        throw new ProcessorError(`queue ${JSON.stringify(meta.queue)} has two processors, ${other} and ${className}: give it one`);
+        const both = [other, className].sort().join(" and ");
+        throw new ProcessorError(`queue ${JSON.stringify(meta.queue)} has two processors, ${both}: give it one`);
       }
       byQueue.set(meta.queue, className);
       const instance: unknown = wrapper.instance;
