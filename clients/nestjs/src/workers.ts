@@ -5,7 +5,8 @@
  * Workers start in `onApplicationBootstrap`, once every provider (and so every
  * processor's dependencies) is ready. They drain in `onModuleDestroy`: stop claiming,
  * let held tasks finish until the drain timeout, hand back the rest. With
- * `app.enableShutdownHooks()` a SIGTERM runs that drain before the process exits.
+ * `app.enableShutdownHooks()` a SIGTERM runs that drain before the process exits; a
+ * second signal hands back at once.
  *
  * @module
  */
@@ -91,10 +92,25 @@ export class TaskfleetWorkers implements OnApplicationBootstrap, OnModuleDestroy
     }
   }
 
-  /** Drains every worker at once and waits for each to hand back or finish what it held. */
+  /**
+   * Drains every worker at once and waits for each to hand back or finish what it held.
+   * A SIGTERM or SIGINT during the drain hands back what is left at once, as the
+   * worker command's second signal does (Nest's own handler ignores a second signal).
+   */
   async onModuleDestroy(): Promise<void> {
-    for (const entry of this.running) entry.worker.drain();
-    await Promise.all(this.running.map((entry) => entry.done));
+    const drain = (): void => {
+      for (const entry of this.running) entry.worker.drain();
+    };
+    drain();
+    if (this.running.length === 0) return;
+    process.on("SIGTERM", drain);
+    process.on("SIGINT", drain);
+    try {
+      await Promise.all(this.running.map((entry) => entry.done));
+    } finally {
+      process.removeListener("SIGTERM", drain);
+      process.removeListener("SIGINT", drain);
+    }
   }
 
   private processors(): Found[] {

@@ -156,6 +156,26 @@ describe("the NestJS module", () => {
     assert.deepEqual(await second.exit(), { code: 0, signal: null }, second.output);
   });
 
+  it("a second SIGTERM during the drain hands back at once: exit 0 well before the drain timeout", async () => {
+    const app = new AppProcess({ TASKFLEET_REDIS_URL: server.url, DRAIN_TIMEOUT: "60" });
+    processes.push(app);
+    await app.saw(/app ready/);
+    const producer = await context(rootModule({ redisUrl: server.url, workers: false }));
+    apps.push(producer);
+    const queue = producer.get<Queue>(getQueueToken(QUEUE));
+    const long = await queue.enqueueMany(Array.from({ length: 4 }, () => ({ payload: { ms: 60_000 }, name: "sleep" })));
+    await until("the application holds the 4 tasks", async () => (await queue.stats()).running === 4);
+
+    app.child.kill("SIGTERM");
+    await app.saw(/event=drain_started/);
+    const second = Date.now();
+    app.child.kill("SIGTERM");
+    assert.deepEqual(await app.exit(15_000), { code: 0, signal: null }, app.output);
+    assert.ok(Date.now() - second < 15_000);
+    assert.match(app.output, /event=drain_forced/);
+    for (const id of long) assert.equal((await queue.get(id))?.state, "pending", `task ${id} handed back`);
+  });
+
   it("with workers: false, the application only enqueues: no worker runs and the tasks wait", async () => {
     const app = await context(rootModule({ redisUrl: server.url, workers: false }));
     apps.push(app);
