@@ -75,7 +75,7 @@ describe("with the Python client on one queue", needsPython, () => {
     assert.equal(done.orphan?.state, "dead");
     assert.equal(done.orphan.reason, "unknown task");
     const workers = await queue.workers();
-    assert.deepEqual(workers.map((w) => [w.pod, w.alive, w.level]), [["python-worker", true, 2]]); // level 2: its record says what it serves
+    assert.deepEqual(workers.map((w) => [w.pod, w.alive, w.level]), [["python-worker", true, 3]]); // level 3: its record says what it serves
   });
 
   it("reads and waits on what a Python producer enqueues, and stores the same bytes for the same task", async () => {

@@ -459,13 +459,20 @@ describe("the Node worker", () => {
 
   it("signalled at any point of its start, drains and exits 0, losing nothing", async () => {
     const ids = await Promise.all(Array.from({ length: 8 }, () => queue.enqueue({ ms: 100, log: log() })));
-    // ms after the spawn: past Node's own start (about 0.3 s here), through the loading of the
-    // CLI and the worker, the start's Redis calls, and after
-    const offsets = [450, 600, 750, 950, 1200, 1600];
+    // ms after the bin's first line added its SIGTERM listener (before it, Node itself is
+    // starting): through the loading of the CLI and the worker, the start's Redis calls, and after
+    const offsets = [0, 150, 300, 500, 750, 1150];
     const stopped = [];
     for (const [i, ms] of offsets.entries()) {
-      const w = worker(`early-${String(i)}`); // one at a time: each start as fast as alone
-      await new Promise((r) => setTimeout(r, ms)); // a point of its start, from the spawn
+      const name = `early-${String(i)}`;
+      const env = cleanEnv({ NODE_OPTIONS: `--import=${join(FIXTURES, "mark_stop_listener.mjs")}` });
+      const w = WorkerProcess.node(
+        ["--queue", "jobs", "--redis-url", server.url, "--pod", name, "--runtime-dir", join(dir, `rt-${name}`), "--heartbeat-interval", "0.3", "--no-fire-schedules", ...HANDLERS],
+        env,
+      ); // one at a time: each start as fast as alone
+      started.push(w);
+      await w.saw(/test-mark: SIGTERM listener added/);
+      await new Promise((r) => setTimeout(r, ms)); // a point of its start
       w.kill("SIGTERM");
       stopped.push(w);
     }
