@@ -27,7 +27,7 @@ local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
 local K_FLOW = KEYS[38]
 local K_FLOWS = KEYS[39]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", budget_day = "0", budget_month = "0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_budget_day = "0", group_budget_month = "0", group_max_concurrency = "0", group_rate_limit_cost = "0", group_rate_limit_tasks = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_cost = "0", rate_limit_period_s = "1.0", rate_limit_tasks = "0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_BOUND = ARGV[1]
 local flow_resolve, build_lazy
 -- includes/now_ms.lua
@@ -51,14 +51,15 @@ local function cfg(name)
 end
 
 -- includes/cfg_num.lua
--- A config number, or fallback when it is absent, not a number or not finite: a nan or
--- inf written by a foreign client must not break every claim of the fleet.
-local function cfg_num(name, fallback)
+-- A config number: the stored one, else the field's default (DEFAULTS, generated from the
+-- table of defaults; nil for one unset by default that the scripts read as nil) when it is
+-- absent, not a number or not finite: a nan or inf written by a foreign client must not
+-- break every claim of the fleet.
+local function cfg_num(name)
   local v = tonumber(cfg(name))
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end
   return v
 end
-
 -- includes/counts.lua
 -- Counters are summed locally and written once per call (flush_counts) to keep batch
 -- scripts cheap. Every script calls flush_counts() before it returns.
@@ -173,7 +174,7 @@ local function flow_member_end(fid, outcome)
   redis.call('HINCRBY', fkey, FLOW_ENDS[outcome], 1)
   local open = redis.call('HINCRBY', fkey, 'open', -1)
   if open > 0 then return end
-  local keep = math.max(cfg_num('done_retention_s', 3600), cfg_num('dead_retention_s', 259200), 60)
+  local keep = math.max(cfg_num('done_retention_s'), cfg_num('dead_retention_s'), 60)
   if open < 0 then
     -- a record deleted by hand, or the member counted twice: no second ending
     redis.call('HSET', fkey, 'open', 0)
@@ -383,7 +384,7 @@ local function take_back(id, key, pod, now)
   end
   local lost = redis.call('HINCRBY', key, 'lost', 1)
   bump('lost')
-  if lost > cfg_num('max_lost', 3) then
+  if lost > cfg_num('max_lost') then
     to_dead(id, key, now, 'worker lost', 'its worker was lost ' .. lost .. ' times')
     return 'dead'
   end
@@ -535,7 +536,7 @@ local function flow_input(key, dep, result)
   if result == nil or result == false or result == '' then result = 'null' end
   local size = string.len(result)
   local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
-  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  if used + size > cfg_num('max_payload_bytes') then return end
   redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end
 -- includes/flow_join_done.lua
@@ -643,13 +644,13 @@ local function prune(zkey, retention_s)
   local ids = redis.call('ZRANGEBYSCORE', zkey, '-inf', cutoff, 'LIMIT', 0, bound)
   return flow_prune(zkey, ids, now, cutoff)
 end
-local pruned_done = prune(K_DONE, cfg_num('done_retention_s', 3600))
-local pruned_dead = prune(K_DEAD, cfg_num('dead_retention_s', 259200))
-local pruned_cancelled = prune(K_CANCELLED, cfg_num('dead_retention_s', 259200))
+local pruned_done = prune(K_DONE, cfg_num('done_retention_s'))
+local pruned_dead = prune(K_DEAD, cfg_num('dead_retention_s'))
+local pruned_cancelled = prune(K_CANCELLED, cfg_num('dead_retention_s'))
 flows_expire(now, bound)
 
 -- A worker silent for 3 lease TTLs is gone; its leases expired long ago.
-local stale_before = now - 3 * cfg_num('lease_ttl_s', 30) * 1000
+local stale_before = now - 3 * cfg_num('lease_ttl_s') * 1000
 local dropped = 0
 local flat = redis.call('HGETALL', K_WORKERS)
 for i = 1, #flat, 2 do
