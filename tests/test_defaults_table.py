@@ -145,3 +145,15 @@ def test_a_default_taskqueue_writes_the_config_defaults_of_the_table() -> None:
     expected = dict(CONFIG_DEFAULTS)
     expected.pop("default_timeout_s")
     assert written == expected
+
+
+def test_the_protocol_docs_table_is_generated_and_an_edited_row_is_drift() -> None:
+    doc = REPO / "docs" / "protocol.md"
+    committed = doc.read_text()
+    assert defaults_gen.generated()[doc] == committed
+    row = "| `lease_ttl_s` | s | 30 |"
+    assert committed.count(row) == 1
+    edited = committed.replace(row, "| `lease_ttl_s` | s | 60 |")
+    assert defaults_gen.protocol_md(edited) == committed
+    with pytest.raises(defaults_gen.TableError, match="markers"):
+        defaults_gen.protocol_md(committed.replace(defaults_gen.DOC_END, ""))

@@ -136,9 +136,15 @@ CONFIG_LIMITS: dict[str, ConfigLimit] = {
     ),
     "rate_limit_tasks": ConfigLimit(0, True, MAX_COUNT, "tasks", "tasks started per period"),
     "rate_limit_cost": ConfigLimit(0, True, MAX_COUNT, "cost", "cost units started per period"),
-    "rate_limit_period_s": ConfigLimit(0, True, MAX_DURATION_S, "s", "the rate limits' period"),
+    "rate_limit_period_s": ConfigLimit(
+        0, True, MAX_DURATION_S, "s", "the period of both rate limits"
+    ),
     "max_attempts": ConfigLimit(
-        1, False, MAX_ATTEMPTS, "starts", "starts before a failing task goes dead"
+        1,
+        False,
+        MAX_ATTEMPTS,
+        "starts",
+        "starts before a failing task goes dead (of a task enqueued without its own)",
     ),
     "backoff_base_s": ConfigLimit(0, False, MAX_DURATION_S, "s", "first retry delay"),
     "backoff_max_s": ConfigLimit(0, False, MAX_DURATION_S, "s", "longest retry delay"),
@@ -149,8 +155,12 @@ CONFIG_LIMITS: dict[str, ConfigLimit] = {
     "lease_ttl_s": ConfigLimit(
         MIN_LEASE_TTL_S, False, MAX_DURATION_S, "s", "a lease not extended for this long expires"
     ),
-    "done_retention_s": ConfigLimit(0, False, MAX_DURATION_S, "s", "keep done tasks"),
-    "dead_retention_s": ConfigLimit(0, False, MAX_DURATION_S, "s", "keep dead and cancelled tasks"),
+    "done_retention_s": ConfigLimit(
+        0, False, MAX_DURATION_S, "s", "how long done tasks are kept (0: deleted at completion)"
+    ),
+    "dead_retention_s": ConfigLimit(
+        0, False, MAX_DURATION_S, "s", "how long dead and cancelled tasks are kept"
+    ),
     "max_payload_bytes": ConfigLimit(
         0, True, MAX_PAYLOAD_BYTES, "bytes", "bound on payloads and results"
     ),

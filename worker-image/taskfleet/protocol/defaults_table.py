@@ -30,6 +30,7 @@ class ConfigField:
 
     ``default``: what an unset field means (None: unset, no limit). ``off``: the number the
     scripts read for an unset optional field (0: no limit), or None when they read nil.
+    ``spec``: the TaskQueue field the operator writes it from (none: left to its default).
     ``low`` is excluded when ``above`` (pydantic's ``gt``), else included (``ge``); ``high``
     is a number or a bound's name, included.
     """
@@ -43,6 +44,7 @@ class ConfigField:
     unit: str
     doc: str
     off: int | float | None = None
+    spec: str = ""
 
 
 #: What bounds.py says of all of them (its module docstring).
@@ -168,34 +170,61 @@ FIELDS: tuple[ConfigField, ...] = (
     ConfigField(
         "max_concurrency", "int", 0, 0, False, N, "tasks",
         "tasks running at once, fleet-wide; 0 = no limit",
+        spec="maxConcurrency",
     ),
     ConfigField(
-        "rate_limit_tasks", "int", None, 0, True, N, "tasks", "tasks started per period", off=0
+        "rate_limit_tasks", "int", None, 0, True, N, "tasks",
+        "tasks started per period",
+        off=0, spec="rateLimit.tasks",
     ),
     ConfigField(
-        "rate_limit_cost", "int", None, 0, True, N, "cost", "cost units started per period", off=0
+        "rate_limit_cost", "int", None, 0, True, N, "cost",
+        "cost units started per period",
+        off=0, spec="rateLimit.cost",
     ),
-    ConfigField("rate_limit_period_s", "float", 1.0, 0, True, D, "s", "the rate limits' period"),
+    ConfigField(
+        "rate_limit_period_s", "float", 1.0, 0, True, D, "s",
+        "the period of both rate limits",
+        spec="rateLimit.periodSeconds",
+    ),
     ConfigField(
         "max_attempts", "int", 3, 1, False, "MAX_ATTEMPTS", "starts",
-        "starts before a failing task goes dead",
+        "starts before a failing task goes dead (of a task enqueued without its own)",
+        spec="maxAttempts",
     ),
-    ConfigField("backoff_base_s", "float", 1.0, 0, False, D, "s", "first retry delay"),
-    ConfigField("backoff_max_s", "float", 300.0, 0, False, D, "s", "longest retry delay"),
     ConfigField(
-        "backoff_jitter", "float", 0.2, 0, False, 1, "fraction", "+- fraction of each backoff"
+        "backoff_base_s", "float", 1.0, 0, False, D, "s",
+        "first retry delay",
+        spec="backoff.baseSeconds",
+    ),
+    ConfigField(
+        "backoff_max_s", "float", 300.0, 0, False, D, "s",
+        "longest retry delay",
+        spec="backoff.maxSeconds",
+    ),
+    ConfigField(
+        "backoff_jitter", "float", 0.2, 0, False, 1, "fraction",
+        "+- fraction of each backoff",
     ),
     ConfigField(
         "max_lost", "int", 3, 1, False, "MAX_LOST", "losses",
         "lost workers a task survives; one more and it goes dead",
+        spec="maxLost",
     ),
     ConfigField(
         "lease_ttl_s", "float", 30.0, "MIN_LEASE_TTL_S", False, D, "s",
         "a lease not extended for this long expires",
+        spec="heartbeat.ttlSeconds",
     ),
-    ConfigField("done_retention_s", "float", 3600.0, 0, False, D, "s", "keep done tasks"),
     ConfigField(
-        "dead_retention_s", "float", 259200.0, 0, False, D, "s", "keep dead and cancelled tasks"
+        "done_retention_s", "float", 3600.0, 0, False, D, "s",
+        "how long done tasks are kept (0: deleted at completion)",
+        spec="retention.doneSeconds",
+    ),
+    ConfigField(
+        "dead_retention_s", "float", 259200.0, 0, False, D, "s",
+        "how long dead and cancelled tasks are kept",
+        spec="retention.deadSeconds",
     ),
     ConfigField(
         "max_payload_bytes", "int", 1024 * 1024, 0, True, "MAX_PAYLOAD_BYTES", "bytes",
@@ -204,41 +233,51 @@ FIELDS: tuple[ConfigField, ...] = (
     ConfigField(
         "default_timeout_s", "float", None, 0, True, "MAX_TIMEOUT_S", "s",
         "a task's timeout when it sets none; unset: none",
+        spec="maxTaskDurationSeconds",
     ),
     ConfigField(
         "throttle_base_s", "float", 1.0, 0, True, D, "s",
         "the fleet's first claim pause after a rate limit without a retry-after",
+        spec="throttle.baseSeconds",
     ),
     ConfigField(
         "throttle_max_s", "float", 300.0, 0, True, D, "s",
         "cap of that pause, which doubles with each rate limit in a row",
+        spec="throttle.maxSeconds",
     ),
     ConfigField(
         "budget_day", "int", None, 0, True, N, "cost",
-        "cost units claimed per UTC day; claims wait for the next day past it", off=0,
+        "cost units claimed per UTC day; claims wait for the next day past it",
+        off=0, spec="budget.day",
     ),
     ConfigField(
         "budget_month", "int", None, 0, True, N, "cost",
-        "cost units claimed per UTC calendar month", off=0,
+        "cost units claimed per UTC calendar month",
+        off=0, spec="budget.month",
     ),
     ConfigField(
         "group_max_concurrency", "int", 0, 0, False, N, "tasks",
         "tasks of one group running at once (every group's default); 0 = no limit",
+        spec="groups.maxConcurrency",
     ),
     ConfigField(
         "group_rate_limit_tasks", "int", None, 0, True, N, "tasks",
-        "tasks of one group started per rate_limit_period_s (every group's default)", off=0,
+        "tasks of one group started per rate_limit_period_s (every group's default)",
+        off=0, spec="groups.rateLimitTasks",
     ),
     ConfigField(
         "group_rate_limit_cost", "int", None, 0, True, N, "cost",
-        "cost of one group started per rate_limit_period_s (every group's default)", off=0,
+        "cost of one group started per rate_limit_period_s (every group's default)",
+        off=0, spec="groups.rateLimitCost",
     ),
     ConfigField(
         "group_budget_day", "int", None, 0, True, N, "cost",
-        "cost units one group claims per UTC day (every group's default)", off=0,
+        "cost units one group claims per UTC day (every group's default)",
+        off=0, spec="groups.budget.day",
     ),
     ConfigField(
         "group_budget_month", "int", None, 0, True, N, "cost",
-        "cost units one group claims per UTC calendar month (every group's default)", off=0,
+        "cost units one group claims per UTC calendar month (every group's default)",
+        off=0, spec="groups.budget.month",
     ),
 )  # fmt: skip

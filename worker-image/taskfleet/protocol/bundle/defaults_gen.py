@@ -2,7 +2,8 @@
 
 ``generated()`` is what ``make bundle`` writes and ``make bundle-check`` compares:
 ``protocol/bounds.py``, ``protocol/defaults.py`` (whose ``lua_defaults`` the bundle's Lua
-``DEFAULTS`` come from) and, in a source tree, ``clients/node/src/protocol/defaults.ts``.
+``DEFAULTS`` come from) and, in a source tree, ``clients/node/src/protocol/defaults.ts``
+and the config table of docs/protocol.md (between its markers).
 ``literal_defaults()`` is the other half of the check: a config default written as a
 literal beside its field's name anywhere else (``cfg_num('lease_ttl_s', 30)``,
 ``leaseTtlS: 30``, ``DEFAULT_LEASE_TTL_S = 30``) is named, so the table stays the only one.
@@ -293,12 +294,47 @@ def defaults_ts() -> str:
     return "\n".join(lines) + "\n"
 
 
+DOC_START = (
+    "<!-- the config table: generated from worker-image/taskfleet/protocol/defaults_table.py -->"
+)
+DOC_END = "<!-- end of the generated config table -->"
+
+
+def _interval(f: ConfigField) -> str:
+    return f"{'(' if f.above else '['}{f.low}, {f.high}]"
+
+
+def config_table_md() -> str:
+    """docs/protocol.md's table of the config hash's fields."""
+    lines = [
+        "| field | unit | default | bounds | meaning | TaskQueue spec field |",
+        "|---|---|---|---|---|---|",
+    ]
+    for f in table.FIELDS:
+        default = "none" if f.default is None else _ts_num(f.default)
+        spec = f"`{f.spec}`" if f.spec else "—"
+        lines.append(f"| `{f.name}` | {f.unit} | {default} | {_interval(f)} | {f.doc} | {spec} |")
+    return "\n".join(lines) + "\n"
+
+
+def protocol_md(text: str) -> str:
+    """``text`` (docs/protocol.md) with its config table as the table states it."""
+    start, end = text.find(DOC_START), text.find(DOC_END)
+    if start < 0 or end < start:
+        raise TableError("docs/protocol.md: the markers of the generated config table are gone")
+    return text[: start + len(DOC_START)] + "\n" + config_table_md() + text[end:]
+
+
 def generated(root: Path = ROOT) -> dict[Path, str]:
-    """Every file the table makes and its text (the TypeScript one only in a source tree)."""
+    """Every file the table makes and its text (the TypeScript one and the docs' table only
+    in a source tree)."""
     out = {PROTOCOL / "bounds.py": bounds_py(), PROTOCOL / "defaults.py": defaults_py()}
     node = root / "clients" / "node" / "src" / "protocol" / "defaults.ts"
     if node.parent.parent.is_dir():
         out[node] = defaults_ts()
+    doc = root / "docs" / "protocol.md"
+    if doc.is_file():
+        out[doc] = protocol_md(doc.read_text(encoding="utf-8"))
     return out
 
 
