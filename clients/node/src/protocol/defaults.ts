@@ -128,7 +128,7 @@ export const CONFIG_FIELDS = {
     max: MAX_DURATION_S,
     default: 1,
     unit: "s",
-    doc: "the rate limits' period",
+    doc: "the period of both rate limits",
   },
   maxAttempts: {
     stored: "max_attempts",
@@ -138,7 +138,7 @@ export const CONFIG_FIELDS = {
     max: MAX_ATTEMPTS,
     default: 3,
     unit: "starts",
-    doc: "starts before a failing task goes dead",
+    doc: "starts before a failing task goes dead (of a task enqueued without its own)",
   },
   backoffBaseS: {
     stored: "backoff_base_s",
@@ -198,7 +198,7 @@ export const CONFIG_FIELDS = {
     max: MAX_DURATION_S,
     default: 3600,
     unit: "s",
-    doc: "keep done tasks",
+    doc: "how long done tasks are kept (0: deleted at completion)",
   },
   deadRetentionS: {
     stored: "dead_retention_s",
@@ -208,7 +208,7 @@ export const CONFIG_FIELDS = {
     max: MAX_DURATION_S,
     default: 259200,
     unit: "s",
-    doc: "keep dead and cancelled tasks",
+    doc: "how long dead and cancelled tasks are kept",
   },
   maxPayloadBytes: {
     stored: "max_payload_bytes",
