@@ -16,20 +16,20 @@ import textwrap
 from pathlib import Path
 
 from taskfleet.protocol import defaults_table as table
+from taskfleet.protocol.bundle.build import BuildError
 from taskfleet.protocol.defaults_table import ConfigField
 
-__all__ = ["generated", "literal_defaults", "values"]
+__all__ = ["TableError", "generated", "literal_defaults", "protocol_md", "values"]
 
 PROTOCOL = Path(__file__).resolve().parent.parent
 #: The source tree's root, when this runs from one (worker-image/taskfleet/protocol/bundle).
 ROOT = PROTOCOL.parents[2]
-NODE_DEFAULTS = ROOT / "clients" / "node" / "src" / "protocol" / "defaults.ts"
 WIDTH = 100
 MARK = "generated from taskfleet/protocol/defaults_table.py by `make bundle`"
 
 
-class TableError(Exception):
-    """The table breaks a promise of its own (one line naming it)."""
+class TableError(BuildError):
+    """The table breaks a promise of its own (one line naming it; ``make bundle`` exits 2)."""
 
 
 def values() -> dict[str, int | float]:
