@@ -47,6 +47,7 @@ def test_the_source_tree_writes_no_config_default_outside_the_table() -> None:
     [
         ("worker-image/taskfleet/protocol/lua/x.lua", "local ttl = cfg_num('lease_ttl_s', 30)"),
         ("worker-image/taskfleet/protocol/lua/includes/y.lua", "local n = cfg_num('max_lost', 3)"),
+        ("worker-image/taskfleet/protocol/lua/z.lua", "local t = cfg_num('rate_limit_tasks') or 1"),
         ("worker-image/taskfleet/worker/x.py", "DEFAULT_LEASE_TTL_S = 30.0"),
         ("worker-image/taskfleet/x.py", 'CONFIG = {"backoff_max_s": 300.0}'),
         ("operator/taskfleet_operator/x.py", "    max_attempts: int = Field(default=3, ge=1)"),
@@ -79,6 +80,7 @@ def test_a_default_written_back_as_a_literal_is_named_by_the_drift_check(
         "queue.configure(QueueConfig(lease_ttl_s=60))",  # a value that is not the default
         "if spec.max_concurrency >= 0 and max_attempts == 3:",  # comparisons
         "local ttl = cfg_num('lease_ttl_s') * 1000",
+        "local t = cfg_num('rate_limit_tasks') or 0",  # an unset limit read as its off value
         "const ttl = CONFIG_FIELDS.leaseTtlS.default;",
         "ttl_seconds: int = Field(default=int(DEFAULT.lease_ttl_s), ge=2)",
     ],

@@ -252,10 +252,7 @@ def test_the_config_models_defaults_are_the_plain_defaults_the_scripts_and_worke
     from taskfleet.protocol.defaults import CONFIG_DEFAULTS, lua_defaults
 
     assert QueueConfig().model_dump() == CONFIG_DEFAULTS
-    # the scripts read an unset optional limit as 0 (none), and a stored default as itself
-    unset_limits = {k: "0" for k, v in CONFIG_DEFAULTS.items() if v is None}
-    unset_limits.pop("default_timeout_s")  # no timeout: the scripts read nil
-    assert lua_defaults() == QueueConfig().to_redis() | unset_limits
+    assert QueueConfig().to_redis() == lua_defaults()
 
 
 def test_the_worker_starts_without_loading_pydantic_or_the_producer_api() -> None:

@@ -227,12 +227,10 @@ CONFIG_LIMITS: dict[str, ConfigLimit] = {
         "cost units one group claims per UTC calendar month (every group's default)",
     ),
 }
-#: What the scripts read for a field the config hash leaves unset, as stored text: its
-#: default, or the 0 (no limit) of an optional limit.
+#: What the scripts read for a field the config hash leaves unset, as stored text (a
+#: field unset by default is absent: the scripts read it as its ``off``, 0 for a limit).
 LUA_DEFAULTS: dict[str, str] = {
     "max_concurrency": "0",
-    "rate_limit_tasks": "0",
-    "rate_limit_cost": "0",
     "rate_limit_period_s": "1.0",
     "max_attempts": "3",
     "backoff_base_s": "1.0",
@@ -245,13 +243,7 @@ LUA_DEFAULTS: dict[str, str] = {
     "max_payload_bytes": "1048576",
     "throttle_base_s": "1.0",
     "throttle_max_s": "300.0",
-    "budget_day": "0",
-    "budget_month": "0",
     "group_max_concurrency": "0",
-    "group_rate_limit_tasks": "0",
-    "group_rate_limit_cost": "0",
-    "group_budget_day": "0",
-    "group_budget_month": "0",
 }
 
 

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         files = expected()
-    except BuildError as e:
+    except (BuildError, defaults_gen.TableError) as e:
         print(f"bundle: error: {e}", file=sys.stderr)
         return 2
     if args.write:

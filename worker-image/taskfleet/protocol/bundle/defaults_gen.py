@@ -16,10 +16,9 @@ import textwrap
 from pathlib import Path
 
 from taskfleet.protocol import defaults_table as table
-from taskfleet.protocol.bundle.build import BuildError
 from taskfleet.protocol.defaults_table import ConfigField
 
-__all__ = ["TableError", "generated", "literal_defaults", "protocol_md", "values"]
+__all__ = ["TableError", "generated", "literal_defaults", "lua_defaults", "protocol_md", "values"]
 
 PROTOCOL = Path(__file__).resolve().parent.parent
 #: The source tree's root, when this runs from one (worker-image/taskfleet/protocol/bundle).
@@ -28,7 +27,7 @@ WIDTH = 100
 MARK = "generated from taskfleet/protocol/defaults_table.py by `make bundle`"
 
 
-class TableError(BuildError):
+class TableError(Exception):
     """The table breaks a promise of its own (one line naming it; ``make bundle`` exits 2)."""
 
 
@@ -80,6 +79,12 @@ def _ts_num(value: int | float | str) -> str:
 def _lua_text(value: int | float) -> str:
     """As ``defaults.encode`` stores it in the config hash."""
     return repr(value) if isinstance(value, float) else str(value)
+
+
+def lua_defaults() -> dict[str, str]:
+    """The scripts' ``DEFAULTS`` straight from the table (``build`` reads them here, so one
+    ``make bundle`` after an edit of the table builds the scripts from the new values)."""
+    return {f.name: _lua_text(f.default) for f in table.FIELDS if f.default is not None}
 
 
 def _comment(prefix: str, text: str, indent: str = "") -> list[str]:
@@ -201,14 +206,13 @@ def defaults_py() -> str:
         lines += _call(f"{_py_str(f.name)}: ConfigLimit", args, ",", "    ")
     lines += [
         "}",
-        "#: What the scripts read for a field the config hash leaves unset, as stored text: its",
-        "#: default, or the 0 (no limit) of an optional limit.",
+        "#: What the scripts read for a field the config hash leaves unset, as stored text (a",
+        "#: field unset by default is absent: the scripts read it as its ``off``, 0 for a limit).",
         "LUA_DEFAULTS: dict[str, str] = {",
     ]
     for f in table.FIELDS:
-        value = f.default if f.default is not None else f.off
-        if value is not None:
-            lines.append(f"    {_py_str(f.name)}: {_py_str(_lua_text(value))},")
+        if f.default is not None:
+            lines.append(f"    {_py_str(f.name)}: {_py_str(_lua_text(f.default))},")
     lines += [
         "}",
         "",
@@ -341,6 +345,8 @@ def generated(root: Path = ROOT) -> dict[Path, str]:
 # -- literal defaults outside the table -------------------------------------------------
 
 _LUA_FALLBACK = re.compile(r"\bcfg_num\(\s*'(\w+)'\s*,[^)]*\)")
+#: ``cfg_num('x') or V``: how a script reads a field unset by default (V: the table's off).
+_LUA_OFF = re.compile(r"\bcfg_num\(\s*'(\w+)'\s*\)\s*or\s+([-\w.]+)")
 
 
 def _spellings(value: int | float) -> str:
@@ -383,9 +389,17 @@ def _sources(root: Path) -> list[Path]:
     return sorted(p for p in found if p not in skip)
 
 
+def _is(text: str, value: int | float | None) -> bool:
+    try:
+        return value is not None and float(text) == value
+    except ValueError:
+        return False
+
+
 def literal_defaults(root: Path = ROOT) -> list[str]:
     """Each place a config default is written as a literal instead of read from the table."""
     patterns = [(f, _patterns(f)) for f in table.FIELDS if f.default is not None]
+    fields = {f.name: f for f in table.FIELDS}
     problems = []
     for path in _sources(root):
         text = path.read_text(encoding="utf-8")
@@ -395,6 +409,13 @@ def literal_defaults(root: Path = ROOT) -> list[str]:
             problems.append(
                 f"{rel}:{line}: cfg_num takes the field's name only: its default is the table's"
             )
+        for found in _LUA_OFF.finditer(text):
+            field = fields.get(found.group(1))
+            if field is not None and field.default is None and not _is(found.group(2), field.off):
+                line = text.count("\n", 0, found.start()) + 1
+                problems.append(
+                    f"{rel}:{line}: an unset {field.name} reads as its off value, {field.off}"
+                )
         for field, pattern in patterns:
             for found in pattern.finditer(text):
                 line = text.count("\n", 0, found.start()) + 1

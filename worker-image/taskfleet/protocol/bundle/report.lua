@@ -7,7 +7,7 @@ local K_QUOTA = KEYS[27]
 local K_GROUP = KEYS[34]
 local K_GROUP_BUCKET = KEYS[35]
 local K_GROUPS_PARKED = KEYS[36]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", budget_day = "0", budget_month = "0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_budget_day = "0", group_budget_month = "0", group_max_concurrency = "0", group_rate_limit_cost = "0", group_rate_limit_tasks = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_cost = "0", rate_limit_period_s = "1.0", rate_limit_tasks = "0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 -- record i (1..ARG_N): task_id, token, progress, cost
 local function RECORD(i)
@@ -36,9 +36,9 @@ end
 
 -- includes/cfg_num.lua
 -- A config number: the stored one, else the field's default (DEFAULTS, generated from the
--- table of defaults; nil for one unset by default that the scripts read as nil) when it is
--- absent, not a number or not finite: a nan or inf written by a foreign client must not
--- break every claim of the fleet.
+-- table of defaults) when it is absent, not a number or not finite: a nan or inf written
+-- by a foreign client must not break every claim of the fleet. nil for a field unset by
+-- default: a caller reads an unset limit as the table's `off` (0, no limit) with `or 0`.
 local function cfg_num(name)
   local v = tonumber(cfg(name))
   if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end
@@ -140,7 +140,7 @@ local function group_settings(g)
   local v = redis.call('HMGET', K_GROUP .. g, 'weight', 'max_concurrency', 'rate_limit_tasks',
     'rate_limit_cost', 'until', 'streak', 'day_limit', 'month_limit', 'day', 'day_spent',
     'month', 'month_spent')
-  -- the group's own number, else the queue's for every group (none for the weight)
+  -- the group's own number, else the queue's for every group (nil: unset, read as 0, none)
   local function num(x, name)
     local n = tonumber(x)
     if n == nil or n ~= n or n == math.huge or n == -math.huge then
@@ -149,7 +149,8 @@ local function group_settings(g)
     return n
   end
   local s = {weight = num(v[1]) or 1, cap = num(v[2], 'group_max_concurrency'),
-    tasks = num(v[3], 'group_rate_limit_tasks'), cost = num(v[4], 'group_rate_limit_cost'),
+    tasks = num(v[3], 'group_rate_limit_tasks') or 0,
+    cost = num(v[4], 'group_rate_limit_cost') or 0,
     quota = {v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12]}}
   if s.weight <= 0 then s.weight = 1 end
   return s
@@ -185,7 +186,7 @@ end
 -- applies (no pause holds and no budget, its own or the config's group_budget_*, is set).
 local function group_quota(g, s, now)
   local q = quota_state(K_GROUP .. g, now, s.quota)
-  q = quota_budget(q.key, now, cfg_num('group_budget_day'), cfg_num('group_budget_month'))
+  q = quota_budget(q.key, now, cfg_num('group_budget_day') or 0, cfg_num('group_budget_month') or 0)
   if q.till <= now and not q.budget then return nil end
   return q
 end
@@ -230,7 +231,7 @@ end
 local n = tonumber(ARG_N)
 local now = now_ms()
 local out = {}
-local limit = cfg_num('rate_limit_cost')
+local limit = cfg_num('rate_limit_cost') or 0
 local settle = 0
 local by_group = {}
 for i = 1, n do
@@ -269,7 +270,7 @@ if limit > 0 and settle ~= 0 then
   redis.call('HSET', K_BUCKET_COST, 'tokens', tostring(tokens), 'ts', now)
 end
 if settle ~= 0 then
-  local q = quota_budget(K_QUOTA, now, cfg_num('budget_day'), cfg_num('budget_month'))
+  local q = quota_budget(K_QUOTA, now, cfg_num('budget_day') or 0, cfg_num('budget_month') or 0)
   quota_take(q, settle)
   quota_save(q)
 end

@@ -27,7 +27,7 @@ local K_GROUPS_PARKED = KEYS[36]
 local K_GROUPS_PENDING = KEYS[37]
 local K_FLOW = KEYS[38]
 local K_FLOWS = KEYS[39]
-local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", budget_day = "0", budget_month = "0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_budget_day = "0", group_budget_month = "0", group_max_concurrency = "0", group_rate_limit_cost = "0", group_rate_limit_tasks = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_cost = "0", rate_limit_period_s = "1.0", rate_limit_tasks = "0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
+local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_BOUND = ARGV[1]
 local flow_resolve, build_lazy
 -- includes/now_ms.lua
@@ -52,9 +52,9 @@ end
 
 -- includes/cfg_num.lua
 -- A config number: the stored one, else the field's default (DEFAULTS, generated from the
--- table of defaults; nil for one unset by default that the scripts read as nil) when it is
--- absent, not a number or not finite: a nan or inf written by a foreign client must not
--- break every claim of the fleet.
+-- table of defaults) when it is absent, not a number or not finite: a nan or inf written
+-- by a foreign client must not break every claim of the fleet. nil for a field unset by
+-- default: a caller reads an unset limit as the table's `off` (0, no limit) with `or 0`.
 local function cfg_num(name)
   local v = tonumber(cfg(name))
   if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end

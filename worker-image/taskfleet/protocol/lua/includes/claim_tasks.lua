@@ -82,10 +82,10 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     buckets[#buckets + 1] = b
     return b
   end
-  local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks'))
-  local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost'))
+  local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks') or 0)
+  local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost') or 0)
   -- the fleet-wide pause a provider's rate limit set, and the spend budget (quota_*.lua)
-  local quota = quota_budget(K_QUOTA, now, cfg_num('budget_day'), cfg_num('budget_month'))
+  local quota = quota_budget(K_QUOTA, now, cfg_num('budget_day') or 0, cfg_num('budget_month') or 0)
   if quota.till <= now and not quota.budget then quota = nil end
 
   local retry_after = 0
