@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from taskfleet.protocol.defaults import DEFAULT
+
 from taskfleet_operator.models import Autoscale, TaskQueueSpec
 
 
@@ -54,9 +56,9 @@ class Limits:
     """
 
     concurrency: int
-    max_concurrency: int = 0
-    rate_limit_tasks: int | None = None
-    rate_limit_period_s: float = 1.0
+    max_concurrency: int = DEFAULT.max_concurrency
+    rate_limit_tasks: int | None = DEFAULT.rate_limit_tasks
+    rate_limit_period_s: float = DEFAULT.rate_limit_period_s
     mean_task_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -74,7 +76,9 @@ class Limits:
             concurrency=spec.pod_slots(),
             max_concurrency=spec.max_concurrency,
             rate_limit_tasks=rate.tasks if rate is not None else None,
-            rate_limit_period_s=float(rate.period_seconds or 1) if rate is not None else 1.0,
+            rate_limit_period_s=float(rate.period_seconds)
+            if rate is not None and rate.period_seconds
+            else DEFAULT.rate_limit_period_s,
             mean_task_s=mean_task_s,
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field, model_validator
 from taskfleet.protocol.bounds import MAX_COUNT
+from taskfleet.protocol.defaults import DEFAULT
 
 from taskfleet_operator.modelbase import CamelModel, cel
 
@@ -31,7 +32,10 @@ class GroupLimits(CamelModel):
     # bounds.MAX_COUNT: the bound of the same limits set at run time (protocol.groups) and
     # of the config fields these are written to (QueueConfig.group_*)
     max_concurrency: int = Field(
-        default=0, ge=0, le=MAX_COUNT, description="Tasks of one group run at once; 0 = unlimited."
+        default=DEFAULT.group_max_concurrency,
+        ge=0,
+        le=MAX_COUNT,
+        description="Tasks of one group run at once; 0 = unlimited.",
     )
     rate_limit_tasks: int | None = Field(
         default=None,
@@ -100,8 +104,12 @@ class Throttle(CamelModel):
         }
     )
 
-    base_seconds: float = Field(default=1.0, ge=0.01, le=3600, description="First pause.")
-    max_seconds: float = Field(default=300.0, ge=0.01, le=86_400, description="Longest pause.")
+    base_seconds: float = Field(
+        default=DEFAULT.throttle_base_s, ge=0.01, le=3600, description="First pause."
+    )
+    max_seconds: float = Field(
+        default=DEFAULT.throttle_max_s, ge=0.01, le=86_400, description="Longest pause."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> Throttle:

@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_snake
 from taskfleet.protocol import environment
+from taskfleet.protocol.defaults import DEFAULT
 from taskfleet.protocol.tasknames import PATTERN as TASK_NAME_PATTERN
 from taskfleet.protocol.tasknames import task_name_problem
 
@@ -123,8 +124,15 @@ class Backoff(CamelModel):
         }
     )
 
-    base_seconds: float = Field(default=1.0, ge=0, le=3600, description="First retry delay.")
-    max_seconds: float = Field(default=300.0, ge=0, le=86_400, description="Longest retry delay.")
+    base_seconds: float = Field(
+        default=DEFAULT.backoff_base_s, ge=0, le=3600, description="First retry delay."
+    )
+    max_seconds: float = Field(
+        default=DEFAULT.backoff_max_s,
+        ge=0,
+        le=86_400,
+        description="Longest retry delay.",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> Backoff:
@@ -149,7 +157,13 @@ class Heartbeat(CamelModel):
     )
 
     interval_seconds: int = Field(default=5, ge=1, le=300, description="Heartbeat period.")
-    ttl_seconds: int = Field(default=30, ge=2, le=3600, description="Lease time-to-live.")
+    # an int here: the CRD has always stored whole seconds
+    ttl_seconds: int = Field(
+        default=int(DEFAULT.lease_ttl_s),
+        ge=2,
+        le=3600,
+        description="Lease time-to-live.",
+    )
 
     @model_validator(mode="after")
     def _ttl_covers_two_beats(self) -> Heartbeat:
@@ -164,8 +178,18 @@ class Heartbeat(CamelModel):
 class Retention(CamelModel):
     """How long finished tasks stay readable before the sweeper prunes them."""
 
-    done_seconds: int = Field(default=3600, ge=0, le=31_536_000, description="Keep done tasks.")
-    dead_seconds: int = Field(default=259_200, ge=0, le=31_536_000, description="Keep dead tasks.")
+    done_seconds: int = Field(
+        default=int(DEFAULT.done_retention_s),
+        ge=0,
+        le=31_536_000,
+        description="Keep done tasks.",
+    )
+    dead_seconds: int = Field(
+        default=int(DEFAULT.dead_retention_s),
+        ge=0,
+        le=31_536_000,
+        description="Keep dead tasks.",
+    )
 
 
 #: Most worker processes per pod (as the worker's --processes allows).
@@ -377,7 +401,7 @@ class TaskQueueSpec(CamelModel):
         "tasks, so the memory a leaking handler holds goes back. Unset: never.",
     )
     max_concurrency: int = Field(
-        default=0,
+        default=DEFAULT.max_concurrency,
         ge=0,
         le=1_000_000_000,
         description="Tasks run at once across the fleet; 0 = unlimited.",
@@ -396,13 +420,19 @@ class TaskQueueSpec(CamelModel):
         "(bounded, see terminationGracePeriodSeconds).",
     )
     max_attempts: int = Field(
-        default=3, ge=1, le=100, description="Attempts before a task goes dead."
+        default=DEFAULT.max_attempts,
+        ge=1,
+        le=100,
+        description="Attempts before a task goes dead.",
     )
     backoff: Backoff = Backoff()
     heartbeat: Heartbeat = Heartbeat()
     retention: Retention = Retention()
     max_lost: int = Field(
-        default=3, ge=1, le=100, description="Times a task may lose its worker before it goes dead."
+        default=DEFAULT.max_lost,
+        ge=1,
+        le=100,
+        description="Times a task may lose its worker before it goes dead.",
     )
     schedules: list[Schedule] = Field(default_factory=list, max_length=50)
     resources: Resources | None = None

@@ -108,11 +108,11 @@ def test_configure_sets_the_queue_settings_workers_only_read(
         assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("taskfleet: error:")
 
 
-def test_a_worker_reads_the_queue_lease_ttl_and_never_writes_it(
+def test_the_deprecated_lease_ttl_option_sets_nothing_and_a_warning_names_the_queues(
     queue: Queue, redis_url: str, tmp_path: Path
 ) -> None:
-    """One writer per value: --lease-ttl is what the worker expects, the queue's config
-    (written here as the operator would) is what holds."""
+    """One writer per value: the queue's config (written here as the operator would) sets
+    the lease TTL; a worker's --lease-ttl is ignored, with a warning saying so."""
     queue.configure(QueueConfig(lease_ttl_s=40))
     log = tmp_path / "worker.log"
     argv = [sys.executable, "-m", "taskfleet", "worker", "--queue", "jobs", "--handler"]
@@ -132,7 +132,13 @@ def test_a_worker_reads_the_queue_lease_ttl_and_never_writes_it(
             interval=WORKER_INTERVAL_S,
             what=log.read_text,
         )
-        assert "lease_ttl_differs" in events()
+        (ignored,) = [
+            record
+            for record in map(json.loads, log.read_text().splitlines())
+            if record["event"] == "lease_ttl_option_ignored"
+        ]
+        assert (ignored["level"], ignored["lease_ttl_s"], ignored["given_s"]) == ("warning", 40, 20)
+        assert "deprecated and ignored" in ignored["note"]
         assert queue.config().lease_ttl_s == 40.0
     finally:
         process.kill()

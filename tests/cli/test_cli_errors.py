@@ -44,20 +44,6 @@ H = "tests.workers.handlers"
             ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--prefetch", "-1"],
             "prefetch must be within 0..10000, got -1",
         ),
-        (
-            [
-                "worker",
-                "--queue",
-                "q",
-                "--handler",
-                f"{H}:sleep",
-                "--heartbeat-interval",
-                "20",
-                "--lease-ttl",
-                "30",
-            ],
-            "at most half the lease TTL",
-        ),
         (["worker", "--queue", "q"], "Missing option '--handler'"),
         (
             ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "0.01"],

@@ -228,6 +228,8 @@ def test_every_worker_option_can_come_from_the_environment(
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
     assert worker.has_event("drain_started", drain_timeout_s=7.0)
+    # read, and ignored with a warning: the queue's config sets the lease TTL
+    assert worker.has_event("lease_ttl_option_ignored", given_s=1.0), worker.log_text()
 
 
 def test_a_handlers_own_timeout_error_is_recorded_as_it_is_not_as_a_task_timeout(

@@ -15,6 +15,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { InvalidArgument, InvalidRedisURL, TaskfleetError } from "./errors.js";
+import { CONFIG_FIELDS } from "./protocol/defaults.js";
 import { formatG } from "./pyformat.js";
 
 const PROG = "taskfleet-node";
@@ -165,7 +166,7 @@ const WORKER_OPTIONS: readonly Opt[] = [
     help: "Seconds a slot may stay held by a call given up on (its task timed out, its lease was lost) before it is stuck; when every slot is stuck the worker drains and exits 3 to be restarted [default: 60].",
   },
   { name: "heartbeat-interval", kind: "float", env: "TASKFLEET_HEARTBEAT_INTERVAL", help: "[default: 5]" },
-  { name: "lease-ttl", kind: "float", env: "TASKFLEET_LEASE_TTL", help: "The lease TTL this worker expects (the queue's config sets it)." },
+  { name: "lease-ttl", kind: "float", env: "TASKFLEET_LEASE_TTL", help: `Deprecated, ignored with a warning: the queue's config sets the lease TTL for all its workers (taskfleet configure QUEUE --lease-ttl S, or the TaskQueue's heartbeat.ttlSeconds) [queue default: ${String(CONFIG_FIELDS.leaseTtlS.default)}].` },
   { name: "timeout", kind: "float", env: "TASKFLEET_TASK_TIMEOUT", help: "Seconds a task may run unless it sets its own timeout [default: none]." },
   { name: "pod", kind: "string", env: "TASKFLEET_POD_NAME", help: "Worker name, unique among the queue's live workers [default: <hostname>-<pid>-<random>]." },
   { name: "runtime-dir", kind: "string", env: "TASKFLEET_RUNTIME_DIR", help: "Where worker.json lives, for `drain` [default: $XDG_RUNTIME_DIR/taskfleet, else /tmp/taskfleet-<uid>]." },

@@ -6,16 +6,11 @@
  * @module
  */
 
-import { MAX_ATTEMPTS, MAX_COUNT, MAX_DURATION_S, MAX_TIMEOUT_S } from "./bounds.js";
 import { InvalidArgument } from "./errors.js";
+import { CONFIG_FIELDS, type ConfigFieldSpec } from "./protocol/defaults.js";
 import { floatRepr } from "./pyformat.js";
 
-/** Bound on payloads and results a queue may set (512 MiB, as Redis's largest string). */
-export const MAX_PAYLOAD_BYTES = 512 * 1024 * 1024;
-/** Shortest lease a queue may set, in seconds. */
-export const MIN_LEASE_TTL_S = 1;
-/** Most lost workers a task may survive. */
-export const MAX_LOST = MAX_ATTEMPTS;
+export { MAX_LOST, MAX_PAYLOAD_BYTES, MIN_LEASE_TTL_S } from "./protocol/defaults.js";
 
 /** A queue's settings; a field left out (or null, where it may be) takes its default. */
 export interface QueueConfig {
@@ -59,59 +54,14 @@ export interface QueueConfig {
   groupBudgetMonth: number | null;
 }
 
-interface Field {
-  stored: string;
-  int: boolean;
-  min: number;
-  /** the lower bound excluded (`gt`), else included (`ge`) */
-  above: boolean;
-  max: number;
-  nullable: boolean;
-  fallback: number | null;
-}
-
-const f = (stored: string, int: boolean, min: number, above: boolean, max: number, fallback: number | null): Field => ({
-  stored,
-  int,
-  min,
-  above,
-  max,
-  nullable: fallback === null,
-  fallback,
-});
-
-/** Every field, in the Python model's order: stored name, kind, bounds and default. */
-const FIELDS: Record<keyof QueueConfig, Field> = {
-  maxConcurrency: f("max_concurrency", true, 0, false, MAX_COUNT, 0),
-  rateLimitTasks: f("rate_limit_tasks", true, 0, true, MAX_COUNT, null),
-  rateLimitCost: f("rate_limit_cost", true, 0, true, MAX_COUNT, null),
-  rateLimitPeriodS: f("rate_limit_period_s", false, 0, true, MAX_DURATION_S, 1),
-  maxAttempts: f("max_attempts", true, 1, false, MAX_ATTEMPTS, 3),
-  backoffBaseS: f("backoff_base_s", false, 0, false, MAX_DURATION_S, 1),
-  backoffMaxS: f("backoff_max_s", false, 0, false, MAX_DURATION_S, 300),
-  backoffJitter: f("backoff_jitter", false, 0, false, 1, 0.2),
-  maxLost: f("max_lost", true, 1, false, MAX_LOST, 3),
-  leaseTtlS: f("lease_ttl_s", false, MIN_LEASE_TTL_S, false, MAX_DURATION_S, 30),
-  doneRetentionS: f("done_retention_s", false, 0, false, MAX_DURATION_S, 3600),
-  deadRetentionS: f("dead_retention_s", false, 0, false, MAX_DURATION_S, 259200),
-  maxPayloadBytes: f("max_payload_bytes", true, 0, true, MAX_PAYLOAD_BYTES, 1024 * 1024),
-  defaultTimeoutS: f("default_timeout_s", false, 0, true, MAX_TIMEOUT_S, null),
-  throttleBaseS: f("throttle_base_s", false, 0, true, MAX_DURATION_S, 1),
-  throttleMaxS: f("throttle_max_s", false, 0, true, MAX_DURATION_S, 300),
-  budgetDay: f("budget_day", true, 0, true, MAX_COUNT, null),
-  budgetMonth: f("budget_month", true, 0, true, MAX_COUNT, null),
-  groupMaxConcurrency: f("group_max_concurrency", true, 0, false, MAX_COUNT, 0),
-  groupRateLimitTasks: f("group_rate_limit_tasks", true, 0, true, MAX_COUNT, null),
-  groupRateLimitCost: f("group_rate_limit_cost", true, 0, true, MAX_COUNT, null),
-  groupBudgetDay: f("group_budget_day", true, 0, true, MAX_COUNT, null),
-  groupBudgetMonth: f("group_budget_month", true, 0, true, MAX_COUNT, null),
-};
+/** Every field, in the Python model's order: stored name, kind, bounds and default (the table's). */
+const FIELDS: Readonly<Record<keyof QueueConfig, ConfigFieldSpec>> = CONFIG_FIELDS;
 
 const NAMES = Object.keys(FIELDS) as (keyof QueueConfig)[];
 
 /** Every field at its default. */
 export function defaultConfig(): QueueConfig {
-  return Object.fromEntries(NAMES.map((name) => [name, FIELDS[name].fallback])) as unknown as QueueConfig;
+  return Object.fromEntries(NAMES.map((name) => [name, FIELDS[name].default])) as unknown as QueueConfig;
 }
 
 /**
@@ -139,9 +89,9 @@ export function checkConfig(settings: Readonly<Partial<QueueConfig>>): QueueConf
   return config;
 }
 
-function checkField(name: string, field: Field, value: unknown): number | null {
+function checkField(name: string, field: ConfigFieldSpec, value: unknown): number | null {
   if (value === null) {
-    if (field.nullable) return null;
+    if (field.default === null) return null;
     throw new InvalidArgument(`invalid queue config: ${name} may not be null`);
   }
   if (typeof value !== "number" || !Number.isFinite(value)) {

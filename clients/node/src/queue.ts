@@ -8,6 +8,7 @@
 
 import { type Bundle, packagedBundle } from "./bundle.js";
 import { type QueueConfig, checkConfig, configFields, parseConfig } from "./config.js";
+import { CONFIG_FIELDS } from "./protocol/defaults.js";
 import * as control from "./control.js";
 import * as flowcontrol from "./flowcontrol.js";
 import * as groups from "./groups.js";
@@ -311,7 +312,7 @@ export class Queue {
       this.client.hgetall(this.keys.key("workers")),
       this.client.hget(this.keys.key("config"), "lease_ttl_s"),
     ]);
-    const ttlMs = (Number(config ?? "") > 0 ? Number(config) : 30) * 1000;
+    const ttlMs = (Number(config ?? "") > 0 ? Number(config) : CONFIG_FIELDS.leaseTtlS.default) * 1000;
     const out: WorkerInfo[] = [];
     for (const [pod, text] of Object.entries(records)) {
       const found = workerInfo(pod, text, now, ttlMs);

@@ -233,6 +233,21 @@ describe("the Node worker", () => {
     assert.equal(await b.exit(), 0, b.output);
   });
 
+  it("the deprecated --lease-ttl sets nothing: a warning names the queue's lease TTL, which holds for the tasks it claims", async () => {
+    const w = worker("ttl", ["--lease-ttl", "7"]);
+    await w.saw(/event=worker_started/);
+    assert.match(w.output, /event=lease_ttl_option_ignored lease_ttl_s=30 given_s=7 .*deprecated and ignored/);
+    assert.equal(await queue.client.hget(queue.keys.key("config"), "lease_ttl_s"), null, "the queue's config is not written");
+    const id = await queue.enqueue({ ms: 2000, log: log() });
+    await until("the task runs", () => runs(log()).length === 1);
+    const [leaseUntil, now] = await Promise.all([
+      queue.client.hget(queue.keys.item("task", id), "lease_until"),
+      queue.client.time(),
+    ]);
+    const left = Number(leaseUntil) - (Number(now[0]) * 1000 + Math.floor(Number(now[1]) / 1000));
+    assert.ok(left > 20_000 && left <= 30_000, `a lease of the queue's 30 s, not 7: ${String(left)} ms left`);
+  });
+
   it("a worker replaced under its name (another incarnation registered) gets nothing from its next claim and exits 2, loudly", async () => {
     // Beats far apart: the claim meets the newcomer first.
     const g = WorkerProcess.node([

@@ -20,6 +20,7 @@ import click
 from taskfleet.cli.logs import configure_logging
 from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option
 from taskfleet.protocol import environment
+from taskfleet.protocol.defaults import DEFAULT
 from taskfleet.protocol.errors import NameInUse, PodGone, RedisEvicts
 from taskfleet.protocol.workernames import PROCESS_SEPARATOR, process_name
 from taskfleet.worker.settings import DEFAULT_HELD_GRACE_S
@@ -172,10 +173,10 @@ def drain(wait: bool, timeout: float | None, runtime_dir: str | None) -> None:
     type=FiniteFloat(),
     default=None,
     show_envvar=True,
-    help="The lease TTL this worker expects. The queue's config sets it for all its "
-    "workers (taskfleet configure QUEUE --lease-ttl S, or the TaskQueue); the worker only "
-    "reads it and logs lease_ttl_differs when the queue says otherwise [default: the "
-    "queue's setting, 30].",
+    help="Deprecated, ignored with a warning (lease_ttl_option_ignored): the queue's config "
+    "sets the lease TTL for all its workers (taskfleet configure QUEUE --lease-ttl S, or the "
+    "TaskQueue's heartbeat.ttlSeconds) [queue default: "
+    f"{DEFAULT.lease_ttl_s:g}].",
 )
 @click.option(
     "--timeout",

@@ -16,56 +16,63 @@ anything outside these bounds, so whatever is stored can be read by all of them:
 
 This module imports nothing of taskfleet: the queue, the CLI, the config model and the
 worker all read their bounds from here.
+
+This file is generated from taskfleet/protocol/defaults_table.py by `make bundle`.
 """
 
 from __future__ import annotations
 
 #: A delay, a deadline (seconds from now) and every duration of a queue's config: 100 years.
 MAX_DURATION_S = 100 * 365 * 24 * 3600
+#: Longest delay.
 MAX_DELAY_S = MAX_DURATION_S
+#: Furthest deadline, from now.
 MAX_DEADLINE_S = MAX_DURATION_S
-#: A task's timeout (and the queue's default_timeout_s): one year. None means "no timeout".
+#: A task's timeout (and the queue's default_timeout_s): one year. None: no timeout.
 MAX_TIMEOUT_S = 365 * 24 * 3600
 #: Integers the scripts compute with or pass to workers (cost, limits, counts).
 MAX_COUNT = 10**9
-#: A task's cost in rate-limit units (0 = takes nothing from the cost limit).
-MIN_COST, MAX_COST = 0, MAX_COUNT
-#: Starts a task may have (per task or the queue's default), and losses it may survive.
-MIN_ATTEMPTS, MAX_ATTEMPTS = 1, 10_000
+#: A task's cost in rate-limit units (0: takes nothing).
+MIN_COST = 0
+#: Highest cost of one task.
+MAX_COST = MAX_COUNT
+#: Fewest starts a task may have.
+MIN_ATTEMPTS = 1
+#: Most starts a task may have (per task or the queue's).
+MAX_ATTEMPTS = 10_000
+#: Most lost workers a task may survive.
 MAX_LOST = MAX_ATTEMPTS
-#: Scores of the pending zset stay exact doubles within this priority range.
-PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+#: Lowest priority: pending scores stay exact doubles.
+PRIORITY_MIN = -1000
+#: Highest priority.
+PRIORITY_MAX = 1000
 #: A task id: 1 to 200 printable characters (ids travel NUL-separated in claim replies).
 MAX_TASK_ID_LEN = 200
 #: Most tasks one task may wait for (``after``).
 MAX_AFTER = 10_000
 #: Payloads and results: Redis refuses strings over 512 MiB.
 MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
-#: Deepest nesting of arrays and objects in a payload: every reader (a worker's handler
-#: thread, Lua's cjson, a CLI printing it) can parse and print it with room to spare.
+#: Deepest nesting of arrays and objects in a payload: every reader (a worker's handler thread,
+#: Lua's cjson, a CLI printing it) can parse and print it with room to spare.
 MAX_PAYLOAD_DEPTH = 200
-#: Latest epoch ms a ``datetime`` can hold (9999-12-31T23:59:59.999Z); readers map a
-#: stored time beyond it (or before year 1) to None.
+#: Latest epoch ms a ``datetime`` can hold (9999-12-31T23:59:59.999Z); readers map a stored time
+#: beyond it (or before year 1) to None.
 MAX_EPOCH_MS = 253_402_300_799_999
+#: Earliest epoch ms a reader maps (year 1).
 MIN_EPOCH_MS = -62_135_596_800_000
-
-# What the door promises, checked once at import: the largest stored time is exact in
-# Lua's %.14g and a datetime can hold it (until year ~5000 of the server's clock).
-assert (MAX_DURATION_S * 1000) < 1e13 and MAX_COUNT < 1e14 and MAX_ATTEMPTS <= MAX_COUNT
-
-#: Shortest lease TTL a queue may have, and shortest heartbeat a worker beats at: below
-#: these a fleet spends its time heartbeating (a lease TTL of 0.01 s made a 3 ms heartbeat).
+#: Shortest lease TTL a queue may have: below it a fleet spends its time heartbeating (a lease TTL
+#: of 0.01 s made a 3 ms heartbeat).
 MIN_LEASE_TTL_S = 1.0
+#: Shortest heartbeat a worker beats at.
 MIN_HEARTBEAT_S = 0.1
-#: Slots of one worker process (``--concurrency``): a sync handler's threads, an async
-#: one's tasks. Above this a claim, a heartbeat or a drain's hand-back grows past what one
-#: script call should do; run more processes (``--processes``) or pods instead.
+#: Slots of one worker process (``--concurrency``): a sync handler's threads, an async one's tasks.
+#: Above this a claim, a heartbeat or a drain's hand-back grows past what one script call should do;
+#: run more processes (``--processes``) or pods instead.
 MAX_CONCURRENCY = 10_000
-#: Most tasks one script call claims, completes or gives back: the client loops over
-#: larger asks in batches of this, so no call blocks Redis for more than a few ms (a
-#: release of 18,893 tasks in one call took 885 ms).
+#: Most tasks one script call claims, completes or gives back: the client loops over larger asks in
+#: batches of this, so no call blocks Redis for more than a few ms (a release of 18,893 tasks in one
+#: call took 885 ms).
 MAX_BATCH = 100
-
-#: Retries a handler may ask for (``RetryAfter``) per task without spending an attempt;
-#: past this, each one counts as a failed attempt (so ``max_attempts`` still ends it).
+#: Retries a handler may ask for (``RetryAfter``) per task without spending an attempt; past this,
+#: each one counts as a failed attempt (so ``max_attempts`` still ends it).
 MAX_DEFERRALS = 20

@@ -3,29 +3,32 @@
 It is stored in the queue's ``config`` hash (written by the operator or
 ``Queue.configure``) and read by the Lua scripts at each call, so a change applies to
 the whole fleet at once without restarts. The defaults here are also the defaults the
-scripts use for absent fields: ``scripts.py`` generates the Lua defaults from this model.
+scripts use for absent fields: both come from ``defaults.py``, generated from the one
+table of defaults and bounds (``defaults_table.py``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from taskfleet.protocol.bounds import (
-    MAX_ATTEMPTS,
-    MAX_COUNT,
-    MAX_DURATION_S,
-    MAX_LOST,
-    MAX_PAYLOAD_BYTES,
-    MAX_TIMEOUT_S,
-    MIN_LEASE_TTL_S,
-)
-from taskfleet.protocol.defaults import CONFIG_DEFAULTS as _DEFAULTS
+from taskfleet.protocol.defaults import CONFIG_DEFAULTS, CONFIG_LIMITS, lua_defaults
 from taskfleet.protocol.defaults import encode as _encode
-from taskfleet.protocol.defaults import lua_defaults
+
+
+def _field(name: str) -> Any:
+    """The field's default, bounds and doc, as the table of defaults states them."""
+    limit = CONFIG_LIMITS[name]
+    return Field(
+        default=cast(Mapping[str, object], CONFIG_DEFAULTS)[name],
+        gt=limit.low if limit.above else None,
+        ge=None if limit.above else limit.low,
+        le=limit.high,
+        description=limit.doc,
+    )
 
 
 class QueueConfig(BaseModel):
@@ -35,116 +38,29 @@ class QueueConfig(BaseModel):
     # in ms prints as an integer in Lua, and counts stay exact doubles.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    max_concurrency: int = Field(
-        default=_DEFAULTS["max_concurrency"],
-        ge=0,
-        le=MAX_COUNT,
-        description="tasks running at once, fleet-wide; 0 = no limit",
-    )
-    rate_limit_tasks: int | None = Field(
-        default=_DEFAULTS["rate_limit_tasks"],
-        gt=0,
-        le=MAX_COUNT,
-        description="tasks started per period",
-    )
-    rate_limit_cost: int | None = Field(
-        default=_DEFAULTS["rate_limit_cost"],
-        gt=0,
-        le=MAX_COUNT,
-        description="cost units started per period",
-    )
-    rate_limit_period_s: float = Field(
-        default=_DEFAULTS["rate_limit_period_s"], gt=0, le=MAX_DURATION_S
-    )
-    max_attempts: int = Field(
-        default=_DEFAULTS["max_attempts"],
-        ge=1,
-        le=MAX_ATTEMPTS,
-        description="starts before a failing task goes dead",
-    )
-    backoff_base_s: float = Field(default=_DEFAULTS["backoff_base_s"], ge=0, le=MAX_DURATION_S)
-    backoff_max_s: float = Field(default=_DEFAULTS["backoff_max_s"], ge=0, le=MAX_DURATION_S)
-    backoff_jitter: float = Field(
-        default=_DEFAULTS["backoff_jitter"], ge=0, le=1, description="+- fraction of each backoff"
-    )
-    max_lost: int = Field(
-        default=_DEFAULTS["max_lost"],
-        ge=1,
-        le=MAX_LOST,
-        description="lost workers a task survives; one more and it goes dead",
-    )
-    lease_ttl_s: float = Field(
-        default=_DEFAULTS["lease_ttl_s"],
-        ge=MIN_LEASE_TTL_S,
-        le=MAX_DURATION_S,
-        description="a lease not extended for this long expires",
-    )
-    done_retention_s: float = Field(default=_DEFAULTS["done_retention_s"], ge=0, le=MAX_DURATION_S)
-    dead_retention_s: float = Field(default=_DEFAULTS["dead_retention_s"], ge=0, le=MAX_DURATION_S)
-    max_payload_bytes: int = Field(
-        default=_DEFAULTS["max_payload_bytes"],
-        gt=0,
-        le=MAX_PAYLOAD_BYTES,
-        description="bound on payloads and results",
-    )
-    default_timeout_s: float | None = Field(
-        default=_DEFAULTS["default_timeout_s"], gt=0, le=MAX_TIMEOUT_S
-    )
-
-    throttle_base_s: float = Field(
-        default=_DEFAULTS["throttle_base_s"],
-        gt=0,
-        le=MAX_DURATION_S,
-        description="the fleet's first claim pause after a rate limit without a retry-after",
-    )
-    throttle_max_s: float = Field(
-        default=_DEFAULTS["throttle_max_s"],
-        gt=0,
-        le=MAX_DURATION_S,
-        description="cap of that pause, which doubles with each rate limit in a row",
-    )
-    budget_day: int | None = Field(
-        default=_DEFAULTS["budget_day"],
-        gt=0,
-        le=MAX_COUNT,
-        description="cost units claimed per UTC day; claims wait for the next day past it",
-    )
-    budget_month: int | None = Field(
-        default=_DEFAULTS["budget_month"],
-        gt=0,
-        le=MAX_COUNT,
-        description="cost units claimed per UTC calendar month",
-    )
-    group_max_concurrency: int = Field(
-        default=_DEFAULTS["group_max_concurrency"],
-        ge=0,
-        le=MAX_COUNT,
-        description="tasks of one group running at once (every group's default); 0 = no limit",
-    )
-    group_rate_limit_tasks: int | None = Field(
-        default=_DEFAULTS["group_rate_limit_tasks"],
-        gt=0,
-        le=MAX_COUNT,
-        description="tasks of one group started per rate_limit_period_s (every group's default)",
-    )
-    group_rate_limit_cost: int | None = Field(
-        default=_DEFAULTS["group_rate_limit_cost"],
-        gt=0,
-        le=MAX_COUNT,
-        description="cost of one group started per rate_limit_period_s (every group's default)",
-    )
-    group_budget_day: int | None = Field(
-        default=_DEFAULTS["group_budget_day"],
-        gt=0,
-        le=MAX_COUNT,
-        description="cost units one group claims per UTC day (every group's default)",
-    )
-    group_budget_month: int | None = Field(
-        default=_DEFAULTS["group_budget_month"],
-        gt=0,
-        le=MAX_COUNT,
-        description="cost units one group claims per UTC calendar month (every group's default)",
-    )
+    max_concurrency: int = _field("max_concurrency")
+    rate_limit_tasks: int | None = _field("rate_limit_tasks")
+    rate_limit_cost: int | None = _field("rate_limit_cost")
+    rate_limit_period_s: float = _field("rate_limit_period_s")
+    max_attempts: int = _field("max_attempts")
+    backoff_base_s: float = _field("backoff_base_s")
+    backoff_max_s: float = _field("backoff_max_s")
+    backoff_jitter: float = _field("backoff_jitter")
+    max_lost: int = _field("max_lost")
+    lease_ttl_s: float = _field("lease_ttl_s")
+    done_retention_s: float = _field("done_retention_s")
+    dead_retention_s: float = _field("dead_retention_s")
+    max_payload_bytes: int = _field("max_payload_bytes")
+    default_timeout_s: float | None = _field("default_timeout_s")
+    throttle_base_s: float = _field("throttle_base_s")
+    throttle_max_s: float = _field("throttle_max_s")
+    budget_day: int | None = _field("budget_day")
+    budget_month: int | None = _field("budget_month")
+    group_max_concurrency: int = _field("group_max_concurrency")
+    group_rate_limit_tasks: int | None = _field("group_rate_limit_tasks")
+    group_rate_limit_cost: int | None = _field("group_rate_limit_cost")
+    group_budget_day: int | None = _field("group_budget_day")
+    group_budget_month: int | None = _field("group_budget_month")
 
     @model_validator(mode="after")
     def _backoff_cap_not_below_base(self) -> QueueConfig:

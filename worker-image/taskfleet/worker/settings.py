@@ -34,7 +34,8 @@ class WorkerSettings:
     prefetch: int | None = None  # None: twice the concurrency (see prefetch_depth)
     drain_timeout: float = 30.0
     heartbeat_interval: float = 5.0
-    lease_ttl: float | None = None  # None: the queue's setting (QueueConfig.lease_ttl_s)
+    # deprecated, ignored but for a warning at start: the queue's config sets the lease TTL
+    lease_ttl: float | None = None
     default_timeout: float | None = None
     sweep_every: int = 3  # heartbeats between queue sweeps
     idle_wait: float = 1.0  # longest BLPOP; also bounds how long a missed wake-up costs
@@ -118,11 +119,6 @@ class WorkerSettings:
             raise ValueError(
                 f"lease TTL must be at least {bounds.MIN_LEASE_TTL_S:g} seconds, "
                 f"got {self.lease_ttl:g}"
-            )
-        if self.lease_ttl is not None and self.heartbeat_interval * 2 > self.lease_ttl:
-            raise ValueError(
-                f"heartbeat interval ({self.heartbeat_interval:g}s) must be at most half the "
-                f"lease TTL ({self.lease_ttl:g}s), or one late beat loses every lease"
             )
         if self.drain_timeout < 0:
             raise ValueError("drain timeout must not be negative")

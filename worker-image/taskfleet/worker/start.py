@@ -8,7 +8,6 @@ drain before it ever ran.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,6 +58,13 @@ async def register(
         return
 
 
+#: Why ``--lease-ttl`` does nothing (the Node worker says the same).
+LEASE_TTL_IGNORED = (
+    "--lease-ttl is deprecated and ignored: the queue's config sets the lease TTL for all its "
+    "workers (taskfleet configure QUEUE --lease-ttl S, or the TaskQueue's heartbeat.ttlSeconds)"
+)
+
+
 async def heartbeat_interval(
     client: aioredis.Redis,
     settings: WorkerSettings,
@@ -68,10 +74,10 @@ async def heartbeat_interval(
     """The heartbeat interval that fits the queue's lease TTL (read, never written).
 
     The queue's config has one writer (the operator, or ``taskfleet configure`` /
-    ``Queue.configure`` outside Kubernetes). ``--lease-ttl`` says what this worker
-    expects: a queue set otherwise is logged (``lease_ttl_differs``) and the queue's value
-    holds, since the scripts and sweeps use it. A heartbeat too slow for that TTL is
-    shortened to a third of it rather than left to lose every lease.
+    ``Queue.configure`` outside Kubernetes), and the scripts and sweeps use its lease TTL.
+    The deprecated ``--lease-ttl`` changes nothing: a warning names the queue's TTL, which
+    holds. A heartbeat too slow for that TTL is shortened to a third of it rather than left
+    to lose every lease.
     """
     read = QueueReads(QueueKeys(settings.queue)).lease_ttl()
     interval = settings.heartbeat_interval
@@ -83,14 +89,13 @@ async def heartbeat_interval(
             continue
         # as the scripts read it; one that is no positive number: the default
         ttl = found if found is not None and found > 0 else DEFAULT_LEASE_TTL_S
-        expected = settings.lease_ttl
-        if expected is not None and not math.isclose(expected, ttl):
+        if settings.lease_ttl is not None:
             log_event(
                 logging.WARNING,
-                "lease_ttl_differs",
+                "lease_ttl_option_ignored",
                 lease_ttl_s=ttl,
-                expected_s=expected,
-                note="the queue's config sets it: taskfleet configure QUEUE --lease-ttl S",
+                given_s=settings.lease_ttl,
+                note=LEASE_TTL_IGNORED,
             )
         if interval * 2 > ttl:
             # a TTL below the floor (a config written by hand): beat at the floor, not faster

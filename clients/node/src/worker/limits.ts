@@ -1,19 +1,11 @@
 /**
- * Bounds the worker keeps, the Python package's values (`protocol/bounds.py`).
+ * Bounds the worker keeps: the Python package's values (`protocol/bounds.py`); those both
+ * clients share come from the generated table (`protocol/defaults.ts`).
  *
  * @module
  */
 
-/** Largest payload or result any task may store (Redis' string limit). */
-export const MAX_PAYLOAD_BYTES = 512 * 1024 * 1024;
-/** Shortest lease TTL a queue may set. */
-export const MIN_LEASE_TTL_S = 1.0;
-/** Shortest heartbeat interval. */
-export const MIN_HEARTBEAT_S = 0.1;
-/** Most tasks one worker process runs at once. */
-export const MAX_CONCURRENCY = 10_000;
-/** Most tasks one call claims, completes or releases (larger asks are split). */
-export const MAX_BATCH = 100;
+export { MAX_BATCH, MAX_CONCURRENCY, MAX_PAYLOAD_BYTES, MIN_HEARTBEAT_S, MIN_LEASE_TTL_S } from "../protocol/defaults.js";
 /** Housekeeping bound of a claim (entries dropped on the way). */
 export const CLAIM_HOUSEKEEPING_BOUND = 100;
 /** Bound of one sweep call's steps. */

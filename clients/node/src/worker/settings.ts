@@ -35,7 +35,11 @@ export interface WorkerOptions {
   readonly drainTimeout?: number;
   /** Seconds between heartbeats (default 5; shortened to fit the queue's lease TTL). */
   readonly heartbeatInterval?: number;
-  /** The lease TTL this worker expects; the queue's config sets it (a difference is logged). */
+  /**
+   * Deprecated and ignored (a warning at start says so): the lease TTL is the queue's
+   * config, one value for all its workers (`Queue.configure({ leaseTtlS })`,
+   * `taskfleet configure QUEUE --lease-ttl S`, or the TaskQueue's `heartbeat.ttlSeconds`).
+   */
   readonly leaseTtl?: number;
   /** Seconds a task may run unless it sets its own timeout (default: none). */
   readonly taskTimeout?: number;
@@ -129,12 +133,6 @@ export function checkSettings(queue: string, options: WorkerOptions, pod: string
   if (heartbeat < MIN_HEARTBEAT_S) fail(`heartbeat interval must be at least ${formatG(MIN_HEARTBEAT_S)} seconds, got ${formatG(heartbeat)}`);
   if (leaseTtl !== null && leaseTtl < MIN_LEASE_TTL_S) {
     fail(`lease TTL must be at least ${formatG(MIN_LEASE_TTL_S)} seconds, got ${formatG(leaseTtl)}`);
-  }
-  if (leaseTtl !== null && heartbeat * 2 > leaseTtl) {
-    fail(
-      `heartbeat interval (${formatG(heartbeat)}s) must be at most half the lease TTL (${formatG(leaseTtl)}s), ` +
-        "or one late beat loses every lease",
-    );
   }
   if (drain < 0) fail("drain timeout must not be negative");
   if (taskTimeout !== null && taskTimeout <= 0) fail("task timeout must be positive");

@@ -8,6 +8,7 @@
 
 import type { Client } from "../connection.js";
 import { TaskfleetError } from "../errors.js";
+import { CONFIG_FIELDS } from "../protocol/defaults.js";
 import type { Broker } from "./broker.js";
 import { NoReply, SAFE_EVICTION_POLICY, authFailure, classify } from "./faults.js";
 import { type Flag, bounded } from "./flag.js";
@@ -18,7 +19,13 @@ import { logEvent } from "./log.js";
 import { isRedisDown } from "./outcomes.js";
 import { type Settings, replyTimeoutMs } from "./settings.js";
 
-export const DEFAULT_LEASE_TTL_S = 30;
+/** The lease TTL the scripts use when the queue's config sets none they can read. */
+export const DEFAULT_LEASE_TTL_S: number = CONFIG_FIELDS.leaseTtlS.default;
+
+/** Why the worker's lease TTL option does nothing (the Python worker says the same). */
+export const LEASE_TTL_IGNORED =
+  "--lease-ttl is deprecated and ignored: the queue's config sets the lease TTL for all its workers " +
+  "(taskfleet configure QUEUE --lease-ttl S, or the TaskQueue's heartbeat.ttlSeconds)";
 
 /** Redis may delete keys when full: acknowledged tasks could vanish. Refused unless allowed. */
 export class RedisEvicts extends TaskfleetError {
@@ -61,7 +68,10 @@ function number(raw: string | null, fallback: number): number {
   return Number.isFinite(value) && value > 0 ? value : fallback;
 }
 
-/** The heartbeat interval (s) that fits the queue's lease TTL (read, never written). */
+/**
+ * The heartbeat interval (s) that fits the queue's lease TTL (read, never written). The
+ * deprecated `leaseTtl` option changes nothing: a warning names the queue's TTL, which holds.
+ */
 export async function heartbeatInterval(client: Client, configKey: string, settings: Settings, g: Gated): Promise<number> {
   let interval = settings.heartbeatInterval;
   const ms = replyTimeoutMs(settings);
@@ -75,12 +85,11 @@ export async function heartbeatInterval(client: Client, configKey: string, setti
       continue;
     }
     const ttl = number(raw, DEFAULT_LEASE_TTL_S);
-    const expected = settings.leaseTtl;
-    if (expected !== null && Math.abs(expected - ttl) > 1e-9 * Math.max(expected, ttl)) {
-      logEvent("warning", "lease_ttl_differs", {
+    if (settings.leaseTtl !== null) {
+      logEvent("warning", "lease_ttl_option_ignored", {
         lease_ttl_s: ttl,
-        expected_s: expected,
-        note: "the queue's config sets it: taskfleet configure QUEUE --lease-ttl S",
+        given_s: settings.leaseTtl,
+        note: LEASE_TTL_IGNORED,
       });
     }
     if (interval * 2 > ttl) {

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from taskfleet.protocol.bundle import defaults_gen
 from taskfleet.protocol.bundle.build import BuildError, build
 from taskfleet.protocol.bundle.reference import reference
 
@@ -26,6 +27,7 @@ def expected(bundle_dir: Path = HERE, docs: Path | None = DOCS) -> dict[Path, st
     out[bundle_dir / "manifest.json"] = bundle.manifest_text()
     if docs is not None and docs.is_dir():
         out[docs / "protocol-scripts.md"] = reference(bundle.manifest)
+    out.update(defaults_gen.generated())
     return out
 
 
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         files = expected()
-    except BuildError as e:
+    except (BuildError, defaults_gen.TableError) as e:
         print(f"bundle: error: {e}", file=sys.stderr)
         return 2
     if args.write:
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_bytes(text.encode())
                 print(f"wrote {path}")
         return 0
-    problems = stale(files)
+    problems = stale(files) + defaults_gen.literal_defaults()
     for problem in problems:
         print(f"bundle: drift: {problem}", file=sys.stderr)
     if problems:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from taskfleet.protocol.defaults import lua_defaults
+from taskfleet.protocol.bundle.defaults_gen import lua_defaults
 from taskfleet.protocol.keys import KEY_DOCS, PREFIX, SCRIPT_KEYS, QueueKeys
 from taskfleet.protocol.signatures import PROTOCOL, SCRIPTS, Script, Wire
 

@@ -89,14 +89,15 @@ local function cfg(name)
 end
 
 -- includes/cfg_num.lua
--- A config number, or fallback when it is absent, not a number or not finite: a nan or
--- inf written by a foreign client must not break every claim of the fleet.
-local function cfg_num(name, fallback)
+-- A config number: the stored one, else the field's default (DEFAULTS, generated from the
+-- table of defaults) when it is absent, not a number or not finite: a nan or inf written
+-- by a foreign client must not break every claim of the fleet. nil for a field unset by
+-- default: a caller reads an unset limit as the table's `off` (0, no limit) with `or 0`.
+local function cfg_num(name)
   local v = tonumber(cfg(name))
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end
   return v
 end
-
 -- includes/call_chunked.lua
 -- redis.call(cmd, key, unpack(args)) for a list built up by a batch, in chunks (unpack
 -- has a stack limit); an even chunk size keeps ZADD's score-member pairs together.
@@ -149,7 +150,7 @@ local function flow_member_end(fid, outcome)
   redis.call('HINCRBY', fkey, FLOW_ENDS[outcome], 1)
   local open = redis.call('HINCRBY', fkey, 'open', -1)
   if open > 0 then return end
-  local keep = math.max(cfg_num('done_retention_s', 3600), cfg_num('dead_retention_s', 259200), 60)
+  local keep = math.max(cfg_num('done_retention_s'), cfg_num('dead_retention_s'), 60)
   if open < 0 then
     -- a record deleted by hand, or the member counted twice: no second ending
     redis.call('HSET', fkey, 'open', 0)
@@ -441,7 +442,7 @@ local function take_back(id, key, pod, now)
   end
   local lost = redis.call('HINCRBY', key, 'lost', 1)
   bump('lost')
-  if lost > cfg_num('max_lost', 3) then
+  if lost > cfg_num('max_lost') then
     to_dead(id, key, now, 'worker lost', 'its worker was lost ' .. lost .. ' times')
     return 'dead'
   end
@@ -594,7 +595,7 @@ local function group_fair(now, bound)
   if redis.call('EXISTS', K_GROUPS) == 0 then return nil end
   if redis.call('EXISTS', K_PENDING) == 1 then group_join('') end
   return {now = now, bound = bound, steps = 0, groups = {},
-    period_ms = cfg_num('rate_limit_period_s', 1) * 1000}
+    period_ms = cfg_num('rate_limit_period_s') * 1000}
 end
 -- includes/group_pick.lua
 -- group_pick: the next task of the fair order: id, the zset it waits in, its group and the
@@ -622,16 +623,17 @@ local function group_settings(g)
   local v = redis.call('HMGET', K_GROUP .. g, 'weight', 'max_concurrency', 'rate_limit_tasks',
     'rate_limit_cost', 'until', 'streak', 'day_limit', 'month_limit', 'day', 'day_spent',
     'month', 'month_spent')
-  local function num(x, name, fallback)
+  -- the group's own number, else the queue's for every group (nil: unset, read as 0, none)
+  local function num(x, name)
     local n = tonumber(x)
     if n == nil or n ~= n or n == math.huge or n == -math.huge then
-      if name then return cfg_num(name, fallback) end
-      return fallback
+      return name and cfg_num(name)
     end
     return n
   end
-  local s = {weight = num(v[1], nil, 1), cap = num(v[2], 'group_max_concurrency', 0),
-    tasks = num(v[3], 'group_rate_limit_tasks', 0), cost = num(v[4], 'group_rate_limit_cost', 0),
+  local s = {weight = num(v[1]) or 1, cap = num(v[2], 'group_max_concurrency'),
+    tasks = num(v[3], 'group_rate_limit_tasks') or 0,
+    cost = num(v[4], 'group_rate_limit_cost') or 0,
     quota = {v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12]}}
   if s.weight <= 0 then s.weight = 1 end
   return s
@@ -660,7 +662,7 @@ end
 -- applies (no pause holds and no budget, its own or the config's group_budget_*, is set).
 local function group_quota(g, s, now)
   local q = quota_state(K_GROUP .. g, now, s.quota)
-  q = quota_budget(q.key, now, cfg_num('group_budget_day', 0), cfg_num('group_budget_month', 0))
+  q = quota_budget(q.key, now, cfg_num('group_budget_day') or 0, cfg_num('group_budget_month') or 0)
   if q.till <= now and not q.budget then return nil end
   return q
 end
@@ -818,7 +820,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   local _, backlog = expire_deadlines(now, bound)
   take_back_expired(now, bound)
 
-  local max_conc = cfg_num('max_concurrency', 0)
+  local max_conc = cfg_num('max_concurrency')
   if max_conc > 0 then
     if extra and extra > 0 then want = want - extra end
     local free = max_conc - redis.call('ZCARD', K_RUNNING)
@@ -826,7 +828,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   end
 
   -- Token buckets: capacity = limit, refilled continuously at limit / period.
-  local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+  local period_ms = cfg_num('rate_limit_period_s') * 1000
   local buckets = {}
   local function load_bucket(key, limit)
     if limit == nil or limit <= 0 then return nil end
@@ -839,15 +841,15 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     buckets[#buckets + 1] = b
     return b
   end
-  local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks', 0))
-  local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost', 0))
+  local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks') or 0)
+  local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost') or 0)
   -- the fleet-wide pause a provider's rate limit set, and the spend budget (quota_*.lua)
-  local quota = quota_budget(K_QUOTA, now, cfg_num('budget_day', 0), cfg_num('budget_month', 0))
+  local quota = quota_budget(K_QUOTA, now, cfg_num('budget_day') or 0, cfg_num('budget_month') or 0)
   if quota.till <= now and not quota.budget then quota = nil end
 
   local retry_after = 0
-  local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
-  local default_timeout = cfg_num('default_timeout_s', nil)
+  local lease_until = now + math.floor(cfg_num('lease_ttl_s') * 1000)
+  local default_timeout = cfg_num('default_timeout_s')
   default_timeout = default_timeout and tostring(default_timeout) or ''
   local out = {0, -1, 0}
   for _, rec in ipairs(kept) do out[#out + 1] = rec end
@@ -1051,7 +1053,7 @@ local function flow_input(key, dep, result)
   if result == nil or result == false or result == '' then result = 'null' end
   local size = string.len(result)
   local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
-  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  if used + size > cfg_num('max_payload_bytes') then return end
   redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end
 -- includes/flow_join_done.lua

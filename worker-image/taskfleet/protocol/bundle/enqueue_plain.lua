@@ -42,14 +42,15 @@ local function cfg(name)
 end
 
 -- includes/cfg_num.lua
--- A config number, or fallback when it is absent, not a number or not finite: a nan or
--- inf written by a foreign client must not break every claim of the fleet.
-local function cfg_num(name, fallback)
+-- A config number: the stored one, else the field's default (DEFAULTS, generated from the
+-- table of defaults) when it is absent, not a number or not finite: a nan or inf written
+-- by a foreign client must not break every claim of the fleet. nil for a field unset by
+-- default: a caller reads an unset limit as the table's `off` (0, no limit) with `or 0`.
+local function cfg_num(name)
   local v = tonumber(cfg(name))
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end
   return v
 end
-
 -- includes/counts.lua
 -- Counters are summed locally and written once per call (flush_counts) to keep batch
 -- scripts cheap. Every script calls flush_counts() before it returns.
@@ -286,7 +287,7 @@ deadline_run = function(...) build_lazy() return deadline_run(...) end
 --   or {0} (above); in those four cases nothing is stored.
 if ARG_HAND_OFF == '1' and redis.call('EXISTS', K_IDLE) == 1 then return {0} end
 local n = tonumber(ARG_N)
-local max_bytes = cfg_num('max_payload_bytes', 1048576)
+local max_bytes = cfg_num('max_payload_bytes')
 local exists = {}
 local seen = {}
 for i = 1, n do

@@ -59,14 +59,15 @@ local function cfg(name)
 end
 
 -- includes/cfg_num.lua
--- A config number, or fallback when it is absent, not a number or not finite: a nan or
--- inf written by a foreign client must not break every claim of the fleet.
-local function cfg_num(name, fallback)
+-- A config number: the stored one, else the field's default (DEFAULTS, generated from the
+-- table of defaults) when it is absent, not a number or not finite: a nan or inf written
+-- by a foreign client must not break every claim of the fleet. nil for a field unset by
+-- default: a caller reads an unset limit as the table's `off` (0, no limit) with `or 0`.
+local function cfg_num(name)
   local v = tonumber(cfg(name))
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end
   return v
 end
-
 -- includes/counts.lua
 -- Counters are summed locally and written once per call (flush_counts) to keep batch
 -- scripts cheap. Every script calls flush_counts() before it returns.
@@ -123,7 +124,7 @@ local function flow_member_end(fid, outcome)
   redis.call('HINCRBY', fkey, FLOW_ENDS[outcome], 1)
   local open = redis.call('HINCRBY', fkey, 'open', -1)
   if open > 0 then return end
-  local keep = math.max(cfg_num('done_retention_s', 3600), cfg_num('dead_retention_s', 259200), 60)
+  local keep = math.max(cfg_num('done_retention_s'), cfg_num('dead_retention_s'), 60)
   if open < 0 then
     -- a record deleted by hand, or the member counted twice: no second ending
     redis.call('HSET', fkey, 'open', 0)
@@ -263,8 +264,8 @@ local function quota_pause(key, now, asked, reason)
   local ms = asked
   if ms == nil then
     if fresh then q.streak = q.streak + 1 end
-    local base = cfg_num('throttle_base_s', 1) * 1000
-    local cap = cfg_num('throttle_max_s', 300) * 1000
+    local base = cfg_num('throttle_base_s') * 1000
+    local cap = cfg_num('throttle_max_s') * 1000
     ms = math.min(cap, base * 2 ^ (math.max(1, q.streak) - 1))
   end
   local till = now + math.floor(ms)
@@ -413,7 +414,7 @@ local function flow_input(key, dep, result)
   if result == nil or result == false or result == '' then result = 'null' end
   local size = string.len(result)
   local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
-  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  if used + size > cfg_num('max_payload_bytes') then return end
   redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end
 -- includes/flow_join_done.lua
@@ -563,7 +564,7 @@ end
 bump('failed')
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
 local attempts = tonumber(v[1]) or 1
-local max_attempts = tonumber(v[2]) or cfg_num('max_attempts', 3)
+local max_attempts = tonumber(v[2]) or cfg_num('max_attempts')
 if ARG_RETRYABLE ~= '1' or attempts >= max_attempts then
   local reason = ARG_REASON
   if reason == '' then reason = 'failed' end
@@ -573,10 +574,10 @@ if ARG_RETRYABLE ~= '1' or attempts >= max_attempts then
 end
 local delay = after
 if delay == nil then
-  local base = cfg_num('backoff_base_s', 1) * 1000
-  local cap = cfg_num('backoff_max_s', 300) * 1000
+  local base = cfg_num('backoff_base_s') * 1000
+  local cap = cfg_num('backoff_max_s') * 1000
   delay = math.min(cap, base * 2 ^ (attempts - 1))
-  delay = delay * (1 + (tonumber(ARG_JITTER) or 0) * cfg_num('backoff_jitter', 0.2))
+  delay = delay * (1 + (tonumber(ARG_JITTER) or 0) * cfg_num('backoff_jitter'))
   delay = math.floor(math.max(0, math.min(cap, delay)))
 end
 local run_at = now + delay

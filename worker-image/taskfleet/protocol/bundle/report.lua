@@ -35,14 +35,15 @@ local function cfg(name)
 end
 
 -- includes/cfg_num.lua
--- A config number, or fallback when it is absent, not a number or not finite: a nan or
--- inf written by a foreign client must not break every claim of the fleet.
-local function cfg_num(name, fallback)
+-- A config number: the stored one, else the field's default (DEFAULTS, generated from the
+-- table of defaults) when it is absent, not a number or not finite: a nan or inf written
+-- by a foreign client must not break every claim of the fleet. nil for a field unset by
+-- default: a caller reads an unset limit as the table's `off` (0, no limit) with `or 0`.
+local function cfg_num(name)
   local v = tonumber(cfg(name))
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end
   return v
 end
-
 -- includes/quota_state.lua
 -- quota_state: a quota hash (the queue's K_QUOTA, or a group's own hash K_GROUP .. g) read
 -- once per script call and cached: the claim pause (`till`: ms until which nobody claims,
@@ -139,16 +140,17 @@ local function group_settings(g)
   local v = redis.call('HMGET', K_GROUP .. g, 'weight', 'max_concurrency', 'rate_limit_tasks',
     'rate_limit_cost', 'until', 'streak', 'day_limit', 'month_limit', 'day', 'day_spent',
     'month', 'month_spent')
-  local function num(x, name, fallback)
+  -- the group's own number, else the queue's for every group (nil: unset, read as 0, none)
+  local function num(x, name)
     local n = tonumber(x)
     if n == nil or n ~= n or n == math.huge or n == -math.huge then
-      if name then return cfg_num(name, fallback) end
-      return fallback
+      return name and cfg_num(name)
     end
     return n
   end
-  local s = {weight = num(v[1], nil, 1), cap = num(v[2], 'group_max_concurrency', 0),
-    tasks = num(v[3], 'group_rate_limit_tasks', 0), cost = num(v[4], 'group_rate_limit_cost', 0),
+  local s = {weight = num(v[1]) or 1, cap = num(v[2], 'group_max_concurrency'),
+    tasks = num(v[3], 'group_rate_limit_tasks') or 0,
+    cost = num(v[4], 'group_rate_limit_cost') or 0,
     quota = {v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12]}}
   if s.weight <= 0 then s.weight = 1 end
   return s
@@ -184,7 +186,7 @@ end
 -- applies (no pause holds and no budget, its own or the config's group_budget_*, is set).
 local function group_quota(g, s, now)
   local q = quota_state(K_GROUP .. g, now, s.quota)
-  q = quota_budget(q.key, now, cfg_num('group_budget_day', 0), cfg_num('group_budget_month', 0))
+  q = quota_budget(q.key, now, cfg_num('group_budget_day') or 0, cfg_num('group_budget_month') or 0)
   if q.till <= now and not q.budget then return nil end
   return q
 end
@@ -193,7 +195,7 @@ end
 -- go back into, or are taken from, each group's cost bucket, as report does for the queue's,
 -- and settle the group's budget spend (its own or the config's group_budget_*).
 local function group_settle(by_group, now)
-  local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+  local period_ms = cfg_num('rate_limit_period_s') * 1000
   for g, diff in pairs(by_group) do
     local s = group_settings(g)
     if s.cost > 0 and diff ~= 0 then
@@ -229,7 +231,7 @@ end
 local n = tonumber(ARG_N)
 local now = now_ms()
 local out = {}
-local limit = cfg_num('rate_limit_cost', 0)
+local limit = cfg_num('rate_limit_cost') or 0
 local settle = 0
 local by_group = {}
 for i = 1, n do
@@ -259,7 +261,7 @@ for i = 1, n do
   end
 end
 if limit > 0 and settle ~= 0 then
-  local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+  local period_ms = cfg_num('rate_limit_period_s') * 1000
   local b = redis.call('HMGET', K_BUCKET_COST, 'tokens', 'ts')
   local tokens, ts = tonumber(b[1]), tonumber(b[2])
   if tokens == nil or ts == nil then tokens, ts = limit, now end
@@ -268,7 +270,7 @@ if limit > 0 and settle ~= 0 then
   redis.call('HSET', K_BUCKET_COST, 'tokens', tostring(tokens), 'ts', now)
 end
 if settle ~= 0 then
-  local q = quota_budget(K_QUOTA, now, cfg_num('budget_day', 0), cfg_num('budget_month', 0))
+  local q = quota_budget(K_QUOTA, now, cfg_num('budget_day') or 0, cfg_num('budget_month') or 0)
   quota_take(q, settle)
   quota_save(q)
 end

@@ -54,14 +54,15 @@ local function cfg(name)
 end
 
 -- includes/cfg_num.lua
--- A config number, or fallback when it is absent, not a number or not finite: a nan or
--- inf written by a foreign client must not break every claim of the fleet.
-local function cfg_num(name, fallback)
+-- A config number: the stored one, else the field's default (DEFAULTS, generated from the
+-- table of defaults) when it is absent, not a number or not finite: a nan or inf written
+-- by a foreign client must not break every claim of the fleet. nil for a field unset by
+-- default: a caller reads an unset limit as the table's `off` (0, no limit) with `or 0`.
+local function cfg_num(name)
   local v = tonumber(cfg(name))
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end
   return v
 end
-
 -- includes/flow_q.lua
 -- Tasks that finished in this call and have dependants (tasks waiting on them, the set
 -- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
@@ -238,7 +239,7 @@ local function flow_member_end(fid, outcome)
   redis.call('HINCRBY', fkey, FLOW_ENDS[outcome], 1)
   local open = redis.call('HINCRBY', fkey, 'open', -1)
   if open > 0 then return end
-  local keep = math.max(cfg_num('done_retention_s', 3600), cfg_num('dead_retention_s', 259200), 60)
+  local keep = math.max(cfg_num('done_retention_s'), cfg_num('dead_retention_s'), 60)
   if open < 0 then
     -- a record deleted by hand, or the member counted twice: no second ending
     redis.call('HSET', fkey, 'open', 0)
@@ -402,7 +403,7 @@ local function flow_input(key, dep, result)
   if result == nil or result == false or result == '' then result = 'null' end
   local size = string.len(result)
   local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
-  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  if used + size > cfg_num('max_payload_bytes') then return end
   redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end
 -- includes/flow_join_done.lua
@@ -541,7 +542,7 @@ pending_add = function(...) build_lazy() return pending_add(...) end
 -- Returns: {fired tasks, then per schedule: 1 applied | 0 stale (nothing changed)}.
 local n = tonumber(ARG_N)
 local now = now_ms()
-local max_bytes = cfg_num('max_payload_bytes', 1048576)
+local max_bytes = cfg_num('max_payload_bytes')
 local out = {0}
 local created_total, immediate = 0, 0
 for i = 1, n do

@@ -43,14 +43,15 @@ local function cfg(name)
 end
 
 -- includes/cfg_num.lua
--- A config number, or fallback when it is absent, not a number or not finite: a nan or
--- inf written by a foreign client must not break every claim of the fleet.
-local function cfg_num(name, fallback)
+-- A config number: the stored one, else the field's default (DEFAULTS, generated from the
+-- table of defaults) when it is absent, not a number or not finite: a nan or inf written
+-- by a foreign client must not break every claim of the fleet. nil for a field unset by
+-- default: a caller reads an unset limit as the table's `off` (0, no limit) with `or 0`.
+local function cfg_num(name)
   local v = tonumber(cfg(name))
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end
   return v
 end
-
 -- built on the first call of older_worker: what only they use
 build_lazy = function()
 -- includes/older_worker.lua
@@ -68,7 +69,7 @@ build_lazy = function()
 local LEVELS_MS = 1000
 local function older_worker(now)
   if redis.call('EXISTS', K_LEVELS) == 1 then return nil end
-  local live_from = now - cfg_num('lease_ttl_s', 30) * 1000
+  local live_from = now - cfg_num('lease_ttl_s') * 1000
   local flat = redis.call('HGETALL', K_WORKERS)
   for i = 1, #flat, 2 do
     local raw = flat[i + 1]
@@ -117,7 +118,7 @@ for i = 1, n do
   if f == 'payload' then payload = v end
   if f == 'group' and v ~= '' then grouped = true end
 end
-local max_bytes = cfg_num('max_payload_bytes', 1048576)
+local max_bytes = cfg_num('max_payload_bytes')
 if string.len(payload) > max_bytes then return {-1, string.len(payload), max_bytes} end
 local now = now_ms()
 if grouped then

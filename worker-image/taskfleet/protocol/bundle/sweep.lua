@@ -51,14 +51,15 @@ local function cfg(name)
 end
 
 -- includes/cfg_num.lua
--- A config number, or fallback when it is absent, not a number or not finite: a nan or
--- inf written by a foreign client must not break every claim of the fleet.
-local function cfg_num(name, fallback)
+-- A config number: the stored one, else the field's default (DEFAULTS, generated from the
+-- table of defaults) when it is absent, not a number or not finite: a nan or inf written
+-- by a foreign client must not break every claim of the fleet. nil for a field unset by
+-- default: a caller reads an unset limit as the table's `off` (0, no limit) with `or 0`.
+local function cfg_num(name)
   local v = tonumber(cfg(name))
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return fallback end
+  if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end
   return v
 end
-
 -- includes/flow_q.lua
 -- Tasks that finished in this call and have dependants (tasks waiting on them, the set
 -- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
@@ -178,7 +179,7 @@ local function flow_member_end(fid, outcome)
   redis.call('HINCRBY', fkey, FLOW_ENDS[outcome], 1)
   local open = redis.call('HINCRBY', fkey, 'open', -1)
   if open > 0 then return end
-  local keep = math.max(cfg_num('done_retention_s', 3600), cfg_num('dead_retention_s', 259200), 60)
+  local keep = math.max(cfg_num('done_retention_s'), cfg_num('dead_retention_s'), 60)
   if open < 0 then
     -- a record deleted by hand, or the member counted twice: no second ending
     redis.call('HSET', fkey, 'open', 0)
@@ -388,7 +389,7 @@ local function take_back(id, key, pod, now)
   end
   local lost = redis.call('HINCRBY', key, 'lost', 1)
   bump('lost')
-  if lost > cfg_num('max_lost', 3) then
+  if lost > cfg_num('max_lost') then
     to_dead(id, key, now, 'worker lost', 'its worker was lost ' .. lost .. ' times')
     return 'dead'
   end
@@ -540,7 +541,7 @@ local function flow_input(key, dep, result)
   if result == nil or result == false or result == '' then result = 'null' end
   local size = string.len(result)
   local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
-  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  if used + size > cfg_num('max_payload_bytes') then return end
   redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end
 -- includes/flow_join_done.lua
@@ -648,13 +649,13 @@ local function prune(zkey, retention_s)
   local ids = redis.call('ZRANGEBYSCORE', zkey, '-inf', cutoff, 'LIMIT', 0, bound)
   return flow_prune(zkey, ids, now, cutoff)
 end
-local pruned_done = prune(K_DONE, cfg_num('done_retention_s', 3600))
-local pruned_dead = prune(K_DEAD, cfg_num('dead_retention_s', 259200))
-local pruned_cancelled = prune(K_CANCELLED, cfg_num('dead_retention_s', 259200))
+local pruned_done = prune(K_DONE, cfg_num('done_retention_s'))
+local pruned_dead = prune(K_DEAD, cfg_num('dead_retention_s'))
+local pruned_cancelled = prune(K_CANCELLED, cfg_num('dead_retention_s'))
 flows_expire(now, bound)
 
 -- A worker silent for 3 lease TTLs is gone; its leases expired long ago.
-local stale_before = now - 3 * cfg_num('lease_ttl_s', 30) * 1000
+local stale_before = now - 3 * cfg_num('lease_ttl_s') * 1000
 local dropped = 0
 local flat = redis.call('HGETALL', K_WORKERS)
 for i = 1, #flat, 2 do

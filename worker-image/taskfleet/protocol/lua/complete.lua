@@ -38,8 +38,8 @@
 --- @include "flow_prune"
 local n = tonumber(ARG_N)
 local now = now_ms()
-local max_bytes = cfg_num('max_payload_bytes', 1048576)
-local retention_ms = cfg_num('done_retention_s', 3600) * 1000
+local max_bytes = cfg_num('max_payload_bytes')
+local retention_ms = cfg_num('done_retention_s') * 1000
 local out = {}
 local completed = 0
 -- Index updates go out in one call each (per pod for the pod sets), not one per task:
@@ -135,7 +135,7 @@ local cutoff = now - retention_ms
 local expired = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', cutoff, 'LIMIT', 0, 2 * n + 10)
 flow_prune(K_DONE, expired, now, cutoff)
 -- a freed slot under a global concurrency limit is work for an idle worker
-if cfg_num('max_concurrency', 0) > 0 and completed > 0
+if cfg_num('max_concurrency') > 0 and completed > 0
     and (redis.call('ZCARD', K_PENDING) > 0 or redis.call('EXISTS', K_GROUPS) == 1) then
   notify(completed)
 end

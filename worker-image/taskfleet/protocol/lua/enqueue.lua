@@ -68,7 +68,7 @@ if ARG_PARENT ~= '' then
     end
   end
 end
-local max_bytes = cfg_num('max_payload_bytes', 1048576)
+local max_bytes = cfg_num('max_payload_bytes')
 local exists = {}
 local seen = {}
 local uses_flows, uses_groups = ARG_PARENT ~= '' or ARG_FLOW ~= '', false

@@ -20,7 +20,7 @@
 --- @include-lazy "task_differs"
 if ARG_HAND_OFF == '1' and redis.call('EXISTS', K_IDLE) == 1 then return {0} end
 local n = tonumber(ARG_N)
-local max_bytes = cfg_num('max_payload_bytes', 1048576)
+local max_bytes = cfg_num('max_payload_bytes')
 local exists = {}
 local seen = {}
 for i = 1, n do

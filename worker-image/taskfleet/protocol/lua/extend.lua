@@ -26,7 +26,7 @@ local pod, incarnation = ARG_POD, ARG_INCARNATION
 local taken_by = superseded(pod, incarnation, ARG_REGISTERED == '1')
 if taken_by then return {-1, taken_by} end
 local now = now_ms()
-local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
+local lease_until = now + math.floor(cfg_num('lease_ttl_s') * 1000)
 local lost = {''}
 local cancel = nil
 for i = 1, tonumber(ARG_N) do

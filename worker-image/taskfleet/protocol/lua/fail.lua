@@ -70,7 +70,7 @@ end
 bump('failed')
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
 local attempts = tonumber(v[1]) or 1
-local max_attempts = tonumber(v[2]) or cfg_num('max_attempts', 3)
+local max_attempts = tonumber(v[2]) or cfg_num('max_attempts')
 if ARG_RETRYABLE ~= '1' or attempts >= max_attempts then
   local reason = ARG_REASON
   if reason == '' then reason = 'failed' end
@@ -80,10 +80,10 @@ if ARG_RETRYABLE ~= '1' or attempts >= max_attempts then
 end
 local delay = after
 if delay == nil then
-  local base = cfg_num('backoff_base_s', 1) * 1000
-  local cap = cfg_num('backoff_max_s', 300) * 1000
+  local base = cfg_num('backoff_base_s') * 1000
+  local cap = cfg_num('backoff_max_s') * 1000
   delay = math.min(cap, base * 2 ^ (attempts - 1))
-  delay = delay * (1 + (tonumber(ARG_JITTER) or 0) * cfg_num('backoff_jitter', 0.2))
+  delay = delay * (1 + (tonumber(ARG_JITTER) or 0) * cfg_num('backoff_jitter'))
   delay = math.floor(math.max(0, math.min(cap, delay)))
 end
 local run_at = now + delay

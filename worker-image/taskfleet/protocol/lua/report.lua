@@ -22,7 +22,7 @@
 local n = tonumber(ARG_N)
 local now = now_ms()
 local out = {}
-local limit = cfg_num('rate_limit_cost', 0)
+local limit = cfg_num('rate_limit_cost') or 0
 local settle = 0
 local by_group = {}
 for i = 1, n do
@@ -52,7 +52,7 @@ for i = 1, n do
   end
 end
 if limit > 0 and settle ~= 0 then
-  local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+  local period_ms = cfg_num('rate_limit_period_s') * 1000
   local b = redis.call('HMGET', K_BUCKET_COST, 'tokens', 'ts')
   local tokens, ts = tonumber(b[1]), tonumber(b[2])
   if tokens == nil or ts == nil then tokens, ts = limit, now end
@@ -61,7 +61,7 @@ if limit > 0 and settle ~= 0 then
   redis.call('HSET', K_BUCKET_COST, 'tokens', tostring(tokens), 'ts', now)
 end
 if settle ~= 0 then
-  local q = quota_budget(K_QUOTA, now, cfg_num('budget_day', 0), cfg_num('budget_month', 0))
+  local q = quota_budget(K_QUOTA, now, cfg_num('budget_day') or 0, cfg_num('budget_month') or 0)
   quota_take(q, settle)
   quota_save(q)
 end

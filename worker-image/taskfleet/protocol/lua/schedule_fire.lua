@@ -19,7 +19,7 @@
 --- @include "enqueue_task"
 local n = tonumber(ARG_N)
 local now = now_ms()
-local max_bytes = cfg_num('max_payload_bytes', 1048576)
+local max_bytes = cfg_num('max_payload_bytes')
 local out = {0}
 local created_total, immediate = 0, 0
 for i = 1, n do

@@ -29,7 +29,7 @@ for i = 1, n do
   if f == 'payload' then payload = v end
   if f == 'group' and v ~= '' then grouped = true end
 end
-local max_bytes = cfg_num('max_payload_bytes', 1048576)
+local max_bytes = cfg_num('max_payload_bytes')
 if string.len(payload) > max_bytes then return {-1, string.len(payload), max_bytes} end
 local now = now_ms()
 if grouped then

@@ -28,13 +28,13 @@ local function prune(zkey, retention_s)
   local ids = redis.call('ZRANGEBYSCORE', zkey, '-inf', cutoff, 'LIMIT', 0, bound)
   return flow_prune(zkey, ids, now, cutoff)
 end
-local pruned_done = prune(K_DONE, cfg_num('done_retention_s', 3600))
-local pruned_dead = prune(K_DEAD, cfg_num('dead_retention_s', 259200))
-local pruned_cancelled = prune(K_CANCELLED, cfg_num('dead_retention_s', 259200))
+local pruned_done = prune(K_DONE, cfg_num('done_retention_s'))
+local pruned_dead = prune(K_DEAD, cfg_num('dead_retention_s'))
+local pruned_cancelled = prune(K_CANCELLED, cfg_num('dead_retention_s'))
 flows_expire(now, bound)
 
 -- A worker silent for 3 lease TTLs is gone; its leases expired long ago.
-local stale_before = now - 3 * cfg_num('lease_ttl_s', 30) * 1000
+local stale_before = now - 3 * cfg_num('lease_ttl_s') * 1000
 local dropped = 0
 local flat = redis.call('HGETALL', K_WORKERS)
 for i = 1, #flat, 2 do

@@ -61,7 +61,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   local _, backlog = expire_deadlines(now, bound)
   take_back_expired(now, bound)
 
-  local max_conc = cfg_num('max_concurrency', 0)
+  local max_conc = cfg_num('max_concurrency')
   if max_conc > 0 then
     if extra and extra > 0 then want = want - extra end
     local free = max_conc - redis.call('ZCARD', K_RUNNING)
@@ -69,7 +69,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   end
 
   -- Token buckets: capacity = limit, refilled continuously at limit / period.
-  local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+  local period_ms = cfg_num('rate_limit_period_s') * 1000
   local buckets = {}
   local function load_bucket(key, limit)
     if limit == nil or limit <= 0 then return nil end
@@ -82,15 +82,15 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     buckets[#buckets + 1] = b
     return b
   end
-  local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks', 0))
-  local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost', 0))
+  local b_tasks = load_bucket(K_BUCKET_TASKS, cfg_num('rate_limit_tasks') or 0)
+  local b_cost = load_bucket(K_BUCKET_COST, cfg_num('rate_limit_cost') or 0)
   -- the fleet-wide pause a provider's rate limit set, and the spend budget (quota_*.lua)
-  local quota = quota_budget(K_QUOTA, now, cfg_num('budget_day', 0), cfg_num('budget_month', 0))
+  local quota = quota_budget(K_QUOTA, now, cfg_num('budget_day') or 0, cfg_num('budget_month') or 0)
   if quota.till <= now and not quota.budget then quota = nil end
 
   local retry_after = 0
-  local lease_until = now + math.floor(cfg_num('lease_ttl_s', 30) * 1000)
-  local default_timeout = cfg_num('default_timeout_s', nil)
+  local lease_until = now + math.floor(cfg_num('lease_ttl_s') * 1000)
+  local default_timeout = cfg_num('default_timeout_s')
   default_timeout = default_timeout and tostring(default_timeout) or ''
   local out = {0, -1, 0}
   for _, rec in ipairs(kept) do out[#out + 1] = rec end

@@ -7,6 +7,6 @@ local function flow_input(key, dep, result)
   if result == nil or result == false or result == '' then result = 'null' end
   local size = string.len(result)
   local used = tonumber(redis.call('HGET', key, 'in_bytes')) or 0
-  if used + size > cfg_num('max_payload_bytes', 1048576) then return end
+  if used + size > cfg_num('max_payload_bytes') then return end
   redis.call('HSET', key, 'in:' .. dep, result, 'in_bytes', used + size)
 end

@@ -13,7 +13,7 @@ local function flow_member_end(fid, outcome)
   redis.call('HINCRBY', fkey, FLOW_ENDS[outcome], 1)
   local open = redis.call('HINCRBY', fkey, 'open', -1)
   if open > 0 then return end
-  local keep = math.max(cfg_num('done_retention_s', 3600), cfg_num('dead_retention_s', 259200), 60)
+  local keep = math.max(cfg_num('done_retention_s'), cfg_num('dead_retention_s'), 60)
   if open < 0 then
     -- a record deleted by hand, or the member counted twice: no second ending
     redis.call('HSET', fkey, 'open', 0)

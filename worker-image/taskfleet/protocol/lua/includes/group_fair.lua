@@ -24,5 +24,5 @@ local function group_fair(now, bound)
   if redis.call('EXISTS', K_GROUPS) == 0 then return nil end
   if redis.call('EXISTS', K_PENDING) == 1 then group_join('') end
   return {now = now, bound = bound, steps = 0, groups = {},
-    period_ms = cfg_num('rate_limit_period_s', 1) * 1000}
+    period_ms = cfg_num('rate_limit_period_s') * 1000}
 end

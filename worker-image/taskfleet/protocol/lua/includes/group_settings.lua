@@ -8,16 +8,17 @@ local function group_settings(g)
   local v = redis.call('HMGET', K_GROUP .. g, 'weight', 'max_concurrency', 'rate_limit_tasks',
     'rate_limit_cost', 'until', 'streak', 'day_limit', 'month_limit', 'day', 'day_spent',
     'month', 'month_spent')
-  local function num(x, name, fallback)
+  -- the group's own number, else the queue's for every group (nil: unset, read as 0, none)
+  local function num(x, name)
     local n = tonumber(x)
     if n == nil or n ~= n or n == math.huge or n == -math.huge then
-      if name then return cfg_num(name, fallback) end
-      return fallback
+      return name and cfg_num(name)
     end
     return n
   end
-  local s = {weight = num(v[1], nil, 1), cap = num(v[2], 'group_max_concurrency', 0),
-    tasks = num(v[3], 'group_rate_limit_tasks', 0), cost = num(v[4], 'group_rate_limit_cost', 0),
+  local s = {weight = num(v[1]) or 1, cap = num(v[2], 'group_max_concurrency'),
+    tasks = num(v[3], 'group_rate_limit_tasks') or 0,
+    cost = num(v[4], 'group_rate_limit_cost') or 0,
     quota = {v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12]}}
   if s.weight <= 0 then s.weight = 1 end
   return s

@@ -9,7 +9,7 @@
 -- go back into, or are taken from, each group's cost bucket, as report does for the queue's,
 -- and settle the group's budget spend (its own or the config's group_budget_*).
 local function group_settle(by_group, now)
-  local period_ms = cfg_num('rate_limit_period_s', 1) * 1000
+  local period_ms = cfg_num('rate_limit_period_s') * 1000
   for g, diff in pairs(by_group) do
     local s = group_settings(g)
     if s.cost > 0 and diff ~= 0 then

@@ -31,7 +31,7 @@ local function hand_off(now, count, token_base, bound)
         local wake = K_WAKE .. pod
         for i = 4, #got do redis.call('RPUSH', wake, got[i]) end
         -- a worker that died while registered never pops it: its lease ends it anyway
-        redis.call('PEXPIRE', wake, math.floor(cfg_num('lease_ttl_s', 30) * 1000))
+        redis.call('PEXPIRE', wake, math.floor(cfg_num('lease_ttl_s') * 1000))
         handed = handed + 1
       end
     end

@@ -13,7 +13,7 @@
 local LEVELS_MS = 1000
 local function older_worker(now)
   if redis.call('EXISTS', K_LEVELS) == 1 then return nil end
-  local live_from = now - cfg_num('lease_ttl_s', 30) * 1000
+  local live_from = now - cfg_num('lease_ttl_s') * 1000
   local flat = redis.call('HGETALL', K_WORKERS)
   for i = 1, #flat, 2 do
     local raw = flat[i + 1]

@@ -13,8 +13,8 @@ local function quota_pause(key, now, asked, reason)
   local ms = asked
   if ms == nil then
     if fresh then q.streak = q.streak + 1 end
-    local base = cfg_num('throttle_base_s', 1) * 1000
-    local cap = cfg_num('throttle_max_s', 300) * 1000
+    local base = cfg_num('throttle_base_s') * 1000
+    local cap = cfg_num('throttle_max_s') * 1000
     ms = math.min(cap, base * 2 ^ (math.max(1, q.streak) - 1))
   end
   local till = now + math.floor(ms)

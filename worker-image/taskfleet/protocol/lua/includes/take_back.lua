@@ -17,7 +17,7 @@ local function take_back(id, key, pod, now)
   end
   local lost = redis.call('HINCRBY', key, 'lost', 1)
   bump('lost')
-  if lost > cfg_num('max_lost', 3) then
+  if lost > cfg_num('max_lost') then
     to_dead(id, key, now, 'worker lost', 'its worker was lost ' .. lost .. ' times')
     return 'dead'
   end
