@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 from taskfleet import AsyncQueue, InvalidArgument, Queue, ScheduleNotFound
-from taskfleet.protocol.control_ops import CancelOutcome
 from taskfleet.producer.encoding import EnqueueSpec, encode_task
 from taskfleet.producer.facade import CALLS, runs_every_call
 from taskfleet.producer.flows import chain, group
 from taskfleet.producer.scheduling import schedule_def
+from taskfleet.protocol.control_ops import CancelOutcome
 from taskfleet.protocol.groups import GroupSettings
 from taskfleet.protocol.tasks import Task
 

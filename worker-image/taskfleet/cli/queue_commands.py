@@ -333,20 +333,10 @@ def stats(queue: str, as_json: bool, redis_url: str) -> None:
 
 
 def _eviction_policy(client: Any) -> str | None:
-    """The server's maxmemory-policy (CONFIG GET, else INFO memory), None if refused."""
-    import contextlib
+    """The server's maxmemory-policy (the server probe), None if refused."""
+    from taskfleet.protocol.serverprobe import probe
 
-    import redis.exceptions
-
-    from taskfleet.protocol.faults import eviction_policy
-
-    config = info = None
-    with contextlib.suppress(redis.exceptions.RedisError):
-        config = client.config_get("maxmemory-policy")
-    if not config:
-        with contextlib.suppress(redis.exceptions.RedisError):
-            info = client.info("memory")
-    return eviction_policy(config, info)
+    return probe(client).eviction_policy
 
 
 @click.command()
