@@ -9,18 +9,7 @@ from __future__ import annotations
 
 import redis.asyncio
 
-from taskfleet.producer import (
-    control,
-    enqueueing,
-    flowcontrol,
-    grouping,
-    operating,
-    quotas,
-    reading,
-    scheduling,
-    waiting,
-)
-from taskfleet.producer.facade import runs_every_call
+from taskfleet.producer.facade import Plans, runs_every_call
 from taskfleet.producer.runner import AsyncRunner, async_stream, asyncs
 from taskfleet.protocol.connect import Durability, durability, is_cluster, redis_py_url
 from taskfleet.protocol.errors import InvalidArgument
@@ -78,54 +67,54 @@ class AsyncQueue(AsyncRunner):
         await self.aclose()
 
     # Each call below is its feature's plan, run on this client: see ``facade.CALLS``.
-    enqueue = asyncs(enqueueing.enqueue)
-    enqueue_result = asyncs(enqueueing.enqueue_result)
-    enqueue_many = asyncs(enqueueing.enqueue_many)
-    enqueue_flow = asyncs(enqueueing.enqueue_flow)
-    add_children = asyncs(enqueueing.add_children)
+    enqueue = asyncs(Plans.enqueue)
+    enqueue_result = asyncs(Plans.enqueue_result)
+    enqueue_many = asyncs(Plans.enqueue_many)
+    enqueue_flow = asyncs(Plans.enqueue_flow)
+    add_children = asyncs(Plans.add_children)
 
-    get = asyncs(reading.get)
-    stats = asyncs(reading.stats)
-    workers = asyncs(reading.workers)
-    held_by = asyncs(reading.held_by)
-    holdings = asyncs(reading.holdings)
-    exists = asyncs(reading.exists)
-    config = asyncs(reading.config)
-    wait = asyncs(waiting.wait)
+    get = asyncs(Plans.get)
+    stats = asyncs(Plans.stats)
+    workers = asyncs(Plans.workers)
+    held_by = asyncs(Plans.held_by)
+    holdings = asyncs(Plans.holdings)
+    exists = asyncs(Plans.exists)
+    config = asyncs(Plans.config)
+    wait = asyncs(Plans.wait)
 
-    cancel = asyncs(control.cancel)
-    cancel_many = asyncs(control.cancel_many)
-    cancel_group = asyncs(control.cancel_group)
-    retry = asyncs(control.retry)
-    purge_tasks = asyncs(control.purge_tasks)
-    follow = async_stream(control.follow, Task)
+    cancel = asyncs(Plans.cancel)
+    cancel_many = asyncs(Plans.cancel_many)
+    cancel_group = asyncs(Plans.cancel_group)
+    retry = asyncs(Plans.retry)
+    purge_tasks = asyncs(Plans.purge_tasks)
+    follow = async_stream(Plans.follow, Task)
 
-    flow = asyncs(flowcontrol.flow)
-    cancel_flow = asyncs(flowcontrol.cancel_flow)
-    retry_flow = asyncs(flowcontrol.retry_flow)
+    flow = asyncs(Plans.flow)
+    cancel_flow = asyncs(Plans.cancel_flow)
+    retry_flow = asyncs(Plans.retry_flow)
 
-    set_group = asyncs(grouping.set_group)
-    group_settings = asyncs(grouping.group_settings)
-    groups = asyncs(grouping.groups)
+    set_group = asyncs(Plans.set_group)
+    group_settings = asyncs(Plans.group_settings)
+    groups = asyncs(Plans.groups)
 
-    pause_claims = asyncs(quotas.pause_claims)
-    resume_claims = asyncs(quotas.resume_claims)
-    set_budget = asyncs(quotas.set_budget)
-    quota = asyncs(quotas.quota)
+    pause_claims = asyncs(Plans.pause_claims)
+    resume_claims = asyncs(Plans.resume_claims)
+    set_budget = asyncs(Plans.set_budget)
+    quota = asyncs(Plans.quota)
 
-    schedule = asyncs(scheduling.schedule)
-    put_schedule = asyncs(scheduling.put_schedule)
-    unschedule = asyncs(scheduling.unschedule)
-    get_schedule = asyncs(scheduling.get_schedule)
-    schedules = asyncs(scheduling.schedules)
-    pause_schedule = asyncs(scheduling.pause_schedule)
-    resume_schedule = asyncs(scheduling.resume_schedule)
-    fire_due_schedules = asyncs(scheduling.fire_due_schedules)
+    schedule = asyncs(Plans.schedule)
+    put_schedule = asyncs(Plans.put_schedule)
+    unschedule = asyncs(Plans.unschedule)
+    get_schedule = asyncs(Plans.get_schedule)
+    schedules = asyncs(Plans.schedules)
+    pause_schedule = asyncs(Plans.pause_schedule)
+    resume_schedule = asyncs(Plans.resume_schedule)
+    fire_due_schedules = asyncs(Plans.fire_due_schedules)
 
-    configure = asyncs(operating.configure)
-    requeue_pod = asyncs(operating.requeue_pod)
-    repair = asyncs(operating.repair)
-    sweep = asyncs(operating.sweep)
-    purge = asyncs(operating.purge)
+    configure = asyncs(Plans.configure)
+    requeue_pod = asyncs(Plans.requeue_pod)
+    repair = asyncs(Plans.repair)
+    sweep = asyncs(Plans.sweep)
+    purge = asyncs(Plans.purge)
 
-    list = asyncs(control.list_tasks)  # last: it shadows the builtin in this class body
+    list = asyncs(Plans.list)  # last: it shadows the builtin in this class body

@@ -1,7 +1,7 @@
 """The producer API's one façade: every public call of a queue, by feature, as a plan.
 
 ``Queue`` (sync) and ``AsyncQueue`` (asyncio) each run these plans (``runner``); their
-class bodies name each call for type checkers, and ``runs_every_call`` refuses, as the
+class bodies name each call of ``Plans`` for type checkers, and ``runs_every_call`` refuses, as the
 module is imported, a runner that misses one or runs another plan under its name. So
 both APIs offer the same calls, with the same parameters, by construction.
 """
@@ -23,61 +23,68 @@ from taskfleet.producer import (
     waiting,
 )
 
-__all__ = ["CALLS", "runs_every_call"]
+__all__ = ["CALLS", "Plans", "runs_every_call"]
 
-#: Every public call, by name: the plan that does it.
-CALLS: dict[str, Callable[..., Any]] = {
+
+class Plans:
+    """Every public call of a queue, by feature: the plan that does it (``runner``)."""
+
     # enqueueing
-    "enqueue": enqueueing.enqueue,
-    "enqueue_result": enqueueing.enqueue_result,
-    "enqueue_many": enqueueing.enqueue_many,
-    "enqueue_flow": enqueueing.enqueue_flow,
-    "add_children": enqueueing.add_children,
+    enqueue = staticmethod(enqueueing.enqueue)
+    enqueue_result = staticmethod(enqueueing.enqueue_result)
+    enqueue_many = staticmethod(enqueueing.enqueue_many)
+    enqueue_flow = staticmethod(enqueueing.enqueue_flow)
+    add_children = staticmethod(enqueueing.add_children)
     # reading
-    "get": reading.get,
-    "stats": reading.stats,
-    "workers": reading.workers,
-    "held_by": reading.held_by,
-    "holdings": reading.holdings,
-    "exists": reading.exists,
-    "config": reading.config,
-    "wait": waiting.wait,
+    get = staticmethod(reading.get)
+    stats = staticmethod(reading.stats)
+    workers = staticmethod(reading.workers)
+    held_by = staticmethod(reading.held_by)
+    holdings = staticmethod(reading.holdings)
+    exists = staticmethod(reading.exists)
+    config = staticmethod(reading.config)
+    wait = staticmethod(waiting.wait)
     # controlling tasks
-    "cancel": control.cancel,
-    "cancel_many": control.cancel_many,
-    "cancel_group": control.cancel_group,
-    "retry": control.retry,
-    "list": control.list_tasks,
-    "purge_tasks": control.purge_tasks,
-    "follow": control.follow,
+    cancel = staticmethod(control.cancel)
+    cancel_many = staticmethod(control.cancel_many)
+    cancel_group = staticmethod(control.cancel_group)
+    retry = staticmethod(control.retry)
+    list = staticmethod(control.list_tasks)
+    purge_tasks = staticmethod(control.purge_tasks)
+    follow = staticmethod(control.follow)
     # flows
-    "flow": flowcontrol.flow,
-    "cancel_flow": flowcontrol.cancel_flow,
-    "retry_flow": flowcontrol.retry_flow,
+    flow = staticmethod(flowcontrol.flow)
+    cancel_flow = staticmethod(flowcontrol.cancel_flow)
+    retry_flow = staticmethod(flowcontrol.retry_flow)
     # groups
-    "set_group": grouping.set_group,
-    "group_settings": grouping.group_settings,
-    "groups": grouping.groups,
+    set_group = staticmethod(grouping.set_group)
+    group_settings = staticmethod(grouping.group_settings)
+    groups = staticmethod(grouping.groups)
     # quotas
-    "pause_claims": quotas.pause_claims,
-    "resume_claims": quotas.resume_claims,
-    "set_budget": quotas.set_budget,
-    "quota": quotas.quota,
+    pause_claims = staticmethod(quotas.pause_claims)
+    resume_claims = staticmethod(quotas.resume_claims)
+    set_budget = staticmethod(quotas.set_budget)
+    quota = staticmethod(quotas.quota)
     # schedules
-    "schedule": scheduling.schedule,
-    "put_schedule": scheduling.put_schedule,
-    "unschedule": scheduling.unschedule,
-    "get_schedule": scheduling.get_schedule,
-    "schedules": scheduling.schedules,
-    "pause_schedule": scheduling.pause_schedule,
-    "resume_schedule": scheduling.resume_schedule,
-    "fire_due_schedules": scheduling.fire_due_schedules,
+    schedule = staticmethod(scheduling.schedule)
+    put_schedule = staticmethod(scheduling.put_schedule)
+    unschedule = staticmethod(scheduling.unschedule)
+    get_schedule = staticmethod(scheduling.get_schedule)
+    schedules = staticmethod(scheduling.schedules)
+    pause_schedule = staticmethod(scheduling.pause_schedule)
+    resume_schedule = staticmethod(scheduling.resume_schedule)
+    fire_due_schedules = staticmethod(scheduling.fire_due_schedules)
     # operating
-    "configure": operating.configure,
-    "requeue_pod": operating.requeue_pod,
-    "repair": operating.repair,
-    "sweep": operating.sweep,
-    "purge": operating.purge,
+    configure = staticmethod(operating.configure)
+    requeue_pod = staticmethod(operating.requeue_pod)
+    repair = staticmethod(operating.repair)
+    sweep = staticmethod(operating.sweep)
+    purge = staticmethod(operating.purge)
+
+
+#: The same, by name.
+CALLS: dict[str, Callable[..., Any]] = {
+    name: getattr(Plans, name) for name in vars(Plans) if not name.startswith("_")
 }
 
 #: Public names a runner has of its own (its life cycle), not plans.

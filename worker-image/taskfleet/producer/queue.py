@@ -8,20 +8,9 @@ plans on an asyncio client.
 
 from __future__ import annotations
 
-from taskfleet.producer import (
-    control,
-    enqueueing,
-    flowcontrol,
-    grouping,
-    operating,
-    quotas,
-    reading,
-    scheduling,
-    waiting,
-)
 from taskfleet.producer.control import TaskPage
 from taskfleet.producer.encoding import EnqueueResult, EnqueueSpec
-from taskfleet.producer.facade import runs_every_call
+from taskfleet.producer.facade import Plans, runs_every_call
 from taskfleet.producer.operating import PURGE_BATCH
 from taskfleet.producer.reading import WorkerInfo
 from taskfleet.producer.runner import SyncRunner, sync, sync_stream
@@ -81,54 +70,54 @@ class Queue(SyncRunner):
         self.close()
 
     # Each call below is its feature's plan, run on this client: see ``facade.CALLS``.
-    enqueue = sync(enqueueing.enqueue)
-    enqueue_result = sync(enqueueing.enqueue_result)
-    enqueue_many = sync(enqueueing.enqueue_many)
-    enqueue_flow = sync(enqueueing.enqueue_flow)
-    add_children = sync(enqueueing.add_children)
+    enqueue = sync(Plans.enqueue)
+    enqueue_result = sync(Plans.enqueue_result)
+    enqueue_many = sync(Plans.enqueue_many)
+    enqueue_flow = sync(Plans.enqueue_flow)
+    add_children = sync(Plans.add_children)
 
-    get = sync(reading.get)
-    stats = sync(reading.stats)
-    workers = sync(reading.workers)
-    held_by = sync(reading.held_by)
-    holdings = sync(reading.holdings)
-    exists = sync(reading.exists)
-    config = sync(reading.config)
-    wait = sync(waiting.wait)
+    get = sync(Plans.get)
+    stats = sync(Plans.stats)
+    workers = sync(Plans.workers)
+    held_by = sync(Plans.held_by)
+    holdings = sync(Plans.holdings)
+    exists = sync(Plans.exists)
+    config = sync(Plans.config)
+    wait = sync(Plans.wait)
 
-    cancel = sync(control.cancel)
-    cancel_many = sync(control.cancel_many)
-    cancel_group = sync(control.cancel_group)
-    retry = sync(control.retry)
-    purge_tasks = sync(control.purge_tasks)
-    follow = sync_stream(control.follow, Task)
+    cancel = sync(Plans.cancel)
+    cancel_many = sync(Plans.cancel_many)
+    cancel_group = sync(Plans.cancel_group)
+    retry = sync(Plans.retry)
+    purge_tasks = sync(Plans.purge_tasks)
+    follow = sync_stream(Plans.follow, Task)
 
-    flow = sync(flowcontrol.flow)
-    cancel_flow = sync(flowcontrol.cancel_flow)
-    retry_flow = sync(flowcontrol.retry_flow)
+    flow = sync(Plans.flow)
+    cancel_flow = sync(Plans.cancel_flow)
+    retry_flow = sync(Plans.retry_flow)
 
-    set_group = sync(grouping.set_group)
-    group_settings = sync(grouping.group_settings)
-    groups = sync(grouping.groups)
+    set_group = sync(Plans.set_group)
+    group_settings = sync(Plans.group_settings)
+    groups = sync(Plans.groups)
 
-    pause_claims = sync(quotas.pause_claims)
-    resume_claims = sync(quotas.resume_claims)
-    set_budget = sync(quotas.set_budget)
-    quota = sync(quotas.quota)
+    pause_claims = sync(Plans.pause_claims)
+    resume_claims = sync(Plans.resume_claims)
+    set_budget = sync(Plans.set_budget)
+    quota = sync(Plans.quota)
 
-    schedule = sync(scheduling.schedule)
-    put_schedule = sync(scheduling.put_schedule)
-    unschedule = sync(scheduling.unschedule)
-    get_schedule = sync(scheduling.get_schedule)
-    schedules = sync(scheduling.schedules)
-    pause_schedule = sync(scheduling.pause_schedule)
-    resume_schedule = sync(scheduling.resume_schedule)
-    fire_due_schedules = sync(scheduling.fire_due_schedules)
+    schedule = sync(Plans.schedule)
+    put_schedule = sync(Plans.put_schedule)
+    unschedule = sync(Plans.unschedule)
+    get_schedule = sync(Plans.get_schedule)
+    schedules = sync(Plans.schedules)
+    pause_schedule = sync(Plans.pause_schedule)
+    resume_schedule = sync(Plans.resume_schedule)
+    fire_due_schedules = sync(Plans.fire_due_schedules)
 
-    configure = sync(operating.configure)
-    requeue_pod = sync(operating.requeue_pod)
-    repair = sync(operating.repair)
-    sweep = sync(operating.sweep)
-    purge = sync(operating.purge)
+    configure = sync(Plans.configure)
+    requeue_pod = sync(Plans.requeue_pod)
+    repair = sync(Plans.repair)
+    sweep = sync(Plans.sweep)
+    purge = sync(Plans.purge)
 
-    list = sync(control.list_tasks)  # last: it shadows the builtin in this class body
+    list = sync(Plans.list)  # last: it shadows the builtin in this class body
