@@ -23,6 +23,8 @@ from taskfleet.protocol.connect import connect, durability
 from taskfleet.protocol.lists import QueueLists
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
 from taskfleet.protocol.scripts import Op, SyncScripts, release
+from taskfleet.protocol.serverprobe import SAFE_EVICTION_POLICY
+from taskfleet.protocol.serverprobe import probe as probe_server
 from taskfleet.protocol.store import slot_key
 
 from taskfleet_operator import builders, kube
@@ -43,7 +45,7 @@ Key = tuple[str, str]  # (namespace, name)
 HOUSEKEEPING_BATCH = 200
 
 #: What Redis must be told to keep every acknowledged task (docs/redis.md).
-SAFE_POLICY = "noeviction"
+SAFE_POLICY = SAFE_EVICTION_POLICY
 
 __all__ = ["SAFE_POLICY", "Connections", "UrlResolver", "describe_error", "resolve_redis_url"]
 
@@ -293,8 +295,8 @@ class Connections:
         return moved
 
     def check_policies(self) -> None:
-        """Read each reachable server's ``maxmemory-policy`` (INFO memory: one call per
-        server, allowed where CONFIG is renamed away); on a cluster, the worst node's."""
+        """Read each reachable server's ``maxmemory-policy`` (the server probe: CONFIG GET,
+        else INFO where CONFIG is renamed away); on a cluster, the node of the queue's slot."""
         found: dict[str, set[str]] = {}
         for members in self.by_server():
             key, queue = members[0]
@@ -323,19 +325,16 @@ class Connections:
         return policy
 
     def _read_policies(self, key: Key, queue: Queue) -> set[str] | None:
-        client = queue.client
+        client: Any = queue.client
         try:
             if isinstance(client, RedisCluster):  # the node that holds the queue's slot
                 node = client.get_node_from_key(slot_key(queue.name))  # type: ignore[no-untyped-call]
-                info: Any = client.info("memory", target_nodes=node)
-            else:
-                info = client.info("memory")
+                client = client.get_redis_connection(node)
+            found = probe_server(client, refused=_refused)
         except redis.RedisError as error:
             self.report(*key, error)
             return None
-        # A cluster client may answer for several nodes, by node.
-        nodes = [info] if "maxmemory_policy" in info else list(info.values())
-        return {str(node.get("maxmemory_policy")) for node in nodes if isinstance(node, dict)}
+        return None if found.eviction_policy is None else {found.eviction_policy}
 
     def policy(self, namespace: str, name: str) -> str | None:
         """The queue's server's ``maxmemory-policy`` as last checked (None: not yet)."""
@@ -437,6 +436,11 @@ def _close(client: Any) -> None:
     """Close a client for good, its scripts forgotten (else they keep it in memory)."""
     release(client)
     client.close()
+
+
+def _refused(error: redis.RedisError) -> bool:
+    """A probe's command refused (CONFIG renamed away, NOPERM): INFO may still answer."""
+    return isinstance(error, redis.ResponseError)
 
 
 def _worst(policies: set[str]) -> str:

@@ -159,9 +159,6 @@ REDIS_COMMANDS = {
 #: The raw commands a module outside protocol/ may send, each for a reason: none reads
 #: or writes a queue's keys.
 RAW_COMMANDS_ALLOWED = {
-    # the server's maxmemory-policy (a full Redis must refuse writes, not evict tasks)
-    ("taskfleet.worker.start", "config_get"),
-    ("taskfleet.cli.queue_commands", "config_get"),
     # the outage probes' "does it answer?" on a server of no queue slot to read
     ("taskfleet.worker.core", "ping"),
     ("taskfleet_operator.outages", "ping"),
@@ -285,8 +282,10 @@ def test_the_layout_check_lets_the_rest_be(snippet: str) -> None:
 
 
 def test_raw_commands_are_allowed_only_where_listed() -> None:
-    assert layout_named('client.config_get("maxmemory-policy")', "taskfleet.worker.start") == []
-    assert layout_named('client.config_get("maxmemory-policy")', "taskfleet.worker.broker") != []
+    assert layout_named("client.ping()", "taskfleet.worker.core") == []
+    assert layout_named("client.ping()", "taskfleet.worker.broker") != []
+    # the server's settings are read by protocol.serverprobe only
+    assert layout_named('client.config_get("maxmemory-policy")', "taskfleet.worker.start") != []
 
 
 def test_every_raw_command_allowed_is_still_sent_there() -> None:

@@ -19,7 +19,7 @@ import redis.exceptions as rx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from taskfleet.producer.queue import Queue
-from taskfleet.protocol.faults import Fault, Policy, classify, eviction_policy
+from taskfleet.protocol.faults import Fault, Policy, classify
 
 from tests.fixtures_redis import RedisServer, RedisServerFactory, free_port
 from tests.polling import wait_for
@@ -339,12 +339,6 @@ def test_full_and_failing_persistence_are_the_faults_that_refuse_writes() -> Non
     assert classify(rx.OutOfMemoryError("command not allowed")).writes_refused  # type: ignore[union-attr]
     assert not classify(rx.ConnectionError("refused")).writes_refused  # type: ignore[union-attr]
     assert classify(ValueError("a bug")) is None
-
-
-def test_the_eviction_policy_is_read_from_config_else_from_info() -> None:
-    assert eviction_policy({"maxmemory-policy": "allkeys-lru"}, None) == "allkeys-lru"
-    assert eviction_policy(None, {"maxmemory_policy": "noeviction"}) == "noeviction"
-    assert eviction_policy({}, None) is None
 
 
 def test_a_probe_meeting_an_error_that_is_no_outage_raises_it_in_every_waiter() -> None:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from taskfleet.protocol import environment
+from taskfleet.protocol import bounds, environment
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -116,3 +116,37 @@ def redis_option(func: F) -> F:
         callback=_check_redis_url,
         help="Redis to use; a password in it is never printed.",
     )(func)
+
+
+# The options a task takes, shared by `enqueue` and `schedule add` (each with its own help).
+
+
+def priority_option(help: str | None = None) -> Callable[[F], F]:
+    """``--priority``: higher runs first, within the protocol's bounds."""
+    return click.option(
+        "--priority",
+        type=IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
+        default=0,
+        show_default=True,
+        help=help,
+    )
+
+
+def timeout_option(help: str) -> Callable[[F], F]:
+    """``--timeout``: seconds a run may take, at most a year."""
+    return click.option(
+        "--timeout",
+        type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_TIMEOUT_S),
+        default=None,
+        help=help,
+    )
+
+
+def deadline_option(help: str) -> Callable[[F], F]:
+    """``--deadline``: seconds by which a task must have started."""
+    return click.option(
+        "--deadline",
+        type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_DEADLINE_S),
+        default=None,
+        help=help,
+    )

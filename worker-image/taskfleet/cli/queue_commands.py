@@ -16,9 +16,12 @@ from taskfleet.cli.options import (
     BadInput,
     FiniteFloat,
     IntRange,
+    deadline_option,
+    priority_option,
     redis_option,
     scrub_message,
     terminal_safe,
+    timeout_option,
 )
 from taskfleet.protocol import bounds
 from taskfleet.protocol.jsondepth import nested_too_deep
@@ -92,37 +95,21 @@ def _parse_payload(text: str) -> dict[str, Any]:
 @click.command()
 @click.argument("queue")
 @click.option("--payload", default="{}", show_default=True, help="Task payload, a JSON object.")
-@click.option(
-    "--priority",
-    type=IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
-    default=0,
-    show_default=True,
-    help="Higher runs first.",
-)
+@priority_option("Higher runs first.")
 @click.option(
     "--delay",
     type=FiniteFloat(min=0, max=bounds.MAX_DELAY_S),
     default=None,
     help="Seconds before it may run (at most 100 years).",
 )
-@click.option(
-    "--deadline",
-    type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_DEADLINE_S),
-    default=None,
-    help="Seconds from now by which it must have started, else it goes dead as expired.",
-)
+@deadline_option("Seconds from now by which it must have started, else it goes dead as expired.")
 @click.option(
     "--max-attempts",
     type=IntRange(bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS),
     default=None,
     help="Starts allowed [default: the queue's].",
 )
-@click.option(
-    "--timeout",
-    type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_TIMEOUT_S),
-    default=None,
-    help="Seconds a run may take (at most a year) [default: the queue's].",
-)
+@timeout_option("Seconds a run may take (at most a year) [default: the queue's].")
 @click.option(
     "--cost",
     type=IntRange(bounds.MIN_COST, bounds.MAX_COST),
@@ -333,20 +320,10 @@ def stats(queue: str, as_json: bool, redis_url: str) -> None:
 
 
 def _eviction_policy(client: Any) -> str | None:
-    """The server's maxmemory-policy (CONFIG GET, else INFO memory), None if refused."""
-    import contextlib
+    """The server's maxmemory-policy (the server probe), None if refused."""
+    from taskfleet.protocol.serverprobe import probe
 
-    import redis.exceptions
-
-    from taskfleet.protocol.faults import eviction_policy
-
-    config = info = None
-    with contextlib.suppress(redis.exceptions.RedisError):
-        config = client.config_get("maxmemory-policy")
-    if not config:
-        with contextlib.suppress(redis.exceptions.RedisError):
-            info = client.info("memory")
-    return eviction_policy(config, info)
+    return probe(client).eviction_policy
 
 
 @click.command()

@@ -12,7 +12,16 @@ from typing import Any
 
 import click
 
-from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option, terminal_safe
+from taskfleet.cli.options import (
+    BadInput,
+    FiniteFloat,
+    IntRange,
+    deadline_option,
+    priority_option,
+    redis_option,
+    terminal_safe,
+    timeout_option,
+)
 from taskfleet.cli.queue_commands import _parse_payload, _queue
 from taskfleet.protocol import bounds
 
@@ -62,25 +71,10 @@ def schedule() -> None:
     show_default=True,
     help="Fire each slot up to this many seconds late (a fixed draw per slot).",
 )
-@click.option(
-    "--priority",
-    type=IntRange(bounds.PRIORITY_MIN, bounds.PRIORITY_MAX),
-    default=0,
-    show_default=True,
-)
+@priority_option()
 @click.option("--max-attempts", type=IntRange(1, bounds.MAX_ATTEMPTS), default=None)
-@click.option(
-    "--timeout",
-    type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_TIMEOUT_S),
-    default=None,
-    help="Seconds each task may run [default: the queue's].",
-)
-@click.option(
-    "--deadline",
-    type=FiniteFloat(min=0, min_open=True, max=bounds.MAX_DEADLINE_S),
-    default=None,
-    help="Seconds after its slot fired by which each task must start.",
-)
+@timeout_option("Seconds each task may run [default: the queue's].")
+@deadline_option("Seconds after its slot fired by which each task must start.")
 @click.option("--group", default=None, help="Each task's group (fair claiming between groups).")
 @click.option("--paused", is_flag=True, help="Store it paused.")
 @click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")

@@ -1,10 +1,9 @@
-"""The producer API: ``Queue`` (enqueue, read, wait, configure, operate a queue).
+"""The producer API: ``Queue`` (sync) and ``AsyncQueue`` (asyncio), the same calls.
 
-- ``queue``: ``Queue``: enqueueing (one script call, however many tasks) and the
-  operator's calls (configure, sweep, requeue, schedules, purge);
-- ``encoding``: what an enqueue takes, validated and encoded before anything is sent
-  (``EnqueueSpec``, ``enqueue_args``, ``encode_payload``): pure, no Redis;
-- ``reading``: a task, the stats, the workers, waiting for tasks: plain reads, pipelined.
+Each call is a plan written once, by feature (``enqueueing``, ``reading``, ``waiting``,
+``control``, ``flowcontrol``, ``grouping``, ``quotas``, ``scheduling``, ``operating``);
+``facade`` lists them and ``runner`` drives them on either client. What an enqueue takes
+is checked and encoded in ``encoding`` (pure, no Redis).
 
 Imports the protocol only. Producers, the CLI and the operator import it; the worker
 never does.

@@ -1,28 +1,25 @@
 """Controlling tasks after their enqueue: cancel, retry (replay) dead ones, list, purge
-finished ones, follow one's progress.
+finished ones, follow one's progress (``Queue.cancel / retry / list / purge_tasks /
+follow``).
 
-What ``Queue.cancel / retry / list / purge_tasks / follow`` do, on the queue's client and
-keys. Changes are scripts (``protocol/control_ops.py``), each call atomic; a change by
-filter goes in calls of at most ``SCAN_BOUND`` tasks, so Redis never blocks long. Reads
-are ``protocol.reads`` calls, pipelined.
+Each call is a plan (``runner``): changes are scripts (``protocol/control_ops.py``), each
+call atomic; a change by filter goes in calls of at most ``SCAN_BOUND`` tasks, so Redis
+never blocks long. Reads are ``protocol.reads`` calls, pipelined.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from taskfleet.producer.runner import Emit, Plan, QueueBase, Sleep
 from taskfleet.protocol import bounds
-from taskfleet.protocol.calls import run
-from taskfleet.protocol.connect import SyncClient
-from taskfleet.protocol.control_ops import CancelOutcome, ControlOps, Scan
+from taskfleet.protocol.control_ops import CancelOutcome, Scan
 from taskfleet.protocol.errors import InvalidArgument, TaskNotFound, WaitTimeout
 from taskfleet.protocol.groups import check_group
-from taskfleet.protocol.reads import QueueReads
-from taskfleet.protocol.scripts import SyncScripts
 from taskfleet.protocol.states import FINISHED, TaskState
 from taskfleet.protocol.tasks import Task
 
@@ -30,11 +27,14 @@ __all__ = [
     "TaskPage",
     "cancel",
     "cancel_group",
-    "drop",
+    "cancel_many",
     "follow",
     "list_tasks",
+    "purge_tasks",
     "retry",
 ]
+
+Age = float | timedelta | None
 
 #: Ids per cancel, retry or drop call when the caller names them.
 ID_BATCH = 1000
@@ -81,84 +81,78 @@ def _ids(task_ids: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(task_ids))
 
 
-def cancel(
-    scripts: SyncScripts, ops: ControlOps, task_ids: Sequence[str]
-) -> dict[str, CancelOutcome]:
+def cancel(q: QueueBase, task_id: str) -> Plan[CancelOutcome]:
+    """Cancel a task: pending or delayed, it ends ``cancelled`` and never runs
+    (``CANCELLED``); running, its worker learns it at its next heartbeat, cancels the
+    run (``current_task().cancelled``; an async handler's coroutine is cancelled) and
+    the task ends ``cancelled`` whatever the run returns (``REQUESTED``). A finished
+    task is left as it is (``DONE``, ``DEAD``, ``FINISHED``); ``NOT_FOUND``: no such id."""
+    out = yield from cancel_many(q, [task_id])
+    return out[task_id]
+
+
+def cancel_many(q: QueueBase, task_ids: Sequence[str]) -> Plan[dict[str, CancelOutcome]]:
+    """``cancel`` for each id, in calls of 1000."""
     ids = _ids(task_ids)
     out: dict[str, CancelOutcome] = {}
     for start in range(0, len(ids), ID_BATCH):
         batch = ids[start : start + ID_BATCH]
-        outcomes: list[CancelOutcome] = scripts.run(ops.cancel(batch))
+        outcomes: list[CancelOutcome] = yield q.control_ops.cancel(batch)
         out.update(zip(batch, outcomes, strict=True))
     return out
 
 
-def cancel_group(
-    client: SyncClient, scripts: SyncScripts, ops: ControlOps, reads: QueueReads, group: str
-) -> dict[CancelOutcome, int]:
-    """Cancel every unfinished task of ``group``: its pending ones (from its own zset),
-    then its delayed and running ones (found by listing those states). How many ended
-    each way."""
+def cancel_group(q: QueueBase, group: str) -> Plan[dict[CancelOutcome, int]]:
+    """``cancel`` every unfinished task of ``group`` (pending, delayed, running);
+    returns how many ended each way: its pending ones (from its own zset), then its
+    delayed and running ones (found by listing those states)."""
     check_group(group)
     counts: dict[CancelOutcome, int] = {}
 
-    def tally(ids: list[str]) -> None:
-        for outcome in cancel(scripts, ops, ids).values():
+    def tally(outcomes: dict[str, CancelOutcome]) -> None:
+        for outcome in outcomes.values():
             counts[outcome] = counts.get(outcome, 0) + 1
 
-    while ids := run(client, reads.group_ids(group, 0, ID_BATCH)):
-        tally(ids)
+    while ids := (yield q.reads.group_ids(group, 0, ID_BATCH)):
+        tally((yield from cancel_many(q, ids)))
     for state in (TaskState.DELAYED, TaskState.RUNNING):
         cursor: str | None = "0"
         while cursor is not None:
-            page = list_tasks(
-                client,
-                reads,
-                state,
-                limit=ID_BATCH,
-                cursor=cursor,
-                reason=None,
-                older_than=None,
-                newer_than=None,
-                group=group,
-            )
+            page = yield from list_tasks(q, state, limit=ID_BATCH, cursor=cursor, group=group)
             # cancelled delayed tasks leave the set: the next page starts where this began
             if state is TaskState.DELAYED and page.tasks and page.cursor is not None:
                 page = TaskPage(page.tasks, str(int(page.cursor) - len(page.tasks)))
-            tally([t.id for t in page.tasks])
+            tally((yield from cancel_many(q, [t.id for t in page.tasks])))
             cursor = page.cursor
     return counts
 
 
-def _scan(
-    client: SyncClient,
-    reads: QueueReads,
-    reason: str | None,
-    older_than: float | timedelta | None,
-    newer_than: float | timedelta | None,
-) -> Scan:
+def _scan(q: QueueBase, reason: str | None, older_than: Age, newer_than: Age) -> Plan[Scan]:
     """The range a change by filter covers: tasks finished before now (server time), so
     a task that finishes again meanwhile (a retried one that fails) is not taken twice."""
     older = _seconds("older_than", older_than) or 0.0
     newer = _seconds("newer_than", newer_than)
-    now = run(client, reads.clock())
+    now = yield q.reads.clock()
     oldest = None if newer is None else now - int(newer * 1000)
     return Scan(reason or "", oldest, now - int(older * 1000))
 
 
 def retry(
-    client: SyncClient,
-    scripts: SyncScripts,
-    ops: ControlOps,
-    reads: QueueReads,
+    q: QueueBase,
+    task_ids: Sequence[str] | None = None,
     *,
-    task_ids: Sequence[str] | None,
-    reason: str | None,
-    older_than: float | timedelta | None,
-    newer_than: float | timedelta | None,
-    max_attempts: int | None,
+    reason: str | None = None,
+    older_than: Age = None,
+    newer_than: Age = None,
+    max_attempts: int | None = None,
     group: str | None = None,
-) -> int:
+) -> Plan[int]:
+    """Send dead tasks back to pending with a new attempt budget (attempts, losses and
+    deferrals at 0; ``max_attempts`` replaces the task's own): these ids, or every dead
+    task matching the filters (``reason``; finished more than ``older_than`` / less than
+    ``newer_than`` ago; of ``group``), or with no argument all of them. Returns how
+    many went back; tasks not dead are skipped. Each call of up to 1000 tasks is
+    atomic."""
     if max_attempts is not None and (
         isinstance(max_attempts, bool)
         or not isinstance(max_attempts, int)
@@ -168,20 +162,22 @@ def retry(
             f"max_attempts must be {bounds.MIN_ATTEMPTS}..{bounds.MAX_ATTEMPTS}, "
             f"not {max_attempts!r}"
         )
+    ops = q.control_ops
     if task_ids is not None:
         ids = _ids(task_ids)
-        return sum(
-            scripts.run(ops.retry(task_ids=ids[i : i + ID_BATCH], max_attempts=max_attempts)).count
-            for i in range(0, len(ids), ID_BATCH)
-        )
+        total = 0
+        for i in range(0, len(ids), ID_BATCH):
+            total += (
+                yield ops.retry(task_ids=ids[i : i + ID_BATCH], max_attempts=max_attempts)
+            ).count
+        return total
     if group is not None:
         # the dead tasks of that group, by listing (the script's scan filters by reason only)
         found: list[str] = []
         cursor: str | None = "0"
         while cursor is not None:
-            page = list_tasks(
-                client,
-                reads,
+            page = yield from list_tasks(
+                q,
                 TaskState.DEAD,
                 limit=MAX_LIMIT,
                 cursor=cursor,
@@ -192,50 +188,41 @@ def retry(
             )
             found += [t.id for t in page.tasks]
             cursor = page.cursor
-        return retry(
-            client,
-            scripts,
-            ops,
-            reads,
-            task_ids=found,
-            reason=None,
-            older_than=None,
-            newer_than=None,
-            max_attempts=max_attempts,
-        )
-    scan: Scan | None = _scan(client, reads, reason, older_than, newer_than)
+        count: int = yield from retry(q, found, max_attempts=max_attempts)
+        return count
+    scan: Scan | None = yield from _scan(q, reason, older_than, newer_than)
     total = 0
     while scan is not None:
-        swept = scripts.run(ops.retry(scan=scan, max_attempts=max_attempts))
+        swept = yield ops.retry(scan=scan, max_attempts=max_attempts)
         total += swept.count
         offset = swept.next_offset
         scan = None if offset is None else Scan(scan.reason, scan.oldest_ms, scan.newest_ms, offset)
     return total
 
 
-def drop(
-    client: SyncClient,
-    scripts: SyncScripts,
-    ops: ControlOps,
-    reads: QueueReads,
+def purge_tasks(
+    q: QueueBase,
     state: str | TaskState,
+    task_ids: Sequence[str] | None = None,
     *,
-    task_ids: Sequence[str] | None,
-    reason: str | None,
-    older_than: float | timedelta | None,
-    newer_than: float | timedelta | None,
-) -> int:
+    reason: str | None = None,
+    older_than: Age = None,
+    newer_than: Age = None,
+) -> Plan[int]:
+    """Delete finished tasks in ``state`` (done, dead or cancelled) now rather than at
+    the end of their retention: these ids, or those matching the filters (all of them
+    without any). Returns how many were deleted; other states are never touched."""
     name = _state(state, FINISHED).value
+    ops = q.control_ops
+    total = 0
     if task_ids is not None:
         ids = _ids(task_ids)
-        return sum(
-            scripts.run(ops.drop(name, task_ids=ids[i : i + ID_BATCH])).count
-            for i in range(0, len(ids), ID_BATCH)
-        )
-    scan: Scan | None = _scan(client, reads, reason, older_than, newer_than)
-    total = 0
+        for i in range(0, len(ids), ID_BATCH):
+            total += (yield ops.drop(name, task_ids=ids[i : i + ID_BATCH])).count
+        return total
+    scan: Scan | None = yield from _scan(q, reason, older_than, newer_than)
     while scan is not None:
-        swept = scripts.run(ops.drop(name, scan=scan))
+        swept = yield ops.drop(name, scan=scan)
         total += swept.count
         offset = swept.next_offset
         scan = None if offset is None else Scan(scan.reason, scan.oldest_ms, scan.newest_ms, offset)
@@ -243,22 +230,24 @@ def drop(
 
 
 def list_tasks(
-    client: SyncClient,
-    reads: QueueReads,
+    q: QueueBase,
     state: str | TaskState,
     *,
-    limit: int,
-    cursor: str | None,
-    reason: str | None,
-    older_than: float | timedelta | None,
-    newer_than: float | timedelta | None,
+    limit: int = 100,
+    cursor: str | None = None,
+    reason: str | None = None,
+    older_than: Age = None,
+    newer_than: Age = None,
     group: str | None = None,
-) -> TaskPage:
-    """Tasks in ``state``: pending in the order they will run, delayed by when they are
-    due, running by lease expiry, finished ones newest first. Age is from finished_at for
-    finished tasks, created_at for the others; ``cursor`` is the offset of the next page
-    in that order (a page looks at most ``10 * limit + 1000`` entries). ``group``: only
-    that group's tasks (pending ones in their group's own order: its next first)."""
+) -> Plan[TaskPage]:
+    """A page of the tasks in ``state``, of ``group`` only if given; pass the page's
+    ``cursor`` back for the next one (None: no more). Pending tasks come in the order
+    they will run, delayed by when they are due, running by lease expiry, finished ones
+    newest first. Age is from finished_at for finished tasks, created_at for the others;
+    ``cursor`` is the offset of the next page in that order (a page looks at most
+    ``10 * limit + 1000`` entries). Pending tasks of groups wait in their group's own
+    order: list them with ``group`` (``groups()`` names the groups); without it, pending
+    lists the ungrouped tasks."""
     parsed = _state(state)
     if group is not None:
         check_group(group)
@@ -272,7 +261,8 @@ def list_tasks(
     except ValueError:
         raise InvalidArgument(f"not a cursor of Queue.list: {cursor!r}") from None
     older, newer = _seconds("older_than", older_than), _seconds("newer_than", newer_than)
-    now = run(client, reads.clock())
+    reads = q.reads
+    now = yield reads.clock()
     finished = parsed in FINISHED
     lo = "-inf" if newer is None else now - int(newer * 1000)
     hi = "+inf" if older is None else now - int(older * 1000)
@@ -282,14 +272,14 @@ def list_tasks(
     while len(found) < limit and budget > 0:
         chunk = min(LIST_CHUNK, budget)
         if own and group is not None:  # a group's pending tasks have their own zset
-            ids = run(client, reads.group_ids(group, offset, chunk))
+            ids = yield reads.group_ids(group, offset, chunk)
         elif by_score:  # the score is finished_at: the age filter is the range itself
-            ids = run(client, reads.finished_between(parsed, hi, lo, offset, chunk))
+            ids = yield reads.finished_between(parsed, hi, lo, offset, chunk)
         else:
-            ids = run(client, reads.ids(parsed, offset, chunk))
+            ids = yield reads.ids(parsed, offset, chunk)
         if not ids:
             return TaskPage(found, None)
-        for task in run(client, reads.tasks(ids)):
+        for task in (yield reads.tasks(ids)):
             offset += 1
             budget -= 1
             if task is None:
@@ -317,16 +307,12 @@ def _matches(task: Task, finished: bool, reason: str | None, lo: str | int, hi: 
 
 
 def follow(
-    client: SyncClient,
-    reads: QueueReads,
-    task_id: str,
-    *,
-    interval: float,
-    timeout: float | None,
-) -> Iterator[Task]:
-    """The task now, then again each time its state or progress changes, until it has
+    q: QueueBase, task_id: str, *, interval: float = 0.5, timeout: float | None = None
+) -> Plan[None]:
+    """Yield the task now and each time its state or progress changes, until it has
     finished (that last snapshot included). Polls every ``interval`` s: one HMGET of a
-    few fields, the whole hash only on a change."""
+    few fields, the whole hash only on a change. ``TaskNotFound`` for an unknown id,
+    ``WaitTimeout`` after ``timeout`` s."""
     if isinstance(interval, bool) or not isinstance(interval, int | float):
         raise InvalidArgument(f"interval must be seconds, not {interval!r}")
     if not 0.01 <= interval <= 3600:
@@ -334,19 +320,20 @@ def follow(
     limit = math.inf if timeout is None else _seconds("timeout", timeout) or 0.0
     deadline = time.monotonic() + limit
     seen: tuple[str, ...] | None = None
+    reads = q.reads
     while True:
-        marks = run(client, reads.progress_marks(task_id))
+        marks = yield reads.progress_marks(task_id)
         if marks is None:
             raise TaskNotFound(reads.queue, task_id)
         if marks != seen:
-            task = run(client, reads.task(task_id))
+            task = yield reads.task(task_id)
             if task is None:
                 raise TaskNotFound(reads.queue, task_id)
             seen = marks
-            yield task
+            yield Emit(task)
             if task.finished:
                 return
         left = deadline - time.monotonic()
         if left <= 0:
             raise WaitTimeout([task_id], limit)
-        time.sleep(min(interval, left))
+        yield Sleep(min(interval, left))

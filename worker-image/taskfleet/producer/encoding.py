@@ -65,7 +65,8 @@ def token_base() -> str:
 
 
 class EnqueueSpec(BaseModel):
-    """One task for ``enqueue_many`` (the keyword arguments of ``enqueue``)."""
+    """One task for ``enqueue_many`` or a flow, as a value: ``encode_task``'s arguments
+    (``enqueue``'s), which a test keeps equal to these fields."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -227,20 +228,7 @@ def enqueue_args(spec: EnqueueSpec | Mapping[str, Any]) -> EnqueueArgs:
             raise InvalidArgument(f"unknown enqueue field(s): {names}")
         if "payload" not in fields:
             raise InvalidArgument("enqueue item needs a 'payload'")
-    return encode_task(
-        fields["payload"],
-        priority=fields.get("priority", 0),
-        delay=fields.get("delay"),
-        deadline=fields.get("deadline"),
-        max_attempts=fields.get("max_attempts"),
-        task_id=fields.get("task_id"),
-        cost=fields.get("cost", 1),
-        timeout=fields.get("timeout"),
-        task=fields.get("task"),
-        after=fields.get("after"),
-        on_dep_fail=fields.get("on_dep_fail"),
-        group=fields.get("group"),
-    )
+    return encode_task(**fields)
 
 
 def encode_after(after: object, on_dep_fail: object, task_id: str | None) -> tuple[str, str]:
@@ -274,7 +262,7 @@ def _policy(on_dep_fail: object) -> str:
 
 
 def encode_task(
-    payload: object,
+    payload: dict[str, Any],
     *,
     priority: int = 0,
     delay: float | timedelta | None = None,
@@ -288,7 +276,9 @@ def encode_task(
     on_dep_fail: str | None = None,
     group: str | None = None,
 ) -> EnqueueArgs:
-    """``enqueue_args`` for ``Queue.enqueue``'s keyword arguments (no mapping to build)."""
+    """One task, checked and encoded: these are ``Queue.enqueue``'s arguments, written
+    here once (the enqueue calls of both APIs take them from this signature, and
+    ``EnqueueSpec`` holds the same fields as a value)."""
     text = encode_payload(payload)
     if priority.__class__ is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         priority = checked_int(priority, "priority", PRIORITY_MIN, PRIORITY_MAX)

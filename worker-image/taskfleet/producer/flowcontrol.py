@@ -8,8 +8,8 @@ are dependencies of it). The members are found by walking the links Redis holds
 calls of ``CHANGE_BATCH`` tasks: each call is atomic and short, the whole is not one
 atomic step (a member may finish between two calls).
 
-The work is written once, as generators that yield each ``Call`` (a read) or ``Op`` (a
-script) and receive its reply; ``drive`` and ``drive_async`` run them on a client.
+The work is written once, as plans (``runner``): generators that yield each ``Call`` (a
+read) or ``Op`` (a script) and receive its reply; ``Queue`` and ``AsyncQueue`` run them.
 """
 
 from __future__ import annotations
@@ -18,21 +18,22 @@ from collections.abc import Generator
 from typing import Any
 
 from taskfleet.producer.reading import check_task_id
-from taskfleet.protocol.calls import Call, run, run_async
-from taskfleet.protocol.connect import SyncClient
+from taskfleet.producer.runner import Plan, QueueBase
+from taskfleet.protocol.calls import Call
 from taskfleet.protocol.control_ops import CancelOutcome, ControlOps, Swept
 from taskfleet.protocol.errors import FlowTooLarge, TaskNotFound
+from taskfleet.protocol.flows import FlowRecord, flow_record
 from taskfleet.protocol.flowwalk import Links, links, more_by
-from taskfleet.protocol.scripts import AsyncScripts, Op, SyncScripts
+from taskfleet.protocol.scripts import Op
 
 __all__ = [
     "CHANGE_BATCH",
     "MAX_FLOW_TASKS",
     "WALK_BATCH",
+    "cancel_flow",
     "cancel_steps",
-    "drive",
-    "drive_async",
-    "drive_from",
+    "flow",
+    "retry_flow",
     "retry_steps",
 ]
 
@@ -155,34 +156,29 @@ def retry_steps(ops: ControlOps, task_id: str, branch: bool) -> Step:
     return count
 
 
-def drive(client: SyncClient, scripts: SyncScripts, steps: Step) -> Any:
-    """Run ``steps`` on a sync client: each read as ``run``, each script as ``scripts.run``."""
-    try:
-        step = next(steps)
-    except StopIteration as stop:
-        return stop.value
-    return drive_from(client, scripts, steps, step)
+def cancel_flow(
+    q: QueueBase, task_id: str, *, branch: bool = False
+) -> Plan[dict[str, CancelOutcome]]:
+    """``cancel`` every unfinished task of ``task_id``'s flow (every task linked to it
+    by ``after``, either way), or with ``branch`` of its branch (it and every task that
+    waits for it, transitively); finished ones are left as they are. Returns each
+    member's outcome as ``cancel_many``. In calls of 200 tasks, each atomic, not the
+    whole (docs/flows.md). ``TaskNotFound`` for an unknown id."""
+    out: dict[str, CancelOutcome] = yield from cancel_steps(q.control_ops, task_id, branch)
+    return out
 
 
-def drive_from(client: SyncClient, scripts: SyncScripts, steps: Step, step: Any) -> Any:
-    """``drive`` from ``step``, the one ``steps`` yielded last."""
-    try:
-        while True:
-            reply = run(client, step) if isinstance(step, Call) else scripts.run(step)
-            step = steps.send(reply)
-    except StopIteration as stop:
-        return stop.value
+def retry_flow(q: QueueBase, task_id: str, *, branch: bool = False) -> Plan[int]:
+    """Send every dead or cancelled task of ``task_id``'s flow (or ``branch``) back,
+    dependencies first, so that dependants wait for them again; done and unfinished
+    ones are left as they are. Returns how many went back. ``TaskNotFound`` for an
+    unknown id."""
+    count: int = yield from retry_steps(q.control_ops, task_id, branch)
+    return count
 
 
-async def drive_async(client: Any, scripts: AsyncScripts, steps: Step) -> Any:
-    """``drive`` on an asyncio client."""
-    try:
-        step = next(steps)
-        while True:
-            if isinstance(step, Call):
-                reply = await run_async(client, step)
-            else:
-                reply = await scripts.run(step)
-            step = steps.send(reply)
-    except StopIteration as stop:
-        return stop.value
+def flow(q: QueueBase, flow_id: str) -> Plan[FlowRecord | None]:
+    """A flow's record (``Task.flow`` names it): members open and ended, its outcome
+    once ended; None when there is none (docs/flows.md)."""
+    found: FlowRecord | None = yield flow_record(q.keys, check_task_id(flow_id))
+    return found

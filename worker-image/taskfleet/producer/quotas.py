@@ -1,69 +1,68 @@
-"""``Queue``'s calls over the queue's claim pause and spend budget (``protocol.quota``):
-pause or resume the whole fleet's claims, set the budget at run time, read both."""
+"""Quotas: the queue's claim pause and spend budget (``protocol.quota``): pause or resume
+the whole fleet's claims (or a group's), set the budget at run time, read both. Each
+call is a plan (``runner``)."""
 
 from __future__ import annotations
 
 import math
 from datetime import timedelta
 
-from taskfleet.protocol.calls import run
+from taskfleet.producer.runner import Plan, QueueBase
 from taskfleet.protocol.config import QueueConfig
-from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.quota import BudgetLimit, QuotaOps, QuotaState, quota_state
-from taskfleet.protocol.reads import QueueReads
-from taskfleet.protocol.scripts import SyncScripts
 
-__all__ = ["Quotas", "pause_ms", "quota_ops", "state_of"]
+__all__ = [
+    "pause_claims",
+    "pause_ms",
+    "quota",
+    "quota_ops",
+    "resume_claims",
+    "set_budget",
+    "state_of",
+]
 
 
-class Quotas:
-    """The quota half of ``Queue`` (which sets these attributes)."""
+def pause_claims(
+    q: QueueBase,
+    seconds: float | timedelta | None = None,
+    *,
+    reason: str = "",
+    group: str | None = None,
+) -> Plan[int]:
+    """Stop every worker of the queue from claiming for ``seconds`` (None: the adaptive
+    pause a rate limit without a retry-after sets), as when a handler raises
+    ``RateLimited``; a longer pause already on is kept. Returns its end (epoch ms).
+    ``group``: pause only that group's tasks (the other groups are claimed as before)."""
+    until, _ = yield quota_ops(q.keys, group).pause(pause_ms(seconds), reason)
+    return int(until)
 
-    client: SyncClient
-    keys: QueueKeys
-    reads: QueueReads
-    _scripts: SyncScripts
 
-    def _quota_ops(self, group: str | None = None) -> QuotaOps:
-        return quota_ops(self.keys, group)
+def resume_claims(q: QueueBase, *, group: str | None = None) -> Plan[None]:
+    """End the claim pause (``group``'s own, with a group) now and forget the rate
+    limits met in a row."""
+    yield quota_ops(q.keys, group).resume()
 
-    def pause_claims(
-        self,
-        seconds: float | timedelta | None = None,
-        *,
-        reason: str = "",
-        group: str | None = None,
-    ) -> int:
-        """Stop every worker of the queue from claiming for ``seconds`` (None: the adaptive
-        pause a rate limit without a retry-after sets), as when a handler raises
-        ``RateLimited``; a longer pause already on is kept. Returns its end (epoch ms).
-        ``group``: pause only that group's tasks (the other groups are claimed as before)."""
-        until, _ = self._scripts.run(self._quota_ops(group).pause(pause_ms(seconds), reason))
-        return until
 
-    def resume_claims(self, *, group: str | None = None) -> None:
-        """End the claim pause (``group``'s own, with a group) now and forget the rate
-        limits met in a row."""
-        self._scripts.run(self._quota_ops(group).resume())
+def set_budget(
+    q: QueueBase, *, day: BudgetLimit = None, month: BudgetLimit = None, group: str | None = None
+) -> Plan[None]:
+    """The spend budget, set at run time over the config's ``budget_day`` /
+    ``budget_month`` (a TaskQueue's ``budget``): cost units per UTC day / month; 0 =
+    none; ``"default"`` = the config's again; None = left as it is. ``group``: that
+    group's own budget, over the config's ``group_budget_day`` / ``group_budget_month``."""
+    yield quota_ops(q.keys, group).budget(day=day, month=month)
 
-    def set_budget(
-        self, *, day: BudgetLimit = None, month: BudgetLimit = None, group: str | None = None
-    ) -> None:
-        """The spend budget, set at run time over the config's ``budget_day`` /
-        ``budget_month`` (a TaskQueue's ``budget``): cost units per UTC day / month; 0 =
-        none; ``"default"`` = the config's again; None = left as it is. ``group``: that
-        group's own budget, over the config's ``group_budget_day`` / ``group_budget_month``."""
-        self._scripts.run(self._quota_ops(group).budget(day=day, month=month))
 
-    def quota(self, *, group: str | None = None) -> QuotaState:
-        """The claim pause and the budget's spend (``group``'s own, with a group), as the
-        scripts see them now."""
-        now = run(self.client, self.reads.clock())
-        raw = run(self.client, self._quota_ops(group).read())
-        return state_of(raw, now, run(self.client, self.reads.config()), group)
+def quota(q: QueueBase, *, group: str | None = None) -> Plan[QuotaState]:
+    """The claim pause and the budget's spend (``group``'s own, with a group), as the
+    scripts see them now."""
+    ops = quota_ops(q.keys, group)
+    now = yield q.reads.clock()
+    raw = yield ops.read()
+    return state_of(raw, now, (yield q.reads.config()), group)
 
 
 def quota_ops(keys: QueueKeys, group: str | None) -> QuotaOps:

@@ -1,6 +1,6 @@
-"""What the producer API makes of the queue's reads (``protocol.reads``): the workers as
-``WorkerInfo``, and the check of a task id before a read. ``Queue`` and ``AsyncQueue``
-run the same reads, each on its own client."""
+"""Reading a queue: a task, the stats, the workers (as ``WorkerInfo``), what pods hold,
+the config; the check of a task id before a read. Each call is a plan (``runner``) of
+``protocol.reads`` calls."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from taskfleet.protocol.calls import run, run_all
+from taskfleet.producer.runner import Plan, QueueBase, Together
 from taskfleet.protocol.config import QueueConfig
-from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.errors import InvalidArgument
-from taskfleet.protocol.reads import QueueReads, Workers
+from taskfleet.protocol.reads import Workers
 from taskfleet.protocol.records import CURRENT_LEVEL, RELEASE_OF_LEVEL
+from taskfleet.protocol.tasks import Task
 
 #: Older workers a note names; the rest are counted.
 OLDER_NAMED = 3
@@ -77,11 +77,47 @@ def workers_of(workers: Workers, config: QueueConfig, now_ms: int) -> list[Worke
     ]
 
 
-def workers(client: SyncClient, reads: QueueReads) -> list[WorkerInfo]:
+def get(q: QueueBase, task_id: str) -> Plan[Task | None]:
+    """The task, or None when there is none (never stored, or pruned by retention)."""
+    found: Task | None = yield q.reads.task(check_task_id(task_id))
+    return found
+
+
+def stats(q: QueueBase) -> Plan[dict[str, int]]:
+    """Sizes of every state, live workers and the monotonic counters."""
+    found: dict[str, int] = yield q.reads.stats()
+    return found
+
+
+def workers(q: QueueBase) -> Plan[list[WorkerInfo]]:
     # The server's clock first, on its own: a cluster pipeline refuses TIME.
-    now_ms = run(client, reads.clock())
-    found, config = run_all(client, [reads.workers(), reads.config()])
+    now_ms = yield q.reads.clock()
+    found, config = yield Together((q.reads.workers(), q.reads.config()))
     return workers_of(found, config, now_ms)
+
+
+def held_by(q: QueueBase, pods: Iterable[str]) -> Plan[dict[str, int]]:
+    """Tasks each pod holds right now, from the queue's own records (exact; a
+    worker's heartbeat reports its count only every interval), in one round trip."""
+    found: dict[str, int] = yield q.reads.held_counts(pods)
+    return found
+
+
+def holdings(q: QueueBase, pods: Sequence[str]) -> Plan[dict[str, list[str]]]:
+    """The ids of the tasks each pod holds now (exact, from the queue's records)."""
+    found: dict[str, list[str]] = yield q.reads.holdings(list(pods))
+    return found
+
+
+def exists(q: QueueBase) -> Plan[bool]:
+    """Whether anything of this queue is stored (config, counters or workers)."""
+    found: bool = yield q.reads.exists()
+    return found
+
+
+def config(q: QueueBase) -> Plan[QueueConfig]:
+    found: QueueConfig = yield q.reads.config()
+    return found
 
 
 class Leveled(Protocol):

@@ -11,8 +11,8 @@ Blocking is bounded by ``RECHECK_S``: then the wait looks again (the watch scrip
 more). That picks up a task enqueued after the wait began, a task whose retention pruned it,
 a waiter evicted by newer ones (a task keeps 32), and a notification lost in a failover.
 
-``Waiting`` holds a wait's state and decides; ``wait`` and ``wait_async`` only run its
-round trips on a sync or an asyncio client.
+``Waiting`` holds a wait's state and decides; ``wait`` is its plan, which ``Queue`` and
+``AsyncQueue`` run (``runner``).
 """
 
 from __future__ import annotations
@@ -22,17 +22,14 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 
-import redis
-import redis.asyncio
-
 from taskfleet.producer.reading import encodable
-from taskfleet.protocol.calls import Call, run, run_async
-from taskfleet.protocol.connect import SyncClient
+from taskfleet.producer.runner import Plan, QueueBase
+from taskfleet.protocol.calls import Call
 from taskfleet.protocol.errors import InvalidArgument, WaitTimeout
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.lists import QueueLists
 from taskfleet.protocol.reads import QueueReads
-from taskfleet.protocol.scripts import AsyncScripts, Op, Ops, SyncScripts
+from taskfleet.protocol.scripts import Op, Ops
 from taskfleet.protocol.tasks import Task
 
 #: The longest a wait blocks before it looks at its tasks again.
@@ -125,59 +122,25 @@ class Waiting:
         return self.lists.wait_finished(self.waiter, block, POP_MAX)
 
 
-def _socket_timeout(client: SyncClient | redis.asyncio.Redis) -> float | None:
-    pool = getattr(client, "connection_pool", None)  # a cluster client has one per node
-    value = pool.connection_kwargs.get("socket_timeout") if pool is not None else None
-    return float(value) if value else None
+def wait(q: QueueBase, task_ids: Iterable[str], timeout: float) -> Plan[dict[str, Task]]:
+    """Block until every task is done or dead; returns them by id.
 
-
-def wait(
-    client: SyncClient, keys: QueueKeys, task_ids: Iterable[str], timeout: float
-) -> dict[str, Task]:
-    waiting = Waiting(keys, task_ids, timeout)
-    scripts = SyncScripts.for_client(client)
-    socket_timeout = _socket_timeout(client)
-
-    def read(ids: list[str]) -> None:
-        if ids:
-            waiting.take(ids, run(client, waiting.read(ids)))
-
+    Woken by the script that finishes each task, not by polling (see ``waiting``).
+    Raises ``WaitTimeout`` (a ``TimeoutError``) listing the unfinished ids. A task id
+    that does not exist counts as unfinished (it may not be enqueued yet: it is
+    looked for again every second).
+    """
+    waiting = Waiting(q.keys, task_ids, timeout)
     while waiting.remaining:
         if not waiting.watching:
-            read(waiting.watched(scripts.run(waiting.watch())))
-            continue
-        ids = waiting.popped(run(client, waiting.pop(waiting.block_s(socket_timeout))))
-        if ids is None:
-            waiting.watching = False  # a look now and then (see RECHECK_S)
+            ids = waiting.watched((yield waiting.watch()))
         else:
-            read(ids)
-    return waiting.finished
-
-
-async def wait_async(
-    # a timeout argument as Queue.wait has: the same call in both APIs, and the timeout
-    # bounds the server-side blocking too, which asyncio.timeout alone could not
-    client: redis.asyncio.Redis,
-    keys: QueueKeys,
-    task_ids: Iterable[str],
-    timeout: float,  # noqa: ASYNC109
-) -> dict[str, Task]:
-    waiting = Waiting(keys, task_ids, timeout)
-    scripts = AsyncScripts.for_client(client)
-    socket_timeout = _socket_timeout(client)
-
-    async def read(ids: list[str]) -> None:
+            found = yield waiting.pop(waiting.block_s(q.socket_timeout))
+            popped = waiting.popped(found)
+            if popped is None:
+                waiting.watching = False  # a look now and then (see RECHECK_S)
+                continue
+            ids = popped
         if ids:
-            waiting.take(ids, await run_async(client, waiting.read(ids)))
-
-    while waiting.remaining:
-        if not waiting.watching:
-            await read(waiting.watched(await scripts.run(waiting.watch())))
-            continue
-        found = await run_async(client, waiting.pop(waiting.block_s(socket_timeout)))
-        ids = waiting.popped(found)
-        if ids is None:
-            waiting.watching = False
-        else:
-            await read(ids)
+            waiting.take(ids, (yield waiting.read(ids)))
     return waiting.finished

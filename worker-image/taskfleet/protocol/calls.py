@@ -16,7 +16,7 @@ forms too (a flat list for a hash), so they hold for any client and either proto
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -39,6 +39,7 @@ __all__ = [
     "run_all_async",
     "run_async",
     "scan",
+    "scan_async",
 ]
 
 T = TypeVar("T")
@@ -180,6 +181,16 @@ class Scan(Generic[T]):
 def scan(client: SyncClient, keys: Scan[T], count: int = SCAN_COUNT) -> Iterator[T]:
     """What ``keys`` finds, in steps of ``count`` keys (never one blocking KEYS)."""
     for key in client.scan_iter(match=keys.pattern, count=count):
+        found = keys.decode(key)
+        if found is not None:
+            yield found
+
+
+async def scan_async(
+    client: redis.asyncio.Redis, keys: Scan[T], count: int = SCAN_COUNT
+) -> AsyncIterator[T]:
+    """``scan`` on an asyncio client."""
+    async for key in client.scan_iter(match=keys.pattern, count=count):
         found = keys.decode(key)
         if found is not None:
             yield found

@@ -23,9 +23,7 @@ the reply's error code (its first word), so a reply redis-py maps to no class of
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import redis.exceptions as rx
 
@@ -178,20 +176,3 @@ def _in_script(text: str) -> Fault | None:
 #: ``noeviction``, MISCONF, NOREPLICAS, a replica), so this asks "would a write pass now?"
 #: at no cost. Declared with the queue's key so a cluster routes it to the queue's slot.
 WRITABLE_PROBE = "#!lua\nreturn 1"
-
-#: The only ``maxmemory-policy`` that keeps the queue's promise: a full Redis refuses
-#: writes (an outage workers wait out) instead of deleting tasks it acknowledged.
-SAFE_EVICTION_POLICY = "noeviction"
-
-
-def eviction_policy(config: Mapping[Any, Any] | None, info: Mapping[str, Any] | None) -> str | None:
-    """The server's ``maxmemory-policy`` from ``CONFIG GET`` (None: refused, as managed
-    Redis services do), else from ``INFO memory`` (``maxmemory_policy``); None if neither
-    says."""
-    for source, name in ((config, "maxmemory-policy"), (info, "maxmemory_policy")):
-        value = source.get(name) if source else None
-        if isinstance(value, bytes):
-            value = value.decode()
-        if value:
-            return str(value)
-    return None

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from taskfleet._version import __version__
-from taskfleet.protocol.faults import SAFE_EVICTION_POLICY
+from taskfleet.protocol.serverprobe import SAFE_EVICTION_POLICY
 from taskfleet.worker.gate import RedisGate
 from taskfleet.worker.named import HandlerSet
 from taskfleet.worker.runs import Counters

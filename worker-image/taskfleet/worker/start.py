@@ -8,8 +8,6 @@ drain before it ever ran.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import redis.asyncio as aioredis
 import redis.exceptions
@@ -17,10 +15,11 @@ import redis.exceptions
 from taskfleet.protocol import bounds
 from taskfleet.protocol.calls import run_async
 from taskfleet.protocol.errors import RedisEvicts, auth_failure
-from taskfleet.protocol.faults import SAFE_EVICTION_POLICY, Policy, classify, eviction_policy
+from taskfleet.protocol.faults import Policy, classify
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S
+from taskfleet.protocol.serverprobe import SAFE_EVICTION_POLICY, probe_async
 from taskfleet.worker.broker import Broker, bounded
 from taskfleet.worker.events import log_event
 from taskfleet.worker.gate import REDIS_DOWN, RedisGate
@@ -119,30 +118,19 @@ async def check_eviction(
     """The server's ``maxmemory-policy``; ``RedisEvicts`` if it may delete keys and
     ``settings.allow_eviction`` is off (the CLI: one line, exit 2).
 
-    Read with ``CONFIG GET``, which managed Redis services often refuse, then from ``INFO
-    memory``; if neither answers, logged once and the worker goes on (it can't tell).
+    Read by the server probe (``protocol.serverprobe``: ``CONFIG GET``, which managed
+    Redis services often refuse, then ``INFO``); if neither answers, logged once and the
+    worker goes on (it can't tell).
     """
     while not lifecycle.draining:
-        config: Mapping[Any, Any] | None = None
-        info: Mapping[str, Any] | None = None
         try:
-            try:
-                config = await bounded(
-                    client.config_get("maxmemory-policy"), settings.reply_timeout
-                )
-            except redis.exceptions.ResponseError as exc:
-                if not _refused(exc):
-                    raise
-            if not config:
-                try:
-                    info = await bounded(client.info("memory"), settings.reply_timeout)
-                except redis.exceptions.ResponseError as exc:
-                    if not _refused(exc):
-                        raise
+            found = await bounded(
+                probe_async(client, refused=_refused_reply), settings.reply_timeout
+            )
         except REDIS_DOWN as exc:
             await gate.wait_out(exc, lifecycle.drain_requested)
             continue
-        policy = eviction_policy(config, info)
+        policy = found.eviction_policy
         if policy is None:
             log_event(
                 logging.WARNING,
@@ -162,6 +150,11 @@ async def check_eviction(
             )
         return policy
     return None
+
+
+def _refused_reply(exc: redis.exceptions.RedisError) -> bool:
+    """A probe's command refused (``_refused``); any other error is raised."""
+    return isinstance(exc, redis.exceptions.ResponseError) and _refused(exc)
 
 
 def _refused(exc: redis.exceptions.ResponseError) -> bool:

@@ -121,5 +121,4 @@ export function classify(error: unknown): RedisFault | null {
 /** A write script that writes nothing: refused up front while Redis refuses writes (Redis 7). */
 export const WRITABLE_PROBE = "#!lua\nreturn 1";
 
-/** The only `maxmemory-policy` that keeps the queue's promise. */
-export const SAFE_EVICTION_POLICY = "noeviction";
+export { SAFE_EVICTION_POLICY } from "../serverProbe.js";

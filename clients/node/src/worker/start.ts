@@ -10,7 +10,8 @@ import type { Client } from "../connection.js";
 import { TaskfleetError } from "../errors.js";
 import { CONFIG_FIELDS } from "../protocol/defaults.js";
 import type { Broker } from "./broker.js";
-import { NoReply, SAFE_EVICTION_POLICY, authFailure, classify } from "./faults.js";
+import { SAFE_EVICTION_POLICY, probeServer } from "../serverProbe.js";
+import { NoReply, authFailure, classify } from "./faults.js";
 import { type Flag, bounded } from "./flag.js";
 import type { RedisGate } from "./gate.js";
 import { type Whereabouts, describeRecord, holderAlive, parseWhereabouts } from "./identity.js";
@@ -115,20 +116,7 @@ export async function checkEviction(client: Client, settings: Settings, g: Gated
   while (!g.drain.isSet()) {
     let policy: string | null = null;
     try {
-      try {
-        const reply = (await ask(client.call("CONFIG", ["GET", "maxmemory-policy"]))) as string[];
-        policy = reply[1] ?? null;
-      } catch (error) {
-        if (!refused(error)) throw error;
-      }
-      if (policy === null || policy === "") {
-        try {
-          const info = String(await ask(client.call("INFO", ["memory"])));
-          policy = /^maxmemory_policy:(\S+)/m.exec(info)?.[1] ?? null;
-        } catch (error) {
-          if (!refused(error)) throw error;
-        }
-      }
+      policy = (await probeServer(client, { ask, refused })).evictionPolicy;
     } catch (error) {
       if (!isRedisDown(error)) throw error;
       await g.gate.waitOut(error, g.drain, g.closing);
