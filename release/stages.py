@@ -24,8 +24,8 @@ import tomllib
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 VERSION_FILE = Path("worker-image/taskfleet/_version.py")
@@ -34,7 +34,7 @@ VERSION_FILE = Path("worker-image/taskfleet/_version.py")
 NODE_PACKAGE = Path("clients/node")
 NESTJS_PACKAGE = Path("clients/nestjs")
 NPM_PACKAGES = (NODE_PACKAGE, NESTJS_PACKAGE)
-NPM_VERSIONED = tuple(p / name for p in NPM_PACKAGES for name in ("package.json", "package-lock.json"))
+NPM_VERSIONED = tuple(p / n for p in NPM_PACKAGES for n in ("package.json", "package-lock.json"))
 CHART = Path("charts/taskfleet")
 INSTALL_KUSTOMIZATION = Path("release/install")
 STAGES = ("python", "npm", "images", "chart", "install")
@@ -411,7 +411,8 @@ def build_npm(tree: Path, out: Path, version: Version, epoch: int) -> None:
     for relative, archive in zip(NPM_PACKAGES, version.npm_archives, strict=True):
         package = tree / relative
         log(f"packing the npm package of {relative}")
-        run([npm, "ci", "--prefer-offline", "--loglevel=error"], cwd=package, env=env, what="npm ci")
+        ci = [npm, "ci", "--prefer-offline", "--loglevel=error"]
+        run(ci, cwd=package, env=env, what=f"npm ci {relative}")
         with tempfile.TemporaryDirectory() as scratch:
             run(
                 [npm, "pack", "--loglevel=error", "--pack-destination", scratch],
