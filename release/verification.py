@@ -115,7 +115,7 @@ def _verify_chart(chart: Path, version: Version) -> list[str]:
 
 
 def _verify_rebuild(version: Version, dist: Path, allow_dirty: bool) -> list[str]:
-    stages = ["python"]
+    stages = ["python"] if any(dist.glob("*.whl")) else []
     stages += ["npm"] if any((dist / a).exists() for a in version.npm_archives) else []
     stages += ["chart"] if (dist / f"taskfleet-{version.semver}.tgz").exists() else []
     with tempfile.TemporaryDirectory(prefix="taskfleet-rebuild-") as scratch:

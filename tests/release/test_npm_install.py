@@ -64,25 +64,33 @@ def npm(args: list[str], cwd: Path, timeout: float = 600) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`release.py build VERSION --only npm` on a fresh clone of this commit."""
-    root = tmp_path_factory.mktemp("npm-release")
-    head = subprocess.run(
-        ["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    clone = root / "clone"
-    subprocess.run(["git", "clone", "-q", "--no-checkout", REPO, clone], check=True)
-    subprocess.run(["git", "-C", clone, "checkout", "-q", head], check=True)
-    out = root / "dist"
-    command: list[str | Path] = [sys.executable, clone / "release/release.py", "build", VERSION]
-    done = subprocess.run(
-        [*command, "--only", "npm", "--out", str(out)],
+def release(clone: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, clone / "release/release.py", *args],
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
     )
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh clone of this commit."""
+    head = subprocess.run(
+        ["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    clone = tmp_path_factory.mktemp("npm-release") / "clone"
+    subprocess.run(["git", "clone", "-q", "--no-checkout", REPO, clone], check=True)
+    subprocess.run(["git", "-C", clone, "checkout", "-q", head], check=True)
+    return clone
+
+
+@pytest.fixture(scope="module")
+def dist(clone: Path) -> Path:
+    """`release.py build VERSION --only npm` on the clone."""
+    out = clone.parent / "dist"
+    done = release(clone, "build", VERSION, "--only", "npm", "--out", str(out))
     assert done.returncode == 0, done.stderr
     return out
 
@@ -149,3 +157,14 @@ def test_a_fresh_nestjs_project_installs_the_release_tarballs_alone_and_runs_the
     assert ran.returncode == 0, ran.stdout + ran.stderr
     last = ran.stdout.strip().splitlines()[-1]
     assert json.loads(last) == {"state": "done", "result": {"message": "sent to ada@example.com"}}
+
+
+@pytest.mark.npm_install
+def test_both_npm_tarballs_are_listed_verified_and_rebuilt_byte_for_byte(
+    clone: Path, dist: Path
+) -> None:
+    listed = sorted(line.split()[1] for line in (dist / "SHA256SUMS").read_text().splitlines())
+    assert listed == [f"taskfleet-nestjs-{VERSION}.tgz", f"taskfleet-node-{VERSION}.tgz"]
+    done = release(clone, "verify", VERSION, "--dist", str(dist), "--rebuild")
+    assert done.returncode == 0, done.stderr
+    assert "every check passed" in done.stderr
