@@ -162,7 +162,7 @@ def version_disagreements(tree: Path) -> list[str]:
     return problems
 
 
-def stamp_node_package(tree: Path, semver: str) -> None:
+def stamp_npm_packages(tree: Path, semver: str) -> None:
     """``semver`` as the version of each npm package's package.json and of the package in
     its lock file; the NestJS module's peer range on ``taskfleet``, its lock file's copy of
     the Node client's version (``../node``) follow."""
@@ -282,7 +282,7 @@ def stamp_version(tree: Path, version: Version) -> None:
     if count != 1:
         raise StepError(f'{VERSION_FILE} has no single `__version__ = "..."` line')
     path.write_text(text)
-    stamp_node_package(tree, version.semver)
+    stamp_npm_packages(tree, version.semver)
 
 
 # --- reproducible archives ----------------------------------------------------------------
@@ -432,11 +432,6 @@ def npm_package_manifest(archive: Path) -> dict[str, Any]:
         if manifest is None:
             raise StepError(f"{archive.name} holds no package/package.json")
         return dict(json.load(manifest))
-
-
-def npm_package_version(archive: Path) -> str:
-    """The version in a packed npm package's package.json."""
-    return str(npm_package_manifest(archive).get("version"))
 
 
 def build_images(tree: Path, out: Path, version: Version, registry: str) -> None:
