@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
         bench-autoscale bench-coldstart bench-podstart bench-operator bench-operator-memory \
         bench-redis-sizing soak soak-faults demo demo-local local-demo \
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
-        kind-node-image kind-up kind-down clean release-tools release release-check \
+        kind-node-image kind-up kind-down clean release-tools release release-check release-npm-check \
         test-redis-versions test-redis-py-range bench-operator-outage helm chart-files chart-lint \
         bench-fairness bench-groups \
         node-check e2e-release
@@ -63,7 +63,7 @@ lint: $(DEV) ## ruff + mypy --strict
 # and kube-apiserver are per process. The 25 slowest tests are listed at the end.
 TEST_WORKERS ?= 2
 test: $(DEV) ## fast tests: real redis-server, real processes and signals, real kube-apiserver (TEST_WORKERS=2 processes)
-	$(BIN)/pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/pytest tests -m "not npm_install" -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 check: deps install lint crds-check bundle-check test test-redis-versions test-redis-py-range node-check e2e-local e2e-kind-ci ## everything CI runs (README's test command)
 
@@ -252,6 +252,12 @@ release: release-tools ## dist/: wheels, sdists, image archives, Helm chart, ins
 
 release-check: release ## make release, then check dist/ and build the wheels, sdists and chart again: same bytes
 	$(BIN)/python release/release.py verify "$(VERSION)" --rebuild $(RELEASE_FLAGS)
+
+# The npm packages as a team installs them (tests/release/test_npm_install.py, outside
+# `make test`: it packs both and installs a project, minutes): `release.py build --only npm`,
+# a fresh project that installs the two tarballs alone, the NestJS quick start on real Redis.
+release-npm-check: $(DEV) ## the release's npm tarballs installed in a fresh NestJS project, its quick start run on real Redis
+	$(BIN)/pytest tests/release/test_npm_install.py -m npm_install -n 0
 
 # The release stage, outside `make check` (it builds two releases and runs for long; see
 # DESIGN.md section 5): `make release` (VERSION, 0.3.0 unless given) into dist/, the previous

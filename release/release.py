@@ -7,8 +7,9 @@
 
 - ``python``: the library's wheel and sdist (``taskfleet``) and the operator's
   (``taskfleet-operator``, requiring ``taskfleet==VERSION``);
-- ``npm``: the Node.js package as ``npm pack`` makes it, ``taskfleet-node-VERSION.tgz``
-  (its dependencies from the lock file, npm's cache first);
+- ``npm``: the Node.js package and the NestJS module as ``npm pack`` makes them,
+  ``taskfleet-node-VERSION.tgz`` and ``taskfleet-nestjs-VERSION.tgz`` (their dependencies from
+  the lock files, npm's cache first); ``npm publish`` of each is the step that makes them public;
 - ``images``: the operator, worker and Node.js worker images as OCI archives
   (``e2e/cluster/build-images.sh release``), and ``images.txt``: image, tag, manifest
   digest, archive, one line each;
@@ -18,13 +19,13 @@
   needs the ``images`` stage);
 - and always ``SHA256SUMS`` over every file written (``sha256sum -c SHA256SUMS``).
 
-The version is written in one place, ``worker-image/taskfleet/_version.py``; clients/node's
-package.json and lock file spell the same one for npm (``X.Y.Z-dev.N``). The release copies
-the tree's files (those git tracks, and untracked ones it does not ignore) to a scratch
-directory, writes VERSION there (into all three), and builds from that copy: no tracked file
-changes. The copy
-of a tree with uncommitted changes is not the commit's, so ``build`` refuses one unless
-``--allow-dirty``. Reproducible: SOURCE_DATE_EPOCH is the commit's time (unless set), files
+The version is written in one place, ``worker-image/taskfleet/_version.py``; the package.json
+and lock file of clients/node and clients/nestjs spell the same one for npm (``X.Y.Z-dev.N``),
+and the NestJS module's peer range on ``taskfleet`` is ``^`` it. The release copies the tree's
+files (those git tracks, and untracked ones it does not ignore) to a scratch directory,
+writes VERSION there (into all five), and builds from that copy: no tracked file changes.
+The copy of a tree with uncommitted changes is not the commit's, so ``build`` refuses one
+unless ``--allow-dirty``. Reproducible: SOURCE_DATE_EPOCH is the commit's time (unless set), files
 are copied with normalised modes, the build tools are pinned (pyproject's ``release`` group),
 and the tarballs (sdists, chart) are rewritten with sorted members, fixed times and owners:
 two builds of one commit give the same wheel, sdist and chart bytes. Images are not
@@ -32,9 +33,9 @@ byte-reproducible (their base and dependencies come from outside); ``images.txt`
 what was built.
 
 ``verify`` checks a dist/ (the checksums, the images' digests against their archives, the
-pins of install.yaml, the wheels' metadata, the npm package's and the chart's version); with
-``--rebuild`` it builds the Python distributions, the npm package and the chart again and
-compares their bytes.
+pins of install.yaml, the wheels' metadata, the npm packages' versions and the NestJS module's
+peer range, the chart's version); with ``--rebuild`` it builds the Python distributions, the
+npm packages and the chart again and compares their bytes.
 
 Bad input (VERSION, options) ends with one ``release: error: ...`` line and exit code 2; a
 failed step with its output and exit code 1.

@@ -25,12 +25,16 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 VERSION_FILE = Path("worker-image/taskfleet/_version.py")
-#: The Node.js package: its manifest and lock file carry the version too.
+#: The npm packages, packed in this order (the NestJS module builds on the Node client):
+#: their manifests and lock files carry the version too.
 NODE_PACKAGE = Path("clients/node")
-NODE_VERSIONED = (NODE_PACKAGE / "package.json", NODE_PACKAGE / "package-lock.json")
+NESTJS_PACKAGE = Path("clients/nestjs")
+NPM_PACKAGES = (NODE_PACKAGE, NESTJS_PACKAGE)
+NPM_VERSIONED = tuple(p / n for p in NPM_PACKAGES for n in ("package.json", "package-lock.json"))
 CHART = Path("charts/taskfleet")
 INSTALL_KUSTOMIZATION = Path("release/install")
 STAGES = ("python", "npm", "images", "chart", "install")
@@ -81,6 +85,16 @@ class Version:
         """The npm package's file in dist/: named apart from the chart's taskfleet-X.Y.Z.tgz."""
         return f"taskfleet-node-{self.semver}.tgz"
 
+    @property
+    def nestjs_archive(self) -> str:
+        """The NestJS module's file in dist/, as npm names it."""
+        return f"taskfleet-nestjs-{self.semver}.tgz"
+
+    @property
+    def npm_archives(self) -> tuple[str, str]:
+        """The npm packages' files in dist/, in NPM_PACKAGES's order."""
+        return (self.npm_archive, self.nestjs_archive)
+
 
 def npm_version(python: str) -> str:
     """The npm spelling of a PEP 440 version: a development version ``X.Y.Z.devN`` is
@@ -97,20 +111,44 @@ def tree_version(tree: Path) -> str:
     return found.group(1)
 
 
+def peer_range(semver: str) -> str:
+    """The range of ``taskfleet`` versions the NestJS module of release ``semver`` accepts:
+    that release and the later ones of its minor version (its pre-releases too)."""
+    return f"^{semver}"
+
+
+def _npm_versions(data: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """The versions a manifest or lock file gives its own package, and the ranges it gives
+    its peer ``taskfleet`` (none: the Node client itself)."""
+    versions = {str(data.get("version"))}
+    root = data.get("packages", {}).get("", {})  # a lock file names its root package twice
+    if "packages" in data:
+        versions.add(str(root.get("version")))
+    peers = {
+        str(d["taskfleet"])
+        for d in (data.get("peerDependencies"), root.get("peerDependencies"))
+        if d and "taskfleet" in d
+    }
+    return versions, peers
+
+
 def version_disagreements(tree: Path) -> list[str]:
-    """Where a checkout's versions disagree with ``_version.py``: the npm package (its
-    manifest and lock file), and the chart, whose placeholders the release replaces."""
+    """Where a checkout's versions disagree with ``_version.py``: the npm packages (their
+    manifests and lock files, and the NestJS module's peer range on the Node client), and
+    the chart, whose placeholders the release replaces."""
     python = tree_version(tree)
     wanted = npm_version(python)
     problems = []
-    for name in NODE_VERSIONED:
-        data = json.loads((tree / name).read_text())
-        found = {data.get("version")}
-        if "packages" in data:  # the lock file names the root package's version twice
-            found.add(data["packages"].get("", {}).get("version"))
-        if found != {wanted}:
-            shown = ", ".join(sorted(str(v) for v in found))
+    for name in NPM_VERSIONED:
+        versions, peers = _npm_versions(json.loads((tree / name).read_text()))
+        if versions != {wanted}:
+            shown = ", ".join(sorted(versions))
             problems.append(f"{name} says {shown}, not {wanted} ({VERSION_FILE} says {python})")
+        if name.parent == NESTJS_PACKAGE and peers != {peer_range(wanted)}:
+            shown = ", ".join(sorted(peers)) or "nothing"
+            problems.append(
+                f"{name} asks for taskfleet {shown} as a peer, not {peer_range(wanted)}"
+            )
     chart = tree / CHART / "Chart.yaml"
     if not chart.exists():
         return problems  # the chart stage says so, when it is asked for
@@ -124,14 +162,20 @@ def version_disagreements(tree: Path) -> list[str]:
     return problems
 
 
-def stamp_node_package(tree: Path, semver: str) -> None:
-    """``semver`` as the version of package.json and of the package in its lock file."""
-    for name in NODE_VERSIONED:
+def stamp_npm_packages(tree: Path, semver: str) -> None:
+    """``semver`` as the version of each npm package's package.json and of the package in
+    its lock file; the NestJS module's peer range on ``taskfleet``, its lock file's copy of
+    the Node client's version (``../node``) follow."""
+    for name in NPM_VERSIONED:
         path = tree / name
         data = json.loads(path.read_text())
-        data["version"] = semver
-        if "packages" in data:  # the lock file: its root package too
-            data["packages"][""]["version"] = semver
+        roots = [data, *([data["packages"][""]] if "packages" in data else [])]
+        for root in roots:
+            root["version"] = semver
+            if "taskfleet" in root.get("peerDependencies", {}):
+                root["peerDependencies"]["taskfleet"] = peer_range(semver)
+        if "../node" in data.get("packages", {}):
+            data["packages"]["../node"]["version"] = semver
         path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -238,7 +282,7 @@ def stamp_version(tree: Path, version: Version) -> None:
     if count != 1:
         raise StepError(f'{VERSION_FILE} has no single `__version__ = "..."` line')
     path.write_text(text)
-    stamp_node_package(tree, version.semver)
+    stamp_npm_packages(tree, version.semver)
 
 
 # --- reproducible archives ----------------------------------------------------------------
@@ -350,10 +394,10 @@ def check_wheels(out: Path, version: Version | None = None) -> None:
 
 
 def build_npm(tree: Path, out: Path, version: Version, epoch: int) -> None:
-    """``npm pack`` of clients/node (compiled by its prepack script), its dependencies from
-    the lock file (npm's cache first: no network when it holds them), as
-    taskfleet-node-VERSION.tgz."""
-    package = tree / NODE_PACKAGE
+    """``npm pack`` of clients/node (compiled by its prepack script), then of clients/nestjs
+    (compiled against the Node client just built), their dependencies from the lock files
+    (npm's cache first: no network when it holds them), as taskfleet-node-VERSION.tgz and
+    taskfleet-nestjs-VERSION.tgz."""
     npm = shutil.which("npm")
     if npm is None:
         raise StepError("no npm for the npm stage: install Node.js >= 20.19 and npm")
@@ -364,27 +408,30 @@ def build_npm(tree: Path, out: Path, version: Version, epoch: int) -> None:
         "npm_config_fund": "false",
         "npm_config_audit": "false",
     }
-    log(f"packing the npm package of {NODE_PACKAGE}")
-    run([npm, "ci", "--prefer-offline", "--loglevel=error"], cwd=package, env=env, what="npm ci")
-    with tempfile.TemporaryDirectory() as scratch:
-        run(
-            [npm, "pack", "--loglevel=error", "--pack-destination", scratch],
-            cwd=package,
-            env=env,
-            what="npm pack",
-        )
-        [packed] = Path(scratch).glob("*.tgz")
-        normalise_tgz(packed, epoch)
-        shutil.move(packed, out / version.npm_archive)
+    for relative, archive in zip(NPM_PACKAGES, version.npm_archives, strict=True):
+        package = tree / relative
+        log(f"packing the npm package of {relative}")
+        ci = [npm, "ci", "--prefer-offline", "--loglevel=error"]
+        run(ci, cwd=package, env=env, what=f"npm ci {relative}")
+        with tempfile.TemporaryDirectory() as scratch:
+            run(
+                [npm, "pack", "--loglevel=error", "--pack-destination", scratch],
+                cwd=package,
+                env=env,
+                what=f"npm pack {relative}",
+            )
+            [packed] = Path(scratch).glob("*.tgz")
+            normalise_tgz(packed, epoch)
+            shutil.move(packed, out / archive)
 
 
-def npm_package_version(archive: Path) -> str:
-    """The version in a packed npm package's package.json."""
+def npm_package_manifest(archive: Path) -> dict[str, Any]:
+    """The package.json of a packed npm package."""
     with tarfile.open(archive) as packed:
         manifest = packed.extractfile("package/package.json")
         if manifest is None:
             raise StepError(f"{archive.name} holds no package/package.json")
-        return str(json.load(manifest).get("version"))
+        return dict(json.load(manifest))
 
 
 def build_images(tree: Path, out: Path, version: Version, registry: str) -> None:

@@ -1,7 +1,7 @@
 """``release.py verify``: what is wrong with a release's directory, checked without root,
 buildah or a registry: the checksums, the images' digests against their archives, the pins of
-install.yaml, the wheels' metadata, the npm package's and the chart's version; with
-``rebuild``, the Python distributions, the npm package and the chart built again and compared
+install.yaml, the wheels' metadata, the npm packages' and the chart's version; with
+``rebuild``, the Python distributions, the npm packages and the chart built again and compared
 byte for byte.
 """
 
@@ -19,7 +19,8 @@ from stages import (
     Version,
     build,
     check_wheels,
-    npm_package_version,
+    npm_package_manifest,
+    peer_range,
     read_images,
     sha256,
 )
@@ -50,9 +51,7 @@ def verify(version: Version, dist: Path, rebuild: bool, allow_dirty: bool) -> li
             problems.append(str(failed))
     if (dist / "images.txt").exists():
         problems += _verify_images(dist, version)
-    npm = dist / version.npm_archive
-    if npm.exists() and (found := npm_package_version(npm)) != version.semver:
-        problems.append(f"{npm.name}: package.json says {found}, not {version.semver}")
+    problems += _verify_npm(dist, version)
     chart = dist / f"taskfleet-{version.semver}.tgz"
     if chart.exists():
         problems += _verify_chart(chart, version)
@@ -87,6 +86,26 @@ def _verify_images(dist: Path, version: Version) -> list[str]:
     return problems
 
 
+def _verify_npm(dist: Path, version: Version) -> list[str]:
+    """The npm packages' versions; the NestJS module's peer range on the Node client."""
+    problems = []
+    for archive in version.npm_archives:
+        if not (dist / archive).exists():
+            continue
+        manifest = npm_package_manifest(dist / archive)
+        if (found := str(manifest.get("version"))) != version.semver:
+            problems.append(f"{archive}: package.json says {found}, not {version.semver}")
+        peer = manifest.get("peerDependencies", {}).get("taskfleet")
+        if archive == version.nestjs_archive and peer != peer_range(version.semver):
+            problems.append(
+                f"{archive}: asks for taskfleet {peer} as a peer, not {peer_range(version.semver)}"
+            )
+    present = [a for a in version.npm_archives if (dist / a).exists()]
+    if len(present) == 1:
+        problems.append(f"{present[0]} is there without its companion: the npm stage packs both")
+    return problems
+
+
 def _verify_chart(chart: Path, version: Version) -> list[str]:
     with tarfile.open(chart) as archive:
         text = archive.extractfile("taskfleet/Chart.yaml").read().decode()  # type: ignore[union-attr]
@@ -96,8 +115,8 @@ def _verify_chart(chart: Path, version: Version) -> list[str]:
 
 
 def _verify_rebuild(version: Version, dist: Path, allow_dirty: bool) -> list[str]:
-    stages = ["python"]
-    stages += ["npm"] if (dist / version.npm_archive).exists() else []
+    stages = ["python"] if any(dist.glob("*.whl")) else []
+    stages += ["npm"] if any((dist / a).exists() for a in version.npm_archives) else []
     stages += ["chart"] if (dist / f"taskfleet-{version.semver}.tgz").exists() else []
     with tempfile.TemporaryDirectory(prefix="taskfleet-rebuild-") as scratch:
         again = Path(scratch) / "rebuild"

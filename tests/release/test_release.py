@@ -1,6 +1,6 @@
 """`make release` without images, for real: release/release.py run on two fresh clones of
 this commit builds the wheels and sdists of both distributions, byte for byte the same; what
-they hold and declare; the version everything reports (the npm package and the chart too,
+they hold and declare; the version everything reports (the npm packages and the chart too,
 for a release of 0.3.0); the tree's versions agreeing; and the refusals of bad input.
 
 The image archives and install.yaml need root, buildah and minutes: `make release-check`
@@ -224,21 +224,37 @@ def test_the_npm_package_and_the_chart_of_a_checkout_agree_with_the_library_vers
     for name in ("worker-image/taskfleet/_version.py", "charts/taskfleet/Chart.yaml"):
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, tree / name)
-    (tree / "clients/node").mkdir(parents=True)
-    lock = "clients/node/package-lock.json"
-    shutil.copyfile(REPO / lock, tree / lock)
+    for name in ("node", "nestjs"):
+        (tree / "clients" / name).mkdir(parents=True)
+        for file in ("package.json", "package-lock.json"):
+            shutil.copyfile(REPO / "clients" / name / file, tree / "clients" / name / file)
+    assert module.version_disagreements(tree) == []
     (tree / "clients/node/package.json").write_text(json.dumps({**package, "version": "0.1.0"}))
     wanted = module.npm_version(taskfleet.__version__)
     assert module.version_disagreements(tree) == [
         f"clients/node/package.json says 0.1.0, not {wanted} "
         f"(worker-image/taskfleet/_version.py says {taskfleet.__version__})"
     ]
+    (tree / "clients/node/package.json").write_text(json.dumps(package))
+    nestjs = json.loads((REPO / "clients/nestjs/package.json").read_text())
+    assert nestjs["version"] == wanted
+    assert nestjs["peerDependencies"]["taskfleet"] == f"^{wanted}"
+    lock = tree / "clients/nestjs/package-lock.json"
+    locked = json.loads(lock.read_text())
+    locked["packages"][""]["version"] = "0.1.0"
+    locked["packages"][""]["peerDependencies"]["taskfleet"] = ">=0.1.0"
+    lock.write_text(json.dumps(locked))
+    assert module.version_disagreements(tree) == [
+        f"clients/nestjs/package-lock.json says 0.1.0, {wanted}, not {wanted} "
+        f"(worker-image/taskfleet/_version.py says {taskfleet.__version__})",
+        f"clients/nestjs/package-lock.json asks for taskfleet >=0.1.0 as a peer, not ^{wanted}",
+    ]
+    shutil.copyfile(REPO / "clients/nestjs/package-lock.json", lock)
     chart = tree / "charts/taskfleet/Chart.yaml"
     chart.write_text(chart.read_text().replace("version: 0.0.0-dev", "version: 0.2.0"))
-    assert len(module.version_disagreements(tree)) == 2
-    assert (
-        "charts/taskfleet/Chart.yaml says {'version': '0.2.0', 'appVersion': 'dev'}"
-        in (module.version_disagreements(tree)[1])
+    [disagreement] = module.version_disagreements(tree)
+    assert "charts/taskfleet/Chart.yaml says {'version': '0.2.0', 'appVersion': 'dev'}" in (
+        disagreement
     )
 
 
@@ -258,6 +274,7 @@ def test_a_release_of_0_3_0_writes_0_3_0_into_every_artefact(release_0_3_0: Path
         "taskfleet-0.3.0-py3-none-any.whl",
         "taskfleet-0.3.0.tar.gz",
         "taskfleet-0.3.0.tgz",
+        "taskfleet-nestjs-0.3.0.tgz",
         "taskfleet-node-0.3.0.tgz",
         "taskfleet_operator-0.3.0-py3-none-any.whl",
         "taskfleet_operator-0.3.0.tar.gz",
@@ -269,6 +286,13 @@ def test_a_release_of_0_3_0_writes_0_3_0_into_every_artefact(release_0_3_0: Path
         names = packed.getnames()
     assert (manifest["name"], manifest["version"]) == ("taskfleet", "0.3.0")
     assert "package/dist/src/index.js" in names and "package/bundle/manifest.json" in names
+    with tarfile.open(dist / "taskfleet-nestjs-0.3.0.tgz") as packed:
+        manifest = json.load(packed.extractfile("package/package.json"))  # type: ignore[arg-type]
+        names = packed.getnames()
+    assert (manifest["name"], manifest["version"]) == ("taskfleet-nestjs", "0.3.0")
+    assert manifest["peerDependencies"]["taskfleet"] == "^0.3.0"
+    assert "package/dist/src/index.js" in names and "package/dist/src/index.d.ts" in names
+    assert not [n for n in names if n.startswith("package/dist/test/")]
     with tarfile.open(dist / "taskfleet-0.3.0.tgz") as chart:
         text = chart.extractfile("taskfleet/Chart.yaml").read().decode()  # type: ignore[union-attr]
     found = dict(re.findall(r"^(version|appVersion): \"?([^\"\n]+)\"?$", text, re.M))
@@ -276,28 +300,47 @@ def test_a_release_of_0_3_0_writes_0_3_0_into_every_artefact(release_0_3_0: Path
     assert release(REPO, "verify", "0.3.0", "--dist", str(dist)).returncode == 0
 
 
-def test_verify_finds_an_npm_package_of_another_version(
+def _fake_npm_package(path: Path, manifest: dict[str, object], scratch: Path) -> None:
+    (scratch / "package").mkdir(parents=True)
+    (scratch / "package/package.json").write_text(json.dumps(manifest))
+    with tarfile.open(path, "w:gz") as archive:
+        archive.add(scratch / "package", arcname="package")
+
+
+def test_verify_finds_npm_packages_of_another_version_or_peer_range(
     release_0_3_0: Path, tmp_path: Path
 ) -> None:
     dist = tmp_path / "dist"
     shutil.copytree(release_0_3_0, dist)
-    (dist / "taskfleet-node-0.3.0.tgz").unlink()
+    npm_archives = ("taskfleet-node-0.3.0.tgz", "taskfleet-nestjs-0.3.0.tgz")
+    for name in npm_archives:
+        (dist / name).unlink()
     (dist / "SHA256SUMS").write_text(
         "".join(
             line + "\n"
             for line in (dist / "SHA256SUMS").read_text().splitlines()
-            if "taskfleet-node-" not in line
+            if not line.endswith(npm_archives)
         )
     )
     assert release(REPO, "verify", "0.3.0", "--dist", str(dist)).returncode == 0
-    packed = tmp_path / "package"
-    (packed / "package").mkdir(parents=True)
-    (packed / "package/package.json").write_text('{"name": "taskfleet", "version": "0.2.0"}')
-    with tarfile.open(dist / "taskfleet-node-0.3.0.tgz", "w:gz") as archive:
-        archive.add(packed / "package", arcname="package")
+    _fake_npm_package(
+        dist / "taskfleet-node-0.3.0.tgz", {"name": "taskfleet", "version": "0.2.0"}, tmp_path / "a"
+    )
     done = release(REPO, "verify", "0.3.0", "--dist", str(dist))
     assert done.returncode == 1
     assert "taskfleet-node-0.3.0.tgz: package.json says 0.2.0, not 0.3.0" in done.stderr
+    assert "taskfleet-node-0.3.0.tgz is there without its companion" in done.stderr
+    _fake_npm_package(
+        dist / "taskfleet-nestjs-0.3.0.tgz",
+        {"name": "taskfleet-nestjs", "version": "0.3.0", "peerDependencies": {"taskfleet": "^0.2"}},
+        tmp_path / "b",
+    )
+    done = release(REPO, "verify", "0.3.0", "--dist", str(dist))
+    assert done.returncode == 1
+    assert "companion" not in done.stderr
+    assert (
+        "taskfleet-nestjs-0.3.0.tgz: asks for taskfleet ^0.2 as a peer, not ^0.3.0" in done.stderr
+    )
 
 
 @pytest.mark.apiserver
