@@ -156,3 +156,34 @@ for (const file of files) {
     }
   });
 }
+
+describe("taskfleet-node's own names for the Python commands", () => {
+  it("list is ls and show is task, output for output", async () => {
+    const q = new Queue(QUEUE, { redisUrl: redis.url });
+    try {
+      await q.enqueue({ n: 1 }, { taskId: "a" });
+      const [ls, list, task, show] = await Promise.all([
+        run(["ls", QUEUE, "pending", "--json"], redis.url),
+        run(["list", QUEUE, "pending", "--json"], redis.url),
+        run(["task", QUEUE, "a"], redis.url),
+        run(["show", QUEUE, "a"], redis.url),
+      ]);
+      assert.equal(ls.code, 0, ls.stderr);
+      assert.match(ls.stdout, /"id": "a"/);
+      assert.deepEqual(list, ls);
+      assert.equal(task.code, 0, task.stderr);
+      assert.match(task.stdout, /^id +a$/m);
+      assert.deepEqual(show, task);
+    } finally {
+      await q.close();
+    }
+  });
+
+  it("names every everyday command in its help", async () => {
+    const help = await run(["--help"], redis.url);
+    assert.equal(help.code, 0);
+    for (const name of ["configure", "stats", "ls", "task", "cancel", "retry", "purge", "workers", "schedule"]) {
+      assert.match(help.stdout, new RegExp(`^  ${name} `, "m"));
+    }
+  });
+});
