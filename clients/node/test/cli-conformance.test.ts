@@ -179,6 +179,28 @@ describe("taskfleet-node's own names for the Python commands", () => {
     }
   });
 
+  it("stats warns on stderr when Redis may evict tasks, as taskfleet stats does", async () => {
+    const q = new Queue(QUEUE, { redisUrl: redis.url });
+    try {
+      await q.client.call("CONFIG", ["SET", "maxmemory-policy", "allkeys-lru"]);
+      const stats = await run(["stats", QUEUE], redis.url);
+      assert.equal(stats.code, 0, stats.stderr);
+      assert.equal(
+        stats.stderr,
+        `${PROG}: warning: Redis maxmemory-policy is 'allkeys-lru': a full Redis deletes tasks; set maxmemory-policy noeviction\n`,
+      );
+    } finally {
+      await q.client.call("CONFIG", ["SET", "maxmemory-policy", "noeviction"]);
+      await q.close();
+    }
+  });
+
+  it("says Redis cannot be reached in one line, exit 1", async () => {
+    const stats = await run(["stats", QUEUE, "--redis-url", "redis://127.0.0.1:1/0"], redis.url);
+    assert.equal(stats.code, 1);
+    assert.match(stats.stderr, /^taskfleet-node: error: cannot reach Redis at redis:\/\/127\.0\.0\.1:1\/0: .*\n$/);
+  });
+
   it("names every everyday command in its help", async () => {
     const help = await run(["--help"], redis.url);
     assert.equal(help.code, 0);

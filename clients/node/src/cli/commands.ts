@@ -18,6 +18,7 @@ import { configFields, checkConfig } from "../config.js";
 import { MAX_ATTEMPTS, MAX_DURATION_S } from "../bounds.js";
 import {
   HELP_OPTION,
+  evictionPolicy,
   JSON_OPTION,
   PROG,
   REDIS_OPTION,
@@ -125,8 +126,12 @@ async function stats(args: readonly string[]): Promise<number> {
   return withQueue(queue as string, v, false, async (q) => {
     const data = (await q.stats()) as unknown as Record<string, number>;
     const groups = await q.groups();
+    const policy = await evictionPolicy(q);
     const paused = groups.filter((g) => g.pausedUntilMs > 0).length;
     const top = groups.slice(0, TOP_GROUPS);
+    if (policy !== null && policy !== "noeviction") {
+      note(`${PROG}: warning: Redis maxmemory-policy is '${policy}': a full Redis deletes tasks; set maxmemory-policy noeviction`);
+    }
     if (v.json === true) {
       const topJson = top.map((g) => ({ group: g.group, paused_until_ms: g.pausedUntilMs, pending: g.pending, running: g.running }));
       out(pyJson({ ...data, groups: groups.length, groups_paused: paused, top_groups: topJson }));

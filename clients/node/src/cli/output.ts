@@ -86,6 +86,24 @@ export function redactRedisURL(url: string): string {
   }
 }
 
+/** A Redis error as the Python CLI words it: credentials or rights refused (exit 2), Redis unreachable (exit 1). */
+function redisFailure(error: unknown, url: string): unknown {
+  if (!(error instanceof Error) || error instanceof BadInput || error instanceof Failure) return error;
+  const where = redactRedisURL(url);
+  const message = error.message;
+  if (/^(WRONGPASS|NOAUTH)/.test(message)) {
+    return new BadInput(`Redis at ${where} refused the credentials (${message}); check the user and password of --redis-url (TASKFLEET_REDIS_URL)`);
+  }
+  if (/^NOPERM/.test(message)) {
+    return new BadInput(`Redis at ${where} refused a command for this user (${message}); the user needs the queue's keys and scripting`);
+  }
+  const code = (error as { code?: unknown }).code;
+  if (error.name === "MaxRetriesPerRequestError" || (typeof code === "string" && /^E[A-Z]+$/.test(code)) || /Connection is closed/.test(message)) {
+    return new Failure(`cannot reach Redis at ${where}: ${message}`);
+  }
+  return error;
+}
+
 /** Run `body` on the queue named `name`, closed after; with `existing`, a queue with nothing stored fails (exit 1). */
 export async function withQueue<T>(name: string, values: Values, existing: boolean, body: (q: Queue) => Promise<T>): Promise<T> {
   const q = openQueue(name, values);
@@ -97,8 +115,29 @@ export async function withQueue<T>(name: string, values: Values, existing: boole
       );
     }
     return await body(q);
+  } catch (error) {
+    throw redisFailure(error, (values["redis-url"] as string | undefined) ?? DEFAULT_REDIS_URL);
   } finally {
     await q.close();
+  }
+}
+
+/**
+ * The server's maxmemory-policy: CONFIG GET, else INFO memory (managed services refuse
+ * CONFIG); null if neither says. `stats` warns when it may delete tasks.
+ */
+export async function evictionPolicy(q: Queue): Promise<string | null> {
+  try {
+    const reply = (await q.client.call("CONFIG", ["GET", "maxmemory-policy"])) as string[];
+    if (reply[1] !== undefined && reply[1] !== "") return reply[1];
+  } catch {
+    // refused: ask INFO
+  }
+  try {
+    const info = String(await q.client.call("INFO", ["memory"]));
+    return /^maxmemory_policy:(\S+)/m.exec(info)?.[1] ?? null;
+  } catch {
+    return null;
   }
 }
 
