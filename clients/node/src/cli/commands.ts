@@ -232,6 +232,13 @@ async function task(args: readonly string[]): Promise<number> {
       const shown = typeof value === "string" || typeof value === "number" || typeof value === "boolean" ? String(value) : pyJson(value, false);
       out(`${key.padEnd(width)}  ${terminalSafe(shown)}`);
     }
+    const flow = found.flow !== null && found.flow !== "" ? await q.flow(found.flow) : null;
+    if (flow !== null) {
+      // the flow it belongs to, as its record stands (the tree of its links is Python's alone)
+      const tally = `open=${flow.open} done=${flow.done} dead=${flow.dead} cancelled=${flow.cancelled}`;
+      const state = flow.endedAt === null ? "running" : `ended ${flow.outcome ?? ""} at ${flow.endedAt.toISOString().replace(/\.(\d{3})Z$/, ".$1000+00:00")}`;
+      out(`${"flow_state".padEnd(width)}  ${state}  ${tally}`);
+    }
     return 0;
   });
 }
