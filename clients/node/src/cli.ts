@@ -25,9 +25,9 @@ export class BadInput extends Error {}
 /** A command that failed: one line, exit 1. */
 export class Failure extends Error {}
 
-type Kind = "string" | "int" | "float" | "flag" | "bool" | "choice" | "multi";
+export type Kind = "string" | "int" | "float" | "flag" | "bool" | "choice" | "multi";
 
-interface Opt {
+export interface Opt {
   readonly name: string;
   readonly kind: Kind;
   readonly env?: string;
@@ -37,7 +37,7 @@ interface Opt {
   readonly help: string;
 }
 
-type Values = Record<string, string | number | boolean | string[] | undefined>;
+export type Values = Record<string, string | number | boolean | string[] | undefined>;
 
 const TRUE = ["1", "true", "t", "yes", "y", "on"];
 const FALSE = ["0", "false", "f", "no", "n", "off"];
@@ -128,7 +128,7 @@ export function parseArgs(args: readonly string[], opts: readonly Opt[], env: No
   return values;
 }
 
-function help(title: string, opts: readonly Opt[]): string {
+export function help(title: string, opts: readonly Opt[]): string {
   const lines = [title, "", "Options:"];
   for (const o of opts) {
     const name = o.kind === "bool" ? `--${o.name}/--no-${o.name}` : `--${o.name}`;
@@ -334,6 +334,16 @@ Commands:
   worker  Run tasks of a queue until SIGTERM/SIGINT or \`${PROG} drain\`, then drain and exit 0.
   drain   Tell the worker in this container to drain (the Kubernetes preStop hook).
 
+  configure  Show or change the queue's shared settings.
+  stats      Counts of a queue's tasks by state, its workers and its counters.
+  ls         List a queue's tasks in one state (alias: list).
+  task       Show one task (alias: show).
+  cancel     Cancel tasks.
+  retry      Send dead tasks back to pending.
+  purge      Delete finished tasks of one state now.
+  workers    A queue's workers and what each holds.
+  schedule   A queue's schedules: add, ls, rm, pause, resume.
+
 Run '${PROG} COMMAND --help' for a command's options.`;
 
 /** Run the command line `argv` (without node and the script); resolves to the exit code. */
@@ -342,6 +352,9 @@ export async function main(argv: readonly string[]): Promise<number> {
   try {
     if (command === "worker") return await workerCommand(rest);
     if (command === "drain") return await drainCommand(rest);
+    const { EVERYDAY } = await import("./cli/commands.js");
+    const everyday = command === undefined ? undefined : EVERYDAY[command];
+    if (everyday !== undefined) return await everyday(rest);
     if (command === "--version") {
       process.stdout.write(`${PROG}, version ${version()}\n`);
       return 0;
@@ -350,7 +363,7 @@ export async function main(argv: readonly string[]): Promise<number> {
       process.stdout.write(`${USAGE}\n`);
       return command === undefined ? 2 : 0;
     }
-    throw new BadInput(`no such command '${command}'; use worker or drain`);
+    throw new BadInput(`no such command '${command}'; run '${PROG} --help' for the commands`);
   } catch (error) {
     if (error instanceof BadInput) return fail(error.message, 2);
     if (error instanceof Failure) return fail(error.message, 1);

@@ -415,6 +415,12 @@ export class Queue {
     return config;
   }
 
+  /** Whether anything of the queue is stored: its config, counters, sequence or workers (a typo'd name has none). */
+  async exists(): Promise<boolean> {
+    const k = this.keys;
+    return (await this.client.exists(k.key("config"), k.key("stats"), k.key("seq"), k.key("workers"))) > 0;
+  }
+
   /** The queue's shared settings as stored, defaults for what is not. */
   async config(): Promise<QueueConfig> {
     return parseConfig(await this.client.hgetall(this.keys.key("config")));

@@ -546,6 +546,6 @@ describe("the taskfleet-node bin", () => {
     assert.match(out, /^taskfleet-node, version \d+\.\d+\.\d+/);
     const [bad, said] = await run(["frobnicate"]);
     assert.equal(bad, 2);
-    assert.equal(said, "taskfleet-node: error: no such command 'frobnicate'; use worker or drain\n");
+    assert.equal(said, "taskfleet-node: error: no such command 'frobnicate'; run 'taskfleet-node --help' for the commands\n");
   });
 });
