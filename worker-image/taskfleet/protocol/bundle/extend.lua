@@ -297,6 +297,8 @@ end
 -- includes/worker_record.lua
 -- host: the worker's whereabouts (identity.py), opaque here; '' records none.
 -- level: what this release's workers serve (records.WORKER_LEVEL; none = 0.1.x, level 1).
+-- claim_record: the claim record form the worker reads (claim_tasks.lua; records.CLAIM_RECORD):
+--   a producer's hand-off to it is written in that form (none: the positional one).
 -- held: slots kept by calls the worker gave up on (their task ended); written when > 0.
 local function worker_record(incarnation, now, inflight, concurrency, draining, host, held)
   local record = {
@@ -306,6 +308,7 @@ local function worker_record(incarnation, now, inflight, concurrency, draining, 
     concurrency = tonumber(concurrency) or 0,
     draining = draining == '1',
     level = 3,
+    claim_record = 3,
   }
   if host ~= nil and host ~= '' then record.host = host end
   local kept = tonumber(held)
@@ -321,14 +324,15 @@ end
 -- successor, requeued, swept, or lost with the data: the caller registers again before
 -- it works on). The incarnation field as worker_record writes it is looked for in the
 -- record's text first (a quote in a JSON string is escaped, so it cannot match there);
--- only a record without it is decoded.
+-- only a record without it is decoded. Second value: the name's record, when it is this
+-- incarnation's (claim_tasks reads which claim record form it takes there).
 local function superseded(pod, incarnation, registered)
   local rec = redis.call('HGET', K_WORKERS, pod)
   if rec then
-    if string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then return nil end
+    if string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then return nil, rec end
     local ok, w = pcall(cjson.decode, rec)
     if ok and type(w) == 'table' and w.incarnation ~= nil then
-      if w.incarnation == incarnation then return nil end
+      if w.incarnation == incarnation then return nil, rec end
       return rec
     end
   end
