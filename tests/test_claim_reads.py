@@ -3,8 +3,10 @@
 A traced worker process drains grouped tasks, traced tasks and a flow's tasks whose
 dependencies handed them results, while ``redis-cli monitor`` records every command the
 server runs; from the first claim on, no client reads a hash field (``HGET``, ``HMGET``):
-only the scripts do (MONITOR shows their commands too, from ``lua``). The Node worker's
-twin is clients/node/test/claim-reads.test.ts.
+only the scripts do (MONITOR shows their commands too, from ``lua``), and the handler
+that asks for its dependency results (``dependency_results``), whose one ``HMGET`` of
+their ``in:`` fields needs no read of its ``after`` first: the claim record named them.
+The Node worker's twin is clients/node/test/claim-reads.test.ts.
 """
 
 from __future__ import annotations
@@ -39,14 +41,15 @@ with Queue(sys.argv[2], redis_url=sys.argv[1]) as queue:
 """
 
 #: A MONITOR line: time, [db client], then the command and its arguments, quoted.
+READS = {"HGET", "HMGET"}
 LINE = re.compile(r'^[0-9.]+ \[\d+ (?P<client>[^\]]+)\] "(?P<command>[A-Za-z]+)"')
 
 
-def _after_first_claim(path: Path) -> list[tuple[str, str]]:
-    """``(client, command)`` of each MONITOR line from the first task claimed on (a
+def _after_first_claim(path: Path) -> list[tuple[str, str, str]]:
+    """``(client, command, line)`` of each MONITOR line from the first task claimed on (a
     script's ``HSET`` of ``state running``), in order; the client ``lua`` for a script's
     own commands."""
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, str, str]] = []
     claimed = False
     for line in path.read_text(errors="replace").splitlines():
         m = LINE.match(line)
@@ -54,7 +57,7 @@ def _after_first_claim(path: Path) -> list[tuple[str, str]]:
             continue
         claimed = claimed or (m["client"] == "lua" and '"state" "running"' in line)
         if claimed:
-            found.append((m["client"], m["command"].upper()))
+            found.append((m["client"], m["command"].upper(), line))
     return found
 
 
@@ -76,7 +79,7 @@ def test_grouped_traced_and_flow_tasks_are_drained_with_no_hash_read_after_the_c
     grouped = [queue.enqueue({"g": i}, group=f"tenant-{i % 2}") for i in range(6)]
     first = queue.enqueue({"step": 1})
     second = queue.enqueue({"step": 2})
-    joined = queue.enqueue({"step": 3}, after=[first, second], group="tenant-0")
+    joined = queue.enqueue({"step": 3}, after=[first, second], group="tenant-0", task="inputs")
     total = len(traced) + len(grouped) + 3
     done_key = QueueKeys(queue.name).done
 
@@ -85,7 +88,8 @@ def test_grouped_traced_and_flow_tasks_are_drained_with_no_hash_read_after_the_c
         cli = subprocess.Popen(["redis-cli", "-u", redis_url, "monitor"], stdout=out)
         try:
             wait_for(lambda: path.read_bytes().startswith(b"OK"), timeout=10)
-            worker = fleet.add("tests.workers.traced:handle", args=FAST).start()
+            handlers = ["--handler", "inputs=tests.workers.traced:inputs"]
+            worker = fleet.add("tests.workers.traced:handle", args=[*FAST, *handlers]).start()
             # ZCARD: the test's own polling reads no hash
             wait_for(lambda: redis_client.zcard(done_key) == total, timeout=WORKER_TIMEOUT_S)
             worker.signal(signal.SIGTERM)
@@ -95,7 +99,10 @@ def test_grouped_traced_and_flow_tasks_are_drained_with_no_hash_read_after_the_c
             cli.wait(timeout=10)
 
     after_claim = _after_first_claim(path)
-    assert ("lua", "HSET") in after_claim, "no claim seen"
-    reads = [(c, cmd) for c, cmd in after_claim if c != "lua" and cmd in {"HGET", "HMGET"}]
-    assert reads == []
-    assert redis_client.hget(queue.keys.task(joined), "state") == b"done"
+    assert after_claim, "no claim seen"
+    reads = [(c, cmd, line) for c, cmd, line in after_claim if c != "lua" and cmd in READS]
+    [(_, command, line)] = reads  # the handler's own ask, nothing of the worker's
+    assert command == "HMGET" and f'"in:{first}" "in:{second}"' in line
+    [task] = queue.wait([joined], timeout=WORKER_TIMEOUT_S).values()
+    assert task.state == "done"
+    assert set(task.result) == {first, second}
