@@ -39,7 +39,7 @@ CLAIM_MARK = b"\x013"
 _HEAD = CLAIM_MARK + b"\0"
 
 # The names of a tagged record's fields. Always there: id, token, attempts (this start
-# included), max_attempts, lost, priority, cost.
+# included), max_attempts. Unless the default (0, 0, 1): lost, priority, cost.
 ID = b"id"
 TOKEN = b"token"
 ATTEMPTS = b"attempts"

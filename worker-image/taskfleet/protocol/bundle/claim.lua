@@ -954,10 +954,13 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           if tagged then
             -- name, value pairs (no value empty: an absent one is left out), then an
             -- empty name and the payload, which may hold anything
+            -- (lost 0, priority 0 and cost 1, the defaults, are left out too)
             fields = {'\1' .. '3', 'id', id, 'token', token, 'attempts', attempts,
-              'max_attempts', v[3] or cfg('max_attempts'), 'lost', v[5] or 0,
-              'priority', v[6] or 0, 'cost', v[7] or 1}
-            local n = 15
+              'max_attempts', v[3] or cfg('max_attempts')}
+            local n = 9
+            if v[5] and v[5] ~= '0' then fields[n + 1], fields[n + 2], n = 'lost', v[5], n + 2 end
+            if v[6] and v[6] ~= '0' then fields[n + 1], fields[n + 2], n = 'priority', v[6], n + 2 end
+            if v[7] and v[7] ~= '1' then fields[n + 1], fields[n + 2], n = 'cost', v[7], n + 2 end
             local timeout = v[4] or default_timeout
             if timeout ~= '' then fields[n + 1], fields[n + 2], n = 'timeout', timeout, n + 2 end
             -- waited: ms from when the task was ready (enqueued, due, or retried) to now
@@ -1183,17 +1186,17 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 --     fewer than n then waits for a wake-up instead of asking again)
 --   (tasks handed to this worker by producers while it was not waiting come first)
 --   task: one string per task (parsing replies is most of a worker's per-task cost), in
---     the tagged form (records.CLAIM_RECORD 3): the element '\1' .. '3', then name, value
---     pairs, then an empty name and the payload (last, so it may hold anything), all
---     joined by NUL. Names: id, token, attempts, max_attempts, lost, priority, cost
---     (always), timeout (s), waited_ms (from run_at, when it was enqueued, fell due or
---     was retried, to now), deadline (ms), group, trace, after (the JSON list of the
---     tasks it waited for: the handle of its dependency results), each only when set;
---     no value is empty. Readers ignore names they do not know. A hand-off a producer
---     pushes (hand_off.lua) takes that form only for a worker whose record says
---     claim_record 3; else the positional one every version reads: id, token,
---     attempts, max_attempts, timeout_s ('' = none), lost, priority, cost, payload.
---     A named task's payload is stored as '\1' .. name .. '\1' .. JSON
+--     the tagged form (protocol/claimrecord.py, claim record 3): the element '\1' .. '3',
+--     then name, value pairs, then an empty name and the payload (last, so it may hold
+--     anything), all joined by NUL. Names: id, token, attempts, max_attempts (always);
+--     lost, priority, cost (unless 0, 0, 1); timeout (s), waited_ms (from run_at, when it
+--     was enqueued, fell due or was retried, to now), deadline (ms), group, trace, after
+--     (the JSON list of the tasks it waited for: its dependency results' handle), each
+--     only when set; no value is empty. Readers ignore names they do not know. A
+--     hand-off a producer pushes (hand_off.lua) takes that form only for a worker whose
+--     record says claim_record 3; else the positional one every version reads: id,
+--     token, attempts, max_attempts, timeout_s ('' = none), lost, priority, cost,
+--     payload. A named task's payload is stored as '\1' .. name .. '\1' .. JSON
 --     (taskfleet/protocol/tasknames.py) and goes as is
 local out = claim_tasks(now_ms(), ARG_POD, ARG_INCARNATION, tonumber(ARG_MAX_TASKS),
   ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH), nil,

@@ -960,10 +960,13 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           if tagged then
             -- name, value pairs (no value empty: an absent one is left out), then an
             -- empty name and the payload, which may hold anything
+            -- (lost 0, priority 0 and cost 1, the defaults, are left out too)
             fields = {'\1' .. '3', 'id', id, 'token', token, 'attempts', attempts,
-              'max_attempts', v[3] or cfg('max_attempts'), 'lost', v[5] or 0,
-              'priority', v[6] or 0, 'cost', v[7] or 1}
-            local n = 15
+              'max_attempts', v[3] or cfg('max_attempts')}
+            local n = 9
+            if v[5] and v[5] ~= '0' then fields[n + 1], fields[n + 2], n = 'lost', v[5], n + 2 end
+            if v[6] and v[6] ~= '0' then fields[n + 1], fields[n + 2], n = 'priority', v[6], n + 2 end
+            if v[7] and v[7] ~= '1' then fields[n + 1], fields[n + 2], n = 'cost', v[7], n + 2 end
             local timeout = v[4] or default_timeout
             if timeout ~= '' then fields[n + 1], fields[n + 2], n = 'timeout', timeout, n + 2 end
             -- waited: ms from when the task was ready (enqueued, due, or retried) to now
