@@ -4,7 +4,7 @@
 // no client reads a hash field (HGET, HMGET): only the scripts do (source "lua"), and the
 // handler that asks for its dependency results, whose one HMGET of their `in:` fields
 // needs no read of its `after` first (the claim record named them). The Python worker's
-// twin is tests/test_claim_reads.py.
+// twin is tests/worker/test_claim_reads.py.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
