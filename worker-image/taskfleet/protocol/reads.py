@@ -456,12 +456,6 @@ def _wholes(replies: Sequence[Any]) -> list[int | None]:
     return [whole(r) for r in replies]
 
 
-def _bytes(reply: Any) -> bytes | None:
-    if reply is None or isinstance(reply, bytes):
-        return reply
-    return str(reply).encode()
-
-
 def _span(started: Any, finished: Any) -> float | None:
     begin, end = whole(started), whole(finished)
     if begin is None or end is None or end < begin:
