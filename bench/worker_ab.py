@@ -2,6 +2,7 @@
 figure of a change to the per-task path on a shared machine.
 
     python -m bench.worker_ab SRC_A SRC_B [--rounds 4] [--n 20000] [--handler write]
+        [--tasks plain|traced-grouped]
 
 ``SRC_A`` and ``SRC_B``: directories holding a taskfleet library (``worker-image`` of a
 checkout or an export: it goes first on ``PYTHONPATH``). Each round, on one fresh
@@ -10,7 +11,9 @@ by round) enqueues ``--n`` tasks and drains them with one ``Worker`` at its defa
 32 slots (``make bench``'s per-process settings). ``--handler``: ``write`` (sync, one
 ``RPUSH`` through a redis-py client, as ``make bench``'s handler), ``async-write`` (the
 same from an async handler, through ``redis.asyncio``), or ``none`` (sync, returns at
-once: the worker's own cost alone). Over the drain from its 10th percent to its end:
+once: the worker's own cost alone). ``--tasks traced-grouped``: every task enqueued
+inside a span of a configured tracer provider (no exporter) and in one of 10 groups, the
+worker traced too. Over the drain from its 10th percent to its end:
 the process's CPU per task (user + system, every thread), redis-server's CPU per task
 (``/proc/<pid>/schedstat``), script calls (``EVALSHA``) per task and the process's
 context switches per task (voluntary, involuntary), and the rate. Medians by side at the
@@ -47,12 +50,25 @@ from taskfleet.worker.core import Worker
 from taskfleet.worker.handlers import Handler
 from taskfleet.worker.settings import WorkerSettings
 
-url, n, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+url, n, kind, tasks = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 c = redis.Redis.from_url(url)
 pid = int(c.info("server")["process_id"])
+span = None
+if tasks == "traced-grouped":
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    trace.set_tracer_provider(TracerProvider())
+    span = trace.get_tracer("ab").start_as_current_span("produce")
+    span.__enter__()
 with Queue("ab", url) as q:
     for s in range(0, n, 1000):
-        q.enqueue_many([{"payload": {}} for _ in range(min(1000, n - s))])
+        if span is None:
+            q.enqueue_many([{"payload": {}} for _ in range(min(1000, n - s))])
+        else:
+            k = min(1000, n - s)
+            q.enqueue_many([{"payload": {}, "group": f"g{i % 10}"} for i in range(k)])
+if span is not None:
+    span.__exit__(None, None, None)
 writer = redis.Redis.from_url(url)
 awriter = redis.asyncio.Redis.from_url(url)
 
@@ -170,10 +186,10 @@ admin.close()
 FIELDS = ("cpu_us", "redis_us", "calls", "vol", "invol", "rate")
 
 
-def drain_once(src: Path, url: str, n: int, handler: str) -> dict[str, float]:
+def drain_once(src: Path, url: str, n: int, handler: str, tasks: str) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(src))
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, url, str(n), handler],
+        [sys.executable, "-c", _CHILD, url, str(n), handler, tasks],
         env=env,
         capture_output=True,
         text=True,
@@ -200,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--handler", choices=("write", "async-write", "none"), default="write")
+    parser.add_argument("--tasks", choices=("plain", "traced-grouped"), default="plain")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.n < 1000:
         print("--rounds must be at least 1 and --n at least 1000", file=sys.stderr)
@@ -228,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.rounds):
                 for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
                     client.flushall()
-                    r = drain_once(sides[side], url, args.n, args.handler)
+                    r = drain_once(sides[side], url, args.n, args.handler, args.tasks)
                     results[side].append(r)
                     print(_line(f"round {i + 1} {side}", r), flush=True)
         finally:

@@ -34,6 +34,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from taskfleet import CancelOutcome, Queue, QueueConfig, Task, TaskExists, TaskState
+from taskfleet.protocol.claimrecord import ID, TOKEN, tagged_fields
 from taskfleet.protocol.records import text
 from taskfleet.protocol.scripts import Ops, SyncScripts
 
@@ -48,6 +49,13 @@ from tests.protocol_invariants import (
 
 PODS = ("pod-a", "pod-b")
 LEASE_TTL_S = 0.05
+
+
+def _id_and_token(record: bytes | str) -> SimpleNamespace:
+    """A claimed task's id and token, from its tagged claim record."""
+    tagged = tagged_fields(record.encode() if isinstance(record, str) else record)
+    assert tagged is not None, record
+    return SimpleNamespace(id=text(tagged[0][ID]), token=text(tagged[0][TOKEN]))
 
 
 class ProtocolMachine(ProtocolInvariants, RuleBasedStateMachine):
@@ -192,8 +200,7 @@ class ProtocolMachine(ProtocolInvariants, RuleBasedStateMachine):
         self.claims += 1
         op = self.ops.claim(pod, "1", n, f"small{self.claims}", 1)
         raw = SyncScripts.for_client(self.raw).run(op)
-        fields = [text(record).split("\0", 2) for record in raw.records]
-        tasks = [SimpleNamespace(id=f[0], token=f[1]) for f in fields]
+        tasks = [_id_and_token(record) for record in raw.records]
         self._took(pod, n + handed, SimpleNamespace(tasks=tasks))
 
     @rule(pod=st.sampled_from(PODS))

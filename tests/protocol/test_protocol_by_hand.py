@@ -229,17 +229,37 @@ def cycle(p: Protocol, client: Any) -> None:
     held = p.call("register", other)
     assert held[0] == -1 and json.loads(held[1])["incarnation"] == worker["incarnation"]
 
-    # -- claim (6, 4.8): higher priority first, one NUL-joined record per task -------------
+    # -- claim (6, 4.8): higher priority first, one tagged record per task ----------------
     claimed_at = server_ms(client)
     reply = p.call("claim", {**worker, "max_tasks": 5, "token_base": "feedc0de", "bound": 100})
     assert reply[:3] == [0, -1, 0], "no rate limit, nothing delayed, nothing left pending"
-    records = [r.split(b"\0", 9) for r in reply[3:]]
-    assert [len(r) for r in records] == [10, 10], "ten fields: waited_ms included"
-    first, second = records
-    assert first[:8] == [b"t-named", b"feedc0de:1", b"1", b"7", b"12.5", b"0", b"5", b"2"]
-    assert int(first[8]) >= 0 and first[9] == named.encode()
-    assert second[:8] == [b"t-plain", b"feedc0de:2", b"1", b"3", b"", b"0", b"0", b"1"]
-    assert second[9] == plain.encode()
+    records = []
+    for r in reply[3:]:  # the mark, name/value pairs up to an empty name, then the payload
+        head, _, payload = r.partition(b"\0\0")
+        mark, *pairs = head.split(b"\0")
+        assert mark == b"\x013"
+        records.append((dict(zip(pairs[::2], pairs[1::2], strict=True)), payload))
+    (first, first_payload), (second, second_payload) = records
+    assert int(first.pop(b"waited_ms")) >= 0 and int(second.pop(b"waited_ms")) >= 0
+    assert first == {
+        b"id": b"t-named",
+        b"token": b"feedc0de:1",
+        b"attempts": b"1",
+        b"max_attempts": b"7",
+        b"priority": b"5",
+        b"cost": b"2",
+        b"timeout": b"12.5",
+        b"trace": trace.encode(),  # 4.6: the record carries it, no read after the claim
+    }
+    assert first_payload == named.encode()
+    assert second == {  # lost 0, priority 0 and cost 1 are left out
+        b"id": b"t-plain",
+        b"token": b"feedc0de:2",
+        b"attempts": b"1",
+        b"max_attempts": b"3",
+        b"trace": trace.encode(),
+    }
+    assert second_payload == plain.encode()
 
     running = p.task("t-named")
     assert running["state"] == "running" and running["token"] == "feedc0de:1"

@@ -81,7 +81,6 @@ def test_a_read_gives_the_same_values_on_a_sync_client_an_asyncio_client_and_in_
         READS.rows(ids),
         READS.ready_at(ids),
         READS.progress_marks(ids[1]),
-        READS.traces(ids),
         READS.sizes(),
         READS.ids("pending", 0, 10),
         READS.ids("delayed", 0, 10),
@@ -117,10 +116,10 @@ def test_a_read_gives_the_same_values_on_a_sync_client_an_asyncio_client_and_in_
     task, tasks, rows, ready = alone[:4]
     assert task is not None and task.payload == {"n": 0} and tasks[:3] == [task, *tasks[1:3]]
     assert tasks[3] is None and [r.id for r in rows] == ids and all(ready)
-    assert alone[7] == [ids[2], ids[1], ids[0]]  # pending: the highest priority first
-    assert alone[12] == 12.0
-    assert alone[14] == {"pod-a": [ids[0]], "pod-b": []}
-    workers = alone[13]
+    assert alone[6] == [ids[2], ids[1], ids[0]]  # pending: the highest priority first
+    assert alone[11] == 12.0
+    assert alone[13] == {"pod-a": [ids[0]], "pod-b": []}
+    workers = alone[12]
     assert [pod for pod, _ in workers.readable()] == ["pod-a"]
     assert workers.records["pod-b"] is None
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.claimrecord import CLAIM_MARK
 from taskfleet.worker.claimed import ClaimedTask, parse_claim_records
 
 
@@ -28,6 +29,112 @@ def record(
 ) -> bytes:
     fields = (task_id, token, attempts, max_attempts, timeout, lost, priority, cost, waited)
     return b"\0".join((*fields, payload))
+
+
+def tagged(*pairs: tuple[bytes, bytes], payload: bytes = b"{}") -> bytes:
+    """A claim record in the tagged form: the mark, name, value pairs, an empty name, the
+    payload."""
+    return b"\0".join((CLAIM_MARK, *(part for pair in pairs for part in pair), b"", payload))
+
+
+REQUIRED = (
+    (b"id", b"t1"),
+    (b"token", b"tok"),
+    (b"attempts", b"1"),
+    (b"max_attempts", b"3"),
+    (b"lost", b"0"),
+    (b"priority", b"0"),
+    (b"cost", b"1"),
+)
+
+
+def test_a_tagged_record_carries_everything_a_run_reads() -> None:
+    raw = tagged(
+        (b"id", b"job-7"),
+        (b"token", b"abc"),
+        (b"attempts", b"2"),
+        (b"max_attempts", b"5"),
+        (b"lost", b"1"),
+        (b"priority", b"-3"),
+        (b"cost", b"4"),
+        (b"timeout", b"1.5"),
+        (b"waited_ms", b"250"),
+        (b"deadline", b"1700000000000"),
+        (b"group", b"tenant-a"),
+        (b"trace", b'{"traceparent":"00-ab-cd-01"}'),
+        (b"after", b'["a","b"]'),
+        payload=b'\x01resize\x01{"n": [1, 2]}',
+    )
+    [task], bad = parse_claim_records([raw])
+    assert bad == []
+    assert task == ClaimedTask(
+        "job-7",
+        "abc",
+        {"n": [1, 2]},
+        2,
+        5,
+        1.5,
+        1,
+        -3,
+        4,
+        0.25,
+        trace=b'{"traceparent":"00-ab-cd-01"}',
+        name="resize",
+        group="tenant-a",
+        after='["a","b"]',
+        deadline_ms=1_700_000_000_000,
+    )
+
+
+def test_a_tagged_record_reads_in_any_order_and_ignores_the_names_it_does_not_know() -> None:
+    raw = tagged((b"colour", b"blue"), *reversed(REQUIRED), (b"x-later", b"1"))
+    [task], bad = parse_claim_records([raw])
+    assert (task.id, task.token, task.attempts, task.max_attempts, task.cost) == (
+        "t1",
+        "tok",
+        1,
+        3,
+        1,
+    )
+    assert bad == []
+
+
+def test_a_tagged_record_without_the_optional_fields_says_the_task_has_none() -> None:
+    [task], _ = parse_claim_records([tagged(*REQUIRED)])
+    assert (task.timeout, task.waited, task.group, task.trace, task.deadline_ms) == (
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+    assert task.after == ""  # known to have waited for nothing: no read to make
+
+
+def test_a_tagged_payload_is_the_whole_rest_nul_bytes_and_all() -> None:
+    tasks, bad = parse_claim_records([tagged(*REQUIRED, payload=b'{"a": "x\0\0y"}')])
+    assert tasks == []
+    [(task_id, token, message, reason)] = bad
+    assert (task_id, token, reason) == ("t1", "tok", "bad payload")
+    assert "control character" in message  # the NULs reached the decoder: the payload's
+
+
+def test_a_tagged_record_with_a_field_that_cannot_be_read_makes_a_bad_task_naming_it() -> None:
+    raw = tagged(*(pair if pair[0] != b"cost" else (b"cost", b"x") for pair in REQUIRED))
+    assert parse_claim_records([raw]) == (
+        [],
+        [("t1", "tok", "task unreadable: cost b'x' is not an integer", "bad task")],
+    )
+
+
+def test_a_tagged_record_without_an_id_or_a_token_is_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="taskfleet.worker"):
+        tasks, bad = parse_claim_records([tagged(*REQUIRED[1:]), tagged(*REQUIRED)])
+    assert [task.id for task in tasks] == ["t1"]
+    assert bad == []
+    assert [r.getMessage() for r in caplog.records] == ["claim_record_dropped"]
 
 
 def test_a_record_becomes_the_task_it_names_with_every_field_read() -> None:
@@ -158,15 +265,35 @@ def test_a_record_that_names_no_task_is_dropped_with_a_log_line(
     assert line.__dict__["fields"]["record"] == repr(raw[:200])
 
 
-def test_a_hand_off_record_keeps_the_form_every_worker_version_reads(
+def test_a_hand_off_to_a_worker_that_reads_tagged_records_carries_its_group_and_wait(
     queue: Queue, make_broker: Callable[..., Any]
 ) -> None:
-    """A producer hands a task to an idle worker that may run an older taskfleet: the
-    record it pushes must parse with the nine-field reader of before `waited_ms` (the
-    payload last), while a worker's own claim records carry the wait."""
+    """The worker record written at register says which claim record form it reads: a
+    producer's hand-off to a worker of this release is tagged, with all a run reads."""
     broker = make_broker(queue.name, pod="pod-a")
     broker.register(2)
     assert broker.claim(2, idle_ms=30_000).tasks == []  # empty: registered for hand-offs
+    task_id = queue.enqueue({"handed": "over"}, group="tenant-a")
+
+    [raw] = queue.client.lrange(queue.keys.wake("pod-a"), 0, -1)
+
+    assert raw.startswith(CLAIM_MARK + b"\0")
+    [handed] = broker.wait_for_work(1.0).tasks
+    assert (handed.id, handed.group, handed.payload) == (task_id, "tenant-a", {"handed": "over"})
+    assert handed.waited is not None and handed.waited >= 0
+
+
+def test_a_hand_off_to_a_worker_whose_record_names_no_claim_record_keeps_the_older_form(
+    queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    """A 0.2 worker's record has no ``claim_record``: a producer hands it a task in the
+    nine-field form it reads (the payload last), which this release reads too."""
+    broker = make_broker(queue.name, pod="pod-a")
+    broker.register(2)
+    record = json.loads(queue.client.hget(queue.keys.workers, "pod-a"))
+    del record["claim_record"]  # as a worker of 0.2 writes it
+    queue.client.hset(queue.keys.workers, "pod-a", json.dumps(record))
+    assert broker.claim(2, idle_ms=30_000).tasks == []
     task_id = queue.enqueue({"handed": "over", "nul": "a\u0000b"})
 
     [raw] = queue.client.lrange(queue.keys.wake("pod-a"), 0, -1)
@@ -175,10 +302,4 @@ def test_a_hand_off_record_keeps_the_form_every_worker_version_reads(
     assert older[0].decode() == task_id
     assert json.loads(older[8]) == {"handed": "over", "nul": "a\u0000b"}
     [handed] = broker.wait_for_work(1.0).tasks  # today's reader takes it too
-    assert handed.id == task_id and handed.waited is None
-
-    queue.enqueue({"claimed": True})
-    own = make_broker(queue.name, pod="pod-b")
-    own.register(1)
-    [claimed] = own.claim(1).tasks
-    assert claimed.waited is not None and claimed.waited >= 0
+    assert handed.id == task_id and handed.waited is None and handed.after is None

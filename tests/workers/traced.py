@@ -58,6 +58,13 @@ def handle(payload: dict[str, Any]) -> Any:
     return _answer(payload)
 
 
+def inputs(payload: dict[str, Any]) -> Any:
+    """The results its dependencies handed it (``dependency_results``)."""
+    from taskfleet.worker.context import current_task
+
+    return current_task().dependency_results()
+
+
 async def handle_async(payload: dict[str, Any]) -> Any:
     await asyncio.sleep(0)
     return _answer(payload)

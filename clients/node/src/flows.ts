@@ -154,20 +154,21 @@ export const INPUT_PREFIX = "in:";
 
 /**
  * The results handed to `taskId` by its dependencies, by their id, in the order of its
- * `after` (two reads; a dependency whose result was not handed is absent).
+ * `after` (a dependency whose result was not handed is absent). `after`: that list as the
+ * claim record carried it (one read); null: read from the task (two).
  */
-export async function dependencyResults(client: Client, keys: QueueKeys, taskId: string): Promise<Record<string, unknown>> {
+export async function dependencyResults(client: Client, keys: QueueKeys, taskId: string, after: string | null = null): Promise<Record<string, unknown>> {
   const key = keys.item("task", taskId);
-  const raw = await client.hget(key, "after");
+  const raw = after ?? (await client.hget(key, "after"));
   if (raw === null || raw === "") return {};
-  let after: unknown;
+  let list: unknown;
   try {
-    after = JSON.parse(raw);
+    list = JSON.parse(raw);
   } catch {
     return {};
   }
-  if (!Array.isArray(after) || after.length === 0) return {};
-  const ids = after.map(String);
+  if (!Array.isArray(list) || list.length === 0) return {};
+  const ids = list.map(String);
   const values = await client.hmget(key, ...ids.map((dep) => INPUT_PREFIX + dep));
   const out: Record<string, unknown> = {};
   ids.forEach((dep, i) => {

@@ -11,6 +11,7 @@ import { batchRecords } from "../src/encoding.js";
 import { DependencyCycle, Queue } from "../src/index.js";
 import { Broker } from "../src/worker/broker.js";
 import { RedisServer } from "./redis.js";
+import { idAndToken } from "../src/worker/claimed.js";
 
 const server = new RedisServer();
 before(() => server.start());
@@ -32,7 +33,7 @@ async function claim(q: Queue, max: number): Promise<Map<string, string>> {
   const scripts = new Scripts(q.client, bundle);
   const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: max, token_base: "tb", bound: 100 });
   const reply = (await scripts.run("claim", q.keys, args)) as unknown[];
-  return new Map(reply.slice(3).map((r) => String(r).split("\0").slice(0, 2) as [string, string]));
+  return new Map(reply.slice(3).map((r) => idAndToken(r)));
 }
 
 /** Every key of the queue with its content: equal before and after means nothing stored. */

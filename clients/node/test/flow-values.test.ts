@@ -8,6 +8,7 @@ import { Scripts } from "../src/connection.js";
 import { type EnqueueItem, Flow, type FlowPart, InvalidArgument, Queue, StaleToken, chain, chord, group } from "../src/index.js";
 import { needsPython, python } from "./python.js";
 import { RedisServer } from "./redis.js";
+import { idAndToken } from "../src/worker/claimed.js";
 
 const server = new RedisServer();
 before(() => server.start());
@@ -29,8 +30,8 @@ async function work(q: Queue, kill: readonly string[] = []): Promise<string[]> {
   const scripts = new Scripts(q.client, bundle);
   const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 100, token_base: "tb", bound: 100 });
   const reply = (await scripts.run("claim", q.keys, claim)) as unknown[];
-  const held = reply.slice(3).map((r) => String(r).split("\0"));
-  const records = held.map(([task_id = "", token = ""]) => ({ task_id, token, result: JSON.stringify({ ran: task_id }) }));
+  const held = reply.slice(3).map((r) => idAndToken(r));
+  const records = held.map(([task_id, token]) => ({ task_id, token, result: JSON.stringify({ ran: task_id }) }));
   for (const r of records.filter((r) => kill.includes(r.task_id))) {
     const argv = bundle.pack("fail", { task_id: r.task_id, token: r.token, error: "boom", retryable: 0, jitter: 0, reason: "" });
     await scripts.run("fail", q.keys, argv);
@@ -127,7 +128,7 @@ describe("chain, group, chord", () => {
       const bundle = packagedBundle();
       const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 1, token_base: "tb", bound: 100 });
       const reply = (await new Scripts(q.client, bundle).run("claim", q.keys, claim)) as unknown[];
-      const [, token = ""] = String(reply[3]).split("\0");
+      const [, token] = idAndToken(reply[3]);
       assert.deepEqual(await q.addChildren("parent", token, [task("c0"), task("c1")]), ["c0", "c1"]);
       assert.deepEqual(await q.addChildren("parent", token, []), []);
       const parent = await q.get("parent");

@@ -9,6 +9,7 @@ import { CHANGE_BATCH } from "../src/flowcontrol.js";
 import { type EnqueueItem, InvalidArgument, Queue, TaskNotFound, chain, group } from "../src/index.js";
 import { needsPython, python } from "./python.js";
 import { RedisServer } from "./redis.js";
+import { idAndToken } from "../src/worker/claimed.js";
 
 const server = new RedisServer();
 before(() => server.start());
@@ -30,8 +31,8 @@ async function work(q: Queue, max = 100, hold = false): Promise<string[]> {
   const scripts = new Scripts(q.client, bundle);
   const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: max, token_base: "tb", bound: 100 });
   const reply = (await scripts.run("claim", q.keys, claim)) as unknown[];
-  const held = reply.slice(3).map((r) => String(r).split("\0"));
-  const records = held.map(([task_id = "", token = ""]) => ({ task_id, token, result: "" }));
+  const held = reply.slice(3).map((r) => idAndToken(r));
+  const records = held.map(([task_id, token]) => ({ task_id, token, result: "" }));
   if (records.length > 0 && !hold) await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
   return records.map((r) => r.task_id);
 }

@@ -5,6 +5,7 @@ import { packagedBundle } from "../src/bundle.js";
 import { Scripts } from "../src/connection.js";
 import { InvalidArgument, Queue, TaskExists } from "../src/index.js";
 import { RedisServer } from "./redis.js";
+import { idAndToken } from "../src/worker/claimed.js";
 
 const server = new RedisServer();
 before(() => server.start());
@@ -26,8 +27,8 @@ async function work(q: Queue): Promise<string[]> {
   const scripts = new Scripts(q.client, bundle);
   const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 100, token_base: "tb", bound: 100 });
   const reply = (await scripts.run("claim", q.keys, claim)) as unknown[];
-  const held = reply.slice(3).map((r) => String(r).split("\0"));
-  const records = held.map(([task_id = "", token = ""]) => ({ task_id, token, result: "" }));
+  const held = reply.slice(3).map((r) => idAndToken(r));
+  const records = held.map(([task_id, token]) => ({ task_id, token, result: "" }));
   if (records.length > 0) await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
   return records.map((r) => r.task_id);
 }

@@ -6,6 +6,7 @@ import { Scripts } from "../src/connection.js";
 import { InvalidArgument, Queue, type QuotaState } from "../src/index.js";
 import { needsPython, python } from "./python.js";
 import { RedisServer } from "./redis.js";
+import { idAndToken } from "../src/worker/claimed.js";
 
 const server = new RedisServer();
 before(() => server.start());
@@ -28,7 +29,7 @@ async function claim(q: Queue, n: number): Promise<string[]> {
   const bundle = packagedBundle();
   const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: n, token_base: "tb", bound: 100 });
   const reply = (await new Scripts(q.client, bundle).run("claim", q.keys, args)) as unknown[];
-  return reply.slice(3).map((r) => String(r).split("\0")[0] ?? "");
+  return reply.slice(3).map((r) => idAndToken(r)[0]);
 }
 
 /** Node's quota in the shape of Python's `QuotaState.as_dict`, the clock-dependent part left out. */

@@ -6,6 +6,7 @@ import { Scripts } from "../src/connection.js";
 import { InvalidArgument, Queue } from "../src/index.js";
 import { needsPython, python } from "./python.js";
 import { RedisServer } from "./redis.js";
+import { idAndToken } from "../src/worker/claimed.js";
 
 const server = new RedisServer();
 before(() => server.start());
@@ -18,7 +19,7 @@ async function claim(q: Queue, n: number): Promise<string[]> {
   const scripts = new Scripts(q.client, bundle);
   const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: n, token_base: "tb", bound: 100 });
   const reply = (await scripts.run("claim", q.keys, args)) as unknown[];
-  return reply.slice(3).map((r) => String(r).split("\0")[0] ?? "");
+  return reply.slice(3).map((r) => idAndToken(r)[0]);
 }
 
 describe("groups", () => {
@@ -87,7 +88,7 @@ with Queue(name, url) as q:
         const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 4, token_base: "tb", bound: 100 });
         const reply = (await scripts.run("claim", q.keys, args)) as unknown[];
         for (const r of reply.slice(3)) {
-          const [task_id = "", token = ""] = String(r).split("\0");
+          const [task_id, token] = idAndToken(r);
           if (task_id === "u1" || task_id === "a5") continue;
           const fail = bundle.pack("fail", { task_id, token, error: "boom", retryable: 0, jitter: 0 });
           await scripts.run("fail", q.keys, fail);

@@ -11,7 +11,7 @@ import { Flag } from "../src/worker/flag.js";
 import { HandlerSet } from "../src/worker/handlers.js";
 
 function task(id: string, payload: Record<string, unknown>): ClaimedTask {
-  return { id, token: `tok-${id}`, payload, attempts: 1, maxAttempts: 3, timeout: null, lost: 0, priority: 0, cost: 1, waited: null, name: null, trace: null };
+  return { id, token: `tok-${id}`, payload, attempts: 1, maxAttempts: 3, timeout: null, lost: 0, priority: 0, cost: 1, waited: null, name: null, trace: null, group: null, after: "", deadlineMs: null };
 }
 
 /** Every ready callback and microtask runs; nothing here sleeps. */

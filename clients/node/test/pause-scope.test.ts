@@ -1,7 +1,8 @@
 // A claim pause and the runs held before their call: reportQuota holds them as a
 // RateLimited does, and once the pause is written it covers only what it pauses: a
-// group's pause gives back that group's held runs, the others call (their groups read
-// from a real redis-server); a queue pause, or a group pause of a task in no group, all.
+// group's pause gives back that group's held runs, the others call (their groups from
+// their claim records; a pausing task no longer held has its group read from a real
+// redis-server); a queue pause, or a group pause of a task in no group, all.
 import assert from "node:assert/strict";
 import { after, afterEach, before, beforeEach, describe, it } from "node:test";
 
@@ -16,8 +17,8 @@ import { HandlerSet } from "../src/worker/handlers.js";
 import { type Pauses, coveredRuns } from "../src/worker/pauses.js";
 import { RedisServer } from "./redis.js";
 
-function task(id: string, payload: Record<string, unknown>): ClaimedTask {
-  return { id, token: `tok-${id}`, payload, attempts: 1, maxAttempts: 3, timeout: null, lost: 0, priority: 0, cost: 1, waited: null, name: null, trace: null };
+function task(id: string, payload: Record<string, unknown>, group: string | null = null): ClaimedTask {
+  return { id, token: `tok-${id}`, payload, attempts: 1, maxAttempts: 3, timeout: null, lost: 0, priority: 0, cost: 1, waited: null, name: null, trace: null, group, after: "", deadlineMs: null };
 }
 
 /** Every ready callback and microtask runs; nothing here sleeps. */
@@ -104,34 +105,46 @@ describe("the runs a written pause covers", () => {
       { payload: {}, taskId: "n1" },
     ]);
     const ex = execution(calls);
-    ex.startAll([task("limited", { limited: true })]);
+    ex.startAll([task("limited", { limited: true }, group ?? null)]);
     await settle();
-    ex.startAll(["a1", "b1", "n1"].map((id) => task(id, {})));
+    ex.startAll([task("a1", {}, "a"), task("b1", {}, "b"), task("n1", {})]);
     await settle();
     assert.deepEqual(calls, []);
     return ex;
   }
 
   const groupsOf = (ids: readonly string[]): Promise<string[]> => broker.groupsOf(ids);
+  const unread = (): Promise<string[]> => Promise.reject(new Error("no read: the records carry the groups"));
+  const groupOf = (ex: Execution) => (id: string) => ex.held.get(id)?.task.group;
+  const notHeld = (): undefined => undefined;
 
   it("a group's pause gives back that group's held runs; the others call", async () => {
     const calls: string[] = [];
     const ex = await heldBehind("a", calls);
     const pauses: Pauses = [["limited", true]];
-    const covered = await coveredRuns(ex.heldRuns(), pauses, groupsOf);
+    const covered = await coveredRuns(ex.heldRuns(), pauses, groupOf(ex), unread);
     assert.deepEqual(ex.withdrawHeld(covered).map((r) => r.task.id), ["a1"]);
     ex.resumeHold();
     await settle();
     assert.deepEqual(calls.sort(), ["b1", "n1"]);
   });
 
+  it("a pausing task no longer held has its group read; the held runs' groups are their records'", async () => {
+    const calls: string[] = [];
+    const ex = await heldBehind("b", calls);
+    const runs = ex.heldRuns();
+    assert.deepEqual((await coveredRuns(runs, [["limited", true]], notHeld, groupsOf)).map((r) => r.task.id), ["b1"]);
+    ex.withdrawHeld(runs);
+    ex.resumeHold();
+    await settle();
+  });
+
   it("a group pause of a task in no group, or a queue pause, gives back every held run", async () => {
     const calls: string[] = [];
     const ex = await heldBehind(undefined, calls);
     const all = ex.heldRuns();
-    assert.deepEqual((await coveredRuns(all, [["limited", true]], groupsOf)).length, 3);
-    const unread = (): Promise<string[]> => Promise.reject(new Error("no read for a queue pause"));
-    assert.deepEqual((await coveredRuns(all, [["limited", false]], unread)).length, 3);
+    assert.deepEqual((await coveredRuns(all, [["limited", true]], groupOf(ex), unread)).length, 3);
+    assert.deepEqual((await coveredRuns(all, [["limited", false]], notHeld, unread)).length, 3);
     assert.deepEqual(ex.withdrawHeld(all).length, 3);
     ex.resumeHold();
     await settle();

@@ -14,6 +14,7 @@ import {
   WaitTimeout,
 } from "../src/index.js";
 import { RedisServer, until } from "./redis.js";
+import { idAndToken } from "../src/worker/claimed.js";
 
 const server = new RedisServer();
 before(() => server.start());
@@ -35,8 +36,8 @@ async function work(q: Queue, n: number, result = '{"ok":true}'): Promise<string
   const scripts = new Scripts(q.client, bundle);
   const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: n, token_base: "tb", bound: 100 });
   const reply = (await scripts.run("claim", q.keys, claim)) as unknown[];
-  const held = reply.slice(3).map((r) => String(r).split("\0"));
-  const records = held.map(([task_id = "", token = ""]) => ({ task_id, token, result }));
+  const held = reply.slice(3).map((r) => idAndToken(r));
+  const records = held.map(([task_id, token]) => ({ task_id, token, result }));
   if (records.length > 0) await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
   return records.map((r) => r.task_id);
 }

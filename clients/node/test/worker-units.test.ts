@@ -46,6 +46,86 @@ describe("claim records", () => {
   });
 });
 
+const tagged = (pairs: [string, string][], payload = "{}"): string => ["\x013", ...pairs.flat(), "", payload].join("\0");
+const required: [string, string][] = [
+  ["id", "t1"],
+  ["token", "tok"],
+  ["attempts", "1"],
+  ["max_attempts", "3"],
+  ["lost", "0"],
+  ["priority", "0"],
+  ["cost", "1"],
+];
+
+describe("tagged claim records", () => {
+  it("carry everything a run reads: group, trace, deadline and the dependency handle", () => {
+    const raw = tagged(
+      [
+        ["id", "job-7"],
+        ["token", "abc"],
+        ["attempts", "2"],
+        ["max_attempts", "5"],
+        ["lost", "1"],
+        ["priority", "-3"],
+        ["cost", "4"],
+        ["timeout", "1.5"],
+        ["waited_ms", "250"],
+        ["deadline", "1700000000000"],
+        ["group", "tenant-a"],
+        ["trace", '{"traceparent":"00-ab-cd-01"}'],
+        ["after", '["a","b"]'],
+      ],
+      '\x01resize\x01{"n":[1,2]}',
+    );
+    const [[task], bad] = parseClaimRecords([raw], null);
+    assert.deepEqual(bad, []);
+    assert.deepEqual(task, {
+      id: "job-7",
+      token: "abc",
+      payload: { n: [1, 2] },
+      name: "resize",
+      trace: '{"traceparent":"00-ab-cd-01"}',
+      group: "tenant-a",
+      after: '["a","b"]',
+      deadlineMs: 1700000000000,
+      attempts: 2,
+      maxAttempts: 5,
+      timeout: 1.5,
+      lost: 1,
+      priority: -3,
+      cost: 4,
+      waited: 0.25,
+    });
+  });
+
+  it("read in any order, ignore unknown names, and say what a task without the optional fields has", () => {
+    const [[task], bad] = parseClaimRecords([tagged([["colour", "blue"], ...[...required].reverse(), ["x-later", "1"]])], null);
+    assert.deepEqual(bad, []);
+    assert.deepEqual(
+      [task?.id, task?.token, task?.attempts, task?.timeout, task?.waited, task?.group, task?.trace, task?.deadlineMs, task?.after],
+      ["t1", "tok", 1, null, null, null, null, null, ""],
+    );
+  });
+
+  it("keep the whole rest as the payload, refuse a field that can't be read, drop a record without an id", () => {
+    const withCost = required.map(([k, v]): [string, string] => (k === "cost" ? [k, "x"] : [k, v]));
+    const [tasks, bad] = parseClaimRecords([tagged(required, '{"a":"x\0\0y"}'), tagged(withCost), tagged(required.slice(1))], null);
+    assert.deepEqual(tasks, []);
+    assert.deepEqual(
+      bad.map(([id, , error, reason]) => [id, reason, error.slice(0, 27)]),
+      [
+        ["t1", "bad payload", "payload is not valid JSON: "],
+        ["t1", "bad task", "task unreadable: cost 'x' i"],
+      ],
+    );
+  });
+
+  it("and positional ones carry no group, trace or handle: not known", () => {
+    const [[task]] = parseClaimRecords([record("a", "p.0:1", "1", "3", "", "0", "0", "1", "{}")], null);
+    assert.deepEqual([task?.group, task?.trace, task?.after], [null, null, null]);
+  });
+});
+
 describe("what a run stores", () => {
   it("writes progress as the Python worker does, and refuses what is not progress", () => {
     assert.equal(progressJson({ done: 3, total: 4, message: "m" }), '{"done":3,"total":4,"fraction":0.75,"message":"m"}');

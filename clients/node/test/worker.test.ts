@@ -16,6 +16,7 @@ import { Broker } from "../src/worker/broker.js";
 import { needsPython, python } from "./python.js";
 import { RedisServer, freePort, until } from "./redis.js";
 import { BIN, FIXTURES, WorkerProcess, cleanEnv, runs } from "./workers.js";
+import { idAndToken } from "../src/worker/claimed.js";
 
 const HANDLERS = ["--handler", "./worker_handlers.mjs:slow", "--handler", "stubborn=./worker_handlers.mjs:stubborn", "--handler", "./worker_handlers.mjs:registry"];
 
@@ -439,7 +440,7 @@ describe("the Node worker", () => {
     const scripts = new Scripts(queue.client, bundle);
     const claim = bundle.pack("claim", { pod: "old", incarnation: "i1", max_tasks: 1, token_base: "tb", bound: 100 });
     const [, , , record] = (await scripts.run("claim", queue.keys, claim)) as unknown[];
-    const [id = "", token = ""] = String(record).split("\0");
+    const [id, token] = idAndToken(record);
     assert.equal(id, a);
     await queue.client.hdel(queue.keys.item("task", a), "dependants");
     await scripts.run("complete", queue.keys, bundle.pack("complete", {}, [{ task_id: a, token, result: "" }]));

@@ -82,11 +82,14 @@ INPUT_PREFIX = "in:"
 DEPENDENCY_FAILED = "dependency failed"
 
 
-def dependency_results(client: SyncClient, keys: QueueKeys, task_id: str) -> dict[str, Any]:
+def dependency_results(
+    client: SyncClient, keys: QueueKeys, task_id: str, after: str | None = None
+) -> dict[str, Any]:
     """The results handed to ``task_id`` by its dependencies, by their id, in the order of
-    its ``after`` (two reads; a dependency whose result was not handed is absent)."""
+    its ``after`` (a dependency whose result was not handed is absent). ``after``: that
+    list as the claim record carried it (one read); None: read from the task (two)."""
     key = keys.task(task_id)
-    raw = client.hget(key, "after")
+    raw = after if after is not None else client.hget(key, "after")
     if not raw:
         return {}
     try:

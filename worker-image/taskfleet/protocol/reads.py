@@ -24,7 +24,6 @@ from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.records import WorkerRecord, hash_of, number, text, whole
 from taskfleet.protocol.schedules import Schedule
 from taskfleet.protocol.states import FINISHED, TaskState
-from taskfleet.protocol.tracing import TRACE_FIELD
 
 if TYPE_CHECKING:
     from taskfleet.protocol.config import QueueConfig
@@ -204,15 +203,9 @@ class QueueReads:
         fields = ("state", "progress_at", "progress")
         return one(("HMGET", self._k.task(task_id), *fields), _marks)
 
-    def traces(self, task_ids: Sequence[str]) -> Call[list[bytes | None]]:
-        """Each task's trace context (``tracing``: the carrier as stored), None where its
-        producer stored none."""
-        commands = [("HGET", self._k.task(i), TRACE_FIELD) for i in task_ids]
-        return call(commands, lambda replies: [_bytes(r) for r in replies])
-
     def groups(self, task_ids: Sequence[str]) -> Call[list[str]]:
         """Each task's group ('' for none, or where the task is gone): a worker asks only
-        when a pause is scoped to a group, to know which of its waiting tasks it holds."""
+        for a task whose group-scoped pause was written after it ended."""
         commands = [("HGET", self._k.task(i), "group") for i in task_ids]
         return call(commands, lambda replies: ["" if r is None else text(r) for r in replies])
 
@@ -461,12 +454,6 @@ def _row(task_id: str, values: Sequence[Any]) -> TaskRow:
 
 def _wholes(replies: Sequence[Any]) -> list[int | None]:
     return [whole(r) for r in replies]
-
-
-def _bytes(reply: Any) -> bytes | None:
-    if reply is None or isinstance(reply, bytes):
-        return reply
-    return str(reply).encode()
 
 
 def _span(started: Any, finished: Any) -> float | None:

@@ -79,6 +79,7 @@ WORKER_FIELDS: tuple[str, ...] = (
     "draining",
     "host",
     "level",
+    "claim_record",
     "held",
 )
 #: What a worker of this release serves beyond the layout, written as its record's

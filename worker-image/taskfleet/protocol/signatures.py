@@ -449,10 +449,11 @@ _ENQUEUE_REPLY = (
 )
 _CLAIM_REPLY = (
     "[retry_after_ms (> 0: claim again after it; 1: expired tasks left to clear), "
-    "next_due_ms (-1 none), more (1 still pending), task...]: each task "
-    "one string, fields joined by NUL, payload last: id, token, attempts, max_attempts, "
-    "timeout_s ('' none), lost, priority, cost, waited_ms, payload (a task handed over by "
-    "a producer has no waited_ms field)"
+    "next_due_ms (-1 none), more (1 still pending), task...]: each task one tagged "
+    "record (claim record 3): '\\1' '3', then name, value pairs (id, token, attempts, "
+    "max_attempts; lost, priority, cost unless 0, 0, 1; timeout, waited_ms, deadline, "
+    "group, trace, after when set), an empty name and the payload, joined by NUL "
+    "(docs/protocol.md 4.8)"
 )
 _SWEPT_REPLY = "[how many changed, the offset to go on from (-1: done)]"
 

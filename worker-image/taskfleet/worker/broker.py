@@ -102,7 +102,6 @@ class Broker:
         *,
         reply_timeout: float | None = None,
         host: str = "",
-        traced: bool = False,
         durability: Durability | None = None,
         served: Served | None = None,
     ) -> None:
@@ -130,7 +129,6 @@ class Broker:
         #: so a worker starting under the same name can tell whether this one is alive.
         self.host = host
         #: read each claimed task's trace context (``protocol.tracing``) for its run's span
-        self.traced = traced
         #: The task names this worker has handlers for; a claimed task of another name
         #: goes dead at once (reason ``unknown task``). None: every task is returned.
         self.served = served
@@ -361,21 +359,7 @@ class Broker:
         tasks, bad = parse_claim_records(raw.records, self.served)
         for task_id, token, error, reason in bad:
             await self.fail(task_id, token, error, retryable=False, reason=reason)
-        if self.traced and tasks:
-            await self._read_traces(tasks)
         return ClaimResult(tasks, raw.retry_after_ms, raw.next_due_ms, raw.more_pending)
-
-    async def _read_traces(self, tasks: Sequence[ClaimedTask]) -> None:
-        """Each task's trace context, in one round trip. The tasks are this worker's
-        already: a failure here leaves them untraced, never unrun."""
-        try:
-            read = self.reads.traces([task.id for task in tasks])
-            found = await bounded(run_async(self.client, read), self.reply_timeout)
-        except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
-            log.warning("trace_context_unread", extra={"fields": {"error": str(exc)[:200]}})
-            return
-        for task, trace in zip(tasks, found, strict=True):
-            task.trace = trace
 
     async def heartbeat(
         self, tokens: Mapping[str, str], inflight: int | None = None, draining: bool = False
@@ -494,8 +478,8 @@ class Broker:
         return until
 
     async def groups_of(self, task_ids: Sequence[str]) -> list[str]:
-        """Each task's group ('' for none), in one round trip: read only when a pause is
-        scoped to a group (the claim records do not carry it, to keep them as they are)."""
+        """Each task's group ('' for none), in one round trip: read only for a task whose
+        group-scoped pause was written after it ended (claim records carry the others')."""
         return await bounded(
             run_async(self.client, self.reads.groups(task_ids)), self.reply_timeout
         )

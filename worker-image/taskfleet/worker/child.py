@@ -63,6 +63,8 @@ class Job:
     redis_url: str
     trace: bytes | None
     name: str | None
+    group: str | None = None
+    after: str | None = None
 
 
 class _Child:
@@ -104,6 +106,8 @@ class _Child:
                 trace=job.trace,
                 control=control,
                 name=job.name,
+                group=job.group,
+                after=job.after,
             )
         )
         try:

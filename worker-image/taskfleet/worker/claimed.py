@@ -1,10 +1,12 @@
 """What a claim hands this worker (``ClaimedTask``, ``ClaimResult``), read from the claim
 script's records: pure, no Redis, so every shape a record can take is tested directly.
 
-A record is ``id, token, attempts, max_attempts, timeout_s, lost, priority, cost,
-waited_ms, payload`` joined by NUL (see claim.lua); a record without ``waited_ms`` (made
-by an older producer's hand-off) reads as one whose wait is unknown. A named task's
-payload is stored and claimed as ``\\x01<name>\\x01<payload>`` (``protocol/tasknames.py``); a
+A record is tagged (``protocol/claimrecord.py``: name, value pairs and the payload) and
+carries all a run reads: the group, the trace context and the dependency handle come
+with it, so nothing is read per task after a claim. A positional record (``id, token,
+attempts, max_attempts, timeout_s, lost, priority, cost[, waited_ms], payload``, an
+older producer's hand-off) reads as one with those fields alone. A named task's payload
+is stored and claimed as ``\\x01<name>\\x01<payload>`` (``protocol/tasknames.py``); a
 task whose name this worker does not serve (``Served``) is unrunnable, reason ``unknown
 task``. Nothing in a record
 may crash the worker: a crash would release the task uncounted and the next worker would
@@ -20,6 +22,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from taskfleet.protocol import claimrecord as cr
 
 log = logging.getLogger("taskfleet.worker")
 _decode = json.JSONDecoder().decode
@@ -44,10 +48,17 @@ class ClaimedTask:
     cost: int
     #: seconds from when it was ready (enqueued, due, retried) to its claim; None: unknown
     waited: float | None = None
-    #: the producer's trace context (read after the claim, only by a traced worker)
+    #: the producer's trace context as stored; None when it has none
     trace: bytes | None = None
     #: which handler runs it (``enqueue(..., task=...)``); None: the default one
     name: str | None = None
+    #: the group it belongs to; None: none
+    group: str | None = None
+    #: the JSON list of the tasks it waited for (its dependency results' handle); "": it
+    #: waited for none; None: not known (a positional record: read from the task)
+    after: str | None = None
+    #: its deadline to start (epoch ms); None: none
+    deadline_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +118,11 @@ def _whole(raw: bytes, what: str) -> int:
     return int(value)
 
 
-def _wholes(fields: list[bytes]) -> tuple[int, int, int, int, int]:
-    """A record's integer fields (``fields``: the record's, waited_ms taken out) read one
-    by one, in order, the timeout between them checked too: the error names the first
-    field that is not as written."""
-    attempts, max_attempts, timeout, lost, priority, cost = fields[2:8]
+def _wholes(numbers: list[bytes]) -> tuple[int, int, int, int, int]:
+    """A record's integer fields (``numbers``: attempts, max_attempts, timeout, lost,
+    priority, cost) read one by one, in order, the timeout between them checked too: the
+    error names the first field that is not as written."""
+    attempts, max_attempts, timeout, lost, priority, cost = numbers
     first = _whole(attempts, "attempts"), _whole(max_attempts, "max_attempts")
     if timeout:
         _seconds(timeout)
@@ -140,6 +151,18 @@ def _waited(raw: bytes) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+def _optional(task: ClaimedTask, f: dict[bytes, bytes]) -> None:
+    """The fields a tagged record carries only when set (never a reason to refuse a task:
+    an unreadable deadline is left unknown)."""
+    group, after, deadline = f.get(cr.GROUP), f.get(cr.AFTER), f.get(cr.DEADLINE)
+    task.trace = f.get(cr.TRACE)
+    if group is not None:
+        task.group = group.decode(errors="replace")
+    task.after = "" if after is None else after.decode(errors="replace")
+    if deadline is not None and deadline.isdigit():
+        task.deadline_ms = int(deadline)
+
+
 def parse_claim_records(
     records: Iterable[bytes | str], served: Served | None = None
 ) -> tuple[list[ClaimedTask], list[Unrunnable]]:
@@ -154,15 +177,36 @@ def parse_claim_records(
     bad: list[Unrunnable] = []
     for record in records:
         packed = record.encode() if isinstance(record, str) else record
-        fields = packed.split(b"\0", 9)
-        if len(fields) == 10:
-            waited = fields.pop(8)
-        elif len(fields) == 9:
-            waited = b""
+        f: dict[bytes, bytes] | None
+        tagged = cr.tagged_fields(packed)
+        if tagged is not None:
+            f, data = tagged
+            raw_id, raw_token = f.get(cr.ID), f.get(cr.TOKEN)
+            if raw_id is None or raw_token is None:
+                _dropped(packed)
+                continue
+            numbers = [
+                f.get(cr.ATTEMPTS, b""),
+                f.get(cr.MAX_ATTEMPTS, b""),
+                f.get(cr.TIMEOUT, b""),
+                f.get(cr.LOST, b"0"),
+                f.get(cr.PRIORITY, b"0"),
+                f.get(cr.COST, b"1"),
+            ]
+            waited = f.get(cr.WAITED_MS, b"")
         else:
-            _dropped(packed)
-            continue
-        raw_id, raw_token, attempts, max_attempts, timeout, lost, priority, cost, data = fields
+            fields = packed.split(b"\0", 9)
+            if len(fields) == 10:
+                waited = fields.pop(8)
+            elif len(fields) == 9:
+                waited = b""
+            else:
+                _dropped(packed)
+                continue
+            f = None
+            raw_id, raw_token, data = fields[0], fields[1], fields[8]
+            numbers = fields[2:8]
+        attempts, max_attempts, timeout, lost, priority, cost = numbers
         try:
             tid, tok = raw_id.decode(), raw_token.decode()
         except UnicodeDecodeError:
@@ -172,7 +216,7 @@ def parse_claim_records(
             try:  # as the scripts write them: plain integers, read in one go
                 whole = int(attempts), int(max_attempts), int(lost), int(priority), int(cost)
             except ValueError:  # a foreign writer's "3.0": each field on its own
-                whole = _wholes(fields)
+                whole = _wholes(numbers)
             task = ClaimedTask(
                 tid,
                 tok,
@@ -188,6 +232,8 @@ def parse_claim_records(
         except ValueError as exc:
             bad.append((tid, tok, f"task unreadable: {exc}", "bad task"))
             continue
+        if f is not None:
+            _optional(task, f)
         if data[:1] == b"\1":
             raw_name, _, data = data[1:].partition(b"\1")
             task.name = raw_name.decode(errors="replace")

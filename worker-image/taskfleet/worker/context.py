@@ -134,6 +134,10 @@ class TaskContext:
     #: the producer's trace context as stored (``protocol.tracing``); None when not traced
     trace: bytes | None = field(default=None, repr=False)
     name: str | None = None  # the task's name (enqueue(..., task=...)); None: it has none
+    group: str | None = None  # the task's group (enqueue(..., group=...)); None: it has none
+    #: the JSON list of the tasks it waited for, as its claim record carried it ("": none;
+    #: None: not known, read from the task when asked)
+    after: str | None = field(default=None, repr=False)
 
     @property
     def cancelled(self) -> CancelCheck:
@@ -159,18 +163,19 @@ class TaskContext:
 
     def dependency_results(self) -> dict[str, Any]:
         """The results of the tasks this one waited for (``enqueue(..., after=[...])``),
-        by their id: handed to it when each completed, read here in two round trips (no
-        polling: they are all done before this task runs). Bounded: its inputs together
-        are at most the queue's ``max_payload_bytes``; a result past that bound was not
-        handed and its id is absent (read it with ``Queue.get`` while it is retained).
-        Empty for a task that waited for nothing. See docs/flows.md."""
+        by their id: handed to it when each completed, read here in one round trip (the
+        claim record named them; no polling: they are all done before this task runs).
+        Bounded: its inputs together are at most the queue's ``max_payload_bytes``; a
+        result past that bound was not handed and its id is absent (read it with
+        ``Queue.get`` while it is retained). Empty for a task that waited for nothing.
+        See docs/flows.md."""
         from taskfleet.protocol.connect import connect
         from taskfleet.protocol.flows import dependency_results
         from taskfleet.protocol.keys import QueueKeys
 
         client = connect(self.redis_url)
         try:
-            return dependency_results(client, QueueKeys(self.queue), self.task_id)
+            return dependency_results(client, QueueKeys(self.queue), self.task_id, self.after)
         finally:
             client.close()
 
@@ -290,6 +295,8 @@ def task_context(
     control: TaskControl | None,
     trace: bytes | None,
     name: str | None,
+    group: str | None = None,
+    after: str | None = None,
 ) -> TaskContext:
     """``TaskContext(...)`` as the worker builds one per task: the same object, its fields
     set in one go rather than by the frozen dataclass's ``object.__setattr__`` per field
@@ -305,6 +312,8 @@ def task_context(
         control=control,
         trace=trace,
         name=name,
+        group=group,
+        after=after,
     )
     return context
 

@@ -232,7 +232,6 @@ class Worker:
             self.settings.incarnation,
             reply_timeout=self.settings.reply_timeout,
             host=self._whereabouts.encode(),
-            traced=self.traced,
             durability=durability(self.settings.redis_url),
             served=self.handler.served,
         )

@@ -147,6 +147,8 @@ class Execution:
                 control=control,
                 trace=task.trace,
                 name=task.name,
+                group=task.group,
+                after=task.after,
             )
         )
         self.held[task.id] = run

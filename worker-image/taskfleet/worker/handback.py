@@ -101,8 +101,8 @@ class HandBack:
         async ones held before their call) the pauses cover, so that none of them calls
         the provider meanwhile, then let the rest begin (the hold ends). A queue-wide
         pause, or a group-scoped one of a task in no group, covers them all; a group's
-        covers that group's, read from their hashes in one round trip (claim records do
-        not carry groups: the read is made only here, never on a claim)."""
+        covers that group's. The groups are the claim records' (a pausing task that ended
+        before its pause was written is looked up in Redis: the only read here)."""
         try:
             runs = self._execution.waiting()
             if runs and all(group for _, group in pauses):
@@ -113,20 +113,21 @@ class HandBack:
             self._execution.resume_threads()
 
     async def _of_paused_groups(self, runs: list[Run], paused_by: list[str]) -> list[Run]:
-        assert self.broker is not None
-        try:
-            groups = await self.broker.groups_of([*paused_by, *(run.task.id for run in runs)])
-        except Exception as exc:  # not known: give them all back, as a queue pause would
-            log_event(logging.WARNING, "groups_unread", tasks=len(runs), error=format_error(exc))
-            return runs
-        paused = set(groups[: len(paused_by)])
+        held = self._execution.held
+        known = {i: held[i].task.group or "" for i in paused_by if i in held}
+        unknown = [i for i in paused_by if i not in known]
+        if unknown:
+            assert self.broker is not None
+            try:
+                known.update(zip(unknown, await self.broker.groups_of(unknown), strict=True))
+            except Exception as exc:  # not known: give them all back, as a queue pause would
+                error = format_error(exc)
+                log_event(logging.WARNING, "groups_unread", tasks=len(runs), error=error)
+                return runs
+        paused = {known[i] for i in paused_by}
         if "" in paused:  # a task in no group paused the queue
             return runs
-        return [
-            run
-            for run, group in zip(runs, groups[len(paused_by) :], strict=True)
-            if group in paused
-        ]
+        return [run for run in runs if (run.task.group or "") in paused]
 
     async def prefetch_guard(self) -> None:
         """Loop: give back prefetched tasks that waited ``PREFETCH_MAX_WAIT_S`` for a thread."""

@@ -169,6 +169,8 @@ class ChildSlot:
             redis_url=settings.redis_url,
             trace=task.trace,
             name=task.name,
+            group=task.group,
+            after=task.after,
         )
         try:
             conn.send(job)

@@ -170,7 +170,6 @@ export class Broker {
       replyTimeoutMs: number;
       host: string;
       served: Served | null;
-      traced?: boolean;
       waitReplicas?: number;
       waitTimeoutMs?: number;
     },
@@ -345,8 +344,8 @@ export class Broker {
   }
 
   /** The results a task's dependencies handed it, by their id. */
-  async dependencyResults(taskId: string): Promise<Record<string, unknown>> {
-    return this.bound(dependencyResults(this.client, this.keys, taskId));
+  async dependencyResults(taskId: string, after: string | null): Promise<Record<string, unknown>> {
+    return this.bound(dependencyResults(this.client, this.keys, taskId, after));
   }
 
   /** Finish tasks: per item `COMPLETED`, `STALE`, `RESULT_TOO_LARGE` or `CANCELLED`. */
@@ -583,13 +582,12 @@ export class Broker {
   private async claimed(raw: { retryAfterMs: number; nextDueMs: number | null; morePending: boolean; records: unknown[] }): Promise<ClaimResult> {
     const [tasks, bad] = parseClaimRecords(raw.records, this.options.served);
     for (const [id, token, error, reason] of bad) await this.fail(id, token, error, false, reason);
-    if (this.options.traced === true && tasks.length > 0) await this.readTraces(tasks);
     return { tasks, retryAfterMs: raw.retryAfterMs, nextDueMs: raw.nextDueMs, morePending: raw.morePending };
   }
 
   /**
-   * Each task's group ("" for none), in one round trip: read only when a pause is scoped
-   * to a group (claim records do not carry groups, to keep them as they are).
+   * Each task's group ("" for none), in one round trip: read only for a task whose
+   * group-scoped pause was written after it ended (claim records carry the others').
    */
   async groupsOf(taskIds: readonly string[]): Promise<string[]> {
     const pipe = this.client.pipeline();
@@ -600,20 +598,6 @@ export class Broker {
       if (error) throw error;
       return typeof value === "string" ? value : "";
     });
-  }
-
-  private async readTraces(tasks: ClaimedTask[]): Promise<void> {
-    try {
-      const pipe = this.client.pipeline();
-      for (const task of tasks) pipe.hget(this.keys.item("task", task.id), "trace");
-      const replies = (await this.bound(pipe.exec())) ?? [];
-      tasks.forEach((task, i) => {
-        const value = replies[i]?.[1];
-        task.trace = typeof value === "string" && value !== "" ? value : null;
-      });
-    } catch (error) {
-      logEvent("warning", "trace_context_unread", { error: String(error).slice(0, 200) });
-    }
   }
 
   /** Return if Redis takes writes now; throw its refusal if not (changes nothing). */

@@ -1,9 +1,12 @@
 /**
  * What a claim hands this worker (`ClaimedTask`), read from the claim script's records:
- * pure, no Redis. The Python worker's rules (`worker/claimed.py`): a record is `id,
- * token, attempts, max_attempts, timeout_s, lost, priority, cost, waited_ms, payload`
- * joined by NUL (nine fields, without `waited_ms`, when a producer handed it over); a
- * named task's payload is `\x01<name>\x01<json>`. Nothing in a record may crash the
+ * pure, no Redis. The Python worker's rules (`worker/claimed.py`): a record is tagged
+ * (`\x013`, then name, value pairs, an empty name and the payload, joined by NUL;
+ * docs/protocol.md 4.8) and carries the group, trace context and dependency handle, so
+ * nothing is read per task after a claim; a positional record (`id, token, attempts,
+ * max_attempts, timeout_s, lost, priority, cost[, waited_ms], payload`, an older
+ * producer's hand-off) reads as one with those fields alone. A named task's payload is
+ * `\x01<name>\x01<json>`. Nothing in a record may crash the
  * worker: a task that can't be run as stored comes back as `Unrunnable`, to be failed
  * for good (reason `bad payload`, `bad task` or `unknown task`); a record that names no
  * task is dropped with a log line.
@@ -32,8 +35,34 @@ export interface ClaimedTask {
   readonly waited: number | null;
   /** Which handler runs it; null: the default one. */
   readonly name: string | null;
-  /** The producer's trace context (read after the claim by a traced worker). */
-  trace: string | null;
+  /** The producer's trace context as stored; null when it has none. */
+  readonly trace: string | null;
+  /** The group it belongs to; null: none. */
+  readonly group: string | null;
+  /**
+   * The JSON list of the tasks it waited for (its dependency results' handle); "": it
+   * waited for none; null: not known (a positional record: read from the task).
+   */
+  readonly after: string | null;
+  /** Its deadline to start (epoch ms); null: none. */
+  readonly deadlineMs: number | null;
+}
+
+/** A tagged claim record's first element (no task id starts with byte 1). */
+export const CLAIM_MARK = "\x013";
+/** The claim record form this worker reads (its worker record's `claim_record`). */
+export const CLAIM_RECORD = 3;
+
+/** A tagged record's fields by name and its payload; null for a positional record. */
+export function taggedFields(record: string): [Map<string, string>, string] | null {
+  if (!record.startsWith(CLAIM_MARK + "\0")) return null;
+  const end = record.indexOf("\0\0");
+  const head = end < 0 ? record : record.slice(0, end);
+  const payload = end < 0 ? "" : record.slice(end + 2);
+  const parts = head.split("\0");
+  const fields = new Map<string, string>();
+  for (let i = 1; i + 1 < parts.length; i += 2) fields.set(parts[i] as string, parts[i + 1] as string);
+  return [fields, payload];
 }
 
 /** A task that can't be run as stored: `[id, token, error, reason]`. */
@@ -78,6 +107,27 @@ function waitedS(raw: string): number | null {
   return Number.isFinite(value) && value >= 0 ? value : null;
 }
 
+/** A claim record's task id and token, whichever its form ("" for a part it lacks). */
+export function idAndToken(raw: unknown): [string, string] {
+  const record = String(raw);
+  const tagged = taggedFields(record);
+  if (tagged !== null) return [tagged[0].get("id") ?? "", tagged[0].get("token") ?? ""];
+  const [id = "", token = ""] = record.split("\0", 2);
+  return [id, token];
+}
+
+/** The fields a tagged record carries only when set; a positional one carries none. */
+function optional(f: Map<string, string> | null): Pick<ClaimedTask, "trace" | "group" | "after" | "deadlineMs"> {
+  if (f === null) return { trace: null, group: null, after: null, deadlineMs: null };
+  const deadline = f.get("deadline");
+  return {
+    trace: f.get("trace") ?? null,
+    group: f.get("group") ?? null,
+    after: f.get("after") ?? "",
+    deadlineMs: deadline !== undefined && /^[0-9]+$/.test(deadline) ? Number(deadline) : null,
+  };
+}
+
 function dropped(record: string): void {
   logEvent("warning", "claim_record_dropped", { record: JSON.stringify(record.slice(0, 200)), note: "names no task" });
 }
@@ -88,25 +138,43 @@ export function parseClaimRecords(records: readonly unknown[], served: Served | 
   const bad: Unrunnable[] = [];
   for (const raw of records) {
     const record = typeof raw === "string" ? raw : Buffer.isBuffer(raw) ? raw.toString("utf8") : String(raw);
-    const parts: string[] = [];
-    let at = 0;
-    while (parts.length < 9) {
-      const nul = record.indexOf("\0", at);
-      if (nul < 0) break;
-      parts.push(record.slice(at, nul));
-      at = nul + 1;
-    }
-    parts.push(record.slice(at));
+    const tagged = taggedFields(record);
+    let parts: string[];
     let waited = "";
-    if (parts.length === 10) {
-      waited = parts.splice(8, 1)[0] ?? "";
-    } else if (parts.length !== 9) {
-      dropped(record);
-      continue;
+    let data: string;
+    let extra: Map<string, string> | null = null;
+    if (tagged !== null) {
+      const [f, payload] = tagged;
+      const id = f.get("id");
+      const token = f.get("token");
+      if (id === undefined || token === undefined) {
+        dropped(record);
+        continue;
+      }
+      parts = [id, token, f.get("attempts") ?? "", f.get("max_attempts") ?? "", f.get("timeout") ?? "", f.get("lost") ?? "0", f.get("priority") ?? "0", f.get("cost") ?? "1"];
+      waited = f.get("waited_ms") ?? "";
+      data = payload;
+      extra = f;
+    } else {
+      parts = [];
+      let at = 0;
+      while (parts.length < 9) {
+        const nul = record.indexOf("\0", at);
+        if (nul < 0) break;
+        parts.push(record.slice(at, nul));
+        at = nul + 1;
+      }
+      parts.push(record.slice(at));
+      if (parts.length === 10) {
+        waited = parts.splice(8, 1)[0] ?? "";
+      } else if (parts.length !== 9) {
+        dropped(record);
+        continue;
+      }
+      data = parts[8] ?? "";
     }
     const [id = "", token = "", attempts = "", maxAttempts = "", timeout = "", lost = "", priority = "", cost = ""] = parts;
-    let data = parts[8] ?? "";
-    let fields: Omit<ClaimedTask, "payload" | "name" | "trace" | "id" | "token">;
+    let fields: Omit<ClaimedTask, "payload" | "name" | "trace" | "id" | "token" | "group" | "after" | "deadlineMs">;
     try {
       fields = {
         attempts: whole(attempts, "attempts"),
@@ -152,7 +220,7 @@ export function parseClaimRecords(records: readonly unknown[], served: Served | 
       bad.push([id, token, `${problem} (this worker would read it rounded)`, "bad payload"]);
       continue;
     }
-    tasks.push({ id, token, payload: payload as Record<string, unknown>, name, trace: null, ...fields });
+    tasks.push({ id, token, payload: payload as Record<string, unknown>, name, ...optional(extra), ...fields });
   }
   return [tasks, bad];
 }

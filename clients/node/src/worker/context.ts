@@ -32,7 +32,8 @@ export type ReportSink = (taskId: string, token: string, progress: string | null
 /** The worker's line for a run's flow calls: children it adds, results it was handed. */
 export interface FlowLine {
   addChildren(parent: string, token: string, batch: readonly TaskRecord[]): Promise<void>;
-  dependencyResults(taskId: string): Promise<Record<string, unknown>>;
+  /** `after`: the task's list as its claim record carried it ("": none; null: not known). */
+  dependencyResults(taskId: string, after: string | null): Promise<Record<string, unknown>>;
 }
 
 /**
@@ -79,8 +80,12 @@ export class TaskContext {
   /** The worker's name and incarnation. */
   readonly pod: string;
   readonly incarnation: string;
-  /** The producer's trace context as stored (JSON of a carrier); null when not read. */
+  /** The producer's trace context as stored (JSON of a carrier); null when it has none. */
   readonly trace: string | null;
+  /** The task's group; null when it has none. */
+  readonly group: string | null;
+  // the JSON list of the tasks it waited for, from its claim record ("": none; null: not known)
+  private readonly after: string | null;
   // Made on the first read of `signal` or the first stop: most runs never need one, and
   // an AbortController per task is a measurable part of a short task's cost.
   private controller: AbortController | null = null;
@@ -99,6 +104,8 @@ export class TaskContext {
     pod: string;
     incarnation: string;
     trace: string | null;
+    group?: string | null;
+    after?: string | null;
     token: string;
     sink: ReportSink;
     flows?: FlowLine | null;
@@ -111,6 +118,8 @@ export class TaskContext {
     this.pod = fields.pod;
     this.incarnation = fields.incarnation;
     this.trace = fields.trace;
+    this.group = fields.group ?? null;
+    this.after = fields.after ?? null;
     this.token = fields.token;
     this.sink = fields.sink;
     this.flows = fields.flows ?? null;
@@ -168,13 +177,13 @@ export class TaskContext {
 
   /**
    * The results of the tasks this one waited for (`after`, or children it added), by
-   * their id, in that order: handed to it as each completed, read in two round trips (no
-   * polling). Bounded by the queue's `max_payload_bytes` together: a result past it was
+   * their id, in that order: handed to it as each completed, read in one round trip (its
+   * claim record named them; no polling). Bounded by the queue's `max_payload_bytes` together: a result past it was
    * not handed and its id is absent. Empty for a task that waited for nothing.
    */
   async dependencyResults(): Promise<Record<string, unknown>> {
     if (this.flows === null) throw new Error("dependencyResults needs a task run by a worker");
-    return this.flows.dependencyResults(this.id);
+    return this.flows.dependencyResults(this.id, this.after);
   }
 
   /**

@@ -191,6 +191,8 @@ export class Execution {
       pod: o.pod,
       incarnation: o.incarnation,
       trace: task.trace,
+      group: task.group,
+      after: task.after,
       token: task.token,
       sink: o.report,
       flows: o.flows ?? null,

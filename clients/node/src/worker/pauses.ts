@@ -5,9 +5,9 @@
  * (`reportQuota`), runs that start before the pause is written wait before their call
  * (`Execution.beginHold`). Once it is written, those it covers go back to the queue
  * without an attempt and the rest call: a queue-wide pause, or a group-scoped one of a
- * task in no group, covers them all; a group's covers that group's tasks alone. Claim
- * records carry no group, so the groups are read from the tasks' hashes here, in one
- * round trip, only when a pause is scoped to a group: never on a claim.
+ * task in no group, covers them all; a group's covers that group's tasks alone. The
+ * groups are the claim records'; only a pausing task that ended before its pause was
+ * written has its group read, in one round trip.
  *
  * @module
  */
@@ -20,20 +20,34 @@ import { logEvent } from "./log.js";
 export type Pauses = readonly (readonly [string, boolean])[];
 
 /**
- * Of the held `runs`, those `pauses` cover. `groupsOf` reads each task's group ("" for
- * none); if it fails, they are all covered, as a queue pause would cover them.
+ * Of the held `runs`, those `pauses` cover. `groupOf` says the group a held task's claim
+ * record carried (undefined: not held now); `groupsOf` reads the others' ("" for none);
+ * if it fails, they are all covered, as a queue pause would cover them.
  */
-export async function coveredRuns(runs: Run[], pauses: Pauses, groupsOf: (taskIds: readonly string[]) => Promise<string[]>): Promise<Run[]> {
+export async function coveredRuns(
+  runs: Run[],
+  pauses: Pauses,
+  groupOf: (taskId: string) => string | null | undefined,
+  groupsOf: (taskIds: readonly string[]) => Promise<string[]>,
+): Promise<Run[]> {
   if (runs.length === 0 || !pauses.every(([, group]) => group)) return runs;
-  const pausedBy = pauses.map(([taskId]) => taskId);
-  let groups: string[];
-  try {
-    groups = await groupsOf([...pausedBy, ...runs.map((run) => run.task.id)]);
-  } catch (error) {
-    logEvent("warning", "groups_unread", { tasks: runs.length, error: formatError(error) });
-    return runs;
+  const known = new Map<string, string>();
+  const unknown: string[] = [];
+  for (const [taskId] of pauses) {
+    const group = groupOf(taskId);
+    if (group === undefined) unknown.push(taskId);
+    else known.set(taskId, group ?? "");
   }
-  const paused = new Set(groups.slice(0, pausedBy.length));
+  if (unknown.length > 0) {
+    try {
+      const read = await groupsOf(unknown);
+      unknown.forEach((taskId, i) => known.set(taskId, read[i] ?? ""));
+    } catch (error) {
+      logEvent("warning", "groups_unread", { tasks: runs.length, error: formatError(error) });
+      return runs;
+    }
+  }
+  const paused = new Set(pauses.map(([taskId]) => known.get(taskId) ?? ""));
   if (paused.has("")) return runs; // a task in no group paused the queue
-  return runs.filter((_, i) => paused.has(groups[pausedBy.length + i] ?? ""));
+  return runs.filter((run) => paused.has(run.task.group ?? ""));
 }

@@ -114,7 +114,7 @@ export class Worker {
       },
       flows: {
         addChildren: async (parent, token, batch) => this.registered().addChildren(parent, token, batch),
-        dependencyResults: async (taskId) => this.registered().dependencyResults(taskId),
+        dependencyResults: async (taskId, after) => this.registered().dependencyResults(taskId, after),
       },
       reportQuota: (taskId, _token, pauseMs, group, reason) => {
         this.reports.addQuota({ taskId, pauseMs, group, reason });
@@ -203,7 +203,8 @@ export class Worker {
    */
   private async paused(pauses: Pauses): Promise<void> {
     try {
-      const runs = await coveredRuns(this.execution.heldRuns(), pauses, (ids) => this.registered().groupsOf(ids));
+      const byId = this.execution.held;
+      const runs = await coveredRuns(this.execution.heldRuns(), pauses, (id) => byId.get(id)?.task.group, (ids) => this.registered().groupsOf(ids));
       const held = this.execution.withdrawHeld(runs);
       await this.release(held);
       this.execution.forget(held); // released, or left to their leases: not ours now

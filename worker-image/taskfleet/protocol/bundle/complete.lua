@@ -243,14 +243,15 @@ end
 -- includes/handed_task.lua
 -- A claim record that hand_off (includes/hand_off.lua) pushed onto a wake list: its task's id and key,
 -- and whether that incarnation still holds the task under the record's token (a task
--- taken back meanwhile is not its any more).
+-- taken back meanwhile is not its any more). Either form (claim.lua): a tagged record
+-- as claim_tasks writes it (id, then token, first), or a positional one.
 local function handed_task(rec, incarnation)
-  local id, token = string.match(rec, '^(%Z*)%z(%Z*)%z')
+  local id, token = string.match(rec, '^\1' .. '3%zid%z(%Z*)%ztoken%z(%Z*)%z')
+  if not id then id, token = string.match(rec, '^(%Z*)%z(%Z*)%z') end
   local key = K_TASK .. (id or '')
   local v = redis.call('HMGET', key, 'state', 'token', 'incarnation')
   return id, key, v[1] == 'running' and v[2] == token and v[3] == incarnation
 end
-
 -- includes/pending_score.lua
 -- pending score: higher priority first, FIFO inside a priority (enqueue sequence), and
 -- "front" entries (released / taken back: they already waited) before the FIFO ones.
@@ -770,14 +771,15 @@ end
 -- successor, requeued, swept, or lost with the data: the caller registers again before
 -- it works on). The incarnation field as worker_record writes it is looked for in the
 -- record's text first (a quote in a JSON string is escaped, so it cannot match there);
--- only a record without it is decoded.
+-- only a record without it is decoded. Second value: the name's record, when it is this
+-- incarnation's (claim_tasks reads which claim record form it takes there).
 local function superseded(pod, incarnation, registered)
   local rec = redis.call('HGET', K_WORKERS, pod)
   if rec then
-    if string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then return nil end
+    if string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then return nil, rec end
     local ok, w = pcall(cjson.decode, rec)
     if ok and type(w) == 'table' and w.incarnation ~= nil then
-      if w.incarnation == incarnation then return nil end
+      if w.incarnation == incarnation then return nil, rec end
       return rec
     end
   end
@@ -793,8 +795,10 @@ end
 -- extra: how many of `want` are prefetch (tasks to wait in the worker for a free slot):
 -- dropped under a fleet-wide concurrency limit, where a task held but not running would
 -- keep a slot of the limit from a worker that could run it.
--- for_any: records without waited_ms, the form workers of every version read (hand-offs,
--- which a producer of any version makes for a worker of any version).
+-- for_any: a hand-off, which a producer of any version makes for a worker of any version:
+-- its records are tagged only when the worker's record says it reads them (claim_record 3,
+-- written at register); else positional without waited_ms, the form every version reads.
+-- Records: see claim.lua.
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua; or
 -- {-1, record} when another incarnation registered under the name since, or {-1, ''} when
 -- the caller `registered` and the name has no readable record (`superseded`): nothing is
@@ -807,8 +811,11 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
   -- a replaced process (frozen, then resumed) gets no task, nor the newcomer's hand-offs
-  local holder = superseded(pod, incarnation, registered)
+  local holder, record = superseded(pod, incarnation, registered)
   if holder then return {-1, holder} end
+  -- the worker's own claim runs its own release's script: the tagged form
+  local tagged = not for_any or (record ~= nil
+    and string.find(record, '"claim_record":3', 1, true) ~= nil)
   -- Tasks a producer handed over while the worker was not blocked on its wake list: they
   -- are this worker's already (unless taken back meanwhile: then they are dropped here).
   local wake = K_WAKE .. pod
@@ -892,7 +899,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after')
       if v[9] ~= 'pending' then
         pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -950,14 +957,33 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
             'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
             'attempts', attempts)
-          local fields = {id, token, attempts, v[3] or cfg('max_attempts'),
-            v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1}
-          if not for_any then
+          local fields
+          if tagged then
+            -- name, value pairs (no value empty: an absent one is left out), then an
+            -- empty name and the payload, which may hold anything
+            -- (lost 0, priority 0 and cost 1, the defaults, are left out too)
+            fields = {'\1' .. '3', 'id', id, 'token', token, 'attempts', attempts,
+              'max_attempts', v[3] or cfg('max_attempts')}
+            local n = 9
+            if v[5] and v[5] ~= '0' then fields[n + 1], fields[n + 2], n = 'lost', v[5], n + 2 end
+            if v[6] and v[6] ~= '0' then fields[n + 1], fields[n + 2], n = 'priority', v[6], n + 2 end
+            if v[7] and v[7] ~= '1' then fields[n + 1], fields[n + 2], n = 'cost', v[7], n + 2 end
+            local timeout = v[4] or default_timeout
+            if timeout ~= '' then fields[n + 1], fields[n + 2], n = 'timeout', timeout, n + 2 end
             -- waited: ms from when the task was ready (enqueued, due, or retried) to now
             local ready_at = tonumber(v[11])
-            fields[#fields + 1] = ready_at and math.max(0, now - ready_at) or ''
+            if ready_at then
+              fields[n + 1], fields[n + 2], n = 'waited_ms', math.max(0, now - ready_at), n + 2
+            end
+            if v[8] then fields[n + 1], fields[n + 2], n = 'deadline', v[8], n + 2 end
+            if g and g ~= '' then fields[n + 1], fields[n + 2], n = 'group', g, n + 2 end
+            if v[12] and v[12] ~= '' then fields[n + 1], fields[n + 2], n = 'trace', v[12], n + 2 end
+            if v[13] and v[13] ~= '' then fields[n + 1], fields[n + 2], n = 'after', v[13], n + 2 end
+            fields[n + 1], fields[n + 2] = '', v[1] or ''
+          else
+            fields = {id, token, attempts, v[3] or cfg('max_attempts'),
+              v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1, v[1] or ''}
           end
-          fields[#fields + 1] = v[1] or ''
           out[#out + 1] = table.concat(fields, '\0')
           if fair then group_took(fair, g, vt, src, id, cost) end
         end

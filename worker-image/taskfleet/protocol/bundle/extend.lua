@@ -77,14 +77,15 @@ end
 -- includes/handed_task.lua
 -- A claim record that hand_off (includes/hand_off.lua) pushed onto a wake list: its task's id and key,
 -- and whether that incarnation still holds the task under the record's token (a task
--- taken back meanwhile is not its any more).
+-- taken back meanwhile is not its any more). Either form (claim.lua): a tagged record
+-- as claim_tasks writes it (id, then token, first), or a positional one.
 local function handed_task(rec, incarnation)
-  local id, token = string.match(rec, '^(%Z*)%z(%Z*)%z')
+  local id, token = string.match(rec, '^\1' .. '3%zid%z(%Z*)%ztoken%z(%Z*)%z')
+  if not id then id, token = string.match(rec, '^(%Z*)%z(%Z*)%z') end
   local key = K_TASK .. (id or '')
   local v = redis.call('HMGET', key, 'state', 'token', 'incarnation')
   return id, key, v[1] == 'running' and v[2] == token and v[3] == incarnation
 end
-
 -- includes/flow_q.lua
 -- Tasks that finished in this call and have dependants (tasks waiting on them, the set
 -- dependants:<id>): entries '<outcome><id>', outcome 'd' done, 'x' dead, 'c' cancelled.
@@ -297,6 +298,8 @@ end
 -- includes/worker_record.lua
 -- host: the worker's whereabouts (identity.py), opaque here; '' records none.
 -- level: what this release's workers serve (records.WORKER_LEVEL; none = 0.1.x, level 1).
+-- claim_record: the claim record form the worker reads (claim_tasks.lua; records.CLAIM_RECORD):
+--   a producer's hand-off to it is written in that form (none: the positional one).
 -- held: slots kept by calls the worker gave up on (their task ended); written when > 0.
 local function worker_record(incarnation, now, inflight, concurrency, draining, host, held)
   local record = {
@@ -306,6 +309,7 @@ local function worker_record(incarnation, now, inflight, concurrency, draining, 
     concurrency = tonumber(concurrency) or 0,
     draining = draining == '1',
     level = 3,
+    claim_record = 3,
   }
   if host ~= nil and host ~= '' then record.host = host end
   local kept = tonumber(held)
@@ -321,14 +325,15 @@ end
 -- successor, requeued, swept, or lost with the data: the caller registers again before
 -- it works on). The incarnation field as worker_record writes it is looked for in the
 -- record's text first (a quote in a JSON string is escaped, so it cannot match there);
--- only a record without it is decoded.
+-- only a record without it is decoded. Second value: the name's record, when it is this
+-- incarnation's (claim_tasks reads which claim record form it takes there).
 local function superseded(pod, incarnation, registered)
   local rec = redis.call('HGET', K_WORKERS, pod)
   if rec then
-    if string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then return nil end
+    if string.find(rec, '"incarnation":"' .. incarnation .. '"', 1, true) then return nil, rec end
     local ok, w = pcall(cjson.decode, rec)
     if ok and type(w) == 'table' and w.incarnation ~= nil then
-      if w.incarnation == incarnation then return nil end
+      if w.incarnation == incarnation then return nil, rec end
       return rec
     end
   end

@@ -18,13 +18,19 @@
 --   more: 1 if tasks are still pending after this claim, else 0 (an idle worker that got
 --     fewer than n then waits for a wake-up instead of asking again)
 --   (tasks handed to this worker by producers while it was not waiting come first)
---   task: one string, fields joined by NUL, the payload last (so it may hold anything):
---     id, token, attempts, max_attempts, timeout_s ('' = none), lost, priority, cost,
---     waited_ms (from run_at, when it was enqueued, fell due or was retried, to now; '' if
---     unknown), payload; a task a producer handed over has no waited_ms field (nine
---     fields, the form every worker version reads); a named task's payload is stored
---     as '\1' .. name .. '\1' .. JSON (taskfleet/protocol/tasknames.py) and goes as is
---   (one string per task, not ten: reply parsing is most of a worker's per-task cost)
+--   task: one string per task (parsing replies is most of a worker's per-task cost), in
+--     the tagged form (protocol/claimrecord.py, claim record 3): the element '\1' .. '3',
+--     then name, value pairs, then an empty name and the payload (last, so it may hold
+--     anything), all joined by NUL. Names: id, token, attempts, max_attempts (always);
+--     lost, priority, cost (unless 0, 0, 1); timeout (s), waited_ms (from run_at, when it
+--     was enqueued, fell due or was retried, to now), deadline (ms), group, trace, after
+--     (the JSON list of the tasks it waited for: its dependency results' handle), each
+--     only when set; no value is empty. Readers ignore names they do not know. A
+--     hand-off a producer pushes (hand_off.lua) takes that form only for a worker whose
+--     record says claim_record 3; else the positional one every version reads: id,
+--     token, attempts, max_attempts, timeout_s ('' = none), lost, priority, cost,
+--     payload. A named task's payload is stored as '\1' .. name .. '\1' .. JSON
+--     (taskfleet/protocol/tasknames.py) and goes as is
 --- @include "now_ms"
 --- @include "flush_counts"
 --- @include "claim_tasks"

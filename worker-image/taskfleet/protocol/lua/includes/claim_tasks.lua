@@ -28,8 +28,10 @@
 -- extra: how many of `want` are prefetch (tasks to wait in the worker for a free slot):
 -- dropped under a fleet-wide concurrency limit, where a task held but not running would
 -- keep a slot of the limit from a worker that could run it.
--- for_any: records without waited_ms, the form workers of every version read (hand-offs,
--- which a producer of any version makes for a worker of any version).
+-- for_any: a hand-off, which a producer of any version makes for a worker of any version:
+-- its records are tagged only when the worker's record says it reads them (claim_record 3,
+-- written at register); else positional without waited_ms, the form every version reads.
+-- Records: see claim.lua.
 -- Returns {retry_after_ms, next_due_ms, more, task 1, task 2, ...}: see claim.lua; or
 -- {-1, record} when another incarnation registered under the name since, or {-1, ''} when
 -- the caller `registered` and the name has no readable record (`superseded`): nothing is
@@ -42,8 +44,11 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
   -- a replaced process (frozen, then resumed) gets no task, nor the newcomer's hand-offs
-  local holder = superseded(pod, incarnation, registered)
+  local holder, record = superseded(pod, incarnation, registered)
   if holder then return {-1, holder} end
+  -- the worker's own claim runs its own release's script: the tagged form
+  local tagged = not for_any or (record ~= nil
+    and string.find(record, '"claim_record":3', 1, true) ~= nil)
   -- Tasks a producer handed over while the worker was not blocked on its wake list: they
   -- are this worker's already (unless taken back meanwhile: then they are dropped here).
   local wake = K_WAKE .. pod
@@ -127,7 +132,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after')
       if v[9] ~= 'pending' then
         pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -185,14 +190,33 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
             'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
             'attempts', attempts)
-          local fields = {id, token, attempts, v[3] or cfg('max_attempts'),
-            v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1}
-          if not for_any then
+          local fields
+          if tagged then
+            -- name, value pairs (no value empty: an absent one is left out), then an
+            -- empty name and the payload, which may hold anything
+            -- (lost 0, priority 0 and cost 1, the defaults, are left out too)
+            fields = {'\1' .. '3', 'id', id, 'token', token, 'attempts', attempts,
+              'max_attempts', v[3] or cfg('max_attempts')}
+            local n = 9
+            if v[5] and v[5] ~= '0' then fields[n + 1], fields[n + 2], n = 'lost', v[5], n + 2 end
+            if v[6] and v[6] ~= '0' then fields[n + 1], fields[n + 2], n = 'priority', v[6], n + 2 end
+            if v[7] and v[7] ~= '1' then fields[n + 1], fields[n + 2], n = 'cost', v[7], n + 2 end
+            local timeout = v[4] or default_timeout
+            if timeout ~= '' then fields[n + 1], fields[n + 2], n = 'timeout', timeout, n + 2 end
             -- waited: ms from when the task was ready (enqueued, due, or retried) to now
             local ready_at = tonumber(v[11])
-            fields[#fields + 1] = ready_at and math.max(0, now - ready_at) or ''
+            if ready_at then
+              fields[n + 1], fields[n + 2], n = 'waited_ms', math.max(0, now - ready_at), n + 2
+            end
+            if v[8] then fields[n + 1], fields[n + 2], n = 'deadline', v[8], n + 2 end
+            if g and g ~= '' then fields[n + 1], fields[n + 2], n = 'group', g, n + 2 end
+            if v[12] and v[12] ~= '' then fields[n + 1], fields[n + 2], n = 'trace', v[12], n + 2 end
+            if v[13] and v[13] ~= '' then fields[n + 1], fields[n + 2], n = 'after', v[13], n + 2 end
+            fields[n + 1], fields[n + 2] = '', v[1] or ''
+          else
+            fields = {id, token, attempts, v[3] or cfg('max_attempts'),
+              v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1, v[1] or ''}
           end
-          fields[#fields + 1] = v[1] or ''
           out[#out + 1] = table.concat(fields, '\0')
           if fair then group_took(fair, g, vt, src, id, cost) end
         end

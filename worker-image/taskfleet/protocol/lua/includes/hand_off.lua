@@ -16,8 +16,9 @@ local function hand_off(now, count, token_base, bound)
       redis.call('ZREM', K_IDLE, member)  -- not ours: drop it
     else
       local pod, incarnation = string.sub(member, 1, cut - 1), string.sub(member, cut + 1)
-      -- for_any: the record in the form every worker version reads (no waited_ms): the
-      -- producer's library may be newer than the worker it hands the task to
+      -- for_any: the record in the form the worker's record says it reads (tagged for
+      -- claim_record 3, else positional): the producer's library may be newer than the
+      -- worker it hands the task to
       local got = claim_tasks(now, pod, incarnation, 1, token_base .. '.' .. handed, bound, 0,
         nil, true)
       if got[1] == -1 then
