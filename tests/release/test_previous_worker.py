@@ -22,6 +22,7 @@ import pytest
 import redis
 from taskfleet.producer.flows import chain
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import OlderWorker
 from taskfleet.protocol.records import CURRENT_LEVEL
 from taskfleet_operator.models import TaskQueueSpec
@@ -47,7 +48,9 @@ POD = "old-0"
 
 @pytest.fixture
 def older(fleet: Fleet, previous_taskfleet: Path, queue: Queue, tmp_path: Path) -> WorkerProcess:
-    """A 0.1.0 worker on "jobs", registered: its handler module on its path, not this tree."""
+    """A 0.1.0 worker on "jobs", registered: its handler module on its path, not this tree.
+    The queue's lease TTL is 1 s, so its record is silent a second after it stops."""
+    queue.configure(QueueConfig(lease_ttl_s=1))
     worker = fleet.add(
         "oldtasks:double",
         pod=POD,
