@@ -61,7 +61,7 @@ describe("arguments packed by name", () => {
     for (const arg of decl.args) if (arg.name !== repeated.count) named[arg.name] = arg.type === "int" || arg.type === "number" ? "7" : `<${arg.name}>`;
     const record = (i: number): Record<string, string> =>
       Object.fromEntries(repeated.fields.map((f) => [f.name, f.type === "int" || f.type === "number" ? String(i) : `${f.name}${i}`]));
-    const argv = bundle.pack("enqueue", named, [record(1), record(2)]);
+    const argv = bundle.packByName("enqueue", named, [record(1), record(2)]);
     decl.args.forEach((arg, i) => {
       assert.equal(argv[i], arg.name === repeated.count ? "2" : named[arg.name]);
     });
@@ -82,11 +82,11 @@ describe("arguments packed by name", () => {
   });
 
   it("refuses unknown names, missing required arguments and values of the wrong type", () => {
-    assert.throws(() => bundle.pack("enqueue", { no_such_arg: 1 }), /has no argument no_such_arg/);
-    assert.throws(() => bundle.pack("sweep", {}), /argument bound is required/);
-    assert.throws(() => bundle.pack("sweep", { bound: 1.5 }), /not of type int/);
-    assert.throws(() => bundle.pack("cancel", {}, [{ nope: "x" }]), /records have no field nope/);
-    assert.throws(() => bundle.pack("no_such_script", {}), /no script no_such_script/);
+    assert.throws(() => bundle.packByName("enqueue", { no_such_arg: 1 }), /has no argument no_such_arg/);
+    assert.throws(() => bundle.packByName("sweep", {}), /argument bound is required/);
+    assert.throws(() => bundle.packByName("sweep", { bound: 1.5 }), /not of type int/);
+    assert.throws(() => bundle.packByName("cancel", {}, [{ nope: "x" }]), /records have no field nope/);
+    assert.throws(() => bundle.packByName("no_such_script", {}), /no script no_such_script/);
   });
 
   it("names every key of a queue from the manifest, the queue as the hash tag", () => {
