@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
+import { packagedBundle } from "../src/bundle.js";
+import { QueueKeys } from "../src/keys.js";
+import { KEY_NAMES, KEY_SUFFIX, type KeyName, SCRIPT_ARGV, SCRIPT_NAMES, type ScriptName } from "../src/protocol/index.js";
 import { PRODUCER, RUNTIME, checkedSources, importsOf, layoutNamed, program } from "./layers.js";
 
 /** What the layout check finds in each text, each read as a module of src/ (one program for all). */
@@ -104,5 +107,45 @@ describe("imports go one way", () => {
     const file = checkedSources(p).find(([path]) => path === "src/worker/__layers_snippet__.ts")?.[1];
     assert.ok(file !== undefined);
     assert.deepEqual(importsOf(file), ["src/queue.ts"]);
+  });
+});
+
+describe("the generated protocol module", () => {
+  it("makes a misspelt key, field, script or argument a compile error", () => {
+    const path = "src/protocol/__typo_snippet__.ts";
+    const p = program({
+      [path]: [
+        'import type { Bundle } from "../bundle.js";',
+        'import { QueueLayout, TASK } from "./layout.js";',
+        "declare const bundle: Bundle;",
+        'const layout = new QueueLayout("q");',
+        "export const a = layout.confg;",
+        "export const b = TASK.lease_untill;",
+        'export const c = bundle.pack("sweeep", { bound: 1 });',
+        'export const d = bundle.pack("sweep", { bund: 1 });',
+        'export const e = layout.config + TASK.lease_until + String(bundle.pack("sweep", { bound: 1 }));',
+      ].join("\n"),
+    });
+    const file = p.getSourceFiles().find((f) => f.fileName.endsWith(path));
+    assert.ok(file !== undefined);
+    const lines = p.getSemanticDiagnostics(file).map((d) => file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1);
+    assert.deepEqual([...new Set(lines)].sort(), [5, 6, 7, 8]);
+  });
+
+  it("declares each script's arguments and record as the packaged manifest does", () => {
+    const manifest = packagedBundle().manifest;
+    assert.deepEqual([...SCRIPT_NAMES], Object.keys(manifest.scripts));
+    for (const [name, decl] of Object.entries(manifest.scripts)) {
+      const argv = SCRIPT_ARGV[name as ScriptName];
+      assert.deepEqual(argv.args, decl.args.map((a) => a.name), name);
+      assert.deepEqual(argv.record, (decl.repeated?.fields ?? []).map((f) => f.name), name);
+    }
+  });
+
+  it("names every key of the packaged manifest, with its suffix", () => {
+    const manifest = packagedBundle().manifest;
+    assert.deepEqual([...KEY_NAMES], manifest.keys.map((k) => k.name));
+    const keys = new QueueKeys("q", packagedBundle());
+    for (const k of manifest.keys) assert.equal(keys.key(k.name), keys.prefix + KEY_SUFFIX[k.name as KeyName]);
   });
 });
