@@ -29,6 +29,7 @@ import { type FlowIds, type FlowPart, type FlowRecord, buildFlow, flowRecord } f
 import { QueueKeys } from "./keys.js";
 import { purge, readConfig, readFlow, readSchedule, readSchedules, readStats, readTask, readWorkers, writeConfig } from "./protocol/reads.js";
 import { decodeEnqueue, replyList } from "./protocol/replies.js";
+import type { EnqueuePlainRecord } from "./protocol/signatures.js";
 import { queueMs } from "./protocol/store.js";
 import { checkOptionKeys } from "./options.js";
 import { parseRedisURL } from "./redisurl.js";
@@ -540,7 +541,7 @@ function isPlain(r: TaskRecord): boolean {
 }
 
 /** A plain task's fields as enqueue_plain's records name them. */
-function plainRecord(r: TaskRecord): Readonly<Record<string, string | number>> {
+function plainRecord(r: TaskRecord): EnqueuePlainRecord {
   const { task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s } = r;
   return { task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s };
 }

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { WORKER, WORKER_LEVEL } from "./protocol/layout.js";
+import { CURRENT_LEVEL, WORKER, WORKER_LEVEL } from "./protocol/layout.js";
 
 /**
  * What a worker of this release serves, as its record's `level` says (generated from
@@ -18,10 +18,11 @@ import { WORKER, WORKER_LEVEL } from "./protocol/layout.js";
 export { WORKER_LEVEL };
 
 /**
- * The lowest level a reader takes as current (Python's `records.CURRENT_LEVEL`): a live
- * worker below it is older, and the features it lacks are refused while it serves.
+ * The lowest level a reader takes as current (generated from Python's
+ * `records.CURRENT_LEVEL`): a live worker below it is older, and the features it lacks
+ * are refused while it serves.
  */
-export const CURRENT_LEVEL = 2;
+export { CURRENT_LEVEL };
 
 /** The release each level below `WORKER_LEVEL` is: what a reader names it. */
 const RELEASE_OF_LEVEL: Readonly<Record<number, string>> = { 1: "0.1.x", 2: "0.2.x" };

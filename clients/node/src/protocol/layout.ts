@@ -365,4 +365,6 @@ export const COUNTER: { readonly [F in CounterField]: F } = {
 };
 
 /** The level a worker of this release writes in its record. */
-export const WORKER_LEVEL = 2;
+export const WORKER_LEVEL = 3;
+/** The lowest level a reader takes as current: a live worker below it is older. */
+export const CURRENT_LEVEL = 2;

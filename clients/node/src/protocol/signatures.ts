@@ -44,6 +44,35 @@ export interface EnqueueRecord {
   readonly group?: string;
 }
 
+/** The arguments of `enqueue_plain`: create plain tasks (no flow, group or parent) as enqueue does, given fewer keys. */
+export interface EnqueuePlainArgs {
+  /** how many task records follow */
+  readonly n?: number | string;
+  /** 1: the caller would hand new tasks to idle workers (enqueue's token_base); with an idle worker registered, nothing is stored and the reply is [0]: send enqueue */
+  readonly hand_off: number | string;
+  /** the producer's trace context, stored with every new task (field 'trace') */
+  readonly trace?: string;
+}
+/** One record of `enqueue_plain`'s repeated group (after its arguments). */
+export interface EnqueuePlainRecord {
+  /** the task's id */
+  readonly task_id: string;
+  /** JSON text; a named task's is '\1' NAME '\1' then the JSON */
+  readonly payload: string;
+  /** -1000..1000, higher first */
+  readonly priority: number | string;
+  /** ms from now until it may run (0: now) */
+  readonly delay_ms: number | string;
+  /** not started by then, it ends dead: '<ms from now>' or '@<epoch ms>' */
+  readonly deadline?: string;
+  /** '' = the queue's max_attempts */
+  readonly max_attempts?: number | string;
+  /** units it takes of the cost rate limit */
+  readonly cost: number | string;
+  /** seconds a run may take; '' = the queue's default_timeout_s */
+  readonly timeout_s?: number | string;
+}
+
 /** The arguments of `claim`: hand up to n tasks to a worker, after the housekeeping that lets the fleet run */
 export interface ClaimArgs {
   /** the worker's pod name */
@@ -420,6 +449,7 @@ export interface QuotaArgs {
 /** Each script's arguments, by script name. */
 export interface ScriptArgs {
   enqueue: EnqueueArgs;
+  enqueue_plain: EnqueuePlainArgs;
   claim: ClaimArgs;
   extend: ExtendArgs;
   complete: CompleteArgs;
@@ -447,6 +477,7 @@ export interface ScriptArgs {
 /** Each script's repeated record (`never`: it takes none), by script name. */
 export interface ScriptRecords {
   enqueue: EnqueueRecord;
+  enqueue_plain: EnqueuePlainRecord;
   claim: never;
   extend: ExtendRecord;
   complete: CompleteRecord;
@@ -475,11 +506,12 @@ export interface ScriptRecords {
 export type ScriptName = keyof ScriptArgs;
 
 /** Every script's name, in the manifest's order. */
-export const SCRIPT_NAMES = ["enqueue", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "drop", "report", "watch", "quota"] as const;
+export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "drop", "report", "watch", "quota"] as const;
 
 /** Each script's argument names and its record's field names, in ARGV order. */
 export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly string[]; readonly record: readonly string[] }>> = {
   enqueue: { args: ["n", "token_base", "bound", "trace", "parent", "parent_token", "flow"], record: ["task_id", "payload", "priority", "delay_ms", "deadline", "max_attempts", "cost", "timeout_s", "after", "on_dep_fail", "group"] },
+  enqueue_plain: { args: ["n", "hand_off", "trace"], record: ["task_id", "payload", "priority", "delay_ms", "deadline", "max_attempts", "cost", "timeout_s"] },
   claim: { args: ["pod", "incarnation", "max_tasks", "token_base", "bound", "idle_ms", "prefetch", "registered"], record: [] },
   extend: { args: ["pod", "incarnation", "inflight", "draining", "concurrency", "host", "n", "registered", "held"], record: ["task_id", "token"] },
   complete: { args: ["n", "pod", "incarnation", "max_tasks", "token_base", "bound", "idle_ms", "prefetch", "registered"], record: ["task_id", "token", "result"] },

@@ -116,6 +116,8 @@ def _layout(manifest: dict[str, Any]) -> str:
         out.append("};\n")
     out.append("\n" + _doc("The level a worker of this release writes in its record."))
     out.append(f"export const WORKER_LEVEL = {records.WORKER_LEVEL};\n")
+    out.append(_doc("The lowest level a reader takes as current: a live worker below it is older."))
+    out.append(f"export const CURRENT_LEVEL = {records.CURRENT_LEVEL};\n")
     return "".join(out)
 
 
