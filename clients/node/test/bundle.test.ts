@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 import { checkManifest, loadBundle, packagedBundle, packagedBundleDir } from "../src/bundle.js";
 import { ProtocolError } from "../src/errors.js";
 import { QueueKeys } from "../src/keys.js";
+import type { KeyName } from "../src/protocol/layout.js";
 
 const REPOSITORY_BUNDLE = fileURLToPath(new URL("../../../../worker-image/taskfleet/protocol/bundle/", import.meta.url));
 
@@ -92,7 +93,7 @@ describe("arguments packed by name", () => {
   it("names every key of a queue from the manifest, the queue as the hash tag", () => {
     const keys = new QueueKeys("emails", bundle);
     const enqueue = keys.forScript("enqueue");
-    assert.deepEqual(enqueue, bundle.script("enqueue").decl.uses_keys.map((k) => keys.key(k)));
+    assert.deepEqual(enqueue, bundle.script("enqueue").decl.uses_keys.map((k) => keys.key(k as KeyName)));
     for (const key of enqueue) assert.ok(key.startsWith("tf:{emails}:"), key);
     assert.equal(keys.item("task", "abc"), `${keys.key("task")}abc`);
   });

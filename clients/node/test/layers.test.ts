@@ -146,6 +146,6 @@ describe("the generated protocol module", () => {
     const manifest = packagedBundle().manifest;
     assert.deepEqual([...KEY_NAMES], manifest.keys.map((k) => k.name));
     const keys = new QueueKeys("q", packagedBundle());
-    for (const k of manifest.keys) assert.equal(keys.key(k.name), keys.prefix + KEY_SUFFIX[k.name as KeyName]);
+    for (const k of manifest.keys) assert.equal(keys.key(k.name as KeyName), keys.prefix + KEY_SUFFIX[k.name as KeyName]);
   });
 });

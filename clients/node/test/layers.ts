@@ -34,8 +34,8 @@ export const RUNTIME = new Set(["src/bundle.ts", "src/keys.ts", "src/connection.
 /** The client's lifecycle, not commands on a queue's keys (opening, closing, events, a cluster's nodes). */
 const LIFECYCLE = new Set(["connect", "disconnect", "quit", "duplicate", "on", "once", "off", "removeAllListeners", "nodes"]);
 
-/** Key builders' members that name no key: the queue's name and every script's KEYS. */
-const KEY_LISTS = new Set(["queue", "scriptKeys"]);
+/** Key builders' members that name no key: the queue's name and a script's KEYS. */
+const KEY_LISTS = new Set(["queue", "forScript"]);
 
 /** The producer's modules: the worker imports none of them. */
 export const PRODUCER = new Set([
