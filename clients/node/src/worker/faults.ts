@@ -118,4 +118,4 @@ export function classify(error: unknown): RedisFault | null {
   return fault("unreachable", "wait");
 }
 
-export { SAFE_EVICTION_POLICY } from "../serverProbe.js";
+export { SAFE_EVICTION_POLICY } from "../protocol/serverprobe.js";

@@ -12,7 +12,7 @@ import { CONFIG_FIELDS } from "../protocol/defaults.js";
 import type { QueueKeys } from "../keys.js";
 import { readLeaseTtl } from "../protocol/workerstore.js";
 import type { Broker } from "./broker.js";
-import { SAFE_EVICTION_POLICY, probeServer } from "../serverProbe.js";
+import { SAFE_EVICTION_POLICY, probeServer } from "../protocol/serverprobe.js";
 import { NoReply, authFailure, classify } from "./faults.js";
 import { type Flag, bounded } from "./flag.js";
 import type { RedisGate } from "./gate.js";
