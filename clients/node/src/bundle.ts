@@ -16,6 +16,7 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
 import { ProtocolError } from "./errors.js";
+import type { ScriptArgs, ScriptName, ScriptRecords } from "./protocol/signatures.js";
 
 /** The protocol version this package speaks (the manifest's `protocol`). */
 export const PROTOCOL_VERSION = 1;
@@ -96,11 +97,15 @@ export class Bundle {
    * Unknown names, a missing required argument or a value of the wrong kind throw
    * `ProtocolError`: they are mistakes of this package, not of its caller.
    */
-  pack(
-    script: string,
-    args: Readonly<Record<string, ArgValue>>,
-    records: readonly object[] = [],
-  ): (string | Buffer)[] {
+  pack<S extends ScriptName>(script: S, args: ScriptArgs[S], records: readonly ScriptRecords[S][] = []): (string | Buffer)[] {
+    return this.packByName(script, args as Readonly<Record<string, ArgValue>>, records);
+  }
+
+  /**
+   * `pack` for a caller driven by data (the conformance vectors), whose script and
+   * argument names the compiler cannot check: the same checks, at run time only.
+   */
+  packByName(script: string, args: Readonly<Record<string, ArgValue>>, records: readonly object[] = []): (string | Buffer)[] {
     const decl = this.script(script).decl;
     const { known, fields } = this.names(script, decl);
     const repeated = decl.repeated;

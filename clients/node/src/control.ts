@@ -9,10 +9,12 @@
 
 import * as bounds from "./bounds.js";
 import type { Bundle } from "./bundle.js";
-import { type Client, type Scripts, serverMs } from "./connection.js";
+import type { Client, Scripts } from "./connection.js";
 import { groupProblem } from "./encoding.js";
 import { InvalidArgument, ProtocolError, describe, pyRepr } from "./errors.js";
 import type { QueueKeys } from "./keys.js";
+import { type PageOf, pageIds, readTasks } from "./protocol/reads.js";
+import { queueMs } from "./protocol/store.js";
 import { FINISHED, type Task, TaskState, taskFromHash } from "./tasks.js";
 
 /** Ids per cancel, retry or drop call when the caller names them. */
@@ -134,7 +136,7 @@ export async function cancelGroup(c: Control, group: string): Promise<Partial<Re
     for (const outcome of Object.values(await cancel(c, ids))) counts[outcome] = (counts[outcome] ?? 0) + 1;
   };
   for (;;) {
-    const ids = await c.client.zrange(c.keys.item("group_pending", group), "0", String(ID_BATCH - 1));
+    const ids = await pageIds(c, { state: "pending", group, newestFirst: false }, 0, ID_BATCH);
     if (ids.length === 0) break;
     await tally(ids);
   }
@@ -189,7 +191,7 @@ async function scanOf(c: Control, filter: TaskFilter): Promise<Scan> {
   // retried one that fails) is not taken twice
   const older = age("older_than", filter.olderThan) ?? 0;
   const newer = age("newer_than", filter.newerThan);
-  const now = await serverMs(c.client, c.keys.key("stats"));
+  const now = await queueMs(c);
   return {
     reason: filter.reason ?? "",
     oldestMs: newer === undefined ? "-inf" : now - Math.trunc(newer * 1000),
@@ -300,10 +302,6 @@ export interface ListOptions extends TaskFilter {
   readonly group?: string;
 }
 
-function stateSet(keys: QueueKeys, state: TaskState): [string, boolean] {
-  return [keys.key(state), FINISHED.has(state)];
-}
-
 /**
  * Tasks in `state`: pending in the order they will run, delayed by when they are due,
  * running by lease expiry, finished ones newest first. Age is from finished_at for
@@ -326,8 +324,8 @@ export async function listTasks(c: Control, state: TaskState, options: ListOptio
   let offset = cursor === "" ? 0 : Number(cursor);
   const older = age("older_than", options.olderThan);
   const newer = age("newer_than", options.newerThan);
-  const now = await serverMs(c.client, c.keys.key("stats"));
-  const [zkey, finished] = stateSet(c.keys, parsed);
+  const now = await queueMs(c);
+  const finished = FINISHED.has(parsed);
   const lo = newer === undefined ? -Infinity : now - Math.trunc(newer * 1000);
   const hi = older === undefined ? Infinity : now - Math.trunc(older * 1000);
   const byScore = finished && (older !== undefined || newer !== undefined);
@@ -336,26 +334,19 @@ export async function listTasks(c: Control, state: TaskState, options: ListOptio
   const bound = (v: number): string => (v === Infinity ? "+inf" : v === -Infinity ? "-inf" : String(v));
   while (found.length < limit && budget > 0) {
     const chunk = Math.min(LIST_CHUNK, budget);
-    let ids: string[];
-    if (own) {
-      ids = await c.client.zrange(c.keys.item("group_pending", group), String(offset), String(offset + chunk - 1));
-    } else if (byScore) {
-      ids = await c.client.zrevrangebyscore(zkey, bound(hi), bound(lo), "LIMIT", offset, chunk);
-    } else if (finished) {
-      ids = await c.client.zrevrange(zkey, offset, offset + chunk - 1);
-    } else {
-      ids = await c.client.zrange(zkey, String(offset), String(offset + chunk - 1));
-    }
+    const page: PageOf = {
+      state: parsed,
+      group: own ? group : undefined,
+      newestFirst: finished,
+      scores: byScore ? [bound(hi), bound(lo)] : undefined,
+    };
+    const ids = await pageIds(c, page, offset, chunk);
     if (ids.length === 0) return { tasks: found, cursor: null };
-    const pipe = c.client.pipeline();
-    for (const id of ids) pipe.hgetall(c.keys.item("task", id));
-    const replies = (await pipe.exec()) ?? [];
+    const hashes = await readTasks(c, ids);
     for (const [i, id] of ids.entries()) {
       offset += 1;
       budget -= 1;
-      const [error, raw] = replies[i] ?? [null, {}];
-      if (error !== null) throw error;
-      const hash = raw as Record<string, string>;
+      const hash = hashes[i] ?? {};
       if (Object.keys(hash).length === 0) continue; // pruned or deleted meanwhile
       const task = taskFromHash(hash, id);
       if (group !== undefined && task.group !== group) continue;

@@ -14,7 +14,8 @@
  */
 
 import { type CancelOutcome, type Control, cancelCall, retryFlowCall } from "./control.js";
-import { FlowTooLarge, InvalidArgument, ProtocolError, TaskNotFound } from "./errors.js";
+import { FlowTooLarge, InvalidArgument, TaskNotFound } from "./errors.js";
+import { readLinkHeads, scanWaitedBy } from "./protocol/flowstore.js";
 
 /** Tasks whose links one round trip reads. */
 export const WALK_BATCH = 200;
@@ -27,10 +28,6 @@ export const MAX_PASSES = 10;
  * changed, so a walk's time and memory are bounded whatever Redis holds.
  */
 export const MAX_FLOW_TASKS = 50_000;
-/** The field of a task's hash naming one task that waits for it (`by:<id>` = 1). */
-export const WAITED_BY_PREFIX = "by:";
-/** Fields per HSCAN step. */
-export const BY_COUNT = 1000;
 
 const UNFINISHED = new Set(["pending", "delayed", "waiting", "running"]);
 const ACTED = new Set<CancelOutcome>(["cancelled", "requested"]);
@@ -53,38 +50,9 @@ function afterIds(raw: string | null): string[] {
   return Array.isArray(ids) ? ids.map(String) : [];
 }
 
-function scanStep(reply: unknown): [string, string[]] {
-  if (!Array.isArray(reply) || reply.length !== 2 || !Array.isArray(reply[1])) {
-    throw new ProtocolError(`HSCAN: unexpected reply ${JSON.stringify(reply)}`);
-  }
-  const fields = reply[1] as unknown[];
-  const ids: string[] = [];
-  for (let i = 0; i < fields.length; i += 2) ids.push(String(fields[i]).slice(WAITED_BY_PREFIX.length));
-  return [String(reply[0]), ids];
-}
-
-function byScan(c: Control, taskId: string, cursor: string): [string, string, "MATCH", string, "COUNT", number] {
-  return [c.keys.item("task", taskId), cursor, "MATCH", `${WAITED_BY_PREFIX}*`, "COUNT", BY_COUNT];
-}
-
 /** Each task's state and links, in the order asked (one round trip), the first HSCAN step's cursor too. */
 async function readLinks(c: Control, batch: readonly string[]): Promise<[Links, string][]> {
-  const pipe = c.client.pipeline();
-  for (const id of batch) {
-    pipe.hmget(c.keys.item("task", id), "state", "after");
-    pipe.hscan(...byScan(c, id, "0"));
-  }
-  const replies = (await pipe.exec()) ?? [];
-  if (replies.length !== 2 * batch.length) throw new ProtocolError("the walk's read got fewer replies than it sent commands");
-  return batch.map((_, n) => {
-    const [hmErr, hm] = replies[2 * n] ?? [null, null];
-    const [scanErr, scan] = replies[2 * n + 1] ?? [null, null];
-    if (hmErr !== null) throw hmErr;
-    if (scanErr !== null) throw scanErr;
-    const [state = null, after = null] = hm as (string | null)[];
-    const [cursor, by] = scanStep(scan);
-    return [{ state, after: afterIds(after), by }, cursor];
-  });
+  return (await readLinkHeads(c, batch)).map((head) => [{ state: head.state, after: afterIds(head.after), by: head.by }, head.cursor]);
 }
 
 /**
@@ -108,7 +76,7 @@ async function walk(c: Control, taskId: string, branch: boolean): Promise<Map<st
       let cursor = first;
       while (cursor !== "0") {
         if (queued.size + by.length > MAX_FLOW_TASKS) throw new FlowTooLarge(taskId, MAX_FLOW_TASKS);
-        const [next, more] = scanStep(await c.client.hscan(...byScan(c, tid, cursor)));
+        const [next, more] = await scanWaitedBy(c, tid, cursor);
         cursor = next;
         by.push(...more);
       }

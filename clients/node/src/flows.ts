@@ -19,6 +19,7 @@ import type { EnqueueItem } from "./encoding.js";
 import { newTaskId } from "./encoding.js";
 import { InvalidArgument } from "./errors.js";
 import type { QueueKeys } from "./keys.js";
+import { FLOW_FIELDS, readDependencyInputs } from "./protocol/reads.js";
 import { storedInt, storedTime } from "./tasks.js";
 
 /** How deep parts may nest. */
@@ -124,9 +125,6 @@ export interface FlowRecord {
   readonly ended: boolean;
 }
 
-/** The fields `flowRecord` reads with one HMGET, in its order. */
-export const FLOW_FIELDS = ["open", "done", "dead", "cancelled", "started_at", "ended_at", "outcome"] as const;
-
 /** A flow's record from its HMGET reply; null when there is none. */
 export function flowRecord(flowId: string, reply: readonly (string | null)[]): FlowRecord | null {
   const h = Object.fromEntries(FLOW_FIELDS.map((name, i) => [name, reply[i] ?? undefined])) as Record<
@@ -149,27 +147,13 @@ export function flowRecord(flowId: string, reply: readonly (string | null)[]): F
   };
 }
 
-/** The field of a dependant's hash holding the result of one dependency (`in:<id>`). */
-export const INPUT_PREFIX = "in:";
-
 /**
  * The results handed to `taskId` by its dependencies, by their id, in the order of its
  * `after` (a dependency whose result was not handed is absent). `after`: that list as the
  * claim record carried it (one read); null: read from the task (two).
  */
 export async function dependencyResults(client: Client, keys: QueueKeys, taskId: string, after: string | null = null): Promise<Record<string, unknown>> {
-  const key = keys.item("task", taskId);
-  const raw = after ?? (await client.hget(key, "after"));
-  if (raw === null || raw === "") return {};
-  let list: unknown;
-  try {
-    list = JSON.parse(raw);
-  } catch {
-    return {};
-  }
-  if (!Array.isArray(list) || list.length === 0) return {};
-  const ids = list.map(String);
-  const values = await client.hmget(key, ...ids.map((dep) => INPUT_PREFIX + dep));
+  const [ids, values] = await readDependencyInputs(client, keys, taskId, after);
   const out: Record<string, unknown> = {};
   ids.forEach((dep, i) => {
     const value = values[i];

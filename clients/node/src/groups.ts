@@ -11,6 +11,7 @@ import { checkGroup } from "./control.js";
 import { InvalidArgument, describe } from "./errors.js";
 import { floatRepr } from "./pyformat.js";
 import { MAX_COUNT } from "./bounds.js";
+import { GROUP_SETTING_FIELDS, GROUP_WEIGHT, readGroup, readGroupCounts, writeGroupSettings } from "./protocol/groupstore.js";
 
 /** The largest weight a group may have: scores of the ring stay exact doubles. */
 export const MAX_WEIGHT = 1000;
@@ -46,12 +47,6 @@ export interface GroupCount {
   readonly pausedUntilMs: number;
 }
 
-const FIELDS = [
-  ["maxConcurrency", "max_concurrency", 0],
-  ["rateLimitTasks", "rate_limit_tasks", 1],
-  ["rateLimitCost", "rate_limit_cost", 1],
-] as const;
-
 /** `settings` checked (one line on what to fix), as the hash fields to store. */
 export function groupFields(settings: GroupSettings): Record<string, string> {
   const out: Record<string, string> = {};
@@ -60,9 +55,9 @@ export function groupFields(settings: GroupSettings): Record<string, string> {
     if (typeof w !== "number" || !Number.isFinite(w) || !(w > 0 && w <= MAX_WEIGHT)) {
       throw new InvalidArgument(`weight must be a number > 0 and <= ${MAX_WEIGHT}, not ${describe(w)}`);
     }
-    out.weight = floatRepr(w);
+    out[GROUP_WEIGHT] = floatRepr(w);
   }
-  for (const [name, field, low] of FIELDS) {
+  for (const [name, field, low] of GROUP_SETTING_FIELDS) {
     const v = settings[name];
     if (v === undefined || v === null) continue;
     if (typeof v !== "number" || !Number.isInteger(v) || v < low || v > MAX_COUNT) {
@@ -81,13 +76,7 @@ export function groupFields(settings: GroupSettings): Record<string, string> {
 export async function setGroup(c: Control, group: string, settings: GroupSettings): Promise<void> {
   checkGroup(group);
   const fields = groupFields(settings);
-  const key = c.keys.item("group", group);
-  const tx = c.client.multi().hdel(key, "weight", ...FIELDS.map(([, field]) => field));
-  if (Object.keys(fields).length > 0) tx.hset(key, fields);
-  tx.zadd(c.keys.key("groups_parked"), "XX", 0, group);
-  const replies = await tx.exec();
-  const failed = replies?.find(([error]) => error !== null);
-  if (failed !== undefined) throw failed[0] as Error;
+  await writeGroupSettings(c, group, fields);
 }
 
 function stored(raw: string | undefined): number | null {
@@ -99,11 +88,11 @@ function stored(raw: string | undefined): number | null {
 /** `group`'s own settings; a value that does not read is null (the default holds). */
 export async function groupSettings(c: Control, group: string): Promise<StoredGroupSettings> {
   checkGroup(group);
-  const raw = await c.client.hgetall(c.keys.item("group", group));
+  const raw = await readGroup(c, group);
   const none: StoredGroupSettings = { weight: null, maxConcurrency: null, rateLimitTasks: null, rateLimitCost: null };
-  const weight = stored(raw.weight);
+  const weight = stored(raw[GROUP_WEIGHT]);
   const read: Record<string, number | null> = { weight };
-  for (const [name, field] of FIELDS) {
+  for (const [name, field] of GROUP_SETTING_FIELDS) {
     const v = stored(raw[field]);
     read[name] = v === null ? null : Math.trunc(v);
   }
@@ -121,33 +110,10 @@ export async function groupSettings(c: Control, group: string): Promise<StoredGr
  * then by name.
  */
 export async function groups(c: Control, nowMs: number): Promise<GroupCount[]> {
-  const read = c.client.pipeline();
-  read.zrange(c.keys.key("groups"), "0", "-1");
-  read.zrange(c.keys.key("groups_parked"), "0", "-1");
-  read.hkeys(c.keys.key("group_running"));
-  const names = new Set<string>();
-  for (const [error, reply] of (await read.exec()) ?? []) {
-    if (error !== null) throw error;
-    for (const name of reply as string[]) names.add(name);
-  }
-  names.delete("");
-  const all = [...names].sort();
-  if (all.length === 0) return [];
-  const pipe = c.client.pipeline();
-  for (const g of all) pipe.zcard(c.keys.item("group_pending", g));
-  pipe.hmget(c.keys.key("group_running"), ...all);
-  for (const g of all) pipe.hget(c.keys.item("group", g), "until");
-  const replies = (await pipe.exec()) ?? [];
-  const value = (i: number): unknown => {
-    const [error, reply] = replies[i] ?? [null, null];
-    if (error !== null) throw error;
-    return reply;
-  };
-  const running = value(all.length) as (string | null)[];
-  const out = all.map((group, i): GroupCount => {
-    let until = Math.trunc(Number(value(all.length + 1 + i) ?? "0"));
+  const out = (await readGroupCounts(c)).map((stored): GroupCount => {
+    let until = Math.trunc(Number(stored.pausedUntil ?? "0"));
     if (!Number.isFinite(until) || until <= nowMs) until = 0;
-    return { group, pending: Number(value(i)), running: Number(running[i] ?? 0), pausedUntilMs: until };
+    return { group: stored.group, pending: stored.pending, running: Number(stored.running ?? 0), pausedUntilMs: until };
   });
   return out.sort((a, b) => b.pending - a.pending || b.running - a.running || (a.group < b.group ? -1 : a.group > b.group ? 1 : 0));
 }

@@ -9,6 +9,7 @@
 
 import type { Bundle } from "./bundle.js";
 import { InvalidArgument, ProtocolError, pyRepr } from "./errors.js";
+import type { KeyName } from "./protocol/layout.js";
 
 // Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
 const QUEUE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
@@ -47,21 +48,21 @@ export class QueueKeys {
   forScript(script: string): readonly string[] {
     let found = this.byScript.get(script);
     if (found === undefined) {
-      found = this.bundle.script(script).decl.uses_keys.map((k) => this.key(k));
+      found = this.bundle.script(script).decl.uses_keys.map((k) => this.key(k as KeyName));
       this.byScript.set(script, found);
     }
     return found;
   }
 
   /** The key (or key prefix) the manifest calls `name`. */
-  key(name: string): string {
+  key(name: KeyName): string {
     const found = this.byName.get(name);
     if (found === undefined) throw new ProtocolError(`the script bundle declares no key ${name}`);
     return found;
   }
 
   /** A prefixed key: the manifest's prefix key `name` followed by `id`. */
-  item(name: string, id: string): string {
+  item(name: KeyName, id: string): string {
     return this.key(name) + id;
   }
 

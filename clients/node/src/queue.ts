@@ -13,7 +13,7 @@ import * as control from "./control.js";
 import * as flowcontrol from "./flowcontrol.js";
 import * as groups from "./groups.js";
 import * as quotas from "./quotas.js";
-import { type Client, Scripts, connect, serverMs } from "./connection.js";
+import { type Client, Scripts, connect } from "./connection.js";
 import {
   type EnqueueItem,
   type EnqueueOptions,
@@ -24,9 +24,13 @@ import {
   tokenBase,
   traceText,
 } from "./encoding.js";
-import { DependencyCycle, InvalidArgument, InvalidPayload, NotReplicated, OlderWorker, ProtocolError, ScheduleNotFound, ScheduleOwned, StaleToken, TaskExists } from "./errors.js";
-import { FLOW_FIELDS, type FlowIds, type FlowPart, type FlowRecord, buildFlow, flowRecord } from "./flows.js";
+import { InvalidArgument, InvalidPayload, NotReplicated, OlderWorker, ProtocolError, ScheduleNotFound, ScheduleOwned } from "./errors.js";
+import { type FlowIds, type FlowPart, type FlowRecord, buildFlow, flowRecord } from "./flows.js";
 import { QueueKeys } from "./keys.js";
+import { purge, queueStored, readConfig, readFlow, readSchedule, readSchedules, readStats, readTask, readWorkers, writeConfig } from "./protocol/reads.js";
+import { decodeEnqueue, replyList } from "./protocol/replies.js";
+import type { EnqueuePlainRecord } from "./protocol/signatures.js";
+import { queueMs } from "./protocol/store.js";
 import { checkOptionKeys } from "./options.js";
 import { parseRedisURL } from "./redisurl.js";
 import {
@@ -90,8 +94,6 @@ export interface EnqueueResult {
 /** Sizes of every state, live workers, and the queue's counters. */
 export type Stats = Record<"pending" | "delayed" | "running" | "done" | "dead" | "cancelled" | "waiting" | "workers", number> &
   Record<(typeof COUNTERS)[number], number>;
-
-const STATE_SETS = ["pending", "delayed", "running", "done", "dead", "cancelled", "waiting"] as const;
 
 /**
  * One named queue in Redis.
@@ -256,7 +258,7 @@ export class Queue {
     if (typeof taskId !== "string" || !taskId.isWellFormed()) {
       throw new InvalidArgument("task_id must be a string UTF-8 can encode");
     }
-    const raw = await this.client.hgetall(this.keys.item("task", taskId));
+    const raw = await readTask(this, taskId);
     return Object.keys(raw).length > 0 ? taskFromHash(raw, taskId) : null;
   }
 
@@ -269,7 +271,7 @@ export class Queue {
     if (typeof flowId !== "string" || !flowId.isWellFormed()) {
       throw new InvalidArgument("flow id must be a string UTF-8 can encode");
     }
-    const reply = await this.client.hmget(this.keys.item("flow", flowId), ...FLOW_FIELDS);
+    const reply = await readFlow(this, flowId);
     return flowRecord(flowId, reply);
   }
 
@@ -285,34 +287,19 @@ export class Queue {
 
   /** Sizes of every state, live workers and the monotonic counters. */
   async stats(): Promise<Stats> {
-    const pipe = this.client.pipeline();
-    for (const state of STATE_SETS) pipe.zcard(this.keys.key(state));
-    pipe.hlen(this.keys.key("workers"));
-    pipe.hgetall(this.keys.key("stats"));
+    const stored = await readStats(this);
+    const out: Record<string, number> = { ...stored.sizes };
+    out.workers = stored.workers;
+    for (const name of COUNTERS) out[name] = storedInt(stored.counters[name]) ?? 0;
     // tasks of groups wait in their group's own zset, counted apart (protocol.md 3)
-    pipe.get(this.keys.key("groups_pending"));
-    const replies = (await pipe.exec()) ?? [];
-    const values = replies.map(([error, value]) => {
-      if (error !== null) throw error;
-      return value;
-    });
-    const out: Record<string, number> = {};
-    STATE_SETS.forEach((state, i) => (out[state] = Number(values[i])));
-    out.workers = Number(values[STATE_SETS.length]);
-    const counters = (values[STATE_SETS.length + 1] ?? {}) as Record<string, string>;
-    for (const name of COUNTERS) out[name] = storedInt(counters[name]) ?? 0;
-    out.pending = (out.pending ?? 0) + Math.max(0, storedInt((values[STATE_SETS.length + 2] as string | null) ?? undefined) ?? 0);
+    out.pending = (out.pending ?? 0) + Math.max(0, storedInt(stored.groupsPending ?? undefined) ?? 0);
     return out as Stats;
   }
 
   /** The queue's workers as their records say, by pod name, each with its `level` (`olderWorkers` picks the live ones of an older release). */
   async workers(): Promise<WorkerInfo[]> {
-    const now = await serverMs(this.client, this.keys.key("workers"));
-    const [records, config] = await Promise.all([
-      this.client.hgetall(this.keys.key("workers")),
-      this.client.hget(this.keys.key("config"), "lease_ttl_s"),
-    ]);
-    const ttlMs = (Number(config ?? "") > 0 ? Number(config) : CONFIG_FIELDS.leaseTtlS.default) * 1000;
+    const { records, leaseTtl, nowMs: now } = await readWorkers(this);
+    const ttlMs = (Number(leaseTtl ?? "") > 0 ? Number(leaseTtl) : CONFIG_FIELDS.leaseTtlS.default) * 1000;
     const out: WorkerInfo[] = [];
     for (const [pod, text] of Object.entries(records)) {
       const found = workerInfo(pod, text, now, ttlMs);
@@ -405,25 +392,18 @@ export class Queue {
    */
   async configure(settings: Readonly<Partial<QueueConfig>>): Promise<QueueConfig> {
     const config = checkConfig(settings);
-    const key = this.keys.key("config");
-    const fields = configFields(config);
-    const tx = this.client.multi().del(key);
-    if (Object.keys(fields).length > 0) tx.hset(key, fields);
-    const replies = await tx.exec();
-    const failed = replies?.find(([error]) => error !== null);
-    if (failed !== undefined) throw failed[0] as Error;
+    await writeConfig(this, configFields(config));
     return config;
   }
 
   /** Whether anything of the queue is stored: its config, counters, sequence or workers (a typo'd name has none). */
   async exists(): Promise<boolean> {
-    const k = this.keys;
-    return (await this.client.exists(k.key("config"), k.key("stats"), k.key("seq"), k.key("workers"))) > 0;
+    return queueStored(this);
   }
 
   /** The queue's shared settings as stored, defaults for what is not. */
   async config(): Promise<QueueConfig> {
-    return parseConfig(await this.client.hgetall(this.keys.key("config")));
+    return parseConfig(await readConfig(this));
   }
 
   // -- groups and quotas ----------------------------------------------------------------
@@ -439,7 +419,7 @@ export class Queue {
 
   /** Every group with pending or running tasks, how many of each, its own pause's end; most pending first. */
   async groups(): Promise<groups.GroupCount[]> {
-    return groups.groups(this.control, await serverMs(this.client, this.keys.key("stats")));
+    return groups.groups(this.control, await queueMs(this));
   }
 
   /** Stop claims for `seconds` (left out: the adaptive pause), of `group` only if given; a longer pause is kept. Its end (epoch ms). */
@@ -466,15 +446,7 @@ export class Queue {
 
   /** Delete every key of the queue (tasks, workers, config, counters, schedules). */
   async purge(): Promise<void> {
-    const nodes = "nodes" in this.client ? this.client.nodes("master") : [this.client];
-    for (const node of nodes) {
-      let cursor = "0";
-      do {
-        const [next, keys] = await node.scan(cursor, "MATCH", this.keys.pattern, "COUNT", 1000);
-        cursor = next;
-        if (keys.length > 0) await node.unlink(...keys);
-      } while (cursor !== "0");
-    }
+    await purge(this);
   }
 
   // -- schedules ------------------------------------------------------------------------
@@ -487,7 +459,7 @@ export class Queue {
    */
   async schedule(name: string, cron: string, payload: Readonly<Record<string, unknown>>, options: ScheduleOptions = {}): Promise<Schedule> {
     const def = scheduleDef(name, cron, payload, options);
-    const now = await serverMs(this.client, this.keys.key("schedules"));
+    const now = await queueMs(this);
     const slot = firstSlot(def.cron, def.tz, now);
     const argv = this.bundle.pack(
       "schedule_put",
@@ -518,24 +490,13 @@ export class Queue {
   /** The schedule `name`, or null. */
   async getSchedule(name: string): Promise<Schedule | null> {
     validateScheduleName(name);
-    const raw = await this.client.hgetall(this.keys.item("schedule", name));
+    const raw = await readSchedule(this, name);
     return Object.keys(raw).length > 0 ? scheduleFromHash(raw) : null;
   }
 
   /** Every schedule of the queue, sorted by name. */
   async schedules(): Promise<Schedule[]> {
-    const names = (await this.client.smembers(this.keys.key("schedules"))).sort();
-    if (names.length === 0) return [];
-    const pipe = this.client.pipeline();
-    for (const name of names) pipe.hgetall(this.keys.item("schedule", name));
-    const replies = (await pipe.exec()) ?? [];
-    const out: Schedule[] = [];
-    for (const [error, raw] of replies) {
-      if (error !== null) throw error;
-      const hash = raw as Record<string, string>;
-      if (Object.keys(hash).length > 0) out.push(scheduleFromHash(hash));
-    }
-    return out;
+    return (await readSchedules(this)).map((hash) => scheduleFromHash(hash));
   }
 
   /** Delete the schedule `name`; false if there was none. Tasks it fired stay. */
@@ -557,7 +518,7 @@ export class Queue {
   async resumeSchedule(name: string): Promise<boolean> {
     const found = await this.getSchedule(name);
     if (found === null) throw new ScheduleNotFound(name);
-    const now = await serverMs(this.client, this.keys.key("schedules"));
+    const now = await queueMs(this);
     const slot = firstSlot(found.cron, found.tz, now);
     const due = slot === null ? 0 : dueMs(name, slot, Math.trunc(found.jitter * 1000));
     return this.pause(name, false, slot, due);
@@ -579,19 +540,13 @@ export class Queue {
   }
 }
 
-function replyList(script: string, raw: unknown): unknown[] {
-  if (!Array.isArray(raw) || raw.length === 0) throw new ProtocolError(`${script}: unexpected reply ${JSON.stringify(raw)}`);
-  return raw as unknown[];
-}
-
-/** The enqueue script's reply: per task, whether it was created; its refusals as errors. */
 /** A task enqueue_plain takes: no after, on_dep_fail or group. */
 function isPlain(r: TaskRecord): boolean {
   return r.after === "" && r.on_dep_fail === "" && r.group === "";
 }
 
 /** A plain task's fields as enqueue_plain's records name them. */
-function plainRecord(r: TaskRecord): Readonly<Record<string, string | number>> {
+function plainRecord(r: TaskRecord): EnqueuePlainRecord {
   const { task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s } = r;
   return { task_id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s };
 }
@@ -599,36 +554,4 @@ function plainRecord(r: TaskRecord): Readonly<Record<string, string | number>> {
 /** enqueue_plain's [0]: nothing stored, an idle worker waits for the hand-off enqueue makes. */
 function handOffLeft(raw: unknown): boolean {
   return Array.isArray(raw) && raw.length === 1 && Number(raw[0]) === 0;
-}
-
-export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[], queue: string, parent?: string): boolean[] {
-  const reply = replyList("enqueue", raw);
-  const code = Number(reply[0]);
-  if (code === -5) throw new StaleToken(parent ?? "?");
-  if (code === -6) throw new OlderWorker(queue, String(reply[1]), String(reply[2]));
-  const task = (index: unknown): string => batch[Number(index) - 1]?.task_id ?? "?";
-  if (code === -7) throw new DependencyCycle(task(reply[1]), parent ?? "?");
-  if (code === -8) {
-    throw new InvalidArgument(
-      `more than ${Number(reply[1])} tasks wait for '${parent ?? "?"}': too many to check its children for a dependency cycle; add children that are new tasks waiting for no existing one`,
-    );
-  }
-  if (code === -1) {
-    throw new InvalidPayload(
-      `payload of task ${task(reply[1])} is ${Number(reply[2])} bytes; the queue allows ${Number(reply[3])} (max_payload_bytes)`,
-    );
-  }
-  if (code === -2) throw new TaskExists(task(reply[1]), String(reply[2]));
-  if (code === -3) throw new InvalidArgument(`task id '${task(reply[1])}' appears twice in one enqueue`);
-  if (code === -4) {
-    const index = Number(reply[1]);
-    const dep = String(reply[2]);
-    // a task may wait only for earlier ones: a cycle can never be stored
-    if (batch.slice(index).some((r) => r.task_id === dep)) throw DependencyCycle.later(task(index), dep);
-    throw new InvalidArgument(
-      `task '${task(reply[1])}' waits for '${String(reply[2])}' (after), which is no task of this queue nor an earlier task of this enqueue`,
-    );
-  }
-  if (code !== 1 || reply.length !== batch.length + 1) throw new ProtocolError(`enqueue: unexpected reply ${JSON.stringify(raw)}`);
-  return reply.slice(1).map((x) => Number(x) === 1);
 }

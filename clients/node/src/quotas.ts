@@ -7,10 +7,12 @@
  */
 
 import type { QueueConfig } from "./config.js";
-import { serverMs } from "./connection.js";
 import type { Control } from "./control.js";
 import { checkGroup } from "./control.js";
 import { InvalidArgument, ProtocolError, describe, olderWorker } from "./errors.js";
+import { readQuota } from "./protocol/groupstore.js";
+import type { QuotaArgs } from "./protocol/signatures.js";
+import { queueMs } from "./protocol/store.js";
 
 /** A run-time budget setting: an integer >= 0 (0: none), "default" (the config's again), undefined (kept). */
 export type BudgetLimit = number | "default";
@@ -51,12 +53,11 @@ export interface QuotaState {
 }
 
 /** Where the quota state lives: the queue's hash, or a group's (its own pause and budget). */
-function ops(c: Control, group: string | undefined): { group: string; key: string } {
-  if (group === undefined) return { group: "", key: c.keys.key("quota") };
-  return { group: checkGroup(group), key: c.keys.item("group", group) };
+function ops(group: string | undefined): { group: string } {
+  return { group: group === undefined ? "" : checkGroup(group) };
 }
 
-async function run(c: Control, args: Record<string, string | number>): Promise<[number, number]> {
+async function run(c: Control, args: QuotaArgs): Promise<[number, number]> {
   const raw = await c.scripts.run("quota", c.keys, c.bundle.pack("quota", args));
   const refused = Array.isArray(raw) ? olderWorker(c.keys.queue, raw) : null;
   if (refused !== null) throw refused;
@@ -85,7 +86,7 @@ export interface PauseOptions {
 /** Stop claims for `seconds` (undefined: the adaptive pause); a longer pause already on is kept. Its end (epoch ms). */
 export async function pauseClaims(c: Control, seconds: number | undefined, options: PauseOptions): Promise<number> {
   const ms = pauseMs(seconds);
-  const where = ops(c, options.group);
+  const where = ops(options.group);
   const reason = options.reason ?? "";
   if (typeof reason !== "string") throw new InvalidArgument(`reason must be a string, not ${describe(reason)}`);
   const [until] = await run(c, {
@@ -102,7 +103,7 @@ export async function pauseClaims(c: Control, seconds: number | undefined, optio
 
 /** End the claim pause (a group's own, with `group`) and forget the rate limits met in a row. */
 export async function resumeClaims(c: Control, group: string | undefined): Promise<void> {
-  const where = ops(c, group);
+  const where = ops(group);
   await run(c, { op: "resume", pause_ms: "", reason: "", day_limit: "", month_limit: "", group: where.group, task_id: "" });
 }
 
@@ -129,7 +130,7 @@ export interface BudgetOptions {
 export async function setBudget(c: Control, options: BudgetOptions): Promise<void> {
   const day = limit("day", options.day);
   const month = limit("month", options.month);
-  const where = ops(c, options.group);
+  const where = ops(options.group);
   await run(c, { op: "budget", pause_ms: "", reason: "", day_limit: day, month_limit: month, group: where.group, task_id: "" });
 }
 
@@ -184,8 +185,8 @@ export function quotaState(raw: Readonly<Record<string, string>>, nowMs: number,
 
 /** The claim pause and budget (the queue's, or `group`'s own under the config's per-group budget) now. */
 export async function quota(c: Control, group: string | undefined, config: QueueConfig): Promise<QuotaState> {
-  const raw = await c.client.hgetall(ops(c, group).key);
-  const now = await serverMs(c.client, c.keys.key("stats"));
+  const raw = await readQuota(c, ops(group).group);
+  const now = await queueMs(c);
   return group === undefined
     ? quotaState(raw, now, config.budgetDay, config.budgetMonth)
     : quotaState(raw, now, config.groupBudgetDay, config.groupBudgetMonth);

@@ -15,6 +15,7 @@ import { checkedInt, encodePayload, groupProblem, seconds } from "./encoding.js"
 import { InvalidArgument, describe, pyRepr } from "./errors.js";
 import { checkOptionKeys } from "./options.js";
 import { floatRepr } from "./pyformat.js";
+import { SCHEDULE } from "./protocol/layout.js";
 import { nextSlot, zone } from "./slots.js";
 
 /** After downtime: fire the latest missed slot only, or every missed slot (up to a bound). */
@@ -106,17 +107,17 @@ export function scheduleDef(name: string, cron: string, payload: unknown, option
     if (problem !== undefined) throw new InvalidArgument(problem);
   }
   const fields: [string, string][] = [
-    ["cron", cron],
-    ["tz", tz],
-    ["payload", text],
-    ["priority", String(priority)],
-    ["max_attempts", options.maxAttempts === undefined ? "" : String(options.maxAttempts)],
-    ["cost", String(cost)],
-    ["timeout", timeout === undefined ? "" : floatRepr(timeout)],
-    ["deadline_ms", deadline === undefined ? "" : String(Math.trunc(deadline * 1000))],
-    ["catchup", catchup],
-    ["catchup_limit", String(catchupLimit)],
-    ["jitter_ms", String(jitterMs)],
+    [SCHEDULE.cron, cron],
+    [SCHEDULE.tz, tz],
+    [SCHEDULE.payload, text],
+    [SCHEDULE.priority, String(priority)],
+    [SCHEDULE.max_attempts, options.maxAttempts === undefined ? "" : String(options.maxAttempts)],
+    [SCHEDULE.cost, String(cost)],
+    [SCHEDULE.timeout, timeout === undefined ? "" : floatRepr(timeout)],
+    [SCHEDULE.deadline_ms, deadline === undefined ? "" : String(Math.trunc(deadline * 1000))],
+    [SCHEDULE.catchup, catchup],
+    [SCHEDULE.catchup_limit, String(catchupLimit)],
+    [SCHEDULE.jitter_ms, String(jitterMs)],
     ["group", options.group ?? ""],
   ];
   return { name, cron, tz, jitterMs, fields };
@@ -182,27 +183,27 @@ export function scheduleFromHash(h: Readonly<Record<string, string>>): Schedule 
     payload = {};
   }
   const timeout = h.timeout ?? "";
-  const deadline = intOf(h.deadline_ms);
+  const deadline = intOf(h[SCHEDULE.deadline_ms]);
   const name = h.name ?? "";
-  const jitter = (intOf(h.jitter_ms) ?? 0) / 1000;
+  const jitter = (intOf(h[SCHEDULE.jitter_ms]) ?? 0) / 1000;
   const paused = h.paused === "1";
-  const next = intOf(h.next_slot);
+  const next = intOf(h[SCHEDULE.next_slot]);
   return {
     name,
     cron: h.cron ?? "",
     tz: h.tz ?? "UTC",
     payload: typeof payload === "object" && payload !== null && !Array.isArray(payload) ? (payload as Record<string, unknown>) : {},
     priority: intOf(h.priority) ?? 0,
-    maxAttempts: intOf(h.max_attempts),
+    maxAttempts: intOf(h[SCHEDULE.max_attempts]),
     cost: intOf(h.cost) ?? 1,
     timeout: timeout === "" ? null : Number(timeout),
     deadline: deadline === null ? null : deadline / 1000,
     catchup: h.catchup ?? "latest",
-    catchupLimit: intOf(h.catchup_limit) || 100,
+    catchupLimit: intOf(h[SCHEDULE.catchup_limit]) || 100,
     jitter,
     paused,
     owner: h.owner ?? "",
-    lastSlot: intOf(h.last_slot),
+    lastSlot: intOf(h[SCHEDULE.last_slot]),
     nextSlot: next,
     nextDueMs: next === null || paused ? null : dueMs(name, next, Math.trunc(jitter * 1000)),
     fired: intOf(h.fired) ?? 0,

@@ -9,6 +9,7 @@
 import * as bounds from "./bounds.js";
 import { NAME_MARK } from "./encoding.js";
 import { ProtocolError, pyRepr } from "./errors.js";
+import { COUNTER_FIELDS, TASK } from "./protocol/layout.js";
 
 /** A task's states. */
 export const TaskState = {
@@ -29,26 +30,7 @@ const STATES: ReadonlySet<string> = new Set(Object.values(TaskState));
 export const FINISHED: ReadonlySet<TaskState> = new Set<TaskState>(["done", "dead", "cancelled"]);
 
 /** Counters of the queue's statistics, each reported by `Queue.stats` (0 when never bumped). */
-export const COUNTERS = [
-  "enqueued",
-  "completed",
-  "failed",
-  "retried",
-  "dead_total",
-  "requeued",
-  "lost",
-  "released",
-  "stale",
-  "expired",
-  "cancelled_total",
-  "deferred",
-  "replayed",
-  "throttled",
-  "flows_done",
-  "flows_failed",
-  "flows_cancelled",
-  "flow_repairs",
-] as const;
+export const COUNTERS = COUNTER_FIELDS;
 
 /** A task as stored, with proper types (times are `Date`s, null when absent or unreadable). */
 export interface Task {
@@ -157,14 +139,14 @@ function parsed(text: string): unknown {
 }
 
 const TIME_FIELDS = {
-  createdAt: "created_at",
-  runAt: "run_at",
-  deadline: "deadline",
-  startedAt: "started_at",
-  finishedAt: "finished_at",
-  leaseUntil: "lease_until",
-  progressAt: "progress_at",
-  cancelRequested: "cancel_requested",
+  createdAt: TASK.created_at,
+  runAt: TASK.run_at,
+  deadline: TASK.deadline,
+  startedAt: TASK.started_at,
+  finishedAt: TASK.finished_at,
+  leaseUntil: TASK.lease_until,
+  progressAt: TASK.progress_at,
+  cancelRequested: TASK.cancel_requested,
 } as const;
 
 /** The task of a stored hash (field name to text); `taskId` when the hash has no id. */
@@ -194,10 +176,10 @@ export function taskFromHash(raw: Readonly<Record<string, string>>, taskId?: str
     payload,
     priority: int("priority", 0),
     attempts: int("attempts", 0),
-    maxAttempts: storedInt(raw.max_attempts),
+    maxAttempts: storedInt(raw[TASK.max_attempts]),
     lost: int("lost", 0),
     cost: int("cost", 1),
-    costUsed: storedInt(raw.cost_used),
+    costUsed: storedInt(raw[TASK.cost_used]),
     deferred: int("deferred", 0),
     timeout: timeout !== null && timeout > 0 ? timeout : null,
     ...times,

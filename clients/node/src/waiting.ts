@@ -22,6 +22,7 @@ import type { Bundle } from "./bundle.js";
 import { type Client, type Scripts, quiet } from "./connection.js";
 import { InvalidArgument, ProtocolError, WaitTimeout } from "./errors.js";
 import type { QueueKeys } from "./keys.js";
+import { popFinished, readTasks } from "./protocol/reads.js";
 import { type Task, taskFromHash } from "./tasks.js";
 
 /** The longest a wait blocks before it looks at its tasks again (seconds). */
@@ -101,18 +102,13 @@ export async function wait(
   const deadline = performance.now() + seconds * 1000;
   const finished: Record<string, Task> = {};
   const waiter = randomBytes(8).toString("hex");
-  const listKey = keys.item("waiter", waiter);
   let watching = false;
 
   const read = async (found: string[]): Promise<void> => {
     if (found.length === 0) return;
-    const pipe = client.pipeline();
-    for (const id of found) pipe.hgetall(keys.item("task", id));
-    const replies = (await pipe.exec()) ?? [];
+    const hashes = await readTasks({ client, keys }, found);
     found.forEach((id, i) => {
-      const [error, raw] = replies[i] ?? [null, {}];
-      if (error !== null) throw error;
-      const hash = raw as Record<string, string>;
+      const hash = hashes[i] ?? {};
       const task = Object.keys(hash).length > 0 ? taskFromHash(hash, id) : null;
       if (task?.finished === true) finished[id] = task;
       else watching = false; // pruned, or run again since: watched again at the next look
@@ -149,7 +145,7 @@ export async function wait(
     let healthy = false;
     let replies: [Error | null, unknown][] | null;
     try {
-      replies = await blocker.pipeline().blpop(listKey, Number(block.toFixed(3)) || 0.001).lpop(listKey, POP_MAX).exec();
+      replies = await popFinished(blocker, keys, waiter, block, POP_MAX);
       healthy = true;
     } finally {
       blockers.give(blocker, healthy);

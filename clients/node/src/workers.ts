@@ -6,20 +6,23 @@
  * @module
  */
 
-/**
- * What a worker of this release serves, as its record's `level` says (Python's
- * `records.WORKER_LEVEL`). A record without a level is a worker of taskfleet 0.1.x: level
- * 1, plain and named tasks. 2 (0.2) also serves flows, groups, claim pauses and spend
- * budgets. 3 (0.3) takes the claim record agreed at register; a level-2 worker is still
- * sent the form it reads, so nothing is refused to it.
- */
-export const WORKER_LEVEL = 3;
+import { CURRENT_LEVEL, WORKER, WORKER_LEVEL } from "./protocol/layout.js";
 
 /**
- * The lowest level a reader takes as current (Python's `records.CURRENT_LEVEL`): a live
- * worker below it is older, and the features it lacks are refused while it serves.
+ * What a worker of this release serves, as its record's `level` says (generated from
+ * Python's `records.WORKER_LEVEL`). A record without a level is a worker of taskfleet
+ * 0.1.x: level 1, plain and named tasks. 2 (0.2) also serves flows, groups, claim pauses
+ * and spend budgets. 3 (0.3) takes the claim record agreed at register; a level-2 worker
+ * is still sent the form it reads, so nothing is refused to it.
  */
-export const CURRENT_LEVEL = 2;
+export { WORKER_LEVEL };
+
+/**
+ * The lowest level a reader takes as current (generated from Python's
+ * `records.CURRENT_LEVEL`): a live worker below it is older, and the features it lacks
+ * are refused while it serves.
+ */
+export { CURRENT_LEVEL };
 
 /** The release each level below `WORKER_LEVEL` is: what a reader names it. */
 const RELEASE_OF_LEVEL: Readonly<Record<number, string>> = { 1: "0.1.x", 2: "0.2.x" };
@@ -70,8 +73,9 @@ export function workerInfo(pod: string, text: string, nowMs: number, ttlMs: numb
   }
   if (typeof rec !== "object" || rec === null || Array.isArray(rec)) return null;
   const fields = rec as Record<string, unknown>;
-  const heartbeat = Number(fields.heartbeat_ms);
-  if (fields.heartbeat_ms === undefined || fields.heartbeat_ms === null || !Number.isFinite(heartbeat)) return null;
+  const stored = fields[WORKER.heartbeat_ms];
+  const heartbeat = Number(stored);
+  if (stored === undefined || stored === null || !Number.isFinite(heartbeat)) return null;
   return {
     pod,
     incarnation: typeof fields.incarnation === "string" ? fields.incarnation : "",

@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 import { checkManifest, loadBundle, packagedBundle, packagedBundleDir } from "../src/bundle.js";
 import { ProtocolError } from "../src/errors.js";
 import { QueueKeys } from "../src/keys.js";
+import type { KeyName } from "../src/protocol/layout.js";
 
 const REPOSITORY_BUNDLE = fileURLToPath(new URL("../../../../worker-image/taskfleet/protocol/bundle/", import.meta.url));
 
@@ -61,7 +62,7 @@ describe("arguments packed by name", () => {
     for (const arg of decl.args) if (arg.name !== repeated.count) named[arg.name] = arg.type === "int" || arg.type === "number" ? "7" : `<${arg.name}>`;
     const record = (i: number): Record<string, string> =>
       Object.fromEntries(repeated.fields.map((f) => [f.name, f.type === "int" || f.type === "number" ? String(i) : `${f.name}${i}`]));
-    const argv = bundle.pack("enqueue", named, [record(1), record(2)]);
+    const argv = bundle.packByName("enqueue", named, [record(1), record(2)]);
     decl.args.forEach((arg, i) => {
       assert.equal(argv[i], arg.name === repeated.count ? "2" : named[arg.name]);
     });
@@ -82,17 +83,17 @@ describe("arguments packed by name", () => {
   });
 
   it("refuses unknown names, missing required arguments and values of the wrong type", () => {
-    assert.throws(() => bundle.pack("enqueue", { no_such_arg: 1 }), /has no argument no_such_arg/);
-    assert.throws(() => bundle.pack("sweep", {}), /argument bound is required/);
-    assert.throws(() => bundle.pack("sweep", { bound: 1.5 }), /not of type int/);
-    assert.throws(() => bundle.pack("cancel", {}, [{ nope: "x" }]), /records have no field nope/);
-    assert.throws(() => bundle.pack("no_such_script", {}), /no script no_such_script/);
+    assert.throws(() => bundle.packByName("enqueue", { no_such_arg: 1 }), /has no argument no_such_arg/);
+    assert.throws(() => bundle.packByName("sweep", {}), /argument bound is required/);
+    assert.throws(() => bundle.packByName("sweep", { bound: 1.5 }), /not of type int/);
+    assert.throws(() => bundle.packByName("cancel", {}, [{ nope: "x" }]), /records have no field nope/);
+    assert.throws(() => bundle.packByName("no_such_script", {}), /no script no_such_script/);
   });
 
   it("names every key of a queue from the manifest, the queue as the hash tag", () => {
     const keys = new QueueKeys("emails", bundle);
     const enqueue = keys.forScript("enqueue");
-    assert.deepEqual(enqueue, bundle.script("enqueue").decl.uses_keys.map((k) => keys.key(k)));
+    assert.deepEqual(enqueue, bundle.script("enqueue").decl.uses_keys.map((k) => keys.key(k as KeyName)));
     for (const key of enqueue) assert.ok(key.startsWith("tf:{emails}:"), key);
     assert.equal(keys.item("task", "abc"), `${keys.key("task")}abc`);
   });

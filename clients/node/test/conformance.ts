@@ -299,7 +299,7 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
         const records = ((step.records ?? []) as Record<string, unknown>[]).map((r) =>
           Object.fromEntries(Object.entries(r).map(([k, v]) => [k, v === null ? undefined : value(v)])),
         );
-        const argv = bundle.pack(script, args, records);
+        const argv = bundle.packByName(script, args, records);
         const keys = keysOf(script);
         const reply = await send("EVALSHA", [loaded.sha1, String(keys.length), ...keys, ...argv]);
         const expect: unknown = step.expect;

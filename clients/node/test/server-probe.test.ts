@@ -1,4 +1,4 @@
-// The one probe of the Redis server's settings (src/serverProbe.ts): what it reads on a
+// The one probe of the Redis server's settings (src/protocol/serverprobe.ts): what it reads on a
 // real server, with CONFIG allowed or refused, and that the worker's start uses it.
 import assert from "node:assert/strict";
 import { readFileSync, readdirSync } from "node:fs";
@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 
 import { Redis } from "ioredis";
 
-import { evicts, probeServer, settingsOf } from "../src/serverProbe.js";
+import { evicts, probeServer, settingsOf } from "../src/protocol/serverprobe.js";
 import { Flag } from "../src/worker/flag.js";
 import type { RedisGate } from "../src/worker/gate.js";
 import type { Settings } from "../src/worker/settings.js";
@@ -90,7 +90,7 @@ describe("the probe's callers", () => {
       for (const entry of readdirSync(dir, { withFileTypes: true })) {
         const path = join(dir, entry.name);
         if (entry.isDirectory()) walk(path);
-        else if (path.endsWith(".ts") && entry.name !== "serverProbe.ts") {
+        else if (path.endsWith(".ts") && entry.name !== "serverprobe.ts") {
           if (/call\(\s*"(CONFIG|INFO)"|\.config\(\s*"GET"|\.info\(\s*"/.test(readFileSync(path, "utf8"))) found.push(path);
         }
       }

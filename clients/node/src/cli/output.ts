@@ -10,6 +10,7 @@ import { BadInput, Failure, type Opt, type Values, parseArgs } from "../cli.js";
 import { InvalidArgument, InvalidRedisURL } from "../errors.js";
 import { Queue } from "../queue.js";
 import type { Task } from "../tasks.js";
+import { probeServer } from "../protocol/serverprobe.js";
 
 export const PROG = "taskfleet-node";
 export const DEFAULT_REDIS_URL = "redis://localhost:6379/0";
@@ -128,14 +129,7 @@ export async function withQueue<T>(name: string, values: Values, existing: boole
  */
 export async function evictionPolicy(q: Queue): Promise<string | null> {
   try {
-    const reply = (await q.client.call("CONFIG", ["GET", "maxmemory-policy"])) as string[];
-    if (reply[1] !== undefined && reply[1] !== "") return reply[1];
-  } catch {
-    // refused: ask INFO
-  }
-  try {
-    const info = String(await q.client.call("INFO", ["memory"]));
-    return /^maxmemory_policy:(\S+)/m.exec(info)?.[1] ?? null;
+    return (await probeServer(q.client)).evictionPolicy;
   } catch {
     return null;
   }

@@ -17,9 +17,11 @@ import type { TaskRecord } from "../encoding.js";
 import { ProtocolError, TaskfleetError } from "../errors.js";
 import { dependencyResults } from "../flows.js";
 import { QueueKeys } from "../keys.js";
-import { decodeEnqueue } from "../queue.js";
+import { decodeEnqueue } from "../protocol/replies.js";
+import type { ScriptArgs, ScriptName, ScriptRecords } from "../protocol/signatures.js";
+import { popWork, probeWritable, taskFieldOfEach } from "../protocol/workerstore.js";
 import { type ClaimedTask, type Served, parseClaimRecords } from "./claimed.js";
-import { NoReply, WRITABLE_PROBE, classify } from "./faults.js";
+import { NoReply, classify } from "./faults.js";
 import { Flag, bounded, until } from "./flag.js";
 import { MAX_DEFERRALS } from "./failures.js";
 import { type WorkerRecord, describeRecord, parseWorkerRecord } from "./identity.js";
@@ -183,13 +185,13 @@ export class Broker {
     return bounded(promise, ms, () => new NoReply(ms));
   }
 
-  private async call(script: string, args: Record<string, string | number | undefined>, records: Record<string, string | number>[] = []): Promise<unknown> {
+  private async call<S extends ScriptName>(script: S, args: ScriptArgs[S], records: readonly ScriptRecords[S][] = []): Promise<unknown> {
     if (this.unanswered.length > 0) await this.disown();
     return this.bound(this.scripts.run(script, this.keys, this.bundle.pack(script, args, records)));
   }
 
   /** A call that claims under `base`; remembered for disown when it got no reply. */
-  private async claiming(script: string, base: string, args: Record<string, string | number | undefined>, records: Record<string, string | number>[] = [], completes = false): Promise<unknown> {
+  private async claiming<S extends ScriptName>(script: S, base: string, args: ScriptArgs[S], records: readonly ScriptRecords[S][] = [], completes = false): Promise<unknown> {
     try {
       const replicas = this.options.waitReplicas ?? 0;
       if (!completes || replicas === 0) return await this.call(script, args, records);
@@ -549,12 +551,11 @@ export class Broker {
     }
     const blocking = this.blocking;
     const timeout = Math.max(0.001, timeoutS);
-    const wake = this.keys.item("wake", this.pod);
-    let popped: { value: [string, string] | null } | undefined;
+    let popped: { value: { handedOver: string | null } | null } | undefined;
     try {
       popped = await until(
         this.bound(
-          blocking.blpop(wake, this.keys.key("notify"), Number(timeout.toFixed(3))),
+          popWork(blocking, this.keys, this.pod, timeout),
           timeout * 1000 + Math.max(this.options.replyTimeoutMs, BLOCKING_REPLY_MARGIN_MS),
         ),
         this.blockingCut,
@@ -566,8 +567,8 @@ export class Broker {
     // dropped meanwhile (a drain, a reconnect): a record it popped is lost in transit and
     // comes back by the release at exit or its lease; claim now
     if (popped === undefined || popped.value === null) return null;
-    const [key, record] = popped.value;
-    if (key !== wake) return { tasks: [], retryAfterMs: 0, nextDueMs: null, morePending: false };
+    const record = popped.value.handedOver;
+    if (record === null) return { tasks: [], retryAfterMs: 0, nextDueMs: null, morePending: false };
     return this.claimed({ retryAfterMs: 0, nextDueMs: null, morePending: false, records: [record] });
   }
 
@@ -590,9 +591,7 @@ export class Broker {
    * group-scoped pause was written after it ended (claim records carry the others').
    */
   async groupsOf(taskIds: readonly string[]): Promise<string[]> {
-    const pipe = this.client.pipeline();
-    for (const id of taskIds) pipe.hget(this.keys.item("task", id), "group");
-    const replies = (await this.bound(pipe.exec())) ?? [];
+    const replies = (await this.bound(taskFieldOfEach(this.client, this.keys, taskIds, "group"))) ?? [];
     return taskIds.map((_, i) => {
       const [error, value] = replies[i] ?? [null, null];
       if (error) throw error;
@@ -603,7 +602,7 @@ export class Broker {
   /** Return if Redis takes writes now; throw its refusal if not (changes nothing). */
   async writable(): Promise<void> {
     try {
-      await this.bound(this.client.call("EVAL", [WRITABLE_PROBE, 1, this.keys.key("config")]));
+      await this.bound(probeWritable(this.client, this.keys));
     } catch (error) {
       if (classify(error)?.fault === "refused") return; // a server without script flags: no way to ask
       throw error;

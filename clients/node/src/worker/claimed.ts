@@ -17,6 +17,7 @@
 import { pyRepr } from "../errors.js";
 import { storedNumberProblem } from "../numbers.js";
 import { logEvent } from "./log.js";
+import { positionalParts, taggedFields } from "../protocol/claimrecord.js";
 
 /** A task handed to this worker. `token` fences every later write about it. */
 export interface ClaimedTask {
@@ -48,22 +49,7 @@ export interface ClaimedTask {
   readonly deadlineMs: number | null;
 }
 
-/** A tagged claim record's first element (no task id starts with byte 1). */
-export const CLAIM_MARK = "\x013";
-/** The claim record form this worker reads (its worker record's `claim_record`). */
-export const CLAIM_RECORD = 3;
-
-/** A tagged record's fields by name and its payload; null for a positional record. */
-export function taggedFields(record: string): [Map<string, string>, string] | null {
-  if (!record.startsWith(CLAIM_MARK + "\0")) return null;
-  const end = record.indexOf("\0\0");
-  const head = end < 0 ? record : record.slice(0, end);
-  const payload = end < 0 ? "" : record.slice(end + 2);
-  const parts = head.split("\0");
-  const fields = new Map<string, string>();
-  for (let i = 1; i + 1 < parts.length; i += 2) fields.set(parts[i] as string, parts[i + 1] as string);
-  return [fields, payload];
-}
+export { CLAIM_MARK, CLAIM_RECORD, taggedFields } from "../protocol/claimrecord.js";
 
 /** A task that can't be run as stored: `[id, token, error, reason]`. */
 export type Unrunnable = [string, string, string, string];
@@ -145,14 +131,12 @@ export function parseClaimRecords(records: readonly unknown[], served: Served | 
     let extra: Map<string, string> | null = null;
     if (tagged !== null) {
       const [f, payload] = tagged;
-      const id = f.get("id");
-      const token = f.get("token");
-      if (id === undefined || token === undefined) {
+      const positional = positionalParts(f);
+      if (positional === null) {
         dropped(record);
         continue;
       }
-      parts = [id, token, f.get("attempts") ?? "", f.get("max_attempts") ?? "", f.get("timeout") ?? "", f.get("lost") ?? "0", f.get("priority") ?? "0", f.get("cost") ?? "1"];
-      waited = f.get("waited_ms") ?? "";
+      [parts, waited] = positional;
       data = payload;
       extra = f;
     } else {

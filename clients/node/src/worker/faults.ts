@@ -118,7 +118,4 @@ export function classify(error: unknown): RedisFault | null {
   return fault("unreachable", "wait");
 }
 
-/** A write script that writes nothing: refused up front while Redis refuses writes (Redis 7). */
-export const WRITABLE_PROBE = "#!lua\nreturn 1";
-
-export { SAFE_EVICTION_POLICY } from "../serverProbe.js";
+export { SAFE_EVICTION_POLICY } from "../protocol/serverprobe.js";

@@ -10,6 +10,7 @@ import { randomBytes } from "node:crypto";
 import { readFileSync, readlinkSync } from "node:fs";
 import { hostname } from "node:os";
 
+import { WORKER } from "../protocol/layout.js";
 import { formatG } from "../pyformat.js";
 import { pidAlive, processStart } from "./runtime.js";
 
@@ -140,7 +141,7 @@ export function parseWorkerRecord(raw: string, nowMs?: number): WorkerRecord {
   }
   if (typeof data !== "object" || data === null || Array.isArray(data)) return { incarnation: "", heartbeatAgeMs: 0, host: "" };
   const rec = data as Record<string, unknown>;
-  const heartbeat = rec.heartbeat_ms;
+  const heartbeat = rec[WORKER.heartbeat_ms];
   const age = nowMs !== undefined && typeof heartbeat === "number" ? Math.max(0, nowMs - Math.trunc(heartbeat)) : 0;
   return {
     incarnation: typeof rec.incarnation === "string" ? rec.incarnation : "",

@@ -9,8 +9,10 @@
 import type { Client } from "../connection.js";
 import { TaskfleetError } from "../errors.js";
 import { CONFIG_FIELDS } from "../protocol/defaults.js";
+import type { QueueKeys } from "../keys.js";
+import { readLeaseTtl } from "../protocol/workerstore.js";
 import type { Broker } from "./broker.js";
-import { SAFE_EVICTION_POLICY, probeServer } from "../serverProbe.js";
+import { SAFE_EVICTION_POLICY, probeServer } from "../protocol/serverprobe.js";
 import { NoReply, authFailure, classify } from "./faults.js";
 import { type Flag, bounded } from "./flag.js";
 import type { RedisGate } from "./gate.js";
@@ -73,13 +75,13 @@ function number(raw: string | null, fallback: number): number {
  * The heartbeat interval (s) that fits the queue's lease TTL (read, never written). The
  * deprecated `leaseTtl` option changes nothing: a warning names the queue's TTL, which holds.
  */
-export async function heartbeatInterval(client: Client, configKey: string, settings: Settings, g: Gated): Promise<number> {
+export async function heartbeatInterval(client: Client, keys: QueueKeys, settings: Settings, g: Gated): Promise<number> {
   let interval = settings.heartbeatInterval;
   const ms = replyTimeoutMs(settings);
   while (!g.drain.isSet()) {
     let raw: string | null;
     try {
-      raw = await bounded(client.hget(configKey, "lease_ttl_s"), ms, () => new NoReply(ms));
+      raw = await bounded(readLeaseTtl(client, keys), ms, () => new NoReply(ms));
     } catch (error) {
       if (!isRedisDown(error)) throw error;
       await g.gate.waitOut(error, g.drain, g.closing);

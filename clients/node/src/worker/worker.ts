@@ -17,6 +17,7 @@
 import { randomBytes } from "node:crypto";
 
 import { type Client, connect } from "../connection.js";
+import { ping } from "../protocol/server.js";
 import { parseRedisURL } from "../redisurl.js";
 import { Broker, IdentityTaken } from "./broker.js";
 import type { ClaimedTask } from "./claimed.js";
@@ -248,7 +249,7 @@ export class Worker {
     if (client === null) return;
     const ms = replyTimeoutMs(this.settings);
     this.broker?.dropBlocking();
-    await bounded(client.ping(), ms, () => new Error(`no reply from Redis within ${ms / 1000} s`));
+    await bounded(ping(client), ms, () => new Error(`no reply from Redis within ${ms / 1000} s`));
   }
 
   /** Serve until drained; resolves to the process exit code (0 after a drain). */
@@ -274,7 +275,7 @@ export class Worker {
       try {
         this.evictionPolicy = await checkEviction(this.client, s, gated);
         await register(broker, s, whereabouts, gated);
-        interval = await heartbeatInterval(this.client, broker.keys.key("config"), s, gated);
+        interval = await heartbeatInterval(this.client, broker.keys, s, gated);
       } catch (error) {
         if (error instanceof FatalStop) return error.code;
         throw error;

@@ -14,6 +14,7 @@ from pathlib import Path
 from taskfleet.protocol.bundle import defaults_gen
 from taskfleet.protocol.bundle.build import BuildError, build
 from taskfleet.protocol.bundle.reference import reference
+from taskfleet.protocol.bundle.typescript import typescript
 
 HERE = Path(__file__).resolve().parent
 #: The source tree's docs/, when this runs from one (worker-image/taskfleet/protocol/bundle).
@@ -27,6 +28,7 @@ def expected(bundle_dir: Path = HERE, docs: Path | None = DOCS) -> dict[Path, st
     out[bundle_dir / "manifest.json"] = bundle.manifest_text()
     if docs is not None and docs.is_dir():
         out[docs / "protocol-scripts.md"] = reference(bundle.manifest)
+        out.update(typescript(bundle.manifest))  # the Node client's src/protocol/
     out.update(defaults_gen.generated())
     return out
 

@@ -8,7 +8,7 @@
  * @module
  */
 
-import type { Client } from "./connection.js";
+import type { Client } from "../connection.js";
 
 /** The only `maxmemory-policy` that keeps the queue's promise: a full Redis refuses writes. */
 export const SAFE_EVICTION_POLICY = "noeviction";
