@@ -97,7 +97,7 @@ const STATE_SETS = ["pending", "delayed", "running", "done", "dead", "cancelled"
  *
  * ```ts
  * const q = new Queue("emails", { redisUrl: "redis://localhost:6379/0" });
- * const id = await q.enqueue({ to: "a@example.com" }, { priority: 5, delay: 60 });
+ * const id = await q.enqueue({ to: "a@example.com" }, { priority: 5, delayMs: 60_000 });
  * const done = await q.wait([id], 30);
  * await q.close();
  * ```
@@ -160,9 +160,9 @@ export class Queue {
   // -- producing ------------------------------------------------------------------------
 
   /**
-   * Add a task; resolves to its id. Options (times in seconds): `priority`, `delay`,
-   * `deadline` (seconds from now or a `Date`), `maxAttempts`, `taskId`, `cost`,
-   * `timeout`, `name` (the handler), `traceContext`. Throws `InvalidPayload` /
+   * Add a task; resolves to its id. Options (durations in milliseconds): `priority`,
+   * `delayMs`, `deadline` (a `Date`) or `deadlineMs` (from now), `maxAttempts`, `taskId`,
+   * `cost`, `timeoutMs`, `name` (the handler), `traceContext`. Throws `InvalidPayload` /
    * `InvalidArgument` before anything is sent, `TaskExists` when `taskId` names a task
    * with another payload or options, `NotReplicated` when `?wait_replicas` timed out.
    */

@@ -60,7 +60,7 @@ describe("with the Python client on one queue", needsPython, () => {
     const ids = await queue.enqueueMany([
       ...Array.from({ length: 10 }, (_, i) => ({ payload: { i, text: "é😀" }, priority: i % 3 })),
       { payload: { text: "hello" }, name: "shout", taskId: "named" },
-      { payload: { later: true }, delay: 0.3, taskId: "delayed" },
+      { payload: { later: true }, delayMs: 300, taskId: "delayed" },
       { payload: {}, name: "nobody-serves-this", taskId: "orphan" },
     ]);
     const done = await queue.wait(ids, 60);
@@ -99,10 +99,10 @@ describe("with the Python client on one queue", needsPython, () => {
     assert.equal(first.cost, 4);
     assert.deepEqual(done[ids[1] ?? ""]?.result, { text: "PY" });
     // the same id, payload and options from Node: the same task (nothing changes)
-    const again = await queue.enqueueResult({ a: "é", b: [1, 2.5] }, { taskId: "from-python", priority: 3, timeout: 30, maxAttempts: 2, cost: 4 });
+    const again = await queue.enqueueResult({ a: "é", b: [1, 2.5] }, { taskId: "from-python", priority: 3, timeoutMs: 30_000, maxAttempts: 2, cost: 4 });
     assert.deepEqual(again, { taskId: "from-python", created: false });
     // and the other way round: Python enqueueing Node's task again changes nothing
-    await queue.enqueue({ z: 1, y: [true, null] }, { taskId: "from-node", name: "shout", timeout: 2.5 });
+    await queue.enqueue({ z: 1, y: [true, null] }, { taskId: "from-node", name: "shout", timeoutMs: 2500 });
     const created = python<boolean>(
       "import json, sys\nfrom taskfleet import Queue\n" +
         `with Queue('${QUEUE}', json.load(sys.stdin)) as q:\n` +

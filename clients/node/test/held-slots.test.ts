@@ -70,8 +70,8 @@ describe("held slots", () => {
     await w.saw(/event=worker_started/);
     const log = join(dir, "runs.log");
     const hung = [
-      await queue.enqueue({ hang: true, log }, { timeout: 0.5, maxAttempts: 2 }),
-      await queue.enqueue({ hang: true, log }, { timeout: 0.5, maxAttempts: 2 }),
+      await queue.enqueue({ hang: true, log }, { timeoutMs: 500, maxAttempts: 2 }),
+      await queue.enqueue({ hang: true, log }, { timeoutMs: 500, maxAttempts: 2 }),
     ];
     // Past the timeout both attempts failed, yet both promises run on: held, not idle.
     await until("held 2 in workers()", async () => (await queue.workers()).some((x) => x.held === 2));
@@ -105,7 +105,7 @@ describe("held slots", () => {
   it("one held slot leaves the worker running on the other", async () => {
     const w = worker("half", ["--concurrency", "2", "--held-grace", "0.5"]);
     await w.saw(/event=worker_started/);
-    const hung = await queue.enqueue({ hang: true }, { timeout: 0.5, maxAttempts: 1 });
+    const hung = await queue.enqueue({ hang: true }, { timeoutMs: 500, maxAttempts: 1 });
     await w.saw(new RegExp(`event=slot_stuck task=${hung} `));
     const later = await queue.enqueue({});
     const done = await queue.wait([later], 20);

@@ -52,7 +52,7 @@ describe("enqueue", () => {
       const deadline = new Date(Date.now() + 3_600_000);
       const id = await q.enqueue(
         { to: "a@example.com", n: 1 },
-        { priority: 7, maxAttempts: 4, cost: 3, timeout: 30, deadline, name: "send", taskId: "t-1", traceContext: { traceparent: "00-abc-def-01" } },
+        { priority: 7, maxAttempts: 4, cost: 3, timeoutMs: 30_000, deadline, name: "send", taskId: "t-1", traceContext: { traceparent: "00-abc-def-01" } },
       );
       assert.equal(id, "t-1");
       const task = await q.get(id);
@@ -73,7 +73,7 @@ describe("enqueue", () => {
 
   it("delays a task and makes random ids when none is given", () =>
     withQueue(async (q) => {
-      const id = await q.enqueue({}, { delay: 60 });
+      const id = await q.enqueue({}, { delayMs: 60_000 });
       assert.match(id, /^[0-9a-f]{32}$/);
       const task = await q.get(id);
       assert.equal(task?.state, "delayed");
@@ -82,11 +82,11 @@ describe("enqueue", () => {
 
   it("is idempotent for the same id and options, and refuses another payload or name", () =>
     withQueue(async (q) => {
-      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeout: 5 }), { taskId: "x", created: true });
-      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeout: 5 }), { taskId: "x", created: false });
-      await assert.rejects(q.enqueue({ a: 2 }, { taskId: "x", timeout: 5 }), (e: unknown) => e instanceof TaskExists && e.field === "payload");
-      await assert.rejects(q.enqueue({ a: 1 }, { taskId: "x", timeout: 6 }), (e: unknown) => e instanceof TaskExists && e.field === "timeout");
-      await assert.rejects(q.enqueue({ a: 1 }, { taskId: "x", name: "other", timeout: 5 }), (e: unknown) => e instanceof TaskExists && e.field === "name");
+      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeoutMs: 5000 }), { taskId: "x", created: true });
+      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeoutMs: 5000 }), { taskId: "x", created: false });
+      await assert.rejects(q.enqueue({ a: 2 }, { taskId: "x", timeoutMs: 5000 }), (e: unknown) => e instanceof TaskExists && e.field === "payload");
+      await assert.rejects(q.enqueue({ a: 1 }, { taskId: "x", timeoutMs: 6000 }), (e: unknown) => e instanceof TaskExists && e.field === "timeout");
+      await assert.rejects(q.enqueue({ a: 1 }, { taskId: "x", name: "other", timeoutMs: 5000 }), (e: unknown) => e instanceof TaskExists && e.field === "name");
       assert.equal((await q.stats()).enqueued, 1);
     }));
 
@@ -131,7 +131,7 @@ describe("enqueue", () => {
 describe("reading and waiting", () => {
   it("counts every state and counter", () =>
     withQueue(async (q) => {
-      await q.enqueueMany([{ payload: {} }, { payload: {} }, { payload: {}, delay: 60 }]);
+      await q.enqueueMany([{ payload: {} }, { payload: {} }, { payload: {}, delayMs: 60_000 }]);
       await work(q, 1);
       const stats = await q.stats();
       assert.equal(stats.pending, 1);
@@ -197,7 +197,7 @@ describe("controlling tasks", () => {
 
   it("retries dead tasks and purges finished ones", () =>
     withQueue(async (q) => {
-      const id = await q.enqueue({}, { deadline: 0.001 });
+      const id = await q.enqueue({}, { deadlineMs: 1 });
       await until("the deadline passes and the sweep expires the task", async () => {
         await sweep(q);
         return (await q.get(id))?.state === "dead";
@@ -220,7 +220,7 @@ describe("controlling tasks", () => {
     try {
       await other.enqueue({});
       await withQueue(async (q) => {
-        await q.enqueueMany([{ payload: {} }, { payload: {}, delay: 9 }]);
+        await q.enqueueMany([{ payload: {} }, { payload: {}, delayMs: 9000 }]);
         await q.schedule("s", "0 3 * * *", {});
         await q.purge();
         assert.deepEqual(await q.client.keys("tf:{jobs}:*"), []);

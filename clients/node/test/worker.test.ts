@@ -326,7 +326,7 @@ describe("the Node worker", () => {
     const w = worker("w5", ["--concurrency", "2"]);
     await w.saw(/event=worker_started/);
     const cancelled = await queue.enqueue({ ms: 60_000, log: log() });
-    const timed = await queue.enqueue({ ms: 60_000, log: log() }, { timeout: 0.5, maxAttempts: 1 });
+    const timed = await queue.enqueue({ ms: 60_000, log: log() }, { timeoutMs: 500, maxAttempts: 1 });
     await until("both run", () => runs(log()).length === 2);
     assert.equal(await queue.cancel(cancelled), "requested");
     const done = await queue.wait([cancelled, timed], 20);

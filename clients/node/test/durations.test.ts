@@ -1,0 +1,76 @@
+import assert from "node:assert/strict";
+import { after, before, beforeEach, describe, it } from "node:test";
+
+import { InvalidArgument, Queue } from "../src/index.js";
+import { RedisServer } from "./redis.js";
+
+const server = new RedisServer();
+before(() => server.start());
+after(() => server.stop());
+beforeEach(() => server.flush());
+
+async function withQueue<T>(body: (q: Queue) => Promise<T>): Promise<T> {
+  const q = new Queue("jobs", { redisUrl: server.url });
+  try {
+    return await body(q);
+  } finally {
+    await q.close();
+  }
+}
+
+/** Rejects with an InvalidArgument whose one line matches `message`. */
+async function refused(call: Promise<unknown>, message: RegExp): Promise<void> {
+  await assert.rejects(call, (e: unknown) => e instanceof InvalidArgument && !e.message.includes("\n") && message.test(e.message));
+}
+
+// untyped calls, as JavaScript or an `any` would make them
+const untyped = (options: Record<string, unknown>): Record<string, never> => options as Record<string, never>;
+
+describe("durations in milliseconds", () => {
+  it("runs a task enqueued with delayMs: 60000 one minute after it was created", () =>
+    withQueue(async (q) => {
+      const task = await q.get(await q.enqueue({}, { delayMs: 60_000 }));
+      assert.equal(task?.state, "delayed");
+      assert.ok(task.runAt !== null && task.createdAt !== null);
+      assert.equal(task.runAt.getTime() - task.createdAt.getTime(), 60_000);
+    }));
+
+  it("converts timeoutMs and deadlineMs to what the scripts store", () =>
+    withQueue(async (q) => {
+      const task = await q.get(await q.enqueue({}, { timeoutMs: 2500, deadlineMs: 90_000 }));
+      assert.equal(task?.timeout, 2.5);
+      assert.ok(task.deadline !== null && task.createdAt !== null);
+      assert.equal(task.deadline.getTime() - task.createdAt.getTime(), 90_000);
+      const [item] = await q.enqueueMany([{ payload: {}, delayMs: 1500 }]);
+      const later = await q.get(item ?? "");
+      assert.equal((later?.runAt?.getTime() ?? 0) - (later?.createdAt?.getTime() ?? 0), 1500);
+    }));
+
+  it("refuses delay: 60000, a seconds name, with one line naming delayMs, and stores nothing", () =>
+    withQueue(async (q) => {
+      await refused(q.enqueue({}, untyped({ delay: 60_000 })), /enqueue options has no option 'delay' \(durations are milliseconds, in options named \.\.\.Ms: 'delayMs'\)/);
+      await refused(q.enqueue({}, untyped({ timeout: 30 })), /no option 'timeout' .*'timeoutMs'/);
+      await refused(q.enqueue({}, untyped({ deadline: 60 })), /deadline must be a Date, not number \(for a time from now: deadlineMs, in milliseconds\)/);
+      await refused(q.enqueueMany([{ payload: {}, ...untyped({ delay: 60 }) }]), /unknown enqueue field\(s\): delay \(.*'delayMs'\)/);
+      await refused(q.enqueue({}, { deadline: new Date(Date.now() + 1000), deadlineMs: 1000 }), /not both/);
+      assert.equal((await q.stats()).delayed + (await q.stats()).pending, 0);
+    }));
+
+  it("refuses the options a BullMQ user types, each naming taskfleet's own", () =>
+    withQueue(async (q) => {
+      const hints: [string, RegExp][] = [
+        ["attempts", /attempts'? \(taskfleet's is 'maxAttempts'/],
+        ["jobId", /jobId'? \(taskfleet's is 'taskId'/],
+        ["backoff", /backoff'? \(.*configure\(\{ backoffBaseMs, backoffMaxMs \}\)/],
+        ["removeOnComplete", /removeOnComplete'? \(.*doneRetentionMs/],
+        ["removeOnFail", /removeOnFail'? \(.*deadRetentionMs/],
+        ["repeat", /repeat'? \(.*queue\.schedule\(name, cron, payload\)/],
+        ["lifo", /lifo'? \(taskfleet has no LIFO order; use 'priority'/],
+      ];
+      for (const [key, message] of hints) {
+        await refused(q.enqueue({}, untyped({ [key]: 3 })), message);
+        await refused(q.enqueueMany([{ payload: {}, ...untyped({ [key]: 3 }) }]), message);
+      }
+      assert.equal((await q.stats()).pending, 0);
+    }));
+});
