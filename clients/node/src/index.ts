@@ -22,7 +22,7 @@ export { TaskState, type Task } from "./tasks.js";
 export type { GroupCount, GroupSettings, StoredGroupSettings } from "./groups.js";
 export type { BudgetLimit, BudgetOptions, BudgetPeriod, PauseOptions, QuotaState } from "./quotas.js";
 export type { Schedule, ScheduleOptions } from "./schedules.js";
-export { type QueueConfig, defaultConfig } from "./config.js";
+export { type QueueConfig, defaultConfig } from "./configms.js";
 export {
   DependencyCycle,
   FlowTooLarge,

@@ -7,7 +7,8 @@
  */
 
 import { type Bundle, packagedBundle } from "./bundle.js";
-import { type QueueConfig, checkConfig, configFields, parseConfig } from "./config.js";
+import { type QueueConfig as QueueConfigS, checkConfig, configFields, parseConfig } from "./config.js";
+import { type QueueConfig, configFromMs, configToMs, storedCheck } from "./configms.js";
 import * as control from "./control.js";
 import * as flowcontrol from "./flowcontrol.js";
 import * as groups from "./groups.js";
@@ -398,12 +399,12 @@ export class Queue {
    * Store the queue's shared settings (`Queue.configure` / `taskfleet configure` in
    * Python): the whole config is replaced, a field left out takes its default; every
    * script reads it at its next call, so the whole fleet follows at once. Checked first
-   * (unknown fields, bounds, `backoffMaxS` >= `backoffBaseS`, `throttleMaxS` >=
-   * `throttleBaseS`): `InvalidArgument` names the field to fix and nothing is stored.
+   * (unknown fields, bounds, `backoffMaxMs` >= `backoffBaseMs`, `throttleMaxMs` >=
+   * `throttleBaseMs`; durations in milliseconds, stored in seconds as Python stores them): `InvalidArgument` names the field to fix and nothing is stored.
    * Resolves to the config stored, defaults filled in.
    */
   async configure(settings: Readonly<Partial<QueueConfig>>): Promise<QueueConfig> {
-    const config = checkConfig(settings);
+    const config = storedCheck(() => checkConfig(configFromMs(settings)));
     const key = this.keys.key("config");
     const fields = configFields(config);
     const tx = this.client.multi().del(key);
@@ -411,12 +412,12 @@ export class Queue {
     const replies = await tx.exec();
     const failed = replies?.find(([error]) => error !== null);
     if (failed !== undefined) throw failed[0] as Error;
-    return config;
+    return configToMs(config);
   }
 
   /** The queue's shared settings as stored, defaults for what is not. */
   async config(): Promise<QueueConfig> {
-    return parseConfig(await this.client.hgetall(this.keys.key("config")));
+    return configToMs(parseConfig(await this.client.hgetall(this.keys.key("config"))));
   }
 
   // -- groups and quotas ----------------------------------------------------------------
@@ -454,7 +455,7 @@ export class Queue {
 
   /** The claim pause and the budget's spend (`group`'s own, with a group), as the scripts see them now. */
   async quota(options: { readonly group?: string } = {}): Promise<quotas.QuotaState> {
-    return quotas.quota(this.control, options.group, await this.config());
+    return quotas.quota(this.control, options.group, configFromMs(await this.config()) as QueueConfigS);
   }
 
   /** Delete every key of the queue (tasks, workers, config, counters, schedules). */
