@@ -553,7 +553,7 @@ export class Queue {
     if (found === null) throw new ScheduleNotFound(name);
     const now = await serverMs(this.client, this.keys.key("schedules"));
     const slot = firstSlot(found.cron, found.tz, now);
-    const due = slot === null ? 0 : dueMs(name, slot, Math.trunc(found.jitter * 1000));
+    const due = slot === null ? 0 : dueMs(name, slot, found.jitterMs);
     return this.pause(name, false, slot, due);
   }
 

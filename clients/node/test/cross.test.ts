@@ -94,7 +94,7 @@ describe("with the Python client on one queue", needsPython, () => {
     assert.deepEqual(first.payload, { b: [1, 2.5], a: "é" });
     assert.deepEqual(first.result, { seen: { b: [1, 2.5], a: "é" } });
     assert.equal(first.priority, 3);
-    assert.equal(first.timeout, 30);
+    assert.equal(first.timeoutMs, 30_000);
     assert.equal(first.maxAttempts, 2);
     assert.equal(first.cost, 4);
     assert.deepEqual(done[ids[1] ?? ""]?.result, { text: "PY" });

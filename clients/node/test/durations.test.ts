@@ -38,7 +38,9 @@ describe("durations in milliseconds", () => {
   it("converts timeoutMs and deadlineMs to what the scripts store", () =>
     withQueue(async (q) => {
       const task = await q.get(await q.enqueue({}, { timeoutMs: 2500, deadlineMs: 90_000 }));
-      assert.equal(task?.timeout, 2.5);
+      assert.equal(task?.timeoutMs, 2500);
+      const raw = await q.client.hget(q.keys.item("task", task.id), "timeout");
+      assert.equal(raw, "2.5");
       assert.ok(task.deadline !== null && task.createdAt !== null);
       assert.equal(task.deadline.getTime() - task.createdAt.getTime(), 90_000);
       const [item] = await q.enqueueMany([{ payload: {}, delayMs: 1500 }]);

@@ -63,7 +63,7 @@ describe("enqueue", () => {
       assert.equal(task.priority, 7);
       assert.equal(task.maxAttempts, 4);
       assert.equal(task.cost, 3);
-      assert.equal(task.timeout, 30);
+      assert.equal(task.timeoutMs, 30_000);
       assert.equal(task.deadline?.getTime(), deadline.getTime());
       assert.equal(task.finished, false);
       const raw = await q.client.hget(q.keys.item("task", id), "trace");
@@ -235,7 +235,7 @@ describe("controlling tasks", () => {
 describe("schedules", () => {
   it("creates, lists, pauses, resumes and deletes a schedule", () =>
     withQueue(async (q) => {
-      const made = await q.schedule("nightly", "0 3 * * *", { report: true }, { tz: "Europe/Paris", jitter: 30, priority: 2 });
+      const made = await q.schedule("nightly", "0 3 * * *", { report: true }, { tz: "Europe/Paris", jitterMs: 30_000, priority: 2 });
       assert.equal(made.cron, "0 3 * * *");
       assert.equal(made.tz, "Europe/Paris");
       assert.deepEqual(made.payload, { report: true });
