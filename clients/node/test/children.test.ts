@@ -51,7 +51,7 @@ describe("children added at run time", () => {
       handlers,
       pod: "children-worker",
       concurrency: 8,
-      heartbeatInterval: 0.3,
+      heartbeatIntervalMs: 300,
       runtimeDir: dir,
       fireSchedules: false,
     });

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, it } from "node:test";
 
 import { InvalidArgument, Queue } from "../src/index.js";
+import { checkSettings } from "../src/worker/settings.js";
 import { RedisServer } from "./redis.js";
 
 const server = new RedisServer();
@@ -75,4 +76,26 @@ describe("durations in milliseconds", () => {
       }
       assert.equal((await q.stats()).pending, 0);
     }));
+
+  it("converts every Worker duration from milliseconds to the seconds its loops use, and refuses the old names", () => {
+    const settings = checkSettings(
+      "jobs",
+      { drainTimeoutMs: 1500, heartbeatIntervalMs: 250, leaseTtlMs: 60_000, taskTimeoutMs: 30_000, heldGraceMs: 90_000, idleWaitMs: 500 },
+      "p",
+      "i",
+    );
+    assert.deepEqual(
+      [settings.drainTimeout, settings.heartbeatInterval, settings.leaseTtl, settings.taskTimeout, settings.heldGrace, settings.idleWait],
+      [1.5, 0.25, 60, 30, 90, 0.5],
+    );
+    const defaults = checkSettings("jobs", {}, "p", "i");
+    assert.deepEqual([defaults.drainTimeout, defaults.heartbeatInterval, defaults.idleWait], [30, 5, 1]);
+    for (const old of ["drainTimeout", "heartbeatInterval", "leaseTtl", "taskTimeout", "heldGrace", "idleWait"]) {
+      assert.throws(
+        () => checkSettings("jobs", untyped({ [old]: 30 }), "p", "i"),
+        (e: unknown) => e instanceof InvalidArgument && e.message.includes(`no option '${old}' (durations are milliseconds, in options named ...Ms: '${old}Ms')`),
+        old,
+      );
+    }
+  });
 });

@@ -58,8 +58,8 @@ describe("held slots", () => {
   it("a worker is stuck only when every slot is, and a held grace must be positive", () => {
     assert.equal(allStuck(1, 2), false);
     assert.equal(allStuck(2, 2), true);
-    assert.throws(() => checkSettings("jobs", { heldGrace: 0 }, "p", "i"), /held grace must be positive/);
-    assert.throws(() => checkSettings("jobs", { heldGrace: Number.NaN }, "p", "i"), /held grace must be a finite number/);
+    assert.throws(() => checkSettings("jobs", { heldGraceMs: 0 }, "p", "i"), /held grace must be positive/);
+    assert.throws(() => checkSettings("jobs", { heldGraceMs: Number.NaN }, "p", "i"), /held grace must be a finite number/);
     assert.equal(workerInfo("p", '{"incarnation":"i","heartbeat_ms":1}', 1, 1000)?.held, 0);
     assert.equal(workerInfo("p", '{"incarnation":"i","heartbeat_ms":1,"held":2}', 1, 1000)?.held, 2);
   });
