@@ -12,7 +12,7 @@
  * @packageDocumentation
  */
 
-export { Queue, type EnqueueCallOptions, type EnqueueResult, type QueueOptions, type Stats } from "./queue.js";
+export { Queue, type EnqueueCallOptions, type EnqueueResult, type QueueOptions, type Stats, type WaitOptions } from "./queue.js";
 export { CURRENT_LEVEL, WORKER_LEVEL, olderWorkers, olderWorkersNote, type WorkerInfo } from "./workers.js";
 export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
 export type { FlowControlOptions } from "./flowcontrol.js";

@@ -55,6 +55,7 @@ const RETRY_OPTIONS = new Set([...FILTER, "taskIds", "maxAttempts", "group"]);
 const LIST_OPTIONS = new Set([...FILTER, "limit", "cursor", "group"]);
 const PURGE_OPTIONS = new Set([...FILTER, "taskIds"]);
 const FLOW_CONTROL_OPTIONS = new Set(["branch"]);
+const WAIT_OPTIONS = new Set(["timeoutMs"]);
 const PAUSE_OPTIONS = new Set(["reason", "group"]);
 const BUDGET_OPTIONS = new Set(["day", "month", "group"]);
 
@@ -99,7 +100,7 @@ const STATE_SETS = ["pending", "delayed", "running", "done", "dead", "cancelled"
  * ```ts
  * const q = new Queue("emails", { redisUrl: "redis://localhost:6379/0" });
  * const id = await q.enqueue({ to: "a@example.com" }, { priority: 5, delayMs: 60_000 });
- * const done = await q.wait([id], 30);
+ * const done = await q.wait([id], { timeoutMs: 30_000 });
  * await q.close();
  * ```
  *
@@ -276,10 +277,11 @@ export class Queue {
   /**
    * Wait until every task is done, dead or cancelled; resolves to them by id. Woken by
    * the script that finishes each task, not by polling. Throws `WaitTimeout` listing the
-   * unfinished ids after `timeout` seconds. An id that does not exist yet counts as
-   * unfinished (it is looked for again every second).
+   * unfinished ids after `timeoutMs` milliseconds. An id that does not exist yet counts
+   * as unfinished (it is looked for again every second).
    */
-  async wait(taskIds: Iterable<string>, timeout: number): Promise<Record<string, Task>> {
+  async wait(taskIds: Iterable<string>, options: WaitOptions): Promise<Record<string, Task>> {
+    const timeout = waitSeconds(options);
     return wait(this.client, this.blockers, this.scripts, this.bundle, this.keys, taskIds, timeout, this.commandTimeoutMs);
   }
 
@@ -625,4 +627,23 @@ export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[], queue:
   }
   if (code !== 1 || reply.length !== batch.length + 1) throw new ProtocolError(`enqueue: unexpected reply ${JSON.stringify(raw)}`);
   return reply.slice(1).map((x) => Number(x) === 1);
+}
+
+/** The options of `Queue.wait`. */
+export interface WaitOptions {
+  /** How long to wait, in milliseconds, before `WaitTimeout`. */
+  readonly timeoutMs: number;
+}
+
+/** `wait`'s options as the seconds the wait loop takes; a bare number (once seconds) is refused. */
+function waitSeconds(options: unknown): number {
+  if (typeof options === "number") {
+    throw new InvalidArgument(`wait takes { timeoutMs } (milliseconds), not a number: wait(ids, { timeoutMs: 30_000 })`);
+  }
+  checkOptionKeys(options, WAIT_OPTIONS, "wait options");
+  const timeoutMs: unknown = (options as Partial<WaitOptions> | undefined)?.timeoutMs;
+  if (typeof timeoutMs !== "number" || Number.isNaN(timeoutMs)) {
+    throw new InvalidArgument(`wait needs timeoutMs, a number of milliseconds, not ${String(timeoutMs)}`);
+  }
+  return timeoutMs / 1000;
 }

@@ -63,7 +63,7 @@ describe("with the Python client on one queue", needsPython, () => {
       { payload: { later: true }, delayMs: 300, taskId: "delayed" },
       { payload: {}, name: "nobody-serves-this", taskId: "orphan" },
     ]);
-    const done = await queue.wait(ids, 60);
+    const done = await queue.wait(ids, { timeoutMs: 60_000 });
     for (let i = 0; i < 10; i++) {
       const task = done[ids[i] ?? ""];
       assert.equal(task?.state, "done", output);
@@ -88,7 +88,7 @@ describe("with the Python client on one queue", needsPython, () => {
         "print(json.dumps(ids))",
       server.url,
     );
-    const done = await queue.wait(ids, 60);
+    const done = await queue.wait(ids, { timeoutMs: 60_000 });
     const first = done["from-python"];
     assert.equal(first?.state, "done", output);
     assert.deepEqual(first.payload, { b: [1, 2.5], a: "é" });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, it } from "node:test";
 
-import { InvalidArgument, Queue } from "../src/index.js";
+import { InvalidArgument, Queue, WaitTimeout } from "../src/index.js";
 import { checkSettings } from "../src/worker/settings.js";
 import { RedisServer } from "./redis.js";
 
@@ -98,4 +98,15 @@ describe("durations in milliseconds", () => {
       );
     }
   });
+
+  it("waits timeoutMs milliseconds, and refuses a bare number or the old timeout name", () =>
+    withQueue(async (q) => {
+      const id = await q.enqueue({});
+      await refused(q.wait([id], 30 as never), /wait takes \{ timeoutMs \} \(milliseconds\), not a number/);
+      await refused(q.wait([id], untyped({ timeout: 30 }) as never), /no option 'timeout' .*'timeoutMs'/);
+      const started = performance.now();
+      await assert.rejects(q.wait([id], { timeoutMs: 200 }), (e: unknown) => e instanceof WaitTimeout && e.unfinished.join() === id);
+      const took = performance.now() - started;
+      assert.ok(took >= 150 && took < 5000, `waited ${took} ms`);
+    }));
 });

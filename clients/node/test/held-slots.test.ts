@@ -97,7 +97,7 @@ describe("held slots", () => {
 
     // Nothing was lost: a fresh worker runs the waiting task and both retries.
     const fresh = worker("fresh", ["--concurrency", "2"]);
-    const done = await queue.wait([...hung, waiting], 20);
+    const done = await queue.wait([...hung, waiting], { timeoutMs: 20_000 });
     for (const id of [...hung, waiting]) assert.equal(done[id]?.state, "done", fresh.output);
     for (const id of hung) assert.deepEqual([done[id]?.attempts, done[id]?.lost], [2, 0]);
   });
@@ -108,7 +108,7 @@ describe("held slots", () => {
     const hung = await queue.enqueue({ hang: true }, { timeoutMs: 500, maxAttempts: 1 });
     await w.saw(new RegExp(`event=slot_stuck task=${hung} `));
     const later = await queue.enqueue({});
-    const done = await queue.wait([later], 20);
+    const done = await queue.wait([later], { timeoutMs: 20_000 });
     assert.equal(done[later]?.state, "done", w.output);
     assert.doesNotMatch(w.output, /event=worker_stuck/);
     assert.equal(w.child.exitCode, null);

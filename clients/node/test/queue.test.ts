@@ -145,7 +145,7 @@ describe("reading and waiting", () => {
   it("waits for tasks finished by a worker, woken through the waiter list", () =>
     withQueue(async (q) => {
       const ids = await q.enqueueMany([{ payload: { n: 1 } }, { payload: { n: 2 } }]);
-      const waiting = q.wait(ids, 20);
+      const waiting = q.wait(ids, { timeoutMs: 20_000 });
       // the wait has registered on both tasks before they are worked
       await until("the wait watches both tasks", async () => {
         const marks = await Promise.all(ids.map((id) => q.client.hget(q.keys.item("task", id), "waiters")));
@@ -164,10 +164,10 @@ describe("reading and waiting", () => {
     withQueue(async (q) => {
       const [a = ""] = await q.enqueueMany([{ payload: {} }]);
       await work(q, 1);
-      assert.equal((await q.wait([a], 5))[a]?.state, "done");
+      assert.equal((await q.wait([a], { timeoutMs: 5000 }))[a]?.state, "done");
       const b = await q.enqueue({});
-      await assert.rejects(q.wait([a, b, "never-enqueued"], 0.2), (e: unknown) => e instanceof WaitTimeout && e.unfinished.join() === `${b},never-enqueued`);
-      await assert.rejects(q.wait("abc", 1), /not one string/);
+      await assert.rejects(q.wait([a, b, "never-enqueued"], { timeoutMs: 200 }), (e: unknown) => e instanceof WaitTimeout && e.unfinished.join() === `${b},never-enqueued`);
+      await assert.rejects(q.wait("abc", { timeoutMs: 1000 }), /not one string/);
     }));
 });
 
