@@ -50,13 +50,13 @@ export const CLAIM_HOUSEKEEPING_BOUND = 100;
 const QUEUE_OPTIONS = new Set(["redisUrl"]);
 const ENQUEUE_CALL_OPTIONS = new Set([...ENQUEUE_OPTION_NAMES, "traceContext"]);
 const TRACE_ONLY = new Set(["traceContext"]);
-const FILTER = ["reason", "olderThan", "newerThan"];
+const FILTER = ["reason", "olderThanMs", "newerThanMs"];
 const RETRY_OPTIONS = new Set([...FILTER, "taskIds", "maxAttempts", "group"]);
 const LIST_OPTIONS = new Set([...FILTER, "limit", "cursor", "group"]);
 const PURGE_OPTIONS = new Set([...FILTER, "taskIds"]);
 const FLOW_CONTROL_OPTIONS = new Set(["branch"]);
 const WAIT_OPTIONS = new Set(["timeoutMs"]);
-const PAUSE_OPTIONS = new Set(["reason", "group"]);
+const PAUSE_OPTIONS = new Set(["forMs", "reason", "group"]);
 const BUDGET_OPTIONS = new Set(["day", "month", "group"]);
 
 /** The longest `close()` waits for Redis to answer QUIT. */
@@ -373,7 +373,7 @@ export class Queue {
 
   /**
    * Send dead tasks back to pending with a new attempt budget: `taskIds`, or every dead
-   * task matching the filters (`reason`, `olderThan`, `newerThan` in seconds, `group`),
+   * task matching the filters (`reason`, `olderThanMs`, `newerThanMs` in milliseconds, `group`),
    * or with no option all of them. Resolves to how many went back.
    */
   async retry(options: control.RetryOptions = {}): Promise<number> {
@@ -438,10 +438,14 @@ export class Queue {
     return groups.groups(this.control, await serverMs(this.client, this.keys.key("stats")));
   }
 
-  /** Stop claims for `seconds` (left out: the adaptive pause), of `group` only if given; a longer pause is kept. Its end (epoch ms). */
-  async pauseClaims(seconds?: number, options: quotas.PauseOptions = {}): Promise<number> {
+  /** Stop claims for `forMs` milliseconds (left out: the adaptive pause), of `group` only if given; a longer pause is kept. Its end (epoch ms). */
+  async pauseClaims(options: quotas.PauseOptions = {}): Promise<number> {
+    const given: unknown = options;
+    if (typeof given === "number") {
+      throw new InvalidArgument("pauseClaims takes { forMs } (milliseconds), not a number: pauseClaims({ forMs: 60_000 })");
+    }
     checkOptionKeys(options, PAUSE_OPTIONS, "pauseClaims options");
-    return quotas.pauseClaims(this.control, seconds, options);
+    return quotas.pauseClaims(this.control, options.forMs, options);
   }
 
   /** End the claim pause (`group`'s own, with a group) now and forget the rate limits met in a row. */

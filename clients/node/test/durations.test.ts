@@ -3,7 +3,9 @@ import { after, before, beforeEach, describe, it } from "node:test";
 
 import { InvalidArgument, Queue, WaitTimeout } from "../src/index.js";
 import { checkSettings } from "../src/worker/settings.js";
-import { RedisServer } from "./redis.js";
+import { packagedBundle } from "../src/bundle.js";
+import { Scripts } from "../src/connection.js";
+import { RedisServer, until } from "./redis.js";
 
 const server = new RedisServer();
 before(() => server.start());
@@ -17,6 +19,11 @@ async function withQueue<T>(body: (q: Queue) => Promise<T>): Promise<T> {
   } finally {
     await q.close();
   }
+}
+
+async function sweep(q: Queue): Promise<unknown> {
+  const bundle = packagedBundle();
+  return new Scripts(q.client, bundle).run("sweep", q.keys, bundle.pack("sweep", { bound: 1000 }));
 }
 
 /** Rejects with an InvalidArgument whose one line matches `message`. */
@@ -108,5 +115,24 @@ describe("durations in milliseconds", () => {
       await assert.rejects(q.wait([id], { timeoutMs: 200 }), (e: unknown) => e instanceof WaitTimeout && e.unfinished.join() === id);
       const took = performance.now() - started;
       assert.ok(took >= 150 && took < 5000, `waited ${took} ms`);
+    }));
+
+  it("pauses claims for forMs and filters by olderThanMs, refusing the old seconds forms", () =>
+    withQueue(async (q) => {
+      const before = Date.now();
+      const end = await q.pauseClaims({ forMs: 60_000 });
+      assert.ok(end - before >= 59_000 && end - before <= 61_000, `pause ends ${end - before} ms from now`);
+      await refused(q.pauseClaims(60 as never), /pauseClaims takes \{ forMs \} \(milliseconds\), not a number/);
+      await refused(q.list("dead", untyped({ olderThan: 60 })), /no option 'olderThan' .*'olderThanMs'/);
+      await refused(q.list("dead", { olderThanMs: -1 }), /olderThanMs must be 0\.\.3153600000000 ms, not -1/);
+      await q.resumeClaims();
+      const id = await q.enqueue({}, { deadlineMs: 1 });
+      await until("the sweep expires the task", async () => {
+        await sweep(q);
+        return (await q.get(id))?.state === "dead";
+      });
+      assert.equal(await q.retry({ olderThanMs: 3_600_000 }), 0);
+      // 1000 read as seconds would never match within the deadline
+      await until("the dead task is older than 1000 ms", async () => (await q.retry({ olderThanMs: 1000 })) === 1);
     }));
 });

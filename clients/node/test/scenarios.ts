@@ -249,7 +249,7 @@ export class Runner {
         return;
       }
       case "pause_claims":
-        await this.refusable(step, () => this.queue.pauseClaims(value as number));
+        await this.refusable(step, () => this.queue.pauseClaims({ forMs: (value as number) * 1000 }));
         return;
       case "resume_claims":
         await this.queue.resumeClaims();
