@@ -99,7 +99,7 @@ describe("the NestJS module", () => {
     apps.push(app);
     const queue = app.get<Queue>(getQueueToken(QUEUE));
     const ids = await queue.enqueueMany(Array.from({ length: 500 }, (_, n) => ({ payload: { n } })));
-    const done = await queue.wait(ids, 60);
+    const done = await queue.wait(ids, { timeoutMs: 60_000 });
     ids.forEach((id, n) => {
       const task = done[id];
       assert.equal(task?.state, "done", `task ${n}: ${JSON.stringify(task)}`);
@@ -148,7 +148,7 @@ describe("the NestJS module", () => {
     // a second process finishes what the first handed back; each task ran to its end once
     const second = new AppProcess({ TASKFLEET_REDIS_URL: server.url, LOG: log, SLEEP_CAP_MS: "10" });
     processes.push(second);
-    const done = await queue.wait([...short, ...long], 30);
+    const done = await queue.wait([...short, ...long], { timeoutMs: 30_000 });
     for (const id of [...short, ...long]) assert.equal(done[id]?.state, "done", second.output);
     const finished = readFileSync(log, "utf8").trim().split("\n").sort();
     assert.deepEqual(finished, [...short, ...long].sort());

@@ -216,6 +216,12 @@ async function drainCommand(args: readonly string[]): Promise<number> {
   return 0;
 }
 
+/** A flag's seconds as the milliseconds the Worker takes (not a number: passed on for the checks to refuse). */
+function ms(seconds: unknown): number | undefined {
+  if (seconds === undefined) return undefined;
+  return typeof seconds === "number" ? seconds * 1000 : (seconds as number);
+}
+
 async function workerCommand(args: readonly string[]): Promise<number> {
   // Before anything else (the bin did already): a SIGTERM from here on drains the worker once it runs.
   const { handOver, rememberStopSignals, stopSignalled } = await import("./worker/early.js");
@@ -266,11 +272,12 @@ async function workerCommand(args: readonly string[]): Promise<number> {
     pod,
     concurrency: (v.concurrency as number | undefined) ?? 1,
     prefetch: v.prefetch as number | undefined,
-    drainTimeout: (v["drain-timeout"] as number | undefined) ?? 30,
-    heldGrace: v["held-grace"] as number | undefined,
-    heartbeatInterval: (v["heartbeat-interval"] as number | undefined) ?? 5,
-    leaseTtl: v["lease-ttl"] as number | undefined,
-    taskTimeout: v.timeout as number | undefined,
+    // the flags are seconds, as the Python CLI's; the Worker takes ms
+    drainTimeoutMs: ms(v["drain-timeout"]) ?? 30_000,
+    heldGraceMs: ms(v["held-grace"]),
+    heartbeatIntervalMs: ms(v["heartbeat-interval"]) ?? 5000,
+    leaseTtlMs: ms(v["lease-ttl"]),
+    taskTimeoutMs: ms(v.timeout),
     runtimeDir,
     fireSchedules: (v["fire-schedules"] as boolean | undefined) ?? true,
     allowEviction: (v["allow-eviction"] as boolean | undefined) ?? false,

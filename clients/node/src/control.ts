@@ -51,14 +51,14 @@ const CANCEL_CODES: Readonly<Record<string, CancelOutcome>> = {
   missing: "not_found",
 };
 
-/** Which finished tasks a retry or purge by filter takes; ages in seconds. */
+/** Which finished tasks a retry or purge by filter takes; ages in milliseconds. */
 export interface TaskFilter {
   /** Only tasks with this reason. */
   readonly reason?: string;
-  /** Finished (or, unfinished, created) more than this many seconds ago. */
-  readonly olderThan?: number;
-  /** Finished (or created) less than this many seconds ago. */
-  readonly newerThan?: number;
+  /** Finished (or, unfinished, created) more than this many milliseconds ago. */
+  readonly olderThanMs?: number;
+  /** Finished (or created) less than this many milliseconds ago. */
+  readonly newerThanMs?: number;
 }
 
 /** One page of `Queue.list`: the tasks, and the cursor of the next page (null: the last one). */
@@ -75,12 +75,13 @@ export interface Control {
   readonly keys: QueueKeys;
 }
 
+/** An age filter given in ms, as the seconds the scripts take. */
 function age(name: string, value: unknown): number | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isFinite(value) || value < 0 || value > bounds.MAX_DURATION_S) {
-    throw new InvalidArgument(`${name} must be 0..${bounds.MAX_DURATION_S} s, not ${describe(value)}`);
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0 || value > bounds.MAX_DURATION_S * 1000) {
+    throw new InvalidArgument(`${name} must be 0..${bounds.MAX_DURATION_S * 1000} ms, not ${describe(value)}`);
   }
-  return value;
+  return value / 1000;
 }
 
 /** `state` checked (and, with `allowed`, one of those). */
@@ -189,8 +190,8 @@ interface Scan {
 async function scanOf(c: Control, filter: TaskFilter): Promise<Scan> {
   // tasks finished before now (server time), so one that finishes again meanwhile (a
   // retried one that fails) is not taken twice
-  const older = age("older_than", filter.olderThan) ?? 0;
-  const newer = age("newer_than", filter.newerThan);
+  const older = age("olderThanMs", filter.olderThanMs) ?? 0;
+  const newer = age("newerThanMs", filter.newerThanMs);
   const now = await queueMs(c);
   return {
     reason: filter.reason ?? "",
@@ -264,8 +265,8 @@ export async function retry(c: Control, options: RetryOptions): Promise<number> 
         limit: MAX_LIMIT,
         cursor,
         reason: options.reason,
-        olderThan: options.olderThan,
-        newerThan: options.newerThan,
+        olderThanMs: options.olderThanMs,
+        newerThanMs: options.newerThanMs,
         group,
       });
       for (const task of page.tasks) found.push(task.id);
@@ -322,8 +323,8 @@ export async function listTasks(c: Control, state: TaskState, options: ListOptio
     throw new InvalidArgument(`not a cursor of Queue.list: ${describe(cursor)}`);
   }
   let offset = cursor === "" ? 0 : Number(cursor);
-  const older = age("older_than", options.olderThan);
-  const newer = age("newer_than", options.newerThan);
+  const older = age("olderThanMs", options.olderThanMs);
+  const newer = age("newerThanMs", options.newerThanMs);
   const now = await queueMs(c);
   const finished = FINISHED.has(parsed);
   const lo = newer === undefined ? -Infinity : now - Math.trunc(newer * 1000);

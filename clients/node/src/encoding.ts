@@ -12,20 +12,23 @@ import { randomBytes } from "node:crypto";
 import * as bounds from "./bounds.js";
 import { InvalidArgument, InvalidPayload, pyRepr } from "./errors.js";
 import { numberProblem, valueProblem } from "./numbers.js";
-import { nearest } from "./options.js";
+import { unknownOptionHint } from "./options.js";
 import { compareCodePoints, floatRepr, formatG } from "./pyformat.js";
 
-/** The options of one enqueue (`Queue.enqueue`). Times are in seconds, as in the Python API and the CLI. */
+/**
+ * The options of one enqueue (`Queue.enqueue`). Durations are milliseconds, as Node's
+ * `setTimeout` and BullMQ take them, in options named `...Ms`; the old names in seconds
+ * (`delay`, `timeout`, a number as `deadline`) are refused, naming the new one.
+ */
 export interface EnqueueOptions {
   /** -1000..1000; higher runs first (default 0). */
   readonly priority?: number;
-  /** Seconds before it may run (default: now). */
-  readonly delay?: number;
-  /**
-   * By when it must have started, else it goes dead with reason `expired`: seconds from
-   * now, or a `Date`.
-   */
-  readonly deadline?: number | Date;
+  /** Milliseconds before it may run (default: now). */
+  readonly delayMs?: number;
+  /** By when it must have started, else it goes dead with reason `expired`. */
+  readonly deadline?: Date;
+  /** As `deadline`, in milliseconds from now. */
+  readonly deadlineMs?: number;
   /** Starts it may have, 1..10,000 (default: the queue's `max_attempts`). */
   readonly maxAttempts?: number;
   /**
@@ -36,8 +39,8 @@ export interface EnqueueOptions {
   readonly taskId?: string;
   /** Units it takes from the queue's cost rate limit, 0..1e9 (default 1). */
   readonly cost?: number;
-  /** Seconds one run may take, > 0, at most a year (default: the queue's). */
-  readonly timeout?: number;
+  /** Milliseconds one run may take, > 0, at most a year (default: the queue's). */
+  readonly timeoutMs?: number;
   /**
    * The name of the handler that runs it, among those its workers serve (default: the
    * workers' default handler). A name no worker serves makes the task go dead, reason
@@ -82,12 +85,13 @@ export interface TaskRecord {
 /** The names `EnqueueOptions` takes. */
 export const ENQUEUE_OPTION_NAMES: ReadonlySet<string> = new Set([
   "priority",
-  "delay",
+  "delayMs",
   "deadline",
+  "deadlineMs",
   "maxAttempts",
   "taskId",
   "cost",
-  "timeout",
+  "timeoutMs",
   "name",
   "after",
   "onDepFail",
@@ -232,6 +236,21 @@ export function seconds(value: unknown, what: string, high: number): number | un
   return value;
 }
 
+/**
+ * Milliseconds as a finite number at most `highS` seconds, or undefined when not given
+ * (callers check their lower bound). The scripts take seconds or ms; callers convert.
+ */
+export function millis(value: unknown, what: string, highS: number): number | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "number" || !Number.isFinite(value)) {
+    throw new InvalidArgument(`${what} must be milliseconds (a finite number)`);
+  }
+  if (value > highS * 1000) {
+    throw new InvalidArgument(`${what} must be at most ${highS * 1000} ms (${span(highS)}), not ${formatG(value)}`);
+  }
+  return value;
+}
+
 function shortValue(value: unknown): string {
   const shown = typeof value === "string" ? pyRepr(value) : String(value);
   return shown.length <= 200 ? shown : `${shown.slice(0, 200)}...`;
@@ -314,24 +333,32 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
     maxAttempts = String(options.maxAttempts);
   }
   let delayMs = 0;
-  const delay = seconds(options.delay, "delay", bounds.MAX_DELAY_S);
+  const delay = millis(options.delayMs, "delayMs", bounds.MAX_DELAY_S);
   if (delay !== undefined) {
-    if (delay < 0) throw new InvalidArgument(`delay must be >= 0, not ${formatG(delay)}`);
-    delayMs = Math.ceil(delay * 1000);
+    if (delay < 0) throw new InvalidArgument(`delayMs must be >= 0, not ${formatG(delay)}`);
+    delayMs = Math.ceil(delay);
   }
   let timeoutS = "";
-  const timeout = seconds(options.timeout, "timeout", bounds.MAX_TIMEOUT_S);
+  const timeout = millis(options.timeoutMs, "timeoutMs", bounds.MAX_TIMEOUT_S);
   if (timeout !== undefined) {
-    if (timeout <= 0) throw new InvalidArgument(`timeout must be > 0, not ${formatG(timeout)}`);
-    timeoutS = floatRepr(timeout);
+    if (timeout <= 0) throw new InvalidArgument(`timeoutMs must be > 0, not ${formatG(timeout)}`);
+    timeoutS = floatRepr(timeout / 1000);
   }
   let deadline = "";
-  if (options.deadline instanceof Date) {
+  if (options.deadline !== undefined && options.deadlineMs !== undefined) {
+    throw new InvalidArgument("give deadline (a Date) or deadlineMs (milliseconds from now), not both");
+  }
+  if (options.deadline !== undefined) {
+    if (!(options.deadline instanceof Date)) {
+      throw new InvalidArgument(
+        `deadline must be a Date, not ${kindOf(options.deadline)} (for a time from now: deadlineMs, in milliseconds)`,
+      );
+    }
     deadline = `@${deadlineMs(options.deadline)}`;
-  } else if (options.deadline !== undefined) {
-    const ahead = seconds(options.deadline, "deadline", bounds.MAX_DEADLINE_S);
-    if (ahead === undefined || ahead <= 0) throw new InvalidArgument("deadline must be > 0 seconds from now");
-    deadline = String(Math.ceil(ahead * 1000));
+  } else if (options.deadlineMs !== undefined) {
+    const ahead = millis(options.deadlineMs, "deadlineMs", bounds.MAX_DEADLINE_S);
+    if (ahead === undefined || ahead <= 0) throw new InvalidArgument("deadlineMs must be > 0 ms from now");
+    deadline = String(Math.ceil(ahead));
   }
   if (options.name !== undefined) {
     const problem = taskNameProblem(options.name);
@@ -341,7 +368,7 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
   let after = "";
   let onDepFail = "";
   if (options.after !== undefined || options.onDepFail !== undefined) {
-    if (options.after !== undefined && delayMs > 0) throw new InvalidArgument("after and delay cannot be combined (a waiting task runs once ready)");
+    if (options.after !== undefined && delayMs > 0) throw new InvalidArgument("after and delayMs cannot be combined (a waiting task runs once ready)");
     [after, onDepFail] = encodeAfter(options.after, options.onDepFail, options.taskId);
   }
   if (options.group !== undefined) {
@@ -398,8 +425,7 @@ export function itemRecord(item: unknown): TaskRecord {
   if (symbol !== undefined) throw new InvalidArgument(`an enqueue item takes no symbol keys, not ${symbol.toString()}`);
   const unknown = (keys as string[]).filter((k) => !OPTION_NAMES.has(k));
   if (unknown.length > 0) {
-    const meant = unknown.length === 1 ? nearest(unknown[0] ?? "", OPTION_NAMES) : undefined;
-    const hint = meant === undefined ? "" : ` (did you mean '${meant}'?)`;
+    const hint = unknown.length === 1 ? unknownOptionHint(unknown[0] ?? "", OPTION_NAMES) : "";
     throw new InvalidArgument(`unknown enqueue field(s): ${unknown.sort().join(", ")}${hint}`);
   }
   if (!("payload" in item)) throw new InvalidArgument("enqueue item needs a 'payload'");

@@ -12,7 +12,7 @@
  * @packageDocumentation
  */
 
-export { Queue, type EnqueueCallOptions, type EnqueueResult, type QueueOptions, type Stats } from "./queue.js";
+export { Queue, type EnqueueCallOptions, type EnqueueResult, type QueueOptions, type Stats, type WaitOptions } from "./queue.js";
 export { CURRENT_LEVEL, WORKER_LEVEL, olderWorkers, olderWorkersNote, type WorkerInfo } from "./workers.js";
 export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
 export type { FlowControlOptions } from "./flowcontrol.js";
@@ -22,7 +22,7 @@ export { TaskState, type Task } from "./tasks.js";
 export type { GroupCount, GroupSettings, StoredGroupSettings } from "./groups.js";
 export type { BudgetLimit, BudgetOptions, BudgetPeriod, PauseOptions, QuotaState } from "./quotas.js";
 export type { Schedule, ScheduleOptions } from "./schedules.js";
-export { type QueueConfig, defaultConfig } from "./config.js";
+export { type QueueConfig, defaultConfig } from "./configms.js";
 export {
   DependencyCycle,
   FlowTooLarge,

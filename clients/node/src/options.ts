@@ -32,9 +32,50 @@ export function nearest(key: string, known: Iterable<string>): string | undefine
 }
 
 /**
+ * Options a BullMQ user types, with what to write here instead. Each is refused (never
+ * ignored, never taken as an alias), with this line, where the option it names is known.
+ */
+const BULLMQ_HINTS: Readonly<Record<string, { readonly where: string; readonly hint: string }>> = {
+  attempts: { where: "maxAttempts", hint: "taskfleet's is 'maxAttempts': starts in all, as BullMQ's attempts" },
+  jobId: {
+    where: "taskId",
+    hint: "taskfleet's is 'taskId'; the same id with other options throws TaskExists",
+  },
+  backoff: {
+    where: "taskId",
+    hint: "retry backoff is the queue's config: queue.configure({ backoffBaseMs, backoffMaxMs })",
+  },
+  removeOnComplete: {
+    where: "taskId",
+    hint: "how long done tasks are kept is the queue's config: queue.configure({ doneRetentionMs })",
+  },
+  removeOnFail: {
+    where: "taskId",
+    hint: "how long dead tasks are kept is the queue's config: queue.configure({ deadRetentionMs })",
+  },
+  repeat: { where: "taskId", hint: "repeating tasks are schedules: queue.schedule(name, cron, payload)" },
+  lifo: { where: "taskId", hint: "taskfleet has no LIFO order; use 'priority' (higher runs first)" },
+};
+
+/**
+ * Why `key` is no option of `known` (one line), naming the option meant: a BullMQ name's
+ * counterpart, a duration's `...Ms` name (`timeout`, `leaseTtlS` → `timeoutMs`,
+ * `leaseTtlMs`), or a near miss.
+ */
+export function unknownOptionHint(key: string, known: ReadonlySet<string>): string {
+  const bullmq = BULLMQ_HINTS[key];
+  if (bullmq !== undefined && known.has(bullmq.where)) return ` (${bullmq.hint})`;
+  for (const ms of [`${key}Ms`, `${key.replace(/S$/, "")}Ms`]) {
+    if (ms !== key && known.has(ms)) return ` (durations are milliseconds, in options named ...Ms: '${ms}')`;
+  }
+  const meant = nearest(key, known);
+  return meant === undefined ? "" : ` (did you mean '${meant}'?)`;
+}
+
+/**
  * Refuse `options` (an object a caller passed; undefined or null: nothing to check) when it
  * has a key not in `known`, or any symbol key: an `InvalidArgument` naming `what`, the key
- * and, for a near miss, the option meant.
+ * and the option meant (`unknownOptionHint`).
  */
 export function checkOptionKeys(options: unknown, known: ReadonlySet<string>, what: string): void {
   if (options === undefined || options === null) return;
@@ -44,8 +85,8 @@ export function checkOptionKeys(options: unknown, known: ReadonlySet<string>, wh
       throw new InvalidArgument(`${what} takes no symbol keys, not ${key.toString()}`);
     }
     if (known.has(key)) continue;
-    const meant = nearest(key, known);
-    const hint = meant === undefined ? "" : ` (did you mean '${meant}'?)`;
-    throw new InvalidArgument(`${what} has no option '${key}'${hint}; known: ${[...known].sort().join(", ")}`);
+    throw new InvalidArgument(
+      `${what} has no option '${key}'${unknownOptionHint(key, known)}; known: ${[...known].sort().join(", ")}`,
+    );
   }
 }

@@ -7,7 +7,8 @@
  */
 
 import { type Bundle, packagedBundle } from "./bundle.js";
-import { type QueueConfig, checkConfig, configFields, parseConfig } from "./config.js";
+import { type QueueConfig as QueueConfigS, checkConfig, configFields, parseConfig } from "./config.js";
+import { type QueueConfig, configFromMs, configToMs, storedCheck } from "./configms.js";
 import { CONFIG_FIELDS } from "./protocol/defaults.js";
 import * as control from "./control.js";
 import * as flowcontrol from "./flowcontrol.js";
@@ -54,12 +55,13 @@ export const CLAIM_HOUSEKEEPING_BOUND = 100;
 const QUEUE_OPTIONS = new Set(["redisUrl"]);
 const ENQUEUE_CALL_OPTIONS = new Set([...ENQUEUE_OPTION_NAMES, "traceContext"]);
 const TRACE_ONLY = new Set(["traceContext"]);
-const FILTER = ["reason", "olderThan", "newerThan"];
+const FILTER = ["reason", "olderThanMs", "newerThanMs"];
 const RETRY_OPTIONS = new Set([...FILTER, "taskIds", "maxAttempts", "group"]);
 const LIST_OPTIONS = new Set([...FILTER, "limit", "cursor", "group"]);
 const PURGE_OPTIONS = new Set([...FILTER, "taskIds"]);
 const FLOW_CONTROL_OPTIONS = new Set(["branch"]);
-const PAUSE_OPTIONS = new Set(["reason", "group"]);
+const WAIT_OPTIONS = new Set(["timeoutMs"]);
+const PAUSE_OPTIONS = new Set(["forMs", "reason", "group"]);
 const BUDGET_OPTIONS = new Set(["day", "month", "group"]);
 
 /** The longest `close()` waits for Redis to answer QUIT. */
@@ -100,8 +102,8 @@ export type Stats = Record<"pending" | "delayed" | "running" | "done" | "dead" |
  *
  * ```ts
  * const q = new Queue("emails", { redisUrl: "redis://localhost:6379/0" });
- * const id = await q.enqueue({ to: "a@example.com" }, { priority: 5, delay: 60 });
- * const done = await q.wait([id], 30);
+ * const id = await q.enqueue({ to: "a@example.com" }, { priority: 5, delayMs: 60_000 });
+ * const done = await q.wait([id], { timeoutMs: 30_000 });
  * await q.close();
  * ```
  *
@@ -163,9 +165,9 @@ export class Queue {
   // -- producing ------------------------------------------------------------------------
 
   /**
-   * Add a task; resolves to its id. Options (times in seconds): `priority`, `delay`,
-   * `deadline` (seconds from now or a `Date`), `maxAttempts`, `taskId`, `cost`,
-   * `timeout`, `name` (the handler), `traceContext`. Throws `InvalidPayload` /
+   * Add a task; resolves to its id. Options (durations in milliseconds): `priority`,
+   * `delayMs`, `deadline` (a `Date`) or `deadlineMs` (from now), `maxAttempts`, `taskId`,
+   * `cost`, `timeoutMs`, `name` (the handler), `traceContext`. Throws `InvalidPayload` /
    * `InvalidArgument` before anything is sent, `TaskExists` when `taskId` names a task
    * with another payload or options, `NotReplicated` when `?wait_replicas` timed out.
    */
@@ -278,10 +280,11 @@ export class Queue {
   /**
    * Wait until every task is done, dead or cancelled; resolves to them by id. Woken by
    * the script that finishes each task, not by polling. Throws `WaitTimeout` listing the
-   * unfinished ids after `timeout` seconds. An id that does not exist yet counts as
-   * unfinished (it is looked for again every second).
+   * unfinished ids after `timeoutMs` milliseconds. An id that does not exist yet counts
+   * as unfinished (it is looked for again every second).
    */
-  async wait(taskIds: Iterable<string>, timeout: number): Promise<Record<string, Task>> {
+  async wait(taskIds: Iterable<string>, options: WaitOptions): Promise<Record<string, Task>> {
+    const timeout = waitSeconds(options);
     return wait(this.client, this.blockers, this.scripts, this.bundle, this.keys, taskIds, timeout, this.commandTimeoutMs);
   }
 
@@ -358,7 +361,7 @@ export class Queue {
 
   /**
    * Send dead tasks back to pending with a new attempt budget: `taskIds`, or every dead
-   * task matching the filters (`reason`, `olderThan`, `newerThan` in seconds, `group`),
+   * task matching the filters (`reason`, `olderThanMs`, `newerThanMs` in milliseconds, `group`),
    * or with no option all of them. Resolves to how many went back.
    */
   async retry(options: control.RetryOptions = {}): Promise<number> {
@@ -386,14 +389,14 @@ export class Queue {
    * Store the queue's shared settings (`Queue.configure` / `taskfleet configure` in
    * Python): the whole config is replaced, a field left out takes its default; every
    * script reads it at its next call, so the whole fleet follows at once. Checked first
-   * (unknown fields, bounds, `backoffMaxS` >= `backoffBaseS`, `throttleMaxS` >=
-   * `throttleBaseS`): `InvalidArgument` names the field to fix and nothing is stored.
+   * (unknown fields, bounds, `backoffMaxMs` >= `backoffBaseMs`, `throttleMaxMs` >=
+   * `throttleBaseMs`; durations in milliseconds, stored in seconds as Python stores them): `InvalidArgument` names the field to fix and nothing is stored.
    * Resolves to the config stored, defaults filled in.
    */
   async configure(settings: Readonly<Partial<QueueConfig>>): Promise<QueueConfig> {
-    const config = checkConfig(settings);
+    const config = storedCheck(() => checkConfig(configFromMs(settings)));
     await writeConfig(this, configFields(config));
-    return config;
+    return configToMs(config);
   }
 
   /** Whether anything of the queue is stored: its config, counters, sequence or workers (a typo'd name has none). */
@@ -403,7 +406,7 @@ export class Queue {
 
   /** The queue's shared settings as stored, defaults for what is not. */
   async config(): Promise<QueueConfig> {
-    return parseConfig(await readConfig(this));
+    return configToMs(parseConfig(await readConfig(this)));
   }
 
   // -- groups and quotas ----------------------------------------------------------------
@@ -422,10 +425,14 @@ export class Queue {
     return groups.groups(this.control, await queueMs(this));
   }
 
-  /** Stop claims for `seconds` (left out: the adaptive pause), of `group` only if given; a longer pause is kept. Its end (epoch ms). */
-  async pauseClaims(seconds?: number, options: quotas.PauseOptions = {}): Promise<number> {
+  /** Stop claims for `forMs` milliseconds (left out: the adaptive pause), of `group` only if given; a longer pause is kept. Its end (epoch ms). */
+  async pauseClaims(options: quotas.PauseOptions = {}): Promise<number> {
+    const given: unknown = options;
+    if (typeof given === "number") {
+      throw new InvalidArgument("pauseClaims takes { forMs } (milliseconds), not a number: pauseClaims({ forMs: 60_000 })");
+    }
     checkOptionKeys(options, PAUSE_OPTIONS, "pauseClaims options");
-    return quotas.pauseClaims(this.control, seconds, options);
+    return quotas.pauseClaims(this.control, options.forMs, options);
   }
 
   /** End the claim pause (`group`'s own, with a group) now and forget the rate limits met in a row. */
@@ -441,7 +448,7 @@ export class Queue {
 
   /** The claim pause and the budget's spend (`group`'s own, with a group), as the scripts see them now. */
   async quota(options: { readonly group?: string } = {}): Promise<quotas.QuotaState> {
-    return quotas.quota(this.control, options.group, await this.config());
+    return quotas.quota(this.control, options.group, configFromMs(await this.config()) as QueueConfigS);
   }
 
   /** Delete every key of the queue (tasks, workers, config, counters, schedules). */
@@ -520,7 +527,7 @@ export class Queue {
     if (found === null) throw new ScheduleNotFound(name);
     const now = await queueMs(this);
     const slot = firstSlot(found.cron, found.tz, now);
-    const due = slot === null ? 0 : dueMs(name, slot, Math.trunc(found.jitter * 1000));
+    const due = slot === null ? 0 : dueMs(name, slot, found.jitterMs);
     return this.pause(name, false, slot, due);
   }
 
@@ -554,4 +561,23 @@ function plainRecord(r: TaskRecord): EnqueuePlainRecord {
 /** enqueue_plain's [0]: nothing stored, an idle worker waits for the hand-off enqueue makes. */
 function handOffLeft(raw: unknown): boolean {
   return Array.isArray(raw) && raw.length === 1 && Number(raw[0]) === 0;
+}
+
+/** The options of `Queue.wait`. */
+export interface WaitOptions {
+  /** How long to wait, in milliseconds, before `WaitTimeout`. */
+  readonly timeoutMs: number;
+}
+
+/** `wait`'s options as the seconds the wait loop takes; a bare number (once seconds) is refused. */
+function waitSeconds(options: unknown): number {
+  if (typeof options === "number") {
+    throw new InvalidArgument(`wait takes { timeoutMs } (milliseconds), not a number: wait(ids, { timeoutMs: 30_000 })`);
+  }
+  checkOptionKeys(options, WAIT_OPTIONS, "wait options");
+  const timeoutMs: unknown = (options as Partial<WaitOptions> | undefined)?.timeoutMs;
+  if (typeof timeoutMs !== "number" || Number.isNaN(timeoutMs)) {
+    throw new InvalidArgument(`wait needs timeoutMs, a number of milliseconds, not ${String(timeoutMs)}`);
+  }
+  return timeoutMs / 1000;
 }

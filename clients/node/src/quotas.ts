@@ -65,27 +65,29 @@ async function run(c: Control, args: QuotaArgs): Promise<[number, number]> {
   return [Number(raw[0]), Number(raw[1])];
 }
 
-/** `pauseClaims`'s `seconds` checked, in ms (undefined: the adaptive pause). */
-export function pauseMs(seconds: unknown): number | undefined {
-  if (seconds === undefined) return undefined;
-  if (typeof seconds !== "number") throw new InvalidArgument(`seconds must be a number, not ${describe(seconds)}`);
-  if (!(Number.isFinite(seconds) && seconds >= 0)) throw new InvalidArgument(`seconds must be >= 0, not ${describe(seconds)}`);
-  const ms = Math.trunc(seconds * 1000);
+/** `pauseClaims`'s `forMs` checked, whole ms (undefined: the adaptive pause). */
+export function pauseMs(forMs: unknown): number | undefined {
+  if (forMs === undefined) return undefined;
+  if (typeof forMs !== "number") throw new InvalidArgument(`forMs must be a number of milliseconds, not ${describe(forMs)}`);
+  if (!(Number.isFinite(forMs) && forMs >= 0)) throw new InvalidArgument(`forMs must be >= 0, not ${describe(forMs)}`);
+  const ms = Math.trunc(forMs);
   if (ms > 3_153_600_000_000) throw new InvalidArgument(`a pause must be 0..100 years in ms, not ${String(ms)}`);
   return ms;
 }
 
 /** Options of `Queue.pauseClaims`. */
 export interface PauseOptions {
+  /** How long, in milliseconds (left out: the adaptive pause, as a `RateLimited` handler's). */
+  readonly forMs?: number;
   /** Why (kept with the pause; first 200 characters). */
   readonly reason?: string;
   /** Pause only this group's tasks (the other groups are claimed as before). */
   readonly group?: string;
 }
 
-/** Stop claims for `seconds` (undefined: the adaptive pause); a longer pause already on is kept. Its end (epoch ms). */
-export async function pauseClaims(c: Control, seconds: number | undefined, options: PauseOptions): Promise<number> {
-  const ms = pauseMs(seconds);
+/** Stop claims for `forMs` ms (undefined: the adaptive pause); a longer pause already on is kept. Its end (epoch ms). */
+export async function pauseClaims(c: Control, forMs: number | undefined, options: PauseOptions): Promise<number> {
+  const ms = pauseMs(forMs);
   const where = ops(options.group);
   const reason = options.reason ?? "";
   if (typeof reason !== "string") throw new InvalidArgument(`reason must be a string, not ${describe(reason)}`);

@@ -11,7 +11,7 @@ import { crc32 } from "node:zlib";
 
 import * as bounds from "./bounds.js";
 import { parseCron } from "./cron.js";
-import { checkedInt, encodePayload, groupProblem, seconds } from "./encoding.js";
+import { checkedInt, encodePayload, groupProblem, millis } from "./encoding.js";
 import { InvalidArgument, describe, pyRepr } from "./errors.js";
 import { checkOptionKeys } from "./options.js";
 import { floatRepr } from "./pyformat.js";
@@ -41,7 +41,7 @@ export function validateScheduleName(name: unknown): string {
   return name;
 }
 
-/** The options of `Queue.schedule`; times in seconds. */
+/** The options of `Queue.schedule`; durations in milliseconds (`...Ms`). */
 export interface ScheduleOptions {
   /** IANA zone the cron expression reads in (default UTC). */
   readonly tz?: string;
@@ -49,14 +49,15 @@ export interface ScheduleOptions {
   readonly catchup?: "latest" | "all";
   /** With `all`: at most this many (the latest), 1..10,000 (default 100). */
   readonly catchupLimit?: number;
-  /** Each slot fires up to this many seconds late (a fixed draw per slot), 0..86,400. */
-  readonly jitter?: number;
+  /** Each slot fires up to this many milliseconds late (a fixed draw per slot), 0..86,400,000. */
+  readonly jitterMs?: number;
   readonly priority?: number;
   readonly maxAttempts?: number;
   readonly cost?: number;
-  readonly timeout?: number;
-  /** Seconds after its firing by which each task must start. */
-  readonly deadline?: number;
+  /** Milliseconds each run may take (default: the queue's). */
+  readonly timeoutMs?: number;
+  /** Milliseconds after its firing by which each task must start. */
+  readonly deadlineMs?: number;
   /** Store it paused. */
   readonly paused?: boolean;
   /** Each task's group (fair claiming between groups, the group's limits). */
@@ -64,7 +65,7 @@ export interface ScheduleOptions {
 }
 
 const SCHEDULE_OPTIONS = new Set([
-  "tz", "catchup", "catchupLimit", "jitter", "priority", "maxAttempts", "cost", "timeout", "deadline", "paused", "group",
+  "tz", "catchup", "catchupLimit", "jitterMs", "priority", "maxAttempts", "cost", "timeoutMs", "deadlineMs", "paused", "group",
 ]);
 
 /** A schedule's definition, checked: the store's fields in the Python client's order and encoding. */
@@ -87,13 +88,13 @@ export function scheduleDef(name: string, cron: string, payload: unknown, option
   if (options.maxAttempts !== undefined) checkedInt(options.maxAttempts, "max_attempts", 1, bounds.MAX_ATTEMPTS);
   const cost = checkedInt(options.cost ?? 1, "cost", 0, bounds.MAX_COST);
   const catchupLimit = checkedInt(options.catchupLimit ?? 100, "catchup_limit", 1, MAX_CATCHUP_LIMIT);
-  const jitter = seconds(options.jitter ?? 0, "jitter", MAX_JITTER_S) ?? 0;
-  const timeout = seconds(options.timeout, "timeout", bounds.MAX_TIMEOUT_S);
-  const deadline = seconds(options.deadline, "deadline", bounds.MAX_DEADLINE_S);
-  for (const [what, value] of [["jitter", jitter], ["timeout", timeout], ["deadline", deadline]] as const) {
+  const jitter = millis(options.jitterMs ?? 0, "jitterMs", MAX_JITTER_S) ?? 0;
+  const timeout = millis(options.timeoutMs, "timeoutMs", bounds.MAX_TIMEOUT_S);
+  const deadline = millis(options.deadlineMs, "deadlineMs", bounds.MAX_DEADLINE_S);
+  for (const [what, value] of [["jitterMs", jitter], ["timeoutMs", timeout], ["deadlineMs", deadline]] as const) {
     if (value !== undefined && value < 0) throw new InvalidArgument(`${what} must not be negative`);
   }
-  if (timeout === 0) throw new InvalidArgument("timeout must be positive");
+  if (timeout === 0) throw new InvalidArgument("timeoutMs must be positive");
   const text = encodePayload(payload);
   parseCron(cron);
   zone(tz);
@@ -101,7 +102,7 @@ export function scheduleDef(name: string, cron: string, payload: unknown, option
   if (!(CATCHUP_POLICIES as readonly string[]).includes(catchup)) {
     throw new InvalidArgument(`catchup must be one of ${CATCHUP_POLICIES.join(", ")}, not ${describe(catchup)}`);
   }
-  const jitterMs = Math.trunc(jitter * 1000);
+  const jitterMs = Math.trunc(jitter);
   if (options.group !== undefined) {
     const problem = groupProblem(options.group);
     if (problem !== undefined) throw new InvalidArgument(problem);
@@ -113,8 +114,8 @@ export function scheduleDef(name: string, cron: string, payload: unknown, option
     [SCHEDULE.priority, String(priority)],
     [SCHEDULE.max_attempts, options.maxAttempts === undefined ? "" : String(options.maxAttempts)],
     [SCHEDULE.cost, String(cost)],
-    [SCHEDULE.timeout, timeout === undefined ? "" : floatRepr(timeout)],
-    [SCHEDULE.deadline_ms, deadline === undefined ? "" : String(Math.trunc(deadline * 1000))],
+    [SCHEDULE.timeout, timeout === undefined ? "" : floatRepr(timeout / 1000)],
+    [SCHEDULE.deadline_ms, deadline === undefined ? "" : String(Math.trunc(deadline))],
     [SCHEDULE.catchup, catchup],
     [SCHEDULE.catchup_limit, String(catchupLimit)],
     [SCHEDULE.jitter_ms, String(jitterMs)],
@@ -143,14 +144,14 @@ export interface Schedule {
   readonly priority: number;
   readonly maxAttempts: number | null;
   readonly cost: number;
-  /** Seconds; null: the queue's default. */
-  readonly timeout: number | null;
-  /** Seconds after firing; null: none. */
-  readonly deadline: number | null;
+  /** Milliseconds each run may take; null: the queue's default. */
+  readonly timeoutMs: number | null;
+  /** Milliseconds after firing; null: none. */
+  readonly deadlineMs: number | null;
   readonly catchup: string;
   readonly catchupLimit: number;
-  /** Seconds. */
-  readonly jitter: number;
+  /** Milliseconds. */
+  readonly jitterMs: number;
   readonly paused: boolean;
   /** '' = the API / CLI, 'taskqueue' = a TaskQueue's spec. */
   readonly owner: string;
@@ -185,7 +186,7 @@ export function scheduleFromHash(h: Readonly<Record<string, string>>): Schedule 
   const timeout = h.timeout ?? "";
   const deadline = intOf(h[SCHEDULE.deadline_ms]);
   const name = h.name ?? "";
-  const jitter = (intOf(h[SCHEDULE.jitter_ms]) ?? 0) / 1000;
+  const jitterMs = intOf(h[SCHEDULE.jitter_ms]) ?? 0;
   const paused = h.paused === "1";
   const next = intOf(h[SCHEDULE.next_slot]);
   return {
@@ -196,16 +197,16 @@ export function scheduleFromHash(h: Readonly<Record<string, string>>): Schedule 
     priority: intOf(h.priority) ?? 0,
     maxAttempts: intOf(h[SCHEDULE.max_attempts]),
     cost: intOf(h.cost) ?? 1,
-    timeout: timeout === "" ? null : Number(timeout),
-    deadline: deadline === null ? null : deadline / 1000,
+    timeoutMs: timeout === "" ? null : Math.round(Number(timeout) * 1000 * 1e6) / 1e6,
+    deadlineMs: deadline,
     catchup: h.catchup ?? "latest",
     catchupLimit: intOf(h[SCHEDULE.catchup_limit]) || 100,
-    jitter,
+    jitterMs,
     paused,
     owner: h.owner ?? "",
     lastSlot: intOf(h[SCHEDULE.last_slot]),
     nextSlot: next,
-    nextDueMs: next === null || paused ? null : dueMs(name, next, Math.trunc(jitter * 1000)),
+    nextDueMs: next === null || paused ? null : dueMs(name, next, jitterMs),
     fired: intOf(h.fired) ?? 0,
     skipped: intOf(h.skipped) ?? 0,
     error: h.error ?? "",

@@ -49,8 +49,8 @@ export interface Task {
   readonly costUsed: number | null;
   /** Retries its handler asked for (RetryAfter). */
   readonly deferred: number;
-  /** Seconds a run may take; null: the queue's default. */
-  readonly timeout: number | null;
+  /** Milliseconds a run may take (stored in seconds); null: the queue's default. */
+  readonly timeoutMs: number | null;
   readonly createdAt: Date | null;
   readonly runAt: Date | null;
   readonly deadline: Date | null;
@@ -181,7 +181,7 @@ export function taskFromHash(raw: Readonly<Record<string, string>>, taskId?: str
     cost: int("cost", 1),
     costUsed: storedInt(raw[TASK.cost_used]),
     deferred: int("deferred", 0),
-    timeout: timeout !== null && timeout > 0 ? timeout : null,
+    timeoutMs: timeout !== null && timeout > 0 ? Math.round(timeout * 1000 * 1e6) / 1e6 : null,
     ...times,
     pod: text("pod"),
     incarnation: text("incarnation"),

@@ -51,7 +51,7 @@ describe("children added at run time", () => {
       handlers,
       pod: "children-worker",
       concurrency: 8,
-      heartbeatInterval: 0.3,
+      heartbeatIntervalMs: 300,
       runtimeDir: dir,
       fireSchedules: false,
     });
@@ -89,7 +89,7 @@ describe("children added at run time", () => {
       for (const id of waiting.after) assert.notEqual((await queue.get(id))?.state, "done");
       assert.equal((await queue.get("merge"))?.state, "waiting");
       release();
-      const done = await queue.wait(["doc", "merge"], 30);
+      const done = await queue.wait(["doc", "merge"], { timeoutMs: 30_000 });
       assert.equal(done.doc?.state, "done");
       assert.deepEqual(done.doc.result, { pages: 3, ids: ["doc-p0", "doc-p1", "doc-p2"] });
       for (const id of waiting.after) {
@@ -106,7 +106,7 @@ describe("children added at run time", () => {
     withWorker(async () => {
       release();
       await queue.enqueue({ pages: 2, fail: 1 }, { name: "split", taskId: "bad" });
-      const done = await queue.wait(["bad", "bad-p0", "bad-p1"], 30);
+      const done = await queue.wait(["bad", "bad-p0", "bad-p1"], { timeoutMs: 30_000 });
       assert.equal(done["bad-p1"]?.state, "dead");
       assert.equal(done.bad?.state, "dead");
       assert.equal(done.bad.reason, "dependency failed");
@@ -120,7 +120,7 @@ describe("children added at run time", () => {
       assert.equal(await queue.retry({ taskIds: ["twice"] }), 1);
       assert.equal((await queue.get("twice"))?.state, "waiting"); // its pages are held at the gate
       release();
-      const done = await queue.wait(["twice"], 30);
+      const done = await queue.wait(["twice"], { timeoutMs: 30_000 });
       assert.equal(done.twice?.state, "done");
       assert.deepEqual(done.twice.result, { pages: 2, run: 2 });
     }));

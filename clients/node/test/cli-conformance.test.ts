@@ -7,11 +7,13 @@ import { readFileSync, readdirSync } from "node:fs";
 import { after, before, beforeEach, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { type QueueConfig, Queue } from "../src/index.js";
+import { Queue } from "../src/index.js";
 import { taskJson } from "../src/cli/output.js";
 import { Broker } from "../src/worker/broker.js";
 import { RedisServer } from "./redis.js";
 import { BIN, cleanEnv } from "./workers.js";
+import type { QueueConfig as StoredConfig } from "../src/config.js";
+import { configFromMs, configToMs } from "../src/configms.js";
 
 const CASES_DIR = fileURLToPath(new URL("../../../../conformance/cli/", import.meta.url));
 const PROG = "taskfleet-node";
@@ -67,15 +69,16 @@ async function given(steps: readonly Step[], q: Queue): Promise<void> {
   const broker = new Broker(QUEUE, q.client, "pod-a", "1", { replyTimeoutMs: 5000, host: "", served: null });
   for (const step of steps) {
     if (step.enqueue !== undefined) {
-      const { id, payload, ...options } = step.enqueue;
-      await q.enqueue(payload ?? {}, { taskId: id, ...options });
+      const { id, payload, delay, ...options } = step.enqueue; // the cases' delay: seconds
+      await q.enqueue(payload ?? {}, { taskId: id, ...options, ...(delay === undefined ? {} : { delayMs: delay * 1000 }) });
     } else if (step.fail !== undefined) {
       const claimed = (await broker.claim(step.fail.length, 0)).tasks;
       assert.deepEqual(claimed.map((t) => t.id).sort(), [...step.fail].sort(), "fail: the tasks named are next in line");
       for (const t of claimed) await broker.fail(t.id, t.token, step.error ?? "ValueError: bad", false, step.reason ?? "");
     } else if (step.configure !== undefined) {
-      const settings: Partial<QueueConfig> = Object.fromEntries(Object.entries(step.configure).map(([k, v]) => [camel(k), v]));
-      await q.configure(settings);
+      // the cases give the stored fields (seconds); the API takes milliseconds
+      const stored = Object.fromEntries(Object.entries(step.configure).map(([k, v]) => [camel(k), v]));
+      await q.configure(configToMs(stored as unknown as StoredConfig));
     } else {
       throw new Error(`unknown given step ${JSON.stringify(step)}`);
     }
@@ -143,7 +146,7 @@ for (const file of files) {
           const then = c.then ?? {};
           if (then.unchanged === true) assert.deepEqual(await snapshot(q), before, "bad input stored something");
           if (then.stats !== undefined) subset(then.stats, await q.stats());
-          if (then.config !== undefined) subset(then.config, snakeKeys(await q.config()));
+          if (then.config !== undefined) subset(then.config, snakeKeys(configFromMs(await q.config()))) // the stored seconds;
           for (const [id, fields] of Object.entries(then.tasks ?? {})) {
             const found = await q.get(id);
             assert.ok(found !== null, id);

@@ -8,6 +8,13 @@ import { needsPython, python } from "./python.js";
 import { RedisServer } from "./redis.js";
 
 const snake = (name: string): string => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+/** Node's settings (durations in ms, `...Ms`) as Python's (seconds, `..._s`). */
+const asPython = (settings: Record<string, unknown>): Record<string, unknown> =>
+  Object.fromEntries(
+    Object.entries(settings).map(([k, v]) =>
+      k.endsWith("Ms") ? [`${snake(k.slice(0, -2))}_s`, typeof v === "number" ? v / 1000 : v] : [snake(k), v],
+    ),
+  );
 
 /** Inputs each client must refuse (Node option names; Python gets the stored names). */
 const REFUSED: Record<string, unknown>[] = [
@@ -16,13 +23,13 @@ const REFUSED: Record<string, unknown>[] = [
   { maxAttempts: 10_001 },
   { rateLimitTasks: 0 },
   { rateLimitTasks: 1.5 },
-  { leaseTtlS: 0.5 },
+  { leaseTtlMs: 500 },
   { backoffJitter: 1.5 },
-  { backoffBaseS: 10, backoffMaxS: 5 },
-  { throttleBaseS: 10, throttleMaxS: 5 },
+  { backoffBaseMs: 10_000, backoffMaxMs: 5000 },
+  { throttleBaseMs: 10_000, throttleMaxMs: 5000 },
   { maxPayloadBytes: 0 },
   { budgetDay: 1e9 + 1 },
-  { defaultTimeoutS: 0 },
+  { defaultTimeoutMs: 0 },
   { groupMaxConcurrency: -1 },
 ];
 
@@ -38,7 +45,8 @@ describe("Queue.configure", () => {
   it("stores the whole config (unset fields go), reads it back, and refuses bad settings with one line, storing nothing", async () => {
     queue = new Queue("jobs", { redisUrl: server.url });
     try {
-      const stored = await queue.configure({ maxConcurrency: 4, leaseTtlS: 60, budgetDay: 1000 });
+      const stored = await queue.configure({ maxConcurrency: 4, leaseTtlMs: 60_000, budgetDay: 1000 });
+      assert.equal(stored.leaseTtlMs, 60_000);
       assert.equal(stored.maxConcurrency, 4);
       assert.equal(stored.maxAttempts, 3);
       assert.deepEqual(await queue.config(), stored);
@@ -59,6 +67,8 @@ describe("Queue.configure", () => {
         });
       }
       assert.equal((await queue.config()).maxAttempts, 5);
+      await assert.rejects(queue.configure({ leaseTtlS: 60 } as never), /has no option 'leaseTtlS' \(durations are milliseconds, in options named \.\.\.Ms: 'leaseTtlMs'\)/);
+      await assert.rejects(queue.configure({ leaseTtlMs: 500 }), /leaseTtlMs \/ 1000 as leaseTtlS must be at least 1/);
     } finally {
       await queue.close();
     }
@@ -68,7 +78,7 @@ describe("Queue.configure", () => {
     const pyDefaults = python<Record<string, number | null>>(
       "import json; from taskfleet.protocol.config import QueueConfig; print(json.dumps(QueueConfig().model_dump()))",
     );
-    const nodeDefaults = Object.fromEntries(Object.entries(defaultConfig()).map(([k, v]) => [snake(k), v]));
+    const nodeDefaults = asPython(defaultConfig());
     assert.deepEqual(nodeDefaults, pyDefaults);
 
     const refused = python<boolean[]>(
@@ -84,13 +94,13 @@ describe("Queue.configure", () => {
         "        out.append(True)",
         "print(json.dumps(out))",
       ].join("\n"),
-      REFUSED.map((c) => Object.fromEntries(Object.entries(c).map(([k, v]) => [snake(k), v]))),
+      REFUSED.map(asPython),
     );
     assert.deepEqual(refused, REFUSED.map(() => true));
 
     queue = new Queue("jobs", { redisUrl: server.url });
     try {
-      const settings = { maxConcurrency: 2, rateLimitCost: 50, rateLimitPeriodS: 0.5, leaseTtlS: 45, backoffJitter: 0.1, groupRateLimitTasks: 7 };
+      const settings = { maxConcurrency: 2, rateLimitCost: 50, rateLimitPeriodMs: 500, leaseTtlMs: 45_000, backoffJitter: 0.1, groupRateLimitTasks: 7 };
       const stored = await queue.configure(settings);
       const read = python<Record<string, number | null>>(
         [
@@ -101,7 +111,7 @@ describe("Queue.configure", () => {
         ].join("\n"),
         server.url,
       );
-      assert.deepEqual(read, Object.fromEntries(Object.entries(stored).map(([k, v]) => [snake(k), v])));
+      assert.deepEqual(read, asPython(stored));
     } finally {
       await queue.close();
     }

@@ -60,10 +60,10 @@ describe("with the Python client on one queue", needsPython, () => {
     const ids = await queue.enqueueMany([
       ...Array.from({ length: 10 }, (_, i) => ({ payload: { i, text: "é😀" }, priority: i % 3 })),
       { payload: { text: "hello" }, name: "shout", taskId: "named" },
-      { payload: { later: true }, delay: 0.3, taskId: "delayed" },
+      { payload: { later: true }, delayMs: 300, taskId: "delayed" },
       { payload: {}, name: "nobody-serves-this", taskId: "orphan" },
     ]);
-    const done = await queue.wait(ids, 60);
+    const done = await queue.wait(ids, { timeoutMs: 60_000 });
     for (let i = 0; i < 10; i++) {
       const task = done[ids[i] ?? ""];
       assert.equal(task?.state, "done", output);
@@ -88,21 +88,21 @@ describe("with the Python client on one queue", needsPython, () => {
         "print(json.dumps(ids))",
       server.url,
     );
-    const done = await queue.wait(ids, 60);
+    const done = await queue.wait(ids, { timeoutMs: 60_000 });
     const first = done["from-python"];
     assert.equal(first?.state, "done", output);
     assert.deepEqual(first.payload, { b: [1, 2.5], a: "é" });
     assert.deepEqual(first.result, { seen: { b: [1, 2.5], a: "é" } });
     assert.equal(first.priority, 3);
-    assert.equal(first.timeout, 30);
+    assert.equal(first.timeoutMs, 30_000);
     assert.equal(first.maxAttempts, 2);
     assert.equal(first.cost, 4);
     assert.deepEqual(done[ids[1] ?? ""]?.result, { text: "PY" });
     // the same id, payload and options from Node: the same task (nothing changes)
-    const again = await queue.enqueueResult({ a: "é", b: [1, 2.5] }, { taskId: "from-python", priority: 3, timeout: 30, maxAttempts: 2, cost: 4 });
+    const again = await queue.enqueueResult({ a: "é", b: [1, 2.5] }, { taskId: "from-python", priority: 3, timeoutMs: 30_000, maxAttempts: 2, cost: 4 });
     assert.deepEqual(again, { taskId: "from-python", created: false });
     // and the other way round: Python enqueueing Node's task again changes nothing
-    await queue.enqueue({ z: 1, y: [true, null] }, { taskId: "from-node", name: "shout", timeout: 2.5 });
+    await queue.enqueue({ z: 1, y: [true, null] }, { taskId: "from-node", name: "shout", timeoutMs: 2500 });
     const created = python<boolean>(
       "import json, sys\nfrom taskfleet import Queue\n" +
         `with Queue('${QUEUE}', json.load(sys.stdin)) as q:\n` +

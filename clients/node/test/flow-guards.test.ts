@@ -152,7 +152,7 @@ describe("children added at run time", () => {
 
   it("never creates again a child adopted before whose record retention dropped", () =>
     withQueue(async (q) => {
-      await q.configure({ doneRetentionS: 0 });
+      await q.configure({ doneRetentionMs: 0 });
       await q.enqueue({}, { taskId: "doc", maxAttempts: 1 });
       const b = broker(q);
       const run = (await claim(q, 1)).get("doc") ?? "";

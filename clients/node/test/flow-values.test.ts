@@ -110,7 +110,7 @@ describe("chain, group, chord", () => {
       await refused(chain(task("a"), { payload: {}, bogus: 1 } as unknown as EnqueueItem), /unknown enqueue field\(s\): bogus/);
       await refused(group(task("a"), task("a")), /appears twice/);
       await refused(chain(task("a"), { payload: {}, after: "a" } as unknown as EnqueueItem), /after must be a list/);
-      await refused(chain(task("a"), { payload: {}, delay: 5 }), /cannot be combined/);
+      await refused(chain(task("a"), { payload: {}, delayMs: 5000 }), /cannot be combined/);
       await refused(chain(task("a"), task("b", { after: ["nope"] })), /waits for 'nope'/);
       let deep: FlowPart = task("deep");
       for (let i = 0; i < 102; i++) deep = chain(deep);

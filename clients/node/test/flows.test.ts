@@ -87,7 +87,7 @@ describe("after (dependencies)", () => {
       });
       assert.equal(await q.get("x"), null);
       await assert.rejects(q.enqueue({}, { after: ["a", "a"] }), /twice/);
-      await assert.rejects(q.enqueue({}, { after: ["a"], delay: 5 }), /cannot be combined/);
+      await assert.rejects(q.enqueue({}, { after: ["a"], delayMs: 5000 }), /cannot be combined/);
       // the Node option's name, not the Python field's
       await assert.rejects(q.enqueue({}, { onDepFail: "skip" as "ignore" }), /^InvalidArgument: onDepFail must be one of fail, ignore, cancel, not skip$/);
       await assert.rejects(q.enqueue({}, { after: ["a"], onDepFail: "skip" as "ignore" }), /^InvalidArgument: onDepFail must be one of fail, ignore, cancel, not skip$/);

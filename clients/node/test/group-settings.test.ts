@@ -106,7 +106,7 @@ describe("group settings and quotas", () => {
     withQueue(async (q) => {
       const [a] = await q.enqueueMany([{ payload: {}, group: "a" }]);
       const [b] = await q.enqueueMany([{ payload: {}, group: "b" }]);
-      const until = await q.pauseClaims(600, { group: "a", reason: "provider 429" });
+      const until = await q.pauseClaims({ forMs: 600_000, group: "a", reason: "provider 429" });
       const state = await q.quota({ group: "a" });
       assert.equal(state.paused, true);
       assert.equal(state.pausedUntilMs, until);
@@ -118,8 +118,8 @@ describe("group settings and quotas", () => {
       await q.resumeClaims({ group: "a" });
       assert.equal((await q.quota({ group: "a" })).paused, false);
       assert.deepEqual(await claim(q, 10), [a]);
-      await assert.rejects(q.pauseClaims(-1), /seconds must be >= 0, not -1/);
-      await assert.rejects(q.pauseClaims(1, { group: "{x}" }), /group must be 1-100 characters/);
+      await assert.rejects(q.pauseClaims({ forMs: -1 }), /forMs must be >= 0, not -1/);
+      await assert.rejects(q.pauseClaims({ forMs: 1000, group: "{x}" }), /group must be 1-100 characters/);
       await assert.rejects(q.resumeClaims({ group: "" }), /group must be 1-100 characters/);
     }));
 

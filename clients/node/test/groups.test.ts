@@ -80,7 +80,7 @@ with Queue(name, url) as q:
         await q.enqueue({}, { taskId: "u1" });
         await q.enqueue({}, { taskId: "a1", group: "a" });
         await q.enqueue({}, { taskId: "b1", group: "b" });
-        await q.enqueue({}, { taskId: "a3", group: "a", delay: 600 });
+        await q.enqueue({}, { taskId: "a3", group: "a", delayMs: 600_000 });
         await q.enqueue({}, { taskId: "a5", group: "a" });
         // a1 and b1 run and fail for good, a5 keeps running; a2, enqueued after the claim, stays pending
         const bundle = packagedBundle();

@@ -58,8 +58,8 @@ describe("held slots", () => {
   it("a worker is stuck only when every slot is, and a held grace must be positive", () => {
     assert.equal(allStuck(1, 2), false);
     assert.equal(allStuck(2, 2), true);
-    assert.throws(() => checkSettings("jobs", { heldGrace: 0 }, "p", "i"), /held grace must be positive/);
-    assert.throws(() => checkSettings("jobs", { heldGrace: Number.NaN }, "p", "i"), /held grace must be a finite number/);
+    assert.throws(() => checkSettings("jobs", { heldGraceMs: 0 }, "p", "i"), /held grace must be positive/);
+    assert.throws(() => checkSettings("jobs", { heldGraceMs: Number.NaN }, "p", "i"), /held grace must be a finite number/);
     assert.equal(workerInfo("p", '{"incarnation":"i","heartbeat_ms":1}', 1, 1000)?.held, 0);
     assert.equal(workerInfo("p", '{"incarnation":"i","heartbeat_ms":1,"held":2}', 1, 1000)?.held, 2);
   });
@@ -70,8 +70,8 @@ describe("held slots", () => {
     await w.saw(/event=worker_started/);
     const log = join(dir, "runs.log");
     const hung = [
-      await queue.enqueue({ hang: true, log }, { timeout: 0.5, maxAttempts: 2 }),
-      await queue.enqueue({ hang: true, log }, { timeout: 0.5, maxAttempts: 2 }),
+      await queue.enqueue({ hang: true, log }, { timeoutMs: 500, maxAttempts: 2 }),
+      await queue.enqueue({ hang: true, log }, { timeoutMs: 500, maxAttempts: 2 }),
     ];
     // Past the timeout both attempts failed, yet both promises run on: held, not idle.
     await until("held 2 in workers()", async () => (await queue.workers()).some((x) => x.held === 2));
@@ -97,7 +97,7 @@ describe("held slots", () => {
 
     // Nothing was lost: a fresh worker runs the waiting task and both retries.
     const fresh = worker("fresh", ["--concurrency", "2"]);
-    const done = await queue.wait([...hung, waiting], 20);
+    const done = await queue.wait([...hung, waiting], { timeoutMs: 20_000 });
     for (const id of [...hung, waiting]) assert.equal(done[id]?.state, "done", fresh.output);
     for (const id of hung) assert.deepEqual([done[id]?.attempts, done[id]?.lost], [2, 0]);
   });
@@ -105,10 +105,10 @@ describe("held slots", () => {
   it("one held slot leaves the worker running on the other", async () => {
     const w = worker("half", ["--concurrency", "2", "--held-grace", "0.5"]);
     await w.saw(/event=worker_started/);
-    const hung = await queue.enqueue({ hang: true }, { timeout: 0.5, maxAttempts: 1 });
+    const hung = await queue.enqueue({ hang: true }, { timeoutMs: 500, maxAttempts: 1 });
     await w.saw(new RegExp(`event=slot_stuck task=${hung} `));
     const later = await queue.enqueue({});
-    const done = await queue.wait([later], 20);
+    const done = await queue.wait([later], { timeoutMs: 20_000 });
     assert.equal(done[later]?.state, "done", w.output);
     assert.doesNotMatch(w.output, /event=worker_stuck/);
     assert.equal(w.child.exitCode, null);

@@ -81,7 +81,7 @@ describe("the number rule, options and thrown values, on a real server", () => {
     started.push(w);
     const asks = ["big result", "infinite result", "big progress", "object", "undefined", "empty error", "fine"];
     const ids = await queue.enqueueMany(asks.map((ask) => ({ payload: { ask }, name: "numbers", maxAttempts: 1, taskId: ask.replace(" ", "-") })));
-    const done = await queue.wait(ids, 20);
+    const done = await queue.wait(ids, { timeoutMs: 20_000 });
     const error = (id: string): string | null | undefined => done[id]?.error;
     assert.equal(error("big-result"), "TypeError: result.id: integer 9223372036854775808 is outside ±(2^53-1); send it as a string", w.output);
     assert.equal(error("infinite-result"), "TypeError: result[1]: Infinity is not a finite number; JSON cannot carry it");
@@ -103,7 +103,7 @@ describe("the number rule, options and thrown values, on a real server", () => {
       "--no-fire-schedules", "--handler", "./worker_handlers.mjs:registry",
     ]);
     started.push(w);
-    const task = (await queue.wait([id], 20))[id];
+    const task = (await queue.wait([id], { timeoutMs: 20_000 }))[id];
     assert.equal(task?.state, "dead", w.output);
     assert.equal(task.reason, "bad payload");
     assert.match(task.error ?? "", /payload: integer 9223372036854775809 is outside ±\(2\^53-1\)/);

@@ -35,7 +35,7 @@ describe("a live older worker on the queue", () => {
       const first = await q.enqueue({ plain: true });
       await assert.rejects(q.enqueue({}, { after: [first] }), refused("flows"));
       await assert.rejects(q.enqueueFlow(chain({ payload: { a: 1 } }, { payload: { b: 2 } })), refused("flows"));
-      await assert.rejects(q.pauseClaims(60), refused("claim pauses"));
+      await assert.rejects(q.pauseClaims({ forMs: 60_000 }), refused("claim pauses"));
       await assert.rejects(q.setBudget({ day: 100 }), refused("spend budgets"));
       await assert.rejects(q.schedule("nightly", "0 3 * * *", {}, { group: "g" }), refused("groups"));
       const stats = await q.stats();
@@ -55,7 +55,7 @@ describe("a live older worker on the queue", () => {
     try {
       await q.client.hset(q.keys.key("workers"), "old-pod", olderRecord(Date.now() - 120_000));
       await q.enqueue({}, { group: "tenant-1" });
-      await q.pauseClaims(60);
+      await q.pauseClaims({ forMs: 60_000 });
       assert.equal((await q.stats()).pending, 1);
     } finally {
       await q.close();

@@ -31,7 +31,7 @@ function execution(calls: string[], reportQuota?: QuotaSink): Execution {
   const handlers = HandlerSet.of((payload: Record<string, unknown>, t: TaskContext) => {
     if (payload.limited === true) throw new RateLimited(30, "429", { scope: "group" });
     if (payload.reporter === true) {
-      t.reportQuota({ remaining: 0, resetAfter: 30, scope: "group" });
+      t.reportQuota({ remaining: 0, resetAfterMs: 30_000, scope: "group" });
       return null;
     }
     calls.push(t.id);

@@ -87,7 +87,7 @@ describe("taskfleet-node under pm2", () => {
         assert.ok(!first.has(p.pid), `pm2 reload replaced process ${p.pid}`);
         assert.equal(p.pm2_env.restart_time, 1);
       }
-      await q.wait(ids, 60);
+      await q.wait(ids, { timeoutMs: 60_000 });
       const stats = await q.stats();
       assert.equal(stats.done, TASKS);
       assert.equal(stats.completed, TASKS);

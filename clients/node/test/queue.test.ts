@@ -53,7 +53,7 @@ describe("enqueue", () => {
       const deadline = new Date(Date.now() + 3_600_000);
       const id = await q.enqueue(
         { to: "a@example.com", n: 1 },
-        { priority: 7, maxAttempts: 4, cost: 3, timeout: 30, deadline, name: "send", taskId: "t-1", traceContext: { traceparent: "00-abc-def-01" } },
+        { priority: 7, maxAttempts: 4, cost: 3, timeoutMs: 30_000, deadline, name: "send", taskId: "t-1", traceContext: { traceparent: "00-abc-def-01" } },
       );
       assert.equal(id, "t-1");
       const task = await q.get(id);
@@ -64,7 +64,7 @@ describe("enqueue", () => {
       assert.equal(task.priority, 7);
       assert.equal(task.maxAttempts, 4);
       assert.equal(task.cost, 3);
-      assert.equal(task.timeout, 30);
+      assert.equal(task.timeoutMs, 30_000);
       assert.equal(task.deadline?.getTime(), deadline.getTime());
       assert.equal(task.finished, false);
       const raw = await q.client.hget(q.keys.item("task", id), "trace");
@@ -74,7 +74,7 @@ describe("enqueue", () => {
 
   it("delays a task and makes random ids when none is given", () =>
     withQueue(async (q) => {
-      const id = await q.enqueue({}, { delay: 60 });
+      const id = await q.enqueue({}, { delayMs: 60_000 });
       assert.match(id, /^[0-9a-f]{32}$/);
       const task = await q.get(id);
       assert.equal(task?.state, "delayed");
@@ -83,11 +83,11 @@ describe("enqueue", () => {
 
   it("is idempotent for the same id and options, and refuses another payload or name", () =>
     withQueue(async (q) => {
-      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeout: 5 }), { taskId: "x", created: true });
-      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeout: 5 }), { taskId: "x", created: false });
-      await assert.rejects(q.enqueue({ a: 2 }, { taskId: "x", timeout: 5 }), (e: unknown) => e instanceof TaskExists && e.field === "payload");
-      await assert.rejects(q.enqueue({ a: 1 }, { taskId: "x", timeout: 6 }), (e: unknown) => e instanceof TaskExists && e.field === "timeout");
-      await assert.rejects(q.enqueue({ a: 1 }, { taskId: "x", name: "other", timeout: 5 }), (e: unknown) => e instanceof TaskExists && e.field === "name");
+      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeoutMs: 5000 }), { taskId: "x", created: true });
+      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeoutMs: 5000 }), { taskId: "x", created: false });
+      await assert.rejects(q.enqueue({ a: 2 }, { taskId: "x", timeoutMs: 5000 }), (e: unknown) => e instanceof TaskExists && e.field === "payload");
+      await assert.rejects(q.enqueue({ a: 1 }, { taskId: "x", timeoutMs: 6000 }), (e: unknown) => e instanceof TaskExists && e.field === "timeout");
+      await assert.rejects(q.enqueue({ a: 1 }, { taskId: "x", name: "other", timeoutMs: 5000 }), (e: unknown) => e instanceof TaskExists && e.field === "name");
       assert.equal((await q.stats()).enqueued, 1);
     }));
 
@@ -132,7 +132,7 @@ describe("enqueue", () => {
 describe("reading and waiting", () => {
   it("counts every state and counter", () =>
     withQueue(async (q) => {
-      await q.enqueueMany([{ payload: {} }, { payload: {} }, { payload: {}, delay: 60 }]);
+      await q.enqueueMany([{ payload: {} }, { payload: {} }, { payload: {}, delayMs: 60_000 }]);
       await work(q, 1);
       const stats = await q.stats();
       assert.equal(stats.pending, 1);
@@ -146,7 +146,7 @@ describe("reading and waiting", () => {
   it("waits for tasks finished by a worker, woken through the waiter list", () =>
     withQueue(async (q) => {
       const ids = await q.enqueueMany([{ payload: { n: 1 } }, { payload: { n: 2 } }]);
-      const waiting = q.wait(ids, 20);
+      const waiting = q.wait(ids, { timeoutMs: 20_000 });
       // the wait has registered on both tasks before they are worked
       await until("the wait watches both tasks", async () => {
         const marks = await Promise.all(ids.map((id) => q.client.hget(q.keys.item("task", id), "waiters")));
@@ -165,10 +165,10 @@ describe("reading and waiting", () => {
     withQueue(async (q) => {
       const [a = ""] = await q.enqueueMany([{ payload: {} }]);
       await work(q, 1);
-      assert.equal((await q.wait([a], 5))[a]?.state, "done");
+      assert.equal((await q.wait([a], { timeoutMs: 5000 }))[a]?.state, "done");
       const b = await q.enqueue({});
-      await assert.rejects(q.wait([a, b, "never-enqueued"], 0.2), (e: unknown) => e instanceof WaitTimeout && e.unfinished.join() === `${b},never-enqueued`);
-      await assert.rejects(q.wait("abc", 1), /not one string/);
+      await assert.rejects(q.wait([a, b, "never-enqueued"], { timeoutMs: 200 }), (e: unknown) => e instanceof WaitTimeout && e.unfinished.join() === `${b},never-enqueued`);
+      await assert.rejects(q.wait("abc", { timeoutMs: 1000 }), /not one string/);
     }));
 });
 
@@ -198,7 +198,7 @@ describe("controlling tasks", () => {
 
   it("retries dead tasks and purges finished ones", () =>
     withQueue(async (q) => {
-      const id = await q.enqueue({}, { deadline: 0.001 });
+      const id = await q.enqueue({}, { deadlineMs: 1 });
       await until("the deadline passes and the sweep expires the task", async () => {
         await sweep(q);
         return (await q.get(id))?.state === "dead";
@@ -221,7 +221,7 @@ describe("controlling tasks", () => {
     try {
       await other.enqueue({});
       await withQueue(async (q) => {
-        await q.enqueueMany([{ payload: {} }, { payload: {}, delay: 9 }]);
+        await q.enqueueMany([{ payload: {} }, { payload: {}, delayMs: 9000 }]);
         await q.schedule("s", "0 3 * * *", {});
         await q.purge();
         assert.deepEqual(await q.client.keys("tf:{jobs}:*"), []);
@@ -236,7 +236,7 @@ describe("controlling tasks", () => {
 describe("schedules", () => {
   it("creates, lists, pauses, resumes and deletes a schedule", () =>
     withQueue(async (q) => {
-      const made = await q.schedule("nightly", "0 3 * * *", { report: true }, { tz: "Europe/Paris", jitter: 30, priority: 2 });
+      const made = await q.schedule("nightly", "0 3 * * *", { report: true }, { tz: "Europe/Paris", jitterMs: 30_000, priority: 2 });
       assert.equal(made.cron, "0 3 * * *");
       assert.equal(made.tz, "Europe/Paris");
       assert.deepEqual(made.payload, { report: true });

@@ -31,7 +31,7 @@ const WORKER_OPTIONS: Record<string, string> = {
   heartbeat_s: "--heartbeat-interval",
   prefetch: "--prefetch",
 };
-const CONFIG: Record<string, string> = { lease_ttl_s: "leaseTtlS", max_attempts: "maxAttempts" };
+const CONFIG: Record<string, string> = { lease_ttl_s: "leaseTtlMs", max_attempts: "maxAttempts" };
 const ENQUEUE_OPTIONS: Record<string, string> = { group: "group", max_attempts: "maxAttempts" };
 const SIGNALS = ["SIGTERM", "SIGINT", "SIGKILL", "SIGSTOP", "SIGCONT"];
 const STEPS: Kinds = {
@@ -220,7 +220,7 @@ export class Runner {
   private async step(kind: string, step: Json, value: unknown): Promise<void> {
     switch (kind) {
       case "configure": {
-        const changes = Object.fromEntries(Object.entries(value as Json).map(([k, v]) => [CONFIG[k] ?? k, v]));
+        const changes = Object.fromEntries(Object.entries(value as Json).map(([k, v]) => [CONFIG[k] ?? k, k.endsWith("_s") ? Number(v) * 1000 : v]));
         await this.queue.configure({ ...(await this.queue.config()), ...changes });
         return;
       }
@@ -249,7 +249,7 @@ export class Runner {
         return;
       }
       case "pause_claims":
-        await this.refusable(step, () => this.queue.pauseClaims(value as number));
+        await this.refusable(step, () => this.queue.pauseClaims({ forMs: (value as number) * 1000 }));
         return;
       case "resume_claims":
         await this.queue.resumeClaims();

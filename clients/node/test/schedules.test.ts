@@ -89,9 +89,10 @@ describe("schedule slots", () => {
       [() => parseCron("*/0 * * * *"), /step '0' must be a positive number/],
       [() => zone("Mars/Olympus"), /unknown time zone 'Mars\/Olympus'/],
       [() => scheduleDef("bad name", "* * * * *", {}), /invalid schedule name/],
-      [() => scheduleDef("ok", "* * * * *", {}, { jitter: 90_000 }), /jitter must be at most 86400 s/],
+      [() => scheduleDef("ok", "* * * * *", {}, { jitterMs: 90_000_000 }), /jitterMs must be at most 86400000 ms/],
       [() => scheduleDef("ok", "* * * * *", {}, { catchup: "some" as "all" }), /catchup must be one of latest, all/],
-      [() => scheduleDef("ok", "* * * * *", {}, { timeout: 0 }), /timeout must be positive/],
+      [() => scheduleDef("ok", "* * * * *", {}, { timeoutMs: 0 }), /timeoutMs must be positive/],
+      [() => scheduleDef("ok", "* * * * *", {}, { jitter: 30 } as never), /no option 'jitter' \(durations are milliseconds, in options named \.\.\.Ms: 'jitterMs'\)/],
       [() => scheduleDef("ok", "* * * * *", {}, { group: "a b" }), /group must be 1-100 characters/],
     ];
     for (const [call, message] of bad) {
@@ -100,11 +101,11 @@ describe("schedule slots", () => {
   });
 
   it("stores a definition's fields as the Python client does", needsPython, () => {
-    const def = scheduleDef("nightly", "0 3 * * *", { b: 1, a: 2 }, { tz: "Europe/Paris", timeout: 30, deadline: 1.5, jitter: 2.5, maxAttempts: 4, catchup: "all", catchupLimit: 5, group: "t1" });
+    const def = scheduleDef("nightly", "0 3 * * *", { b: 1, a: 2 }, { tz: "Europe/Paris", timeoutMs: 30_000, deadlineMs: 1500, jitterMs: 2500, maxAttempts: 4, catchup: "all", catchupLimit: 5, group: "t1" });
     const theirs = python<[string, string][]>(
       "import json\nfrom taskfleet.producer.scheduling import schedule_def\n" +
         "d = schedule_def('nightly', '0 3 * * *', {'b': 1, 'a': 2}, tz='Europe/Paris', timeout=30, deadline=1.5, jitter=2.5, max_attempts=4, catchup='all', catchup_limit=5, group='t1')\n" +
-        "print(json.dumps(d.fields()))",
+        "print(json.dumps(d.definition.fields()))",
     );
     assert.deepEqual(def.fields.map(([k, v]) => [k, v]), theirs);
   });

@@ -102,7 +102,7 @@ describe("the Node worker with Python on one queue", needsPython, () => {
     killed.kill("SIGKILL"); // what it holds comes back when the leases expire
     const replacement = nodeWorker("node-3", "./worker_handlers.mjs:work", ["--concurrency", "2"]);
     assert.equal(await first.exit(), 0, first.output);
-    const done = await queue.wait(ids, 60);
+    const done = await queue.wait(ids, { timeoutMs: 60_000 });
     for (const id of ids) assert.equal(done[id]?.state, "done", `${id}\n${py.output}\n${replacement.output}`);
     const stats = await queue.stats();
     assert.equal(stats.completed, ids.length); // one stored completion each

@@ -166,10 +166,11 @@ describe("what a run stores", () => {
       groupScope: true,
     });
     assert.throws(() => new RateLimited(1, "", { scope: "tenant" as "group" }), RangeError);
-    assert.equal(quotaPauseMs(2, undefined, 0), 2000);
+    assert.equal(quotaPauseMs(2000, undefined, 0), 2000);
     assert.equal(quotaPauseMs(undefined, new Date(100_000), 10), 90_000);
     assert.equal(quotaPauseMs(undefined, undefined, 0), null);
-    assert.throws(() => quotaPauseMs(1, 2, 0), RangeError);
+    assert.throws(() => quotaPauseMs(1000, new Date(2000), 0), RangeError);
+    assert.throws(() => quotaPauseMs(undefined, 100 as never, 0), /resetAt must be a Date \(for epoch seconds: new Date\(s \* 1000\)\)/);
     assert.throws(() => quotaPauseMs(-1, undefined, 0), RangeError);
     assert.equal(encodeResult(undefined), "null");
     assert.equal(encodeResult({ a: [1, "é"] }), '{"a":[1,"é"]}');

@@ -74,7 +74,7 @@ describe("the Node worker", () => {
       { payload: {}, name: "later", taskId: "later" },
       { payload: {}, name: "nobody", taskId: "unknown" },
     ]);
-    const done = await queue.wait(ids.filter((id) => id !== "later"), 20);
+    const done = await queue.wait(ids.filter((id) => id !== "later"), { timeoutMs: 20_000 });
     assert.equal(done.slow?.state, "done", w.output);
     assert.deepEqual(done.slow.result, { slept: 10 });
     assert.deepEqual(done.slow.progress, { done: 0, total: 1, fraction: 0, message: "started" });
@@ -294,7 +294,7 @@ describe("the Node worker", () => {
     const again = JSON.parse(String(await queue.client.hget(queue.keys.key("workers"), "r"))) as { incarnation: string };
     assert.equal(again.incarnation, first.incarnation);
     const next = await queue.enqueue({ ms: 1, log: log() });
-    const done = await queue.wait([next], 20);
+    const done = await queue.wait([next], { timeoutMs: 20_000 });
     assert.equal(done[next]?.state, "done", r.output);
     assert.equal(done[next].incarnation, first.incarnation);
     await until("the resumed run of the taken task ends", () => runs(log()).filter(([what, id]) => what === "end" && id === held).length === 1);
@@ -342,10 +342,10 @@ describe("the Node worker", () => {
     const w = worker("w5", ["--concurrency", "2"]);
     await w.saw(/event=worker_started/);
     const cancelled = await queue.enqueue({ ms: 60_000, log: log() });
-    const timed = await queue.enqueue({ ms: 60_000, log: log() }, { timeout: 0.5, maxAttempts: 1 });
+    const timed = await queue.enqueue({ ms: 60_000, log: log() }, { timeoutMs: 500, maxAttempts: 1 });
     await until("both run", () => runs(log()).length === 2);
     assert.equal(await queue.cancel(cancelled), "requested");
-    const done = await queue.wait([cancelled, timed], 20);
+    const done = await queue.wait([cancelled, timed], { timeoutMs: 20_000 });
     assert.equal(done[cancelled]?.state, "cancelled", w.output);
     assert.equal(done[timed]?.state, "dead");
     assert.equal(done[timed].error, "TimeoutError: task exceeded its timeout of 0.5s");
@@ -371,7 +371,7 @@ describe("the Node worker", () => {
     const port = await freePort();
     const w = worker("w7", ["--metrics-port", String(port)]);
     await w.saw(/event=worker_started/);
-    await queue.wait([await queue.enqueue({ ms: 1 })], 20);
+    await queue.wait([await queue.enqueue({ ms: 1 })], { timeoutMs: 20_000 });
     const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
     for (const line of [
       'taskfleet_worker_tasks_total{queue="jobs",outcome="done"} 1',

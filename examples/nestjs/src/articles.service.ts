@@ -75,7 +75,7 @@ export class ArticlesService implements OnApplicationShutdown {
     if (task.finished || wait <= 0 || this.waiters >= this.settings.maxWaiters) return view(task);
     this.waiters += 1;
     try {
-      const finished = (await this.queue.wait([taskId], wait))[taskId];
+      const finished = (await this.queue.wait([taskId], { timeoutMs: wait * 1000 }))[taskId];
       return finished === undefined ? view(task) : view(finished);
     } catch (error) {
       if (!(error instanceof WaitTimeout)) throw error;

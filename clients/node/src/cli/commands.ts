@@ -10,6 +10,7 @@
 
 import { BadInput, Failure, type Opt, type Values, help } from "../cli.js";
 import { defaultConfig, type QueueConfig } from "../config.js";
+import { configFromMs, configToMs } from "../configms.js";
 import { CancelOutcome } from "../control.js";
 import { InvalidArgument, TaskNotFound } from "../errors.js";
 import { TaskState } from "../tasks.js";
@@ -95,7 +96,8 @@ async function configure(args: readonly string[]): Promise<number> {
     changes.set(name, text === "" ? null : text);
   }
   return withQueue(queue as string, v, false, async (q) => {
-    let current = await q.config();
+    // the CLI speaks the stored config's seconds, as the Python CLI does
+    let current = checkConfig(configFromMs(await q.config()));
     if (changes.size > 0) {
       const data: Record<string, number | null> = { ...current };
       for (const [name, text] of changes) data[name] = text === null ? defaultConfig()[name] : Number(text);
@@ -105,7 +107,7 @@ async function configure(args: readonly string[]): Promise<number> {
         if (error instanceof InvalidArgument) throw new BadInput(error.message);
         throw error;
       }
-      current = await q.configure(current);
+      current = checkConfig(configFromMs(await q.configure(configToMs(current))));
     }
     const shown = configShown(current);
     if (v.json === true) out(`{${shown.map(([k, value]) => `"${k}": ${value ?? "null"}`).join(", ")}}`);

@@ -192,7 +192,7 @@ export function taskJson(t: Task): Record<string, unknown> {
     cost: t.cost,
     cost_used: t.costUsed,
     deferred: t.deferred,
-    timeout: t.timeout,
+    timeout: t.timeoutMs === null ? null : t.timeoutMs / 1000,
     created_at: iso(t.createdAt),
     run_at: iso(t.runAt),
     deadline: iso(t.deadline),

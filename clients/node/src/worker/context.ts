@@ -21,6 +21,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 
 import { MAX_COST, MAX_DELAY_S, MIN_COST } from "../bounds.js";
 import { numberProblem } from "../numbers.js";
+import { checkOptionKeys } from "../options.js";
 import { type EnqueueItem, type TaskRecord, batchRecords } from "../encoding.js";
 
 /** A progress message longer than this is cut. */
@@ -45,13 +46,15 @@ export const QUOTA_LOW = 0;
 /** Where a run's quota reports go: `(taskId, token, pause ms | null = adaptive, group only, reason)`. */
 export type QuotaSink = (taskId: string, token: string, pauseMs: number | null, group: boolean, reason: string) => void;
 
+const QUOTA_REPORT_KEYS: ReadonlySet<string> = new Set(["remaining", "resetAfterMs", "resetAt", "scope"]);
+
 /** What `reportQuota` takes: the provider's remaining quota and when it resets. */
 export interface QuotaReport {
   readonly remaining: number;
-  /** Seconds from now. */
-  readonly resetAfter?: number;
-  /** A Date, or epoch seconds. */
-  readonly resetAt?: Date | number;
+  /** Milliseconds from now. */
+  readonly resetAfterMs?: number;
+  /** When, as a Date (for a header's epoch seconds: `new Date(s * 1000)`). */
+  readonly resetAt?: Date;
   /** "group": only this task's group pauses (the queue if it has none). */
   readonly scope?: "queue" | "group";
 }
@@ -188,17 +191,18 @@ export class TaskContext {
 
   /**
    * The provider's remaining quota (as its reply headers say) and when it resets
-   * (`resetAfter` seconds, or `resetAt`). At `QUOTA_LOW` (0) or below, every worker of the
+   * (`resetAfterMs` milliseconds, or `resetAt`). At `QUOTA_LOW` (0) or below, every worker of the
    * queue stops claiming until the reset (`scope: "group"`: only this task's group), as
    * `RateLimited` would, but the task goes on: its call succeeded. Without a reset time
    * the pause is the adaptive one. Above the threshold nothing is sent.
    */
   reportQuota(quota: QuotaReport): void {
-    const { remaining, resetAfter, resetAt } = quota;
+    checkOptionKeys(quota, QUOTA_REPORT_KEYS, "reportQuota");
+    const { remaining, resetAfterMs, resetAt } = quota;
     const scope: string = quota.scope ?? "queue"; // a JavaScript caller may pass anything
     if (typeof remaining !== "number" || !Number.isFinite(remaining)) throw new TypeError(`reportQuota needs remaining as a finite number, not ${String(remaining)}`);
     if (scope !== "queue" && scope !== "group") throw new RangeError(`scope must be "queue" or "group", not ${scope}`);
-    const pauseMs = quotaPauseMs(resetAfter, resetAt, Date.now() / 1000);
+    const pauseMs = quotaPauseMs(resetAfterMs, resetAt, Date.now() / 1000);
     if (remaining > QUOTA_LOW) return;
     if (this.quotaSink === null) throw new Error("reportQuota is not available outside a worker's task: throw RateLimited instead");
     this.quotaSink(this.id, this.token, pauseMs, scope === "group", `provider quota spent (remaining ${remaining})`);
@@ -248,16 +252,18 @@ export function progressJson(progress: Progress): string {
 }
 
 /** How long a reported quota's pause lasts: until its reset (null: not given). */
-export function quotaPauseMs(resetAfter: number | undefined, resetAt: Date | number | undefined, nowS: number): number | null {
-  if (resetAfter !== undefined && resetAt !== undefined) throw new RangeError("give resetAfter or resetAt, not both");
+export function quotaPauseMs(resetAfterMs: number | undefined, resetAt: Date | undefined, nowS: number): number | null {
+  if (resetAfterMs !== undefined && resetAt !== undefined) throw new RangeError("give resetAfterMs or resetAt, not both");
   let seconds: number;
   if (resetAt !== undefined) {
-    const at = resetAt instanceof Date ? resetAt.getTime() / 1000 : resetAt;
-    if (typeof at !== "number" || !Number.isFinite(at)) throw new TypeError(`resetAt must be a Date or epoch seconds, not ${String(resetAt)}`);
-    seconds = Math.max(0, at - nowS);
-  } else if (resetAfter !== undefined) {
-    if (typeof resetAfter !== "number") throw new TypeError(`resetAfter must be seconds, not ${typeof resetAfter}`);
-    seconds = resetAfter;
+    const given: unknown = resetAt; // a JavaScript caller may pass epoch seconds
+    if (!(given instanceof Date) || !Number.isFinite(given.getTime())) {
+      throw new TypeError(`resetAt must be a Date (for epoch seconds: new Date(s * 1000)), not ${String(given)}`);
+    }
+    seconds = Math.max(0, given.getTime() / 1000 - nowS);
+  } else if (resetAfterMs !== undefined) {
+    if (typeof resetAfterMs !== "number") throw new TypeError(`resetAfterMs must be milliseconds, not ${typeof resetAfterMs}`);
+    seconds = resetAfterMs / 1000;
   } else {
     return null;
   }

@@ -15,7 +15,10 @@ import type { HandlerFn } from "./handlers.js";
 import { DEFAULT_HELD_GRACE_S } from "./held.js";
 import { MAX_CONCURRENCY, MAX_PREFETCH, MIN_HEARTBEAT_S, MIN_LEASE_TTL_S } from "./limits.js";
 
-/** How a `Worker` runs. Times are in seconds, as the CLI's options. */
+/**
+ * How a `Worker` runs. Durations are milliseconds, in options named `...Ms` (the CLI's
+ * flags stay in seconds and are converted); an old name in seconds is refused naming it.
+ */
 export interface WorkerOptions {
   /** The handler of tasks enqueued without a name. */
   readonly handler?: HandlerFn;
@@ -31,24 +34,24 @@ export interface WorkerOptions {
   readonly pod?: string;
   /** Tasks this worker runs at once (default 1). */
   readonly concurrency?: number;
-  /** Seconds in-flight tasks may finish after a drain begins before they are released (default 30). */
-  readonly drainTimeout?: number;
-  /** Seconds between heartbeats (default 5; shortened to fit the queue's lease TTL). */
-  readonly heartbeatInterval?: number;
+  /** Milliseconds in-flight tasks may finish after a drain begins before they are released (default 30,000). */
+  readonly drainTimeoutMs?: number;
+  /** Milliseconds between heartbeats (default 5,000; shortened to fit the queue's lease TTL). */
+  readonly heartbeatIntervalMs?: number;
   /**
    * Deprecated and ignored (a warning at start says so): the lease TTL is the queue's
-   * config, one value for all its workers (`Queue.configure({ leaseTtlS })`,
+   * config, one value for all its workers (`Queue.configure({ leaseTtlMs })`,
    * `taskfleet configure QUEUE --lease-ttl S`, or the TaskQueue's `heartbeat.ttlSeconds`).
    */
-  readonly leaseTtl?: number;
-  /** Seconds a task may run unless it sets its own timeout (default: none). */
-  readonly taskTimeout?: number;
+  readonly leaseTtlMs?: number;
+  /** Milliseconds a task may run unless it sets its own timeout (default: none). */
+  readonly taskTimeoutMs?: number;
   /**
-   * Seconds a slot may stay held by a call given up on (its task timed out, its lease was
+   * Milliseconds a slot may stay held by a call given up on (its task timed out, its lease was
    * lost) before it is stuck; when every slot is stuck the worker drains and `run()`
-   * resolves to 3, to be restarted (default 60).
+   * resolves to 3, to be restarted (default 60,000).
    */
-  readonly heldGrace?: number;
+  readonly heldGraceMs?: number;
   /** Where `worker.json` is kept for `drain` (default: none is written). */
   readonly runtimeDir?: string;
   /** Fire the queue's due schedules in the background (default true). */
@@ -57,8 +60,8 @@ export interface WorkerOptions {
   readonly allowEviction?: boolean;
   /** Accepted for the CLI's sake; handlers run on the event loop, so nothing is prefetched. */
   readonly prefetch?: number;
-  /** Longest blocking wait for work, seconds (default 1). */
-  readonly idleWait?: number;
+  /** Longest blocking wait for work, ms (default 1,000). */
+  readonly idleWaitMs?: number;
 }
 
 /** Settings checked, with defaults filled in. */
@@ -95,9 +98,17 @@ const fail = (message: string): never => {
 // ignored. A record over `keyof`, so an option added to the interface and not here fails tsc.
 const WORKER_OPTION_KEYS: Record<keyof WorkerOptions | "handler" | "handlers" | "handlerSet", true> = {
   handler: true, handlers: true, handlerSet: true, redisUrl: true, pod: true, concurrency: true,
-  drainTimeout: true, heartbeatInterval: true, leaseTtl: true, taskTimeout: true, heldGrace: true,
-  runtimeDir: true, fireSchedules: true, allowEviction: true, prefetch: true, idleWait: true,
+  drainTimeoutMs: true, heartbeatIntervalMs: true, leaseTtlMs: true, taskTimeoutMs: true, heldGraceMs: true,
+  runtimeDir: true, fireSchedules: true, allowEviction: true, prefetch: true, idleWaitMs: true,
 };
+
+/**
+ * A duration option in ms as the seconds the checks and the loops use (to the microsecond,
+ * so the CLI's seconds come back as given); not a number: kept for the checks to refuse.
+ */
+function inSeconds<T>(ms: T): T | number {
+  return typeof ms === "number" && Number.isFinite(ms) ? Math.round(ms * 1000) / 1e6 : ms;
+}
 const WORKER_OPTIONS: ReadonlySet<string> = new Set(Object.keys(WORKER_OPTION_KEYS));
 
 export function checkSettings(queue: string, options: WorkerOptions, pod: string, incarnation: string): Settings {
@@ -110,11 +121,11 @@ export function checkSettings(queue: string, options: WorkerOptions, pod: string
   if (prefetch !== undefined && (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > MAX_PREFETCH)) {
     fail(`prefetch must be within 0..${MAX_PREFETCH}, got ${String(prefetch)}`);
   }
-  const heartbeat = options.heartbeatInterval ?? 5;
-  const drain = options.drainTimeout ?? 30;
-  const leaseTtl = options.leaseTtl ?? null;
-  const taskTimeout = options.taskTimeout ?? null;
-  const heldGrace = options.heldGrace ?? DEFAULT_HELD_GRACE_S;
+  const heartbeat = inSeconds(options.heartbeatIntervalMs) ?? 5;
+  const drain = inSeconds(options.drainTimeoutMs) ?? 30;
+  const leaseTtl = inSeconds(options.leaseTtlMs) ?? null;
+  const taskTimeout = inSeconds(options.taskTimeoutMs) ?? null;
+  const heldGrace = inSeconds(options.heldGraceMs) ?? DEFAULT_HELD_GRACE_S;
   const durations: [string, number | null, number][] = [
     ["heartbeat interval", heartbeat, bounds.MAX_DURATION_S],
     ["lease TTL", leaseTtl, bounds.MAX_DURATION_S],
@@ -137,7 +148,7 @@ export function checkSettings(queue: string, options: WorkerOptions, pod: string
   if (drain < 0) fail("drain timeout must not be negative");
   if (taskTimeout !== null && taskTimeout <= 0) fail("task timeout must be positive");
   if (heldGrace <= 0) fail(`held grace must be positive, got ${formatG(heldGrace)}`);
-  const idleWait = options.idleWait ?? 1;
+  const idleWait = inSeconds(options.idleWaitMs) ?? 1;
   if (!(Number.isFinite(idleWait) && idleWait > 0 && idleWait <= 60)) fail("idle wait must be within (0, 60] seconds");
   validateQueueName(queue);
   const redisUrl = options.redisUrl ?? "redis://localhost:6379/0";
