@@ -23,7 +23,7 @@ from taskfleet.protocol.connect import connect, durability
 from taskfleet.protocol.lists import QueueLists
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
 from taskfleet.protocol.scripts import Op, SyncScripts, release
-from taskfleet.protocol.serverprobe import SAFE_EVICTION_POLICY
+from taskfleet.protocol.serverprobe import CONFIG_PARAMETERS, SAFE_EVICTION_POLICY
 from taskfleet.protocol.serverprobe import probe as probe_server
 from taskfleet.protocol.store import slot_key
 
@@ -325,12 +325,24 @@ class Connections:
         return policy
 
     def _read_policies(self, key: Key, queue: Queue) -> set[str] | None:
+        """The server's policy (None: not known). A refused command is skipped; when every
+        one is refused (NOPERM on CONFIG and INFO), the last refusal is reported."""
         client: Any = queue.client
+        refusals: list[redis.RedisError] = []
+
+        def refused(error: redis.RedisError) -> bool:
+            if _refused(error):
+                refusals.append(error)
+                return True
+            return False
+
         try:
             if isinstance(client, RedisCluster):  # the node that holds the queue's slot
                 node = client.get_node_from_key(slot_key(queue.name))  # type: ignore[no-untyped-call]
                 client = client.get_redis_connection(node)
-            found = probe_server(client, refused=_refused)
+            found = probe_server(client, refused=refused)
+            if len(refusals) > len(CONFIG_PARAMETERS):  # no command answered: INFO's says why
+                raise refusals[-1]
         except redis.RedisError as error:
             self.report(*key, error)
             return None

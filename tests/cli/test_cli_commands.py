@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
 
@@ -108,15 +109,17 @@ def test_configure_sets_the_queue_settings_workers_only_read(
         assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("taskfleet: error:")
 
 
+@pytest.mark.parametrize("given", ["20", "0.5"], ids=["above-the-floor", "below-one-second"])
 def test_the_deprecated_lease_ttl_option_sets_nothing_and_a_warning_names_the_queues(
-    queue: Queue, redis_url: str, tmp_path: Path
+    queue: Queue, redis_url: str, tmp_path: Path, given: str
 ) -> None:
     """One writer per value: the queue's config (written here as the operator would) sets
-    the lease TTL; a worker's --lease-ttl is ignored, with a warning saying so."""
+    the lease TTL; a worker's --lease-ttl is ignored, with a warning saying so, whatever
+    its value (below the queue's floor too: it never refuses a start)."""
     queue.configure(QueueConfig(lease_ttl_s=40))
     log = tmp_path / "worker.log"
     argv = [sys.executable, "-m", "taskfleet", "worker", "--queue", "jobs", "--handler"]
-    argv += ["tests.workers.handlers:sleep", "--log-format", "json", "--lease-ttl", "20"]
+    argv += ["tests.workers.handlers:sleep", "--log-format", "json", "--lease-ttl", given]
     with log.open("wb") as out:
         process = subprocess.Popen(
             argv, env=env_for(redis_url, tmp_path), cwd=REPO, stdout=out, stderr=out
@@ -137,7 +140,11 @@ def test_the_deprecated_lease_ttl_option_sets_nothing_and_a_warning_names_the_qu
             for record in map(json.loads, log.read_text().splitlines())
             if record["event"] == "lease_ttl_option_ignored"
         ]
-        assert (ignored["level"], ignored["lease_ttl_s"], ignored["given_s"]) == ("warning", 40, 20)
+        assert (ignored["level"], ignored["lease_ttl_s"], ignored["given_s"]) == (
+            "warning",
+            40,
+            float(given),
+        )
         assert "deprecated and ignored" in ignored["note"]
         assert queue.config().lease_ttl_s == 40.0
     finally:

@@ -46,10 +46,6 @@ H = "tests.workers.handlers"
         ),
         (["worker", "--queue", "q"], "Missing option '--handler'"),
         (
-            ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--lease-ttl", "0.01"],
-            "lease TTL must be at least 1 seconds, got 0.01",
-        ),
-        (
             ["worker", "--queue", "q", "--handler", f"{H}:sleep", "--heartbeat-interval", "0.003"],
             "heartbeat interval must be at least 0.1 seconds, got 0.003",
         ),

@@ -398,6 +398,24 @@ def test_an_evicting_policy_is_flagged_on_status_with_one_event_until_it_is_noev
     assert [e.reason for e in cleared.events] == ["NoEviction"]
 
 
+def test_a_user_refused_both_config_and_info_has_its_refusal_reported_not_a_silent_none(
+    redis_server_factory: RedisServerFactory, connections: Connections
+) -> None:
+    server = redis_server_factory(persistent=False)
+    admin = server.admin()
+    try:
+        admin.execute_command("ACL", "SETUSER", "default", "-config", "-info")
+    finally:
+        admin.close()
+    key = ("ns", "noperm")
+    assert isinstance(sweep(connections, key, server.url), sweeper.SweepReport)
+
+    assert connections.check_policy(*key) is None
+    fault = connections.fault(*key)
+    assert fault is not None and fault.reason == "RedisAuthRefused", fault
+    assert "'info' command" in fault.message
+
+
 def test_the_queue_metrics_show_a_parked_servers_queues_down_without_calling_it(
     redis_server_factory: RedisServerFactory, connections: Connections
 ) -> None:

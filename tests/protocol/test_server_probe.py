@@ -35,6 +35,29 @@ def test_persistence_reads_aof_from_info_and_rdb_from_the_save_setting() -> None
     assert settings_of(None, {"aof_enabled": 0}).persistent is None  # save not known
 
 
+class _ClusterRouted:
+    """An asyncio client that routes as redis-py's ``RedisCluster`` does: by the command
+    name in its routing table (``COMMAND_FLAGS``), else by a key it cannot find here."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, ...]] = []
+
+    async def execute_command(self, *args: str) -> dict[str, str] | None:
+        from redis.asyncio.cluster import RedisCluster
+
+        if args[0].upper() not in RedisCluster.COMMAND_FLAGS:
+            raise rx.RedisClusterException(f"no key to route {args[0]!r} by")
+        self.sent.append(args)
+        return {"maxmemory-policy": "allkeys-lru"} if args[0] == "CONFIG GET" else None
+
+
+def test_the_async_probe_sends_config_get_as_one_command_name_a_cluster_client_routes() -> None:
+    client = _ClusterRouted()
+    found = asyncio.run(probe_async(client))  # type: ignore[arg-type]
+    assert found.eviction_policy == "allkeys-lru"
+    assert {sent[0] for sent in client.sent} == {"CONFIG GET", "INFO"}
+
+
 def test_the_probe_reads_a_real_servers_settings_sync_and_async(
     redis_server_factory: RedisServerFactory,
 ) -> None:

@@ -142,14 +142,16 @@ def test_a_record_becomes_the_task_it_names_with_every_field_read() -> None:
     fields = [b"job-7", b"abc", b"2", b"5", b"1.5", b"1", b"-3", b"4", b"250", b'{"n": [1, 2]}']
     raw = b"\0".join(fields)
     tasks, bad = parse_claim_records([raw])
-    assert tasks == [ClaimedTask("job-7", "abc", {"n": [1, 2]}, 2, 5, 1.5, 1, -3, 4, 0.25)]
+    assert tasks == [
+        ClaimedTask("job-7", "abc", {"n": [1, 2]}, 2, 5, 1.5, 1, -3, 4, 0.25, unread=True)
+    ]
     assert bad == []
 
 
 def test_a_record_of_an_older_producer_without_its_wait_reads_with_the_wait_unknown() -> None:
     fields = [b"job-7", b"abc", b"2", b"5", b"", b"1", b"-3", b"4", b'{"n": 1}']
     tasks, bad = parse_claim_records([b"\0".join(fields)])
-    assert tasks == [ClaimedTask("job-7", "abc", {"n": 1}, 2, 5, None, 1, -3, 4, None)]
+    assert tasks == [ClaimedTask("job-7", "abc", {"n": 1}, 2, 5, None, 1, -3, 4, None, unread=True)]
     assert bad == []
 
 
@@ -303,3 +305,26 @@ def test_a_hand_off_to_a_worker_whose_record_names_no_claim_record_keeps_the_old
     assert json.loads(older[8]) == {"handed": "over", "nul": "a\u0000b"}
     [handed] = broker.wait_for_work(1.0).tasks  # today's reader takes it too
     assert handed.id == task_id and handed.waited is None and handed.after is None
+
+
+def test_an_older_producers_hand_off_of_a_grouped_traced_task_runs_with_its_group_and_trace(
+    queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    """A 0.2 producer hands an idle worker a task in the positional form, which names no
+    group and no trace: the worker reads both from the task hash, in one round trip."""
+    broker = make_broker(queue.name, pod="pod-a")
+    broker.register(2)
+    record = json.loads(queue.client.hget(queue.keys.workers, "pod-a"))
+    del record["claim_record"]  # the producer writes the positional form, as 0.2 does
+    queue.client.hset(queue.keys.workers, "pod-a", json.dumps(record))
+    assert broker.claim(2, idle_ms=30_000).tasks == []
+    task_id = queue.enqueue({"handed": "over"}, group="tenant-a")
+    carrier = b'{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+    queue.client.hset(queue.keys.task(task_id), "trace", carrier)  # as its producer stored it
+    [raw] = queue.client.lrange(queue.keys.wake("pod-a"), 0, -1)
+    assert not raw.startswith(CLAIM_MARK)
+
+    [handed] = broker.wait_for_work(1.0).tasks
+
+    assert (handed.id, handed.group, handed.trace) == (task_id, "tenant-a", carrier)
+    assert not handed.unread

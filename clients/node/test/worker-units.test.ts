@@ -8,6 +8,7 @@ import { Served, parseClaimRecords } from "../src/worker/claimed.js";
 import { progressJson, quotaPauseMs } from "../src/worker/context.js";
 import { PermanentFailure, RateLimited, RetryAfter, encodeResult, failureOf, formatError } from "../src/worker/failures.js";
 import { plan } from "../src/worker/loops.js";
+import { checkSettings } from "../src/worker/settings.js";
 
 const record = (...fields: string[]): string => fields.join("\0");
 
@@ -207,5 +208,11 @@ describe("the command line", () => {
     assert.deepEqual(parseArgs(["--no-fire-schedules", "--handler", "x:y", "--handler", "z:w"], opts, {}), { "fire-schedules": false, handler: ["x:y", "z:w"] });
     assert.throws(() => parseArgs([], opts, { TASKFLEET_CONCURRENCY: "2x" }), (e: unknown) => e instanceof BadInput && /TASKFLEET_CONCURRENCY/.test(e.message));
     assert.throws(() => parseArgs(["--queue"], opts, {}), /requires an argument/);
+  });
+});
+
+describe("the deprecated leaseTtl option", () => {
+  it("never refuses a start, below one second too: it is ignored with a warning at start", () => {
+    assert.equal(checkSettings("jobs", { leaseTtlMs: 500 }, "p", "i").leaseTtl, 0.5);
   });
 });

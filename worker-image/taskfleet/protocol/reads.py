@@ -24,6 +24,7 @@ from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.records import WorkerRecord, hash_of, number, text, whole
 from taskfleet.protocol.schedules import Schedule
 from taskfleet.protocol.states import FINISHED, TaskState
+from taskfleet.protocol.tracing import TRACE_FIELD
 
 if TYPE_CHECKING:
     from taskfleet.protocol.config import QueueConfig
@@ -202,6 +203,19 @@ class QueueReads:
         compare two reads to know whether to read it whole again. None: no such task."""
         fields = ("state", "progress_at", "progress")
         return one(("HMGET", self._k.task(task_id), *fields), _marks)
+
+    def groups_and_traces(self, task_ids: Sequence[str]) -> Call[list[tuple[str, bytes | None]]]:
+        """Each task's group ('' for none) and trace context (None for none): a worker asks
+        only for tasks an older producer handed it, whose record carries neither."""
+        commands = [("HMGET", self._k.task(i), "group", TRACE_FIELD) for i in task_ids]
+
+        def decode(replies: Sequence[Any]) -> list[tuple[str, bytes | None]]:
+            return [
+                ("" if g is None else text(g), t.encode() if isinstance(t, str) else t)
+                for g, t in replies
+            ]
+
+        return call(commands, decode)
 
     def groups(self, task_ids: Sequence[str]) -> Call[list[str]]:
         """Each task's group ('' for none, or where the task is gone): a worker asks only

@@ -94,10 +94,12 @@ def _everything(_: redis.exceptions.RedisError) -> bool:
 
 
 def _commands() -> Generator[tuple[str, ...], Any, ServerSettings]:
-    """The probe's commands, each reply received (None: refused), then the settings."""
+    """The probe's commands, each reply received (None: refused), then the settings.
+    ``CONFIG GET`` is one command name: a cluster client routes by it (two words would
+    read as the command ``CONFIG`` with a key ``GET``)."""
     config: dict[Any, Any] = {}
     for parameter in CONFIG_PARAMETERS:
-        config.update((yield ("CONFIG", "GET", parameter)) or {})
+        config.update((yield ("CONFIG GET", parameter)) or {})
     info = yield ("INFO",)
     return settings_of(config, info)
 

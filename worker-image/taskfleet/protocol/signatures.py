@@ -121,8 +121,9 @@ class EnqueuePlain(NamedTuple):
     n: Annotated[Int, "how many task records follow"]
     hand_off: Annotated[
         Int,
-        "1: the caller would hand new tasks to idle workers (enqueue's token_base); with an "
-        "idle worker registered, nothing is stored and the reply is [0]: send enqueue",
+        "1: the caller would hand new tasks to idle workers (enqueue's token_base); with a live "
+        "idle worker and a new task due now, nothing is stored and the reply is [0]: send "
+        "enqueue",
     ]
     trace: Annotated[
         OptStr, "the producer's trace context, stored with every new task (field 'trace')"
@@ -466,7 +467,8 @@ SCRIPTS: dict[str, Script] = {
             "enqueue_plain",
             EnqueuePlain,
             "as enqueue's [1, ...], [-1, ...], [-2, ...] or [-3, ...]; or [0]: an idle worker "
-            "is registered and hand_off is 1, nothing stored (send the tasks to enqueue)",
+            "waits, a new task is due now and hand_off is 1, nothing stored (send the tasks "
+            "to enqueue)",
             PlainTask,
         ),
         Script("claim", Claim, _CLAIM_REPLY),

@@ -359,7 +359,23 @@ class Broker:
         tasks, bad = parse_claim_records(raw.records, self.served)
         for task_id, token, error, reason in bad:
             await self.fail(task_id, token, error, retryable=False, reason=reason)
+        unread = [task for task in tasks if task.unread]
+        if unread:
+            await self._read_groups_and_traces(unread)
         return ClaimResult(tasks, raw.retry_after_ms, raw.next_due_ms, raw.more_pending)
+
+    async def _read_groups_and_traces(self, tasks: Sequence[ClaimedTask]) -> None:
+        """The group and trace context of tasks an older producer handed over in the
+        positional form, in one round trip. The tasks are this worker's already: a failure
+        here leaves them ungrouped and untraced, never unrun."""
+        try:
+            read = self.reads.groups_and_traces([task.id for task in tasks])
+            found = await bounded(run_async(self.client, read), self.reply_timeout)
+        except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+            log.warning("group_and_trace_unread", extra={"fields": {"error": str(exc)[:200]}})
+            return
+        for task, (group, trace) in zip(tasks, found, strict=True):
+            task.group, task.trace, task.unread = group or None, trace, False
 
     async def heartbeat(
         self, tokens: Mapping[str, str], inflight: int | None = None, draining: bool = False

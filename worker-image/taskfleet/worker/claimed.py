@@ -5,7 +5,8 @@ A record is tagged (``protocol/claimrecord.py``: name, value pairs and the paylo
 carries all a run reads: the group, the trace context and the dependency handle come
 with it, so nothing is read per task after a claim. A positional record (``id, token,
 attempts, max_attempts, timeout_s, lost, priority, cost[, waited_ms], payload``, an
-older producer's hand-off) reads as one with those fields alone. A named task's payload
+older producer's hand-off) reads as one with those fields alone, marked ``unread``: the
+broker reads its group and trace from the task hash. A named task's payload
 is stored and claimed as ``\\x01<name>\\x01<payload>`` (``protocol/tasknames.py``); a
 task whose name this worker does not serve (``Served``) is unrunnable, reason ``unknown
 task``. Nothing in a record
@@ -59,6 +60,9 @@ class ClaimedTask:
     after: str | None = None
     #: its deadline to start (epoch ms); None: none
     deadline_ms: int | None = None
+    #: its record carried no group or trace (an older producer's positional hand-off):
+    #: the broker reads both from the task hash
+    unread: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +238,8 @@ def parse_claim_records(
             continue
         if f is not None:
             _optional(task, f)
+        else:
+            task.unread = True
         if data[:1] == b"\1":
             raw_name, _, data = data[1:].partition(b"\1")
             task.name = raw_name.decode(errors="replace")

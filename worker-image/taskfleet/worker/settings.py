@@ -115,11 +115,6 @@ class WorkerSettings:
                 f"heartbeat interval must be at least {bounds.MIN_HEARTBEAT_S:g} seconds, "
                 f"got {self.heartbeat_interval:g}"
             )
-        if self.lease_ttl is not None and self.lease_ttl < bounds.MIN_LEASE_TTL_S:
-            raise ValueError(
-                f"lease TTL must be at least {bounds.MIN_LEASE_TTL_S:g} seconds, "
-                f"got {self.lease_ttl:g}"
-            )
         if self.drain_timeout < 0:
             raise ValueError("drain timeout must not be negative")
         if self.held_grace <= 0:

@@ -48,7 +48,7 @@ export interface EnqueueRecord {
 export interface EnqueuePlainArgs {
   /** how many task records follow */
   readonly n?: number | string;
-  /** 1: the caller would hand new tasks to idle workers (enqueue's token_base); with an idle worker registered, nothing is stored and the reply is [0]: send enqueue */
+  /** 1: the caller would hand new tasks to idle workers (enqueue's token_base); with a live idle worker and a new task due now, nothing is stored and the reply is [0]: send enqueue */
   readonly hand_off: number | string;
   /** the producer's trace context, stored with every new task (field 'trace') */
   readonly trace?: string;

@@ -43,6 +43,18 @@ export async function taskFieldOfEach(
   return pipe.exec();
 }
 
+/** Each task's group and trace context, in one round trip: the pipeline's replies. */
+export async function groupAndTraceOfEach(
+  client: Client,
+  keys: QueueKeys,
+  taskIds: readonly string[],
+): Promise<[Error | null, unknown][] | null> {
+  const layout = layoutOf(keys);
+  const pipe = client.pipeline();
+  for (const id of taskIds) pipe.hmget(layout.task(id), "group", TASK.trace);
+  return pipe.exec();
+}
+
 /** The queue's stored lease TTL (null: unset; the text as stored). */
 export async function readLeaseTtl(client: Client, keys: QueueKeys): Promise<string | null> {
   return client.hget(layoutOf(keys).config, CONFIG.lease_ttl_s);

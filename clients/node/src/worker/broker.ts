@@ -19,7 +19,7 @@ import { dependencyResults } from "../flows.js";
 import { QueueKeys } from "../keys.js";
 import { decodeEnqueue } from "../protocol/replies.js";
 import type { ScriptArgs, ScriptName, ScriptRecords } from "../protocol/signatures.js";
-import { popWork, probeWritable, taskFieldOfEach } from "../protocol/workerstore.js";
+import { groupAndTraceOfEach, popWork, probeWritable, taskFieldOfEach } from "../protocol/workerstore.js";
 import { type ClaimedTask, type Served, parseClaimRecords } from "./claimed.js";
 import { NoReply, classify } from "./faults.js";
 import { Flag, bounded, until } from "./flag.js";
@@ -583,7 +583,29 @@ export class Broker {
   private async claimed(raw: { retryAfterMs: number; nextDueMs: number | null; morePending: boolean; records: unknown[] }): Promise<ClaimResult> {
     const [tasks, bad] = parseClaimRecords(raw.records, this.options.served);
     for (const [id, token, error, reason] of bad) await this.fail(id, token, error, false, reason);
+    if (tasks.some((task) => task.unread === true)) await this.readGroupsAndTraces(tasks);
     return { tasks, retryAfterMs: raw.retryAfterMs, nextDueMs: raw.nextDueMs, morePending: raw.morePending };
+  }
+
+  /**
+   * The group and trace context of tasks an older producer handed over in the positional
+   * form, in one round trip (replaced in `tasks`). They are this worker's already: a
+   * failure here leaves them ungrouped and untraced, never unrun.
+   */
+  private async readGroupsAndTraces(tasks: ClaimedTask[]): Promise<void> {
+    const unread = tasks.flatMap((task, i) => (task.unread === true ? [[i, task] as const] : []));
+    try {
+      const ids = unread.map(([, task]) => task.id);
+      const replies = (await this.bound(groupAndTraceOfEach(this.client, this.keys, ids))) ?? [];
+      unread.forEach(([i, task], n) => {
+        const [error, value] = replies[n] ?? [null, null];
+        if (error) throw error;
+        const [group, trace] = (value as (string | null)[] | null) ?? [null, null];
+        tasks[i] = { ...task, group: group ?? null, trace: trace ?? null, unread: false };
+      });
+    } catch (error) {
+      logEvent("warning", "group_and_trace_unread", { error: String(error).slice(0, 200) });
+    }
   }
 
   /**

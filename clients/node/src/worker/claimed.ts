@@ -5,7 +5,8 @@
  * docs/protocol.md 4.8) and carries the group, trace context and dependency handle, so
  * nothing is read per task after a claim; a positional record (`id, token, attempts,
  * max_attempts, timeout_s, lost, priority, cost[, waited_ms], payload`, an older
- * producer's hand-off) reads as one with those fields alone. A named task's payload is
+ * producer's hand-off) reads as one with those fields alone, marked `unread`: the broker
+ * reads its group and trace from the task hash. A named task's payload is
  * `\x01<name>\x01<json>`. Nothing in a record may crash the
  * worker: a task that can't be run as stored comes back as `Unrunnable`, to be failed
  * for good (reason `bad payload`, `bad task` or `unknown task`); a record that names no
@@ -47,6 +48,8 @@ export interface ClaimedTask {
   readonly after: string | null;
   /** Its deadline to start (epoch ms); null: none. */
   readonly deadlineMs: number | null;
+  /** Its record carried no group or trace (an older producer's positional hand-off): the broker reads both from the task hash. */
+  readonly unread?: boolean;
 }
 
 export { CLAIM_MARK, CLAIM_RECORD, taggedFields } from "../protocol/claimrecord.js";
@@ -103,8 +106,8 @@ export function idAndToken(raw: unknown): [string, string] {
 }
 
 /** The fields a tagged record carries only when set; a positional one carries none. */
-function optional(f: Map<string, string> | null): Pick<ClaimedTask, "trace" | "group" | "after" | "deadlineMs"> {
-  if (f === null) return { trace: null, group: null, after: null, deadlineMs: null };
+function optional(f: Map<string, string> | null): Pick<ClaimedTask, "trace" | "group" | "after" | "deadlineMs" | "unread"> {
+  if (f === null) return { trace: null, group: null, after: null, deadlineMs: null, unread: true };
   const deadline = f.get("deadline");
   return {
     trace: f.get("trace") ?? null,

@@ -13,7 +13,7 @@ import { formatG } from "../pyformat.js";
 import { parseRedisURL } from "../redisurl.js";
 import type { HandlerFn } from "./handlers.js";
 import { DEFAULT_HELD_GRACE_S } from "./held.js";
-import { MAX_CONCURRENCY, MAX_PREFETCH, MIN_HEARTBEAT_S, MIN_LEASE_TTL_S } from "./limits.js";
+import { MAX_CONCURRENCY, MAX_PREFETCH, MIN_HEARTBEAT_S } from "./limits.js";
 
 /**
  * How a `Worker` runs. Durations are milliseconds, in options named `...Ms` (the CLI's
@@ -142,9 +142,7 @@ export function checkSettings(queue: string, options: WorkerOptions, pod: string
     if (value !== null && value > bound) fail(`${what} must be at most ${formatG(bound)} seconds, got ${formatG(value)}`);
   }
   if (heartbeat < MIN_HEARTBEAT_S) fail(`heartbeat interval must be at least ${formatG(MIN_HEARTBEAT_S)} seconds, got ${formatG(heartbeat)}`);
-  if (leaseTtl !== null && leaseTtl < MIN_LEASE_TTL_S) {
-    fail(`lease TTL must be at least ${formatG(MIN_LEASE_TTL_S)} seconds, got ${formatG(leaseTtl)}`);
-  }
+  // leaseTtl is deprecated and ignored (a warning at start): any value starts the worker
   if (drain < 0) fail("drain timeout must not be negative");
   if (taskTimeout !== null && taskTimeout <= 0) fail("task timeout must be positive");
   if (heldGrace <= 0) fail(`held grace must be positive, got ${formatG(heldGrace)}`);

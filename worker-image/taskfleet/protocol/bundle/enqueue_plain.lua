@@ -278,14 +278,14 @@ deadline_run = function(...) build_lazy() return deadline_run(...) end
 -- (signatures.EnqueuePlain, one PlainTask per task). What it stores and answers is what
 -- enqueue stores and answers for the same tasks with the same token base and trace.
 -- An idle worker is handed tasks by enqueue only (hand_off claims, and a claim needs the
--- claim's keys): with hand_off 1 and an idle worker registered, nothing is stored and the
--- reply is {0}; the caller sends the same tasks to enqueue.
+-- claim's keys): with hand_off 1, a live idle registration (scored past now) and at least
+-- one new task due now, nothing is stored and the reply is {0}; the caller sends the same
+-- tasks to enqueue. Expired registrations, delayed or existing tasks are stored here.
 -- Returns: {1, created_1, ..., created_N} (1 = new, 0 = the same task existed, unchanged)
 --   or {-1, index, size, max} when payload #index exceeds max_payload_bytes,
 --   or {-2, index, field} when task #index names an existing task that differs in field,
 --   or {-3, index} when task #index repeats an id of an earlier task of the call,
 --   or {0} (above); in those four cases nothing is stored.
-if ARG_HAND_OFF == '1' and redis.call('EXISTS', K_IDLE) == 1 then return {0} end
 local n = tonumber(ARG_N)
 local max_bytes = cfg_num('max_payload_bytes')
 local exists = {}
@@ -305,6 +305,17 @@ for i = 1, n do
   seen[id] = true
 end
 local now = now_ms()
+if ARG_HAND_OFF == '1' and redis.call('EXISTS', K_IDLE) == 1 then
+  for i = 1, n do
+    if not exists[i] then
+      local _, _, _, delay_ms = RECORD(i)
+      if (tonumber(delay_ms) or 0) <= 0 then
+        if redis.call('ZCOUNT', K_IDLE, '(' .. now, '+inf') > 0 then return {0} end
+        break
+      end
+    end
+  end
+end
 local out = {1}
 local created, woken = 0, 0
 for i = 1, n do
