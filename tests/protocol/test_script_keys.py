@@ -119,7 +119,11 @@ def test_a_plain_enqueue_with_an_idle_worker_is_handed_to_it_through_the_whole_e
     assert worker.claim(1, idle_ms=60_000).tasks == []
     scripts = manifest()["scripts"]
     with Queue("jobs", redis_url) as queue:
-        queue.enqueue({"n": 0}, delay=60)  # both scripts loaded: one EVALSHA a call below
+        # both scripts loaded, so each call below is one EVALSHA: a delayed plain task
+        # (stored by the lean script), a grouped one on another queue (the whole enqueue)
+        queue.enqueue({"n": 0}, delay=60)
+        with Queue("warm", redis_url) as warm:
+            warm.enqueue({"n": 0}, group="g")
         with monitored(redis_server, tmp_path) as commands:
             task_id = queue.enqueue({"n": 1})
     seen = commands()
