@@ -15,7 +15,10 @@ export default tseslint.config(
     },
     rules: {
       // numbers and booleans in messages are fine; objects are not
-      "@typescript-eslint/restrict-template-expressions": ["error", { allowNumber: true, allowBoolean: true }],
+      "@typescript-eslint/restrict-template-expressions": [
+        "error",
+        { allowNumber: true, allowBoolean: true },
+      ],
       // Nest's modules are classes that only carry decorators
       "@typescript-eslint/no-extraneous-class": ["error", { allowWithDecorator: true }],
       // Nest types its options objects as classes (NestApplicationContextOptions); literals are how they are given

@@ -9,7 +9,14 @@ export default tseslint.config(
   {
     languageOptions: {
       parserOptions: {
-        projectService: { allowDefaultProject: ["eslint.config.js", "scripts/*.mjs", "test/fixtures/*.mjs", "test/fixtures/*.cjs"] },
+        projectService: {
+          allowDefaultProject: [
+            "eslint.config.js",
+            "scripts/*.mjs",
+            "test/fixtures/*.mjs",
+            "test/fixtures/*.cjs",
+          ],
+        },
         tsconfigRootDir: import.meta.dirname,
       },
     },
@@ -38,6 +45,9 @@ export default tseslint.config(
     // the worker's test handlers as users write them: CommonJS too
     files: ["**/*.cjs"],
     ...tseslint.configs.disableTypeChecked,
-    languageOptions: { sourceType: "commonjs", globals: { module: "writable", require: "readonly" } },
+    languageOptions: {
+      sourceType: "commonjs",
+      globals: { module: "writable", require: "readonly" },
+    },
   },
 );

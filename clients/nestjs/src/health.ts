@@ -45,21 +45,50 @@ export class TaskfleetHealthIndicator {
    * Up when every queue's Redis answers within `timeoutMs` and every worker of this
    * process is running; down (never a throw) with what failed, per queue.
    */
-  async isHealthy<Key extends string = "taskfleet">(key: Key = "taskfleet" as Key, timeoutMs = HEALTH_TIMEOUT_MS): Promise<TaskfleetHealth<Key>> {
-    const names = new Set<string>([...this.registry.opened.keys(), ...this.workers.workers.map((w) => w.queue)]);
+  async isHealthy<Key extends string = "taskfleet">(
+    key: Key = "taskfleet" as Key,
+    timeoutMs = HEALTH_TIMEOUT_MS,
+  ): Promise<TaskfleetHealth<Key>> {
+    const names = new Set<string>([
+      ...this.registry.opened.keys(),
+      ...this.workers.workers.map((w) => w.queue),
+    ]);
     const checked = await Promise.all(
       [...names].sort().map(async (name): Promise<[string, QueueHealth]> => {
         const worker = this.workers.workers.find((w) => w.queue === name);
-        const workerState = worker === undefined ? undefined : worker.status === "running" && worker.worker.draining ? "draining" : worker.status;
+        const workerState =
+          worker === undefined
+            ? undefined
+            : worker.status === "running" && worker.worker.draining
+              ? "draining"
+              : worker.status;
         try {
           const stats = await within(this.registry.open(name).stats(), timeoutMs);
-          return [name, { redis: "up", worker: workerState, pending: stats.pending, running: stats.running, workers: stats.workers }];
+          return [
+            name,
+            {
+              redis: "up",
+              worker: workerState,
+              pending: stats.pending,
+              running: stats.running,
+              workers: stats.workers,
+            },
+          ];
         } catch (error) {
-          return [name, { redis: "down", worker: workerState, error: error instanceof Error ? error.message : String(error) }];
+          return [
+            name,
+            {
+              redis: "down",
+              worker: workerState,
+              error: error instanceof Error ? error.message : String(error),
+            },
+          ];
         }
       }),
     );
-    const up = checked.every(([, q]) => q.redis === "up" && (q.worker === undefined || q.worker === "running"));
+    const up = checked.every(
+      ([, q]) => q.redis === "up" && (q.worker === undefined || q.worker === "running"),
+    );
     const result = { status: up ? "up" : "down", queues: Object.fromEntries(checked) } as const;
     return { [key]: result } as TaskfleetHealth<Key>;
   }

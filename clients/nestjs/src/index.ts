@@ -13,10 +13,26 @@
  * @packageDocumentation
  */
 
-export { Handle, InjectQueue, Processor, type HandleMetadata, type ProcessorMetadata } from "./decorators.js";
-export { HEALTH_TIMEOUT_MS, TaskfleetHealthIndicator, type QueueHealth, type TaskfleetHealth } from "./health.js";
+export {
+  Handle,
+  InjectQueue,
+  Processor,
+  type HandleMetadata,
+  type ProcessorMetadata,
+} from "./decorators.js";
+export {
+  HEALTH_TIMEOUT_MS,
+  TaskfleetHealthIndicator,
+  type QueueHealth,
+  type TaskfleetHealth,
+} from "./health.js";
 export { TaskfleetCoreModule, TaskfleetModule } from "./module.js";
-export type { ProcessorOptions, RegisterQueueOptions, TaskfleetModuleAsyncOptions, TaskfleetModuleOptions } from "./options.js";
+export type {
+  ProcessorOptions,
+  RegisterQueueOptions,
+  TaskfleetModuleAsyncOptions,
+  TaskfleetModuleOptions,
+} from "./options.js";
 export { QueueRegistry } from "./queues.js";
 export { TASKFLEET_OPTIONS, getQueueToken } from "./tokens.js";
 export { ProcessorError, TaskfleetWorkers, type ProcessorWorker } from "./workers.js";

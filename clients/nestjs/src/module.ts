@@ -13,7 +13,12 @@ import { type DynamicModule, Module, type Provider } from "@nestjs/common";
 import { DiscoveryModule } from "@nestjs/core";
 
 import { TaskfleetHealthIndicator } from "./health.js";
-import { type RegisterQueueOptions, type TaskfleetModuleAsyncOptions, type TaskfleetModuleOptions, checkModuleOptions } from "./options.js";
+import {
+  type RegisterQueueOptions,
+  type TaskfleetModuleAsyncOptions,
+  type TaskfleetModuleOptions,
+  checkModuleOptions,
+} from "./options.js";
 import { QueueRegistry } from "./queues.js";
 import { TASKFLEET_OPTIONS, getQueueToken } from "./tokens.js";
 import { TaskfleetWorkers } from "./workers.js";
@@ -21,7 +26,10 @@ import { TaskfleetWorkers } from "./workers.js";
 /** The global part `forRoot` adds once: options, queues, workers, health. */
 @Module({})
 export class TaskfleetCoreModule {
-  static with(options: Provider, imports: NonNullable<DynamicModule["imports"]> = []): DynamicModule {
+  static with(
+    options: Provider,
+    imports: NonNullable<DynamicModule["imports"]> = [],
+  ): DynamicModule {
     const exported = [TASKFLEET_OPTIONS, QueueRegistry, TaskfleetWorkers, TaskfleetHealthIndicator];
     return {
       module: TaskfleetCoreModule,
@@ -38,7 +46,10 @@ export class TaskfleetModule {
   /** The module with its options given; import it once, in the root module. */
   static forRoot(options: TaskfleetModuleOptions = {}): DynamicModule {
     const checked = checkModuleOptions(options);
-    return { module: TaskfleetModule, imports: [TaskfleetCoreModule.with({ provide: TASKFLEET_OPTIONS, useValue: checked })] };
+    return {
+      module: TaskfleetModule,
+      imports: [TaskfleetCoreModule.with({ provide: TASKFLEET_OPTIONS, useValue: checked })],
+    };
   }
 
   /** The module with its options from `useFactory`, which gets the providers `inject` names. */
@@ -48,7 +59,10 @@ export class TaskfleetModule {
       useFactory: async (...args: never[]) => checkModuleOptions(await options.useFactory(...args)),
       inject: options.inject ?? [],
     };
-    return { module: TaskfleetModule, imports: [TaskfleetCoreModule.with(provider, options.imports)] };
+    return {
+      module: TaskfleetModule,
+      imports: [TaskfleetCoreModule.with(provider, options.imports)],
+    };
   }
 
   /** Queues the importing module injects with `@InjectQueue(name)`; needs `forRoot` in the application. */

@@ -21,7 +21,9 @@ export interface TaskfleetModuleOptions {
 
 /** `TaskfleetModule.forRootAsync` options: the options from a factory, with injection. */
 export interface TaskfleetModuleAsyncOptions extends Pick<ModuleMetadata, "imports"> {
-  readonly useFactory: (...args: never[]) => TaskfleetModuleOptions | Promise<TaskfleetModuleOptions>;
+  readonly useFactory: (
+    ...args: never[]
+  ) => TaskfleetModuleOptions | Promise<TaskfleetModuleOptions>;
   readonly inject?: FactoryProvider["inject"];
 }
 
@@ -30,16 +32,24 @@ export interface RegisterQueueOptions {
   readonly name: string;
 }
 
-const MODULE_OPTION_KEYS: Record<keyof TaskfleetModuleOptions, true> = { redisUrl: true, workers: true, worker: true };
+const MODULE_OPTION_KEYS: Record<keyof TaskfleetModuleOptions, true> = {
+  redisUrl: true,
+  workers: true,
+  worker: true,
+};
 
 /** `options` checked: a key the module does not know is refused in one line, never ignored. */
 export function checkModuleOptions(options: unknown): TaskfleetModuleOptions {
   if (typeof options !== "object" || options === null || Array.isArray(options)) {
-    throw new TypeError("TaskfleetModule options must be an object such as { redisUrl: \"redis://host:6379/0\" }");
+    throw new TypeError(
+      'TaskfleetModule options must be an object such as { redisUrl: "redis://host:6379/0" }',
+    );
   }
   for (const key of Object.keys(options)) {
     if (!(key in MODULE_OPTION_KEYS)) {
-      throw new TypeError(`TaskfleetModule options: unknown option ${JSON.stringify(key)} (known: ${Object.keys(MODULE_OPTION_KEYS).join(", ")})`);
+      throw new TypeError(
+        `TaskfleetModule options: unknown option ${JSON.stringify(key)} (known: ${Object.keys(MODULE_OPTION_KEYS).join(", ")})`,
+      );
     }
   }
   return options;

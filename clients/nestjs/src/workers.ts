@@ -11,7 +11,13 @@
  * @module
  */
 
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from "@nestjs/common";
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationBootstrap,
+  type OnModuleDestroy,
+} from "@nestjs/common";
 import { DiscoveryService, Reflector } from "@nestjs/core";
 import { type HandlerFn, type TaskContext, Worker } from "taskfleet";
 
@@ -81,12 +87,15 @@ export class TaskfleetWorkers implements OnApplicationBootstrap, OnModuleDestroy
         (code) => {
           entry.status = "exited";
           entry.exitCode = code;
-          if (code !== 0) this.logger.error(`the worker of queue ${entry.queue} exited with code ${code}`);
+          if (code !== 0)
+            this.logger.error(`the worker of queue ${entry.queue} exited with code ${code}`);
         },
         (error: unknown) => {
           entry.status = "failed";
           entry.error = error;
-          this.logger.error(`the worker of queue ${entry.queue} failed: ${error instanceof Error ? error.message : String(error)}`);
+          this.logger.error(
+            `the worker of queue ${entry.queue} failed: ${error instanceof Error ? error.message : String(error)}`,
+          );
         },
       );
     }
@@ -119,20 +128,28 @@ export class TaskfleetWorkers implements OnApplicationBootstrap, OnModuleDestroy
     for (const wrapper of this.discovery.getProviders()) {
       const metatype: unknown = wrapper.metatype;
       if (typeof metatype !== "function" || wrapper.inject) continue;
-      const meta = this.reflector.get<ProcessorMetadata | undefined>(PROCESSOR_METADATA, metatype as new () => unknown);
+      const meta = this.reflector.get<ProcessorMetadata | undefined>(
+        PROCESSOR_METADATA,
+        metatype as new () => unknown,
+      );
       if (meta === undefined) continue;
       const className = (metatype as { name: string }).name;
       if (!wrapper.isDependencyTreeStatic()) {
-        throw new ProcessorError(`processor ${className} must be a singleton: a request- or transient-scoped provider can't run a worker`);
+        throw new ProcessorError(
+          `processor ${className} must be a singleton: a request- or transient-scoped provider can't run a worker`,
+        );
       }
       const other = byQueue.get(meta.queue);
       if (other !== undefined) {
         const both = [other, className].sort().join(" and ");
-        throw new ProcessorError(`queue ${JSON.stringify(meta.queue)} has two processors, ${both}: give it one`);
+        throw new ProcessorError(
+          `queue ${JSON.stringify(meta.queue)} has two processors, ${both}: give it one`,
+        );
       }
       byQueue.set(meta.queue, className);
       const instance: unknown = wrapper.instance;
-      if (typeof instance !== "object" || instance === null) throw new ProcessorError(`processor ${className} was not instantiated`);
+      if (typeof instance !== "object" || instance === null)
+        throw new ProcessorError(`processor ${className} was not instantiated`);
       found.push({ meta, instance, className });
     }
     return found;
@@ -144,20 +161,35 @@ export class TaskfleetWorkers implements OnApplicationBootstrap, OnModuleDestroy
     for (const key of methodNames(instance)) {
       const method = (instance as Record<string, unknown>)[key];
       if (typeof method !== "function") continue;
-      const handle = this.reflector.get<HandleMetadata | undefined>(HANDLE_METADATA, method as () => unknown);
+      const handle = this.reflector.get<HandleMetadata | undefined>(
+        HANDLE_METADATA,
+        method as () => unknown,
+      );
       if (handle === undefined) continue;
       const fn: HandlerFn = (payload: Record<string, unknown>, task: TaskContext): unknown =>
-        (method as (p: Record<string, unknown>, t: TaskContext) => unknown).call(instance, payload, task);
+        (method as (p: Record<string, unknown>, t: TaskContext) => unknown).call(
+          instance,
+          payload,
+          task,
+        );
       if (handle.name === null) {
-        if (fallback !== undefined) throw new ProcessorError(`processor ${className} has two @Handle() methods for tasks without a name`);
+        if (fallback !== undefined)
+          throw new ProcessorError(
+            `processor ${className} has two @Handle() methods for tasks without a name`,
+          );
         fallback = fn;
       } else {
-        if (handle.name in named) throw new ProcessorError(`processor ${className} has two @Handle(${JSON.stringify(handle.name)}) methods`);
+        if (handle.name in named)
+          throw new ProcessorError(
+            `processor ${className} has two @Handle(${JSON.stringify(handle.name)}) methods`,
+          );
         named[handle.name] = fn;
       }
     }
     if (fallback === undefined && Object.keys(named).length === 0) {
-      throw new ProcessorError(`processor ${className} has no @Handle() method: decorate the methods that run its tasks`);
+      throw new ProcessorError(
+        `processor ${className} has no @Handle() method: decorate the methods that run its tasks`,
+      );
     }
     const worker = new Worker(meta.queue, {
       ...this.options.worker,
@@ -173,8 +205,13 @@ export class TaskfleetWorkers implements OnApplicationBootstrap, OnModuleDestroy
 /** The method names of an instance, along its prototype chain up to `Object`. */
 function methodNames(instance: object): string[] {
   const names = new Set<string>();
-  for (let proto: unknown = Object.getPrototypeOf(instance); proto !== null && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
-    for (const name of Object.getOwnPropertyNames(proto)) if (name !== "constructor") names.add(name);
+  for (
+    let proto: unknown = Object.getPrototypeOf(instance);
+    proto !== null && proto !== Object.prototype;
+    proto = Object.getPrototypeOf(proto)
+  ) {
+    for (const name of Object.getOwnPropertyNames(proto))
+      if (name !== "constructor") names.add(name);
   }
   return [...names];
 }

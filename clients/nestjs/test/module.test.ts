@@ -36,22 +36,39 @@ class AppProcess {
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 
   constructor(env: Record<string, string>) {
-    this.child = spawn(process.execPath, [MAIN], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+    this.child = spawn(process.execPath, [MAIN], {
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     this.child.stdout?.on("data", (chunk: Buffer) => (this.output += chunk.toString()));
     this.child.stderr?.on("data", (chunk: Buffer) => (this.output += chunk.toString()));
-    this.exited = new Promise((resolve) => this.child.once("exit", (code, signal) => { resolve({ code, signal }); }));
+    this.exited = new Promise((resolve) =>
+      this.child.once("exit", (code, signal) => {
+        resolve({ code, signal });
+      }),
+    );
   }
 
   async saw(pattern: RegExp): Promise<void> {
-    await until(`the application printed ${String(pattern)}:\n${this.output}`, () => {
-      if (this.child.exitCode !== null) throw new Error(`the application exited ${this.child.exitCode}:\n${this.output}`);
-      return pattern.test(this.output);
-    }, 20_000);
+    await until(
+      `the application printed ${String(pattern)}:\n${this.output}`,
+      () => {
+        if (this.child.exitCode !== null)
+          throw new Error(`the application exited ${this.child.exitCode}:\n${this.output}`);
+        return pattern.test(this.output);
+      },
+      20_000,
+    );
   }
 
   async exit(deadlineMs = 20_000): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
     let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<"late">((resolve) => (timer = setTimeout(() => { resolve("late"); }, deadlineMs)));
+    const late = new Promise<"late">(
+      (resolve) =>
+        (timer = setTimeout(() => {
+          resolve("late");
+        }, deadlineMs)),
+    );
     const result = await Promise.race([this.exited, late]);
     clearTimeout(timer);
     if (result === "late") {
@@ -98,7 +115,9 @@ describe("the NestJS module", () => {
     const app = await context(AsyncRootModule);
     apps.push(app);
     const queue = app.get<Queue>(getQueueToken(QUEUE));
-    const ids = await queue.enqueueMany(Array.from({ length: 500 }, (_, n) => ({ payload: { n } })));
+    const ids = await queue.enqueueMany(
+      Array.from({ length: 500 }, (_, n) => ({ payload: { n } })),
+    );
     const done = await queue.wait(ids, { timeoutMs: 60_000 });
     ids.forEach((id, n) => {
       const task = done[id];
@@ -107,9 +126,16 @@ describe("the NestJS module", () => {
     });
     const counter = app.get(Counter);
     assert.equal(counter.seen.size, 500);
-    assert.ok([...counter.seen.values()].every((runs) => runs === 1), "a task ran twice");
+    assert.ok(
+      [...counter.seen.values()].every((runs) => runs === 1),
+      "a task ran twice",
+    );
     const [worker] = app.get(TaskfleetWorkers).workers;
-    assert.equal(worker?.worker.settings.concurrency, 8, "the worker options came from the factory");
+    assert.equal(
+      worker?.worker.settings.concurrency,
+      8,
+      "the worker options came from the factory",
+    );
 
     const health = await app.get(TaskfleetHealthIndicator).isHealthy("queues");
     assert.equal(health.queues.status, "up", JSON.stringify(health));
@@ -130,9 +156,16 @@ describe("the NestJS module", () => {
     const producer = await context(rootModule({ redisUrl: server.url, workers: false }));
     apps.push(producer);
     const queue = producer.get<Queue>(getQueueToken(QUEUE));
-    const short = await queue.enqueueMany(Array.from({ length: 8 }, () => ({ payload: { ms: 400 }, name: "sleep" })));
-    const long = await queue.enqueueMany(Array.from({ length: 8 }, () => ({ payload: { ms: 60_000 }, name: "sleep" })));
-    await until("the application holds all 16 tasks", async () => (await queue.stats()).running === 16);
+    const short = await queue.enqueueMany(
+      Array.from({ length: 8 }, () => ({ payload: { ms: 400 }, name: "sleep" })),
+    );
+    const long = await queue.enqueueMany(
+      Array.from({ length: 8 }, () => ({ payload: { ms: 60_000 }, name: "sleep" })),
+    );
+    await until(
+      "the application holds all 16 tasks",
+      async () => (await queue.stats()).running === 16,
+    );
 
     first.child.kill("SIGTERM");
     const exit = await first.exit();
@@ -146,7 +179,11 @@ describe("the NestJS module", () => {
     assert.equal((await queue.stats()).running, 0);
 
     // a second process finishes what the first handed back; each task ran to its end once
-    const second = new AppProcess({ TASKFLEET_REDIS_URL: server.url, LOG: log, SLEEP_CAP_MS: "10" });
+    const second = new AppProcess({
+      TASKFLEET_REDIS_URL: server.url,
+      LOG: log,
+      SLEEP_CAP_MS: "10",
+    });
     processes.push(second);
     const done = await queue.wait([...short, ...long], { timeoutMs: 30_000 });
     for (const id of [...short, ...long]) assert.equal(done[id]?.state, "done", second.output);
@@ -163,8 +200,13 @@ describe("the NestJS module", () => {
     const producer = await context(rootModule({ redisUrl: server.url, workers: false }));
     apps.push(producer);
     const queue = producer.get<Queue>(getQueueToken(QUEUE));
-    const long = await queue.enqueueMany(Array.from({ length: 4 }, () => ({ payload: { ms: 60_000 }, name: "sleep" })));
-    await until("the application holds the 4 tasks", async () => (await queue.stats()).running === 4);
+    const long = await queue.enqueueMany(
+      Array.from({ length: 4 }, () => ({ payload: { ms: 60_000 }, name: "sleep" })),
+    );
+    await until(
+      "the application holds the 4 tasks",
+      async () => (await queue.stats()).running === 4,
+    );
 
     app.child.kill("SIGTERM");
     await app.saw(/event=drain_started/);
@@ -173,7 +215,8 @@ describe("the NestJS module", () => {
     assert.deepEqual(await app.exit(15_000), { code: 0, signal: null }, app.output);
     assert.ok(Date.now() - second < 15_000);
     assert.match(app.output, /event=drain_forced/);
-    for (const id of long) assert.equal((await queue.get(id))?.state, "pending", `task ${id} handed back`);
+    for (const id of long)
+      assert.equal((await queue.get(id))?.state, "pending", `task ${id} handed back`);
   });
 
   it("with workers: false, the application only enqueues: no worker runs and the tasks wait", async () => {
@@ -202,7 +245,10 @@ describe("the NestJS module", () => {
         return "never run";
       }
     }
-    @Module({ imports: [TaskfleetModule.forRoot({ redisUrl: server.url })], providers: [EmptyProcessor] })
+    @Module({
+      imports: [TaskfleetModule.forRoot({ redisUrl: server.url })],
+      providers: [EmptyProcessor],
+    })
     class Root {}
     await assert.rejects(context(Root), /processor EmptyProcessor has no @Handle\(\) method/);
   });
@@ -215,9 +261,15 @@ describe("the NestJS module", () => {
         return "other";
       }
     }
-    @Module({ imports: [TaskfleetModule.forRoot({ redisUrl: server.url }), ImagesModule], providers: [Other] })
+    @Module({
+      imports: [TaskfleetModule.forRoot({ redisUrl: server.url }), ImagesModule],
+      providers: [Other],
+    })
     class Root {}
-    await assert.rejects(context(Root), /queue "images" has two processors, ImagesProcessor and Other/);
+    await assert.rejects(
+      context(Root),
+      /queue "images" has two processors, ImagesProcessor and Other/,
+    );
   });
 
   it("a processor's bad worker option fails the bootstrap with the worker's one line", async () => {
@@ -228,7 +280,10 @@ describe("the NestJS module", () => {
         return "never";
       }
     }
-    @Module({ imports: [TaskfleetModule.forRoot({ redisUrl: server.url })], providers: [BadProcessor] })
+    @Module({
+      imports: [TaskfleetModule.forRoot({ redisUrl: server.url })],
+      providers: [BadProcessor],
+    })
     class Root {}
     await assert.rejects(context(Root), /concurrency must be within 1\.\./);
   });

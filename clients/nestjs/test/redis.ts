@@ -28,7 +28,11 @@ export async function freePort(): Promise<number> {
 }
 
 /** Resolves once `check` is true; throws after `deadlineMs` saying what was waited for. */
-export async function until(what: string, check: () => Promise<boolean> | boolean, deadlineMs = 10_000): Promise<void> {
+export async function until(
+  what: string,
+  check: () => Promise<boolean> | boolean,
+  deadlineMs = 10_000,
+): Promise<void> {
   const end = Date.now() + deadlineMs;
   for (;;) {
     if (await check()) return;
@@ -49,12 +53,25 @@ export class RedisServer {
   /** Starts it; a missing redis-server fails the test (never a skip). */
   async start(): Promise<void> {
     this.port = await freePort();
-    const args = ["--port", String(this.port), "--bind", "127.0.0.1", "--dir", this.dir, "--save", "", "--appendonly", "no"];
+    const args = [
+      "--port",
+      String(this.port),
+      "--bind",
+      "127.0.0.1",
+      "--dir",
+      this.dir,
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+    ];
     const child = spawn(REDIS_SERVER, args, { stdio: "ignore" });
     this.process = child;
     const spawned = new Promise<void>((resolve, reject) => {
       child.once("spawn", resolve);
-      child.once("error", (error) => { reject(new Error(`${REDIS_SERVER} did not start: ${error.message}`)); });
+      child.once("error", (error) => {
+        reject(new Error(`${REDIS_SERVER} did not start: ${error.message}`));
+      });
     });
     await spawned;
     const probe = new Queue("probe", { redisUrl: this.url });

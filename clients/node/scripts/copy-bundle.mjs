@@ -4,7 +4,9 @@
 import { copyFileSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 
-const source = fileURLToPath(new URL("../../../worker-image/taskfleet/protocol/bundle/", import.meta.url));
+const source = fileURLToPath(
+  new URL("../../../worker-image/taskfleet/protocol/bundle/", import.meta.url),
+);
 const target = fileURLToPath(new URL("../bundle/", import.meta.url));
 
 const files = readdirSync(source).filter((f) => f.endsWith(".lua") || f === "manifest.json");

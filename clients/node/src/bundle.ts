@@ -97,7 +97,11 @@ export class Bundle {
    * Unknown names, a missing required argument or a value of the wrong kind throw
    * `ProtocolError`: they are mistakes of this package, not of its caller.
    */
-  pack<S extends ScriptName>(script: S, args: ScriptArgs[S], records: readonly ScriptRecords[S][] = []): (string | Buffer)[] {
+  pack<S extends ScriptName>(
+    script: S,
+    args: ScriptArgs[S],
+    records: readonly ScriptRecords[S][] = [],
+  ): (string | Buffer)[] {
     return this.packByName(script, args as Readonly<Record<string, ArgValue>>, records);
   }
 
@@ -105,7 +109,11 @@ export class Bundle {
    * `pack` for a caller driven by data (the conformance vectors), whose script and
    * argument names the compiler cannot check: the same checks, at run time only.
    */
-  packByName(script: string, args: Readonly<Record<string, ArgValue>>, records: readonly object[] = []): (string | Buffer)[] {
+  packByName(
+    script: string,
+    args: Readonly<Record<string, ArgValue>>,
+    records: readonly object[] = [],
+  ): (string | Buffer)[] {
     const decl = this.script(script).decl;
     const { known, fields } = this.names(script, decl);
     const repeated = decl.repeated;
@@ -118,14 +126,17 @@ export class Bundle {
     const out: (string | Buffer)[] = [];
     for (const a of decl.args) {
       // the repeated group's count, when not given, is the number of records
-      const value = args[a.name] ?? (repeated !== null && a.name === repeated.count ? records.length : undefined);
+      const value =
+        args[a.name] ??
+        (repeated !== null && a.name === repeated.count ? records.length : undefined);
       out.push(encodeArg(script, a, value));
     }
     if (repeated !== null) {
       for (const item of records) {
         const record = item as Readonly<Record<string, ArgValue>>; // a record's fields, by name
         for (const name in record) {
-          if (!fields.has(name)) throw new ProtocolError(`script ${script}'s records have no field ${name}`);
+          if (!fields.has(name))
+            throw new ProtocolError(`script ${script}'s records have no field ${name}`);
         }
         for (const field of repeated.fields) out.push(encodeArg(script, field, record[field.name]));
       }
@@ -133,10 +144,16 @@ export class Bundle {
     return out;
   }
 
-  private readonly nameSets = new Map<string, { known: ReadonlySet<string>; fields: ReadonlySet<string> }>();
+  private readonly nameSets = new Map<
+    string,
+    { known: ReadonlySet<string>; fields: ReadonlySet<string> }
+  >();
 
   /** A script's argument and record field names, as sets made once (`pack` runs per call). */
-  private names(script: string, decl: ScriptDecl): { known: ReadonlySet<string>; fields: ReadonlySet<string> } {
+  private names(
+    script: string,
+    decl: ScriptDecl,
+  ): { known: ReadonlySet<string>; fields: ReadonlySet<string> } {
     let sets = this.nameSets.get(script);
     if (sets === undefined) {
       sets = {
@@ -158,7 +175,10 @@ function encodeArg(script: string, decl: ArgDecl, value: ArgValue): string | Buf
     if (decl.optional) return "";
     throw new ProtocolError(`script ${script}: argument ${decl.name} is required`);
   }
-  if (value === "" && (decl.optional || decl.type === "string" || decl.type === "bytes" || decl.type === "json")) {
+  if (
+    value === "" &&
+    (decl.optional || decl.type === "string" || decl.type === "bytes" || decl.type === "json")
+  ) {
     return "";
   }
   switch (decl.type) {
@@ -235,14 +255,28 @@ export function checkManifest(raw: unknown): Manifest {
       if (!isRecord(s.repeated) || typeof s.repeated.count !== "string") {
         throw new ProtocolError(`manifest: script ${name}'s repeated group has no count`);
       }
-      repeated = { count: s.repeated.count, fields: checkArgs(`${name}.repeated.fields`, s.repeated.fields) };
+      repeated = {
+        count: s.repeated.count,
+        fields: checkArgs(`${name}.repeated.fields`, s.repeated.fields),
+      };
     }
     const known = new Set(keys.map((k) => k.name));
     const uses = s.uses_keys;
-    if (!Array.isArray(uses) || !uses.every((k): k is string => typeof k === "string" && known.has(k))) {
-      throw new ProtocolError(`manifest: script ${name}'s uses_keys must list keys of the manifest`);
+    if (
+      !Array.isArray(uses) ||
+      !uses.every((k): k is string => typeof k === "string" && known.has(k))
+    ) {
+      throw new ProtocolError(
+        `manifest: script ${name}'s uses_keys must list keys of the manifest`,
+      );
     }
-    scripts[name] = { file: s.file, sha1: s.sha1, uses_keys: uses, args: checkArgs(`${name}.args`, s.args), repeated };
+    scripts[name] = {
+      file: s.file,
+      sha1: s.sha1,
+      uses_keys: uses,
+      args: checkArgs(`${name}.args`, s.args),
+      repeated,
+    };
   }
   return { protocol: raw.protocol, key_prefix: raw.key_prefix, keys, scripts };
 }

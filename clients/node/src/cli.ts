@@ -56,10 +56,12 @@ function convert(opt: Opt, raw: string, where: string): string | number | boolea
       return n;
     }
     case "float": {
-      if (!/^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$/.test(raw)) bad(`'${raw}' is not a valid finite number`);
+      if (!/^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$/.test(raw))
+        bad(`'${raw}' is not a valid finite number`);
       const n = Number(raw);
       if (!Number.isFinite(n)) bad(`'${raw}' is not a finite number`);
-      if (opt.min !== undefined && n < opt.min) bad(`${formatG(n)} is not in the range x>=${opt.min}`);
+      if (opt.min !== undefined && n < opt.min)
+        bad(`${formatG(n)} is not in the range x>=${opt.min}`);
       return n;
     }
     case "bool":
@@ -71,7 +73,8 @@ function convert(opt: Opt, raw: string, where: string): string | number | boolea
     }
     case "choice": {
       const v = opt.name === "log-level" ? raw.toLowerCase() : raw;
-      if (!(opt.choices ?? []).includes(v)) bad(`'${raw}' is not one of ${(opt.choices ?? []).map((c) => `'${c}'`).join(", ")}`);
+      if (!(opt.choices ?? []).includes(v))
+        bad(`'${raw}' is not one of ${(opt.choices ?? []).map((c) => `'${c}'`).join(", ")}`);
       return v;
     }
     default:
@@ -80,7 +83,11 @@ function convert(opt: Opt, raw: string, where: string): string | number | boolea
 }
 
 /** Parse `args` against `opts`, then fill in from the environment; flags named in `--x/--no-x` form for bools. */
-export function parseArgs(args: readonly string[], opts: readonly Opt[], env: NodeJS.ProcessEnv = process.env): Values {
+export function parseArgs(
+  args: readonly string[],
+  opts: readonly Opt[],
+  env: NodeJS.ProcessEnv = process.env,
+): Values {
   const byName = new Map(opts.map((o) => [o.name, o]));
   const values: Values = {};
   for (let i = 0; i < args.length; i++) {
@@ -123,7 +130,8 @@ export function parseArgs(args: readonly string[], opts: readonly Opt[], env: No
     const raw = env[opt.env];
     if (raw === undefined || raw === "") continue;
     const where = `--${opt.name} (env var: '${opt.env}')`;
-    values[opt.name] = opt.kind === "multi" ? raw.split(/\s+/).filter((s) => s !== "") : convert(opt, raw, where);
+    values[opt.name] =
+      opt.kind === "multi" ? raw.split(/\s+/).filter((s) => s !== "") : convert(opt, raw, where);
   }
   return values;
 }
@@ -132,21 +140,33 @@ export function help(title: string, opts: readonly Opt[]): string {
   const lines = [title, "", "Options:"];
   for (const o of opts) {
     const name = o.kind === "bool" ? `--${o.name}/--no-${o.name}` : `--${o.name}`;
-    lines.push(`  ${name.padEnd(28)} ${o.help}${o.env !== undefined ? ` [env var: ${o.env}]` : ""}`);
+    lines.push(
+      `  ${name.padEnd(28)} ${o.help}${o.env !== undefined ? ` [env var: ${o.env}]` : ""}`,
+    );
   }
   return lines.join("\n");
 }
 
 const WORKER_OPTIONS: readonly Opt[] = [
   { name: "queue", kind: "string", env: "TASKFLEET_QUEUE", help: "The queue to serve (required)." },
-  { name: "app-dir", kind: "string", env: "TASKFLEET_APP_DIR", help: "Resolve handler modules from this directory [default: the current one]." },
+  {
+    name: "app-dir",
+    kind: "string",
+    env: "TASKFLEET_APP_DIR",
+    help: "Resolve handler modules from this directory [default: the current one].",
+  },
   {
     name: "handler",
     kind: "multi",
     env: "TASKFLEET_HANDLER",
     help: "'./module.js:export' for tasks without a name, 'NAME=./module.js:export' for named ones, or './module.js:REGISTRY' (an object of names to functions). Repeat it (in the variable: separated by spaces).",
   },
-  { name: "concurrency", kind: "int", env: "TASKFLEET_CONCURRENCY", help: "Tasks this process runs at once [default: 1]." },
+  {
+    name: "concurrency",
+    kind: "int",
+    env: "TASKFLEET_CONCURRENCY",
+    help: "Tasks this process runs at once [default: 1].",
+  },
   {
     name: "processes",
     kind: "int",
@@ -155,41 +175,134 @@ const WORKER_OPTIONS: readonly Opt[] = [
     max: 256,
     help: "Worker processes, each with --concurrency slots; above 1 this process stays a supervisor that restarts a process that dies and drains them all on SIGTERM; process i is the worker <pod>#i and serves its metrics on --metrics-port + i - 1 [default: 1].",
   },
-  { name: "isolation", kind: "choice", env: "TASKFLEET_ISOLATION", choices: ["thread", "process"], help: "'thread' (handlers run on this process's event loop) [default: thread]." },
-  { name: "max-tasks-per-child", kind: "int", env: "TASKFLEET_MAX_TASKS_PER_CHILD", min: 1, help: "Needs --isolation process (not in the Node worker)." },
-  { name: "prefetch", kind: "int", env: "TASKFLEET_PREFETCH", help: "Accepted; handlers run on the event loop, so nothing is prefetched." },
-  { name: "drain-timeout", kind: "float", env: "TASKFLEET_DRAIN_TIMEOUT", help: "Seconds in-flight tasks may finish after SIGTERM before they are released [default: 30]." },
+  {
+    name: "isolation",
+    kind: "choice",
+    env: "TASKFLEET_ISOLATION",
+    choices: ["thread", "process"],
+    help: "'thread' (handlers run on this process's event loop) [default: thread].",
+  },
+  {
+    name: "max-tasks-per-child",
+    kind: "int",
+    env: "TASKFLEET_MAX_TASKS_PER_CHILD",
+    min: 1,
+    help: "Needs --isolation process (not in the Node worker).",
+  },
+  {
+    name: "prefetch",
+    kind: "int",
+    env: "TASKFLEET_PREFETCH",
+    help: "Accepted; handlers run on the event loop, so nothing is prefetched.",
+  },
+  {
+    name: "drain-timeout",
+    kind: "float",
+    env: "TASKFLEET_DRAIN_TIMEOUT",
+    help: "Seconds in-flight tasks may finish after SIGTERM before they are released [default: 30].",
+  },
   {
     name: "held-grace",
     kind: "float",
     env: "TASKFLEET_HELD_GRACE",
     help: "Seconds a slot may stay held by a call given up on (its task timed out, its lease was lost) before it is stuck; when every slot is stuck the worker drains and exits 3 to be restarted [default: 60].",
   },
-  { name: "heartbeat-interval", kind: "float", env: "TASKFLEET_HEARTBEAT_INTERVAL", help: "[default: 5]" },
-  { name: "lease-ttl", kind: "float", env: "TASKFLEET_LEASE_TTL", help: `Deprecated, ignored with a warning: the queue's config sets the lease TTL for all its workers (taskfleet configure QUEUE --lease-ttl S, or the TaskQueue's heartbeat.ttlSeconds) [queue default: ${String(CONFIG_FIELDS.leaseTtlS.default)}].` },
-  { name: "timeout", kind: "float", env: "TASKFLEET_TASK_TIMEOUT", help: "Seconds a task may run unless it sets its own timeout [default: none]." },
-  { name: "pod", kind: "string", env: "TASKFLEET_POD_NAME", help: "Worker name, unique among the queue's live workers [default: <hostname>-<pid>-<random>]." },
-  { name: "runtime-dir", kind: "string", env: "TASKFLEET_RUNTIME_DIR", help: "Where worker.json lives, for `drain` [default: $XDG_RUNTIME_DIR/taskfleet, else /tmp/taskfleet-<uid>]." },
-  { name: "fire-schedules", kind: "bool", env: "TASKFLEET_FIRE_SCHEDULES", help: "Fire the queue's due schedules in the background [default: true]." },
-  { name: "allow-eviction", kind: "flag", env: "TASKFLEET_ALLOW_EVICTION", help: "Start even if Redis's maxmemory-policy may delete keys." },
-  { name: "log-format", kind: "choice", env: "TASKFLEET_LOG_FORMAT", choices: ["kv", "json"], help: "[default: kv]" },
-  { name: "log-level", kind: "choice", env: "TASKFLEET_LOG_LEVEL", choices: ["debug", "info", "warning", "error"], help: "[default: info]" },
-  { name: "metrics-port", kind: "int", env: "TASKFLEET_METRICS_PORT", min: 0, max: 65535, help: "Serve Prometheus metrics on this port, all interfaces; 0 = off [default: 0]." },
-  { name: "redis-url", kind: "string", env: "TASKFLEET_REDIS_URL", help: "Redis to use; a password in it is never printed [default: redis://localhost:6379/0]." },
+  {
+    name: "heartbeat-interval",
+    kind: "float",
+    env: "TASKFLEET_HEARTBEAT_INTERVAL",
+    help: "[default: 5]",
+  },
+  {
+    name: "lease-ttl",
+    kind: "float",
+    env: "TASKFLEET_LEASE_TTL",
+    help: `Deprecated, ignored with a warning: the queue's config sets the lease TTL for all its workers (taskfleet configure QUEUE --lease-ttl S, or the TaskQueue's heartbeat.ttlSeconds) [queue default: ${String(CONFIG_FIELDS.leaseTtlS.default)}].`,
+  },
+  {
+    name: "timeout",
+    kind: "float",
+    env: "TASKFLEET_TASK_TIMEOUT",
+    help: "Seconds a task may run unless it sets its own timeout [default: none].",
+  },
+  {
+    name: "pod",
+    kind: "string",
+    env: "TASKFLEET_POD_NAME",
+    help: "Worker name, unique among the queue's live workers [default: <hostname>-<pid>-<random>].",
+  },
+  {
+    name: "runtime-dir",
+    kind: "string",
+    env: "TASKFLEET_RUNTIME_DIR",
+    help: "Where worker.json lives, for `drain` [default: $XDG_RUNTIME_DIR/taskfleet, else /tmp/taskfleet-<uid>].",
+  },
+  {
+    name: "fire-schedules",
+    kind: "bool",
+    env: "TASKFLEET_FIRE_SCHEDULES",
+    help: "Fire the queue's due schedules in the background [default: true].",
+  },
+  {
+    name: "allow-eviction",
+    kind: "flag",
+    env: "TASKFLEET_ALLOW_EVICTION",
+    help: "Start even if Redis's maxmemory-policy may delete keys.",
+  },
+  {
+    name: "log-format",
+    kind: "choice",
+    env: "TASKFLEET_LOG_FORMAT",
+    choices: ["kv", "json"],
+    help: "[default: kv]",
+  },
+  {
+    name: "log-level",
+    kind: "choice",
+    env: "TASKFLEET_LOG_LEVEL",
+    choices: ["debug", "info", "warning", "error"],
+    help: "[default: info]",
+  },
+  {
+    name: "metrics-port",
+    kind: "int",
+    env: "TASKFLEET_METRICS_PORT",
+    min: 0,
+    max: 65535,
+    help: "Serve Prometheus metrics on this port, all interfaces; 0 = off [default: 0].",
+  },
+  {
+    name: "redis-url",
+    kind: "string",
+    env: "TASKFLEET_REDIS_URL",
+    help: "Redis to use; a password in it is never printed [default: redis://localhost:6379/0].",
+  },
   { name: "help", kind: "flag", help: "Show this message and exit." },
 ];
 
 const DRAIN_OPTIONS: readonly Opt[] = [
   { name: "wait", kind: "flag", help: "Return only when the worker holds no task." },
-  { name: "timeout", kind: "float", min: 0, help: "With --wait: give up after this many seconds (exit 1)." },
-  { name: "runtime-dir", kind: "string", env: "TASKFLEET_RUNTIME_DIR", help: "Where the worker keeps worker.json." },
+  {
+    name: "timeout",
+    kind: "float",
+    min: 0,
+    help: "With --wait: give up after this many seconds (exit 1).",
+  },
+  {
+    name: "runtime-dir",
+    kind: "string",
+    env: "TASKFLEET_RUNTIME_DIR",
+    help: "Where the worker keeps worker.json.",
+  },
   { name: "help", kind: "flag", help: "Show this message and exit." },
 ];
 
 /** The package's version (its package.json). */
 export function version(): string {
   try {
-    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version?: string };
+    const pkg = JSON.parse(
+      readFileSync(new URL("../../package.json", import.meta.url), "utf8"),
+    ) as { version?: string };
     return pkg.version ?? "0";
   } catch {
     return "0";
@@ -199,17 +312,21 @@ export function version(): string {
 async function drainCommand(args: readonly string[]): Promise<number> {
   const v = parseArgs(args, DRAIN_OPTIONS);
   if (v.help === true) {
-    process.stdout.write(`${help(`Usage: ${PROG} drain [--wait] [--timeout S] [--runtime-dir D]\n\nTell the worker in this container to drain (the Kubernetes preStop hook).`, DRAIN_OPTIONS)}\n`);
+    process.stdout.write(
+      `${help(`Usage: ${PROG} drain [--wait] [--timeout S] [--runtime-dir D]\n\nTell the worker in this container to drain (the Kubernetes preStop hook).`, DRAIN_OPTIONS)}\n`,
+    );
     return 0;
   }
-  const { DrainError, FILE_NAME, UnsafeRuntimeDir, prepareRuntimeDir, requestDrain } = await import("./worker/runtime.js");
+  const { DrainError, FILE_NAME, UnsafeRuntimeDir, prepareRuntimeDir, requestDrain } =
+    await import("./worker/runtime.js");
   const timeout = v.timeout as number | undefined;
   let drained: boolean;
   try {
     const path = join(prepareRuntimeDir(v["runtime-dir"] as string | undefined, false), FILE_NAME);
     drained = await requestDrain(path, v.wait === true, timeout ?? null);
   } catch (error) {
-    if (error instanceof DrainError || error instanceof UnsafeRuntimeDir) throw new Failure(error.message);
+    if (error instanceof DrainError || error instanceof UnsafeRuntimeDir)
+      throw new Failure(error.message);
     throw error;
   }
   if (!drained) throw new Failure(`worker still holds tasks after ${formatG(timeout ?? 0)}s`);
@@ -228,26 +345,35 @@ async function workerCommand(args: readonly string[]): Promise<number> {
   rememberStopSignals();
   const v = parseArgs(args, WORKER_OPTIONS);
   if (v.help === true) {
-    process.stdout.write(`${help(`Usage: ${PROG} worker --queue Q --handler ./handlers.js:export [options]\n\nRun tasks of a queue until SIGTERM/SIGINT or \`${PROG} drain\`, then drain and exit 0.`, WORKER_OPTIONS)}\n`);
+    process.stdout.write(
+      `${help(`Usage: ${PROG} worker --queue Q --handler ./handlers.js:export [options]\n\nRun tasks of a queue until SIGTERM/SIGINT or \`${PROG} drain\`, then drain and exit 0.`, WORKER_OPTIONS)}\n`,
+    );
     return 0;
   }
   const queue = v.queue as string | undefined;
   if (queue === undefined) throw new BadInput("missing option --queue (or TASKFLEET_QUEUE)");
   const handlerRefs = (v.handler as string[] | undefined) ?? [];
-  if (handlerRefs.length === 0) throw new BadInput("missing option --handler (or TASKFLEET_HANDLER)");
+  if (handlerRefs.length === 0)
+    throw new BadInput("missing option --handler (or TASKFLEET_HANDLER)");
   // process i of a supervisor (--processes N): its name, runtime files and metrics port are its own
   const index = process.env.TASKFLEET_NODE_PROCESS;
   const processIndex = index !== undefined && /^[1-9][0-9]*$/.test(index) ? Number(index) : null;
   let pod = v.pod as string | undefined;
   if (pod?.includes("#") === true) {
-    throw new BadInput("--pod must not contain '#': it separates a pod's name from the number of its worker process");
+    throw new BadInput(
+      "--pod must not contain '#': it separates a pod's name from the number of its worker process",
+    );
   }
-  if (processIndex !== null) pod = `${process.env.TASKFLEET_NODE_POD ?? pod ?? "worker"}#${processIndex}`;
+  if (processIndex !== null)
+    pod = `${process.env.TASKFLEET_NODE_POD ?? pod ?? "worker"}#${processIndex}`;
   const processes = processIndex === null ? ((v.processes as number | undefined) ?? 1) : 1;
   if (v.isolation === "process") {
-    throw new BadInput("the Node worker runs handlers on its event loop: --isolation must be thread");
+    throw new BadInput(
+      "the Node worker runs handlers on its event loop: --isolation must be thread",
+    );
   }
-  if (v["max-tasks-per-child"] !== undefined) throw new BadInput("max tasks per child needs process isolation (--isolation process)");
+  if (v["max-tasks-per-child"] !== undefined)
+    throw new BadInput("max tasks per child needs process isolation (--isolation process)");
   const { appDir, HandlerLoadError, loadHandlers } = await import("./worker/handlers.js");
   const { UnsafeRuntimeDir, prepareRuntimeDir } = await import("./worker/runtime.js");
   const { checkSettings } = await import("./worker/settings.js");
@@ -262,10 +388,13 @@ async function workerCommand(args: readonly string[]): Promise<number> {
   let runtimeDir: string;
   try {
     runtimeDir = prepareRuntimeDir(v["runtime-dir"] as string | undefined, true);
-    if (processIndex !== null) runtimeDir = prepareRuntimeDir(join(runtimeDir, `process-${processIndex}`), true);
+    if (processIndex !== null)
+      runtimeDir = prepareRuntimeDir(join(runtimeDir, `process-${processIndex}`), true);
   } catch (error) {
     if (error instanceof UnsafeRuntimeDir) throw new BadInput(error.message);
-    throw new BadInput(`runtime directory: ${error instanceof Error ? error.message : String(error)}`);
+    throw new BadInput(
+      `runtime directory: ${error instanceof Error ? error.message : String(error)}`,
+    );
   }
   const options = {
     redisUrl: (v["redis-url"] as string | undefined) ?? "redis://localhost:6379/0",
@@ -294,11 +423,21 @@ async function workerCommand(args: readonly string[]): Promise<number> {
     }
     throw error;
   }
-  configureLogging((v["log-format"] as "kv" | "json" | undefined) ?? "kv", (v["log-level"] as "debug" | "info" | "warning" | "error" | undefined) ?? "info");
+  configureLogging(
+    (v["log-format"] as "kv" | "json" | undefined) ?? "kv",
+    (v["log-level"] as "debug" | "info" | "warning" | "error" | undefined) ?? "info",
+  );
   if (processes > 1) {
     const { supervise } = await import("./worker/supervisor.js");
     const { defaultPodName } = await import("./worker/identity.js");
-    return await supervise({ processes, args, pod: pod ?? defaultPodName(), queue, runtimeDir, early: stopSignalled() });
+    return await supervise({
+      processes,
+      args,
+      pod: pod ?? defaultPodName(),
+      queue,
+      runtimeDir,
+      early: stopSignalled(),
+    });
   }
   let handlerSet;
   try {
@@ -329,7 +468,8 @@ async function workerCommand(args: readonly string[]): Promise<number> {
   try {
     return await worker.run();
   } catch (error) {
-    if (error instanceof NameInUse || error instanceof RedisEvicts || error instanceof PodGone) throw new BadInput(error.message);
+    if (error instanceof NameInUse || error instanceof RedisEvicts || error instanceof PodGone)
+      throw new BadInput(error.message);
     logEvent("error", "worker_failed", { error: formatError(error) });
     return 1;
   }

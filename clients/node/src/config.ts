@@ -61,7 +61,9 @@ const NAMES = Object.keys(FIELDS) as (keyof QueueConfig)[];
 
 /** Every field at its default. */
 export function defaultConfig(): QueueConfig {
-  return Object.fromEntries(NAMES.map((name) => [name, FIELDS[name].default])) as unknown as QueueConfig;
+  return Object.fromEntries(
+    NAMES.map((name) => [name, FIELDS[name].default]),
+  ) as unknown as QueueConfig;
 }
 
 /**
@@ -75,7 +77,9 @@ export function checkConfig(settings: Readonly<Partial<QueueConfig>>): QueueConf
   }
   const unknown = Object.keys(settings).filter((k) => !(k in FIELDS));
   if (unknown.length > 0) {
-    throw new InvalidArgument(`unknown queue config field(s): ${unknown.sort().join(", ")}; known: ${NAMES.join(", ")}`);
+    throw new InvalidArgument(
+      `unknown queue config field(s): ${unknown.sort().join(", ")}; known: ${NAMES.join(", ")}`,
+    );
   }
   const out = defaultConfig() as unknown as Record<string, number | null>;
   for (const name of NAMES) {
@@ -84,8 +88,10 @@ export function checkConfig(settings: Readonly<Partial<QueueConfig>>): QueueConf
     out[name] = checkField(name, FIELDS[name], value);
   }
   const config = out as unknown as QueueConfig;
-  if (config.backoffMaxS < config.backoffBaseS) throw new InvalidArgument("invalid queue config: backoffMaxS must be >= backoffBaseS");
-  if (config.throttleMaxS < config.throttleBaseS) throw new InvalidArgument("invalid queue config: throttleMaxS must be >= throttleBaseS");
+  if (config.backoffMaxS < config.backoffBaseS)
+    throw new InvalidArgument("invalid queue config: backoffMaxS must be >= backoffBaseS");
+  if (config.throttleMaxS < config.throttleBaseS)
+    throw new InvalidArgument("invalid queue config: throttleMaxS must be >= throttleBaseS");
   return config;
 }
 
@@ -95,13 +101,20 @@ function checkField(name: string, field: ConfigFieldSpec, value: unknown): numbe
     throw new InvalidArgument(`invalid queue config: ${name} may not be null`);
   }
   if (typeof value !== "number" || !Number.isFinite(value)) {
-    throw new InvalidArgument(`invalid queue config: ${name} must be a finite number, not ${typeof value === "number" ? String(value) : typeof value}`);
+    throw new InvalidArgument(
+      `invalid queue config: ${name} must be a finite number, not ${typeof value === "number" ? String(value) : typeof value}`,
+    );
   }
-  if (field.int && !Number.isInteger(value)) throw new InvalidArgument(`invalid queue config: ${name} must be a whole number, not ${String(value)}`);
+  if (field.int && !Number.isInteger(value))
+    throw new InvalidArgument(
+      `invalid queue config: ${name} must be a whole number, not ${String(value)}`,
+    );
   const low = field.above ? value <= field.min : value < field.min;
   if (low || value > field.max) {
     const from = field.above ? `above ${String(field.min)}` : `at least ${String(field.min)}`;
-    throw new InvalidArgument(`invalid queue config: ${name} must be ${from} and at most ${String(field.max)}, not ${String(value)}`);
+    throw new InvalidArgument(
+      `invalid queue config: ${name} must be ${from} and at most ${String(field.max)}, not ${String(value)}`,
+    );
   }
   return value;
 }

@@ -32,11 +32,15 @@ type InMs<K extends string> = K extends `${infer Base}S` ? `${Base}Ms` : never;
  * `deadRetentionMs`, `defaultTimeoutMs`, `throttleBaseMs`, `throttleMaxMs`. The other
  * fields are the stored config's (counts, fractions, bytes).
  */
-export type QueueConfig = Omit<StoredConfig, Duration> & { [K in Duration as InMs<K>]: StoredConfig[K] };
+export type QueueConfig = Omit<StoredConfig, Duration> & {
+  [K in Duration as InMs<K>]: StoredConfig[K];
+};
 
 const msName = (name: Duration): string => `${name.slice(0, -1)}Ms`;
 const NAMES: ReadonlySet<string> = new Set(
-  Object.keys(storedDefault()).map((name) => ((DURATIONS as readonly string[]).includes(name) ? msName(name as Duration) : name)),
+  Object.keys(storedDefault()).map((name) =>
+    (DURATIONS as readonly string[]).includes(name) ? msName(name as Duration) : name,
+  ),
 );
 
 /**
@@ -59,7 +63,9 @@ export function configFromMs(settings: Readonly<Partial<QueueConfig>>): Partial<
     } else if (value === null || (typeof value === "number" && Number.isFinite(value))) {
       out[name] = value === null ? null : value / 1000;
     } else {
-      throw new InvalidArgument(`invalid queue config: ${key} must be milliseconds (a finite number), not ${typeof value}`);
+      throw new InvalidArgument(
+        `invalid queue config: ${key} must be milliseconds (a finite number), not ${typeof value}`,
+      );
     }
   }
   return out;
@@ -70,7 +76,8 @@ export function configToMs(config: StoredConfig): QueueConfig {
   const out: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(config)) {
     if ((DURATIONS as readonly string[]).includes(name)) {
-      out[msName(name as Duration)] = value === null ? null : Math.round((value as number) * 1000 * 1e6) / 1e6;
+      out[msName(name as Duration)] =
+        value === null ? null : Math.round((value as number) * 1000 * 1e6) / 1e6;
     } else {
       out[name] = value;
     }
@@ -94,6 +101,11 @@ export function storedCheck<T>(check: () => T): T {
     if (!(error instanceof InvalidArgument)) throw error;
     const named = DURATIONS.find((name) => new RegExp(`\\b${name}\\b`).test(error.message));
     if (named === undefined) throw error;
-    throw new InvalidArgument(error.message.replace(/^invalid queue config: /, `invalid queue config: ${msName(named)} / 1000 as `));
+    throw new InvalidArgument(
+      error.message.replace(
+        /^invalid queue config: /,
+        `invalid queue config: ${msName(named)} / 1000 as `,
+      ),
+    );
   }
 }

@@ -45,7 +45,10 @@ export function connect(url: ParsedRedisURL): Client {
   let client: Client;
   if (url.cluster) {
     const { host, port, ...node } = options;
-    client = new Cluster([{ host: host ?? "127.0.0.1", port: port ?? 6379 }], { redisOptions: node, lazyConnect: true });
+    client = new Cluster([{ host: host ?? "127.0.0.1", port: port ?? 6379 }], {
+      redisOptions: node,
+      lazyConnect: true,
+    });
   } else {
     client = new Redis(options);
   }
@@ -75,13 +78,20 @@ export class Scripts {
   }
 
   /** `[sha1, numkeys, ...keys]` of each script and key list, made once (a call adds its argv). */
-  private readonly heads = new Map<string, { keys: readonly string[]; head: readonly (string | number | Buffer)[] }>();
+  private readonly heads = new Map<
+    string,
+    { keys: readonly string[]; head: readonly (string | number | Buffer)[] }
+  >();
 
   /**
    * One call of `script` on `queue`'s keys (those the script uses: `QueueKeys.forScript`):
    * EVALSHA, or EVAL with the bundle's bytes when the server lost it.
    */
-  async run(script: string, queue: QueueKeys, argv: readonly (string | Buffer)[]): Promise<unknown> {
+  async run(
+    script: string,
+    queue: QueueKeys,
+    argv: readonly (string | Buffer)[],
+  ): Promise<unknown> {
     const loaded = this.bundle.script(script);
     const keys = queue.forScript(script);
     let cached = this.heads.get(script);
@@ -133,7 +143,9 @@ export class Scripts {
 function nodeOf(client: Client, key: string): Redis {
   if (client instanceof Redis) return client;
   const master = client.slots[calculateSlot(key)]?.[0];
-  const found = client.nodes("master").find((n) => `${n.options.host ?? ""}:${n.options.port ?? 6379}` === master);
+  const found = client
+    .nodes("master")
+    .find((n) => `${n.options.host ?? ""}:${n.options.port ?? 6379}` === master);
   if (found === undefined) throw new ProtocolError(`no master is known for the slot of ${key}`);
   return found;
 }

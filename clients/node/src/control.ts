@@ -78,8 +78,15 @@ export interface Control {
 /** An age filter given in ms, as the seconds the scripts take. */
 function age(name: string, value: unknown): number | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== "number" || !Number.isFinite(value) || value < 0 || value > bounds.MAX_DURATION_S * 1000) {
-    throw new InvalidArgument(`${name} must be 0..${bounds.MAX_DURATION_S * 1000} ms, not ${describe(value)}`);
+  if (
+    typeof value !== "number" ||
+    !Number.isFinite(value) ||
+    value < 0 ||
+    value > bounds.MAX_DURATION_S * 1000
+  ) {
+    throw new InvalidArgument(
+      `${name} must be 0..${bounds.MAX_DURATION_S * 1000} ms, not ${describe(value)}`,
+    );
   }
   return value / 1000;
 }
@@ -88,29 +95,41 @@ function age(name: string, value: unknown): number | undefined {
 export function checkState(state: unknown, allowed?: ReadonlySet<TaskState>): TaskState {
   const known = Object.values(TaskState) as string[];
   if (typeof state !== "string" || !known.includes(state)) {
-    throw new InvalidArgument(`unknown task state ${typeof state === "string" ? pyRepr(state) : String(state)}; one of: ${known.join(", ")}`);
+    throw new InvalidArgument(
+      `unknown task state ${typeof state === "string" ? pyRepr(state) : String(state)}; one of: ${known.join(", ")}`,
+    );
   }
   if (allowed !== undefined && !allowed.has(state as TaskState)) {
-    throw new InvalidArgument(`state must be one of ${[...allowed].sort().join(", ")}, not ${pyRepr(state)}`);
+    throw new InvalidArgument(
+      `state must be one of ${[...allowed].sort().join(", ")}, not ${pyRepr(state)}`,
+    );
   }
   return state as TaskState;
 }
 
 function checkIds(taskIds: unknown): string[] {
-  if (typeof taskIds === "string" || !Array.isArray(taskIds) || !taskIds.every((i) => typeof i === "string" && i !== "")) {
+  if (
+    typeof taskIds === "string" ||
+    !Array.isArray(taskIds) ||
+    !taskIds.every((i) => typeof i === "string" && i !== "")
+  ) {
     throw new InvalidArgument("task ids must be a list of non-empty strings");
   }
   return [...new Set(taskIds as string[])];
 }
 
 function swept(script: string, raw: unknown): [number, number | null] {
-  if (!Array.isArray(raw) || raw.length !== 2) throw new ProtocolError(`${script}: unexpected reply ${JSON.stringify(raw)}`);
+  if (!Array.isArray(raw) || raw.length !== 2)
+    throw new ProtocolError(`${script}: unexpected reply ${JSON.stringify(raw)}`);
   const offset = Number(raw[1]);
   return [Number(raw[0]), offset < 0 ? null : offset];
 }
 
 /** Cancel each id (in calls of `ID_BATCH`); what happened to each. */
-export async function cancel(c: Control, taskIds: readonly string[]): Promise<Record<string, CancelOutcome>> {
+export async function cancel(
+  c: Control,
+  taskIds: readonly string[],
+): Promise<Record<string, CancelOutcome>> {
   const all = checkIds(taskIds);
   const out: Record<string, CancelOutcome> = {};
   for (let start = 0; start < all.length; start += ID_BATCH) {
@@ -130,11 +149,15 @@ export function checkGroup(group: unknown): string {
  * Cancel every unfinished task of `group`: its pending ones (from its own zset), then
  * its delayed and running ones (found by listing those states). How many ended each way.
  */
-export async function cancelGroup(c: Control, group: string): Promise<Partial<Record<CancelOutcome, number>>> {
+export async function cancelGroup(
+  c: Control,
+  group: string,
+): Promise<Partial<Record<CancelOutcome, number>>> {
   checkGroup(group);
   const counts: Partial<Record<CancelOutcome, number>> = {};
   const tally = async (ids: readonly string[]): Promise<void> => {
-    for (const outcome of Object.values(await cancel(c, ids))) counts[outcome] = (counts[outcome] ?? 0) + 1;
+    for (const outcome of Object.values(await cancel(c, ids)))
+      counts[outcome] = (counts[outcome] ?? 0) + 1;
   };
   for (;;) {
     const ids = await pageIds(c, { state: "pending", group, newestFirst: false }, 0, ID_BATCH);
@@ -157,8 +180,15 @@ export async function cancelGroup(c: Control, group: string): Promise<Partial<Re
 }
 
 /** One cancel script call for `batch` (distinct ids, checked): what happened to each. */
-export async function cancelCall(c: Control, batch: readonly string[]): Promise<Record<string, CancelOutcome>> {
-  const argv = c.bundle.pack("cancel", {}, batch.map((task_id) => ({ task_id })));
+export async function cancelCall(
+  c: Control,
+  batch: readonly string[],
+): Promise<Record<string, CancelOutcome>> {
+  const argv = c.bundle.pack(
+    "cancel",
+    {},
+    batch.map((task_id) => ({ task_id })),
+  );
   const raw = await c.scripts.run("cancel", c.keys, argv);
   if (!Array.isArray(raw) || raw.length !== batch.length) {
     throw new ProtocolError(`cancel: unexpected reply ${JSON.stringify(raw)}`);
@@ -166,7 +196,8 @@ export async function cancelCall(c: Control, batch: readonly string[]): Promise<
   const out: Record<string, CancelOutcome> = {};
   batch.forEach((id, i) => {
     const outcome = CANCEL_CODES[String(raw[i])];
-    if (outcome === undefined) throw new ProtocolError(`cancel: unexpected reply ${JSON.stringify(raw)}`);
+    if (outcome === undefined)
+      throw new ProtocolError(`cancel: unexpected reply ${JSON.stringify(raw)}`);
     out[id] = outcome;
   });
   return out;
@@ -177,7 +208,11 @@ export async function cancelCall(c: Control, batch: readonly string[]): Promise<
  * cancelled tasks back, each dependant waiting again for what it needs; how many went back.
  */
 export async function retryFlowCall(c: Control, batch: readonly string[]): Promise<number> {
-  const argv = c.bundle.pack("retry", { mode: "flow" }, batch.map((task_id) => ({ task_id })));
+  const argv = c.bundle.pack(
+    "retry",
+    { mode: "flow" },
+    batch.map((task_id) => ({ task_id })),
+  );
   return swept("retry", await c.scripts.run("retry", c.keys, argv))[0];
 }
 
@@ -229,7 +264,10 @@ async function byIdsOrScan(
       offset,
       bound: SCAN_BOUND,
     });
-    const [count, next]: [number, number | null] = swept(script, await c.scripts.run(script, c.keys, argv));
+    const [count, next]: [number, number | null] = swept(
+      script,
+      await c.scripts.run(script, c.keys, argv),
+    );
     total += count;
     offset = next;
   }
@@ -251,9 +289,14 @@ export async function retry(c: Control, options: RetryOptions): Promise<number> 
   const { maxAttempts } = options;
   if (
     maxAttempts !== undefined &&
-    (typeof maxAttempts !== "number" || !Number.isInteger(maxAttempts) || maxAttempts < bounds.MIN_ATTEMPTS || maxAttempts > bounds.MAX_ATTEMPTS)
+    (typeof maxAttempts !== "number" ||
+      !Number.isInteger(maxAttempts) ||
+      maxAttempts < bounds.MIN_ATTEMPTS ||
+      maxAttempts > bounds.MAX_ATTEMPTS)
   ) {
-    throw new InvalidArgument(`max_attempts must be ${bounds.MIN_ATTEMPTS}..${bounds.MAX_ATTEMPTS}, not ${describe(maxAttempts)}`);
+    throw new InvalidArgument(
+      `max_attempts must be ${bounds.MIN_ATTEMPTS}..${bounds.MAX_ATTEMPTS}, not ${describe(maxAttempts)}`,
+    );
   }
   if (options.taskIds === undefined && options.group !== undefined) {
     // the dead tasks of that group, by listing (the script's scan filters by reason only)
@@ -309,7 +352,11 @@ export interface ListOptions extends TaskFilter {
  * finished tasks, created_at for the others; a page looks at most `10 * limit + 1000`
  * entries.
  */
-export async function listTasks(c: Control, state: TaskState, options: ListOptions): Promise<TaskPage> {
+export async function listTasks(
+  c: Control,
+  state: TaskState,
+  options: ListOptions,
+): Promise<TaskPage> {
   const parsed = checkState(state);
   const group = options.group === undefined ? undefined : checkGroup(options.group);
   // a group's pending tasks have their own zset, in the order they will run
@@ -332,7 +379,8 @@ export async function listTasks(c: Control, state: TaskState, options: ListOptio
   const byScore = finished && (older !== undefined || newer !== undefined);
   let budget = 10 * limit + 1000;
   const found: Task[] = [];
-  const bound = (v: number): string => (v === Infinity ? "+inf" : v === -Infinity ? "-inf" : String(v));
+  const bound = (v: number): string =>
+    v === Infinity ? "+inf" : v === -Infinity ? "-inf" : String(v);
   while (found.length < limit && budget > 0) {
     const chunk = Math.min(LIST_CHUNK, budget);
     const page: PageOf = {
@@ -359,7 +407,13 @@ export async function listTasks(c: Control, state: TaskState, options: ListOptio
   return { tasks: found, cursor: String(offset) };
 }
 
-function matches(task: Task, finished: boolean, reason: string | undefined, lo: number, hi: number): boolean {
+function matches(
+  task: Task,
+  finished: boolean,
+  reason: string | undefined,
+  lo: number,
+  hi: number,
+): boolean {
   if (reason !== undefined && reason !== "" && task.reason !== reason) return false;
   if (finished || (lo === -Infinity && hi === Infinity)) return true;
   if (task.createdAt === null) return false;

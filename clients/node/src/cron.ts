@@ -37,11 +37,19 @@ class FieldError extends Error {}
 function numberOf(text: string, names: readonly string[], offset: number, what: string): number {
   const index = names.indexOf(text.toLowerCase());
   if (names.length > 0 && index >= 0) return index + offset;
-  if (!/^[0-9]+$/.test(text)) throw new FieldError(`${what} field: ${pyRepr(text)} is not a number`);
+  if (!/^[0-9]+$/.test(text))
+    throw new FieldError(`${what} field: ${pyRepr(text)} is not a number`);
   return Number(text);
 }
 
-function field(text: string, lo: number, hi: number, what: string, names: readonly string[] = [], offset = 0): number[] {
+function field(
+  text: string,
+  lo: number,
+  hi: number,
+  what: string,
+  names: readonly string[] = [],
+  offset = 0,
+): number[] {
   const values = new Set<number>();
   for (const part of text.split(",")) {
     const slash = part.indexOf("/");
@@ -78,7 +86,12 @@ function field(text: string, lo: number, hi: number, what: string, names: readon
 /** The civil date of a day number (days since 1970-01-01). */
 function civil(day: number): { year: number; month: number; date: number; weekday: number } {
   const d = new Date(day * DAY * 1000);
-  return { year: d.getUTCFullYear(), month: d.getUTCMonth() + 1, date: d.getUTCDate(), weekday: d.getUTCDay() };
+  return {
+    year: d.getUTCFullYear(),
+    month: d.getUTCMonth() + 1,
+    date: d.getUTCDate(),
+    weekday: d.getUTCDay(),
+  };
 }
 
 function dayNumber(year: number, month: number, date: number): number {
@@ -176,7 +189,8 @@ const parsedCache = new Map<string, Cron>();
 
 /** Parse a cron expression; an `InvalidArgument` says what is wrong. */
 export function parseCron(text: unknown): Cron {
-  if (typeof text !== "string" || text.trim() === "") throw new InvalidArgument("cron expression is empty");
+  if (typeof text !== "string" || text.trim() === "")
+    throw new InvalidArgument("cron expression is empty");
   const cached = parsedCache.get(text);
   if (cached !== undefined) return cached;
   if (text.length > MAX_CRON_LENGTH) {
@@ -210,10 +224,12 @@ export function parseCron(text: unknown): Cron {
       ![secondF, minuteF, hourF].some((p) => p.startsWith("*")),
     );
   } catch (error) {
-    if (error instanceof FieldError) throw new InvalidArgument(`cron ${pyRepr(text)}: ${error.message}`);
+    if (error instanceof FieldError)
+      throw new InvalidArgument(`cron ${pyRepr(text)}: ${error.message}`);
     throw error;
   }
-  if (!everMatches(cron)) throw new InvalidArgument(`cron ${pyRepr(text)} never matches a date (e.g. 30 February)`);
+  if (!everMatches(cron))
+    throw new InvalidArgument(`cron ${pyRepr(text)} never matches a date (e.g. 30 February)`);
   if (parsedCache.size > 4096) parsedCache.clear();
   parsedCache.set(text, cron);
   return cron;

@@ -161,7 +161,9 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
  */
 export function encodePayload(payload: unknown): string {
   if (!isPlainObject(payload)) {
-    throw new InvalidPayload(`payload must be a JSON object (a plain object), not ${kindOf(payload)}`);
+    throw new InvalidPayload(
+      `payload must be a JSON object (a plain object), not ${kindOf(payload)}`,
+    );
   }
   const parts: string[] = [];
   const ancestors = new Set<object>();
@@ -176,19 +178,24 @@ export function encodePayload(payload: unknown): string {
       } else {
         // the number rule: no NaN or infinity, no integer past ±(2^53-1); the walk names where
         if (numberProblem(value, "payload") !== undefined) {
-          throw new InvalidPayload(valueProblem(payload, "payload") ?? (numberProblem(value, "payload") as string));
+          throw new InvalidPayload(
+            valueProblem(payload, "payload") ?? (numberProblem(value, "payload") as string),
+          );
         }
         // any other number (a fraction, 1e21 and up) as Python's float repr
         parts.push(floatRepr(value));
       }
     } else if (typeof value === "string") {
       if (!value.isWellFormed()) {
-        throw new InvalidPayload("payload is not JSON-serialisable: a string holds a lone surrogate (not UTF-8)");
+        throw new InvalidPayload(
+          "payload is not JSON-serialisable: a string holds a lone surrogate (not UTF-8)",
+        );
       }
       parts.push(JSON.stringify(value));
     } else if (Array.isArray(value) || isPlainObject(value)) {
       if (depth > bounds.MAX_PAYLOAD_DEPTH) throw new InvalidPayload(TOO_DEEP);
-      if (ancestors.has(value)) throw new InvalidPayload("payload is not JSON-serialisable: Circular reference detected");
+      if (ancestors.has(value))
+        throw new InvalidPayload("payload is not JSON-serialisable: Circular reference detected");
       ancestors.add(value);
       if (Array.isArray(value)) {
         parts.push("[");
@@ -202,7 +209,9 @@ export function encodePayload(payload: unknown): string {
         const keys = Object.keys(value).sort(compareCodePoints);
         keys.forEach((key, i) => {
           if (!key.isWellFormed()) {
-            throw new InvalidPayload("payload is not JSON-serialisable: a key holds a lone surrogate (not UTF-8)");
+            throw new InvalidPayload(
+              "payload is not JSON-serialisable: a key holds a lone surrogate (not UTF-8)",
+            );
           }
           if (i > 0) parts.push(",");
           parts.push(JSON.stringify(key), ":");
@@ -212,7 +221,9 @@ export function encodePayload(payload: unknown): string {
       }
       ancestors.delete(value);
     } else {
-      throw new InvalidPayload(`payload is not JSON-serialisable: Object of type ${kindOf(value)} is not JSON serializable`);
+      throw new InvalidPayload(
+        `payload is not JSON-serialisable: Object of type ${kindOf(value)} is not JSON serializable`,
+      );
     }
   };
   write(payload, 1);
@@ -231,7 +242,9 @@ export function seconds(value: unknown, what: string, high: number): number | un
     throw new InvalidArgument(`${what} must be seconds (a finite number)`);
   }
   if (value > high) {
-    throw new InvalidArgument(`${what} must be at most ${high} s (${span(high)}), not ${formatG(value)}`);
+    throw new InvalidArgument(
+      `${what} must be at most ${high} s (${span(high)}), not ${formatG(value)}`,
+    );
   }
   return value;
 }
@@ -246,7 +259,9 @@ export function millis(value: unknown, what: string, highS: number): number | un
     throw new InvalidArgument(`${what} must be milliseconds (a finite number)`);
   }
   if (value > highS * 1000) {
-    throw new InvalidArgument(`${what} must be at most ${highS * 1000} ms (${span(highS)}), not ${formatG(value)}`);
+    throw new InvalidArgument(
+      `${what} must be at most ${highS * 1000} ms (${span(highS)}), not ${formatG(value)}`,
+    );
   }
   return value;
 }
@@ -278,7 +293,8 @@ function deadlineMs(value: Date): number {
         `from now, not ${value.toISOString()}`,
     );
   }
-  if (ms < 0) throw new InvalidArgument(`deadline must be after 1970-01-01, not ${value.toISOString()}`);
+  if (ms < 0)
+    throw new InvalidArgument(`deadline must be after 1970-01-01, not ${value.toISOString()}`);
   return Math.floor(ms);
 }
 
@@ -326,7 +342,10 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
     options.priority === undefined
       ? 0
       : checkedInt(options.priority, "priority", bounds.PRIORITY_MIN, bounds.PRIORITY_MAX);
-  const cost = options.cost === undefined ? 1 : checkedInt(options.cost, "cost", bounds.MIN_COST, bounds.MAX_COST);
+  const cost =
+    options.cost === undefined
+      ? 1
+      : checkedInt(options.cost, "cost", bounds.MIN_COST, bounds.MAX_COST);
   let maxAttempts = "";
   if (options.maxAttempts !== undefined) {
     checkedInt(options.maxAttempts, "max_attempts", bounds.MIN_ATTEMPTS, bounds.MAX_ATTEMPTS);
@@ -346,7 +365,9 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
   }
   let deadline = "";
   if (options.deadline !== undefined && options.deadlineMs !== undefined) {
-    throw new InvalidArgument("give deadline (a Date) or deadlineMs (milliseconds from now), not both");
+    throw new InvalidArgument(
+      "give deadline (a Date) or deadlineMs (milliseconds from now), not both",
+    );
   }
   if (options.deadline !== undefined) {
     if (!(options.deadline instanceof Date)) {
@@ -357,7 +378,8 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
     deadline = `@${deadlineMs(options.deadline)}`;
   } else if (options.deadlineMs !== undefined) {
     const ahead = millis(options.deadlineMs, "deadlineMs", bounds.MAX_DEADLINE_S);
-    if (ahead === undefined || ahead <= 0) throw new InvalidArgument("deadlineMs must be > 0 ms from now");
+    if (ahead === undefined || ahead <= 0)
+      throw new InvalidArgument("deadlineMs must be > 0 ms from now");
     deadline = String(Math.ceil(ahead));
   }
   if (options.name !== undefined) {
@@ -368,7 +390,10 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
   let after = "";
   let onDepFail = "";
   if (options.after !== undefined || options.onDepFail !== undefined) {
-    if (options.after !== undefined && delayMs > 0) throw new InvalidArgument("after and delayMs cannot be combined (a waiting task runs once ready)");
+    if (options.after !== undefined && delayMs > 0)
+      throw new InvalidArgument(
+        "after and delayMs cannot be combined (a waiting task runs once ready)",
+      );
     [after, onDepFail] = encodeAfter(options.after, options.onDepFail, options.taskId);
   }
   if (options.group !== undefined) {
@@ -398,7 +423,9 @@ function encodeAfter(after: unknown, onDepFail: unknown, taskId: unknown): [stri
   if (after === undefined) return ["", checkPolicy(onDepFail)];
   if (!Array.isArray(after)) throw new InvalidArgument("after must be a list of task ids");
   if (after.length < 1 || after.length > bounds.MAX_AFTER) {
-    throw new InvalidArgument(`after must name 1 to ${bounds.MAX_AFTER} task ids, not ${after.length}`);
+    throw new InvalidArgument(
+      `after must name 1 to ${bounds.MAX_AFTER} task ids, not ${after.length}`,
+    );
   }
   const ids = after.map(checkTaskId);
   if (new Set(ids).size !== ids.length) throw new InvalidArgument("after names a task id twice");
@@ -410,7 +437,9 @@ function encodeAfter(after: unknown, onDepFail: unknown, taskId: unknown): [stri
 
 function checkPolicy(policy: unknown): string {
   if (typeof policy !== "string" || !DEP_POLICIES.includes(policy)) {
-    throw new InvalidArgument(`onDepFail must be one of ${DEP_POLICIES.join(", ")}, not ${String(policy)}`);
+    throw new InvalidArgument(
+      `onDepFail must be one of ${DEP_POLICIES.join(", ")}, not ${String(policy)}`,
+    );
   }
   return policy;
 }
@@ -418,11 +447,14 @@ function checkPolicy(policy: unknown): string {
 /** One `enqueueMany` item checked: an object of a payload and known options only. */
 export function itemRecord(item: unknown): TaskRecord {
   if (typeof item !== "object" || item === null || Array.isArray(item)) {
-    throw new InvalidArgument(`enqueue item must be an object of a payload and options, not ${kindOf(item)}`);
+    throw new InvalidArgument(
+      `enqueue item must be an object of a payload and options, not ${kindOf(item)}`,
+    );
   }
   const keys = Reflect.ownKeys(item);
   const symbol = keys.find((k) => typeof k === "symbol");
-  if (symbol !== undefined) throw new InvalidArgument(`an enqueue item takes no symbol keys, not ${symbol.toString()}`);
+  if (symbol !== undefined)
+    throw new InvalidArgument(`an enqueue item takes no symbol keys, not ${symbol.toString()}`);
   const unknown = (keys as string[]).filter((k) => !OPTION_NAMES.has(k));
   if (unknown.length > 0) {
     const hint = unknown.length === 1 ? unknownOptionHint(unknown[0] ?? "", OPTION_NAMES) : "";
@@ -450,10 +482,13 @@ export function batchRecords(items: Iterable<unknown>): TaskRecord[] {
 export function traceText(carrier: Readonly<Record<string, string>> | undefined): string {
   if (carrier === undefined) return "";
   if (!isPlainObject(carrier) || !Object.values(carrier).every((v) => typeof v === "string")) {
-    throw new InvalidArgument("traceContext must be an object of strings, e.g. {traceparent: '00-...'}");
+    throw new InvalidArgument(
+      "traceContext must be an object of strings, e.g. {traceparent: '00-...'}",
+    );
   }
   if (Object.keys(carrier).length === 0) return "";
   const text = encodePayload(carrier);
-  if (text.length > 4096) throw new InvalidArgument("traceContext is longer than 4096 characters as JSON");
+  if (text.length > 4096)
+    throw new InvalidArgument("traceContext is longer than 4096 characters as JSON");
   return text;
 }

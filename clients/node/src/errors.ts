@@ -200,14 +200,20 @@ export class StaleToken extends TaskfleetError {
 
 /** A string quoted for a message, as Python's `repr` would for plain text. */
 export function pyRepr(value: string): string {
-  return value.includes("'") && !value.includes('"') ? `"${value}"` : `'${value.replaceAll("'", "\\'")}'`;
+  return value.includes("'") && !value.includes('"')
+    ? `"${value}"`
+    : `'${value.replaceAll("'", "\\'")}'`;
 }
 
 /** Any value for a message: a string quoted, a number as is, anything else by its kind. */
 export function describe(value: unknown): string {
-  if (typeof value === "string") return pyRepr(value.length > 100 ? `${value.slice(0, 100)}...` : value);
-  if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint") return String(value);
+  if (typeof value === "string")
+    return pyRepr(value.length > 100 ? `${value.slice(0, 100)}...` : value);
+  if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint")
+    return String(value);
   if (value === null) return "null";
   if (Array.isArray(value)) return "array";
-  return typeof value === "object" ? Object.prototype.toString.call(value).slice(8, -1) : typeof value;
+  return typeof value === "object"
+    ? Object.prototype.toString.call(value).slice(8, -1)
+    : typeof value;
 }

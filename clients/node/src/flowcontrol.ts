@@ -52,7 +52,10 @@ function afterIds(raw: string | null): string[] {
 
 /** Each task's state and links, in the order asked (one round trip), the first HSCAN step's cursor too. */
 async function readLinks(c: Control, batch: readonly string[]): Promise<[Links, string][]> {
-  return (await readLinkHeads(c, batch)).map((head) => [{ state: head.state, after: afterIds(head.after), by: head.by }, head.cursor]);
+  return (await readLinkHeads(c, batch)).map((head) => [
+    { state: head.state, after: afterIds(head.after), by: head.by },
+    head.cursor,
+  ]);
 }
 
 /**
@@ -75,7 +78,8 @@ async function walk(c: Control, taskId: string, branch: boolean): Promise<Map<st
       const by = [...got.by];
       let cursor = first;
       while (cursor !== "0") {
-        if (queued.size + by.length > MAX_FLOW_TASKS) throw new FlowTooLarge(taskId, MAX_FLOW_TASKS);
+        if (queued.size + by.length > MAX_FLOW_TASKS)
+          throw new FlowTooLarge(taskId, MAX_FLOW_TASKS);
         const [next, more] = await scanWaitedBy(c, tid, cursor);
         cursor = next;
         by.push(...more);
@@ -108,7 +112,9 @@ function order(members: ReadonlyMap<string, Links>): string[] {
   for (const start of members.keys()) {
     if (entered.has(start)) continue;
     entered.add(start);
-    const stack: [string, Iterator<string>][] = [[start, (members.get(start)?.after ?? [])[Symbol.iterator]()]];
+    const stack: [string, Iterator<string>][] = [
+      [start, (members.get(start)?.after ?? [])[Symbol.iterator]()],
+    ];
     while (stack.length > 0) {
       const [tid, deps] = stack[stack.length - 1] as [string, Iterator<string>];
       let pushed = false;
@@ -152,7 +158,11 @@ function checked(taskId: unknown, options: FlowControlOptions): boolean {
  * cancelled something, for members that appeared meanwhile (children a running member
  * added before it was asked to stop). Each member's outcome, as `cancelMany`.
  */
-export async function cancelFlow(c: Control, taskId: string, options: FlowControlOptions): Promise<Record<string, CancelOutcome>> {
+export async function cancelFlow(
+  c: Control,
+  taskId: string,
+  options: FlowControlOptions,
+): Promise<Record<string, CancelOutcome>> {
   const branch = checked(taskId, options);
   const out = new Map<string, CancelOutcome>();
   for (let pass = 0; pass < MAX_PASSES; pass++) {
@@ -164,10 +174,15 @@ export async function cancelFlow(c: Control, taskId: string, options: FlowContro
     }
     const targets = order(members)
       .reverse()
-      .filter((tid) => UNFINISHED.has(members.get(tid)?.state ?? "") && !ACTED.has(out.get(tid) ?? "finished"));
+      .filter(
+        (tid) =>
+          UNFINISHED.has(members.get(tid)?.state ?? "") && !ACTED.has(out.get(tid) ?? "finished"),
+      );
     if (targets.length === 0) break;
     for (let start = 0; start < targets.length; start += CHANGE_BATCH) {
-      for (const [tid, outcome] of Object.entries(await cancelCall(c, targets.slice(start, start + CHANGE_BATCH)))) {
+      for (const [tid, outcome] of Object.entries(
+        await cancelCall(c, targets.slice(start, start + CHANGE_BATCH)),
+      )) {
         out.set(tid, outcome);
       }
     }
@@ -180,7 +195,11 @@ export async function cancelFlow(c: Control, taskId: string, options: FlowContro
  * them again rather than ending again by its policy); done and unfinished members are
  * left as they are. How many went back (pending, or waiting again).
  */
-export async function retryFlow(c: Control, taskId: string, options: FlowControlOptions): Promise<number> {
+export async function retryFlow(
+  c: Control,
+  taskId: string,
+  options: FlowControlOptions,
+): Promise<number> {
   const branch = checked(taskId, options);
   const members = await walk(c, taskId, branch);
   const targets = order(members).filter((tid) => {

@@ -75,8 +75,14 @@ export function buildFlow(flow: FlowPart): { items: EnqueueItem[]; last: string[
   return { items, last: [...last] };
 }
 
-function place(part: unknown, after: readonly string[], items: EnqueueItem[], depth: number): readonly string[] {
-  if (depth > MAX_FLOW_DEPTH) throw new InvalidArgument(`a flow nests more than ${MAX_FLOW_DEPTH} levels deep`);
+function place(
+  part: unknown,
+  after: readonly string[],
+  items: EnqueueItem[],
+  depth: number,
+): readonly string[] {
+  if (depth > MAX_FLOW_DEPTH)
+    throw new InvalidArgument(`a flow nests more than ${MAX_FLOW_DEPTH} levels deep`);
   if (part instanceof Flow) {
     if (part.kind === "chain") {
       let ends = after;
@@ -88,7 +94,9 @@ function place(part: unknown, after: readonly string[], items: EnqueueItem[], de
     return part.parts.length > 0 ? out : after;
   }
   if (typeof part !== "object" || part === null || Array.isArray(part)) {
-    throw new InvalidArgument(`a flow's part must be a task (an object with a payload) or a flow, not ${shown(part)}`);
+    throw new InvalidArgument(
+      `a flow's part must be a task (an object with a payload) or a flow, not ${shown(part)}`,
+    );
   }
   const item: Record<string, unknown> = { ...part };
   item.taskId ??= newTaskId();
@@ -127,12 +135,12 @@ export interface FlowRecord {
 
 /** A flow's record from its HMGET reply; null when there is none. */
 export function flowRecord(flowId: string, reply: readonly (string | null)[]): FlowRecord | null {
-  const h = Object.fromEntries(FLOW_FIELDS.map((name, i) => [name, reply[i] ?? undefined])) as Record<
-    (typeof FLOW_FIELDS)[number],
-    string | undefined
-  >;
+  const h = Object.fromEntries(
+    FLOW_FIELDS.map((name, i) => [name, reply[i] ?? undefined]),
+  ) as Record<(typeof FLOW_FIELDS)[number], string | undefined>;
   if (h.started_at === undefined) return null;
-  const count = (name: "open" | "done" | "dead" | "cancelled"): number => Math.max(0, storedInt(h[name]) ?? 0);
+  const count = (name: "open" | "done" | "dead" | "cancelled"): number =>
+    Math.max(0, storedInt(h[name]) ?? 0);
   const endedAt = storedTime(h.ended_at);
   return {
     id: flowId,
@@ -152,7 +160,12 @@ export function flowRecord(flowId: string, reply: readonly (string | null)[]): F
  * `after` (a dependency whose result was not handed is absent). `after`: that list as the
  * claim record carried it (one read); null: read from the task (two).
  */
-export async function dependencyResults(client: Client, keys: QueueKeys, taskId: string, after: string | null = null): Promise<Record<string, unknown>> {
+export async function dependencyResults(
+  client: Client,
+  keys: QueueKeys,
+  taskId: string,
+  after: string | null = null,
+): Promise<Record<string, unknown>> {
   const [ids, values] = await readDependencyInputs(client, keys, taskId, after);
   const out: Record<string, unknown> = {};
   ids.forEach((dep, i) => {

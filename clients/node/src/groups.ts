@@ -11,7 +11,13 @@ import { checkGroup } from "./control.js";
 import { InvalidArgument, describe } from "./errors.js";
 import { floatRepr } from "./pyformat.js";
 import { MAX_COUNT } from "./bounds.js";
-import { GROUP_SETTING_FIELDS, GROUP_WEIGHT, readGroup, readGroupCounts, writeGroupSettings } from "./protocol/groupstore.js";
+import {
+  GROUP_SETTING_FIELDS,
+  GROUP_WEIGHT,
+  readGroup,
+  readGroupCounts,
+  writeGroupSettings,
+} from "./protocol/groupstore.js";
 
 /** The largest weight a group may have: scores of the ring stay exact doubles. */
 export const MAX_WEIGHT = 1000;
@@ -53,7 +59,9 @@ export function groupFields(settings: GroupSettings): Record<string, string> {
   const w = settings.weight;
   if (w !== undefined && w !== null) {
     if (typeof w !== "number" || !Number.isFinite(w) || !(w > 0 && w <= MAX_WEIGHT)) {
-      throw new InvalidArgument(`weight must be a number > 0 and <= ${MAX_WEIGHT}, not ${describe(w)}`);
+      throw new InvalidArgument(
+        `weight must be a number > 0 and <= ${MAX_WEIGHT}, not ${describe(w)}`,
+      );
     }
     out[GROUP_WEIGHT] = floatRepr(w);
   }
@@ -61,7 +69,9 @@ export function groupFields(settings: GroupSettings): Record<string, string> {
     const v = settings[name];
     if (v === undefined || v === null) continue;
     if (typeof v !== "number" || !Number.isInteger(v) || v < low || v > MAX_COUNT) {
-      throw new InvalidArgument(`${field} must be an integer ${low}..${MAX_COUNT}, not ${describe(v)}`);
+      throw new InvalidArgument(
+        `${field} must be an integer ${low}..${MAX_COUNT}, not ${describe(v)}`,
+      );
     }
     out[field] = String(v);
   }
@@ -89,7 +99,12 @@ function stored(raw: string | undefined): number | null {
 export async function groupSettings(c: Control, group: string): Promise<StoredGroupSettings> {
   checkGroup(group);
   const raw = await readGroup(c, group);
-  const none: StoredGroupSettings = { weight: null, maxConcurrency: null, rateLimitTasks: null, rateLimitCost: null };
+  const none: StoredGroupSettings = {
+    weight: null,
+    maxConcurrency: null,
+    rateLimitTasks: null,
+    rateLimitCost: null,
+  };
   const weight = stored(raw[GROUP_WEIGHT]);
   const read: Record<string, number | null> = { weight };
   for (const [name, field] of GROUP_SETTING_FIELDS) {
@@ -113,7 +128,17 @@ export async function groups(c: Control, nowMs: number): Promise<GroupCount[]> {
   const out = (await readGroupCounts(c)).map((stored): GroupCount => {
     let until = Math.trunc(Number(stored.pausedUntil ?? "0"));
     if (!Number.isFinite(until) || until <= nowMs) until = 0;
-    return { group: stored.group, pending: stored.pending, running: Number(stored.running ?? 0), pausedUntilMs: until };
+    return {
+      group: stored.group,
+      pending: stored.pending,
+      running: Number(stored.running ?? 0),
+      pausedUntilMs: until,
+    };
   });
-  return out.sort((a, b) => b.pending - a.pending || b.running - a.running || (a.group < b.group ? -1 : a.group > b.group ? 1 : 0));
+  return out.sort(
+    (a, b) =>
+      b.pending - a.pending ||
+      b.running - a.running ||
+      (a.group < b.group ? -1 : a.group > b.group ? 1 : 0),
+  );
 }

@@ -12,15 +12,50 @@
  * @packageDocumentation
  */
 
-export { Queue, type EnqueueCallOptions, type EnqueueResult, type QueueOptions, type Stats, type WaitOptions } from "./queue.js";
-export { CURRENT_LEVEL, WORKER_LEVEL, olderWorkers, olderWorkersNote, type WorkerInfo } from "./workers.js";
+export {
+  Queue,
+  type EnqueueCallOptions,
+  type EnqueueResult,
+  type QueueOptions,
+  type Stats,
+  type WaitOptions,
+} from "./queue.js";
+export {
+  CURRENT_LEVEL,
+  WORKER_LEVEL,
+  olderWorkers,
+  olderWorkersNote,
+  type WorkerInfo,
+} from "./workers.js";
 export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
 export type { FlowControlOptions } from "./flowcontrol.js";
-export { Flow, chain, chord, group, type FlowIds, type FlowOutcome, type FlowPart, type FlowRecord } from "./flows.js";
-export { CancelOutcome, type ListOptions, type PurgeOptions, type RetryOptions, type TaskFilter, type TaskPage } from "./control.js";
+export {
+  Flow,
+  chain,
+  chord,
+  group,
+  type FlowIds,
+  type FlowOutcome,
+  type FlowPart,
+  type FlowRecord,
+} from "./flows.js";
+export {
+  CancelOutcome,
+  type ListOptions,
+  type PurgeOptions,
+  type RetryOptions,
+  type TaskFilter,
+  type TaskPage,
+} from "./control.js";
 export { TaskState, type Task } from "./tasks.js";
 export type { GroupCount, GroupSettings, StoredGroupSettings } from "./groups.js";
-export type { BudgetLimit, BudgetOptions, BudgetPeriod, PauseOptions, QuotaState } from "./quotas.js";
+export type {
+  BudgetLimit,
+  BudgetOptions,
+  BudgetPeriod,
+  PauseOptions,
+  QuotaState,
+} from "./quotas.js";
 export type { Schedule, ScheduleOptions } from "./schedules.js";
 export { type QueueConfig, defaultConfig } from "./configms.js";
 export {

@@ -17,7 +17,10 @@ const QUEUE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
 /** `name` if it is a valid queue name, else an `InvalidArgument` saying what to use. */
 export function validateQueueName(name: unknown): string {
   if (typeof name !== "string" || !QUEUE_NAME.test(name)) {
-    const shown = typeof name === "string" ? pyRepr(name.length > 60 ? `${name.slice(0, 60)}...` : name) : typeof name;
+    const shown =
+      typeof name === "string"
+        ? pyRepr(name.length > 60 ? `${name.slice(0, 60)}...` : name)
+        : typeof name;
     throw new InvalidArgument(
       `invalid queue name ${shown}: use 1-200 characters of letters, digits, '.', '_' ` +
         "or '-', starting with a letter or digit",

@@ -26,7 +26,8 @@ export function pathStep(path: string, key: string | number): string {
  */
 export function numberProblem(value: number, path: string): string | undefined {
   if (Number.isSafeInteger(value)) return undefined;
-  if (!Number.isFinite(value)) return `${path}: ${String(value)} is not a finite number; JSON cannot carry it`;
+  if (!Number.isFinite(value))
+    return `${path}: ${String(value)} is not a finite number; JSON cannot carry it`;
   if (Number.isInteger(value) && Math.abs(value) < 1e21) {
     return `${path}: integer ${BigInt(value).toString()} is outside ±(2^53-1); send it as a string`;
   }
@@ -38,7 +39,11 @@ export function numberProblem(value: number, path: string): string | undefined {
  * write them) that breaks the rule, as one line naming its path; undefined when none does.
  * Called once a writer has met a problem, to say where it is.
  */
-export function valueProblem(value: unknown, path: string, seen = new Set<object>()): string | undefined {
+export function valueProblem(
+  value: unknown,
+  path: string,
+  seen = new Set<object>(),
+): string | undefined {
   if (typeof value === "number") return numberProblem(value, path);
   if (typeof value !== "object" || value === null || seen.has(value)) return undefined;
   seen.add(value);

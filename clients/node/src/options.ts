@@ -13,7 +13,13 @@ function distance(a: string, b: string): number {
   for (let i = 1; i <= a.length; i++) {
     const next = [i];
     for (let j = 1; j <= b.length; j++) {
-      next.push(Math.min((row[j] ?? 0) + 1, (next[j - 1] ?? 0) + 1, (row[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1)));
+      next.push(
+        Math.min(
+          (row[j] ?? 0) + 1,
+          (next[j - 1] ?? 0) + 1,
+          (row[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1),
+        ),
+      );
     }
     row = next;
   }
@@ -36,7 +42,10 @@ export function nearest(key: string, known: Iterable<string>): string | undefine
  * ignored, never taken as an alias), with this line, where the option it names is known.
  */
 const BULLMQ_HINTS: Readonly<Record<string, { readonly where: string; readonly hint: string }>> = {
-  attempts: { where: "maxAttempts", hint: "taskfleet's is 'maxAttempts': starts in all, as BullMQ's attempts" },
+  attempts: {
+    where: "maxAttempts",
+    hint: "taskfleet's is 'maxAttempts': starts in all, as BullMQ's attempts",
+  },
   jobId: {
     where: "taskId",
     hint: "taskfleet's is 'taskId'; the same id with other options throws TaskExists",
@@ -53,8 +62,14 @@ const BULLMQ_HINTS: Readonly<Record<string, { readonly where: string; readonly h
     where: "taskId",
     hint: "how long dead tasks are kept is the queue's config: queue.configure({ deadRetentionMs })",
   },
-  repeat: { where: "taskId", hint: "repeating tasks are schedules: queue.schedule(name, cron, payload)" },
-  lifo: { where: "taskId", hint: "taskfleet has no LIFO order; use 'priority' (higher runs first)" },
+  repeat: {
+    where: "taskId",
+    hint: "repeating tasks are schedules: queue.schedule(name, cron, payload)",
+  },
+  lifo: {
+    where: "taskId",
+    hint: "taskfleet has no LIFO order; use 'priority' (higher runs first)",
+  },
 };
 
 /**
@@ -66,7 +81,8 @@ export function unknownOptionHint(key: string, known: ReadonlySet<string>): stri
   const bullmq = BULLMQ_HINTS[key];
   if (bullmq !== undefined && known.has(bullmq.where)) return ` (${bullmq.hint})`;
   for (const ms of [`${key}Ms`, `${key.replace(/S$/, "")}Ms`]) {
-    if (ms !== key && known.has(ms)) return ` (durations are milliseconds, in options named ...Ms: '${ms}')`;
+    if (ms !== key && known.has(ms))
+      return ` (durations are milliseconds, in options named ...Ms: '${ms}')`;
   }
   const meant = nearest(key, known);
   return meant === undefined ? "" : ` (did you mean '${meant}'?)`;
@@ -79,7 +95,8 @@ export function unknownOptionHint(key: string, known: ReadonlySet<string>): stri
  */
 export function checkOptionKeys(options: unknown, known: ReadonlySet<string>, what: string): void {
   if (options === undefined || options === null) return;
-  if (typeof options !== "object") throw new InvalidArgument(`${what} must be an object, not ${typeof options}`);
+  if (typeof options !== "object")
+    throw new InvalidArgument(`${what} must be an object, not ${typeof options}`);
   for (const key of Reflect.ownKeys(options)) {
     if (typeof key === "symbol") {
       throw new InvalidArgument(`${what} takes no symbol keys, not ${key.toString()}`);

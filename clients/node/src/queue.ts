@@ -7,7 +7,12 @@
  */
 
 import { type Bundle, packagedBundle } from "./bundle.js";
-import { type QueueConfig as QueueConfigS, checkConfig, configFields, parseConfig } from "./config.js";
+import {
+  type QueueConfig as QueueConfigS,
+  checkConfig,
+  configFields,
+  parseConfig,
+} from "./config.js";
 import { type QueueConfig, configFromMs, configToMs, storedCheck } from "./configms.js";
 import { CONFIG_FIELDS } from "./protocol/defaults.js";
 import * as control from "./control.js";
@@ -25,10 +30,29 @@ import {
   tokenBase,
   traceText,
 } from "./encoding.js";
-import { InvalidArgument, InvalidPayload, NotReplicated, OlderWorker, ProtocolError, ScheduleNotFound, ScheduleOwned } from "./errors.js";
+import {
+  InvalidArgument,
+  InvalidPayload,
+  NotReplicated,
+  OlderWorker,
+  ProtocolError,
+  ScheduleNotFound,
+  ScheduleOwned,
+} from "./errors.js";
 import { type FlowIds, type FlowPart, type FlowRecord, buildFlow, flowRecord } from "./flows.js";
 import { QueueKeys } from "./keys.js";
-import { purge, queueStored, readConfig, readFlow, readSchedule, readSchedules, readStats, readTask, readWorkers, writeConfig } from "./protocol/reads.js";
+import {
+  purge,
+  queueStored,
+  readConfig,
+  readFlow,
+  readSchedule,
+  readSchedules,
+  readStats,
+  readTask,
+  readWorkers,
+  writeConfig,
+} from "./protocol/reads.js";
 import { decodeEnqueue, replyList } from "./protocol/replies.js";
 import type { EnqueuePlainRecord } from "./protocol/signatures.js";
 import { queueMs } from "./protocol/store.js";
@@ -94,7 +118,10 @@ export interface EnqueueResult {
 }
 
 /** Sizes of every state, live workers, and the queue's counters. */
-export type Stats = Record<"pending" | "delayed" | "running" | "done" | "dead" | "cancelled" | "waiting" | "workers", number> &
+export type Stats = Record<
+  "pending" | "delayed" | "running" | "done" | "dead" | "cancelled" | "waiting" | "workers",
+  number
+> &
   Record<(typeof COUNTERS)[number], number>;
 
 /**
@@ -171,12 +198,18 @@ export class Queue {
    * `InvalidArgument` before anything is sent, `TaskExists` when `taskId` names a task
    * with another payload or options, `NotReplicated` when `?wait_replicas` timed out.
    */
-  async enqueue(payload: Readonly<Record<string, unknown>>, options: EnqueueCallOptions = {}): Promise<string> {
+  async enqueue(
+    payload: Readonly<Record<string, unknown>>,
+    options: EnqueueCallOptions = {},
+  ): Promise<string> {
     return (await this.enqueueResult(payload, options)).taskId;
   }
 
   /** `enqueue`, resolving to the id and whether this call created the task. */
-  async enqueueResult(payload: Readonly<Record<string, unknown>>, options: EnqueueCallOptions = {}): Promise<EnqueueResult> {
+  async enqueueResult(
+    payload: Readonly<Record<string, unknown>>,
+    options: EnqueueCallOptions = {},
+  ): Promise<EnqueueResult> {
     checkOptionKeys(options, ENQUEUE_CALL_OPTIONS, "enqueue options");
     const { traceContext, ...taskOptions } = options;
     const record = encodeTask(payload, taskOptions);
@@ -224,31 +257,63 @@ export class Queue {
    * handler calls `task.addChildren(items)`; this is the call for a run held elsewhere.
    * `StaleToken` when that run no longer holds the task (nothing stored).
    */
-  async addChildren(parent: string, token: string, items: Iterable<EnqueueItem>): Promise<string[]> {
+  async addChildren(
+    parent: string,
+    token: string,
+    items: Iterable<EnqueueItem>,
+  ): Promise<string[]> {
     const batch = batchRecords(items);
     if (batch.length === 0) return [];
-    const argv = this.bundle.pack("enqueue", { token_base: "", trace: "", parent, parent_token: token }, batch.map((r) => ({ ...r })));
-    decodeEnqueue(await this.scripts.run("enqueue", this.keys, argv), batch, this.keys.queue, parent);
+    const argv = this.bundle.pack(
+      "enqueue",
+      { token_base: "", trace: "", parent, parent_token: token },
+      batch.map((r) => ({ ...r })),
+    );
+    decodeEnqueue(
+      await this.scripts.run("enqueue", this.keys, argv),
+      batch,
+      this.keys.queue,
+      parent,
+    );
     return batch.map((r) => r.task_id);
   }
 
-  private async enqueueRecords(batch: readonly TaskRecord[], trace: string, flow = ""): Promise<boolean[]> {
+  private async enqueueRecords(
+    batch: readonly TaskRecord[],
+    trace: string,
+    flow = "",
+  ): Promise<boolean[]> {
     const full = (): readonly (string | Buffer)[] =>
-      this.bundle.pack("enqueue", { token_base: tokenBase(), bound: CLAIM_HOUSEKEEPING_BOUND, trace, flow }, batch);
+      this.bundle.pack(
+        "enqueue",
+        { token_base: tokenBase(), bound: CLAIM_HOUSEKEEPING_BOUND, trace, flow },
+        batch,
+      );
     // plain tasks go to enqueue_plain, given only the keys they touch; it answers [0], having
     // stored nothing, when an idle worker waits for a hand-off, which enqueue alone makes
     const plain = flow === "" && batch.every(isPlain);
-    const send = async (script: string, argv: readonly (string | Buffer)[]): Promise<[unknown, number]> =>
+    const send = async (
+      script: string,
+      argv: readonly (string | Buffer)[],
+    ): Promise<[unknown, number]> =>
       this.replicas > 0
         ? await this.scripts.runAndWait(script, this.keys, argv, this.replicas, this.waitTimeoutMs)
         : [await this.scripts.run(script, this.keys, argv), this.replicas];
     let [raw, acked] = plain
-      ? await send("enqueue_plain", this.bundle.pack("enqueue_plain", { hand_off: 1, trace }, batch.map(plainRecord)))
+      ? await send(
+          "enqueue_plain",
+          this.bundle.pack("enqueue_plain", { hand_off: 1, trace }, batch.map(plainRecord)),
+        )
       : await send("enqueue", full());
     if (plain && handOffLeft(raw)) [raw, acked] = await send("enqueue", full());
     const created = decodeEnqueue(raw, batch, this.keys.queue); // a refusal stored nothing: it says so, not NotReplicated
     if (acked < this.replicas) {
-      throw new NotReplicated(acked, this.replicas, this.waitTimeoutMs, batch.map((r) => r.task_id));
+      throw new NotReplicated(
+        acked,
+        this.replicas,
+        this.waitTimeoutMs,
+        batch.map((r) => r.task_id),
+      );
     }
     return created;
   }
@@ -285,7 +350,16 @@ export class Queue {
    */
   async wait(taskIds: Iterable<string>, options: WaitOptions): Promise<Record<string, Task>> {
     const timeout = waitSeconds(options);
-    return wait(this.client, this.blockers, this.scripts, this.bundle, this.keys, taskIds, timeout, this.commandTimeoutMs);
+    return wait(
+      this.client,
+      this.blockers,
+      this.scripts,
+      this.bundle,
+      this.keys,
+      taskIds,
+      timeout,
+      this.commandTimeoutMs,
+    );
   }
 
   /** Sizes of every state, live workers and the monotonic counters. */
@@ -295,14 +369,16 @@ export class Queue {
     out.workers = stored.workers;
     for (const name of COUNTERS) out[name] = storedInt(stored.counters[name]) ?? 0;
     // tasks of groups wait in their group's own zset, counted apart (protocol.md 3)
-    out.pending = (out.pending ?? 0) + Math.max(0, storedInt(stored.groupsPending ?? undefined) ?? 0);
+    out.pending =
+      (out.pending ?? 0) + Math.max(0, storedInt(stored.groupsPending ?? undefined) ?? 0);
     return out as Stats;
   }
 
   /** The queue's workers as their records say, by pod name, each with its `level` (`olderWorkers` picks the live ones of an older release). */
   async workers(): Promise<WorkerInfo[]> {
     const { records, leaseTtl, nowMs: now } = await readWorkers(this);
-    const ttlMs = (Number(leaseTtl ?? "") > 0 ? Number(leaseTtl) : CONFIG_FIELDS.leaseTtlS.default) * 1000;
+    const ttlMs =
+      (Number(leaseTtl ?? "") > 0 ? Number(leaseTtl) : CONFIG_FIELDS.leaseTtlS.default) * 1000;
     const out: WorkerInfo[] = [];
     for (const [pod, text] of Object.entries(records)) {
       const found = workerInfo(pod, text, now, ttlMs);
@@ -343,7 +419,10 @@ export class Queue {
    * member's outcome, as `cancelMany`. In calls of 200 tasks, each atomic, not the whole
    * (docs/flows.md). `TaskNotFound` for an unknown id.
    */
-  async cancelFlow(taskId: string, options: flowcontrol.FlowControlOptions = {}): Promise<Record<string, control.CancelOutcome>> {
+  async cancelFlow(
+    taskId: string,
+    options: flowcontrol.FlowControlOptions = {},
+  ): Promise<Record<string, control.CancelOutcome>> {
     checkOptionKeys(options, FLOW_CONTROL_OPTIONS, "cancelFlow options");
     return flowcontrol.cancelFlow(this.control, taskId, options);
   }
@@ -429,7 +508,9 @@ export class Queue {
   async pauseClaims(options: quotas.PauseOptions = {}): Promise<number> {
     const given: unknown = options;
     if (typeof given === "number") {
-      throw new InvalidArgument("pauseClaims takes { forMs } (milliseconds), not a number: pauseClaims({ forMs: 60_000 })");
+      throw new InvalidArgument(
+        "pauseClaims takes { forMs } (milliseconds), not a number: pauseClaims({ forMs: 60_000 })",
+      );
     }
     checkOptionKeys(options, PAUSE_OPTIONS, "pauseClaims options");
     return quotas.pauseClaims(this.control, options.forMs, options);
@@ -448,7 +529,11 @@ export class Queue {
 
   /** The claim pause and the budget's spend (`group`'s own, with a group), as the scripts see them now. */
   async quota(options: { readonly group?: string } = {}): Promise<quotas.QuotaState> {
-    return quotas.quota(this.control, options.group, configFromMs(await this.config()) as QueueConfigS);
+    return quotas.quota(
+      this.control,
+      options.group,
+      configFromMs(await this.config()) as QueueConfigS,
+    );
   }
 
   /** Delete every key of the queue (tasks, workers, config, counters, schedules). */
@@ -464,7 +549,12 @@ export class Queue {
    * Changing the cron, zone or jitter starts again from the next slot after now. Throws
    * `InvalidArgument`, `InvalidPayload` or `ScheduleOwned` (a TaskQueue's spec holds it).
    */
-  async schedule(name: string, cron: string, payload: Readonly<Record<string, unknown>>, options: ScheduleOptions = {}): Promise<Schedule> {
+  async schedule(
+    name: string,
+    cron: string,
+    payload: Readonly<Record<string, unknown>>,
+    options: ScheduleOptions = {},
+  ): Promise<Schedule> {
     const def = scheduleDef(name, cron, payload, options);
     const now = await queueMs(this);
     const slot = firstSlot(def.cron, def.tz, now);
@@ -480,7 +570,10 @@ export class Queue {
       },
       def.fields.map(([field, value]) => ({ field, value })),
     );
-    const reply = replyList("schedule_put", await this.scripts.run("schedule_put", this.keys, argv));
+    const reply = replyList(
+      "schedule_put",
+      await this.scripts.run("schedule_put", this.keys, argv),
+    );
     const code = Number(reply[0]);
     if (code === -1) {
       throw new InvalidPayload(
@@ -510,7 +603,10 @@ export class Queue {
   async unschedule(name: string): Promise<boolean> {
     validateScheduleName(name);
     const argv = this.bundle.pack("schedule_delete", { name, owner: OWNER_API, take_over: 0 });
-    const reply = replyList("schedule_delete", await this.scripts.run("schedule_delete", this.keys, argv));
+    const reply = replyList(
+      "schedule_delete",
+      await this.scripts.run("schedule_delete", this.keys, argv),
+    );
     if (Number(reply[0]) === -2) throw new ScheduleOwned(name, String(reply[1]));
     return Number(reply[0]) === 1;
   }
@@ -531,7 +627,12 @@ export class Queue {
     return this.pause(name, false, slot, due);
   }
 
-  private async pause(name: string, paused: boolean, slot: number | null, dueAt: number): Promise<boolean> {
+  private async pause(
+    name: string,
+    paused: boolean,
+    slot: number | null,
+    dueAt: number,
+  ): Promise<boolean> {
     const argv = this.bundle.pack("schedule_pause", {
       name,
       paused: paused ? 1 : 0,
@@ -539,7 +640,10 @@ export class Queue {
       next_slot: slot ?? undefined,
       next_due_ms: dueAt,
     });
-    const reply = replyList("schedule_pause", await this.scripts.run("schedule_pause", this.keys, argv));
+    const reply = replyList(
+      "schedule_pause",
+      await this.scripts.run("schedule_pause", this.keys, argv),
+    );
     const code = Number(reply[0]);
     if (code === -1) throw new ScheduleNotFound(name);
     if (code === -2) throw new ScheduleOwned(name, String(reply[1]));
@@ -572,12 +676,16 @@ export interface WaitOptions {
 /** `wait`'s options as the seconds the wait loop takes; a bare number (once seconds) is refused. */
 function waitSeconds(options: unknown): number {
   if (typeof options === "number") {
-    throw new InvalidArgument(`wait takes { timeoutMs } (milliseconds), not a number: wait(ids, { timeoutMs: 30_000 })`);
+    throw new InvalidArgument(
+      `wait takes { timeoutMs } (milliseconds), not a number: wait(ids, { timeoutMs: 30_000 })`,
+    );
   }
   checkOptionKeys(options, WAIT_OPTIONS, "wait options");
   const timeoutMs: unknown = (options as Partial<WaitOptions> | undefined)?.timeoutMs;
   if (typeof timeoutMs !== "number" || Number.isNaN(timeoutMs)) {
-    throw new InvalidArgument(`wait needs timeoutMs, a number of milliseconds, not ${String(timeoutMs)}`);
+    throw new InvalidArgument(
+      `wait needs timeoutMs, a number of milliseconds, not ${String(timeoutMs)}`,
+    );
   }
   return timeoutMs / 1000;
 }

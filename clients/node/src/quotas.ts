@@ -61,17 +61,21 @@ async function run(c: Control, args: QuotaArgs): Promise<[number, number]> {
   const raw = await c.scripts.run("quota", c.keys, c.bundle.pack("quota", args));
   const refused = Array.isArray(raw) ? olderWorker(c.keys.queue, raw) : null;
   if (refused !== null) throw refused;
-  if (!Array.isArray(raw) || raw.length !== 2) throw new ProtocolError(`quota: unexpected reply ${JSON.stringify(raw)}`);
+  if (!Array.isArray(raw) || raw.length !== 2)
+    throw new ProtocolError(`quota: unexpected reply ${JSON.stringify(raw)}`);
   return [Number(raw[0]), Number(raw[1])];
 }
 
 /** `pauseClaims`'s `forMs` checked, whole ms (undefined: the adaptive pause). */
 export function pauseMs(forMs: unknown): number | undefined {
   if (forMs === undefined) return undefined;
-  if (typeof forMs !== "number") throw new InvalidArgument(`forMs must be a number of milliseconds, not ${describe(forMs)}`);
-  if (!(Number.isFinite(forMs) && forMs >= 0)) throw new InvalidArgument(`forMs must be >= 0, not ${describe(forMs)}`);
+  if (typeof forMs !== "number")
+    throw new InvalidArgument(`forMs must be a number of milliseconds, not ${describe(forMs)}`);
+  if (!(Number.isFinite(forMs) && forMs >= 0))
+    throw new InvalidArgument(`forMs must be >= 0, not ${describe(forMs)}`);
   const ms = Math.trunc(forMs);
-  if (ms > 3_153_600_000_000) throw new InvalidArgument(`a pause must be 0..100 years in ms, not ${String(ms)}`);
+  if (ms > 3_153_600_000_000)
+    throw new InvalidArgument(`a pause must be 0..100 years in ms, not ${String(ms)}`);
   return ms;
 }
 
@@ -86,11 +90,16 @@ export interface PauseOptions {
 }
 
 /** Stop claims for `forMs` ms (undefined: the adaptive pause); a longer pause already on is kept. Its end (epoch ms). */
-export async function pauseClaims(c: Control, forMs: number | undefined, options: PauseOptions): Promise<number> {
+export async function pauseClaims(
+  c: Control,
+  forMs: number | undefined,
+  options: PauseOptions,
+): Promise<number> {
   const ms = pauseMs(forMs);
   const where = ops(options.group);
   const reason = options.reason ?? "";
-  if (typeof reason !== "string") throw new InvalidArgument(`reason must be a string, not ${describe(reason)}`);
+  if (typeof reason !== "string")
+    throw new InvalidArgument(`reason must be a string, not ${describe(reason)}`);
   const [until] = await run(c, {
     op: "pause",
     pause_ms: ms ?? "",
@@ -106,7 +115,15 @@ export async function pauseClaims(c: Control, forMs: number | undefined, options
 /** End the claim pause (a group's own, with `group`) and forget the rate limits met in a row. */
 export async function resumeClaims(c: Control, group: string | undefined): Promise<void> {
   const where = ops(group);
-  await run(c, { op: "resume", pause_ms: "", reason: "", day_limit: "", month_limit: "", group: where.group, task_id: "" });
+  await run(c, {
+    op: "resume",
+    pause_ms: "",
+    reason: "",
+    day_limit: "",
+    month_limit: "",
+    group: where.group,
+    task_id: "",
+  });
 }
 
 function limit(name: string, value: unknown): string {
@@ -133,7 +150,15 @@ export async function setBudget(c: Control, options: BudgetOptions): Promise<voi
   const day = limit("day", options.day);
   const month = limit("month", options.month);
   const where = ops(options.group);
-  await run(c, { op: "budget", pause_ms: "", reason: "", day_limit: day, month_limit: month, group: where.group, task_id: "" });
+  await run(c, {
+    op: "budget",
+    pause_ms: "",
+    reason: "",
+    day_limit: day,
+    month_limit: month,
+    group: where.group,
+    task_id: "",
+  });
 }
 
 /** The UTC day and month `nowMs` falls in and when each ends (ms), as the scripts compute them. */
@@ -155,7 +180,12 @@ function number(raw: string | undefined): number | null {
 }
 
 /** The quota hash `raw` read as the scripts read it; `budgetDay` / `budgetMonth`: the config's. */
-export function quotaState(raw: Readonly<Record<string, string>>, nowMs: number, budgetDay: number | null, budgetMonth: number | null): QuotaState {
+export function quotaState(
+  raw: Readonly<Record<string, string>>,
+  nowMs: number,
+  budgetDay: number | null,
+  budgetMonth: number | null,
+): QuotaState {
   const int = (field: string): number => Math.trunc(number(raw[field]) ?? 0);
   const [day, dayEnd, month, monthEnd] = periodOf(nowMs);
   const daySet = number(raw.day_limit);
@@ -178,15 +208,33 @@ export function quotaState(raw: Readonly<Record<string, string>>, nowMs: number,
     reason: raw.reason ?? "",
     pauses: int("pauses"),
     budget: {
-      day: { period: day, limit: dayLimit || null, spent: daySpent, left: dayLeft, resetsAtMs: dayEnd, runtime: daySet !== null },
-      month: { period: month, limit: monthLimit || null, spent: monthSpent, left: monthLeft, resetsAtMs: monthEnd, runtime: monthSet !== null },
+      day: {
+        period: day,
+        limit: dayLimit || null,
+        spent: daySpent,
+        left: dayLeft,
+        resetsAtMs: dayEnd,
+        runtime: daySet !== null,
+      },
+      month: {
+        period: month,
+        limit: monthLimit || null,
+        spent: monthSpent,
+        left: monthLeft,
+        resetsAtMs: monthEnd,
+        runtime: monthSet !== null,
+      },
     },
     budgetSpent: dayLeft === 0 || monthLeft === 0,
   };
 }
 
 /** The claim pause and budget (the queue's, or `group`'s own under the config's per-group budget) now. */
-export async function quota(c: Control, group: string | undefined, config: QueueConfig): Promise<QuotaState> {
+export async function quota(
+  c: Control,
+  group: string | undefined,
+  config: QueueConfig,
+): Promise<QuotaState> {
   const raw = await readQuota(c, ops(group).group);
   const now = await queueMs(c);
   return group === undefined

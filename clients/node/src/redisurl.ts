@@ -42,10 +42,16 @@ function truthy(value: string | undefined): boolean {
   return value !== undefined && ["true", "yes", "1", "y", "t"].includes(value.toLowerCase());
 }
 
-function number(low: number, high: number, opts: { integer?: boolean; openLow?: boolean } = {}): Check {
-  const shape = opts.integer === true ? /^-?[0-9]{1,20}$/ : /^-?([0-9]{1,20}(\.[0-9]{0,20})?|\.[0-9]{1,20})$/;
+function number(
+  low: number,
+  high: number,
+  opts: { integer?: boolean; openLow?: boolean } = {},
+): Check {
+  const shape =
+    opts.integer === true ? /^-?[0-9]{1,20}$/ : /^-?([0-9]{1,20}(\.[0-9]{0,20})?|\.[0-9]{1,20})$/;
   return (value) => {
-    if (!shape.test(value)) throw new Error(opts.integer === true ? "must be a whole number" : "must be a number");
+    if (!shape.test(value))
+      throw new Error(opts.integer === true ? "must be a whole number" : "must be a number");
     const n = Number(value);
     if (n < low || (opts.openLow === true && n === low)) {
       throw new Error(`must be ${opts.openLow === true ? "above" : "at least"} ${low}`);
@@ -113,11 +119,16 @@ export function parseRedisURL(url: string): ParsedRedisURL {
   if (typeof url !== "string") throw new InvalidRedisURL("a Redis URL must be a string");
   const scheme = url.includes("://") ? url.slice(0, url.indexOf("://")) : "";
   if (!["redis", "rediss", "unix"].includes(scheme)) {
-    throw new InvalidRedisURL("a Redis URL must start with redis://, rediss:// or unix:// (lower case)");
+    throw new InvalidRedisURL(
+      "a Redis URL must start with redis://, rediss:// or unix:// (lower case)",
+    );
   }
-  if (CONTROL.test(url)) throw new InvalidRedisURL("a Redis URL must not contain spaces or control characters");
+  if (CONTROL.test(url))
+    throw new InvalidRedisURL("a Redis URL must not contain spaces or control characters");
   if (url.includes("#")) {
-    throw new InvalidRedisURL("a Redis URL must not have a #fragment (percent-encode a # in a password as %23)");
+    throw new InvalidRedisURL(
+      "a Redis URL must not have a #fragment (percent-encode a # in a password as %23)",
+    );
   }
   let parts: URL;
   try {
@@ -134,7 +145,9 @@ export function parseRedisURL(url: string): ParsedRedisURL {
   let db: number | undefined;
   if (scheme === "unix") {
     if (parts.hostname !== "" || parts.port !== "") {
-      throw new InvalidRedisURL("a unix:// URL names a socket path, not a host: unix:///path/to/redis.sock");
+      throw new InvalidRedisURL(
+        "a unix:// URL names a socket path, not a host: unix:///path/to/redis.sock",
+      );
     }
     const path = decode(parts.pathname);
     if (!path.startsWith("/") || path === "/") {
@@ -142,10 +155,13 @@ export function parseRedisURL(url: string): ParsedRedisURL {
     }
     redis.path = path;
   } else {
-    if (parts.hostname === "") throw new InvalidRedisURL(`the Redis URL names no host: ${scheme}://HOST[:PORT][/DB]`);
+    if (parts.hostname === "")
+      throw new InvalidRedisURL(`the Redis URL names no host: ${scheme}://HOST[:PORT][/DB]`);
     const host = decode(parts.hostname);
-    if (!HOST.test(host)) throw new InvalidRedisURL("the Redis URL's host is not a host name or IP address");
-    if (parts.port === "0") throw new InvalidRedisURL("the Redis URL's port must be from 1 to 65535");
+    if (!HOST.test(host))
+      throw new InvalidRedisURL("the Redis URL's host is not a host name or IP address");
+    if (parts.port === "0")
+      throw new InvalidRedisURL("the Redis URL's port must be from 1 to 65535");
     redis.host = host.startsWith("[") ? host.slice(1, -1) : host;
     redis.port = parts.port === "" ? 6379 : Number(parts.port);
     if (parts.pathname !== "" && parts.pathname !== "/") {
@@ -166,7 +182,8 @@ export function parseRedisURL(url: string): ParsedRedisURL {
     const eq = field.indexOf("=");
     const key = decode((eq < 0 ? field : field.slice(0, eq)).replaceAll("+", " "));
     const value = decode((eq < 0 ? "" : field.slice(eq + 1)).replaceAll("+", " "));
-    if (options.has(key)) throw new InvalidRedisURL(`the Redis URL gives query parameter ${keyShown(key)} twice`);
+    if (options.has(key))
+      throw new InvalidRedisURL(`the Redis URL gives query parameter ${keyShown(key)} twice`);
     options.set(key, value);
     if (CREDENTIALS.includes(key)) {
       if (key === "password" && redis.password !== undefined) {
@@ -175,18 +192,22 @@ export function parseRedisURL(url: string): ParsedRedisURL {
       if (key === "username" && redis.username !== undefined) {
         throw new InvalidRedisURL("the Redis URL gives a user name twice (user info and query)");
       }
-      if (value === "") throw new InvalidRedisURL(`query parameter ${key} of the Redis URL has no value`);
+      if (value === "")
+        throw new InvalidRedisURL(`query parameter ${key} of the Redis URL has no value`);
       continue;
     }
     const check = OPTIONS[key] ?? (scheme === "rediss" ? TLS_OPTIONS[key] : undefined);
     if (check === undefined || (scheme === "unix" && key === "socket_keepalive")) {
-      if (key in TLS_OPTIONS) throw new InvalidRedisURL(`query parameter ${key} needs a rediss:// URL`);
+      if (key in TLS_OPTIONS)
+        throw new InvalidRedisURL(`query parameter ${key} needs a rediss:// URL`);
       throw new InvalidRedisURL(`unknown query parameter ${keyShown(key)} in the Redis URL`);
     }
     try {
       check(value);
     } catch (error) {
-      throw new InvalidRedisURL(`query parameter ${key} of the Redis URL ${(error as Error).message}`);
+      throw new InvalidRedisURL(
+        `query parameter ${key} of the Redis URL ${(error as Error).message}`,
+      );
     }
   }
   const get = (key: string): string | undefined => options.get(key);
@@ -234,15 +255,20 @@ function tlsOptions(options: ReadonlyMap<string, string>): ConnectionOptions {
     try {
       return readFileSync(path);
     } catch {
-      throw new InvalidRedisURL(`query parameter ${key} of the Redis URL names a file that cannot be read`);
+      throw new InvalidRedisURL(
+        `query parameter ${key} of the Redis URL names a file that cannot be read`,
+      );
     }
   };
   const reqs = options.get("ssl_cert_reqs")?.toLowerCase();
   if (reqs === "none" || reqs === "optional") tls.rejectUnauthorized = false;
   const checkHostname = options.get("ssl_check_hostname");
-  if (checkHostname !== undefined && !truthy(checkHostname)) tls.checkServerIdentity = () => undefined;
+  if (checkHostname !== undefined && !truthy(checkHostname))
+    tls.checkServerIdentity = () => undefined;
   if (options.has("ssl_ca_path")) {
-    throw new InvalidRedisURL("query parameter ssl_ca_path is not supported by the Node.js client; use ssl_ca_certs");
+    throw new InvalidRedisURL(
+      "query parameter ssl_ca_path is not supported by the Node.js client; use ssl_ca_certs",
+    );
   }
   if (options.has("ssl_ca_certs")) tls.ca = read("ssl_ca_certs");
   if (options.has("ssl_certfile")) tls.cert = read("ssl_certfile");

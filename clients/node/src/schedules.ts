@@ -65,7 +65,17 @@ export interface ScheduleOptions {
 }
 
 const SCHEDULE_OPTIONS = new Set([
-  "tz", "catchup", "catchupLimit", "jitterMs", "priority", "maxAttempts", "cost", "timeoutMs", "deadlineMs", "paused", "group",
+  "tz",
+  "catchup",
+  "catchupLimit",
+  "jitterMs",
+  "priority",
+  "maxAttempts",
+  "cost",
+  "timeoutMs",
+  "deadlineMs",
+  "paused",
+  "group",
 ]);
 
 /** A schedule's definition, checked: the store's fields in the Python client's order and encoding. */
@@ -78,20 +88,42 @@ export interface ScheduleDef {
 }
 
 /** `Queue.schedule`'s arguments as a definition; `InvalidArgument` / `InvalidPayload` name what is wrong. */
-export function scheduleDef(name: string, cron: string, payload: unknown, options: ScheduleOptions = {}): ScheduleDef {
+export function scheduleDef(
+  name: string,
+  cron: string,
+  payload: unknown,
+  options: ScheduleOptions = {},
+): ScheduleDef {
   validateScheduleName(name);
   checkOptionKeys(options, SCHEDULE_OPTIONS, "schedule options");
-  if (typeof cron !== "string") throw new InvalidArgument("cron must be a string, e.g. '0 3 * * *'");
+  if (typeof cron !== "string")
+    throw new InvalidArgument("cron must be a string, e.g. '0 3 * * *'");
   const tz = options.tz ?? "UTC";
-  if (typeof tz !== "string") throw new InvalidArgument("tz must be an IANA zone name, e.g. 'Europe/Paris'");
-  const priority = checkedInt(options.priority ?? 0, "priority", bounds.PRIORITY_MIN, bounds.PRIORITY_MAX);
-  if (options.maxAttempts !== undefined) checkedInt(options.maxAttempts, "max_attempts", 1, bounds.MAX_ATTEMPTS);
+  if (typeof tz !== "string")
+    throw new InvalidArgument("tz must be an IANA zone name, e.g. 'Europe/Paris'");
+  const priority = checkedInt(
+    options.priority ?? 0,
+    "priority",
+    bounds.PRIORITY_MIN,
+    bounds.PRIORITY_MAX,
+  );
+  if (options.maxAttempts !== undefined)
+    checkedInt(options.maxAttempts, "max_attempts", 1, bounds.MAX_ATTEMPTS);
   const cost = checkedInt(options.cost ?? 1, "cost", 0, bounds.MAX_COST);
-  const catchupLimit = checkedInt(options.catchupLimit ?? 100, "catchup_limit", 1, MAX_CATCHUP_LIMIT);
+  const catchupLimit = checkedInt(
+    options.catchupLimit ?? 100,
+    "catchup_limit",
+    1,
+    MAX_CATCHUP_LIMIT,
+  );
   const jitter = millis(options.jitterMs ?? 0, "jitterMs", MAX_JITTER_S) ?? 0;
   const timeout = millis(options.timeoutMs, "timeoutMs", bounds.MAX_TIMEOUT_S);
   const deadline = millis(options.deadlineMs, "deadlineMs", bounds.MAX_DEADLINE_S);
-  for (const [what, value] of [["jitterMs", jitter], ["timeoutMs", timeout], ["deadlineMs", deadline]] as const) {
+  for (const [what, value] of [
+    ["jitterMs", jitter],
+    ["timeoutMs", timeout],
+    ["deadlineMs", deadline],
+  ] as const) {
     if (value !== undefined && value < 0) throw new InvalidArgument(`${what} must not be negative`);
   }
   if (timeout === 0) throw new InvalidArgument("timeoutMs must be positive");
@@ -100,7 +132,9 @@ export function scheduleDef(name: string, cron: string, payload: unknown, option
   zone(tz);
   const catchup = options.catchup ?? "latest";
   if (!(CATCHUP_POLICIES as readonly string[]).includes(catchup)) {
-    throw new InvalidArgument(`catchup must be one of ${CATCHUP_POLICIES.join(", ")}, not ${describe(catchup)}`);
+    throw new InvalidArgument(
+      `catchup must be one of ${CATCHUP_POLICIES.join(", ")}, not ${describe(catchup)}`,
+    );
   }
   const jitterMs = Math.trunc(jitter);
   if (options.group !== undefined) {
@@ -193,7 +227,10 @@ export function scheduleFromHash(h: Readonly<Record<string, string>>): Schedule 
     name,
     cron: h.cron ?? "",
     tz: h.tz ?? "UTC",
-    payload: typeof payload === "object" && payload !== null && !Array.isArray(payload) ? (payload as Record<string, unknown>) : {},
+    payload:
+      typeof payload === "object" && payload !== null && !Array.isArray(payload)
+        ? (payload as Record<string, unknown>)
+        : {},
     priority: intOf(h.priority) ?? 0,
     maxAttempts: intOf(h[SCHEDULE.max_attempts]),
     cost: intOf(h.cost) ?? 1,

@@ -37,7 +37,13 @@ export function zone(name: unknown): Zone {
   const problem = new InvalidArgument(
     `unknown time zone ${typeof name === "string" ? pyRepr(name) : String(name)}: use an IANA name such as 'UTC' or 'Europe/Paris'`,
   );
-  if (typeof name !== "string" || name === "" || name !== name.trim() || name.includes("..") || name.startsWith("/")) {
+  if (
+    typeof name !== "string" ||
+    name === "" ||
+    name !== name.trim() ||
+    name.includes("..") ||
+    name.startsWith("/")
+  ) {
     throw problem;
   }
   const cached = zones.get(name);
@@ -71,7 +77,14 @@ export function offsetAt(t: number, tz: Zone): number {
   for (const p of tz.format.formatToParts(new Date(t * 1000))) parts[p.type] = p.value;
   let year = Number(parts.year);
   if (parts.era === "BC" || parts.era === "B") year = 1 - year;
-  const wall = Date.UTC(year, Number(parts.month) - 1, Number(parts.day), Number(parts.hour), Number(parts.minute), Number(parts.second));
+  const wall = Date.UTC(
+    year,
+    Number(parts.month) - 1,
+    Number(parts.day),
+    Number(parts.hour),
+    Number(parts.minute),
+    Number(parts.second),
+  );
   // Date.UTC maps years 0..99 to 1900..1999: set the year again when it is one of those
   const fixed = year >= 0 && year < 100 ? new Date(wall).setUTCFullYear(year) : wall;
   return Math.round(fixed / 1000) - Math.floor(t);
@@ -119,7 +132,13 @@ function instants(cron: Cron, n: number, tz: Zone): number[] {
 }
 
 /** The slots in (after, until], ascending, at most the first `limit`. */
-export function slotsBetween(cron: Cron, tz: Zone, after: number, until: number, limit: number): number[] {
+export function slotsBetween(
+  cron: Cron,
+  tz: Zone,
+  after: number,
+  until: number,
+  limit: number,
+): number[] {
   if (tz.utc) {
     const out: number[] = [];
     let n = cron.nextNaive(after);

@@ -155,7 +155,9 @@ export function taskFromHash(raw: Readonly<Record<string, string>>, taskId?: str
   const id = raw.id ?? taskId ?? "?";
   const state = raw.state;
   if (state === undefined || !STATES.has(state)) {
-    throw new ProtocolError(`task ${pyRepr(id)} has no state this version knows: ${state === undefined ? "None" : pyRepr(state)}`);
+    throw new ProtocolError(
+      `task ${pyRepr(id)} has no state this version knows: ${state === undefined ? "None" : pyRepr(state)}`,
+    );
   }
   const int = (name: string, fallback: number): number => storedInt(raw[name]) ?? fallback;
   const times = Object.fromEntries(

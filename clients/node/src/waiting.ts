@@ -44,7 +44,9 @@ export class Blockers {
     if (this.closed) throw new InvalidArgument("the queue is closed");
     const found = this.free.pop();
     if (found !== undefined) return found;
-    const made = quiet(this.client instanceof Redis ? this.client.duplicate() : this.client.duplicate());
+    const made = quiet(
+      this.client instanceof Redis ? this.client.duplicate() : this.client.duplicate(),
+    );
     this.all.add(made);
     return made;
   }
@@ -131,7 +133,11 @@ export async function wait(
 
   while (remaining.length > 0) {
     if (!watching) {
-      const argv = bundle.pack("watch", { waiter }, remaining.map((task_id) => ({ task_id })));
+      const argv = bundle.pack(
+        "watch",
+        { waiter },
+        remaining.map((task_id) => ({ task_id })),
+      );
       const flags = String(await scripts.run("watch", keys, argv));
       if (flags.length !== remaining.length || /[^FWA]/.test(flags)) {
         throw new ProtocolError(`watch: unexpected reply ${JSON.stringify(flags)}`);
@@ -157,7 +163,10 @@ export async function wait(
       watching = false; // a look now and then (see RECHECK_S)
       continue;
     }
-    const popped = new Set<string>([String((first as string[])[1]), ...((rest as string[] | null) ?? []).map(String)]);
+    const popped = new Set<string>([
+      String((first as string[])[1]),
+      ...((rest as string[] | null) ?? []).map(String),
+    ]);
     await read(remaining.filter((id) => popped.has(id)));
   }
   return finished;

@@ -56,7 +56,8 @@ function levelOf(value: unknown): number {
   let level = 0;
   if (typeof value === "boolean") level = Number(value);
   else if (typeof value === "number" && Number.isFinite(value)) level = Math.trunc(value);
-  else if (typeof value === "string" && /^\s*[+-]?\d+\s*$/.test(value)) level = Number.parseInt(value, 10);
+  else if (typeof value === "string" && /^\s*[+-]?\d+\s*$/.test(value))
+    level = Number.parseInt(value, 10);
   return level || 1;
 }
 
@@ -64,7 +65,12 @@ function levelOf(value: unknown): number {
  * `pod`'s record (`text`, JSON) read at the server's `nowMs`, or null when this version
  * cannot read it (`sweep` drops it once stale); alive: a heartbeat within `ttlMs`.
  */
-export function workerInfo(pod: string, text: string, nowMs: number, ttlMs: number): WorkerInfo | null {
+export function workerInfo(
+  pod: string,
+  text: string,
+  nowMs: number,
+  ttlMs: number,
+): WorkerInfo | null {
   let rec: unknown;
   try {
     rec = JSON.parse(text);
@@ -107,7 +113,8 @@ export function olderWorkersNote(names: readonly string[], level = 1): string {
   let shown = names.slice(0, OLDER_NAMED).join(", ");
   if (names.length > OLDER_NAMED) shown += ` and ${names.length - OLDER_NAMED} more`;
   const release = RELEASE_OF_LEVEL[level] ?? `level ${level}`;
-  const [who, verb, them] = names.length > 1 ? ["workers", "run", "them"] : ["worker", "runs", "it"];
+  const [who, verb, them] =
+    names.length > 1 ? ["workers", "run", "them"] : ["worker", "runs", "it"];
   return (
     `${who} ${shown} ${verb} taskfleet ${release} (level ${level}): flows, groups, claim ` +
     `pauses and spend budgets are not served by ${them}; upgrade ${them} (docs/upgrade.md)`

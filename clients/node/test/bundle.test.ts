@@ -9,7 +9,9 @@ import { ProtocolError } from "../src/errors.js";
 import { QueueKeys } from "../src/keys.js";
 import type { KeyName } from "../src/protocol/layout.js";
 
-const REPOSITORY_BUNDLE = fileURLToPath(new URL("../../../../worker-image/taskfleet/protocol/bundle/", import.meta.url));
+const REPOSITORY_BUNDLE = fileURLToPath(
+  new URL("../../../../worker-image/taskfleet/protocol/bundle/", import.meta.url),
+);
 
 function bundleFiles(dir: string): string[] {
   return readdirSync(dir)
@@ -21,7 +23,11 @@ describe("the packaged script bundle", () => {
   it("holds exactly the repository's bundle files, byte for byte", () => {
     const ours = bundleFiles(packagedBundleDir());
     const theirs = bundleFiles(REPOSITORY_BUNDLE);
-    assert.deepEqual(ours, theirs, "bundle/ lists other files than the repository's bundle: run npm run bundle");
+    assert.deepEqual(
+      ours,
+      theirs,
+      "bundle/ lists other files than the repository's bundle: run npm run bundle",
+    );
     for (const file of theirs) {
       const a = readFileSync(`${packagedBundleDir()}/${file}`);
       const b = readFileSync(`${REPOSITORY_BUNDLE}/${file}`);
@@ -36,7 +42,9 @@ describe("the packaged script bundle", () => {
     };
     for (const [name, decl] of Object.entries(manifest.scripts)) {
       const script = bundle.script(name);
-      const sha1 = createHash("sha1").update(readFileSync(`${REPOSITORY_BUNDLE}/${decl.file}`)).digest("hex");
+      const sha1 = createHash("sha1")
+        .update(readFileSync(`${REPOSITORY_BUNDLE}/${decl.file}`))
+        .digest("hex");
       assert.equal(script.sha1, sha1);
       assert.equal(script.sha1, decl.sha1);
     }
@@ -59,9 +67,16 @@ describe("arguments packed by name", () => {
     const repeated = decl.repeated;
     assert.ok(repeated !== null);
     const named: Record<string, string> = {};
-    for (const arg of decl.args) if (arg.name !== repeated.count) named[arg.name] = arg.type === "int" || arg.type === "number" ? "7" : `<${arg.name}>`;
+    for (const arg of decl.args)
+      if (arg.name !== repeated.count)
+        named[arg.name] = arg.type === "int" || arg.type === "number" ? "7" : `<${arg.name}>`;
     const record = (i: number): Record<string, string> =>
-      Object.fromEntries(repeated.fields.map((f) => [f.name, f.type === "int" || f.type === "number" ? String(i) : `${f.name}${i}`]));
+      Object.fromEntries(
+        repeated.fields.map((f) => [
+          f.name,
+          f.type === "int" || f.type === "number" ? String(i) : `${f.name}${i}`,
+        ]),
+      );
     const argv = bundle.packByName("enqueue", named, [record(1), record(2)]);
     decl.args.forEach((arg, i) => {
       assert.equal(argv[i], arg.name === repeated.count ? "2" : named[arg.name]);
@@ -83,17 +98,26 @@ describe("arguments packed by name", () => {
   });
 
   it("refuses unknown names, missing required arguments and values of the wrong type", () => {
-    assert.throws(() => bundle.packByName("enqueue", { no_such_arg: 1 }), /has no argument no_such_arg/);
+    assert.throws(
+      () => bundle.packByName("enqueue", { no_such_arg: 1 }),
+      /has no argument no_such_arg/,
+    );
     assert.throws(() => bundle.packByName("sweep", {}), /argument bound is required/);
     assert.throws(() => bundle.packByName("sweep", { bound: 1.5 }), /not of type int/);
-    assert.throws(() => bundle.packByName("cancel", {}, [{ nope: "x" }]), /records have no field nope/);
+    assert.throws(
+      () => bundle.packByName("cancel", {}, [{ nope: "x" }]),
+      /records have no field nope/,
+    );
     assert.throws(() => bundle.packByName("no_such_script", {}), /no script no_such_script/);
   });
 
   it("names every key of a queue from the manifest, the queue as the hash tag", () => {
     const keys = new QueueKeys("emails", bundle);
     const enqueue = keys.forScript("enqueue");
-    assert.deepEqual(enqueue, bundle.script("enqueue").decl.uses_keys.map((k) => keys.key(k as KeyName)));
+    assert.deepEqual(
+      enqueue,
+      bundle.script("enqueue").decl.uses_keys.map((k) => keys.key(k as KeyName)),
+    );
     for (const key of enqueue) assert.ok(key.startsWith("tf:{emails}:"), key);
     assert.equal(keys.item("task", "abc"), `${keys.key("task")}abc`);
   });

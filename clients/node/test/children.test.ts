@@ -23,7 +23,11 @@ describe("children added at run time", () => {
     split: async (payload, task) => {
       const pages = Number(payload.pages);
       const ids = await task.addChildren(
-        Array.from({ length: pages }, (_, i) => ({ payload: { page: i, fail: payload.fail === i }, name: "page", taskId: `${task.id}-p${i}` })),
+        Array.from({ length: pages }, (_, i) => ({
+          payload: { page: i, fail: payload.fail === i },
+          name: "page",
+          taskId: `${task.id}-p${i}`,
+        })),
       );
       return { pages, ids };
     },
@@ -36,7 +40,13 @@ describe("children added at run time", () => {
     // adds its pages, then fails its first run for good; returns on the next
     splitOnce: async (payload, task) => {
       const pages = Number(payload.pages);
-      await task.addChildren(Array.from({ length: pages }, (_, i) => ({ payload: { page: i }, name: "page", taskId: `${task.id}-p${i}` })));
+      await task.addChildren(
+        Array.from({ length: pages }, (_, i) => ({
+          payload: { page: i },
+          name: "page",
+          taskId: `${task.id}-p${i}`,
+        })),
+      );
       const run = (runs.get(task.id) ?? 0) + 1;
       runs.set(task.id, run);
       if (run === 1) throw new PermanentFailure("the first run fails after adding its pages");
@@ -83,7 +93,10 @@ describe("children added at run time", () => {
       await queue.enqueue({ pages: 3 }, { name: "split", taskId: "doc" });
       await queue.enqueue({}, { name: "merge", taskId: "merge", after: ["doc"] });
       // the handler returned; its children are held at the gate
-      await until("the parent waits for its children", async () => (await queue.get("doc"))?.state === "waiting");
+      await until(
+        "the parent waits for its children",
+        async () => (await queue.get("doc"))?.state === "waiting",
+      );
       const waiting = await queue.get("doc");
       assert.deepEqual(waiting?.after, ["doc-p0", "doc-p1", "doc-p2"]);
       for (const id of waiting.after) assert.notEqual((await queue.get(id))?.state, "done");
@@ -95,9 +108,13 @@ describe("children added at run time", () => {
       for (const id of waiting.after) {
         const child = await queue.get(id);
         assert.equal(child?.state, "done");
-        assert.ok((child.finishedAt?.getTime() ?? Infinity) <= (done.doc.finishedAt?.getTime() ?? 0));
+        assert.ok(
+          (child.finishedAt?.getTime() ?? Infinity) <= (done.doc.finishedAt?.getTime() ?? 0),
+        );
       }
-      assert.deepEqual(done.merge?.result, { inputs: { doc: { pages: 3, ids: ["doc-p0", "doc-p1", "doc-p2"] } } });
+      assert.deepEqual(done.merge?.result, {
+        inputs: { doc: { pages: 3, ids: ["doc-p0", "doc-p1", "doc-p2"] } },
+      });
       const flow = await queue.flow("doc");
       assert.deepEqual([flow?.done, flow?.open, flow?.outcome], [5, 0, "done"]);
     }));
@@ -127,8 +144,19 @@ describe("children added at run time", () => {
 
   it("refuses children of a run that does not hold its task: StaleToken, nothing stored", async () => {
     await queue.enqueue({}, { taskId: "parent" });
-    const broker = new Broker("jobs", queue.client, "p", "i", { replyTimeoutMs: 5000, host: "", served: null });
-    await assert.rejects(broker.addChildren("parent", "not-its-token", batchRecords([{ payload: {}, taskId: "orphan" }])), StaleToken);
+    const broker = new Broker("jobs", queue.client, "p", "i", {
+      replyTimeoutMs: 5000,
+      host: "",
+      served: null,
+    });
+    await assert.rejects(
+      broker.addChildren(
+        "parent",
+        "not-its-token",
+        batchRecords([{ payload: {}, taskId: "orphan" }]),
+      ),
+      StaleToken,
+    );
     assert.equal(await queue.get("orphan"), null);
   });
 });

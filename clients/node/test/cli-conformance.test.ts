@@ -22,7 +22,13 @@ const QUEUE = "q";
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 interface Step {
-  enqueue?: { id: string; payload?: Record<string, unknown>; priority?: number; group?: string; delay?: number };
+  enqueue?: {
+    id: string;
+    payload?: Record<string, unknown>;
+    priority?: number;
+    group?: string;
+    delay?: number;
+  };
   fail?: string[];
   reason?: string;
   error?: string;
@@ -43,41 +49,69 @@ interface Case {
   then?: { unchanged?: boolean; stats?: Json; config?: Json; tasks?: Record<string, Json> };
 }
 
-const camel = (name: string): string => name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+const camel = (name: string): string =>
+  name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
 const snakeKeys = (o: object): Record<string, unknown> =>
-  Object.fromEntries(Object.entries(o).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]));
+  Object.fromEntries(
+    Object.entries(o).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]),
+  );
 
 /** `expected` is found in `actual`: objects by the keys given, arrays element by element, the rest equal. */
 function subset(expected: unknown, actual: unknown, where = "$"): void {
   if (Array.isArray(expected)) {
-    assert.ok(Array.isArray(actual) && actual.length === expected.length, `${where}: ${JSON.stringify(actual)}`);
+    assert.ok(
+      Array.isArray(actual) && actual.length === expected.length,
+      `${where}: ${JSON.stringify(actual)}`,
+    );
     expected.forEach((e, i) => {
       subset(e, (actual as unknown[])[i], `${where}[${i}]`);
     });
   } else if (expected !== null && typeof expected === "object") {
-    assert.ok(actual !== null && typeof actual === "object" && !Array.isArray(actual), `${where}: expected an object, got ${JSON.stringify(actual)}`);
+    assert.ok(
+      actual !== null && typeof actual === "object" && !Array.isArray(actual),
+      `${where}: expected an object, got ${JSON.stringify(actual)}`,
+    );
     for (const [key, value] of Object.entries(expected)) {
       assert.ok(key in actual, `${where}: no ${key} in ${JSON.stringify(actual)}`);
       subset(value, (actual as Record<string, unknown>)[key], `${where}.${key}`);
     }
   } else {
-    assert.deepEqual(actual, expected, `${where}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`);
+    assert.deepEqual(
+      actual,
+      expected,
+      `${where}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`,
+    );
   }
 }
 
 async function given(steps: readonly Step[], q: Queue): Promise<void> {
-  const broker = new Broker(QUEUE, q.client, "pod-a", "1", { replyTimeoutMs: 5000, host: "", served: null });
+  const broker = new Broker(QUEUE, q.client, "pod-a", "1", {
+    replyTimeoutMs: 5000,
+    host: "",
+    served: null,
+  });
   for (const step of steps) {
     if (step.enqueue !== undefined) {
       const { id, payload, delay, ...options } = step.enqueue; // the cases' delay: seconds
-      await q.enqueue(payload ?? {}, { taskId: id, ...options, ...(delay === undefined ? {} : { delayMs: delay * 1000 }) });
+      await q.enqueue(payload ?? {}, {
+        taskId: id,
+        ...options,
+        ...(delay === undefined ? {} : { delayMs: delay * 1000 }),
+      });
     } else if (step.fail !== undefined) {
       const claimed = (await broker.claim(step.fail.length, 0)).tasks;
-      assert.deepEqual(claimed.map((t) => t.id).sort(), [...step.fail].sort(), "fail: the tasks named are next in line");
-      for (const t of claimed) await broker.fail(t.id, t.token, step.error ?? "ValueError: bad", false, step.reason ?? "");
+      assert.deepEqual(
+        claimed.map((t) => t.id).sort(),
+        [...step.fail].sort(),
+        "fail: the tasks named are next in line",
+      );
+      for (const t of claimed)
+        await broker.fail(t.id, t.token, step.error ?? "ValueError: bad", false, step.reason ?? "");
     } else if (step.configure !== undefined) {
       // the cases give the stored fields (seconds); the API takes milliseconds
-      const stored = Object.fromEntries(Object.entries(step.configure).map(([k, v]) => [camel(k), v]));
+      const stored = Object.fromEntries(
+        Object.entries(step.configure).map(([k, v]) => [camel(k), v]),
+      );
       await q.configure(configToMs(stored as unknown as StoredConfig));
     } else {
       throw new Error(`unknown given step ${JSON.stringify(step)}`);
@@ -87,16 +121,25 @@ async function given(steps: readonly Step[], q: Queue): Promise<void> {
 
 async function snapshot(q: Queue): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
-  for (const key of (await q.client.keys("*")).sort()) out[key] = (await q.client.dumpBuffer(key)).toString("hex");
+  for (const key of (await q.client.keys("*")).sort())
+    out[key] = (await q.client.dumpBuffer(key)).toString("hex");
   return out;
 }
 
-function run(argv: readonly string[], redisUrl: string): Promise<{ code: number; stdout: string; stderr: string }> {
+function run(
+  argv: readonly string[],
+  redisUrl: string,
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...argv], { env: cleanEnv({ TASKFLEET_REDIS_URL: redisUrl }) }, (error, stdout, stderr) => {
-      const code = error === null ? 0 : typeof error.code === "number" ? error.code : -1;
-      resolve({ code, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [BIN, ...argv],
+      { env: cleanEnv({ TASKFLEET_REDIS_URL: redisUrl }) },
+      (error, stdout, stderr) => {
+        const code = error === null ? 0 : typeof error.code === "number" ? error.code : -1;
+        resolve({ code, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -104,14 +147,19 @@ function lines(text: string): string[] {
   return text === "" ? [] : text.replace(/\n$/, "").split("\n");
 }
 
-const files = readdirSync(CASES_DIR).filter((f) => f.endsWith(".json")).sort();
+const files = readdirSync(CASES_DIR)
+  .filter((f) => f.endsWith(".json"))
+  .sort();
 const redis = new RedisServer();
 before(() => redis.start());
 after(() => redis.stop());
 beforeEach(() => redis.flush());
 
 for (const file of files) {
-  const data = JSON.parse(readFileSync(CASES_DIR + file, "utf8")) as { format: number; cases: Case[] };
+  const data = JSON.parse(readFileSync(CASES_DIR + file, "utf8")) as {
+    format: number;
+    cases: Case[];
+  };
   describe(`the CLI conformance cases of ${file}`, () => {
     it("are in a format this runner reads", () => {
       assert.equal(data.format, 1);
@@ -132,10 +180,15 @@ for (const file of files) {
             assert.ok(errors[0]?.startsWith(`${PROG}: error: `), what);
             assert.ok(errors[0]?.includes(c.error), what);
           } else {
-            assert.deepEqual(errors, (c.stderr ?? []).map((l) => l.replaceAll("{prog}", PROG)), what);
+            assert.deepEqual(
+              errors,
+              (c.stderr ?? []).map((l) => l.replaceAll("{prog}", PROG)),
+              what,
+            );
           }
           if (c.stdout !== undefined) assert.deepEqual(out, c.stdout, what);
-          for (const line of c.stdout_has ?? []) assert.ok(out.includes(line), `${line} not in ${what}`);
+          for (const line of c.stdout_has ?? [])
+            assert.ok(out.includes(line), `${line} not in ${what}`);
           if (c.stdout_match !== undefined) {
             assert.equal(out.length, c.stdout_match.length, what);
             c.stdout_match.forEach((pattern, i) => {
@@ -144,9 +197,11 @@ for (const file of files) {
           }
           if (c.stdout_json !== undefined) subset(c.stdout_json, JSON.parse(result.stdout));
           const then = c.then ?? {};
-          if (then.unchanged === true) assert.deepEqual(await snapshot(q), before, "bad input stored something");
+          if (then.unchanged === true)
+            assert.deepEqual(await snapshot(q), before, "bad input stored something");
           if (then.stats !== undefined) subset(then.stats, await q.stats());
-          if (then.config !== undefined) subset(then.config, snakeKeys(configFromMs(await q.config()))) // the stored seconds;
+          if (then.config !== undefined)
+            subset(then.config, snakeKeys(configFromMs(await q.config()))); // the stored seconds;
           for (const [id, fields] of Object.entries(then.tasks ?? {})) {
             const found = await q.get(id);
             assert.ok(found !== null, id);
@@ -201,13 +256,26 @@ describe("taskfleet-node's own names for the Python commands", () => {
   it("says Redis cannot be reached in one line, exit 1", async () => {
     const stats = await run(["stats", QUEUE, "--redis-url", "redis://127.0.0.1:1/0"], redis.url);
     assert.equal(stats.code, 1);
-    assert.match(stats.stderr, /^taskfleet-node: error: cannot reach Redis at redis:\/\/127\.0\.0\.1:1\/0: .*\n$/);
+    assert.match(
+      stats.stderr,
+      /^taskfleet-node: error: cannot reach Redis at redis:\/\/127\.0\.0\.1:1\/0: .*\n$/,
+    );
   });
 
   it("names every everyday command in its help", async () => {
     const help = await run(["--help"], redis.url);
     assert.equal(help.code, 0);
-    for (const name of ["configure", "stats", "ls", "task", "cancel", "retry", "purge", "workers", "schedule"]) {
+    for (const name of [
+      "configure",
+      "stats",
+      "ls",
+      "task",
+      "cancel",
+      "retry",
+      "purge",
+      "workers",
+      "schedule",
+    ]) {
       assert.match(help.stdout, new RegExp(`^  ${name} `, "m"));
     }
   });

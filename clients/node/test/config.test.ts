@@ -12,7 +12,9 @@ const snake = (name: string): string => name.replace(/[A-Z]/g, (c) => `_${c.toLo
 const asPython = (settings: Record<string, unknown>): Record<string, unknown> =>
   Object.fromEntries(
     Object.entries(settings).map(([k, v]) =>
-      k.endsWith("Ms") ? [`${snake(k.slice(0, -2))}_s`, typeof v === "number" ? v / 1000 : v] : [snake(k), v],
+      k.endsWith("Ms")
+        ? [`${snake(k.slice(0, -2))}_s`, typeof v === "number" ? v / 1000 : v]
+        : [snake(k), v],
     ),
   );
 
@@ -45,7 +47,11 @@ describe("Queue.configure", () => {
   it("stores the whole config (unset fields go), reads it back, and refuses bad settings with one line, storing nothing", async () => {
     queue = new Queue("jobs", { redisUrl: server.url });
     try {
-      const stored = await queue.configure({ maxConcurrency: 4, leaseTtlMs: 60_000, budgetDay: 1000 });
+      const stored = await queue.configure({
+        maxConcurrency: 4,
+        leaseTtlMs: 60_000,
+        budgetDay: 1000,
+      });
       assert.equal(stored.leaseTtlMs, 60_000);
       assert.equal(stored.maxConcurrency, 4);
       assert.equal(stored.maxAttempts, 3);
@@ -59,7 +65,12 @@ describe("Queue.configure", () => {
       await queue.configure({ maxAttempts: 5 });
       assert.deepEqual(await queue.config(), { ...defaultConfig(), maxAttempts: 5 });
 
-      for (const bad of [...REFUSED, { max_concurrency: 1 }, { maxConcurrency: "4" }, { maxConcurrency: Number.NaN }]) {
+      for (const bad of [
+        ...REFUSED,
+        { max_concurrency: 1 },
+        { maxConcurrency: "4" },
+        { maxConcurrency: Number.NaN },
+      ]) {
         await assert.rejects(queue.configure(bad), (error: Error) => {
           assert.ok(error instanceof InvalidArgument, String(error));
           assert.doesNotMatch(error.message, /\n/);
@@ -67,53 +78,73 @@ describe("Queue.configure", () => {
         });
       }
       assert.equal((await queue.config()).maxAttempts, 5);
-      await assert.rejects(queue.configure({ leaseTtlS: 60 } as never), /has no option 'leaseTtlS' \(durations are milliseconds, in options named \.\.\.Ms: 'leaseTtlMs'\)/);
-      await assert.rejects(queue.configure({ leaseTtlMs: 500 }), /leaseTtlMs \/ 1000 as leaseTtlS must be at least 1/);
+      await assert.rejects(
+        queue.configure({ leaseTtlS: 60 } as never),
+        /has no option 'leaseTtlS' \(durations are milliseconds, in options named \.\.\.Ms: 'leaseTtlMs'\)/,
+      );
+      await assert.rejects(
+        queue.configure({ leaseTtlMs: 500 }),
+        /leaseTtlMs \/ 1000 as leaseTtlS must be at least 1/,
+      );
     } finally {
       await queue.close();
     }
   });
 
-  it("has Python's fields and defaults, refuses what Python refuses, and stores what Python reads as the same config", needsPython, async () => {
-    const pyDefaults = python<Record<string, number | null>>(
-      "import json; from taskfleet.protocol.config import QueueConfig; print(json.dumps(QueueConfig().model_dump()))",
-    );
-    const nodeDefaults = asPython(defaultConfig());
-    assert.deepEqual(nodeDefaults, pyDefaults);
+  it(
+    "has Python's fields and defaults, refuses what Python refuses, and stores what Python reads as the same config",
+    needsPython,
+    async () => {
+      const pyDefaults = python<Record<string, number | null>>(
+        "import json; from taskfleet.protocol.config import QueueConfig; print(json.dumps(QueueConfig().model_dump()))",
+      );
+      const nodeDefaults = asPython(defaultConfig());
+      assert.deepEqual(nodeDefaults, pyDefaults);
 
-    const refused = python<boolean[]>(
-      [
-        "import json, sys",
-        "from pydantic import ValidationError",
-        "from taskfleet.protocol.config import QueueConfig",
-        "out = []",
-        "for case in json.load(sys.stdin):",
-        "    try:",
-        "        QueueConfig.model_validate(case, strict=False); out.append(False)",
-        "    except ValidationError:",
-        "        out.append(True)",
-        "print(json.dumps(out))",
-      ].join("\n"),
-      REFUSED.map(asPython),
-    );
-    assert.deepEqual(refused, REFUSED.map(() => true));
-
-    queue = new Queue("jobs", { redisUrl: server.url });
-    try {
-      const settings = { maxConcurrency: 2, rateLimitCost: 50, rateLimitPeriodMs: 500, leaseTtlMs: 45_000, backoffJitter: 0.1, groupRateLimitTasks: 7 };
-      const stored = await queue.configure(settings);
-      const read = python<Record<string, number | null>>(
+      const refused = python<boolean[]>(
         [
           "import json, sys",
-          "from taskfleet import Queue",
-          "q = Queue('jobs', redis_url=json.load(sys.stdin))",
-          "print(json.dumps(q.config().model_dump())); q.close()",
+          "from pydantic import ValidationError",
+          "from taskfleet.protocol.config import QueueConfig",
+          "out = []",
+          "for case in json.load(sys.stdin):",
+          "    try:",
+          "        QueueConfig.model_validate(case, strict=False); out.append(False)",
+          "    except ValidationError:",
+          "        out.append(True)",
+          "print(json.dumps(out))",
         ].join("\n"),
-        server.url,
+        REFUSED.map(asPython),
       );
-      assert.deepEqual(read, asPython(stored));
-    } finally {
-      await queue.close();
-    }
-  });
+      assert.deepEqual(
+        refused,
+        REFUSED.map(() => true),
+      );
+
+      queue = new Queue("jobs", { redisUrl: server.url });
+      try {
+        const settings = {
+          maxConcurrency: 2,
+          rateLimitCost: 50,
+          rateLimitPeriodMs: 500,
+          leaseTtlMs: 45_000,
+          backoffJitter: 0.1,
+          groupRateLimitTasks: 7,
+        };
+        const stored = await queue.configure(settings);
+        const read = python<Record<string, number | null>>(
+          [
+            "import json, sys",
+            "from taskfleet import Queue",
+            "q = Queue('jobs', redis_url=json.load(sys.stdin))",
+            "print(json.dumps(q.config().model_dump())); q.close()",
+          ].join("\n"),
+          server.url,
+        );
+        assert.deepEqual(read, asPython(stored));
+      } finally {
+        await queue.close();
+      }
+    },
+  );
 });

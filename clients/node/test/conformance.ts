@@ -17,17 +17,54 @@ export interface Case {
   readonly steps: readonly Record<string, unknown>[];
 }
 
-const READS = new Set(["HGETALL", "HGET", "HEXISTS", "EXISTS", "GET", "TYPE", "ZRANGE", "ZSCORE", "ZCARD", "LRANGE", "LLEN", "SMEMBERS", "SCARD", "PTTL"]);
-const WRITES = new Set(["HSET", "HDEL", "DEL", "ZADD", "ZREM", "SADD", "SREM", "SET", "RPUSH", "LPUSH"]);
+const READS = new Set([
+  "HGETALL",
+  "HGET",
+  "HEXISTS",
+  "EXISTS",
+  "GET",
+  "TYPE",
+  "ZRANGE",
+  "ZSCORE",
+  "ZCARD",
+  "LRANGE",
+  "LLEN",
+  "SMEMBERS",
+  "SCARD",
+  "PTTL",
+]);
+const WRITES = new Set([
+  "HSET",
+  "HDEL",
+  "DEL",
+  "ZADD",
+  "ZREM",
+  "SADD",
+  "SREM",
+  "SET",
+  "RPUSH",
+  "LPUSH",
+]);
 
 /** Every case of the files in `dir`, checked against the manifest's protocol. */
 export function loadCases(dir: string, protocol: number): Case[] {
   const out: Case[] = [];
-  for (const file of readdirSync(dir).filter((f) => f.endsWith(".json")).sort()) {
-    const data = JSON.parse(readFileSync(`${dir}/${file}`, "utf8")) as { format: number; protocol: number; cases: { id: string; queue: string; steps: Record<string, unknown>[] }[] };
-    if (data.format !== 1) throw new Error(`${file}: format ${data.format}; this runner reads format 1`);
-    if (data.protocol !== protocol) throw new Error(`${file}: written for protocol ${data.protocol}, the manifest's is ${protocol}`);
-    for (const c of data.cases) out.push({ name: `${file.replace(/\.json$/, "")}/${c.id}`, queue: c.queue, steps: c.steps });
+  for (const file of readdirSync(dir)
+    .filter((f) => f.endsWith(".json"))
+    .sort()) {
+    const data = JSON.parse(readFileSync(`${dir}/${file}`, "utf8")) as {
+      format: number;
+      protocol: number;
+      cases: { id: string; queue: string; steps: Record<string, unknown>[] }[];
+    };
+    if (data.format !== 1)
+      throw new Error(`${file}: format ${data.format}; this runner reads format 1`);
+    if (data.protocol !== protocol)
+      throw new Error(
+        `${file}: written for protocol ${data.protocol}, the manifest's is ${protocol}`,
+      );
+    for (const c of data.cases)
+      out.push({ name: `${file.replace(/\.json$/, "")}/${c.id}`, queue: c.queue, steps: c.steps });
   }
   return out;
 }
@@ -67,11 +104,17 @@ function payloadValue(v: unknown): unknown {
 export type Encoder = (payload: unknown) => string;
 
 /** One case run on `client` (a connection of its own; the database is flushed first). */
-export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: Encoder): Promise<void> {
+export async function runCase(
+  client: Redis,
+  bundle: Bundle,
+  c: Case,
+  encode?: Encoder,
+): Promise<void> {
   const prefix = bundle.manifest.key_prefix.replace("%QUEUE%", c.queue);
   const byName = new Map(bundle.manifest.keys.map((k) => [k.name, prefix + k.suffix]));
   // a call's KEYS: the keys its script uses, in its uses_keys order
-  const keysOf = (script: string): string[] => bundle.script(script).decl.uses_keys.map((k) => byName.get(k) ?? "");
+  const keysOf = (script: string): string[] =>
+    bundle.script(script).decl.uses_keys.map((k) => byName.get(k) ?? "");
   const captured = new Map<string, Captured>();
   await client.flushdb();
 
@@ -79,7 +122,8 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
     const { key, id } = ref as { key: string; id?: unknown };
     const decl = bundle.manifest.keys.find((k) => k.name === key);
     if (decl === undefined) throw new Failure(`no key ${key}`);
-    if (decl.is_prefix !== (id !== undefined)) throw new Failure(`key ${key}: an id ${decl.is_prefix ? "is needed" : "is refused"}`);
+    if (decl.is_prefix !== (id !== undefined))
+      throw new Failure(`key ${key}: an id ${decl.is_prefix ? "is needed" : "is refused"}`);
     return prefix + decl.suffix + (id === undefined ? "" : text(value(id)));
   };
 
@@ -96,7 +140,10 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
       if (found === undefined) throw new Failure(`$ref ${String(o.$ref)} not captured`);
       return Buffer.isBuffer(found) ? found : text(found);
     }
-    if ("$add" in o) return String((o.$add as unknown[]).reduce<bigint>((sum, t) => sum + BigInt(text(value(t))), 0n));
+    if ("$add" in o)
+      return String(
+        (o.$add as unknown[]).reduce<bigint>((sum, t) => sum + BigInt(text(value(t))), 0n),
+      );
     if ("$sub" in o) {
       const [a, b] = o.$sub as unknown[];
       return String(BigInt(text(value(a))) - BigInt(text(value(b))));
@@ -114,7 +161,9 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
 
   const match = (expect: unknown, actual: Captured, path: string, inJson: boolean): void => {
     const fail = (why: string): never => {
-      throw new Failure(`${path}: ${why}; expected ${JSON.stringify(expect)}, found ${show(actual)}`);
+      throw new Failure(
+        `${path}: ${why}; expected ${JSON.stringify(expect)}, found ${show(actual)}`,
+      );
     };
     const check = (ok: boolean, why: string): void => {
       if (!ok) fail(why);
@@ -132,8 +181,8 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
         check(actual.equals(Buffer.from(expect, "utf8")), "other bytes");
         return;
       }
-      check((inJson && actual === expect), "not that string");
-        return;
+      check(inJson && actual === expect, "not that string");
+      return;
     }
     if (typeof expect === "number") {
       if (typeof actual === "number" && (inJson || Number.isInteger(actual))) {
@@ -143,15 +192,24 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
       return fail("not an integer");
     }
     if (Array.isArray(expect)) {
-      if (!Array.isArray(actual) || actual.length !== expect.length) return fail("not an array of that length");
-      expect.forEach((e, i) => { match(e, actual[i] ?? null, `${path}[${i}]`, inJson); });
+      if (!Array.isArray(actual) || actual.length !== expect.length)
+        return fail("not an array of that length");
+      expect.forEach((e, i) => {
+        match(e, actual[i] ?? null, `${path}[${i}]`, inJson);
+      });
       return;
     }
     const o = expect as Record<string, unknown>;
     const dollar = Object.keys(o).find((k) => k.startsWith("$"));
     const fields = (a: Captured): Map<string, Captured> | null => {
       if (a instanceof Map) return a;
-      if (inJson && typeof a === "object" && a !== null && !Array.isArray(a) && !Buffer.isBuffer(a)) {
+      if (
+        inJson &&
+        typeof a === "object" &&
+        a !== null &&
+        !Array.isArray(a) &&
+        !Buffer.isBuffer(a)
+      ) {
         return new Map(Object.entries(a as Record<string, Json>));
       }
       return null;
@@ -171,7 +229,9 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
         match(e, map.get(k) ?? null, `${path}.${k}`, inJson);
       }
       if (exact) {
-        const extra = [...map.keys()].filter((k) => !(k in entries) || (entries[k] as { $absent?: boolean } | null)?.$absent === true);
+        const extra = [...map.keys()].filter(
+          (k) => !(k in entries) || (entries[k] as { $absent?: boolean } | null)?.$absent === true,
+        );
         if (extra.length > 0) fail(`unexpected keys ${extra.join(", ")}`);
       }
     };
@@ -197,7 +257,10 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
         return;
       }
       case "$hex":
-        check((Buffer.isBuffer(actual) && actual.equals(Buffer.from(o.$hex as string, "hex"))), "other bytes");
+        check(
+          Buffer.isBuffer(actual) && actual.equals(Buffer.from(o.$hex as string, "hex")),
+          "other bytes",
+        );
         return;
       case "$eq":
         check(num() === bound(o.$eq), "not equal");
@@ -211,7 +274,7 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
       case "$between": {
         const [lo, hi] = o.$between as unknown[];
         const n = num();
-        check((n >= bound(lo) && n <= bound(hi)), "out of range");
+        check(n >= bound(lo) && n <= bound(hi), "out of range");
         return;
       }
       case "$capture": {
@@ -240,7 +303,9 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
           rest = rest.subarray(at + sep.length);
         }
         pieces.push(rest);
-        parts.forEach((p, i) => { match(p, pieces[i] ?? null, `${path}.part[${i}]`, false); });
+        parts.forEach((p, i) => {
+          match(p, pieces[i] ?? null, `${path}.part[${i}]`, false);
+        });
         return;
       }
       case "$json": {
@@ -265,8 +330,15 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
         object(o.$subset as Record<string, unknown>, false);
         return;
       case "$error": {
-        const err = actual !== null && typeof actual === "object" && !Buffer.isBuffer(actual) && !Array.isArray(actual) && "error" in actual ? actual.error : null;
-        check((typeof err === "string" && err.includes(o.$error as string)), "not that error");
+        const err =
+          actual !== null &&
+          typeof actual === "object" &&
+          !Buffer.isBuffer(actual) &&
+          !Array.isArray(actual) &&
+          "error" in actual
+            ? actual.error
+            : null;
+        check(typeof err === "string" && err.includes(o.$error as string), "not that error");
         return;
       }
       default:
@@ -281,7 +353,8 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
         const [s, us] = (await client.time()).map(Number);
         captured.set(step.time as string, (s ?? 0) * 1000 + Math.floor((us ?? 0) / 1000));
       } else if ("encode" in step) {
-        if (encode === undefined) throw new Failure("encode steps need the client's payload writer (runCase's encode)");
+        if (encode === undefined)
+          throw new Failure("encode steps need the client's payload writer (runCase's encode)");
         let reply: Reply;
         try {
           reply = Buffer.from(encode(payloadValue(step.encode)), "utf8");
@@ -293,11 +366,15 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
         const script = step.call as string;
         const loaded = bundle.script(script);
         const sha = String(await client.script("LOAD", loaded.source));
-        if (sha !== loaded.sha1) throw new Failure(`Redis' SHA1 of ${script} is ${sha}, the manifest's ${loaded.sha1}`);
+        if (sha !== loaded.sha1)
+          throw new Failure(`Redis' SHA1 of ${script} is ${sha}, the manifest's ${loaded.sha1}`);
         const args: Record<string, ArgValue> = {};
-        for (const [k, v] of Object.entries((step.args ?? {}) as Record<string, unknown>)) args[k] = v === null ? undefined : value(v);
+        for (const [k, v] of Object.entries((step.args ?? {}) as Record<string, unknown>))
+          args[k] = v === null ? undefined : value(v);
         const records = ((step.records ?? []) as Record<string, unknown>[]).map((r) =>
-          Object.fromEntries(Object.entries(r).map(([k, v]) => [k, v === null ? undefined : value(v)])),
+          Object.fromEntries(
+            Object.entries(r).map(([k, v]) => [k, v === null ? undefined : value(v)]),
+          ),
         );
         const argv = bundle.packByName(script, args, records);
         const keys = keysOf(script);
@@ -311,15 +388,18 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
       } else {
         const kind = "read" in step ? "read" : "write";
         const [command, ref, ...rest] = step[kind] as [string, unknown, ...unknown[]];
-        if (!(kind === "read" ? READS : WRITES).has(command)) throw new Failure(`${kind} ${command} is not allowed`);
+        if (!(kind === "read" ? READS : WRITES).has(command))
+          throw new Failure(`${kind} ${command} is not allowed`);
         let reply = await send(command, [keyOf(ref), ...rest.map(value)]);
         if (command === "HGETALL" && Array.isArray(reply)) {
           const map = new Map<string, Buffer>();
-          for (let i = 0; i < reply.length; i += 2) map.set(text(reply[i] as Buffer), reply[i + 1] as Buffer);
+          for (let i = 0; i < reply.length; i += 2)
+            map.set(text(reply[i] as Buffer), reply[i + 1] as Buffer);
           reply = map;
         }
         if ("expect" in step) match(step.expect, reply, "reply", false);
-        else if (typeof reply === "object" && reply !== null && "error" in reply) throw new Failure(`the write failed: ${reply.error}`);
+        else if (typeof reply === "object" && reply !== null && "error" in reply)
+          throw new Failure(`the write failed: ${reply.error}`);
       }
     } catch (error) {
       if (error instanceof Failure) throw new Error(`${where}: ${error.message}`);
@@ -329,8 +409,10 @@ export async function runCase(client: Redis, bundle: Bundle, c: Case, encode?: E
 }
 
 function same(a: Captured, b: Captured): boolean {
-  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((x, i) => same(x, b[i] ?? null));
-  if (a instanceof Map && b instanceof Map) return a.size === b.size && [...a].every(([k, v]) => b.has(k) && same(v, b.get(k) ?? null));
+  if (Array.isArray(a) && Array.isArray(b))
+    return a.length === b.length && a.every((x, i) => same(x, b[i] ?? null));
+  if (a instanceof Map && b instanceof Map)
+    return a.size === b.size && [...a].every(([k, v]) => b.has(k) && same(v, b.get(k) ?? null));
   if (a === null || b === null) return a === b;
   try {
     return text(a) === text(b);
@@ -341,7 +423,8 @@ function same(a: Captured, b: Captured): boolean {
 
 function show(value: Captured): string {
   if (Buffer.isBuffer(value)) return JSON.stringify(value.toString("utf8"));
-  if (value instanceof Map) return JSON.stringify(Object.fromEntries([...value].map(([k, v]) => [k, v.toString("utf8")])));
+  if (value instanceof Map)
+    return JSON.stringify(Object.fromEntries([...value].map(([k, v]) => [k, v.toString("utf8")])));
   if (Array.isArray(value)) return `[${value.map(show).join(", ")}]`;
   return JSON.stringify(value);
 }

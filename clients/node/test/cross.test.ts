@@ -24,19 +24,29 @@ describe("with the Python client on one queue", needsPython, () => {
   before(async () => {
     await server.start();
     queue = new Queue(QUEUE, { redisUrl: server.url });
-    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("TASKFLEET_")));
+    const env = Object.fromEntries(
+      Object.entries(process.env).filter(([k]) => !k.startsWith("TASKFLEET_")),
+    );
     worker = spawn(
       join(REPOSITORY, ".venv/bin/taskfleet"),
       [
         "worker",
-        "--queue", QUEUE,
-        "--redis-url", server.url,
-        "--app-dir", FIXTURES,
-        "--handler", "cross_handlers:default",
-        "--handler", "shout=cross_handlers:shout",
-        "--concurrency", "4",
-        "--pod", "python-worker",
-        "--runtime-dir", runtime,
+        "--queue",
+        QUEUE,
+        "--redis-url",
+        server.url,
+        "--app-dir",
+        FIXTURES,
+        "--handler",
+        "cross_handlers:default",
+        "--handler",
+        "shout=cross_handlers:shout",
+        "--concurrency",
+        "4",
+        "--pod",
+        "python-worker",
+        "--runtime-dir",
+        runtime,
         "--no-fire-schedules",
       ],
       { env: { ...env, PYTHONUNBUFFERED: "1" }, stdio: ["ignore", "pipe", "pipe"] },
@@ -75,7 +85,10 @@ describe("with the Python client on one queue", needsPython, () => {
     assert.equal(done.orphan?.state, "dead");
     assert.equal(done.orphan.reason, "unknown task");
     const workers = await queue.workers();
-    assert.deepEqual(workers.map((w) => [w.pod, w.alive, w.level]), [["python-worker", true, 3]]); // level 3: its record says what it serves
+    assert.deepEqual(
+      workers.map((w) => [w.pod, w.alive, w.level]),
+      [["python-worker", true, 3]],
+    ); // level 3: its record says what it serves
   });
 
   it("reads and waits on what a Python producer enqueues, and stores the same bytes for the same task", async () => {
@@ -99,10 +112,16 @@ describe("with the Python client on one queue", needsPython, () => {
     assert.equal(first.cost, 4);
     assert.deepEqual(done[ids[1] ?? ""]?.result, { text: "PY" });
     // the same id, payload and options from Node: the same task (nothing changes)
-    const again = await queue.enqueueResult({ a: "é", b: [1, 2.5] }, { taskId: "from-python", priority: 3, timeoutMs: 30_000, maxAttempts: 2, cost: 4 });
+    const again = await queue.enqueueResult(
+      { a: "é", b: [1, 2.5] },
+      { taskId: "from-python", priority: 3, timeoutMs: 30_000, maxAttempts: 2, cost: 4 },
+    );
     assert.deepEqual(again, { taskId: "from-python", created: false });
     // and the other way round: Python enqueueing Node's task again changes nothing
-    await queue.enqueue({ z: 1, y: [true, null] }, { taskId: "from-node", name: "shout", timeoutMs: 2500 });
+    await queue.enqueue(
+      { z: 1, y: [true, null] },
+      { taskId: "from-node", name: "shout", timeoutMs: 2500 },
+    );
     const created = python<boolean>(
       "import json, sys\nfrom taskfleet import Queue\n" +
         `with Queue('${QUEUE}', json.load(sys.stdin)) as q:\n` +
@@ -114,9 +133,12 @@ describe("with the Python client on one queue", needsPython, () => {
 
   it("leaves the Python worker to drain and exit 0 on SIGTERM", async () => {
     assert.ok(worker !== undefined);
-    const exited = new Promise<number | null>((resolve) => worker?.once("exit", (code) => { resolve(code); }));
+    const exited = new Promise<number | null>((resolve) =>
+      worker?.once("exit", (code) => {
+        resolve(code);
+      }),
+    );
     worker.kill("SIGTERM");
     assert.equal(await exited, 0, output);
   });
 });
-

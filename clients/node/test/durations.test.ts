@@ -28,11 +28,16 @@ async function sweep(q: Queue): Promise<unknown> {
 
 /** Rejects with an InvalidArgument whose one line matches `message`. */
 async function refused(call: Promise<unknown>, message: RegExp): Promise<void> {
-  await assert.rejects(call, (e: unknown) => e instanceof InvalidArgument && !e.message.includes("\n") && message.test(e.message));
+  await assert.rejects(
+    call,
+    (e: unknown) =>
+      e instanceof InvalidArgument && !e.message.includes("\n") && message.test(e.message),
+  );
 }
 
 // untyped calls, as JavaScript or an `any` would make them
-const untyped = (options: Record<string, unknown>): Record<string, never> => options as Record<string, never>;
+const untyped = (options: Record<string, unknown>): Record<string, never> =>
+  options as Record<string, never>;
 
 describe("durations in milliseconds", () => {
   it("runs a task enqueued with delayMs: 60000 one minute after it was created", () =>
@@ -58,11 +63,23 @@ describe("durations in milliseconds", () => {
 
   it("refuses delay: 60000, a seconds name, with one line naming delayMs, and stores nothing", () =>
     withQueue(async (q) => {
-      await refused(q.enqueue({}, untyped({ delay: 60_000 })), /enqueue options has no option 'delay' \(durations are milliseconds, in options named \.\.\.Ms: 'delayMs'\)/);
+      await refused(
+        q.enqueue({}, untyped({ delay: 60_000 })),
+        /enqueue options has no option 'delay' \(durations are milliseconds, in options named \.\.\.Ms: 'delayMs'\)/,
+      );
       await refused(q.enqueue({}, untyped({ timeout: 30 })), /no option 'timeout' .*'timeoutMs'/);
-      await refused(q.enqueue({}, untyped({ deadline: 60 })), /deadline must be a Date, not number \(for a time from now: deadlineMs, in milliseconds\)/);
-      await refused(q.enqueueMany([{ payload: {}, ...untyped({ delay: 60 }) }]), /unknown enqueue field\(s\): delay \(.*'delayMs'\)/);
-      await refused(q.enqueue({}, { deadline: new Date(Date.now() + 1000), deadlineMs: 1000 }), /not both/);
+      await refused(
+        q.enqueue({}, untyped({ deadline: 60 })),
+        /deadline must be a Date, not number \(for a time from now: deadlineMs, in milliseconds\)/,
+      );
+      await refused(
+        q.enqueueMany([{ payload: {}, ...untyped({ delay: 60 }) }]),
+        /unknown enqueue field\(s\): delay \(.*'delayMs'\)/,
+      );
+      await refused(
+        q.enqueue({}, { deadline: new Date(Date.now() + 1000), deadlineMs: 1000 }),
+        /not both/,
+      );
       assert.equal((await q.stats()).delayed + (await q.stats()).pending, 0);
     }));
 
@@ -87,20 +104,48 @@ describe("durations in milliseconds", () => {
   it("converts every Worker duration from milliseconds to the seconds its loops use, and refuses the old names", () => {
     const settings = checkSettings(
       "jobs",
-      { drainTimeoutMs: 1500, heartbeatIntervalMs: 250, leaseTtlMs: 60_000, taskTimeoutMs: 30_000, heldGraceMs: 90_000, idleWaitMs: 500 },
+      {
+        drainTimeoutMs: 1500,
+        heartbeatIntervalMs: 250,
+        leaseTtlMs: 60_000,
+        taskTimeoutMs: 30_000,
+        heldGraceMs: 90_000,
+        idleWaitMs: 500,
+      },
       "p",
       "i",
     );
     assert.deepEqual(
-      [settings.drainTimeout, settings.heartbeatInterval, settings.leaseTtl, settings.taskTimeout, settings.heldGrace, settings.idleWait],
+      [
+        settings.drainTimeout,
+        settings.heartbeatInterval,
+        settings.leaseTtl,
+        settings.taskTimeout,
+        settings.heldGrace,
+        settings.idleWait,
+      ],
       [1.5, 0.25, 60, 30, 90, 0.5],
     );
     const defaults = checkSettings("jobs", {}, "p", "i");
-    assert.deepEqual([defaults.drainTimeout, defaults.heartbeatInterval, defaults.idleWait], [30, 5, 1]);
-    for (const old of ["drainTimeout", "heartbeatInterval", "leaseTtl", "taskTimeout", "heldGrace", "idleWait"]) {
+    assert.deepEqual(
+      [defaults.drainTimeout, defaults.heartbeatInterval, defaults.idleWait],
+      [30, 5, 1],
+    );
+    for (const old of [
+      "drainTimeout",
+      "heartbeatInterval",
+      "leaseTtl",
+      "taskTimeout",
+      "heldGrace",
+      "idleWait",
+    ]) {
       assert.throws(
         () => checkSettings("jobs", untyped({ [old]: 30 }), "p", "i"),
-        (e: unknown) => e instanceof InvalidArgument && e.message.includes(`no option '${old}' (durations are milliseconds, in options named ...Ms: '${old}Ms')`),
+        (e: unknown) =>
+          e instanceof InvalidArgument &&
+          e.message.includes(
+            `no option '${old}' (durations are milliseconds, in options named ...Ms: '${old}Ms')`,
+          ),
         old,
       );
     }
@@ -109,10 +154,19 @@ describe("durations in milliseconds", () => {
   it("waits timeoutMs milliseconds, and refuses a bare number or the old timeout name", () =>
     withQueue(async (q) => {
       const id = await q.enqueue({});
-      await refused(q.wait([id], 30 as never), /wait takes \{ timeoutMs \} \(milliseconds\), not a number/);
-      await refused(q.wait([id], untyped({ timeout: 30 }) as never), /no option 'timeout' .*'timeoutMs'/);
+      await refused(
+        q.wait([id], 30 as never),
+        /wait takes \{ timeoutMs \} \(milliseconds\), not a number/,
+      );
+      await refused(
+        q.wait([id], untyped({ timeout: 30 }) as never),
+        /no option 'timeout' .*'timeoutMs'/,
+      );
       const started = performance.now();
-      await assert.rejects(q.wait([id], { timeoutMs: 200 }), (e: unknown) => e instanceof WaitTimeout && e.unfinished.join() === id);
+      await assert.rejects(
+        q.wait([id], { timeoutMs: 200 }),
+        (e: unknown) => e instanceof WaitTimeout && e.unfinished.join() === id,
+      );
       const took = performance.now() - started;
       assert.ok(took >= 150 && took < 5000, `waited ${took} ms`);
     }));
@@ -121,10 +175,22 @@ describe("durations in milliseconds", () => {
     withQueue(async (q) => {
       const before = Date.now();
       const end = await q.pauseClaims({ forMs: 60_000 });
-      assert.ok(end - before >= 59_000 && end - before <= 61_000, `pause ends ${end - before} ms from now`);
-      await refused(q.pauseClaims(60 as never), /pauseClaims takes \{ forMs \} \(milliseconds\), not a number/);
-      await refused(q.list("dead", untyped({ olderThan: 60 })), /no option 'olderThan' .*'olderThanMs'/);
-      await refused(q.list("dead", { olderThanMs: -1 }), /olderThanMs must be 0\.\.3153600000000 ms, not -1/);
+      assert.ok(
+        end - before >= 59_000 && end - before <= 61_000,
+        `pause ends ${end - before} ms from now`,
+      );
+      await refused(
+        q.pauseClaims(60 as never),
+        /pauseClaims takes \{ forMs \} \(milliseconds\), not a number/,
+      );
+      await refused(
+        q.list("dead", untyped({ olderThan: 60 })),
+        /no option 'olderThan' .*'olderThanMs'/,
+      );
+      await refused(
+        q.list("dead", { olderThanMs: -1 }),
+        /olderThanMs must be 0\.\.3153600000000 ms, not -1/,
+      );
       await q.resumeClaims();
       const id = await q.enqueue({}, { deadlineMs: 1 });
       await until("the sweep expires the task", async () => {
@@ -133,6 +199,9 @@ describe("durations in milliseconds", () => {
       });
       assert.equal(await q.retry({ olderThanMs: 3_600_000 }), 0);
       // 1000 read as seconds would never match within the deadline
-      await until("the dead task is older than 1000 ms", async () => (await q.retry({ olderThanMs: 1000 })) === 1);
+      await until(
+        "the dead task is older than 1000 ms",
+        async () => (await q.retry({ olderThanMs: 1000 })) === 1,
+      );
     }));
 });

@@ -8,10 +8,24 @@ import { needsPython, python } from "./python.js";
 
 const PAYLOADS: Record<string, unknown>[] = [
   {},
-  { b: 1, a: [1, 2.5, "é"], "ü": null, z: { y: true, x: false } },
+  { b: 1, a: [1, 2.5, "é"], ü: null, z: { y: true, x: false } },
   { "\u{1F600}": 1, "\uE000": 2, "\u00e9": 3, A: 4 },
   { text: 'quote " backslash \\ newline \n tab \t nul \u0000 del \u007f line-sep \u2028' },
-  { numbers: [0, -0, 1e-7, 0.1, 1 / 3, 123456789.125, 2 ** 53 - 1, -(2 ** 53 - 1), 1e21, 1.5e300, -2.5e-300] },
+  {
+    numbers: [
+      0,
+      -0,
+      1e-7,
+      0.1,
+      1 / 3,
+      123456789.125,
+      2 ** 53 - 1,
+      -(2 ** 53 - 1),
+      1e21,
+      1.5e300,
+      -2.5e-300,
+    ],
+  },
   { deep: [[[[{ a: [[]] }]]]] },
 ];
 
@@ -28,7 +42,8 @@ describe("payload encoding", () => {
   });
 
   it("refuses what is not a plain JSON object, with one line saying what", () => {
-    for (const bad of [null, [], "x", 1, new Map(), new Date()]) assert.throws(() => encodePayload(bad), InvalidPayload);
+    for (const bad of [null, [], "x", 1, new Map(), new Date()])
+      assert.throws(() => encodePayload(bad), InvalidPayload);
     assert.throws(() => encodePayload({ a: undefined }), /not JSON-serialisable.*undefined/);
     assert.throws(() => encodePayload({ a: NaN }), /payload\.a: NaN is not a finite number/);
     assert.throws(() => encodePayload({ a: 1n }), /bigint/);
@@ -59,12 +74,27 @@ describe("payload encoding", () => {
 describe("enqueue options", () => {
   const CASES: [Record<string, unknown>, Record<string, unknown>][] = [
     [{}, {}],
-    [{ priority: 5, cost: 0, maxAttempts: 3 }, { priority: 5, cost: 0, max_attempts: 3 }],
-    [{ delayMs: 1500, timeoutMs: 30_000, deadlineMs: 2000.1 }, { delay: 1.5, timeout: 30, deadline: 2.0001 }],
-    [{ timeoutMs: 250, delayMs: 0 }, { timeout: 0.25, delay: 0 }],
-    [{ name: "resize/v2", taskId: "id-1" }, { task: "resize/v2", task_id: "id-1" }],
+    [
+      { priority: 5, cost: 0, maxAttempts: 3 },
+      { priority: 5, cost: 0, max_attempts: 3 },
+    ],
+    [
+      { delayMs: 1500, timeoutMs: 30_000, deadlineMs: 2000.1 },
+      { delay: 1.5, timeout: 30, deadline: 2.0001 },
+    ],
+    [
+      { timeoutMs: 250, delayMs: 0 },
+      { timeout: 0.25, delay: 0 },
+    ],
+    [
+      { name: "resize/v2", taskId: "id-1" },
+      { task: "resize/v2", task_id: "id-1" },
+    ],
     [{ after: ["a", "b é"] }, { after: ["a", "b é"] }],
-    [{ after: ["a"], onDepFail: "cancel" }, { after: ["a"], on_dep_fail: "cancel" }],
+    [
+      { after: ["a"], onDepFail: "cancel" },
+      { after: ["a"], on_dep_fail: "cancel" },
+    ],
     [{ group: "tenant-42" }, { group: "tenant-42" }],
   ];
 
@@ -73,7 +103,11 @@ describe("enqueue options", () => {
     const ours = CASES.map(([options]) => {
       const record = encodeTask(payload, options);
       // as sent: numbers as decimal text
-      return Object.fromEntries(Object.entries(record).filter(([k]) => k !== "task_id").map(([k, v]) => [k, String(v)]));
+      return Object.fromEntries(
+        Object.entries(record)
+          .filter(([k]) => k !== "task_id")
+          .map(([k, v]) => [k, String(v)]),
+      );
     });
     const theirs = python<Record<string, unknown>[]>(
       "import json, sys\n" +
@@ -108,7 +142,11 @@ describe("enqueue options", () => {
       [{ taskId: "x".repeat(201) }, /task_id must be a non-empty printable string of <= 200 chars/],
     ];
     for (const [options, message] of bad) {
-      assert.throws(() => encodeTask({}, options), (e: unknown) => e instanceof InvalidArgument && message.test(e.message), JSON.stringify(options));
+      assert.throws(
+        () => encodeTask({}, options),
+        (e: unknown) => e instanceof InvalidArgument && message.test(e.message),
+        JSON.stringify(options),
+      );
     }
     assert.doesNotThrow(() => encodeTask({}, { taskId: "with space é 😀" }));
   });
@@ -120,15 +158,31 @@ describe("enqueue options", () => {
   });
 
   it("checks a batch: known fields only, a payload each, no id twice", () => {
-    assert.throws(() => itemRecord({ payload: {}, priorty: 1 }), /unknown enqueue field\(s\): priorty/);
+    assert.throws(
+      () => itemRecord({ payload: {}, priorty: 1 }),
+      /unknown enqueue field\(s\): priorty/,
+    );
     assert.throws(() => itemRecord({ priority: 1 }), /needs a 'payload'/);
-    assert.throws(() => batchRecords([{ payload: {}, taskId: "a" }, { payload: {}, taskId: "a" }]), /appears twice/);
+    assert.throws(
+      () =>
+        batchRecords([
+          { payload: {}, taskId: "a" },
+          { payload: {}, taskId: "a" },
+        ]),
+      /appears twice/,
+    );
     assert.equal(batchRecords([{ payload: {} }, { payload: {} }]).length, 2);
   });
 
   it("keeps a trace context as compact sorted JSON, and refuses what is not one", () => {
-    assert.equal(traceText({ traceparent: "00-a-b-01", a: "x" }), '{"a":"x","traceparent":"00-a-b-01"}');
+    assert.equal(
+      traceText({ traceparent: "00-a-b-01", a: "x" }),
+      '{"a":"x","traceparent":"00-a-b-01"}',
+    );
     assert.equal(traceText(undefined), "");
-    assert.throws(() => traceText({ traceparent: 1 } as unknown as Record<string, string>), /traceContext must be an object of strings/);
+    assert.throws(
+      () => traceText({ traceparent: 1 } as unknown as Record<string, string>),
+      /traceContext must be an object of strings/,
+    );
   });
 });

@@ -9,7 +9,8 @@ import * as workerApi from "../src/worker/index.js";
 
 function errorClasses(module: Record<string, unknown>): [string, unknown][] {
   return Object.entries(module).filter(
-    ([, value]) => typeof value === "function" && (value as { prototype?: unknown }).prototype instanceof Error,
+    ([, value]) =>
+      typeof value === "function" && (value as { prototype?: unknown }).prototype instanceof Error,
   );
 }
 
@@ -23,7 +24,11 @@ describe("exported errors", () => {
 
   it("are each a TaskfleetError", () => {
     const outside = [...errorClasses(api), ...errorClasses(workerApi)]
-      .filter(([, value]) => !((value as { prototype: unknown }).prototype instanceof TaskfleetError) && value !== TaskfleetError)
+      .filter(
+        ([, value]) =>
+          !((value as { prototype: unknown }).prototype instanceof TaskfleetError) &&
+          value !== TaskfleetError,
+      )
       .map(([name]) => name);
     assert.deepEqual(outside, []);
   });

@@ -31,7 +31,13 @@ async function withQueue<T>(body: (q: Queue) => Promise<T>): Promise<T> {
 async function claim(q: Queue, max: number): Promise<Map<string, string>> {
   const bundle = packagedBundle();
   const scripts = new Scripts(q.client, bundle);
-  const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: max, token_base: "tb", bound: 100 });
+  const args = bundle.pack("claim", {
+    pod: "hand",
+    incarnation: "i1",
+    max_tasks: max,
+    token_base: "tb",
+    bound: 100,
+  });
   const reply = (await scripts.run("claim", q.keys, args)) as unknown[];
   return new Map(reply.slice(3).map((r) => idAndToken(r)));
 }
@@ -53,8 +59,16 @@ async function snapshot(q: Queue): Promise<Record<string, unknown>> {
 describe("dependency cycles", () => {
   const cases: [string, Record<string, unknown>, string][] = [
     ["waits for its parent", { payload: {}, taskId: "c", after: ["split"] }, "c"],
-    ["waits for a task that waits for its parent", { payload: {}, taskId: "c", after: ["publish"] }, "c"],
-    ["is an existing task that waits for its parent", { payload: {}, taskId: "merge", after: ["split"] }, "merge"],
+    [
+      "waits for a task that waits for its parent",
+      { payload: {}, taskId: "c", after: ["publish"] },
+      "c",
+    ],
+    [
+      "is an existing task that waits for its parent",
+      { payload: {}, taskId: "merge", after: ["split"] },
+      "merge",
+    ],
     ["is the parent itself", { payload: {}, taskId: "split" }, "split"],
   ];
   for (const [what, child, culprit] of cases) {
@@ -64,12 +78,19 @@ describe("dependency cycles", () => {
         await q.enqueue({}, { taskId: "merge", after: ["split"] });
         await q.enqueue({}, { taskId: "publish", after: ["merge"] });
         const token = (await claim(q, 1)).get("split") ?? "";
-        const broker = new Broker("jobs", q.client, "p", "i", { replyTimeoutMs: 5000, host: "", served: null });
+        const broker = new Broker("jobs", q.client, "p", "i", {
+          replyTimeoutMs: 5000,
+          host: "",
+          served: null,
+        });
         const before = await snapshot(q);
         const items = batchRecords([{ payload: { page: 0 }, taskId: "page-0" }, child]);
         await assert.rejects(broker.addChildren("split", token, items), (err: unknown) => {
           assert.ok(err instanceof DependencyCycle);
-          assert.match(err.message, new RegExp(`task '${culprit}' would close a dependency cycle through 'split'`));
+          assert.match(
+            err.message,
+            new RegExp(`task '${culprit}' would close a dependency cycle through 'split'`),
+          );
           return true;
         });
         assert.deepEqual(await snapshot(q), before);
@@ -103,7 +124,11 @@ describe("dependency cycles", () => {
         { payload: {}, taskId: "c", after: ["b"] },
       ]);
       await q.client.zrem(q.keys.key("pending"), "a");
-      await q.client.hset(q.keys.item("task", "a"), { state: "waiting", after: JSON.stringify(["c"]), deps_left: 1 });
+      await q.client.hset(q.keys.item("task", "a"), {
+        state: "waiting",
+        after: JSON.stringify(["c"]),
+        deps_left: 1,
+      });
       await q.client.hset(q.keys.item("task", "c"), "by:a", 1);
       const outcomes = await q.cancelFlow("b");
       assert.deepEqual(Object.keys(outcomes).sort(), ["a", "b", "c"]);
@@ -115,7 +140,8 @@ describe("dependency cycles", () => {
 });
 
 describe("children added at run time", () => {
-  const broker = (q: Queue): Broker => new Broker("jobs", q.client, "p", "i", { replyTimeoutMs: 5000, host: "", served: null });
+  const broker = (q: Queue): Broker =>
+    new Broker("jobs", q.client, "p", "i", { replyTimeoutMs: 5000, host: "", served: null });
   const pages = (): ReturnType<typeof batchRecords> =>
     batchRecords([0, 1].map((i) => ({ payload: { page: i }, taskId: `p${i}`, maxAttempts: 1 })));
 
@@ -140,7 +166,10 @@ describe("children added at run time", () => {
       await q.enqueue({}, { taskId: "doc", onDepFail: "cancel" });
       const b = broker(q);
       const run = (await claim(q, 1)).get("doc") ?? "";
-      await b.addChildren("doc", run, [...pages(), ...batchRecords([{ payload: {}, taskId: "p2" }])]);
+      await b.addChildren("doc", run, [
+        ...pages(),
+        ...batchRecords([{ payload: {}, taskId: "p2" }]),
+      ]);
       assert.deepEqual(await b.complete([["doc", run, null]]), [1]);
       const kids = await claim(q, 2);
       await b.fail("p0", kids.get("p0") ?? "", "unreadable", false);
@@ -158,7 +187,10 @@ describe("children added at run time", () => {
       const run = (await claim(q, 1)).get("doc") ?? "";
       await b.addChildren("doc", run, pages());
       const kids = await claim(q, 2);
-      assert.deepEqual(await b.complete([...kids].map(([id, token]): [string, string, null] => [id, token, null])), [1, 1]);
+      assert.deepEqual(
+        await b.complete([...kids].map(([id, token]): [string, string, null] => [id, token, null])),
+        [1, 1],
+      );
       assert.equal(await q.get("p0"), null);
       await b.fail("doc", run, "boom", false);
       const enqueued = (await q.stats()).enqueued;

@@ -6,7 +6,14 @@ import type { Redis } from "ioredis";
 import { packagedBundle } from "../src/bundle.js";
 import { Scripts } from "../src/connection.js";
 import { CHANGE_BATCH } from "../src/flowcontrol.js";
-import { type EnqueueItem, InvalidArgument, Queue, TaskNotFound, chain, group } from "../src/index.js";
+import {
+  type EnqueueItem,
+  InvalidArgument,
+  Queue,
+  TaskNotFound,
+  chain,
+  group,
+} from "../src/index.js";
 import { needsPython, python } from "./python.js";
 import { RedisServer } from "./redis.js";
 import { idAndToken } from "../src/worker/claimed.js";
@@ -29,11 +36,18 @@ async function withQueue<T>(name: string, body: (q: Queue) => Promise<T>): Promi
 async function work(q: Queue, max = 100, hold = false): Promise<string[]> {
   const bundle = packagedBundle();
   const scripts = new Scripts(q.client, bundle);
-  const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: max, token_base: "tb", bound: 100 });
+  const claim = bundle.pack("claim", {
+    pod: "hand",
+    incarnation: "i1",
+    max_tasks: max,
+    token_base: "tb",
+    bound: 100,
+  });
   const reply = (await scripts.run("claim", q.keys, claim)) as unknown[];
   const held = reply.slice(3).map((r) => idAndToken(r));
   const records = held.map(([task_id, token]) => ({ task_id, token, result: "" }));
-  if (records.length > 0 && !hold) await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
+  if (records.length > 0 && !hold)
+    await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
   return records.map((r) => r.task_id);
 }
 
@@ -102,71 +116,93 @@ async function scriptCalls(admin: Redis): Promise<number> {
   return line === null ? 0 : Number(line[1]);
 }
 
-describe("cancelFlow and retryFlow against Python's cancel_flow and retry_flow", needsPython, () => {
-  it("cancels a flow Python enqueued with the end states Python's cancel_flow gives", () =>
-    withQueue("py", (py) =>
-      withQueue("node", async (node) => {
-        pythonEnqueue(["py", "node"]);
-        // a done, one b running (claimed, not completed), the rest pending or waiting
-        for (const q of [py, node]) {
-          assert.deepEqual(await work(q), ["a"]);
-          assert.equal((await work(q, 1, true)).length, 1);
-        }
-        const fromPython = pythonCall<Record<string, string>>("py", "cancel_flow('m')");
-        const fromNode = await node.cancelFlow("m");
-        assert.deepEqual(fromNode, fromPython);
-        assert.deepEqual(await states(node), await states(py));
-        const outcomes = Object.values(fromNode).sort();
-        assert.deepEqual(outcomes, ["cancelled", "cancelled", "cancelled", "cancelled", "cancelled", "done", "requested"]);
-        // dependants first: none ended dead by its policy
-        for (const [id, [state]] of Object.entries(await states(node))) {
-          assert.notEqual(state, "dead", id);
-        }
-      })));
+describe(
+  "cancelFlow and retryFlow against Python's cancel_flow and retry_flow",
+  needsPython,
+  () => {
+    it("cancels a flow Python enqueued with the end states Python's cancel_flow gives", () =>
+      withQueue("py", (py) =>
+        withQueue("node", async (node) => {
+          pythonEnqueue(["py", "node"]);
+          // a done, one b running (claimed, not completed), the rest pending or waiting
+          for (const q of [py, node]) {
+            assert.deepEqual(await work(q), ["a"]);
+            assert.equal((await work(q, 1, true)).length, 1);
+          }
+          const fromPython = pythonCall<Record<string, string>>("py", "cancel_flow('m')");
+          const fromNode = await node.cancelFlow("m");
+          assert.deepEqual(fromNode, fromPython);
+          assert.deepEqual(await states(node), await states(py));
+          const outcomes = Object.values(fromNode).sort();
+          assert.deepEqual(outcomes, [
+            "cancelled",
+            "cancelled",
+            "cancelled",
+            "cancelled",
+            "cancelled",
+            "done",
+            "requested",
+          ]);
+          // dependants first: none ended dead by its policy
+          for (const [id, [state]] of Object.entries(await states(node))) {
+            assert.notEqual(state, "dead", id);
+          }
+        }),
+      ));
 
-  it("cancels a branch only, as Python does", () =>
-    withQueue("py", (py) =>
-      withQueue("node", async (node) => {
-        pythonEnqueue(["py", "node"]);
-        const fromPython = pythonCall<Record<string, string>>("py", "cancel_flow('b2', branch=True)");
-        const fromNode = await node.cancelFlow("b2", { branch: true });
-        assert.deepEqual(fromNode, fromPython);
-        assert.deepEqual(Object.keys(fromNode).sort(), ["b2", "m", "t", "x"]);
-        assert.ok(Object.values(fromNode).every((o) => o === "cancelled"));
-        assert.deepEqual(await states(node), await states(py));
-        const left = await states(node, ["a", "b1", "b3"]);
-        assert.deepEqual(left, { a: ["pending", null], b1: ["waiting", null], b3: ["waiting", null] });
-        // the whole flow from any member reaches the rest
-        const rest = await node.cancelFlow("b1");
-        assert.deepEqual(Object.keys(rest).sort(), IDS.slice().sort());
-        assert.equal(rest.a, "cancelled");
-        assert.equal(rest.b2, "finished");
-      })));
+    it("cancels a branch only, as Python does", () =>
+      withQueue("py", (py) =>
+        withQueue("node", async (node) => {
+          pythonEnqueue(["py", "node"]);
+          const fromPython = pythonCall<Record<string, string>>(
+            "py",
+            "cancel_flow('b2', branch=True)",
+          );
+          const fromNode = await node.cancelFlow("b2", { branch: true });
+          assert.deepEqual(fromNode, fromPython);
+          assert.deepEqual(Object.keys(fromNode).sort(), ["b2", "m", "t", "x"]);
+          assert.ok(Object.values(fromNode).every((o) => o === "cancelled"));
+          assert.deepEqual(await states(node), await states(py));
+          const left = await states(node, ["a", "b1", "b3"]);
+          assert.deepEqual(left, {
+            a: ["pending", null],
+            b1: ["waiting", null],
+            b3: ["waiting", null],
+          });
+          // the whole flow from any member reaches the rest
+          const rest = await node.cancelFlow("b1");
+          assert.deepEqual(Object.keys(rest).sort(), IDS.slice().sort());
+          assert.equal(rest.a, "cancelled");
+          assert.equal(rest.b2, "finished");
+        }),
+      ));
 
-  it("retries after a cancel dependencies first, as Python's retry_flow", () =>
-    withQueue("py", (py) =>
-      withQueue("node", async (node) => {
-        pythonEnqueue(["py", "node"]);
-        for (const q of [py, node]) {
-          assert.deepEqual(await work(q), ["a"]);
-          await q.cancelFlow("a");
-        }
-        const fromPython = pythonCall<number>("py", "retry_flow('t')");
-        const fromNode = await node.retryFlow("t");
-        assert.equal(fromNode, 6);
-        assert.equal(fromNode, fromPython);
-        assert.deepEqual(await states(node), await states(py));
-        // each dependant waits again for what it needs rather than dying by its policy
-        const now = await states(node);
-        assert.deepEqual(now.m, ["waiting", null]);
-        assert.deepEqual(now.x, ["waiting", null]);
-        assert.deepEqual(now.b1, ["pending", null]);
-        assert.deepEqual(await drain(node), [["b1", "b2", "b3"], ["m", "x"], ["t"]]);
-        assert.ok(Object.values(await states(node)).every(([state]) => state === "done"));
-        // nothing left to send back
-        assert.equal(await node.retryFlow("a"), 0);
-      })));
-});
+    it("retries after a cancel dependencies first, as Python's retry_flow", () =>
+      withQueue("py", (py) =>
+        withQueue("node", async (node) => {
+          pythonEnqueue(["py", "node"]);
+          for (const q of [py, node]) {
+            assert.deepEqual(await work(q), ["a"]);
+            await q.cancelFlow("a");
+          }
+          const fromPython = pythonCall<number>("py", "retry_flow('t')");
+          const fromNode = await node.retryFlow("t");
+          assert.equal(fromNode, 6);
+          assert.equal(fromNode, fromPython);
+          assert.deepEqual(await states(node), await states(py));
+          // each dependant waits again for what it needs rather than dying by its policy
+          const now = await states(node);
+          assert.deepEqual(now.m, ["waiting", null]);
+          assert.deepEqual(now.x, ["waiting", null]);
+          assert.deepEqual(now.b1, ["pending", null]);
+          assert.deepEqual(await drain(node), [["b1", "b2", "b3"], ["m", "x"], ["t"]]);
+          assert.ok(Object.values(await states(node)).every(([state]) => state === "done"));
+          // nothing left to send back
+          assert.equal(await node.retryFlow("a"), 0);
+        }),
+      ));
+  },
+);
 
 describe("cancelFlow and retryFlow", () => {
   it("refuses an unknown id and a bad option", () =>
@@ -174,7 +210,10 @@ describe("cancelFlow and retryFlow", () => {
       await assert.rejects(q.cancelFlow("nope"), TaskNotFound);
       await assert.rejects(q.retryFlow("nope", { branch: true }), TaskNotFound);
       const id = await q.enqueue({});
-      await assert.rejects(q.cancelFlow(id, { branch: "yes" as unknown as boolean }), InvalidArgument);
+      await assert.rejects(
+        q.cancelFlow(id, { branch: "yes" as unknown as boolean }),
+        InvalidArgument,
+      );
       await assert.rejects(q.retryFlow(1 as unknown as string), InvalidArgument);
       assert.deepEqual(await q.cancelFlow(id), { [id]: "cancelled" });
       assert.equal(await q.retryFlow(id), 1);
@@ -184,7 +223,9 @@ describe("cancelFlow and retryFlow", () => {
   it("cancels and retries a 1,000-task flow in calls of 200", () =>
     withQueue("jobs", async (q) => {
       const task = (): EnqueueItem => ({ payload: {} });
-      const flow = await q.enqueueFlow(chain(task(), group(...Array.from({ length: 998 }, task)), task()));
+      const flow = await q.enqueueFlow(
+        chain(task(), group(...Array.from({ length: 998 }, task)), task()),
+      );
       assert.equal(flow.ids.length, 1000);
       const root = flow.ids[0] ?? "";
       const last = flow.ids[999] ?? "";

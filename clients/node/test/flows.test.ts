@@ -25,11 +25,18 @@ async function withQueue<T>(body: (q: Queue) => Promise<T>): Promise<T> {
 async function work(q: Queue): Promise<string[]> {
   const bundle = packagedBundle();
   const scripts = new Scripts(q.client, bundle);
-  const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 100, token_base: "tb", bound: 100 });
+  const claim = bundle.pack("claim", {
+    pod: "hand",
+    incarnation: "i1",
+    max_tasks: 100,
+    token_base: "tb",
+    bound: 100,
+  });
   const reply = (await scripts.run("claim", q.keys, claim)) as unknown[];
   const held = reply.slice(3).map((r) => idAndToken(r));
   const records = held.map(([task_id, token]) => ({ task_id, token, result: "" }));
-  if (records.length > 0) await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
+  if (records.length > 0)
+    await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
   return records.map((r) => r.task_id);
 }
 
@@ -89,8 +96,14 @@ describe("after (dependencies)", () => {
       await assert.rejects(q.enqueue({}, { after: ["a", "a"] }), /twice/);
       await assert.rejects(q.enqueue({}, { after: ["a"], delayMs: 5000 }), /cannot be combined/);
       // the Node option's name, not the Python field's
-      await assert.rejects(q.enqueue({}, { onDepFail: "skip" as "ignore" }), /^InvalidArgument: onDepFail must be one of fail, ignore, cancel, not skip$/);
-      await assert.rejects(q.enqueue({}, { after: ["a"], onDepFail: "skip" as "ignore" }), /^InvalidArgument: onDepFail must be one of fail, ignore, cancel, not skip$/);
+      await assert.rejects(
+        q.enqueue({}, { onDepFail: "skip" as "ignore" }),
+        /^InvalidArgument: onDepFail must be one of fail, ignore, cancel, not skip$/,
+      );
+      await assert.rejects(
+        q.enqueue({}, { after: ["a"], onDepFail: "skip" as "ignore" }),
+        /^InvalidArgument: onDepFail must be one of fail, ignore, cancel, not skip$/,
+      );
     }));
 
   it("treats another after or onDepFail of an existing id as a conflict, the same as unchanged", () =>
@@ -99,11 +112,18 @@ describe("after (dependencies)", () => {
       const b = await q.enqueue({}, { taskId: "b" });
       await q.enqueue({}, { taskId: "c", after: [a] });
       assert.equal((await q.enqueueResult({}, { taskId: "c", after: [a] })).created, false);
-      assert.equal((await q.enqueueResult({}, { taskId: "c", after: [a], onDepFail: "fail" })).created, false);
-      const differs = (field: string) => (e: unknown) => e instanceof TaskExists && e.field === field;
+      assert.equal(
+        (await q.enqueueResult({}, { taskId: "c", after: [a], onDepFail: "fail" })).created,
+        false,
+      );
+      const differs = (field: string) => (e: unknown) =>
+        e instanceof TaskExists && e.field === field;
       await assert.rejects(q.enqueue({}, { taskId: "c", after: [a, b] }), differs("after"));
       await assert.rejects(q.enqueue({}, { taskId: "c" }), differs("after"));
-      await assert.rejects(q.enqueue({}, { taskId: "c", after: [a], onDepFail: "cancel" }), differs("on_dep_fail"));
+      await assert.rejects(
+        q.enqueue({}, { taskId: "c", after: [a], onDepFail: "cancel" }),
+        differs("on_dep_fail"),
+      );
       assert.deepEqual((await q.get("c"))?.after, [a]);
     }));
 });

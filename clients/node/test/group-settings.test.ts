@@ -27,7 +27,13 @@ with Queue("jobs", url) as q:
 /** Claim up to `n` tasks by hand from the bundle: their ids. */
 async function claim(q: Queue, n: number): Promise<string[]> {
   const bundle = packagedBundle();
-  const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: n, token_base: "tb", bound: 100 });
+  const args = bundle.pack("claim", {
+    pod: "hand",
+    incarnation: "i1",
+    max_tasks: n,
+    token_base: "tb",
+    bound: 100,
+  });
   const reply = (await new Scripts(q.client, bundle).run("claim", q.keys, args)) as unknown[];
   return reply.slice(3).map((r) => idAndToken(r)[0]);
 }
@@ -67,14 +73,31 @@ async function withQueue(body: (q: Queue) => Promise<void>): Promise<void> {
 describe("group settings and quotas", () => {
   it("sets and reads a group's own settings as Python does", needsPython, () =>
     withQueue(async (q) => {
-      assert.deepEqual(await q.groupSettings("a"), { weight: null, maxConcurrency: null, rateLimitTasks: null, rateLimitCost: null });
+      assert.deepEqual(await q.groupSettings("a"), {
+        weight: null,
+        maxConcurrency: null,
+        rateLimitTasks: null,
+        rateLimitCost: null,
+      });
       await q.setGroup("a", { weight: 2.5, maxConcurrency: 3 });
-      const fromPy = py<Record<string, unknown>>("(lambda s: [s.weight, s.max_concurrency, s.rate_limit_tasks, s.rate_limit_cost])(q.group_settings('a'))");
+      const fromPy = py<Record<string, unknown>>(
+        "(lambda s: [s.weight, s.max_concurrency, s.rate_limit_tasks, s.rate_limit_cost])(q.group_settings('a'))",
+      );
       assert.deepEqual(fromPy, [2.5, 3, null, null]);
       py("q.set_group('b', GroupSettings(rate_limit_tasks=7, rate_limit_cost=9)) or 0");
-      assert.deepEqual(await q.groupSettings("b"), { weight: null, maxConcurrency: null, rateLimitTasks: 7, rateLimitCost: 9 });
+      assert.deepEqual(await q.groupSettings("b"), {
+        weight: null,
+        maxConcurrency: null,
+        rateLimitTasks: 7,
+        rateLimitCost: 9,
+      });
       await q.setGroup("b", {}); // replaced: none of its own
-      assert.deepEqual(await q.groupSettings("b"), { weight: null, maxConcurrency: null, rateLimitTasks: null, rateLimitCost: null });
+      assert.deepEqual(await q.groupSettings("b"), {
+        weight: null,
+        maxConcurrency: null,
+        rateLimitTasks: null,
+        rateLimitCost: null,
+      });
       for (const [settings, field] of [
         [{ weight: 0 }, "weight"],
         [{ weight: 1001 }, "weight"],
@@ -82,10 +105,14 @@ describe("group settings and quotas", () => {
         [{ rateLimitTasks: 0 }, "rate_limit_tasks"],
         [{ rateLimitCost: 1.5 }, "rate_limit_cost"],
       ] as const) {
-        await assert.rejects(q.setGroup("a", settings), (e: unknown) => e instanceof InvalidArgument && e.message.startsWith(`${field} must be`));
+        await assert.rejects(
+          q.setGroup("a", settings),
+          (e: unknown) => e instanceof InvalidArgument && e.message.startsWith(`${field} must be`),
+        );
       }
       assert.equal((await q.groupSettings("a")).weight, 2.5); // nothing stored
-    }));
+    }),
+  );
 
   it("lists the groups with tasks, as Python does", needsPython, () =>
     withQueue(async (q) => {
@@ -94,13 +121,19 @@ describe("group settings and quotas", () => {
       await q.enqueueMany([{ payload: {}, group: "small" }, { payload: {} }]);
       await claim(q, 2);
       const mine = await q.groups();
-      const theirs = py<unknown[]>("[[c.group, c.pending, c.running, c.paused_until_ms] for c in q.groups()]");
+      const theirs = py<unknown[]>(
+        "[[c.group, c.pending, c.running, c.paused_until_ms] for c in q.groups()]",
+      );
       assert.deepEqual(
         mine.map((c) => [c.group, c.pending, c.running, c.pausedUntilMs]),
         theirs,
       );
-      assert.equal(mine.reduce((n, c) => n + c.pending + c.running, 0), 4);
-    }));
+      assert.equal(
+        mine.reduce((n, c) => n + c.pending + c.running, 0),
+        4,
+      );
+    }),
+  );
 
   it("pauses and resumes one group's claims, read as Python reads them", needsPython, () =>
     withQueue(async (q) => {
@@ -119,9 +152,13 @@ describe("group settings and quotas", () => {
       assert.equal((await q.quota({ group: "a" })).paused, false);
       assert.deepEqual(await claim(q, 10), [a]);
       await assert.rejects(q.pauseClaims({ forMs: -1 }), /forMs must be >= 0, not -1/);
-      await assert.rejects(q.pauseClaims({ forMs: 1000, group: "{x}" }), /group must be 1-100 characters/);
+      await assert.rejects(
+        q.pauseClaims({ forMs: 1000, group: "{x}" }),
+        /group must be 1-100 characters/,
+      );
       await assert.rejects(q.resumeClaims({ group: "" }), /group must be 1-100 characters/);
-    }));
+    }),
+  );
 
   it("sets a group's budget and the queue's, read as Python reads them", needsPython, () =>
     withQueue(async (q) => {
@@ -129,7 +166,10 @@ describe("group settings and quotas", () => {
       assert.equal((await q.quota({ group: "a" })).budget.day.limit, 40);
       await q.setBudget({ day: 5, month: 100, group: "a" });
       const state = await q.quota({ group: "a" });
-      assert.deepEqual([state.budget.day.limit, state.budget.day.runtime, state.budget.month.limit], [5, true, 100]);
+      assert.deepEqual(
+        [state.budget.day.limit, state.budget.day.runtime, state.budget.month.limit],
+        [5, true, 100],
+      );
       assert.deepEqual(asDict(state), py(PY_QUOTA, "a"));
       assert.equal((await q.quota()).budget.day.limit, null); // the queue's budget is apart
       await q.setBudget({ day: "default", group: "a" });
@@ -137,7 +177,11 @@ describe("group settings and quotas", () => {
       assert.equal((await q.quota({ group: "a" })).budget.day.limit, 40);
       await q.setBudget({ month: 7 });
       assert.deepEqual(asDict(await q.quota()), py(PY_QUOTA, null));
-      await assert.rejects(q.setBudget({ day: -1 }), /day must be an int within 0..1000000000 or 'default'/);
+      await assert.rejects(
+        q.setBudget({ day: -1 }),
+        /day must be an int within 0..1000000000 or 'default'/,
+      );
       await assert.rejects(q.setBudget({ day: 1, group: "a b" }), /group must be 1-100 characters/);
-    }));
+    }),
+  );
 });

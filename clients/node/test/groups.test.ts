@@ -17,7 +17,13 @@ beforeEach(() => server.flush());
 async function claim(q: Queue, n: number): Promise<string[]> {
   const bundle = packagedBundle();
   const scripts = new Scripts(q.client, bundle);
-  const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: n, token_base: "tb", bound: 100 });
+  const args = bundle.pack("claim", {
+    pod: "hand",
+    incarnation: "i1",
+    max_tasks: n,
+    token_base: "tb",
+    bound: 100,
+  });
   const reply = (await scripts.run("claim", q.keys, args)) as unknown[];
   return reply.slice(3).map((r) => idAndToken(r)[0]);
 }
@@ -27,7 +33,9 @@ describe("groups", () => {
     const q = new Queue("jobs", { redisUrl: server.url });
     try {
       await q.enqueueMany(Array.from({ length: 50 }, (_, i) => ({ payload: { i }, group: "big" })));
-      const small = await q.enqueueMany([0, 1].map((i) => ({ payload: { i }, group: "tenant-42" })));
+      const small = await q.enqueueMany(
+        [0, 1].map((i) => ({ payload: { i }, group: "tenant-42" })),
+      );
       const one = await q.enqueue({ x: 1 }, { group: "tenant-42", priority: 5 });
       assert.equal((await q.get(one))?.group, "tenant-42");
       const got = await claim(q, 6);
@@ -43,7 +51,10 @@ describe("groups", () => {
     const q = new Queue("jobs", { redisUrl: server.url });
     try {
       for (const group of ["", "{tag}", "a b", "x".repeat(101)]) {
-        await assert.rejects(q.enqueue({}, { group }), (e: unknown) => e instanceof InvalidArgument && !e.message.includes("\n"));
+        await assert.rejects(
+          q.enqueue({}, { group }),
+          (e: unknown) => e instanceof InvalidArgument && !e.message.includes("\n"),
+        );
       }
       await assert.rejects(
         q.enqueueMany([{ payload: {} }, { payload: {}, group: "{bad}" }]),
@@ -74,7 +85,10 @@ with Queue(name, url) as q:
     print(json.dumps({str(k.value): v for k, v in q.cancel_group("a").items()}))`,
         [server.url, name],
       );
-    const queues = [new Queue("jobs", { redisUrl: server.url }), new Queue("twin", { redisUrl: server.url })];
+    const queues = [
+      new Queue("jobs", { redisUrl: server.url }),
+      new Queue("twin", { redisUrl: server.url }),
+    ];
     try {
       for (const q of queues) {
         await q.enqueue({}, { taskId: "u1" });
@@ -85,30 +99,56 @@ with Queue(name, url) as q:
         // a1 and b1 run and fail for good, a5 keeps running; a2, enqueued after the claim, stays pending
         const bundle = packagedBundle();
         const scripts = new Scripts(q.client, bundle);
-        const args = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: 4, token_base: "tb", bound: 100 });
+        const args = bundle.pack("claim", {
+          pod: "hand",
+          incarnation: "i1",
+          max_tasks: 4,
+          token_base: "tb",
+          bound: 100,
+        });
         const reply = (await scripts.run("claim", q.keys, args)) as unknown[];
         for (const r of reply.slice(3)) {
           const [task_id, token] = idAndToken(r);
           if (task_id === "u1" || task_id === "a5") continue;
-          const fail = bundle.pack("fail", { task_id, token, error: "boom", retryable: 0, jitter: 0 });
+          const fail = bundle.pack("fail", {
+            task_id,
+            token,
+            error: "boom",
+            retryable: 0,
+            jitter: 0,
+          });
           await scripts.run("fail", q.keys, fail);
         }
         await q.enqueue({}, { taskId: "a2", group: "a" });
         await q.enqueue({}, { taskId: "a4", group: "a", priority: 5 });
       }
       const [q, twin] = queues as [Queue, Queue];
-      const ids = async (state: "pending" | "delayed" | "running" | "dead", group?: string): Promise<string[]> =>
+      const ids = async (
+        state: "pending" | "delayed" | "running" | "dead",
+        group?: string,
+      ): Promise<string[]> =>
         (await q.list(state, group === undefined ? {} : { group })).tasks.map((t) => t.id);
       assert.deepEqual(await ids("pending", "a"), ["a4", "a2"]); // its own order: priority first
       assert.deepEqual(await ids("pending"), []); // without a group: the ungrouped ones
       assert.deepEqual(await ids("dead", "a"), ["a1"]);
       assert.deepEqual(await ids("running", "a"), ["a5"]);
       assert.deepEqual(await ids("dead", "b"), ["b1"]);
-      assert.deepEqual((await q.list("pending", { group: "a", limit: 1 })).tasks.map((t) => t.id), ["a4"]);
-      const page = await q.list("pending", { group: "a", limit: 1 });
-      assert.deepEqual((await q.list("pending", { group: "a", cursor: page.cursor })).tasks.map((t) => t.id), ["a2"]);
       assert.deepEqual(
-        { pending: await ids("pending", "a"), delayed: await ids("delayed", "a"), running: await ids("running", "a"), dead: await ids("dead", "a") },
+        (await q.list("pending", { group: "a", limit: 1 })).tasks.map((t) => t.id),
+        ["a4"],
+      );
+      const page = await q.list("pending", { group: "a", limit: 1 });
+      assert.deepEqual(
+        (await q.list("pending", { group: "a", cursor: page.cursor })).tasks.map((t) => t.id),
+        ["a2"],
+      );
+      assert.deepEqual(
+        {
+          pending: await ids("pending", "a"),
+          delayed: await ids("delayed", "a"),
+          running: await ids("running", "a"),
+          dead: await ids("dead", "a"),
+        },
         listed("jobs"),
       );
       assert.equal(await q.retry({ group: "a", reason: "other" }), 0);

@@ -23,13 +23,19 @@ describe("held slots", () => {
 
   const worker = (name: string, extra: string[] = []): WorkerProcess => {
     const w = WorkerProcess.node([
-      "--queue", "jobs",
-      "--redis-url", server.url,
-      "--pod", name,
-      "--runtime-dir", join(dir, `rt-${name}`),
-      "--heartbeat-interval", "0.2",
+      "--queue",
+      "jobs",
+      "--redis-url",
+      server.url,
+      "--pod",
+      name,
+      "--runtime-dir",
+      join(dir, `rt-${name}`),
+      "--heartbeat-interval",
+      "0.2",
       "--no-fire-schedules",
-      "--handler", "./worker_handlers.mjs:hangFirst",
+      "--handler",
+      "./worker_handlers.mjs:hangFirst",
       ...extra,
     ]);
     started.push(w);
@@ -47,7 +53,15 @@ describe("held slots", () => {
     await server.flush();
     dir = mkdtempSync(join(tmpdir(), "taskfleet-node-held-"));
     queue = new Queue("jobs", { redisUrl: server.url });
-    await queue.client.hset(queue.keys.key("config"), "lease_ttl_s", "1", "backoff_base_s", "0", "backoff_max_s", "0");
+    await queue.client.hset(
+      queue.keys.key("config"),
+      "lease_ttl_s",
+      "1",
+      "backoff_base_s",
+      "0",
+      "backoff_max_s",
+      "0",
+    );
   });
   afterEach(async () => {
     await Promise.all(started.splice(0).map((w) => w.stop()));
@@ -58,15 +72,31 @@ describe("held slots", () => {
   it("a worker is stuck only when every slot is, and a held grace must be positive", () => {
     assert.equal(allStuck(1, 2), false);
     assert.equal(allStuck(2, 2), true);
-    assert.throws(() => checkSettings("jobs", { heldGraceMs: 0 }, "p", "i"), /held grace must be positive/);
-    assert.throws(() => checkSettings("jobs", { heldGraceMs: Number.NaN }, "p", "i"), /held grace must be a finite number/);
+    assert.throws(
+      () => checkSettings("jobs", { heldGraceMs: 0 }, "p", "i"),
+      /held grace must be positive/,
+    );
+    assert.throws(
+      () => checkSettings("jobs", { heldGraceMs: Number.NaN }, "p", "i"),
+      /held grace must be a finite number/,
+    );
     assert.equal(workerInfo("p", '{"incarnation":"i","heartbeat_ms":1}', 1, 1000)?.held, 0);
-    assert.equal(workerInfo("p", '{"incarnation":"i","heartbeat_ms":1,"held":2}', 1, 1000)?.held, 2);
+    assert.equal(
+      workerInfo("p", '{"incarnation":"i","heartbeat_ms":1,"held":2}', 1, 1000)?.held,
+      2,
+    );
   });
 
   it("promises that never settle are shown held, then the worker exits 3 and a fresh one runs what waited", async () => {
     const port = await freePort();
-    const w = worker("stuck", ["--concurrency", "2", "--held-grace", "2", "--metrics-port", String(port)]);
+    const w = worker("stuck", [
+      "--concurrency",
+      "2",
+      "--held-grace",
+      "2",
+      "--metrics-port",
+      String(port),
+    ]);
     await w.saw(/event=worker_started/);
     const log = join(dir, "runs.log");
     const hung = [
@@ -74,7 +104,9 @@ describe("held slots", () => {
       await queue.enqueue({ hang: true, log }, { timeoutMs: 500, maxAttempts: 2 }),
     ];
     // Past the timeout both attempts failed, yet both promises run on: held, not idle.
-    await until("held 2 in workers()", async () => (await queue.workers()).some((x) => x.held === 2));
+    await until("held 2 in workers()", async () =>
+      (await queue.workers()).some((x) => x.held === 2),
+    );
     const [info] = await queue.workers();
     assert.equal(info?.inflight, 0);
     assert.equal(info.concurrency, 2);
@@ -113,8 +145,10 @@ describe("held slots", () => {
     assert.doesNotMatch(w.output, /event=worker_stuck/);
     assert.equal(w.child.exitCode, null);
     // the record says so from the heartbeat after the run ended
-    await until("the record shows the held slot and nothing else in flight", async () =>
-      JSON.stringify((await queue.workers()).map((x) => [x.inflight, x.held])) === "[[0,1]]",
+    await until(
+      "the record shows the held slot and nothing else in flight",
+      async () =>
+        JSON.stringify((await queue.workers()).map((x) => [x.inflight, x.held])) === "[[0,1]]",
     );
   });
 });

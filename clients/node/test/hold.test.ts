@@ -11,7 +11,23 @@ import { Flag } from "../src/worker/flag.js";
 import { HandlerSet } from "../src/worker/handlers.js";
 
 function task(id: string, payload: Record<string, unknown>): ClaimedTask {
-  return { id, token: `tok-${id}`, payload, attempts: 1, maxAttempts: 3, timeout: null, lost: 0, priority: 0, cost: 1, waited: null, name: null, trace: null, group: null, after: "", deadlineMs: null };
+  return {
+    id,
+    token: `tok-${id}`,
+    payload,
+    attempts: 1,
+    maxAttempts: 3,
+    timeout: null,
+    lost: 0,
+    priority: 0,
+    cost: 1,
+    waited: null,
+    name: null,
+    trace: null,
+    group: null,
+    after: "",
+    deadlineMs: null,
+  };
 }
 
 /** Every ready callback and microtask runs; nothing here sleeps. */
@@ -57,7 +73,10 @@ describe("the rate limit's hold", () => {
     await settle();
     assert.deepEqual(calls, []);
     const held = ex.withdrawHeld();
-    assert.deepEqual(held.map((r) => r.task.id), ["next"]);
+    assert.deepEqual(
+      held.map((r) => r.task.id),
+      ["next"],
+    );
     ex.forget(held);
     ex.resumeHold();
     await settle();

@@ -3,7 +3,14 @@ import { describe, it } from "node:test";
 
 import { packagedBundle } from "../src/bundle.js";
 import { QueueKeys } from "../src/keys.js";
-import { KEY_NAMES, KEY_SUFFIX, type KeyName, SCRIPT_ARGV, SCRIPT_NAMES, type ScriptName } from "../src/protocol/index.js";
+import {
+  KEY_NAMES,
+  KEY_SUFFIX,
+  type KeyName,
+  SCRIPT_ARGV,
+  SCRIPT_NAMES,
+  type ScriptName,
+} from "../src/protocol/index.js";
 import { PRODUCER, RUNTIME, checkedSources, importsOf, layoutNamed, program } from "./layers.js";
 
 /** What the layout check finds in each text, each read as a module of src/ (one program for all). */
@@ -44,7 +51,11 @@ describe("the Redis layout stays in src/protocol/", () => {
         "}",
       ].join("\n"),
     );
-    assert.deepEqual(found, ["m:4 sends hget itself", "m:4 names the key .key", 'm:4 names the field "lease_ttl_s"']);
+    assert.deepEqual(found, [
+      "m:4 sends hget itself",
+      "m:4 names the key .key",
+      'm:4 names the field "lease_ttl_s"',
+    ]);
   });
 
   it("finds each way of naming the layout", () => {
@@ -66,7 +77,12 @@ describe("the Redis layout stays in src/protocol/", () => {
       "declare const c: Client, keys: QueueKeys, layout: QueueLayout, prefix: string;",
       "declare const record: Record<string, string>, seen: Map<string, string>;",
     ].join("\n");
-    const results = findIn(...cases.map(([line]) => `${head}\nexport async function f(): Promise<unknown> {\n${line}\nreturn undefined;\n}\n`));
+    const results = findIn(
+      ...cases.map(
+        ([line]) =>
+          `${head}\nexport async function f(): Promise<unknown> {\n${line}\nreturn undefined;\n}\n`,
+      ),
+    );
     for (const [i, [line, expected]] of cases.entries()) {
       const found = results[i] ?? [];
       assert.equal(found.length, line.includes("pipeline") ? 2 : 1, `${line}: ${found.join("; ")}`);
@@ -98,13 +114,21 @@ describe("imports go one way", () => {
     const p = program();
     const wrong = checkedSources(p)
       .filter(([path]) => path.startsWith("src/worker/"))
-      .flatMap(([path, file]) => importsOf(file).filter((target) => PRODUCER.has(target)).map((t) => `${path} imports ${t}`));
+      .flatMap(([path, file]) =>
+        importsOf(file)
+          .filter((target) => PRODUCER.has(target))
+          .map((t) => `${path} imports ${t}`),
+      );
     assert.deepEqual(wrong, []);
   });
 
   it("sees an import of the producer from the worker", () => {
-    const p = program({ "src/worker/__layers_snippet__.ts": 'export { Queue } from "../queue.js";\n' });
-    const file = checkedSources(p).find(([path]) => path === "src/worker/__layers_snippet__.ts")?.[1];
+    const p = program({
+      "src/worker/__layers_snippet__.ts": 'export { Queue } from "../queue.js";\n',
+    });
+    const file = checkedSources(p).find(
+      ([path]) => path === "src/worker/__layers_snippet__.ts",
+    )?.[1];
     assert.ok(file !== undefined);
     assert.deepEqual(importsOf(file), ["src/queue.ts"]);
   });
@@ -128,7 +152,9 @@ describe("the generated protocol module", () => {
     });
     const file = p.getSourceFiles().find((f) => f.fileName.endsWith(path));
     assert.ok(file !== undefined);
-    const lines = p.getSemanticDiagnostics(file).map((d) => file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1);
+    const lines = p
+      .getSemanticDiagnostics(file)
+      .map((d) => file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1);
     assert.deepEqual([...new Set(lines)].sort(), [5, 6, 7, 8]);
   });
 
@@ -137,15 +163,27 @@ describe("the generated protocol module", () => {
     assert.deepEqual([...SCRIPT_NAMES], Object.keys(manifest.scripts));
     for (const [name, decl] of Object.entries(manifest.scripts)) {
       const argv = SCRIPT_ARGV[name as ScriptName];
-      assert.deepEqual(argv.args, decl.args.map((a) => a.name), name);
-      assert.deepEqual(argv.record, (decl.repeated?.fields ?? []).map((f) => f.name), name);
+      assert.deepEqual(
+        argv.args,
+        decl.args.map((a) => a.name),
+        name,
+      );
+      assert.deepEqual(
+        argv.record,
+        (decl.repeated?.fields ?? []).map((f) => f.name),
+        name,
+      );
     }
   });
 
   it("names every key of the packaged manifest, with its suffix", () => {
     const manifest = packagedBundle().manifest;
-    assert.deepEqual([...KEY_NAMES], manifest.keys.map((k) => k.name));
+    assert.deepEqual(
+      [...KEY_NAMES],
+      manifest.keys.map((k) => k.name),
+    );
     const keys = new QueueKeys("q", packagedBundle());
-    for (const k of manifest.keys) assert.equal(keys.key(k.name as KeyName), keys.prefix + KEY_SUFFIX[k.name as KeyName]);
+    for (const k of manifest.keys)
+      assert.equal(keys.key(k.name as KeyName), keys.prefix + KEY_SUFFIX[k.name as KeyName]);
   });
 });

@@ -32,7 +32,17 @@ export const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 export const RUNTIME = new Set(["src/bundle.ts", "src/keys.ts", "src/connection.ts"]);
 
 /** The client's lifecycle, not commands on a queue's keys (opening, closing, events, a cluster's nodes). */
-const LIFECYCLE = new Set(["connect", "disconnect", "quit", "duplicate", "on", "once", "off", "removeAllListeners", "nodes"]);
+const LIFECYCLE = new Set([
+  "connect",
+  "disconnect",
+  "quit",
+  "duplicate",
+  "on",
+  "once",
+  "off",
+  "removeAllListeners",
+  "nodes",
+]);
 
 /** Key builders' members that name no key: the queue's name and a script's KEYS. */
 const KEY_LISTS = new Set(["queue", "forScript"]);
@@ -50,9 +60,14 @@ export const PRODUCER = new Set([
 
 /** Stored field names only the layout uses: the records' compound names (`lease_ttl_s`, `heartbeat_ms`...). */
 const LAYOUT_FIELDS = new Set(
-  [...TASK_FIELDS, ...WORKER_FIELDS, ...SCHEDULE_FIELDS, ...BUCKET_FIELDS, ...CONFIG_FIELDS, ...COUNTER_FIELDS].filter(
-    (name: string) => name.includes("_"),
-  ),
+  [
+    ...TASK_FIELDS,
+    ...WORKER_FIELDS,
+    ...SCHEDULE_FIELDS,
+    ...BUCKET_FIELDS,
+    ...CONFIG_FIELDS,
+    ...COUNTER_FIELDS,
+  ].filter((name: string) => name.includes("_")),
 );
 /** Key parts spelt with a colon (`task:`, `schedules:due`...): never a word elsewhere. */
 const KEY_PARTS = new Set(Object.values(KEY_SUFFIX).filter((s) => s.includes(":")));
@@ -82,7 +97,8 @@ export function layoutNamed(file: ts.SourceFile, checker: ts.TypeChecker, name: 
   const found: string[] = [];
   // a label, not a read: a message's field name given to a call that reads nothing by it
   const labels = new Set<ts.Node>();
-  const at = (node: ts.Node): string => `${name}:${file.getLineAndCharacterOfPosition(node.getStart(file)).line + 1}`;
+  const at = (node: ts.Node): string =>
+    `${name}:${file.getLineAndCharacterOfPosition(node.getStart(file)).line + 1}`;
   const visit = (node: ts.Node): void => {
     if (ts.isCallExpression(node) && ts.isPropertyAccessExpression(node.expression)) {
       const method = node.expression.name.text;
@@ -96,15 +112,26 @@ export function layoutNamed(file: ts.SourceFile, checker: ts.TypeChecker, name: 
     if (ts.isPropertyAccessExpression(node) && !KEY_LISTS.has(node.name.text)) {
       if (declaredIn(checker.getSymbolAtLocation(node.name), isKeyBuilder)) {
         found.push(`${at(node)} names the key .${node.name.text}`);
-      } else if ((LAYOUT_FIELDS as Set<string>).has(node.name.text) && checker.getSymbolAtLocation(node.name) === undefined) {
+      } else if (
+        (LAYOUT_FIELDS as Set<string>).has(node.name.text) &&
+        checker.getSymbolAtLocation(node.name) === undefined
+      ) {
         // a stored hash read as a plain record: `raw.lease_until`
         found.push(`${at(node)} names the field ${node.name.text}`);
       }
     }
-    if (ts.isStringLiteralLike(node) || ts.isTemplateHead(node) || ts.isTemplateMiddle(node) || ts.isTemplateTail(node)) {
+    if (
+      ts.isStringLiteralLike(node) ||
+      ts.isTemplateHead(node) ||
+      ts.isTemplateMiddle(node) ||
+      ts.isTemplateTail(node)
+    ) {
       const text = node.text;
       const inImport = ts.isImportDeclaration(node.parent) || ts.isExportDeclaration(node.parent);
-      if (!inImport && (text.startsWith(PREFIX_HEAD + "{") || text.includes("}:") || KEY_PARTS.has(text))) {
+      if (
+        !inImport &&
+        (text.startsWith(PREFIX_HEAD + "{") || text.includes("}:") || KEY_PARTS.has(text))
+      ) {
         found.push(`${at(node)} spells a key: ${JSON.stringify(text.slice(0, 40))}`);
       } else if ((LAYOUT_FIELDS as Set<string>).has(text) && !labels.has(node)) {
         found.push(`${at(node)} names the field ${JSON.stringify(text)}`);
@@ -127,7 +154,8 @@ export function importsOf(file: ts.SourceFile): string[] {
   };
   const visit = (node: ts.Node): void => {
     if (ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) add(node.moduleSpecifier);
-    else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) add(node.arguments[0]);
+    else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword)
+      add(node.arguments[0]);
     ts.forEachChild(node, visit);
   };
   visit(file);
@@ -136,19 +164,25 @@ export function importsOf(file: ts.SourceFile): string[] {
 
 /** A program of the package's sources, with `extra` files (path relative to the root -> text) added. */
 export function program(extra: Readonly<Record<string, string>> = {}): ts.Program {
-  const config = ts.getParsedCommandLineOfConfigFile(resolve(ROOT, "tsconfig.json"), {}, {
-    ...ts.sys,
-    onUnRecoverableConfigFileDiagnostic: (d) => {
-      throw new Error(ts.flattenDiagnosticMessageText(d.messageText, "\n"));
+  const config = ts.getParsedCommandLineOfConfigFile(
+    resolve(ROOT, "tsconfig.json"),
+    {},
+    {
+      ...ts.sys,
+      onUnRecoverableConfigFileDiagnostic: (d) => {
+        throw new Error(ts.flattenDiagnosticMessageText(d.messageText, "\n"));
+      },
     },
-  });
+  );
   if (config === undefined) throw new Error("tsconfig.json: unreadable");
   const virtual = new Map(Object.entries(extra).map(([path, text]) => [resolve(ROOT, path), text]));
   const host = ts.createCompilerHost(config.options);
   const getSourceFile = host.getSourceFile.bind(host);
   host.getSourceFile = (path, language, ...rest) => {
     const text = virtual.get(resolve(path));
-    return text === undefined ? getSourceFile(path, language, ...rest) : ts.createSourceFile(path, text, language, true);
+    return text === undefined
+      ? getSourceFile(path, language, ...rest)
+      : ts.createSourceFile(path, text, language, true);
   };
   const fileExists = host.fileExists.bind(host);
   host.fileExists = (path) => virtual.has(resolve(path)) || fileExists(path);
@@ -161,5 +195,8 @@ export function checkedSources(p: ts.Program): [string, ts.SourceFile][] {
   return p
     .getSourceFiles()
     .map((f): [string, ts.SourceFile] => [relative(ROOT, f.fileName), f])
-    .filter(([path]) => path.startsWith("src/") && !path.startsWith("src/protocol/") && !RUNTIME.has(path));
+    .filter(
+      ([path]) =>
+        path.startsWith("src/") && !path.startsWith("src/protocol/") && !RUNTIME.has(path),
+    );
 }

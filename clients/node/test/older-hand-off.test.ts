@@ -18,11 +18,18 @@ describe("an older producer's hand-off", () => {
 
   it("runs a grouped, traced task with its group and trace read from the task", async () => {
     const queue = new Queue("jobs", { redisUrl: server.url });
-    const broker = new Broker("jobs", queue.client, "p", "i", { replyTimeoutMs: 5000, host: "", served: null });
+    const broker = new Broker("jobs", queue.client, "p", "i", {
+      replyTimeoutMs: 5000,
+      host: "",
+      served: null,
+    });
     try {
       await broker.register(2);
       const workers = queue.keys.key("workers");
-      const record = JSON.parse((await queue.client.hget(workers, "p")) ?? "{}") as Record<string, unknown>;
+      const record = JSON.parse((await queue.client.hget(workers, "p")) ?? "{}") as Record<
+        string,
+        unknown
+      >;
       delete record.claim_record; // the producer writes the positional form, as 0.2 does
       await queue.client.hset(workers, "p", JSON.stringify(record));
       assert.deepEqual((await broker.claim(2, 30_000)).tasks, []);
@@ -34,7 +41,10 @@ describe("an older producer's hand-off", () => {
 
       const handed = (await broker.waitForWork(1))?.tasks[0];
 
-      assert.deepEqual([handed?.id, handed?.group, handed?.trace, handed?.unread], [id, "tenant-a", carrier, false]);
+      assert.deepEqual(
+        [handed?.id, handed?.group, handed?.trace, handed?.unread],
+        [id, "tenant-a", carrier, false],
+      );
     } finally {
       broker.dropBlocking();
       await queue.close();

@@ -14,7 +14,13 @@ beforeEach(() => server.flush());
 
 /** A record as a 0.1.x worker's register writes it: no level. */
 function olderRecord(heartbeatMs: number): string {
-  return JSON.stringify({ incarnation: "i0", heartbeat_ms: heartbeatMs, inflight: 0, concurrency: 4, draining: false });
+  return JSON.stringify({
+    incarnation: "i0",
+    heartbeat_ms: heartbeatMs,
+    inflight: 0,
+    concurrency: 4,
+    draining: false,
+  });
 }
 
 function refused(feature: string): (e: unknown) => boolean {
@@ -34,10 +40,16 @@ describe("a live older worker on the queue", () => {
       await assert.rejects(q.enqueue({}, { group: "tenant-1" }), refused("groups"));
       const first = await q.enqueue({ plain: true });
       await assert.rejects(q.enqueue({}, { after: [first] }), refused("flows"));
-      await assert.rejects(q.enqueueFlow(chain({ payload: { a: 1 } }, { payload: { b: 2 } })), refused("flows"));
+      await assert.rejects(
+        q.enqueueFlow(chain({ payload: { a: 1 } }, { payload: { b: 2 } })),
+        refused("flows"),
+      );
       await assert.rejects(q.pauseClaims({ forMs: 60_000 }), refused("claim pauses"));
       await assert.rejects(q.setBudget({ day: 100 }), refused("spend budgets"));
-      await assert.rejects(q.schedule("nightly", "0 3 * * *", {}, { group: "g" }), refused("groups"));
+      await assert.rejects(
+        q.schedule("nightly", "0 3 * * *", {}, { group: "g" }),
+        refused("groups"),
+      );
       const stats = await q.stats();
       assert.equal(stats.pending + stats.waiting, 1); // the plain task alone
       assert.deepEqual(await q.client.hgetall(q.keys.key("quota")), {});

@@ -15,12 +15,14 @@ function run(args: string[]): string {
 
 describe("the package", () => {
   it("loads by name from an ES module", () => {
-    const code = 'import { Queue, TaskExists, TaskfleetError, PROTOCOL_VERSION } from "taskfleet"; console.log(typeof Queue, new TaskExists("a", "payload") instanceof TaskfleetError, PROTOCOL_VERSION)';
+    const code =
+      'import { Queue, TaskExists, TaskfleetError, PROTOCOL_VERSION } from "taskfleet"; console.log(typeof Queue, new TaskExists("a", "payload") instanceof TaskfleetError, PROTOCOL_VERSION)';
     assert.equal(run(["--input-type=module", "-e", code]), "function true 1");
   });
 
   it("loads by name from CommonJS", () => {
-    const code = 'const t = require("taskfleet"); const q = new t.Queue("jobs"); console.log(String(q), q.keys.prefix); q.close()';
+    const code =
+      'const t = require("taskfleet"); const q = new t.Queue("jobs"); console.log(String(q), q.keys.prefix); q.close()';
     assert.equal(run(["-e", code]), 'Queue("jobs") tf:{jobs}:');
   });
 });

@@ -17,8 +17,28 @@ import { HandlerSet } from "../src/worker/handlers.js";
 import { type Pauses, coveredRuns } from "../src/worker/pauses.js";
 import { RedisServer } from "./redis.js";
 
-function task(id: string, payload: Record<string, unknown>, group: string | null = null): ClaimedTask {
-  return { id, token: `tok-${id}`, payload, attempts: 1, maxAttempts: 3, timeout: null, lost: 0, priority: 0, cost: 1, waited: null, name: null, trace: null, group, after: "", deadlineMs: null };
+function task(
+  id: string,
+  payload: Record<string, unknown>,
+  group: string | null = null,
+): ClaimedTask {
+  return {
+    id,
+    token: `tok-${id}`,
+    payload,
+    attempts: 1,
+    maxAttempts: 3,
+    timeout: null,
+    lost: 0,
+    priority: 0,
+    cost: 1,
+    waited: null,
+    name: null,
+    trace: null,
+    group,
+    after: "",
+    deadlineMs: null,
+  };
 }
 
 /** Every ready callback and microtask runs; nothing here sleeps. */
@@ -65,11 +85,16 @@ describe("a claim pause's hold", () => {
     const ex = execution(calls, (...args) => reported.push(args));
     ex.startAll([task("reporter", { reporter: true })]);
     await settle();
-    assert.deepEqual(reported, [["reporter", "tok-reporter", 30_000, true, "provider quota spent (remaining 0)"]]);
+    assert.deepEqual(reported, [
+      ["reporter", "tok-reporter", 30_000, true, "provider quota spent (remaining 0)"],
+    ]);
     ex.startAll([task("next", {})]);
     await settle();
     assert.deepEqual(calls, []); // held before its call
-    assert.deepEqual(ex.heldRuns().map((r) => r.task.id), ["next"]);
+    assert.deepEqual(
+      ex.heldRuns().map((r) => r.task.id),
+      ["next"],
+    );
     ex.resumeHold();
     await settle();
     assert.deepEqual(calls, ["next"]);
@@ -90,7 +115,11 @@ describe("the runs a written pause covers", () => {
   beforeEach(async () => {
     await server.flush();
     queue = new Queue("jobs", { redisUrl: server.url });
-    broker = new Broker("jobs", queue.client, "p", "i", { replyTimeoutMs: 5000, host: "", served: null });
+    broker = new Broker("jobs", queue.client, "p", "i", {
+      replyTimeoutMs: 5000,
+      host: "",
+      served: null,
+    });
   });
   afterEach(async () => {
     await queue.close();
@@ -114,7 +143,8 @@ describe("the runs a written pause covers", () => {
   }
 
   const groupsOf = (ids: readonly string[]): Promise<string[]> => broker.groupsOf(ids);
-  const unread = (): Promise<string[]> => Promise.reject(new Error("no read: the records carry the groups"));
+  const unread = (): Promise<string[]> =>
+    Promise.reject(new Error("no read: the records carry the groups"));
   const groupOf = (ex: Execution) => (id: string) => ex.held.get(id)?.task.group;
   const notHeld = (): undefined => undefined;
 
@@ -123,7 +153,10 @@ describe("the runs a written pause covers", () => {
     const ex = await heldBehind("a", calls);
     const pauses: Pauses = [["limited", true]];
     const covered = await coveredRuns(ex.heldRuns(), pauses, groupOf(ex), unread);
-    assert.deepEqual(ex.withdrawHeld(covered).map((r) => r.task.id), ["a1"]);
+    assert.deepEqual(
+      ex.withdrawHeld(covered).map((r) => r.task.id),
+      ["a1"],
+    );
     ex.resumeHold();
     await settle();
     assert.deepEqual(calls.sort(), ["b1", "n1"]);
@@ -133,7 +166,10 @@ describe("the runs a written pause covers", () => {
     const calls: string[] = [];
     const ex = await heldBehind("b", calls);
     const runs = ex.heldRuns();
-    assert.deepEqual((await coveredRuns(runs, [["limited", true]], notHeld, groupsOf)).map((r) => r.task.id), ["b1"]);
+    assert.deepEqual(
+      (await coveredRuns(runs, [["limited", true]], notHeld, groupsOf)).map((r) => r.task.id),
+      ["b1"],
+    );
     ex.withdrawHeld(runs);
     ex.resumeHold();
     await settle();

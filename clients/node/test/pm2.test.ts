@@ -14,7 +14,9 @@ import { RedisServer, until } from "./redis.js";
 import { BIN, FIXTURES, cleanEnv, runs } from "./workers.js";
 
 const PM2 = fileURLToPath(new URL("../../node_modules/pm2/bin/pm2", import.meta.url));
-const ECOSYSTEM = fileURLToPath(new URL("../../../../examples/pm2/ecosystem.config.cjs", import.meta.url));
+const ECOSYSTEM = fileURLToPath(
+  new URL("../../../../examples/pm2/ecosystem.config.cjs", import.meta.url),
+);
 const TASKS = 160;
 const TASK_MS = 300;
 
@@ -39,10 +41,16 @@ describe("taskfleet-node under pm2", () => {
 
   function pm2(...args: string[]): Promise<string> {
     return new Promise((resolve, reject) => {
-      execFile(process.execPath, [PM2, ...args], { env, cwd: FIXTURES, timeout: 60_000 }, (error, stdout, stderr) => {
-        if (error !== null) reject(new Error(`pm2 ${args.join(" ")}: ${error.message}\n${stdout}${stderr}`));
-        else resolve(stdout);
-      });
+      execFile(
+        process.execPath,
+        [PM2, ...args],
+        { env, cwd: FIXTURES, timeout: 60_000 },
+        (error, stdout, stderr) => {
+          if (error !== null)
+            reject(new Error(`pm2 ${args.join(" ")}: ${error.message}\n${stdout}${stderr}`));
+          else resolve(stdout);
+        },
+      );
     });
   }
 
@@ -73,11 +81,21 @@ describe("taskfleet-node under pm2", () => {
     const log = join(dir, "runs.log");
     const q = new Queue("pm2", { redisUrl: redis.url });
     try {
-      const ids = await q.enqueueMany(Array.from({ length: TASKS }, () => ({ payload: { ms: TASK_MS, log } })));
+      const ids = await q.enqueueMany(
+        Array.from({ length: TASKS }, () => ({ payload: { ms: TASK_MS, log } })),
+      );
       await pm2("start", ECOSYSTEM);
-      await until("two workers online", async () => (await processes()).filter((p) => p.pm2_env.status === "online").length === 2, 30_000);
+      await until(
+        "two workers online",
+        async () => (await processes()).filter((p) => p.pm2_env.status === "online").length === 2,
+        30_000,
+      );
       const first = new Set((await processes()).map((p) => p.pid));
-      await until("the first workers run tasks", () => runs(log).filter(([what]) => what === "end").length >= 8, 30_000);
+      await until(
+        "the first workers run tasks",
+        () => runs(log).filter(([what]) => what === "end").length >= 8,
+        30_000,
+      );
 
       await pm2("reload", ECOSYSTEM);
 
@@ -91,14 +109,29 @@ describe("taskfleet-node under pm2", () => {
       const stats = await q.stats();
       assert.equal(stats.done, TASKS);
       assert.equal(stats.completed, TASKS);
-      assert.equal(stats.lost + stats.released + stats.requeued + stats.dead + stats.pending + stats.running, 0);
+      assert.equal(
+        stats.lost + stats.released + stats.requeued + stats.dead + stats.pending + stats.running,
+        0,
+      );
       const ends = runs(log).filter(([what]) => what === "end");
-      assert.deepEqual(ends.map(([, id]) => id).sort(), [...ids].sort(), "each task ran to its end exactly once");
+      assert.deepEqual(
+        ends.map(([, id]) => id).sort(),
+        [...ids].sort(),
+        "each task ran to its end exactly once",
+      );
       // the reload came while the old processes held tasks, and the new ones took over
-      const drained = [...logs().matchAll(/event=drain_started inflight=(\d+)/g)].map((m) => Number(m[1]));
+      const drained = [...logs().matchAll(/event=drain_started inflight=(\d+)/g)].map((m) =>
+        Number(m[1]),
+      );
       assert.equal(drained.length, 2, logs());
-      assert.ok(drained.some((n) => n > 0), `a drain began with tasks in flight: ${drained.join(", ")}`);
-      assert.ok(ends.some(([, , , pid]) => !first.has(pid)), "the new processes ran tasks");
+      assert.ok(
+        drained.some((n) => n > 0),
+        `a drain began with tasks in flight: ${drained.join(", ")}`,
+      );
+      assert.ok(
+        ends.some(([, , , pid]) => !first.has(pid)),
+        "the new processes ran tasks",
+      );
     } finally {
       await q.close();
     }

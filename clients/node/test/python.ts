@@ -19,7 +19,11 @@ export const needsPython = available ? {} : { skip: `no Python at ${PYTHON} (mak
 
 /** Run `code` in the repository's Python with `input` as JSON on stdin; its stdout parsed as JSON. */
 export function python<T>(code: string, input: unknown = null): T {
-  const run = spawnSync(PYTHON, ["-c", code], { input: JSON.stringify(input), encoding: "utf8", cwd: REPOSITORY });
+  const run = spawnSync(PYTHON, ["-c", code], {
+    input: JSON.stringify(input),
+    encoding: "utf8",
+    cwd: REPOSITORY,
+  });
   if (run.status !== 0) throw new Error(`python failed (${String(run.status)}): ${run.stderr}`);
   return JSON.parse(run.stdout) as T;
 }

@@ -34,11 +34,18 @@ async function withQueue<T>(body: (q: Queue) => Promise<T>, name = "jobs"): Prom
 async function work(q: Queue, n: number, result = '{"ok":true}'): Promise<string[]> {
   const bundle = packagedBundle();
   const scripts = new Scripts(q.client, bundle);
-  const claim = bundle.pack("claim", { pod: "hand", incarnation: "i1", max_tasks: n, token_base: "tb", bound: 100 });
+  const claim = bundle.pack("claim", {
+    pod: "hand",
+    incarnation: "i1",
+    max_tasks: n,
+    token_base: "tb",
+    bound: 100,
+  });
   const reply = (await scripts.run("claim", q.keys, claim)) as unknown[];
   const held = reply.slice(3).map((r) => idAndToken(r));
   const records = held.map(([task_id, token]) => ({ task_id, token, result }));
-  if (records.length > 0) await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
+  if (records.length > 0)
+    await scripts.run("complete", q.keys, bundle.pack("complete", {}, records));
   return records.map((r) => r.task_id);
 }
 
@@ -53,7 +60,16 @@ describe("enqueue", () => {
       const deadline = new Date(Date.now() + 3_600_000);
       const id = await q.enqueue(
         { to: "a@example.com", n: 1 },
-        { priority: 7, maxAttempts: 4, cost: 3, timeoutMs: 30_000, deadline, name: "send", taskId: "t-1", traceContext: { traceparent: "00-abc-def-01" } },
+        {
+          priority: 7,
+          maxAttempts: 4,
+          cost: 3,
+          timeoutMs: 30_000,
+          deadline,
+          name: "send",
+          taskId: "t-1",
+          traceContext: { traceparent: "00-abc-def-01" },
+        },
       );
       assert.equal(id, "t-1");
       const task = await q.get(id);
@@ -78,25 +94,53 @@ describe("enqueue", () => {
       assert.match(id, /^[0-9a-f]{32}$/);
       const task = await q.get(id);
       assert.equal(task?.state, "delayed");
-      assert.ok(task.runAt !== null && task.createdAt !== null && task.runAt.getTime() - task.createdAt.getTime() === 60_000);
+      assert.ok(
+        task.runAt !== null &&
+          task.createdAt !== null &&
+          task.runAt.getTime() - task.createdAt.getTime() === 60_000,
+      );
     }));
 
   it("is idempotent for the same id and options, and refuses another payload or name", () =>
     withQueue(async (q) => {
-      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeoutMs: 5000 }), { taskId: "x", created: true });
-      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeoutMs: 5000 }), { taskId: "x", created: false });
-      await assert.rejects(q.enqueue({ a: 2 }, { taskId: "x", timeoutMs: 5000 }), (e: unknown) => e instanceof TaskExists && e.field === "payload");
-      await assert.rejects(q.enqueue({ a: 1 }, { taskId: "x", timeoutMs: 6000 }), (e: unknown) => e instanceof TaskExists && e.field === "timeout");
-      await assert.rejects(q.enqueue({ a: 1 }, { taskId: "x", name: "other", timeoutMs: 5000 }), (e: unknown) => e instanceof TaskExists && e.field === "name");
+      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeoutMs: 5000 }), {
+        taskId: "x",
+        created: true,
+      });
+      assert.deepEqual(await q.enqueueResult({ a: 1 }, { taskId: "x", timeoutMs: 5000 }), {
+        taskId: "x",
+        created: false,
+      });
+      await assert.rejects(
+        q.enqueue({ a: 2 }, { taskId: "x", timeoutMs: 5000 }),
+        (e: unknown) => e instanceof TaskExists && e.field === "payload",
+      );
+      await assert.rejects(
+        q.enqueue({ a: 1 }, { taskId: "x", timeoutMs: 6000 }),
+        (e: unknown) => e instanceof TaskExists && e.field === "timeout",
+      );
+      await assert.rejects(
+        q.enqueue({ a: 1 }, { taskId: "x", name: "other", timeoutMs: 5000 }),
+        (e: unknown) => e instanceof TaskExists && e.field === "name",
+      );
       assert.equal((await q.stats()).enqueued, 1);
     }));
 
   it("enqueues many atomically: one refused task stores none", () =>
     withQueue(async (q) => {
-      const ids = await q.enqueueMany([{ payload: { i: 1 } }, { payload: { i: 2 }, priority: 5, taskId: "b" }]);
+      const ids = await q.enqueueMany([
+        { payload: { i: 1 } },
+        { payload: { i: 2 }, priority: 5, taskId: "b" },
+      ]);
       assert.equal(ids.length, 2);
       assert.equal(ids[1], "b");
-      await assert.rejects(q.enqueueMany([{ payload: { i: 3 }, taskId: "c" }, { payload: { other: true }, taskId: "b" }]), TaskExists);
+      await assert.rejects(
+        q.enqueueMany([
+          { payload: { i: 3 }, taskId: "c" },
+          { payload: { other: true }, taskId: "b" },
+        ]),
+        TaskExists,
+      );
       assert.equal(await q.get("c"), null);
       await assert.rejects(q.enqueueMany([{ payload: {}, priority: 5000 }]), InvalidArgument);
       assert.deepEqual(await q.enqueueMany([]), []);
@@ -106,7 +150,10 @@ describe("enqueue", () => {
   it("refuses a payload over the queue's max_payload_bytes, storing nothing", () =>
     withQueue(async (q) => {
       await q.client.hset(q.keys.key("config"), "max_payload_bytes", "20");
-      await assert.rejects(q.enqueue({ text: "x".repeat(50) }, { taskId: "big" }), /payload of task big is 61 bytes; the queue allows 20/);
+      await assert.rejects(
+        q.enqueue({ text: "x".repeat(50) }, { taskId: "big" }),
+        /payload of task big is 61 bytes; the queue allows 20/,
+      );
       await assert.rejects(q.enqueue({ text: "x".repeat(50) }), InvalidPayload);
       assert.equal(await q.get("big"), null);
     }));
@@ -123,9 +170,18 @@ describe("enqueue", () => {
     assert.throws(() => new Queue("a:b"), /invalid queue name 'a:b'/);
     assert.throws(() => new Queue("{x}"), InvalidArgument);
     assert.throws(() => new Queue("ok", { redisUrl: "http://h" }), /must start with redis:\/\//);
-    assert.throws(() => new Queue("ok", { redisUrl: "redis://:s3cret@h/abc" }), (e: unknown) => e instanceof InvalidRedisURL && !e.message.includes("s3cret"));
-    assert.throws(() => new Queue("ok", { redisUrl: "redis://h?foo=1" }), /unknown query parameter 'foo'/);
-    assert.throws(() => new Queue("ok", { redisUrl: "redis://h/1?cluster=true" }), /database 0 only/);
+    assert.throws(
+      () => new Queue("ok", { redisUrl: "redis://:s3cret@h/abc" }),
+      (e: unknown) => e instanceof InvalidRedisURL && !e.message.includes("s3cret"),
+    );
+    assert.throws(
+      () => new Queue("ok", { redisUrl: "redis://h?foo=1" }),
+      /unknown query parameter 'foo'/,
+    );
+    assert.throws(
+      () => new Queue("ok", { redisUrl: "redis://h/1?cluster=true" }),
+      /database 0 only/,
+    );
   });
 });
 
@@ -149,7 +205,9 @@ describe("reading and waiting", () => {
       const waiting = q.wait(ids, { timeoutMs: 20_000 });
       // the wait has registered on both tasks before they are worked
       await until("the wait watches both tasks", async () => {
-        const marks = await Promise.all(ids.map((id) => q.client.hget(q.keys.item("task", id), "waiters")));
+        const marks = await Promise.all(
+          ids.map((id) => q.client.hget(q.keys.item("task", id), "waiters")),
+        );
         return marks.every((m) => m !== null && m !== "");
       });
       await work(q, 2, '{"answer":42}');
@@ -167,7 +225,10 @@ describe("reading and waiting", () => {
       await work(q, 1);
       assert.equal((await q.wait([a], { timeoutMs: 5000 }))[a]?.state, "done");
       const b = await q.enqueue({});
-      await assert.rejects(q.wait([a, b, "never-enqueued"], { timeoutMs: 200 }), (e: unknown) => e instanceof WaitTimeout && e.unfinished.join() === `${b},never-enqueued`);
+      await assert.rejects(
+        q.wait([a, b, "never-enqueued"], { timeoutMs: 200 }),
+        (e: unknown) => e instanceof WaitTimeout && e.unfinished.join() === `${b},never-enqueued`,
+      );
       await assert.rejects(q.wait("abc", { timeoutMs: 1000 }), /not one string/);
     }));
 });
@@ -185,12 +246,20 @@ describe("controlling tasks", () => {
 
   it("lists a state in the order it is served, page by page", () =>
     withQueue(async (q) => {
-      await q.enqueueMany([0, 1, 2, 3, 4].map((i) => ({ payload: { i }, priority: i, taskId: `t${i}` })));
+      await q.enqueueMany(
+        [0, 1, 2, 3, 4].map((i) => ({ payload: { i }, priority: i, taskId: `t${i}` })),
+      );
       const first = await q.list("pending", { limit: 3 });
-      assert.deepEqual(first.tasks.map((t) => t.id), ["t4", "t3", "t2"]);
+      assert.deepEqual(
+        first.tasks.map((t) => t.id),
+        ["t4", "t3", "t2"],
+      );
       assert.ok(first.cursor !== null);
       const second = await q.list("pending", { limit: 3, cursor: first.cursor });
-      assert.deepEqual(second.tasks.map((t) => t.id), ["t1", "t0"]);
+      assert.deepEqual(
+        second.tasks.map((t) => t.id),
+        ["t1", "t0"],
+      );
       assert.equal(second.cursor, null);
       await assert.rejects(q.list("pending", { limit: 0 }), /limit must be 1..10000/);
       await assert.rejects(q.list("nope" as "pending"), /unknown task state 'nope'/);
@@ -236,14 +305,22 @@ describe("controlling tasks", () => {
 describe("schedules", () => {
   it("creates, lists, pauses, resumes and deletes a schedule", () =>
     withQueue(async (q) => {
-      const made = await q.schedule("nightly", "0 3 * * *", { report: true }, { tz: "Europe/Paris", jitterMs: 30_000, priority: 2 });
+      const made = await q.schedule(
+        "nightly",
+        "0 3 * * *",
+        { report: true },
+        { tz: "Europe/Paris", jitterMs: 30_000, priority: 2 },
+      );
       assert.equal(made.cron, "0 3 * * *");
       assert.equal(made.tz, "Europe/Paris");
       assert.deepEqual(made.payload, { report: true });
       assert.equal(made.priority, 2);
       assert.equal(made.paused, false);
       assert.ok(made.nextSlot !== null && made.nextSlot * 1000 > Date.now());
-      assert.deepEqual((await q.schedules()).map((s) => s.name), ["nightly"]);
+      assert.deepEqual(
+        (await q.schedules()).map((s) => s.name),
+        ["nightly"],
+      );
       assert.equal(await q.pauseSchedule("nightly"), true);
       assert.equal(await q.pauseSchedule("nightly"), false);
       assert.equal((await q.getSchedule("nightly"))?.paused, true);
@@ -262,13 +339,22 @@ describe("durability", () => {
     await replica.start();
     try {
       const admin = replica.admin();
-      await until("the replica is in sync", async () => (await admin.info("replication")).includes("master_link_status:up"));
+      await until("the replica is in sync", async () =>
+        (await admin.info("replication")).includes("master_link_status:up"),
+      );
       admin.disconnect();
-      const one = new Queue("jobs", { redisUrl: `${server.url}?wait_replicas=1&wait_timeout_ms=5000` });
-      const two = new Queue("jobs", { redisUrl: `${server.url}?wait_replicas=2&wait_timeout_ms=50` });
+      const one = new Queue("jobs", {
+        redisUrl: `${server.url}?wait_replicas=1&wait_timeout_ms=5000`,
+      });
+      const two = new Queue("jobs", {
+        redisUrl: `${server.url}?wait_replicas=2&wait_timeout_ms=50`,
+      });
       try {
         assert.ok(await one.enqueue({}, { taskId: "r1" }));
-        await assert.rejects(two.enqueue({}, { taskId: "r2" }), (e: unknown) => e instanceof NotReplicated && e.acked === 1 && e.taskIds.join() === "r2");
+        await assert.rejects(
+          two.enqueue({}, { taskId: "r2" }),
+          (e: unknown) => e instanceof NotReplicated && e.acked === 1 && e.taskIds.join() === "r2",
+        );
         assert.equal((await one.get("r2"))?.state, "pending"); // on the master all the same
         await assert.rejects(two.enqueue({ other: 1 }, { taskId: "r1" }), TaskExists); // a refusal is not NotReplicated
       } finally {

@@ -25,7 +25,11 @@ export async function freePort(): Promise<number> {
   });
 }
 
-export async function until(what: string, check: () => Promise<boolean> | boolean, deadlineMs = 10_000): Promise<void> {
+export async function until(
+  what: string,
+  check: () => Promise<boolean> | boolean,
+  deadlineMs = 10_000,
+): Promise<void> {
   const end = Date.now() + deadlineMs;
   for (;;) {
     if (await check()) return;
@@ -49,19 +53,35 @@ export class RedisServer {
 
   async start(): Promise<void> {
     this.port = await freePort();
-    const args = ["--port", String(this.port), "--bind", "127.0.0.1", "--dir", this.dir, "--save", "", "--appendonly", "no", ...this.extraArgs];
+    const args = [
+      "--port",
+      String(this.port),
+      "--bind",
+      "127.0.0.1",
+      "--dir",
+      this.dir,
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+      ...this.extraArgs,
+    ];
     this.process = spawn(REDIS_SERVER, args, { stdio: "ignore" });
     const admin = this.admin();
     try {
-      await until(`redis-server on port ${this.port} answers`, async () => {
-        if (this.process?.exitCode !== null) throw new Error("redis-server exited at start");
-        try {
-          await admin.ping();
-          return true;
-        } catch {
-          return false;
-        }
-      }, START_DEADLINE_MS);
+      await until(
+        `redis-server on port ${this.port} answers`,
+        async () => {
+          if (this.process?.exitCode !== null) throw new Error("redis-server exited at start");
+          try {
+            await admin.ping();
+            return true;
+          } catch {
+            return false;
+          }
+        },
+        START_DEADLINE_MS,
+      );
     } finally {
       admin.disconnect();
     }
@@ -69,7 +89,13 @@ export class RedisServer {
 
   /** A plain client of the server (the caller closes it). */
   admin(): Redis {
-    const client = new Redis({ host: "127.0.0.1", port: this.port, lazyConnect: true, maxRetriesPerRequest: 1, protocol: 2 });
+    const client = new Redis({
+      host: "127.0.0.1",
+      port: this.port,
+      lazyConnect: true,
+      maxRetriesPerRequest: 1,
+      protocol: 2,
+    });
     client.on("error", () => undefined); // refused while the server starts: the failed call says so
     return client;
   }

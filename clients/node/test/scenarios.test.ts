@@ -8,9 +8,17 @@ import { join } from "node:path";
 import { after, afterEach, before, beforeEach, describe, it } from "node:test";
 
 import { RedisServer } from "./redis.js";
-import { SCENARIOS, ScenarioFormatError, StepFailedError, check, runScenario } from "./scenarios.js";
+import {
+  SCENARIOS,
+  ScenarioFormatError,
+  StepFailedError,
+  check,
+  runScenario,
+} from "./scenarios.js";
 
-const FILES = readdirSync(SCENARIOS).filter((f) => f.endsWith(".json")).sort();
+const FILES = readdirSync(SCENARIOS)
+  .filter((f) => f.endsWith(".json"))
+  .sort();
 
 describe("the worker-behaviour scenarios", () => {
   const server = new RedisServer();
@@ -37,24 +45,45 @@ describe("the worker-behaviour scenarios", () => {
   }
 
   it("fails a scenario whose expected state was altered, naming the step", async () => {
-    const scenario = JSON.parse(readFileSync(join(SCENARIOS, "drain.json"), "utf8")) as { steps: Record<string, unknown>[] };
+    const scenario = JSON.parse(readFileSync(join(SCENARIOS, "drain.json"), "utf8")) as {
+      steps: Record<string, unknown>[];
+    };
     const last = scenario.steps.at(-1);
-    const held = (last?.expect as Record<string, unknown>[] | undefined)?.find((c) => c.task === "held");
+    const held = (last?.expect as Record<string, unknown>[] | undefined)?.find(
+      (c) => c.task === "held",
+    );
     assert.equal(held?.state, "pending");
     held.state = "done";
     const altered = join(dir, "drain.json");
     writeFileSync(altered, JSON.stringify(scenario));
     await assert.rejects(runScenario(altered, server.url, dir), (e: unknown) => {
       assert.ok(e instanceof StepFailedError);
-      assert.match(e.message, /^drain step \d+ \(expect\): \{"task":"held","state":"done".*state is "pending"/);
+      assert.match(
+        e.message,
+        /^drain step \d+ \(expect\): \{"task":"held","state":"done".*state is "pending"/,
+      );
       return true;
     });
   });
 
   it("refuses a file that strays from the format before anything runs", () => {
     const bad = { format: 1, doc: "", queue: "q", steps: [{ start: "a", colour: "blue" }] };
-    assert.throws(() => { check(bad, "bad"); }, (e: unknown) => e instanceof ScenarioFormatError && /bad step 0 \(start\): unknown keys colour/.test(e.message));
-    const behaviour = { format: 1, doc: "", queue: "q", steps: [{ enqueue: "t", payload: { do: "dance" } }] };
-    assert.throws(() => { check(behaviour, "bad"); }, /a payload of the handler vocabulary expected/);
+    assert.throws(
+      () => {
+        check(bad, "bad");
+      },
+      (e: unknown) =>
+        e instanceof ScenarioFormatError &&
+        /bad step 0 \(start\): unknown keys colour/.test(e.message),
+    );
+    const behaviour = {
+      format: 1,
+      doc: "",
+      queue: "q",
+      steps: [{ enqueue: "t", payload: { do: "dance" } }],
+    };
+    assert.throws(() => {
+      check(behaviour, "bad");
+    }, /a payload of the handler vocabulary expected/);
   });
 });

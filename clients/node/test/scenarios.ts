@@ -11,7 +11,9 @@ import { fileURLToPath } from "node:url";
 import { OlderWorker, Queue } from "../src/index.js";
 import { WorkerProcess, cleanEnv } from "./workers.js";
 
-export const SCENARIOS = fileURLToPath(new URL("../../../../conformance/scenarios/", import.meta.url));
+export const SCENARIOS = fileURLToPath(
+  new URL("../../../../conformance/scenarios/", import.meta.url),
+);
 const FORMAT = 1;
 const HANDLER = "./scenario_handlers.mjs:run";
 /** A condition is looked at this often while a step waits on it (ms). */
@@ -23,7 +25,13 @@ type Json = Record<string, unknown>;
 type Kinds = Record<string, [required: string[], optional: string[]]>;
 
 /** Each behaviour and the payload keys it takes (besides `do`), required. */
-const BEHAVIOURS: Record<string, string[]> = { succeed: ["result"], fail: ["error"], hold: ["gate"], sleep: ["ms"], hang: [] };
+const BEHAVIOURS: Record<string, string[]> = {
+  succeed: ["result"],
+  fail: ["error"],
+  hold: ["gate"],
+  sleep: ["ms"],
+  hang: [],
+};
 /** Worker options and the flags both workers take for them. */
 const WORKER_OPTIONS: Record<string, string> = {
   concurrency: "--concurrency",
@@ -57,9 +65,26 @@ const CONDITIONS: Kinds = {
   logged: [["worker"], []],
 };
 const STATS = [
-  "pending", "delayed", "running", "done", "dead", "cancelled", "waiting", "workers",
-  "enqueued", "completed", "failed", "retried", "dead_total", "requeued", "lost",
-  "released", "stale", "expired", "cancelled_total", "deferred",
+  "pending",
+  "delayed",
+  "running",
+  "done",
+  "dead",
+  "cancelled",
+  "waiting",
+  "workers",
+  "enqueued",
+  "completed",
+  "failed",
+  "retried",
+  "dead_total",
+  "requeued",
+  "lost",
+  "released",
+  "stale",
+  "expired",
+  "cancelled_total",
+  "deferred",
 ];
 const CANCEL_OUTCOMES = ["cancelled", "requested", "done", "dead", "finished", "not_found"];
 const NAME = /^[a-z0-9][a-z0-9-]*$/;
@@ -76,44 +101,66 @@ function isObject(value: unknown): value is Json {
 }
 
 function only(where: string, value: unknown, allowed: readonly string[]): Json {
-  if (!isObject(value)) throw new ScenarioFormatError(`${where}: an object expected, got ${JSON.stringify(value)}`);
+  if (!isObject(value))
+    throw new ScenarioFormatError(`${where}: an object expected, got ${JSON.stringify(value)}`);
   const extra = Object.keys(value).filter((k) => !allowed.includes(k));
-  if (extra.length > 0) throw new ScenarioFormatError(`${where}: unknown keys ${extra.join(", ")}; known: ${allowed.join(", ")}`);
+  if (extra.length > 0)
+    throw new ScenarioFormatError(
+      `${where}: unknown keys ${extra.join(", ")}; known: ${allowed.join(", ")}`,
+    );
   return value;
 }
 
 /** The one kind key of `value`; its other keys must be those its kind takes. */
 function kindOf(where: string, value: unknown, kinds: Kinds): string {
-  if (!isObject(value)) throw new ScenarioFormatError(`${where}: an object expected, got ${JSON.stringify(value)}`);
+  if (!isObject(value))
+    throw new ScenarioFormatError(`${where}: an object expected, got ${JSON.stringify(value)}`);
   const found = Object.keys(value).filter((k) => k in kinds);
   const [kind] = found;
   if (found.length !== 1 || kind === undefined) {
-    throw new ScenarioFormatError(`${where}: exactly one of ${Object.keys(kinds).join(", ")} expected, got ${Object.keys(value).join(", ")}`);
+    throw new ScenarioFormatError(
+      `${where}: exactly one of ${Object.keys(kinds).join(", ")} expected, got ${Object.keys(value).join(", ")}`,
+    );
   }
   const [required, optional] = kinds[kind] ?? [[], []];
   const missing = required.filter((k) => !(k in value));
-  if (missing.length > 0) throw new ScenarioFormatError(`${where} (${kind}): missing ${missing.join(", ")}`);
+  if (missing.length > 0)
+    throw new ScenarioFormatError(`${where} (${kind}): missing ${missing.join(", ")}`);
   only(`${where} (${kind})`, value, [kind, "doc", ...required, ...optional]);
   return kind;
 }
 
 function name(where: string, value: unknown): void {
-  if (typeof value !== "string" || !NAME.test(value)) throw new ScenarioFormatError(`${where}: a name ([a-z0-9][a-z0-9-]*) expected, got ${JSON.stringify(value)}`);
+  if (typeof value !== "string" || !NAME.test(value))
+    throw new ScenarioFormatError(
+      `${where}: a name ([a-z0-9][a-z0-9-]*) expected, got ${JSON.stringify(value)}`,
+    );
 }
 
 function number(where: string, value: unknown): void {
-  if (typeof value !== "number" || value < 0) throw new ScenarioFormatError(`${where}: a number >= 0 expected, got ${JSON.stringify(value)}`);
+  if (typeof value !== "number" || value < 0)
+    throw new ScenarioFormatError(`${where}: a number >= 0 expected, got ${JSON.stringify(value)}`);
 }
 
 /** Throw `ScenarioFormatError` saying where `scenario` strays from the format. */
 export function check(scenario: unknown, file: string): void {
   const top = only(file, scenario, ["format", "doc", "queue", "steps"]);
-  if (top.format !== FORMAT) throw new ScenarioFormatError(`${file}: format ${FORMAT} expected, got ${JSON.stringify(top.format)}`);
-  if (typeof top.doc !== "string" || typeof top.queue !== "string" || !/^[a-z0-9._-]+$/.test(top.queue)) {
+  if (top.format !== FORMAT)
+    throw new ScenarioFormatError(
+      `${file}: format ${FORMAT} expected, got ${JSON.stringify(top.format)}`,
+    );
+  if (
+    typeof top.doc !== "string" ||
+    typeof top.queue !== "string" ||
+    !/^[a-z0-9._-]+$/.test(top.queue)
+  ) {
     throw new ScenarioFormatError(`${file}: a doc and a queue name ([a-z0-9._-]+) expected`);
   }
-  if (!Array.isArray(top.steps) || top.steps.length === 0) throw new ScenarioFormatError(`${file}: a non-empty list of steps expected`);
-  top.steps.forEach((step: unknown, i) => { checkStep(`${file} step ${i}`, step); });
+  if (!Array.isArray(top.steps) || top.steps.length === 0)
+    throw new ScenarioFormatError(`${file}: a non-empty list of steps expected`);
+  top.steps.forEach((step: unknown, i) => {
+    checkStep(`${file} step ${i}`, step);
+  });
 }
 
 function checkStep(where: string, step: unknown): void {
@@ -122,15 +169,22 @@ function checkStep(where: string, step: unknown): void {
   const value = s[kind];
   switch (kind) {
     case "configure":
-      for (const [key, n] of Object.entries(only(where, value, Object.keys(CONFIG)))) number(`${where} ${key}`, n);
+      for (const [key, n] of Object.entries(only(where, value, Object.keys(CONFIG))))
+        number(`${where} ${key}`, n);
       break;
     case "start":
     case "signal":
     case "older_worker":
     case "older_worker_gone":
       name(where, kind === "signal" ? s.worker : value);
-      if (kind === "signal" && !SIGNALS.includes(value as string)) throw new ScenarioFormatError(`${where}: one of ${SIGNALS.join(", ")} expected, got ${JSON.stringify(value)}`);
-      for (const [key, n] of Object.entries(only(where, s.options ?? {}, Object.keys(WORKER_OPTIONS)))) number(`${where} ${key}`, n);
+      if (kind === "signal" && !SIGNALS.includes(value as string))
+        throw new ScenarioFormatError(
+          `${where}: one of ${SIGNALS.join(", ")} expected, got ${JSON.stringify(value)}`,
+        );
+      for (const [key, n] of Object.entries(
+        only(where, s.options ?? {}, Object.keys(WORKER_OPTIONS)),
+      ))
+        number(`${where} ${key}`, n);
       break;
     case "enqueue": {
       name(where, value);
@@ -146,7 +200,10 @@ function checkStep(where: string, step: unknown): void {
     case "release":
     case "cancel":
       name(where, value);
-      if (kind === "cancel" && !CANCEL_OUTCOMES.includes(s.outcome as string)) throw new ScenarioFormatError(`${where}: an outcome of ${CANCEL_OUTCOMES.join(", ")} expected`);
+      if (kind === "cancel" && !CANCEL_OUTCOMES.includes(s.outcome as string))
+        throw new ScenarioFormatError(
+          `${where}: an outcome of ${CANCEL_OUTCOMES.join(", ")} expected`,
+        );
       break;
     case "pause_claims":
       number(where, value);
@@ -154,10 +211,12 @@ function checkStep(where: string, step: unknown): void {
     case "wait":
     case "expect":
     case "stays":
-      if (!Array.isArray(value) || value.length === 0) throw new ScenarioFormatError(`${where}: a non-empty list of conditions expected`);
+      if (!Array.isArray(value) || value.length === 0)
+        throw new ScenarioFormatError(`${where}: a non-empty list of conditions expected`);
       value.forEach((condition: unknown, j) => {
         if (kindOf(`${where} condition ${j}`, condition, CONDITIONS) === "stats") {
-          for (const [key, n] of Object.entries(only(where, (condition as Json).stats, STATS))) number(`${where} stats ${key}`, n);
+          for (const [key, n] of Object.entries(only(where, (condition as Json).stats, STATS)))
+            number(`${where} stats ${key}`, n);
         }
       });
       for (const key of ["within_s", "for_s"]) if (key in s) number(`${where} ${key}`, s[key]);
@@ -214,27 +273,63 @@ export class Runner {
   }
 
   logs(): string {
-    return [...this.workers.entries()].map(([n, w]) => `--- ${n}\n${w.output.slice(-3000)}`).join("\n");
+    return [...this.workers.entries()]
+      .map(([n, w]) => `--- ${n}\n${w.output.slice(-3000)}`)
+      .join("\n");
   }
 
   private async step(kind: string, step: Json, value: unknown): Promise<void> {
     switch (kind) {
       case "configure": {
-        const changes = Object.fromEntries(Object.entries(value as Json).map(([k, v]) => [CONFIG[k] ?? k, k.endsWith("_s") ? Number(v) * 1000 : v]));
+        const changes = Object.fromEntries(
+          Object.entries(value as Json).map(([k, v]) => [
+            CONFIG[k] ?? k,
+            k.endsWith("_s") ? Number(v) * 1000 : v,
+          ]),
+        );
         await this.queue.configure({ ...(await this.queue.config()), ...changes });
         return;
       }
       case "start": {
-        const args = ["--queue", String(this.scenario.queue), "--redis-url", this.redisUrl, "--pod", String(value)];
-        args.push("--runtime-dir", join(this.dir, `runtime-${String(value)}`), "--handler", HANDLER);
-        args.push("--log-format", "json", "--no-fire-schedules", "--heartbeat-interval", HEARTBEAT_S);
-        for (const [key, n] of Object.entries((step.options ?? {}) as Json)) args.push(WORKER_OPTIONS[key] ?? key, String(n));
-        this.workers.set(String(value), WorkerProcess.node(args, cleanEnv({ TASKFLEET_SCENARIO_DIR: this.dir })));
+        const args = [
+          "--queue",
+          String(this.scenario.queue),
+          "--redis-url",
+          this.redisUrl,
+          "--pod",
+          String(value),
+        ];
+        args.push(
+          "--runtime-dir",
+          join(this.dir, `runtime-${String(value)}`),
+          "--handler",
+          HANDLER,
+        );
+        args.push(
+          "--log-format",
+          "json",
+          "--no-fire-schedules",
+          "--heartbeat-interval",
+          HEARTBEAT_S,
+        );
+        for (const [key, n] of Object.entries((step.options ?? {}) as Json))
+          args.push(WORKER_OPTIONS[key] ?? key, String(n));
+        this.workers.set(
+          String(value),
+          WorkerProcess.node(args, cleanEnv({ TASKFLEET_SCENARIO_DIR: this.dir })),
+        );
         return;
       }
       case "enqueue": {
-        const options = Object.fromEntries(Object.entries((step.options ?? {}) as Json).map(([k, v]) => [ENQUEUE_OPTIONS[k] ?? k, v]));
-        await this.refusable(step, () => this.queue.enqueue(step.payload as Json, { ...options, taskId: String(value) }));
+        const options = Object.fromEntries(
+          Object.entries((step.options ?? {}) as Json).map(([k, v]) => [
+            ENQUEUE_OPTIONS[k] ?? k,
+            v,
+          ]),
+        );
+        await this.refusable(step, () =>
+          this.queue.enqueue(step.payload as Json, { ...options, taskId: String(value) }),
+        );
         return;
       }
       case "signal":
@@ -245,11 +340,14 @@ export class Runner {
         return;
       case "cancel": {
         const outcome = await this.queue.cancel(String(value));
-        if (outcome !== step.outcome) throw new StepFailedError(`cancel said ${outcome}, expected ${String(step.outcome)}`);
+        if (outcome !== step.outcome)
+          throw new StepFailedError(`cancel said ${outcome}, expected ${String(step.outcome)}`);
         return;
       }
       case "pause_claims":
-        await this.refusable(step, () => this.queue.pauseClaims({ forMs: (value as number) * 1000 }));
+        await this.refusable(step, () =>
+          this.queue.pauseClaims({ forMs: (value as number) * 1000 }),
+        );
         return;
       case "resume_claims":
         await this.queue.resumeClaims();
@@ -258,8 +356,18 @@ export class Runner {
         // a live record as a worker of the first release (0.1.x) writes it: no level
         const [seconds, micros] = await this.queue.client.time();
         const heartbeatMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-        const record = { incarnation: "i0", inflight: 0, concurrency: 4, draining: false, heartbeat_ms: heartbeatMs };
-        await this.queue.client.hset(this.queue.keys.key("workers"), String(value), JSON.stringify(record));
+        const record = {
+          incarnation: "i0",
+          inflight: 0,
+          concurrency: 4,
+          draining: false,
+          heartbeat_ms: heartbeatMs,
+        };
+        await this.queue.client.hset(
+          this.queue.keys.key("workers"),
+          String(value),
+          JSON.stringify(record),
+        );
         return;
       }
       case "older_worker_gone":
@@ -270,7 +378,8 @@ export class Runner {
         for (;;) {
           const unmet = await this.unmet(value as Json[]);
           if (unmet === null) return;
-          if (Date.now() > end) throw new StepFailedError(`not within ${String(step.within_s)} s: ${unmet}`);
+          if (Date.now() > end)
+            throw new StepFailedError(`not within ${String(step.within_s)} s: ${unmet}`);
           await sleep(INTERVAL_MS);
         }
       }
@@ -298,10 +407,12 @@ export class Runner {
       await call();
     } catch (e) {
       if (!(e instanceof OlderWorker)) throw e;
-      if (e.feature !== refused) throw new StepFailedError(`refused for ${e.feature}, expected ${JSON.stringify(refused)}`);
+      if (e.feature !== refused)
+        throw new StepFailedError(`refused for ${e.feature}, expected ${JSON.stringify(refused)}`);
       return;
     }
-    if (refused !== undefined) throw new StepFailedError(`not refused, expected a refusal for ${JSON.stringify(refused)}`);
+    if (refused !== undefined)
+      throw new StepFailedError(`not refused, expected a refusal for ${JSON.stringify(refused)}`);
   }
 
   private worker(name: string): WorkerProcess {
@@ -327,34 +438,53 @@ export class Runner {
         const task = await this.queue.get(String(value));
         if (task === null) return "no such task";
         const found: Json = {
-          state: task.state, attempts: task.attempts, lost: task.lost, worker: task.pod,
-          result: task.result, error: task.error, reason: task.reason,
+          state: task.state,
+          attempts: task.attempts,
+          lost: task.lost,
+          worker: task.pod,
+          result: task.result,
+          error: task.error,
+          reason: task.reason,
         };
         for (const [key, expected] of Object.entries(condition)) {
           if (key === "task" || key === "doc") continue;
           const got = found[key];
-          const ok = key === "error" ? typeof got === "string" && got.includes(String(expected)) : isDeepStrictEqual(got, expected);
+          const ok =
+            key === "error"
+              ? typeof got === "string" && got.includes(String(expected))
+              : isDeepStrictEqual(got, expected);
           if (!ok) return `${key} is ${JSON.stringify(got)}`;
         }
         return null;
       }
       case "stats": {
         const stats = (await this.queue.stats()) as unknown as Record<string, number>;
-        const wrong = Object.entries(value as Json).filter(([k, v]) => stats[k] !== v).map(([k]) => `${k}=${String(stats[k])}`);
+        const wrong = Object.entries(value as Json)
+          .filter(([k, v]) => stats[k] !== v)
+          .map(([k]) => `${k}=${String(stats[k])}`);
         return wrong.length > 0 ? `found ${wrong.join(", ")}` : null;
       }
       case "handled": {
         const path = join(this.dir, "handled");
-        const lines = existsSync(path) ? readFileSync(path, "utf8").split("\n").filter((l) => l !== "").map((l) => JSON.parse(l) as Json) : [];
+        const lines = existsSync(path)
+          ? readFileSync(path, "utf8")
+              .split("\n")
+              .filter((l) => l !== "")
+              .map((l) => JSON.parse(l) as Json)
+          : [];
         const count = lines.filter(
-          (l) => l.did === value && (!("of" in condition) || l.task === condition.of) && (!("by" in condition) || l.worker === condition.by),
+          (l) =>
+            l.did === value &&
+            (!("of" in condition) || l.task === condition.of) &&
+            (!("by" in condition) || l.worker === condition.by),
         ).length;
         return count === condition.count ? null : `${count} such runs in ${JSON.stringify(lines)}`;
       }
       case "exited": {
         const child = this.worker(String(value)).child;
         if (child.exitCode === null && child.signalCode === null) return "still running";
-        if ("code" in condition && child.exitCode !== condition.code) return `exit code ${String(child.exitCode)} (signal ${String(child.signalCode)})`;
+        if ("code" in condition && child.exitCode !== condition.code)
+          return `exit code ${String(child.exitCode)} (signal ${String(child.signalCode)})`;
         return null;
       }
       case "logged": {

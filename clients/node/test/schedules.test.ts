@@ -40,35 +40,46 @@ function nodeSlots(cron: string, tz: string, start: number): (number | null)[] {
 }
 
 describe("schedule slots", () => {
-  it("are the Python client's, across DST gaps and folds, leap days and day matching", needsPython, () => {
-    const theirs = python<(number | null)[][]>(
-      "import json, sys\n" +
-        "from taskfleet.protocol.schedules import first_slot\n" +
-        "out = []\n" +
-        `for cron, tz, start in json.load(sys.stdin):\n` +
-        "    slots, now = [], start\n" +
-        `    for _ in range(${STEPS}):\n` +
-        "        slot = first_slot(cron, tz, now)\n" +
-        "        slots.append(slot)\n" +
-        "        if slot is None: break\n" +
-        "        now = slot * 1000\n" +
-        "    out.append(slots)\n" +
-        "print(json.dumps(out))",
-      CASES,
-    );
-    CASES.forEach(([cron, tz, start], i) => {
-      assert.deepEqual(nodeSlots(cron, tz, start), theirs[i], `${cron} in ${tz}`);
-    });
-  });
+  it(
+    "are the Python client's, across DST gaps and folds, leap days and day matching",
+    needsPython,
+    () => {
+      const theirs = python<(number | null)[][]>(
+        "import json, sys\n" +
+          "from taskfleet.protocol.schedules import first_slot\n" +
+          "out = []\n" +
+          `for cron, tz, start in json.load(sys.stdin):\n` +
+          "    slots, now = [], start\n" +
+          `    for _ in range(${STEPS}):\n` +
+          "        slot = first_slot(cron, tz, now)\n" +
+          "        slots.append(slot)\n" +
+          "        if slot is None: break\n" +
+          "        now = slot * 1000\n" +
+          "    out.append(slots)\n" +
+          "print(json.dumps(out))",
+        CASES,
+      );
+      CASES.forEach(([cron, tz, start], i) => {
+        assert.deepEqual(nodeSlots(cron, tz, start), theirs[i], `${cron} in ${tz}`);
+      });
+    },
+  );
 
   it("spread by the same jitter draw as Python's (crc32 of name and slot)", needsPython, () => {
-    const inputs: [string, number, number][] = [["nightly", 1_750_000_000, 60_000], ["x", 1, 1], ["a:b", 2_000_000_000, 0]];
+    const inputs: [string, number, number][] = [
+      ["nightly", 1_750_000_000, 60_000],
+      ["x", 1, 1],
+      ["a:b", 2_000_000_000, 0],
+    ];
     const theirs = python<number[]>(
       "import json, sys\nfrom taskfleet.protocol.schedules import due_ms\n" +
         "print(json.dumps([due_ms(*a) for a in json.load(sys.stdin)]))",
       inputs,
     );
-    assert.deepEqual(inputs.map(([n, s, j]) => dueMs(n, s, j)), theirs);
+    assert.deepEqual(
+      inputs.map(([n, s, j]) => dueMs(n, s, j)),
+      theirs,
+    );
   });
 
   it("reads zone offsets as zoneinfo does: a gap's fold 0 is the earlier offset, a fold's the later", () => {
@@ -89,24 +100,57 @@ describe("schedule slots", () => {
       [() => parseCron("*/0 * * * *"), /step '0' must be a positive number/],
       [() => zone("Mars/Olympus"), /unknown time zone 'Mars\/Olympus'/],
       [() => scheduleDef("bad name", "* * * * *", {}), /invalid schedule name/],
-      [() => scheduleDef("ok", "* * * * *", {}, { jitterMs: 90_000_000 }), /jitterMs must be at most 86400000 ms/],
-      [() => scheduleDef("ok", "* * * * *", {}, { catchup: "some" as "all" }), /catchup must be one of latest, all/],
+      [
+        () => scheduleDef("ok", "* * * * *", {}, { jitterMs: 90_000_000 }),
+        /jitterMs must be at most 86400000 ms/,
+      ],
+      [
+        () => scheduleDef("ok", "* * * * *", {}, { catchup: "some" as "all" }),
+        /catchup must be one of latest, all/,
+      ],
       [() => scheduleDef("ok", "* * * * *", {}, { timeoutMs: 0 }), /timeoutMs must be positive/],
-      [() => scheduleDef("ok", "* * * * *", {}, { jitter: 30 } as never), /no option 'jitter' \(durations are milliseconds, in options named \.\.\.Ms: 'jitterMs'\)/],
-      [() => scheduleDef("ok", "* * * * *", {}, { group: "a b" }), /group must be 1-100 characters/],
+      [
+        () => scheduleDef("ok", "* * * * *", {}, { jitter: 30 } as never),
+        /no option 'jitter' \(durations are milliseconds, in options named \.\.\.Ms: 'jitterMs'\)/,
+      ],
+      [
+        () => scheduleDef("ok", "* * * * *", {}, { group: "a b" }),
+        /group must be 1-100 characters/,
+      ],
     ];
     for (const [call, message] of bad) {
-      assert.throws(call, (e: unknown) => e instanceof InvalidArgument && message.test(e.message), message.source);
+      assert.throws(
+        call,
+        (e: unknown) => e instanceof InvalidArgument && message.test(e.message),
+        message.source,
+      );
     }
   });
 
   it("stores a definition's fields as the Python client does", needsPython, () => {
-    const def = scheduleDef("nightly", "0 3 * * *", { b: 1, a: 2 }, { tz: "Europe/Paris", timeoutMs: 30_000, deadlineMs: 1500, jitterMs: 2500, maxAttempts: 4, catchup: "all", catchupLimit: 5, group: "t1" });
+    const def = scheduleDef(
+      "nightly",
+      "0 3 * * *",
+      { b: 1, a: 2 },
+      {
+        tz: "Europe/Paris",
+        timeoutMs: 30_000,
+        deadlineMs: 1500,
+        jitterMs: 2500,
+        maxAttempts: 4,
+        catchup: "all",
+        catchupLimit: 5,
+        group: "t1",
+      },
+    );
     const theirs = python<[string, string][]>(
       "import json\nfrom taskfleet.producer.scheduling import schedule_def\n" +
         "d = schedule_def('nightly', '0 3 * * *', {'b': 1, 'a': 2}, tz='Europe/Paris', timeout=30, deadline=1.5, jitter=2.5, max_attempts=4, catchup='all', catchup_limit=5, group='t1')\n" +
         "print(json.dumps(d.definition.fields()))",
     );
-    assert.deepEqual(def.fields.map(([k, v]) => [k, v]), theirs);
+    assert.deepEqual(
+      def.fields.map(([k, v]) => [k, v]),
+      theirs,
+    );
   });
 });

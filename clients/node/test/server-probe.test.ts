@@ -19,11 +19,19 @@ const SRC = fileURLToPath(new URL("../../src/", import.meta.url));
 
 describe("settingsOf", () => {
   it("takes the policy from CONFIG GET, else from INFO", () => {
-    assert.equal(settingsOf({ "maxmemory-policy": "allkeys-lru" }, null).evictionPolicy, "allkeys-lru");
+    assert.equal(
+      settingsOf({ "maxmemory-policy": "allkeys-lru" }, null).evictionPolicy,
+      "allkeys-lru",
+    );
     const fromInfo = settingsOf(null, "# Memory\r\nmaxmemory_policy:noeviction\r\n");
     assert.equal(fromInfo.evictionPolicy, "noeviction");
     assert.equal(evicts(fromInfo), false);
-    assert.deepEqual(settingsOf(null, null), { evictionPolicy: null, version: null, aof: null, rdb: null });
+    assert.deepEqual(settingsOf(null, null), {
+      evictionPolicy: null,
+      version: null,
+      aof: null,
+      rdb: null,
+    });
   });
 
   it("reads the version and persistence: AOF from INFO, RDB from the save setting", () => {
@@ -34,7 +42,14 @@ describe("settingsOf", () => {
 });
 
 describe("probeServer on a real Redis", () => {
-  const server = new RedisServer(["--maxmemory-policy", "allkeys-lru", "--appendonly", "yes", "--save", "900 1"]);
+  const server = new RedisServer([
+    "--maxmemory-policy",
+    "allkeys-lru",
+    "--appendonly",
+    "yes",
+    "--save",
+    "900 1",
+  ]);
   before(() => server.start());
   after(() => server.stop());
 
@@ -52,8 +67,13 @@ describe("probeServer on a real Redis", () => {
 
   it("makes the worker's start refuse an evicting Redis unless eviction is allowed", async () => {
     const admin = server.admin();
-    const gated = { gate: undefined as unknown as RedisGate, drain: new Flag(), closing: new Flag() }; // no outage here
-    const settings = (allowEviction: boolean): Settings => ({ idleWait: 1, allowEviction }) as unknown as Settings;
+    const gated = {
+      gate: undefined as unknown as RedisGate,
+      drain: new Flag(),
+      closing: new Flag(),
+    }; // no outage here
+    const settings = (allowEviction: boolean): Settings =>
+      ({ idleWait: 1, allowEviction }) as unknown as Settings;
     try {
       await assert.rejects(checkEviction(admin, settings(false), gated), RedisEvicts);
       assert.equal(await checkEviction(admin, settings(true), gated), "allkeys-lru");
@@ -65,7 +85,13 @@ describe("probeServer on a real Redis", () => {
   it("reads the policy from INFO when CONFIG is refused, as on managed services", async () => {
     const admin = server.admin();
     await admin.call("ACL", ["SETUSER", "app", "on", ">app-pw", "~*", "+@all", "-config"]);
-    const app = new Redis({ host: "127.0.0.1", port: server.port, username: "app", password: "app-pw", lazyConnect: true });
+    const app = new Redis({
+      host: "127.0.0.1",
+      port: server.port,
+      username: "app",
+      password: "app-pw",
+      lazyConnect: true,
+    });
     try {
       const found = await probeServer(app);
       assert.equal(found.evictionPolicy, "allkeys-lru");
@@ -91,7 +117,12 @@ describe("the probe's callers", () => {
         const path = join(dir, entry.name);
         if (entry.isDirectory()) walk(path);
         else if (path.endsWith(".ts") && entry.name !== "serverprobe.ts") {
-          if (/call\(\s*"(CONFIG|INFO)"|\.config\(\s*"GET"|\.info\(\s*"/.test(readFileSync(path, "utf8"))) found.push(path);
+          if (
+            /call\(\s*"(CONFIG|INFO)"|\.config\(\s*"GET"|\.info\(\s*"/.test(
+              readFileSync(path, "utf8"),
+            )
+          )
+            found.push(path);
         }
       }
     };

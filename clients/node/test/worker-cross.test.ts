@@ -23,13 +23,19 @@ describe("the Node worker with Python on one queue", needsPython, () => {
 
   const nodeWorker = (name: string, handler: string, extra: string[] = []): WorkerProcess => {
     const w = WorkerProcess.node([
-      "--queue", "mixed",
-      "--redis-url", server.url,
-      "--pod", name,
-      "--runtime-dir", join(dir, `rt-${name}`),
-      "--heartbeat-interval", "0.3",
+      "--queue",
+      "mixed",
+      "--redis-url",
+      server.url,
+      "--pod",
+      name,
+      "--runtime-dir",
+      join(dir, `rt-${name}`),
+      "--heartbeat-interval",
+      "0.3",
       "--no-fire-schedules",
-      "--handler", handler,
+      "--handler",
+      handler,
       ...extra,
     ]);
     started.push(w);
@@ -54,7 +60,12 @@ describe("the Node worker with Python on one queue", needsPython, () => {
   });
 
   it("runs a Python producer's tasks, named or not, and Python's `taskfleet drain` drains it", async () => {
-    const w = nodeWorker("node-1", "./worker_handlers.mjs:echo", ["--handler", "upper=./worker_handlers.cjs:upper", "--concurrency", "4"]);
+    const w = nodeWorker("node-1", "./worker_handlers.mjs:echo", [
+      "--handler",
+      "upper=./worker_handlers.cjs:upper",
+      "--concurrency",
+      "4",
+    ]);
     await w.saw(/event=worker_started/);
     const results = python<Record<string, unknown>>(
       "import json, sys\nfrom taskfleet import Queue\n" +
@@ -68,7 +79,11 @@ describe("the Node worker with Python on one queue", needsPython, () => {
     );
     assert.deepEqual(results.named, ["done", { text: "PY" }], w.output);
     assert.equal(Object.values(results).filter((r) => (r as [string])[0] === "done").length, 6);
-    const drain = new WorkerProcess(TASKFLEET, ["drain", "--wait", "--timeout", "30", "--runtime-dir", join(dir, "rt-node-1")], cleanEnv());
+    const drain = new WorkerProcess(
+      TASKFLEET,
+      ["drain", "--wait", "--timeout", "30", "--runtime-dir", join(dir, "rt-node-1")],
+      cleanEnv(),
+    );
     assert.equal(await drain.exit(), 0, drain.output);
     assert.equal(await w.exit(), 0, w.output);
   });
@@ -80,14 +95,22 @@ describe("the Node worker with Python on one queue", needsPython, () => {
       TASKFLEET,
       [
         "worker",
-        "--queue", "mixed",
-        "--redis-url", server.url,
-        "--app-dir", FIXTURES,
-        "--handler", "worker_handlers:work",
-        "--pod", "python-1",
-        "--concurrency", "2",
-        "--heartbeat-interval", "0.3",
-        "--runtime-dir", join(dir, "rt-python-1"),
+        "--queue",
+        "mixed",
+        "--redis-url",
+        server.url,
+        "--app-dir",
+        FIXTURES,
+        "--handler",
+        "worker_handlers:work",
+        "--pod",
+        "python-1",
+        "--concurrency",
+        "2",
+        "--heartbeat-interval",
+        "0.3",
+        "--runtime-dir",
+        join(dir, "rt-python-1"),
         "--no-fire-schedules",
       ],
       cleanEnv({ PYTHONUNBUFFERED: "1" }),
@@ -95,15 +118,22 @@ describe("the Node worker with Python on one queue", needsPython, () => {
     started.push(py);
     const first = nodeWorker("node-1", "./worker_handlers.mjs:work", ["--concurrency", "2"]);
     const killed = nodeWorker("node-2", "./worker_handlers.mjs:work", ["--concurrency", "2"]);
-    await Promise.all([py.saw(/event=worker_started/), first.saw(/event=worker_started/), killed.saw(/event=worker_started/)]);
-    const ids = await queue.enqueueMany(Array.from({ length: 120 }, (_, i) => ({ payload: { i, ms: 20, log }, taskId: `t${i}` })));
+    await Promise.all([
+      py.saw(/event=worker_started/),
+      first.saw(/event=worker_started/),
+      killed.saw(/event=worker_started/),
+    ]);
+    const ids = await queue.enqueueMany(
+      Array.from({ length: 120 }, (_, i) => ({ payload: { i, ms: 20, log }, taskId: `t${i}` })),
+    );
     await until("a third is done", () => runs(log).length >= 40, 30_000);
     first.kill("SIGTERM"); // drains: what it holds finishes, nothing is lost
     killed.kill("SIGKILL"); // what it holds comes back when the leases expire
     const replacement = nodeWorker("node-3", "./worker_handlers.mjs:work", ["--concurrency", "2"]);
     assert.equal(await first.exit(), 0, first.output);
     const done = await queue.wait(ids, { timeoutMs: 60_000 });
-    for (const id of ids) assert.equal(done[id]?.state, "done", `${id}\n${py.output}\n${replacement.output}`);
+    for (const id of ids)
+      assert.equal(done[id]?.state, "done", `${id}\n${py.output}\n${replacement.output}`);
     const stats = await queue.stats();
     assert.equal(stats.completed, ids.length); // one stored completion each
     const by = new Set(Object.values(done).map((t) => (t.result as { by: string }).by));

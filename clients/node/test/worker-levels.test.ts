@@ -5,13 +5,26 @@
 import assert from "node:assert/strict";
 import { after, afterEach, before, beforeEach, describe, it } from "node:test";
 
-import { CURRENT_LEVEL, Queue, WORKER_LEVEL, olderWorkers, olderWorkersNote } from "../src/index.js";
+import {
+  CURRENT_LEVEL,
+  Queue,
+  WORKER_LEVEL,
+  olderWorkers,
+  olderWorkersNote,
+} from "../src/index.js";
 import { Broker } from "../src/worker/broker.js";
 import { RedisServer } from "./redis.js";
 
 /** A record as a 0.1.x worker's register writes it: no level. */
 function olderRecord(heartbeatMs: number, extra: Record<string, unknown> = {}): string {
-  return JSON.stringify({ incarnation: "i0", heartbeat_ms: heartbeatMs, inflight: 0, concurrency: 4, draining: false, ...extra });
+  return JSON.stringify({
+    incarnation: "i0",
+    heartbeat_ms: heartbeatMs,
+    inflight: 0,
+    concurrency: 4,
+    draining: false,
+    ...extra,
+  });
 }
 
 describe("the workers' levels", () => {
@@ -27,7 +40,11 @@ describe("the workers' levels", () => {
   afterEach(() => queue.close());
 
   it("reads this release's level, 1 for a record without one or with one it cannot read, and names the live older workers", async () => {
-    const broker = new Broker("jobs", queue.client, "new-pod", "inc-1", { replyTimeoutMs: 5000, host: "", served: null });
+    const broker = new Broker("jobs", queue.client, "new-pod", "inc-1", {
+      replyTimeoutMs: 5000,
+      host: "",
+      served: null,
+    });
     try {
       await broker.register(2);
     } finally {
@@ -61,7 +78,11 @@ describe("the workers' levels", () => {
   });
 
   it("has no older workers when every live one is of this release", async () => {
-    const broker = new Broker("jobs", queue.client, "new-pod", "inc-1", { replyTimeoutMs: 5000, host: "", served: null });
+    const broker = new Broker("jobs", queue.client, "new-pod", "inc-1", {
+      replyTimeoutMs: 5000,
+      host: "",
+      served: null,
+    });
     try {
       await broker.register(1);
     } finally {
@@ -75,7 +96,10 @@ describe("the workers' levels", () => {
       olderWorkersNote(["old-pod"]),
       "worker old-pod runs taskfleet 0.1.x (level 1): flows, groups, claim pauses and spend budgets are not served by it; upgrade it (docs/upgrade.md)",
     );
-    assert.match(olderWorkersNote(["a", "b", "c", "d", "e"]), /^workers a, b, c and 2 more run taskfleet 0\.1\.x \(level 1\): /);
+    assert.match(
+      olderWorkersNote(["a", "b", "c", "d", "e"]),
+      /^workers a, b, c and 2 more run taskfleet 0\.1\.x \(level 1\): /,
+    );
     assert.match(olderWorkersNote(["a"], 3), /^worker a runs taskfleet level 3 \(level 3\): /);
   });
 });

@@ -18,7 +18,14 @@ import { RedisServer, freePort, until } from "./redis.js";
 import { BIN, FIXTURES, WorkerProcess, cleanEnv, runs } from "./workers.js";
 import { idAndToken } from "../src/worker/claimed.js";
 
-const HANDLERS = ["--handler", "./worker_handlers.mjs:slow", "--handler", "stubborn=./worker_handlers.mjs:stubborn", "--handler", "./worker_handlers.mjs:registry"];
+const HANDLERS = [
+  "--handler",
+  "./worker_handlers.mjs:slow",
+  "--handler",
+  "stubborn=./worker_handlers.mjs:stubborn",
+  "--handler",
+  "./worker_handlers.mjs:registry",
+];
 
 describe("the Node worker", () => {
   const server = new RedisServer();
@@ -28,11 +35,16 @@ describe("the Node worker", () => {
 
   const worker = (name: string, extra: string[] = [], redisUrl = server.url): WorkerProcess => {
     const w = WorkerProcess.node([
-      "--queue", "jobs",
-      "--redis-url", redisUrl,
-      "--pod", name,
-      "--runtime-dir", join(dir, `rt-${name}`),
-      "--heartbeat-interval", "0.3",
+      "--queue",
+      "jobs",
+      "--redis-url",
+      redisUrl,
+      "--pod",
+      name,
+      "--runtime-dir",
+      join(dir, `rt-${name}`),
+      "--heartbeat-interval",
+      "0.3",
       "--no-fire-schedules",
       ...HANDLERS,
       ...extra,
@@ -64,7 +76,12 @@ describe("the Node worker", () => {
   });
 
   it("runs ES module and CommonJS handlers, by name or not; PermanentFailure is dead, RetryAfter delayed; SIGTERM drains, exit 0", async () => {
-    const w = worker("w1", ["--handler", "upper=./worker_handlers.cjs:upper", "--concurrency", "4"]);
+    const w = worker("w1", [
+      "--handler",
+      "upper=./worker_handlers.cjs:upper",
+      "--concurrency",
+      "4",
+    ]);
     await w.saw(/event=worker_started .*concurrency=4/);
     const ids = await queue.enqueueMany([
       { payload: { ms: 10, log: log() }, taskId: "slow" },
@@ -74,7 +91,10 @@ describe("the Node worker", () => {
       { payload: {}, name: "later", taskId: "later" },
       { payload: {}, name: "nobody", taskId: "unknown" },
     ]);
-    const done = await queue.wait(ids.filter((id) => id !== "later"), { timeoutMs: 20_000 });
+    const done = await queue.wait(
+      ids.filter((id) => id !== "later"),
+      { timeoutMs: 20_000 },
+    );
     assert.equal(done.slow?.state, "done", w.output);
     assert.deepEqual(done.slow.result, { slept: 10 });
     assert.deepEqual(done.slow.progress, { done: 0, total: 1, fraction: 0, message: "started" });
@@ -98,7 +118,10 @@ describe("the Node worker", () => {
     // at info a task done is no line of its own; the tasks_summary lines count them
     assert.doesNotMatch(w.output, /event=task_done/);
     const summed = (field: string): number =>
-      [...w.output.matchAll(new RegExp(`event=tasks_summary .*\\b${field}=(\\d+)`, "g"))].reduce((n, m) => n + Number(m[1]), 0);
+      [...w.output.matchAll(new RegExp(`event=tasks_summary .*\\b${field}=(\\d+)`, "g"))].reduce(
+        (n, m) => n + Number(m[1]),
+        0,
+      );
     assert.deepEqual([summed("done"), summed("failed"), summed("deferred")], [2, 2, 1], w.output);
     assert.deepEqual(await queue.workers(), []); // deregistered
     assert.equal(existsSync(join(dir, "rt-w1", "worker.json")), false);
@@ -126,8 +149,12 @@ describe("the Node worker", () => {
     assert.equal((await queue.get("lg"))?.attempts, 0);
     const paused = await queue.client.hgetall(queue.keys.item("group", "t1"));
     assert.ok(Number(paused.until) - Date.now() > 30_000, JSON.stringify(paused));
-    assert.ok(Number((await queue.client.hget(queue.keys.key("quota"), "until")) ?? 0) < Date.now());
-    assert.ok(Number(await queue.client.zscore(queue.keys.key("groups_parked"), "t1")) > Date.now());
+    assert.ok(
+      Number((await queue.client.hget(queue.keys.key("quota"), "until")) ?? 0) < Date.now(),
+    );
+    assert.ok(
+      Number(await queue.client.zscore(queue.keys.key("groups_parked"), "t1")) > Date.now(),
+    );
   });
 
   it("reportQuota at 0 pauses the queue (or the task's group) until the reset; the task succeeds", async () => {
@@ -135,22 +162,39 @@ describe("the Node worker", () => {
     await w.saw(/event=worker_started/);
     await queue.enqueue({ scope: "group" }, { name: "quotaSpent", taskId: "qg", group: "t1" });
     await until("the task is done", async () => (await state("qg")) === "done");
-    await until("its group is paused", async () => Number(await queue.client.hget(queue.keys.item("group", "t1"), "until")) - Date.now() > 30_000);
-    assert.ok(Number((await queue.client.hget(queue.keys.key("quota"), "until")) ?? 0) < Date.now());
+    await until(
+      "its group is paused",
+      async () =>
+        Number(await queue.client.hget(queue.keys.item("group", "t1"), "until")) - Date.now() >
+        30_000,
+    );
+    assert.ok(
+      Number((await queue.client.hget(queue.keys.key("quota"), "until")) ?? 0) < Date.now(),
+    );
     await queue.enqueue({}, { name: "quotaSpent", taskId: "qq" });
     await until("the task is done", async () => (await state("qq")) === "done");
-    await until("the queue is paused", async () => Number(await queue.client.hget(queue.keys.key("quota"), "until")) - Date.now() > 30_000);
+    await until(
+      "the queue is paused",
+      async () =>
+        Number(await queue.client.hget(queue.keys.key("quota"), "until")) - Date.now() > 30_000,
+    );
     await w.saw(/event=quota_reported_spent/);
   });
 
   it("takes a task handed over on its wake list, finishes it within the drain deadline, claims nothing more, exits 0", async () => {
     const w = worker("w2", ["--drain-timeout", "30"]);
     await w.saw(/event=worker_started/);
-    await until("the worker waits for work on its wake list", async () => (await queue.client.zcard(queue.keys.key("idle"))) === 1);
+    await until(
+      "the worker waits for work on its wake list",
+      async () => (await queue.client.zcard(queue.keys.key("idle"))) === 1,
+    );
     const id = await queue.enqueue({ ms: 1500, log: log() });
     await until("the task runs", () => runs(log()).length === 1);
     // handed over by the enqueue itself (a producer's token), popped from the wake list
-    assert.match((await queue.client.hget(queue.keys.item("task", id), "token")) ?? "", /^[0-9a-f]{16}\.[0-9]+:1$/);
+    assert.match(
+      (await queue.client.hget(queue.keys.item("task", id), "token")) ?? "",
+      /^[0-9a-f]{16}\.[0-9]+:1$/,
+    );
     w.kill("SIGTERM");
     await w.saw(/event=drain_started inflight=1/);
     const after = await queue.enqueue({ ms: 1, log: log() });
@@ -203,7 +247,14 @@ describe("the Node worker", () => {
     assert.equal(task?.lost, 1);
     assert.equal(task.attempts, 2);
     const lines = runs(log());
-    assert.deepEqual(lines.map(([what, , , pid]) => [what, pid]), [["start", a.pid], ["start", b.pid], ["end", b.pid]]);
+    assert.deepEqual(
+      lines.map(([what, , , pid]) => [what, pid]),
+      [
+        ["start", a.pid],
+        ["start", b.pid],
+        ["end", b.pid],
+      ],
+    );
     assert.equal((await queue.stats()).completed, 1);
     b.kill("SIGTERM");
     assert.equal(await b.exit(), 0, b.output);
@@ -237,8 +288,15 @@ describe("the Node worker", () => {
   it("the deprecated --lease-ttl sets nothing: a warning names the queue's lease TTL, which holds for the tasks it claims", async () => {
     const w = worker("ttl", ["--lease-ttl", "7"]);
     await w.saw(/event=worker_started/);
-    assert.match(w.output, /event=lease_ttl_option_ignored lease_ttl_s=30 given_s=7 .*deprecated and ignored/);
-    assert.equal(await queue.client.hget(queue.keys.key("config"), "lease_ttl_s"), null, "the queue's config is not written");
+    assert.match(
+      w.output,
+      /event=lease_ttl_option_ignored lease_ttl_s=30 given_s=7 .*deprecated and ignored/,
+    );
+    assert.equal(
+      await queue.client.hget(queue.keys.key("config"), "lease_ttl_s"),
+      null,
+      "the queue's config is not written",
+    );
     const id = await queue.enqueue({ ms: 2000, log: log() });
     await until("the task runs", () => runs(log()).length === 1);
     const [leaseUntil, now] = await Promise.all([
@@ -246,19 +304,40 @@ describe("the Node worker", () => {
       queue.client.time(),
     ]);
     const left = Number(leaseUntil) - (Number(now[0]) * 1000 + Math.floor(Number(now[1]) / 1000));
-    assert.ok(left > 20_000 && left <= 30_000, `a lease of the queue's 30 s, not 7: ${String(left)} ms left`);
+    assert.ok(
+      left > 20_000 && left <= 30_000,
+      `a lease of the queue's 30 s, not 7: ${String(left)} ms left`,
+    );
   });
 
   it("a worker replaced under its name (another incarnation registered) gets nothing from its next claim and exits 2, loudly", async () => {
     // Beats far apart: the claim meets the newcomer first.
     const g = WorkerProcess.node([
-      "--queue", "jobs", "--redis-url", server.url, "--pod", "g", "--runtime-dir", join(dir, "rt-g"),
-      "--heartbeat-interval", "20", "--lease-ttl", "60", "--no-fire-schedules", ...HANDLERS,
+      "--queue",
+      "jobs",
+      "--redis-url",
+      server.url,
+      "--pod",
+      "g",
+      "--runtime-dir",
+      join(dir, "rt-g"),
+      "--heartbeat-interval",
+      "20",
+      "--lease-ttl",
+      "60",
+      "--no-fire-schedules",
+      ...HANDLERS,
     ]);
     started.push(g);
     await g.saw(/event=worker_started/);
     // the newcomer's record, as its register writes it
-    const record = { incarnation: "newcomer", heartbeat_ms: Date.now(), inflight: 0, concurrency: 1, draining: false };
+    const record = {
+      incarnation: "newcomer",
+      heartbeat_ms: Date.now(),
+      inflight: 0,
+      concurrency: 1,
+      draining: false,
+    };
     await queue.client.hset(queue.keys.key("workers"), "g", JSON.stringify(record));
     const id = await queue.enqueue({ ms: 1, log: log() });
     assert.equal(await g.exit(), 2, g.output);
@@ -276,28 +355,42 @@ describe("the Node worker", () => {
     await r.saw(/event=worker_started/);
     const held = await queue.enqueue({ ms: 1500, log: log() }, { name: "stubborn" });
     await until("r runs the task", () => runs(log()).length === 1);
-    const first = JSON.parse(String(await queue.client.hget(queue.keys.key("workers"), "r"))) as { incarnation: string };
+    const first = JSON.parse(String(await queue.client.hget(queue.keys.key("workers"), "r"))) as {
+      incarnation: string;
+    };
     r.kill("SIGSTOP");
     // a successor takes the name (and the task) over, finishes it and exits cleanly
-    const successor = new Broker("jobs", queue.client, "r", "successor", { replyTimeoutMs: 5000, host: "", served: null });
+    const successor = new Broker("jobs", queue.client, "r", "successor", {
+      replyTimeoutMs: 5000,
+      host: "",
+      served: null,
+    });
     try {
       assert.equal(await successor.register(1), 1);
       const [task] = (await successor.claim(1, 0)).tasks;
       assert.equal(task?.id, held);
-      assert.deepEqual(await successor.complete([[held, task.token, JSON.stringify("by the successor")]]), [1]);
+      assert.deepEqual(
+        await successor.complete([[held, task.token, JSON.stringify("by the successor")]]),
+        [1],
+      );
       assert.equal(await successor.deregister(false), 0);
       assert.equal(await queue.client.hget(queue.keys.key("workers"), "r"), null);
     } finally {
       r.kill("SIGCONT");
     }
     await r.saw(/event=registered_again/);
-    const again = JSON.parse(String(await queue.client.hget(queue.keys.key("workers"), "r"))) as { incarnation: string };
+    const again = JSON.parse(String(await queue.client.hget(queue.keys.key("workers"), "r"))) as {
+      incarnation: string;
+    };
     assert.equal(again.incarnation, first.incarnation);
     const next = await queue.enqueue({ ms: 1, log: log() });
     const done = await queue.wait([next], { timeoutMs: 20_000 });
     assert.equal(done[next]?.state, "done", r.output);
     assert.equal(done[next].incarnation, first.incarnation);
-    await until("the resumed run of the taken task ends", () => runs(log()).filter(([what, id]) => what === "end" && id === held).length === 1);
+    await until(
+      "the resumed run of the taken task ends",
+      () => runs(log()).filter(([what, id]) => what === "end" && id === held).length === 1,
+    );
     const taken = await queue.get(held);
     assert.equal(taken?.state, "done");
     assert.equal(taken.result, "by the successor"); // the resumed run wrote nothing
@@ -307,42 +400,49 @@ describe("the Node worker", () => {
     assert.equal(await queue.client.hget(queue.keys.key("workers"), "r"), null);
   });
 
-  it("a worker whose pod the operator found gone from the API exits 2 instead of registering again; the loss counts once", needsPython, async () => {
-    await leaseTtl(60); // nothing is taken back by lease expiry here
-    const z = worker("z");
-    await z.saw(/event=worker_started/);
-    const held = await queue.enqueue({ ms: 3000, log: log() }, { name: "stubborn" });
-    await until("z runs the task", () => runs(log()).length === 1);
-    // as the operator does for a force-deleted pod: the fast path, then the sweep
-    const taken = python<number[]>(
-      "import json, sys\n" +
-        "from taskfleet.producer.queue import Queue\n" +
-        "from taskfleet_operator.sweeper import requeue_pod_workers\n" +
-        "a = json.load(sys.stdin)\n" +
-        "q = Queue('jobs', a['url'])\n" +
-        "print(json.dumps([requeue_pod_workers(q, 'z') for _ in range(2)]))\n",
-      { url: server.url },
-    );
-    assert.deepEqual(taken, [1, 0]);
-    assert.equal(await z.exit(), 2, z.output);
-    assert.match(z.output, /event=pod_gone pod=z /);
-    assert.doesNotMatch(z.output, /event=registered_again/);
-    assert.equal(await queue.client.hget(queue.keys.key("workers"), "z"), null);
-    const task = await queue.get(held);
-    assert.equal(task?.state, "pending");
-    assert.equal(task.lost, 1);
-    assert.equal(task.attempts, 1);
-    const late = worker("z"); // a process of the gone pod starting now: refused
-    assert.equal(await late.exit(), 2, late.output);
-    assert.match(late.output, /its pod is gone from the Kubernetes API/);
-    assert.equal(await queue.client.hget(queue.keys.key("workers"), "z"), null);
-  });
+  it(
+    "a worker whose pod the operator found gone from the API exits 2 instead of registering again; the loss counts once",
+    needsPython,
+    async () => {
+      await leaseTtl(60); // nothing is taken back by lease expiry here
+      const z = worker("z");
+      await z.saw(/event=worker_started/);
+      const held = await queue.enqueue({ ms: 3000, log: log() }, { name: "stubborn" });
+      await until("z runs the task", () => runs(log()).length === 1);
+      // as the operator does for a force-deleted pod: the fast path, then the sweep
+      const taken = python<number[]>(
+        "import json, sys\n" +
+          "from taskfleet.producer.queue import Queue\n" +
+          "from taskfleet_operator.sweeper import requeue_pod_workers\n" +
+          "a = json.load(sys.stdin)\n" +
+          "q = Queue('jobs', a['url'])\n" +
+          "print(json.dumps([requeue_pod_workers(q, 'z') for _ in range(2)]))\n",
+        { url: server.url },
+      );
+      assert.deepEqual(taken, [1, 0]);
+      assert.equal(await z.exit(), 2, z.output);
+      assert.match(z.output, /event=pod_gone pod=z /);
+      assert.doesNotMatch(z.output, /event=registered_again/);
+      assert.equal(await queue.client.hget(queue.keys.key("workers"), "z"), null);
+      const task = await queue.get(held);
+      assert.equal(task?.state, "pending");
+      assert.equal(task.lost, 1);
+      assert.equal(task.attempts, 1);
+      const late = worker("z"); // a process of the gone pod starting now: refused
+      assert.equal(await late.exit(), 2, late.output);
+      assert.match(late.output, /its pod is gone from the Kubernetes API/);
+      assert.equal(await queue.client.hget(queue.keys.key("workers"), "z"), null);
+    },
+  );
 
   it("aborts a run's signal when its task is cancelled or times out", async () => {
     const w = worker("w5", ["--concurrency", "2"]);
     await w.saw(/event=worker_started/);
     const cancelled = await queue.enqueue({ ms: 60_000, log: log() });
-    const timed = await queue.enqueue({ ms: 60_000, log: log() }, { timeoutMs: 500, maxAttempts: 1 });
+    const timed = await queue.enqueue(
+      { ms: 60_000, log: log() },
+      { timeoutMs: 500, maxAttempts: 1 },
+    );
     await until("both run", () => runs(log()).length === 2);
     assert.equal(await queue.cancel(cancelled), "requested");
     const done = await queue.wait([cancelled, timed], { timeoutMs: 20_000 });
@@ -358,11 +458,24 @@ describe("the Node worker", () => {
     await w.saw(/event=worker_started/);
     const id = await queue.enqueue({ ms: 800, log: log() });
     await until("the task runs", () => runs(log()).length === 1);
-    const drain = new WorkerProcess(process.execPath, [BIN, "drain", "--wait", "--timeout", "30", "--runtime-dir", join(dir, "rt-w6")]);
+    const drain = new WorkerProcess(process.execPath, [
+      BIN,
+      "drain",
+      "--wait",
+      "--timeout",
+      "30",
+      "--runtime-dir",
+      join(dir, "rt-w6"),
+    ]);
     assert.equal(await drain.exit(), 0, drain.output);
     assert.equal(await state(id), "done"); // held nothing when the hook returned
     assert.equal(await w.exit(), 0, w.output);
-    const missing = new WorkerProcess(process.execPath, [BIN, "drain", "--runtime-dir", join(dir, "rt-w6")]);
+    const missing = new WorkerProcess(process.execPath, [
+      BIN,
+      "drain",
+      "--runtime-dir",
+      join(dir, "rt-w6"),
+    ]);
     assert.equal(await missing.exit(), 1);
     assert.match(missing.output, /^taskfleet-node: error: no worker runtime file at .*\n$/);
   });
@@ -412,8 +525,15 @@ describe("the Node worker", () => {
 
   it("--processes 2: a supervisor of workers <pod>#1 and #2 restarts one that dies and drains them all for the hook", async () => {
     const w = worker("sup", ["--processes", "2", "--drain-timeout", "0.5"]);
-    await until("both processes registered", async () => (await queue.workers()).map((x) => x.pod).join() === "sup#1,sup#2", 20_000);
-    const ids = [await queue.enqueue({ ms: 60_000, log: log() }, { taskId: "one" }), await queue.enqueue({ ms: 60_000, log: log() }, { taskId: "two" })];
+    await until(
+      "both processes registered",
+      async () => (await queue.workers()).map((x) => x.pod).join() === "sup#1,sup#2",
+      20_000,
+    );
+    const ids = [
+      await queue.enqueue({ ms: 60_000, log: log() }, { taskId: "one" }),
+      await queue.enqueue({ ms: 60_000, log: log() }, { taskId: "two" }),
+    ];
     await until("both run", () => runs(log()).length === 2);
     const [, , , victim] = runs(log())[0] ?? [];
     assert.ok(victim !== undefined);
@@ -424,7 +544,15 @@ describe("the Node worker", () => {
     const again = runs(log())[2];
     assert.ok(again !== undefined && again[3] !== victim);
     assert.equal((await queue.get(again[1]))?.lost, 1);
-    const drain = new WorkerProcess(process.execPath, [BIN, "drain", "--wait", "--timeout", "30", "--runtime-dir", join(dir, "rt-sup")]);
+    const drain = new WorkerProcess(process.execPath, [
+      BIN,
+      "drain",
+      "--wait",
+      "--timeout",
+      "30",
+      "--runtime-dir",
+      join(dir, "rt-sup"),
+    ]);
     assert.equal(await drain.exit(), 0, drain.output);
     assert.equal(await w.exit(), 0, w.output);
     assert.match(w.output, /event=supervisor_exited code=0/);
@@ -438,12 +566,22 @@ describe("the Node worker", () => {
     // a finished as a worker that knows nothing of dependants finishes it, a minute ago
     const bundle = packagedBundle();
     const scripts = new Scripts(queue.client, bundle);
-    const claim = bundle.pack("claim", { pod: "old", incarnation: "i1", max_tasks: 1, token_base: "tb", bound: 100 });
+    const claim = bundle.pack("claim", {
+      pod: "old",
+      incarnation: "i1",
+      max_tasks: 1,
+      token_base: "tb",
+      bound: 100,
+    });
     const [, , , record] = (await scripts.run("claim", queue.keys, claim)) as unknown[];
     const [id, token] = idAndToken(record);
     assert.equal(id, a);
     await queue.client.hdel(queue.keys.item("task", a), "dependants");
-    await scripts.run("complete", queue.keys, bundle.pack("complete", {}, [{ task_id: a, token, result: "" }]));
+    await scripts.run(
+      "complete",
+      queue.keys,
+      bundle.pack("complete", {}, [{ task_id: a, token, result: "" }]),
+    );
     await queue.client.hset(queue.keys.item("task", a), "finished_at", String(Date.now() - 60_000));
     assert.equal(await state(b), "waiting");
     const w = worker("n1");
@@ -461,10 +599,17 @@ describe("the Node worker", () => {
       admin.disconnect();
       const wrong = `redis://:wrong-pw@127.0.0.1:${String(secured.port)}/0`;
       const none = `redis://127.0.0.1:${String(secured.port)}/0`;
-      for (const [name, url] of [["wrong", wrong], ["none", none]] as const) {
+      for (const [name, url] of [
+        ["wrong", wrong],
+        ["none", none],
+      ] as const) {
         const w = worker(`auth-${name}`, [], url);
         assert.equal(await w.exit(), 2, w.output);
-        assert.equal(w.output.match(/event=redis_auth_failed kind=authentication /g)?.length, 1, w.output);
+        assert.equal(
+          w.output.match(/event=redis_auth_failed kind=authentication /g)?.length,
+          1,
+          w.output,
+        );
         assert.doesNotMatch(w.output, /redis_eviction_policy_unknown|worker_started|worker_failed/);
         assert.doesNotMatch(w.output, /s3cret-pw|wrong-pw/);
       }
@@ -474,16 +619,33 @@ describe("the Node worker", () => {
   });
 
   it("signalled at any point of its start, drains and exits 0, losing nothing", async () => {
-    const ids = await Promise.all(Array.from({ length: 8 }, () => queue.enqueue({ ms: 100, log: log() })));
+    const ids = await Promise.all(
+      Array.from({ length: 8 }, () => queue.enqueue({ ms: 100, log: log() })),
+    );
     // ms after the bin's first line added its SIGTERM listener (before it, Node itself is
     // starting): through the loading of the CLI and the worker, the start's Redis calls, and after
     const offsets = [0, 150, 300, 500, 750, 1150];
     const stopped = [];
     for (const [i, ms] of offsets.entries()) {
       const name = `early-${String(i)}`;
-      const env = cleanEnv({ NODE_OPTIONS: `--import=${join(FIXTURES, "mark_stop_listener.mjs")}` });
+      const env = cleanEnv({
+        NODE_OPTIONS: `--import=${join(FIXTURES, "mark_stop_listener.mjs")}`,
+      });
       const w = WorkerProcess.node(
-        ["--queue", "jobs", "--redis-url", server.url, "--pod", name, "--runtime-dir", join(dir, `rt-${name}`), "--heartbeat-interval", "0.3", "--no-fire-schedules", ...HANDLERS],
+        [
+          "--queue",
+          "jobs",
+          "--redis-url",
+          server.url,
+          "--pod",
+          name,
+          "--runtime-dir",
+          join(dir, `rt-${name}`),
+          "--heartbeat-interval",
+          "0.3",
+          "--no-fire-schedules",
+          ...HANDLERS,
+        ],
         env,
       ); // one at a time: each start as fast as alone
       started.push(w);
@@ -506,20 +668,47 @@ describe("the Node worker", () => {
     const cases: [string[], RegExp][] = [
       [["--handler", "./worker_handlers.mjs:slow"], /missing option --queue/],
       [["--queue", "q"], /missing option --handler/],
-      [["--queue", "q", "--handler", "./nowhere.mjs:f"], /handler module '\.\/nowhere\.mjs' not found/],
+      [
+        ["--queue", "q", "--handler", "./nowhere.mjs:f"],
+        /handler module '\.\/nowhere\.mjs' not found/,
+      ],
       [["--queue", "q", "--handler", "./worker_handlers.mjs:nope"], /has no export 'nope'/],
       [["--queue", "q", "--handler", "./worker_handlers.mjs"], /must look like/],
-      [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--concurrency", "0"], /concurrency must be within 1\.\.10000, got 0/],
-      [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--processes", "300"], /invalid value for --processes: 300 is not in the range 1<=x<=256/],
+      [
+        ["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--concurrency", "0"],
+        /concurrency must be within 1\.\.10000, got 0/,
+      ],
+      [
+        ["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--processes", "300"],
+        /invalid value for --processes: 300 is not in the range 1<=x<=256/,
+      ],
       [["--queue", "bad name", "--handler", "./worker_handlers.mjs:slow"], /invalid queue name/],
-      [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--redis-url", "http://x"], /invalid value for --redis-url/],
-      [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--heartbeat-interval", "nan"], /invalid value for --heartbeat-interval/],
-      [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--held-grace", "0"], /held grace must be positive, got 0/],
-      [["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--bogus"], /no such option: --bogus/],
+      [
+        ["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--redis-url", "http://x"],
+        /invalid value for --redis-url/,
+      ],
+      [
+        ["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--heartbeat-interval", "nan"],
+        /invalid value for --heartbeat-interval/,
+      ],
+      [
+        ["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--held-grace", "0"],
+        /held grace must be positive, got 0/,
+      ],
+      [
+        ["--queue", "q", "--handler", "./worker_handlers.mjs:slow", "--bogus"],
+        /no such option: --bogus/,
+      ],
     ];
     const outcomes = await Promise.all(
       cases.map(async ([args]) => {
-        const child = new WorkerProcess(process.execPath, [BIN, "worker", "--runtime-dir", join(dir, "rt"), ...args]);
+        const child = new WorkerProcess(process.execPath, [
+          BIN,
+          "worker",
+          "--runtime-dir",
+          join(dir, "rt"),
+          ...args,
+        ]);
         return [await child.exit(), child.output] as const;
       }),
     );
@@ -540,13 +729,18 @@ describe("the taskfleet-node bin", () => {
         let out = "";
         child.stdout.on("data", (c: Buffer) => (out += c.toString()));
         child.stderr.on("data", (c: Buffer) => (out += c.toString()));
-        child.once("exit", (code) => { resolve([code, out]); });
+        child.once("exit", (code) => {
+          resolve([code, out]);
+        });
       });
     const [code, out] = await run(["--version"]);
     assert.equal(code, 0);
     assert.match(out, /^taskfleet-node, version \d+\.\d+\.\d+/);
     const [bad, said] = await run(["frobnicate"]);
     assert.equal(bad, 2);
-    assert.equal(said, "taskfleet-node: error: no such command 'frobnicate'; run 'taskfleet-node --help' for the commands\n");
+    assert.equal(
+      said,
+      "taskfleet-node: error: no such command 'frobnicate'; run 'taskfleet-node --help' for the commands\n",
+    );
   });
 });

@@ -10,7 +10,9 @@ export const FIXTURES = fileURLToPath(new URL("../../test/fixtures/", import.met
 
 /** The environment without TASKFLEET_* (the tests say what they mean). */
 export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("TASKFLEET_")));
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !k.startsWith("TASKFLEET_")),
+  );
   return { ...env, ...extra };
 }
 
@@ -23,7 +25,11 @@ export class WorkerProcess {
     this.child = spawn(command, args, { env, stdio: ["ignore", "pipe", "pipe"], cwd: FIXTURES });
     this.child.stdout?.on("data", (chunk: Buffer) => (this.output += chunk.toString()));
     this.child.stderr?.on("data", (chunk: Buffer) => (this.output += chunk.toString()));
-    this.exited = new Promise((resolve) => this.child.once("exit", (code, signal) => { resolve({ code, signal }); }));
+    this.exited = new Promise((resolve) =>
+      this.child.once("exit", (code, signal) => {
+        resolve({ code, signal });
+      }),
+    );
   }
 
   /** A Node worker: `taskfleet-node worker ...args`. */
@@ -41,7 +47,9 @@ export class WorkerProcess {
     const end = Date.now() + deadlineMs;
     while (!pattern.test(this.output)) {
       if (this.child.exitCode !== null || Date.now() > end) {
-        throw new Error(`not seen ${String(pattern)} (exit ${String(this.child.exitCode)}):\n${this.output}`);
+        throw new Error(
+          `not seen ${String(pattern)} (exit ${String(this.child.exitCode)}):\n${this.output}`,
+        );
       }
       await new Promise((r) => setTimeout(r, 20));
     }
@@ -54,7 +62,12 @@ export class WorkerProcess {
   /** Its exit code, within `deadlineMs` (else it is killed and the test fails). */
   async exit(deadlineMs = 30_000): Promise<number | null> {
     let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<"late">((resolve) => (timer = setTimeout(() => { resolve("late"); }, deadlineMs)));
+    const late = new Promise<"late">(
+      (resolve) =>
+        (timer = setTimeout(() => {
+          resolve("late");
+        }, deadlineMs)),
+    );
     const result = await Promise.race([this.exited, late]);
     clearTimeout(timer);
     if (result === "late") {

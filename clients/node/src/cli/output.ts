@@ -43,7 +43,13 @@ export function parseCommand(args: readonly string[], opts: readonly Opt[]): [Va
     optionArgs.push(arg);
     const name = arg.slice(2).split("=")[0] as string;
     const kind = byName.get(name)?.kind;
-    if (!arg.includes("=") && kind !== undefined && kind !== "flag" && kind !== "bool" && i + 1 < args.length) {
+    if (
+      !arg.includes("=") &&
+      kind !== undefined &&
+      kind !== "flag" &&
+      kind !== "bool" &&
+      i + 1 < args.length
+    ) {
       optionArgs.push(args[i + 1] as string);
       i += 1;
     }
@@ -52,9 +58,15 @@ export function parseCommand(args: readonly string[], opts: readonly Opt[]): [Va
 }
 
 /** Exactly `names.length` positionals (the last `optional` of them may be left out). */
-export function positionals(given: readonly string[], names: readonly string[], optional = 0): (string | undefined)[] {
-  if (given.length < names.length - optional) throw new BadInput(`missing argument '${names[given.length] ?? ""}'`);
-  if (given.length > names.length) throw new BadInput(`got unexpected extra argument (${given[names.length] ?? ""})`);
+export function positionals(
+  given: readonly string[],
+  names: readonly string[],
+  optional = 0,
+): (string | undefined)[] {
+  if (given.length < names.length - optional)
+    throw new BadInput(`missing argument '${names[given.length] ?? ""}'`);
+  if (given.length > names.length)
+    throw new BadInput(`got unexpected extra argument (${given[names.length] ?? ""})`);
   return names.map((_, i) => given[i]);
 }
 
@@ -89,28 +101,44 @@ export function redactRedisURL(url: string): string {
 
 /** A Redis error as the Python CLI words it: credentials or rights refused (exit 2), Redis unreachable (exit 1). */
 function redisFailure(error: unknown, url: string): unknown {
-  if (!(error instanceof Error) || error instanceof BadInput || error instanceof Failure) return error;
+  if (!(error instanceof Error) || error instanceof BadInput || error instanceof Failure)
+    return error;
   const where = redactRedisURL(url);
   const message = error.message;
   if (/^(WRONGPASS|NOAUTH)/.test(message)) {
-    return new BadInput(`Redis at ${where} refused the credentials (${message}); check the user and password of --redis-url (TASKFLEET_REDIS_URL)`);
+    return new BadInput(
+      `Redis at ${where} refused the credentials (${message}); check the user and password of --redis-url (TASKFLEET_REDIS_URL)`,
+    );
   }
   if (/^NOPERM/.test(message)) {
-    return new BadInput(`Redis at ${where} refused a command for this user (${message}); the user needs the queue's keys and scripting`);
+    return new BadInput(
+      `Redis at ${where} refused a command for this user (${message}); the user needs the queue's keys and scripting`,
+    );
   }
   const code = (error as { code?: unknown }).code;
-  if (error.name === "MaxRetriesPerRequestError" || (typeof code === "string" && /^E[A-Z]+$/.test(code)) || /Connection is closed/.test(message)) {
+  if (
+    error.name === "MaxRetriesPerRequestError" ||
+    (typeof code === "string" && /^E[A-Z]+$/.test(code)) ||
+    /Connection is closed/.test(message)
+  ) {
     return new Failure(`cannot reach Redis at ${where}: ${message}`);
   }
   return error;
 }
 
 /** Run `body` on the queue named `name`, closed after; with `existing`, a queue with nothing stored fails (exit 1). */
-export async function withQueue<T>(name: string, values: Values, existing: boolean, body: (q: Queue) => Promise<T>): Promise<T> {
+export async function withQueue<T>(
+  name: string,
+  values: Values,
+  existing: boolean,
+  body: (q: Queue) => Promise<T>,
+): Promise<T> {
   const q = openQueue(name, values);
   try {
     if (existing && !(await q.exists())) {
-      const where = redactRedisURL((values["redis-url"] as string | undefined) ?? DEFAULT_REDIS_URL);
+      const where = redactRedisURL(
+        (values["redis-url"] as string | undefined) ?? DEFAULT_REDIS_URL,
+      );
       throw new Failure(
         `queue '${name}' not found at ${where}: nothing of it is stored (no config, counters or workers); check the name and --redis-url`,
       );
@@ -152,7 +180,9 @@ const UNSHOWABLE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
 export function terminalSafe(text: string): string {
   return text.replace(UNSHOWABLE, (c) => {
     const code = c.charCodeAt(0);
-    return code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
+    return code < 0x100
+      ? `\\x${code.toString(16).padStart(2, "0")}`
+      : `\\u${code.toString(16).padStart(4, "0")}`;
   });
 }
 
@@ -170,7 +200,10 @@ export function pyJson(value: unknown, sortKeys = true): string {
 }
 
 function asciiJson(text: string): string {
-  return JSON.stringify(text).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return JSON.stringify(text).replace(
+    /[\u007f-\uffff]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
+  );
 }
 
 function iso(date: Date | null): string | null {

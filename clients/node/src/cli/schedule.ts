@@ -8,7 +8,17 @@
 import { BadInput, Failure, type Opt, help } from "../cli.js";
 import { InvalidArgument, InvalidPayload, ScheduleNotFound, ScheduleOwned } from "../errors.js";
 import type { Schedule } from "../schedules.js";
-import { HELP_OPTION, JSON_OPTION, PROG, REDIS_OPTION, out, parseCommand, pyJson, terminalSafe, withQueue } from "./output.js";
+import {
+  HELP_OPTION,
+  JSON_OPTION,
+  PROG,
+  REDIS_OPTION,
+  out,
+  parseCommand,
+  pyJson,
+  terminalSafe,
+  withQueue,
+} from "./output.js";
 
 function when(slot: number | null): string {
   return slot === null ? "-" : `${new Date(slot * 1000).toISOString().slice(0, 19)}Z`;
@@ -43,13 +53,34 @@ function scheduleJson(s: Schedule): Record<string, unknown> {
 const ADD_OPTIONS: readonly Opt[] = [
   { name: "payload", kind: "string", help: "Task payload, a JSON object [default: {}]." },
   { name: "tz", kind: "string", help: "IANA time zone of the cron [default: UTC]." },
-  { name: "catchup", kind: "choice", choices: ["latest", "all"], help: "After downtime: fire the latest missed slot, or all [default: latest]." },
+  {
+    name: "catchup",
+    kind: "choice",
+    choices: ["latest", "all"],
+    help: "After downtime: fire the latest missed slot, or all [default: latest].",
+  },
   { name: "catchup-limit", kind: "int", min: 1, max: 10_000, help: "[default: 100]" },
-  { name: "jitter", kind: "float", min: 0, max: 86_400, help: "Seconds each slot may fire late [default: 0]." },
+  {
+    name: "jitter",
+    kind: "float",
+    min: 0,
+    max: 86_400,
+    help: "Seconds each slot may fire late [default: 0].",
+  },
   { name: "priority", kind: "int", help: "[default: 0]" },
   { name: "max-attempts", kind: "int", min: 1, help: "Starts allowed [default: the queue's]." },
-  { name: "timeout", kind: "float", min: 0, help: "Seconds a run may take [default: the queue's]." },
-  { name: "deadline", kind: "float", min: 0, help: "Seconds after firing by which each task must start." },
+  {
+    name: "timeout",
+    kind: "float",
+    min: 0,
+    help: "Seconds a run may take [default: the queue's].",
+  },
+  {
+    name: "deadline",
+    kind: "float",
+    min: 0,
+    help: "Seconds after firing by which each task must start.",
+  },
   { name: "group", kind: "string", help: "Each task's group (fair claiming between groups)." },
   { name: "paused", kind: "flag", help: "Store it paused." },
 ];
@@ -59,10 +90,14 @@ function payloadOf(text: string): Record<string, unknown> {
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw new BadInput(`--payload is not valid JSON: ${error instanceof Error ? error.message : String(error)}`);
+    throw new BadInput(
+      `--payload is not valid JSON: ${error instanceof Error ? error.message : String(error)}`,
+    );
   }
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw new BadInput(`--payload must be a JSON object, got ${Array.isArray(value) ? "list" : value === null ? "NoneType" : typeof value}`);
+    throw new BadInput(
+      `--payload must be a JSON object, got ${Array.isArray(value) ? "list" : value === null ? "NoneType" : typeof value}`,
+    );
   }
   return value as Record<string, unknown>;
 }
@@ -83,7 +118,8 @@ export async function scheduleCommand(args: readonly string[]): Promise<number> 
     out(USAGE);
     return sub === undefined ? 2 : 0;
   }
-  if (!["add", "ls", "rm", "pause", "resume"].includes(sub)) throw new BadInput(`no such command 'schedule ${sub}'; use add, ls, rm, pause or resume`);
+  if (!["add", "ls", "rm", "pause", "resume"].includes(sub))
+    throw new BadInput(`no such command 'schedule ${sub}'; use add, ls, rm, pause or resume`);
   const opts = [...(sub === "add" ? ADD_OPTIONS : []), JSON_OPTION, REDIS_OPTION, HELP_OPTION];
   const [v, given] = parseCommand(rest, opts);
   if (v.help === true) {
@@ -101,7 +137,9 @@ export async function scheduleCommand(args: readonly string[]): Promise<number> 
         out(pyJson(items.map(scheduleJson)));
         return 0;
       }
-      out(`${"NAME".padEnd(24)} ${"CRON".padEnd(20)} ${"TZ".padEnd(18)} ${"STATE".padEnd(7)} ${"NEXT (UTC)".padEnd(21)} FIRED`);
+      out(
+        `${"NAME".padEnd(24)} ${"CRON".padEnd(20)} ${"TZ".padEnd(18)} ${"STATE".padEnd(7)} ${"NEXT (UTC)".padEnd(21)} FIRED`,
+      );
       for (const s of items) {
         const row = `${s.name.padEnd(24)} ${s.cron.padEnd(20)} ${s.tz.padEnd(18)} ${(s.paused ? "paused" : "active").padEnd(7)} ${when(s.nextSlot).padEnd(21)} ${s.fired}`;
         out(terminalSafe(row + (s.error !== "" ? `  error: ${s.error}` : "")));
@@ -131,10 +169,17 @@ export async function scheduleCommand(args: readonly string[]): Promise<number> 
           paused: v.paused === true,
         });
       } catch (error) {
-        if (error instanceof InvalidArgument || error instanceof InvalidPayload || error instanceof ScheduleOwned) throw new BadInput(error.message);
+        if (
+          error instanceof InvalidArgument ||
+          error instanceof InvalidPayload ||
+          error instanceof ScheduleOwned
+        )
+          throw new BadInput(error.message);
         throw error;
       }
-      out(json ? pyJson(scheduleJson(stored)) : `${stored.name}: next slot ${when(stored.nextSlot)}`);
+      out(
+        json ? pyJson(scheduleJson(stored)) : `${stored.name}: next slot ${when(stored.nextSlot)}`,
+      );
       return 0;
     });
   }
@@ -144,18 +189,23 @@ export async function scheduleCommand(args: readonly string[]): Promise<number> 
     for (const name of names) {
       try {
         if (sub === "rm") done[name] = await q.unschedule(name);
-        else done[name] = sub === "pause" ? await q.pauseSchedule(name) : await q.resumeSchedule(name);
+        else
+          done[name] = sub === "pause" ? await q.pauseSchedule(name) : await q.resumeSchedule(name);
       } catch (error) {
         if (error instanceof ScheduleNotFound) throw new Failure(error.message);
-        if (error instanceof InvalidArgument || error instanceof ScheduleOwned) throw new BadInput(error.message);
+        if (error instanceof InvalidArgument || error instanceof ScheduleOwned)
+          throw new BadInput(error.message);
         throw error;
       }
     }
     if (json) out(pyJson(done));
-    else if (sub === "rm") for (const [name, deleted] of Object.entries(done)) out(`${name}: ${deleted ? "deleted" : "no such schedule"}`);
+    else if (sub === "rm")
+      for (const [name, deleted] of Object.entries(done))
+        out(`${name}: ${deleted ? "deleted" : "no such schedule"}`);
     else {
       const word = sub === "pause" ? "paused" : "resumed";
-      for (const [name, did] of Object.entries(done)) out(`${name}: ${did ? word : `already ${word}`}`);
+      for (const [name, did] of Object.entries(done))
+        out(`${name}: ${did ? word : `already ${word}`}`);
     }
     return sub === "rm" && !Object.values(done).every(Boolean) ? 1 : 0;
   });

@@ -18,7 +18,8 @@ export function taggedFields(record: string): [Map<string, string>, string] | nu
   const payload = end < 0 ? "" : record.slice(end + 2);
   const parts = head.split("\0");
   const fields = new Map<string, string>();
-  for (let i = 1; i + 1 < parts.length; i += 2) fields.set(parts[i] as string, parts[i + 1] as string);
+  for (let i = 1; i + 1 < parts.length; i += 2)
+    fields.set(parts[i] as string, parts[i + 1] as string);
   return [fields, payload];
 }
 
@@ -31,6 +32,15 @@ export function positionalParts(f: ReadonlyMap<string, string>): [string[], stri
   const id = f.get("id");
   const token = f.get("token");
   if (id === undefined || token === undefined) return null;
-  const parts = [id, token, f.get("attempts") ?? "", f.get("max_attempts") ?? "", f.get("timeout") ?? "", f.get("lost") ?? "0", f.get("priority") ?? "0", f.get("cost") ?? "1"];
+  const parts = [
+    id,
+    token,
+    f.get("attempts") ?? "",
+    f.get("max_attempts") ?? "",
+    f.get("timeout") ?? "",
+    f.get("lost") ?? "0",
+    f.get("priority") ?? "0",
+    f.get("cost") ?? "1",
+  ];
   return [parts, f.get("waited_ms") ?? ""];
 }

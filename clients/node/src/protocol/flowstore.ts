@@ -21,12 +21,24 @@ function scanStep(reply: unknown): [string, string[]] {
   }
   const fields = reply[1] as unknown[];
   const ids: string[] = [];
-  for (let i = 0; i < fields.length; i += 2) ids.push(String(fields[i]).slice(WAITED_BY_PREFIX.length));
+  for (let i = 0; i < fields.length; i += 2)
+    ids.push(String(fields[i]).slice(WAITED_BY_PREFIX.length));
   return [String(reply[0]), ids];
 }
 
-function byScan(s: Store, taskId: string, cursor: string): [string, string, "MATCH", string, "COUNT", number] {
-  return [layoutOf(s.keys).task(taskId), cursor, "MATCH", `${WAITED_BY_PREFIX}*`, "COUNT", BY_COUNT];
+function byScan(
+  s: Store,
+  taskId: string,
+  cursor: string,
+): [string, string, "MATCH", string, "COUNT", number] {
+  return [
+    layoutOf(s.keys).task(taskId),
+    cursor,
+    "MATCH",
+    `${WAITED_BY_PREFIX}*`,
+    "COUNT",
+    BY_COUNT,
+  ];
 }
 
 /** One task's links as first read: its state (null: no such task), its `after` (stored text), and a first step of who waits for it. */
@@ -46,7 +58,8 @@ export async function readLinkHeads(s: Store, taskIds: readonly string[]): Promi
     pipe.hscan(...byScan(s, id, "0"));
   }
   const values = replies(await pipe.exec());
-  if (values.length !== 2 * taskIds.length) throw new ProtocolError("the walk's read got fewer replies than it sent commands");
+  if (values.length !== 2 * taskIds.length)
+    throw new ProtocolError("the walk's read got fewer replies than it sent commands");
   return taskIds.map((_, n) => {
     const [state = null, after = null] = values[2 * n] as (string | null)[];
     const [cursor, by] = scanStep(values[2 * n + 1]);
@@ -55,6 +68,10 @@ export async function readLinkHeads(s: Store, taskIds: readonly string[]): Promi
 }
 
 /** The next step of who waits for `taskId` from `cursor`: the next cursor and the ids found. */
-export async function scanWaitedBy(s: Store, taskId: string, cursor: string): Promise<[string, string[]]> {
+export async function scanWaitedBy(
+  s: Store,
+  taskId: string,
+  cursor: string,
+): Promise<[string, string[]]> {
   return scanStep(await s.client.hscan(...byScan(s, taskId, cursor)));
 }

@@ -23,10 +23,16 @@ const GROUP_PAUSED_UNTIL = "until";
  * fields (its claim pause and budget); a group parked by its old limits is looked at
  * again by the next claim.
  */
-export async function writeGroupSettings(s: Store, group: string, fields: Readonly<Record<string, string>>): Promise<void> {
+export async function writeGroupSettings(
+  s: Store,
+  group: string,
+  fields: Readonly<Record<string, string>>,
+): Promise<void> {
   const layout = layoutOf(s.keys);
   const key = layout.group(group);
-  const tx = s.client.multi().hdel(key, GROUP_WEIGHT, ...GROUP_SETTING_FIELDS.map(([, field]) => field));
+  const tx = s.client
+    .multi()
+    .hdel(key, GROUP_WEIGHT, ...GROUP_SETTING_FIELDS.map(([, field]) => field));
   if (Object.keys(fields).length > 0) tx.hset(key, fields);
   tx.zadd(layout.groupsParked, "XX", 0, group);
   replies(await tx.exec());
@@ -53,7 +59,8 @@ export async function readGroupCounts(s: Store): Promise<StoredGroupCount[]> {
   read.zrange(layout.groupsParked, "0", "-1");
   read.hkeys(layout.groupRunning);
   const names = new Set<string>();
-  for (const reply of replies(await read.exec())) for (const name of reply as string[]) names.add(name);
+  for (const reply of replies(await read.exec()))
+    for (const name of reply as string[]) names.add(name);
   names.delete("");
   const all = [...names].sort();
   if (all.length === 0) return [];

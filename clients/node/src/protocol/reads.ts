@@ -17,7 +17,10 @@ export async function readTask(s: Store, taskId: string): Promise<Record<string,
 }
 
 /** Each task's hash, in the order asked, in one round trip (empty: no such task). */
-export async function readTasks(s: Store, taskIds: readonly string[]): Promise<Record<string, string>[]> {
+export async function readTasks(
+  s: Store,
+  taskIds: readonly string[],
+): Promise<Record<string, string>[]> {
   if (taskIds.length === 0) return [];
   const layout = layoutOf(s.keys);
   const pipe = s.client.pipeline();
@@ -26,7 +29,15 @@ export async function readTasks(s: Store, taskIds: readonly string[]): Promise<R
 }
 
 /** The fields of a flow's record (`flow:<id>`), in the order `readFlow` returns them. */
-export const FLOW_FIELDS = ["open", "done", "dead", "cancelled", "started_at", "ended_at", "outcome"] as const;
+export const FLOW_FIELDS = [
+  "open",
+  "done",
+  "dead",
+  "cancelled",
+  "started_at",
+  "ended_at",
+  "outcome",
+] as const;
 
 /** A flow's record as `FLOW_FIELDS` (null where absent). */
 export async function readFlow(s: Store, flowId: string): Promise<(string | null)[]> {
@@ -34,7 +45,15 @@ export async function readFlow(s: Store, flowId: string): Promise<(string | null
 }
 
 /** The task states a queue keeps a sorted set of. */
-export const STATE_SETS = ["pending", "delayed", "running", "done", "dead", "cancelled", "waiting"] as const;
+export const STATE_SETS = [
+  "pending",
+  "delayed",
+  "running",
+  "done",
+  "dead",
+  "cancelled",
+  "waiting",
+] as const;
 /** One of `STATE_SETS`. */
 export type StateSet = (typeof STATE_SETS)[number];
 
@@ -62,7 +81,9 @@ export async function readStats(s: Store): Promise<StoredStats> {
   pipe.hgetall(layout.stats);
   pipe.get(layout.groupsPending);
   const values = replies(await pipe.exec());
-  const sizes = Object.fromEntries(STATE_SETS.map((state, i) => [state, Number(values[i])])) as Record<StateSet, number>;
+  const sizes = Object.fromEntries(
+    STATE_SETS.map((state, i) => [state, Number(values[i])]),
+  ) as Record<StateSet, number>;
   const n = STATE_SETS.length;
   return {
     sizes,
@@ -73,10 +94,15 @@ export async function readStats(s: Store): Promise<StoredStats> {
 }
 
 /** The workers' records by pod (JSON text), the stored lease TTL (null: unset) and the server's time (ms). */
-export async function readWorkers(s: Store): Promise<{ records: Record<string, string>; leaseTtl: string | null; nowMs: number }> {
+export async function readWorkers(
+  s: Store,
+): Promise<{ records: Record<string, string>; leaseTtl: string | null; nowMs: number }> {
   const layout = layoutOf(s.keys);
   const nowMs = await queueMs(s);
-  const [records, leaseTtl] = await Promise.all([s.client.hgetall(layout.workers), s.client.hget(layout.config, CONFIG.lease_ttl_s)]);
+  const [records, leaseTtl] = await Promise.all([
+    s.client.hgetall(layout.workers),
+    s.client.hget(layout.config, CONFIG.lease_ttl_s),
+  ]);
   return { records, leaseTtl, nowMs };
 }
 
@@ -92,7 +118,10 @@ export async function readConfig(s: Store): Promise<Record<string, string>> {
 }
 
 /** Replace the `config` hash with `fields` in one transaction. */
-export async function writeConfig(s: Store, fields: Readonly<Record<string, string>>): Promise<void> {
+export async function writeConfig(
+  s: Store,
+  fields: Readonly<Record<string, string>>,
+): Promise<void> {
   const key = layoutOf(s.keys).config;
   const tx = s.client.multi().del(key);
   if (Object.keys(fields).length > 0) tx.hset(key, fields);
@@ -124,7 +153,9 @@ export async function readSchedules(s: Store): Promise<Record<string, string>[]>
   if (names.length === 0) return [];
   const pipe = s.client.pipeline();
   for (const name of names) pipe.hgetall(layout.schedule(name));
-  return (replies(await pipe.exec()) as Record<string, string>[]).filter((h) => Object.keys(h).length > 0);
+  return (replies(await pipe.exec()) as Record<string, string>[]).filter(
+    (h) => Object.keys(h).length > 0,
+  );
 }
 
 /** Where a page of task ids is read from: a state's set, or a group's own pending set. */
@@ -138,9 +169,19 @@ export interface PageOf {
 }
 
 /** Up to `count` task ids of `page` from `offset`. */
-export async function pageIds(s: Store, page: PageOf, offset: number, count: number): Promise<string[]> {
+export async function pageIds(
+  s: Store,
+  page: PageOf,
+  offset: number,
+  count: number,
+): Promise<string[]> {
   const layout = layoutOf(s.keys);
-  if (page.group !== undefined) return s.client.zrange(layout.groupPending(page.group), String(offset), String(offset + count - 1));
+  if (page.group !== undefined)
+    return s.client.zrange(
+      layout.groupPending(page.group),
+      String(offset),
+      String(offset + count - 1),
+    );
   const key = layout[page.state];
   if (page.newestFirst && page.scores !== undefined) {
     return s.client.zrevrangebyscore(key, page.scores[0], page.scores[1], "LIMIT", offset, count);
@@ -188,5 +229,9 @@ export async function popFinished(
   max: number,
 ): Promise<[Error | null, unknown][] | null> {
   const list = layoutOf(keys).waiter(waiter);
-  return blocker.pipeline().blpop(list, Number(blockS.toFixed(3)) || 0.001).lpop(list, max).exec();
+  return blocker
+    .pipeline()
+    .blpop(list, Number(blockS.toFixed(3)) || 0.001)
+    .lpop(list, max)
+    .exec();
 }

@@ -6,16 +6,30 @@
  */
 
 import type { TaskRecord } from "../encoding.js";
-import { DependencyCycle, InvalidArgument, InvalidPayload, OlderWorker, ProtocolError, StaleToken, TaskExists } from "../errors.js";
+import {
+  DependencyCycle,
+  InvalidArgument,
+  InvalidPayload,
+  OlderWorker,
+  ProtocolError,
+  StaleToken,
+  TaskExists,
+} from "../errors.js";
 
 /** A reply that must be a non-empty list. */
 export function replyList(script: string, raw: unknown): unknown[] {
-  if (!Array.isArray(raw) || raw.length === 0) throw new ProtocolError(`${script}: unexpected reply ${JSON.stringify(raw)}`);
+  if (!Array.isArray(raw) || raw.length === 0)
+    throw new ProtocolError(`${script}: unexpected reply ${JSON.stringify(raw)}`);
   return raw as unknown[];
 }
 
 /** The enqueue script's reply: per task, whether it was created; its refusals as errors. */
-export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[], queue: string, parent?: string): boolean[] {
+export function decodeEnqueue(
+  raw: unknown,
+  batch: readonly TaskRecord[],
+  queue: string,
+  parent?: string,
+): boolean[] {
   const reply = replyList("enqueue", raw);
   const code = Number(reply[0]);
   if (code === -5) throw new StaleToken(parent ?? "?");
@@ -33,16 +47,19 @@ export function decodeEnqueue(raw: unknown, batch: readonly TaskRecord[], queue:
     );
   }
   if (code === -2) throw new TaskExists(task(reply[1]), String(reply[2]));
-  if (code === -3) throw new InvalidArgument(`task id '${task(reply[1])}' appears twice in one enqueue`);
+  if (code === -3)
+    throw new InvalidArgument(`task id '${task(reply[1])}' appears twice in one enqueue`);
   if (code === -4) {
     const index = Number(reply[1]);
     const dep = String(reply[2]);
     // a task may wait only for earlier ones: a cycle can never be stored
-    if (batch.slice(index).some((r) => r.task_id === dep)) throw DependencyCycle.later(task(index), dep);
+    if (batch.slice(index).some((r) => r.task_id === dep))
+      throw DependencyCycle.later(task(index), dep);
     throw new InvalidArgument(
       `task '${task(reply[1])}' waits for '${String(reply[2])}' (after), which is no task of this queue nor an earlier task of this enqueue`,
     );
   }
-  if (code !== 1 || reply.length !== batch.length + 1) throw new ProtocolError(`enqueue: unexpected reply ${JSON.stringify(raw)}`);
+  if (code !== 1 || reply.length !== batch.length + 1)
+    throw new ProtocolError(`enqueue: unexpected reply ${JSON.stringify(raw)}`);
   return reply.slice(1).map((x) => Number(x) === 1);
 }

@@ -27,7 +27,10 @@ export function evicts(settings: ServerSettings): boolean {
 }
 
 /** The settings from `CONFIG GET`'s pairs (merged; null: refused) and `INFO`'s text. */
-export function settingsOf(config: Readonly<Record<string, string>> | null, info: string | null): ServerSettings {
+export function settingsOf(
+  config: Readonly<Record<string, string>> | null,
+  info: string | null,
+): ServerSettings {
   const facts = new Map<string, string>();
   for (const line of (info ?? "").split(/\r?\n/)) {
     const at = line.indexOf(":");
@@ -52,7 +55,10 @@ export interface ProbeOptions {
 }
 
 /** Ask the server (on a cluster: the node ioredis picks) for its settings. */
-export async function probeServer(client: Client, options: ProbeOptions = {}): Promise<ServerSettings> {
+export async function probeServer(
+  client: Client,
+  options: ProbeOptions = {},
+): Promise<ServerSettings> {
   const ask = options.ask ?? (<T>(reply: Promise<T>): Promise<T> => reply);
   const refused = options.refused ?? ((): boolean => true);
   const answer = async (command: string, args: (string | number)[]): Promise<unknown> => {

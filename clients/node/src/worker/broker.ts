@@ -19,13 +19,24 @@ import { dependencyResults } from "../flows.js";
 import { QueueKeys } from "../keys.js";
 import { decodeEnqueue } from "../protocol/replies.js";
 import type { ScriptArgs, ScriptName, ScriptRecords } from "../protocol/signatures.js";
-import { groupAndTraceOfEach, popWork, probeWritable, taskFieldOfEach } from "../protocol/workerstore.js";
+import {
+  groupAndTraceOfEach,
+  popWork,
+  probeWritable,
+  taskFieldOfEach,
+} from "../protocol/workerstore.js";
 import { type ClaimedTask, type Served, parseClaimRecords } from "./claimed.js";
 import { NoReply, classify } from "./faults.js";
 import { Flag, bounded, until } from "./flag.js";
 import { MAX_DEFERRALS } from "./failures.js";
 import { type WorkerRecord, describeRecord, parseWorkerRecord } from "./identity.js";
-import { CLAIM_HOUSEKEEPING_BOUND, MAX_BATCH, REPAIR_BOUND, REPAIR_SETTLE_MS, SWEEP_BOUND } from "./limits.js";
+import {
+  CLAIM_HOUSEKEEPING_BOUND,
+  MAX_BATCH,
+  REPAIR_BOUND,
+  REPAIR_SETTLE_MS,
+  SWEEP_BOUND,
+} from "./limits.js";
 import { logEvent } from "./log.js";
 
 /** Bound on the stored error text of a failed attempt. */
@@ -64,7 +75,9 @@ export class NameInUse extends TaskfleetError {
     readonly pod: string,
     holder: string,
   ) {
-    super(`worker name "${pod}" is in use by a live worker (${holder}); give each worker its own --pod`);
+    super(
+      `worker name "${pod}" is in use by a live worker (${holder}); give each worker its own --pod`,
+    );
   }
 }
 
@@ -127,11 +140,17 @@ export interface Due {
 }
 
 function list(raw: unknown, script: string): unknown[] {
-  if (!Array.isArray(raw)) throw new ProtocolError(`${script}: unexpected reply ${JSON.stringify(raw)}`);
+  if (!Array.isArray(raw))
+    throw new ProtocolError(`${script}: unexpected reply ${JSON.stringify(raw)}`);
   return raw as unknown[];
 }
 
-type RawClaim = { retryAfterMs: number; nextDueMs: number | null; morePending: boolean; records: unknown[] };
+type RawClaim = {
+  retryAfterMs: number;
+  nextDueMs: number | null;
+  morePending: boolean;
+  records: unknown[];
+};
 
 /**
  * A claim reply; throws `IdentityTaken` when it is `{-1, record}`: another incarnation
@@ -144,9 +163,15 @@ function rawClaim(raw: unknown[], script: string): RawClaim | null {
     if (record === "") return null;
     throw new IdentityTaken(describeRecord(parseWorkerRecord(record)));
   }
-  if (raw.length < 3) throw new ProtocolError(`${script}: unexpected claim reply ${JSON.stringify(raw)}`);
+  if (raw.length < 3)
+    throw new ProtocolError(`${script}: unexpected claim reply ${JSON.stringify(raw)}`);
   const due = Number(raw[1]);
-  return { retryAfterMs: Number(raw[0]), nextDueMs: due < 0 ? null : due, morePending: Number(raw[2]) === 1, records: raw.slice(3) };
+  return {
+    retryAfterMs: Number(raw[0]),
+    nextDueMs: due < 0 ? null : due,
+    morePending: Number(raw[2]) === 1,
+    records: raw.slice(3),
+  };
 }
 
 /** One worker process's connection to one queue. */
@@ -185,13 +210,23 @@ export class Broker {
     return bounded(promise, ms, () => new NoReply(ms));
   }
 
-  private async call<S extends ScriptName>(script: S, args: ScriptArgs[S], records: readonly ScriptRecords[S][] = []): Promise<unknown> {
+  private async call<S extends ScriptName>(
+    script: S,
+    args: ScriptArgs[S],
+    records: readonly ScriptRecords[S][] = [],
+  ): Promise<unknown> {
     if (this.unanswered.length > 0) await this.disown();
     return this.bound(this.scripts.run(script, this.keys, this.bundle.pack(script, args, records)));
   }
 
   /** A call that claims under `base`; remembered for disown when it got no reply. */
-  private async claiming<S extends ScriptName>(script: S, base: string, args: ScriptArgs[S], records: readonly ScriptRecords[S][] = [], completes = false): Promise<unknown> {
+  private async claiming<S extends ScriptName>(
+    script: S,
+    base: string,
+    args: ScriptArgs[S],
+    records: readonly ScriptRecords[S][] = [],
+    completes = false,
+  ): Promise<unknown> {
     try {
       const replicas = this.options.waitReplicas ?? 0;
       if (!completes || replicas === 0) return await this.call(script, args, records);
@@ -202,7 +237,12 @@ export class Broker {
         this.scripts.runAndWait(script, this.keys, argv, replicas, timeout),
         this.options.replyTimeoutMs + (timeout || 60_000),
       );
-      if (acked < replicas) logEvent("warning", "completion_not_replicated", { replicas: acked, wanted: replicas, timeout_ms: timeout });
+      if (acked < replicas)
+        logEvent("warning", "completion_not_replicated", {
+          replicas: acked,
+          wanted: replicas,
+          timeout_ms: timeout,
+        });
       return reply;
     } catch (error) {
       // No reply: it may have claimed nothing, or may yet claim. Either way its tasks are none of ours.
@@ -216,10 +256,15 @@ export class Broker {
 
   private async disown(): Promise<void> {
     const bases = [...this.unanswered];
-    const argv = this.bundle.pack("disown", { pod: this.pod, incarnation: this.incarnation }, bases.map((token_base) => ({ token_base })));
+    const argv = this.bundle.pack(
+      "disown",
+      { pod: this.pod, incarnation: this.incarnation },
+      bases.map((token_base) => ({ token_base })),
+    );
     const released = Number(await this.bound(this.scripts.run("disown", this.keys, argv)));
     this.unanswered = this.unanswered.filter((b) => !bases.includes(b));
-    if (released > 0) logEvent("info", "unanswered_claims_released", { tasks: released, claims: bases.length });
+    if (released > 0)
+      logEvent("info", "unanswered_claims_released", { tasks: released, claims: bases.length });
   }
 
   private tokenBase(): string {
@@ -231,24 +276,36 @@ export class Broker {
    * how many). With `inUse`, another incarnation's record is judged first: a live one
    * makes it throw `NameInUse` (nothing changed).
    */
-  async register(concurrency: number, inUse?: (record: WorkerRecord) => string | null): Promise<number> {
+  async register(
+    concurrency: number,
+    inUse?: (record: WorkerRecord) => string | null,
+  ): Promise<number> {
     this.concurrency = concurrency;
     let expected = inUse === undefined ? "*" : "";
     for (;;) {
       const reply = list(
-        await this.call("register", { pod: this.pod, incarnation: this.incarnation, concurrency, host: this.options.host, expected }),
+        await this.call("register", {
+          pod: this.pod,
+          incarnation: this.incarnation,
+          concurrency,
+          host: this.options.host,
+          expected,
+        }),
         "register",
       );
-      if (reply.length === 3 && Number(reply[0]) === -2) throw new PodGone(this.pod, Number(reply[1]));
+      if (reply.length === 3 && Number(reply[0]) === -2)
+        throw new PodGone(this.pod, Number(reply[1]));
       if (reply.length === 3 && Number(reply[0]) === -1) {
-        if (inUse === undefined) throw new ProtocolError("register: refused a takeover of any incarnation");
+        if (inUse === undefined)
+          throw new ProtocolError("register: refused a takeover of any incarnation");
         const record = parseWorkerRecord(String(reply[1]), Number(reply[2]));
         const live = inUse(record);
         if (live !== null) throw new NameInUse(this.pod, live);
         expected = record.incarnation;
         continue;
       }
-      if (reply.length !== 2) throw new ProtocolError(`register: unexpected reply ${JSON.stringify(reply)}`);
+      if (reply.length !== 2)
+        throw new ProtocolError(`register: unexpected reply ${JSON.stringify(reply)}`);
       this.registered = true;
       return Number(reply[0]) + Number(reply[1]);
     }
@@ -264,12 +321,23 @@ export class Broker {
    */
   private async registerAgain(): Promise<void> {
     const reply = list(
-      await this.call("register", { pod: this.pod, incarnation: this.incarnation, concurrency: this.concurrency, host: this.options.host, expected: "" }),
+      await this.call("register", {
+        pod: this.pod,
+        incarnation: this.incarnation,
+        concurrency: this.concurrency,
+        host: this.options.host,
+        expected: "",
+      }),
       "register",
     );
-    if (reply.length === 3 && Number(reply[0]) === -2) throw new PodGone(this.pod, Number(reply[1]));
-    if (reply.length === 3 && Number(reply[0]) === -1) throw new IdentityTaken(describeRecord(parseWorkerRecord(String(reply[1]), Number(reply[2]))));
-    if (reply.length !== 2) throw new ProtocolError(`register: unexpected reply ${JSON.stringify(reply)}`);
+    if (reply.length === 3 && Number(reply[0]) === -2)
+      throw new PodGone(this.pod, Number(reply[1]));
+    if (reply.length === 3 && Number(reply[0]) === -1)
+      throw new IdentityTaken(
+        describeRecord(parseWorkerRecord(String(reply[1]), Number(reply[2]))),
+      );
+    if (reply.length !== 2)
+      throw new ProtocolError(`register: unexpected reply ${JSON.stringify(reply)}`);
     logEvent("warning", "registered_again", {
       pod: this.pod,
       incarnation: this.incarnation,
@@ -280,7 +348,13 @@ export class Broker {
 
   /** Remove this worker's record, giving back what it still holds (as lost when `failed`). */
   async deregister(failed: boolean): Promise<number> {
-    return Number(await this.call("deregister", { pod: this.pod, incarnation: this.incarnation, failed: failed ? 1 : 0 }));
+    return Number(
+      await this.call("deregister", {
+        pod: this.pod,
+        incarnation: this.incarnation,
+        failed: failed ? 1 : 0,
+      }),
+    );
   }
 
   /** Take up to `n` tasks; with `idleMs`, a claim that empties the queue registers us for hand-offs. */
@@ -308,7 +382,10 @@ export class Broker {
   }
 
   /** Completions, then a claim of `n`, in one round trip. */
-  async completeAndClaim(items: readonly [string, string, string | null][], n: number): Promise<[number[], ClaimResult]> {
+  async completeAndClaim(
+    items: readonly [string, string, string | null][],
+    n: number,
+  ): Promise<[number[], ClaimResult]> {
     const base = this.tokenBase();
     const raw = list(
       await this.claiming(
@@ -342,7 +419,16 @@ export class Broker {
    */
   async addChildren(parent: string, token: string, batch: readonly TaskRecord[]): Promise<void> {
     const records = batch.map((r) => ({ ...r }));
-    decodeEnqueue(await this.call("enqueue", { token_base: "", trace: "", parent, parent_token: token }, records), batch, this.keys.queue, parent);
+    decodeEnqueue(
+      await this.call(
+        "enqueue",
+        { token_base: "", trace: "", parent, parent_token: token },
+        records,
+      ),
+      batch,
+      this.keys.queue,
+      parent,
+    );
   }
 
   /** The results a task's dependencies handed it, by their id. */
@@ -354,7 +440,9 @@ export class Broker {
   async complete(items: readonly [string, string, string | null][]): Promise<number[]> {
     const out: number[] = [];
     for (let at = 0; at < items.length; at += MAX_BATCH) {
-      const chunk = items.slice(at, at + MAX_BATCH).map(([task_id, token, result]) => ({ task_id, token, result: result ?? "" }));
+      const chunk = items
+        .slice(at, at + MAX_BATCH)
+        .map(([task_id, token, result]) => ({ task_id, token, result: result ?? "" }));
       const replicas = this.options.waitReplicas ?? 0;
       let raw: unknown;
       if (replicas === 0) {
@@ -391,7 +479,8 @@ export class Broker {
         throttle: throttle ? (throttleGroup ? 2 : 1) : undefined,
       }),
     );
-    if (!["delayed", "dead", "cancelled", "stale"].includes(state)) throw new ProtocolError(`fail: unexpected reply ${state}`);
+    if (!["delayed", "dead", "cancelled", "stale"].includes(state))
+      throw new ProtocolError(`fail: unexpected reply ${state}`);
     return state === "stale" ? null : state;
   }
 
@@ -401,8 +490,15 @@ export class Broker {
    * `pauseMs` (null: the adaptive pause). Returns the pause's end (ms).
    */
   async pauseQuota(pauseMs: number | null, reason: string, taskId = ""): Promise<number> {
-    const reply = await this.call("quota", { op: "pause", pause_ms: pauseMs ?? undefined, reason, task_id: taskId || undefined, reporter: this.pod });
-    if (!Array.isArray(reply) || reply.length !== 2) throw new ProtocolError(`quota: unexpected reply ${String(reply)}`);
+    const reply = await this.call("quota", {
+      op: "pause",
+      pause_ms: pauseMs ?? undefined,
+      reason,
+      task_id: taskId || undefined,
+      reporter: this.pod,
+    });
+    if (!Array.isArray(reply) || reply.length !== 2)
+      throw new ProtocolError(`quota: unexpected reply ${String(reply)}`);
     return Number(reply[0]);
   }
 
@@ -413,10 +509,16 @@ export class Broker {
       await this.call(
         "report",
         {},
-        reports.map((r) => ({ task_id: r.taskId, token: r.token, progress: r.progress ?? "", cost: r.cost === null ? "" : r.cost })),
+        reports.map((r) => ({
+          task_id: r.taskId,
+          token: r.token,
+          progress: r.progress ?? "",
+          cost: r.cost === null ? "" : r.cost,
+        })),
       ),
     );
-    if (flags.length !== reports.length) throw new ProtocolError(`report: unexpected reply ${flags}`);
+    if (flags.length !== reports.length)
+      throw new ProtocolError(`report: unexpected reply ${flags}`);
     return Array.from(flags, (c) => c === "1");
   }
 
@@ -431,7 +533,12 @@ export class Broker {
   }
 
   /** The heartbeat: extend every lease held; throws `IdentityTaken` when another incarnation holds our name. */
-  async beat(tokens: ReadonlyMap<string, string>, inflight: number, draining: boolean, held = 0): Promise<Extended> {
+  async beat(
+    tokens: ReadonlyMap<string, string>,
+    inflight: number,
+    draining: boolean,
+    held = 0,
+  ): Promise<Extended> {
     let reply: unknown[] = [];
     for (let attempt = 0; attempt < 2; attempt++) {
       reply = list(
@@ -461,15 +568,30 @@ export class Broker {
     }
     const ids = reply.slice(1).map(String);
     const cut = ids.indexOf("");
-    return cut < 0 ? { lost: ids, cancelled: [] } : { lost: ids.slice(0, cut), cancelled: ids.slice(cut + 1) };
+    return cut < 0
+      ? { lost: ids, cancelled: [] }
+      : { lost: ids.slice(0, cut), cancelled: ids.slice(cut + 1) };
   }
 
   /** The housekeeping pass, repeated (up to `maxCalls`) while a step is full. */
   async sweep(maxCalls = 1): Promise<void> {
     for (let i = 0; i < maxCalls; i++) {
       const counts = list(await this.call("sweep", { bound: SWEEP_BOUND }), "sweep").map(Number);
-      const [promoted = 0, expired = 0, requeued = 0, lostDead = 0, prunedDone = 0, prunedDead = 0, , prunedCancelled = 0] = counts;
-      if (Math.max(promoted, expired, requeued + lostDead, prunedDone, prunedDead, prunedCancelled) < SWEEP_BOUND) return;
+      const [
+        promoted = 0,
+        expired = 0,
+        requeued = 0,
+        lostDead = 0,
+        prunedDone = 0,
+        prunedDead = 0,
+        ,
+        prunedCancelled = 0,
+      ] = counts;
+      if (
+        Math.max(promoted, expired, requeued + lostDead, prunedDone, prunedDead, prunedCancelled) <
+        SWEEP_BOUND
+      )
+        return;
     }
   }
 
@@ -482,21 +604,34 @@ export class Broker {
     const repaired: [string, string][] = [];
     for (let i = 0; i < maxCalls; i++) {
       const reply = list(
-        await this.call("repair", { bound: REPAIR_BOUND, cursor: this.repairCursor, settle_ms: REPAIR_SETTLE_MS }),
+        await this.call("repair", {
+          bound: REPAIR_BOUND,
+          cursor: this.repairCursor,
+          settle_ms: REPAIR_SETTLE_MS,
+        }),
         "repair",
       ).map(String);
-      if (reply.length < 2 || reply.length % 2 !== 0) throw new ProtocolError("repair: unexpected reply");
+      if (reply.length < 2 || reply.length % 2 !== 0)
+        throw new ProtocolError("repair: unexpected reply");
       this.repairCursor = Number(reply[0]);
-      for (let j = 2; j < reply.length; j += 2) repaired.push([reply[j] as string, reply[j + 1] as string]);
+      for (let j = 2; j < reply.length; j += 2)
+        repaired.push([reply[j] as string, reply[j + 1] as string]);
       if (reply[1] !== "1") break;
     }
     return repaired;
   }
 
   /** Claim up to `limit` due schedules for `leaseMs`. */
-  async schedulesDue(limit: number, leaseMs: number): Promise<{ nowMs: number; nextDueMs: number | null; due: Due[] }> {
-    const reply = list(await this.call("schedule_due", { limit, lease_ms: leaseMs }), "schedule_due");
-    if (reply.length < 2 || (reply.length - 2) % 8 !== 0) throw new ProtocolError(`schedule_due: unexpected reply`);
+  async schedulesDue(
+    limit: number,
+    leaseMs: number,
+  ): Promise<{ nowMs: number; nextDueMs: number | null; due: Due[] }> {
+    const reply = list(
+      await this.call("schedule_due", { limit, lease_ms: leaseMs }),
+      "schedule_due",
+    );
+    if (reply.length < 2 || (reply.length - 2) % 8 !== 0)
+      throw new ProtocolError(`schedule_due: unexpected reply`);
     const due: Due[] = [];
     for (let i = 2; i < reply.length; i += 8) {
       const nextSlot = Number(reply[i + 2]);
@@ -546,7 +681,9 @@ export class Broker {
    */
   async waitForWork(timeoutS: number): Promise<ClaimResult | null> {
     if (this.blocking === null) {
-      this.blocking = quiet(this.client instanceof Redis ? this.client.duplicate() : this.client.duplicate());
+      this.blocking = quiet(
+        this.client instanceof Redis ? this.client.duplicate() : this.client.duplicate(),
+      );
       this.blockingCut = new Flag();
     }
     const blocking = this.blocking;
@@ -569,7 +706,12 @@ export class Broker {
     if (popped === undefined || popped.value === null) return null;
     const record = popped.value.handedOver;
     if (record === null) return { tasks: [], retryAfterMs: 0, nextDueMs: null, morePending: false };
-    return this.claimed({ retryAfterMs: 0, nextDueMs: null, morePending: false, records: [record] });
+    return this.claimed({
+      retryAfterMs: 0,
+      nextDueMs: null,
+      morePending: false,
+      records: [record],
+    });
   }
 
   /** End a blocking wait at once (a drain began, Redis came back): its connection is dropped. */
@@ -580,11 +722,21 @@ export class Broker {
     blocking?.disconnect();
   }
 
-  private async claimed(raw: { retryAfterMs: number; nextDueMs: number | null; morePending: boolean; records: unknown[] }): Promise<ClaimResult> {
+  private async claimed(raw: {
+    retryAfterMs: number;
+    nextDueMs: number | null;
+    morePending: boolean;
+    records: unknown[];
+  }): Promise<ClaimResult> {
     const [tasks, bad] = parseClaimRecords(raw.records, this.options.served);
     for (const [id, token, error, reason] of bad) await this.fail(id, token, error, false, reason);
     if (tasks.some((task) => task.unread === true)) await this.readGroupsAndTraces(tasks);
-    return { tasks, retryAfterMs: raw.retryAfterMs, nextDueMs: raw.nextDueMs, morePending: raw.morePending };
+    return {
+      tasks,
+      retryAfterMs: raw.retryAfterMs,
+      nextDueMs: raw.nextDueMs,
+      morePending: raw.morePending,
+    };
   }
 
   /**
@@ -613,7 +765,8 @@ export class Broker {
    * group-scoped pause was written after it ended (claim records carry the others').
    */
   async groupsOf(taskIds: readonly string[]): Promise<string[]> {
-    const replies = (await this.bound(taskFieldOfEach(this.client, this.keys, taskIds, "group"))) ?? [];
+    const replies =
+      (await this.bound(taskFieldOfEach(this.client, this.keys, taskIds, "group"))) ?? [];
     return taskIds.map((_, i) => {
       const [error, value] = replies[i] ?? [null, null];
       if (error) throw error;

@@ -66,7 +66,10 @@ export class Served {
 
   /** Why a task of this name can't run here (its error), or null when it can. */
   refusal(name: string | null): string | null {
-    if (name === null) return this.unnamed ? null : `the task has no name and this worker serves only ${this.listed()}`;
+    if (name === null)
+      return this.unnamed
+        ? null
+        : `the task has no name and this worker serves only ${this.listed()}`;
     if (this.names.has(name)) return null;
     return `no handler for task name ${pyRepr(name)}; this worker serves ${this.listed()}`;
   }
@@ -80,13 +83,15 @@ export class Served {
 function whole(raw: string, what: string): number {
   if (/^-?[0-9]+$/.test(raw)) return Number(raw);
   const value = raw.trim() === "" ? NaN : Number(raw);
-  if (!Number.isInteger(value)) throw new Error(`${what} ${pyRepr(raw.slice(0, 40))} is not an integer`);
+  if (!Number.isInteger(value))
+    throw new Error(`${what} ${pyRepr(raw.slice(0, 40))} is not an integer`);
   return value;
 }
 
 function seconds(raw: string): number {
   const value = raw.trim() === "" ? NaN : Number(raw);
-  if (!(Number.isFinite(value) && value > 0)) throw new Error(`timeout ${pyRepr(raw.slice(0, 40))} is not a positive number of seconds`);
+  if (!(Number.isFinite(value) && value > 0))
+    throw new Error(`timeout ${pyRepr(raw.slice(0, 40))} is not a positive number of seconds`);
   return value;
 }
 
@@ -106,7 +111,9 @@ export function idAndToken(raw: unknown): [string, string] {
 }
 
 /** The fields a tagged record carries only when set; a positional one carries none. */
-function optional(f: Map<string, string> | null): Pick<ClaimedTask, "trace" | "group" | "after" | "deadlineMs" | "unread"> {
+function optional(
+  f: Map<string, string> | null,
+): Pick<ClaimedTask, "trace" | "group" | "after" | "deadlineMs" | "unread"> {
   if (f === null) return { trace: null, group: null, after: null, deadlineMs: null, unread: true };
   const deadline = f.get("deadline");
   return {
@@ -118,15 +125,22 @@ function optional(f: Map<string, string> | null): Pick<ClaimedTask, "trace" | "g
 }
 
 function dropped(record: string): void {
-  logEvent("warning", "claim_record_dropped", { record: JSON.stringify(record.slice(0, 200)), note: "names no task" });
+  logEvent("warning", "claim_record_dropped", {
+    record: JSON.stringify(record.slice(0, 200)),
+    note: "names no task",
+  });
 }
 
 /** The tasks of a claim reply, and those that can't be run as stored. */
-export function parseClaimRecords(records: readonly unknown[], served: Served | null): [ClaimedTask[], Unrunnable[]] {
+export function parseClaimRecords(
+  records: readonly unknown[],
+  served: Served | null,
+): [ClaimedTask[], Unrunnable[]] {
   const tasks: ClaimedTask[] = [];
   const bad: Unrunnable[] = [];
   for (const raw of records) {
-    const record = typeof raw === "string" ? raw : Buffer.isBuffer(raw) ? raw.toString("utf8") : String(raw);
+    const record =
+      typeof raw === "string" ? raw : Buffer.isBuffer(raw) ? raw.toString("utf8") : String(raw);
     const tagged = taggedFields(record);
     let parts: string[];
     let waited = "";
@@ -160,8 +174,20 @@ export function parseClaimRecords(records: readonly unknown[], served: Served | 
       }
       data = parts[8] ?? "";
     }
-    const [id = "", token = "", attempts = "", maxAttempts = "", timeout = "", lost = "", priority = "", cost = ""] = parts;
-    let fields: Omit<ClaimedTask, "payload" | "name" | "trace" | "id" | "token" | "group" | "after" | "deadlineMs">;
+    const [
+      id = "",
+      token = "",
+      attempts = "",
+      maxAttempts = "",
+      timeout = "",
+      lost = "",
+      priority = "",
+      cost = "",
+    ] = parts;
+    let fields: Omit<
+      ClaimedTask,
+      "payload" | "name" | "trace" | "id" | "token" | "group" | "after" | "deadlineMs"
+    >;
     try {
       fields = {
         attempts: whole(attempts, "attempts"),
@@ -193,7 +219,12 @@ export function parseClaimRecords(records: readonly unknown[], served: Served | 
     try {
       payload = JSON.parse(data);
     } catch (error) {
-      bad.push([id, token, `payload is not valid JSON: ${(error as Error).message}`, "bad payload"]);
+      bad.push([
+        id,
+        token,
+        `payload is not valid JSON: ${(error as Error).message}`,
+        "bad payload",
+      ]);
       continue;
     }
     if (typeof payload !== "object" || payload === null || Array.isArray(payload)) {
@@ -207,7 +238,14 @@ export function parseClaimRecords(records: readonly unknown[], served: Served | 
       bad.push([id, token, `${problem} (this worker would read it rounded)`, "bad payload"]);
       continue;
     }
-    tasks.push({ id, token, payload: payload as Record<string, unknown>, name, ...optional(extra), ...fields });
+    tasks.push({
+      id,
+      token,
+      payload: payload as Record<string, unknown>,
+      name,
+      ...optional(extra),
+      ...fields,
+    });
   }
   return [tasks, bad];
 }

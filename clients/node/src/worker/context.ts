@@ -28,7 +28,12 @@ import { type EnqueueItem, type TaskRecord, batchRecords } from "../encoding.js"
 export const MAX_MESSAGE_CHARS = 500;
 
 /** Where a run's reports go: `(taskId, token, progress JSON | null, cost | null)`. */
-export type ReportSink = (taskId: string, token: string, progress: string | null, cost: number | null) => void;
+export type ReportSink = (
+  taskId: string,
+  token: string,
+  progress: string | null,
+  cost: number | null,
+) => void;
 
 /** The worker's line for a run's flow calls: children it adds, results it was handed. */
 export interface FlowLine {
@@ -44,9 +49,20 @@ export interface FlowLine {
 export const QUOTA_LOW = 0;
 
 /** Where a run's quota reports go: `(taskId, token, pause ms | null = adaptive, group only, reason)`. */
-export type QuotaSink = (taskId: string, token: string, pauseMs: number | null, group: boolean, reason: string) => void;
+export type QuotaSink = (
+  taskId: string,
+  token: string,
+  pauseMs: number | null,
+  group: boolean,
+  reason: string,
+) => void;
 
-const QUOTA_REPORT_KEYS: ReadonlySet<string> = new Set(["remaining", "resetAfterMs", "resetAt", "scope"]);
+const QUOTA_REPORT_KEYS: ReadonlySet<string> = new Set([
+  "remaining",
+  "resetAfterMs",
+  "resetAt",
+  "scope",
+]);
 
 /** What `reportQuota` takes: the provider's remaining quota and when it resets. */
 export interface QuotaReport {
@@ -146,7 +162,10 @@ export class TaskContext {
    * on the task within about half a second; only the latest of a burst is written.
    */
   progress(progress: number | Progress, message?: string): void {
-    const given: Progress = typeof progress === "number" ? { fraction: progress, message } : { ...progress, message: progress.message ?? message };
+    const given: Progress =
+      typeof progress === "number"
+        ? { fraction: progress, message }
+        : { ...progress, message: progress.message ?? message };
     this.sink(this.id, this.token, progressJson(given), null);
   }
 
@@ -156,8 +175,10 @@ export class TaskContext {
    * report of a run counts.
    */
   reportCost(cost: number): void {
-    if (typeof cost !== "number" || !Number.isInteger(cost)) throw new TypeError(`reportCost needs an integer, not ${String(cost)}`);
-    if (cost < MIN_COST || cost > MAX_COST) throw new RangeError(`cost must be ${MIN_COST}..${MAX_COST}, not ${cost}`);
+    if (typeof cost !== "number" || !Number.isInteger(cost))
+      throw new TypeError(`reportCost needs an integer, not ${String(cost)}`);
+    if (cost < MIN_COST || cost > MAX_COST)
+      throw new RangeError(`cost must be ${MIN_COST}..${MAX_COST}, not ${cost}`);
     this.sink(this.id, this.token, null, cost);
   }
 
@@ -200,12 +221,25 @@ export class TaskContext {
     checkOptionKeys(quota, QUOTA_REPORT_KEYS, "reportQuota");
     const { remaining, resetAfterMs, resetAt } = quota;
     const scope: string = quota.scope ?? "queue"; // a JavaScript caller may pass anything
-    if (typeof remaining !== "number" || !Number.isFinite(remaining)) throw new TypeError(`reportQuota needs remaining as a finite number, not ${String(remaining)}`);
-    if (scope !== "queue" && scope !== "group") throw new RangeError(`scope must be "queue" or "group", not ${scope}`);
+    if (typeof remaining !== "number" || !Number.isFinite(remaining))
+      throw new TypeError(
+        `reportQuota needs remaining as a finite number, not ${String(remaining)}`,
+      );
+    if (scope !== "queue" && scope !== "group")
+      throw new RangeError(`scope must be "queue" or "group", not ${scope}`);
     const pauseMs = quotaPauseMs(resetAfterMs, resetAt, Date.now() / 1000);
     if (remaining > QUOTA_LOW) return;
-    if (this.quotaSink === null) throw new Error("reportQuota is not available outside a worker's task: throw RateLimited instead");
-    this.quotaSink(this.id, this.token, pauseMs, scope === "group", `provider quota spent (remaining ${remaining})`);
+    if (this.quotaSink === null)
+      throw new Error(
+        "reportQuota is not available outside a worker's task: throw RateLimited instead",
+      );
+    this.quotaSink(
+      this.id,
+      this.token,
+      pauseMs,
+      scope === "group",
+      `provider quota spent (remaining ${remaining})`,
+    );
   }
 
   /** @internal The worker stops the run: abort its signal with a reason named `reason`. */
@@ -228,7 +262,10 @@ export function progressJson(progress: Progress): string {
   let fraction = progress.fraction;
   const { done, total } = progress;
   if (done !== undefined || total !== undefined) {
-    for (const [name, value] of [["done", done], ["total", total]] as const) {
+    for (const [name, value] of [
+      ["done", done],
+      ["total", total],
+    ] as const) {
       if (typeof value !== "number" || !Number.isInteger(value) || value < 0) {
         throw new RangeError(`progress ${name} must be an integer >= 0, not ${String(value)}`);
       }
@@ -237,37 +274,49 @@ export function progressJson(progress: Progress): string {
     }
     data.done = done;
     data.total = total;
-    if (fraction === undefined && (total ?? 0) > 0) fraction = Math.min(1, (done ?? 0) / (total ?? 1));
+    if (fraction === undefined && (total ?? 0) > 0)
+      fraction = Math.min(1, (done ?? 0) / (total ?? 1));
   }
   if (fraction !== undefined) {
-    if (typeof fraction !== "number") throw new TypeError(`progress fraction must be a number, not ${typeof fraction}`);
+    if (typeof fraction !== "number")
+      throw new TypeError(`progress fraction must be a number, not ${typeof fraction}`);
     if (!(Number.isFinite(fraction) && fraction >= 0 && fraction <= 1)) {
       throw new RangeError(`progress fraction must be within [0, 1], not ${fraction}`);
     }
     data.fraction = Math.round(fraction * 1e6) / 1e6;
   }
   if (progress.message !== undefined) data.message = progress.message.slice(0, MAX_MESSAGE_CHARS);
-  if (Object.keys(data).length === 0) throw new RangeError("progress needs a fraction, done and total, or a message");
+  if (Object.keys(data).length === 0)
+    throw new RangeError("progress needs a fraction, done and total, or a message");
   return JSON.stringify(data);
 }
 
 /** How long a reported quota's pause lasts: until its reset (null: not given). */
-export function quotaPauseMs(resetAfterMs: number | undefined, resetAt: Date | undefined, nowS: number): number | null {
-  if (resetAfterMs !== undefined && resetAt !== undefined) throw new RangeError("give resetAfterMs or resetAt, not both");
+export function quotaPauseMs(
+  resetAfterMs: number | undefined,
+  resetAt: Date | undefined,
+  nowS: number,
+): number | null {
+  if (resetAfterMs !== undefined && resetAt !== undefined)
+    throw new RangeError("give resetAfterMs or resetAt, not both");
   let seconds: number;
   if (resetAt !== undefined) {
     const given: unknown = resetAt; // a JavaScript caller may pass epoch seconds
     if (!(given instanceof Date) || !Number.isFinite(given.getTime())) {
-      throw new TypeError(`resetAt must be a Date (for epoch seconds: new Date(s * 1000)), not ${String(given)}`);
+      throw new TypeError(
+        `resetAt must be a Date (for epoch seconds: new Date(s * 1000)), not ${String(given)}`,
+      );
     }
     seconds = Math.max(0, given.getTime() / 1000 - nowS);
   } else if (resetAfterMs !== undefined) {
-    if (typeof resetAfterMs !== "number") throw new TypeError(`resetAfterMs must be milliseconds, not ${typeof resetAfterMs}`);
+    if (typeof resetAfterMs !== "number")
+      throw new TypeError(`resetAfterMs must be milliseconds, not ${typeof resetAfterMs}`);
     seconds = resetAfterMs / 1000;
   } else {
     return null;
   }
-  if (!(seconds >= 0 && seconds <= MAX_DELAY_S)) throw new RangeError(`the reset must be within 0..${MAX_DELAY_S} s, not ${seconds}`);
+  if (!(seconds >= 0 && seconds <= MAX_DELAY_S))
+    throw new RangeError(`the reset must be within 0..${MAX_DELAY_S} s, not ${seconds}`);
   return Math.trunc(seconds * 1000);
 }
 

@@ -16,7 +16,13 @@
 
 import { formatG } from "../pyformat.js";
 import type { ClaimedTask } from "./claimed.js";
-import { type FlowLine, type QuotaSink, type ReportSink, TaskContext, runWithTask } from "./context.js";
+import {
+  type FlowLine,
+  type QuotaSink,
+  type ReportSink,
+  TaskContext,
+  runWithTask,
+} from "./context.js";
 import { type Verdict, encodeResult, failureOf, formatError } from "./failures.js";
 import { Flag } from "./flag.js";
 import type { HandlerSet } from "./handlers.js";
@@ -174,7 +180,12 @@ export class Execution {
         run.abandoned = true;
         run.settled = true;
         this.idle.clear();
-        this.queue({ run, result: null, error: `task could not start: ${formatError(error)}`, verdict: null });
+        this.queue({
+          run,
+          result: null,
+          error: `task could not start: ${formatError(error)}`,
+          verdict: null,
+        });
       }
     }
   }
@@ -209,11 +220,15 @@ export class Execution {
       }, limit * 1000);
     }
     o.changed();
-    if (enabled("debug")) logEvent("debug", "task_started", { task: task.id, attempt: task.attempts });
+    if (enabled("debug"))
+      logEvent("debug", "task_started", { task: task.id, attempt: task.attempts });
     void this.execute(run, handler.fn);
   }
 
-  private async execute(run: Run, fn: (payload: Record<string, unknown>, task: TaskContext) => unknown): Promise<void> {
+  private async execute(
+    run: Run,
+    fn: (payload: Record<string, unknown>, task: TaskContext) => unknown,
+  ): Promise<void> {
     const context = run.context as TaskContext;
     const outcome: Outcome = { run, result: null, error: null, verdict: null };
     if (this.hold !== null) {
@@ -246,7 +261,8 @@ export class Execution {
     }
     if (run.timedOut) return; // failed when its time ran out; what it returned since is dropped
     if (run.abandoned) {
-      if (run.leaseLost) logEvent("info", "task_result_dropped", { task: run.task.id, reason: "lease lost" });
+      if (run.leaseLost)
+        logEvent("info", "task_result_dropped", { task: run.task.id, reason: "lease lost" });
       return;
     }
     this.queue(outcome);
@@ -256,7 +272,10 @@ export class Execution {
     this.holding.add(run);
     let timer: NodeJS.Timeout | undefined;
     try {
-      await Promise.race([open, new Promise<void>((resolve) => (timer = setTimeout(resolve, HOLD_MAX_MS)))]);
+      await Promise.race([
+        open,
+        new Promise<void>((resolve) => (timer = setTimeout(resolve, HOLD_MAX_MS))),
+      ]);
     } finally {
       clearTimeout(timer);
       this.holding.delete(run);
@@ -346,7 +365,11 @@ export class Execution {
       stuck += 1;
       if (!this.stuck.has(run)) {
         this.stuck.add(run);
-        logEvent("error", "slot_stuck", { task: run.task.id, held_s: Math.round((now - heldAt) / 100) / 10, held_grace_s: graceS });
+        logEvent("error", "slot_stuck", {
+          task: run.task.id,
+          held_s: Math.round((now - heldAt) / 100) / 10,
+          held_grace_s: graceS,
+        });
       }
     }
     return stuck;
@@ -355,7 +378,8 @@ export class Execution {
   /** Leases to extend: not those of finished runs, whose outcome write ends the lease. */
   leases(): Map<string, string> {
     const out = new Map<string, string>();
-    for (const run of this.held.values()) if (!run.abandoned && !run.finished) out.set(run.task.id, run.task.token);
+    for (const run of this.held.values())
+      if (!run.abandoned && !run.finished) out.set(run.task.id, run.task.token);
     return out;
   }
 
@@ -380,7 +404,14 @@ export class Execution {
   cancel(taskIds: readonly string[]): void {
     for (const taskId of taskIds) {
       const run = this.held.get(taskId);
-      if (run === undefined || run.finished || run.abandoned || run.context === null || run.context.cancelled) continue;
+      if (
+        run === undefined ||
+        run.finished ||
+        run.abandoned ||
+        run.context === null ||
+        run.context.cancelled
+      )
+        continue;
       logEvent("info", "task_cancel_requested", { task: taskId });
       run.context.stop("CancelledError", "the task was cancelled");
     }
@@ -391,7 +422,10 @@ export class Execution {
     const left = [...this.held.values()].filter((run) => !run.finished);
     for (const run of left) {
       run.abandoned = true;
-      run.context?.stop("Drained", "the worker's drain deadline passed: the task goes back to the queue");
+      run.context?.stop(
+        "Drained",
+        "the worker's drain deadline passed: the task goes back to the queue",
+      );
     }
     return left;
   }
@@ -413,7 +447,13 @@ export class Execution {
     outcome: Outcome,
     accepted: boolean,
     event: string,
-    how: { dead?: boolean; cancelled?: boolean; deferred?: boolean; rateLimited?: boolean; reason?: string } = {},
+    how: {
+      dead?: boolean;
+      cancelled?: boolean;
+      deferred?: boolean;
+      rateLimited?: boolean;
+      reason?: string;
+    } = {},
   ): void {
     const run = outcome.run;
     this.held.delete(run.task.id);
@@ -427,9 +467,16 @@ export class Execution {
       else c.deferred += 1;
       if (how.rateLimited === true) {
         c.rateLimited += 1;
-        logEvent("warning", "queue_rate_limited", { task: run.task.id, error: outcome.error ?? "" });
+        logEvent("warning", "queue_rate_limited", {
+          task: run.task.id,
+          error: outcome.error ?? "",
+        });
       }
-      logEvent("info", how.cancelled === true ? "task_cancelled" : "task_deferred", { task: run.task.id, attempt: run.task.attempts, ms });
+      logEvent("info", how.cancelled === true ? "task_cancelled" : "task_deferred", {
+        task: run.task.id,
+        attempt: run.task.attempts,
+        ms,
+      });
     } else if (outcome.error === null) {
       c.completed += 1;
       this.timings.run((run.ranMs || performance.now() - run.claimedAt) / 1000);
@@ -440,7 +487,12 @@ export class Execution {
       if (how.dead === true) c.dead += 1;
       else c.retried += 1;
       this.timings.run((run.ranMs || performance.now() - run.claimedAt) / 1000);
-      const fields: Record<string, unknown> = { task: run.task.id, attempt: run.task.attempts, ms, error: outcome.error };
+      const fields: Record<string, unknown> = {
+        task: run.task.id,
+        attempt: run.task.attempts,
+        ms,
+        error: outcome.error,
+      };
       if (how.reason !== undefined) fields.reason = how.reason;
       logEvent("warning", event, fields);
     }

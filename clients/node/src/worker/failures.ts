@@ -37,7 +37,8 @@ export class RetryAfter extends TaskfleetError {
   readonly delay: number;
 
   constructor(delay: number, message = "") {
-    if (typeof delay !== "number") throw new TypeError(`RetryAfter needs a delay in seconds, not ${typeof delay}`);
+    if (typeof delay !== "number")
+      throw new TypeError(`RetryAfter needs a delay in seconds, not ${typeof delay}`);
     if (!(delay >= 0 && delay <= bounds.MAX_DELAY_S)) {
       throw new RangeError(`RetryAfter delay must be 0..${bounds.MAX_DELAY_S} s, not ${delay}`);
     }
@@ -62,16 +63,27 @@ export class RateLimited extends TaskfleetError {
   /** What pauses: the whole queue, or the task's group alone. */
   readonly scope: "queue" | "group";
 
-  constructor(retryAfter: number | null = null, message = "", options: { scope?: "queue" | "group" } = {}) {
+  constructor(
+    retryAfter: number | null = null,
+    message = "",
+    options: { scope?: "queue" | "group" } = {},
+  ) {
     const scope: string = options.scope ?? "queue"; // a JavaScript caller may pass anything
-    if (scope !== "queue" && scope !== "group") throw new RangeError(`RateLimited scope must be "queue" or "group", not ${scope}`);
+    if (scope !== "queue" && scope !== "group")
+      throw new RangeError(`RateLimited scope must be "queue" or "group", not ${scope}`);
     if (retryAfter !== null) {
-      if (typeof retryAfter !== "number") throw new TypeError(`RateLimited needs retryAfter in seconds, not ${typeof retryAfter}`);
+      if (typeof retryAfter !== "number")
+        throw new TypeError(`RateLimited needs retryAfter in seconds, not ${typeof retryAfter}`);
       if (!(retryAfter >= 0 && retryAfter <= bounds.MAX_DELAY_S)) {
-        throw new RangeError(`RateLimited retryAfter must be 0..${bounds.MAX_DELAY_S} s, not ${retryAfter}`);
+        throw new RangeError(
+          `RateLimited retryAfter must be 0..${bounds.MAX_DELAY_S} s, not ${retryAfter}`,
+        );
       }
     }
-    super(message || (retryAfter === null ? "rate limited" : `rate limited, retry after ${retryAfter} s`));
+    super(
+      message ||
+        (retryAfter === null ? "rate limited" : `rate limited, retry after ${retryAfter} s`),
+    );
     this.retryAfter = retryAfter;
     this.scope = scope;
   }
@@ -116,14 +128,15 @@ export function formatError(error: unknown): string {
     if (error instanceof Error) {
       const m: unknown = error.message; // a hostile subclass may make it anything
       message = typeof m === "string" ? m : "(the error's message is not text)";
-    }
-    else if (typeof error === "string") message = error;
+    } else if (typeof error === "string") message = error;
     else message = describeThrown(error);
   } catch {
     message = "(the error's message could not be read)";
   }
   // an error without a message (`throw new Error()`) is stored as its name, as in Python
-  return oneLine(message.trim() === "" ? name : `${name}: ${message.slice(0, MAX_ERROR_CHARS + 1)}`);
+  return oneLine(
+    message.trim() === "" ? name : `${name}: ${message.slice(0, MAX_ERROR_CHARS + 1)}`,
+  );
 }
 
 /**
@@ -158,7 +171,10 @@ function describeThrown(value: unknown): string {
 }
 
 /** Whether `error` is a `kind` (by class, or by name: a second copy of this package in a handler's tree). */
-function isA(error: unknown, kind: typeof PermanentFailure | typeof RetryAfter | typeof RateLimited): boolean {
+function isA(
+  error: unknown,
+  kind: typeof PermanentFailure | typeof RetryAfter | typeof RateLimited,
+): boolean {
   return error instanceof kind || (error instanceof Error && error.name === kind.name);
 }
 
@@ -169,8 +185,14 @@ export function verdictOf(error: unknown): Verdict | null {
     if (isA(error, RateLimited)) {
       const after: unknown = (error as { retryAfter?: unknown }).retryAfter;
       const valid = typeof after === "number" && after >= 0 && after <= bounds.MAX_DELAY_S;
-      const verdict = { permanent: false, retryAfterMs: valid ? Math.trunc(after * 1000) : null, throttle: true };
-      return (error as { scope?: unknown }).scope === "group" ? { ...verdict, groupScope: true } : verdict;
+      const verdict = {
+        permanent: false,
+        retryAfterMs: valid ? Math.trunc(after * 1000) : null,
+        throttle: true,
+      };
+      return (error as { scope?: unknown }).scope === "group"
+        ? { ...verdict, groupScope: true }
+        : verdict;
     }
     if (!isA(error, RetryAfter)) return null;
     const delay: unknown = (error as { delay?: unknown }).delay;
@@ -212,7 +234,11 @@ export function encodeResult(value: unknown): string {
   let text: unknown;
   try {
     text = JSON.stringify(value, (_key, v: unknown): unknown => {
-      if (typeof v === "number" && !Number.isSafeInteger(v) && numberProblem(v, "result") !== undefined) {
+      if (
+        typeof v === "number" &&
+        !Number.isSafeInteger(v) &&
+        numberProblem(v, "result") !== undefined
+      ) {
         throw new NumberRule(numberProblem(v, "result"));
       }
       if (typeof v === "bigint") throw new Error("a bigint is not JSON");
@@ -220,13 +246,19 @@ export function encodeResult(value: unknown): string {
     });
   } catch (error) {
     // the number rule: no NaN or infinity, no integer past ±(2^53-1); the walk names where
-    if (error instanceof NumberRule) throw new ResultNotJSON(valueProblem(value, "result") ?? error.message);
-    throw new ResultNotJSON(`handler result is not JSON-serialisable: ${error instanceof Error ? error.message : String(error)}`);
+    if (error instanceof NumberRule)
+      throw new ResultNotJSON(valueProblem(value, "result") ?? error.message);
+    throw new ResultNotJSON(
+      `handler result is not JSON-serialisable: ${error instanceof Error ? error.message : String(error)}`,
+    );
   }
-  if (typeof text !== "string") throw new ResultNotJSON(`handler result is not JSON-serialisable: a ${typeof value}`);
+  if (typeof text !== "string")
+    throw new ResultNotJSON(`handler result is not JSON-serialisable: a ${typeof value}`);
   const size = Buffer.byteLength(text, "utf8");
   if (size > MAX_PAYLOAD_BYTES) {
-    throw new ResultTooLarge(`handler result is ${size} bytes, over the ${MAX_PAYLOAD_BYTES} any task may store`);
+    throw new ResultTooLarge(
+      `handler result is ${size} bytes, over the ${MAX_PAYLOAD_BYTES} any task may store`,
+    );
   }
   return text;
 }

@@ -50,7 +50,12 @@ export class NoReply extends Error {
   }
 }
 
-const WRITES_REFUSED: ReadonlySet<Fault> = new Set<Fault>(["full", "misconf", "noreplicas", "readonly"]);
+const WRITES_REFUSED: ReadonlySet<Fault> = new Set<Fault>([
+  "full",
+  "misconf",
+  "noreplicas",
+  "readonly",
+]);
 
 /** What to do about each refusal of writes, for the log line that says so. */
 export const WHAT_TO_DO: Readonly<Partial<Record<Fault, string>>> = {
@@ -82,7 +87,8 @@ export function authFailure(error: unknown): "authentication" | "permission" | n
   if (!(error instanceof Error)) return null;
   const message = error.message;
   if (message.startsWith("WRONGPASS") || message.startsWith("NOAUTH")) return "authentication";
-  if (message.startsWith("NOPERM") || message.includes("can't run this command")) return "permission";
+  if (message.startsWith("NOPERM") || message.includes("can't run this command"))
+    return "permission";
   return null;
 }
 

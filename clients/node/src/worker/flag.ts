@@ -42,7 +42,10 @@ export class Flag {
 }
 
 /** A wait on flags and a time limit, which its owner may also end early (`cancel`). */
-function armed(flags: readonly Flag[], limitMs: number | undefined): { promise: Promise<void>; cancel: () => void } {
+function armed(
+  flags: readonly Flag[],
+  limitMs: number | undefined,
+): { promise: Promise<void>; cancel: () => void } {
   let cancel = (): void => undefined;
   const promise = new Promise<void>((resolve) => {
     if (flags.some((f) => f.isSet())) {
@@ -76,7 +79,10 @@ export function sleep(ms: number, ...flags: Flag[]): Promise<void> {
  * `promise`'s value as `{ value }`, or undefined once any of `flags` is set first; its
  * error is thrown unless a flag cut it short (then it is nobody's and swallowed).
  */
-export async function until<T>(promise: Promise<T>, ...flags: Flag[]): Promise<{ value: T } | undefined> {
+export async function until<T>(
+  promise: Promise<T>,
+  ...flags: Flag[]
+): Promise<{ value: T } | undefined> {
   const cut = armed(flags, undefined);
   let isCut = false;
   try {

@@ -128,7 +128,8 @@ export class RedisGate {
       attempts += 1;
       try {
         await this.options.reconnect();
-        if (this.fault?.writesRefused === true && this.options.writable !== undefined) await this.options.writable();
+        if (this.fault?.writesRefused === true && this.options.writable !== undefined)
+          await this.options.writable();
       } catch (error) {
         const found = classify(error);
         if (found?.policy === "wait") {

@@ -49,19 +49,28 @@ export class HandlerSet {
     if (defaultHandler === null && named.size === 0) throw new HandlerLoadError("no handler given");
     for (const [name, handler] of named) {
       const problem = taskNameProblem(name);
-      if (problem !== undefined) throw new HandlerLoadError(`handler ${pyRepr(handler.ref)}: ${problem}`);
+      if (problem !== undefined)
+        throw new HandlerLoadError(`handler ${pyRepr(handler.ref)}: ${problem}`);
     }
   }
 
   /** Handlers given as functions: `handler` for tasks without a name, `handlers` by name. */
-  static of(handler: HandlerFn | undefined, handlers: Readonly<Record<string, HandlerFn>> | undefined): HandlerSet {
+  static of(
+    handler: HandlerFn | undefined,
+    handlers: Readonly<Record<string, HandlerFn>> | undefined,
+  ): HandlerSet {
     const check = (fn: unknown, what: string): HandlerFn => {
-      if (typeof fn !== "function") throw new HandlerLoadError(`${what} is a ${kind(fn)}, not a function`);
+      if (typeof fn !== "function")
+        throw new HandlerLoadError(`${what} is a ${kind(fn)}, not a function`);
       return fn as HandlerFn;
     };
     const named = new Map<string, Handler>();
-    for (const [name, fn] of Object.entries(handlers ?? {})) named.set(name, { ref: name, fn: check(fn, `handler ${pyRepr(name)}`) });
-    const fallback = handler === undefined ? null : { ref: handler.name || "handler", fn: check(handler, "handler") };
+    for (const [name, fn] of Object.entries(handlers ?? {}))
+      named.set(name, { ref: name, fn: check(fn, `handler ${pyRepr(name)}`) });
+    const fallback =
+      handler === undefined
+        ? null
+        : { ref: handler.name || "handler", fn: check(handler, "handler") };
     return new HandlerSet(fallback, named);
   }
 
@@ -76,7 +85,8 @@ export class HandlerSet {
   /** What the worker runs, for its log line and metrics: `mod:f`, then `name=mod:f` entries. */
   get ref(): string {
     const parts = this.defaultHandler === null ? [] : [this.defaultHandler.ref];
-    for (const name of [...this.named.keys()].sort()) parts.push(`${name}=${this.named.get(name)?.ref ?? ""}`);
+    for (const name of [...this.named.keys()].sort())
+      parts.push(`${name}=${this.named.get(name)?.ref ?? ""}`);
     return parts.join(" ");
   }
 }
@@ -103,7 +113,12 @@ export function appDir(directory: string | undefined): string {
 
 function moduleUrl(specifier: string, dir: string): string {
   if (specifier.startsWith("file:")) return specifier;
-  if (specifier === "." || specifier.startsWith("./") || specifier.startsWith("../") || isAbsolute(specifier)) {
+  if (
+    specifier === "." ||
+    specifier.startsWith("./") ||
+    specifier.startsWith("../") ||
+    isAbsolute(specifier)
+  ) {
     return pathToFileURL(resolve(dir, specifier)).href;
   }
   try {
@@ -136,26 +151,40 @@ export async function resolveHandler(ref: string, dir: string): Promise<unknown>
     namespace = (await import(url)) as Record<string, unknown>;
   } catch (error) {
     if (isMissing(error, url)) {
-      throw new HandlerLoadError(`handler module ${pyRepr(specifier)} not found: looked in ${dir} (the worker's --app-dir)`);
+      throw new HandlerLoadError(
+        `handler module ${pyRepr(specifier)} not found: looked in ${dir} (the worker's --app-dir)`,
+      );
     }
-    throw new HandlerLoadError(`handler module ${pyRepr(specifier)} failed to import: ${formatError(error)}`);
+    throw new HandlerLoadError(
+      `handler module ${pyRepr(specifier)} failed to import: ${formatError(error)}`,
+    );
   }
   let found: unknown = namespace;
   const parts = path.split(".");
   parts.forEach((part, i) => {
     const holder = found as Record<string, unknown> | null;
     let next: unknown = undefined;
-    if (holder !== null && (typeof holder === "object" || typeof holder === "function") && part in holder) {
+    if (
+      holder !== null &&
+      (typeof holder === "object" || typeof holder === "function") &&
+      part in holder
+    ) {
       next = holder[part];
     } else if (i === 0) {
       // a CommonJS module: its module.exports is the namespace's default
       const exported = namespace.default as Record<string, unknown> | null | undefined;
-      if (exported !== null && (typeof exported === "object" || typeof exported === "function") && part in exported) {
+      if (
+        exported !== null &&
+        (typeof exported === "object" || typeof exported === "function") &&
+        part in exported
+      ) {
         next = exported[part];
       }
     }
     if (next === undefined) {
-      throw new HandlerLoadError(`handler ${pyRepr(ref)}: module ${pyRepr(specifier)} has no export ${pyRepr(path)}`);
+      throw new HandlerLoadError(
+        `handler ${pyRepr(ref)}: module ${pyRepr(specifier)} has no export ${pyRepr(path)}`,
+      );
     }
     found = next;
   });
@@ -163,8 +192,10 @@ export async function resolveHandler(ref: string, dir: string): Promise<unknown>
 }
 
 function registryEntries(value: unknown): [string, unknown][] | null {
-  if (value instanceof Map) return [...(value as Map<unknown, unknown>).entries()].map(([k, v]) => [String(k), v]);
-  if (typeof value === "object" && value !== null && !Array.isArray(value)) return Object.entries(value);
+  if (value instanceof Map)
+    return [...(value as Map<unknown, unknown>).entries()].map(([k, v]) => [String(k), v]);
+  if (typeof value === "object" && value !== null && !Array.isArray(value))
+    return Object.entries(value);
   return null;
 }
 
@@ -174,12 +205,14 @@ export async function loadHandlers(values: readonly string[], dir: string): Prom
   const named = new Map<string, Handler>();
   const add = (name: string, handler: Handler): void => {
     const problem = taskNameProblem(name);
-    if (problem !== undefined) throw new HandlerLoadError(`handler ${pyRepr(handler.ref)}: ${problem}`);
+    if (problem !== undefined)
+      throw new HandlerLoadError(`handler ${pyRepr(handler.ref)}: ${problem}`);
     if (named.has(name)) throw new HandlerLoadError(`task name ${pyRepr(name)} has two handlers`);
     named.set(name, handler);
   };
   const callable = (ref: string, value: unknown): Handler => {
-    if (typeof value !== "function") throw new HandlerLoadError(`handler ${pyRepr(ref)} is a ${kind(value)}, not callable`);
+    if (typeof value !== "function")
+      throw new HandlerLoadError(`handler ${pyRepr(ref)} is a ${kind(value)}, not callable`);
     return { ref, fn: value as HandlerFn };
   };
   for (const value of values) {
@@ -192,7 +225,8 @@ export async function loadHandlers(values: readonly string[], dir: string): Prom
     const found = await resolveHandler(value, dir);
     const entries = typeof found === "function" ? null : registryEntries(found);
     if (entries !== null) {
-      if (entries.length === 0) throw new HandlerLoadError(`handler registry ${pyRepr(value)} is empty`);
+      if (entries.length === 0)
+        throw new HandlerLoadError(`handler registry ${pyRepr(value)} is empty`);
       for (const [key, fn] of entries) add(key, callable(`${value}[${pyRepr(key)}]`, fn));
       continue;
     }

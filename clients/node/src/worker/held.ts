@@ -37,7 +37,12 @@ export function allStuck(stuck: number, concurrency: number): boolean {
 export async function heldLoop(
   execution: Execution,
   draining: Flag,
-  o: { readonly concurrency: number; readonly graceS: number; readonly intervalMs: number; readonly stuck: () => void },
+  o: {
+    readonly concurrency: number;
+    readonly graceS: number;
+    readonly intervalMs: number;
+    readonly stuck: () => void;
+  },
 ): Promise<void> {
   while (!draining.isSet()) {
     await waitAny([draining], o.intervalMs);

@@ -94,11 +94,13 @@ export function parseWhereabouts(text: string | null | undefined): Whereabouts |
   const fields = new Map<string, string | null>();
   for (const item of text.split(/\s+/)) {
     const eq = item.indexOf("=");
-    if (eq >= 0) fields.set(item.slice(0, eq), item.slice(eq + 1) === "-" ? null : item.slice(eq + 1));
+    if (eq >= 0)
+      fields.set(item.slice(0, eq), item.slice(eq + 1) === "-" ? null : item.slice(eq + 1));
   }
   const pid = fields.get("pid") ?? null;
   const beat = fields.get("beat") ?? null;
-  if ((pid !== null && !/^[0-9]+$/.test(pid)) || (beat !== null && !Number.isFinite(Number(beat)))) return null;
+  if ((pid !== null && !/^[0-9]+$/.test(pid)) || (beat !== null && !Number.isFinite(Number(beat))))
+    return null;
   return {
     host: fields.get("host") ?? "?",
     pid: pid === null ? null : Number(pid),
@@ -111,7 +113,12 @@ export function parseWhereabouts(text: string | null | undefined): Whereabouts |
 }
 
 /** Is the worker that holds our name (another incarnation) alive? The Python worker's judgement. */
-export function holderAlive(holder: Whereabouts | null, heartbeatAgeMs: number, me: Whereabouts, defaultBeat: number): boolean {
+export function holderAlive(
+  holder: Whereabouts | null,
+  heartbeatAgeMs: number,
+  me: Whereabouts,
+  defaultBeat: number,
+): boolean {
   if (holder === null) return false;
   if (holder.boot !== null && holder.boot === me.boot) {
     if (holder.pidns !== null && holder.pidns === me.pidns) {
@@ -139,10 +146,14 @@ export function parseWorkerRecord(raw: string, nowMs?: number): WorkerRecord {
   } catch {
     data = null;
   }
-  if (typeof data !== "object" || data === null || Array.isArray(data)) return { incarnation: "", heartbeatAgeMs: 0, host: "" };
+  if (typeof data !== "object" || data === null || Array.isArray(data))
+    return { incarnation: "", heartbeatAgeMs: 0, host: "" };
   const rec = data as Record<string, unknown>;
   const heartbeat = rec[WORKER.heartbeat_ms];
-  const age = nowMs !== undefined && typeof heartbeat === "number" ? Math.max(0, nowMs - Math.trunc(heartbeat)) : 0;
+  const age =
+    nowMs !== undefined && typeof heartbeat === "number"
+      ? Math.max(0, nowMs - Math.trunc(heartbeat))
+      : 0;
   return {
     incarnation: typeof rec.incarnation === "string" ? rec.incarnation : "",
     heartbeatAgeMs: age,

@@ -7,7 +7,14 @@
 
 export { Worker, type WorkerState } from "./worker.js";
 export type { WorkerOptions } from "./settings.js";
-export { QUOTA_LOW, TaskContext, currentTask, type Progress, type QuotaReport, type StopReason } from "./context.js";
+export {
+  QUOTA_LOW,
+  TaskContext,
+  currentTask,
+  type Progress,
+  type QuotaReport,
+  type StopReason,
+} from "./context.js";
 export { PermanentFailure, RateLimited, RetryAfter } from "./failures.js";
 export { HandlerSet, loadHandlers, type HandlerFn } from "./handlers.js";
 export { NameInUse } from "./broker.js";

@@ -5,7 +5,13 @@
  * @module
  */
 
-export { MAX_BATCH, MAX_CONCURRENCY, MAX_PAYLOAD_BYTES, MIN_HEARTBEAT_S, MIN_LEASE_TTL_S } from "../protocol/defaults.js";
+export {
+  MAX_BATCH,
+  MAX_CONCURRENCY,
+  MAX_PAYLOAD_BYTES,
+  MIN_HEARTBEAT_S,
+  MIN_LEASE_TTL_S,
+} from "../protocol/defaults.js";
 /** Housekeeping bound of a claim (entries dropped on the way). */
 export const CLAIM_HOUSEKEEPING_BOUND = 100;
 /** Bound of one sweep call's steps. */

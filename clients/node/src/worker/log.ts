@@ -24,7 +24,11 @@ const config: LogConfig = {
 };
 
 /** Set the format and the least level written (the CLI's `--log-format`, `--log-level`). */
-export function configureLogging(format: "kv" | "json", level: Level, write?: (line: string) => void): void {
+export function configureLogging(
+  format: "kv" | "json",
+  level: Level,
+  write?: (line: string) => void,
+): void {
   config.format = format;
   config.level = level;
   if (write !== undefined) config.write = write;
@@ -47,7 +51,11 @@ function kv(value: unknown): string {
 }
 
 /** One line: `ts=... level=... event=...` and the fields, in the configured format. */
-export function logEvent(level: Level, event: string, fields: Readonly<Record<string, unknown>> = {}): void {
+export function logEvent(
+  level: Level,
+  event: string,
+  fields: Readonly<Record<string, unknown>> = {},
+): void {
   if (!enabled(level)) return;
   const record: Record<string, unknown> = {
     ts: new Date().toISOString().replace("Z", "+00:00"),

@@ -62,7 +62,8 @@ export class ClaimLoop {
       if (room <= 0) {
         this.state = "waiting for a slot";
         this.slotFreed.clear();
-        if (this.execution.free() <= 0 && !draining.isSet()) await waitAny([this.slotFreed, draining]);
+        if (this.execution.free() <= 0 && !draining.isSet())
+          await waitAny([this.slotFreed, draining]);
         continue;
       }
       const asked = performance.now();
@@ -153,7 +154,12 @@ export async function heartbeatLoop(
   while (!flags.closing.isSet()) {
     flags.beatNow.clear();
     try {
-      const reply = await broker.beat(execution.leases(), execution.held.size, flags.drainRequested.isSet(), execution.heldSlots.size);
+      const reply = await broker.beat(
+        execution.leases(),
+        execution.held.size,
+        flags.drainRequested.isSet(),
+        execution.heldSlots.size,
+      );
       execution.abandon(reply.lost);
       if (reply.cancelled.length > 0) execution.cancel(reply.cancelled);
       beats += 1;
@@ -163,7 +169,11 @@ export async function heartbeatLoop(
         const repaired = await broker.repair(SWEEP_MAX_CALLS);
         execution.counters.flowRepairs += repaired.length;
         for (const [task, state] of repaired) {
-          logEvent("warning", "flow_repaired", { task, state, note: "its dependencies had ended without waking it" });
+          logEvent("warning", "flow_repaired", {
+            task,
+            state,
+            note: "its dependencies had ended without waking it",
+          });
         }
       }
     } catch (error) {
@@ -185,7 +195,13 @@ export const FIRE_LEASE_MS = 10_000;
 export const FIRE_MAX_WAIT_MS = 1000;
 const MAX_SKIPPED_COUNT = 1000;
 
-function latestSlots(cron: ReturnType<typeof parseCron>, tz: ReturnType<typeof zone>, at: number, after: number, count: number): number[] {
+function latestSlots(
+  cron: ReturnType<typeof parseCron>,
+  tz: ReturnType<typeof zone>,
+  at: number,
+  after: number,
+  count: number,
+): number[] {
   let window = 60;
   for (;;) {
     const lo = Math.max(after, at - window);
@@ -203,11 +219,28 @@ export function plan(due: Due, nowMs: number): FirePlan {
     cron = parseCron(due.cron);
     tz = zone(due.tz);
   } catch {
-    return { name: due.name, rev: due.rev, expected: due.nextSlot, slots: [], skipped: 0, nextSlot: null, nextDueMs: 0 };
+    return {
+      name: due.name,
+      rev: due.rev,
+      expected: due.nextSlot,
+      slots: [],
+      skipped: 0,
+      nextSlot: null,
+      nextDueMs: 0,
+    };
   }
   const now = Math.floor(nowMs / 1000);
   const s = due.nextSlot;
-  if (s > now) return { name: due.name, rev: due.rev, expected: s, slots: [], skipped: 0, nextSlot: s, nextDueMs: dueMs(due.name, s, due.jitterMs) };
+  if (s > now)
+    return {
+      name: due.name,
+      rev: due.rev,
+      expected: s,
+      slots: [],
+      skipped: 0,
+      nextSlot: s,
+      nextDueMs: dueMs(due.name, s, due.jitterMs),
+    };
   let following = nextSlot(cron, tz, s);
   let fire = [s];
   let skipped = 0;
@@ -224,7 +257,15 @@ export function plan(due: Due, nowMs: number): FirePlan {
     following = nextSlot(cron, tz, fire[fire.length - 1] ?? s);
   }
   const nextDue = following === null ? 0 : dueMs(due.name, following, due.jitterMs);
-  return { name: due.name, rev: due.rev, expected: s, slots: fire, skipped, nextSlot: following, nextDueMs: nextDue };
+  return {
+    name: due.name,
+    rev: due.rev,
+    expected: s,
+    slots: fire,
+    skipped,
+    nextSlot: following,
+    nextDueMs: nextDue,
+  };
 }
 
 /** One turn: schedules claimed, and ms until the next is due. */
@@ -234,14 +275,21 @@ export async function fireOnce(broker: Broker, batch = FIRE_BATCH): Promise<[num
   if (claimed.due.length > 0) {
     const plans = claimed.due.map((d) => plan(d, claimed.nowMs));
     await broker.fireSchedules(plans);
-    for (const p of plans) if (p.nextSlot !== null && (nextDue === null || p.nextDueMs < nextDue)) nextDue = p.nextDueMs;
+    for (const p of plans)
+      if (p.nextSlot !== null && (nextDue === null || p.nextDueMs < nextDue)) nextDue = p.nextDueMs;
   }
   const wait = nextDue === null ? FIRE_MAX_WAIT_MS : nextDue - claimed.nowMs;
   return [claimed.due.length, Math.min(Math.max(wait, 0), FIRE_MAX_WAIT_MS)];
 }
 
 /** Fire due schedules until a drain begins or the worker closes. */
-export async function scheduleLoop(broker: Broker, gate: RedisGate, drainRequested: Flag, stopRequested: Flag, closing: Flag): Promise<void> {
+export async function scheduleLoop(
+  broker: Broker,
+  gate: RedisGate,
+  drainRequested: Flag,
+  stopRequested: Flag,
+  closing: Flag,
+): Promise<void> {
   while (!closing.isSet() && !drainRequested.isSet()) {
     let claimed: number;
     let wait: number;

@@ -16,9 +16,13 @@ import { SAFE_EVICTION_POLICY } from "./faults.js";
 import type { Worker } from "./worker.js";
 
 /** Run and wait times, seconds. */
-export const TIME_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600];
+export const TIME_BUCKETS = [
+  0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600,
+];
 /** Claim round trips, seconds. */
-export const CLAIM_BUCKETS = [0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+export const CLAIM_BUCKETS = [
+  0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+];
 /** The outcomes of `taskfleet_worker_tasks_total`. */
 export const OUTCOMES = ["done", "retried", "dead", "released", "stale", "lost"] as const;
 
@@ -26,7 +30,10 @@ export const OUTCOMES = ["done", "retried", "dead", "released", "stale", "lost"]
 export class MetricsUnavailable extends Error {}
 
 /** Register the worker's metrics on a fresh registry; returns it. */
-export async function registry(worker: Worker, version: string): Promise<import("prom-client").Registry> {
+export async function registry(
+  worker: Worker,
+  version: string,
+): Promise<import("prom-client").Registry> {
   const prom = await import("prom-client");
   const registers = [new prom.Registry()];
   const reg = registers[0] as import("prom-client").Registry;
@@ -51,18 +58,30 @@ export async function registry(worker: Worker, version: string): Promise<import(
       for (const outcome of OUTCOMES) this.inc({ queue, outcome }, worker.counters[outcome]);
     },
   });
-  const histogram = (name: string, help: string, buckets: number[]): import("prom-client").Histogram<"queue"> => {
+  const histogram = (
+    name: string,
+    help: string,
+    buckets: number[],
+  ): import("prom-client").Histogram<"queue"> => {
     const h = new prom.Histogram({ name, help, labelNames: ["queue"], buckets, registers });
     h.zero(labels);
     return h;
   };
-  const run = histogram("taskfleet_worker_task_run_seconds", "How long handlers ran, per finished attempt.", TIME_BUCKETS);
+  const run = histogram(
+    "taskfleet_worker_task_run_seconds",
+    "How long handlers ran, per finished attempt.",
+    TIME_BUCKETS,
+  );
   const wait = histogram(
     "taskfleet_worker_task_wait_seconds",
     "How long tasks waited in the queue: from when they were ready (enqueued, due or retried) to their claim.",
     TIME_BUCKETS,
   );
-  const claim = histogram("taskfleet_worker_claim_seconds", "Round trip of the worker's claim calls.", CLAIM_BUCKETS);
+  const claim = histogram(
+    "taskfleet_worker_claim_seconds",
+    "Round trip of the worker's claim calls.",
+    CLAIM_BUCKETS,
+  );
   worker.execution.timings = {
     run: (s) => {
       run.observe(labels, s);
@@ -76,14 +95,22 @@ export async function registry(worker: Worker, version: string): Promise<import(
   };
   const gauges: [string, string, () => number][] = [
     ["taskfleet_worker_inflight", "Tasks the worker holds now.", () => worker.execution.held.size],
-    ["taskfleet_worker_slots", "Tasks the worker runs at once (--concurrency).", () => worker.settings.concurrency],
+    [
+      "taskfleet_worker_slots",
+      "Tasks the worker runs at once (--concurrency).",
+      () => worker.settings.concurrency,
+    ],
     [
       "taskfleet_worker_slots_held",
       "Slots held by calls the worker gave up on (timed out, lease lost) that still run.",
       () => worker.execution.heldSlots.size,
     ],
     ["taskfleet_worker_draining", "1 once the worker drains.", () => Number(worker.draining)],
-    ["taskfleet_worker_redis_up", "1 while Redis answers the worker.", () => Number(worker.gate.open.isSet())],
+    [
+      "taskfleet_worker_redis_up",
+      "1 while Redis answers the worker.",
+      () => Number(worker.gate.open.isSet()),
+    ],
     [
       "taskfleet_worker_redis_refusing_writes",
       "1 while Redis refuses the worker's writes (full: OOM under maxmemory).",
@@ -92,7 +119,8 @@ export async function registry(worker: Worker, version: string): Promise<import(
     [
       "taskfleet_worker_redis_evicting",
       "1 if Redis's maxmemory-policy may delete keys (started with --allow-eviction).",
-      () => Number(worker.evictionPolicy !== null && worker.evictionPolicy !== SAFE_EVICTION_POLICY),
+      () =>
+        Number(worker.evictionPolicy !== null && worker.evictionPolicy !== SAFE_EVICTION_POLICY),
     ],
   ];
   for (const [name, help, value] of gauges) {
@@ -117,7 +145,11 @@ export async function registry(worker: Worker, version: string): Promise<import(
       "Time Redis was unreachable for this worker, the current outage included.",
       () => worker.gate.outageSeconds(),
     ],
-    ["taskfleet_worker_redis_reconnects_total", "Outages that ended with Redis answering again.", () => worker.gate.reconnects],
+    [
+      "taskfleet_worker_redis_reconnects_total",
+      "Outages that ended with Redis answering again.",
+      () => worker.gate.reconnects,
+    ],
     [
       "taskfleet_worker_redis_refused_writes_total",
       "Calls Redis refused as writes (OOM, MISCONF, NOREPLICAS); each was retried once Redis took writes again.",
@@ -141,12 +173,19 @@ export async function registry(worker: Worker, version: string): Promise<import(
 }
 
 /** Serve `worker`'s metrics on `port` (all interfaces; every path); `MetricsUnavailable` says why it can't. */
-export async function serve(worker: Worker, port: number, version: string, host = "0.0.0.0"): Promise<Server> {
+export async function serve(
+  worker: Worker,
+  port: number,
+  version: string,
+  host = "0.0.0.0",
+): Promise<Server> {
   let reg: import("prom-client").Registry;
   try {
     reg = await registry(worker, version);
   } catch (error) {
-    throw new MetricsUnavailable(`a metrics port needs prom-client: ${error instanceof Error ? error.message : String(error)}`);
+    throw new MetricsUnavailable(
+      `a metrics port needs prom-client: ${error instanceof Error ? error.message : String(error)}`,
+    );
   }
   const server = createServer((_request, response) => {
     reg.metrics().then(

@@ -138,10 +138,13 @@ export class OutcomeWriter {
         this.execution.finish(outcome, state !== null, "task_failed", {
           dead: state === "dead",
           cancelled: state === "cancelled",
-          deferred: state === "delayed" && ((verdict?.retryAfterMs ?? null) !== null || verdict?.throttle === true),
+          deferred:
+            state === "delayed" &&
+            ((verdict?.retryAfterMs ?? null) !== null || verdict?.throttle === true),
           rateLimited: verdict?.throttle === true,
         });
-        if (verdict?.throttle === true) await this.paused([[outcome.run.task.id, verdict.groupScope === true]]);
+        if (verdict?.throttle === true)
+          await this.paused([[outcome.run.task.id, verdict.groupScope === true]]);
       }
     } finally {
       if (this.execution.free() > 0) this.slotFreed.set();
@@ -150,7 +153,11 @@ export class OutcomeWriter {
 
   private async complete(batch: Outcome[], done: Outcome[]): Promise<void> {
     const execution = this.execution;
-    const items = done.map((o): [string, string, string | null] => [o.run.task.id, o.run.task.token, o.result]);
+    const items = done.map((o): [string, string, string | null] => [
+      o.run.task.id,
+      o.run.task.token,
+      o.result,
+    ]);
     // held still counts the completed ones: the slots they free are theirs to refill
     const n = Math.max(0, Math.min(done.length, execution.free() + done.length, MAX_BATCH));
     let claimed: ClaimResult | null = null;
@@ -194,7 +201,12 @@ export class Reports {
   add(taskId: string, token: string, progress: string | null, cost: number | null): void {
     const key = `${taskId}\0${token}`;
     const old = this.pending.get(key);
-    this.pending.set(key, { taskId, token, progress: progress ?? old?.progress ?? null, cost: cost ?? old?.cost ?? null });
+    this.pending.set(key, {
+      taskId,
+      token,
+      progress: progress ?? old?.progress ?? null,
+      cost: cost ?? old?.cost ?? null,
+    });
     this.ready.set();
   }
 
@@ -225,7 +237,9 @@ export class Reports {
 
   /** Reports whose write failed: kept unless a newer one of the run came meanwhile. */
   putBack(reports: readonly Report[]): void {
-    for (const r of reports) if (!this.pending.has(`${r.taskId}\0${r.token}`)) this.add(r.taskId, r.token, r.progress, r.cost);
+    for (const r of reports)
+      if (!this.pending.has(`${r.taskId}\0${r.token}`))
+        this.add(r.taskId, r.token, r.progress, r.cost);
   }
 }
 
@@ -233,7 +247,11 @@ export class Reports {
  * Write what is pending now, in one call; on an outage the reports are kept and the error
  * goes on. Quota pauses written are handed to `paused`.
  */
-export async function writeReports(broker: Broker, reports: Reports, paused?: Paused): Promise<void> {
+export async function writeReports(
+  broker: Broker,
+  reports: Reports,
+  paused?: Paused,
+): Promise<void> {
   const batch = reports.take();
   const pauses = reports.takeQuota();
   for (const [i, p] of pauses.entries()) {
@@ -246,9 +264,13 @@ export async function writeReports(broker: Broker, reports: Reports, paused?: Pa
       }
       throw error;
     }
-    logEvent("warning", "quota_reported_spent", { task: p.taskId, pause_ms: p.pauseMs ?? "adaptive" });
+    logEvent("warning", "quota_reported_spent", {
+      task: p.taskId,
+      pause_ms: p.pauseMs ?? "adaptive",
+    });
   }
-  if (pauses.length > 0 && paused !== undefined) await paused(pauses.map((p) => [p.taskId, p.group] as const));
+  if (pauses.length > 0 && paused !== undefined)
+    await paused(pauses.map((p) => [p.taskId, p.group] as const));
   if (batch.length === 0) return;
   let applied: boolean[];
   try {

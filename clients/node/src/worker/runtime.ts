@@ -97,14 +97,20 @@ export function prepareRuntimeDir(directory: string | undefined, create: boolean
     return path;
   }
   const fix = "remove it or pass --runtime-dir (TASKFLEET_RUNTIME_DIR)";
-  if (info.isSymbolicLink()) throw new UnsafeRuntimeDir(`runtime directory ${path} is a symlink; ${fix}`);
-  if (!info.isDirectory()) throw new UnsafeRuntimeDir(`runtime directory ${path} is not a directory; ${fix}`);
+  if (info.isSymbolicLink())
+    throw new UnsafeRuntimeDir(`runtime directory ${path} is a symlink; ${fix}`);
+  if (!info.isDirectory())
+    throw new UnsafeRuntimeDir(`runtime directory ${path} is not a directory; ${fix}`);
   if (info.uid !== uid()) {
-    throw new UnsafeRuntimeDir(`runtime directory ${path} belongs to uid ${info.uid}, not to us (uid ${uid()}); ${fix}`);
+    throw new UnsafeRuntimeDir(
+      `runtime directory ${path} belongs to uid ${info.uid}, not to us (uid ${uid()}); ${fix}`,
+    );
   }
   if ((info.mode & 0o022) !== 0) {
     const mode = (info.mode & 0o7777).toString(8).padStart(4, "0");
-    throw new UnsafeRuntimeDir(`runtime directory ${path} is group- or world-writable (mode ${mode}); ${fix}`);
+    throw new UnsafeRuntimeDir(
+      `runtime directory ${path} is group- or world-writable (mode ${mode}); ${fix}`,
+    );
   }
   return path;
 }
@@ -115,7 +121,11 @@ function writeNew(directory: string, name: string, text: string): void {
     const tmp = join(directory, `.${name}.${randomBytes(8).toString("hex")}.tmp`);
     let fd: number;
     try {
-      fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+      fd = openSync(
+        tmp,
+        constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+        0o600,
+      );
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === "EEXIST") continue;
       throw error;
@@ -173,7 +183,12 @@ export function readState(path: string): RuntimeState | null {
       inflight: Number(data.inflight ?? 0) || 0,
       draining: data.draining === true,
       state: typeof data.state === "string" ? data.state : "",
-      start: typeof data.start === "string" ? data.start : typeof data.start === "number" ? String(data.start) : null,
+      start:
+        typeof data.start === "string"
+          ? data.start
+          : typeof data.start === "number"
+            ? String(data.start)
+            : null,
     };
   } catch {
     return null;
@@ -202,7 +217,11 @@ export function procIdentity(pid: number | "self"): { pidns: string | null; star
   }
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    start = stat.slice(stat.lastIndexOf(")") + 1).trim().split(/\s+/)[19] ?? null;
+    start =
+      stat
+        .slice(stat.lastIndexOf(")") + 1)
+        .trim()
+        .split(/\s+/)[19] ?? null;
   } catch {
     // gone
   }
@@ -224,7 +243,12 @@ export function pidAlive(pid: number): boolean {
   }
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 1).trim().split(/\s+/)[0] !== "Z";
+    return (
+      stat
+        .slice(stat.lastIndexOf(")") + 1)
+        .trim()
+        .split(/\s+/)[0] !== "Z"
+    );
   } catch {
     return true;
   }
@@ -258,7 +282,10 @@ function notAWorker(pid: number): string | null {
   }
   if (owner !== uid()) return `it belongs to uid ${owner}, not to us`;
   if (args.includes("worker") && args.some((a) => basename(a).startsWith("taskfleet"))) return null;
-  const shown = args.filter((a) => a !== "").join(" ").slice(0, 120);
+  const shown = args
+    .filter((a) => a !== "")
+    .join(" ")
+    .slice(0, 120);
   return `its command line is not a taskfleet worker's ('${shown}')`;
 }
 
@@ -295,7 +322,10 @@ export function liveWaiters(directory: string): number[] {
     const ns = recorded.pidns;
     if (ownNs !== null && ns !== null && ns !== undefined && ns !== ownNs) continue;
     const started = recorded.start;
-    if (pidAlive(pid) && (started === null || started === undefined || procIdentity(pid).start === started)) {
+    if (
+      pidAlive(pid) &&
+      (started === null || started === undefined || procIdentity(pid).start === started)
+    ) {
       live.push(pid);
     } else {
       try {
@@ -313,11 +343,17 @@ export function liveWaiters(directory: string): number[] {
  * Resolves true when it holds no task (or is gone), false at the timeout. It never waits
  * for the worker to exit: a drained worker waits for us instead.
  */
-export async function requestDrain(path: string, wait: boolean, timeoutS: number | null): Promise<boolean> {
+export async function requestDrain(
+  path: string,
+  wait: boolean,
+  timeoutS: number | null,
+): Promise<boolean> {
   try {
     const info = lstatSync(path);
     if (info.isSymbolicLink() || info.uid !== uid()) {
-      throw new DrainError(`runtime file ${path} is a symlink or not ours; not trusting it (no signal sent)`);
+      throw new DrainError(
+        `runtime file ${path} is a symlink or not ours; not trusting it (no signal sent)`,
+      );
     }
   } catch (error) {
     if (error instanceof DrainError) throw error;
@@ -326,7 +362,8 @@ export async function requestDrain(path: string, wait: boolean, timeoutS: number
   if (state === null) throw new DrainError(`no worker runtime file at ${path}`);
   if (!isWorker(state)) return true;
   const why = notAWorker(state.pid);
-  if (why !== null) throw new DrainError(`runtime file ${path} names pid ${state.pid}, but ${why}; no signal sent`);
+  if (why !== null)
+    throw new DrainError(`runtime file ${path} names pid ${state.pid}, but ${why}; no signal sent`);
   registerWaiter(dirname(path));
   try {
     process.kill(state.pid, "SIGTERM");

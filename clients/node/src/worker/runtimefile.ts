@@ -33,7 +33,12 @@ export class RuntimeFile {
 
   private urgent([state, draining, inflight]: Status): boolean {
     const w = this.written;
-    return w === null || w.state !== state || w.draining !== draining || (draining && w.inflight > 0 && inflight === 0);
+    return (
+      w === null ||
+      w.state !== state ||
+      w.draining !== draining ||
+      (draining && w.inflight > 0 && inflight === 0)
+    );
   }
 
   private cancel(): void {
@@ -68,7 +73,15 @@ export class RuntimeFile {
     this.cancel();
     this.scheduledAtOnce = false;
     const [state, draining, inflight] = this.status();
-    const record: RuntimeState = { pid: this.fixed.pid, pod: this.fixed.pod, queue: this.fixed.queue, inflight, draining, state, start: this.fixed.start };
+    const record: RuntimeState = {
+      pid: this.fixed.pid,
+      pod: this.fixed.pod,
+      queue: this.fixed.queue,
+      inflight,
+      draining,
+      state,
+      start: this.fixed.start,
+    };
     this.writtenAt = performance.now();
     this.written = record;
     try {

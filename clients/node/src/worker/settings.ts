@@ -96,10 +96,26 @@ const fail = (message: string): never => {
 /** `options` checked; `InvalidArgument` says what to fix in one line. */
 // WorkerOptions' keys, and the handler set the CLI passes: any other is refused, never
 // ignored. A record over `keyof`, so an option added to the interface and not here fails tsc.
-const WORKER_OPTION_KEYS: Record<keyof WorkerOptions | "handler" | "handlers" | "handlerSet", true> = {
-  handler: true, handlers: true, handlerSet: true, redisUrl: true, pod: true, concurrency: true,
-  drainTimeoutMs: true, heartbeatIntervalMs: true, leaseTtlMs: true, taskTimeoutMs: true, heldGraceMs: true,
-  runtimeDir: true, fireSchedules: true, allowEviction: true, prefetch: true, idleWaitMs: true,
+const WORKER_OPTION_KEYS: Record<
+  keyof WorkerOptions | "handler" | "handlers" | "handlerSet",
+  true
+> = {
+  handler: true,
+  handlers: true,
+  handlerSet: true,
+  redisUrl: true,
+  pod: true,
+  concurrency: true,
+  drainTimeoutMs: true,
+  heartbeatIntervalMs: true,
+  leaseTtlMs: true,
+  taskTimeoutMs: true,
+  heldGraceMs: true,
+  runtimeDir: true,
+  fireSchedules: true,
+  allowEviction: true,
+  prefetch: true,
+  idleWaitMs: true,
 };
 
 /**
@@ -111,14 +127,24 @@ function inSeconds<T>(ms: T): T | number {
 }
 const WORKER_OPTIONS: ReadonlySet<string> = new Set(Object.keys(WORKER_OPTION_KEYS));
 
-export function checkSettings(queue: string, options: WorkerOptions, pod: string, incarnation: string): Settings {
+export function checkSettings(
+  queue: string,
+  options: WorkerOptions,
+  pod: string,
+  incarnation: string,
+): Settings {
   checkOptionKeys(options, WORKER_OPTIONS, "Worker options");
   const concurrency = options.concurrency ?? 1;
   if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > MAX_CONCURRENCY) {
-    fail(`concurrency must be within 1..${MAX_CONCURRENCY}, got ${String(concurrency)} (for more, run more processes or pods)`);
+    fail(
+      `concurrency must be within 1..${MAX_CONCURRENCY}, got ${String(concurrency)} (for more, run more processes or pods)`,
+    );
   }
   const prefetch = options.prefetch;
-  if (prefetch !== undefined && (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > MAX_PREFETCH)) {
+  if (
+    prefetch !== undefined &&
+    (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > MAX_PREFETCH)
+  ) {
     fail(`prefetch must be within 0..${MAX_PREFETCH}, got ${String(prefetch)}`);
   }
   const heartbeat = inSeconds(options.heartbeatIntervalMs) ?? 5;
@@ -139,15 +165,20 @@ export function checkSettings(queue: string, options: WorkerOptions, pod: string
     }
   }
   for (const [what, value, bound] of durations) {
-    if (value !== null && value > bound) fail(`${what} must be at most ${formatG(bound)} seconds, got ${formatG(value)}`);
+    if (value !== null && value > bound)
+      fail(`${what} must be at most ${formatG(bound)} seconds, got ${formatG(value)}`);
   }
-  if (heartbeat < MIN_HEARTBEAT_S) fail(`heartbeat interval must be at least ${formatG(MIN_HEARTBEAT_S)} seconds, got ${formatG(heartbeat)}`);
+  if (heartbeat < MIN_HEARTBEAT_S)
+    fail(
+      `heartbeat interval must be at least ${formatG(MIN_HEARTBEAT_S)} seconds, got ${formatG(heartbeat)}`,
+    );
   // leaseTtl is deprecated and ignored (a warning at start): any value starts the worker
   if (drain < 0) fail("drain timeout must not be negative");
   if (taskTimeout !== null && taskTimeout <= 0) fail("task timeout must be positive");
   if (heldGrace <= 0) fail(`held grace must be positive, got ${formatG(heldGrace)}`);
   const idleWait = inSeconds(options.idleWaitMs) ?? 1;
-  if (!(Number.isFinite(idleWait) && idleWait > 0 && idleWait <= 60)) fail("idle wait must be within (0, 60] seconds");
+  if (!(Number.isFinite(idleWait) && idleWait > 0 && idleWait <= 60))
+    fail("idle wait must be within (0, 60] seconds");
   validateQueueName(queue);
   const redisUrl = options.redisUrl ?? "redis://localhost:6379/0";
   parseRedisURL(redisUrl);

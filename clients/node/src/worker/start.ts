@@ -47,7 +47,12 @@ interface Gated {
 }
 
 /** Register, taking over from an earlier incarnation of our name unless that one is alive (`NameInUse`). */
-export async function register(broker: Broker, settings: Settings, me: Whereabouts, g: Gated): Promise<void> {
+export async function register(
+  broker: Broker,
+  settings: Settings,
+  me: Whereabouts,
+  g: Gated,
+): Promise<void> {
   while (!g.drain.isSet()) {
     let taken: number;
     try {
@@ -75,7 +80,12 @@ function number(raw: string | null, fallback: number): number {
  * The heartbeat interval (s) that fits the queue's lease TTL (read, never written). The
  * deprecated `leaseTtl` option changes nothing: a warning names the queue's TTL, which holds.
  */
-export async function heartbeatInterval(client: Client, keys: QueueKeys, settings: Settings, g: Gated): Promise<number> {
+export async function heartbeatInterval(
+  client: Client,
+  keys: QueueKeys,
+  settings: Settings,
+  g: Gated,
+): Promise<number> {
   let interval = settings.heartbeatInterval;
   const ms = replyTimeoutMs(settings);
   while (!g.drain.isSet()) {
@@ -97,7 +107,10 @@ export async function heartbeatInterval(client: Client, keys: QueueKeys, setting
     }
     if (interval * 2 > ttl) {
       interval = Math.max(ttl / 3, MIN_HEARTBEAT_S);
-      logEvent("warning", "heartbeat_shortened", { lease_ttl_s: ttl, heartbeat_interval_s: Math.round(interval * 1000) / 1000 });
+      logEvent("warning", "heartbeat_shortened", {
+        lease_ttl_s: ttl,
+        heartbeat_interval_s: Math.round(interval * 1000) / 1000,
+      });
     }
     break;
   }
@@ -105,7 +118,11 @@ export async function heartbeatInterval(client: Client, keys: QueueKeys, setting
 }
 
 /** The server's maxmemory-policy (null: it can't tell); `RedisEvicts` when it may delete keys and that is not allowed. */
-export async function checkEviction(client: Client, settings: Settings, g: Gated): Promise<string | null> {
+export async function checkEviction(
+  client: Client,
+  settings: Settings,
+  g: Gated,
+): Promise<string | null> {
   const ms = replyTimeoutMs(settings);
   const ask = <T>(p: Promise<T>): Promise<T> => bounded(p, ms, () => new NoReply(ms));
   // A command refused to this user or by a managed service: the worker runs without its

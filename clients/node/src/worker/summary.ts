@@ -14,7 +14,17 @@ import { enabled, logEvent } from "./log.js";
 
 export const SUMMARY_INTERVAL_MS = 10_000;
 
-const COUNTED = ["completed", "failed", "retried", "dead", "cancelled", "deferred", "released", "lost", "stale"] as const;
+const COUNTED = [
+  "completed",
+  "failed",
+  "retried",
+  "dead",
+  "cancelled",
+  "deferred",
+  "released",
+  "lost",
+  "stale",
+] as const;
 type Counted = (typeof COUNTED)[number];
 
 export class Summary {
@@ -32,7 +42,17 @@ export class Summary {
 
   private snapshot(): Record<Counted, number> {
     const c = this.counters;
-    return { completed: c.completed, failed: c.failed, retried: c.retried, dead: c.dead, cancelled: c.cancelled, deferred: c.deferred, released: c.released, lost: c.lost, stale: c.stale };
+    return {
+      completed: c.completed,
+      failed: c.failed,
+      retried: c.retried,
+      dead: c.dead,
+      cancelled: c.cancelled,
+      deferred: c.deferred,
+      released: c.released,
+      lost: c.lost,
+      stale: c.stale,
+    };
   }
 
   /** Log what ended since the previous call, if anything did; whether it logged. */
@@ -50,7 +70,12 @@ export class Summary {
     }
     this.last = current;
     if (!any || !enabled("info")) return false;
-    logEvent("info", "tasks_summary", { ...fields, inflight: this.inflight(), held: this.held(), window_s: Math.round(windowS * 10) / 10 });
+    logEvent("info", "tasks_summary", {
+      ...fields,
+      inflight: this.inflight(),
+      held: this.held(),
+      window_s: Math.round(windowS * 10) / 10,
+    });
     return true;
   }
 

@@ -29,7 +29,15 @@ import { fileURLToPath } from "node:url";
 
 import { sleep } from "./flag.js";
 import { logEvent } from "./log.js";
-import { POLL_INTERVAL_MS, type RuntimeState, WAITER_GRACE_MS, liveWaiters, processStart, removeState, writeState } from "./runtime.js";
+import {
+  POLL_INTERVAL_MS,
+  type RuntimeState,
+  WAITER_GRACE_MS,
+  liveWaiters,
+  processStart,
+  removeState,
+  writeState,
+} from "./runtime.js";
 
 /** The variable that tells a worker process its number (set by the supervisor only). */
 export const PROCESS_ENV = "TASKFLEET_NODE_PROCESS";
@@ -78,9 +86,23 @@ export interface SupervisorOptions {
 
 /** Run the processes until they all drained; resolves to the exit code. */
 export async function supervise(o: SupervisorOptions): Promise<number> {
-  const slots: Slot[] = Array.from({ length: o.processes }, (_, i) => ({ index: i + 1, child: null, started: 0, quickExits: 0, timer: null }));
+  const slots: Slot[] = Array.from({ length: o.processes }, (_, i) => ({
+    index: i + 1,
+    child: null,
+    started: 0,
+    quickExits: 0,
+    timer: null,
+  }));
   const file = join(o.runtimeDir, "worker.json");
-  const state: RuntimeState = { pid: process.pid, pod: o.pod, queue: o.queue, inflight: 0, draining: false, state: "running", start: processStart(process.pid) };
+  const state: RuntimeState = {
+    pid: process.pid,
+    pod: o.pod,
+    queue: o.queue,
+    inflight: 0,
+    draining: false,
+    state: "running",
+    start: processStart(process.pid),
+  };
   let draining = false;
   const outcome: { code: number | null } = { code: null };
   let finish: () => void = () => undefined;
@@ -128,7 +150,11 @@ export async function supervise(o: SupervisorOptions): Promise<number> {
   const ended = (slot: Slot, exitCode: number): void => {
     const ran = (performance.now() - slot.started) / 1000;
     slot.child = null;
-    logEvent(draining && exitCode === 0 ? "info" : "warning", "process_exited", { process: slot.index, code: exitCode, ran_s: Math.round(ran * 1000) / 1000 });
+    logEvent(draining && exitCode === 0 ? "info" : "warning", "process_exited", {
+      process: slot.index,
+      code: exitCode,
+      ran_s: Math.round(ran * 1000) / 1000,
+    });
     write(state.state);
     if (draining) {
       if (exitCode !== 0) outcome.code ??= exitCode;
@@ -175,7 +201,8 @@ export async function supervise(o: SupervisorOptions): Promise<number> {
   await finished;
   write("drained");
   const deadline = performance.now() + WAITER_GRACE_MS;
-  while (liveWaiters(o.runtimeDir).length > 0 && performance.now() < deadline) await sleep(POLL_INTERVAL_MS);
+  while (liveWaiters(o.runtimeDir).length > 0 && performance.now() < deadline)
+    await sleep(POLL_INTERVAL_MS);
   removeState(file, process.pid);
   const exit = outcome.code ?? 0;
   logEvent("info", "supervisor_exited", { code: exit });

@@ -33,7 +33,14 @@ import { ClaimLoop, heartbeatLoop, scheduleLoop, takenOver } from "./loops.js";
 import { Outbox, OutcomeWriter, Reports, reportLoop } from "./outcomes.js";
 import { type Pauses, coveredRuns } from "./pauses.js";
 import { RuntimeFile } from "./runtimefile.js";
-import { FILE_NAME, POLL_INTERVAL_MS, WAITER_GRACE_MS, liveWaiters, processStart, removeState } from "./runtime.js";
+import {
+  FILE_NAME,
+  POLL_INTERVAL_MS,
+  WAITER_GRACE_MS,
+  liveWaiters,
+  processStart,
+  removeState,
+} from "./runtime.js";
 import { type Settings, type WorkerOptions, checkSettings, replyTimeoutMs } from "./settings.js";
 import { checkEviction, heartbeatInterval, register } from "./start.js";
 import { Summary } from "./summary.js";
@@ -85,7 +92,12 @@ export class Worker {
 
   /** A worker of `queue`; throws `InvalidArgument` (one line) for options it can't use. */
   constructor(queue: string, options: WorkerOptions & { readonly handlerSet?: HandlerSet }) {
-    this.settings = checkSettings(queue, options, options.pod ?? defaultPodName(), randomBytes(6).toString("hex"));
+    this.settings = checkSettings(
+      queue,
+      options,
+      options.pod ?? defaultPodName(),
+      randomBytes(6).toString("hex"),
+    );
     this.handlers = options.handlerSet ?? HandlerSet.of(options.handler, options.handlers);
     const s = this.settings;
     this.gate = new RedisGate({
@@ -114,8 +126,10 @@ export class Worker {
         this.reports.add(id, token, progress, cost);
       },
       flows: {
-        addChildren: async (parent, token, batch) => this.registered().addChildren(parent, token, batch),
-        dependencyResults: async (taskId, after) => this.registered().dependencyResults(taskId, after),
+        addChildren: async (parent, token, batch) =>
+          this.registered().addChildren(parent, token, batch),
+        dependencyResults: async (taskId, after) =>
+          this.registered().dependencyResults(taskId, after),
       },
       reportQuota: (taskId, _token, pauseMs, group, reason) => {
         this.reports.addQuota({ taskId, pauseMs, group, reason });
@@ -129,12 +143,16 @@ export class Worker {
     this.runtimeFile =
       s.runtimeDir === null
         ? null
-        : new RuntimeFile(`${s.runtimeDir}/${FILE_NAME}`, () => [this.state, this.drainRequested.isSet(), this.execution.held.size], {
-            pid: process.pid,
-            start: processStart(process.pid),
-            pod: s.pod,
-            queue: s.queue,
-          });
+        : new RuntimeFile(
+            `${s.runtimeDir}/${FILE_NAME}`,
+            () => [this.state, this.drainRequested.isSet(), this.execution.held.size],
+            {
+              pid: process.pid,
+              start: processStart(process.pid),
+              pod: s.pod,
+              queue: s.queue,
+            },
+          );
   }
 
   /** Whether a drain was asked for. */
@@ -160,7 +178,10 @@ export class Worker {
       }
       return;
     }
-    logEvent("info", "drain_started", { inflight: held, drain_timeout_s: this.settings.drainTimeout });
+    logEvent("info", "drain_started", {
+      inflight: held,
+      drain_timeout_s: this.settings.drainTimeout,
+    });
     this.drainRequested.set();
     this.beatNow.set();
     this.slotFreed.set();
@@ -205,7 +226,12 @@ export class Worker {
   private async paused(pauses: Pauses): Promise<void> {
     try {
       const byId = this.execution.held;
-      const runs = await coveredRuns(this.execution.heldRuns(), pauses, (id) => byId.get(id)?.task.group, (ids) => this.registered().groupsOf(ids));
+      const runs = await coveredRuns(
+        this.execution.heldRuns(),
+        pauses,
+        (id) => byId.get(id)?.task.group,
+        (ids) => this.registered().groupsOf(ids),
+      );
       const held = this.execution.withdrawHeld(runs);
       await this.release(held);
       this.execution.forget(held); // released, or left to their leases: not ours now
@@ -234,9 +260,17 @@ export class Worker {
     const items = runs.map((r): [string, string] => [r.task.id, r.task.token]);
     let released: number;
     try {
-      released = await bounded(this.broker.release(items), RELEASE_TIMEOUT_MS, () => new Error(`no reply within ${RELEASE_TIMEOUT_MS / 1000} s`));
+      released = await bounded(
+        this.broker.release(items),
+        RELEASE_TIMEOUT_MS,
+        () => new Error(`no reply within ${RELEASE_TIMEOUT_MS / 1000} s`),
+      );
     } catch (error) {
-      logEvent("warning", "release_failed", { tasks: items.length, error: formatError(error), note: "leases expire and the tasks are taken back" });
+      logEvent("warning", "release_failed", {
+        tasks: items.length,
+        error: formatError(error),
+        note: "leases expire and the tasks are taken back",
+      });
       return;
     }
     this.execution.counters.released += released;
@@ -292,11 +326,30 @@ export class Worker {
         pid: process.pid,
       });
       this.summary.start();
-      const flags = { beatNow: this.beatNow, drainRequested: this.drainRequested, stopRequested: this.stopRequested, closing: this.closing };
+      const flags = {
+        beatNow: this.beatNow,
+        drainRequested: this.drainRequested,
+        stopRequested: this.stopRequested,
+        closing: this.closing,
+      };
       const background = [
-        track(heartbeatLoop(broker, this.execution, this.gate, interval * 1000, flags, s.pod, s.incarnation)),
+        track(
+          heartbeatLoop(
+            broker,
+            this.execution,
+            this.gate,
+            interval * 1000,
+            flags,
+            s.pod,
+            s.incarnation,
+          ),
+        ),
         track(this.outbox.serve(this.closing)),
-        track(reportLoop(broker, this.reports, this.gate, this.closing, this.stopRequested, (pauses) => this.paused(pauses))),
+        track(
+          reportLoop(broker, this.reports, this.gate, this.closing, this.stopRequested, (pauses) =>
+            this.paused(pauses),
+          ),
+        ),
       ];
       background.push(
         track(
@@ -310,8 +363,22 @@ export class Worker {
           }),
         ),
       );
-      if (s.fireSchedules) background.push(track(scheduleLoop(broker, this.gate, this.drainRequested, this.stopRequested, this.closing)));
-      this.claims = new ClaimLoop(broker, this.execution, this.gate, (t) => this.take(t), this.slotFreed, this.drainRequested, this.closing, s.idleWait * 1000);
+      if (s.fireSchedules)
+        background.push(
+          track(
+            scheduleLoop(broker, this.gate, this.drainRequested, this.stopRequested, this.closing),
+          ),
+        );
+      this.claims = new ClaimLoop(
+        broker,
+        this.execution,
+        this.gate,
+        (t) => this.take(t),
+        this.slotFreed,
+        this.drainRequested,
+        this.closing,
+        s.idleWait * 1000,
+      );
       const claimer = track(this.claims.run());
       const ended = new Flag();
       for (const t of [claimer, ...background]) {
@@ -342,15 +409,22 @@ export class Worker {
 
   private async failed(failure: unknown, claimer: Tracked, background: Tracked[]): Promise<number> {
     // a claim found this process replaced: as when its heartbeat does
-    if (failure instanceof IdentityTaken) failure = takenOver(failure, this.settings.pod, this.settings.incarnation);
-    if (failure instanceof FatalStop) return await this.stopAtOnce(failure, [claimer, ...background]);
+    if (failure instanceof IdentityTaken)
+      failure = takenOver(failure, this.settings.pod, this.settings.incarnation);
+    if (failure instanceof FatalStop)
+      return await this.stopAtOnce(failure, [claimer, ...background]);
     // A bug, not an outage: give everything back at once, as lost (a task that caused it is bounded by max_lost).
     logEvent("error", "worker_failed", { error: formatError(failure) });
     this.drainRequested.set();
     this.stopRequested.set();
     this.slotFreed.set();
-    await bounded(claimer.promise, LOOPS_GRACE_MS, () => new Error("claim loop")).catch(() => undefined);
-    await this.shutdown(background.filter((t) => !t.done), true);
+    await bounded(claimer.promise, LOOPS_GRACE_MS, () => new Error("claim loop")).catch(
+      () => undefined,
+    );
+    await this.shutdown(
+      background.filter((t) => !t.done),
+      true,
+    );
     return 1;
   }
 
@@ -358,22 +432,36 @@ export class Worker {
   private async shutdown(background: Tracked[], failed = false): Promise<number> {
     const broker = this.broker as Broker;
     const deadline = performance.now() + this.settings.drainTimeout * 1000;
-    await waitAny([this.execution.idle, this.stopRequested], Math.max(0, deadline - performance.now()));
+    await waitAny(
+      [this.execution.idle, this.stopRequested],
+      Math.max(0, deadline - performance.now()),
+    );
     const leftover = this.execution.abandonUnfinished();
     this.closing.set();
     this.outbox.ready.set();
     broker.dropBlocking();
     if (background.length > 0) await waitAny([allDone(background)], LOOPS_GRACE_MS);
     try {
-      await bounded(this.outbox.flush(this.closing), FINAL_FLUSH_MS, () => new Error("final flush"));
+      await bounded(
+        this.outbox.flush(this.closing),
+        FINAL_FLUSH_MS,
+        () => new Error("final flush"),
+      );
     } catch (error) {
-      if (!(error instanceof FatalStop) && !(error instanceof Error && error.message === "final flush")) {
+      if (
+        !(error instanceof FatalStop) &&
+        !(error instanceof Error && error.message === "final flush")
+      ) {
         logEvent("warning", "final_flush_failed", { error: formatError(error) });
       }
     }
     if (leftover.length > 0 && !failed) await this.release(leftover);
     try {
-      const givenBack = await bounded(broker.deregister(failed), DEREGISTER_TIMEOUT_MS, () => new Error(`no reply within ${DEREGISTER_TIMEOUT_MS / 1000} s`));
+      const givenBack = await bounded(
+        broker.deregister(failed),
+        DEREGISTER_TIMEOUT_MS,
+        () => new Error(`no reply within ${DEREGISTER_TIMEOUT_MS / 1000} s`),
+      );
       if (failed) this.counters.lost += givenBack;
     } catch (error) {
       logEvent("warning", "deregister_failed", { error: formatError(error) });
@@ -382,7 +470,12 @@ export class Worker {
     }
     this.summary.stop();
     const c = this.counters;
-    logEvent("info", "worker_stopped", { completed: c.completed, failed: c.failed, released: c.released, lost: c.lost });
+    logEvent("info", "worker_stopped", {
+      completed: c.completed,
+      failed: c.failed,
+      released: c.released,
+      lost: c.lost,
+    });
     this.state = "drained";
     this.runtimeFile?.write();
     await this.outliveDrainWaiters();
@@ -403,7 +496,13 @@ export class Worker {
     this.execution.abandonUnfinished();
     this.summary.stop();
     const c = this.counters;
-    logEvent("info", "worker_stopped", { completed: c.completed, failed: c.failed, released: c.released, lost: c.lost, exit_code: stop.code });
+    logEvent("info", "worker_stopped", {
+      completed: c.completed,
+      failed: c.failed,
+      released: c.released,
+      lost: c.lost,
+      exit_code: stop.code,
+    });
     return stop.code;
   }
 
