@@ -30,28 +30,22 @@ export async function popWork(
   return { handedOver: key === wake ? record : null };
 }
 
-/** One field of each task's hash (`group` or `trace`), in one round trip: the pipeline's replies. */
-export async function taskFieldOfEach(
-  client: Client,
-  keys: QueueKeys,
-  taskIds: readonly string[],
-  field: typeof TASK.trace | "group",
-): Promise<[Error | null, unknown][] | null> {
-  const layout = layoutOf(keys);
-  const pipe = client.pipeline();
-  for (const id of taskIds) pipe.hget(layout.task(id), field);
-  return pipe.exec();
-}
+/** A task's group and trace context, as `taskFieldsOfEach` reads them. */
+export const GROUP_AND_TRACE = ["group", TASK.trace] as const;
 
-/** Each task's group and trace context, in one round trip: the pipeline's replies. */
-export async function groupAndTraceOfEach(
+/**
+ * Some fields of each task's hash (its `group`, its `trace`), in one round trip: the
+ * pipeline's replies, each the fields' values in the order asked.
+ */
+export async function taskFieldsOfEach(
   client: Client,
   keys: QueueKeys,
   taskIds: readonly string[],
+  fields: readonly ("group" | typeof TASK.trace)[],
 ): Promise<[Error | null, unknown][] | null> {
   const layout = layoutOf(keys);
   const pipe = client.pipeline();
-  for (const id of taskIds) pipe.hmget(layout.task(id), "group", TASK.trace);
+  for (const id of taskIds) pipe.hmget(layout.task(id), ...fields);
   return pipe.exec();
 }
 

@@ -20,10 +20,10 @@ import { QueueKeys } from "../keys.js";
 import { decodeEnqueue } from "../protocol/replies.js";
 import type { ScriptArgs, ScriptName, ScriptRecords } from "../protocol/signatures.js";
 import {
-  groupAndTraceOfEach,
+  GROUP_AND_TRACE,
   popWork,
   probeWritable,
-  taskFieldOfEach,
+  taskFieldsOfEach,
 } from "../protocol/workerstore.js";
 import { type ClaimedTask, type Served, parseClaimRecords } from "./claimed.js";
 import { NoReply, classify } from "./faults.js";
@@ -748,7 +748,8 @@ export class Broker {
     const unread = tasks.flatMap((task, i) => (task.unread === true ? [[i, task] as const] : []));
     try {
       const ids = unread.map(([, task]) => task.id);
-      const replies = (await this.bound(groupAndTraceOfEach(this.client, this.keys, ids))) ?? [];
+      const replies =
+        (await this.bound(taskFieldsOfEach(this.client, this.keys, ids, GROUP_AND_TRACE))) ?? [];
       unread.forEach(([i, task], n) => {
         const [error, value] = replies[n] ?? [null, null];
         if (error) throw error;
@@ -766,11 +767,12 @@ export class Broker {
    */
   async groupsOf(taskIds: readonly string[]): Promise<string[]> {
     const replies =
-      (await this.bound(taskFieldOfEach(this.client, this.keys, taskIds, "group"))) ?? [];
+      (await this.bound(taskFieldsOfEach(this.client, this.keys, taskIds, ["group"]))) ?? [];
     return taskIds.map((_, i) => {
       const [error, value] = replies[i] ?? [null, null];
       if (error) throw error;
-      return typeof value === "string" ? value : "";
+      const [group] = (value as (string | null)[] | null) ?? [null];
+      return group ?? "";
     });
   }
 
