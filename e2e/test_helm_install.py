@@ -19,6 +19,7 @@ import pytest
 
 from e2e.lib.fleet import Fleet, Operator
 from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, VERSIONS, Kube
+from e2e.lib.outcome import failed
 from tests.helm import CHART, helm
 from tests.polling import wait_for
 
@@ -62,12 +63,14 @@ def suite_operator_paused(operator: Operator) -> Iterator[Operator]:
 
 
 @pytest.fixture
-def release_namespace() -> Iterator[Kube]:
+def release_namespace(request: pytest.FixtureRequest) -> Iterator[Kube]:
     name = f"e2e-helm-release-{secrets.token_hex(2)}"
     kube = Kube().restricted_namespace(name, **{"app.kubernetes.io/part-of": "taskfleet-e2e"})
     try:
         yield kube
     finally:
+        if failed(request):
+            _dump_release(kube)
         helm("uninstall", RELEASE, "--namespace", name, "--wait", check=False)
         Kube().run("delete", "namespace", name, "--wait=false", check=False)
         # Uninstall keeps the release's peering object (the test checks it); leave the
@@ -79,6 +82,23 @@ def release_namespace() -> Iterator[Kube]:
             "--ignore-not-found",
             check=False,
         )
+
+
+def _dump_release(kube: Kube) -> None:
+    """The release's side of a failure: its pods, events, peering and operator logs."""
+    print(f"\n==== diagnostics for release namespace {kube.namespace} ====")
+    for args in (
+        ("get", "deployments,pods", "-o", "wide"),
+        ("get", "events", "--sort-by=.lastTimestamp"),
+    ):
+        proc = kube.run(*args, check=False)
+        print(f"--- kubectl {' '.join(args)}\n{proc.stdout}{proc.stderr}")
+    peering = Kube().run(
+        "get", "clusterkopfpeering", f"{RELEASE}-taskfleet", "-o", "yaml", check=False
+    )
+    print(f"--- peering\n{peering.stdout}{peering.stderr}")
+    operator = Operator(kube.namespace or "", f"{RELEASE}-taskfleet-operator")
+    print(f"--- release operator logs\n{operator.logs()}")
 
 
 def _queue_data(fleet: Fleet, task_ids: list[str]) -> dict[str, Any]:

@@ -98,13 +98,12 @@ def test_an_operator_restarted_mid_load_requeues_a_dead_pods_tasks_exactly_once(
             what="the operator to stop",
             ignoring=CLUSTER_ERRORS,
         )
-        # The worker dies first, then its pod vanishes: no SIGTERM from the kubelet can make
-        # it hand its tasks back. Like a lost node, while nobody watches.
-        try:
-            node.kill_container(container_id)
-        except RuntimeError as exc:
-            if "not found" not in str(exc):
-                raise  # "not found": the container is already dead, which is the point
+        # The worker stops dead, then its pod vanishes: no SIGTERM from the kubelet can make
+        # it hand its tasks back. Like a lost node, while nobody watches. Frozen rather than
+        # killed: the kubelet would restart a killed container in the pod before the
+        # deletion, and that new worker (same pod name) would take back, claim and then hand
+        # back what the dead one held, leaving nothing for the operator to do.
+        node.freeze_container(container_id)
         fleet.kube.run("delete", "pod", victim, "--grace-period=0", "--force")
         assert fleet.queue.held_by(victim) == held, "tasks moved while the operator was down"
     finally:

@@ -25,6 +25,7 @@ from e2e.lib.kube import (
     KubectlError,
     is_ready,
 )
+from e2e.lib.outcome import OUTCOME, failed
 from e2e.lib.portforward import PortForward
 from tests.polling import wait_for
 
@@ -32,7 +33,6 @@ MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 REDIS_IMAGE = os.environ.get("TASKFLEET_REDIS_IMAGE") or VERSIONS.get(
     "REDIS_IMAGE", "localhost/taskfleet-redis:7.0"
 )
-_OUTCOME = pytest.StashKey[pytest.TestReport]()
 _FIGURES: list[str] = []
 
 
@@ -40,7 +40,7 @@ _FIGURES: list[str] = []
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     if report.when == "call" or (report.when == "setup" and report.failed):
-        item.stash[_OUTCOME] = report
+        item.stash[OUTCOME] = report
     return report
 
 
@@ -98,13 +98,6 @@ def namespace(request: pytest.FixtureRequest) -> Iterator[Kube]:
         "delete", "taskqueues", "--all", "--wait=true", "--timeout=60s", check=False, timeout=90
     )
     Kube().run("delete", "namespace", name, "--wait=false", check=False)
-
-
-def failed(request: pytest.FixtureRequest) -> bool:
-    """Whether the test a fixture serves failed (in its setup or its call): for teardowns
-    that leave diagnostics in the report."""
-    report = request.node.stash.get(_OUTCOME, None)
-    return report is not None and report.failed
 
 
 def dump_diagnostics(kube: Kube) -> None:

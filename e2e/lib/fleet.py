@@ -9,7 +9,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, VERSIONS, Kube, is_ready, names
+from e2e.lib.kube import (
+    CLUSTER_ERRORS,
+    CLUSTER_INTERVAL_S,
+    VERSIONS,
+    Kube,
+    KubectlError,
+    is_ready,
+    names,
+)
 from e2e.lib.ledger import SAMPLE_HANDLER, QueueView
 from e2e.lib.portforward import PortForward
 from tests.polling import wait_for
@@ -231,4 +239,17 @@ class Operator:
         return sorted(p["metadata"]["name"] for p in self.kube.pods(self.selector) if is_ready(p))
 
     def logs(self) -> str:
-        return self.kube.logs(f"deployment/{self.name}")
+        """The last lines of every replica's log (and of its previous container, if one
+        ended): the leader's and the standby's, for a failure's diagnostics."""
+        try:
+            pods = self.kube.pods(self.selector)
+        except (AssertionError, KubectlError) as exc:
+            return f"(no operator pods: {exc})"
+        parts = []
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            parts.append(f"--- {name}\n{self.kube.logs(name)}")
+            statuses = pod.get("status", {}).get("containerStatuses") or []
+            if any(s.get("restartCount", 0) for s in statuses):
+                parts.append(f"--- {name} (previous)\n{self.kube.logs(name, '--previous')}")
+        return "\n".join(parts) or "(no operator pods)"

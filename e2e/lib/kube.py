@@ -284,14 +284,23 @@ class NodeShell:
             raise RuntimeError(f"{shlex.join([*self.prefix, *argv])}: {proc.stderr.strip()}")
         return proc.stdout
 
-    def kill_container(self, container_id: str, signal: str = "SIGKILL") -> None:
-        """Signal a container's init process from the node (containerd's k8s.io namespace)."""
-        cid = container_id.split("://", 1)[-1]
+    def _ctr(self) -> list[str]:
         address = os.environ.get("TASKFLEET_E2E_CTR_ADDRESS")
         if address is None and not self.prefix and Path(LOCAL_CONTAINERD).exists():
             address = LOCAL_CONTAINERD
-        ctr = ["ctr", "-a", address] if address else ["ctr"]
-        self.run(*ctr, "-n", "k8s.io", "task", "kill", "--signal", signal, cid)
+        return ["ctr", "-a", address, "-n", "k8s.io"] if address else ["ctr", "-n", "k8s.io"]
+
+    def kill_container(self, container_id: str, signal: str = "SIGKILL") -> None:
+        """Signal a container's init process from the node (containerd's k8s.io namespace)."""
+        cid = container_id.split("://", 1)[-1]
+        self.run(*self._ctr(), "task", "kill", "--signal", signal, cid)
+
+    def freeze_container(self, container_id: str) -> None:
+        """Freeze every process of a container (its cgroup's freezer): it runs no more, handles
+        no signal, and the kubelet does not see it die, so it does not restart it. A fatal
+        signal still ends it (cgroup v2), as the kubelet's when its pod is deleted."""
+        cid = container_id.split("://", 1)[-1]
+        self.run(*self._ctr(), "task", "pause", cid)
 
     def signal_kubelet(self, signal: str) -> None:
         """Signal the node's kubelet: STOP cuts the node off (its containers run on, nothing

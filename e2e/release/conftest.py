@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e.lib.fixtures import failed
 from e2e.lib.fleet import OPERATOR_IMAGE_HINT
 from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, Kube
+from e2e.lib.outcome import failed
 from e2e.release.artefacts import Release, load_images
 from e2e.release.stage import Stage
 from tests.polling import wait_for
