@@ -166,3 +166,20 @@ def test_a_wrong_queue_is_one_error_line_with_its_exit_code(redis_url: str, tmp_
     assert bad.returncode == 2 and "invalid queue name" in bad.stderr
     state = taskfleet("ls", "q", "asleep", env=env)
     assert state.returncode == 2
+
+
+def test_list_and_show_are_other_names_of_ls_and_task(redis_url: str, tmp_path: Path) -> None:
+    env = env_for(redis_url, tmp_path)
+    with Queue("q", redis_url=redis_url) as queue:
+        ids = [queue.enqueue({"n": i}) for i in range(3)]
+    for alias, name, args in (
+        ("list", "ls", ["q", "pending", "--json"]),
+        ("show", "task", ["q", ids[1], "--json"]),
+    ):
+        by_alias, by_name = taskfleet(alias, *args, env=env), taskfleet(name, *args, env=env)
+        assert by_alias.returncode == 0, by_alias.stderr
+        assert json.loads(by_alias.stdout) == json.loads(by_name.stdout)
+    listed = json.loads(taskfleet("list", "q", "pending", "--json", env=env).stdout)
+    assert [t["id"] for t in listed["tasks"]] == ids
+    helped = taskfleet("--help", env=env).stdout
+    assert "  ls " in helped and "  list " not in helped  # each command once in the help

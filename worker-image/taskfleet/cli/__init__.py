@@ -67,6 +67,9 @@ COMMANDS = {
     "dashboard": "dashboard_command",
     **dict.fromkeys(("drain", "worker"), "worker_commands"),
 }
+# Other names users type for a command (taskfleet-node takes the same ones): not listed in
+# the help, which shows each command once.
+ALIASES = {"list": "ls", "show": "task"}
 
 
 class _LazyGroup(click.Group):
@@ -76,6 +79,7 @@ class _LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd_name = ALIASES.get(cmd_name, cmd_name)
         module = COMMANDS.get(cmd_name)
         if module is None:
             return None
