@@ -164,6 +164,7 @@ describe("the NestJS example", () => {
     const app = programs.find((p) => p.name === "app");
     assert.ok(app);
     assert.equal(await app.stop(), 0, logs());
+    assert.match(app.output, /event=drain_started/);
     const queue = new Queue(QUEUE, { redisUrl: redis.url });
     try {
       const task = await queue.get(waiting);
