@@ -184,12 +184,13 @@ build example-node-app "$EXAMPLE_NODE_APP_IMAGE" "$repo/examples/node-app-image/
   "$repo/examples/node-app-image" \
   "$(cat "$images/worker-node.sum") $(inputs_hash "$repo/examples" node-app-image)" \
   --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE"
-# examples/nestjs: the NestJS API, simulated provider and handlers FROM the Node worker
-# image; its build runs `npm ci` from the example's lock file (e2e/test_nestjs_example.py).
+# examples/nestjs: the NestJS application, simulated provider and handlers FROM the Node
+# worker image, with the NestJS module compiled from clients/nestjs (the build context
+# named nestjs); dependencies from the lock files (e2e/test_nestjs_example.py).
 nestjs_inputs=(package.json package-lock.json tsconfig.json tsconfig.build.json .dockerignore src)
 build example-nestjs "$EXAMPLE_NESTJS_IMAGE" "$repo/examples/nestjs/Dockerfile" "$repo/examples/nestjs" \
-  "$(cat "$images/worker-node.sum") $(inputs_hash "$repo/examples/nestjs" "${nestjs_inputs[@]}")" \
-  --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE"
+  "$(cat "$images/worker-node.sum") $(inputs_hash "$repo/examples/nestjs" "${nestjs_inputs[@]}") $(inputs_hash "$repo/clients/nestjs" package.json package-lock.json tsconfig.json src)" \
+  --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE" --build-context "nestjs=$repo/clients/nestjs"
 
 # The two recipes of docs/images.md, as a user builds them: an application image FROM the
 # worker image, and an image on another base with taskfleet installed from a wheel.

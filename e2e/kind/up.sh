@@ -90,7 +90,7 @@ else
   docker build -t "$EXAMPLE_NODE_APP_IMAGE" --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE" \
     "$repo/examples/node-app-image"
   docker build -t "$EXAMPLE_NESTJS_IMAGE" --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE" \
-    "$repo/examples/nestjs"
+    --build-context "nestjs=$repo/clients/nestjs" "$repo/examples/nestjs"
   kind load docker-image --name "$kind_cluster" "$WORKER_IMAGE" "$REDIS_IMAGE" "$OPERATOR_IMAGE" \
     "$EXAMPLE_APP_IMAGE" "$EXAMPLE_OWN_BASE_IMAGE" "$WORKER_NODE_IMAGE" "$EXAMPLE_NODE_APP_IMAGE" \
     "$EXAMPLE_NESTJS_IMAGE"

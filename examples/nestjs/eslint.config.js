@@ -17,6 +17,8 @@ export default tseslint.config(
       "@typescript-eslint/restrict-template-expressions": ["error", { allowNumber: true, allowBoolean: true }],
       // Nest's modules are classes that only carry decorators
       "@typescript-eslint/no-extraneous-class": ["error", { allowWithDecorator: true }],
+      // Nest types its options as classes (NestApplicationContextOptions) it reads as plain objects
+      "@typescript-eslint/no-unsafe-class-instance-assignment": "off",
     },
   },
   {

@@ -56,6 +56,16 @@ def test_the_api_reads_the_queue_the_operator_names_on_the_taskqueue_s_redis() -
     assert env["TASKFLEET_REDIS_URL"] == of_kind("TaskQueue", "articles")["spec"]["redis"]["url"]
 
 
+def test_the_api_runs_no_worker_of_its_own_and_is_ready_when_its_health_check_passes() -> None:
+    [api] = of_kind("Deployment", "articles-api")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in api["env"]}
+    # the TaskQueue's pods run the processor; src/settings.ts reads ARTICLES_WORKER
+    assert env["ARTICLES_WORKER"] == "0"
+    assert "ARTICLES_WORKER" in (EXAMPLE / "src" / "settings.ts").read_text()
+    assert api["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert '@Controller("health")' in (EXAMPLE / "src" / "health.controller.ts").read_text()
+
+
 def test_every_manifest_runs_the_example_s_image() -> None:
     images = {of_kind("TaskQueue", "articles")["spec"]["image"]}
     for name in ("articles-api", "llm"):

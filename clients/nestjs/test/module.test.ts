@@ -148,7 +148,7 @@ describe("the NestJS module", () => {
     assert.equal(worker.exitCode, 0);
   });
 
-  it("drains on SIGTERM while tasks are held: exits 0, short tasks done once, long ones handed back, none lost", async () => {
+  it("a Nest application process working through 500 tasks drains on SIGTERM and exits 0; a second one finishes what it handed back, none lost or run twice", async () => {
     const log = join(dir, "runs.log");
     const first = new AppProcess({ TASKFLEET_REDIS_URL: server.url, LOG: log });
     processes.push(first);
@@ -156,39 +156,60 @@ describe("the NestJS module", () => {
     const producer = await context(rootModule({ redisUrl: server.url, workers: false }));
     apps.push(producer);
     const queue = producer.get<Queue>(getQueueToken(QUEUE));
-    const short = await queue.enqueueMany(
-      Array.from({ length: 8 }, () => ({ payload: { ms: 400 }, name: "sleep" })),
+    // 100 ms each, and every hundredth one a minute: the drain's 1 s lets the short ones
+    // it holds finish and hands the long ones back.
+    const ids = await queue.enqueueMany(
+      Array.from({ length: 500 }, (_, n) => ({
+        payload: { ms: n % 100 === 50 ? 60_000 : 100 },
+        name: "sleep",
+      })),
     );
-    const long = await queue.enqueueMany(
-      Array.from({ length: 8 }, () => ({ payload: { ms: 60_000 }, name: "sleep" })),
-    );
+    const long = ids.filter((_, n) => n % 100 === 50);
     await until(
-      "the application holds all 16 tasks",
-      async () => (await queue.stats()).running === 16,
+      "the application has finished 100 tasks and holds a long one",
+      async () => {
+        const stats = await queue.stats();
+        const held = await Promise.all(long.map(async (id) => (await queue.get(id))?.state));
+        return stats.done >= 100 && held.includes("running");
+      },
+      30_000,
     );
 
     first.child.kill("SIGTERM");
-    const exit = await first.exit();
-    assert.deepEqual(exit, { code: 0, signal: null }, first.output);
+    assert.deepEqual(await first.exit(), { code: 0, signal: null }, first.output);
     assert.match(first.output, /event=drain_started/);
-    for (const id of short) assert.equal((await queue.get(id))?.state, "done", `short task ${id}`);
-    for (const id of long) {
-      const task = await queue.get(id);
-      assert.equal(task?.state, "pending", `long task ${id} handed back: ${JSON.stringify(task)}`);
+    const states = new Map<string, number>();
+    for (const id of ids) {
+      const state = (await queue.get(id))?.state ?? "missing";
+      states.set(state, (states.get(state) ?? 0) + 1);
     }
+    const doneBefore = states.get("done") ?? 0;
+    const pendingBefore = states.get("pending") ?? 0;
+    assert.equal(
+      doneBefore + pendingBefore,
+      500,
+      `every task done or pending: ${JSON.stringify([...states])}`,
+    );
+    assert.ok(pendingBefore > 0, "the SIGTERM came while tasks were left");
+    assert.ok(doneBefore >= 100);
+    const handedBack = await Promise.all(long.map(async (id) => (await queue.get(id))?.attempts));
+    assert.ok(
+      long.every((_, i) => handedBack[i] === 0),
+      `a hand-back is not an attempt: ${JSON.stringify(handedBack)}`,
+    );
     assert.equal((await queue.stats()).running, 0);
 
-    // a second process finishes what the first handed back; each task ran to its end once
+    // a second application finishes the rest; each task ran to its end exactly once
     const second = new AppProcess({
       TASKFLEET_REDIS_URL: server.url,
       LOG: log,
       SLEEP_CAP_MS: "10",
     });
     processes.push(second);
-    const done = await queue.wait([...short, ...long], { timeoutMs: 30_000 });
-    for (const id of [...short, ...long]) assert.equal(done[id]?.state, "done", second.output);
+    const done = await queue.wait(ids, { timeoutMs: 40_000 });
+    for (const id of ids) assert.equal(done[id]?.state, "done", second.output);
     const finished = readFileSync(log, "utf8").trim().split("\n").sort();
-    assert.deepEqual(finished, [...short, ...long].sort());
+    assert.deepEqual(finished, [...ids].sort());
     second.child.kill("SIGTERM");
     assert.deepEqual(await second.exit(), { code: 0, signal: null }, second.output);
   });

@@ -50,9 +50,9 @@ export class RedisServer {
     return `redis://127.0.0.1:${this.port}/0`;
   }
 
-  /** Starts it; a missing redis-server fails the test (never a skip). */
-  async start(): Promise<void> {
-    this.port = await freePort();
+  /** Starts it (on `port`, or a free one); a missing redis-server fails the test (never a skip). */
+  async start(port?: number): Promise<void> {
+    this.port = port ?? (await freePort());
     const args = [
       "--port",
       String(this.port),
@@ -95,7 +95,8 @@ export class RedisServer {
     if (out.stdout.trim() !== "OK") throw new Error(`redis-cli flushall answered ${out.stdout}`);
   }
 
-  async stop(): Promise<void> {
+  /** Stops the server process and keeps its directory: `start(port)` brings it back. */
+  async halt(): Promise<void> {
     const child = this.process;
     this.process = undefined;
     if (child !== undefined && child.exitCode === null) {
@@ -103,6 +104,10 @@ export class RedisServer {
       child.kill("SIGTERM");
       await exited;
     }
+  }
+
+  async stop(): Promise<void> {
+    await this.halt();
     rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -1,11 +1,31 @@
-import { Module } from "@nestjs/common";
+/**
+ * The application: the settings, taskfleet's module with its options from them
+ * (`forRootAsync`), terminus for `GET /health`, and the articles.
+ */
 
-import { ArticlesController } from "./articles.controller.js";
-import { ArticlesService, SETTINGS } from "./articles.service.js";
-import { apiSettings } from "./settings.js";
+import { Module } from "@nestjs/common";
+import { TerminusModule } from "@nestjs/terminus";
+import { TaskfleetModule } from "taskfleet-nestjs";
+
+import { ArticlesModule } from "./articles.module.js";
+import { HealthController } from "./health.controller.js";
+import { SETTINGS, SettingsModule } from "./settings.module.js";
+import type { AppSettings } from "./settings.js";
 
 @Module({
-  controllers: [ArticlesController],
-  providers: [{ provide: SETTINGS, useFactory: apiSettings }, ArticlesService],
+  imports: [
+    SettingsModule,
+    TaskfleetModule.forRootAsync({
+      inject: [SETTINGS],
+      useFactory: (settings: AppSettings) => ({
+        redisUrl: settings.redisUrl,
+        workers: settings.worker,
+        worker: { concurrency: settings.concurrency, drainTimeoutMs: settings.drainTimeoutMs },
+      }),
+    }),
+    TerminusModule,
+    ArticlesModule,
+  ],
+  controllers: [HealthController],
 })
 export class AppModule {}

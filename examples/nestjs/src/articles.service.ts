@@ -1,15 +1,16 @@
 /**
- * The API's side of the queue: one taskfleet `Queue` for the process, closed when Nest
- * shuts down (SIGTERM, with `enableShutdownHooks`).
+ * The API's side of the queue: the `Queue` injected by `@InjectQueue`, which the module
+ * opens once for the application and closes when it shuts down.
  */
 
-import { Inject, Injectable, type OnApplicationShutdown } from "@nestjs/common";
-import { Queue, type Task, WaitTimeout } from "taskfleet";
+import { Inject, Injectable } from "@nestjs/common";
+import type { Queue, Task } from "taskfleet";
+import { WaitTimeout } from "taskfleet";
+import { InjectQueue } from "taskfleet-nestjs";
 
 import { type ArticleRequest, estimateTokens } from "./articles.js";
-import type { ApiSettings } from "./settings.js";
-
-export const SETTINGS = Symbol("settings");
+import { SETTINGS } from "./settings.module.js";
+import { ARTICLES_QUEUE, type AppSettings } from "./settings.js";
 
 /** A task as the API shows it. */
 export interface ArticleView {
@@ -45,13 +46,13 @@ export function view(task: Task): ArticleView {
 }
 
 @Injectable()
-export class ArticlesService implements OnApplicationShutdown {
-  private readonly queue: Queue;
+export class ArticlesService {
   private waiters = 0;
 
-  constructor(@Inject(SETTINGS) private readonly settings: ApiSettings) {
-    this.queue = new Queue(settings.queue, { redisUrl: settings.redisUrl });
-  }
+  constructor(
+    @InjectQueue(ARTICLES_QUEUE) private readonly queue: Queue,
+    @Inject(SETTINGS) private readonly settings: AppSettings,
+  ) {}
 
   /**
    * Enqueue an article; resolves to its task id. The task's cost is the most tokens the
@@ -84,9 +85,5 @@ export class ArticlesService implements OnApplicationShutdown {
     } finally {
       this.waiters -= 1;
     }
-  }
-
-  async onApplicationShutdown(): Promise<void> {
-    await this.queue.close();
   }
 }

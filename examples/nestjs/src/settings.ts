@@ -1,5 +1,5 @@
 /**
- * What the example's three programs read from their environment, checked once at start:
+ * What the example's programs read from their environment, checked once at start:
  * a bad value is one line saying what to fix and exit 2, as taskfleet's own commands do.
  */
 
@@ -20,26 +20,42 @@ function integer(name: string, fallback: number, min: number, max: number): numb
   return value;
 }
 
-/** The API's settings. */
-export interface ApiSettings {
+/**
+ * The queue's name, read once when the program loads: `@InjectQueue` and `@Processor` name
+ * it in their decorators. On a cluster the operator names it `<namespace>.<TaskQueue>`.
+ */
+export const ARTICLES_QUEUE = text("ARTICLES_QUEUE", "llm.articles");
+
+/** The application's settings. */
+export interface AppSettings {
   readonly port: number;
   readonly redisUrl: string;
-  readonly queue: string;
   /** Requests waiting on tasks at once; past it a GET answers the state without waiting. */
   readonly maxWaiters: number;
+  /** Whether this process runs the processor's worker (0: an API whose workers run elsewhere). */
+  readonly worker: boolean;
+  /** Articles this process's worker writes at once. */
+  readonly concurrency: number;
+  /** How long a drain lets held articles finish before it hands them back. */
+  readonly drainTimeoutMs: number;
+  /** Where the LLM provider answers. */
+  readonly llmUrl: string;
 }
 
-export function apiSettings(): ApiSettings {
+export function appSettings(): AppSettings {
   return {
     port: integer("PORT", 3000, 0, 65535),
-    // The worker reads the same variable (taskfleet-node worker --redis-url).
+    // taskfleet-node's commands read the same variable (--redis-url).
     redisUrl: text("TASKFLEET_REDIS_URL", "redis://127.0.0.1:6379/0"),
-    queue: text("ARTICLES_QUEUE", "llm.articles"),
     maxWaiters: integer("ARTICLES_MAX_WAITERS", 64, 0, 10_000),
+    worker: integer("ARTICLES_WORKER", 1, 0, 1) === 1,
+    concurrency: integer("ARTICLES_CONCURRENCY", 4, 1, 1000),
+    drainTimeoutMs: integer("ARTICLES_DRAIN_TIMEOUT_MS", 30_000, 0, 3_600_000),
+    llmUrl: llmUrl(),
   };
 }
 
-/** The handlers' settings: where the LLM provider answers. */
+/** Where the LLM provider answers. */
 export function llmUrl(): string {
   const url = text("LLM_URL", "http://127.0.0.1:8090");
   try {

@@ -1,11 +1,14 @@
-// The example run for real: a redis-server, the simulated LLM provider, the NestJS API and
-// the taskfleet-node worker as their own `node` processes, driven over HTTP as a client
-// would. The queue's budget is set so that only what the worker reports after each call
-// lets a third article in: three articles are written, the fourth waits for tokens.
+// The example run for real: a redis-server, the simulated LLM provider and the NestJS
+// application (the API and the processor's worker in one process, on taskfleet-nestjs) as
+// their own `node` processes, driven over HTTP as a client would. The queue's budget is
+// set so that only what the processor reports after each call lets a third article in:
+// three articles are written, the fourth waits for tokens. No Python is needed.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
-import { Program, RedisServer, configure, freePort, needsTaskfleetCommand, until } from "./processes.js";
+import { Queue } from "taskfleet";
+
+import { Program, RedisServer, TASKFLEET_NODE, configure, freePort, until } from "./processes.js";
 
 const QUEUE = "llm.articles";
 // Each article: "Write an article about <one word>." (5 tokens) and at most 100 tokens
@@ -29,7 +32,7 @@ interface View {
   tokens: { reserved: number; used: number | null };
 }
 
-describe("the NestJS example", needsTaskfleetCommand, () => {
+describe("the NestJS example", () => {
   const redis = new RedisServer();
   const programs: Program[] = [];
   let api = "";
@@ -50,27 +53,29 @@ describe("the NestJS example", needsTaskfleetCommand, () => {
     return programs.map((p) => `--- ${p.name}\n${p.output}`).join("\n");
   }
 
+  let llmUrl = "";
+  /** The article left waiting for the tokens budget. */
+  let waiting = "";
+
   before(async () => {
     await redis.start();
     configure(redis.url, QUEUE, { rate_limit_tasks: 60, rate_limit_cost: TOKENS_BUDGET, rate_limit_period_s: 3600 });
     const [llmPort, apiPort] = [await freePort(), await freePort()];
+    llmUrl = `http://127.0.0.1:${llmPort}`;
     const llm = new Program("llm-server", process.execPath, ["dist/llm-server.js"], {
       PORT: String(llmPort), HOST: "127.0.0.1", LLM_CHUNK_DELAY_MS: "200", LLM_CHUNK_TOKENS: "8", LLM_ARTICLE_TOKENS: String(ARTICLE_TOKENS),
     });
-    const server = new Program("api", process.execPath, ["dist/main.js"], { PORT: String(apiPort), TASKFLEET_REDIS_URL: redis.url, ARTICLES_QUEUE: QUEUE });
-    const worker = new Program("worker", process.execPath, [
-      "node_modules/taskfleet/dist/src/taskfleet-node.js", "worker", "--queue", QUEUE, "--handler", "./dist/handlers.js:writeArticle", "--concurrency", "1",
-    ], { TASKFLEET_REDIS_URL: redis.url, LLM_URL: `http://127.0.0.1:${llmPort}`, TASKFLEET_RUNTIME_DIR: `${redis.dir}/runtime` });
-    programs.push(llm, server, worker);
-    await Promise.all([llm.printed("llm-server listening"), server.printed("api listening"), worker.printed("event=worker_started")]);
+    const app = new Program("app", process.execPath, ["dist/main.js"], {
+      PORT: String(apiPort), TASKFLEET_REDIS_URL: redis.url, ARTICLES_QUEUE: QUEUE, ARTICLES_CONCURRENCY: "1", LLM_URL: llmUrl,
+    });
+    programs.push(llm, app);
+    await Promise.all([llm.printed("llm-server listening"), app.printed("api listening")]);
     api = `http://127.0.0.1:${apiPort}`;
   });
 
   after(async () => {
-    const codes = await Promise.all(programs.map(async (p) => [p.name, await p.stop()] as const));
+    await Promise.all(programs.map(async (p) => p.stop()));
     await redis.stop();
-    // The worker drains on SIGTERM and exits 0, as in a pod.
-    assert.deepEqual(codes.find(([name]) => name === "worker"), ["worker", 0], logs());
   });
 
   it("refuses bad requests with one line, and answers 404 for an unknown task", async () => {
@@ -92,6 +97,7 @@ describe("the NestJS example", needsTaskfleetCommand, () => {
       ids.push(String(created.body.id));
     }
     const [first, , , last] = ids as [string, string, string, string];
+    waiting = last;
 
     // The progress the worker streams while the provider writes.
     await until("the first article's progress part-way", async () => {
@@ -124,5 +130,48 @@ describe("the NestJS example", needsTaskfleetCommand, () => {
     const again = await post({ topic: "budgets", maxTokens: MAX_TOKENS }, "article-3");
     assert.deepEqual([again.status, again.body.id], [202, last]);
     assert.equal((await post({ topic: "other", maxTokens: MAX_TOKENS }, "article-3")).status, 409);
+  });
+
+  it("answers GET /health through terminus: 200 while the processor's worker runs and Redis answers", async () => {
+    const response = await fetch(`${api}/health`);
+    const body = (await response.json()) as { status: string; info?: { taskfleet?: { status: string; queues: Record<string, { redis: string; worker?: string }> } } };
+    assert.equal(response.status, 200, JSON.stringify(body));
+    assert.equal(body.status, "ok");
+    assert.deepEqual([body.info?.taskfleet?.queues[QUEUE]?.redis, body.info?.taskfleet?.queues[QUEUE]?.worker], ["up", "running"], JSON.stringify(body));
+  });
+
+  it("runs the same processor under taskfleet-node worker, as the operator's pods do, which drains to exit 0", async () => {
+    const queue = new Queue("llm.pods", { redisUrl: redis.url });
+    const worker = new Program("taskfleet-node worker", process.execPath, [TASKFLEET_NODE, "worker", "--queue", "llm.pods", "--handler", "./dist/handlers.js:writeArticle", "--concurrency", "2"], {
+      TASKFLEET_REDIS_URL: redis.url, LLM_URL: llmUrl, TASKFLEET_RUNTIME_DIR: `${redis.dir}/runtime`,
+    });
+    programs.push(worker);
+    try {
+      await worker.printed("event=worker_started");
+      const ids = await queue.enqueueMany(["pods", "drains"].map((topic) => ({ payload: { topic, maxTokens: MAX_TOKENS } })));
+      const done = await queue.wait(ids, { timeoutMs: 30_000 });
+      for (const id of ids) {
+        assert.equal(done[id]?.state, "done", `${JSON.stringify(done[id])}\n${logs()}`);
+        assert.equal((done[id].result as { usage: { total_tokens: number } }).usage.total_tokens, USED);
+      }
+    } finally {
+      await queue.close();
+    }
+    assert.equal(await worker.stop(), 0, logs());
+  });
+
+  it("drains on SIGTERM and exits 0, as in a pod; the article waiting for the budget stays, not lost", async () => {
+    const app = programs.find((p) => p.name === "app");
+    assert.ok(app);
+    assert.equal(await app.stop(), 0, logs());
+    assert.match(app.output, /event=drain_started/);
+    const queue = new Queue(QUEUE, { redisUrl: redis.url });
+    try {
+      const task = await queue.get(waiting);
+      assert.deepEqual([task?.state, task?.attempts], ["pending", 0], JSON.stringify(task));
+      assert.equal((await queue.stats()).running, 0);
+    } finally {
+      await queue.close();
+    }
   });
 });

@@ -1,16 +1,17 @@
 // The example's programs as real processes for the test: a redis-server on a free port,
-// and `node` running the API, the simulated provider and the taskfleet-node worker, each
-// with its output kept for the failure message.
+// and `node` running the application, the simulated provider and taskfleet-node's
+// commands, each with its output kept for the failure message. Nothing is skipped: a
+// missing redis-server, build or package fails the test.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const EXAMPLE = fileURLToPath(new URL("../", import.meta.url));
-export const REPOSITORY = fileURLToPath(new URL("../../../", import.meta.url));
-const TASKFLEET = `${REPOSITORY}.venv/bin/taskfleet`;
+/** taskfleet-node, the npm package's command (configure, worker, ...). */
+export const TASKFLEET_NODE = join(EXAMPLE, "node_modules/taskfleet/dist/src/taskfleet-node.js");
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -101,17 +102,10 @@ export class RedisServer {
 
 /**
  * Outside Kubernetes a queue's shared settings (its rate limit) are set with
- * `taskfleet configure`, the repository's Python command; the operator writes them from a
- * TaskQueue. Without the repository's .venv the test is skipped, unless
- * TASKFLEET_REQUIRE_PYTHON=1 (as `make node-check` sets).
+ * `taskfleet-node configure`; on a cluster the operator writes them from the TaskQueue.
  */
-export const needsTaskfleetCommand = existsSync(TASKFLEET) ? {} : { skip: `no ${TASKFLEET} (make install at the repository's root)` };
-if (!existsSync(TASKFLEET) && process.env.TASKFLEET_REQUIRE_PYTHON === "1") {
-  throw new Error(`no ${TASKFLEET}: run make install at the repository's root`);
-}
-
 export function configure(redisUrl: string, queue: string, settings: Readonly<Record<string, number>>): void {
-  const args = ["configure", queue, "--redis-url", redisUrl, ...Object.entries(settings).flatMap(([k, v]) => ["--set", `${k}=${v}`])];
-  const run = spawnSync(TASKFLEET, args, { encoding: "utf8" });
-  if (run.status !== 0) throw new Error(`taskfleet configure failed (${String(run.status)}): ${run.stderr}`);
+  const args = [TASKFLEET_NODE, "configure", queue, "--redis-url", redisUrl, ...Object.entries(settings).flatMap(([k, v]) => ["--set", `${k}=${v}`])];
+  const run = spawnSync(process.execPath, args, { encoding: "utf8" });
+  if (run.status !== 0) throw new Error(`taskfleet-node configure failed (${String(run.status)}): ${run.stderr}`);
 }
