@@ -35,6 +35,7 @@ from taskfleet.producer import flowtree, overview
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.connect import SyncClient, connect
+from taskfleet.protocol.groups import MERGED_MAX, group_problem
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.redisurl import redact_redis_url, scrub
@@ -77,6 +78,7 @@ def _environment() -> Environment:
     env.globals["fraction"] = display.fraction
     env.globals["older_note"] = display.older_note
     env.globals["states"] = reads.STATES
+    env.globals["merged_max"] = MERGED_MAX
     return env
 
 
@@ -176,7 +178,14 @@ class Dashboard:
             raise HTTPException(404, "no such state")
         size = self.settings.page_size
         number = _page_number(request.query_params.get("page", "1"))
-        found = reads.state_page(self.client, QueueReads(keys), state, (number - 1) * size, size)
+        group = request.query_params.get("group") or None
+        if group is not None:
+            problem = group_problem(group)
+            if problem or state != "pending":
+                raise HTTPException(400, problem or "only pending is listed by group")
+        found = reads.state_page(
+            self.client, QueueReads(keys), state, (number - 1) * size, size, group=group
+        )
         last = max(1, -(-found.total // size))
         return self.page(
             request,

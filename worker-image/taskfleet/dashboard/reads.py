@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 
 from taskfleet.producer.overview import QueueView, WorkerView
 from taskfleet.producer.reading import check_task_id
+from taskfleet.protocol import groups as group_layout
 from taskfleet.protocol.calls import run, run_all
 from taskfleet.protocol.connect import SyncClient
+from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import STATES, QueueReads, TaskRow
 from taskfleet.protocol.tasks import Task, TaskState
 
@@ -27,20 +29,64 @@ class TaskPage:
     total: int
     offset: int
     rows: list[TaskRow] = field(default_factory=list)
+    #: the group the page lists the pending tasks of (None: every group)
+    group: str | None = None
+    #: whether the state's tasks wait in several groups' zsets (a group column is shown)
+    grouped: bool = False
+    #: past ``groups.MERGED_MAX`` of a grouped queue's order: only a group's own page lists
+    beyond: bool = False
+
+
+def pending_ids(
+    client: SyncClient, keys: QueueKeys, reads: QueueReads, offset: int, limit: int
+) -> tuple[list[str] | None, bool]:
+    """``control.pending_ids`` on the dashboard's client: pending's ids in the order the
+    claim serves them (None past ``MERGED_MAX``), and whether groups are in use."""
+    heads = run(client, group_layout.lane_heads(keys))
+    if not heads.grouped:
+        return run(client, reads.ids(TaskState.PENDING, offset, limit)), False
+    if offset >= group_layout.MERGED_MAX:
+        return None, True
+    slots = group_layout.fair_order(run(client, group_layout.lanes(keys, heads)), offset, limit)
+    if not slots:
+        return [], True
+    return [i for i in run(client, group_layout.lane_ids(keys, slots)) if i], True
 
 
 def state_page(
-    client: SyncClient, reads: QueueReads, state: str, offset: int, limit: int
+    client: SyncClient,
+    reads: QueueReads,
+    state: str,
+    offset: int,
+    limit: int,
+    *,
+    group: str | None = None,
 ) -> TaskPage:
-    """Rows ``offset .. offset+limit-1`` of ``state`` in ``Queue.list``'s order (the same
-    ``QueueReads.ids``), and the state's size; the rows' few fields only."""
+    """Rows ``offset .. offset+limit-1`` of ``state`` in ``Queue.list``'s order (pending:
+    across its groups, as the claim serves them; ``group``: one group's pending), and the
+    state's size; the rows' few fields only."""
     if state not in STATES:
         raise ValueError(f"no task state {state!r}: one of {', '.join(STATES)}")
     parsed = TaskState(state)
-    total, ids = run_all(client, [reads.size(parsed), reads.ids(parsed, offset, limit)])
+    keys = QueueKeys(reads.queue)
+    grouped = beyond = False
+    if group is not None and parsed is TaskState.PENDING:
+        total, ids = run_all(
+            client,
+            [group_layout.group_size(keys, group), reads.group_ids(group, offset, limit)],
+        )
+    elif parsed is TaskState.PENDING:
+        total = run(client, reads.size(parsed))
+        found, grouped = pending_ids(client, keys, reads, offset, limit)
+        beyond = found is None
+        ids = found or []
+    else:
+        total, ids = run_all(client, [reads.size(parsed), reads.ids(parsed, offset, limit)])
+    page = TaskPage(state, total, offset, group=group, grouped=grouped, beyond=beyond)
     if not ids:
-        return TaskPage(state, total, offset)
-    return TaskPage(state, total, offset, run(client, reads.rows(ids)))
+        return page
+    rows = run(client, reads.rows(ids))
+    return TaskPage(state, total, offset, rows, group, grouped or group is not None, beyond)
 
 
 def task(client: SyncClient, reads: QueueReads, task_id: str) -> Task | None:

@@ -117,11 +117,19 @@ def read(client: SyncClient, name: str, *, groups: bool = True) -> QueueView:
         reads.held_counts(sorted(workers.records)),
     ]
     if group_names:
-        second.append(group_reads.group_rows(keys, group_names))
+        second += [
+            group_reads.group_rows(keys, group_names),
+            group_reads.group_heads(keys, group_names),
+        ]
     ready, rows, held, *group_rows = run_all(client, second)
+    readies = [r for r in ready if r]
+    if group_names:
+        # the oldest ready task across groups: the head of each group read
+        heads = [h for h in group_rows[1] if h]
+        readies += [r for r in run(client, reads.ready_at(heads)) if r] if heads else []
     oldest = None
-    if head and ready[0]:
-        oldest = max(0.0, (now_ms - ready[0]) / 1000)
+    if readies:
+        oldest = max(0.0, (now_ms - min(readies)) / 1000)
     limits = config.model_dump()
     view = QueueView(name, now_ms, counts, counters, oldest, limits=limits)
     for pod, rec in records:

@@ -45,6 +45,7 @@ _ROW_FIELDS = (
     "reason",
     "error",
     "pod",
+    "group",
 )
 
 
@@ -64,6 +65,8 @@ class TaskRow:
     pod: str
     #: False when the id is in the state's set but its hash is gone (pruned meanwhile)
     present: bool = True
+    #: its group ('' for none)
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -463,6 +466,7 @@ def _row(task_id: str, values: Sequence[Any]) -> TaskRow:
         error=h["error"] or "",
         pod=h["pod"] or "",
         present=any(v is not None for v in values),
+        group=h["group"] or "",
     )
 
 
