@@ -68,6 +68,9 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["age"] = display.age
+    env.filters["duration"] = display.duration
+    env.filters["short"] = display.short_id
+    env.globals["ago"] = display.ago
     env.filters["pretty"] = display.pretty
     env.filters["capped"] = display.capped
     env.filters["one_line"] = display.one_line
@@ -341,6 +344,7 @@ def create_app(settings: DashboardSettings, *, client: SyncClient | None = None)
         Route("/login", partial(acting.login, dash), methods=["POST"]),
         Route("/logout", partial(acting.logout, dash), methods=["POST"]),
         Route("/queues/{queue}/actions", partial(acting.act, dash), methods=["POST"]),
+        Route("/queues/{queue}/claims", partial(acting.claims, dash), methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(

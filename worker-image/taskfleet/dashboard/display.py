@@ -17,13 +17,16 @@ from taskfleet.protocol.records import CURRENT_LEVEL, RELEASE_OF_LEVEL
 
 __all__ = [
     "age",
+    "ago",
     "capped",
+    "duration",
     "fraction",
     "level",
     "older",
     "older_note",
     "one_line",
     "pretty",
+    "short_id",
     "url_part",
     "when",
 ]
@@ -45,6 +48,47 @@ def age(seconds: float | None) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86400:.1f}d"
+
+
+#: (seconds, unit) from the largest, for ``duration``.
+_UNITS = ((86400, "d"), (3600, "h"), (60, "min"), (1, "s"))
+
+
+def duration(seconds: float | None) -> str:
+    """A span in at most two human units: ``45 s``, ``1 min 30 s``, ``3 d``, ``2 h 5 min``;
+    under a second in ms. "-" for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 0:
+        seconds = 0.0
+    if seconds < 1:
+        return "0 s" if seconds == 0 else f"{round(seconds * 1000)} ms"
+    left = round(seconds)
+    parts: list[str] = []
+    for size, unit in _UNITS:
+        if left >= size:
+            parts.append(f"{left // size} {unit}")
+            left %= size
+        elif parts:
+            break
+        if len(parts) == 2:
+            break
+    return " ".join(parts)
+
+
+def ago(at: datetime | None, now_ms: int | None) -> str:
+    """How long ago (or from now) ``at`` was, in one line: ``3 min ago``, ``in 20 s``."""
+    if at is None or now_ms is None:
+        return "-"
+    delta = now_ms / 1000 - at.timestamp()
+    shown = duration(abs(delta))
+    return f"{shown} ago" if delta >= 0 else f"in {shown}"
+
+
+def short_id(value: str, keep: int = 8) -> str:
+    """A long id cut to its first ``keep`` characters and an ellipsis (the full one is in
+    the link and its title)."""
+    return value if len(value) <= keep + 1 else value[:keep] + "…"
 
 
 def when(at: datetime | None, now_ms: int | None = None) -> str:
