@@ -28,7 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
-from taskfleet.dashboard import acting, actions, auth, charts, display, reads
+from taskfleet.dashboard import acting, actions, alarms, auth, charts, display, reads
 from taskfleet.dashboard.sampler import Sampler, rates
 from taskfleet.dashboard.settings import DashboardSettings, allows
 from taskfleet.producer import flowtree, overview
@@ -82,6 +82,7 @@ def _environment() -> Environment:
     env.globals["older_note"] = display.older_note
     env.globals["states"] = reads.STATES
     env.globals["merged_max"] = MERGED_MAX
+    env.globals["oldest_ready_s"] = alarms.OLDEST_READY_S
     return env
 
 
@@ -101,6 +102,7 @@ class Dashboard:
             sample_s=settings.sample_s,
             history_s=settings.history_s,
             discover_s=settings.discover_s,
+            keep_s=alarms.DEAD_WINDOW_S,
         )
         self.templates = _environment()
         self.redis_shown = redact_redis_url(settings.redis_url)
@@ -144,6 +146,14 @@ class Dashboard:
         )
         return HTMLResponse(body, status_code=status)
 
+    def alarms_of(self, view: overview.QueueView) -> list[alarms.Alarm]:
+        """The health alarms that hold for ``view`` (``alarms``), the dead count's rise
+        from the sampler's samples."""
+        samples = [
+            (s.at_ms, s.counters.get("dead_total", 0)) for s in self.sampler.samples(view.name)
+        ]
+        return alarms.alarms(view, alarms.dead_rise(samples, view.at_ms))
+
     def chart(self, queue: str) -> Any:
         span = int(self.settings.history_s * 1000)
         return charts.rate_chart(rates(self.sampler.samples(queue)), span)
@@ -153,7 +163,7 @@ class Dashboard:
     def queues(self, request: Request) -> Response:
         names = self.sampler.queues()
         views = [overview.read(self.client, name, groups=False) for name in names]
-        rows = [(v, self.chart(v.name), self._rates(v.name)) for v in views]
+        rows = [(v, self.chart(v.name), self._rates(v.name), self.alarms_of(v)) for v in views]
         return self.page(request, "queues", rows=rows, discovered=self.sampler.discovered())
 
     def _rates(self, queue: str) -> dict[str, float | None]:
@@ -168,6 +178,7 @@ class Dashboard:
             request,
             "queue",
             view=view,
+            alarms=self.alarms_of(view),
             chart=self.chart(name),
             rates=self._rates(name),
             now_ms=view.at_ms,
