@@ -112,7 +112,8 @@ def test_dead_tasks_list_the_newest_first_with_reason_and_the_errors_last_line(
 
     page = served.get("/queues/jobs/tasks/dead").body
 
-    row = page.split(f'/tasks/id/{scene.dead_id}"', 1)[1].split("</tr>", 1)[0]
+    listed = page.split('<table class="tasks">', 1)[1]
+    row = listed.split(f'/tasks/id/{scene.dead_id}"', 1)[1].split("</tr>", 1)[0]
     assert '<span class="reason">failed</span>' in row
     assert "FileNotFoundError: no such file" in row and "Traceback" not in row
 

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import redis
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -28,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
-from taskfleet.dashboard import acting, actions, alarms, auth, charts, display, reads
+from taskfleet.dashboard import acting, actions, alarms, auth, charts, display, reads, triage
 from taskfleet.dashboard.sampler import Sampler, rates
 from taskfleet.dashboard.settings import DashboardSettings, allows
 from taskfleet.producer import flowtree, overview
@@ -197,9 +198,27 @@ class Dashboard:
             problem = group_problem(group)
             if problem or state != "pending":
                 raise HTTPException(400, problem or "only pending is listed by group")
-        found = reads.state_page(
-            self.client, QueueReads(keys), state, (number - 1) * size, size, group=group
+        wanted = triage.Filter(
+            reason=request.query_params.get("reason", "").strip()[:200],
+            group=request.query_params.get("in_group", "").strip()[:100],
+            error=request.query_params.get("error", "").strip()[:200],
         )
+        finished = state in ("done", "dead", "cancelled")
+        matches = None
+        if finished and wanted.active:
+            matches = triage.matching(self.client, QueueReads(keys), state, wanted)
+            shown = matches.rows[(number - 1) * size : number * size]
+            found = reads.TaskPage(state, len(matches.rows), (number - 1) * size, shown)
+        else:
+            found = reads.state_page(
+                self.client, QueueReads(keys), state, (number - 1) * size, size, group=group
+            )
+        errors = None
+        if state == "dead" and number == 1:
+            errors = triage.by_error(self.client, QueueReads(keys), state)
+        filters = {"reason": wanted.reason, "in_group": wanted.group, "error": wanted.error}
+        if group is not None:
+            filters["group"] = group
         last = max(1, -(-found.total // size))
         return self.page(
             request,
@@ -208,6 +227,11 @@ class Dashboard:
             found=found,
             number=number,
             last=last,
+            wanted=wanted,
+            matches=matches,
+            errors=errors,
+            extra_qs=urlencode({k: v for k, v in filters.items() if v}),
+            finished=finished,
             now_ms=run(self.client, QueueReads(keys).clock()),
         )
 
