@@ -79,6 +79,7 @@ def _environment() -> Environment:
     env.filters["level"] = display.level
     env.tests["older"] = display.older
     env.globals["when"] = display.when
+    env.globals["progress_message"] = display.progress_message
     env.globals["fraction"] = display.fraction
     env.globals["older_note"] = display.older_note
     env.globals["states"] = reads.STATES
@@ -209,6 +210,8 @@ class Dashboard:
             matches = triage.matching(self.client, QueueReads(keys), state, wanted)
             shown = matches.rows[(number - 1) * size : number * size]
             found = reads.TaskPage(state, len(matches.rows), (number - 1) * size, shown)
+        elif state in reads.LIVE_STATES:
+            found = reads.live_page(self.client, QueueReads(keys), state, (number - 1) * size, size)
         else:
             found = reads.state_page(
                 self.client, QueueReads(keys), state, (number - 1) * size, size, group=group

@@ -26,6 +26,7 @@ __all__ = [
     "older_note",
     "one_line",
     "pretty",
+    "progress_message",
     "short_id",
     "url_part",
     "when",
@@ -83,6 +84,18 @@ def ago(at: datetime | None, now_ms: int | None) -> str:
     delta = now_ms / 1000 - at.timestamp()
     shown = duration(abs(delta))
     return f"{shown} ago" if delta >= 0 else f"in {shown}"
+
+
+def progress_message(progress: Any) -> str:
+    """The words of a progress value: its ``message`` (or ``msg``, ``status``) when it is an
+    object, itself when text; "" for a bare number (the bar says it)."""
+    if isinstance(progress, dict):
+        for key in ("message", "msg", "status", "step"):
+            value = progress.get(key)
+            if isinstance(value, str):
+                return one_line(value)
+        return ""
+    return one_line(progress) if isinstance(progress, str) else ""
 
 
 def short_id(value: str, keep: int = 8) -> str:

@@ -14,7 +14,7 @@ from taskfleet.protocol import groups as group_layout
 from taskfleet.protocol.calls import run, run_all
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.reads import STATES, QueueReads, TaskRow
+from taskfleet.protocol.reads import STATES, LiveRow, QueueReads, TaskRow
 from taskfleet.protocol.tasks import Task, TaskState
 
 __all__ = ["HELD_SHOWN", "STATES", "TaskPage", "TaskRow", "WorkerDetail", "state_page", "task"]
@@ -35,6 +35,34 @@ class TaskPage:
     grouped: bool = False
     #: past ``groups.MERGED_MAX`` of a grouped queue's order: only a group's own page lists
     beyond: bool = False
+    #: running and waiting: each task's run, progress and what it waits for
+    live: list[LiveRow] = field(default_factory=list)
+    #: task names by id (of the tasks whose payload is small enough to read for it)
+    names: dict[str, str] = field(default_factory=dict)
+
+
+#: A payload is read for its task's name only up to this size (the name opens it).
+NAME_READ_BYTES = 4096
+#: The states whose page shows each task's run and progress (``live_page``).
+LIVE_STATES = ("running", "waiting")
+
+
+def live_page(
+    client: SyncClient, reads: QueueReads, state: str, offset: int, limit: int
+) -> TaskPage:
+    """A page of running or waiting tasks with their ``LiveRow`` (progress, lease, group,
+    what each waits for) and the names of those whose payload is small; three round trips,
+    bounded by the page (``NAME_READ_BYTES`` per payload read)."""
+    parsed = TaskState(state)
+    total, ids = run_all(client, [reads.size(parsed), reads.ids(parsed, offset, limit)])
+    if not ids:
+        return TaskPage(state, total, offset)
+    live = run(client, reads.live_rows(ids))
+    small = [r.id for r in live if 0 < r.payload_bytes <= NAME_READ_BYTES]
+    names = run(client, reads.payload_names(small)) if small else []
+    named = {i: n for i, n in zip(small, names, strict=True) if n}
+    rows = [r for r in live if r.present]
+    return TaskPage(state, total, offset, live=rows, names=named)
 
 
 def pending_ids(
