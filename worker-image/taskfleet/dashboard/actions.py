@@ -213,3 +213,61 @@ def record_claims(client: str, queue: str, action: ClaimAction, outcome: str) ->
         "result": outcome,
     }
     log.info("dashboard_action", extra={"fields": fields})
+
+
+#: What the schedules page does to one schedule.
+SCHEDULE_OPS = ("pause", "resume", "run")
+
+
+@dataclass(frozen=True)
+class ScheduleAction:
+    op: str
+    name: str
+
+
+def parse_schedule(form: Mapping[str, str]) -> ScheduleAction:
+    op, name = form.get("op", ""), form.get("name", "")
+    if op not in SCHEDULE_OPS:
+        raise BadActionError(f"no schedule action {op!r}: one of {', '.join(SCHEDULE_OPS)}")
+    if not name or len(name) > 200:
+        raise BadActionError("name the schedule (1..200 characters)")
+    return ScheduleAction(op, name)
+
+
+def run_schedule(queue: Queue, action: ScheduleAction) -> str:
+    """Pause or resume through the queue's calls; run now enqueues one task as the
+    schedule's next slot would (its payload, priority, attempts, cost, timeout, group),
+    outside its slots: the schedule's own record is left as it is."""
+    from taskfleet.protocol.errors import InvalidArgument, ScheduleNotFound
+
+    try:
+        if action.op == "pause":
+            return "paused" if queue.pause_schedule(action.name) else "already paused"
+        if action.op == "resume":
+            return "resumed" if queue.resume_schedule(action.name) else "already active"
+        found = queue.get_schedule(action.name)
+        if found is None:
+            raise BadActionError(f"no schedule {action.name!r}")
+        task_id = queue.enqueue(
+            found.payload,
+            priority=found.priority,
+            max_attempts=found.max_attempts,
+            cost=found.cost,
+            timeout=found.timeout_s,
+            deadline=found.deadline_s,
+            group=found.group,
+        )
+    except (ScheduleNotFound, InvalidArgument) as exc:
+        raise BadActionError(str(exc)) from None
+    return f"enqueued {task_id}"
+
+
+def record_schedule(client: str, queue: str, action: ScheduleAction, outcome: str) -> None:
+    fields = {
+        "client": client,
+        "queue": queue,
+        "action": f"schedule_{action.op}",
+        "schedule": action.name,
+        "result": outcome,
+    }
+    log.info("dashboard_action", extra={"fields": fields})

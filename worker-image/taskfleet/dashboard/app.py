@@ -34,9 +34,11 @@ from taskfleet.dashboard.sampler import Sampler, rates
 from taskfleet.dashboard.settings import DashboardSettings, allows
 from taskfleet.producer import flowtree, overview
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol import flows as flow_reads
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.connect import SyncClient, connect
 from taskfleet.protocol.groups import MERGED_MAX, group_problem
+from taskfleet.protocol.holdbacks import DEAD_COUNTER
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.redisurl import redact_redis_url, scrub
@@ -59,6 +61,8 @@ SECURITY_HEADERS = {
 }
 
 LIVE_HEADER = "x-live"
+#: Schedules a queue's page lists (by name).
+SCHEDULES_SHOWN = 500
 
 
 def _environment() -> Environment:
@@ -72,6 +76,8 @@ def _environment() -> Environment:
     env.filters["duration"] = display.duration
     env.filters["short"] = display.short_id
     env.globals["ago"] = display.ago
+    env.globals["ago_s"] = display.ago_s
+    env.globals["epoch"] = display.epoch
     env.filters["pretty"] = display.pretty
     env.filters["capped"] = display.capped
     env.filters["one_line"] = display.one_line
@@ -152,7 +158,7 @@ class Dashboard:
         """The health alarms that hold for ``view`` (``alarms``), the dead count's rise
         from the sampler's samples."""
         samples = [
-            (s.at_ms, s.counters.get("dead_total", 0)) for s in self.sampler.samples(view.name)
+            (s.at_ms, s.counters.get(DEAD_COUNTER, 0)) for s in self.sampler.samples(view.name)
         ]
         return alarms.alarms(view, alarms.dead_rise(samples, view.at_ms))
 
@@ -261,6 +267,40 @@ class Dashboard:
             task=found,
             flow=flowtree.flow_tree(self.client, QueueReads(keys), found.id),
             tree_limit=flowtree.TREE_LIMIT,
+            now_ms=run(self.client, QueueReads(keys).clock()),
+        )
+
+    def schedules(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        keys = self.keys(name)
+        qr = QueueReads(keys)
+        names = run(self.client, qr.schedule_names())
+        shown = names[:SCHEDULES_SHOWN]
+        found = run(self.client, qr.schedules(shown)) if shown else []
+        return self.page(
+            request,
+            "schedules",
+            queue=name,
+            schedules=found,
+            total=len(names),
+            now_ms=run(self.client, qr.clock()),
+        )
+
+    def flows(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        keys = self.keys(name)
+        size = self.settings.page_size
+        number = _page_number(request.query_params.get("page", "1"))
+        total, ids = run(self.client, flow_reads.flow_ids(keys, (number - 1) * size, size))
+        records = run(self.client, flow_reads.flow_records(keys, ids)) if ids else []
+        return self.page(
+            request,
+            "flows",
+            queue=name,
+            flows=list(zip(ids, records, strict=True)),
+            total=total,
+            number=number,
+            last=max(1, -(-total // size)),
             now_ms=run(self.client, QueueReads(keys).clock()),
         )
 
@@ -376,6 +416,9 @@ def create_app(settings: DashboardSettings, *, client: SyncClient | None = None)
         Route("/queues/{queue}", dash.queue, methods=get),
         Route("/queues/{queue}/workers", dash.workers, methods=get),
         Route("/queues/{queue}/search", dash.search, methods=get),
+        Route("/queues/{queue}/schedules", dash.schedules, methods=get),
+        Route("/queues/{queue}/schedules", partial(acting.schedule_act, dash), methods=["POST"]),
+        Route("/queues/{queue}/flows", dash.flows, methods=get),
         Route("/queues/{queue}/tasks/id/{task_id:path}", dash.task, methods=get),
         Route("/queues/{queue}/tasks/{state}", dash.tasks, methods=get),
         Route("/login", partial(acting.login_page, dash), methods=get),

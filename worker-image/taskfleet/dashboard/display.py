@@ -18,8 +18,10 @@ from taskfleet.protocol.records import CURRENT_LEVEL, RELEASE_OF_LEVEL
 __all__ = [
     "age",
     "ago",
+    "ago_s",
     "capped",
     "duration",
+    "epoch",
     "fraction",
     "level",
     "older",
@@ -96,6 +98,16 @@ def progress_message(progress: Any) -> str:
                 return one_line(value)
         return ""
     return one_line(progress) if isinstance(progress, str) else ""
+
+
+def epoch(seconds: int) -> str:
+    """Epoch seconds as ``2024-05-01 12:00:03 UTC``."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def ago_s(seconds: int, now_ms: int) -> str:
+    """``ago`` of epoch seconds."""
+    return ago(datetime.fromtimestamp(seconds, UTC), now_ms)
 
 
 def short_id(value: str, keep: int = 8) -> str:

@@ -22,6 +22,7 @@ from redis.cluster import RedisCluster
 from taskfleet.producer.overview import discover
 from taskfleet.protocol.calls import run, run_all
 from taskfleet.protocol.connect import SyncClient
+from taskfleet.protocol.holdbacks import DEAD_COUNTER
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 
@@ -30,7 +31,7 @@ log = logging.getLogger("taskfleet.dashboard")
 #: The counters a chart draws, by the name its legend shows.
 CHARTED = {"done": "completed", "failed": "failed"}
 #: Every counter sampled: the charted ones and the dead count the alarms watch.
-SAMPLED = (*CHARTED.values(), "dead_total")
+SAMPLED = (*CHARTED.values(), DEAD_COUNTER)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.records import BUCKET_FIELDS, hash_of, text
 
 __all__ = [
+    "DEAD_COUNTER",
     "PAUSED_READ",
     "Bucket",
     "GroupPause",
@@ -25,6 +26,8 @@ __all__ = [
     "holdbacks",
 ]
 
+#: The counter of tasks that ever went dead (``tasks.COUNTERS``): the alarms watch its rise.
+DEAD_COUNTER = "dead_total"
 #: Parked groups read to find those paused (the claim parks a paused group until its end).
 PAUSED_READ = 100
 
