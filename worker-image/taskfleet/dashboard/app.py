@@ -78,6 +78,8 @@ def _environment() -> Environment:
     env.globals["ago"] = display.ago
     env.globals["ago_s"] = display.ago_s
     env.globals["epoch"] = display.epoch
+    env.globals["limit_value"] = display.limit_value
+    env.globals["limit_name"] = display.limit_name
     env.filters["pretty"] = display.pretty
     env.filters["capped"] = display.capped
     env.filters["one_line"] = display.one_line

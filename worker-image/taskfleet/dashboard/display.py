@@ -24,6 +24,8 @@ __all__ = [
     "epoch",
     "fraction",
     "level",
+    "limit_name",
+    "limit_value",
     "older",
     "older_note",
     "one_line",
@@ -108,6 +110,26 @@ def epoch(seconds: int) -> str:
 def ago_s(seconds: int, now_ms: int) -> str:
     """``ago`` of epoch seconds."""
     return ago(datetime.fromtimestamp(seconds, UTC), now_ms)
+
+
+def limit_value(key: str, value: Any) -> str:
+    """A config value as a reader wants it: a span (``*_s``) in human units, the rest as
+    stored; None as "none"."""
+    if value is None:
+        return "none"
+    if key.endswith("_s") and isinstance(value, int | float) and not isinstance(value, bool):
+        return duration(float(value))
+    if isinstance(value, int) and not isinstance(value, bool) and key.endswith("_bytes"):
+        return f"{value / 1024:,.0f} KiB" if value < 1024 * 1024 else f"{value / 1048576:,.1f} MiB"
+    return str(value)
+
+
+def limit_name(key: str) -> str:
+    """A config key as a label: ``dead_retention_s`` -> ``dead retention``."""
+    for suffix in ("_s", "_bytes"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+    return key.replace("_", " ")
 
 
 def short_id(value: str, keep: int = 8) -> str:
