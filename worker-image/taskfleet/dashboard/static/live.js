@@ -43,7 +43,7 @@
     if (!button || !navigator.clipboard) { return; }
     navigator.clipboard.writeText(button.getAttribute("data-copy") || "").then(function () {
       button.classList.add("copied");
-      button.textContent = "✓";
+      button.textContent = "copied";
     });
   });
 
