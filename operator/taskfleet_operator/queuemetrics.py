@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.calls import Call, run, run_all
-from taskfleet.protocol.groups import GroupCount, group_counts, group_names
+from taskfleet.protocol.groups import GroupCount, group_counts, group_heads, group_names
 from taskfleet.protocol.quota import QuotaOps, QuotaState, quota_state
 from taskfleet.protocol.reads import STATES, Workers
 from taskfleet.protocol.records import CURRENT_LEVEL, DEFAULT_LEASE_TTL_S
@@ -73,7 +73,7 @@ class QueueReading:
     workers_alive: int = 0
     slots_alive: int = 0  # the concurrency of the live workers, summed
     workers_older: int = 0  # live workers of a level below CURRENT_LEVEL (0.1.x workers)
-    oldest_pending_s: float = 0.0  # age of the head of pending; 0 when nothing is pending
+    oldest_pending_s: float = 0.0  # the oldest head of pending and its groups'; 0: none pending
     policy: str | None = None  # the server's maxmemory-policy as last checked
     quota: QuotaState | None = None  # the claim pause and the budget's spend
     groups_paused: int = 0  # groups (of those read) whose own claim pause holds
@@ -133,9 +133,14 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
             grouped.append((reading, queue, names))
         if head:
             heads.append((reading, queue, head[0]))
-    counts = run_all(
-        client, [group_counts(queue.keys, names, now_ms) for _, queue, names in grouped]
-    )
+    group_calls: list[Call[Any]] = []
+    for _, queue, names in grouped:
+        group_calls += [group_counts(queue.keys, names, now_ms), group_heads(queue.keys, names)]
+    group_replies = run_all(client, group_calls)
+    counts = group_replies[0::2]
+    # the oldest ready task across groups: each group's next one too, not only pending's
+    for (reading, queue, _), found in zip(grouped, group_replies[1::2], strict=True):
+        heads += [(reading, queue, task_id) for task_id in found if task_id]
     budget_reads: list[tuple[QueueReading, str]] = []
     budget_calls: list[Call[dict[str, str]]] = []
     for (reading, queue, _), found in zip(grouped, counts, strict=True):
@@ -159,7 +164,7 @@ def _read_server(members: list[tuple[tuple[str, str], Queue]]) -> list[QueueRead
     ready = run_all(client, [queue.reads.ready_at([task_id]) for _, queue, task_id in heads])
     for (reading, _, _), (ready_ms,) in zip(heads, ready, strict=True):
         if ready_ms is not None:
-            reading.oldest_pending_s = max(0.0, (now_ms - ready_ms) / 1000)
+            reading.oldest_pending_s = max(reading.oldest_pending_s, (now_ms - ready_ms) / 1000)
     return readings
 
 

@@ -76,3 +76,24 @@ def test_a_setting_that_is_not_a_number_is_refused_naming_the_field(
         assert out.stderr.strip().splitlines() == [f"taskfleet: error: --set: {said}"]
     with Queue("q", redis_url=redis_url) as queue:
         assert queue.group_settings("t1").max_concurrency is None
+
+
+def test_ls_pending_of_a_queue_with_three_groups_lists_every_task_as_queue_list_does(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    for group, count in (("t1", 3), ("t2", 2), ("t3", 4)):
+        made = taskfleet("enqueue", "q", "--group", group, "--count", str(count), env=env)
+        assert made.returncode == 0, made.stderr
+    taskfleet("enqueue", "q", env=env)
+    first = json.loads(taskfleet("ls", "q", "pending", "--limit", "6", "--json", env=env).stdout)
+    rest = json.loads(
+        taskfleet("ls", "q", "pending", "--cursor", first["cursor"], "--json", env=env).stdout
+    )
+    listed = [t["id"] for t in first["tasks"] + rest["tasks"]]
+    assert rest["cursor"] is None and len(listed) == 10
+    assert {t["group"] for t in first["tasks"] + rest["tasks"]} == {"t1", "t2", "t3", None}
+    with Queue("q", redis_url=redis_url) as queue:
+        assert [t.id for t in queue.list("pending").tasks] == listed
+    text = taskfleet("ls", "q", "pending", env=env).stdout.splitlines()
+    assert [line.split()[0] for line in text] == listed

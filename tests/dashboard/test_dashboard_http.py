@@ -80,7 +80,8 @@ def test_a_queue_page_shows_its_limits_the_newest_dead_and_a_rate_chart_of_its_c
     page = served.get("/queues/jobs").body
 
     shown = text_of(page)
-    assert "max_concurrency 7" in shown and "rate_limit_tasks 50" in shown
+    assert "max concurrency 7" in shown and "rate limit tasks 50" in shown
+    assert "dead retention 3 d" in shown and "dead_retention_s" not in shown
     assert f'/queues/jobs/tasks/id/{scene.dead_id}"' in page
     assert "FileNotFoundError: no such file: /data/&lt;missing&gt;.csv" in page  # last line
     # samples every 50 ms: a line once two intervals are in
@@ -112,7 +113,8 @@ def test_dead_tasks_list_the_newest_first_with_reason_and_the_errors_last_line(
 
     page = served.get("/queues/jobs/tasks/dead").body
 
-    row = page.split(f'/tasks/id/{scene.dead_id}"', 1)[1].split("</tr>", 1)[0]
+    listed = page.split('<table class="tasks">', 1)[1]
+    row = listed.split(f'/tasks/id/{scene.dead_id}"', 1)[1].split("</tr>", 1)[0]
     assert '<span class="reason">failed</span>' in row
     assert "FileNotFoundError: no such file" in row and "Traceback" not in row
 

@@ -182,3 +182,16 @@ def test_a_scrape_exports_the_most_pending_groups_and_sums_the_rest_as_other(
     shown = {(c.group, c.pending, c.running) for c in reading.groups}
     assert shown == {("big", 5, 0), ("mid", 3, 0), ("other", 2, 0)}
     assert reading.tasks["pending"] == 10
+
+
+def test_the_oldest_pending_age_counts_the_tasks_waiting_in_groups(
+    connections: Connections, redis_url: str
+) -> None:
+    jobs = connections.get("apps", "tenants", make_spec())
+    jobs.enqueue({"n": 0})  # ungrouped, ready now
+    waiting = jobs.enqueue({"n": 1}, group="tenant-a")
+    jobs.enqueue({"n": 2}, group="tenant-b")
+    now_ms = int(time.time() * 1000)
+    jobs.client.hset(jobs.keys.task(waiting), "run_at", now_ms - 300_000)
+    (reading,) = [r for r in read_queues(connections) if r.queue == "apps.tenants"]
+    assert 299 <= reading.oldest_pending_s < 360

@@ -13,6 +13,7 @@ import type { Client, Scripts } from "./connection.js";
 import { groupProblem } from "./encoding.js";
 import { InvalidArgument, ProtocolError, describe, pyRepr } from "./errors.js";
 import type { QueueKeys } from "./keys.js";
+import { MERGED_MAX, pendingAcrossGroups } from "./protocol/groupstore.js";
 import { type PageOf, pageIds, readTasks } from "./protocol/reads.js";
 import { queueMs } from "./protocol/store.js";
 import { FINISHED, type Task, TaskState, taskFromHash } from "./tasks.js";
@@ -340,8 +341,9 @@ export interface ListOptions extends TaskFilter {
   readonly cursor?: string | null;
   /**
    * Only this group's tasks. Pending tasks of groups wait in their group's own order:
-   * list them with `group` (`Queue.groups` names the groups); without it, pending lists
-   * the ungrouped tasks.
+   * `group` lists one group's (`Queue.groups` names the groups); without it, pending lists
+   * every task, its groups' included, in the order the claim serves them (the first
+   * `MERGED_MAX` of that order).
    */
   readonly group?: string;
 }
@@ -389,13 +391,23 @@ export async function listTasks(
       newestFirst: finished,
       scores: byScore ? [bound(hi), bound(lo)] : undefined,
     };
-    const ids = await pageIds(c, page, offset, chunk);
+    // pending without a group: across the groups' own zsets when groups are in use
+    const across =
+      parsed === TaskState.Pending && !own ? await pendingAcrossGroups(c, offset, chunk) : null;
+    if (across === "beyond") {
+      if (found.length > 0) return { tasks: found, cursor: String(offset) };
+      throw new InvalidArgument(
+        `pending across groups is listed up to its first ${MERGED_MAX} tasks: ` +
+          "list one group's with group (Queue.groups names them)",
+      );
+    }
+    const ids = across ?? (await pageIds(c, page, offset, chunk));
     if (ids.length === 0) return { tasks: found, cursor: null };
     const hashes = await readTasks(c, ids);
     for (const [i, id] of ids.entries()) {
       offset += 1;
       budget -= 1;
-      const hash = hashes[i] ?? {};
+      const hash = id === "" ? {} : (hashes[i] ?? {});
       if (Object.keys(hash).length === 0) continue; // pruned or deleted meanwhile
       const task = taskFromHash(hash, id);
       if (group !== undefined && task.group !== group) continue;

@@ -3,7 +3,8 @@ import { after, before, beforeEach, describe, it } from "node:test";
 
 import { packagedBundle } from "../src/bundle.js";
 import { Scripts } from "../src/connection.js";
-import { InvalidArgument, Queue } from "../src/index.js";
+import { InvalidArgument, Queue, TaskState } from "../src/index.js";
+import { fairOrder } from "../src/protocol/groupstore.js";
 import { needsPython, python } from "./python.js";
 import { RedisServer } from "./redis.js";
 import { idAndToken } from "../src/worker/claimed.js";
@@ -129,7 +130,7 @@ with Queue(name, url) as q:
       ): Promise<string[]> =>
         (await q.list(state, group === undefined ? {} : { group })).tasks.map((t) => t.id);
       assert.deepEqual(await ids("pending", "a"), ["a4", "a2"]); // its own order: priority first
-      assert.deepEqual(await ids("pending"), []); // without a group: the ungrouped ones
+      assert.deepEqual(await ids("pending"), ["a4", "a2"]); // without a group: every group's
       assert.deepEqual(await ids("dead", "a"), ["a1"]);
       assert.deepEqual(await ids("running", "a"), ["a5"]);
       assert.deepEqual(await ids("dead", "b"), ["b1"]);
@@ -183,5 +184,68 @@ with Queue(name, url) as q:
     } finally {
       await q.close();
     }
+  });
+});
+
+describe("pending across groups", () => {
+  it(
+    "lists every group's pending tasks in the claim's order, as Python and the claims do",
+    needsPython,
+    async () => {
+      const q = new Queue("jobs", { redisUrl: server.url });
+      try {
+        await q.setGroup("c", { weight: 2 });
+        for (const [group, n] of [
+          ["a", 4],
+          ["b", 2],
+          ["c", 5],
+        ] as const) {
+          await q.enqueueMany(Array.from({ length: n }, (_, i) => ({ payload: { i }, group })));
+        }
+        await q.enqueueMany([{ payload: { u: 1 } }, { payload: { u: 2 } }]);
+        const listed: string[] = [];
+        let cursor: string | null = null;
+        do {
+          const page = await q.list(TaskState.Pending, { limit: 4, cursor });
+          listed.push(...page.tasks.map((t) => t.id));
+          cursor = page.cursor;
+        } while (cursor !== null);
+        assert.equal(new Set(listed).size, 13);
+        const fromPython = python<string[]>(
+          `import json, sys
+from taskfleet.producer.queue import Queue
+url = json.load(sys.stdin)
+with Queue("jobs", url) as q:
+    print(json.dumps([t.id for t in q.list("pending").tasks]))`,
+          server.url,
+        );
+        assert.deepEqual(listed, fromPython);
+        const claimed: string[] = [];
+        for (let i = 0; i < 13; i++) claimed.push(...(await claim(q, 1)));
+        assert.deepEqual(claimed, listed);
+      } finally {
+        await q.close();
+      }
+    },
+  );
+
+  it("orders lanes by turn and weight, the held ones last (pure)", () => {
+    const lanes = [
+      { group: "a", turn: 0, weight: 1, size: 3, held: false },
+      { group: "b", turn: 0, weight: 2, size: 3, held: false },
+      { group: "x", turn: 0, weight: 1, size: 2, held: true },
+    ];
+    const whole = fairOrder(lanes, 0, 100);
+    assert.deepEqual(whole, [
+      ["a", 0],
+      ["b", 0],
+      ["b", 1],
+      ["a", 1],
+      ["b", 2],
+      ["a", 2],
+      ["x", 0],
+      ["x", 1],
+    ]);
+    assert.deepEqual(fairOrder(lanes, 2, 3), whole.slice(2, 5));
   });
 });

@@ -177,3 +177,50 @@ async def act(dash: Board, request: Request) -> Response:
     result = await run_in_threadpool(actions.run, dash.queue_of(keys), action)
     actions.record(_client(request), name, action, result)
     return dash.page(request, "result", live=False, result=result, **context)
+
+
+async def claims(dash: Board, request: Request) -> Response:
+    """Pause or resume claims (the queue's, or a group's): behind the same gate, login and
+    CSRF token as every action; answered by a redirect to the page it came from."""
+    refused = _gate(dash, request)
+    if refused:
+        return _refuse(dash, request, refused)
+    form = await _form(request)
+    session = auth.of(request, dash.sessions)
+    if session is None:
+        return _refuse(dash, request, "log in first: actions need the dashboard's token")
+    if not auth.csrf_matches(session, form.get("csrf") or None):
+        return _refuse(dash, request, "the form's CSRF token is missing or not this session's")
+    name = request.path_params["queue"]
+    keys = dash.keys(name)
+    try:
+        action = actions.parse_claims(form.first())
+    except actions.BadActionError as exc:
+        raise HTTPException(400, str(exc)) from None
+    outcome = await run_in_threadpool(actions.run_claims, dash.queue_of(keys), action)
+    actions.record_claims(_client(request), name, action, outcome)
+    back = _local(form.get("back") or f"/queues/{display.url_part(name)}")
+    return RedirectResponse(back, status_code=303)
+
+
+async def schedule_act(dash: Board, request: Request) -> Response:
+    """Pause, resume or run now a schedule: the same gate, login and CSRF token as every
+    action; one log line; back to the schedules page."""
+    refused = _gate(dash, request)
+    if refused:
+        return _refuse(dash, request, refused)
+    form = await _form(request)
+    session = auth.of(request, dash.sessions)
+    if session is None:
+        return _refuse(dash, request, "log in first: actions need the dashboard's token")
+    if not auth.csrf_matches(session, form.get("csrf") or None):
+        return _refuse(dash, request, "the form's CSRF token is missing or not this session's")
+    name = request.path_params["queue"]
+    keys = dash.keys(name)
+    try:
+        action = actions.parse_schedule(form.first())
+        outcome = await run_in_threadpool(actions.run_schedule, dash.queue_of(keys), action)
+    except actions.BadActionError as exc:
+        raise HTTPException(400, str(exc)) from None
+    actions.record_schedule(_client(request), name, action, outcome)
+    return RedirectResponse(f"/queues/{display.url_part(name)}/schedules", status_code=303)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.control_ops import CancelOutcome
+from taskfleet.protocol.groups import group_problem
 from taskfleet.protocol.states import FINISHED, TaskState
 
 log = logging.getLogger("taskfleet.dashboard")
@@ -144,4 +145,129 @@ def record(client: str, queue: str, action: Action, outcome: Result | str) -> No
     }
     if isinstance(outcome, Result):
         fields["changed"] = str(outcome.changed)
+    log.info("dashboard_action", extra={"fields": fields})
+
+
+#: The longest claim pause the dashboard sets (a week), and a reason's length.
+MAX_PAUSE_S = 7 * 86400
+MAX_REASON = 200
+
+
+@dataclass(frozen=True)
+class ClaimAction:
+    """Pause or resume the queue's claims (``Queue.pause_claims`` / ``resume_claims``),
+    or one group's."""
+
+    kind: str
+    group: str | None = None
+    seconds: float = 0.0
+    reason: str = ""
+
+    def describe(self) -> str:
+        what = f"group {self.group}'s claims" if self.group else "the queue's claims"
+        if self.kind == "resume":
+            return f"Resume {what}"
+        return f"Pause {what} for {self.seconds:g} s"
+
+
+def parse_claims(form: Mapping[str, str]) -> ClaimAction:
+    """``op`` (pause or resume), ``group`` (optional), ``seconds`` and ``reason`` (pause)."""
+    kind = form.get("op", "")
+    if kind not in ("pause", "resume"):
+        raise BadActionError(f"no claims action {kind!r}: pause or resume")
+    group = form.get("group", "").strip() or None
+    if group is not None and (problem := group_problem(group)):
+        raise BadActionError(problem)
+    if kind == "resume":
+        return ClaimAction(kind, group)
+    raw = form.get("seconds", "").strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise BadActionError(f"seconds must be a number of seconds, not {raw[:40]!r}") from None
+    if not 1 <= seconds <= MAX_PAUSE_S:
+        raise BadActionError(f"seconds must be 1..{MAX_PAUSE_S}, not {raw[:40]!r}")
+    reason = form.get("reason", "").strip()
+    if len(reason) > MAX_REASON:
+        raise BadActionError(f"a reason holds at most {MAX_REASON} characters")
+    return ClaimAction(kind, group, seconds, reason or "paused from the dashboard")
+
+
+def run_claims(queue: Queue, action: ClaimAction) -> str:
+    if action.kind == "resume":
+        queue.resume_claims(group=action.group)
+        return "resumed"
+    until = queue.pause_claims(action.seconds, reason=action.reason, group=action.group)
+    return f"paused until {until}"
+
+
+def record_claims(client: str, queue: str, action: ClaimAction, outcome: str) -> None:
+    """One structured line per claims action (and refusal), as ``record``."""
+    fields = {
+        "client": client,
+        "queue": queue,
+        "action": f"{action.kind}_claims",
+        "group": action.group or "",
+        "seconds": f"{action.seconds:g}",
+        "reason": action.reason,
+        "result": outcome,
+    }
+    log.info("dashboard_action", extra={"fields": fields})
+
+
+#: What the schedules page does to one schedule.
+SCHEDULE_OPS = ("pause", "resume", "run")
+
+
+@dataclass(frozen=True)
+class ScheduleAction:
+    op: str
+    name: str
+
+
+def parse_schedule(form: Mapping[str, str]) -> ScheduleAction:
+    op, name = form.get("op", ""), form.get("name", "")
+    if op not in SCHEDULE_OPS:
+        raise BadActionError(f"no schedule action {op!r}: one of {', '.join(SCHEDULE_OPS)}")
+    if not name or len(name) > 200:
+        raise BadActionError("name the schedule (1..200 characters)")
+    return ScheduleAction(op, name)
+
+
+def run_schedule(queue: Queue, action: ScheduleAction) -> str:
+    """Pause or resume through the queue's calls; run now enqueues one task as the
+    schedule's next slot would (its payload, priority, attempts, cost, timeout, group),
+    outside its slots: the schedule's own record is left as it is."""
+    from taskfleet.protocol.errors import InvalidArgument, ScheduleNotFound
+
+    try:
+        if action.op == "pause":
+            return "paused" if queue.pause_schedule(action.name) else "already paused"
+        if action.op == "resume":
+            return "resumed" if queue.resume_schedule(action.name) else "already active"
+        found = queue.get_schedule(action.name)
+        if found is None:
+            raise BadActionError(f"no schedule {action.name!r}")
+        task_id = queue.enqueue(
+            found.payload,
+            priority=found.priority,
+            max_attempts=found.max_attempts,
+            cost=found.cost,
+            timeout=found.timeout_s,
+            deadline=found.deadline_s,
+            group=found.group,
+        )
+    except (ScheduleNotFound, InvalidArgument) as exc:
+        raise BadActionError(str(exc)) from None
+    return f"enqueued {task_id}"
+
+
+def record_schedule(client: str, queue: str, action: ScheduleAction, outcome: str) -> None:
+    fields = {
+        "client": client,
+        "queue": queue,
+        "action": f"schedule_{action.op}",
+        "schedule": action.name,
+        "result": outcome,
+    }
     log.info("dashboard_action", extra={"fields": fields})

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import redis
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -28,13 +29,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
-from taskfleet.dashboard import acting, actions, auth, charts, display, reads
+from taskfleet.dashboard import acting, actions, alarms, auth, charts, display, reads, triage
 from taskfleet.dashboard.sampler import Sampler, rates
 from taskfleet.dashboard.settings import DashboardSettings, allows
 from taskfleet.producer import flowtree, overview
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol import flows as flow_reads
 from taskfleet.protocol.calls import run
 from taskfleet.protocol.connect import SyncClient, connect
+from taskfleet.protocol.groups import MERGED_MAX, group_problem
+from taskfleet.protocol.holdbacks import DEAD_COUNTER
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.redisurl import redact_redis_url, scrub
@@ -57,6 +61,8 @@ SECURITY_HEADERS = {
 }
 
 LIVE_HEADER = "x-live"
+#: Schedules a queue's page lists (by name).
+SCHEDULES_SHOWN = 500
 
 
 def _environment() -> Environment:
@@ -67,6 +73,13 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["age"] = display.age
+    env.filters["duration"] = display.duration
+    env.filters["short"] = display.short_id
+    env.globals["ago"] = display.ago
+    env.globals["ago_s"] = display.ago_s
+    env.globals["epoch"] = display.epoch
+    env.globals["limit_value"] = display.limit_value
+    env.globals["limit_name"] = display.limit_name
     env.filters["pretty"] = display.pretty
     env.filters["capped"] = display.capped
     env.filters["one_line"] = display.one_line
@@ -74,9 +87,12 @@ def _environment() -> Environment:
     env.filters["level"] = display.level
     env.tests["older"] = display.older
     env.globals["when"] = display.when
+    env.globals["progress_message"] = display.progress_message
     env.globals["fraction"] = display.fraction
     env.globals["older_note"] = display.older_note
     env.globals["states"] = reads.STATES
+    env.globals["merged_max"] = MERGED_MAX
+    env.globals["oldest_ready_s"] = alarms.OLDEST_READY_S
     return env
 
 
@@ -96,6 +112,7 @@ class Dashboard:
             sample_s=settings.sample_s,
             history_s=settings.history_s,
             discover_s=settings.discover_s,
+            keep_s=alarms.DEAD_WINDOW_S,
         )
         self.templates = _environment()
         self.redis_shown = redact_redis_url(settings.redis_url)
@@ -139,6 +156,14 @@ class Dashboard:
         )
         return HTMLResponse(body, status_code=status)
 
+    def alarms_of(self, view: overview.QueueView) -> list[alarms.Alarm]:
+        """The health alarms that hold for ``view`` (``alarms``), the dead count's rise
+        from the sampler's samples."""
+        samples = [
+            (s.at_ms, s.counters.get(DEAD_COUNTER, 0)) for s in self.sampler.samples(view.name)
+        ]
+        return alarms.alarms(view, alarms.dead_rise(samples, view.at_ms))
+
     def chart(self, queue: str) -> Any:
         span = int(self.settings.history_s * 1000)
         return charts.rate_chart(rates(self.sampler.samples(queue)), span)
@@ -148,7 +173,7 @@ class Dashboard:
     def queues(self, request: Request) -> Response:
         names = self.sampler.queues()
         views = [overview.read(self.client, name, groups=False) for name in names]
-        rows = [(v, self.chart(v.name), self._rates(v.name)) for v in views]
+        rows = [(v, self.chart(v.name), self._rates(v.name), self.alarms_of(v)) for v in views]
         return self.page(request, "queues", rows=rows, discovered=self.sampler.discovered())
 
     def _rates(self, queue: str) -> dict[str, float | None]:
@@ -163,6 +188,7 @@ class Dashboard:
             request,
             "queue",
             view=view,
+            alarms=self.alarms_of(view),
             chart=self.chart(name),
             rates=self._rates(name),
             now_ms=view.at_ms,
@@ -176,7 +202,34 @@ class Dashboard:
             raise HTTPException(404, "no such state")
         size = self.settings.page_size
         number = _page_number(request.query_params.get("page", "1"))
-        found = reads.state_page(self.client, QueueReads(keys), state, (number - 1) * size, size)
+        group = request.query_params.get("group") or None
+        if group is not None:
+            problem = group_problem(group)
+            if problem or state != "pending":
+                raise HTTPException(400, problem or "only pending is listed by group")
+        wanted = triage.Filter(
+            reason=request.query_params.get("reason", "").strip()[:200],
+            group=request.query_params.get("in_group", "").strip()[:100],
+            error=request.query_params.get("error", "").strip()[:200],
+        )
+        finished = state in ("done", "dead", "cancelled")
+        matches = None
+        if finished and wanted.active:
+            matches = triage.matching(self.client, QueueReads(keys), state, wanted)
+            shown = matches.rows[(number - 1) * size : number * size]
+            found = reads.TaskPage(state, len(matches.rows), (number - 1) * size, shown)
+        elif state in reads.LIVE_STATES:
+            found = reads.live_page(self.client, QueueReads(keys), state, (number - 1) * size, size)
+        else:
+            found = reads.state_page(
+                self.client, QueueReads(keys), state, (number - 1) * size, size, group=group
+            )
+        errors = None
+        if state == "dead" and number == 1:
+            errors = triage.by_error(self.client, QueueReads(keys), state)
+        filters = {"reason": wanted.reason, "in_group": wanted.group, "error": wanted.error}
+        if group is not None:
+            filters["group"] = group
         last = max(1, -(-found.total // size))
         return self.page(
             request,
@@ -185,6 +238,11 @@ class Dashboard:
             found=found,
             number=number,
             last=last,
+            wanted=wanted,
+            matches=matches,
+            errors=errors,
+            extra_qs=urlencode({k: v for k, v in filters.items() if v}),
+            finished=finished,
             now_ms=run(self.client, QueueReads(keys).clock()),
         )
 
@@ -211,6 +269,40 @@ class Dashboard:
             task=found,
             flow=flowtree.flow_tree(self.client, QueueReads(keys), found.id),
             tree_limit=flowtree.TREE_LIMIT,
+            now_ms=run(self.client, QueueReads(keys).clock()),
+        )
+
+    def schedules(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        keys = self.keys(name)
+        qr = QueueReads(keys)
+        names = run(self.client, qr.schedule_names())
+        shown = names[:SCHEDULES_SHOWN]
+        found = run(self.client, qr.schedules(shown)) if shown else []
+        return self.page(
+            request,
+            "schedules",
+            queue=name,
+            schedules=found,
+            total=len(names),
+            now_ms=run(self.client, qr.clock()),
+        )
+
+    def flows(self, request: Request) -> Response:
+        name = request.path_params["queue"]
+        keys = self.keys(name)
+        size = self.settings.page_size
+        number = _page_number(request.query_params.get("page", "1"))
+        total, ids = run(self.client, flow_reads.flow_ids(keys, (number - 1) * size, size))
+        records = run(self.client, flow_reads.flow_records(keys, ids)) if ids else []
+        return self.page(
+            request,
+            "flows",
+            queue=name,
+            flows=list(zip(ids, records, strict=True)),
+            total=total,
+            number=number,
+            last=max(1, -(-total // size)),
             now_ms=run(self.client, QueueReads(keys).clock()),
         )
 
@@ -326,12 +418,16 @@ def create_app(settings: DashboardSettings, *, client: SyncClient | None = None)
         Route("/queues/{queue}", dash.queue, methods=get),
         Route("/queues/{queue}/workers", dash.workers, methods=get),
         Route("/queues/{queue}/search", dash.search, methods=get),
+        Route("/queues/{queue}/schedules", dash.schedules, methods=get),
+        Route("/queues/{queue}/schedules", partial(acting.schedule_act, dash), methods=["POST"]),
+        Route("/queues/{queue}/flows", dash.flows, methods=get),
         Route("/queues/{queue}/tasks/id/{task_id:path}", dash.task, methods=get),
         Route("/queues/{queue}/tasks/{state}", dash.tasks, methods=get),
         Route("/login", partial(acting.login_page, dash), methods=get),
         Route("/login", partial(acting.login, dash), methods=["POST"]),
         Route("/logout", partial(acting.logout, dash), methods=["POST"]),
         Route("/queues/{queue}/actions", partial(acting.act, dash), methods=["POST"]),
+        Route("/queues/{queue}/claims", partial(acting.claims, dash), methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(

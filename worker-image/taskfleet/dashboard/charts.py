@@ -12,6 +12,8 @@ from markupsafe import Markup
 WIDTH = 240
 HEIGHT = 56
 PAD = 2
+#: room under the plot for the time axis' labels, and beside it for the peak's
+AXIS = 10
 #: stroke colour of each series (the legend's names)
 COLOURS = {"done": "#2e7d32", "failed": "#c62828"}
 
@@ -41,10 +43,27 @@ def rate_chart(series: dict[str, list[tuple[int, float]]], span_ms: int) -> Mark
     return Markup(
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
         f'role="img" aria-label="{title}"><title>{title}</title>'
-        f'<line x1="0" y1="{HEIGHT - PAD}" x2="{WIDTH}" y2="{HEIGHT - PAD}" stroke="#ccc"/>'
-        + "".join(lines)
-        + "</svg>"
+        f'<line x1="0" y1="{HEIGHT - AXIS - PAD}" x2="{WIDTH}" y2="{HEIGHT - AXIS - PAD}" '
+        'stroke="#999"/>' + "".join(lines) + _axis(span_ms, peak) + "</svg>"
     )
+
+
+def _axis(span_ms: int, peak: float) -> str:
+    """The time axis' ticks and labels (minutes ago, "now") and the peak's value."""
+    base = HEIGHT - AXIS - PAD
+    minutes = max(1, span_ms // 60000)
+    marks = []
+    for i in range(3):
+        x = PAD + (WIDTH - 2 * PAD) * i / 2
+        ago = minutes - minutes * i // 2
+        label = "now" if i == 2 else f"-{ago} min"
+        anchor = ("start", "middle", "end")[i]
+        marks.append(
+            f'<line x1="{x:.1f}" y1="{base}" x2="{x:.1f}" y2="{base + 3}" stroke="#999"/>'
+            f'<text x="{x:.1f}" y="{HEIGHT - 1}" text-anchor="{anchor}" fill="#888">{label}</text>'
+        )
+    marks.append(f'<text x="{PAD}" y="9" fill="#888">{peak:,.1f}/s</text>')
+    return "".join(marks)
 
 
 def _x(at_ms: int, start_ms: int, span_ms: int) -> float:
@@ -52,4 +71,4 @@ def _x(at_ms: int, start_ms: int, span_ms: int) -> float:
 
 
 def _y(rate: float, top: float) -> float:
-    return HEIGHT - PAD - (HEIGHT - 2 * PAD) * min(1.0, rate / top)
+    return HEIGHT - AXIS - PAD - (HEIGHT - AXIS - 2 * PAD) * min(1.0, rate / top)

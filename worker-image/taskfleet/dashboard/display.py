@@ -17,13 +17,21 @@ from taskfleet.protocol.records import CURRENT_LEVEL, RELEASE_OF_LEVEL
 
 __all__ = [
     "age",
+    "ago",
+    "ago_s",
     "capped",
+    "duration",
+    "epoch",
     "fraction",
     "level",
+    "limit_name",
+    "limit_value",
     "older",
     "older_note",
     "one_line",
     "pretty",
+    "progress_message",
+    "short_id",
     "url_part",
     "when",
 ]
@@ -45,6 +53,89 @@ def age(seconds: float | None) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86400:.1f}d"
+
+
+#: (seconds, unit) from the largest, for ``duration``.
+_UNITS = ((86400, "d"), (3600, "h"), (60, "min"), (1, "s"))
+
+
+def duration(seconds: float | None) -> str:
+    """A span in at most two human units: ``45 s``, ``1 min 30 s``, ``3 d``, ``2 h 5 min``;
+    under a second in ms. "-" for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 0:
+        seconds = 0.0
+    if seconds < 1:
+        return "0 s" if seconds == 0 else f"{round(seconds * 1000)} ms"
+    left = round(seconds)
+    parts: list[str] = []
+    for size, unit in _UNITS:
+        if left >= size:
+            parts.append(f"{left // size} {unit}")
+            left %= size
+        elif parts:
+            break
+        if len(parts) == 2:
+            break
+    return " ".join(parts)
+
+
+def ago(at: datetime | None, now_ms: int | None) -> str:
+    """How long ago (or from now) ``at`` was, in one line: ``3 min ago``, ``in 20 s``."""
+    if at is None or now_ms is None:
+        return "-"
+    delta = now_ms / 1000 - at.timestamp()
+    shown = duration(abs(delta))
+    return f"{shown} ago" if delta >= 0 else f"in {shown}"
+
+
+def progress_message(progress: Any) -> str:
+    """The words of a progress value: its ``message`` (or ``msg``, ``status``) when it is an
+    object, itself when text; "" for a bare number (the bar says it)."""
+    if isinstance(progress, dict):
+        for key in ("message", "msg", "status", "step"):
+            value = progress.get(key)
+            if isinstance(value, str):
+                return one_line(value)
+        return ""
+    return one_line(progress) if isinstance(progress, str) else ""
+
+
+def epoch(seconds: int) -> str:
+    """Epoch seconds as ``2024-05-01 12:00:03 UTC``."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def ago_s(seconds: int, now_ms: int) -> str:
+    """``ago`` of epoch seconds."""
+    return ago(datetime.fromtimestamp(seconds, UTC), now_ms)
+
+
+def limit_value(key: str, value: Any) -> str:
+    """A config value as a reader wants it: a span (``*_s``) in human units, the rest as
+    stored; None as "none"."""
+    if value is None:
+        return "none"
+    if key.endswith("_s") and isinstance(value, int | float) and not isinstance(value, bool):
+        return duration(float(value))
+    if isinstance(value, int) and not isinstance(value, bool) and key.endswith("_bytes"):
+        return f"{value / 1024:,.0f} KiB" if value < 1024 * 1024 else f"{value / 1048576:,.1f} MiB"
+    return str(value)
+
+
+def limit_name(key: str) -> str:
+    """A config key as a label: ``dead_retention_s`` -> ``dead retention``."""
+    for suffix in ("_s", "_bytes"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+    return key.replace("_", " ")
+
+
+def short_id(value: str, keep: int = 8) -> str:
+    """A long id cut to its first ``keep`` characters and an ellipsis (the full one is in
+    the link and its title)."""
+    return value if len(value) <= keep + 1 else value[:keep] + "…"
 
 
 def when(at: datetime | None, now_ms: int | None = None) -> str:

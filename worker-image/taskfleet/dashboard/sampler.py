@@ -22,6 +22,7 @@ from redis.cluster import RedisCluster
 from taskfleet.producer.overview import discover
 from taskfleet.protocol.calls import run, run_all
 from taskfleet.protocol.connect import SyncClient
+from taskfleet.protocol.holdbacks import DEAD_COUNTER
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
 
@@ -29,6 +30,8 @@ log = logging.getLogger("taskfleet.dashboard")
 
 #: The counters a chart draws, by the name its legend shows.
 CHARTED = {"done": "completed", "failed": "failed"}
+#: Every counter sampled: the charted ones and the dead count the alarms watch.
+SAMPLED = (*CHARTED.values(), DEAD_COUNTER)
 
 
 @dataclass(frozen=True)
@@ -62,12 +65,14 @@ class Sampler:
         sample_s: float,
         history_s: float,
         discover_s: float,
+        keep_s: float = 0.0,
     ) -> None:
         self._client = client
         self._fixed = queues
         self._sample_s = sample_s
         self._discover_s = discover_s
-        self._keep = max(2, int(history_s / sample_s) + 1)
+        # the charts draw history_s; the alarms look back keep_s (the longer is kept)
+        self._keep = max(2, int(max(history_s, keep_s) / sample_s) + 1)
         self._lock = threading.Lock()
         self._samples: dict[str, deque[Sample]] = {}
         self._names: list[str] = sorted(queues)
@@ -106,7 +111,7 @@ class Sampler:
     def sample_now(self) -> None:
         names = self.queues()
         every = [QueueReads(QueueKeys(name)) for name in names]
-        found = run_all(self._client, [r.counters_of(list(CHARTED.values())) for r in every])
+        found = run_all(self._client, [r.counters_of(list(SAMPLED)) for r in every])
         # each queue on its own node's clock (a cluster pipeline refuses TIME); a single
         # server has one clock for all
         if isinstance(self._client, RedisCluster):

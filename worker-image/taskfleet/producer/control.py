@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from taskfleet.producer.runner import Emit, Plan, QueueBase, Sleep
 from taskfleet.protocol import bounds
+from taskfleet.protocol import groups as group_layout
 from taskfleet.protocol.control_ops import CancelOutcome, Scan
 from taskfleet.protocol.errors import InvalidArgument, TaskNotFound, WaitTimeout
 from taskfleet.protocol.groups import check_group
@@ -246,8 +247,9 @@ def list_tasks(
     newest first. Age is from finished_at for finished tasks, created_at for the others;
     ``cursor`` is the offset of the next page in that order (a page looks at most
     ``10 * limit + 1000`` entries). Pending tasks of groups wait in their group's own
-    order: list them with ``group`` (``groups()`` names the groups); without it, pending
-    lists the ungrouped tasks."""
+    order: ``group`` lists one group's (``groups()`` names the groups); without it, pending
+    lists every pending task, its groups' included, in the order the claim serves them
+    (the first ``groups.MERGED_MAX`` of that order)."""
     parsed = _state(state)
     if group is not None:
         check_group(group)
@@ -273,6 +275,15 @@ def list_tasks(
         chunk = min(LIST_CHUNK, budget)
         if own and group is not None:  # a group's pending tasks have their own zset
             ids = yield reads.group_ids(group, offset, chunk)
+        elif parsed is TaskState.PENDING:  # across the groups' own zsets when in use
+            ids = yield from pending_ids(q, offset, chunk)
+            if ids is None:
+                if found:
+                    return TaskPage(found, str(offset))
+                raise InvalidArgument(
+                    f"pending across groups is listed up to its first {group_layout.MERGED_MAX}"
+                    " tasks: list one group's with group (groups() names them)"
+                )
         elif by_score:  # the score is finished_at: the age filter is the range itself
             ids = yield reads.finished_between(parsed, hi, lo, offset, chunk)
         else:
@@ -293,6 +304,25 @@ def list_tasks(
         if len(ids) < chunk and len(found) < limit:
             return TaskPage(found, None)
     return TaskPage(found, str(offset))
+
+
+def pending_ids(q: QueueBase, offset: int, count: int) -> Plan[list[str] | None]:
+    """Ids ``offset .. offset+count-1`` of pending in the order the claim serves them:
+    across the groups' own zsets when groups are in use ('' where a task left meanwhile),
+    else pending's own order. None: ``offset`` is past ``groups.MERGED_MAX`` of a grouped
+    queue. Three round trips with groups, two without."""
+    heads = yield group_layout.lane_heads(q.keys)
+    if not heads.grouped:
+        plain: list[str] = yield q.reads.ids(TaskState.PENDING, offset, count)
+        return plain
+    if offset >= group_layout.MERGED_MAX:
+        return None
+    lanes = yield group_layout.lanes(q.keys, heads)
+    slots = group_layout.fair_order(lanes, offset, count)
+    if not slots:
+        return []
+    found: list[str] = yield group_layout.lane_ids(q.keys, slots)
+    return found
 
 
 def _matches(task: Task, finished: bool, reason: str | None, lo: str | int, hi: str | int) -> bool:

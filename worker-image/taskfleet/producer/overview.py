@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from taskfleet.producer.quotas import state_of
 from taskfleet.protocol import groups as group_reads
+from taskfleet.protocol import holdbacks as holdback_reads
 from taskfleet.protocol import store
 from taskfleet.protocol.calls import Call, run, run_all, scan
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.quota import QuotaState
 from taskfleet.protocol.reads import STATES, QueueReads
 
 __all__ = ["DeadView", "GroupsView", "QueueView", "WorkerView", "discover", "rate", "read"]
@@ -83,6 +86,17 @@ class QueueView:
     dead: list[DeadView] = field(default_factory=list)
     #: its groups (none shown when it has none)
     groups: GroupsView = field(default_factory=GroupsView)
+    #: the claim pause and spend budget (``Queue.quota()``'s answer)
+    quota: QuotaState | None = None
+    #: each rate limit set: (name, tokens used now, limit per ``rate_limit_period_s``)
+    rate_use: list[tuple[str, int, int]] = field(default_factory=list)
+    #: groups whose own claim pause is on (of the first ``holdbacks.PAUSED_READ`` parked)
+    paused_groups: list[holdback_reads.GroupPause] = field(default_factory=list)
+
+    @property
+    def paused(self) -> bool:
+        """Whether the whole queue's claims are paused now."""
+        return self.quota is not None and self.quota.paused
 
 
 def discover(client: SyncClient) -> list[str]:
@@ -104,10 +118,11 @@ def read(client: SyncClient, name: str, *, groups: bool = True) -> QueueView:
         reads.ids("pending", 0, 1),
         reads.ids("dead", 0, DEAD_SHOWN),
         reads.config(),
+        holdback_reads.holdbacks(keys),
     ]
     if groups:
         first += [group_reads.group_totals(keys), group_reads.group_names(keys, GROUPS_READ)]
-    counts, counters, workers, head, dead_ids, config, *grouped = run_all(client, first)
+    counts, counters, workers, head, dead_ids, config, held_back, *grouped = run_all(client, first)
     totals, group_names = grouped if groups else (None, [])
     records = workers.readable()
     # what each holds by the queue's own records (exact, unlike heartbeats)
@@ -115,15 +130,35 @@ def read(client: SyncClient, name: str, *, groups: bool = True) -> QueueView:
         reads.ready_at(head),
         reads.rows(dead_ids),
         reads.held_counts(sorted(workers.records)),
+        holdback_reads.group_pauses(
+            keys, [g for g, until in held_back.parked if until > now_ms], now_ms
+        ),
     ]
     if group_names:
-        second.append(group_reads.group_rows(keys, group_names))
-    ready, rows, held, *group_rows = run_all(client, second)
+        second += [
+            group_reads.group_rows(keys, group_names),
+            group_reads.group_heads(keys, group_names),
+        ]
+    ready, rows, held, paused_groups, *group_rows = run_all(client, second)
+    readies = [r for r in ready if r]
+    if group_names:
+        # the oldest ready task across groups: the head of each group read
+        heads = [h for h in group_rows[1] if h]
+        readies += [r for r in run(client, reads.ready_at(heads)) if r] if heads else []
     oldest = None
-    if head and ready[0]:
-        oldest = max(0.0, (now_ms - ready[0]) / 1000)
+    if readies:
+        oldest = max(0.0, (now_ms - min(readies)) / 1000)
     limits = config.model_dump()
     view = QueueView(name, now_ms, counts, counters, oldest, limits=limits)
+    view.quota = state_of(held_back.quota, now_ms, config)
+    view.paused_groups = paused_groups
+    for kind, bucket, limit in (
+        ("tasks", held_back.tasks, config.rate_limit_tasks),
+        ("cost", held_back.cost, config.rate_limit_cost),
+    ):
+        used = holdback_reads.bucket_used(bucket, limit, config.rate_limit_period_s, now_ms)
+        if used is not None and limit:
+            view.rate_use.append((kind, used, limit))
     for pod, rec in records:
         view.workers.append(
             WorkerView(

@@ -24,7 +24,15 @@ from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.tasks import stored_int, stored_text, stored_time
 
-__all__ = ["DEPENDENCY_FAILED", "INPUT_PREFIX", "FlowRecord", "dependency_results", "flow_record"]
+__all__ = [
+    "DEPENDENCY_FAILED",
+    "INPUT_PREFIX",
+    "FlowRecord",
+    "dependency_results",
+    "flow_ids",
+    "flow_record",
+    "flow_records",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,25 @@ def flow_record(keys: QueueKeys, flow_id: str) -> Call[FlowRecord | None]:
         )
 
     return one(("HMGET", keys.flow(flow_id), *_FLOW_FIELDS), parse)
+
+
+def flow_ids(keys: QueueKeys, offset: int, count: int) -> Call[tuple[int, list[str]]]:
+    """How many flows have not ended, and ids ``offset .. offset+count-1`` of them, the
+    newest first (``flows``: by rank, O(log N + count))."""
+    return Call(
+        (("ZCARD", keys.flows), ("ZREVRANGE", keys.flows, offset, offset + count - 1)),
+        lambda r: (int(r[0]), [stored_text(i) for i in r[1] or ()]),
+    )
+
+
+def flow_records(keys: QueueKeys, flow_ids: list[str]) -> Call[list[FlowRecord | None]]:
+    """``flow_record`` of each id, in one pipeline."""
+    calls = [flow_record(keys, f) for f in flow_ids]
+    commands = tuple(c.commands[0] for c in calls) or (("PING",),)
+    return Call(
+        commands,
+        lambda r: [c.decode([v]) for c, v in zip(calls, r, strict=False)] if flow_ids else [],
+    )
 
 
 #: The field of a dependant's hash holding the result of one dependency.

@@ -12,11 +12,14 @@ config's ``group_*`` fields).
 - ``GroupSettings`` / ``set_group``: one group's own settings, replaced in one transaction;
 - ``group_counts``: pending and running tasks per group, in one round trip per step;
 - ``group_totals`` / ``group_rows``: what ``top`` and the dashboard show of a queue's
-  groups, bounded whatever their number (each group read is named, none is scanned).
+  groups, bounded whatever their number (each group read is named, none is scanned);
+- ``lane_heads`` / ``lanes`` / ``fair_order`` / ``lane_ids``: pending across its groups
+  in the order the claim serves them (``Queue.list``, ``taskfleet ls``, the dashboard).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections.abc import Sequence
@@ -35,13 +38,20 @@ __all__ = [
     "GroupRow",
     "GroupSettings",
     "GroupTotals",
+    "Lane",
     "by_load",
     "check_group",
+    "fair_order",
     "group_counts",
+    "group_heads",
     "group_problem",
     "group_rows",
     "group_settings",
+    "group_size",
     "group_totals",
+    "lane_heads",
+    "lane_ids",
+    "lanes",
     "set_group",
 ]
 
@@ -294,3 +304,165 @@ def group_totals(keys: QueueKeys) -> Call[GroupTotals]:
         ),
         lambda r: GroupTotals(int(r[0]) - (r[1] is not None), int(r[2]), max(0, whole(r[3]) or 0)),
     )
+
+
+#: Groups a listing of pending across groups reads, in turn order: past them (a queue with
+#: more groups with tasks), the listing leaves the rest out.
+LANES_READ = 1000
+#: Positions of pending's order across groups a listing reaches (the walk is O(n log g)).
+MERGED_MAX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """One zset of pending as the claim serves it: a group's ('': the ungrouped tasks),
+    its virtual time in the fair-claim ring, its weight, its size; ``held``: parked by its
+    own limits or its claim pause (served only once it is back)."""
+
+    group: str
+    turn: float
+    weight: float
+    size: int
+    held: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LaneHeads:
+    """The fair-claim ring (group, virtual time), the parked groups, the ungrouped count."""
+
+    ring: list[tuple[str, float]]
+    parked: list[str]
+    ungrouped: int
+
+    @property
+    def grouped(self) -> bool:
+        """Whether groups are in use: else pending is one zset, listed as it is."""
+        return bool(self.ring or self.parked)
+
+
+def _scored(reply: Any) -> list[tuple[str, float]]:
+    """A ZRANGE WITHSCORES reply, flat (RESP2) or as pairs (RESP3, redis-py's callback)."""
+    items = list(reply or ())
+    if items and isinstance(items[0], list | tuple):
+        return [(text(m), float(text(sc) if isinstance(sc, bytes) else sc)) for m, sc in items]
+    return [(text(m), float(text(sc))) for m, sc in zip(items[::2], items[1::2], strict=True)]
+
+
+def group_size(keys: QueueKeys, group: str) -> Call[int]:
+    """How many tasks of ``group`` are pending (its own zset)."""
+    return Call((("ZCARD", keys.group_pending(group)),), lambda r: int(r[0]))
+
+
+def group_heads(keys: QueueKeys, groups: Sequence[str]) -> Call[list[str]]:
+    """The next pending task of each of ``groups`` ('' where it has none), one pipeline."""
+    commands: list[Command] = [("ZRANGE", keys.group_pending(g), 0, 0) for g in groups]
+    return Call(
+        tuple(commands) or (("PING",),),
+        lambda r: [text(x[0]) if x else "" for x in r] if groups else [],
+    )
+
+
+def lane_heads(keys: QueueKeys) -> Call[LaneHeads]:
+    """The first ``LANES_READ`` groups of the ring and of the parked set, and how many
+    ungrouped tasks wait, in one round trip."""
+    last = LANES_READ - 1
+    return Call(
+        (
+            ("ZRANGE", keys.groups, 0, last, "WITHSCORES"),
+            ("ZRANGE", keys.groups_parked, 0, last),
+            ("ZCARD", keys.pending),
+        ),
+        lambda r: LaneHeads(_scored(r[0]), [text(g) for g in r[1] or ()], int(r[2])),
+    )
+
+
+def lanes(keys: QueueKeys, heads: LaneHeads) -> Call[list[Lane]]:
+    """Each lane's size and weight (the group's own, else 1, as ``group_settings.lua``), in
+    one round trip; a group of the ring at its concurrency cap is held (the claim parks it
+    when it meets it). The ungrouped tasks join the ring at its lowest virtual time, as
+    the claim has them join (``group_join.lua``); with every group parked, they come first."""
+    ring = [(g, t) for g, t in heads.ring if g]
+    parked = [g for g in heads.parked if g]
+    names = [g for g, _ in ring] + parked
+    commands: list[Command] = [("HGET", keys.config, "group_max_concurrency")]
+    for g in names:
+        commands += [
+            ("ZCARD", keys.group_pending(g)),
+            ("HMGET", keys.group(g), "weight", "max_concurrency"),
+            ("HGET", keys.group_running, g),
+        ]
+
+    def decode(replies: Sequence[Any]) -> list[Lane]:
+        default_cap = _positive(replies[0]) or 0.0
+        out: list[Lane] = []
+        for i, g in enumerate(names):
+            size, (weight, cap), running = replies[1 + 3 * i : 4 + 3 * i]
+            limit = _positive(cap) or default_cap
+            full = bool(limit) and (_positive(running) or 0.0) >= limit
+            turn = ring[i][1] if i < len(ring) else 0.0
+            held = i >= len(ring) or full
+            out.append(Lane(g, turn, _positive(weight) or 1.0, int(size), held=held))
+        if heads.ungrouped:
+            own = dict(heads.ring).get("")
+            lowest = min((t for _, t in heads.ring), default=0.0)
+            out.append(Lane("", lowest if own is None else own, 1.0, heads.ungrouped))
+        return out
+
+    return Call(tuple(commands), decode)
+
+
+def _positive(value: Any) -> float | None:
+    """A stored number > 0 and finite, else None."""
+    try:
+        n = float(text(value)) if value is not None else math.nan
+    except ValueError:
+        return None
+    return n if math.isfinite(n) and n > 0 else None
+
+
+def fair_order(found: Sequence[Lane], offset: int, count: int) -> list[tuple[str, int]]:
+    """Positions ``offset .. offset+count-1`` of the order the claim serves ``found`` in,
+    each as (group, rank in its zset): the lowest virtual time first (ties by name, as
+    ZRANGE), a lane moving on by 1 / weight per task taken; the held lanes after, in turn
+    among themselves. Pure; O((offset + count) log lanes)."""
+    out: list[tuple[str, int]] = []
+    end = min(offset + count, MERGED_MAX)
+    pos = 0
+    for held in (False, True):
+        heap = [(0.0 if held else ln.turn, ln.group, 0, ln) for ln in found if ln.held is held]
+        heap = [h for h in heap if h[3].size > 0]
+        heapq.heapify(heap)
+        while heap and pos < end:
+            turn, group, rank, ln = heapq.heappop(heap)
+            if pos >= offset:
+                out.append((group, rank))
+            pos += 1
+            if rank + 1 < ln.size:
+                heapq.heappush(heap, (turn + 1 / ln.weight, group, rank + 1, ln))
+    return out
+
+
+def lane_ids(keys: QueueKeys, slots: Sequence[tuple[str, int]]) -> Call[list[str]]:
+    """The ids at ``slots`` (``fair_order``'s), in that order: one ZRANGE per lane over
+    the ranks it holds on the page ('' past a lane's end: tasks left it meanwhile)."""
+    spans: dict[str, tuple[int, int]] = {}
+    for g, rank in slots:
+        lo, hi = spans.get(g, (rank, rank))
+        spans[g] = (min(lo, rank), max(hi, rank))
+    groups = list(spans)
+    commands: list[Command] = [
+        ("ZRANGE", keys.group_pending(g) if g else keys.pending, *spans[g]) for g in groups
+    ]
+    if not commands:
+        commands.append(("PING",))
+
+    def decode(replies: Sequence[Any]) -> list[str]:
+        read = {g: [text(m) for m in replies[i] or ()] for i, g in enumerate(groups)}
+        out = []
+        for g, rank in slots:
+            got = read[g]
+            at = rank - spans[g][0]
+            out.append(got[at] if at < len(got) else "")
+        return out
+
+    return Call(tuple(commands), decode)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from taskfleet.protocol.config import QueueConfig
     from taskfleet.protocol.tasks import Task
 
-__all__ = ["STATES", "Activity", "FlowRow", "QueueReads", "TaskRow", "Workers"]
+__all__ = ["STATES", "Activity", "FlowRow", "LiveRow", "QueueReads", "TaskRow", "Workers"]
 
 #: Every state, in the order pages and views show them.
 STATES: tuple[str, ...] = tuple(s.value for s in TaskState)
@@ -45,6 +45,7 @@ _ROW_FIELDS = (
     "reason",
     "error",
     "pod",
+    "group",
 )
 
 
@@ -64,6 +65,8 @@ class TaskRow:
     pod: str
     #: False when the id is in the state's set but its hash is gone (pruned meanwhile)
     present: bool = True
+    #: its group ('' for none)
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,43 @@ class FlowRow:
 
 #: The fields of a task a flow's tree shows.
 _FLOW_FIELDS = ("state", "after", "deps_left", "progress")
+
+#: The fields of a running or waiting task a listing shows (``LiveRow``).
+_LIVE_FIELDS = (
+    "started_at",
+    "lease_until",
+    "progress",
+    "progress_at",
+    "group",
+    "after",
+    "deps_left",
+    "attempts",
+    "max_attempts",
+    "pod",
+    "created_at",
+)
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    """A running or waiting task's fields a listing shows: its run's times and progress,
+    its group, what it waits for; ``payload_bytes``: its payload's size (its name opens
+    the payload: read only when small, ``payload_names``)."""
+
+    id: str
+    present: bool
+    started_at: datetime | None
+    lease_until: datetime | None
+    progress: Any
+    progress_at: datetime | None
+    group: str
+    after: tuple[str, ...]
+    deps_left: int | None
+    attempts: int | None
+    max_attempts: int | None
+    pod: str
+    created_at: datetime | None
+    payload_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +214,29 @@ class QueueReads:
         return call(
             commands, lambda replies: [_row(i, v) for i, v in zip(ids, replies, strict=True)]
         )
+
+    def live_rows(self, task_ids: Sequence[str]) -> Call[list[LiveRow]]:
+        """Each task's ``LiveRow``: one HMGET and one HSTRLEN each (never the payload)."""
+        ids = list(task_ids)
+        commands: list[Command] = []
+        for i in ids:
+            commands += [
+                ("HMGET", self._k.task(i), *_LIVE_FIELDS),
+                ("HSTRLEN", self._k.task(i), "payload"),
+            ]
+
+        def decode(replies: Sequence[Any]) -> list[LiveRow]:
+            return [_live_row(i, replies[2 * n], replies[2 * n + 1]) for n, i in enumerate(ids)]
+
+        return call(commands, decode)
+
+    def payload_names(self, task_ids: Sequence[str]) -> Call[list[str | None]]:
+        """Each task's name (None: the default handler, or no such task), read from its
+        payload whole: ask only for small payloads."""
+        from taskfleet.protocol.tasknames import split_named
+
+        commands = [("HGET", self._k.task(i), "payload") for i in task_ids]
+        return call(commands, lambda r: [None if v is None else split_named(text(v))[0] for v in r])
 
     def flow_rows(self, task_ids: Sequence[str]) -> Call[list[FlowRow]]:
         """The few fields of ``task_ids`` a flow's tree shows, one HMGET each."""
@@ -424,6 +487,31 @@ def _tasks(ids: Sequence[str], replies: Sequence[Any]) -> list[Task | None]:
     return out
 
 
+def _live_row(task_id: str, values: Sequence[Any], size: Any) -> LiveRow:
+    from taskfleet.protocol.tasks import stored_int, stored_time
+
+    h = {
+        name: (None if v is None else text(v)) for name, v in zip(_LIVE_FIELDS, values, strict=True)
+    }
+    shape = _flow_row(task_id, [None, h["after"], h["deps_left"], h["progress"]])
+    return LiveRow(
+        id=task_id,
+        present=any(v is not None for v in values),
+        started_at=stored_time(h["started_at"]),
+        lease_until=stored_time(h["lease_until"]),
+        progress=shape.progress,
+        progress_at=stored_time(h["progress_at"]),
+        group=h["group"] or "",
+        after=shape.after,
+        deps_left=shape.deps_left,
+        attempts=stored_int(h["attempts"]),
+        max_attempts=stored_int(h["max_attempts"]),
+        pod=h["pod"] or "",
+        created_at=stored_time(h["created_at"]),
+        payload_bytes=int(size or 0),
+    )
+
+
 def _flow_row(task_id: str, values: Sequence[Any]) -> FlowRow:
     from taskfleet.protocol.tasks import stored_int
 
@@ -463,6 +551,7 @@ def _row(task_id: str, values: Sequence[Any]) -> TaskRow:
         error=h["error"] or "",
         pod=h["pod"] or "",
         present=any(v is not None for v in values),
+        group=h["group"] or "",
     )
 
 

@@ -36,6 +36,17 @@
       .then(function () { busy = false; });
   }
 
+  // a copy button beside a shortened id: the whole id to the clipboard (delegated: the
+  // refresh replaces the buttons)
+  document.addEventListener("click", function (event) {
+    var button = event.target && event.target.closest ? event.target.closest("button.copy") : null;
+    if (!button || !navigator.clipboard) { return; }
+    navigator.clipboard.writeText(button.getAttribute("data-copy") || "").then(function () {
+      button.classList.add("copied");
+      button.textContent = "copied";
+    });
+  });
+
   say("live");
   window.setInterval(refresh, every);
   document.addEventListener("visibilitychange", refresh);
