@@ -15,6 +15,7 @@ from taskfleet.protocol.provider_quota import settle_op
 from taskfleet.protocol.scripts import SyncScripts
 
 from tests.fixtures_redis import MakeBroker
+from tests.polling import wait_for
 
 EST = {"openai": {"requests": 1, "input_tokens": 300}}
 
@@ -161,3 +162,30 @@ def test_an_enqueue_with_bad_quotas_is_refused(redis_url: str) -> None:
         a.enqueue({"i": 1}, quotas={"open ai": {"requests": 1}})
     with pytest.raises(InvalidArgument, match=r"must be 0\.\."):
         a.enqueue({"i": 1}, quotas={"openai": {"requests": -1}})
+
+
+def test_an_overrun_is_debt_that_later_windows_wait_out(
+    redis_url: str, make_broker: MakeBroker, redis_client: redis.Redis
+) -> None:
+    quota = Quota("short", redis_url=redis_url)
+    quota.configure(limits={"input_tokens": 1000}, period_s=1)
+    (a,) = _queues(redis_url, "qa")
+    est = {"short": {"input_tokens": 300}}
+    a.enqueue({"i": 1}, quotas=est)
+    [task] = make_broker("qa").claim(1).tasks
+    scripts = SyncScripts.for_client(redis_client)
+    scripts.run(settle_op(QueueKeys("qa"), task.id, task.token, "short", {"input_tokens": 2500}))
+    tid = a.enqueue({"i": 2}, quotas=est)
+    broker = make_broker("qa", pod="pod-b")
+    # 2500 used: the next window starts with 1500 of debt, the one after with 500
+    assert broker.claim(1).tasks == []
+    delayed = QueueKeys("qa").delayed
+
+    def claimed() -> bool:
+        redis_client.zadd(delayed, {tid: 0}, xx=True)  # look again now, not in up to 5 s
+        return bool(broker.claim(1).tasks)
+
+    wait_for(claimed, timeout=10, interval=0.05, what="the claim after the debt")
+    use = quota.get()
+    # 500 left + 300 in the second window after; 0 + 300 if a slow machine's claim came later
+    assert use is not None and use.units["input_tokens"].used in (800, 300)

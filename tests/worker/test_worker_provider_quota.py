@@ -105,3 +105,28 @@ def test_a_reported_spent_quota_pauses_it_for_every_queue(
     assert q.wait([tid], timeout=10)[tid].state == "done"  # its own call succeeded
     use = openai.get()
     assert use is not None and use.paused_until_ms > 0
+
+
+def test_two_queues_workers_sharing_a_quota_start_no_more_than_its_limit_together(
+    redis_url: str, redis_client: redis.Redis, openai: Quota, tmp_path: Path
+) -> None:
+    openai.configure(limits={"requests": 4}, period_s=3600)
+    a, b = Queue("qa", redis_url=redis_url), Queue("qb", redis_url=redis_url)
+    fa, fb = Fleet(redis_url, "qa", tmp_path), Fleet(redis_url, "qb", tmp_path)
+    try:
+        fa.add(HANDLER, pod="pod-a").start()
+        fb.add(HANDLER, pod="pod-b").start()
+        ids = [q.enqueue({}, quotas=EST) for q in (a, b) for _ in range(6)]
+        wait_for(lambda: len(_starts(redis_client)) >= 4, timeout=15, what="4 starts")
+
+        def waiting() -> int:
+            return sum(1 for q in (a, b) for t in q.list("delayed").tasks if t.id in ids)
+
+        # every task left is held back by the quota, none started
+        wait_for(lambda: waiting() == 8, timeout=15, what="8 tasks waiting for the quota")
+        assert len(_starts(redis_client)) == 4
+        use = openai.get()
+        assert use is not None and use.units["requests"].used == 4
+    finally:
+        fa.close()
+        fb.close()
