@@ -162,6 +162,8 @@ def test_an_enqueue_with_bad_quotas_is_refused(redis_url: str) -> None:
         a.enqueue({"i": 1}, quotas={"open ai": {"requests": 1}})
     with pytest.raises(InvalidArgument, match=r"must be 0\.\."):
         a.enqueue({"i": 1}, quotas={"openai": {"requests": -1}})
+    with pytest.raises(InvalidArgument, match="at most 8"):
+        a.enqueue({"i": 1}, quotas={f"q{i}": {"requests": 1} for i in range(9)})
 
 
 def test_an_overrun_is_debt_that_later_windows_wait_out(

@@ -21,6 +21,9 @@ import { parseRedisURL } from "./redisurl.js";
 /** The largest amount of a unit a limit, an estimate or a settlement may name. */
 export const MAX_QUOTA_AMOUNT = 2 ** 50;
 const MAX_MS = 3_153_600_000_000;
+/** Most quotas a task names, and most units a quota or an estimate names. */
+export const MAX_QUOTAS = 8;
+export const MAX_UNITS = 16;
 const QUOTA_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
 const UNIT_NAME = /^[a-z][a-z0-9_]{0,63}$/;
 
@@ -85,6 +88,8 @@ function checkAmounts(units: unknown, what: string, positive: boolean): Record<s
   const names = Object.keys(units).sort();
   if (names.length === 0)
     throw new InvalidArgument(`${what} must be a non-empty mapping of unit -> int`);
+  if (names.length > MAX_UNITS)
+    throw new InvalidArgument(`${what} names ${names.length} units, at most ${MAX_UNITS}`);
   const out: Record<string, number> = {};
   for (const unit of names) {
     if (!UNIT_NAME.test(unit))
@@ -102,7 +107,10 @@ export function quotasJson(quotas: unknown): string {
   if (typeof quotas !== "object" || quotas === null || Array.isArray(quotas))
     throw new InvalidArgument("quotas must be a mapping of quota name -> units");
   const out: Record<string, Record<string, number>> = {};
-  for (const name of Object.keys(quotas).sort()) {
+  const names = Object.keys(quotas).sort();
+  if (names.length > MAX_QUOTAS)
+    throw new InvalidArgument(`a task names ${names.length} quotas, at most ${MAX_QUOTAS}`);
+  for (const name of names) {
     checkQuotaName(name);
     out[name] = checkAmounts((quotas as Record<string, unknown>)[name], `quotas[${name}]`, false);
   }

@@ -46,6 +46,10 @@ describe("provider quotas", () => {
         queue.enqueue({}, { quotas: { "open ai": { requests: 1 } } }),
         /invalid quota name/,
       );
+      const many = Object.fromEntries(
+        Array.from({ length: 9 }, (_, i) => [`q${i}`, { requests: 1 }]),
+      );
+      await assert.rejects(queue.enqueue({}, { quotas: many }), /at most 8/);
     } finally {
       await quota.close();
       await queue.close();

@@ -18,14 +18,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from taskfleet.protocol import bounds
 from taskfleet.protocol.errors import InvalidArgument, ProtocolError, StaleToken
 from taskfleet.protocol.keys import QueueKeys, validate_quota_name, validate_unit_name
 from taskfleet.protocol.scripts import Op
 from taskfleet.protocol.signatures import ProviderQuota, Settle
 
 __all__ = [
+    "MAX_QUOTAS",
     "MAX_QUOTA_AMOUNT",
+    "MAX_UNITS",
     "ProviderQuotaOps",
     "QuotaUnit",
     "QuotaUse",
@@ -37,6 +38,10 @@ __all__ = [
 #: The largest amount of a unit a limit, an estimate or a settlement may name (exact in
 #: a double, as Lua counts).
 MAX_QUOTA_AMOUNT = 2**50
+#: Most quotas a task names, and most units a quota or an estimate names: what a claim
+#: reads per task stays small.
+MAX_QUOTAS = 8
+MAX_UNITS = 16
 #: The longest window and pause (ms): a hundred years, as other pauses.
 _MAX_MS = 3_153_600_000_000
 
@@ -88,6 +93,8 @@ def check_amounts(units: Any, what: str, *, positive: bool) -> dict[str, int]:
     """``units`` ({unit: int}) checked: valid unit names, ints in range."""
     if not isinstance(units, Mapping) or not units:
         raise InvalidArgument(f"{what} must be a non-empty mapping of unit -> int, not {units!r}")
+    if len(units) > MAX_UNITS:
+        raise InvalidArgument(f"{what} names {len(units)} units, at most {MAX_UNITS}")
     out: dict[str, int] = {}
     for unit, value in units.items():
         try:
@@ -105,6 +112,8 @@ def quotas_json(quotas: Any) -> str:
         return ""
     if not isinstance(quotas, Mapping):
         raise InvalidArgument(f"quotas must be a mapping of quota name -> units, not {quotas!r}")
+    if len(quotas) > MAX_QUOTAS:
+        raise InvalidArgument(f"a task names {len(quotas)} quotas, at most {MAX_QUOTAS}")
     out: dict[str, dict[str, int]] = {}
     for name, units in quotas.items():
         try:
@@ -156,8 +165,6 @@ class ProviderQuotaOps:
         conc = 0
         if max_concurrency is not None:
             conc = _amount(max_concurrency, "max_concurrency", positive=True)
-            if conc > bounds.MAX_BATCH * 1000:
-                raise InvalidArgument(f"max_concurrency must be at most {bounds.MAX_BATCH * 1000}")
         return self._op(
             ProviderQuota(
                 op="configure",
