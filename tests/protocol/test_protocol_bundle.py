@@ -19,6 +19,7 @@ from taskfleet.protocol.bundle.__main__ import HERE, expected, main, stale
 from taskfleet.protocol.bundle.build import LUA, BuildError, build, params
 from taskfleet.protocol.control_ops import ControlOps, Report, Scan
 from taskfleet.protocol.keys import KEY_DOCS, SCRIPT_KEYS, QueueKeys
+from taskfleet.protocol.provider_quota import ProviderQuotaOps, settle_op
 from taskfleet.protocol.quota import QuotaOps
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import FirePlan, ScheduleDef
@@ -146,7 +147,7 @@ def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> Non
     built: list[tuple[Op[Any], tuple[int, int]]] = [
         (ops.enqueue([task, task]), (2, 8)),
         (ops.enqueue([task], "base", "00-trace"), (1, 8)),
-        (ops.enqueue([task._replace(group="g")], "base", "00-trace"), (1, 11)),
+        (ops.enqueue([task._replace(group="g")], "base", "00-trace"), (1, 12)),
         (ops.claim("p", "i", 4, "base", 100, idle_ms=5, prefetch=1), (0, 0)),
         (ops.extend("p", "i", [("t", "k")], inflight=1, draining=False, concurrency=2), (1, 2)),
         (ops.complete([("t", "k", None)]), (1, 3)),
@@ -162,6 +163,8 @@ def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> Non
         (QuotaOps(keys).pause(5, "429"), (0, 0)),
         (QuotaOps(keys).resume(), (0, 0)),
         (QuotaOps(keys).budget(day=3, month="default"), (0, 0)),
+        (ProviderQuotaOps("openai").configure({"requests": 5}, 60_000, None), (0, 0)),
+        (settle_op(keys, "t", "k", "openai", {"input_tokens": 5}), (0, 0)),
         (ops.release("p", [("t", "k"), ("u", "l")]), (2, 2)),
         (ops.requeue("p", None), (0, 0)),
         (ops.register("p", "i", 2), (0, 0)),

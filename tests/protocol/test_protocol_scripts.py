@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from taskfleet import Broker, Queue, QueueConfig, TaskState
 from taskfleet.protocol.bundle import NAMES, manifest, source
 from taskfleet.protocol.errors import InvalidPayload
-from taskfleet.protocol.keys import SCRIPT_KEYS, QueueKeys
+from taskfleet.protocol.keys import SCRIPT_KEYS, SHARED_KEYS, QueueKeys
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker, RedisServerFactory, free_cluster_port
 from tests.operations import run_every_operation
@@ -58,7 +58,14 @@ def test_prelude_binds_only_the_keys_a_script_uses_in_its_uses_keys_order(name: 
     assert [(k.upper(), str(i)) for i, k in enumerate(uses, start=1)] == bound
     assert [k for k in SCRIPT_KEYS if k in uses] == uses
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
-    assert set(re.findall(r"\bK_([A-Z_]+)\b", code)) == {k for k, _ in bound}
+    # the keys every queue shares (provider quotas) are constants, never from KEYS
+    shared = re.findall(r'^local K_([A-Z_]+) = "([^"]*)"$', text, re.M)
+    assert {k: p for k, p in shared} == {
+        k.upper(): SHARED_KEYS[k][0] for k in SHARED_KEYS if k.upper() in {n for n, _ in shared}
+    }
+    assert set(re.findall(r"\bK_([A-Z_]+)\b", code)) == {k for k, _ in bound} | {
+        k for k, _ in shared
+    }
     keys = QueueKeys("jobs")
     assert keys.script(name) == tuple(keys.script_keys[SCRIPT_KEYS.index(k)] for k in uses)
 

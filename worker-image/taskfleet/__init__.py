@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from taskfleet.producer.asyncqueue import AsyncQueue
     from taskfleet.producer.control import TaskPage
     from taskfleet.producer.flows import chain, chord, group
+    from taskfleet.producer.providerquota import Quota
     from taskfleet.producer.queue import EnqueueResult, EnqueueSpec, Queue, WorkerInfo
     from taskfleet.protocol.config import QueueConfig
     from taskfleet.protocol.control_ops import CancelOutcome
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 _LAZY = {
     **dict.fromkeys(("EnqueueResult", "EnqueueSpec", "Queue", "WorkerInfo"), "producer.queue"),
     "AsyncQueue": "producer.asyncqueue",
+    "Quota": "producer.providerquota",
     "QueueConfig": "protocol.config",
     **dict.fromkeys(("GroupCount", "GroupSettings"), "protocol.groups"),
     **dict.fromkeys(
@@ -143,6 +145,7 @@ __all__ = [
     "ProtocolError",
     "Queue",
     "QueueConfig",
+    "Quota",
     "RateLimited",
     "RetryAfter",
     "Schedule",

@@ -12,6 +12,7 @@ import { randomBytes } from "node:crypto";
 import * as bounds from "./bounds.js";
 import { InvalidArgument, InvalidPayload, pyRepr } from "./errors.js";
 import { numberProblem, valueProblem } from "./numbers.js";
+import { quotasJson } from "./providerquota.js";
 import { unknownOptionHint } from "./options.js";
 import { compareCodePoints, floatRepr, formatG } from "./pyformat.js";
 
@@ -60,6 +61,12 @@ export interface EnqueueOptions {
    * letters, digits, `.`, `_`, `:`, `@` or `-`, starting with a letter or digit.
    */
   readonly group?: string;
+  /**
+   * The provider quotas its run reserves when claimed (`Quota`, docs/quotas.md): quota
+   * name -> { unit: estimate }, e.g. `{ openai: { requests: 1, input_tokens: 3000 } }`.
+   * A claim starts it only when every quota named can admit the estimate now.
+   */
+  readonly quotas?: Readonly<Record<string, Readonly<Record<string, number>>>>;
 }
 
 /** One task of `Queue.enqueueMany`: its payload and its options. */
@@ -80,6 +87,7 @@ export interface TaskRecord {
   readonly after: string;
   readonly on_dep_fail: string;
   readonly group: string;
+  readonly quotas: string;
 }
 
 /** The names `EnqueueOptions` takes. */
@@ -96,6 +104,7 @@ export const ENQUEUE_OPTION_NAMES: ReadonlySet<string> = new Set([
   "after",
   "onDepFail",
   "group",
+  "quotas",
 ]);
 const OPTION_NAMES: ReadonlySet<string> = new Set(["payload", ...ENQUEUE_OPTION_NAMES]);
 
@@ -412,6 +421,7 @@ export function encodeTask(payload: unknown, options: EnqueueOptions = {}): Task
     after,
     on_dep_fail: onDepFail,
     group: options.group ?? "",
+    quotas: options.quotas === undefined ? "" : quotasJson(options.quotas),
   };
 }
 

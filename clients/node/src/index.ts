@@ -28,6 +28,7 @@ export {
   type WorkerInfo,
 } from "./workers.js";
 export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
+export { Quota, type QuotaLimits, type QuotaUnit, type QuotaUse } from "./providerquota.js";
 export type { FlowControlOptions } from "./flowcontrol.js";
 export {
   Flow,

@@ -651,9 +651,9 @@ export class Queue {
   }
 }
 
-/** A task enqueue_plain takes: no after, on_dep_fail or group. */
+/** A task enqueue_plain takes: no after, on_dep_fail, group or quotas. */
 function isPlain(r: TaskRecord): boolean {
-  return r.after === "" && r.on_dep_fail === "" && r.group === "";
+  return r.after === "" && r.on_dep_fail === "" && r.group === "" && r.quotas === "";
 }
 
 /** A plain task's fields as enqueue_plain's records name them. */

@@ -96,6 +96,10 @@ describe("enqueue options", () => {
       { after: ["a"], on_dep_fail: "cancel" },
     ],
     [{ group: "tenant-42" }, { group: "tenant-42" }],
+    [
+      { quotas: { openai: { requests: 1, input_tokens: 3000 } } },
+      { quotas: { openai: { requests: 1, input_tokens: 3000 } } },
+    ],
   ];
 
   it("encodes each option as the Python client does", needsPython, () => {
@@ -116,7 +120,7 @@ describe("enqueue options", () => {
         "for kw in json.load(sys.stdin):\n" +
         "    a = encode_task({'n': 1}, **kw)\n" +
         "    wire = lambda v: repr(v) if isinstance(v, float) else str(v)\n" +
-        "    out.append({k: wire(getattr(a, k)) for k in ('payload', 'priority', 'delay_ms', 'deadline', 'max_attempts', 'cost', 'timeout_s', 'after', 'on_dep_fail', 'group')})\n" +
+        "    out.append({k: wire(getattr(a, k)) for k in ('payload', 'priority', 'delay_ms', 'deadline', 'max_attempts', 'cost', 'timeout_s', 'after', 'on_dep_fail', 'group', 'quotas')})\n" +
         "print(json.dumps(out))",
       CASES.map(([, kw]) => kw),
     );

@@ -62,6 +62,7 @@ COMMANDS = {
     **dict.fromkeys(("ls", "cancel", "retry", "purge", "workers"), "task_commands"),
     "schedule": "schedule_commands",
     "quota": "quota_commands",
+    "provider-quota": "provider_quota_commands",
     "group": "group_commands",
     "top": "top",
     "dashboard": "dashboard_command",
@@ -83,7 +84,9 @@ class _LazyGroup(click.Group):
         module = COMMANDS.get(cmd_name)
         if module is None:
             return None
-        command = getattr(importlib.import_module(f"taskfleet.cli.{module}"), cmd_name)
+        command = getattr(
+            importlib.import_module(f"taskfleet.cli.{module}"), cmd_name.replace("-", "_")
+        )
         if not isinstance(command, click.Command):  # pragma: no cover - a wiring mistake
             raise TypeError(f"taskfleet.cli.{module}.{cmd_name} is not a click command")
         return command

@@ -25,6 +25,7 @@ from taskfleet.protocol.errors import InvalidArgument, InvalidPayload
 from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.jsondepth import nested_too_deep
 from taskfleet.protocol.numbers import NON_FINITE_ERROR, number_problem, value_problem
+from taskfleet.protocol.provider_quota import quotas_json
 from taskfleet.protocol.scripts import EnqueueArgs
 from taskfleet.protocol.tasknames import named_payload, task_name_problem
 
@@ -82,6 +83,7 @@ class EnqueueSpec(BaseModel):
     after: list[str] | None = None
     on_dep_fail: str | None = None
     group: str | None = None
+    quotas: dict[str, dict[str, int]] | None = None
 
 
 #: What a task waiting on others (``after``) does when one of them ends dead or cancelled.
@@ -275,6 +277,7 @@ def encode_task(
     after: list[str] | None = None,
     on_dep_fail: str | None = None,
     group: str | None = None,
+    quotas: Mapping[str, Mapping[str, int]] | None = None,
 ) -> EnqueueArgs:
     """One task, checked and encoded: these are ``Queue.enqueue``'s arguments, written
     here once (the enqueue calls of both APIs take them from this signature, and
@@ -335,6 +338,7 @@ def encode_task(
         after_text,
         policy,  # on_dep_fail
         group or "",
+        "" if quotas is None else quotas_json(quotas),
     )
 
 

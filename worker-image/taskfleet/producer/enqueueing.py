@@ -62,6 +62,10 @@ def enqueue(q: QueueBase, args: EnqueueArgs) -> Plan[str]:
     claim fairly between groups, in turn (weighted by ``set_group``), so one group's
     backlog never starves another; priorities order tasks within a group, and the
     group's own limits apply (``set_group``, the config's ``group_*`` defaults).
+    ``quotas``: provider quotas its run reserves when claimed (``taskfleet.Quota``),
+    ``{"openai": {"requests": 1, "input_tokens": 3000}}``; a claim starts it only when
+    each can admit the estimate now, and its handler settles the real use
+    (``current_task().settle``; docs/quotas.md).
 
     With ``task_id``, enqueueing the same task again (same payload, task, priority,
     cost, timeout and, if given, max_attempts) returns the id and changes nothing; another

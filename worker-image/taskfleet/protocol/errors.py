@@ -259,7 +259,11 @@ class RateLimited(Exception):  # noqa: N818
     as before); for a quota that is the group's own, such as a tenant's API key. A task
     without a group pauses the queue. The default stays ``"queue"``: most providers'
     quotas belong to the API key the whole queue calls with, and a 429 met by one
-    tenant's task is then every tenant's."""
+    tenant's task is then every tenant's.
+
+    ``quota="openai"``: the provider quota of that name pauses instead (for
+    ``retry_after``, or a second without it): claims of every task naming it stop, in
+    every queue and language; this queue's other tasks run on."""
 
     def __init__(
         self,
@@ -267,9 +271,12 @@ class RateLimited(Exception):  # noqa: N818
         message: str = "",
         *,
         scope: Literal["queue", "group"] = "queue",
+        quota: str | None = None,
     ) -> None:
         if scope not in ("queue", "group"):
             raise ValueError(f"RateLimited scope must be 'queue' or 'group', not {scope!r}")
+        if quota is not None and (not isinstance(quota, str) or not quota):
+            raise ValueError(f"RateLimited quota must be a provider quota's name, not {quota!r}")
         seconds: Any = retry_after
         if seconds is not None:
             if hasattr(seconds, "total_seconds"):
@@ -285,6 +292,9 @@ class RateLimited(Exception):  # noqa: N818
         super().__init__(message or f"rate limited{where}")
         self.retry_after: float | None = seconds
         self.scope: Literal["queue", "group"] = scope
+        #: a provider quota's name (``taskfleet.Quota``): that quota pauses, for every
+        #: queue and language, instead of this queue
+        self.quota: str | None = quota
 
 
 class NotReplicated(TaskfleetError):  # noqa: N818 - public name of the contract

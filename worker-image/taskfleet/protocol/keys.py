@@ -183,6 +183,58 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
 
 _INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
 
+#: Keys shared by every queue of a Redis (provider quotas, docs/quotas.md): name -> (full
+#: prefix, Redis type, what it holds). A script binds each as a constant (the bundle's
+#: prelude), never from KEYS: they lie outside the queue's slot (a Redis Cluster limit).
+SHARED_KEYS: dict[str, tuple[str, str, str]] = {
+    "pquota": (
+        f"{PREFIX}:pquota:",
+        "hash",
+        "one provider quota: period_ms, concurrency (its cap), limit:<unit>, the current window "
+        "(window, used:<unit>) and its pause (until, reason); the key is the prefix and the "
+        "quota's name",
+    ),
+    "pquota_holds": (
+        f"{PREFIX}:pquota-holds:",
+        "zset",
+        "a provider quota's concurrency reservations, member '<task key>\\0<claim token>'; "
+        "score: when taken (epoch ms); the key is the prefix and the quota's name",
+    ),
+}
+
+# Quota and unit names: no braces, ':' or whitespace, like a queue's.
+_QUOTA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_UNIT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def validate_quota_name(name: str) -> str:
+    if not isinstance(name, str) or not _QUOTA_NAME.fullmatch(name):
+        raise ValueError(
+            f"invalid quota name {name!r}: use 1-200 characters of letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit"
+        )
+    return name
+
+
+def validate_unit_name(name: str) -> str:
+    if not isinstance(name, str) or not _UNIT_NAME.fullmatch(name):
+        raise ValueError(
+            f"invalid quota unit {name!r}: use 1-64 lower-case letters, digits or '_', "
+            "starting with a letter (requests, input_tokens, output_tokens, ...)"
+        )
+    return name
+
+
+def provider_quota_key(name: str) -> str:
+    """The hash of provider quota ``name`` (SHARED_KEYS['pquota'])."""
+    return SHARED_KEYS["pquota"][0] + validate_quota_name(name)
+
+
+def provider_quota_holds_key(name: str) -> str:
+    """The concurrency reservations of provider quota ``name``."""
+    return SHARED_KEYS["pquota_holds"][0] + validate_quota_name(name)
+
+
 # Hash-tag braces would split the queue over slots; ':' and whitespace make keys ambiguous.
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 

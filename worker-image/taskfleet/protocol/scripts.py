@@ -278,7 +278,7 @@ EnqueueArgs = EnqueueTask
 #: A single enqueue's ARGV (``Enqueue`` and one ``EnqueueTask``) with the task's options
 #: but priority at their defaults, packed once but for token base, id, payload, priority.
 _ONE = (wire.packed_args((1,)), wire.packed_args((CLAIM_HOUSEKEEPING_BOUND, "", "", "", "")))
-_DEFAULTS = (0, "", "", 1, "", "", "", "")  # delay_ms .. group
+_DEFAULTS = (0, "", "", 1, "", "", "", "", "")  # delay_ms .. quotas
 _DEFAULTS_PACKED = wire.packed_args(_DEFAULTS)
 _CLASSES = (str, str, int, int, str, str, int)  # 0.0 or True equal a default, pack otherwise
 
@@ -298,7 +298,7 @@ def _packed_one(task: EnqueueArgs, token_base: str) -> bytes | None:
 _PLAIN_ONE = wire.packed_args((1, 1, ""))
 _PLAIN_DEFAULTS_PACKED = wire.packed_args(_DEFAULTS[:5])
 #: How many of ``EnqueueTask``'s fields ``PlainTask`` keeps; a task with any of the others
-#: (after, on_dep_fail, group) is no plain one.
+#: (after, on_dep_fail, group, quotas) is no plain one.
 _PLAIN = len(PlainTask._fields)
 assert EnqueueTask._fields[:_PLAIN] == PlainTask._fields
 
@@ -315,8 +315,11 @@ def _packed_plain_one(task: EnqueueArgs) -> bytes | None:
 
 
 def _plain(tasks: Sequence[EnqueueArgs]) -> bool:
-    """Whether every task is plain: no after, on_dep_fail or group (enqueue_plain)."""
-    return all(not task[_PLAIN] and not task[_PLAIN + 1] and not task[_PLAIN + 2] for task in tasks)
+    """Whether every task is plain: no after, on_dep_fail, group or quotas (enqueue_plain)."""
+    return all(
+        not task[_PLAIN] and not task[_PLAIN + 1] and not task[_PLAIN + 2] and not task[_PLAIN + 3]
+        for task in tasks
+    )
 
 
 class Ops:

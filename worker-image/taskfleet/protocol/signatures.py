@@ -115,6 +115,11 @@ class EnqueueTask(NamedTuple):
     group: Annotated[
         OptStr, "the group it belongs to, claimed fairly among the queue's groups; '' = none"
     ] = ""
+    quotas: Annotated[
+        OptJson,
+        "the provider quotas its run reserves at claim, a JSON object name -> {unit: amount} "
+        "(field 'quotas'); '' = none",
+    ] = ""
 
 
 class EnqueuePlain(NamedTuple):
@@ -261,6 +266,23 @@ class Quota(NamedTuple):
         "pause: the worker whose handler reported its provider's quota spent (a worker of "
         "this release: no older worker is looked for); '' = a producer or the CLI",
     ] = ""
+
+
+class ProviderQuota(NamedTuple):
+    op: Annotated[Str, "'configure' | 'get' | 'pause' | 'resume'"]
+    name: Annotated[Str, "the quota's name"]
+    limits: Annotated[OptJson, "configure: a JSON object unit -> units per period (each > 0)"] = ""
+    period_ms: Annotated[OptInt, "configure: the window's length (ms, > 0)"] = ""
+    max_concurrency: Annotated[OptInt, "configure: most runs at once (0 = no cap)"] = ""
+    pause_ms: Annotated[OptInt, "pause: how long (ms)"] = ""
+    reason: Annotated[OptStr, "pause: why, shown with the pause"] = ""
+
+
+class Settle(NamedTuple):
+    task_id: Annotated[Str, "the task"]
+    token: Annotated[Str, "the claim token of the run that settles"]
+    name: Annotated[Str, "the provider quota"]
+    used: Annotated[Json, "a JSON object unit -> what the run really used (each >= 0)"]
 
 
 class Release(NamedTuple):
@@ -572,6 +594,17 @@ SCRIPTS: dict[str, Script] = {
             Quota,
             "[until (epoch ms; 0 = no pause), streak]; or [-6, pod, feature] a pause or "
             "budget refused while pod, a live worker older than them, serves the queue",
+        ),
+        Script(
+            "provider_quota",
+            ProviderQuota,
+            "[] no such quota; else [period_ms, max_concurrency, live reservations, until "
+            "(ms; 0 = no pause), window start (ms), reason, then unit, limit, used per unit]",
+        ),
+        Script(
+            "settle",
+            Settle,
+            "1 settled, 0 refused (stale token), -1 the task names no such quota, -2 no such quota",
         ),
     )
 }

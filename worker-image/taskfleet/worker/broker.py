@@ -24,10 +24,18 @@ from taskfleet.protocol.calls import run_async
 from taskfleet.protocol.connect import Durability
 from taskfleet.protocol.control_ops import ControlOps, Report
 from taskfleet.protocol.durable import run_and_wait_async
-from taskfleet.protocol.errors import IdentityTaken, NameInUse, PodGone, StaleToken, auth_failure
+from taskfleet.protocol.errors import (
+    IdentityTaken,
+    InvalidArgument,
+    NameInUse,
+    PodGone,
+    StaleToken,
+    auth_failure,
+)
 from taskfleet.protocol.faults import Fault, classify
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.lists import QueueLists
+from taskfleet.protocol.provider_quota import ProviderQuotaOps
 from taskfleet.protocol.quota import QuotaOps
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.replies import Extended, RawClaim, RepairResult, SweepResult
@@ -492,6 +500,16 @@ class Broker:
         op = QuotaOps(self.keys).pause(pause_ms, reason, task_id=task_id, reporter=self.pod)
         until, _ = await self._run(op)
         return until
+
+    async def pause_provider_quota(self, name: str, pause_ms: int, reason: str) -> None:
+        """A handler raised ``RateLimited(quota=name)``: claims of every task naming that
+        provider quota stop for ``pause_ms``, in every queue. A quota never configured, or
+        a name that is no quota's, pauses nothing (the task is deferred all the same)."""
+        try:
+            op = ProviderQuotaOps(name).pause(pause_ms, reason)
+        except InvalidArgument:
+            return
+        await self._run(op)
 
     async def groups_of(self, task_ids: Sequence[str]) -> list[str]:
         """Each task's group ('' for none), in one round trip: read only for a task whose

@@ -60,6 +60,9 @@ MAX_MESSAGE_CHARS = 500
 #: ``report_quota``: a remaining quota at or below this pauses claims until the reset (0:
 #: the request that spent the last unit may run; the next one would meet a 429).
 QUOTA_LOW = 0
+#: A provider quota's pause when ``RateLimited(quota=...)`` or ``report_quota(name, ...)``
+#: gives no reset time (ms).
+PROVIDER_PAUSE_MS = 1000
 
 #: Where a run's quota reports go: (task id, token, pause ms or None for the adaptive
 #: pause, whether only the task's group pauses, the reason shown with the pause).
@@ -190,7 +193,72 @@ class TaskContext:
         if self.control is not None:
             self.control.send(self.task_id, self.control.token, None, cost)
 
+    def settle(self, quota: str, **used: int) -> None:
+        """What the provider call really used of provider quota ``quota`` (units as
+        keywords: ``settle("openai", input_tokens=3412, output_tokens=655)``): the
+        difference from the estimate its enqueue reserved (or from the last settlement of
+        this run) is given back or charged. Use above the limit is debt the next claims
+        wait out. One Redis call; ``StaleToken`` when this run no longer holds the task."""
+        control = self._provider_control("settle")
+        from taskfleet.protocol.keys import QueueKeys
+        from taskfleet.protocol.provider_quota import settle_op
+
+        op = settle_op(QueueKeys(self.queue), self.task_id, control.token, quota, used)
+        _scripts_for(self.redis_url).run(op)
+
+    def _provider_control(self, what: str) -> TaskControl:
+        if self.control is None:
+            raise RuntimeError(f"{what} is only available inside a worker's task")
+        return self.control
+
     def report_quota(
+        self,
+        quota: str | float | None = None,
+        remaining: float | None = None,
+        *,
+        reset: float | timedelta | datetime | None = None,
+        reset_after: float | timedelta | None = None,
+        reset_at: float | datetime | None = None,
+        scope: Literal["queue", "group"] = "queue",
+    ) -> None:
+        """With a provider quota's name first (``report_quota("openai", remaining=0,
+        reset=12.5)``): at ``QUOTA_LOW`` or below, that quota pauses until the reset
+        (``reset``: seconds from now or an aware datetime; ``PROVIDER_PAUSE_MS`` without
+        one), for every queue and language. Else the queue's own pause, as follows."""
+        if isinstance(quota, str):
+            self._report_provider(quota, remaining, reset)
+            return
+        if quota is not None:
+            if remaining is not None:
+                raise TypeError("report_quota: give remaining once")
+            remaining = quota
+        if remaining is None:
+            raise TypeError("report_quota needs remaining")
+        self._report_queue(remaining, reset_after=reset_after, reset_at=reset_at, scope=scope)
+
+    def _report_provider(
+        self, quota: str, remaining: float | None, reset: float | timedelta | datetime | None
+    ) -> None:
+        if isinstance(remaining, bool) or not isinstance(remaining, int | float):
+            raise TypeError(f"report_quota needs remaining as a number, not {remaining!r}")
+        if not math.isfinite(remaining):
+            raise ValueError(f"remaining must be finite, not {remaining!r}")
+        if isinstance(reset, datetime):
+            pause_ms = quota_pause_ms(None, reset, time.time())
+        else:
+            pause_ms = quota_pause_ms(reset, None, time.time())
+        if remaining > QUOTA_LOW:
+            return
+        self._provider_control("report_quota")
+        from taskfleet.protocol.provider_quota import ProviderQuotaOps
+
+        reason = f"provider quota spent (remaining {remaining:g})"
+        op = ProviderQuotaOps(quota).pause(
+            PROVIDER_PAUSE_MS if pause_ms is None else pause_ms, reason
+        )
+        _scripts_for(self.redis_url).run(op)
+
+    def _report_queue(
         self,
         remaining: float,
         *,
@@ -220,6 +288,21 @@ class TaskContext:
             )
         reason = f"provider quota spent (remaining {remaining:g})"
         control.quota(self.task_id, control.token, pause_ms, scope == "group", reason)
+
+
+_CLIENTS: dict[str, Any] = {}
+
+
+def _scripts_for(redis_url: str) -> Any:
+    """The scripts on one sync client per Redis URL, kept for the process's life: a
+    handler's settle or quota report is one round trip, not a connection."""
+    from taskfleet.protocol.connect import connect
+    from taskfleet.protocol.scripts import SyncScripts
+
+    client = _CLIENTS.get(redis_url)
+    if client is None:
+        client = _CLIENTS[redis_url] = connect(redis_url)
+    return SyncScripts.for_client(client)
 
 
 def quota_pause_ms(
@@ -348,6 +431,7 @@ class Verdict:
     retry_after_ms: int | None = None
     throttle: bool = False  # RateLimited: the whole queue pauses claiming
     group_scope: bool = False  # RateLimited(scope="group"): only the task's group pauses
+    provider_quota: str | None = None  # RateLimited(quota=...): that quota pauses instead
 
 
 def verdict_of(exc: BaseException) -> Verdict | None:
@@ -362,6 +446,18 @@ def verdict_of(exc: BaseException) -> Verdict | None:
         if issubclass(kind, RateLimited):
             group = getattr(exc, "scope", "queue") == "group"
             after = getattr(exc, "retry_after", None)
+            quota = getattr(exc, "quota", None)
+            if isinstance(quota, str) and quota:
+                # the provider quota pauses (the worker writes it); the task is deferred
+                ms = PROVIDER_PAUSE_MS
+                if (
+                    not isinstance(after, bool)
+                    and isinstance(after, int | float)
+                    and math.isfinite(after)
+                    and 0 <= after <= bounds.MAX_DELAY_S
+                ):
+                    ms = int(float(after) * 1000)
+                return Verdict(retry_after_ms=ms, provider_quota=quota)
             if isinstance(after, bool) or not isinstance(after, int | float):
                 return Verdict(throttle=True, group_scope=group)
             seconds = float(after)

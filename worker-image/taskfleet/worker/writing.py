@@ -66,6 +66,10 @@ class OutcomeWriter:
                 while batch:
                     outcome = batch[0]
                     verdict = outcome.verdict
+                    if verdict is not None and verdict.provider_quota is not None:
+                        await self.broker.pause_provider_quota(
+                            verdict.provider_quota, verdict.retry_after_ms or 0, outcome.error or ""
+                        )
                     state = await self.broker.fail(
                         outcome.run.task.id,
                         outcome.run.task.token,

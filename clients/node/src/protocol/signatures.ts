@@ -42,6 +42,8 @@ export interface EnqueueRecord {
   readonly on_dep_fail?: string;
   /** the group it belongs to, claimed fairly among the queue's groups; '' = none */
   readonly group?: string;
+  /** the provider quotas its run reserves at claim, a JSON object name -> {unit: amount} (field 'quotas'); '' = none */
+  readonly quotas?: string;
 }
 
 /** The arguments of `enqueue_plain`: create plain tasks (no flow, group or parent) as enqueue does, given fewer keys. */
@@ -446,6 +448,36 @@ export interface QuotaArgs {
   readonly reporter?: string;
 }
 
+/** The arguments of `provider_quota`: configure, read, pause or resume a provider quota shared by every queue */
+export interface ProviderQuotaArgs {
+  /** 'configure' | 'get' | 'pause' | 'resume' */
+  readonly op: string;
+  /** the quota's name */
+  readonly name: string;
+  /** configure: a JSON object unit -> units per period (each > 0) */
+  readonly limits?: string;
+  /** configure: the window's length (ms, > 0) */
+  readonly period_ms?: number | string;
+  /** configure: most runs at once (0 = no cap) */
+  readonly max_concurrency?: number | string;
+  /** pause: how long (ms) */
+  readonly pause_ms?: number | string;
+  /** pause: why, shown with the pause */
+  readonly reason?: string;
+}
+
+/** The arguments of `settle`: a running handler tells what its provider call really used of a provider quota */
+export interface SettleArgs {
+  /** the task */
+  readonly task_id: string;
+  /** the claim token of the run that settles */
+  readonly token: string;
+  /** the provider quota */
+  readonly name: string;
+  /** a JSON object unit -> what the run really used (each >= 0) */
+  readonly used: string;
+}
+
 /** Each script's arguments, by script name. */
 export interface ScriptArgs {
   enqueue: EnqueueArgs;
@@ -472,6 +504,8 @@ export interface ScriptArgs {
   report: ReportArgs;
   watch: WatchArgs;
   quota: QuotaArgs;
+  provider_quota: ProviderQuotaArgs;
+  settle: SettleArgs;
 }
 
 /** Each script's repeated record (`never`: it takes none), by script name. */
@@ -500,17 +534,19 @@ export interface ScriptRecords {
   report: ReportRecord;
   watch: WatchRecord;
   quota: never;
+  provider_quota: never;
+  settle: never;
 }
 
 /** A script's name in the manifest. */
 export type ScriptName = keyof ScriptArgs;
 
 /** Every script's name, in the manifest's order. */
-export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "drop", "report", "watch", "quota"] as const;
+export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "drop", "report", "watch", "quota", "provider_quota", "settle"] as const;
 
 /** Each script's argument names and its record's field names, in ARGV order. */
 export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly string[]; readonly record: readonly string[] }>> = {
-  enqueue: { args: ["n", "token_base", "bound", "trace", "parent", "parent_token", "flow"], record: ["task_id", "payload", "priority", "delay_ms", "deadline", "max_attempts", "cost", "timeout_s", "after", "on_dep_fail", "group"] },
+  enqueue: { args: ["n", "token_base", "bound", "trace", "parent", "parent_token", "flow"], record: ["task_id", "payload", "priority", "delay_ms", "deadline", "max_attempts", "cost", "timeout_s", "after", "on_dep_fail", "group", "quotas"] },
   enqueue_plain: { args: ["n", "hand_off", "trace"], record: ["task_id", "payload", "priority", "delay_ms", "deadline", "max_attempts", "cost", "timeout_s"] },
   claim: { args: ["pod", "incarnation", "max_tasks", "token_base", "bound", "idle_ms", "prefetch", "registered"], record: [] },
   extend: { args: ["pod", "incarnation", "inflight", "draining", "concurrency", "host", "n", "registered", "held"], record: ["task_id", "token"] },
@@ -534,4 +570,6 @@ export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly 
   report: { args: ["n"], record: ["task_id", "token", "progress", "cost"] },
   watch: { args: ["waiter", "n"], record: ["task_id"] },
   quota: { args: ["op", "pause_ms", "reason", "day_limit", "month_limit", "group", "task_id", "reporter"], record: [] },
+  provider_quota: { args: ["op", "name", "limits", "period_ms", "max_concurrency", "pause_ms", "reason"], record: [] },
+  settle: { args: ["task_id", "token", "name", "used"], record: [] },
 };

@@ -14,7 +14,7 @@ import { Redis } from "ioredis";
 import { type Bundle, packagedBundle } from "../bundle.js";
 import { type Client, Scripts, quiet } from "../connection.js";
 import type { TaskRecord } from "../encoding.js";
-import { ProtocolError, TaskfleetError } from "../errors.js";
+import { InvalidArgument, ProtocolError, StaleToken, TaskfleetError } from "../errors.js";
 import { dependencyResults } from "../flows.js";
 import { QueueKeys } from "../keys.js";
 import { decodeEnqueue } from "../protocol/replies.js";
@@ -489,6 +489,29 @@ export class Broker {
    * claiming the queue's tasks (with `taskId`: that task's group's, if it has one) for
    * `pauseMs` (null: the adaptive pause). Returns the pause's end (ms).
    */
+  /**
+   * A handler threw `RateLimited` with a quota: claims of every task naming that provider
+   * quota stop for `pauseMs`, in every queue. A name that is no quota's pauses nothing.
+   */
+  async pauseProviderQuota(name: string, pauseMs: number, reason: string): Promise<void> {
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/.test(name)) return;
+    await this.call("provider_quota", {
+      op: "pause",
+      name,
+      pause_ms: Math.max(0, Math.trunc(pauseMs)),
+      reason: reason.slice(0, 200),
+    });
+  }
+
+  /** A run's settlement of provider quota `name` (`task.settle`); `used`: its JSON. */
+  async settle(taskId: string, token: string, name: string, used: string): Promise<void> {
+    const code = Number(await this.call("settle", { task_id: taskId, token, name, used }));
+    if (code === 0) throw new StaleToken(taskId);
+    if (code === -1)
+      throw new InvalidArgument(`task ${taskId} names no quota "${name}" (enqueue quotas)`);
+    if (code === -2) throw new InvalidArgument(`no provider quota "${name}": configure it first`);
+  }
+
   async pauseQuota(pauseMs: number | null, reason: string, taskId = ""): Promise<number> {
     const reply = await this.call("quota", {
       op: "pause",

@@ -23,6 +23,8 @@ import { MAX_COST, MAX_DELAY_S, MIN_COST } from "../bounds.js";
 import { numberProblem } from "../numbers.js";
 import { checkOptionKeys } from "../options.js";
 import { type EnqueueItem, type TaskRecord, batchRecords } from "../encoding.js";
+import { amountsJson, checkQuotaName } from "../providerquota.js";
+import { PROVIDER_PAUSE_MS } from "./failures.js";
 
 /** A progress message longer than this is cut. */
 export const MAX_MESSAGE_CHARS = 500;
@@ -34,6 +36,12 @@ export type ReportSink = (
   progress: string | null,
   cost: number | null,
 ) => void;
+
+/** The worker's line for a run's provider quota calls (docs/quotas.md). */
+export interface ProviderQuotaLine {
+  settle(taskId: string, token: string, quota: string, used: string): Promise<void>;
+  pause(quota: string, pauseMs: number, reason: string): Promise<void>;
+}
 
 /** The worker's line for a run's flow calls: children it adds, results it was handed. */
 export interface FlowLine {
@@ -112,6 +120,7 @@ export class TaskContext {
   private readonly sink: ReportSink;
   private readonly flows: FlowLine | null;
   private readonly quotaSink: QuotaSink | null;
+  private readonly providerQuotas: ProviderQuotaLine | null;
   private wasCancelled = false;
 
   /** @internal */
@@ -129,6 +138,7 @@ export class TaskContext {
     sink: ReportSink;
     flows?: FlowLine | null;
     quotaSink?: QuotaSink;
+    providerQuotas?: ProviderQuotaLine | null;
   }) {
     this.queue = fields.queue;
     this.id = fields.id;
@@ -143,6 +153,21 @@ export class TaskContext {
     this.sink = fields.sink;
     this.flows = fields.flows ?? null;
     this.quotaSink = fields.quotaSink ?? null;
+    this.providerQuotas = fields.providerQuotas ?? null;
+  }
+
+  /**
+   * What the provider call really used of provider quota `quota`
+   * (`settle("openai", { input_tokens: 3412, output_tokens: 655 })`): the difference from
+   * the estimate its enqueue reserved (or this run's last settlement) is given back or
+   * charged; use above the limit is debt the next claims wait out. `StaleToken` when this
+   * run no longer holds the task.
+   */
+  async settle(quota: string, used: Readonly<Record<string, number>>): Promise<void> {
+    checkQuotaName(quota);
+    const text = amountsJson(used, "settle", false);
+    if (this.providerQuotas === null) throw new Error("settle needs a task run by a worker");
+    await this.providerQuotas.settle(this.id, this.token, quota, text);
   }
 
   /** Aborted when the run should stop (see the module's doc). */
@@ -217,7 +242,17 @@ export class TaskContext {
    * `RateLimited` would, but the task goes on: its call succeeded. Without a reset time
    * the pause is the adaptive one. Above the threshold nothing is sent.
    */
-  reportQuota(quota: QuotaReport): void {
+  reportQuota(quota: QuotaReport): void;
+  /**
+   * A provider quota's remaining units and reset, from the provider's headers
+   * (`reportQuota("openai", { remaining: 0, resetAfterMs: 12_500 })`): at `QUOTA_LOW` or
+   * below, that quota pauses until the reset (`PROVIDER_PAUSE_MS` without one), for every
+   * queue and language. Resolves once the pause is written.
+   */
+  reportQuota(name: string, quota: QuotaReport): Promise<void>;
+  reportQuota(first: QuotaReport | string, second?: QuotaReport): void | Promise<void> {
+    if (typeof first === "string") return this.reportProviderQuota(first, second);
+    const quota = first;
     checkOptionKeys(quota, QUOTA_REPORT_KEYS, "reportQuota");
     const { remaining, resetAfterMs, resetAt } = quota;
     const scope: string = quota.scope ?? "queue"; // a JavaScript caller may pass anything
@@ -238,6 +273,25 @@ export class TaskContext {
       this.token,
       pauseMs,
       scope === "group",
+      `provider quota spent (remaining ${remaining})`,
+    );
+  }
+
+  private async reportProviderQuota(name: string, quota: QuotaReport | undefined): Promise<void> {
+    checkQuotaName(name);
+    if (quota === undefined) throw new TypeError("reportQuota needs { remaining, ... }");
+    checkOptionKeys(quota, QUOTA_REPORT_KEYS, "reportQuota");
+    const { remaining, resetAfterMs, resetAt } = quota;
+    if (typeof remaining !== "number" || !Number.isFinite(remaining))
+      throw new TypeError(
+        `reportQuota needs remaining as a finite number, not ${String(remaining)}`,
+      );
+    const pauseMs = quotaPauseMs(resetAfterMs, resetAt, Date.now() / 1000);
+    if (remaining > QUOTA_LOW) return;
+    if (this.providerQuotas === null) throw new Error("reportQuota needs a task run by a worker");
+    await this.providerQuotas.pause(
+      name,
+      pauseMs ?? PROVIDER_PAUSE_MS,
       `provider quota spent (remaining ${remaining})`,
     );
   }

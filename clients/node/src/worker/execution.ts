@@ -18,6 +18,7 @@ import { formatG } from "../pyformat.js";
 import type { ClaimedTask } from "./claimed.js";
 import {
   type FlowLine,
+  type ProviderQuotaLine,
   type QuotaSink,
   type ReportSink,
   TaskContext,
@@ -120,6 +121,8 @@ export interface ExecutionOptions {
   readonly flows?: FlowLine;
   /** Where `reportQuota`'s pauses go. */
   readonly reportQuota?: QuotaSink;
+  /** A run's provider quota calls (settle, a named quota's pause). */
+  readonly providerQuotas?: ProviderQuotaLine;
 }
 
 /** `held`: every task from its claim until its outcome is written (or given back). */
@@ -208,6 +211,7 @@ export class Execution {
       sink: o.report,
       flows: o.flows ?? null,
       quotaSink: this.quotaSink,
+      providerQuotas: o.providerQuotas ?? null,
     });
     const run = new Run(task, performance.now(), context);
     this.held.set(task.id, run);

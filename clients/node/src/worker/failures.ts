@@ -62,15 +62,20 @@ export class RateLimited extends TaskfleetError {
   readonly retryAfter: number | null;
   /** What pauses: the whole queue, or the task's group alone. */
   readonly scope: "queue" | "group";
+  /** A provider quota's name (`Quota`): that quota pauses, in every queue, instead of this queue. */
+  readonly quota: string | null;
 
   constructor(
     retryAfter: number | null = null,
     message = "",
-    options: { scope?: "queue" | "group" } = {},
+    options: { scope?: "queue" | "group"; quota?: string } = {},
   ) {
     const scope: string = options.scope ?? "queue"; // a JavaScript caller may pass anything
     if (scope !== "queue" && scope !== "group")
       throw new RangeError(`RateLimited scope must be "queue" or "group", not ${scope}`);
+    const quota: unknown = options.quota ?? null;
+    if (quota !== null && (typeof quota !== "string" || quota === ""))
+      throw new TypeError("RateLimited quota must be a provider quota's name");
     if (retryAfter !== null) {
       if (typeof retryAfter !== "number")
         throw new TypeError(`RateLimited needs retryAfter in seconds, not ${typeof retryAfter}`);
@@ -86,6 +91,7 @@ export class RateLimited extends TaskfleetError {
     );
     this.retryAfter = retryAfter;
     this.scope = scope;
+    this.quota = quota;
   }
 }
 
@@ -97,7 +103,12 @@ export interface Verdict {
   readonly throttle?: boolean;
   /** RateLimited with scope "group": only the task's group pauses. */
   readonly groupScope?: boolean;
+  /** RateLimited with a quota: that provider quota pauses for retryAfterMs instead. */
+  readonly providerQuota?: string;
 }
+
+/** A provider quota's pause when RateLimited or reportQuota gives no reset time (ms). */
+export const PROVIDER_PAUSE_MS = 1000;
 
 function oneLine(text: string): string {
   let line = text.replace(/[\r\n]+/g, " ").trim();
@@ -185,6 +196,13 @@ export function verdictOf(error: unknown): Verdict | null {
     if (isA(error, RateLimited)) {
       const after: unknown = (error as { retryAfter?: unknown }).retryAfter;
       const valid = typeof after === "number" && after >= 0 && after <= bounds.MAX_DELAY_S;
+      const quota: unknown = (error as { quota?: unknown }).quota;
+      if (typeof quota === "string" && quota !== "")
+        return {
+          permanent: false,
+          retryAfterMs: valid ? Math.trunc(after * 1000) : PROVIDER_PAUSE_MS,
+          providerQuota: quota,
+        };
       const verdict = {
         permanent: false,
         retryAfterMs: valid ? Math.trunc(after * 1000) : null,

@@ -124,6 +124,12 @@ export class OutcomeWriter {
         const outcome = batch[0] as Outcome;
         const verdict = outcome.verdict;
         const permanent = verdict?.permanent === true;
+        if (verdict?.providerQuota !== undefined)
+          await this.broker.pauseProviderQuota(
+            verdict.providerQuota,
+            verdict.retryAfterMs ?? 0,
+            outcome.error ?? "",
+          );
         const state = await this.broker.fail(
           outcome.run.task.id,
           outcome.run.task.token,

@@ -131,6 +131,12 @@ export class Worker {
         dependencyResults: async (taskId, after) =>
           this.registered().dependencyResults(taskId, after),
       },
+      providerQuotas: {
+        settle: async (taskId, token, quota, used) =>
+          this.registered().settle(taskId, token, quota, used),
+        pause: async (quota, pauseMs, reason) =>
+          this.registered().pauseProviderQuota(quota, pauseMs, reason),
+      },
       reportQuota: (taskId, _token, pauseMs, group, reason) => {
         this.reports.addQuota({ taskId, pauseMs, group, reason });
       },

@@ -39,6 +39,8 @@ NAMES = (
     "report",
     "watch",
     "quota",
+    "provider_quota",
+    "settle",
 )
 
 

@@ -34,6 +34,8 @@ local K_GROUPS_PARKED = KEYS[31]
 local K_GROUPS_PENDING = KEYS[32]
 local K_FLOW = KEYS[33]
 local K_FLOWS = KEYS[34]
+local K_PQUOTA = "tf:pquota:"
+local K_PQUOTA_HOLDS = "tf:pquota-holds:"
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_INCARNATION = ARGV[2]
@@ -780,6 +782,129 @@ local function superseded(pod, incarnation, registered)
   if registered then return '' end
   return nil
 end
+-- includes/pq_load.lua
+-- pq_load: provider quota `name` (K_PQUOTA .. name, shared by every queue) read once per
+-- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits
+-- and this window's use per unit. Windows are fixed, period_ms long from the epoch; at a
+-- new window each unit's use drops by its limit per window passed, never below 0: an
+-- overrun (a settlement above the estimate) is debt the next windows wait out.
+-- Returns nil when the quota does not exist (nothing to reserve or wait for).
+local PQ = {}
+local function pq_load(name, now)
+  local q = PQ[name]
+  if q ~= nil then return q or nil end
+  local key = K_PQUOTA .. name
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then PQ[name] = false return nil end
+  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000}
+  local raw = {}
+  for i = 1, #flat, 2 do
+    local f, v = flat[i], flat[i + 1]
+    local unit = string.match(f, '^limit:(.+)$')
+    if unit then
+      q.limits[unit] = tonumber(v) or 0
+    else
+      unit = string.match(f, '^used:(.+)$')
+      if unit then q.used[unit] = tonumber(v) or 0 else raw[f] = v end
+    end
+  end
+  q.period = math.max(1, tonumber(raw.period_ms) or 60000)
+  q.conc = tonumber(raw.concurrency) or 0
+  q.till = tonumber(raw['until']) or 0
+  q.window = math.floor(now / q.period) * q.period
+  q.window_end = q.window + q.period
+  local was = tonumber(raw.window) or q.window
+  if was < q.window then
+    local passed = math.floor((q.window - was) / q.period)
+    local fields = {'window', q.window}
+    for unit, used in pairs(q.used) do
+      local left = math.max(0, used - (q.limits[unit] or 0) * passed)
+      q.used[unit] = left
+      fields[#fields + 1] = 'used:' .. unit
+      fields[#fields + 1] = left
+    end
+    redis.call('HSET', key, unpack(fields))
+  elseif raw.window == nil then
+    redis.call('HSET', key, 'window', q.window)
+  end
+  PQ[name] = q
+  return q
+end
+-- includes/pq_live.lua
+-- pq_live: how many concurrency reservations of provider quota `q` are live, after
+-- dropping those whose task no longer runs under the reservation's token, or whose lease
+-- ran out (a lost worker's): a reservation ends with its run, whatever ends it.
+-- O(reservations); read only when the cap may be reached.
+local function pq_live(q, now)
+  local hkey = K_PQUOTA_HOLDS .. q.name
+  local members = redis.call('ZRANGE', hkey, 0, -1)
+  local gone = {}
+  for _, m in ipairs(members) do
+    local cut = string.find(m, '\0', 1, true)
+    local live = false
+    if cut then
+      local v = redis.call('HMGET', string.sub(m, 1, cut - 1), 'state', 'token', 'lease_until')
+      live = v[1] == 'running' and v[2] == string.sub(m, cut + 1)
+        and (tonumber(v[3]) or 0) >= now
+    end
+    if not live then gone[#gone + 1] = m end
+  end
+  if #gone > 0 then redis.call('ZREM', hkey, unpack(gone)) end
+  return #members - #gone
+end
+-- includes/pq_admit.lua
+-- pq_admit: reserve what a task's `quotas` (its JSON field: {name: {unit: amount}})
+-- estimates, all or nothing, for its run under `token` (task hash `key`). Each unit's
+-- use in the window is charged at once; a settlement (settle.lua) corrects it later.
+-- A unit fits while its use plus the estimate stays within its limit, or nothing of it
+-- is used yet (an estimate above a whole limit runs alone in a window).
+-- Returns 0 when reserved, else {ms to wait before looking again, the quota's name};
+-- the wait is at most PQ_MAX_WAIT_MS, so a resume or a new limit is seen by then.
+local PQ_MAX_WAIT_MS = 5000
+local PQ_CONC_WAIT_MS = 500
+local function pq_admit(quotas, key, token, now)
+  local ok, want = pcall(cjson.decode, quotas)
+  if not ok or type(want) ~= 'table' then return 0 end  -- unreadable: reserves nothing
+  local found = {}
+  for name, units in pairs(want) do
+    local q = type(units) == 'table' and pq_load(name, now)
+    if q then
+      local wait = 0
+      if q.till > now then wait = q.till - now end
+      if wait == 0 then
+        for unit, amount in pairs(units) do
+          local limit, used = q.limits[unit], q.used[unit] or 0
+          local need = tonumber(amount) or 0
+          if limit and limit > 0 and need > 0 and used > 0 and used + need > limit then
+            wait = q.window_end - now
+            break
+          end
+        end
+      end
+      if wait == 0 and q.conc > 0
+          and redis.call('ZCARD', K_PQUOTA_HOLDS .. name) >= q.conc and pq_live(q, now) >= q.conc then
+        wait = PQ_CONC_WAIT_MS
+      end
+      if wait > 0 then return {math.min(wait, PQ_MAX_WAIT_MS), name} end
+      found[#found + 1] = {q, units}
+    end
+  end
+  for _, pair in ipairs(found) do
+    local q, units = pair[1], pair[2]
+    local fields = {}
+    for unit, amount in pairs(units) do
+      local need = tonumber(amount) or 0
+      if need > 0 then
+        q.used[unit] = (q.used[unit] or 0) + need
+        fields[#fields + 1] = 'used:' .. unit
+        fields[#fields + 1] = q.used[unit]
+      end
+    end
+    if #fields > 0 then redis.call('HSET', q.key, unpack(fields)) end
+    if q.conc > 0 then redis.call('ZADD', K_PQUOTA_HOLDS .. q.name, now, key .. '\0' .. token) end
+  end
+  return 0
+end
 -- includes/claim_tasks.lua
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
@@ -893,7 +1018,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after', 'quotas')
       if v[9] ~= 'pending' then
         pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -934,8 +1059,16 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
         end
         if blocked then break end
         local hold = fair and group_hold(fair, g, cost)
+        -- provider quotas (pq_admit): only a task that names some reads them; one they
+        -- cannot admit now waits as a delayed task, and the claim goes on to the next
+        local wait = not hold and v[14] and pq_admit(v[14], key, token_base .. ':' .. (claimed + 1), now)
         if hold then
           group_park(fair, g, hold)
+        elseif wait and wait ~= 0 then
+          pending_remove(id, g)
+          redis.call('HSET', key, 'state', 'delayed', 'run_at', now + wait[1], 'quota_wait', wait[2])
+          redis.call('ZADD', K_DELAYED, now + wait[1], id)
+          skipped = skipped + 1
         else
           if quota then quota_take(quota, cost) end
           if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end

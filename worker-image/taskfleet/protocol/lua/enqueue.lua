@@ -153,11 +153,13 @@ for i = 1, n do
     if parent_key and flow_adopt(parent_key, ARG_PARENT, id) then adopted[#adopted + 1] = id end
   else
     local id, payload, priority, delay_ms, deadline, max_attempts, cost, timeout, after,
-      on_dep_fail, group = RECORD(i)
+      on_dep_fail, group, quotas = RECORD(i)
     local key = K_TASK .. id
     local ready, score = create_task(now, key, id, payload, priority, delay_ms, deadline,
       max_attempts, cost, timeout, ARG_TRACE, group)
     if score then pending_add(id, score, group) end
+    -- provider quotas: a claim reads the field, and reserves, only when it is there
+    if quotas ~= '' then redis.call('HSET', key, 'quotas', quotas) end
     if after ~= '' or call_flow then flow_join(key, after, call_flow, now) end
     if after ~= '' then
       redis.call('HSET', key, 'after', after, 'on_dep_fail', on_dep_fail)

@@ -20,6 +20,7 @@
 --- @include "group_done"
 --- @include "pending_remove"
 --- @include "superseded"
+--- @include "pq_admit"
 -- claim_tasks: hand up to `want` tasks to a worker, after the housekeeping that lets the
 -- fleet run without the operator (promote due, expire deadlines, take back expired
 -- leases, each at most `bound` tasks). Shared by claim.lua and complete.lua.
@@ -132,7 +133,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after', 'quotas')
       if v[9] ~= 'pending' then
         pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -173,8 +174,16 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
         end
         if blocked then break end
         local hold = fair and group_hold(fair, g, cost)
+        -- provider quotas (pq_admit): only a task that names some reads them; one they
+        -- cannot admit now waits as a delayed task, and the claim goes on to the next
+        local wait = not hold and v[14] and pq_admit(v[14], key, token_base .. ':' .. (claimed + 1), now)
         if hold then
           group_park(fair, g, hold)
+        elseif wait and wait ~= 0 then
+          pending_remove(id, g)
+          redis.call('HSET', key, 'state', 'delayed', 'run_at', now + wait[1], 'quota_wait', wait[2])
+          redis.call('ZADD', K_DELAYED, now + wait[1], id)
+          skipped = skipped + 1
         else
           if quota then quota_take(quota, cost) end
           if b_tasks then b_tasks.tokens = b_tasks.tokens - 1 end

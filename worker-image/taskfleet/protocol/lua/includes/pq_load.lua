@@ -1,0 +1,47 @@
+-- pq_load: provider quota `name` (K_PQUOTA .. name, shared by every queue) read once per
+-- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits
+-- and this window's use per unit. Windows are fixed, period_ms long from the epoch; at a
+-- new window each unit's use drops by its limit per window passed, never below 0: an
+-- overrun (a settlement above the estimate) is debt the next windows wait out.
+-- Returns nil when the quota does not exist (nothing to reserve or wait for).
+local PQ = {}
+local function pq_load(name, now)
+  local q = PQ[name]
+  if q ~= nil then return q or nil end
+  local key = K_PQUOTA .. name
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then PQ[name] = false return nil end
+  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000}
+  local raw = {}
+  for i = 1, #flat, 2 do
+    local f, v = flat[i], flat[i + 1]
+    local unit = string.match(f, '^limit:(.+)$')
+    if unit then
+      q.limits[unit] = tonumber(v) or 0
+    else
+      unit = string.match(f, '^used:(.+)$')
+      if unit then q.used[unit] = tonumber(v) or 0 else raw[f] = v end
+    end
+  end
+  q.period = math.max(1, tonumber(raw.period_ms) or 60000)
+  q.conc = tonumber(raw.concurrency) or 0
+  q.till = tonumber(raw['until']) or 0
+  q.window = math.floor(now / q.period) * q.period
+  q.window_end = q.window + q.period
+  local was = tonumber(raw.window) or q.window
+  if was < q.window then
+    local passed = math.floor((q.window - was) / q.period)
+    local fields = {'window', q.window}
+    for unit, used in pairs(q.used) do
+      local left = math.max(0, used - (q.limits[unit] or 0) * passed)
+      q.used[unit] = left
+      fields[#fields + 1] = 'used:' .. unit
+      fields[#fields + 1] = left
+    end
+    redis.call('HSET', key, unpack(fields))
+  elseif raw.window == nil then
+    redis.call('HSET', key, 'window', q.window)
+  end
+  PQ[name] = q
+  return q
+end
