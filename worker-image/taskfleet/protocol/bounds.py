@@ -76,3 +76,5 @@ MAX_BATCH = 100
 #: Retries a handler may ask for (``RetryAfter``) per task without spending an attempt; past this,
 #: each one counts as a failed attempt (so ``max_attempts`` still ends it).
 MAX_DEFERRALS = 20
+#: Largest checkpoint state of a task (its JSON text): the next attempt's claim carries it.
+MAX_CHECKPOINT_BYTES = 1024 * 1024

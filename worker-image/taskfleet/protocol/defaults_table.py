@@ -156,6 +156,12 @@ BOUNDS: tuple[Bound, ...] = (
         "Retries a handler may ask for (``RetryAfter``) per task without spending an attempt; "
         "past this, each one counts as a failed attempt (so ``max_attempts`` still ends it).",
     ),
+    Bound(
+        "MAX_CHECKPOINT_BYTES",
+        "1024 * 1024",
+        "bytes",
+        "Largest checkpoint state of a task (its JSON text): the next attempt's claim carries it.",
+    ),
 )
 
 #: What the bounds promise, checked when the table is generated: the largest stored time

@@ -69,6 +69,8 @@ TASK_FIELDS: tuple[str, ...] = (
     "cancel_requested",
     "trace",
     "waiters",
+    "checkpoint",
+    "checkpoint_keep",
 )
 #: A worker's record: the JSON value under its pod in the ``workers`` hash.
 WORKER_FIELDS: tuple[str, ...] = (

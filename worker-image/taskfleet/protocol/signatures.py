@@ -321,6 +321,14 @@ class Repair(NamedTuple):
     ]
 
 
+class Checkpoint(NamedTuple):
+    task_id: Annotated[Str, "the task"]
+    token: Annotated[Str, "the claim token of the run that checkpoints"]
+    state: Annotated[Json, "the state, JSON text (no NUL byte)"]
+    keep: Annotated[Int, "1: kept with the task once it finished; 0: dropped then"]
+    max_bytes: Annotated[Int, "the largest state stored (the caller's MAX_CHECKPOINT_BYTES)"]
+
+
 class Watch(NamedTuple):
     waiter: Annotated[Str, "the waiter's id (unique per wait)"]
     n: Annotated[Int, "how many task ids follow"]
@@ -560,6 +568,12 @@ SCRIPTS: dict[str, Script] = {
             Report,
             "a string of one character per report: 1 applied, 0 refused",
             Reported,
+        ),
+        Script(
+            "checkpoint",
+            Checkpoint,
+            "1 stored; 0 refused (the run does not hold the task); -1 refused (too large, "
+            "or holds a NUL byte)",
         ),
         Script(
             "watch",

@@ -130,6 +130,8 @@ export class Worker {
           this.registered().addChildren(parent, token, batch),
         dependencyResults: async (taskId, after) =>
           this.registered().dependencyResults(taskId, after),
+        checkpoint: async (taskId, token, state, keep) =>
+          this.registered().checkpoint(taskId, token, state, keep),
       },
       reportQuota: (taskId, _token, pauseMs, group, reason) => {
         this.reports.addQuota({ taskId, pauseMs, group, reason });

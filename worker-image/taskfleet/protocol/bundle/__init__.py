@@ -37,6 +37,7 @@ NAMES = (
     "retry",
     "drop",
     "report",
+    "checkpoint",
     "watch",
     "quota",
 )

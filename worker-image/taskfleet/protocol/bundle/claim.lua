@@ -193,7 +193,8 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
   wake_waiters(id, key, v[1])
   flow_finished(id, 'x', v[2], nil, v[3])
 end
@@ -396,7 +397,8 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
   wake_waiters(id, key, v[1])
   flow_finished(id, 'c', v[2], nil, v[3])
 end
@@ -893,7 +895,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after',
+        'checkpoint')
       if v[9] ~= 'pending' then
         pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -973,6 +976,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
             if g and g ~= '' then fields[n + 1], fields[n + 2], n = 'group', g, n + 2 end
             if v[12] and v[12] ~= '' then fields[n + 1], fields[n + 2], n = 'trace', v[12], n + 2 end
             if v[13] and v[13] ~= '' then fields[n + 1], fields[n + 2], n = 'after', v[13], n + 2 end
+            -- the state an earlier attempt stored (checkpoint.lua): never empty, never NUL
+            if v[14] and v[14] ~= '' then fields[n + 1], fields[n + 2], n = 'checkpoint', v[14], n + 2 end
             fields[n + 1], fields[n + 2] = '', v[1] or ''
           else
             fields = {id, token, attempts, v[3] or cfg('max_attempts'),
@@ -1192,8 +1197,8 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 --     anything), all joined by NUL. Names: id, token, attempts, max_attempts (always);
 --     lost, priority, cost (unless 0, 0, 1); timeout (s), waited_ms (from run_at, when it
 --     was enqueued, fell due or was retried, to now), deadline (ms), group, trace, after
---     (the JSON list of the tasks it waited for: its dependency results' handle), each
---     only when set; no value is empty. Readers ignore names they do not know. A
+--     (the JSON list of the tasks it waited for: its dependency results' handle),
+--     checkpoint (the state an earlier attempt stored, checkpoint.lua), each only when set; no value is empty. Readers ignore names they do not know. A
 --     hand-off a producer pushes (hand_off.lua) takes that form only for a worker whose
 --     record says claim_record 3; else the positional one every version reads: id,
 --     token, attempts, max_attempts, timeout_s ('' = none), lost, priority, cost,

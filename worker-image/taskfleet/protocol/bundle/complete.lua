@@ -211,7 +211,8 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
   wake_waiters(id, key, v[1])
   flow_finished(id, 'x', v[2], nil, v[3])
 end
@@ -223,7 +224,8 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
   wake_waiters(id, key, v[1])
   flow_finished(id, 'c', v[2], nil, v[3])
 end
@@ -899,7 +901,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after',
+        'checkpoint')
       if v[9] ~= 'pending' then
         pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -979,6 +982,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
             if g and g ~= '' then fields[n + 1], fields[n + 2], n = 'group', g, n + 2 end
             if v[12] and v[12] ~= '' then fields[n + 1], fields[n + 2], n = 'trace', v[12], n + 2 end
             if v[13] and v[13] ~= '' then fields[n + 1], fields[n + 2], n = 'after', v[13], n + 2 end
+            -- the state an earlier attempt stored (checkpoint.lua): never empty, never NUL
+            if v[14] and v[14] ~= '' then fields[n + 1], fields[n + 2], n = 'checkpoint', v[14], n + 2 end
             fields[n + 1], fields[n + 2] = '', v[1] or ''
           else
             fields = {id, token, attempts, v[3] or cfg('max_attempts'),
@@ -1255,6 +1260,7 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 --   (or -1, record: another incarnation holds the name, or '' with registered '1': the
 --   name has no readable record; nothing claimed, the completions applied)}.
 -- A task that ends done keeps no error of an earlier attempt (field 'error' dropped).
+-- A finished task's checkpoint is dropped unless its run asked to keep it (checkpoint.lua).
 -- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once), a
 -- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
@@ -1272,7 +1278,7 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants', 'join', 'group', 'flow', 'error')
+    'dependants', 'join', 'group', 'flow', 'error', 'checkpoint_keep')
   if v[1] == 'running' and v[2] == token then
     -- a task that added children at run time (join): children left, one failed
     local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed', 'on_dep_fail') or {}
@@ -1284,8 +1290,13 @@ for i = 0, n - 1 do
       by_pod[pod] = ids
     end
     if v[8] and v[8] ~= '' then group_left(v[8]) end
-    -- the token stays: it tells a retry of this write from a stale one
-    redis.call('HDEL', key, 'lease_until')
+    -- the token stays: it tells a retry of this write from a stale one; a checkpoint goes
+    -- (in the same call: a task that never checkpointed pays nothing more) unless kept
+    if v[11] then
+      redis.call('HDEL', key, 'lease_until')
+    else
+      redis.call('HDEL', key, 'lease_until', 'checkpoint')
+    end
     if v[4] then
       to_cancelled(id, key, now)
       out[#out + 1] = '3'
