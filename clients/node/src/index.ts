@@ -48,6 +48,7 @@ export {
   type TaskPage,
 } from "./control.js";
 export { TaskState, type Task } from "./tasks.js";
+export type { OutputChunk } from "./protocol/output.js";
 export type { GroupCount, GroupSettings, StoredGroupSettings } from "./groups.js";
 export type {
   BudgetLimit,
@@ -66,6 +67,7 @@ export {
   InvalidRedisURL,
   NotReplicated,
   OlderWorker,
+  OutputFull,
   ProtocolError,
   ScheduleNotFound,
   ScheduleOwned,

@@ -71,6 +71,8 @@ TASK_FIELDS: tuple[str, ...] = (
     "waiters",
     "checkpoint",
     "checkpoint_keep",
+    "output",
+    "output_bytes",
 )
 #: A worker's record: the JSON value under its pod in the ``workers`` hash.
 WORKER_FIELDS: tuple[str, ...] = (

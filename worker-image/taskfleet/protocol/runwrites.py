@@ -1,4 +1,5 @@
-"""What a running task writes besides its outcome: its checkpoint.
+"""What a running task writes besides its outcome: its checkpoint (its output chunks are
+in ``output.py``).
 
 ``checkpoint`` stores a JSON state for the task's next attempt (``checkpoint.lua``),
 fenced by the run's claim token like every write of a run. It is one round trip of its

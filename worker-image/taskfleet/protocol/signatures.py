@@ -329,6 +329,15 @@ class Checkpoint(NamedTuple):
     max_bytes: Annotated[Int, "the largest state stored (the caller's MAX_CHECKPOINT_BYTES)"]
 
 
+class Emit(NamedTuple):
+    task_id: Annotated[Str, "the task"]
+    token: Annotated[Str, "the claim token of the run that emits"]
+    kind: Annotated[Str, "'t': the chunk is text; 'j': JSON text"]
+    data: Annotated[Bytes, "the chunk"]
+    max_entries: Annotated[Int, "the most entries a task's output holds (MAX_OUTPUT_ENTRIES)"]
+    max_bytes: Annotated[Int, "the most chunk bytes a task's output holds (MAX_OUTPUT_BYTES)"]
+
+
 class Watch(NamedTuple):
     waiter: Annotated[Str, "the waiter's id (unique per wait)"]
     n: Annotated[Int, "how many task ids follow"]
@@ -574,6 +583,12 @@ SCRIPTS: dict[str, Script] = {
             Checkpoint,
             "1 stored; 0 refused (the run does not hold the task); -1 refused (too large, "
             "or holds a NUL byte)",
+        ),
+        Script(
+            "emit",
+            Emit,
+            "the entry's id; or 0 refused (the run does not hold the task); -1 refused (the "
+            "task's output is full)",
         ),
         Script(
             "watch",

@@ -188,6 +188,24 @@ class TaskContext:
         if self.control is not None:
             self.control.send(self.task_id, self.control.token, text, None)
 
+    def emit(self, chunk: Any) -> str:
+        """Append ``chunk`` (a str, or any JSON value) to the task's output stream, marked
+        with this attempt: readers of ``Queue.stream(task_id)`` get it at once, in order.
+        One round trip, written when it returns; its entry id. Raises ``StaleToken`` when
+        this run no longer holds the task, ``OutputFull`` past ``MAX_OUTPUT_ENTRIES``
+        chunks or ``MAX_OUTPUT_BYTES`` bytes (every attempt's together). The output is kept
+        as long as the task. In an async handler the call blocks the loop for its round
+        trip."""
+        from taskfleet.protocol.output import chunk_text, emit_op
+
+        kind, data = chunk_text(chunk)
+        control = self.control
+        if control is None:
+            raise RuntimeError("emit is available only in a worker's task")
+        scripts, keys = _run_scripts(self.redis_url, self.queue)
+        entry: str = scripts.run(emit_op(keys, self.task_id, control.token, kind, data))
+        return entry
+
     def dependency_results(self) -> dict[str, Any]:
         """The results of the tasks this one waited for (``enqueue(..., after=[...])``),
         by their id: handed to it when each completed, read here in one round trip (the

@@ -427,6 +427,22 @@ export interface CheckpointArgs {
   readonly max_bytes: number | string;
 }
 
+/** The arguments of `emit`: append a chunk to a running task's output stream (current_task().emit). */
+export interface EmitArgs {
+  /** the task */
+  readonly task_id: string;
+  /** the claim token of the run that emits */
+  readonly token: string;
+  /** 't': the chunk is text; 'j': JSON text */
+  readonly kind: string;
+  /** the chunk */
+  readonly data: string | Buffer;
+  /** the most entries a task's output holds (MAX_OUTPUT_ENTRIES) */
+  readonly max_entries: number | string;
+  /** the most chunk bytes a task's output holds (MAX_OUTPUT_BYTES) */
+  readonly max_bytes: number | string;
+}
+
 /** The arguments of `watch`: a producer's wait on tasks, registered atomically with a look at their states. */
 export interface WatchArgs {
   /** the waiter's id (unique per wait) */
@@ -485,6 +501,7 @@ export interface ScriptArgs {
   drop: DropArgs;
   report: ReportArgs;
   checkpoint: CheckpointArgs;
+  emit: EmitArgs;
   watch: WatchArgs;
   quota: QuotaArgs;
 }
@@ -514,6 +531,7 @@ export interface ScriptRecords {
   drop: DropRecord;
   report: ReportRecord;
   checkpoint: never;
+  emit: never;
   watch: WatchRecord;
   quota: never;
 }
@@ -522,7 +540,7 @@ export interface ScriptRecords {
 export type ScriptName = keyof ScriptArgs;
 
 /** Every script's name, in the manifest's order. */
-export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "drop", "report", "checkpoint", "watch", "quota"] as const;
+export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "drop", "report", "checkpoint", "emit", "watch", "quota"] as const;
 
 /** Each script's argument names and its record's field names, in ARGV order. */
 export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly string[]; readonly record: readonly string[] }>> = {
@@ -549,6 +567,7 @@ export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly 
   drop: { args: ["state", "mode", "reason", "oldest_ms", "newest_ms", "offset", "bound", "n"], record: ["task_id"] },
   report: { args: ["n"], record: ["task_id", "token", "progress", "cost"] },
   checkpoint: { args: ["task_id", "token", "state", "keep", "max_bytes"], record: [] },
+  emit: { args: ["task_id", "token", "kind", "data", "max_entries", "max_bytes"], record: [] },
   watch: { args: ["waiter", "n"], record: ["task_id"] },
   quota: { args: ["op", "pause_ms", "reason", "day_limit", "month_limit", "group", "task_id", "reporter"], record: [] },
 };

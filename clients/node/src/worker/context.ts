@@ -42,6 +42,8 @@ export interface FlowLine {
   dependencyResults(taskId: string, after: string | null): Promise<Record<string, unknown>>;
   /** Store a run's checkpoint (JSON text); `StaleToken` when the run lost the task. */
   checkpoint?(taskId: string, token: string, state: string, keep: boolean): Promise<void>;
+  /** Append a chunk to a run's output; its entry id. `StaleToken` when the run lost the task. */
+  emit?(taskId: string, token: string, kind: string, data: string): Promise<string>;
 }
 
 /**
@@ -228,6 +230,25 @@ export class TaskContext {
     if (this.flows?.checkpoint === undefined)
       throw new Error("checkpoint needs a task run by a worker");
     await this.flows.checkpoint(this.id, this.token, text, options.keep === true);
+  }
+
+  /**
+   * Append `chunk` (a string, or any JSON value) to the task's output stream, marked with
+   * this attempt: readers of `Queue.stream(id)` get it at once, in order. One round trip;
+   * resolves to its entry id. `StaleToken`: this run no longer holds the task;
+   * `OutputFull` past `MAX_OUTPUT_ENTRIES` chunks or `MAX_OUTPUT_BYTES` bytes.
+   */
+  async emit(chunk: unknown): Promise<string> {
+    let kind = "t";
+    let data: unknown = chunk;
+    if (typeof chunk !== "string") {
+      kind = "j";
+      data = JSON.stringify(chunk);
+      if (typeof data !== "string")
+        throw new TypeError("an output chunk is a string or JSON, not undefined");
+    }
+    if (this.flows?.emit === undefined) throw new Error("emit needs a task run by a worker");
+    return this.flows.emit(this.id, this.token, kind, data as string);
   }
 
   /**

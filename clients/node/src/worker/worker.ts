@@ -132,6 +132,8 @@ export class Worker {
           this.registered().dependencyResults(taskId, after),
         checkpoint: async (taskId, token, state, keep) =>
           this.registered().checkpoint(taskId, token, state, keep),
+        emit: async (taskId, token, kind, data) =>
+          this.registered().emit(taskId, token, kind, data),
       },
       reportQuota: (taskId, _token, pauseMs, group, reason) => {
         this.reports.addQuota({ taskId, pauseMs, group, reason });

@@ -38,6 +38,7 @@ NAMES = (
     "drop",
     "report",
     "checkpoint",
+    "emit",
     "watch",
     "quota",
 )

@@ -29,6 +29,7 @@
 --- @include "notify"
 --- @include "wake_waiters"
 --- @include "to_dead"
+--- @include "output_end"
 --- @include "to_cancelled"
 --- @include-lazy "cancel_task"
 --- @include "group_left"
@@ -50,7 +51,7 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants', 'join', 'group', 'flow', 'error', 'checkpoint_keep')
+    'dependants', 'join', 'group', 'flow', 'error', 'checkpoint_keep', 'output')
   if v[1] == 'running' and v[2] == token then
     -- a task that added children at run time (join): children left, one failed
     local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed', 'on_dep_fail') or {}
@@ -111,6 +112,7 @@ for i = 0, n - 1 do
           redis.call('HSET', key, 'state', 'done', 'finished_at', now)
         end
       end
+      output_end(id, 'done', v[12])
       wake_waiters(id, key, v[5])
       flow_finished(id, 'd', v[6], result, v[9])
       completed = completed + 1
