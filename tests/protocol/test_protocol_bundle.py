@@ -20,7 +20,9 @@ from taskfleet.protocol.bundle.build import LUA, BuildError, build, params
 from taskfleet.protocol.control_ops import ControlOps, Report, Scan
 from taskfleet.protocol.keys import KEY_DOCS, SCRIPT_KEYS, QueueKeys
 from taskfleet.protocol.provider_quota import ProviderQuotaOps, settle_op
+from taskfleet.protocol.output import emit_op
 from taskfleet.protocol.quota import QuotaOps
+from taskfleet.protocol.runwrites import checkpoint_op
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import FirePlan, ScheduleDef
 from taskfleet.protocol.scripts import EnqueueArgs, Op, Ops
@@ -85,6 +87,7 @@ def test_the_manifest_lists_every_key_in_keys_order_with_its_suffix_and_type() -
         "group",
         "group_bucket",
         "flow",
+        "output",
     ]
 
 
@@ -179,6 +182,8 @@ def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> Non
         (control.drop("done", task_ids=["t", "u"]), (2, 1)),
         (control.drop("dead", scan=Scan(oldest_ms=5, newest_ms=9)), (0, 1)),
         (control.report([Report("t", "k", '{"fraction":1}')]), (1, 4)),
+        (checkpoint_op(keys, "t", "k", '{"step":1}', keep=False), (0, 0)),
+        (emit_op(keys, "t", "k", "t", "chunk"), (0, 0)),
         (
             schedule.put(
                 definition,

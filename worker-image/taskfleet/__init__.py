@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         WaitTimeout,
     )
     from taskfleet.protocol.groups import GroupCount, GroupSettings
+    from taskfleet.protocol.output import OutputChunk, OutputFull
     from taskfleet.protocol.replies import SweepResult
     from taskfleet.protocol.schedules import Schedule
     from taskfleet.protocol.tasks import Task, TaskState
@@ -83,6 +84,7 @@ _LAZY = {
         "protocol.errors",
     ),
     "Schedule": "protocol.schedules",
+    **dict.fromkeys(("OutputChunk", "OutputFull"), "protocol.output"),
     "CancelOutcome": "protocol.control_ops",
     "TaskPage": "producer.control",
     "SweepResult": "protocol.replies",
@@ -141,6 +143,8 @@ __all__ = [
     "InvalidArgument",
     "InvalidPayload",
     "OlderWorker",
+    "OutputChunk",
+    "OutputFull",
     "PermanentFailure",
     "ProtocolError",
     "Queue",

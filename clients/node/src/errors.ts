@@ -21,6 +21,9 @@ export class InvalidPayload extends TaskfleetError {}
 /** An argument is out of range or of the wrong kind (priority, delay, cost, queue name, ...). */
 export class InvalidArgument extends TaskfleetError {}
 
+/** A task's output is full (MAX_OUTPUT_ENTRIES chunks or MAX_OUTPUT_BYTES bytes): the chunk was not stored. */
+export class OutputFull extends InvalidArgument {}
+
 /** A Redis URL taskfleet refuses; the message says what to fix and never quotes the URL. */
 export class InvalidRedisURL extends TaskfleetError {}
 

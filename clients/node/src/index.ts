@@ -49,6 +49,7 @@ export {
   type TaskPage,
 } from "./control.js";
 export { TaskState, type Task } from "./tasks.js";
+export type { OutputChunk } from "./protocol/output.js";
 export type { GroupCount, GroupSettings, StoredGroupSettings } from "./groups.js";
 export type {
   BudgetLimit,
@@ -67,6 +68,7 @@ export {
   InvalidRedisURL,
   NotReplicated,
   OlderWorker,
+  OutputFull,
   ProtocolError,
   ScheduleNotFound,
   ScheduleOwned,

@@ -68,7 +68,10 @@ import {
   scheduleFromHash,
   validateScheduleName,
 } from "./schedules.js";
-import { COUNTERS, type Task, type TaskState, storedInt, taskFromHash } from "./tasks.js";
+import { type OutputChunk, rangeOutput, readOutput, taskState } from "./protocol/output.js";
+import { COUNTERS, FINISHED, type Task, type TaskState, storedInt, taskFromHash } from "./tasks.js";
+
+const STREAM_KEYS: ReadonlySet<string> = new Set(["since", "blockMs"]);
 import { Blockers, wait } from "./waiting.js";
 import { type WorkerInfo, workerInfo } from "./workers.js";
 
@@ -340,6 +343,63 @@ export class Queue {
     }
     const reply = await readFlow(this, flowId);
     return flowRecord(flowId, reply);
+  }
+
+  /**
+   * The task's output chunks in order, every attempt's: what exists after `since` (a
+   * chunk's `id`; "0-0": from the first), then each new one as it is written (a blocking
+   * read on a connection of its own, XREAD BLOCK: no polling), until the task finishes.
+   * `blockMs`: the longest one read waits before it checks whether the task finished
+   * without an end entry. Ends at once for a task that does not exist and has no output.
+   *
+   * ```ts
+   * for await (const chunk of q.stream(id)) process.stdout.write(String(chunk.data));
+   * ```
+   */
+  async *stream(
+    taskId: string,
+    options: { since?: string; blockMs?: number } = {},
+  ): AsyncGenerator<OutputChunk, void, undefined> {
+    checkOptionKeys(options, STREAM_KEYS, "stream");
+    if (typeof taskId !== "string" || !taskId.isWellFormed())
+      throw new InvalidArgument("task_id must be a string UTF-8 can encode");
+    let last = options.since ?? "0-0";
+    if (typeof last !== "string" || last === "")
+      throw new InvalidArgument("since must be a chunk's id (or '0-0')");
+    const blockMs = options.blockMs ?? 1000;
+    if (!Number.isInteger(blockMs) || blockMs < 10 || blockMs > 60_000)
+      throw new InvalidArgument(`blockMs must be an integer 10..60000, not ${String(blockMs)}`);
+    const client = this.blockers.take();
+    let healthy = false;
+    try {
+      for (;;) {
+        let entries = await readOutput(client, this.keys, taskId, last, blockMs);
+        if (entries.length === 0) {
+          const state = await taskState(client, this.keys, taskId);
+          if (state !== null && !FINISHED.has(state as TaskState)) continue;
+          entries = await rangeOutput(client, this.keys, taskId, last);
+          if (entries.length === 0) break;
+        }
+        let ended = false;
+        for (const [id, item] of entries) {
+          last = id;
+          if (typeof item === "string") {
+            // the end entry: over, unless the task runs again (a retry)
+            const state = await taskState(client, this.keys, taskId);
+            if (state === null || FINISHED.has(state as TaskState)) {
+              ended = true;
+              break;
+            }
+            continue;
+          }
+          yield item;
+        }
+        if (ended) break;
+      }
+      healthy = true;
+    } finally {
+      this.blockers.give(client, healthy);
+    }
   }
 
   /**

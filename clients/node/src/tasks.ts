@@ -71,6 +71,8 @@ export interface Task {
   readonly result: unknown;
   /** What its handler last reported: {fraction, done, total, message}. */
   readonly progress: unknown;
+  /** The state its handler last checkpointed; once finished, only if kept. */
+  readonly checkpoint: unknown;
   /** The tasks it waits for (`after`), empty when none. */
   readonly after: readonly string[];
   /** With `after`: fail, ignore or cancel; null when it waits for nothing. */
@@ -193,6 +195,7 @@ export function taskFromHash(raw: Readonly<Record<string, string>>, taskId?: str
     group: text("group"),
     result: raw.result === undefined ? null : parsed(raw.result),
     progress: raw.progress === undefined ? null : parsed(raw.progress),
+    checkpoint: raw.checkpoint === undefined ? null : parsed(raw.checkpoint),
     after: afterIds(raw.after),
     onDepFail: text("on_dep_fail"),
     flow: text("flow"),

@@ -21,6 +21,7 @@ from taskfleet.protocol import groups as group_layout
 from taskfleet.protocol.control_ops import CancelOutcome, Scan
 from taskfleet.protocol.errors import InvalidArgument, TaskNotFound, WaitTimeout
 from taskfleet.protocol.groups import check_group
+from taskfleet.protocol.output import output_block, output_range, task_state
 from taskfleet.protocol.states import FINISHED, TaskState
 from taskfleet.protocol.tasks import Task
 
@@ -367,3 +368,39 @@ def follow(
         if left <= 0:
             raise WaitTimeout([task_id], limit)
         yield Sleep(min(interval, left))
+
+
+def stream(q: QueueBase, task_id: str, *, since: str = "0-0", block: float = 1.0) -> Plan[None]:
+    """Yield the task's output chunks (``OutputChunk``) in order, every attempt's: what
+    exists after ``since`` (a chunk's ``id``; '0-0': from the first), then each new one as
+    it is written (a blocking read, XREAD BLOCK: no polling), until the task finishes.
+    ``block``: the longest one read waits before it checks whether the task finished
+    without an end entry (never emitted, say); nothing is missed either way. Ends at once
+    for a task that does not exist and has no output."""
+    if not isinstance(since, str) or not since:
+        raise InvalidArgument(f"since must be a chunk's id (or '0-0'), not {since!r}")
+    if isinstance(block, bool) or not isinstance(block, int | float) or not 0.01 <= block <= 60:
+        raise InvalidArgument(f"block must be 0.01..60 s, not {block!r}")
+    block_s = float(block)
+    if q.socket_timeout:  # the read must answer before the client gives up on the socket
+        block_s = min(block_s, q.socket_timeout / 2)
+    block_ms = max(1, int(block_s * 1000))
+    last = since
+    keys = q.keys
+    while True:
+        entries = yield output_block(keys, task_id, last, block_ms)
+        if not entries:
+            state = yield task_state(keys, task_id)
+            if state is not None and state not in FINISHED:
+                continue
+            entries = yield output_range(keys, task_id, last)
+            if not entries:
+                return
+        for entry_id, item in entries:
+            last = entry_id
+            if isinstance(item, str):  # the end entry: over, unless the task runs again
+                state = yield task_state(keys, task_id)
+                if state is None or state in FINISHED:
+                    return
+                continue
+            yield Emit(item)

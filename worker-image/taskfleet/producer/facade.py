@@ -52,6 +52,7 @@ class Plans:
     list = staticmethod(control.list_tasks)
     purge_tasks = staticmethod(control.purge_tasks)
     follow = staticmethod(control.follow)
+    stream = staticmethod(control.stream)
     # flows
     flow = staticmethod(flowcontrol.flow)
     cancel_flow = staticmethod(flowcontrol.cancel_flow)

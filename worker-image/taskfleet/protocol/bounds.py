@@ -76,3 +76,9 @@ MAX_BATCH = 100
 #: Retries a handler may ask for (``RetryAfter``) per task without spending an attempt; past this,
 #: each one counts as a failed attempt (so ``max_attempts`` still ends it).
 MAX_DEFERRALS = 20
+#: Largest checkpoint state of a task (its JSON text): the next attempt's claim carries it.
+MAX_CHECKPOINT_BYTES = 1024 * 1024
+#: Most chunks one task's output stream holds (emit), every attempt's together.
+MAX_OUTPUT_ENTRIES = 10_000
+#: Most bytes of chunks one task's output stream holds, every attempt's together.
+MAX_OUTPUT_BYTES = 16 * 1024 * 1024

@@ -16,6 +16,7 @@ from __future__ import annotations
 __all__ = [
     "AFTER",
     "ATTEMPTS",
+    "CHECKPOINT",
     "CLAIM_MARK",
     "CLAIM_RECORD",
     "COST",
@@ -56,6 +57,8 @@ DEADLINE = b"deadline"
 GROUP = b"group"
 TRACE = b"trace"
 AFTER = b"after"
+# Only when the task has one: the state an earlier attempt stored (checkpoint.lua).
+CHECKPOINT = b"checkpoint"
 
 
 def tagged_fields(record: bytes) -> tuple[dict[bytes, bytes], bytes] | None:

@@ -156,6 +156,24 @@ BOUNDS: tuple[Bound, ...] = (
         "Retries a handler may ask for (``RetryAfter``) per task without spending an attempt; "
         "past this, each one counts as a failed attempt (so ``max_attempts`` still ends it).",
     ),
+    Bound(
+        "MAX_CHECKPOINT_BYTES",
+        "1024 * 1024",
+        "bytes",
+        "Largest checkpoint state of a task (its JSON text): the next attempt's claim carries it.",
+    ),
+    Bound(
+        "MAX_OUTPUT_ENTRIES",
+        "10_000",
+        "entries",
+        "Most chunks one task's output stream holds (emit), every attempt's together.",
+    ),
+    Bound(
+        "MAX_OUTPUT_BYTES",
+        "16 * 1024 * 1024",
+        "bytes",
+        "Most bytes of chunks one task's output stream holds, every attempt's together.",
+    ),
 )
 
 #: What the bounds promise, checked when the table is generated: the largest stored time

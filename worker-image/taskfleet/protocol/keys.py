@@ -59,6 +59,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "flows",
     "levels",
     "tombstones",
+    "output",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -179,6 +180,11 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "pods gone from the Kubernetes API whose workers may not register again; score: "
         "until when (epoch ms)",
     ),
+    "output": (
+        "stream",
+        "one task's streamed output (emit), each entry marked with its attempt, then an end "
+        "entry when it finishes; the key is the prefix and the task's id",
+    ),
 }
 
 _INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
@@ -277,6 +283,7 @@ class QueueKeys:
         "idle",
         "levels",
         "notify",
+        "output_prefix",
         "pending",
         "pod_prefix",
         "prefix",
@@ -372,6 +379,8 @@ class QueueKeys:
         # pods the operator found gone from the API, scored by until when their workers
         # may not register again (a force-deleted pod's container outlives its pod)
         self.tombstones = p + "tombstones"
+        # a task's streamed output (emit.lua), kept as long as the task
+        self.output_prefix = p + "output:"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
@@ -384,6 +393,7 @@ class QueueKeys:
             "group": self.group_prefix,
             "group_bucket": self.group_bucket_prefix,
             "flow": self.flow_prefix,
+            "output": self.output_prefix,
         }
         #: every key of :data:`SCRIPT_KEYS`, in that order
         self.script_keys: tuple[str, ...] = tuple(
@@ -402,6 +412,9 @@ class QueueKeys:
 
     def task(self, task_id: str) -> str:
         return self.task_prefix + task_id
+
+    def output(self, task_id: str) -> str:
+        return self.output_prefix + task_id
 
     def pod(self, pod: str) -> str:
         return self.pod_prefix + pod

@@ -69,6 +69,10 @@ TASK_FIELDS: tuple[str, ...] = (
     "cancel_requested",
     "trace",
     "waiters",
+    "checkpoint",
+    "checkpoint_keep",
+    "output",
+    "output_bytes",
 )
 #: A worker's record: the JSON value under its pod in the ``workers`` hash.
 WORKER_FIELDS: tuple[str, ...] = (

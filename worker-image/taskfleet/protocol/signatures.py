@@ -343,6 +343,23 @@ class Repair(NamedTuple):
     ]
 
 
+class Checkpoint(NamedTuple):
+    task_id: Annotated[Str, "the task"]
+    token: Annotated[Str, "the claim token of the run that checkpoints"]
+    state: Annotated[Json, "the state, JSON text (no NUL byte)"]
+    keep: Annotated[Int, "1: kept with the task once it finished; 0: dropped then"]
+    max_bytes: Annotated[Int, "the largest state stored (the caller's MAX_CHECKPOINT_BYTES)"]
+
+
+class Emit(NamedTuple):
+    task_id: Annotated[Str, "the task"]
+    token: Annotated[Str, "the claim token of the run that emits"]
+    kind: Annotated[Str, "'t': the chunk is text; 'j': JSON text"]
+    data: Annotated[Bytes, "the chunk"]
+    max_entries: Annotated[Int, "the most entries a task's output holds (MAX_OUTPUT_ENTRIES)"]
+    max_bytes: Annotated[Int, "the most chunk bytes a task's output holds (MAX_OUTPUT_BYTES)"]
+
+
 class Watch(NamedTuple):
     waiter: Annotated[Str, "the waiter's id (unique per wait)"]
     n: Annotated[Int, "how many task ids follow"]
@@ -582,6 +599,18 @@ SCRIPTS: dict[str, Script] = {
             Report,
             "a string of one character per report: 1 applied, 0 refused",
             Reported,
+        ),
+        Script(
+            "checkpoint",
+            Checkpoint,
+            "1 stored; 0 refused (the run does not hold the task); -1 refused (too large, "
+            "or holds a NUL byte)",
+        ),
+        Script(
+            "emit",
+            Emit,
+            "the entry's id; or 0 refused (the run does not hold the task); -1 refused (the "
+            "task's output is full)",
         ),
         Script(
             "watch",

@@ -116,6 +116,10 @@ class Task(BaseModel):
         default=None,
         description="what its handler last reported: {fraction, done, total, message}",
     )
+    checkpoint: Any = Field(
+        default=None,
+        description="the state its handler last checkpointed; once finished, only if kept",
+    )
     after: list[str] = Field(default_factory=list, description="the tasks it waits for")
     on_dep_fail: str | None = Field(
         default=None, description="with after: fail | ignore | cancel (None: fail)"
@@ -169,7 +173,7 @@ class Task(BaseModel):
             data[name] = stored_time(h.get(name))
         if "payload" in h:
             data["name"], h["payload"] = split_named(h["payload"])
-        for name in ("payload", "result", "progress"):
+        for name in ("payload", "result", "progress", "checkpoint"):
             if name in h:
                 try:
                     if nested_too_deep(h[name]):  # no reader could print it parsed

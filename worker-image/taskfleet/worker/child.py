@@ -65,6 +65,7 @@ class Job:
     name: str | None
     group: str | None = None
     after: str | None = None
+    checkpoint: str | None = None
 
 
 class _Child:
@@ -108,6 +109,7 @@ class _Child:
                 name=job.name,
                 group=job.group,
                 after=job.after,
+                restored_json=job.checkpoint,
             )
         )
         try:

@@ -60,6 +60,8 @@ class ClaimedTask:
     after: str | None = None
     #: its deadline to start (epoch ms); None: none
     deadline_ms: int | None = None
+    #: the state an earlier attempt checkpointed (JSON text); None: none
+    checkpoint: str | None = None
     #: its record carried no group or trace (an older producer's positional hand-off):
     #: the broker reads both from the task hash
     unread: bool = False
@@ -160,6 +162,9 @@ def _optional(task: ClaimedTask, f: dict[bytes, bytes]) -> None:
     an unreadable deadline is left unknown)."""
     group, after, deadline = f.get(cr.GROUP), f.get(cr.AFTER), f.get(cr.DEADLINE)
     task.trace = f.get(cr.TRACE)
+    checkpoint = f.get(cr.CHECKPOINT)
+    if checkpoint is not None:
+        task.checkpoint = checkpoint.decode(errors="replace")
     if group is not None:
         task.group = group.decode(errors="replace")
     task.after = "" if after is None else after.decode(errors="replace")

@@ -29,6 +29,8 @@ from __future__ import annotations
 import contextvars
 import json
 import math
+import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -141,6 +143,31 @@ class TaskContext:
     #: the JSON list of the tasks it waited for, as its claim record carried it ("": none;
     #: None: not known, read from the task when asked)
     after: str | None = field(default=None, repr=False)
+    #: the state an earlier attempt checkpointed, as stored (JSON text); None: none
+    restored_json: str | None = field(default=None, repr=False)
+
+    @property
+    def restored(self) -> Any:
+        """The state the last ``checkpoint`` of an earlier attempt stored (decoded JSON);
+        None on a task's first attempt, or when no attempt checkpointed."""
+        raw = self.restored_json
+        return None if raw is None else json.loads(raw)
+
+    def checkpoint(self, state: Any, *, keep: bool = False) -> None:
+        """Store ``state`` (JSON, at most ``MAX_CHECKPOINT_BYTES`` as text) for the task's
+        next attempt, which reads it as ``restored``: one fenced round trip, stored when
+        this returns. Raises ``StaleToken`` when this run no longer holds the task (its
+        lease was taken back). Dropped when the task finishes, unless ``keep``: then it
+        stays with the task (``Task.checkpoint``). In an async handler the call blocks
+        the loop for that round trip."""
+        from taskfleet.protocol.runwrites import checkpoint_op, checkpoint_text
+
+        text = checkpoint_text(state)
+        control = self.control
+        if control is None:
+            raise RuntimeError("checkpoint is available only in a worker's task")
+        scripts, keys = _run_scripts(self.redis_url, self.queue)
+        scripts.run(checkpoint_op(keys, self.task_id, control.token, text, keep))
 
     @property
     def cancelled(self) -> CancelCheck:
@@ -163,6 +190,24 @@ class TaskContext:
         text = progress_json(fraction, message, done=done, total=total)
         if self.control is not None:
             self.control.send(self.task_id, self.control.token, text, None)
+
+    def emit(self, chunk: Any) -> str:
+        """Append ``chunk`` (a str, or any JSON value) to the task's output stream, marked
+        with this attempt: readers of ``Queue.stream(task_id)`` get it at once, in order.
+        One round trip, written when it returns; its entry id. Raises ``StaleToken`` when
+        this run no longer holds the task, ``OutputFull`` past ``MAX_OUTPUT_ENTRIES``
+        chunks or ``MAX_OUTPUT_BYTES`` bytes (every attempt's together). The output is kept
+        as long as the task. In an async handler the call blocks the loop for its round
+        trip."""
+        from taskfleet.protocol.output import chunk_text, emit_op
+
+        kind, data = chunk_text(chunk)
+        control = self.control
+        if control is None:
+            raise RuntimeError("emit is available only in a worker's task")
+        scripts, keys = _run_scripts(self.redis_url, self.queue)
+        entry: str = scripts.run(emit_op(keys, self.task_id, control.token, kind, data))
+        return entry
 
     def dependency_results(self) -> dict[str, Any]:
         """The results of the tasks this one waited for (``enqueue(..., after=[...])``),
@@ -380,6 +425,7 @@ def task_context(
     name: str | None,
     group: str | None = None,
     after: str | None = None,
+    restored_json: str | None = None,
 ) -> TaskContext:
     """``TaskContext(...)`` as the worker builds one per task: the same object, its fields
     set in one go rather than by the frozen dataclass's ``object.__setattr__`` per field
@@ -397,8 +443,31 @@ def task_context(
         name=name,
         group=group,
         after=after,
+        restored_json=restored_json,
     )
     return context
+
+
+_clients: dict[tuple[int, str, str], tuple[Any, Any]] = {}
+_clients_lock = threading.Lock()
+
+
+def _run_scripts(redis_url: str, queue: str) -> tuple[Any, Any]:
+    """The scripts of one client per process and Redis URL (shared by every run and
+    thread: redis-py's pool is thread safe), and the queue's keys."""
+    at = (os.getpid(), redis_url, queue)
+    found = _clients.get(at)
+    if found is None:
+        from taskfleet.protocol.connect import connect
+        from taskfleet.protocol.keys import QueueKeys
+        from taskfleet.protocol.scripts import SyncScripts
+
+        with _clients_lock:
+            found = _clients.get(at)
+            if found is None:
+                client = connect(redis_url)
+                found = _clients[at] = (SyncScripts.for_client(client), QueueKeys(queue))
+    return found
 
 
 _current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("taskfleet_task")

@@ -149,6 +149,7 @@ class Execution:
                 name=task.name,
                 group=task.group,
                 after=task.after,
+                restored_json=task.checkpoint,
             )
         )
         self.held[task.id] = run

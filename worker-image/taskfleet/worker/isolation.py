@@ -171,6 +171,7 @@ class ChildSlot:
             name=task.name,
             group=task.group,
             after=task.after,
+            checkpoint=task.checkpoint,
         )
         try:
             conn.send(job)

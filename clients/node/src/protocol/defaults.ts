@@ -73,6 +73,12 @@ export const MAX_BATCH = 100;
  * each one counts as a failed attempt (so `max_attempts` still ends it).
  */
 export const MAX_DEFERRALS = 20;
+/** Largest checkpoint state of a task (its JSON text): the next attempt's claim carries it. */
+export const MAX_CHECKPOINT_BYTES = 1024 * 1024;
+/** Most chunks one task's output stream holds (emit), every attempt's together. */
+export const MAX_OUTPUT_ENTRIES = 10_000;
+/** Most bytes of chunks one task's output stream holds, every attempt's together. */
+export const MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
 
 /** A field of a queue's `config` hash: its stored name, kind, bounds, default, unit. */
 export interface ConfigFieldSpec {

@@ -8,7 +8,7 @@ export const PROTOCOL = 1;
 export const KEY_PREFIX = "tf:{%QUEUE%}:";
 
 /** Every key's name, in the manifest's (KEYS) order. */
-export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones"] as const;
+export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output"] as const;
 /** A key's name in the manifest. */
 export type KeyName = (typeof KEY_NAMES)[number];
 
@@ -55,6 +55,7 @@ export const KEY_SUFFIX: Readonly<Record<KeyName, string>> = {
   flows: "flows",
   levels: "levels",
   tombstones: "tombstones",
+  output: "output:",
 };
 
 /**
@@ -213,10 +214,15 @@ export class QueueLayout {
   flow(id: string): string {
     return this.prefix + "flow:" + id;
   }
+
+  /** stream: one task's streamed output (emit), each entry marked with its attempt, then an end entry when it finishes; the key is the prefix and the task's id */
+  output(id: string): string {
+    return this.prefix + "output:" + id;
+  }
 }
 
 /** The fields of a task's hash (`task:<id>`). */
-export const TASK_FIELDS = ["id", "payload", "priority", "attempts", "max_attempts", "lost", "created_at", "run_at", "deadline", "cost", "timeout", "state", "pod", "incarnation", "token", "lease_until", "started_at", "finished_at", "error", "reason", "result", "progress", "progress_at", "cost_used", "deferred", "cancel_requested", "trace", "waiters"] as const;
+export const TASK_FIELDS = ["id", "payload", "priority", "attempts", "max_attempts", "lost", "created_at", "run_at", "deadline", "cost", "timeout", "state", "pod", "incarnation", "token", "lease_until", "started_at", "finished_at", "error", "reason", "result", "progress", "progress_at", "cost_used", "deferred", "cancel_requested", "trace", "waiters", "checkpoint", "checkpoint_keep", "output", "output_bytes"] as const;
 /** A field name of a task's hash (`task:<id>`). */
 export type TaskField = (typeof TASK_FIELDS)[number];
 /** The field names of a task's hash (`task:<id>`), as constants. */
@@ -249,6 +255,10 @@ export const TASK: { readonly [F in TaskField]: F } = {
   cancel_requested: "cancel_requested",
   trace: "trace",
   waiters: "waiters",
+  checkpoint: "checkpoint",
+  checkpoint_keep: "checkpoint_keep",
+  output: "output",
+  output_bytes: "output_bytes",
 };
 
 /** The fields of a worker's JSON record (a value of the `workers` hash). */

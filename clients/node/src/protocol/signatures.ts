@@ -415,6 +415,36 @@ export interface ReportRecord {
   readonly cost?: number | string;
 }
 
+/** The arguments of `checkpoint`: store a running task's state for its next attempt (current_task().checkpoint). */
+export interface CheckpointArgs {
+  /** the task */
+  readonly task_id: string;
+  /** the claim token of the run that checkpoints */
+  readonly token: string;
+  /** the state, JSON text (no NUL byte) */
+  readonly state: string;
+  /** 1: kept with the task once it finished; 0: dropped then */
+  readonly keep: number | string;
+  /** the largest state stored (the caller's MAX_CHECKPOINT_BYTES) */
+  readonly max_bytes: number | string;
+}
+
+/** The arguments of `emit`: append a chunk to a running task's output stream (current_task().emit). */
+export interface EmitArgs {
+  /** the task */
+  readonly task_id: string;
+  /** the claim token of the run that emits */
+  readonly token: string;
+  /** 't': the chunk is text; 'j': JSON text */
+  readonly kind: string;
+  /** the chunk */
+  readonly data: string | Buffer;
+  /** the most entries a task's output holds (MAX_OUTPUT_ENTRIES) */
+  readonly max_entries: number | string;
+  /** the most chunk bytes a task's output holds (MAX_OUTPUT_BYTES) */
+  readonly max_bytes: number | string;
+}
+
 /** The arguments of `watch`: a producer's wait on tasks, registered atomically with a look at their states. */
 export interface WatchArgs {
   /** the waiter's id (unique per wait) */
@@ -502,6 +532,8 @@ export interface ScriptArgs {
   retry: RetryArgs;
   drop: DropArgs;
   report: ReportArgs;
+  checkpoint: CheckpointArgs;
+  emit: EmitArgs;
   watch: WatchArgs;
   quota: QuotaArgs;
   provider_quota: ProviderQuotaArgs;
@@ -532,6 +564,8 @@ export interface ScriptRecords {
   retry: RetryRecord;
   drop: DropRecord;
   report: ReportRecord;
+  checkpoint: never;
+  emit: never;
   watch: WatchRecord;
   quota: never;
   provider_quota: never;
@@ -542,7 +576,7 @@ export interface ScriptRecords {
 export type ScriptName = keyof ScriptArgs;
 
 /** Every script's name, in the manifest's order. */
-export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "drop", "report", "watch", "quota", "provider_quota", "settle"] as const;
+export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "drop", "report", "checkpoint", "emit", "watch", "quota", "provider_quota", "settle"] as const;
 
 /** Each script's argument names and its record's field names, in ARGV order. */
 export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly string[]; readonly record: readonly string[] }>> = {
@@ -568,6 +602,8 @@ export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly 
   retry: { args: ["max_attempts", "mode", "reason", "oldest_ms", "newest_ms", "offset", "bound", "n"], record: ["task_id"] },
   drop: { args: ["state", "mode", "reason", "oldest_ms", "newest_ms", "offset", "bound", "n"], record: ["task_id"] },
   report: { args: ["n"], record: ["task_id", "token", "progress", "cost"] },
+  checkpoint: { args: ["task_id", "token", "state", "keep", "max_bytes"], record: [] },
+  emit: { args: ["task_id", "token", "kind", "data", "max_entries", "max_bytes"], record: [] },
   watch: { args: ["waiter", "n"], record: ["task_id"] },
   quota: { args: ["op", "pause_ms", "reason", "day_limit", "month_limit", "group", "task_id", "reporter"], record: [] },
   provider_quota: { args: ["op", "name", "limits", "period_ms", "max_concurrency", "pause_ms", "reason"], record: [] },

@@ -14,7 +14,14 @@ import { Redis } from "ioredis";
 import { type Bundle, packagedBundle } from "../bundle.js";
 import { type Client, Scripts, quiet } from "../connection.js";
 import type { TaskRecord } from "../encoding.js";
-import { InvalidArgument, ProtocolError, StaleToken, TaskfleetError } from "../errors.js";
+import { MAX_CHECKPOINT_BYTES, MAX_OUTPUT_BYTES, MAX_OUTPUT_ENTRIES } from "../bounds.js";
+import {
+  InvalidArgument,
+  OutputFull,
+  ProtocolError,
+  StaleToken,
+  TaskfleetError,
+} from "../errors.js";
 import { dependencyResults } from "../flows.js";
 import { QueueKeys } from "../keys.js";
 import { decodeEnqueue } from "../protocol/replies.js";
@@ -429,6 +436,50 @@ export class Broker {
       this.keys.queue,
       parent,
     );
+  }
+
+  /**
+   * Store `state` (JSON text) as the task's checkpoint under the run's `token`; `keep`: it
+   * stays once the task finished. `StaleToken` when that run no longer holds the task.
+   */
+  async checkpoint(taskId: string, token: string, state: string, keep: boolean): Promise<void> {
+    const raw = await this.call("checkpoint", {
+      task_id: taskId,
+      token,
+      state,
+      keep: keep ? 1 : 0,
+      max_bytes: MAX_CHECKPOINT_BYTES,
+    });
+    if (raw === 1) return;
+    if (raw === 0) throw new StaleToken(taskId);
+    if (raw === -1)
+      throw new InvalidArgument(
+        `checkpoint state exceeds MAX_CHECKPOINT_BYTES (${MAX_CHECKPOINT_BYTES})`,
+      );
+    throw new ProtocolError(`checkpoint: unexpected reply ${String(raw)}`);
+  }
+
+  /**
+   * Append a chunk (`kind` "t" text, "j" JSON text) to the task's output under the run's
+   * `token`; its entry id. `StaleToken` when that run no longer holds the task,
+   * `OutputFull` past the caps.
+   */
+  async emit(taskId: string, token: string, kind: string, data: string): Promise<string> {
+    const raw = await this.call("emit", {
+      task_id: taskId,
+      token,
+      kind,
+      data,
+      max_entries: MAX_OUTPUT_ENTRIES,
+      max_bytes: MAX_OUTPUT_BYTES,
+    });
+    if (raw === 0) throw new StaleToken(taskId);
+    if (raw === -1)
+      throw new OutputFull(
+        `task ${taskId}: its output holds ${MAX_OUTPUT_ENTRIES} chunks or ${MAX_OUTPUT_BYTES} bytes (MAX_OUTPUT_ENTRIES, MAX_OUTPUT_BYTES)`,
+      );
+    if (typeof raw === "string") return raw;
+    throw new ProtocolError(`emit: unexpected reply ${String(raw)}`);
   }
 
   /** The results a task's dependencies handed it, by their id. */

@@ -48,6 +48,8 @@ export interface ClaimedTask {
   readonly after: string | null;
   /** Its deadline to start (epoch ms); null: none. */
   readonly deadlineMs: number | null;
+  /** The state an earlier attempt checkpointed (JSON text); null or absent: none. */
+  readonly checkpoint?: string | null;
   /** Its record carried no group or trace (an older producer's positional hand-off): the broker reads both from the task hash. */
   readonly unread?: boolean;
 }
@@ -113,7 +115,7 @@ export function idAndToken(raw: unknown): [string, string] {
 /** The fields a tagged record carries only when set; a positional one carries none. */
 function optional(
   f: Map<string, string> | null,
-): Pick<ClaimedTask, "trace" | "group" | "after" | "deadlineMs" | "unread"> {
+): Pick<ClaimedTask, "trace" | "group" | "after" | "deadlineMs" | "unread" | "checkpoint"> {
   if (f === null) return { trace: null, group: null, after: null, deadlineMs: null, unread: true };
   const deadline = f.get("deadline");
   return {
@@ -121,6 +123,7 @@ function optional(
     group: f.get("group") ?? null,
     after: f.get("after") ?? "",
     deadlineMs: deadline !== undefined && /^[0-9]+$/.test(deadline) ? Number(deadline) : null,
+    checkpoint: f.get("checkpoint") ?? null,
   };
 }
 

@@ -19,7 +19,7 @@
 
 import { AsyncLocalStorage } from "node:async_hooks";
 
-import { MAX_COST, MAX_DELAY_S, MIN_COST } from "../bounds.js";
+import { MAX_CHECKPOINT_BYTES, MAX_COST, MAX_DELAY_S, MIN_COST } from "../bounds.js";
 import { numberProblem } from "../numbers.js";
 import { checkOptionKeys } from "../options.js";
 import { type EnqueueItem, type TaskRecord, batchRecords } from "../encoding.js";
@@ -48,6 +48,10 @@ export interface FlowLine {
   addChildren(parent: string, token: string, batch: readonly TaskRecord[]): Promise<void>;
   /** `after`: the task's list as its claim record carried it ("": none; null: not known). */
   dependencyResults(taskId: string, after: string | null): Promise<Record<string, unknown>>;
+  /** Store a run's checkpoint (JSON text); `StaleToken` when the run lost the task. */
+  checkpoint?(taskId: string, token: string, state: string, keep: boolean): Promise<void>;
+  /** Append a chunk to a run's output; its entry id. `StaleToken` when the run lost the task. */
+  emit?(taskId: string, token: string, kind: string, data: string): Promise<string>;
 }
 
 /**
@@ -83,6 +87,26 @@ export interface QuotaReport {
   readonly scope?: "queue" | "group";
 }
 
+const CHECKPOINT_KEYS: ReadonlySet<string> = new Set(["keep"]);
+
+/** The stored form of a checkpoint state: JSON text; a clear error when not JSON or too large. */
+export function checkpointText(state: unknown): string {
+  let text: unknown;
+  try {
+    text = JSON.stringify(state); // undefined (and a function) give undefined
+  } catch (error) {
+    throw new TypeError(`a checkpoint state must be JSON: ${String(error)}`);
+  }
+  if (typeof text !== "string")
+    throw new TypeError("a checkpoint state must be JSON, not undefined");
+  const size = Buffer.byteLength(text, "utf8");
+  if (size > MAX_CHECKPOINT_BYTES)
+    throw new RangeError(
+      `checkpoint state of ${size} bytes exceeds MAX_CHECKPOINT_BYTES (${MAX_CHECKPOINT_BYTES}); store less, or a reference to it`,
+    );
+  return text;
+}
+
 /** A progress report: a fraction in [0, 1], or `done` of `total`, and/or a message. */
 export interface Progress {
   readonly fraction?: number;
@@ -113,6 +137,8 @@ export class TaskContext {
   readonly group: string | null;
   // the JSON list of the tasks it waited for, from its claim record ("": none; null: not known)
   private readonly after: string | null;
+  // the state an earlier attempt checkpointed, as stored (JSON text); null: none
+  private readonly restoredJson: string | null;
   // Made on the first read of `signal` or the first stop: most runs never need one, and
   // an AbortController per task is a measurable part of a short task's cost.
   private controller: AbortController | null = null;
@@ -134,6 +160,7 @@ export class TaskContext {
     trace: string | null;
     group?: string | null;
     after?: string | null;
+    restored?: string | null;
     token: string;
     sink: ReportSink;
     flows?: FlowLine | null;
@@ -149,6 +176,7 @@ export class TaskContext {
     this.trace = fields.trace;
     this.group = fields.group ?? null;
     this.after = fields.after ?? null;
+    this.restoredJson = fields.restored ?? null;
     this.token = fields.token;
     this.sink = fields.sink;
     this.flows = fields.flows ?? null;
@@ -205,6 +233,47 @@ export class TaskContext {
     if (cost < MIN_COST || cost > MAX_COST)
       throw new RangeError(`cost must be ${MIN_COST}..${MAX_COST}, not ${cost}`);
     this.sink(this.id, this.token, null, cost);
+  }
+
+  /**
+   * The state the last `checkpoint` of an earlier attempt stored (parsed JSON); null on the
+   * task's first attempt, or when no attempt checkpointed.
+   */
+  get restored(): unknown {
+    return this.restoredJson === null ? null : (JSON.parse(this.restoredJson) as unknown);
+  }
+
+  /**
+   * Store `state` (JSON, at most `MAX_CHECKPOINT_BYTES` as text) for the task's next
+   * attempt, which reads it as `restored`: one fenced round trip, stored when the promise
+   * resolves. `StaleToken`: this run no longer holds the task (its lease was taken back).
+   * Dropped when the task finishes, unless `keep`: then it stays with the task.
+   */
+  async checkpoint(state: unknown, options: { keep?: boolean } = {}): Promise<void> {
+    checkOptionKeys(options, CHECKPOINT_KEYS, "checkpoint");
+    const text = checkpointText(state);
+    if (this.flows?.checkpoint === undefined)
+      throw new Error("checkpoint needs a task run by a worker");
+    await this.flows.checkpoint(this.id, this.token, text, options.keep === true);
+  }
+
+  /**
+   * Append `chunk` (a string, or any JSON value) to the task's output stream, marked with
+   * this attempt: readers of `Queue.stream(id)` get it at once, in order. One round trip;
+   * resolves to its entry id. `StaleToken`: this run no longer holds the task;
+   * `OutputFull` past `MAX_OUTPUT_ENTRIES` chunks or `MAX_OUTPUT_BYTES` bytes.
+   */
+  async emit(chunk: unknown): Promise<string> {
+    let kind = "t";
+    let data: unknown = chunk;
+    if (typeof chunk !== "string") {
+      kind = "j";
+      data = JSON.stringify(chunk);
+      if (typeof data !== "string")
+        throw new TypeError("an output chunk is a string or JSON, not undefined");
+    }
+    if (this.flows?.emit === undefined) throw new Error("emit needs a task run by a worker");
+    return this.flows.emit(this.id, this.token, kind, data as string);
   }
 
   /**

@@ -207,6 +207,7 @@ export class Execution {
       trace: task.trace,
       group: task.group,
       after: task.after,
+      restored: task.checkpoint ?? null,
       token: task.token,
       sink: o.report,
       flows: o.flows ?? null,

@@ -130,6 +130,10 @@ export class Worker {
           this.registered().addChildren(parent, token, batch),
         dependencyResults: async (taskId, after) =>
           this.registered().dependencyResults(taskId, after),
+        checkpoint: async (taskId, token, state, keep) =>
+          this.registered().checkpoint(taskId, token, state, keep),
+        emit: async (taskId, token, kind, data) =>
+          this.registered().emit(taskId, token, kind, data),
       },
       providerQuotas: {
         settle: async (taskId, token, quota, used) =>

@@ -37,6 +37,8 @@ NAMES = (
     "retry",
     "drop",
     "report",
+    "checkpoint",
+    "emit",
     "watch",
     "quota",
     "provider_quota",

@@ -34,6 +34,7 @@ local K_GROUPS_PARKED = KEYS[31]
 local K_GROUPS_PENDING = KEYS[32]
 local K_FLOW = KEYS[33]
 local K_FLOWS = KEYS[34]
+local K_OUTPUT = KEYS[35]
 local K_PQUOTA = "tf:pquota:"
 local K_PQUOTA_HOLDS = "tf:pquota-holds:"
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
@@ -158,6 +159,19 @@ local function wake_waiters(id, key, waiters)
   redis.call('HDEL', key, 'waiters')
 end
 
+-- includes/output_end.lua
+-- A finished task's output stream gets an end entry ('end': the state it ended in), and
+-- lives as long as the task: its retention (done_retention_s, or dead_retention_s), at
+-- least a minute, so a reader blocked on it sees the end. `flag`: the task's 'output'
+-- field, read by the caller with the fields it reads anyway: a task that never emitted
+-- (and nobody streams) costs nothing here.
+local function output_end(id, state, flag)
+  if not flag then return end
+  local out = K_OUTPUT .. id
+  redis.call('XADD', out, '*', 'end', state)
+  local retention = cfg_num(state == 'done' and 'done_retention_s' or 'dead_retention_s')
+  redis.call('PEXPIRE', out, math.max(60000, math.floor(retention * 1000)))
+end
 -- includes/flow_member_end.lua
 -- A member of flow `fid` ended with `outcome` ('d' done, 'x' dead, 'c' cancelled): its
 -- record flow:<fid> counts it. When it was the last member open, the flow ends: outcome
@@ -213,7 +227,10 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
+    'output')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
+  output_end(id, 'dead', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'x', v[2], nil, v[3])
 end
@@ -225,7 +242,10 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
+    'output')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
+  output_end(id, 'cancelled', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'c', v[2], nil, v[3])
 end
@@ -1024,7 +1044,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after', 'quotas')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after', 'quotas',
+        'checkpoint')
       if v[9] ~= 'pending' then
         pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -1112,6 +1133,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
             if g and g ~= '' then fields[n + 1], fields[n + 2], n = 'group', g, n + 2 end
             if v[12] and v[12] ~= '' then fields[n + 1], fields[n + 2], n = 'trace', v[12], n + 2 end
             if v[13] and v[13] ~= '' then fields[n + 1], fields[n + 2], n = 'after', v[13], n + 2 end
+            -- the state an earlier attempt stored (checkpoint.lua): never empty, never NUL
+            if v[15] and v[15] ~= '' then fields[n + 1], fields[n + 2], n = 'checkpoint', v[15], n + 2 end
             fields[n + 1], fields[n + 2] = '', v[1] or ''
           else
             fields = {id, token, attempts, v[3] or cfg('max_attempts'),
@@ -1388,6 +1411,7 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 --   (or -1, record: another incarnation holds the name, or '' with registered '1': the
 --   name has no readable record; nothing claimed, the completions applied)}.
 -- A task that ends done keeps no error of an earlier attempt (field 'error' dropped).
+-- A finished task's checkpoint is dropped unless its run asked to keep it (checkpoint.lua).
 -- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once), a
 -- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
@@ -1405,7 +1429,7 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants', 'join', 'group', 'flow', 'error')
+    'dependants', 'join', 'group', 'flow', 'error', 'checkpoint_keep', 'output')
   if v[1] == 'running' and v[2] == token then
     -- a task that added children at run time (join): children left, one failed
     local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed', 'on_dep_fail') or {}
@@ -1417,8 +1441,13 @@ for i = 0, n - 1 do
       by_pod[pod] = ids
     end
     if v[8] and v[8] ~= '' then group_left(v[8]) end
-    -- the token stays: it tells a retry of this write from a stale one
-    redis.call('HDEL', key, 'lease_until')
+    -- the token stays: it tells a retry of this write from a stale one; a checkpoint goes
+    -- (in the same call: a task that never checkpointed pays nothing more) unless kept
+    if v[11] then
+      redis.call('HDEL', key, 'lease_until')
+    else
+      redis.call('HDEL', key, 'lease_until', 'checkpoint')
+    end
     if v[4] then
       to_cancelled(id, key, now)
       out[#out + 1] = '3'
@@ -1461,6 +1490,7 @@ for i = 0, n - 1 do
           redis.call('HSET', key, 'state', 'done', 'finished_at', now)
         end
       end
+      output_end(id, 'done', v[12])
       wake_waiters(id, key, v[5])
       flow_finished(id, 'd', v[6], result, v[9])
       completed = completed + 1

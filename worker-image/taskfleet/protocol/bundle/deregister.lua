@@ -28,6 +28,7 @@ local K_GROUPS_PARKED = KEYS[25]
 local K_GROUPS_PENDING = KEYS[26]
 local K_FLOW = KEYS[27]
 local K_FLOWS = KEYS[28]
+local K_OUTPUT = KEYS[29]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_INCARNATION = ARGV[2]
@@ -157,6 +158,19 @@ local function to_pending(id, key, front)
   pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
   redis.call('HSET', key, 'state', 'pending')
 end
+-- includes/output_end.lua
+-- A finished task's output stream gets an end entry ('end': the state it ended in), and
+-- lives as long as the task: its retention (done_retention_s, or dead_retention_s), at
+-- least a minute, so a reader blocked on it sees the end. `flag`: the task's 'output'
+-- field, read by the caller with the fields it reads anyway: a task that never emitted
+-- (and nobody streams) costs nothing here.
+local function output_end(id, state, flag)
+  if not flag then return end
+  local out = K_OUTPUT .. id
+  redis.call('XADD', out, '*', 'end', state)
+  local retention = cfg_num(state == 'done' and 'done_retention_s' or 'dead_retention_s')
+  redis.call('PEXPIRE', out, math.max(60000, math.floor(retention * 1000)))
+end
 -- includes/wake_waiters.lua
 -- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
 -- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
@@ -227,7 +241,10 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
+    'output')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
+  output_end(id, 'dead', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'x', v[2], nil, v[3])
 end
@@ -239,7 +256,10 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
+    'output')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
+  output_end(id, 'cancelled', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'c', v[2], nil, v[3])
 end

@@ -35,6 +35,7 @@ local K_GROUPS_PENDING = KEYS[32]
 local K_FLOW = KEYS[33]
 local K_FLOWS = KEYS[34]
 local K_LEVELS = KEYS[35]
+local K_OUTPUT = KEYS[36]
 local K_PQUOTA = "tf:pquota:"
 local K_PQUOTA_HOLDS = "tf:pquota-holds:"
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
@@ -304,6 +305,19 @@ end
 local function flow_link(key, dependant)
   redis.call('HSET', key, 'by:' .. dependant, 1)
 end
+-- includes/output_end.lua
+-- A finished task's output stream gets an end entry ('end': the state it ended in), and
+-- lives as long as the task: its retention (done_retention_s, or dead_retention_s), at
+-- least a minute, so a reader blocked on it sees the end. `flag`: the task's 'output'
+-- field, read by the caller with the fields it reads anyway: a task that never emitted
+-- (and nobody streams) costs nothing here.
+local function output_end(id, state, flag)
+  if not flag then return end
+  local out = K_OUTPUT .. id
+  redis.call('XADD', out, '*', 'end', state)
+  local retention = cfg_num(state == 'done' and 'done_retention_s' or 'dead_retention_s')
+  redis.call('PEXPIRE', out, math.max(60000, math.floor(retention * 1000)))
+end
 -- includes/wake_waiters.lua
 -- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
 -- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
@@ -374,7 +388,10 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
+    'output')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
+  output_end(id, 'dead', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'x', v[2], nil, v[3])
 end
@@ -386,7 +403,10 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
+    'output')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
+  output_end(id, 'cancelled', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'c', v[2], nil, v[3])
 end
@@ -1399,7 +1419,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after', 'quotas')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after', 'quotas',
+        'checkpoint')
       if v[9] ~= 'pending' then
         pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -1487,6 +1508,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
             if g and g ~= '' then fields[n + 1], fields[n + 2], n = 'group', g, n + 2 end
             if v[12] and v[12] ~= '' then fields[n + 1], fields[n + 2], n = 'trace', v[12], n + 2 end
             if v[13] and v[13] ~= '' then fields[n + 1], fields[n + 2], n = 'after', v[13], n + 2 end
+            -- the state an earlier attempt stored (checkpoint.lua): never empty, never NUL
+            if v[15] and v[15] ~= '' then fields[n + 1], fields[n + 2], n = 'checkpoint', v[15], n + 2 end
             fields[n + 1], fields[n + 2] = '', v[1] or ''
           else
             fields = {id, token, attempts, v[3] or cfg('max_attempts'),

@@ -25,6 +25,7 @@ local K_GROUPS_PARKED = KEYS[22]
 local K_GROUPS_PENDING = KEYS[23]
 local K_FLOW = KEYS[24]
 local K_FLOWS = KEYS[25]
+local K_OUTPUT = KEYS[26]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_N = ARGV[2]
@@ -142,21 +143,6 @@ local function to_pending(id, key, front)
   pending_add(id, pending_score(tonumber(v[1]) or 0, front), v[2])
   redis.call('HSET', key, 'state', 'pending')
 end
--- includes/wake_waiters.lua
--- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
--- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
--- minute after the last push (a waiter that left leaves nothing behind for long). A task
--- nobody waits on costs nothing: the field is absent.
-local WAITER_TTL_MS = 60000
-local function wake_waiters(id, key, waiters)
-  if not waiters then return end
-  for w in string.gmatch(waiters, '[^ ]+') do
-    redis.call('LPUSH', K_WAITER .. w, id)
-    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
-  end
-  redis.call('HDEL', key, 'waiters')
-end
-
 -- includes/cfg.lua
 local CONFIG = nil
 local function cfg(name)
@@ -180,6 +166,34 @@ local function cfg_num(name)
   if v == nil or v ~= v or v == math.huge or v == -math.huge then return tonumber(DEFAULTS[name]) end
   return v
 end
+-- includes/output_end.lua
+-- A finished task's output stream gets an end entry ('end': the state it ended in), and
+-- lives as long as the task: its retention (done_retention_s, or dead_retention_s), at
+-- least a minute, so a reader blocked on it sees the end. `flag`: the task's 'output'
+-- field, read by the caller with the fields it reads anyway: a task that never emitted
+-- (and nobody streams) costs nothing here.
+local function output_end(id, state, flag)
+  if not flag then return end
+  local out = K_OUTPUT .. id
+  redis.call('XADD', out, '*', 'end', state)
+  local retention = cfg_num(state == 'done' and 'done_retention_s' or 'dead_retention_s')
+  redis.call('PEXPIRE', out, math.max(60000, math.floor(retention * 1000)))
+end
+-- includes/wake_waiters.lua
+-- Producers waiting on a task (Queue.wait) list their waiter ids in its 'waiters' field
+-- (watch.lua). When the task finishes, its id goes onto each waiter's list, which lives a
+-- minute after the last push (a waiter that left leaves nothing behind for long). A task
+-- nobody waits on costs nothing: the field is absent.
+local WAITER_TTL_MS = 60000
+local function wake_waiters(id, key, waiters)
+  if not waiters then return end
+  for w in string.gmatch(waiters, '[^ ]+') do
+    redis.call('LPUSH', K_WAITER .. w, id)
+    redis.call('PEXPIRE', K_WAITER .. w, WAITER_TTL_MS)
+  end
+  redis.call('HDEL', key, 'waiters')
+end
+
 -- includes/flow_member_end.lua
 -- A member of flow `fid` ended with `outcome` ('d' done, 'x' dead, 'c' cancelled): its
 -- record flow:<fid> counts it. When it was the last member open, the flow ends: outcome
@@ -232,7 +246,10 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
+    'output')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
+  output_end(id, 'cancelled', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'c', v[2], nil, v[3])
 end
@@ -292,7 +309,10 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
+    'output')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
+  output_end(id, 'dead', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'x', v[2], nil, v[3])
 end

@@ -24,8 +24,8 @@
 --     anything), all joined by NUL. Names: id, token, attempts, max_attempts (always);
 --     lost, priority, cost (unless 0, 0, 1); timeout (s), waited_ms (from run_at, when it
 --     was enqueued, fell due or was retried, to now), deadline (ms), group, trace, after
---     (the JSON list of the tasks it waited for: its dependency results' handle), each
---     only when set; no value is empty. Readers ignore names they do not know. A
+--     (the JSON list of the tasks it waited for: its dependency results' handle),
+--     checkpoint (the state an earlier attempt stored, checkpoint.lua), each only when set; no value is empty. Readers ignore names they do not know. A
 --     hand-off a producer pushes (hand_off.lua) takes that form only for a worker whose
 --     record says claim_record 3; else the positional one every version reads: id,
 --     token, attempts, max_attempts, timeout_s ('' = none), lost, priority, cost,

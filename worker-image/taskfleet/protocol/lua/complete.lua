@@ -16,6 +16,7 @@
 --   (or -1, record: another incarnation holds the name, or '' with registered '1': the
 --   name has no readable record; nothing claimed, the completions applied)}.
 -- A task that ends done keeps no error of an earlier attempt (field 'error' dropped).
+-- A finished task's checkpoint is dropped unless its run asked to keep it (checkpoint.lua).
 -- Done tasks are kept done_retention_s (0: not at all, the hash is deleted at once), a
 -- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
@@ -28,6 +29,7 @@
 --- @include "notify"
 --- @include "wake_waiters"
 --- @include "to_dead"
+--- @include "output_end"
 --- @include "to_cancelled"
 --- @include-lazy "cancel_task"
 --- @include "group_left"
@@ -49,7 +51,7 @@ for i = 0, n - 1 do
   local id, token, result = RECORD(i + 1)
   local key = K_TASK .. id
   local v = redis.call('HMGET', key, 'state', 'token', 'pod', 'cancel_requested', 'waiters',
-    'dependants', 'join', 'group', 'flow', 'error')
+    'dependants', 'join', 'group', 'flow', 'error', 'checkpoint_keep', 'output')
   if v[1] == 'running' and v[2] == token then
     -- a task that added children at run time (join): children left, one failed
     local join = v[7] and redis.call('HMGET', key, 'deps_left', 'dep_failed', 'on_dep_fail') or {}
@@ -61,8 +63,13 @@ for i = 0, n - 1 do
       by_pod[pod] = ids
     end
     if v[8] and v[8] ~= '' then group_left(v[8]) end
-    -- the token stays: it tells a retry of this write from a stale one
-    redis.call('HDEL', key, 'lease_until')
+    -- the token stays: it tells a retry of this write from a stale one; a checkpoint goes
+    -- (in the same call: a task that never checkpointed pays nothing more) unless kept
+    if v[11] then
+      redis.call('HDEL', key, 'lease_until')
+    else
+      redis.call('HDEL', key, 'lease_until', 'checkpoint')
+    end
     if v[4] then
       to_cancelled(id, key, now)
       out[#out + 1] = '3'
@@ -105,6 +112,7 @@ for i = 0, n - 1 do
           redis.call('HSET', key, 'state', 'done', 'finished_at', now)
         end
       end
+      output_end(id, 'done', v[12])
       wake_waiters(id, key, v[5])
       flow_finished(id, 'd', v[6], result, v[9])
       completed = completed + 1

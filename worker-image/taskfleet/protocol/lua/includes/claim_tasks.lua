@@ -133,7 +133,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
     for _, id in ipairs(ids) do
       local key = K_TASK .. id
       local v = redis.call('HMGET', key, 'payload', 'attempts', 'max_attempts', 'timeout', 'lost',
-        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after', 'quotas')
+        'priority', 'cost', 'deadline', 'state', 'started_at', 'run_at', 'trace', 'after', 'quotas',
+        'checkpoint')
       if v[9] ~= 'pending' then
         pending_remove(id, g)  -- a leftover of a deleted task: drop it
         skipped = skipped + 1
@@ -221,6 +222,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
             if g and g ~= '' then fields[n + 1], fields[n + 2], n = 'group', g, n + 2 end
             if v[12] and v[12] ~= '' then fields[n + 1], fields[n + 2], n = 'trace', v[12], n + 2 end
             if v[13] and v[13] ~= '' then fields[n + 1], fields[n + 2], n = 'after', v[13], n + 2 end
+            -- the state an earlier attempt stored (checkpoint.lua): never empty, never NUL
+            if v[15] and v[15] ~= '' then fields[n + 1], fields[n + 2], n = 'checkpoint', v[15], n + 2 end
             fields[n + 1], fields[n + 2] = '', v[1] or ''
           else
             fields = {id, token, attempts, v[3] or cfg('max_attempts'),

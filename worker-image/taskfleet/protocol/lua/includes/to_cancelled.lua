@@ -1,3 +1,4 @@
+--- @include "output_end"
 --- @include "bump"
 --- @include "wake_waiters"
 --- @include "flow_finished"
@@ -7,7 +8,10 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
+    'output')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
+  output_end(id, 'cancelled', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'c', v[2], nil, v[3])
 end

@@ -1,3 +1,4 @@
+--- @include "output_end"
 --- @include "bump"
 --- @include "wake_waiters"
 --- @include "flow_finished"
@@ -10,7 +11,10 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
+    'output')
+  if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
+  output_end(id, 'dead', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'x', v[2], nil, v[3])
 end
