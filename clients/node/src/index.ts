@@ -28,6 +28,7 @@ export {
   type WorkerInfo,
 } from "./workers.js";
 export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
+export type { AnyPayload, JsonCompatible, JsonObject, JsonPrimitive, JsonValue } from "./json.js";
 export type { FlowControlOptions } from "./flowcontrol.js";
 export {
   Flow,

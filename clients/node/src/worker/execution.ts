@@ -197,6 +197,7 @@ export class Execution {
     const context = new TaskContext({
       queue: o.queue,
       id: task.id,
+      payload: task.payload,
       attempt: task.attempts,
       name: task.name,
       pod: o.pod,

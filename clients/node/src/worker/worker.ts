@@ -25,7 +25,7 @@ import { Execution, Run } from "./execution.js";
 import { formatError } from "./failures.js";
 import { Flag, bounded, sleep, waitAny } from "./flag.js";
 import { FatalStop, RedisGate } from "./gate.js";
-import { HandlerSet } from "./handlers.js";
+import { type HandlerFn, HandlerSet } from "./handlers.js";
 import { EXIT_SLOTS_STUCK, heldLoop } from "./held.js";
 import { defaultPodName, encodeWhereabouts, localWhereabouts } from "./identity.js";
 import { logEvent } from "./log.js";
@@ -67,7 +67,7 @@ export type WorkerState = "starting" | "running" | "draining" | "drained" | "sto
  * process.exitCode = await worker.run();
  * ```
  */
-export class Worker {
+export class Worker<Payload = Record<string, unknown>, Result = unknown> {
   readonly settings: Settings;
   readonly handlers: HandlerSet;
   readonly execution: Execution;
@@ -91,14 +91,23 @@ export class Worker {
   private ran = false;
 
   /** A worker of `queue`; throws `InvalidArgument` (one line) for options it can't use. */
-  constructor(queue: string, options: WorkerOptions & { readonly handlerSet?: HandlerSet }) {
+  constructor(
+    queue: string,
+    options: WorkerOptions<Payload, Result> & { readonly handlerSet?: HandlerSet },
+  ) {
     this.settings = checkSettings(
       queue,
       options,
       options.pod ?? defaultPodName(),
       randomBytes(6).toString("hex"),
     );
-    this.handlers = options.handlerSet ?? HandlerSet.of(options.handler, options.handlers);
+    // a typed handler takes the payload its producers send: HandlerSet calls it with that
+    this.handlers =
+      options.handlerSet ??
+      HandlerSet.of(
+        options.handler as HandlerFn | undefined,
+        options.handlers as Readonly<Record<string, HandlerFn>> | undefined,
+      );
     const s = this.settings;
     this.gate = new RedisGate({
       reconnect: () => this.reconnect(),
