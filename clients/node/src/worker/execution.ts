@@ -25,6 +25,7 @@ import {
 } from "./context.js";
 import { type Verdict, encodeResult, failureOf, formatError } from "./failures.js";
 import { Flag } from "./flag.js";
+import { Listeners } from "./events.js";
 import type { HandlerSet } from "./handlers.js";
 import { enabled, logEvent } from "./log.js";
 
@@ -62,6 +63,8 @@ export class Run {
 export interface Outcome {
   run: Run;
   result: string | null;
+  /** What the handler returned (the `completed` event's result). */
+  value?: unknown;
   error: string | null;
   verdict: Verdict | null;
 }
@@ -94,6 +97,8 @@ export interface Timings {
   claim(seconds: number): void;
 }
 
+const NO_LISTENERS = new Listeners();
+
 const NO_TIMINGS: Timings = { run: () => undefined, wait: () => undefined, claim: () => undefined };
 
 /** Where outcomes go (the outbox). */
@@ -120,6 +125,8 @@ export interface ExecutionOptions {
   readonly flows?: FlowLine;
   /** Where `reportQuota`'s pauses go. */
   readonly reportQuota?: QuotaSink;
+  /** The worker's event listeners (`worker.on`). */
+  readonly listeners?: Listeners;
 }
 
 /** `held`: every task from its claim until its outcome is written (or given back). */
@@ -152,7 +159,10 @@ export class Execution {
    */
   private readonly quotaSink: QuotaSink | undefined;
 
+  private readonly listeners: Listeners;
+
   constructor(private readonly options: ExecutionOptions) {
+    this.listeners = options.listeners ?? NO_LISTENERS;
     this.idle.set();
     const report = options.reportQuota;
     this.quotaSink =
@@ -223,6 +233,7 @@ export class Execution {
     o.changed();
     if (enabled("debug"))
       logEvent("debug", "task_started", { task: task.id, attempt: task.attempts });
+    if (this.listeners.count > 0) this.listeners.emit("active", context);
     void this.execute(run, handler.fn);
   }
 
@@ -246,6 +257,7 @@ export class Execution {
     try {
       const value: unknown = await runWithTask(context, () => fn(run.task.payload, context));
       outcome.result = encodeResult(value);
+      outcome.value = value;
     } catch (error) {
       if (context.cancelled) {
         outcome.error = CANCELLED_ERROR;
@@ -499,5 +511,20 @@ export class Execution {
     }
     if (this.held.size === 0 && this.options.outbox.size === 0) this.idle.set();
     this.options.changed();
+    if (accepted && this.listeners.count > 0) this.emitOutcome(outcome, how);
+  }
+
+  /** The outcome event of a run whose outcome was written (events.ts). */
+  private emitOutcome(
+    outcome: Outcome,
+    how: { dead?: boolean; cancelled?: boolean; deferred?: boolean },
+  ): void {
+    const context = outcome.run.context;
+    if (context === null) return; // a task that could not start: no active event either
+    const l = this.listeners;
+    if (how.cancelled === true) l.emit("cancelled", context);
+    else if (how.deferred === true) l.emit("deferred", context, outcome.error ?? "");
+    else if (outcome.error === null) l.emit("completed", context, outcome.value ?? null);
+    else l.emit("failed", context, outcome.error, { dead: how.dead === true });
   }
 }

@@ -25,6 +25,8 @@ import { Execution, Run } from "./execution.js";
 import { formatError } from "./failures.js";
 import { Flag, bounded, sleep, waitAny } from "./flag.js";
 import { FatalStop, RedisGate } from "./gate.js";
+import type { Progress } from "./context.js";
+import { Listeners, type WorkerEvents } from "./events.js";
 import { type HandlerFn, HandlerSet } from "./handlers.js";
 import { EXIT_SLOTS_STUCK, heldLoop } from "./held.js";
 import { defaultPodName, encodeWhereabouts, localWhereabouts } from "./identity.js";
@@ -89,6 +91,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
   private readonly runtimeFile: RuntimeFile | null;
   private fatal: FatalStop | null = null;
   private ran = false;
+  private readonly listeners = new Listeners();
 
   /** A worker of `queue`; throws `InvalidArgument` (one line) for options it can't use. */
   constructor(
@@ -133,6 +136,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
       changed: () => this.runtimeFile?.changed(),
       report: (id, token, progress, cost) => {
         this.reports.add(id, token, progress, cost);
+        if (progress !== null && this.listeners.count > 0) this.emitProgress(id, progress);
       },
       flows: {
         addChildren: async (parent, token, batch) =>
@@ -143,6 +147,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
       reportQuota: (taskId, _token, pauseMs, group, reason) => {
         this.reports.addQuota({ taskId, pauseMs, group, reason });
       },
+      listeners: this.listeners,
     });
     this.summary = new Summary(
       this.execution.counters,
@@ -162,6 +167,48 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
               queue: s.queue,
             },
           );
+  }
+
+  /**
+   * Listen to this worker's events (`completed`, `failed`, `progress`, `drained`, ...;
+   * `WorkerEvents` lists them, events.ts says when each comes). A listener that throws is
+   * logged (`listener_failed`) and ignored: the worker and the task's outcome go on.
+   */
+  on<E extends keyof WorkerEvents<Payload, Result>>(
+    event: E,
+    listener: (...args: WorkerEvents<Payload, Result>[E]) => unknown,
+  ): this {
+    this.listeners.add(event, listener, false);
+    return this;
+  }
+
+  /** `on`, for the next emit of `event` only. */
+  once<E extends keyof WorkerEvents<Payload, Result>>(
+    event: E,
+    listener: (...args: WorkerEvents<Payload, Result>[E]) => unknown,
+  ): this {
+    this.listeners.add(event, listener, true);
+    return this;
+  }
+
+  /** Remove a listener `on` or `once` added. */
+  off<E extends keyof WorkerEvents<Payload, Result>>(
+    event: E,
+    listener: (...args: WorkerEvents<Payload, Result>[E]) => unknown,
+  ): this {
+    this.listeners.remove(event, listener);
+    return this;
+  }
+
+  /** How many listeners `event` has. */
+  listenerCount(event: keyof WorkerEvents<Payload, Result>): number {
+    return this.listeners.listenerCount(event);
+  }
+
+  private emitProgress(taskId: string, progress: string): void {
+    const context = this.execution.held.get(taskId)?.context;
+    if (context === null || context === undefined) return;
+    this.listeners.emit("progress", context, JSON.parse(progress) as Progress);
   }
 
   /** Whether a drain was asked for. */
@@ -424,6 +471,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
       return await this.stopAtOnce(failure, [claimer, ...background]);
     // A bug, not an outage: give everything back at once, as lost (a task that caused it is bounded by max_lost).
     logEvent("error", "worker_failed", { error: formatError(failure) });
+    if (this.listeners.count > 0) this.listeners.emit("error", failure);
     this.drainRequested.set();
     this.stopRequested.set();
     this.slotFreed.set();
@@ -488,6 +536,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
     this.state = "drained";
     this.runtimeFile?.write();
     await this.outliveDrainWaiters();
+    if (this.listeners.count > 0) this.listeners.emit("drained");
     const fatal = this.fatal ?? this.gate.fatal;
     return fatal === null ? 0 : fatal.code;
   }
