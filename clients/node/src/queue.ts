@@ -70,6 +70,7 @@ import {
   validateScheduleName,
 } from "./schedules.js";
 import { COUNTERS, type Task, type TaskState, storedInt, taskFromHash } from "./tasks.js";
+import * as tracing from "./tracing.js";
 import { Blockers, wait } from "./waiting.js";
 import { type WorkerInfo, workerInfo } from "./workers.js";
 
@@ -283,10 +284,30 @@ export class Queue<Payload = AnyPayload, Result = unknown, Name extends string =
     return batch.map((r) => r.task_id);
   }
 
+  /**
+   * Store `batch`; inside a `send <queue>` span whose context is stored with each task when
+   * a tracer provider is registered and the caller gave no `traceContext` (tracing.ts).
+   */
   private async enqueueRecords(
     batch: readonly TaskRecord[],
     trace: string,
     flow = "",
+  ): Promise<boolean[]> {
+    if (trace !== "") return this.sendRecords(batch, trace, flow);
+    let traced = tracing.configured();
+    if (typeof traced !== "boolean") traced = await traced;
+    if (!traced) return this.sendRecords(batch, trace, flow);
+    return tracing.enqueueSpan(
+      this.name,
+      batch.map((r) => r.task_id),
+      (carrier) => this.sendRecords(batch, carrier, flow),
+    );
+  }
+
+  private async sendRecords(
+    batch: readonly TaskRecord[],
+    trace: string,
+    flow: string,
   ): Promise<boolean[]> {
     const full = (): readonly (string | Buffer)[] =>
       this.bundle.pack(

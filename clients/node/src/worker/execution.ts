@@ -15,6 +15,7 @@
  */
 
 import { formatG } from "../pyformat.js";
+import { runSpan } from "../tracing.js";
 import type { ClaimedTask } from "./claimed.js";
 import {
   type FlowLine,
@@ -160,6 +161,8 @@ export class Execution {
   private readonly quotaSink: QuotaSink | undefined;
 
   private readonly listeners: Listeners;
+  /** Each run in a `process <queue>` span (a tracer provider was registered at start). */
+  traced = false;
 
   constructor(private readonly options: ExecutionOptions) {
     this.listeners = options.listeners ?? NO_LISTENERS;
@@ -255,9 +258,12 @@ export class Execution {
       }
     }
     try {
-      const value: unknown = await runWithTask(context, () => fn(run.task.payload, context));
+      const call = (): unknown => runWithTask(context, () => fn(run.task.payload, context));
+      const value: unknown = this.traced
+        ? await runSpan(this.options.queue, run.task.id, run.task.attempts, run.task.trace, call)
+        : await call();
       outcome.result = encodeResult(value);
-      outcome.value = value;
+      if (this.listeners.count > 0) outcome.value = value; // kept for the completed event only
     } catch (error) {
       if (context.cancelled) {
         outcome.error = CANCELLED_ERROR;

@@ -19,6 +19,7 @@ import { randomBytes } from "node:crypto";
 import { type Client, connect } from "../connection.js";
 import { ping } from "../protocol/server.js";
 import { parseRedisURL } from "../redisurl.js";
+import { configuredNow, loadApi } from "../tracing.js";
 import { Broker, IdentityTaken } from "./broker.js";
 import type { ClaimedTask } from "./claimed.js";
 import { Execution, Run } from "./execution.js";
@@ -359,6 +360,8 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
     });
     this.broker = broker;
     this.setState("starting");
+    // as the Python worker: traced when a provider is registered by now (handlers imported)
+    if ((await loadApi()) !== null) this.execution.traced = configuredNow();
     const gated = { gate: this.gate, drain: this.drainRequested, closing: this.closing };
     try {
       let interval: number;
