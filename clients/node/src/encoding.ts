@@ -11,9 +11,10 @@ import { randomBytes } from "node:crypto";
 
 import * as bounds from "./bounds.js";
 import { InvalidArgument, InvalidPayload, pyRepr } from "./errors.js";
-import { numberProblem, valueProblem } from "./numbers.js";
 import { quotasJson } from "./providerquota.js";
+import { numberProblem, pathStep } from "./numbers.js";
 import { unknownOptionHint } from "./options.js";
+import type { AnyPayload, JsonCompatible } from "./json.js";
 import { compareCodePoints, floatRepr, formatG } from "./pyformat.js";
 
 /**
@@ -21,7 +22,7 @@ import { compareCodePoints, floatRepr, formatG } from "./pyformat.js";
  * `setTimeout` and BullMQ take them, in options named `...Ms`; the old names in seconds
  * (`delay`, `timeout`, a number as `deadline`) are refused, naming the new one.
  */
-export interface EnqueueOptions {
+export interface EnqueueOptions<Name extends string = string> {
   /** -1000..1000; higher runs first (default 0). */
   readonly priority?: number;
   /** Milliseconds before it may run (default: now). */
@@ -47,7 +48,7 @@ export interface EnqueueOptions {
    * workers' default handler). A name no worker serves makes the task go dead, reason
    * `unknown task`.
    */
-  readonly name?: string;
+  readonly name?: Name;
   /**
    * Ids of tasks of this queue (or earlier tasks of the same `enqueueMany`) it waits for:
    * it stays `waiting`, never claimed, until every one is done (docs/flows.md).
@@ -70,8 +71,11 @@ export interface EnqueueOptions {
 }
 
 /** One task of `Queue.enqueueMany`: its payload and its options. */
-export interface EnqueueItem extends EnqueueOptions {
-  readonly payload: Readonly<Record<string, unknown>>;
+export interface EnqueueItem<
+  Payload = AnyPayload,
+  Name extends string = string,
+> extends EnqueueOptions<Name> {
+  readonly payload: JsonCompatible<Payload>;
 }
 
 /** One task as the enqueue script takes it: the fields of its record, encoded. */
@@ -163,19 +167,52 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 }
 
 /**
+ * The JSON data of a value that is no plain object or array (a class instance, a `Date`):
+ * its `toJSON()` when it has one, else its own enumerable fields when it is an object of
+ * a class (tagged "Object"); undefined for what JSON can't hold (a `Map`, a `Set`, ...).
+ */
+function plainData(value: object, key: string): { data: unknown } | undefined {
+  const toJSON: unknown = (value as { toJSON?: unknown }).toJSON;
+  if (typeof toJSON === "function")
+    return { data: (toJSON as (k: string) => unknown).call(value, key) };
+  if (Object.prototype.toString.call(value) !== "[object Object]") return undefined;
+  return { data: value };
+}
+
+/** What a value JSON can't hold is, for the error line. */
+function notJson(value: unknown): string {
+  if (value === undefined) return "undefined (in an array)";
+  if (typeof value === "object" && value !== null) return `a ${kindOf(value)}`;
+  return `a ${typeof value}`;
+}
+
+/**
  * A payload's JSON text: compact, keys sorted by code point, non-ASCII text as is, exactly
- * what the Python client stores for the same object. Only plain objects, arrays, strings,
- * finite numbers, booleans and null are JSON here; anything else (undefined, a `Date`, a
- * `Map`, a bigint, NaN, a lone surrogate) is an `InvalidPayload`, never silently changed.
+ * what the Python client stores for the same object. Plain objects, arrays, strings,
+ * finite numbers, booleans and null are written as they are. A class instance (a DTO) is
+ * its own enumerable fields, or what its `toJSON()` returns (a `Date`: its ISO text), as
+ * `JSON.stringify` writes it; a field holding `undefined` is left out, as there too.
+ * Anything else (a function, a symbol, a bigint, `undefined` in an array, a `Map`, a
+ * `Set`, a cycle, NaN, a lone surrogate) is an `InvalidPayload` naming its path.
  */
 export function encodePayload(payload: unknown): string {
-  if (!isPlainObject(payload)) {
+  let top: unknown = payload;
+  if (typeof payload === "object" && payload !== null && !Array.isArray(payload)) {
+    if (!isPlainObject(payload)) top = plainData(payload, "")?.data;
+  }
+  if (typeof top !== "object" || top === null || Array.isArray(top)) {
     throw new InvalidPayload(
-      `payload must be a JSON object (a plain object), not ${kindOf(payload)}`,
+      `payload must be a JSON object (a plain object or a class instance), not ${kindOf(payload)}`,
     );
   }
   const parts: string[] = [];
   const ancestors = new Set<object>();
+  // the keys from the payload down to the value written, for the line naming a bad one
+  const trail: (string | number)[] = [];
+  const where = (): string => trail.reduce<string>((path, key) => pathStep(path, key), "payload");
+  const refuse = (what: string): never => {
+    throw new InvalidPayload(`payload is not JSON-serialisable: ${where()} is ${what}`);
+  };
   const write = (value: unknown, depth: number): void => {
     if (value === null) {
       parts.push("null");
@@ -186,56 +223,72 @@ export function encodePayload(payload: unknown): string {
         parts.push(String(value));
       } else {
         // the number rule: no NaN or infinity, no integer past ±(2^53-1); the walk names where
-        if (numberProblem(value, "payload") !== undefined) {
-          throw new InvalidPayload(
-            valueProblem(payload, "payload") ?? (numberProblem(value, "payload") as string),
-          );
+        if (numberProblem(value, where()) !== undefined) {
+          throw new InvalidPayload(numberProblem(value, where()) as string);
         }
         // any other number (a fraction, 1e21 and up) as Python's float repr
         parts.push(floatRepr(value));
       }
     } else if (typeof value === "string") {
       if (!value.isWellFormed()) {
-        throw new InvalidPayload(
-          "payload is not JSON-serialisable: a string holds a lone surrogate (not UTF-8)",
-        );
+        refuse("a string holding a lone surrogate (not UTF-8)");
       }
       parts.push(JSON.stringify(value));
     } else if (Array.isArray(value) || isPlainObject(value)) {
       if (depth > bounds.MAX_PAYLOAD_DEPTH) throw new InvalidPayload(TOO_DEEP);
-      if (ancestors.has(value))
-        throw new InvalidPayload("payload is not JSON-serialisable: Circular reference detected");
+      if (ancestors.has(value)) refuse("a cycle: it holds an object that holds it");
       ancestors.add(value);
       if (Array.isArray(value)) {
         parts.push("[");
-        value.forEach((item: unknown, i) => {
+        for (let i = 0; i < value.length; i++) {
           if (i > 0) parts.push(",");
+          trail.push(i);
+          const item: unknown = value[i];
+          if (item === undefined) refuse(notJson(item));
           write(item, depth + 1);
-        });
+          trail.pop();
+        }
         parts.push("]");
       } else {
         parts.push("{");
         const keys = Object.keys(value).sort(compareCodePoints);
-        keys.forEach((key, i) => {
-          if (!key.isWellFormed()) {
-            throw new InvalidPayload(
-              "payload is not JSON-serialisable: a key holds a lone surrogate (not UTF-8)",
-            );
-          }
-          if (i > 0) parts.push(",");
+        let first = true;
+        for (const key of keys) {
+          const item = value[key];
+          if (item === undefined) continue; // as JSON.stringify: an unset optional field
+          if (!key.isWellFormed())
+            refuse("an object with a key holding a lone surrogate (not UTF-8)");
+          if (!first) parts.push(",");
+          first = false;
           parts.push(JSON.stringify(key), ":");
-          write(value[key], depth + 1);
-        });
+          trail.push(key);
+          write(item, depth + 1);
+          trail.pop();
+        }
         parts.push("}");
       }
       ancestors.delete(value);
+    } else if (typeof value === "object") {
+      const key = trail.length === 0 ? "" : String(trail[trail.length - 1]);
+      const found = plainData(value, key);
+      if (found === undefined) refuse(notJson(value));
+      const data = (found as { data: unknown }).data;
+      if (data === value) {
+        // a class instance: its own enumerable fields, as a plain object's
+        if (ancestors.has(value)) refuse("a cycle: it holds an object that holds it");
+        ancestors.add(value);
+        write({ ...(value as Record<string, unknown>) }, depth);
+        ancestors.delete(value);
+      } else {
+        if (data === undefined || typeof data === "function" || typeof data === "symbol")
+          refuse(`${notJson(data).replace(" (in an array)", "")} from its toJSON()`);
+        write(data, depth);
+      }
     } else {
-      throw new InvalidPayload(
-        `payload is not JSON-serialisable: Object of type ${kindOf(value)} is not JSON serializable`,
-      );
+      refuse(notJson(value));
     }
   };
-  write(payload, 1);
+  write(top, 1);
   return parts.join("");
 }
 

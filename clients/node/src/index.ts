@@ -29,6 +29,7 @@ export {
 } from "./workers.js";
 export type { EnqueueItem, EnqueueOptions } from "./encoding.js";
 export { Quota, type QuotaLimits, type QuotaUnit, type QuotaUse } from "./providerquota.js";
+export type { AnyPayload, JsonCompatible, JsonObject, JsonPrimitive, JsonValue } from "./json.js";
 export type { FlowControlOptions } from "./flowcontrol.js";
 export {
   Flow,

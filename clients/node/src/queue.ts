@@ -40,6 +40,7 @@ import {
   ScheduleOwned,
 } from "./errors.js";
 import { type FlowIds, type FlowPart, type FlowRecord, buildFlow, flowRecord } from "./flows.js";
+import type { AnyPayload, JsonCompatible } from "./json.js";
 import { QueueKeys } from "./keys.js";
 import {
   purge,
@@ -70,10 +71,11 @@ import {
 } from "./schedules.js";
 import { type OutputChunk, rangeOutput, readOutput, taskState } from "./protocol/output.js";
 import { COUNTERS, FINISHED, type Task, type TaskState, storedInt, taskFromHash } from "./tasks.js";
-
-const STREAM_KEYS: ReadonlySet<string> = new Set(["since", "blockMs"]);
+import * as tracing from "./tracing.js";
 import { Blockers, wait } from "./waiting.js";
 import { type WorkerInfo, workerInfo } from "./workers.js";
+
+const STREAM_KEYS: ReadonlySet<string> = new Set(["since", "blockMs"]);
 
 /** Housekeeping bound of the claims an enqueue makes for idle workers it hands tasks to. */
 export const CLAIM_HOUSEKEEPING_BOUND = 100;
@@ -105,7 +107,7 @@ export interface QueueOptions {
 }
 
 /** Options of one enqueue call. */
-export interface EnqueueCallOptions extends EnqueueOptions {
+export interface EnqueueCallOptions<Name extends string = string> extends EnqueueOptions<Name> {
   /**
    * The producer's trace context (W3C `traceparent` and `tracestate`, as
    * OpenTelemetry's `propagation.inject` fills a carrier): stored with the task, so the
@@ -138,8 +140,12 @@ export type Stats = Record<
  * ```
  *
  * Connections open on first use. Close the queue with `close()`, which always resolves.
+ *
+ * Typed, `Queue<Payload, Result, Name>` takes payloads of type `Payload` (an interface,
+ * or a class with JSON fields: `JsonCompatible`), reads results as `Result`, and takes
+ * task names among `Name`. Untyped, a payload is any object, checked at run time.
  */
-export class Queue {
+export class Queue<Payload = AnyPayload, Result = unknown, Name extends string = string> {
   /** The queue's name. */
   readonly name: string;
   /** Its key names. */
@@ -202,16 +208,16 @@ export class Queue {
    * with another payload or options, `NotReplicated` when `?wait_replicas` timed out.
    */
   async enqueue(
-    payload: Readonly<Record<string, unknown>>,
-    options: EnqueueCallOptions = {},
+    payload: JsonCompatible<Payload>,
+    options: EnqueueCallOptions<Name> = {},
   ): Promise<string> {
     return (await this.enqueueResult(payload, options)).taskId;
   }
 
   /** `enqueue`, resolving to the id and whether this call created the task. */
   async enqueueResult(
-    payload: Readonly<Record<string, unknown>>,
-    options: EnqueueCallOptions = {},
+    payload: JsonCompatible<Payload>,
+    options: EnqueueCallOptions<Name> = {},
   ): Promise<EnqueueResult> {
     checkOptionKeys(options, ENQUEUE_CALL_OPTIONS, "enqueue options");
     const { traceContext, ...taskOptions } = options;
@@ -226,7 +232,7 @@ export class Queue {
    * or options (`TaskExists`), nothing is stored.
    */
   async enqueueMany(
-    items: Iterable<EnqueueItem>,
+    items: Iterable<EnqueueItem<Payload, Name>>,
     options: { readonly traceContext?: Readonly<Record<string, string>> } = {},
   ): Promise<string[]> {
     checkOptionKeys(options, TRACE_ONLY, "enqueueMany options");
@@ -263,7 +269,7 @@ export class Queue {
   async addChildren(
     parent: string,
     token: string,
-    items: Iterable<EnqueueItem>,
+    items: Iterable<EnqueueItem<Payload, Name>>,
   ): Promise<string[]> {
     const batch = batchRecords(items);
     if (batch.length === 0) return [];
@@ -281,10 +287,30 @@ export class Queue {
     return batch.map((r) => r.task_id);
   }
 
+  /**
+   * Store `batch`; inside a `send <queue>` span whose context is stored with each task when
+   * a tracer provider is registered and the caller gave no `traceContext` (tracing.ts).
+   */
   private async enqueueRecords(
     batch: readonly TaskRecord[],
     trace: string,
     flow = "",
+  ): Promise<boolean[]> {
+    if (trace !== "") return this.sendRecords(batch, trace, flow);
+    let traced = tracing.configured();
+    if (typeof traced !== "boolean") traced = await traced;
+    if (!traced) return this.sendRecords(batch, trace, flow);
+    return tracing.enqueueSpan(
+      this.name,
+      batch.map((r) => r.task_id),
+      (carrier) => this.sendRecords(batch, carrier, flow),
+    );
+  }
+
+  private async sendRecords(
+    batch: readonly TaskRecord[],
+    trace: string,
+    flow: string,
   ): Promise<boolean[]> {
     const full = (): readonly (string | Buffer)[] =>
       this.bundle.pack(
@@ -324,12 +350,14 @@ export class Queue {
   // -- reading --------------------------------------------------------------------------
 
   /** The task, or null when there is none (never stored, or pruned by retention). */
-  async get(taskId: string): Promise<Task | null> {
+  async get(taskId: string): Promise<Task<Payload, Result> | null> {
     if (typeof taskId !== "string" || !taskId.isWellFormed()) {
       throw new InvalidArgument("task_id must be a string UTF-8 can encode");
     }
     const raw = await readTask(this, taskId);
-    return Object.keys(raw).length > 0 ? taskFromHash(raw, taskId) : null;
+    return Object.keys(raw).length > 0
+      ? (taskFromHash(raw, taskId) as Task<Payload, Result>)
+      : null;
   }
 
   /**
@@ -408,9 +436,12 @@ export class Queue {
    * unfinished ids after `timeoutMs` milliseconds. An id that does not exist yet counts
    * as unfinished (it is looked for again every second).
    */
-  async wait(taskIds: Iterable<string>, options: WaitOptions): Promise<Record<string, Task>> {
+  async wait(
+    taskIds: Iterable<string>,
+    options: WaitOptions,
+  ): Promise<Record<string, Task<Payload, Result>>> {
     const timeout = waitSeconds(options);
-    return wait(
+    return (await wait(
       this.client,
       this.blockers,
       this.scripts,
@@ -419,7 +450,7 @@ export class Queue {
       taskIds,
       timeout,
       this.commandTimeoutMs,
-    );
+    )) as Record<string, Task<Payload, Result>>;
   }
 
   /** Sizes of every state, live workers and the monotonic counters. */
@@ -612,7 +643,7 @@ export class Queue {
   async schedule(
     name: string,
     cron: string,
-    payload: Readonly<Record<string, unknown>>,
+    payload: JsonCompatible<Payload>,
     options: ScheduleOptions = {},
   ): Promise<Schedule> {
     const def = scheduleDef(name, cron, payload, options);

@@ -32,14 +32,18 @@ export const FINISHED: ReadonlySet<TaskState> = new Set<TaskState>(["done", "dea
 /** Counters of the queue's statistics, each reported by `Queue.stats` (0 when never bumped). */
 export const COUNTERS = COUNTER_FIELDS;
 
-/** A task as stored, with proper types (times are `Date`s, null when absent or unreadable). */
-export interface Task {
+/**
+ * A task as stored, with proper types (times are `Date`s, null when absent or unreadable).
+ * `Payload` and `Result` are what its `Queue<Payload, Result>` says it carries; they are
+ * not checked when read (a foreign writer may have stored anything).
+ */
+export interface Task<Payload = unknown, Result = unknown> {
   readonly id: string;
   readonly state: TaskState;
   /** Its handler's name; null: the workers' default handler. */
   readonly name: string | null;
   /** The payload as parsed JSON (or its text, when a foreign writer stored something else). */
-  readonly payload: unknown;
+  readonly payload: Payload;
   readonly priority: number;
   readonly attempts: number;
   readonly maxAttempts: number | null;
@@ -68,7 +72,8 @@ export interface Task {
   readonly reason: string | null;
   /** Its group; null: ungrouped. */
   readonly group: string | null;
-  readonly result: unknown;
+  /** What its handler returned (null until it is done). */
+  readonly result: Result | null;
   /** What its handler last reported: {fraction, done, total, message}. */
   readonly progress: unknown;
   /** The state its handler last checkpointed; once finished, only if kept. */

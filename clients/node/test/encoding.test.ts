@@ -41,21 +41,101 @@ describe("payload encoding", () => {
     assert.deepEqual(ours, theirs);
   });
 
-  it("refuses what is not a plain JSON object, with one line saying what", () => {
+  it("refuses what is not a JSON object, with one line naming the path of what is not JSON", () => {
     for (const bad of [null, [], "x", 1, new Map(), new Date()])
       assert.throws(() => encodePayload(bad), InvalidPayload);
-    assert.throws(() => encodePayload({ a: undefined }), /not JSON-serialisable.*undefined/);
-    assert.throws(() => encodePayload({ a: NaN }), /payload\.a: NaN is not a finite number/);
-    assert.throws(() => encodePayload({ a: 1n }), /bigint/);
-    assert.throws(() => encodePayload({ a: new Date() }), /Date/);
-    assert.throws(() => encodePayload({ a: "\ud800" }), /lone surrogate/);
-    const cyclic: Record<string, unknown> = {};
-    cyclic.self = cyclic;
-    assert.throws(() => encodePayload(cyclic), /Circular/);
+    assert.throws(
+      () => encodePayload(new Set()),
+      /^InvalidPayload: payload must be a JSON object.*not Set$/,
+    );
+    const refused: [unknown, RegExp][] = [
+      [{ a: [1, undefined] }, /payload\.a\[1\] is undefined \(in an array\)$/],
+      [{ a: { b: 1n } }, /payload\.a\.b is a bigint$/],
+      [{ a: [{ f: () => 1 }] }, /payload\.a\[0\]\.f is a function$/],
+      [{ "odd key": Symbol("s") }, /payload\["odd key"\] is a symbol$/],
+      [{ m: new Map([["k", 1]]) }, /payload\.m is a Map$/],
+      [{ s: new Set([1]) }, /payload\.s is a Set$/],
+      [{ a: "\ud800" }, /payload\.a is a string holding a lone surrogate/],
+    ];
+    for (const [bad, line] of refused) {
+      assert.throws(
+        () => encodePayload(bad),
+        (error: unknown) =>
+          error instanceof InvalidPayload &&
+          !error.message.includes("\n") &&
+          /not JSON-serialisable/.test(error.message) &&
+          line.test(error.message),
+        String(line),
+      );
+    }
+    assert.throws(
+      () => encodePayload({ a: [NaN] }),
+      /^InvalidPayload: payload\.a\[0\]: NaN is not a finite number/,
+    );
+    const cyclic: Record<string, unknown> = { list: [] };
+    (cyclic.list as unknown[]).push({ back: cyclic });
+    assert.throws(() => encodePayload(cyclic), /payload\.list\[0\]\.back is a cycle/);
     let deep: unknown = 1;
     for (let i = 0; i < 200; i++) deep = [deep];
     assert.throws(() => encodePayload({ deep }), /nested more than 200 levels/);
     assert.doesNotThrow(() => encodePayload({ deep: (deep as unknown[])[0] }));
+  });
+
+  it("writes a class instance as its own enumerable fields, honouring toJSON, as JSON.stringify does", () => {
+    class Address {
+      street = "Main St";
+      number = 5;
+      note?: string = undefined;
+      private readonly hidden = "kept"; // a private TypeScript field is still an own field
+      label(): string {
+        return `${this.number} ${this.street} ${this.hidden}`;
+      }
+    }
+    class Money {
+      constructor(readonly cents: number) {}
+      toJSON(): string {
+        return (this.cents / 100).toFixed(2);
+      }
+    }
+    class Order {
+      id = "o1";
+      to = new Address();
+      total = new Money(1050);
+      at = new Date(Date.UTC(2026, 0, 2));
+      items = [new Address()];
+      #secret = "not an own enumerable field";
+      get secret(): string {
+        return this.#secret;
+      }
+    }
+    const text = encodePayload(new Order());
+    assert.deepEqual(JSON.parse(text), JSON.parse(JSON.stringify(new Order())));
+    assert.equal(
+      text,
+      '{"at":"2026-01-02T00:00:00.000Z","id":"o1","items":[{"hidden":"kept","number":5,"street":"Main St"}],' +
+        '"to":{"hidden":"kept","number":5,"street":"Main St"},"total":"10.50"}',
+    );
+    // a DTO whose toJSON gives a plain object is that object
+    class Wrapped {
+      toJSON(): unknown {
+        return { b: 2, a: 1 };
+      }
+    }
+    assert.equal(encodePayload(new Wrapped()), '{"a":1,"b":2}');
+    assert.equal(encodePayload({ a: undefined, b: 1 }), '{"b":1}');
+    class SelfHolder {
+      me: unknown = this;
+    }
+    assert.throws(() => encodePayload(new SelfHolder()), /payload\.me is a cycle/);
+    class Bad {
+      toJSON(): unknown {
+        return () => 1;
+      }
+    }
+    assert.throws(
+      () => encodePayload({ x: new Bad() }),
+      /payload\.x is a function from its toJSON\(\)$/,
+    );
   });
 
   it("formats numbers as Python's repr and %g do", () => {

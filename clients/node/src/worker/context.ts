@@ -118,12 +118,18 @@ export interface Progress {
 /** Why a run's signal was aborted (`signal.reason.name`). */
 export type StopReason = "CancelledError" | "TimeoutError" | "LeaseLost" | "Drained";
 
-/** The task a handler runs, and its line to the worker. */
-export class TaskContext {
+/**
+ * The task a handler runs, and its line to the worker. `Payload` and `Result` are its
+ * `Worker`'s (they type `payload` and the worker's events).
+ */
+// eslint-disable-next-line @typescript-eslint/no-unused-vars -- Result types the events a worker emits for it
+export class TaskContext<Payload = Record<string, unknown>, Result = unknown> {
   /** The queue's name. */
   readonly queue: string;
   /** The task's id. */
   readonly id: string;
+  /** The task's payload, as its handler gets it. */
+  readonly payload: Payload;
   /** Starts of the task, this one included (1 on the first run). */
   readonly attempt: number;
   /** The task's name (its handler); null for the default handler. */
@@ -153,6 +159,7 @@ export class TaskContext {
   constructor(fields: {
     queue: string;
     id: string;
+    payload?: Payload;
     attempt: number;
     name: string | null;
     pod: string;
@@ -169,6 +176,7 @@ export class TaskContext {
   }) {
     this.queue = fields.queue;
     this.id = fields.id;
+    this.payload = fields.payload as Payload;
     this.attempt = fields.attempt;
     this.name = fields.name;
     this.pod = fields.pod;
@@ -446,10 +454,13 @@ export function quotaPauseMs(
 const current = new AsyncLocalStorage<TaskContext>();
 
 /** The task the calling handler is running; throws outside a run. */
-export function currentTask(): TaskContext {
+export function currentTask<Payload = Record<string, unknown>, Result = unknown>(): TaskContext<
+  Payload,
+  Result
+> {
   const task = current.getStore();
   if (task === undefined) throw new Error("currentTask() is called outside a task's run");
-  return task;
+  return task as TaskContext<Payload, Result>;
 }
 
 /** @internal Run `fn` with `task` as `currentTask()`. */

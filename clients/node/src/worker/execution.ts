@@ -15,6 +15,7 @@
  */
 
 import { formatG } from "../pyformat.js";
+import { runSpan } from "../tracing.js";
 import type { ClaimedTask } from "./claimed.js";
 import {
   type FlowLine,
@@ -26,6 +27,7 @@ import {
 } from "./context.js";
 import { type Verdict, encodeResult, failureOf, formatError } from "./failures.js";
 import { Flag } from "./flag.js";
+import { Listeners } from "./events.js";
 import type { HandlerSet } from "./handlers.js";
 import { enabled, logEvent } from "./log.js";
 
@@ -63,6 +65,8 @@ export class Run {
 export interface Outcome {
   run: Run;
   result: string | null;
+  /** What the handler returned (the `completed` event's result). */
+  value?: unknown;
   error: string | null;
   verdict: Verdict | null;
 }
@@ -95,6 +99,8 @@ export interface Timings {
   claim(seconds: number): void;
 }
 
+const NO_LISTENERS = new Listeners();
+
 const NO_TIMINGS: Timings = { run: () => undefined, wait: () => undefined, claim: () => undefined };
 
 /** Where outcomes go (the outbox). */
@@ -123,6 +129,8 @@ export interface ExecutionOptions {
   readonly reportQuota?: QuotaSink;
   /** A run's provider quota calls (settle, a named quota's pause). */
   readonly providerQuotas?: ProviderQuotaLine;
+  /** The worker's event listeners (`worker.on`). */
+  readonly listeners?: Listeners;
 }
 
 /** `held`: every task from its claim until its outcome is written (or given back). */
@@ -155,7 +163,12 @@ export class Execution {
    */
   private readonly quotaSink: QuotaSink | undefined;
 
+  private readonly listeners: Listeners;
+  /** Each run in a `process <queue>` span (a tracer provider was registered at start). */
+  traced = false;
+
   constructor(private readonly options: ExecutionOptions) {
+    this.listeners = options.listeners ?? NO_LISTENERS;
     this.idle.set();
     const report = options.reportQuota;
     this.quotaSink =
@@ -200,6 +213,7 @@ export class Execution {
     const context = new TaskContext({
       queue: o.queue,
       id: task.id,
+      payload: task.payload,
       attempt: task.attempts,
       name: task.name,
       pod: o.pod,
@@ -227,6 +241,7 @@ export class Execution {
     o.changed();
     if (enabled("debug"))
       logEvent("debug", "task_started", { task: task.id, attempt: task.attempts });
+    if (this.listeners.count > 0) this.listeners.emit("active", context);
     void this.execute(run, handler.fn);
   }
 
@@ -248,8 +263,12 @@ export class Execution {
       }
     }
     try {
-      const value: unknown = await runWithTask(context, () => fn(run.task.payload, context));
+      const call = (): unknown => runWithTask(context, () => fn(run.task.payload, context));
+      const value: unknown = this.traced
+        ? await runSpan(this.options.queue, run.task.id, run.task.attempts, run.task.trace, call)
+        : await call();
       outcome.result = encodeResult(value);
+      if (this.listeners.count > 0) outcome.value = value; // kept for the completed event only
     } catch (error) {
       if (context.cancelled) {
         outcome.error = CANCELLED_ERROR;
@@ -503,5 +522,20 @@ export class Execution {
     }
     if (this.held.size === 0 && this.options.outbox.size === 0) this.idle.set();
     this.options.changed();
+    if (accepted && this.listeners.count > 0) this.emitOutcome(outcome, how);
+  }
+
+  /** The outcome event of a run whose outcome was written (events.ts). */
+  private emitOutcome(
+    outcome: Outcome,
+    how: { dead?: boolean; cancelled?: boolean; deferred?: boolean },
+  ): void {
+    const context = outcome.run.context;
+    if (context === null) return; // a task that could not start: no active event either
+    const l = this.listeners;
+    if (how.cancelled === true) l.emit("cancelled", context);
+    else if (how.deferred === true) l.emit("deferred", context, outcome.error ?? "");
+    else if (outcome.error === null) l.emit("completed", context, outcome.value ?? null);
+    else l.emit("failed", context, outcome.error, { dead: how.dead === true });
   }
 }

@@ -28,8 +28,15 @@ import { Served } from "./claimed.js";
 import type { TaskContext } from "./context.js";
 import { formatError } from "./failures.js";
 
-/** A task handler: its payload and its task's context in; the result (JSON data, or a promise of it) out. */
-export type HandlerFn = (payload: Record<string, unknown>, task: TaskContext) => unknown;
+/**
+ * A task handler: its payload and its task's context in; the result (JSON data, or a
+ * promise of it) out. Typed by `Worker<Payload, Result>`; untyped, a payload is an object
+ * of unknown fields.
+ */
+export type HandlerFn<Payload = Record<string, unknown>, Result = unknown> = (
+  payload: Payload,
+  task: TaskContext<Payload, Result>,
+) => Result | Promise<Result>;
 
 /** A resolved handler and what it was given as. */
 export interface Handler {

@@ -6,6 +6,7 @@
  */
 
 export { Worker, type WorkerState } from "./worker.js";
+export type { FailedHow, WorkerEvents } from "./events.js";
 export type { WorkerOptions } from "./settings.js";
 export {
   QUOTA_LOW,

@@ -19,11 +19,11 @@ import { MAX_CONCURRENCY, MAX_PREFETCH, MIN_HEARTBEAT_S } from "./limits.js";
  * How a `Worker` runs. Durations are milliseconds, in options named `...Ms` (the CLI's
  * flags stay in seconds and are converted); an old name in seconds is refused naming it.
  */
-export interface WorkerOptions {
+export interface WorkerOptions<Payload = Record<string, unknown>, Result = unknown> {
   /** The handler of tasks enqueued without a name. */
-  readonly handler?: HandlerFn;
+  readonly handler?: HandlerFn<Payload, Result>;
   /** Handlers of named tasks (`enqueue(..., { name })`), by name. */
-  readonly handlers?: Readonly<Record<string, HandlerFn>>;
+  readonly handlers?: Readonly<Record<string, HandlerFn<Payload, Result>>>;
   /** Default `redis://localhost:6379/0`; see `QueueOptions.redisUrl`. */
   readonly redisUrl?: string;
   /**
@@ -129,7 +129,7 @@ const WORKER_OPTIONS: ReadonlySet<string> = new Set(Object.keys(WORKER_OPTION_KE
 
 export function checkSettings(
   queue: string,
-  options: WorkerOptions,
+  options: WorkerOptions<never>,
   pod: string,
   incarnation: string,
 ): Settings {

@@ -19,13 +19,16 @@ import { randomBytes } from "node:crypto";
 import { type Client, connect } from "../connection.js";
 import { ping } from "../protocol/server.js";
 import { parseRedisURL } from "../redisurl.js";
+import { configuredNow, loadApi } from "../tracing.js";
 import { Broker, IdentityTaken } from "./broker.js";
 import type { ClaimedTask } from "./claimed.js";
 import { Execution, Run } from "./execution.js";
 import { formatError } from "./failures.js";
 import { Flag, bounded, sleep, waitAny } from "./flag.js";
 import { FatalStop, RedisGate } from "./gate.js";
-import { HandlerSet } from "./handlers.js";
+import type { Progress } from "./context.js";
+import { Listeners, type WorkerEvents } from "./events.js";
+import { type HandlerFn, HandlerSet } from "./handlers.js";
 import { EXIT_SLOTS_STUCK, heldLoop } from "./held.js";
 import { defaultPodName, encodeWhereabouts, localWhereabouts } from "./identity.js";
 import { logEvent } from "./log.js";
@@ -67,7 +70,7 @@ export type WorkerState = "starting" | "running" | "draining" | "drained" | "sto
  * process.exitCode = await worker.run();
  * ```
  */
-export class Worker {
+export class Worker<Payload = Record<string, unknown>, Result = unknown> {
   readonly settings: Settings;
   readonly handlers: HandlerSet;
   readonly execution: Execution;
@@ -89,16 +92,26 @@ export class Worker {
   private readonly runtimeFile: RuntimeFile | null;
   private fatal: FatalStop | null = null;
   private ran = false;
+  private readonly listeners = new Listeners();
 
   /** A worker of `queue`; throws `InvalidArgument` (one line) for options it can't use. */
-  constructor(queue: string, options: WorkerOptions & { readonly handlerSet?: HandlerSet }) {
+  constructor(
+    queue: string,
+    options: WorkerOptions<Payload, Result> & { readonly handlerSet?: HandlerSet },
+  ) {
     this.settings = checkSettings(
       queue,
       options,
       options.pod ?? defaultPodName(),
       randomBytes(6).toString("hex"),
     );
-    this.handlers = options.handlerSet ?? HandlerSet.of(options.handler, options.handlers);
+    // a typed handler takes the payload its producers send: HandlerSet calls it with that
+    this.handlers =
+      options.handlerSet ??
+      HandlerSet.of(
+        options.handler as HandlerFn | undefined,
+        options.handlers as Readonly<Record<string, HandlerFn>> | undefined,
+      );
     const s = this.settings;
     this.gate = new RedisGate({
       reconnect: () => this.reconnect(),
@@ -124,6 +137,7 @@ export class Worker {
       changed: () => this.runtimeFile?.changed(),
       report: (id, token, progress, cost) => {
         this.reports.add(id, token, progress, cost);
+        if (progress !== null && this.listeners.count > 0) this.emitProgress(id, progress);
       },
       flows: {
         addChildren: async (parent, token, batch) =>
@@ -144,6 +158,7 @@ export class Worker {
       reportQuota: (taskId, _token, pauseMs, group, reason) => {
         this.reports.addQuota({ taskId, pauseMs, group, reason });
       },
+      listeners: this.listeners,
     });
     this.summary = new Summary(
       this.execution.counters,
@@ -163,6 +178,48 @@ export class Worker {
               queue: s.queue,
             },
           );
+  }
+
+  /**
+   * Listen to this worker's events (`completed`, `failed`, `progress`, `drained`, ...;
+   * `WorkerEvents` lists them, events.ts says when each comes). A listener that throws is
+   * logged (`listener_failed`) and ignored: the worker and the task's outcome go on.
+   */
+  on<E extends keyof WorkerEvents<Payload, Result>>(
+    event: E,
+    listener: (...args: WorkerEvents<Payload, Result>[E]) => unknown,
+  ): this {
+    this.listeners.add(event, listener, false);
+    return this;
+  }
+
+  /** `on`, for the next emit of `event` only. */
+  once<E extends keyof WorkerEvents<Payload, Result>>(
+    event: E,
+    listener: (...args: WorkerEvents<Payload, Result>[E]) => unknown,
+  ): this {
+    this.listeners.add(event, listener, true);
+    return this;
+  }
+
+  /** Remove a listener `on` or `once` added. */
+  off<E extends keyof WorkerEvents<Payload, Result>>(
+    event: E,
+    listener: (...args: WorkerEvents<Payload, Result>[E]) => unknown,
+  ): this {
+    this.listeners.remove(event, listener);
+    return this;
+  }
+
+  /** How many listeners `event` has. */
+  listenerCount(event: keyof WorkerEvents<Payload, Result>): number {
+    return this.listeners.listenerCount(event);
+  }
+
+  private emitProgress(taskId: string, progress: string): void {
+    const context = this.execution.held.get(taskId)?.context;
+    if (context === null || context === undefined) return;
+    this.listeners.emit("progress", context, JSON.parse(progress) as Progress);
   }
 
   /** Whether a drain was asked for. */
@@ -313,6 +370,8 @@ export class Worker {
     });
     this.broker = broker;
     this.setState("starting");
+    // as the Python worker: traced when a provider is registered by now (handlers imported)
+    if ((await loadApi()) !== null) this.execution.traced = configuredNow();
     const gated = { gate: this.gate, drain: this.drainRequested, closing: this.closing };
     try {
       let interval: number;
@@ -425,6 +484,7 @@ export class Worker {
       return await this.stopAtOnce(failure, [claimer, ...background]);
     // A bug, not an outage: give everything back at once, as lost (a task that caused it is bounded by max_lost).
     logEvent("error", "worker_failed", { error: formatError(failure) });
+    if (this.listeners.count > 0) this.listeners.emit("error", failure);
     this.drainRequested.set();
     this.stopRequested.set();
     this.slotFreed.set();
@@ -489,6 +549,7 @@ export class Worker {
     this.state = "drained";
     this.runtimeFile?.write();
     await this.outliveDrainWaiters();
+    if (this.listeners.count > 0) this.listeners.emit("drained");
     const fatal = this.fatal ?? this.gate.fatal;
     return fatal === null ? 0 : fatal.code;
   }
