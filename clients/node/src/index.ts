@@ -47,7 +47,7 @@ export {
   type TaskFilter,
   type TaskPage,
 } from "./control.js";
-export { TaskState, type Task } from "./tasks.js";
+export { TaskState, type Attempt, type Task } from "./tasks.js";
 export type { GroupCount, GroupSettings, StoredGroupSettings } from "./groups.js";
 export type {
   BudgetLimit,

@@ -216,7 +216,7 @@ export class QueueLayout {
 }
 
 /** The fields of a task's hash (`task:<id>`). */
-export const TASK_FIELDS = ["id", "payload", "priority", "attempts", "max_attempts", "lost", "created_at", "run_at", "deadline", "cost", "timeout", "state", "pod", "incarnation", "token", "lease_until", "started_at", "finished_at", "error", "reason", "result", "progress", "progress_at", "cost_used", "deferred", "cancel_requested", "trace", "waiters"] as const;
+export const TASK_FIELDS = ["id", "payload", "priority", "attempts", "max_attempts", "lost", "created_at", "run_at", "deadline", "cost", "timeout", "state", "pod", "incarnation", "token", "lease_until", "started_at", "finished_at", "error", "reason", "result", "progress", "progress_at", "cost_used", "deferred", "cancel_requested", "trace", "waiters", "history"] as const;
 /** A field name of a task's hash (`task:<id>`). */
 export type TaskField = (typeof TASK_FIELDS)[number];
 /** The field names of a task's hash (`task:<id>`), as constants. */
@@ -249,6 +249,22 @@ export const TASK: { readonly [F in TaskField]: F } = {
   cancel_requested: "cancel_requested",
   trace: "trace",
   waiters: "waiters",
+  history: "history",
+};
+
+/** The fields of an attempt's JSON record (an element of a task's `history`). */
+export const ATTEMPT_FIELDS = ["attempt", "pod", "started_at", "ended_at", "outcome", "error", "traceback"] as const;
+/** A field name of an attempt's JSON record (an element of a task's `history`). */
+export type AttemptField = (typeof ATTEMPT_FIELDS)[number];
+/** The field names of an attempt's JSON record (an element of a task's `history`), as constants. */
+export const ATTEMPT: { readonly [F in AttemptField]: F } = {
+  attempt: "attempt",
+  pod: "pod",
+  started_at: "started_at",
+  ended_at: "ended_at",
+  outcome: "outcome",
+  error: "error",
+  traceback: "traceback",
 };
 
 /** The fields of a worker's JSON record (a value of the `workers` hash). */

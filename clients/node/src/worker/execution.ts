@@ -23,7 +23,7 @@ import {
   TaskContext,
   runWithTask,
 } from "./context.js";
-import { type Verdict, encodeResult, failureOf, formatError } from "./failures.js";
+import { type Verdict, encodeResult, failureOf, formatError, formatTraceback } from "./failures.js";
 import { Flag } from "./flag.js";
 import type { HandlerSet } from "./handlers.js";
 import { enabled, logEvent } from "./log.js";
@@ -64,6 +64,10 @@ export interface Outcome {
   result: string | null;
   error: string | null;
   verdict: Verdict | null;
+  /** The failure's last frames (formatTraceback), kept in the attempt's history. */
+  traceback?: string;
+  /** The run passed its timeout. */
+  timedOut?: boolean;
 }
 
 /** What this worker did, for its last log line and its metrics. */
@@ -250,6 +254,7 @@ export class Execution {
         outcome.error = CANCELLED_ERROR;
       } else {
         [outcome.error, outcome.verdict] = failureOf(error);
+        outcome.traceback = formatTraceback(error);
         if (outcome.verdict?.throttle === true) this.beginHold();
       }
     } finally {
@@ -322,7 +327,7 @@ export class Execution {
     if (run.finished || run.abandoned || run.settled) return;
     run.timedOut = true;
     run.context?.stop("TimeoutError", `the task exceeded its timeout of ${formatG(limitS)}s`);
-    this.queue({ run, result: null, error: timeoutError(limitS), verdict: null });
+    this.queue({ run, result: null, error: timeoutError(limitS), verdict: null, timedOut: true });
     this.keepSlotUntilSettled(run);
   }
 

@@ -435,6 +435,28 @@ local function leave_running(id, key, pod, keep_token)
     redis.call('HDEL', key, 'token', 'lease_until')
   end
 end
+-- includes/attempt_log.lua
+-- The attempt that just ended, kept in the task's history (field 'history': a JSON array,
+-- oldest first, at most 16 records; the oldest dropped). Called when an attempt ends any
+-- way but done: a done attempt is told by the task's own fields (pod, started_at,
+-- finished_at), so the common path writes nothing. Record: attempt, pod, started_at,
+-- ended_at (epoch ms), outcome, and error and traceback when there are (the traceback's
+-- last 4096 bytes). Call it before the fields it reads change (attempts, pod, started_at).
+local function attempt_log(key, outcome, now, err, tb)
+  local v = redis.call('HMGET', key, 'history', 'attempts', 'pod', 'started_at')
+  local list = {}
+  if v[1] then
+    local ok, got = pcall(cjson.decode, v[1])
+    if ok and type(got) == 'table' then list = got end
+  end
+  if tb and #tb > 4096 then tb = string.sub(tb, -4096) end
+  if err == '' then err = nil end
+  if tb == '' then tb = nil end
+  list[#list + 1] = {attempt = tonumber(v[2]) or 0, pod = v[3], started_at = tonumber(v[4]),
+    ended_at = now, outcome = outcome, error = err, traceback = tb}
+  while #list > 16 do table.remove(list, 1) end
+  redis.call('HSET', key, 'history', cjson.encode(list))
+end
 -- includes/take_back.lua
 -- A running task whose worker is gone (lease expired, pod deleted, new incarnation):
 -- back to the front of pending, or dead with reason "worker lost" once lost more than
@@ -443,6 +465,7 @@ end
 -- 'cancelled' when its cancellation was asked for while it ran.
 local function take_back(id, key, pod, now)
   leave_running(id, key, pod)
+  attempt_log(key, 'lost', now)
   if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
     to_cancelled(id, key, now)  -- its cancellation was asked for: it does not run again
     return 'cancelled'
@@ -1287,9 +1310,11 @@ for i = 0, n - 1 do
     -- the token stays: it tells a retry of this write from a stale one
     redis.call('HDEL', key, 'lease_until')
     if v[4] then
+      attempt_log(key, 'cancelled', now)
       to_cancelled(id, key, now)
       out[#out + 1] = '3'
     elseif join[2] and join[3] == 'cancel' then
+      attempt_log(key, 'cancelled', now, join[2])
       -- it added a child that had already failed, policy cancel: it ends cancelled, and
       -- so do its other children still unfinished (as flow_end does for a waiting task)
       to_cancelled(id, key, now)
@@ -1301,11 +1326,14 @@ for i = 0, n - 1 do
       out[#out + 1] = '3'
     elseif join[2] then
       -- it added children at run time and one failed (flow_resolve): its policy ends it
+      attempt_log(key, 'dead', now, join[2])
       to_dead(id, key, now, 'dependency failed', join[2])
       out[#out + 1] = '1'
     elseif string.len(result) > max_bytes then
-      to_dead(id, key, now, 'result too large', 'the result of ' .. string.len(result) ..
-        ' bytes exceeds max_payload_bytes (' .. max_bytes .. '); not stored')
+      local err = 'the result of ' .. string.len(result) .. ' bytes exceeds max_payload_bytes ('
+        .. max_bytes .. '); not stored'
+      attempt_log(key, 'dead', now, err)
+      to_dead(id, key, now, 'result too large', err)
       bump('failed')
       out[#out + 1] = '2'
     elseif (tonumber(join[1]) or 0) > 0 then

@@ -37,6 +37,8 @@ local ARG_REASON = ARGV[6]
 local ARG_RETRY_AFTER_MS = ARGV[7]
 local ARG_MAX_DEFERRALS = ARGV[8]
 local ARG_THROTTLE = ARGV[9]
+local ARG_TRACEBACK = ARGV[10]
+local ARG_TIMED_OUT = ARGV[11]
 local flow_resolve, build_lazy
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
@@ -295,6 +297,28 @@ local function group_pause(g, till)
     redis.call('ZADD', K_GROUPS_PARKED, till, g)
   end
 end
+-- includes/attempt_log.lua
+-- The attempt that just ended, kept in the task's history (field 'history': a JSON array,
+-- oldest first, at most 16 records; the oldest dropped). Called when an attempt ends any
+-- way but done: a done attempt is told by the task's own fields (pod, started_at,
+-- finished_at), so the common path writes nothing. Record: attempt, pod, started_at,
+-- ended_at (epoch ms), outcome, and error and traceback when there are (the traceback's
+-- last 4096 bytes). Call it before the fields it reads change (attempts, pod, started_at).
+local function attempt_log(key, outcome, now, err, tb)
+  local v = redis.call('HMGET', key, 'history', 'attempts', 'pod', 'started_at')
+  local list = {}
+  if v[1] then
+    local ok, got = pcall(cjson.decode, v[1])
+    if ok and type(got) == 'table' then list = got end
+  end
+  if tb and #tb > 4096 then tb = string.sub(tb, -4096) end
+  if err == '' then err = nil end
+  if tb == '' then tb = nil end
+  list[#list + 1] = {attempt = tonumber(v[2]) or 0, pod = v[3], started_at = tonumber(v[4]),
+    ended_at = now, outcome = outcome, error = err, traceback = tb}
+  while #list > 16 do table.remove(list, 1) end
+  redis.call('HSET', key, 'history', cjson.encode(list))
+end
 -- built on the first call of flow_resolve: what only they use
 build_lazy = function()
 -- includes/pending_remove.lua
@@ -531,6 +555,7 @@ if v[1] ~= 'running' or v[2] ~= token then
 end
 local pod = v[3]
 local now = now_ms()
+local tb = ARG_TRACEBACK
 leave_running(id, key, pod, true)
 local after = tonumber(ARG_RETRY_AFTER_MS)
 if after ~= nil then
@@ -546,12 +571,14 @@ elseif ARG_THROTTLE == '1' or ARG_THROTTLE == '2' then
   after = quota_pause(K_QUOTA, now, after, err) - now
 end
 if v[4] then
+  attempt_log(key, 'cancelled', now, err, tb)
   to_cancelled(id, key, now)
   flush_counts()
   return 'cancelled'
 end
 if after ~= nil then
   if redis.call('HINCRBY', key, 'deferred', 1) <= (tonumber(ARG_MAX_DEFERRALS) or 0) then
+    attempt_log(key, 'retried', now, err, tb)
     -- the cause is outside the task (rate limited upstream): its start is given back
     redis.call('HINCRBY', key, 'attempts', -1)
     redis.call('ZADD', K_DELAYED, now + after, id)
@@ -565,9 +592,11 @@ bump('failed')
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
 local attempts = tonumber(v[1]) or 1
 local max_attempts = tonumber(v[2]) or cfg_num('max_attempts')
+local timed_out = ARG_TIMED_OUT == '1'
 if ARG_RETRYABLE ~= '1' or attempts >= max_attempts then
   local reason = ARG_REASON
   if reason == '' then reason = 'failed' end
+  attempt_log(key, timed_out and 'timed out' or 'dead', now, err, tb)
   to_dead(id, key, now, reason, err)
   flush_counts()
   return 'dead'
@@ -581,6 +610,7 @@ if delay == nil then
   delay = math.floor(math.max(0, math.min(cap, delay)))
 end
 local run_at = now + delay
+attempt_log(key, timed_out and 'timed out' or 'failed', now, err, tb)
 redis.call('ZADD', K_DELAYED, run_at, id)
 redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at, 'error', err)
 bump('retried')

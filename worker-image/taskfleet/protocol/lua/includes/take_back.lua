@@ -4,6 +4,7 @@
 --- @include "to_dead"
 --- @include "to_cancelled"
 --- @include "leave_running"
+--- @include "attempt_log"
 -- A running task whose worker is gone (lease expired, pod deleted, new incarnation):
 -- back to the front of pending, or dead with reason "worker lost" once lost more than
 -- max_lost times (on loss max_lost + 1),
@@ -11,6 +12,7 @@
 -- 'cancelled' when its cancellation was asked for while it ran.
 local function take_back(id, key, pod, now)
   leave_running(id, key, pod)
+  attempt_log(key, 'lost', now)
   if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
     to_cancelled(id, key, now)  -- its cancellation was asked for: it does not run again
     return 'cancelled'
