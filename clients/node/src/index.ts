@@ -48,6 +48,7 @@ export {
   type TaskPage,
 } from "./control.js";
 export { TaskState, type Attempt, type Task } from "./tasks.js";
+export type { QueueEvent } from "./events.js";
 export type { GroupCount, GroupSettings, StoredGroupSettings } from "./groups.js";
 export type {
   BudgetLimit,

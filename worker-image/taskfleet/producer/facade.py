@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from taskfleet.producer import (
     control,
     enqueueing,
+    events,
     flowcontrol,
     grouping,
     operating,
@@ -52,6 +53,9 @@ class Plans:
     list = staticmethod(control.list_tasks)
     purge_tasks = staticmethod(control.purge_tasks)
     follow = staticmethod(control.follow)
+    # the queue's event stream
+    configure_events = staticmethod(events.configure_events)
+    events = staticmethod(events.events)
     # flows
     flow = staticmethod(flowcontrol.flow)
     cancel_flow = staticmethod(flowcontrol.cancel_flow)

@@ -59,6 +59,8 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "flows",
     "levels",
     "tombstones",
+    "events",
+    "events_cap",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -179,6 +181,14 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "pods gone from the Kubernetes API whose workers may not register again; score: "
         "until when (epoch ms)",
     ),
+    "events": (
+        "stream",
+        "the queue's lifecycle events (event, id, attempt), written while events_cap is set",
+    ),
+    "events_cap": (
+        "string",
+        "set while the queue's events are on: how many entries the events stream keeps",
+    ),
 }
 
 _INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
@@ -212,6 +222,8 @@ class QueueKeys:
         "demand",
         "dependants_prefix",
         "done",
+        "events",
+        "events_cap",
         "flow_backlog",
         "flow_prefix",
         "flows",
@@ -320,6 +332,10 @@ class QueueKeys:
         # pods the operator found gone from the API, scored by until when their workers
         # may not register again (a force-deleted pod's container outlives its pod)
         self.tombstones = p + "tombstones"
+        # the queue's lifecycle events, written while events_cap holds their retention
+        # (lua/includes/event.lua); absent: off, and scripts pay one GET
+        self.events = p + "events"
+        self.events_cap = p + "events:cap"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,

@@ -8,7 +8,7 @@ export const PROTOCOL = 1;
 export const KEY_PREFIX = "tf:{%QUEUE%}:";
 
 /** Every key's name, in the manifest's (KEYS) order. */
-export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones"] as const;
+export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "events", "events_cap"] as const;
 /** A key's name in the manifest. */
 export type KeyName = (typeof KEY_NAMES)[number];
 
@@ -55,6 +55,8 @@ export const KEY_SUFFIX: Readonly<Record<KeyName, string>> = {
   flows: "flows",
   levels: "levels",
   tombstones: "tombstones",
+  events: "events",
+  events_cap: "events:cap",
 };
 
 /**
@@ -124,6 +126,10 @@ export class QueueLayout {
   readonly levels: string;
   /** zset: pods gone from the Kubernetes API whose workers may not register again; score: until when (epoch ms) */
   readonly tombstones: string;
+  /** stream: the queue's lifecycle events (event, id, attempt), written while events_cap is set */
+  readonly events: string;
+  /** string: set while the queue's events are on: how many entries the events stream keeps */
+  readonly eventsCap: string;
 
   constructor(readonly queue: string) {
     this.prefix = KEY_PREFIX.replace("%QUEUE%", queue);
@@ -157,6 +163,8 @@ export class QueueLayout {
     this.flows = this.prefix + "flows";
     this.levels = this.prefix + "levels";
     this.tombstones = this.prefix + "tombstones";
+    this.events = this.prefix + "events";
+    this.eventsCap = this.prefix + "events:cap";
   }
 
   /** hash: one task's record; the key is the prefix and the task's id */

@@ -34,6 +34,8 @@ local K_GROUPS_PARKED = KEYS[31]
 local K_GROUPS_PENDING = KEYS[32]
 local K_FLOW = KEYS[33]
 local K_FLOWS = KEYS[34]
+local K_EVENTS = KEYS[35]
+local K_EVENTS_CAP = KEYS[36]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 local ARG_POD = ARGV[2]
@@ -50,6 +52,22 @@ local function RECORD(i)
   return ARGV[b], ARGV[b + 1], ARGV[b + 2]
 end
 local cancel_task, flow_resolve, build_lazy
+-- includes/event.lua
+-- The queue's event stream (K_EVENTS), written while K_EVENTS_CAP holds its retention (a
+-- number of entries; Queue.configure_events sets and deletes it): a queue nobody listens
+-- to pays one GET per script call. Each entry: event <kind>, id <task id>, and attempt
+-- when the kind has one; trimmed near the retention (XADD MAXLEN ~).
+local EVENTS_CAP = nil
+local function event(kind, id, attempt)
+  if EVENTS_CAP == nil then EVENTS_CAP = tonumber(redis.call('GET', K_EVENTS_CAP)) or false end
+  if not EVENTS_CAP then return end
+  if attempt then
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id,
+      'attempt', attempt)
+  else
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id)
+  end
+end
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -211,6 +229,7 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
+  event('dead', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
   flow_finished(id, 'x', v[2], nil, v[3])
@@ -223,6 +242,7 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
+  event('cancelled', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
   flow_finished(id, 'c', v[2], nil, v[3])
@@ -362,6 +382,7 @@ local function expire_deadlines(now, limit)
       dead[#dead + 1] = id
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
+      event('dead', id)
       wake_waiters(id, key, v[2])
       flow_finished(id, 'x', v[3], nil, v[5])
     elseif not state then
@@ -466,6 +487,7 @@ end
 local function take_back(id, key, pod, now)
   leave_running(id, key, pod)
   attempt_log(key, 'lost', now)
+  event('lost', id)
   if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
     to_cancelled(id, key, now)  -- its cancellation was asked for: it does not run again
     return 'cancelled'
@@ -477,6 +499,7 @@ local function take_back(id, key, pod, now)
     return 'dead'
   end
   to_pending(id, key, true)
+  event('requeued', id)
   bump('requeued')
   return 'pending'
 end
@@ -980,6 +1003,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
             'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
             'attempts', attempts)
+          event('started', id, attempts)
           local fields
           if tagged then
             -- name, value pairs (no value empty: an absent one is left out), then an
@@ -1185,6 +1209,7 @@ local function flow_join_done(id, key, now)
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
+  event('done', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
   wake_waiters(id, key, v[1])
   flow_finished(id, 'd', v[2], v[3] or '', v[4])
@@ -1359,6 +1384,7 @@ for i = 0, n - 1 do
       wake_waiters(id, key, v[5])
       flow_finished(id, 'd', v[6], result, v[9])
       completed = completed + 1
+      event('done', id)
       out[#out + 1] = '1'
     end
   elseif v[2] == token and (v[1] == 'done' or v[1] == 'dead' or v[1] == 'cancelled') then

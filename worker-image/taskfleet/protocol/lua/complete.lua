@@ -20,6 +20,7 @@
 -- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
 -- any completion rate without waiting for a sweep.
+--- @include "event"
 --- @include "now_ms"
 --- @include "cfg_num"
 --- @include "call_chunked"
@@ -114,6 +115,7 @@ for i = 0, n - 1 do
       wake_waiters(id, key, v[5])
       flow_finished(id, 'd', v[6], result, v[9])
       completed = completed + 1
+      event('done', id)
       out[#out + 1] = '1'
     end
   elseif v[2] == token and (v[1] == 'done' or v[1] == 'dead' or v[1] == 'cancelled') then

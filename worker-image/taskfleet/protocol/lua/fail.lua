@@ -14,6 +14,7 @@
 --   was asked for while it ran (it ends so, whatever the failure); or 'stale' (refused,
 --   counted). A retry of a failure this token already wrote (its reply was lost) returns
 --   the state it left.
+--- @include "event"
 --- @include "now_ms"
 --- @include "cfg_num"
 --- @include "bump"
@@ -66,6 +67,7 @@ if after ~= nil then
     redis.call('HINCRBY', key, 'attempts', -1)
     redis.call('ZADD', K_DELAYED, now + after, id)
     redis.call('HSET', key, 'state', 'delayed', 'run_at', now + after, 'error', err)
+    event('retried', id)
     bump('deferred')
     flush_counts()
     return 'delayed'
@@ -73,6 +75,7 @@ if after ~= nil then
 end
 bump('failed')
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
+event('failed', id, v[1])
 local attempts = tonumber(v[1]) or 1
 local max_attempts = tonumber(v[2]) or cfg_num('max_attempts')
 local timed_out = ARG_TIMED_OUT == '1'
@@ -96,6 +99,7 @@ local run_at = now + delay
 attempt_log(key, timed_out and 'timed out' or 'failed', now, err, tb)
 redis.call('ZADD', K_DELAYED, run_at, id)
 redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at, 'error', err)
+event('retried', id)
 bump('retried')
 flush_counts()
 return 'delayed'

@@ -1,3 +1,4 @@
+--- @include "event"
 --- @include "now_ms"
 --- @include "bump"
 --- @include "to_pending"
@@ -17,6 +18,7 @@ local function release_task(id, key, pod)
   attempt_log(key, 'released', now)
   redis.call('HINCRBY', key, 'attempts', -1)
   to_pending(id, key, true)
+  event('requeued', id)
   bump('released')
   return true
 end

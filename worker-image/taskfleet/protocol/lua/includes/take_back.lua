@@ -1,3 +1,4 @@
+--- @include "event"
 --- @include "cfg_num"
 --- @include "bump"
 --- @include "to_pending"
@@ -13,6 +14,7 @@
 local function take_back(id, key, pod, now)
   leave_running(id, key, pod)
   attempt_log(key, 'lost', now)
+  event('lost', id)
   if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
     to_cancelled(id, key, now)  -- its cancellation was asked for: it does not run again
     return 'cancelled'
@@ -24,6 +26,7 @@ local function take_back(id, key, pod, now)
     return 'dead'
   end
   to_pending(id, key, true)
+  event('requeued', id)
   bump('requeued')
   return 'pending'
 end

@@ -1,3 +1,4 @@
+--- @include "event"
 --- @include "bump"
 --- @include "wake_waiters"
 --- @include "flow_finished"
@@ -7,6 +8,7 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
+  event('cancelled', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
   flow_finished(id, 'c', v[2], nil, v[3])

@@ -1,3 +1,4 @@
+--- @include "event"
 --- @include "bump"
 --- @include "wake_waiters"
 --- @include "flow_finished"
@@ -10,6 +11,7 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
+  event('dead', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow')
   wake_waiters(id, key, v[1])
   flow_finished(id, 'x', v[2], nil, v[3])
