@@ -46,7 +46,7 @@ def check_payload_value(v: Any, where: str) -> None:
 
 READS = frozenset(
     {"HGETALL", "HGET", "HEXISTS", "EXISTS", "GET", "TYPE", "ZRANGE", "ZSCORE", "ZCARD"}
-    | {"LRANGE", "LLEN", "SMEMBERS", "SCARD", "PTTL"}
+    | {"LRANGE", "LLEN", "SMEMBERS", "SCARD", "PTTL", "XRANGE"}
 )
 WRITES = frozenset({"HSET", "HDEL", "DEL", "ZADD", "ZREM", "SADD", "SREM", "SET", "RPUSH", "LPUSH"})
 ANY_TYPES = ("any", "string", "int", "array", "nil")

@@ -16,6 +16,8 @@ export default tseslint.config(
             "test/fixtures/*.mjs",
             "test/fixtures/*.cjs",
           ],
+          // the handler fixtures the tests load and the scripts (more than the default 8)
+          maximumDefaultProjectFileMatchCount_THIS_WILL_SLOW_DOWN_LINTING: 32,
         },
         tsconfigRootDir: import.meta.dirname,
       },

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from taskfleet.producer.queue import Queue
@@ -188,3 +189,26 @@ def test_a_worker_loads_neither_the_producer_nor_the_other_commands(
         "taskfleet.cli.options",
         "taskfleet.cli.worker_commands",
     }
+
+
+def test_show_lists_each_attempt_then_the_latest_traceback(
+    redis_url: str, tmp_path: Path, make_broker: Any
+) -> None:
+    with Queue("q", redis_url=redis_url) as queue:
+        queue.configure(QueueConfig(backoff_base_s=0, backoff_max_s=0))
+        queue.enqueue({}, task_id="t1", max_attempts=2)
+    for pod in ("pod-one", "pod-two"):
+        broker = make_broker("q", pod=pod)
+        broker.register(1)
+        [held] = wait_for(lambda b=broker: b.claim(1).tasks or None, what=f"{pod} claims")
+        trace = "Traceback (most recent call last):\n"
+        trace += f'  File "job.py", line 7, in run\nKeyError: {pod!r}'
+        broker.fail(held.id, held.token, f"KeyError: {pod!r}", traceback=trace)
+    text = taskfleet("show", "q", "t1", env=env_for(redis_url, tmp_path)).stdout
+    lines = text.splitlines()
+    start = lines.index("history:")
+    rows = [line.split() for line in lines[start + 1 : start + 3]]
+    assert [row[:3] for row in rows] == [["1", "failed", "pod-one"], ["2", "dead", "pod-two"]]
+    assert rows[1][-2:] == ["KeyError:", "'pod-two'"]
+    assert lines[start + 3] == "traceback of attempt 2:"
+    assert lines[start + 5] == '    File "job.py", line 7, in run'

@@ -386,3 +386,24 @@ def test_a_task_page_shows_its_flow_each_member_linked_and_escaped(
 
     alone = queue.enqueue({})
     assert 'id="task-flow"' not in served.get(f"/queues/jobs/tasks/id/{alone}").body
+
+
+def test_a_task_page_shows_each_attempt_with_its_pod_outcome_error_and_traceback(
+    served: Served, queue: Queue, make_broker: Callable[..., Any]
+) -> None:
+    from taskfleet.protocol.config import QueueConfig
+
+    queue.configure(QueueConfig(backoff_base_s=0, backoff_max_s=0))
+    task_id = queue.enqueue({}, max_attempts=3)
+    for pod in ("pod-one", "pod-two"):
+        broker = make_broker(queue.name, pod=pod)
+        broker.register(1)
+        [held] = wait_for(lambda b=broker: b.claim(1).tasks or None, what=f"{pod} claims")
+        trace = f'File "summarise.py", line 12, in handle\nKeyError: <{pod}>'
+        broker.fail(held.id, held.token, f"KeyError: <{pod}>", traceback=trace)
+    page = served.get(f"/queues/jobs/tasks/id/{task_id}").body
+    table = page.split('id="task-history"', 1)[1].split("</table>", 1)[0]
+    rows = [text_of(row).split() for row in table.split("<tr>")[2:]]
+    assert [row[:3] for row in rows] == [["1", "failed", "pod-one"], ["2", "failed", "pod-two"]]
+    assert "KeyError: &lt;pod-two&gt;" in table and "<pod-two>" not in table
+    assert 'File "summarise.py", line 12, in handle' in table.replace("&#34;", '"')

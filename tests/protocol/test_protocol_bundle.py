@@ -19,8 +19,8 @@ from taskfleet.protocol.bundle.__main__ import HERE, expected, main, stale
 from taskfleet.protocol.bundle.build import LUA, BuildError, build, params
 from taskfleet.protocol.control_ops import ControlOps, Report, Scan
 from taskfleet.protocol.keys import KEY_DOCS, SCRIPT_KEYS, QueueKeys
-from taskfleet.protocol.provider_quota import ProviderQuotaOps, settle_op
 from taskfleet.protocol.output import emit_op
+from taskfleet.protocol.provider_quota import ProviderQuotaOps, settle_op
 from taskfleet.protocol.quota import QuotaOps
 from taskfleet.protocol.runwrites import checkpoint_op
 from taskfleet.protocol.schedule_ops import ScheduleOps

@@ -241,3 +241,10 @@ def numbers(payload: dict[str, Any]) -> object:
     if ask == "empty error":
         raise ValueError()
     return "ok"
+
+
+def fail_twice(payload: dict[str, Any]) -> str:
+    """Raise on the first two attempts (a KeyError raised here), succeed on the third."""
+    if current_task().attempt <= 2:
+        return payload["missing"]  # type: ignore[no-any-return]  # raises KeyError
+    return "ok"

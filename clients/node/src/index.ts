@@ -49,8 +49,9 @@ export {
   type TaskFilter,
   type TaskPage,
 } from "./control.js";
-export { TaskState, type Task } from "./tasks.js";
 export type { OutputChunk } from "./protocol/output.js";
+export { TaskState, type Attempt, type Task } from "./tasks.js";
+export type { QueueEvent } from "./events.js";
 export type { GroupCount, GroupSettings, StoredGroupSettings } from "./groups.js";
 export type {
   BudgetLimit,

@@ -53,7 +53,9 @@ import {
   readTask,
   readWorkers,
   writeConfig,
+  writeEventsCap,
 } from "./protocol/reads.js";
+import { type QueueEvent, events as eventStream } from "./events.js";
 import { decodeEnqueue, replyList } from "./protocol/replies.js";
 import type { EnqueuePlainRecord } from "./protocol/signatures.js";
 import { queueMs } from "./protocol/store.js";
@@ -428,6 +430,29 @@ export class Queue<Payload = AnyPayload, Result = unknown, Name extends string =
     } finally {
       this.blockers.give(client, healthy);
     }
+  }
+
+  /**
+   * Turn the queue's event stream on (`retention`: about how many events it keeps,
+   * default 100,000) or off (`false`). Off by default: the scripts then write nothing.
+   */
+  async configureEvents(enabled = true, options: { retention?: number } = {}): Promise<void> {
+    const retention = options.retention ?? 100_000;
+    if (!Number.isSafeInteger(retention) || retention < 1) {
+      throw new InvalidArgument(
+        `retention must be a positive number of events, not ${String(retention)}`,
+      );
+    }
+    await writeEventsCap(this, enabled ? retention : null);
+  }
+
+  /**
+   * The queue's events after `since` (a stream id; "0": every one still retained;
+   * omitted: from now on), in order, for ever: `for await (const e of queue.events())`.
+   * Each read blocks until events arrive. Resume with the last `id` seen.
+   */
+  events(options: { since?: string } = {}): AsyncGenerator<QueueEvent, void, undefined> {
+    return eventStream(this, this.keys, this.blockers, options.since);
   }
 
   /**

@@ -9,7 +9,7 @@
 import * as bounds from "./bounds.js";
 import { NAME_MARK } from "./encoding.js";
 import { ProtocolError, pyRepr } from "./errors.js";
-import { COUNTER_FIELDS, TASK } from "./protocol/layout.js";
+import { ATTEMPT, COUNTER_FIELDS, TASK } from "./protocol/layout.js";
 
 /** A task's states. */
 export const TaskState = {
@@ -31,6 +31,24 @@ export const FINISHED: ReadonlySet<TaskState> = new Set<TaskState>(["done", "dea
 
 /** Counters of the queue's statistics, each reported by `Queue.stats` (0 when never bumped). */
 export const COUNTERS = COUNTER_FIELDS;
+
+/**
+ * One attempt of a task: who ran it, when, and how it ended. `outcome`: done, failed (it
+ * runs again), retried (given back as its handler asked), timed out, lost (its worker
+ * died), released (given back by a draining worker), cancelled, dead; running for the
+ * attempt under way; null when unknown.
+ */
+export interface Attempt {
+  /** The attempt's number (a given-back start keeps it). */
+  readonly attempt: number;
+  readonly pod: string | null;
+  readonly startedAt: Date | null;
+  readonly endedAt: Date | null;
+  readonly outcome: string | null;
+  readonly error: string | null;
+  /** The failure's last frames (a stack or a Python traceback, at most 4096 characters). */
+  readonly traceback: string | null;
+}
 
 /**
  * A task as stored, with proper types (times are `Date`s, null when absent or unreadable).
@@ -86,6 +104,10 @@ export interface Task<Payload = unknown, Result = unknown> {
   readonly flow: string | null;
   /** Whether it has finished (done, dead or cancelled). */
   readonly finished: boolean;
+  /** Its attempts, oldest first (the newest 16 stored, then the one its own fields tell). */
+  readonly history: readonly Attempt[];
+  /** The traceback of its latest attempt that left one; null when none did. */
+  readonly traceback: string | null;
 }
 
 /** A stored number, or null when absent, not a number, or not finite. */
@@ -178,6 +200,7 @@ export function taskFromHash(raw: Readonly<Record<string, string>>, taskId?: str
     name = taskName;
     payload = parsed(body);
   }
+  const history = historyOf(raw, state, int("attempts", 0), times.startedAt, times.finishedAt);
   return {
     id,
     state: state as TaskState,
@@ -205,7 +228,68 @@ export function taskFromHash(raw: Readonly<Record<string, string>>, taskId?: str
     onDepFail: text("on_dep_fail"),
     flow: text("flow"),
     finished: FINISHED.has(state as TaskState),
+    history,
+    traceback: history.findLast((a) => a.traceback !== null)?.traceback ?? null,
   };
+}
+
+/** What an attempt only the task's own fields tell ended as, by the task's state. */
+const LAST_OUTCOME: Readonly<Record<string, string>> = {
+  running: "running",
+  done: "done",
+  dead: "dead",
+  cancelled: "cancelled",
+  delayed: "failed",
+};
+
+/**
+ * The stored attempts (field `history`), then the latest one when only the task's own
+ * fields tell it (a done or running attempt is never stored). Unreadable records are left out.
+ */
+function historyOf(
+  raw: Readonly<Record<string, string>>,
+  state: string,
+  attempts: number,
+  startedAt: Date | null,
+  finishedAt: Date | null,
+): Attempt[] {
+  const out: Attempt[] = [];
+  const historyText = raw[TASK.history];
+  const stored = historyText === undefined ? null : parsed(historyText);
+  const textOf = (v: unknown): string | null => (typeof v === "string" && v !== "" ? v : null);
+  const timeOf = (v: unknown): Date | null =>
+    typeof v === "number" || typeof v === "string" ? storedTime(String(v)) : null;
+  for (const record of Array.isArray(stored) ? (stored as unknown[]) : []) {
+    if (typeof record !== "object" || record === null || Array.isArray(record)) continue;
+    const r = record as Record<string, unknown>;
+    const n = r[ATTEMPT.attempt];
+    out.push({
+      attempt: typeof n === "number" && Number.isFinite(n) ? Math.trunc(n) : 0,
+      pod: textOf(r[ATTEMPT.pod]),
+      startedAt: timeOf(r[ATTEMPT.started_at]),
+      endedAt: timeOf(r[ATTEMPT.ended_at]),
+      outcome: textOf(r[ATTEMPT.outcome]),
+      error: textOf(r[ATTEMPT.error]),
+      traceback: textOf(r[ATTEMPT.traceback]),
+    });
+  }
+  const last = out.at(-1);
+  if (
+    startedAt !== null &&
+    (last === undefined || last.startedAt?.getTime() !== startedAt.getTime())
+  ) {
+    const outcome = LAST_OUTCOME[state] ?? null;
+    out.push({
+      attempt: attempts,
+      pod: raw.pod ?? null,
+      startedAt,
+      endedAt: FINISHED.has(state as TaskState) ? finishedAt : null,
+      outcome,
+      error: outcome === "failed" || outcome === "dead" ? (raw.error ?? null) : null,
+      traceback: null,
+    });
+  }
+  return out;
 }
 
 function afterIds(value: string | undefined): string[] {

@@ -32,6 +32,7 @@ const READS = new Set([
   "SMEMBERS",
   "SCARD",
   "PTTL",
+  "XRANGE",
 ]);
 const WRITES = new Set([
   "HSET",

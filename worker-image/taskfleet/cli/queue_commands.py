@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
     from taskfleet.protocol.flows import FlowRecord
+    from taskfleet.protocol.tasks import Attempt
 
 #: Tasks per enqueue script call for --count: one call is atomic but blocks Redis for
 #: everyone while it runs, so a big --count goes in calls of this size.
@@ -348,6 +351,7 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
     if as_json:
         click.echo(json.dumps(data, sort_keys=True))
         return
+    data.pop("history", None)  # shown as lines of its own, after the fields
     width = max(len(key) for key in data)
     for key, value in data.items():
         if value is None or value == "":
@@ -358,9 +362,40 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
         click.echo(f"{key:<{width}}  {terminal_safe(shown)}")
     if record is not None:  # the flow it belongs to, as its record stands
         click.echo(f"{'flow_state':<{width}}  {_flow_state(record)}")
+    for line in history_lines(found.history):
+        click.echo(terminal_safe(line))
     if tree:  # what it waits for, what those wait for, what waits on it (docs/flows.md)
         click.echo("flow tree:")
         click.echo("\n".join("  " + line for line in tree))
+
+
+#: ``taskfleet show``: the same command, the name taskfleet-node also answers to.
+show = click.Command(
+    "show", callback=task.callback, params=task.params, help="Show one task of QUEUE (as task)."
+)
+
+
+def history_lines(history: Sequence[Attempt]) -> list[str]:
+    """A task's attempts, one line each, then the latest traceback (docs/worker.md)."""
+    if not history:
+        return []
+
+    def when(value: datetime | None) -> str:
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else "-"
+
+    lines = ["history:"]
+    for a in history:
+        error = a.error or ""
+        error = error if len(error) <= 80 else error[:79] + "…"
+        lines.append(
+            f"  {a.attempt:>3}  {a.outcome or '-':<9}  {a.pod or '-'}  "
+            f"{when(a.started_at)} .. {when(a.ended_at)}  {error}".rstrip()
+        )
+    last = next((a for a in reversed(history) if a.traceback), None)
+    if last is not None and last.traceback:
+        lines.append(f"traceback of attempt {last.attempt}:")
+        lines.extend("  " + line for line in last.traceback.rstrip().splitlines())
+    return lines
 
 
 def _flow_state(record: FlowRecord) -> str:

@@ -13,6 +13,7 @@ from taskfleet.producer.facade import Plans, runs_every_call
 from taskfleet.producer.runner import AsyncRunner, async_stream, asyncs
 from taskfleet.protocol.connect import Durability, durability, is_cluster, redis_py_url
 from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.events import QueueEvent
 from taskfleet.protocol.output import OutputChunk
 from taskfleet.protocol.redisurl import parse_redis_url
 from taskfleet.protocol.scripts import AsyncScripts, release
@@ -90,6 +91,8 @@ class AsyncQueue(AsyncRunner):
     purge_tasks = asyncs(Plans.purge_tasks)
     follow = async_stream(Plans.follow, Task)
     stream = async_stream(Plans.stream, OutputChunk)
+    configure_events = asyncs(Plans.configure_events)
+    events = async_stream(Plans.events, QueueEvent)
 
     flow = asyncs(Plans.flow)
     cancel_flow = asyncs(Plans.cancel_flow)

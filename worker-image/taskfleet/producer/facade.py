@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from taskfleet.producer import (
     control,
     enqueueing,
+    events,
     flowcontrol,
     grouping,
     operating,
@@ -53,6 +54,9 @@ class Plans:
     purge_tasks = staticmethod(control.purge_tasks)
     follow = staticmethod(control.follow)
     stream = staticmethod(control.stream)
+    # the queue's event stream
+    configure_events = staticmethod(events.configure_events)
+    events = staticmethod(events.events)
     # flows
     flow = staticmethod(flowcontrol.flow)
     cancel_flow = staticmethod(flowcontrol.cancel_flow)

@@ -17,6 +17,7 @@ from taskfleet.producer.runner import SyncRunner, sync, sync_stream
 from taskfleet.protocol.connect import Durability, SyncClient, connect
 from taskfleet.protocol.connect import durability as url_durability
 from taskfleet.protocol.control_ops import CancelOutcome
+from taskfleet.protocol.events import QueueEvent
 from taskfleet.protocol.output import OutputChunk
 from taskfleet.protocol.scripts import SyncScripts, release
 from taskfleet.protocol.tasks import Task
@@ -93,6 +94,8 @@ class Queue(SyncRunner):
     purge_tasks = sync(Plans.purge_tasks)
     follow = sync_stream(Plans.follow, Task)
     stream = sync_stream(Plans.stream, OutputChunk)
+    configure_events = sync(Plans.configure_events)
+    events = sync_stream(Plans.events, QueueEvent)
 
     flow = sync(Plans.flow)
     cancel_flow = sync(Plans.cancel_flow)

@@ -60,6 +60,8 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "levels",
     "tombstones",
     "output",
+    "events",
+    "events_cap",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -185,6 +187,14 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "one task's streamed output (emit), each entry marked with its attempt, then an end "
         "entry when it finishes; the key is the prefix and the task's id",
     ),
+    "events": (
+        "stream",
+        "the queue's lifecycle events (event, id, attempt), written while events_cap is set",
+    ),
+    "events_cap": (
+        "string",
+        "set while the queue's events are on: how many entries the events stream keeps",
+    ),
 }
 
 _INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
@@ -270,6 +280,8 @@ class QueueKeys:
         "demand",
         "dependants_prefix",
         "done",
+        "events",
+        "events_cap",
         "flow_backlog",
         "flow_prefix",
         "flows",
@@ -381,6 +393,10 @@ class QueueKeys:
         self.tombstones = p + "tombstones"
         # a task's streamed output (emit.lua), kept as long as the task
         self.output_prefix = p + "output:"
+        # the queue's lifecycle events, written while events_cap holds their retention
+        # (lua/includes/event.lua); absent: off, and scripts pay one GET
+        self.events = p + "events"
+        self.events_cap = p + "events:cap"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,

@@ -22,6 +22,7 @@ from typing import Any
 from taskfleet.protocol.defaults import CONFIG_DEFAULTS
 
 __all__ = [
+    "ATTEMPT_FIELDS",
     "BUCKET_FIELDS",
     "CONFIG_FIELDS",
     "CURRENT_LEVEL",
@@ -39,7 +40,8 @@ __all__ = [
 ]
 
 #: A task's hash: what enqueue writes, then each state change (``trace``: the producer's
-#: trace context, when it traces; ``waiters``: the waits watching it, ``watch.lua``).
+#: trace context, when it traces; ``waiters``: the waits watching it, ``watch.lua``;
+#: ``history``: its attempts that ended other than done, ``lua/includes/attempt_log.lua``).
 TASK_FIELDS: tuple[str, ...] = (
     "id",
     "payload",
@@ -73,6 +75,17 @@ TASK_FIELDS: tuple[str, ...] = (
     "checkpoint_keep",
     "output",
     "output_bytes",
+    "history",
+)
+#: An attempt's record: an element of the JSON array in a task's ``history`` field.
+ATTEMPT_FIELDS: tuple[str, ...] = (
+    "attempt",
+    "pod",
+    "started_at",
+    "ended_at",
+    "outcome",
+    "error",
+    "traceback",
 )
 #: A worker's record: the JSON value under its pod in the ``workers`` hash.
 WORKER_FIELDS: tuple[str, ...] = (

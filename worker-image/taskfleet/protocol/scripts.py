@@ -577,6 +577,8 @@ class Ops:
         retry_after_ms: int | None = None,
         throttle: bool = False,
         throttle_group: bool = False,
+        traceback: str = "",
+        timed_out: bool = False,
     ) -> Op[str]:
         """``retry_after_ms``: the handler asked for a retry after that long (RetryAfter).
         ``throttle``: it met a provider's rate limit (RateLimited): the queue pauses claiming
@@ -605,6 +607,8 @@ class Ops:
             retry_after_ms=after,
             max_deferrals=deferrals,
             throttle=(2 if throttle_group else 1) if throttle else "",
+            traceback=traceback,
+            timed_out=1 if timed_out else "",
         )
         return Op("fail", self._k.script("fail"), args, text)
 

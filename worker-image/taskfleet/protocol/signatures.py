@@ -245,6 +245,12 @@ class Fail(NamedTuple):
         "task waits the pause out as a deferral; 2: the same for the task's group alone "
         "(the queue when it has none)",
     ]
+    traceback: Annotated[
+        OptStr, "the failure's last frames, kept in the attempt's history (its last 4096 bytes)"
+    ] = ""
+    timed_out: Annotated[
+        OptInt, "1: the run passed its timeout (the history says 'timed out'); '' = 0"
+    ] = ""
 
 
 class Quota(NamedTuple):

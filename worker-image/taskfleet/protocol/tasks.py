@@ -23,6 +23,7 @@ __all__ = [
     "COUNTERS",
     "FINISHED",
     "FLOW_COUNTERS",
+    "Attempt",
     "Task",
     "TaskState",
     "stored_float",
@@ -72,6 +73,36 @@ _INT_FIELDS = (
     "deferred",
     "deps_left",
 )
+
+
+#: What an attempt still shown by the task's own fields ended as, by the task's state (a
+#: done attempt is never stored; the others are, unless an older script ended them).
+_LAST_OUTCOME = {
+    "running": "running",
+    "done": "done",
+    "dead": "dead",
+    "cancelled": "cancelled",
+    "delayed": "failed",
+}
+
+
+class Attempt(BaseModel):
+    """One attempt of a task: who ran it, when, and how it ended.
+
+    ``outcome``: done, failed (it runs again), retried (given back as its handler asked),
+    timed out, lost (its worker died), released (given back by a draining worker),
+    cancelled, dead; running for the attempt under way; None when unknown.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    attempt: int = Field(description="the attempt's number (a given-back start keeps it)")
+    pod: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    outcome: str | None = None
+    error: str | None = None
+    traceback: str | None = Field(default=None, description="the failure's last frames")
 
 
 class Task(BaseModel):
@@ -127,6 +158,9 @@ class Task(BaseModel):
     deps_left: int | None = Field(default=None, description="while waiting: dependencies left")
     flow: str | None = Field(
         default=None, description="the flow it belongs to (its first task's id); None: none"
+    )
+    history: list[Attempt] = Field(
+        default_factory=list, description="its attempts, oldest first (the newest 16 stored)"
     )
 
     @classmethod
@@ -188,11 +222,66 @@ class Task(BaseModel):
                 after = None
             if isinstance(after, list):
                 data["after"] = [str(dep) for dep in after]
+        data["history"] = history_of(h, data)
         return cls.model_validate(data)
 
     @property
     def finished(self) -> bool:
         return self.state in FINISHED
+
+    @property
+    def traceback(self) -> str | None:
+        """The traceback of its latest attempt that left one (None: none did)."""
+        for attempt in reversed(self.history):
+            if attempt.traceback:
+                return attempt.traceback
+        return None
+
+
+def history_of(h: Mapping[str, str], data: Mapping[str, Any]) -> list[Attempt]:
+    """The stored attempts (field ``history``), then the latest one when only the task's
+    own fields tell it (a done or running attempt is never stored). Unreadable records
+    are left out."""
+    out: list[Attempt] = []
+    raw = h.get("history")
+    if raw:
+        try:
+            stored = json.loads(raw)
+        except ValueError:
+            stored = None
+        for record in stored if isinstance(stored, list) else ():
+            if not isinstance(record, dict):
+                continue
+            out.append(
+                Attempt(
+                    attempt=stored_int(str(record.get("attempt", ""))) or 0,
+                    pod=_text_or_none(record.get("pod")),
+                    started_at=stored_time(str(record.get("started_at", ""))),
+                    ended_at=stored_time(str(record.get("ended_at", ""))),
+                    outcome=_text_or_none(record.get("outcome")),
+                    error=_text_or_none(record.get("error")),
+                    traceback=_text_or_none(record.get("traceback")),
+                )
+            )
+    started = data.get("started_at")
+    if started is not None and (not out or out[-1].started_at != started):
+        state = data.get("state", "")
+        outcome = _LAST_OUTCOME.get(state)
+        out.append(
+            Attempt(
+                attempt=data.get("attempts", 0),
+                pod=data.get("pod"),
+                started_at=started,
+                ended_at=data.get("finished_at") if state in FINISHED else None,
+                outcome=outcome,
+                error=data.get("error") if outcome in ("failed", "dead") else None,
+            )
+        )
+    return out
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def stored_text(value: Any) -> str:

@@ -466,10 +466,14 @@ class Broker:
         retry_after_ms: int | None = None,
         throttle: bool = False,
         throttle_group: bool = False,
+        traceback: str = "",
+        timed_out: bool = False,
     ) -> TaskState | None:
         """Record a failed attempt; returns the new state, ``delayed`` (retried after
         backoff, or after ``retry_after_ms`` as the handler asked), ``dead``, or
-        ``cancelled`` (asked for while it ran), or None when refused for a stale token."""
+        ``cancelled`` (asked for while it ran), or None when refused for a stale token.
+        ``traceback``: its last frames, kept in the task's history; ``timed_out``: the run
+        passed its timeout."""
         jitter = random.uniform(-1.0, 1.0)  # spreads retries; not a secret
         state = await self._run(
             self.ops.fail(
@@ -482,6 +486,8 @@ class Broker:
                 retry_after_ms=retry_after_ms,
                 throttle=throttle,
                 throttle_group=throttle_group,
+                traceback=traceback,
+                timed_out=timed_out,
             )
         )
         return None if state == "stale" else TaskState(state)

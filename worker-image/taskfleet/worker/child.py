@@ -36,7 +36,12 @@ from types import FrameType
 from typing import Any
 
 from taskfleet.worker.context import TaskContext, TaskControl, context_for
-from taskfleet.worker.handlers import encode_result, failure_of, format_error
+from taskfleet.worker.handlers import (
+    encode_result,
+    failure_of,
+    format_error,
+    format_traceback,
+)
 
 __all__ = ["Job", "TaskStopped", "serve"]
 
@@ -123,7 +128,7 @@ class _Child:
             raise
         except BaseException as exc:  # the attempt failed; the child serves on
             error, verdict = failure_of(exc)  # never raises, whatever exc does
-            return None, error, verdict
+            return None, error, (verdict, format_traceback(exc))
         finally:
             self.control = None
 
@@ -155,8 +160,8 @@ def serve(conn: Connection, worker_alive: Connection) -> None:
                 continue
             if job is None:
                 break
-            result, error, verdict = child.run(job)
-            child.send(("done", result, error, verdict))
+            result, error, failure = child.run(job)  # failure: (verdict, traceback) or None
+            child.send(("done", result, error, failure))
             if child.stopped:  # a SIGTERM the handler swallowed: the worker wants us gone
                 break
     except TaskStopped:

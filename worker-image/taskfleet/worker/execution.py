@@ -26,7 +26,7 @@ from taskfleet.worker.claimed import ClaimedTask
 from taskfleet.worker.context import QuotaSink, TaskControl, context_for, task_context
 from taskfleet.worker.events import log, log_event
 from taskfleet.worker.gate import wait_any
-from taskfleet.worker.handlers import encode_result, failure_of, format_error
+from taskfleet.worker.handlers import encode_result, failure_of, format_error, format_traceback
 from taskfleet.worker.heldslots import HeldSlots
 from taskfleet.worker.isolation import STOP_GRACE_S, ChildSlot
 from taskfleet.worker.lifecycle import Lifecycle
@@ -225,6 +225,7 @@ class Execution:
                 outcome.error = error + " (raised by the handler itself)"
         except BaseException as exc:  # the handler's failure is the attempt's failure
             outcome.error, outcome.verdict = failure_of(exc)
+            outcome.traceback = format_traceback(exc)
             if outcome.verdict is not None and outcome.verdict.throttle:
                 self._go.clear()  # before the outcome is queued: resume_threads comes after
         finally:
@@ -259,7 +260,7 @@ class Execution:
         run.timer = None
         if run.state is not RUNNING:
             return
-        outcome = Outcome(run=run, error=timeout_error(limit))
+        outcome = Outcome(run=run, error=timeout_error(limit), timed_out=True)
         job = run.job
         if job is None or job.done():
             self._queue(outcome)
@@ -291,7 +292,7 @@ class Execution:
             _stop(run, "timeout", timeout_error(limit))
             return
         self._give_up(run, OVERRUN)
-        self._outbox.add(Outcome(run=run, error=timeout_error(limit)))
+        self._outbox.add(Outcome(run=run, error=timeout_error(limit), timed_out=True))
 
     def _delivered(self, batch: list[Delivered]) -> None:
         """Sync handlers' calls that returned (on the loop, one batch per wake-up)."""
@@ -308,7 +309,7 @@ class Execution:
             was = run.state
             if was is RUNNING:  # nearly always: nothing was given up
                 run.to(FINISHED)
-                add(Outcome(run, result, error, run.verdict))  # by position: per task
+                add(Outcome(run, result, error, run.verdict, run.traceback))  # by position
             elif self._returned(run) is LOST:
                 log_event(
                     logging.INFO, "task_result_dropped", task=run.task.id, reason="lease lost"

@@ -11,6 +11,7 @@ import inspect
 import json
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ __all__ = [
     "encode_result",
     "failure_of",
     "format_error",
+    "format_traceback",
     "load_handler",
     "put_app_dir_first",
     "resolve_handler",
@@ -44,6 +46,8 @@ __all__ = [
 
 #: How much of an exception's text is kept on the task; a traceback dump would bloat the hash.
 MAX_ERROR_CHARS = 2000
+#: How much of a failure's traceback its attempt keeps: the last frames, where it was raised.
+MAX_TRACEBACK_CHARS = 4096
 
 
 class HandlerLoadError(ValueError):
@@ -144,6 +148,18 @@ def format_error(exc: BaseException) -> str:
         message = "(the exception's message could not be read)"
     # an exception without a message (raise ValueError) is stored as its type's name
     return _one_line(f"{name}: {message}" if message.strip() else name)
+
+
+def format_traceback(exc: BaseException) -> str:
+    """The exception's traceback, its last ``MAX_TRACEBACK_CHARS`` characters (the frames
+    nearest the raise: the handler's file and line); '' when it cannot be read. Never raises."""
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except BaseException:  # a hostile __str__ or a broken frame must not lose the outcome
+        return ""
+    if len(text) > MAX_TRACEBACK_CHARS:
+        text = "..." + text[-(MAX_TRACEBACK_CHARS - 3) :]
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _type_name(exc: BaseException) -> str:

@@ -222,8 +222,9 @@ class ChildSlot:
                     continue
                 if run.stop_requested:
                     continue  # stopped: whatever it answered is dropped; wait for its exit
-                _, result, error, verdict = message
-                run.verdict = verdict
+                # the failure's (verdict, traceback), or None on success
+                _, result, error, failure = message
+                run.verdict, run.traceback = failure or (None, None)
                 self._served += 1
                 if self._max_tasks is not None and self._served >= self._max_tasks:
                     self._recycle()

@@ -99,6 +99,7 @@ class Run:
     state: RunState = RunState.RUNNING  # moved by ``to`` alone
     control: TaskControl | None = None  # its handler's reports and cancelled flag
     verdict: Verdict | None = None  # what the handler's exception asked for (set by a thread)
+    traceback: str | None = None  # its failure's last frames (set by a thread or child)
     # --isolation process: the slot whose child runs it, and why the worker stops it (a
     # request to the slot's thread, read there: not the run's state, which the loop owns)
     slot: Waker | None = None
@@ -135,6 +136,8 @@ class Outcome:
     result: str | None = None  # JSON text on success
     error: str | None = None  # "Type: message" on failure
     verdict: Verdict | None = None  # PermanentFailure / RetryAfter: how the failure is written
+    traceback: str | None = None  # the failure's last frames (format_traceback)
+    timed_out: bool = False  # the run passed its timeout
 
 
 @dataclass

@@ -10,7 +10,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
-from taskfleet.worker.handlers import encode_result, failure_of, format_error
+from taskfleet.worker.handlers import (
+    encode_result,
+    failure_of,
+    format_error,
+    format_traceback,
+)
 from taskfleet.worker.runs import Run, RunState
 
 #: Longest a thread holds back queued runs after a call met a provider's rate limit.
@@ -136,6 +141,7 @@ class HandlerThreads:
                     except BaseException as exc:  # the attempt failed; the thread serves on
                         # never raises, whatever exc does: the run is delivered below
                         error, run.verdict = failure_of(exc)
+                        run.traceback = format_traceback(exc)
                 run.ran_s = clock() - run.began_at
                 if run.verdict is not None and run.verdict.throttle:
                     go.clear()  # before the outcome is delivered: resume() comes after

@@ -79,6 +79,8 @@ class OutcomeWriter:
                         retry_after_ms=None if verdict is None else verdict.retry_after_ms,
                         throttle=verdict is not None and verdict.throttle,
                         throttle_group=verdict is not None and verdict.group_scope,
+                        traceback=outcome.traceback or "",
+                        timed_out=outcome.timed_out,
                     )
                     batch.pop(0)
                     ok = state is not None  # None: stale token, the task was taken back

@@ -20,6 +20,7 @@ import { MAX_ATTEMPTS, MAX_DURATION_S } from "../bounds.js";
 import {
   HELP_OPTION,
   evictionPolicy,
+  historyLines,
   JSON_OPTION,
   PROG,
   REDIS_OPTION,
@@ -289,6 +290,7 @@ async function task(args: readonly string[]): Promise<number> {
       out(pyJson(data));
       return 0;
     }
+    delete data.history; // shown as lines of its own, after the fields
     const width = Math.max(...Object.keys(data).map((k) => k.length));
     for (const [key, value] of Object.entries(data)) {
       if (value === null || value === "" || value === undefined) continue;
@@ -308,6 +310,7 @@ async function task(args: readonly string[]): Promise<number> {
           : `ended ${flow.outcome ?? ""} at ${flow.endedAt.toISOString().replace(/\.(\d{3})Z$/, ".$1000+00:00")}`;
       out(`${"flow_state".padEnd(width)}  ${state}  ${tally}`);
     }
+    for (const line of historyLines(found.history)) out(terminalSafe(line));
     return 0;
   });
 }

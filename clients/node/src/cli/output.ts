@@ -9,7 +9,7 @@
 import { BadInput, Failure, type Opt, type Values, parseArgs } from "../cli.js";
 import { InvalidArgument, InvalidRedisURL } from "../errors.js";
 import { Queue } from "../queue.js";
-import type { Task } from "../tasks.js";
+import type { Attempt, Task } from "../tasks.js";
 import { probeServer } from "../protocol/serverprobe.js";
 
 export const PROG = "taskfleet-node";
@@ -245,7 +245,37 @@ export function taskJson(t: Task): Record<string, unknown> {
     after: t.after,
     on_dep_fail: t.onDepFail,
     flow: t.flow,
+    history: t.history.map((a) => ({
+      attempt: a.attempt,
+      pod: a.pod,
+      started_at: iso(a.startedAt),
+      ended_at: iso(a.endedAt),
+      outcome: a.outcome,
+      error: a.error,
+      traceback: a.traceback,
+    })),
   };
+}
+
+/** A task's attempts, one line each, then the latest traceback (Python's `history_lines`). */
+export function historyLines(history: readonly Attempt[]): string[] {
+  if (history.length === 0) return [];
+  const when = (d: Date | null): string => (d === null ? "-" : isoSeconds(d).slice(0, 19) + "Z");
+  const lines = ["history:"];
+  for (const a of history) {
+    let error = a.error ?? "";
+    if (error.length > 80) error = error.slice(0, 79) + "…";
+    lines.push(
+      `  ${String(a.attempt).padStart(3)}  ${(a.outcome ?? "-").padEnd(9)}  ${a.pod ?? "-"}  ` +
+        `${when(a.startedAt)} .. ${when(a.endedAt)}  ${error}`.trimEnd(),
+    );
+  }
+  const last = history.findLast((a) => a.traceback !== null);
+  if (last?.traceback != null) {
+    lines.push(`traceback of attempt ${String(last.attempt)}:`);
+    for (const line of last.traceback.trimEnd().split("\n")) lines.push("  " + line);
+  }
+  return lines;
 }
 
 /** A time as Python's `isoformat(timespec="seconds")` in UTC. */

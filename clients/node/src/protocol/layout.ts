@@ -8,7 +8,7 @@ export const PROTOCOL = 1;
 export const KEY_PREFIX = "tf:{%QUEUE%}:";
 
 /** Every key's name, in the manifest's (KEYS) order. */
-export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output"] as const;
+export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output", "events", "events_cap"] as const;
 /** A key's name in the manifest. */
 export type KeyName = (typeof KEY_NAMES)[number];
 
@@ -56,6 +56,8 @@ export const KEY_SUFFIX: Readonly<Record<KeyName, string>> = {
   levels: "levels",
   tombstones: "tombstones",
   output: "output:",
+  events: "events",
+  events_cap: "events:cap",
 };
 
 /**
@@ -125,6 +127,10 @@ export class QueueLayout {
   readonly levels: string;
   /** zset: pods gone from the Kubernetes API whose workers may not register again; score: until when (epoch ms) */
   readonly tombstones: string;
+  /** stream: the queue's lifecycle events (event, id, attempt), written while events_cap is set */
+  readonly events: string;
+  /** string: set while the queue's events are on: how many entries the events stream keeps */
+  readonly eventsCap: string;
 
   constructor(readonly queue: string) {
     this.prefix = KEY_PREFIX.replace("%QUEUE%", queue);
@@ -158,6 +164,8 @@ export class QueueLayout {
     this.flows = this.prefix + "flows";
     this.levels = this.prefix + "levels";
     this.tombstones = this.prefix + "tombstones";
+    this.events = this.prefix + "events";
+    this.eventsCap = this.prefix + "events:cap";
   }
 
   /** hash: one task's record; the key is the prefix and the task's id */
@@ -222,7 +230,7 @@ export class QueueLayout {
 }
 
 /** The fields of a task's hash (`task:<id>`). */
-export const TASK_FIELDS = ["id", "payload", "priority", "attempts", "max_attempts", "lost", "created_at", "run_at", "deadline", "cost", "timeout", "state", "pod", "incarnation", "token", "lease_until", "started_at", "finished_at", "error", "reason", "result", "progress", "progress_at", "cost_used", "deferred", "cancel_requested", "trace", "waiters", "checkpoint", "checkpoint_keep", "output", "output_bytes"] as const;
+export const TASK_FIELDS = ["id", "payload", "priority", "attempts", "max_attempts", "lost", "created_at", "run_at", "deadline", "cost", "timeout", "state", "pod", "incarnation", "token", "lease_until", "started_at", "finished_at", "error", "reason", "result", "progress", "progress_at", "cost_used", "deferred", "cancel_requested", "trace", "waiters", "checkpoint", "checkpoint_keep", "output", "output_bytes", "history"] as const;
 /** A field name of a task's hash (`task:<id>`). */
 export type TaskField = (typeof TASK_FIELDS)[number];
 /** The field names of a task's hash (`task:<id>`), as constants. */
@@ -259,6 +267,22 @@ export const TASK: { readonly [F in TaskField]: F } = {
   checkpoint_keep: "checkpoint_keep",
   output: "output",
   output_bytes: "output_bytes",
+  history: "history",
+};
+
+/** The fields of an attempt's JSON record (an element of a task's `history`). */
+export const ATTEMPT_FIELDS = ["attempt", "pod", "started_at", "ended_at", "outcome", "error", "traceback"] as const;
+/** A field name of an attempt's JSON record (an element of a task's `history`). */
+export type AttemptField = (typeof ATTEMPT_FIELDS)[number];
+/** The field names of an attempt's JSON record (an element of a task's `history`), as constants. */
+export const ATTEMPT: { readonly [F in AttemptField]: F } = {
+  attempt: "attempt",
+  pod: "pod",
+  started_at: "started_at",
+  ended_at: "ended_at",
+  outcome: "outcome",
+  error: "error",
+  traceback: "traceback",
 };
 
 /** The fields of a worker's JSON record (a value of the `workers` hash). */

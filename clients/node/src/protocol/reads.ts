@@ -235,3 +235,43 @@ export async function popFinished(
     .lpop(list, max)
     .exec();
 }
+
+/** Turn the queue's event stream on (keeping about `retention` events) or off. */
+export async function writeEventsCap(s: Store, retention: number | null): Promise<void> {
+  const key = layoutOf(s.keys).eventsCap;
+  if (retention === null) await s.client.del(key);
+  else await s.client.set(key, String(retention));
+}
+
+/** The newest event's stream id, or "0-0" when there is none. */
+export async function lastEventId(s: Store): Promise<string> {
+  const found = (await s.client.xrevrange(layoutOf(s.keys).events, "+", "-", "COUNT", 1)) as [
+    string,
+    string[],
+  ][];
+  return found[0]?.[0] ?? "0-0";
+}
+
+/** One stored event: its stream id and its fields (`event`, `id`, `attempt`) by name. */
+export interface StoredEvent {
+  readonly streamId: string;
+  readonly fields: Readonly<Record<string, string>>;
+}
+
+/** The events after `since`, waiting up to `blockMs` for one (XREAD BLOCK) on `blocker`. */
+export async function readEvents(
+  blocker: Client,
+  keys: QueueKeys,
+  since: string,
+  blockMs: number,
+  count: number,
+): Promise<StoredEvent[]> {
+  const key = layoutOf(keys).events;
+  const raw = await blocker.xread("COUNT", count, "BLOCK", blockMs, "STREAMS", key, since);
+  const entries = raw?.[0]?.[1] ?? [];
+  return entries.map(([streamId, flat]) => {
+    const fields: Record<string, string> = {};
+    for (let i = 0; i + 1 < flat.length; i += 2) fields[flat[i] as string] = flat[i + 1] as string;
+    return { streamId, fields };
+  });
+}

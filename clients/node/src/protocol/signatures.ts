@@ -175,6 +175,10 @@ export interface FailArgs {
   readonly max_deferrals?: number | string;
   /** 1: a provider's rate limit was met (RateLimited): the queue pauses claiming, retry_after_ms being the provider's retry-after ('' = the adaptive pause), and the task waits the pause out as a deferral; 2: the same for the task's group alone (the queue when it has none) */
   readonly throttle?: number | string;
+  /** the failure's last frames, kept in the attempt's history (its last 4096 bytes) */
+  readonly traceback?: string;
+  /** 1: the run passed its timeout (the history says 'timed out'); '' = 0 */
+  readonly timed_out?: number | string;
 }
 
 /** The arguments of `release`: a draining worker gives back tasks it could not finish. They go to the front */
@@ -585,7 +589,7 @@ export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly 
   claim: { args: ["pod", "incarnation", "max_tasks", "token_base", "bound", "idle_ms", "prefetch", "registered"], record: [] },
   extend: { args: ["pod", "incarnation", "inflight", "draining", "concurrency", "host", "n", "registered", "held"], record: ["task_id", "token"] },
   complete: { args: ["n", "pod", "incarnation", "max_tasks", "token_base", "bound", "idle_ms", "prefetch", "registered"], record: ["task_id", "token", "result"] },
-  fail: { args: ["task_id", "token", "error", "retryable", "jitter", "reason", "retry_after_ms", "max_deferrals", "throttle"], record: [] },
+  fail: { args: ["task_id", "token", "error", "retryable", "jitter", "reason", "retry_after_ms", "max_deferrals", "throttle", "traceback", "timed_out"], record: [] },
   release: { args: ["pod", "n"], record: ["task_id", "token"] },
   requeue: { args: ["pod", "keep_incarnation", "tombstone_s"], record: [] },
   register: { args: ["pod", "incarnation", "concurrency", "host", "expected"], record: [] },

@@ -516,6 +516,8 @@ export class Broker {
     retryAfterMs: number | null = null,
     throttle = false,
     throttleGroup = false,
+    traceback = "",
+    timedOut = false,
   ): Promise<string | null> {
     const state = String(
       await this.call("fail", {
@@ -528,6 +530,8 @@ export class Broker {
         retry_after_ms: retryAfterMs ?? undefined,
         max_deferrals: retryAfterMs === null && !throttle ? undefined : MAX_DEFERRALS,
         throttle: throttle ? (throttleGroup ? 2 : 1) : undefined,
+        traceback: traceback === "" ? undefined : traceback,
+        timed_out: timedOut ? 1 : undefined,
       }),
     );
     if (!["delayed", "dead", "cancelled", "stale"].includes(state))

@@ -25,7 +25,7 @@ import {
   TaskContext,
   runWithTask,
 } from "./context.js";
-import { type Verdict, encodeResult, failureOf, formatError } from "./failures.js";
+import { type Verdict, encodeResult, failureOf, formatError, formatTraceback } from "./failures.js";
 import { Flag } from "./flag.js";
 import { Listeners } from "./events.js";
 import type { HandlerSet } from "./handlers.js";
@@ -69,6 +69,10 @@ export interface Outcome {
   value?: unknown;
   error: string | null;
   verdict: Verdict | null;
+  /** The failure's last frames (formatTraceback), kept in the attempt's history. */
+  traceback?: string;
+  /** The run passed its timeout. */
+  timedOut?: boolean;
 }
 
 /** What this worker did, for its last log line and its metrics. */
@@ -274,6 +278,7 @@ export class Execution {
         outcome.error = CANCELLED_ERROR;
       } else {
         [outcome.error, outcome.verdict] = failureOf(error);
+        outcome.traceback = formatTraceback(error);
         if (outcome.verdict?.throttle === true) this.beginHold();
       }
     } finally {
@@ -346,7 +351,7 @@ export class Execution {
     if (run.finished || run.abandoned || run.settled) return;
     run.timedOut = true;
     run.context?.stop("TimeoutError", `the task exceeded its timeout of ${formatG(limitS)}s`);
-    this.queue({ run, result: null, error: timeoutError(limitS), verdict: null });
+    this.queue({ run, result: null, error: timeoutError(limitS), verdict: null, timedOut: true });
     this.keepSlotUntilSettled(run);
   }
 

@@ -222,6 +222,26 @@ export function verdictOf(error: unknown): Verdict | null {
 }
 
 /** What a handler's error makes of its attempt: the error text and the verdict; never throws. */
+/** How much of a failure's stack its attempt keeps: the last frames (as Python's worker). */
+export const MAX_TRACEBACK_CHARS = 4096;
+
+/**
+ * The error's stack, its last `MAX_TRACEBACK_CHARS` characters (the frames nearest the
+ * throw: the handler's file and line); "" when it has none or it cannot be read.
+ */
+export function formatTraceback(error: unknown): string {
+  let text: string;
+  try {
+    const stack: unknown = error instanceof Error ? error.stack : undefined;
+    if (typeof stack !== "string") return "";
+    text = stack;
+  } catch {
+    return ""; // a hostile getter must not lose the outcome
+  }
+  if (text.length > MAX_TRACEBACK_CHARS) text = "..." + text.slice(-(MAX_TRACEBACK_CHARS - 3));
+  return text.toWellFormed();
+}
+
 export function failureOf(error: unknown): [string, Verdict | null] {
   let text = formatError(error);
   if (error instanceof ResultTooLarge) return [text, { permanent: true, retryAfterMs: null }];

@@ -139,6 +139,8 @@ export class OutcomeWriter {
           verdict?.retryAfterMs ?? null,
           verdict?.throttle === true,
           verdict?.groupScope === true,
+          outcome.traceback ?? "",
+          outcome.timedOut === true,
         );
         batch.shift();
         this.execution.finish(outcome, state !== null, "task_failed", {

@@ -35,6 +35,8 @@ local K_GROUPS_PENDING = KEYS[32]
 local K_FLOW = KEYS[33]
 local K_FLOWS = KEYS[34]
 local K_OUTPUT = KEYS[35]
+local K_EVENTS = KEYS[36]
+local K_EVENTS_CAP = KEYS[37]
 local K_PQUOTA = "tf:pquota:"
 local K_PQUOTA_HOLDS = "tf:pquota-holds:"
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
@@ -53,6 +55,22 @@ local function RECORD(i)
   return ARGV[b], ARGV[b + 1], ARGV[b + 2]
 end
 local cancel_task, flow_resolve, build_lazy
+-- includes/event.lua
+-- The queue's event stream (K_EVENTS), written while K_EVENTS_CAP holds its retention (a
+-- number of entries; Queue.configure_events sets and deletes it): a queue nobody listens
+-- to pays one GET per script call. Each entry: event <kind>, id <task id>, and attempt
+-- when the kind has one; trimmed near the retention (XADD MAXLEN ~).
+local EVENTS_CAP = nil
+local function event(kind, id, attempt)
+  if EVENTS_CAP == nil then EVENTS_CAP = tonumber(redis.call('GET', K_EVENTS_CAP)) or false end
+  if not EVENTS_CAP then return end
+  if attempt then
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id,
+      'attempt', attempt)
+  else
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id)
+  end
+end
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -227,6 +245,7 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
+  event('dead', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
     'output')
   if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
@@ -242,6 +261,7 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
+  event('cancelled', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
     'output')
   if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
@@ -384,6 +404,7 @@ local function expire_deadlines(now, limit)
       dead[#dead + 1] = id
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
+      event('dead', id)
       wake_waiters(id, key, v[2])
       flow_finished(id, 'x', v[3], nil, v[5])
     elseif not state then
@@ -457,6 +478,28 @@ local function leave_running(id, key, pod, keep_token)
     redis.call('HDEL', key, 'token', 'lease_until')
   end
 end
+-- includes/attempt_log.lua
+-- The attempt that just ended, kept in the task's history (field 'history': a JSON array,
+-- oldest first, at most 16 records; the oldest dropped). Called when an attempt ends any
+-- way but done: a done attempt is told by the task's own fields (pod, started_at,
+-- finished_at), so the common path writes nothing. Record: attempt, pod, started_at,
+-- ended_at (epoch ms), outcome, and error and traceback when there are (the traceback's
+-- last 4096 bytes). Call it before the fields it reads change (attempts, pod, started_at).
+local function attempt_log(key, outcome, now, err, tb)
+  local v = redis.call('HMGET', key, 'history', 'attempts', 'pod', 'started_at')
+  local list = {}
+  if v[1] then
+    local ok, got = pcall(cjson.decode, v[1])
+    if ok and type(got) == 'table' then list = got end
+  end
+  if tb and #tb > 4096 then tb = string.sub(tb, -4096) end
+  if err == '' then err = nil end
+  if tb == '' then tb = nil end
+  list[#list + 1] = {attempt = tonumber(v[2]) or 0, pod = v[3], started_at = tonumber(v[4]),
+    ended_at = now, outcome = outcome, error = err, traceback = tb}
+  while #list > 16 do table.remove(list, 1) end
+  redis.call('HSET', key, 'history', cjson.encode(list))
+end
 -- includes/take_back.lua
 -- A running task whose worker is gone (lease expired, pod deleted, new incarnation):
 -- back to the front of pending, or dead with reason "worker lost" once lost more than
@@ -465,6 +508,8 @@ end
 -- 'cancelled' when its cancellation was asked for while it ran.
 local function take_back(id, key, pod, now)
   leave_running(id, key, pod)
+  attempt_log(key, 'lost', now)
+  event('lost', id)
   if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
     to_cancelled(id, key, now)  -- its cancellation was asked for: it does not run again
     return 'cancelled'
@@ -476,6 +521,7 @@ local function take_back(id, key, pod, now)
     return 'dead'
   end
   to_pending(id, key, true)
+  event('requeued', id)
   bump('requeued')
   return 'pending'
 end
@@ -1111,6 +1157,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
             'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
             'attempts', attempts)
+          event('started', id, attempts)
           local fields
           if tagged then
             -- name, value pairs (no value empty: an absent one is left out), then an
@@ -1318,6 +1365,7 @@ local function flow_join_done(id, key, now)
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
+  event('done', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
   wake_waiters(id, key, v[1])
   flow_finished(id, 'd', v[2], v[3] or '', v[4])
@@ -1449,9 +1497,11 @@ for i = 0, n - 1 do
       redis.call('HDEL', key, 'lease_until', 'checkpoint')
     end
     if v[4] then
+      attempt_log(key, 'cancelled', now)
       to_cancelled(id, key, now)
       out[#out + 1] = '3'
     elseif join[2] and join[3] == 'cancel' then
+      attempt_log(key, 'cancelled', now, join[2])
       -- it added a child that had already failed, policy cancel: it ends cancelled, and
       -- so do its other children still unfinished (as flow_end does for a waiting task)
       to_cancelled(id, key, now)
@@ -1463,11 +1513,14 @@ for i = 0, n - 1 do
       out[#out + 1] = '3'
     elseif join[2] then
       -- it added children at run time and one failed (flow_resolve): its policy ends it
+      attempt_log(key, 'dead', now, join[2])
       to_dead(id, key, now, 'dependency failed', join[2])
       out[#out + 1] = '1'
     elseif string.len(result) > max_bytes then
-      to_dead(id, key, now, 'result too large', 'the result of ' .. string.len(result) ..
-        ' bytes exceeds max_payload_bytes (' .. max_bytes .. '); not stored')
+      local err = 'the result of ' .. string.len(result) .. ' bytes exceeds max_payload_bytes ('
+        .. max_bytes .. '); not stored'
+      attempt_log(key, 'dead', now, err)
+      to_dead(id, key, now, 'result too large', err)
       bump('failed')
       out[#out + 1] = '2'
     elseif (tonumber(join[1]) or 0) > 0 then
@@ -1494,6 +1547,7 @@ for i = 0, n - 1 do
       wake_waiters(id, key, v[5])
       flow_finished(id, 'd', v[6], result, v[9])
       completed = completed + 1
+      event('done', id)
       out[#out + 1] = '1'
     end
   elseif v[2] == token and (v[1] == 'done' or v[1] == 'dead' or v[1] == 'cancelled') then

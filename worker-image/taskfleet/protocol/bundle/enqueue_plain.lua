@@ -11,6 +11,8 @@ local K_NOTIFY = KEYS[8]
 local K_IDLE = KEYS[9]
 local K_DEMAND = KEYS[10]
 local K_DEADLINE_RUNS = KEYS[11]
+local K_EVENTS = KEYS[12]
+local K_EVENTS_CAP = KEYS[13]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 local ARG_HAND_OFF = ARGV[2]
@@ -88,6 +90,22 @@ local function notify(n)
   demand()
 end
 
+-- includes/event.lua
+-- The queue's event stream (K_EVENTS), written while K_EVENTS_CAP holds its retention (a
+-- number of entries; Queue.configure_events sets and deletes it): a queue nobody listens
+-- to pays one GET per script call. Each entry: event <kind>, id <task id>, and attempt
+-- when the kind has one; trimmed near the retention (XADD MAXLEN ~).
+local EVENTS_CAP = nil
+local function event(kind, id, attempt)
+  if EVENTS_CAP == nil then EVENTS_CAP = tonumber(redis.call('GET', K_EVENTS_CAP)) or false end
+  if not EVENTS_CAP then return end
+  if attempt then
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id,
+      'attempt', attempt)
+  else
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id)
+  end
+end
 -- includes/bump.lua
 local function bump(field, n)
   COUNTS[field] = (COUNTS[field] or 0) + (n or 1)
@@ -145,6 +163,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = at
     redis.call('ZADD', K_DEADLINES, at, id)
   end
+  event('enqueued', id)
   local immediate = delay_ms <= 0
   local run_at = now
   if immediate then

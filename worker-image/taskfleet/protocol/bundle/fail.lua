@@ -28,6 +28,8 @@ local K_GROUPS_PENDING = KEYS[25]
 local K_FLOW = KEYS[26]
 local K_FLOWS = KEYS[27]
 local K_OUTPUT = KEYS[28]
+local K_EVENTS = KEYS[29]
+local K_EVENTS_CAP = KEYS[30]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_TASK_ID = ARGV[1]
 local ARG_TOKEN = ARGV[2]
@@ -38,7 +40,25 @@ local ARG_REASON = ARGV[6]
 local ARG_RETRY_AFTER_MS = ARGV[7]
 local ARG_MAX_DEFERRALS = ARGV[8]
 local ARG_THROTTLE = ARGV[9]
+local ARG_TRACEBACK = ARGV[10]
+local ARG_TIMED_OUT = ARGV[11]
 local flow_resolve, build_lazy
+-- includes/event.lua
+-- The queue's event stream (K_EVENTS), written while K_EVENTS_CAP holds its retention (a
+-- number of entries; Queue.configure_events sets and deletes it): a queue nobody listens
+-- to pays one GET per script call. Each entry: event <kind>, id <task id>, and attempt
+-- when the kind has one; trimmed near the retention (XADD MAXLEN ~).
+local EVENTS_CAP = nil
+local function event(kind, id, attempt)
+  if EVENTS_CAP == nil then EVENTS_CAP = tonumber(redis.call('GET', K_EVENTS_CAP)) or false end
+  if not EVENTS_CAP then return end
+  if attempt then
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id,
+      'attempt', attempt)
+  else
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id)
+  end
+end
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -180,6 +200,7 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
+  event('dead', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
     'output')
   if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
@@ -195,6 +216,7 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
+  event('cancelled', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
     'output')
   if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
@@ -314,6 +336,28 @@ local function group_pause(g, till)
   if not score or score == 'inf' or tonumber(score) < till then
     redis.call('ZADD', K_GROUPS_PARKED, till, g)
   end
+end
+-- includes/attempt_log.lua
+-- The attempt that just ended, kept in the task's history (field 'history': a JSON array,
+-- oldest first, at most 16 records; the oldest dropped). Called when an attempt ends any
+-- way but done: a done attempt is told by the task's own fields (pod, started_at,
+-- finished_at), so the common path writes nothing. Record: attempt, pod, started_at,
+-- ended_at (epoch ms), outcome, and error and traceback when there are (the traceback's
+-- last 4096 bytes). Call it before the fields it reads change (attempts, pod, started_at).
+local function attempt_log(key, outcome, now, err, tb)
+  local v = redis.call('HMGET', key, 'history', 'attempts', 'pod', 'started_at')
+  local list = {}
+  if v[1] then
+    local ok, got = pcall(cjson.decode, v[1])
+    if ok and type(got) == 'table' then list = got end
+  end
+  if tb and #tb > 4096 then tb = string.sub(tb, -4096) end
+  if err == '' then err = nil end
+  if tb == '' then tb = nil end
+  list[#list + 1] = {attempt = tonumber(v[2]) or 0, pod = v[3], started_at = tonumber(v[4]),
+    ended_at = now, outcome = outcome, error = err, traceback = tb}
+  while #list > 16 do table.remove(list, 1) end
+  redis.call('HSET', key, 'history', cjson.encode(list))
 end
 -- built on the first call of flow_resolve: what only they use
 build_lazy = function()
@@ -447,6 +491,7 @@ local function flow_join_done(id, key, now)
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
+  event('done', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
   wake_waiters(id, key, v[1])
   flow_finished(id, 'd', v[2], v[3] or '', v[4])
@@ -551,6 +596,7 @@ if v[1] ~= 'running' or v[2] ~= token then
 end
 local pod = v[3]
 local now = now_ms()
+local tb = ARG_TRACEBACK
 leave_running(id, key, pod, true)
 local after = tonumber(ARG_RETRY_AFTER_MS)
 if after ~= nil then
@@ -566,16 +612,19 @@ elseif ARG_THROTTLE == '1' or ARG_THROTTLE == '2' then
   after = quota_pause(K_QUOTA, now, after, err) - now
 end
 if v[4] then
+  attempt_log(key, 'cancelled', now, err, tb)
   to_cancelled(id, key, now)
   flush_counts()
   return 'cancelled'
 end
 if after ~= nil then
   if redis.call('HINCRBY', key, 'deferred', 1) <= (tonumber(ARG_MAX_DEFERRALS) or 0) then
+    attempt_log(key, 'retried', now, err, tb)
     -- the cause is outside the task (rate limited upstream): its start is given back
     redis.call('HINCRBY', key, 'attempts', -1)
     redis.call('ZADD', K_DELAYED, now + after, id)
     redis.call('HSET', key, 'state', 'delayed', 'run_at', now + after, 'error', err)
+    event('retried', id)
     bump('deferred')
     flush_counts()
     return 'delayed'
@@ -583,11 +632,14 @@ if after ~= nil then
 end
 bump('failed')
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
+event('failed', id, v[1])
 local attempts = tonumber(v[1]) or 1
 local max_attempts = tonumber(v[2]) or cfg_num('max_attempts')
+local timed_out = ARG_TIMED_OUT == '1'
 if ARG_RETRYABLE ~= '1' or attempts >= max_attempts then
   local reason = ARG_REASON
   if reason == '' then reason = 'failed' end
+  attempt_log(key, timed_out and 'timed out' or 'dead', now, err, tb)
   to_dead(id, key, now, reason, err)
   flush_counts()
   return 'dead'
@@ -601,8 +653,10 @@ if delay == nil then
   delay = math.floor(math.max(0, math.min(cap, delay)))
 end
 local run_at = now + delay
+attempt_log(key, timed_out and 'timed out' or 'failed', now, err, tb)
 redis.call('ZADD', K_DELAYED, run_at, id)
 redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at, 'error', err)
+event('retried', id)
 bump('retried')
 flush_counts()
 return 'delayed'

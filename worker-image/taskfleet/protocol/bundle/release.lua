@@ -26,6 +26,8 @@ local K_GROUPS_PENDING = KEYS[23]
 local K_FLOW = KEYS[24]
 local K_FLOWS = KEYS[25]
 local K_OUTPUT = KEYS[26]
+local K_EVENTS = KEYS[27]
+local K_EVENTS_CAP = KEYS[28]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_N = ARGV[2]
@@ -94,6 +96,22 @@ local function holds(key, token)
   return v[1] == 'running' and v[2] == token, v[3]
 end
 
+-- includes/event.lua
+-- The queue's event stream (K_EVENTS), written while K_EVENTS_CAP holds its retention (a
+-- number of entries; Queue.configure_events sets and deletes it): a queue nobody listens
+-- to pays one GET per script call. Each entry: event <kind>, id <task id>, and attempt
+-- when the kind has one; trimmed near the retention (XADD MAXLEN ~).
+local EVENTS_CAP = nil
+local function event(kind, id, attempt)
+  if EVENTS_CAP == nil then EVENTS_CAP = tonumber(redis.call('GET', K_EVENTS_CAP)) or false end
+  if not EVENTS_CAP then return end
+  if attempt then
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id,
+      'attempt', attempt)
+  else
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id)
+  end
+end
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
 local function now_ms()
@@ -246,6 +264,7 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
+  event('cancelled', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
     'output')
   if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
@@ -282,17 +301,43 @@ local function leave_running(id, key, pod, keep_token)
     redis.call('HDEL', key, 'token', 'lease_until')
   end
 end
+-- includes/attempt_log.lua
+-- The attempt that just ended, kept in the task's history (field 'history': a JSON array,
+-- oldest first, at most 16 records; the oldest dropped). Called when an attempt ends any
+-- way but done: a done attempt is told by the task's own fields (pod, started_at,
+-- finished_at), so the common path writes nothing. Record: attempt, pod, started_at,
+-- ended_at (epoch ms), outcome, and error and traceback when there are (the traceback's
+-- last 4096 bytes). Call it before the fields it reads change (attempts, pod, started_at).
+local function attempt_log(key, outcome, now, err, tb)
+  local v = redis.call('HMGET', key, 'history', 'attempts', 'pod', 'started_at')
+  local list = {}
+  if v[1] then
+    local ok, got = pcall(cjson.decode, v[1])
+    if ok and type(got) == 'table' then list = got end
+  end
+  if tb and #tb > 4096 then tb = string.sub(tb, -4096) end
+  if err == '' then err = nil end
+  if tb == '' then tb = nil end
+  list[#list + 1] = {attempt = tonumber(v[2]) or 0, pod = v[3], started_at = tonumber(v[4]),
+    ended_at = now, outcome = outcome, error = err, traceback = tb}
+  while #list > 16 do table.remove(list, 1) end
+  redis.call('HSET', key, 'history', cjson.encode(list))
+end
 -- includes/release_task.lua
 -- Graceful give-back: front of its priority, the start is not counted as an attempt; a
 -- task whose cancellation was asked for ends cancelled instead (returns false then).
 local function release_task(id, key, pod)
   leave_running(id, key, pod)
+  local now = now_ms()
   if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
-    to_cancelled(id, key, now_ms())
+    attempt_log(key, 'cancelled', now)
+    to_cancelled(id, key, now)
     return false
   end
+  attempt_log(key, 'released', now)
   redis.call('HINCRBY', key, 'attempts', -1)
   to_pending(id, key, true)
+  event('requeued', id)
   bump('released')
   return true
 end
@@ -309,6 +354,7 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
+  event('dead', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
     'output')
   if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
@@ -405,6 +451,7 @@ local function flow_join_done(id, key, now)
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
+  event('done', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
   wake_waiters(id, key, v[1])
   flow_finished(id, 'd', v[2], v[3] or '', v[4])

@@ -7,12 +7,30 @@ local K_QUOTA = KEYS[4]
 local K_GROUP = KEYS[5]
 local K_GROUP_BUCKET = KEYS[6]
 local K_GROUPS_PARKED = KEYS[7]
+local K_EVENTS = KEYS[8]
+local K_EVENTS_CAP = KEYS[9]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_N = ARGV[1]
 -- record i (1..ARG_N): task_id, token, progress, cost
 local function RECORD(i)
   local b = 2 + (i - 1) * 4
   return ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+end
+-- includes/event.lua
+-- The queue's event stream (K_EVENTS), written while K_EVENTS_CAP holds its retention (a
+-- number of entries; Queue.configure_events sets and deletes it): a queue nobody listens
+-- to pays one GET per script call. Each entry: event <kind>, id <task id>, and attempt
+-- when the kind has one; trimmed near the retention (XADD MAXLEN ~).
+local EVENTS_CAP = nil
+local function event(kind, id, attempt)
+  if EVENTS_CAP == nil then EVENTS_CAP = tonumber(redis.call('GET', K_EVENTS_CAP)) or false end
+  if not EVENTS_CAP then return end
+  if attempt then
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id,
+      'attempt', attempt)
+  else
+    redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id)
+  end
 end
 -- includes/now_ms.lua
 -- Server time in ms: every pod agrees on it whatever its own clock says.
@@ -246,6 +264,7 @@ for i = 1, n do
     if progress ~= '' then
       if v[1] == 'running' or v[1] == 'done' then
         redis.call('HSET', key, 'progress', progress, 'progress_at', now)
+        event('progress', id)
       else
         ok = false  -- it failed, or was cancelled: its last progress stands
       end

@@ -29,6 +29,11 @@ _HEADER = (
 #: A record's field names: the TypeScript name of its constants and where Python keeps it.
 _RECORDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("TASK", "a task's hash (`task:<id>`)", records.TASK_FIELDS),
+    (
+        "ATTEMPT",
+        "an attempt's JSON record (an element of a task's `history`)",
+        records.ATTEMPT_FIELDS,
+    ),
     ("WORKER", "a worker's JSON record (a value of the `workers` hash)", records.WORKER_FIELDS),
     ("SCHEDULE", "a schedule's hash (`schedule:<name>`)", records.SCHEDULE_FIELDS),
     ("BUCKET", "a rate limit's token bucket (`bucket:tasks`...)", records.BUCKET_FIELDS),

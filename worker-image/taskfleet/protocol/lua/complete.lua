@@ -21,6 +21,7 @@
 -- flow's members until a retention after the flow ends (flow_prune); each
 -- call prunes as many expired ones as it completes, and more, so retention keeps up with
 -- any completion rate without waiting for a sweep.
+--- @include "event"
 --- @include "now_ms"
 --- @include "cfg_num"
 --- @include "call_chunked"
@@ -38,6 +39,7 @@
 --- @include "flow_finished"
 --- @include "flow_backlog"
 --- @include "flow_prune"
+--- @include "attempt_log"
 local n = tonumber(ARG_N)
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes')
@@ -71,9 +73,11 @@ for i = 0, n - 1 do
       redis.call('HDEL', key, 'lease_until', 'checkpoint')
     end
     if v[4] then
+      attempt_log(key, 'cancelled', now)
       to_cancelled(id, key, now)
       out[#out + 1] = '3'
     elseif join[2] and join[3] == 'cancel' then
+      attempt_log(key, 'cancelled', now, join[2])
       -- it added a child that had already failed, policy cancel: it ends cancelled, and
       -- so do its other children still unfinished (as flow_end does for a waiting task)
       to_cancelled(id, key, now)
@@ -85,11 +89,14 @@ for i = 0, n - 1 do
       out[#out + 1] = '3'
     elseif join[2] then
       -- it added children at run time and one failed (flow_resolve): its policy ends it
+      attempt_log(key, 'dead', now, join[2])
       to_dead(id, key, now, 'dependency failed', join[2])
       out[#out + 1] = '1'
     elseif string.len(result) > max_bytes then
-      to_dead(id, key, now, 'result too large', 'the result of ' .. string.len(result) ..
-        ' bytes exceeds max_payload_bytes (' .. max_bytes .. '); not stored')
+      local err = 'the result of ' .. string.len(result) .. ' bytes exceeds max_payload_bytes ('
+        .. max_bytes .. '); not stored'
+      attempt_log(key, 'dead', now, err)
+      to_dead(id, key, now, 'result too large', err)
       bump('failed')
       out[#out + 1] = '2'
     elseif (tonumber(join[1]) or 0) > 0 then
@@ -116,6 +123,7 @@ for i = 0, n - 1 do
       wake_waiters(id, key, v[5])
       flow_finished(id, 'd', v[6], result, v[9])
       completed = completed + 1
+      event('done', id)
       out[#out + 1] = '1'
     end
   elseif v[2] == token and (v[1] == 'done' or v[1] == 'dead' or v[1] == 'cancelled') then

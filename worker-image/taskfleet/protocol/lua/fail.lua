@@ -14,6 +14,7 @@
 --   was asked for while it ran (it ends so, whatever the failure); or 'stale' (refused,
 --   counted). A retry of a failure this token already wrote (its reply was lost) returns
 --   the state it left.
+--- @include "event"
 --- @include "now_ms"
 --- @include "cfg_num"
 --- @include "bump"
@@ -23,6 +24,7 @@
 --- @include "leave_running"
 --- @include "quota_pause"
 --- @include "group_pause"
+--- @include "attempt_log"
 local id, token, err = ARG_TASK_ID, ARG_TOKEN, ARG_ERROR
 local MAX_DELAY_MS = 3153600000000  -- bounds.MAX_DELAY_S (100 years) in ms
 local key = K_TASK .. id
@@ -37,6 +39,7 @@ if v[1] ~= 'running' or v[2] ~= token then
 end
 local pod = v[3]
 local now = now_ms()
+local tb = ARG_TRACEBACK
 leave_running(id, key, pod, true)
 local after = tonumber(ARG_RETRY_AFTER_MS)
 if after ~= nil then
@@ -52,16 +55,19 @@ elseif ARG_THROTTLE == '1' or ARG_THROTTLE == '2' then
   after = quota_pause(K_QUOTA, now, after, err) - now
 end
 if v[4] then
+  attempt_log(key, 'cancelled', now, err, tb)
   to_cancelled(id, key, now)
   flush_counts()
   return 'cancelled'
 end
 if after ~= nil then
   if redis.call('HINCRBY', key, 'deferred', 1) <= (tonumber(ARG_MAX_DEFERRALS) or 0) then
+    attempt_log(key, 'retried', now, err, tb)
     -- the cause is outside the task (rate limited upstream): its start is given back
     redis.call('HINCRBY', key, 'attempts', -1)
     redis.call('ZADD', K_DELAYED, now + after, id)
     redis.call('HSET', key, 'state', 'delayed', 'run_at', now + after, 'error', err)
+    event('retried', id)
     bump('deferred')
     flush_counts()
     return 'delayed'
@@ -69,11 +75,14 @@ if after ~= nil then
 end
 bump('failed')
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
+event('failed', id, v[1])
 local attempts = tonumber(v[1]) or 1
 local max_attempts = tonumber(v[2]) or cfg_num('max_attempts')
+local timed_out = ARG_TIMED_OUT == '1'
 if ARG_RETRYABLE ~= '1' or attempts >= max_attempts then
   local reason = ARG_REASON
   if reason == '' then reason = 'failed' end
+  attempt_log(key, timed_out and 'timed out' or 'dead', now, err, tb)
   to_dead(id, key, now, reason, err)
   flush_counts()
   return 'dead'
@@ -87,8 +96,10 @@ if delay == nil then
   delay = math.floor(math.max(0, math.min(cap, delay)))
 end
 local run_at = now + delay
+attempt_log(key, timed_out and 'timed out' or 'failed', now, err, tb)
 redis.call('ZADD', K_DELAYED, run_at, id)
 redis.call('HSET', key, 'state', 'delayed', 'run_at', run_at, 'error', err)
+event('retried', id)
 bump('retried')
 flush_counts()
 return 'delayed'

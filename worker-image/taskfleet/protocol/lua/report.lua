@@ -13,6 +13,7 @@
 --   task of a group settles its group's cost bucket the same way.
 -- Returns: a string of N characters: '1' applied, '0' refused (another run holds the task,
 --   or it is gone).
+--- @include "event"
 --- @include "now_ms"
 --- @include "cfg_num"
 --- @include "quota_budget"
@@ -37,6 +38,7 @@ for i = 1, n do
     if progress ~= '' then
       if v[1] == 'running' or v[1] == 'done' then
         redis.call('HSET', key, 'progress', progress, 'progress_at', now)
+        event('progress', id)
       else
         ok = false  -- it failed, or was cancelled: its last progress stands
       end

@@ -10,6 +10,7 @@
 --   (reason '' = any, oldest_ms '-inf' or ms, newest_ms, offset, bound: see
 --   finished_matching).
 -- Returns: {how many went back to pending, the offset to go on from (-1: done)}
+--- @include "event"
 --- @include "now_ms"
 --- @include "bump"
 --- @include "flush_counts"
@@ -35,6 +36,7 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'attempts', 0, 'lost', 0, 'run_at', now)
     if max_attempts ~= '' then redis.call('HSET', key, 'max_attempts', max_attempts) end
     to_pending(id, key, false)
+    event('requeued', id)
     local after = redis.call('HMGET', key, 'after', 'on_dep_fail', 'flow', 'join')
     -- a flow's member: open again, and its flow if it had ended (flow_reopen)
     if after[3] then flow_reopen(after[3], key, state, now) end

@@ -1,3 +1,4 @@
+--- @include "event"
 --- @include "cfg"
 --- @include "cfg_num"
 --- @include "call_chunked"
@@ -200,6 +201,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
             'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
             'attempts', attempts)
+          event('started', id, attempts)
           local fields
           if tagged then
             -- name, value pairs (no value empty: an absent one is left out), then an

@@ -1,3 +1,4 @@
+--- @include "event"
 --- @include "cfg"
 --- @include "bump"
 --- @include "pending_score"
@@ -42,6 +43,7 @@ local function create_task(now, key, id, payload, priority, delay_ms, deadline, 
     fields[#fields + 1] = at
     redis.call('ZADD', K_DEADLINES, at, id)
   end
+  event('enqueued', id)
   local immediate = delay_ms <= 0
   local run_at = now
   if immediate then

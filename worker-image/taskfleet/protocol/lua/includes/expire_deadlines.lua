@@ -1,3 +1,4 @@
+--- @include "event"
 --- @include "bump"
 --- @include "call_chunked"
 --- @include "wake_waiters"
@@ -45,6 +46,7 @@ local function expire_deadlines(now, limit)
       dead[#dead + 1] = id
       redis.call('HSET', key, 'state', 'dead', 'reason', 'expired', 'finished_at', now,
         'error', 'not started before its deadline')
+      event('dead', id)
       wake_waiters(id, key, v[2])
       flow_finished(id, 'x', v[3], nil, v[5])
     elseif not state then

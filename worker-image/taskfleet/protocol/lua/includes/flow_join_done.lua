@@ -1,3 +1,4 @@
+--- @include "event"
 --- @include "bump"
 --- @include "wake_waiters"
 --- @include "flow_finished"
@@ -10,6 +11,7 @@ local function flow_join_done(id, key, now)
   redis.call('HSET', key, 'state', 'done', 'finished_at', now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
+  event('done', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
   wake_waiters(id, key, v[1])
   flow_finished(id, 'd', v[2], v[3] or '', v[4])

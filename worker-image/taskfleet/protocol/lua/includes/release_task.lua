@@ -1,18 +1,24 @@
+--- @include "event"
 --- @include "now_ms"
 --- @include "bump"
 --- @include "to_pending"
 --- @include "to_cancelled"
 --- @include "leave_running"
+--- @include "attempt_log"
 -- Graceful give-back: front of its priority, the start is not counted as an attempt; a
 -- task whose cancellation was asked for ends cancelled instead (returns false then).
 local function release_task(id, key, pod)
   leave_running(id, key, pod)
+  local now = now_ms()
   if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
-    to_cancelled(id, key, now_ms())
+    attempt_log(key, 'cancelled', now)
+    to_cancelled(id, key, now)
     return false
   end
+  attempt_log(key, 'released', now)
   redis.call('HINCRBY', key, 'attempts', -1)
   to_pending(id, key, true)
+  event('requeued', id)
   bump('released')
   return true
 end

@@ -1,9 +1,11 @@
+--- @include "event"
 --- @include "cfg_num"
 --- @include "bump"
 --- @include "to_pending"
 --- @include "to_dead"
 --- @include "to_cancelled"
 --- @include "leave_running"
+--- @include "attempt_log"
 -- A running task whose worker is gone (lease expired, pod deleted, new incarnation):
 -- back to the front of pending, or dead with reason "worker lost" once lost more than
 -- max_lost times (on loss max_lost + 1),
@@ -11,6 +13,8 @@
 -- 'cancelled' when its cancellation was asked for while it ran.
 local function take_back(id, key, pod, now)
   leave_running(id, key, pod)
+  attempt_log(key, 'lost', now)
+  event('lost', id)
   if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
     to_cancelled(id, key, now)  -- its cancellation was asked for: it does not run again
     return 'cancelled'
@@ -22,6 +26,7 @@ local function take_back(id, key, pod, now)
     return 'dead'
   end
   to_pending(id, key, true)
+  event('requeued', id)
   bump('requeued')
   return 'pending'
 end

@@ -1,4 +1,5 @@
 --- @include "output_end"
+--- @include "event"
 --- @include "bump"
 --- @include "wake_waiters"
 --- @include "flow_finished"
@@ -8,6 +9,7 @@ local function to_cancelled(id, key, now)
   redis.call('ZREM', K_DEADLINES, id)
   redis.call('HSET', key, 'state', 'cancelled', 'reason', 'cancelled', 'finished_at', now)
   bump('cancelled_total')
+  event('cancelled', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
     'output')
   if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked

@@ -1,4 +1,5 @@
 --- @include "output_end"
+--- @include "event"
 --- @include "bump"
 --- @include "wake_waiters"
 --- @include "flow_finished"
@@ -11,6 +12,7 @@ local function to_dead(id, key, now, reason, err)
     redis.call('HSET', key, 'state', 'dead', 'reason', reason, 'finished_at', now)
   end
   bump('dead_total')
+  event('dead', id)
   local v = redis.call('HMGET', key, 'waiters', 'dependants', 'flow', 'checkpoint_keep',
     'output')
   if not v[4] then redis.call('HDEL', key, 'checkpoint') end  -- kept only when asked
