@@ -130,6 +130,30 @@ def test_a_concurrency_reservation_ends_with_its_run(
     assert use is not None and use.reserved == 0
 
 
+def test_a_released_run_gives_back_its_estimate_and_a_settled_one_keeps_its_use(
+    redis_url: str, openai: Quota, make_broker: MakeBroker, redis_client: redis.Redis
+) -> None:
+    (a,) = _queues(redis_url, "qa")
+    a.enqueue({"i": 0}, quotas=EST)
+    broker = make_broker("qa")
+    # a drain gives the run back before its end, again and again: not an attempt, and
+    # not a charge, or a rolling restart would spend the window on nothing
+    for _ in range(5):
+        [task] = broker.claim(1).tasks
+        assert broker.release([(task.id, task.token)]) == 1
+    use = openai.get()
+    assert use is not None
+    assert use.units["requests"].used == 0 and use.units["input_tokens"].used == 0
+    # a run that settled did call the provider: its use stays charged when it is given back
+    [task] = broker.claim(1).tasks
+    settle = settle_op(QueueKeys("qa"), task.id, task.token, "openai", {"input_tokens": 120})
+    SyncScripts.for_client(redis_client).run(settle)
+    assert broker.release([(task.id, task.token)]) == 1
+    use = openai.get()
+    assert use is not None
+    assert use.units["requests"].used == 1 and use.units["input_tokens"].used == 120
+
+
 def test_a_queue_that_names_no_quota_stores_no_quota_field(
     redis_url: str, redis_client: redis.Redis
 ) -> None:

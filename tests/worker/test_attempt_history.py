@@ -68,6 +68,17 @@ def test_a_task_that_failed_twice_then_succeeded_shows_three_attempts(
     assert task.history[2].traceback is None
 
 
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_an_attempt_past_its_timeout_shows_timed_out(
+    fleet: Fleet, queue: Queue, isolation: str
+) -> None:
+    task_id = queue.enqueue({"seconds": 30}, max_attempts=1, timeout=1)
+    fleet.add(f"{H}:sleep", pod="pod-t", args=[*FAST, "--isolation", isolation]).start()
+    task = finished(queue, task_id, timeout=30)
+    assert task.state == "dead"
+    assert [(a.attempt, a.pod, a.outcome) for a in task.history] == [(1, "pod-t", "timed out")]
+
+
 def test_a_task_taken_back_from_a_killed_worker_shows_lost_with_that_pod(
     fleet: Fleet, queue: Queue, redis_url: str
 ) -> None:

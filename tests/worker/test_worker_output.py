@@ -107,3 +107,19 @@ def test_a_finished_tasks_output_is_kept_for_its_retention_then_expires(
     assert len(list(queue.stream(task_id))) == 5
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_a_parent_done_when_its_child_is_ends_its_output_and_lets_it_expire(
+    fleet: Fleet, queue: Queue, redis_client: redis.Redis
+) -> None:
+    worker = fleet.add("tests.workers.output_handlers:parent_of_one", args=FAST).start()
+    parent = queue.enqueue({})
+    wait_for(lambda: state(queue, parent) == TaskState.DONE, timeout=20, interval=0.05)
+    assert state(queue, "child-of-parent") == TaskState.DONE
+    key = queue.keys.output(parent)
+    assert redis_client.pttl(key) > 0  # kept as long as the task, not for ever
+    assert [c.data for c in queue.stream(parent)] == ["before the child"]
+    entries = redis_client.xrange(key)
+    assert entries[-1][1] == {b"end": b"done"}
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0

@@ -58,7 +58,7 @@ mask_url = redact_redis_url
 # Each command's module, loaded when the command runs (or when help lists them all): a
 # worker's start imports the worker's command and nothing of the producer-side ones.
 COMMANDS = {
-    **dict.fromkeys(("enqueue", "flow", "configure", "stats", "task", "show"), "queue_commands"),
+    **dict.fromkeys(("enqueue", "flow", "configure", "stats", "task"), "queue_commands"),
     **dict.fromkeys(("ls", "cancel", "retry", "purge", "workers"), "task_commands"),
     "schedule": "schedule_commands",
     "quota": "quota_commands",

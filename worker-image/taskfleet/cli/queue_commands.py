@@ -369,12 +369,6 @@ def task(queue: str, task_id: str, as_json: bool, redis_url: str) -> None:
         click.echo("\n".join("  " + line for line in tree))
 
 
-#: ``taskfleet show``: the same command, the name taskfleet-node also answers to.
-show = click.Command(
-    "show", callback=task.callback, params=task.params, help="Show one task of QUEUE (as task)."
-)
-
-
 def history_lines(history: Sequence[Attempt]) -> list[str]:
     """A task's attempts, one line each, then the latest traceback (docs/worker.md)."""
     if not history:

@@ -309,7 +309,9 @@ class Execution:
             was = run.state
             if was is RUNNING:  # nearly always: nothing was given up
                 run.to(FINISHED)
-                add(Outcome(run, result, error, run.verdict, run.traceback))  # by position
+                # by position; an isolated run stopped for its timeout fails as timed out
+                timed_out = run.stop_reason == "timeout"
+                add(Outcome(run, result, error, run.verdict, run.traceback, timed_out))
             elif self._returned(run) is LOST:
                 log_event(
                     logging.INFO, "task_result_dropped", task=run.task.id, reason="lease lost"

@@ -31,6 +31,7 @@ local K_FLOWS = KEYS[28]
 local K_OUTPUT = KEYS[29]
 local K_EVENTS = KEYS[30]
 local K_EVENTS_CAP = KEYS[31]
+local K_PQUOTA = "tf:pquota:"
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_POD = ARGV[1]
 local ARG_INCARNATION = ARGV[2]
@@ -360,12 +361,94 @@ local function take_back(id, key, pod, now)
   return 'pending'
 end
 
+-- includes/pq_load.lua
+-- pq_load: provider quota `name` (K_PQUOTA .. name, shared by every queue) read once per
+-- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits
+-- and this window's use per unit. Windows are fixed, period_ms long from the epoch; at a
+-- new window each unit's use drops by its limit per window passed, never below 0: an
+-- overrun (a settlement above the estimate) is debt the next windows wait out.
+-- Returns nil when the quota does not exist (nothing to reserve or wait for).
+local PQ = {}
+local function pq_load(name, now)
+  local q = PQ[name]
+  if q ~= nil then return q or nil end
+  local key = K_PQUOTA .. name
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then PQ[name] = false return nil end
+  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000}
+  local raw = {}
+  for i = 1, #flat, 2 do
+    local f, v = flat[i], flat[i + 1]
+    local unit = string.match(f, '^limit:(.+)$')
+    if unit then
+      q.limits[unit] = tonumber(v) or 0
+    else
+      unit = string.match(f, '^used:(.+)$')
+      if unit then q.used[unit] = tonumber(v) or 0 else raw[f] = v end
+    end
+  end
+  q.period = math.max(1, tonumber(raw.period_ms) or 60000)
+  q.conc = tonumber(raw.concurrency) or 0
+  q.till = tonumber(raw['until']) or 0
+  q.window = math.floor(now / q.period) * q.period
+  q.window_end = q.window + q.period
+  local was = tonumber(raw.window) or q.window
+  if was < q.window then
+    local passed = math.floor((q.window - was) / q.period)
+    local fields = {'window', q.window}
+    for unit, used in pairs(q.used) do
+      local left = math.max(0, used - (q.limits[unit] or 0) * passed)
+      q.used[unit] = left
+      fields[#fields + 1] = 'used:' .. unit
+      fields[#fields + 1] = left
+    end
+    redis.call('HSET', key, unpack(fields))
+  elseif raw.window == nil then
+    redis.call('HSET', key, 'window', q.window)
+  end
+  PQ[name] = q
+  return q
+end
+-- includes/pq_refund.lua
+-- pq_refund: a run given back before its end (release_task: a drain, a claim whose reply
+-- never came, a hand-off never popped) is not an attempt, so what its claim reserved of
+-- each provider quota goes back: unless the run settled (its use was real) or the window
+-- it was claimed in has passed (that window keeps its charge, as a settlement does).
+-- Reads the task's fields before the run leaves them (token, started_at).
+local function pq_refund(key, now)
+  local v = redis.call('HMGET', key, 'quotas', 'token', 'started_at', 'quota_settled')
+  if not v[1] then return end
+  if v[4] then
+    local ok, s = pcall(cjson.decode, v[4])
+    if ok and type(s) == 'table' and s.token == v[2] then return end
+  end
+  local ok, want = pcall(cjson.decode, v[1])
+  if not ok or type(want) ~= 'table' then return end
+  local started = tonumber(v[3]) or 0
+  for name, units in pairs(want) do
+    local q = type(units) == 'table' and pq_load(name, now)
+    if q and started >= q.window then
+      local fields = {}
+      for unit, amount in pairs(units) do
+        local need = tonumber(amount) or 0
+        if need > 0 and q.used[unit] then
+          q.used[unit] = math.max(0, q.used[unit] - need)
+          fields[#fields + 1] = 'used:' .. unit
+          fields[#fields + 1] = q.used[unit]
+        end
+      end
+      if #fields > 0 then redis.call('HSET', q.key, unpack(fields)) end
+    end
+  end
+end
 -- includes/release_task.lua
 -- Graceful give-back: front of its priority, the start is not counted as an attempt; a
 -- task whose cancellation was asked for ends cancelled instead (returns false then).
+-- What its claim reserved of provider quotas goes back (pq_refund).
 local function release_task(id, key, pod)
-  leave_running(id, key, pod)
   local now = now_ms()
+  pq_refund(key, now)
+  leave_running(id, key, pod)
   if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
     attempt_log(key, 'cancelled', now)
     to_cancelled(id, key, now)
@@ -483,7 +566,8 @@ local function flow_join_done(id, key, now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
   event('done', id)
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow', 'output')
+  output_end(id, 'done', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'd', v[2], v[3] or '', v[4])
 end

@@ -1,4 +1,5 @@
 --- @include "event"
+--- @include "output_end"
 --- @include "bump"
 --- @include "wake_waiters"
 --- @include "flow_finished"
@@ -12,7 +13,8 @@ local function flow_join_done(id, key, now)
   redis.call('ZADD', K_DONE, now, id)
   bump('completed')
   event('done', id)
-  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow')
+  local v = redis.call('HMGET', key, 'waiters', 'dependants', 'result', 'flow', 'output')
+  output_end(id, 'done', v[5])
   wake_waiters(id, key, v[1])
   flow_finished(id, 'd', v[2], v[3] or '', v[4])
 end

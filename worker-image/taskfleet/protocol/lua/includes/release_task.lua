@@ -5,11 +5,14 @@
 --- @include "to_cancelled"
 --- @include "leave_running"
 --- @include "attempt_log"
+--- @include "pq_refund"
 -- Graceful give-back: front of its priority, the start is not counted as an attempt; a
 -- task whose cancellation was asked for ends cancelled instead (returns false then).
+-- What its claim reserved of provider quotas goes back (pq_refund).
 local function release_task(id, key, pod)
-  leave_running(id, key, pod)
   local now = now_ms()
+  pq_refund(key, now)
+  leave_running(id, key, pod)
   if redis.call('HEXISTS', key, 'cancel_requested') == 1 then
     attempt_log(key, 'cancelled', now)
     to_cancelled(id, key, now)
