@@ -111,6 +111,7 @@ describe("tagged claim records", () => {
       trace: '{"traceparent":"00-ab-cd-01"}',
       group: "tenant-a",
       after: '["a","b"]',
+      checkpoint: null,
       deadlineMs: 1700000000000,
       attempts: 2,
       maxAttempts: 5,
