@@ -76,7 +76,14 @@ def test_a_groups_own_pause_shows_its_group_reason_and_time_left(
     page = text_of(served.get("/queues/jobs").body)
     assert re.search(r"Group tenant-7 paused for (9|10) min .*tenant over quota", page), page
     assert "Claims paused" not in page  # the queue itself is not
-    assert "1 group paused" in text_of(wait_for(lambda: served.get("/").body or None))
+
+    # the overview finds queues by a scan it refreshes: the badge once it lists the queue
+    def listed() -> str | None:
+        text = text_of(served.get("/").body)
+        return text if "jobs" in text else None
+
+    overview = wait_for(listed, what="the overview to list the queue")
+    assert "1 group paused" in overview, overview
 
 
 def test_rate_limit_use_and_budget_spent_are_shown(
