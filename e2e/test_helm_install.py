@@ -87,16 +87,12 @@ def release_namespace(request: pytest.FixtureRequest) -> Iterator[Kube]:
 def _dump_release(kube: Kube) -> None:
     """The release's side of a failure: its pods, events, peering and operator logs."""
     print(f"\n==== diagnostics for release namespace {kube.namespace} ====")
-    for args in (
-        ("get", "deployments,pods", "-o", "wide"),
-        ("get", "events", "--sort-by=.lastTimestamp"),
-    ):
-        proc = kube.run(*args, check=False)
-        print(f"--- kubectl {' '.join(args)}\n{proc.stdout}{proc.stderr}")
-    peering = Kube().run(
-        "get", "clusterkopfpeering", f"{RELEASE}-taskfleet", "-o", "yaml", check=False
+    print(
+        kube.report(
+            ("get", "deployments,pods", "-o", "wide"), ("get", "events", "--sort-by=.lastTimestamp")
+        )
     )
-    print(f"--- peering\n{peering.stdout}{peering.stderr}")
+    print(Kube().report(("get", "clusterkopfpeering", f"{RELEASE}-taskfleet", "-o", "yaml")))
     operator = Operator(kube.namespace or "", f"{RELEASE}-taskfleet-operator")
     print(f"--- release operator logs\n{operator.logs()}")
 

@@ -103,24 +103,15 @@ def namespace(request: pytest.FixtureRequest) -> Iterator[Kube]:
 def dump_diagnostics(kube: Kube) -> None:
     """Print the namespace's objects, events and pod logs (and the operator's) to the report."""
     print(f"\n==== diagnostics for namespace {kube.namespace} ====")
-    for args in (
-        ("get", "taskqueues,deployments,replicasets,pods", "-o", "wide"),
-        ("get", "events", "--sort-by=.lastTimestamp"),
-        ("get", "taskqueues", "-o", "yaml"),
-    ):
-        proc = kube.run(*args, check=False)
-        print(f"--- kubectl {' '.join(args)}\n{proc.stdout}{proc.stderr}")
+    print(
+        kube.report(
+            ("get", "taskqueues,deployments,replicasets,pods", "-o", "wide"),
+            ("get", "events", "--sort-by=.lastTimestamp"),
+            ("get", "taskqueues", "-o", "yaml"),
+        )
+    )
     for pod in kube.items("pods"):
-        name = pod["metadata"]["name"]
-        print(f"--- logs {name}\n{kube.logs(name, '--all-containers')}")
-        statuses = pod.get("status", {}).get("containerStatuses") or []
-        if any(s.get("restartCount", 0) for s in statuses):
-            # the container that ended: its exit code and reason, and its last words
-            for status in statuses:
-                ended = (status.get("lastState") or {}).get("terminated")
-                if ended:
-                    print(f"--- {name}/{status['name']} ended before: {ended}")
-            print(f"--- previous logs {name}\n{kube.logs(name, '--all-containers', '--previous')}")
+        print(kube.pod_logs(pod))
     try:
         print(f"--- operator logs\n{Operator.find().logs()}")
     except (LookupError, KubectlError) as exc:

@@ -245,11 +245,4 @@ class Operator:
             pods = self.kube.pods(self.selector)
         except (AssertionError, KubectlError) as exc:
             return f"(no operator pods: {exc})"
-        parts = []
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            parts.append(f"--- {name}\n{self.kube.logs(name)}")
-            statuses = pod.get("status", {}).get("containerStatuses") or []
-            if any(s.get("restartCount", 0) for s in statuses):
-                parts.append(f"--- {name} (previous)\n{self.kube.logs(name, '--previous')}")
-        return "\n".join(parts) or "(no operator pods)"
+        return "\n".join(self.kube.pod_logs(pod) for pod in pods) or "(no operator pods)"

@@ -157,6 +157,29 @@ class Kube:
         proc = self.run("logs", target, "--tail=200", *extra, check=False, timeout=30)
         return proc.stdout + proc.stderr
 
+    def pod_logs(self, pod: dict[str, Any]) -> str:
+        """A pod's last log lines, and, if a container of it restarted, how the one before
+        ended (exit code, reason) and its last words: a failure's diagnostics."""
+        name = pod["metadata"]["name"]
+        parts = [f"--- logs {name}\n{self.logs(name, '--all-containers')}"]
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        if any(s.get("restartCount", 0) for s in statuses):
+            for status in statuses:
+                ended = (status.get("lastState") or {}).get("terminated")
+                if ended:
+                    parts.append(f"--- {name}/{status['name']} ended before: {ended}")
+            previous = self.logs(name, "--all-containers", "--previous")
+            parts.append(f"--- previous logs {name}\n{previous}")
+        return "\n".join(parts)
+
+    def report(self, *commands: tuple[str, ...]) -> str:
+        """What each kubectl command prints, headed by the command: a failure's diagnostics."""
+        parts = []
+        for args in commands:
+            proc = self.run(*args, check=False)
+            parts.append(f"--- kubectl {' '.join(args)}\n{proc.stdout}{proc.stderr}")
+        return "\n".join(parts)
+
     def exec(
         self, pod: str, *command: str, container: str | None = None, timeout: float = 60
     ) -> str:
