@@ -409,6 +409,15 @@ local function pq_load(name, now)
   PQ[name] = q
   return q
 end
+-- includes/pq_settled.lua
+-- pq_settled: what the run under `token` settled so far, by quota name, from the task's
+-- 'quota_settled' field (`raw`, written by settle.lua); nil when that run settled nothing.
+local function pq_settled(raw, token)
+  if not raw then return nil end
+  local ok, s = pcall(cjson.decode, raw)
+  if ok and type(s) == 'table' and s.token == token and type(s.by) == 'table' then return s.by end
+  return nil
+end
 -- includes/pq_refund.lua
 -- pq_refund: a run given back before its end (release_task: a drain, a claim whose reply
 -- never came, a hand-off never popped) is not an attempt, so what its claim reserved of
@@ -418,10 +427,7 @@ end
 local function pq_refund(key, now)
   local v = redis.call('HMGET', key, 'quotas', 'token', 'started_at', 'quota_settled')
   if not v[1] then return end
-  if v[4] then
-    local ok, s = pcall(cjson.decode, v[4])
-    if ok and type(s) == 'table' and s.token == v[2] then return end
-  end
+  if pq_settled(v[4], v[2]) then return end
   local ok, want = pcall(cjson.decode, v[1])
   if not ok or type(want) ~= 'table' then return end
   local started = tonumber(v[3]) or 0

@@ -61,6 +61,15 @@ local function pq_load(name, now)
   PQ[name] = q
   return q
 end
+-- includes/pq_settled.lua
+-- pq_settled: what the run under `token` settled so far, by quota name, from the task's
+-- 'quota_settled' field (`raw`, written by settle.lua); nil when that run settled nothing.
+local function pq_settled(raw, token)
+  if not raw then return nil end
+  local ok, s = pcall(cjson.decode, raw)
+  if ok and type(s) == 'table' and s.token == token and type(s.by) == 'table' then return s.by end
+  return nil
+end
 -- settle.lua
 -- settle: a running handler tells what its provider call really used of a provider quota
 -- (current_task().settle): the difference from what its run was charged so far (the
@@ -79,11 +88,7 @@ local ok, est = pcall(cjson.decode, v[2] or '')
 if not ok or type(est) ~= 'table' or type(est[ARG_NAME]) ~= 'table' then return -1 end
 local q = pq_load(ARG_NAME, now)
 if not q then return -2 end
-local settled = {}
-if v[4] then
-  local ok2, s = pcall(cjson.decode, v[4])
-  if ok2 and type(s) == 'table' and s.token == ARG_TOKEN and type(s.by) == 'table' then settled = s.by end
-end
+local settled = pq_settled(v[4], ARG_TOKEN) or {}
 local before = settled[ARG_NAME] or est[ARG_NAME]
 local same_window = (tonumber(v[3]) or 0) >= q.window
 local used = cjson.decode(ARG_USED)

@@ -9,6 +9,7 @@
 --   names no such quota; -2 the quota does not exist.
 --- @include "now_ms"
 --- @include "pq_load"
+--- @include "pq_settled"
 local now = now_ms()
 local key = K_TASK .. ARG_TASK_ID
 local v = redis.call('HMGET', key, 'token', 'quotas', 'started_at', 'quota_settled')
@@ -17,11 +18,7 @@ local ok, est = pcall(cjson.decode, v[2] or '')
 if not ok or type(est) ~= 'table' or type(est[ARG_NAME]) ~= 'table' then return -1 end
 local q = pq_load(ARG_NAME, now)
 if not q then return -2 end
-local settled = {}
-if v[4] then
-  local ok2, s = pcall(cjson.decode, v[4])
-  if ok2 and type(s) == 'table' and s.token == ARG_TOKEN and type(s.by) == 'table' then settled = s.by end
-end
+local settled = pq_settled(v[4], ARG_TOKEN) or {}
 local before = settled[ARG_NAME] or est[ARG_NAME]
 local same_window = (tonumber(v[3]) or 0) >= q.window
 local used = cjson.decode(ARG_USED)

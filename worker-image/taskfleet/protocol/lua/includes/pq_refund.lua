@@ -1,4 +1,5 @@
 --- @include "pq_load"
+--- @include "pq_settled"
 -- pq_refund: a run given back before its end (release_task: a drain, a claim whose reply
 -- never came, a hand-off never popped) is not an attempt, so what its claim reserved of
 -- each provider quota goes back: unless the run settled (its use was real) or the window
@@ -7,10 +8,7 @@
 local function pq_refund(key, now)
   local v = redis.call('HMGET', key, 'quotas', 'token', 'started_at', 'quota_settled')
   if not v[1] then return end
-  if v[4] then
-    local ok, s = pcall(cjson.decode, v[4])
-    if ok and type(s) == 'table' and s.token == v[2] then return end
-  end
+  if pq_settled(v[4], v[2]) then return end
   local ok, want = pcall(cjson.decode, v[1])
   if not ok or type(want) ~= 'table' then return end
   local started = tonumber(v[3]) or 0
