@@ -87,3 +87,25 @@ def test_a_checkpoint_kept_on_request_stays_with_the_finished_task(
     assert (task.result, task.checkpoint) == ({"steps": 6, "restored": None}, {"step": 6})
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+def test_the_shipped_resumable_steps_sample_starts_after_the_checkpoint_a_killed_run_left(
+    fleet: Fleet, queue: Queue
+) -> None:
+    worker = fleet.add("taskfleet.samples:resumable_steps", args=FAST).start()
+    task_id = queue.enqueue({"steps": 5, "seconds": 0.2, "record_key": "samples:steps"})
+
+    def checkpointed_step() -> int:
+        task = queue.get(task_id)
+        return int((task.checkpoint or {}).get("done", 0)) if task is not None else 0
+
+    wait_for(lambda: checkpointed_step() >= 2, timeout=15, interval=WORKER_INTERVAL_S)
+    worker.kill()
+    left = checkpointed_step()
+    worker.start()
+    wait_for(lambda: state(queue, task_id) == TaskState.DONE, timeout=15, interval=0.05)
+    task = queue.get(task_id)
+    assert task is not None
+    assert task.result == {"resumed_after": left, "ran": list(range(left + 1, 6))}
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0

@@ -25,6 +25,7 @@ __all__ = [
     "echo",
     "fail",
     "merge_pages",
+    "resumable_steps",
     "sleep_and_record",
     "split_pages",
 ]
@@ -136,6 +137,26 @@ async def async_sleep_and_record(payload: dict[str, Any]) -> dict[str, Any]:
     """The same on the event loop: many of these share one worker slot pool cheaply."""
     await asyncio.sleep(_seconds(payload))
     return await asyncio.to_thread(_record, payload)
+
+
+def resumable_steps(payload: dict[str, Any]) -> dict[str, Any]:
+    """Run ``steps`` steps of ``seconds`` each, checkpointing after each one and recording
+    it (with ``step``): an attempt after a lost pod starts at the step after the last
+    checkpoint. Returns the step it resumed after and the steps this attempt ran."""
+    steps = int(payload["steps"])
+    if not 1 <= steps <= 1000:
+        raise ValueError(f"steps must be within 1..1000, got {steps}")
+    task = current_task()
+    restored = task.restored
+    resumed_after = int(restored["done"]) if isinstance(restored, dict) else 0
+    ran: list[int] = []
+    for step in range(resumed_after + 1, steps + 1):
+        if not _sleep(_seconds(payload)):
+            return {"cancelled": True, "resumed_after": resumed_after, "ran": ran}
+        _record(payload, step=step)
+        ran.append(step)
+        task.checkpoint({"done": step})
+    return {"resumed_after": resumed_after, "ran": ran}
 
 
 def echo(payload: dict[str, Any]) -> dict[str, Any]:
