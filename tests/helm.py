@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.needs import need
+
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "taskfleet"
 VERSIONS_ENV = REPO / "e2e" / "cluster" / "versions.env"
@@ -38,18 +40,12 @@ def helm_path() -> Path:
     return cache / "helm" / pinned_version() / "bin" / "helm"
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
 def require_helm() -> str:
     """The pinned helm's path; skips the test when it is not built (fails in CI)."""
     path = helm_path()
     if not path.is_file():
         reason = f"needs the pinned helm at {path} (run `make helm`)"
-        if _in_ci():
-            pytest.fail(reason + " (CI is set: the chart tests must run)", pytrace=False)
-        pytest.skip(reason)
+        need(False, reason)
     return str(path)
 
 

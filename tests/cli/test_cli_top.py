@@ -17,6 +17,7 @@ from taskfleet.protocol.calls import run
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.records import WORKER_LEVEL
 
+from tests.needs import need
 from tests.polling import wait_for
 
 TMUX = shutil.which("tmux")
@@ -97,8 +98,7 @@ def test_a_bad_queue_name_is_one_line_and_exit_2(redis_url: str) -> None:
 @pytest.fixture
 def tmux() -> Iterator[Callable[..., str]]:
     """Runs ``tmux -L <private server> ARGS`` (a server of its own, killed afterwards)."""
-    if TMUX is None:
-        pytest.skip("needs tmux (make deps)")
+    need(TMUX, "needs tmux (make deps)")
     server = f"taskfleet-test-{secrets.token_hex(3)}"
 
     def run(*args: str) -> str:

@@ -6,7 +6,6 @@ worker's metrics port. Skipped without it, except in CI.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from taskfleet.producer.queue import Queue
 
 from tests.fixtures_redis import free_port
+from tests.needs import need
 from tests.polling import wait_for
 from tests.prometheus import (
     PROMETHEUS,
@@ -33,9 +33,7 @@ def metrics_port() -> int:
 @pytest.fixture
 def prometheus(tmp_path: Path, metrics_port: int) -> Iterator[Prometheus]:
     if PROMETHEUS is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set and prometheus is not installed (make deps)", pytrace=False)
-        pytest.skip("needs the prometheus binary (Debian: prometheus; make deps)")
+        need(False, "needs the prometheus binary (Debian: prometheus; make deps)")
     server = Prometheus(tmp_path, [static_job("taskfleet-workers", f"127.0.0.1:{metrics_port}")])
     try:
         yield server

@@ -24,6 +24,7 @@ from taskfleet.producer.queue import Queue
 
 from tests.dashboard_fixtures import Scene, busy_queue, older_worker
 from tests.dashboard_server import Served, serve
+from tests.needs import unless
 from tests.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,8 +35,8 @@ ARTIFACTS = Path(os.environ.get("TASKFLEET_ARTIFACTS", REPO / "test-artifacts"))
 #: A browser starts, loads and runs scripts slower than a Redis round trip.
 BROWSER_TIMEOUT_S = 20.0
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
+pytestmark = unless(
+    CHROMIUM is not None and CHROMEDRIVER is not None,
     reason="needs Debian's chromium and chromium-driver (make deps installs them)",
 )
 

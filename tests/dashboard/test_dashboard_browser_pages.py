@@ -23,6 +23,7 @@ from taskfleet.producer.queue import Queue
 
 from tests.dashboard_pages import PAGES, QUEUE, Showcase, screenshot, showcase
 from tests.dashboard_server import Served, serve
+from tests.needs import unless
 from tests.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,8 +33,8 @@ ARTIFACTS = Path(os.environ.get("TASKFLEET_ARTIFACTS", REPO / "test-artifacts"))
 TO_DOCS = os.environ.get("TASKFLEET_DOCS_SCREENSHOTS") == "1"
 BROWSER_TIMEOUT_S = 20.0
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or CHROMEDRIVER is None,
+pytestmark = unless(
+    CHROMIUM is not None and CHROMEDRIVER is not None,
     reason="needs Debian's chromium and chromium-driver (make deps installs them)",
 )
 

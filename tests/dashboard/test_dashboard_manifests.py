@@ -10,11 +10,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.manifests import MANIFESTS, REPO, admitted, by_kind, kustomize
+from tests.needs import unless
 
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+pytestmark = unless(shutil.which("kubectl"), reason="needs kubectl")
 
 
 def overlay(tmp_path: Path, *resources: str) -> dict[tuple[str, str], dict[str, Any]]:

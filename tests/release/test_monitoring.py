@@ -22,6 +22,7 @@ from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.models import TaskQueueSpec
 
 from tests.fixtures_redis import free_port
+from tests.needs import unless
 from tests.polling import wait_for
 from tests.scrape import value
 from tests.workers.harness import FAST, WORKER_INTERVAL_S, WORKER_TIMEOUT_S, Fleet
@@ -151,7 +152,7 @@ def test_every_metric_the_rules_and_the_dashboard_use_is_exported(exported: set[
     ]
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian: prometheus)")
+@unless(shutil.which("promtool"), reason="needs promtool (Debian: prometheus)")
 def test_every_rule_and_dashboard_expression_parses(tmp_path: Path) -> None:
     exprs = rule_exprs() + [as_promql(e) for e in dashboard_exprs() if "label_values" not in e]
     rules = {

@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from taskfleet.protocol.redisurl import parse_redis_url
 from taskfleet_operator import builders, crdgen
@@ -19,13 +18,14 @@ from taskfleet_operator.models import TaskQueueSpec
 from tests.fixtures_kube import KubeApiserver, kubectl_path
 from tests.fixtures_operator import APISERVER_INTERVAL_S, APISERVER_TIMEOUT_S, kubectl
 from tests.manifests import MANIFESTS, REPO, admitted, by_kind, kustomize, selects
+from tests.needs import unless
 from tests.polling import wait_for
 
 QUEUE = "taskfleet.dev/queue"
 
 OPERATOR_SOURCE = REPO / "operator" / "taskfleet_operator"
 
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+pytestmark = unless(shutil.which("kubectl"), reason="needs kubectl")
 
 
 def test_the_install_holds_the_crd_rbac_operator_and_redis_in_taskfleet_system() -> None:

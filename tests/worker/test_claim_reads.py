@@ -17,15 +17,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.keys import QueueKeys
 
+from tests.needs import need_module
 from tests.polling import wait_for
 from tests.workers.harness import FAST, REPO, WORKER_TIMEOUT_S, Fleet
 
-pytest.importorskip("opentelemetry.sdk")
+need_module("opentelemetry.sdk")
 
 #: Traced enqueues, in a process of their own (a provider set here would trace every
 #: later test): the ids on stdout.

@@ -20,9 +20,10 @@ import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.keys import QueueKeys
 
+from tests.needs import need_module
 from tests.workers.harness import FAST, REPO, WORKER_TIMEOUT_S, Fleet
 
-pytest.importorskip("opentelemetry.sdk")
+need_module("opentelemetry.sdk")
 
 H = "tests.workers.traced"
 

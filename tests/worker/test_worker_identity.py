@@ -19,6 +19,7 @@ from taskfleet.protocol.errors import IdentityTaken
 from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import MakeBroker
+from tests.needs import unless
 from tests.polling import wait_for
 from tests.workers.harness import WORKER_INTERVAL_S, WORKER_TIMEOUT_S, Fleet, WorkerProcess
 
@@ -155,8 +156,8 @@ def test_a_worker_restarted_after_a_crash_takes_over_its_name_and_tasks_at_once(
     assert task is not None and task.lost == 1 and task.pod == "pod-a"
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("unshare") is None,
+@unless(
+    os.geteuid() == 0 and shutil.which("unshare"),
     reason="needs root and unshare(1) for a PID namespace",
 )
 def test_a_container_restarted_in_a_new_pid_namespace_takes_over_its_name_at_once(

@@ -13,10 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import redis
 from taskfleet.producer.queue import Queue
 
+from tests.needs import need, unless
 from tests.polling import wait_for
 from tests.workers.harness import (
     FAST,
@@ -29,8 +29,8 @@ from tests.workers.harness import (
 
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("unshare") is None,
+pytestmark = unless(
+    os.geteuid() == 0 and shutil.which("unshare"),
     reason="needs root and unshare(1) for a PID namespace",
 )
 
@@ -142,8 +142,7 @@ def test_drain_command_inside_the_namespace_outlives_the_worker_it_drains(
     # exits the kernel SIGKILLs everything left there, so the worker must let the hook
     # finish first or the kubelet reports FailedPreStopHook (exit 137).
     nsenter = shutil.which("nsenter")
-    if nsenter is None:
-        pytest.skip("needs nsenter(1)")
+    need(nsenter, "needs nsenter(1)")
     with Queue("jobs", redis_url=redis_url) as queue:
         task_id = queue.enqueue({"seconds": 0.5})
     worker = fleet.add("tests.workers.handlers:sleep", prefix=UNSHARE).start()
