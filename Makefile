@@ -216,7 +216,7 @@ images-local: ## build the project's images with buildah and import them into co
 	e2e/cluster/build-images.sh
 
 e2e-local: $(DEV) ## the e2e suite on the local cluster
-	e2e/run-local.sh
+	e2e/run-local.sh --durations=20
 
 demo-local: ## the demo on the local cluster
 	e2e/demo.sh local
