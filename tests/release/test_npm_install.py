@@ -45,7 +45,7 @@ TSCONFIG = {
 DRIVER = """
 const id = await app.get(Signups).welcome("ada@example.com");
 const queue = app.get<Queue>(getQueueToken("emails"));
-const done = await queue.wait([id], 30);
+const done = await queue.wait([id], { timeoutMs: 30_000 });
 console.log(JSON.stringify({ state: done[id]?.state, result: done[id]?.result }));
 await app.close();
 """
