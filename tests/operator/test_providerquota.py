@@ -103,12 +103,12 @@ def pq_namespace(kube_apiserver: KubeApiserver, kube_namespace: str) -> Iterator
 
 
 def test_a_minimal_providerquota_is_stored_with_a_minute_period(
-    kube_apiserver: KubeApiserver, providerquota_crd: str, kube_namespace: str
+    kube_apiserver: KubeApiserver, providerquota_crd: str, pq_namespace: str
 ) -> None:
     spec = {"redis": {"url": URL}, "limits": {"requests": 500}}
-    assert apply(kube_apiserver, kube_namespace, "openai", spec).returncode == 0
+    assert apply(kube_apiserver, pq_namespace, "openai", spec).returncode == 0
 
-    stored = get_pq(kube_apiserver, kube_namespace, "openai")["spec"]
+    stored = get_pq(kube_apiserver, pq_namespace, "openai")["spec"]
 
     assert stored == {"redis": {"url": URL}, "limits": {"requests": 500}, "periodSeconds": 60}
 
@@ -149,12 +149,12 @@ def test_a_bad_providerquota_is_refused_with_a_message_saying_what_to_fix(
 
 
 def test_a_name_too_long_for_a_quota_needs_spec_quota_name(
-    kube_apiserver: KubeApiserver, providerquota_crd: str, kube_namespace: str
+    kube_apiserver: KubeApiserver, providerquota_crd: str, pq_namespace: str
 ) -> None:
     spec = {"redis": {"url": URL}, "limits": {"requests": 500}}
 
-    refused = apply(kube_apiserver, kube_namespace, "a" * 210, spec)
-    named = apply(kube_apiserver, kube_namespace, "a" * 210, {**spec, "quotaName": "openai"})
+    refused = apply(kube_apiserver, pq_namespace, "a" * 210, spec)
+    named = apply(kube_apiserver, pq_namespace, "a" * 210, {**spec, "quotaName": "openai"})
 
     assert refused.returncode != 0
     assert "set spec.quotaName for a longer one" in refused.stderr
