@@ -34,6 +34,8 @@ from tests.fixtures_redis import MakeBroker
 from tests.polling import wait_for
 
 PLURAL = "providerquotas"
+#: How long the create handler waits before it tries a Redis or Secret again.
+RETRY_S = 10.0
 URL = "redis://redis.taskfleet-system:6379/0"
 
 
@@ -443,3 +445,45 @@ def test_a_quota_whose_redis_does_not_answer_exports_only_redis_up_0() -> None:
         assert metrics.registry.get_sample_value("taskfleet_quota_reserved", labels) is None
     finally:
         links.close()
+
+
+def test_a_providerquota_reaches_its_redis_through_a_secret_and_says_when_it_is_missing(
+    kube_apiserver: KubeApiserver,
+    providerquota_crd: str,
+    operator_process: OperatorProcess,
+    pq_namespace: str,
+    redis_url: str,
+) -> None:
+    spec = {"redis": {"secretRef": {"name": "llm-redis"}}, "limits": {"requests": 9}}
+    assert apply(kube_apiserver, pq_namespace, "by-secret", spec).returncode == 0
+
+    def not_ready() -> dict[str, Any] | None:
+        status: dict[str, Any] = (
+            get_pq(kube_apiserver, pq_namespace, "by-secret").get("status") or {}
+        )
+        found = [c for c in status.get("conditions", []) if c["type"] == "Ready"]
+        return found[0] if found and found[0]["status"] == "False" else None
+
+    condition = wait_for(
+        not_ready,
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="Ready False for the missing Secret",
+    )
+    assert condition["reason"] == "SecretUnavailable"
+    assert "llm-redis" in condition["message"]
+
+    kubectl(
+        kube_apiserver, "-n", pq_namespace, "create", "secret", "generic", "llm-redis",
+        f"--from-literal=url={redis_url}",
+    )  # fmt: skip
+
+    wait_for(
+        lambda: ready(kube_apiserver, pq_namespace, "by-secret"),
+        timeout=APISERVER_TIMEOUT_S + RETRY_S,
+        interval=APISERVER_INTERVAL_S,
+        what="Ready once the Secret exists (the create handler retries every 10 s)",
+    )
+    with Quota("by-secret", redis_url=redis_url) as quota:
+        use = quota.get()
+    assert use is not None and use.units["requests"].limit == 9
