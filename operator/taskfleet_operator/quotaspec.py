@@ -12,8 +12,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import ConfigDict, Field, field_validator
-from taskfleet.protocol.keys import validate_quota_name, validate_unit_name
-from taskfleet.protocol.provider_quota import MAX_QUOTA_AMOUNT, MAX_UNITS
+from taskfleet.protocol.errors import InvalidArgument
+from taskfleet.protocol.provider_quota import (
+    MAX_QUOTA_AMOUNT,
+    MAX_UNITS,
+    ProviderQuotaOps,
+    check_amounts,
+)
 
 from taskfleet_operator.modelbase import CamelModel, Opaque, cel
 from taskfleet_operator.models import GROUP, VERSION, Condition
@@ -99,16 +104,19 @@ class ProviderQuotaSpec(CamelModel):
     @field_validator("limits")
     @classmethod
     def _unit_names(cls, limits: dict[str, int]) -> dict[str, int]:
-        for unit in limits:
-            try:
-                validate_unit_name(unit)
-            except ValueError:
-                raise ValueError(UNIT_MESSAGE) from None
+        try:
+            check_amounts(limits, "limits", positive=True)  # the library's own checks
+        except InvalidArgument as exc:
+            raise ValueError(f"{UNIT_MESSAGE}: {exc}") from None
         return limits
 
     def name_on_redis(self, resource_name: str) -> str:
-        """The quota's name on Redis: ``quotaName``, else the resource's name."""
-        return validate_quota_name(self.quota_name or resource_name)
+        """The quota's name on Redis: ``quotaName``, else the resource's name (a
+        ``ValueError`` when it is no quota name)."""
+        try:
+            return ProviderQuotaOps(self.quota_name or resource_name).name
+        except InvalidArgument as exc:
+            raise ValueError(str(exc)) from None
 
 
 class UnitStatus(CamelModel):

@@ -487,3 +487,26 @@ def test_a_providerquota_reaches_its_redis_through_a_secret_and_says_when_it_is_
     with Quota("by-secret", redis_url=redis_url) as quota:
         use = quota.get()
     assert use is not None and use.units["requests"].limit == 9
+
+
+@pytest.mark.parametrize(
+    ("raw", "name", "message"),
+    [
+        ({"redis": {"url": URL}, "limits": {"Bad": 1}}, "openai", "limits keys are unit names"),
+        ({"redis": {"url": URL}, "limits": {"requests": 0}}, "openai", "limits.requests"),
+        ({"redis": {"url": URL}, "limits": {"requests": 1}}, "a" * 210, "set spec.quotaName"),
+        (
+            {"redis": {"url": "redis://:pw@r:6379/0"}, "limits": {"requests": 1}},
+            "openai",
+            "must not contain a password",
+        ),
+    ],
+)
+def test_a_spec_that_slipped_past_the_crd_is_refused_by_the_operator_with_the_same_words(
+    raw: dict[str, Any], name: str, message: str
+) -> None:
+    with pytest.raises(providerquotas.InvalidQuotaSpec) as refused:
+        providerquotas.parse_spec(raw, name)
+
+    assert message in str(refused.value)
+    assert "pw" not in str(refused.value)
