@@ -12,6 +12,7 @@ chart=$repo/charts/taskfleet
 # source (in the repo) -> copy (in the chart)
 pairs=(
   "crds/taskqueues.taskfleet.dev.yaml:crds/taskqueues.taskfleet.dev.yaml"
+  "crds/providerquotas.taskfleet.dev.yaml:crds/providerquotas.taskfleet.dev.yaml"
   "manifests/operator/peering.yaml:crds/clusterkopfpeerings.kopf.dev.yaml"
   "manifests/rbac/admission_policy.yaml:files/admission_policy.yaml"
   "manifests/monitoring/rules/taskfleet.rules.yml:files/taskfleet.rules.yml"

@@ -27,6 +27,7 @@ from tests.polling import close_error, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_FILE = REPO / "crds" / "taskqueues.taskfleet.dev.yaml"
+QUOTA_CRD_FILE = REPO / "crds" / "providerquotas.taskfleet.dev.yaml"
 GROUP, VERSION, PLURAL = "taskfleet.dev", "v1alpha1", "taskqueues"
 START_DEADLINE_S = 60.0
 #: What waiting on the operator through the apiserver takes: a round trip, then a reconcile.
@@ -58,6 +59,14 @@ def taskqueue_crd(kube_apiserver: KubeApiserver) -> str:
     kubectl(kube_apiserver, "apply", "--server-side", "-f", str(CRD_FILE))
     wait_established(kube_apiserver, f"{PLURAL}.{GROUP}")
     return f"{PLURAL}.{GROUP}"
+
+
+@pytest.fixture(scope="session")
+def providerquota_crd(kube_apiserver: KubeApiserver) -> str:
+    """The generated ProviderQuota CRD applied with kubectl and Established."""
+    kubectl(kube_apiserver, "apply", "--server-side", "-f", str(QUOTA_CRD_FILE))
+    wait_established(kube_apiserver, f"providerquotas.{GROUP}")
+    return f"providerquotas.{GROUP}"
 
 
 def wait_established(server: KubeApiserver, *crds: str, timeout: float = 60) -> None:
@@ -144,6 +153,7 @@ def running_operator(
         # so a missing wake-up fails a test instead of hiding behind a periodic sweep.
         "TASKFLEET_IDLE_SWEEP_INTERVAL": "600",
         "TASKFLEET_REDIS_TIMEOUT": "0.5",
+        "TASKFLEET_QUOTA_STATUS_INTERVAL": "1",
         "PYTHONUNBUFFERED": "1",
         **env_extra,
     }

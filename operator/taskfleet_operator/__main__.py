@@ -27,7 +27,8 @@ DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 _ROUTINE = re.compile(
     r"^(Handler|Daemon|Timer|Indexer) '(worker_pod_event|worker_deployment_event|_peering_event"
     r"|forget_deleted_taskqueue|sweep_taskqueue|worker_pods|worker_pod_guards"
-    r"|worker_deployments|taskqueue_specs)' succeeded\.$"
+    r"|worker_deployments|taskqueue_specs|refresh_providerquota|forget_deleted_providerquota)'"
+    r" succeeded\.$"
 )
 
 

@@ -1,4 +1,4 @@
-"""Generate the TaskQueue CRD from the pydantic models.
+"""Generate the TaskQueue and ProviderQuota CRDs from the pydantic models.
 
 pydantic emits JSON Schema; a CRD needs a *structural* OpenAPI v3 schema: no ``$ref``,
 no ``anyOf`` carrying types, ``nullable`` instead of a ``null`` type, no
@@ -7,7 +7,7 @@ module rewrites the one into the other and adds what JSON Schema cannot say: CEL
 subresources and printer columns.
 
     python -m taskfleet_operator.crdgen --write crds/
-    python -m taskfleet_operator.crdgen --check crds/   # exit 1 when the file drifted
+    python -m taskfleet_operator.crdgen --check crds/   # exit 1 when a file drifted
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
+from taskfleet_operator import quotaspec
 from taskfleet_operator.models import (
     GROUP,
     KIND,
@@ -33,6 +35,9 @@ from taskfleet_operator.models import (
 CRD_NAME = f"{PLURAL}.{GROUP}"
 FILENAME = f"{CRD_NAME}.yaml"
 HEADER = "# Generated from taskfleet_operator/models.py by `make crds`; do not edit.\n"
+QUOTA_CRD_NAME = f"{quotaspec.PLURAL}.{GROUP}"
+QUOTA_FILENAME = f"{QUOTA_CRD_NAME}.yaml"
+QUOTA_HEADER = "# Generated from taskfleet_operator/quotaspec.py by `make crds`; do not edit.\n"
 
 # Keys of JSON Schema that have no place (or no meaning) in a CRD schema.
 _DROPPED_KEYS = {"title", "$defs", "examples"}
@@ -124,7 +129,7 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(node.items(), key=lambda item: (rank.get(item[0], len(_ORDER)), item[0])))
 
 
-def model_schema(model: type[TaskQueueSpec] | type[TaskQueueStatus]) -> dict[str, Any]:
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The structural OpenAPI schema of one model (spec or status)."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
@@ -143,8 +148,8 @@ def spec_schema() -> dict[str, Any]:
     return schema
 
 
-def status_schema() -> dict[str, Any]:
-    schema = model_schema(TaskQueueStatus)
+def status_schema(model: type[BaseModel] = TaskQueueStatus) -> dict[str, Any]:
+    schema = model_schema(model)
     conditions = schema["properties"]["conditions"]
     conditions["x-kubernetes-list-type"] = "map"
     conditions["x-kubernetes-list-map-keys"] = ["type"]
@@ -222,9 +227,71 @@ def build_crd() -> dict[str, Any]:
     }
 
 
+def build_quota_crd() -> dict[str, Any]:
+    """The ProviderQuota CustomResourceDefinition as a dict."""
+    root = {
+        "description": "A provider quota (requests, tokens per period, concurrency) shared "
+        "by every queue of one Redis that names it.",
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": model_schema(quotaspec.ProviderQuotaSpec),
+            "status": status_schema(quotaspec.ProviderQuotaStatus),
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": "has(self.spec.quotaName) || "
+                f"self.metadata.name.matches('{quotaspec.QUOTA_NAME_PATTERN}')",
+                "message": "the name is the quota's name on Redis, at most 200 characters: "
+                "set spec.quotaName for a longer one",
+            }
+        ],
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": QUOTA_CRD_NAME},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": quotaspec.KIND,
+                "listKind": f"{quotaspec.KIND}List",
+                "plural": quotaspec.PLURAL,
+                "singular": quotaspec.SINGULAR,
+                "shortNames": quotaspec.SHORT_NAMES,
+                "categories": ["taskfleet"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": root},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        _column("Quota", ".status.quotaName", "string"),
+                        _column("Paused", ".status.paused", "boolean"),
+                        _column("Reserved", ".status.reserved"),
+                        _column("Age", ".metadata.creationTimestamp", "date"),
+                    ],
+                }
+            ],
+        },
+    }
+
+
 def render() -> str:
-    """The CRD file's exact text."""
+    """The TaskQueue CRD file's exact text."""
     return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
+
+
+def render_quota() -> str:
+    """The ProviderQuota CRD file's exact text."""
+    return QUOTA_HEADER + yaml.safe_dump(build_quota_crd(), sort_keys=False, width=100)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,16 +300,19 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", metavar="DIR", type=Path, help="write the CRD into DIR")
     mode.add_argument("--check", metavar="DIR", type=Path, help="fail if DIR's CRD drifted")
     args = parser.parse_args(argv)
-    text = render()
+    texts = {FILENAME: render(), QUOTA_FILENAME: render_quota()}
     if args.write is not None:
         args.write.mkdir(parents=True, exist_ok=True)
-        (args.write / FILENAME).write_text(text)
+        for filename, text in texts.items():
+            (args.write / filename).write_text(text)
         return 0
-    target: Path = args.check / FILENAME
-    if not target.is_file() or target.read_text() != text:
-        print(f"{target} is out of date with the models: run `make crds`", file=sys.stderr)
-        return 1
-    return 0
+    drifted = 0
+    for filename, text in texts.items():
+        target: Path = args.check / filename
+        if not target.is_file() or target.read_text() != text:
+            print(f"{target} is out of date with the models: run `make crds`", file=sys.stderr)
+            drifted = 1
+    return drifted
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import kopf
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.metrics import OperatorMetrics
+from taskfleet_operator.providerquotas import QuotaLinks
 from taskfleet_operator.scaler import ScalerState
 from taskfleet_operator.status import Failure
 from taskfleet_operator.wakeups import Blocking, FirstSweeps, Wakers
@@ -70,6 +71,8 @@ class Shared:
     leadership: Leadership
     # New TaskQueues' first sweeps, held back during a burst of creations.
     first_sweeps: FirstSweeps
+    # The ProviderQuotas' Redis clients (`providerquotas`).
+    quota_links: QuotaLinks
 
 
 def keep_shared(memo: kopf.Memo, shared: Shared) -> None:
@@ -101,6 +104,10 @@ def wakers(memo: kopf.Memo) -> Wakers:
 
 def first_sweeps(memo: kopf.Memo) -> FirstSweeps:
     return shared(memo).first_sweeps
+
+
+def quota_links(memo: kopf.Memo) -> QuotaLinks:
+    return shared(memo).quota_links
 
 
 def blocking(memo: kopf.Memo) -> Blocking:

@@ -14,7 +14,9 @@ from taskfleet._version import __version__
 
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.leadership import Leadership
+from taskfleet_operator.providerquotas import QuotaLinks
 from taskfleet_operator.queuemetrics import QueueCollector
+from taskfleet_operator.quotametrics import QuotaCollector
 
 __all__ = ["DEFAULT_PORT", "OperatorMetrics"]
 
@@ -89,6 +91,11 @@ class OperatorMetrics:
     def watch(self, connections: Connections) -> None:
         """Add every connected queue's figures, read from Redis at each scrape."""
         self.registry.register(QueueCollector(connections))
+
+    def watch_quotas(self, links: QuotaLinks, leadership: Leadership) -> None:
+        """Add every ProviderQuota's use, read from Redis at each scrape while this
+        replica leads (the one that handles the ProviderQuotas)."""
+        self.registry.register(QuotaCollector(links, leadership.leads))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve on ``port`` from a daemon thread (an ``OSError`` if it is taken)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import kopf
 
+from taskfleet_operator import quotaspec
 from taskfleet_operator.models import GROUP, KIND
 
 FINALIZER = f"{GROUP}/finalizer"
@@ -95,6 +96,9 @@ class OperatorSettings:
     # standalone), and how long a replica's keep-alive counts before the others take over.
     peering: str = ""
     peering_lifetime_s: float = 15.0
+    # How often each ProviderQuota's use is read into its status: one script call per
+    # quota, and a status patch only when the use changed.
+    quota_status_interval_s: float = 15.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -108,6 +112,7 @@ class OperatorSettings:
             metrics_port=_port(env, "TASKFLEET_METRICS_PORT", 9101),
             peering=_peering_name(env),
             peering_lifetime_s=_float(env, "TASKFLEET_PEERING_LIFETIME", 15.0, 5, 300),
+            quota_status_interval_s=_float(env, "TASKFLEET_QUOTA_STATUS_INTERVAL", 15.0, 0.5, 3600),
         )
 
 
@@ -141,7 +146,8 @@ class LeanDiffBaseStorage(kopf.StatusDiffBaseStorage):
     kopf builds an object's essence on every event of it: a deep copy of the whole body,
     then all of metadata but labels and annotations deleted, and status. A TaskQueue's
     managedFields and status are most of its body, so here kopf builds from the body
-    without them: the same essence. Other kinds' (Deployments, pods: the operator has no
+    without them: the same essence (a ProviderQuota's too). Other kinds' (Deployments,
+    pods: the operator has no
     create/update handler for them, so nothing reads it) is empty. With extra fields (a
     handler's ``field=``, which may point anywhere), kopf's own way.
 
@@ -162,7 +168,7 @@ class LeanDiffBaseStorage(kopf.StatusDiffBaseStorage):
         fields = list(extra_fields or ())
         if fields:
             essence = super().build(body=body, extra_fields=fields)
-        elif body.get("kind", KIND) != KIND:
+        elif body.get("kind", KIND) not in (KIND, quotaspec.KIND):
             return kopf.BodyEssence()
         else:
             meta = body.get("metadata") or {}

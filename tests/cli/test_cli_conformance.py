@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 from taskfleet.cli import main
+from taskfleet.producer.providerquota import Quota
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
 
@@ -34,7 +35,9 @@ def _cases() -> list[Any]:
     return out
 
 
-def _given(steps: list[dict[str, Any]], queue: Queue, make_broker: MakeBroker) -> None:
+def _given(
+    steps: list[dict[str, Any]], queue: Queue, make_broker: MakeBroker, redis_url: str
+) -> None:
     broker = None
     for step in steps:
         if "enqueue" in step:
@@ -53,6 +56,14 @@ def _given(steps: list[dict[str, Any]], queue: Queue, make_broker: MakeBroker) -
                 broker.fail(t.id, t.token, error, retryable=False, reason=step.get("reason", ""))
         elif "configure" in step:
             queue.configure(QueueConfig(**step["configure"]))
+        elif "provider_quota" in step:
+            spec = step["provider_quota"]
+            with Quota(spec["name"], redis_url=redis_url) as quota:
+                quota.configure(
+                    spec["limits"], spec["period_s"], max_concurrency=spec.get("max_concurrency")
+                )
+                if "pause_s" in spec:
+                    quota.pause(spec["pause_s"], spec.get("reason", ""))
         else:
             raise AssertionError(f"unknown given step {step}")
 
@@ -90,7 +101,7 @@ def test_the_python_cli_passes_the_cli_conformance_case(
     monkeypatch.setenv("TASKFLEET_REDIS_URL", redis_url)
     client = redis.Redis.from_url(redis_url)
     with Queue(QUEUE, redis_url=redis_url) as queue:
-        _given(case.get("given", []), queue, make_broker)
+        _given(case.get("given", []), queue, make_broker, redis_url)
         before = _snapshot(client)
         capsys.readouterr()
         with pytest.raises(SystemExit) as exited:
@@ -128,4 +139,9 @@ def test_the_python_cli_passes_the_cli_conformance_case(
             found = queue.get(task_id)
             assert found is not None, task_id
             subset(fields, found.model_dump(mode="json"), task_id)
+        for name, fields in then.get("provider_quota", {}).items():
+            with Quota(name, redis_url=redis_url) as quota:
+                use = quota.get()
+            assert use is not None, name
+            subset(fields, use.as_dict(), name)
     client.close()

@@ -102,7 +102,7 @@ def make_targets(root: Path = REPO) -> frozenset[str]:
 
 @cache
 def crd_spec_paths(root: Path = REPO) -> tuple[frozenset[str], frozenset[str]]:
-    """The TaskQueue CRD's spec paths, and those below which anything goes."""
+    """The TaskQueue and ProviderQuota CRDs' spec paths, and those below which anything goes."""
     paths: set[str] = set()
     open_ended: set[str] = set()
 
@@ -120,7 +120,7 @@ def crd_spec_paths(root: Path = REPO) -> tuple[frozenset[str], frozenset[str]]:
 
     for crd_file in sorted((root / "crds").glob("*.yaml")):
         crd = yaml.safe_load(crd_file.read_text())
-        if crd.get("spec", {}).get("names", {}).get("kind") != "TaskQueue":
+        if crd.get("spec", {}).get("names", {}).get("kind") not in ("TaskQueue", "ProviderQuota"):
             continue
         for version in crd["spec"]["versions"]:
             walk(version["schema"]["openAPIV3Schema"]["properties"]["spec"], "spec")

@@ -108,7 +108,9 @@ def test_routine_success_lines_are_filtered_and_everything_else_kept() -> None:
     assert not passes("Handler 'worker_pod_event' succeeded.")
     assert not passes("Handler 'worker_deployment_event' succeeded.")
     assert not passes("Handler '_peering_event' succeeded.")
+    assert not passes("Timer 'refresh_providerquota' succeeded.")  # each quota, every 15 s
     assert passes("Handler 'reconcile_taskqueue' succeeded.")
+    assert passes("Handler 'apply_providerquota' succeeded.")
     assert passes("requeued 3 tasks of pod emails-abc")
 
 

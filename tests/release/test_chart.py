@@ -410,7 +410,11 @@ def test_the_crds_are_in_the_chart_crds_directory_and_nowhere_in_templates() -> 
     names = sorted(
         yaml.safe_load(p.read_text())["metadata"]["name"] for p in (CHART / "crds").glob("*.yaml")
     )
-    assert names == ["clusterkopfpeerings.kopf.dev", "taskqueues.taskfleet.dev"]
+    assert names == [
+        "clusterkopfpeerings.kopf.dev",
+        "providerquotas.taskfleet.dev",
+        "taskqueues.taskfleet.dev",
+    ]
     for case in CASES:
         assert not [d for d in case_objects(case) if d["kind"] == "CustomResourceDefinition"]
 

@@ -129,6 +129,8 @@ ALLOWED: dict[Grant, set[str]] = {
     ("taskfleet.dev", "taskqueues"): {"list", "watch", "patch"},
     ("taskfleet.dev", "taskqueues/status"): {"patch"},
     ("taskfleet.dev", "taskqueues/finalizers"): {"update"},
+    ("taskfleet.dev", "providerquotas"): {"list", "watch", "patch"},
+    ("taskfleet.dev", "providerquotas/status"): {"patch"},
     ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
     ("", "pods"): {"get", "list", "watch", "patch"},
     ("", "secrets"): {"get"},
@@ -154,6 +156,7 @@ KOPF_WATCHED: dict[str, Grant] = {
     "pods": ("", "pods"),
     "deployments": ("apps", "deployments"),
     "*TASKQUEUES": ("taskfleet.dev", "taskqueues"),
+    "*PROVIDERQUOTAS": ("taskfleet.dev", "providerquotas"),
 }
 
 
@@ -185,14 +188,14 @@ def needed_by_code() -> dict[Grant, set[str]]:
             grant, verbs = CLIENT_CALLS[method]
             needed.setdefault(grant, set()).update(verbs)
         for target in re.findall(r"@kopf\.(?:index|on\.\w+|timer|daemon)\((\*?\w+|\"\w+\")", text):
-            grant = KOPF_WATCHED.get(target.strip('"'))
-            if grant is None:
+            watched = KOPF_WATCHED.get(target.strip('"'))
+            if watched is None:
                 unknown.append(f"{path.name}: kopf handler on {target}")
                 continue
-            needed.setdefault(grant, set()).update({"list", "watch"})
-            if target == "*TASKQUEUES":
-                needed[grant].add("patch")  # finalizer, progress annotations
-                needed.setdefault(("taskfleet.dev", "taskqueues/status"), set()).add("patch")
+            needed.setdefault(watched, set()).update({"list", "watch"})
+            if target in ("*TASKQUEUES", "*PROVIDERQUOTAS"):
+                needed[watched].add("patch")  # finalizer, progress annotations
+                needed.setdefault((watched[0], f"{watched[1]}/status"), set()).add("patch")
         if re.search(r"\bkopf\.(?:event|warn|info|exception)\(", text):
             needed.setdefault(("", "events"), set()).add("create")
         if "settings.peering.name = " in text:  # kopf's peering: observe, keep alive

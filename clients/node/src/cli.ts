@@ -490,6 +490,7 @@ Commands:
   purge      Delete finished tasks of one state now.
   workers    A queue's workers and what each holds.
   schedule   A queue's schedules: add, ls, rm, pause, resume.
+  provider-quota  A quota every queue shares: configure, show, pause, resume.
 
 Run '${PROG} COMMAND --help' for a command's options.`;
 

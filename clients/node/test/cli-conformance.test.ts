@@ -7,7 +7,7 @@ import { readFileSync, readdirSync } from "node:fs";
 import { after, before, beforeEach, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { Queue } from "../src/index.js";
+import { Queue, Quota, type QuotaUse } from "../src/index.js";
 import { taskJson } from "../src/cli/output.js";
 import { Broker } from "../src/worker/broker.js";
 import { RedisServer } from "./redis.js";
@@ -33,6 +33,14 @@ interface Step {
   reason?: string;
   error?: string;
   configure?: Record<string, number | null>;
+  provider_quota?: {
+    name: string;
+    limits: Record<string, number>;
+    period_s: number;
+    max_concurrency?: number;
+    pause_s?: number;
+    reason?: string;
+  };
 }
 
 interface Case {
@@ -46,7 +54,13 @@ interface Case {
   stdout_has?: string[];
   stdout_match?: string[];
   stdout_json?: Json;
-  then?: { unchanged?: boolean; stats?: Json; config?: Json; tasks?: Record<string, Json> };
+  then?: {
+    unchanged?: boolean;
+    stats?: Json;
+    config?: Json;
+    tasks?: Record<string, Json>;
+    provider_quota?: Record<string, Json>;
+  };
 }
 
 const camel = (name: string): string =>
@@ -84,7 +98,21 @@ function subset(expected: unknown, actual: unknown, where = "$"): void {
   }
 }
 
-async function given(steps: readonly Step[], q: Queue): Promise<void> {
+/** A quota as Python's `QuotaUse.as_dict()` names its fields. */
+function quotaDict(use: QuotaUse): Record<string, unknown> {
+  return {
+    name: use.name,
+    period_ms: use.periodMs,
+    max_concurrency: use.maxConcurrency,
+    reserved: use.reserved,
+    paused_until_ms: use.pausedUntilMs,
+    window_ms: use.windowMs,
+    reason: use.reason,
+    units: use.units,
+  };
+}
+
+async function given(steps: readonly Step[], q: Queue, redisUrl: string): Promise<void> {
   const broker = new Broker(QUEUE, q.client, "pod-a", "1", {
     replyTimeoutMs: 5000,
     host: "",
@@ -113,6 +141,19 @@ async function given(steps: readonly Step[], q: Queue): Promise<void> {
         Object.entries(step.configure).map(([k, v]) => [camel(k), v]),
       );
       await q.configure(configToMs(stored as unknown as StoredConfig));
+    } else if (step.provider_quota !== undefined) {
+      const spec = step.provider_quota;
+      const quota = new Quota(spec.name, { redisUrl });
+      try {
+        await quota.configure({
+          limits: spec.limits,
+          periodMs: spec.period_s * 1000, // the cases' periods: seconds
+          ...(spec.max_concurrency === undefined ? {} : { maxConcurrency: spec.max_concurrency }),
+        });
+        if (spec.pause_s !== undefined) await quota.pause(spec.pause_s * 1000, spec.reason ?? "");
+      } finally {
+        await quota.close();
+      }
     } else {
       throw new Error(`unknown given step ${JSON.stringify(step)}`);
     }
@@ -168,7 +209,7 @@ for (const file of files) {
       it(`taskfleet-node passes: ${c.name}`, async () => {
         const q = new Queue(QUEUE, { redisUrl: redis.url });
         try {
-          await given(c.given ?? [], q);
+          await given(c.given ?? [], q, redis.url);
           const before = await snapshot(q);
           const result = await run(c.argv, redis.url);
           const what = `${c.argv.join(" ")}: ${result.stdout}${result.stderr}`;
@@ -206,6 +247,16 @@ for (const file of files) {
             const found = await q.get(id);
             assert.ok(found !== null, id);
             subset(fields, taskJson(found), id);
+          }
+          for (const [name, fields] of Object.entries(then.provider_quota ?? {})) {
+            const quota = new Quota(name, { redisUrl: redis.url });
+            try {
+              const use = await quota.get();
+              assert.ok(use !== null, name);
+              subset(fields, quotaDict(use), name);
+            } finally {
+              await quota.close();
+            }
           }
         } finally {
           await q.close();

@@ -1,7 +1,7 @@
 /**
  * The everyday commands of `taskfleet-node`, with the Python `taskfleet` command's names,
  * options, output and exit codes: configure, stats, ls (alias list), task (alias show),
- * cancel, retry, purge, workers, schedule. Each opens a `Queue` (the public API) for its
+ * cancel, retry, purge, workers, schedule, provider-quota. Each opens a `Queue` (the public API) for its
  * calls and closes it. Bad input: one line, exit 2, nothing stored; a queue with nothing
  * stored or an unknown task id: one line, exit 1.
  *
@@ -35,6 +35,7 @@ import {
   terminalSafe,
   withQueue,
 } from "./output.js";
+import { providerQuotaCommand } from "./providerquota.js";
 import { scheduleCommand } from "./schedule.js";
 
 type Command = (args: readonly string[]) => Promise<number>;
@@ -632,4 +633,5 @@ export const EVERYDAY: Readonly<Record<string, Command>> = {
   purge,
   workers,
   schedule: scheduleCommand,
+  "provider-quota": providerQuotaCommand,
 };

@@ -100,7 +100,7 @@ export function redactRedisURL(url: string): string {
 }
 
 /** A Redis error as the Python CLI words it: credentials or rights refused (exit 2), Redis unreachable (exit 1). */
-function redisFailure(error: unknown, url: string): unknown {
+export function redisFailure(error: unknown, url: string): unknown {
   if (!(error instanceof Error) || error instanceof BadInput || error instanceof Failure)
     return error;
   const where = redactRedisURL(url);
