@@ -51,6 +51,10 @@ await app.close();
 """
 
 
+#: The build and the installs below have their own bounds (up to 15 min on a busy machine).
+pytestmark = pytest.mark.timeout(1800)
+
+
 def npm(args: list[str], cwd: Path, timeout: float = 600) -> str:
     done = subprocess.run(
         ["npm", *args, "--no-audit", "--no-fund", "--loglevel=error", "--prefer-offline"],
