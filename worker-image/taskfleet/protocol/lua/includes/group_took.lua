@@ -1,8 +1,10 @@
 --- @include "group_state"
 --- @include "pending_remove"
 --- @include "quota_take"
--- group_took: the claim took task id (of group g, from zset src, at virtual time vt)
-local function group_took(st, g, vt, src, id, cost)
+--- @include "group_spend"
+-- group_took: the claim took task id (of group g, from zset src, at virtual time vt;
+-- quotas: its `quotas` field, read only when groups are fair by spend)
+local function group_took(st, g, vt, src, id, cost, quotas)
   local s = group_state(st, g)
   pending_remove(id, g)
   if g ~= '' then
@@ -16,6 +18,7 @@ local function group_took(st, g, vt, src, id, cost)
   if redis.call('EXISTS', src) == 0 then
     redis.call('ZREM', K_GROUPS, g)
   else
-    redis.call('ZADD', K_GROUPS, 'XX', vt + 1 / s.weight, g)
+    local step = st.by and group_spend(quotas, st.by) or 1
+    redis.call('ZADD', K_GROUPS, 'XX', vt + step / s.weight, g)
   end
 end
