@@ -646,7 +646,7 @@ end
 -- a claim serves the lowest, and a task it takes moves that group on by 1 / its weight, so
 -- groups are served in turn (weighted round robin) whatever their backlog. With
 -- K_GROUPS_FAIR set (a unit of provider quotas), a task moves it on by its estimate of that
--- unit / weight instead, and its settlement corrects that (group_spend): fair by spend.
+-- unit / weight instead, and its settlement corrects that (group_took): fair by spend.
 -- '' stands for
 -- the ungrouped tasks (K_PENDING) while groups are in use. Inside a group the order is
 -- pending's (priority, then FIFO). A group held back by its own limits leaves the ring for
@@ -668,8 +668,7 @@ local function group_fair(now, bound)
   if redis.call('EXISTS', K_GROUPS) == 0 then return nil end
   if redis.call('EXISTS', K_PENDING) == 1 then group_join('') end
   return {now = now, bound = bound, steps = 0, groups = {},
-    period_ms = cfg_num('rate_limit_period_s') * 1000,
-    by = redis.call('GET', K_GROUPS_FAIR) or nil}
+    period_ms = cfg_num('rate_limit_period_s') * 1000}
 end
 -- includes/group_pick.lua
 -- group_pick: the next task of the fair order: id, the zset it waits in, its group and the
@@ -821,7 +820,13 @@ local function group_took(st, g, vt, src, id, cost, quotas)
   if redis.call('EXISTS', src) == 0 then
     redis.call('ZREM', K_GROUPS, g)
   else
-    local step = st.by and group_spend(quotas, st.by) or 1
+    -- fair by spend or by claims, a task naming no quota moves its group on by 1: only
+    -- one that names some reads K_GROUPS_FAIR (once a call: st.by, false when unset)
+    local step = 1
+    if quotas then
+      if st.by == nil then st.by = redis.call('GET', K_GROUPS_FAIR) end
+      if st.by then step = group_spend(quotas, st.by) end
+    end
     redis.call('ZADD', K_GROUPS, 'XX', vt + step / s.weight, g)
   end
 end

@@ -5,7 +5,7 @@
 -- a claim serves the lowest, and a task it takes moves that group on by 1 / its weight, so
 -- groups are served in turn (weighted round robin) whatever their backlog. With
 -- K_GROUPS_FAIR set (a unit of provider quotas), a task moves it on by its estimate of that
--- unit / weight instead, and its settlement corrects that (group_spend): fair by spend.
+-- unit / weight instead, and its settlement corrects that (group_took): fair by spend.
 -- '' stands for
 -- the ungrouped tasks (K_PENDING) while groups are in use. Inside a group the order is
 -- pending's (priority, then FIFO). A group held back by its own limits leaves the ring for
@@ -27,6 +27,5 @@ local function group_fair(now, bound)
   if redis.call('EXISTS', K_GROUPS) == 0 then return nil end
   if redis.call('EXISTS', K_PENDING) == 1 then group_join('') end
   return {now = now, bound = bound, steps = 0, groups = {},
-    period_ms = cfg_num('rate_limit_period_s') * 1000,
-    by = redis.call('GET', K_GROUPS_FAIR) or nil}
+    period_ms = cfg_num('rate_limit_period_s') * 1000}
 end

@@ -18,7 +18,13 @@ local function group_took(st, g, vt, src, id, cost, quotas)
   if redis.call('EXISTS', src) == 0 then
     redis.call('ZREM', K_GROUPS, g)
   else
-    local step = st.by and group_spend(quotas, st.by) or 1
+    -- fair by spend or by claims, a task naming no quota moves its group on by 1: only
+    -- one that names some reads K_GROUPS_FAIR (once a call: st.by, false when unset)
+    local step = 1
+    if quotas then
+      if st.by == nil then st.by = redis.call('GET', K_GROUPS_FAIR) end
+      if st.by then step = group_spend(quotas, st.by) end
+    end
     redis.call('ZADD', K_GROUPS, 'XX', vt + step / s.weight, g)
   end
 end
