@@ -143,8 +143,9 @@ bench-isolation: $(DEV) ## --isolation process against threads: the cost per tas
 bench-processes: $(DEV) ## a CPU-bound handler with 1 and N worker processes (see bench/README.md)
 	$(BIN)/python -m bench.processes
 
-bench-provider: $(DEV) ## a provider answering 429 past its limit behind a 4-process fleet: RateLimited (claim pause) against RetryAfter
+bench-provider: $(DEV) ## fake providers answering 429 past their limit: claim pause vs RetryAfter; 3 queues (2 Python, 1 Node) sharing a quota vs per-queue limits; groups fair by spend (PROVIDER_SHORT=1: 20 s runs)
 	$(BIN)/python -m bench.provider
+	$(BIN)/python -m bench.provider_shared
 
 bench-schedules: $(DEV) ## triggers/s with 10,000 and 100,000 schedules due every second, exactly-once counted
 	$(BIN)/python -m bench.schedules

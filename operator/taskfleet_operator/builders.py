@@ -444,6 +444,11 @@ def owns_worker_pod(pod: dict[str, Any], name: str) -> bool:
     )
 
 
+def queue_fair_by(spec: TaskQueueSpec) -> str | None:
+    """The unit the queue's groups are fair by (`groups.fairBy`); None: by claims."""
+    return spec.groups.fair_by if spec.groups else None
+
+
 def queue_config(spec: TaskQueueSpec) -> QueueConfig:
     """The queue's shared settings from the spec, as the library stores them.
 

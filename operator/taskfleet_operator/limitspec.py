@@ -54,6 +54,13 @@ class GroupLimits(CamelModel):
         description="Cost units one group claims per UTC day / month (every group's default; "
         "taskfleet quota budget QUEUE --group G sets one group's own).",
     )
+    fair_by: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=r"^[a-z][a-z0-9_]{0,63}$",
+        description="Groups are fair by their settled use of this unit of the provider quotas "
+        "their tasks name (output_tokens, say), weighted; unset: by claims.",
+    )
 
 
 class RateLimit(CamelModel):

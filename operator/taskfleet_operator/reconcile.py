@@ -248,9 +248,11 @@ def deployment_lost(
 def configure_queue(
     namespace: str, name: str, spec: TaskQueueSpec, connections: Connections
 ) -> None:
-    """Write the spec's shared settings to the queue's config hash (the operator is their
-    one writer)."""
-    connections.get(namespace, name, spec).configure(builders.queue_config(spec))
+    """Write the spec's shared settings to the queue's config hash, and what its groups are
+    fair by (the operator is their one writer)."""
+    queue = connections.get(namespace, name, spec)
+    queue.configure(builders.queue_config(spec))
+    queue.set_fair_by(builders.queue_fair_by(spec))
 
 
 def still_declared(entries: Iterable[Any] | None, body: Mapping[str, Any]) -> bool:

@@ -181,6 +181,7 @@ def sweep_queue(
     """
     report = SweepReport()
     queue.configure(builders.queue_config(spec))  # the TaskQueue is the source of truth
+    queue.set_fair_by(builders.queue_fair_by(spec))
     requeue_orphans(queue, live_pods, suspects, report, pod_gone)
     # The sweep script is bounded per call; a few calls catch up after a backlog.
     for _ in range(10):

@@ -97,3 +97,28 @@ def test_ls_pending_of_a_queue_with_three_groups_lists_every_task_as_queue_list_
         assert [t.id for t in queue.list("pending").tasks] == listed
     text = taskfleet("ls", "q", "pending", env=env).stdout.splitlines()
     assert [line.split()[0] for line in text] == listed
+
+
+def test_group_fair_by_sets_the_unit_and_claims_returns_to_fair_by_claims(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    made = taskfleet("group", "q", "--fair-by", "output_tokens", env=env)
+    assert (made.returncode, made.stdout) == (0, "fair_by: output_tokens\n"), made.stderr
+    with Queue("q", redis_url=redis_url) as queue:
+        assert queue.fair_by() == "output_tokens"
+    back = taskfleet("group", "q", "--fair-by", "claims", "--json", env=env)
+    assert json.loads(back.stdout) == {"fair_by": "claims"}
+    with Queue("q", redis_url=redis_url) as queue:
+        assert queue.fair_by() is None
+
+
+def test_group_fair_by_a_bad_unit_or_with_a_group_is_one_line_exit_2_and_nothing_stored(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    for args in (("--fair-by", "Output Tokens"), ("tenant", "--fair-by", "output_tokens")):
+        bad = taskfleet("group", "q", *args, env=env)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        with Queue("q", redis_url=redis_url) as queue:
+            assert queue.fair_by() is None

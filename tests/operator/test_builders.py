@@ -483,3 +483,9 @@ def test_worker_pods_serve_metrics_on_a_named_port_that_annotations_point_at() -
         "prometheus.io/port": "9100",
         "prometheus.io/path": "/metrics",
     }
+
+
+def test_groups_fair_by_comes_from_the_spec_and_is_claims_without_it() -> None:
+    assert builders.queue_fair_by(make_spec(groups={"fairBy": "output_tokens"})) == "output_tokens"
+    assert builders.queue_fair_by(make_spec(groups={"maxConcurrency": 2})) is None
+    assert builders.queue_fair_by(make_spec()) is None

@@ -280,6 +280,15 @@ def test_sweep_writes_the_spec_settings_into_the_queue_config(queue: Queue) -> N
     assert config.default_timeout_s == 300
 
 
+def test_sweep_writes_what_the_groups_are_fair_by_and_claims_when_the_spec_drops_it(
+    queue: Queue,
+) -> None:
+    sweep(queue, make_spec(groups={"fairBy": "output_tokens"}))
+    assert queue.fair_by() == "output_tokens"
+    sweep(queue, make_spec())
+    assert queue.fair_by() is None
+
+
 def test_an_unreachable_redis_fails_the_sweep_quickly_with_a_redis_error(
     redis_server_factory: RedisServerFactory,
 ) -> None:

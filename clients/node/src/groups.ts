@@ -11,11 +11,14 @@ import { checkGroup } from "./control.js";
 import { InvalidArgument, describe } from "./errors.js";
 import { floatRepr } from "./pyformat.js";
 import { MAX_COUNT } from "./bounds.js";
+import { UNIT_NAME } from "./providerquota.js";
 import {
   GROUP_SETTING_FIELDS,
   GROUP_WEIGHT,
+  readFairBy,
   readGroup,
   readGroupCounts,
+  writeFairBy,
   writeGroupSettings,
 } from "./protocol/groupstore.js";
 
@@ -87,6 +90,25 @@ export async function setGroup(c: Control, group: string, settings: GroupSetting
   checkGroup(group);
   const fields = groupFields(settings);
   await writeGroupSettings(c, group, fields);
+}
+
+/**
+ * Make the groups fair by their settled use of `unit` of the provider quotas their tasks
+ * name (`"output_tokens"`, say), weighted as by claims; null or `"claims"`: by claims.
+ */
+export async function setFairBy(c: Control, unit: string | null): Promise<void> {
+  const given: unknown = unit;
+  if (given === null || given === "claims") return writeFairBy(c, null);
+  if (typeof given !== "string" || !UNIT_NAME.test(given))
+    throw new InvalidArgument(
+      `fairBy: invalid quota unit ${describe(given)}: use 1-64 lower-case letters, digits or '_', starting with a letter, or 'claims'`,
+    );
+  return writeFairBy(c, given);
+}
+
+/** The unit the groups are fair by; null: by claims. */
+export async function fairBy(c: Control): Promise<string | null> {
+  return readFairBy(c);
 }
 
 function stored(raw: string | undefined): number | null {

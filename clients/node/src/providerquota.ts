@@ -25,7 +25,8 @@ const MAX_MS = 3_153_600_000_000;
 export const MAX_QUOTAS = 8;
 export const MAX_UNITS = 16;
 const QUOTA_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
-const UNIT_NAME = /^[a-z][a-z0-9_]{0,63}$/;
+/** A unit of a provider quota: lower-case letters, digits and `_`, starting with a letter. */
+export const UNIT_NAME = /^[a-z][a-z0-9_]{0,63}$/;
 
 /** One unit of a quota: its limit per period (0: none set) and this window's use. */
 export interface QuotaUnit {

@@ -615,6 +615,16 @@ export class Queue<Payload = AnyPayload, Result = unknown, Name extends string =
     return groups.groupSettings(this.control, group);
   }
 
+  /** Make the groups fair by their settled use of `unit` of their provider quotas (null or "claims": by claims). */
+  async setFairBy(unit: string | null): Promise<void> {
+    return groups.setFairBy(this.control, unit);
+  }
+
+  /** The unit the groups are fair by; null: by claims. */
+  async fairBy(): Promise<string | null> {
+    return groups.fairBy(this.control);
+  }
+
   /** Every group with pending or running tasks, how many of each, its own pause's end; most pending first. */
   async groups(): Promise<groups.GroupCount[]> {
     return groups.groups(this.control, await queueMs(this));

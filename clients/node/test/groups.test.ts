@@ -249,3 +249,41 @@ with Queue("jobs", url) as q:
     assert.deepEqual(fairOrder(lanes, 2, 3), whole.slice(2, 5));
   });
 });
+
+describe("groups fair by spend", () => {
+  it("setFairBy stores the unit, 'claims' removes it, and a bad unit is refused", async () => {
+    const q = new Queue("jobs", { redisUrl: server.url });
+    try {
+      await q.setFairBy("output_tokens");
+      assert.equal(await q.fairBy(), "output_tokens");
+      await q.setFairBy("claims");
+      assert.equal(await q.fairBy(), null);
+      await assert.rejects(q.setFairBy("Output Tokens"), InvalidArgument);
+      assert.equal(await q.fairBy(), null);
+    } finally {
+      await q.close();
+    }
+  });
+
+  it("a claim charges the group its task's estimate of that unit", async () => {
+    const q = new Queue("jobs", { redisUrl: server.url });
+    try {
+      await q.setFairBy("output_tokens");
+      const est = { llm: { output_tokens: 300 } };
+      const big = await q.enqueueMany(
+        [0, 1, 2].map((i) => ({ payload: { i }, group: "big", quotas: est })),
+      );
+      const small = await q.enqueueMany(
+        [0, 1, 2].map((i) => ({
+          payload: { i },
+          group: "small",
+          quotas: { llm: { output_tokens: 100 } },
+        })),
+      );
+      // big first (its name sorts first at equal times), then small three times: 300 > 100, 200
+      assert.deepEqual(await claim(q, 4), [big[0], ...small]);
+    } finally {
+      await q.close();
+    }
+  });
+});

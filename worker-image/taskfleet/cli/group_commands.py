@@ -28,18 +28,48 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(GroupSettings))
     help=f"One of GROUP's own settings ({', '.join(_FIELDS)}), repeatable; FIELD= (empty) "
     "returns it to the queue's default for every group (the config's group_* fields).",
 )
+@click.option(
+    "--fair-by",
+    metavar="UNIT|claims",
+    help="Make QUEUE's groups fair by their settled use of UNIT of the provider quotas their "
+    "tasks name (output_tokens, say), weighted as by claims; 'claims': by claims (the default).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @redis_option
 def group(
-    queue: str, group_name: str | None, settings: tuple[str, ...], as_json: bool, redis_url: str
+    queue: str,
+    group_name: str | None,
+    *,
+    settings: tuple[str, ...],
+    fair_by: str | None,
+    as_json: bool,
+    redis_url: str,
 ) -> None:
     """Without GROUP: QUEUE's groups with pending or running tasks, most pending first
-    (and the end of a group's own claim pause, if one holds).
+    (and the end of a group's own claim pause, if one holds); with --fair-by, what they
+    are fair by is set first and shown.
     With GROUP: its own settings (weight, concurrency cap, rate limits), changed by --set;
     the next claim applies them."""
     from taskfleet.protocol.errors import InvalidArgument
-    from taskfleet.protocol.groups import check_group
+    from taskfleet.protocol.groups import check_fair_by, check_group
 
+    if fair_by is not None:
+        if group_name is not None:
+            raise BadInput("--fair-by is the queue's, for every group: give no GROUP")
+        try:
+            unit = check_fair_by(fair_by)
+        except InvalidArgument as exc:
+            raise BadInput(str(exc)) from None
+        q = open_queue(queue, redis_url)
+        try:
+            q.set_fair_by(unit)
+        finally:
+            q.close()
+        if as_json:
+            click.echo(json.dumps({"fair_by": unit or "claims"}))
+        else:
+            click.echo(f"fair_by: {unit or 'claims'}")
+        return
     if group_name is None:
         if settings:
             raise BadInput("--set needs a GROUP")

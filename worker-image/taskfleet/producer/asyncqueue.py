@@ -101,6 +101,8 @@ class AsyncQueue(AsyncRunner):
     set_group = asyncs(Plans.set_group)
     group_settings = asyncs(Plans.group_settings)
     groups = asyncs(Plans.groups)
+    set_fair_by = asyncs(Plans.set_fair_by)
+    fair_by = asyncs(Plans.fair_by)
 
     pause_claims = asyncs(Plans.pause_claims)
     resume_claims = asyncs(Plans.resume_claims)

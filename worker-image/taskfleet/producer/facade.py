@@ -65,6 +65,8 @@ class Plans:
     set_group = staticmethod(grouping.set_group)
     group_settings = staticmethod(grouping.group_settings)
     groups = staticmethod(grouping.groups)
+    set_fair_by = staticmethod(grouping.set_fair_by)
+    fair_by = staticmethod(grouping.fair_by)
     # quotas
     pause_claims = staticmethod(quotas.pause_claims)
     resume_claims = staticmethod(quotas.resume_claims)

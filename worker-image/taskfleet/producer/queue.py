@@ -104,6 +104,8 @@ class Queue(SyncRunner):
     set_group = sync(Plans.set_group)
     group_settings = sync(Plans.group_settings)
     groups = sync(Plans.groups)
+    set_fair_by = sync(Plans.set_fair_by)
+    fair_by = sync(Plans.fair_by)
 
     pause_claims = sync(Plans.pause_claims)
     resume_claims = sync(Plans.resume_claims)

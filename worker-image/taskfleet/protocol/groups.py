@@ -27,9 +27,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from taskfleet.protocol.bounds import MAX_COUNT
-from taskfleet.protocol.calls import Call, Command
+from taskfleet.protocol.calls import Call, Command, one
 from taskfleet.protocol.errors import InvalidArgument
-from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.keys import QueueKeys, validate_unit_name
 from taskfleet.protocol.records import text, whole
 
 __all__ = [
@@ -152,6 +152,31 @@ def set_group(keys: QueueKeys, group: str, settings: GroupSettings) -> Call[None
         commands.append(("HSET", keys.group(group), *flat))
     commands.append(("ZADD", keys.groups_parked, "XX", 0, group))
     return Call(tuple(commands), lambda replies: None, transaction=True)
+
+
+def check_fair_by(unit: object) -> str | None:
+    """What groups are fair by: None (claims, one per task) or a unit of provider quotas
+    (their settled use of it, ``output_tokens`` say); anything else is refused."""
+    if unit is None or unit == "claims":
+        return None
+    try:
+        return validate_unit_name(unit)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise InvalidArgument(f"fair_by: {exc}, or 'claims'") from None
+
+
+def set_fair_by(keys: QueueKeys, unit: str | None) -> Call[None]:
+    """Make the queue's groups fair by their settled use of ``unit`` (None: by claims).
+    The ring's current virtual times stay: the next claims and settlements charge in
+    the new measure."""
+    command: Command = (
+        ("DEL", keys.groups_fair) if unit is None else ("SET", keys.groups_fair, unit)
+    )
+    return one(command, lambda reply: None)
+
+
+def fair_by(keys: QueueKeys) -> Call[str | None]:
+    return one(("GET", keys.groups_fair), lambda reply: None if reply is None else text(reply))
 
 
 def group_settings(keys: QueueKeys, group: str) -> Call[GroupSettings]:

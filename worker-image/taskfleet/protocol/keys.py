@@ -62,6 +62,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "output",
     "events",
     "events_cap",
+    "groups_fair",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -195,6 +196,11 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "string",
         "set while the queue's events are on: how many entries the events stream keeps",
     ),
+    "groups_fair": (
+        "string",
+        "the unit of provider quotas the fair-claim ring charges groups by (their settled "
+        "use of it); absent: by claims, one per task",
+    ),
 }
 
 _INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
@@ -290,6 +296,7 @@ class QueueKeys:
         "group_prefix",
         "group_running",
         "groups",
+        "groups_fair",
         "groups_parked",
         "groups_pending",
         "idle",
@@ -385,6 +392,8 @@ class QueueKeys:
         self.group_bucket_prefix = p + "gbucket:"
         self.groups_parked = p + "groups:parked"
         self.groups_pending = p + "groups:pending"
+        # the unit groups are fair by (spend, settled), when not by claims
+        self.groups_fair = p + "groups:fair"
         # set for a second once a check found no live worker older than this release's
         # features (lua/includes/older_worker.lua): the next calls skip the check
         self.levels = p + "levels"

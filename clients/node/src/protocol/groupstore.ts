@@ -38,6 +38,18 @@ export async function writeGroupSettings(
   replies(await tx.exec());
 }
 
+/** Store the unit of provider quotas the groups are fair by; null: by claims (the key goes). */
+export async function writeFairBy(s: Store, unit: string | null): Promise<void> {
+  const key = layoutOf(s.keys).groupsFair;
+  if (unit === null) await s.client.del(key);
+  else await s.client.set(key, unit);
+}
+
+/** The unit the groups are fair by, as stored; null: by claims. */
+export async function readFairBy(s: Store): Promise<string | null> {
+  return s.client.get(layoutOf(s.keys).groupsFair);
+}
+
 /** `group`'s hash as stored. */
 export async function readGroup(s: Store, group: string): Promise<Record<string, string>> {
   return s.client.hgetall(layoutOf(s.keys).group(group));

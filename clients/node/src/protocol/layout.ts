@@ -8,7 +8,7 @@ export const PROTOCOL = 1;
 export const KEY_PREFIX = "tf:{%QUEUE%}:";
 
 /** Every key's name, in the manifest's (KEYS) order. */
-export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output", "events", "events_cap"] as const;
+export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output", "events", "events_cap", "groups_fair"] as const;
 /** A key's name in the manifest. */
 export type KeyName = (typeof KEY_NAMES)[number];
 
@@ -58,6 +58,7 @@ export const KEY_SUFFIX: Readonly<Record<KeyName, string>> = {
   output: "output:",
   events: "events",
   events_cap: "events:cap",
+  groups_fair: "groups:fair",
 };
 
 /**
@@ -131,6 +132,8 @@ export class QueueLayout {
   readonly events: string;
   /** string: set while the queue's events are on: how many entries the events stream keeps */
   readonly eventsCap: string;
+  /** string: the unit of provider quotas the fair-claim ring charges groups by (their settled use of it); absent: by claims, one per task */
+  readonly groupsFair: string;
 
   constructor(readonly queue: string) {
     this.prefix = KEY_PREFIX.replace("%QUEUE%", queue);
@@ -166,6 +169,7 @@ export class QueueLayout {
     this.tombstones = this.prefix + "tombstones";
     this.events = this.prefix + "events";
     this.eventsCap = this.prefix + "events:cap";
+    this.groupsFair = this.prefix + "groups:fair";
   }
 
   /** hash: one task's record; the key is the prefix and the task's id */

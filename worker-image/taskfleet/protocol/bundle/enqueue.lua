@@ -38,6 +38,7 @@ local K_LEVELS = KEYS[35]
 local K_OUTPUT = KEYS[36]
 local K_EVENTS = KEYS[37]
 local K_EVENTS_CAP = KEYS[38]
+local K_GROUPS_FAIR = KEYS[39]
 local K_PQUOTA = "tf:pquota:"
 local K_PQUOTA_HOLDS = "tf:pquota-holds:"
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
@@ -1025,7 +1026,10 @@ end
 -- Fair claiming between groups (claim_tasks' pick while groups are in use). The ring
 -- K_GROUPS holds every group with tasks a claim may take now, scored by its virtual time:
 -- a claim serves the lowest, and a task it takes moves that group on by 1 / its weight, so
--- groups are served in turn (weighted round robin) whatever their backlog. '' stands for
+-- groups are served in turn (weighted round robin) whatever their backlog. With
+-- K_GROUPS_FAIR set (a unit of provider quotas), a task moves it on by its estimate of that
+-- unit / weight instead, and its settlement corrects that (group_took): fair by spend.
+-- '' stands for
 -- the ungrouped tasks (K_PENDING) while groups are in use. Inside a group the order is
 -- pending's (priority, then FIFO). A group held back by its own limits leaves the ring for
 -- K_GROUPS_PARKED (score: when to look again; +inf at its concurrency cap, until one of
@@ -1164,9 +1168,27 @@ local function group_park(st, g, hold)
   redis.call('ZADD', K_GROUPS_PARKED, hold == math.huge and 'inf' or st.now + hold, g)
   st.steps = st.steps + 1
 end
+-- includes/group_spend.lua
+-- group_spend: what a claim charges a group's virtual time when groups are fair by spend:
+-- the task's estimate of unit `by`, summed over the provider quotas it names (`quotas`, its
+-- JSON field), or 1 when it estimates none, so a group of such tasks still takes turns.
+-- Its settlement corrects the charge to the real use (group_charge).
+local function group_spend(quotas, by)
+  local ok, want = pcall(cjson.decode, quotas or '')
+  local sum = 0
+  if ok and type(want) == 'table' then
+    for _, units in pairs(want) do
+      local n = type(units) == 'table' and tonumber(units[by])
+      if n and n > 0 then sum = sum + n end
+    end
+  end
+  if sum > 0 then return sum end
+  return 1
+end
 -- includes/group_took.lua
--- group_took: the claim took task id (of group g, from zset src, at virtual time vt)
-local function group_took(st, g, vt, src, id, cost)
+-- group_took: the claim took task id (of group g, from zset src, at virtual time vt;
+-- quotas: its `quotas` field, read only when groups are fair by spend)
+local function group_took(st, g, vt, src, id, cost, quotas)
   local s = group_state(st, g)
   pending_remove(id, g)
   if g ~= '' then
@@ -1180,7 +1202,14 @@ local function group_took(st, g, vt, src, id, cost)
   if redis.call('EXISTS', src) == 0 then
     redis.call('ZREM', K_GROUPS, g)
   else
-    redis.call('ZADD', K_GROUPS, 'XX', vt + 1 / s.weight, g)
+    -- fair by spend or by claims, a task naming no quota moves its group on by 1: only
+    -- one that names some reads K_GROUPS_FAIR (once a call: st.by, false when unset)
+    local step = 1
+    if quotas then
+      if st.by == nil then st.by = redis.call('GET', K_GROUPS_FAIR) end
+      if st.by then step = group_spend(quotas, st.by) end
+    end
+    redis.call('ZADD', K_GROUPS, 'XX', vt + step / s.weight, g)
   end
 end
 -- includes/group_bucket_store.lua
@@ -1564,7 +1593,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
               v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1, v[1] or ''}
           end
           out[#out + 1] = table.concat(fields, '\0')
-          if fair then group_took(fair, g, vt, src, id, cost) end
+          if fair then group_took(fair, g, vt, src, id, cost, v[14]) end
         end
       end
     end

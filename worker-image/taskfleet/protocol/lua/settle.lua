@@ -3,6 +3,8 @@
 -- estimate its claim reserved, or its last settlement) is charged to the quota's current
 -- window, or given back when the run was claimed in this window (a window already past
 -- keeps what it was charged). Use above the limit is debt the next windows wait out.
+-- When the queue's groups are fair by a unit this settles (K_GROUPS_FAIR), the task's
+-- group's virtual time takes the difference too (group_charge), in any window.
 -- Settled for that run (same token) in any state: it may land just after the outcome.
 -- Arguments: ARG_* (signatures.Settle).
 -- Returns: 1 settled; 0 refused (another run holds the task, or it is gone); -1 the task
@@ -10,9 +12,10 @@
 --- @include "now_ms"
 --- @include "pq_load"
 --- @include "pq_settled"
+--- @include "group_charge"
 local now = now_ms()
 local key = K_TASK .. ARG_TASK_ID
-local v = redis.call('HMGET', key, 'token', 'quotas', 'started_at', 'quota_settled')
+local v = redis.call('HMGET', key, 'token', 'quotas', 'started_at', 'quota_settled', 'group')
 if v[1] ~= ARG_TOKEN then return 0 end
 local ok, est = pcall(cjson.decode, v[2] or '')
 if not ok or type(est) ~= 'table' or type(est[ARG_NAME]) ~= 'table' then return -1 end
@@ -22,6 +25,8 @@ local settled = pq_settled(v[4], ARG_TOKEN) or {}
 local before = settled[ARG_NAME] or est[ARG_NAME]
 local same_window = (tonumber(v[3]) or 0) >= q.window
 local used = cjson.decode(ARG_USED)
+local by = redis.call('GET', K_GROUPS_FAIR)
+if by and used[by] then group_charge(v[5] or '', used[by] - (tonumber(before[by]) or 0)) end
 local fields = {}
 for unit, amount in pairs(used) do
   local diff = amount - (tonumber(before[unit]) or 0)

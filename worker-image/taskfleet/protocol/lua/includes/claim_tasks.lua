@@ -232,7 +232,7 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
               v[4] or default_timeout, v[5] or 0, v[6] or 0, v[7] or 1, v[1] or ''}
           end
           out[#out + 1] = table.concat(fields, '\0')
-          if fair then group_took(fair, g, vt, src, id, cost) end
+          if fair then group_took(fair, g, vt, src, id, cost, v[14]) end
         end
       end
     end

@@ -3,7 +3,10 @@
 -- Fair claiming between groups (claim_tasks' pick while groups are in use). The ring
 -- K_GROUPS holds every group with tasks a claim may take now, scored by its virtual time:
 -- a claim serves the lowest, and a task it takes moves that group on by 1 / its weight, so
--- groups are served in turn (weighted round robin) whatever their backlog. '' stands for
+-- groups are served in turn (weighted round robin) whatever their backlog. With
+-- K_GROUPS_FAIR set (a unit of provider quotas), a task moves it on by its estimate of that
+-- unit / weight instead, and its settlement corrects that (group_took): fair by spend.
+-- '' stands for
 -- the ungrouped tasks (K_PENDING) while groups are in use. Inside a group the order is
 -- pending's (priority, then FIFO). A group held back by its own limits leaves the ring for
 -- K_GROUPS_PARKED (score: when to look again; +inf at its concurrency cap, until one of
