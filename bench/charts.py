@@ -77,7 +77,7 @@ def peers(report: dict[str, Any], out: Path, name: str = "peers") -> list[Path]:
     right.set_yticks(y, [""] * len(rows))
     right.invert_yaxis()
     right.set_xlabel("CPU µs per task while draining (lower is better)")
-    right.legend(loc="lower right")
+    right.legend(loc="upper right")
     totals = [w + r for w, r in zip(worker, redis_cpu, strict=True)]
     for ax, values in ((left, [r["drain_per_s"] for r in rows]), (right, totals)):
         for i, v in enumerate(values):
