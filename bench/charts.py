@@ -91,7 +91,7 @@ def peers(report: dict[str, Any], out: Path, name: str = "peers") -> list[Path]:
 
 
 def _curve(ax: Any, series: Sequence[dict[str, Any]], x: str, y: str, label: str) -> None:
-    if series:
+    if series and all(y in r for r in series):  # an older report may lack a figure
         ax.plot([r[x] for r in series], [r[y] for r in series], marker="o", label=label)
 
 
@@ -132,8 +132,8 @@ def scale(report: dict[str, Any], out: Path) -> list[Path]:
     ax.set_title("claims over G groups, Redis µs per task", fontsize=10)
     ax.set_xlabel("groups G")
     ax = axes[1][2]
-    _curve(ax, sweep, "size", "promote_us_per_task", "promotion, µs per task")
-    _curve(ax, sweep, "size", "expire_us_per_task", "expiry, µs per task")
+    _curve(ax, sweep, "size", "promote_cpu_us_per_task", "promotion, CPU µs per task")
+    _curve(ax, sweep, "size", "expire_cpu_us_per_task", "expiry, CPU µs per task")
     _curve(ax, sweep, "size", "idle_sweep_us", "a sweep, nothing due, µs")
     ax.set_title("the sweep with D delayed / expired", fontsize=10)
     ax.set_xlabel("D (tasks)")

@@ -62,6 +62,7 @@ SLOTS = 8  # tasks per claim call, as bench.claim_time_ab and bench.fairness
 SMALL = 1_000  # pending tasks beside the delayed ones
 FLAG = 0.20  # a figure further than this from its small size's is flagged
 WORKERS, CONCURRENCY = 2, 32
+PARTS = ("pending", "delayed", "groups", "sweep")
 TURNS = 6  # turns of the smallest and the largest backlog, side by side
 DAY_S = 86_400
 
@@ -439,7 +440,11 @@ def sweep_series(
                 fill(queue, d, make)
             time.sleep(1.2)  # every task's run_at / deadline now passed
             slowlog_on(client)
+            cpu = redis_cpu_s(client)
             results = list(sweeps(url, name))
+            # CPU, not SLOWLOG's wall time: a call of several ms on a loaded machine is
+            # preempted, and its wall time is many times its work
+            row[f"{label}_cpu_us_per_task"] = (redis_cpu_s(client) - cpu) / d * 1e6
             calls = slowlog_off(client, SWEEP_SHAS)[::-1]  # SLOWLOG lists the newest first
             counts = [getattr(r, field) for r in results]
             if sum(counts) != d or len(calls) != len(results):
@@ -488,9 +493,11 @@ COMPARED = {
     ],
     "sweep": [
         ("idle_sweep_us", False),
+        ("promote_cpu_us_per_task", False),
         ("promote_us_per_task", False),
         ("promote_median_call_us", False),
         ("promote_longest_call_us", False),
+        ("expire_cpu_us_per_task", False),
         ("expire_us_per_task", False),
         ("expire_median_call_us", False),
         ("expire_longest_call_us", False),
@@ -502,7 +509,7 @@ def compare(report: dict[str, Any]) -> list[str]:
     """One line per figure: each size's value and its ratio to the smallest size's."""
     lines = []
     for series, figures in COMPARED.items():
-        rows = report[series]
+        rows = report.get(series, [])
         if len(rows) < 2:
             continue
         by = "groups" if series == "groups" else "size"
@@ -558,6 +565,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--groups", type=ints, default=list(GROUPS), help="group counts")
     p.add_argument("--group-tasks", type=int, default=20_000, help="tasks over the groups")
     p.add_argument("--sweep", type=ints, default=list(SWEEP_SIZES), help="delayed set sizes")
+    p.add_argument("--parts", type=lambda t: t.split(","), default=list(PARTS),
+                   help="which of pending,delayed,groups,sweep to run")  # fmt: skip
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="results and charts folder")
     p.add_argument("--no-charts", action="store_true", help="no PNG/SVG charts")
     return p.parse_args(argv)
@@ -577,15 +586,17 @@ def main(argv: list[str] | None = None) -> int:
         report["redis_version"] = version
         client = redis.Redis.from_url(url, socket_timeout=600)
         try:
-            for kind in ("pending", "delayed"):
+            for kind in [k for k in ("pending", "delayed") if k in args.parts]:
                 rows, side = backlog_series(
                     url, client, args.sizes, sample=args.sample, kind=kind, turns=args.turns
                 )
                 report[kind], report[f"{kind}_side_by_side"] = rows, side
-            rows, side = groups_series(url, client, args.groups, args.group_tasks, args.turns)
-            report["groups"], report["groups_side_by_side"] = rows, side
-            rows, side = sweep_series(url, client, args.sweep, args.turns)
-            report["sweep"], report["sweep_side_by_side"] = rows, side
+            if "groups" in args.parts:
+                rows, side = groups_series(url, client, args.groups, args.group_tasks, args.turns)
+                report["groups"], report["groups_side_by_side"] = rows, side
+            if "sweep" in args.parts:
+                rows, side = sweep_series(url, client, args.sweep, args.turns)
+                report["sweep"], report["sweep_side_by_side"] = rows, side
         finally:
             client.close()
     report["machine"]["loadavg_after"] = [
