@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 .PHONY: help deps install lint test check crds crds-check bundle bundle-check bench bench-metrics bench-cluster \
         bench-processes bench-provider bench-schedules bench-expiry bench-flows bench-dashboard \
         bench-autoscale bench-coldstart bench-podstart bench-operator bench-operator-memory \
-        bench-redis-sizing soak soak-faults demo demo-local local-demo \
+        bench-redis-sizing bench-scale soak soak-faults demo demo-local local-demo \
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
         kind-node-image kind-up kind-down clean release-tools release release-check release-npm-check \
         test-redis-versions test-redis-py-range bench-operator-outage helm chart-files chart-lint \
@@ -189,6 +189,9 @@ soak-faults: $(DEV) ## BUSY, OOM, restarts and failovers under load, then flows 
 
 bench-redis-sizing: $(DEV) ## Redis bytes per pending and per retained task, by payload size (docs/redis.md)
 	$(BIN)/python -m bench.redis_sizing
+
+bench-scale: $(DEV) ## costs against the backlog: 10^3..10^6 pending and delayed, 10..10,000 groups, sweeps of 100,000; charts (SCALE_QUICK=1: up to 10^5)
+	$(BIN)/python -m bench.scale
 
 local-demo: $(DEV) ## a local worker fleet against a local redis-server (no Kubernetes)
 	examples/local-demo.sh

@@ -4,8 +4,9 @@ Starts one fresh redis-server (free port, temp dir, persistence off), then runs 
 system's bench (bench/systems/harness.py with that system's adapter) one after another
 against it, flushing Redis between systems. taskfleet runs in the project venv; each peer
 runs in its own venv under bench/.peers/<name>, created from the pins below on first use
-(their Redis client pins clash). Prints one table, writes bench/results/<stamp>.json and,
-for a complete run with peers, the results section of bench/README.md.
+(their Redis client pins clash). Prints one table, writes bench/results/<stamp>.json, its
+chart (bench/results/charts/peers.png and .svg) and, for a complete run with peers, the
+results section of bench/README.md.
 
     python -m bench.run                          # taskfleet only (about a minute)
     python -m bench.run --peers rq,arq,celery,dramatiq
@@ -448,9 +449,14 @@ def main(argv: list[str] | None = None) -> int:
         path = RESULTS_DIR / f"{started.strftime('%Y-%m-%dT%H%MZ')}.json"
         path.write_text(json.dumps(report, indent=2) + "\n")
         log(f"wrote {path}")
+        from bench import charts  # matplotlib: loaded only when a chart is drawn
+
         # "Latest results" in the README shows the newest complete run with peers; older
-        # runs stay in bench/results/ and bench/journal/.
+        # runs stay in bench/results/ and bench/journal/. So does peers.png.
         peers = set(PEER_PINS) | set(NATIVE_PEERS)
+        chart = "peers" if peers & set(args.peer_list) else "taskfleet"
+        for written in charts.peers(report, RESULTS_DIR, chart):
+            log(f"wrote {written}")
         if not failed and peers & set(args.peer_list):
             write_readme(text)
             log(f"updated {README}")
