@@ -15,13 +15,15 @@ from taskfleet.producer.flows import chain, chord, group
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.control_ops import Report
 from taskfleet.protocol.groups import GroupSettings
+from taskfleet.protocol.output import emit_op
+from taskfleet.protocol.scripts import SyncScripts
 
 from tests.dashboard_fixtures import older_worker
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = REPO / "docs" / "images"
 
-#: name -> path (``{task}``: the showcase's dead task)
+#: name -> path (``{task}``: the showcase's dead task; ``{running}``: its long job)
 PAGES = {
     "queues": "/",
     "queue": "/queues/llm-summaries",
@@ -30,6 +32,7 @@ PAGES = {
     "waiting": "/queues/llm-summaries/tasks/waiting",
     "dead": "/queues/llm-summaries/tasks/dead",
     "task": "/queues/llm-summaries/tasks/id/{task}",
+    "output": "/queues/llm-summaries/tasks/id/{running}",
     "schedules": "/queues/llm-summaries/schedules",
     "flows": "/queues/llm-summaries/flows",
     "workers": "/workers",
@@ -46,6 +49,15 @@ TRACE = (
 @dataclass(frozen=True)
 class Showcase:
     dead_id: str
+    #: the long job (running) and its run's claim token
+    running_id: str
+    running_token: str
+
+    def emit(self, queue: Queue, text: str) -> str:
+        """A chunk of the long job's output, as its handler's ``emit`` writes it."""
+        op = emit_op(queue.keys, self.running_id, self.running_token, "t", text)
+        entry: str = SyncScripts.for_client(queue.client).run(op)
+        return entry
 
 
 def screenshot(name: str) -> Path:
@@ -75,6 +87,9 @@ def showcase(queue: Queue, make_broker: Callable[..., Any]) -> Showcase:
         broker.fail(task.id, task.token, error, False)
     progress = json.dumps({"done": 412, "total": 1000, "message": "embedding chunk 412"})
     broker.report([Report(long_job, claimed[long_job].token, progress)])
+    shown = Showcase(dead[0], long_job, claimed[long_job].token)
+    shown.emit(queue, "Loaded 1,000 chunks of the corpus.\n")
+    shown.emit(queue, "Embedding with text-embedding-3-small…\n")
     for tenant, n in (("tenant-acme", 14), ("tenant-globex", 9), ("tenant-initech", 6)):
         queue.enqueue_many(
             [{"payload": {"doc": i}, "group": tenant, "task": "summarise"} for i in range(n)]
@@ -87,4 +102,4 @@ def showcase(queue: Queue, make_broker: Callable[..., Any]) -> Showcase:
     queue.schedule("weekly-report", "0 8 * * MON", {"kind": "report"}, paused=True)
     queue.pause_claims(1800, reason="OpenAI 429 storm", group="tenant-initech")
     older_worker(queue, "worker-7f9c-1", beat_ago_ms=600_000)
-    return Showcase(dead[0])
+    return shown

@@ -1,6 +1,6 @@
-"""The dashboard's actions: retry dead tasks, cancel, purge finished ones; all through the
-queue's own atomic calls (``Queue.retry``, ``cancel_many``, ``purge_tasks``), never a
-write of the dashboard's own.
+"""The dashboard's actions: retry dead tasks, cancel, promote delayed ones, purge finished
+ones; all through the queue's own atomic calls (``Queue.retry``, ``cancel_many``,
+``promote_many``, ``purge_tasks``), never a write of the dashboard's own.
 
 An action is a form posted twice: first without ``confirm`` (the dashboard shows what it
 is about to do and asks), then with it (it does it and says what happened to each task).
@@ -32,6 +32,7 @@ APPLIES = {
     "cancel": frozenset(
         {TaskState.PENDING.value, TaskState.DELAYED.value, TaskState.RUNNING.value}
     ),
+    "promote": frozenset({TaskState.DELAYED.value}),
     "purge": frozenset(s.value for s in FINISHED),
 }
 
@@ -80,8 +81,8 @@ def parse(form: Mapping[str, str], ids: Sequence[str]) -> Action:
     chosen = tuple(dict.fromkeys(i for i in ids if i))
     if every and chosen:
         raise BadActionError("an action names tasks or says every one, not both")
-    if every and kind == "cancel":
-        raise BadActionError("cancel names its tasks")
+    if every and kind in ("cancel", "promote"):
+        raise BadActionError(f"{kind} names its tasks")
     if not every and not chosen:
         raise BadActionError("no task selected")
     if len(chosen) > MAX_IDS:
@@ -106,6 +107,14 @@ def run(queue: Queue, action: Action) -> Result:
             o in (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED) for o in outcomes.values()
         )
         return Result(f"{changed} of {len(rows)} cancelled or asked to cancel", rows, changed)
+    if action.kind == "promote":
+        promoted = queue.promote_many(list(action.ids))
+        rows = [
+            (i, "promoted: pending now" if promoted[i] else "not delayed any more: left as it was")
+            for i in action.ids
+        ]
+        changed = sum(promoted.values())
+        return Result(f"{changed} of {len(rows)} promoted to pending", rows, changed)
     if action.kind == "retry":
         if action.every:
             n = queue.retry()

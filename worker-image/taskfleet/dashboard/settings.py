@@ -37,6 +37,8 @@ class DashboardSettings:
     #: seconds between two discoveries of the queues (only without ``queues``)
     discover_s: float = 60.0
     page_size: int = PAGE_SIZE
+    #: live outputs (server-sent events) open at once; past it a new one gets 503
+    max_streams: int = 16
     read_only: bool = True
     token: str | None = field(default=None, repr=False)
     #: Host header names answered (``host.allows``): exact names, ``*.domain`` for its
@@ -62,6 +64,8 @@ class DashboardSettings:
         for name in self.allowed_hosts:
             if not name or name != name.strip().lower() or any(c in name for c in "/ @,"):
                 raise ValueError(f"allowed host {name!r} must be a lowercase name, no port")
+        if not 1 <= self.max_streams <= 256:
+            raise ValueError(f"max_streams must be within 1..256, not {self.max_streams!r}")
         if not 1 <= self.page_size <= 1000:
             raise ValueError(f"page_size must be within 1..1000, not {self.page_size!r}")
 

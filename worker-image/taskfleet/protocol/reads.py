@@ -230,6 +230,11 @@ class QueueReads:
 
         return call(commands, decode)
 
+    def payload_sizes(self, task_ids: Sequence[str]) -> Call[list[int]]:
+        """Each task's payload size in bytes (0: no such task), one HSTRLEN each."""
+        commands = [("HSTRLEN", self._k.task(i), "payload") for i in task_ids]
+        return call(commands, lambda r: [int(v or 0) for v in r])
+
     def payload_names(self, task_ids: Sequence[str]) -> Call[list[str | None]]:
         """Each task's name (None: the default handler, or no such task), read from its
         payload whole: ask only for small payloads."""
