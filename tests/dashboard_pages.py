@@ -1,7 +1,8 @@
 """Every page of the dashboard as the docs show it: the name of its screenshot
 (``docs/images/dashboard-<name>.png``) and its path on the showcase queue, and the
 showcase itself: a queue with what each page is for (groups, a claim pause, dead tasks of
-several errors, a long job's progress, a flow, schedules, a silent worker)."""
+several errors, a long job's progress and output, a flow, schedules, a silent worker, a
+paused provider quota)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from taskfleet.producer.queue import Queue
 from taskfleet.protocol.control_ops import Report
 from taskfleet.protocol.groups import GroupSettings
 from taskfleet.protocol.output import emit_op
+from taskfleet.protocol.provider_quota import ProviderQuotaOps
 from taskfleet.protocol.scripts import SyncScripts
 
 from tests.dashboard_fixtures import older_worker
@@ -36,6 +38,7 @@ PAGES = {
     "schedules": "/queues/llm-summaries/schedules",
     "flows": "/queues/llm-summaries/flows",
     "workers": "/workers",
+    "quotas": "/quotas",
 }
 
 QUEUE = "llm-summaries"
@@ -90,6 +93,13 @@ def showcase(queue: Queue, make_broker: Callable[..., Any]) -> Showcase:
     shown = Showcase(dead[0], long_job, claimed[long_job].token)
     shown.emit(queue, "Loaded 1,000 chunks of the corpus.\n")
     shown.emit(queue, "Embedding with text-embedding-3-small…\n")
+    # a provider quota, paused, that a task of the queue waits for (left delayed by a claim)
+    scripts = SyncScripts.for_client(queue.client)
+    openai = ProviderQuotaOps("openai")
+    scripts.run(openai.configure({"requests": 500, "input_tokens": 200_000}, 60_000, 8))
+    queue.enqueue({"doc": 7}, task="summarise", quotas={"openai": {"requests": 1}})
+    scripts.run(openai.pause(900_000, "OpenAI 429 storm"))
+    assert broker.claim(1).tasks == []
     for tenant, n in (("tenant-acme", 14), ("tenant-globex", 9), ("tenant-initech", 6)):
         queue.enqueue_many(
             [{"payload": {"doc": i}, "group": tenant, "task": "summarise"} for i in range(n)]

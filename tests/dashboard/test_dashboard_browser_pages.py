@@ -111,6 +111,7 @@ def csp_violations(browser: Any) -> list[str]:
 #: What each page must show: (css, text) pairs, each waited for.
 EXPECTED: dict[str, list[tuple[str, str]]] = {
     "queues": [("table.queues a", QUEUE), ("span.badge.groups-paused", "1 group paused"),
+               ("a.badge.quota-paused", "waits on openai (paused)"),
                ("span.badge.health", "1 worker silent")],
     "queue": [("#claim-pause", "OpenAI 429 storm"), ("#claim-pause", "tenant-initech"),
               ("#alarms", "1 worker silent"), ("dl.limits", "dead retention"),
@@ -128,6 +129,7 @@ EXPECTED: dict[str, list[tuple[str, str]]] = {
                   ("table.schedules", "paused")],
     "flows": [("table.flows td", "/")],
     "workers": [("table.workers tr.silent", "silent")],
+    "quotas": [("#quota-openai h2", "OpenAI 429 storm"), ("#quota-openai table.units", "requests")],
 }  # fmt: skip
 
 
@@ -163,7 +165,7 @@ def test_a_running_tasks_output_grows_live_survives_the_refresh_and_ends_with_th
         assert shown.count("Loaded 1,000 chunks") == 1  # nothing twice after a refresh
         broker = make_broker(queue.name, pod="worker-7f9c-0", incarnation="a1")
         broker.complete(scene.running_id, scene.running_token, None)
-        visible(browser, "#output-status", "the task ended done")
+        visible(browser, "#output-status", "The task ended done")
         assert "chunk 413" in visible(browser, "#task-output", "chunk 413")
     assert csp_violations(browser) == []
 

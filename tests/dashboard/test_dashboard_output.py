@@ -156,7 +156,7 @@ def test_a_finished_tasks_page_shows_its_whole_output_attempt_by_attempt(
     assert "data-stream" not in output  # finished: not live
     assert "try one &lt;b&gt;" in output  # text, never markup
     assert text_of(output).split() == [">try", "one", "<b>", "attempt", "2", "try", "two"]
-    assert "2 chunks" in text_of(page)
+    assert "The task ended done: 2 chunks." in text_of(page)
 
 
 def test_a_task_with_no_output_has_no_output_section_unless_it_runs(

@@ -13,6 +13,7 @@ promote, cancel and purge through the queue's own calls, for a logged-in session
 - ``charts``: samples -> a small inline SVG chart: pure;
 - ``display``: ages, times, JSON capped for display: pure;
 - ``auth``: the token, the sessions, the CSRF and same-origin checks;
+- ``providers``: provider quotas' use and pauses, and the queues waiting on a paused one;
 - ``output``: a task's output, whole once finished, live (server-sent events) while it runs;
 - ``actions``: an action parsed, run through ``Queue``'s calls, logged;
 - ``acting``: the POST routes (login, logout, an action confirmed then done);

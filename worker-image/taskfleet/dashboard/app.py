@@ -42,6 +42,7 @@ from taskfleet.dashboard import (
     charts,
     display,
     output,
+    providers,
     reads,
     triage,
 )
@@ -129,6 +130,7 @@ class Dashboard:
             history_s=settings.history_s,
             discover_s=settings.discover_s,
             keep_s=alarms.DEAD_WINDOW_S,
+            quotas=settings.quotas,
         )
         self.templates = _environment()
         self.streams = output.Streams(settings.max_streams)
@@ -190,8 +192,32 @@ class Dashboard:
     def queues(self, request: Request) -> Response:
         names = self.sampler.queues()
         views = [overview.read(self.client, name, groups=False) for name in names]
-        rows = [(v, self.chart(v.name), self._rates(v.name), self.alarms_of(v)) for v in views]
+        paused = {q.name for q in self._quotas() if q.paused}
+        rows = [
+            (
+                v,
+                self.chart(v.name),
+                self._rates(v.name),
+                self.alarms_of(v),
+                providers.waiting_on(self.client, v.name, paused) if v.counts["delayed"] else [],
+            )
+            for v in views
+        ]
         return self.page(request, "queues", rows=rows, discovered=self.sampler.discovered())
+
+    def _quotas(self) -> list[providers.QuotaView]:
+        return providers.read_quotas(self.client, self.sampler.quotas())
+
+    def quotas(self, request: Request) -> Response:
+        found = self._quotas()
+        return self.page(
+            request,
+            "quotas",
+            quotas=found,
+            total=len(self.sampler.quotas()),
+            shown_max=providers.QUOTAS_SHOWN,
+            discovered=self.sampler.discovered(),
+        )
 
     def _rates(self, queue: str) -> dict[str, float | None]:
         series = rates(self.sampler.samples(queue))
@@ -463,6 +489,8 @@ def create_app(settings: DashboardSettings, *, client: SyncClient | None = None)
         Route("/", dash.queues, methods=get),
         Route("/healthz", health, methods=get),
         Route("/workers", dash.workers, methods=get),
+        Route("/quotas", dash.quotas, methods=get),
+        Route("/quotas", partial(acting.quota_act, dash), methods=["POST"]),
         Route("/queues/{queue}", dash.queue, methods=get),
         Route("/queues/{queue}/workers", dash.workers, methods=get),
         Route("/queues/{queue}/search", dash.search, methods=get),

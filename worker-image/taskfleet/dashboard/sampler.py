@@ -3,8 +3,8 @@
 The rate charts need the counters at several past moments; a page view reads only the
 samples kept here. Each step reads every queue's ``completed`` and ``failed`` counters
 with the server's time (one pipelined round trip for all queues). Without named queues,
-the queues of the Redis are found by a SCAN over its keys, here and never in a page
-view: at ``discover_s`` intervals, in steps of 1000 keys.
+the queues and the provider quotas of the Redis are found by SCANs over its keys, here
+and never in a page view: at ``discover_s`` intervals, in steps of 1000 keys.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import redis
 from redis.cluster import RedisCluster
 
 from taskfleet.producer.overview import discover
-from taskfleet.protocol.calls import run, run_all
+from taskfleet.protocol import store
+from taskfleet.protocol.calls import run, run_all, scan
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.holdbacks import DEAD_COUNTER
 from taskfleet.protocol.keys import QueueKeys
@@ -66,9 +67,12 @@ class Sampler:
         history_s: float,
         discover_s: float,
         keep_s: float = 0.0,
+        quotas: tuple[str, ...] = (),
     ) -> None:
         self._client = client
         self._fixed = queues
+        self._named_quotas = quotas
+        self._quotas: list[str] = sorted(quotas)
         self._sample_s = sample_s
         self._discover_s = discover_s
         # the charts draw history_s; the alarms look back keep_s (the longer is kept)
@@ -83,6 +87,11 @@ class Sampler:
     def queues(self) -> list[str]:
         with self._lock:
             return list(self._names)
+
+    def quotas(self) -> list[str]:
+        """The provider quotas: those named, and those found (without named queues)."""
+        with self._lock:
+            return list(self._quotas)
 
     def discovered(self) -> bool:
         """Whether the queues are known (named, or one discovery has finished)."""
@@ -104,8 +113,10 @@ class Sampler:
 
     def discover_now(self) -> None:
         names = discover(self._client)
+        found = set(scan(self._client, store.provider_quotas()))
         with self._lock:
             self._names = names
+            self._quotas = sorted(found | set(self._named_quotas))
             self._discovered = True
 
     def sample_now(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from taskfleet.protocol.keys import validate_queue_name
+from taskfleet.protocol.keys import validate_queue_name, validate_quota_name
 
 #: Rows on one page of a state.
 PAGE_SIZE = 50
@@ -28,6 +28,9 @@ class DashboardSettings:
 
     redis_url: str
     queues: tuple[str, ...] = ()
+    #: provider quotas shown, besides those found with the queues (none are found when
+    #: ``queues`` names them: nothing is scanned then)
+    quotas: tuple[str, ...] = ()
     #: seconds between two live refreshes of an open page
     refresh_s: float = 2.0
     #: seconds between two samples of every queue's counters (the rate charts' step)
@@ -48,6 +51,8 @@ class DashboardSettings:
     def __post_init__(self) -> None:
         for name in self.queues:
             validate_queue_name(name)
+        for name in self.quotas:
+            validate_quota_name(name)
         if not self.read_only and (self.token is None or len(self.token) < MIN_TOKEN_CHARS):
             raise ValueError(
                 f"actions need a token of at least {MIN_TOKEN_CHARS} characters "

@@ -230,6 +230,12 @@ class QueueReads:
 
         return call(commands, decode)
 
+    def quota_waits(self, task_ids: Sequence[str]) -> Call[list[str]]:
+        """The provider quota each delayed task last waited for ('' for none), one HGET
+        each (``quota_wait``, set by the claim that left it delayed)."""
+        commands = [("HGET", self._k.task(i), "quota_wait") for i in task_ids]
+        return call(commands, lambda r: ["" if v is None else text(v) for v in r])
+
     def payload_sizes(self, task_ids: Sequence[str]) -> Call[list[int]]:
         """Each task's payload size in bytes (0: no such task), one HSTRLEN each."""
         commands = [("HSTRLEN", self._k.task(i), "payload") for i in task_ids]

@@ -1,8 +1,8 @@
-// A running task's output, live: an EventSource on the URL of <pre data-stream>, each
-// chunk appended as text (never as markup), a mark where another attempt begins. The
-// browser reconnects by itself and resumes after the last chunk (Last-Event-ID); the
-// "end" event closes it for good. live.js keeps this <pre> across its refreshes and says
-// so with the "live:swapped" event, after which a new <pre data-stream> is looked for.
+// A running task's output, live: an EventSource on the URL of <div data-stream>, each
+// chunk appended as text (never as markup) to its <pre>, a mark where another attempt
+// begins. The browser reconnects by itself and resumes after the last chunk
+// (Last-Event-ID); the "end" event closes it for good. live.js keeps this <div> across
+// its refreshes while it streams, then sends "live:swapped": a new one is looked for.
 (function () {
   "use strict";
   if (!window.EventSource) { return; }
@@ -27,13 +27,14 @@
   }
 
   function attach() {
-    var pre = document.querySelector("pre[data-stream]");
-    if (!pre || pre.hasAttribute("data-streaming")) { return; }
+    var box = document.querySelector("div[data-stream]");
+    if (!box || box.hasAttribute("data-streaming")) { return; }
+    var pre = box.querySelector("pre");
     if (source) { source.close(); }
-    pre.setAttribute("data-streaming", "1");
+    box.setAttribute("data-streaming", "1");
     attempt = null;
     var chunks = 0;
-    source = new EventSource(pre.getAttribute("data-stream"));
+    source = new EventSource(box.getAttribute("data-stream"));
     source.addEventListener("chunk", function (event) {
       chunks += 1;
       append(pre, JSON.parse(event.data));
@@ -42,8 +43,8 @@
     source.addEventListener("end", function (event) {
       source.close();
       source = null;
-      pre.removeAttribute("data-stream");
-      say("the task ended " + JSON.parse(event.data).state + " · " + chunks + " chunks");
+      box.removeAttribute("data-stream");
+      say("The task ended " + JSON.parse(event.data).state + ": " + chunks + " chunks.");
     });
     source.onerror = function () {
       if (source && source.readyState === EventSource.CONNECTING) { say("reconnecting…"); }
