@@ -2,11 +2,12 @@
 (``docs/images/dashboard-<name>.png``) and its path on the showcase queue, and the
 showcase itself: a queue with what each page is for (groups, a claim pause, dead tasks of
 several errors, a long job's progress and output, a flow, schedules, a silent worker, a
-paused provider quota)."""
+paused provider quota, an hour of per-minute counts)."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +15,10 @@ from typing import Any
 
 from taskfleet.producer.flows import chain, chord, group
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.calls import run
 from taskfleet.protocol.control_ops import Report
 from taskfleet.protocol.groups import GroupSettings
+from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.output import emit_op
 from taskfleet.protocol.provider_quota import ProviderQuotaOps
 from taskfleet.protocol.scripts import SyncScripts
@@ -112,4 +115,12 @@ def showcase(queue: Queue, make_broker: Callable[..., Any]) -> Showcase:
     queue.schedule("weekly-report", "0 8 * * MON", {"kind": "report"}, paused=True)
     queue.pause_claims(1800, reason="OpenAI 429 storm", group="tenant-initech")
     older_worker(queue, "worker-7f9c-1", beat_ago_ms=600_000)
+    # the last hour's per-minute counts, as the scripts write them: what the charts draw
+    now = run(queue.client, queue.reads.clock()) // 60_000
+    for ago in range(60, -1, -1):
+        done = 1800 + int(900 * math.sin(ago / 6)) + (1200 if 20 <= ago <= 24 else 0)
+        failed = 30 + (400 if 18 <= ago <= 22 else 0)
+        queue.client.hset(
+            QueueKeys(queue.name).rate(now - ago), mapping={"completed": done, "failed": failed}
+        )
     return shown

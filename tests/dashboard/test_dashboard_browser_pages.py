@@ -73,6 +73,8 @@ def served(redis_url: str, scene: Showcase) -> Iterator[Served]:
         redis_url=redis_url, refresh_s=60, sample_s=0.2, discover_s=0.2, page_size=12
     )
     with serve(settings) as s:
+        # the pages are not refreshed here: open them once the background discovery is done
+        wait_for(lambda: QUEUE in s.get("/").body, timeout=10, what="the queue discovered")
         yield s
 
 
@@ -113,7 +115,8 @@ EXPECTED: dict[str, list[tuple[str, str]]] = {
     "queues": [("table.queues a", QUEUE), ("span.badge.groups-paused", "1 group paused"),
                ("a.badge.quota-paused", "waits on openai (paused)"),
                ("span.badge.health", "1 worker silent")],
-    "queue": [("#claim-pause", "OpenAI 429 storm"), ("#claim-pause", "tenant-initech"),
+    "queue": [("#claim-pause", "OpenAI 429 storm"), ("section p", "-60 min"),
+              ("#claim-pause", "tenant-initech"),
               ("#alarms", "1 worker silent"), ("dl.limits", "dead retention"),
               ("dl.limits", "3 d"), ("table.groups a", "tenant-acme")],
     "pending": [("main p.muted", "across groups"), ("table.tasks th", "group"),

@@ -184,6 +184,12 @@ class Dashboard:
         return alarms.alarms(view, alarms.dead_rise(samples, view.at_ms))
 
     def chart(self, queue: str) -> Any:
+        """The queue's own per-minute counts over the last hour; for a queue whose workers
+        write none (older ones), the samples since the dashboard started."""
+        history = self.sampler.history(queue)
+        if history is not None and not history.empty:
+            series = charts.minute_series(history.minutes, history.at_ms)
+            return charts.rate_chart(series, charts.HOUR_MS)
         span = int(self.settings.history_s * 1000)
         return charts.rate_chart(rates(self.sampler.samples(queue)), span)
 

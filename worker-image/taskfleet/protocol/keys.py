@@ -62,6 +62,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "output",
     "events",
     "events_cap",
+    "rate",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -195,6 +196,11 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "string",
         "set while the queue's events are on: how many entries the events stream keeps",
     ),
+    "rate": (
+        "hash",
+        "one minute's completed and failed counts (the dashboard's charts), expiring about an "
+        "hour after it; the key is the prefix and the minute (epoch ms // 60000)",
+    ),
 }
 
 _INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
@@ -301,6 +307,7 @@ class QueueKeys:
         "prefix",
         "queue",
         "quota",
+        "rate_prefix",
         "running",
         "sched_prefix",
         "schedule_due",
@@ -397,6 +404,8 @@ class QueueKeys:
         # (lua/includes/event.lua); absent: off, and scripts pay one GET
         self.events = p + "events"
         self.events_cap = p + "events:cap"
+        # each minute's completed and failed counts, for charts (lua/includes/rate_note.lua)
+        self.rate_prefix = p + "rate:"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
@@ -410,6 +419,7 @@ class QueueKeys:
             "group_bucket": self.group_bucket_prefix,
             "flow": self.flow_prefix,
             "output": self.output_prefix,
+            "rate": self.rate_prefix,
         }
         #: every key of :data:`SCRIPT_KEYS`, in that order
         self.script_keys: tuple[str, ...] = tuple(
@@ -431,6 +441,10 @@ class QueueKeys:
 
     def output(self, task_id: str) -> str:
         return self.output_prefix + task_id
+
+    def rate(self, minute: int) -> str:
+        """The counts of one minute (``epoch ms // 60000``)."""
+        return f"{self.rate_prefix}{minute}"
 
     def pod(self, pod: str) -> str:
         return self.pod_prefix + pod

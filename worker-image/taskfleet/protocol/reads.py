@@ -154,6 +154,11 @@ class Activity:
         return bool(self.pending or self.delayed or self.running or self.scheduled)
 
 
+#: Minutes of per-minute counts a chart reads (lua/includes/rate_note.lua keeps each
+#: minute's hash 65 minutes).
+RATE_MINUTES = 60
+
+
 def _ms(reply: Any) -> int:
     seconds, micros = reply
     return int(seconds) * 1000 + int(micros) // 1000
@@ -227,6 +232,22 @@ class QueueReads:
 
         def decode(replies: Sequence[Any]) -> list[LiveRow]:
             return [_live_row(i, replies[2 * n], replies[2 * n + 1]) for n, i in enumerate(ids)]
+
+        return call(commands, decode)
+
+    def rate_history(
+        self, last_minute: int, minutes: int = RATE_MINUTES
+    ) -> Call[list[tuple[int, int, int]]]:
+        """(minute, completed, failed) of the ``minutes`` minutes up to ``last_minute``
+        (epoch ms // 60000): the queue's per-minute counts, one HMGET a minute (0 for a
+        minute with none, or written by a worker older than them)."""
+        first = last_minute - minutes + 1
+        commands: list[Command] = [
+            ("HMGET", self._k.rate(m), "completed", "failed") for m in range(first, last_minute + 1)
+        ]
+
+        def decode(replies: Sequence[Any]) -> list[tuple[int, int, int]]:
+            return [(first + i, int(c or 0), int(f or 0)) for i, (c, f) in enumerate(replies)]
 
         return call(commands, decode)
 
