@@ -20,6 +20,7 @@ from taskfleet.protocol.scripts import SyncScripts
 
 from tests.dashboard_server import Served, serve
 from tests.fixtures_redis import MakeBroker
+from tests.polling import wait_for
 
 
 @pytest.fixture
@@ -133,6 +134,15 @@ def test_open_streams_are_bounded_and_a_bad_resume_point_is_refused(
     finally:
         for reader in readers:
             reader.close()
+
+    def reopened() -> bool:  # a browser gone gives its slot back
+        reader = EventReader(served, path)
+        try:
+            return reader.response.status == 200
+        finally:
+            reader.close()
+
+    wait_for(reopened, timeout=10, what="a stream to open again once the others closed")
     bad = served.get(f"{path}?since=nope")
     assert bad.status == 400 and "since" in bad.body
 
