@@ -67,6 +67,26 @@ def test_cancel_says_what_it_did_to_each_task_and_fails_for_an_unknown_id(
         assert task is not None and task.state is TaskState.CANCELLED
 
 
+def test_promote_runs_a_delayed_task_now_and_fails_for_one_not_delayed(
+    redis_url: str, tmp_path: Path
+) -> None:
+    env = env_for(redis_url, tmp_path)
+    with Queue("q", redis_url=redis_url) as queue:
+        later = queue.enqueue({}, delay=3600)
+        ok = taskfleet("promote", "q", later, "--json", env=env)
+        assert ok.returncode == 0, ok.stderr
+        assert json.loads(ok.stdout) == {later: True}
+        task = queue.get(later)
+        assert task is not None and task.state is TaskState.PENDING
+        again = taskfleet("promote", "q", later, env=env)
+        assert again.returncode == 1
+        assert again.stdout == f"{later}  not delayed: unchanged\n"
+        assert again.stderr == f"taskfleet: error: task {later!r} of queue 'q' is not delayed\n"
+        bare = taskfleet("promote", "q", env=env)
+        assert bare.returncode == 2
+        assert "name the delayed tasks to promote" in bare.stderr
+
+
 def test_retry_replays_dead_tasks_by_id_filter_or_all(
     redis_url: str, tmp_path: Path, make_broker: MakeBroker
 ) -> None:

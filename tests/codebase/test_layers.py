@@ -106,7 +106,7 @@ def test_every_module_belongs_to_a_layer_or_is_the_package_root() -> None:
 
 #: What a module outside protocol/ may import of ``taskfleet.protocol.keys``: the
 #: builders' argument and the name rules (not ``PREFIX`` or ``SCRIPT_KEYS``).
-KEYS_IMPORTABLE = {"QueueKeys", "validate_queue_name"}
+KEYS_IMPORTABLE = {"QueueKeys", "validate_queue_name", "validate_quota_name"}
 #: ``QueueKeys``' key names and key-building methods (``queue`` is the queue's name).
 KEY_MEMBERS = (set(QueueKeys.__slots__) | {n for n in vars(QueueKeys) if not n.startswith("_")}) - {
     "queue"

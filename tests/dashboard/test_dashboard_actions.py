@@ -161,6 +161,30 @@ def test_cancel_says_per_task_cancelled_requested_or_already_finished(
     assert state(queue, waiting) == "cancelled" and state(queue, scene.done_id) == "done"
 
 
+def test_promote_sends_selected_delayed_tasks_to_pending_and_says_which_were_not_delayed(
+    logged_in: Browser, queue: Queue, scene: Scene, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "taskfleet.dashboard")
+    later = queue.enqueue({"later": True}, delay=3600)
+    page = logged_in.served.get("/queues/jobs/tasks/delayed", logged_in.headers()).body
+    assert 'class="act-promote"' in page
+    form = [("action", "promote"), ("state", "delayed"), ("id", later)]
+    form += [("id", scene.pending_ids[0])]
+    status, asked = logged_in.act(form, confirm=False)
+    assert status == 200 and "Promote 2 delayed tasks?" in asked and "Each runs now" in asked
+    assert state(queue, later) == "delayed"
+    status, answer = logged_in.act(form, confirm=True)
+    assert status == 200 and "1 of 2 promoted to pending" in answer
+    assert f"{later} promoted: pending now" in answer
+    assert f"{scene.pending_ids[0]} not delayed any more: left as it was" in answer
+    assert state(queue, later) == "pending"
+    (line,) = [r for r in caplog.records if r.getMessage() == "dashboard_action"]
+    assert line.fields["action"] == "promote"  # type: ignore[attr-defined]
+    every = [("action", "promote"), ("state", "delayed"), ("every", "1")]
+    status, refused = logged_in.act(every, confirm=True)
+    assert status == 400 and "promote names its tasks" in refused
+
+
 def test_purge_deletes_selected_done_tasks_and_every_dead_one_and_nothing_else(
     logged_in: Browser, queue: Queue, scene: Scene
 ) -> None:

@@ -251,6 +251,32 @@ def test_a_dead_tasks_error_read_then_the_task_retried_after_login_and_confirm_a
     assert csp_violations(browser) == []
 
 
+def test_delayed_tasks_promoted_from_the_delayed_page_and_from_a_task_page_after_login(
+    browser: Any, acting: Served, scene: Scene, queue: Queue
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    first = queue.enqueue({"later": 1}, delay=3600)
+    second = queue.enqueue({"later": 2}, delay=7200)
+    browser.get(acting.base + "/login?next=/queues/jobs/tasks/delayed")
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    click(browser, ".login button", "Log in")
+    click(browser, f'input[type=checkbox][value="{first}"]')
+    click(browser, "button.act-promote", "Promote selected")
+    assert "Promote 1 delayed task?" in visible(browser, "h1", "Promote")
+    assert queue.get(first).state.value == "delayed"  # type: ignore[union-attr]
+    click(browser, "button#confirm", "Promote")
+    assert "1 of 1 promoted to pending" in visible(browser, "#result-summary")
+    assert queue.get(first).state.value == "pending"  # type: ignore[union-attr]
+
+    browser.get(f"{acting.base}/queues/jobs/tasks/id/{second}")
+    click(browser, "#task-actions button.act-promote", "Promote")
+    click(browser, "button#confirm", "Promote")
+    assert f"{second} promoted: pending now" in visible(browser, "table.result", second)
+    assert queue.get(second).state.value == "pending"  # type: ignore[union-attr]
+    assert csp_violations(browser) == []
+
+
 def test_a_queues_groups_then_a_flow_walked_member_by_member_up_to_one_retention_pruned(
     browser: Any, served: Served, queue: Queue
 ) -> None:

@@ -74,6 +74,8 @@ def served(redis_url: str, scene: Showcase) -> Iterator[Served]:
         redis_url=redis_url, refresh_s=60, sample_s=0.2, discover_s=0.2, page_size=12
     )
     with serve(settings) as s:
+        # the pages are not refreshed here: open them once the background discovery is done
+        wait_for(lambda: QUEUE in s.get("/").body, timeout=10, what="the queue discovered")
         yield s
 
 
@@ -112,8 +114,10 @@ def csp_violations(browser: Any) -> list[str]:
 #: What each page must show: (css, text) pairs, each waited for.
 EXPECTED: dict[str, list[tuple[str, str]]] = {
     "queues": [("table.queues a", QUEUE), ("span.badge.groups-paused", "1 group paused"),
+               ("a.badge.quota-paused", "waits on openai (paused)"),
                ("span.badge.health", "1 worker silent")],
-    "queue": [("#claim-pause", "OpenAI 429 storm"), ("#claim-pause", "tenant-initech"),
+    "queue": [("#claim-pause", "OpenAI 429 storm"), ("section p", "-60 min"),
+              ("#claim-pause", "tenant-initech"),
               ("#alarms", "1 worker silent"), ("dl.limits", "dead retention"),
               ("dl.limits", "3 d"), ("table.groups a", "tenant-acme")],
     "pending": [("main p.muted", "across groups"), ("table.tasks th", "group"),
@@ -122,12 +126,14 @@ EXPECTED: dict[str, list[tuple[str, str]]] = {
                 ("table.live td.progress", "41%"), ("table.live td", "embed-corpus")],
     "waiting": [("table.live td.waits", "left")],
     "dead": [("#triage", "KeyError: 'summary'"), ("#triage td.num", "3"),
-             ("form#filter", "")],
+             ("form#filter", "task name")],
     "task": [("#task-error", "KeyError")],
+    "output": [("#task-output", "Embedding with"), ("#output-status", "live")],
     "schedules": [("table.schedules", "nightly-digest"), ("table.schedules", "Europe/Paris"),
                   ("table.schedules", "paused")],
     "flows": [("table.flows td", "/")],
     "workers": [("table.workers tr.silent", "silent")],
+    "quotas": [("#quota-openai h2", "OpenAI 429 storm"), ("#quota-openai table.units", "requests")],
 }  # fmt: skip
 
 
@@ -136,11 +142,35 @@ def test_every_page_shows_its_new_elements_in_a_real_browser(
 ) -> None:
     assert set(EXPECTED) == set(PAGES)
     for name, path in PAGES.items():
-        browser.get(served.base + path.format(task=scene.dead_id))
+        browser.get(served.base + path.format(task=scene.dead_id, running=scene.running_id))
         visible(browser, "main h1")
         for css, text in EXPECTED[name]:
             visible(browser, css, text)
         shot(browser, name)
+    assert csp_violations(browser) == []
+
+
+def test_a_running_tasks_output_grows_live_survives_the_refresh_and_ends_with_the_task(
+    browser: Any,
+    redis_url: str,
+    scene: Showcase,
+    queue: Queue,
+    make_broker: Callable[..., Any],
+) -> None:
+    settings = DashboardSettings(redis_url=redis_url, refresh_s=0.3, sample_s=0.2, discover_s=0.2)
+    with serve(settings) as fast:
+        browser.get(f"{fast.base}/queues/{QUEUE}/tasks/id/{scene.running_id}")
+        visible(browser, "#task-output", "Loaded 1,000 chunks")
+        scene.emit(queue, "chunk 412 of 1000 <done>\n")
+        visible(browser, "#task-output", "chunk 412 of 1000 <done>")  # text, not markup
+        visible(browser, "#live-status", "live ·")  # the page refreshed since
+        scene.emit(queue, "chunk 413 of 1000\n")
+        shown = visible(browser, "#task-output", "chunk 413")
+        assert shown.count("Loaded 1,000 chunks") == 1  # nothing twice after a refresh
+        broker = make_broker(queue.name, pod="worker-7f9c-0", incarnation="a1")
+        broker.complete(scene.running_id, scene.running_token, None)
+        visible(browser, "#output-status", "The task ended done")
+        assert "chunk 413" in visible(browser, "#task-output", "chunk 413")
     assert csp_violations(browser) == []
 
 

@@ -1,6 +1,6 @@
 """Dead tasks triaged on the dashboard, served for real on a real redis-server: the
 newest counted by error (class and message) and reason, each count a filter; the dead
-page filtered by reason, group and error; retry and purge of the matching tasks through
+page filtered by reason, group, error and task name; retry and purge of the matching tasks through
 the confirmed actions, behind the login and CSRF token."""
 
 from __future__ import annotations
@@ -94,6 +94,31 @@ def test_the_dead_page_filters_by_error_class_message_group_and_reason(
     assert reason is not None and reason.reason
     assert len(_listed(served.get(f"/queues/jobs/tasks/dead?reason={reason.reason}").body)) == 6
     assert _listed(served.get("/queues/jobs/tasks/dead?reason=nothing-like-it").body) == set()
+
+
+def test_the_dead_page_filters_by_task_name_read_from_small_payloads_only(
+    served: Served, queue: Queue, make_broker: MakeBroker
+) -> None:
+    made = [
+        queue.enqueue({"i": 0}, task="summarise", max_attempts=1, group="a"),
+        queue.enqueue({"i": 1}, task="summarise", max_attempts=1),
+        queue.enqueue({"i": 2}, task="embed", max_attempts=1),
+        queue.enqueue({"big": "x" * 5000}, task="summarise", max_attempts=1),
+        queue.enqueue({"i": 4}, max_attempts=1),  # no name: the default handler
+    ]
+    broker = make_broker("jobs")
+    broker.register(10)
+    claimed = {t.id: t for _ in made for t in broker.claim(1).tasks}
+    for task_id in made:
+        assert broker.fail(task_id, claimed[task_id].token, "KeyError: 'x'", False) == "dead"
+    named = served.get("/queues/jobs/tasks/dead?name=summarise").body
+    assert _listed(named) == set(made[:2])  # the one over 4 KiB is not read for its name
+    assert "2 matching of the 5 dead tasks" in text_of(named)
+    assert "one over 4 KiB never matches" in text_of(named)
+    both = served.get("/queues/jobs/tasks/dead?name=summarise&in_group=a").body
+    assert _listed(both) == {made[0]}
+    assert 'name="name" value="summarise"' in both  # the form keeps the filter
+    assert _listed(served.get("/queues/jobs/tasks/dead?name=nothing").body) == set()
 
 
 def test_retry_matching_sends_back_only_the_matching_tasks_once_confirmed(

@@ -20,6 +20,17 @@ def test_rates_are_per_second_between_samples_and_a_counter_that_went_down_reads
     }
 
 
+def test_per_minute_counts_read_as_rates_the_minute_under_way_over_its_elapsed_part() -> None:
+    minutes = [(100, 120, 6), (101, 60, 0), (102, 30, 3), (103, 5, 5)]
+    at_ms = 102 * 60_000 + 30_000  # half-way through minute 102; 103 has not begun
+    assert charts.minute_series(minutes, at_ms) == {
+        "done": [(101 * 60_000, 2.0), (102 * 60_000, 1.0), (at_ms, 1.0)],
+        "failed": [(101 * 60_000, 0.1), (102 * 60_000, 0.0), (at_ms, 0.1)],
+    }
+    svg = str(charts.rate_chart(charts.minute_series(minutes, at_ms), charts.HOUR_MS))
+    assert "per minute, over the last hour" in svg and "-60 min" in svg
+
+
 def test_the_chart_waits_for_two_rates_then_draws_one_line_per_series() -> None:
     assert "collecting" in charts.rate_chart({"done": [(1, 1.0)], "failed": [(1, 0.0)]}, 600_000)
     svg = charts.rate_chart(

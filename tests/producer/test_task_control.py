@@ -1,7 +1,9 @@
-"""Cancel, retry (replay), list and purge of tasks, and handlers' reports and verdicts,
+"""Cancel, promote, retry (replay), list and purge of tasks, and handlers' reports and verdicts,
 through the protocol against a real redis-server."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 from taskfleet import CancelOutcome, InvalidArgument, Queue, QueueConfig, TaskState
@@ -85,6 +87,29 @@ def test_a_draining_worker_release_of_a_cancelled_task_ends_it_cancelled(
     queue.cancel(task_id)
     assert broker.release([(claimed.id, claimed.token)]) == 0
     assert _state(queue, task_id) is TaskState.CANCELLED
+
+
+def test_a_promoted_delayed_task_is_claimed_now_and_other_states_are_left_alone(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    later = queue.enqueue({"n": 1}, delay=3600, priority=5)
+    grouped = queue.enqueue({"n": 2}, delay=3600, group="tenant-a")
+    ready = queue.enqueue({"n": 3})
+    broker = make_broker("jobs")
+    assert [t.id for t in broker.claim(10).tasks] == [ready]
+    assert queue.promote_many([later, grouped, ready, "nope"]) == {
+        later: True,
+        grouped: True,
+        ready: False,
+        "nope": False,
+    }
+    assert queue.promote(later) is False  # pending now: a second promote changes nothing
+    task = queue.get(later)
+    assert task is not None and task.state is TaskState.PENDING
+    assert task.run_at is not None and task.created_at is not None
+    assert task.run_at < task.created_at + timedelta(seconds=60)
+    assert sorted(t.id for t in broker.claim(10).tasks) == sorted([later, grouped])
+    assert queue.stats()["delayed"] == 0
 
 
 def test_retry_sends_dead_tasks_back_with_a_new_attempt_budget(

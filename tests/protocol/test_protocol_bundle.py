@@ -88,6 +88,7 @@ def test_the_manifest_lists_every_key_in_keys_order_with_its_suffix_and_type() -
         "group_bucket",
         "flow",
         "output",
+        "rate",
     ]
 
 
@@ -178,6 +179,7 @@ def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> Non
         (ops.repair(3), (0, 0)),
         (control.cancel(["t", "u"]), (2, 1)),
         (control.retry(task_ids=["t"]), (1, 1)),
+        (control.promote(["t", "u"]), (2, 1)),
         (control.retry(scan=Scan(reason="failed")), (0, 1)),
         (control.drop("done", task_ids=["t", "u"]), (2, 1)),
         (control.drop("dead", scan=Scan(oldest_ms=5, newest_ms=9)), (0, 1)),

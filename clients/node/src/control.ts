@@ -139,6 +139,36 @@ export async function cancel(
   return out;
 }
 
+/**
+ * Run delayed tasks now (scheduled for later, or waiting out a retry's backoff): each goes
+ * to pending at its priority. Per id whether it was delayed, and so promoted; the others
+ * are left as they are. In calls of 1000, each atomic.
+ */
+export async function promote(
+  c: Control,
+  taskIds: readonly string[],
+): Promise<Record<string, boolean>> {
+  const all = checkIds(taskIds);
+  const out: Record<string, boolean> = {};
+  for (let start = 0; start < all.length; start += ID_BATCH) {
+    const batch = all.slice(start, start + ID_BATCH);
+    const argv = c.bundle.pack(
+      "promote",
+      {},
+      batch.map((task_id) => ({ task_id })),
+    );
+    const raw = await c.scripts.run("promote", c.keys, argv);
+    const flags = typeof raw === "string" ? raw : Buffer.isBuffer(raw) ? raw.toString() : "";
+    if (flags.length !== batch.length || /[^01]/.test(flags)) {
+      throw new ProtocolError(`promote: unexpected reply ${JSON.stringify(raw)}`);
+    }
+    batch.forEach((id, i) => {
+      out[id] = flags[i] === "1";
+    });
+  }
+  return out;
+}
+
 /** `group` if it is a group name, else an `InvalidArgument` (one line, as Python's `check_group`). */
 export function checkGroup(group: unknown): string {
   const problem = groupProblem(group);

@@ -522,6 +522,20 @@ export class Queue<Payload = AnyPayload, Result = unknown, Name extends string =
     return control.cancel(this.control, taskIds);
   }
 
+  /**
+   * Run a delayed task now (scheduled for later, or waiting out a retry's backoff): it goes
+   * to pending at its priority. `false` when it is not delayed: nothing changed.
+   */
+  async promote(taskId: string): Promise<boolean> {
+    const out = await control.promote(this.control, [taskId]);
+    return out[taskId] === true;
+  }
+
+  /** `promote` for each id, in calls of 1000: whether each was promoted. */
+  async promoteMany(taskIds: readonly string[]): Promise<Record<string, boolean>> {
+    return control.promote(this.control, taskIds);
+  }
+
   /** `cancel` every unfinished task of `group` (pending, delayed, running); how many ended each way. */
   async cancelGroup(group: string): Promise<Partial<Record<control.CancelOutcome, number>>> {
     return control.cancelGroup(this.control, group);

@@ -244,6 +244,19 @@ describe("controlling tasks", () => {
       assert.equal((await q.get(a))?.state, "cancelled");
     }));
 
+  it("promotes a delayed task to pending now and leaves the others as they are", () =>
+    withQueue(async (q) => {
+      const later = await q.enqueue({}, { delayMs: 3_600_000 });
+      const ready = await q.enqueue({});
+      assert.deepEqual(await q.promoteMany([later, ready, "nope"]), {
+        [later]: true,
+        [ready]: false,
+        nope: false,
+      });
+      assert.equal(await q.promote(later), false);
+      assert.equal((await q.get(later))?.state, "pending");
+    }));
+
   it("lists a state in the order it is served, page by page", () =>
     withQueue(async (q) => {
       await q.enqueueMany(

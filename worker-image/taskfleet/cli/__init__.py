@@ -1,5 +1,5 @@
-"""The ``taskfleet`` command: enqueue, configure, stats, task, ls, cancel, retry, purge,
-workers, schedule, top, worker, drain.
+"""The ``taskfleet`` command: enqueue, configure, stats, task, ls, cancel, promote, retry,
+purge, workers, schedule, top, worker, drain.
 
 Every option can also come from the environment (``TASKFLEET_<OPTION>``, e.g.
 ``TASKFLEET_REDIS_URL``, ``TASKFLEET_CONCURRENCY``; the worker's ``--timeout`` is
@@ -12,7 +12,7 @@ missing task with exit code 1; no tracebacks.
 The command group and ``main`` (the console script) live here; the commands by role:
 
 - ``queue_commands``: enqueue, flow, configure, stats, task (a queue, from anywhere);
-- ``task_commands``: ls, cancel, retry, purge, workers (a queue's tasks after enqueue);
+- ``task_commands``: ls, cancel, promote, retry, purge, workers (a queue's tasks after enqueue);
 - ``flowtree``: the tree of a flow ``task`` shows;
 - ``schedule_commands``: schedule add|ls|rm|pause|resume (a queue's schedules);
 - ``worker_commands``: worker, drain (a worker's container);
@@ -59,7 +59,7 @@ mask_url = redact_redis_url
 # worker's start imports the worker's command and nothing of the producer-side ones.
 COMMANDS = {
     **dict.fromkeys(("enqueue", "flow", "configure", "stats", "task"), "queue_commands"),
-    **dict.fromkeys(("ls", "cancel", "retry", "purge", "workers"), "task_commands"),
+    **dict.fromkeys(("ls", "cancel", "promote", "retry", "purge", "workers"), "task_commands"),
     "schedule": "schedule_commands",
     "quota": "quota_commands",
     "provider-quota": "provider_quota_commands",

@@ -13,7 +13,7 @@ import click
 
 from taskfleet.cli.logs import configure_logging
 from taskfleet.cli.options import BadInput, FiniteFloat, IntRange, redis_option
-from taskfleet.protocol.keys import validate_queue_name
+from taskfleet.protocol.keys import validate_queue_name, validate_quota_name
 
 #: Where ``--actions`` finds its token without ``--token-file``.
 TOKEN_ENV = "TASKFLEET_DASHBOARD_TOKEN"
@@ -29,6 +29,17 @@ def _queue_names(
     for name in value:
         try:
             validate_queue_name(name)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+    return value
+
+
+def _quota_names(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    for name in value:
+        try:
+            validate_quota_name(name)
         except ValueError as exc:
             raise click.BadParameter(str(exc), ctx, param) from None
     return value
@@ -68,6 +79,14 @@ def _ipv6(name: str) -> bool:
     multiple=True,
     callback=_queue_names,
     help="A queue to show (repeat for more); default: every queue found in this Redis.",
+)
+@click.option(
+    "--provider-quota",
+    "quotas",
+    multiple=True,
+    callback=_quota_names,
+    help="A provider quota to show (repeat for more); without --queue, every quota found "
+    "in this Redis is shown too.",
 )
 @click.option(
     "--host",
@@ -116,6 +135,7 @@ def _ipv6(name: str) -> bool:
 def dashboard(  # noqa: PLR0917 (click passes every option)
     redis_url: str,
     queues: tuple[str, ...],
+    quotas: tuple[str, ...],
     host: str,
     port: int,
     allowed_hosts: tuple[str, ...],
@@ -143,6 +163,7 @@ def dashboard(  # noqa: PLR0917 (click passes every option)
     settings = DashboardSettings(
         redis_url=redis_url,
         queues=queues,
+        quotas=quotas,
         refresh_s=refresh,
         read_only=not with_actions,
         token=token,

@@ -1,5 +1,5 @@
-"""Commands about a queue's tasks after their enqueue: ls, cancel, retry, purge, and the
-queue's workers (who holds what).
+"""Commands about a queue's tasks after their enqueue: ls, cancel, promote, retry, purge,
+and the queue's workers (who holds what).
 
 Each opens a ``Queue`` for its calls and closes it. A queue with nothing stored (no
 config, counters or workers: a typo) and a task id that names no task end with one
@@ -241,6 +241,31 @@ def cancel(
     missing = [i for i, o in shown.items() if o == "not_found"]
     if missing:
         raise click.ClickException(f"task {missing[0]!r} not found in queue {queue!r}")
+
+
+@click.command()
+@click.argument("queue")
+@click.argument("task_ids", nargs=-1)
+@_json_flag
+@redis_option
+def promote(*, queue: str, task_ids: tuple[str, ...], as_json: bool, redis_url: str) -> None:
+    """Run delayed tasks of QUEUE now (TASK_IDS: scheduled for later, or waiting out a
+    retry's backoff): each goes to pending at its priority. Exit 1 when an id was not
+    delayed (nothing changed for it; the others are promoted)."""
+    if not task_ids:
+        raise BadInput("name the delayed tasks to promote: one or more task ids")
+    with _existing(queue, redis_url) as q:
+        promoted = q.promote_many(list(task_ids))
+    if as_json:
+        click.echo(json.dumps(promoted, sort_keys=True))
+    else:
+        for task_id, done in promoted.items():
+            click.echo(
+                f"{task_id}  {'promoted: pending now' if done else 'not delayed: unchanged'}"
+            )
+    left = [i for i, done in promoted.items() if not done]
+    if left:
+        raise click.ClickException(f"task {left[0]!r} of queue {queue!r} is not delayed")
 
 
 _CANCEL_WORDS = {

@@ -4,7 +4,7 @@ Server-rendered pages (Starlette, Jinja2, served by uvicorn; the ``dashboard`` e
 on the producer's reads. Every page view is a few pipelined commands of bounded cost
 whatever the queue holds: sizes, one page of a state's sorted set by rank, one task's
 hash; never a scan. Read-only unless started with actions and a token: then retry,
-cancel and purge through the queue's own calls, for a logged-in session.
+promote, cancel and purge through the queue's own calls, for a logged-in session.
 
 - ``settings``: what the command was given (``DashboardSettings``);
 - ``reads``: the pages' reads: a page of a state, a task, the workers with what they hold;
@@ -13,6 +13,8 @@ cancel and purge through the queue's own calls, for a logged-in session.
 - ``charts``: samples -> a small inline SVG chart: pure;
 - ``display``: ages, times, JSON capped for display: pure;
 - ``auth``: the token, the sessions, the CSRF and same-origin checks;
+- ``providers``: provider quotas' use and pauses, and the queues waiting on a paused one;
+- ``output``: a task's output, whole once finished, live (server-sent events) while it runs;
 - ``actions``: an action parsed, run through ``Queue``'s calls, logged;
 - ``acting``: the POST routes (login, logout, an action confirmed then done);
 - ``app``: the routes, the templates, the security headers (``create_app``); ``serve``

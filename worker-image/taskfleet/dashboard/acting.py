@@ -224,3 +224,24 @@ async def schedule_act(dash: Board, request: Request) -> Response:
         raise HTTPException(400, str(exc)) from None
     actions.record_schedule(_client(request), name, action, outcome)
     return RedirectResponse(f"/queues/{display.url_part(name)}/schedules", status_code=303)
+
+
+async def quota_act(dash: Board, request: Request) -> Response:
+    """Pause or resume a provider quota: the same gate, login and CSRF token as every
+    action; one log line; back to the quotas page."""
+    refused = _gate(dash, request)
+    if refused:
+        return _refuse(dash, request, refused)
+    form = await _form(request)
+    session = auth.of(request, dash.sessions)
+    if session is None:
+        return _refuse(dash, request, "log in first: actions need the dashboard's token")
+    if not auth.csrf_matches(session, form.get("csrf") or None):
+        return _refuse(dash, request, "the form's CSRF token is missing or not this session's")
+    try:
+        action = actions.parse_quota(form.first())
+        outcome = await run_in_threadpool(actions.run_quota, dash.client, action)
+    except actions.BadActionError as exc:
+        raise HTTPException(400, str(exc)) from None
+    actions.record_quota(_client(request), action, outcome)
+    return RedirectResponse("/quotas", status_code=303)

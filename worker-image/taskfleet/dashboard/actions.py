@@ -1,6 +1,7 @@
-"""The dashboard's actions: retry dead tasks, cancel, purge finished ones; all through the
-queue's own atomic calls (``Queue.retry``, ``cancel_many``, ``purge_tasks``), never a
-write of the dashboard's own.
+"""The dashboard's actions: retry dead tasks, cancel, promote delayed ones, purge finished
+ones; all through the queue's own atomic calls (``Queue.retry``, ``cancel_many``,
+``promote_many``, ``purge_tasks``), never a write of the dashboard's own. A provider
+quota's pause and resume are its own script's calls (``Quota.pause`` / ``resume``).
 
 An action is a form posted twice: first without ``confirm`` (the dashboard shows what it
 is about to do and asks), then with it (it does it and says what happened to each task).
@@ -13,12 +14,16 @@ answers with a count.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.control_ops import CancelOutcome
 from taskfleet.protocol.groups import group_problem
+from taskfleet.protocol.provider_quota import ProviderQuotaOps
+from taskfleet.protocol.scripts import SyncScripts
 from taskfleet.protocol.states import FINISHED, TaskState
 
 log = logging.getLogger("taskfleet.dashboard")
@@ -32,6 +37,7 @@ APPLIES = {
     "cancel": frozenset(
         {TaskState.PENDING.value, TaskState.DELAYED.value, TaskState.RUNNING.value}
     ),
+    "promote": frozenset({TaskState.DELAYED.value}),
     "purge": frozenset(s.value for s in FINISHED),
 }
 
@@ -80,8 +86,8 @@ def parse(form: Mapping[str, str], ids: Sequence[str]) -> Action:
     chosen = tuple(dict.fromkeys(i for i in ids if i))
     if every and chosen:
         raise BadActionError("an action names tasks or says every one, not both")
-    if every and kind == "cancel":
-        raise BadActionError("cancel names its tasks")
+    if every and kind in ("cancel", "promote"):
+        raise BadActionError(f"{kind} names its tasks")
     if not every and not chosen:
         raise BadActionError("no task selected")
     if len(chosen) > MAX_IDS:
@@ -106,6 +112,14 @@ def run(queue: Queue, action: Action) -> Result:
             o in (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED) for o in outcomes.values()
         )
         return Result(f"{changed} of {len(rows)} cancelled or asked to cancel", rows, changed)
+    if action.kind == "promote":
+        promoted = queue.promote_many(list(action.ids))
+        rows = [
+            (i, "promoted: pending now" if promoted[i] else "not delayed any more: left as it was")
+            for i in action.ids
+        ]
+        changed = sum(promoted.values())
+        return Result(f"{changed} of {len(rows)} promoted to pending", rows, changed)
     if action.kind == "retry":
         if action.every:
             n = queue.retry()
@@ -268,6 +282,67 @@ def record_schedule(client: str, queue: str, action: ScheduleAction, outcome: st
         "queue": queue,
         "action": f"schedule_{action.op}",
         "schedule": action.name,
+        "result": outcome,
+    }
+    log.info("dashboard_action", extra={"fields": fields})
+
+
+@dataclass(frozen=True)
+class QuotaAction:
+    """Pause or resume a provider quota (every queue that names it)."""
+
+    op: str
+    name: str
+    seconds: float = 0.0
+    reason: str = ""
+
+
+def parse_quota(form: Mapping[str, str]) -> QuotaAction:
+    """``op`` (pause or resume), ``name``, and for a pause ``seconds`` and ``reason``."""
+    from taskfleet.protocol.keys import validate_quota_name
+
+    op = form.get("op", "")
+    if op not in ("pause", "resume"):
+        raise BadActionError(f"no quota action {op!r}: pause or resume")
+    try:
+        name = validate_quota_name(form.get("name", ""))
+    except ValueError as exc:
+        raise BadActionError(str(exc)) from None
+    if op == "resume":
+        return QuotaAction(op, name)
+    raw = form.get("seconds", "").strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise BadActionError(f"seconds must be a number of seconds, not {raw[:40]!r}") from None
+    if not 1 <= seconds <= MAX_PAUSE_S:
+        raise BadActionError(f"seconds must be 1..{MAX_PAUSE_S}, not {raw[:40]!r}")
+    reason = form.get("reason", "").strip()
+    if len(reason) > MAX_REASON:
+        raise BadActionError(f"a reason holds at most {MAX_REASON} characters")
+    return QuotaAction(op, name, seconds, reason or "paused from the dashboard")
+
+
+def run_quota(client: SyncClient, action: QuotaAction) -> str:
+    """The quota's own script (``Quota.pause`` / ``resume``'s call) on the dashboard's client."""
+    ops = ProviderQuotaOps(action.name)
+    if action.op == "resume":
+        op = ops.resume()
+    else:
+        op = ops.pause(math.ceil(action.seconds * 1000), action.reason)
+    use = SyncScripts.for_client(client).run(op)
+    if use is None:
+        raise BadActionError(f"no provider quota {action.name!r}")
+    return "resumed" if action.op == "resume" else f"paused until {use.paused_until_ms}"
+
+
+def record_quota(client: str, action: QuotaAction, outcome: str) -> None:
+    fields = {
+        "client": client,
+        "action": f"quota_{action.op}",
+        "quota": action.name,
+        "seconds": f"{action.seconds:g}",
+        "reason": action.reason,
         "result": outcome,
     }
     log.info("dashboard_action", extra={"fields": fields})

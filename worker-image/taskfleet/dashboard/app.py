@@ -24,12 +24,28 @@ from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
-from taskfleet.dashboard import acting, actions, alarms, auth, charts, display, reads, triage
+from taskfleet.dashboard import (
+    acting,
+    actions,
+    alarms,
+    auth,
+    charts,
+    display,
+    output,
+    providers,
+    reads,
+    triage,
+)
 from taskfleet.dashboard.sampler import Sampler, rates
 from taskfleet.dashboard.settings import DashboardSettings, allows
 from taskfleet.producer import flowtree, overview
@@ -82,6 +98,7 @@ def _environment() -> Environment:
     env.globals["limit_name"] = display.limit_name
     env.filters["pretty"] = display.pretty
     env.filters["capped"] = display.capped
+    env.filters["chunk_text"] = output.chunk_text
     env.filters["one_line"] = display.one_line
     env.filters["url"] = display.url_part
     env.filters["level"] = display.level
@@ -113,8 +130,10 @@ class Dashboard:
             history_s=settings.history_s,
             discover_s=settings.discover_s,
             keep_s=alarms.DEAD_WINDOW_S,
+            quotas=settings.quotas,
         )
         self.templates = _environment()
+        self.streams = output.Streams(settings.max_streams)
         self.redis_shown = redact_redis_url(settings.redis_url)
 
     # -- helpers ------------------------------------------------------------------------
@@ -165,6 +184,12 @@ class Dashboard:
         return alarms.alarms(view, alarms.dead_rise(samples, view.at_ms))
 
     def chart(self, queue: str) -> Any:
+        """The queue's own per-minute counts over the last hour; for a queue whose workers
+        write none (older ones), the samples since the dashboard started."""
+        history = self.sampler.history(queue)
+        if history is not None and not history.empty:
+            series = charts.minute_series(history.minutes, history.at_ms)
+            return charts.rate_chart(series, charts.HOUR_MS)
         span = int(self.settings.history_s * 1000)
         return charts.rate_chart(rates(self.sampler.samples(queue)), span)
 
@@ -173,8 +198,32 @@ class Dashboard:
     def queues(self, request: Request) -> Response:
         names = self.sampler.queues()
         views = [overview.read(self.client, name, groups=False) for name in names]
-        rows = [(v, self.chart(v.name), self._rates(v.name), self.alarms_of(v)) for v in views]
+        paused = {q.name for q in self._quotas() if q.paused}
+        rows = [
+            (
+                v,
+                self.chart(v.name),
+                self._rates(v.name),
+                self.alarms_of(v),
+                providers.waiting_on(self.client, v.name, paused) if v.counts["delayed"] else [],
+            )
+            for v in views
+        ]
         return self.page(request, "queues", rows=rows, discovered=self.sampler.discovered())
+
+    def _quotas(self) -> list[providers.QuotaView]:
+        return providers.read_quotas(self.client, self.sampler.quotas())
+
+    def quotas(self, request: Request) -> Response:
+        found = self._quotas()
+        return self.page(
+            request,
+            "quotas",
+            quotas=found,
+            total=len(self.sampler.quotas()),
+            shown_max=providers.QUOTAS_SHOWN,
+            discovered=self.sampler.discovered(),
+        )
 
     def _rates(self, queue: str) -> dict[str, float | None]:
         series = rates(self.sampler.samples(queue))
@@ -211,6 +260,7 @@ class Dashboard:
             reason=request.query_params.get("reason", "").strip()[:200],
             group=request.query_params.get("in_group", "").strip()[:100],
             error=request.query_params.get("error", "").strip()[:200],
+            name=request.query_params.get("name", "").strip()[:200],
         )
         finished = state in ("done", "dead", "cancelled")
         matches = None
@@ -227,7 +277,12 @@ class Dashboard:
         errors = None
         if state == "dead" and number == 1:
             errors = triage.by_error(self.client, QueueReads(keys), state)
-        filters = {"reason": wanted.reason, "in_group": wanted.group, "error": wanted.error}
+        filters = {
+            "reason": wanted.reason,
+            "in_group": wanted.group,
+            "error": wanted.error,
+            "name": wanted.name,
+        }
         if group is not None:
             filters["group"] = group
         last = max(1, -(-found.total // size))
@@ -262,14 +317,38 @@ class Dashboard:
         found = reads.task(self.client, QueueReads(keys), task_id) if task_id else None
         if found is None:
             return self.page(request, "notfound", 404, queue=name, task_id=task_id)
+        shown = None
+        if found.finished:
+            shown = output.read_output(self.client, keys, found.id)
         return self.page(
             request,
             "task",
             queue=name,
             task=found,
+            output=shown,
+            shown_chunks=output.SHOWN_CHUNKS,
             flow=flowtree.flow_tree(self.client, QueueReads(keys), found.id),
             tree_limit=flowtree.TREE_LIMIT,
             now_ms=run(self.client, QueueReads(keys).clock()),
+        )
+
+    async def output_stream(self, request: Request) -> Response:
+        """The task's output as server-sent events (``output``): live while it runs."""
+        name = request.path_params["queue"]
+        keys = self.keys(name)
+        task_id = request.path_params["task_id"]
+        since = output.resume_point(
+            request.headers.get("last-event-id"), request.query_params.get("since")
+        )
+        if not task_id or since is None:
+            raise HTTPException(400, "since (or Last-Event-ID) must be an output entry's id")
+        if not self.streams.take():
+            return PlainTextResponse(
+                f"at most {self.streams.limit} live outputs are open at once: try again later",
+                status_code=503,
+            )
+        return output.Released(
+            self.streams, self.streams.events(self.queue_of(keys), task_id, since)
         )
 
     def schedules(self, request: Request) -> Response:
@@ -396,6 +475,7 @@ def create_app(settings: DashboardSettings, *, client: SyncClient | None = None)
             yield
         finally:
             dash.sampler.stop()
+            dash.streams.close()
 
     def redis_failed(request: Request, exc: Exception) -> Response:
         message = scrub(str(exc), settings.redis_url)
@@ -415,6 +495,8 @@ def create_app(settings: DashboardSettings, *, client: SyncClient | None = None)
         Route("/", dash.queues, methods=get),
         Route("/healthz", health, methods=get),
         Route("/workers", dash.workers, methods=get),
+        Route("/quotas", dash.quotas, methods=get),
+        Route("/quotas", partial(acting.quota_act, dash), methods=["POST"]),
         Route("/queues/{queue}", dash.queue, methods=get),
         Route("/queues/{queue}/workers", dash.workers, methods=get),
         Route("/queues/{queue}/search", dash.search, methods=get),
@@ -422,6 +504,7 @@ def create_app(settings: DashboardSettings, *, client: SyncClient | None = None)
         Route("/queues/{queue}/schedules", partial(acting.schedule_act, dash), methods=["POST"]),
         Route("/queues/{queue}/flows", dash.flows, methods=get),
         Route("/queues/{queue}/tasks/id/{task_id:path}", dash.task, methods=get),
+        Route("/queues/{queue}/output/{task_id:path}", dash.output_stream, methods=get),
         Route("/queues/{queue}/tasks/{state}", dash.tasks, methods=get),
         Route("/login", partial(acting.login_page, dash), methods=get),
         Route("/login", partial(acting.login, dash), methods=["POST"]),
@@ -451,5 +534,7 @@ def serve(settings: DashboardSettings, host: str, port: int) -> None:
         access_log=False,
         server_header=False,
         proxy_headers=False,
+        # a live output's connection ends with its task: a stop does not wait for that
+        timeout_graceful_shutdown=3,
     )
     uvicorn.Server(config).run()

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
+#: What a chart of the queue's per-minute counts spans (ms).
+HOUR_MS = 3_600_000
+
 WIDTH = 240
 HEIGHT = 56
 PAD = 2
@@ -40,12 +43,33 @@ def rate_chart(series: dict[str, list[tuple[int, float]]], span_ms: int) -> Mark
     latest = {name: values[-1][1] if values else 0.0 for name, values in series.items()}
     label = ", ".join(f"{name} {rate:,.1f}/s" for name, rate in latest.items())
     title = f"{label}; peak {peak:,.1f}/s over the last {span_ms // 60000} min"
+    if span_ms >= HOUR_MS:
+        title = f"{label} (this minute); peak {peak:,.1f}/s, per minute, over the last hour"
     return Markup(
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
         f'role="img" aria-label="{title}"><title>{title}</title>'
         f'<line x1="0" y1="{HEIGHT - AXIS - PAD}" x2="{WIDTH}" y2="{HEIGHT - AXIS - PAD}" '
         'stroke="#999"/>' + "".join(lines) + _axis(span_ms, peak) + "</svg>"
     )
+
+
+def minute_series(
+    minutes: list[tuple[int, int, int]], at_ms: int
+) -> dict[str, list[tuple[int, float]]]:
+    """Per-minute counts (minute, completed, failed) as rates per second, each at its
+    minute's end; the minute under way at ``at_ms`` over its elapsed part (from 10 s in,
+    else left out: a few seconds' count is noise). Pure."""
+    done: list[tuple[int, float]] = []
+    failed: list[tuple[int, float]] = []
+    for minute, completed, fails in minutes:
+        start = minute * 60_000
+        seconds = min(60.0, (at_ms - start) / 1000)
+        if seconds < 10:
+            continue
+        end = start + int(seconds * 1000)
+        done.append((end, completed / seconds))
+        failed.append((end, fails / seconds))
+    return {"done": done, "failed": failed}
 
 
 def _axis(span_ms: int, peak: float) -> str:

@@ -1,10 +1,13 @@
 """The queues' counters sampled in the background, and the queues found in the background.
 
-The rate charts need the counters at several past moments; a page view reads only the
-samples kept here. Each step reads every queue's ``completed`` and ``failed`` counters
-with the server's time (one pipelined round trip for all queues). Without named queues,
-the queues of the Redis are found by a SCAN over its keys, here and never in a page
-view: at ``discover_s`` intervals, in steps of 1000 keys.
+The rate charts draw the queue's own per-minute counts (``rate:<minute>`` hashes the
+scripts write, an hour back), read here every ``HISTORY_S`` seconds: one HMGET a minute,
+one pipelined round trip for all queues. A queue whose workers write none (older ones)
+is drawn from the samples kept here instead, since the dashboard started. Each step reads
+every queue's ``completed`` and ``failed`` counters with the server's time (one
+pipelined round trip for all queues): the rates "now" and the dead count's rise. Without
+named queues, the queues and the provider quotas of the Redis are found by SCANs over its keys, here
+and never in a page view: at ``discover_s`` intervals, in steps of 1000 keys.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import contextlib
 import itertools
 import logging
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -20,11 +24,12 @@ import redis
 from redis.cluster import RedisCluster
 
 from taskfleet.producer.overview import discover
-from taskfleet.protocol.calls import run, run_all
+from taskfleet.protocol import store
+from taskfleet.protocol.calls import run, run_all, scan
 from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.holdbacks import DEAD_COUNTER
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.reads import QueueReads
+from taskfleet.protocol.reads import RATE_MINUTES, QueueReads
 
 log = logging.getLogger("taskfleet.dashboard")
 
@@ -32,6 +37,23 @@ log = logging.getLogger("taskfleet.dashboard")
 CHARTED = {"done": "completed", "failed": "failed"}
 #: Every counter sampled: the charted ones and the dead count the alarms watch.
 SAMPLED = (*CHARTED.values(), DEAD_COUNTER)
+
+
+#: Seconds between two reads of the queues' per-minute history.
+HISTORY_S = 15.0
+
+
+@dataclass(frozen=True)
+class History:
+    """A queue's per-minute counts as read at ``at_ms``: (minute, completed, failed), the
+    oldest first, the last one the minute under way."""
+
+    at_ms: int
+    minutes: list[tuple[int, int, int]]
+
+    @property
+    def empty(self) -> bool:
+        return not any(c or f for _, c, f in self.minutes)
 
 
 @dataclass(frozen=True)
@@ -66,15 +88,20 @@ class Sampler:
         history_s: float,
         discover_s: float,
         keep_s: float = 0.0,
+        quotas: tuple[str, ...] = (),
     ) -> None:
         self._client = client
         self._fixed = queues
+        self._named_quotas = quotas
+        self._quotas: list[str] = sorted(quotas)
         self._sample_s = sample_s
         self._discover_s = discover_s
         # the charts draw history_s; the alarms look back keep_s (the longer is kept)
         self._keep = max(2, int(max(history_s, keep_s) / sample_s) + 1)
         self._lock = threading.Lock()
         self._samples: dict[str, deque[Sample]] = {}
+        self._history: dict[str, History] = {}
+        self._history_read = -HISTORY_S
         self._names: list[str] = sorted(queues)
         self._discovered = bool(queues)
         self._stop = threading.Event()
@@ -84,6 +111,11 @@ class Sampler:
         with self._lock:
             return list(self._names)
 
+    def quotas(self) -> list[str]:
+        """The provider quotas: those named, and those found (without named queues)."""
+        with self._lock:
+            return list(self._quotas)
+
     def discovered(self) -> bool:
         """Whether the queues are known (named, or one discovery has finished)."""
         with self._lock:
@@ -92,6 +124,11 @@ class Sampler:
     def samples(self, queue: str) -> list[Sample]:
         with self._lock:
             return list(self._samples.get(queue, ()))
+
+    def history(self, queue: str) -> History | None:
+        """The queue's per-minute counts as last read (None: not read yet)."""
+        with self._lock:
+            return self._history.get(queue)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="dashboard-sampler", daemon=True)
@@ -104,8 +141,10 @@ class Sampler:
 
     def discover_now(self) -> None:
         names = discover(self._client)
+        found = set(scan(self._client, store.provider_quotas()))
         with self._lock:
             self._names = names
+            self._quotas = sorted(found | set(self._named_quotas))
             self._discovered = True
 
     def sample_now(self) -> None:
@@ -124,6 +163,20 @@ class Sampler:
                 kept.append(Sample(at_ms, counters))
             for gone in set(self._samples) - set(names):
                 del self._samples[gone]
+            for gone in set(self._history) - set(names):
+                del self._history[gone]
+        if time.monotonic() - self._history_read >= HISTORY_S:
+            self._history_read = time.monotonic()
+            self.read_history(names, every, clocks)
+
+    def read_history(self, names: list[str], every: list[QueueReads], clocks: list[int]) -> None:
+        calls = [
+            r.rate_history(at // 60000, RATE_MINUTES) for r, at in zip(every, clocks, strict=True)
+        ]
+        found = run_all(self._client, calls)
+        with self._lock:
+            for name, at_ms, minutes in zip(names, clocks, found, strict=True):
+                self._history[name] = History(at_ms, minutes)
 
     def _run(self) -> None:
         next_discovery = 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from taskfleet.protocol.keys import validate_queue_name
+from taskfleet.protocol.keys import validate_queue_name, validate_quota_name
 
 #: Rows on one page of a state.
 PAGE_SIZE = 50
@@ -28,6 +28,9 @@ class DashboardSettings:
 
     redis_url: str
     queues: tuple[str, ...] = ()
+    #: provider quotas shown, besides those found with the queues (none are found when
+    #: ``queues`` names them: nothing is scanned then)
+    quotas: tuple[str, ...] = ()
     #: seconds between two live refreshes of an open page
     refresh_s: float = 2.0
     #: seconds between two samples of every queue's counters (the rate charts' step)
@@ -37,6 +40,8 @@ class DashboardSettings:
     #: seconds between two discoveries of the queues (only without ``queues``)
     discover_s: float = 60.0
     page_size: int = PAGE_SIZE
+    #: live outputs (server-sent events) open at once; past it a new one gets 503
+    max_streams: int = 16
     read_only: bool = True
     token: str | None = field(default=None, repr=False)
     #: Host header names answered (``host.allows``): exact names, ``*.domain`` for its
@@ -46,6 +51,8 @@ class DashboardSettings:
     def __post_init__(self) -> None:
         for name in self.queues:
             validate_queue_name(name)
+        for name in self.quotas:
+            validate_quota_name(name)
         if not self.read_only and (self.token is None or len(self.token) < MIN_TOKEN_CHARS):
             raise ValueError(
                 f"actions need a token of at least {MIN_TOKEN_CHARS} characters "
@@ -62,6 +69,8 @@ class DashboardSettings:
         for name in self.allowed_hosts:
             if not name or name != name.strip().lower() or any(c in name for c in "/ @,"):
                 raise ValueError(f"allowed host {name!r} must be a lowercase name, no port")
+        if not 1 <= self.max_streams <= 256:
+            raise ValueError(f"max_streams must be within 1..256, not {self.max_streams!r}")
         if not 1 <= self.page_size <= 1000:
             raise ValueError(f"page_size must be within 1..1000, not {self.page_size!r}")
 

@@ -1,8 +1,10 @@
 """Dead (and other finished) tasks triaged: the newest counted by error (its class and
 message: the last line of what the worker stored) with their reason, and a state's tasks
-filtered by reason, group and error, bounded: a triage reads at most ``TRIAGE_READ``
-rows, a filter looks at most ``LOOK_AT`` entries and keeps at most ``MATCHED`` matches
-(what one action may name). A row is a few fields (``QueueReads.rows``), never a payload.
+filtered by reason, group, error and task name, bounded: a triage reads at most
+``TRIAGE_READ`` rows, a filter looks at most ``LOOK_AT`` entries (``LOOK_AT_NAMED`` with
+a name) and keeps at most ``MATCHED`` matches (what one action may name). A row is a few
+fields (``QueueReads.rows``); a name opens its task's payload, so a name filter reads the
+payloads of the rows the other filters kept, those of ``NAME_READ_BYTES`` or less only.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from taskfleet.protocol.connect import SyncClient
 from taskfleet.protocol.reads import QueueReads, TaskRow
 from taskfleet.protocol.states import TaskState
 
-__all__ = ["LOOK_AT", "MATCHED", "TRIAGE_READ", "ErrorCount", "Filter", "by_error", "matching"]
+__all__ = [
+    "LOOK_AT",
+    "LOOK_AT_NAMED",
+    "MATCHED",
+    "TRIAGE_READ",
+    "ErrorCount",
+    "Filter",
+    "by_error",
+    "matching",
+]
 
 #: The newest tasks a triage counts by error.
 TRIAGE_READ = 500
@@ -24,6 +35,10 @@ TRIAGE_READ = 500
 LOOK_AT = 10_000
 #: Matches a filter keeps: what one action may name (``actions.MAX_IDS``).
 MATCHED = 1000
+#: Entries a filter by task name looks at (it reads payloads).
+LOOK_AT_NAMED = 2000
+#: The largest payload a name filter reads (larger ones never match a name).
+NAME_READ_BYTES = 4096
 #: Rows read per round trip.
 CHUNK = 500
 
@@ -76,15 +91,16 @@ def by_error(client: SyncClient, reads: QueueReads, state: str) -> tuple[list[Er
 @dataclass(frozen=True)
 class Filter:
     """What a row must have ('' : anything): its reason, its group, its error line (exact,
-    or the class when ``error`` names only one)."""
+    or the class when ``error`` names only one), its task name (checked apart: ``named``)."""
 
     reason: str = ""
     group: str = ""
     error: str = ""
+    name: str = ""
 
     @property
     def active(self) -> bool:
-        return bool(self.reason or self.group or self.error)
+        return bool(self.reason or self.group or self.error or self.name)
 
     def matches(self, row: TaskRow) -> bool:
         if not row.present:
@@ -108,19 +124,34 @@ class Matches:
     complete: bool
 
 
+def named(client: SyncClient, reads: QueueReads, rows: list[TaskRow], name: str) -> list[TaskRow]:
+    """The rows whose task is named ``name``: their payload sizes, then the names of those
+    of ``NAME_READ_BYTES`` or less (two round trips)."""
+    if not rows:
+        return []
+    sizes = run(client, reads.payload_sizes([r.id for r in rows]))
+    small = [r for r, size in zip(rows, sizes, strict=True) if 0 < size <= NAME_READ_BYTES]
+    if not small:
+        return []
+    names = run(client, reads.payload_names([r.id for r in small]))
+    return [r for r, n in zip(small, names, strict=True) if n == name]
+
+
 def matching(client: SyncClient, reads: QueueReads, state: str, wanted: Filter) -> Matches:
     """Up to ``MATCHED`` rows of ``state`` that ``wanted`` matches, in the state's order,
-    looking at up to ``LOOK_AT`` entries."""
+    looking at up to ``LOOK_AT`` entries (``LOOK_AT_NAMED`` with a name)."""
     parsed = TaskState(state)
     found: list[TaskRow] = []
     offset = 0
-    while offset < LOOK_AT and len(found) < MATCHED:
+    look_at = LOOK_AT_NAMED if wanted.name else LOOK_AT
+    while offset < look_at and len(found) < MATCHED:
         ids = run(client, reads.ids(parsed, offset, CHUNK))
         if not ids:
             return Matches(found, offset, True)
         (rows,) = run_all(client, [reads.rows(ids)])
         offset += len(ids)
-        found += [r for r in rows if wanted.matches(r)]
+        kept = [r for r in rows if wanted.matches(r)]
+        found += named(client, reads, kept, wanted.name) if wanted.name else kept
         if len(ids) < CHUNK:
             return Matches(found[:MATCHED], offset, True)
     return Matches(found[:MATCHED], offset, False)

@@ -87,6 +87,8 @@ class AsyncQueue(AsyncRunner):
     cancel = asyncs(Plans.cancel)
     cancel_many = asyncs(Plans.cancel_many)
     cancel_group = asyncs(Plans.cancel_group)
+    promote = asyncs(Plans.promote)
+    promote_many = asyncs(Plans.promote_many)
     retry = asyncs(Plans.retry)
     purge_tasks = asyncs(Plans.purge_tasks)
     follow = async_stream(Plans.follow, Task)

@@ -1,6 +1,6 @@
-"""Controlling tasks after their enqueue: cancel, retry (replay) dead ones, list, purge
-finished ones, follow one's progress (``Queue.cancel / retry / list / purge_tasks /
-follow``).
+"""Controlling tasks after their enqueue: cancel, promote delayed ones, retry (replay)
+dead ones, list, purge finished ones, follow one's progress (``Queue.cancel / promote /
+retry / list / purge_tasks / follow``).
 
 Each call is a plan (``runner``): changes are scripts (``protocol/control_ops.py``), each
 call atomic; a change by filter goes in calls of at most ``SCAN_BOUND`` tasks, so Redis
@@ -32,6 +32,8 @@ __all__ = [
     "cancel_many",
     "follow",
     "list_tasks",
+    "promote",
+    "promote_many",
     "purge_tasks",
     "retry",
 ]
@@ -101,6 +103,25 @@ def cancel_many(q: QueueBase, task_ids: Sequence[str]) -> Plan[dict[str, CancelO
         batch = ids[start : start + ID_BATCH]
         outcomes: list[CancelOutcome] = yield q.control_ops.cancel(batch)
         out.update(zip(batch, outcomes, strict=True))
+    return out
+
+
+def promote(q: QueueBase, task_id: str) -> Plan[bool]:
+    """Run a delayed task now (scheduled for later, or waiting out a retry's backoff): it
+    goes to pending at its priority, its ``run_at`` now. False when it is not delayed
+    (pending, running, finished, or no such task): nothing changed."""
+    out = yield from promote_many(q, [task_id])
+    return out[task_id]
+
+
+def promote_many(q: QueueBase, task_ids: Sequence[str]) -> Plan[dict[str, bool]]:
+    """``promote`` for each id, in calls of 1000: whether each was promoted."""
+    ids = _ids(task_ids)
+    out: dict[str, bool] = {}
+    for start in range(0, len(ids), ID_BATCH):
+        batch = ids[start : start + ID_BATCH]
+        flags: list[bool] = yield q.control_ops.promote(batch)
+        out.update(zip(batch, flags, strict=True))
     return out
 
 

@@ -49,6 +49,8 @@ class Plans:
     cancel = staticmethod(control.cancel)
     cancel_many = staticmethod(control.cancel_many)
     cancel_group = staticmethod(control.cancel_group)
+    promote = staticmethod(control.promote)
+    promote_many = staticmethod(control.promote_many)
     retry = staticmethod(control.retry)
     list = staticmethod(control.list_tasks)
     purge_tasks = staticmethod(control.purge_tasks)

@@ -90,6 +90,8 @@ class Queue(SyncRunner):
     cancel = sync(Plans.cancel)
     cancel_many = sync(Plans.cancel_many)
     cancel_group = sync(Plans.cancel_group)
+    promote = sync(Plans.promote)
+    promote_many = sync(Plans.promote_many)
     retry = sync(Plans.retry)
     purge_tasks = sync(Plans.purge_tasks)
     follow = sync_stream(Plans.follow, Task)

@@ -1,4 +1,4 @@
-"""The control scripts' calls (cancel, retry, drop, report) as ``Op`` values.
+"""The control scripts' calls (cancel, promote, retry, drop, report) as ``Op`` values.
 
 Producers and the CLI cancel tasks, send dead ones back (``retry``) and delete finished
 ones (``drop``); workers write what handlers report (``report``: progress and real cost).
@@ -17,7 +17,16 @@ from taskfleet.protocol.errors import ProtocolError
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.records import text
 from taskfleet.protocol.scripts import Op
-from taskfleet.protocol.signatures import Arg, Cancel, Drop, Reported, Retry, TaskId, with_records
+from taskfleet.protocol.signatures import (
+    Arg,
+    Cancel,
+    Drop,
+    Promote,
+    Reported,
+    Retry,
+    TaskId,
+    with_records,
+)
 from taskfleet.protocol.signatures import Report as ReportArgs
 
 __all__ = ["CancelOutcome", "ControlOps", "Report", "Scan", "Swept"]
@@ -110,6 +119,18 @@ class ControlOps:
 
         args = with_records(Cancel(n=len(task_ids)), [TaskId(i) for i in task_ids])
         return Op("cancel", self._k.script("cancel"), args, decode)
+
+    def promote(self, task_ids: Sequence[str]) -> Op[list[bool]]:
+        """Delayed tasks to pending now; per id whether it was delayed (and so promoted)."""
+
+        def decode(raw: Any) -> list[bool]:
+            flags = text(raw) if isinstance(raw, bytes | str) else ""
+            if len(flags) != len(task_ids) or set(flags) - {"0", "1"}:
+                raise ProtocolError(f"promote: unexpected reply {raw!r}")
+            return [c == "1" for c in flags]
+
+        args = with_records(Promote(n=len(task_ids)), [TaskId(i) for i in task_ids])
+        return Op("promote", self._k.script("promote"), args, decode)
 
     def retry(
         self,

@@ -63,6 +63,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "events",
     "events_cap",
     "groups_fair",
+    "rate",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -201,6 +202,11 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "the unit of provider quotas the fair-claim ring charges groups by (their settled "
         "use of it); absent: by claims, one per task",
     ),
+    "rate": (
+        "hash",
+        "one minute's completed and failed counts (the dashboard's charts), expiring about an "
+        "hour after it; the key is the prefix and the minute (epoch ms // 60000)",
+    ),
 }
 
 _INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
@@ -308,6 +314,7 @@ class QueueKeys:
         "prefix",
         "queue",
         "quota",
+        "rate_prefix",
         "running",
         "sched_prefix",
         "schedule_due",
@@ -406,6 +413,8 @@ class QueueKeys:
         # (lua/includes/event.lua); absent: off, and scripts pay one GET
         self.events = p + "events"
         self.events_cap = p + "events:cap"
+        # each minute's completed and failed counts, for charts (lua/includes/rate_note.lua)
+        self.rate_prefix = p + "rate:"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
@@ -419,6 +428,7 @@ class QueueKeys:
             "group_bucket": self.group_bucket_prefix,
             "flow": self.flow_prefix,
             "output": self.output_prefix,
+            "rate": self.rate_prefix,
         }
         #: every key of :data:`SCRIPT_KEYS`, in that order
         self.script_keys: tuple[str, ...] = tuple(
@@ -440,6 +450,10 @@ class QueueKeys:
 
     def output(self, task_id: str) -> str:
         return self.output_prefix + task_id
+
+    def rate(self, minute: int) -> str:
+        """The counts of one minute (``epoch ms // 60000``)."""
+        return f"{self.rate_prefix}{minute}"
 
     def pod(self, pod: str) -> str:
         return self.pod_prefix + pod

@@ -154,6 +154,11 @@ class Activity:
         return bool(self.pending or self.delayed or self.running or self.scheduled)
 
 
+#: Minutes of per-minute counts a chart reads (lua/includes/rate_note.lua keeps each
+#: minute's hash 65 minutes).
+RATE_MINUTES = 60
+
+
 def _ms(reply: Any) -> int:
     seconds, micros = reply
     return int(seconds) * 1000 + int(micros) // 1000
@@ -229,6 +234,33 @@ class QueueReads:
             return [_live_row(i, replies[2 * n], replies[2 * n + 1]) for n, i in enumerate(ids)]
 
         return call(commands, decode)
+
+    def rate_history(
+        self, last_minute: int, minutes: int = RATE_MINUTES
+    ) -> Call[list[tuple[int, int, int]]]:
+        """(minute, completed, failed) of the ``minutes`` minutes up to ``last_minute``
+        (epoch ms // 60000): the queue's per-minute counts, one HMGET a minute (0 for a
+        minute with none, or written by a worker older than them)."""
+        first = last_minute - minutes + 1
+        commands: list[Command] = [
+            ("HMGET", self._k.rate(m), "completed", "failed") for m in range(first, last_minute + 1)
+        ]
+
+        def decode(replies: Sequence[Any]) -> list[tuple[int, int, int]]:
+            return [(first + i, int(c or 0), int(f or 0)) for i, (c, f) in enumerate(replies)]
+
+        return call(commands, decode)
+
+    def quota_waits(self, task_ids: Sequence[str]) -> Call[list[str]]:
+        """The provider quota each delayed task last waited for ('' for none), one HGET
+        each (``quota_wait``, set by the claim that left it delayed)."""
+        commands = [("HGET", self._k.task(i), "quota_wait") for i in task_ids]
+        return call(commands, lambda r: ["" if v is None else text(v) for v in r])
+
+    def payload_sizes(self, task_ids: Sequence[str]) -> Call[list[int]]:
+        """Each task's payload size in bytes (0: no such task), one HSTRLEN each."""
+        commands = [("HSTRLEN", self._k.task(i), "payload") for i in task_ids]
+        return call(commands, lambda r: [int(v or 0) for v in r])
 
     def payload_names(self, task_ids: Sequence[str]) -> Call[list[str | None]]:
         """Each task's name (None: the default handler, or no such task), read from its

@@ -382,6 +382,10 @@ class Cancel(NamedTuple):
     n: Annotated[Int, "how many task ids follow"]
 
 
+class Promote(NamedTuple):
+    n: Annotated[Int, "how many task ids follow"]
+
+
 class Retry(NamedTuple):
     max_attempts: Annotated[OptInt, "the new budget; '' = keep the task's own, or the queue's"]
     mode: Annotated[
@@ -599,6 +603,12 @@ SCRIPTS: dict[str, Script] = {
             TaskId,
         ),
         Script("retry", Retry, _SWEPT_REPLY, TaskId),
+        Script(
+            "promote",
+            Promote,
+            "a string of one character per id: 1 promoted to pending, 0 not delayed (unchanged)",
+            TaskId,
+        ),
         Script("drop", Drop, _SWEPT_REPLY, TaskId),
         Script(
             "report",

@@ -5,7 +5,7 @@ and where a queue lives.
   operator, or ``Queue.configure`` outside Kubernetes); the scripts read it at each call.
 - ``queue_keys`` / ``delete``: every key of a queue, found by SCAN and deleted (a purge).
 - ``queues``: every queue of a Redis, by its ``stats`` hash (a queue that ever had a task
-  has one).
+  has one); ``provider_quotas``: every provider quota, by its hash.
 - ``slot_key``: a key of the queue to route by: all of a queue's keys share one hash tag,
   so one cluster slot, and a client pinned to a queue is pinned to that slot.
 - ``writable``: "would a write pass now?" at no cost (``faults.WRITABLE_PROBE``).
@@ -19,13 +19,30 @@ from typing import TYPE_CHECKING, Any
 
 from taskfleet.protocol.calls import Call, Command, Scan, one
 from taskfleet.protocol.faults import WRITABLE_PROBE
-from taskfleet.protocol.keys import PREFIX, QueueKeys, validate_queue_name
+from taskfleet.protocol.keys import (
+    PREFIX,
+    SHARED_KEYS,
+    QueueKeys,
+    provider_quota_key,
+    validate_queue_name,
+    validate_quota_name,
+)
 from taskfleet.protocol.records import text
 
 if TYPE_CHECKING:
     from taskfleet.protocol.config import QueueConfig
 
-__all__ = ["ACL_KEYS", "configure", "delete", "queue_keys", "queues", "slot_key", "writable"]
+__all__ = [
+    "ACL_KEYS",
+    "configure",
+    "delete",
+    "provider_quotas",
+    "queue_keys",
+    "queues",
+    "quota_clock",
+    "slot_key",
+    "writable",
+]
 
 #: Every key of a queue named ``<queue>``, as a Redis ACL key pattern (``~`` + this).
 ACL_KEYS = f"{PREFIX}:{{<queue>}}:*"
@@ -80,3 +97,30 @@ def _queue_of(key: Any) -> str | None:
 def queues() -> Scan[str]:
     """The name of every queue with counters in the Redis (its ``stats`` hash)."""
     return Scan(f"{PREFIX}:{{*{_STATS_TAIL}", _queue_of)
+
+
+def _quota_of(key: Any) -> str | None:
+    raw = text(key)
+    head = SHARED_KEYS["pquota"][0]
+    if not raw.startswith(head):
+        return None
+    try:
+        return validate_quota_name(raw[len(head) :])
+    except ValueError:
+        return None
+
+
+def provider_quotas() -> Scan[str]:
+    """The name of every provider quota of the Redis (its hash, once configured)."""
+    return Scan(SHARED_KEYS["pquota"][0] + "*", _quota_of)
+
+
+def _ms(reply: Any) -> int:
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def quota_clock(name: str) -> Call[int]:
+    """The clock (ms) of the server that holds provider quota ``name`` (its pause and
+    window are on that clock)."""
+    return one(("TIME",), _ms, route=provider_quota_key(name))

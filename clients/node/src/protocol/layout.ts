@@ -8,7 +8,7 @@ export const PROTOCOL = 1;
 export const KEY_PREFIX = "tf:{%QUEUE%}:";
 
 /** Every key's name, in the manifest's (KEYS) order. */
-export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output", "events", "events_cap", "groups_fair"] as const;
+export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output", "events", "events_cap", "groups_fair", "rate"] as const;
 /** A key's name in the manifest. */
 export type KeyName = (typeof KEY_NAMES)[number];
 
@@ -59,6 +59,7 @@ export const KEY_SUFFIX: Readonly<Record<KeyName, string>> = {
   events: "events",
   events_cap: "events:cap",
   groups_fair: "groups:fair",
+  rate: "rate:",
 };
 
 /**
@@ -230,6 +231,11 @@ export class QueueLayout {
   /** stream: one task's streamed output (emit), each entry marked with its attempt, then an end entry when it finishes; the key is the prefix and the task's id */
   output(id: string): string {
     return this.prefix + "output:" + id;
+  }
+
+  /** hash: one minute's completed and failed counts (the dashboard's charts), expiring about an hour after it; the key is the prefix and the minute (epoch ms // 60000) */
+  rate(id: string): string {
+    return this.prefix + "rate:" + id;
   }
 }
 

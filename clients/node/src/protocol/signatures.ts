@@ -377,6 +377,17 @@ export interface RetryRecord {
   readonly task_id: string;
 }
 
+/** The arguments of `promote`: delayed tasks run now, before their run_at (a task scheduled for later, or */
+export interface PromoteArgs {
+  /** how many task ids follow */
+  readonly n?: number | string;
+}
+/** One record of `promote`'s repeated group (after its arguments). */
+export interface PromoteRecord {
+  /** a task's id */
+  readonly task_id: string;
+}
+
 /** The arguments of `drop`: delete finished tasks of one state (done, dead or cancelled), by id or by filter; */
 export interface DropArgs {
   /** done | dead | cancelled */
@@ -534,6 +545,7 @@ export interface ScriptArgs {
   schedule_fire: ScheduleFireArgs;
   cancel: CancelArgs;
   retry: RetryArgs;
+  promote: PromoteArgs;
   drop: DropArgs;
   report: ReportArgs;
   checkpoint: CheckpointArgs;
@@ -566,6 +578,7 @@ export interface ScriptRecords {
   schedule_fire: ScheduleFireRecord;
   cancel: CancelRecord;
   retry: RetryRecord;
+  promote: PromoteRecord;
   drop: DropRecord;
   report: ReportRecord;
   checkpoint: never;
@@ -580,7 +593,7 @@ export interface ScriptRecords {
 export type ScriptName = keyof ScriptArgs;
 
 /** Every script's name, in the manifest's order. */
-export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "drop", "report", "checkpoint", "emit", "watch", "quota", "provider_quota", "settle"] as const;
+export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "promote", "drop", "report", "checkpoint", "emit", "watch", "quota", "provider_quota", "settle"] as const;
 
 /** Each script's argument names and its record's field names, in ARGV order. */
 export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly string[]; readonly record: readonly string[] }>> = {
@@ -604,6 +617,7 @@ export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly 
   schedule_fire: { args: ["n"], record: ["name", "rev", "expected", "slots", "skipped", "next_slot", "next_due_ms"] },
   cancel: { args: ["n"], record: ["task_id"] },
   retry: { args: ["max_attempts", "mode", "reason", "oldest_ms", "newest_ms", "offset", "bound", "n"], record: ["task_id"] },
+  promote: { args: ["n"], record: ["task_id"] },
   drop: { args: ["state", "mode", "reason", "oldest_ms", "newest_ms", "offset", "bound", "n"], record: ["task_id"] },
   report: { args: ["n"], record: ["task_id", "token", "progress", "cost"] },
   checkpoint: { args: ["task_id", "token", "state", "keep", "max_bytes"], record: [] },

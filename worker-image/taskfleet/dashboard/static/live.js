@@ -29,7 +29,13 @@
         return response.text();
       })
       .then(function (html) {
+        // a live output streaming in (output.js) is kept as it is: the fresh copy would
+        // lose what arrived since it was rendered
+        var kept = main.querySelector("[data-streaming][data-stream]");
         main.innerHTML = html;  // the server's own escaped markup
+        var fresh = kept ? main.querySelector("#" + kept.id + "[data-stream]") : null;
+        if (fresh) { fresh.replaceWith(kept); }
+        document.dispatchEvent(new Event("live:swapped"));
         say("live · " + new Date().toLocaleTimeString());
       })
       .catch(function () { say("offline · retrying"); })

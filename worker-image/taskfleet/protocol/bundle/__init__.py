@@ -35,6 +35,7 @@ NAMES = (
     "schedule_fire",
     "cancel",
     "retry",
+    "promote",
     "drop",
     "report",
     "checkpoint",

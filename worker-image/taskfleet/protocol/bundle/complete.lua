@@ -38,6 +38,7 @@ local K_OUTPUT = KEYS[35]
 local K_EVENTS = KEYS[36]
 local K_EVENTS_CAP = KEYS[37]
 local K_GROUPS_FAIR = KEYS[38]
+local K_RATE = KEYS[39]
 local K_PQUOTA = "tf:pquota:"
 local K_PQUOTA_HOLDS = "tf:pquota-holds:"
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
@@ -1317,6 +1318,16 @@ local function flow_prune(zkey, ids, now, cutoff)
   call_chunked('DEL', keys[1], keys)
   return #gone
 end
+-- includes/rate_note.lua
+-- rate_note: this call's completions or failures in the queue's per-minute history
+-- (K_RATE .. minute: a hash {completed, failed} the dashboard's charts read back an
+-- hour). One HINCRBY a call; an EXPIRE only when it created the field (once a minute).
+local RATE_KEEP_S = 3900  -- an hour of minutes, and a little more (as reads.RATE_MINUTES)
+local function rate_note(now, field, n)
+  if n <= 0 then return end
+  local key = K_RATE .. math.floor(now / 60000)
+  if redis.call('HINCRBY', key, field, n) == n then redis.call('EXPIRE', key, RATE_KEEP_S) end
+end
 -- built on the first call of cancel_task, flow_resolve: what only they use
 build_lazy = function()
 -- includes/cancel_task.lua
@@ -1597,6 +1608,7 @@ if #gone > 0 then
   call_chunked('DEL', gone[1], gone)
 end
 bump('completed', completed)
+rate_note(now, 'completed', completed)
 flow_backlog(nil)  -- dependants a busy earlier call left to resolve
 -- Retention as it goes: up to twice this call's completions (and at least 10), so the
 -- done set shrinks back to its retention window after any burst.

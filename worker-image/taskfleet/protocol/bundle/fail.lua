@@ -30,6 +30,7 @@ local K_FLOWS = KEYS[27]
 local K_OUTPUT = KEYS[28]
 local K_EVENTS = KEYS[29]
 local K_EVENTS_CAP = KEYS[30]
+local K_RATE = KEYS[31]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_TASK_ID = ARGV[1]
 local ARG_TOKEN = ARGV[2]
@@ -359,6 +360,16 @@ local function attempt_log(key, outcome, now, err, tb)
   while #list > 16 do table.remove(list, 1) end
   redis.call('HSET', key, 'history', cjson.encode(list))
 end
+-- includes/rate_note.lua
+-- rate_note: this call's completions or failures in the queue's per-minute history
+-- (K_RATE .. minute: a hash {completed, failed} the dashboard's charts read back an
+-- hour). One HINCRBY a call; an EXPIRE only when it created the field (once a minute).
+local RATE_KEEP_S = 3900  -- an hour of minutes, and a little more (as reads.RATE_MINUTES)
+local function rate_note(now, field, n)
+  if n <= 0 then return end
+  local key = K_RATE .. math.floor(now / 60000)
+  if redis.call('HINCRBY', key, field, n) == n then redis.call('EXPIRE', key, RATE_KEEP_S) end
+end
 -- built on the first call of flow_resolve: what only they use
 build_lazy = function()
 -- includes/pending_remove.lua
@@ -632,6 +643,7 @@ if after ~= nil then
   end
 end
 bump('failed')
+rate_note(now, 'failed', 1)
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
 event('failed', id, v[1])
 local attempts = tonumber(v[1]) or 1

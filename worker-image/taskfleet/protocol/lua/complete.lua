@@ -40,6 +40,7 @@
 --- @include "flow_backlog"
 --- @include "flow_prune"
 --- @include "attempt_log"
+--- @include "rate_note"
 local n = tonumber(ARG_N)
 local now = now_ms()
 local max_bytes = cfg_num('max_payload_bytes')
@@ -143,6 +144,7 @@ if #gone > 0 then
   call_chunked('DEL', gone[1], gone)
 end
 bump('completed', completed)
+rate_note(now, 'completed', completed)
 flow_backlog(nil)  -- dependants a busy earlier call left to resolve
 -- Retention as it goes: up to twice this call's completions (and at least 10), so the
 -- done set shrinks back to its retention window after any burst.

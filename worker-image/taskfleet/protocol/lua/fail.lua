@@ -25,6 +25,7 @@
 --- @include "quota_pause"
 --- @include "group_pause"
 --- @include "attempt_log"
+--- @include "rate_note"
 local id, token, err = ARG_TASK_ID, ARG_TOKEN, ARG_ERROR
 local MAX_DELAY_MS = 3153600000000  -- bounds.MAX_DELAY_S (100 years) in ms
 local key = K_TASK .. id
@@ -74,6 +75,7 @@ if after ~= nil then
   end
 end
 bump('failed')
+rate_note(now, 'failed', 1)
 local v = redis.call('HMGET', key, 'attempts', 'max_attempts')
 event('failed', id, v[1])
 local attempts = tonumber(v[1]) or 1
