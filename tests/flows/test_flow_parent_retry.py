@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import redis
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.scripts import COMPLETED, JOINING
 from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import MakeBroker
@@ -61,7 +62,7 @@ def test_a_parent_ended_by_a_failed_child_runs_again_after_its_flow_is_retried(
     [run] = broker.claim(1).tasks
     items = [{**item, "max_attempts": 1} for item in PAGES]
     queue.add_children(parent, run.token, items)
-    assert broker.complete_many([(parent, run.token, '"first"')]) == [1]
+    assert broker.complete_many([(parent, run.token, '"first"')]) == [JOINING]
     assert _state(queue, parent) is TaskState.WAITING
     pages = {t.id: t for t in broker.claim(2).tasks}
     broker.fail("p0", pages["p0"].token, "boom", retryable=False)
@@ -135,7 +136,8 @@ def test_a_task_that_ends_done_shows_no_error_of_an_earlier_attempt(
     runs = {t.id: t for t in broker.claim(2).tasks}
     assert set(runs) == {"plain", "doc"}
     assert queue.add_children("doc", runs["doc"].token, PAGES) == ["p0", "p1"]
-    assert broker.complete_many([(i, t.token, None) for i, t in runs.items()]) == [1, 1]
+    applied = broker.complete_many([(i, t.token, None) for i, t in runs.items()])
+    assert dict(zip(runs, applied, strict=True)) == {"plain": COMPLETED, "doc": JOINING}
     assert _state(queue, "doc") is TaskState.WAITING
     pages = broker.claim(2).tasks
     assert broker.complete_many([(t.id, t.token, None) for t in pages]) == [1, 1]
