@@ -144,3 +144,23 @@ def test_a_task_that_ends_done_shows_no_error_of_an_earlier_attempt(
     for task_id in ("plain", "doc"):
         task = queue.get(task_id)
         assert task is not None and (task.state, task.error) == (TaskState.DONE, None), task
+
+
+def test_a_worker_counts_a_parent_its_cancelled_child_ended_dead_as_failed_not_completed(
+    fleet: Fleet, queue: Queue
+) -> None:
+    """Real worker process: the split's child is cancelled before the split returns; its
+    complete ends it dead, and the worker counts a failure, never a completion."""
+    parent = queue.enqueue({}, task_id="doc")
+    worker = fleet.add("tests.workers.handlers:split_cancelled", pod="pod-a").start()
+    wait_for(
+        lambda: _state(queue, parent) is TaskState.DEAD,
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
+    task = queue.get(parent)
+    assert task is not None and task.reason == "dependency failed"
+    worker.signal()
+    assert worker.wait() == 0
+    assert worker.has_event("worker_stopped", completed=0, failed=1), worker.log_text()
