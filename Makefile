@@ -77,14 +77,17 @@ test-redis-versions: $(DEV) ## the queue's fast tests on Redis 6.2 and Valkey 8.
 # Nest applications against a real redis-server (500 tasks, a drain on SIGTERM, terminus).
 # Then the NestJS example (examples/nestjs, on both packages just built, installed as
 # copies): npm ci, lint, tsc, and its application (API and processor) and simulated
-# provider run as processes against a real redis-server, with no Python.
+# provider run as processes against a real redis-server, with no Python. Then the Egg.js
+# example (examples/egg): npm ci, and its application booted by egg-mock against a real
+# redis-server, the agent's worker drained on close with nothing lost.
 NODE_CHECK_ENV := TASKFLEET_REQUIRE_PYTHON=1
-node-check: $(DEV) ## the Node.js package, the NestJS module and example: npm ci from their lock files, then npm test (lint, tsc, tests on real Redis)
+node-check: $(DEV) ## the Node.js package, the NestJS module and example, the Egg.js example: npm ci from their lock files, then npm test (lint, tsc, tests on real Redis)
 	@command -v node >/dev/null || { echo "node-check: Node.js >= 20.19 and npm are needed" >&2; exit 2; }
 	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); if (a < 20 || (a === 20 && b < 19)) { console.error("node-check: Node.js >= 20.19 is needed, not " + process.version); process.exit(2); }'
 	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && $(NODE_CHECK_ENV) npm test
 	cd clients/nestjs && npm ci --no-audit --no-fund --loglevel=error && npm test
 	cd examples/nestjs && npm ci --no-audit --no-fund --loglevel=error && npm test
+	cd examples/egg && npm ci --no-audit --no-fund --loglevel=error && npm test
 
 # The newest end is skipped when it is the redis-py .venv already holds (a fresh .venv, as
 # in CI, installs the newest allowed): `make test` has just run these tests on that release.

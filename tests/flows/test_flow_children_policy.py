@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from taskfleet import Queue, QueueConfig, TaskState
+from taskfleet.protocol.scripts import JOINING
 
 from tests.fixtures_redis import MakeBroker
 
@@ -29,7 +30,7 @@ def test_a_parent_under_ignore_ends_done_though_a_child_failed(
     [run] = broker.claim(1).tasks
     queue.add_children("doc", run.token, PAGES)
     if returned_first:  # the parent waits, then its child fails
-        assert broker.complete_many([("doc", run.token, '"split"')]) == [1]
+        assert broker.complete_many([("doc", run.token, '"split"')]) == [JOINING]
     pages = {t.id: t for t in broker.claim(2).tasks}
     broker.fail("p0", pages["p0"].token, "unreadable", retryable=False)
     assert broker.complete_many([("p1", pages["p1"].token, None)]) == [1]
@@ -46,7 +47,7 @@ def test_a_parent_under_cancel_is_cancelled_with_its_other_children_when_a_child
     broker = make_broker("jobs")
     [run] = broker.claim(1).tasks
     queue.add_children("doc", run.token, [*PAGES, {"payload": {}, "task_id": "p2"}])
-    assert broker.complete_many([("doc", run.token, None)]) == [1]
+    assert broker.complete_many([("doc", run.token, None)]) == [JOINING]
     pages = {t.id: t for t in broker.claim(2).tasks}
     assert set(pages) == {"p0", "p1"}
     broker.fail("p0", pages["p0"].token, "unreadable", retryable=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import redis
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.scripts import COMPLETED, JOINING
 from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import MakeBroker
@@ -61,7 +62,7 @@ def test_a_parent_ended_by_a_failed_child_runs_again_after_its_flow_is_retried(
     [run] = broker.claim(1).tasks
     items = [{**item, "max_attempts": 1} for item in PAGES]
     queue.add_children(parent, run.token, items)
-    assert broker.complete_many([(parent, run.token, '"first"')]) == [1]
+    assert broker.complete_many([(parent, run.token, '"first"')]) == [JOINING]
     assert _state(queue, parent) is TaskState.WAITING
     pages = {t.id: t for t in broker.claim(2).tasks}
     broker.fail("p0", pages["p0"].token, "boom", retryable=False)
@@ -135,10 +136,31 @@ def test_a_task_that_ends_done_shows_no_error_of_an_earlier_attempt(
     runs = {t.id: t for t in broker.claim(2).tasks}
     assert set(runs) == {"plain", "doc"}
     assert queue.add_children("doc", runs["doc"].token, PAGES) == ["p0", "p1"]
-    assert broker.complete_many([(i, t.token, None) for i, t in runs.items()]) == [1, 1]
+    applied = broker.complete_many([(i, t.token, None) for i, t in runs.items()])
+    assert dict(zip(runs, applied, strict=True)) == {"plain": COMPLETED, "doc": JOINING}
     assert _state(queue, "doc") is TaskState.WAITING
     pages = broker.claim(2).tasks
     assert broker.complete_many([(t.id, t.token, None) for t in pages]) == [1, 1]
     for task_id in ("plain", "doc"):
         task = queue.get(task_id)
         assert task is not None and (task.state, task.error) == (TaskState.DONE, None), task
+
+
+def test_a_worker_counts_a_parent_its_cancelled_child_ended_dead_as_failed_not_completed(
+    fleet: Fleet, queue: Queue
+) -> None:
+    """Real worker process: the split's child is cancelled before the split returns; its
+    complete ends it dead, and the worker counts a failure, never a completion."""
+    parent = queue.enqueue({}, task_id="doc")
+    worker = fleet.add("tests.workers.handlers:split_cancelled", pod="pod-a").start()
+    wait_for(
+        lambda: _state(queue, parent) is TaskState.DEAD,
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=fleet.logs,
+    )
+    task = queue.get(parent)
+    assert task is not None and task.reason == "dependency failed"
+    worker.signal()
+    assert worker.wait() == 0
+    assert worker.has_event("worker_stopped", completed=0, failed=1), worker.log_text()

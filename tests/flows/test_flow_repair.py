@@ -17,6 +17,7 @@ import pytest
 import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.scripts import JOINING
 from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker, free_port
@@ -167,7 +168,7 @@ def test_a_parent_whose_children_ended_without_waking_it_ends_done(
     [run] = broker.claim(1).tasks
     assert queue.add_children(parent, run.token, [{"payload": {}, "task_id": "p0"}]) == ["p0"]
     _finish_unheard(queue, redis_client, broker, "p0")
-    assert broker.complete_many([(parent, run.token, '"merged"')]) == [1]
+    assert broker.complete_many([(parent, run.token, '"merged"')]) == [JOINING]
     assert _state(queue, parent) is TaskState.WAITING  # its child's wake-up never came
     assert _repair_all(queue) == [(parent, "done")]
     task = queue.get(parent)

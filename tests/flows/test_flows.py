@@ -12,6 +12,7 @@ import redis
 from taskfleet import AsyncQueue, InvalidArgument, Queue, QueueConfig, StaleToken, TaskState
 from taskfleet.producer.flows import build, chain, chord, from_json, group
 from taskfleet.protocol.flows import dependency_results
+from taskfleet.protocol.scripts import DEPENDENCY_FAILED, JOINING
 from taskfleet.worker.context import TaskContext
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker
@@ -321,7 +322,7 @@ def test_a_handler_adds_children_and_its_task_is_done_when_they_are(
     kids = queue.add_children(parent, run.token, [{"payload": {"page": i}} for i in range(3)])
     # idempotent: the same ids again change nothing
     queue.add_children(parent, run.token, [{"payload": {"page": 0}, "task_id": kids[0]}])
-    assert broker.complete_many([(parent, run.token, '"split"')]) == [1]
+    assert broker.complete_many([(parent, run.token, '"split"')]) == [JOINING]
     task = queue.get(parent)
     assert task is not None
     assert (task.state, task.after, task.deps_left) == (TaskState.WAITING, kids, 3)
@@ -366,7 +367,25 @@ def test_a_failed_child_fails_its_parent_when_its_run_ends(
     [child] = broker.claim(1).tasks
     broker.fail(kid, child.token, "boom", retryable=False)
     assert _state(queue, parent) is TaskState.RUNNING
-    broker.complete_many([(parent, run.token, None)])
+    # dead, not completed: a worker must not count (or report) the parent done
+    assert broker.complete_many([(parent, run.token, None)]) == [DEPENDENCY_FAILED]
+    task = queue.get(parent)
+    assert task is not None
+    assert (task.state, task.reason) == (TaskState.DEAD, "dependency failed")
+
+
+def test_a_parent_whose_children_are_still_out_replies_waiting_not_completed(
+    queue: Queue, make_broker: MakeBroker
+) -> None:
+    """Its run returned but it is neither done nor dead: a child may yet fail it."""
+    parent = queue.enqueue({}, task_id="doc")
+    broker = make_broker("jobs")
+    [run] = broker.claim(1).tasks
+    [kid] = queue.add_children(parent, run.token, [{"payload": {}, "max_attempts": 1}])
+    assert broker.complete_many([(parent, run.token, '"split"')]) == [JOINING]
+    assert _state(queue, parent) is TaskState.WAITING
+    [child] = broker.claim(1).tasks
+    broker.fail(kid, child.token, "boom", retryable=False)
     task = queue.get(parent)
     assert task is not None
     assert (task.state, task.reason) == (TaskState.DEAD, "dependency failed")

@@ -72,6 +72,18 @@ def split_once(payload: dict[str, Any]) -> Any:
     return {"pages": pages, "run": runs}
 
 
+def split_cancelled(payload: dict[str, Any]) -> Any:
+    """Adds a child (``<id>-kid``, delayed an hour) and cancels it before returning: the
+    parent's complete finds its child failed, so it ends dead, not done."""
+    from taskfleet import Queue
+
+    task = current_task()
+    [kid] = add_children([{"payload": {}, "task_id": f"{task.task_id}-kid", "delay": 3600}])
+    with Queue(task.queue, task.redis_url) as queue:
+        queue.cancel(kid)
+    return "split"
+
+
 def route(payload: dict[str, Any]) -> Any:
     """``gate`` for a payload with ``"gate": true``, else ``sleep``."""
     return gate(payload) if payload.get("gate") else sleep(payload)

@@ -92,20 +92,33 @@ export function defaultConfig(): QueueConfig {
 
 /**
  * `check()` (the stored config's checks, in seconds), its refusal of a duration reworded
- * to name the `...Ms` option given, the bound still in seconds as checked.
+ * in the API's unit: the `...Ms` option given and its bounds in milliseconds.
  */
 export function storedCheck<T>(check: () => T): T {
   try {
     return check();
   } catch (error) {
     if (!(error instanceof InvalidArgument)) throw error;
-    const named = DURATIONS.find((name) => new RegExp(`\\b${name}\\b`).test(error.message));
-    if (named === undefined) throw error;
-    throw new InvalidArgument(
-      error.message.replace(
-        /^invalid queue config: /,
-        `invalid queue config: ${msName(named)} / 1000 as `,
-      ),
-    );
+    const stored = error.message.startsWith("invalid queue config: ");
+    if (!stored || !DURATIONS.some((name) => new RegExp(`\\b${name}\\b`).test(error.message)))
+      throw error;
+    throw new InvalidArgument(inMs(error.message));
   }
+}
+
+/** A stored check's line with each duration field named in ms, and the numbers it bounds in ms. */
+function inMs(message: string): string {
+  const bounded =
+    /^(invalid queue config: )(\w+) must be (above|at least) (\S+) and at most (\S+), not (\S+)$/.exec(
+      message,
+    );
+  const ms = (text: string): string => String(Math.round(Number(text) * 1000 * 1e6) / 1e6);
+  if (bounded !== null) {
+    const [, head, name, from, low, high, given] = bounded as unknown as string[];
+    if ((DURATIONS as readonly string[]).includes(name ?? ""))
+      return `${head}${msName(name as Duration)} must be ${from} ${ms(low ?? "")} and at most ${ms(high ?? "")} ms, not ${ms(given ?? "")}`;
+  }
+  let out = message;
+  for (const name of DURATIONS) out = out.replace(new RegExp(`\\b${name}\\b`, "g"), msName(name));
+  return out;
 }

@@ -827,5 +827,8 @@ function waitSeconds(options: unknown): number {
       `wait needs timeoutMs, a number of milliseconds, not ${String(timeoutMs)}`,
     );
   }
+  // Infinity waits for ever; a negative wait is a misread, never an instant timeout
+  if (timeoutMs < 0)
+    throw new InvalidArgument(`wait timeoutMs must be >= 0 milliseconds, not ${timeoutMs}`);
   return timeoutMs / 1000;
 }

@@ -84,7 +84,7 @@ describe("Queue.configure", () => {
       );
       await assert.rejects(
         queue.configure({ leaseTtlMs: 500 }),
-        /leaseTtlMs \/ 1000 as leaseTtlS must be at least 1/,
+        /invalid queue config: leaseTtlMs must be at least 1000 and at most 3153600000000 ms, not 500$/,
       );
     } finally {
       await queue.close();

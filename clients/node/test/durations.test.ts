@@ -1,7 +1,17 @@
 import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, it } from "node:test";
 
-import { InvalidArgument, Queue, WaitTimeout } from "../src/index.js";
+import {
+  type EnqueueCallOptions,
+  InvalidArgument,
+  Quota,
+  Queue,
+  RateLimited,
+  RetryAfter,
+  WaitTimeout,
+  Worker,
+  currentTask,
+} from "../src/index.js";
 import { checkSettings } from "../src/worker/settings.js";
 import { packagedBundle } from "../src/bundle.js";
 import { Scripts } from "../src/connection.js";
@@ -162,6 +172,14 @@ describe("durations in milliseconds", () => {
         q.wait([id], untyped({ timeout: 30 }) as never),
         /no option 'timeout' .*'timeoutMs'/,
       );
+      await refused(
+        q.wait([id], { timeoutMs: -1 }),
+        /^wait timeoutMs must be >= 0 milliseconds, not -1$/,
+      );
+      await refused(
+        q.configure({ backoffBaseMs: -5 }),
+        /^invalid queue config: backoffBaseMs must be at least 0 and at most \d+ ms, not -5$/,
+      );
       const started = performance.now();
       await assert.rejects(
         q.wait([id], { timeoutMs: 200 }),
@@ -204,4 +222,129 @@ describe("durations in milliseconds", () => {
         async () => (await q.retry({ olderThanMs: 1000 })) === 1,
       );
     }));
+
+  it("retries a task whose handler threw new RetryAfter(60000) one minute later, not 16.7 hours", () =>
+    withQueue(async (q) => {
+      const stored = await handled(q, () => {
+        throw new RetryAfter(60_000, "upstream busy");
+      });
+      assert.equal(stored.task.state, "delayed");
+      assert.equal(stored.task.deferred, 1);
+      const due = (stored.task.runAt?.getTime() ?? 0) - stored.thrownAt;
+      assert.ok(due >= 55_000 && due <= 65_000, `due ${due} ms after the throw`);
+    }));
+
+  it("pauses the queue a RateLimited(60000) handler met for one minute, and its group or quota alike", () =>
+    withQueue(async (q) => {
+      const plain = await handled(q, () => {
+        throw new RateLimited(60_000, "429");
+      });
+      const pause = await q.client.hget(q.keys.key("quota"), "until");
+      assertAboutAMinute(Number(pause) - plain.thrownAt, "the queue's pause");
+      await q.resumeClaims();
+      await server.flush();
+      const grouped = await handled(
+        q,
+        () => {
+          throw new RateLimited(60_000, "429", { scope: "group" });
+        },
+        { group: "t1" },
+      );
+      const groupPause = await q.client.hget(q.keys.item("group", "t1"), "until");
+      assertAboutAMinute(Number(groupPause) - grouped.thrownAt, "the group's pause");
+      await server.flush();
+      const openai = new Quota("openai", { redisUrl: server.url });
+      try {
+        await openai.configure({ limits: { requests: 1000 }, periodMs: 60_000 });
+        const quota = await handled(
+          q,
+          () => {
+            throw new RateLimited(60_000, "429", { quota: "openai" });
+          },
+          { quotas: { openai: { requests: 1 } } },
+        );
+        const state = await openai.get();
+        assertAboutAMinute((state?.pausedUntilMs ?? 0) - quota.thrownAt, "the quota's pause");
+      } finally {
+        await openai.close();
+      }
+    }));
+
+  it("pauses for reportQuota's resetAfterMs: 60000 one minute", () =>
+    withQueue(async (q) => {
+      const reported = await handled(q, () => {
+        currentTask().reportQuota({ remaining: 0, resetAfterMs: 60_000 });
+        return "ok";
+      });
+      assert.equal(reported.task.state, "done");
+      const pause = await q.client.hget(q.keys.key("quota"), "until");
+      assertAboutAMinute(Number(pause) - reported.thrownAt, "the reported pause");
+    }));
+
+  it("refuses a negative, non-finite or unnumbered handler delay with one line naming milliseconds", () => {
+    for (const bad of [-1, Number.NaN, Infinity, 4e12]) {
+      assert.throws(
+        () => new RetryAfter(bad),
+        (e: unknown) =>
+          e instanceof RangeError &&
+          e.message === `RetryAfter delayMs must be 0..3153600000000 ms, not ${String(bad)}`,
+      );
+      assert.throws(
+        () => new RateLimited(bad),
+        (e: unknown) =>
+          e instanceof RangeError &&
+          /^RateLimited retryAfterMs must be 0\.\.\d+ ms, not /.test(e.message),
+      );
+    }
+    assert.throws(
+      () => new RetryAfter("60s" as unknown as number),
+      /^TypeError: RetryAfter delayMs must be milliseconds \(a number\), not string$/,
+    );
+    assert.equal(new RetryAfter(1500).delayMs, 1500);
+    assert.equal(new RateLimited(1500).retryAfterMs, 1500);
+    assert.equal(new RateLimited(1500).message, "rate limited, retry after 1500 ms");
+  });
 });
+
+/** Within a second or so of one minute (a minute read as seconds would be 16.7 hours). */
+function assertAboutAMinute(ms: number, what: string): void {
+  assert.ok(ms >= 55_000 && ms <= 65_000, `${what} lasts ${ms} ms`);
+}
+
+/**
+ * Run one task with `handler` on a worker in this process; resolves once the task is
+ * no longer pending or running, with the stored task and when the handler ran (epoch ms).
+ */
+async function handled(
+  q: Queue,
+  handler: () => unknown,
+  options: EnqueueCallOptions = {},
+): Promise<{ task: NonNullable<Awaited<ReturnType<Queue["get"]>>>; thrownAt: number }> {
+  let thrownAt = 0;
+  const worker = new Worker("jobs", {
+    redisUrl: server.url,
+    pod: "durations",
+    fireSchedules: false,
+    handler: () => {
+      thrownAt = Date.now();
+      return handler();
+    },
+  });
+  const running = worker.run();
+  try {
+    const id = await q.enqueue({}, options);
+    const outcome = async (): Promise<Awaited<ReturnType<Queue["get"]>>> => {
+      const task = await q.get(id);
+      return task !== null && thrownAt > 0 && !["pending", "running"].includes(task.state)
+        ? task
+        : null;
+    };
+    await until("the handler's outcome is stored", async () => (await outcome()) !== null);
+    const task = await outcome();
+    assert.ok(task !== null);
+    return { task, thrownAt };
+  } finally {
+    worker.drain();
+    assert.equal(await running, 0);
+  }
+}

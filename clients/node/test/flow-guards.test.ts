@@ -9,7 +9,7 @@ import { packagedBundle } from "../src/bundle.js";
 import { Scripts } from "../src/connection.js";
 import { batchRecords } from "../src/encoding.js";
 import { DependencyCycle, Queue } from "../src/index.js";
-import { Broker } from "../src/worker/broker.js";
+import { Broker, JOINING } from "../src/worker/broker.js";
 import { RedisServer } from "./redis.js";
 import { idAndToken } from "../src/worker/claimed.js";
 
@@ -152,7 +152,7 @@ describe("children added at run time", () => {
       const b = broker(q);
       const run = (await claim(q, 1)).get("doc") ?? "";
       await b.addChildren("doc", run, pages());
-      assert.deepEqual(await b.complete([["doc", run, '"split"']]), [1]);
+      assert.deepEqual(await b.complete([["doc", run, '"split"']]), [JOINING]);
       const kids = await claim(q, 2);
       await b.fail("p0", kids.get("p0") ?? "", "unreadable", false);
       assert.deepEqual(await b.complete([["p1", kids.get("p1") ?? "", null]]), [1]);
@@ -170,7 +170,7 @@ describe("children added at run time", () => {
         ...pages(),
         ...batchRecords([{ payload: {}, taskId: "p2" }]),
       ]);
-      assert.deepEqual(await b.complete([["doc", run, null]]), [1]);
+      assert.deepEqual(await b.complete([["doc", run, null]]), [JOINING]);
       const kids = await claim(q, 2);
       await b.fail("p0", kids.get("p0") ?? "", "unreadable", false);
       const parent = await q.get("doc");

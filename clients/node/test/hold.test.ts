@@ -38,7 +38,7 @@ async function settle(): Promise<void> {
 function execution(calls: number[]): { execution: Execution; outcomes: Outcome[] } {
   const outcomes: Outcome[] = [];
   const handlers = HandlerSet.of((payload: Record<string, unknown>) => {
-    if (payload.limited === true) throw new RateLimited(30);
+    if (payload.limited === true) throw new RateLimited(30_000);
     calls.push(payload.n as number);
     return null;
   }, undefined);

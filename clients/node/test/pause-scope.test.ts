@@ -49,7 +49,7 @@ async function settle(): Promise<void> {
 /** Handlers: `limited` meets a group's 429, `reporter` reports its quota spent, others call. */
 function execution(calls: string[], reportQuota?: QuotaSink): Execution {
   const handlers = HandlerSet.of((payload: Record<string, unknown>, t: TaskContext) => {
-    if (payload.limited === true) throw new RateLimited(30, "429", { scope: "group" });
+    if (payload.limited === true) throw new RateLimited(30_000, "429", { scope: "group" });
     if (payload.reporter === true) {
       t.reportQuota({ remaining: 0, resetAfterMs: 30_000, scope: "group" });
       return null;

@@ -109,7 +109,7 @@ describe("provider quotas", () => {
       const node = new Worker("qn", {
         redisUrl: server.url,
         handler: (payload: Record<string, unknown>) => {
-          if (payload.limited === true) throw new RateLimited(30, "429", { quota: "openai" });
+          if (payload.limited === true) throw new RateLimited(30_000, "429", { quota: "openai" });
           return null;
         },
         pod: "node-pq",

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, it } from "node:test";
 
 import { PermanentFailure, Queue, Worker } from "../src/index.js";
-import { RedisServer } from "./redis.js";
+import { RedisServer, until } from "./redis.js";
 
 interface Job {
   readonly i: number;
@@ -119,6 +119,73 @@ describe("a worker's events", () => {
       assert.ok(a.has(id) !== b.has(id) || kind(Number(id.slice(1))) === "retried", id);
     }
     assert.deepEqual(drained.sort(), ["events-a", "events-b"]);
+  });
+
+  it("never says completed for a parent whose child failed: failed and dead while it ran, waiting-children then dead on the queue's stream after", async () => {
+    const q = new Queue("joins", { redisUrl: server.url });
+    await q.configureEvents(true, { retention: 1000 });
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const seen: string[] = [];
+    const w = new Worker("joins", {
+      redisUrl: server.url,
+      pod: "joins",
+      concurrency: 4,
+      heartbeatIntervalMs: 300,
+      fireSchedules: false,
+      handlers: {
+        // its child is cancelled before it returns: it ends dead at its complete
+        early: async (_payload, task) => {
+          const [kid] = await task.addChildren([{ payload: {}, name: "kid", delayMs: 60_000 }]);
+          await q.cancel(kid ?? "");
+          return "early result";
+        },
+        // returns while its child runs; the child then fails: it ends dead while waiting
+        late: async (_payload, task) => {
+          await task.addChildren([{ payload: { fail: true }, name: "kid" }]);
+          return "late result";
+        },
+        kid: async (payload) => {
+          await gate;
+          if (payload.fail === true) throw new PermanentFailure("the child fails");
+          return null;
+        },
+      },
+    });
+    w.on("completed", (task) => seen.push(`completed ${task.id}`));
+    w.on("failed", (task, _error, how) => seen.push(`failed ${task.id} ${how.dead ? "dead" : ""}`));
+    w.on("waiting-children", (task, result) =>
+      seen.push(`waiting-children ${task.id} ${String(result)}`),
+    );
+    const running = w.run();
+    try {
+      const early = await q.enqueue({}, { name: "early", taskId: "early" });
+      const late = await q.enqueue({}, { name: "late", taskId: "late" });
+      await until("the early parent ends", async () => (await q.get(early))?.state === "dead");
+      assert.equal((await q.get(early))?.reason, "dependency failed");
+      await until("the late parent waits", async () => (await q.get(late))?.state === "waiting");
+      release();
+      await until("the late parent ends", async () => (await q.get(late))?.state === "dead");
+      assert.equal((await q.get(late))?.reason, "dependency failed");
+    } finally {
+      release();
+      w.drain();
+      assert.equal(await running, 0);
+    }
+    const mine = seen.filter((line) => /^\S+ (early|late)\b/.test(line)).sort();
+    assert.deepEqual(mine, ["failed early dead", "waiting-children late late result"]);
+    const ends: string[] = [];
+    for await (const e of q.events({ since: "0" })) {
+      if (
+        (e.taskId === "early" || e.taskId === "late") &&
+        e.event !== "enqueued" &&
+        e.event !== "started"
+      )
+        ends.push(`${e.event} ${e.taskId}`);
+      if (ends.length === 2) break;
+    }
+    assert.deepEqual(ends.sort(), ["dead early", "dead late"]);
+    await q.close();
   });
 
   it("keeps a listener's types: the payload and the result of the worker", () => {

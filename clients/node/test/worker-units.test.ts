@@ -206,7 +206,7 @@ describe("what a run stores", () => {
       "PermanentFailure: no",
       { permanent: true, retryAfterMs: null },
     ]);
-    assert.deepEqual(failureOf(new RetryAfter(1.5)), [
+    assert.deepEqual(failureOf(new RetryAfter(1500)), [
       "RetryAfter",
       { permanent: false, retryAfterMs: 1500 },
     ]);
@@ -214,7 +214,10 @@ describe("what a run stores", () => {
     foreign.name = "PermanentFailure";
     assert.deepEqual(failureOf(foreign)[1], { permanent: true, retryAfterMs: null });
     assert.throws(() => new RetryAfter(-1), RangeError);
-    assert.deepEqual(failureOf(new RateLimited(2))[1], {
+    // a copy of the package from before milliseconds, in a handler's tree: its delay in seconds
+    const older = Object.assign(new Error("older copy"), { name: "RetryAfter", delay: 2 });
+    assert.deepEqual(failureOf(older)[1], { permanent: false, retryAfterMs: 2000 });
+    assert.deepEqual(failureOf(new RateLimited(2000))[1], {
       permanent: false,
       retryAfterMs: 2000,
       throttle: true,
@@ -226,7 +229,7 @@ describe("what a run stores", () => {
     });
     assert.throws(() => new RateLimited(-1), RangeError);
     assert.equal(new RateLimited(1).scope, "queue");
-    assert.deepEqual(failureOf(new RateLimited(1, "", { scope: "group" }))[1], {
+    assert.deepEqual(failureOf(new RateLimited(1000, "", { scope: "group" }))[1], {
       permanent: false,
       retryAfterMs: 1000,
       throttle: true,

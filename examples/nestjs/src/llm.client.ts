@@ -66,8 +66,8 @@ export class LlmClient {
       // (without a usable Retry-After: the queue's adaptive pause)
       const header = response.headers.get("retry-after");
       const after = header === null ? Number.NaN : Number(header);
-      const seconds = Number.isFinite(after) && after >= 0 ? Math.min(after, bounds.MAX_DELAY_S) : null;
-      throw new RateLimited(seconds, "provider rate limit");
+      const ms = Number.isFinite(after) && after >= 0 ? Math.min(after, bounds.MAX_DELAY_S) * 1000 : null;
+      throw new RateLimited(ms, "provider rate limit"); // milliseconds, as every Node duration
     }
     if (response.status >= 400 && response.status < 500) {
       throw new PermanentFailure(`provider refused the request: ${response.status} ${await response.text()}`);

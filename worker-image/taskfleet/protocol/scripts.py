@@ -267,8 +267,9 @@ def _with_completions(
 
 
 #: Per-task codes of a completion: refused (stale token), done, dead (result too large),
-#: cancelled (asked for while it ran). 0 and 1 compare equal to False and True.
-STALE, COMPLETED, RESULT_TOO_LARGE, CANCELLED = 0, 1, 2, 3
+#: cancelled (asked for while it ran), dead (a child it added failed), waiting (for the
+#: children it added: not done yet). 0 and 1 compare equal to False and True.
+STALE, COMPLETED, RESULT_TOO_LARGE, CANCELLED, DEPENDENCY_FAILED, JOINING = 0, 1, 2, 3, 4, 5
 
 
 #: One task as the enqueue script takes it (already validated and encoded).

@@ -533,8 +533,8 @@ SCRIPTS: dict[str, Script] = {
             "complete",
             Complete,
             "a string of one character per record: 1 completed, 2 result too large (dead), "
-            "0 stale token (refused), 3 cancelled; with a claim: [that string, then "
-            "claim's reply]",
+            "0 stale token (refused), 3 cancelled, 4 dead as a child it added failed, 5 "
+            "waiting for children it added; with a claim: [that string, then claim's reply]",
             Completion,
         ),
         Script(

@@ -437,7 +437,9 @@ class Broker:
         Returns, per item, ``COMPLETED`` (1, equal to True) if applied, ``STALE`` (0,
         equal to False) if refused for a stale token (the task was taken back; counted in
         stats ``stale``), or ``RESULT_TOO_LARGE`` (2): the result exceeds the queue's
-        ``max_payload_bytes``, so the task went dead (reason ``result too large``). A
+        ``max_payload_bytes``, so the task went dead (reason ``result too large``),
+        ``CANCELLED`` (3), ``DEPENDENCY_FAILED`` (4): a child it added failed, so it went
+        dead, or ``JOINING`` (5): it waits for children it added (not done yet). A
         retry of a write that was applied but whose reply was lost answers the same.
         """
         if len(items) <= bounds.MAX_BATCH:  # the worker's outbox writes batches this size

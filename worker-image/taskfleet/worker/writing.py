@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from taskfleet.protocol import bounds
-from taskfleet.protocol.scripts import CANCELLED, RESULT_TOO_LARGE
+from taskfleet.protocol.scripts import CANCELLED, DEPENDENCY_FAILED, RESULT_TOO_LARGE
 from taskfleet.protocol.states import TaskState
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult
@@ -138,7 +138,20 @@ class OutcomeWriter:
                         reason="result too large",
                         settle=False,
                     )
+                elif code == DEPENDENCY_FAILED:
+                    # a child it added failed: the task is dead, whatever its run returned
+                    outcome.result = None
+                    outcome.error = "a child it added failed"
+                    finish(
+                        outcome,
+                        True,
+                        "task_failed",
+                        dead=True,
+                        reason="dependency failed",
+                        settle=False,
+                    )
                 else:
+                    # JOINING (waiting for the children it added): its run succeeded
                     finish(outcome, bool(code), "task_done", settle=False)
         finally:
             execution.settle()  # once per batch, not per task

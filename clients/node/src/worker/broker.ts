@@ -75,6 +75,10 @@ export const STALE = 0;
 export const COMPLETED = 1;
 export const RESULT_TOO_LARGE = 2;
 export const CANCELLED = 3;
+/** Dead: a child the task added at run time failed (its policy `fail`); the result is not stored. */
+export const DEPENDENCY_FAILED = 4;
+/** Waiting for children it added at run time: its result stored, neither done nor dead yet. */
+export const JOINING = 5;
 
 /** A start under the name of a live worker: refused (exit 2). */
 export class NameInUse extends TaskfleetError {
@@ -487,7 +491,7 @@ export class Broker {
     return this.bound(dependencyResults(this.client, this.keys, taskId, after));
   }
 
-  /** Finish tasks: per item `COMPLETED`, `STALE`, `RESULT_TOO_LARGE` or `CANCELLED`. */
+  /** Finish tasks: per item `COMPLETED`, `STALE`, `RESULT_TOO_LARGE`, `CANCELLED`, `DEPENDENCY_FAILED` or `JOINING`. */
   async complete(items: readonly [string, string, string | null][]): Promise<number[]> {
     const out: number[] = [];
     for (let at = 0; at < items.length; at += MAX_BATCH) {

@@ -447,7 +447,9 @@ export function quotaPauseMs(
     return null;
   }
   if (!(seconds >= 0 && seconds <= MAX_DELAY_S))
-    throw new RangeError(`the reset must be within 0..${MAX_DELAY_S} s, not ${seconds}`);
+    throw new RangeError(
+      `the reset must be 0..${MAX_DELAY_S * 1000} ms from now, not ${String(seconds * 1000)} ms`,
+    );
   return Math.trunc(seconds * 1000);
 }
 

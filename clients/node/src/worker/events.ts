@@ -4,7 +4,8 @@
  * can read, is the queue's event stream, not this.
  *
  * Each is emitted once per run it is about: `active` when the run starts, `progress` on
- * each `task.progress(...)`, then one of `completed`, `failed`, `cancelled` or `deferred`
+ * each `task.progress(...)`, then one of `completed`, `failed`, `cancelled`, `deferred` or
+ * `waiting-children` (the run returned; children it added are still out)
  * once the worker's write of the outcome was accepted. A run whose outcome is not written
  * by this worker (its lease was lost, or it was handed back at the drain deadline) ends
  * with no outcome event here: another run of the task has its own. `drained` comes once,
@@ -42,6 +43,13 @@ export interface WorkerEvents<Payload = Record<string, unknown>, Result = unknow
   failed: [task: TaskContext<Payload, Result>, error: string, how: FailedHow];
   /** The task was cancelled while it ran, and ended cancelled. */
   cancelled: [task: TaskContext<Payload, Result>];
+  /**
+   * The handler returned `result` but children it added (`task.addChildren`) are still out:
+   * the task waits for them. Its end is not this worker's to see: done once they are, or
+   * dead (or cancelled) by its policy if one fails; the queue's event stream says which.
+   * So `completed` never comes for a task that may yet end dead.
+   */
+  "waiting-children": [task: TaskContext<Payload, Result>, result: Result];
   /** The handler asked to run again later (`RetryAfter`, `RateLimited`): the attempt was given back. */
   deferred: [task: TaskContext<Payload, Result>, error: string];
   /** The worker's drain ended: every run finished or was handed back; `run()` resolves next. */

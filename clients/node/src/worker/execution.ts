@@ -482,6 +482,8 @@ export class Execution {
       deferred?: boolean;
       rateLimited?: boolean;
       reason?: string;
+      /** The run succeeded but the task waits for children it added: no outcome yet. */
+      joining?: boolean;
     } = {},
   ): void {
     const run = outcome.run;
@@ -533,12 +535,13 @@ export class Execution {
   /** The outcome event of a run whose outcome was written (events.ts). */
   private emitOutcome(
     outcome: Outcome,
-    how: { dead?: boolean; cancelled?: boolean; deferred?: boolean },
+    how: { dead?: boolean; cancelled?: boolean; deferred?: boolean; joining?: boolean },
   ): void {
     const context = outcome.run.context;
     if (context === null) return; // a task that could not start: no active event either
     const l = this.listeners;
-    if (how.cancelled === true) l.emit("cancelled", context);
+    if (how.joining === true) l.emit("waiting-children", context, outcome.value ?? null);
+    else if (how.cancelled === true) l.emit("cancelled", context);
     else if (how.deferred === true) l.emit("deferred", context, outcome.error ?? "");
     else if (outcome.error === null) l.emit("completed", context, outcome.value ?? null);
     else l.emit("failed", context, outcome.error, { dead: how.dead === true });

@@ -26,47 +26,60 @@ export class PermanentFailure extends TaskfleetError {}
 /** Most retries a handler may ask for per task before they count as failed attempts. */
 export const MAX_DEFERRALS = 20;
 
+/** The longest delay a handler may ask for, in milliseconds (the protocol's bound). */
+export const MAX_DELAY_MS = bounds.MAX_DELAY_S * 1000;
+
 /**
- * Thrown by a handler: run this task again after `delay` seconds (an upstream rate
- * limit's Retry-After, a dependency that is down). The cause is outside the task, so the
- * attempt is given back, up to 20 times per task; past that each one counts as a failed
- * attempt and `maxAttempts` ends the task. The retry waits `delay` either way.
+ * `value` as a delay in milliseconds, or a one-line error naming `what`: a number that is
+ * negative, not finite or past `MAX_DELAY_MS` is a misread, never clamped.
+ */
+function checkDelayMs(value: unknown, what: string): number {
+  if (typeof value !== "number")
+    throw new TypeError(`${what} must be milliseconds (a number), not ${typeof value}`);
+  if (!(Number.isFinite(value) && value >= 0 && value <= MAX_DELAY_MS))
+    throw new RangeError(`${what} must be 0..${MAX_DELAY_MS} ms, not ${String(value)}`);
+  return value;
+}
+
+/**
+ * Thrown by a handler: run this task again after `delayMs` milliseconds (as `setTimeout`
+ * and BullMQ count: `new RetryAfter(60_000)` is one minute), for an upstream rate limit's
+ * Retry-After or a dependency that is down. The cause is outside the task, so the attempt
+ * is given back, up to 20 times per task; past that each one counts as a failed attempt
+ * and `maxAttempts` ends the task. The retry waits `delayMs` either way.
  */
 export class RetryAfter extends TaskfleetError {
-  /** Seconds to wait before the task runs again. */
-  readonly delay: number;
+  /** Milliseconds to wait before the task runs again. */
+  readonly delayMs: number;
 
-  constructor(delay: number, message = "") {
-    if (typeof delay !== "number")
-      throw new TypeError(`RetryAfter needs a delay in seconds, not ${typeof delay}`);
-    if (!(delay >= 0 && delay <= bounds.MAX_DELAY_S)) {
-      throw new RangeError(`RetryAfter delay must be 0..${bounds.MAX_DELAY_S} s, not ${delay}`);
-    }
+  constructor(delayMs: number, message = "") {
+    const checked = checkDelayMs(delayMs, "RetryAfter delayMs");
     super(message);
-    this.delay = delay;
+    this.delayMs = checked;
   }
 }
 
 /**
  * Thrown by a handler that met a provider's rate limit (an HTTP 429): the whole queue
- * stops claiming until the limit resets, not only this task. `retryAfter`: the provider's
- * Retry-After in seconds; null when it gave none: the fleet then pauses the queue's
- * `throttle_base_s`, doubled for each rate limit met in a row (up to `throttle_max_s`)
- * and shortened again by successes. The task waits the pause out, its attempt given back.
+ * stops claiming until the limit resets, not only this task. `retryAfterMs`: the
+ * provider's Retry-After in milliseconds (a header's seconds times 1000); null when it
+ * gave none: the fleet then pauses the queue's `throttleBaseMs`, doubled for each rate
+ * limit met in a row (up to `throttleMaxMs`) and shortened again by successes. The task
+ * waits the pause out, its attempt given back.
  * `scope: "group"`: only the task's group pauses (a quota that is the group's own, such
  * as a tenant's API key); a task without a group pauses the queue. The default stays
  * "queue": a provider's quota usually belongs to the key the whole queue calls with.
  */
 export class RateLimited extends TaskfleetError {
-  /** The provider's Retry-After in seconds, or null. */
-  readonly retryAfter: number | null;
+  /** The provider's Retry-After in milliseconds, or null. */
+  readonly retryAfterMs: number | null;
   /** What pauses: the whole queue, or the task's group alone. */
   readonly scope: "queue" | "group";
   /** A provider quota's name (`Quota`): that quota pauses, in every queue, instead of this queue. */
   readonly quota: string | null;
 
   constructor(
-    retryAfter: number | null = null,
+    retryAfterMs: number | null = null,
     message = "",
     options: { scope?: "queue" | "group"; quota?: string } = {},
   ) {
@@ -76,20 +89,10 @@ export class RateLimited extends TaskfleetError {
     const quota: unknown = options.quota ?? null;
     if (quota !== null && (typeof quota !== "string" || quota === ""))
       throw new TypeError("RateLimited quota must be a provider quota's name");
-    if (retryAfter !== null) {
-      if (typeof retryAfter !== "number")
-        throw new TypeError(`RateLimited needs retryAfter in seconds, not ${typeof retryAfter}`);
-      if (!(retryAfter >= 0 && retryAfter <= bounds.MAX_DELAY_S)) {
-        throw new RangeError(
-          `RateLimited retryAfter must be 0..${bounds.MAX_DELAY_S} s, not ${retryAfter}`,
-        );
-      }
-    }
-    super(
-      message ||
-        (retryAfter === null ? "rate limited" : `rate limited, retry after ${retryAfter} s`),
-    );
-    this.retryAfter = retryAfter;
+    const after =
+      retryAfterMs === null ? null : checkDelayMs(retryAfterMs, "RateLimited retryAfterMs");
+    super(message || (after === null ? "rate limited" : `rate limited, retry after ${after} ms`));
+    this.retryAfterMs = after;
     this.scope = scope;
     this.quota = quota;
   }
@@ -194,31 +197,38 @@ export function verdictOf(error: unknown): Verdict | null {
   try {
     if (isA(error, PermanentFailure)) return { permanent: true, retryAfterMs: null };
     if (isA(error, RateLimited)) {
-      const after: unknown = (error as { retryAfter?: unknown }).retryAfter;
-      const valid = typeof after === "number" && after >= 0 && after <= bounds.MAX_DELAY_S;
+      const after = storedMs(error, "retryAfterMs", "retryAfter");
       const quota: unknown = (error as { quota?: unknown }).quota;
       if (typeof quota === "string" && quota !== "")
         return {
           permanent: false,
-          retryAfterMs: valid ? Math.trunc(after * 1000) : PROVIDER_PAUSE_MS,
+          retryAfterMs: after ?? PROVIDER_PAUSE_MS,
           providerQuota: quota,
         };
-      const verdict = {
-        permanent: false,
-        retryAfterMs: valid ? Math.trunc(after * 1000) : null,
-        throttle: true,
-      };
+      const verdict = { permanent: false, retryAfterMs: after, throttle: true };
       return (error as { scope?: unknown }).scope === "group"
         ? { ...verdict, groupScope: true }
         : verdict;
     }
     if (!isA(error, RetryAfter)) return null;
-    const delay: unknown = (error as { delay?: unknown }).delay;
-    if (typeof delay !== "number" || !(delay >= 0 && delay <= bounds.MAX_DELAY_S)) return null;
-    return { permanent: false, retryAfterMs: Math.trunc(delay * 1000) };
+    const delay = storedMs(error, "delayMs", "delay");
+    return delay === null ? null : { permanent: false, retryAfterMs: delay };
   } catch {
     return null;
   }
+}
+
+/**
+ * An error's delay in whole milliseconds: its `ms` field, or else its `seconds` field (a
+ * copy of this package before durations were milliseconds, in a handler's tree); null
+ * when neither holds a valid delay.
+ */
+function storedMs(error: unknown, ms: string, seconds: string): number | null {
+  const fields = error as Record<string, unknown>;
+  const old = fields[seconds];
+  const value = ms in fields ? fields[ms] : typeof old === "number" ? old * 1000 : undefined;
+  if (typeof value !== "number" || !(value >= 0 && value <= MAX_DELAY_MS)) return null;
+  return Math.trunc(value);
 }
 
 /** What a handler's error makes of its attempt: the error text and the verdict; never throws. */

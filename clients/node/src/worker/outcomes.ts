@@ -16,7 +16,7 @@
  */
 
 import type { Broker, ClaimResult, Report } from "./broker.js";
-import { CANCELLED, RESULT_TOO_LARGE } from "./broker.js";
+import { CANCELLED, DEPENDENCY_FAILED, JOINING, RESULT_TOO_LARGE } from "./broker.js";
 import type { Execution, Outcome, OutcomeSink } from "./execution.js";
 import { Flag, sleep, waitAny } from "./flag.js";
 import { classify } from "./faults.js";
@@ -184,8 +184,16 @@ export class OutcomeWriter {
         outcome.result = null;
         outcome.error = "result too large for the queue's max_payload_bytes";
         execution.finish(outcome, true, "task_failed", { dead: true, reason: "result too large" });
+      } else if (code === DEPENDENCY_FAILED) {
+        // a child it added failed: the task is dead, whatever its run returned
+        outcome.result = null;
+        outcome.error = "a child it added failed";
+        execution.finish(outcome, true, "task_failed", { dead: true, reason: "dependency failed" });
       } else {
-        execution.finish(outcome, code === 1, "task_done");
+        // JOINING: its run succeeded, the task waits for the children it added
+        execution.finish(outcome, code === 1 || code === JOINING, "task_done", {
+          joining: code === JOINING,
+        });
       }
     });
     if (claimed !== null && claimed.tasks.length > 0) await this.take(claimed.tasks);

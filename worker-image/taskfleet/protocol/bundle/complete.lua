@@ -1492,7 +1492,10 @@ flow_resolve = function(...) build_lazy() return flow_resolve(...) end
 --   token (the task was taken back): refused, counted in stats "stale", nothing changed;
 --   '3' = its cancellation was asked for while it ran, or a child it added had failed
 --   under its on_dep_fail 'cancel': it ends cancelled, whatever the handler returned (the
---   result is not stored).
+--   result is not stored); '4' = a child it added had failed (on_dep_fail 'fail'): it
+--   ends dead, reason 'dependency failed', the result not stored; '5' = children it added
+--   are still out: its result is stored and it waits ('waiting') for them, done once they
+--   are, dead or cancelled by its policy if one fails (neither done nor dead yet).
 --   A completion this same token already applied (a retry after a reply that never came)
 --   answers as it did then and changes nothing. Waiters on a finished task are woken
 --   (includes/wake_waiters.lua).
@@ -1556,7 +1559,7 @@ for i = 0, n - 1 do
       -- it added children at run time and one failed (flow_resolve): its policy ends it
       attempt_log(key, 'dead', now, join[2])
       to_dead(id, key, now, 'dependency failed', join[2])
-      out[#out + 1] = '1'
+      out[#out + 1] = '4'
     elseif string.len(result) > max_bytes then
       local err = 'the result of ' .. string.len(result) .. ' bytes exceeds max_payload_bytes ('
         .. max_bytes .. '); not stored'
@@ -1569,7 +1572,7 @@ for i = 0, n - 1 do
       if result ~= '' then redis.call('HSET', key, 'result', result) end
       redis.call('HSET', key, 'state', 'waiting')
       redis.call('ZADD', K_WAITING, now, id)
-      out[#out + 1] = '1'
+      out[#out + 1] = '5'
     else
       if retention_ms <= 0 then
         gone[#gone + 1] = key
@@ -1591,9 +1594,15 @@ for i = 0, n - 1 do
       event('done', id)
       out[#out + 1] = '1'
     end
-  elseif v[2] == token and (v[1] == 'done' or v[1] == 'dead' or v[1] == 'cancelled') then
-    -- applied already by this very write
-    out[#out + 1] = v[1] == 'done' and '1' or (v[1] == 'dead' and '2' or '3')
+  elseif v[2] == token and (v[1] == 'done' or v[1] == 'dead' or v[1] == 'cancelled'
+      or v[1] == 'waiting') then
+    -- applied already by this very write (or ended since, as the children it added did)
+    if v[1] == 'dead' then
+      local dead = redis.call('HGET', key, 'reason') == 'dependency failed' and '4' or '2'
+      out[#out + 1] = dead
+    else
+      out[#out + 1] = ({done = '1', cancelled = '3', waiting = '5'})[v[1]]
+    end
   else
     out[#out + 1] = '0'
     bump('stale')
