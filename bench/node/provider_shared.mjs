@@ -10,8 +10,8 @@ export async function call(payload, task) {
   const reply = await fetch(payload.url, { method: "POST", body: JSON.stringify(body) });
   await reply.arrayBuffer();
   if (reply.status === 429) {
-    // seconds, as this release's RateLimited takes them
-    const after = Number(reply.headers.get("retry-after") ?? "1");
+    // Retry-After is in seconds; RateLimited takes milliseconds, as every Node duration
+    const after = Number(reply.headers.get("retry-after") ?? "1") * 1000;
     if (payload.mode === "per-queue") throw new RateLimited(after, "429 from the provider");
     throw new RateLimited(after, "429 from the provider", { quota: QUOTA });
   }
