@@ -43,6 +43,8 @@ NAMES = (
     "quota",
     "provider_quota",
     "settle",
+    "pq_run",
+    "pq_defer",
 )
 
 
