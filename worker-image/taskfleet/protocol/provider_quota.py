@@ -229,7 +229,9 @@ class QuotaSlotOps:
 
     def __init__(self, name: str) -> None:
         self.name = _quota_name(name)
-        self._keys = (provider_quota_key(self.name),)
+        #: the key whose slot its calls go to (a client pinned to that slot's master)
+        self.route = provider_quota_key(self.name)
+        self._keys = (self.route,)
 
     def _op(self, head: PqRun, members: Sequence[str], decode: Callable[[Any], T]) -> Op[T]:
         args = with_records(head._replace(n=len(members)), (PqMember(m) for m in members))

@@ -26,7 +26,7 @@ import redis.asyncio
 import redis.exceptions
 
 from taskfleet.protocol.calls import Call
-from taskfleet.protocol.keys import QueueKeys, provider_quota_key
+from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.provider_quota import QuotaSlotOps, defer_op, run_member
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.records import DEFAULT_LEASE_TTL_S
@@ -48,7 +48,7 @@ class _Run:
     names: tuple[str, ...]
 
 
-#: A client of the master of a quota's slot, for the quota's hash key (a cluster); None:
+#: A client of the master of a quota's slot, given its routing key (a cluster); None:
 #: every quota is on the queue's own server (a single server).
 QuotaConnect = Callable[[str], Awaitable[redis.asyncio.Redis]] | None
 
@@ -86,7 +86,7 @@ class QuotaSlots:
             return result
         client = self._clients.get(name)
         if client is None:
-            client = self._clients[name] = await self._connect(provider_quota_key(name))
+            client = self._clients[name] = await self._connect(QuotaSlotOps(name).route)
         call = AsyncScripts.for_client(client).run(op)
         result = await (call if self._bound is None else self._bound(call))
         return result
