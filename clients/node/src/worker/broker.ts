@@ -23,6 +23,7 @@ import {
   TaskfleetError,
 } from "../errors.js";
 import { dependencyResults } from "../flows.js";
+import { quotaRoute } from "../providerquota.js";
 import { QueueKeys } from "../keys.js";
 import { decodeEnqueue } from "../protocol/replies.js";
 import type { ScriptArgs, ScriptName, ScriptRecords } from "../protocol/signatures.js";
@@ -550,12 +551,14 @@ export class Broker {
    */
   async pauseProviderQuota(name: string, pauseMs: number, reason: string): Promise<void> {
     if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/.test(name)) return;
-    await this.call("provider_quota", {
+    const argv = this.bundle.pack("provider_quota", {
       op: "pause",
       name,
       pause_ms: Math.max(0, Math.trunc(pauseMs)),
       reason: reason.slice(0, 200),
     });
+    // sent to the quota's slot (a cluster routes it by the quota's hash)
+    await this.bound(this.scripts.run("provider_quota", quotaRoute(name), argv));
   }
 
   /** A run's settlement of provider quota `name` (`task.settle`); `used`: its JSON. */
