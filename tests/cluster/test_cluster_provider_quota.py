@@ -5,6 +5,7 @@ after its death, each charged once; a 429 met in one queue pauses the others."""
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -16,6 +17,10 @@ from taskfleet import Queue, Quota
 from taskfleet.protocol.connect import SyncClient, connect
 from taskfleet.protocol.keys import QueueKeys, provider_quota_key
 from taskfleet.protocol.provider_quota import QuotaUse
+from taskfleet.protocol.replies import raw_claim
+from taskfleet.protocol.scripts import Op, SyncScripts
+from taskfleet.protocol.signatures import Claim
+from taskfleet.worker.claimed import ClaimedTask, parse_claim_records
 
 from tests.fixtures_redis_cluster import LocalRedisCluster
 from tests.polling import wait_for
@@ -171,3 +176,36 @@ def test_a_rate_limit_met_in_one_queue_pauses_the_quota_for_queues_on_other_mast
     finally:
         for fleet in fleets:
             fleet.close()
+
+
+def _claim(client: SyncClient, queue: Queue, base: str, *, quota_slots: bool) -> list[ClaimedTask]:
+    keys = QueueKeys(queue.name)
+    args = Claim("p1", "i1", 2, base, 100, "", "", "", 1 if quota_slots else "")
+    op = Op("claim", keys.script("claim"), args, lambda raw: raw_claim(raw, "claim"))
+    tasks, bad = parse_claim_records(SyncScripts.for_client(client).run(op).records)
+    assert bad == []
+    return tasks
+
+
+def test_a_claim_that_does_not_reserve_on_quota_slots_leaves_such_a_task_delayed_not_run(
+    redis_cluster: LocalRedisCluster, client: SyncClient, openai: Quota
+) -> None:
+    # an older worker's claim, or one of a client that does not reserve on a quota's slot
+    openai.configure(limits={"requests": 10}, period_s=3600)
+    queue = _queues(redis_cluster)[0]
+    needing, plain = queue.enqueue({}, quotas=EST), queue.enqueue({})
+    tasks = _claim(client, queue, "theirs", quota_slots=False)
+    assert [t.id for t in tasks] == [plain] and tasks[0].quotas is None
+    task = queue.get(needing)
+    assert task is not None and task.state == "delayed" and task.attempts == 0
+    assert _use(openai).units["requests"].used == 0
+    # once due, a claim that reserves on the quota's slot is handed it with its estimate
+    got: list[ClaimedTask] = []
+
+    def handed() -> bool:
+        got.extend(_claim(client, queue, f"ours{len(got)}", quota_slots=True))
+        return bool(got)
+
+    wait_for(handed, timeout=15, what="the task handed over with its estimate")
+    assert [t.id for t in got] == [needing] and got[0].quotas is not None
+    assert json.loads(got[0].quotas) == EST
