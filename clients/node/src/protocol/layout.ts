@@ -399,7 +399,7 @@ export const COUNTER: { readonly [F in CounterField]: F } = {
   flow_repairs: "flow_repairs",
 };
 
-/** Keys every queue shares (provider quotas): each is its prefix and a name. */
+/** Keys every queue shares (provider quotas): a prefix, then a name. */
 export const SHARED_KEY_PREFIX = {
   pquota: "tf:pquota:",
   pquota_holds: "tf:pquota-holds:",

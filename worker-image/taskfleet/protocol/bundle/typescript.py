@@ -120,7 +120,7 @@ def _layout(manifest: dict[str, Any]) -> str:
         out += [f"  {f}: {_str(f)},\n" for f in fields]
         out.append("};\n")
     shared = manifest.get("shared_keys", [])
-    out.append("\n" + _doc("Keys every queue shares (provider quotas): each is its prefix and a name."))
+    out.append("\n" + _doc("Keys every queue shares (provider quotas): a prefix, then a name."))
     out.append("export const SHARED_KEY_PREFIX = {\n")
     out += [f"  {k['name']}: {_str(k['prefix'])},\n" for k in shared]
     out.append("} as const;\n")
