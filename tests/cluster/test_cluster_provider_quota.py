@@ -209,3 +209,45 @@ def test_a_claim_that_does_not_reserve_on_quota_slots_leaves_such_a_task_delayed
     wait_for(handed, timeout=15, what="the task handed over with its estimate")
     assert [t.id for t in got] == [needing] and got[0].quotas is not None
     assert json.loads(got[0].quotas) == EST
+
+
+NODE_CLI = Path(__file__).resolve().parents[2] / "clients/node/dist/src/taskfleet-node.js"
+
+
+def test_a_node_fleet_and_a_python_fleet_on_two_masters_share_one_quota_within_its_limit(
+    redis_cluster: LocalRedisCluster, openai: Quota, tmp_path: Path
+) -> None:
+    assert NODE_CLI.exists(), "build the Node client first: cd clients/node && npm run build"
+    openai.configure(limits={"requests": 4}, period_s=3600)
+    node_q, python_q = _queues(redis_cluster)[:2]
+    node_fleet, python_fleet = _fleets(redis_cluster, [node_q, python_q], tmp_path)
+    handler = tmp_path / "handlers.mjs"
+    handler.write_text("export async function call() {\n  return 'ok';\n}\n")
+    try:
+        node_fleet.add(
+            f"{handler}:call", pod="pod-node", program=["node", str(NODE_CLI)], args=[]
+        ).start()
+        # the Node worker alone first: it reserves on the quota's slot
+        first = [node_q.enqueue({}, quotas=EST) for _ in range(2)]
+        assert all(t.state == "done" for t in node_q.wait(first, timeout=30).values())
+        assert _use(openai).units["requests"].used == 2
+        python_fleet.add(HANDLER, pod="pod-python").start()
+        ids = {q.name: [q.enqueue({}, quotas=EST) for _ in range(3)] for q in (node_q, python_q)}
+
+        def states() -> list[str]:
+            return [
+                t.state
+                for q in (node_q, python_q)
+                for i in ids[q.name]
+                if (t := q.get(i)) is not None
+            ]
+
+        # two more fit the limit, from either language; the four others wait
+        wait_for(lambda: states().count("done") == 2, timeout=30, what="2 more tasks done")
+        wait_for(lambda: states().count("delayed") == 4, timeout=20, what="4 held back")
+        assert states().count("done") == 2
+        use = _use(openai)
+        assert use.units["requests"].used == 4 and use.reserved == 0
+    finally:
+        node_fleet.close()
+        python_fleet.close()
