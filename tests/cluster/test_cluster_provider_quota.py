@@ -190,7 +190,7 @@ def _claim(client: SyncClient, queue: Queue, base: str, *, quota_slots: bool) ->
 def test_a_claim_that_does_not_reserve_on_quota_slots_leaves_such_a_task_delayed_not_run(
     redis_cluster: LocalRedisCluster, client: SyncClient, openai: Quota
 ) -> None:
-    # the claim of a client that does not reserve on a quota's slot (this release's Node one)
+    # the claim of a client that does not reserve on a quota's slot
     openai.configure(limits={"requests": 10}, period_s=3600)
     queue = _queues(redis_cluster)[0]
     needing, plain = queue.enqueue({}, quotas=EST), queue.enqueue({})
