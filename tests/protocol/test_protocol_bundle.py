@@ -20,7 +20,7 @@ from taskfleet.protocol.bundle.build import LUA, BuildError, build, params
 from taskfleet.protocol.control_ops import ControlOps, Report, Scan
 from taskfleet.protocol.keys import KEY_DOCS, SCRIPT_KEYS, QueueKeys
 from taskfleet.protocol.output import emit_op
-from taskfleet.protocol.provider_quota import ProviderQuotaOps, settle_op
+from taskfleet.protocol.provider_quota import ProviderQuotaOps, QuotaSlotOps, defer_op, settle_op
 from taskfleet.protocol.quota import QuotaOps
 from taskfleet.protocol.runwrites import checkpoint_op
 from taskfleet.protocol.schedule_ops import ScheduleOps
@@ -169,6 +169,9 @@ def test_every_op_builder_packs_the_declared_arguments_then_its_records() -> Non
         (QuotaOps(keys).budget(day=3, month="default"), (0, 0)),
         (ProviderQuotaOps("openai").configure({"requests": 5}, 60_000, None), (0, 0)),
         (settle_op(keys, "t", "k", "openai", {"input_tokens": 5}), (0, 0)),
+        (QuotaSlotOps("openai").reserve("m", '{"requests":1}', 30_000), (1, 1)),
+        (QuotaSlotOps("openai").end(["m", "n"], refund=True), (2, 1)),
+        (defer_op(keys, "t", "k", 500, "openai"), (0, 0)),
         (ops.release("p", [("t", "k"), ("u", "l")]), (2, 2)),
         (ops.requeue("p", None), (0, 0)),
         (ops.register("p", "i", 2), (0, 0)),

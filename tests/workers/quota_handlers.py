@@ -6,19 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 from taskfleet import RateLimited, current_task
+from taskfleet.protocol.connect import SyncClient, connect
 
 STARTS = "test:pq:starts"
 GATE = "test:pq:gate"
-_clients: dict[str, redis.Redis] = {}
+_clients: dict[str, SyncClient] = {}
 
 
-def _client() -> redis.Redis:
+def _client() -> SyncClient:
     url = current_task().redis_url
     client = _clients.get(url)
-    if client is None:
-        client = _clients[url] = redis.Redis.from_url(url, socket_timeout=40)
+    if client is None:  # a cluster URL gives a cluster client
+        client = _clients[url] = connect(url, socket_timeout=40)
     return client
 
 

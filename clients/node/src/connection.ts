@@ -18,12 +18,19 @@ import calculateSlot from "cluster-key-slot";
 import { Cluster, Redis } from "ioredis";
 
 import type { Bundle } from "./bundle.js";
-import type { QueueKeys } from "./keys.js";
 import { ProtocolError } from "./errors.js";
 import type { ParsedRedisURL } from "./redisurl.js";
 
 /** A client of either kind. */
 export type Client = Redis | Cluster;
+
+/**
+ * Where a script call goes: the KEYS it sends (`QueueKeys`: the queue's keys the script
+ * uses; a provider quota's hash for the quota's own scripts), which route it on a cluster.
+ */
+export interface KeyRoute {
+  forScript(script: string): readonly string[];
+}
 
 /**
  * Reconnections a call waits through before it fails: a restart of Redis is ridden out
@@ -87,11 +94,7 @@ export class Scripts {
    * One call of `script` on `queue`'s keys (those the script uses: `QueueKeys.forScript`):
    * EVALSHA, or EVAL with the bundle's bytes when the server lost it.
    */
-  async run(
-    script: string,
-    queue: QueueKeys,
-    argv: readonly (string | Buffer)[],
-  ): Promise<unknown> {
+  async run(script: string, queue: KeyRoute, argv: readonly (string | Buffer)[]): Promise<unknown> {
     const loaded = this.bundle.script(script);
     const keys = queue.forScript(script);
     let cached = this.heads.get(script);
@@ -114,7 +117,7 @@ export class Scripts {
    */
   async runAndWait(
     script: string,
-    queue: QueueKeys,
+    queue: KeyRoute,
     argv: readonly (string | Buffer)[],
     replicas: number,
     timeoutMs: number,

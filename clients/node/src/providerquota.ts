@@ -13,9 +13,9 @@
  */
 
 import { type Bundle, packagedBundle } from "./bundle.js";
-import { type Client, Scripts, connect } from "./connection.js";
+import { type Client, type KeyRoute, Scripts, connect } from "./connection.js";
 import { InvalidArgument, ProtocolError, describe } from "./errors.js";
-import { QueueKeys } from "./keys.js";
+import { providerQuotaKey } from "./protocol/index.js";
 import { parseRedisURL } from "./redisurl.js";
 
 /** The largest amount of a unit a limit, an estimate or a settlement may name. */
@@ -138,6 +138,13 @@ export function quotaUse(name: string, raw: unknown): QuotaUse | null {
   };
 }
 
+/** The KEYS of a provider quota's own scripts (`name` checked): its hash, so a cluster
+ * routes the call to the quota's slot. */
+export function quotaRoute(name: string): KeyRoute {
+  const keys = [providerQuotaKey(name)];
+  return { forScript: () => keys };
+}
+
 /** A pause's length checked (whole ms, 0..100 years). */
 export function quotaPauseMs(forMs: unknown): number {
   if (typeof forMs !== "number" || !Number.isFinite(forMs) || forMs < 0 || forMs > MAX_MS)
@@ -154,20 +161,20 @@ export class Quota {
   private readonly client: Client;
   private readonly scripts: Scripts;
   private readonly bundle: Bundle;
-  // provider_quota uses no queue key (it binds the shared ones itself): any name will do
-  private readonly keys: QueueKeys;
+  // the quota's hash: the call's one key, which routes it to the quota's slot on a cluster
+  private readonly route: KeyRoute;
 
   constructor(name: string, options: { readonly redisUrl?: string } = {}) {
     this.name = checkQuotaName(name);
     this.bundle = packagedBundle();
-    this.keys = new QueueKeys(this.name, this.bundle);
+    this.route = quotaRoute(this.name);
     this.client = connect(parseRedisURL(options.redisUrl ?? "redis://localhost:6379/0"));
     this.scripts = new Scripts(this.client, this.bundle);
   }
 
   private async run(args: Record<string, string | number>): Promise<QuotaUse | null> {
     const argv = this.bundle.pack("provider_quota", { name: this.name, op: "", ...args });
-    return quotaUse(this.name, await this.scripts.run("provider_quota", this.keys, argv));
+    return quotaUse(this.name, await this.scripts.run("provider_quota", this.route, argv));
   }
 
   /**

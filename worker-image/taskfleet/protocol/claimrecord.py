@@ -26,6 +26,7 @@ __all__ = [
     "LOST",
     "MAX_ATTEMPTS",
     "PRIORITY",
+    "QUOTAS",
     "TIMEOUT",
     "TOKEN",
     "TRACE",
@@ -59,6 +60,9 @@ TRACE = b"trace"
 AFTER = b"after"
 # Only when the task has one: the state an earlier attempt stored (checkpoint.lua).
 CHECKPOINT = b"checkpoint"
+# Only on a Redis Cluster, for a task naming provider quotas in other slots: its estimate
+# (the task's ``quotas`` JSON), which the worker reserves on each quota's slot (pq_run).
+QUOTAS = b"quotas"
 
 
 def tagged_fields(record: bytes) -> tuple[dict[bytes, bytes], bytes] | None:

@@ -7,33 +7,52 @@ concurrency cap and a pause. A task names what its run will use
 (``enqueue(..., quotas={"openai": {"requests": 1, "input_tokens": 3000}})``, stored as
 its ``quotas`` field); a claim reserves that estimate (``lua/includes/pq_admit.lua``) or
 leaves the task delayed until the quota can admit it, and the handler settles what the
-call really used (``settle`` script). This module validates, builds the two scripts'
+call really used (``settle`` script). On a Redis Cluster the quota lies in a slot of its
+own: the worker reserves, settles and ends each run's reservation there (``pq_run``,
+``QuotaSlotOps``; docs/protocol.md 4.17). This module validates, builds the scripts'
 calls and reads their replies; docs/quotas.md says how it behaves.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from taskfleet.protocol.errors import InvalidArgument, ProtocolError, StaleToken
-from taskfleet.protocol.keys import QueueKeys, validate_quota_name, validate_unit_name
+from taskfleet.protocol.keys import (
+    QueueKeys,
+    provider_quota_key,
+    validate_quota_name,
+    validate_unit_name,
+)
 from taskfleet.protocol.scripts import Op
-from taskfleet.protocol.signatures import ProviderQuota, Settle
+from taskfleet.protocol.signatures import (
+    PqDefer,
+    PqMember,
+    PqRun,
+    ProviderQuota,
+    Settle,
+    with_records,
+)
 
 __all__ = [
     "MAX_QUOTAS",
     "MAX_QUOTA_AMOUNT",
     "MAX_UNITS",
     "ProviderQuotaOps",
+    "QuotaSlotOps",
     "QuotaUnit",
     "QuotaUse",
     "check_amounts",
+    "defer_op",
     "quotas_json",
+    "run_member",
     "settle_op",
 ]
+
+T = TypeVar("T")
 
 #: The largest amount of a unit a limit, an estimate or a settlement may name (exact in
 #: a double, as Lua counts).
@@ -141,18 +160,24 @@ def _use(name: str, raw: Any) -> QuotaUse | None:
     )
 
 
+def _quota_name(name: str) -> str:
+    try:
+        return validate_quota_name(name)
+    except ValueError as e:
+        raise InvalidArgument(str(e)) from None
+
+
 class ProviderQuotaOps:
-    """The ``provider_quota`` script's calls for one quota (no queue's keys: it binds the
-    shared ones itself)."""
+    """The ``provider_quota`` script's calls for one quota, sent with the quota's hash as
+    their one key (a Redis Cluster routes them to its slot; the script binds the shared
+    keys itself)."""
 
     def __init__(self, name: str) -> None:
-        try:
-            self.name = validate_quota_name(name)
-        except ValueError as e:
-            raise InvalidArgument(str(e)) from None
+        self.name = _quota_name(name)
+        self._keys = (provider_quota_key(self.name),)
 
     def _op(self, args: ProviderQuota) -> Op[QuotaUse | None]:
-        return Op("provider_quota", (), args, lambda raw: _use(self.name, raw))
+        return Op("provider_quota", self._keys, args, lambda raw: _use(self.name, raw))
 
     def configure(
         self, limits: Mapping[str, int], period_ms: int, max_concurrency: int | None
@@ -193,26 +218,76 @@ class ProviderQuotaOps:
         return self._op(ProviderQuota(op="resume", name=self.name))
 
 
+def run_member(keys: QueueKeys, task_id: str, token: str) -> str:
+    """A run's name in a quota's slot (``pq_run``): its task's key, NUL, its claim token."""
+    return f"{keys.task(task_id)}\0{token}"
+
+
+class QuotaSlotOps:
+    """The ``pq_run`` script's calls for one quota: runs of queues in other slots of a
+    Redis Cluster reserve, settle and end there. Sent with the quota's hash as the key."""
+
+    def __init__(self, name: str) -> None:
+        self.name = _quota_name(name)
+        #: the key whose slot its calls go to (a client pinned to that slot's master)
+        self.route = provider_quota_key(self.name)
+        self._keys = (self.route,)
+
+    def _op(self, head: PqRun, members: Sequence[str], decode: Callable[[Any], T]) -> Op[T]:
+        args = with_records(head._replace(n=len(members)), (PqMember(m) for m in members))
+        return Op("pq_run", self._keys, args, decode)
+
+    def reserve(self, member: str, units_json: str, lease_ms: int) -> Op[int]:
+        """0 reserved; > 0: ms to wait (the run must not start); -2: no such quota."""
+        head = PqRun("reserve", self.name, lease_ms, units_json, "", 1)
+        return self._op(head, [member], int)
+
+    def settle(self, member: str, used: Mapping[str, int]) -> Op[int]:
+        """1 settled; 0 no such reservation (the run ended or was lost); -2 no such quota."""
+        checked = check_amounts(used, "settle", positive=False)
+        units = json.dumps(checked, separators=(",", ":"), sort_keys=True)
+        return self._op(PqRun("settle", self.name, "", units, "", 1), [member], int)
+
+    def extend(self, members: Sequence[str], lease_ms: int) -> Op[int]:
+        return self._op(PqRun("extend", self.name, lease_ms, "", "", 0), members, int)
+
+    def end(self, members: Sequence[str], *, refund: bool) -> Op[int]:
+        head = PqRun("end", self.name, "", "", 1 if refund else 0, 0)
+        return self._op(head, members, int)
+
+
+def defer_op(keys: QueueKeys, task_id: str, token: str, wait_ms: int, name: str) -> Op[bool]:
+    """A claimed task whose quota (on its own slot) could not reserve: back to delayed
+    for ``wait_ms``, not an attempt. False: the token no longer holds it."""
+    args = PqDefer(task_id, token, wait_ms, name)
+    return Op("pq_defer", keys.script("pq_defer"), args, lambda raw: int(raw) == 1)
+
+
 def settle_op(
     keys: QueueKeys, task_id: str, token: str, name: str, used: Mapping[str, int]
-) -> Op[None]:
-    """A run's settlement of what it really used of quota ``name``. Raises ``StaleToken``
-    when another run holds the task, ``InvalidArgument`` when the task names no such
-    quota or the quota does not exist."""
+) -> Op[bool]:
+    """A run's settlement of what it really used of quota ``name``: True when settled;
+    False when the quota lies in another slot (a Redis Cluster: settle with
+    ``QuotaSlotOps.settle``, nothing written). Raises ``StaleToken`` when another run
+    holds the task, ``InvalidArgument`` when the task names no such quota or the quota
+    does not exist."""
     try:
         validate_quota_name(name)
     except ValueError as e:
         raise InvalidArgument(str(e)) from None
     checked = check_amounts(used, "settle", positive=False)
 
-    def decode(raw: Any) -> None:
+    def decode(raw: Any) -> bool:
         code = int(raw)
+        if code == -3:
+            return False
         if code == 0:
             raise StaleToken(task_id)
         if code == -1:
             raise InvalidArgument(f"task {task_id} names no quota {name!r} (enqueue(..., quotas=))")
         if code == -2:
             raise InvalidArgument(f"no provider quota {name!r}: configure it first")
+        return True
 
     args = Settle(task_id, token, name, json.dumps(checked, separators=(",", ":"), sort_keys=True))
     return Op("settle", keys.script("settle"), args, decode)

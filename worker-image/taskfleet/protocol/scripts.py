@@ -479,6 +479,8 @@ class Ops:
             idle_ms=idle_ms,
             prefetch=prefetch,
             registered=1 if registered else "",
+            # this library reserves provider quotas on their own slots (a Redis Cluster)
+            quota_slots=1,
         )
         return Op("claim", self._k.script("claim"), args, lambda raw: raw_claim(raw, "claim"))
 
@@ -556,6 +558,7 @@ class Ops:
             idle_ms=0,
             prefetch=prefetch,
             registered=1 if registered else "",
+            quota_slots=1,
         )
         args = _with_completions(head, items)
 

@@ -175,6 +175,12 @@ class Claim(NamedTuple):
         "1: the caller registered, so only its own record lets it claim (none, or an "
         "unreadable one, refuses it too: it registers again); '' = none or its own",
     ] = ""
+    quota_slots: Annotated[
+        OptInt,
+        "1: the caller reserves provider quotas that lie in other slots (a Redis Cluster) "
+        "itself (pq_run): such a task is claimed, its record carrying 'quotas'; '' = it "
+        "waits delayed for a worker that does",
+    ] = ""
 
 
 class Complete(NamedTuple):
@@ -191,6 +197,7 @@ class Complete(NamedTuple):
     idle_ms: Annotated[OptInt, "as claim's idle_ms"]
     prefetch: Annotated[OptInt, "as claim's prefetch"]
     registered: Annotated[OptInt, "as claim's registered"] = ""
+    quota_slots: Annotated[OptInt, "as claim's quota_slots"] = ""
 
 
 class Completion(NamedTuple):
@@ -289,6 +296,28 @@ class Settle(NamedTuple):
     token: Annotated[Str, "the claim token of the run that settles"]
     name: Annotated[Str, "the provider quota"]
     used: Annotated[Json, "a JSON object unit -> what the run really used (each >= 0)"]
+
+
+class PqRun(NamedTuple):
+    op: Annotated[Str, "'reserve' | 'settle' | 'extend' | 'end'"]
+    name: Annotated[Str, "the provider quota"]
+    lease_ms: Annotated[OptInt, "reserve, extend: the reservation holds until now + lease_ms"]
+    units: Annotated[
+        OptJson, "reserve: the estimate; settle: what the run really used ({unit: amount})"
+    ]
+    refund: Annotated[OptInt, "end: 1 gives the charge back (a run given back, not an attempt)"]
+    n: Annotated[Int, "how many members follow (reserve, settle: 1)"]
+
+
+class PqMember(NamedTuple):
+    member: Annotated[Str, "a run: '<task key>\\0<claim token>'"]
+
+
+class PqDefer(NamedTuple):
+    task_id: Annotated[Str, "the task its claim handed over"]
+    token: Annotated[Str, "the claim token"]
+    wait_ms: Annotated[Int, "how long it waits delayed (pq_run 'reserve' said)"]
+    name: Annotated[Str, "the quota that could not reserve (field 'quota_wait')"]
 
 
 class Release(NamedTuple):
@@ -649,7 +678,16 @@ SCRIPTS: dict[str, Script] = {
         Script(
             "settle",
             Settle,
-            "1 settled, 0 refused (stale token), -1 the task names no such quota, -2 no such quota",
+            "1 settled, 0 refused (stale token), -1 the task names no such quota, -2 no such "
+            "quota, -3 the quota lies in another slot (settle with pq_run)",
         ),
+        Script(
+            "pq_run",
+            PqRun,
+            "reserve: 0 reserved, > 0 ms to wait, -2 no such quota; settle: 1 settled, 0 no "
+            "such reservation, -2 no such quota; extend, end: how many members were found",
+            PqMember,
+        ),
+        Script("pq_defer", PqDefer, "1 deferred; 0 refused (stale token)"),
     )
 }

@@ -20,7 +20,7 @@ import redis.asyncio
 import redis.exceptions
 
 from taskfleet.protocol import bounds, store
-from taskfleet.protocol.calls import run_async
+from taskfleet.protocol.calls import Call, run_async
 from taskfleet.protocol.connect import Durability
 from taskfleet.protocol.control_ops import ControlOps, Report
 from taskfleet.protocol.durable import run_and_wait_async
@@ -50,6 +50,7 @@ from taskfleet.protocol.scripts import (
 from taskfleet.protocol.states import TaskState
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult, Served, parse_claim_records
 from taskfleet.worker.identity import WorkerRecord
+from taskfleet.worker.quotaslots import QuotaConnect, QuotaSlots
 
 __all__ = ["Broker", "ClaimResult", "ClaimedTask", "bounded"]
 
@@ -99,6 +100,9 @@ class Broker:
     with the worker so another one starting under the same name can judge it.
 
     ``served``: the task names this worker runs (``claimed.Served``).
+
+    ``quota_connect``: on a Redis Cluster, makes a client of a provider quota's slot
+    (``quotaslots.QuotaConnect``); None: quotas live on this client's server.
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class Broker:
         host: str = "",
         durability: Durability | None = None,
         served: Served | None = None,
+        quota_connect: QuotaConnect = None,
     ) -> None:
         name = queue
         if not pod or not incarnation:
@@ -151,6 +156,17 @@ class Broker:
         #: Registered: claims and beats then need this incarnation's own record (one
         #: gone sends this worker through register again, ``_register_again``).
         self.registered = False
+        #: runs holding reservations on provider quotas in other slots (a Redis Cluster)
+        self.quota_slots = QuotaSlots(
+            self.keys,
+            self._run,
+            self._read,
+            quota_connect,
+            lambda call: bounded(call, self.reply_timeout),
+        )
+
+    async def _read(self, call: Call[T]) -> T:
+        return await bounded(run_async(self.client, call), self.reply_timeout)
 
     def _token_base(self) -> str:
         return f"{self._tokens.getrandbits(64):016x}"
@@ -346,6 +362,8 @@ class Broker:
             base,
             completes=True,
         )
+        if self.quota_slots.runs:
+            await self.quota_slots.end(token for _, token, _ in items)
         if raw.holder == "":  # the completions were applied; the claim needs a record
             await self._register_again()
             return applied, await self.claim(n, prefetch=prefetch)
@@ -370,6 +388,8 @@ class Broker:
         unread = [task for task in tasks if task.unread]
         if unread:
             await self._read_groups_and_traces(unread)
+        if self.quota_slots.remote:  # a cluster: quotas in other slots are reserved here
+            tasks = await self.quota_slots.admit(tasks)
         return ClaimResult(tasks, raw.retry_after_ms, raw.next_due_ms, raw.more_pending)
 
     async def _read_groups_and_traces(self, tasks: Sequence[ClaimedTask]) -> None:
@@ -429,6 +449,9 @@ class Broker:
         if reply.holder is not None:
             record = WorkerRecord.parse(reply.holder)
             raise IdentityTaken(self.pod, self.incarnation, record.describe())
+        if self.quota_slots.runs:
+            await self.quota_slots.end(tokens[i] for i in reply.lost if i in tokens)
+            await self.quota_slots.extend(tokens.values())
         return reply
 
     async def complete_many(self, items: Sequence[tuple[str, str, str | None]]) -> list[int]:
@@ -443,12 +466,15 @@ class Broker:
         retry of a write that was applied but whose reply was lost answers the same.
         """
         if len(items) <= bounds.MAX_BATCH:  # the worker's outbox writes batches this size
-            return await self._run_waited(self.ops.complete(items)) if items else []
-        applied: list[int] = []
-        for start in range(0, len(items), bounds.MAX_BATCH):
-            chunk = items[start : start + bounds.MAX_BATCH]
-            done: list[int] = await self._run_waited(self.ops.complete(chunk))
-            applied += done
+            applied = await self._run_waited(self.ops.complete(items)) if items else []
+        else:
+            applied = []
+            for start in range(0, len(items), bounds.MAX_BATCH):
+                chunk = items[start : start + bounds.MAX_BATCH]
+                done: list[int] = await self._run_waited(self.ops.complete(chunk))
+                applied += done
+        if self.quota_slots.runs:
+            await self.quota_slots.end(token for _, token, _ in items)
         return applied
 
     async def complete(self, task_id: str, token: str, result_json: str | None = None) -> None:
@@ -492,6 +518,8 @@ class Broker:
                 timed_out=timed_out,
             )
         )
+        if self.quota_slots.runs:
+            await self.quota_slots.end([token])
         return None if state == "stale" else TaskState(state)
 
     async def report(self, reports: Sequence[Report]) -> list[bool]:
@@ -517,7 +545,7 @@ class Broker:
             op = ProviderQuotaOps(name).pause(pause_ms, reason)
         except InvalidArgument:
             return
-        await self._run(op)
+        await self.quota_slots.pause(op, name)
 
     async def groups_of(self, task_ids: Sequence[str]) -> list[str]:
         """Each task's group ('' for none), in one round trip: read only for a task whose
@@ -533,6 +561,8 @@ class Broker:
         for start in range(0, len(items), bounds.MAX_BATCH):  # each call's work bounded
             chunk = items[start : start + bounds.MAX_BATCH]
             released += await self._run(self.ops.release(self.pod, chunk))
+        if self.quota_slots.runs:  # given back, not an attempt: the estimate goes back
+            await self.quota_slots.end((token for _, token in items), refund=True)
         return released
 
     async def sweep(self, *, max_calls: int = 1) -> SweepResult:
@@ -622,7 +652,9 @@ class Broker:
             raise
 
     async def close(self) -> None:
-        """Close the wake-up connection (the caller owns ``client``)."""
+        """Close the wake-up connection and those of quotas' slots (the caller owns
+        ``client``)."""
+        await self.quota_slots.close()
         if self._blocking is not None:
             blocking, self._blocking = self._blocking, None
             await blocking.aclose()

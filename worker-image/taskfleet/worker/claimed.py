@@ -62,6 +62,9 @@ class ClaimedTask:
     deadline_ms: int | None = None
     #: the state an earlier attempt checkpointed (JSON text); None: none
     checkpoint: str | None = None
+    #: on a Redis Cluster, the estimate ({name: {unit: amount}} JSON) of provider quotas in
+    #: other slots, which the broker reserves before the run starts; None: nothing to reserve
+    quotas: str | None = None
     #: its record carried no group or trace (an older producer's positional hand-off):
     #: the broker reads both from the task hash
     unread: bool = False
@@ -163,6 +166,9 @@ def _optional(task: ClaimedTask, f: dict[bytes, bytes]) -> None:
     group, after, deadline = f.get(cr.GROUP), f.get(cr.AFTER), f.get(cr.DEADLINE)
     task.trace = f.get(cr.TRACE)
     checkpoint = f.get(cr.CHECKPOINT)
+    quotas = f.get(cr.QUOTAS)
+    if quotas is not None:
+        task.quotas = quotas.decode(errors="replace")
     if checkpoint is not None:
         task.checkpoint = checkpoint.decode(errors="replace")
     if group is not None:

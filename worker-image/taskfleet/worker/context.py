@@ -245,11 +245,21 @@ class TaskContext:
         this run) is given back or charged. Use above the limit is debt the next claims
         wait out. One Redis call; ``StaleToken`` when this run no longer holds the task."""
         control = self._provider_control("settle")
+        from taskfleet.protocol.errors import InvalidArgument, StaleToken
         from taskfleet.protocol.keys import QueueKeys
-        from taskfleet.protocol.provider_quota import settle_op
+        from taskfleet.protocol.provider_quota import QuotaSlotOps, run_member, settle_op
 
-        op = settle_op(QueueKeys(self.queue), self.task_id, control.token, quota, used)
-        _scripts_for(self.redis_url).run(op)
+        keys = QueueKeys(self.queue)
+        scripts = _scripts_for(self.redis_url)
+        if scripts.run(settle_op(keys, self.task_id, control.token, quota, used)):
+            return
+        # a Redis Cluster: the run's reservation is kept on the quota's own slot
+        member = run_member(keys, self.task_id, control.token)
+        code = scripts.run(QuotaSlotOps(quota).settle(member, used))
+        if code == 0:
+            raise StaleToken(self.task_id)
+        if code == -2:
+            raise InvalidArgument(f"no provider quota {quota!r}: configure it first")
 
     def _provider_control(self, what: str) -> TaskControl:
         if self.control is None:

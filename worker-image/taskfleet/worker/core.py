@@ -44,7 +44,13 @@ import redis.asyncio as aioredis
 
 from taskfleet.protocol import tracing
 from taskfleet.protocol.calls import run_async
-from taskfleet.protocol.connect import connect_queue_async, durability, follow_slot, pinned
+from taskfleet.protocol.connect import (
+    connect_queue_async,
+    durability,
+    follow_slot,
+    is_cluster,
+    pinned,
+)
 from taskfleet.protocol.errors import IdentityTaken
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.reads import QueueReads
@@ -65,6 +71,7 @@ from taskfleet.worker.isolation import check_sendable
 from taskfleet.worker.lifecycle import Lifecycle, Phase
 from taskfleet.worker.named import HandlerSet
 from taskfleet.worker.outbox import Outbox
+from taskfleet.worker.quotaslots import QuotaConnect
 from taskfleet.worker.reporting import Reports, report_loop
 from taskfleet.worker.runs import Counters, Outcome
 from taskfleet.worker.runtime import (
@@ -211,6 +218,20 @@ class Worker:
         )
         lifecycle.request_drain()
 
+    def _quota_connect(self) -> QuotaConnect:
+        """On a Redis Cluster: how to reach a provider quota's slot (a client pinned to
+        its master, as the queue's is); None on a single server."""
+        url = self.settings.redis_url
+        if not is_cluster(url):
+            return None
+
+        async def connect(key: str) -> aioredis.Redis:
+            return await connect_queue_async(
+                url, key, socket_connect_timeout=2.0, socket_timeout=None, health_check_interval=0
+            )
+
+        return connect
+
     async def run(self) -> int:
         """Serve until drained; returns the process exit code (0 after a drain)."""
         loop = asyncio.get_running_loop()
@@ -234,6 +255,7 @@ class Worker:
             host=self._whereabouts.encode(),
             durability=durability(self.settings.redis_url),
             served=self.handler.served,
+            quota_connect=self._quota_connect(),
         )
         self.writer.broker = self.handback.broker = self._broker
         self.reports.bind()

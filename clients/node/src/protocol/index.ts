@@ -20,5 +20,5 @@
 export * from "./layout.js";
 export type * from "./signatures.js";
 export { SCRIPT_ARGV, SCRIPT_NAMES } from "./signatures.js";
-export { type Store, layoutOf, queueMs } from "./store.js";
+export { type Store, layoutOf, queueMs, runMember } from "./store.js";
 export * as defaults from "./defaults.js";

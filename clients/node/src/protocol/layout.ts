@@ -409,6 +409,16 @@ export const COUNTER: { readonly [F in CounterField]: F } = {
   flow_repairs: "flow_repairs",
 };
 
+/** Keys every queue shares (provider quotas): a prefix, then a name. */
+export const SHARED_KEY_PREFIX = {
+  pquota: "tf:pquota:",
+  pquota_holds: "tf:pquota-holds:",
+} as const;
+/** The hash of provider quota `name` (a valid quota name): the one key its calls send, which routes them to its slot on a Redis Cluster. */
+export function providerQuotaKey(name: string): string {
+  return SHARED_KEY_PREFIX.pquota + name;
+}
+
 /** The level a worker of this release writes in its record. */
 export const WORKER_LEVEL = 3;
 /** The lowest level a reader takes as current: a live worker below it is older. */

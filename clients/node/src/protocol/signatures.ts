@@ -93,6 +93,8 @@ export interface ClaimArgs {
   readonly prefetch?: number | string;
   /** 1: the caller registered, so only its own record lets it claim (none, or an unreadable one, refuses it too: it registers again); '' = none or its own */
   readonly registered?: number | string;
+  /** 1: the caller reserves provider quotas that lie in other slots (a Redis Cluster) itself (pq_run): such a task is claimed, its record carrying 'quotas'; '' = it waits delayed for a worker that does */
+  readonly quota_slots?: number | string;
 }
 
 /** The arguments of `extend`: the heartbeat. Extends every lease the caller still holds and refreshes the */
@@ -144,6 +146,8 @@ export interface CompleteArgs {
   readonly prefetch?: number | string;
   /** as claim's registered */
   readonly registered?: number | string;
+  /** as claim's quota_slots */
+  readonly quota_slots?: number | string;
 }
 /** One record of `complete`'s repeated group (after its arguments). */
 export interface CompleteRecord {
@@ -523,6 +527,39 @@ export interface SettleArgs {
   readonly used: string;
 }
 
+/** The arguments of `pq_run`: a run's reservation of a provider quota kept on the quota's own slot, for a */
+export interface PqRunArgs {
+  /** 'reserve' | 'settle' | 'extend' | 'end' */
+  readonly op: string;
+  /** the provider quota */
+  readonly name: string;
+  /** reserve, extend: the reservation holds until now + lease_ms */
+  readonly lease_ms?: number | string;
+  /** reserve: the estimate; settle: what the run really used ({unit: amount}) */
+  readonly units?: string;
+  /** end: 1 gives the charge back (a run given back, not an attempt) */
+  readonly refund?: number | string;
+  /** how many members follow (reserve, settle: 1) */
+  readonly n?: number | string;
+}
+/** One record of `pq_run`'s repeated group (after its arguments). */
+export interface PqRunRecord {
+  /** a run: '<task key>\0<claim token>' */
+  readonly member: string;
+}
+
+/** The arguments of `pq_defer`: a task claimed on a Redis Cluster whose provider quota, on its own slot, */
+export interface PqDeferArgs {
+  /** the task its claim handed over */
+  readonly task_id: string;
+  /** the claim token */
+  readonly token: string;
+  /** how long it waits delayed (pq_run 'reserve' said) */
+  readonly wait_ms: number | string;
+  /** the quota that could not reserve (field 'quota_wait') */
+  readonly name: string;
+}
+
 /** Each script's arguments, by script name. */
 export interface ScriptArgs {
   enqueue: EnqueueArgs;
@@ -554,6 +591,8 @@ export interface ScriptArgs {
   quota: QuotaArgs;
   provider_quota: ProviderQuotaArgs;
   settle: SettleArgs;
+  pq_run: PqRunArgs;
+  pq_defer: PqDeferArgs;
 }
 
 /** Each script's repeated record (`never`: it takes none), by script name. */
@@ -587,21 +626,23 @@ export interface ScriptRecords {
   quota: never;
   provider_quota: never;
   settle: never;
+  pq_run: PqRunRecord;
+  pq_defer: never;
 }
 
 /** A script's name in the manifest. */
 export type ScriptName = keyof ScriptArgs;
 
 /** Every script's name, in the manifest's order. */
-export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "promote", "drop", "report", "checkpoint", "emit", "watch", "quota", "provider_quota", "settle"] as const;
+export const SCRIPT_NAMES = ["enqueue", "enqueue_plain", "claim", "extend", "complete", "fail", "release", "requeue", "register", "deregister", "disown", "sweep", "repair", "schedule_put", "schedule_delete", "schedule_pause", "schedule_due", "schedule_fire", "cancel", "retry", "promote", "drop", "report", "checkpoint", "emit", "watch", "quota", "provider_quota", "settle", "pq_run", "pq_defer"] as const;
 
 /** Each script's argument names and its record's field names, in ARGV order. */
 export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly string[]; readonly record: readonly string[] }>> = {
   enqueue: { args: ["n", "token_base", "bound", "trace", "parent", "parent_token", "flow"], record: ["task_id", "payload", "priority", "delay_ms", "deadline", "max_attempts", "cost", "timeout_s", "after", "on_dep_fail", "group", "quotas"] },
   enqueue_plain: { args: ["n", "hand_off", "trace"], record: ["task_id", "payload", "priority", "delay_ms", "deadline", "max_attempts", "cost", "timeout_s"] },
-  claim: { args: ["pod", "incarnation", "max_tasks", "token_base", "bound", "idle_ms", "prefetch", "registered"], record: [] },
+  claim: { args: ["pod", "incarnation", "max_tasks", "token_base", "bound", "idle_ms", "prefetch", "registered", "quota_slots"], record: [] },
   extend: { args: ["pod", "incarnation", "inflight", "draining", "concurrency", "host", "n", "registered", "held"], record: ["task_id", "token"] },
-  complete: { args: ["n", "pod", "incarnation", "max_tasks", "token_base", "bound", "idle_ms", "prefetch", "registered"], record: ["task_id", "token", "result"] },
+  complete: { args: ["n", "pod", "incarnation", "max_tasks", "token_base", "bound", "idle_ms", "prefetch", "registered", "quota_slots"], record: ["task_id", "token", "result"] },
   fail: { args: ["task_id", "token", "error", "retryable", "jitter", "reason", "retry_after_ms", "max_deferrals", "throttle", "traceback", "timed_out"], record: [] },
   release: { args: ["pod", "n"], record: ["task_id", "token"] },
   requeue: { args: ["pod", "keep_incarnation", "tombstone_s"], record: [] },
@@ -626,4 +667,6 @@ export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly 
   quota: { args: ["op", "pause_ms", "reason", "day_limit", "month_limit", "group", "task_id", "reporter"], record: [] },
   provider_quota: { args: ["op", "name", "limits", "period_ms", "max_concurrency", "pause_ms", "reason"], record: [] },
   settle: { args: ["task_id", "token", "name", "used"], record: [] },
+  pq_run: { args: ["op", "name", "lease_ms", "units", "refund", "n"], record: ["member"] },
+  pq_defer: { args: ["task_id", "token", "wait_ms", "name"], record: [] },
 };

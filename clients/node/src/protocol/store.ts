@@ -39,3 +39,8 @@ export function replies(raw: [Error | null, unknown][] | null): unknown[] {
     return value;
   });
 }
+
+/** A run's name in a provider quota's slot (`pq_run`): its task's key, NUL, its claim token. */
+export function runMember(keys: QueueKeys, taskId: string, token: string): string {
+  return `${layoutOf(keys).task(taskId)}\0${token}`;
+}

@@ -9,7 +9,7 @@
 
 import { randomBytes } from "node:crypto";
 
-import { Redis } from "ioredis";
+import { Cluster, Redis } from "ioredis";
 
 import { type Bundle, packagedBundle } from "../bundle.js";
 import { type Client, Scripts, quiet } from "../connection.js";
@@ -23,6 +23,7 @@ import {
   TaskfleetError,
 } from "../errors.js";
 import { dependencyResults } from "../flows.js";
+import { quotaRoute } from "../providerquota.js";
 import { QueueKeys } from "../keys.js";
 import { decodeEnqueue } from "../protocol/replies.js";
 import type { ScriptArgs, ScriptName, ScriptRecords } from "../protocol/signatures.js";
@@ -30,9 +31,12 @@ import {
   GROUP_AND_TRACE,
   popWork,
   probeWritable,
+  readLeaseTtl,
   taskFieldsOfEach,
 } from "../protocol/workerstore.js";
+import { CONFIG_FIELDS } from "../protocol/defaults.js";
 import { type ClaimedTask, type Served, parseClaimRecords } from "./claimed.js";
+import { QuotaSlots } from "./quotaslots.js";
 import { NoReply, classify } from "./faults.js";
 import { Flag, bounded, until } from "./flag.js";
 import { MAX_DEFERRALS } from "./failures.js";
@@ -198,6 +202,9 @@ export class Broker {
   private registered = false;
   /** Where this worker's next repair call starts in the waiting set. */
   private repairCursor = 0;
+  /** Runs holding reservations on provider quotas in other slots (a Redis Cluster). */
+  readonly quotaSlots: QuotaSlots;
+  private leaseMs: number | null = null;
 
   constructor(
     readonly queue: string,
@@ -215,6 +222,27 @@ export class Broker {
     this.bundle = packagedBundle();
     this.keys = new QueueKeys(queue, this.bundle);
     this.scripts = new Scripts(client, this.bundle);
+    this.quotaSlots = new QuotaSlots(
+      client instanceof Cluster,
+      this.keys,
+      this.scripts,
+      this.bundle,
+      (call) => this.bound(call),
+      () => this.queueLeaseMs(),
+    );
+  }
+
+  /** The queue's lease TTL (ms), read once: a quota reservation lasts as long as a lease. */
+  private async queueLeaseMs(): Promise<number> {
+    if (this.leaseMs === null) {
+      const raw = await this.bound(readLeaseTtl(this.client, this.keys));
+      const ttl = Number(raw);
+      this.leaseMs = Math.max(
+        1,
+        Math.round((ttl > 0 ? ttl : CONFIG_FIELDS.leaseTtlS.default) * 1000),
+      );
+    }
+    return this.leaseMs;
   }
 
   private bound<T>(promise: Promise<T>, ms: number = this.options.replyTimeoutMs): Promise<T> {
@@ -383,6 +411,7 @@ export class Broker {
         idle_ms: idleMs,
         prefetch: Math.min(prefetch, max),
         registered: this.registered ? 1 : undefined,
+        quota_slots: 1,
       });
       const parsed = rawClaim(list(raw, "claim"), "claim");
       if (parsed !== null) return this.claimed(parsed);
@@ -411,6 +440,7 @@ export class Broker {
           idle_ms: 0,
           prefetch: 0,
           registered: this.registered ? 1 : undefined,
+          quota_slots: 1,
         },
         items.map(([task_id, token, result]) => ({ task_id, token, result: result ?? "" })),
         true,
@@ -418,6 +448,7 @@ export class Broker {
       "complete",
     );
     const parsed = rawClaim(raw.slice(1), "complete");
+    if (this.quotaSlots.runs.size > 0) await this.quotaSlots.end(items.map(([, token]) => token));
     if (parsed !== null) return [codes(raw[0]), await this.claimed(parsed)];
     // the completions were applied; the claim needs our record
     await this.registerAgain();
@@ -507,6 +538,7 @@ export class Broker {
       }
       out.push(...codes(raw));
     }
+    if (this.quotaSlots.runs.size > 0) await this.quotaSlots.end(items.map(([, token]) => token));
     return out;
   }
 
@@ -540,6 +572,7 @@ export class Broker {
     );
     if (!["delayed", "dead", "cancelled", "stale"].includes(state))
       throw new ProtocolError(`fail: unexpected reply ${state}`);
+    if (this.quotaSlots.runs.size > 0) await this.quotaSlots.end([token]);
     return state === "stale" ? null : state;
   }
 
@@ -554,17 +587,21 @@ export class Broker {
    */
   async pauseProviderQuota(name: string, pauseMs: number, reason: string): Promise<void> {
     if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/.test(name)) return;
-    await this.call("provider_quota", {
+    const argv = this.bundle.pack("provider_quota", {
       op: "pause",
       name,
       pause_ms: Math.max(0, Math.trunc(pauseMs)),
       reason: reason.slice(0, 200),
     });
+    // sent to the quota's slot (a cluster routes it by the quota's hash)
+    await this.bound(this.scripts.run("provider_quota", quotaRoute(name), argv));
   }
 
   /** A run's settlement of provider quota `name` (`task.settle`); `used`: its JSON. */
   async settle(taskId: string, token: string, name: string, used: string): Promise<void> {
-    const code = Number(await this.call("settle", { task_id: taskId, token, name, used }));
+    let code = Number(await this.call("settle", { task_id: taskId, token, name, used }));
+    // -3: a Redis Cluster, the run's reservation is kept on the quota's own slot
+    if (code === -3) code = await this.quotaSlots.settle(taskId, token, name, used);
     if (code === 0) throw new StaleToken(taskId);
     if (code === -1)
       throw new InvalidArgument(`task ${taskId} names no quota "${name}" (enqueue quotas)`);
@@ -611,6 +648,12 @@ export class Broker {
       const chunk = items.slice(at, at + MAX_BATCH).map(([task_id, token]) => ({ task_id, token }));
       released += Number(await this.call("release", { pod: this.pod }, chunk));
     }
+    // given back, not an attempt: the estimate goes back
+    if (this.quotaSlots.runs.size > 0)
+      await this.quotaSlots.end(
+        items.map(([, token]) => token),
+        true,
+      );
     return released;
   }
 
@@ -650,9 +693,12 @@ export class Broker {
     }
     const ids = reply.slice(1).map(String);
     const cut = ids.indexOf("");
-    return cut < 0
-      ? { lost: ids, cancelled: [] }
-      : { lost: ids.slice(0, cut), cancelled: ids.slice(cut + 1) };
+    const lost = cut < 0 ? ids : ids.slice(0, cut);
+    if (this.quotaSlots.runs.size > 0) {
+      await this.quotaSlots.end(lost.flatMap((id) => tokens.get(id) ?? []));
+      await this.quotaSlots.extend(tokens.values());
+    }
+    return { lost, cancelled: cut < 0 ? [] : ids.slice(cut + 1) };
   }
 
   /** The housekeeping pass, repeated (up to `maxCalls`) while a step is full. */
@@ -810,9 +856,11 @@ export class Broker {
     morePending: boolean;
     records: unknown[];
   }): Promise<ClaimResult> {
-    const [tasks, bad] = parseClaimRecords(raw.records, this.options.served);
+    const [parsed, bad] = parseClaimRecords(raw.records, this.options.served);
     for (const [id, token, error, reason] of bad) await this.fail(id, token, error, false, reason);
-    if (tasks.some((task) => task.unread === true)) await this.readGroupsAndTraces(tasks);
+    if (parsed.some((task) => task.unread === true)) await this.readGroupsAndTraces(parsed);
+    // a cluster: quotas in other slots are reserved on their own slots before the run
+    const tasks = this.quotaSlots.remote ? await this.quotaSlots.admit(parsed) : parsed;
     return {
       tasks,
       retryAfterMs: raw.retryAfterMs,

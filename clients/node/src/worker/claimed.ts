@@ -50,6 +50,11 @@ export interface ClaimedTask {
   readonly deadlineMs: number | null;
   /** The state an earlier attempt checkpointed (JSON text); null or absent: none. */
   readonly checkpoint?: string | null;
+  /**
+   * On a Redis Cluster, the estimate (`{name: {unit: amount}}` JSON) of provider quotas in
+   * other slots, reserved by the broker before the run starts; null or absent: none.
+   */
+  readonly quotas?: string | null;
   /** Its record carried no group or trace (an older producer's positional hand-off): the broker reads both from the task hash. */
   readonly unread?: boolean;
 }
@@ -115,7 +120,10 @@ export function idAndToken(raw: unknown): [string, string] {
 /** The fields a tagged record carries only when set; a positional one carries none. */
 function optional(
   f: Map<string, string> | null,
-): Pick<ClaimedTask, "trace" | "group" | "after" | "deadlineMs" | "unread" | "checkpoint"> {
+): Pick<
+  ClaimedTask,
+  "trace" | "group" | "after" | "deadlineMs" | "unread" | "checkpoint" | "quotas"
+> {
   if (f === null) return { trace: null, group: null, after: null, deadlineMs: null, unread: true };
   const deadline = f.get("deadline");
   return {
@@ -124,6 +132,7 @@ function optional(
     after: f.get("after") ?? "",
     deadlineMs: deadline !== undefined && /^[0-9]+$/.test(deadline) ? Number(deadline) : null,
     checkpoint: f.get("checkpoint") ?? null,
+    quotas: f.get("quotas") ?? null,
   };
 }
 

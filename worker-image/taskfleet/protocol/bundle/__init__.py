@@ -44,6 +44,8 @@ NAMES = (
     "quota",
     "provider_quota",
     "settle",
+    "pq_run",
+    "pq_defer",
 )
 
 

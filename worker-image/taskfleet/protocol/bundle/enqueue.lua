@@ -1265,16 +1265,30 @@ end
 -- and this window's use per unit. Windows are fixed, period_ms long from the epoch; at a
 -- new window each unit's use drops by its limit per window passed, never below 0: an
 -- overrun (a settlement above the estimate) is debt the next windows wait out.
+-- q.here: the quota's hash and its holds answer in one command (a single server). On a
+-- Redis Cluster they lie in two slots: a queue's script gets {remote = true} without
+-- reading anything, and a call sent to the quota's slot (`on_slot`: pq_run and
+-- provider_quota, sent with the hash as their key) reads the hash but never the holds. There, runs reserve through pq_run: q.runs, the `run:<member>`
+-- fields still live ({u = until, t = claimed at, s = settled, by = charged}); expired
+-- ones are dropped here, so whoever reads the quota returns a lost worker's reservation.
 -- Returns nil when the quota does not exist (nothing to reserve or wait for).
 local PQ = {}
-local function pq_load(name, now)
+local function pq_load(name, now, on_slot)
   local q = PQ[name]
   if q ~= nil then return q or nil end
   local key = K_PQUOTA .. name
+  -- two keys of two slots in one command: refused on a cluster, wherever they lie
+  local here = type(redis.pcall('EXISTS', key, K_PQUOTA_HOLDS .. name)) ~= 'table'
+  -- on a cluster only a call sent to the quota's slot (`on_slot`) reads it
+  if not here and not on_slot then
+    PQ[name] = {name = name, remote = true}
+    return PQ[name]
+  end
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then PQ[name] = false return nil end
-  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000}
-  local raw = {}
+  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000,
+    here = here, runs = {}, nruns = 0}
+  local raw, gone = {}, {}
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
     local unit = string.match(f, '^limit:(.+)$')
@@ -1282,9 +1296,22 @@ local function pq_load(name, now)
       q.limits[unit] = tonumber(v) or 0
     else
       unit = string.match(f, '^used:(.+)$')
-      if unit then q.used[unit] = tonumber(v) or 0 else raw[f] = v end
+      if unit then
+        q.used[unit] = tonumber(v) or 0
+      elseif string.sub(f, 1, 4) == 'run:' then
+        local ok, r = pcall(cjson.decode, v)
+        if ok and type(r) == 'table' and (tonumber(r.u) or 0) >= now then
+          q.runs[string.sub(f, 5)] = r
+          q.nruns = q.nruns + 1
+        else
+          gone[#gone + 1] = f
+        end
+      else
+        raw[f] = v
+      end
     end
   end
+  if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
   q.period = math.max(1, tonumber(raw.period_ms) or 60000)
   q.conc = tonumber(raw.concurrency) or 0
   q.till = tonumber(raw['until']) or 0
@@ -1308,11 +1335,13 @@ local function pq_load(name, now)
   return q
 end
 -- includes/pq_live.lua
--- pq_live: how many concurrency reservations of provider quota `q` are live, after
--- dropping those whose task no longer runs under the reservation's token, or whose lease
--- ran out (a lost worker's): a reservation ends with its run, whatever ends it.
--- O(reservations); read only when the cap may be reached.
+-- pq_live: how many concurrency reservations of provider quota `q` are live. On a single
+-- server (q.here): its holds, after dropping those whose task no longer runs under the
+-- reservation's token, or whose lease ran out (a lost worker's): a reservation ends with
+-- its run, whatever ends it. O(reservations); read only when the cap may be reached.
+-- Plus the runs reserved from other slots (q.nruns, pq_load: expired ones are dropped).
 local function pq_live(q, now)
+  if not q.here then return q.nruns end
   local hkey = K_PQUOTA_HOLDS .. q.name
   local members = redis.call('ZRANGE', hkey, 0, -1)
   local gone = {}
@@ -1327,7 +1356,7 @@ local function pq_live(q, now)
     if not live then gone[#gone + 1] = m end
   end
   if #gone > 0 then redis.call('ZREM', hkey, unpack(gone)) end
-  return #members - #gone
+  return #members - #gone + q.nruns
 end
 -- includes/pq_admit.lua
 -- pq_admit: reserve what a task's `quotas` (its JSON field: {name: {unit: amount}})
@@ -1336,7 +1365,9 @@ end
 -- A unit fits while its use plus the estimate stays within its limit, or nothing of it
 -- is used yet (an estimate above a whole limit runs alone in a window).
 -- Returns 0 when reserved, else {ms to wait before looking again, the quota's name};
--- the wait is at most PQ_MAX_WAIT_MS, so a resume or a new limit is seen by then.
+-- the wait is at most PQ_MAX_WAIT_MS, so a resume or a new limit is seen by then; or
+-- {-1, a quota's name} when a quota lies in another slot (a Redis Cluster): nothing is
+-- reserved here, the worker reserves on the quota's slot (pq_run.lua).
 local PQ_MAX_WAIT_MS = 5000
 local PQ_CONC_WAIT_MS = 500
 local function pq_admit(quotas, key, token, now)
@@ -1345,6 +1376,7 @@ local function pq_admit(quotas, key, token, now)
   local found = {}
   for name, units in pairs(want) do
     local q = type(units) == 'table' and pq_load(name, now)
+    if q and q.remote then return {-1, name} end
     if q then
       local wait = 0
       if q.till > now then wait = q.till - now end
@@ -1359,7 +1391,8 @@ local function pq_admit(quotas, key, token, now)
         end
       end
       if wait == 0 and q.conc > 0
-          and redis.call('ZCARD', K_PQUOTA_HOLDS .. name) >= q.conc and pq_live(q, now) >= q.conc then
+          and redis.call('ZCARD', K_PQUOTA_HOLDS .. name) + q.nruns >= q.conc
+          and pq_live(q, now) >= q.conc then
         wait = PQ_CONC_WAIT_MS
       end
       if wait > 0 then return {math.min(wait, PQ_MAX_WAIT_MS), name} end
@@ -1402,8 +1435,11 @@ end
 -- Expired tasks left after this call make the reply's retry_after_ms 1 (ask again at
 -- once); a run of them at the head of pending is stepped over (past_expired), so a live
 -- task behind any number of them is claimed by the first claim.
+-- quota_slots: the worker reserves provider quotas on their own slots (a Redis Cluster):
+-- a task naming one that lies in another slot is claimed, its record carrying `quotas`
+-- (docs/protocol.md 4.17); without it, such a task waits delayed for a worker that does.
 local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any,
-    registered)
+    registered, quota_slots)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
   -- a replaced process (frozen, then resumed) gets no task, nor the newcomer's hand-offs
@@ -1540,6 +1576,12 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
         -- provider quotas (pq_admit): only a task that names some reads them; one they
         -- cannot admit now waits as a delayed task, and the claim goes on to the next
         local wait = not hold and v[14] and pq_admit(v[14], key, token_base .. ':' .. (claimed + 1), now)
+        local remote = wait and wait ~= 0 and wait[1] == -1
+        if remote and quota_slots and tagged then
+          wait = 0
+        elseif remote then
+          wait[1] = PQ_MAX_WAIT_MS
+        end
         if hold then
           group_park(fair, g, hold)
         elseif wait and wait ~= 0 then
@@ -1587,6 +1629,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
             if v[13] and v[13] ~= '' then fields[n + 1], fields[n + 2], n = 'after', v[13], n + 2 end
             -- the state an earlier attempt stored (checkpoint.lua): never empty, never NUL
             if v[15] and v[15] ~= '' then fields[n + 1], fields[n + 2], n = 'checkpoint', v[15], n + 2 end
+            -- the estimate the worker reserves on the quotas' own slots (a cluster)
+            if remote then fields[n + 1], fields[n + 2], n = 'quotas', v[14], n + 2 end
             fields[n + 1], fields[n + 2] = '', v[1] or ''
           else
             fields = {id, token, attempts, v[3] or cfg('max_attempts'),

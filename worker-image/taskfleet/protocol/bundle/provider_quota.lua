@@ -22,16 +22,30 @@ end
 -- and this window's use per unit. Windows are fixed, period_ms long from the epoch; at a
 -- new window each unit's use drops by its limit per window passed, never below 0: an
 -- overrun (a settlement above the estimate) is debt the next windows wait out.
+-- q.here: the quota's hash and its holds answer in one command (a single server). On a
+-- Redis Cluster they lie in two slots: a queue's script gets {remote = true} without
+-- reading anything, and a call sent to the quota's slot (`on_slot`: pq_run and
+-- provider_quota, sent with the hash as their key) reads the hash but never the holds. There, runs reserve through pq_run: q.runs, the `run:<member>`
+-- fields still live ({u = until, t = claimed at, s = settled, by = charged}); expired
+-- ones are dropped here, so whoever reads the quota returns a lost worker's reservation.
 -- Returns nil when the quota does not exist (nothing to reserve or wait for).
 local PQ = {}
-local function pq_load(name, now)
+local function pq_load(name, now, on_slot)
   local q = PQ[name]
   if q ~= nil then return q or nil end
   local key = K_PQUOTA .. name
+  -- two keys of two slots in one command: refused on a cluster, wherever they lie
+  local here = type(redis.pcall('EXISTS', key, K_PQUOTA_HOLDS .. name)) ~= 'table'
+  -- on a cluster only a call sent to the quota's slot (`on_slot`) reads it
+  if not here and not on_slot then
+    PQ[name] = {name = name, remote = true}
+    return PQ[name]
+  end
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then PQ[name] = false return nil end
-  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000}
-  local raw = {}
+  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000,
+    here = here, runs = {}, nruns = 0}
+  local raw, gone = {}, {}
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
     local unit = string.match(f, '^limit:(.+)$')
@@ -39,9 +53,22 @@ local function pq_load(name, now)
       q.limits[unit] = tonumber(v) or 0
     else
       unit = string.match(f, '^used:(.+)$')
-      if unit then q.used[unit] = tonumber(v) or 0 else raw[f] = v end
+      if unit then
+        q.used[unit] = tonumber(v) or 0
+      elseif string.sub(f, 1, 4) == 'run:' then
+        local ok, r = pcall(cjson.decode, v)
+        if ok and type(r) == 'table' and (tonumber(r.u) or 0) >= now then
+          q.runs[string.sub(f, 5)] = r
+          q.nruns = q.nruns + 1
+        else
+          gone[#gone + 1] = f
+        end
+      else
+        raw[f] = v
+      end
     end
   end
+  if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
   q.period = math.max(1, tonumber(raw.period_ms) or 60000)
   q.conc = tonumber(raw.concurrency) or 0
   q.till = tonumber(raw['until']) or 0
@@ -65,11 +92,13 @@ local function pq_load(name, now)
   return q
 end
 -- includes/pq_live.lua
--- pq_live: how many concurrency reservations of provider quota `q` are live, after
--- dropping those whose task no longer runs under the reservation's token, or whose lease
--- ran out (a lost worker's): a reservation ends with its run, whatever ends it.
--- O(reservations); read only when the cap may be reached.
+-- pq_live: how many concurrency reservations of provider quota `q` are live. On a single
+-- server (q.here): its holds, after dropping those whose task no longer runs under the
+-- reservation's token, or whose lease ran out (a lost worker's): a reservation ends with
+-- its run, whatever ends it. O(reservations); read only when the cap may be reached.
+-- Plus the runs reserved from other slots (q.nruns, pq_load: expired ones are dropped).
 local function pq_live(q, now)
+  if not q.here then return q.nruns end
   local hkey = K_PQUOTA_HOLDS .. q.name
   local members = redis.call('ZRANGE', hkey, 0, -1)
   local gone = {}
@@ -84,16 +113,17 @@ local function pq_live(q, now)
     if not live then gone[#gone + 1] = m end
   end
   if #gone > 0 then redis.call('ZREM', hkey, unpack(gone)) end
-  return #members - #gone
+  return #members - #gone + q.nruns
 end
 -- provider_quota.lua
 -- provider_quota: configure, read, pause or resume a provider quota shared by every queue
--- of this Redis (K_PQUOTA .. name; includes/pq_*.lua; docs/quotas.md).
+-- of this Redis (K_PQUOTA .. name; includes/pq_*.lua; docs/quotas.md). Sent with the
+-- quota's hash as its one key, so a Redis Cluster routes it to the quota's slot.
 -- Arguments: ARG_* (signatures.ProviderQuota). op:
 --   'configure': limits (JSON object unit -> units per period, every one > 0; the units
 --     it names replace those set before), period_ms (> 0), max_concurrency (0: none);
 --     use and pause are kept;
---   'get': nothing changed but expired concurrency reservations dropped;
+--   'get': nothing changed but expired reservations dropped;
 --   'pause': nobody claims a task naming the quota for pause_ms, or longer if a pause
 --     already holds; reason is shown with it;
 --   'resume': the pause ends now.
@@ -130,9 +160,10 @@ elseif op == 'pause' or op == 'resume' then
     redis.call('HSET', key, 'until', 0, 'reason', '')
   end
 end
-local q = pq_load(name, now)
+local q = pq_load(name, now, true)
 if not q then return {} end
-local live = redis.call('ZCARD', K_PQUOTA_HOLDS .. name)
+local live = q.nruns
+if q.here then live = live + redis.call('ZCARD', K_PQUOTA_HOLDS .. name) end
 if live > 0 then live = pq_live(q, now) end
 local out = {q.period, q.conc, live, q.till > now and q.till or 0, q.window,
   q.till > now and (redis.call('HGET', key, 'reason') or '') or ''}

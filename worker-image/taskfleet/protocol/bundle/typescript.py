@@ -119,6 +119,19 @@ def _layout(manifest: dict[str, Any]) -> str:
         out.append(f"export const {const}: {{ readonly [F in {pascal}Field]: F }} = {{\n")
         out += [f"  {f}: {_str(f)},\n" for f in fields]
         out.append("};\n")
+    shared = manifest.get("shared_keys", [])
+    out.append("\n" + _doc("Keys every queue shares (provider quotas): a prefix, then a name."))
+    out.append("export const SHARED_KEY_PREFIX = {\n")
+    out += [f"  {k['name']}: {_str(k['prefix'])},\n" for k in shared]
+    out.append("} as const;\n")
+    out.append(
+        _doc(
+            "The hash of provider quota `name` (a valid quota name): the one key its calls "
+            "send, which routes them to its slot on a Redis Cluster."
+        )
+    )
+    out.append("export function providerQuotaKey(name: string): string {\n")
+    out.append("  return SHARED_KEY_PREFIX.pquota + name;\n}\n")
     out.append("\n" + _doc("The level a worker of this release writes in its record."))
     out.append(f"export const WORKER_LEVEL = {records.WORKER_LEVEL};\n")
     out.append(_doc("The lowest level a reader takes as current: a live worker below it is older."))

@@ -36,6 +36,6 @@
 --- @include "claim_tasks"
 local out = claim_tasks(now_ms(), ARG_POD, ARG_INCARNATION, tonumber(ARG_MAX_TASKS),
   ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH), nil,
-  ARG_REGISTERED == '1')
+  ARG_REGISTERED == '1', ARG_QUOTA_SLOTS == '1')
 flush_counts()
 return out

@@ -173,7 +173,7 @@ if ARG_POD == '' then
 end
 local claimed = claim_tasks(now, ARG_POD, ARG_INCARNATION, tonumber(ARG_MAX_TASKS),
   ARG_TOKEN_BASE, tonumber(ARG_BOUND), tonumber(ARG_IDLE_MS), tonumber(ARG_PREFETCH), nil,
-  ARG_REGISTERED == '1')
+  ARG_REGISTERED == '1', ARG_QUOTA_SLOTS == '1')
 -- a success shortens the next adaptive claim pause (quota_relax.lua), read by the claim
 -- just made: a completion that claims nothing (a draining worker's) leaves it as it is
 if completed > 0 then quota_relax(K_QUOTA, now) end

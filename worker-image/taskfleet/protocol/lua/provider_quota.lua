@@ -1,10 +1,11 @@
 -- provider_quota: configure, read, pause or resume a provider quota shared by every queue
--- of this Redis (K_PQUOTA .. name; includes/pq_*.lua; docs/quotas.md).
+-- of this Redis (K_PQUOTA .. name; includes/pq_*.lua; docs/quotas.md). Sent with the
+-- quota's hash as its one key, so a Redis Cluster routes it to the quota's slot.
 -- Arguments: ARG_* (signatures.ProviderQuota). op:
 --   'configure': limits (JSON object unit -> units per period, every one > 0; the units
 --     it names replace those set before), period_ms (> 0), max_concurrency (0: none);
 --     use and pause are kept;
---   'get': nothing changed but expired concurrency reservations dropped;
+--   'get': nothing changed but expired reservations dropped;
 --   'pause': nobody claims a task naming the quota for pause_ms, or longer if a pause
 --     already holds; reason is shown with it;
 --   'resume': the pause ends now.
@@ -44,9 +45,10 @@ elseif op == 'pause' or op == 'resume' then
     redis.call('HSET', key, 'until', 0, 'reason', '')
   end
 end
-local q = pq_load(name, now)
+local q = pq_load(name, now, true)
 if not q then return {} end
-local live = redis.call('ZCARD', K_PQUOTA_HOLDS .. name)
+local live = q.nruns
+if q.here then live = live + redis.call('ZCARD', K_PQUOTA_HOLDS .. name) end
 if live > 0 then live = pq_live(q, now) end
 local out = {q.period, q.conc, live, q.till > now and q.till or 0, q.window,
   q.till > now and (redis.call('HGET', key, 'reason') or '') or ''}

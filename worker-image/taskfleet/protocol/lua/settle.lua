@@ -8,7 +8,8 @@
 -- Settled for that run (same token) in any state: it may land just after the outcome.
 -- Arguments: ARG_* (signatures.Settle).
 -- Returns: 1 settled; 0 refused (another run holds the task, or it is gone); -1 the task
---   names no such quota; -2 the quota does not exist.
+--   names no such quota; -2 the quota does not exist; -3 the quota lies in another slot
+--   (a Redis Cluster): nothing written, the run settles on the quota's slot (pq_run).
 --- @include "now_ms"
 --- @include "pq_load"
 --- @include "pq_settled"
@@ -21,6 +22,7 @@ local ok, est = pcall(cjson.decode, v[2] or '')
 if not ok or type(est) ~= 'table' or type(est[ARG_NAME]) ~= 'table' then return -1 end
 local q = pq_load(ARG_NAME, now)
 if not q then return -2 end
+if q.remote then return -3 end
 local settled = pq_settled(v[4], ARG_TOKEN) or {}
 local before = settled[ARG_NAME] or est[ARG_NAME]
 local same_window = (tonumber(v[3]) or 0) >= q.window

@@ -41,8 +41,11 @@
 -- Expired tasks left after this call make the reply's retry_after_ms 1 (ask again at
 -- once); a run of them at the head of pending is stepped over (past_expired), so a live
 -- task behind any number of them is claimed by the first claim.
+-- quota_slots: the worker reserves provider quotas on their own slots (a Redis Cluster):
+-- a task naming one that lies in another slot is claimed, its record carrying `quotas`
+-- (docs/protocol.md 4.17); without it, such a task waits delayed for a worker that does.
 local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_ms, extra, for_any,
-    registered)
+    registered, quota_slots)
   local member = pod .. '\0' .. incarnation
   redis.call('ZREM', K_IDLE, member)
   -- a replaced process (frozen, then resumed) gets no task, nor the newcomer's hand-offs
@@ -179,6 +182,12 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
         -- provider quotas (pq_admit): only a task that names some reads them; one they
         -- cannot admit now waits as a delayed task, and the claim goes on to the next
         local wait = not hold and v[14] and pq_admit(v[14], key, token_base .. ':' .. (claimed + 1), now)
+        local remote = wait and wait ~= 0 and wait[1] == -1
+        if remote and quota_slots and tagged then
+          wait = 0
+        elseif remote then
+          wait[1] = PQ_MAX_WAIT_MS
+        end
         if hold then
           group_park(fair, g, hold)
         elseif wait and wait ~= 0 then
@@ -226,6 +235,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
             if v[13] and v[13] ~= '' then fields[n + 1], fields[n + 2], n = 'after', v[13], n + 2 end
             -- the state an earlier attempt stored (checkpoint.lua): never empty, never NUL
             if v[15] and v[15] ~= '' then fields[n + 1], fields[n + 2], n = 'checkpoint', v[15], n + 2 end
+            -- the estimate the worker reserves on the quotas' own slots (a cluster)
+            if remote then fields[n + 1], fields[n + 2], n = 'quotas', v[14], n + 2 end
             fields[n + 1], fields[n + 2] = '', v[1] or ''
           else
             fields = {id, token, attempts, v[3] or cfg('max_attempts'),

@@ -6,7 +6,9 @@
 -- A unit fits while its use plus the estimate stays within its limit, or nothing of it
 -- is used yet (an estimate above a whole limit runs alone in a window).
 -- Returns 0 when reserved, else {ms to wait before looking again, the quota's name};
--- the wait is at most PQ_MAX_WAIT_MS, so a resume or a new limit is seen by then.
+-- the wait is at most PQ_MAX_WAIT_MS, so a resume or a new limit is seen by then; or
+-- {-1, a quota's name} when a quota lies in another slot (a Redis Cluster): nothing is
+-- reserved here, the worker reserves on the quota's slot (pq_run.lua).
 local PQ_MAX_WAIT_MS = 5000
 local PQ_CONC_WAIT_MS = 500
 local function pq_admit(quotas, key, token, now)
@@ -15,6 +17,7 @@ local function pq_admit(quotas, key, token, now)
   local found = {}
   for name, units in pairs(want) do
     local q = type(units) == 'table' and pq_load(name, now)
+    if q and q.remote then return {-1, name} end
     if q then
       local wait = 0
       if q.till > now then wait = q.till - now end
@@ -29,7 +32,8 @@ local function pq_admit(quotas, key, token, now)
         end
       end
       if wait == 0 and q.conc > 0
-          and redis.call('ZCARD', K_PQUOTA_HOLDS .. name) >= q.conc and pq_live(q, now) >= q.conc then
+          and redis.call('ZCARD', K_PQUOTA_HOLDS .. name) + q.nruns >= q.conc
+          and pq_live(q, now) >= q.conc then
         wait = PQ_CONC_WAIT_MS
       end
       if wait > 0 then return {math.min(wait, PQ_MAX_WAIT_MS), name} end

@@ -1,8 +1,10 @@
--- pq_live: how many concurrency reservations of provider quota `q` are live, after
--- dropping those whose task no longer runs under the reservation's token, or whose lease
--- ran out (a lost worker's): a reservation ends with its run, whatever ends it.
--- O(reservations); read only when the cap may be reached.
+-- pq_live: how many concurrency reservations of provider quota `q` are live. On a single
+-- server (q.here): its holds, after dropping those whose task no longer runs under the
+-- reservation's token, or whose lease ran out (a lost worker's): a reservation ends with
+-- its run, whatever ends it. O(reservations); read only when the cap may be reached.
+-- Plus the runs reserved from other slots (q.nruns, pq_load: expired ones are dropped).
 local function pq_live(q, now)
+  if not q.here then return q.nruns end
   local hkey = K_PQUOTA_HOLDS .. q.name
   local members = redis.call('ZRANGE', hkey, 0, -1)
   local gone = {}
@@ -17,5 +19,5 @@ local function pq_live(q, now)
     if not live then gone[#gone + 1] = m end
   end
   if #gone > 0 then redis.call('ZREM', hkey, unpack(gone)) end
-  return #members - #gone
+  return #members - #gone + q.nruns
 end

@@ -4,7 +4,8 @@
 -- never came, a hand-off never popped) is not an attempt, so what its claim reserved of
 -- each provider quota goes back: unless the run settled (its use was real) or the window
 -- it was claimed in has passed (that window keeps its charge, as a settlement does).
--- Reads the task's fields before the run leaves them (token, started_at).
+-- Reads the task's fields before the run leaves them (token, started_at). A quota in
+-- another slot (a cluster) is refunded by the worker on the quota's slot (pq_run 'end').
 local function pq_refund(key, now)
   local v = redis.call('HMGET', key, 'quotas', 'token', 'started_at', 'quota_settled')
   if not v[1] then return end
@@ -14,7 +15,7 @@ local function pq_refund(key, now)
   local started = tonumber(v[3]) or 0
   for name, units in pairs(want) do
     local q = type(units) == 'table' and pq_load(name, now)
-    if q and started >= q.window then
+    if q and not q.remote and started >= q.window then
       local fields = {}
       for unit, amount in pairs(units) do
         local need = tonumber(amount) or 0
