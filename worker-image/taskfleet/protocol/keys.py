@@ -15,8 +15,8 @@ from taskfleet.protocol import bundle
 PREFIX = "tf"
 
 #: Every key a script may use, in the order a script's ``uses_keys`` lists them.
-#: ``task``, ``pod``, ``sched``, ``wake``, ``schedule``, ``waiter``, ``dependants`` and
-#: ``flow`` are prefixes: the script appends the id, pod or name.
+#: ``task``, ``pod``, ``sched``, ``wake``, ``schedule``, ``waiter``, ``dependants``,
+#: ``flow``, ``output`` and ``follow`` are prefixes: the script appends the id, pod or name.
 SCRIPT_KEYS: tuple[str, ...] = (
     "task",
     "pending",
@@ -62,6 +62,8 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "output",
     "events",
     "events_cap",
+    "follows",
+    "follow",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -195,6 +197,17 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "string",
         "set while the queue's events are on: how many entries the events stream keeps",
     ),
+    "follows": (
+        "string",
+        "set while someone follows a task of the queue (Queue.follow); expires a minute "
+        "after a follower last read",
+    ),
+    "follow": (
+        "stream",
+        "one followed task's changes (event <kind>), which wake its followers; made by its "
+        "first follower, capped near 32 entries, expires a minute after a follower last "
+        "read; the key is the prefix and the task's id",
+    ),
 }
 
 _INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
@@ -285,6 +298,8 @@ class QueueKeys:
         "flow_backlog",
         "flow_prefix",
         "flows",
+        "follow_prefix",
+        "follows",
         "group_bucket_prefix",
         "group_pending_prefix",
         "group_prefix",
@@ -397,6 +412,10 @@ class QueueKeys:
         # (lua/includes/event.lua); absent: off, and scripts pay one GET
         self.events = p + "events"
         self.events_cap = p + "events:cap"
+        # set while someone follows a task, and each followed task's wake-up stream
+        # (lua/includes/event.lua): scripts read follows with events_cap (one MGET)
+        self.follows = p + "follows"
+        self.follow_prefix = p + "follow:"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
@@ -410,6 +429,7 @@ class QueueKeys:
             "group_bucket": self.group_bucket_prefix,
             "flow": self.flow_prefix,
             "output": self.output_prefix,
+            "follow": self.follow_prefix,
         }
         #: every key of :data:`SCRIPT_KEYS`, in that order
         self.script_keys: tuple[str, ...] = tuple(
@@ -431,6 +451,9 @@ class QueueKeys:
 
     def output(self, task_id: str) -> str:
         return self.output_prefix + task_id
+
+    def follow(self, task_id: str) -> str:
+        return self.follow_prefix + task_id
 
     def pod(self, pod: str) -> str:
         return self.pod_prefix + pod

@@ -8,7 +8,7 @@ export const PROTOCOL = 1;
 export const KEY_PREFIX = "tf:{%QUEUE%}:";
 
 /** Every key's name, in the manifest's (KEYS) order. */
-export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output", "events", "events_cap"] as const;
+export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output", "events", "events_cap", "follows", "follow"] as const;
 /** A key's name in the manifest. */
 export type KeyName = (typeof KEY_NAMES)[number];
 
@@ -58,6 +58,8 @@ export const KEY_SUFFIX: Readonly<Record<KeyName, string>> = {
   output: "output:",
   events: "events",
   events_cap: "events:cap",
+  follows: "follows",
+  follow: "follow:",
 };
 
 /**
@@ -131,6 +133,8 @@ export class QueueLayout {
   readonly events: string;
   /** string: set while the queue's events are on: how many entries the events stream keeps */
   readonly eventsCap: string;
+  /** string: set while someone follows a task of the queue (Queue.follow); expires a minute after a follower last read */
+  readonly follows: string;
 
   constructor(readonly queue: string) {
     this.prefix = KEY_PREFIX.replace("%QUEUE%", queue);
@@ -166,6 +170,7 @@ export class QueueLayout {
     this.tombstones = this.prefix + "tombstones";
     this.events = this.prefix + "events";
     this.eventsCap = this.prefix + "events:cap";
+    this.follows = this.prefix + "follows";
   }
 
   /** hash: one task's record; the key is the prefix and the task's id */
@@ -226,6 +231,11 @@ export class QueueLayout {
   /** stream: one task's streamed output (emit), each entry marked with its attempt, then an end entry when it finishes; the key is the prefix and the task's id */
   output(id: string): string {
     return this.prefix + "output:" + id;
+  }
+
+  /** stream: one followed task's changes (event <kind>), which wake its followers; made by its first follower, capped near 32 entries, expires a minute after a follower last read; the key is the prefix and the task's id */
+  follow(id: string): string {
+    return this.prefix + "follow:" + id;
   }
 }
 
