@@ -48,7 +48,9 @@ READS = frozenset(
     {"HGETALL", "HGET", "HEXISTS", "EXISTS", "GET", "TYPE", "ZRANGE", "ZSCORE", "ZCARD"}
     | {"LRANGE", "LLEN", "SMEMBERS", "SCARD", "PTTL", "XRANGE"}
 )
-WRITES = frozenset({"HSET", "HDEL", "DEL", "ZADD", "ZREM", "SADD", "SREM", "SET", "RPUSH", "LPUSH"})
+WRITES = frozenset(
+    {"HSET", "HDEL", "DEL", "ZADD", "ZREM", "SADD", "SREM", "SET", "RPUSH", "LPUSH", "XADD"}
+)
 ANY_TYPES = ("any", "string", "int", "array", "nil")
 #: Each matcher's keys: the first names it, the rest are allowed (``match``) or required.
 MATCHERS: dict[str, tuple[frozenset[str], frozenset[str]]] = {

@@ -89,6 +89,7 @@ def test_the_manifest_lists_every_key_in_keys_order_with_its_suffix_and_type() -
         "flow",
         "output",
         "rate",
+        "follow",
     ]
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import redis
 from taskfleet import AsyncQueue, Queue
 from taskfleet.protocol.bundle import manifest
+from taskfleet.protocol.calls import run
+from taskfleet.protocol.follow import follow_join
 from taskfleet.protocol.keys import QueueKeys
 
 from tests.fixtures_redis import MakeBroker, RedisServer
@@ -90,7 +92,8 @@ def test_a_plain_enqueue_names_only_the_keys_its_script_touches_and_no_feature_k
             queue.enqueue({})
             queue.enqueue({}, delay=60)
             queue.configure_events()  # the last call writes its event: every key is touched
-            queue.enqueue({}, deadline=60)
+            run(queue.client, follow_join(keys, "followed"))  # and to its follow stream
+            queue.enqueue({}, deadline=60, task_id="followed")
     seen = commands()
     calls = _calls(seen, scripts["enqueue_plain"]["sha1"])
     assert len(calls) == 3

@@ -80,6 +80,8 @@ def test_drain_deadline_releases_the_unfinished_task_and_another_worker_complete
     )
     done = queue.get(task_id)
     assert done is not None and done.attempts == 1 and done.pod == "pod-b"
+    # the run that began and was given back is in the history
+    assert [(a.pod, a.outcome) for a in done.history] == [("pod-a", "released"), ("pod-b", "done")]
     assert queue.stats()["released"] == 1
     second.signal(signal.SIGTERM)
     assert second.wait() == 0

@@ -67,6 +67,7 @@ def test_a_drain_gives_prefetched_tasks_back_at_once_and_finishes_the_running_on
         assert (task.state, task.attempts, task.lost) == (TaskState.PENDING, 0, 0)
         assert not started(redis_client, task_id)
         assert worker.has_event("task_released", task=task_id)
+        assert task.history == []  # never begun: no attempt to tell of
 
 
 def test_tasks_waiting_a_second_for_a_busy_thread_go_back_for_another_worker(
@@ -90,6 +91,8 @@ def test_tasks_waiting_a_second_for_a_busy_thread_go_back_for_another_worker(
         task = queue.get(task_id)
         assert task is not None
         assert (task.pod, task.attempts, task.lost) == ("pod-b", 1, 0)
+        # the hand-back of a run no thread began is no attempt of its history
+        assert [(a.attempt, a.pod, a.outcome) for a in task.history] == [(1, "pod-b", "done")]
     assert state(queue, gate) == TaskState.RUNNING
     redis_client.rpush("test:gate", "open")
     wait_for(lambda: state(queue, gate) == TaskState.DONE, timeout=10, interval=WORKER_INTERVAL_S)

@@ -4,12 +4,13 @@ and retries the handler asks for."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from collections.abc import Iterator
 
 import pytest
 import redis
-from taskfleet import CancelOutcome, Queue, QueueConfig, Task, TaskState
+from taskfleet import AsyncQueue, CancelOutcome, Queue, QueueConfig, Task, TaskState
 
 from tests.polling import wait_for
 from tests.workers.harness import WORKER_INTERVAL_S, WORKER_TIMEOUT_S, Fleet
@@ -80,6 +81,38 @@ def test_follow_yields_progress_until_the_task_finishes(fleet: Fleet, queue: Que
     assert seen[-1].state is TaskState.DONE
     assert any(t.progress == {"done": 3, "total": 3, "fraction": 1.0, "message": "step 3"}
                for t in seen)  # fmt: skip
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_a_follower_is_woken_by_each_progress_report_and_the_end_not_by_a_poll(
+    fleet: Fleet, queue: Queue, redis_url: str, client: str
+) -> None:
+    # interval=600: a poll would wake once in ten minutes; every change here wakes it
+    task_id = queue.enqueue({"steps": 3})
+    fleet.add(f"{H}:stepping").start()
+
+    def seen_one(task: Task, seen: list[Task]) -> None:
+        step = task.progress["done"] if task.state is TaskState.RUNNING and task.progress else 0
+        if step and step not in steps:  # a report may come again: the same step
+            steps.append(step)
+            queue.client.rpush("test:gate", "go")  # the handler reports its next step
+        seen.append(task)
+
+    seen: list[Task] = []
+    steps: list[int] = []
+    if client == "sync":
+        for task in queue.follow(task_id, interval=600, timeout=WORKER_TIMEOUT_S):
+            seen_one(task, seen)
+    else:
+
+        async def follow() -> None:
+            async with AsyncQueue(queue.name, redis_url) as aq:
+                async for task in aq.follow(task_id, interval=600, timeout=WORKER_TIMEOUT_S):
+                    seen_one(task, seen)
+
+        asyncio.run(follow())
+    assert steps == [1, 2, 3]
+    assert seen[-1].state is TaskState.DONE and seen[-1].result == "stepped"
 
 
 @pytest.mark.parametrize(

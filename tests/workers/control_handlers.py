@@ -43,6 +43,18 @@ def progressing(payload: dict[str, Any]) -> str:
     return "opened" if popped else "timed out"
 
 
+def stepping(payload: dict[str, Any]) -> str:
+    """Report step i of ``steps``, then wait for the test to push to ``test:gate`` (it
+    does once it has seen that step), ``steps`` times."""
+    task = current_task()
+    steps = int(payload.get("steps", 3))
+    for i in range(1, steps + 1):
+        task.progress(done=i, total=steps, message=f"step {i}")
+        if not _client().blpop(["test:gate"], timeout=GATE_WAIT_S):
+            return f"never saw step {i} followed"
+    return "stepped"
+
+
 def until_cancelled(payload: dict[str, Any]) -> str:
     """A sync handler that works until its task is cancelled (at most 30 s)."""
     _record("start")

@@ -38,6 +38,8 @@ import {
   ProtocolError,
   ScheduleNotFound,
   ScheduleOwned,
+  TaskNotFound,
+  WaitTimeout,
 } from "./errors.js";
 import { type FlowIds, type FlowPart, type FlowRecord, buildFlow, flowRecord } from "./flows.js";
 import type { AnyPayload, JsonCompatible } from "./json.js";
@@ -72,12 +74,20 @@ import {
   validateScheduleName,
 } from "./schedules.js";
 import { type OutputChunk, rangeOutput, readOutput, taskState } from "./protocol/output.js";
+import {
+  FOLLOW_TTL_MS,
+  followBlock,
+  followJoin,
+  followRefresh,
+  progressMarks,
+} from "./protocol/follow.js";
 import { COUNTERS, FINISHED, type Task, type TaskState, storedInt, taskFromHash } from "./tasks.js";
 import * as tracing from "./tracing.js";
 import { Blockers, wait } from "./waiting.js";
 import { type WorkerInfo, workerInfo } from "./workers.js";
 
 const STREAM_KEYS: ReadonlySet<string> = new Set(["since", "blockMs"]);
+const FOLLOW_KEYS: ReadonlySet<string> = new Set(["intervalMs", "timeoutMs"]);
 
 /** Housekeeping bound of the claims an enqueue makes for idle workers it hands tasks to. */
 export const CLAIM_HOUSEKEEPING_BOUND = 100;
@@ -429,6 +439,67 @@ export class Queue<Payload = AnyPayload, Result = unknown, Name extends string =
       healthy = true;
     } finally {
       this.blockers.give(client, healthy);
+    }
+  }
+
+  /**
+   * The task now, then again each time its state or progress changes, until it has
+   * finished (that last one included). Woken by the script that changes the task (a
+   * blocking read of its follow stream on a connection of its own): no polling.
+   * `intervalMs`: the longest one read waits before the task is read anyway (a change an
+   * older worker makes wakes no one). Throws `TaskNotFound` for an unknown id and
+   * `WaitTimeout` after `timeoutMs`.
+   *
+   * ```ts
+   * for await (const t of q.follow(id)) console.log(t.state, t.progress);
+   * ```
+   */
+  async *follow(
+    taskId: string,
+    options: { intervalMs?: number; timeoutMs?: number } = {},
+  ): AsyncGenerator<Task<Payload, Result>, void, undefined> {
+    checkOptionKeys(options, FOLLOW_KEYS, "follow");
+    if (typeof taskId !== "string" || !taskId.isWellFormed())
+      throw new InvalidArgument("task_id must be a string UTF-8 can encode");
+    const intervalMs = options.intervalMs ?? 500;
+    if (!Number.isInteger(intervalMs) || intervalMs < 10 || intervalMs > 3_600_000)
+      throw new InvalidArgument(
+        `intervalMs must be an integer 10..3600000, not ${String(intervalMs)}`,
+      );
+    const timeoutMs = options.timeoutMs ?? Infinity;
+    if (typeof timeoutMs !== "number" || Number.isNaN(timeoutMs) || timeoutMs < 0)
+      throw new InvalidArgument(`timeoutMs must be milliseconds, not ${String(timeoutMs)}`);
+    const deadline = performance.now() + timeoutMs;
+    // the follow stream outlives a refresh by FOLLOW_TTL_MS: refresh well before
+    let waitMs = Math.min(intervalMs, FOLLOW_TTL_MS / 4);
+    if (this.commandTimeoutMs) waitMs = Math.min(waitMs, this.commandTimeoutMs / 2);
+    let last = await followJoin(this.client, this.keys, taskId);
+    let seen: string | null = null;
+    const blocker = this.blockers.take();
+    let healthy = false;
+    try {
+      for (;;) {
+        const marks = await progressMarks(this.client, this.keys, taskId);
+        if (marks === null) throw new TaskNotFound(this.keys.queue, taskId);
+        if (marks !== seen) {
+          const task = await this.get(taskId);
+          if (task === null) throw new TaskNotFound(this.keys.queue, taskId);
+          seen = marks;
+          yield task;
+          if (FINISHED.has(task.state)) break;
+        }
+        const left = deadline - performance.now();
+        if (left <= 0) throw new WaitTimeout([taskId], timeoutMs / 1000);
+        if (!(await followRefresh(this.client, this.keys, taskId)))
+          last = await followJoin(this.client, this.keys, taskId);
+        const blockMs = Math.max(1, Math.floor(Math.min(waitMs, left)));
+        const woke = await followBlock(blocker, this.keys, taskId, last, blockMs);
+        if (woke !== null) last = woke;
+      }
+      healthy = true;
+    } finally {
+      // a consumer that stops mid-read may leave its read out: the connection is closed then
+      this.blockers.give(blocker, healthy);
     }
   }
 

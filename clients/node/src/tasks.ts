@@ -244,7 +244,8 @@ const LAST_OUTCOME: Readonly<Record<string, string>> = {
 
 /**
  * The stored attempts (field `history`), then the latest one when only the task's own
- * fields tell it (a done or running attempt is never stored). Unreadable records are left out.
+ * fields tell it (a done or running attempt is never stored; none for a pending task).
+ * Unreadable records are left out.
  */
 function historyOf(
   raw: Readonly<Record<string, string>>,
@@ -274,11 +275,14 @@ function historyOf(
     });
   }
   const last = out.at(-1);
+  // a pending task's last start was recorded when it ended, or was a hand-off no handler
+  // began (released without a record): nothing more to tell
+  const outcome = LAST_OUTCOME[state] ?? null;
   if (
+    outcome !== null &&
     startedAt !== null &&
     (last === undefined || last.startedAt?.getTime() !== startedAt.getTime())
   ) {
-    const outcome = LAST_OUTCOME[state] ?? null;
     out.push({
       attempt: attempts,
       pod: raw.pod ?? null,

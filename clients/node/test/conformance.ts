@@ -45,6 +45,7 @@ const WRITES = new Set([
   "SET",
   "RPUSH",
   "LPUSH",
+  "XADD",
 ]);
 
 /** Every case of the files in `dir`, checked against the manifest's protocol. */

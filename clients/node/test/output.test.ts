@@ -2,13 +2,14 @@
 // as they are written, every attempt's in order, from a Node worker and from a Python
 // one, and the same list is read again once the task has finished.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, afterEach, before, beforeEach, describe, it } from "node:test";
 
 import { Queue } from "../src/index.js";
-import { REPOSITORY, needsPython } from "./python.js";
+import { PYTHON, REPOSITORY, needsPython } from "./python.js";
 import { RedisServer, until } from "./redis.js";
 import { FIXTURES, WorkerProcess, cleanEnv } from "./workers.js";
 
@@ -19,6 +20,16 @@ const EXPECTED = [
   [2, { attempt: 2, step: 1 }],
   [2, "done é"],
 ];
+
+/** A Python reader of a task's stream: one JSON line [attempt, data] per chunk, as it comes. */
+const PY_READER = `
+import json, sys
+from taskfleet import Queue
+with Queue("jobs", sys.argv[1]) as q, open(sys.argv[3], "w") as out:
+    for c in q.stream(sys.argv[2]):
+        out.write(json.dumps([c.attempt, c.data], ensure_ascii=False) + "\\n")
+        out.flush()
+`;
 
 describe("a task's streamed output", () => {
   const server = new RedisServer();
@@ -93,6 +104,37 @@ describe("a task's streamed output", () => {
     for await (const c of queue.stream(id, { since: all[2]?.id })) rest.push(c.data);
     assert.deepEqual(rest, [{ attempt: 2, step: 1 }, "done é"]);
   });
+
+  it(
+    "from a Node worker, read live by a Python reader in its own process",
+    needsPython,
+    async () => {
+      const gate = join(dir, "gate");
+      const id = await queue.enqueue({ gate });
+      const out = join(dir, "reader.out");
+      const reader = spawn(PYTHON, ["-c", PY_READER, server.url, id, out], {
+        cwd: REPOSITORY,
+        env: cleanEnv({ PYTHONUNBUFFERED: "1" }),
+        stdio: "ignore",
+      });
+      const exited = new Promise<number | null>((done) => reader.on("exit", done));
+      const read = (): unknown[][] =>
+        existsSync(out)
+          ? readFileSync(out, "utf8")
+              .split("\n")
+              .filter(Boolean)
+              .map((l) => JSON.parse(l) as unknown[])
+          : [];
+      started.push(
+        WorkerProcess.node([...common("node-1"), "--handler", "./output_handlers.mjs:twoAttempts"]),
+      );
+      await until("four chunks read by Python", () => read().length >= 4, 20_000);
+      assert.equal((await queue.get(id))?.state, "running"); // live: the task still runs
+      writeFileSync(gate, "open");
+      assert.equal(await exited, 0);
+      assert.deepEqual(read(), EXPECTED);
+    },
+  );
 
   it("from a Python worker: the same chunks, read by Node", needsPython, async () => {
     const gate = join(dir, "gate");

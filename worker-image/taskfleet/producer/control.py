@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from taskfleet.producer.runner import Emit, Plan, QueueBase, Sleep
+from taskfleet.producer.runner import Emit, Plan, QueueBase
 from taskfleet.protocol import bounds
 from taskfleet.protocol import groups as group_layout
 from taskfleet.protocol.control_ops import CancelOutcome, Scan
 from taskfleet.protocol.errors import InvalidArgument, TaskNotFound, WaitTimeout
+from taskfleet.protocol.follow import FOLLOW_TTL_MS, follow_block, follow_join, follow_refresh
 from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.output import output_block, output_range, task_state
 from taskfleet.protocol.states import FINISHED, TaskState
@@ -362,17 +363,25 @@ def follow(
     q: QueueBase, task_id: str, *, interval: float = 0.5, timeout: float | None = None
 ) -> Plan[None]:
     """Yield the task now and each time its state or progress changes, until it has
-    finished (that last snapshot included). Polls every ``interval`` s: one HMGET of a
-    few fields, the whole hash only on a change. ``TaskNotFound`` for an unknown id,
-    ``WaitTimeout`` after ``timeout`` s."""
+    finished (that last snapshot included). Woken by the script that changes the task (a
+    blocking read of its follow stream, ``protocol/follow.py``): no polling. ``interval``:
+    the longest one read waits before the task is read anyway (a change made by an older
+    worker wakes no one). ``TaskNotFound`` for an unknown id, ``WaitTimeout`` after
+    ``timeout`` s."""
     if isinstance(interval, bool) or not isinstance(interval, int | float):
         raise InvalidArgument(f"interval must be seconds, not {interval!r}")
     if not 0.01 <= interval <= 3600:
         raise InvalidArgument(f"interval must be 0.01..3600 s, not {interval!r}")
     limit = math.inf if timeout is None else _seconds("timeout", timeout) or 0.0
     deadline = time.monotonic() + limit
+    # the follow stream outlives a follower's refresh by FOLLOW_TTL_MS: refresh well before
+    wait = min(float(interval), FOLLOW_TTL_MS / 4000)
+    if q.socket_timeout:  # the read must answer before the client gives up on the socket
+        wait = min(wait, q.socket_timeout / 2)
     seen: tuple[str, ...] | None = None
     reads = q.reads
+    keys = q.keys
+    last = yield follow_join(keys, task_id)
     while True:
         marks = yield reads.progress_marks(task_id)
         if marks is None:
@@ -388,7 +397,11 @@ def follow(
         left = deadline - time.monotonic()
         if left <= 0:
             raise WaitTimeout([task_id], limit)
-        yield Sleep(min(interval, left))
+        if not (yield follow_refresh(keys, task_id)):
+            last = yield follow_join(keys, task_id)
+        woke = yield follow_block(keys, task_id, last, max(1, int(min(wait, left) * 1000)))
+        if woke is not None:
+            last = woke
 
 
 def stream(q: QueueBase, task_id: str, *, since: str = "0-0", block: float = 1.0) -> Plan[None]:

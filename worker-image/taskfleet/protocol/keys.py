@@ -15,8 +15,8 @@ from taskfleet.protocol import bundle
 PREFIX = "tf"
 
 #: Every key a script may use, in the order a script's ``uses_keys`` lists them.
-#: ``task``, ``pod``, ``sched``, ``wake``, ``schedule``, ``waiter``, ``dependants`` and
-#: ``flow`` are prefixes: the script appends the id, pod or name.
+#: ``task``, ``pod``, ``sched``, ``wake``, ``schedule``, ``waiter``, ``dependants``,
+#: ``flow``, ``output`` and ``follow`` are prefixes: the script appends the id, pod or name.
 SCRIPT_KEYS: tuple[str, ...] = (
     "task",
     "pending",
@@ -64,6 +64,8 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "events_cap",
     "groups_fair",
     "rate",
+    "follows",
+    "follow",
 )
 
 #: What each of :data:`SCRIPT_KEYS` is: its Redis type and what it holds (the bundle's
@@ -207,6 +209,17 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
         "one minute's completed and failed counts (the dashboard's charts), expiring about an "
         "hour after it; the key is the prefix and the minute (epoch ms // 60000)",
     ),
+    "follows": (
+        "string",
+        "set while someone follows a task of the queue (Queue.follow); expires a minute "
+        "after a follower last read",
+    ),
+    "follow": (
+        "stream",
+        "one followed task's changes (event <kind>), which wake its followers; made by its "
+        "first follower, capped near 32 entries, expires a minute after a follower last "
+        "read; the key is the prefix and the task's id",
+    ),
 }
 
 _INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
@@ -297,6 +310,8 @@ class QueueKeys:
         "flow_backlog",
         "flow_prefix",
         "flows",
+        "follow_prefix",
+        "follows",
         "group_bucket_prefix",
         "group_pending_prefix",
         "group_prefix",
@@ -415,6 +430,10 @@ class QueueKeys:
         self.events_cap = p + "events:cap"
         # each minute's completed and failed counts, for charts (lua/includes/rate_note.lua)
         self.rate_prefix = p + "rate:"
+        # set while someone follows a task, and each followed task's wake-up stream
+        # (lua/includes/event.lua): scripts read follows with events_cap (one MGET)
+        self.follows = p + "follows"
+        self.follow_prefix = p + "follow:"
         by_name = {
             "task": self.task_prefix,
             "pod": self.pod_prefix,
@@ -429,6 +448,7 @@ class QueueKeys:
             "flow": self.flow_prefix,
             "output": self.output_prefix,
             "rate": self.rate_prefix,
+            "follow": self.follow_prefix,
         }
         #: every key of :data:`SCRIPT_KEYS`, in that order
         self.script_keys: tuple[str, ...] = tuple(
@@ -454,6 +474,9 @@ class QueueKeys:
     def rate(self, minute: int) -> str:
         """The counts of one minute (``epoch ms // 60000``)."""
         return f"{self.rate_prefix}{minute}"
+
+    def follow(self, task_id: str) -> str:
+        return self.follow_prefix + task_id
 
     def pod(self, pod: str) -> str:
         return self.pod_prefix + pod

@@ -616,11 +616,12 @@ class Ops:
         )
         return Op("fail", self._k.script("fail"), args, text)
 
-    def release(self, pod: str, items: Iterable[tuple[str, str]]) -> Op[int]:
+    def release(
+        self, pod: str, items: Iterable[tuple[str, str]], *, unstarted: bool = False
+    ) -> Op[int]:
         held = [Held(task_id, token) for task_id, token in items]
-        return Op(
-            "release", self._k.script("release"), with_records(Release(pod, len(held)), held), int
-        )
+        args = Release(pod, "1" if unstarted else "", len(held))
+        return Op("release", self._k.script("release"), with_records(args, held), int)
 
     def requeue(
         self, pod: str, keep_incarnation: str | None, *, tombstone_s: int | None = None

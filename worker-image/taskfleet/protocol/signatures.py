@@ -322,6 +322,9 @@ class PqDefer(NamedTuple):
 
 class Release(NamedTuple):
     pod: Annotated[Str, "the caller (the token alone decides)"]
+    unstarted: Annotated[
+        OptStr, "'1' = no handler began these runs (a hand-off): no history record; '' = some did"
+    ]
     n: Annotated[Int, "how many held tasks follow"]
 
 

@@ -240,8 +240,8 @@ class Task(BaseModel):
 
 def history_of(h: Mapping[str, str], data: Mapping[str, Any]) -> list[Attempt]:
     """The stored attempts (field ``history``), then the latest one when only the task's
-    own fields tell it (a done or running attempt is never stored). Unreadable records
-    are left out."""
+    own fields tell it (a done or running attempt is never stored; none for a pending
+    task). Unreadable records are left out."""
     out: list[Attempt] = []
     raw = h.get("history")
     if raw:
@@ -264,9 +264,11 @@ def history_of(h: Mapping[str, str], data: Mapping[str, Any]) -> list[Attempt]:
                 )
             )
     started = data.get("started_at")
-    if started is not None and (not out or out[-1].started_at != started):
-        state = data.get("state", "")
-        outcome = _LAST_OUTCOME.get(state)
+    state = data.get("state", "")
+    outcome = _LAST_OUTCOME.get(state)
+    # a pending task's last start was recorded when it ended, or was a hand-off no
+    # handler began (released without a record): nothing more to tell
+    if outcome is not None and started is not None and (not out or out[-1].started_at != started):
         out.append(
             Attempt(
                 attempt=data.get("attempts", 0),

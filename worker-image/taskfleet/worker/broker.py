@@ -554,13 +554,14 @@ class Broker:
             run_async(self.client, self.reads.groups(task_ids)), self.reply_timeout
         )
 
-    async def release(self, items: Iterable[tuple[str, str]]) -> int:
-        """Give back unfinished tasks while draining (not an attempt, not lost)."""
+    async def release(self, items: Iterable[tuple[str, str]], *, unstarted: bool = False) -> int:
+        """Give back unfinished tasks while draining (not an attempt, not lost).
+        ``unstarted``: no handler began them (no history record)."""
         items = list(items)
         released = 0
         for start in range(0, len(items), bounds.MAX_BATCH):  # each call's work bounded
             chunk = items[start : start + bounds.MAX_BATCH]
-            released += await self._run(self.ops.release(self.pod, chunk))
+            released += await self._run(self.ops.release(self.pod, chunk, unstarted=unstarted))
         if self.quota_slots.runs:  # given back, not an attempt: the estimate goes back
             await self.quota_slots.end((token for _, token in items), refund=True)
         return released

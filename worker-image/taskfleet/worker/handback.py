@@ -45,10 +45,19 @@ class HandBack:
 
     async def release(self, runs: list[Run]) -> None:
         """Give unfinished tasks back (not an attempt); if Redis is down, leases expire instead."""
-        assert self.broker is not None
+        broker = self.broker
+        assert broker is not None
         items = [(run.task.id, run.task.token) for run in runs]
+        # a run no thread began leaves no 'released' record in its task's history
+        fresh = [(r.task.id, r.task.token) for r in runs if r.began_at is None]
+        begun = [(r.task.id, r.task.token) for r in runs if r.began_at is not None]
+
+        async def both() -> int:
+            given = await broker.release(fresh, unstarted=True) if fresh else 0
+            return given + (await broker.release(begun) if begun else 0)
+
         try:
-            released = await asyncio.wait_for(self.broker.release(items), RELEASE_TIMEOUT_S)
+            released = await asyncio.wait_for(both(), RELEASE_TIMEOUT_S)
         except Exception as exc:  # whatever went wrong, exiting must go on
             log_event(
                 logging.WARNING,

@@ -8,7 +8,7 @@ export const PROTOCOL = 1;
 export const KEY_PREFIX = "tf:{%QUEUE%}:";
 
 /** Every key's name, in the manifest's (KEYS) order. */
-export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output", "events", "events_cap", "groups_fair", "rate"] as const;
+export const KEY_NAMES = ["task", "pending", "delayed", "running", "done", "dead", "deadlines", "pod", "workers", "config", "seq", "stats", "bucket_tasks", "bucket_cost", "notify", "sched", "idle", "wake", "demand", "schedule", "schedules", "schedule_due", "schedules_owned", "cancelled", "waiter", "deadline_runs", "quota", "waiting", "dependants", "flow_backlog", "groups", "group_pending", "group_running", "group", "group_bucket", "groups_parked", "groups_pending", "flow", "flows", "levels", "tombstones", "output", "events", "events_cap", "groups_fair", "rate", "follows", "follow"] as const;
 /** A key's name in the manifest. */
 export type KeyName = (typeof KEY_NAMES)[number];
 
@@ -60,6 +60,8 @@ export const KEY_SUFFIX: Readonly<Record<KeyName, string>> = {
   events_cap: "events:cap",
   groups_fair: "groups:fair",
   rate: "rate:",
+  follows: "follows",
+  follow: "follow:",
 };
 
 /**
@@ -135,6 +137,8 @@ export class QueueLayout {
   readonly eventsCap: string;
   /** string: the unit of provider quotas the fair-claim ring charges groups by (their settled use of it); absent: by claims, one per task */
   readonly groupsFair: string;
+  /** string: set while someone follows a task of the queue (Queue.follow); expires a minute after a follower last read */
+  readonly follows: string;
 
   constructor(readonly queue: string) {
     this.prefix = KEY_PREFIX.replace("%QUEUE%", queue);
@@ -171,6 +175,7 @@ export class QueueLayout {
     this.events = this.prefix + "events";
     this.eventsCap = this.prefix + "events:cap";
     this.groupsFair = this.prefix + "groups:fair";
+    this.follows = this.prefix + "follows";
   }
 
   /** hash: one task's record; the key is the prefix and the task's id */
@@ -236,6 +241,11 @@ export class QueueLayout {
   /** hash: one minute's completed and failed counts (the dashboard's charts), expiring about an hour after it; the key is the prefix and the minute (epoch ms // 60000) */
   rate(id: string): string {
     return this.prefix + "rate:" + id;
+  }
+
+  /** stream: one followed task's changes (event <kind>), which wake its followers; made by its first follower, capped near 32 entries, expires a minute after a follower last read; the key is the prefix and the task's id */
+  follow(id: string): string {
+    return this.prefix + "follow:" + id;
   }
 }
 

@@ -189,6 +189,8 @@ export interface FailArgs {
 export interface ReleaseArgs {
   /** the caller (the token alone decides) */
   readonly pod: string;
+  /** '1' = no handler began these runs (a hand-off): no history record; '' = some did */
+  readonly unstarted?: string;
   /** how many held tasks follow */
   readonly n?: number | string;
 }
@@ -644,7 +646,7 @@ export const SCRIPT_ARGV: Readonly<Record<ScriptName, { readonly args: readonly 
   extend: { args: ["pod", "incarnation", "inflight", "draining", "concurrency", "host", "n", "registered", "held"], record: ["task_id", "token"] },
   complete: { args: ["n", "pod", "incarnation", "max_tasks", "token_base", "bound", "idle_ms", "prefetch", "registered", "quota_slots"], record: ["task_id", "token", "result"] },
   fail: { args: ["task_id", "token", "error", "retryable", "jitter", "reason", "retry_after_ms", "max_deferrals", "throttle", "traceback", "timed_out"], record: [] },
-  release: { args: ["pod", "n"], record: ["task_id", "token"] },
+  release: { args: ["pod", "unstarted", "n"], record: ["task_id", "token"] },
   requeue: { args: ["pod", "keep_incarnation", "tombstone_s"], record: [] },
   register: { args: ["pod", "incarnation", "concurrency", "host", "expected"], record: [] },
   deregister: { args: ["pod", "incarnation", "failed"], record: [] },

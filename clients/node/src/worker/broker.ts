@@ -642,11 +642,12 @@ export class Broker {
   }
 
   /** Give back unfinished tasks (not an attempt, not lost); how many went back. */
-  async release(items: readonly [string, string][]): Promise<number> {
+  async release(items: readonly [string, string][], unstarted = false): Promise<number> {
     let released = 0;
     for (let at = 0; at < items.length; at += MAX_BATCH) {
       const chunk = items.slice(at, at + MAX_BATCH).map(([task_id, token]) => ({ task_id, token }));
-      released += Number(await this.call("release", { pod: this.pod }, chunk));
+      const args = { pod: this.pod, unstarted: unstarted ? "1" : "" };
+      released += Number(await this.call("release", args, chunk));
     }
     // given back, not an attempt: the estimate goes back
     if (this.quotaSlots.runs.size > 0)

@@ -300,7 +300,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
         (ids) => this.registered().groupsOf(ids),
       );
       const held = this.execution.withdrawHeld(runs);
-      await this.release(held);
+      await this.release(held, true); // held before their call: none began
       this.execution.forget(held); // released, or left to their leases: not ours now
     } finally {
       this.execution.resumeHold();
@@ -315,20 +315,26 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
   private async take(tasks: ClaimedTask[]): Promise<void> {
     if (this.drainRequested.isSet()) {
       const now = performance.now();
-      await this.release(tasks.map((t) => new Run(t, now, null)));
+      await this.release(
+        tasks.map((t) => new Run(t, now, null)),
+        true,
+      );
       return;
     }
     this.execution.startAll(tasks);
   }
 
-  /** Give unfinished tasks back (not an attempt); if Redis is down, their leases expire instead. */
-  private async release(runs: Run[]): Promise<void> {
+  /**
+   * Give unfinished tasks back (not an attempt); if Redis is down, their leases expire
+   * instead. `unstarted`: no handler began them (their history gets no record).
+   */
+  private async release(runs: Run[], unstarted = false): Promise<void> {
     if (this.broker === null || runs.length === 0) return;
     const items = runs.map((r): [string, string] => [r.task.id, r.task.token]);
     let released: number;
     try {
       released = await bounded(
-        this.broker.release(items),
+        this.broker.release(items, unstarted),
         RELEASE_TIMEOUT_MS,
         () => new Error(`no reply within ${RELEASE_TIMEOUT_MS / 1000} s`),
       );

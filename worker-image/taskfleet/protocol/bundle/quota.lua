@@ -29,6 +29,8 @@ local K_LEVELS = KEYS[26]
 local K_OUTPUT = KEYS[27]
 local K_EVENTS = KEYS[28]
 local K_EVENTS_CAP = KEYS[29]
+local K_FOLLOWS = KEYS[30]
+local K_FOLLOW = KEYS[31]
 local DEFAULTS = {backoff_base_s = "1.0", backoff_jitter = "0.2", backoff_max_s = "300.0", dead_retention_s = "259200.0", done_retention_s = "3600.0", group_max_concurrency = "0", lease_ttl_s = "30.0", max_attempts = "3", max_concurrency = "0", max_lost = "3", max_payload_bytes = "1048576", rate_limit_period_s = "1.0", throttle_base_s = "1.0", throttle_max_s = "300.0"}
 local ARG_OP = ARGV[1]
 local ARG_PAUSE_MS = ARGV[2]
@@ -235,12 +237,27 @@ local function output_end(id, state, flag)
 end
 -- includes/event.lua
 -- The queue's event stream (K_EVENTS), written while K_EVENTS_CAP holds its retention (a
--- number of entries; Queue.configure_events sets and deletes it): a queue nobody listens
--- to pays one GET per script call. Each entry: event <kind>, id <task id>, and attempt
--- when the kind has one; trimmed near the retention (XADD MAXLEN ~).
+-- number of entries; Queue.configure_events sets and deletes it). Each entry: event
+-- <kind>, id <task id>, and attempt when the kind has one; trimmed near the retention
+-- (XADD MAXLEN ~). While K_FOLLOWS is set (someone follows a task of the queue:
+-- Queue.follow), a task whose follow stream K_FOLLOW..id exists gets the kind there too,
+-- which wakes its followers. A queue nobody listens to or follows pays one MGET per call.
 local EVENTS_CAP = nil
+local FOLLOWED = false
+-- Entries a follow stream keeps: its followers are only woken, then read the task.
+local FOLLOW_MAX = 32
 local function event(kind, id, attempt)
-  if EVENTS_CAP == nil then EVENTS_CAP = tonumber(redis.call('GET', K_EVENTS_CAP)) or false end
+  if EVENTS_CAP == nil then
+    local on = redis.call('MGET', K_EVENTS_CAP, K_FOLLOWS)
+    EVENTS_CAP = tonumber(on[1]) or false
+    FOLLOWED = on[2] ~= false
+  end
+  if FOLLOWED then
+    local f = K_FOLLOW .. id
+    if redis.call('EXISTS', f) == 1 then
+      redis.call('XADD', f, 'MAXLEN', '~', FOLLOW_MAX, '*', 'event', kind)
+    end
+  end
   if not EVENTS_CAP then return end
   if attempt then
     redis.call('XADD', K_EVENTS, 'MAXLEN', '~', EVENTS_CAP, '*', 'event', kind, 'id', id,

@@ -1,7 +1,8 @@
 -- release: a draining worker gives back tasks it could not finish. They go to the front
 -- of their priority (they already waited) and the start does not count as an attempt.
 -- Arguments: ARG_* and RECORD(i) (signatures.Release, one Held per task): the caller's pod
---   (the token alone decides), then task id and claim token per task.
+--   (the token alone decides), whether no handler began these runs ('1': they leave no
+--   history record), then task id and claim token per task.
 -- Returns: how many were released (stale tokens are skipped and counted; a task whose
 --   cancellation was asked for ends cancelled and is not counted).
 --- @include "bump"
@@ -15,7 +16,7 @@ for i = 1, tonumber(ARG_N) do
   local key = K_TASK .. id
   local ok, pod = holds(key, token)
   if ok then
-    if release_task(id, key, pod) then released = released + 1 end
+    if release_task(id, key, pod, ARG_UNSTARTED == '1') then released = released + 1 end
   else
     bump('stale')
   end

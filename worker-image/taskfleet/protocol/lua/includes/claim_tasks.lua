@@ -210,6 +210,8 @@ local function claim_tasks(now, pod, incarnation, want, token_base, bound, idle_
           redis.call('HSET', key, 'state', 'running', 'token', token, 'pod', pod,
             'incarnation', incarnation, 'lease_until', lease_until, 'started_at', now,
             'attempts', attempts)
+          -- what it waited for as a delayed task no longer holds it (only a task naming quotas)
+          if v[14] then redis.call('HDEL', key, 'quota_wait') end
           event('started', id, attempts)
           local fields
           if tagged then

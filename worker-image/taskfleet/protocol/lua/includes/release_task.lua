@@ -8,8 +8,9 @@
 --- @include "pq_refund"
 -- Graceful give-back: front of its priority, the start is not counted as an attempt; a
 -- task whose cancellation was asked for ends cancelled instead (returns false then).
--- What its claim reserved of provider quotas goes back (pq_refund).
-local function release_task(id, key, pod)
+-- What its claim reserved of provider quotas goes back (pq_refund). `unstarted`: no
+-- handler began the run (a hand-off, a prefetch): no 'released' record in its history.
+local function release_task(id, key, pod, unstarted)
   local now = now_ms()
   pq_refund(key, now)
   leave_running(id, key, pod)
@@ -18,7 +19,7 @@ local function release_task(id, key, pod)
     to_cancelled(id, key, now)
     return false
   end
-  attempt_log(key, 'released', now)
+  if not unstarted then attempt_log(key, 'released', now) end
   redis.call('HINCRBY', key, 'attempts', -1)
   to_pending(id, key, true)
   event('requeued', id)
