@@ -28,7 +28,7 @@ __all__ = [
 
 #: Entries the stream keeps by default (XADD MAXLEN ~: a little more, trimmed in blocks).
 DEFAULT_EVENTS_RETENTION = 100_000
-#: What the scripts write; ``checkpointed`` is reserved for checkpoints.
+#: What the scripts write.
 EVENT_KINDS = (
     "enqueued",
     "started",
