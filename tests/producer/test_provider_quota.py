@@ -213,5 +213,61 @@ def test_an_overrun_is_debt_that_later_windows_wait_out(
 
     wait_for(claimed, timeout=10, interval=0.05, what="the claim after the debt")
     use = quota.get()
-    # 500 left + 300 in the second window after; 0 + 300 if a slow machine's claim came later
-    assert use is not None and use.units["input_tokens"].used in (800, 300)
+    # The settlement taught the quota its estimates fall short: scale (1 + 2500/300) / 2,
+    # so the claim charged ceil(300 x 4.67) = 1401, above the whole limit: it ran alone,
+    # once the debt was paid (500 left in the second window, 0 in the third).
+    assert use is not None and use.units["input_tokens"].used == 1401
+
+
+def test_a_quota_learns_how_far_estimates_fall_short_and_charges_claims_that_much(
+    redis_url: str, make_broker: MakeBroker, redis_client: redis.Redis
+) -> None:
+    quota = Quota("learn", redis_url=redis_url)
+    quota.configure(limits={"input_tokens": 1_000_000}, period_s=3600)
+    (a,) = _queues(redis_url, "qa")
+    est = {"learn": {"input_tokens": 100}}
+    scripts = SyncScripts.for_client(redis_client)
+    broker = make_broker("qa")
+    charged = []
+    for _ in range(6):  # each task really uses three times its estimate
+        a.enqueue({}, quotas=est)
+        before = quota.get()
+        [task] = broker.claim(1).tasks
+        after = quota.get()
+        assert before is not None and after is not None
+        charged.append(after.units["input_tokens"].used - before.units["input_tokens"].used)
+        scripts.run(settle_op(QueueKeys("qa"), task.id, task.token, "learn", {"input_tokens": 300}))
+    # 100 until a settlement says otherwise, then halfway to 3x at each: 2x, 2.5x, ...
+    assert charged == [100, 200, 250, 275, 288, 294]
+    # an estimate above the use moves it back down, never below the estimate itself
+    for _ in range(8):
+        a.enqueue({}, quotas=est)
+        [task] = broker.claim(1).tasks
+        scripts.run(settle_op(QueueKeys("qa"), task.id, task.token, "learn", {"input_tokens": 10}))
+    a.enqueue({}, quotas=est)
+    before = quota.get()
+    broker.claim(1)
+    after = quota.get()
+    assert before is not None and after is not None
+    assert after.units["input_tokens"].used - before.units["input_tokens"].used == 100
+
+
+def test_a_run_given_back_before_it_settles_returns_what_its_scaled_claim_charged(
+    redis_url: str, make_broker: MakeBroker, redis_client: redis.Redis
+) -> None:
+    quota = Quota("back", redis_url=redis_url)
+    quota.configure(limits={"input_tokens": 1_000_000}, period_s=3600)
+    (a,) = _queues(redis_url, "qa")
+    est = {"back": {"input_tokens": 100}}
+    scripts = SyncScripts.for_client(redis_client)
+    broker = make_broker("qa")
+    a.enqueue({}, quotas=est)
+    [task] = broker.claim(1).tasks
+    scripts.run(settle_op(QueueKeys("qa"), task.id, task.token, "back", {"input_tokens": 500}))
+    a.enqueue({}, quotas=est)
+    [task] = broker.claim(1).tasks  # charged ceil(100 x 3) = 300
+    use = quota.get()
+    assert use is not None and use.units["input_tokens"].used == 800
+    broker.release([(task.id, task.token)])
+    use = quota.get()
+    assert use is not None and use.units["input_tokens"].used == 500

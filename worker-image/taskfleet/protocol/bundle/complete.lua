@@ -904,8 +904,8 @@ local function superseded(pod, incarnation, registered)
 end
 -- includes/pq_load.lua
 -- pq_load: provider quota `name` (K_PQUOTA .. name, shared by every queue) read once per
--- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits
--- and this window's use per unit. Windows are fixed, period_ms long from the epoch; at a
+-- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits,
+-- this window's use per unit and each unit's learned scale (pq_scaled). Windows are fixed, period_ms long from the epoch; at a
 -- new window each unit's use drops by its limit per window passed, never below 0: an
 -- overrun (a settlement above the estimate) is debt the next windows wait out.
 -- q.here: the quota's hash and its holds answer in one command (a single server). On a
@@ -929,8 +929,8 @@ local function pq_load(name, now, on_slot)
   end
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then PQ[name] = false return nil end
-  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000,
-    here = here, runs = {}, nruns = 0}
+  q = {name = name, key = key, limits = {}, used = {}, scale = {}, till = 0, conc = 0,
+    period = 60000, here = here, runs = {}, nruns = 0}
   local raw, gone = {}, {}
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
@@ -941,6 +941,8 @@ local function pq_load(name, now, on_slot)
       unit = string.match(f, '^used:(.+)$')
       if unit then
         q.used[unit] = tonumber(v) or 0
+      elseif string.sub(f, 1, 6) == 'scale:' then
+        q.scale[string.sub(f, 7)] = tonumber(v) or 1
       elseif string.sub(f, 1, 4) == 'run:' then
         local ok, r = pcall(cjson.decode, v)
         if ok and type(r) == 'table' and (tonumber(r.u) or 0) >= now then
@@ -1001,9 +1003,30 @@ local function pq_live(q, now)
   if #gone > 0 then redis.call('ZREM', hkey, unpack(gone)) end
   return #members - #gone + q.nruns
 end
+-- includes/pq_scaled.lua
+-- pq_scaled: a quota learns how far its tasks' estimates fall short. Per unit, the quota's
+-- field `scale:<unit>` (absent: 1) is the running mean of settled use / estimate, halved
+-- toward each run's first settlement, never below 1 (an estimate above the use only
+-- wastes room) nor above 100 (pq_learn). Admission (pq_admit, pq_run) charges an estimate
+-- times its unit's scale, so tasks that settle three times their estimate stop
+-- overrunning the limit after the first few settle, instead of each window's debt.
+-- units times their scale (whole amounts, rounded up); differs: some amount was scaled
+local function pq_scaled(q, units)
+  local out, differs = {}, false
+  for unit, amount in pairs(units) do
+    local need = tonumber(amount) or 0
+    local s = q.scale[unit]
+    if s and s > 1 and need > 0 then
+      need = math.ceil(need * s)
+      differs = true
+    end
+    out[unit] = need
+  end
+  return out, differs
+end
 -- includes/pq_admit.lua
 -- pq_admit: reserve what a task's `quotas` (its JSON field: {name: {unit: amount}})
--- estimates, all or nothing, for its run under `token` (task hash `key`). Each unit's
+-- estimates (times each unit's learned scale: pq_scaled), all or nothing, for its run under `token` (task hash `key`). Each unit's
 -- use in the window is charged at once; a settlement (settle.lua) corrects it later.
 -- A unit fits while its use plus the estimate stays within its limit, or nothing of it
 -- is used yet (an estimate above a whole limit runs alone in a window).
@@ -1017,10 +1040,14 @@ local function pq_admit(quotas, key, token, now)
   local ok, want = pcall(cjson.decode, quotas)
   if not ok or type(want) ~= 'table' then return 0 end  -- unreadable: reserves nothing
   local found = {}
+  local any_scaled = false
   for name, units in pairs(want) do
     local q = type(units) == 'table' and pq_load(name, now)
     if q and q.remote then return {-1, name} end
     if q then
+      local scaled, differs = pq_scaled(q, units)
+      if differs then any_scaled = true end
+      units = scaled
       local wait = 0
       if q.till > now then wait = q.till - now end
       if wait == 0 then
@@ -1042,8 +1069,10 @@ local function pq_admit(quotas, key, token, now)
       found[#found + 1] = {q, units}
     end
   end
+  local charged = {}
   for _, pair in ipairs(found) do
     local q, units = pair[1], pair[2]
+    charged[q.name] = units
     local fields = {}
     for unit, amount in pairs(units) do
       local need = tonumber(amount) or 0
@@ -1055,6 +1084,11 @@ local function pq_admit(quotas, key, token, now)
     end
     if #fields > 0 then redis.call('HSET', q.key, unpack(fields)) end
     if q.conc > 0 then redis.call('ZADD', K_PQUOTA_HOLDS .. q.name, now, key .. '\0' .. token) end
+  end
+  -- what was charged, when a learned scale made it differ from the estimate: the run's
+  -- settlement and refund count from it (read back by pq_settled, as quota_settled is)
+  if any_scaled then
+    redis.call('HSET', key, 'quota_charged', cjson.encode({token = token, by = charged}))
   end
   return 0
 end

@@ -359,8 +359,8 @@ local function attempt_log(key, outcome, now, err, tb)
 end
 -- includes/pq_load.lua
 -- pq_load: provider quota `name` (K_PQUOTA .. name, shared by every queue) read once per
--- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits
--- and this window's use per unit. Windows are fixed, period_ms long from the epoch; at a
+-- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits,
+-- this window's use per unit and each unit's learned scale (pq_scaled). Windows are fixed, period_ms long from the epoch; at a
 -- new window each unit's use drops by its limit per window passed, never below 0: an
 -- overrun (a settlement above the estimate) is debt the next windows wait out.
 -- q.here: the quota's hash and its holds answer in one command (a single server). On a
@@ -384,8 +384,8 @@ local function pq_load(name, now, on_slot)
   end
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then PQ[name] = false return nil end
-  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000,
-    here = here, runs = {}, nruns = 0}
+  q = {name = name, key = key, limits = {}, used = {}, scale = {}, till = 0, conc = 0,
+    period = 60000, here = here, runs = {}, nruns = 0}
   local raw, gone = {}, {}
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
@@ -396,6 +396,8 @@ local function pq_load(name, now, on_slot)
       unit = string.match(f, '^used:(.+)$')
       if unit then
         q.used[unit] = tonumber(v) or 0
+      elseif string.sub(f, 1, 6) == 'scale:' then
+        q.scale[string.sub(f, 7)] = tonumber(v) or 1
       elseif string.sub(f, 1, 4) == 'run:' then
         local ok, r = pcall(cjson.decode, v)
         if ok and type(r) == 'table' and (tonumber(r.u) or 0) >= now then
@@ -449,13 +451,16 @@ end
 -- Reads the task's fields before the run leaves them (token, started_at). A quota in
 -- another slot (a cluster) is refunded by the worker on the quota's slot (pq_run 'end').
 local function pq_refund(key, now)
-  local v = redis.call('HMGET', key, 'quotas', 'token', 'started_at', 'quota_settled')
+  local v = redis.call('HMGET', key, 'quotas', 'token', 'started_at', 'quota_settled',
+    'quota_charged')
   if not v[1] then return end
   if pq_settled(v[4], v[2]) then return end
   local ok, want = pcall(cjson.decode, v[1])
   if not ok or type(want) ~= 'table' then return end
   local started = tonumber(v[3]) or 0
+  local charged = pq_settled(v[5], v[2]) or {}
   for name, units in pairs(want) do
+    units = charged[name] or units
     local q = type(units) == 'table' and pq_load(name, now)
     if q and not q.remote and started >= q.window then
       local fields = {}

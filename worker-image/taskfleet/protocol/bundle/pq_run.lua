@@ -22,8 +22,8 @@ end
 
 -- includes/pq_load.lua
 -- pq_load: provider quota `name` (K_PQUOTA .. name, shared by every queue) read once per
--- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits
--- and this window's use per unit. Windows are fixed, period_ms long from the epoch; at a
+-- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits,
+-- this window's use per unit and each unit's learned scale (pq_scaled). Windows are fixed, period_ms long from the epoch; at a
 -- new window each unit's use drops by its limit per window passed, never below 0: an
 -- overrun (a settlement above the estimate) is debt the next windows wait out.
 -- q.here: the quota's hash and its holds answer in one command (a single server). On a
@@ -47,8 +47,8 @@ local function pq_load(name, now, on_slot)
   end
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then PQ[name] = false return nil end
-  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000,
-    here = here, runs = {}, nruns = 0}
+  q = {name = name, key = key, limits = {}, used = {}, scale = {}, till = 0, conc = 0,
+    period = 60000, here = here, runs = {}, nruns = 0}
   local raw, gone = {}, {}
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
@@ -59,6 +59,8 @@ local function pq_load(name, now, on_slot)
       unit = string.match(f, '^used:(.+)$')
       if unit then
         q.used[unit] = tonumber(v) or 0
+      elseif string.sub(f, 1, 6) == 'scale:' then
+        q.scale[string.sub(f, 7)] = tonumber(v) or 1
       elseif string.sub(f, 1, 4) == 'run:' then
         local ok, r = pcall(cjson.decode, v)
         if ok and type(r) == 'table' and (tonumber(r.u) or 0) >= now then
@@ -119,6 +121,48 @@ local function pq_live(q, now)
   if #gone > 0 then redis.call('ZREM', hkey, unpack(gone)) end
   return #members - #gone + q.nruns
 end
+-- includes/pq_scaled.lua
+-- pq_scaled: a quota learns how far its tasks' estimates fall short. Per unit, the quota's
+-- field `scale:<unit>` (absent: 1) is the running mean of settled use / estimate, halved
+-- toward each run's first settlement, never below 1 (an estimate above the use only
+-- wastes room) nor above 100 (pq_learn). Admission (pq_admit, pq_run) charges an estimate
+-- times its unit's scale, so tasks that settle three times their estimate stop
+-- overrunning the limit after the first few settle, instead of each window's debt.
+-- units times their scale (whole amounts, rounded up); differs: some amount was scaled
+local function pq_scaled(q, units)
+  local out, differs = {}, false
+  for unit, amount in pairs(units) do
+    local need = tonumber(amount) or 0
+    local s = q.scale[unit]
+    if s and s > 1 and need > 0 then
+      need = math.ceil(need * s)
+      differs = true
+    end
+    out[unit] = need
+  end
+  return out, differs
+end
+-- includes/pq_learn.lua
+-- pq_learn: a run's first settlement moves its quota's scale per unit (see pq_scaled).
+local PQ_SCALE_MAX = 100
+-- quota q: `est` its raw estimate, `used` what it settled
+local function pq_learn(q, est, used)
+  local fields = {}
+  for unit, amount in pairs(used) do
+    local e, a = tonumber(est[unit]) or 0, tonumber(amount) or 0
+    if e > 0 then
+      local s = q.scale[unit] or 1
+      local n = math.min(PQ_SCALE_MAX, math.max(1, (s + a / e) / 2))
+      if n < 1.01 then n = 1 end
+      if n ~= s then
+        q.scale[unit] = n
+        fields[#fields + 1] = 'scale:' .. unit
+        fields[#fields + 1] = tostring(n)
+      end
+    end
+  end
+  if #fields > 0 then redis.call('HSET', q.key, unpack(fields)) end
+end
 -- pq_run.lua
 -- pq_run: a run's reservation of a provider quota kept on the quota's own slot, for a
 -- queue in another slot of a Redis Cluster (docs/protocol.md 4.17). The claim leaves such
@@ -163,7 +207,8 @@ end
 if op == 'reserve' then
   local member = RECORD(1)
   if q.runs[member] then return 0 end
-  local units = cjson.decode(ARG_UNITS)
+  local estimate = cjson.decode(ARG_UNITS)
+  local units = pq_scaled(q, estimate)
   local wait = 0
   if q.till > now then wait = q.till - now end
   if wait == 0 then
@@ -180,7 +225,7 @@ if op == 'reserve' then
   if wait > 0 then return math.min(wait, PQ_MAX_WAIT_MS) end
   charge(units, 1)
   redis.call('HSET', q.key, 'run:' .. member,
-    cjson.encode({u = now + lease, t = now, s = 0, by = units}))
+    cjson.encode({u = now + lease, t = now, s = 0, by = units, e = estimate}))
   return 0
 end
 
@@ -193,6 +238,7 @@ for i = 1, tonumber(ARG_N) do
     local f = 'run:' .. member
     if op == 'settle' then
       local used = cjson.decode(ARG_UNITS)
+      if r.s == 0 and type(r.e) == 'table' then pq_learn(q, r.e, used) end
       local same_window = (tonumber(r.t) or 0) >= q.window
       local diffs = {}
       for unit, amount in pairs(used) do

@@ -18,8 +18,8 @@ end
 
 -- includes/pq_load.lua
 -- pq_load: provider quota `name` (K_PQUOTA .. name, shared by every queue) read once per
--- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits
--- and this window's use per unit. Windows are fixed, period_ms long from the epoch; at a
+-- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits,
+-- this window's use per unit and each unit's learned scale (pq_scaled). Windows are fixed, period_ms long from the epoch; at a
 -- new window each unit's use drops by its limit per window passed, never below 0: an
 -- overrun (a settlement above the estimate) is debt the next windows wait out.
 -- q.here: the quota's hash and its holds answer in one command (a single server). On a
@@ -43,8 +43,8 @@ local function pq_load(name, now, on_slot)
   end
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then PQ[name] = false return nil end
-  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000,
-    here = here, runs = {}, nruns = 0}
+  q = {name = name, key = key, limits = {}, used = {}, scale = {}, till = 0, conc = 0,
+    period = 60000, here = here, runs = {}, nruns = 0}
   local raw, gone = {}, {}
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
@@ -55,6 +55,8 @@ local function pq_load(name, now, on_slot)
       unit = string.match(f, '^used:(.+)$')
       if unit then
         q.used[unit] = tonumber(v) or 0
+      elseif string.sub(f, 1, 6) == 'scale:' then
+        q.scale[string.sub(f, 7)] = tonumber(v) or 1
       elseif string.sub(f, 1, 4) == 'run:' then
         local ok, r = pcall(cjson.decode, v)
         if ok and type(r) == 'table' and (tonumber(r.u) or 0) >= now then

@@ -19,8 +19,8 @@ end
 
 -- includes/pq_load.lua
 -- pq_load: provider quota `name` (K_PQUOTA .. name, shared by every queue) read once per
--- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits
--- and this window's use per unit. Windows are fixed, period_ms long from the epoch; at a
+-- call and cached: period_ms, max_concurrency (0: none), the pause (`till`, ms), limits,
+-- this window's use per unit and each unit's learned scale (pq_scaled). Windows are fixed, period_ms long from the epoch; at a
 -- new window each unit's use drops by its limit per window passed, never below 0: an
 -- overrun (a settlement above the estimate) is debt the next windows wait out.
 -- q.here: the quota's hash and its holds answer in one command (a single server). On a
@@ -44,8 +44,8 @@ local function pq_load(name, now, on_slot)
   end
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then PQ[name] = false return nil end
-  q = {name = name, key = key, limits = {}, used = {}, till = 0, conc = 0, period = 60000,
-    here = here, runs = {}, nruns = 0}
+  q = {name = name, key = key, limits = {}, used = {}, scale = {}, till = 0, conc = 0,
+    period = 60000, here = here, runs = {}, nruns = 0}
   local raw, gone = {}, {}
   for i = 1, #flat, 2 do
     local f, v = flat[i], flat[i + 1]
@@ -56,6 +56,8 @@ local function pq_load(name, now, on_slot)
       unit = string.match(f, '^used:(.+)$')
       if unit then
         q.used[unit] = tonumber(v) or 0
+      elseif string.sub(f, 1, 6) == 'scale:' then
+        q.scale[string.sub(f, 7)] = tonumber(v) or 1
       elseif string.sub(f, 1, 4) == 'run:' then
         local ok, r = pcall(cjson.decode, v)
         if ok and type(r) == 'table' and (tonumber(r.u) or 0) >= now then
@@ -101,6 +103,27 @@ local function pq_settled(raw, token)
   if ok and type(s) == 'table' and s.token == token and type(s.by) == 'table' then return s.by end
   return nil
 end
+-- includes/pq_learn.lua
+-- pq_learn: a run's first settlement moves its quota's scale per unit (see pq_scaled).
+local PQ_SCALE_MAX = 100
+-- quota q: `est` its raw estimate, `used` what it settled
+local function pq_learn(q, est, used)
+  local fields = {}
+  for unit, amount in pairs(used) do
+    local e, a = tonumber(est[unit]) or 0, tonumber(amount) or 0
+    if e > 0 then
+      local s = q.scale[unit] or 1
+      local n = math.min(PQ_SCALE_MAX, math.max(1, (s + a / e) / 2))
+      if n < 1.01 then n = 1 end
+      if n ~= s then
+        q.scale[unit] = n
+        fields[#fields + 1] = 'scale:' .. unit
+        fields[#fields + 1] = tostring(n)
+      end
+    end
+  end
+  if #fields > 0 then redis.call('HSET', q.key, unpack(fields)) end
+end
 -- includes/group_charge.lua
 -- group_charge: a settlement of `diff` more (or, below 0, less) of the unit groups are fair
 -- by than group g's task was charged so far: its virtual time in the fair-claim ring
@@ -115,7 +138,7 @@ end
 -- settle.lua
 -- settle: a running handler tells what its provider call really used of a provider quota
 -- (current_task().settle): the difference from what its run was charged so far (the
--- estimate its claim reserved, or its last settlement) is charged to the quota's current
+-- estimate its claim reserved, scaled: pq_scale; or its last settlement) is charged to the quota's current
 -- window, or given back when the run was claimed in this window (a window already past
 -- keeps what it was charged). Use above the limit is debt the next windows wait out.
 -- When the queue's groups are fair by a unit this settles (K_GROUPS_FAIR), the task's
@@ -127,7 +150,8 @@ end
 --   (a Redis Cluster): nothing written, the run settles on the quota's slot (pq_run).
 local now = now_ms()
 local key = K_TASK .. ARG_TASK_ID
-local v = redis.call('HMGET', key, 'token', 'quotas', 'started_at', 'quota_settled', 'group')
+local v = redis.call('HMGET', key, 'token', 'quotas', 'started_at', 'quota_settled', 'group',
+  'quota_charged')
 if v[1] ~= ARG_TOKEN then return 0 end
 local ok, est = pcall(cjson.decode, v[2] or '')
 if not ok or type(est) ~= 'table' or type(est[ARG_NAME]) ~= 'table' then return -1 end
@@ -135,11 +159,17 @@ local q = pq_load(ARG_NAME, now)
 if not q then return -2 end
 if q.remote then return -3 end
 local settled = pq_settled(v[4], ARG_TOKEN) or {}
-local before = settled[ARG_NAME] or est[ARG_NAME]
+local charged = pq_settled(v[6], ARG_TOKEN) or {}
+local before = settled[ARG_NAME] or charged[ARG_NAME] or est[ARG_NAME]
 local same_window = (tonumber(v[3]) or 0) >= q.window
 local used = cjson.decode(ARG_USED)
+if settled[ARG_NAME] == nil then pq_learn(q, est[ARG_NAME], used) end
 local by = redis.call('GET', K_GROUPS_FAIR)
-if by and used[by] then group_charge(v[5] or '', used[by] - (tonumber(before[by]) or 0)) end
+-- the group was charged the raw estimate at claim (group_took), not the scaled one
+local group_before = settled[ARG_NAME] or est[ARG_NAME]
+if by and used[by] then
+  group_charge(v[5] or '', used[by] - (tonumber(group_before[by]) or 0))
+end
 local fields = {}
 for unit, amount in pairs(used) do
   local diff = amount - (tonumber(before[unit]) or 0)

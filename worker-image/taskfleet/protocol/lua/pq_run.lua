@@ -20,6 +20,8 @@
 --- @include "now_ms"
 --- @include "pq_load"
 --- @include "pq_live"
+--- @include "pq_scaled"
+--- @include "pq_learn"
 local PQ_MAX_WAIT_MS = 5000
 local PQ_CONC_WAIT_MS = 500
 local now = now_ms()
@@ -44,7 +46,8 @@ end
 if op == 'reserve' then
   local member = RECORD(1)
   if q.runs[member] then return 0 end
-  local units = cjson.decode(ARG_UNITS)
+  local estimate = cjson.decode(ARG_UNITS)
+  local units = pq_scaled(q, estimate)
   local wait = 0
   if q.till > now then wait = q.till - now end
   if wait == 0 then
@@ -61,7 +64,7 @@ if op == 'reserve' then
   if wait > 0 then return math.min(wait, PQ_MAX_WAIT_MS) end
   charge(units, 1)
   redis.call('HSET', q.key, 'run:' .. member,
-    cjson.encode({u = now + lease, t = now, s = 0, by = units}))
+    cjson.encode({u = now + lease, t = now, s = 0, by = units, e = estimate}))
   return 0
 end
 
@@ -74,6 +77,7 @@ for i = 1, tonumber(ARG_N) do
     local f = 'run:' .. member
     if op == 'settle' then
       local used = cjson.decode(ARG_UNITS)
+      if r.s == 0 and type(r.e) == 'table' then pq_learn(q, r.e, used) end
       local same_window = (tonumber(r.t) or 0) >= q.window
       local diffs = {}
       for unit, amount in pairs(used) do

@@ -1,6 +1,6 @@
 -- settle: a running handler tells what its provider call really used of a provider quota
 -- (current_task().settle): the difference from what its run was charged so far (the
--- estimate its claim reserved, or its last settlement) is charged to the quota's current
+-- estimate its claim reserved, scaled: pq_scale; or its last settlement) is charged to the quota's current
 -- window, or given back when the run was claimed in this window (a window already past
 -- keeps what it was charged). Use above the limit is debt the next windows wait out.
 -- When the queue's groups are fair by a unit this settles (K_GROUPS_FAIR), the task's
@@ -13,10 +13,12 @@
 --- @include "now_ms"
 --- @include "pq_load"
 --- @include "pq_settled"
+--- @include "pq_learn"
 --- @include "group_charge"
 local now = now_ms()
 local key = K_TASK .. ARG_TASK_ID
-local v = redis.call('HMGET', key, 'token', 'quotas', 'started_at', 'quota_settled', 'group')
+local v = redis.call('HMGET', key, 'token', 'quotas', 'started_at', 'quota_settled', 'group',
+  'quota_charged')
 if v[1] ~= ARG_TOKEN then return 0 end
 local ok, est = pcall(cjson.decode, v[2] or '')
 if not ok or type(est) ~= 'table' or type(est[ARG_NAME]) ~= 'table' then return -1 end
@@ -24,11 +26,17 @@ local q = pq_load(ARG_NAME, now)
 if not q then return -2 end
 if q.remote then return -3 end
 local settled = pq_settled(v[4], ARG_TOKEN) or {}
-local before = settled[ARG_NAME] or est[ARG_NAME]
+local charged = pq_settled(v[6], ARG_TOKEN) or {}
+local before = settled[ARG_NAME] or charged[ARG_NAME] or est[ARG_NAME]
 local same_window = (tonumber(v[3]) or 0) >= q.window
 local used = cjson.decode(ARG_USED)
+if settled[ARG_NAME] == nil then pq_learn(q, est[ARG_NAME], used) end
 local by = redis.call('GET', K_GROUPS_FAIR)
-if by and used[by] then group_charge(v[5] or '', used[by] - (tonumber(before[by]) or 0)) end
+-- the group was charged the raw estimate at claim (group_took), not the scaled one
+local group_before = settled[ARG_NAME] or est[ARG_NAME]
+if by and used[by] then
+  group_charge(v[5] or '', used[by] - (tonumber(group_before[by]) or 0))
+end
 local fields = {}
 for unit, amount in pairs(used) do
   local diff = amount - (tonumber(before[unit]) or 0)

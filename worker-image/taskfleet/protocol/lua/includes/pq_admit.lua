@@ -1,7 +1,8 @@
 --- @include "pq_load"
 --- @include "pq_live"
+--- @include "pq_scaled"
 -- pq_admit: reserve what a task's `quotas` (its JSON field: {name: {unit: amount}})
--- estimates, all or nothing, for its run under `token` (task hash `key`). Each unit's
+-- estimates (times each unit's learned scale: pq_scaled), all or nothing, for its run under `token` (task hash `key`). Each unit's
 -- use in the window is charged at once; a settlement (settle.lua) corrects it later.
 -- A unit fits while its use plus the estimate stays within its limit, or nothing of it
 -- is used yet (an estimate above a whole limit runs alone in a window).
@@ -15,10 +16,14 @@ local function pq_admit(quotas, key, token, now)
   local ok, want = pcall(cjson.decode, quotas)
   if not ok or type(want) ~= 'table' then return 0 end  -- unreadable: reserves nothing
   local found = {}
+  local any_scaled = false
   for name, units in pairs(want) do
     local q = type(units) == 'table' and pq_load(name, now)
     if q and q.remote then return {-1, name} end
     if q then
+      local scaled, differs = pq_scaled(q, units)
+      if differs then any_scaled = true end
+      units = scaled
       local wait = 0
       if q.till > now then wait = q.till - now end
       if wait == 0 then
@@ -40,8 +45,10 @@ local function pq_admit(quotas, key, token, now)
       found[#found + 1] = {q, units}
     end
   end
+  local charged = {}
   for _, pair in ipairs(found) do
     local q, units = pair[1], pair[2]
+    charged[q.name] = units
     local fields = {}
     for unit, amount in pairs(units) do
       local need = tonumber(amount) or 0
@@ -53,6 +60,11 @@ local function pq_admit(quotas, key, token, now)
     end
     if #fields > 0 then redis.call('HSET', q.key, unpack(fields)) end
     if q.conc > 0 then redis.call('ZADD', K_PQUOTA_HOLDS .. q.name, now, key .. '\0' .. token) end
+  end
+  -- what was charged, when a learned scale made it differ from the estimate: the run's
+  -- settlement and refund count from it (read back by pq_settled, as quota_settled is)
+  if any_scaled then
+    redis.call('HSET', key, 'quota_charged', cjson.encode({token = token, by = charged}))
   end
   return 0
 end
