@@ -18,9 +18,9 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 from taskfleet.producer.queue import Queue
-from taskfleet.protocol.calls import Call, run_all
+from taskfleet.protocol.calls import Call, run, run_all
 from taskfleet.protocol.connect import connect, durability
-from taskfleet.protocol.lists import QueueLists
+from taskfleet.protocol.lists import QueueLists, any_demand
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
 from taskfleet.protocol.scripts import Op, SyncScripts, release
 from taskfleet.protocol.serverprobe import CONFIG_PARAMETERS, SAFE_EVICTION_POLICY
@@ -390,9 +390,16 @@ class Connections:
         connected yet, and servers that fail to answer, are left out."""
         woken: list[tuple[str, str]] = []
         for members in self.by_server(keys):
-            pops = [QueueLists(queue.keys).pop_demand() for _, queue in members]
+            client = members[0][1].client
             try:
-                popped = run_all(members[0][1].client, pops)
+                # Mostly none has demand: one EXISTS says so, without a pop per queue (on
+                # a Redis Cluster the queues of one node span slots: popped one by one).
+                if not isinstance(client, RedisCluster) and not run(
+                    client, any_demand([queue.keys for _, queue in members])
+                ):
+                    continue
+                pops = [QueueLists(queue.keys).pop_demand() for _, queue in members]
+                popped = run_all(client, pops)
             except redis.RedisError as error:
                 if self.report(*members[0][0], error) is None:
                     # Pops may have run before the error: wake them all; their sweeps
