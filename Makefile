@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 .PHONY: help deps install lint test check crds crds-check bundle bundle-check bench bench-metrics bench-cluster \
         bench-processes bench-provider bench-schedules bench-expiry bench-flows bench-dashboard \
         bench-autoscale bench-coldstart bench-podstart bench-operator bench-operator-memory \
-        bench-redis-sizing bench-scale soak soak-faults demo demo-local local-demo \
+        bench-operator-idle bench-redis-sizing bench-scale soak soak-faults demo demo-local local-demo \
         bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
         kind-node-image kind-up kind-down clean release-tools release release-check release-npm-check \
         test-redis-versions test-redis-py-range bench-operator-outage helm chart-files chart-lint \
@@ -179,6 +179,9 @@ bench-operator: $(DEV) ## the operator with 50, 200, 1000 TaskQueues on the loca
 
 bench-operator-memory: $(DEV) ## two operator replicas, 5 create/delete cycles of 1,000 TaskQueues on a real apiserver: RSS per cycle, burst latency
 	$(BIN)/python -m bench.operator_memory
+
+bench-operator-idle: $(DEV) ## operator pairs with 1,000 idle TaskQueues each on a real apiserver: each process's idle CPU (BENCH_IDLE_VARIANTS=a=dir,b=dir)
+	$(BIN)/python -m bench.operator_idle
 
 bench-operator-outage: $(DEV) ## the operator with 1,000 TaskQueues whose Redis refuses them + 1 healthy: CPU, dead-pod requeue
 	$(BIN)/python -m bench.operator_outage

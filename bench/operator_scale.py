@@ -89,7 +89,7 @@ def replicas_by_role() -> dict[str, int]:
     pids = operator_pids()
     if len(pids) == 1:
         return {"leader": next(iter(pids.values()))}
-    peering = json.loads(Kube().run("get", "clusterkopfpeering", PEERING, "-o", "json"))
+    peering = Kube().json("get", "clusterkopfpeering", PEERING, namespaced=False)
     peers = peering.get("status") or {}
     ranked = sorted(pids, key=lambda pod: -int((peers.get(pod) or {}).get("priority", -(2**62))))
     roles = {"leader": pids[ranked[0]]}

@@ -18,9 +18,9 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 from taskfleet.producer.queue import Queue
-from taskfleet.protocol.calls import Call, run_all
+from taskfleet.protocol.calls import Call, run, run_all
 from taskfleet.protocol.connect import connect, durability
-from taskfleet.protocol.lists import QueueLists
+from taskfleet.protocol.lists import QueueLists, any_demand
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
 from taskfleet.protocol.scripts import Op, SyncScripts, release
 from taskfleet.protocol.serverprobe import CONFIG_PARAMETERS, SAFE_EVICTION_POLICY
@@ -380,8 +380,14 @@ class Connections:
                 for key in (self._queues if keys is None else keys)
                 if (cached := self._queues.get(key)) is not None and cached[0] not in parked
             ]
+        # One isinstance per server, not per queue: each costs about 0.7 µs (redis-py's
+        # client classes are typing protocols), 0.7 ms a poll of 1,000 queues.
+        clustered: dict[str, bool] = {}
         for key, (digest, queue) in members:
-            groups.setdefault((digest, _node(queue)), []).append((key, queue))
+            cluster = clustered.get(digest)
+            if cluster is None:
+                cluster = clustered[digest] = isinstance(queue.client, RedisCluster)
+            groups.setdefault((digest, _node(queue) if cluster else ""), []).append((key, queue))
         return list(groups.values())
 
     def pop_demand(self, keys: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -390,9 +396,16 @@ class Connections:
         connected yet, and servers that fail to answer, are left out."""
         woken: list[tuple[str, str]] = []
         for members in self.by_server(keys):
-            pops = [QueueLists(queue.keys).pop_demand() for _, queue in members]
+            client = members[0][1].client
             try:
-                popped = run_all(members[0][1].client, pops)
+                # Mostly none has demand: one EXISTS says so, without a pop per queue (on
+                # a Redis Cluster the queues of one node span slots: popped one by one).
+                if not isinstance(client, RedisCluster) and not run(
+                    client, any_demand([queue.keys for _, queue in members])
+                ):
+                    continue
+                pops = [QueueLists(queue.keys).pop_demand() for _, queue in members]
+                popped = run_all(client, pops)
             except redis.RedisError as error:
                 if self.report(*members[0][0], error) is None:
                     # Pops may have run before the error: wake them all; their sweeps

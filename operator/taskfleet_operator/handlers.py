@@ -389,7 +389,9 @@ def purge_queue(
 async def forget_deleted_taskqueue(
     *, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
-    """A TaskQueue gone: close its connection (kopf drops its memo itself), in a thread."""
+    """A TaskQueue gone: close its connection and drop its metric series (kopf drops its
+    memo itself), in a thread."""
+    memos.metrics(memo).forget(builders.queue_name(_ns(namespace), name))
     with contextlib.suppress(wakeups.Stopping):  # the cleanup closes every connection
         await memos.blocking(memo)(memos.connections(memo).forget, _ns(namespace), name)
 

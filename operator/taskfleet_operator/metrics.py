@@ -9,6 +9,8 @@ time. Served from a thread by prometheus-client on ``TASKFLEET_METRICS_PORT`` (9
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from taskfleet._version import __version__
 
@@ -78,6 +80,14 @@ class OperatorMetrics:
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
+
+    def forget(self, queue: str) -> None:
+        """Drop the deleted queue's series: a thousand queues created and deleted in turn
+        leave none behind, in memory or on the endpoint."""
+        for metric in (self.requeued, self.schedules_fired, self.sweep_errors):
+            for labels in [labels for labels in list(metric._metrics) if labels[0] == queue]:
+                with contextlib.suppress(KeyError):  # another thread removed it first
+                    metric.remove(*labels)
 
     def lead(self, leadership: Leadership) -> None:
         """Export ``taskfleet_operator_leader``, read from ``leadership`` at each scrape."""

@@ -138,6 +138,29 @@ def test_the_operator_endpoint_serves_the_queues_and_its_own_work(
     assert get("taskfleet_operator_info", version=taskfleet.__version__) == 1
 
 
+def test_a_deleted_queues_own_series_go_and_other_queues_keep_theirs() -> None:
+    from taskfleet_operator import handlers, sweeper
+
+    metrics = OperatorMetrics()
+    report = sweeper.SweepReport(requeued={"pod-a": 2}, lease_expired=1, fired=1)
+    for queue in ("apps.emails", "apps.reports"):
+        handlers._count_sweep(metrics, queue, report)
+        metrics.sweep_errors.labels(queue, "RedisUnreachable").inc()
+
+    metrics.forget("apps.emails")
+
+    def get(name: str, queue: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, {"queue": queue, **labels})
+
+    requeued = "taskfleet_operator_requeued_tasks_total"
+    for queue, kept in (("apps.emails", None), ("apps.reports", 1.0)):
+        assert get(requeued, queue, reason="lease_expired") == kept
+        assert get("taskfleet_operator_schedules_fired_total", queue) == kept
+        errors = get("taskfleet_operator_sweep_errors_total", queue, reason="RedisUnreachable")
+        assert errors == kept
+    assert get(requeued, "apps.reports", reason="pod_gone") == 2
+
+
 def test_a_queue_whose_redis_stops_answering_reads_as_down_not_as_empty(
     connections: Connections,
 ) -> None:

@@ -80,25 +80,34 @@ def test_a_queue_is_idle_only_when_a_sweep_has_nothing_to_watch(
     assert wakeups.after_sweep(spec, outcome, deployment, live).idle is idle
 
 
-def test_the_demand_poll_reads_every_queue_of_a_server_in_one_round_trip(
+def test_the_demand_poll_reads_every_queue_of_a_server_in_one_command_and_pops_only_on_demand(
     redis_url: str,
 ) -> None:
     connections = Connections(2.0)
     keys = [("ns", f"q{i}") for i in range(5)]
     spec = TaskQueueSpec.model_validate({**FIELDS, "redis": {"url": redis_url}})
     queues = {key: connections.get(*key, spec) for key in keys}
+    client = queues[keys[0]].client
+
+    def commands() -> int:
+        return int(client.info("stats")["total_commands_processed"])
+
     try:
+        before = commands()
+        assert connections.pop_demand(keys) == []
+        # INFO itself counts once; an idle poll is one EXISTS of the 5 demand lists.
+        assert commands() - before - 1 == 1
+
         queues[keys[1]].enqueue({"x": 1})
         queues[keys[3]].enqueue_many([{"payload": {"x": i}} for i in range(3)])
-        client = queues[keys[0]].client
-        before = int(client.info("stats")["total_commands_processed"])
+        before = commands()
 
         woken = connections.pop_demand([*keys, ("ns", "never-connected")])
 
-        # INFO itself counts once; the poll is 5 LPOPs in one pipeline.
-        used = int(client.info("stats")["total_commands_processed"]) - before - 1
+        # The EXISTS, then 5 LPOPs in one pipeline.
+        used = commands() - before - 1
         assert sorted(woken) == [keys[1], keys[3]]
-        assert used == len(keys)
+        assert used == 1 + len(keys)
         assert connections.pop_demand(keys) == []  # popped: a burst wakes a queue once
     finally:
         connections.close()

@@ -23,7 +23,7 @@ from taskfleet.protocol.calls import Call, call, one
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.records import text
 
-__all__ = ["QueueLists", "Wakeup"]
+__all__ = ["QueueLists", "Wakeup", "any_demand"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,14 @@ def _pair(reply: Any) -> tuple[Any, Any] | None:
         return None
     key, value = reply
     return key, value
+
+
+def any_demand(keys: Sequence[QueueKeys]) -> Call[bool]:
+    """Whether any of these queues has demand, in one command (nothing popped): the
+    operator's demand poll reads this first and pops only when it is True, so a thousand
+    idle queues on one server cost one EXISTS a poll. The keys must share a node and, on
+    a Redis Cluster, a slot (EXISTS of several keys refuses others there)."""
+    return one(("EXISTS", *(k.demand for k in keys)), bool)
 
 
 class QueueLists:
