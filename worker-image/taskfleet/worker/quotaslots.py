@@ -133,18 +133,30 @@ class QuotaSlots:
                 continue
             ops = QuotaSlotOps(name)
             estimate = json.dumps(units, separators=(",", ":"))
+            unknown = False
             try:
                 wait = await self._on_slot(name, ops.reserve(member, estimate, lease))
             except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
-                log.warning(
-                    "quota_slot_unreachable",
-                    extra={"fields": {"quota": name, "error": str(exc)[:200]}},
-                )
-                wait = UNREACHABLE_WAIT_MS
+                _unreachable(name, exc)
+                # the reserve may have been applied with its reply lost: ended below too
+                wait, unknown = UNREACHABLE_WAIT_MS, True
             if wait > 0:
-                for earlier in done:
-                    await self._on_slot(earlier, QuotaSlotOps(earlier).end([member], refund=True))
-                await self._run(defer_op(self.keys, task.id, task.token, wait, name))
+                for earlier in [*done, name] if unknown else done:
+                    try:
+                        await self._on_slot(
+                            earlier, QuotaSlotOps(earlier).end([member], refund=True)
+                        )
+                    except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                        _unreachable(earlier, exc)  # left to expire one lease from now
+                try:
+                    await self._run(defer_op(self.keys, task.id, task.token, wait, name))
+                except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                    # the queue's own Redis failed: the task is not run unreserved; it
+                    # comes back when its lease runs out, and the rest of the claim runs
+                    log.warning(
+                        "quota_defer_failed",
+                        extra={"fields": {"task": task.id, "error": str(exc)[:200]}},
+                    )
                 return False
             if wait == 0:
                 done.append(name)
@@ -153,13 +165,19 @@ class QuotaSlots:
         return True
 
     async def extend(self, tokens: Iterable[str]) -> None:
-        """Push on the expiry of the reservations of runs still held (a heartbeat)."""
+        """Push on the expiry of the reservations of runs still held (a heartbeat). Never
+        raises: a quota's slot out of reach only lets its reservations expire."""
         by_name = self._by_name(tokens)
         if not by_name:
             return
         lease = await self.lease_ms()
         for name, members in by_name.items():
-            await self._on_slot(name, QuotaSlotOps(name).extend(members, lease))
+            try:
+                await self._on_slot(name, QuotaSlotOps(name).extend(members, lease))
+            except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                # never in the way of the heartbeat's own work (lost and cancelled runs);
+                # a reservation not pushed on expires, its charge kept
+                _unreachable(name, exc)
 
     async def end(self, tokens: Iterable[str], *, refund: bool = False) -> None:
         """The runs under ``tokens`` ended (an outcome written, lost, or given back with
@@ -169,10 +187,7 @@ class QuotaSlots:
             try:
                 await self._on_slot(name, QuotaSlotOps(name).end(members, refund=refund))
             except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
-                log.warning(
-                    "quota_slot_unreachable",
-                    extra={"fields": {"quota": name, "error": str(exc)[:200]}},
-                )
+                _unreachable(name, exc)
 
     def _by_name(self, tokens: Iterable[str], *, drop: bool = False) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -185,3 +200,9 @@ class QuotaSlots:
             for name in run.names:
                 out.setdefault(name, []).append(run.member)
         return out
+
+
+def _unreachable(name: str, exc: BaseException) -> None:
+    log.warning(
+        "quota_slot_unreachable", extra={"fields": {"quota": name, "error": str(exc)[:200]}}
+    )

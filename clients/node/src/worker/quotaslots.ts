@@ -86,25 +86,40 @@ export class QuotaSlots {
       const units = (want as Record<string, unknown>)[name];
       if (typeof units !== "object" || units === null) continue;
       let wait: number;
+      let unknown = false;
       try {
         const op = { op: "reserve", lease_ms: lease, units: JSON.stringify(units) };
         wait = Number(await this.pqRun(name, op, [member]));
       } catch (error) {
-        logEvent("warning", "quota_slot_unreachable", {
-          quota: name,
-          error: String(error).slice(0, 200),
-        });
+        unreachable(name, error);
+        // the reserve may have been applied with its reply lost: ended below too
         wait = UNREACHABLE_WAIT_MS;
+        unknown = true;
       }
       if (wait > 0) {
-        for (const earlier of done) await this.pqRun(earlier, { op: "end", refund: 1 }, [member]);
+        for (const earlier of unknown ? [...done, name] : done) {
+          try {
+            await this.pqRun(earlier, { op: "end", refund: 1 }, [member]);
+          } catch (error) {
+            unreachable(earlier, error); // left to expire one lease from now
+          }
+        }
         const argv = this.bundle.pack("pq_defer", {
           task_id: task.id,
           token: task.token,
           wait_ms: wait,
           name,
         });
-        await this.run("pq_defer", this.keys, argv);
+        try {
+          await this.run("pq_defer", this.keys, argv);
+        } catch (error) {
+          // the queue's own Redis failed: the task is not run unreserved; it comes back
+          // when its lease runs out, and the rest of the claim runs
+          logEvent("warning", "quota_defer_failed", {
+            task: task.id,
+            error: String(error).slice(0, 200),
+          });
+        }
         return false;
       }
       if (wait === 0) done.push(name);
@@ -119,13 +134,22 @@ export class QuotaSlots {
     return Number(await this.pqRun(name, { op: "settle", units: used }, [member]));
   }
 
-  /** Push on the expiry of the reservations of runs still held (a heartbeat). */
+  /**
+   * Push on the expiry of the reservations of runs still held (a heartbeat). Never
+   * throws: a quota's slot out of reach only lets its reservations expire.
+   */
   async extend(tokens: Iterable<string>): Promise<void> {
     const byName = this.byName(tokens, false);
     if (byName.size === 0) return;
     const lease = await this.leaseMs();
-    for (const [name, members] of byName)
-      await this.pqRun(name, { op: "extend", lease_ms: lease }, members);
+    for (const [name, members] of byName) {
+      try {
+        await this.pqRun(name, { op: "extend", lease_ms: lease }, members);
+      } catch (error) {
+        // never in the way of the heartbeat's own work (lost and cancelled runs)
+        unreachable(name, error);
+      }
+    }
   }
 
   /** The runs under `tokens` ended (`refund`: given back): their reservations end. */
@@ -134,11 +158,7 @@ export class QuotaSlots {
       try {
         await this.pqRun(name, { op: "end", refund: refund ? 1 : 0 }, members);
       } catch (error) {
-        // left to expire one lease from now
-        logEvent("warning", "quota_slot_unreachable", {
-          quota: name,
-          error: String(error).slice(0, 200),
-        });
+        unreachable(name, error); // left to expire one lease from now
       }
     }
   }
@@ -158,4 +178,8 @@ export class QuotaSlots {
     }
     return out;
   }
+}
+
+function unreachable(quota: string, error: unknown): void {
+  logEvent("warning", "quota_slot_unreachable", { quota, error: String(error).slice(0, 200) });
 }

@@ -1664,6 +1664,7 @@ for i = 0, n - 1 do
       attempt_log(key, 'dead', now, err)
       to_dead(id, key, now, 'result too large', err)
       bump('failed')
+      rate_note(now, 'failed', 1)
       out[#out + 1] = '2'
     elseif (tonumber(join[1]) or 0) > 0 then
       -- children it added are still out: done once they are (flow_join_done)
