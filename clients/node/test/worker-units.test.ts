@@ -112,6 +112,7 @@ describe("tagged claim records", () => {
       group: "tenant-a",
       after: '["a","b"]',
       checkpoint: null,
+      quotas: null,
       deadlineMs: 1700000000000,
       attempts: 2,
       maxAttempts: 5,
