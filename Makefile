@@ -63,7 +63,7 @@ lint: $(DEV) ## ruff + mypy --strict
 # and kube-apiserver are per process. The 25 slowest tests are listed at the end.
 TEST_WORKERS ?= 2
 test: $(DEV) ## fast tests: real redis-server, real processes and signals, real kube-apiserver (TEST_WORKERS=2 processes)
-	$(BIN)/pytest tests -m "not npm_install" -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/pytest tests -m "not npm_install and not node_build" -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 check: deps install lint crds-check bundle-check test test-redis-versions test-redis-py-range node-check e2e-local e2e-kind-ci ## everything CI runs (README's test command)
 
@@ -79,12 +79,14 @@ test-redis-versions: $(DEV) ## the queue's fast tests on Redis 6.2 and Valkey 8.
 # copies): npm ci, lint, tsc, and its application (API and processor) and simulated
 # provider run as processes against a real redis-server, with no Python. Then the Egg.js
 # example (examples/egg): npm ci, and its application booted by egg-mock against a real
-# redis-server, the agent's worker drained on close with nothing lost.
+# redis-server, the agent's worker drained on close with nothing lost. The Python tests
+# that run the built Node client (marked node_build) run after its build, not in make test.
 NODE_CHECK_ENV := TASKFLEET_REQUIRE_PYTHON=1
 node-check: $(DEV) ## the Node.js package, the NestJS module and example, the Egg.js example: npm ci from their lock files, then npm test (lint, tsc, tests on real Redis)
 	@command -v node >/dev/null || { echo "node-check: Node.js >= 20.19 and npm are needed" >&2; exit 2; }
 	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); if (a < 20 || (a === 20 && b < 19)) { console.error("node-check: Node.js >= 20.19 is needed, not " + process.version); process.exit(2); }'
 	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && $(NODE_CHECK_ENV) npm test
+	$(BIN)/pytest tests -m node_build -n 0
 	cd clients/nestjs && npm ci --no-audit --no-fund --loglevel=error && npm test
 	cd examples/nestjs && npm ci --no-audit --no-fund --loglevel=error && npm test
 	cd examples/egg && npm ci --no-audit --no-fund --loglevel=error && npm test

@@ -216,6 +216,7 @@ def test_a_claim_that_does_not_reserve_on_quota_slots_leaves_such_a_task_delayed
 NODE_CLI = Path(__file__).resolve().parents[2] / "clients/node/dist/src/taskfleet-node.js"
 
 
+@pytest.mark.node_build  # make node-check runs it, after the Node client's build
 def test_a_node_fleet_and_a_python_fleet_on_two_masters_share_one_quota_within_its_limit(
     redis_cluster: LocalRedisCluster, openai: Quota, tmp_path: Path
 ) -> None:
