@@ -113,12 +113,12 @@ for c in "${components[@]}"; do
         -ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" \
         -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3)
     elif [ "$c" = coredns ]; then
-      # CoreDNS has its own dependency graph: build it from its module, not next to kubernetes.
+      # CoreDNS has its own dependency graph: a module of ours requires it at the pinned
+      # version and links only the plugins the cluster's Corefile uses (coredns-build/main.go).
+      grep -q "github.com/coredns/coredns $COREDNS_VERSION\$" "$here/coredns-build/go.mod" ||
+        { echo "build-k8s: coredns-build/go.mod does not require coredns $COREDNS_VERSION" >&2; exit 1; }
       echo "build-k8s: building coredns $COREDNS_VERSION"
-      tmp=$(mktemp -d)
-      (cd "$tmp" && GOBIN="$tmp" go install -trimpath -ldflags="-s -w" \
-        "github.com/coredns/coredns@$COREDNS_VERSION")
-      mv "$tmp/coredns" "$out/coredns.tmp" && rm -rf "$tmp"
+      (cd "$here/coredns-build" && go build -trimpath -ldflags="-s -w" -o "$out/coredns.tmp" .)
     else
       echo "build-k8s: building $c $K8S_VERSION"
       (cd "$mod" && go build -trimpath -ldflags="$ldflags" -o "$out/$c.tmp" "k8s.io/kubernetes/cmd/$c")
