@@ -297,6 +297,33 @@ def _go_rows(url: str, n: int, rpid: int) -> tuple[Row, Row] | None:
         proc.wait(timeout=30)
 
 
+def floor(url: str, n: int) -> dict[str, float]:
+    """The drain rate ``make bench``'s reference tasks can't pass on this machine, measured
+    on the Redis at ``url`` (flushed before and after): the cores divided by the handler's
+    one redis-py write (client and Redis CPU, one thread) and the queue's own cost per task
+    (a drain whose handler returns at once). ``bench.run`` puts it beside its drain."""
+    admin = redis.Redis.from_url(url)
+    try:
+        rpid = int(admin.info("server")["process_id"])
+        admin.flushall()
+        write, _ = _redis_py_rows(url, n, rpid)
+        admin.flushall()
+        own = drain_once(WORKER_SRC, url, n, "none", "plain")
+        admin.flushall()
+    finally:
+        admin.close()
+    cores = os.cpu_count() or 1
+    spent = write["cpu"] + write["redis"] + own["cpu_us"] + own["redis_us"]
+    return {
+        "write_cpu_us": round(write["cpu"], 1),
+        "write_redis_us": round(write["redis"], 1),
+        "queue_cpu_us": round(own["cpu_us"], 1),
+        "queue_redis_us": round(own["redis_us"], 1),
+        "cores": cores,
+        "bound_per_s": round(cores * 1e6 / spent),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20000)
@@ -329,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             if go is not None:
                 found["asynq Client.Enqueue"] = go[1]
             admin.flushall()
-            drain = drain_once(WORKER_SRC, url, args.n, "none")
+            drain = drain_once(WORKER_SRC, url, args.n, "none", "plain")
             found["taskfleet drain, no write"] = {
                 "cpu": drain["cpu_us"],
                 "redis": drain["redis_us"],
@@ -385,21 +412,22 @@ def main(argv: list[str] | None = None) -> int:
         f"asynq's own enqueue script from Python on that connection: {lean['rate']:,.0f}/s"
         f" ({lean['cpu']:.0f} + {lean['redis']:.0f} us)"
     )
-    whole = med["redis-py conn., whole enqueue"]
+    whole_enq = med["redis-py conn., whole enqueue"]
     print(
         f"Redis CPU of a plain enqueue: {script['redis'] / lean['redis']:.2f}x asynq's script"
-        f" from that connection, {script['redis'] / whole['redis']:.2f}x the whole enqueue"
+        f" from that connection, {script['redis'] / whole_enq['redis']:.2f}x the whole enqueue"
         " script's for the same task"
     )
     if "asynq Client.Enqueue" in med:
-        go = med["asynq Client.Enqueue"]
+        asynq = med["asynq Client.Enqueue"]
         print(
-            f"asynq's single enqueue: {go['rate']:,.0f}/s ({go['cpu']:.0f} + {go['redis']:.0f}"
-            f" us); go-redis's trivial round trip {med['go-redis RPUSH']['rate']:,.0f}/s"
+            f"asynq's single enqueue: {asynq['rate']:,.0f}/s ({asynq['cpu']:.0f}"
+            f" + {asynq['redis']:.0f} us); go-redis's trivial round trip"
+            f" {med['go-redis RPUSH']['rate']:,.0f}/s"
         )
         print(
-            f"ratios to asynq's single enqueue: Queue.enqueue {lib['rate'] / go['rate']:.2f}x,"
-            f" asynq's script from Python {lean['rate'] / go['rate']:.2f}x"
+            f"ratios to asynq's single enqueue: Queue.enqueue {lib['rate'] / asynq['rate']:.2f}x,"
+            f" asynq's script from Python {lean['rate'] / asynq['rate']:.2f}x"
         )
     return 0
 

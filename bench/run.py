@@ -243,11 +243,41 @@ def summary(report: dict[str, Any]) -> str:
             f"drain share per process {share}."
         )
         lines.extend(f"  - note: {note}" for note in r["notes"])
-    lines += ["", *targets(results)]
+    lines += ["", *targets(results, report.get("floor"))]
     return "\n".join(lines)
 
 
-def targets(results: list[dict[str, Any]]) -> list[str]:
+def floor_line(plain: dict[str, Any] | None, floor: dict[str, float] | None) -> list[str]:
+    """The Python worker's drain as a share of what this machine allows, measured in the run."""
+    if not (plain and floor and plain.get("drain_per_s")):
+        return []
+    share = plain["drain_per_s"] / floor["bound_per_s"]
+    verdict = "met" if share >= FLOOR_GOAL else "missed"
+    return [
+        f"Floor: taskfleet drain {fmt(plain['drain_per_s'])} is {share * 100:.0f} % of this"
+        f" run's bound {fmt(floor['bound_per_s'])}/s ({floor['cores']:.0f} cores / the handler's"
+        f" write {floor['write_cpu_us']:.0f} + {floor['write_redis_us']:.0f} us and the queue's"
+        f" own {floor['queue_cpu_us']:.0f} + {floor['queue_redis_us']:.0f} us per task;"
+        f" goal >= {FLOOR_GOAL * 100:.0f} %: {verdict})."
+    ]
+
+
+def fastest_python_peer(by_name: dict[str, dict[str, Any]]) -> list[str]:
+    """taskfleet's drain against the fastest of the Python peers that ran."""
+    plain = by_name.get("taskfleet")
+    peers = [r for n, r in by_name.items() if n.split(" ")[0] in PEER_PINS and r.get("drain_per_s")]
+    if not (plain and plain.get("drain_per_s") and peers):
+        return []
+    best = max(peers, key=lambda r: r["drain_per_s"])
+    ratio = plain["drain_per_s"] / best["drain_per_s"]
+    goal = dict((k, g) for k, _, g in PEER_GOALS)["drain_per_s"]
+    return [
+        f"taskfleet vs the fastest Python peer ({best['system']}): drain {ratio:.2f}x"
+        f" (goal >= {goal}x: {'met' if ratio >= goal else 'missed'})."
+    ]
+
+
+def targets(results: list[dict[str, Any]], floor: dict[str, float] | None = None) -> list[str]:
     """One line per taskfleet row: each figure next to the project's goal for it."""
     out = []
     for r in results:
@@ -270,7 +300,9 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
             )
         out.append(f"Goals, {r['system']}: " + "; ".join(parts) + ".")
     by_name = {r["system"]: r for r in results if "failed" not in r}
+    out += floor_line(by_name.get("taskfleet"), floor)
     out += peer_ratios(by_name)
+    out += fastest_python_peer(by_name)
     plain, metered = by_name.get("taskfleet"), by_name.get("taskfleet (metrics on)")
     if plain and metered and plain.get("drain_per_s") and metered.get("drain_per_s"):
         cost = (1 - metered["drain_per_s"] / plain["drain_per_s"]) * 100
@@ -284,14 +316,16 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
 
 
 #: taskfleet's goals against the peers in the same run: (figure, label, at least x peer).
-PEER_GOALS = [("enqueue_single_per_s", "enqueue 1-by-1", 1.5), ("drain_per_s", "drain", 3.5)]
+PEER_GOALS = [("enqueue_single_per_s", "enqueue 1-by-1", 1.5), ("drain_per_s", "drain", 4.0)]
+#: The Python worker's drain against the bound the same run measures (``bench.floors.floor``).
+FLOOR_GOAL = 0.9
 #: The same against the Node and Go peers (by name up to its first space), and what the
 #: Node rows must do against them; figures without a goal are printed as ratios alone.
 NATIVE_GOALS: dict[str, dict[str, float]] = {
     "bullmq": {"drain_per_s": 2.0},
     "asynq": {"drain_per_s": 1.5, "enqueue_single_per_s": 1.0},
 }
-NODE_GOALS: dict[str, dict[str, float]] = {"bullmq": {"drain_per_s": 1.0}}
+NODE_GOALS: dict[str, dict[str, float]] = {"bullmq": {"drain_per_s": 2.0}}
 RATIO_FIGURES = [
     ("enqueue_single_per_s", "enqueue 1-by-1"),
     ("enqueue_batch_per_s", "batched"),
@@ -365,6 +399,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "every one; default from $PEERS, else none",
     )
     parser.add_argument("--no-taskfleet", action="store_true", help="run only the peers")
+    parser.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="skip the floor (bench.floors.floor: the bound on this machine for the reference"
+        " handler, measured first in the same run)",
+    )
     parser.add_argument("--n", type=int, default=20_000, help="tasks per measurement")
     parser.add_argument("--batch", type=int, default=1_000, help="tasks per enqueue batch")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
@@ -433,6 +473,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     with redis_server() as (url, version), tempfile.TemporaryDirectory() as tmp:
         report["redis_version"] = version
+        if not (args.no_taskfleet or args.no_floor):
+            from bench.floors import floor  # imports this module: loaded when it runs
+
+            log("floor: the reference handler's write and the queue's own cost per task")
+            report["floor"] = floor(url, min(args.n, 20_000))
         client = redis.Redis.from_url(url)
         for name, variant, python in systems:
             client.flushall()
