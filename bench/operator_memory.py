@@ -8,6 +8,7 @@ default intervals, the ServiceAccount and RBAC of manifests/rbac).
     make bench-operator-memory                      # 1,000 TaskQueues, 5 cycles
     BENCH_MEMORY_QUEUES=200 BENCH_MEMORY_CYCLES=3 make bench-operator-memory
     BENCH_MEMORY_COUNTS=1 make bench-operator-memory  # + the commonest object types
+    BENCH_MEMORY_TRACE=8 make bench-operator-memory   # + tracemalloc snapshots (8 frames)
     BENCH_MEMORY_REQUESTS=1 make bench-operator-memory  # + the leader's API requests and
                                                        # watch events per TaskQueue
     BENCH_MEMORY_CREATE_ONLY=1 make bench-operator-memory  # the creates alone, no operator
@@ -56,6 +57,8 @@ QUEUES = int(os.environ.get("BENCH_MEMORY_QUEUES", "1000"))
 CYCLES = int(os.environ.get("BENCH_MEMORY_CYCLES", "5"))
 SETTLE_S = float(os.environ.get("BENCH_MEMORY_SETTLE_S", "20"))
 COUNTS = os.environ.get("BENCH_MEMORY_COUNTS", "") not in ("", "0")
+#: tracemalloc's frames per allocation in each operator (0: off): a snapshot at each sample.
+TRACE = int(os.environ.get("BENCH_MEMORY_TRACE", "0") or 0)
 REQUESTS = os.environ.get("BENCH_MEMORY_REQUESTS", "") not in ("", "0")
 QUIET = os.environ.get("BENCH_MEMORY_QUIET", "") not in ("", "0")
 QUIET_BUSY = float(os.environ.get("BENCH_MEMORY_QUIET_BUSY", "0.15"))
@@ -80,6 +83,25 @@ def _count(signum, frame):
             out.write(f"{n:9d} {name}\\n")
 
 signal.signal(signal.SIGUSR1, _count)
+"""
+
+# With BENCH_MEMORY_TRACE, each operator traces its allocations from the start and dumps a
+# tracemalloc snapshot on SIGUSR1 (`bench.operator_memory_trace` compares two).
+_TRACING = """
+import gc, os, signal, tracemalloc
+
+tracemalloc.start(int(os.environ["BENCH_MEMORY_TRACE"]))
+_tf_dumps = [0]
+
+def _trace(signum, frame):
+    gc.collect()
+    _tf_dumps[0] += 1
+    base = os.environ["BENCH_MEMORY_TRACE_FILE"]
+    snapshot = tracemalloc.take_snapshot()
+    snapshot.dump(f"{base}.{_tf_dumps[0]}.tmp")
+    os.rename(f"{base}.{_tf_dumps[0]}.tmp", f"{base}.{_tf_dumps[0]}")
+
+signal.signal(signal.SIGUSR1, _trace)
 """
 
 
@@ -130,16 +152,20 @@ def start_operator(
     }
     env.pop("KUBERNETES_SERVICE_HOST", None)
     paths = [f"{SOURCE}/operator", f"{SOURCE}/worker-image"] if SOURCE else []
-    if COUNTS or REQUESTS:
+    if COUNTS or REQUESTS or TRACE:
         site = workdir / "counting"
         site.mkdir(exist_ok=True)
-        text = (_COUNTING if COUNTS else "") + (operator_requests.SITE if REQUESTS else "")
+        text = (_TRACING if TRACE else _COUNTING if COUNTS else "") + (
+            operator_requests.SITE if REQUESTS else ""
+        )
         (site / "sitecustomize.py").write_text(text)
         paths.append(str(site))
     if paths:
         env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
         env["BENCH_MEMORY_COUNTS_FILE"] = str(workdir / f"{name}.counts")
         env["BENCH_MEMORY_REQUESTS_FILE"] = str(workdir / f"{name}.requests")
+        env["BENCH_MEMORY_TRACE_FILE"] = str(workdir / f"{name}.trace")
+        env["BENCH_MEMORY_TRACE"] = str(TRACE)
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
     with (workdir / f"{name}.log").open("wb") as out:
         return subprocess.Popen(
@@ -313,7 +339,21 @@ def sample(
     operators: dict[str, subprocess.Popen[bytes]], workdir: Path, label: str
 ) -> dict[str, float]:
     rss = {name: round(rss_mb(p.pid), 1) for name, p in operators.items()}
-    if COUNTS:
+    if TRACE:
+        for name, process in operators.items():
+            with (workdir / f"{name}.traces").open("a") as out:
+                out.write(f"{label}\t{rss[name]}\n")
+            dumps = len(list(workdir.glob(f"{name}.trace.*[0-9]")))
+            process.send_signal(signal.SIGUSR1)
+            wait_for(
+                lambda name=name, dumps=dumps: (
+                    len(list(workdir.glob(f"{name}.trace.*[0-9]"))) > dumps
+                ),
+                timeout=300,
+                interval=0.5,
+                what=f"the {name}'s tracemalloc snapshot",
+            )
+    elif COUNTS:
         for name, process in operators.items():
             with (workdir / f"{name}.counts").open("a") as out:
                 out.write(f"=== {label}\n")
@@ -491,8 +531,9 @@ def main() -> int:
             keep.mkdir(exist_ok=True)
             for path in Path(tmp).glob("*.log"):
                 (keep / path.name).write_bytes(path.read_bytes())
-            for path in Path(tmp).glob("*.counts"):
-                (keep / path.name).write_bytes(path.read_bytes())
+            for pattern in ("*.counts", "*.traces", "*.trace.*[0-9]"):
+                for path in Path(tmp).glob(pattern):
+                    (keep / path.name).write_bytes(path.read_bytes())
     print(
         "\n| cycle | Deployment after apply p50 / p99 / max | leader RSS full / empty "
         "| standby RSS full / empty | create / handled | leader CPU to handled / settled "
