@@ -193,14 +193,11 @@ async def worker_pod_guards(
 
 @kopf.index("deployments", labels={QUEUE_LABEL: kopf.PRESENT})
 async def worker_deployments(*, name: str, namespace: str | None, body: kopf.Body, **_: Any) -> Any:
-    """Worker Deployments' spec.replicas and status by (namespace, name), for readiness
-    without polling and to notice a Deployment deleted behind the operator's back."""
-    return {
-        (namespace, name): {
-            "spec": {"replicas": (body.get("spec") or {}).get("replicas")},
-            "status": dict(body.get("status") or {}),
-        }
-    }
+    """Worker Deployments' spec.replicas and status replicas by (namespace, name), for
+    readiness without polling and to notice a Deployment deleted behind the operator's
+    back. Only those three numbers (`status.deployment_entry`): a copy of the status kept
+    its conditions, and through them part of each Deployment's last watch event."""
+    return {(namespace, name): tqstatus.deployment_entry(body)}
 
 
 @kopf.on.event("deployments", labels={QUEUE_LABEL: kopf.PRESENT})
