@@ -432,16 +432,38 @@ def measure(workdir: Path) -> dict[str, Any]:
                     watched.close()
 
                 def handled() -> bool:
-                    listed: Any = custom.list_namespaced_custom_object(
-                        GROUP, VERSION, NAMESPACE, PLURAL, _preload_content=False
-                    )
-                    found = json.loads(listed.data)["items"]
-                    return (
-                        sum(1 for i in found if i.get("status", {}).get("observedGeneration"))
-                        >= QUEUES
-                    )
+                    # In pages: one listing of 10,000 TaskQueues outlasted the apiserver's
+                    # timeout under load. A failed listing is asked again.
+                    count, token = 0, None
+                    while True:
+                        try:
+                            listed: Any = custom.list_namespaced_custom_object(
+                                GROUP,
+                                VERSION,
+                                NAMESPACE,
+                                PLURAL,
+                                limit=500,
+                                _continue=token,
+                                _preload_content=False,
+                            )
+                        except client.ApiException:
+                            return False
+                        page = json.loads(listed.data)
+                        count += sum(
+                            1
+                            for i in page["items"]
+                            if i.get("status", {}).get("observedGeneration")
+                        )
+                        token = page["metadata"].get("continue")
+                        if not token:
+                            return count >= QUEUES
 
-                wait_for(handled, timeout=WAIT_S, interval=1, what="every TaskQueue handled")
+                wait_for(
+                    handled,
+                    timeout=WAIT_S,
+                    interval=1 if QUEUES <= 2000 else 5,
+                    what="every TaskQueue handled",
+                )
                 cpu_handled, handled_s = cpu(operators), time.monotonic() - create_start
                 counted_handled = requests_so_far(operators["leader"], workdir)
                 time.sleep(SETTLE_S)
