@@ -8,6 +8,9 @@ default intervals, the ServiceAccount and RBAC of manifests/rbac).
     make bench-operator-memory                      # 1,000 TaskQueues, 5 cycles
     BENCH_MEMORY_QUEUES=200 BENCH_MEMORY_CYCLES=3 make bench-operator-memory
     BENCH_MEMORY_COUNTS=1 make bench-operator-memory  # + the commonest object types
+    BENCH_MEMORY_TRACE=8 make bench-operator-memory   # + tracemalloc snapshots (8 frames)
+    BENCH_MEMORY_IDLE_S=120 make bench-operator-memory  # + each replica's CPU over 120 s
+                                                        # after the full sample
     BENCH_MEMORY_REQUESTS=1 make bench-operator-memory  # + the leader's API requests and
                                                        # watch events per TaskQueue
     BENCH_MEMORY_CREATE_ONLY=1 make bench-operator-memory  # the creates alone, no operator
@@ -55,11 +58,17 @@ from tests.polling import wait_for
 QUEUES = int(os.environ.get("BENCH_MEMORY_QUEUES", "1000"))
 CYCLES = int(os.environ.get("BENCH_MEMORY_CYCLES", "5"))
 SETTLE_S = float(os.environ.get("BENCH_MEMORY_SETTLE_S", "20"))
+#: A window after the full sample over which each replica's idle CPU is measured (0: none).
+IDLE_S = float(os.environ.get("BENCH_MEMORY_IDLE_S", "0"))
 COUNTS = os.environ.get("BENCH_MEMORY_COUNTS", "") not in ("", "0")
+#: tracemalloc's frames per allocation in each operator (0: off): a snapshot at each sample.
+TRACE = int(os.environ.get("BENCH_MEMORY_TRACE", "0") or 0)
 REQUESTS = os.environ.get("BENCH_MEMORY_REQUESTS", "") not in ("", "0")
 QUIET = os.environ.get("BENCH_MEMORY_QUIET", "") not in ("", "0")
 QUIET_BUSY = float(os.environ.get("BENCH_MEMORY_QUIET_BUSY", "0.15"))
 QUIET_WINDOW_S = 5.0
+#: How long a burst may take to be created, handled or deleted (10,000 take longer).
+WAIT_S = max(900.0, QUEUES * 0.3)
 #: Another checkout whose operator to run (its operator/ and worker-image/ first on the path).
 SOURCE = os.environ.get("BENCH_MEMORY_SRC", "")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -78,8 +87,41 @@ def _count(signum, frame):
         out.write("--- " + str(sum(counts.values())) + " objects\\n")
         for name, n in counts.most_common(40):
             out.write(f"{n:9d} {name}\\n")
+        # Whole objects of the API still held (parsed watch events), by kind, and what
+        # holds a few of them (two levels of referrers, by type).
+        bodies = [
+            o for o in gc.get_objects()
+            if type(o) is dict and "kind" in o and "metadata" in o and "apiVersion" in o
+        ]
+        kinds = collections.Counter(str(o.get("kind")) for o in bodies)
+        out.write(f"bodies held: {dict(kinds)}\\n")
+        for body in sorted(bodies, key=lambda o: o.get("kind") != "TaskQueue")[:3]:
+            for holder in gc.get_referrers(body)[:4]:
+                if holder is bodies:
+                    continue
+                up = [type(h).__qualname__ for h in gc.get_referrers(holder)[:6]]
+                out.write(f"  {body.get('kind')} held by {type(holder).__qualname__} <- {up}\\n")
 
 signal.signal(signal.SIGUSR1, _count)
+"""
+
+# With BENCH_MEMORY_TRACE, each operator traces its allocations from the start and dumps a
+# tracemalloc snapshot on SIGUSR1 (`bench.operator_memory_trace` compares two).
+_TRACING = """
+import gc, os, signal, tracemalloc
+
+tracemalloc.start(int(os.environ["BENCH_MEMORY_TRACE"]))
+_tf_dumps = [0]
+
+def _trace(signum, frame):
+    gc.collect()
+    _tf_dumps[0] += 1
+    base = os.environ["BENCH_MEMORY_TRACE_FILE"]
+    snapshot = tracemalloc.take_snapshot()
+    snapshot.dump(f"{base}.{_tf_dumps[0]}.tmp")
+    os.rename(f"{base}.{_tf_dumps[0]}.tmp", f"{base}.{_tf_dumps[0]}")
+
+signal.signal(signal.SIGUSR1, _trace)
 """
 
 
@@ -130,16 +172,20 @@ def start_operator(
     }
     env.pop("KUBERNETES_SERVICE_HOST", None)
     paths = [f"{SOURCE}/operator", f"{SOURCE}/worker-image"] if SOURCE else []
-    if COUNTS or REQUESTS:
+    if COUNTS or REQUESTS or TRACE:
         site = workdir / "counting"
         site.mkdir(exist_ok=True)
-        text = (_COUNTING if COUNTS else "") + (operator_requests.SITE if REQUESTS else "")
+        text = (_TRACING if TRACE else _COUNTING if COUNTS else "") + (
+            operator_requests.SITE if REQUESTS else ""
+        )
         (site / "sitecustomize.py").write_text(text)
         paths.append(str(site))
     if paths:
         env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
         env["BENCH_MEMORY_COUNTS_FILE"] = str(workdir / f"{name}.counts")
         env["BENCH_MEMORY_REQUESTS_FILE"] = str(workdir / f"{name}.requests")
+        env["BENCH_MEMORY_TRACE_FILE"] = str(workdir / f"{name}.trace")
+        env["BENCH_MEMORY_TRACE"] = str(TRACE)
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
     with (workdir / f"{name}.log").open("wb") as out:
         return subprocess.Popen(
@@ -313,7 +359,21 @@ def sample(
     operators: dict[str, subprocess.Popen[bytes]], workdir: Path, label: str
 ) -> dict[str, float]:
     rss = {name: round(rss_mb(p.pid), 1) for name, p in operators.items()}
-    if COUNTS:
+    if TRACE:
+        for name, process in operators.items():
+            with (workdir / f"{name}.traces").open("a") as out:
+                out.write(f"{label}\t{rss[name]}\n")
+            dumps = len(list(workdir.glob(f"{name}.trace.*[0-9]")))
+            process.send_signal(signal.SIGUSR1)
+            wait_for(
+                lambda name=name, dumps=dumps: (
+                    len(list(workdir.glob(f"{name}.trace.*[0-9]"))) > dumps
+                ),
+                timeout=300,
+                interval=0.5,
+                what=f"the {name}'s tracemalloc snapshot",
+            )
+    elif COUNTS:
         for name, process in operators.items():
             with (workdir / f"{name}.counts").open("a") as out:
                 out.write(f"=== {label}\n")
@@ -367,31 +427,67 @@ def measure(workdir: Path) -> dict[str, Any]:
                 create_all(server, items)
                 applied = time.monotonic()
                 try:
-                    created = watched.after(applied)
+                    created = watched.after(applied, timeout=WAIT_S)
                 finally:
                     watched.close()
 
                 def handled() -> bool:
-                    listed: Any = custom.list_namespaced_custom_object(
-                        GROUP, VERSION, NAMESPACE, PLURAL, _preload_content=False
-                    )
-                    found = json.loads(listed.data)["items"]
-                    return (
-                        sum(1 for i in found if i.get("status", {}).get("observedGeneration"))
-                        >= QUEUES
-                    )
+                    # In pages: one listing of 10,000 TaskQueues outlasted the apiserver's
+                    # timeout under load. A failed listing is asked again.
+                    count, token = 0, None
+                    while True:
+                        try:
+                            listed: Any = custom.list_namespaced_custom_object(
+                                GROUP,
+                                VERSION,
+                                NAMESPACE,
+                                PLURAL,
+                                limit=500,
+                                _continue=token,
+                                _preload_content=False,
+                            )
+                        except client.ApiException:
+                            return False
+                        page = json.loads(listed.data)
+                        count += sum(
+                            1
+                            for i in page["items"]
+                            if i.get("status", {}).get("observedGeneration")
+                        )
+                        token = page["metadata"].get("continue")
+                        if not token:
+                            return count >= QUEUES
 
-                wait_for(handled, timeout=900, interval=1, what="every TaskQueue handled")
+                wait_for(
+                    handled,
+                    timeout=WAIT_S,
+                    interval=1 if QUEUES <= 2000 else 5,
+                    what="every TaskQueue handled",
+                )
                 cpu_handled, handled_s = cpu(operators), time.monotonic() - create_start
                 counted_handled = requests_so_far(operators["leader"], workdir)
                 time.sleep(SETTLE_S)
                 cpu_settled = cpu(operators)
                 counted_settled = requests_so_far(operators["leader"], workdir)
                 full = sample(operators, workdir, f"cycle {cycle} full")
+                print(
+                    f"cycle {cycle} full: RSS {full}, Deployment p99 "
+                    f"{percentile(created, 0.99):.2f} s, handled in {handled_s:.0f} s",
+                    flush=True,
+                )
+                idle: dict[str, float] = {}
+                if IDLE_S > 0:
+                    cpu_idle = cpu(operators)
+                    time.sleep(IDLE_S)
+                    idle = {
+                        name: round(seconds / IDLE_S * 100, 2)
+                        for name, seconds in spent(cpu_idle, cpu(operators), 0).items()
+                    }
+                    print(f"cycle {cycle}: idle CPU over {IDLE_S:.0f} s: {idle} %", flush=True)
                 delete_all(server)
                 wait_for(
                     lambda: not _items(api, "taskqueues") and not _items(api, "deployments"),
-                    timeout=900,
+                    timeout=WAIT_S,
                     interval=2,
                     what="every TaskQueue and Deployment gone",
                 )
@@ -414,6 +510,7 @@ def measure(workdir: Path) -> dict[str, Any]:
                     "main_cpu_settled_s": spent(cpu_start, cpu_settled, 1),
                     "rss_full_mb": full,
                     "rss_empty_mb": empty,
+                    "idle_cpu_pct": idle,
                     "load_1m_at_create": round(load_1m, 2),
                     "quiet_wait_s": round(quiet_wait_s, 1),
                     "busy_before_create": round(busy, 3),
@@ -491,8 +588,9 @@ def main() -> int:
             keep.mkdir(exist_ok=True)
             for path in Path(tmp).glob("*.log"):
                 (keep / path.name).write_bytes(path.read_bytes())
-            for path in Path(tmp).glob("*.counts"):
-                (keep / path.name).write_bytes(path.read_bytes())
+            for pattern in ("*.counts", "*.traces", "*.trace.*[0-9]"):
+                for path in Path(tmp).glob(pattern):
+                    (keep / path.name).write_bytes(path.read_bytes())
     print(
         "\n| cycle | Deployment after apply p50 / p99 / max | leader RSS full / empty "
         "| standby RSS full / empty | create / handled | leader CPU to handled / settled "
@@ -511,7 +609,7 @@ def main() -> int:
             f"{r['quiet_wait_s']:.0f} s / {r['busy_before_create']:.2f} |"
         )
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"operator-memory-{datetime.now(UTC):%Y-%m-%dT%H%MZ}.json"
+    out = RESULTS / f"operator-memory-{datetime.now(UTC):%Y-%m-%dT%H%M%SZ}.json"
     out.write_text(json.dumps(result, indent=2))
     print(f"written {out.relative_to(RESULTS.parent.parent)}")
     return 0

@@ -24,6 +24,7 @@ import redis
 from kubernetes.client.exceptions import ApiException
 
 from taskfleet_operator import (
+    apisession,
     builders,
     disruption,
     heap,
@@ -42,7 +43,12 @@ from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION, TaskQueueSpec
 from taskfleet_operator.outages import ServerParked
-from taskfleet_operator.settings import OperatorSettings, configure_kopf, watched_namespaces
+from taskfleet_operator.settings import (
+    OperatorSettings,
+    configure_kopf,
+    exact_names,
+    watched_namespaces,
+)
 
 #: How often a sweep writes a TaskQueue's schedules into the store though they did not
 #: change (a store emptied by hand, a Redis that lost its data).
@@ -87,6 +93,16 @@ async def _ensure_peering(name: str, patience_s: float = 30.0) -> None:
         if created:
             logging.getLogger(__name__).info("created ClusterKopfPeering %s", name)
         return
+
+
+@kopf.on.login()
+async def login(**kwargs: Any) -> kopf.AiohttpSession | None:
+    """kopf's own login, into a session with a bounded number of connections (`apisession`)."""
+    namespaces = watched_namespaces()
+    limit = apisession.connection_limit(
+        namespaces, SETTINGS.api_connections, exact=exact_names(namespaces)
+    )
+    return await apisession.login(limit, **kwargs)
 
 
 @kopf.on.startup()
@@ -193,14 +209,11 @@ async def worker_pod_guards(
 
 @kopf.index("deployments", labels={QUEUE_LABEL: kopf.PRESENT})
 async def worker_deployments(*, name: str, namespace: str | None, body: kopf.Body, **_: Any) -> Any:
-    """Worker Deployments' spec.replicas and status by (namespace, name), for readiness
-    without polling and to notice a Deployment deleted behind the operator's back."""
-    return {
-        (namespace, name): {
-            "spec": {"replicas": (body.get("spec") or {}).get("replicas")},
-            "status": dict(body.get("status") or {}),
-        }
-    }
+    """Worker Deployments' spec.replicas and status replicas by (namespace, name), for
+    readiness without polling and to notice a Deployment deleted behind the operator's
+    back. Only those three numbers (`status.deployment_entry`): a copy of the status kept
+    its conditions, and through them part of each Deployment's last watch event."""
+    return {(namespace, name): tqstatus.deployment_entry(body)}
 
 
 @kopf.on.event("deployments", labels={QUEUE_LABEL: kopf.PRESENT})

@@ -99,6 +99,10 @@ class OperatorSettings:
     # How often each ProviderQuota's use is read into its status: one script call per
     # quota, and a status patch only when the use changed.
     quota_status_interval_s: float = 15.0
+    # Connections to the Kubernetes API for requests, beside one per watch stream
+    # (`apisession`): without a bound, a burst of TaskQueues opened one per request in
+    # flight, each with its TLS state and read buffer. 0: no bound (kopf's own session).
+    api_connections: int = 32
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -113,6 +117,7 @@ class OperatorSettings:
             peering=_peering_name(env),
             peering_lifetime_s=_float(env, "TASKFLEET_PEERING_LIFETIME", 15.0, 5, 300),
             quota_status_interval_s=_float(env, "TASKFLEET_QUOTA_STATUS_INTERVAL", 15.0, 0.5, 3600),
+            api_connections=int(_float(env, "TASKFLEET_API_CONNECTIONS", 32, 0, 1024)),
         )
 
 

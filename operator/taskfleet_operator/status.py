@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, Literal, NamedTuple, Protocol
 
 from taskfleet.producer.reading import older_workers_note
@@ -177,6 +178,33 @@ def changes(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> di
     """The fields of ``desired`` that differ from ``current`` (a merge patch for status)."""
     current = current or {}
     return {key: value for key, value in desired.items() if current.get(key) != value}
+
+
+_DEPLOYMENT_ENTRIES: dict[tuple[Any, Any, Any], Mapping[str, Any]] = {}
+
+
+def deployment_entry(deployment: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the operator keeps of a worker Deployment (its index entry): spec.replicas and
+    status.replicas and readyReplicas, in the Deployment's own shape, which
+    `deployment_status` and `wanted_replicas` read. Entries with the same numbers are one
+    shared read-only object (most fleets at rest have the same few numbers)."""
+    status = deployment.get("status") or {}
+    numbers = (
+        (deployment.get("spec") or {}).get("replicas"),
+        status.get("replicas"),
+        status.get("readyReplicas"),
+    )
+    entry = _DEPLOYMENT_ENTRIES.get(numbers)
+    if entry is None:
+        entry = MappingProxyType(
+            {
+                "spec": MappingProxyType({"replicas": numbers[0]}),
+                "status": MappingProxyType({"replicas": numbers[1], "readyReplicas": numbers[2]}),
+            }
+        )
+        if len(_DEPLOYMENT_ENTRIES) < 4096:  # bounded: odd numbers get their own
+            entry = _DEPLOYMENT_ENTRIES.setdefault(numbers, entry)
+    return entry
 
 
 def deployment_status(deployment: Mapping[str, Any] | None) -> tuple[int, int]:

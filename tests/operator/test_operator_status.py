@@ -103,3 +103,36 @@ def test_a_refused_schedule_sets_ready_false_with_an_event_only_when_the_message
     assert repeat is None
     assert changed is not None and changed.startswith("schedule b: bad; schedule huge:")
     assert status.find(other, status.READY) is not None
+
+
+def test_a_deployments_index_entry_keeps_only_its_replica_counts() -> None:
+    body = {
+        "metadata": {"name": "q", "namespace": "ns", "managedFields": [{"manager": "x"}]},
+        "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "w"}]}}},
+        "status": {
+            "replicas": 3,
+            "readyReplicas": 2,
+            "conditions": [{"type": "Available", "status": "True"}],
+        },
+    }
+    entry = status.deployment_entry(body)
+    assert dict(entry["status"]) == {"replicas": 3, "readyReplicas": 2}
+    assert dict(entry["spec"]) == {"replicas": 3}
+    assert status.deployment_status(entry) == (3, 2)
+    spec = TaskQueueSpec.model_validate(
+        {
+            "image": "w",
+            "handler": "m:f",
+            "redis": {"url": "redis://r:6379/0"},
+            "autoscale": {"minReplicas": 1, "maxReplicas": 5},
+        }
+    )
+    assert status.wanted_replicas(spec, entry) == 3
+    # Deployments with the same counts share one read-only entry.
+    again = status.deployment_entry({**body, "metadata": {"name": "other"}})
+    assert again is entry
+    with pytest.raises(TypeError):
+        entry["status"]["replicas"] = 4  # type: ignore[index]
+    # A Deployment the controller has not reported on yet.
+    fresh = status.deployment_entry({"spec": {"replicas": 1}})
+    assert status.deployment_status(fresh) == (0, 0)
