@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import contextlib
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
 from taskfleet._version import __version__
 
 from taskfleet_operator.connections import Connections
@@ -34,6 +41,9 @@ class OperatorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
+        # process_resident_memory_bytes and the rest: an operator's size against the
+        # TaskQueues it serves (docs/operator.md, sharding).
+        ProcessCollector(registry=registry)
         # Which release serves this endpoint: during an upgrade, old and new side by side.
         Gauge(
             "taskfleet_operator_info",
