@@ -25,25 +25,6 @@ import { MAX_BATCH } from "./limits.js";
 import { logEvent } from "./log.js";
 import type { Pauses } from "./pauses.js";
 
-/**
- * Outcome writes a worker keeps in flight at once. Outcomes that come while every lane
- * waits for its reply gather for the next free lane: a slot whose handler returned waits
- * for one round trip at most before its completion (and the claim that refills it) goes
- * out, not for the write before it too.
- */
-export const OUTBOX_LANES = 2;
-
-/**
- * Outcomes one write of a worker with `concurrency` slots takes, at most: a share of the
- * slots per lane. When every slot ends in the same turn (the claim that filled them
- * started them together), the outcomes go out as one write per lane, back to back:
- * Redis runs the first call while the worker starts the tasks the one before claimed,
- * rather than the two waiting on each other in turn.
- */
-export function outboxBatch(concurrency: number, lanes: number = OUTBOX_LANES): number {
-  return Math.max(1, Math.min(MAX_BATCH, Math.ceil(concurrency / Math.max(1, lanes))));
-}
-
 /** At most one report write per worker process this often. */
 export const REPORT_INTERVAL_MS = 500;
 
@@ -62,10 +43,6 @@ export class Outbox implements OutcomeSink {
     private readonly write: (batch: Outcome[]) => Promise<void>,
     private readonly gate: RedisGate,
     private readonly giveUp: Flag,
-    /** Writes in flight at once, at most (each a batch of its own). */
-    private readonly lanes: number = OUTBOX_LANES,
-    /** Outcomes one write takes, at most (`outboxBatch`). */
-    private readonly batchCap: number = MAX_BATCH,
   ) {}
 
   get size(): number {
@@ -77,12 +54,8 @@ export class Outbox implements OutcomeSink {
     this.ready.set();
   }
 
-  /** The flush loops: write what gathers until `until` is set, up to `lanes` writes at once. */
+  /** The flush loop: write what gathers until `until` is set. */
   async serve(until: Flag): Promise<void> {
-    await Promise.all(Array.from({ length: Math.max(1, this.lanes) }, () => this.lane(until)));
-  }
-
-  private async lane(until: Flag): Promise<void> {
     for (;;) {
       await this.ready.wait();
       if (until.isSet()) return;
@@ -94,11 +67,9 @@ export class Outbox implements OutcomeSink {
 
   /** Write everything, waiting out outages; return early on a forced stop. */
   async flush(until?: Flag): Promise<void> {
-    const cap = Math.max(1, Math.min(this.batchCap, MAX_BATCH));
     while (this.items.length > 0) {
-      const batch = this.items.slice(0, cap);
-      this.items = this.items.slice(cap);
-      if (this.items.length > 0) this.ready.set(); // the rest for a free lane
+      const batch = this.items.slice(0, MAX_BATCH);
+      this.items = this.items.slice(MAX_BATCH);
       try {
         await this.write(batch);
       } catch (error) {

@@ -33,14 +33,7 @@ import { EXIT_SLOTS_STUCK, heldLoop } from "./held.js";
 import { defaultPodName, encodeWhereabouts, localWhereabouts } from "./identity.js";
 import { logEvent } from "./log.js";
 import { ClaimLoop, heartbeatLoop, scheduleLoop, takenOver } from "./loops.js";
-import {
-  OUTBOX_LANES,
-  Outbox,
-  OutcomeWriter,
-  Reports,
-  outboxBatch,
-  reportLoop,
-} from "./outcomes.js";
+import { Outbox, OutcomeWriter, Reports, reportLoop } from "./outcomes.js";
 import { type Pauses, coveredRuns } from "./pauses.js";
 import { RuntimeFile } from "./runtimefile.js";
 import {
@@ -131,13 +124,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
       backoffBaseMs: s.backoffBase * 1000,
       backoffMaxMs: s.backoffMax * 1000,
     });
-    this.outbox = new Outbox(
-      (batch) => this.writer().write(batch),
-      this.gate,
-      this.stopRequested,
-      OUTBOX_LANES,
-      outboxBatch(this.settings.concurrency),
-    );
+    this.outbox = new Outbox((batch) => this.writer().write(batch), this.gate, this.stopRequested);
     this.execution = new Execution({
       queue: s.queue,
       pod: s.pod,
