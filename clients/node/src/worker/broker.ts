@@ -57,6 +57,22 @@ export const MAX_UNANSWERED = 64;
 /** How long past its own timeout a blocking pop may take to answer. */
 export const BLOCKING_REPLY_MARGIN_MS = 5000;
 
+/** Random bytes drawn at once for token bases (8 a claim): one draw per 256 claims. */
+const TOKEN_POOL_BYTES = 8 * 256;
+let tokenPool = Buffer.alloc(0);
+let tokenAt = 0;
+
+/** A claim's token base: 8 random bytes in hex, from a pool refilled by `randomBytes`. */
+export function tokenBase(): string {
+  if (tokenAt + 8 > tokenPool.length) {
+    tokenPool = randomBytes(TOKEN_POOL_BYTES);
+    tokenAt = 0;
+  }
+  const base = tokenPool.toString("hex", tokenAt, tokenAt + 8);
+  tokenAt += 8;
+  return base;
+}
+
 /** One claim's tasks, and what the queue said besides. */
 export interface ClaimResult {
   tasks: ClaimedTask[];
@@ -307,7 +323,7 @@ export class Broker {
   }
 
   private tokenBase(): string {
-    return randomBytes(8).toString("hex");
+    return tokenBase();
   }
 
   /**

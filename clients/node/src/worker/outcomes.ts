@@ -175,8 +175,11 @@ export class OutcomeWriter {
     } else {
       [applied, claimed] = await this.broker.completeAndClaim(items, n);
     }
+    // all of them written: they leave the batch (a retry writes only its failures)
+    let kept = 0;
+    for (const outcome of batch) if (outcome.error !== null) batch[kept++] = outcome;
+    batch.length = kept;
     done.forEach((outcome, i) => {
-      batch.splice(batch.indexOf(outcome), 1);
       const code = applied[i];
       if (code === CANCELLED) {
         execution.finish(outcome, true, "task_cancelled", { cancelled: true });
