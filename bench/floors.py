@@ -110,16 +110,26 @@ def _socket_row(url: str, n: int, rpid: int) -> Row:
         return _own(run, n, rpid)
 
 
+def _redis_py_single(client: redis.Redis, n: int, rpid: int) -> Row:
+    """``n`` RPUSHes from one thread: the reference handler's write."""
+    client.rpush("bench:rtt1", 1)
+
+    def one() -> None:
+        for _ in range(n):
+            client.rpush("bench:rtt1", 1)
+
+    return _own(one, n, rpid)
+
+
+def _bound_per_s(cores: int, *costs_us: float) -> float:
+    """Tasks per second ``cores`` allow when each task costs the sum of ``costs_us`` of CPU."""
+    return cores * 1e6 / sum(costs_us)
+
+
 def _redis_py_rows(url: str, n: int, rpid: int) -> tuple[Row, Row]:
     client = redis.Redis.from_url(url)
     try:
-        client.rpush("bench:rtt1", 1)
-
-        def one() -> None:
-            for _ in range(n):
-                client.rpush("bench:rtt1", 1)
-
-        single = _own(one, n, rpid)
+        single = _redis_py_single(client, n, rpid)
         per = n // 32
 
         def slot() -> None:
@@ -306,21 +316,21 @@ def floor(url: str, n: int) -> dict[str, float]:
     try:
         rpid = int(admin.info("server")["process_id"])
         admin.flushall()
-        write, _ = _redis_py_rows(url, n, rpid)
+        write = _redis_py_single(admin, n, rpid)
         admin.flushall()
         own = drain_once(WORKER_SRC, url, n, "none", "plain")
         admin.flushall()
     finally:
         admin.close()
     cores = os.cpu_count() or 1
-    spent = write["cpu"] + write["redis"] + own["cpu_us"] + own["redis_us"]
+    bound = _bound_per_s(cores, write["cpu"], write["redis"], own["cpu_us"], own["redis_us"])
     return {
         "write_cpu_us": round(write["cpu"], 1),
         "write_redis_us": round(write["redis"], 1),
         "queue_cpu_us": round(own["cpu_us"], 1),
         "queue_redis_us": round(own["redis_us"], 1),
         "cores": cores,
-        "bound_per_s": round(cores * 1e6 / spent),
+        "bound_per_s": round(bound),
     }
 
 
@@ -374,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:30s} {m['cpu']:14.1f} {m['redis']:13.1f} {m['rate']:9,.0f}")
     write = med["redis-py RPUSH, 1 thread"]
     cores = os.cpu_count() or 1
-    bound = cores * 1e6 / (write["cpu"] + write["redis"])
+    bound = _bound_per_s(cores, write["cpu"], write["redis"])
     print(
         f"a Python worker whose handler makes that write spends at least {write['cpu']:.0f} us"
         f" of CPU per task on it (1 thread; {med['redis-py RPUSH, 32 threads']['cpu']:.0f}"
@@ -385,10 +395,10 @@ def main(argv: list[str] | None = None) -> int:
         " cost nothing (the write's CPU on both sides)"
     )
     own = med["taskfleet drain, no write"]
-    whole = write["cpu"] + write["redis"] + own["cpu"] + own["redis"]
+    with_queue = _bound_per_s(cores, write["cpu"], write["redis"], own["cpu"], own["redis"])
     print(
         f"with the queue's own {own['cpu']:.0f} + {own['redis']:.0f} us per task: at most"
-        f" {cores * 1e6 / whole:,.0f}/s on {cores} cores"
+        f" {with_queue:,.0f}/s on {cores} cores"
     )
     sock = med["python socket RPUSH"]
     print(
