@@ -59,6 +59,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import redis
@@ -221,15 +222,28 @@ return 1
 ASYNQ_MESSAGE = b"\n\x04noop\x1a$" + b"0" * 36 + b'"\x07default(\x19@\x88\x0e'
 
 
-# Enqueue (n, token_base, bound, trace, parent, parent_token, flow) and one task (id,
-# payload, priority, delay_ms, deadline, max_attempts, cost, timeout_s, after, on_dep_fail,
-# group), as Queue.enqueue sends them for an empty payload.
-_BEFORE = (1, "0123456789abcdef", 100, "", "", "", "")
-_AFTER = ("{}", 0, 0, "", "", 1, "", "", "", "")
-# EnqueuePlain (n, hand_off, trace) and one PlainTask (id .. timeout_s): what Queue.enqueue
-# sends for such a task.
-_PLAIN_BEFORE = (1, 1, "")
-_PLAIN_AFTER = ("{}", 0, 0, "", "", 1, "")
+def _around_id(script: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """A script's ARGV for one empty task as ``Queue.enqueue`` sends it, split around the
+    task's id: built once from the protocol's signatures (``enqueue``: ``Enqueue`` +
+    ``EnqueueTask``; ``enqueue_plain``: ``EnqueuePlain`` + ``PlainTask``), every field they
+    name with the defaults a plain task leaves, so the rows follow the protocol."""
+    from taskfleet.protocol import signatures as sig
+
+    head: tuple[Any, ...]
+    task: tuple[Any, ...] = sig.PlainTask(
+        task_id="", payload="{}", priority=0, delay_ms=0, deadline="", max_attempts="",
+        cost=1, timeout_s="",
+    )  # fmt: skip
+    if script == "enqueue":
+        head = sig.Enqueue(n=1, token_base="0123456789abcdef", bound=100, trace="")
+        task = sig.EnqueueTask(*task)  # a plain task's fields, the rest their defaults
+    else:
+        head = sig.EnqueuePlain(n=1, hand_off=1, trace="")
+    return tuple(head), tuple(task[1:])
+
+
+_BEFORE, _AFTER = _around_id("enqueue")
+_PLAIN_BEFORE, _PLAIN_AFTER = _around_id("enqueue_plain")
 
 
 def _enqueue_row(url: str, n: int, rpid: int) -> Row:
