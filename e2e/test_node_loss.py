@@ -43,6 +43,8 @@ pytest_plugins = ["e2e.lib.fixtures"]
 #: kube-controller-manager's --node-monitor-grace-period (kubeadm's default in 1.34),
 #: before which a silent node is still Ready; NotReady is awaited with margin.
 NODE_GRACE_S = 50
+#: The frozen node's fleet's lease TTL (heartbeat.ttlSeconds): four missed beats of 5 s.
+FROZEN_LEASE_TTL_S = 20
 
 
 def _kind_worker_nodes() -> list[str]:
@@ -137,7 +139,13 @@ def test_a_frozen_node_s_tasks_come_back_by_lease_expiry_and_finish_elsewhere(
     frozen_nodes: FrozenNodes,
     figures: Callable[[str], None],
 ) -> None:
-    fleet = _spread_fleet(make_fleet, "frozen", len(kind_workers))
+    # A shorter lease than the default: the take-back waits for one TTL, the rest is the same.
+    fleet = _spread_fleet(
+        make_fleet,
+        "frozen",
+        len(kind_workers),
+        heartbeat={"intervalSeconds": 5, "ttlSeconds": FROZEN_LEASE_TTL_S},
+    )
     ids = fleet.queue.enqueue_sleepers(2 * len(kind_workers), seconds=20)
     pod, node, held = _victim(fleet, namespace, 2)
     ttl = _lease_ttl(fleet)
