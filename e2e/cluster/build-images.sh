@@ -164,13 +164,36 @@ build redis "$REDIS_IMAGE" "$here/images/redis.Containerfile" "$here/images" "$b
 if [ "$what" = redis ]; then log "redis image ready"; exit 0; fi
 
 project_inputs=(pyproject.toml README.md LICENSE MANIFEST.in worker-image operator)
+
+# Three chains that share nothing but the base: each waits on the network (PyPI, npm) for
+# part of its build, so they run side by side; within a chain, an image FROM another
+# follows it. A failure in any chain fails the script (wait below).
+python_worker_images() {
 build worker "$WORKER_IMAGE" "$repo/worker-image/Dockerfile" "$repo" \
   "$base_sum $(inputs_hash "$repo" "${project_inputs[@]}")" "${base_arg[@]}"
+# The two recipes of docs/images.md, as a user builds them: an application image FROM the
+# worker image, and an image on another base with taskfleet installed from a wheel.
+build example-app "$EXAMPLE_APP_IMAGE" "$repo/examples/app-image/Dockerfile" \
+  "$repo/examples/app-image" "$(cat "$images/worker.sum") $(inputs_hash "$repo/examples" app-image)" \
+  --build-arg "TASKFLEET_IMAGE=$WORKER_IMAGE"
+own_base_ctx=$images/own-base-ctx
+own_base_sum="$base_sum $(inputs_hash "$repo" "${project_inputs[@]}" examples/own-base-image)"
+if [ "$(cat "$own_base_ctx/inputs.sum" 2>/dev/null)" != "$own_base_sum" ]; then
+  own_base_context "$own_base_ctx"
+  echo "$own_base_sum" >"$own_base_ctx/inputs.sum"
+fi
+build example-own-base "$EXAMPLE_OWN_BASE_IMAGE" "$own_base_ctx/Dockerfile" "$own_base_ctx" \
+  "$own_base_sum" "${base_arg[@]}"
+}
+
+operator_image() {
 if [ -f "$repo/operator/Dockerfile" ]; then
   build operator "$OPERATOR_IMAGE" "$repo/operator/Dockerfile" "$repo" \
     "$base_sum $(inputs_hash "$repo" "${project_inputs[@]}")" "${base_arg[@]}"
 fi
+}
 
+node_images() {
 # The Node.js worker (clients/node/Dockerfile) on its base (node_base, above).
 node_base
 node_inputs=(clients/node/package.json clients/node/package-lock.json clients/node/tsconfig.json
@@ -191,18 +214,13 @@ nestjs_inputs=(package.json package-lock.json tsconfig.json tsconfig.build.json 
 build example-nestjs "$EXAMPLE_NESTJS_IMAGE" "$repo/examples/nestjs/Dockerfile" "$repo/examples/nestjs" \
   "$(cat "$images/worker-node.sum") $(inputs_hash "$repo/examples/nestjs" "${nestjs_inputs[@]}") $(inputs_hash "$repo/clients/nestjs" package.json package-lock.json tsconfig.json src)" \
   --build-arg "TASKFLEET_NODE_IMAGE=$WORKER_NODE_IMAGE" --build-context "nestjs=$repo/clients/nestjs"
+}
 
-# The two recipes of docs/images.md, as a user builds them: an application image FROM the
-# worker image, and an image on another base with taskfleet installed from a wheel.
-build example-app "$EXAMPLE_APP_IMAGE" "$repo/examples/app-image/Dockerfile" \
-  "$repo/examples/app-image" "$(cat "$images/worker.sum") $(inputs_hash "$repo/examples" app-image)" \
-  --build-arg "TASKFLEET_IMAGE=$WORKER_IMAGE"
-own_base_ctx=$images/own-base-ctx
-own_base_sum="$base_sum $(inputs_hash "$repo" "${project_inputs[@]}" examples/own-base-image)"
-if [ "$(cat "$own_base_ctx/inputs.sum" 2>/dev/null)" != "$own_base_sum" ]; then
-  own_base_context "$own_base_ctx"
-  echo "$own_base_sum" >"$own_base_ctx/inputs.sum"
-fi
-build example-own-base "$EXAMPLE_OWN_BASE_IMAGE" "$own_base_ctx/Dockerfile" "$own_base_ctx" \
-  "$own_base_sum" "${base_arg[@]}"
+chains=()
+python_worker_images & chains+=($!)
+operator_image & chains+=($!)
+node_images & chains+=($!)
+failed=0
+for pid in "${chains[@]}"; do wait "$pid" || failed=1; done
+[ "$failed" = 0 ] || die "an image build failed (its error is above)"
 log "images ready"
