@@ -179,7 +179,7 @@ bench-operator: $(DEV) ## the operator with 50, 200, 1000 TaskQueues on the loca
 	e2e/cluster/prepare.sh
 	KUBECONFIG=$${TASKFLEET_CACHE:-$$HOME/.cache/taskfleet}/cluster/kubeconfig $(BIN)/python -m bench.operator_scale
 
-bench-operator-memory: $(DEV) ## two operator replicas, 5 create/delete cycles of 1,000 TaskQueues on a real apiserver: RSS per cycle, burst latency
+bench-operator-memory: $(DEV) ## two operator replicas, 10 create/delete cycles of 1,000 TaskQueues on a real apiserver: RSS per cycle (chart), burst latency
 	$(BIN)/python -m bench.operator_memory
 
 bench-operator-idle: $(DEV) ## operator pairs with 1,000 idle TaskQueues each on a real apiserver: each process's idle CPU (BENCH_IDLE_VARIANTS=a=dir,b=dir)

@@ -2,7 +2,8 @@
 
 ``bench.run`` draws the peers' table (``peers.png``/``.svg``: drain per second, and worker
 and Redis CPU per task; ``taskfleet.png`` for a run without peers) and ``bench.scale``
-the scale curves (``scale.png``/``.svg``, log x-axis) into bench/results/charts/. Each
+the scale curves (``scale.png``/``.svg``, log x-axis), ``bench.operator_memory`` the
+RSS per create/delete cycle (``operator-memory.png``/``.svg``) into bench/results/charts/. Each
 chart's title carries its run's date and the machine's load before and after: figures
 from a loaded machine say so.
 
@@ -151,13 +152,50 @@ def scale(report: dict[str, Any], out: Path) -> list[Path]:
     return save(fig, out, "scale")
 
 
+def operator_memory(report: dict[str, Any], out: Path) -> list[Path]:
+    """bench.operator_memory: each replica's RSS per create/delete cycle, full (N
+    TaskQueues in place) and empty (all deleted), beside its start and the goal (the
+    leader at most 0.08 MB per TaskQueue above its start)."""
+    cycles = report.get("cycles", [])
+    queues = int(report.get("queues", 0))
+    start = report.get("start_rss_mb", {})
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    xs = [c["cycle"] for c in cycles]
+    for role, colour in (("leader", "tab:blue"), ("standby", "tab:orange")):
+        ax.plot(xs, [c["rss_full_mb"][role] for c in cycles], "o-", color=colour,
+                label=f"{role}, {queues:,} TaskQueues")  # fmt: skip
+        ax.plot(xs, [c["rss_empty_mb"][role] for c in cycles], "s--", color=colour,
+                alpha=0.6, label=f"{role}, after deleting them")  # fmt: skip
+    if "leader" in start:
+        ax.axhline(start["leader"], color="grey", linewidth=0.8, label="start (no TaskQueue)")
+        goal = start["leader"] + OPERATOR_MB_PER_QUEUE_GOAL * queues
+        label = f"goal: start + {OPERATOR_MB_PER_QUEUE_GOAL} MB per TaskQueue"
+        ax.axhline(goal, color="tab:green", linestyle=":", label=label)
+    ax.set_xlabel("create/delete cycle")
+    ax.set_ylabel("RSS, MB")
+    ax.set_xticks(xs)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    load = report.get("load_average_1m")
+    shown = "?" if load is None else f"{load:.1f}"
+    title = "make bench-operator-memory: RSS per cycle (flat is the goal)"
+    ax.set_title(f"{title}\n{report.get('started', '?')}, load {shown} at the end", fontsize=10)
+    fig.tight_layout()
+    return save(fig, out, "operator-memory")
+
+
+#: The operator's memory goal per TaskQueue above an idle operator, MB.
+OPERATOR_MB_PER_QUEUE_GOAL = 0.08
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m bench.charts bench/results/<run>.json", file=sys.stderr)
         return 2
     path = Path(argv[0])
     report = json.loads(path.read_text())
-    draw = scale if "pending" in report else peers
+    draw = scale if "pending" in report else operator_memory if "start_rss_mb" in report else peers
     for written in draw(report, path.parent):
         print(f"wrote {written}")
     return 0

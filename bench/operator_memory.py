@@ -5,7 +5,7 @@ TaskQueue's Deployment goes as it does in a cluster), one redis-server, and two 
 processes (``python -m taskfleet_operator``, HA: one ClusterKopfPeering, the Deployment's
 default intervals, the ServiceAccount and RBAC of manifests/rbac).
 
-    make bench-operator-memory                      # 1,000 TaskQueues, 5 cycles
+    make bench-operator-memory                      # 1,000 TaskQueues, 10 cycles
     BENCH_MEMORY_QUEUES=200 BENCH_MEMORY_CYCLES=3 make bench-operator-memory
     BENCH_MEMORY_COUNTS=1 make bench-operator-memory  # + the commonest object types
     BENCH_MEMORY_TRACE=8 make bench-operator-memory   # + tracemalloc snapshots (8 frames)
@@ -20,7 +20,10 @@ Each cycle: N TaskQueues (replicas 0) in one `kubectl create`; each Deployment f
 p99, max (negative: before it returned), and how many came before it returned; every
 TaskQueue handled (status.observedGeneration) and BENCH_MEMORY_SETTLE_S (20 s) of quiet, then each
 replica's RSS ("full"); every TaskQueue deleted, its finalizer gone and its Deployment
-collected, the same quiet, RSS again ("empty"). Figures, never pass/fail.
+collected, the same quiet, RSS again ("empty"). Figures, never pass/fail. The end: each
+replica's MB per TaskQueue above its start (the leader's goal: 0.08), the last cycle
+against the second (goal: within 5 %), and a chart of every cycle
+(bench/results/charts/operator-memory.svg, ``bench.charts``).
 
 Each cycle's create follows the previous cycle's settle time, with the garbage collector
 possibly still deleting its ReplicaSets. BENCH_MEMORY_QUIET=1 waits before each create for
@@ -56,7 +59,7 @@ from tests.fixtures_redis import RedisServer, free_port
 from tests.polling import wait_for
 
 QUEUES = int(os.environ.get("BENCH_MEMORY_QUEUES", "1000"))
-CYCLES = int(os.environ.get("BENCH_MEMORY_CYCLES", "5"))
+CYCLES = int(os.environ.get("BENCH_MEMORY_CYCLES", "10"))
 SETTLE_S = float(os.environ.get("BENCH_MEMORY_SETTLE_S", "20"))
 #: A window after the full sample over which each replica's idle CPU is measured (0: none).
 IDLE_S = float(os.environ.get("BENCH_MEMORY_IDLE_S", "0"))
@@ -579,6 +582,7 @@ def main() -> int:
     if os.environ.get("BENCH_MEMORY_CREATE_ONLY", "") not in ("", "0"):
         with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
             return create_alone(Path(tmp))
+    started = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     print(f"[{datetime.now(UTC):%H:%M:%S}] {QUEUES} TaskQueues x {CYCLES} cycles ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         try:
@@ -608,11 +612,48 @@ def main() -> int:
             f"{r['cpu_settled_s']['leader']:.1f} ({r['main_cpu_settled_s']['leader']:.1f}) s | "
             f"{r['quiet_wait_s']:.0f} s / {r['busy_before_create']:.2f} |"
         )
+    for line in summary(result):
+        print(line)
+    result["started"] = started
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"operator-memory-{datetime.now(UTC):%Y-%m-%dT%H%M%SZ}.json"
     out.write_text(json.dumps(result, indent=2))
     print(f"written {out.relative_to(RESULTS.parent.parent)}")
+    from bench import charts  # matplotlib: only once the figures are in
+
+    for written in charts.operator_memory(result, RESULTS):
+        print(f"chart {written.relative_to(RESULTS.parent.parent)}")
     return 0
+
+
+def summary(result: dict[str, Any]) -> list[str]:
+    """Each replica's MB per TaskQueue above its start (its last full sample), and the
+    last cycle's full RSS against the second's (the first pays one-off costs)."""
+    from bench.charts import OPERATOR_MB_PER_QUEUE_GOAL
+
+    cycles, queues, start = result["cycles"], result["queues"], result["start_rss_mb"]
+    lines: list[str] = []
+    if not cycles or not queues:
+        return lines
+    for role in ("leader", "standby"):
+        full = cycles[-1]["rss_full_mb"][role]
+        per = (full - start[role]) / queues
+        goal = f" (goal <= {OPERATOR_MB_PER_QUEUE_GOAL}: " + (
+            "met)" if per <= OPERATOR_MB_PER_QUEUE_GOAL else "missed)"
+        )
+        lines.append(
+            f"{role}: {full:.0f} MB with {queues:,} TaskQueues, {start[role]:.0f} MB at start: "
+            f"{per:.3f} MB per TaskQueue{goal if role == 'leader' else ''}"
+        )
+    if len(cycles) >= 3:
+        second, last = cycles[1]["rss_full_mb"]["leader"], cycles[-1]["rss_full_mb"]["leader"]
+        drift = 100 * (last - second) / second
+        verdict = "met" if abs(drift) <= 5 else "missed"
+        lines.append(
+            f"leader, cycle {len(cycles)} against cycle 2: {last:.0f} vs {second:.0f} MB, "
+            f"{drift:+.1f} % (goal within 5 %: {verdict})"
+        )
+    return lines
 
 
 if __name__ == "__main__":

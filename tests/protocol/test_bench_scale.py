@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import charts, scale
+from bench import charts, operator_memory, scale
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,3 +58,17 @@ def test_the_peers_chart_draws_a_stored_bench_run_with_its_load(tmp_path: Path) 
     assert sorted(p.name for p in paths) == ["peers.png", "peers.svg"]
     svg = charts_written(tmp_path, "peers")
     assert "under load" in svg  # load 20 before that run
+
+
+def test_the_operator_memory_chart_and_summary_read_a_stored_run(tmp_path: Path) -> None:
+    stored = ROOT / "bench" / "results" / "operator-memory-2026-11-29T1142Z.json"
+    report = json.loads(stored.read_text())
+    paths = charts.operator_memory(report, tmp_path)
+    assert sorted(p.name for p in paths) == ["operator-memory.png", "operator-memory.svg"]
+    svg = charts_written(tmp_path, "operator-memory")
+    assert "0.08 MB per TaskQueue" in svg  # the goal's line is labelled
+    lines = operator_memory.summary(report)
+    # that run: the leader 86 MB at start, 190 MB with 1,000 TaskQueues after 3 cycles
+    assert lines[0].startswith("leader: 190 MB with 1,000 TaskQueues, 86 MB at start: 0.104")
+    assert "goal <= 0.08: missed" in lines[0]
+    assert lines[-1].startswith("leader, cycle 3 against cycle 2: 190 vs 191 MB, -0.7 %")
