@@ -202,21 +202,38 @@ def test_tasks_of_a_claim_in_flight_when_the_drain_starts_are_released_not_run(
         assert queue.client.lrange("test:events", 0, -1) == []  # the handler never ran
 
 
-#: Seconds after the spawn: past the interpreter's own start (about 0.1 s here), within
-#: the imports of click, redis and the worker (about a second on a busy machine), at the
-#: Redis calls of the start, and after it.
-EARLY_SIGNAL_AT_S = (0.3, 0.45, 0.6, 0.8, 1.0, 1.4)
+#: Seconds after the worker's stop signals are caught (``taskfleet.worker.earlystop``, the
+#: first thing the ``taskfleet worker`` command does): at once, within the imports of click,
+#: redis and the worker (about a second on a busy machine), at the Redis calls of the
+#: start, and after it. Before they are caught the process is the bare interpreter, which
+#: holds nothing: the kernel's default ends it, as it would any program.
+EARLY_SIGNAL_AFTER_S = (0.0, 0.15, 0.3, 0.5, 0.7, 1.1)
+SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (/proc/PID/status, SigCgt)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & SIGTERM_BIT)
+    return False
 
 
 def test_a_worker_signalled_at_any_point_of_its_start_drains_and_exits_0_losing_nothing(
     fleet: Fleet, queue: Queue
 ) -> None:
     tasks = [queue.enqueue({"seconds": 0.2}) for _ in range(12)]
-    workers = [fleet.add(SLEEP, pod=f"early-{i}") for i in range(len(EARLY_SIGNAL_AT_S))]
-    for worker, at in zip(workers, EARLY_SIGNAL_AT_S, strict=True):
+    workers = [fleet.add(SLEEP, pod=f"early-{i}") for i in range(len(EARLY_SIGNAL_AFTER_S))]
+    for worker, after in zip(workers, EARLY_SIGNAL_AFTER_S, strict=True):
         worker.start()
-        spawned = time.monotonic()
-        time.sleep(max(0.0, spawned + at - time.monotonic()))
+        wait_for(
+            lambda w=worker: catches_sigterm(w.pid),
+            timeout=WORKER_TIMEOUT_S,
+            interval=0.005,
+            what=lambda w=worker: f"{w.pod} to catch SIGTERM: {fleet.logs()}",
+        )
+        caught = time.monotonic()
+        time.sleep(max(0.0, caught + after - time.monotonic()))  # the signal's moment
         worker.signal(signal.SIGTERM)
     codes = {worker.pod: worker.wait() for worker in workers}
     assert codes == {worker.pod: 0 for worker in workers}, fleet.logs()
