@@ -258,8 +258,17 @@ def floor_line(plain: dict[str, Any] | None, floor: dict[str, float] | None) -> 
         f" run's bound {fmt(floor['bound_per_s'])}/s ({floor['cores']:.0f} cores / the handler's"
         f" write {floor['write_cpu_us']:.0f} + {floor['write_redis_us']:.0f} us and the queue's"
         f" own {floor['queue_cpu_us']:.0f} + {floor['queue_redis_us']:.0f} us per task;"
-        f" goal >= {FLOOR_GOAL * 100:.0f} %: {verdict})."
+        f" goal >= {FLOOR_GOAL * 100:.0f} %: {verdict}){idle_note(plain, floor)}."
     ]
+
+
+def idle_note(plain: dict[str, Any], floor: dict[str, float]) -> str:
+    """How much of the cores the drain left idle, whoever else ran: near 0 on a shared
+    machine, the bound's cores were busy (with other work too), not waiting on the drain."""
+    idle = plain.get("drain_idle_cores")
+    if idle is None:
+        return ""
+    return f"; cores idle over the drain: {idle:.2f} of {floor['cores']:.0f}"
 
 
 def fastest_python_peer(by_name: dict[str, dict[str, Any]]) -> list[str]:

@@ -109,6 +109,9 @@ class Result:
     # (children included) and the Redis server. Less sensitive to a busy machine than rates.
     drain_worker_cpu_us: float | None = None
     drain_redis_cpu_us: float | None = None
+    # The machine's cores left idle over that window, whoever else ran (/proc/stat; None
+    # elsewhere): near 0, the cores were busy, with this drain or with other work.
+    drain_idle_cores: float | None = None
     latency_samples: int = 0
     latency_warmup: int = 0
     latency_p50_ms: float | None = None
@@ -200,6 +203,17 @@ def sessions_cpu_s(sessions: set[int]) -> float:
         if int(fields[3]) in sessions:  # field 6: session id
             ticks += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
     return ticks / CLK_TCK
+
+
+def idle_cores_s() -> float | None:
+    """Seconds the machine's cores have spent idle (idle + iowait, all cores; Linux)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 6:
+        return None
+    return (int(fields[4]) + int(fields[5])) / CLK_TCK  # the aggregate line: idle, iowait
 
 
 def redis_cpu_s(client: redis.Redis) -> float:
@@ -302,6 +316,7 @@ def measure_drain(
     t_warm: float | None = None
     done_warm = 0
     cpu_warm = redis_warm = 0.0
+    idle_warm: float | None = None
     done, now = 0, time.perf_counter()
     for polls, (done, now) in enumerate(wait_done(client, n, deadline), 1):
         if result.drain_first_done_ms is None and done >= 1:
@@ -309,6 +324,7 @@ def measure_drain(
         if t_warm is None and done >= warm:
             t_warm, done_warm = now, done
             cpu_warm, redis_warm = sessions_cpu_s(sessions), redis_cpu_s(client)
+            idle_warm = idle_cores_s()
         if polls % 250 == 0:
             fleet.check_alive()
     if t_warm is not None and done > done_warm and now > t_warm:
@@ -316,6 +332,9 @@ def measure_drain(
         tasks = done - done_warm
         result.drain_worker_cpu_us = (sessions_cpu_s(sessions) - cpu_warm) / tasks * 1e6
         result.drain_redis_cpu_us = (redis_cpu_s(client) - redis_warm) / tasks * 1e6
+        idle_now = idle_cores_s()
+        if idle_warm is not None and idle_now is not None:
+            result.drain_idle_cores = max(0.0, idle_now - idle_warm) / (now - t_warm)
     if done >= n:
         result.drain_from_start_per_s = n / (now - started)
     if done < n:
