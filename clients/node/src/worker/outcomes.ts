@@ -155,7 +155,7 @@ export class OutcomeWriter {
           await this.paused([[outcome.run.task.id, verdict.groupScope === true]]);
       }
     } finally {
-      if (this.execution.free() > 0) this.slotFreed.set();
+      if (this.execution.room() > 0) this.slotFreed.set();
     }
   }
 
@@ -167,13 +167,14 @@ export class OutcomeWriter {
       o.result,
     ]);
     // held still counts the completed ones: the slots they free are theirs to refill
-    const n = Math.max(0, Math.min(done.length, execution.free() + done.length, MAX_BATCH));
+    const [refill, prefetch] = execution.refill(done.length);
+    const n = Math.min(refill, MAX_BATCH);
     let claimed: ClaimResult | null = null;
     let applied: number[];
     if (n <= 0 || !this.mayClaim()) {
       applied = await this.broker.complete(items);
     } else {
-      [applied, claimed] = await this.broker.completeAndClaim(items, n);
+      [applied, claimed] = await this.broker.completeAndClaim(items, n, Math.min(prefetch, n));
     }
     // all of them written: they leave the batch (a retry writes only its failures)
     let kept = 0;
