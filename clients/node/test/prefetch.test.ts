@@ -11,9 +11,12 @@ import { after, afterEach, before, beforeEach, describe, it } from "node:test";
 
 import { Queue, Worker } from "../src/index.js";
 import type { ClaimedTask } from "../src/worker/claimed.js";
-import { Execution, type Outcome } from "../src/worker/execution.js";
+import { Execution, type Outcome, Run } from "../src/worker/execution.js";
 import { Flag } from "../src/worker/flag.js";
+import { RedisGate } from "../src/worker/gate.js";
 import { HandlerSet } from "../src/worker/handlers.js";
+import { Outbox } from "../src/worker/outcomes.js";
+import { checkSettings } from "../src/worker/settings.js";
 import { RedisServer, until } from "./redis.js";
 import { WorkerProcess, runs } from "./workers.js";
 
@@ -92,6 +95,13 @@ function gated(
 }
 
 describe("prefetch in the worker's execution", () => {
+  it("defaults to twice the concurrency, as the Python worker's; 0 turns it off", () => {
+    assert.equal(checkSettings("jobs", {}, "p", "i").prefetch, 2);
+    assert.equal(checkSettings("jobs", { concurrency: 8 }, "p", "i").prefetch, 16);
+    assert.equal(checkSettings("jobs", { concurrency: 8, prefetch: 0 }, "p", "i").prefetch, 0);
+    assert.equal(checkSettings("jobs", { concurrency: 8, prefetch: 3 }, "p", "i").prefetch, 3);
+  });
+
   it("off (0): a claim's tasks all start, and the room is the free slots, as before", async () => {
     const { ex, began } = gated(2, 0);
     ex.typicalRunMs = 1;
@@ -175,6 +185,53 @@ describe("prefetch in the worker's execution", () => {
     );
     assert.equal(ex.waitingCount, 1);
     assert.deepEqual(began, ["a"]);
+  });
+});
+
+describe("the outbox with prefetch", () => {
+  it("a write waits for the outcomes the waiting tasks are about to bring, and takes them in one call", async () => {
+    const writes: string[][] = [];
+    let waiting = true;
+    const stop = new Flag();
+    const gate = new RedisGate({
+      reconnect: () => Promise.resolve(),
+      reachable: () => undefined,
+      backoffBaseMs: 1,
+      backoffMaxMs: 1,
+    });
+    const outbox = new Outbox(
+      (batch) => {
+        writes.push(batch.map((o) => o.run.task.id));
+        batch.length = 0;
+        return Promise.resolve();
+      },
+      gate,
+      new Flag(),
+      () => waiting,
+    );
+    const outcome = (id: string): Outcome => ({
+      run: new Run(task(id), 0, null),
+      result: "null",
+      error: null,
+      verdict: null,
+    });
+    const serving = outbox.serve(stop);
+    outbox.add(outcome("a"));
+    await settle();
+    assert.deepEqual(writes, []); // more are coming: held (at most OUTBOX_HOLD_MAX_MS)
+    outbox.add(outcome("b"));
+    waiting = false; // the last waiting task started: its slot's outcome is the last
+    outbox.add(outcome("c"));
+    await until("written", () => writes.length === 1);
+    assert.deepEqual(writes, [["a", "b", "c"]]);
+    // without tasks waiting, an outcome goes out at once
+    outbox.add(outcome("d"));
+    await until("written", () => writes.length === 2);
+    assert.deepEqual(writes[1], ["d"]);
+    stop.set();
+    outbox.ready.set();
+    await serving;
+    await gate.close();
   });
 });
 

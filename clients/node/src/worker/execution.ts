@@ -15,8 +15,9 @@
  * PREFETCH_RUN_LIMIT_MS), claims may take up to `prefetch` tasks more than the free
  * slots. Such a task waits here (held, its lease beaten like a running one's, no handler
  * called, no timer) until a handler returns, whose slot starts it at once: the slots no
- * longer wait for the round trip that writes their outcomes and refills them, so this
- * process runs handlers while Redis runs the last batch's call. A waiting task is given
+ * longer wait for the round trip that writes their outcomes and refills them, and while
+ * tasks wait the outbox gathers the outcomes of several turns into one call (`Outbox`'s
+ * `hold`), so a call carries more tasks than there are slots. A waiting task is given
  * back unstarted (no attempt, no history record) on a drain (`withdrawWaiting`), when a
  * claim pause covers it (`withdrawHeld`), or when it waited PREFETCH_MAX_WAIT_MS (the
  * worker's `prefetchGuard`); a lost lease drops it as a running one's would.
@@ -164,6 +165,8 @@ export interface ExecutionOptions {
   readonly providerQuotas?: ProviderQuotaLine;
   /** The worker's event listeners (`worker.on`). */
   readonly listeners?: Listeners;
+  /** Called when the last prefetched task waiting left (started or given back). */
+  readonly waitingDrained?: () => void;
 }
 
 /** `held`: every task from its claim until its outcome is written (or given back). */
@@ -304,6 +307,7 @@ export class Execution {
       const run = this.waiting.shift() as Run;
       run.waiting = false;
       this.startAll([run.task]);
+      if (this.waiting.length === 0) this.options.waitingDrained?.();
     }
   }
 
@@ -332,6 +336,7 @@ export class Execution {
       out.push(run);
     }
     this.waiting = kept;
+    if (kept.length === 0 && out.length > 0) this.options.waitingDrained?.();
     return out;
   }
 

@@ -60,8 +60,9 @@ export interface WorkerOptions<Payload = Record<string, unknown>, Result = unkno
   readonly allowEviction?: boolean;
   /**
    * Claimed tasks that may wait in the worker for a free slot, while its runs are short (a
-   * moving average under 10 ms): a slot whose handler returned starts one at once, instead
-   * of waiting for the round trip that refills it (default: the concurrency; 0: none).
+   * moving average under 10 ms): a slot whose handler returned starts one at once, and one
+   * call writes the outcomes of the slots' turns while tasks wait and refills them all
+   * (default: twice the concurrency, as the Python worker's; 0: none).
    */
   readonly prefetch?: number;
   /** Longest blocking wait for work, ms (default 1,000). */
@@ -196,7 +197,7 @@ export function checkSettings(
     pod,
     incarnation,
     concurrency,
-    prefetch: prefetch ?? concurrency,
+    prefetch: prefetch ?? Math.min(2 * concurrency, MAX_PREFETCH),
     drainTimeout: drain,
     heartbeatInterval: heartbeat,
     leaseTtl,

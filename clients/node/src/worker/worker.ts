@@ -127,7 +127,12 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
       backoffBaseMs: s.backoffBase * 1000,
       backoffMaxMs: s.backoffMax * 1000,
     });
-    this.outbox = new Outbox((batch) => this.writer().write(batch), this.gate, this.stopRequested);
+    this.outbox = new Outbox(
+      (batch) => this.writer().write(batch),
+      this.gate,
+      this.stopRequested,
+      () => this.execution.waitingCount > 0,
+    );
     this.execution = new Execution({
       queue: s.queue,
       pod: s.pod,
@@ -163,6 +168,9 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
         this.reports.addQuota({ taskId, pauseMs, group, reason });
       },
       listeners: this.listeners,
+      waitingDrained: () => {
+        this.outbox.ready.set();
+      },
     });
     this.summary = new Summary(
       this.execution.counters,
