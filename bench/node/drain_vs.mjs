@@ -5,8 +5,10 @@
 //   node bench/node/drain_vs.mjs SIDE... [--rounds 4] [--n 20000] [--concurrency 8] [--cpu-prof DIR] [--commandstats]
 //
 // SIDE: the `dist/src` folder of a built clients/node (`npm run build`; for a base commit,
-// `git archive BASE clients/node | tar -x -C /tmp/base`, link its node_modules, build), or
-// `bullmq` (bench/node's pinned BullMQ: `npm ci` in bench/node). Each round, each side (the
+// `git archive BASE clients/node worker-image/taskfleet/protocol/bundle | tar -x -C
+// /tmp/base`, link its node_modules, build), optionally `DIST@N` for a worker given
+// `prefetch: N` (else its default; a build without prefetch ignores it), or `bullmq`
+// (bench/node's pinned BullMQ: `npm ci` in bench/node). Each round, each side (the
 // order rotating by round) enqueues --n tasks in batches of 1,000 through its own batch API,
 // then drains them with one in-process worker of --concurrency slots whose handler awaits
 // one `RPUSH bench:done <pid>` on an ioredis client of its own. Over the drain from its 10th
@@ -30,7 +32,7 @@ const redisCpu = async (client) => {
 };
 
 if (args[0] === "--child") {
-  const [, side, url, n, concurrency] = args;
+  const [, side, url, n, concurrency, prefetch = ""] = args;
   const { Redis } = await import("ioredis");
   const total = Number(n);
   const slots = Number(concurrency);
@@ -79,6 +81,7 @@ if (args[0] === "--child") {
       concurrency: slots,
       fireSchedules: false,
       handler,
+      ...(prefetch === "" ? {} : { prefetch: Number(prefetch) }),
     });
     const running = w.run();
     stop = async () => {
@@ -125,7 +128,11 @@ const valued = new Set(["--rounds", "--n", "--concurrency", "--cpu-prof"]);
 const commandstats = args.includes("--commandstats");
 const sides = args
   .filter((a, i) => !a.startsWith("--") && !valued.has(args[i - 1]))
-  .map((s) => (s === "bullmq" ? s : resolve(s)));
+  .map((s) => {
+    if (s === "bullmq") return s;
+    const at = /^(.*)@([0-9]+)$/.exec(s);
+    return at === null ? resolve(s) : `${resolve(at[1])}@${at[2]}`;
+  });
 if (sides.length === 0) {
   console.error(
     "usage: node bench/node/drain_vs.mjs SIDE... [--rounds 4] [--n 20000] [--concurrency 8] [--cpu-prof DIR]",
@@ -185,10 +192,11 @@ const runSide = (side, i) => {
       ...prof,
       process.argv[1],
       "--child",
-      side,
+      side.replace(/@[0-9]+$/, ""),
       url,
       String(n),
       String(concurrency),
+      /@([0-9]+)$/.exec(side)?.[1] ?? "",
     ],
     { encoding: "utf8", cwd: import.meta.dirname },
   );

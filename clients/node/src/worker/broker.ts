@@ -441,7 +441,9 @@ export class Broker {
   async completeAndClaim(
     items: readonly [string, string, string | null][],
     n: number,
+    prefetch = 0,
   ): Promise<[number[], ClaimResult]> {
+    const max = Math.min(n, MAX_BATCH);
     const base = this.tokenBase();
     const raw = list(
       await this.claiming(
@@ -450,11 +452,11 @@ export class Broker {
         {
           pod: this.pod,
           incarnation: this.incarnation,
-          max_tasks: Math.min(n, MAX_BATCH),
+          max_tasks: max,
           token_base: base,
           bound: CLAIM_HOUSEKEEPING_BOUND,
           idle_ms: 0,
-          prefetch: 0,
+          prefetch: Math.min(prefetch, max),
           registered: this.registered ? 1 : undefined,
           quota_slots: 1,
         },
@@ -468,7 +470,7 @@ export class Broker {
     if (parsed !== null) return [codes(raw[0]), await this.claimed(parsed)];
     // the completions were applied; the claim needs our record
     await this.registerAgain();
-    return [codes(raw[0]), await this.claim(n, 0)];
+    return [codes(raw[0]), await this.claim(n, 0, prefetch)];
   }
 
   /**

@@ -11,6 +11,17 @@
  * so a handler that listens stops. A held slot is logged (`slot_held`), reported in the
  * heartbeat and the metrics, and, held past the grace, logged as stuck (`held.ts`).
  *
+ * Prefetch (`prefetch` > 0): while the runs are short (a moving average under
+ * PREFETCH_RUN_LIMIT_MS), claims may take up to `prefetch` tasks more than the free
+ * slots. Such a task waits here (held, its lease beaten like a running one's, no handler
+ * called, no timer) until a handler returns, whose slot starts it at once: the slots no
+ * longer wait for the round trip that writes their outcomes and refills them, and while
+ * tasks wait the outbox gathers the outcomes of several turns into one call (`Outbox`'s
+ * `hold`), so a call carries more tasks than there are slots. A waiting task is given
+ * back unstarted (no attempt, no history record) on a drain (`withdrawWaiting`), when a
+ * claim pause covers it (`withdrawHeld`), or when it waited PREFETCH_MAX_WAIT_MS (the
+ * worker's `prefetchGuard`); a lost lease drops it as a running one's would.
+ *
  * @module
  */
 
@@ -37,6 +48,21 @@ export const CANCELLED_ERROR = "CancelledError: the task was cancelled";
 /** Longest a run waits before its call after another met a provider's rate limit. */
 export const HOLD_MAX_MS = 5000;
 
+/**
+ * Prefetch applies only while a typical run (moving average) is shorter than this: a task
+ * never waits long behind others in one worker while another worker could run it.
+ */
+export const PREFETCH_RUN_LIMIT_MS = 10;
+/** A prefetched task that waited this long for a slot goes back; prefetch stops until runs are short. */
+export const PREFETCH_MAX_WAIT_MS = 1000;
+/** Weight of the newest run in that moving average. */
+export const RUN_TIME_WEIGHT = 0.1;
+/**
+ * How long prefetch stays off after a claim's prefetch part was refused while tasks were
+ * pending (a fleet-wide `max_concurrency`: claiming for it again would only spin).
+ */
+export const PREFETCH_REFUSED_MS = 10_000;
+
 export function timeoutError(limitS: number): string {
   return `TimeoutError: task exceeded its timeout of ${formatG(limitS)}s`;
 }
@@ -53,6 +79,8 @@ export class Run {
   abandoned = false;
   leaseLost = false;
   ranMs = 0;
+  /** Prefetched: held, waiting for a slot, no handler called yet. */
+  waiting = false;
 
   constructor(
     readonly task: ClaimedTask,
@@ -118,6 +146,8 @@ export interface ExecutionOptions {
   readonly pod: string;
   readonly incarnation: string;
   readonly concurrency: number;
+  /** Claimed tasks that may wait for a slot while runs are short (0 or absent: none). */
+  readonly prefetch?: number;
   /** Seconds a task without its own timeout may run (null: no limit). */
   readonly defaultTimeout: number | null;
   readonly handlers: HandlerSet;
@@ -135,6 +165,8 @@ export interface ExecutionOptions {
   readonly providerQuotas?: ProviderQuotaLine;
   /** The worker's event listeners (`worker.on`). */
   readonly listeners?: Listeners;
+  /** Called when the last prefetched task waiting left (started or given back). */
+  readonly waitingDrained?: () => void;
 }
 
 /** `held`: every task from its claim until its outcome is written (or given back). */
@@ -170,9 +202,22 @@ export class Execution {
   private readonly listeners: Listeners;
   /** Each run in a `process <queue>` span (a tracer provider was registered at start). */
   traced = false;
+  /** Tasks that may wait for a slot (0: prefetch off). */
+  readonly prefetch: number;
+  /** Prefetched runs waiting for a slot, oldest first (each also in `held`). */
+  private waiting: Run[] = [];
+  /** Runs whose handler was called and has not settled (given-up ones included). */
+  private busy = 0;
+  /** Waiting runs may start (false once a drain began). */
+  private starting = true;
+  /** Moving average of the runs' durations (ms); null: none ran yet. */
+  typicalRunMs: number | null = null;
+  /** Prefetch is off until then (performance.now() ms): a claim's prefetch part was refused. */
+  private prefetchOffUntil = 0;
 
   constructor(private readonly options: ExecutionOptions) {
     this.listeners = options.listeners ?? NO_LISTENERS;
+    this.prefetch = options.prefetch ?? 0;
     this.idle.set();
     const report = options.reportQuota;
     this.quotaSink =
@@ -187,6 +232,122 @@ export class Execution {
   /** Slots that would start a task at once. */
   free(): number {
     return this.options.concurrency - this.held.size - this.heldSlots.size;
+  }
+
+  /** Tasks that may wait for a slot now: all of `prefetch` while runs are short. */
+  prefetchRoom(): number {
+    const typical = this.typicalRunMs;
+    if (this.prefetch === 0 || typical === null || typical >= PREFETCH_RUN_LIMIT_MS) return 0;
+    if (this.prefetchOffUntil > 0) {
+      if (performance.now() < this.prefetchOffUntil) return 0;
+      this.prefetchOffUntil = 0;
+    }
+    return this.prefetch;
+  }
+
+  /**
+   * A claim asked for `prefetch` tasks to wait and got none of them though tasks were
+   * pending: the queue refuses prefetch (a fleet-wide `max_concurrency`); off for a while.
+   */
+  prefetchRefused(): void {
+    this.prefetchOffUntil = performance.now() + PREFETCH_REFUSED_MS;
+  }
+
+  /** Tasks a claim may take now: the free slots, plus the prefetch room. */
+  room(): number {
+    return this.free() + this.prefetchRoom();
+  }
+
+  /**
+   * A write completing `completed` of the held tasks also claims: how many (only the slots
+   * they free, and the prefetch room), and how many of those would wait for a slot.
+   * `held` still counts the completed ones.
+   */
+  refill(completed: number): [number, number] {
+    const free = this.free() + completed;
+    const n = Math.max(0, Math.min(completed, free + this.prefetchRoom()));
+    return [n, prefetchPart(n, free)];
+  }
+
+  /** Prefetched tasks waiting for a slot now. */
+  get waitingCount(): number {
+    return this.waiting.length;
+  }
+
+  /**
+   * Claimed tasks: started while a slot is free, the rest wait for one (prefetched). Without
+   * prefetch, all start (the claim asked for the free slots alone).
+   */
+  admit(tasks: readonly ClaimedTask[]): void {
+    if (this.prefetch === 0) {
+      this.startAll(tasks);
+      return;
+    }
+    let at = 0;
+    while (at < tasks.length && this.starting && this.waiting.length === 0) {
+      if (this.busy >= this.options.concurrency) break;
+      this.startAll([tasks[at++] as ClaimedTask]);
+    }
+    if (at === tasks.length) return;
+    const now = performance.now();
+    for (; at < tasks.length; at++) {
+      const task = tasks[at] as ClaimedTask;
+      const run = new Run(task, now, null);
+      run.waiting = true;
+      this.held.set(task.id, run);
+      this.waiting.push(run);
+    }
+    this.idle.clear();
+    this.options.changed();
+  }
+
+  /** Start waiting runs while slots are free (a handler returned). */
+  private pump(): void {
+    while (this.starting && this.waiting.length > 0 && this.busy < this.options.concurrency) {
+      const run = this.waiting.shift() as Run;
+      run.waiting = false;
+      this.startAll([run.task]);
+      if (this.waiting.length === 0) this.options.waitingDrained?.();
+    }
+  }
+
+  /** A drain began: waiting runs start no more (`withdrawWaiting` gives them back). */
+  stopStarting(): void {
+    this.starting = false;
+  }
+
+  /**
+   * Waiting runs (of `only`, or all), never started: abandoned now, to give back unstarted.
+   * Still in `held` until the caller `forget`s them.
+   */
+  withdrawWaiting(only?: readonly Run[]): Run[] {
+    if (this.waiting.length === 0) return [];
+    const picked = only === undefined ? null : new Set(only);
+    const out: Run[] = [];
+    const kept: Run[] = [];
+    for (const run of this.waiting) {
+      if (picked !== null && !picked.has(run)) {
+        kept.push(run);
+        continue;
+      }
+      run.waiting = false;
+      run.abandoned = true;
+      run.settled = true;
+      out.push(run);
+    }
+    this.waiting = kept;
+    if (kept.length === 0 && out.length > 0) this.options.waitingDrained?.();
+    return out;
+  }
+
+  /** Waiting runs claimed at or before `cutoff` (performance.now() ms). */
+  waitedSince(cutoff: number): Run[] {
+    return this.waiting.filter((run) => run.claimedAt <= cutoff);
+  }
+
+  /** A prefetched task waited PREFETCH_MAX_WAIT_MS: prefetch stops until runs are short again. */
+  prefetchWaitedTooLong(): void {
+    this.typicalRunMs = Math.max(this.typicalRunMs ?? 0, PREFETCH_MAX_WAIT_MS);
   }
 
   /** Start every claimed task; one that can't start fails its attempt, never the worker. */
@@ -246,6 +407,7 @@ export class Execution {
     if (enabled("debug"))
       logEvent("debug", "task_started", { task: task.id, attempt: task.attempts });
     if (this.listeners.count > 0) this.listeners.emit("active", context);
+    this.busy += 1;
     void this.execute(run, handler.fn);
   }
 
@@ -262,7 +424,9 @@ export class Execution {
         run.settled = true;
         if (run.timer !== null) clearTimeout(run.timer);
         run.timer = null;
+        this.busy -= 1;
         this.slotReturned(run);
+        if (this.waiting.length > 0) this.pump();
         return;
       }
     }
@@ -286,7 +450,14 @@ export class Execution {
       run.ranMs = performance.now() - run.claimedAt;
       if (run.timer !== null) clearTimeout(run.timer);
       run.timer = null;
+      this.busy -= 1;
       this.slotReturned(run);
+      if (this.prefetch > 0) {
+        const typical = this.typicalRunMs;
+        this.typicalRunMs =
+          typical === null ? run.ranMs : typical + RUN_TIME_WEIGHT * (run.ranMs - typical);
+        if (this.waiting.length > 0) this.pump();
+      }
     }
     if (run.timedOut) return; // failed when its time ran out; what it returned since is dropped
     if (run.abandoned) {
@@ -326,9 +497,10 @@ export class Execution {
     hold?.release();
   }
 
-  /** The runs held before their call now (a rate limit's hold). */
+  /** The runs held before their call now (a rate limit's hold), and the prefetched ones waiting. */
   heldRuns(): Run[] {
-    return [...this.holding].filter((run) => !run.finished && !run.abandoned);
+    const held = [...this.holding].filter((run) => !run.finished && !run.abandoned);
+    return this.waiting.length === 0 ? held : [...held, ...this.waiting];
   }
 
   /**
@@ -336,7 +508,7 @@ export class Execution {
    * abandoned now, to give back.
    */
   withdrawHeld(only?: readonly Run[]): Run[] {
-    const out: Run[] = [];
+    const out: Run[] = this.withdrawWaiting(only);
     for (const run of only ?? this.holding) {
       if (!this.holding.has(run)) continue;
       if (run.finished || run.abandoned) continue;
@@ -418,6 +590,7 @@ export class Execution {
       const run = this.held.get(taskId);
       if (run === undefined || run.finished) continue;
       this.held.delete(taskId);
+      if (run.waiting) this.withdrawWaiting([run]); // never began: no slot to keep
       run.abandoned = true;
       run.leaseLost = true;
       this.counters.lost += 1;
@@ -448,6 +621,8 @@ export class Execution {
 
   /** The drain deadline: every unfinished run is abandoned, its signal aborted; returns them. */
   abandonUnfinished(): Run[] {
+    this.starting = false;
+    this.withdrawWaiting(); // none should wait by now (the drain gave them back): no start
     const left = [...this.held.values()].filter((run) => !run.finished);
     for (const run of left) {
       run.abandoned = true;
@@ -546,4 +721,9 @@ export class Execution {
     else if (outcome.error === null) l.emit("completed", context, outcome.value ?? null);
     else l.emit("failed", context, outcome.error, { dead: how.dead === true });
   }
+}
+
+/** Of `n` tasks claimed with `free` slots, how many would wait for a slot. */
+export function prefetchPart(n: number, free: number): number {
+  return Math.max(0, n - Math.max(0, free));
 }

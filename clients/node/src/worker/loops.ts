@@ -21,7 +21,7 @@ import { nextSlot, slotsBetween, zone } from "../slots.js";
 import type { Broker, ClaimResult, Due, FirePlan } from "./broker.js";
 import { IdentityTaken, PodGone } from "./broker.js";
 import type { ClaimedTask } from "./claimed.js";
-import type { Execution } from "./execution.js";
+import { type Execution, prefetchPart } from "./execution.js";
 import { type Flag, sleep, until, waitAny } from "./flag.js";
 import { EXIT_BAD_CONFIG, FatalStop, type RedisGate } from "./gate.js";
 import { MAX_BATCH } from "./limits.js";
@@ -58,24 +58,35 @@ export class ClaimLoop {
     const draining = this.draining;
     while (!draining.isSet()) {
       this.state = "claiming";
-      const room = Math.min(this.execution.free(), MAX_BATCH);
+      const room = Math.min(this.execution.room(), MAX_BATCH);
       if (room <= 0) {
         this.state = "waiting for a slot";
         this.slotFreed.clear();
-        if (this.execution.free() <= 0 && !draining.isSet())
+        if (this.execution.room() <= 0 && !draining.isSet())
           await waitAny([this.slotFreed, draining]);
         continue;
       }
       const asked = performance.now();
       let claimed: ClaimResult;
+      const prefetch = prefetchPart(room, this.execution.free());
       try {
-        claimed = await this.broker.claim(room, this.idleMs);
+        claimed = await this.broker.claim(room, this.idleMs, prefetch);
       } catch (error) {
         if (!isRedisDown(error)) throw error;
         await this.gate.waitOut(error, draining, this.closing);
         continue;
       }
       this.execution.timings.claim((performance.now() - asked) / 1000);
+      if (
+        prefetch > 0 &&
+        claimed.morePending &&
+        claimed.retryAfterMs === 0 &&
+        claimed.tasks.length <= room - prefetch
+      ) {
+        // none of the prefetch part though tasks are pending: a fleet-wide max_concurrency
+        // drops it, and claiming for it again would only spin: on as without prefetch
+        this.execution.prefetchRefused();
+      }
       if (claimed.tasks.length > 0) {
         await this.take(claimed.tasks);
         if (draining.isSet()) break;

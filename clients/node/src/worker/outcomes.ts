@@ -3,7 +3,9 @@
  * `writing.py` and `reporting.py`).
  *
  * - `Outbox`: handlers' outcomes as they come; one flush loop writes whatever gathered
- *   while the previous write was in flight, in one call per kind. A batch that fails on
+ *   while the previous write was in flight, in one call per kind (while prefetched tasks
+ *   wait for a slot, a write first waits up to 20 ms for the outcomes they are about to
+ *   bring, so one call completes and refills them together). A batch that fails on
  *   an outage waits for the gate; each outcome leaves its batch once written, so a retry
  *   never repeats one.
  * - `OutcomeWriter`: completions, with a claim for the slots they free in the same call
@@ -25,6 +27,12 @@ import { MAX_BATCH } from "./limits.js";
 import { logEvent } from "./log.js";
 import type { Pauses } from "./pauses.js";
 
+/**
+ * Longest a write waits for more outcomes while prefetched tasks wait for a slot (`hold`):
+ * a finished run's lease is no longer beaten, so its outcome never waits long.
+ */
+export const OUTBOX_HOLD_MAX_MS = 20;
+
 /** At most one report write per worker process this often. */
 export const REPORT_INTERVAL_MS = 500;
 
@@ -43,6 +51,12 @@ export class Outbox implements OutcomeSink {
     private readonly write: (batch: Outcome[]) => Promise<void>,
     private readonly gate: RedisGate,
     private readonly giveUp: Flag,
+    /**
+     * True while more outcomes are sure to come at once (prefetched tasks wait for the
+     * slots now running): the flush loop's write waits for them (at most
+     * OUTBOX_HOLD_MAX_MS, or a full batch), so one call completes and refills more tasks.
+     */
+    private readonly hold: () => boolean = () => false,
   ) {}
 
   get size(): number {
@@ -61,13 +75,28 @@ export class Outbox implements OutcomeSink {
       if (until.isSet()) return;
       this.ready.clear();
       await new Promise((r) => setImmediate(r)); // let outcomes of this turn join the batch
-      await this.flush(until);
+      await this.flush(until, true);
     }
   }
 
-  /** Write everything, waiting out outages; return early on a forced stop. */
-  async flush(until?: Flag): Promise<void> {
+  /** While `hold` says more outcomes come at once: wait for them (bounded). */
+  private async gather(until: Flag | undefined): Promise<void> {
+    const end = performance.now() + OUTBOX_HOLD_MAX_MS;
+    while (this.hold() && this.items.length < MAX_BATCH && until?.isSet() !== true) {
+      const left = end - performance.now();
+      if (left <= 0) return;
+      this.ready.clear();
+      await waitAny(until === undefined ? [this.ready] : [this.ready, until], left);
+    }
+  }
+
+  /**
+   * Write everything, waiting out outages; return early on a forced stop. `gathering`
+   * (the flush loop): each write first waits for the outcomes `hold` says are coming.
+   */
+  async flush(until?: Flag, gathering = false): Promise<void> {
     while (this.items.length > 0) {
+      if (gathering) await this.gather(until);
       const batch = this.items.slice(0, MAX_BATCH);
       this.items = this.items.slice(MAX_BATCH);
       try {
@@ -155,7 +184,7 @@ export class OutcomeWriter {
           await this.paused([[outcome.run.task.id, verdict.groupScope === true]]);
       }
     } finally {
-      if (this.execution.free() > 0) this.slotFreed.set();
+      if (this.execution.room() > 0) this.slotFreed.set();
     }
   }
 
@@ -167,13 +196,14 @@ export class OutcomeWriter {
       o.result,
     ]);
     // held still counts the completed ones: the slots they free are theirs to refill
-    const n = Math.max(0, Math.min(done.length, execution.free() + done.length, MAX_BATCH));
+    const [refill, prefetch] = execution.refill(done.length);
+    const n = Math.min(refill, MAX_BATCH);
     let claimed: ClaimResult | null = null;
     let applied: number[];
     if (n <= 0 || !this.mayClaim()) {
       applied = await this.broker.complete(items);
     } else {
-      [applied, claimed] = await this.broker.completeAndClaim(items, n);
+      [applied, claimed] = await this.broker.completeAndClaim(items, n, Math.min(prefetch, n));
     }
     // all of them written: they leave the batch (a retry writes only its failures)
     let kept = 0;

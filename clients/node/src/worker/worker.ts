@@ -3,9 +3,12 @@
  * scripts and with the same drain as the Python worker (`worker/core.py`).
  *
  * One event loop runs the claim loop, the handlers' runs, the outbox's flush loop, the
- * heartbeat, the report loop and the schedule firer. A drain (`drain()`, or SIGTERM in
- * the CLI): stop claiming and firing, beat at once with the draining flag (which also
- * releases hand-offs not popped), let running tasks finish until the drain deadline,
+ * heartbeat, the report loop and the schedule firer. Claims may take more tasks than the
+ * free slots (`prefetch`, execution.ts): those wait held, and a slot whose handler
+ * returned starts one at once. A drain (`drain()`, or SIGTERM in the CLI): stop claiming
+ * and firing, beat at once with the draining flag (which also releases hand-offs not
+ * popped), give back the prefetched tasks not begun (not an attempt), let running tasks
+ * finish until the drain deadline,
  * then abort the rest and release them (not an attempt), write what finished, deregister
  * and resolve 0. A second `drain()` skips to the release at once. Every Redis call on the
  * way out is bounded, so an unreachable Redis never holds the exit: the tasks then come
@@ -22,7 +25,7 @@ import { parseRedisURL } from "../redisurl.js";
 import { configuredNow, loadApi } from "../tracing.js";
 import { Broker, IdentityTaken } from "./broker.js";
 import type { ClaimedTask } from "./claimed.js";
-import { Execution, Run } from "./execution.js";
+import { Execution, PREFETCH_MAX_WAIT_MS, Run } from "./execution.js";
 import { formatError } from "./failures.js";
 import { Flag, bounded, sleep, waitAny } from "./flag.js";
 import { FatalStop, RedisGate } from "./gate.js";
@@ -124,12 +127,18 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
       backoffBaseMs: s.backoffBase * 1000,
       backoffMaxMs: s.backoffMax * 1000,
     });
-    this.outbox = new Outbox((batch) => this.writer().write(batch), this.gate, this.stopRequested);
+    this.outbox = new Outbox(
+      (batch) => this.writer().write(batch),
+      this.gate,
+      this.stopRequested,
+      () => this.execution.waitingCount > 0,
+    );
     this.execution = new Execution({
       queue: s.queue,
       pod: s.pod,
       incarnation: s.incarnation,
       concurrency: s.concurrency,
+      prefetch: s.prefetch,
       defaultTimeout: s.taskTimeout,
       handlers: this.handlers,
       outbox: this.outbox,
@@ -159,6 +168,9 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
         this.reports.addQuota({ taskId, pauseMs, group, reason });
       },
       listeners: this.listeners,
+      waitingDrained: () => {
+        this.outbox.ready.set();
+      },
     });
     this.summary = new Summary(
       this.execution.counters,
@@ -250,6 +262,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
       drain_timeout_s: this.settings.drainTimeout,
     });
     this.drainRequested.set();
+    this.execution.stopStarting();
     this.beatNow.set();
     this.slotFreed.set();
     this.setState("draining");
@@ -259,6 +272,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
   private slotsStuck(): void {
     this.fatal ??= new FatalStop(EXIT_SLOTS_STUCK);
     this.drainRequested.set();
+    this.execution.stopStarting();
     this.beatNow.set();
     this.slotFreed.set();
     this.setState("draining");
@@ -321,7 +335,35 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
       );
       return;
     }
-    this.execution.startAll(tasks);
+    this.execution.admit(tasks);
+  }
+
+  /**
+   * Prefetched tasks no slot began, given back unstarted (not an attempt); if Redis is
+   * down their leases expire instead. Either way they are not this worker's any more.
+   */
+  private async withdraw(runs: Run[]): Promise<void> {
+    if (runs.length === 0) return;
+    await this.release(runs, true);
+    this.execution.forget(runs);
+  }
+
+  /** Loop: give back prefetched tasks that waited PREFETCH_MAX_WAIT_MS for a slot. */
+  private async prefetchGuard(): Promise<void> {
+    while (!this.drainRequested.isSet()) {
+      await sleep(PREFETCH_MAX_WAIT_MS / 2, this.drainRequested);
+      if (this.drainRequested.isSet()) return; // the drain withdraws what still waits
+      const late = this.execution.waitedSince(performance.now() - PREFETCH_MAX_WAIT_MS);
+      if (late.length === 0) continue;
+      const runs = this.execution.withdrawWaiting(late);
+      this.execution.prefetchWaitedTooLong();
+      logEvent("info", "prefetch_withdrawn", {
+        tasks: runs.length,
+        waited_s: PREFETCH_MAX_WAIT_MS / 1000,
+        note: "every slot is busy with long runs",
+      });
+      await this.withdraw(runs);
+    }
   }
 
   /**
@@ -396,7 +438,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
         pod: s.pod,
         incarnation: s.incarnation,
         concurrency: s.concurrency,
-        prefetch: 0,
+        prefetch: s.prefetch,
         handler: this.handlers.ref,
         pid: process.pid,
       });
@@ -438,6 +480,7 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
           }),
         ),
       );
+      if (s.prefetch > 0) background.push(track(this.prefetchGuard()));
       if (s.fireSchedules)
         background.push(
           track(
@@ -508,6 +551,9 @@ export class Worker<Payload = Record<string, unknown>, Result = unknown> {
   private async shutdown(background: Tracked[], failed = false): Promise<number> {
     const broker = this.broker as Broker;
     const deadline = performance.now() + this.settings.drainTimeout * 1000;
+    // prefetched tasks no slot began go back now, for a worker that stays
+    this.execution.stopStarting();
+    await this.withdraw(this.execution.withdrawWaiting());
     await waitAny(
       [this.execution.idle, this.stopRequested],
       Math.max(0, deadline - performance.now()),
