@@ -26,7 +26,7 @@ DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 # each would drown the log (and real messages) at INFO; --verbose keeps them.
 _ROUTINE = re.compile(
     r"^(Handler|Daemon|Timer|Indexer) '(worker_pod_event|worker_deployment_event|_peering_event"
-    r"|forget_deleted_taskqueue|sweep_taskqueue|worker_pods|worker_pod_guards"
+    r"|track_taskqueue|sweep_while_leading|worker_pods|worker_pod_guards"
     r"|worker_deployments|taskqueue_specs|refresh_providerquota|forget_deleted_providerquota)'"
     r" succeeded\.$"
 )

@@ -3,15 +3,15 @@
 
 Run with ``python -m taskfleet_operator``. Handlers that call Redis or the Kubernetes API
 are sync (kopf's thread pool); indexers and handlers that only record or wake run on the
-event loop. The per-TaskQueue loops (sweep, autoscaler) are async daemons that run their
-round trips in the operator's own pool; what they remember is in kopf's memos (`memos`).
+event loop. The sweeps of all TaskQueues run from one loop (`sweeploop`), the autoscaler
+of each autoscaled TaskQueue is an async daemon; both run their round trips in the
+operator's own pool, and what they remember is in kopf's memos (`memos`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -21,7 +21,6 @@ from typing import Any
 
 import kopf
 import redis
-from kubernetes.client.exceptions import ApiException
 
 from taskfleet_operator import (
     apisession,
@@ -31,6 +30,7 @@ from taskfleet_operator import (
     kube,
     memos,
     providerquotas,
+    queuesweep,
     quotaspec,
     reconcile,
     scaler,
@@ -41,7 +41,7 @@ from taskfleet_operator import status as tqstatus
 from taskfleet_operator.connections import Connections, describe_error
 from taskfleet_operator.leadership import Leadership
 from taskfleet_operator.metrics import OperatorMetrics
-from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION, TaskQueueSpec
+from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
 from taskfleet_operator.outages import ServerParked
 from taskfleet_operator.settings import (
     OperatorSettings,
@@ -49,10 +49,6 @@ from taskfleet_operator.settings import (
     exact_names,
     watched_namespaces,
 )
-
-#: How often a sweep writes a TaskQueue's schedules into the store though they did not
-#: change (a store emptied by hand, a Redis that lost its data).
-SCHEDULE_RESYNC_S = 60.0
 
 # Read at import: the sweep intervals and thread count are fixed for the process.
 SETTINGS = OperatorSettings.from_env()
@@ -114,7 +110,10 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
     executor = ThreadPoolExecutor(SETTINGS.sweep_threads, thread_name_prefix="taskfleet")
     closing = threading.Event()
     run = wakeups.in_threads(executor, closing)
+    metrics = OperatorMetrics()
+    sweeps = queuesweep.make_loop(SETTINGS, settings, connections, wakers, metrics, run)
     loops = (
+        asyncio.create_task(sweeps.serve()),
         asyncio.create_task(
             wakeups.poll_demand(wakers, connections, SETTINGS.demand_poll_interval_s, run)
         ),
@@ -124,7 +123,6 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
         asyncio.create_task(wakeups.probe_servers(wakers, connections, run)),
         asyncio.create_task(heap.trim_loop(run)),  # a burst's freed heap back to the kernel
     )
-    metrics = OperatorMetrics()
     metrics.watch(connections)
     quota_links = providerquotas.QuotaLinks(SETTINGS.redis_timeout_s)
     leadership = Leadership(standalone=not SETTINGS.peering, lifetime_s=SETTINGS.peering_lifetime_s)
@@ -146,8 +144,9 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
         closing,
         metrics,
         leadership,
-        wakeups.FirstSweeps(),
+        sweeps.first_sweeps,
         quota_links,
+        sweeps,
     )
     memos.keep_shared(memo, shared)
 
@@ -171,8 +170,36 @@ async def _peering_event(*, name: str, memo: kopf.Memo, **_: Any) -> None:
         memos.leadership(memo).seen()
 
 
+def _own_peering(name: str, **_: Any) -> bool:
+    return name == SETTINGS.peering
+
+
+async def sweep_while_leading(*, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """The sweep loop runs while kopf runs this replica's handlers: kopf starts this
+    daemon of its ClusterKopfPeering when the replica leads, and stops it with
+    ``OPERATOR_PAUSING`` when it pauses for another. Paused, the loop sweeps nothing and
+    drops every queue's connection, so this replica's metrics show none of the queues'
+    series (two replicas exporting them would double every sum) until it resumes."""
+    sweeps, leadership = memos.sweeps(memo), memos.leadership(memo)
+    leadership.seen()
+    sweeps.resume()
+    await stopped.wait()
+    if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.OPERATOR_PAUSING:
+        leadership.paused()
+        await sweeps.pause()
+
+
 if SETTINGS.peering:  # standalone, the replica always leads and needs no such watch
     kopf.on.event("kopf.dev", "v1", "clusterkopfpeerings")(_peering_event)
+    # kopf puts its finalizer on the peering object for this daemon (docs/operator.md).
+    kopf.daemon(
+        "kopf.dev",
+        "v1",
+        "clusterkopfpeerings",
+        when=_own_peering,
+        cancellation_backoff=15,
+        cancellation_timeout=5,
+    )(sweep_while_leading)
 
 
 # ----------------------------------------------------------------------------- indexes
@@ -381,8 +408,12 @@ def purge_queue(
     logger: Logger,
     **_: Any,
 ) -> None:
-    """onDelete: Purge: delete the queue's Redis keys (the finalizer holds until done)."""
+    """onDelete: Purge: delete the queue's Redis keys (the finalizer holds until done),
+    after the queue's last sweep (the loop let it go at its deletion timestamp)."""
     namespace = _ns(namespace)
+    ending = memos.sweeps(memo).stopped((namespace, name))
+    if ending is not None and not ending.wait(timeout=30):
+        raise kopf.TemporaryError("its last sweep still runs", delay=5)
     try:
         model = reconcile.parse_spec(spec)
     except reconcile.InvalidSpec:
@@ -397,197 +428,37 @@ def purge_queue(
     logger.info("purged queue %s", builders.queue_name(namespace, name))
 
 
-# DELETED events only: kopf invokes a handler (and logs its outcome) where `when` matches.
-@kopf.on.event(*TASKQUEUES, when=lambda type, **_: type == "DELETED")
-async def forget_deleted_taskqueue(
-    *, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
-) -> None:
-    """A TaskQueue gone: close its connection and drop its metric series (kopf drops its
-    memo itself), in a thread."""
-    memos.metrics(memo).forget(builders.queue_name(_ns(namespace), name))
-    with contextlib.suppress(wakeups.Stopping):  # the cleanup closes every connection
-        await memos.blocking(memo)(memos.connections(memo).forget, _ns(namespace), name)
+#: The indexes a sweep reads, handed to the sweep loop by `track_taskqueue`.
+SWEEP_INDEXES = ("taskqueue_specs", "worker_deployments", "worker_pods", "worker_pod_guards")
 
 
-# kopf puts its finalizer (ours, see settings) on every TaskQueue because of this daemon:
-# the loop must be stopped before the object goes. Deleting a Retain queue is still
-# immediate while the operator runs; only Purge waits for the Redis cleanup.
-# kopf raises `stopped` first and cancels only after the backoff: a sweep in its thread
-# finishes, and nothing of it runs after the finalizer is gone.
-@kopf.daemon(*TASKQUEUES, cancellation_backoff=15, cancellation_timeout=5, backoff=5)
-async def sweep_taskqueue(
+@kopf.on.event(*TASKQUEUES)
+async def track_taskqueue(
     *,
+    type: str,
     body: kopf.Body,
     name: str,
     namespace: str | None,
     memo: kopf.Memo,
-    logger: Logger,
-    stopped: kopf.DaemonStopped,
     **kwargs: Any,
 ) -> None:
-    """Requeue orphans, run Redis housekeeping and cron, and write status: every sweep
-    interval while the queue has work, every idle interval while it has none, and at once
-    when something wakes it (`wakeups`). The sweep's round trips run in a thread; the
-    waits between sweeps hold none."""
-    key = (_ns(namespace), name)
-    wakers, run = memos.wakers(memo), memos.blocking(memo)
-    woken = wakers.register(key)
-    was_idle = False
-    try:
-        if not (body.get("status") or {}).get("observedGeneration"):
-            # Never handled yet (just created): the create handler wakes this loop once it
-            # has applied the Deployment and configured the queue, or failed to. Sweeping
-            # before would only compete with a burst's creations for threads and the API;
-            # and during a burst, the first sweeps wait for its end (`FirstSweeps`).
-            await wakeups.wait(woken, stopped, SETTINGS.idle_sweep_interval_s)
-            await memos.first_sweeps(memo).turn(stopped)
-        while not stopped:
-            woken.clear()
-            try:
-                quiet = await run(_sweep_once, body, key, memo, logger, kwargs)
-            except wakeups.Stopping:
-                return
-            except Exception:  # a failed sweep must not end the sweeping: say it, go on
-                logger.exception("sweep failed")
-                memos.metrics(memo).sweep_errors.labels(builders.queue_name(*key), "error").inc()
-                quiet = None
-            idle = quiet is not None and quiet.idle
-            if quiet is not None and idle != was_idle:
-                state = "idle, until woken" if idle else "busy"
-                logger.debug("sweeps of %s/%s %s: %s", *key, state, quiet.why)
-            was_idle = idle
-            # An autoscaled queue's demand is read by its autoscaler, which wakes this loop.
-            wakers.set_idle(key, idle, poll_demand=not body.get("spec", {}).get("autoscale"))
-            # A parked server's queues wait for its probe, which wakes them.
-            parked = quiet is not None and quiet.parked
-            interval = (
-                SETTINGS.idle_sweep_interval_s * wakeups.IDLE_FULL_SWEEP_FACTOR
-                if idle or parked
-                else SETTINGS.sweep_interval_s
-            )
-            await wakeups.wait(woken, stopped, interval)
-    finally:
-        wakers.unregister(key, woken)
-        if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.OPERATOR_PAUSING:
-            memos.leadership(memo).paused()
-            # Paused in favour of another replica, which serves this queue now: drop the
-            # connection, so this replica's metrics show none of the queue's series (two
-            # replicas exporting them would double every sum) until it resumes.
-            memos.connections(memo).forget(*key)
+    """Each event of a TaskQueue: the sweep loop keeps what its sweeps read (`sweeploop`);
+    one being deleted leaves the loop. Gone (DELETED): close its connection and drop its
+    metric series (kopf drops its memo itself), in a thread.
 
-
-def _sweep_once(
-    body: kopf.Body,
-    key: tuple[str, str],
-    memo: kopf.Memo,
-    logger: Logger,
-    indexes: Mapping[str, Any],
-) -> wakeups.Quiet | None:
-    """One sweep and its status update (in a thread); None when there was none to do."""
-    namespace, name = key
-    if not reconcile.still_declared(indexes["taskqueue_specs"].get(key), body):
-        return None  # its finalizer was removed by hand: never sweep a queue nobody declares
-    try:
-        model = reconcile.parse_spec(body["spec"])
-    except reconcile.InvalidSpec:
-        return None  # reported by the create/update handler
-    status = dict(body.get("status") or {})
-    memory, connections = memos.taskqueue(memo), memos.connections(memo)
-    failure = tqstatus.failure_of(memory.failure, body["metadata"].get("generation"))
-    deployment = reconcile.first(indexes["worker_deployments"].get(key))
-    if reconcile.deployment_lost(deployment, failure, status):
-        reconcile.restore_fleet(body, model, connections, logger)
-    live = list(indexes["worker_pods"].get(key, []))
-    schedules = json.dumps([s.model_dump() for s in model.schedules], sort_keys=True)
-    sync = (
-        schedules != memory.schedules_synced
-        or time.monotonic() - memory.schedules_synced_at > SCHEDULE_RESYNC_S
-    )
-    metrics = memos.metrics(memo)
-    with metrics.sweep_seconds.time():
-        outcome = sweeper.sweep_taskqueue(
-            connections,
-            body,
-            model,
-            live_pods=live,
-            suspects=memory.suspects,
-            sync=sync,
-            logger=logger,
-            repair_cursor=memory.repair_cursor,
-        )
-    queue = builders.queue_name(namespace, name)
-    if isinstance(outcome, sweeper.SweepReport):
-        memory.suspects = outcome.suspects
-        memory.repair_cursor = outcome.repair_cursor
-        if sync and not outcome.schedule_errors:
-            memory.schedules_synced, memory.schedules_synced_at = schedules, time.monotonic()
-        _count_sweep(metrics, queue, outcome)
-        for task_id, state in outcome.repaired:
-            logger.warning(
-                "flow_repaired: task %s of queue %s, its dependencies ended without waking "
-                "it, now %s",
-                task_id,
-                queue,
-                state,
-            )
-        _guard(key, model, report=outcome, memo=memo, logger=logger, indexes=indexes)
-    else:
-        metrics.sweep_errors.labels(queue, outcome.reason).inc()
-    policy = connections.policy(namespace, name)
-    if policy is None and isinstance(outcome, sweeper.SweepReport):
-        policy = connections.check_policy(namespace, name)  # a server not checked yet
-    swept = tqstatus.Swept(
-        name,
-        model,
-        status,
-        deployment,
-        len(live),
-        outcome,
-        failure,
-        eviction_policy=policy,
-        announced=memory.announced,
-    )
-    update = tqstatus.after_sweep(swept, now=tqstatus.now_iso())
-    if update.patch:
-        kube.patch_taskqueue_status(name, namespace, dict(update.patch))
-    for event in update.events:
-        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-    memory.announced = tqstatus.announced_after(swept)
-    return wakeups.after_sweep(model, outcome, deployment, len(live))
-
-
-def _guard(
-    key: tuple[str, str],
-    model: TaskQueueSpec,
-    *,
-    report: sweeper.SweepReport,
-    memo: kopf.Memo,
-    logger: Logger,
-    indexes: Mapping[str, Any],
-) -> None:
-    """The disruption guard after a sweep (`disruption`); a failure waits for the next."""
-    namespace, name = key
-    try:
-        disruption.update_guards(
-            memos.connections(memo).get(namespace, name, model),
-            namespace,
-            name,
-            indexes["worker_pod_guards"].get(key, []),
-            enabled=model.disruption_guard,
-            running=int(report.stats.get("running", 0)),
-            logger=logger,
-        )
-    except (redis.RedisError, kube.SecretUnavailable, ApiException) as error:
-        logger.warning("disruption guard not updated: %s", describe_error(error))
-
-
-def _count_sweep(metrics: OperatorMetrics, queue: str, report: sweeper.SweepReport) -> None:
-    if report.requeued:
-        metrics.requeued.labels(queue, "pod_gone").inc(sum(report.requeued.values()))
-    if report.lease_expired:
-        metrics.requeued.labels(queue, "lease_expired").inc(report.lease_expired)
-    if report.fired:
-        metrics.schedules_fired.labels(queue).inc(report.fired)
+    No sweep needs kopf's finalizer: a Retain TaskQueue carries none and is deleted at
+    once; a Purge one carries it for `purge_queue`, an autoscaled one for its autoscaler.
+    A sweep that runs while its queue goes finishes harmlessly (`_sweep_once`)."""
+    key, sweeps = (_ns(namespace), name), memos.sweeps(memo)
+    for index in SWEEP_INDEXES:
+        sweeps.indexes[index] = kwargs[index]
+    if type != "DELETED":
+        sweeps.track(key, body, memo)
+        return
+    sweeps.stop(key)
+    memos.metrics(memo).forget(builders.queue_name(*key))
+    with contextlib.suppress(wakeups.Stopping):  # the cleanup closes every connection
+        await memos.blocking(memo)(memos.connections(memo).forget, *key)
 
 
 # ----------------------------------------------------------------------------- ProviderQuota

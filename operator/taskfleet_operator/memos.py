@@ -23,6 +23,7 @@ from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.providerquotas import QuotaLinks
 from taskfleet_operator.scaler import ScalerState
 from taskfleet_operator.status import Failure
+from taskfleet_operator.sweeploop import SweepLoop
 from taskfleet_operator.wakeups import Blocking, FirstSweeps, Wakers
 
 _SHARED = "shared"
@@ -73,6 +74,8 @@ class Shared:
     first_sweeps: FirstSweeps
     # The ProviderQuotas' Redis clients (`providerquotas`).
     quota_links: QuotaLinks
+    # The one loop that sweeps every TaskQueue (`sweeploop`).
+    sweeps: SweepLoop
 
 
 def keep_shared(memo: kopf.Memo, shared: Shared) -> None:
@@ -104,6 +107,10 @@ def wakers(memo: kopf.Memo) -> Wakers:
 
 def first_sweeps(memo: kopf.Memo) -> FirstSweeps:
     return shared(memo).first_sweeps
+
+
+def sweeps(memo: kopf.Memo) -> SweepLoop:
+    return shared(memo).sweeps
 
 
 def quota_links(memo: kopf.Memo) -> QuotaLinks:

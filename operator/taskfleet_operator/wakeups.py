@@ -1,8 +1,8 @@
 """When each TaskQueue is swept: often while it has work, rarely while it is idle, and at
 once when something happens to it.
 
-Each TaskQueue's sweep loop (an async kopf daemon) registers here and waits on its own
-event between sweeps. Anything that learns of a change wakes it, from any thread: a
+The sweep loop (`sweeploop`, one for all TaskQueues) registers each queue here and
+plans its sweeps. Anything that learns of a change wakes a queue, from any thread: a
 worker pod's or Deployment's event, a spec change, the autoscaler's demand wait, and
 the demand poll, which reads every idle queue's `demand` list in one pipelined round
 trip per Redis (an enqueue that woke workers pushes it). So an idle queue costs one
@@ -76,32 +76,30 @@ def after_sweep(
 
 
 class Wakers:
-    """Each sweep loop's wake-up event, by TaskQueue; `wake` is safe from any thread."""
+    """Which TaskQueues the sweep loop (`sweeploop`) serves, whether each is idle, and
+    their wake-ups: `wake` is safe from any thread and hands the key to the loop."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._events: dict[Key, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
-        # Idle queues, each with whether the demand poll reads its demand list (not for an
-        # autoscaled queue, whose autoscaler waits on that list itself).
+        # The queues the sweep loop serves, each with whether it is idle and whether the
+        # demand poll reads its demand list (not for an autoscaled queue, whose
+        # autoscaler waits on that list itself).
         self._idle: dict[Key, tuple[bool, bool]] = {}
+        self._sink: tuple[asyncio.AbstractEventLoop, Callable[[Key], None]] | None = None
         # Each autoscaler's wake-up for when its parked Redis server answers again.
         self._resumed: dict[Key, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
 
-    def register(self, key: Key) -> asyncio.Event:
-        """Called by the sweep loop, on the event loop."""
-        event = asyncio.Event()
-        with self._lock:
-            self._events[key] = (asyncio.get_running_loop(), event)
-            self._idle[key] = (False, False)
-        return event
+    def attach(self, sink: Callable[[Key], None]) -> None:
+        """Where wakes go: ``sink(key)``, called on this (the running) event loop."""
+        self._sink = (asyncio.get_running_loop(), sink)
 
-    def unregister(self, key: Key, event: asyncio.Event) -> None:
-        """Drop ``key`` if ``event`` is still its own (a successor may have registered)."""
+    def register(self, key: Key) -> None:
         with self._lock:
-            entry = self._events.get(key)
-            if entry is not None and entry[1] is event:
-                del self._events[key]
-                self._idle.pop(key, None)
+            self._idle[key] = (False, False)
+
+    def unregister(self, key: Key) -> None:
+        with self._lock:
+            self._idle.pop(key, None)
 
     def resumed_event(self, key: Key) -> asyncio.Event:
         """The event `resume` sets for ``key``'s autoscaler (on the event loop; kept for
@@ -124,10 +122,15 @@ class Wakers:
 
     def wake(self, key: Key) -> None:
         with self._lock:
-            entry = self._events.get(key)
-        if entry is None:
+            known, sink = key in self._idle, self._sink
+        if not known or sink is None:
             return
-        _set_from_anywhere(*entry)
+        loop, wake = sink
+        if _running_loop() is loop:  # an async handler: no hand-over through the loop's pipe
+            wake(key)
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed: the operator is stopping
+            loop.call_soon_threadsafe(wake, key)
 
     def forget_resumed(self, key: Key, event: asyncio.Event) -> None:
         """Drop ``key``'s autoscaler wake-up if ``event`` is still it (the autoscaler ended)."""
@@ -138,7 +141,7 @@ class Wakers:
 
     def set_idle(self, key: Key, idle: bool, *, poll_demand: bool = True) -> None:
         with self._lock:
-            if key in self._events:
+            if key in self._idle:
                 self._idle[key] = (idle, poll_demand)
 
     def idle(self, *, demand_polled: bool = False) -> list[Key]:
@@ -174,7 +177,8 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 class FirstSweeps:
     """New TaskQueues' first sweeps, held back while a burst of them is being created.
 
-    A new TaskQueue's sweep loop waits for its create handler, then asks `turn`. A lone
+    A new TaskQueue's first sweep waits for its create handler, then asks `hold` (the
+    sweep loop; `turn` is the same gate for a coroutine that waits on it). A lone
     creation sweeps at once; during a burst (another create handler finished less than
     ``quiet_s`` before) the first sweeps wait until no creation has finished for
     ``quiet_s``, or ``most_s`` at most. The Deployments need no sweep; what a first sweep
@@ -205,6 +209,19 @@ class FirstSweeps:
         if self._timer is None:
             self._timer = loop.call_later(self.quiet_s, self._check, loop)
         await wait(self._calm, stopped, self.most_s)
+
+    def hold(self, now: float) -> bool:
+        """The sweep loop's `turn`: a first sweep arrives at ``now`` (loop time); True
+        when it must wait (`released`) because a burst goes on."""
+        burst, self._last = now - self._last < self.quiet_s, now
+        return burst
+
+    def released(self, now: float, since: float) -> bool:
+        """Whether a first sweep held since ``since`` may run at ``now``."""
+        return now - self._last >= self.quiet_s or now - since >= self.most_s
+
+    def release_at(self, since: float) -> float:
+        return min(self._last + self.quiet_s, since + self.most_s)
 
     def _check(self, loop: asyncio.AbstractEventLoop) -> None:
         left = self._last + self.quiet_s - loop.time()

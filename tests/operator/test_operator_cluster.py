@@ -34,6 +34,7 @@ from tests.polling import wait_for
 
 pytestmark = pytest.mark.apiserver
 HOLD_FINALIZER = "taskfleet.dev/test-hold"
+FINALIZER = "taskfleet.dev/finalizer"  # kopf's, as the operator names it
 # Leases that cannot expire within any deadline here, so lease expiry never takes
 # tasks back in place of the path under test.
 LONG_LEASE = {"intervalSeconds": 1, "ttlSeconds": 60}
@@ -564,27 +565,23 @@ def test_on_delete_purge_removes_the_queue_data_and_retain_keeps_it(
     kept.enqueue({"x": 1})
     for name in ("purged", "kept"):
         wait_for(
-            lambda name=name: (
-                "taskfleet.dev/finalizer"  # type: ignore[misc]
-                in cluster.tq(name)["metadata"].get("finalizers", [])
+            lambda name=name: (  # type: ignore[misc]
+                cluster.tq(name).get("status", {}).get("pending") == 1
             ),
             timeout=APISERVER_TIMEOUT_S,
             interval=APISERVER_INTERVAL_S,
-            what=f"{name} carries the operator's finalizer",
+            what=f"{name} swept",
         )
+    # Only the Purge handler needs kopf's finalizer: a Retain queue carries none.
+    assert FINALIZER in cluster.tq("purged")["metadata"].get("finalizers", [])
+    assert FINALIZER not in cluster.tq("kept")["metadata"].get("finalizers", [])
+    for name in ("purged", "kept"):
         cluster.custom.delete_namespaced_custom_object(
             GROUP, VERSION, cluster.namespace, PLURAL, name
         )
 
-    def gone(name: str) -> bool:
-        try:
-            cluster.tq(name)
-        except ApiException as exc:
-            return bool(exc.status == 404)
-        return False
-
     wait_for(
-        lambda: gone("purged") and gone("kept"),
+        lambda: _gone(cluster, "purged") and _gone(cluster, "kept"),
         timeout=APISERVER_TIMEOUT_S,
         interval=APISERVER_INTERVAL_S,
         what="both TaskQueues deleted",
@@ -595,3 +592,46 @@ def test_on_delete_purge_removes_the_queue_data_and_retain_keeps_it(
     finally:
         client_.close()
     assert kept.stats()["pending"] == 1
+
+
+def _gone(cluster: Cluster, name: str) -> bool:
+    try:
+        cluster.tq(name)
+    except ApiException as exc:
+        return bool(exc.status == 404)
+    return False
+
+
+def test_a_queue_with_the_finalizer_of_an_older_operator_is_handled_and_deleted(
+    cluster: Cluster, redis_url: str
+) -> None:
+    """Operators that swept each TaskQueue in a kopf daemon put kopf's finalizer on every
+    one; no handler needs it on a Retain queue now, and kopf takes it off."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TaskQueue",
+        "metadata": {"name": "older", "finalizers": [FINALIZER]},
+        "spec": base_spec(redis_url),
+    }
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, cluster.namespace, PLURAL, body)
+    wait_for(
+        lambda: cluster.tq("older").get("status", {}).get("pending") == 0,
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="the queue swept",
+    )
+    wait_for(
+        lambda: FINALIZER not in cluster.tq("older")["metadata"].get("finalizers", []),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="kopf's finalizer taken off (no handler requires it)",
+    )
+    cluster.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, cluster.namespace, PLURAL, "older"
+    )
+    wait_for(
+        lambda: _gone(cluster, "older"),
+        timeout=APISERVER_TIMEOUT_S,
+        interval=APISERVER_INTERVAL_S,
+        what="the queue deleted (the older operator's finalizer released)",
+    )

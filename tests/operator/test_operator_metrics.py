@@ -101,7 +101,7 @@ def test_one_scrape_reads_every_queue_its_counts_workers_and_oldest_pending_age(
 def test_the_operator_endpoint_serves_the_queues_and_its_own_work(
     connections: Connections,
 ) -> None:
-    from taskfleet_operator import handlers, sweeper
+    from taskfleet_operator import queuesweep, sweeper
 
     spec = make_spec()
     queue: Queue = connections.get("apps", "emails", spec)
@@ -110,7 +110,7 @@ def test_the_operator_endpoint_serves_the_queues_and_its_own_work(
     metrics = OperatorMetrics()
     metrics.watch(connections)
     report = sweeper.SweepReport(requeued={"pod-a": 2, "pod-b": 1}, lease_expired=5, fired=1)
-    handlers._count_sweep(metrics, "apps.emails", report)
+    queuesweep.count_sweep(metrics, "apps.emails", report)
     with metrics.sweep_seconds.time():
         pass
     port = free_port()
@@ -139,12 +139,12 @@ def test_the_operator_endpoint_serves_the_queues_and_its_own_work(
 
 
 def test_a_deleted_queues_own_series_go_and_other_queues_keep_theirs() -> None:
-    from taskfleet_operator import handlers, sweeper
+    from taskfleet_operator import queuesweep, sweeper
 
     metrics = OperatorMetrics()
     report = sweeper.SweepReport(requeued={"pod-a": 2}, lease_expired=1, fired=1)
     for queue in ("apps.emails", "apps.reports"):
-        handlers._count_sweep(metrics, queue, report)
+        queuesweep.count_sweep(metrics, queue, report)
         metrics.sweep_errors.labels(queue, "RedisUnreachable").inc()
 
     metrics.forget("apps.emails")

@@ -103,8 +103,8 @@ def test_routine_success_lines_are_filtered_and_everything_else_kept() -> None:
         record = logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, message, (), None)
         return quiet.filter(record)
 
-    assert not passes("Timer 'sweep_taskqueue' succeeded.")
-    assert not passes("Daemon 'sweep_taskqueue' succeeded.")  # one per deleted TaskQueue
+    assert not passes("Handler 'track_taskqueue' succeeded.")  # each TaskQueue event
+    assert not passes("Daemon 'sweep_while_leading' succeeded.")  # at each pause
     assert not passes("Handler 'worker_pod_event' succeeded.")
     assert not passes("Handler 'worker_deployment_event' succeeded.")
     assert not passes("Handler '_peering_event' succeeded.")

@@ -158,21 +158,12 @@ def test_idle_housekeeping_sweeps_every_idle_queue_in_pipelines_and_wakes_only_t
 
 
 def test_a_wake_from_another_thread_ends_the_wait_and_a_stop_ends_it_too() -> None:
-    class Stopped:
-        def __init__(self) -> None:
-            self.flag = asyncio.Event()
-
-        async def wait(self) -> None:
-            await self.flag.wait()
-
     async def scenario() -> tuple[float, float]:
-        wakers = wakeups.Wakers()
-        event = wakers.register(("ns", "q"))
-        stopped = Stopped()
+        event, stopped = asyncio.Event(), _Stopped()
         loop = asyncio.get_running_loop()
         start = loop.time()
         await asyncio.gather(
-            asyncio.to_thread(wakers.wake, ("ns", "q")),
+            asyncio.to_thread(lambda: loop.call_soon_threadsafe(event.set)),
             wakeups.wait(event, stopped, WAIT_S),
         )
         woken_after = loop.time() - start
@@ -195,14 +186,26 @@ class _Stopped:
         await self.flag.wait()
 
 
-def test_a_wake_on_the_event_loop_sets_the_event_at_once() -> None:
-    async def scenario() -> bool:
-        wakers = wakeups.Wakers()
-        event = wakers.register(("ns", "q"))
+def test_wakes_reach_the_sweep_loop_from_its_loop_at_once_and_from_threads() -> None:
+    async def scenario() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        wakers, got = wakeups.Wakers(), []
+        wakers.attach(got.append)
+        wakers.register(("ns", "q"))
         wakers.wake(("ns", "q"))  # an async handler's wake: no round through the loop
-        return event.is_set()
+        wakers.wake(("ns", "unknown"))  # a queue the loop does not serve: nothing
+        at_once = list(got)
+        await asyncio.to_thread(wakers.wake, ("ns", "q"))
+        for _ in range(100):
+            if len(got) == 2:
+                break
+            await asyncio.sleep(0.01)
+        wakers.unregister(("ns", "q"))
+        wakers.wake(("ns", "q"))
+        return at_once, got
 
-    assert asyncio.run(scenario())
+    at_once, got = asyncio.run(scenario())
+    assert at_once == [("ns", "q")]
+    assert got == [("ns", "q"), ("ns", "q")]
 
 
 def test_a_lone_first_sweep_runs_at_once_and_a_burst_waits_for_its_end() -> None:
