@@ -98,8 +98,10 @@ def test_three_queues_on_three_masters_share_one_quota_and_never_start_more_than
         assert len(_starts(client)) == 5
         done = [q.get(i) for q in queues for i in ids[q.name]]
         assert sum(1 for t in done if t is not None and t.state == "done") == 5
+        # the runs' reservations return in a call on the quota's slot after their ends
+        wait_for(lambda: _use(openai).reserved == 0, timeout=10, what="the runs' ends")
         use = openai.get()
-        assert use is not None and use.units["requests"].used == 5 and use.reserved == 0
+        assert use is not None and use.units["requests"].used == 5
         # a task its quota could not admit is not an attempt
         for q in queues:
             for t in q.list("delayed").tasks:
@@ -174,7 +176,14 @@ def test_a_rate_limit_met_in_one_queue_pauses_the_quota_for_queues_on_other_mast
         openai.resume()
         for q in others:
             assert q.wait([needing[q.name]], timeout=20)[needing[q.name]].state == "done"
-        assert _use(openai).reserved == 0
+        # Nothing leaked. Not at once: on a cluster a task's reservation returns in a call
+        # on the quota's slot after its end, and the first queue's limited task runs again
+        # (reserving) once its retry-after has passed.
+        wait_for(
+            lambda: _use(openai).reserved == 0,
+            timeout=20,
+            what=lambda: f"every reservation back: {_use(openai)}",
+        )
     finally:
         for fleet in fleets:
             fleet.close()
