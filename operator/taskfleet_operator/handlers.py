@@ -448,7 +448,7 @@ async def track_taskqueue(
 
     No sweep needs kopf's finalizer: a Retain TaskQueue carries none and is deleted at
     once; a Purge one carries it for `purge_queue`, an autoscaled one for its autoscaler.
-    A sweep that runs while its queue goes finishes harmlessly (`_sweep_once`)."""
+    A sweep that runs while its queue goes finishes harmlessly (`queuesweep.sweep_once`)."""
     key, sweeps = (_ns(namespace), name), memos.sweeps(memo)
     for index in SWEEP_INDEXES:
         sweeps.indexes[index] = kwargs[index]
