@@ -34,9 +34,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from taskfleet import CancelOutcome, Queue, QueueConfig, Task, TaskExists, TaskState
-from taskfleet.protocol.claimrecord import ID, TOKEN, tagged_fields
-from taskfleet.protocol.records import text
 from taskfleet.protocol.scripts import Ops, SyncScripts
+from taskfleet.worker.claimed import parse_claim_records
 
 from tests.fixtures_redis import BlockingBroker
 from tests.protocol_invariants import (
@@ -51,11 +50,14 @@ PODS = ("pod-a", "pod-b")
 LEASE_TTL_S = 0.05
 
 
-def _id_and_token(record: bytes | str) -> SimpleNamespace:
-    """A claimed task's id and token, from its tagged claim record."""
-    tagged = tagged_fields(record.encode() if isinstance(record, str) else record)
-    assert tagged is not None, record
-    return SimpleNamespace(id=text(tagged[0][ID]), token=text(tagged[0][TOKEN]))
+def _ids_and_tokens(records: list[bytes]) -> list[SimpleNamespace]:
+    """The claimed tasks' ids and tokens, read as the worker reads its claim records: the
+    tagged form, or the positional one a producer's hand-off takes for a pod whose worker
+    record does not say it reads tags (this test's brokers register none)."""
+    tasks, bad = parse_claim_records(records)
+    assert not bad, bad
+    assert len(tasks) == len(records), records
+    return [SimpleNamespace(id=task.id, token=task.token) for task in tasks]
 
 
 class ProtocolMachine(ProtocolInvariants, RuleBasedStateMachine):
@@ -200,7 +202,7 @@ class ProtocolMachine(ProtocolInvariants, RuleBasedStateMachine):
         self.claims += 1
         op = self.ops.claim(pod, "1", n, f"small{self.claims}", 1)
         raw = SyncScripts.for_client(self.raw).run(op)
-        tasks = [_id_and_token(record) for record in raw.records]
+        tasks = _ids_and_tokens(raw.records)
         self._took(pod, n + handed, SimpleNamespace(tasks=tasks))
 
     @rule(pod=st.sampled_from(PODS))
@@ -439,3 +441,23 @@ def test_protocol_invariants_hold_under_random_interleavings(redis_url: str) -> 
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+
+
+def test_a_task_handed_to_a_pod_with_no_worker_record_is_read_by_its_next_claim(
+    redis_url: str,
+) -> None:
+    """A sequence the random run found: a pod registered idle, a producer hands it a task
+    (positional: the pod's record does not say it reads tags), and the pod's next claim,
+    with the smallest bound, returns it first among its tasks."""
+    ProtocolMachine.url = redis_url
+    machine = ProtocolMachine()
+    try:
+        machine.claim("pod-a", 1, idle=True)
+        machine.enqueue(2, 0, None, None, None)
+        assert machine._handed("pod-a") == 1
+        machine.claim_with_the_smallest_bound("pod-a", 1)
+        assert len(machine.held["pod-a"]) == 1
+        assert set(machine.held["pod-a"]) <= machine.enqueued
+        machine.every_task_is_in_exactly_one_state_and_none_is_lost()
+    finally:
+        machine.teardown()
