@@ -11,7 +11,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
         bench-processes bench-provider bench-schedules bench-expiry bench-flows bench-dashboard \
         bench-autoscale bench-coldstart bench-podstart bench-operator bench-operator-memory \
         bench-operator-idle bench-redis-sizing bench-scale soak soak-faults demo demo-local local-demo \
-        bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e e2e-kind-ci \
+        bench-isolation k8s-bins cluster-up cluster-down images-local e2e-local e2e-heavy e2e e2e-kind-ci \
         kind-node-image kind-up kind-down clean release-tools release release-check release-npm-check \
         test-redis-versions test-redis-py-range bench-operator-outage helm chart-files chart-lint \
         bench-fairness bench-groups \
@@ -229,6 +229,12 @@ images-local: ## build the project's images with buildah and import them into co
 
 e2e-local: $(DEV) ## the e2e suite on the local cluster
 	e2e/run-local.sh --durations=20
+
+# The scenarios make check runs at a size for CI, at their full size here: 20 busy pods
+# force-deleted while their workers linger (8 in make check).
+e2e-heavy: $(DEV) ## the e2e scenarios at their full size on the local cluster (TASKFLEET_E2E_FORCE_DELETES, default 20)
+	TASKFLEET_E2E_FORCE_DELETES=$${TASKFLEET_E2E_FORCE_DELETES:-20} e2e/run-local.sh \
+		e2e/test_pod_disruption.py -k force_deleted_busy_pods_whose_workers_linger --durations=5
 
 demo-local: ## the demo on the local cluster
 	e2e/demo.sh local

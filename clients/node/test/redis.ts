@@ -10,6 +10,14 @@ import { Redis } from "ioredis";
 
 const REDIS_SERVER = process.env.REDIS_SERVER ?? "redis-server";
 const START_DEADLINE_MS = 10_000;
+const START_ATTEMPTS = 3;
+
+/** The server process ended before it answered (most often: its port was taken). */
+class ExitedAtStart extends Error {
+  constructor(port: number) {
+    super(`redis-server exited at start on port ${port}`);
+  }
+}
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -51,7 +59,24 @@ export class RedisServer {
     return `redis://127.0.0.1:${this.port}/0`;
   }
 
+  /**
+   * Starts the server on a free port. Test files run side by side (`node --test
+   * --test-concurrency`), so the port a probe found free may be bound by another file's
+   * server before this one binds it: a server that exits at start is started again on
+   * another port.
+   */
   async start(): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.startOnce();
+        return;
+      } catch (error) {
+        if (!(error instanceof ExitedAtStart) || attempt >= START_ATTEMPTS) throw error;
+      }
+    }
+  }
+
+  private async startOnce(): Promise<void> {
     this.port = await freePort();
     const args = [
       "--port",
@@ -66,13 +91,14 @@ export class RedisServer {
       "no",
       ...this.extraArgs,
     ];
-    this.process = spawn(REDIS_SERVER, args, { stdio: "ignore" });
+    const server = spawn(REDIS_SERVER, args, { stdio: "ignore" });
+    this.process = server;
     const admin = this.admin();
     try {
       await until(
         `redis-server on port ${this.port} answers`,
         async () => {
-          if (this.process?.exitCode !== null) throw new Error("redis-server exited at start");
+          if (server.exitCode !== null) throw new ExitedAtStart(this.port);
           try {
             await admin.ping();
             return true;
