@@ -232,9 +232,9 @@ e2e-local: $(DEV) ## the e2e suite on the local cluster
 
 # The scenarios make check runs at a size for CI, at their full size here: 20 busy pods
 # force-deleted while their workers linger (8 in make check).
+HEAVY_E2E := e2e/test_pod_disruption.py -k force_deleted_busy_pods_whose_workers_linger --durations=5
 e2e-heavy: $(DEV) ## the e2e scenarios at their full size on the local cluster (TASKFLEET_E2E_FORCE_DELETES, default 20)
-	TASKFLEET_E2E_FORCE_DELETES=$${TASKFLEET_E2E_FORCE_DELETES:-20} e2e/run-local.sh \
-		e2e/test_pod_disruption.py -k force_deleted_busy_pods_whose_workers_linger --durations=5
+	TASKFLEET_E2E_FORCE_DELETES=$${TASKFLEET_E2E_FORCE_DELETES:-20} e2e/run-local.sh $(HEAVY_E2E)
 
 demo-local: ## the demo on the local cluster
 	e2e/demo.sh local
