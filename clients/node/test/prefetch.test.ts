@@ -429,14 +429,22 @@ describe("prefetch against a real redis-server", () => {
     await q.close();
   });
 
-  it("under a fleet-wide max_concurrency nothing is prefetched, and the queue drains", async () => {
+  /**
+   * A worker of 4 slots draining two warm-up batches on a queue of the given config: the
+   * most tasks it held at once (running and waiting), and the worker itself.
+   */
+  async function mostHeld(
+    pod: string,
+    prefetch: number,
+    config: { maxConcurrency?: number },
+  ): Promise<{ most: number; worker: Worker<Job> }> {
     const q = new Queue<Job>("pf", { redisUrl: server.url });
-    await q.configure({ maxConcurrency: 2 });
+    await q.configure(config);
     const w = new Worker<Job>("pf", {
       redisUrl: server.url,
-      pod: "pf-limited",
+      pod,
       concurrency: 4,
-      prefetch: 4,
+      prefetch,
       heartbeatIntervalMs: 300,
       fireSchedules: false,
       handler: () => null,
@@ -448,11 +456,22 @@ describe("prefetch against a real redis-server", () => {
     const running = w.run();
     await warmUp(q);
     await warmUp(q);
-    assert.ok(most >= 1 && most <= 2, `held at most ${most}`);
     w.drain();
     assert.equal(await running, 0);
     assert.equal((await q.stats()).completed, 100);
     await q.close();
+    return { most, worker: w };
+  }
+
+  it("under a fleet-wide max_concurrency nothing is prefetched, and the queue drains", async () => {
+    const { most } = await mostHeld("pf-limited", 4, { maxConcurrency: 2 });
+    assert.ok(most >= 1 && most <= 2, `held at most ${most}`);
+  });
+
+  it("with prefetch 0, a worker never holds more tasks than its slots, and drains all", async () => {
+    const { most, worker } = await mostHeld("pf-zero", 0, {});
+    assert.ok(most >= 1 && most <= 4, `held at most ${most}`);
+    assert.equal(worker.execution.typicalRunMs, null); // not even measured
   });
 
   it("with prefetch 0, a worker never holds more tasks than its slots, and drains all", async () => {
