@@ -250,10 +250,34 @@ describe("prefetch against a real redis-server", () => {
     await server.flush();
     dir = mkdtempSync(join(tmpdir(), "taskfleet-node-prefetch-"));
   });
+  // In-process workers and queues a test opened: drained and closed after it, whatever
+  // happened (a failed assertion must not leave a worker running the file forever).
+  const live: Promise<number>[] = [];
+  const liveWorkers: Worker<Job>[] = [];
+  const queues: Queue<Job>[] = [];
   afterEach(async () => {
     await Promise.all(started.splice(0).map((w) => w.stop()));
+    for (const w of liveWorkers.splice(0)) {
+      w.drain();
+      w.drain(); // the second skips to the release at once
+    }
+    await Promise.all(live.splice(0));
+    await Promise.all(queues.splice(0).map((q) => q.close()));
     rmSync(dir, { recursive: true, force: true });
   });
+
+  function openQueue(): Queue<Job> {
+    const q = new Queue<Job>("pf", { redisUrl: server.url });
+    queues.push(q);
+    return q;
+  }
+
+  function runWorker(w: Worker<Job>): Promise<number> {
+    const running = w.run();
+    liveWorkers.push(w);
+    live.push(running);
+    return running;
+  }
 
   /** 50 quick tasks done: the worker's runs are known short (the condition for prefetch). */
   async function warmUp(q: Queue<Job>, payload: Record<string, unknown> = {}): Promise<void> {
@@ -278,7 +302,7 @@ describe("prefetch against a real redis-server", () => {
     gatedId: string;
     behind: string[];
   }> {
-    const q = new Queue<Job>("pf", { redisUrl: server.url });
+    const q = openQueue();
     let open = (): void => undefined;
     const gate = new Promise<void>((resolve) => (open = resolve));
     const ran: string[] = [];
@@ -300,7 +324,7 @@ describe("prefetch against a real redis-server", () => {
         return null;
       },
     });
-    const running = w.run();
+    const running = runWorker(w);
     await warmUp(q, { warm: true });
     const [gatedId = "", ...behind] = await q.enqueueMany([
       { payload: { gate: true } },
@@ -332,6 +356,28 @@ describe("prefetch against a real redis-server", () => {
     await q.close();
   });
 
+  it("a prefetched task cancelled while it waits ends cancelled without its handler being called", async () => {
+    const { q, w, running, ran, open, gatedId, behind } = await heldBehindGate("pf-cancel");
+    const [cancelled = "", ...others] = behind;
+    await q.cancel(cancelled);
+    await until(
+      "the waiting task ends cancelled",
+      async () => (await q.get(cancelled))?.state === "cancelled",
+    );
+    assert.equal(w.execution.waitingCount, 2);
+    open();
+    await until("the others are done", async () =>
+      (await Promise.all([gatedId, ...others].map((id) => q.get(id)))).every(
+        (t) => t?.state === "done",
+      ),
+    );
+    assert.deepEqual(ran, [gatedId, ...others]); // its handler never ran
+    w.drain();
+    assert.equal(await running, 0);
+    assert.equal((await q.stats()).cancelled, 1);
+    await q.close();
+  });
+
   it("a drain gives the prefetched tasks back at once, untouched (no attempt, no history), and waits for the running one", async () => {
     const { q, w, running, ran, open, gatedId, behind } = await heldBehindGate("pf-drain");
     w.drain();
@@ -356,7 +402,7 @@ describe("prefetch against a real redis-server", () => {
   });
 
   it("after a SIGKILL, the prefetched tasks come back through their leases and run once elsewhere", async () => {
-    const q = new Queue<Job>("pf", { redisUrl: server.url });
+    const q = openQueue();
     await q.client.hset(q.keys.key("config"), "lease_ttl_s", "1");
     const log = join(dir, "runs.log");
     const worker = (pod: string): WorkerProcess => {
@@ -438,7 +484,7 @@ describe("prefetch against a real redis-server", () => {
     prefetch: number,
     config: { maxConcurrency?: number },
   ): Promise<{ most: number; worker: Worker<Job> }> {
-    const q = new Queue<Job>("pf", { redisUrl: server.url });
+    const q = openQueue();
     await q.configure(config);
     const w = new Worker<Job>("pf", {
       redisUrl: server.url,
@@ -453,7 +499,7 @@ describe("prefetch against a real redis-server", () => {
     w.on("active", () => {
       most = Math.max(most, w.execution.held.size + w.execution.waitingCount);
     });
-    const running = w.run();
+    const running = runWorker(w);
     await warmUp(q);
     await warmUp(q);
     w.drain();
@@ -475,7 +521,7 @@ describe("prefetch against a real redis-server", () => {
   });
 
   it("with prefetch 0, a worker never holds more tasks than its slots, and drains all", async () => {
-    const q = new Queue<Job>("pf", { redisUrl: server.url });
+    const q = openQueue();
     const w = new Worker<Job>("pf", {
       redisUrl: server.url,
       pod: "pf-zero",
@@ -489,7 +535,7 @@ describe("prefetch against a real redis-server", () => {
     w.on("active", () => {
       most = Math.max(most, w.execution.held.size + w.execution.waitingCount);
     });
-    const running = w.run();
+    const running = runWorker(w);
     await warmUp(q);
     await warmUp(q);
     assert.ok(most >= 1 && most <= 4, `held at most ${most}`);

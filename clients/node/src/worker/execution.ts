@@ -602,10 +602,23 @@ export class Execution {
     this.forget([]);
   }
 
-  /** Producers cancelled these tasks (the heartbeat says so): abort their runs' signals. */
+  /**
+   * Producers cancelled these tasks (the heartbeat says so): abort their runs' signals. A
+   * prefetched run still waiting for a slot ends cancelled at once, its handler never
+   * called.
+   */
   cancel(taskIds: readonly string[]): void {
     for (const taskId of taskIds) {
       const run = this.held.get(taskId);
+      if (run?.waiting === true && !run.finished && !run.abandoned) {
+        this.waiting = this.waiting.filter((other) => other !== run);
+        run.waiting = false;
+        run.settled = true;
+        logEvent("info", "task_cancel_requested", { task: taskId });
+        this.queue({ run, result: null, error: CANCELLED_ERROR, verdict: null });
+        if (this.waiting.length === 0) this.options.waitingDrained?.();
+        continue;
+      }
       if (
         run === undefined ||
         run.finished ||
