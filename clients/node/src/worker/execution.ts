@@ -321,6 +321,13 @@ export class Execution {
    * Still in `held` until the caller `forget`s them.
    */
   withdrawWaiting(only?: readonly Run[]): Run[] {
+    const out = this.takeWaiting(only);
+    for (const run of out) run.abandoned = true;
+    return out;
+  }
+
+  /** Waiting runs (of `only`, or all) out of the line: none of them will start. */
+  private takeWaiting(only?: readonly Run[]): Run[] {
     if (this.waiting.length === 0) return [];
     const picked = only === undefined ? null : new Set(only);
     const out: Run[] = [];
@@ -331,7 +338,6 @@ export class Execution {
         continue;
       }
       run.waiting = false;
-      run.abandoned = true;
       run.settled = true;
       out.push(run);
     }
@@ -611,12 +617,9 @@ export class Execution {
     for (const taskId of taskIds) {
       const run = this.held.get(taskId);
       if (run?.waiting === true && !run.finished && !run.abandoned) {
-        this.waiting = this.waiting.filter((other) => other !== run);
-        run.waiting = false;
-        run.settled = true;
+        this.takeWaiting([run]);
         logEvent("info", "task_cancel_requested", { task: taskId });
         this.queue({ run, result: null, error: CANCELLED_ERROR, verdict: null });
-        if (this.waiting.length === 0) this.options.waitingDrained?.();
         continue;
       }
       if (
