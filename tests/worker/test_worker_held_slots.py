@@ -130,4 +130,16 @@ def test_one_held_slot_leaves_the_worker_running_on_the_other(fleet: Fleet, queu
 
     wait_for(done, timeout=WORKER_TIMEOUT_S, interval=WORKER_INTERVAL_S, what="the task done")
     assert worker.alive() and not worker.has_event("worker_stuck")
-    assert [(w.inflight, w.held) for w in queue.workers()] == [(0, 1)]
+
+    # The record's counts are written by the heartbeat, so the beat after the completion
+    # is the first to show the freed slot; the held one must stay held.
+    def counts() -> list[tuple[int, int]]:
+        return [(w.inflight, w.held) for w in queue.workers()]
+
+    wait_for(
+        lambda: counts() == [(0, 1)],
+        timeout=WORKER_TIMEOUT_S,
+        interval=WORKER_INTERVAL_S,
+        what=lambda: f"one held slot and none in flight in the record, it says {counts()}",
+    )
+    assert worker.alive() and not worker.has_event("worker_stuck")
