@@ -97,7 +97,7 @@ def apply_deployment(body: dict[str, Any]) -> dict[str, Any]:
 
 def scale_deployment(name: str, namespace: str, replicas: int) -> None:
     """Set a worker Deployment's replicas (the autoscaler's one write to it)."""
-    apps().patch_namespaced_deployment(
+    response = apps().patch_namespaced_deployment(
         name,
         namespace,
         {"spec": {"replicas": replicas}},
@@ -105,11 +105,13 @@ def scale_deployment(name: str, namespace: str, replicas: int) -> None:
         _preload_content=False,
         _request_timeout=REQUEST_TIMEOUT,
     )
+    _drain(response)
 
 
 def patch_taskqueue_status(name: str, namespace: str, status: dict[str, Any]) -> None:
-    """Merge ``status`` into a TaskQueue's status (the autoscaler's decision)."""
-    client.CustomObjectsApi(_api_client()).patch_namespaced_custom_object_status(
+    """Merge ``status`` into a TaskQueue's status (a sweep's counts and conditions, the
+    autoscaler's decision)."""
+    response = custom().patch_namespaced_custom_object_status(
         GROUP,
         VERSION,
         namespace,
@@ -119,6 +121,7 @@ def patch_taskqueue_status(name: str, namespace: str, status: dict[str, Any]) ->
         _preload_content=False,
         _request_timeout=REQUEST_TIMEOUT,
     )
+    _drain(response)
 
 
 PEERING_GROUP, PEERING_VERSION, PEERING_PLURAL = "kopf.dev", "v1", "clusterkopfpeerings"
@@ -137,7 +140,7 @@ def ensure_peering(name: str) -> bool:
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "taskfleet"}},
     }
     try:
-        custom().create_cluster_custom_object(
+        response = custom().create_cluster_custom_object(
             PEERING_GROUP,
             PEERING_VERSION,
             PEERING_PLURAL,
@@ -145,6 +148,7 @@ def ensure_peering(name: str) -> bool:
             _preload_content=False,
             _request_timeout=REQUEST_TIMEOUT,
         )
+        _drain(response)
     except ApiException as error:
         if error.status == 409:
             return False
@@ -267,3 +271,10 @@ def read_secret_value(namespace: str, name: str, key: str) -> str:
 
 def _json(response: Any) -> Any:
     return json.loads(response.data)
+
+
+def _drain(response: Any) -> None:
+    """Read a reply whose body is not wanted: a reply left unread (``_preload_content``
+    off) never gives its connection back, and the next call opens a TLS connection of its
+    own (one handshake per status patch of a sweep)."""
+    response.data  # noqa: B018 - reading it is the point: the connection returns to the pool

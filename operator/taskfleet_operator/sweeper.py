@@ -17,13 +17,16 @@ import redis
 from kubernetes.client.exceptions import ApiException
 from taskfleet.producer.encoding import encode_payload
 from taskfleet.producer.queue import Queue
+from taskfleet.producer.quotas import quota_ops, state_of
 from taskfleet.producer.reading import older_workers
-from taskfleet.protocol.calls import run
+from taskfleet.protocol.calls import run, run_all
 from taskfleet.protocol.errors import TaskfleetError
+from taskfleet.protocol.groups import check_fair_by, fair_by
 from taskfleet.protocol.quota import QuotaState
 from taskfleet.protocol.records import CURRENT_LEVEL
 from taskfleet.protocol.replies import SWEEP_BOUND
 from taskfleet.protocol.schedules import OWNER_TASKQUEUE, ScheduleDef
+from taskfleet.protocol.store import config_fields
 from taskfleet.protocol.workernames import pod_of, workers_of
 
 from taskfleet_operator import builders, kube
@@ -180,8 +183,7 @@ def sweep_queue(
     does when the spec's schedules changed, and now and then in case keys were lost).
     """
     report = SweepReport()
-    queue.configure(builders.queue_config(spec))  # the TaskQueue is the source of truth
-    queue.set_fair_by(builders.queue_fair_by(spec))
+    store_settings(queue, spec)  # the TaskQueue is the source of truth
     requeue_orphans(queue, live_pods, suspects, report, pod_gone)
     # The sweep script is bounded per call; a few calls catch up after a backlog.
     for _ in range(10):
@@ -204,10 +206,38 @@ def sweep_queue(
         sync_schedules(queue, spec, report)
     # A firer like every worker: schedules fire on time while the fleet is at zero.
     report.fired = queue.fire_due_schedules()
-    report.active_schedules = run(queue.client, queue.reads.active_schedules())
-    report.stats = queue.stats()
-    report.quota = queue.quota()
+    report.active_schedules, report.stats, report.quota = queue_state(queue)
     return report
+
+
+def store_settings(queue: Queue, spec: TaskQueueSpec) -> None:
+    """Make the store's settings of the queue (its config, the unit its groups are fair
+    by) the spec's: one round trip reads both, and only what differs is written (the
+    spec changed, or the store lost or was given other settings)."""
+    config = builders.queue_config(spec)
+    unit = check_fair_by(builders.queue_fair_by(spec))
+    stored, fair = run_all(queue.client, [config_fields(queue.keys), fair_by(queue.keys)])
+    if stored != config.to_redis():
+        queue.configure(config)
+    if fair != unit:
+        queue.set_fair_by(unit)
+
+
+def queue_state(queue: Queue) -> tuple[int, dict[str, int], QuotaState]:
+    """The queue's active schedules, counts and quota state (`Queue.stats`,
+    `Queue.quota`) in two round trips: the server's clock (a cluster's pipeline refuses
+    TIME), then the rest together."""
+    now_ms = run(queue.client, queue.reads.clock())
+    active, stats, raw, config = run_all(
+        queue.client,
+        [
+            queue.reads.active_schedules(),
+            queue.reads.stats(),
+            quota_ops(queue.keys, None).read(),
+            queue.reads.config(),
+        ],
+    )
+    return active, stats, state_of(raw, now_ms, config)
 
 
 def pod_gone_asking_api(namespace: str, logger: Logger) -> Callable[[str], bool]:

@@ -27,13 +27,14 @@ from taskfleet.protocol.keys import (
     validate_queue_name,
     validate_quota_name,
 )
-from taskfleet.protocol.records import text
+from taskfleet.protocol.records import hash_of, text
 
 if TYPE_CHECKING:
     from taskfleet.protocol.config import QueueConfig
 
 __all__ = [
     "ACL_KEYS",
+    "config_fields",
     "configure",
     "delete",
     "provider_quotas",
@@ -63,6 +64,12 @@ def configure(keys: QueueKeys, config: QueueConfig) -> Call[None]:
     if fields:
         commands.append(("HSET", keys.config, *fields))
     return Call(tuple(commands), lambda replies: None, transaction=True)
+
+
+def config_fields(keys: QueueKeys) -> Call[dict[str, str]]:
+    """The queue's settings as stored, field -> text: what `configure` wrote is
+    ``QueueConfig.to_redis()`` again, so a writer can tell whether to write."""
+    return one(("HGETALL", keys.config), hash_of)
 
 
 def writable(keys: QueueKeys) -> Call[None]:
