@@ -7,6 +7,7 @@ own namespace of N idle TaskQueues (replicas 0).
     BENCH_IDLE_VARIANTS="before=/tmp/old,after=." make bench-operator-idle
     BENCH_IDLE_QUEUES=200 BENCH_IDLE_WINDOWS=2 make bench-operator-idle
     BENCH_IDLE_PROFILE=after make bench-operator-idle        # + a py-spy profile first
+                                       # (of the leader, holding the GIL: its Python work)
 
 Every TaskQueue handled (status.observedGeneration), BENCH_IDLE_SETTLE_S (45 s) of quiet,
 then BENCH_IDLE_WINDOWS (4) windows of BENCH_IDLE_WINDOW_S (90 s): each process's own CPU
@@ -42,6 +43,12 @@ WINDOW_S = float(os.environ.get("BENCH_IDLE_WINDOW_S", "90"))
 WINDOWS = int(os.environ.get("BENCH_IDLE_WINDOWS", "4"))
 SETTLE_S = float(os.environ.get("BENCH_IDLE_SETTLE_S", "45"))
 PROFILE = os.environ.get("BENCH_IDLE_PROFILE", "")  # a variant whose leader py-spy records
+#: Where the profile goes (raw, one stack and its count a line): it outlives the run.
+PROFILE_OUT = Path(
+    os.environ.get(
+        "BENCH_IDLE_PROFILE_OUT", str(Path(tempfile.gettempdir()) / "taskfleet-idle-profile.txt")
+    )
+)
 VARIANTS = dict(
     item.split("=", 1) for item in os.environ.get("BENCH_IDLE_VARIANTS", f"this={REPO}").split(",")
 )
@@ -127,13 +134,15 @@ def measure(workdir: Path) -> dict[str, Any]:
             wait_for(handled, timeout=1800, interval=2, what="every TaskQueue handled")
         time.sleep(SETTLE_S)
         if PROFILE:
-            out = workdir / "profile.txt"
             pid = operators[f"{PROFILE}-leader"].pid
             spy = str(Path(sys.executable).parent / "py-spy")
             duration = str(int(WINDOW_S))
-            argv = [spy, "record", "-p", str(pid), "-r", "50", "-d", duration, "-f", "raw"]
-            subprocess.run([*argv, "-o", str(out), "--nonblocking"], check=False)
-            print(f"profile of {PROFILE}'s leader: {out}", flush=True)
+            argv = [spy, "record", "-p", str(pid), "-r", "100", "-d", duration, "-f", "raw"]
+            # --gil: only the thread running Python (a thread waiting on a socket, or the
+            # event loop in epoll, is no work of the operator's).
+            argv += ["-o", str(PROFILE_OUT), "--nonblocking", "--gil"]
+            subprocess.run(argv, check=False)
+            print(f"profile of {PROFILE}'s leader: {PROFILE_OUT}", flush=True)
         windows: list[dict[str, float]] = []
         for _ in range(WINDOWS):
             before = {name: cpu_seconds(p.pid) for name, p in operators.items()}
