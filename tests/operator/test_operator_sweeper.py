@@ -289,6 +289,46 @@ def test_sweep_writes_what_the_groups_are_fair_by_and_claims_when_the_spec_drops
     assert queue.fair_by() is None
 
 
+def test_a_sweep_writes_the_settings_only_where_they_differ_and_puts_back_an_edit(
+    queue: Queue, redis_client: redis.Redis
+) -> None:
+    """Settings already as the spec says are read, not written again (keyspace
+    notifications: a write of the config hash or the fair-by key would show); settings
+    changed behind the operator's back are put back by the next sweep."""
+    spec = make_spec(maxConcurrency=7, groups={"fairBy": "output_tokens"})
+    sweep(queue, spec)
+    redis_client.config_set("notify-keyspace-events", "KA")
+    marker = f"{queue.keys.config}:marker"
+    watched = [queue.keys.config, queue.keys.groups_fair, marker]
+    with redis_client.pubsub() as pubsub:
+        pubsub.psubscribe(*(f"__keyspace@*__:{key}" for key in watched))
+        for _ in watched:
+            assert pubsub.get_message(timeout=10)["type"] == "psubscribe"
+
+        def written() -> list[str]:
+            # A write of the marker after the sweep: every notification before it is the sweep's.
+            redis_client.set(marker, 1)
+            seen: list[str] = []
+            while True:
+                message = pubsub.get_message(timeout=10)
+                assert message is not None, "no notification of the marker's write"
+                channel = message["channel"].decode()
+                if channel.endswith(marker):
+                    return seen
+                seen.append(f"{message['data'].decode()} {channel}")
+
+        sweep(queue, spec)
+        assert written() == []
+
+        queue.configure(builders.queue_config(make_spec(maxConcurrency=3)))
+        queue.set_fair_by(None)
+        assert written() != []  # the edits themselves are seen
+        sweep(queue, spec)
+        assert len(written()) >= 2  # both put back
+    assert queue.config() == builders.queue_config(spec)
+    assert queue.fair_by() == "output_tokens"
+
+
 def test_an_unreachable_redis_fails_the_sweep_quickly_with_a_redis_error(
     redis_server_factory: RedisServerFactory,
 ) -> None:
