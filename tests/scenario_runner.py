@@ -70,6 +70,7 @@ CONDITIONS: dict[str, tuple[set[str], set[str]]] = {
     "handled": ({"count"}, {"of", "by"}),
     "exited": (set(), {"code"}),
     "logged": ({"worker"}, set()),
+    "any": (set(), set()),
 }
 #: The queue counts a ``stats`` condition may name (``Queue.stats``).
 STATS = {
@@ -182,13 +183,23 @@ def _check_step(where: str, step: Any) -> None:
     elif kind in ("wait", "expect", "stays"):
         if not isinstance(value, list) or not value:
             raise ScenarioFormatError(f"{where}: a non-empty list of conditions expected")
-        for j, condition in enumerate(value):
-            if _keys(f"{where} condition {j}", condition, CONDITIONS) == "stats":
-                for key, number in _only(where, condition["stats"], STATS).items():
-                    _number(f"{where} stats {key}", number)
+        _check_conditions(where, value)
         for key in ("within_s", "for_s"):
             if key in step:
                 _number(f"{where} {key}", step[key])
+
+
+def _check_conditions(where: str, conditions: list[Any]) -> None:
+    for j, condition in enumerate(conditions):
+        kind = _keys(f"{where} condition {j}", condition, CONDITIONS)
+        if kind == "stats":
+            for key, number in _only(where, condition["stats"], STATS).items():
+                _number(f"{where} stats {key}", number)
+        elif kind == "any":
+            inner = condition["any"]
+            if not isinstance(inner, list) or len(inner) < 2:
+                raise ScenarioFormatError(f"{where} condition {j}: 2 or more conditions expected")
+            _check_conditions(f"{where} condition {j} any", inner)
 
 
 # ------------------------------------------------------------------ running
@@ -372,6 +383,10 @@ class Runner:
 
     def _is_logged(self, condition: dict[str, Any], event: str) -> str | None:
         return None if self._worker(condition["worker"]).has_event(event) else "not logged yet"
+
+    def _is_any(self, condition: dict[str, Any], conditions: list[dict[str, Any]]) -> str | None:
+        unmet = [self._unmet([c]) for c in conditions]
+        return None if None in unmet else f"none holds: {'; '.join(map(str, unmet))}"
 
 
 def run_scenario(path: Path, redis_url: str, workdir: Path) -> None:

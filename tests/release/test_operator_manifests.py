@@ -150,6 +150,8 @@ CLIENT_CALLS: dict[str, tuple[Grant, set[str]]] = {
     "read_namespaced_secret": (("", "secrets"), {"get"}),
     # The peering object the replicas meet in, created when missing.
     "create_cluster_custom_object": (("kopf.dev", "clusterkopfpeerings"), {"create"}),
+    # A sweep's status of its TaskQueue, and the autoscaler's decision.
+    "patch_namespaced_custom_object_status": (("taskfleet.dev", "taskqueues/status"), {"patch"}),
 }
 # What kopf needs for the resources handlers and indexes are registered on.
 KOPF_WATCHED: dict[str, Grant] = {

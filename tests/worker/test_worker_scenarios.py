@@ -69,6 +69,28 @@ def test_a_file_that_strays_from_the_format_is_refused_before_anything_runs() ->
         )
 
 
+def test_any_holds_when_one_of_its_conditions_does_and_names_each_when_none_does(
+    redis_url: str, tmp_path: Path
+) -> None:
+    def scenario(*pending: int) -> Path:
+        path = tmp_path / f"any{len(pending)}{pending[0]}.json"
+        either = {"any": [{"stats": {"pending": n}} for n in pending]}
+        steps = [{"enqueue": "t1", "payload": {"do": "succeed", "result": 1}}, {"expect": [either]}]
+        path.write_text(json.dumps({"format": 1, "doc": "", "queue": "q", "steps": steps}))
+        return path
+
+    run_scenario(scenario(2, 1), redis_url, tmp_path)  # no worker: one task pending
+    with pytest.raises(StepFailedError) as failed:
+        run_scenario(scenario(2, 3), redis_url, tmp_path)
+    assert "none holds" in str(failed.value), failed.value
+    assert "found {'pending': 1}; " in str(failed.value), failed.value
+    with pytest.raises(ScenarioFormatError, match="2 or more conditions expected"):
+        check({"format": 1, "doc": "", "queue": "q", "steps": [{"expect": [{"any": []}]}]}, "b")
+    with pytest.raises(ScenarioFormatError, match=r"condition 0 any condition 1: exactly one of"):
+        nested = {"any": [{"stats": {"pending": 1}}, {"colour": 1}]}
+        check({"format": 1, "doc": "", "queue": "q", "steps": [{"expect": [nested]}]}, "b")
+
+
 def _names(pattern: str, text: str) -> set[str]:
     return set(re.findall(pattern, text, flags=re.MULTILINE))
 

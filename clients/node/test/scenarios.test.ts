@@ -85,5 +85,14 @@ describe("the worker-behaviour scenarios", () => {
     assert.throws(() => {
       check(behaviour, "bad");
     }, /a payload of the handler vocabulary expected/);
+    const lone = { format: 1, doc: "", queue: "q", steps: [{ expect: [{ any: [] }] }] };
+    assert.throws(() => {
+      check(lone, "bad");
+    }, /2 or more conditions expected/);
+    const nested = { any: [{ stats: { pending: 1 } }, { colour: 1 }] };
+    const inner = { format: 1, doc: "", queue: "q", steps: [{ expect: [nested] }] };
+    assert.throws(() => {
+      check(inner, "bad");
+    }, /condition 0 any condition 1: exactly one of/);
   });
 });

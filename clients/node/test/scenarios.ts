@@ -63,6 +63,7 @@ const CONDITIONS: Kinds = {
   handled: [["count"], ["of", "by"]],
   exited: [[], ["code"]],
   logged: [["worker"], []],
+  any: [[], []],
 };
 const STATS = [
   "pending",
@@ -213,15 +214,25 @@ function checkStep(where: string, step: unknown): void {
     case "stays":
       if (!Array.isArray(value) || value.length === 0)
         throw new ScenarioFormatError(`${where}: a non-empty list of conditions expected`);
-      value.forEach((condition: unknown, j) => {
-        if (kindOf(`${where} condition ${j}`, condition, CONDITIONS) === "stats") {
-          for (const [key, n] of Object.entries(only(where, (condition as Json).stats, STATS)))
-            number(`${where} stats ${key}`, n);
-        }
-      });
+      checkConditions(where, value);
       for (const key of ["within_s", "for_s"]) if (key in s) number(`${where} ${key}`, s[key]);
       break;
   }
+}
+
+function checkConditions(where: string, conditions: readonly unknown[]): void {
+  conditions.forEach((condition: unknown, j) => {
+    const kind = kindOf(`${where} condition ${j}`, condition, CONDITIONS);
+    if (kind === "stats") {
+      for (const [key, n] of Object.entries(only(where, (condition as Json).stats, STATS)))
+        number(`${where} stats ${key}`, n);
+    } else if (kind === "any") {
+      const inner = (condition as Json).any;
+      if (!Array.isArray(inner) || inner.length < 2)
+        throw new ScenarioFormatError(`${where} condition ${j}: 2 or more conditions expected`);
+      checkConditions(`${where} condition ${j} any`, inner);
+    }
+  });
 }
 
 /** The scenario in `path`, checked. */
@@ -497,6 +508,15 @@ export class Runner {
           }
         });
         return seen ? null : "not logged yet";
+      }
+      case "any": {
+        const unmet: string[] = [];
+        for (const inner of value as Json[]) {
+          const why = await this.unmet([inner]);
+          if (why === null) return null;
+          unmet.push(why);
+        }
+        return `none holds: ${unmet.join("; ")}`;
       }
     }
     return `unknown condition ${kind}`;
