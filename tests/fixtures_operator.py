@@ -89,6 +89,17 @@ def wait_established(server: KubeApiserver, *crds: str, timeout: float = 60) -> 
         )
 
 
+@pytest.fixture
+def kube_api(kube_apiserver: KubeApiserver, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The operator's ``kube`` module, in this process, pointed at the test apiserver (as
+    its admin): the API client it calls through, for reading back what it wrote."""
+    from taskfleet_operator import kube
+
+    with kube_apiserver.api_client() as api_client:
+        monkeypatch.setattr(kube, "_api_client", lambda: api_client)
+        yield api_client
+
+
 @pytest.fixture(scope="session")
 def operator_kubeconfig(
     kube_apiserver: KubeApiserver, tmp_path_factory: pytest.TempPathFactory

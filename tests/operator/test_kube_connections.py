@@ -9,26 +9,16 @@ what a sweep costs. What is counted: connections the client opens (urllib3's ``c
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import urllib3.connection
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from taskfleet_operator import kube
 from taskfleet_operator.models import GROUP, PLURAL, VERSION
 
-from tests.fixtures_kube import KubeApiserver
-
 CALLS = 10
-
-
-@pytest.fixture
-def api(kube_apiserver: KubeApiserver, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The operator's kube module pointed at the test apiserver."""
-    with kube_apiserver.api_client() as api_client:
-        monkeypatch.setattr(kube, "_api_client", lambda: api_client)
-        yield api_client
 
 
 @pytest.fixture
@@ -61,8 +51,12 @@ def deployment(name: str) -> dict[str, Any]:
 
 @pytest.mark.usefixtures("taskqueue_crd")
 def test_status_patches_and_scales_reuse_one_connection(
-    api: Any, kube_namespace: str, connects: list[int]
+    kube_api: Any, kube_namespace: str, connects: list[int]
 ) -> None:
+    # The session's operator (when a test before this one started it) reconciles every
+    # TaskQueue: it writes this one's status too and makes a Deployment of its name. So the
+    # Deployment scaled here has a name of its own and no queue label, and the status is
+    # not read back: each call raises when the API refuses it (the reply is read).
     name = f"q-{uuid.uuid4().hex[:6]}"
     body = {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -70,21 +64,30 @@ def test_status_patches_and_scales_reuse_one_connection(
         "metadata": {"name": name, "namespace": kube_namespace},
         "spec": {"image": "x", "handler": "m:f", "redis": {"url": "redis://127.0.0.1:1/0"}},
     }
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
+    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
         GROUP, VERSION, kube_namespace, PLURAL, body
     )
-    client.AppsV1Api(api).create_namespaced_deployment(kube_namespace, deployment(name))
+    scaled_name = f"scaled-{name}"
+    client.AppsV1Api(kube_api).create_namespaced_deployment(kube_namespace, deployment(scaled_name))
     connects.clear()  # what creating them opened (they read their replies)
 
     for i in range(CALLS):
-        kube.patch_taskqueue_status(name, kube_namespace, {"replicas": i})
-        kube.scale_deployment(name, kube_namespace, i % 2)
-    # Every call went through (the last of each is what the API holds)...
-    read = client.CustomObjectsApi(api).get_namespaced_custom_object_status(
-        GROUP, VERSION, kube_namespace, PLURAL, name
-    )
-    assert read["status"]["replicas"] == CALLS - 1
-    scaled = client.AppsV1Api(api).read_namespaced_deployment(name, kube_namespace)
+        kube.patch_taskqueue_status(name, kube_namespace, {"requeuedTotal": i})
+        kube.scale_deployment(scaled_name, kube_namespace, i % 2)
+    # Every call went through (the last scale is what the API holds)...
+    scaled = client.AppsV1Api(kube_api).read_namespaced_deployment(scaled_name, kube_namespace)
     assert scaled.spec.replicas == (CALLS - 1) % 2
     # ...over the connection already open (one more at most: the server may close it).
     assert len(connects) <= 1, f"{len(connects)} connections opened for {2 * CALLS} calls"
+
+
+@pytest.mark.usefixtures("taskqueue_crd")
+def test_a_refused_status_patch_raises_and_gives_its_connection_back(
+    kube_api: Any, kube_namespace: str, connects: list[int]
+) -> None:
+    missing = f"missing-{uuid.uuid4().hex[:6]}"
+    for _ in range(CALLS):
+        with pytest.raises(ApiException) as refused:
+            kube.patch_taskqueue_status(missing, kube_namespace, {"requeuedTotal": 1})
+        assert refused.value.status == 404
+    assert len(connects) <= 1, f"{len(connects)} connections opened for {CALLS} calls"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,8 +12,6 @@ from kubernetes import client
 from taskfleet_operator import kube, reconcile
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.models import TaskQueueSpec
-
-from tests.fixtures_kube import KubeApiserver
 
 SPEC = TaskQueueSpec.model_validate(
     {
@@ -24,14 +21,6 @@ SPEC = TaskQueueSpec.model_validate(
         "autoscale": {"minReplicas": 1, "maxReplicas": 10},
     }
 )
-
-
-@pytest.fixture
-def api(kube_apiserver: KubeApiserver, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The operator's kube module pointed at the test apiserver."""
-    with kube_apiserver.api_client() as api_client:
-        monkeypatch.setattr(kube, "_api_client", lambda: api_client)
-        yield api_client
 
 
 def taskqueue(namespace: str) -> dict[str, Any]:
@@ -44,7 +33,7 @@ def taskqueue(namespace: str) -> dict[str, Any]:
 
 
 def test_an_apply_racing_the_autoscaler_keeps_the_replicas_the_autoscaler_just_set(
-    api: Any, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
+    kube_api: Any, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reconcile reads the Deployment, the autoscaler scales it, the reconcile applies:
     the apply must not set back the autoscaler's replicas from its stale read.
@@ -55,7 +44,7 @@ def test_an_apply_racing_the_autoscaler_keeps_the_replicas_the_autoscaler_just_s
     log = logging.getLogger("test")
     connections = Connections(timeout_s=1.0)
     reconcile.apply_fleet(body, SPEC, connections, log)  # created at minReplicas
-    apps = client.AppsV1Api(api)
+    apps = client.AppsV1Api(kube_api)
     assert apps.read_namespaced_deployment("racing", kube_namespace).spec.replicas == 1
 
     real_read, reads = kube.read_deployment, []
@@ -76,7 +65,7 @@ def test_an_apply_racing_the_autoscaler_keeps_the_replicas_the_autoscaler_just_s
 
 
 def test_an_apply_that_keeps_conflicting_gives_up_with_the_conflict(
-    api: Any, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
+    kube_api: Any, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Deployment rewritten between every read and apply: the apply stops after a bound
     and raises the 409 (kopf retries the handler later), it does not loop for ever."""
@@ -101,7 +90,7 @@ def test_an_apply_that_keeps_conflicting_gives_up_with_the_conflict(
 
 
 def test_a_deployment_the_index_does_not_show_is_created_without_a_read(
-    api: Any, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
+    kube_api: Any, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     body = taskqueue(kube_namespace)
     reads: list[str] = []
@@ -110,7 +99,7 @@ def test_a_deployment_the_index_does_not_show_is_created_without_a_read(
     connections = Connections(timeout_s=1.0)
     reconcile.apply_fleet(body, SPEC, connections, logging.getLogger("test"), absent=True)
 
-    created = client.AppsV1Api(api).read_namespaced_deployment("racing", kube_namespace)
+    created = client.AppsV1Api(kube_api).read_namespaced_deployment("racing", kube_namespace)
     assert reads == []
     assert [ref.uid for ref in created.metadata.owner_references] == [body["metadata"]["uid"]]
     assert {(m.manager, m.operation) for m in created.metadata.managed_fields} >= {
@@ -121,15 +110,15 @@ def test_a_deployment_the_index_does_not_show_is_created_without_a_read(
     kube.scale_deployment("racing", kube_namespace, 7)
     reconcile.apply_fleet(body, SPEC, connections, logging.getLogger("test"), absent=True)
     assert reads == ["racing"]
-    kept = client.AppsV1Api(api).read_namespaced_deployment("racing", kube_namespace)
+    kept = client.AppsV1Api(kube_api).read_namespaced_deployment("racing", kube_namespace)
     assert kept.spec.replicas == 7
     connections.close()
 
 
 def test_a_foreign_deployment_the_index_does_not_show_is_never_taken_over(
-    api: Any, kube_namespace: str
+    kube_api: Any, kube_namespace: str
 ) -> None:
-    apps = client.AppsV1Api(api)
+    apps = client.AppsV1Api(kube_api)
     labels = {"app": "theirs"}
     apps.create_namespaced_deployment(
         kube_namespace,
