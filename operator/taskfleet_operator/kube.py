@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client, config
@@ -68,60 +68,52 @@ def apps() -> client.AppsV1Api:
 
 def read_deployment(name: str, namespace: str) -> dict[str, Any] | None:
     try:
-        response = apps().read_namespaced_deployment(
-            name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-        )
+        body: dict[str, Any] = json.loads(_raw(apps().read_namespaced_deployment, name, namespace))
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
-    body: dict[str, Any] = _json(response)
     return body
 
 
 def apply_deployment(body: dict[str, Any]) -> dict[str, Any]:
     """Server-side apply: fields the operator stopped setting are removed, others' kept."""
-    response = apps().patch_namespaced_deployment(
+    reply = _raw(
+        apps().patch_namespaced_deployment,
         body["metadata"]["name"],
         body["metadata"]["namespace"],
         body,
         field_manager=FIELD_MANAGER,
         force=True,
         _content_type="application/apply-patch+yaml",
-        _preload_content=False,
-        _request_timeout=REQUEST_TIMEOUT,
     )
-    applied: dict[str, Any] = _json(response)
+    applied: dict[str, Any] = json.loads(reply)
     return applied
 
 
 def scale_deployment(name: str, namespace: str, replicas: int) -> None:
     """Set a worker Deployment's replicas (the autoscaler's one write to it)."""
-    response = apps().patch_namespaced_deployment(
+    _raw(
+        apps().patch_namespaced_deployment,
         name,
         namespace,
         {"spec": {"replicas": replicas}},
         field_manager=AUTOSCALER_FIELD_MANAGER,
-        _preload_content=False,
-        _request_timeout=REQUEST_TIMEOUT,
     )
-    _drain(response)
 
 
 def patch_taskqueue_status(name: str, namespace: str, status: dict[str, Any]) -> None:
     """Merge ``status`` into a TaskQueue's status (a sweep's counts and conditions, the
     autoscaler's decision)."""
-    response = custom().patch_namespaced_custom_object_status(
+    _raw(
+        custom().patch_namespaced_custom_object_status,
         GROUP,
         VERSION,
         namespace,
         PLURAL,
         name,
         {"status": status},
-        _preload_content=False,
-        _request_timeout=REQUEST_TIMEOUT,
     )
-    _drain(response)
 
 
 PEERING_GROUP, PEERING_VERSION, PEERING_PLURAL = "kopf.dev", "v1", "clusterkopfpeerings"
@@ -140,15 +132,13 @@ def ensure_peering(name: str) -> bool:
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "taskfleet"}},
     }
     try:
-        response = custom().create_cluster_custom_object(
+        _raw(
+            custom().create_cluster_custom_object,
             PEERING_GROUP,
             PEERING_VERSION,
             PEERING_PLURAL,
             body,
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT,
         )
-        _drain(response)
     except ApiException as error:
         if error.status == 409:
             return False
@@ -163,10 +153,8 @@ def ensure_peering(name: str) -> bool:
 
 
 def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
-    response = core().list_namespaced_pod(
-        namespace, label_selector=selector, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-    )
-    items: list[dict[str, Any]] = _json(response).get("items", [])
+    reply = _raw(core().list_namespaced_pod, namespace, label_selector=selector)
+    items: list[dict[str, Any]] = json.loads(reply).get("items", [])
     return items
 
 
@@ -183,14 +171,11 @@ def pod_gone(name: str, namespace: str) -> bool:
     """True only if the API answers 404 for the pod, or shows it finished: the index may
     lag, the API does not."""
     try:
-        response = core().read_namespaced_pod(
-            name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-        )
+        read: dict[str, Any] = json.loads(_raw(core().read_namespaced_pod, name, namespace))
     except ApiException as exc:
         if exc.status == 404:
             return True
         raise
-    read: dict[str, Any] = _json(response)
     return pod_finished(read.get("status") or {})
 
 
@@ -269,12 +254,14 @@ def read_secret_value(namespace: str, name: str, key: str) -> str:
     return base64.b64decode(data[key]).decode()
 
 
-def _json(response: Any) -> Any:
-    return json.loads(response.data)
+def _raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
+    """Make one API call and return its reply's body, read whole, as the server sent it.
 
-
-def _drain(response: Any) -> None:
-    """Read a reply whose body is not wanted: a reply left unread (``_preload_content``
-    off) never gives its connection back, and the next call opens a TLS connection of its
-    own (one handshake per status patch of a sweep)."""
-    response.data  # noqa: B018 - reading it is the point: the connection returns to the pool
+    The client's models are skipped (``_preload_content`` off: the JSON is parsed, or not
+    looked at, instead of becoming objects). Every such call goes through here because the
+    reply must be read even when it is not wanted: one left unread never gives its
+    connection back, and the next call opens a TLS connection of its own (a handshake per
+    status patch of a sweep). A refused call raises ``ApiException`` as usual."""
+    response = call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+    body: bytes = response.data
+    return body
