@@ -164,8 +164,9 @@ def operator_memory(report: dict[str, Any], out: Path) -> list[Path]:
     for role, colour in (("leader", "tab:blue"), ("standby", "tab:orange")):
         ax.plot(xs, [c["rss_full_mb"][role] for c in cycles], "o-", color=colour,
                 label=f"{role}, {queues:,} TaskQueues")  # fmt: skip
-        ax.plot(xs, [c["rss_empty_mb"][role] for c in cycles], "s--", color=colour,
-                alpha=0.6, label=f"{role}, after deleting them")  # fmt: skip
+        emptied = [c for c in cycles if c.get("rss_empty_mb")]  # the last may be kept
+        ax.plot([c["cycle"] for c in emptied], [c["rss_empty_mb"][role] for c in emptied],
+                "s--", color=colour, alpha=0.6, label=f"{role}, after deleting them")  # fmt: skip
     if "leader" in start:
         ax.axhline(start["leader"], color="grey", linewidth=0.8, label="start (no TaskQueue)")
         goal = start["leader"] + OPERATOR_MB_PER_QUEUE_GOAL * queues

@@ -14,6 +14,10 @@ default intervals, the ServiceAccount and RBAC of manifests/rbac).
     BENCH_MEMORY_REQUESTS=1 make bench-operator-memory  # + the leader's API requests and
                                                        # watch events per TaskQueue
     BENCH_MEMORY_CREATE_ONLY=1 make bench-operator-memory  # the creates alone, no operator
+    BENCH_MEMORY_PROBES=20 make bench-operator-memory  # + 20 single TaskQueues created one
+                                                       # at a time with the N in place
+    BENCH_MEMORY_KEEP_LAST=1 make bench-operator-memory  # the last cycle's TaskQueues are
+                                                         # not deleted (no "empty" sample)
 
 Each cycle: N TaskQueues (replicas 0) in one `kubectl create`; each Deployment first seen
 (its ADDED event on a watch opened before the create) after the create returned: p50,
@@ -24,6 +28,12 @@ collected, the same quiet, RSS again ("empty"). Figures, never pass/fail. The en
 replica's MB per TaskQueue above its start (the leader's goal: 0.08), the last cycle
 against the second (goal: within 5 %), and a chart of every cycle
 (bench/results/charts/operator-memory.svg, ``bench.charts``).
+
+With BENCH_MEMORY_PROBES=K, after the full sample (and the idle window), K more TaskQueues
+are created one at a time, each waited for: from its create request to its Deployment's
+ADDED event (a watch on that name alone), p50 / p99 / max. That is what a team creating
+one queue waits with the N in place, where the burst's figures are the lag behind the
+burst.
 
 Each cycle's create follows the previous cycle's settle time, with the garbage collector
 possibly still deleting its ReplicaSets. BENCH_MEMORY_QUIET=1 waits before each create for
@@ -70,6 +80,10 @@ REQUESTS = os.environ.get("BENCH_MEMORY_REQUESTS", "") not in ("", "0")
 QUIET = os.environ.get("BENCH_MEMORY_QUIET", "") not in ("", "0")
 QUIET_BUSY = float(os.environ.get("BENCH_MEMORY_QUIET_BUSY", "0.15"))
 QUIET_WINDOW_S = 5.0
+#: Single TaskQueues created one at a time after the full sample (0: none).
+PROBES = int(os.environ.get("BENCH_MEMORY_PROBES", "0") or 0)
+#: Leave the last cycle's TaskQueues in place (10,000 take long to delete).
+KEEP_LAST = os.environ.get("BENCH_MEMORY_KEEP_LAST", "") not in ("", "0")
 #: How long a burst may take to be created, handled or deleted (10,000 take longer).
 WAIT_S = max(900.0, QUEUES * 0.3)
 #: Another checkout whose operator to run (its operator/ and worker-image/ first on the path).
@@ -237,8 +251,10 @@ class DeploymentsSeen:
     the apiserver the burst measures, and its figures had the listing's own duration
     (1-2 s under load) as their floor."""
 
-    def __init__(self, server: KubeApiserver, names: set[str]) -> None:
+    def __init__(self, server: KubeApiserver, names: set[str], *, only: str = "") -> None:
         self.names = names
+        #: A field selector (``metadata.name=...``): one Deployment's events, not every one's.
+        self._selector = only
         self.seen: dict[str, float] = {}
         self._api = server.api_client()
         self._apps = client.AppsV1Api(self._api)
@@ -249,7 +265,9 @@ class DeploymentsSeen:
 
     def _relist(self) -> str:
         listed = json.loads(
-            self._apps.list_namespaced_deployment(NAMESPACE, _preload_content=False).data
+            self._apps.list_namespaced_deployment(
+                NAMESPACE, field_selector=self._selector, _preload_content=False
+            ).data
         )
         now = time.monotonic()
         for item in listed["items"]:
@@ -262,6 +280,7 @@ class DeploymentsSeen:
             response = self._apps.list_namespaced_deployment(
                 NAMESPACE,
                 watch=True,
+                field_selector=self._selector,
                 resource_version=self._version,
                 timeout_seconds=30,
                 _preload_content=False,
@@ -307,6 +326,26 @@ def delete_all(server: KubeApiserver) -> None:
             return
         time.sleep(5)
     raise RuntimeError(f"kubectl delete failed: {done.stderr.decode(errors='replace')}")
+
+
+def probe_new_queues(server: KubeApiserver, api: Any, url: str, count: int) -> list[float]:
+    """Seconds from each single TaskQueue's create request to its Deployment's ADDED event,
+    ``count`` of them one after another (each watched alone: a watch of every Deployment
+    would relist the N already in place for each)."""
+    custom = client.CustomObjectsApi(api)
+    latencies: list[float] = []
+    for i in range(count):
+        name = f"probe{i:03d}"
+        watched = DeploymentsSeen(server, {name}, only=f"metadata.name={name}")
+        try:
+            sent = time.monotonic()
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, PLURAL, taskqueue(name, url)
+            )
+            latencies.extend(watched.after(sent, timeout=120))
+        finally:
+            watched.close()
+    return latencies
 
 
 def _machine_busy(window_s: float) -> float:
@@ -487,15 +526,27 @@ def measure(workdir: Path) -> dict[str, Any]:
                         for name, seconds in spent(cpu_idle, cpu(operators), 0).items()
                     }
                     print(f"cycle {cycle}: idle CPU over {IDLE_S:.0f} s: {idle} %", flush=True)
-                delete_all(server)
-                wait_for(
-                    lambda: not _items(api, "taskqueues") and not _items(api, "deployments"),
-                    timeout=WAIT_S,
-                    interval=2,
-                    what="every TaskQueue and Deployment gone",
-                )
-                time.sleep(SETTLE_S)
-                empty = sample(operators, workdir, f"cycle {cycle} empty")
+                probes: dict[str, float] = {}
+                if PROBES > 0:
+                    one = probe_new_queues(server, api, redis_server.url, PROBES)
+                    probes = {
+                        "count": len(one),
+                        "p50_s": round(statistics.median(one), 3),
+                        "p99_s": round(percentile(one, 0.99), 3),
+                        "max_s": round(max(one), 3),
+                    }
+                    print(f"cycle {cycle}: a new TaskQueue's Deployment: {probes}", flush=True)
+                empty: dict[str, float] | None = None
+                if not (KEEP_LAST and cycle == CYCLES):
+                    delete_all(server)
+                    wait_for(
+                        lambda: not _items(api, "taskqueues") and not _items(api, "deployments"),
+                        timeout=WAIT_S,
+                        interval=2,
+                        what="every TaskQueue and Deployment gone",
+                    )
+                    time.sleep(SETTLE_S)
+                    empty = sample(operators, workdir, f"cycle {cycle} empty")
                 row = {
                     "cycle": cycle,
                     "deployment_p50_s": round(statistics.median(created), 2),
@@ -514,6 +565,7 @@ def measure(workdir: Path) -> dict[str, Any]:
                     "rss_full_mb": full,
                     "rss_empty_mb": empty,
                     "idle_cpu_pct": idle,
+                    "new_queue_deployment": probes,
                     "load_1m_at_create": round(load_1m, 2),
                     "quiet_wait_s": round(quiet_wait_s, 1),
                     "busy_before_create": round(busy, 3),
@@ -602,11 +654,11 @@ def main() -> int:
     )
     print("|--:|--:|--:|--:|--:|--:|--:|")
     for r in result["cycles"]:
-        full, empty = r["rss_full_mb"], r["rss_empty_mb"]
+        full, empty = r["rss_full_mb"], r["rss_empty_mb"] or {}
         print(
             f"| {r['cycle']} | {r['deployment_p50_s']:.2f} / {r['deployment_p99_s']:.2f} / "
-            f"{r['deployment_max_s']:.2f} s | {full['leader']:.0f} / {empty['leader']:.0f} MB | "
-            f"{full['standby']:.0f} / {empty['standby']:.0f} MB | "
+            f"{r['deployment_max_s']:.2f} s | {full['leader']:.0f} / {_mb(empty, 'leader')} MB | "
+            f"{full['standby']:.0f} / {_mb(empty, 'standby')} MB | "
             f"{r['create_s']:.1f} / {r['handled_s']:.1f} s | "
             f"{r['cpu_handled_s']['leader']:.1f} ({r['main_cpu_handled_s']['leader']:.1f}) / "
             f"{r['cpu_settled_s']['leader']:.1f} ({r['main_cpu_settled_s']['leader']:.1f}) s | "
@@ -624,6 +676,11 @@ def main() -> int:
     for written in charts.operator_memory(result, RESULTS):
         print(f"chart {written.relative_to(RESULTS.parent.parent)}")
     return 0
+
+
+def _mb(sampled: dict[str, float], role: str) -> str:
+    """A sampled RSS, or "-" where none was taken (the last cycle kept, BENCH_MEMORY_KEEP_LAST)."""
+    return f"{sampled[role]:.0f}" if role in sampled else "-"
 
 
 def summary(result: dict[str, Any]) -> list[str]:
@@ -646,6 +703,13 @@ def summary(result: dict[str, Any]) -> list[str]:
             met = per <= OPERATOR_MB_PER_QUEUE_GOAL
             line += f" (goal <= {OPERATOR_MB_PER_QUEUE_GOAL}: {'met' if met else 'missed'})"
         lines.append(line)
+    probes = cycles[-1].get("new_queue_deployment") or {}
+    if probes:
+        lines.append(
+            f"a new TaskQueue with {queues:,} in place, its Deployment after its create "
+            f"({probes['count']} one at a time): p50 {probes['p50_s']:.2f} s, "
+            f"p99 {probes['p99_s']:.2f} s, max {probes['max_s']:.2f} s"
+        )
     if len(cycles) >= 3:
         second, last = cycles[1]["rss_full_mb"]["leader"], cycles[-1]["rss_full_mb"]["leader"]
         drift = 100 * (last - second) / second

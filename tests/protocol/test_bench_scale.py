@@ -72,3 +72,21 @@ def test_the_operator_memory_chart_and_summary_read_a_stored_run(tmp_path: Path)
     assert lines[0].startswith("leader: 190 MB with 1,000 TaskQueues, 86 MB at start: 0.104")
     assert "goal <= 0.08: missed" in lines[0]
     assert lines[-1].startswith("leader, cycle 3 against cycle 2: 190 vs 191 MB, -0.7 %")
+
+
+def test_a_run_whose_last_cycle_was_kept_charts_and_sums_up_with_its_new_queue_probes(
+    tmp_path: Path,
+) -> None:
+    stored = ROOT / "bench" / "results" / "operator-memory-2026-11-29T1142Z.json"
+    report = json.loads(stored.read_text())
+    last = report["cycles"][-1]
+    last["rss_empty_mb"] = None  # BENCH_MEMORY_KEEP_LAST: no "empty" sample
+    last["new_queue_deployment"] = {"count": 20, "p50_s": 0.41, "p99_s": 1.234, "max_s": 1.3}
+    paths = charts.operator_memory(report, tmp_path)
+    assert sorted(p.name for p in paths) == ["operator-memory.png", "operator-memory.svg"]
+    lines = operator_memory.summary(report)
+    assert any(
+        line.startswith("a new TaskQueue with 1,000 in place")
+        and "p50 0.41 s, p99 1.23 s, max 1.30 s" in line
+        for line in lines
+    ), lines
