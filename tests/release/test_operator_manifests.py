@@ -183,7 +183,8 @@ def needed_by_code() -> dict[Grant, set[str]]:
     unknown = []
     for path in sorted(OPERATOR_SOURCE.glob("*.py")):
         text = path.read_text()
-        for method in re.findall(r"\b(?:core|apps|custom)\(\)\.(\w+)\(", text):
+        # Called (``core().read_namespaced_pod(...)``) or passed to ``kube._raw``.
+        for method in re.findall(r"\b(?:core|apps|custom)\(\)\.(\w+)\b", text):
             if method not in CLIENT_CALLS:
                 unknown.append(f"{path.name}: {method}")
                 continue
