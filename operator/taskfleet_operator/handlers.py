@@ -1,5 +1,6 @@
 """kopf registrations, and nothing else: each handler reads what kopf hands it, calls
 `reconcile`, `sweeper` and the pure functions of `status`, and applies what they return.
+The ProviderQuota handlers are in `quotahandlers` (registered by importing it here).
 
 Run with ``python -m taskfleet_operator``. Handlers that call Redis or the Kubernetes API
 are sync (kopf's thread pool); indexers and handlers that only record or wake run on the
@@ -31,7 +32,7 @@ from taskfleet_operator import (
     memos,
     providerquotas,
     queuesweep,
-    quotaspec,
+    quotahandlers,  # noqa: F401 - importing registers the ProviderQuota handlers
     reconcile,
     scaler,
     sweeper,
@@ -55,7 +56,6 @@ SETTINGS = OperatorSettings.from_env()
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 TASKQUEUES = (GROUP, VERSION, PLURAL)
-PROVIDERQUOTAS = (GROUP, VERSION, quotaspec.PLURAL)
 
 
 def _ns(namespace: str | None) -> str:
@@ -459,101 +459,6 @@ async def track_taskqueue(
     memos.metrics(memo).forget(builders.queue_name(*key))
     with contextlib.suppress(wakeups.Stopping):  # the cleanup closes every connection
         await memos.blocking(memo)(memos.connections(memo).forget, *key)
-
-
-# ----------------------------------------------------------------------------- ProviderQuota
-
-
-def _quota_status(patch: kopf.Patch, fields: Mapping[str, Any]) -> None:
-    for field, value in fields.items():
-        patch.status[field] = value
-
-
-@kopf.on.resume(*PROVIDERQUOTAS, backoff=10)
-@kopf.on.create(*PROVIDERQUOTAS, backoff=10)
-@kopf.on.update(*PROVIDERQUOTAS, backoff=10)
-def apply_providerquota(
-    *,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str | None,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    """Write the quota to its Redis (`providerquotas.QuotaLinks.apply`: idempotent) and
-    its use to status; a Redis not reached is retried every 10 s."""
-    namespace, generation = _ns(namespace), meta.get("generation")
-    try:
-        model, quota = providerquotas.parse_spec(spec, name)
-    except providerquotas.InvalidQuotaSpec as error:
-        _quota_status(
-            patch, providerquotas.failure_status(status, "InvalidSpec", str(error), generation)
-        )
-        raise kopf.PermanentError(str(error)) from None
-    try:
-        use = memos.quota_links(memo).apply(
-            namespace, name, model, quota, was_paused=bool(status.get("specPaused"))
-        )
-    except (redis.RedisError, kube.SecretUnavailable) as error:
-        reason = "RedisUnreachable" if isinstance(error, redis.RedisError) else "SecretUnavailable"
-        message = describe_error(error)
-        _quota_status(patch, providerquotas.failure_status(status, reason, message, None))
-        raise kopf.TemporaryError(f"quota not written yet: {message}", delay=10) from None
-    _quota_status(
-        patch,
-        providerquotas.status_of(
-            use, status, spec_paused=model.pause is not None, generation=generation
-        ),
-    )
-
-
-@kopf.timer(*PROVIDERQUOTAS, interval=SETTINGS.quota_status_interval_s, initial_delay=1)
-def refresh_providerquota(
-    *,
-    spec: kopf.Spec,
-    name: str,
-    namespace: str | None,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    patch: kopf.Patch,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    """The quota's use into status: one script call, a patch only when it changed. A
-    quota gone from Redis (flushed, or a Redis that lost its data) is written again."""
-    namespace = _ns(namespace)
-    try:
-        model, quota = providerquotas.parse_spec(spec, name)
-    except providerquotas.InvalidQuotaSpec:
-        return  # reported by the create/update handler
-    if status.get("observedGeneration") != meta.get("generation"):
-        return  # not applied yet: the create/update handler (and its retries) writes it
-    links, spec_paused = memos.quota_links(memo), bool(status.get("specPaused"))
-    try:
-        use = links.read(namespace, name, model, quota)
-        if use is None:
-            use = links.apply(namespace, name, model, quota, was_paused=spec_paused)
-    except (redis.RedisError, kube.SecretUnavailable) as error:
-        reason = "RedisUnreachable" if isinstance(error, redis.RedisError) else "SecretUnavailable"
-        fields = providerquotas.failure_status(status, reason, describe_error(error), None)
-        _quota_status(patch, fields)
-        return
-    _quota_status(
-        patch, providerquotas.status_of(use, status, spec_paused=spec_paused, generation=None)
-    )
-
-
-# DELETED events only. The quota stays on Redis (`providerquotas`, docs/quotas.md).
-@kopf.on.event(*PROVIDERQUOTAS, when=lambda type, **_: type == "DELETED")
-async def forget_deleted_providerquota(
-    *, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
-) -> None:
-    """A ProviderQuota gone: close its Redis client (in a thread)."""
-    with contextlib.suppress(wakeups.Stopping):
-        await memos.blocking(memo)(memos.quota_links(memo).forget, _ns(namespace), name)
 
 
 # ----------------------------------------------------------------------------- pods
