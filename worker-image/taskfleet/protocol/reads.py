@@ -13,15 +13,24 @@ contexts from here on its way to its first claim, and loads no model.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from taskfleet.protocol.calls import Call, Command, call, one
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.records import WorkerRecord, hash_of, number, text, whole
+from taskfleet.protocol.rows import (
+    FLOW_FIELDS,
+    LIVE_FIELDS,
+    ROW_FIELDS,
+    FlowRow,
+    LiveRow,
+    TaskRow,
+    flow_row,
+    live_row,
+    task_row,
+)
 from taskfleet.protocol.schedules import Schedule
 from taskfleet.protocol.states import FINISHED, TaskState
 from taskfleet.protocol.tracing import TRACE_FIELD
@@ -34,96 +43,6 @@ __all__ = ["STATES", "Activity", "FlowRow", "LiveRow", "QueueReads", "TaskRow", 
 
 #: Every state, in the order pages and views show them.
 STATES: tuple[str, ...] = tuple(s.value for s in TaskState)
-#: The fields of a task a row of a listing shows (its hash has more).
-_ROW_FIELDS = (
-    "priority",
-    "attempts",
-    "max_attempts",
-    "created_at",
-    "run_at",
-    "finished_at",
-    "reason",
-    "error",
-    "pod",
-    "group",
-)
-
-
-@dataclass(frozen=True)
-class TaskRow:
-    """A task's few fields a listing shows."""
-
-    id: str
-    priority: int | None
-    attempts: int | None
-    max_attempts: int | None
-    created_at: datetime | None
-    run_at: datetime | None
-    finished_at: datetime | None
-    reason: str
-    error: str
-    pod: str
-    #: False when the id is in the state's set but its hash is gone (pruned meanwhile)
-    present: bool = True
-    #: its group ('' for none)
-    group: str = ""
-
-
-@dataclass(frozen=True)
-class FlowRow:
-    """A task's few fields a flow's tree shows: its state ('' when its hash is gone, pruned
-    by retention), what it waits for, how many of those are left, its progress."""
-
-    id: str
-    state: str
-    after: tuple[str, ...]
-    deps_left: int | None
-    progress: Any
-
-    @property
-    def present(self) -> bool:
-        return bool(self.state)
-
-
-#: The fields of a task a flow's tree shows.
-_FLOW_FIELDS = ("state", "after", "deps_left", "progress")
-
-#: The fields of a running or waiting task a listing shows (``LiveRow``).
-_LIVE_FIELDS = (
-    "started_at",
-    "lease_until",
-    "progress",
-    "progress_at",
-    "group",
-    "after",
-    "deps_left",
-    "attempts",
-    "max_attempts",
-    "pod",
-    "created_at",
-)
-
-
-@dataclass(frozen=True)
-class LiveRow:
-    """A running or waiting task's fields a listing shows: its run's times and progress,
-    its group, what it waits for; ``payload_bytes``: its payload's size (its name opens
-    the payload: read only when small, ``payload_names``)."""
-
-    id: str
-    present: bool
-    started_at: datetime | None
-    lease_until: datetime | None
-    progress: Any
-    progress_at: datetime | None
-    group: str
-    after: tuple[str, ...]
-    deps_left: int | None
-    attempts: int | None
-    max_attempts: int | None
-    pod: str
-    created_at: datetime | None
-    payload_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,9 +134,9 @@ class QueueReads:
     def rows(self, task_ids: Sequence[str]) -> Call[list[TaskRow]]:
         """Each task's row (``TaskRow``: a few fields, not the payload or result)."""
         ids = list(task_ids)
-        commands = [("HMGET", self._k.task(i), *_ROW_FIELDS) for i in ids]
+        commands = [("HMGET", self._k.task(i), *ROW_FIELDS) for i in ids]
         return call(
-            commands, lambda replies: [_row(i, v) for i, v in zip(ids, replies, strict=True)]
+            commands, lambda replies: [task_row(i, v) for i, v in zip(ids, replies, strict=True)]
         )
 
     def live_rows(self, task_ids: Sequence[str]) -> Call[list[LiveRow]]:
@@ -226,12 +145,12 @@ class QueueReads:
         commands: list[Command] = []
         for i in ids:
             commands += [
-                ("HMGET", self._k.task(i), *_LIVE_FIELDS),
+                ("HMGET", self._k.task(i), *LIVE_FIELDS),
                 ("HSTRLEN", self._k.task(i), "payload"),
             ]
 
         def decode(replies: Sequence[Any]) -> list[LiveRow]:
-            return [_live_row(i, replies[2 * n], replies[2 * n + 1]) for n, i in enumerate(ids)]
+            return [live_row(i, replies[2 * n], replies[2 * n + 1]) for n, i in enumerate(ids)]
 
         return call(commands, decode)
 
@@ -273,9 +192,9 @@ class QueueReads:
     def flow_rows(self, task_ids: Sequence[str]) -> Call[list[FlowRow]]:
         """The few fields of ``task_ids`` a flow's tree shows, one HMGET each."""
         ids = list(task_ids)
-        commands: list[Command] = [("HMGET", self._k.task(t), *_FLOW_FIELDS) for t in ids]
+        commands: list[Command] = [("HMGET", self._k.task(t), *FLOW_FIELDS) for t in ids]
         return call(
-            commands, lambda replies: [_flow_row(t, r) for t, r in zip(ids, replies, strict=True)]
+            commands, lambda replies: [flow_row(t, r) for t, r in zip(ids, replies, strict=True)]
         )
 
     def dependants(self, task_id: str, most: int) -> Call[list[str]]:
@@ -517,74 +436,6 @@ def _tasks(ids: Sequence[str], replies: Sequence[Any]) -> list[Task | None]:
         h = hash_of(raw)
         out.append(Task.from_hash(h, task_id) if h else None)
     return out
-
-
-def _live_row(task_id: str, values: Sequence[Any], size: Any) -> LiveRow:
-    from taskfleet.protocol.tasks import stored_int, stored_time
-
-    h = {
-        name: (None if v is None else text(v)) for name, v in zip(_LIVE_FIELDS, values, strict=True)
-    }
-    shape = _flow_row(task_id, [None, h["after"], h["deps_left"], h["progress"]])
-    return LiveRow(
-        id=task_id,
-        present=any(v is not None for v in values),
-        started_at=stored_time(h["started_at"]),
-        lease_until=stored_time(h["lease_until"]),
-        progress=shape.progress,
-        progress_at=stored_time(h["progress_at"]),
-        group=h["group"] or "",
-        after=shape.after,
-        deps_left=shape.deps_left,
-        attempts=stored_int(h["attempts"]),
-        max_attempts=stored_int(h["max_attempts"]),
-        pod=h["pod"] or "",
-        created_at=stored_time(h["created_at"]),
-        payload_bytes=int(size or 0),
-    )
-
-
-def _flow_row(task_id: str, values: Sequence[Any]) -> FlowRow:
-    from taskfleet.protocol.tasks import stored_int
-
-    state, after, left, progress = (None if v is None else text(v) for v in values)
-    deps: list[str] = []
-    if after:
-        try:
-            parsed = json.loads(after)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, list):
-            deps = [str(dep) for dep in parsed]
-    shown: Any = None
-    if progress is not None:
-        try:
-            shown = json.loads(progress)
-        except (ValueError, RecursionError):
-            shown = progress  # a foreign producer's text, kept as text
-    return FlowRow(task_id, state or "", tuple(deps), stored_int(left), shown)
-
-
-def _row(task_id: str, values: Sequence[Any]) -> TaskRow:
-    from taskfleet.protocol.tasks import stored_int, stored_time
-
-    h = {
-        name: (None if v is None else text(v)) for name, v in zip(_ROW_FIELDS, values, strict=True)
-    }
-    return TaskRow(
-        id=task_id,
-        priority=stored_int(h["priority"]),
-        attempts=stored_int(h["attempts"]),
-        max_attempts=stored_int(h["max_attempts"]),
-        created_at=stored_time(h["created_at"]),
-        run_at=stored_time(h["run_at"]),
-        finished_at=stored_time(h["finished_at"]),
-        reason=h["reason"] or "",
-        error=h["error"] or "",
-        pod=h["pod"] or "",
-        present=any(v is not None for v in values),
-        group=h["group"] or "",
-    )
 
 
 def _wholes(replies: Sequence[Any]) -> list[int | None]:
