@@ -90,6 +90,9 @@ class ProtocolMachine(ProtocolInvariants, RuleBasedStateMachine):
         self.failed_dead: set[str] = set()  # fail() answered dead: must stay dead
         self.held: dict[str, dict[str, str]] = {pod: {} for pod in PODS}
         self.cancel_acked: set[str] = set()  # cancel answered cancelled or requested
+        # cancel answered requested while the task sat handed to a pod, not popped yet: it
+        # is that pod's since its enqueue, so it may still be delivered, once
+        self.cancelled_in_hand: set[str] = set()
         self.replayed: Counter[str] = Counter()  # reasons of the dead tasks sent back
         self.ops = Ops(self.queue.keys)
         self.claims = 0
@@ -216,13 +219,26 @@ class ProtocolMachine(ProtocolInvariants, RuleBasedStateMachine):
         already, and its next claim returns them on top of what it asks for."""
         return int(self.raw.llen(self.queue.keys.wake(pod)))
 
+    def _in_a_hand_off(self, task_id: str) -> bool:
+        """Whether a producer handed ``task_id`` to a pod that has not popped it yet."""
+        return any(
+            task_id.encode() in entry
+            for pod in PODS
+            for entry in self.raw.lrange(self.queue.keys.wake(pod), 0, -1)
+        )
+
     def _took(self, pod: str, n: int, result: Any) -> None:
         assert len(result.tasks) <= n
         for task in result.tasks:
             assert task.id in self.enqueued
             assert task.id not in self.completed
             assert task.id not in self.failed_dead
-            assert task.id not in self.cancel_acked, f"{task.id} claimed after its cancel"
+            if task.id in self.cancelled_in_hand:
+                # claimed for the pod by its enqueue, before the cancel: its run stops at
+                # the pod's next heartbeat (reply.cancelled) and it ends cancelled
+                self.cancelled_in_hand.discard(task.id)
+            else:
+                assert task.id not in self.cancel_acked, f"{task.id} claimed after its cancel"
             if task.id in self.after:  # never before its dependencies are done
                 deps, policy = self.after[task.id]
                 for dep, h in self._hashes(deps).items():
@@ -314,6 +330,8 @@ class ProtocolMachine(ProtocolInvariants, RuleBasedStateMachine):
         outcome = self.queue.cancel(task_id)
         if outcome in (CancelOutcome.CANCELLED, CancelOutcome.REQUESTED):
             self.cancel_acked.add(task_id)
+        if outcome is CancelOutcome.REQUESTED and self._in_a_hand_off(task_id):
+            self.cancelled_in_hand.add(task_id)
         state = self._hashes([task_id])[task_id]["state"]
         if outcome is CancelOutcome.CANCELLED:
             assert state == "cancelled"
@@ -458,6 +476,37 @@ def test_a_task_handed_to_a_pod_with_no_worker_record_is_read_by_its_next_claim(
         machine.claim_with_the_smallest_bound("pod-a", 1)
         assert len(machine.held["pod-a"]) == 1
         assert set(machine.held["pod-a"]) <= machine.enqueued
+        machine.every_task_is_in_exactly_one_state_and_none_is_lost()
+    finally:
+        machine.teardown()
+
+
+def test_a_task_cancelled_while_handed_to_a_pod_is_delivered_once_and_its_run_stopped(
+    redis_url: str,
+) -> None:
+    """A sequence the random run found: a pod registered idle, a producer hands it a task
+    (the task runs for that pod from its enqueue), a cancel before the pod pops it answers
+    "requested"; the pod gets the task once, learns of the cancel at its next heartbeat,
+    and the run ends cancelled."""
+    ProtocolMachine.url = redis_url
+    machine = ProtocolMachine()
+    try:
+        machine.claim("pod-b", 1, idle=True)
+        machine.enqueue(1, 0, None, 60, None)
+        assert machine._handed("pod-b") == 1
+        [task_id] = machine.enqueued
+        assert machine.queue.cancel(task_id) is CancelOutcome.REQUESTED
+        machine.cancel_acked.add(task_id)
+        assert machine._in_a_hand_off(task_id)
+        machine.cancelled_in_hand.add(task_id)
+        machine.pop_a_hand_off("pod-b")
+        assert set(machine.held["pod-b"]) == {task_id}
+        reply = machine.brokers["pod-b"].beat(dict(machine.held["pod-b"]), draining=False)
+        assert reply.cancelled == {task_id}
+        token = machine.held["pod-b"].pop(task_id)
+        [code] = machine.brokers["pod-b"].complete_many([(task_id, token, None)])
+        assert code == 3  # ended cancelled, not done
+        assert machine._hashes([task_id])[task_id]["state"] == "cancelled"
         machine.every_task_is_in_exactly_one_state_and_none_is_lost()
     finally:
         machine.teardown()
