@@ -386,3 +386,12 @@ def test_a_target_running_pytest_without_the_dev_tools_fails_the_check(
         "make no-venv runs `e2e/run-local.sh` before making .venv",
         "make no-venv runs `e2e/run-local.sh` before the dev tools",
     ]
+
+
+def test_every_journal_entry_is_in_the_journal_index() -> None:
+    journal = REPO / "bench" / "journal"
+    index = (journal / "README.md").read_text()
+    entries = sorted(p.name for p in journal.glob("*.md") if p.name != "README.md")
+    missing = [name for name in entries if f"]({name})" not in index]
+    assert entries, "no journal entries found"
+    assert not missing, f"bench/journal/README.md does not list: {missing}"
