@@ -26,6 +26,7 @@ import redis
 from taskfleet_operator import (
     apisession,
     builders,
+    collector,
     disruption,
     heap,
     kube,
@@ -112,7 +113,7 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
     run = wakeups.in_threads(executor, closing)
     metrics = OperatorMetrics()
     sweeps = queuesweep.make_loop(SETTINGS, settings, connections, wakers, metrics, run)
-    loops = (
+    loops: tuple[asyncio.Task[None], ...] = (
         asyncio.create_task(sweeps.serve()),
         asyncio.create_task(
             wakeups.poll_demand(wakers, connections, SETTINGS.demand_poll_interval_s, run)
@@ -123,6 +124,8 @@ async def startup(*, settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any)
         asyncio.create_task(wakeups.probe_servers(wakers, connections, run)),
         asyncio.create_task(heap.trim_loop(run)),  # a burst's freed heap back to the kernel
     )
+    if SETTINGS.gc_refreeze_interval_s:  # the long-lived objects out of the collector's walks
+        loops += (asyncio.create_task(collector.refreeze_loop(SETTINGS.gc_refreeze_interval_s)),)
     metrics.watch(connections)
     quota_links = providerquotas.QuotaLinks(SETTINGS.redis_timeout_s)
     leadership = Leadership(standalone=not SETTINGS.peering, lifetime_s=SETTINGS.peering_lifetime_s)

@@ -103,6 +103,10 @@ class OperatorSettings:
     # (`apisession`): without a bound, a burst of TaskQueues opened one per request in
     # flight, each with its TLS state and read buffer. 0: no bound (kopf's own session).
     api_connections: int = 32
+    # How often the garbage collector's frozen objects are collected and frozen again
+    # (`collector`): what lives long is kept out of its full collections. 0: off, the
+    # collector as Python sets it.
+    gc_refreeze_interval_s: float = 300.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -118,6 +122,7 @@ class OperatorSettings:
             peering_lifetime_s=_float(env, "TASKFLEET_PEERING_LIFETIME", 15.0, 5, 300),
             quota_status_interval_s=_float(env, "TASKFLEET_QUOTA_STATUS_INTERVAL", 15.0, 0.5, 3600),
             api_connections=int(_float(env, "TASKFLEET_API_CONNECTIONS", 32, 0, 1024)),
+            gc_refreeze_interval_s=_float(env, "TASKFLEET_GC_REFREEZE_INTERVAL", 300.0, 0, 86400),
         )
 
 

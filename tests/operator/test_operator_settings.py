@@ -49,6 +49,16 @@ def test_environment_overrides_are_read() -> None:
     assert settings.redis_timeout_s == 1.0
 
 
+def test_the_collectors_refreeze_runs_every_five_minutes_unless_set_otherwise_or_off() -> None:
+    assert OperatorSettings.from_env({}).gc_refreeze_interval_s == 300.0
+    read = OperatorSettings.from_env({"TASKFLEET_GC_REFREEZE_INTERVAL": "60"})
+    assert read.gc_refreeze_interval_s == 60.0
+    off = OperatorSettings.from_env({"TASKFLEET_GC_REFREEZE_INTERVAL": "0"})
+    assert off.gc_refreeze_interval_s == 0.0
+    with pytest.raises(SettingsError, match=r"TASKFLEET_GC_REFREEZE_INTERVAL=.*must be between"):
+        OperatorSettings.from_env({"TASKFLEET_GC_REFREEZE_INTERVAL": "-5"})
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [("fast", "is not a number"), ("0", "must be between"), ("-1", "must be between")],
