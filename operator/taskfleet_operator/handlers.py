@@ -46,14 +46,14 @@ from taskfleet_operator.metrics import OperatorMetrics
 from taskfleet_operator.models import GROUP, PLURAL, QUEUE_LABEL, VERSION
 from taskfleet_operator.outages import ServerParked
 from taskfleet_operator.settings import (
-    OperatorSettings,
     configure_kopf,
     exact_names,
+    process_settings,
     watched_namespaces,
 )
 
 # Read at import: the sweep intervals and thread count are fixed for the process.
-SETTINGS = OperatorSettings.from_env()
+SETTINGS = process_settings()
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 TASKQUEUES = (GROUP, VERSION, PLURAL)

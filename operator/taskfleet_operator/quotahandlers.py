@@ -15,11 +15,11 @@ import redis
 from taskfleet_operator import kube, memos, providerquotas, quotaspec, wakeups
 from taskfleet_operator.connections import describe_error
 from taskfleet_operator.models import GROUP, VERSION
-from taskfleet_operator.settings import OperatorSettings
+from taskfleet_operator.settings import process_settings
 
 PROVIDERQUOTAS = (GROUP, VERSION, quotaspec.PLURAL)
-#: Read at import, as the rest of the operator's settings (`handlers.SETTINGS`).
-QUOTA_STATUS_INTERVAL_S = OperatorSettings.from_env().quota_status_interval_s
+#: Read at import, from the settings `handlers.SETTINGS` holds too.
+QUOTA_STATUS_INTERVAL_S = process_settings().quota_status_interval_s
 
 
 def _ns(namespace: str | None) -> str:

@@ -6,6 +6,7 @@ the same environment variables the Deployment would use.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -124,6 +125,13 @@ class OperatorSettings:
             api_connections=int(_float(env, "TASKFLEET_API_CONNECTIONS", 32, 0, 1024)),
             gc_refreeze_interval_s=_float(env, "TASKFLEET_GC_REFREEZE_INTERVAL", 300.0, 0, 86400),
         )
+
+
+@functools.cache
+def process_settings() -> OperatorSettings:
+    """This process's settings, read from its environment once: the handler modules
+    (`handlers`, `quotahandlers`) share one reading."""
+    return OperatorSettings.from_env()
 
 
 def watched_namespaces(env: Mapping[str, str] | None = None) -> list[str]:
