@@ -7,13 +7,7 @@ shares its collector with pytest would change what every later test sees.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.fresh_interpreter import run_json
 
 _LOOP = """
 import asyncio, gc, json, weakref
@@ -52,21 +46,8 @@ asyncio.run(main())
 """
 
 
-def _run(code: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-        env={"PYTHONPATH": f"{REPO / 'operator'}:{REPO / 'worker-image'}", "PATH": "/usr/bin"},
-    )
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def test_the_loop_freezes_what_lives_and_frees_frozen_cycles_at_its_next_pass() -> None:
-    result = _run(_LOOP)
+    result = run_json(_LOOP)
     # Frozen: out of every collection's walk (a plain collection leaves the frozen cycle).
     assert result["frozen"] > 1000, result
     assert result["alive_after_a_collection"], result

@@ -7,14 +7,11 @@ RSS, which a test process that shares its heap with pytest could not do cleanly.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.fresh_interpreter import run_json
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="glibc's malloc_trim and /proc"
@@ -64,21 +61,8 @@ asyncio.run(main())
 """
 
 
-def _run(code: str) -> dict[str, float]:
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-        env={"PYTHONPATH": f"{REPO / 'operator'}:{REPO / 'worker-image'}", "PATH": "/usr/bin"},
-    )
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def test_a_trim_gives_a_fragmented_heap_back() -> None:
-    got = _run(_TRIM)
+    got = run_json(_TRIM)
     assert got["limited"], "glibc's mallopt(M_ARENA_MAX) refused"
     assert got["before"] > 150, f"the heap was not fragmented as planned: {got}"
     assert got["trimmed"]
@@ -87,6 +71,6 @@ def test_a_trim_gives_a_fragmented_heap_back() -> None:
 
 
 def test_the_loop_trims_once_the_rss_grew() -> None:
-    got = _run(_LOOP)
+    got = run_json(_LOOP)
     assert got["grown"] > 80, f"the heap did not grow as planned: {got}"
     assert got["after"] < got["grown"] / 2, got
