@@ -29,6 +29,12 @@ def _ns(namespace: str | None) -> str:
     return namespace
 
 
+def _unreached(error: redis.RedisError | kube.SecretUnavailable) -> tuple[str, str]:
+    """A status reason and message for a quota whose Redis was not reached."""
+    reason = "RedisUnreachable" if isinstance(error, redis.RedisError) else "SecretUnavailable"
+    return reason, describe_error(error)
+
+
 def _quota_status(patch: kopf.Patch, fields: Mapping[str, Any]) -> None:
     for field, value in fields.items():
         patch.status[field] = value
@@ -63,8 +69,7 @@ def apply_providerquota(
             namespace, name, model, quota, was_paused=bool(status.get("specPaused"))
         )
     except (redis.RedisError, kube.SecretUnavailable) as error:
-        reason = "RedisUnreachable" if isinstance(error, redis.RedisError) else "SecretUnavailable"
-        message = describe_error(error)
+        reason, message = _unreached(error)
         _quota_status(patch, providerquotas.failure_status(status, reason, message, None))
         raise kopf.TemporaryError(f"quota not written yet: {message}", delay=10) from None
     _quota_status(
@@ -102,9 +107,7 @@ def refresh_providerquota(
         if use is None:
             use = links.apply(namespace, name, model, quota, was_paused=spec_paused)
     except (redis.RedisError, kube.SecretUnavailable) as error:
-        reason = "RedisUnreachable" if isinstance(error, redis.RedisError) else "SecretUnavailable"
-        fields = providerquotas.failure_status(status, reason, describe_error(error), None)
-        _quota_status(patch, fields)
+        _quota_status(patch, providerquotas.failure_status(status, *_unreached(error), None))
         return
     _quota_status(
         patch, providerquotas.status_of(use, status, spec_paused=spec_paused, generation=None)
