@@ -9,16 +9,17 @@ fire the same store; see taskfleet.protocol.schedules).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 from kubernetes.client.exceptions import ApiException
+from taskfleet.producer import reading
 from taskfleet.producer.encoding import encode_payload
 from taskfleet.producer.queue import Queue
 from taskfleet.producer.quotas import quota_ops, state_of
-from taskfleet.producer.reading import older_workers
+from taskfleet.producer.reading import WorkerInfo, older_workers
 from taskfleet.protocol.calls import run, run_all
 from taskfleet.protocol.errors import TaskfleetError
 from taskfleet.protocol.groups import check_fair_by, fair_by
@@ -97,19 +98,22 @@ def orphaned_pods(
     return requeue, suspect
 
 
-def requeue_orphans(
+def requeue_orphans(  # noqa: PLR0917 - the sweep's state, passed along
     queue: Queue,
     live_pods: Iterable[str],
     suspects: set[str],
     report: SweepReport,
     pod_gone: Callable[[str], bool],
+    found: Sequence[WorkerInfo] | None = None,
 ) -> None:
     """Take back the tasks of registered workers whose pod is gone (see `orphaned_pods`).
 
     The pod-deletion event is the fast path; this covers missed events and restarts.
-    The same read of the worker records tells the live workers of an older level.
+    The same read of the worker records (``found``, read here when not given) tells the
+    live workers of an older level.
     """
-    found = queue.workers()
+    if found is None:
+        found = queue.workers()
     older = set(older_workers(found))
     report.older_workers = sorted({pod_of(worker) for worker in older})
     report.older_level = min((w.level for w in found if w.pod in older), default=CURRENT_LEVEL)
@@ -183,8 +187,11 @@ def sweep_queue(
     does when the spec's schedules changed, and now and then in case keys were lost).
     """
     report = SweepReport()
-    store_settings(queue, spec)  # the TaskQueue is the source of truth
-    requeue_orphans(queue, live_pods, suspects, report, pod_gone)
+    # The server's clock once, on its own (a cluster's pipeline refuses TIME), for the
+    # workers' liveness and the quota's windows: a sweep lasts milliseconds.
+    now_ms = run(queue.client, queue.reads.clock())
+    workers = store_settings(queue, spec, now_ms)  # the TaskQueue is the source of truth
+    requeue_orphans(queue, live_pods, suspects, report, pod_gone, workers)
     # The sweep script is bounded per call; a few calls catch up after a backlog.
     for _ in range(10):
         result = queue.sweep()
@@ -206,28 +213,32 @@ def sweep_queue(
         sync_schedules(queue, spec, report)
     # A firer like every worker: schedules fire on time while the fleet is at zero.
     report.fired = queue.fire_due_schedules()
-    report.active_schedules, report.stats, report.quota = queue_state(queue)
+    report.active_schedules, report.stats, report.quota = queue_state(queue, now_ms)
     return report
 
 
-def store_settings(queue: Queue, spec: TaskQueueSpec) -> None:
+def store_settings(queue: Queue, spec: TaskQueueSpec, now_ms: int) -> list[WorkerInfo]:
     """Make the store's settings of the queue (its config, the unit its groups are fair
     by) the spec's: one round trip reads both, and only what differs is written (the
-    spec changed, or the store lost or was given other settings)."""
+    spec changed, or the store lost or was given other settings). The same round trip
+    reads the worker records, returned (alive as of ``now_ms``, the server's clock, by
+    the spec's lease)."""
     config = builders.queue_config(spec)
     unit = check_fair_by(builders.queue_fair_by(spec))
-    stored, fair = run_all(queue.client, [config_fields(queue.keys), fair_by(queue.keys)])
+    stored, fair, records = run_all(
+        queue.client, [config_fields(queue.keys), fair_by(queue.keys), queue.reads.workers()]
+    )
     if stored != config.to_redis():
         queue.configure(config)
     if fair != unit:
         queue.set_fair_by(unit)
+    return reading.workers_of(records, config, now_ms)
 
 
-def queue_state(queue: Queue) -> tuple[int, dict[str, int], QuotaState]:
+def queue_state(queue: Queue, now_ms: int) -> tuple[int, dict[str, int], QuotaState]:
     """The queue's active schedules, counts and quota state (`Queue.stats`,
-    `Queue.quota`) in two round trips: the server's clock (a cluster's pipeline refuses
-    TIME), then the rest together."""
-    now_ms = run(queue.client, queue.reads.clock())
+    `Queue.quota`, the quota's windows as of ``now_ms``, the server's clock) in one
+    round trip."""
     active, stats, raw, config = run_all(
         queue.client,
         [
