@@ -38,7 +38,9 @@ import redis
 from taskfleet import Queue, QueueConfig, chord, group
 from taskfleet.producer.encoding import batch_args
 from taskfleet.producer.flows import build
-from taskfleet.protocol.scripts import Op, Ops, SyncScripts, text
+from taskfleet.protocol.queue_ops import Ops
+from taskfleet.protocol.records import text
+from taskfleet.protocol.scripts import Op, SyncScripts
 
 from bench.run import machine, redis_server
 

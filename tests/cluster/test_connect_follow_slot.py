@@ -15,7 +15,8 @@ import redis
 import redis.asyncio
 from taskfleet.protocol.connect import connect_queue_async, follow_slot, pinned
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.scripts import AsyncScripts, Ops
+from taskfleet.protocol.queue_ops import Ops
+from taskfleet.protocol.scripts import AsyncScripts
 
 from tests.fixtures_redis import RedisServerFactory, free_cluster_port, free_port
 from tests.polling import wait_for

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from taskfleet import Queue, QueueConfig, TaskState
-from taskfleet.protocol.scripts import JOINING
+from taskfleet.protocol.queue_ops import JOINING
 
 from tests.fixtures_redis import MakeBroker
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import redis
 from taskfleet.producer.queue import Queue
-from taskfleet.protocol.scripts import COMPLETED, JOINING
+from taskfleet.protocol.queue_ops import COMPLETED, JOINING
 from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import MakeBroker

@@ -17,7 +17,7 @@ import pytest
 import redis
 from taskfleet.producer.queue import Queue
 from taskfleet.protocol.config import QueueConfig
-from taskfleet.protocol.scripts import JOINING
+from taskfleet.protocol.queue_ops import JOINING
 from taskfleet.protocol.tasks import TaskState
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker, free_port

@@ -12,7 +12,7 @@ import redis
 from taskfleet import AsyncQueue, InvalidArgument, Queue, QueueConfig, StaleToken, TaskState
 from taskfleet.producer.flows import build, chain, chord, from_json, group
 from taskfleet.protocol.flows import dependency_results
-from taskfleet.protocol.scripts import DEPENDENCY_FAILED, JOINING
+from taskfleet.protocol.queue_ops import DEPENDENCY_FAILED, JOINING
 from taskfleet.worker.context import TaskContext
 
 from tests.fixtures_redis import BlockingBroker, MakeBroker

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 from taskfleet import Queue, QueueConfig, TaskState
-from taskfleet.protocol.scripts import RESULT_TOO_LARGE
+from taskfleet.protocol.queue_ops import RESULT_TOO_LARGE
 
 from tests.fixtures_redis import MakeBroker, server_ms
 from tests.polling import wait_for

@@ -6,7 +6,7 @@ import threading
 
 import redis
 from taskfleet import Queue, QueueConfig, SweepResult, TaskState
-from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND
+from taskfleet.protocol.queue_ops import CLAIM_HOUSEKEEPING_BOUND
 
 from tests.fixtures_redis import MakeBroker
 from tests.polling import wait_for

@@ -34,7 +34,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from taskfleet import CancelOutcome, Queue, QueueConfig, Task, TaskExists, TaskState
-from taskfleet.protocol.scripts import Ops, SyncScripts
+from taskfleet.protocol.queue_ops import Ops
+from taskfleet.protocol.scripts import SyncScripts
 from taskfleet.worker.claimed import parse_claim_records
 
 from tests.fixtures_redis import BlockingBroker

@@ -19,8 +19,9 @@ from taskfleet.protocol.calls import run
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidArgument
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.queue_ops import CLAIM_HOUSEKEEPING_BOUND, Ops
 from taskfleet.protocol.records import text
-from taskfleet.protocol.scripts import CLAIM_HOUSEKEEPING_BOUND, Op, Ops, SyncScripts
+from taskfleet.protocol.scripts import Op, SyncScripts
 from taskfleet.protocol.tasks import TaskState
 from taskfleet.worker.broker import Broker
 

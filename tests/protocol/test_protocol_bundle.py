@@ -21,11 +21,12 @@ from taskfleet.protocol.control_ops import ControlOps, Report, Scan
 from taskfleet.protocol.keys import KEY_DOCS, SCRIPT_KEYS, QueueKeys
 from taskfleet.protocol.output import emit_op
 from taskfleet.protocol.provider_quota import ProviderQuotaOps, QuotaSlotOps, defer_op, settle_op
+from taskfleet.protocol.queue_ops import EnqueueArgs, Ops
 from taskfleet.protocol.quota import QuotaOps
 from taskfleet.protocol.runwrites import checkpoint_op
 from taskfleet.protocol.schedule_ops import ScheduleOps
 from taskfleet.protocol.schedules import FirePlan, ScheduleDef
-from taskfleet.protocol.scripts import EnqueueArgs, Op, Ops
+from taskfleet.protocol.scripts import Op
 
 _MARKER = re.compile(r"^-- includes/(\w+)\.lua$", re.M)
 _INCLUDE = re.compile(r'^--- @include "(\w+)"$', re.M)

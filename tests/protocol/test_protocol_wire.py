@@ -24,7 +24,8 @@ from taskfleet.producer.encoding import encode_task
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidPayload, TaskExists
 from taskfleet.protocol.keys import QueueKeys
-from taskfleet.protocol.scripts import AsyncScripts, Ops
+from taskfleet.protocol.queue_ops import Ops
+from taskfleet.protocol.scripts import AsyncScripts
 from taskfleet.protocol.wire import Head, bulk, packed_args
 
 from tests.fixtures_redis import RedisServerFactory, free_port

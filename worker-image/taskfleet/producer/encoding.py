@@ -26,7 +26,7 @@ from taskfleet.protocol.groups import check_group
 from taskfleet.protocol.jsondepth import nested_too_deep
 from taskfleet.protocol.numbers import NON_FINITE_ERROR, number_problem, value_problem
 from taskfleet.protocol.provider_quota import quotas_json
-from taskfleet.protocol.scripts import EnqueueArgs
+from taskfleet.protocol.queue_ops import EnqueueArgs
 from taskfleet.protocol.tasknames import named_payload, task_name_problem
 
 

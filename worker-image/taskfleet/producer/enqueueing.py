@@ -20,7 +20,7 @@ from taskfleet.producer.encoding import (
 from taskfleet.producer.flows import Flow, FlowIds, build
 from taskfleet.producer.runner import Plan, QueueBase, Write, taking
 from taskfleet.protocol import tracing
-from taskfleet.protocol.scripts import EnqueueArgs
+from taskfleet.protocol.queue_ops import EnqueueArgs
 
 __all__ = ["add_children", "enqueue", "enqueue_flow", "enqueue_many", "enqueue_result"]
 

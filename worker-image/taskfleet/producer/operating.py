@@ -6,9 +6,9 @@ from __future__ import annotations
 from taskfleet.producer.runner import Keys, Plan, QueueBase
 from taskfleet.protocol import store
 from taskfleet.protocol.config import QueueConfig
+from taskfleet.protocol.queue_ops import REPAIR_SETTLE_MS
 from taskfleet.protocol.records import POD_TOMBSTONE_S
 from taskfleet.protocol.replies import RepairResult, SweepResult
-from taskfleet.protocol.scripts import REPAIR_SETTLE_MS
 
 __all__ = ["PURGE_BATCH", "configure", "purge", "repair", "requeue_pod", "sweep"]
 

@@ -35,9 +35,10 @@ from taskfleet.protocol.control_ops import ControlOps
 from taskfleet.protocol.durable import run_and_wait, run_and_wait_async
 from taskfleet.protocol.errors import NotReplicated
 from taskfleet.protocol.keys import QueueKeys
+from taskfleet.protocol.queue_ops import Ops
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.schedule_ops import ScheduleOps
-from taskfleet.protocol.scripts import AsyncScripts, Op, Ops, SyncScripts
+from taskfleet.protocol.scripts import AsyncScripts, Op, SyncScripts
 
 __all__ = [
     "Emit",

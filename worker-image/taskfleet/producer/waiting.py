@@ -28,8 +28,9 @@ from taskfleet.protocol.calls import Call
 from taskfleet.protocol.errors import InvalidArgument, WaitTimeout
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.lists import QueueLists
+from taskfleet.protocol.queue_ops import Ops
 from taskfleet.protocol.reads import QueueReads
-from taskfleet.protocol.scripts import Op, Ops
+from taskfleet.protocol.scripts import Op
 from taskfleet.protocol.tasks import Task
 
 #: The longest a wait blocks before it looks at its tasks again.

@@ -36,17 +36,13 @@ from taskfleet.protocol.faults import Fault, classify
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.lists import QueueLists
 from taskfleet.protocol.provider_quota import ProviderQuotaOps
+from taskfleet.protocol.queue_ops import CLAIM_HOUSEKEEPING_BOUND, Ops
 from taskfleet.protocol.quota import QuotaOps
 from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.replies import Extended, RawClaim, RepairResult, SweepResult
 from taskfleet.protocol.schedule_ops import DueBatch, Fired, ScheduleOps
 from taskfleet.protocol.schedules import FirePlan
-from taskfleet.protocol.scripts import (
-    CLAIM_HOUSEKEEPING_BOUND,
-    AsyncScripts,
-    Op,
-    Ops,
-)
+from taskfleet.protocol.scripts import AsyncScripts, Op
 from taskfleet.protocol.states import TaskState
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult, Served, parse_claim_records
 from taskfleet.worker.identity import WorkerRecord

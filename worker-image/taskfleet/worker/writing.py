@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from taskfleet.protocol import bounds
-from taskfleet.protocol.scripts import CANCELLED, DEPENDENCY_FAILED, RESULT_TOO_LARGE
+from taskfleet.protocol.queue_ops import CANCELLED, DEPENDENCY_FAILED, RESULT_TOO_LARGE
 from taskfleet.protocol.states import TaskState
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask, ClaimResult

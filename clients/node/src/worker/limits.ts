@@ -16,7 +16,7 @@ export {
 export const CLAIM_HOUSEKEEPING_BOUND = 100;
 /** Bound of one sweep call's steps. */
 export const SWEEP_BOUND = 1000;
-/** Records one repair call reads at most (`protocol/scripts.py` REPAIR_BOUND). */
+/** Records one repair call reads at most (`protocol/queue_ops.py` REPAIR_BOUND). */
 export const REPAIR_BOUND = 500;
 /** A dependency that ended this recently is left to the normal resolve (REPAIR_SETTLE_MS). */
 export const REPAIR_SETTLE_MS = 5000;
