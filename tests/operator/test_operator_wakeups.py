@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from taskfleet.producer.queue import Queue
 from taskfleet_operator import builders, wakeups
 from taskfleet_operator.connections import Connections
@@ -109,6 +110,40 @@ def test_the_demand_poll_reads_every_queue_of_a_server_in_one_command_and_pops_o
         assert sorted(woken) == [keys[1], keys[3]]
         assert used == 1 + len(keys)
         assert connections.pop_demand(keys) == []  # popped: a burst wakes a queue once
+    finally:
+        connections.close()
+
+
+def test_the_demand_polls_groups_follow_queues_that_connect_go_or_whose_server_is_parked(
+    redis_url: str,
+) -> None:
+    # The poll keeps its grouping of the queues between polls: a queue that connects
+    # later, one that goes and a server parked or resumed must each show at the next poll.
+    connections = Connections(2.0)
+    keys = [("ns", f"q{i}") for i in range(3)]
+    late = ("ns", "late")  # polled before it is connected
+    spec = TaskQueueSpec.model_validate({**FIELDS, "redis": {"url": redis_url}})
+    queues = {key: connections.get(*key, spec) for key in keys}
+    polled = [*keys, late]
+    try:
+        assert connections.pop_demand(polled) == []
+        assert connections.pop_demand(polled) == []  # the same queues: the groups kept
+
+        queues[late] = connections.get(*late, spec)  # connects: polled from now on
+        queues[late].enqueue({"x": 1})
+        assert connections.pop_demand(polled) == [late]
+
+        queues[keys[0]].enqueue({"x": 2})
+        connections.forget(*keys[0])  # gone: its demand is no longer read
+        assert connections.pop_demand(polled) == []
+
+        queues[keys[1]].enqueue({"x": 3})
+        fault = connections.report(*keys[1], redis.BusyLoadingError("Redis is loading"))
+        assert fault is not None
+        assert connections.pop_demand(polled) == []  # its server parked: left out
+        (target,) = connections.outages.targets()
+        assert connections.outages.probed(target, None)  # resumed
+        assert connections.pop_demand(polled) == [keys[1]]
     finally:
         connections.close()
 
