@@ -227,8 +227,15 @@ cluster-down: ## tear the local cluster down (idempotent)
 images-local: ## build the project's images with buildah and import them into containerd
 	e2e/cluster/build-images.sh
 
-e2e-local: $(DEV) ## the e2e suite on the local cluster
-	e2e/run-local.sh --durations=20
+# The e2e scenarios each work in their own namespace with their own Redis, so they share the
+# cluster in E2E_WORKERS processes (pytest-xdist); those marked exclusive stop, kill or replace
+# the suite's operator and run alone afterwards. Both parts run whatever the first's outcome.
+E2E_WORKERS ?= 2
+e2e-local: $(DEV) ## the e2e suite on the local cluster (E2E_WORKERS processes, then the exclusive scenarios alone)
+	@rc=0; \
+	e2e/run-local.sh -m "not exclusive" -n $(E2E_WORKERS) --dist worksteal --durations=20 || rc=$$?; \
+	e2e/run-local.sh -m exclusive --durations=5 || rc=$$?; \
+	exit $$rc
 
 # The scenarios make check runs at a size for CI, at their full size here: 20 busy pods
 # force-deleted while their workers linger (8 in make check).

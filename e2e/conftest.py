@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import os
 import subprocess
+from typing import Any
 
 import pytest
+
+from e2e.lib.outcome import FIGURE
 
 ALLOWED_CONTEXTS = ("kind-taskfleet", "taskfleet-local")
 #: The release stage builds two releases before it starts (make e2e-release): collected
 #: only when named (`pytest e2e/release`), never as part of the suite.
 collect_ignore = ["release"]
+#: The figures the tests measured (the ``figures`` fixture), repeated in the run's summary.
+_FIGURES: list[str] = []
 
 
 def current_context() -> str:
@@ -40,3 +45,17 @@ def pytest_configure(config: pytest.Config) -> None:
             f"{' or '.join(ALLOWED_CONTEXTS)} (make cluster-up, or make kind-up, then "
             "export the KUBECONFIG they print)"
         )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A test's figures, from its last report: here rather than in the fixtures' plugin,
+    which an xdist controller (make e2e-local) never loads, as it collects no test module."""
+    if report.when == "teardown":
+        _FIGURES.extend(str(value) for key, value in report.user_properties if key == FIGURE)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _FIGURES:
+        terminalreporter.section("taskfleet e2e figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)

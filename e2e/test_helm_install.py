@@ -24,6 +24,9 @@ from tests.helm import CHART, helm
 from tests.polling import wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
+#: The suite's operator is scaled to zero while the release's serves: run alone
+#: (make e2e-local runs it after the others).
+pytestmark = pytest.mark.exclusive
 
 RELEASE = "e2e-helm"
 OPERATOR_IMAGE = VERSIONS.get("OPERATOR_IMAGE", "localhost/taskfleet-operator:dev")

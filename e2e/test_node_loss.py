@@ -39,6 +39,8 @@ from e2e.lib.kube import (
 from tests.polling import wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
+#: A node is frozen or its kubelet stopped: run alone (make e2e-local runs it after the others).
+pytestmark = pytest.mark.exclusive
 
 #: kube-controller-manager's --node-monitor-grace-period (kubeadm's default in 1.34),
 #: before which a silent node is still Ready; NotReady is awaited with margin.

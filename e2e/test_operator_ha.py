@@ -30,6 +30,9 @@ from e2e.test_pod_disruption import busy_pod, taken_back_from
 from tests.polling import wait_for
 
 pytest_plugins = ["e2e.lib.fixtures"]
+#: The operator's leader is killed, or its node frozen: run alone (make e2e-local runs
+#: it after the others).
+pytestmark = pytest.mark.exclusive
 
 
 def _env(operator: Operator, name: str) -> str:
@@ -60,7 +63,7 @@ def _active(operator: Operator, peers: int = 2) -> str | None:
 
 
 @pytest.fixture
-def two_replicas(operator: Operator) -> Operator:
+def two_operator_replicas(operator: Operator) -> Operator:
     if not _env(operator, "TASKFLEET_PEERING"):
         pytest.skip("the operator runs a single replica (TASKFLEET_PEERING unset)")
     wait_for(
@@ -129,28 +132,28 @@ def _scenario(
 
 def test_the_standby_operator_takes_over_from_a_sigkilled_one_and_requeues_a_dead_pod(
     make_fleet: Callable[..., Fleet],
-    two_replicas: Operator,
+    two_operator_replicas: Operator,
     figures: Callable[[str], None],
 ) -> None:
     fleet = make_fleet("handover", replicas=2, concurrency=2)
     fleet.wait_ready(2)
 
     def sigkill(pod: str) -> None:
-        found = _pod(two_replicas.kube, pod)
+        found = _pod(two_operator_replicas.kube, pod)
         container = found["status"]["containerStatuses"][0]["containerID"]
         NodeShell.for_node(found["spec"]["nodeName"]).kill_container(container)
 
-    _scenario(fleet, two_replicas, sigkill, "active replica SIGKILLed", figures)
+    _scenario(fleet, two_operator_replicas, sigkill, "active replica SIGKILLed", figures)
 
 
 def test_the_standby_operator_takes_over_when_the_active_one_s_node_is_lost(
     make_fleet: Callable[..., Fleet],
     namespace: Kube,
-    two_replicas: Operator,
+    two_operator_replicas: Operator,
     frozen_nodes: FrozenNodes,
     figures: Callable[[str], None],
 ) -> None:
-    operator = two_replicas
+    operator = two_operator_replicas
     nodes = {p["spec"].get("nodeName") for p in operator.kube.pods(operator.selector) if p["spec"]}
     context = subprocess.run(
         [KUBECTL, "config", "current-context"], capture_output=True, text=True, check=False

@@ -342,6 +342,7 @@ def _on_kind() -> bool:
     return context.startswith("kind-")
 
 
+@pytest.mark.exclusive  # the node's kubelet is stopped: no other pod starts or stops meanwhile
 def test_force_deleted_busy_pods_whose_workers_linger_lose_no_task_and_count_each_loss_once(
     make_fleet: Callable[..., Fleet], figures: Callable[[str], None]
 ) -> None:

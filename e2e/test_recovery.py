@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 from e2e.lib.fleet import Fleet, Operator
 from e2e.lib.kube import CLUSTER_ERRORS, CLUSTER_INTERVAL_S, NodeShell, is_ready
 from tests.polling import wait_for
@@ -62,6 +64,7 @@ def test_workers_ride_out_a_redis_restart_mid_load_and_nothing_is_lost(
     assert set(pods) <= set(fleet.queue.workers()), "a worker did not register again"
 
 
+@pytest.mark.exclusive  # the suite's operator is stopped and started
 def test_an_operator_restarted_mid_load_requeues_a_dead_pods_tasks_exactly_once(
     make_fleet: Callable[..., Fleet], operator: Operator, figures: Callable[[str], None]
 ) -> None:

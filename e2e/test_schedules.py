@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 
 from e2e.lib.fleet import Fleet, Operator
@@ -32,6 +33,7 @@ def tasks_exist(fleet: Fleet, task_ids: list[str]) -> list[bool]:
     return [bool(x) for x in fleet.forward.call(read)]
 
 
+@pytest.mark.exclusive  # the suite's operator is stopped and started
 def test_a_taskqueue_schedule_fires_once_per_slot_with_the_operator_stopped(
     make_fleet: Callable[..., Fleet], operator: Operator, figures: Callable[[str], None]
 ) -> None:

@@ -25,7 +25,7 @@ from e2e.lib.kube import (
     KubectlError,
     is_ready,
 )
-from e2e.lib.outcome import OUTCOME, failed
+from e2e.lib.outcome import FIGURE, OUTCOME, failed
 from e2e.lib.portforward import PortForward
 from tests.polling import wait_for
 
@@ -33,7 +33,6 @@ MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 REDIS_IMAGE = os.environ.get("TASKFLEET_REDIS_IMAGE") or VERSIONS.get(
     "REDIS_IMAGE", "localhost/taskfleet-redis:7.0"
 )
-_FIGURES: list[str] = []
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -42,13 +41,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.when == "call" or (report.when == "setup" and report.failed):
         item.stash[OUTCOME] = report
     return report
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _FIGURES:
-        terminalreporter.section("taskfleet e2e figures")
-        for line in _FIGURES:
-            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -67,12 +59,13 @@ def operator() -> Operator:
 
 
 @pytest.fixture
-def figures() -> Callable[[str], None]:
-    """Record a measured figure: printed now and repeated in the run's summary."""
+def figures(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Record a measured figure: printed now and repeated in the run's summary (by
+    e2e/conftest.py, from the test's report, so it reaches the summary from an xdist worker)."""
 
     def record(line: str) -> None:
         print(line)
-        _FIGURES.append(line)
+        request.node.user_properties.append((FIGURE, line))
 
     return record
 

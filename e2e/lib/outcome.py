@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 OUTCOME = pytest.StashKey[pytest.TestReport]()
+#: The key of a measured figure in a test's ``user_properties`` (the ``figures`` fixture).
+FIGURE = "taskfleet-e2e-figure"
 
 
 def failed(request: pytest.FixtureRequest) -> bool:

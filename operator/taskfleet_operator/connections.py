@@ -372,14 +372,12 @@ class Connections:
         for client in unused:
             _close(client)
 
-    def by_server(
-        self, keys: Iterable[tuple[str, str]] | None = None
-    ) -> list[list[tuple[tuple[str, str], Queue]]]:
+    def by_server(self, keys: Iterable[Key] | None = None) -> list[Members]:
         """The connected queues (of ``keys``, or all), grouped by Redis server: each group
         can be read in one pipelined round trip on its first queue's client. On a Redis
         Cluster, by the node that holds each queue's slot (as the client's map says).
         Parked servers are left out."""
-        groups: dict[tuple[str, str], list[tuple[tuple[str, str], Queue]]] = {}
+        groups: dict[tuple[str, str], Members] = {}
         parked = self.outages.targets()
         with self._lock:
             members = [
