@@ -20,13 +20,17 @@ from taskfleet.producer.encoding import encode_payload
 from taskfleet.producer.queue import Queue
 from taskfleet.producer.quotas import quota_ops, state_of
 from taskfleet.producer.reading import WorkerInfo, older_workers
-from taskfleet.protocol.calls import run, run_all
+from taskfleet.producer.runner import drive
+from taskfleet.producer.scheduling import due_now, fire_claimed
+from taskfleet.protocol.calls import Call, run, run_all
 from taskfleet.protocol.errors import TaskfleetError
 from taskfleet.protocol.groups import check_fair_by, fair_by
 from taskfleet.protocol.quota import QuotaState
 from taskfleet.protocol.records import CURRENT_LEVEL
-from taskfleet.protocol.replies import SWEEP_BOUND
+from taskfleet.protocol.replies import SWEEP_BOUND, RepairResult, SweepResult
+from taskfleet.protocol.schedule_ops import DueBatch
 from taskfleet.protocol.schedules import OWNER_TASKQUEUE, ScheduleDef
+from taskfleet.protocol.scripts import Op
 from taskfleet.protocol.store import config_fields
 from taskfleet.protocol.workernames import pod_of, workers_of
 
@@ -192,28 +196,45 @@ def sweep_queue(
     now_ms = run(queue.client, queue.reads.clock())
     workers = store_settings(queue, spec, now_ms)  # the TaskQueue is the source of truth
     requeue_orphans(queue, live_pods, suspects, report, pod_gone, workers)
-    # The sweep script is bounded per call; a few calls catch up after a backlog.
-    for _ in range(10):
-        result = queue.sweep()
-        report.lease_expired += result.requeued
-        if not result.saturated(SWEEP_BOUND):
+    # The first call of each bounded script (the sweep; the repair of waiting tasks whose
+    # dependencies all ended without waking them, from where the last sweep stopped; the
+    # claim of due schedule slots) and the queue's state, in one round trip: all an idle
+    # queue needs. A script that says there is more is called again alone (a few calls
+    # catch up after a backlog; a large waiting set is covered over several sweeps), and
+    # the state is then read again. Syncing the schedules comes before firing them.
+    firsts: list[Op[Any]] = [queue.ops.sweep(), queue.ops.repair(repair_cursor)]
+    if not sync:
+        firsts.append(due_now(queue))
+    *replies, active, stats, raw, config = run_all(queue.client, [*firsts, *state_calls(queue)])
+    swept: SweepResult = replies[0]
+    repaired: RepairResult = replies[1]
+    report.lease_expired += swept.requeued
+    report.repaired.extend(repaired.repaired)
+    more = False
+    for _ in range(9):
+        if not swept.saturated(SWEEP_BOUND):
             break
-    # Waiting tasks whose dependencies all ended without waking them: a few bounded calls,
-    # from where the last sweep stopped (``repair_cursor``), so a large waiting set is
-    # covered over several sweeps.
-    cursor = repair_cursor
-    for _ in range(10):
-        repaired = queue.repair(cursor)
-        report.repaired.extend(repaired.repaired)
-        cursor = repaired.cursor
+        swept, more = queue.sweep(), True
+        report.lease_expired += swept.requeued
+    for _ in range(9):
         if not repaired.more:
             break
-    report.repair_cursor = cursor
+        repaired, more = queue.repair(repaired.cursor), True
+        report.repaired.extend(repaired.repaired)
+    report.repair_cursor = repaired.cursor
+    # A firer like every worker: schedules fire on time while the fleet is at zero.
     if sync:
         sync_schedules(queue, spec, report)
-    # A firer like every worker: schedules fire on time while the fleet is at zero.
-    report.fired = queue.fire_due_schedules()
-    report.active_schedules, report.stats, report.quota = queue_state(queue, now_ms)
+        report.fired, more = queue.fire_due_schedules(), True
+    else:
+        claimed: DueBatch = replies[2]
+        report.fired = drive(queue, fire_claimed(queue, claimed))  # no round trip if none
+        more = more or bool(claimed.due)
+    if more:
+        report.active_schedules, report.stats, report.quota = queue_state(queue, now_ms)
+    else:
+        report.active_schedules, report.stats = active, stats
+        report.quota = state_of(raw, now_ms, config)
     return report
 
 
@@ -235,19 +256,21 @@ def store_settings(queue: Queue, spec: TaskQueueSpec, now_ms: int) -> list[Worke
     return reading.workers_of(records, config, now_ms)
 
 
+def state_calls(queue: Queue) -> list[Call[Any]]:
+    """The reads of `queue_state`: active schedules, counts, the quota's record, config."""
+    return [
+        queue.reads.active_schedules(),
+        queue.reads.stats(),
+        quota_ops(queue.keys, None).read(),
+        queue.reads.config(),
+    ]
+
+
 def queue_state(queue: Queue, now_ms: int) -> tuple[int, dict[str, int], QuotaState]:
     """The queue's active schedules, counts and quota state (`Queue.stats`,
     `Queue.quota`, the quota's windows as of ``now_ms``, the server's clock) in one
     round trip."""
-    active, stats, raw, config = run_all(
-        queue.client,
-        [
-            queue.reads.active_schedules(),
-            queue.reads.stats(),
-            quota_ops(queue.keys, None).read(),
-            queue.reads.config(),
-        ],
-    )
+    active, stats, raw, config = run_all(queue.client, state_calls(queue))
     return active, stats, state_of(raw, now_ms, config)
 
 

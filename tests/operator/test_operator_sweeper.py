@@ -16,6 +16,7 @@ from taskfleet_operator.models import TaskQueueSpec
 from taskfleet_operator.status import Outage
 
 from tests.fixtures_redis import RedisServerFactory
+from tests.polling import wait_for
 
 
 def make_spec(**overrides: Any) -> TaskQueueSpec:
@@ -457,3 +458,50 @@ def test_a_sweeps_repair_goes_on_from_where_the_last_sweep_stopped(
     last = sweep(queue, make_spec(), repair_cursor=2)  # b2 is third in waiting
     assert (last.repaired, last.repair_cursor) == ([("b2", "pending")], 0)
     assert sorted(sweep(queue, make_spec()).repaired) == [("b0", "pending"), ("b1", "pending")]
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_an_idle_queues_sweep_sends_each_script_once_and_no_script_exists(
+    queue: Queue, redis_client: redis.Redis
+) -> None:
+    sweep(queue, make_spec())  # the settings written, the schedules synced
+    evalsha, exists = _calls(redis_client, "evalsha"), _calls(redis_client, "script|exists")
+
+    report = sweep(queue, make_spec(), sync=False)
+
+    # The sweep, the repair and the claim of due slots, pipelined with the state's reads.
+    assert _calls(redis_client, "evalsha") - evalsha == 3
+    assert _calls(redis_client, "script|exists") == exists
+    assert (report.fired, report.lease_expired, report.repaired) == (0, 0, [])
+    assert report.stats["pending"] == 0 and report.active_schedules == 0
+
+
+def test_a_slot_fired_by_a_sweep_without_sync_is_in_the_state_it_reports(queue: Queue) -> None:
+    stored = queue.schedule("tenant-8", "*/5 * * * *", {"tenant": 8})
+    assert stored.next_slot is not None
+    make_due(queue, "tenant-8", stored.next_slot - 300)
+
+    report = sweep(queue, make_spec(), sync=False)
+
+    assert report.fired == 1
+    assert report.stats["pending"] == 1  # read again after the fire
+    assert report.active_schedules == 1
+
+
+def test_a_sweep_catches_up_a_backlog_over_several_script_calls(queue: Queue) -> None:
+    # Two and a half times what one sweep call promotes, all due.
+    queue.enqueue_many([{"payload": {"n": i}, "delay": 0.001} for i in range(2500)])
+    wait_for(
+        lambda: (
+            queue.client.zcount(queue.keys.delayed, "-inf", queue.client.time()[0] * 1000) == 2500
+        ),
+        timeout=10,
+        what="the delayed tasks to be due",
+    )
+
+    report = sweep(queue, make_spec(), sync=False)
+
+    assert report.stats["pending"] == 2500 and report.stats["delayed"] == 0

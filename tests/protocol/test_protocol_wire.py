@@ -21,10 +21,12 @@ from redis.connection import Encoder
 from redis.retry import Retry
 from taskfleet import AsyncQueue, Queue
 from taskfleet.producer.encoding import encode_task
+from taskfleet.protocol.calls import run_all
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import InvalidPayload, TaskExists
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet.protocol.queue_ops import Ops
+from taskfleet.protocol.reads import QueueReads
 from taskfleet.protocol.scripts import AsyncScripts
 from taskfleet.protocol.wire import Head, bulk, packed_args
 
@@ -112,6 +114,49 @@ def test_a_script_call_survives_a_script_flush_and_a_killed_connection(
     assert queue.stats()["pending"] == 3
     assert all(queue.get(i) is not None for i in (first, second, third))
     queue.close()
+
+
+def _script_exists_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_script|exists", {}).get("calls", 0))
+
+
+def test_script_ops_in_a_pipeline_send_no_script_exists_and_run_once_after_a_script_flush(
+    redis_client: redis.Redis,
+) -> None:
+    """run_all's script ops go as bare EVALSHAs (no SCRIPT EXISTS round trip first); one
+    the server lost answers NOSCRIPT, having run nothing, and is loaded and run once."""
+    keys = QueueKeys("pipelined-after-flush")
+    ops = Ops(keys)
+    first = ops.enqueue([encode_task({"n": 1}, task_id="a")])
+    assert run_all(redis_client, [first]) == [[True]]
+    before = _script_exists_calls(redis_client)
+    redis_client.script_flush()
+    created, stats, again = run_all(
+        redis_client,
+        [
+            ops.enqueue([encode_task({"n": 2}, task_id="b")]),
+            QueueReads(keys).stats(),
+            ops.enqueue([encode_task({"n": 1}, task_id="a")]),
+        ],
+    )
+    # "b" created once (a second run would answer False), "a" refused as existing.
+    assert created == [True] and again == [False]
+    assert stats["pending"] == 1  # read in the pipeline, before the lost script ran again
+    assert redis_client.zcard(keys.pending) == 2
+    assert _script_exists_calls(redis_client) == before
+
+
+def test_an_error_reply_in_a_pipeline_with_script_ops_reaches_the_caller(
+    redis_client: redis.Redis,
+) -> None:
+    keys = QueueKeys("pipelined-errors")
+    redis_client.set(keys.stats, "not a hash")  # the read and the script both meet it
+    ops = Ops(keys)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        run_all(redis_client, [QueueReads(keys).stats(), ops.enqueue([encode_task({})])])
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        run_all(redis_client, [ops.enqueue([encode_task({})])])
 
 
 def test_script_errors_reach_the_caller_as_the_library_errors(redis_url: str) -> None:

@@ -15,6 +15,7 @@ from taskfleet.producer.runner import Plan, QueueBase, taking
 from taskfleet.protocol import bounds
 from taskfleet.protocol.errors import InvalidArgument, ScheduleNotFound
 from taskfleet.protocol.groups import check_group
+from taskfleet.protocol.schedule_ops import DueBatch
 from taskfleet.protocol.schedules import (
     FIRE_BATCH,
     FIRE_LEASE_MS,
@@ -27,9 +28,12 @@ from taskfleet.protocol.schedules import (
     plan,
     validate_schedule_name,
 )
+from taskfleet.protocol.scripts import Op
 
 __all__ = [
     "Scheduled",
+    "due_now",
+    "fire_claimed",
     "fire_due_schedules",
     "get_schedule",
     "pause_schedule",
@@ -202,9 +206,24 @@ def resume_schedule(q: QueueBase, name: str) -> Plan[bool]:
 def fire_due_schedules(q: QueueBase, *, max_calls: int = 10) -> Plan[int]:
     """Fire the slots due now (what every worker does in the background); returns
     the tasks enqueued. Safe to run anywhere, any number of times at once."""
+    claimed = yield q.schedule_ops.due(FIRE_BATCH, FIRE_LEASE_MS)
+    created: int = yield from fire_claimed(q, claimed, max_calls=max_calls)
+    return created
+
+
+def due_now(q: QueueBase) -> Op[DueBatch]:
+    """The call that claims the slots due now, `fire_claimed`'s first: to send in a
+    pipeline with other calls (the operator's sweep)."""
+    return q.schedule_ops.due(FIRE_BATCH, FIRE_LEASE_MS)
+
+
+def fire_claimed(q: QueueBase, claimed: DueBatch, *, max_calls: int = 10) -> Plan[int]:
+    """Fire the slots ``claimed`` (the reply of `due_now`), then claim and fire more while
+    a claim came back full, ``max_calls`` claims in all; returns the tasks enqueued."""
     created = 0
-    for _ in range(max_calls):
-        claimed = yield q.schedule_ops.due(FIRE_BATCH, FIRE_LEASE_MS)
+    for call in range(max_calls):
+        if call:
+            claimed = yield due_now(q)
         if claimed.due:
             plans = [plan(d, claimed.now_ms) for d in claimed.due]
             created += (yield q.schedule_ops.fire(plans)).created

@@ -124,19 +124,27 @@ def _split(
     replies: Sequence[Any],
     scripts: SyncScripts | None = None,
 ) -> list[Any]:
+    """Each item's value from its replies. With ``scripts``, the pipeline ran with
+    ``raise_on_error=False``: an error reply of a call is raised here, in order (as the
+    pipeline would have raised the first), and a script op's reply goes to
+    `SyncScripts.reply` (which runs the op again when the server had lost its script)."""
     out: list[Any] = []
     at = 0
     for item in items:
         if isinstance(item, Op):
-            other = item.instead(replies[at])
-            if other is not None and scripts is not None:  # a lean script left it to this
-                out.append(scripts.run(other))
+            if scripts is not None:
+                out.append(scripts.reply(item, replies[at]))
             else:
                 out.append(item.decode(replies[at]))
             at += 1
         else:
             n = len(item.commands)
-            out.append(item.decode(replies[at : at + n]))
+            mine = replies[at : at + n]
+            if scripts is not None:
+                for raw in mine:
+                    if isinstance(raw, Exception):
+                        raise raw
+            out.append(item.decode(mine))
             at += n
     return out
 
@@ -145,7 +153,8 @@ def run_all(client: SyncClient, items: Sequence[Call[Any] | Op[Any]]) -> list[An
     """Several calls (and script ops) in one pipeline, one round trip; each one's value.
 
     No round trip when none has a command. A script op goes as EVALSHA of the scripts
-    registered on ``client`` (``SyncScripts``)."""
+    registered on ``client`` (``SyncScripts``); one the server lost is loaded and that op
+    run again alone (a NOSCRIPT reply: it never ran)."""
     if not any(isinstance(i, Op) or i.commands for i in items):
         return [i.decode([]) for i in items if not isinstance(i, Op)]
     pipe = client.pipeline(transaction=False)
@@ -156,7 +165,9 @@ def run_all(client: SyncClient, items: Sequence[Call[Any] | Op[Any]]) -> list[An
             scripts.add_to(pipe, item)
         else:
             add_to(pipe, item)
-    return _split(items, pipe.execute(), scripts)
+    if scripts is None:
+        return _split(items, pipe.execute())
+    return _split(items, pipe.execute(raise_on_error=False), scripts)
 
 
 async def run_all_async(client: redis.asyncio.Redis, items: Sequence[Call[Any]]) -> list[Any]:

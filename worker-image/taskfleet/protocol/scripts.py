@@ -130,8 +130,8 @@ class SyncScripts:
         for op in ops:
             self.add_to(pipe, op)
         return [
-            self.run(other) if (other := op.instead(raw)) is not None else op.decode(raw)
-            for op, raw in zip(ops, pipe.execute(), strict=True)
+            self.reply(op, raw)
+            for op, raw in zip(ops, pipe.execute(raise_on_error=False), strict=True)
         ]
 
     def script(self, name: str) -> Script:
@@ -139,8 +139,25 @@ class SyncScripts:
         return self._scripts[name]
 
     def add_to(self, pipe: redis.client.Pipeline, op: Op[Any]) -> None:
-        """Queue ``op`` on a pipeline of this client; its reply is ``op.decode``'s input."""
-        self._scripts[op.script](keys=op.keys, args=op.args, client=pipe)
+        """Queue ``op`` on a pipeline of this client as a bare EVALSHA: no SCRIPT EXISTS
+        round trip before the pipeline, as redis-py sends for a `Script` on one. Run the
+        pipeline with ``raise_on_error=False`` and read each reply with `reply`, which
+        runs an op again alone when the server had lost its script."""
+        keys = op.keys
+        queue: Callable[..., Any] = pipe.execute_command
+        queue("EVALSHA", self._scripts[op.script].sha, len(keys), *keys, *op.args)
+
+    def reply(self, op: Op[T], raw: Any) -> T:
+        """``op``'s value from its reply in a pipeline (`add_to`): a lost script
+        (NOSCRIPT: the script never ran) loaded and the op run again; another error
+        raised; a lean script's "not mine" answered by the op it names."""
+        if isinstance(raw, NoScriptError):
+            return self.run(op)
+        if isinstance(raw, Exception):
+            raise raw
+        if (other := op.instead(raw)) is not None:
+            return self.run(other)
+        return op.decode(raw)
 
 
 class AsyncScripts:
