@@ -152,6 +152,7 @@ class SyncScripts:
         (NOSCRIPT: the script never ran) loaded and the op run again; another error
         raised; a lean script's "not mine" answered by the op it names."""
         if isinstance(raw, NoScriptError):
+            self.client.script_load(self._scripts[op.script].script)
             return self.run(op)
         if isinstance(raw, Exception):
             raise raw
