@@ -10,7 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from taskfleet.producer.encoding import encode_task
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.calls import run_all
 from taskfleet.protocol.config import QueueConfig
 from taskfleet.protocol.errors import NotReplicated
 from taskfleet.protocol.keys import QueueKeys
@@ -40,6 +42,26 @@ def test_every_operation_runs_on_queues_on_every_master(
             run_every_operation(queue, make)
             queue.purge()
             assert queue.client.dbsize() == 0
+
+
+def test_script_ops_pipelined_with_reads_run_once_on_masters_that_lost_their_scripts(
+    redis_cluster: LocalRedisCluster,
+) -> None:
+    # What the operator's sweep sends: script ops and reads in one pipeline (run_all). A
+    # master that lost its scripts answers NOSCRIPT, having run nothing: loaded, run again.
+    for name in redis_cluster.queue_names("lost"):
+        with Queue(name, redis_url=redis_cluster.url) as queue:
+            for master in redis_cluster.masters():
+                with redis_cluster.client(master) as client:
+                    client.script_flush()
+            task = encode_task({"n": 1}, task_id="a")
+            created, stats, sweep = run_all(
+                queue.client, [queue.ops.enqueue([task]), queue.reads.stats(), queue.ops.sweep()]
+            )
+            assert created == [True] and sweep.requeued == 0
+            assert stats["pending"] == 0  # read before the lost enqueue ran again
+            assert queue.stats()["pending"] == 1
+            assert run_all(queue.client, [queue.ops.enqueue([task])]) == [[False]]
 
 
 def test_every_key_a_script_touches_on_a_cluster_carries_its_queues_hash_tag(
