@@ -165,7 +165,9 @@ def test_calls_and_script_ops_in_one_run_all_take_one_round_trip_and_nothing_tak
     queue: Queue, counting: Counting
 ) -> None:
     queue.enqueue({})
-    # A server that has not seen the sweep script yet answers NOSCRIPT: loaded, run again.
+    counting.script_flush()
+    counting.trips.clear()
+    # A server that lost the sweep script answers NOSCRIPT: loaded, run again.
     sweep, stats = run_all(counting, [queue.ops.sweep(), READS.stats()])
     assert counting.trips == ["pipeline", "SCRIPT LOAD"]
     assert stats["pending"] == 1 and sweep.requeued == 0
