@@ -23,7 +23,7 @@ from taskfleet.protocol.calls import Call, run, run_all
 from taskfleet.protocol.connect import connect, durability
 from taskfleet.protocol.lists import QueueLists, any_demand
 from taskfleet.protocol.redisurl import InvalidRedisURL, parse_redis_url, scrub
-from taskfleet.protocol.scripts import Op, SyncScripts, release
+from taskfleet.protocol.scripts import Op, release
 from taskfleet.protocol.serverprobe import CONFIG_PARAMETERS, SAFE_EVICTION_POLICY
 from taskfleet.protocol.serverprobe import probe as probe_server
 from taskfleet.protocol.store import slot_key
@@ -530,25 +530,15 @@ def _node(queue: Queue) -> str:
 
 
 def _housekeep_chunk(members: list[tuple[Key, Queue]]) -> list[Key]:
-    """One pipeline of `Connections.housekeep` over queues of one Redis server.
-
-    On a cluster the sweeps go one call each (the cluster client routes and reloads a
-    script a node lacks; its pipeline does neither), the reads still in one pipeline.
-    """
+    """One pipeline of `Connections.housekeep` over queues of one Redis server (of one
+    node of a cluster): each queue's sweep script and its activity read. A server that
+    lost its scripts answers NOSCRIPT to a sweep, which `run_all` loads and runs again."""
     client = members[0][1].client
-    cluster = isinstance(client, RedisCluster)
-    sweeps = [queue.ops.sweep() for _, queue in members]
-    checks = [queue.reads.activity() for _, queue in members]
-    if cluster:
-        scripts = SyncScripts.for_client(client)
-        swept = [scripts.run(op) for op in sweeps]
-        activity = run_all(client, checks)
-    else:
-        items: list[Call[Any] | Op[Any]] = []
-        for op, check in zip(sweeps, checks, strict=True):
-            items += [op, check]
-        found = run_all(client, items)
-        swept, activity = found[::2], found[1::2]
+    items: list[Call[Any] | Op[Any]] = []
+    for _, queue in members:
+        items += [queue.ops.sweep(), queue.reads.activity()]
+    found = run_all(client, items)
+    swept, activity = found[::2], found[1::2]
     woken = []
     for (key, _), result, active in zip(members, swept, activity, strict=True):
         moved = (

@@ -5,10 +5,13 @@ every master, swept, housekept, scraped and polled for demand through one
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
+from redis.cluster import ClusterPipeline
 from taskfleet.producer.queue import Queue
+from taskfleet.protocol.calls import run
 from taskfleet.protocol.keys import QueueKeys
 from taskfleet_operator import builders
 from taskfleet_operator.connections import Connections
@@ -18,6 +21,7 @@ from taskfleet_operator.sweeper import sweep_queue
 
 from tests.fixtures_redis import MakeBroker
 from tests.fixtures_redis_cluster import LocalRedisCluster
+from tests.polling import wait_for
 
 Key = tuple[str, str]
 
@@ -88,6 +92,41 @@ def test_housekeeping_scrapes_and_demand_polls_reach_every_master(
     assert all(r.up for r in readings.values())
     assert readings[queues[1].name].tasks["pending"] == 1
     assert readings[queues[2].name].slots_alive == 3
+
+
+def test_housekeeping_on_a_cluster_is_one_pipeline_a_master_even_after_they_lost_the_scripts(
+    redis_cluster: LocalRedisCluster,
+    on_cluster: tuple[Connections, TaskQueueSpec],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    connections, spec = on_cluster
+    keys = spread(redis_cluster)
+    queues = [connections.get(*key, spec) for key in keys]
+    for queue in queues:
+        queue.configure(builders.queue_config(spec))
+    for master in redis_cluster.masters():
+        with redis_cluster.client(master) as client:
+            client.script_flush()  # NOSCRIPT for each sweep: loaded, run again
+    queues[0].enqueue({"n": 1}, delay=0.001)  # soon due: the sweep promotes it
+    [(_, due_ms)] = queues[0].client.zrange(queues[0].keys.delayed, 0, 0, withscores=True)
+    wait_for(lambda: run(queues[0].client, queues[0].reads.clock()) >= due_ms, timeout=10)
+    sent: list[int] = []  # each pipeline's count of commands
+    execute = ClusterPipeline.execute
+
+    def counted(pipe: ClusterPipeline, *args: Any, **kwargs: Any) -> list[Any]:
+        sent.append(len(pipe))
+        return execute(pipe, *args, **kwargs)
+
+    monkeypatch.setattr(ClusterPipeline, "execute", counted)
+    woken = connections.housekeep(keys)
+    monkeypatch.undo()
+
+    assert woken == [keys[0]]  # the promoted task is pending now
+    assert queues[0].stats()["pending"] == 1
+    # One pipeline a master: its queue's sweep (then run again alone, on NOSCRIPT) and reads.
+    reads = len(queues[0].reads.activity().commands)
+    assert sent == [1 + reads] * len(keys)
+    assert connections.housekeep(keys[1:]) == []
 
 
 def test_an_evicting_policy_on_one_master_flags_the_cluster(
