@@ -56,8 +56,10 @@ PEER_PINS: dict[str, str] = {
 # project venv; their producers and workers are Node or Go processes.
 NATIVE_PEERS: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
     "taskfleet-node": ("taskfleet_node", None, ("node", "taskfleet-node")),
+    "taskfleet-node8": ("taskfleet_node", "8", ("node", "taskfleet-node")),
     "bullmq": ("bullmq", None, ("node",)),
     "bullmq8": ("bullmq", "8", ("node",)),
+    "bullmq32": ("bullmq", "32", ("node",)),
     "asynq": ("asynq", None, ("asynq",)),
 }
 KNOWN_PEERS = [*PEER_PINS, *NATIVE_PEERS]
@@ -329,7 +331,9 @@ PEER_GOALS = [("enqueue_single_per_s", "enqueue 1-by-1", 1.5), ("drain_per_s", "
 #: The Python worker's drain against the bound the same run measures (``bench.floors.floor``).
 FLOOR_GOAL = 0.9
 #: The same against the Node and Go peers (by name up to its first space), and what the
-#: Node rows must do against them; figures without a goal are printed as ratios alone.
+#: Node rows must do against a peer's row with the same slots per process (taskfleet-node8
+#: beside bullmq8, taskfleet-node's 32 beside bullmq32); figures without a goal are printed
+#: as ratios alone.
 NATIVE_GOALS: dict[str, dict[str, float]] = {
     "bullmq": {"drain_per_s": 2.0},
     "asynq": {"drain_per_s": 1.5, "enqueue_single_per_s": 1.0},
@@ -358,7 +362,8 @@ def ratio_line(ours: dict[str, Any], peer: dict[str, Any], goals: dict[str, floa
 
 def peer_ratios(by_name: dict[str, dict[str, Any]]) -> list[str]:
     """One line per peer: taskfleet's figures as multiples of the peer's, next to the goal."""
-    plain, node = by_name.get("taskfleet"), by_name.get("taskfleet (Node)")
+    plain = by_name.get("taskfleet")
+    nodes = [row for name, row in by_name.items() if name.startswith("taskfleet (Node")]
     out = []
     for name, peer in by_name.items():
         if name.startswith("taskfleet"):
@@ -367,8 +372,12 @@ def peer_ratios(by_name: dict[str, dict[str, Any]]) -> list[str]:
         if family in NATIVE_GOALS:
             if plain is not None:
                 out.append(ratio_line(plain, peer, NATIVE_GOALS[family]))
-            if node is not None:
-                out.append(ratio_line(node, peer, NODE_GOALS.get(family, {})))
+            for node in nodes:
+                # The Node rows' goal holds against the peer's row with as many slots.
+                same = node.get("concurrency") is not None and (
+                    node.get("concurrency") == peer.get("concurrency")
+                )
+                out.append(ratio_line(node, peer, NODE_GOALS.get(family, {}) if same else {}))
             continue
         if plain is None:
             continue
@@ -404,7 +413,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--peers",
         default=os.environ.get("PEERS", ""),
         help="comma-separated peers to run too (rq,arq,celery,dramatiq, taskfleet-node: the "
-        "Node client's rows, bullmq, bullmq8: BullMQ at concurrency 8, asynq), or 1/all for "
+        "Node client's rows, taskfleet-node8: the same at concurrency 8, bullmq, bullmq8, "
+        "bullmq32: BullMQ at concurrency 8 and 32, asynq), or 1/all for "
         "every one; default from $PEERS, else none",
     )
     parser.add_argument("--no-taskfleet", action="store_true", help="run only the peers")

@@ -12,7 +12,8 @@ class BullmqAdapter(ExternalAdapter):
         super().__init__(
             Producer(["node", str(need(NODE_DIR / "producer.mjs")), "bullmq"], redis_url)
         )
-        self.concurrency = concurrency
+        self.given = concurrency
+        self.concurrency = 1 if concurrency is None else concurrency  # BullMQ's default: 1
         if concurrency is None:
             self.name = "bullmq"
             self.worker_config = "2 x `new Worker(...)` in Node, its defaults (concurrency 1)"
@@ -22,8 +23,8 @@ class BullmqAdapter(ExternalAdapter):
 
     def worker_argvs(self, processes: int) -> list[list[str]]:
         argv = ["node", str(NODE_DIR / "bullmq_worker.mjs")]
-        if self.concurrency is not None:
-            argv = ["env", f"BENCH_BULLMQ_CONCURRENCY={self.concurrency}", *argv]
+        if self.given is not None:
+            argv = ["env", f"BENCH_BULLMQ_CONCURRENCY={self.given}", *argv]
         return [argv] * processes
 
 

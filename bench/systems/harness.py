@@ -91,6 +91,9 @@ class Result:
     worker_processes: int
     worker_config: str
     batch_method: str | None
+    # Slots per worker process, where the system has them: rows of two systems with the
+    # same figure are set side by side (run.py's same-concurrency ratios).
+    concurrency: int | None = None
     enqueue_single_per_s: float | None = None
     enqueue_batch_per_s: float | None = None
     drain_per_s: float | None = None
@@ -426,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_processes=args.workers,
         worker_config=adapter.worker_config,
         batch_method=adapter.batch_method,
+        concurrency=getattr(adapter, "concurrency", None),
     )
     try:
         measure(adapter, args, result)
