@@ -3,8 +3,8 @@
 The counters and histograms here count what this operator process did since it started
 (tasks it put back and why, schedules it fired, how long sweeps and reconciles took, what
 failed); the queues' own figures, which outlive any operator, come from Redis at scrape
-time. Served from a thread by prometheus-client on ``TASKFLEET_METRICS_PORT`` (9101;
-0 = off), beside kopf's liveness endpoint.
+time. Served from a thread (``taskfleet.protocol.metricsendpoint``: it sleeps until scraped) on
+``TASKFLEET_METRICS_PORT`` (9101; 0 = off), beside kopf's liveness endpoint.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from prometheus_client import (
     Gauge,
     Histogram,
     ProcessCollector,
-    start_http_server,
 )
 from taskfleet._version import __version__
+from taskfleet.protocol import metricsendpoint
 
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.leadership import Leadership
@@ -119,4 +119,4 @@ class OperatorMetrics:
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve on ``port`` from a daemon thread (an ``OSError`` if it is taken)."""
-        start_http_server(port, addr=addr, registry=self.registry)
+        metricsendpoint.serve(port, addr, self.registry)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -139,6 +140,13 @@ class Outages:
         self._lock = threading.Lock()
         self._parked: dict[str, _Parked] = {}
         self._first_s, self._max_s = first_s, max_s
+        self._on_park: Callable[[], None] | None = None
+
+    def on_park(self, notify: Callable[[], None] | None) -> None:
+        """Call ``notify`` (from the parking thread, outside the lock) each time a server
+        is newly parked: the probe loop sleeps until a probe is due or this says one
+        will be. None: no longer."""
+        self._on_park = notify
 
     def fault(self, target: str, key: Key | None = None) -> Fault | None:
         """The fault the target is parked for (``key`` noted as one of its queues)."""
@@ -164,7 +172,17 @@ class Outages:
                 parked.fault = fault
             if key is not None:
                 parked.queues.add(key)
-            return new
+        notify = self._on_park
+        if new and notify is not None:
+            notify()
+        return new
+
+    def next_probe_in(self) -> float | None:
+        """Seconds until the earliest probe not in flight is due (0 or less: due now);
+        None when no parked server waits for one."""
+        with self._lock:
+            times = [p.next_probe for p in self._parked.values() if not p.probing]
+        return None if not times else min(times) - time.monotonic()
 
     def due(self) -> list[tuple[str, str, Fault]]:
         """The targets whose probe is due (marked in flight: one probe per target)."""

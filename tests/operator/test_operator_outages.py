@@ -6,15 +6,18 @@ a changed password, a real long script (BUSY), real maxmemory (OOM), a real repl
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import redis
-from taskfleet_operator import builders, status, sweeper
+from taskfleet_operator import builders, status, sweeper, wakeups
 from taskfleet_operator.connections import Connections
 from taskfleet_operator.models import TaskQueueSpec
 from taskfleet_operator.outages import classify
@@ -216,6 +219,66 @@ def test_a_stopped_server_is_probed_and_its_queues_resume_together_when_it_is_ba
         interval=0.05,
         what="both queues resumed",
     )
+    assert all(isinstance(sweep(connections, k, server.url), sweeper.SweepReport) for k in keys)
+
+
+def test_the_probe_loop_sleeps_until_a_server_is_parked_then_probes_it_when_due(
+    redis_server_factory: RedisServerFactory,
+    connections: Connections,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator's probe loop wakes for a parked server, not on a timer: at rest it
+    reads the due probes once (it polled five times a second, on every replica); a server
+    parked from a sweep's thread wakes it, and its queues are resumed by the probe when
+    the server is back."""
+    server = redis_server_factory(persistent=False)
+    keys = [("ns", "a"), ("ns", "b")]
+    assert all(isinstance(sweep(connections, k, server.url), sweeper.SweepReport) for k in keys)
+    passes: list[float] = []
+    due = connections.probe_due
+
+    def counted() -> list[str]:
+        passes.append(time.monotonic())
+        return due()
+
+    monkeypatch.setattr(connections, "probe_due", counted)
+
+    async def scenario() -> tuple[int, set[tuple[str, str]]]:
+        wakers, woken, every = wakeups.Wakers(), set[tuple[str, str]](), asyncio.Event()
+
+        def wake(key: tuple[str, str]) -> None:
+            woken.add(key)
+            if woken == set(keys):
+                every.set()
+
+        wakers.attach(wake)
+        for key in keys:
+            wakers.register(key)
+        executor, closing = ThreadPoolExecutor(2), threading.Event()
+        run = wakeups.in_threads(executor, closing)
+        loop = asyncio.create_task(
+            wakeups.probe_servers(wakers, connections, run, policy_every_s=3600)
+        )
+        try:
+            # A second with nothing parked: the old loop passed five times in it.
+            await asyncio.sleep(1.0)
+            at_rest = len(passes)
+            await asyncio.to_thread(server.stop)
+            parked = await asyncio.to_thread(sweep, connections, keys[0], server.url)
+            assert isinstance(parked, Outage) and parked.parked
+            await asyncio.to_thread(server.start)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(every.wait(), 10)
+            return at_rest, woken
+        finally:
+            loop.cancel()
+            closing.set()
+            executor.shutdown(wait=True)
+
+    at_rest, woken = asyncio.run(scenario())
+    assert at_rest == 1
+    assert woken == set(keys), "the probe resumed both queues once the server was back"
+    assert connections.fault(*keys[1]) is None
     assert all(isinstance(sweep(connections, k, server.url), sweeper.SweepReport) for k in keys)
 
 

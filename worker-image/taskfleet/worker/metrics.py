@@ -188,18 +188,20 @@ def serve(worker: Observed, port: int, *, addr: str = "0.0.0.0") -> object:
     """Serve ``worker``'s metrics on ``port`` (all interfaces by default) from a daemon
     thread; returns the server. ``MetricsUnavailable`` says why it can't."""
     try:
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
     except ImportError:
         raise MetricsUnavailable(
             "a metrics port needs prometheus-client: pip install 'taskfleet[metrics]'"
         ) from None
     from prometheus_client import ProcessCollector
 
+    from taskfleet.protocol import metricsendpoint
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(worker, __version__))
     ProcessCollector(registry=registry)  # process_cpu_seconds_total, memory, open fds
     try:
-        server, _ = start_http_server(port, addr=addr, registry=registry)
+        server = metricsendpoint.serve(port, addr, registry)
     except OSError as exc:
         raise MetricsUnavailable(f"metrics port {port}: {exc.strerror or exc}") from None
     worker.timings.enabled = True
