@@ -228,8 +228,9 @@ images-local: ## build the project's images with buildah and import them into co
 	e2e/cluster/build-images.sh
 
 # The e2e scenarios each work in their own namespace with their own Redis, so they share the
-# cluster in E2E_WORKERS processes (pytest-xdist); those marked exclusive stop, kill or replace
-# the suite's operator and run alone afterwards. Both parts run whatever the first's outcome.
+# cluster in E2E_WORKERS processes (pytest-xdist); those marked exclusive (they stop, kill or
+# replace the suite's operator, freeze a node or stop its kubelet) run alone afterwards. Both
+# parts run whatever the first's outcome.
 E2E_WORKERS ?= 2
 e2e-local: $(DEV) ## the e2e suite on the local cluster (E2E_WORKERS processes, then the exclusive scenarios alone)
 	@rc=0; \

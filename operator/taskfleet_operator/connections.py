@@ -529,7 +529,7 @@ def _node(queue: Queue) -> str:
         return ""  # the map is being refreshed: a group of its own, read as usual
 
 
-def _housekeep_chunk(members: list[tuple[Key, Queue]]) -> list[Key]:
+def _housekeep_chunk(members: Members) -> list[Key]:
     """One pipeline of `Connections.housekeep` over queues of one Redis server (of one
     node of a cluster): each queue's sweep script and its activity read. A server that
     lost its scripts answers NOSCRIPT to a sweep, which `run_all` loads and runs again."""

@@ -89,6 +89,8 @@ class Wakers:
         self._sink: tuple[asyncio.AbstractEventLoop, Callable[[Key], None]] | None = None
         # Each autoscaler's wake-up for when its parked Redis server answers again.
         self._resumed: dict[Key, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = {}
+        # The idle loops waiting, with no queue idle, for one to be (`until_idle`).
+        self._idle_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     def attach(self, sink: Callable[[Key], None]) -> None:
         """Where wakes go: ``sink(key)``, called on this (the running) event loop."""
@@ -141,9 +143,28 @@ class Wakers:
                 del self._resumed[key]
 
     def set_idle(self, key: Key, idle: bool, *, poll_demand: bool = True) -> None:
+        waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         with self._lock:
             if key in self._idle:
                 self._idle[key] = (idle, poll_demand)
+                if idle:
+                    waiters, self._idle_waiters = self._idle_waiters, []
+        for waiter in waiters:
+            _set_from_anywhere(*waiter)
+
+    async def until_idle(self) -> None:
+        """Return once some queue is idle (at once if one is): the idle loops wait here
+        instead of waking every interval for nothing (a standby serves no queue)."""
+        event = asyncio.Event()
+        with self._lock:
+            if any(idle for idle, _ in self._idle.values()):
+                return
+            self._idle_waiters.append((asyncio.get_running_loop(), event))
+        try:
+            await event.wait()
+        finally:
+            with self._lock, contextlib.suppress(ValueError):
+                self._idle_waiters.remove((asyncio.get_running_loop(), event))
 
     def idle(self, *, demand_polled: bool = False) -> list[Key]:
         """The idle queues; with ``demand_polled``, only those whose demand list the
@@ -297,11 +318,13 @@ async def _wake_from(  # noqa: PLR0917 - the one loop both passes share
     run: Blocking,
 ) -> None:
     """Every ``every_s``: ``check`` the ``select``ed idle queues (in a thread) and wake
-    those it returns. A failed pass is logged and the next one runs as planned."""
+    those it returns. A failed pass is logged and the next one runs as planned. While no
+    queue is idle it sleeps until one is (`Wakers.until_idle`)."""
     while True:
         await asyncio.sleep(every_s)
         idle = select()
         if not idle:
+            await wakers.until_idle()
             continue
         try:
             woken = await run(check, idle)

@@ -5,7 +5,10 @@ of an idle queue by an enqueue runs in the real operator against a real apiserve
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +116,62 @@ def test_the_demand_poll_reads_every_queue_of_a_server_in_one_command_and_pops_o
         assert connections.pop_demand(keys) == []  # popped: a burst wakes a queue once
     finally:
         connections.close()
+
+
+def test_the_demand_poll_sleeps_while_no_queue_is_idle_and_polls_once_one_is(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica with no idle queue (a standby serves none) does not wake every interval
+    to find that out; the first queue to go idle starts the poll, which then wakes it on
+    its enqueue's demand signal."""
+    connections = Connections(2.0)
+    key = ("ns", "quiet")
+    spec = TaskQueueSpec.model_validate({**FIELDS, "redis": {"url": redis_url}})
+    queue = connections.get(*key, spec)
+    wakers = wakeups.Wakers()
+    selects: list[bool] = []
+    idle = wakers.idle
+
+    def counted(*, demand_polled: bool = False) -> list[tuple[str, str]]:
+        selects.append(demand_polled)
+        return idle(demand_polled=demand_polled)
+
+    monkeypatch.setattr(wakers, "idle", counted)
+
+    async def scenario() -> tuple[int, set[tuple[str, str]]]:
+        woken, all_woken = set[tuple[str, str]](), asyncio.Event()
+
+        def wake(woke: tuple[str, str]) -> None:
+            woken.add(woke)
+            all_woken.set()
+
+        wakers.attach(wake)
+        wakers.register(key)  # served, busy: not idle
+        executor, closing = ThreadPoolExecutor(1), threading.Event()
+        poll = asyncio.create_task(
+            wakeups.poll_demand(wakers, connections, 0.05, wakeups.in_threads(executor, closing))
+        )
+        try:
+            # A second at a 50 ms interval with no queue idle: the old loop passed 20 times.
+            await asyncio.sleep(1.0)
+            at_rest = len(selects)
+            queue.enqueue({"x": 1})
+            wakers.set_idle(key, True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(all_woken.wait(), WAIT_S)
+            return at_rest, woken
+        finally:
+            poll.cancel()
+            closing.set()
+            executor.shutdown(wait=True)
+
+    try:
+        at_rest, woken = asyncio.run(scenario())
+    finally:
+        connections.close()
+    assert at_rest == 1
+    assert woken == {key}, "the poll found the enqueue's demand once the queue was idle"
+    assert queue.client.llen(queue.keys.demand) == 0
 
 
 def test_the_demand_polls_groups_follow_queues_that_connect_go_or_whose_server_is_parked(
