@@ -34,6 +34,10 @@ DEFAULT_PORT = 9101
 #: Sweeps and reconciles: a few Redis and API round trips, slower when either is.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
+#: The labels of the per-queue series (`OperatorMetrics.forget` drops a queue's).
+BY_QUEUE = ("queue",)
+BY_QUEUE_REASON = ("queue", "reason")
+
 
 class OperatorMetrics:
     """The operator's own series, in a registry of their own (tests make several)."""
@@ -55,20 +59,20 @@ class OperatorMetrics:
             "taskfleet_operator_requeued_tasks",
             "Tasks the operator put back in pending: reason pod_gone (the worker's pod was "
             "deleted or failed) or lease_expired (no heartbeat within the lease TTL).",
-            ["queue", "reason"],
+            BY_QUEUE_REASON,
             registry=registry,
         )
         self.schedules_fired = Counter(
             "taskfleet_operator_schedules_fired",
             "Cron schedule slots the operator fired (one task each).",
-            ["queue"],
+            BY_QUEUE,
             registry=registry,
         )
         self.sweep_errors = Counter(
             "taskfleet_operator_sweep_errors",
             "Sweeps that could not reach the queue: reason RedisUnreachable, "
             "SecretUnavailable, or error (an unexpected exception).",
-            ["queue", "reason"],
+            BY_QUEUE_REASON,
             registry=registry,
         )
         self.reconcile_errors = Counter(
@@ -94,8 +98,19 @@ class OperatorMetrics:
     def forget(self, queue: str) -> None:
         """Drop the deleted queue's series: a thousand queues created and deleted in turn
         leave none behind, in memory or on the endpoint."""
-        for metric in (self.requeued, self.schedules_fired, self.sweep_errors):
-            for labels in [labels for labels in list(metric._metrics) if labels[0] == queue]:
+        for metric, names in (
+            (self.requeued, BY_QUEUE_REASON),
+            (self.schedules_fired, BY_QUEUE),
+            (self.sweep_errors, BY_QUEUE_REASON),
+        ):
+            # the queue's label sets, from the samples of the public collect()
+            used = {
+                tuple(sample.labels[name] for name in names)
+                for family in metric.collect()
+                for sample in family.samples
+                if sample.labels.get("queue") == queue
+            }
+            for labels in used:
                 with contextlib.suppress(KeyError):  # another thread removed it first
                     metric.remove(*labels)
 

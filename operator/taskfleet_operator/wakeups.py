@@ -355,10 +355,6 @@ async def probe_servers(
     changed = asyncio.Event()
     probing: set[asyncio.Task[None]] = set()
 
-    def parked() -> None:  # from whichever thread parked the server
-        with contextlib.suppress(RuntimeError):  # the loop closed: the operator stops
-            loop.call_soon_threadsafe(changed.set)
-
     async def probe(target: str) -> None:
         try:
             resumed = await run(connections.probe, target)
@@ -374,7 +370,8 @@ async def probe_servers(
             _log.info("Redis answers again: %d queues resume", len(resumed))
         wakers.resume(resumed)
 
-    connections.outages.on_park(parked)
+    # from whichever thread parks a server
+    connections.outages.on_park(functools.partial(_set_from_anywhere, loop, changed))
     checked = -math.inf
     try:
         while True:
