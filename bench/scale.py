@@ -45,7 +45,8 @@ import redis
 import redis.asyncio
 from taskfleet import Queue
 from taskfleet.producer.encoding import batch_args, token_base
-from taskfleet.protocol.scripts import SyncScripts, source
+from taskfleet.protocol.calls import run_all
+from taskfleet.protocol.scripts import source
 from taskfleet.worker.broker import Broker
 from taskfleet.worker.claimed import ClaimedTask
 
@@ -98,7 +99,6 @@ def redis_cpu_s(client: redis.Redis) -> float:
 
 def fill(queue: Queue, n: int, make: Callable[[int], dict[str, Any]]) -> None:
     """Enqueue n tasks (``make(i)`` each), FILL_PIPELINE batches to a round trip."""
-    scripts = SyncScripts.for_client(queue.client)
     done = 0
     while done < n:
         ops = []
@@ -109,7 +109,7 @@ def fill(queue: Queue, n: int, make: Callable[[int], dict[str, Any]]) -> None:
             items = batch_args(make(done + i) for i in range(size))
             ops.append(queue.ops.enqueue(items, token_base()))
             done += size
-        scripts.run_many(ops)
+        run_all(queue.client, ops)
 
 
 def plain(_: int) -> dict[str, Any]:

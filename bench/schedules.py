@@ -58,12 +58,11 @@ def firer(url: str, stop_at: float, out: Any) -> None:
 
 def store(queue: Queue, n: int) -> None:
     """N every-second schedules; the first slots spread over the next two seconds."""
-    from taskfleet.protocol.calls import run
+    from taskfleet.protocol.calls import run, run_all
     from taskfleet.protocol.schedule_ops import ScheduleOps
     from taskfleet.protocol.schedules import ScheduleDef, due_ms, first_slot
-    from taskfleet.protocol.scripts import SyncScripts
 
-    ops, scripts = ScheduleOps(queue.keys), SyncScripts.for_client(queue.client)
+    ops = ScheduleOps(queue.keys)
     now = run(queue.client, queue.reads.clock()) + 2000
     batch = []
     for i in range(n):
@@ -86,10 +85,10 @@ def store(queue: Queue, n: int) -> None:
             )
         )
         if len(batch) == 1000:
-            scripts.run_many(batch)
+            run_all(queue.client, batch)
             batch = []
     if batch:
-        scripts.run_many(batch)
+        run_all(queue.client, batch)
 
 
 def check(queue: Queue, n: int, first_slot: int) -> dict[str, int]:

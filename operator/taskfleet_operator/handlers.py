@@ -59,13 +59,6 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]
 TASKQUEUES = (GROUP, VERSION, PLURAL)
 
 
-def _ns(namespace: str | None) -> str:
-    """TaskQueues and worker pods are namespaced; kopf types the namespace as optional."""
-    if not namespace:
-        raise kopf.PermanentError("a namespaced object without a namespace")
-    return namespace
-
-
 def _apply(body: kopf.Body, patch: kopf.Patch, update: tqstatus.StatusUpdate) -> None:
     """Write a computed status update: its fields to the status patch, its events."""
     for field, value in update.patch.items():
@@ -251,7 +244,7 @@ async def worker_deployment_event(
     *, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
     """A worker Deployment changed (scaled, rolled, pods ready): sweep its queue now."""
-    memos.wakers(memo).wake((_ns(namespace), name))
+    memos.wakers(memo).wake((kube.namespaced(namespace), name))
 
 
 @kopf.index(*TASKQUEUES)
@@ -291,7 +284,7 @@ def reconcile_taskqueue(
                 body=body,
                 spec=spec,
                 name=name,
-                namespace=_ns(namespace),
+                namespace=kube.namespaced(namespace),
                 meta=meta,
                 status=status,
                 patch=patch,
@@ -308,7 +301,7 @@ def reconcile_taskqueue(
         finally:
             # Sweep now: what changed, or the first sweep of a new TaskQueue, which waits
             # for this (applied or refused, the sweep keeps the status from here).
-            memos.wakers(memo).wake((_ns(namespace), name))
+            memos.wakers(memo).wake((kube.namespaced(namespace), name))
 
 
 def _reconcile(
@@ -371,7 +364,7 @@ async def autoscale_taskqueue(
 ) -> None:
     """Size the worker fleet to the queue's load (`scaler`): at once when an enqueue finds
     no idle worker, else every second; kopf stops it when autoscale is removed."""
-    key = (_ns(namespace), body["metadata"]["name"])
+    key = (kube.namespaced(namespace), body["metadata"]["name"])
 
     def event(type_: str, reason: str, message: str) -> None:
         kopf.event(body, type=type_, reason=reason, message=message)
@@ -413,7 +406,7 @@ def purge_queue(
 ) -> None:
     """onDelete: Purge: delete the queue's Redis keys (the finalizer holds until done),
     after the queue's last sweep (the loop let it go at its deletion timestamp)."""
-    namespace = _ns(namespace)
+    namespace = kube.namespaced(namespace)
     ending = memos.sweeps(memo).stopped((namespace, name))
     if ending is not None and not ending.wait(timeout=30):
         raise kopf.TemporaryError("its last sweep still runs", delay=5)
@@ -452,7 +445,7 @@ async def track_taskqueue(
     No sweep needs kopf's finalizer: a Retain TaskQueue carries none and is deleted at
     once; a Purge one carries it for `purge_queue`, an autoscaled one for its autoscaler.
     A sweep that runs while its queue goes finishes harmlessly (`queuesweep.sweep_once`)."""
-    key, sweeps = (_ns(namespace), name), memos.sweeps(memo)
+    key, sweeps = (kube.namespaced(namespace), name), memos.sweeps(memo)
     for index in SWEEP_INDEXES:
         sweeps.indexes[index] = kwargs[index]
     if type != "DELETED":
@@ -481,7 +474,7 @@ def worker_pod_event(
     """Fast path: a worker pod deleted from the API, or finished while still in it (a
     failed pod: evicted, its containers stopped for good), gets its tasks requeued at once.
     Any change of a worker pod wakes its queue's sweep (live pods, readiness)."""
-    namespace, queue_name = _ns(namespace), labels[QUEUE_LABEL]
+    namespace, queue_name = kube.namespaced(namespace), labels[QUEUE_LABEL]
     memos.wakers(memo).wake((namespace, queue_name))
     finished = kube.pod_finished(kwargs.get("status") or {})
     if type != "DELETED" and not finished:

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import kopf
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -265,3 +266,11 @@ def _raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
     response = call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
     body: bytes = response.data
     return body
+
+
+def namespaced(namespace: str | None) -> str:
+    """A namespaced object's namespace (TaskQueues, ProviderQuotas, worker pods and
+    Deployments all are), which kopf types as optional."""
+    if not namespace:
+        raise kopf.PermanentError("a namespaced object without a namespace")
+    return namespace

@@ -22,13 +22,6 @@ PROVIDERQUOTAS = (GROUP, VERSION, quotaspec.PLURAL)
 QUOTA_STATUS_INTERVAL_S = process_settings().quota_status_interval_s
 
 
-def _ns(namespace: str | None) -> str:
-    """ProviderQuotas are namespaced; kopf types the namespace as optional."""
-    if not namespace:
-        raise kopf.PermanentError("a namespaced object without a namespace")
-    return namespace
-
-
 def _unreached(error: redis.RedisError | kube.SecretUnavailable) -> tuple[str, str]:
     """A status reason and message for a quota whose Redis was not reached."""
     reason = "RedisUnreachable" if isinstance(error, redis.RedisError) else "SecretUnavailable"
@@ -56,7 +49,7 @@ def apply_providerquota(
 ) -> None:
     """Write the quota to its Redis (`providerquotas.QuotaLinks.apply`: idempotent) and
     its use to status; a Redis not reached is retried every 10 s."""
-    namespace, generation = _ns(namespace), meta.get("generation")
+    namespace, generation = kube.namespaced(namespace), meta.get("generation")
     try:
         model, quota = providerquotas.parse_spec(spec, name)
     except providerquotas.InvalidQuotaSpec as error:
@@ -94,7 +87,7 @@ def refresh_providerquota(
 ) -> None:
     """The quota's use into status: one script call, a patch only when it changed. A
     quota gone from Redis (flushed, or a Redis that lost its data) is written again."""
-    namespace = _ns(namespace)
+    namespace = kube.namespaced(namespace)
     try:
         model, quota = providerquotas.parse_spec(spec, name)
     except providerquotas.InvalidQuotaSpec:
@@ -121,4 +114,4 @@ async def forget_deleted_providerquota(
 ) -> None:
     """A ProviderQuota gone: close its Redis client (in a thread)."""
     with contextlib.suppress(wakeups.Stopping):
-        await memos.blocking(memo)(memos.quota_links(memo).forget, _ns(namespace), name)
+        await memos.blocking(memo)(memos.quota_links(memo).forget, kube.namespaced(namespace), name)

@@ -124,16 +124,6 @@ class SyncScripts:
             return self._run_on_client(other)
         return op.decode(raw)
 
-    def run_many(self, ops: Sequence[Op[Any]]) -> list[Any]:
-        """Several calls in one round trip (a pipeline, not a transaction)."""
-        pipe = self.client.pipeline(transaction=False)
-        for op in ops:
-            self.add_to(pipe, op)
-        return [
-            self.reply(op, raw)
-            for op, raw in zip(ops, pipe.execute(raise_on_error=False), strict=True)
-        ]
-
     def script(self, name: str) -> Script:
         """The registered script ``name`` (its ``sha`` and ``script`` text)."""
         return self._scripts[name]
