@@ -51,23 +51,40 @@ def test_scripts_never_spell_a_key_name_themselves() -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_prelude_binds_only_the_keys_a_script_uses_in_its_uses_keys_order(name: str) -> None:
+def test_the_bundle_says_keys_and_arguments_by_position_in_the_uses_keys_order(
+    name: str,
+) -> None:
+    """The prelude names each key the script uses, in its uses_keys order; the code says
+    KEYS[i] (a shared key: its string) and ARGV[i] where the sources say K_<NAME> and
+    ARG_<NAME>, and binds no local to them (a captured local costs every call)."""
     text = source(name)
-    bound = re.findall(r"^local K_([A-Z_]+) = KEYS\[(\d+)\]$", text, re.M)
+    named = dict(re.findall(r"^-- (K_[A-Z_]+|ARG_[A-Z_]+) = (.+)$", text, re.M))
     uses = manifest()["scripts"][name]["uses_keys"]
-    assert [(k.upper(), str(i)) for i, k in enumerate(uses, start=1)] == bound
+    keys = {n: v for n, v in named.items() if v.startswith("KEYS[")}
+    assert list(keys.items()) == [(f"K_{k.upper()}", f"KEYS[{i}]") for i, k in enumerate(uses, 1)]
     assert [k for k in SCRIPT_KEYS if k in uses] == uses
-    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
     # the keys every queue shares (provider quotas) are constants, never from KEYS
-    shared = re.findall(r'^local K_([A-Z_]+) = "([^"]*)"$', text, re.M)
-    assert {k: p for k, p in shared} == {
-        k.upper(): SHARED_KEYS[k][0] for k in SHARED_KEYS if k.upper() in {n for n, _ in shared}
+    shared = {n: v for n, v in named.items() if n.startswith("K_") and n not in keys}
+    assert shared == {
+        f"K_{k.upper()}": f'"{SHARED_KEYS[k][0]}"'
+        for k in SHARED_KEYS
+        if f"K_{k.upper()}" in shared
     }
-    assert set(re.findall(r"\bK_([A-Z_]+)\b", code)) == {k for k, _ in bound} | {
-        k for k, _ in shared
-    }
-    keys = QueueKeys("jobs")
-    assert keys.script(name) == tuple(keys.script_keys[SCRIPT_KEYS.index(k)] for k in uses)
+    arguments = [p["name"] for p in manifest()["scripts"][name]["args"]]
+    assert [(n, v) for n, v in named.items() if n.startswith("ARG_")] == [
+        (f"ARG_{a.upper()}", f"ARGV[{i}]") for i, a in enumerate(arguments, 1)
+    ]
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    assert not re.search(r"\b(K|ARG)_[A-Z_]+\b", code), "a name the bundle left unbound"
+    assert {int(i) for i in re.findall(r"\bKEYS\[(\d+)\]", code)} == set(range(1, len(uses) + 1)), (
+        "each key sent is used, and none beyond"
+    )
+    for value in shared.values():
+        assert value in code
+    queue_keys = QueueKeys("jobs")
+    assert queue_keys.script(name) == tuple(
+        queue_keys.script_keys[SCRIPT_KEYS.index(k)] for k in uses
+    )
 
 
 def test_every_key_of_a_queue_shares_its_hash_tag() -> None:

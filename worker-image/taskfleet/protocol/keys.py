@@ -2,8 +2,9 @@
 
 All keys of one queue share the hash tag ``{<queue>}``, so a queue lives on one Redis
 Cluster slot and every Lua script touches one slot only. A script receives as KEYS only
-the keys it uses (the bundle manifest's ``uses_keys``: :meth:`QueueKeys.script`); the
-generated Lua prelude binds them to ``K_<NAME>`` locals, so Lua never spells a key name.
+the keys it uses (the bundle manifest's ``uses_keys``: :meth:`QueueKeys.script`); the Lua
+sources name them ``K_<NAME>`` (the bundle writes ``KEYS[i]``), so Lua never spells a key
+name.
 """
 
 from __future__ import annotations
@@ -225,8 +226,8 @@ KEY_DOCS: dict[str, tuple[str, str]] = {
 _INDEX = {name: i for i, name in enumerate(SCRIPT_KEYS)}
 
 #: Keys shared by every queue of a Redis (provider quotas, docs/quotas.md): name -> (full
-#: prefix, Redis type, what it holds). A script binds each as a constant (the bundle's
-#: prelude), never from KEYS: they lie outside the queue's slot (a Redis Cluster limit).
+#: prefix, Redis type, what it holds). A script has each as a string constant (written in
+#: by the bundle), never from KEYS: they lie outside the queue's slot (a Redis Cluster limit).
 SHARED_KEYS: dict[str, tuple[str, str, str]] = {
     "pquota": (
         f"{PREFIX}:pquota:",
