@@ -20,6 +20,8 @@ from pathlib import Path
 
 from taskfleet.protocol.redisadapter import PRIVATES
 
+from tests.astreads import attribute_reached
+
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = (
     REPO / "worker-image" / "taskfleet",
@@ -59,9 +61,6 @@ def _sources() -> list[Path]:
     ]
 
 
-_ATTR_FUNCTIONS = {"getattr", "hasattr", "setattr", "delattr"}
-
-
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -90,18 +89,9 @@ def _read(tree: ast.Module) -> list[tuple[int, str]]:
     getattr-like call with a literal name."""
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and _private(node.attr):
-            out.append((node.lineno, node.attr))
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in _ATTR_FUNCTIONS
-            and len(node.args) >= 2
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
-            and _private(node.args[1].value)
-        ):
-            out.append((node.lineno, node.args[1].value))
+        reached = attribute_reached(node)
+        if reached is not None and _private(reached[1]):
+            out.append((getattr(node, "lineno", 0), reached[1]))
     return out
 
 

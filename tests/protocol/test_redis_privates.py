@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.astreads import attribute_reached
+
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = (REPO / "worker-image" / "taskfleet", REPO / "operator" / "taskfleet_operator")
 ADAPTER = REPO / "worker-image" / "taskfleet" / "protocol" / "redisadapter.py"
@@ -40,8 +42,6 @@ NOT_REDIS: dict[tuple[str, str], str] = {
 PUBLIC_UNDERSCORED = frozenset(
     {"_asdict", "_field_defaults", "_fields", "_make", "_replace", "_value_", "_name_"}
 )
-
-_ATTR_FUNCTIONS = {"getattr", "hasattr", "setattr", "delattr"}
 
 
 def _private(name: str) -> bool:
@@ -101,17 +101,9 @@ def violations(source: str, privates: frozenset[str]) -> list[str]:
     def visit(node: ast.AST, in_redis_subclass: bool) -> None:
         if isinstance(node, ast.ClassDef):
             in_redis_subclass = any(ast.unparse(b).split(".")[0] in from_redis for b in node.bases)
-        if isinstance(node, ast.Attribute):
-            check(node, node.value, node.attr, in_redis_subclass)
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in _ATTR_FUNCTIONS
-            and len(node.args) >= 2
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
-        ):
-            check(node, node.args[0], node.args[1].value, in_redis_subclass)
+        reached = attribute_reached(node)
+        if reached is not None:
+            check(node, *reached, in_redis_subclass)
         for child in ast.iter_child_nodes(node):
             visit(child, in_redis_subclass)
 
