@@ -494,9 +494,10 @@ def worker_pod_event(
         logger.warning("requeue of pod %s deferred: %s", name, describe_error(error))
         return
     if count:
-        memos.metrics(memo).requeued.labels(
-            builders.queue_name(namespace, queue_name), "pod_gone"
-        ).inc(count)
+        metrics = memos.metrics(memo)
+        metrics.count(
+            metrics.requeued, builders.queue_name(namespace, queue_name), "pod_gone", amount=count
+        )
         # A message of its own, so the fast path is told apart from the sweep's requeue.
         why = "was deleted" if type == "DELETED" else "has stopped (phase Failed)"
         message = f"requeued {count} tasks of pod {name}: pod {name} {why}"

@@ -69,7 +69,7 @@ def make_loop(  # noqa: PLR0917 - what the loop is made of
             connections.forget(*key)
 
     def failed(key: tuple[str, str]) -> None:
-        metrics.sweep_errors.labels(builders.queue_name(*key), "error").inc()
+        metrics.count(metrics.sweep_errors, builders.queue_name(*key), "error")
 
     loop = sweeploop.SweepLoop(
         sweeploop.Hooks(sweep=sweep, gone=gone, failed=failed, forget_all=forget_all),
@@ -144,7 +144,7 @@ def sweep_once(
             )
         guard(key, model, report=outcome, memo=memo, logger=logger, indexes=indexes)
     else:
-        metrics.sweep_errors.labels(queue, outcome.reason).inc()
+        metrics.count(metrics.sweep_errors, queue, outcome.reason)
     policy = connections.policy(namespace, name)
     if policy is None and isinstance(outcome, sweeper.SweepReport):
         policy = connections.check_policy(namespace, name)  # a server not checked yet
@@ -200,8 +200,8 @@ def guard(
 
 def count_sweep(metrics: OperatorMetrics, queue: str, report: sweeper.SweepReport) -> None:
     if report.requeued:
-        metrics.requeued.labels(queue, "pod_gone").inc(sum(report.requeued.values()))
+        metrics.count(metrics.requeued, queue, "pod_gone", amount=sum(report.requeued.values()))
     if report.lease_expired:
-        metrics.requeued.labels(queue, "lease_expired").inc(report.lease_expired)
+        metrics.count(metrics.requeued, queue, "lease_expired", amount=report.lease_expired)
     if report.fired:
-        metrics.schedules_fired.labels(queue).inc(report.fired)
+        metrics.count(metrics.schedules_fired, queue, amount=report.fired)
